@@ -1,0 +1,189 @@
+"""Contention models: how much co-located jobs slow each other down.
+
+A :class:`ContentionModel` is a factory of per-simulation :class:`ContentionState` objects.
+The state tracks the running jobs and answers each job's *throughput ratio* (its throughput
+divided by its isolated throughput, in (0, 1]). ``add`` and ``remove`` return the ids whose
+ratio changed so the simulator only re-rates those; ``predict`` answers what-if questions for
+placement policies without changing anything.
+
+``profiled`` reproduces the original artifact's use of the measured pairwise table, with its
+defect fixed: ratios are recomputed whenever the set of co-located jobs changes, in both
+directions (a job's ratio goes back up when its aggressor leaves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal, Protocol
+
+from deepshare.core.topology import Topology
+from deepshare.core.types import DeepShareError, Placement, Prediction
+from deepshare.core.workloads import Catalog, ProfileKey
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    model: str
+    gpus: int
+    placement: Placement
+
+
+class ContentionState(Protocol):
+    def add(self, job: RunningJob) -> set[str]:
+        """Start tracking ``job``; return the ids whose ratio changed (``job``'s own included)."""
+
+    def remove(self, job_id: str) -> set[str]:
+        """Stop tracking ``job_id``; return the ids of remaining jobs whose ratio changed."""
+
+    def ratio(self, job_id: str) -> float:
+        """Current throughput ratio of a tracked job, in (0, 1]."""
+
+    def predict(self, job: RunningJob) -> Prediction:
+        """What ``add(job)`` would do, without doing it."""
+
+
+class ContentionModel(Protocol):
+    name: str
+
+    def new_state(self, topology: Topology, catalog: Catalog) -> ContentionState:
+        """A fresh, empty state for one simulation (or one served request)."""
+
+
+Aggregate = Literal["min", "product"]
+
+
+@dataclass(frozen=True)
+class ProfiledContention:
+    """The measured pairwise table (victim row, aggressor column), combined over co-runners.
+
+    Defaults are the original artifact's semantics: a multi-node job's ratio is the *minimum*
+    of its pairwise ratios against every other multi-node job on any node it spans, floored at
+    0.35; single-node jobs neither suffer nor cause contention. ``aggregate="product"``
+    multiplies the pairwise ratios instead (independent slowdowns), and
+    ``single_node_contention_free=False`` lets single-node jobs take part (looked up as their
+    nearest measured 2-node profile).
+    """
+
+    floor: float = 0.35
+    aggregate: Aggregate = "min"
+    single_node_contention_free: bool = True
+    name: str = "profiled"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.floor <= 1.0:
+            raise DeepShareError(f"contention floor must be in (0, 1], got {self.floor}")
+        if self.aggregate not in ("min", "product"):
+            raise DeepShareError(f"contention aggregate must be 'min' or 'product', got {self.aggregate!r}")
+
+    def new_state(self, topology: Topology, catalog: Catalog) -> "ProfiledState":
+        return ProfiledState(self, catalog)
+
+
+class ProfiledState:
+    """Incremental bookkeeping for :class:`ProfiledContention` (per-node sets of contenders)."""
+
+    def __init__(self, model: ProfiledContention, catalog: Catalog) -> None:
+        self._model = model
+        self._catalog = catalog
+        self._combine: Callable[[float, float], float] = min if model.aggregate == "min" else _mul
+        self._on_node: dict[int, set[str]] = {}
+        self._jobs: dict[str, tuple[RunningJob, ProfileKey, bool]] = {}
+        self._ratio: dict[str, float] = {}
+
+    # -- protocol ----------------------------------------------------------------------------
+    def add(self, job: RunningJob) -> set[str]:
+        if job.job_id in self._jobs:
+            raise DeepShareError(f"job {job.job_id!r} is already running")
+        key, contends = self._key(job)
+        self._jobs[job.job_id] = (job, key, contends)
+        if not contends:
+            self._ratio[job.job_id] = 1.0
+            return {job.job_id}
+        neighbours = self._neighbours(job.placement.nodes, exclude=job.job_id)
+        for n in job.placement.nodes:
+            self._on_node.setdefault(n, set()).add(job.job_id)
+        return self._rerate({job.job_id, *neighbours}, force={job.job_id})
+
+    def remove(self, job_id: str) -> set[str]:
+        job, _, contends = self._jobs.pop(job_id)
+        del self._ratio[job_id]
+        if not contends:
+            return set()
+        for n in job.placement.nodes:
+            self._on_node[n].discard(job_id)
+        return self._rerate(self._neighbours(job.placement.nodes, exclude=job_id))
+
+    def ratio(self, job_id: str) -> float:
+        return self._ratio[job_id]
+
+    def predict(self, job: RunningJob) -> Prediction:
+        key, contends = self._key(job)
+        if not contends:
+            return Prediction(1.0)
+        raw = 1.0
+        others: dict[str, float] = {}
+        loss = 0.0
+        floor = self._model.floor
+        for other_id in sorted(self._neighbours(job.placement.nodes, exclude=job.job_id)):
+            _, other_key, _ = self._jobs[other_id]
+            raw = self._combine(raw, self._catalog.ratio(key, other_key))
+            old = self._ratio[other_id]
+            new = max(floor, self._combine(self._raw(other_id), self._catalog.ratio(other_key, key)))
+            if new != old:
+                others[other_id] = new
+                loss += old - new
+        return Prediction(max(floor, raw), others, loss)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _key(self, job: RunningJob) -> tuple[ProfileKey, bool]:
+        nodes = job.placement.num_nodes
+        contends = nodes > 1 or not self._model.single_node_contention_free
+        return self._catalog.profile_key(job.model, job.gpus, nodes), contends
+
+    def _neighbours(self, nodes: Iterable[int], exclude: str) -> set[str]:
+        found: set[str] = set()
+        for n in nodes:
+            found |= self._on_node.get(n, set())
+        found.discard(exclude)
+        return found
+
+    def _raw(self, job_id: str) -> float:
+        job, key, _ = self._jobs[job_id]
+        raw = 1.0
+        # sorted: a product must not depend on set iteration order (PYTHONHASHSEED)
+        for other_id in sorted(self._neighbours(job.placement.nodes, exclude=job_id)):
+            raw = self._combine(raw, self._catalog.ratio(key, self._jobs[other_id][1]))
+        return raw
+
+    def _rerate(self, ids: Iterable[str], force: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+        changed = set(force)
+        floor = self._model.floor
+        for job_id in ids:
+            new = max(floor, self._raw(job_id))
+            if self._ratio.get(job_id) != new:
+                self._ratio[job_id] = new
+                changed.add(job_id)
+        return changed
+
+
+def _mul(a: float, b: float) -> float:
+    return a * b
+
+
+CONTENTION_MODELS: dict[str, Callable[..., ContentionModel]] = {
+    "profiled": ProfiledContention,
+    "none": lambda: ProfiledContention(floor=1.0, name="none"),
+}
+"""Name -> factory. ``none`` is the contention-free reference (every ratio 1)."""
+
+
+def make_contention(name: str, **options: object) -> ContentionModel:
+    try:
+        factory = CONTENTION_MODELS[name]
+    except KeyError:
+        raise DeepShareError(
+            f"--contention: unknown model {name!r}; expected one of {', '.join(sorted(CONTENTION_MODELS))}"
+        ) from None
+    return factory(**options)
+

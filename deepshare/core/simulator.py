@@ -1,0 +1,444 @@
+"""Discrete-event cluster simulator.
+
+Jobs arrive at their trace timestamps and wait in a queue. At every *decision point* the
+policy gets a :class:`ClusterView` and answers a :class:`Decision`; a decision point is any
+event time (arrival, completion, periodic round tick) at which at least one job is queued.
+A running job progresses at ``isolated_throughput(placement) x ratio``, where the contention
+model re-rates every job whose set of co-located jobs changed; it finishes at its exact time,
+never at a round boundary. A preempted job restarts later after ``preempt_overhead_s`` of
+restore time during which it holds its GPUs without progress; a migrated job pays
+``migrate_overhead_s`` the same way. Infeasible decisions raise :class:`InfeasibleDecision`.
+
+Batch use: ``Simulator(...).run(policy)``. Step use (the RL env): ``view = sim.advance()``
+until it returns ``None``, calling ``sim.apply(decision)`` after each view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from deepshare.core.contention import ContentionModel, RunningJob
+from deepshare.core.events import EventKind, EventQueue
+from deepshare.core.metrics import JobRecord, MetricsReport, build_report
+from deepshare.core.topology import Topology
+from deepshare.core.types import (
+    ClusterView,
+    Decision,
+    DeepShareError,
+    InfeasibleDecision,
+    JobSpec,
+    JobView,
+    Placement,
+    PredictFn,
+    Prediction,
+)
+from deepshare.core.workloads import Catalog, default_catalog
+
+
+class PolicyLike(Protocol):
+    name: str
+
+    def decide(self, view: ClusterView) -> Decision: ...
+
+
+class SimulationStalled(DeepShareError):
+    """The policy keeps jobs queued on an idle cluster with nothing left to happen."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulation knobs; every field has a default and a one-line meaning."""
+
+    round_s: float | None = None
+    """Period of extra decision points (the original used 300 s); None = events only."""
+    preempt_overhead_s: float = 30.0
+    """Restore-from-checkpoint time a preempted job pays when it restarts (no progress)."""
+    migrate_overhead_s: float = 30.0
+    """Checkpoint + restore time a migrated job pays at its new placement (no progress)."""
+    start_overhead_s: float = 0.0
+    """Start-up time of a job's first launch (no progress)."""
+
+    def __post_init__(self) -> None:
+        if self.round_s is not None and not self.round_s > 0:
+            raise DeepShareError(f"round_s must be positive, got {self.round_s}")
+        for name in ("preempt_overhead_s", "migrate_overhead_s", "start_overhead_s"):
+            if not getattr(self, name) >= 0:
+                raise DeepShareError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+QUEUED, RUNNING, DONE, REJECTED, PENDING = "queued", "running", "done", "rejected", "pending"
+
+
+class _Job:
+    """Mutable per-job simulation state (private to the simulator)."""
+
+    __slots__ = (
+        "spec", "comm_class", "ref_thp", "work", "remaining", "state", "placement", "iso_rate",
+        "ratio", "rate", "last_update", "stall_until", "version", "attained", "first_start",
+        "finish", "preemptions", "migrations", "prod_time", "ratio_area", "queued_since",
+        "run_start", "last_run_s", "needs_restore", "view",
+    )
+
+    def __init__(self, spec: JobSpec, catalog: Catalog) -> None:
+        self.spec = spec
+        self.comm_class = catalog.class_of(spec.model)
+        self.ref_thp = catalog.reference_throughput(spec.model, spec.gpus)
+        self.work = spec.total_samples if spec.total_samples is not None else spec.duration_s * self.ref_thp
+        self.remaining = self.work
+        self.state = PENDING
+        self.placement: Placement | None = None
+        self.iso_rate = self.ratio = self.rate = 0.0
+        self.last_update = self.stall_until = 0.0
+        self.version = 0
+        self.attained = 0.0
+        self.first_start: float | None = None
+        self.finish: float | None = None
+        self.preemptions = self.migrations = 0
+        self.prod_time = self.ratio_area = 0.0
+        self.queued_since = spec.submit_time
+        self.run_start = 0.0
+        self.last_run_s = 0.0
+        self.needs_restore = False
+        self.view: JobView | None = None
+
+    def sync(self, t: float) -> None:
+        """Account progress, service and contention exposure up to time ``t``."""
+        start = self.last_update if self.last_update > self.stall_until else self.stall_until
+        if t > start:
+            productive = t - start
+            self.remaining -= self.rate * productive
+            self.prod_time += productive
+            self.ratio_area += self.ratio * productive
+        self.attained += self.spec.gpus * (t - self.last_update)
+        self.last_update = t
+
+    def make_view(self, now: float) -> JobView:
+        spec = self.spec
+        return JobView(
+            job_id=spec.job_id,
+            model=spec.model,
+            gpus=spec.gpus,
+            submit_time=spec.submit_time,
+            remaining_s=max(0.0, self.remaining) / self.ref_thp,
+            attained_gpu_s=self.attained,
+            comm_class=self.comm_class,
+            preemptions=self.preemptions,
+            placement=self.placement,
+            ratio=self.ratio if self.state == RUNNING else 1.0,
+            last_run_s=self.last_run_s if self.state != RUNNING else now - self.run_start,
+            queued_since=self.queued_since,
+        )
+
+
+class Simulator:
+    def __init__(
+        self,
+        topology: Topology,
+        jobs: Sequence[JobSpec],
+        contention: ContentionModel,
+        catalog: Catalog | None = None,
+        config: SimConfig = SimConfig(),
+    ) -> None:
+        self.topology = topology
+        self.catalog = catalog or default_catalog()
+        self.config = config
+        self.contention = contention
+        self._state = contention.new_state(topology, self.catalog)
+        self._jobs: dict[str, _Job] = {}
+        for spec in jobs:
+            if spec.job_id in self._jobs:
+                raise DeepShareError(f"duplicate job id {spec.job_id!r}")
+            self._jobs[spec.job_id] = _Job(spec, self.catalog)
+        self._free = list(topology.capacity)
+        self._queue: dict[str, _Job] = {}
+        self._running: dict[str, _Job] = {}
+        self._events = EventQueue()
+        self._live_events = 0  # arrivals + valid completions still in the heap
+        self._unfinished = len(self._jobs)
+        self.now = 0.0
+        self._busy = 0
+        self._busy_area = 0.0
+        self._last_t = 0.0
+        self.util_timeline: list[tuple[float, int]] = [(0.0, 0)]
+        self.decisions = 0
+        self.events_processed = 0
+        self._awaiting_decision = False
+        for job in self._jobs.values():
+            self._events.push(job.spec.submit_time, EventKind.ARRIVAL, job.spec.job_id)
+            self._live_events += 1
+        if config.round_s is not None and self._jobs:
+            self._events.push(config.round_s, EventKind.ROUND)
+        self._predict: PredictFn = self._make_predict()
+
+    # -- public API --------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._unfinished == 0
+
+    def run(self, policy: PolicyLike, progress: Callable[[int, int], None] | None = None) -> MetricsReport:
+        """Simulate to the end under ``policy`` and return the report."""
+        total = len(self._jobs)
+        while (view := self.advance()) is not None:
+            self.apply(policy.decide(view))
+            if progress is not None:
+                progress(total - self._unfinished, total)
+        if progress is not None:
+            progress(total, total)
+        return self.report(policy.name)
+
+    def advance(self) -> ClusterView | None:
+        """Process events up to the next decision point; its view, or None when all is done."""
+        if self._awaiting_decision:
+            raise DeepShareError("advance() called twice without apply()")
+        while self._events:
+            t = self._events.peek_time()
+            assert t is not None
+            if self._process_events_at(t) and self._queue:
+                self._awaiting_decision = True
+                return self.view()
+            if self.done:
+                break
+        self._account_busy(self.now)
+        return None
+
+    def apply(self, decision: Decision) -> None:
+        """Validate and carry out ``decision`` at the current time (all or nothing)."""
+        self._awaiting_decision = False
+        self.decisions += 1
+        self._validate(decision)
+        t = self.now
+        changed: set[str] = set()
+        for job_id in decision.preempt:
+            changed |= self._stop(self._running[job_id], t)
+            job = self._jobs[job_id]
+            job.state = QUEUED
+            job.queued_since = t
+            job.preemptions += 1
+            job.needs_restore = True
+            self._queue[job_id] = job
+        moves = [(self._running[m.job_id], m.placement) for m in decision.migrate]
+        for job, _ in moves:
+            changed |= self._stop(job, t)
+        for job, placement in moves:
+            job.migrations += 1
+            changed |= self._start(job, placement, t, self.config.migrate_overhead_s)
+        for launch in decision.launch:
+            job = self._queue.pop(launch.job_id)
+            overhead = self.config.preempt_overhead_s if job.needs_restore else self.config.start_overhead_s
+            job.needs_restore = False
+            if job.first_start is None:
+                job.first_start = t
+            changed |= self._start(job, launch.placement, t, overhead)
+        self._rerate(changed, t)
+        if self._queue and not self._running and self._live_events == 0:
+            raise SimulationStalled(
+                f"at t={t:.1f}s the policy left {len(self._queue)} job(s) queued on an idle cluster "
+                "with no arrivals or completions to come"
+            )
+
+    def view(self) -> ClusterView:
+        t = self.now
+        for job in self._running.values():
+            job.sync(t)
+        queued = []
+        for job in self._queue.values():
+            if job.view is None:
+                job.view = job.make_view(t)
+            queued.append(job.view)
+        return ClusterView(
+            now=t,
+            topology=self.topology,
+            catalog=self.catalog,
+            free=tuple(self._free),
+            queued=tuple(queued),
+            running=tuple(job.make_view(t) for job in self._running.values()),
+            predict=self._predict,
+        )
+
+    def report(self, policy_name: str = "") -> MetricsReport:
+        records = [
+            JobRecord(
+                job_id=j.spec.job_id,
+                model=j.spec.model,
+                gpus=j.spec.gpus,
+                submit_s=j.spec.submit_time,
+                first_start_s=j.first_start,
+                finish_s=j.finish,
+                gpu_time_s=j.attained,
+                productive_s=j.prod_time,
+                mean_ratio=(j.ratio_area / j.prod_time) if j.prod_time > 0 else 1.0,
+                preemptions=j.preemptions,
+                migrations=j.migrations,
+                rejected=j.state == REJECTED,
+            )
+            for j in self._jobs.values()
+        ]
+        return build_report(
+            records,
+            total_gpus=self.topology.total_gpus,
+            busy_gpu_s=self._busy_area,
+            policy=policy_name,
+            decisions=self.decisions,
+            events=self.events_processed,
+        )
+
+    # -- events ------------------------------------------------------------------------------
+    def _process_events_at(self, t: float) -> bool:
+        """Pop every event at time ``t``; True when one of them was live (not a stale completion)."""
+        self._account_busy(t)
+        self.now = t
+        live = False
+        while self._events and self._events.peek_time() == t:
+            _, kind, job_id, version = self._events.pop()
+            if kind is EventKind.COMPLETION:
+                job = self._jobs[job_id]
+                if job.state != RUNNING or job.version != version:
+                    continue  # superseded by a re-rate, preemption or migration
+            live = True
+            self.events_processed += 1
+            if kind is EventKind.ARRIVAL:
+                self._live_events -= 1
+                self._arrive(self._jobs[job_id], t)
+            elif kind is EventKind.COMPLETION:
+                self._complete(self._jobs[job_id], t)  # _stop() retires this completion from _live_events
+            elif self._unfinished and self.config.round_s is not None:
+                self._events.push(t + self.config.round_s, EventKind.ROUND)
+        return live
+
+    def _arrive(self, job: _Job, t: float) -> None:
+        if job.spec.gpus > self.topology.total_gpus:
+            job.state = REJECTED
+            self._unfinished -= 1
+            return
+        job.state = QUEUED
+        job.queued_since = t
+        self._queue[job.spec.job_id] = job
+
+    def _complete(self, job: _Job, t: float) -> None:
+        changed = self._stop(job, t)
+        job.remaining = 0.0
+        job.state = DONE
+        job.finish = t
+        self._unfinished -= 1
+        self._rerate(changed, t)
+
+    # -- placement bookkeeping ---------------------------------------------------------------
+    def _start(self, job: _Job, placement: Placement, t: float, overhead: float) -> set[str]:
+        for node, gpus in placement.alloc:
+            self._free[node] -= gpus
+        self._busy += job.spec.gpus
+        job.state = RUNNING
+        job.placement = placement
+        job.view = None
+        job.last_update = t
+        job.run_start = t
+        job.stall_until = t + overhead
+        job.iso_rate = self.catalog.throughput(job.spec.model, job.spec.gpus, placement.num_nodes)
+        job.rate = 0.0
+        job.ratio = 0.0  # set by the re-rate that follows; forces a completion event
+        self._running[job.spec.job_id] = job
+        return self._state.add(RunningJob(job.spec.job_id, job.spec.model, job.spec.gpus, placement))
+
+    def _stop(self, job: _Job, t: float) -> set[str]:
+        job.sync(t)
+        job.version += 1
+        if job.rate > 0:
+            self._live_events -= 1  # its pending completion is now stale
+        job.rate = 0.0
+        job.last_run_s = t - job.run_start
+        assert job.placement is not None
+        for node, gpus in job.placement.alloc:
+            self._free[node] += gpus
+        self._busy -= job.spec.gpus
+        del self._running[job.spec.job_id]
+        job.placement = None
+        job.view = None
+        changed = self._state.remove(job.spec.job_id)
+        changed.discard(job.spec.job_id)
+        return changed
+
+    def _rerate(self, job_ids: set[str], t: float) -> None:
+        """Give every job whose ratio changed its new rate and completion time."""
+        for job_id in sorted(job_ids):
+            job = self._running.get(job_id)
+            if job is None:
+                continue
+            job.sync(t)
+            if job.rate > 0:
+                self._live_events -= 1
+            job.ratio = self._state.ratio(job_id)
+            job.rate = job.iso_rate * job.ratio
+            job.version += 1
+            begin = job.stall_until if job.stall_until > t else t
+            self._events.push(begin + job.remaining / job.rate, EventKind.COMPLETION, job_id, job.version)
+            self._live_events += 1
+
+    def _account_busy(self, t: float) -> None:
+        if t > self._last_t:
+            self._busy_area += self._busy * (t - self._last_t)
+            self._last_t = t
+        if self.util_timeline[-1][1] != self._busy:
+            self.util_timeline.append((t, self._busy))
+
+    # -- validation --------------------------------------------------------------------------
+    def _validate(self, decision: Decision) -> None:
+        free = list(self._free)
+        seen: set[str] = set()
+
+        def claim(job_id: str) -> None:
+            if job_id in seen:
+                raise InfeasibleDecision(f"job {job_id!r} appears twice in one decision")
+            seen.add(job_id)
+
+        for job_id in decision.preempt:
+            claim(job_id)
+            if job_id not in self._running:
+                raise InfeasibleDecision(f"cannot preempt {job_id!r}: it is not running")
+            for node, gpus in self._running[job_id].placement.alloc:  # type: ignore[union-attr]
+                free[node] += gpus
+        for move in decision.migrate:
+            claim(move.job_id)
+            if move.job_id not in self._running:
+                raise InfeasibleDecision(f"cannot migrate {move.job_id!r}: it is not running")
+            for node, gpus in self._running[move.job_id].placement.alloc:  # type: ignore[union-attr]
+                free[node] += gpus
+        for move in decision.migrate:
+            self._check_placement(move.job_id, self._jobs[move.job_id].spec.gpus, move.placement, free)
+        for launch in decision.launch:
+            claim(launch.job_id)
+            if launch.job_id not in self._queue:
+                raise InfeasibleDecision(f"cannot launch {launch.job_id!r}: it is not queued")
+            self._check_placement(launch.job_id, self._jobs[launch.job_id].spec.gpus, launch.placement, free)
+
+    def _check_placement(self, job_id: str, gpus: int, placement: Placement, free: list[int]) -> None:
+        if placement.total_gpus != gpus:
+            raise InfeasibleDecision(f"job {job_id!r} needs {gpus} GPUs, placement gives {placement.total_gpus}")
+        for node, count in placement.alloc:
+            if not 0 <= node < len(free):
+                raise InfeasibleDecision(f"job {job_id!r}: unknown node index {node}")
+            if count <= 0:
+                raise InfeasibleDecision(f"job {job_id!r}: non-positive GPU count {count} on node {node}")
+            if count > free[node]:
+                raise InfeasibleDecision(
+                    f"job {job_id!r}: {count} GPUs on {self.topology.nodes[node].name} but only {free[node]} free"
+                )
+            free[node] -= count
+
+    def _make_predict(self) -> PredictFn:
+        state = self._state
+
+        def predict(
+            job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()
+        ) -> Prediction:
+            # Pending launches are added to the contention state for the question only; add and
+            # remove are exact inverses, so the state (and every ratio) is as it was afterwards.
+            for other, where in pending:
+                state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+            try:
+                return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+            finally:
+                for other, _ in reversed(pending):
+                    state.remove(other.job_id)
+
+        return predict

@@ -1,0 +1,60 @@
+"""Loader for the DeepShare artifact's JSON traces.
+
+Format: ``{"<job id>": {"model": str, "gpu_demand": int, "total_samples_to_train": float,
+"arrival_time": seconds (optional, default 0)}, ...}``. Work is given in samples, so jobs keep
+``total_samples``; extra keys in a job are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepshare.core.traces.base import (
+    Trace,
+    finish,
+    integer,
+    is_blank,
+    make_job,
+    number,
+    parse_json,
+    require_mapping,
+    text_field,
+)
+from deepshare.core.types import DeepShareError
+
+FORMAT = "artifact"
+
+
+def parse(text: str, source: str, *, data: Any = None, **_: Any) -> Trace:
+    """Jobs of an artifact trace (``data``: the already-parsed JSON, to avoid parsing twice)."""
+    if data is None:
+        data = parse_json(text, source)
+    if not isinstance(data, dict):
+        raise DeepShareError(
+            f"{source}: expected a JSON object mapping job ids to jobs (artifact format), "
+            f"got a JSON {type(data).__name__}"
+        )
+    dup = getattr(data, "duplicate", None)
+    if dup is not None:
+        raise DeepShareError(f"{source} job {dup!r}: duplicate job id")
+    if not data:
+        raise DeepShareError(f"{source}: expected at least one job, the trace is empty")
+    jobs = []
+    for raw_id, entry in data.items():
+        job_id = raw_id
+        loc = f"{source} job {raw_id!r}"
+        if not job_id.strip():
+            raise DeepShareError(f"{loc}: expected a non-empty job id")
+        entry = require_mapping(entry, loc, "a job")
+        arrival = entry.get("arrival_time")
+        jobs.append(
+            make_job(
+                loc,
+                job_id=job_id,
+                model=text_field(entry.get("model"), loc, "model"),
+                gpus=integer(entry.get("gpu_demand"), loc, "gpu_demand"),
+                submit_time=0.0 if is_blank(arrival) else number(arrival, loc, "arrival_time", minimum="nonnegative"),
+                total_samples=number(entry.get("total_samples_to_train"), loc, "total_samples_to_train", minimum="positive"),
+            )
+        )
+    return finish(jobs, FORMAT, source)

@@ -1,0 +1,316 @@
+"""The :class:`Trace` value and the parsing helpers every loader shares.
+
+Every problem in an input file raises :class:`DeepShareError` whose message starts with a
+*location*: the file and, for CSV, the 1-based physical line (the header is line 1); for JSON,
+the job (id and/or list index). Field problems then name the field and say what was expected,
+e.g. ``trace.csv line 7: field 'num_gpu': expected a positive integer, got 'abc'``. Loaders never
+let ``KeyError``, ``ValueError``, ``UnicodeDecodeError`` or ``JSONDecodeError`` escape: a user
+with a bad file should learn where it is bad, not read a traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator, Sequence
+
+from deepshare.core.types import DeepShareError, JobSpec
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Jobs to simulate, sorted by (submit_time, order in the file), plus what was left out.
+
+    ``skipped`` holds ``(job id, reason)`` for jobs in the file that cannot be simulated (a CPU
+    job, a Philly job that never ran): they are reported, never silently dropped.
+    """
+
+    jobs: tuple[JobSpec, ...]
+    format: str
+    source: str
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jobs", tuple(self.jobs))
+        object.__setattr__(self, "skipped", tuple(tuple(s) for s in self.skipped))
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+# -- building the result -----------------------------------------------------------------------
+def finish(jobs: Iterable[JobSpec], fmt: str, source: str, skipped: Iterable[tuple[str, str]] = ()) -> Trace:
+    """Sort ``jobs`` stably by submit time (ties keep file order) and wrap them in a Trace."""
+    ordered = sorted(jobs, key=lambda j: j.submit_time)  # sorted() is stable
+    return Trace(tuple(ordered), fmt, source, tuple(skipped))
+
+
+def make_job(loc: str, **fields: Any) -> JobSpec:
+    """Build a JobSpec, adding ``loc`` to any complaint its own validation raises."""
+    try:
+        return JobSpec(**fields)
+    except DeepShareError as exc:
+        raise DeepShareError(f"{loc}: {exc}") from None
+
+
+class IdRegistry:
+    """Remembers job ids and where they were seen, to reject duplicates with both locations."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def add(self, job_id: str, loc: str, where: str) -> None:
+        first = self._seen.get(job_id)
+        if first is not None:
+            raise DeepShareError(f"{loc}: duplicate job id {job_id!r} (first seen at {first})")
+        self._seen[job_id] = where
+
+
+def normalise_submits(times: Sequence[float]) -> list[float]:
+    """Shift times so the earliest is 0 (traces that give wall-clock dates start anywhere)."""
+    if not times:
+        return []
+    t0 = min(times)
+    return [t - t0 for t in times]
+
+
+# -- reading files -----------------------------------------------------------------------------
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The file's text as UTF-8 (a leading BOM removed); clear errors for unreadable files."""
+    source = str(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise DeepShareError(f"{source}: trace file not found") from None
+    except IsADirectoryError:
+        raise DeepShareError(f"{source}: is a directory, expected a trace file") from None
+    except OSError as exc:
+        raise DeepShareError(f"{source}: cannot read trace file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DeepShareError(
+            f"{source} line {line}: expected UTF-8 text, got byte 0x{raw[exc.start]:02x} "
+            "(binary or wrongly encoded file?)"
+        ) from None
+    text = text.removeprefix("\ufeff")
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise DeepShareError(f"{source} line {line}: expected text, found a NUL byte (binary file?)")
+    if not text.strip():
+        raise DeepShareError(f"{source}: file is empty, expected a trace")
+    return text
+
+
+class _Obj(dict):
+    """A JSON object that remembers the first key it saw twice (json keeps only the last)."""
+
+    duplicate: str | None = None
+
+
+def _object_hook(pairs: list[tuple[str, Any]]) -> _Obj:
+    obj = _Obj()
+    for key, value in pairs:
+        if key in obj and obj.duplicate is None:
+            obj.duplicate = key
+        obj[key] = value
+    return obj
+
+
+def parse_json(text: str, source: str) -> Any:
+    """Parse JSON, turning syntax errors (truncated files) into located DeepShareErrors."""
+    try:
+        return json.loads(text, object_pairs_hook=_object_hook)
+    except json.JSONDecodeError as exc:
+        if not text[: exc.pos].strip():
+            start = text.lstrip()[:40]
+            raise DeepShareError(f"{source} line {exc.lineno}: expected a JSON document, got text starting {start!r}") from None
+        raise DeepShareError(
+            f"{source} line {exc.lineno} column {exc.colno}: expected valid JSON, {exc.msg.lower()}"
+            " (truncated or corrupted file?)"
+        ) from None
+    except RecursionError:
+        raise DeepShareError(f"{source}: expected a JSON trace, got nesting too deep to read") from None
+
+
+def duplicate_key(obj: Any) -> str | None:
+    """The first key a parsed JSON object held twice, or None."""
+    return getattr(obj, "duplicate", None)
+
+
+def read_csv(
+    text: str, source: str, fmt: str, required: Sequence[str]
+) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """Header and ``(line number, {column: stripped value})`` rows of a CSV text.
+
+    Blank lines are skipped. The header must name every ``required`` column (others are
+    allowed); each row must have exactly as many fields as the header, so a file cut mid-row
+    is reported at the cut, not half-loaded.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    header_line = 0
+    prev_end = 0
+    while header is None:
+        try:
+            row = next(reader)
+        except StopIteration:
+            raise DeepShareError(f"{source}: file is empty, expected a CSV header") from None
+        except csv.Error as exc:
+            raise DeepShareError(f"{source} line {prev_end + 1}: expected CSV, {exc}") from None
+        header_line = prev_end + 1
+        prev_end = reader.line_num
+        if any(cell.strip() for cell in row):
+            header = [cell.strip() for cell in row]
+    dup = next((h for i, h in enumerate(header) if h in header[:i]), None)
+    if dup is not None:
+        raise DeepShareError(f"{source} line {header_line}: column {dup!r} appears twice in the header")
+    absent = [c for c in required if c not in header]
+    if absent:
+        raise DeepShareError(
+            f"{source} line {header_line}: missing required column(s) "
+            f"{', '.join(repr(c) for c in absent)} for the {fmt} format; "
+            f"the header has: {', '.join(header) or '(nothing)'}"
+        )
+
+    def rows() -> Iterator[tuple[int, dict[str, str]]]:
+        end = prev_end
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise DeepShareError(f"{source} line {end + 1}: expected CSV, {exc}") from None
+            line, end = end + 1, reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != len(header):
+                hint = " (truncated row?)" if len(row) < len(header) else ""
+                raise DeepShareError(
+                    f"{source} line {line}: expected {len(header)} fields as in the header, "
+                    f"got {len(row)}{hint}"
+                )
+            yield line, {name: cell.strip() for name, cell in zip(header, row)}
+
+    return header, rows()
+
+
+# -- field conversion --------------------------------------------------------------------------
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def bad(loc: str, field: str, expected: str, got: Any) -> DeepShareError:
+    return DeepShareError(f"{loc}: field {field!r}: expected {expected}, got {_show(got)}")
+
+
+def missing(loc: str, field: str, expected: str) -> DeepShareError:
+    return DeepShareError(f"{loc}: field {field!r}: expected {expected}, but it is missing")
+
+
+def is_blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def number(value: Any, loc: str, field: str, *, minimum: str = "any") -> float:
+    """A finite float from a JSON number or a CSV string.
+
+    ``minimum``: ``"any"``, ``"nonnegative"`` (>= 0) or ``"positive"`` (> 0).
+    """
+    expected = {"any": "a finite number", "nonnegative": "a non-negative number", "positive": "a positive number"}[
+        minimum
+    ]
+    if is_blank(value):
+        raise missing(loc, field, expected)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad(loc, field, expected, value)
+    try:
+        x = float(value)
+    except (ValueError, OverflowError):
+        raise bad(loc, field, expected, value) from None
+    if not math.isfinite(x):
+        raise bad(loc, field, expected, value)
+    if (minimum == "nonnegative" and x < 0) or (minimum == "positive" and x <= 0):
+        raise bad(loc, field, expected, value)
+    return x
+
+
+def integer(value: Any, loc: str, field: str, *, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` from a JSON number or CSV string ("4.0" is accepted as 4)."""
+    expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if is_blank(value):
+        raise missing(loc, field, expected)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad(loc, field, expected, value)
+    if isinstance(value, int):
+        n = value
+    else:
+        try:
+            x = float(value)
+        except (ValueError, OverflowError):
+            raise bad(loc, field, expected, value) from None
+        if not math.isfinite(x) or x != int(x):
+            raise bad(loc, field, expected, value)
+        n = int(x)
+    if n < minimum:
+        raise bad(loc, field, expected, value)
+    return n
+
+
+def text_field(value: Any, loc: str, field: str, *, allow_int: bool = False) -> str:
+    """A non-empty string (JSON ids may be integers when ``allow_int``), stripped."""
+    expected = "a non-empty string"
+    if allow_int and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if value is None:
+        raise missing(loc, field, expected)
+    if not isinstance(value, str) or not value.strip():
+        raise bad(loc, field, expected, value)
+    return value.strip()
+
+
+DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def datetime_seconds(value: Any, loc: str, field: str, *, optional: bool = False) -> float | None:
+    """Seconds since the epoch of a ``YYYY-MM-DD HH:MM:SS`` date (naive dates are taken as UTC).
+
+    With ``optional``, null, "" and "None" (how Philly writes a missing time) give None.
+    """
+    expected = "a date 'YYYY-MM-DD HH:MM:SS'"
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        if optional:
+            return None
+        raise missing(loc, field, expected)
+    if not isinstance(value, str):
+        raise bad(loc, field, expected, value)
+    try:
+        when = datetime.strptime(value.strip(), DATETIME_FORMAT)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise bad(loc, field, expected, value) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def require_mapping(value: Any, loc: str, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DeepShareError(f"{loc}: expected {what} (a JSON object), got {type(value).__name__} {_show(value)}")
+    dup = duplicate_key(value)
+    if dup is not None:
+        raise DeepShareError(f"{loc}: field {dup!r} is given twice")
+    return value
+

@@ -1,0 +1,147 @@
+"""Synthetic traces: Poisson arrivals, a GPU-demand distribution, lognormal durations.
+
+* Arrivals: the first job arrives at t = 0 and each next one an exponential gap (mean
+  ``1 / rate_per_s``) later, so ``n`` jobs span ``n - 1`` gaps. The rate is given directly, or
+  derived from an offered ``load`` on ``total_gpus`` GPUs::
+
+      load = rate * E[gpus * duration] / total_gpus
+      E[gpus * duration] = E[gpus] * median * exp(sigma**2 / 2)   (independent draws)
+
+  using the distributions' expected values (not the sample's), so the conversion is exact.
+  With neither, every job arrives at t = 0 (the artifact's setting).
+* Demand: GPUs drawn from ``demand`` ({gpus: weight}, weights relative).
+* Durations (isolated run time, seconds): lognormal with the given median and ``sigma`` (the
+  standard deviation of the log); ``sigma`` 0 gives exactly the median.
+* Models: drawn from ``mix`` (default: the ``random`` preset).
+
+Each ingredient draws from its own stream spawned from ``seed``, so changing, say, the mix does
+not move the arrivals. Job ids are ``job-00000``, ``job-00001``, ...
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from deepshare.core.traces.base import Trace, finish
+from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.workloads import Catalog
+
+FORMAT = "generated"
+DEFAULT_DEMAND: Mapping[int, float] = {2: 1 / 3, 4: 1 / 3, 8: 1 / 3}
+
+
+def parse_demand(text: str) -> dict[int, float]:
+    """``"2:0.3,4:0.4,8:0.3"`` -> ``{2: 0.3, 4: 0.4, 8: 0.3}`` (weights are relative)."""
+    demand: dict[int, float] = {}
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    if not entries:
+        raise DeepShareError(f"GPU demand {text!r}: expected 'gpus:weight,...', e.g. '2:0.3,4:0.4,8:0.3'")
+    for entry in entries:
+        gpus, sep, weight = entry.partition(":")
+        if not sep:
+            raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: expected 'gpus:weight'")
+        try:
+            g = int(gpus)
+        except ValueError:
+            g = 0
+        if g <= 0:
+            raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: GPUs must be a positive integer, got {gpus.strip()!r}")
+        try:
+            w = float(weight)
+        except ValueError:
+            w = math.nan
+        if not (math.isfinite(w) and w > 0):
+            raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: weight must be a positive number, got {weight.strip()!r}")
+        if g in demand:
+            raise DeepShareError(f"GPU demand {text!r}: {g} GPUs is given twice")
+        demand[g] = w
+    return demand
+
+
+def _check_demand(demand: Mapping[int, float]) -> dict[int, float]:
+    if not demand:
+        raise DeepShareError("GPU demand: expected at least one 'gpus: weight' entry")
+    out = {}
+    for g, w in demand.items():
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g <= 0:
+            raise DeepShareError(f"GPU demand: GPUs must be positive integers, got {g!r}")
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise DeepShareError(f"GPU demand: weight of {g} GPUs must be a positive number, got {w!r}")
+        out[int(g)] = float(w)
+    return out
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise DeepShareError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def rate_for_load(
+    load: float, total_gpus: int, demand: Mapping[int, float], median_duration_s: float, duration_sigma: float
+) -> float:
+    """Arrival rate (jobs/s) that offers ``load`` (busy GPU fraction) to ``total_gpus`` GPUs."""
+    demand = _check_demand(demand)
+    total = math.fsum(demand.values())
+    mean_gpus = math.fsum(g * w for g, w in demand.items()) / total
+    mean_duration = median_duration_s * math.exp(duration_sigma**2 / 2)
+    return load * total_gpus / (mean_gpus * mean_duration)
+
+
+def generate(
+    n_jobs: int,
+    *,
+    rate_per_s: float | None = None,
+    load: float | None = None,
+    total_gpus: int | None = None,
+    demand: Mapping[int, float] | None = None,
+    mix: ModelMix | None = None,
+    median_duration_s: float = 3600.0,
+    duration_sigma: float = 0.0,
+    seed: int = 0,
+    catalog: Catalog | None = None,
+) -> Trace:
+    """A synthetic trace of ``n_jobs`` jobs (see the module doc); deterministic for a seed."""
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs <= 0:
+        raise DeepShareError(f"n_jobs must be a positive integer, got {n_jobs!r}")
+    demand = _check_demand(DEFAULT_DEMAND if demand is None else demand)
+    median = _positive("median_duration_s", median_duration_s)
+    if isinstance(duration_sigma, bool) or not isinstance(duration_sigma, (int, float)) or not (
+        math.isfinite(duration_sigma) and duration_sigma >= 0
+    ):
+        raise DeepShareError(f"duration_sigma must be a non-negative number, got {duration_sigma!r}")
+    if rate_per_s is not None and load is not None:
+        raise DeepShareError("give either rate_per_s or load, not both")
+    if load is not None:
+        _positive("load", load)
+        if total_gpus is None or isinstance(total_gpus, bool) or not isinstance(total_gpus, (int, np.integer)) or total_gpus <= 0:
+            raise DeepShareError(f"load needs total_gpus, a positive integer; got {total_gpus!r}")
+        rate_per_s = rate_for_load(load, int(total_gpus), demand, median, duration_sigma)
+    elif rate_per_s is not None:
+        _positive("rate_per_s", rate_per_s)
+    mix = mix or mix_preset("random", catalog)
+
+    arrivals_rng, demand_rng, duration_rng, model_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)
+    )
+    n = int(n_jobs)
+    if rate_per_s is None:
+        submits = np.zeros(n)
+    else:
+        gaps = arrivals_rng.exponential(1.0 / rate_per_s, size=n - 1)
+        submits = np.concatenate(([0.0], np.cumsum(gaps)))
+    sizes = list(demand)
+    weights = np.array([demand[g] for g in sizes])
+    gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
+    durations = median * np.exp(duration_sigma * duration_rng.standard_normal(n))
+    models = assign(n, mix, model_rng)
+    jobs = [
+        JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]))
+        for i in range(n)
+    ]
+    how = "all at t=0" if rate_per_s is None else f"rate={rate_per_s:.6g}/s"
+    return finish(jobs, FORMAT, f"generate(n_jobs={n}, {how}, seed={seed})")

@@ -1,0 +1,118 @@
+"""Loader for Microsoft Philly's ``cluster_job_log`` (ATC'19 trace).
+
+The log is a JSON list of jobs::
+
+    {"jobid": "application_...", "submitted_time": "2017-10-03 02:03:49", "status": "Pass",
+     "attempts": [{"start_time": "...", "end_time": "...",
+                   "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}, ...]}, ...]}
+
+* GPUs: the largest total over one attempt of ``len(gpus)`` across its ``detail`` entries;
+* duration: the sum over attempts of ``end_time - start_time`` (attempts with a missing,
+  ``null`` or ``"None"`` time are left out of the sum);
+* submit times are shifted so the earliest simulated job arrives at t = 0.
+
+Skipped, with a reason: jobs with no attempt that has both a start and an end (they never ran),
+jobs that held no GPU, jobs with an attempt that ends before it starts (a clock glitch in the
+log, not something to guess around) and jobs whose attempts add up to no positive run time. The log names no
+models, so they are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in file order of
+the kept jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from deepshare.core.traces.base import (
+    IdRegistry,
+    Trace,
+    bad,
+    datetime_seconds,
+    finish,
+    make_job,
+    missing,
+    normalise_submits,
+    parse_json,
+    require_mapping,
+    text_field,
+)
+from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.types import DeepShareError
+
+FORMAT = "philly"
+
+
+def _attempts(job: dict[str, Any], loc: str) -> tuple[int, float, int, str | None]:
+    """(max GPUs of one attempt, summed run seconds, complete attempts, why it can't run or None)."""
+    attempts = job.get("attempts")
+    if attempts is None:
+        raise missing(loc, "attempts", "a list of attempts")
+    if not isinstance(attempts, list):
+        raise bad(loc, "attempts", "a list of attempts", attempts)
+    gpus, seconds, complete, problem = 0, 0.0, 0, None
+    for i, attempt in enumerate(attempts):
+        where = f"attempts[{i}]"
+        attempt = require_mapping(attempt, f"{loc} {where}", "an attempt")
+        detail = attempt.get("detail", [])
+        if detail is None:
+            detail = []
+        if not isinstance(detail, list):
+            raise bad(loc, f"{where}.detail", "a list of {'ip', 'gpus'} entries", detail)
+        total = 0
+        for k, entry in enumerate(detail):
+            entry = require_mapping(entry, f"{loc} {where}.detail[{k}]", "a detail entry")
+            held = entry.get("gpus", [])
+            if not isinstance(held, list):
+                raise bad(loc, f"{where}.detail[{k}].gpus", "a list of GPU names", held)
+            total += len(held)
+        gpus = max(gpus, total)
+        start = datetime_seconds(attempt.get("start_time"), loc, f"{where}.start_time", optional=True)
+        end = datetime_seconds(attempt.get("end_time"), loc, f"{where}.end_time", optional=True)
+        if start is None or end is None:
+            continue
+        if end < start and problem is None:
+            problem = f"{where} ends before it starts"
+        complete += 1
+        seconds += end - start
+    return gpus, seconds, complete, problem
+
+
+def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = None, seed: int = 0, **_: Any) -> Trace:
+    """Jobs of a Philly job log (models drawn from ``mix``; default: the ``random`` preset)."""
+    if data is None:
+        data = parse_json(text, source)
+    if not isinstance(data, list):
+        raise DeepShareError(
+            f"{source}: expected a JSON list of jobs (Philly format), got a JSON {type(data).__name__}"
+        )
+    if not data:
+        raise DeepShareError(f"{source}: expected at least one job, the list is empty")
+    ids = IdRegistry()
+    kept: list[tuple[str, str, int, float, float]] = []
+    skipped: list[tuple[str, str]] = []
+    for index, entry in enumerate(data):
+        loc = f"{source} job at index {index}"
+        entry = require_mapping(entry, loc, "a job")
+        job_id = text_field(entry.get("jobid"), loc, "jobid", allow_int=True)
+        loc = f"{source} job {job_id!r} (index {index})"
+        ids.add(job_id, loc, f"index {index}")
+        submit = datetime_seconds(entry.get("submitted_time"), loc, "submitted_time")
+        gpus, seconds, complete, problem = _attempts(entry, loc)
+        if complete == 0:
+            skipped.append((job_id, f"index {index}: never ran (no attempt with both a start and an end time)"))
+        elif gpus == 0:
+            skipped.append((job_id, f"index {index}: no GPU recorded in any attempt"))
+        elif problem is not None:
+            skipped.append((job_id, f"index {index}: {problem}"))
+        elif seconds <= 0:
+            skipped.append((job_id, f"index {index}: attempts add up to no run time"))
+        else:
+            kept.append((loc, job_id, gpus, submit, seconds))  # type: ignore[arg-type]
+    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
+    submits = normalise_submits([k[3] for k in kept])
+    jobs = [
+        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=seconds)
+        for (loc, job_id, gpus, _, seconds), model, t in zip(kept, models, submits)
+    ]
+    return finish(jobs, FORMAT, source, skipped)

@@ -1,0 +1,177 @@
+"""Immutable value types shared by the simulator, the policies, the RL env and the services.
+
+Everything a policy sees is frozen: a policy can read a :class:`ClusterView` but never change
+the simulator behind it; it answers with a :class:`Decision` that the simulator validates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - import for annotations only
+    from deepshare.core.topology import Topology
+    from deepshare.core.workloads import Catalog
+
+PredictFn = Callable[["JobView", "Placement", Sequence[tuple["JobView", "Placement"]]], "Prediction"]
+"""``predict(job, placement, pending)``: what launching ``job`` at ``placement`` would do, given
+that the ``pending`` launches (chosen earlier in the same decision) happen first."""
+
+
+class DeepShareError(Exception):
+    """Base class of every error caused by a user's input (trace, config, flag, request)."""
+
+
+class InfeasibleDecision(DeepShareError):
+    """A policy asked for something the cluster cannot do (too many GPUs, unknown node or job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job as a trace describes it.
+
+    Work is given either as ``total_samples`` (the artifact's unit: samples to train) or as
+    ``duration_s`` (isolated run time at the model's reference placement, the unit of most
+    public traces); the simulator converts durations to samples through the workload catalog.
+    """
+
+    job_id: str
+    model: str
+    gpus: int
+    submit_time: float = 0.0
+    total_samples: float | None = None
+    duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise DeepShareError(f"job {self.job_id!r}: gpus must be a positive integer, got {self.gpus}")
+        if self.submit_time < 0:
+            raise DeepShareError(f"job {self.job_id!r}: submit_time must be >= 0, got {self.submit_time}")
+        if (self.total_samples is None) == (self.duration_s is None):
+            raise DeepShareError(
+                f"job {self.job_id!r}: exactly one of total_samples and duration_s must be given"
+            )
+        work = self.total_samples if self.total_samples is not None else self.duration_s
+        if not work > 0:  # also catches NaN
+            raise DeepShareError(f"job {self.job_id!r}: work must be positive, got {work}")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """GPUs a job holds, as ``((node_index, gpu_count), ...)`` sorted by node index."""
+
+    alloc: tuple[tuple[int, int], ...]
+
+    @staticmethod
+    def of(counts: Mapping[int, int]) -> "Placement":
+        """Build from ``{node_index: gpus}``; zero entries are dropped."""
+        return Placement(tuple(sorted((n, g) for n, g in counts.items() if g)))
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(n for n, _ in self.alloc)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.alloc)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(g for _, g in self.alloc)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    job_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    job_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants done now. Applied in order: preempt, migrate, launch."""
+
+    launch: tuple[Launch, ...] = ()
+    preempt: tuple[str, ...] = ()
+    migrate: tuple[Migrate, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.launch or self.preempt or self.migrate)
+
+
+WAIT = Decision()
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A queued or running job as a policy sees it at one decision point.
+
+    ``remaining_s`` is the remaining work in seconds at the job's reference (ideal) throughput,
+    the quantity SRTF orders by; ``attained_gpu_s`` is GPU-seconds held so far (LAS's key).
+    """
+
+    job_id: str
+    model: str
+    gpus: int
+    submit_time: float
+    remaining_s: float
+    attained_gpu_s: float
+    comm_class: str
+    preemptions: int = 0
+    placement: Placement | None = None
+    ratio: float = 1.0
+    last_run_s: float = 0.0
+    queued_since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A contention model's what-if answer for launching one job at one placement."""
+
+    ratio: float
+    """The candidate's own throughput ratio (1.0 = no slowdown)."""
+    others: Mapping[str, float] = field(default_factory=dict)
+    """New ratio of every running job whose ratio would change."""
+    others_loss: float = 0.0
+    """Sum over running jobs of (ratio now - ratio after): throughput the launch takes from them."""
+
+    @property
+    def cost(self) -> float:
+        """Throughput lost in units of whole jobs: the candidate's own loss plus the others'."""
+        return (1.0 - self.ratio) + self.others_loss
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Read-only snapshot of the cluster at one decision point: what every policy decides on.
+
+    ``predict(job, placement, pending=())`` asks the simulation's contention model what
+    launching ``job`` at ``placement`` would do, without changing anything; ``catalog`` gives
+    isolated throughputs. ``queued`` is in arrival order, ``running`` in start order.
+    """
+
+    now: float
+    topology: "Topology"
+    catalog: "Catalog"
+    free: tuple[int, ...]
+    queued: tuple[JobView, ...]
+    running: tuple[JobView, ...]
+    predict: PredictFn
+
+    @property
+    def total_free(self) -> int:
+        return sum(self.free)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.topology.total_gpus
+
+    @property
+    def utilisation(self) -> float:
+        return 1.0 - self.total_free / self.total_gpus

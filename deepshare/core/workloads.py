@@ -1,0 +1,234 @@
+"""Model catalog: isolated throughput by (model, GPUs, nodes), from the measured profiles.
+
+The shipped profiles (``deepshare/data/profiles``, see its README for provenance) were measured
+for six models at 2/4/8 GPUs spread over 2/4/8 nodes. Everything else is estimated, by rules
+that are documented here and in the README:
+
+* **Node count not measured** (1 node, 3 nodes, more than the largest measured count): a
+  single-node job does not cross the network, so it runs at least as fast as the best measured
+  spread of the same GPU count, and that best value is used. Between measured node counts the
+  throughput is interpolated linearly in the node count; beyond the largest it is held at the
+  largest measured count's value.
+* **GPU count not measured** (1, 3, 5-7, 16+): per-GPU throughput is taken from the nearest
+  measured GPU count (ties go to the larger) and scaled linearly with the GPU count.
+* **Model not in the catalog** (``vgg19``, ``resnet50``, ...): the model is mapped to a proxy
+  catalog model of the same family (:data:`FAMILY_PROXIES`), or to :data:`DEFAULT_PROXY` when
+  no family matches; one warning per unknown name is logged. Traces that give work as a
+  duration make the proxy's absolute throughput irrelevant: only its contention matters.
+
+The *reference throughput* of a (model, GPUs) pair is its throughput on the fewest nodes it can
+occupy on the testbed (8 GPUs a node); a duration in a trace means seconds at that rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+log = logging.getLogger(__name__)
+
+REFERENCE_GPUS_PER_NODE = 8
+
+FAMILY_PROXIES: tuple[tuple[str, str], ...] = (
+    # (lower-case name prefix, catalog model). Dense CNNs whose gradients are large and
+    # all-reduced every step behave like the measured heavy communicator FSDP; small CNNs
+    # like MobileNetV3; attention language models like Transformer-XL.
+    ("vgg", "FSDP"),
+    ("alexnet", "FSDP"),
+    ("resnet", "MobileNetV3"),
+    ("inception", "MobileNetV3"),
+    ("mobilenet", "MobileNetV3"),
+    ("efficientnet", "MobileNetV3"),
+    ("densenet", "MobileNetV3"),
+    ("shufflenet", "MobileNetV3"),
+    ("squeezenet", "MobileNetV3"),
+    ("cnn", "MobileNetV3"),
+    ("bert", "Transformer-XL"),
+    ("gpt", "Transformer-XL"),
+    ("transformer", "Transformer-XL"),
+    ("llama", "FSDP"),
+    ("t5", "Transformer-XL"),
+    ("lstm", "Transformer-XL"),
+    ("rnn", "Transformer-XL"),
+    ("seq2seq", "Transformer-XL"),
+    ("deepspeech", "Transformer-XL"),
+    ("dlrm", "DLRM"),
+    ("ncf", "DLRM"),
+    ("deepfm", "DLRM"),
+    ("wide", "DLRM"),
+    ("recommend", "DLRM"),
+    ("graphsage", "GraphSage"),
+    ("gcn", "GraphSage"),
+    ("gat", "GraphSage"),
+    ("gnn", "GraphSage"),
+    ("moe", "MoE"),
+    ("mixtral", "MoE"),
+    ("switch", "MoE"),
+    ("fsdp", "FSDP"),
+)
+DEFAULT_PROXY = "Transformer-XL"
+"""Proxy for unknown models: the measured model with median contention sensitivity."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileKey:
+    model: str
+    gpus: int
+    nodes: int
+
+    def __str__(self) -> str:
+        return f"{self.model},{self.gpus},{self.nodes}"
+
+    @staticmethod
+    def parse(text: str) -> "ProfileKey":
+        model, gpus, nodes = text.rsplit(",", 2)
+        return ProfileKey(model.strip(), int(gpus), int(nodes))
+
+
+class Catalog:
+    """Isolated throughputs, pairwise contention ratios and communication classes of models."""
+
+    def __init__(
+        self,
+        isolated: dict[ProfileKey, float],
+        ratios: dict[tuple[ProfileKey, ProfileKey], float],
+    ) -> None:
+        self.isolated = dict(isolated)
+        self.ratios = dict(ratios)
+        self.models: tuple[str, ...] = tuple(dict.fromkeys(k.model for k in isolated))
+        self._gpu_counts: dict[str, tuple[int, ...]] = {
+            m: tuple(sorted({k.gpus for k in isolated if k.model == m})) for m in self.models
+        }
+        self._node_counts: dict[tuple[str, int], tuple[int, ...]] = {}
+        for k in isolated:
+            self._node_counts.setdefault((k.model, k.gpus), ())
+            self._node_counts[(k.model, k.gpus)] = tuple(sorted({*self._node_counts[(k.model, k.gpus)], k.nodes}))
+        self._lower = {m.lower(): m for m in self.models}
+        self._resolved: dict[str, str] = {}
+        self._thp_cache: dict[tuple[str, int, int], float] = {}
+        self.comm_class: dict[str, str] = self._derive_comm_classes()
+
+    # -- model names -------------------------------------------------------------------------
+    def resolve(self, model: str) -> str:
+        """The catalog model that stands for ``model`` (itself when profiled; see module doc)."""
+        hit = self._resolved.get(model)
+        if hit is not None:
+            return hit
+        lower = model.lower()
+        if lower in self._lower:
+            hit = self._lower[lower]
+        else:
+            hit = next((proxy for prefix, proxy in FAMILY_PROXIES if lower.startswith(prefix)), DEFAULT_PROXY)
+            if hit not in self.models:
+                hit = self.models[0]
+            log.warning("model %r is not in the catalog; using %r's profile as its proxy", model, hit)
+        self._resolved[model] = hit
+        return hit
+
+    def class_of(self, model: str) -> str:
+        return self.comm_class[self.resolve(model)]
+
+    # -- throughput --------------------------------------------------------------------------
+    def throughput(self, model: str, gpus: int, nodes: int) -> float:
+        """Isolated samples/s of ``model`` on ``gpus`` GPUs spread over ``nodes`` nodes."""
+        return _throughput(self, self.resolve(model), gpus, nodes)
+
+    def reference_throughput(self, model: str, gpus: int) -> float:
+        """Throughput on the fewest testbed nodes that hold ``gpus`` GPUs (the unit of durations)."""
+        return self.throughput(model, gpus, max(1, math.ceil(gpus / REFERENCE_GPUS_PER_NODE)))
+
+    def profile_key(self, model: str, gpus: int, nodes: int) -> ProfileKey:
+        """The nearest measured key for a placement (used by the pairwise-ratio lookup)."""
+        m = self.resolve(model)
+        g = _nearest(self._gpu_counts[m], gpus)
+        measured_nodes = self._node_counts[(m, g)]
+        return ProfileKey(m, g, _nearest(measured_nodes, max(nodes, measured_nodes[0])))
+
+    def ratio(self, victim: ProfileKey, aggressor: ProfileKey) -> float:
+        return self.ratios[(victim, aggressor)]
+
+    # -- derived -----------------------------------------------------------------------------
+    def _derive_comm_classes(self) -> dict[str, str]:
+        """Classify models by measured sensitivity x aggressiveness (mean ratios, measured cells).
+
+        The product of a model's mean ratio as victim and its mean ratio as aggressor is >= 0.75
+        for ``low``, >= 0.6 for ``medium`` communication and below that ``heavy``.
+        """
+        classes = {}
+        for m in self.models:
+            as_victim = [r for (v, a), r in self.ratios.items() if v.model == m and _measured(v, a)]
+            as_aggr = [r for (v, a), r in self.ratios.items() if a.model == m and _measured(v, a)]
+            if not as_victim or not as_aggr:
+                classes[m] = "medium"
+                continue
+            score = (sum(as_victim) / len(as_victim)) * (sum(as_aggr) / len(as_aggr))
+            classes[m] = "low" if score >= 0.75 else "medium" if score >= 0.6 else "heavy"
+        return classes
+
+
+def _measured(v: ProfileKey, a: ProfileKey) -> bool:
+    """The artifact's ``,8,8`` rows and columns look extrapolated, not measured."""
+    return v.nodes < 8 and a.nodes < 8
+
+
+def _nearest(values: tuple[int, ...], x: int) -> int:
+    return min(values, key=lambda v: (abs(v - x), -v))
+
+
+def _throughput(cat: Catalog, model: str, gpus: int, nodes: int) -> float:
+    key = (model, gpus, nodes)
+    cache = cat._thp_cache
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    counts = cat._gpu_counts[model]
+    g = _nearest(counts, gpus)
+    measured = cat._node_counts[(model, g)]
+    values = {n: cat.isolated[ProfileKey(model, g, n)] for n in measured}
+    if nodes <= 1:
+        base = max(values.values())
+    elif nodes in values:
+        base = values[nodes]
+    elif nodes > measured[-1]:
+        base = values[measured[-1]]
+    elif nodes < measured[0]:
+        base = values[measured[0]]
+    else:
+        lo = max(n for n in measured if n < nodes)
+        hi = min(n for n in measured if n > nodes)
+        base = values[lo] + (values[hi] - values[lo]) * (nodes - lo) / (hi - lo)
+    result = base * gpus / g
+    cache[key] = result
+    return result
+
+
+def _read_csv(text: str) -> list[list[str]]:
+    return [row for row in csv.reader(io.StringIO(text.lstrip("\ufeff"))) if row]
+
+
+def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
+    """Build a catalog from the artifact's ``isolated_thp.csv`` and ``shared_thp_ratio.csv``."""
+    isolated = {ProfileKey.parse(row[0]): float(row[1]) for row in _read_csv(isolated_csv)[1:]}
+    rows = _read_csv(ratio_csv)
+    header = [ProfileKey.parse(h) for h in rows[0][1:]]
+    ratios = {}
+    for row in rows[1:]:
+        victim = ProfileKey.parse(row[0])
+        for aggressor, cell in zip(header, row[1:]):
+            ratios[(victim, aggressor)] = float(cell)
+    return Catalog(isolated, ratios)
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    """The catalog built from the profiles shipped in the package."""
+    folder = resources.files("deepshare.data") / "profiles"
+    return parse_profiles(
+        (folder / "isolated_thp.csv").read_text(encoding="utf-8"),
+        (folder / "shared_thp_ratio.csv").read_text(encoding="utf-8"),
+    )

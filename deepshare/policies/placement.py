@@ -1,0 +1,115 @@
+"""Placement strategies: where on the free GPUs a job's GPUs go.
+
+Each strategy is ``place(job, free, view, pending) -> Placement | None`` where ``free`` is the
+per-node free-GPU list (after launches chosen earlier in the same decision) and ``pending``
+those launches. ``None`` means the job does not fit.
+
+* ``consolidated`` — fewest nodes: the best-fitting single node when the job fits on one,
+  else the nodes with the most free GPUs first.
+* ``spread`` — the original artifact's baseline: one GPU at a time, round-robin over the
+  nodes with free GPUs (most free first), so a job spans as many nodes as it can.
+* ``contention-aware`` — among the candidate placements (:func:`candidate_placements`), the
+  one with the least predicted loss: the job's own effective throughput relative to its best
+  isolated placement plus the throughput it takes from the running jobs it would join.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from deepshare.core.types import ClusterView, JobView, Placement
+
+Pending = Sequence[tuple[JobView, Placement]]
+PlaceFn = Callable[[JobView, list[int], ClusterView, Pending], "Placement | None"]
+
+
+def consolidated(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
+    need = job.gpus
+    best = -1
+    for node, f in enumerate(free):
+        if f >= need and (best < 0 or f < free[best]):
+            best = node
+    if best >= 0:
+        return Placement(((best, need),))
+    if sum(free) < need:
+        return None
+    counts: dict[int, int] = {}
+    for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
+        take = min(free[node], need)
+        if take:
+            counts[node] = take
+            need -= take
+        if need == 0:
+            break
+    return Placement.of(counts)
+
+
+def spread(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
+    need = job.gpus
+    if sum(free) < need:
+        return None
+    order = sorted((n for n in range(len(free)) if free[n] > 0), key=lambda n: (-free[n], n))
+    left = {n: free[n] for n in order}
+    counts: dict[int, int] = {}
+    while need:
+        for node in order:
+            if need and left[node]:
+                counts[node] = counts.get(node, 0) + 1
+                left[node] -= 1
+                need -= 1
+    return Placement.of(counts)
+
+
+def even_split(job: JobView, free: list[int], k: int) -> Placement | None:
+    """The job split as evenly as possible over the ``k`` nodes with the most free GPUs."""
+    nodes = sorted((n for n in range(len(free)) if free[n] > 0), key=lambda n: (-free[n], n))[:k]
+    if len(nodes) < k:
+        return None
+    base, extra = divmod(job.gpus, k)
+    counts = {}
+    for i, node in enumerate(nodes):
+        share = base + (1 if i < extra else 0)
+        if share > free[node] or share == 0:
+            return None
+        counts[node] = share
+    return Placement.of(counts)
+
+
+def candidate_placements(job: JobView, free: list[int], max_single: int = 4) -> list[Placement]:
+    """Distinct feasible placements worth comparing: a few single nodes, even splits, both packers."""
+    found: list[Placement] = []
+    singles = sorted((n for n in range(len(free)) if free[n] >= job.gpus), key=lambda n: (free[n], n))
+    found.extend(Placement(((n, job.gpus),)) for n in singles[:max_single])
+    k = 2
+    while k <= job.gpus:
+        p = even_split(job, free, k)
+        if p is not None:
+            found.append(p)
+        k *= 2
+    for packer in (consolidated, spread):
+        p = packer(job, free)
+        if p is not None:
+            found.append(p)
+    return list(dict.fromkeys(found))
+
+
+def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
+    candidates = candidate_placements(job, free)
+    if not candidates:
+        return None
+    thp = view.catalog.throughput
+    best_iso = max(thp(job.model, job.gpus, p.num_nodes) for p in candidates)
+
+    def loss(p: Placement) -> tuple[float, int]:
+        pred = view.predict(job, p, pending)
+        own = 1.0 - thp(job.model, job.gpus, p.num_nodes) / best_iso * pred.ratio
+        return (own + pred.others_loss, p.num_nodes)
+
+    return min(candidates, key=loss)
+
+
+PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
+    "consolidated": (consolidated, "fewest nodes (best-fit single node when possible)"),
+    "spread": (spread, "round-robin over nodes: as many nodes as possible (the original's baseline)"),
+    "contention-aware": (contention_aware, "least predicted throughput loss for the job and its neighbours"),
+}

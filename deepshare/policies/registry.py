@@ -1,0 +1,81 @@
+"""Policy registry: name -> factory. Every lookup goes through here; nothing branches on names.
+
+Heuristic names are ``ORDER+PLACEMENT`` (non-preemptive) and ``ORDER+PLACEMENT+preempt``,
+e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``. ``NAME=ARG`` passes ``ARG``
+to factories that take one (the learned policies' checkpoint paths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from deepshare.core.types import DeepShareError
+from deepshare.policies.base import Policy
+from deepshare.policies.heuristic import HeuristicPolicy
+from deepshare.policies.order import ORDERS
+from deepshare.policies.placement import PLACEMENTS
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    description: str
+    factory: Callable[..., Policy]
+    takes_argument: bool = False
+    heuristic: bool = True
+
+
+_REGISTRY: dict[str, PolicyInfo] = {}
+
+
+def register(info: PolicyInfo) -> None:
+    if info.name in _REGISTRY:
+        raise ValueError(f"policy {info.name!r} registered twice")
+    _REGISTRY[info.name] = info
+
+
+def _register_heuristics() -> None:
+    for order_name, (order, order_doc) in ORDERS.items():
+        for place_name, (place, place_doc) in PLACEMENTS.items():
+            for preemptive in (False, True):
+                if preemptive and order_name == "fifo":
+                    continue  # FIFO never ranks a queued job above a running one
+                name = f"{order_name}+{place_name}" + ("+preempt" if preemptive else "")
+                doc = f"{order_doc}; {place_doc}" + ("; preemptive" if preemptive else "")
+                register(
+                    PolicyInfo(
+                        name,
+                        doc,
+                        lambda name=name, order=order, place=place, preemptive=preemptive: HeuristicPolicy(
+                            name, order, place, preemptive
+                        ),
+                    )
+                )
+
+
+_register_heuristics()
+
+
+def policy_names(heuristics_only: bool = False) -> list[str]:
+    return [n for n, info in _REGISTRY.items() if info.heuristic or not heuristics_only]
+
+
+def policy_info(name: str) -> PolicyInfo:
+    base = name.split("=", 1)[0]
+    try:
+        return _REGISTRY[base]
+    except KeyError:
+        raise DeepShareError(
+            f"--policy: unknown policy {base!r}; run `deepshare policies` for the list "
+            f"(names look like ORDER+PLACEMENT[+preempt], e.g. las+consolidated)"
+        ) from None
+
+
+def make_policy(name: str) -> Policy:
+    """Build the policy ``name`` (``NAME`` or ``NAME=ARG``)."""
+    info = policy_info(name)
+    base, _, arg = name.partition("=")
+    if arg and not info.takes_argument:
+        raise DeepShareError(f"--policy: {base!r} takes no argument, got {name!r}")
+    return info.factory(arg) if info.takes_argument and arg else info.factory()
