@@ -17,8 +17,8 @@ leaves a half-written trace behind.
 from __future__ import annotations
 
 import csv
+import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -33,6 +33,7 @@ from deepshare.core.traces.base import (
     read_csv,
     text_field,
 )
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.types import DeepShareError, JobSpec
 
 FORMAT = "canonical"
@@ -91,36 +92,18 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
         if job.job_id in seen:
             raise DeepShareError(f"cannot write: duplicate job id {job.job_id!r}")
         seen.add(job.job_id)
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise DeepShareError(f"{target}: cannot write trace: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(COLUMNS)
-            for job in jobs:
-                writer.writerow(
-                    (
-                        job.job_id,
-                        repr(float(job.submit_time)),
-                        job.model,
-                        job.gpus,
-                        "" if job.duration_s is None else repr(float(job.duration_s)),
-                        "" if job.total_samples is None else repr(float(job.total_samples)),
-                    )
-                )
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise DeepShareError(f"{target}: cannot write trace: {exc.strerror or exc}") from None
-        raise
-    return target
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for job in jobs:
+        writer.writerow(
+            (
+                job.job_id,
+                repr(float(job.submit_time)),
+                job.model,
+                job.gpus,
+                "" if job.duration_s is None else repr(float(job.duration_s)),
+                "" if job.total_samples is None else repr(float(job.total_samples)),
+            )
+        )
+    return write_text_atomic(path, out.getvalue(), "trace")

@@ -1,0 +1,348 @@
+"""The ``deepshare`` command: parse, call the library, print. Errors in users' input exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rich.console import Console
+
+from deepshare.core.atomic import write_text_atomic
+from deepshare.core.contention import CONTENTION_MODELS
+from deepshare.core.simulator import SimConfig
+from deepshare.core.topology import Topology, load_topology, preset_names, uniform
+from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, generate, load, mix_from_spec, parse_demand
+from deepshare.core.traces import trace_stats, write_canonical
+from deepshare.core.types import DeepShareError
+
+EXIT_USAGE = 2
+PROGRESS_MIN_JOBS = 500
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+# -- shared argument groups ----------------------------------------------------------------
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (a preset or YAML, or a uniform testbed-type cluster)")
+    g.add_argument("--cluster", metavar="PRESET|YAML", help=f"preset ({', '.join(preset_names())}) or spec file; default testbed")
+    g.add_argument("--nodes", type=_positive_int, metavar="N", help="uniform cluster of N testbed-type nodes")
+    g.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="GPUs per node with --nodes (default 8)")
+
+
+def _add_trace_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--trace", required=required, metavar="PATH", help="trace file (format detected from its content)")
+    p.add_argument("--format", choices=FORMATS, help="force the trace format")
+    p.add_argument(
+        "--mix", default="random", metavar="PRESET|MODEL:W,...",
+        help=f"model mix for traces without model names ({', '.join(MIX_PRESETS)} or a custom list); default random",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seed for model assignment (default 0)")
+
+
+def _add_sim_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled", help="contention model (default profiled)")
+    p.add_argument("--round-s", type=_positive_float, metavar="S", help="extra decision points every S seconds (original: 300)")
+    p.add_argument("--preempt-overhead-s", type=_non_negative_float, default=SimConfig.preempt_overhead_s, metavar="S",
+                   help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
+    p.add_argument("--migrate-overhead-s", type=_non_negative_float, default=SimConfig.migrate_overhead_s, metavar="S",
+                   help=f"checkpoint+restore time of a migration (default {SimConfig.migrate_overhead_s:g})")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def _topology(args: argparse.Namespace) -> Topology:
+    if args.cluster and args.nodes:
+        raise DeepShareError("give either --cluster or --nodes/--gpus-per-node, not both")
+    if args.gpus_per_node and not args.nodes:
+        raise DeepShareError("--gpus-per-node needs --nodes")
+    if args.nodes:
+        return uniform(args.nodes, args.gpus_per_node or 8)
+    return load_topology(args.cluster or "testbed")
+
+
+def _load_trace(args: argparse.Namespace) -> Trace:
+    return load(args.trace, format=args.format, mix=mix_from_spec(args.mix), seed=args.seed)
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        round_s=args.round_s,
+        preempt_overhead_s=args.preempt_overhead_s,
+        migrate_overhead_s=args.migrate_overhead_s,
+    )
+
+
+def _check_output(path: str | None, flag: str) -> None:
+    """Fail before a long run, not after it, when an output file cannot be written."""
+    if path is None:
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
+    if Path(path).is_dir():
+        raise DeepShareError(f"{flag} {path}: is a directory, expected a file path")
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only on a terminal and for long runs."""
+
+    def __init__(self, console: Console, total: int, enabled: bool) -> None:
+        self._enabled = enabled and console.is_terminal and total >= PROGRESS_MIN_JOBS
+        self._progress = None
+        self._task = None
+        if self._enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
+                TimeElapsedColumn(), console=console, transient=True,
+            )
+
+    def __enter__(self) -> "_ProgressBar":
+        if self._progress is not None:
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def callback(self, description: str) -> Callable[[int, int], None] | None:
+        if self._progress is None:
+            return None
+        task = self._progress.add_task(description, total=None)
+        progress = self._progress
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        return update
+
+
+# -- subcommands ---------------------------------------------------------------------------
+def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepshare.experiments import Scenario, simulate
+    from deepshare.policies import make_policy
+    from deepshare.report_format import report_table
+
+    _check_output(args.json, "--json")
+    _check_output(args.jobs_csv, "--jobs-csv")
+    make_policy(args.policy)  # unknown names fail before the trace is read
+    topology = _topology(args)
+    trace = _load_trace(args)
+    scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
+    with _ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
+        report, _ = simulate(scenario, args.policy, bar.callback(args.policy))
+    if trace.skipped:
+        err.print(f"[yellow]{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})[/yellow]")
+    out.print(report_table(report, f"{args.policy} on {Path(args.trace).name} — {topology.describe()}"))
+    if args.json:
+        write_text_atomic(args.json, json.dumps(report.to_dict(), indent=2) + "\n", "report")
+    if args.jobs_csv:
+        write_text_atomic(args.jobs_csv, report.jobs_csv(), "per-job table")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepshare.experiments import Scenario, compare
+    from deepshare.policies import make_policy, policy_names
+    from deepshare.report_format import comparison_table
+
+    _check_output(args.json, "--json")
+    names = [n.strip() for n in args.policies.split(",") if n.strip()] if args.policies else policy_names(heuristics_only=True)
+    for name in names:
+        make_policy(name)
+    topology = _topology(args)
+    trace = _load_trace(args)
+    scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
+    with _ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
+        reports = compare(scenario, names, bar.callback("policies"))
+    out.print(comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}"))
+    if args.json:
+        doc = {"results": {r.policy: r.to_dict() for r in reports}}
+        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "comparison")
+    return 0
+
+
+def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from deepshare.policies import policy_info, policy_names
+
+    table = Table(title="registered policies", header_style="bold")
+    table.add_column("name")
+    table.add_column("description")
+    for name in policy_names():
+        table.add_row(name, policy_info(name).description)
+    out.print(table)
+    return 0
+
+
+def cmd_clusters(args: argparse.Namespace, out: Console, err: Console) -> int:
+    for name in preset_names():
+        out.print(f"{name:10s} {load_topology(name).describe()}", highlight=False)
+    return 0
+
+
+def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    _check_output(args.out, "--out")
+    if args.rate is not None and args.load is not None:
+        raise DeepShareError("give either --rate or --load, not both")
+    total_gpus = _topology(args).total_gpus if args.load is not None else None
+    trace = generate(
+        args.jobs,
+        rate_per_s=args.rate,
+        load=args.load,
+        total_gpus=total_gpus,
+        demand=parse_demand(args.demand),
+        mix=mix_from_spec(args.mix),
+        median_duration_s=args.median_duration_s,
+        duration_sigma=args.duration_sigma,
+        seed=args.seed,
+    )
+    write_canonical(trace, args.out)
+    stats = trace_stats(trace)
+    out.print(f"wrote {stats.jobs} jobs to {args.out} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", highlight=False)
+    return 0
+
+
+def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
+    trace = load(args.path, format=args.format, mix=mix_from_spec(args.mix), seed=args.seed)
+    stats = trace_stats(trace)
+    if args.json:
+        out.print_json(json.dumps({"format": trace.format, **stats.to_dict()}))
+        return 0
+    out.print(f"{args.path}: {trace.format} trace", highlight=False)
+    rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
+    rows = [
+        ("jobs", f"{stats.jobs} ({stats.skipped} skipped)"),
+        ("submit span", f"{stats.span_s:,.0f} s ({rate})"),
+        ("GPU demand", ", ".join(f"{g} GPUs: {n}" for g, n in sorted(stats.gpu_demand.items()))),
+        ("models", ", ".join(f"{m}: {n}" for m, n in stats.models.items())),
+        ("communication", ", ".join(f"{c}: {n}" for c, n in stats.comm_classes.items())),
+        ("work", f"{stats.gpu_hours:,.1f} GPU-hours; duration mean {stats.mean_duration_s:,.0f} s, median {stats.median_duration_s:,.0f} s"),
+    ]
+    for name, value in rows:
+        out.print(f"  {name:14s} {value}", highlight=False)
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="deepshare",
+        description="Network-contention-aware scheduling of distributed deep-learning jobs: simulate "
+        "policies on GPU-cluster traces with measured contention.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
+    _add_trace_args(p)
+    p.add_argument("--policy", required=True, help="policy name, e.g. las+consolidated (see `deepshare policies`)")
+    _add_cluster_args(p)
+    _add_sim_args(p)
+    p.add_argument("--json", metavar="PATH", help="write the report's metrics as JSON")
+    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("compare", help="run several policies on one trace and print a table")
+    _add_trace_args(p)
+    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names (default: every heuristic)")
+    _add_cluster_args(p)
+    _add_sim_args(p)
+    p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: value}}}')
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("policies", help="list the registered policies")
+    p.set_defaults(func=cmd_policies)
+
+    p = sub.add_parser("clusters", help="list the cluster presets")
+    p.set_defaults(func=cmd_clusters)
+
+    trace = sub.add_parser("trace", help="generate or summarise traces")
+    tsub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    p = tsub.add_parser("generate", help="write a synthetic trace (canonical CSV)")
+    p.add_argument("--jobs", type=_positive_int, required=True, metavar="N", help="number of jobs")
+    arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
+    arrivals.add_argument("--rate", type=_positive_float, metavar="JOBS_PER_S", help="arrival rate")
+    arrivals.add_argument("--load", type=_positive_float, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
+    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...", help="GPU demand distribution (default 2:1,4:1,8:1)")
+    p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...",
+                   help=f"model mix: {', '.join(MIX_PRESETS)} or a custom list (default random)")
+    p.add_argument("--median-duration-s", type=_positive_float, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
+    p.add_argument("--duration-sigma", type=_non_negative_float, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    _add_cluster_args(p)
+    p.add_argument("--out", required=True, metavar="PATH", help="output CSV path")
+    p.set_defaults(func=cmd_trace_generate)
+
+    p = tsub.add_parser("stats", help="summarise a trace")
+    p.add_argument("path", metavar="TRACE")
+    p.add_argument("--format", choices=FORMATS, help="force the trace format")
+    p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...", help="model mix for traces without model names")
+    p.add_argument("--seed", type=_seed, default=0, help="seed for model assignment (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_trace_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Console(highlight=False)
+    if not out.is_terminal:  # piped output: wide enough that tables never wrap
+        out = Console(highlight=False, width=140)
+    err = Console(stderr=True, highlight=False)
+    try:
+        return args.func(args, out, err)
+    except DeepShareError as exc:
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.print("deepshare: interrupted", markup=False)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Human-readable tables of simulation reports (rich)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.table import Table
+
+from deepshare.core.metrics import MetricsReport
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report_table(report: MetricsReport, title: str) -> Table:
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("jobs (finished / rejected)", f"{report.jobs} ({report.finished} / {report.rejected})"),
+        ("avg JCT, submit to finish (s)", _s(report.avg_jct_s)),
+        ("p50 / p95 / p99 JCT (s)", f"{_s(report.p50_jct_s)} / {_s(report.p95_jct_s)} / {_s(report.p99_jct_s)}"),
+        ("avg queueing delay (s)", _s(report.avg_queue_s)),
+        ("avg service JCT, original's 'JCT' (s)", _s(report.avg_service_jct_s)),
+        ("makespan (s)", _s(report.makespan_s)),
+        ("GPU utilisation", _f(report.gpu_util)),
+        ("avg contention slowdown", _f(report.avg_slowdown)),
+        ("preemptions / migrations", f"{report.preemptions} / {report.migrations}"),
+        ("decision points / events", f"{report.decisions} / {report.events}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def comparison_table(reports: Sequence[MetricsReport], title: str) -> Table:
+    """One row per policy, best average JCT first."""
+    table = Table(title=title, show_header=True, header_style="bold")
+    for col in ("policy", "avg JCT (s)", "p99 JCT (s)", "avg queue (s)", "makespan (s)", "GPU util", "slowdown", "preempt"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    ranked = sorted(reports, key=lambda r: (r.avg_jct_s is None, r.avg_jct_s or 0.0, r.policy))
+    for r in ranked:
+        table.add_row(
+            r.policy, _s(r.avg_jct_s), _s(r.p99_jct_s), _s(r.avg_queue_s), _s(r.makespan_s),
+            _f(r.gpu_util), _f(r.avg_slowdown), str(r.preemptions),
+        )
+    return table
