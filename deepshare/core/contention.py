@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Literal, Protocol
 
 from deepshare.core.topology import Topology
 from deepshare.core.types import DeepShareError, Placement, Prediction
-from deepshare.core.workloads import Catalog, ProfileKey
+from deepshare.core.workloads import Catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,8 @@ class ProfiledState:
         self._catalog = catalog
         self._combine: Callable[[float, float], float] = min if model.aggregate == "min" else _mul
         self._on_node: dict[int, set[str]] = {}
-        self._jobs: dict[str, tuple[RunningJob, ProfileKey, bool]] = {}
+        self._matrix = catalog.ratio_matrix
+        self._jobs: dict[str, tuple[RunningJob, int, bool]] = {}  # job, profile-key index, contends
         self._ratio: dict[str, float] = {}
 
     # -- protocol ----------------------------------------------------------------------------
@@ -127,19 +128,19 @@ class ProfiledState:
         floor = self._model.floor
         for other_id in sorted(self._neighbours(job.placement.nodes, exclude=job.job_id)):
             _, other_key, _ = self._jobs[other_id]
-            raw = self._combine(raw, self._catalog.ratio(key, other_key))
+            raw = self._combine(raw, self._matrix[key][other_key])
             old = self._ratio[other_id]
-            new = max(floor, self._combine(self._raw(other_id), self._catalog.ratio(other_key, key)))
+            new = max(floor, self._combine(self._raw(other_id), self._matrix[other_key][key]))
             if new != old:
                 others[other_id] = new
                 loss += old - new
         return Prediction(max(floor, raw), others, loss)
 
     # -- internals ---------------------------------------------------------------------------
-    def _key(self, job: RunningJob) -> tuple[ProfileKey, bool]:
+    def _key(self, job: RunningJob) -> tuple[int, bool]:
         nodes = job.placement.num_nodes
         contends = nodes > 1 or not self._model.single_node_contention_free
-        return self._catalog.profile_key(job.model, job.gpus, nodes), contends
+        return self._catalog.key_index(self._catalog.profile_key(job.model, job.gpus, nodes)), contends
 
     def _neighbours(self, nodes: Iterable[int], exclude: str) -> set[str]:
         found: set[str] = set()
@@ -150,10 +151,14 @@ class ProfiledState:
 
     def _raw(self, job_id: str) -> float:
         job, key, _ = self._jobs[job_id]
+        row = self._matrix[key]
+        jobs = self._jobs
+        neighbours = self._neighbours(job.placement.nodes, exclude=job_id)
+        if self._model.aggregate == "min":
+            return min((row[jobs[o][1]] for o in neighbours), default=1.0)
         raw = 1.0
-        # sorted: a product must not depend on set iteration order (PYTHONHASHSEED)
-        for other_id in sorted(self._neighbours(job.placement.nodes, exclude=job_id)):
-            raw = self._combine(raw, self._catalog.ratio(key, self._jobs[other_id][1]))
+        for other_id in sorted(neighbours):  # a product must not depend on set order (PYTHONHASHSEED)
+            raw *= row[jobs[other_id][1]]
         return raw
 
     def _rerate(self, ids: Iterable[str], force: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
@@ -185,5 +190,8 @@ def make_contention(name: str, **options: object) -> ContentionModel:
         raise DeepShareError(
             f"--contention: unknown model {name!r}; expected one of {', '.join(sorted(CONTENTION_MODELS))}"
         ) from None
-    return factory(**options)
+    try:
+        return factory(**options)
+    except TypeError as exc:  # an option the model does not take, or one of the wrong type
+        raise DeepShareError(f"--contention {name}: invalid options {options!r} ({exc})") from None
 

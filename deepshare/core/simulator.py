@@ -29,6 +29,7 @@ from deepshare.core.types import (
     InfeasibleDecision,
     JobSpec,
     JobView,
+    LazyJobs,
     Placement,
     PredictFn,
     Prediction,
@@ -77,7 +78,7 @@ class _Job:
         "spec", "comm_class", "ref_thp", "work", "remaining", "state", "placement", "iso_rate",
         "ratio", "rate", "last_update", "stall_until", "version", "attained", "first_start",
         "finish", "preemptions", "migrations", "prod_time", "ratio_area", "queued_since",
-        "run_start", "last_run_s", "needs_restore", "view",
+        "run_start", "last_run_s", "needs_restore",
     )
 
     def __init__(self, spec: JobSpec, catalog: Catalog) -> None:
@@ -100,7 +101,6 @@ class _Job:
         self.run_start = 0.0
         self.last_run_s = 0.0
         self.needs_restore = False
-        self.view: JobView | None = None
 
     def sync(self, t: float) -> None:
         """Account progress, service and contention exposure up to time ``t``."""
@@ -152,6 +152,7 @@ class Simulator:
             self._jobs[spec.job_id] = _Job(spec, self.catalog)
         self._free = list(topology.capacity)
         self._queue: dict[str, _Job] = {}
+        self._queued_views: dict[str, JobView] = {}  # same keys and order as _queue
         self._running: dict[str, _Job] = {}
         self._events = EventQueue()
         self._live_events = 0  # arrivals + valid completions still in the heap
@@ -204,19 +205,17 @@ class Simulator:
 
     def apply(self, decision: Decision) -> None:
         """Validate and carry out ``decision`` at the current time (all or nothing)."""
+        self._validate(decision)  # raises before anything changes (all or nothing)
         self._awaiting_decision = False
         self.decisions += 1
-        self._validate(decision)
         t = self.now
         changed: set[str] = set()
         for job_id in decision.preempt:
             changed |= self._stop(self._running[job_id], t)
             job = self._jobs[job_id]
-            job.state = QUEUED
-            job.queued_since = t
             job.preemptions += 1
             job.needs_restore = True
-            self._queue[job_id] = job
+            self._enqueue(job, t)
         moves = [(self._running[m.job_id], m.placement) for m in decision.migrate]
         for job, _ in moves:
             changed |= self._stop(job, t)
@@ -225,6 +224,7 @@ class Simulator:
             changed |= self._start(job, placement, t, self.config.migrate_overhead_s)
         for launch in decision.launch:
             job = self._queue.pop(launch.job_id)
+            del self._queued_views[launch.job_id]
             overhead = self.config.preempt_overhead_s if job.needs_restore else self.config.start_overhead_s
             job.needs_restore = False
             if job.first_start is None:
@@ -239,22 +239,24 @@ class Simulator:
 
     def view(self) -> ClusterView:
         t = self.now
-        for job in self._running.values():
-            job.sync(t)
-        queued = []
-        for job in self._queue.values():
-            if job.view is None:
-                job.view = job.make_view(t)
-            queued.append(job.view)
         return ClusterView(
             now=t,
             topology=self.topology,
             catalog=self.catalog,
             free=tuple(self._free),
-            queued=tuple(queued),
-            running=tuple(job.make_view(t) for job in self._running.values()),
+            queued=tuple(self._queued_views.values()),
+            running=LazyJobs(lambda: self._running_views(t)),
             predict=self._predict,
         )
+
+    def _running_views(self, t: float) -> tuple[JobView, ...]:
+        if t != self.now:
+            raise DeepShareError("a ClusterView's running jobs were read after the simulation moved on")
+        views = []
+        for job in self._running.values():
+            job.sync(t)
+            views.append(job.make_view(t))
+        return tuple(views)
 
     def report(self, policy_name: str = "") -> MetricsReport:
         records = [
@@ -311,9 +313,13 @@ class Simulator:
             job.state = REJECTED
             self._unfinished -= 1
             return
+        self._enqueue(job, t)
+
+    def _enqueue(self, job: _Job, t: float) -> None:
         job.state = QUEUED
         job.queued_since = t
         self._queue[job.spec.job_id] = job
+        self._queued_views[job.spec.job_id] = job.make_view(t)
 
     def _complete(self, job: _Job, t: float) -> None:
         changed = self._stop(job, t)
@@ -330,7 +336,6 @@ class Simulator:
         self._busy += job.spec.gpus
         job.state = RUNNING
         job.placement = placement
-        job.view = None
         job.last_update = t
         job.run_start = t
         job.stall_until = t + overhead
@@ -353,7 +358,6 @@ class Simulator:
         self._busy -= job.spec.gpus
         del self._running[job.spec.job_id]
         job.placement = None
-        job.view = None
         changed = self._state.remove(job.spec.job_id)
         changed.discard(job.spec.job_id)
         return changed
@@ -414,6 +418,9 @@ class Simulator:
     def _check_placement(self, job_id: str, gpus: int, placement: Placement, free: list[int]) -> None:
         if placement.total_gpus != gpus:
             raise InfeasibleDecision(f"job {job_id!r} needs {gpus} GPUs, placement gives {placement.total_gpus}")
+        nodes = [node for node, _ in placement.alloc]
+        if len(set(nodes)) != len(nodes):
+            raise InfeasibleDecision(f"job {job_id!r}: placement lists a node more than once: {placement.alloc}")
         for node, count in placement.alloc:
             if not 0 <= node < len(free):
                 raise InfeasibleDecision(f"job {job_id!r}: unknown node index {node}")

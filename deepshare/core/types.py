@@ -147,6 +147,33 @@ class Prediction:
         return (1.0 - self.ratio) + self.others_loss
 
 
+class LazyJobs(Sequence[JobView]):
+    """A read-only sequence of job views built on first use (most policies never look)."""
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, build: Callable[[], tuple[JobView, ...]]) -> None:
+        self._build: Callable[[], tuple[JobView, ...]] | None = build
+        self._items: tuple[JobView, ...] = ()
+
+    def _get(self) -> tuple[JobView, ...]:
+        if self._build is not None:
+            self._items, self._build = self._build(), None
+        return self._items
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._get())
+
+    def __repr__(self) -> str:
+        return f"LazyJobs({self._get()!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """Read-only snapshot of the cluster at one decision point: what every policy decides on.
@@ -161,7 +188,8 @@ class ClusterView:
     catalog: "Catalog"
     free: tuple[int, ...]
     queued: tuple[JobView, ...]
-    running: tuple[JobView, ...]
+    running: Sequence[JobView]
+    """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
     predict: PredictFn
 
     @property

@@ -108,6 +108,12 @@ class Catalog:
         for k in isolated:
             self._node_counts.setdefault((k.model, k.gpus), ())
             self._node_counts[(k.model, k.gpus)] = tuple(sorted({*self._node_counts[(k.model, k.gpus)], k.nodes}))
+        self.keys: tuple[ProfileKey, ...] = tuple(dict.fromkeys(k for pair in ratios for k in pair))
+        self._key_index = {k: i for i, k in enumerate(self.keys)}
+        self.ratio_matrix: tuple[tuple[float, ...], ...] = tuple(
+            tuple(ratios.get((v, a), 1.0) for a in self.keys) for v in self.keys
+        )
+        """``ratio_matrix[key_index(victim)][key_index(aggressor)]``: the table with int indices."""
         self._lower = {m.lower(): m for m in self.models}
         self._resolved: dict[str, str] = {}
         self._thp_cache: dict[tuple[str, int, int], float] = {}
@@ -151,6 +157,10 @@ class Catalog:
 
     def ratio(self, victim: ProfileKey, aggressor: ProfileKey) -> float:
         return self.ratios[(victim, aggressor)]
+
+    def key_index(self, key: ProfileKey) -> int:
+        """Row/column of ``key`` in :attr:`ratio_matrix`."""
+        return self._key_index[key]
 
     # -- derived -----------------------------------------------------------------------------
     def _derive_comm_classes(self) -> dict[str, str]:

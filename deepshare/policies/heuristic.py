@@ -12,27 +12,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepshare.core.types import WAIT, ClusterView, Decision, JobView, Launch, Placement
-from deepshare.policies.order import OrderKey
+from deepshare.policies.order import OrderFactory
 from deepshare.policies.placement import PlaceFn
 
 
 @dataclass(frozen=True)
 class HeuristicPolicy:
     name: str
-    order: OrderKey
+    order: OrderFactory
     place: PlaceFn
     preemptive: bool = False
 
     def decide(self, view: ClusterView) -> Decision:
-        now = view.now
-        key = lambda job: self.order(job, now)  # noqa: E731
+        key = self.order(view.now)
         if not self.preemptive:
-            launches = self._place_in_order(sorted(view.queued, key=key), list(view.free), view)
+            free_total = sum(view.free)
+            candidates = [job for job in view.queued if job.gpus <= free_total]
+            if not candidates:
+                return WAIT
+            candidates.sort(key=key)
+            launches = self._place_in_order(candidates, list(view.free), view)
             return Decision(launch=launches) if launches else WAIT
 
         budget = view.total_gpus
         wanted: set[str] = set()
-        for job in sorted(view.running + view.queued, key=key):
+        for job in sorted((*view.running, *view.queued), key=key):
             if job.gpus <= budget:
                 wanted.add(job.job_id)
                 budget -= job.gpus
