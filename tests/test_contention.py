@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from importlib import resources
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,12 +55,7 @@ def test_min_over_colocated_multi_node_jobs():
 
 def test_table_cells_used_are_the_shipped_ones():
     # spot-check the cells used above against the CSV text itself
-    from importlib import resources
-
     text = (resources.files("deepshare.data") / "profiles" / "shared_thp_ratio.csv").read_text()
-    import csv
-    import io
-
     rows = list(csv.reader(io.StringIO(text)))
     header = rows[0]
     table = {row[0]: dict(zip(header[1:], map(float, row[1:]))) for row in rows[1:]}

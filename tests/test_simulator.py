@@ -627,3 +627,17 @@ def test_invariants_on_random_traces(scenario):
     if "preempt" not in policy_name:
         assert report.preemptions == 0
     assert report.migrations == 0
+
+
+def test_arrival_on_idle_cluster_starts_at_its_timestamp():
+    jobs = (
+        JobSpec("early", "A", 2, submit_time=0.0, duration_s=10.0),
+        JobSpec("late", "B", 2, submit_time=512.5, duration_s=20.0),
+    )
+    report = run(jobs, "fifo+consolidated", config=SimConfig(round_s=300.0))
+    recs = by_id(report)
+    assert recs["late"].first_start_s == 512.5  # not the next round boundary (600)
+    assert recs["late"].finish_s == tight(532.5)
+    assert recs["late"].jct_s == tight(20.0)
+    assert report.makespan_s == tight(532.5)
+    assert report.gpu_util == tight((2 * 10 + 2 * 20) / (4 * 532.5))
