@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import CONTENTION_MODELS
@@ -174,9 +175,10 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     with _ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
         report, _ = simulate(scenario, args.policy, bar.callback(args.policy))
     if trace.skipped:
-        err.print(f"[yellow]{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})[/yellow]")
-    out.print(report_table(report, f"{args.policy} on {Path(args.trace).name} — {topology.describe()}"))
+        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
+                  style="yellow", markup=False, highlight=False, soft_wrap=True)
+    out.print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
     if args.json:
         write_text_atomic(args.json, json.dumps(report.to_dict(), indent=2) + "\n", "report")
     if args.jobs_csv:
@@ -191,6 +193,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     _check_output(args.json, "--json")
     names = [n.strip() for n in args.policies.split(",") if n.strip()] if args.policies else policy_names(heuristics_only=True)
+    if not names:
+        raise DeepShareError(f"--policies {args.policies!r}: expected comma-separated policy names")
     for name in names:
         make_policy(name)
     topology = _topology(args)
@@ -198,7 +202,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
     with _ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"))
-    out.print(comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}"))
+    out.print(comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
     if args.json:
         doc = {"results": {r.policy: r.to_dict() for r in reports}}
         write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "comparison")
@@ -221,7 +225,7 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_clusters(args: argparse.Namespace, out: Console, err: Console) -> int:
     for name in preset_names():
-        out.print(f"{name:10s} {load_topology(name).describe()}", highlight=False)
+        out.print(f"{name:10s} {load_topology(name).describe()}", markup=False, highlight=False)
     return 0
 
 
@@ -243,7 +247,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     )
     write_canonical(trace, args.out)
     stats = trace_stats(trace)
-    out.print(f"wrote {stats.jobs} jobs to {args.out} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", highlight=False)
+    out.print(f"wrote {stats.jobs} jobs to {args.out} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", markup=False, highlight=False)
     return 0
 
 
@@ -253,7 +257,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
     if args.json:
         out.print_json(json.dumps({"format": trace.format, **stats.to_dict()}))
         return 0
-    out.print(f"{args.path}: {trace.format} trace", highlight=False)
+    out.print(f"{args.path}: {trace.format} trace", markup=False, highlight=False)
     rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
     rows = [
         ("jobs", f"{stats.jobs} ({stats.skipped} skipped)"),
@@ -264,7 +268,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         ("work", f"{stats.gpu_hours:,.1f} GPU-hours; duration mean {stats.mean_duration_s:,.0f} s, median {stats.median_duration_s:,.0f} s"),
     ]
     for name, value in rows:
-        out.print(f"  {name:14s} {value}", highlight=False)
+        out.print(f"  {name:14s} {value}", markup=False, highlight=False)
     return 0
 
 
@@ -337,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args, out, err)
     except DeepShareError as exc:
-        err.print(f"deepshare: error: {exc}", markup=False, highlight=False)
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)

@@ -21,7 +21,7 @@ All bandwidths are in Gbit/s. Presets ship in ``deepshare/data/clusters/``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -94,14 +94,13 @@ class Topology:
     name: str
     nodes: tuple[Node, ...]
     rack_uplink_gbps: float = 0.0
+    capacity: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """GPUs per node, by node index (derived once from ``nodes``)."""
+    total_gpus: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def total_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes)
-
-    @property
-    def capacity(self) -> tuple[int, ...]:
-        return tuple(n.gpus for n in self.nodes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", tuple(n.gpus for n in self.nodes))
+        object.__setattr__(self, "total_gpus", sum(self.capacity))
 
     @property
     def racks(self) -> tuple[str, ...]:

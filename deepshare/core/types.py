@@ -61,15 +61,16 @@ class Placement:
     """GPUs a job holds, as ``((node_index, gpu_count), ...)`` sorted by node index."""
 
     alloc: tuple[tuple[int, int], ...]
+    nodes: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """The node indices, derived from ``alloc`` once (contention models read it at every event)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(n for n, _ in self.alloc))
 
     @staticmethod
     def of(counts: Mapping[int, int]) -> "Placement":
         """Build from ``{node_index: gpus}``; zero entries are dropped."""
         return Placement(tuple(sorted((n, g) for n, g in counts.items() if g)))
-
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        return tuple(n for n, _ in self.alloc)
 
     @property
     def num_nodes(self) -> int:

@@ -30,14 +30,27 @@ _SRTF = attrgetter("remaining_s", "submit_time", "job_id")
 _LAS = attrgetter("attained_gpu_s", "submit_time", "job_id")
 
 
+def static_key(factory: OrderFactory) -> OrderFactory:
+    """Mark an order whose key of a queued job does not change while the job waits."""
+    factory.queued_key_is_static = True  # type: ignore[attr-defined]
+    return factory
+
+
+def is_static(factory: OrderFactory) -> bool:
+    return getattr(factory, "queued_key_is_static", False)
+
+
+@static_key
 def fifo(now: float) -> OrderKey:
     return _FIFO
 
 
+@static_key
 def srtf(now: float) -> OrderKey:
     return _SRTF
 
 
+@static_key
 def las(now: float) -> OrderKey:
     return _LAS
 
