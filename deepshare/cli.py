@@ -63,6 +63,22 @@ def _seed(text: str) -> int:
     return value
 
 
+def _flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]
+    """``parse(text)``, with the flag's name put in front of any error."""
+    try:
+        return parse(text)
+    except DeepShareError as exc:
+        raise DeepShareError(f"{flag}: {exc}") from None
+
+
+def _check_policies(names: Sequence[str], flag: str) -> None:
+    """Build each policy once so an unknown name fails before any trace is read."""
+    from deepshare.policies import make_policy
+
+    for name in names:
+        _flagged(flag, make_policy, name)
+
+
 # -- shared argument groups ----------------------------------------------------------------
 def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster (a preset or YAML, or a uniform testbed-type cluster)")
@@ -102,7 +118,7 @@ def _topology(args: argparse.Namespace) -> Topology:
 
 
 def _load_trace(args: argparse.Namespace) -> Trace:
-    return load(args.trace, format=args.format, mix=mix_from_spec(args.mix), seed=args.seed)
+    return load(args.trace, format=args.format, mix=_flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -163,12 +179,11 @@ class _ProgressBar:
 # -- subcommands ---------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.experiments import Scenario, simulate
-    from deepshare.policies import make_policy
     from deepshare.report_format import report_table
 
     _check_output(args.json, "--json")
     _check_output(args.jobs_csv, "--jobs-csv")
-    make_policy(args.policy)  # unknown names fail before the trace is read
+    _check_policies([args.policy], "--policy")
     topology = _topology(args)
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
@@ -188,15 +203,14 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.experiments import Scenario, compare
-    from deepshare.policies import make_policy, policy_names
+    from deepshare.policies import policy_names
     from deepshare.report_format import comparison_table
 
     _check_output(args.json, "--json")
     names = [n.strip() for n in args.policies.split(",") if n.strip()] if args.policies else policy_names(heuristics_only=True)
     if not names:
         raise DeepShareError(f"--policies {args.policies!r}: expected comma-separated policy names")
-    for name in names:
-        make_policy(name)
+    _check_policies(names, "--policies")
     topology = _topology(args)
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
@@ -233,14 +247,16 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     _check_output(args.out, "--out")
     if args.rate is not None and args.load is not None:
         raise DeepShareError("give either --rate or --load, not both")
+    if args.load is None and (args.cluster or args.nodes or args.gpus_per_node):
+        raise DeepShareError("--cluster/--nodes/--gpus-per-node only size an offered --load; give --load too")
     total_gpus = _topology(args).total_gpus if args.load is not None else None
     trace = generate(
         args.jobs,
         rate_per_s=args.rate,
         load=args.load,
         total_gpus=total_gpus,
-        demand=parse_demand(args.demand),
-        mix=mix_from_spec(args.mix),
+        demand=_flagged("--demand", parse_demand, args.demand),
+        mix=_flagged("--mix", mix_from_spec, args.mix),
         median_duration_s=args.median_duration_s,
         duration_sigma=args.duration_sigma,
         seed=args.seed,
@@ -252,7 +268,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
 
 
 def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
-    trace = load(args.path, format=args.format, mix=mix_from_spec(args.mix), seed=args.seed)
+    trace = load(args.path, format=args.format, mix=_flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
     stats = trace_stats(trace)
     if args.json:
         out.print_json(json.dumps({"format": trace.format, **stats.to_dict()}))

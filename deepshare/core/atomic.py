@@ -9,6 +9,16 @@ from pathlib import Path
 from deepshare.core.types import DeepShareError
 
 
+def _mode_for(target: Path) -> int:
+    """The replaced file's mode, or what ``open()`` would give a new file under the umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
     target = Path(path)
@@ -22,6 +32,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; give the file a normal mode
         os.replace(tmp, target)
     except BaseException as exc:
         try:

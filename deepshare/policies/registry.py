@@ -67,7 +67,7 @@ def policy_info(name: str) -> PolicyInfo:
         return _REGISTRY[base]
     except KeyError:
         raise DeepShareError(
-            f"--policy: unknown policy {base!r}; run `deepshare policies` for the list "
+            f"unknown policy {base!r}; run `deepshare policies` for the list "
             f"(names look like ORDER+PLACEMENT[+preempt], e.g. las+consolidated)"
         ) from None
 
@@ -77,5 +77,5 @@ def make_policy(name: str) -> Policy:
     info = policy_info(name)
     base, _, arg = name.partition("=")
     if arg and not info.takes_argument:
-        raise DeepShareError(f"--policy: {base!r} takes no argument, got {name!r}")
+        raise DeepShareError(f"policy {base!r} takes no argument, got {name!r}")
     return info.factory(arg) if info.takes_argument and arg else info.factory()

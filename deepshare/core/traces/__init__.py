@@ -98,8 +98,8 @@ def _sniff(text: str, source: str) -> tuple[str, Any]:
             return "tiresias", None
         if {"gpu_num", "vc"} <= header:
             return "helios", None
-        if {"gpus", "duration_s"} <= header:
-            return "canonical", None
+        if {"gpus", "duration_s"} <= header or {"gpus", "total_samples"} <= header or {"job_id", "gpus", "model"} <= header:
+            return "canonical", None  # the canonical loader then names any missing column
         shown = first_line if len(first_line) <= 200 else first_line[:197] + "..."
         seen = f"first line {shown!r}"
     raise DeepShareError(f"{source}: unrecognised trace format; tried {_TRIED}; saw {seen}")
