@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.contention import CONTENTION_MODELS
+from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology, load_topology, preset_names, uniform
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, generate, load, mix_from_spec, parse_demand
@@ -98,7 +98,9 @@ def _add_trace_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def _add_sim_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled", help="contention model (default profiled)")
+    p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled",
+                   help="profiled (measured pairwise table), link (bandwidth sharing on links) or none; default profiled")
+    p.add_argument("--link-params", metavar="JSON", help="with --contention link: parameters from `deepshare calibrate --out`")
     p.add_argument("--round-s", type=_positive_float, metavar="S", help="extra decision points every S seconds (original: 300)")
     p.add_argument("--preempt-overhead-s", type=_non_negative_float, default=SimConfig.preempt_overhead_s, metavar="S",
                    help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
@@ -119,6 +121,16 @@ def _topology(args: argparse.Namespace) -> Topology:
 
 def _load_trace(args: argparse.Namespace) -> Trace:
     return load(args.trace, format=args.format, mix=_flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
+
+
+def _contention(args: argparse.Namespace) -> ContentionModel:
+    if args.link_params is None:
+        return make_contention(args.contention)
+    if args.contention != "link":
+        raise DeepShareError("--link-params needs --contention link")
+    from deepshare.core.linkmodel import load_link_catalog
+
+    return make_contention("link", link_catalog=load_link_catalog(args.link_params))
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -186,7 +198,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_policies([args.policy], "--policy")
     topology = _topology(args)
     trace = _load_trace(args)
-    scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
+    scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
     with _ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
         report, _ = simulate(scenario, args.policy, bar.callback(args.policy))
     if trace.skipped:
@@ -213,7 +225,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_policies(names, "--policies")
     topology = _topology(args)
     trace = _load_trace(args)
-    scenario = Scenario(topology, trace.jobs, args.contention, _config(args))
+    scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
     with _ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"))
     out.print(comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
@@ -288,6 +300,45 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from deepshare.core.linkmodel.calibrate import calibrate
+    from deepshare.core.workloads import load_profiles
+
+    _check_output(args.json, "--json")
+    _check_output(args.out, "--out")
+    profiles = load_profiles(args.profiles)
+    result = calibrate(
+        profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
+        progress=lambda msg: err.print(msg, markup=False, highlight=False),
+    )
+    table = Table(title=f"link model fitted to {args.profiles} ({result.cells} measured cells)", header_style="bold")
+    for col in ("ratio MAE", "value", "target"):
+        table.add_column(col, justify="left" if col == "ratio MAE" else "right")
+    table.add_row("link model, in fit", f"{result.fit_mae:.4f}", "<= 0.08")
+    table.add_row(f"link model, {result.folds}-fold cross-validated", f"{result.cv_mae:.4f}", "<= 0.12")
+    table.add_row("reference: mean ratio (same folds)", f"{result.baseline_mean_mae:.4f}", "")
+    table.add_row("reference: nearest measured cell (same folds)", f"{result.baseline_nearest_mae:.4f}", "")
+    table.add_row("isolated throughput, mean |log error|", f"{result.isolated_log_error:.4f}", "")
+    out.print(table)
+    pairs = Table(title="in-fit ratio MAE by model pair (rows victim, columns aggressor)", header_style="bold")
+    models = list(result.per_pair_mae)
+    pairs.add_column("victim \\ aggressor")
+    for m in models:
+        pairs.add_column(m, justify="right")
+    for v in models:
+        pairs.add_row(v, *(f"{result.per_pair_mae[v].get(a, float('nan')):.3f}" for a in models))
+    out.print(pairs)
+    doc = result.to_dict()
+    if args.json:
+        params = json.loads(result.catalog.to_json())
+        write_text_atomic(args.json, json.dumps({**doc, "parameters": params}, indent=2) + "\n", "calibration report")
+    if args.out:
+        write_text_atomic(args.out, result.catalog.to_json({"fit": doc}), "link parameters")
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -313,6 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_args(p)
     p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: value}}}')
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit")
+    p.add_argument("--profiles", required=True, metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
+    p.add_argument("--json", metavar="PATH", help="write fit_mae, cv_mae, baseline_*_mae and the parameters as JSON")
+    p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params")
+    p.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--starts", type=_positive_int, default=3, help="random starts per fit (default 3)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    p.add_argument("--workers", type=_positive_int, default=2, help="processes for the fits (default 2)")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("policies", help="list the registered policies")
     p.set_defaults(func=cmd_policies)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from deepshare.core.contention import make_contention
+from deepshare.core.contention import ContentionModel, ProfiledContention
 from deepshare.core.metrics import MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology
@@ -22,7 +22,7 @@ class Scenario:
 
     topology: Topology
     jobs: Sequence[JobSpec]
-    contention: str = "profiled"
+    contention: ContentionModel = ProfiledContention()
     config: SimConfig = SimConfig()
     catalog: Catalog | None = None
 
@@ -32,7 +32,7 @@ def simulate(scenario: Scenario, policy: str, progress: Progress | None = None) 
     sim = Simulator(
         scenario.topology,
         scenario.jobs,
-        make_contention(scenario.contention),
+        scenario.contention,
         catalog=scenario.catalog or default_catalog(),
         config=scenario.config,
     )

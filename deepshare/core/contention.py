@@ -176,11 +176,19 @@ def _mul(a: float, b: float) -> float:
     return a * b
 
 
+def _link(**options: object) -> ContentionModel:
+    from deepshare.core.linkmodel import LinkContention  # the link model builds on this module
+
+    return LinkContention(**options)  # type: ignore[arg-type]
+
+
 CONTENTION_MODELS: dict[str, Callable[..., ContentionModel]] = {
     "profiled": ProfiledContention,
+    "link": _link,
     "none": lambda: ProfiledContention(floor=1.0, name="none"),
 }
-"""Name -> factory. ``none`` is the contention-free reference (every ratio 1)."""
+"""Name -> factory. ``link`` shares link bandwidth (``deepshare.core.linkmodel``); ``none`` is
+the contention-free reference (every ratio 1)."""
 
 
 def make_contention(name: str, **options: object) -> ContentionModel:

@@ -192,6 +192,9 @@ class ClusterView:
     running: Sequence[JobView]
     """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
     predict: PredictFn
+    link_load: Mapping[str, float] = field(default_factory=dict)
+    """Measured or simulated utilisation (0..1) by link name, e.g. ``node0/nic``, ``node0/pcie``,
+    ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live)."""
 
     @property
     def total_free(self) -> int:

@@ -26,9 +26,13 @@ import csv
 import io
 import logging
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
+
+from deepshare.core.types import DeepShareError
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +236,27 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
         for aggressor, cell in zip(header, row[1:]):
             ratios[(victim, aggressor)] = float(cell)
     return Catalog(isolated, ratios)
+
+
+def load_profiles(folder: str | os.PathLike[str]) -> Catalog:
+    """A catalog from a folder holding ``isolated_thp.csv`` and ``shared_thp_ratio.csv``."""
+    base = Path(folder)
+    if not base.is_dir():
+        raise DeepShareError(f"--profiles {folder}: not a folder")
+    texts = []
+    for name in ("isolated_thp.csv", "shared_thp_ratio.csv"):
+        try:
+            texts.append((base / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DeepShareError(f"{base / name}: missing; a profiles folder holds isolated_thp.csv and shared_thp_ratio.csv") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DeepShareError(f"{base / name}: cannot read as UTF-8 text ({exc})") from None
+    try:
+        return parse_profiles(*texts)
+    except (ValueError, IndexError, KeyError) as exc:
+        raise DeepShareError(
+            f"{base}: malformed profiles ({exc}); expected rows '\"MODEL,GPUS,NODES\",value' and a square ratio table"
+        ) from None
 
 
 @lru_cache(maxsize=1)

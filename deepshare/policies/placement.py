@@ -10,7 +10,8 @@ those launches. ``None`` means the job does not fit.
   nodes with free GPUs (most free first), so a job spans as many nodes as it can.
 * ``contention-aware`` — among the candidate placements (:func:`candidate_placements`), the
   one with the least predicted loss: the job's own effective throughput relative to its best
-  isolated placement plus the throughput it takes from the running jobs it would join.
+  isolated placement plus the throughput it takes from the running jobs it would join; any
+  placement other than the consolidated one must win by :data:`PACKING_MARGIN`.
 """
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ def candidate_placements(job: JobView, free: list[int], max_single: int = 4) -> 
     return list(dict.fromkeys(found))
 
 
+PACKING_MARGIN = 0.05
+"""How much less predicted loss (in job-throughputs) another placement must promise than the
+consolidated (best-fit) one before it is chosen: leaving the tightest fit fragments the free
+GPUs and spreading takes network capacity, costs to later jobs that a one-decision prediction
+cannot see."""
+
+
 def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
     candidates = candidate_placements(job, free)
     if not candidates:
@@ -100,12 +108,16 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     thp = view.catalog.throughput
     best_iso = max(thp(job.model, job.gpus, p.num_nodes) for p in candidates)
 
-    def loss(p: Placement) -> tuple[float, int]:
+    def loss(p: Placement) -> float:
         pred = view.predict(job, p, pending)
-        own = 1.0 - thp(job.model, job.gpus, p.num_nodes) / best_iso * pred.ratio
-        return (own + pred.others_loss, p.num_nodes)
+        return 1.0 - thp(job.model, job.gpus, p.num_nodes) / best_iso * pred.ratio + pred.others_loss
 
-    return min(candidates, key=loss)
+    packed = consolidated(job, free)
+    assert packed is not None  # candidates exist, so the job fits
+    best = min(candidates, key=lambda p: (loss(p), p.num_nodes))
+    if best != packed and loss(best) > loss(packed) - PACKING_MARGIN:
+        return packed
+    return best
 
 
 PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {

@@ -1,0 +1,282 @@
+"""Fit the link model's per-model parameters to measured profiles, and say how well it fits.
+
+The profiles are the artifact's ``isolated_thp.csv`` (samples/s by ``model,gpus,nodes``) and
+``shared_thp_ratio.csv`` (victim x aggressor throughput ratios), measured on the testbed. Only
+*measured* cells are used: keys on 8 nodes (never reachable on the 4-node testbed) are left out.
+Each cell is simulated as the two jobs sharing the NIC and PCIe of their common nodes, with the
+same :mod:`physics` the simulator uses; ``scipy.optimize.least_squares`` fits
+
+* per model: compute time, NIC work, PCIe work, overlap, samples per GPU, latency, PCIe
+  coupling and congestion (positivity by log, overlap by logistic transforms);
+* per model pair: the interaction ``kappa`` (log-transformed, 1 = neutral);
+
+to the log isolated throughputs (weight :data:`ISOLATED_WEIGHT`) and the ratios. Several seeded
+starts; the best is kept. Quality is the mean absolute error (MAE) of the ratio over the measured
+cells, in fit and under k-fold cross-validation over cells, next to two reference predictors
+evaluated on the same folds: the training cells' mean ratio, and the nearest training cell of
+the same model pair (L1 distance in log2 GPUs and log2 nodes of victim and aggressor).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from deepshare.core.linkmodel import physics
+from deepshare.core.linkmodel.contention import ring_factor
+from deepshare.core.linkmodel.params import LinkCatalog, LinkParams
+from deepshare.core.types import DeepShareError
+from deepshare.core.workloads import Catalog, ProfileKey
+
+ISOLATED_WEIGHT = 0.3
+MAX_EVALUATIONS = 150
+"""Cap on least-squares steps per start: later steps polish the third decimal at great cost."""
+PER_MODEL = ("compute_s", "nic_s", "pcie_s", "overlap", "samples_per_gpu", "latency_s", "pcie_coupling", "congestion")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The measured cells of a profile catalog, as arrays."""
+
+    models: tuple[str, ...]
+    keys: tuple[ProfileKey, ...]
+    key_model: np.ndarray      # (K,)
+    gpus: np.ndarray           # (K,)
+    nodes: np.ndarray          # (K,)
+    isolated: np.ndarray       # (K,) samples/s
+    victim: np.ndarray         # (C,) key index
+    aggressor: np.ndarray      # (C,) key index
+    ratio: np.ndarray          # (C,)
+
+    @staticmethod
+    def from_catalog(catalog: Catalog) -> "Dataset":
+        keys = tuple(k for k in catalog.keys if k.nodes < 8 and k in catalog.isolated)
+        if not keys:
+            raise DeepShareError("profiles: no measured keys (model,gpus,nodes with nodes < 8)")
+        models = tuple(dict.fromkeys(k.model for k in keys))
+        cells = [(i, j) for i, v in enumerate(keys) for j, a in enumerate(keys) if (v, a) in catalog.ratios]
+        if not cells:
+            raise DeepShareError("profiles: the ratio table has no cell between measured keys")
+        return Dataset(
+            models=models,
+            keys=keys,
+            key_model=np.array([models.index(k.model) for k in keys]),
+            gpus=np.array([k.gpus for k in keys], dtype=float),
+            nodes=np.array([k.nodes for k in keys], dtype=float),
+            isolated=np.array([catalog.isolated[k] for k in keys]),
+            victim=np.array([c[0] for c in cells]),
+            aggressor=np.array([c[1] for c in cells]),
+            ratio=np.array([catalog.ratios[(keys[i], keys[j])] for i, j in cells]),
+        )
+
+
+class PairModel:
+    """Predicts isolated throughputs and pair ratios of a dataset from a parameter vector."""
+
+    def __init__(self, data: Dataset) -> None:
+        self.data = data
+        m = len(data.models)
+        self.size = m * len(PER_MODEL) + m * m
+        self._ring = np.array([ring_factor(int(k)) for k in data.nodes])
+        self._intra_units = 2.0 * (data.gpus / data.nodes - 1.0)
+        pairs = len(data.victim)
+        self._edge_job = np.repeat(np.arange(2 * pairs), 2)               # each job: NIC + PCIe
+        self._edge_link = np.repeat(np.arange(pairs) * 2, 4) + np.tile([0, 1, 0, 1], pairs)
+        self._jobs_keys = np.stack([data.victim, data.aggressor], axis=1).reshape(-1)
+
+    def unpack(self, x: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        m = len(self.data.models)
+        raw = x[: m * len(PER_MODEL)].reshape(m, len(PER_MODEL))
+        values = {name: np.exp(raw[:, i]) for i, name in enumerate(PER_MODEL)}
+        values["overlap"] = 1.0 / (1.0 + np.exp(-raw[:, PER_MODEL.index("overlap")]))
+        kappa = np.exp(x[m * len(PER_MODEL):]).reshape(m, m)
+        return values, kappa
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(isolated samples/s per key, ratio per cell)."""
+        d = self.data
+        v, kappa = self.unpack(x)
+        km = d.key_model
+        nic = v["nic_s"][km] * self._ring
+        pcie = v["pcie_s"][km] * self._intra_units + v["pcie_coupling"][km] * nic
+        compute = v["compute_s"][km] + v["latency_s"][km] * (d.nodes - 1)
+        iso_t = physics.iteration_time(compute, np.maximum(nic, pcie), v["overlap"][km])
+        throughput = d.gpus * v["samples_per_gpu"][km] / iso_t
+        jk = self._jobs_keys
+        system = physics.System(
+            model=km[jk],
+            compute=compute[jk],
+            overlap=v["overlap"][km][jk],
+            congestion=v["congestion"][km][jk],
+            private=np.zeros(len(jk)),
+            edge_job=self._edge_job,
+            edge_link=self._edge_link,
+            work=np.stack([nic[jk], pcie[jk]], axis=1).reshape(-1),
+            n_links=2 * len(d.victim),
+            kappa=kappa,
+        )
+        return throughput, physics.ratios(system)[0::2]
+
+    def residuals(self, x: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        throughput, ratio = self.predict(x)
+        return np.concatenate(
+            [ISOLATED_WEIGHT * np.log(throughput / self.data.isolated), ratio[cells] - self.data.ratio[cells]]
+        )
+
+    def _sparsity(self, cells: np.ndarray) -> np.ndarray:
+        """Which residuals each parameter can move: lets the finite differences share evaluations."""
+        d = self.data
+        m, p = len(d.models), len(PER_MODEL)
+        rows = np.zeros((len(d.keys) + len(cells), self.size), dtype=bool)
+        for key, model in enumerate(d.key_model):
+            rows[key, model * p:(model + 1) * p] = True
+        for n, cell in enumerate(cells):
+            vm, am = d.key_model[d.victim[cell]], d.key_model[d.aggressor[cell]]
+            rows[len(d.keys) + n, vm * p:(vm + 1) * p] = True
+            rows[len(d.keys) + n, am * p:(am + 1) * p] = True
+            rows[len(d.keys) + n, m * p + vm * m + am] = True
+            rows[len(d.keys) + n, m * p + am * m + vm] = True  # the aggressor is slowed too, which feeds back
+        return rows
+
+    def fit(self, cells: np.ndarray, starts: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        best: tuple[float, np.ndarray] | None = None
+        m = len(self.data.models)
+        for _ in range(starts):
+            x0 = np.concatenate([rng.normal(0.0, 1.0, m * len(PER_MODEL)), np.zeros(m * m)])
+            sol = least_squares(
+                self.residuals, x0, args=(cells,), method="trf", max_nfev=MAX_EVALUATIONS, ftol=1e-6, jac_sparsity=self._sparsity(cells)
+            )
+            cost = float(np.abs(self.residuals(sol.x, cells)[len(self.data.keys):]).mean())
+            if best is None or cost < best[0]:
+                best = (cost, sol.x)
+        assert best is not None
+        return best[1]
+
+    def to_catalog(self, x: np.ndarray, source: str) -> LinkCatalog:
+        values, kappa = self.unpack(x)
+        models = self.data.models
+        params = {
+            m: LinkParams(**{name: float(values[name][i]) for name in PER_MODEL}) for i, m in enumerate(models)
+        }
+        table = {v: {a: float(kappa[i, j]) for j, a in enumerate(models)} for i, v in enumerate(models)}
+        return LinkCatalog(params, table, source)
+
+
+def nearest_cell_prediction(data: Dataset, train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Reference: the mean ratio of the nearest training cells of the same model pair."""
+    lg, ln = np.log2(data.gpus), np.log2(data.nodes)
+    v, a, km = data.victim, data.aggressor, data.key_model
+    fallback = float(data.ratio[train].mean())
+    out = np.empty(len(test))
+    for n, cell in enumerate(test):
+        same = train[(km[v[train]] == km[v[cell]]) & (km[a[train]] == km[a[cell]])]
+        if len(same) == 0:
+            out[n] = fallback
+            continue
+        dist = (
+            np.abs(lg[v[same]] - lg[v[cell]]) + np.abs(ln[v[same]] - ln[v[cell]])
+            + np.abs(lg[a[same]] - lg[a[cell]]) + np.abs(ln[a[same]] - ln[a[cell]])
+        )
+        out[n] = float(data.ratio[same[dist == dist.min()]].mean())
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    catalog: LinkCatalog
+    fit_mae: float
+    cv_mae: float
+    baseline_mean_mae: float
+    baseline_nearest_mae: float
+    isolated_log_error: float
+    """Mean |log(predicted / measured)| of isolated throughput."""
+    cells: int
+    folds: int
+    per_pair_mae: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "fit_mae": self.fit_mae,
+            "cv_mae": self.cv_mae,
+            "baseline_mean_mae": self.baseline_mean_mae,
+            "baseline_nearest_mae": self.baseline_nearest_mae,
+            "isolated_log_error": self.isolated_log_error,
+            "cells": self.cells,
+            "folds": self.folds,
+            "per_pair_mae": self.per_pair_mae,
+        }
+
+
+def _fit_fold(job: tuple[Catalog, np.ndarray, int, int]) -> np.ndarray:
+    """One cross-validation fit (a top-level function so worker processes can run it)."""
+    catalog, train, starts, seed = job
+    return PairModel(Dataset.from_catalog(catalog)).fit(train, starts, seed)
+
+
+def calibrate(
+    catalog: Catalog,
+    *,
+    folds: int = 5,
+    starts: int = 3,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> CalibrationResult:
+    """Fit on every measured cell, then cross-validate over cells in ``folds`` folds.
+
+    Folds run on ``workers`` processes; each fit's seed is fixed, so the result does not
+    depend on the number of workers.
+    """
+    if folds < 2:
+        raise DeepShareError(f"folds must be at least 2, got {folds}")
+    if starts < 1:
+        raise DeepShareError(f"starts must be at least 1, got {starts}")
+    data = Dataset.from_catalog(catalog)
+    model = PairModel(data)
+    everything = np.arange(len(data.ratio))
+    say = progress or (lambda _msg: None)
+    order = np.random.default_rng(seed).permutation(len(everything))
+    tests = np.array_split(order, folds)
+    trains = [np.setdiff1d(everything, test) for test in tests]
+    say(
+        f"fitting {model.size} parameters to {len(data.keys)} isolated throughputs and {len(everything)} ratios, "
+        f"then {folds} cross-validation folds ({starts} start(s) each, {workers} worker(s))"
+    )
+    jobs = [(catalog, train, starts, seed + k) for k, train in enumerate([everything, *trains])]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            x, *fold_params = pool.map(_fit_fold, jobs)
+    else:
+        x, *fold_params = map(_fit_fold, jobs)
+    throughput, fitted = model.predict(x)
+    errors = np.abs(fitted - data.ratio)
+    cv_err, mean_err, near_err = [], [], []
+    for train, test, params in zip(trains, tests, fold_params):
+        _, predicted = model.predict(params)
+        cv_err.append(np.abs(predicted[test] - data.ratio[test]))
+        mean_err.append(np.abs(data.ratio[train].mean() - data.ratio[test]))
+        near_err.append(np.abs(nearest_cell_prediction(data, train, test) - data.ratio[test]))
+    per_pair: dict[str, dict[str, float]] = {}
+    km = data.key_model
+    for i, victim in enumerate(data.models):
+        for j, aggressor in enumerate(data.models):
+            cells = (km[data.victim] == i) & (km[data.aggressor] == j)
+            if cells.any():
+                per_pair.setdefault(victim, {})[aggressor] = float(errors[cells].mean())
+    return CalibrationResult(
+        catalog=model.to_catalog(x, f"deepshare calibrate (seed {seed}, {starts} starts)"),
+        fit_mae=float(errors.mean()),
+        cv_mae=float(np.concatenate(cv_err).mean()),
+        baseline_mean_mae=float(np.concatenate(mean_err).mean()),
+        baseline_nearest_mae=float(np.concatenate(near_err).mean()),
+        isolated_log_error=float(np.abs(np.log(throughput / data.isolated)).mean()),
+        cells=len(everything),
+        folds=folds,
+        per_pair_mae=per_pair,
+    )
