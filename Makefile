@@ -25,6 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/simulator.py
+	$(BIN)/python bench/contention.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -306,14 +306,19 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.core.linkmodel.calibrate import calibrate
     from deepshare.core.workloads import load_profiles
 
+    from deepshare.core.linkmodel.samples import load_samples
+
     _check_output(args.json, "--json")
     _check_output(args.out, "--out")
-    profiles = load_profiles(args.profiles)
+    if (args.profiles is None) == (args.samples is None):
+        raise DeepShareError("give exactly one of --profiles DIR and --samples CSV")
+    profiles = load_profiles(args.profiles) if args.profiles else load_samples(args.samples)
+    source = args.profiles or args.samples
     result = calibrate(
         profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
         progress=lambda msg: err.print(msg, markup=False, highlight=False),
     )
-    table = Table(title=f"link model fitted to {args.profiles} ({result.cells} measured cells)", header_style="bold")
+    table = Table(title=f"link model fitted to {escape(source)} ({result.cells} measured cells)", header_style="bold")
     for col in ("ratio MAE", "value", "target"):
         table.add_column(col, justify="left" if col == "ratio MAE" else "right")
     table.add_row("link model, in fit", f"{result.fit_mae:.4f}", "<= 0.08")
@@ -366,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit")
-    p.add_argument("--profiles", required=True, metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
+    p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
+    p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/linkmodel/samples.py)")
     p.add_argument("--json", metavar="PATH", help="write fit_mae, cv_mae, baseline_*_mae and the parameters as JSON")
     p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params")
     p.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds (default 5)")

@@ -175,14 +175,23 @@ def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
 
 
 def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
-    """A parameter file written by ``deepshare calibrate --out``, or the shipped one."""
+    """A parameter file written by ``deepshare calibrate --out`` over the shipped catalog.
+
+    Models and interactions in the file replace the shipped ones; models it lacks keep the
+    shipped parameters, so a file fitted on a few models still serves any trace.
+    """
     if path is None:
         return default_link_catalog()
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DeepShareError(f"{path}: cannot read link parameters ({exc})") from None
-    return with_common_models(LinkCatalog.from_json(text, str(path)))
+    loaded = LinkCatalog.from_json(text, str(path))
+    base = default_link_catalog()
+    kappa = {v: dict(row) for v, row in base.kappa.items()}
+    for victim, row in loaded.kappa.items():
+        kappa.setdefault(victim, {}).update(row)
+    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source)
 
 
 @lru_cache(maxsize=1)
