@@ -23,44 +23,25 @@ EXIT_USAGE = 2
 PROGRESS_MIN_JOBS = 500
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _number(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse ``type=`` that converts and checks a flag's value, naming what was expected."""
+
+    def parse(text: str) -> float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
+_positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
+_non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
+_positive_int = _number(int, lambda v: v > 0, "a positive integer")
+_seed = _number(int, lambda v: v >= 0, "a non-negative integer")
 
 
 def _flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]
