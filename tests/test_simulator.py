@@ -641,3 +641,20 @@ def test_arrival_on_idle_cluster_starts_at_its_timestamp():
     assert recs["late"].jct_s == tight(20.0)
     assert report.makespan_s == tight(532.5)
     assert report.gpu_util == tight((2 * 10 + 2 * 20) / (4 * 532.5))
+
+
+def test_jobs_in_system_area_is_the_sum_of_jcts_and_the_timeline_tracks_allocation():
+    from deepshare.core.topology import load_topology
+    from deepshare.core.traces import load as load_trace
+    from deepshare.policies import make_policy
+
+    path = Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+    sim = Simulator(load_topology("testbed"), load_trace(path).jobs, make_contention("profiled"))
+    report = sim.run(make_policy("las+consolidated"))
+    assert sim.jobs_in_system_area == pytest.approx(sum(r.jct_s for r in report.records), rel=1e-12)
+    times = [t for t, _ in sim.util_timeline]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert all(0 <= busy <= 32 for _, busy in sim.util_timeline)
+    assert sim.util_timeline[-1] == (report.makespan_s, 0)
+    area = sum(b * (t2 - t1) for (t1, b), (t2, _) in zip(sim.util_timeline, sim.util_timeline[1:]))
+    assert area / (32 * report.makespan_s) == pytest.approx(report.gpu_util, rel=1e-9)

@@ -160,8 +160,10 @@ class Simulator:
         self.now = 0.0
         self._busy = 0
         self._busy_area = 0.0
+        self._system_area = 0.0
         self._last_t = 0.0
         self.util_timeline: list[tuple[float, int]] = [(0.0, 0)]
+        """(time, allocated GPUs) at every change: the utilisation-over-time curve."""
         self.decisions = 0
         self.events_processed = 0
         self._awaiting_decision = False
@@ -176,6 +178,16 @@ class Simulator:
     @property
     def done(self) -> bool:
         return self._unfinished == 0
+
+    @property
+    def idle_forever(self) -> bool:
+        """Nothing runs and no arrival or completion is to come: waiting now would stall."""
+        return not self._running and self._live_events == 0
+
+    @property
+    def jobs_in_system_area(self) -> float:
+        """Integral of (queued + running jobs) over time up to the last event: sum of JCTs so far."""
+        return self._system_area
 
     def run(self, policy: PolicyLike, progress: Callable[[int, int], None] | None = None) -> MetricsReport:
         """Simulate to the end under ``policy`` and return the report."""
@@ -231,7 +243,7 @@ class Simulator:
                 job.first_start = t
             changed |= self._start(job, launch.placement, t, overhead)
         self._rerate(changed, t)
-        if self._queue and not self._running and self._live_events == 0:
+        if self._queue and self.idle_forever:
             raise SimulationStalled(
                 f"at t={t:.1f}s the policy left {len(self._queue)} job(s) queued on an idle cluster "
                 "with no arrivals or completions to come"
@@ -246,6 +258,7 @@ class Simulator:
             free=tuple(self._free),
             queued=tuple(self._queued_views.values()),
             running=LazyJobs(lambda: self._running_views(t)),
+            future_events=self._live_events > 0,
             predict=self._predict,
         )
 
@@ -334,6 +347,7 @@ class Simulator:
         for node, gpus in placement.alloc:
             self._free[node] -= gpus
         self._busy += job.spec.gpus
+        self._record_busy(t)
         job.state = RUNNING
         job.placement = placement
         job.last_update = t
@@ -356,6 +370,7 @@ class Simulator:
         for node, gpus in job.placement.alloc:
             self._free[node] += gpus
         self._busy -= job.spec.gpus
+        self._record_busy(t)
         del self._running[job.spec.job_id]
         job.placement = None
         changed = self._state.remove(job.spec.job_id)
@@ -379,11 +394,18 @@ class Simulator:
             self._live_events += 1
 
     def _account_busy(self, t: float) -> None:
+        """Integrate allocated GPUs and jobs in the system over the time since the last event."""
         if t > self._last_t:
             self._busy_area += self._busy * (t - self._last_t)
+            self._system_area += (len(self._queue) + len(self._running)) * (t - self._last_t)
             self._last_t = t
+
+    def _record_busy(self, t: float) -> None:
         if self.util_timeline[-1][1] != self._busy:
-            self.util_timeline.append((t, self._busy))
+            if self.util_timeline[-1][0] == t:
+                self.util_timeline[-1] = (t, self._busy)
+            else:
+                self.util_timeline.append((t, self._busy))
 
     # -- validation --------------------------------------------------------------------------
     def _validate(self, decision: Decision) -> None:

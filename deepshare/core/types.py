@@ -192,6 +192,9 @@ class ClusterView:
     running: Sequence[JobView]
     """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
     predict: PredictFn
+    future_events: bool = True
+    """Whether an arrival or completion is still to come (a simulator knows; a live cluster
+    assumes so). With nothing running and none to come, waiting would idle the cluster forever."""
     link_load: Mapping[str, float] = field(default_factory=dict)
     """Measured or simulated utilisation (0..1) by link name, e.g. ``node0/nic``, ``node0/pcie``,
     ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live)."""

@@ -1,0 +1,216 @@
+"""The scheduling environment: the simulator as a gymnasium env over candidate-action choices.
+
+Observation
+    ``{"observations": Box(K, F), "action_mask": Box(0, 1, (K,))}`` from
+    :func:`deepshare.rl.encoding.encode`: K candidate rows (row 0 = wait, then (queued job,
+    placement) launches), F features each, padding rows masked out.
+Action
+    ``Discrete(K)``: the row to take. A launch is added to the decision being built and the next
+    choice is offered at the same simulated time; wait (or nothing feasible left) hands the whole
+    decision to the simulator, which runs to the next decision point where a launch is feasible.
+    A masked action counts as wait (or, where waiting would stall an idle cluster, as the first
+    launch) and is flagged in ``info["invalid_action"]``.
+Reward
+    ``jct`` (default): minus the jobs in the system integrated over the simulated time the step
+    covers, in hours per trace job, so an episode's return is minus the average JCT in hours.
+    ``original``: the artifact's ``-w1 * mean(1 - ratio of running jobs) + w2 * EWMA(utilisation)``,
+    given at every step that advances time.
+Start
+    ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
+    or a generated Poisson trace on one of the configured cluster sizes, and runs to the first
+    decision point with a feasible launch.
+End
+    ``terminated`` when every job has finished or been rejected; ``truncated`` after
+    ``max_steps`` choices. The final ``info["report"]`` holds the simulator's metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from deepshare.core.contention import make_contention
+from deepshare.core.simulator import SimConfig, Simulator
+from deepshare.core.topology import Topology, load_topology, uniform
+from deepshare.core.traces import generate, load, mix_preset
+from deepshare.core.types import ClusterView, DeepShareError, JobSpec
+from deepshare.rl.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+
+FEATURE_BOUND = 50.0
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Scenario, reward and encoding of the environment (RLlib passes it as a dict)."""
+
+    traces: tuple[str, ...] = ()
+    """Trace files to draw episodes from (any supported format)."""
+    cluster: str = "testbed"
+    """Cluster preset or spec file for the trace episodes."""
+    generated_fraction: float = 0.0
+    """Share of episodes on generated Poisson traces instead of ``traces`` (1.0 when none given)."""
+    generated_jobs: int = 128
+    generated_loads: tuple[float, ...] = (0.7, 0.9, 1.1)
+    generated_mixes: tuple[str, ...] = ("random", "heavy", "medium", "low")
+    generated_nodes: tuple[int, ...] = (4, 8, 16)
+    """Cluster sizes (nodes of 8 GPUs of the testbed's type) for generated episodes."""
+    contention: str = "profiled"
+    reward: Literal["jct", "original"] = "jct"
+    w1: float = 0.5
+    w2: float = 0.5
+    ewma_alpha: float = 0.1
+    max_candidates: int = 16
+    jobs_considered: int = 5
+    round_s: float | None = None
+    max_steps: int = 100_000
+
+    @staticmethod
+    def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
+        values = dict(values or {})
+        known = {f.name for f in fields(EnvConfig)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise DeepShareError(f"env config: unknown key(s) {unknown}; expected some of {sorted(known)}")
+        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes"):
+            if name in values:
+                values[name] = tuple(values[name])
+        config = EnvConfig(**values)
+        if config.reward not in ("jct", "original"):
+            raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
+        if not 0.0 <= config.generated_fraction <= 1.0:
+            raise DeepShareError(f"env config: generated_fraction must be in [0, 1], got {config.generated_fraction}")
+        return config
+
+    @property
+    def encoding(self) -> EncodingConfig:
+        return EncodingConfig(max_candidates=self.max_candidates, jobs_considered=self.jobs_considered)
+
+
+@dataclass
+class _Episode:
+    sim: Simulator
+    partial: PartialDecision | None
+    jobs: int
+    steps: int = 0
+    util_ewma: float = 0.0
+    rows: list[Candidate] = field(default_factory=list)
+    mask: np.ndarray | None = None
+
+
+class DeepShareEnv(gym.Env):
+    """See the module docstring for spaces, reward, start and end."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, config: dict[str, Any] | EnvConfig | None = None) -> None:
+        self.config = config if isinstance(config, EnvConfig) else EnvConfig.from_dict(config)
+        k, f = self.config.max_candidates, len(FEATURES)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "observations": gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(k, f), dtype=np.float32),
+                "action_mask": gym.spaces.Box(0.0, 1.0, shape=(k,), dtype=np.float32),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(k)
+        self._topology = load_topology(self.config.cluster) if self.config.traces else None
+        self._trace_jobs = [load(path).jobs for path in self.config.traces]
+        self._episode: _Episode | None = None
+
+    # -- gymnasium API -----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        topology, jobs = self._scenario(self.np_random)
+        contention = make_contention(self.config.contention)
+        sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s))
+        self._episode = _Episode(sim, None, len(jobs))
+        _, obs = self._advance()
+        return obs if obs is not None else self._terminal_obs(), {"jobs": len(jobs), "nodes": len(topology.nodes)}
+
+    def step(self, action: int):
+        ep = self._episode
+        if ep is None or ep.partial is None or ep.mask is None:
+            raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
+        ep.steps += 1
+        info: dict[str, Any] = {}
+        action = int(action)
+        if not (0 <= action < len(ep.mask)) or ep.mask[action] == 0:
+            info["invalid_action"] = True
+            action = WAIT_INDEX if ep.mask[WAIT_INDEX] else int(np.flatnonzero(ep.mask)[0])
+        choice = ep.rows[action]
+        if choice.job is not None:
+            assert choice.placement is not None
+            ep.partial = ep.partial.with_launch(choice.job, choice.placement)
+            obs = self._encode_current()
+            if len(ep.rows) > 1:  # more launches are possible at the same time
+                return obs, 0.0, False, self._truncated(), info
+        ep.sim.apply(ep.partial.decision)
+        reward, obs = self._advance()
+        if obs is None:
+            info["report"] = ep.sim.report("rl").to_dict()
+            return self._terminal_obs(), reward, True, False, info
+        return obs, reward, False, self._truncated(), info
+
+    # -- internals ---------------------------------------------------------------------------
+    def _truncated(self) -> bool:
+        assert self._episode is not None
+        return self._episode.steps >= self.config.max_steps
+
+    def _advance(self) -> tuple[float, dict[str, np.ndarray] | None]:
+        """Run to the next decision point with a feasible launch: (reward for the time, its obs)."""
+        ep = self._episode
+        assert ep is not None
+        area, start = ep.sim.jobs_in_system_area, ep.sim.now
+        while True:
+            view = ep.sim.advance()
+            if view is None:
+                ep.partial = None
+                return self._reward(ep, area, start, None), None
+            ep.partial = PartialDecision(view)
+            obs = self._encode_current()
+            if len(ep.rows) > 1:
+                return self._reward(ep, area, start, view), obs
+            ep.sim.apply(ep.partial.decision)  # nothing fits: the only choice is to wait
+
+    def _encode_current(self) -> dict[str, np.ndarray]:
+        ep = self._episode
+        assert ep is not None and ep.partial is not None
+        obs, ep.rows = encode(ep.partial, self.config.encoding)
+        ep.mask = obs["action_mask"]
+        np.clip(obs["observations"], -FEATURE_BOUND, FEATURE_BOUND, out=obs["observations"])
+        return obs
+
+    def _terminal_obs(self) -> dict[str, np.ndarray]:
+        mask = np.zeros(self.config.max_candidates, dtype=np.float32)
+        mask[WAIT_INDEX] = 1.0
+        return {"observations": np.zeros(self.observation_space["observations"].shape, dtype=np.float32), "action_mask": mask}
+
+    def _reward(self, ep: _Episode, area_before: float, time_before: float, view: ClusterView | None) -> float:
+        if self.config.reward == "jct":
+            return -(ep.sim.jobs_in_system_area - area_before) / 3600.0 / max(1, ep.jobs)
+        if ep.sim.now <= time_before:
+            return 0.0
+        util = 1.0 - sum(view.free) / view.total_gpus if view is not None else 0.0
+        ep.util_ewma = (1 - self.config.ewma_alpha) * ep.util_ewma + self.config.ewma_alpha * util
+        running = list(view.running) if view is not None else []
+        contention = float(np.mean([1.0 - j.ratio for j in running])) if running else 0.0
+        return -self.config.w1 * contention + self.config.w2 * ep.util_ewma
+
+    def _scenario(self, rng: np.random.Generator) -> tuple[Topology, list[JobSpec]]:
+        cfg = self.config
+        use_generated = not self._trace_jobs or rng.random() < cfg.generated_fraction
+        if not use_generated:
+            assert self._topology is not None
+            return self._topology, list(self._trace_jobs[int(rng.integers(len(self._trace_jobs)))])
+        topology = uniform(int(rng.choice(cfg.generated_nodes)), 8)
+        trace = generate(
+            cfg.generated_jobs,
+            load=float(rng.choice(cfg.generated_loads)),
+            total_gpus=topology.total_gpus,
+            mix=mix_preset(str(rng.choice(cfg.generated_mixes))),
+            duration_sigma=1.0,
+            seed=int(rng.integers(2**31)),
+        )
+        return topology, list(trace.jobs)
