@@ -12,7 +12,7 @@ from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.types import DeepShareError, JobSpec
-from deepshare.rl.encoding import FEATURES, WAIT_INDEX, EncodingConfig, PartialDecision, decode, encode
+from deepshare.policies.encoding import FEATURES, WAIT_INDEX, EncodingConfig, PartialDecision, decode, encode
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 
 TRACE = str(Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")

@@ -2,7 +2,7 @@
 
 Observation
     ``{"observations": Box(K, F), "action_mask": Box(0, 1, (K,))}`` from
-    :func:`deepshare.rl.encoding.encode`: K candidate rows (row 0 = wait, then (queued job,
+    :func:`deepshare.policies.encoding.encode`: K candidate rows (row 0 = wait, then (queued job,
     placement) launches), F features each, padding rows masked out.
 Action
     ``Discrete(K)``: the row to take. A launch is added to the decision being built and the next
@@ -37,7 +37,7 @@ from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
 from deepshare.core.types import ClusterView, DeepShareError, JobSpec
-from deepshare.rl.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 
 FEATURE_BOUND = 50.0
 

@@ -1,0 +1,80 @@
+"""Learned policies: RL-base and RL-hybrid, driven by any candidate scorer.
+
+Both build a decision choice by choice through the shared encoding: encode the partial decision,
+score every candidate row, take the best unmasked row, repeat until the choice is *wait*.
+
+* **RL-base** does exactly what the scorer says, waiting included.
+* **RL-hybrid** is the artifact's decision-level multiplexing: when the scorer waits while a
+  queued job fits, a rule-based safety net launches the contention-aware heuristic's pick if
+  its predicted ratio is at least :attr:`HybridRules.min_ratio` (low contention) or if the
+  cluster's utilisation would otherwise stay below :attr:`HybridRules.utilisation_floor`.
+
+A scorer maps an observation ``{"observations": (K, F), "action_mask": (K,)}`` to K scores;
+``deepshare.policies.checkpoint`` provides one backed by a trained RLModule checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from deepshare.core.types import WAIT, ClusterView, Decision
+from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig, PartialDecision, encode
+from deepshare.policies.placement import contention_aware
+
+Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class HybridRules:
+    min_ratio: float = 0.9
+    """Launch the heuristic's pick when its predicted throughput ratio is at least this."""
+    utilisation_floor: float = 0.8
+    """...or whenever utilisation would stay below this."""
+
+
+@dataclass(frozen=True)
+class LearnedPolicy:
+    name: str
+    scorer: Scorer
+    encoding: EncodingConfig
+    hybrid: HybridRules | None = None
+
+    def decide(self, view: ClusterView) -> Decision:
+        partial = PartialDecision(view)
+        while True:
+            obs, rows = encode(partial, self.encoding)
+            if len(rows) == 1:
+                break
+            scores = np.where(obs["action_mask"] > 0, self.scorer(obs), -np.inf)
+            action = int(np.argmax(scores))
+            if action == WAIT_INDEX and self.hybrid is not None:
+                fallback = self._safety_net(partial, rows)
+                if fallback is None:
+                    break
+                job, placement = fallback
+            elif action == WAIT_INDEX:
+                break
+            else:
+                job, placement = rows[action].job, rows[action].placement
+            partial = partial.with_launch(job, placement)  # type: ignore[arg-type]
+        return partial.decision if partial.launches else WAIT
+
+    def _safety_net(self, partial, rows):  # type: ignore[no-untyped-def]
+        """The contention-aware heuristic's launch, when the hybrid rules call for one."""
+        rules = self.hybrid
+        assert rules is not None
+        view = partial.view
+        utilisation = 1.0 - sum(partial.free) / view.total_gpus
+        pending = partial.pending()
+        for candidate in rows[1:]:  # the encoding's offered jobs, oldest first
+            job = candidate.job
+            placement = contention_aware(job, list(partial.free), view, pending)
+            if placement is None:
+                continue
+            ratio = view.predict(job, placement, pending).ratio
+            if ratio >= rules.min_ratio or utilisation < rules.utilisation_floor:
+                return job, placement
+        return None
