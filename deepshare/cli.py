@@ -68,14 +68,15 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="GPUs per node with --nodes (default 8)")
 
 
-def _add_trace_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_trace_args(p: argparse.ArgumentParser, required: bool = True, seed: bool = True) -> None:
     p.add_argument("--trace", required=required, metavar="PATH", help="trace file (format detected from its content)")
     p.add_argument("--format", choices=FORMATS, help="force the trace format")
     p.add_argument(
         "--mix", default="random", metavar="PRESET|MODEL:W,...",
         help=f"model mix for traces without model names ({', '.join(MIX_PRESETS)} or a custom list); default random",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="seed for model assignment (default 0)")
+    if seed:
+        p.add_argument("--seed", type=_seed, default=0, help="seed for model assignment (default 0)")
 
 
 def _add_sim_args(p: argparse.ArgumentParser) -> None:
@@ -325,6 +326,78 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from deepshare.rl.train import load_train_config, train
+
+    config = load_train_config(args.config)  # bad YAML fails before Ray starts
+    total = args.iterations or config.run.iterations
+    run_dir = args.resume or args.out or f"runs/{config.name}"
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
+               TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
+        task = bar.add_task(f"training {config.name}", total=total, ret="-")
+
+        def report(iteration: int, n: int, row: dict[str, float]) -> None:
+            bar.update(task, completed=iteration, ret=f"{row['episode_return_mean']:.3f}")
+            if not err.is_terminal:
+                err.print(f"iteration {iteration}/{n}: episode return {row['episode_return_mean']:.4f}, "
+                          f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
+
+        policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
+                       address=args.address, resume=args.resume, progress=report)
+    out.print(f"policy written to {policy}; use --policy {config.name.replace('_', '-')}={policy}", markup=False, highlight=False)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from deepshare.evaluation import evaluate
+    from deepshare.plots import write_plots
+
+    _check_output(args.json, "--json")
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    if not names:
+        raise DeepShareError(f"--policies {args.policies!r}: expected comma-separated policy names")
+    _check_policies(names, "--policies")
+    topology = _topology(args)
+    mix = _flagged("--mix", mix_from_spec, args.mix)
+    result = evaluate(
+        lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
+        topology, names, list(range(args.seeds)), _contention(args), _config(args),
+        progress=None if not err.is_terminal else (lambda msg: err.print(f"running {msg}", markup=False)),
+    )
+    summary = result.summary()
+    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()} — mean [min-max] over {args.seeds} seed(s)"),
+                  header_style="bold")
+    metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
+               ("gpu_util", "GPU util", 3), ("avg_slowdown", "slowdown", 3), ("preemptions", "preempt", 0))
+    table.add_column("policy")
+    for _, label, _ in metrics:
+        table.add_column(label, justify="right")
+    ranked = sorted(names, key=lambda n: summary[n]["avg_jct_s"]["mean"] or float("inf"))
+    for name in ranked:
+        cells = []
+        for key, _, digits in metrics:
+            v = summary[name][key]
+            if v["mean"] is None:
+                cells.append("-")
+            elif v["min"] == v["max"]:
+                cells.append(f"{v['mean']:,.{digits}f}")
+            else:
+                cells.append(f"{v['mean']:,.{digits}f} [{v['min']:,.{digits}f}-{v['max']:,.{digits}f}]")
+        table.add_row(name, *cells)
+    out.print(table)
+    if args.out:
+        for path in write_plots(result, args.out):
+            out.print(f"wrote {path}", markup=False, highlight=False)
+    if args.json:
+        write_text_atomic(args.json, json.dumps(result.to_json(), indent=2) + "\n", "evaluation")
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -350,6 +423,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_args(p)
     p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: value}}}')
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
+    p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
+    p.add_argument("--iterations", type=_positive_int, metavar="K", help="PPO iterations (default: the config's)")
+    p.add_argument("--num-env-runners", type=_seed, metavar="N", help="simulator rollout workers (default: the config's)")
+    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="compare policies over seeds: table, plots and JSON")
+    _add_trace_args(p, seed=False)
+    p.add_argument("--policies", required=True, metavar="A,B,...", help="comma-separated names, e.g. las+spread,rl-hybrid")
+    p.add_argument("--seeds", type=_positive_int, default=3, help="seeds 0..N-1 (default 3)")
+    _add_cluster_args(p)
+    _add_sim_args(p)
+    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here")
+    p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: mean}}, "spread": ...}')
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")

@@ -15,13 +15,13 @@ A scorer maps an observation ``{"observations": (K, F), "action_mask": (K,)}`` t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from deepshare.core.types import WAIT, ClusterView, Decision
-from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig, PartialDecision, encode
+from deepshare.core.types import WAIT, ClusterView, Decision, JobView, Placement
+from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.placement import contention_aware
 
 Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
@@ -41,6 +41,8 @@ class LearnedPolicy:
     scorer: Scorer
     encoding: EncodingConfig
     hybrid: HybridRules | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """What the scorer was trained on, and from which file it was loaded."""
 
     def decide(self, view: ClusterView) -> Decision:
         partial = PartialDecision(view)
@@ -51,7 +53,7 @@ class LearnedPolicy:
             scores = np.where(obs["action_mask"] > 0, self.scorer(obs), -np.inf)
             action = int(np.argmax(scores))
             if action == WAIT_INDEX and self.hybrid is not None:
-                fallback = self._safety_net(partial, rows)
+                fallback = safety_net(partial, rows, self.hybrid)
                 if fallback is None:
                     break
                 job, placement = fallback
@@ -62,19 +64,19 @@ class LearnedPolicy:
             partial = partial.with_launch(job, placement)  # type: ignore[arg-type]
         return partial.decision if partial.launches else WAIT
 
-    def _safety_net(self, partial, rows):  # type: ignore[no-untyped-def]
-        """The contention-aware heuristic's launch, when the hybrid rules call for one."""
-        rules = self.hybrid
-        assert rules is not None
-        view = partial.view
-        utilisation = 1.0 - sum(partial.free) / view.total_gpus
-        pending = partial.pending()
-        for candidate in rows[1:]:  # the encoding's offered jobs, oldest first
-            job = candidate.job
-            placement = contention_aware(job, list(partial.free), view, pending)
-            if placement is None:
-                continue
-            ratio = view.predict(job, placement, pending).ratio
-            if ratio >= rules.min_ratio or utilisation < rules.utilisation_floor:
-                return job, placement
-        return None
+
+def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRules) -> tuple[JobView, Placement] | None:
+    """RL-hybrid's rule: the contention-aware launch to make instead of waiting, if any."""
+    view = partial.view
+    utilisation = 1.0 - sum(partial.free) / view.total_gpus
+    pending = partial.pending()
+    for candidate in rows[1:]:  # the encoding's offered jobs, oldest first
+        job = candidate.job
+        assert job is not None
+        placement = contention_aware(job, list(partial.free), view, pending)
+        if placement is None:
+            continue
+        ratio = view.predict(job, placement, pending).ratio
+        if ratio >= rules.min_ratio or utilisation < rules.utilisation_floor:
+            return job, placement
+    return None

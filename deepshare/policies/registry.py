@@ -57,6 +57,27 @@ def _register_heuristics() -> None:
 _register_heuristics()
 
 
+def _register_learned() -> None:
+    from deepshare.policies.checkpoint import learned_policy  # torch is imported only when one is built
+
+    for name, hybrid, doc in (
+        ("rl-base", False, "learned PPO policy: makes every placement decision and may wait"),
+        ("rl-hybrid", True, "learned PPO policy with the contention-aware safety net when it waits"),
+    ):
+        register(
+            PolicyInfo(
+                name,
+                f"{doc}; shipped checkpoint, or {name}=PATH to a policy.pt from `deepshare train`",
+                lambda path=None, name=name, hybrid=hybrid: learned_policy(name, path, hybrid),
+                takes_argument=True,
+                heuristic=False,
+            )
+        )
+
+
+_register_learned()
+
+
 def policy_names(heuristics_only: bool = False) -> list[str]:
     return [n for n, info in _REGISTRY.items() if info.heuristic or not heuristics_only]
 

@@ -9,7 +9,8 @@ Action
     choice is offered at the same simulated time; wait (or nothing feasible left) hands the whole
     decision to the simulator, which runs to the next decision point where a launch is feasible.
     A masked action counts as wait (or, where waiting would stall an idle cluster, as the first
-    launch) and is flagged in ``info["invalid_action"]``.
+    launch) and is flagged in ``info["invalid_action"]``. With ``hybrid`` set, a wait may be
+    replaced by the RL-hybrid safety net's launch (``info["safety_net"]``), as at deployment.
 Reward
     ``jct`` (default): minus the jobs in the system integrated over the simulated time the step
     covers, in hours per trace job, so an episode's return is minus the average JCT in hours.
@@ -38,6 +39,7 @@ from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
 from deepshare.core.types import ClusterView, DeepShareError, JobSpec
 from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+from deepshare.policies.learned import HybridRules, safety_net
 
 FEATURE_BOUND = 50.0
 
@@ -66,6 +68,10 @@ class EnvConfig:
     jobs_considered: int = 5
     round_s: float | None = None
     max_steps: int = 100_000
+    hybrid: bool = False
+    """RL-hybrid: when the agent waits, the safety net may launch the contention-aware pick."""
+    hybrid_min_ratio: float = 0.9
+    hybrid_utilisation_floor: float = 0.8
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -87,6 +93,10 @@ class EnvConfig:
     @property
     def encoding(self) -> EncodingConfig:
         return EncodingConfig(max_candidates=self.max_candidates, jobs_considered=self.jobs_considered)
+
+    @property
+    def hybrid_rules(self) -> HybridRules | None:
+        return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor) if self.hybrid else None
 
 
 @dataclass
@@ -140,6 +150,12 @@ class DeepShareEnv(gym.Env):
             info["invalid_action"] = True
             action = WAIT_INDEX if ep.mask[WAIT_INDEX] else int(np.flatnonzero(ep.mask)[0])
         choice = ep.rows[action]
+        rules = self.config.hybrid_rules
+        if choice.job is None and rules is not None:
+            fallback = safety_net(ep.partial, ep.rows, rules)
+            if fallback is not None:
+                info["safety_net"] = True
+                choice = Candidate(*fallback)
         if choice.job is not None:
             assert choice.placement is not None
             ep.partial = ep.partial.with_launch(choice.job, choice.placement)

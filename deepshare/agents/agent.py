@@ -1,0 +1,96 @@
+"""``NodeAgent``: the Ray actor that samples one node's probes and reports to the monitor.
+
+Exactly one per node: the monitor creates it with a hard ``NodeAffinitySchedulingStrategy`` on
+that node, under a name derived from the Ray node id (``get_if_exists``), so a second start
+finds the first. ``max_restarts=-1`` and ``max_task_retries=-1``: Ray restarts a crashed agent
+and re-runs its constructor, which is why the constructor starts the sampling thread (the one
+thing it starts; the thread only reads local counters). Each sample becomes one
+:class:`~deepshare.agents.report.NodeReport`, buffered locally (bounded) and sent
+fire-and-forget to the monitor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import ray
+
+from deepshare.agents.probes.base import Probe
+from deepshare.agents.probes.detect import default_probes
+from deepshare.agents.report import NodeReport
+from deepshare.agents.sampler import Sampler
+from deepshare.core.topology import Node
+
+log = logging.getLogger(__name__)
+
+ProbeFactory = Callable[[str, "Node | None"], Sequence[Probe]]
+"""``factory(node_name, node_spec)`` -> the probes an agent samples (runs inside the agent)."""
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=2)
+class NodeAgent:
+    """Samples every ``interval_s`` seconds in a daemon thread until :meth:`stop`."""
+
+    def __init__(
+        self,
+        node: str,
+        monitor: Any = None,
+        probe_factory: ProbeFactory = default_probes,
+        node_spec: Node | None = None,
+        interval_s: float = 1.0,
+        buffer_size: int = 600,
+    ) -> None:
+        node_id = ray.get_runtime_context().get_node_id()
+        self._sampler = Sampler(node, probe_factory(node, node_spec), node_spec, buffer_size, node_id)
+        self._monitor = monitor
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"deepshare-agent-{node}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    report = self._sampler.step()
+                if self._monitor is not None:
+                    self._monitor.report.remote(report)
+            except Exception:  # noqa: BLE001 - keep sampling; the next tick may succeed
+                log.exception("agent on %s: sampling or reporting failed", self._sampler.node)
+            due += self._interval
+            delay = due - time.monotonic()
+            if delay < 0:  # fell behind (slow probe): skip the missed ticks
+                due, delay = time.monotonic(), 0.0
+            self._stop.wait(delay)
+
+    # -- queries -----------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Node name, Ray node id, process id and probe availability (for tests and status)."""
+        import os
+
+        return {
+            "node": self._sampler.node,
+            "node_id": self._sampler.node_id,
+            "pid": os.getpid(),
+            "probes": [(p.name, p.available, p.reason) for p in self._sampler.probes],
+        }
+
+    def recent(self, n: int = 1) -> list[NodeReport]:
+        """The last ``n`` reports from the bounded buffer, oldest first."""
+        with self._lock:
+            return list(self._sampler.buffer)[-n:]
+
+    def cpu_seconds(self) -> float:
+        """CPU time this agent's process used so far (user + system, all threads)."""
+        return time.process_time()
+
+    def stop(self) -> None:
+        """Stop sampling and release the probes (the actor stays until killed)."""
+        self._stop.set()
+        self._thread.join(timeout=5 * self._interval + 1)
+        self._sampler.close()

@@ -1,0 +1,176 @@
+"""``deepshare agents ...``: probe this machine, start the monitor and agents, show the view.
+
+Only :func:`register_cli` is public: ``deepshare/cli.py`` calls it with its subparsers. Every
+handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
+:class:`~deepshare.core.types.DeepShareError` for bad input or an unreachable cluster (the main
+CLI prints one line and exits 2). Ray is imported only by the actions that need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from deepshare.agents.config import MONITOR_NAME, AgentConfig
+from deepshare.core.types import DeepShareError
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
+    return value
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print(out: Any, text: str) -> None:
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+# -- handlers ------------------------------------------------------------------------------
+def cmd_probe(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.agents.probes import local_probes
+    from deepshare.agents.sampler import measure
+
+    probes = local_probes()
+    try:
+        results = measure(probes, args.window)
+    finally:
+        for probe in probes:
+            probe.close()
+    if args.json:
+        doc = {"probes": [
+            {"name": status.name, "available": status.available, "reason": status.reason,
+             "links": [{"link": r.link, "rx_bytes_per_s": r.rx_bytes_per_s, "tx_bytes_per_s": r.tx_bytes_per_s,
+                        "utilization": r.utilization} for r in rates]}
+            for status, rates in results
+        ]}
+        _print(out, json.dumps(doc, indent=2))
+        return 0
+    for status, rates in results:
+        if not status.available:
+            _print(out, f"{status.name}: unavailable ({status.reason})")
+            continue
+        _print(out, f"{status.name}: available, {len(rates)} link(s) over {args.window:g} s")
+        for r in rates:
+            util = "capacity unknown" if r.utilization is None else f"utilisation {r.utilization:.4f}"
+            _print(out, f"  {r.link:24s} rx {r.rx_bytes_per_s:14,.0f} B/s  tx {r.tx_bytes_per_s:14,.0f} B/s  {util}")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import ray
+
+    from deepshare.agents.deploy import connect, start_monitor
+
+    try:
+        config = AgentConfig(interval_s=args.interval, stale_after_s=args.stale_after)
+    except ValueError as exc:
+        raise DeepShareError(f"--stale-after: {exc}") from None
+    connect(args.address)
+    monitor, created = start_monitor(config, name=args.name)
+    agents = ray.get(monitor.agents.remote())
+    verb = "started" if created else "already running (its settings kept)"
+    _print(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
+    if args.metrics_port is not None:
+        try:
+            port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
+        except Exception as exc:  # noqa: BLE001 - e.g. the port is taken on the monitor's node
+            raise DeepShareError(f"--metrics-port {args.metrics_port}: cannot serve metrics ({_cause(exc)})") from None
+        _print(out, f"Prometheus metrics at http://{args.metrics_host}:{port}/metrics on the monitor's node")
+    return 0
+
+
+def _cause(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc
+    return str(cause).strip().splitlines()[-1]
+
+
+def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import ray
+
+    from deepshare.agents.deploy import connect, find_monitor
+
+    connect(args.address)
+    snapshot = ray.get(find_monitor(args.name).view.remote())
+    if args.json:
+        _print(out, json.dumps(snapshot.to_dict(), indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"link contention (stale after {snapshot.stale_after_s:g} s without a report)", header_style="bold")
+    for col in ("node", "link", "utilisation", "contention", "report age s", "stale"):
+        table.add_column(col, justify="left" if col in ("node", "link") else "right")
+    for n in snapshot.nodes:
+        links = n.report.links if n.report is not None else ()
+        age, stale = f"{n.age_s:.1f}", "STALE" if n.stale else ""
+        if not links:
+            table.add_row(n.node, "(no report yet)" if n.report is None else "(no links)", "-", "-", age, stale)
+        for s in links:
+            table.add_row(n.node, s.link, _fmt(s.utilization, ".4f"), _fmt(s.contention, ".3f"), age, stale)
+    out.print(table)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.agents.deploy import connect, stop_monitor
+
+    connect(args.address)
+    stopped = stop_monitor(args.name)
+    _print(out, f"stopped contention monitor {args.name!r} and {stopped} agent(s)")
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default="auto", metavar="auto|HOST:PORT",
+                   help="Ray cluster to join (default auto: the one this machine belongs to)")
+    p.add_argument("--name", default=MONITOR_NAME, help=f"monitor actor name (default {MONITOR_NAME})")
+
+
+def register_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``agents {probe,start,status,stop}`` to the main CLI's subparsers."""
+    agents = subparsers.add_parser("agents", help="node agents: measure link contention on a Ray cluster")
+    sub = agents.add_subparsers(dest="agents_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("probe", help="sample this machine's probes (no Ray) and print the rates")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--window", type=_positive_float, default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("start", help="start the contention monitor and one agent per node, then return")
+    _cluster_args(p)
+    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="sampling period (default 1)")
+    p.add_argument("--stale-after", type=_positive_float, default=None, metavar="S",
+                   help="mark a node stale after S seconds without a report (default max(5, 3 x interval))")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("status", help="print the cluster-wide link utilisation and contention")
+    _cluster_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("stop", help="stop the monitor and every agent")
+    _cluster_args(p)
+    p.set_defaults(func=cmd_stop)
+    return agents

@@ -1,0 +1,108 @@
+"""Connect to a Ray cluster and start, find or stop the monitor and its agents.
+
+What the CLI calls and what a live scheduler would call. Failures a user can cause (no cluster
+at the address, no monitor running) raise :class:`~deepshare.core.types.DeepShareError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any, Mapping
+
+from deepshare.agents.config import MONITOR_NAME, NAMESPACE, AgentConfig
+from deepshare.core.topology import Topology
+from deepshare.core.types import DeepShareError
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+
+
+def connect(address: str = "auto") -> None:
+    """Join the Ray cluster at ``address`` ("auto": the one on this machine / ``RAY_ADDRESS``).
+
+    A process that is already connected (tests, a scheduler) keeps its connection.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address != "auto":
+        _check_reachable(address)
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DeepShareError(f"--address {address}: cannot connect to a Ray cluster ({first})") from None
+
+
+def find_monitor(name: str = MONITOR_NAME, namespace: str = NAMESPACE) -> Any:
+    """The running monitor's handle, or a DeepShareError saying how to start one."""
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        raise DeepShareError(
+            f"no contention monitor {name!r} in Ray namespace {namespace!r}; start one with `deepshare agents start`"
+        ) from None
+
+
+def start_monitor(
+    config: AgentConfig = AgentConfig(),
+    *,
+    probe_factory: Any = None,
+    topology: Topology | None = None,
+    node_names: Mapping[str, str] | None = None,
+    name: str = MONITOR_NAME,
+    namespace: str = NAMESPACE,
+    detached: bool = True,
+) -> tuple[Any, bool]:
+    """Start the monitor (or find the running one) and an agent on every node now.
+
+    Returns ``(handle, created)``. The monitor runs on this process's node (so its metrics
+    endpoint is where you ran the command); a running monitor keeps its own settings.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from deepshare.agents.monitor import ContentionMonitor
+    from deepshare.agents.probes.detect import default_probes
+
+    try:
+        handle = ray.get_actor(name, namespace=namespace)
+        created = False
+    except ValueError:
+        here = ray.get_runtime_context().get_node_id()
+        options: dict[str, Any] = dict(
+            name=name, namespace=namespace, get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+        )
+        if detached:
+            options["lifetime"] = "detached"
+        handle = ContentionMonitor.options(**options).remote(
+            config, probe_factory or default_probes, topology, node_names, detached, namespace
+        )
+        created = True
+    ray.get(handle.reconcile.remote())
+    return handle, created
+
+
+def stop_monitor(name: str = MONITOR_NAME, namespace: str = NAMESPACE) -> int:
+    """Kill the monitor and its agents; returns how many agents were stopped."""
+    import ray
+
+    handle = find_monitor(name, namespace)
+    stopped = ray.get(handle.shutdown.remote())
+    ray.kill(handle, no_restart=True)
+    return stopped

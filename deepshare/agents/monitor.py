@@ -1,0 +1,166 @@
+"""``ContentionMonitor``: the named Ray actor that aggregates agents' reports cluster-wide.
+
+It keeps a :class:`~deepshare.agents.view.ClusterState` fed by the agents, answers ``view()`` /
+``link_load()`` (the latter is ``ClusterView.link_load``), and every ``reconcile_interval_s``
+compares ``ray.nodes()`` with its agents and starts one on each alive node that has none (nodes
+that joined, or all of them after the monitor itself restarted; existing agents are found by
+name). Node names come from ``node_names`` (Ray node id or address -> name, e.g. the topology
+spec's ``node3``), else the node's hostname, suffixed with the node id's first 8 hex digits
+when several nodes share a hostname. The Prometheus endpoint starts only on
+:meth:`start_metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from deepshare.agents.agent import NodeAgent, ProbeFactory
+from deepshare.agents.config import AGENT_PREFIX, AgentConfig
+from deepshare.agents.exporter import DEFAULT_METRICS_PORT, MetricsExporter
+from deepshare.agents.probes.detect import default_probes
+from deepshare.agents.report import NodeReport
+from deepshare.agents.view import ClusterSnapshot, ClusterState
+from deepshare.core.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+def node_name(info: Mapping[str, Any], all_nodes: list[Mapping[str, Any]], names: Mapping[str, str]) -> str:
+    """The name a Ray node (an entry of ``ray.nodes()``) gets in reports and ``link_load``."""
+    node_id = info["NodeID"]
+    for key in (node_id, info.get("NodeManagerAddress", "")):
+        if key in names:
+            return names[key]
+    host = info.get("NodeManagerHostname") or info.get("NodeManagerAddress") or node_id[:8]
+    shared = sum(1 for n in all_nodes if (n.get("NodeManagerHostname") or n.get("NodeManagerAddress")) == host)
+    return host if shared <= 1 else f"{host}-{node_id[:8]}"
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=8)
+class ContentionMonitor:
+    """Cluster-wide contention view; see the module docstring."""
+
+    def __init__(
+        self,
+        config: AgentConfig = AgentConfig(),
+        probe_factory: ProbeFactory = default_probes,
+        topology: Topology | None = None,
+        node_names: Mapping[str, str] | None = None,
+        detached: bool = False,
+        namespace: str | None = None,
+        agent_prefix: str = AGENT_PREFIX,
+    ) -> None:
+        self._config = config
+        self._factory = probe_factory
+        self._topology = topology
+        self._names_given = dict(node_names or {})
+        self._detached = detached
+        self._namespace = namespace
+        self._prefix = agent_prefix
+        self._state = ClusterState(config.stale_after)
+        self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
+        self._names: dict[str, str] = {}  # Ray node id -> node name
+        self._reconcile_lock = threading.Lock()
+        self._exporter = MetricsExporter(self._state.snapshot)
+        self._self = ray.get_runtime_context().current_actor
+        self._stop = threading.Event()
+        self._loop = None
+        if config.reconcile_interval_s > 0:  # also what re-creates agents after a monitor restart
+            self._loop = threading.Thread(target=self._reconcile_loop, name="deepshare-reconcile", daemon=True)
+            self._loop.start()
+
+    def _reconcile_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception:  # noqa: BLE001 - a GCS hiccup must not end the loop
+                log.exception("contention monitor: reconcile failed")
+            self._stop.wait(self._config.reconcile_interval_s)
+
+    # -- agents ------------------------------------------------------------------------------
+    def reconcile(self) -> list[str]:
+        """Start an agent on every alive node without one; returns the nodes given one."""
+        with self._reconcile_lock:
+            nodes = ray.nodes()
+            alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
+            for node_id in [i for i in self._agents if i not in alive]:
+                del self._agents[node_id]  # its node left; the view turns it stale
+            started = []
+            for node_id, info in alive.items():
+                if node_id in self._agents:
+                    continue
+                name = self._names.setdefault(node_id, node_name(info, nodes, self._names_given))
+                self._agents[node_id] = self._start_agent(node_id, name)
+                self._state.expect(name, node_id)
+                started.append(name)
+            return sorted(started)
+
+    def _start_agent(self, node_id: str, name: str) -> Any:
+        cfg = self._config
+        spec = None
+        if self._topology is not None:
+            spec = next((n for n in self._topology.nodes if n.name == name), None)
+        options: dict[str, Any] = dict(
+            name=f"{self._prefix}-{node_id}",
+            get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            num_cpus=cfg.agent_num_cpus,
+            max_restarts=cfg.max_restarts,
+            max_task_retries=-1,
+        )
+        if self._namespace is not None:
+            options["namespace"] = self._namespace
+        if self._detached:
+            options["lifetime"] = "detached"
+        return NodeAgent.options(**options).remote(name, self._self, self._factory, spec, cfg.interval_s, cfg.buffer_size)
+
+    def agents(self) -> dict[str, Any]:
+        """Node name -> agent handle, for every node the monitor believes alive."""
+        return {self._names[i]: h for i, h in sorted(self._agents.items(), key=lambda kv: self._names[kv[0]])}
+
+    # -- reports and views -------------------------------------------------------------------
+    def report(self, report: NodeReport) -> None:
+        self._state.update(report)
+
+    def view(self) -> ClusterSnapshot:
+        return self._state.snapshot()
+
+    def link_load(self) -> dict[str, float]:
+        """``{"NODE/LINK": utilisation}`` of every fresh node, for ``ClusterView.link_load``."""
+        return self._state.link_load()
+
+    def latencies(self) -> list[float]:
+        return self._state.latencies()
+
+    def config(self) -> AgentConfig:
+        return self._config
+
+    # -- metrics and shutdown ----------------------------------------------------------------
+    def start_metrics(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> int:
+        """Serve Prometheus gauges on ``host:port`` of this actor's node; returns the port."""
+        return self._exporter.start(port, host)
+
+    def metrics_port(self) -> int | None:
+        return self._exporter.port
+
+    def stop_metrics(self) -> None:
+        self._exporter.stop()
+
+    def shutdown(self) -> int:
+        """Stop reconciling and serving metrics, kill every agent; returns how many."""
+        self._stop.set()
+        self._exporter.stop()
+        with self._reconcile_lock:
+            handles = list(self._agents.values())
+            self._agents.clear()
+        for handle in handles:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        return len(handles)

@@ -1,0 +1,63 @@
+"""The probe contract shared by the NVML, InfiniBand, Ethernet and simulated probes.
+
+A probe is a plain class (no Ray): its constructor detects whether the source exists and sets
+``available`` / ``reason``, never raising for a missing GPU, HCA or permission; ``sample()``
+reads the source once. Filesystem roots, the clock and the file reader are constructor
+parameters so tests run on fixture trees with exact timestamps.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from deepshare.agents.samples import LinkRate, ProbeSample, compute_rates
+
+Clock = Callable[[], float]
+Reader = Callable[[Path], str]
+
+
+class ProbeError(Exception):
+    """A probe could not be read (unavailable, or a read failed mid-run)."""
+
+
+def read_text(path: Path) -> str:
+    """The default reader: the whole file as text (sysfs and procfs files are small)."""
+    with open(path, encoding="ascii", errors="replace") as fh:
+        return fh.read()
+
+
+class Probe:
+    """Base class: subclasses set ``name`` and implement :meth:`_read`."""
+
+    name: str = "probe"
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock = clock
+        self.available = True
+        self.reason = ""
+
+    def _unavailable(self, reason: str) -> None:
+        self.available = False
+        self.reason = reason
+
+    def sample(self) -> ProbeSample:
+        """Read every link once; raises :class:`ProbeError` when the probe is unavailable."""
+        if not self.available:
+            raise ProbeError(f"{self.name}: unavailable: {self.reason}")
+        return self._read()
+
+    def _read(self) -> ProbeSample:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def rates(self, prev: ProbeSample | None, cur: ProbeSample) -> tuple[LinkRate, ...]:
+        """Per-link rates between two of this probe's samples (see :func:`compute_rates`)."""
+        return compute_rates(prev, cur)
+
+    def close(self) -> None:
+        """Release what the probe holds (NVML handles); the default holds nothing."""
+
+    def __repr__(self) -> str:
+        state = "available" if self.available else f"unavailable: {self.reason}"
+        return f"<{type(self).__name__} {self.name} {state}>"

@@ -1,0 +1,123 @@
+"""Ethernet (and any netdev) traffic from ``/proc/net/dev``, link speed from sysfs.
+
+``/proc/net/dev`` lists, per interface, 8 receive then 8 transmit columns; the first of each is
+bytes. The kernel keeps them as ``unsigned long``: 64-bit on 64-bit kernels (a decrease is a
+reset), 32-bit on 32-bit kernels (a decrease is a wrap); ``counter_bits`` defaults to the
+running interpreter's word size and tests set it. Speed is ``/sys/class/net/IF/speed`` in Mb/s,
+which reads ``-1`` or fails with EINVAL for virtual or down links: capacity is then the
+``capacity_gbps`` parameter (for that interface or all), else ``fallback_gbps`` (the node's
+``nic_gbps`` from the topology spec), else unknown.
+
+By default ``lo`` is skipped, and so are virtual interfaces (no ``/sys/class/net/IF/device``:
+bridges, veth, ifb, docker0) whenever sysfs is readable, since they re-count traffic that
+already crossed a physical NIC.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Mapping
+
+from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, read_text
+from deepshare.agents.samples import LinkReading, ProbeSample
+
+WORD_BITS = 64 if sys.maxsize > 2**32 else 32
+
+
+def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
+    """``{interface: (rx_bytes, tx_bytes)}`` from the text of ``/proc/net/dev``."""
+    out: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue  # the two header lines
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if len(fields) < 9:
+            raise ProbeError(f"/proc/net/dev: interface {name.strip()!r} has {len(fields)} columns, expected 16")
+        try:
+            out[name.strip()] = (int(fields[0]), int(fields[8]))
+        except ValueError:
+            raise ProbeError(f"/proc/net/dev: interface {name.strip()!r}: non-numeric byte counters") from None
+    return out
+
+
+class EthernetProbe(Probe):
+    """Per-interface rx/tx bytes/s and utilisation; links are named ``eth/IFACE``."""
+
+    name = "ethernet"
+
+    def __init__(
+        self,
+        proc_root: str | Path = "/proc",
+        sys_root: str | Path = "/sys",
+        interfaces: tuple[str, ...] | None = None,
+        include_loopback: bool = False,
+        include_virtual: bool = False,
+        capacity_gbps: float | Mapping[str, float] | None = None,
+        fallback_gbps: float | None = None,
+        counter_bits: int = WORD_BITS,
+        clock: Clock = time.monotonic,
+        reader: Reader = read_text,
+    ) -> None:
+        super().__init__(clock)
+        self._dev = Path(proc_root) / "net" / "dev"
+        self._net = Path(sys_root) / "class" / "net"
+        self._reader = reader
+        self._bits = counter_bits
+        self._capacity_gbps = capacity_gbps
+        self._fallback_gbps = fallback_gbps
+        self.interfaces: tuple[str, ...] = ()
+        self._capacity: dict[str, float | None] = {}
+        try:
+            counters = parse_proc_net_dev(reader(self._dev))
+        except (OSError, ProbeError) as exc:
+            self._unavailable(f"cannot read {self._dev}: {exc}")
+            return
+        if interfaces is not None:
+            missing = sorted(set(interfaces) - set(counters))
+            if missing:
+                self._unavailable(f"{self._dev} lists no interface {', '.join(missing)}")
+                return
+            chosen = list(interfaces)
+        else:
+            chosen = [i for i in counters if include_loopback or i != "lo"]
+            if not include_virtual and self._net.is_dir():
+                chosen = [i for i in chosen if i == "lo" or (self._net / i / "device").exists()]
+        if not chosen:
+            self._unavailable(f"{self._dev} lists no physical interface besides lo")
+            return
+        self.interfaces = tuple(sorted(chosen))
+        self._capacity = {i: self._detect_capacity(i) for i in self.interfaces}
+
+    def _detect_capacity(self, iface: str) -> float | None:
+        """Bytes/s: the parameter, else sysfs speed (Mb/s), else the fallback, else None."""
+        given = self._capacity_gbps
+        if isinstance(given, Mapping):
+            given = given.get(iface)
+        if given is not None:
+            return given * 1e9 / 8
+        try:
+            mbps = int(self._reader(self._net / iface / "speed").strip())
+        except (OSError, ValueError):
+            mbps = -1
+        if mbps > 0:
+            return mbps * 1e6 / 8
+        return None if self._fallback_gbps is None else self._fallback_gbps * 1e9 / 8
+
+    def _read(self) -> ProbeSample:
+        try:
+            text = self._reader(self._dev)
+        except OSError as exc:
+            raise ProbeError(f"cannot read {self._dev}: {exc}") from exc
+        now = self.clock()
+        counters = parse_proc_net_dev(text)
+        links = {}
+        for iface in self.interfaces:
+            if iface in counters:  # an interface that disappeared is simply not reported
+                rx, tx = counters[iface]
+                links[f"eth/{iface}"] = LinkReading(
+                    rx, tx, bits=self._bits, capacity_bytes_per_s=self._capacity[iface]
+                )
+        return ProbeSample(now, links)

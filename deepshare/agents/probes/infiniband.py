@@ -1,0 +1,129 @@
+"""InfiniBand port traffic from sysfs: ``/sys/class/infiniband/DEV/ports/N/...``.
+
+Which counters (checked against the kernel's ``drivers/infiniband/core/sysfs.c``):
+
+- ``counters/port_xmit_data`` and ``counters/port_rcv_data`` count *4-byte words* (octets
+  divided by 4), so bytes = value x 4. Since Linux 4.5 the kernel serves these two files from
+  the 64-bit PortCountersExtended attribute when the HCA advertises it (every mlx4/mlx5 HCA);
+  that table also adds ``counters/unicast_xmit_packets``, which is how this probe recognises
+  it. Without it the files are the legacy 32-bit PortCounters.
+- Mellanox OFED's own drivers also publish ``counters_ext/port_xmit_data_64`` and
+  ``counters_ext/port_rcv_data_64`` (same 4-byte words, 64 bits); they are preferred when
+  present.
+- 32-bit counters: a decrease is taken as a wrap at 2**32 (a value above 2**32 - 1 promotes the
+  port to 64 bits). The IB spec actually lets legacy PortCounters *saturate* at 2**32 - 1; a
+  saturated counter stops moving and its rate reads 0 until something resets it. A 64-bit
+  decrease is a reset (see :func:`~deepshare.agents.samples.counter_delta`).
+
+Capacity comes from ``ports/N/rate`` (``"40 Gb/sec (4X QDR)"`` -> 40 Gb/s, the signalling
+rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`` parameters.
+Ports whose ``state`` is not ACTIVE are skipped. Links are named ``ib/DEV/PORT``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, read_text
+from deepshare.agents.samples import LinkReading, ProbeSample
+
+IB_WORD_BYTES = 4
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+
+
+def parse_rate_gbps(text: str) -> float | None:
+    """``"40 Gb/sec (4X QDR)"`` -> 40.0; ``None`` when the text is not a rate."""
+    match = _RATE.match(text)
+    return float(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class _Port:
+    link: str
+    xmit: Path
+    rcv: Path
+    bits: int
+    capacity: float | None
+
+
+class InfinibandProbe(Probe):
+    """Per-port rx/tx bytes/s and utilisation of every active InfiniBand (or RoCE) port."""
+
+    name = "infiniband"
+
+    def __init__(
+        self,
+        sys_root: str | Path = "/sys",
+        capacity_gbps: float | None = None,
+        fallback_gbps: float | None = None,
+        clock: Clock = time.monotonic,
+        reader: Reader = read_text,
+    ) -> None:
+        super().__init__(clock)
+        self._reader = reader
+        self._ports: list[_Port] = []
+        self._wide: set[str] = set()
+        root = Path(sys_root) / "class" / "infiniband"
+        if not root.is_dir():
+            self._unavailable(f"no InfiniBand devices ({root} does not exist)")
+            return
+        problems: list[str] = []
+        for port_dir in sorted(root.glob("*/ports/*")):
+            try:
+                port = self._port(port_dir, capacity_gbps, fallback_gbps)
+            except (OSError, ValueError) as exc:
+                problems.append(f"{port_dir}: {exc}")
+                continue
+            if port is not None:
+                self._ports.append(port)
+        if not self._ports:
+            why = "; ".join(problems) if problems else f"no active port under {root}"
+            self._unavailable(f"no readable InfiniBand port counters ({why})")
+
+    def _port(self, port_dir: Path, capacity_gbps: float | None, fallback_gbps: float | None) -> _Port | None:
+        state = port_dir / "state"
+        if state.exists() and "ACTIVE" not in self._reader(state):
+            return None
+        ext = port_dir / "counters_ext"
+        if (ext / "port_xmit_data_64").exists() and (ext / "port_rcv_data_64").exists():
+            xmit, rcv, bits = ext / "port_xmit_data_64", ext / "port_rcv_data_64", 64
+        else:
+            counters = port_dir / "counters"
+            xmit, rcv = counters / "port_xmit_data", counters / "port_rcv_data"
+            bits = 64 if (counters / "unicast_xmit_packets").exists() else 32
+        int(self._reader(xmit)), int(self._reader(rcv))  # readable and numeric, or raise now
+        gbps = capacity_gbps
+        if gbps is None:
+            try:
+                gbps = parse_rate_gbps(self._reader(port_dir / "rate"))
+            except OSError:
+                gbps = None
+        if gbps is None:
+            gbps = fallback_gbps
+        device = port_dir.parent.parent.name
+        capacity = None if gbps is None else gbps * 1e9 / 8
+        return _Port(f"ib/{device}/{port_dir.name}", xmit, rcv, bits, capacity)
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        return tuple(p.link for p in self._ports)
+
+    def _read(self) -> ProbeSample:
+        now = self.clock()
+        links = {}
+        for port in self._ports:
+            try:
+                tx = int(self._reader(port.xmit))
+                rx = int(self._reader(port.rcv))
+            except (OSError, ValueError) as exc:
+                raise ProbeError(f"{port.link}: cannot read counters: {exc}") from exc
+            if max(rx, tx) >= 2**32:
+                self._wide.add(port.link)
+            bits = 64 if port.link in self._wide else port.bits
+            links[port.link] = LinkReading(
+                rx, tx, bits=bits, unit_bytes=IB_WORD_BYTES, capacity_bytes_per_s=port.capacity
+            )
+        return ProbeSample(now, links)

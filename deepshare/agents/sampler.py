@@ -1,0 +1,122 @@
+"""One node's sampling step without Ray: read every probe, derive rates, build a report.
+
+:class:`Sampler` is what a :class:`~deepshare.agents.agent.NodeAgent` runs on its timer and
+what ``deepshare agents probe`` runs twice over a short window. A probe that is unavailable, or
+whose read fails, is reported with its reason and retried next step: a probe can never stop the
+sampler. Reports are kept in a bounded buffer (``deque(maxlen=buffer_size)``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from typing import Callable, Sequence
+
+from deepshare.agents.contention import contention_score, gpu_contention
+from deepshare.agents.links import with_node_links
+from deepshare.agents.probes.base import Probe
+from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus
+from deepshare.agents.samples import LinkRate, ProbeSample
+from deepshare.core.topology import Node
+
+
+class Sampler:
+    """Samples ``probes`` on demand (:meth:`step`); owns no thread and starts nothing."""
+
+    def __init__(
+        self,
+        node: str,
+        probes: Sequence[Probe],
+        node_spec: Node | None = None,
+        buffer_size: int = 600,
+        node_id: str = "",
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if buffer_size <= 0:
+            raise ValueError(f"buffer_size must be positive, got {buffer_size}")
+        self.node = node
+        self.node_id = node_id
+        self.probes = list(probes)
+        self.node_spec = node_spec
+        self.buffer: deque[NodeReport] = deque(maxlen=buffer_size)
+        self._wall = wall
+        self._prev: dict[str, ProbeSample] = {}
+        self._seq = 0
+        self._pid = os.getpid()
+        self._started_at = wall()
+
+    def step(self) -> NodeReport:
+        """Sample every probe once and return (and buffer) the node's report."""
+        sampled_at = self._wall()
+        rates: list[LinkRate] = []
+        gauges: dict[str, float] = {}
+        statuses: list[ProbeStatus] = []
+        for probe in self.probes:
+            if not probe.available:
+                statuses.append(ProbeStatus(probe.name, False, probe.reason))
+                continue
+            try:
+                sample = probe.sample()
+                found = probe.rates(self._prev.get(probe.name), sample)
+            except Exception as exc:  # noqa: BLE001 - a probe must never stop the agent
+                self._prev.pop(probe.name, None)
+                statuses.append(ProbeStatus(probe.name, False, f"sample failed: {exc}"))
+                continue
+            self._prev[probe.name] = sample
+            rates.extend(found)
+            gauges.update(sample.gauges)
+            statuses.append(ProbeStatus(probe.name, True, "", len(sample.links)))
+        links = tuple(
+            LinkStat(r.link, r.rx_bytes_per_s, r.tx_bytes_per_s, r.utilization, contention_score(r.utilization),
+                     r.capacity_bytes_per_s)
+            for r in with_node_links(rates, self.node_spec)
+        )
+        report = NodeReport(
+            node=self.node,
+            node_id=self.node_id,
+            seq=self._seq,
+            pid=self._pid,
+            started_at=self._started_at,
+            sampled_at=sampled_at,
+            links=links,
+            gpus=gpu_contention({s.link: s.utilization for s in links}),
+            gauges=gauges,
+            probes=tuple(statuses),
+        )
+        self._seq += 1
+        self.buffer.append(report)
+        return report
+
+    def close(self) -> None:
+        for probe in self.probes:
+            probe.close()
+
+
+def measure(
+    probes: Sequence[Probe], window_s: float, sleep: Callable[[float], None] = time.sleep
+) -> list[tuple[ProbeStatus, tuple[LinkRate, ...]]]:
+    """Sample every probe, wait ``window_s``, sample again: each probe's status and rates.
+
+    What ``deepshare agents probe`` prints; a probe that fails is reported, never raised.
+    """
+    first: dict[int, ProbeSample | None] = {}
+    for i, probe in enumerate(probes):
+        try:
+            first[i] = probe.sample() if probe.available else None
+        except Exception:  # noqa: BLE001 - reported after the second sample
+            first[i] = None
+    sleep(window_s)
+    out = []
+    for i, probe in enumerate(probes):
+        if not probe.available:
+            out.append((ProbeStatus(probe.name, False, probe.reason), ()))
+            continue
+        try:
+            second = probe.sample()
+            rates = probe.rates(first[i], second)
+        except Exception as exc:  # noqa: BLE001
+            out.append((ProbeStatus(probe.name, False, f"sample failed: {exc}"), ()))
+            continue
+        out.append((ProbeStatus(probe.name, True, "", len(second.links)), rates))
+    return out

@@ -1,0 +1,154 @@
+"""The cluster-wide view a monitor keeps: the latest report per node, ages, staleness.
+
+:class:`ClusterState` is plain and thread-safe (a lock): the monitor actor feeds it reports and
+reads snapshots from its own threads. Ages use the *monitor's* monotonic clock at receipt, so
+nodes' clocks never need to agree; a node is stale when nothing arrived for ``stale_after_s``
+(an agent that was started but never reported counts from its start). Report latency (receipt
+minus the agent's wall-clock sample time) is kept for the benchmark; it assumes synchronised
+wall clocks, which holds on one machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from deepshare.agents.report import NodeReport
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as the monitor sees it now."""
+
+    node: str
+    node_id: str
+    age_s: float
+    """Seconds since the last report (or since the agent was started, before its first one)."""
+    stale: bool
+    restarts: int
+    reports: int
+    report: NodeReport | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Every known node, by name, at one instant."""
+
+    nodes: tuple[NodeState, ...]
+    stale_after_s: float
+
+    def link_load(self) -> dict[str, float]:
+        """``ClusterView.link_load``: ``{"NODE/LINK": utilisation clipped to 0..1}``.
+
+        Only fresh nodes count (a stale node's last numbers may be arbitrarily old) and only
+        links with a known utilisation.
+        """
+        out: dict[str, float] = {}
+        for state in self.nodes:
+            if state.stale or state.report is None:
+                continue
+            for stat in state.report.links:
+                if stat.utilization is not None:
+                    out[f"{state.node}/{stat.link}"] = min(max(stat.utilization, 0.0), 1.0)
+        return out
+
+    def node(self, name: str) -> NodeState | None:
+        return next((n for n in self.nodes if n.node == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document ``deepshare agents status --json`` prints."""
+        nodes = []
+        for n in self.nodes:
+            r = n.report
+            nodes.append({
+                "node": n.node, "node_id": n.node_id, "age_s": round(n.age_s, 3), "stale": n.stale,
+                "restarts": n.restarts, "reports": n.reports,
+                "probes": [] if r is None else [
+                    {"name": p.name, "available": p.available, "reason": p.reason} for p in r.probes
+                ],
+                "gpus": {} if r is None else {str(k): v for k, v in r.gpus.items()},
+                "links": [] if r is None else [
+                    {"link": s.link, "rx_bytes_per_s": s.rx_bytes_per_s, "tx_bytes_per_s": s.tx_bytes_per_s,
+                     "utilization": s.utilization, "contention": s.contention}
+                    for s in r.links
+                ],
+            })
+        return {"stale_after_s": self.stale_after_s, "nodes": nodes}
+
+
+class _Entry:
+    __slots__ = ("node_id", "seen", "report", "restarts", "reports")
+
+    def __init__(self, node_id: str, seen: float) -> None:
+        self.node_id = node_id
+        self.seen = seen
+        self.report: NodeReport | None = None
+        self.restarts = 0
+        self.reports = 0
+
+
+class ClusterState:
+    """Latest report per node; thread-safe."""
+
+    def __init__(
+        self,
+        stale_after_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        latency_window: int = 10_000,
+    ) -> None:
+        if not stale_after_s > 0:
+            raise ValueError(f"stale_after_s must be positive, got {stale_after_s}")
+        self.stale_after_s = stale_after_s
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _Entry] = {}
+        self._latencies: deque[float] = deque(maxlen=latency_window)
+
+    def expect(self, node: str, node_id: str) -> None:
+        """An agent was started for ``node``: it turns stale if it never reports."""
+        with self._lock:
+            entry = self._nodes.get(node)
+            if entry is None:
+                self._nodes[node] = _Entry(node_id, self._clock())
+            elif entry.node_id != node_id:  # the name now belongs to a new Ray node
+                entry.node_id, entry.seen = node_id, self._clock()
+
+    def update(self, report: NodeReport) -> None:
+        """Take one agent report (an older one from the same agent process is ignored)."""
+        received = self._wall()
+        with self._lock:
+            entry = self._nodes.setdefault(report.node, _Entry(report.node_id, self._clock()))
+            last = entry.report
+            if last is not None and (last.pid, last.started_at) == (report.pid, report.started_at):
+                if report.seq <= last.seq:
+                    return
+            elif last is not None:
+                entry.restarts += 1
+            entry.node_id = report.node_id
+            entry.report = report
+            entry.seen = self._clock()
+            entry.reports += 1
+            self._latencies.append(received - report.sampled_at)
+
+    def snapshot(self) -> ClusterSnapshot:
+        now = self._clock()
+        with self._lock:
+            nodes = tuple(
+                NodeState(name, e.node_id, now - e.seen, now - e.seen > self.stale_after_s, e.restarts, e.reports,
+                          e.report)
+                for name, e in sorted(self._nodes.items())
+            )
+        return ClusterSnapshot(nodes, self.stale_after_s)
+
+    def link_load(self) -> dict[str, float]:
+        return self.snapshot().link_load()
+
+    def latencies(self) -> list[float]:
+        """Report latencies in seconds (agent sample to monitor receipt), oldest first."""
+        with self._lock:
+            return list(self._latencies)

@@ -1,0 +1,85 @@
+"""Shipped and trained learned policies: a small torch file -> a candidate scorer -> a policy.
+
+``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
+its width, the encoding it was trained with and what it was trained on. Loading needs torch
+only; the ``rl-base`` and ``rl-hybrid`` registry entries load the files shipped in
+``deepshare/data/policies/`` unless given ``NAME=PATH``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deepshare.core.types import DeepShareError
+from deepshare.policies.encoding import FEATURES, EncodingConfig
+from deepshare.policies.learned import HybridRules, LearnedPolicy
+
+FORMAT_VERSION = 1
+
+
+def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metadata: dict[str, Any]) -> None:
+    """Write a scorer's weights and what is needed to use them (called by the trainer)."""
+    import torch
+
+    torch.save(
+        {
+            "format": FORMAT_VERSION,
+            "features": list(FEATURES),
+            "hidden": scorer.hidden,
+            "state_dict": scorer.state_dict(),
+            "encoding": asdict(encoding),
+            "metadata": metadata,
+        },
+        str(path),
+    )
+
+
+def load_policy_file(path: str | Path) -> dict[str, Any]:
+    import torch
+
+    try:
+        doc = torch.load(str(path), map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise DeepShareError(f"policy checkpoint {path}: file not found") from None
+    except Exception as exc:  # torch raises many kinds for a corrupt or foreign file
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file ({exc.__class__.__name__})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION:
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (format {FORMAT_VERSION})")
+    if doc["features"] != list(FEATURES):
+        raise DeepShareError(f"policy checkpoint {path}: trained on other features than this version encodes")
+    return doc
+
+
+def scorer_from_file(path: str | Path):  # -> (scorer callable, EncodingConfig, metadata)
+    import torch
+
+    from deepshare.policies.scorer_net import CandidateScorer
+
+    doc = load_policy_file(path)
+    net = CandidateScorer(len(FEATURES), doc["hidden"])
+    net.load_state_dict(doc["state_dict"])
+    net.eval()
+    encoding = EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc["encoding"].items()})
+
+    def score(obs: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.no_grad():
+            rows = torch.from_numpy(obs["observations"][None])
+            mask = torch.from_numpy(obs["action_mask"][None])
+            return net(rows, mask)[0][0].numpy()
+
+    return score, encoding, doc["metadata"]
+
+
+def shipped(name: str) -> Path:
+    return Path(str(resources.files("deepshare.data") / "policies" / f"{name}.pt"))
+
+
+def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedPolicy:
+    file = Path(path) if path else shipped(name.replace("-", "_"))
+    score, encoding, metadata = scorer_from_file(file)
+    return LearnedPolicy(name, score, encoding, HybridRules() if hybrid else None, {**metadata, "checkpoint": str(file)})

@@ -1,0 +1,72 @@
+"""The PPO RLModule (new API stack): the shared candidate scorer plus a value head.
+
+Every candidate row is scored by the same :class:`CandidateScorer` (permutation-equivariant);
+masked rows get a finite, lowest score in every forward path. The value head reads the masked
+mean and max of the row embeddings. Built on ``DefaultPPOTorchRLModule``; its default catalog
+cannot build encoders for this observation, so :class:`NoCatalog` stands in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from torch import nn
+
+from deepshare.policies.scorer_net import CandidateScorer
+
+
+class NoCatalog:
+    """Stands in for PPO's catalog: only the action distribution class is needed."""
+
+    def __init__(self, observation_space: Any = None, action_space: Any = None, model_config_dict: Any = None, **_: Any) -> None:
+        pass
+
+    def get_action_dist_cls(self, framework: str = "torch") -> type:
+        return TorchCategorical
+
+
+class CandidatePPOModule(DefaultPPOTorchRLModule):
+    def setup(self) -> None:  # the parent's setup would ask the catalog for encoders
+        features = self.observation_space["observations"].shape[-1]
+        hidden = int(self.model_config.get("hidden", 64))
+        self.scorer = CandidateScorer(features, hidden)
+        self.vf = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def _embed(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = batch[Columns.OBS]  # never mutated: GAE reuses the batch
+        mask = obs["action_mask"]
+        logits, rows = self.scorer(obs["observations"], mask)
+        m = mask.unsqueeze(-1)
+        mean = (rows * m).sum(1) / m.sum(1).clamp(min=1.0)
+        top = rows.masked_fill(m <= 0, -1e9).max(1).values
+        return logits, torch.cat([mean, top], -1)
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {Columns.ACTION_DIST_INPUTS: self._embed(batch)[0]}
+
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            return self._forward(batch, **kwargs)
+
+    def _forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            return self._forward(batch, **kwargs)
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        logits, pooled = self._embed(batch)
+        return {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: pooled}
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if embeddings is None:
+            _, embeddings = self._embed(batch)
+        return self.vf(embeddings).squeeze(-1)
+
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["vf"]
+
+    def get_initial_state(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,232 @@
+"""Train RL-base / RL-hybrid with RLlib PPO (new API stack) from a YAML in ``rllib_configs/``.
+
+The YAML holds the environment (:class:`deepshare.rl.env.EnvConfig` fields), PPO's
+hyper-parameters and the run's defaults; no code. Env runners are the simulator rollout
+workers; with ``address`` the run joins an existing (multi-node) Ray cluster. Every iteration
+appends a row to ``OUT/metrics.csv`` and TensorBoard scalars to ``OUT/tb``; every
+``checkpoint_every`` iterations and at the end an RLlib checkpoint goes to
+``OUT/checkpoints/iter_NNNN`` and the scorer's weights to ``OUT/policy.pt`` (what ``rl-base=PATH``
+and ``rl-hybrid=PATH`` load). ``resume`` continues from the newest checkpoint of a run folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from deepshare.core.topology import format_validation_error, load_topology
+from deepshare.core.traces import load as load_trace
+from deepshare.core.types import DeepShareError
+from deepshare.rl.env import EnvConfig
+
+Progress = Callable[[int, int, dict[str, float]], None]
+METRIC_COLUMNS = (
+    "iteration", "env_steps_lifetime", "episode_return_mean", "episode_len_mean", "episodes",
+    "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s",
+)
+
+
+class PPOSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(3e-4, gt=0)
+    gamma: float = Field(0.999, gt=0, le=1)
+    lambda_: float = Field(0.95, alias="lambda", gt=0, le=1)
+    train_batch_size: int = Field(4000, gt=0)
+    minibatch_size: int = Field(500, gt=0)
+    num_epochs: int = Field(4, gt=0)
+    entropy_coeff: float = Field(0.01, ge=0)
+    clip_param: float = Field(0.2, gt=0)
+    hidden: int = Field(64, gt=0)
+
+
+class RunSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    iterations: int = Field(20, gt=0)
+    num_env_runners: int = Field(2, ge=0)
+    envs_per_env_runner: int = Field(4, gt=0)
+    checkpoint_every: int = Field(5, gt=0)
+    seed: int = Field(0, ge=0)
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    env: dict[str, Any] = Field(default_factory=dict)
+    ppo: PPOSettings = Field(default_factory=PPOSettings)
+    run: RunSettings = Field(default_factory=RunSettings)
+
+    def env_config(self, base: Path) -> EnvConfig:
+        """The env config with trace paths resolved (``bundled:NAME`` = a trace shipped in the package)."""
+        values = dict(self.env)
+        values["traces"] = [str(_resolve_trace(t, base)) for t in values.get("traces", [])]
+        return EnvConfig.from_dict(values)
+
+
+def _resolve_trace(name: str, base: Path) -> Path:
+    if name.startswith("bundled:"):
+        return Path(str(resources.files("deepshare.data") / "traces" / name.removeprefix("bundled:")))
+    path = Path(name)
+    return path if path.is_absolute() else base / path
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    source = Path(path)
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DeepShareError(f"{source}: training config not found") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise DeepShareError(f"{source}: cannot read as a YAML training config ({exc})") from None
+    if not isinstance(raw, dict):
+        raise DeepShareError(f"{source}: expected a mapping with name, env, ppo and run")
+    try:
+        config = TrainConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise DeepShareError(f"{source}: {format_validation_error(exc)}") from None
+    env = config.env_config(source.parent)  # validate the env section now, not inside a worker
+    for trace in env.traces:
+        load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
+    if env.traces:
+        load_topology(env.cluster)
+    return config
+
+
+def _latest_checkpoint(run_dir: Path) -> Path:
+    found = sorted((run_dir / "checkpoints").glob("iter_*"))
+    if not found:
+        raise DeepShareError(f"--resume {run_dir}: no checkpoints/iter_* in this folder")
+    return found[-1]
+
+
+def _metrics(result: dict[str, Any], wall: float) -> dict[str, float]:
+    runners = result.get("env_runners", {})
+    learner = result.get("learners", {}).get("default_policy", {})
+    timers = result.get("timers", {})
+    return {
+        "iteration": result.get("training_iteration", 0),
+        "env_steps_lifetime": result.get("num_env_steps_sampled_lifetime", 0),
+        "episode_return_mean": runners.get("episode_return_mean", float("nan")),
+        "episode_len_mean": runners.get("episode_len_mean", float("nan")),
+        "episodes": runners.get("num_episodes", 0),
+        "policy_loss": learner.get("policy_loss", float("nan")),
+        "vf_loss": learner.get("vf_loss", float("nan")),
+        "entropy": learner.get("entropy", float("nan")),
+        "sample_s": timers.get("env_runner_sampling_timer", float("nan")),
+        "learn_s": timers.get("learner_update_timer", float("nan")),
+        "wall_s": wall,
+    }
+
+
+def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners: int, cpus: float):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from deepshare.rl.env import DeepShareEnv
+    from deepshare.rl.module import CandidatePPOModule, NoCatalog
+
+    p = config.ppo
+    per_runner = min(1.0, cpus / max(1, num_env_runners))
+    return (
+        PPOConfig()
+        .environment(DeepShareEnv, env_config=asdict(env))
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_cpus_per_env_runner=per_runner,
+            num_envs_per_env_runner=config.run.envs_per_env_runner,
+            rollout_fragment_length="auto",
+        )
+        .learners(num_learners=0)
+        .training(
+            lr=p.lr, gamma=p.gamma, lambda_=p.lambda_, train_batch_size_per_learner=p.train_batch_size,
+            minibatch_size=p.minibatch_size, num_epochs=p.num_epochs, entropy_coeff=p.entropy_coeff,
+            clip_param=p.clip_param,
+        )
+        .rl_module(
+            rl_module_spec=RLModuleSpec(
+                module_class=CandidatePPOModule, model_config={"hidden": p.hidden}, catalog_class=NoCatalog
+            )
+        )
+        .debugging(seed=config.run.seed)
+    )
+
+
+def train(
+    config_path: str | Path,
+    out: str | Path,
+    *,
+    iterations: int | None = None,
+    num_env_runners: int | None = None,
+    address: str | None = None,
+    resume: str | Path | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Run PPO; returns the exported ``policy.pt``."""
+    import ray
+    from ray.rllib.algorithms.algorithm import Algorithm
+    from tensorboardX import SummaryWriter
+
+    from deepshare.policies.checkpoint import export_scorer
+
+    config = load_train_config(config_path)
+    env = config.env_config(Path(config_path).parent)
+    total = iterations or config.run.iterations
+    runners = config.run.num_env_runners if num_env_runners is None else num_env_runners
+    run_dir = (Path(resume) if resume else Path(out)).resolve()  # RLlib wants absolute paths
+    start_from = _latest_checkpoint(run_dir) if resume else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=300 * 1024**2)
+    cpus = float(ray.cluster_resources().get("CPU", 2))
+    if start_from is not None:
+        algo = Algorithm.from_checkpoint(str(start_from))
+    else:
+        algo = build_algorithm_config(config, env, runners, cpus).build_algo()
+    metrics_file = run_dir / "metrics.csv"
+    new_file = not metrics_file.exists()
+    writer = SummaryWriter(str(run_dir / "tb"))
+    policy_file = run_dir / "policy.pt"
+    metadata = {
+        "config": str(config_path), "name": config.name, "seed": config.run.seed, "env": asdict(env),
+        "ppo": config.ppo.model_dump(by_alias=True),
+    }
+
+    def checkpoint(iteration: int) -> None:
+        algo.save_to_path(str(run_dir / "checkpoints" / f"iter_{iteration:04d}"))
+        export_scorer(algo.get_module().scorer, env.encoding, policy_file, {**metadata, "iterations": iteration})
+
+    try:
+        with metrics_file.open("a", newline="") as fh:
+            rows = csv.DictWriter(fh, fieldnames=METRIC_COLUMNS)
+            if new_file:
+                rows.writeheader()
+            while algo.iteration < total:
+                began = time.perf_counter()
+                row = _metrics(algo.train(), time.perf_counter() - began)
+                rows.writerow(row)
+                fh.flush()
+                for key, value in row.items():
+                    if key != "iteration":
+                        writer.add_scalar(key, value, algo.iteration)
+                if progress is not None:
+                    progress(algo.iteration, total, row)
+                if algo.iteration % config.run.checkpoint_every == 0 or algo.iteration == total:
+                    checkpoint(algo.iteration)
+    finally:
+        writer.close()
+        algo.stop()
+    return policy_file
