@@ -454,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive_int, default=2, help="processes for the fits (default 2)")
     p.set_defaults(func=cmd_calibrate)
 
+    from deepshare.agents.cli import register_cli as register_agents
+
+    register_agents(sub)
+
     p = sub.add_parser("policies", help="list the registered policies")
     p.set_defaults(func=cmd_policies)
 

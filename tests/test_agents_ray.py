@@ -162,6 +162,42 @@ def test_prometheus_endpoint_on_loopback(monitor) -> None:
     assert 'deepshare_node_stale{node="node2"} 0.0' in text
 
 
+def test_a_restarted_detached_monitor_adopts_the_running_agents(cluster, names) -> None:
+    config = AgentConfig(interval_s=0.1, stale_after_s=1.0, reconcile_interval_s=0.3)
+    handle = ContentionMonitor.options(name="restart-monitor", lifetime="detached").remote(
+        config, ReplayProbes([LOADS]), None, names, True, None, "restart-agent"
+    )
+    try:
+        ray.get(handle.reconcile.remote())
+        wait_for("reports", lambda: fresh(handle, "node0", "node1", "node2"))
+        pids = {n: ray.get(a.info.remote())["pid"] for n, a in ray.get(handle.agents.remote()).items()}
+        ray.kill(handle, no_restart=False)
+        wait_for("the restarted monitor's view", lambda: fresh(handle, "node0", "node1", "node2"), timeout=30)
+        wait_for("the agents adopted", lambda: len(ray.get(handle.agents.remote())) == 3)
+        after = {n: ray.get(a.info.remote())["pid"] for n, a in ray.get(handle.agents.remote()).items()}
+        assert after == pids  # found by name, not started again
+        assert ray.get(handle.link_load.remote()) == LOADS
+    finally:
+        ray.get(handle.shutdown.remote())
+        ray.kill(handle, no_restart=True)
+
+
+def test_an_agent_whose_probes_cannot_be_built_still_runs_and_says_why(cluster) -> None:
+    from deepshare.agents.agent import NodeAgent
+
+    def broken(node: str, spec: object) -> list:
+        raise RuntimeError("no probes today")
+
+    agent = NodeAgent.remote("lonely", None, broken, None, 0.1)
+    try:
+        info = ray.get(agent.info.remote())
+        assert info["probes"] == [("probes", False, "building probes failed: no probes today")]
+        report = wait_for("a report", lambda: ray.get(agent.recent.remote(1)))[0]
+        assert report.probes[0].reason == "building probes failed: no probes today" and report.links == ()
+    finally:
+        ray.kill(agent, no_restart=True)
+
+
 def test_cli_start_status_stop(cluster) -> None:
     args = ("--address", cluster.address, "--name", "cli-monitor")
     rc, out, err = run_cli("start", *args, "--interval", "0.2", "--metrics-port", "0")

@@ -12,13 +12,14 @@ fire-and-forget to the monitor.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 import ray
 
-from deepshare.agents.probes.base import Probe
+from deepshare.agents.probes.base import Probe, UnavailableProbe
 from deepshare.agents.probes.detect import default_probes
 from deepshare.agents.report import NodeReport
 from deepshare.agents.sampler import Sampler
@@ -44,7 +45,12 @@ class NodeAgent:
         buffer_size: int = 600,
     ) -> None:
         node_id = ray.get_runtime_context().get_node_id()
-        self._sampler = Sampler(node, probe_factory(node, node_spec), node_spec, buffer_size, node_id)
+        try:
+            probes = list(probe_factory(node, node_spec))
+        except Exception as exc:  # noqa: BLE001 - report it instead of failing the actor for good
+            log.exception("agent on %s: building probes failed", node)
+            probes = [UnavailableProbe("probes", f"building probes failed: {exc}")]
+        self._sampler = Sampler(node, probes, node_spec, buffer_size, node_id)
         self._monitor = monitor
         self._interval = interval_s
         self._lock = threading.Lock()
@@ -71,8 +77,6 @@ class NodeAgent:
     # -- queries -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         """Node name, Ray node id, process id and probe availability (for tests and status)."""
-        import os
-
         return {
             "node": self._sampler.node,
             "node_id": self._sampler.node_id,

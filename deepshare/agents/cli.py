@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from typing import Any
 
 from deepshare.agents.config import MONITOR_NAME, AgentConfig
@@ -81,10 +80,9 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.agents.deploy import connect, start_monitor
 
-    try:
-        config = AgentConfig(interval_s=args.interval, stale_after_s=args.stale_after)
-    except ValueError as exc:
-        raise DeepShareError(f"--stale-after: {exc}") from None
+    if args.stale_after is not None and args.stale_after <= args.interval:
+        raise DeepShareError(f"--stale-after {args.stale_after:g} must exceed --interval {args.interval:g}")
+    config = AgentConfig(interval_s=args.interval, stale_after_s=args.stale_after)
     connect(args.address)
     monitor, created = start_monitor(config, name=args.name)
     agents = ray.get(monitor.agents.remote())

@@ -71,7 +71,8 @@ def start_monitor(
     """Start the monitor (or find the running one) and an agent on every node now.
 
     Returns ``(handle, created)``. The monitor runs on this process's node (so its metrics
-    endpoint is where you ran the command); a running monitor keeps its own settings.
+    endpoint is where you ran the command); a running monitor keeps its own settings. Agents
+    are named ``NAME-agent-<node id>``, so two monitors never share (or steal) agents.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -90,8 +91,8 @@ def start_monitor(
         )
         if detached:
             options["lifetime"] = "detached"
-        handle = ContentionMonitor.options(**options).remote(
-            config, probe_factory or default_probes, topology, node_names, detached, namespace
+        handle = ContentionMonitor.options(**options).remote(  # agents named after their monitor
+            config, probe_factory or default_probes, topology, node_names, detached, namespace, f"{name}-agent"
         )
         created = True
     ray.get(handle.reconcile.remote())

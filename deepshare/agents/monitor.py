@@ -121,9 +121,11 @@ class ContentionMonitor:
 
     def agents(self) -> dict[str, Any]:
         """Node name -> agent handle, for every node the monitor believes alive."""
-        return {self._names[i]: h for i, h in sorted(self._agents.items(), key=lambda kv: self._names[kv[0]])}
+        with self._reconcile_lock:
+            return dict(sorted((self._names[i], h) for i, h in self._agents.items()))
 
     # -- reports and views -------------------------------------------------------------------
+    @ray.method(enable_task_events=False)  # every agent calls it every interval: keep it out of Ray's task table
     def report(self, report: NodeReport) -> None:
         self._state.update(report)
 

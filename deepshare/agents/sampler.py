@@ -41,7 +41,7 @@ class Sampler:
         self.node_spec = node_spec
         self.buffer: deque[NodeReport] = deque(maxlen=buffer_size)
         self._wall = wall
-        self._prev: dict[str, ProbeSample] = {}
+        self._prev: dict[int, ProbeSample] = {}  # by position: two probes may share a name
         self._seq = 0
         self._pid = os.getpid()
         self._started_at = wall()
@@ -52,18 +52,18 @@ class Sampler:
         rates: list[LinkRate] = []
         gauges: dict[str, float] = {}
         statuses: list[ProbeStatus] = []
-        for probe in self.probes:
+        for i, probe in enumerate(self.probes):
             if not probe.available:
                 statuses.append(ProbeStatus(probe.name, False, probe.reason))
                 continue
             try:
                 sample = probe.sample()
-                found = probe.rates(self._prev.get(probe.name), sample)
+                found = probe.rates(self._prev.get(i), sample)
             except Exception as exc:  # noqa: BLE001 - a probe must never stop the agent
-                self._prev.pop(probe.name, None)
+                self._prev.pop(i, None)
                 statuses.append(ProbeStatus(probe.name, False, f"sample failed: {exc}"))
                 continue
-            self._prev[probe.name] = sample
+            self._prev[i] = sample
             rates.extend(found)
             gauges.update(sample.gauges)
             statuses.append(ProbeStatus(probe.name, True, "", len(sample.links)))
@@ -100,21 +100,23 @@ def measure(
 
     What ``deepshare agents probe`` prints; a probe that fails is reported, never raised.
     """
-    first: dict[int, ProbeSample | None] = {}
-    for i, probe in enumerate(probes):
+    first: list[ProbeSample | Exception | None] = []
+    for probe in probes:
         try:
-            first[i] = probe.sample() if probe.available else None
-        except Exception:  # noqa: BLE001 - reported after the second sample
-            first[i] = None
+            first.append(probe.sample() if probe.available else None)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            first.append(exc)
     sleep(window_s)
-    out = []
-    for i, probe in enumerate(probes):
+    out: list[tuple[ProbeStatus, tuple[LinkRate, ...]]] = []
+    for probe, before in zip(probes, first):
         if not probe.available:
             out.append((ProbeStatus(probe.name, False, probe.reason), ()))
             continue
         try:
+            if isinstance(before, Exception):
+                raise before
             second = probe.sample()
-            rates = probe.rates(first[i], second)
+            rates = probe.rates(before, second)
         except Exception as exc:  # noqa: BLE001
             out.append((ProbeStatus(probe.name, False, f"sample failed: {exc}"), ()))
             continue

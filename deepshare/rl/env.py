@@ -13,7 +13,8 @@ Action
     replaced by the RL-hybrid safety net's launch (``info["safety_net"]``), as at deployment.
 Reward
     ``jct`` (default): minus the jobs in the system integrated over the simulated time the step
-    covers, in hours per trace job, so an episode's return is minus the average JCT in hours.
+    covers, in hours per trace job, so an episode's return is minus the average JCT in hours
+    (times ``reward_scale``).
     ``original``: the artifact's ``-w1 * mean(1 - ratio of running jobs) + w2 * EWMA(utilisation)``,
     given at every step that advances time.
 Start
@@ -61,6 +62,8 @@ class EnvConfig:
     """Cluster sizes (nodes of 8 GPUs of the testbed's type) for generated episodes."""
     contention: str = "profiled"
     reward: Literal["jct", "original"] = "jct"
+    reward_scale: float = 1.0
+    """Multiplies every reward (keeps returns in the value function's comfortable range)."""
     w1: float = 0.5
     w2: float = 0.5
     ewma_alpha: float = 0.1
@@ -204,6 +207,9 @@ class DeepShareEnv(gym.Env):
         return {"observations": np.zeros(self.observation_space["observations"].shape, dtype=np.float32), "action_mask": mask}
 
     def _reward(self, ep: _Episode, area_before: float, time_before: float, view: ClusterView | None) -> float:
+        return self.config.reward_scale * self._raw_reward(ep, area_before, time_before, view)
+
+    def _raw_reward(self, ep: _Episode, area_before: float, time_before: float, view: ClusterView | None) -> float:
         if self.config.reward == "jct":
             return -(ep.sim.jobs_in_system_area - area_before) / 3600.0 / max(1, ep.jobs)
         if ep.sim.now <= time_before:

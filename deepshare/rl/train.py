@@ -45,6 +45,8 @@ class PPOSettings(BaseModel):
     num_epochs: int = Field(4, gt=0)
     entropy_coeff: float = Field(0.01, ge=0)
     clip_param: float = Field(0.2, gt=0)
+    vf_clip_param: float = Field(10.0, gt=0)
+    vf_loss_coeff: float = Field(1.0, gt=0)
     hidden: int = Field(64, gt=0)
 
 
@@ -150,7 +152,7 @@ def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners:
         .training(
             lr=p.lr, gamma=p.gamma, lambda_=p.lambda_, train_batch_size_per_learner=p.train_batch_size,
             minibatch_size=p.minibatch_size, num_epochs=p.num_epochs, entropy_coeff=p.entropy_coeff,
-            clip_param=p.clip_param,
+            clip_param=p.clip_param, vf_clip_param=p.vf_clip_param, vf_loss_coeff=p.vf_loss_coeff,
         )
         .rl_module(
             rl_module_spec=RLModuleSpec(

@@ -61,3 +61,12 @@ class Probe:
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
         return f"<{type(self).__name__} {self.name} {state}>"
+
+
+class UnavailableProbe(Probe):
+    """Stands in for probes that could not even be built, so the failure shows in reports."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__()
+        self.name = name
+        self._unavailable(reason)
