@@ -52,6 +52,15 @@ def _flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ign
         raise DeepShareError(f"{flag}: {exc}") from None
 
 
+def _policy_list(text: str) -> list[str]:
+    """``--policies A,B,...`` as checked registry names."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise DeepShareError(f"--policies {text!r}: expected comma-separated policy names")
+    _check_policies(names, "--policies")
+    return names
+
+
 def _check_policies(names: Sequence[str], flag: str) -> None:
     """Build each policy once so an unknown name fails before any trace is read."""
     from deepshare.policies import make_policy
@@ -201,10 +210,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.report_format import comparison_table
 
     _check_output(args.json, "--json")
-    names = [n.strip() for n in args.policies.split(",") if n.strip()] if args.policies else policy_names(heuristics_only=True)
-    if not names:
-        raise DeepShareError(f"--policies {args.policies!r}: expected comma-separated policy names")
-    _check_policies(names, "--policies")
+    names = _policy_list(args.policies) if args.policies is not None else policy_names(heuristics_only=True)
     topology = _topology(args)
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
@@ -358,10 +364,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.plots import write_plots
 
     _check_output(args.json, "--json")
-    names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    if not names:
-        raise DeepShareError(f"--policies {args.policies!r}: expected comma-separated policy names")
-    _check_policies(names, "--policies")
+    names = _policy_list(args.policies)
     topology = _topology(args)
     mix = _flagged("--mix", mix_from_spec, args.mix)
     result = evaluate(

@@ -26,10 +26,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import format_validation_error, parse_yaml_model  # noqa: F401 (re-export)
 
 
 class NodeTypeSpec(BaseModel):
@@ -190,23 +190,4 @@ def load_topology(preset_or_path: str) -> Topology:
 
 
 def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DeepShareError(f"{source}: not valid YAML ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise DeepShareError(f"{source}: expected a mapping with node_types and nodes, got {type(raw).__name__}")
-    try:
-        spec = ClusterSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise DeepShareError(f"{source}: {format_validation_error(exc)}") from exc
-    return Topology.from_spec(spec)
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: ``field.path: message``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+    return Topology.from_spec(parse_yaml_model(text, ClusterSpec, source, "node_types and nodes"))

@@ -19,12 +19,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from deepshare.core.topology import format_validation_error, load_topology
+from deepshare.core.topology import load_topology
 from deepshare.core.traces import load as load_trace
 from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import parse_yaml_model
 from deepshare.rl.env import EnvConfig
 
 Progress = Callable[[int, int, dict[str, float]], None]
@@ -85,17 +85,12 @@ def _resolve_trace(name: str, base: Path) -> Path:
 def load_train_config(path: str | Path) -> TrainConfig:
     source = Path(path)
     try:
-        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+        text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DeepShareError(f"{source}: training config not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise DeepShareError(f"{source}: cannot read as a YAML training config ({exc})") from None
-    if not isinstance(raw, dict):
-        raise DeepShareError(f"{source}: expected a mapping with name, env, ppo and run")
-    try:
-        config = TrainConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise DeepShareError(f"{source}: {format_validation_error(exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeepShareError(f"{source}: cannot read the training config ({exc})") from None
+    config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo and run")
     env = config.env_config(source.parent)  # validate the env section now, not inside a worker
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
