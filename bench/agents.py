@@ -1,30 +1,38 @@
-"""What a node agent costs and how fast its reports reach the monitor.
+"""What a node agent costs and how fast and fresh its data reaches the monitor.
 
-Starts a private single-node Ray instance, then for each sampling rate runs one
+Starts a private single-node Ray instance, then for each setting runs one
 ``ContentionMonitor`` with one ``NodeAgent`` sampling this machine's real probes and prints:
 
 - the agent process's CPU time over wall time (user + system, every thread of the Ray worker,
   so Ray's own background work is included), next to an agent that never samples (the floor
-  any Ray actor process costs);
-- report latency, the agent's sample time to the monitor's receipt (median and p99);
+  any Ray actor process costs) measured over the same window, side by side;
+- report call latency: the agent's sample time to the monitor's receipt (median and p99); a
+  report is sent right after its sample, so this is the Ray call;
+- data age at the monitor: how old the newest sample the monitor holds is, at random instants
+  (polled from the driver), which adds the wait for the next report (up to one report period);
 - the cost of one sampling step measured in-process, without Ray.
 
-Target: an agent under 1% of one core at 1 Hz. Usage: ``python bench/agents.py [--seconds S]``.
+Default report interval (``max(2 s, interval)``) at 1 Hz and 10 Hz, plus 1 Hz reporting every
+sample (the behaviour before report intervals) for comparison. Target: an agent under 1% of one
+core at 1 Hz. Usage: ``python bench/agents.py [--seconds S]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
 import shutil
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import ray
 
 from deepshare.agents import AgentConfig, Sampler, local_probes
 from deepshare.agents.monitor import ContentionMonitor
+from deepshare.agents.probes.detect import default_probes
 
 
 def step_cost_us(steps: int = 200) -> tuple[float, list[str]]:
@@ -45,22 +53,52 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def run_agent(interval_s: float, seconds: float, warmup_s: float = 2.0) -> tuple[float, list[float]]:
-    """(agent CPU fraction of one core, report latencies in s) for one monitor + one agent."""
-    config = AgentConfig(interval_s=interval_s, stale_after_s=max(5.0, 3 * interval_s), reconcile_interval_s=0)
-    monitor = ContentionMonitor.remote(config)
+def start_agent(config: AgentConfig, prefix: str) -> tuple[Any, Any]:
+    """A monitor and its one agent on this node (agents of different ``prefix`` never share)."""
+    monitor = ContentionMonitor.remote(config, default_probes, None, None, False, None, prefix)
     ray.get(monitor.reconcile.remote())
     (agent,) = ray.get(monitor.agents.remote()).values()
     ray.get(agent.info.remote())
-    time.sleep(warmup_s)
-    skip = len(ray.get(monitor.latencies.remote()))
-    cpu0, t0 = ray.get(agent.cpu_seconds.remote()), time.monotonic()
-    time.sleep(seconds)
-    cpu1, t1 = ray.get(agent.cpu_seconds.remote()), time.monotonic()
-    latencies = ray.get(monitor.latencies.remote())[skip:]
+    return monitor, agent
+
+
+def stop_agent(monitor: Any) -> None:
     ray.get(monitor.shutdown.remote())
     ray.kill(monitor)
-    return (cpu1 - cpu0) / (t1 - t0), latencies
+
+
+def run_agent(
+    interval_s: float, seconds: float, idle: Any, report_interval_s: float | None = None, warmup_s: float = 2.0
+) -> tuple[float, float, list[float], list[float], float]:
+    """One monitor + one agent: (agent CPU fraction of one core, the ``idle`` agent's over the same
+    window, report call latencies in s, ages in s of the monitor's newest sample at random
+    instants, report period in s)."""
+    config = AgentConfig(interval_s=interval_s, report_interval_s=report_interval_s, reconcile_interval_s=0)
+    monitor, agent = start_agent(config, "bench-agent")
+    time.sleep(warmup_s)
+    skip = len(ray.get(monitor.latencies.remote()))
+    rng = random.Random(0)
+    ages: list[float] = []
+    cpu0, idle0, t0 = *ray.get([agent.cpu_seconds.remote(), idle.cpu_seconds.remote()]), time.monotonic()
+    end = t0 + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, rng.uniform(0.05, 0.35)))  # random instants: not phase-locked to reports
+        before = time.time()
+        state = ray.get(monitor.view.remote()).nodes[0]
+        if state.report is not None:
+            ages.append((before + time.time()) / 2 - state.report.sampled_at)  # one machine: one wall clock
+    cpu1, idle1, t1 = *ray.get([agent.cpu_seconds.remote(), idle.cpu_seconds.remote()]), time.monotonic()
+    latencies = ray.get(monitor.latencies.remote())[skip:]
+    stop_agent(monitor)
+    return (cpu1 - cpu0) / (t1 - t0), (idle1 - idle0) / (t1 - t0), latencies, ages, config.report_period
+
+
+def ms(values: list[float], q: float | None) -> str:
+    """Median (q None), percentile q or max (q 1) of ``values`` in ms, or '-'."""
+    if not values:
+        return "-"
+    value = statistics.median(values) if q is None else percentile(values, q)
+    return f"{value * 1e3:.1f}"
 
 
 def main() -> None:
@@ -76,18 +114,21 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, _temp_dir=tmp,
              logging_level=logging.WARNING, log_to_driver=False)
     try:
-        print(f"\n{'agent':>22} {'CPU % of a core':>16} {'reports':>8} {'latency p50 ms':>15} {'p99 ms':>8}")
-        idle, _ = run_agent(1e6, args.seconds)  # samples once at start, then never again
-        print(f"{'idle (never samples)':>22} {idle * 100:16.3f} {'-':>8} {'-':>15} {'-':>8}")
-        for hz in (1, 10):
-            frac, lat = run_agent(1.0 / hz, args.seconds)
-            p50 = statistics.median(lat) * 1e3 if lat else float("nan")
-            p99 = percentile(lat, 0.99) * 1e3 if lat else float("nan")
-            print(f"{f'{hz} Hz':>22} {frac * 100:16.3f} {len(lat):8d} {p50:15.2f} {p99:8.2f}")
+        idle_monitor, idle = start_agent(AgentConfig(interval_s=1e6, reconcile_interval_s=0), "bench-idle")  # samples once
+        head = (f"{'agent':>18} {'report every s':>14} {'CPU %':>6} {'idle CPU %':>10} {'reports':>8}"
+                f" {'call p50 ms':>11} {'p99 ms':>7} {'data age p50 ms':>15} {'max ms':>7}")
+        print("\n" + head)
+        for label, hz, report_s in (("1 Hz", 1, None), ("10 Hz", 10, None), ("1 Hz, report each", 1, 1.0)):
+            frac, idle_frac, lat, ages, period = run_agent(1.0 / hz, args.seconds, idle, report_s)
+            print(f"{label:>18} {period:14g} {frac * 100:6.3f} {idle_frac * 100:10.3f} {len(lat):8d}"
+                  f" {ms(lat, None):>11} {ms(lat, 0.99):>7} {ms(ages, None):>15} {ms(ages, 1.0):>7}")
+        stop_agent(idle_monitor)
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("\ntarget: < 1% of a core at 1 Hz (CPU includes the Ray worker's own background threads)")
+    print("\nCPU %: of one core, the agent's whole Ray worker process; idle CPU %: an agent that never samples,"
+          " over the same window")
+    print("target: < 1% of a core at 1 Hz")
 
 
 if __name__ == "__main__":

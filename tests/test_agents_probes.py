@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from deepshare.agents import (
+    AgentConfig,
     ClusterState,
     EthernetProbe,
     InfinibandProbe,
@@ -121,6 +122,10 @@ def test_ethernet_exact_rates_speed_and_interface_selection(tree: Path) -> None:
     assert eth0.capacity_bytes_per_s == 1.25e9  # 10000 Mb/s
     assert eth0.utilization == 1_250_000 / 1.25e9
     assert got["eth/eth1"].rx_bytes_per_s == 500.0 and got["eth/eth1"].utilization is None  # speed -1
+    probe.close()  # /proc/net/dev stays open between samples; after close it is opened again
+    probe.clock = Clock(13.0)
+    assert probe.sample().links["eth/eth0"].rx == 3_500_000
+    probe.close()
 
 
 def test_ethernet_options_loopback_virtual_named_and_capacity(tree: Path) -> None:
@@ -488,6 +493,53 @@ def test_measure_reports_each_probe_and_never_raises(tree: Path) -> None:
     assert got["x"] == (ProbeStatus("x", False, "why"), ())
 
 
+# -- report interval -----------------------------------------------------------------------
+def test_agent_config_report_interval_defaults_and_validation() -> None:
+    from deepshare.agents.config import report_period
+
+    one_hz = AgentConfig()
+    assert (one_hz.report_interval, one_hz.report_period, one_hz.stale_after) == (2.0, 2.0, 6.0)
+    assert AgentConfig(interval_s=0.1).report_period == 2.0 and AgentConfig(interval_s=0.1).stale_after == 6.0
+    slow = AgentConfig(interval_s=5.0)  # never reports faster than it samples
+    assert (slow.report_period, slow.stale_after) == (5.0, 15.0)
+    assert AgentConfig(interval_s=0.1, report_interval_s=0.3).report_period == pytest.approx(0.3)
+    assert report_period(1.0, 2.5) == 3.0 and report_period(0.1, 0.3) == pytest.approx(0.3)  # whole samples
+    assert AgentConfig(interval_s=1.0, report_interval_s=2.5, stale_after_s=3.5).stale_after == 3.5
+    with pytest.raises(ValueError, match=r"report_interval_s \(0.5\) must be at least interval_s \(1\)"):
+        AgentConfig(report_interval_s=0.5)
+    with pytest.raises(ValueError, match=r"stale_after_s \(3\) must exceed the report period \(3 s"):
+        AgentConfig(interval_s=1.0, report_interval_s=2.5, stale_after_s=3.0)
+    with pytest.raises(ValueError, match=r"stale_after_s \(1.5\) must exceed the report period \(2 s"):
+        AgentConfig(stale_after_s=1.5)  # the default 2 s report interval counts too
+
+
+def test_report_schedule_first_two_samples_then_every_period() -> None:
+    from deepshare.agents.sampler import ReportSchedule
+
+    def reported(schedule: ReportSchedule, ticks: list[float]) -> list[float]:
+        out = []
+        for tick in ticks:
+            if schedule.due(tick):
+                schedule.sent(tick)
+                out.append(tick)
+        return out
+
+    t = 0.0  # accumulate the float error the agent's loop has
+    ticks = []
+    for _ in range(20):
+        ticks.append(t)
+        t += 0.1
+    assert [round(x, 6) for x in reported(ReportSchedule(0.1, 0.3), ticks)] == [0.0, 0.1, 0.4, 0.7, 1.0, 1.3, 1.6, 1.9]
+    assert reported(ReportSchedule(1.0, 2.5), [float(i) for i in range(12)]) == [0.0, 1.0, 4.0, 7.0, 10.0]
+    assert reported(ReportSchedule(1.0, 1.0), [0.0, 1.0, 2.0]) == [0.0, 1.0, 2.0]
+    late = ReportSchedule(1.0, 2.0)
+    assert reported(late, [0.0, 1.0, 2.0, 3.5, 4.5]) == [0.0, 1.0, 3.5]  # a late tick reports once due
+    unsent = ReportSchedule(1.0, 2.0)
+    assert unsent.due(0.0) and unsent.due(1.0)  # nothing sent yet (the send failed): still due
+    with pytest.raises(ValueError, match="at least interval_s"):
+        ReportSchedule(1.0, 0.5)
+
+
 # -- the cluster view ----------------------------------------------------------------------
 def report(node: str, seq: int, pid: int = 1, u: float | None = 0.5, sampled_at: float = 0.0) -> NodeReport:
     links = (LinkStat("nic", 1.0, 2.0, u, contention_score(u)), LinkStat("eth/eth0", 1.0, 2.0, None, None))
@@ -597,8 +649,15 @@ def test_cli_errors_are_one_line_without_a_cluster() -> None:
     assert rc == 2 and err.count("\n") == 1 and f"127.0.0.1:{port}" in err and "no Ray cluster" in err
     rc, _, err = run_cli("stop", "--address", "nonsense")
     assert rc == 2 and "HOST:PORT" in err
-    rc, _, err = run_cli("start", "--address", f"127.0.0.1:{port}", "--interval", "2", "--stale-after", "1")
-    assert rc == 2 and "--stale-after 1 must exceed --interval 2" in err
+    start = ("start", "--address", f"127.0.0.1:{port}")  # flags are checked before connecting
+    rc, _, err = run_cli(*start, "--interval", "2", "--stale-after", "1")
+    assert rc == 2 and "--stale-after 1 must exceed the report period 2 s (default report interval" in err
+    rc, _, err = run_cli(*start, "--stale-after", "1.5")  # 1 Hz reports every 2 s by default
+    assert rc == 2 and "--stale-after 1.5 must exceed the report period 2 s" in err
+    rc, _, err = run_cli(*start, "--interval", "1", "--report-interval", "2.5", "--stale-after", "3")
+    assert rc == 2 and "must exceed the report period 3 s (--report-interval rounded up to whole --interval 1" in err
+    rc, _, err = run_cli(*start, "--interval", "1", "--report-interval", "0.5")
+    assert rc == 2 and "--report-interval 0.5 must be at least --interval 1" in err and err.count("\n") == 1
     assert run_cli("probe", "--window", "-1")[0] == 2  # argparse
     assert run_cli("start", "--metrics-port", "70000")[0] == 2
     assert not ray.is_initialized()

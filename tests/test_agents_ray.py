@@ -70,7 +70,7 @@ def names(cluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def monitor(cluster, names):
-    config = AgentConfig(interval_s=0.1, stale_after_s=1.0, reconcile_interval_s=0.5)
+    config = AgentConfig(interval_s=0.1, report_interval_s=0.3, stale_after_s=1.0, reconcile_interval_s=0.5)
     handle = ContentionMonitor.options(name="test-monitor").remote(
         config, ReplayProbes([LOADS]), None, names, False, None, "test-agent"
     )
@@ -103,6 +103,24 @@ def test_one_agent_per_node_and_the_view_covers_every_node(monitor, names) -> No
 
     recent = wait_for("three buffered reports", three)
     assert recent[0].seq < recent[1].seq < recent[2].seq
+
+
+def test_agents_sample_every_interval_but_report_every_report_period(monitor) -> None:
+    agent = ray.get(monitor.agents.remote())["node1"]
+    info = ray.get(agent.info.remote())
+    assert (info["interval_s"], info["report_period_s"]) == (0.1, pytest.approx(0.3))
+
+    def after(seq: int):
+        state = ray.get(monitor.view.remote()).node("node1")
+        return state if state.report is not None and state.report.seq >= seq else None
+
+    state = wait_for("a few reports from node1", lambda: after(12))
+    buffered = ray.get(agent.recent.remote(600))
+    seqs = [r.seq for r in buffered]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # every sample is buffered
+    # ...but only the first two and then about one sample in three reach the monitor (one in
+    # two at worst, when late ticks are skipped)
+    assert 3 <= state.reports <= state.report.seq // 2 + 2
 
 
 def test_link_load_is_the_cluster_view_mapping(monitor) -> None:
@@ -163,7 +181,7 @@ def test_prometheus_endpoint_on_loopback(monitor) -> None:
 
 
 def test_a_restarted_detached_monitor_adopts_the_running_agents(cluster, names) -> None:
-    config = AgentConfig(interval_s=0.1, stale_after_s=1.0, reconcile_interval_s=0.3)
+    config = AgentConfig(interval_s=0.1, report_interval_s=0.3, stale_after_s=1.0, reconcile_interval_s=0.3)
     handle = ContentionMonitor.options(name="restart-monitor", lifetime="detached").remote(
         config, ReplayProbes([LOADS]), None, names, True, None, "restart-agent"
     )
@@ -200,10 +218,11 @@ def test_an_agent_whose_probes_cannot_be_built_still_runs_and_says_why(cluster) 
 
 def test_cli_start_status_stop(cluster) -> None:
     args = ("--address", cluster.address, "--name", "cli-monitor")
-    rc, out, err = run_cli("start", *args, "--interval", "0.2", "--metrics-port", "0")
+    rc, out, err = run_cli("start", *args, "--interval", "0.2", "--report-interval", "0.5", "--metrics-port", "0")
     try:
         assert rc == 0, err
         assert "contention monitor 'cli-monitor' started; agents on 3 node(s)" in out
+        assert "sampling every 0.2 s, reporting every 0.6 s, stale after 5 s" in out  # 0.5 s: 3 samples
         assert "Prometheus metrics at http://127.0.0.1:" in out
 
         def reported():

@@ -5,8 +5,13 @@ that node, under a name derived from the Ray node id (``get_if_exists``), so a s
 finds the first. ``max_restarts=-1`` and ``max_task_retries=-1``: Ray restarts a crashed agent
 and re-runs its constructor, which is why the constructor starts the sampling thread (the one
 thing it starts; the thread only reads local counters). Each sample becomes one
-:class:`~deepshare.agents.report.NodeReport`, buffered locally (bounded) and sent
-fire-and-forget to the monitor.
+:class:`~deepshare.agents.report.NodeReport`, buffered locally (bounded, :meth:`NodeAgent.recent`).
+The first two samples (the node's probes, then its first rates) and then one every
+``report_interval_s`` (rounded up to whole samples, :class:`~deepshare.agents.sampler.ReportSchedule`)
+are sent fire-and-forget to the monitor: each holds the latest rates, and its ``seq`` tells
+how many samples were taken since the previous report. Sampling is cheap (tens of
+microseconds) and a Ray call is not (about a millisecond of CPU), so reporting less often
+than sampling is what keeps an agent's cost near that of an idle Ray worker.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from typing import Any, Callable, Sequence
 
 import ray
 
+from deepshare.agents.config import default_report_interval
 from deepshare.agents.probes.base import Probe, UnavailableProbe
 from deepshare.agents.probes.detect import default_probes
 from deepshare.agents.report import NodeReport
-from deepshare.agents.sampler import Sampler
+from deepshare.agents.sampler import ReportSchedule, Sampler
 from deepshare.core.topology import Node
 
 log = logging.getLogger(__name__)
@@ -33,7 +39,8 @@ ProbeFactory = Callable[[str, "Node | None"], Sequence[Probe]]
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=2)
 class NodeAgent:
-    """Samples every ``interval_s`` seconds in a daemon thread until :meth:`stop`."""
+    """Samples every ``interval_s`` seconds in a daemon thread until :meth:`stop`; reports the
+    latest sample to ``monitor`` every ``report_interval_s`` (default ``max(interval_s, 2)``)."""
 
     def __init__(
         self,
@@ -43,7 +50,11 @@ class NodeAgent:
         node_spec: Node | None = None,
         interval_s: float = 1.0,
         buffer_size: int = 600,
+        report_interval_s: float | None = None,
     ) -> None:
+        if report_interval_s is None:
+            report_interval_s = default_report_interval(interval_s)
+        self._schedule = ReportSchedule(interval_s, report_interval_s)  # raises on a bad pair
         node_id = ray.get_runtime_context().get_node_id()
         try:
             probes = list(probe_factory(node, node_spec))
@@ -59,13 +70,14 @@ class NodeAgent:
         self._thread.start()
 
     def _run(self) -> None:
-        due = time.monotonic()
+        due = time.monotonic()  # the scheduled time of the current tick
         while not self._stop.is_set():
             try:
                 with self._lock:
                     report = self._sampler.step()
-                if self._monitor is not None:
+                if self._monitor is not None and self._schedule.due(due):
                     self._monitor.report.remote(report)
+                    self._schedule.sent(due)
             except Exception:  # noqa: BLE001 - keep sampling; the next tick may succeed
                 log.exception("agent on %s: sampling or reporting failed", self._sampler.node)
             due += self._interval
@@ -82,10 +94,12 @@ class NodeAgent:
             "node_id": self._sampler.node_id,
             "pid": os.getpid(),
             "probes": [(p.name, p.available, p.reason) for p in self._sampler.probes],
+            "interval_s": self._interval,
+            "report_period_s": self._schedule.period_s,
         }
 
     def recent(self, n: int = 1) -> list[NodeReport]:
-        """The last ``n`` reports from the bounded buffer, oldest first."""
+        """The last ``n`` samples (reports, sent or not) from the bounded buffer, oldest first."""
         with self._lock:
             return list(self._sampler.buffer)[-n:]
 

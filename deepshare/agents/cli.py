@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from deepshare.agents.config import MONITOR_NAME, AgentConfig
+from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.core.types import DeepShareError
 
 
@@ -80,14 +80,26 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.agents.deploy import connect, start_monitor
 
-    if args.stale_after is not None and args.stale_after <= args.interval:
-        raise DeepShareError(f"--stale-after {args.stale_after:g} must exceed --interval {args.interval:g}")
-    config = AgentConfig(interval_s=args.interval, stale_after_s=args.stale_after)
+    if args.report_interval is not None and args.report_interval < args.interval:
+        raise DeepShareError(
+            f"--report-interval {args.report_interval:g} must be at least --interval {args.interval:g}"
+            " (an agent reports at most once per sample)"
+        )
+    period = report_period(args.interval, args.report_interval or default_report_interval(args.interval))
+    if args.stale_after is not None and args.stale_after <= period:
+        given = "--report-interval" if args.report_interval is not None else "default report interval"
+        raise DeepShareError(
+            f"--stale-after {args.stale_after:g} must exceed the report period {period:g} s ({given} rounded up to"
+            f" whole --interval {args.interval:g} samples), or nodes turn stale between reports"
+        )
+    config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after)
     connect(args.address)
     monitor, created = start_monitor(config, name=args.name)
-    agents = ray.get(monitor.agents.remote())
+    agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()])
     verb = "started" if created else "already running (its settings kept)"
     _print(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
+    _print(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
+                f" stale after {running.stale_after:g} s")
     if args.metrics_port is not None:
         try:
             port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
@@ -157,8 +169,11 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("start", help="start the contention monitor and one agent per node, then return")
     _cluster_args(p)
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="sampling period (default 1)")
+    p.add_argument("--report-interval", type=_positive_float, default=None, metavar="S",
+                   help="seconds between two reports to the monitor, each the latest sample (default max(2, interval);"
+                        " rounded up to whole samples)")
     p.add_argument("--stale-after", type=_positive_float, default=None, metavar="S",
-                   help="mark a node stale after S seconds without a report (default max(5, 3 x interval))")
+                   help="mark a node stale after S seconds without a report (default max(5, 3 x report period))")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
     p.set_defaults(func=cmd_start)

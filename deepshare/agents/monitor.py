@@ -117,7 +117,9 @@ class ContentionMonitor:
             options["namespace"] = self._namespace
         if self._detached:
             options["lifetime"] = "detached"
-        return NodeAgent.options(**options).remote(name, self._self, self._factory, spec, cfg.interval_s, cfg.buffer_size)
+        return NodeAgent.options(**options).remote(
+            name, self._self, self._factory, spec, cfg.interval_s, cfg.buffer_size, cfg.report_interval
+        )
 
     def agents(self) -> dict[str, Any]:
         """Node name -> agent handle, for every node the monitor believes alive."""
@@ -125,8 +127,9 @@ class ContentionMonitor:
             return dict(sorted((self._names[i], h) for i, h in self._agents.items()))
 
     # -- reports and views -------------------------------------------------------------------
-    @ray.method(enable_task_events=False)  # every agent calls it every interval: keep it out of Ray's task table
+    @ray.method(enable_task_events=False)  # every agent calls it every report period: keep it out of Ray's task table
     def report(self, report: NodeReport) -> None:
+        """An agent's latest sample (one call per agent per report period, not per sample)."""
         self._state.update(report)
 
     def view(self) -> ClusterSnapshot:

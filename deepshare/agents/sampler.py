@@ -4,6 +4,7 @@
 what ``deepshare agents probe`` runs twice over a short window. A probe that is unavailable, or
 whose read fails, is reported with its reason and retried next step: a probe can never stop the
 sampler. Reports are kept in a bounded buffer (``deque(maxlen=buffer_size)``).
+:class:`ReportSchedule` decides which samples an agent also sends to the monitor.
 """
 
 from __future__ import annotations
@@ -13,12 +14,44 @@ import time
 from collections import deque
 from typing import Callable, Sequence
 
+from deepshare.agents.config import report_period
 from deepshare.agents.contention import contention_score, gpu_contention
 from deepshare.agents.links import with_node_links
 from deepshare.agents.probes.base import Probe
 from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus
 from deepshare.agents.samples import LinkRate, ProbeSample
 from deepshare.core.topology import Node
+
+
+class ReportSchedule:
+    """Which sampling ticks also report: the first two, then one every report period.
+
+    The first sample is sent at once (the monitor learns the node and its probes), the second
+    too (the first with counter rates), then the first tick at or after the previous report plus
+    ``report_period(interval_s, report_interval_s)``. ``due`` is a tick's *scheduled* time, so
+    jitter in when the thread wakes never stretches the period; the tolerance absorbs the float
+    drift of adding ``interval_s`` over and over.
+    """
+
+    def __init__(self, interval_s: float, report_interval_s: float) -> None:
+        if not report_interval_s >= interval_s > 0:
+            raise ValueError(
+                f"report_interval_s ({report_interval_s:g}) must be at least interval_s ({interval_s:g}) > 0"
+            )
+        self.interval_s = interval_s
+        self.period_s = report_period(interval_s, report_interval_s)
+        self._next: float | None = None  # None: report the next tick
+        self._sent = 0
+        self._slack = 1e-6 * interval_s
+
+    def due(self, tick: float) -> bool:
+        """Whether the sample of the tick scheduled at ``tick`` should be reported."""
+        return self._next is None or tick >= self._next - self._slack
+
+    def sent(self, tick: float) -> None:
+        """The sample of ``tick`` was handed to Ray (a failed send is retried next tick)."""
+        self._sent += 1
+        self._next = tick + (self.interval_s if self._sent == 1 else self.period_s)
 
 
 class Sampler:

@@ -2,8 +2,9 @@
 
 ``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
 its width, the encoding it was trained with and what it was trained on. Loading needs torch
-only; the ``rl-base`` and ``rl-hybrid`` registry entries load the files shipped in
-``deepshare/data/policies/`` unless given ``NAME=PATH``.
+only. ``rl-base`` and ``rl-hybrid`` both load the network shipped in
+``deepshare/data/policies/rl_base.pt`` unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety
+net (see ``deepshare/data/policies/README.md`` for why it is that network).
 """
 
 from __future__ import annotations
@@ -75,11 +76,14 @@ def scorer_from_file(path: str | Path):  # -> (scorer callable, EncodingConfig, 
     return score, encoding, doc["metadata"]
 
 
-def shipped(name: str) -> Path:
-    return Path(str(resources.files("deepshare.data") / "policies" / f"{name}.pt"))
+SHIPPED = "rl_base.pt"
+
+
+def shipped() -> Path:
+    return Path(str(resources.files("deepshare.data") / "policies" / SHIPPED))
 
 
 def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedPolicy:
-    file = Path(path) if path else shipped(name.replace("-", "_"))
+    file = Path(path) if path else shipped()
     score, encoding, metadata = scorer_from_file(file)
     return LearnedPolicy(name, score, encoding, HybridRules() if hybrid else None, {**metadata, "checkpoint": str(file)})

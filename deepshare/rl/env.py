@@ -74,7 +74,7 @@ class EnvConfig:
     hybrid: bool = False
     """RL-hybrid: when the agent waits, the safety net may launch the contention-aware pick."""
     hybrid_min_ratio: float = 0.9
-    hybrid_utilisation_floor: float = 0.8
+    hybrid_utilisation_floor: float = 0.5
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":

@@ -11,16 +11,20 @@ which reads ``-1`` or fails with EINVAL for virtual or down links: capacity is t
 By default ``lo`` is skipped, and so are virtual interfaces (no ``/sys/class/net/IF/device``:
 bridges, veth, ifb, docker0) whenever sysfs is readable, since they re-count traffic that
 already crossed a physical NIC.
+
+With the default reader, ``/proc/net/dev`` stays open between samples (read with ``pread`` from
+offset 0, reopened after a failed read) and interface speeds are read once, at construction.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Mapping
 
-from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, read_text
+from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, pread_text, read_text
 from deepshare.agents.samples import LinkReading, ProbeSample
 
 WORD_BITS = 64 if sys.maxsize > 2**32 else 32
@@ -65,6 +69,8 @@ class EthernetProbe(Probe):
         self._dev = Path(proc_root) / "net" / "dev"
         self._net = Path(sys_root) / "class" / "net"
         self._reader = reader
+        self._keep_open = reader is read_text  # an injected reader is called every time
+        self._fd: int | None = None
         self._bits = counter_bits
         self._capacity_gbps = capacity_gbps
         self._fallback_gbps = fallback_gbps
@@ -106,9 +112,20 @@ class EthernetProbe(Probe):
             return mbps * 1e6 / 8
         return None if self._fallback_gbps is None else self._fallback_gbps * 1e9 / 8
 
+    def _read_dev(self) -> str:
+        if not self._keep_open:
+            return self._reader(self._dev)
+        if self._fd is None:
+            self._fd = os.open(self._dev, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return pread_text(self._fd)
+        except OSError:
+            self.close()  # reopen next time
+            raise
+
     def _read(self) -> ProbeSample:
         try:
-            text = self._reader(self._dev)
+            text = self._read_dev()
         except OSError as exc:
             raise ProbeError(f"cannot read {self._dev}: {exc}") from exc
         now = self.clock()
@@ -121,3 +138,8 @@ class EthernetProbe(Probe):
                     rx, tx, bits=self._bits, capacity_bytes_per_s=self._capacity[iface]
                 )
         return ProbeSample(now, links)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
