@@ -46,3 +46,12 @@ def test_evaluate_rejects_bad_policy_lists(capsys):
     assert "expected comma-separated policy names" in capsys.readouterr().err
     assert main(["evaluate", "--trace", str(TRACE), "--policies", "las+spread,nope"]) == 2
     assert "--policies: unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_evaluation_is_deterministic_including_the_learned_policies(capsys, tmp_path):
+    args = ["evaluate", "--trace", str(TRACE), "--policies", "las+contention-aware,rl-base,rl-hybrid", "--seeds", "1"]
+    assert main([*args, "--json", str(tmp_path / "a.json")]) == 0
+    assert main([*args, "--json", str(tmp_path / "b.json")]) == 0
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    results = json.loads((tmp_path / "a.json").read_text())["results"]
+    assert results["rl-hybrid"]["finished"] == results["rl-base"]["finished"] == 256
