@@ -91,6 +91,8 @@ class ProfiledState:
         self._matrix = catalog.ratio_matrix
         self._jobs: dict[str, tuple[RunningJob, int, bool]] = {}  # job, profile-key index, contends
         self._ratio: dict[str, float] = {}
+        self._raw_value: dict[str, float] = {}  # unfloored aggregate per contending job, kept by _rerate
+        self._key_cache: dict[tuple[str, int, int], int] = {}
 
     # -- protocol ----------------------------------------------------------------------------
     def add(self, job: RunningJob) -> set[str]:
@@ -109,6 +111,7 @@ class ProfiledState:
     def remove(self, job_id: str) -> set[str]:
         job, _, contends = self._jobs.pop(job_id)
         del self._ratio[job_id]
+        self._raw_value.pop(job_id, None)
         if not contends:
             return set()
         for n in job.placement.nodes:
@@ -130,7 +133,7 @@ class ProfiledState:
             _, other_key, _ = self._jobs[other_id]
             raw = self._combine(raw, self._matrix[key][other_key])
             old = self._ratio[other_id]
-            new = max(floor, self._combine(self._raw(other_id), self._matrix[other_key][key]))
+            new = max(floor, self._combine(self._raw_value[other_id], self._matrix[other_key][key]))
             if new != old:
                 others[other_id] = new
                 loss += old - new
@@ -140,7 +143,12 @@ class ProfiledState:
     def _key(self, job: RunningJob) -> tuple[int, bool]:
         nodes = job.placement.num_nodes
         contends = nodes > 1 or not self._model.single_node_contention_free
-        return self._catalog.key_index(self._catalog.profile_key(job.model, job.gpus, nodes)), contends
+        cache_key = (job.model, job.gpus, nodes)
+        index = self._key_cache.get(cache_key)
+        if index is None:
+            index = self._catalog.key_index(self._catalog.profile_key(job.model, job.gpus, nodes))
+            self._key_cache[cache_key] = index
+        return index, contends
 
     def _neighbours(self, nodes: Iterable[int], exclude: str) -> set[str]:
         found: set[str] = set()
@@ -165,7 +173,9 @@ class ProfiledState:
         changed = set(force)
         floor = self._model.floor
         for job_id in ids:
-            new = max(floor, self._raw(job_id))
+            raw = self._raw(job_id)
+            self._raw_value[job_id] = raw
+            new = max(floor, raw)
             if self._ratio.get(job_id) != new:
                 self._ratio[job_id] = new
                 changed.add(job_id)
