@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deepshare",
         description="Network-contention-aware scheduling of distributed deep-learning jobs: simulate "
-        "policies on GPU-cluster traces with measured contention.",
+        "and compare scheduling policies on GPU-cluster traces with measured or link-level contention, "
+        "train and evaluate learned policies, and measure link load on a Ray cluster.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
