@@ -66,11 +66,15 @@ def test_jct_return_is_minus_the_average_jct_in_hours():
     assert info["report"]["finished"] == 256
 
 
-def test_original_reward_is_the_weighted_contention_and_utilisation_signal():
-    trajectory, _ = play(DeepShareEnv({**SMALL, "reward": "original", "w1": 1.0, "w2": 0.0}), 3, first_launch)
-    assert all(-1.0 <= r <= 0.0 for _, r, _, _ in trajectory)
-    trajectory, _ = play(DeepShareEnv({**SMALL, "reward": "original", "w1": 0.0, "w2": 1.0}), 3, first_launch)
-    assert all(0.0 <= r <= 1.0 for _, r, _, _ in trajectory) and any(r > 0 for _, r, _, _ in trajectory)
+def test_original_reward_is_the_weighted_contention_and_utilisation_signal_per_round():
+    env = DeepShareEnv({**SMALL, "reward": "original", "w1": 1.0, "w2": 0.0})
+    trajectory, info = play(env, 3, first_launch)
+    rounds = info["report"]["makespan_s"] / 300.0
+    assert all(r <= 0.0 for _, r, _, _ in trajectory)
+    assert sum(r for _, r, _, _ in trajectory) >= -rounds  # at most one unit of loss per 300 s round
+    trajectory, info = play(DeepShareEnv({**SMALL, "reward": "original", "w1": 0.0, "w2": 1.0}), 3, first_launch)
+    assert all(r >= 0.0 for _, r, _, _ in trajectory) and any(r > 0 for _, r, _, _ in trajectory)
+    assert sum(r for _, r, _, _ in trajectory) <= info["report"]["makespan_s"] / 300.0 + 1e-9
 
 
 def test_mask_is_exactly_the_feasible_candidates():

@@ -16,7 +16,8 @@ Reward
     covers, in hours per trace job, so an episode's return is minus the average JCT in hours
     (times ``reward_scale``).
     ``original``: the artifact's ``-w1 * mean(1 - ratio of running jobs) + w2 * EWMA(utilisation)``,
-    given at every step that advances time.
+    which it paid once per 300 s round; here it is weighted by the simulated time a step covers
+    (in 300 s rounds), so a policy cannot collect it by taking more decisions.
 Start
     ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
     or a generated Poisson trace on one of the configured cluster sizes, and runs to the first
@@ -43,6 +44,7 @@ from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, Encodin
 from deepshare.policies.learned import HybridRules, safety_net
 
 FEATURE_BOUND = 50.0
+ORIGINAL_ROUND_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -212,13 +214,15 @@ class DeepShareEnv(gym.Env):
     def _raw_reward(self, ep: _Episode, area_before: float, time_before: float, view: ClusterView | None) -> float:
         if self.config.reward == "jct":
             return -(ep.sim.jobs_in_system_area - area_before) / 3600.0 / max(1, ep.jobs)
-        if ep.sim.now <= time_before:
+        elapsed = ep.sim.now - time_before
+        if elapsed <= 0:
             return 0.0
         util = 1.0 - sum(view.free) / view.total_gpus if view is not None else 0.0
         ep.util_ewma = (1 - self.config.ewma_alpha) * ep.util_ewma + self.config.ewma_alpha * util
         running = list(view.running) if view is not None else []
         contention = float(np.mean([1.0 - j.ratio for j in running])) if running else 0.0
-        return -self.config.w1 * contention + self.config.w2 * ep.util_ewma
+        rounds = elapsed / ORIGINAL_ROUND_S  # the artifact paid this reward once per 300 s round
+        return (-self.config.w1 * contention + self.config.w2 * ep.util_ewma) * rounds
 
     def _scenario(self, rng: np.random.Generator) -> tuple[Topology, list[JobSpec]]:
         cfg = self.config
