@@ -363,6 +363,11 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.evaluation import evaluate
     from deepshare.plots import write_plots
 
+    if args.out:  # made first: the README puts --json inside it
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
     _check_output(args.json, "--json")
     names = _policy_list(args.policies)
     topology = _topology(args)

@@ -55,3 +55,10 @@ def test_evaluation_is_deterministic_including_the_learned_policies(capsys, tmp_
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     results = json.loads((tmp_path / "a.json").read_text())["results"]
     assert results["rl-hybrid"]["finished"] == results["rl-base"]["finished"] == 256
+
+
+def test_json_may_go_inside_the_figures_folder(capsys, tmp_path):
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--trace", str(TRACE), "--policies", "fifo+consolidated", "--seeds", "1",
+                 "--out", str(out), "--json", str(out / "results.json")]) == 0
+    assert (out / "results.json").exists() and (out / "jct_cdf.png").exists()
