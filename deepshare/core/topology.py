@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepshare.core.types import DeepShareError
-from deepshare.core.yamlspec import format_validation_error, parse_yaml_model  # noqa: F401 (re-export)
+from deepshare.core.yamlspec import parse_yaml_model
 
 
 class NodeTypeSpec(BaseModel):
