@@ -352,7 +352,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
                           f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
-                       address=args.address, resume=args.resume, progress=report)
+                       address=args.address, resume=args.resume, progress=report, config=config)
     out.print(f"policy written to {policy}; use --policy {config.name.replace('_', '-')}={policy}", markup=False, highlight=False)
     return 0
 

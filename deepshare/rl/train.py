@@ -167,15 +167,16 @@ def train(
     address: str | None = None,
     resume: str | Path | None = None,
     progress: Progress | None = None,
+    config: TrainConfig | None = None,
 ) -> Path:
-    """Run PPO; returns the exported ``policy.pt``."""
+    """Run PPO; returns the exported ``policy.pt``. ``config``: ``config_path`` already loaded."""
     import ray
     from ray.rllib.algorithms.algorithm import Algorithm
     from tensorboardX import SummaryWriter
 
     from deepshare.policies.checkpoint import export_scorer
 
-    config = load_train_config(config_path)
+    config = config or load_train_config(config_path)
     env = config.env_config(Path(config_path).parent)
     total = iterations or config.run.iterations
     runners = config.run.num_env_runners if num_env_runners is None else num_env_runners
