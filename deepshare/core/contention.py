@@ -14,10 +14,10 @@ directions (a job's ratio goes back up when its aggressor leaves).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Protocol
+from typing import Callable, Iterable, Literal, Protocol, Sequence
 
 from deepshare.core.topology import Topology
-from deepshare.core.types import DeepShareError, Placement, Prediction
+from deepshare.core.types import DeepShareError, JobView, Placement, PredictFn, Prediction
 from deepshare.core.workloads import Catalog
 
 
@@ -48,6 +48,23 @@ class ContentionModel(Protocol):
 
     def new_state(self, topology: Topology, catalog: Catalog) -> ContentionState:
         """A fresh, empty state for one simulation (or one served request)."""
+
+
+def predictor(state: ContentionState) -> PredictFn:
+    """The ``ClusterView.predict`` of a contention state: what-if answers that leave it unchanged."""
+
+    def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        # Pending launches are added to the state for the question only; add and remove are
+        # exact inverses, so the state (and every ratio) is as it was afterwards.
+        for other, where in pending:
+            state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+        try:
+            return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+        finally:
+            for other, _ in reversed(pending):
+                state.remove(other.job_id)
+
+    return predict
 
 
 Aggregate = Literal["min", "product"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from deepshare.core.contention import ContentionModel, RunningJob
+from deepshare.core.contention import ContentionModel, RunningJob, predictor
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.metrics import JobRecord, MetricsReport, build_report
 from deepshare.core.topology import Topology
@@ -32,7 +32,6 @@ from deepshare.core.types import (
     LazyJobs,
     Placement,
     PredictFn,
-    Prediction,
 )
 from deepshare.core.workloads import Catalog, default_catalog
 
@@ -172,7 +171,7 @@ class Simulator:
             self._live_events += 1
         if config.round_s is not None and self._jobs:
             self._events.push(config.round_s, EventKind.ROUND)
-        self._predict: PredictFn = self._make_predict()
+        self._predict: PredictFn = predictor(self._state)
 
     # -- public API --------------------------------------------------------------------------
     @property
@@ -454,20 +453,3 @@ class Simulator:
                 )
             free[node] -= count
 
-    def _make_predict(self) -> PredictFn:
-        state = self._state
-
-        def predict(
-            job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()
-        ) -> Prediction:
-            # Pending launches are added to the contention state for the question only; add and
-            # remove are exact inverses, so the state (and every ratio) is as it was afterwards.
-            for other, where in pending:
-                state.add(RunningJob(other.job_id, other.model, other.gpus, where))
-            try:
-                return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
-            finally:
-                for other, _ in reversed(pending):
-                    state.remove(other.job_id)
-
-        return predict

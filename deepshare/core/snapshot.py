@@ -1,0 +1,129 @@
+"""A :class:`ClusterView` built from a cluster's state as an outside system knows it.
+
+The simulator builds views from its own bookkeeping. The placement service (from an HTTP
+request) and the live scheduler (from its job journal and Ray's node list) know the same facts
+(nodes, free GPUs, running placements, queued jobs) and build the view here, with a fresh
+contention state holding the running jobs, so every policy decides on a view of the same shape
+and the same predictions wherever it runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from deepshare.core.contention import ContentionModel, RunningJob, predictor
+from deepshare.core.topology import Topology
+from deepshare.core.types import ClusterView, DeepShareError, JobView, Placement
+from deepshare.core.workloads import Catalog
+
+
+@dataclass(frozen=True, slots=True)
+class KnownJob:
+    """A job as a scheduler outside the simulator tracks it (``placement`` set while it runs)."""
+
+    job_id: str
+    model: str
+    gpus: int
+    submit_time: float
+    remaining_s: float
+    """Remaining work in seconds at the job's reference throughput (SRTF's key; an estimate)."""
+    attained_gpu_s: float = 0.0
+    preemptions: int = 0
+    placement: Placement | None = None
+    last_run_s: float = 0.0
+    """Seconds of the current run (running) or of the last run (queued)."""
+    queued_since: float | None = None
+    """When it last entered the queue; defaults to ``submit_time``."""
+
+
+def build_view(
+    topology: Topology,
+    catalog: Catalog,
+    contention: ContentionModel,
+    now: float,
+    free: Sequence[int],
+    queued: Sequence[KnownJob],
+    running: Sequence[KnownJob],
+    *,
+    future_events: bool = True,
+    link_load: Mapping[str, float] | None = None,
+) -> ClusterView:
+    """The view a policy sees; raises :class:`DeepShareError` for an inconsistent state.
+
+    ``free`` is by node index and may be below capacity minus the running jobs' GPUs (GPUs held
+    by work this scheduler does not manage), never above it. Running jobs' ratios come from
+    ``contention`` with all of them added in the given order.
+    """
+    _check(topology, now, free, queued, running)
+    state = contention.new_state(topology, catalog)
+    for job in running:
+        assert job.placement is not None
+        state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))
+    running_views = tuple(replace(_view(catalog, job), ratio=state.ratio(job.job_id)) for job in running)
+    return ClusterView(
+        now=now,
+        topology=topology,
+        catalog=catalog,
+        free=tuple(free),
+        queued=tuple(_view(catalog, job) for job in queued),
+        running=running_views,
+        predict=predictor(state),
+        future_events=future_events,
+        link_load=dict(link_load or {}),
+    )
+
+
+def _view(catalog: Catalog, job: KnownJob) -> JobView:
+    return JobView(
+        job_id=job.job_id,
+        model=job.model,
+        gpus=job.gpus,
+        submit_time=job.submit_time,
+        remaining_s=job.remaining_s,
+        attained_gpu_s=job.attained_gpu_s,
+        comm_class=catalog.class_of(job.model),
+        preemptions=job.preemptions,
+        placement=job.placement,
+        last_run_s=job.last_run_s,
+        queued_since=job.submit_time if job.queued_since is None else job.queued_since,
+    )
+
+
+def _check(
+    topology: Topology, now: float, free: Sequence[int], queued: Sequence[KnownJob], running: Sequence[KnownJob]
+) -> None:
+    capacity = topology.capacity
+    if len(free) != len(capacity):
+        raise DeepShareError(f"free GPUs given for {len(free)} nodes, the cluster has {len(capacity)}")
+    for node, (f, cap) in enumerate(zip(free, capacity)):
+        if not 0 <= f <= cap:
+            raise DeepShareError(f"node {topology.nodes[node].name!r}: free GPUs {f} outside 0..{cap}")
+    counts = Counter(job.job_id for job in (*queued, *running))
+    dupes = sorted(job_id for job_id, n in counts.items() if n > 1)
+    if dupes:
+        raise DeepShareError(f"duplicate job ids: {', '.join(dupes)}")
+    held = [0] * len(capacity)
+    for job in running:
+        if job.placement is None:
+            raise DeepShareError(f"running job {job.job_id!r} has no placement")
+        if job.placement.total_gpus != job.gpus:
+            raise DeepShareError(
+                f"running job {job.job_id!r}: placement holds {job.placement.total_gpus} GPUs, the job has {job.gpus}"
+            )
+        for node, gpus in job.placement.alloc:
+            if not 0 <= node < len(capacity) or gpus <= 0:
+                raise DeepShareError(f"running job {job.job_id!r}: invalid placement {job.placement.alloc}")
+            held[node] += gpus
+    for node, (h, f, cap) in enumerate(zip(held, free, capacity)):
+        if h + f > cap:
+            raise DeepShareError(
+                f"node {topology.nodes[node].name!r}: running jobs hold {h} GPUs and {f} are free, "
+                f"more than its {cap}"
+            )
+    for job in queued:
+        if job.placement is not None:
+            raise DeepShareError(f"queued job {job.job_id!r} has a placement")
+        if job.gpus <= 0:
+            raise DeepShareError(f"queued job {job.job_id!r}: gpus must be positive, got {job.gpus}")
