@@ -467,6 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_agents(sub)
 
+    from deepshare.autoscale.cli import register_cli as register_autoscale
+    from deepshare.runtime.cli import register_cli as register_runtime
+    from deepshare.serving.cli import register_cli as register_serving
+
+    register_serving(sub)
+    register_runtime(sub)
+    register_autoscale(sub)
+
     p = sub.add_parser("policies", help="list the registered policies")
     p.set_defaults(func=cmd_policies)
 
