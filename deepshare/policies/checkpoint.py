@@ -56,9 +56,27 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def scorer_from_file(path: str | Path):  # -> (scorer callable, EncodingConfig, metadata)
-    import torch
+class TorchScorer:
+    """A trained :class:`CandidateScorer` as a scorer: one observation, or a batch of them."""
 
+    def __init__(self, net: Any) -> None:
+        self.net = net
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        return self.batch([obs])[0]
+
+    def batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+        """Scores of several observations in one forward pass (they share K and F)."""
+        import torch
+
+        with torch.no_grad():
+            rows = torch.from_numpy(np.stack([o["observations"] for o in observations]))
+            mask = torch.from_numpy(np.stack([o["action_mask"] for o in observations]))
+            return list(self.net(rows, mask)[0].numpy())
+
+
+def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dict[str, Any]]:
+    """The scorer, the encoding it was trained with and its training metadata."""
     from deepshare.policies.scorer_net import CandidateScorer
 
     doc = load_policy_file(path)
@@ -66,14 +84,7 @@ def scorer_from_file(path: str | Path):  # -> (scorer callable, EncodingConfig, 
     net.load_state_dict(doc["state_dict"])
     net.eval()
     encoding = EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc["encoding"].items()})
-
-    def score(obs: dict[str, np.ndarray]) -> np.ndarray:
-        with torch.no_grad():
-            rows = torch.from_numpy(obs["observations"][None])
-            mask = torch.from_numpy(obs["action_mask"][None])
-            return net(rows, mask)[0][0].numpy()
-
-    return score, encoding, doc["metadata"]
+    return TorchScorer(net), encoding, doc["metadata"]
 
 
 SHIPPED = "rl_base.pt"

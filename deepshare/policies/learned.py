@@ -16,7 +16,7 @@ A scorer maps an observation ``{"observations": (K, F), "action_mask": (K,)}`` t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generator, Mapping
 
 import numpy as np
 
@@ -49,12 +49,26 @@ class LearnedPolicy:
     """What the scorer was trained on, and from which file it was loaded."""
 
     def decide(self, view: ClusterView) -> Decision:
+        steps = self.steps(view)
+        try:
+            obs = next(steps)
+            while True:
+                obs = steps.send(self.scorer(obs))
+        except StopIteration as done:
+            return done.value
+
+    def steps(self, view: ClusterView) -> Generator[dict[str, np.ndarray], np.ndarray, Decision]:
+        """:meth:`decide` with the scorer outside: yields each observation, takes its scores.
+
+        A server drives this to batch forward passes across concurrent requests; the decision
+        is the generator's return value and equals ``decide(view)`` for the same scores.
+        """
         partial = PartialDecision(view)
         while True:
             obs, rows = encode(partial, self.encoding)
             if len(rows) == 1:
                 break
-            scores = np.where(obs["action_mask"] > 0, self.scorer(obs), -np.inf)
+            scores = np.where(obs["action_mask"] > 0, (yield obs), -np.inf)
             action = int(np.argmax(scores))
             if action == WAIT_INDEX and self.hybrid is not None:
                 fallback = safety_net(partial, rows, self.hybrid)

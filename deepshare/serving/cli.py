@@ -1,9 +1,119 @@
-"""CLI subcommands of deepshare.serving (registered by deepshare/cli.py); filled in by its issue."""
+"""``deepshare serve``: host a policy as an HTTP placement service until SIGTERM or SIGINT.
+
+Only :func:`register_cli` is public. The handler checks every flag and loads the policy before
+Ray starts (a bad flag costs no cluster start-up), then runs the same Serve application as
+``serve run serve/config.yaml`` and shuts Serve and Ray down cleanly on a signal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from deepshare.core.types import DeepShareError
+from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
+
+READY_LINE = "placement service ready"
+"""Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 1..65535, got {text!r}")
+    return value
 
 
 def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add this package's subcommands to the main parser (none yet)."""
+    p = sub.add_parser(
+        "serve",
+        help="host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
+        description="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
+        f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set.",
+    )
+    p.add_argument("--policy", default="rl-hybrid", metavar="NAME|NAME=CHECKPOINT", help="registered policy (default rl-hybrid)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--replicas", type=_positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
+    p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")
+    p.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
+    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from pydantic import ValidationError
+
+    from deepshare.core.contention import make_contention
+    from deepshare.policies import make_policy
+
+    try:
+        settings = ServiceSettings(policy=args.policy, contention=args.contention, max_body_bytes=args.max_body_bytes)
+    except ValidationError as exc:  # pragma: no cover - argparse already checked the types
+        raise DeepShareError(f"invalid settings: {exc}") from None
+    make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
+    make_contention(settings.contention)
+    token = os.environ.get(TOKEN_ENV, "")
+    if token and len(token) < 8:
+        raise DeepShareError(f"${TOKEN_ENV} must be at least 8 characters")
+    _check_port_free(args.host, args.port)
+
+    import ray
+    from ray import serve
+
+    from deepshare.serving.deployment import APP_NAME, resolve_settings, service_app
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if args.address:
+            ray.init(address=args.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
+        serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
+        app = service_app(resolve_settings(settings), args.replicas)
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        out.print(
+            f"{READY_LINE}: policy {settings.policy} on http://{args.host}:{args.port} "
+            f"({args.replicas} replica(s); API docs at /docs){' with a bearer token' if token else ''}",
+            markup=False, highlight=False,
+        )
+        stop.wait()
+        out.print("stopping the placement service", markup=False, highlight=False)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if ray.is_initialized():
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+    return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise DeepShareError(f"--host {host} --port {port}: cannot bind ({reason})") from None

@@ -1,0 +1,73 @@
+"""The Ray Serve deployment hosting a placement policy, and the application builder that
+``serve run serve/config.yaml`` and ``deepshare serve`` both use.
+
+Each replica loads the policy once and serves the FastAPI app of :mod:`deepshare.serving.api`.
+Concurrent requests on a replica share forward passes: a learned policy's scorer calls go
+through a ``@serve.batch`` method, so N requests deciding at once cost about one batched pass
+per choice instead of N.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve import Application
+
+from deepshare.serving.api import build_api
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.metrics import ServiceMetrics
+from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
+
+APP_NAME = "deepshare"
+
+
+@serve.deployment(name="PlacementService", max_ongoing_requests=64, ray_actor_options={"num_cpus": 1})
+@serve.ingress()
+class PlacementService:
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = ServiceSettings.model_validate(settings)
+        self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
+        self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds)
+        self.score_batch.set_max_batch_size(self.settings.max_batch_size)
+        self.score_batch.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
+
+    def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
+        score = self.score if self.engine.batch_scorer is not None else None
+        return build_api(self.engine, self.settings, self.metrics, score)
+
+    async def score(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        return await self.score_batch(obs)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0005)
+    async def score_batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+        self.metrics.batch_size.observe(len(observations))
+        scorer = self.engine.batch_scorer
+        assert scorer is not None
+        return scorer(observations)
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    """Serve application builder (``import_path: deepshare.serving.deployment:build_app``).
+
+    ``args`` are :class:`ServiceSettings` fields. Without a ``token`` the token comes from
+    ``$DEEPSHARE_SERVE_TOKEN`` in the environment of the process that builds the application.
+    """
+    return service_app(resolve_settings(ServiceSettings.model_validate(args or {})))
+
+
+def service_app(settings: ServiceSettings, num_replicas: int | None = None) -> Application:
+    """The application for ``settings`` (``num_replicas`` None keeps the deployment's default
+    or what a Serve config sets, e.g. its autoscaling)."""
+    deployment = PlacementService if num_replicas is None else PlacementService.options(num_replicas=num_replicas)
+    return deployment.bind(settings.model_dump())
+
+
+def resolve_settings(settings: ServiceSettings) -> ServiceSettings:
+    """Fill the token from the environment when the settings leave it out."""
+    if settings.token is not None:
+        return settings
+    token = os.environ.get(TOKEN_ENV, "")
+    return ServiceSettings.model_validate({**settings.model_dump(), "token": token or None})

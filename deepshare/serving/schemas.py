@@ -1,0 +1,129 @@
+"""The placement API's request and response bodies (pydantic; FastAPI documents them in OpenAPI).
+
+Pure pydantic, no Ray or FastAPI, so :mod:`deepshare.client` can use them too. Models are
+strict (``"8"`` is not a GPU count), reject unknown fields (a typo is an error, not a silently
+ignored option) and reject NaN and infinities. Checks that span fields (a running job on an
+unknown node, duplicate ids) live in :mod:`deepshare.serving.translate`, which names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepshare.core.topology import TESTBED_NODE_TYPE
+
+API_VERSION = "v1"
+DEFAULT_REMAINING_S = 3600.0
+"""Remaining time assumed for a job whose client does not estimate it (SRTF and the learned
+policies' features read it)."""
+
+MAX_NODES = 4096
+MAX_JOBS = 10_000
+MAX_GPUS_PER_NODE = 1024
+MAX_JOB_GPUS = 65_536
+
+JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
+ModelName = Field(
+    min_length=1, max_length=128,
+    description="model name as the workload catalog knows it (e.g. ResNet50, FSDP); unknown names "
+    "map to a family proxy",
+)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class NodeIn(_Body):
+    """One node. Fabric fields default to the original testbed's node (8 x TITAN Xp on PCIe,
+    40 Gb/s InfiniBand); they matter to the ``link`` contention model."""
+
+    name: str = Field(min_length=1, max_length=256)
+    gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
+    free_gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE, description="at most gpus minus the running jobs' GPUs here")
+    fabric: Literal["pcie", "nvlink"] = TESTBED_NODE_TYPE.fabric
+    rack: str = Field("rack0", min_length=1, max_length=256)
+    gpu_model: str = Field("unknown", max_length=128)
+    pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
+    intra_node_gbps: float = Field(TESTBED_NODE_TYPE.intra_node_gbps, gt=0)
+    nvlink_gbps: float = Field(TESTBED_NODE_TYPE.nvlink_gbps, ge=0)
+    nic_gbps: float = Field(TESTBED_NODE_TYPE.nic_gbps, gt=0)
+
+
+class RunningIn(_Body):
+    job_id: str = JobId
+    model: str = ModelName
+    placement: dict[str, int] = Field(
+        min_length=1, max_length=MAX_NODES, description="node name -> GPUs held there (each > 0)"
+    )
+    submitted_at: float = Field(0.0, ge=0)
+    remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
+    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held so far (LAS's key)")
+    preemptions: int = Field(0, ge=0)
+    running_for_s: float = Field(0.0, ge=0, description="seconds since this run started")
+
+
+class PendingIn(_Body):
+    job_id: str = JobId
+    model: str = ModelName
+    gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
+    submitted_at: float | None = Field(None, ge=0, description="default: now; at most now")
+    remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
+    attained_gpu_s: float = Field(0.0, ge=0)
+    preemptions: int = Field(0, ge=0)
+    queued_since: float | None = Field(None, ge=0, description="when it last entered the queue; default submitted_at")
+    last_run_s: float = Field(0.0, ge=0, description="length of its last run, if it was preempted")
+
+
+class PlacementRequest(_Body):
+    """The cluster now: where should the pending jobs go?"""
+
+    now: float = Field(ge=0, description="seconds on the caller's clock (any epoch, same as submitted_at)")
+    nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_NODES)
+    running: list[RunningIn] = Field(default_factory=list, max_length=MAX_JOBS)
+    pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)
+    future_events: bool = Field(
+        True, description="whether more arrivals or completions are expected (false only when replaying a finished trace)"
+    )
+
+
+class DecisionOut(BaseModel):
+    job_id: str
+    action: Literal["place", "wait"]
+    placement: dict[str, int] | None = Field(None, description="node name -> GPUs, when placed")
+    predicted_slowdown: float | None = Field(
+        None, description="predicted isolated/contended time ratio at this placement (1.0 = no slowdown)"
+    )
+
+
+class MigrationOut(BaseModel):
+    job_id: str
+    placement: dict[str, int]
+
+
+class PlacementResponse(BaseModel):
+    """One decision per pending job, in request order. Preemptive policies may also preempt or
+    migrate running jobs; the GPUs those free count as free for the placements."""
+
+    decisions: list[DecisionOut]
+    preempt: list[str] = Field(default_factory=list)
+    migrate: list[MigrationOut] = Field(default_factory=list)
+    policy: str
+    policy_version: str
+
+
+class PolicyOut(BaseModel):
+    name: str
+    version: str
+    description: str
+    checkpoint: str | None = None
+    trained_on: dict[str, object] | None = None
+    contention: str
+    load_seconds: float
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"] = "ok"
+    policy: str

@@ -1,0 +1,268 @@
+"""HTTP bodies <-> the core's views and decisions, both ways.
+
+Server side: :func:`request_to_view` turns a :class:`PlacementRequest` into the same
+:class:`ClusterView` the simulator produces (through :func:`deepshare.core.snapshot.build_view`)
+and :func:`decision_to_response` answers one decision per pending job. Client side:
+:func:`view_to_request` and :func:`response_to_decision` do the reverse, so a policy behind the
+service can stand in for an in-process one. Node indices follow the request's node order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from deepshare.core.contention import ContentionModel
+from deepshare.core.snapshot import KnownJob, build_view
+from deepshare.core.topology import Node, Topology
+from deepshare.core.types import ClusterView, Decision, DeepShareError, InfeasibleDecision, Launch, Migrate, Placement
+from deepshare.core.workloads import Catalog
+from deepshare.serving.schemas import (
+    DEFAULT_REMAINING_S,
+    DecisionOut,
+    MigrationOut,
+    NodeIn,
+    PendingIn,
+    PlacementRequest,
+    PlacementResponse,
+    RunningIn,
+)
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    loc: Loc
+    msg: str
+
+
+class RequestError(DeepShareError):
+    """A request that is well-typed but inconsistent; each error names its field's path."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in errors))
+
+
+# -- server side -------------------------------------------------------------------------------
+def request_to_view(request: PlacementRequest, catalog: Catalog, contention: ContentionModel) -> ClusterView:
+    """The view a policy decides on; raises :class:`RequestError` naming every bad field."""
+    index = {}
+    errors: list[FieldError] = []
+    for i, node in enumerate(request.nodes):
+        if node.name in index:
+            errors.append(FieldError(("body", "nodes", i, "name"), f"duplicate node name {node.name!r}"))
+        index.setdefault(node.name, i)
+        if node.free_gpus > node.gpus:
+            errors.append(FieldError(("body", "nodes", i, "free_gpus"), f"{node.free_gpus} exceeds gpus ({node.gpus})"))
+    seen = Counter(job.job_id for job in (*request.running, *request.pending))
+    held = [0] * len(request.nodes)
+    for kind, jobs in (("running", request.running), ("pending", request.pending)):
+        for i, job in enumerate(jobs):
+            if seen[job.job_id] > 1:
+                errors.append(FieldError(("body", kind, i, "job_id"), f"duplicate job id {job.job_id!r}"))
+    for i, job in enumerate(request.running):
+        for name, gpus in job.placement.items():
+            loc = ("body", "running", i, "placement", name)
+            if name not in index:
+                errors.append(FieldError(loc, f"unknown node {name!r}; nodes are {_names(request.nodes)}"))
+            elif gpus <= 0:
+                errors.append(FieldError(loc, f"GPUs must be positive, got {gpus}"))
+            else:
+                held[index[name]] += gpus
+    for i, node in enumerate(request.nodes):
+        if node.free_gpus <= node.gpus < held[i] + node.free_gpus:
+            errors.append(
+                FieldError(
+                    ("body", "nodes", i, "free_gpus"),
+                    f"running jobs hold {held[i]} GPUs on {node.name!r} and {node.free_gpus} are free: "
+                    f"more than its {node.gpus}",
+                )
+            )
+    for i, job in enumerate(request.pending):
+        if job.submitted_at is not None and job.submitted_at > request.now:
+            errors.append(FieldError(("body", "pending", i, "submitted_at"), f"{job.submitted_at} is after now ({request.now})"))
+    if errors:
+        raise RequestError(errors)
+    topology = request_topology(request.nodes)
+    return build_view(
+        topology,
+        catalog,
+        contention,
+        request.now,
+        [n.free_gpus for n in request.nodes],
+        [_pending(job, request.now) for job in request.pending],
+        [_running(job, index) for job in request.running],
+        future_events=request.future_events,
+    )
+
+
+def request_topology(nodes: list[NodeIn]) -> Topology:
+    return Topology(
+        "request",
+        tuple(
+            Node(
+                index=i, name=n.name, gpus=n.gpus, rack=n.rack, node_type=f"{n.fabric}-{n.gpus}",
+                gpu_model=n.gpu_model, fabric=n.fabric, pcie_switches=n.pcie_switches,
+                intra_node_gbps=n.intra_node_gbps, nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
+            )
+            for i, n in enumerate(nodes)
+        ),
+    )
+
+
+def _names(nodes: list[NodeIn]) -> str:
+    names = [n.name for n in nodes]
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def _remaining(value: float | None) -> float:
+    return DEFAULT_REMAINING_S if value is None else value
+
+
+def _pending(job: PendingIn, now: float) -> KnownJob:
+    submitted = now if job.submitted_at is None else job.submitted_at
+    return KnownJob(
+        job.job_id, job.model, job.gpus, submitted, _remaining(job.remaining_s), job.attained_gpu_s,
+        job.preemptions, None, job.last_run_s, job.queued_since,
+    )
+
+
+def _running(job: RunningIn, index: dict[str, int]) -> KnownJob:
+    placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
+    return KnownJob(
+        job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job.remaining_s),
+        job.attained_gpu_s, job.preemptions, placement, job.running_for_s,
+    )
+
+
+def decision_to_response(
+    decision: Decision, view: ClusterView, policy: str, version: str
+) -> PlacementResponse:
+    """One answer per queued job, in queue order; raises :class:`InfeasibleDecision` (a policy
+    bug, never the caller's fault) rather than answer something the cluster cannot do."""
+    check_feasible(decision, view)
+    names = [node.name for node in view.topology.nodes]
+    launched = {launch.job_id: launch.placement for launch in decision.launch}
+    slowdown: dict[str, float] = {}
+    pending = []
+    by_id = {job.job_id: job for job in view.queued}
+    for launch in decision.launch:
+        job = by_id[launch.job_id]
+        ratio = view.predict(job, launch.placement, pending).ratio
+        slowdown[job.job_id] = 1.0 / ratio
+        pending.append((job, launch.placement))
+    decisions = []
+    for job in view.queued:
+        where = launched.get(job.job_id)
+        if where is None:
+            decisions.append(DecisionOut(job_id=job.job_id, action="wait"))
+        else:
+            decisions.append(
+                DecisionOut(
+                    job_id=job.job_id, action="place", placement=_by_name(where, names),
+                    predicted_slowdown=slowdown[job.job_id],
+                )
+            )
+    return PlacementResponse(
+        decisions=decisions,
+        preempt=list(decision.preempt),
+        migrate=[MigrationOut(job_id=m.job_id, placement=_by_name(m.placement, names)) for m in decision.migrate],
+        policy=policy,
+        policy_version=version,
+    )
+
+
+def check_feasible(decision: Decision, view: ClusterView) -> None:
+    """Every id known and used once, no node over its free GPUs (plus what preemptions free)."""
+    free = list(view.free)
+    running = {job.job_id: job for job in view.running}
+    queued = {job.job_id: job for job in view.queued}
+    used: set[str] = set()
+
+    def claim(job_id: str, pool: dict) -> None:
+        if job_id not in pool or job_id in used:
+            raise InfeasibleDecision(f"decision names {job_id!r} twice or a job it cannot act on")
+        used.add(job_id)
+
+    for job_id in decision.preempt:
+        claim(job_id, running)
+    for move in decision.migrate:
+        claim(move.job_id, running)
+    for job_id in [*decision.preempt, *(m.job_id for m in decision.migrate)]:
+        placement = running[job_id].placement
+        assert placement is not None
+        for node, gpus in placement.alloc:
+            free[node] += gpus
+    for launch in decision.launch:
+        claim(launch.job_id, queued)
+    moves = [*((m.job_id, m.placement) for m in decision.migrate), *((l.job_id, l.placement) for l in decision.launch)]
+    for job_id, placement in moves:
+        if placement.total_gpus != (running.get(job_id) or queued[job_id]).gpus:
+            raise InfeasibleDecision(f"decision gives {job_id!r} a placement of the wrong size")
+        for node, gpus in placement.alloc:
+            if not 0 <= node < len(free) or gpus <= 0:
+                raise InfeasibleDecision(f"decision places {job_id!r} on an invalid node or GPU count")
+            free[node] -= gpus
+            if free[node] < 0:
+                raise InfeasibleDecision(f"decision puts more GPUs on node {view.topology.nodes[node].name!r} than are free")
+
+
+def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
+    return {names[node]: gpus for node, gpus in placement.alloc}
+
+
+# -- client side -------------------------------------------------------------------------------
+def view_to_request(view: ClusterView) -> PlacementRequest:
+    """The request that makes the service see ``view`` (ratios are recomputed server-side)."""
+    names = [node.name for node in view.topology.nodes]
+    return PlacementRequest(
+        now=view.now,
+        nodes=[
+            NodeIn(
+                name=n.name, gpus=n.gpus, free_gpus=view.free[n.index], fabric=n.fabric, rack=n.rack,
+                gpu_model=n.gpu_model, pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
+                nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
+            )
+            for n in view.topology.nodes
+        ],
+        running=[
+            RunningIn(
+                job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,
+                remaining_s=j.remaining_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
+                running_for_s=j.last_run_s,
+            )
+            for j in view.running
+            if j.placement is not None
+        ],
+        pending=[
+            PendingIn(
+                job_id=j.job_id, model=j.model, gpus=j.gpus, submitted_at=j.submit_time, remaining_s=j.remaining_s,
+                attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions, queued_since=j.queued_since,
+                last_run_s=j.last_run_s,
+            )
+            for j in view.queued
+        ],
+        future_events=view.future_events,
+    )
+
+
+def response_to_decision(response: PlacementResponse, view: ClusterView) -> Decision:
+    """The core decision a response stands for, checked against ``view``."""
+
+    def placement(where: dict[str, int]) -> Placement:
+        try:
+            return Placement.of({view.topology.node_index(name): gpus for name, gpus in where.items()})
+        except DeepShareError as exc:
+            raise InfeasibleDecision(f"the service answered {exc}") from None
+
+    decision = Decision(
+        launch=tuple(
+            Launch(d.job_id, placement(d.placement)) for d in response.decisions if d.action == "place" and d.placement
+        ),
+        preempt=tuple(response.preempt),
+        migrate=tuple(Migrate(m.job_id, placement(m.placement)) for m in response.migrate),
+    )
+    check_feasible(decision, view)
+    return decision
