@@ -1,0 +1,54 @@
+"""A small client of the scheduler's HTTP API for the CLI (stdlib ``urllib``, no extra dependency).
+
+Every failure a user can cause (no scheduler at the URL, a 4xx answer) raises
+:class:`~deepshare.core.types.DeepShareError` with the server's one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from deepshare.core.types import DeepShareError
+from deepshare.runtime.models import JobDetailOut, JobOut
+from deepshare.runtime.spec import LiveJobSpec
+
+
+class SchedulerClient:
+    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise DeepShareError(f"--url {url!r}: expected http://HOST:PORT of a running scheduler")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error") or exc.reason
+            except (ValueError, AttributeError):
+                message = exc.reason
+            raise DeepShareError(f"{self.url}: {message} (HTTP {exc.code})") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise DeepShareError(f"--url {self.url}: no scheduler answers ({reason})") from None
+
+    def submit(self, spec: LiveJobSpec) -> JobOut:
+        return JobOut.model_validate(self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
+
+    def jobs(self) -> list[JobOut]:
+        return [JobOut.model_validate(j) for j in self._call("GET", "/v1/jobs")[1]]
+
+    def job(self, job_id: str) -> JobDetailOut:
+        return JobDetailOut.model_validate(self._call("GET", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")[1])
+
+    def cancel(self, job_id: str) -> tuple[int, JobOut]:
+        status, body = self._call("DELETE", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")
+        return status, JobOut.model_validate(body)

@@ -1,0 +1,351 @@
+"""The control loop: journal + Ray's nodes + measured link load -> ClusterView -> policy -> actions.
+
+Each :meth:`ControlLoop.tick`:
+
+1. reads the alive GPU nodes (:func:`~deepshare.runtime.cluster.current_cluster`);
+2. polls every running job's workers: finished -> FINISHED, a rank failed -> FAILED, a worker
+   or node gone -> QUEUED (resumes from its last checkpoint), cancel asked -> stopped, CANCELLED;
+3. builds the policy's view with :func:`deepshare.core.snapshot.build_view` (the one way a
+   non-simulator builds it), records each running job's measured throughput beside the
+   simulator's prediction for its placement (``catalog.throughput(model, gpus, nodes) * ratio``);
+4. asks the policy, checks the decision (an infeasible one is logged and skipped, never
+   "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
+   ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
+
+It never branches on a policy's name: any :class:`~deepshare.policies.Policy` (or the HTTP
+placement client, which has the same ``decide``) works.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from deepshare.core.contention import ContentionModel
+from deepshare.core.snapshot import KnownJob, build_view
+from deepshare.core.types import ClusterView, Decision, DeepShareError, InfeasibleDecision, JobView, Placement
+from deepshare.core.workloads import Catalog
+from deepshare.runtime import launcher
+from deepshare.runtime.cluster import ClusterState
+from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
+from deepshare.runtime.launcher import LaunchError, LaunchSettings, RunPhase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    interval_s: float = 1.0
+    """Seconds between two ticks."""
+    preempt_grace_s: float = 30.0
+    """How long a preempted job may take to checkpoint and exit before its placement group is removed."""
+    default_remaining_s: float = 3600.0
+    """Remaining-time estimate for a job whose spec gives neither expected_duration_s nor total_samples."""
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """What one tick did (for logs and tests)."""
+
+    decision: Decision | None = None
+    launched: tuple[str, ...] = ()
+    preempted: tuple[str, ...] = ()
+    migrated: tuple[str, ...] = ()
+    ended: tuple[tuple[str, str], ...] = ()
+    """``(job_id, new state)`` for runs that ended this tick."""
+    error: str | None = None
+
+
+def check_decision(decision: Decision, view: ClusterView) -> None:
+    """Raise :class:`InfeasibleDecision` unless ``decision`` fits the view (preempt, migrate, launch)."""
+    queued = {j.job_id: j for j in view.queued}
+    running = {j.job_id: j for j in view.running}
+    free = list(view.free)
+    seen: set[str] = set()
+
+    def once(job_id: str) -> None:
+        if job_id in seen:
+            raise InfeasibleDecision(f"job {job_id!r} appears twice in one decision")
+        seen.add(job_id)
+
+    def release(job: JobView) -> None:
+        assert job.placement is not None
+        for node, g in job.placement.alloc:
+            free[node] += g
+
+    def take(job_id: str, gpus: int, placement: Placement) -> None:
+        if placement.total_gpus != gpus:
+            raise InfeasibleDecision(f"job {job_id!r} needs {gpus} GPUs, placement gives {placement.total_gpus}")
+        if len(set(placement.nodes)) != len(placement.nodes):
+            raise InfeasibleDecision(f"job {job_id!r}: placement lists a node twice: {placement.alloc}")
+        for node, g in placement.alloc:
+            if not 0 <= node < len(free):
+                raise InfeasibleDecision(f"job {job_id!r}: unknown node index {node}")
+            if g <= 0:
+                raise InfeasibleDecision(f"job {job_id!r}: non-positive GPU count {g} on node {node}")
+            if g > free[node]:
+                raise InfeasibleDecision(f"job {job_id!r}: node {node} has {free[node]} free GPUs, asked {g}")
+            free[node] -= g
+
+    for job_id in decision.preempt:
+        once(job_id)
+        if job_id not in running:
+            raise InfeasibleDecision(f"cannot preempt {job_id!r}: it is not running")
+        release(running[job_id])
+    for move in decision.migrate:
+        once(move.job_id)
+        if move.job_id not in running:
+            raise InfeasibleDecision(f"cannot migrate {move.job_id!r}: it is not running")
+        release(running[move.job_id])
+    for move in decision.migrate:
+        take(move.job_id, running[move.job_id].gpus, move.placement)
+    for launch in decision.launch:
+        once(launch.job_id)
+        if launch.job_id not in queued:
+            raise InfeasibleDecision(f"cannot launch {launch.job_id!r}: it is not queued")
+        take(launch.job_id, queued[launch.job_id].gpus, launch.placement)
+
+
+class ControlLoop:
+    """One scheduler's loop over one journal. Not thread-safe: one thread ticks."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        policy: Any,
+        catalog: Catalog,
+        contention: ContentionModel,
+        config: LoopConfig = LoopConfig(),
+        *,
+        cluster_fn: Callable[[], ClusterState],
+        link_load_fn: Callable[[], Mapping[str, float]] | None = None,
+        working_dir: str | None = None,
+    ) -> None:
+        self.journal = journal
+        self.policy = policy
+        self.catalog = catalog
+        self.contention = contention
+        self.config = config
+        self.cluster_fn = cluster_fn
+        self.link_load_fn = link_load_fn
+        self.working_dir = working_dir
+        self.last_error: str | None = None
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover(self) -> tuple[list[str], list[str]]:
+        """After a (re)start: re-attach to runs still on the cluster, requeue the rest.
+
+        Returns ``(reattached, requeued)`` job ids. Leftovers of a run that cannot be re-attached
+        (a placement group without all its workers) are removed before the job is requeued, so
+        the job can never run twice at once.
+        """
+        reattached, requeued = [], []
+        for job in self.journal.jobs(JobState.RUNNING):
+            if launcher.exists(job.job_id, job.attempt, job.spec.gpus):
+                reattached.append(job.job_id)
+                continue
+            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+            self.journal.end_run(job.job_id, job.attempt, JobState.QUEUED, "scheduler restarted; run not found")
+            requeued.append(job.job_id)
+        return reattached, requeued
+
+    # -- one tick ------------------------------------------------------------------------------
+    def tick(self) -> TickReport:
+        cluster = self.cluster_fn()
+        ended = self._reap(cluster)
+        running = self.journal.jobs(JobState.RUNNING)
+        queued = self.journal.jobs(JobState.QUEUED)
+        if not cluster.nodes:
+            return TickReport(ended=tuple(ended), error="no alive GPU nodes")
+        view = self._view(cluster, queued, running)
+        self._record_predictions(view, running)
+        if not view.queued and not view.running:
+            return TickReport(ended=tuple(ended))
+        try:
+            decision = self.policy.decide(view)
+            check_decision(decision, view)
+        except (DeepShareError, ValueError, KeyError, RuntimeError, OSError) as exc:
+            # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
+            self.last_error = f"policy {getattr(self.policy, 'name', '?')}: {exc}"
+            log.error("%s", self.last_error)
+            return TickReport(ended=tuple(ended), error=self.last_error)
+        if decision.empty:
+            return TickReport(decision, ended=tuple(ended))
+        return self._apply(decision, view, cluster, ended)
+
+    def _reap(self, cluster: ClusterState) -> list[tuple[str, str]]:
+        """Poll running jobs; end the runs that are over or lost, and stop the cancelled ones."""
+        ended: list[tuple[str, str]] = []
+        cancel: list[JobRecord] = []
+        for job in self.journal.jobs(JobState.RUNNING):
+            assert job.placement is not None
+            world = job.spec.gpus
+            if cluster.to_placement(job.placement) is None:
+                self._end(job, JobState.QUEUED, "node lost; requeued to resume from its checkpoint", ended)
+                continue
+            status = launcher.poll(job.job_id, job.attempt, world)
+            if status.report is not None:
+                r = status.report
+                self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
+            if status.phase is RunPhase.RUNNING:
+                if job.cancel_requested:
+                    cancel.append(job)
+            elif status.phase is RunPhase.FINISHED:
+                self._end(job, JobState.CANCELLED if job.cancel_requested else JobState.FINISHED, "finished", ended)
+            elif status.phase is RunPhase.FAILED:
+                self._end(job, JobState.FAILED, "a rank failed", ended, error=status.detail[-4000:])
+            elif status.phase is RunPhase.STOPPED:
+                state = JobState.CANCELLED if job.cancel_requested else JobState.QUEUED
+                self._end(job, state, "stopped on request", ended, preempted=state is JobState.QUEUED)
+            elif status.phase is RunPhase.LOST:
+                self._end(job, JobState.QUEUED, f"{status.detail}; requeued to resume from its checkpoint", ended)
+        if cancel:
+            self._stop(cancel)
+            for job in cancel:
+                self._end(job, JobState.CANCELLED, "cancelled", ended, teardown=False)
+        return ended
+
+    def _end(self, job: JobRecord, state: JobState, reason: str, ended: list[tuple[str, str]], *,
+             preempted: bool = False, error: str | None = None, teardown: bool = True) -> None:
+        if teardown:
+            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+        try:
+            self.journal.end_run(job.job_id, job.attempt, state, reason, preempted=preempted, error=error)
+        except TransitionError as exc:  # another path ended it first (e.g. cancelled meanwhile)
+            log.warning("%s", exc)
+            return
+        ended.append((job.job_id, state.value))
+
+    def _stop(self, jobs: Sequence[JobRecord]) -> None:
+        """Ask ``jobs`` to checkpoint and exit; after at most ``preempt_grace_s`` remove their runs."""
+        for job in jobs:
+            launcher.request_stop(job.job_id, job.attempt, job.spec.gpus)
+        deadline = time.monotonic() + self.config.preempt_grace_s
+        pending = list(jobs)
+        while pending and time.monotonic() < deadline:
+            still = []
+            for job in pending:
+                status = launcher.poll(job.job_id, job.attempt, job.spec.gpus)
+                if status.report is not None:
+                    r = status.report
+                    self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
+                if status.phase in (RunPhase.RUNNING, RunPhase.UNKNOWN):
+                    still.append(job)
+            pending = still
+            if pending:
+                time.sleep(min(0.2, self.config.interval_s))
+        for job in pending:
+            log.warning("job %s did not exit within %g s of the stop request; removing it",
+                        job.job_id, self.config.preempt_grace_s)
+        for job in jobs:
+            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+
+    # -- the view ------------------------------------------------------------------------------
+    def _remaining_s(self, job: JobRecord) -> float:
+        spec = job.spec
+        ran = job.attained_gpu_s / spec.gpus
+        if job.run_started is not None:
+            ran += max(0.0, self.journal.now() - job.run_started)
+        if spec.total_samples is not None and job.samples is not None:
+            left = max(0.0, 1.0 - job.samples / spec.total_samples)
+            if spec.expected_duration_s is not None:
+                return left * spec.expected_duration_s
+            if job.throughput:
+                return (spec.total_samples - job.samples) / job.throughput
+        total = spec.expected_duration_s if spec.expected_duration_s is not None else self.config.default_remaining_s
+        return max(1.0, total - ran)
+
+    def _known(self, job: JobRecord, placement: Placement | None) -> KnownJob:
+        epoch, now = self.journal.epoch, self.journal.now()
+        last = (now - job.run_started) if job.run_started is not None else job.last_run_s
+        attained = job.attained_gpu_s + (max(0.0, now - job.run_started) * job.spec.gpus if job.run_started else 0.0)
+        return KnownJob(
+            job_id=job.job_id, model=job.spec.model, gpus=job.spec.gpus, submit_time=job.submit_time - epoch,
+            remaining_s=self._remaining_s(job), attained_gpu_s=attained, preemptions=job.preemptions,
+            placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
+        )
+
+    def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord]) -> ClusterView:
+        free = list(cluster.topology.capacity)
+        known_running = []
+        for job in running:
+            assert job.placement is not None
+            placement = cluster.to_placement(job.placement)
+            if placement is None:  # its node left between reap and now; reaped next tick
+                continue
+            for node, g in placement.alloc:
+                free[node] = max(0, free[node] - g)
+            known_running.append(self._known(job, placement))
+        link_load = self.link_load_fn() if self.link_load_fn is not None else {}
+        return build_view(
+            cluster.topology, self.catalog, self.contention, self.journal.now() - self.journal.epoch, free,
+            [self._known(j, None) for j in queued], known_running, future_events=True, link_load=link_load,
+        )
+
+    def predicted_throughput(self, model: str, placement: Placement, ratio: float) -> float:
+        """What the simulator predicts for ``model`` at ``placement`` with contention ``ratio``."""
+        return self.catalog.throughput(model, placement.total_gpus, placement.num_nodes) * ratio
+
+    def _record_predictions(self, view: ClusterView, running: Sequence[JobRecord]) -> None:
+        attempts = {j.job_id: j.attempt for j in running}
+        for jv in view.running:
+            assert jv.placement is not None
+            predicted = self.predicted_throughput(jv.model, jv.placement, jv.ratio)
+            self.journal.record_progress(jv.job_id, attempts[jv.job_id], None, None, None, predicted)
+
+    # -- applying a decision -------------------------------------------------------------------
+    def _apply(self, decision: Decision, view: ClusterView, cluster: ClusterState,
+               ended: list[tuple[str, str]]) -> TickReport:
+        records = {j.job_id: j for j in self.journal.jobs(JobState.RUNNING, JobState.QUEUED)}
+        stop_ids = [*decision.preempt, *(m.job_id for m in decision.migrate)]
+        if stop_ids:
+            self._stop([records[j] for j in stop_ids])
+            for job_id in decision.preempt:
+                self._end(records[job_id], JobState.QUEUED, "preempted", ended, preempted=True, teardown=False)
+            for move in decision.migrate:
+                self._end(records[move.job_id], JobState.QUEUED, "migrating", ended, preempted=True, teardown=False)
+        views = {j.job_id: j for j in (*view.queued, *view.running)}
+        pending: list[tuple[JobView, Placement]] = []
+        launched: list[str] = []
+        for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
+                                  *((l.job_id, l.placement) for l in decision.launch)]:
+            jv = views[job_id]
+            ratio = view.predict(jv, placement, tuple(pending)).ratio
+            pending.append((jv, placement))
+            if self._launch(self.journal.get(job_id), placement, cluster,
+                            self.predicted_throughput(jv.model, placement, ratio), ended):
+                launched.append(job_id)
+        return TickReport(decision, launched=tuple(launched), preempted=tuple(decision.preempt),
+                          migrated=tuple(m.job_id for m in decision.migrate), ended=tuple(ended))
+
+    def _launch(self, job: JobRecord, placement: Placement, cluster: ClusterState, predicted: float,
+                ended: list[tuple[str, str]]) -> bool:
+        alloc = cluster.to_alloc(placement)
+        attempt = self.journal.start_run(job.job_id, alloc, predicted)  # journalled before anything exists
+        working_dir = job.spec.working_dir or self.working_dir
+        try:
+            launcher.launch(job.job_id, attempt, job.spec, alloc, cluster, self.config.launch, working_dir)
+        except LaunchError as exc:
+            log.error("job %s: launch at %s failed: %s", job.job_id, alloc, exc)
+            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch failed: {exc}")
+            ended.append((job.job_id, JobState.QUEUED.value))
+            return False
+        return True
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Tick every ``interval_s`` until ``stop`` is set; a failing tick is logged, not fatal."""
+        while not stop.is_set():
+            try:
+                report = self.tick()
+                if report.launched or report.preempted or report.migrated or report.ended:
+                    log.info("tick: launched %s preempted %s migrated %s ended %s", list(report.launched),
+                             list(report.preempted), list(report.migrated), list(report.ended))
+            except Exception as exc:  # noqa: BLE001 - keep scheduling; the journal is consistent
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("tick failed")
+            stop.wait(self.config.interval_s)

@@ -1,0 +1,90 @@
+"""The HTTP API's response bodies (pydantic), built from journal records."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel
+
+from deepshare.runtime.journal import JobRecord, RunRecord, Transition
+from deepshare.runtime.spec import job_checkpoint_dir
+
+
+class NodeGpus(BaseModel):
+    node: str
+    gpus: int
+
+
+class RunOut(BaseModel):
+    attempt: int
+    placement: list[NodeGpus]
+    started: float
+    ended: Optional[float]
+    end_reason: Optional[str]
+    start_step: Optional[int]
+    measured_throughput: Optional[float]
+    """Samples/s the job reported (rank 0's ``report(throughput=...)``), latest of the run."""
+    predicted_throughput: Optional[float]
+    """The simulator's samples/s for the job's model at this placement: catalog x contention ratio."""
+
+
+class TransitionOut(BaseModel):
+    from_state: Optional[str]
+    to_state: str
+    at: float
+    reason: str
+    attempt: int
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    state: str
+    gpus: int
+    model: str
+    placement: Optional[list[NodeGpus]]
+    attempt: int
+    preemptions: int
+    submit_time: float
+    finish_time: Optional[float]
+    samples: Optional[float]
+    step: Optional[int]
+    measured_throughput: Optional[float]
+    predicted_throughput: Optional[float]
+    cancel_requested: bool
+    error: Optional[str]
+
+
+class JobDetailOut(JobOut):
+    checkpoint_dir: str
+    runs: list[RunOut]
+    transitions: list[TransitionOut]
+
+
+class ErrorOut(BaseModel):
+    error: str
+
+
+def _alloc(alloc: tuple[tuple[str, int], ...] | None) -> list[NodeGpus] | None:
+    return None if alloc is None else [NodeGpus(node=n, gpus=g) for n, g in alloc]
+
+
+def job_out(job: JobRecord) -> JobOut:
+    return JobOut(
+        id=job.job_id, name=job.spec.name, state=job.state.value, gpus=job.spec.gpus, model=job.spec.model,
+        placement=_alloc(job.placement), attempt=job.attempt, preemptions=job.preemptions,
+        submit_time=job.submit_time, finish_time=job.finish_time, samples=job.samples, step=job.step,
+        measured_throughput=job.throughput, predicted_throughput=job.predicted_throughput,
+        cancel_requested=job.cancel_requested, error=job.error,
+    )
+
+
+def job_detail(job: JobRecord, runs: list[RunRecord], transitions: list[Transition]) -> JobDetailOut:
+    return JobDetailOut(
+        **job_out(job).model_dump(), checkpoint_dir=job_checkpoint_dir(job.spec, job.job_id),
+        runs=[RunOut(attempt=r.attempt, placement=_alloc(r.placement) or [], started=r.started, ended=r.ended,
+                     end_reason=r.end_reason, start_step=r.start_step, measured_throughput=r.measured_throughput,
+                     predicted_throughput=r.predicted_throughput) for r in runs],
+        transitions=[TransitionOut(from_state=t.from_state.value if t.from_state else None, to_state=t.to_state.value,
+                                   at=t.at, reason=t.reason, attempt=t.attempt) for t in transitions],
+    )

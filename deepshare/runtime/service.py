@@ -1,0 +1,159 @@
+"""``deepshare scheduler start``: the scheduler process (journal, Ray, control loop, HTTP API).
+
+The control loop runs in the main thread; uvicorn serves the API from a thread on a socket
+bound before anything else starts (so ``--port 0`` works and the URL is known). The URL, pid
+and Ray address are written to ``<state>/scheduler.json``. SIGTERM / SIGINT stop the loop and
+the API; runs on the cluster keep going (their actors are detached) and a restart with the same
+``--state`` re-attaches to them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from deepshare.core.atomic import write_text_atomic
+from deepshare.core.types import DeepShareError
+from deepshare.runtime.cluster import current_cluster
+from deepshare.runtime.journal import Journal
+from deepshare.runtime.loop import ControlLoop, LoopConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    state_dir: str
+    address: str = "auto"
+    local_nodes: int | None = None
+    """With ``local_gpus_per_node``: start a fake local cluster of this many nodes instead of joining one."""
+    local_gpus_per_node: int = 4
+    policy: str | None = "las+consolidated"
+    placement_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8470
+    loop: LoopConfig = LoopConfig()
+    contention: str = "profiled"
+
+
+def make_policy_for(config: ServiceConfig) -> Any:
+    """The in-process policy, or the HTTP placement service's client (same ``decide``)."""
+    if config.placement_url:
+        try:
+            from deepshare.client import PlacementClient  # written by the serving issue
+        except ImportError as exc:
+            raise DeepShareError(f"--placement-url needs deepshare.client.PlacementClient ({exc})") from None
+        return PlacementClient(config.placement_url)
+    from deepshare.policies import make_policy
+
+    return make_policy(config.policy or "las+consolidated")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise DeepShareError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(128)
+    return sock
+
+
+class LinkLoad:
+    """``link_load()`` from the node agents' ContentionMonitor when one runs, else ``{}``."""
+
+    def __init__(self, retry_s: float = 30.0) -> None:
+        self.handle: Any = None
+        self.checked = -1e9
+        self.retry_s = retry_s
+
+    def __call__(self) -> Mapping[str, float]:
+        import ray
+
+        if self.handle is None and time.monotonic() - self.checked > self.retry_s:
+            self.checked = time.monotonic()
+            try:
+                from deepshare.agents.deploy import find_monitor
+
+                self.handle = find_monitor()
+            except DeepShareError:
+                self.handle = None
+        if self.handle is None:
+            return {}
+        try:
+            return dict(ray.get(self.handle.link_load.remote(), timeout=2.0))
+        except Exception:  # noqa: BLE001 - the monitor went away: work without it
+            self.handle = None
+            return {}
+
+
+def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
+          stop: threading.Event | None = None) -> int:
+    """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
+    import uvicorn
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.workloads import default_catalog
+    from deepshare.runtime.api import make_app
+
+    stop = stop or threading.Event()
+    journal = Journal(config.state_dir)
+    policy = make_policy_for(config)
+    sock = bind(config.host, config.port)
+    local = None
+    try:
+        if config.local_nodes is not None:
+            from deepshare.runtime.localcluster import LocalCluster
+
+            local = LocalCluster(config.local_nodes, config.local_gpus_per_node)
+            address = local.start()
+        else:
+            from deepshare.agents.deploy import connect
+
+            connect(config.address)
+            import ray
+
+            address = ray.get_runtime_context().gcs_address
+        catalog = default_catalog()
+        loop = ControlLoop(journal, policy, catalog, make_contention(config.contention), config.loop,
+                           cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd())
+        reattached, requeued = loop.recover()
+
+        def capacity() -> tuple[int, int]:
+            cluster = current_cluster()
+            return cluster.topology.total_gpus, len(cluster.nodes)
+
+        server = uvicorn.Server(uvicorn.Config(make_app(journal, capacity), log_level="warning", lifespan="off"))
+        web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
+        web.start()
+        host, port = sock.getsockname()[:2]
+        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        write_text_atomic(Path(config.state_dir) / "scheduler.json",
+                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
+        cluster = current_cluster()
+        announce(f"scheduler on {url} (policy {getattr(policy, 'name', policy)}, Ray {address}, "
+                 f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
+        if reattached or requeued:
+            announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        loop.run(stop)
+        server.should_exit = True
+        web.join(timeout=5)
+    finally:
+        sock.close()
+        journal.close()
+        if local is not None:
+            local.shutdown()
+    return 0

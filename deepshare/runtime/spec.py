@@ -1,0 +1,115 @@
+"""The live job spec (YAML or JSON): what a user submits to the scheduler, validated by pydantic.
+
+Named ``LiveJobSpec`` to keep it apart from the core's trace-level :class:`~deepshare.core.types.JobSpec`:
+a live job also says what to run (a Python callable ``module:function`` or a command), where its
+checkpoints live and, optionally, how much work it has (for SRTF-style policies' estimates).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import format_validation_error, parse_yaml_model
+
+ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class LiveJobSpec(BaseModel):
+    """One job to run on the cluster. Exactly one of ``entrypoint`` and ``command``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="short name: letters, digits, '_', '.', '-' (1-63 characters)")
+    gpus: int = Field(gt=0, le=4096, description="GPUs the job needs (one worker process per GPU)")
+    model: str = Field(min_length=1, description="model class for the contention features, e.g. MobileNetV3")
+    entrypoint: Optional[str] = Field(default=None, description="Python callable 'package.module:function', called with args")
+    command: Optional[list[str]] = Field(default=None, description="a program and its arguments; args are appended")
+    args: list[str] = Field(default_factory=list, description="arguments: function(args) or appended to command")
+    checkpoint_dir: str = Field(min_length=1, description="folder for save_checkpoint/load_checkpoint (shared by all nodes)")
+    working_dir: Optional[str] = Field(default=None, description="cwd of the workers and first entry of PYTHONPATH")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the workers")
+    expected_duration_s: Optional[float] = Field(default=None, gt=0, description="isolated run time estimate")
+    total_samples: Optional[float] = Field(default=None, gt=0, description="samples to train (with report(samples=...))")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("expected 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not ENTRYPOINT_RE.match(v):
+            raise ValueError(f"expected 'package.module:function', got {v!r}")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        if v is not None and (not v or not v[0]):
+            raise ValueError("expected a non-empty list: program, then its arguments")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_program(self) -> "LiveJobSpec":
+        if (self.entrypoint is None) == (self.command is None):
+            raise ValueError("give exactly one of entrypoint ('module:function') and command (a list)")
+        return self
+
+
+def parse_spec_text(text: str, source: str) -> LiveJobSpec:
+    """A job spec from YAML or JSON text (JSON is YAML); errors name ``source`` and the field."""
+    return parse_yaml_model(text, LiveJobSpec, source, "name, gpus, model, entrypoint or command, checkpoint_dir")
+
+
+def load_spec_file(path: str | Path) -> LiveJobSpec:
+    """Read a spec file; relative ``checkpoint_dir`` / ``working_dir`` resolve against its folder.
+
+    Without ``working_dir`` the folder you run ``deepshare submit`` from is used (where
+    ``examples.jobs...`` imports resolve).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeepShareError(f"{p}: cannot read job spec ({getattr(exc, 'strerror', None) or exc})") from None
+    spec = parse_spec_text(text, str(p))
+    base = p.resolve().parent
+    updates: dict[str, Any] = {"checkpoint_dir": str((base / spec.checkpoint_dir).resolve())}
+    updates["working_dir"] = str((base / spec.working_dir).resolve()) if spec.working_dir else str(Path.cwd())
+    return spec.model_copy(update=updates)
+
+
+def spec_from_json(body: Any) -> LiveJobSpec:
+    """Validate an already-decoded JSON body; raises DeepShareError naming the field paths."""
+    try:
+        return LiveJobSpec.model_validate(body)
+    except ValidationError as exc:
+        raise DeepShareError(format_validation_error(exc)) from None
+
+
+def spec_json(spec: LiveJobSpec) -> str:
+    return json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+
+
+def job_checkpoint_dir(spec: LiveJobSpec, job_id: str) -> str:
+    """Where job ``job_id`` keeps its checkpoints: ``<checkpoint_dir>/<job id>``, so two submissions
+    of one spec never resume from each other."""
+    return str(Path(spec.checkpoint_dir) / job_id)

@@ -1,0 +1,166 @@
+"""The per-GPU worker: a Ray actor that runs one rank of a job as a child process.
+
+The actor holds one GPU of the job's placement-group bundle (Ray sets ``CUDA_VISIBLE_DEVICES``)
+and starts the rank with the distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and ``DEEPSHARE_*`` variables that
+:mod:`deepshare.job` reads. Preemption is a file: :meth:`JobWorker.request_stop` creates
+``$DEEPSHARE_CONTROL_DIR/stop``, which ``deepshare.job.should_stop()`` polls; progress comes back
+the other way in ``report.json``. The child gets ``PR_SET_PDEATHSIG`` so it dies with the actor
+(removing the placement group kills the actor, and so the rank).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """Everything one rank needs to start."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    argv: tuple[str, ...]
+    """The program: ``python -m deepshare.runtime.entry MOD:FN ARGS`` or the spec's command + args."""
+    checkpoint_dir: str
+    working_dir: str | None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    samples: float | None
+    throughput: float | None
+    step: int | None
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    rank: int
+    started: bool
+    running: bool
+    exit_code: int | None
+    stop_requested: bool
+    report: Report | None
+    log_tail: str
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setsid()
+
+
+def python_argv(entrypoint: str, args: tuple[str, ...]) -> tuple[str, ...]:
+    return (sys.executable, "-m", "deepshare.runtime.entry", entrypoint, *args)
+
+
+class JobWorker:
+    """One rank's host (wrapped with ``ray.remote`` by the launcher)."""
+
+    def __init__(self, job_id: str, attempt: int, rank: int) -> None:
+        self.control = Path(tempfile.mkdtemp(prefix=f"ds-{job_id}-a{attempt}-r{rank}-"))
+        self.rank = rank
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.control / "rank.log"
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free port on it (rank 0's answer is the rendezvous address)."""
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return ip, port
+
+    def start(self, launch: WorkerLaunch) -> int:
+        """Start the rank; idempotent (a second call returns the running child's pid)."""
+        if self.proc is not None:
+            return self.proc.pid
+        env = dict(os.environ)
+        env.update(dict(launch.env))
+        env.update({
+            "RANK": str(launch.rank), "WORLD_SIZE": str(launch.world_size), "LOCAL_RANK": str(launch.local_rank),
+            "LOCAL_WORLD_SIZE": str(launch.local_world_size), "MASTER_ADDR": launch.master_addr,
+            "MASTER_PORT": str(launch.master_port), "DEEPSHARE_JOB_ID": launch.job_id,
+            "DEEPSHARE_ATTEMPT": str(launch.attempt - 1), "DEEPSHARE_CHECKPOINT_DIR": launch.checkpoint_dir,
+            "DEEPSHARE_CONTROL_DIR": str(self.control), "PYTHONUNBUFFERED": "1",
+        })
+        if launch.working_dir:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.working_dir, env.get("PYTHONPATH", "")) if p)
+        Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                list(launch.argv), cwd=launch.working_dir or None, env=env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pdeathsig,
+            )
+        finally:
+            log.close()
+        return self.proc.pid
+
+    def request_stop(self) -> None:
+        """Ask the rank to checkpoint and exit (``deepshare.job.should_stop()`` turns True)."""
+        (self.control / "stop").touch()
+
+    def _report(self) -> Report | None:
+        try:
+            doc = json.loads((self.control / "report.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Report(doc.get("samples"), doc.get("throughput"), doc.get("step"), float(doc.get("time", 0.0)))
+
+    def _tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def poll(self) -> WorkerStatus:
+        code = None if self.proc is None else self.proc.poll()
+        running = self.proc is not None and code is None
+        return WorkerStatus(
+            rank=self.rank, started=self.proc is not None, running=running, exit_code=code,
+            stop_requested=(self.control / "stop").exists(), report=self._report(),
+            log_tail="" if running else self._tail(),
+        )
+
+    def terminate(self, grace_s: float = 2.0) -> None:
+        """Kill the rank (SIGTERM to its process group, SIGKILL after ``grace_s``) and clean up."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            deadline = time.monotonic() + grace_s
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait()
+        shutil.rmtree(self.control, ignore_errors=True)
