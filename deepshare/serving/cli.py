@@ -82,12 +82,14 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.serving.deployment import APP_NAME, resolve_settings, service_app
 
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous: dict[int, Any] = {}
     try:
         if args.address:
             ray.init(address=args.address, log_to_driver=False)
         else:
             ray.init(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
+        # After ray.init, which installs its own fatal-signal handlers over any set before.
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
         app = service_app(resolve_settings(settings), args.replicas)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
