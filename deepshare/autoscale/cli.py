@@ -1,9 +1,129 @@
-"""CLI subcommands of deepshare.autoscale (registered by deepshare/cli.py); filled in by its issue."""
+"""``deepshare cluster ...`` and ``deepshare autoscale ...``: cluster YAMLs and autoscaling runs.
+
+* ``cluster validate FILE...`` — Ray's own schema and ``prepare_config`` plus the project's
+  keys, for launcher YAMLs and KubeRay manifests (:mod:`deepshare.autoscale.cluster_yaml`);
+* ``cluster spec FILE [--out PATH]`` — a cluster YAML's GPU worker types as an autoscaling
+  spec for the simulator;
+* ``autoscale simulate`` — a trace on an autoscaling cluster model under one or more
+  autoscalers side by side (``--autoscaler demand,contention-aware,fixed``);
+  ``autoscale compare`` is the same with all three by default.
+
+Handlers have the main CLI's signature ``(args, out, err) -> exit status`` and raise
+:class:`~deepshare.core.types.DeepShareError` for bad input (one line, exit 2).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepshare.core.types import DeepShareError
+
+
+def _print(out: Any, text: str) -> None:
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.autoscale.cluster_yaml import load_cluster_yaml
+
+    failed = 0
+    for path in args.files:
+        try:
+            cluster = load_cluster_yaml(path)
+        except DeepShareError as exc:
+            failed += 1
+            err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            continue
+        _print(out, f"OK {path}: {cluster.describe()}")
+    return 2 if failed else 0
+
+
+def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.autoscale.cluster_yaml import load_cluster_yaml, to_autoscale_spec
+    from deepshare.core.atomic import write_text_atomic
+
+    spec = to_autoscale_spec(load_cluster_yaml(args.file))
+    text = f"# Autoscaling spec from {args.file} (deepshare cluster spec)\n" + yaml.safe_dump(
+        spec.model_dump(), sort_keys=False
+    )
+    if args.out:
+        write_text_atomic(args.out, text, "autoscaling spec")
+        _print(out, f"wrote {args.out}")
+    else:
+        _print(out, text.rstrip())
+    return 0
+
+
+def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.autoscale.experiments import AutoscaleScenario, load_config, parse_autoscalers, run_autoscalers
+    from deepshare.autoscale.format import autoscale_table
+    from deepshare.cli import _check_output, _check_policies, _config, _contention, _load_trace
+
+    _check_output(args.json, "--json")
+    _check_output(args.plot, "--plot")
+    names = parse_autoscalers(args.autoscaler)
+    _check_policies([args.policy], "--policy")
+    spec = load_config(args.config)
+    trace = _load_trace(args)
+    scenario = AutoscaleScenario(spec, trace.jobs, _contention(args), _config(args))
+    reports = run_autoscalers(scenario, args.policy, names)
+    if trace.skipped:
+        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})", markup=False, highlight=False, soft_wrap=True)
+    limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
+                       for n, t in spec.node_types.items())
+    out.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} ({limits})"))
+    if args.json:
+        from deepshare.core.atomic import write_text_atomic
+
+        doc: dict[str, object]
+        if len(reports) == 1:
+            doc = reports[0].to_dict()
+        else:
+            doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports}}
+        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "JSON report")
+    if args.plot:
+        from deepshare.autoscale.plots import write_timeline_plot
+
+        write_timeline_plot(reports, args.plot)
+        _print(out, f"wrote {args.plot}")
+    return 0
 
 
 def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add this package's subcommands to the main parser (none yet)."""
+    """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
+    from deepshare.cli import _add_sim_args, _add_trace_args
+    from deepshare.core.autoscaling import AUTOSCALERS
+
+    cluster = sub.add_parser("cluster", help="Ray cluster YAMLs: validate them, turn them into autoscaling specs")
+    csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    p = csub.add_parser("validate", help="check cluster YAMLs / KubeRay manifests with Ray's schema and the project's keys")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=cmd_cluster_validate)
+    p = csub.add_parser("spec", help="print (or --out) a cluster YAML's GPU worker types as an autoscaling spec")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--out", metavar="PATH", help="write the spec YAML here")
+    p.set_defaults(func=cmd_cluster_spec)
+
+    autoscale = sub.add_parser("autoscale", help="autoscaling in simulation: cost, GPU-hours and JCT per autoscaler")
+    asub = autoscale.add_subparsers(dest="autoscale_command", metavar="ACTION", required=True)
+    for action, default, text in (
+        ("simulate", "demand", "simulate a trace on an autoscaling cluster"),
+        ("compare", ",".join(AUTOSCALERS), "the same, every autoscaler side by side by default"),
+    ):
+        p = asub.add_parser(action, help=text)
+        _add_trace_args(p)
+        p.add_argument("--config", required=True, metavar="FILE",
+                       help="autoscaling spec (deepshare/data/autoscale/*.yaml) or a cluster YAML (cluster_yamls/)")
+        p.add_argument("--policy", default="las+consolidated", help="scheduling policy (default las+consolidated)")
+        p.add_argument("--autoscaler", default=default, metavar="NAME[,NAME...]",
+                       help=f"{', '.join(AUTOSCALERS)} (default {default})")
+        p.add_argument("--json", metavar="PATH", help="write the report(s) as JSON")
+        p.add_argument("--plot", metavar="PNG", help="write nodes and queue over time")
+        _add_sim_args(p)
+        p.set_defaults(func=cmd_autoscale_simulate)

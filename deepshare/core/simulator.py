@@ -11,11 +11,20 @@ restore time during which it holds its GPUs without progress; a migrated job pay
 
 Batch use: ``Simulator(...).run(policy)``. Step use (the RL env): ``view = sim.advance()``
 until it returns ``None``, calling ``sim.apply(decision)`` after each view.
+
+Dynamic clusters (the simulated autoscaler, ``deepshare/core/autoscaling/``): pass a
+:class:`ClusterControl`. The topology then holds every node that could ever exist; a node
+that is not *up* has no free GPUs, so no policy can place there, and the policies' view shows
+it with zero GPUs (``view.total_gpus`` and ``view.utilisation`` count up nodes only). The
+control turns nodes up and down (:meth:`Simulator.set_node_up`, idle nodes only) and sets
+timers (:meth:`Simulator.schedule`) that the event loop hands back to it; it hears about every
+change (:meth:`ClusterControl.on_change`). Timers left when the last job finishes still run,
+so nodes can idle out after the trace. Without a control nothing of this happens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel, RunningJob, predictor
@@ -40,6 +49,24 @@ class PolicyLike(Protocol):
     name: str
 
     def decide(self, view: ClusterView) -> Decision: ...
+
+
+class ClusterControl(Protocol):
+    """Adds and removes nodes during a run (the simulated autoscaler); see the module docstring."""
+
+    def attach(self, sim: "Simulator") -> None:
+        """Called once by the simulator's constructor: bring the initial nodes up, keep ``sim``."""
+
+    def on_timer(self, token: int) -> None:
+        """A timer set with :meth:`Simulator.schedule` is due (``sim.now`` is its time)."""
+
+    def on_change(self) -> None:
+        """Events at ``sim.now`` were processed or a decision applied: allocations may differ."""
+
+
+CONTROL_TAG = "#control"
+"""The job-id field of the control's timer events (they ride the ROUND kind: after completions
+and arrivals at the same time)."""
 
 
 class SimulationStalled(DeepShareError):
@@ -138,6 +165,7 @@ class Simulator:
         contention: ContentionModel,
         catalog: Catalog | None = None,
         config: SimConfig = SimConfig(),
+        control: ClusterControl | None = None,
     ) -> None:
         self.topology = topology
         self.catalog = catalog or default_catalog()
@@ -172,6 +200,83 @@ class Simulator:
         if config.round_s is not None and self._jobs:
             self._events.push(config.round_s, EventKind.ROUND)
         self._predict: PredictFn = predictor(self._state)
+        self._up = [True] * len(topology.nodes)
+        self._view_topology = topology
+        self._control = control
+        self._live_timers: set[int] = set()
+        if control is not None:
+            self._up = [False] * len(topology.nodes)
+            self._free = [0] * len(topology.nodes)
+            self._view_topology = self._up_topology()
+            control.attach(self)
+
+    # -- dynamic clusters (used by a ClusterControl) -----------------------------------------
+    @property
+    def free(self) -> tuple[int, ...]:
+        """Free GPUs per node now (0 on nodes that are not up)."""
+        return tuple(self._free)
+
+    @property
+    def up(self) -> tuple[bool, ...]:
+        """Whether each node is up (always all True without a control)."""
+        return tuple(self._up)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    @property
+    def busy_gpus(self) -> int:
+        return self._busy
+
+    def set_node_up(self, node: int, up: bool) -> None:
+        """Bring node ``node`` up (its GPUs become free) or take it down (it must be idle)."""
+        if self._control is None:
+            raise DeepShareError("set_node_up needs a simulator built with a ClusterControl")
+        if self._up[node] == up:
+            return
+        capacity = self.topology.capacity[node]
+        if not up and self._free[node] != capacity:
+            raise DeepShareError(f"cannot take down {self.topology.nodes[node].name}: it still runs jobs")
+        self._up[node] = up
+        self._free[node] = capacity if up else 0
+        self._view_topology = self._up_topology()
+
+    def schedule(self, time: float, token: int, keeps_alive: bool = False) -> None:
+        """Hand ``token`` to the control's ``on_timer`` at ``time`` (>= now). A timer that
+        ``keeps_alive`` (a node being provisioned) counts as a future event: waiting for it
+        never stalls the simulation."""
+        if time < self.now:
+            raise DeepShareError(f"cannot schedule a timer at {time} before now ({self.now})")
+        self._events.push(time, EventKind.ROUND, CONTROL_TAG, token)
+        if keeps_alive:
+            self._live_timers.add(token)
+            self._live_events += 1
+
+    def _up_topology(self) -> Topology:
+        """The topology the policies see: nodes that are not up have zero GPUs."""
+        if all(self._up):
+            return self.topology
+        nodes = tuple(n if self._up[n.index] else replace(n, gpus=0) for n in self.topology.nodes)
+        return Topology(self.topology.name, nodes, self.topology.rack_uplink_gbps)
+
+    def _fire_timer(self, token: int) -> None:
+        if token in self._live_timers:
+            self._live_timers.discard(token)
+            self._live_events -= 1
+        assert self._control is not None
+        self._control.on_timer(token)
+
+    def _drain_control(self) -> None:
+        """After the last job: run the control's remaining timers (nodes idling out)."""
+        assert self._control is not None
+        while self._events:
+            t, kind, tag, token = self._events.pop()
+            if kind is EventKind.ROUND and tag == CONTROL_TAG:
+                self.now = t
+                self.events_processed += 1
+                self._fire_timer(token)
+                self._control.on_change()
 
     # -- public API --------------------------------------------------------------------------
     @property
@@ -212,6 +317,8 @@ class Simulator:
             if self.done:
                 break
         self._account_busy(self.now)
+        if self._control is not None:
+            self._drain_control()
         return None
 
     def apply(self, decision: Decision) -> None:
@@ -242,6 +349,8 @@ class Simulator:
                 job.first_start = t
             changed |= self._start(job, launch.placement, t, overhead)
         self._rerate(changed, t)
+        if self._control is not None:
+            self._control.on_change()
         if self._queue and self.idle_forever:
             raise SimulationStalled(
                 f"at t={t:.1f}s the policy left {len(self._queue)} job(s) queued on an idle cluster "
@@ -252,7 +361,7 @@ class Simulator:
         t = self.now
         return ClusterView(
             now=t,
-            topology=self.topology,
+            topology=self._view_topology,
             catalog=self.catalog,
             free=tuple(self._free),
             queued=tuple(self._queued_views.values()),
@@ -316,8 +425,12 @@ class Simulator:
                 self._arrive(self._jobs[job_id], t)
             elif kind is EventKind.COMPLETION:
                 self._complete(self._jobs[job_id], t)  # _stop() retires this completion from _live_events
+            elif job_id == CONTROL_TAG:
+                self._fire_timer(version)
             elif self._unfinished and self.config.round_s is not None:
                 self._events.push(t + self.config.round_s, EventKind.ROUND)
+        if self._control is not None:
+            self._control.on_change()
         return live
 
     def _arrive(self, job: _Job, t: float) -> None:

@@ -1,0 +1,253 @@
+"""Simulated autoscalers: the demand-based one (Ray's behaviour) and the contention-aware one.
+
+Both are :class:`~deepshare.core.simulator.ClusterControl` objects driving a
+:class:`~deepshare.core.autoscaling.pool.NodePool`, and both see every decision of the policy
+through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may ask for nodes.
+
+* **demand** — Ray's autoscaler reduced to GPUs: after the policy decided, every queued job
+  it did not launch is *unmet demand*. Demand is packed first onto the GPUs left free, then
+  onto nodes already being provisioned; what is left is covered by new nodes of the type that
+  covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
+  the lowest price per GPU. A node that has run nothing for ``idle_timeout_s`` is removed
+  unless its type would drop below ``min_nodes``. Nodes take ``provisioning_s`` to be ready.
+* **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
+  whose predicted slowdown (1 / ratio, for the job and for every running job whose ratio it
+  changes) exceeds ``max_slowdown`` is moved to idle nodes if that brings it under the
+  threshold, else held back and nodes are requested for it: the cluster scales out rather
+  than co-locating. Co-location above the threshold is allowed only when the cluster *cannot
+  still scale* for the job: its GPUs exceed the GPUs not yet up (being provisioned or still
+  addable below ``max_nodes``), i.e. ``job.gpus > max GPUs - view.total_gpus``.
+
+Preemptions and migrations of the policy's decision pass unchanged; predictions are made
+against the running jobs as they are (preempted ones still count as neighbours).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import count
+from typing import TYPE_CHECKING, Sequence
+
+from deepshare.core.autoscaling.pool import PENDING, UP, NodePool
+from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots
+from deepshare.core.types import ClusterView, Decision, DeepShareError, JobView, Launch, Placement
+
+if TYPE_CHECKING:  # pragma: no cover
+    from deepshare.core.simulator import PolicyLike, Simulator
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleEvent:
+    time_s: float
+    kind: str
+    """``request`` (billing starts), ``ready`` (the node takes jobs) or ``terminate``."""
+    node: str
+    node_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """The cluster after the events at ``time_s`` (one point per change)."""
+
+    time_s: float
+    up_nodes: int
+    pending_nodes: int
+    up_gpus: int
+    busy_gpus: int
+    queued_jobs: int
+
+
+class Autoscaler:
+    """The demand-based autoscaler (see the module docstring); subclasses add a launch guard."""
+
+    name = "demand"
+
+    def __init__(self, spec: AutoscaleSpec, slots: Slots) -> None:
+        self.spec = spec
+        self.slots = slots
+        self.pool = NodePool(spec, slots)
+        self.events: list[ScaleEvent] = []
+        self.timeline: list[TimelinePoint] = []
+        self.scale_ups = 0
+        self.scale_downs = 0
+        self._sim: "Simulator | None" = None
+        self._tokens = count()
+        self._timers: dict[int, tuple[str, int, int]] = {}
+        self._idle_since: dict[int, float] = {}
+        self._generation = [0] * len(slots.type_of)
+
+    # -- ClusterControl ------------------------------------------------------------------------
+    def attach(self, sim: "Simulator") -> None:
+        if sim.topology is not self.slots.topology:
+            raise DeepShareError("the simulator must run on the autoscaler's slot topology")
+        self._sim = sim
+        for node_type, t in self.spec.node_types.items():
+            for _ in range(t.min_nodes):  # the cluster as launched: min nodes up from t = 0
+                inst = self.pool.request(node_type, 0.0)
+                inst.ready_s = 0.0
+                self.pool.mark_ready(inst.node)
+                sim.set_node_up(inst.node, True)
+        self.on_change()
+
+    def on_timer(self, token: int) -> None:
+        sim = self._require_sim()
+        kind, node, generation = self._timers.pop(token)
+        if kind == "ready":
+            self.pool.mark_ready(node)
+            sim.set_node_up(node, True)
+            self._log("ready", node)
+            return
+        if (
+            self.pool.state[node] == UP
+            and node in self._idle_since
+            and self._generation[node] == generation
+            and self._removable(node)
+        ):
+            sim.set_node_up(node, False)
+            self.pool.terminate(node, sim.now)
+            del self._idle_since[node]
+            self.scale_downs += 1
+            self._log("terminate", node)
+
+    def _removable(self, node: int) -> bool:
+        """Whether an up node idle for the timeout may go: not below its type's min_nodes."""
+        node_type = self.slots.type_of[node]
+        return self.pool.count(node_type) > self.spec.node_types[node_type].min_nodes
+
+    def on_change(self) -> None:
+        sim = self._require_sim()
+        free, capacity, now = sim.free, self.slots.topology.capacity, sim.now
+        for node in self.pool.nodes(UP):
+            idle = free[node] == capacity[node]
+            if idle and node not in self._idle_since:
+                self._idle_since[node] = now
+                self._generation[node] += 1
+                self._timer(now + self.spec.idle_timeout_s, "idle", node, keeps_alive=False)
+            elif not idle and node in self._idle_since:
+                del self._idle_since[node]
+                self._generation[node] += 1
+        up = self.pool.nodes(UP)
+        point = TimelinePoint(
+            now, len(up), len(self.pool.nodes(PENDING)), sum(capacity[n] for n in up), sim.busy_gpus, sim.queue_length
+        )
+        if self.timeline and self.timeline[-1].time_s == now:
+            self.timeline[-1] = point
+        elif not self.timeline or _state(self.timeline[-1]) != _state(point):
+            self.timeline.append(point)
+
+    # -- the policy side -----------------------------------------------------------------------
+    def review(self, view: ClusterView, decision: Decision) -> Decision:
+        """The decision to apply (after the guard) and node requests for the unmet demand."""
+        decision, vetoed = self.guard(view, decision)
+        self._scale_for(view, decision, vetoed)
+        return decision
+
+    def guard(self, view: ClusterView, decision: Decision) -> tuple[Decision, list[JobView]]:
+        """Hook for launch guards: the decision to apply and the jobs held back for new nodes."""
+        return decision, []
+
+    # -- scaling -------------------------------------------------------------------------------
+    def _scale_for(self, view: ClusterView, decision: Decision, vetoed: Sequence[JobView]) -> None:
+        free_left = sum(free_after(view, decision))
+        spare_pending = sum(self.slots.topology.capacity[n] for n in self.pool.nodes(PENDING))
+        launched = {launch.job_id for launch in decision.launch}
+        held = {j.job_id for j in vetoed}
+        preempted = set(decision.preempt)
+        unmet = [*vetoed, *(j for j in view.queued if j.job_id not in launched and j.job_id not in held)]
+        unmet += [j for j in view.running if j.job_id in preempted] if preempted else []
+        for job in unmet:
+            need = job.gpus
+            if job.job_id not in held:  # a held-back job must not share the GPUs it was kept from
+                take = min(need, free_left)
+                free_left -= take
+                need -= take
+            take = min(need, spare_pending)
+            spare_pending -= take
+            need -= take
+            if need > 0:
+                spare_pending += max(0, self._request(need) - need)  # a node's GPUs beyond the need
+
+    def _request(self, need: int) -> int:
+        """Request nodes for ``need`` GPUs (as far as max_nodes allow); the GPUs requested."""
+        sim = self._require_sim()
+        requested = 0
+        while need > 0:
+            options = [t for t in self.spec.node_types if self.pool.room(t) > 0]
+            if not options:
+                break
+
+            def key(name: str) -> tuple[float, ...]:
+                t = self.spec.node_types[name]
+                n = min(math.ceil(need / t.gpus), self.pool.room(name))
+                covered = n * t.gpus
+                return (max(0, need - covered), max(0, covered - need), n, t.price_usd_per_hour / t.gpus)
+
+            best = min(options, key=lambda name: (*key(name), name))
+            gpus = self.spec.node_types[best].gpus
+            for _ in range(min(math.ceil(need / gpus), self.pool.room(best))):
+                inst = self.pool.request(best, sim.now)
+                self.scale_ups += 1
+                self._log("request", inst.node)
+                self._timer(inst.ready_s, "ready", inst.node, keeps_alive=True)
+                need -= gpus
+                requested += gpus
+        return requested
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _timer(self, time: float, kind: str, node: int, keeps_alive: bool) -> None:
+        token = next(self._tokens)
+        self._timers[token] = (kind, node, self._generation[node])
+        self._require_sim().schedule(time, token, keeps_alive=keeps_alive)
+
+    def _log(self, kind: str, node: int) -> None:
+        sim = self._require_sim()
+        self.events.append(ScaleEvent(sim.now, kind, self.slots.topology.nodes[node].name, self.slots.type_of[node]))
+        self.on_change()
+
+    def _require_sim(self) -> "Simulator":
+        if self._sim is None:
+            raise DeepShareError("the autoscaler is not attached to a simulator")
+        return self._sim
+
+
+def _state(p: TimelinePoint) -> tuple[int, ...]:
+    return (p.up_nodes, p.pending_nodes, p.up_gpus, p.busy_gpus, p.queued_jobs)
+
+
+def free_after(view: ClusterView, decision: Decision) -> list[int]:
+    """Free GPUs per node once ``decision`` is applied."""
+    free = list(view.free)
+    gone = set(decision.preempt) | {m.job_id for m in decision.migrate}
+    if gone:
+        for job in view.running:
+            if job.job_id in gone and job.placement is not None:
+                for node, gpus in job.placement.alloc:
+                    free[node] += gpus
+    for change in (*decision.migrate, *decision.launch):
+        for node, gpus in change.placement.alloc:
+            free[node] -= gpus
+    return free
+
+
+@dataclass
+class AutoscaledPolicy:
+    """A policy whose every decision the autoscaler reviews (and may trim) before it applies."""
+
+    inner: "PolicyLike"
+    autoscaler: Autoscaler
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+
+    def decide(self, view: ClusterView) -> Decision:
+        return self.autoscaler.review(view, self.inner.decide(view))
+
+
+def slowdown(view: ClusterView, job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]]) -> float:
+    """Predicted slowdown of launching ``job`` at ``placement``: the worst 1 / ratio among the
+    job and the running jobs whose ratio the launch changes."""
+    pred = view.predict(job, placement, pending)
+    ratios = [pred.ratio, *pred.others.values()]
+    return max(math.inf if r <= 0 else 1.0 / r for r in ratios)

@@ -1,0 +1,102 @@
+"""The autoscaling cluster model: node types with prices and limits, from YAML or a Ray cluster YAML.
+
+An autoscaling spec extends the cluster spec's node types (``deepshare/core/topology.py``) with
+what an autoscaler needs::
+
+    name: aws-mixed
+    idle_timeout_s: 300          # an up node idle this long is removed (above min_nodes)
+    max_slowdown: 1.25           # contention-aware autoscaler: the co-location threshold
+    node_types:
+      a10g:
+        gpus: 4
+        gpu_model: A10G
+        fabric: pcie
+        nic_gbps: 40
+        price_usd_per_hour: 5.672
+        min_nodes: 0
+        max_nodes: 8
+        provisioning_s: 300      # from the request until the node can take jobs
+        rack: rack0
+
+The simulator's topology holds ``max_nodes`` slots of every type (names ``<type>-<k>``), in
+the order the types are listed; which of them exist at any time is the autoscaler's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from deepshare.core.topology import ClusterSpec, NodeGroupSpec, NodeTypeSpec, Topology
+from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import parse_yaml_model
+
+
+class NodePoolSpec(NodeTypeSpec):
+    """A node type the autoscaler may add: hardware (as in a cluster spec) plus price and limits."""
+
+    price_usd_per_hour: float = Field(ge=0, description="on-demand price of one node")
+    min_nodes: int = Field(default=0, ge=0, description="nodes always up (from t = 0)")
+    max_nodes: int = Field(gt=0, description="most nodes of this type at once")
+    provisioning_s: float = Field(default=300.0, ge=0, description="request to ready")
+    rack: str = "rack0"
+
+    @model_validator(mode="after")
+    def _limits(self) -> "NodePoolSpec":
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes {self.min_nodes} exceeds max_nodes {self.max_nodes}")
+        return self
+
+    def hardware(self) -> NodeTypeSpec:
+        """The cluster-spec node type (without price and limits)."""
+        return NodeTypeSpec(**self.model_dump(include=set(NodeTypeSpec.model_fields)))
+
+
+class AutoscaleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "autoscaling"
+    node_types: dict[str, NodePoolSpec] = Field(min_length=1)
+    idle_timeout_s: float = Field(default=300.0, ge=0, description="idle time before a node is removed")
+    max_slowdown: float = Field(default=1.25, ge=1.0, description="contention-aware co-location threshold")
+    rack_uplink_gbps: float = Field(default=0.0, ge=0)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The simulator topology of a spec and which node indices belong to which type."""
+
+    topology: Topology
+    by_type: dict[str, tuple[int, ...]]
+    type_of: tuple[str, ...]
+
+
+def build_slots(spec: AutoscaleSpec) -> Slots:
+    """A topology with ``max_nodes`` nodes of every type, in the spec's type order."""
+    cluster = ClusterSpec(
+        name=spec.name,
+        node_types={name: t.hardware() for name, t in spec.node_types.items()},
+        nodes=[NodeGroupSpec(type=name, count=t.max_nodes, rack=t.rack, prefix=f"{name}-") for name, t in spec.node_types.items()],
+        rack_uplink_gbps=spec.rack_uplink_gbps,
+    )
+    topology = Topology.from_spec(cluster)
+    type_of = tuple(n.node_type for n in topology.nodes)
+    by_type = {name: tuple(n.index for n in topology.nodes if n.node_type == name) for name in spec.node_types}
+    return Slots(topology, by_type, type_of)
+
+
+def parse_autoscale_spec(text: str, source: str = "<autoscale spec>") -> AutoscaleSpec:
+    return parse_yaml_model(text, AutoscaleSpec, source, "node_types")
+
+
+def load_autoscale_spec(path: str | Path) -> AutoscaleSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise DeepShareError(f"{p}: autoscaling config not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeepShareError(f"{p}: cannot read autoscaling config ({exc})") from None
+    return parse_autoscale_spec(text, str(p))
