@@ -78,7 +78,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     config = ServiceConfig(
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
-        policy=args.policy, placement_url=args.placement_url, host=args.host, port=args.port,
+        policy=args.policy, placement_url=args.placement_url, placement_token=args.placement_token, host=args.host, port=args.port,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout)),
     )
@@ -159,6 +159,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
     p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default las+consolidated)")
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
+    p.add_argument("--placement-token", metavar="TOKEN", help="bearer token for --placement-url")
     p.add_argument("--host", default="127.0.0.1", help="address the HTTP API binds (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
     p.add_argument("--state", default=".deepshare/scheduler", metavar="DIR",

@@ -124,6 +124,7 @@ class ControlLoop:
         cluster_fn: Callable[[], ClusterState],
         link_load_fn: Callable[[], Mapping[str, float]] | None = None,
         working_dir: str | None = None,
+        policy_name: str = "policy",
     ) -> None:
         self.journal = journal
         self.policy = policy
@@ -133,6 +134,7 @@ class ControlLoop:
         self.cluster_fn = cluster_fn
         self.link_load_fn = link_load_fn
         self.working_dir = working_dir
+        self.policy_name = policy_name
         self.last_error: str | None = None
 
     # -- recovery ------------------------------------------------------------------------------
@@ -170,7 +172,7 @@ class ControlLoop:
             check_decision(decision, view)
         except (DeepShareError, ValueError, KeyError, RuntimeError, OSError) as exc:
             # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
-            self.last_error = f"policy {getattr(self.policy, 'name', '?')}: {exc}"
+            self.last_error = f"policy {self.policy_name}: {exc}"
             log.error("%s", self.last_error)
             return TickReport(ended=tuple(ended), error=self.last_error)
         if decision.empty:

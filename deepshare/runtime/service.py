@@ -38,6 +38,7 @@ class ServiceConfig:
     local_gpus_per_node: int = 4
     policy: str | None = "las+consolidated"
     placement_url: str | None = None
+    placement_token: str | None = None
     host: str = "127.0.0.1"
     port: int = 8470
     loop: LoopConfig = LoopConfig()
@@ -51,7 +52,7 @@ def make_policy_for(config: ServiceConfig) -> Any:
             from deepshare.client import PlacementClient  # written by the serving issue
         except ImportError as exc:
             raise DeepShareError(f"--placement-url needs deepshare.client.PlacementClient ({exc})") from None
-        return PlacementClient(config.placement_url)
+        return PlacementClient(config.placement_url, token=config.placement_token)
     from deepshare.policies import make_policy
 
     return make_policy(config.policy or "las+consolidated")
@@ -125,8 +126,9 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
 
             address = ray.get_runtime_context().gcs_address
         catalog = default_catalog()
+        policy_name = str(getattr(policy, "name", type(policy).__name__))  # the client asks its service once
         loop = ControlLoop(journal, policy, catalog, make_contention(config.contention), config.loop,
-                           cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd())
+                           cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(), policy_name=policy_name)
         reattached, requeued = loop.recover()
 
         def capacity() -> tuple[int, int]:
@@ -141,7 +143,7 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         write_text_atomic(Path(config.state_dir) / "scheduler.json",
                           json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
         cluster = current_cluster()
-        announce(f"scheduler on {url} (policy {getattr(policy, 'name', policy)}, Ray {address}, "
+        announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
                  f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
         if reattached or requeued:
             announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")

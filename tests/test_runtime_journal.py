@@ -1,0 +1,135 @@
+"""The scheduler's journal: the state machine, run accounting, durability across reopen."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from deepshare.runtime.cluster import read_cluster
+from deepshare.runtime.journal import ALLOWED, TERMINAL, JobState, Journal, TransitionError
+from deepshare.runtime.spec import spec_from_json
+
+SPEC = spec_from_json(dict(name="j", gpus=3, model="DLRM", entrypoint="m:f", checkpoint_dir="/c", total_samples=100))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def journal(tmp_path, clock):
+    j = Journal(tmp_path / "state", clock=clock)
+    yield j
+    j.close()
+
+
+def test_lifecycle_accounting_and_transitions(journal, clock):
+    job = journal.submit(SPEC)
+    assert (job.job_id, job.state, job.attempt, job.placement) == ("j-1", JobState.QUEUED, 0, None)
+    assert journal.submit(SPEC).job_id == "j-2"
+    attempt = journal.start_run("j-1", (("node0", 2), ("node1", 1)), 55.0)
+    assert attempt == 1
+    running = journal.get("j-1")
+    assert running.state is JobState.RUNNING and running.placement == (("node0", 2), ("node1", 1))
+    journal.record_progress("j-1", 1, 40.0, 4, 12.5, None)
+    journal.record_progress("j-1", 0, 99.0, 9, 1.0, None)  # a stale run's report is ignored
+    clock.t += 10
+    journal.end_run("j-1", 1, JobState.QUEUED, "preempted", preempted=True)
+    queued = journal.get("j-1")
+    assert (queued.state, queued.preemptions, queued.attained_gpu_s, queued.last_run_s) == (JobState.QUEUED, 1, 30.0, 10.0)
+    assert (queued.samples, queued.step, queued.throughput) == (40.0, 4, 12.5)
+    assert journal.start_run("j-1", (("node1", 3),), None) == 2
+    clock.t += 5
+    journal.end_run("j-1", 2, JobState.FINISHED, "finished")
+    done = journal.get("j-1")
+    assert done.state is JobState.FINISHED and done.finish_time == clock.t and done.attained_gpu_s == 45.0
+    runs = journal.runs("j-1")
+    assert [(r.attempt, r.placement, r.measured_throughput, r.predicted_throughput, r.start_step, r.end_reason)
+            for r in runs] == [(1, (("node0", 2), ("node1", 1)), 12.5, 55.0, 4, "preempted"),
+                               (2, (("node1", 3),), None, None, None, "finished")]
+    assert [(t.from_state, t.to_state, t.attempt) for t in journal.transitions("j-1")] == [
+        (None, JobState.QUEUED, 0), (JobState.QUEUED, JobState.RUNNING, 1), (JobState.RUNNING, JobState.QUEUED, 1),
+        (JobState.QUEUED, JobState.RUNNING, 2), (JobState.RUNNING, JobState.FINISHED, 2)]
+
+
+def test_forbidden_moves_change_nothing(journal):
+    journal.submit(SPEC)
+    with pytest.raises(TransitionError, match="is queued, expected running"):
+        journal.end_run("j-1", 0, JobState.FINISHED, "x")
+    journal.start_run("j-1", (("n", 3),), None)
+    with pytest.raises(TransitionError, match="is running, expected queued"):
+        journal.start_run("j-1", (("n", 3),), None)  # never two runs at once
+    with pytest.raises(TransitionError, match="on run 1, not 7"):
+        journal.end_run("j-1", 7, JobState.QUEUED, "stale")
+    journal.end_run("j-1", 1, JobState.CANCELLED, "cancelled")
+    for target in JobState:
+        with pytest.raises(TransitionError):
+            journal.end_run("j-1", 1, target, "after the end")
+    with pytest.raises(TransitionError, match="unknown job"):
+        journal.cancel_queued("nope")
+    assert len(journal.transitions("j-1")) == 3
+    assert all(not ALLOWED[s] for s in TERMINAL)
+
+
+def test_reopen_keeps_everything(tmp_path, clock):
+    j = Journal(tmp_path / "s", clock=clock)
+    j.submit(SPEC)
+    j.submit(SPEC)
+    j.start_run("j-2", (("node0", 3),), 7.0)
+    j.cancel_queued("j-1")
+    epoch = j.epoch
+    j.close()
+    clock.t += 100
+    again = Journal(tmp_path / "s", clock=clock)
+    assert again.epoch == epoch
+    assert [(r.job_id, r.state, r.attempt, r.placement) for r in again.jobs()] == [
+        ("j-1", JobState.CANCELLED, 0, None), ("j-2", JobState.RUNNING, 1, (("node0", 3),))]
+    assert [r.job_id for r in again.jobs(JobState.RUNNING)] == ["j-2"]
+    assert again.submit(SPEC).job_id == "j-3"
+    again.close()
+
+
+def test_unwritable_state_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Exception, match="cannot open the journal"):
+        Journal(blocker / "state")
+
+
+def test_journal_is_sqlite_wal(journal, tmp_path):
+    db = sqlite3.connect(tmp_path / "state" / "journal.sqlite")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_cluster_from_ray_nodes():
+    nodes = [
+        {"NodeID": "aa" * 28, "Alive": True, "Resources": {"GPU": 4.0, "CPU": 1.0}, "NodeManagerAddress": "10.0.0.2",
+         "NodeName": "10.0.0.2", "Labels": {"deepshare.io/node-name": "node1", "deepshare.io/fabric": "nvlink",
+                                            "deepshare.io/nic-gbps": "200"}},
+        {"NodeID": "bb" * 28, "Alive": True, "Resources": {"GPU": 8.0}, "NodeManagerAddress": "10.0.0.1",
+         "NodeName": "10.0.0.1", "Labels": {"deepshare.io/node-name": "node0"}},
+        {"NodeID": "cc" * 28, "Alive": True, "Resources": {"CPU": 8.0}, "NodeName": "head", "Labels": {}},
+        {"NodeID": "dd" * 28, "Alive": False, "Resources": {"GPU": 8.0}, "NodeName": "dead", "Labels": {}},
+        {"NodeID": "ee" * 28, "Alive": True, "Resources": {"GPU": 2.0}, "NodeName": "same", "Labels": {}},
+        {"NodeID": "ff" * 28, "Alive": True, "Resources": {"GPU": 2.0}, "NodeName": "same", "Labels": {}},
+    ]
+    state = read_cluster(nodes)
+    assert [n.name for n in state.nodes] == ["node0", "node1", "same-eeeeeeee", "same-ffffffff"]
+    assert state.topology.capacity == (8, 4, 2, 2)
+    assert state.topology.nodes[1].fabric == "nvlink" and state.topology.nodes[1].nic_gbps == 200.0
+    assert state.topology.nodes[0].fabric == "pcie" and state.topology.nodes[0].nic_gbps == 40.0
+    placement = state.to_placement((("node1", 2), ("node0", 1)))
+    assert placement is not None and placement.alloc == ((0, 1), (1, 2))
+    assert state.to_alloc(placement) == (("node0", 1), ("node1", 2))
+    assert state.to_placement((("dead", 1),)) is None
