@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -312,31 +313,39 @@ class ControlLoop:
                 self._end(records[move.job_id], JobState.QUEUED, "migrating", ended, preempted=True, teardown=False)
         views = {j.job_id: j for j in (*view.queued, *view.running)}
         pending: list[tuple[JobView, Placement]] = []
-        launched: list[str] = []
+        starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
         for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
                                   *((l.job_id, l.placement) for l in decision.launch)]:
             jv = views[job_id]
             ratio = view.predict(jv, placement, tuple(pending)).ratio
             pending.append((jv, placement))
-            if self._launch(self.journal.get(job_id), placement, cluster,
-                            self.predicted_throughput(jv.model, placement, ratio), ended):
-                launched.append(job_id)
+            alloc = cluster.to_alloc(placement)
+            predicted = self.predicted_throughput(jv.model, placement, ratio)
+            attempt = self.journal.start_run(job_id, alloc, predicted)  # journalled before anything exists
+            starts.append((self.journal.get(job_id), attempt, alloc))
+        # Runs start concurrently: most of a launch is Ray starting worker processes.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(starts)))) as pool:
+            outcomes = list(pool.map(lambda s: self._launch(s[0], s[1], s[2], cluster), starts))
+        launched = []
+        for (job, attempt, alloc), failure in zip(starts, outcomes):
+            if failure is None:
+                launched.append(job.job_id)
+                continue
+            log.error("job %s: launch at %s failed: %s", job.job_id, alloc, failure)
+            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch failed: {failure}")
+            ended.append((job.job_id, JobState.QUEUED.value))
         return TickReport(decision, launched=tuple(launched), preempted=tuple(decision.preempt),
                           migrated=tuple(m.job_id for m in decision.migrate), ended=tuple(ended))
 
-    def _launch(self, job: JobRecord, placement: Placement, cluster: ClusterState, predicted: float,
-                ended: list[tuple[str, str]]) -> bool:
-        alloc = cluster.to_alloc(placement)
-        attempt = self.journal.start_run(job.job_id, alloc, predicted)  # journalled before anything exists
-        working_dir = job.spec.working_dir or self.working_dir
+    def _launch(self, job: JobRecord, attempt: int, alloc: tuple[tuple[str, int], ...],
+                cluster: ClusterState) -> LaunchError | None:
+        """Create run ``attempt`` of ``job`` (already journalled); the error, or None when it started."""
         try:
-            launcher.launch(job.job_id, attempt, job.spec, alloc, cluster, self.config.launch, working_dir)
+            launcher.launch(job.job_id, attempt, job.spec, alloc, cluster, self.config.launch,
+                            job.spec.working_dir or self.working_dir)
         except LaunchError as exc:
-            log.error("job %s: launch at %s failed: %s", job.job_id, alloc, exc)
-            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch failed: {exc}")
-            ended.append((job.job_id, JobState.QUEUED.value))
-            return False
-        return True
+            return exc
+        return None
 
     # -- running -------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

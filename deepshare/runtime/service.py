@@ -140,13 +140,14 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         web.start()
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-        write_text_atomic(Path(config.state_dir) / "scheduler.json",
-                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
         cluster = current_cluster()
         announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
                  f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
         if reattached or requeued:
             announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
+        # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
+        write_text_atomic(Path(config.state_dir) / "scheduler.json",
+                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
