@@ -107,9 +107,9 @@ def all_done(journal: Journal) -> Callable[[], bool]:
     return lambda: all(j.state is JobState.FINISHED for j in journal.jobs())
 
 
-def test_four_jobs_follow_the_policy_and_finish(cluster, tmp_path):
+def test_four_jobs_follow_the_learned_policy_and_finish(cluster, tmp_path):
     journal = Journal(tmp_path / "state")
-    policy = make_policy("las+consolidated")
+    policy = make_policy("rl-hybrid")
     loop = make_loop(journal, policy)
     ckpt = tmp_path / "ckpt"
     for name, gpus, model in (("one", 1, "MobileNetV3"), ("two", 2, "GraphSage"), ("one-more", 1, "DLRM"),

@@ -73,7 +73,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     if not args.placement_url:
         from deepshare.policies import make_policy
 
-        make_policy(args.policy or "las+consolidated")  # an unknown name fails before Ray starts
+        make_policy(args.policy or "rl-hybrid")  # an unknown name fails before Ray starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServiceConfig(
         state_dir=args.state, address=args.address,
@@ -157,7 +157,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
     p.add_argument("--nodes", type=_positive_int, metavar="N", help="--local: nodes (default 2)")
     p.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
-    p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default las+consolidated)")
+    p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default rl-hybrid, the shipped learned policy)")
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
     p.add_argument("--placement-token", metavar="TOKEN", help="bearer token for --placement-url")
     p.add_argument("--host", default="127.0.0.1", help="address the HTTP API binds (default 127.0.0.1)")

@@ -36,7 +36,7 @@ class ServiceConfig:
     local_nodes: int | None = None
     """With ``local_gpus_per_node``: start a fake local cluster of this many nodes instead of joining one."""
     local_gpus_per_node: int = 4
-    policy: str | None = "las+consolidated"
+    policy: str | None = "rl-hybrid"
     placement_url: str | None = None
     placement_token: str | None = None
     host: str = "127.0.0.1"
@@ -55,7 +55,7 @@ def make_policy_for(config: ServiceConfig) -> Any:
         return PlacementClient(config.placement_url, token=config.placement_token)
     from deepshare.policies import make_policy
 
-    return make_policy(config.policy or "las+consolidated")
+    return make_policy(config.policy or "rl-hybrid")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -129,6 +129,9 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         policy_name = str(getattr(policy, "name", type(policy).__name__))  # the client asks its service once
         loop = ControlLoop(journal, policy, catalog, make_contention(config.contention), config.loop,
                            cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(), policy_name=policy_name)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
         reattached, requeued = loop.recover()
 
         def capacity() -> tuple[int, int]:
@@ -148,9 +151,6 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
         write_text_atomic(Path(config.state_dir) / "scheduler.json",
                           json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
         loop.run(stop)
         server.should_exit = True
         web.join(timeout=5)
