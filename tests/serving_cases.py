@@ -1,4 +1,4 @@
-"""Shared helpers of the placement-service tests: request builders, the feasibility invariant,
+"""Shared helpers of the placement-service tests: the feasibility invariant,
 a canonical form of decisions, and hypothesis strategies for valid requests."""
 
 from __future__ import annotations
@@ -8,40 +8,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from deepshare.core.types import Decision
+from deepshare.serving.samples import MODELS, large_request, small_request
 
-MODELS = ("FSDP", "MobileNetV3", "Transformer-XL", "VGG16", "ResNet18", "GPT2-ish")
-
-
-def small_request() -> dict[str, Any]:
-    """4 nodes, one running job, 3 pending (the benchmark's small case)."""
-    return {
-        "now": 100.0,
-        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 4 if i == 0 else 8} for i in range(4)],
-        "running": [{"job_id": "r0", "model": "FSDP", "placement": {"n0": 4}, "attained_gpu_s": 400.0}],
-        "pending": [
-            {"job_id": "p0", "model": "MobileNetV3", "gpus": 2, "submitted_at": 10.0, "remaining_s": 600.0},
-            {"job_id": "p1", "model": "FSDP", "gpus": 8, "submitted_at": 20.0, "remaining_s": 3000.0},
-            {"job_id": "p2", "model": "Transformer-XL", "gpus": 16, "submitted_at": 30.0},
-        ],
-    }
-
-
-def large_request(nodes: int = 64, pending: int = 64) -> dict[str, Any]:
-    """``nodes`` 8-GPU nodes, half of them busy with 4-GPU jobs, ``pending`` queued jobs."""
-    running = [
-        {"job_id": f"r{i}", "model": MODELS[i % 4], "placement": {f"n{i}": 4}, "attained_gpu_s": 100.0 * i}
-        for i in range(0, nodes, 2)
-    ]
-    return {
-        "now": 5000.0,
-        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 4 if i % 2 == 0 else 8} for i in range(nodes)],
-        "running": running,
-        "pending": [
-            {"job_id": f"p{i}", "model": MODELS[i % 5], "gpus": (1, 2, 4, 8, 16)[i % 5], "submitted_at": float(i),
-             "remaining_s": 100.0 * (i + 1)}
-            for i in range(pending)
-        ],
-    }
+__all__ = ["MODELS", "assert_feasible", "canonical", "large_request", "small_request", "valid_requests"]
 
 
 def assert_feasible(request: dict[str, Any], response: dict[str, Any]) -> None:

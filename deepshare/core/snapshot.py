@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from deepshare.core.contention import ContentionModel, RunningJob, predictor
+from deepshare.core.contention import ContentionModel, ContentionState, RunningJob
 from deepshare.core.topology import Topology
-from deepshare.core.types import ClusterView, DeepShareError, JobView, Placement
+from deepshare.core.types import ClusterView, DeepShareError, JobView, Placement, PredictFn, Prediction
 from deepshare.core.workloads import Catalog
 
 
@@ -69,10 +69,36 @@ def build_view(
         free=tuple(free),
         queued=tuple(_view(catalog, job) for job in queued),
         running=running_views,
-        predict=predictor(state),
+        predict=_private_predictor(state),
         future_events=future_events,
         link_load=dict(link_load or {}),
     )
+
+
+def _private_predictor(state: ContentionState) -> PredictFn:
+    """Like :func:`predictor`, for a state only this view reads: the pending launches of one
+    decision (a list that only grows) stay added between questions instead of being added and
+    removed at each one, which makes a decision of n launches O(n) state updates, not O(n^2)."""
+    applied: list[tuple[str, Placement]] = []
+
+    def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        keep = len(applied)
+        if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
+            keep = 0
+            while (
+                keep < len(applied) and keep < len(pending)
+                and applied[keep][0] == pending[keep][0].job_id and applied[keep][1] == pending[keep][1]
+            ):
+                keep += 1
+        for job_id, _ in reversed(applied[keep:]):
+            state.remove(job_id)
+        del applied[keep:]
+        for other, where in pending[keep:]:
+            state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+            applied.append((other.job_id, where))
+        return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+
+    return predict
 
 
 def _view(catalog: Catalog, job: KnownJob) -> JobView:

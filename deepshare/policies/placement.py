@@ -35,7 +35,7 @@ def consolidated(job: JobView, free: list[int], view: ClusterView | None = None,
     if sum(free) < need:
         return None
     counts: dict[int, int] = {}
-    for node in sorted(range(len(free)), key=lambda n: (-free[n], n)):
+    for node in by_most_free(free):
         take = min(free[node], need)
         if take:
             counts[node] = take
@@ -49,7 +49,7 @@ def spread(job: JobView, free: list[int], view: ClusterView | None = None, pendi
     need = job.gpus
     if sum(free) < need:
         return None
-    order = sorted((n for n in range(len(free)) if free[n] > 0), key=lambda n: (-free[n], n))
+    order = by_most_free(free)
     left = {n: free[n] for n in order}
     counts: dict[int, int] = {}
     while need:
@@ -61,9 +61,15 @@ def spread(job: JobView, free: list[int], view: ClusterView | None = None, pendi
     return Placement.of(counts)
 
 
-def even_split(job: JobView, free: list[int], k: int) -> Placement | None:
-    """The job split as evenly as possible over the ``k`` nodes with the most free GPUs."""
-    nodes = sorted((n for n in range(len(free)) if free[n] > 0), key=lambda n: (-free[n], n))[:k]
+def by_most_free(free: list[int]) -> list[int]:
+    """Nodes with free GPUs, most free first, ties by index."""
+    return sorted((n for n, f in enumerate(free) if f > 0), key=lambda n: -free[n])  # stable: ties by index
+
+
+def even_split(job: JobView, free: list[int], k: int, ranked: list[int] | None = None) -> Placement | None:
+    """The job split as evenly as possible over the ``k`` nodes with the most free GPUs
+    (``ranked``: :func:`by_most_free` of ``free``, when the caller has it already)."""
+    nodes = (by_most_free(free) if ranked is None else ranked)[:k]
     if len(nodes) < k:
         return None
     base, extra = divmod(job.gpus, k)
@@ -81,9 +87,10 @@ def candidate_placements(job: JobView, free: list[int], max_single: int = 4) -> 
     found: list[Placement] = []
     singles = sorted((n for n in range(len(free)) if free[n] >= job.gpus), key=lambda n: (free[n], n))
     found.extend(Placement(((n, job.gpus),)) for n in singles[:max_single])
+    ranked = by_most_free(free)
     k = 2
-    while k <= job.gpus:
-        p = even_split(job, free, k)
+    while k <= min(job.gpus, len(ranked)):
+        p = even_split(job, free, k, ranked)
         if p is not None:
             found.append(p)
         k *= 2
@@ -108,14 +115,14 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     thp = view.catalog.throughput
     best_iso = max(thp(job.model, job.gpus, p.num_nodes) for p in candidates)
 
-    def loss(p: Placement) -> float:
+    losses = {}
+    for p in candidates:
         pred = view.predict(job, p, pending)
-        return 1.0 - thp(job.model, job.gpus, p.num_nodes) / best_iso * pred.ratio + pred.others_loss
-
+        losses[p] = 1.0 - thp(job.model, job.gpus, p.num_nodes) / best_iso * pred.ratio + pred.others_loss
     packed = consolidated(job, free)
-    assert packed is not None  # candidates exist, so the job fits
-    best = min(candidates, key=lambda p: (loss(p), p.num_nodes))
-    if best != packed and loss(best) > loss(packed) - PACKING_MARGIN:
+    assert packed is not None and packed in losses  # candidates exist, so the job fits; packed is one
+    best = min(candidates, key=lambda p: (losses[p], p.num_nodes))
+    if best != packed and losses[best] > losses[packed] - PACKING_MARGIN:
         return packed
     return best
 
