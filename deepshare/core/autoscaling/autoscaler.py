@@ -8,8 +8,10 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
   it did not launch is *unmet demand*. Demand is packed first onto the GPUs left free, then
   onto nodes already being provisioned; what is left is covered by new nodes of the type that
   covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
-  the lowest price per GPU. A node that has run nothing for ``idle_timeout_s`` is removed
-  unless its type would drop below ``min_nodes``. Nodes take ``provisioning_s`` to be ready.
+  the lowest price per GPU. A node is *idle* while it runs nothing and no job is queued
+  (queued demand keeps nodes, as Ray keeps nodes that pending demand needs); a node idle for
+  ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes``. Nodes take
+  ``provisioning_s`` from the request until they are ready.
 * **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
   whose predicted slowdown (1 / ratio, for the job and for every running job whose ratio it
   changes) exceeds ``max_slowdown`` is moved to idle nodes if that brings it under the
@@ -118,8 +120,9 @@ class Autoscaler:
     def on_change(self) -> None:
         sim = self._require_sim()
         free, capacity, now = sim.free, self.slots.topology.capacity, sim.now
+        waiting = sim.queue_length > 0
         for node in self.pool.nodes(UP):
-            idle = free[node] == capacity[node]
+            idle = free[node] == capacity[node] and not waiting
             if idle and node not in self._idle_since:
                 self._idle_since[node] = now
                 self._generation[node] += 1
