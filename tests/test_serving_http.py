@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +68,7 @@ def service(tmp_path_factory):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
             raise
 
 
@@ -253,3 +256,42 @@ def test_sigterm_stops_the_service_cleanly(service):
     assert "stopping the placement service" in log.read_text()
     with pytest.raises(requests.ConnectionError):
         requests.get(url + "/healthz", timeout=5)
+
+
+def test_serve_run_with_the_repo_config_serves_the_same_application(tmp_path):
+    """`serve run serve/config.yaml` (here with a free port and no token) answers like `deepshare serve`."""
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parent.parent / "serve" / "config.yaml").read_text())
+    port = free_port()
+    config["http_options"]["port"] = port
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "DEEPSHARE_SERVE_TOKEN"}
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths have a length limit
+    serve_bin = Path(sys.executable).parent / "serve"
+    log = tmp_path / "serve-run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(serve_bin), "run", str(path)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(url + "/healthz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        reply = requests.post(url + "/v1/placements", data=json.dumps(small_request()), timeout=30)
+        assert reply.status_code == 200
+        assert_feasible(small_request(), reply.json())
+        assert requests.get(url + "/v1/policy", timeout=10).json()["name"] == "rl-hybrid"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
