@@ -68,7 +68,6 @@ def service(tmp_path_factory):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
             raise
 
 
