@@ -133,3 +133,14 @@ def test_cluster_from_ray_nodes():
     assert placement is not None and placement.alloc == ((0, 1), (1, 2))
     assert state.to_alloc(placement) == (("node0", 1), ("node1", 2))
     assert state.to_placement((("dead", 1),)) is None
+
+
+def test_one_scheduler_per_state_folder(tmp_path):
+    from deepshare.core.types import DeepShareError
+    from deepshare.runtime.statelock import StateLock
+
+    first = StateLock(tmp_path / "s").acquire()
+    with pytest.raises(DeepShareError, match=r"another scheduler \(pid \d+\) is using this state folder"):
+        StateLock(tmp_path / "s").acquire()
+    first.release()
+    StateLock(tmp_path / "s").acquire().release()  # free again once released (or its holder died)

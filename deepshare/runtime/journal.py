@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from deepshare.core.types import DeepShareError
 from deepshare.runtime.spec import LiveJobSpec
@@ -328,6 +328,3 @@ class Journal:
                 "SELECT job_id, attempt, placement, started, ended, end_reason, measured_throughput,"
                 " predicted_throughput, start_step FROM runs WHERE job_id=? ORDER BY attempt", (job_id,)).fetchall()
         return [RunRecord(j, a, _alloc(p) or (), s, e, r, m, pr, st) for j, a, p, s, e, r, m, pr, st in rows]
-
-    def iter_running(self) -> Iterator[JobRecord]:
-        yield from self.jobs(JobState.RUNNING)

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -25,6 +26,7 @@ from deepshare.core.types import DeepShareError
 from deepshare.runtime.cluster import current_cluster
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.loop import ControlLoop, LoopConfig
+from deepshare.runtime.statelock import StateLock
 
 log = logging.getLogger(__name__)
 
@@ -101,62 +103,69 @@ class LinkLoad:
 def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
           stop: threading.Event | None = None) -> int:
     """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
+    stop = stop or threading.Event()
+    with ExitStack() as cleanup:
+        lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
+        cleanup.callback(lock.release)
+        journal = Journal(config.state_dir)
+        cleanup.callback(journal.close)
+        policy = make_policy_for(config)
+        sock = bind(config.host, config.port)
+        cleanup.callback(sock.close)
+        if config.local_nodes is not None:
+            from deepshare.runtime.localcluster import LocalCluster
+
+            local = LocalCluster(config.local_nodes, config.local_gpus_per_node)
+            cleanup.callback(local.shutdown)
+            address = local.start()
+        else:
+            import ray
+
+            from deepshare.agents.deploy import connect
+
+            connect(config.address)
+            address = ray.get_runtime_context().gcs_address
+        _run(config, journal, policy, sock, address, announce, stop)
+    return 0
+
+
+def _run(config: ServiceConfig, journal: Journal, policy: Any, sock: socket.socket, address: str,
+         announce: Callable[[str], None], stop: threading.Event) -> None:
+    """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
     import uvicorn
 
     from deepshare.core.contention import make_contention
     from deepshare.core.workloads import default_catalog
     from deepshare.runtime.api import make_app
 
-    stop = stop or threading.Event()
-    journal = Journal(config.state_dir)
-    policy = make_policy_for(config)
-    sock = bind(config.host, config.port)
-    local = None
-    try:
-        if config.local_nodes is not None:
-            from deepshare.runtime.localcluster import LocalCluster
+    policy_name = str(getattr(policy, "name", type(policy).__name__))  # the HTTP client asks its service once
+    loop = ControlLoop(journal, policy, default_catalog(), make_contention(config.contention), config.loop,
+                       cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
+                       policy_name=policy_name)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    reattached, requeued = loop.recover()
 
-            local = LocalCluster(config.local_nodes, config.local_gpus_per_node)
-            address = local.start()
-        else:
-            from deepshare.agents.deploy import connect
-
-            connect(config.address)
-            import ray
-
-            address = ray.get_runtime_context().gcs_address
-        catalog = default_catalog()
-        policy_name = str(getattr(policy, "name", type(policy).__name__))  # the client asks its service once
-        loop = ControlLoop(journal, policy, catalog, make_contention(config.contention), config.loop,
-                           cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(), policy_name=policy_name)
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-        reattached, requeued = loop.recover()
-
-        def capacity() -> tuple[int, int]:
-            cluster = current_cluster()
-            return cluster.topology.total_gpus, len(cluster.nodes)
-
-        server = uvicorn.Server(uvicorn.Config(make_app(journal, capacity), log_level="warning", lifespan="off"))
-        web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
-        web.start()
-        host, port = sock.getsockname()[:2]
-        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+    def capacity() -> tuple[int, int]:
         cluster = current_cluster()
-        announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
-                 f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
-        if reattached or requeued:
-            announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
-        # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
-        write_text_atomic(Path(config.state_dir) / "scheduler.json",
-                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
+        return cluster.topology.total_gpus, len(cluster.nodes)
+
+    server = uvicorn.Server(uvicorn.Config(make_app(journal, capacity), log_level="warning", lifespan="off"))
+    web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
+    web.start()
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+    cluster = current_cluster()
+    announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
+             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
+    if reattached or requeued:
+        announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
+    # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
+    write_text_atomic(Path(config.state_dir) / "scheduler.json",
+                      json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
+    try:
         loop.run(stop)
+    finally:
         server.should_exit = True
         web.join(timeout=5)
-    finally:
-        sock.close()
-        journal.close()
-        if local is not None:
-            local.shutdown()
-    return 0
