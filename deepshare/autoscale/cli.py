@@ -4,6 +4,8 @@
   keys, for launcher YAMLs and KubeRay manifests (:mod:`deepshare.autoscale.cluster_yaml`);
 * ``cluster spec FILE [--out PATH]`` — a cluster YAML's GPU worker types as an autoscaling
   spec for the simulator;
+* ``cluster fake [--workers N]`` — a local multi-node Ray cluster to try the multi-node
+  training path against (:mod:`deepshare.autoscale.fakecluster`);
 * ``autoscale simulate`` — a trace on an autoscaling cluster model under one or more
   autoscalers side by side (``--autoscaler demand,contention-aware,fixed``);
   ``autoscale compare`` is the same with all three by default.
@@ -59,6 +61,35 @@ def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
     return 0
 
 
+def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import time
+
+    import ray
+
+    from deepshare.autoscale.fakecluster import FakeNode, start_fake_cluster
+
+    fabrics = [f.strip() for f in args.fabrics.split(",") if f.strip()]
+    if not fabrics or any(f not in ("pcie", "nvlink") for f in fabrics):
+        raise DeepShareError(f"--fabrics {args.fabrics!r}: expected pcie and/or nvlink, comma-separated")
+    nodes = [FakeNode(cpus=args.cpus_per_worker, fabric=fabrics[i % len(fabrics)]) for i in range(args.workers)]
+    cluster = start_fake_cluster(nodes)
+    try:
+        _print(out, f"fake Ray cluster up: head (0 CPUs) + {args.workers} worker node(s); address {cluster.address}")
+        _print(out, f"  deepshare train rllib_configs/rl_hybrid.yaml --address {cluster.address} --num-env-runners {args.workers}")
+        if args.for_s is None:
+            _print(out, "Ctrl-C stops it")
+            while True:
+                time.sleep(3600)
+        time.sleep(args.for_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        _print(out, "fake cluster stopped")
+    return 0
+
+
 def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.autoscale.experiments import AutoscaleScenario, load_config, parse_autoscalers, run_autoscalers
     from deepshare.autoscale.format import autoscale_table
@@ -109,6 +140,12 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("file", metavar="FILE")
     p.add_argument("--out", metavar="PATH", help="write the spec YAML here")
     p.set_defaults(func=cmd_cluster_spec)
+    p = csub.add_parser("fake", help="start a local multi-node Ray cluster (head without CPUs + workers) and wait")
+    p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="N", help="worker nodes, 1..8 (default 2)")
+    p.add_argument("--cpus-per-worker", type=int, default=1, choices=range(1, 65), metavar="C", help="CPUs per worker (default 1)")
+    p.add_argument("--fabrics", default="pcie,nvlink", help="deepshare_fabric_* resource of the workers, in turn (default pcie,nvlink)")
+    p.add_argument("--for-s", type=float, default=None, metavar="S", help="stop after S seconds (default: on Ctrl-C)")
+    p.set_defaults(func=cmd_cluster_fake)
 
     autoscale = sub.add_parser("autoscale", help="autoscaling in simulation: cost, GPU-hours and JCT per autoscaler")
     asub = autoscale.add_subparsers(dest="autoscale_command", metavar="ACTION", required=True)
