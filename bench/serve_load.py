@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Iterator
 
 import requests
 
+from deepshare.client import PlacementClient
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import large_request, small_request
 from deepshare.serving.schemas import PlacementRequest
@@ -111,16 +111,7 @@ def started_service(policy: str, token: str | None) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(url + "/healthz", timeout=5).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the service did not start")
-            time.sleep(0.5)
+        PlacementClient(url).wait_ready(alive=lambda: proc.poll() is None)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -9,7 +9,8 @@ field path) and transport failures raise :class:`PlacementServiceError`.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import requests
 from pydantic import ValidationError
@@ -45,6 +46,22 @@ class PlacementClient:
 
     def health(self) -> HealthOut:
         return HealthOut.model_validate(self._call("GET", "/healthz"))
+
+    def wait_ready(self, timeout_s: float = 120.0, alive: Callable[[], bool] = lambda: True) -> None:
+        """Poll ``/healthz`` until it answers 200 (a starting service refuses or stalls first);
+        give up after ``timeout_s`` or as soon as ``alive()`` turns false (its process died)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self._session.get(self.url + "/healthz", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if not alive():
+                raise PlacementServiceError(f"{self.url}: the service exited before it was ready")
+            if time.monotonic() > deadline:
+                raise PlacementServiceError(f"{self.url}: not ready after {timeout_s:g} s")
+            time.sleep(0.5)
 
     def policy(self) -> PolicyOut:
         return PolicyOut.model_validate(self._call("GET", "/v1/policy"))

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -50,17 +49,11 @@ def service(tmp_path_factory):
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if requests.get(url + "/healthz", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:  # not listening yet, or busy starting
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the service did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
+    try:
+        PlacementClient(url).wait_ready(alive=lambda: proc.poll() is None)
+    except PlacementServiceError as exc:
+        proc.kill()
+        pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
     yield url, proc, log
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -274,15 +267,7 @@ def test_serve_run_with_the_repo_config_serves_the_same_application(tmp_path):
         proc = subprocess.Popen([str(serve_bin), "run", str(path)], stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(url + "/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
+        PlacementClient(url).wait_ready(alive=lambda: proc.poll() is None)
         reply = requests.post(url + "/v1/placements", data=json.dumps(small_request()), timeout=30)
         assert reply.status_code == 200
         assert_feasible(small_request(), reply.json())
