@@ -14,9 +14,10 @@ def _n(value: float | None, spec: str = ",.0f") -> str:
 
 
 def autoscale_table(reports: Sequence[AutoscaleReport], title: str) -> Table:
-    table = Table(title=title, show_header=True, header_style="bold")
-    cols = ("autoscaler", "finished", "avg JCT (s)", "p99 JCT (s)", "avg queue (s)", "slowdown", "cost ($)",
-            "GPU-h", "idle GPU-h", "util", "ups / downs", "max nodes")
+    table = Table(title=title, show_header=True, header_style="bold", caption="util = busy / billed GPU-hours; "
+                  "nodes = most nodes up at once", caption_justify="left")
+    cols = ("autoscaler", "done", "avg JCT s", "p99 JCT s", "queue s", "slowdown", "cost $",
+            "GPU-h", "idle GPU-h", "util", "up/down", "nodes")
     for col in cols:
         table.add_column(col, justify="left" if col == "autoscaler" else "right")
     for r in reports:
@@ -24,6 +25,6 @@ def autoscale_table(reports: Sequence[AutoscaleReport], title: str) -> Table:
         table.add_row(
             r.autoscaler, f"{m.finished}/{m.jobs}", _n(m.avg_jct_s), _n(m.p99_jct_s), _n(m.avg_queue_s),
             _n(m.avg_slowdown, ".3f"), _n(r.cost_usd, ",.2f"), _n(r.gpu_hours, ",.1f"), _n(r.idle_gpu_hours, ",.1f"),
-            _n(m.gpu_util, ".3f"), f"{r.scale_ups} / {r.scale_downs}", str(r.max_nodes_up),
+            _n(m.gpu_util, ".3f"), f"{r.scale_ups}/{r.scale_downs}", str(r.max_nodes_up),
         )
     return table
