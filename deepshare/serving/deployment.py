@@ -2,9 +2,9 @@
 ``serve run serve/config.yaml`` and ``deepshare serve`` both use.
 
 Each replica loads the policy once and serves the FastAPI app of :mod:`deepshare.serving.api`.
-Concurrent requests on a replica share forward passes: a learned policy's scorer calls go
-through a ``@serve.batch`` method, so N requests deciding at once cost about one batched pass
-per choice instead of N.
+Concurrent requests on a replica share forward passes: while several requests are deciding, a
+learned policy's scorer calls go through a ``@serve.batch`` method, so N requests deciding at
+once cost about one batched pass per choice instead of N.
 """
 
 from __future__ import annotations
@@ -39,9 +39,15 @@ class PlacementService:
         return build_api(self.engine, self.settings, self.metrics, score)
 
     async def score(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        return await self.score_batch(obs)
+        """One observation's scores: batched with other requests' when any are deciding too,
+        directly otherwise (a lone request gains nothing from the batch queue's hops)."""
+        if self.engine.in_flight > 1:
+            return await self.score_batch(obs)
+        scorer = self.engine.batch_scorer
+        assert scorer is not None
+        return scorer([obs])[0]
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0005)
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0)
     async def score_batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
         self.metrics.batch_size.observe(len(observations))
         scorer = self.engine.batch_scorer

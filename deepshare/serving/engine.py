@@ -45,6 +45,8 @@ class PlacementEngine:
         self.load_seconds = time.perf_counter() - start
         self.metadata: dict[str, Any] = dict(getattr(self.policy, "metadata", {}) or {})
         self.version = _version(self.metadata.get("checkpoint"))
+        self.in_flight = 0
+        """Requests inside :meth:`place_async` now (a server batches only when there is company)."""
 
     @property
     def name(self) -> str:
@@ -69,12 +71,15 @@ class PlacementEngine:
         if score is None or steps is None:
             return self.respond(self.policy.decide(view), view)
         run = steps(view)
+        self.in_flight += 1
         try:
             obs = next(run)
             while True:
                 obs = run.send(await score(obs))
         except StopIteration as done:
             return self.respond(done.value, view)
+        finally:
+            self.in_flight -= 1
 
     def respond(self, decision: Decision, view: ClusterView) -> PlacementResponse:
         return decision_to_response(decision, view, self.name, self.version)

@@ -22,4 +22,4 @@ class ServiceSettings(BaseModel):
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     max_batch_size: int = Field(16, gt=0, le=1024, description="observations per batched forward pass")
-    batch_wait_timeout_s: float = Field(0.0005, ge=0, le=1.0, description="how long a forward pass waits for company")
+    batch_wait_timeout_s: float = Field(0.0, ge=0, le=1.0, description="how long a forward pass waits for company")
