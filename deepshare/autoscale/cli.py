@@ -8,7 +8,9 @@
   training path against (:mod:`deepshare.autoscale.fakecluster`);
 * ``autoscale simulate`` — a trace on an autoscaling cluster model under one or more
   autoscalers side by side (``--autoscaler demand,contention-aware,fixed``);
-  ``autoscale compare`` is the same with all three by default.
+  ``autoscale compare`` is the same with all three by default;
+* ``autoscale live`` — the live scheduler on a local fake autoscaling Ray cluster
+  (:mod:`deepshare.autoscale.live`): scale-up latency and job completion of a small trace.
 
 Handlers have the main CLI's signature ``(args, out, err) -> exit status`` and raise
 :class:`~deepshare.core.types.DeepShareError` for bad input (one line, exit 2).
@@ -126,6 +128,41 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     return 0
 
 
+def cmd_autoscale_live(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import tempfile
+
+    from deepshare.autoscale.live import DEFAULT_TRACE, LiveJob, run_live_experiment
+    from deepshare.core.autoscaling import load_autoscale_spec
+
+    _check_json(args.json)
+    spec = load_autoscale_spec(args.config) if args.config else None
+    trace = [LiveJob(j.name, j.gpus, j.at_s, steps=args.steps) for j in DEFAULT_TRACE]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="ds-live-")  # short: Ray's socket paths < 108 bytes
+    report = run_live_experiment(workdir, spec, trace, policy=args.policy,
+                                 log=lambda text: err.print(text, markup=False, highlight=False))
+    doc = report.to_dict()
+    for j in report.jobs:
+        _print(out, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
+                    f"  on {', '.join(j.node_names) or '-'}")
+    lat = ", ".join(f"{x:.1f}" for x in report.scale_up_latencies_s) or "none"
+    _print(out, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
+                f"most GPU nodes {report.max_gpu_nodes}; back to min nodes {_s(report.scale_down_s)} s after the last job")
+    if args.json:
+        from deepshare.core.atomic import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "JSON report")
+    return 0
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _check_json(path: str | None) -> None:
+    if path is not None and not Path(path).parent.is_dir():
+        raise DeepShareError(f"--json {path}: folder {str(Path(path).parent)!r} does not exist")
+
+
 def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
     from deepshare.cli import _add_sim_args, _add_trace_args
@@ -164,3 +201,10 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         p.add_argument("--plot", metavar="PNG", help="write nodes and queue over time")
         _add_sim_args(p)
         p.set_defaults(func=cmd_autoscale_simulate)
+    p = asub.add_parser("live", help="the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT")
+    p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")
+    p.add_argument("--policy", default="las+consolidated", help="the scheduler's policy (default las+consolidated)")
+    p.add_argument("--steps", type=int, default=120, choices=range(1, 100001), metavar="N", help="training steps per job (default 120)")
+    p.add_argument("--workdir", metavar="DIR", help="Ray temp files, journal, logs (default a new /tmp folder)")
+    p.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
+    p.set_defaults(func=cmd_autoscale_live)

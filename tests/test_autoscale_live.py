@@ -1,0 +1,79 @@
+"""Live autoscaling, locally: the live scheduler on a fake autoscaling Ray cluster.
+
+Isolated: the cluster runs in its own session, temp folder and port, and only the processes of
+that session are stopped (never ``ray stop``), so Ray clusters of other tests or people on the
+machine are untouched. The pure parts (demand bundles, the bridge, the provider config) are
+tested without Ray. Timeouts in the experiment are guards only; no assertion is on time.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from deepshare.autoscale.demand_bridge import DemandBridge, demand_bundles
+from deepshare.autoscale.fake_autoscaling import autoscaling_config
+from deepshare.autoscale.live import DEFAULT_SPEC, DEFAULT_TRACE, LiveJob, run_live_experiment
+from deepshare.core.autoscaling import parse_autoscale_spec
+
+
+def test_demand_bundles_cut_queued_and_running_jobs_into_node_sized_chunks():
+    jobs = [("queued", 6), ("running", 2), ("finished", 8), ("failed", 1), ("cancelled", 4), ("queued", 4)]
+    assert demand_bundles(jobs, 4) == [{"GPU": 4.0}, {"GPU": 4.0}, {"GPU": 2.0}, {"GPU": 2.0}]
+    assert demand_bundles([], 4) == []
+
+
+def test_the_bridge_pushes_only_changes():
+    pushed = []
+    bridge = DemandBridge(4, pushed.append)
+    assert bridge.update([("queued", 4)]) and not bridge.update([("running", 4)])  # same demand
+    assert bridge.update([("running", 4), ("queued", 2)]) and bridge.update([])
+    assert pushed == [[{"GPU": 4.0}], [{"GPU": 4.0}, {"GPU": 2.0}], []]
+
+
+def test_the_fake_provider_config_passes_rays_own_validation():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    spec = parse_autoscale_spec(DEFAULT_SPEC)
+    config = autoscaling_config(spec, "127.0.0.1:1234")
+    validate_config(prepare_config(copy.deepcopy(config)))
+    node = config["available_node_types"]["gpu4"]  # type: ignore[index]
+    assert (node["min_workers"], node["max_workers"], node["resources"]["GPU"]) == (1, 3, 4)
+    assert node["labels"]["deepshare.io/fabric"] == "pcie"
+    assert config["idle_timeout_minutes"] == 0.25
+
+
+SMALL_SPEC = """
+idle_timeout_s: 6
+node_types:
+  gpu2: {gpus: 2, fabric: pcie, price_usd_per_hour: 1.0, min_nodes: 1, max_nodes: 3, provisioning_s: 0}
+"""
+
+
+def test_live_scheduler_on_a_fake_autoscaling_cluster_scales_up_runs_everything_and_scales_down():
+    pytest.importorskip("torch")
+    work = Path(tempfile.mkdtemp(prefix="ds-al-"))  # short: Ray's socket paths must stay < 108 bytes
+    spec = parse_autoscale_spec(SMALL_SPEC)
+    trace = [LiveJob("a", 2, 0.0, steps=20), LiveJob("b", 2, 0.5, steps=20), LiveJob("c", 1, 1.0, steps=20),
+             LiveJob("d", 1, 1.5, steps=20)]  # 6 GPUs on one 2-GPU node at first: two more nodes needed
+    report = run_live_experiment(work, spec, trace, scale_down_wait_s=120.0)
+    assert [j.state for j in report.jobs] == ["finished"] * 4
+    assert report.max_gpu_nodes == 3  # started at the 1 min node, grew to max_nodes for 12 GPUs
+    assert report.scale_up_latencies_s and all(x > 0 for x in report.scale_up_latencies_s)
+    nodes_used = {n for j in report.jobs for n in j.node_names}
+    assert len(nodes_used) == 3 and all(n.startswith("gpu2-") for n in nodes_used)  # named by the provider
+    assert report.scale_down_s is not None  # back to the min node after the idle timeout
+    assert report.timeline[-1][1:] == (1, 0)
+    assert all(j.jct_s is not None and j.queue_s is not None and j.jct_s >= j.queue_s >= 0 for j in report.jobs)
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_mentions(p, str(work))]
+    assert leftovers == []  # everything the experiment started is gone
+
+
+def _cmdline_mentions(proc: Path, text: str) -> bool:
+    try:
+        return text in (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
