@@ -19,7 +19,9 @@ it with zero GPUs (``view.total_gpus`` and ``view.utilisation`` count up nodes o
 control turns nodes up and down (:meth:`Simulator.set_node_up`, idle nodes only) and sets
 timers (:meth:`Simulator.schedule`) that the event loop hands back to it; it hears about every
 change (:meth:`ClusterControl.on_change`). Timers left when the last job finishes still run,
-so nodes can idle out after the trace. Without a control nothing of this happens.
+so nodes can idle out after the trace. ``report()``'s ``gpu_util`` still divides by every
+node of the topology; the autoscaling report replaces it by busy / billed GPU-hours. Without a
+control nothing of this happens.
 """
 
 from __future__ import annotations
