@@ -98,7 +98,8 @@ class RunRecord:
     measured_throughput: float | None
     predicted_throughput: float | None
     start_step: int | None
-    """The step the run first reported (a resumed run continues from its checkpoint's step)."""
+    """The first step the scheduler saw this run report (it polls, so at or a little after the step
+    the run started from; a resumed run starts from its checkpoint's step, not 0)."""
 
 
 SCHEMA = """
