@@ -125,6 +125,8 @@ def should_stop(sync: bool = True) -> bool:
             return flag
         if dist.is_available() and dist.is_initialized():
             t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+            if dist.get_backend() == "nccl":  # NCCL reduces only CUDA tensors
+                t = t.cuda()
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             flag = bool(t.item())
     return flag

@@ -51,6 +51,17 @@ def batch(seed: int, step: int, rank: int, size: int) -> tuple[torch.Tensor, tor
     return x, y
 
 
+def _cpu(tree):
+    """A copy of a state dict with every tensor on the CPU (checkpoints must not name a GPU)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_cpu(v) for v in tree)
+    return tree
+
+
 def checksum(model: nn.Module) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
 
@@ -59,21 +70,28 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
     world, rank = job.world_size(), job.rank()
-    if world > 1:
-        job.init_process_group()
-    model = make_model(args.width)
+    backend = job.init_process_group() if world > 1 else None
+    cuda = torch.cuda.is_available() and backend in (None, "nccl")
+    device = torch.device("cuda", job.local_rank() % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    model = make_model(args.width).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    state = job.load_checkpoint()
+    state = job.load_checkpoint()  # saved from CPU copies: loads on any node, with or without a GPU
     step, runs = 0, []
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, runs = state["step"], state["runs"]
     runs = [*runs, {"attempt": job.attempt(), "start_step": step, "world_size": world}]
-    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    if world == 1:
+        ddp = model
+    elif device.type == "cuda":
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    else:
+        ddp = nn.parallel.DistributedDataParallel(model)
 
     def save() -> None:
-        job.save_checkpoint({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "runs": runs})
+        job.save_checkpoint({"model": _cpu(model.state_dict()), "optimizer": _cpu(opt.state_dict()), "step": step,
+                             "runs": runs})
 
     job.report(samples=step * args.batch * world, step=step)  # where this run starts
     window_t, window_step = time.perf_counter(), step
@@ -82,7 +100,7 @@ def main(argv: list[str]) -> int:
         if job.should_stop():
             save()
             return 0
-        x, y = batch(args.seed, step, rank, args.batch)
+        x, y = (t.to(device) for t in batch(args.seed, step, rank, args.batch))
         opt.zero_grad()
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
