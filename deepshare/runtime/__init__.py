@@ -1,1 +1,8 @@
-"""See the module docstrings."""
+"""The live scheduler: run distributed training jobs on a Ray cluster under a placement policy.
+
+``spec`` (the job spec), ``journal`` (SQLite state machine), ``cluster`` (Ray nodes -> topology),
+``launcher`` + ``worker`` + ``entry`` (placement groups, one worker actor and process per GPU),
+``loop`` (journal -> view -> policy -> actions), ``api`` + ``models`` (HTTP), ``service``
+(``deepshare scheduler start``), ``localcluster`` (``--local``), ``httpclient`` + ``cli``.
+The job's side is :mod:`deepshare.job`. See ``README.md`` in this folder.
+"""

@@ -198,7 +198,7 @@ class ControlLoop:
                 if job.cancel_requested:
                     cancel.append(job)
             elif status.phase is RunPhase.FINISHED:
-                self._end(job, JobState.CANCELLED if job.cancel_requested else JobState.FINISHED, "finished", ended)
+                self._end(job, JobState.FINISHED, "finished", ended)  # done before a cancel could stop it
             elif status.phase is RunPhase.FAILED:
                 self._end(job, JobState.FAILED, "a rank failed", ended, error=status.detail[-4000:])
             elif status.phase is RunPhase.STOPPED:
