@@ -27,17 +27,17 @@ control nothing of this happens.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel, RunningJob, predictor
 from deepshare.core.events import EventKind, EventQueue
+from deepshare.core.feasibility import check_decision
 from deepshare.core.metrics import JobRecord, MetricsReport, build_report
 from deepshare.core.topology import Topology
 from deepshare.core.types import (
     ClusterView,
     Decision,
     DeepShareError,
-    InfeasibleDecision,
     JobSpec,
     JobView,
     LazyJobs,
@@ -97,6 +97,40 @@ class SimConfig:
 
 
 QUEUED, RUNNING, DONE, REJECTED, PENDING = "queued", "running", "done", "rejected", "pending"
+
+
+class _Placements(Mapping[str, Placement]):
+    """Running jobs' placements, read through (no copy at every decision)."""
+
+    def __init__(self, jobs: "dict[str, _Job]") -> None:
+        self._jobs = jobs
+
+    def __getitem__(self, job_id: str) -> Placement:
+        placement = self._jobs[job_id].placement
+        assert placement is not None
+        return placement
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+
+class _Sizes(Mapping[str, int]):
+    """Queued jobs' GPU counts, read through."""
+
+    def __init__(self, jobs: "dict[str, _Job]") -> None:
+        self._jobs = jobs
+
+    def __getitem__(self, job_id: str) -> int:
+        return self._jobs[job_id].spec.gpus
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
 
 
 class _Job:
@@ -523,48 +557,8 @@ class Simulator:
 
     # -- validation --------------------------------------------------------------------------
     def _validate(self, decision: Decision) -> None:
-        free = list(self._free)
-        seen: set[str] = set()
-
-        def claim(job_id: str) -> None:
-            if job_id in seen:
-                raise InfeasibleDecision(f"job {job_id!r} appears twice in one decision")
-            seen.add(job_id)
-
-        for job_id in decision.preempt:
-            claim(job_id)
-            if job_id not in self._running:
-                raise InfeasibleDecision(f"cannot preempt {job_id!r}: it is not running")
-            for node, gpus in self._running[job_id].placement.alloc:  # type: ignore[union-attr]
-                free[node] += gpus
-        for move in decision.migrate:
-            claim(move.job_id)
-            if move.job_id not in self._running:
-                raise InfeasibleDecision(f"cannot migrate {move.job_id!r}: it is not running")
-            for node, gpus in self._running[move.job_id].placement.alloc:  # type: ignore[union-attr]
-                free[node] += gpus
-        for move in decision.migrate:
-            self._check_placement(move.job_id, self._jobs[move.job_id].spec.gpus, move.placement, free)
-        for launch in decision.launch:
-            claim(launch.job_id)
-            if launch.job_id not in self._queue:
-                raise InfeasibleDecision(f"cannot launch {launch.job_id!r}: it is not queued")
-            self._check_placement(launch.job_id, self._jobs[launch.job_id].spec.gpus, launch.placement, free)
-
-    def _check_placement(self, job_id: str, gpus: int, placement: Placement, free: list[int]) -> None:
-        if placement.total_gpus != gpus:
-            raise InfeasibleDecision(f"job {job_id!r} needs {gpus} GPUs, placement gives {placement.total_gpus}")
-        nodes = [node for node, _ in placement.alloc]
-        if len(set(nodes)) != len(nodes):
-            raise InfeasibleDecision(f"job {job_id!r}: placement lists a node more than once: {placement.alloc}")
-        for node, count in placement.alloc:
-            if not 0 <= node < len(free):
-                raise InfeasibleDecision(f"job {job_id!r}: unknown node index {node}")
-            if count <= 0:
-                raise InfeasibleDecision(f"job {job_id!r}: non-positive GPU count {count} on node {node}")
-            if count > free[node]:
-                raise InfeasibleDecision(
-                    f"job {job_id!r}: {count} GPUs on {self.topology.nodes[node].name} but only {free[node]} free"
-                )
-            free[node] -= count
+        check_decision(
+            decision, self._free, _Placements(self._running), _Sizes(self._queue),
+            [node.name for node in self.topology.nodes],
+        )
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
+from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.types import ClusterView, Decision, DeepShareError, InfeasibleDecision, JobView, Placement
+from deepshare.core.types import ClusterView, Decision, DeepShareError, JobView, Placement
 from deepshare.core.workloads import Catalog
 from deepshare.runtime import launcher
 from deepshare.runtime.cluster import ClusterState
@@ -59,56 +60,6 @@ class TickReport:
     ended: tuple[tuple[str, str], ...] = ()
     """``(job_id, new state)`` for runs that ended this tick."""
     error: str | None = None
-
-
-def check_decision(decision: Decision, view: ClusterView) -> None:
-    """Raise :class:`InfeasibleDecision` unless ``decision`` fits the view (preempt, migrate, launch)."""
-    queued = {j.job_id: j for j in view.queued}
-    running = {j.job_id: j for j in view.running}
-    free = list(view.free)
-    seen: set[str] = set()
-
-    def once(job_id: str) -> None:
-        if job_id in seen:
-            raise InfeasibleDecision(f"job {job_id!r} appears twice in one decision")
-        seen.add(job_id)
-
-    def release(job: JobView) -> None:
-        assert job.placement is not None
-        for node, g in job.placement.alloc:
-            free[node] += g
-
-    def take(job_id: str, gpus: int, placement: Placement) -> None:
-        if placement.total_gpus != gpus:
-            raise InfeasibleDecision(f"job {job_id!r} needs {gpus} GPUs, placement gives {placement.total_gpus}")
-        if len(set(placement.nodes)) != len(placement.nodes):
-            raise InfeasibleDecision(f"job {job_id!r}: placement lists a node twice: {placement.alloc}")
-        for node, g in placement.alloc:
-            if not 0 <= node < len(free):
-                raise InfeasibleDecision(f"job {job_id!r}: unknown node index {node}")
-            if g <= 0:
-                raise InfeasibleDecision(f"job {job_id!r}: non-positive GPU count {g} on node {node}")
-            if g > free[node]:
-                raise InfeasibleDecision(f"job {job_id!r}: node {node} has {free[node]} free GPUs, asked {g}")
-            free[node] -= g
-
-    for job_id in decision.preempt:
-        once(job_id)
-        if job_id not in running:
-            raise InfeasibleDecision(f"cannot preempt {job_id!r}: it is not running")
-        release(running[job_id])
-    for move in decision.migrate:
-        once(move.job_id)
-        if move.job_id not in running:
-            raise InfeasibleDecision(f"cannot migrate {move.job_id!r}: it is not running")
-        release(running[move.job_id])
-    for move in decision.migrate:
-        take(move.job_id, running[move.job_id].gpus, move.placement)
-    for launch in decision.launch:
-        once(launch.job_id)
-        if launch.job_id not in queued:
-            raise InfeasibleDecision(f"cannot launch {launch.job_id!r}: it is not queued")
-        take(launch.job_id, queued[launch.job_id].gpus, launch.placement)
 
 
 class ControlLoop:
@@ -170,7 +121,7 @@ class ControlLoop:
             return TickReport(ended=tuple(ended))
         try:
             decision = self.policy.decide(view)
-            check_decision(decision, view)
+            check_view_decision(decision, view)
         except (DeepShareError, ValueError, KeyError, RuntimeError, OSError) as exc:
             # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
             self.last_error = f"policy {self.policy_name}: {exc}"

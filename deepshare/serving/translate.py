@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from deepshare.core.contention import ContentionModel
+from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
 from deepshare.core.types import ClusterView, Decision, DeepShareError, InfeasibleDecision, Launch, Migrate, Placement
@@ -142,7 +143,7 @@ def decision_to_response(
 ) -> PlacementResponse:
     """One answer per queued job, in queue order; raises :class:`InfeasibleDecision` (a policy
     bug, never the caller's fault) rather than answer something the cluster cannot do."""
-    check_feasible(decision, view)
+    check_view_decision(decision, view)
     names = [node.name for node in view.topology.nodes]
     launched = {launch.job_id: launch.placement for launch in decision.launch}
     slowdown: dict[str, float] = {}
@@ -172,41 +173,6 @@ def decision_to_response(
         policy=policy,
         policy_version=version,
     )
-
-
-def check_feasible(decision: Decision, view: ClusterView) -> None:
-    """Every id known and used once, no node over its free GPUs (plus what preemptions free)."""
-    free = list(view.free)
-    running = {job.job_id: job for job in view.running}
-    queued = {job.job_id: job for job in view.queued}
-    used: set[str] = set()
-
-    def claim(job_id: str, pool: dict) -> None:
-        if job_id not in pool or job_id in used:
-            raise InfeasibleDecision(f"decision names {job_id!r} twice or a job it cannot act on")
-        used.add(job_id)
-
-    for job_id in decision.preempt:
-        claim(job_id, running)
-    for move in decision.migrate:
-        claim(move.job_id, running)
-    for job_id in [*decision.preempt, *(m.job_id for m in decision.migrate)]:
-        placement = running[job_id].placement
-        assert placement is not None
-        for node, gpus in placement.alloc:
-            free[node] += gpus
-    for launch in decision.launch:
-        claim(launch.job_id, queued)
-    moves = [*((m.job_id, m.placement) for m in decision.migrate), *((l.job_id, l.placement) for l in decision.launch)]
-    for job_id, placement in moves:
-        if placement.total_gpus != (running.get(job_id) or queued[job_id]).gpus:
-            raise InfeasibleDecision(f"decision gives {job_id!r} a placement of the wrong size")
-        for node, gpus in placement.alloc:
-            if not 0 <= node < len(free) or gpus <= 0:
-                raise InfeasibleDecision(f"decision places {job_id!r} on an invalid node or GPU count")
-            free[node] -= gpus
-            if free[node] < 0:
-                raise InfeasibleDecision(f"decision puts more GPUs on node {view.topology.nodes[node].name!r} than are free")
 
 
 def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
@@ -264,5 +230,5 @@ def response_to_decision(response: PlacementResponse, view: ClusterView) -> Deci
         preempt=tuple(response.preempt),
         migrate=tuple(Migrate(m.job_id, placement(m.placement)) for m in response.migrate),
     )
-    check_feasible(decision, view)
+    check_view_decision(decision, view)
     return decision
