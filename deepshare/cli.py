@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.markup import escape
 
+from deepshare import cli_types
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig
@@ -23,25 +24,10 @@ EXIT_USAGE = 2
 PROGRESS_MIN_JOBS = 500
 
 
-def _number(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    """An argparse ``type=`` that converts and checks a flag's value, naming what was expected."""
-
-    def parse(text: str) -> float:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
-_non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
-_positive_int = _number(int, lambda v: v > 0, "a positive integer")
-_seed = _number(int, lambda v: v >= 0, "a non-negative integer")
+_positive_float = cli_types.positive_float
+_non_negative_float = cli_types.non_negative_float
+_positive_int = cli_types.positive_int
+_seed = cli_types.non_negative_int
 
 
 def _flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]

@@ -13,35 +13,12 @@ import json
 from typing import Any
 
 from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
+from deepshare.cli_types import port_number, positive_float, print_line
 from deepshare.core.types import DeepShareError
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
-    return value
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
-
-
-def _print(out: Any, text: str) -> None:
-    out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -62,16 +39,16 @@ def cmd_probe(args: argparse.Namespace, out: Any, err: Any) -> int:
                         "utilization": r.utilization} for r in rates]}
             for status, rates in results
         ]}
-        _print(out, json.dumps(doc, indent=2))
+        print_line(out, json.dumps(doc, indent=2))
         return 0
     for status, rates in results:
         if not status.available:
-            _print(out, f"{status.name}: unavailable ({status.reason})")
+            print_line(out, f"{status.name}: unavailable ({status.reason})")
             continue
-        _print(out, f"{status.name}: available, {len(rates)} link(s) over {args.window:g} s")
+        print_line(out, f"{status.name}: available, {len(rates)} link(s) over {args.window:g} s")
         for r in rates:
             util = "capacity unknown" if r.utilization is None else f"utilisation {r.utilization:.4f}"
-            _print(out, f"  {r.link:24s} rx {r.rx_bytes_per_s:14,.0f} B/s  tx {r.tx_bytes_per_s:14,.0f} B/s  {util}")
+            print_line(out, f"  {r.link:24s} rx {r.rx_bytes_per_s:14,.0f} B/s  tx {r.tx_bytes_per_s:14,.0f} B/s  {util}")
     return 0
 
 
@@ -97,15 +74,15 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     monitor, created = start_monitor(config, name=args.name)
     agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()])
     verb = "started" if created else "already running (its settings kept)"
-    _print(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
-    _print(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
+    print_line(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
+    print_line(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
                 f" stale after {running.stale_after:g} s")
     if args.metrics_port is not None:
         try:
             port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
         except Exception as exc:  # noqa: BLE001 - e.g. the port is taken on the monitor's node
             raise DeepShareError(f"--metrics-port {args.metrics_port}: cannot serve metrics ({_cause(exc)})") from None
-        _print(out, f"Prometheus metrics at http://{args.metrics_host}:{port}/metrics on the monitor's node")
+        print_line(out, f"Prometheus metrics at http://{args.metrics_host}:{port}/metrics on the monitor's node")
     return 0
 
 
@@ -122,7 +99,7 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
     connect(args.address)
     snapshot = ray.get(find_monitor(args.name).view.remote())
     if args.json:
-        _print(out, json.dumps(snapshot.to_dict(), indent=2))
+        print_line(out, json.dumps(snapshot.to_dict(), indent=2))
         return 0
     from rich.table import Table
 
@@ -145,7 +122,7 @@ def cmd_stop(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     connect(args.address)
     stopped = stop_monitor(args.name)
-    _print(out, f"stopped contention monitor {args.name!r} and {stopped} agent(s)")
+    print_line(out, f"stopped contention monitor {args.name!r} and {stopped} agent(s)")
     return 0
 
 
@@ -163,18 +140,18 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe", help="sample this machine's probes (no Ray) and print the rates")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--window", type=_positive_float, default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
+    p.add_argument("--window", type=positive_float, default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("start", help="start the contention monitor and one agent per node, then return")
     _cluster_args(p)
-    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="sampling period (default 1)")
-    p.add_argument("--report-interval", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--interval", type=positive_float, default=1.0, metavar="S", help="sampling period (default 1)")
+    p.add_argument("--report-interval", type=positive_float, default=None, metavar="S",
                    help="seconds between two reports to the monitor, each the latest sample (default max(2, interval);"
                         " rounded up to whole samples)")
-    p.add_argument("--stale-after", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--stale-after", type=positive_float, default=None, metavar="S",
                    help="mark a node stale after S seconds without a report (default max(5, 3 x report period))")
-    p.add_argument("--metrics-port", type=_port, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
+    p.add_argument("--metrics-port", type=port_number, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
     p.set_defaults(func=cmd_start)
 

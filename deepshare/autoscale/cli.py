@@ -25,11 +25,8 @@ from typing import Any
 
 import yaml
 
+from deepshare.cli_types import print_line
 from deepshare.core.types import DeepShareError
-
-
-def _print(out: Any, text: str) -> None:
-    out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
@@ -43,7 +40,7 @@ def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
             failed += 1
             err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
             continue
-        _print(out, f"OK {path}: {cluster.describe()}")
+        print_line(out, f"OK {path}: {cluster.describe()}")
     return 2 if failed else 0
 
 
@@ -57,9 +54,9 @@ def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
     )
     if args.out:
         write_text_atomic(args.out, text, "autoscaling spec")
-        _print(out, f"wrote {args.out}")
+        print_line(out, f"wrote {args.out}")
     else:
-        _print(out, text.rstrip())
+        print_line(out, text.rstrip())
     return 0
 
 
@@ -76,10 +73,10 @@ def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
     nodes = [FakeNode(cpus=args.cpus_per_worker, fabric=fabrics[i % len(fabrics)]) for i in range(args.workers)]
     cluster = start_fake_cluster(nodes)
     try:
-        _print(out, f"fake Ray cluster up: head (0 CPUs) + {args.workers} worker node(s); address {cluster.address}")
-        _print(out, f"  deepshare train rllib_configs/rl_hybrid.yaml --address {cluster.address} --num-env-runners {args.workers}")
+        print_line(out, f"fake Ray cluster up: head (0 CPUs) + {args.workers} worker node(s); address {cluster.address}")
+        print_line(out, f"  deepshare train rllib_configs/rl_hybrid.yaml --address {cluster.address} --num-env-runners {args.workers}")
         if args.for_s is None:
-            _print(out, "Ctrl-C stops it")
+            print_line(out, "Ctrl-C stops it")
             while True:
                 time.sleep(3600)
         time.sleep(args.for_s)
@@ -88,7 +85,7 @@ def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
     finally:
         ray.shutdown()
         cluster.shutdown()
-        _print(out, "fake cluster stopped")
+        print_line(out, "fake cluster stopped")
     return 0
 
 
@@ -124,7 +121,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
         from deepshare.autoscale.plots import write_timeline_plot
 
         write_timeline_plot(reports, args.plot)
-        _print(out, f"wrote {args.plot}")
+        print_line(out, f"wrote {args.plot}")
     return 0
 
 
@@ -142,10 +139,10 @@ def cmd_autoscale_live(args: argparse.Namespace, out: Any, err: Any) -> int:
                                  log=lambda text: err.print(text, markup=False, highlight=False))
     doc = report.to_dict()
     for j in report.jobs:
-        _print(out, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
+        print_line(out, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
                     f"  on {', '.join(j.node_names) or '-'}")
     lat = ", ".join(f"{x:.1f}" for x in report.scale_up_latencies_s) or "none"
-    _print(out, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
+    print_line(out, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
                 f"most GPU nodes {report.max_gpu_nodes}; back to min nodes {_s(report.scale_down_s)} s after the last job")
     if args.json:
         from deepshare.core.atomic import write_text_atomic

@@ -13,41 +13,8 @@ import json
 import logging
 from typing import Any
 
+from deepshare.cli_types import port_number, positive_float, positive_int, print_line
 from deepshare.core.types import DeepShareError
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text!r}")
-    return value
-
-
-def _print(out: Any, text: str) -> None:
-    out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
@@ -82,7 +49,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout)),
     )
-    return serve(config, announce=lambda line: (_print(out, line), out.file.flush()))
+    return serve(config, announce=lambda line: (print_line(out, line), out.file.flush()))
 
 
 def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
@@ -93,9 +60,9 @@ def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
     spec = load_spec_file(args.spec)
     job = client.submit(spec)
     if args.json:
-        _print(out, job.model_dump_json(indent=2))
+        print_line(out, job.model_dump_json(indent=2))
     else:
-        _print(out, f"submitted {job.id} ({job.gpus} GPUs, {job.model})")
+        print_line(out, f"submitted {job.id} ({job.gpus} GPUs, {job.model})")
     return 0
 
 
@@ -106,20 +73,20 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
     if args.id:
         detail = client.job(args.id)
         if args.json:
-            _print(out, detail.model_dump_json(indent=2))
+            print_line(out, detail.model_dump_json(indent=2))
             return 0
-        _print(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
+        print_line(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
                     f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s)")
         for r in detail.runs:
-            _print(out, f"  run {r.attempt} at {_alloc(r.placement)}: measured {_fmt(r.measured_throughput)} samples/s,"
+            print_line(out, f"  run {r.attempt} at {_alloc(r.placement)}: measured {_fmt(r.measured_throughput)} samples/s,"
                         f" predicted {_fmt(r.predicted_throughput)}; from step {_fmt(r.start_step, 'd')};"
                         f" {r.end_reason or 'running'}")
         if detail.error:
-            _print(out, f"  error: {detail.error}")
+            print_line(out, f"  error: {detail.error}")
         return 0
     jobs = client.jobs()
     if args.json:
-        _print(out, json.dumps([j.model_dump(mode="json") for j in jobs], indent=2))
+        print_line(out, json.dumps([j.model_dump(mode="json") for j in jobs], indent=2))
         return 0
     from rich.table import Table
 
@@ -139,7 +106,7 @@ def cmd_cancel(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.runtime.httpclient import SchedulerClient
 
     status, job = SchedulerClient(args.url).cancel(args.id)
-    _print(out, f"cancelled {job.id}" if status == 200 else f"cancelling {job.id}: asked it to checkpoint and stop")
+    print_line(out, f"cancelled {job.id}" if status == 200 else f"cancelling {job.id}: asked it to checkpoint and stop")
     return 0
 
 
@@ -155,19 +122,19 @@ def register_cli(subparsers: Any) -> None:
     p = sub.add_parser("start", help="run the scheduler (control loop + HTTP API) until interrupted")
     p.add_argument("--address", default="auto", metavar="auto|HOST:PORT", help="Ray cluster to join (default auto)")
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
-    p.add_argument("--nodes", type=_positive_int, metavar="N", help="--local: nodes (default 2)")
-    p.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
+    p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
+    p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
     p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default rl-hybrid, the shipped learned policy)")
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
     p.add_argument("--placement-token", metavar="TOKEN", help="bearer token for --placement-url")
     p.add_argument("--host", default="127.0.0.1", help="address the HTTP API binds (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
+    p.add_argument("--port", type=port_number, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
     p.add_argument("--state", default=".deepshare/scheduler", metavar="DIR",
                    help="journal folder (default .deepshare/scheduler); reuse it to recover")
-    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="control loop period (default 1)")
-    p.add_argument("--preempt-grace", type=_positive_float, default=30.0, metavar="S",
+    p.add_argument("--interval", type=positive_float, default=1.0, metavar="S", help="control loop period (default 1)")
+    p.add_argument("--preempt-grace", type=positive_float, default=30.0, metavar="S",
                    help="seconds a preempted job gets to checkpoint and exit (default 30)")
-    p.add_argument("--launch-timeout", type=_positive_float, default=30.0, metavar="S",
+    p.add_argument("--launch-timeout", type=positive_float, default=30.0, metavar="S",
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
     p.set_defaults(func=cmd_scheduler_start)
 

@@ -15,31 +15,12 @@ import socket
 import threading
 from typing import Any
 
+from deepshare.cli_types import listen_port, positive_int
 from deepshare.core.types import DeepShareError
 from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
 
 READY_LINE = "placement service ready"
 """Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 1..65535, got {text!r}")
-    return value
 
 
 def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -51,10 +32,10 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     )
     p.add_argument("--policy", default="rl-hybrid", metavar="NAME|NAME=CHECKPOINT", help="registered policy (default rl-hybrid)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000)")
-    p.add_argument("--replicas", type=_positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
+    p.add_argument("--port", type=listen_port, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
     p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")
-    p.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.set_defaults(func=cmd_serve)
 
