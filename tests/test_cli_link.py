@@ -24,7 +24,8 @@ def write_profiles(folder: Path) -> None:
     model = PairModel(Dataset.from_catalog(Catalog({k: 1.0 for k in keys}, {(v, a): 1.0 for v in keys for a in keys})))
     import numpy as np
 
-    x = np.concatenate([np.log([[0.2, 0.5, 0.02, 1.0, 16, 0.01, 0.2, 0.3], [0.6, 0.1, 0.01, 1.0, 64, 0.02, 0.1, 0.1]]).reshape(-1), np.zeros(4)])
+    per_model = np.log([[0.2, 0.5, 0.02, 1.0, 16, 0.01, 0.2, 0.3], [0.6, 0.1, 0.01, 1.0, 64, 0.02, 0.1, 0.1]])
+    x = np.concatenate([np.hstack([per_model, np.zeros((2, 2))]).reshape(-1), np.zeros(4 + len(model.data.keys))])
     throughput, ratio = model.predict(x)
     d = model.data
     folder.mkdir(exist_ok=True)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from deepshare.core.contention import RunningJob, make_contention
 from deepshare.core.linkmodel import LinkCatalog, LinkContention, LinkParams, default_link_catalog, load_link_catalog
 from deepshare.core.linkmodel import physics
+from deepshare.core.linkmodel.params import shape_factor
 from deepshare.core.linkmodel.calibrate import Dataset, PairModel, calibrate, nearest_cell_prediction
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology, uniform
@@ -76,6 +77,23 @@ def test_congestion_costs_more_than_a_fair_share():
     assert r == pytest.approx([1 / 2.5, 1 / 2.5], rel=1e-6)
 
 
+def test_sensitivity_scales_the_loss_beyond_a_fair_share_and_never_below_it():
+    s = system([1.0, 1.0], [0, 1], [0, 0], 2, congestion=0.5)
+    sensitive = physics.System(**{**s.__dict__, "sensitivity": np.array([2.0, 1.0])})
+    # job 0: coefficient 1.5 * 2 = 3 -> ratio 1/4; job 1 keeps 1.5 -> 1/2.5
+    assert physics.ratios(sensitive) == pytest.approx([1 / 4, 1 / 2.5], rel=1e-6)
+    calm = physics.System(**{**s.__dict__, "sensitivity": np.array([0.1, 0.1])})
+    assert physics.ratios(calm) == pytest.approx([0.5, 0.5], abs=1e-9)  # the fair share is the floor
+
+
+def test_shape_factor_by_hand():
+    p = LinkParams(compute_s=1, nic_s=1, pcie_s=1, overlap=0.5, samples_per_gpu=1, nodes_exponent=0.5, gpus_per_node_exponent=-1.0)
+    assert shape_factor(p, 2, 1) == 1.0
+    assert shape_factor(p, 8, 4) == pytest.approx(2.0 / 4.0)
+    with pytest.raises(DeepShareError, match="nodes_exponent"):
+        LinkParams(compute_s=1, nic_s=1, pcie_s=1, overlap=0.5, samples_per_gpu=1, nodes_exponent=9.0)
+
+
 # -- invariants on random systems ----------------------------------------------------------------
 @st.composite
 def random_systems(draw):
@@ -89,11 +107,13 @@ def random_systems(draw):
     overlap = [draw(st.floats(0.0, 1.0)) for _ in range(n_jobs)]
     congestion = [draw(st.floats(0.0, 1.0)) for _ in range(n_jobs)]
     kappa = draw(st.floats(0.2, 2.0))
+    sensitivity = [draw(st.floats(0.1, 3.0)) for _ in range(n_jobs)]
     return physics.System(
         model=np.zeros(n_jobs, dtype=int), compute=np.array(compute), overlap=np.array(overlap),
         congestion=np.array(congestion), private=np.zeros(n_jobs),
         edge_job=np.array([e[0] for e in edges]), edge_link=np.array([e[1] for e in edges]),
         work=np.array([e[2] for e in edges]), n_links=n_links, kappa=np.array([[kappa]]),
+        sensitivity=np.array(sensitivity),
     )
 
 
@@ -173,15 +193,7 @@ def test_state_ratios_match_the_calibration_pair_model():
     data = Dataset.from_catalog(catalog)
     pair = PairModel(data)
     links = default_link_catalog()
-    order = [links.params[m] for m in data.models]
-    x = np.concatenate(
-        [
-            np.array([[np.log(getattr(p, f)) if f != "overlap" else np.log(p.overlap / (1 - p.overlap))
-                       for f in ("compute_s", "nic_s", "pcie_s", "overlap", "samples_per_gpu", "latency_s",
-                                 "pcie_coupling", "congestion")] for p in order]).reshape(-1),
-            np.log(np.array([[links.interaction(v, a) for a in data.models] for v in data.models])).reshape(-1),
-        ]
-    )
+    x = pair.pack(links)
     _, predicted = pair.predict(x)
     topo = load_topology("testbed")
     for cell in range(0, len(data.ratio), 37):
@@ -190,6 +202,67 @@ def test_state_ratios_match_the_calibration_pair_model():
         state.add(RunningJob("a", a.model, a.gpus, Placement.of({n: a.gpus // a.nodes for n in range(a.nodes)})))
         state.add(RunningJob("v", v.model, v.gpus, Placement.of({n: v.gpus // v.nodes for n in range(v.nodes)})))
         assert state.ratio("v") == pytest.approx(predicted[cell], abs=1e-9), (v, a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["heavy", "light"]), st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 7), max_size=6),
+)
+def test_incremental_ratios_equal_a_fresh_state_after_any_adds_and_removals(running, leaving):
+    """Components merge on add and split on remove; the ratios must not remember the history."""
+    jobs = [RunningJob(f"j{i}", m, len(ns), Placement.of({n: 1 for n in ns})) for i, (m, ns) in enumerate(running)]
+    state = tiny_state(nodes=6)
+    for job in jobs:
+        state.add(job)
+    gone = {f"j{i}" for i in leaving if i < len(jobs)}
+    for job_id in sorted(gone):
+        state.remove(job_id)
+    fresh = tiny_state(nodes=6)
+    for job in reversed(jobs):
+        if job.job_id not in gone:
+            fresh.add(job)
+    for job in jobs:
+        if job.job_id not in gone:
+            assert state.ratio(job.job_id) == pytest.approx(fresh.ratio(job.job_id), abs=1e-12)
+
+
+def test_removing_a_bridge_splits_the_component():
+    state = tiny_state()
+    state.add(RunningJob("a", "heavy", 2, Placement.of({0: 1, 1: 1})))
+    state.add(RunningJob("b", "heavy", 2, Placement.of({2: 1, 3: 1})))
+    state.add(RunningJob("bridge", "heavy", 2, Placement.of({1: 1, 2: 1})))
+    assert state._comp_of["a"] == state._comp_of["b"]
+    shared = state.ratio("a")
+    state.remove("bridge")
+    assert state._comp_of["a"] != state._comp_of["b"]
+    assert state.ratio("a") > shared and state.ratio("a") == 1.0
+    # a newcomer next to b re-solves b's component only
+    assert state.add(RunningJob("c", "heavy", 2, Placement.of({2: 1, 3: 1}))) == {"b", "c"}
+
+
+def test_placement_sensitivity_applies_to_its_placement_only(tmp_path):
+    links = LinkCatalog(TINY.params, {}, "t", {"heavy": {"2,2": 2.0}})
+    path = tmp_path / "p.json"
+    path.write_text(links.to_json())
+    loaded = LinkCatalog.from_json(path.read_text())
+    assert loaded.placement_sensitivity("heavy", 2, 2) == 2.0
+    assert loaded.placement_sensitivity("heavy", 4, 2) == 1.0 == loaded.placement_sensitivity("light", 2, 2)
+    ratios = {}
+    for name, catalog in (("plain", TINY), ("sensitive", loaded)):
+        state = LinkContention(catalog).new_state(uniform(4, 4), default_catalog())
+        state.add(RunningJob("x", "heavy", 2, Placement.of({0: 1, 1: 1})))
+        state.add(RunningJob("y", "heavy", 4, Placement.of({0: 2, 1: 2})))
+        ratios[name] = (state.ratio("x"), state.ratio("y"))
+    assert ratios["sensitive"][0] < ratios["plain"][0]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"models": {}, "sensitivity": {"heavy": {"2,2": -1}}}')
+    with pytest.raises(DeepShareError, match="sensitivity.heavy.2,2"):
+        load_link_catalog(bad)
 
 
 def test_single_gpu_jobs_cross_no_link_and_are_never_slowed():
@@ -227,16 +300,23 @@ def test_bad_link_parameter_files_are_reported(tmp_path):
 
 
 # -- calibration -------------------------------------------------------------------------------
+def synthetic_truth(model: PairModel) -> np.ndarray:
+    """Known parameters for two models: overlap 0.5, the ring formula's shape, kappa 1, a
+    sensitivity of 1.5 on one placement and 1 elsewhere."""
+    per_model = np.log([[0.2, 0.5, 0.02, 1.0, 16, 0.01, 0.2, 0.3], [0.6, 0.1, 0.01, 1.0, 64, 0.02, 0.1, 0.1]])
+    per_model[:, 3] = 0.0  # overlap 0.5 (logistic of 0)
+    per_model = np.hstack([per_model, np.zeros((2, 2))])  # exponents 0
+    sensitivity = np.zeros(len(model.data.keys))
+    sensitivity[2] = np.log(1.5)
+    return np.concatenate([per_model.reshape(-1), np.zeros(4), sensitivity])
+
+
 def synthetic_catalog() -> tuple[Catalog, np.ndarray]:
     """Profiles generated by the pair model itself from known parameters (2 models)."""
     keys = [ProfileKey(m, g, n) for m in ("A", "B") for g, n in ((2, 2), (4, 2), (4, 4), (8, 2), (8, 4))]
     placeholder = Catalog({k: 1.0 for k in keys}, {(v, a): 1.0 for v in keys for a in keys})
     model = PairModel(Dataset.from_catalog(placeholder))
-    truth = np.concatenate([
-        np.log([[0.2, 0.5, 0.02, 1.0, 16, 0.01, 0.2, 0.3], [0.6, 0.1, 0.01, 1.0, 64, 0.02, 0.1, 0.1]]).reshape(-1),
-        np.zeros(4),
-    ])
-    truth[3] = truth[3 + 8] = 0.0  # overlap 0.5 (logistic of 0)
+    truth = synthetic_truth(model)
     throughput, ratio = model.predict(truth)
     data = model.data
     isolated = {k: float(t) for k, t in zip(data.keys, throughput)}

@@ -10,7 +10,8 @@ Llama-7B, ...) get parameters from their published sizes (:data:`COMMON_MODELS`)
   PCIe work per intra-node ring unit ``bytes * 8 / (256 Gb/s * efficiency)``, with the NCCL
   socket efficiency :data:`LINE_RATE_EFFICIENCY`;
 * compute seconds per iteration = per-GPU batch / per-GPU samples/s on a TITAN Xp-class GPU;
-* overlap, latency, PCIe coupling and congestion: the median of the fitted models.
+* overlap, latency, PCIe coupling, congestion and the placement-shape exponents: the median of
+  the fitted models.
 
 Any other name falls back to the workload catalog's proxy model (see ``workloads.py``).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -35,6 +36,9 @@ REF_NIC_GBPS = 40.0
 REF_PCIE_GBPS = 256.0
 """Intra-node bandwidth the fitted PCIe works are expressed at (2 PCIe Gen3 x16 switches)."""
 LINE_RATE_EFFICIENCY = 0.7
+SIGNED = ("nodes_exponent", "gpus_per_node_exponent")
+"""The parameters that may be negative (exponents of the placement shape)."""
+MAX_EXPONENT = 4.0
 
 
 @dataclass(frozen=True)
@@ -57,16 +61,38 @@ class LinkParams:
     """Fraction of the NIC work that also crosses the node's PCIe fabric (GPU <-> NIC copies)."""
     congestion: float = 0.0
     """Extra loss beyond a fair share when sharing (>= 0)."""
+    nodes_exponent: float = 0.0
+    """Inter-node volume scales as ``(nodes / 2) ** nodes_exponent`` beyond the ring formula."""
+    gpus_per_node_exponent: float = 0.0
+    """Inter-node volume scales as ``gpus_per_node ** gpus_per_node_exponent`` (1 GPU per node: 1)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not (isinstance(value, (int, float)) and value >= 0 and value == value and value != float("inf")):
+            if not (isinstance(value, (int, float)) and value == value and abs(value) != float("inf")):
+                raise DeepShareError(f"link parameter {f.name}: expected a finite number, got {value!r}")
+            if f.name in SIGNED:
+                if abs(value) > MAX_EXPONENT:
+                    raise DeepShareError(f"link parameter {f.name}: expected a number in [-{MAX_EXPONENT}, {MAX_EXPONENT}], got {value}")
+            elif value < 0:
                 raise DeepShareError(f"link parameter {f.name}: expected a finite number >= 0, got {value!r}")
         if self.overlap > 1:
             raise DeepShareError(f"link parameter overlap: expected a number in [0, 1], got {self.overlap}")
         if self.compute_s <= 0 or self.samples_per_gpu <= 0:
             raise DeepShareError("link parameters compute_s and samples_per_gpu must be positive")
+
+
+def shape_factor(p: "LinkParams", nodes: float, gpus_per_node: float) -> float:
+    """Inter-node volume relative to the ring formula for a placement of this shape.
+
+    ``(nodes / 2) ** nodes_exponent * gpus_per_node ** gpus_per_node_exponent``: 1 for the
+    reference shape (2 nodes, 1 GPU each). The ring formula alone says a model moves the same
+    bytes per node whatever its placement; NCCL does not (ring or tree by size and node count,
+    one channel per GPU or hierarchical reduction inside a node), and the measured isolated
+    throughputs and ratios show it. Two exponents per model are fitted; a power law extends to
+    placements the table lacks (3, 8 or 16 nodes, 8 GPUs per node) without steps.
+    """
+    return (nodes / 2.0) ** p.nodes_exponent * gpus_per_node ** p.gpus_per_node_exponent
 
 
 @dataclass(frozen=True)
@@ -99,13 +125,20 @@ def normalise(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+def placement_key(gpus: int, nodes: int) -> str:
+    """``"8,4"``: how the sensitivity table names a placement (GPUs, nodes)."""
+    return f"{gpus},{nodes}"
+
+
 @dataclass(frozen=True)
 class LinkCatalog:
-    """Parameters by model name plus the pairwise interaction matrix ``kappa``."""
+    """Parameters by model name, the pairwise interaction matrix ``kappa`` and the per-placement
+    ``sensitivity`` (model -> ``"gpus,nodes"`` -> factor, 1 where absent)."""
 
     params: dict[str, LinkParams]
     kappa: dict[str, dict[str, float]]
     source: str = ""
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_norm", {normalise(m): m for m in self.params})
@@ -130,12 +163,22 @@ class LinkCatalog:
     def interaction(self, victim: str, aggressor: str) -> float:
         return self.kappa.get(victim, {}).get(aggressor, 1.0)
 
+    def placement_sensitivity(self, model: str, gpus: int, nodes: int) -> float:
+        """How strongly a job of ``model`` on ``gpus`` GPUs over ``nodes`` nodes reacts to sharing.
+
+        Fitted per measured placement (a job on 4 GPUs of 2 nodes does not suffer like one on 4
+        GPUs of 4 nodes, beyond what its traffic explains: NCCL picks channels and algorithms by
+        shape); 1 for placements that were not measured.
+        """
+        return self.sensitivity.get(model, {}).get(placement_key(gpus, nodes), 1.0)
+
     def to_json(self, extra: dict | None = None) -> str:
         doc = {
             "source": self.source,
             "reference": {"nic_gbps": REF_NIC_GBPS, "pcie_gbps": REF_PCIE_GBPS},
             "models": {m: asdict(p) for m, p in self.params.items()},
             "kappa": self.kappa,
+            "sensitivity": self.sensitivity,
         }
         doc.update(extra or {})
         return json.dumps(doc, indent=2) + "\n"
@@ -147,16 +190,21 @@ class LinkCatalog:
             models = doc["models"]
             params = {name: LinkParams(**values) for name, values in models.items()}
             kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
+            sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
-        return LinkCatalog(params, kappa, doc.get("source", source))
+        for model, row in sensitivity.items():
+            for key, value in row.items():
+                if not 0 < value < float("inf"):
+                    raise DeepShareError(f"{source}: sensitivity.{model}.{key}: expected a positive number, got {value}")
+        return LinkCatalog(params, kappa, doc.get("source", source), sensitivity)
 
 
 def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
     """``fitted`` plus :data:`COMMON_MODELS` estimated from their published sizes."""
     shared = {
         name: statistics.median(getattr(p, name) for p in fitted.params.values())
-        for name in ("overlap", "latency_s", "pcie_coupling", "congestion")
+        for name in ("overlap", "latency_s", "pcie_coupling", "congestion", *SIGNED)
     }
     params = dict(fitted.params)
     for name, m in COMMON_MODELS.items():
@@ -171,7 +219,7 @@ def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
                 **shared,
             ),
         )
-    return LinkCatalog(params, fitted.kappa, fitted.source)
+    return LinkCatalog(params, fitted.kappa, fitted.source, fitted.sensitivity)
 
 
 def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
@@ -191,7 +239,12 @@ def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
     kappa = {v: dict(row) for v, row in base.kappa.items()}
     for victim, row in loaded.kappa.items():
         kappa.setdefault(victim, {}).update(row)
-    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source)
+    sensitivity = {m: dict(row) for m, row in base.sensitivity.items()}
+    for model in loaded.params:  # a refitted model's placements replace the shipped ones
+        sensitivity.pop(model, None)
+    for model, row in loaded.sensitivity.items():
+        sensitivity.setdefault(model, {}).update(row)
+    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source, sensitivity)
 
 
 @lru_cache(maxsize=1)

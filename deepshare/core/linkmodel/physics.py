@@ -11,11 +11,14 @@ shared max-min fairly among the jobs communicating over it at the same moment (e
 one link; a job held back by another link uses less of this one). Averaged over the other
 jobs' communication duty cycles ``d_il = min(1, work_il * s_il / t_i)``, that gives
 
-    s_jl = 1 + sum_{i != j on l} max(1, (1 + congestion_j) * kappa[model_j, model_i]) * d_il
+    s_jl = 1 + sum_{i != j on l} max(1, (1 + congestion_j) * sensitivity_j * kappa[model_j, model_i]) * d_il
 
-``congestion`` (fitted, >= 0) lets a victim lose more than a fair share (the measured table goes
-below 1/2 for two jobs: transport back-off, not bandwidth alone) and ``kappa`` (fitted per model
-pair, 1 by default) how strongly one traffic pattern interferes with another. The coefficient
+``congestion`` (fitted per model, >= 0) lets a victim lose more than a fair share (the measured
+table goes below 1/2 for two jobs: transport back-off, not bandwidth alone), ``sensitivity``
+(fitted per measured placement of a model, 1 elsewhere) how much more or less than its model's
+typical placement this placement reacts (NCCL picks channels and algorithms by shape), and
+``kappa`` (fitted per model pair, 1 by default) how strongly one traffic pattern interferes with
+another. The coefficient
 never goes below 1, the fair share itself, so the jobs on a link never use more than its
 capacity on average: sum_i work_il / t_i <= 1. Two jobs that always communicate on one link with
 congestion 0 and kappa 1 get half of it each. The fixed
@@ -46,26 +49,40 @@ class System:
     work: np.ndarray         # (E,) seconds per iteration at the link's full capacity
     n_links: int
     kappa: np.ndarray        # (M, M) victim model x aggressor model
+    sensitivity: np.ndarray | None = None  # (J,) > 0, the placement's factor on the gain; None: 1
 
 
 def iteration_time(compute: np.ndarray, comm: np.ndarray, overlap: np.ndarray) -> np.ndarray:
     return np.maximum(compute, comm) + (1.0 - overlap) * np.minimum(compute, comm)
 
 
+_ZERO = np.zeros(1)
+
+
 class _Comm:
-    """Per job: the larger of its private work and its slowest (stretched) shared link."""
+    """Per job: the larger of its private work and its slowest (stretched) shared link.
+
+    Edges are laid out as a (degree, jobs) table of edge positions, padded with a position
+    that holds 0, so the maximum is one gather and one reduction over the short first axis
+    (much faster than ``np.maximum.reduceat`` over many short segments).
+    """
 
     def __init__(self, system: System) -> None:
         jobs = system.edge_job
         self._private = system.private
-        self._starts = np.flatnonzero(np.r_[True, jobs[1:] != jobs[:-1]]) if len(jobs) else jobs
-        self._owners = jobs[self._starts]
+        n_jobs, n_edges = len(system.private), len(jobs)
+        counts = np.bincount(jobs, minlength=n_jobs) if n_edges else np.zeros(n_jobs, dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        rank = np.arange(n_edges) - starts[jobs] if n_edges else jobs
+        table = np.full((int(counts.max(initial=0)), n_jobs), n_edges, dtype=np.int64)  # n_edges: the 0 pad
+        table[rank, jobs] = np.arange(n_edges)
+        self._table = table
 
     def __call__(self, stretched: np.ndarray) -> np.ndarray:
-        comm = self._private.copy()
-        if len(self._starts):
-            comm[self._owners] = np.maximum(comm[self._owners], np.maximum.reduceat(stretched, self._starts))
-        return comm
+        if not len(self._table):
+            return self._private.copy()
+        comm = np.concatenate([stretched, _ZERO])[self._table].max(axis=0)
+        return np.maximum(comm, self._private, out=comm)
 
 
 def isolated_times(system: System) -> np.ndarray:
@@ -74,24 +91,57 @@ def isolated_times(system: System) -> np.ndarray:
 
 
 def solve(system: System) -> np.ndarray:
-    """Each job's iteration time while sharing its links with the others in the system."""
-    n_models = system.kappa.shape[0]
+    """Each job's iteration time while sharing its links with the others in the system.
+
+    The coefficient ``max(1, (1 + congestion_j) * kappa[model_j, model_i])`` depends only on the
+    victim's (model, congestion) *type* and the aggressor's model, so each step sums the duty
+    cycles per (link, aggressor model) and multiplies by the (types x models) coefficients: the
+    cost per step is linear in the edges, not edges x models, and every step works in place.
+    """
     jobs = system.edge_job
-    edge_model = system.model[jobs]
-    gain = (1.0 + system.congestion[jobs])[:, None]              # (E, 1)
-    kappa_rows = np.maximum(1.0, gain * system.kappa[edge_model])  # (E, M): victim row, fair share at least
-    self_kappa = kappa_rows[np.arange(len(jobs)), edge_model]      # (E,)
-    slot = system.edge_link * n_models + edge_model             # (E,)
+    if len(jobs) == 0:
+        return isolated_times(system)
+    models, job_model = np.unique(system.model, return_inverse=True)   # the models present
+    gain = 1.0 + system.congestion
+    if system.sensitivity is not None:
+        gain = gain * system.sensitivity
+    gains, job_gain = np.unique(gain, return_inverse=True)
+    type_keys, job_type = np.unique(job_model.reshape(-1) * len(gains) + job_gain.reshape(-1), return_inverse=True)
+    job_model, job_type = job_model.reshape(-1), job_type.reshape(-1)
+    n_models, n_types = len(models), len(type_keys)
+    kappa = system.kappa[np.ix_(models, models)]
+    coef = np.maximum(1.0, gains[type_keys % len(gains)][:, None] * kappa[type_keys // len(gains)])  # (T, M)
+    edge_model, edge_type = job_model[jobs], job_type[jobs]
+    self_coef = coef[edge_type, edge_model]                                          # (E,)
+    slot = system.edge_link * n_models + edge_model
+    seen_at = system.edge_link * n_types + edge_type
+    n_slots = system.n_links * n_models
     comm = _Comm(system)
-    stretch = np.ones(len(jobs))
+    work, compute, overlap = system.work, system.compute, system.overlap
+    hidden = 1.0 - overlap
+    n_edges = len(jobs)
+    stretch = np.ones(n_edges)
+    stretched, duty, scratch, new = (np.empty(n_edges) for _ in range(4))
+    coef_t = np.ascontiguousarray(coef.T)
     for _ in range(ITERATIONS):
-        t = iteration_time(system.compute, comm(system.work * stretch), system.overlap)
-        duty = np.minimum(1.0, system.work * stretch / t[jobs])
-        per_link_model = np.bincount(slot, weights=duty, minlength=system.n_links * n_models)
-        per_link_model = per_link_model.reshape(system.n_links, n_models)
-        others = np.einsum("em,em->e", kappa_rows, per_link_model[system.edge_link]) - self_kappa * duty
-        stretch = DAMPING * stretch + (1.0 - DAMPING) * (1.0 + np.maximum(others, 0.0))
-    return iteration_time(system.compute, comm(system.work * stretch), system.overlap)
+        np.multiply(work, stretch, out=stretched)
+        c = comm(stretched)
+        t = np.maximum(compute, c)
+        t += hidden * np.minimum(compute, c)                     # iteration_time, unrolled
+        np.take(t, jobs, out=duty)
+        np.divide(stretched, duty, out=duty)
+        np.minimum(duty, 1.0, out=duty)
+        load = np.bincount(slot, weights=duty, minlength=n_slots).reshape(system.n_links, n_models)
+        others = (load @ coef_t).reshape(-1)[seen_at]                                     # (L, T) -> (E,)
+        np.multiply(self_coef, duty, out=scratch)
+        others -= scratch
+        np.maximum(others, 0.0, out=others)
+        others += 1.0
+        others *= 1.0 - DAMPING
+        np.multiply(stretch, DAMPING, out=new)
+        new += others                                            # DAMPING * s + (1 - DAMPING) * (1 + others)
+        stretch, new = new, stretch
+    return iteration_time(compute, comm(work * stretch), overlap)
 
 
 def ratios(system: System) -> np.ndarray:
