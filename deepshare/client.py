@@ -17,7 +17,10 @@ from pydantic import ValidationError
 
 from deepshare.core.types import WAIT, ClusterView, Decision, DeepShareError
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
+from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.translate import response_to_decision, view_to_request
+
+__all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError"]
 
 
 class PlacementServiceError(DeepShareError):

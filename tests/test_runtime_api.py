@@ -122,3 +122,14 @@ def test_cli_submit_jobs_cancel(server, capsys):
     assert f"job '{job_id}' is already cancelled (HTTP 409)" in err and len(err.strip().splitlines()) == 1
     assert main(["jobs", "--url", url, "nope"]) == 2
     assert "no job 'nope' (HTTP 404)" in capsys.readouterr().err
+
+
+def test_max_gpus_admits_jobs_an_autoscaling_cluster_will_grow_to():
+    from deepshare.core.topology import uniform
+    from deepshare.runtime.cluster import ClusterState
+    from deepshare.runtime.service import submission_capacity
+
+    up = ClusterState(uniform(2, 4), ())
+    assert submission_capacity(up, 0) == (8, 0)
+    assert submission_capacity(up, 32) == (32, 0)
+    assert submission_capacity(up, 4) == (8, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from typing import Any
 
 from deepshare.cli_types import port_number, positive_float, positive_int, print_line
@@ -27,6 +28,7 @@ def _alloc(placement: Any) -> str:
 
 # -- handlers ------------------------------------------------------------------------------
 def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.client import SERVE_TOKEN_ENV
     from deepshare.runtime.launcher import LaunchSettings
     from deepshare.runtime.loop import LoopConfig
     from deepshare.runtime.service import ServiceConfig, serve
@@ -45,7 +47,8 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     config = ServiceConfig(
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
-        policy=args.policy, placement_url=args.placement_url, placement_token=args.placement_token, host=args.host, port=args.port,
+        policy=args.policy, placement_url=args.placement_url, host=args.host, port=args.port, max_gpus=args.max_gpus,
+        placement_token=args.placement_token or os.environ.get(SERVE_TOKEN_ENV) or None,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout)),
     )
@@ -126,7 +129,10 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
     p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default rl-hybrid, the shipped learned policy)")
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
-    p.add_argument("--placement-token", metavar="TOKEN", help="bearer token for --placement-url")
+    p.add_argument("--placement-token", metavar="TOKEN",
+                   help="bearer token for --placement-url (default: $DEEPSHARE_SERVE_TOKEN, which keeps it out of `ps`)")
+    p.add_argument("--max-gpus", type=positive_int, default=0, metavar="N",
+                   help="accept jobs of up to N GPUs even when fewer are up now (autoscaling clusters; default: the GPUs up now)")
     p.add_argument("--host", default="127.0.0.1", help="address the HTTP API binds (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
     p.add_argument("--state", default=".deepshare/scheduler", metavar="DIR",

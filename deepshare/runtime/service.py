@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.types import DeepShareError
-from deepshare.runtime.cluster import current_cluster
+from deepshare.runtime.cluster import ClusterState, current_cluster
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.statelock import StateLock
@@ -45,6 +45,9 @@ class ServiceConfig:
     port: int = 8470
     loop: LoopConfig = LoopConfig()
     contention: str = "profiled"
+    max_gpus: int = 0
+    """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
+    grows when they queue); 0: only jobs that fit the GPUs up now."""
 
 
 def make_policy_for(config: ServiceConfig) -> Any:
@@ -58,6 +61,11 @@ def make_policy_for(config: ServiceConfig) -> Any:
     from deepshare.policies import make_policy
 
     return make_policy(config.policy or "rl-hybrid")
+
+
+def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]:
+    """(largest job accepted, nodes up): the GPUs up now, or ``max_gpus`` if more."""
+    return max(cluster.topology.total_gpus, max_gpus), len(cluster.nodes)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -148,8 +156,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Any, sock: socket.sock
     reattached, requeued = loop.recover()
 
     def capacity() -> tuple[int, int]:
-        cluster = current_cluster()
-        return cluster.topology.total_gpus, len(cluster.nodes)
+        return submission_capacity(current_cluster(), config.max_gpus)
 
     server = uvicorn.Server(uvicorn.Config(make_app(journal, capacity), log_level="warning", lifespan="off"))
     web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
