@@ -217,7 +217,8 @@ def test_autoscaling_invariants(scenario, autoscaler, policy):
         assert autoscaler != "fixed"
         assert inst.ready_s + s.idle_timeout_s <= inst.terminated_s
         for start, stop in busy.get(inst.node, []):
-            assert stop <= inst.terminated_s - s.idle_timeout_s or start >= inst.terminated_s
+            # 1e-6: a record's finish time is computed from rates and may sit an ulp after its event
+            assert stop <= inst.terminated_s - s.idle_timeout_s + 1e-6 or start >= inst.terminated_s
     # cost and GPU-hours are the exact sums over billed node time
     assert r.cost_usd == tight(sum(i.price_usd_per_hour * i.billed_s(r.end_s) for i in r.instances) / 3600)
     assert r.gpu_hours == tight(sum(i.gpus * i.billed_s(r.end_s) for i in r.instances) / 3600)
