@@ -127,6 +127,7 @@ def ms(x: float) -> str:
 
 def run(url: str, args: argparse.Namespace) -> None:
     cases = {"small (4 nodes, 3 pending)": small_request(), "large (64 nodes, 64 pending)": large_request()}
+    cases = {name: request for name, request in cases.items() if name.split()[0] in args.cases}
     print(f"policy {args.policy}; {os.cpu_count()} CPUs; service at {url}\n")
     print(f"{'case':30s} {'mode':22s} {'req/s':>8s} {'decisions/s':>12s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}")
     for name, request in cases.items():
@@ -158,6 +159,7 @@ def main() -> None:
     parser.add_argument("--token", help="bearer token of the service at --url")
     parser.add_argument("--sequential", type=int, default=500, help="sequential requests (default 500)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level (default 2000)")
+    parser.add_argument("--cases", type=lambda s: s.split(","), default=["small", "large"], help="default small,large")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[8, 32], help="default 8,32")
     args = parser.parse_args()
     if args.url:

@@ -78,24 +78,29 @@ def build_view(
 def _private_predictor(state: ContentionState) -> PredictFn:
     """Like :func:`predictor`, for a state only this view reads: the pending launches of one
     decision (a list that only grows) stay added between questions instead of being added and
-    removed at each one, which makes a decision of n launches O(n) state updates, not O(n^2)."""
+    removed at each one, which makes a decision of n launches O(n) state updates, not O(n^2).
+    Asking again with the very same sequence object skips the prefix check, so a caller must
+    not rewrite a sequence in place after asking with it (appending is fine)."""
     applied: list[tuple[str, Placement]] = []
+    last: list[object] = [None]  # the pending sequence of the previous question (often the same object)
 
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
         keep = len(applied)
-        if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
-            keep = 0
-            while (
-                keep < len(applied) and keep < len(pending)
-                and applied[keep][0] == pending[keep][0].job_id and applied[keep][1] == pending[keep][1]
-            ):
-                keep += 1
+        if pending is not last[0] or len(pending) != keep:
+            if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
+                keep = 0
+                while (
+                    keep < len(applied) and keep < len(pending)
+                    and applied[keep][0] == pending[keep][0].job_id and applied[keep][1] == pending[keep][1]
+                ):
+                    keep += 1
         for job_id, _ in reversed(applied[keep:]):
             state.remove(job_id)
         del applied[keep:]
         for other, where in pending[keep:]:
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
             applied.append((other.job_id, where))
+        last[0] = pending
         return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
 
     return predict

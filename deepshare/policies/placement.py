@@ -16,6 +16,7 @@ those launches. ``None`` means the job does not fit.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from deepshare.core.types import ClusterView, JobView, Placement
@@ -61,9 +62,16 @@ def spread(job: JobView, free: list[int], view: ClusterView | None = None, pendi
     return Placement.of(counts)
 
 
-def by_most_free(free: list[int]) -> list[int]:
-    """Nodes with free GPUs, most free first, ties by index."""
-    return sorted((n for n, f in enumerate(free) if f > 0), key=lambda n: -free[n])  # stable: ties by index
+def by_most_free(free: Sequence[int]) -> list[int]:
+    """Nodes with free GPUs, most free first, ties by index (a fresh list: callers may keep it)."""
+    return list(_ranked(tuple(free)))
+
+
+@lru_cache(maxsize=256)
+def _ranked(free: tuple[int, ...]) -> tuple[int, ...]:
+    # One ranking per distinct free vector: a decision asks for the same one many times.
+    ordered = sorted(range(len(free)), key=free.__getitem__, reverse=True)  # stable: ties keep index order
+    return tuple(n for n in ordered if free[n] > 0)
 
 
 def even_split(job: JobView, free: list[int], k: int, ranked: list[int] | None = None) -> Placement | None:

@@ -8,6 +8,7 @@ awaitable scorer so a server can batch forward passes across concurrent requests
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class PlacementEngine:
         run = steps(view)
         self.in_flight += 1
         try:
+            await asyncio.sleep(0)  # let requests that arrived together register before scoring
             obs = next(run)
             while True:
                 obs = run.send(await score(obs))
