@@ -133,3 +133,13 @@ def test_max_gpus_admits_jobs_an_autoscaling_cluster_will_grow_to():
     assert submission_capacity(up, 0) == (8, 0)
     assert submission_capacity(up, 32) == (32, 0)
     assert submission_capacity(up, 4) == (8, 0)
+
+
+def test_placement_url_makes_the_service_the_policy():
+    from deepshare.client import PlacementClient
+    from deepshare.runtime.service import ServiceConfig, make_policy_for
+
+    policy = make_policy_for(ServiceConfig(state_dir="unused", placement_url="http://127.0.0.1:9/", placement_token="t" * 8))
+    assert isinstance(policy, PlacementClient) and policy.url == "http://127.0.0.1:9"
+    assert policy._session.headers["Authorization"] == "Bearer " + "t" * 8
+    assert make_policy_for(ServiceConfig(state_dir="unused", policy="las+spread")).name == "las+spread"
