@@ -1,7 +1,9 @@
 """Per-model parameters of the link model, and the catalog that ships them.
 
 Six models (the measured ones) have parameters fitted by ``deepshare calibrate`` to the measured
-isolated throughputs and pairwise ratios; they ship in ``deepshare/data/link_params.json``.
+isolated throughputs and pairwise ratios; they ship in ``deepshare/data/link_params.json`` with
+the pairwise interactions (``kappa``) and a sensitivity per measured placement (``"gpus,nodes"``;
+placements that were not measured react like their model's typical one, sensitivity 1).
 Common models that traces name (ResNet-50, VGG-16/19, Inception-v3, BERT-base/large, GPT-2,
 Llama-7B, ...) get parameters from their published sizes (:data:`COMMON_MODELS`):
 
