@@ -26,7 +26,13 @@ PlaceFn = Callable[[JobView, list[int], ClusterView, Pending], "Placement | None
 
 
 def consolidated(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
-    need = job.gpus
+    return _consolidated(job.gpus, tuple(free))
+
+
+@lru_cache(maxsize=1024)
+def _consolidated(need: int, free: tuple[int, ...]) -> Placement | None:
+    # Cached on (GPUs, free vector): one decision asks the same question many times (every
+    # generator, the contention-aware candidates, the packing check), and placements are immutable.
     best = -1
     for node, f in enumerate(free):
         if f >= need and (best < 0 or f < free[best]):
@@ -47,7 +53,11 @@ def consolidated(job: JobView, free: list[int], view: ClusterView | None = None,
 
 
 def spread(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
-    need = job.gpus
+    return _spread(job.gpus, tuple(free))
+
+
+@lru_cache(maxsize=1024)
+def _spread(need: int, free: tuple[int, ...]) -> Placement | None:
     if sum(free) < need:
         return None
     order = by_most_free(free)
