@@ -398,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="deepshare",
         description="Network-contention-aware scheduling of distributed deep-learning jobs: simulate "
         "and compare scheduling policies on GPU-cluster traces with measured or link-level contention, "
-        "train and evaluate learned policies, and measure link load on a Ray cluster.",
+        "train and evaluate learned policies, serve a policy over HTTP, run real jobs on a Ray cluster "
+        "under it, measure link load, and study autoscaling.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
