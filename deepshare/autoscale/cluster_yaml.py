@@ -39,6 +39,7 @@ from deepshare.autoscale.labels import (
 )
 from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import read_config_text
 
 MONITOR_COMMAND = "deepshare agents start"
 
@@ -74,14 +75,7 @@ class ClusterYaml:
 
 def load_cluster_yaml(path: str | Path) -> ClusterYaml:
     """Read and validate one cluster YAML or KubeRay manifest (raises DeepShareError)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise DeepShareError(f"{p}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{p}: cannot read ({exc})") from None
-    return parse_cluster_yaml(text, str(p))
+    return parse_cluster_yaml(read_config_text(path, "file"), str(path))
 
 
 def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:

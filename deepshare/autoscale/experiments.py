@@ -12,18 +12,14 @@ from deepshare.core.autoscaling import AUTOSCALERS, AutoscaleReport, AutoscaleSp
 from deepshare.core.contention import ContentionModel, ProfiledContention
 from deepshare.core.simulator import SimConfig
 from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.yamlspec import read_config_text
 from deepshare.policies import make_policy
 
 
 def load_config(path: str | Path) -> AutoscaleSpec:
     """An autoscaling spec, or a Ray cluster YAML / KubeRay manifest turned into one."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise DeepShareError(f"--config {p}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"--config {p}: cannot read ({exc})") from None
+    text = read_config_text(p, "file", label=f"--config {p}")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError:

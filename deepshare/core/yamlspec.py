@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 import yaml
@@ -33,3 +34,15 @@ def parse_yaml_model(text: str, model: type[M], source: str, expected: str) -> M
         return model.model_validate(raw)
     except ValidationError as exc:
         raise DeepShareError(f"{source}: {format_validation_error(exc)}") from None
+
+
+def read_config_text(path: str | Path, kind: str, label: str | None = None) -> str:
+    """A user's config file as UTF-8 text; an error names it (``label``, default the path) and
+    says what it should have been (``kind``: "file", "training config", ...)."""
+    label = label or str(path)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DeepShareError(f"{label}: {kind} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeepShareError(f"{label}: cannot read {kind} ({exc})") from None

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load as load_trace
 from deepshare.core.types import DeepShareError
-from deepshare.core.yamlspec import parse_yaml_model
+from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 
 Progress = Callable[[int, int, dict[str, float]], None]
@@ -84,12 +84,7 @@ def _resolve_trace(name: str, base: Path) -> Path:
 
 def load_train_config(path: str | Path) -> TrainConfig:
     source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DeepShareError(f"{source}: training config not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{source}: cannot read the training config ({exc})") from None
+    text = read_config_text(source, "training config")
     config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo and run")
     env = config.env_config(source.parent)  # validate the env section now, not inside a worker
     for trace in env.traces:

@@ -30,8 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepshare.core.topology import ClusterSpec, NodeGroupSpec, NodeTypeSpec, Topology
-from deepshare.core.types import DeepShareError
-from deepshare.core.yamlspec import parse_yaml_model
+from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 
 
 class NodePoolSpec(NodeTypeSpec):
@@ -92,11 +91,4 @@ def parse_autoscale_spec(text: str, source: str = "<autoscale spec>") -> Autosca
 
 
 def load_autoscale_spec(path: str | Path) -> AutoscaleSpec:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise DeepShareError(f"{p}: autoscaling config not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{p}: cannot read autoscaling config ({exc})") from None
-    return parse_autoscale_spec(text, str(p))
+    return parse_autoscale_spec(read_config_text(path, "autoscaling config"), str(path))
