@@ -82,11 +82,12 @@ def _private_predictor(state: ContentionState) -> PredictFn:
     Asking again with the very same sequence object skips the prefix check, so a caller must
     not rewrite a sequence in place after asking with it (appending is fine)."""
     applied: list[tuple[str, Placement]] = []
-    last: list[object] = [None]  # the pending sequence of the previous question (often the same object)
+    last: object = None  # the pending sequence of the previous question (often the same object)
 
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        nonlocal last
         keep = len(applied)
-        if pending is not last[0] or len(pending) != keep:
+        if pending is not last or len(pending) != keep:
             if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
                 keep = 0
                 while (
@@ -100,7 +101,7 @@ def _private_predictor(state: ContentionState) -> PredictFn:
         for other, where in pending[keep:]:
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
             applied.append((other.job_id, where))
-        last[0] = pending
+        last = pending
         return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
 
     return predict
