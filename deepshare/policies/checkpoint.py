@@ -1,10 +1,11 @@
 """Shipped and trained learned policies: a small torch file -> a candidate scorer -> a policy.
 
 ``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
-its width, the encoding it was trained with and what it was trained on. Loading needs torch
-only. ``rl-base`` and ``rl-hybrid`` both load the network shipped in
-``deepshare/data/policies/rl_base.pt`` unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety
-net (see ``deepshare/data/policies/README.md`` for why it is that network).
+its width, the encoding it was trained with and what it was trained on: plain data that
+``torch.load(weights_only=True)`` reads without running code. Loading needs torch only.
+``rl-base`` and ``rl-hybrid`` both load the network shipped in ``deepshare/data/policies/rl_base.pt``
+unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
+``deepshare/data/policies/README.md`` for why it is that network).
 """
 
 from __future__ import annotations
@@ -41,12 +42,29 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
 
 
 def load_policy_file(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's document, loaded as data only.
+
+    ``torch.load(weights_only=True)``: tensors, numbers, strings, lists, tuples and dicts, never
+    a pickled callable, so a crafted file cannot run code in ``simulate``, ``evaluate`` or
+    ``serve``. A file that names any other Python object is refused with one line.
+    """
+    import pickle
+
     import torch
 
     try:
-        doc = torch.load(str(path), map_location="cpu", weights_only=False)
+        doc = torch.load(str(path), map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise DeepShareError(f"policy checkpoint {path}: file not found") from None
+    except IsADirectoryError:
+        raise DeepShareError(f"policy checkpoint {path}: is a directory, expected a file") from None
+    except pickle.UnpicklingError as exc:
+        if "GLOBAL" in str(exc):
+            raise DeepShareError(
+                f"policy checkpoint {path}: refused: it names Python objects beyond tensors and plain data"
+                " (loading it could run code); policy files hold weights only"
+            ) from None
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (unreadable pickle)") from None
     except Exception as exc:  # torch raises many kinds for a corrupt or foreign file
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file ({exc.__class__.__name__})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION:
