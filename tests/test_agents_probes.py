@@ -661,3 +661,63 @@ def test_cli_errors_are_one_line_without_a_cluster() -> None:
     assert run_cli("probe", "--window", "-1")[0] == 2  # argparse
     assert run_cli("start", "--metrics-port", "70000")[0] == 2
     assert not ray.is_initialized()
+
+
+# -- unreadable sources --------------------------------------------------------------------
+@pytest.fixture()
+def sysfs_denied(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tree/sys/class`` answers every stat below it with EACCES, as a locked-down host does
+    for a non-root agent (tests run as root, where chmod 000 would not stop a read)."""
+    locked = tree / "sys" / "class"
+    real_stat = Path.stat
+
+    def stat(self: Path, *args, **kwargs):
+        if self != locked and locked in self.parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    return tree
+
+
+def sysfs_denying_reader(tree: Path):
+    """A file reader that fails like an unreadable ``tree/sys/class`` and reads the rest."""
+    from deepshare.agents.probes.base import read_text
+
+    def read(path: Path) -> str:
+        if tree / "sys" / "class" in Path(path).parents:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    return read
+
+
+def test_unreadable_sysfs_never_raises_from_a_probe_constructor(sysfs_denied: Path) -> None:
+    tree = sysfs_denied
+    with pytest.raises(PermissionError):
+        (tree / "sys/class/net").is_dir()  # the fault is real: this is what used to escape
+    eth = EthernetProbe(proc_root=tree / "proc", sys_root=tree / "sys", clock=Clock(0.0, 1.0),
+                        reader=sysfs_denying_reader(tree))
+    assert eth.available, eth.reason  # counters come from /proc; sysfs only filters and sizes
+    assert eth.interfaces == ("docker0", "eth0", "eth1")  # cannot tell virtual ones: all kept
+    assert eth.sample().links["eth/eth0"].capacity_bytes_per_s is None
+    ib = InfinibandProbe(sys_root=tree / "sys")
+    assert not ib.available and "Permission denied" in ib.reason and "class/infiniband" in ib.reason
+
+
+def test_local_probes_report_every_probe_even_when_one_constructor_raises(
+    sysfs_denied: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepshare.agents.probes import detect
+
+    class Exploding:
+        def __init__(self, **_: object) -> None:
+            raise RuntimeError("driver bug")
+
+    monkeypatch.setattr(detect, "NvmlProbe", Exploding)
+    probes = detect.local_probes(proc_root=str(sysfs_denied / "proc"), sys_root=str(sysfs_denied / "sys"))
+    state = {p.name: (p.available, p.reason) for p in probes}
+    assert list(state) == ["nvml", "infiniband", "ethernet"]
+    assert state["nvml"] == (False, "cannot start: RuntimeError: driver bug")
+    assert state["infiniband"][0] is False and "Permission denied" in state["infiniband"][1]
+    assert state["ethernet"] == (True, "")

@@ -10,7 +10,9 @@ which reads ``-1`` or fails with EINVAL for virtual or down links: capacity is t
 
 By default ``lo`` is skipped, and so are virtual interfaces (no ``/sys/class/net/IF/device``:
 bridges, veth, ifb, docker0) whenever sysfs is readable, since they re-count traffic that
-already crossed a physical NIC.
+already crossed a physical NIC. An absent or unreadable sysfs never fails the probe: every
+interface is kept and capacities come from the parameters. An unreadable ``/proc/net/dev``
+makes the probe unavailable with the OS's reason.
 
 With the default reader, ``/proc/net/dev`` stays open between samples (read with ``pread`` from
 offset 0, reopened after a failed read) and interface speeds are read once, at construction.
@@ -89,13 +91,23 @@ class EthernetProbe(Probe):
             chosen = list(interfaces)
         else:
             chosen = [i for i in counters if include_loopback or i != "lo"]
-            if not include_virtual and self._net.is_dir():
-                chosen = [i for i in chosen if i == "lo" or (self._net / i / "device").exists()]
+            if not include_virtual:
+                chosen = self._physical(chosen)
         if not chosen:
             self._unavailable(f"{self._dev} lists no physical interface besides lo")
             return
         self.interfaces = tuple(sorted(chosen))
         self._capacity = {i: self._detect_capacity(i) for i in self.interfaces}
+
+    def _physical(self, interfaces: list[str]) -> list[str]:
+        """``interfaces`` without virtual ones, when sysfs can tell; all of them when it cannot
+        (absent or unreadable ``/sys/class/net``: a container, a locked-down host)."""
+        try:
+            if not self._net.is_dir():
+                return interfaces
+            return [i for i in interfaces if i == "lo" or (self._net / i / "device").exists()]
+        except OSError:
+            return interfaces
 
     def _detect_capacity(self, iface: str) -> float | None:
         """Bytes/s: the parameter, else sysfs speed (Mb/s), else the fallback, else None."""

@@ -67,11 +67,16 @@ class InfinibandProbe(Probe):
         self._ports: list[_Port] = []
         self._wide: set[str] = set()
         root = Path(sys_root) / "class" / "infiniband"
-        if not root.is_dir():
-            self._unavailable(f"no InfiniBand devices ({root} does not exist)")
+        try:
+            if not root.is_dir():
+                self._unavailable(f"no InfiniBand devices ({root} does not exist)")
+                return
+            port_dirs = sorted(root.glob("*/ports/*"))
+        except OSError as exc:
+            self._unavailable(f"cannot read {root}: {exc}")
             return
         problems: list[str] = []
-        for port_dir in sorted(root.glob("*/ports/*")):
+        for port_dir in port_dirs:
             try:
                 port = self._port(port_dir, capacity_gbps, fallback_gbps)
             except (OSError, ValueError) as exc:
