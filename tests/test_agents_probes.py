@@ -721,3 +721,43 @@ def test_local_probes_report_every_probe_even_when_one_constructor_raises(
     assert state["nvml"] == (False, "cannot start: RuntimeError: driver bug")
     assert state["infiniband"][0] is False and "Permission denied" in state["infiniband"][1]
     assert state["ethernet"] == (True, "")
+
+
+# -- flag bounds and runtime failures ------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, flag, bound",
+    [
+        (("probe", "--window", "1e10"), "--window", "3600"),
+        (("probe", "--window", "nan"), "--window", "3600"),
+        (("start", "--interval", "1e10"), "--interval", "3600"),
+        (("start", "--interval", "0"), "--interval", "3600"),
+        (("start", "--report-interval", "1e10"), "--report-interval", "86400"),
+        (("start", "--stale-after", "inf"), "--stale-after", "86400"),
+    ],
+)
+def test_out_of_range_durations_name_the_flag_and_range(argv, flag, bound, capsys) -> None:
+    rc, _, _ = run_cli(*argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and f"argument {flag}: expected seconds in (0, {bound}]" in err and "Traceback" not in err
+
+
+def test_longest_accepted_durations_pass_the_parser() -> None:
+    parser = argparse.ArgumentParser(prog="deepshare")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["agents", "start", "--interval", "3600", "--report-interval", "86400", "--stale-after", "86400"])
+    assert (args.interval, args.report_interval, args.stale_after) == (3600.0, 86400.0, 86400.0)
+
+
+def test_a_monitor_that_never_answers_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray.exceptions
+
+    from deepshare.agents import deploy
+
+    def timeout(*_: object, **__: object):
+        raise ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")
+
+    monkeypatch.setattr(deploy, "connect", lambda address: None)
+    monkeypatch.setattr(deploy, "start_monitor", timeout)
+    rc, out, err = run_cli("start")
+    assert rc == 1 and out == ""
+    assert err == "deepshare: error: the contention monitor did not start (GetTimeoutError: Get timed out: some object(s) not ready.)\n"

@@ -13,8 +13,23 @@ import json
 from typing import Any
 
 from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
-from deepshare.cli_types import port_number, positive_float, print_line
+from deepshare.cli_types import number, port_number, print_line
 from deepshare.core.types import DeepShareError
+
+MAX_INTERVAL_S = 3600.0
+"""Longest sampling period and probe window: an hour (beyond that rates are meaningless, and
+timers of 1e10 s overflow the platform's clock types)."""
+MAX_REPORT_S = 86400.0
+"""Longest report interval and stale timeout: a day."""
+EXIT_RUNTIME = 1
+"""Exit status of a runtime failure (Ray did not start or answer), as opposed to bad input (2)."""
+START_TIMEOUT_S = 120.0
+"""How long ``agents start`` waits for the monitor to answer before giving up."""
+
+
+def seconds(high: float) -> Any:
+    """An argparse type for a duration in (0, ``high``] seconds that names the accepted range."""
+    return number(float, lambda v: 0 < v <= high, f"seconds in (0, {high:g}]")
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -71,8 +86,14 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         )
     config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after)
     connect(args.address)
-    monitor, created = start_monitor(config, name=args.name)
-    agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()])
+    try:
+        monitor, created = start_monitor(config, name=args.name)
+        agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()], timeout=START_TIMEOUT_S)
+    except DeepShareError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray's timeouts and actor deaths: one line, exit 1
+        print_line(err, f"deepshare: error: the contention monitor did not start ({type(exc).__name__}: {_cause(exc)})")
+        return EXIT_RUNTIME
     verb = "started" if created else "already running (its settings kept)"
     print_line(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
     print_line(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
@@ -140,16 +161,16 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe", help="sample this machine's probes (no Ray) and print the rates")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--window", type=positive_float, default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
+    p.add_argument("--window", type=seconds(MAX_INTERVAL_S), default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("start", help="start the contention monitor and one agent per node, then return")
     _cluster_args(p)
-    p.add_argument("--interval", type=positive_float, default=1.0, metavar="S", help="sampling period (default 1)")
-    p.add_argument("--report-interval", type=positive_float, default=None, metavar="S",
+    p.add_argument("--interval", type=seconds(MAX_INTERVAL_S), default=1.0, metavar="S", help="sampling period (default 1)")
+    p.add_argument("--report-interval", type=seconds(MAX_REPORT_S), default=None, metavar="S",
                    help="seconds between two reports to the monitor, each the latest sample (default max(2, interval);"
                         " rounded up to whole samples)")
-    p.add_argument("--stale-after", type=positive_float, default=None, metavar="S",
+    p.add_argument("--stale-after", type=seconds(MAX_REPORT_S), default=None, metavar="S",
                    help="mark a node stale after S seconds without a report (default max(5, 3 x report period))")
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
