@@ -7,11 +7,20 @@ half of a move. A launch is journalled (state RUNNING, attempt + 1, placement) *
 placement group is created; recovery therefore knows every run that might exist on the cluster
 and either re-attaches to it or removes it and requeues the job, so a job never runs twice at
 once and is never lost.
+
+The file is private (mode 0600; SQLite gives its ``-wal`` and ``-shm`` files the same mode) and
+is created whole (schema written under a temporary name, then renamed), so an existing
+``journal.sqlite`` that is empty, not SQLite or lacks the journal's tables is refused with one
+line instead of being silently replaced by a new empty journal. A job row that cannot be read
+(a spec that is not valid, an unknown state) is quarantined: the job is reported ``failed`` with
+the reason and the rest of the journal works.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -22,6 +31,15 @@ from typing import Any
 
 from deepshare.core.types import DeepShareError
 from deepshare.runtime.spec import LiveJobSpec
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "journal.sqlite"
+TABLES = frozenset({"meta", "jobs", "transitions", "runs"})
+LAUNCH_FAILED = "launch failed"
+"""Reason prefix of a run whose launch failed (counted towards ``--max-launch-attempts``)."""
+QUARANTINED = "quarantined"
+"""Error prefix of a job whose journal row could not be read."""
 
 
 class JobState(str, Enum):
@@ -136,19 +154,51 @@ class Journal:
 
     def __init__(self, state_dir: str | Path, clock: Any = time.time) -> None:
         self.dir = Path(state_dir)
+        self._clock = clock
+        path = self.dir / JOURNAL_FILE
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.dir / "journal.sqlite", check_same_thread=False, isolation_level=None)
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.exists():
+                self._create(path)
+            elif path.stat().st_size == 0:
+                raise DeepShareError(f"--state {state_dir}: {path} is empty (0 bytes), not a journal; "
+                                     "move it away to start with a new journal")
+            os.chmod(path, 0o600)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(SCHEMA)
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            epoch = self._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone() if "meta" in tables else None
+        except sqlite3.DatabaseError as exc:
+            raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); "
+                                 "move it away to start with a new journal") from None
         except (OSError, sqlite3.Error) as exc:
             raise DeepShareError(f"--state {state_dir}: cannot open the journal ({exc})") from None
+        if not TABLES <= tables or epoch is None:
+            self._db.close()
+            missing = ", ".join(sorted(TABLES - tables)) or "meta.epoch"
+            raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); "
+                                 "move it away to start with a new journal")
+        try:
+            self.epoch = float(epoch[0])
+        except (TypeError, ValueError):
+            self._db.close()
+            raise DeepShareError(f"--state {state_dir}: {path}: meta.epoch is not a number ({epoch[0]!r})") from None
         self._lock = threading.RLock()
-        self._clock = clock
-        with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('epoch', ?)", (repr(self._clock()),))
-        self.epoch = float(self._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
+
+    def _create(self, path: Path) -> None:
+        """A new journal, schema and epoch written under a temporary name, then renamed into place."""
+        tmp = path.with_name(path.name + ".new")
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.executescript(SCHEMA)
+            db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(float(self._clock())),))
+        finally:
+            db.close()
+        os.replace(tmp, path)
 
     def close(self) -> None:
         with self._lock:
@@ -199,7 +249,8 @@ class Journal:
         )
 
     def _current(self, db: sqlite3.Connection, job_id: str) -> sqlite3.Row | tuple:
-        row = db.execute("SELECT state, attempt, run_started, placement FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = db.execute("SELECT state, attempt, run_started, placement, cancel_requested FROM jobs WHERE id=?",
+                         (job_id,)).fetchone()
         if row is None:
             raise TransitionError(f"unknown job {job_id!r}")
         return row
@@ -218,6 +269,8 @@ class Journal:
         now = self.now()
         with self._tx() as db:
             row = self._move(db, job_id, JobState.QUEUED, JobState.RUNNING)
+            if row[4]:
+                raise TransitionError(f"job {job_id!r} is being cancelled")
             attempt = int(row[1]) + 1
             db.execute(
                 "UPDATE jobs SET state=?, attempt=?, placement=?, run_started=?, predicted_throughput=?, throughput=NULL,"
@@ -233,12 +286,18 @@ class Journal:
 
     def end_run(self, job_id: str, attempt: int, new: JobState, reason: str, *, preempted: bool = False,
                 error: str | None = None) -> None:
-        """RUNNING -> ``new`` for run ``attempt`` (a stale attempt is refused); accounts the run's GPU time."""
+        """RUNNING -> ``new`` for run ``attempt`` (a stale attempt is refused); accounts the run's GPU time.
+
+        A job whose cancel was asked is CANCELLED rather than requeued: a cancel that arrives while
+        a launch is failing, or while the job is being preempted, is never lost.
+        """
         now = self.now()
         with self._tx() as db:
             row = self._move(db, job_id, JobState.RUNNING, new)
             if int(row[1]) != attempt:
                 raise TransitionError(f"job {job_id!r} is on run {row[1]}, not {attempt}")
+            if new is JobState.QUEUED and row[4]:
+                new, reason, preempted = JobState.CANCELLED, f"{reason}; cancelled", False
             started = float(row[2]) if row[2] is not None else now
             alloc = _alloc(row[3]) or ()
             ran = max(0.0, now - started)
@@ -265,6 +324,54 @@ class Journal:
         with self._tx() as db:
             db.execute("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
 
+    def cancel(self, job_id: str) -> JobState:
+        """Cancel in one transaction: a queued job is CANCELLED now; a running one is marked and the
+        control loop stops it (or :meth:`end_run` cancels it if its run ends first). Returns the state
+        after; raises KeyError for an unknown job, TransitionError for a job already over."""
+        job = self.get(job_id)  # raises KeyError; quarantines an unreadable row first
+        if job.state in TERMINAL:
+            raise TransitionError(f"job {job_id!r} is already {job.state.value}")
+        now = self.now()
+        with self._tx() as db:
+            row = self._current(db, job_id)
+            state = JobState(row[0])
+            if state is JobState.QUEUED:
+                db.execute("UPDATE jobs SET state=?, finish_time=?, cancel_requested=1 WHERE id=?",
+                           (JobState.CANCELLED.value, now, job_id))
+                self._log(db, job_id, JobState.QUEUED, JobState.CANCELLED, now, "cancelled", int(row[1]), None)
+                return JobState.CANCELLED
+            if state is JobState.RUNNING:
+                db.execute("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
+                return JobState.RUNNING
+            raise TransitionError(f"job {job_id!r} is already {state.value}")
+
+    def launch_failures(self, job_id: str) -> tuple[int, float | None]:
+        """Consecutive failed launches at the end of the job's runs, and when the last one ended."""
+        with self._lock:
+            rows = self._db.execute("SELECT end_reason, ended FROM runs WHERE job_id=? ORDER BY attempt DESC",
+                                    (job_id,)).fetchall()
+        count, last = 0, None
+        for reason, ended in rows:
+            if not isinstance(reason, str) or not reason.startswith(LAUNCH_FAILED):
+                break
+            count += 1
+            last = ended if last is None else last
+        return count, last
+
+    def counts(self) -> tuple[dict[str, int], int]:
+        """Jobs by state and the GPUs held by running jobs (for metrics; never raises on a bad row)."""
+        with self._lock:
+            by_state = dict(self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+            placements = [r[0] for r in self._db.execute("SELECT placement FROM jobs WHERE state=?",
+                                                          (JobState.RUNNING.value,))]
+        gpus = 0
+        for text in placements:
+            try:
+                gpus += sum(g for _, g in _alloc(text) or ())
+            except (TypeError, ValueError):
+                pass
+        return {str(k): int(v) for k, v in by_state.items()}, gpus
+
     def record_progress(self, job_id: str, attempt: int, samples: float | None, step: int | None,
                         throughput: float | None, predicted: float | None) -> None:
         """The latest report of run ``attempt`` and the current prediction for its placement."""
@@ -283,14 +390,50 @@ class Journal:
 
     # -- reads ---------------------------------------------------------------------------------
     def _record(self, row: tuple) -> JobRecord:
+        try:
+            return self._parse(row)
+        except (ValueError, TypeError) as exc:  # pydantic's ValidationError and JSON errors are ValueErrors
+            return self._quarantine(row, exc)
+
+    def _parse(self, row: tuple) -> JobRecord:
         (job_id, seq, spec, state, submit, attempt, preemptions, placement, run_started, queued_since, last_run_s,
          attained, samples, step, thp, pred, cancel, error, finish) = row
+        if not isinstance(spec, str):
+            raise TypeError(f"spec is {type(spec).__name__}, not JSON text")
         return JobRecord(
             job_id=job_id, seq=seq, spec=LiveJobSpec.model_validate_json(spec), state=JobState(state),
             submit_time=submit, attempt=attempt, preemptions=preemptions, placement=_alloc(placement),
             run_started=run_started, queued_since=queued_since, last_run_s=last_run_s, attained_gpu_s=attained,
             samples=samples, step=step, throughput=thp, predicted_throughput=pred, cancel_requested=bool(cancel),
             error=error, finish_time=finish,
+        )
+
+    def _quarantine(self, row: tuple, exc: Exception) -> JobRecord:
+        """Mark an unreadable job row FAILED (once, with a transition) and return a placeholder record."""
+        job_id, seq, raw_spec, raw_state = row[0], row[1], row[2], row[3]
+        what = str(exc).strip().splitlines()
+        summary = " ".join(line.strip() for line in what[:3])[:300] or type(exc).__name__
+        reason = f"{QUARANTINED}: its journal row cannot be read ({summary})"
+        error = row[17]
+        if raw_state != JobState.FAILED.value or not (isinstance(error, str) and error.startswith(QUARANTINED)):
+            log.error("job %s: %s", job_id, reason)
+            now = self.now()
+            with self._tx() as db:
+                db.execute("UPDATE jobs SET state=?, error=?, placement=NULL, run_started=NULL, cancel_requested=0,"
+                           " finish_time=? WHERE id=?", (JobState.FAILED.value, reason, now, job_id))
+                old = raw_state if raw_state in {s.value for s in JobState} else None
+                db.execute("INSERT INTO transitions (job_id, from_state, to_state, at, reason, attempt, placement)"
+                           " VALUES (?,?,?,?,?,?,NULL)",
+                           (job_id, old, JobState.FAILED.value, now, reason, _int(row[5])))
+            error, finish = reason, now
+        else:
+            finish = _num(row[18])
+        return JobRecord(
+            job_id=str(job_id), seq=_int(seq), spec=_placeholder_spec(str(job_id), raw_spec), state=JobState.FAILED,
+            submit_time=_num(row[4]) or 0.0, attempt=_int(row[5]), preemptions=_int(row[6]), placement=None,
+            run_started=None, queued_since=_num(row[9]) or 0.0, last_run_s=_num(row[10]) or 0.0,
+            attained_gpu_s=_num(row[11]) or 0.0, samples=None, step=None, throughput=None, predicted_throughput=None,
+            cancel_requested=False, error=error, finish_time=finish,
         )
 
     _COLS = ("id, seq, spec, state, submit_time, attempt, preemptions, placement, run_started, queued_since,"
@@ -313,19 +456,55 @@ class Journal:
                                         [s.value for s in states]).fetchall()
             else:
                 rows = self._db.execute(f"SELECT {self._COLS} FROM jobs ORDER BY seq").fetchall()
-        return [self._record(r) for r in rows]
+        records = [self._record(r) for r in rows]
+        return [r for r in records if not states or r.state in states]  # a quarantined row is FAILED now
 
     def transitions(self, job_id: str | None = None) -> list[Transition]:
         with self._lock:
             q = "SELECT seq, job_id, from_state, to_state, at, reason, attempt, placement FROM transitions"
             rows = (self._db.execute(q + " WHERE job_id=? ORDER BY seq", (job_id,)) if job_id
                     else self._db.execute(q + " ORDER BY seq")).fetchall()
-        return [Transition(s, j, None if f is None else JobState(f), JobState(t), at, r, a, _alloc(p))
-                for s, j, f, t, at, r, a, p in rows]
+        out = []
+        for s, j, f, t, at, r, a, p in rows:
+            try:
+                out.append(Transition(s, j, None if f is None else JobState(f), JobState(t), at, r, a, _alloc(p)))
+            except (TypeError, ValueError) as exc:
+                log.warning("transition %s of job %s cannot be read (%s); skipped", s, j, exc)
+        return out
 
     def runs(self, job_id: str) -> list[RunRecord]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT job_id, attempt, placement, started, ended, end_reason, measured_throughput,"
                 " predicted_throughput, start_step FROM runs WHERE job_id=? ORDER BY attempt", (job_id,)).fetchall()
-        return [RunRecord(j, a, _alloc(p) or (), s, e, r, m, pr, st) for j, a, p, s, e, r, m, pr, st in rows]
+        out = []
+        for j, a, p, s, e, r, m, pr, st in rows:
+            try:
+                out.append(RunRecord(j, a, _alloc(p) or (), s, e, r, m, pr, st))
+            except (TypeError, ValueError) as exc:
+                log.warning("run %s of job %s cannot be read (%s); skipped", a, j, exc)
+        return out
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _placeholder_spec(job_id: str, raw: Any) -> LiveJobSpec:
+    """A stand-in spec for a quarantined job, keeping what can still be read of its name, GPUs and model."""
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) else {}
+    except (ValueError, RecursionError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    gpus = doc.get("gpus")
+    model = doc.get("model")
+    return LiveJobSpec.model_construct(
+        name=job_id.rsplit("-", 1)[0], gpus=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1,
+        model=model[:64] if isinstance(model, str) and model else "unknown", entrypoint=None, command=["?"], args=[],
+        checkpoint_dir="?", working_dir=None, env={}, expected_duration_s=None, total_samples=None,
+    )

@@ -10,33 +10,64 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from deepshare.core.types import DeepShareError
 from deepshare.core.yamlspec import format_validation_error, parse_yaml_model
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MAX_ARG_CHARS = 4096
+"""Longest command element, argument, path or environment value."""
+MAX_ARGS = 256
+"""Most elements of ``command`` and of ``args`` (each)."""
+MAX_ENV = 128
+"""Most environment variables."""
+
+Arg = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS)]
+EnvKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
 class LiveJobSpec(BaseModel):
-    """One job to run on the cluster. Exactly one of ``entrypoint`` and ``command``."""
+    """One job to run on the cluster. Exactly one of ``entrypoint`` and ``command``.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict, because it arrives over HTTP: no coercion (``true`` or ``"1"`` is not an integer),
+    finite numbers only, every string and list bounded, no NUL bytes (they cannot reach a
+    process's argv or environment).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     name: str = Field(description="short name: letters, digits, '_', '.', '-' (1-63 characters)")
     gpus: int = Field(gt=0, le=4096, description="GPUs the job needs (one worker process per GPU)")
-    model: str = Field(min_length=1, description="model class for the contention features, e.g. MobileNetV3")
-    entrypoint: Optional[str] = Field(default=None, description="Python callable 'package.module:function', called with args")
-    command: Optional[list[str]] = Field(default=None, description="a program and its arguments; args are appended")
-    args: list[str] = Field(default_factory=list, description="arguments: function(args) or appended to command")
-    checkpoint_dir: str = Field(min_length=1, description="folder for save_checkpoint/load_checkpoint (shared by all nodes)")
-    working_dir: Optional[str] = Field(default=None, description="cwd of the workers and first entry of PYTHONPATH")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the workers")
+    model: str = Field(min_length=1, max_length=64, description="model class for the contention features, e.g. MobileNetV3")
+    entrypoint: Optional[str] = Field(default=None, max_length=256,
+                                      description="Python callable 'package.module:function', called with args")
+    command: Optional[list[Arg]] = Field(default=None, max_length=MAX_ARGS,
+                                         description="a program and its arguments; args are appended")
+    args: list[Arg] = Field(default_factory=list, max_length=MAX_ARGS,
+                            description="arguments: function(args) or appended to command")
+    checkpoint_dir: str = Field(min_length=1, max_length=MAX_ARG_CHARS,
+                                description="folder for save_checkpoint/load_checkpoint (shared by all nodes)")
+    working_dir: Optional[str] = Field(default=None, min_length=1, max_length=MAX_ARG_CHARS,
+                                       description="cwd of the workers and first entry of PYTHONPATH")
+    env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV,
+                                   description="extra environment variables for the workers")
     expected_duration_s: Optional[float] = Field(default=None, gt=0, description="isolated run time estimate")
     total_samples: Optional[float] = Field(default=None, gt=0, description="samples to train (with report(samples=...))")
+
+    @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env")
+    @classmethod
+    def _no_control(cls, v: Any) -> Any:
+        values = v if isinstance(v, list) else [*v.keys(), *v.values()] if isinstance(v, dict) else [v]
+        for text in values:
+            if isinstance(text, str) and "\x00" in text:
+                raise ValueError("NUL characters are not allowed")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -63,8 +94,8 @@ class LiveJobSpec(BaseModel):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"invalid environment variable name {key!r}")
+            if not ENV_KEY_RE.match(key):
+                raise ValueError(f"invalid environment variable name {key[:64]!r}")
         return v
 
     @model_validator(mode="after")
