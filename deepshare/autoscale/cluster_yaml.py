@@ -11,7 +11,10 @@ provider has one node type whose labels, resources and GPUs are read from the
 KubeRay manifests are checked for the structure DeepShare relies on: ``kind: RayCluster``,
 ``spec.enableInTreeAutoscaling: true``, a head group that starts the monitor, and worker
 groups with ``minReplicas <= replicas <= maxReplicas`` whose ``rayStartParams`` carry
-``num-gpus``, the fabric resource and the labels.
+``num-gpus`` and the fabric resource and whose top-level ``labels`` mapping carries the
+``deepshare.io/*`` labels. KubeRay operators from v1.5.0 refuse ``rayStartParams.labels``
+("please use the top-level Labels field") and resource settings both in ``rayStartParams``
+and the group's top-level ``resources``, so both are rejected here too.
 
 :func:`to_autoscale_spec` turns any of them into the simulator's
 :class:`~deepshare.core.autoscaling.spec.AutoscaleSpec`, so the simulated autoscaler and the
@@ -212,6 +215,11 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     head = _get(raw, ("spec", "headGroupSpec"), dict, source)
     if MONITOR_COMMAND not in json.dumps(head):
         raise DeepShareError(f"{source}: spec.headGroupSpec: expected the head to run `{MONITOR_COMMAND} --address auto` (e.g. a postStart hook)")
+    if "labels" in (head.get("rayStartParams") or {}):
+        raise DeepShareError(
+            f"{source}: spec.headGroupSpec.rayStartParams.labels: KubeRay >= 1.5 rejects labels in rayStartParams; "
+            "use the head group's top-level labels mapping"
+        )
     groups = _get(raw, ("spec", "workerGroupSpecs"), list, source)
     if not groups:
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: expected at least one GPU worker group")
@@ -255,9 +263,8 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
         resources = None
     if not isinstance(resources, dict):
         raise DeepShareError(f"{where}.rayStartParams.resources: expected a JSON object string such as '\"{{\\\"{FABRIC_RESOURCE}nvlink\\\": 1}}\"'")
-    labels = parse_label_string(str(params.get("labels", "")), f"{where}.rayStartParams.labels")
-    check_label_syntax(labels, f"{where}.rayStartParams.labels")
-    hardware = parse_labels(labels, f"{where}.rayStartParams.labels")
+    labels = _kuberay_labels(group, params, where)
+    hardware = parse_labels(labels, f"{where}.labels")
     check_fabric_resource(resources, hardware.fabric, f"{where}.rayStartParams.resources")
     for i, container in enumerate(((group.get("template") or {}).get("spec") or {}).get("containers") or []):
         limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
@@ -266,6 +273,25 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
                 f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
             )
     return WorkerType(name, gpus, lo, hi, hardware)
+
+
+def _kuberay_labels(group: Mapping[str, Any], params: Mapping[str, Any], where: str) -> dict[str, str]:
+    """The group's top-level ``labels`` (KubeRay >= 1.5); the old ``rayStartParams.labels`` is refused."""
+    if "labels" in params:
+        raise DeepShareError(
+            f"{where}.rayStartParams.labels: KubeRay >= 1.5 rejects labels in rayStartParams; "
+            "use the group's top-level labels mapping (labels: {deepshare.io/fabric: nvlink, ...})"
+        )
+    if group.get("resources"):
+        raise DeepShareError(
+            f"{where}.resources: set resources either in rayStartParams (num-gpus, resources) or in the "
+            "top-level resources field, not both (KubeRay rejects both)"
+        )
+    labels = group.get("labels")
+    if not isinstance(labels, dict):
+        raise DeepShareError(f"{where}.labels: expected a mapping of deepshare.io/* labels (KubeRay's top-level labels field)")
+    check_label_syntax(labels, f"{where}.labels")
+    return labels
 
 
 def _get(raw: Mapping[str, Any], path: tuple[str, ...], kind: type, source: str) -> Any:
