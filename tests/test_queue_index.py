@@ -16,7 +16,9 @@ from deepshare.policies import make_policy
 from deepshare.policies.heuristic import HeuristicPolicy
 
 STATIC_ORDER_POLICIES = [
-    f"{order}+{place}" for order in ("fifo", "srtf", "las") for place in ("consolidated", "spread", "contention-aware")
+    f"{order}+{place}"
+    for order in ("fifo", "srtf", "srsf", "las")
+    for place in ("consolidated", "spread", "contention-aware", "packed")
 ]
 MODELS = default_catalog().models
 

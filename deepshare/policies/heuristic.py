@@ -1,7 +1,10 @@
 """Order-then-place heuristics: the baselines every learned policy is measured against.
 
 Non-preemptive: queued jobs in order, each placed if it fits now (later jobs may backfill
-around one that does not). Preemptive: running and queued jobs in one order; the jobs that fit
+around one that does not; once a job of some GPU demand fails to place, later jobs of that
+demand are skipped in the same decision: free GPUs only shrink, so for placements that depend
+only on the free GPUs they would fail too, and for ``packed`` the best-ranked job of a demand
+is the one that waits for its shape). Preemptive: running and queued jobs in one order; the jobs that fit
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint.
@@ -100,11 +103,13 @@ class HeuristicPolicy:
         launches: list[Launch] = []
         pending: list[tuple[JobView, Placement]] = []
         total = sum(free)
+        failed: set[int] = set()  # as in _decide_indexed: a demand that failed is skipped
         for job in jobs:
-            if job.gpus > total:
+            if job.gpus > total or job.gpus in failed:
                 continue
             placement = self.place(job, free, view, pending)
             if placement is None:
+                failed.add(job.gpus)
                 continue
             for node, gpus in placement.alloc:
                 free[node] -= gpus

@@ -2,6 +2,8 @@
 
 * ``fifo`` — submission time.
 * ``srtf`` — least remaining *time* (remaining work at the job's reference throughput).
+* ``srsf`` — least remaining GPU-*service*: remaining time x GPUs (Tiresias's SRSF), so a short
+  wide job does not jump ahead of narrow ones that would finish sooner per GPU held.
 * ``las`` — least attained GPU-service (GPU-seconds held so far), Tiresias's 2D-LAS.
 * ``dlas`` — Tiresias's discretised 2D-LAS: attained service falls into queues at
   :data:`DLAS_THRESHOLDS_GPU_S`; FIFO (by time queued) within a queue; a job that has waited
@@ -50,6 +52,15 @@ def srtf(now: float) -> OrderKey:
     return _SRTF
 
 
+def _srsf_key(job: JobView) -> tuple:
+    return (job.remaining_s * job.gpus, job.submit_time, job.job_id)
+
+
+@static_key
+def srsf(now: float) -> OrderKey:
+    return _srsf_key
+
+
 @static_key
 def las(now: float) -> OrderKey:
     return _LAS
@@ -70,6 +81,7 @@ def dlas(now: float) -> OrderKey:
 ORDERS: dict[str, tuple[OrderFactory, str]] = {
     "fifo": (fifo, "first come, first served"),
     "srtf": (srtf, "shortest remaining time first"),
+    "srsf": (srsf, "shortest remaining GPU-service first (remaining time x GPUs, Tiresias's SRSF)"),
     "las": (las, "least attained GPU-service first (2D-LAS)"),
     "dlas": (dlas, "discretised 2D-LAS with a starvation guard (Tiresias)"),
 }

@@ -145,8 +145,48 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     return best
 
 
+PACKED_RELAX_S = 600.0
+"""How long (simulated seconds since it was queued) ``packed`` keeps a job waiting for its
+fewest-node shape before accepting a fragmented consolidated placement."""
+
+
+@lru_cache(maxsize=256)
+def min_nodes(gpus: int, capacity: tuple[int, ...]) -> int:
+    """The fewest nodes of ``capacity`` (GPUs per node) that can hold ``gpus`` GPUs at all."""
+    total = 0
+    for k, cap in enumerate(sorted(capacity, reverse=True), 1):
+        total += cap
+        if total >= gpus:
+            return k
+    return len(capacity)
+
+
+def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
+    """The ``packed`` strategy with its own relaxation wait (seconds, >= 0)."""
+    if not relax_after_s >= 0:
+        raise ValueError(f"relax_after_s must be >= 0, got {relax_after_s}")
+
+    def packed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
+        placement = _consolidated(job.gpus, tuple(free))
+        if placement is None:
+            return None
+        if placement.num_nodes <= min_nodes(job.gpus, tuple(view.topology.capacity)):
+            return placement
+        return placement if view.now - job.queued_since >= relax_after_s else None
+
+    return packed
+
+
+packed = make_packed()
+
+
 PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
     "consolidated": (consolidated, "fewest nodes (best-fit single node when possible)"),
     "spread": (spread, "round-robin over nodes: as many nodes as possible (the original's baseline)"),
     "contention-aware": (contention_aware, "least predicted throughput loss for the job and its neighbours"),
+    "packed": (
+        packed,
+        f"fewest nodes the job can ever use, waiting for them rather than fragmenting "
+        f"(takes the consolidated fallback after {PACKED_RELAX_S:.0f} s queued)",
+    ),
 }
