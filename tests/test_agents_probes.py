@@ -615,7 +615,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 def test_cli_probe_json_on_this_machine() -> None:
     import json
 
-    rc, out, _ = run_cli("probe", "--json", "--window", "0.2")
+    rc, out, _ = run_cli("probe", "--json", "-", "--window", "0.2")
     assert rc == 0
     probes = {p["name"]: p for p in json.loads(out)["probes"]}
     assert set(probes) == {"nvml", "infiniband", "ethernet"}

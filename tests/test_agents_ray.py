@@ -226,7 +226,7 @@ def test_cli_start_status_stop(cluster) -> None:
         assert "Prometheus metrics at http://127.0.0.1:" in out
 
         def reported():
-            code, text, _ = run_cli("status", *args, "--json")
+            code, text, _ = run_cli("status", *args, "--json", "-")
             doc = json.loads(text) if code == 0 else {"nodes": []}
             ok = len(doc["nodes"]) == 3 and all(n["links"] and not n["stale"] for n in doc["nodes"])
             return doc if ok else None

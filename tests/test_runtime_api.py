@@ -108,7 +108,7 @@ def test_cli_submit_jobs_cancel(server, capsys):
     assert line.startswith("submitted small-") and line.endswith("(2 GPUs, GraphSage)")
     job_id = line.split()[1]
     assert journal.get(job_id).spec.checkpoint_dir == str((EXAMPLES.parent.parent / "runs" / "jobs" / "small").resolve())
-    assert main(["jobs", "--url", url, "--json"]) == 0
+    assert main(["jobs", "--url", url, "--json", "-"]) == 0
     listed = {j["id"]: j for j in json.loads(capsys.readouterr().out)}
     assert listed[job_id]["state"] == "queued"
     assert main(["jobs", "--url", url]) == 0

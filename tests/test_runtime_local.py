@@ -75,7 +75,7 @@ def test_local_scheduler_runs_command_jobs_and_stops_cleanly(tmp_path):
         assert second.returncode == 2 and "another scheduler" in second.stderr and "Traceback" not in second.stderr
 
         def jobs() -> dict:
-            listed = run_cli("jobs", "--url", url, "--json")
+            listed = run_cli("jobs", "--url", url, "--json", "-")
             return {j["id"]: j for j in json.loads(listed.stdout)}
 
         final = wait_for("both jobs to end", lambda: (j := jobs()) and all(

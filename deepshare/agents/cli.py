@@ -9,10 +9,10 @@ CLI prints one line and exits 2). Ray is imported only by the actions that need 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
+from deepshare.cli_output import add_json_flag, to_stdout, write_json
 from deepshare.cli_types import number, port_number, print_line
 from deepshare.core.types import DeepShareError
 
@@ -54,8 +54,9 @@ def cmd_probe(args: argparse.Namespace, out: Any, err: Any) -> int:
                         "utilization": r.utilization} for r in rates]}
             for status, rates in results
         ]}
-        print_line(out, json.dumps(doc, indent=2))
-        return 0
+        write_json(args.json, doc, out, "probe results")
+        if to_stdout(args.json):
+            return 0
     for status, rates in results:
         if not status.available:
             print_line(out, f"{status.name}: unavailable ({status.reason})")
@@ -120,8 +121,9 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
     connect(args.address)
     snapshot = ray.get(find_monitor(args.name).view.remote())
     if args.json:
-        print_line(out, json.dumps(snapshot.to_dict(), indent=2))
-        return 0
+        write_json(args.json, snapshot.to_dict(), out, "link view")
+        if to_stdout(args.json):
+            return 0
     from rich.table import Table
 
     table = Table(title=f"link contention (stale after {snapshot.stale_after_s:g} s without a report)", header_style="bold")
@@ -160,7 +162,7 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     sub = agents.add_subparsers(dest="agents_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("probe", help="sample this machine's probes (no Ray) and print the rates")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(p, "the results")
     p.add_argument("--window", type=seconds(MAX_INTERVAL_S), default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
     p.set_defaults(func=cmd_probe)
 
@@ -178,7 +180,7 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="print the cluster-wide link utilisation and contention")
     _cluster_args(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(p, "the results")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("stop", help="stop the monitor and every agent")

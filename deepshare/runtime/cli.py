@@ -9,11 +9,11 @@ scheduler): the main CLI prints one line and exits 2. Ray is imported only by ``
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from typing import Any
 
+from deepshare.cli_output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli_types import port_number, positive_float, positive_int, print_line
 from deepshare.core.types import DeepShareError
 
@@ -59,12 +59,13 @@ def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.runtime.httpclient import SchedulerClient
     from deepshare.runtime.spec import load_spec_file
 
+    check_outputs({"--json": args.json}, {"JOB.yaml": args.spec})
     client = SchedulerClient(args.url)
     spec = load_spec_file(args.spec)
     job = client.submit(spec)
     if args.json:
-        print_line(out, job.model_dump_json(indent=2))
-    else:
+        write_json(args.json, job.model_dump(mode="json"), out, "job")
+    if not to_stdout(args.json):
         print_line(out, f"submitted {job.id} ({job.gpus} GPUs, {job.model})")
     return 0
 
@@ -76,8 +77,9 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
     if args.id:
         detail = client.job(args.id)
         if args.json:
-            print_line(out, detail.model_dump_json(indent=2))
-            return 0
+            write_json(args.json, detail.model_dump(mode="json"), out, "job")
+            if to_stdout(args.json):
+                return 0
         print_line(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
                     f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s)")
         for r in detail.runs:
@@ -89,8 +91,9 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
         return 0
     jobs = client.jobs()
     if args.json:
-        print_line(out, json.dumps([j.model_dump(mode="json") for j in jobs], indent=2))
-        return 0
+        write_json(args.json, [j.model_dump(mode="json") for j in jobs], out, "job list")
+        if to_stdout(args.json):
+            return 0
     from rich.table import Table
 
     table = Table(header_style="bold")
@@ -147,13 +150,13 @@ def register_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("submit", help="submit a job spec (YAML or JSON) to a running scheduler")
     _url(p)
     p.add_argument("spec", metavar="JOB.yaml")
-    p.add_argument("--json", action="store_true", help="print the job as JSON")
+    add_json_flag(p, "the job")
     p.set_defaults(func=cmd_submit)
 
     p = subparsers.add_parser("jobs", help="list a scheduler's jobs (or show one with its runs)")
     _url(p)
     p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(p, "the job list (or the job)")
     p.set_defaults(func=cmd_jobs)
 
     p = subparsers.add_parser("cancel", help="cancel a queued or running job")
