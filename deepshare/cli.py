@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from deepshare import cli_types
+from deepshare import __version__, cli_types
+from deepshare.cli_output import add_json_flag, check_outputs, folder_outputs, human, to_stdout, write_json
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig
@@ -22,12 +23,10 @@ from deepshare.core.types import DeepShareError
 
 EXIT_USAGE = 2
 PROGRESS_MIN_JOBS = 500
+PROFILE_FILES = ("isolated_thp.csv", "shared_thp_ratio.csv")
 
 
-_positive_float = cli_types.positive_float
-_non_negative_float = cli_types.non_negative_float
-_positive_int = cli_types.positive_int
-_seed = cli_types.non_negative_int
+_seed = cli_types.seed_value
 
 
 def _flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]
@@ -59,8 +58,8 @@ def _check_policies(names: Sequence[str], flag: str) -> None:
 def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster (a preset or YAML, or a uniform testbed-type cluster)")
     g.add_argument("--cluster", metavar="PRESET|YAML", help=f"preset ({', '.join(preset_names())}) or spec file; default testbed")
-    g.add_argument("--nodes", type=_positive_int, metavar="N", help="uniform cluster of N testbed-type nodes")
-    g.add_argument("--gpus-per-node", type=_positive_int, metavar="G", help="GPUs per node with --nodes (default 8)")
+    g.add_argument("--nodes", type=cli_types.node_count, metavar="N", help="uniform cluster of N testbed-type nodes")
+    g.add_argument("--gpus-per-node", type=cli_types.gpus_per_node, metavar="G", help="GPUs per node with --nodes (default 8)")
 
 
 def _add_trace_args(p: argparse.ArgumentParser, required: bool = True, seed: bool = True) -> None:
@@ -78,10 +77,10 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled",
                    help="profiled (measured pairwise table), link (bandwidth sharing on links) or none; default profiled")
     p.add_argument("--link-params", metavar="JSON", help="with --contention link: parameters from `deepshare calibrate --out`")
-    p.add_argument("--round-s", type=_positive_float, metavar="S", help="extra decision points every S seconds (original: 300)")
-    p.add_argument("--preempt-overhead-s", type=_non_negative_float, default=SimConfig.preempt_overhead_s, metavar="S",
+    p.add_argument("--round-s", type=cli_types.round_seconds, metavar="S", help="extra decision points every S seconds (original: 300)")
+    p.add_argument("--preempt-overhead-s", type=cli_types.overhead_seconds, default=SimConfig.preempt_overhead_s, metavar="S",
                    help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
-    p.add_argument("--migrate-overhead-s", type=_non_negative_float, default=SimConfig.migrate_overhead_s, metavar="S",
+    p.add_argument("--migrate-overhead-s", type=cli_types.overhead_seconds, default=SimConfig.migrate_overhead_s, metavar="S",
                    help=f"checkpoint+restore time of a migration (default {SimConfig.migrate_overhead_s:g})")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
@@ -120,13 +119,23 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 def _check_output(path: str | None, flag: str) -> None:
     """Fail before a long run, not after it, when an output file cannot be written."""
-    if path is None:
-        return
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
-    if Path(path).is_dir():
-        raise DeepShareError(f"{flag} {path}: is a directory, expected a file path")
+    check_outputs({flag: path}, {})
+
+
+def _policy_files(names: Sequence[str]) -> list[str]:
+    """The checkpoint files named by ``NAME=PATH`` policies (inputs no output may overwrite)."""
+    return [name.partition("=")[2] for name in names if name.partition("=")[2]]
+
+
+def _sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[str, object]:
+    """Every input file of a simulating command, by flag (for :func:`check_outputs`)."""
+    return {
+        "--trace": args.trace,
+        "--cluster": getattr(args, "cluster", None),
+        "--link-params": getattr(args, "link_params", None),
+        "--config": getattr(args, "config", None),
+        "--policy": _policy_files(policies),
+    }
 
 
 class _ProgressBar:
@@ -170,8 +179,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.experiments import Scenario, simulate
     from deepshare.report_format import report_table
 
-    _check_output(args.json, "--json")
-    _check_output(args.jobs_csv, "--jobs-csv")
+    check_outputs({"--json": args.json, "--jobs-csv": args.jobs_csv}, _sim_inputs(args, [args.policy]))
     _check_policies([args.policy], "--policy")
     topology = _topology(args)
     trace = _load_trace(args)
@@ -182,9 +190,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
-    out.print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
-    if args.json:
-        write_text_atomic(args.json, json.dumps(report.to_dict(), indent=2) + "\n", "report")
+    human(args.json, out, err).print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
+    write_json(args.json, report.to_dict(), out, "report")
     if args.jobs_csv:
         write_text_atomic(args.jobs_csv, report.jobs_csv(), "per-job table")
     return 0
@@ -195,17 +202,16 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.policies import policy_names
     from deepshare.report_format import comparison_table
 
-    _check_output(args.json, "--json")
     names = _policy_list(args.policies) if args.policies is not None else policy_names(heuristics_only=True)
+    check_outputs({"--json": args.json}, _sim_inputs(args, names))
     topology = _topology(args)
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
     with _ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"))
-    out.print(comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
-    if args.json:
-        doc = {"results": {r.policy: r.to_dict() for r in reports}}
-        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "comparison")
+    human(args.json, out, err).print(
+        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
+    write_json(args.json, {"results": {r.policy: r.to_dict() for r in reports}}, out, "comparison")
     return 0
 
 
@@ -214,23 +220,38 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     from deepshare.policies import policy_info, policy_names
 
+    check_outputs({"--json": args.json}, {})
+    rows = [(name, policy_info(name)) for name in policy_names()]
+    if args.json:
+        doc = [{"name": name, "description": info.description, "heuristic": info.heuristic,
+                "takes_argument": info.takes_argument} for name, info in rows]
+        write_json(args.json, doc, out, "policy list")
+        if to_stdout(args.json):
+            return 0
     table = Table(title="registered policies", header_style="bold")
     table.add_column("name")
     table.add_column("description")
-    for name in policy_names():
-        table.add_row(name, policy_info(name).description)
+    for name, info in rows:
+        table.add_row(name, info.description)
     out.print(table)
     return 0
 
 
 def cmd_clusters(args: argparse.Namespace, out: Console, err: Console) -> int:
-    for name in preset_names():
-        out.print(f"{name:10s} {load_topology(name).describe()}", markup=False, highlight=False)
+    check_outputs({"--json": args.json}, {})
+    presets = [(name, load_topology(name)) for name in preset_names()]
+    if args.json:
+        doc = [{"name": name, "nodes": len(t.nodes), "gpus": t.total_gpus, "description": t.describe()} for name, t in presets]
+        write_json(args.json, doc, out, "cluster list")
+        if to_stdout(args.json):
+            return 0
+    for name, topology in presets:
+        out.print(f"{name:10s} {topology.describe()}", markup=False, highlight=False)
     return 0
 
 
 def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
-    _check_output(args.out, "--out")
+    check_outputs({"--out": args.out}, {"--cluster": args.cluster})
     if args.rate is not None and args.load is not None:
         raise DeepShareError("give either --rate or --load, not both")
     if args.load is None and (args.cluster or args.nodes or args.gpus_per_node):
@@ -254,11 +275,13 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
 
 
 def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
+    check_outputs({"--json": args.json}, {"TRACE": args.path})
     trace = load(args.path, format=args.format, mix=_flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
     stats = trace_stats(trace)
     if args.json:
-        out.print_json(json.dumps({"format": trace.format, **stats.to_dict()}))
-        return 0
+        write_json(args.json, {"format": trace.format, **stats.to_dict()}, out, "trace statistics")
+        if to_stdout(args.json):
+            return 0
     out.print(f"{args.path}: {trace.format} trace", markup=False, highlight=False)
     rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
     rows = [
@@ -282,10 +305,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     from deepshare.core.linkmodel.samples import load_samples
 
-    _check_output(args.json, "--json")
-    _check_output(args.out, "--out")
     if (args.profiles is None) == (args.samples is None):
         raise DeepShareError("give exactly one of --profiles DIR and --samples CSV")
+    check_outputs({"--json": args.json, "--out": args.out},
+                  {"--profiles": folder_outputs(args.profiles, PROFILE_FILES), "--samples": args.samples})
     profiles = load_profiles(args.profiles) if args.profiles else load_samples(args.samples)
     source = args.profiles or args.samples
     result = calibrate(
@@ -300,7 +323,8 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     table.add_row("reference: mean ratio (same folds)", f"{result.baseline_mean_mae:.4f}", "")
     table.add_row("reference: nearest measured cell (same folds)", f"{result.baseline_nearest_mae:.4f}", "")
     table.add_row("isolated throughput, mean |log error|", f"{result.isolated_log_error:.4f}", "")
-    out.print(table)
+    shown = human(args.json, out, err)
+    shown.print(table)
     pairs = Table(title="in-fit ratio MAE by model pair (rows victim, columns aggressor)", header_style="bold")
     models = list(result.per_pair_mae)
     pairs.add_column("victim \\ aggressor")
@@ -308,11 +332,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
         pairs.add_column(m, justify="right")
     for v in models:
         pairs.add_row(v, *(f"{result.per_pair_mae[v].get(a, float('nan')):.3f}" for a in models))
-    out.print(pairs)
+    shown.print(pairs)
     doc = result.to_dict()
     if args.json:
-        params = json.loads(result.catalog.to_json())
-        write_text_atomic(args.json, json.dumps({**doc, "parameters": params}, indent=2) + "\n", "calibration report")
+        write_json(args.json, {**doc, "parameters": json.loads(result.catalog.to_json())}, out, "calibration report")
     if args.out:
         write_text_atomic(args.out, result.catalog.to_json({"fit": doc}), "link parameters")
     return 0
@@ -347,15 +370,16 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.table import Table
 
     from deepshare.evaluation import evaluate
-    from deepshare.plots import write_plots
+    from deepshare.plots import PLOT_FILES, write_plots
 
+    names = _policy_list(args.policies)
+    check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, _sim_inputs(args, names),
+                  new_folders=[args.out])
     if args.out:  # made first: the README puts --json inside it
         try:
             Path(args.out).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
-    _check_output(args.json, "--json")
-    names = _policy_list(args.policies)
     topology = _topology(args)
     mix = _flagged("--mix", mix_from_spec, args.mix)
     result = evaluate(
@@ -383,12 +407,12 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
             else:
                 cells.append(f"{v['mean']:,.{digits}f} [{v['min']:,.{digits}f}-{v['max']:,.{digits}f}]")
         table.add_row(name, *cells)
-    out.print(table)
+    shown = human(args.json, out, err)
+    shown.print(table)
     if args.out:
         for path in write_plots(result, args.out):
-            out.print(f"wrote {path}", markup=False, highlight=False)
-    if args.json:
-        write_text_atomic(args.json, json.dumps(result.to_json(), indent=2) + "\n", "evaluation")
+            shown.print(f"wrote {path}", markup=False, highlight=False)
+    write_json(args.json, result.to_json(), out, "evaluation")
     return 0
 
 
@@ -401,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train and evaluate learned policies, serve a policy over HTTP, run real jobs on a Ray cluster "
         "under it, measure link load, and study autoscaling.",
     )
+    parser.add_argument("--version", action="version", version=f"deepshare {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
@@ -408,8 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True, help="policy name, e.g. las+consolidated (see `deepshare policies`)")
     _add_cluster_args(p)
     _add_sim_args(p)
-    p.add_argument("--json", metavar="PATH", help="write the report's metrics as JSON")
-    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV")
+    add_json_flag(p, "the report's metrics")
+    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("compare", help="run several policies on one trace and print a table")
@@ -417,13 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", metavar="A,B,...", help="comma-separated names (default: every heuristic)")
     _add_cluster_args(p)
     _add_sim_args(p)
-    p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: value}}}')
+    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
-    p.add_argument("--iterations", type=_positive_int, metavar="K", help="PPO iterations (default: the config's)")
-    p.add_argument("--num-env-runners", type=_seed, metavar="N", help="simulator rollout workers (default: the config's)")
+    p.add_argument("--iterations", type=cli_types.iteration_count, metavar="K", help="PPO iterations (default: the config's)")
+    p.add_argument("--num-env-runners", type=cli_types.runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
@@ -432,22 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="compare policies over seeds: table, plots and JSON")
     _add_trace_args(p, seed=False)
     p.add_argument("--policies", required=True, metavar="A,B,...", help="comma-separated names, e.g. las+spread,rl-hybrid")
-    p.add_argument("--seeds", type=_positive_int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument("--seeds", type=cli_types.seed_count, default=3, help="seeds 0..N-1 (default 3)")
     _add_cluster_args(p)
     _add_sim_args(p)
-    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here")
-    p.add_argument("--json", metavar="PATH", help='write {"results": {POLICY: {METRIC: mean}}, "spread": ...}')
+    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here (created if missing; existing figures are replaced)")
+    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...}')
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
     p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/linkmodel/samples.py)")
-    p.add_argument("--json", metavar="PATH", help="write fit_mae, cv_mae, baseline_*_mae and the parameters as JSON")
-    p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params")
-    p.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds (default 5)")
-    p.add_argument("--starts", type=_positive_int, default=3, help="random starts per fit (default 3)")
+    add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")
+    p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params (an existing file is replaced)")
+    p.add_argument("--folds", type=cli_types.fold_count, default=5, help="cross-validation folds, 2..100 (default 5)")
+    p.add_argument("--starts", type=cli_types.start_count, default=3, help="random starts per fit, 1..100 (default 3)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
-    p.add_argument("--workers", type=_positive_int, default=2, help="processes for the fits (default 2)")
+    p.add_argument("--workers", type=cli_types.worker_count, default=2, help="processes for the fits (default 2)")
     p.set_defaults(func=cmd_calibrate)
 
     from deepshare.agents.cli import register_cli as register_agents
@@ -463,26 +488,28 @@ def build_parser() -> argparse.ArgumentParser:
     register_autoscale(sub)
 
     p = sub.add_parser("policies", help="list the registered policies")
+    add_json_flag(p, "[{name, description, heuristic, takes_argument}]")
     p.set_defaults(func=cmd_policies)
 
     p = sub.add_parser("clusters", help="list the cluster presets")
+    add_json_flag(p, "[{name, nodes, gpus, description}]")
     p.set_defaults(func=cmd_clusters)
 
     trace = sub.add_parser("trace", help="generate or summarise traces")
     tsub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
     p = tsub.add_parser("generate", help="write a synthetic trace (canonical CSV)")
-    p.add_argument("--jobs", type=_positive_int, required=True, metavar="N", help="number of jobs")
+    p.add_argument("--jobs", type=cli_types.job_count, required=True, metavar="N", help="number of jobs")
     arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
-    arrivals.add_argument("--rate", type=_positive_float, metavar="JOBS_PER_S", help="arrival rate")
-    arrivals.add_argument("--load", type=_positive_float, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
+    arrivals.add_argument("--rate", type=cli_types.arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
+    arrivals.add_argument("--load", type=cli_types.offered_load, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
     p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...", help="GPU demand distribution (default 2:1,4:1,8:1)")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...",
                    help=f"model mix: {', '.join(MIX_PRESETS)} or a custom list (default random)")
-    p.add_argument("--median-duration-s", type=_positive_float, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
-    p.add_argument("--duration-sigma", type=_non_negative_float, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
+    p.add_argument("--median-duration-s", type=cli_types.duration_seconds, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
+    p.add_argument("--duration-sigma", type=cli_types.duration_sigma, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     _add_cluster_args(p)
-    p.add_argument("--out", required=True, metavar="PATH", help="output CSV path")
+    p.add_argument("--out", required=True, metavar="PATH", help="output CSV path (an existing file is replaced)")
     p.set_defaults(func=cmd_trace_generate)
 
     p = tsub.add_parser("stats", help="summarise a trace")
@@ -490,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="force the trace format")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...", help="model mix for traces without model names")
     p.add_argument("--seed", type=_seed, default=0, help="seed for model assignment (default 0)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(p, "the statistics")
     p.set_defaults(func=cmd_trace_stats)
     return parser
 

@@ -8,6 +8,9 @@ import numpy as np
 
 from deepshare.evaluation import Evaluation
 
+PLOT_FILES = ("jct_cdf.png", "jct_vs_util.png", "util_over_time.png")
+"""The files :func:`write_plots` writes (the CLI checks none of them is an input)."""
+
 
 def write_plots(evaluation: Evaluation, folder: str | Path) -> list[Path]:
     """Write the three figures as PNG files into ``folder``; returns their paths."""

@@ -266,7 +266,7 @@ def test_trace_generate_stats_and_simulate(capsys, tmp_path) -> None:
     rc, out, err = cli(capsys, "trace", "generate", "--jobs", 50, "--rate", 0.01, "--seed", 3, "--out", trace)
     assert (rc, err) == (0, "")
     assert "wrote 50 jobs" in out
-    rc, out, err = cli(capsys, "trace", "stats", trace, "--json")
+    rc, out, err = cli(capsys, "trace", "stats", trace, "--json", "-")
     assert (rc, err) == (0, "")
     stats = json.loads(out)
     assert stats["format"] == "canonical"
@@ -298,7 +298,7 @@ def test_trace_generate_by_load_scales_with_cluster_size(capsys, tmp_path) -> No
         trace = tmp_path / f"load-{nodes}.csv"
         rc, _, err = cli(capsys, "trace", "generate", "--jobs", 50, "--load", 0.8, "--nodes", nodes, "--out", trace)
         assert (rc, err) == (0, "")
-        rc, out, _ = cli(capsys, "trace", "stats", trace, "--json")
+        rc, out, _ = cli(capsys, "trace", "stats", trace, "--json", "-")
         assert rc == 0
         stats = json.loads(out)
         assert stats["jobs"] == 50
@@ -310,7 +310,7 @@ def test_trace_generate_custom_demand_and_mix(capsys, tmp_path) -> None:
     trace = tmp_path / "t.csv"
     rc, _, err = cli(capsys, "trace", "generate", "--jobs", 20, "--demand", "4:1", "--mix", "MoE:1", "--out", trace)
     assert (rc, err) == (0, "")
-    stats = json.loads(cli(capsys, "trace", "stats", trace, "--json")[1])
+    stats = json.loads(cli(capsys, "trace", "stats", trace, "--json", "-")[1])
     assert stats["gpu_demand"] == {"4": 20}
     assert stats["models"] == {"MoE": 20}
     assert stats["arrival_rate_per_s"] is None  # neither --rate nor --load: all at t=0
