@@ -542,7 +542,8 @@ def test_report_schedule_first_two_samples_then_every_period() -> None:
 
 # -- the cluster view ----------------------------------------------------------------------
 def report(node: str, seq: int, pid: int = 1, u: float | None = 0.5, sampled_at: float = 0.0) -> NodeReport:
-    links = (LinkStat("nic", 1.0, 2.0, u, contention_score(u)), LinkStat("eth/eth0", 1.0, 2.0, None, None))
+    links = (LinkStat("nic", 1.0, 2.0, u, contention_score(u), None, 3e12, 4.5),
+             LinkStat("eth/eth0", 1.0, 2.0, None, None, None, 1000.0, 2000.0))
     return NodeReport(node, f"id-{node}", seq, pid, 100.0 + pid, sampled_at, links, {0: 1.0}, {"gpu0/util": 0.5},
                       (ProbeStatus("simulated", True),))
 
@@ -574,7 +575,7 @@ def test_cluster_state_staleness_restarts_and_link_load() -> None:
                                            "utilization": 0.5, "contention": 1.0}
 
 
-def test_exporter_serves_gauges_on_loopback() -> None:
+def test_exporter_serves_counters_and_gauges_on_loopback() -> None:
     state = ClusterState(stale_after_s=5.0)
     state.update(report("node0", 0, u=0.25))
     exporter = MetricsExporter(state.snapshot)
@@ -583,11 +584,18 @@ def test_exporter_serves_gauges_on_loopback() -> None:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         exporter.stop()
-    assert 'deepshare_link_utilization{link="nic",node="node0"} 0.25' in text
-    assert 'deepshare_link_rx_bytes_per_second{link="eth/eth0",node="node0"} 1.0' in text
+    assert "# TYPE deepshare_link_receive_bytes_total counter" in text
+    assert "# TYPE deepshare_link_transmit_bytes_total counter" in text
+    assert 'deepshare_link_receive_bytes_total{link="eth/eth0",node="node0"} 1000.0' in text
+    assert 'deepshare_link_transmit_bytes_total{link="eth/eth0",node="node0"} 2000.0' in text
+    assert 'deepshare_link_receive_bytes_total{link="nic",node="node0"} 3e+12' in text
+    assert "# TYPE deepshare_link_utilization_ratio gauge" in text
+    assert 'deepshare_link_utilization_ratio{link="nic",node="node0"} 0.25' in text
+    assert 'deepshare_link_utilization_ratio{link="eth/eth0"' not in text  # capacity unknown
+    assert "bytes_per_second" not in text  # rates are rate() over the counters now
     assert 'deepshare_link_contention{link="nic",node="node0"} 0.333' in text
     assert 'deepshare_gpu_contention{gpu="0",node="node0"} 1.0' in text
-    assert 'deepshare_gpu_utilization{gpu="0",node="node0"} 0.5' in text
+    assert 'deepshare_gpu_utilization_ratio{gpu="0",node="node0"} 0.5' in text
     assert 'deepshare_probe_available{node="node0",probe="simulated"} 1.0' in text
     assert 'deepshare_node_stale{node="node0"} 0.0' in text
     with pytest.raises(OSError):
@@ -761,3 +769,22 @@ def test_a_monitor_that_never_answers_is_one_line_and_exit_1(monkeypatch: pytest
     rc, out, err = run_cli("start")
     assert rc == 1 and out == ""
     assert err == "deepshare: error: the contention monitor did not start (GetTimeoutError: Get timed out: some object(s) not ready.)\n"
+
+
+# -- cumulative traffic --------------------------------------------------------------------
+def test_sampler_accumulates_exact_bytes_per_link_and_node_aggregate(tree: Path) -> None:
+    """Totals are the counters' deltas summed from the agent's first sample: exact bytes, the
+    node-wide ``nic`` summing its ports the way its rates do."""
+    eth = EthernetProbe(proc_root=tree / "proc", sys_root=tree / "sys", clock=Clock(0.0, 1.0, 3.0))
+    sampler = Sampler("n0", [eth], wall=lambda: 0.0)
+    first = {s.link: s for s in sampler.step().links}
+    assert first == {}  # counters need two samples: no rate, nothing carried yet
+    write(tree, "proc/net/dev", net_dev(eth0=(1_000_500, 2_000_100), eth1=(500_000, 500_000)))
+    second = {s.link: s for s in sampler.step().links}
+    assert (second["eth/eth0"].rx_bytes_total, second["eth/eth0"].tx_bytes_total) == (500.0, 100.0)
+    assert (second["eth/eth1"].rx_bytes_total, second["eth/eth1"].tx_bytes_total) == (0.0, 0.0)
+    write(tree, "proc/net/dev", net_dev(eth0=(1_002_500, 2_000_100), eth1=(500_300, 500_000)))
+    third = {s.link: s for s in sampler.step().links}
+    assert third["eth/eth0"].rx_bytes_per_s == 1000.0  # 2,000 bytes over 2 s
+    assert (third["eth/eth0"].rx_bytes_total, third["eth/eth0"].tx_bytes_total) == (2500.0, 100.0)
+    assert (third["eth/eth1"].rx_bytes_total, third["nic"].rx_bytes_total, third["nic"].tx_bytes_total) == (300.0, 2800.0, 100.0)

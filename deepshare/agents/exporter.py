@@ -1,18 +1,23 @@
 """Prometheus endpoint for the monitor's cluster-wide view.
 
-Gauges (all labelled ``node``; link gauges also ``link``):
+Metrics (all labelled ``node``; link metrics also ``link``, GPU metrics ``gpu``):
 
-=====================================  ========================================================
-``deepshare_link_utilization``         max(rx, tx) / capacity (links with a known capacity)
-``deepshare_link_rx_bytes_per_second`` receive rate
-``deepshare_link_tx_bytes_per_second`` transmit rate
-``deepshare_link_contention``          contention score u / (1 - u), capped
-``deepshare_gpu_contention``           per GPU (label ``gpu``): max over the links it uses
-``deepshare_gpu_utilization``          NVML busy fraction (label ``gpu``)
-``deepshare_probe_available``          1 / 0 per probe (label ``probe``)
-``deepshare_node_report_age_seconds``  time since the node's last report
-``deepshare_node_stale``               1 when the age exceeds the staleness timeout
-=====================================  ========================================================
+=========================================  ======= ====================================================
+``deepshare_link_receive_bytes_total``     counter bytes received since the node's agent started
+``deepshare_link_transmit_bytes_total``    counter bytes sent since the node's agent started
+``deepshare_link_utilization_ratio``       gauge   max(rx, tx) / capacity (links with a known capacity)
+``deepshare_link_contention``              gauge   contention score u / (1 - u), capped
+``deepshare_gpu_contention``               gauge   per GPU: max over the links it uses
+``deepshare_gpu_utilization_ratio``        gauge   NVML busy fraction
+``deepshare_probe_available``              gauge   1 / 0 per probe (label ``probe``)
+``deepshare_node_report_age_seconds``      gauge   time since the node's last report
+``deepshare_node_stale``                   gauge   1 when the age exceeds the staleness timeout
+=========================================  ======= ====================================================
+
+Traffic is exported as cumulative counters, Prometheus' convention: take
+``rate(deepshare_link_receive_bytes_total[1m])`` for bytes/s; nothing moved between two scrapes is
+lost, whatever the scrape and report periods. A counter restarts from 0 when its agent restarts
+(``rate()`` handles the reset). The utilisation gauge is the agent's latest sample.
 
 Values are read from the view at scrape time by a custom collector in a registry of the
 exporter's own (no global registry). :meth:`MetricsExporter.start` binds ``127.0.0.1`` unless
@@ -33,7 +38,7 @@ import re
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from deepshare.agents.view import ClusterSnapshot
@@ -43,20 +48,21 @@ _GPU_GAUGE = re.compile(r"^gpu(\d+)/util$")
 
 
 class ViewCollector(Collector):
-    """Turns a :class:`ClusterSnapshot` into gauge families at every scrape."""
+    """Turns a :class:`ClusterSnapshot` into metric families at every scrape."""
 
     def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
         self._snapshot = snapshot
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
+        link, gpu = ["node", "link"], ["node", "gpu"]
+        rx = CounterMetricFamily("deepshare_link_receive_bytes", "Bytes received on the link since its agent started", labels=link)
+        tx = CounterMetricFamily("deepshare_link_transmit_bytes", "Bytes sent on the link since its agent started", labels=link)
         g = {
-            "util": GaugeMetricFamily("deepshare_link_utilization", "Link utilisation, max(rx, tx) / capacity", labels=["node", "link"]),
-            "rx": GaugeMetricFamily("deepshare_link_rx_bytes_per_second", "Link receive rate", labels=["node", "link"]),
-            "tx": GaugeMetricFamily("deepshare_link_tx_bytes_per_second", "Link transmit rate", labels=["node", "link"]),
-            "cont": GaugeMetricFamily("deepshare_link_contention", "Link contention score u/(1-u), capped", labels=["node", "link"]),
-            "gpu": GaugeMetricFamily("deepshare_gpu_contention", "GPU contention score: max over its links", labels=["node", "gpu"]),
-            "busy": GaugeMetricFamily("deepshare_gpu_utilization", "GPU busy fraction (NVML)", labels=["node", "gpu"]),
+            "util": GaugeMetricFamily("deepshare_link_utilization_ratio", "Link utilisation, max(rx, tx) / capacity", labels=link),
+            "cont": GaugeMetricFamily("deepshare_link_contention", "Link contention score u/(1-u), capped", labels=link),
+            "gpu": GaugeMetricFamily("deepshare_gpu_contention", "GPU contention score: max over its links", labels=gpu),
+            "busy": GaugeMetricFamily("deepshare_gpu_utilization_ratio", "GPU busy fraction (NVML)", labels=gpu),
             "probe": GaugeMetricFamily("deepshare_probe_available", "1 when the probe produced the last sample", labels=["node", "probe"]),
             "age": GaugeMetricFamily("deepshare_node_report_age_seconds", "Seconds since the node's last report", labels=["node"]),
             "stale": GaugeMetricFamily("deepshare_node_stale", "1 when the node's agent stopped reporting", labels=["node"]),
@@ -69,20 +75,22 @@ class ViewCollector(Collector):
                 continue
             for s in r.links:
                 labels = [n.node, s.link]
-                g["rx"].add_metric(labels, s.rx_bytes_per_s)
-                g["tx"].add_metric(labels, s.tx_bytes_per_s)
+                rx.add_metric(labels, s.rx_bytes_total)
+                tx.add_metric(labels, s.tx_bytes_total)
                 if s.utilization is not None:
                     g["util"].add_metric(labels, s.utilization)
                 if s.contention is not None:
                     g["cont"].add_metric(labels, s.contention)
-            for gpu, score in r.gpus.items():
-                g["gpu"].add_metric([n.node, str(gpu)], score)
+            for index, score in r.gpus.items():
+                g["gpu"].add_metric([n.node, str(index)], score)
             for name, value in r.gauges.items():
                 match = _GPU_GAUGE.match(name)
                 if match:
                     g["busy"].add_metric([n.node, match.group(1)], value)
             for p in r.probes:
                 g["probe"].add_metric([n.node, p.name], float(p.available))
+        yield rx
+        yield tx
         yield from g.values()
 
 

@@ -8,7 +8,9 @@ from typing import Mapping
 
 @dataclass(frozen=True, slots=True)
 class LinkStat:
-    """One link's rates, utilisation (``None``: capacity unknown) and contention score."""
+    """One link's rates, utilisation (``None``: capacity unknown) and contention score, plus the
+    bytes it carried since the agent started (what Prometheus counters export: users take
+    ``rate()`` over them, so no traffic between two reports is lost)."""
 
     link: str
     rx_bytes_per_s: float
@@ -16,6 +18,8 @@ class LinkStat:
     utilization: float | None
     contention: float | None
     capacity_bytes_per_s: float | None = None
+    rx_bytes_total: float = 0.0
+    tx_bytes_total: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,7 @@ class Sampler:
         self.buffer: deque[NodeReport] = deque(maxlen=buffer_size)
         self._wall = wall
         self._prev: dict[int, ProbeSample] = {}  # by position: two probes may share a name
+        self._totals: dict[str, tuple[float, float]] = {}  # link -> (rx, tx) bytes since start
         self._seq = 0
         self._pid = os.getpid()
         self._started_at = wall()
@@ -96,13 +97,17 @@ class Sampler:
                 self._prev.pop(i, None)
                 statuses.append(ProbeStatus(probe.name, False, f"sample failed: {exc}"))
                 continue
+            before = self._prev.get(i)
             self._prev[i] = sample
+            if before is not None and sample.timestamp > before.timestamp:
+                self._accumulate(found, sample.timestamp - before.timestamp)
             rates.extend(found)
             gauges.update(sample.gauges)
             statuses.append(ProbeStatus(probe.name, True, "", len(sample.links)))
+        totals = self._node_totals(rates)
         links = tuple(
             LinkStat(r.link, r.rx_bytes_per_s, r.tx_bytes_per_s, r.utilization, contention_score(r.utilization),
-                     r.capacity_bytes_per_s)
+                     r.capacity_bytes_per_s, *totals.get(r.link, (0.0, 0.0)))
             for r in with_node_links(rates, self.node_spec)
         )
         report = NodeReport(
@@ -120,6 +125,19 @@ class Sampler:
         self._seq += 1
         self.buffer.append(report)
         return report
+
+    def _accumulate(self, rates: Sequence[LinkRate], seconds: float) -> None:
+        """Add ``rate x seconds`` per link: exactly the counter delta for counter links, the
+        device-measured rate held over the interval for rate links (NVML's PCIe throughput)."""
+        for r in rates:
+            rx, tx = self._totals.get(r.link, (0.0, 0.0))
+            self._totals[r.link] = (rx + r.rx_bytes_per_s * seconds, tx + r.tx_bytes_per_s * seconds)
+
+    def _node_totals(self, rates: Sequence[LinkRate]) -> dict[str, tuple[float, float]]:
+        """Per-link totals, with the node-wide ``nic`` / ``pcie`` aggregates summed the same way
+        as their rates (over this sample's members)."""
+        as_rates = [LinkRate(r.link, *self._totals.get(r.link, (0.0, 0.0)), None) for r in rates]
+        return {r.link: (r.rx_bytes_per_s, r.tx_bytes_per_s) for r in with_node_links(as_rates, self.node_spec)}
 
     def close(self) -> None:
         for probe in self.probes:
