@@ -218,10 +218,16 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.table import Table
 
-    from deepshare.policies import policy_info, policy_names
+    from deepshare.policies import PolicyInfo, policy_info, policy_names
 
     check_outputs({"--json": args.json}, {})
-    rows = [(name, policy_info(name)) for name in policy_names()]
+    rows = []
+    for name in policy_names():
+        try:
+            info = policy_info(name)
+        except DeepShareError as exc:  # an installed entry point that does not load: listed, not fatal
+            info = PolicyInfo(name, f"cannot load: {exc}", lambda: None, heuristic=False)  # type: ignore[arg-type, return-value]
+        rows.append((name, info))
     if args.json:
         doc = [{"name": name, "description": info.description, "heuristic": info.heuristic,
                 "takes_argument": info.takes_argument} for name, info in rows]
@@ -430,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
     _add_trace_args(p)
-    p.add_argument("--policy", required=True, help="policy name, e.g. las+consolidated (see `deepshare policies`)")
+    p.add_argument("--policy", required=True, metavar="POLICY",
+                   help="policy name, e.g. las+consolidated (see `deepshare policies`), or package.module:ClassOrFactory")
     _add_cluster_args(p)
     _add_sim_args(p)
     add_json_flag(p, "the report's metrics")
@@ -439,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="run several policies on one trace and print a table")
     _add_trace_args(p)
-    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names (default: every heuristic)")
+    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic)")
     _add_cluster_args(p)
     _add_sim_args(p)
     add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')

@@ -3,6 +3,11 @@
 Heuristic names are ``ORDER+PLACEMENT`` (non-preemptive) and ``ORDER+PLACEMENT+preempt``,
 e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``. ``NAME=ARG`` passes ``ARG``
 to factories that take one (the learned policies' checkpoint paths).
+
+Policies from outside the package come through the same three functions
+(:mod:`deepshare.policies.plugins`): a ``package.module:ClassOrFactory`` spec anywhere a name
+is accepted, and the names of installed entry points in the ``deepshare.policies`` group, which
+are listed after the built-ins (a built-in name is never shadowed).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from deepshare.core.types import DeepShareError
+from deepshare.policies import plugins
 from deepshare.policies.base import Policy
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.order import ORDERS
@@ -79,22 +85,39 @@ _register_learned()
 
 
 def policy_names(heuristics_only: bool = False) -> list[str]:
-    return [n for n, info in _REGISTRY.items() if info.heuristic or not heuristics_only]
+    """Built-in names (heuristics, then learned), then installed entry points' names."""
+    names = [n for n, info in _REGISTRY.items() if info.heuristic or not heuristics_only]
+    return names if heuristics_only else names + list(plugins.installed(set(_REGISTRY)))
 
 
 def policy_info(name: str) -> PolicyInfo:
+    """What ``name`` (``NAME``, ``NAME=ARG`` or ``module:Attribute[=ARG]``) refers to."""
     base = name.split("=", 1)[0]
-    try:
+    if base in _REGISTRY:
         return _REGISTRY[base]
-    except KeyError:
-        raise DeepShareError(
-            f"unknown policy {base!r}; run `deepshare policies` for the list "
-            f"(names look like ORDER+PLACEMENT[+preempt], e.g. las+consolidated)"
-        ) from None
+    if plugins.is_import_spec(base):
+        return _external_info(base, plugins.load_spec(base))
+    ep = plugins.installed(set(_REGISTRY)).get(base)
+    if ep is not None:
+        return _external_info(base, plugins.load_entry_point(ep), f"entry point {ep.value}")
+    raise DeepShareError(
+        f"unknown policy {base!r}; run `deepshare policies` for the list "
+        f"(names look like ORDER+PLACEMENT[+preempt], e.g. las+consolidated, or package.module:ClassOrFactory)"
+    )
+
+
+def _external_info(name: str, obj: object, source: str = "") -> PolicyInfo:
+    """A policy from outside the package: takes an optional ``=ARG``, never counted as a heuristic."""
+    fallback = f"user policy {source or name}"
+    return PolicyInfo(
+        name, plugins.describe(obj, fallback),
+        lambda arg="", obj=obj, name=name: plugins.build(obj, name, arg),
+        takes_argument=True, heuristic=False,
+    )
 
 
 def make_policy(name: str) -> Policy:
-    """Build the policy ``name`` (``NAME`` or ``NAME=ARG``)."""
+    """Build the policy ``name`` (``NAME``, ``NAME=ARG`` or ``module:Attribute[=ARG]``)."""
     info = policy_info(name)
     base, _, arg = name.partition("=")
     if arg and not info.takes_argument:
