@@ -126,3 +126,41 @@ def test_samples_become_profiles():
 def test_bad_samples_name_line_and_field(text, needle):
     with pytest.raises(DeepShareError, match=needle):
         parse_samples(text, "s.csv")
+
+
+def test_calibrate_shows_a_line_per_finished_fit_and_keeps_the_serial_answer(capsys, tmp_path):
+    """No terminal: one opening line, then one line per fit (full fit, each fold) with its start count."""
+    import re
+
+    import numpy as np
+
+    from deepshare.core.workloads import load_profiles
+
+    prof = tmp_path / "prof"
+    write_profiles(prof)
+    rc, out, err = run(capsys, "calibrate", "--profiles", prof, "--starts", 2, "--folds", 2, "--workers", 1, "--json", "-")
+    assert rc == 0, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("fitting ") and "2 cross-validation folds (2 start(s) each" in lines[0]
+    assert [re.sub(r", \d+ s\)$", ")", line) for line in lines[1:4]] == [
+        "full fit done (2/6 starts)", "fold 1/2 done (4/6 starts)", "fold 2/2 done (6/6 starts)"]
+    doc = json.loads(out)
+    data = Dataset.from_catalog(load_profiles(prof))
+    model = PairModel(data)
+    _, fitted = model.predict(model.fit(np.arange(len(data.ratio)), 2, 0))  # the one-call fit, start by start
+    assert doc["fit_mae"] == float(np.abs(fitted - data.ratio).mean())
+    rc, out2, err2 = run(capsys, "calibrate", "--profiles", prof, "--starts", 2, "--folds", 2, "--workers", 2, "--json", "-")
+    assert rc == 0, err2
+    assert json.loads(out2) == doc  # workers and finishing order change nothing
+    assert {line.split(" done")[0] for line in err2.splitlines() if " done (" in line} == {"full fit", "fold 1/2", "fold 2/2"}
+    assert "link model fitted to" in " ".join(err.split())  # with --json -, the tables went to stderr
+
+
+def test_calibrate_shows_a_bar_on_a_terminal(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    write_profiles(tmp_path / "prof")
+    rc, out, err = run(capsys, "calibrate", "--profiles", tmp_path / "prof", "--starts", 1, "--folds", 2, "--workers", 1)
+    assert rc == 0, err
+    assert "calibrating:" in err and "3/3 starts" in err
+    assert "done (" not in err  # the per-fit lines are for pipes only

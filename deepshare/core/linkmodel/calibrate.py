@@ -37,7 +37,7 @@ of victim and aggressor, ties averaged). The fits see every isolated throughput 
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -68,6 +68,24 @@ PER_MODEL = (
 )
 SIGNED_PER_MODEL = tuple(PER_MODEL.index(name) for name in SIGNED)
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FitProgress:
+    """One seeded start finished: the unit of a calibration's progress (``deepshare calibrate``
+    shows a bar on a terminal and a line per finished fit otherwise)."""
+
+    done: int
+    """Starts finished so far, over every fit."""
+    total: int
+    """Starts in the whole calibration: (1 + folds) x starts."""
+    fit: str
+    """The fit this start belongs to: ``full fit`` or ``fold K/N``."""
+    fit_complete: bool
+    """Whether this was the last start of its fit."""
+
+
+Step = Callable[[FitProgress], None]
 
 
 @dataclass(frozen=True)
@@ -209,22 +227,28 @@ class PairModel:
             rows[len(d.keys) + len(cells) + key, self._sens_at + key] = True
         return rows
 
-    def fit(self, cells: np.ndarray, starts: int, seed: int) -> np.ndarray:
+    def start_points(self, starts: int, seed: int) -> list[np.ndarray]:
+        """The seeded starting vectors of :meth:`fit` (drawn in order from one generator)."""
         rng = np.random.default_rng(seed)
-        best: tuple[float, np.ndarray] | None = None
         m = len(self.data.models)
+        points = []
         for _ in range(starts):
             start = rng.normal(0.0, 1.0, (m, len(PER_MODEL)))
             start[:, SIGNED_PER_MODEL] = 0.0  # the ring formula's shape
-            x0 = np.concatenate([start.reshape(-1), np.zeros(m * m + len(self.data.keys))])
-            sol = least_squares(
-                self.residuals, x0, args=(cells,), method="trf", max_nfev=MAX_EVALUATIONS, ftol=1e-6, loss=LOSS, f_scale=LOSS_SCALE, jac_sparsity=self._sparsity(cells)
-            )
-            cost = float(np.abs(self.residuals(sol.x, cells)[len(self.data.keys):len(self.data.keys) + len(cells)]).mean())
-            if best is None or cost < best[0]:
-                best = (cost, sol.x)
-        assert best is not None
-        return best[1]
+            points.append(np.concatenate([start.reshape(-1), np.zeros(m * m + len(self.data.keys))]))
+        return points
+
+    def fit_from(self, x0: np.ndarray, cells: np.ndarray) -> tuple[float, np.ndarray]:
+        """One least-squares run from ``x0``: (mean |ratio error| on ``cells``, parameters)."""
+        sol = least_squares(
+            self.residuals, x0, args=(cells,), method="trf", max_nfev=MAX_EVALUATIONS, ftol=1e-6, loss=LOSS, f_scale=LOSS_SCALE, jac_sparsity=self._sparsity(cells)
+        )
+        cost = float(np.abs(self.residuals(sol.x, cells)[len(self.data.keys):len(self.data.keys) + len(cells)]).mean())
+        return cost, sol.x
+
+    def fit(self, cells: np.ndarray, starts: int, seed: int) -> np.ndarray:
+        """The best of ``starts`` seeded runs (the first one on a tie)."""
+        return _best([self.fit_from(x0, cells) for x0 in self.start_points(starts, seed)])
 
     def to_catalog(self, x: np.ndarray, source: str) -> LinkCatalog:
         values, kappa, sens = self.unpack(x)
@@ -284,10 +308,50 @@ class CalibrationResult:
         }
 
 
-def _fit_fold(job: tuple[Catalog, np.ndarray, int, int]) -> np.ndarray:
-    """One cross-validation fit (a top-level function so worker processes can run it)."""
-    catalog, train, starts, seed = job
-    return PairModel(Dataset.from_catalog(catalog)).fit(train, starts, seed)
+def _best(runs: list[tuple[float, np.ndarray]]) -> np.ndarray:
+    """The parameters of the lowest-cost run, the earliest among equals (as :meth:`PairModel.fit`)."""
+    best = runs[0]
+    for run in runs[1:]:
+        if run[0] < best[0]:
+            best = run
+    return best[1]
+
+
+def _fit_start(job: tuple[Catalog, np.ndarray, np.ndarray]) -> tuple[float, np.ndarray]:
+    """One seeded start of one fit (a top-level function so worker processes can run it)."""
+    catalog, train, x0 = job
+    return PairModel(Dataset.from_catalog(catalog)).fit_from(x0, train)
+
+
+def _run_fits(
+    catalog: Catalog, model: PairModel, trains: list[np.ndarray], starts: int, seed: int, workers: int, step: Step | None,
+) -> list[np.ndarray]:
+    """Every fit's best parameters, each start a separate task so progress comes per start.
+
+    Fit ``k`` draws its starts from seed ``seed + k`` exactly as :meth:`PairModel.fit` would,
+    and keeps the same best, so the result depends on neither ``workers`` nor finishing order.
+    """
+    names = ["full fit", *(f"fold {k}/{len(trains) - 1}" for k in range(1, len(trains)))]
+    tasks = [(k, i, (catalog, train, x0)) for k, train in enumerate(trains)
+             for i, x0 in enumerate(model.start_points(starts, seed + k))]
+    runs: dict[tuple[int, int], tuple[float, np.ndarray]] = {}
+    left = [starts] * len(trains)
+
+    def finished(k: int, i: int, run: tuple[float, np.ndarray]) -> None:
+        runs[(k, i)] = run
+        left[k] -= 1
+        if step is not None:
+            step(FitProgress(len(runs), len(tasks), names[k], left[k] == 0))
+
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_fit_start, job): (k, i) for k, i, job in tasks}
+            for future in as_completed(futures):
+                finished(*futures[future], future.result())
+    else:
+        for k, i, job in tasks:
+            finished(k, i, _fit_start(job))
+    return [_best([runs[(k, i)] for i in range(starts)]) for k in range(len(trains))]
 
 
 def calibrate(
@@ -298,11 +362,13 @@ def calibrate(
     seed: int = 0,
     workers: int = 1,
     progress: Progress | None = None,
+    step: Step | None = None,
 ) -> CalibrationResult:
     """Fit on every measured cell, then cross-validate over cells in ``folds`` folds.
 
-    Folds run on ``workers`` processes; each fit's seed is fixed, so the result does not
-    depend on the number of workers.
+    Every seeded start of every fit runs on ``workers`` processes; each fit's seed is fixed, so
+    the result does not depend on the number of workers. ``progress`` gets one line up front,
+    ``step`` a :class:`FitProgress` after every start.
     """
     if folds < 2:
         raise DeepShareError(f"folds must be at least 2, got {folds}")
@@ -319,12 +385,7 @@ def calibrate(
         f"fitting {model.size} parameters to {len(data.keys)} isolated throughputs and {len(everything)} ratios, "
         f"then {folds} cross-validation folds ({starts} start(s) each, {workers} worker(s))"
     )
-    jobs = [(catalog, train, starts, seed + k) for k, train in enumerate([everything, *trains])]
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            x, *fold_params = pool.map(_fit_fold, jobs)
-    else:
-        x, *fold_params = map(_fit_fold, jobs)
+    x, *fold_params = _run_fits(catalog, model, [everything, *trains], starts, seed, workers, step)
     throughput, fitted = model.predict(x)
     errors = np.abs(fitted - data.ratio)
     cv_err, mean_err, near_err = [], [], []
