@@ -496,6 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
     register_runtime(sub)
     register_autoscale(sub)
 
+    from deepshare.rl.tune import register_cli as register_tune
+
+    register_tune(sub)
+
     p = sub.add_parser("policies", help="list the registered policies")
     add_json_flag(p, "[{name, description, heuristic, takes_argument}]")
     p.set_defaults(func=cmd_policies)

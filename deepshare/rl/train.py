@@ -1,7 +1,9 @@
 """Train RL-base / RL-hybrid with RLlib PPO (new API stack) from a YAML in ``rllib_configs/``.
 
 The YAML holds the environment (:class:`deepshare.rl.env.EnvConfig` fields), PPO's
-hyper-parameters and the run's defaults; no code. Env runners are the simulator rollout
+hyper-parameters under ``ppo:`` as RLlib's ``PPOConfig.training()`` names them (passed through
+unchanged; :mod:`deepshare.rl.ppo_keys` checks them), the scorer's width under ``model:`` and the
+run's defaults under ``run:``; no code. Env runners are the simulator rollout
 workers; with ``address`` the run joins an existing (multi-node) Ray cluster. Every iteration
 appends a row to ``OUT/metrics.csv`` and TensorBoard scalars to ``OUT/tb``; every
 ``checkpoint_every`` iterations and at the end an RLlib checkpoint goes to
@@ -26,6 +28,7 @@ from deepshare.core.traces import load as load_trace
 from deepshare.core.types import DeepShareError
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
+from deepshare.rl.ppo_keys import check_ppo
 
 Progress = Callable[[int, int, dict[str, float]], None]
 METRIC_COLUMNS = (
@@ -34,20 +37,12 @@ METRIC_COLUMNS = (
 )
 
 
-class PPOSettings(BaseModel):
+class ModelSettings(BaseModel):
+    """The RLModule's ``model_config`` (the candidate scorer)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(3e-4, gt=0)
-    gamma: float = Field(0.999, gt=0, le=1)
-    lambda_: float = Field(0.95, alias="lambda", gt=0, le=1)
-    train_batch_size: int = Field(4000, gt=0)
-    minibatch_size: int = Field(500, gt=0)
-    num_epochs: int = Field(4, gt=0)
-    entropy_coeff: float = Field(0.01, ge=0)
-    clip_param: float = Field(0.2, gt=0)
-    vf_clip_param: float = Field(10.0, gt=0)
-    vf_loss_coeff: float = Field(1.0, gt=0)
-    hidden: int = Field(64, gt=0)
+    hidden: int = Field(64, gt=0, description="width of the scorer MLP's hidden layers")
 
 
 class RunSettings(BaseModel):
@@ -65,7 +60,9 @@ class TrainConfig(BaseModel):
 
     name: str
     env: dict[str, Any] = Field(default_factory=dict)
-    ppo: PPOSettings = Field(default_factory=PPOSettings)
+    ppo: dict[str, Any] = Field(default_factory=dict)
+    """RLlib's ``PPOConfig.training()`` keys as RLlib names them (:mod:`deepshare.rl.ppo_keys`)."""
+    model: ModelSettings = Field(default_factory=ModelSettings)
     run: RunSettings = Field(default_factory=RunSettings)
 
     def env_config(self, base: Path) -> EnvConfig:
@@ -84,8 +81,13 @@ def _resolve_trace(name: str, base: Path) -> Path:
 
 def load_train_config(path: str | Path) -> TrainConfig:
     source = Path(path)
-    text = read_config_text(source, "training config")
-    config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo and run")
+    return parse_train_config(read_config_text(source, "training config"), source)
+
+
+def parse_train_config(text: str, source: Path) -> TrainConfig:
+    """A training config from YAML text; ``source`` names it in errors and anchors relative traces."""
+    config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo, model and run")
+    config = config.model_copy(update={"ppo": check_ppo(config.ppo, str(source))})
     env = config.env_config(source.parent)  # validate the env section now, not inside a worker
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
@@ -101,7 +103,8 @@ def _latest_checkpoint(run_dir: Path) -> Path:
     return found[-1]
 
 
-def _metrics(result: dict[str, Any], wall: float) -> dict[str, float]:
+def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
+    """One iteration of RLlib's result as the row of ``metrics.csv`` (and of a Tune trial's report)."""
     runners = result.get("env_runners", {})
     learner = result.get("learners", {}).get("default_policy", {})
     timers = result.get("timers", {})
@@ -127,7 +130,6 @@ def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners:
     from deepshare.rl.env import DeepShareEnv
     from deepshare.rl.module import CandidatePPOModule, NoCatalog
 
-    p = config.ppo
     per_runner = min(1.0, cpus / max(1, num_env_runners))
     return (
         PPOConfig()
@@ -139,18 +141,34 @@ def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners:
             rollout_fragment_length="auto",
         )
         .learners(num_learners=0)
-        .training(
-            lr=p.lr, gamma=p.gamma, lambda_=p.lambda_, train_batch_size_per_learner=p.train_batch_size,
-            minibatch_size=p.minibatch_size, num_epochs=p.num_epochs, entropy_coeff=p.entropy_coeff,
-            clip_param=p.clip_param, vf_clip_param=p.vf_clip_param, vf_loss_coeff=p.vf_loss_coeff,
-        )
+        .training(**config.ppo)  # RLlib's own keys, as the YAML wrote them
         .rl_module(
             rl_module_spec=RLModuleSpec(
-                module_class=CandidatePPOModule, model_config={"hidden": p.hidden}, catalog_class=NoCatalog
+                module_class=CandidatePPOModule, model_config=config.model.model_dump(), catalog_class=NoCatalog
             )
         )
         .debugging(seed=config.run.seed)
     )
+
+
+def start_ray(address: str | None) -> None:
+    """Join the cluster at ``address``, or start a private local Ray, unless Ray already runs here."""
+    import ray
+
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=300 * 1024**2)
+
+
+def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -> dict[str, Any]:
+    """What a ``policy.pt`` records about the run that produced it."""
+    return {
+        "config": str(config_path), "name": config.name, "seed": config.run.seed, "env": asdict(env),
+        "ppo": config.ppo, "model": config.model.model_dump(),
+    }
 
 
 def train(
@@ -178,12 +196,7 @@ def train(
     run_dir = (Path(resume) if resume else Path(out)).resolve()  # RLlib wants absolute paths
     start_from = _latest_checkpoint(run_dir) if resume else None
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=300 * 1024**2)
+    start_ray(address)
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:
         algo = Algorithm.from_checkpoint(str(start_from))
@@ -193,10 +206,7 @@ def train(
     new_file = not metrics_file.exists()
     writer = SummaryWriter(str(run_dir / "tb"))
     policy_file = run_dir / "policy.pt"
-    metadata = {
-        "config": str(config_path), "name": config.name, "seed": config.run.seed, "env": asdict(env),
-        "ppo": config.ppo.model_dump(by_alias=True),
-    }
+    metadata = run_metadata(config, config_path, env)
 
     def checkpoint(iteration: int) -> None:
         algo.save_to_path(str(run_dir / "checkpoints" / f"iter_{iteration:04d}"))
@@ -209,7 +219,7 @@ def train(
                 rows.writeheader()
             while algo.iteration < total:
                 began = time.perf_counter()
-                row = _metrics(algo.train(), time.perf_counter() - began)
+                row = metrics_row(algo.train(), time.perf_counter() - began)
                 rows.writerow(row)
                 fh.flush()
                 for key, value in row.items():

@@ -1,0 +1,119 @@
+"""The ``ppo:`` section of a training config: RLlib's own ``PPOConfig.training()`` keys, unchanged.
+
+Whatever the section holds goes to ``PPOConfig().training(**ppo)`` as written, so a key from
+RLlib's documentation or another RLlib project works here without translation. The valid keys
+are read from the installed RLlib (the parameters of ``PPOConfig.training`` and
+``AlgorithmConfig.training``), less those RLlib marks deprecated, those of the old API stack
+(this project trains on the new one, where they are ignored or refused) and those that take
+Python classes or callables. Values are checked against RLlib's own annotations, plus the
+ranges a PPO hyper-parameter must respect (``lr > 0``, ``0 < gamma <= 1``, ...), so a typo or a
+wrong type fails when the file is read, with one line naming the key, not inside a Ray worker.
+
+Until 0.1.0 DeepShare renamed two keys (``lambda`` for RLlib's ``lambda_``, ``train_batch_size``
+for ``train_batch_size_per_learner``) and kept the network width (``hidden``) here; those are
+refused with a line saying what to write instead (the shipped configs are migrated).
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+from typing import Any, Mapping
+
+from deepshare.core.types import DeepShareError
+
+DEFAULTS: dict[str, Any] = {
+    "lr": 3e-4, "gamma": 0.999, "lambda_": 0.95, "train_batch_size_per_learner": 4000, "minibatch_size": 500,
+    "num_epochs": 4, "entropy_coeff": 0.01, "clip_param": 0.2, "vf_clip_param": 10.0, "vf_loss_coeff": 1.0,
+}
+"""DeepShare's defaults for keys a config leaves out (RLlib's own defaults for every other key)."""
+
+FORMER_NAMES = {
+    "lambda": "RLlib's PPOConfig.training() calls it lambda_; write lambda_",
+    "train_batch_size": "RLlib's old-API-stack key, ignored by the new stack this project trains on; "
+                        "write train_batch_size_per_learner",
+    "hidden": "not a PPOConfig.training() key; the scorer's width is model.hidden",
+}
+OLD_STACK = {
+    "lr_schedule": "lr as [[timestep, value], ...]",
+    "entropy_coeff_schedule": "entropy_coeff as [[timestep, value], ...]",
+    "model": "the model: section (hidden)",
+}
+NOT_FROM_YAML = frozenset({"learner_class", "learner_connector"})  # Python classes and callables
+
+POSITIVE = ("lr", "train_batch_size_per_learner", "minibatch_size", "num_epochs", "clip_param", "vf_clip_param",
+            "grad_clip", "kl_target")
+NON_NEGATIVE = ("entropy_coeff", "vf_loss_coeff", "kl_coeff")
+UNIT = ("gamma", "lambda_")  # in (0, 1]
+
+
+@lru_cache(maxsize=1)
+def training_keys() -> dict[str, Any]:
+    """Every key the ``ppo:`` section accepts, with RLlib's annotation for it."""
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    try:
+        from ray._common.deprecation import DEPRECATED_VALUE
+    except ImportError:  # pragma: no cover - older Ray
+        from ray.rllib.utils.deprecation import DEPRECATED_VALUE
+
+    keys: dict[str, Any] = {}
+    for method in (AlgorithmConfig.training, PPOConfig.training):
+        for name, param in inspect.signature(method).parameters.items():
+            if name == "self" or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                continue
+            deprecated = isinstance(param.default, int) and param.default == DEPRECATED_VALUE
+            if deprecated or name in NOT_FROM_YAML or name in OLD_STACK or name in FORMER_NAMES:
+                keys.pop(name, None)
+                continue
+            keys[name] = param.annotation
+    return keys
+
+
+def check_ppo(section: Any, source: str) -> dict[str, Any]:
+    """The ``ppo:`` section checked key by key, with DeepShare's defaults filled in."""
+    if section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        raise DeepShareError(f"{source}: ppo: expected a mapping of RLlib PPOConfig.training() keys, got {type(section).__name__}")
+    valid = training_keys()
+    out = dict(DEFAULTS)
+    for key, value in section.items():
+        where = f"{source}: ppo.{key}"
+        if key in FORMER_NAMES:
+            raise DeepShareError(f"{where}: {FORMER_NAMES[key]}")
+        if key in OLD_STACK:
+            raise DeepShareError(f"{where}: RLlib's old API stack; on the new stack use {OLD_STACK[key]}")
+        if key not in valid:
+            raise DeepShareError(f"{where}: not a key of RLlib's PPOConfig.training() (new API stack); valid keys: {', '.join(sorted(valid))}")
+        out[key] = _check_value(key, value, valid[key], where)
+    return out
+
+
+def _check_value(key: str, value: Any, annotation: Any, where: str) -> Any:
+    from pydantic import TypeAdapter, ValidationError
+
+    if annotation is not inspect.Parameter.empty:
+        try:
+            adapter = TypeAdapter(annotation)
+        except Exception:  # noqa: BLE001 - an annotation pydantic cannot build: leave the value to RLlib
+            adapter = None
+        if adapter is not None:
+            try:
+                value = adapter.validate_python(value)
+            except ValidationError as exc:
+                reason = exc.errors()[0]["msg"]
+                raise DeepShareError(f"{where}: {reason} (RLlib's type: {_type_name(annotation)}), got {value!r}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key in POSITIVE and not value > 0:
+            raise DeepShareError(f"{where}: must be > 0, got {value!r}")
+        if key in NON_NEGATIVE and not value >= 0:
+            raise DeepShareError(f"{where}: must be >= 0, got {value!r}")
+        if key in UNIT and not 0 < value <= 1:
+            raise DeepShareError(f"{where}: must be in (0, 1], got {value!r}")
+    return value
+
+
+def _type_name(annotation: Any) -> str:
+    return str(annotation).replace("typing.", "")

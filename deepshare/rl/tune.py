@@ -1,0 +1,227 @@
+"""``deepshare tune``: a small Ray Tune grid sweep over training configs.
+
+``deepshare tune CONFIG --grid ppo.lr=0.0001,0.0003 --grid env.reward_scale=0.1,0.2`` trains one
+PPO run per combination of the grid (``tune.grid_search`` on each axis) with the same trainer as
+``deepshare train``: a function trainable that builds the algorithm from the config with the
+trial's values and reports :func:`deepshare.rl.train.metrics_row` every iteration. A grid key
+is ``SECTION.KEY`` with SECTION one of ``ppo`` (RLlib's ``PPOConfig.training()`` keys), ``env``,
+``model``, ``run``; a bare ``KEY`` means ``ppo.KEY``. Every combination is validated before Ray
+starts, so a wrong key or value is one line naming it.
+
+Results use Tune's layout: ``OUT/NAME/`` holds the experiment state and one folder per trial with
+``params.json``, ``result.json``, ``progress.csv`` and TensorBoard event files (Tune's logger
+callbacks), plus the trial's ``policy.pt`` (what ``rl-base=PATH`` / ``rl-hybrid=PATH`` load).
+Each trial reserves what RLlib's PPO asks for (``default_resource_request``: the learner in the
+trial's own bundle plus one bundle per env runner), so Tune runs as many trials at once as fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from deepshare.core.types import DeepShareError
+from deepshare.core.yamlspec import read_config_text
+
+SECTIONS = ("ppo", "env", "model", "run")
+METRIC = "episode_return_mean"
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    section: str
+    key: str
+    values: tuple[Any, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def parse_grid(spec: str) -> GridAxis:
+    """``KEY=V1,V2,...`` (``--grid``) as an axis; values are numbers, booleans or strings."""
+    key, sep, values = spec.partition("=")
+    key = key.strip()
+    if not sep or not key or not values.strip():
+        raise DeepShareError(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. ppo.lr=0.0001,0.0003)")
+    section, dot, name = key.partition(".")
+    if not dot:
+        section, name = "ppo", key
+    if section not in SECTIONS or not name or "." in name:
+        raise DeepShareError(f"--grid {spec!r}: the key must be SECTION.KEY with SECTION one of {', '.join(SECTIONS)}, got {key!r}")
+    parsed = tuple(_scalar(v.strip()) for v in values.split(","))
+    if any(v == "" for v in parsed):
+        raise DeepShareError(f"--grid {spec!r}: empty value in the list")
+    if len(set(map(repr, parsed))) != len(parsed):
+        raise DeepShareError(f"--grid {spec!r}: a value is listed twice")
+    return GridAxis(section, name, parsed)
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    value = yaml.safe_load(text) if text else ""
+    return value if isinstance(value, (bool, str)) else text
+
+
+def apply(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The raw config with ``{"section.key": value}`` set (a copy)."""
+    out = copy.deepcopy(raw)
+    for dotted, value in values.items():
+        section, _, key = dotted.partition(".")
+        if not isinstance(out.get(section), dict):
+            out[section] = {}
+        out[section][key] = value
+    return out
+
+
+def validated_variants(config_path: str | Path, axes: Sequence[GridAxis]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The raw YAML mapping and every grid combination, each checked as a full training config."""
+    from deepshare.rl.train import parse_train_config
+
+    source = Path(config_path)
+    text = read_config_text(source, "training config")
+    parse_train_config(text, source)  # the base config alone first: its own errors name no grid
+    raw = yaml.safe_load(text)
+    names = [a.name for a in axes]
+    if len(set(names)) != len(names):
+        raise DeepShareError(f"--grid: a key is given twice ({', '.join(sorted(n for n in names if names.count(n) > 1))})")
+    combos = [dict(zip(names, values)) for values in itertools.product(*(a.values for a in axes))]
+    for combo in combos:
+        shown = ", ".join(f"{k}={v}" for k, v in combo.items())
+        try:
+            parse_train_config(yaml.safe_dump(apply(raw, combo)), source)
+        except DeepShareError as exc:
+            raise DeepShareError(f"--grid {shown}: {exc}") from None
+    return raw, combos
+
+
+def deepshare_ppo(params: dict[str, Any]) -> None:
+    """One Tune trial: the training loop of ``deepshare train`` with the trial's values."""
+    from ray import tune
+
+    from deepshare.policies.checkpoint import export_scorer
+    from deepshare.rl.train import build_algorithm_config, metrics_row, parse_train_config, run_metadata
+
+    setup = params["deepshare"]
+    source = Path(setup["source"])
+    values = {k: v for k, v in params.items() if k != "deepshare"}
+    config = parse_train_config(yaml.safe_dump(apply(setup["raw"], values)), source)
+    env = config.env_config(source.parent)
+    algo = build_algorithm_config(config, env, config.run.num_env_runners, setup["cpus"]).build_algo()
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    try:
+        for iteration in range(1, setup["iterations"] + 1):
+            began = time.perf_counter()
+            row = metrics_row(algo.train(), time.perf_counter() - began)
+            if iteration == setup["iterations"]:  # before the last report, so Tune keeps it
+                metadata = {**run_metadata(config, source, env), "iterations": iteration, "tune": values}
+                export_scorer(algo.get_module().scorer, env.encoding, trial_dir / "policy.pt", metadata)
+            tune.report({k: v for k, v in row.items() if k != "iteration"})
+    finally:
+        algo.stop()
+
+
+@dataclass(frozen=True)
+class TrialSummary:
+    name: str
+    values: dict[str, Any]
+    status: str
+    iterations: int
+    episode_return_mean: float
+    path: str
+
+
+def run_sweep(
+    config_path: str | Path, axes: Sequence[GridAxis], out: str | Path, *, iterations: int | None = None,
+    address: str | None = None, max_concurrent: int | None = None,
+) -> tuple[Path, list[TrialSummary]]:
+    """Run the grid; returns the experiment folder and one summary per trial (grid order)."""
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPO
+
+    from deepshare.rl.train import build_algorithm_config, parse_train_config, start_ray
+
+    raw, combos = validated_variants(config_path, axes)
+    source = Path(config_path).resolve()
+    base = parse_train_config(read_config_text(source, "training config"), source)
+    total = iterations or base.run.iterations
+    start_ray(address)
+    import ray
+
+    cpus = float(ray.cluster_resources().get("CPU", 2))
+
+    def resources(params: dict[str, Any]) -> Any:
+        values = {k: v for k, v in params.items() if k != "deepshare"}
+        config = parse_train_config(yaml.safe_dump(apply(raw, values)), source)
+        algo_config = build_algorithm_config(config, config.env_config(source.parent), config.run.num_env_runners, cpus)
+        return PPO.default_resource_request(algo_config)
+
+    space: dict[str, Any] = {a.name: tune.grid_search(list(a.values)) for a in axes}
+    space["deepshare"] = {"source": str(source), "raw": raw, "iterations": total, "cpus": cpus}
+    storage = Path(out).resolve()
+    tuner = tune.Tuner(
+        tune.with_resources(deepshare_ppo, resources),
+        param_space=space,
+        tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent),
+        run_config=tune.RunConfig(name=base.name, storage_path=str(storage), verbose=0),
+    )
+    grid = tuner.fit()
+    summaries = []
+    for result in grid:
+        values = {a.name: result.config[a.name] for a in axes}
+        metrics = result.metrics or {}
+        summaries.append(TrialSummary(
+            name=Path(result.path).name, values=values, status="error" if result.error else "ok",
+            iterations=int(metrics.get("training_iteration", 0)),
+            episode_return_mean=float(metrics.get(METRIC, math.nan)), path=result.path,
+        ))
+    order = [tuple(c.values()) for c in combos]
+    summaries.sort(key=lambda s: order.index(tuple(s.values.values())))
+    return storage / base.name, summaries
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from rich.table import Table
+
+    axes = [parse_grid(spec) for spec in args.grid]
+    if not axes:
+        raise DeepShareError("--grid: give at least one KEY=V1,V2,... to sweep")
+    validated_variants(args.config, axes)  # bad keys fail here, before Ray starts
+    folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
+                               max_concurrent=args.max_concurrent)
+    table = Table(title=f"tune: {len(trials)} trials in {folder}", header_style="bold")
+    for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
+        table.add_column(column)
+    for t in trials:
+        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
+    out.print(table)
+    out.print(f"TensorBoard: tensorboard --logdir {folder}", markup=False, highlight=False)
+    return 1 if any(t.status != "ok" for t in trials) else 0
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``deepshare tune`` to the CLI's subcommands."""
+    from deepshare.cli_types import in_range, iteration_count
+
+    p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
+    p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
+    p.add_argument("--iterations", type=iteration_count, default=None, metavar="N", help="training iterations per trial (default: the config's run.iterations)")
+    p.add_argument("--out", default="runs/tune", metavar="DIR", help="Tune's storage folder; the experiment is DIR/NAME (default runs/tune)")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="join this Ray cluster (default: a private local Ray)")
+    p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
+    p.set_defaults(func=cmd_tune)
