@@ -17,17 +17,19 @@ from deepshare.runtime.service import bind
 from deepshare.runtime.spec import spec_from_json
 
 uvicorn = pytest.importorskip("uvicorn")
-from deepshare.runtime.api import make_app  # noqa: E402
+from deepshare.runtime.api import guard, make_app  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "jobs"
 BODY = dict(name="a", gpus=2, model="GraphSage", entrypoint="pkg.mod:main", checkpoint_dir="/ckpt/a")
+TOKEN = "test-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     journal = Journal(tmp_path_factory.mktemp("api") / "state")
     sock = bind("127.0.0.1", 0)
-    srv = uvicorn.Server(uvicorn.Config(make_app(journal, lambda: (8, 2)), log_level="warning", lifespan="off"))
+    app = guard(make_app(journal, lambda: (8, 2)), token=TOKEN, bound_host="127.0.0.1")
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -41,7 +43,8 @@ def server(tmp_path_factory):
 
 
 def call(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
-    req = urllib.request.Request(url + path, data=body, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url + path, data=body, method=method,
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -101,26 +104,28 @@ def test_unknown_job_is_404(server):
     assert call(url, "DELETE", "/v1/jobs/nope")[0] == 404
 
 
-def test_cli_submit_jobs_cancel(server, capsys):
+def test_cli_submit_jobs_cancel(server, capsys, monkeypatch):
     url, journal = server
-    assert main(["submit", "--url", url, str(EXAMPLES / "small.yaml")]) == 0
+    assert main(["submit", "--url", url, "--token", TOKEN, str(EXAMPLES / "small.yaml")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("submitted small-") and line.endswith("(2 GPUs, GraphSage)")
     job_id = line.split()[1]
     assert journal.get(job_id).spec.checkpoint_dir == str((EXAMPLES.parent.parent / "runs" / "jobs" / "small").resolve())
-    assert main(["jobs", "--url", url, "--json", "-"]) == 0
+    assert main(["jobs", "--url", url, "--token", TOKEN, "--json", "-"]) == 0
     listed = {j["id"]: j for j in json.loads(capsys.readouterr().out)}
     assert listed[job_id]["state"] == "queued"
+    monkeypatch.setenv("DEEPSHARE_SCHEDULER_TOKEN", TOKEN)  # the token from the environment
     assert main(["jobs", "--url", url]) == 0
+    monkeypatch.delenv("DEEPSHARE_SCHEDULER_TOKEN")
     assert job_id in capsys.readouterr().out
-    assert main(["jobs", "--url", url, job_id]) == 0
+    assert main(["jobs", "--url", url, "--token", TOKEN, job_id]) == 0
     assert capsys.readouterr().out.startswith(f"{job_id}: queued, 2 GPUs (GraphSage)")
-    assert main(["cancel", "--url", url, job_id]) == 0
+    assert main(["cancel", "--url", url, "--token", TOKEN, job_id]) == 0
     assert capsys.readouterr().out.strip() == f"cancelled {job_id}"
-    assert main(["cancel", "--url", url, job_id]) == 2
+    assert main(["cancel", "--url", url, "--token", TOKEN, job_id]) == 2
     err = capsys.readouterr().err
     assert f"job '{job_id}' is already cancelled (HTTP 409)" in err and len(err.strip().splitlines()) == 1
-    assert main(["jobs", "--url", url, "nope"]) == 2
+    assert main(["jobs", "--url", url, "--token", TOKEN, "nope"]) == 2
     assert "no job 'nope' (HTTP 404)" in capsys.readouterr().err
 
 

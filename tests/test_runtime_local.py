@@ -67,7 +67,7 @@ def test_local_scheduler_runs_command_jobs_and_stops_cleanly(tmp_path):
         for name, extra in specs.items():
             path = tmp_path / f"{name}.yaml"
             path.write_text(json.dumps({"name": name, "model": "DLRM", "checkpoint_dir": "ckpt", **extra}))
-            done = run_cli("submit", "--url", url, str(path))
+            done = run_cli("submit", "--url", url, "--state", str(state), str(path))
             assert done.returncode == 0, done.stderr
             ids[name] = done.stdout.split()[1]
         # A second scheduler on the same state folder is refused (one journal, one scheduler).
@@ -75,7 +75,7 @@ def test_local_scheduler_runs_command_jobs_and_stops_cleanly(tmp_path):
         assert second.returncode == 2 and "another scheduler" in second.stderr and "Traceback" not in second.stderr
 
         def jobs() -> dict:
-            listed = run_cli("jobs", "--url", url, "--json", "-")
+            listed = run_cli("jobs", "--state", str(state), "--json", "-")  # URL and token from the state folder
             return {j["id"]: j for j in json.loads(listed.stdout)}
 
         final = wait_for("both jobs to end", lambda: (j := jobs()) and all(
@@ -84,7 +84,7 @@ def test_local_scheduler_runs_command_jobs_and_stops_cleanly(tmp_path):
         assert ok["state"] == "finished" and ok["step"] == 5 and ok["measured_throughput"] == 2.5
         assert ok["predicted_throughput"] > 0
         assert bad["state"] == "failed" and "exited with status 3" in bad["error"] and "boom on purpose" in bad["error"]
-        table = run_cli("jobs", "--url", url)
+        table = run_cli("jobs", "--url", url, "--state", str(state))
         assert table.returncode == 0 and ids["ok"] in table.stdout and "finished" in table.stdout
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -252,9 +252,12 @@ def test_node_death_requeues_and_resumes(cluster, tmp_path):
     journal.close()
 
 
-def _http(url: str, method: str = "GET", body: Any = None) -> Any:
+def _http(url: str, state: Path, method: str = "GET", body: Any = None) -> Any:
+    """Call the scheduler with the token it wrote to ``state`` (a new one at every start)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    token = (state / "token").read_text().strip()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -282,20 +285,20 @@ def test_killed_scheduler_loses_nothing(cluster, tmp_path):
         ids = []
         for name, gpus in (("a", 4), ("b", 3), ("c", 2)):  # c cannot fit while a and b run
             body = spec(name, gpus, tmp_path / "ckpt", steps=100, sleep=0.03).model_dump(mode="json")
-            ids.append(_http(f"{url}/v1/jobs", "POST", body)["id"])
+            ids.append(_http(f"{url}/v1/jobs", state, "POST", body)["id"])
         a, b, c = ids
 
         def progressed() -> bool:
-            jobs = {j["id"]: j for j in _http(f"{url}/v1/jobs")}
+            jobs = {j["id"]: j for j in _http(f"{url}/v1/jobs", state)}
             return all(jobs[i]["state"] == "running" and (jobs[i]["step"] or 0) >= 10 for i in (a, b))
 
         wait_for("a and b to run", progressed)
-        assert _http(f"{url}/v1/jobs/{c}")["state"] == "queued"  # no GPU left for it
+        assert _http(f"{url}/v1/jobs/{c}", state)["state"] == "queued"  # no GPU left for it
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         proc, url = _start_scheduler(cluster, state, log)
         assert f"re-attached ['{a}', '{b}']" in log.read_text()
-        wait_for("every job to finish", lambda: all(j["state"] == "finished" for j in _http(f"{url}/v1/jobs")))
+        wait_for("every job to finish", lambda: all(j["state"] == "finished" for j in _http(f"{url}/v1/jobs", state)))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

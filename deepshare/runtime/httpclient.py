@@ -1,32 +1,37 @@
 """A small client of the scheduler's HTTP API for the CLI (stdlib ``urllib``, no extra dependency).
 
-Every failure a user can cause (no scheduler at the URL, a 4xx answer) raises
-:class:`~deepshare.core.types.DeepShareError` with the server's one-line message.
+Every failure a user can cause (no scheduler at the URL, a 4xx answer, a missing or wrong
+token) raises :class:`~deepshare.core.types.DeepShareError` with the server's one-line message.
+The token goes in ``Authorization: Bearer``; bodies are ``application/json``.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 from deepshare.core.types import DeepShareError
-from deepshare.runtime.models import JobDetailOut, JobOut
+from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
 
 
 class SchedulerClient:
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float = 10.0) -> None:
         if not url.startswith(("http://", "https://")):
             raise DeepShareError(f"--url {url!r}: expected http://HOST:PORT of a running scheduler")
         self.url = url.rstrip("/")
+        self.token = token
         self.timeout_s = timeout_s
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if data:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
@@ -35,6 +40,8 @@ class SchedulerClient:
                 message = json.loads(exc.read()).get("error") or exc.reason
             except (ValueError, AttributeError):
                 message = exc.reason
+            if exc.code == 401:
+                message = f"{message}; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler"
             raise DeepShareError(f"{self.url}: {message} (HTTP {exc.code})") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -52,3 +59,8 @@ class SchedulerClient:
     def cancel(self, job_id: str) -> tuple[int, JobOut]:
         status, body = self._call("DELETE", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")
         return status, JobOut.model_validate(body)
+
+    def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
+        query = urllib.parse.urlencode({"rank": rank, "offset": offset})
+        return LogOut.model_validate(
+            self._call("GET", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}/logs?{query}")[1])

@@ -15,8 +15,9 @@ from enum import Enum
 from typing import Any, Sequence
 
 from deepshare.runtime.cluster import NODE_ID_LABEL, ClusterState
+from deepshare.runtime.logs import rank_log_path
 from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir
-from deepshare.runtime.worker import JobWorker, Report, WorkerLaunch, WorkerStatus, python_argv
+from deepshare.runtime.worker import JobWorker, Report, StartOutcome, WorkerLaunch, WorkerStatus, python_argv
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,16 @@ NAMESPACE = "deepshare"
 
 
 class LaunchError(Exception):
-    """The run could not be started (GPUs not granted in time, a worker failed to start)."""
+    """The run could not be started (GPUs not granted in time, a worker failed to start).
+
+    ``counts``: whether the failure counts towards ``--max-launch-attempts``. GPUs not granted in
+    time are a wait for capacity (the job is requeued without limit); anything else (a program
+    that cannot be executed, a missing ``working_dir``, a worker that cannot be created) counts.
+    """
+
+    def __init__(self, message: str, counts: bool = True) -> None:
+        super().__init__(message)
+        self.counts = counts
 
 
 class RunPhase(str, Enum):
@@ -48,6 +58,9 @@ class LaunchSettings:
     pg_timeout_s: float = 30.0
     """How long to wait for the placement group's GPUs before giving up (the job is requeued)."""
     rpc_timeout_s: float = 30.0
+    log_dir: str | None = None
+    """The scheduler's (absolute) state folder: ranks write ``logs/<job>/rank-<r>.log`` under it.
+    None: each rank's log stays in its worker's temporary control folder (removed with it)."""
 
 
 def pg_name(job_id: str, attempt: int) -> str:
@@ -77,7 +90,7 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
         pg = placement_group(bundles, strategy="PACK", name=pg_name(job_id, attempt), lifetime="detached",
                              bundle_label_selector=selectors)
         if not pg.wait(settings.pg_timeout_s):
-            raise LaunchError(f"GPUs {list(alloc)} not granted within {settings.pg_timeout_s:g} s")
+            raise LaunchError(f"GPUs {list(alloc)} not granted within {settings.pg_timeout_s:g} s", counts=False)
         Worker = _remote_worker()
         actors, placed = [], []
         rank = 0
@@ -97,10 +110,15 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
                 job_id=job_id, attempt=attempt, rank=r, world_size=spec.gpus, local_rank=local,
                 local_world_size=gpus, master_addr=master_addr, master_port=master_port, argv=tuple(argv),
                 checkpoint_dir=job_checkpoint_dir(spec, job_id), working_dir=working_dir, env=tuple(sorted(spec.env.items())),
+                log_path=str(rank_log_path(settings.log_dir, job_id, r)) if settings.log_dir else None,
             ))
             for actor, (r, local, gpus) in zip(actors, placed)
         ]
-        ray.get(starts, timeout=settings.rpc_timeout_s)
+        outcomes: list[StartOutcome] = ray.get(starts, timeout=settings.rpc_timeout_s)
+        for (r, _, _), outcome in zip(placed, outcomes):
+            if outcome.error is not None:
+                tail = f"\n{outcome.log_tail}" if outcome.log_tail else ""
+                raise LaunchError(f"rank {r} could not start: {outcome.error}{tail}")
     except LaunchError:
         teardown(job_id, attempt, spec.gpus)
         raise

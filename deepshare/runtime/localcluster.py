@@ -2,6 +2,12 @@
 
 A head node without GPUs and ``nodes`` worker nodes, each declaring ``gpus_per_node`` GPUs and
 the label ``deepshare.io/node-name: node<i>``, so the scheduler's topology names them node0...
+
+Every node of it is started with ``node_ip_address=127.0.0.1``: its Ray processes advertise and
+listen on loopback only, so the fake cluster (which runs whatever jobs the scheduler launches)
+cannot be reached from the network. ``ray.init`` rewrites a loopback address to the machine's
+"remotely reachable" IP (where nothing listens then); :func:`_connect_on_loopback` turns that off
+for this driver process only (Ray's own switch for single-machine clusters).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from deepshare.core.types import DeepShareError
 from deepshare.runtime.cluster import NAME_LABEL
 
 NODE_MEMORY = 80 * 1024**2
+LOOPBACK = "127.0.0.1"
 
 
 class LocalCluster:
@@ -35,16 +42,19 @@ class LocalCluster:
         from deepshare.runtime.launcher import NAMESPACE
 
         self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-            num_cpus=1, num_gpus=0, include_dashboard=False, object_store_memory=NODE_MEMORY))
+            num_cpus=1, num_gpus=0, include_dashboard=False, object_store_memory=NODE_MEMORY,
+            node_ip_address=LOOPBACK, dashboard_host=LOOPBACK))
         for i in range(self.nodes):
             self.handles.append(self.add_node(f"node{i}"))
         self.cluster.wait_for_nodes()
+        _connect_on_loopback()
         ray.init(address=self.cluster.address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
         return str(self.cluster.address)
 
     def add_node(self, name: str) -> Any:
         return self.cluster.add_node(num_cpus=self.cpus_per_node, num_gpus=self.gpus_per_node,
-                                     object_store_memory=NODE_MEMORY, labels={NAME_LABEL: name})
+                                     object_store_memory=NODE_MEMORY, labels={NAME_LABEL: name},
+                                     node_ip_address=LOOPBACK)
 
     def shutdown(self) -> None:
         import ray
@@ -53,3 +63,15 @@ class LocalCluster:
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None
+
+
+def _connect_on_loopback() -> None:
+    """Make this driver resolve ``127.0.0.1`` as itself, not as the machine's network IP.
+
+    Ray's ``get_node_ip_address`` answers the loopback address when single-machine mode is on
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read once at import); the constant is set on the
+    module because Ray may already be imported.
+    """
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False

@@ -12,6 +12,11 @@ Each :meth:`ControlLoop.tick`:
    "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
    ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
 
+A launch that fails (a program that cannot be executed, a missing ``working_dir``) requeues
+the job, hidden from the policy for a back-off (``launch_retry_s``, doubling per consecutive
+failure, at most a minute); after ``max_launch_attempts`` consecutive failures the job is
+FAILED with the last error. GPUs not granted in time do not count (that is a wait for capacity).
+
 It never branches on a policy's name: any :class:`~deepshare.policies.Policy` (or the HTTP
 placement client, which has the same ``decide``) works.
 """
@@ -32,7 +37,7 @@ from deepshare.core.types import ClusterView, Decision, DeepShareError, JobView,
 from deepshare.core.workloads import Catalog
 from deepshare.runtime import launcher
 from deepshare.runtime.cluster import ClusterState
-from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
+from deepshare.runtime.journal import LAUNCH_FAILED, TERMINAL, JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.launcher import LaunchError, LaunchSettings, RunPhase
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,10 @@ class LoopConfig:
     default_remaining_s: float = 3600.0
     """Remaining-time estimate for a job whose spec gives neither expected_duration_s nor total_samples."""
     launch: LaunchSettings = field(default_factory=LaunchSettings)
+    max_launch_attempts: int = 3
+    """Consecutive failed launches after which a job is FAILED."""
+    launch_retry_s: float = 1.0
+    """Back-off after a failed launch, doubled for each further consecutive failure (at most 60 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,7 @@ class ControlLoop:
         link_load_fn: Callable[[], Mapping[str, float]] | None = None,
         working_dir: str | None = None,
         policy_name: str = "policy",
+        metrics: Any = None,
     ) -> None:
         self.journal = journal
         self.policy = policy
@@ -87,7 +97,11 @@ class ControlLoop:
         self.link_load_fn = link_load_fn
         self.working_dir = working_dir
         self.policy_name = policy_name
+        self.metrics = metrics
+        """A :class:`~deepshare.runtime.metrics.SchedulerMetrics`, or None."""
         self.last_error: str | None = None
+        self.ticks = 0
+        """Ticks completed (failed ones included): ``/healthz`` answers 200 once there is one."""
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> tuple[list[str], list[str]]:
@@ -112,7 +126,7 @@ class ControlLoop:
         cluster = self.cluster_fn()
         ended = self._reap(cluster)
         running = self.journal.jobs(JobState.RUNNING)
-        queued = self.journal.jobs(JobState.QUEUED)
+        queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)
         if not cluster.nodes:
             return TickReport(ended=tuple(ended), error="no alive GPU nodes")
         view = self._view(cluster, queued, running)
@@ -120,7 +134,10 @@ class ControlLoop:
         if not view.queued and not view.running:
             return TickReport(ended=tuple(ended))
         try:
+            started = time.perf_counter()
             decision = self.policy.decide(view)
+            if self.metrics is not None:
+                self.metrics.decision_latency.observe(time.perf_counter() - started)
             check_view_decision(decision, view)
         except (DeepShareError, ValueError, KeyError, RuntimeError, OSError) as exc:
             # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
@@ -130,6 +147,33 @@ class ControlLoop:
         if decision.empty:
             return TickReport(decision, ended=tuple(ended))
         return self._apply(decision, view, cluster, ended)
+
+    def _launchable(self, queued: Sequence[JobRecord], ended: list[tuple[str, str]]) -> list[JobRecord]:
+        """Queued jobs the policy may launch now: not being cancelled, not backing off a failed launch."""
+        now = self.journal.now()
+        out = []
+        for job in queued:
+            if job.cancel_requested:  # a cancel marked by an older version on a queued job
+                try:
+                    self.journal.cancel(job.job_id)
+                    ended.append((job.job_id, JobState.CANCELLED.value))
+                    self._count_end(JobState.CANCELLED)
+                except (KeyError, TransitionError):
+                    pass
+                continue
+            failures, last = self.journal.launch_failures(job.job_id)
+            if failures and last is not None and now < last + self.retry_delay(failures):
+                continue
+            out.append(job)
+        return out
+
+    def retry_delay(self, failures: int) -> float:
+        """Seconds a job waits after ``failures`` consecutive failed launches."""
+        return min(60.0, self.config.launch_retry_s * 2 ** max(0, failures - 1))
+
+    def _count_end(self, state: JobState) -> None:
+        if self.metrics is not None and state in TERMINAL:
+            self.metrics.jobs_ended.labels(state.value).inc()
 
     def _reap(self, cluster: ClusterState) -> list[tuple[str, str]]:
         """Poll running jobs; end the runs that are over or lost, and stop the cancelled ones."""
@@ -172,7 +216,9 @@ class ControlLoop:
         except TransitionError as exc:  # another path ended it first (e.g. cancelled meanwhile)
             log.warning("%s", exc)
             return
-        ended.append((job.job_id, state.value))
+        final = self.journal.get(job.job_id).state  # a requeue of a job being cancelled ends it CANCELLED
+        self._count_end(final)
+        ended.append((job.job_id, final.value))
 
     def _stop(self, jobs: Sequence[JobRecord]) -> None:
         """Ask ``jobs`` to checkpoint and exit; after at most ``preempt_grace_s`` remove their runs."""
@@ -256,6 +302,9 @@ class ControlLoop:
                ended: list[tuple[str, str]]) -> TickReport:
         records = {j.job_id: j for j in self.journal.jobs(JobState.RUNNING, JobState.QUEUED)}
         stop_ids = [*decision.preempt, *(m.job_id for m in decision.migrate)]
+        if self.metrics is not None:
+            self.metrics.preemptions.inc(len(decision.preempt))
+            self.metrics.migrations.inc(len(decision.migrate))
         if stop_ids:
             self._stop([records[j] for j in stop_ids])
             for job_id in decision.preempt:
@@ -269,10 +318,14 @@ class ControlLoop:
                                   *((l.job_id, l.placement) for l in decision.launch)]:
             jv = views[job_id]
             ratio = view.predict(jv, placement, tuple(pending)).ratio
-            pending.append((jv, placement))
             alloc = cluster.to_alloc(placement)
             predicted = self.predicted_throughput(jv.model, placement, ratio)
-            attempt = self.journal.start_run(job_id, alloc, predicted)  # journalled before anything exists
+            try:
+                attempt = self.journal.start_run(job_id, alloc, predicted)  # journalled before anything exists
+            except TransitionError as exc:  # cancelled since the view was built: nothing to start
+                log.info("not launching: %s", exc)
+                continue
+            pending.append((jv, placement))
             starts.append((self.journal.get(job_id), attempt, alloc))
         # Runs start concurrently: most of a launch is Ray starting worker processes.
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(starts)))) as pool:
@@ -281,12 +334,32 @@ class ControlLoop:
         for (job, attempt, alloc), failure in zip(starts, outcomes):
             if failure is None:
                 launched.append(job.job_id)
+                if self.metrics is not None:
+                    self.metrics.launches.inc()
                 continue
-            log.error("job %s: launch at %s failed: %s", job.job_id, alloc, failure)
-            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch failed: {failure}")
-            ended.append((job.job_id, JobState.QUEUED.value))
+            self._launch_failed(job, attempt, alloc, failure, ended)
         return TickReport(decision, launched=tuple(launched), preempted=tuple(decision.preempt),
                           migrated=tuple(m.job_id for m in decision.migrate), ended=tuple(ended))
+
+    def _launch_failed(self, job: JobRecord, attempt: int, alloc: tuple[tuple[str, int], ...], failure: LaunchError,
+                       ended: list[tuple[str, str]]) -> None:
+        """Requeue the job after a failed launch, or fail it after ``max_launch_attempts`` in a row."""
+        log.error("job %s: launch at %s failed: %s", job.job_id, alloc, failure)
+        if self.metrics is not None:
+            self.metrics.launch_failures.inc()
+        if not failure.counts:
+            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch waited: {failure}")
+        else:
+            before, _ = self.journal.launch_failures(job.job_id)
+            if before + 1 >= self.config.max_launch_attempts:
+                error = f"launch failed {before + 1} time(s) in a row; last: {failure}"
+                self.journal.end_run(job.job_id, attempt, JobState.FAILED, f"{LAUNCH_FAILED}: {failure}",
+                                     error=error[-4000:])
+            else:
+                self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"{LAUNCH_FAILED}: {failure}")
+        final = self.journal.get(job.job_id).state
+        self._count_end(final)
+        ended.append((job.job_id, final.value))
 
     def _launch(self, job: JobRecord, attempt: int, alloc: tuple[tuple[str, int], ...],
                 cluster: ClusterState) -> LaunchError | None:
@@ -302,12 +375,20 @@ class ControlLoop:
     def run(self, stop: threading.Event) -> None:
         """Tick every ``interval_s`` until ``stop`` is set; a failing tick is logged, not fatal."""
         while not stop.is_set():
+            started = time.perf_counter()
             try:
                 report = self.tick()
+                if report.error and self.metrics is not None:
+                    self.metrics.tick_errors.inc()
                 if report.launched or report.preempted or report.migrated or report.ended:
                     log.info("tick: launched %s preempted %s migrated %s ended %s", list(report.launched),
                              list(report.preempted), list(report.migrated), list(report.ended))
             except Exception as exc:  # noqa: BLE001 - keep scheduling; the journal is consistent
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("tick failed")
+                if self.metrics is not None:
+                    self.metrics.tick_errors.inc()
+            if self.metrics is not None:
+                self.metrics.tick_latency.observe(time.perf_counter() - started)
+            self.ticks += 1
             stop.wait(self.config.interval_s)

@@ -61,6 +61,17 @@ class JobDetailOut(JobOut):
     transitions: list[TransitionOut]
 
 
+class LogOut(BaseModel):
+    """A piece of one rank's log: ``text`` is bytes ``offset`` to ``next_offset`` of ``size``."""
+
+    job_id: str
+    rank: int
+    offset: int
+    next_offset: int
+    size: int
+    text: str
+
+
 class ErrorOut(BaseModel):
     error: str
 

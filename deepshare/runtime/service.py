@@ -5,10 +5,14 @@ bound before anything else starts (so ``--port 0`` works and the URL is known). 
 and Ray address are written to ``<state>/scheduler.json``. SIGTERM / SIGINT stop the loop and
 the API; runs on the cluster keep going (their actors are detached) and a restart with the same
 ``--state`` re-attaches to them.
+
+Everything a user can get wrong (the state folder, the journal, the token, the port) is checked
+before Ray starts. A Ray that cannot be started or joined is :class:`RuntimeFailure` (exit 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,6 +35,10 @@ from deepshare.runtime.statelock import StateLock
 log = logging.getLogger(__name__)
 
 
+class RuntimeFailure(Exception):
+    """The scheduler could not run for a reason outside the user's input (Ray did not start)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     state_dir: str
@@ -43,6 +51,8 @@ class ServiceConfig:
     placement_token: str | None = None
     host: str = "127.0.0.1"
     port: int = 8470
+    allowed_hosts: tuple[str, ...] = ()
+    """Extra names accepted in the ``Host`` header (a DNS name the API is reached by)."""
     loop: LoopConfig = LoopConfig()
     contention: str = "profiled"
     max_gpus: int = 0
@@ -108,48 +118,92 @@ class LinkLoad:
             return {}
 
 
-def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
-          stop: threading.Event | None = None) -> int:
-    """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
-    stop = stop or threading.Event()
-    with ExitStack() as cleanup:
-        lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
-        cleanup.callback(lock.release)
-        journal = Journal(config.state_dir)
-        cleanup.callback(journal.close)
-        policy = make_policy_for(config)
-        sock = bind(config.host, config.port)
-        cleanup.callback(sock.close)
+def exposure_warning(host: str) -> str | None:
+    """The one-line warning for a non-loopback ``--host``, or None on loopback."""
+    from deepshare.httpauth import is_loopback
+
+    if is_loopback(host.strip("[]")):
+        return None
+    return (f"warning: --host {host} exposes the scheduler's API, which runs any command as user "
+            f"{_user()} on every node, to the network, token-protected but without TLS (put a TLS proxy in front)")
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
+    """Start the local fake cluster or join ``config.address``; the Ray address. Failures that are
+    not the user's input (a Ray that times out starting) are :class:`RuntimeFailure`."""
+    try:
         if config.local_nodes is not None:
             from deepshare.runtime.localcluster import LocalCluster
 
             local = LocalCluster(config.local_nodes, config.local_gpus_per_node)
             cleanup.callback(local.shutdown)
-            address = local.start()
-        else:
-            import ray
+            return local.start()
+        import ray
 
-            from deepshare.agents.deploy import connect
+        from deepshare.agents.deploy import connect
 
-            connect(config.address)
-            address = ray.get_runtime_context().gcs_address
-        _run(config, journal, policy, sock, address, announce, stop)
+        connect(config.address)
+        return str(ray.get_runtime_context().gcs_address)
+    except (DeepShareError, RuntimeFailure):
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray's start-up raises many types; all mean "no cluster"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        what = "start the local Ray cluster" if config.local_nodes is not None else f"join Ray at {config.address}"
+        raise RuntimeFailure(f"could not {what} ({type(exc).__name__}{': ' + first[:300] if first else ''})") from None
+
+
+def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
+          stop: threading.Event | None = None, warn: Callable[[str], None] | None = None) -> int:
+    """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
+    from deepshare.runtime.token import scheduler_token
+
+    stop = stop or threading.Event()
+    warn = warn or announce
+    config = dataclasses.replace(config, state_dir=str(Path(config.state_dir).resolve()))  # workers' cwd differs
+    with ExitStack() as cleanup:
+        lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
+        cleanup.callback(lock.release)
+        journal = Journal(config.state_dir)
+        cleanup.callback(journal.close)
+        token, token_file = scheduler_token(config.state_dir)
+        policy = make_policy_for(config)
+        sock = bind(config.host, config.port)
+        cleanup.callback(sock.close)
+        warning = exposure_warning(config.host)
+        if warning:
+            warn(warning)
+        address = start_ray(config, cleanup)
+        _run(config, journal, policy, sock, address, announce, stop, token, token_file)
     return 0
 
 
 def _run(config: ServiceConfig, journal: Journal, policy: Any, sock: socket.socket, address: str,
-         announce: Callable[[str], None], stop: threading.Event) -> None:
+         announce: Callable[[str], None], stop: threading.Event, token: str, token_file: Path | None) -> None:
     """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
     import uvicorn
 
+    from deepshare import __version__
     from deepshare.core.contention import make_contention
     from deepshare.core.workloads import default_catalog
-    from deepshare.runtime.api import make_app
+    from deepshare.runtime.api import guard, make_app
+    from deepshare.runtime.metrics import SchedulerMetrics
 
     policy_name = str(getattr(policy, "name", type(policy).__name__))  # the HTTP client asks its service once
-    loop = ControlLoop(journal, policy, default_catalog(), make_contention(config.contention), config.loop,
+    metrics = SchedulerMetrics(__version__, policy_name, journal.counts)
+    loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
+                                                                              log_dir=config.state_dir))
+    loop = ControlLoop(journal, policy, default_catalog(), make_contention(config.contention), loop_config,
                        cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
-                       policy_name=policy_name)
+                       policy_name=policy_name, metrics=metrics)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
@@ -158,14 +212,17 @@ def _run(config: ServiceConfig, journal: Journal, policy: Any, sock: socket.sock
     def capacity() -> tuple[int, int]:
         return submission_capacity(current_cluster(), config.max_gpus)
 
-    server = uvicorn.Server(uvicorn.Config(make_app(journal, capacity), log_level="warning", lifespan="off"))
+    app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0)
+    guarded = guard(app, token=token, bound_host=config.host, allowed_hosts=config.allowed_hosts, metrics=metrics)
+    server = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off", proxy_headers=False))
     web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
     web.start()
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
     cluster = current_cluster()
     announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
-             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir})")
+             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir}; "
+             f"token {'in ' + str(token_file) if token_file else 'from $DEEPSHARE_SCHEDULER_TOKEN'})")
     if reattached or requeued:
         announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
     # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.

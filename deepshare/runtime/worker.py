@@ -7,6 +7,11 @@ and starts the rank with the distributed environment (``RANK``, ``WORLD_SIZE``, 
 ``$DEEPSHARE_CONTROL_DIR/stop``, which ``deepshare.job.should_stop()`` polls; progress comes back
 the other way in ``report.json``. The child gets ``PR_SET_PDEATHSIG`` so it dies with the actor
 (removing the placement group kills the actor, and so the rank).
+
+The rank's output goes to ``log_path`` (under the scheduler's state folder, see
+:mod:`deepshare.runtime.logs`), one header line per attempt. A rank that cannot be started (no
+such program, a missing ``working_dir``, an unwritable checkpoint folder) is reported by
+:meth:`JobWorker.start` with the OS's message, and written to the log too.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,17 @@ class WorkerLaunch:
     checkpoint_dir: str
     working_dir: str | None
     env: tuple[tuple[str, str], ...] = ()
+    log_path: str | None = None
+    """Where the rank's output goes (appended); None: ``rank.log`` in the worker's control folder."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartOutcome:
+    """What :meth:`JobWorker.start` did: the rank's pid, or why it could not start."""
+
+    pid: int | None
+    error: str | None = None
+    log_tail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +111,35 @@ class JobWorker:
             port = s.getsockname()[1]
         return ip, port
 
-    def start(self, launch: WorkerLaunch) -> int:
-        """Start the rank; idempotent (a second call returns the running child's pid)."""
+    def start(self, launch: WorkerLaunch) -> StartOutcome:
+        """Start the rank; idempotent (a second call returns the running child's pid). Never raises for
+        a rank that cannot start: the outcome says why (the OS's message) and the log says it too."""
         if self.proc is not None:
-            return self.proc.pid
+            return StartOutcome(self.proc.pid)
+        if launch.log_path:
+            self.log_path = Path(launch.log_path)
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            return StartOutcome(None, f"cannot open the rank's log {self.log_path}: {exc.strerror or exc}")
+        with os.fdopen(fd, "ab") as log:
+            header = (f"--- deepshare: job {launch.job_id} attempt {launch.attempt} rank {launch.rank}/"
+                      f"{launch.world_size} on {socket.gethostname()} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n")
+            log.write(header.encode())
+            log.flush()
+            error = self._spawn(launch, log)
+            if error is not None:
+                log.write(f"deepshare: cannot start rank {launch.rank}: {error}\n".encode())
+        if error is not None:
+            return StartOutcome(None, error, self._tail())
+        assert self.proc is not None
+        return StartOutcome(self.proc.pid)
+
+    def _spawn(self, launch: WorkerLaunch, log: IO[bytes]) -> str | None:
+        """Start the child writing to ``log``; the reason it could not start, or None."""
+        if launch.working_dir and not os.path.isdir(launch.working_dir):
+            return f"working_dir {launch.working_dir}: no such directory on {socket.gethostname()}"
         env = dict(os.environ)
         env.update(dict(launch.env))
         env.update({
@@ -109,16 +151,20 @@ class JobWorker:
         })
         if launch.working_dir:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.working_dir, env.get("PYTHONPATH", "")) if p)
-        Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
+        try:
+            Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"checkpoint_dir {launch.checkpoint_dir}: {exc.strerror or exc}"
         try:
             self.proc = subprocess.Popen(
                 list(launch.argv), cwd=launch.working_dir or None, env=env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pdeathsig,
             )
-        finally:
-            log.close()
-        return self.proc.pid
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            strerror = getattr(exc, "strerror", None)
+            name = getattr(exc, "filename", None) or launch.argv[0]
+            return f"{name}: {strerror}" if strerror else f"{type(exc).__name__}: {exc}"
+        return None
 
     def request_stop(self) -> None:
         """Ask the rank to checkpoint and exit (``deepshare.job.should_stop()`` turns True)."""
@@ -131,9 +177,12 @@ class JobWorker:
             return None
         return Report(doc.get("samples"), doc.get("throughput"), doc.get("step"), float(doc.get("time", 0.0)))
 
-    def _tail(self, lines: int = 20) -> str:
+    def _tail(self, lines: int = 20, max_bytes: int = 16384) -> str:
+        """The last ``lines`` lines of the rank's log (read from its last ``max_bytes`` only)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, 2) - max_bytes))
+                text = fh.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])

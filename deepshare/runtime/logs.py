@@ -1,0 +1,61 @@
+"""Where a job's rank logs live and how a bounded piece of one is read back.
+
+Each rank's output (stdout and stderr, every attempt appended with a header line) goes to
+``<state>/logs/<job id>/rank-<rank>.log``: under the scheduler's state folder, not the system
+temp folder, so it survives the run and goes away with the state. On a multi-node cluster the
+state folder must be on a filesystem every node sees (like checkpoints) for the scheduler to
+serve the logs of ranks on other nodes.
+
+The path is built only from a job id the journal knows and an integer rank; the HTTP route
+never takes a path from the user, and :func:`rank_log_path` refuses anything that would leave
+the logs folder.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+LOGS_DIR = "logs"
+MAX_CHUNK = 64 * 1024
+"""Most bytes one read (one HTTP answer) returns."""
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9]{1,18}$")
+
+
+def rank_log_path(state_dir: str | Path, job_id: str, rank: int) -> Path:
+    """``<state>/logs/<job id>/rank-<rank>.log``; ValueError for an id or rank that is not one."""
+    if not JOB_ID_RE.match(job_id) or job_id in (".", ".."):
+        raise ValueError(f"not a job id: {job_id[:80]!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank: expected an integer >= 0, got {rank!r}")
+    root = Path(state_dir).resolve() / LOGS_DIR
+    path = root / job_id / f"rank-{rank}.log"
+    if path.parent.parent != root:  # cannot happen with the checks above; kept as the invariant
+        raise ValueError(f"not a job id: {job_id[:80]!r}")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    text: str
+    offset: int
+    """Byte offset the text starts at."""
+    next_offset: int
+    """Ask from here for what follows."""
+    size: int
+    """The log's size in bytes now (0 when the rank has written nothing yet)."""
+
+
+def read_chunk(path: Path, offset: int, limit: int = MAX_CHUNK) -> LogChunk:
+    """At most ``limit`` bytes of ``path`` from ``offset`` (negative: that many bytes before the end)."""
+    limit = max(0, min(limit, MAX_CHUNK))
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            fh.seek(start)
+            data = fh.read(limit)
+    except FileNotFoundError:
+        return LogChunk("", 0, 0, 0)
+    return LogChunk(data.decode("utf-8", errors="replace"), start, start + len(data), size)

@@ -1,0 +1,94 @@
+"""The scheduler's bearer token: where the scheduler gets it and where its clients find it.
+
+The scheduler uses ``$DEEPSHARE_SCHEDULER_TOKEN`` when set (8+ characters); otherwise it
+generates one at every start (``secrets.token_urlsafe``) and writes it to ``<state>/token``,
+created with mode 0600 (``os.open(..., 0o600)`` on a temporary name, then renamed: the file is
+never readable by others, not even briefly). Clients (``deepshare submit|jobs|cancel|logs``)
+take ``--token``, else the environment variable, else that file of ``--state DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Mapping
+
+from deepshare.core.types import DeepShareError
+from deepshare.httpauth import MIN_TOKEN_CHARS
+
+TOKEN_ENV = "DEEPSHARE_SCHEDULER_TOKEN"
+TOKEN_FILE = "token"
+MAX_TOKEN_CHARS = 4096
+
+
+def check_token(token: str, source: str) -> str:
+    """``token`` if usable (8-4096 printable ASCII characters, no spaces), else an error naming ``source``."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise DeepShareError(f"{source}: the token must have at least {MIN_TOKEN_CHARS} characters, got {len(token)}")
+    if len(token) > MAX_TOKEN_CHARS or not all(33 <= ord(c) < 127 for c in token):
+        raise DeepShareError(f"{source}: the token must be at most {MAX_TOKEN_CHARS} printable ASCII characters without spaces")
+    return token
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 from its first byte (temporary file + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # an existing leftover keeps its mode through O_TRUNC
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise DeepShareError(f"{path}: cannot write the token ({exc.strerror or exc})") from None
+
+
+def scheduler_token(state_dir: str | Path, environ: Mapping[str, str] = os.environ) -> tuple[str, Path | None]:
+    """The token the scheduler requires and the file it wrote it to (None: taken from the environment).
+
+    A token from the environment is never written to disk, and an old token file is removed so
+    that clients reading it cannot be confused by a stale value.
+    """
+    path = Path(state_dir) / TOKEN_FILE
+    given = environ.get(TOKEN_ENV)
+    if given:
+        token = check_token(given, f"${TOKEN_ENV}")
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise DeepShareError(f"{path}: cannot remove the old token file ({exc.strerror or exc})") from None
+        return token, None
+    token = secrets.token_urlsafe(32)
+    write_private(path, token + "\n")
+    return token, path
+
+
+def client_token(flag: str | None, state_dir: str | Path | None, environ: Mapping[str, str] = os.environ) -> str:
+    """The token a client sends: ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else ``<state>/token``."""
+    if flag:
+        return flag
+    if environ.get(TOKEN_ENV):
+        return environ[TOKEN_ENV]
+    if state_dir is not None:
+        path = Path(state_dir) / TOKEN_FILE
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DeepShareError(f"--state {state_dir}: cannot read the token file {path} "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+        if text:
+            return text
+    raise DeepShareError(f"no scheduler token: give --token, set ${TOKEN_ENV}, or --state DIR of the scheduler "
+                         f"(it writes DIR/{TOKEN_FILE})")

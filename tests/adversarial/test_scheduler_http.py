@@ -1,0 +1,260 @@
+"""Attacks on the live scheduler's HTTP API through its real ASGI stack (uvicorn on loopback, the
+guards of ``deepshare.runtime.api.guard``), over a journal only (no Ray: nothing could run
+anyway, so the assertion is that nothing reaches the journal).
+
+Covered: the cross-origin "simple" POST, tokenless / wrong-token / malformed-header calls on every
+route, DNS-rebinding Host headers, non-JSON bodies, deeply nested JSON, coercions and unbounded
+strings in job specs, path traversal and bounds of the logs route, /healthz before and after the
+loop runs, and exact metric counter deltas.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+uvicorn = pytest.importorskip("uvicorn")
+
+from deepshare.runtime.api import MAX_BODY_BYTES, guard, make_app  # noqa: E402
+from deepshare.runtime.journal import Journal  # noqa: E402
+from deepshare.runtime.logs import MAX_CHUNK, rank_log_path  # noqa: E402
+from deepshare.runtime.metrics import SchedulerMetrics  # noqa: E402
+from deepshare.runtime.service import bind  # noqa: E402
+
+TOKEN = "s3cret-token-for-tests-0123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
+GOOD = dict(name="x", gpus=1, model="DLRM", command=["/bin/sh", "-c", "id > /tmp/p"], checkpoint_dir="/tmp/c")
+
+
+class Server:
+    def __init__(self, root: Path) -> None:
+        self.state = root / "state"
+        self.journal = Journal(self.state)
+        self.ready = False
+        self.metrics = SchedulerMetrics("9.9.9", "fifo+consolidated", self.journal.counts)
+        app = make_app(self.journal, lambda: (8, 2), state_dir=self.state, metrics=self.metrics,
+                       ready=lambda: self.ready)
+        guarded = guard(app, token=TOKEN, bound_host="127.0.0.1", allowed_hosts=("sched.internal",),
+                        metrics=self.metrics)
+        self.sock = bind("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.srv = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.srv.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.srv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def call(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+             host: str | None = None) -> tuple[int, bytes]:
+        """One request; ``host`` replaces the ``Host`` header (None: 127.0.0.1:PORT; "": none)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            if host != "":
+                conn.putheader("Host", host if host is not None else f"127.0.0.1:{self.port}")
+            for k, v in (headers or {}).items():
+                conn.putheader(k, v)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.srv.should_exit = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+        self.journal.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("sched-http"))
+    yield s
+    s.close()
+
+
+def error(body: bytes) -> str:
+    return json.loads(body)["error"]
+
+
+def test_cross_origin_simple_post_is_refused_and_nothing_is_submitted(server):
+    before = len(server.journal.jobs())
+    body = json.dumps(GOOD).encode()
+    # Exactly what a page on evil.example can send without a preflight: text/plain, no credentials.
+    status, answer = server.call("POST", "/v1/jobs", body, {"Content-Type": "text/plain", "Origin": "http://evil.example"})
+    assert status == 401 and "bearer token" in error(answer)
+    # Even with the token (a page cannot have it), text/plain is refused: the body is never read.
+    status, answer = server.call("POST", "/v1/jobs", body, {**AUTH, "Content-Type": "text/plain",
+                                                             "Origin": "http://evil.example"})
+    assert status == 415 and "application/json" in error(answer)
+    for ctype in ("application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/jsonx"):
+        status, _ = server.call("POST", "/v1/jobs", body, {**AUTH, **({"Content-Type": ctype} if ctype else {})})
+        assert status == 415, ctype
+    assert len(server.journal.jobs()) == before
+    # The control: the same body, JSON with the token, is accepted (so the refusals above are real).
+    status, answer = server.call("POST", "/v1/jobs", body, {**AUTH, "Content-Type": "application/json; charset=utf-8"})
+    assert status == 201 and json.loads(answer)["state"] == "queued"
+    assert len(server.journal.jobs()) == before + 1
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/v1/jobs"), ("GET", "/v1/jobs/x-1"), ("DELETE", "/v1/jobs/x-1"),
+                                          ("GET", "/v1/jobs/x-1/logs"), ("GET", "/metrics"), ("GET", "/docs"),
+                                          ("GET", "/openapi.json"), ("POST", "/v1/jobs"), ("GET", "/nope")])
+@pytest.mark.parametrize("auth", [None, "Bearer wrong-token-xxxxxxxxxx", f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}",
+                                  f"bearer {TOKEN}", TOKEN, f"Basic {TOKEN}", f"Bearer  {TOKEN}"])
+def test_every_route_but_healthz_needs_the_exact_token(server, method, path, auth):
+    headers = {**JSON, **({"Authorization": auth} if auth else {})}
+    status, answer = server.call(method, path, b"{}" if method == "POST" else None, headers)
+    assert status == 401 and "bearer token" in error(answer)
+
+
+def test_cancel_without_token_changes_nothing(server):
+    job = server.journal.submit(__import__("deepshare.runtime.spec", fromlist=["spec_from_json"]).spec_from_json(GOOD))
+    assert server.call("DELETE", f"/v1/jobs/{job.job_id}")[0] == 401
+    assert server.journal.get(job.job_id).state.value == "queued"
+    assert server.call("DELETE", f"/v1/jobs/{job.job_id}", headers=AUTH)[0] == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8470", "127.0.0.1.evil.example", "localhost.evil",
+                                  "10.1.2.3", "[fe80::1]:80", "", "sched.internal.evil"])
+def test_foreign_host_header_is_403_even_with_the_token(server, host):
+    status, answer = server.call("GET", "/v1/jobs", headers=AUTH, host=host)
+    assert status == 403 and "Host header" in error(answer)
+    assert server.call("GET", "/healthz", host=host)[0] == 403  # rebinding cannot even probe liveness
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:1234", "LOCALHOST", "[::1]:8470", "127.0.0.2",
+                                  "sched.internal", "sched.internal:443"])
+def test_own_host_names_pass(server, host):
+    assert server.call("GET", "/v1/jobs", headers=AUTH, host=host)[0] == 200
+
+
+def test_healthz_needs_no_token_and_says_when_the_loop_runs(server):
+    server.ready = False
+    status, answer = server.call("GET", "/healthz")
+    assert status == 503 and json.loads(answer) == {"status": "starting"}
+    server.ready = True
+    status, answer = server.call("GET", "/healthz")
+    assert status == 200 and json.loads(answer) == {"status": "ok"}
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"[" * 100_000 + b"]" * 100_000, "body: JSON nested too deeply"),
+    (b'{"name": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "body: JSON nested too deeply"),
+    (b"{not json", "body: not valid JSON"),
+    (b"\xff\xfe", "body: not valid JSON"),
+])
+def test_malformed_and_deeply_nested_json_is_400(server, body, message):
+    before = len(server.journal.jobs())
+    status, answer = server.call("POST", "/v1/jobs", body, {**AUTH, **JSON})
+    assert status == 400 and error(answer).startswith(message)
+    assert len(server.journal.jobs()) == before
+
+
+def test_body_over_the_limit_is_413_without_reading_it(server):
+    status, answer = server.call("POST", "/v1/jobs", b" " * (MAX_BODY_BYTES + 1), {**AUTH, **JSON})
+    assert status == 413 and str(MAX_BODY_BYTES) in error(answer)
+
+
+LONG = "a" * 4097
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"gpus": True}, "gpus: Input should be a valid integer"),
+    ({"gpus": "1"}, "gpus: Input should be a valid integer"),
+    ({"gpus": 1.0}, "gpus: Input should be a valid integer"),
+    ({"gpus": 5000}, "gpus: Input should be less than or equal to 4096"),
+    ({"expected_duration_s": "10"}, "expected_duration_s: Input should be a valid number"),
+    ({"expected_duration_s": 1e999}, "expected_duration_s: Input should be a finite number"),
+    ({"total_samples": True}, "total_samples: Input should be a valid number"),
+    ({"name": "x" * 64}, "name: Value error"),
+    ({"name": "../x"}, "name: Value error"),
+    ({"model": "m" * 65}, "model: String should have at most 64 characters"),
+    ({"command": ["/bin/true", LONG]}, "command.1: String should have at most 4096 characters"),
+    ({"command": ["/bin/true"] * 257}, "command: List should have at most 256 items"),
+    ({"command": ["/bin/true", 1]}, "command.1: Input should be a valid string"),
+    ({"command": ["/bin/true", "a\x00b"]}, "command: Value error, NUL characters are not allowed"),
+    ({"args": [LONG]}, "args.0: String should have at most 4096 characters"),
+    ({"args": ["x"] * 257}, "args: List should have at most 256 items"),
+    ({"env": {"K": LONG}}, "env.K: String should have at most 4096 characters"),
+    ({"env": {"K" * 129: "v"}}, "env.KKKK"),
+    ({"env": {f"K{i}": "v" for i in range(129)}}, "env: Dictionary should have at most 128 items"),
+    ({"env": {"K": 1}}, "env.K: Input should be a valid string"),
+    ({"env": {"BAD-KEY": "v"}}, "env: Value error, invalid environment variable name"),
+    ({"checkpoint_dir": "/" + LONG}, "checkpoint_dir: String should have at most 4096 characters"),
+    ({"working_dir": ""}, "working_dir: String should have at least 1 character"),
+    ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
+])
+def test_strict_specs_name_the_field(server, patch, field):
+    before = len(server.journal.jobs())
+    status, answer = server.call("POST", "/v1/jobs", json.dumps({**GOOD, **patch}).encode(), {**AUTH, **JSON})
+    assert status == 422 and field in error(answer), error(answer)
+    assert len(server.journal.jobs()) == before
+
+
+def test_logs_route_is_bounded_and_never_leaves_the_logs_folder(server):
+    spec = __import__("deepshare.runtime.spec", fromlist=["spec_from_json"]).spec_from_json({**GOOD, "gpus": 2})
+    job = server.journal.submit(spec)
+    path = rank_log_path(server.state, job.job_id, 1)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"0123456789" * 10_000)  # 100,000 bytes
+    (server.state / "secret").write_text("do not serve")
+    status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?rank=1", headers=AUTH)
+    doc = json.loads(answer)
+    assert status == 200 and doc["offset"] == 0 and doc["next_offset"] == MAX_CHUNK and doc["size"] == 100_000
+    assert len(doc["text"]) == MAX_CHUNK
+    status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?rank=1&offset={MAX_CHUNK}", headers=AUTH)
+    doc = json.loads(answer)
+    assert doc["next_offset"] == 100_000 and len(doc["text"]) == 100_000 - MAX_CHUNK
+    status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?rank=1&offset=-15", headers=AUTH)
+    assert json.loads(answer)["text"] == "567890123456789"
+    status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?rank=0", headers=AUTH)
+    assert status == 200 and json.loads(answer)["text"] == "" and json.loads(answer)["size"] == 0  # nothing yet
+    for query, message in [("rank=2", "rank: expected 0..1"), ("rank=-1", "rank: expected 0..1"),
+                           ("rank=../../secret", "rank: expected an integer"), ("rank=1&limit=0", "limit: expected"),
+                           (f"rank=1&limit={MAX_CHUNK + 1}", "limit: expected"), ("offset=x", "offset: expected")]:
+        status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?{query}", headers=AUTH)
+        assert status == 422 and message in error(answer), query
+    for bad in ("..%2F..%2Fsecret", "%2E%2E", "..", "nope-1"):
+        status, answer = server.call("GET", f"/v1/jobs/{bad}/logs", headers=AUTH)
+        assert status == 404 and "do not serve" not in answer.decode(), bad
+
+
+def test_metrics_count_requests_by_code_exactly(server):
+    def value(name: str, **labels: str) -> float:
+        got = server.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if got is None else got
+
+    before = {code: value("deepshare_scheduler_http_requests_total", route="/v1/jobs", code=code)
+              for code in ("200", "401", "403", "415")}
+    server.call("GET", "/v1/jobs", headers=AUTH)
+    server.call("GET", "/v1/jobs", headers=AUTH)
+    server.call("GET", "/v1/jobs")
+    server.call("GET", "/v1/jobs", headers=AUTH, host="evil.example")
+    server.call("POST", "/v1/jobs", b"x", {**AUTH, "Content-Type": "text/plain"})
+    after = {code: value("deepshare_scheduler_http_requests_total", route="/v1/jobs", code=code) for code in before}
+    assert {c: after[c] - before[c] for c in before} == {"200": 2.0, "401": 1.0, "403": 1.0, "415": 1.0}
+    count = value("deepshare_scheduler_http_request_duration_seconds_count", route="/v1/jobs")
+    server.call("GET", "/v1/jobs/some-1", headers=AUTH)  # a job id folds into one route label
+    assert value("deepshare_scheduler_http_requests_total", route="/v1/jobs/{id}", code="404") >= 1
+    assert value("deepshare_scheduler_http_request_duration_seconds_count", route="/v1/jobs") == count
+    status, text = server.call("GET", "/metrics", headers=AUTH)
+    text = text.decode()
+    assert status == 200
+    assert 'deepshare_scheduler_build_info{policy="fifo+consolidated",version="9.9.9"} 1.0' in text
+    assert "process_cpu_seconds_total" in text  # the process collector, on this registry
+    queued = sum(1 for j in server.journal.jobs() if j.state.value == "queued")
+    assert f"deepshare_scheduler_queue_length {float(queued)}" in text
+    for name in ("running_jobs", "gpus_in_use", "launches_total", "launch_failures_total", "preemptions_total",
+                 "migrations_total", "decision_duration_seconds_bucket", "tick_duration_seconds_bucket"):
+        assert f"deepshare_scheduler_{name}" in text, name
