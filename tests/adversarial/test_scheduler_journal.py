@@ -1,0 +1,261 @@
+"""Careless and hostile state for the live scheduler, no Ray needed: corrupt journal files and rows,
+file modes of the journal and the token, bad tokens and flags, and the cancel races of the
+journal's state machine. Everything that must fail fails in one line with exit 2 *before* Ray
+would start (``start_ray`` is replaced by a function that fails the test if it is reached).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.runtime import service
+from deepshare.runtime.journal import JobState, Journal, TransitionError
+from deepshare.runtime.models import job_detail, job_out
+from deepshare.runtime.spec import spec_from_json
+from deepshare.runtime.token import TOKEN_ENV, client_token, scheduler_token
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = dict(name="j", gpus=1, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/ckpt")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    def refuse(*_a, **_k):
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(service, "start_ray", refuse)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+
+
+def start(state: Path, *extra: str) -> list[str]:
+    return ["scheduler", "start", "--local", "--port", "0", "--state", str(state), "--policy", "fifo+consolidated",
+            *extra]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_zero_byte_journal_is_refused_not_replaced(tmp_path):
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "journal.sqlite").write_bytes(b"")
+    # The real command in a subprocess: one line, exit 2, and Ray never started (it would take seconds
+    # and print its own lines).
+    done = subprocess.run([sys.executable, "-m", "deepshare", *start(state)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != TOKEN_ENV})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"deepshare: error: --state {state}: {state / 'journal.sqlite'} is empty (0 bytes), not a journal; "
+        "move it away to start with a new journal"]
+    assert (state / "journal.sqlite").stat().st_size == 0 and not (state / "scheduler.json").exists()
+
+
+@pytest.mark.parametrize("content", [b"garbage" * 100, b"SQLite format 3\x00" + b"\x01" * 200])
+def test_garbage_journal_is_refused(tmp_path, capsys, no_ray, content):
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "journal.sqlite").write_bytes(content)
+    assert main(start(state)) == 2
+    assert "journal.sqlite is not a journal" in one_error_line(capsys)
+    assert (state / "journal.sqlite").read_bytes() == content
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path, capsys, no_ray):
+    state = tmp_path / "s"
+    state.mkdir()
+    db = sqlite3.connect(state / "journal.sqlite")
+    db.execute("CREATE TABLE photos (id INTEGER)")
+    db.commit()
+    db.close()
+    assert main(start(state)) == 2
+    assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
+
+
+def test_journal_token_and_state_are_private(tmp_path, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    old = os.umask(0)  # the most permissive umask: modes must not depend on it
+    try:
+        state = tmp_path / "s"
+        journal = Journal(state)
+        journal.submit(spec_from_json(SPEC))
+        token, path = scheduler_token(state)
+    finally:
+        os.umask(old)
+    assert mode(state) == 0o700 and mode(state / "journal.sqlite") == 0o600
+    assert mode(state / "journal.sqlite-wal") == 0o600
+    assert path == state / "token" and mode(path) == 0o600 and path.read_text() == token + "\n"
+    assert len(token) >= 32 and not list(state.glob(".token*"))  # no temporary left behind
+    assert client_token(None, state, environ={}) == token
+    token2, _ = scheduler_token(state)
+    assert token2 != token and client_token(None, state, environ={}) == token2  # a new one at each start
+    journal.close()
+    os.chmod(state / "journal.sqlite", 0o644)  # a journal made readable by someone else is tightened again
+    Journal(state).close()
+    assert mode(state / "journal.sqlite") == 0o600
+
+
+def test_environment_token_is_never_written_and_removes_a_stale_file(tmp_path):
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "token").write_text("stale-token-value\n")
+    token, path = scheduler_token(state, environ={TOKEN_ENV: "from-the-env-123"})
+    assert token == "from-the-env-123" and path is None and not (state / "token").exists()
+    assert client_token(None, state, environ={TOKEN_ENV: "x" * 9}) == "x" * 9
+    assert client_token("flag-token", state, environ={TOKEN_ENV: "x" * 9}) == "flag-token"
+
+
+def test_short_environment_token_is_one_line_before_ray(tmp_path, capsys, no_ray, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, "short")
+    assert main(start(tmp_path / "s")) == 2
+    assert one_error_line(capsys) == (f"deepshare: error: ${TOKEN_ENV}: the token must have at least 8 characters, "
+                                      "got 5")
+
+
+def test_client_without_any_token_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    for argv in (["jobs"], ["cancel", "x-1"], ["logs", "x-1"], ["submit", str(ROOT / "examples/jobs/tiny.yaml")]):
+        assert main([*argv, "--url", "http://127.0.0.1:9", "--state", str(tmp_path / "none")]) == 2
+        assert "no scheduler token: give --token" in one_error_line(capsys)
+    assert main(["jobs", "--state", str(tmp_path / "none"), "--token", "t" * 10]) == 2
+    assert "no --url, and no scheduler has written" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--interval", "1e10"], "--interval: expected a number of seconds in (0, 86400]"),
+    (["--preempt-grace", "inf"], "--preempt-grace: expected a number of seconds"),
+    (["--launch-timeout", "nan"], "--launch-timeout: expected a number of seconds"),
+    (["--max-launch-attempts", "0"], "--max-launch-attempts: expected a positive integer"),
+])
+def test_out_of_range_flags_are_one_line(tmp_path, capsys, no_ray, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(start(tmp_path / "s", *flags))
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_ray_that_cannot_start_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
+    """A Ray start that times out (here: the local cluster raises as Ray does) is exit 1, no traceback."""
+    import deepshare.runtime.localcluster as lc
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+
+    def timeout(self):
+        raise TimeoutError("Timed out after 60 seconds waiting for the GCS to start\nmore detail")
+
+    monkeypatch.setattr(lc.LocalCluster, "start", timeout)
+    assert main(start(tmp_path / "s")) == 1
+    assert one_error_line(capsys) == ("deepshare: error: could not start the local Ray cluster (TimeoutError: "
+                                      "Timed out after 60 seconds waiting for the GCS to start)")
+
+
+def test_non_loopback_host_warns_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+
+    def stop_here(*_a, **_k):
+        raise service.RuntimeFailure("stopped by the test")
+
+    monkeypatch.setattr(service, "start_ray", stop_here)
+    assert main(start(tmp_path / "s", "--host", "0.0.0.0")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("warning: --host 0.0.0.0 exposes the scheduler's API, which runs any command as user ")
+    assert "without TLS" in err[0] and len(err) == 2
+    assert main(start(tmp_path / "t", "--host", "127.0.0.1")) == 1
+    assert "warning" not in capsys.readouterr().err
+
+
+# -- corrupt rows ------------------------------------------------------------------------------
+@pytest.mark.parametrize("column, value, why", [
+    ("spec", "{not json", "Invalid JSON"),
+    ("spec", json.dumps({**SPEC, "gpus": True}), "gpus"),
+    ("spec", json.dumps({**SPEC, "command": None, "entrypoint": None}), "exactly one of entrypoint"),
+    ("state", "zombie", "'zombie' is not a valid JobState"),
+    ("placement", "[[", "Expecting value"),
+])
+def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, why):
+    journal = Journal(tmp_path / "s")
+    good = journal.submit(spec_from_json({**SPEC, "name": "good"}))
+    bad = journal.submit(spec_from_json({**SPEC, "name": "bad", "gpus": 2}))
+    journal.start_run(bad.job_id, (("node0", 2),), None)
+    other = sqlite3.connect(tmp_path / "s" / "journal.sqlite")  # someone edits the file under the scheduler
+    other.execute(f"UPDATE jobs SET {column}=? WHERE id=?", (value, bad.job_id))
+    other.commit()
+    other.close()
+    jobs = {j.job_id: j for j in journal.jobs()}
+    assert jobs[good.job_id].state is JobState.QUEUED
+    q = jobs[bad.job_id]
+    assert q.state is JobState.FAILED and q.error.startswith("quarantined: its journal row cannot be read (")
+    assert why in q.error
+    assert [j.job_id for j in journal.jobs(JobState.RUNNING)] == []  # the loop no longer sees it running
+    assert [j.job_id for j in journal.jobs(JobState.QUEUED)] == [good.job_id]
+    out = job_out(journal.get(bad.job_id))  # what GET /v1/jobs answers for it
+    assert out.state == "failed" and out.name == "bad"
+    detail = job_detail(journal.get(bad.job_id), journal.runs(bad.job_id), journal.transitions(bad.job_id))
+    reasons = [t.reason for t in detail.transitions]
+    assert sum(r.startswith("quarantined") for r in reasons) == 1  # read three times, quarantined once
+    with pytest.raises(TransitionError):
+        journal.cancel(bad.job_id)
+    journal.close()
+    reopened = Journal(tmp_path / "s")  # and after a restart
+    assert reopened.get(bad.job_id).state is JobState.FAILED and reopened.get(good.job_id).state is JobState.QUEUED
+    reopened.close()
+
+
+# -- cancel races ------------------------------------------------------------------------------
+def test_cancel_during_a_failing_launch_is_not_lost(tmp_path):
+    journal = Journal(tmp_path / "s")
+    job = journal.submit(spec_from_json(SPEC))
+    attempt = journal.start_run(job.job_id, (("node0", 1),), None)  # a launch in flight
+    assert journal.cancel(job.job_id) is JobState.RUNNING  # 202: marked
+    journal.end_run(job.job_id, attempt, JobState.QUEUED, "launch failed: rank 0 could not start")
+    after = journal.get(job.job_id)
+    assert after.state is JobState.CANCELLED and after.finish_time is not None and after.preemptions == 0
+    assert journal.transitions(job.job_id)[-1].reason == "launch failed: rank 0 could not start; cancelled"
+    with pytest.raises(TransitionError):
+        journal.start_run(job.job_id, (("node0", 1),), None)
+    journal.close()
+
+
+def test_cancel_of_a_queued_job_is_immediate_and_final(tmp_path):
+    journal = Journal(tmp_path / "s")
+    job = journal.submit(spec_from_json(SPEC))
+    assert journal.cancel(job.job_id) is JobState.CANCELLED
+    with pytest.raises(TransitionError, match="already cancelled"):
+        journal.cancel(job.job_id)
+    with pytest.raises(TransitionError):
+        journal.start_run(job.job_id, (("node0", 1),), None)
+    with pytest.raises(KeyError):
+        journal.cancel("nope-1")
+    journal.close()
+
+
+def test_launch_failures_count_only_consecutive_failed_launches(tmp_path):
+    journal = Journal(tmp_path / "s")
+    job = journal.submit(spec_from_json(SPEC)).job_id
+    assert journal.launch_failures(job) == (0, None)
+    a = journal.start_run(job, (("node0", 1),), None)
+    journal.end_run(job, a, JobState.QUEUED, "launch failed: x")
+    a = journal.start_run(job, (("node0", 1),), None)
+    journal.end_run(job, a, JobState.QUEUED, "launch waited: GPUs not granted")  # a wait is not a failure...
+    assert journal.launch_failures(job)[0] == 0  # ...and it breaks the run of failures
+    for _ in range(2):
+        a = journal.start_run(job, (("node0", 1),), None)
+        journal.end_run(job, a, JobState.QUEUED, "launch failed: y")
+    count, last = journal.launch_failures(job)
+    assert count == 2 and last == journal.runs(job)[-1].ended
+    journal.close()
