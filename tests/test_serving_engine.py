@@ -3,7 +3,6 @@ registered policy, and the field paths of inconsistent requests."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -76,16 +75,16 @@ def test_valid_requests_get_feasible_answers(request):
 
 
 def test_batched_scoring_gives_the_same_answer():
-    """The async path (scorer calls batched by the server) decides exactly like the sync one."""
+    """A server's scorer (calls batched with other requests') decides exactly like the policy's own."""
     eng = engine()
     calls = []
 
-    async def score(obs):
+    def score(obs):
         calls.append(obs)
         return eng.batch_scorer([obs, obs])[1]  # scored inside a batch of two
 
     request = PlacementRequest.model_validate(large_request(16, 16))
-    together = asyncio.run(eng.place_async(request, score))
+    together = eng.place(request, score=score)
     assert together == eng.place(request) and len(calls) > 1
 
 

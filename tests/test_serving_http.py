@@ -205,18 +205,19 @@ def metric(http, url: str, name: str, **labels: str) -> float:
     text = http.get(url + "/metrics", timeout=10).text
     selector = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
-        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if match and ",".join(sorted(match.group(1).split(","))) == selector:
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and ",".join(sorted((match.group(1) or "").split(","))) == selector:
             return float(match.group(2))
     return 0.0
 
 
 def test_metrics_count_what_was_served(service, http):
     url, _, _ = service
-    ok = lambda: metric(http, url, "deepshare_http_requests_total", route="/v1/placements", status="200")  # noqa: E731
-    invalid = lambda: metric(http, url, "deepshare_http_requests_total", route="/v1/placements", status="422")  # noqa: E731
-    waits = lambda: metric(http, url, "deepshare_placement_decisions_total", action="wait")  # noqa: E731
-    places = lambda: metric(http, url, "deepshare_placement_decisions_total", action="place")  # noqa: E731
+    requests_total = "deepshare_serve_requests_total"
+    ok = lambda: metric(http, url, requests_total, route="/v1/placements", method="POST", code="200")  # noqa: E731
+    invalid = lambda: metric(http, url, requests_total, route="/v1/placements", method="POST", code="422")  # noqa: E731
+    waits = lambda: metric(http, url, "deepshare_serve_decisions_total", action="wait")  # noqa: E731
+    places = lambda: metric(http, url, "deepshare_serve_decisions_total", action="place")  # noqa: E731
     before = ok(), invalid(), waits(), places()
     answers = [post(http, url, small_request()).json() for _ in range(3)]
     assert post(http, url, {"now": -1}).status_code == 422
@@ -224,8 +225,27 @@ def test_metrics_count_what_was_served(service, http):
     assert (ok(), invalid(), waits(), places()) == (
         before[0] + 3, before[1] + 1, before[2] + 9 - placed, before[3] + placed
     )
-    assert metric(http, url, "deepshare_policy_load_seconds", policy="rl-hybrid") > 0
-    assert metric(http, url, "deepshare_http_request_seconds_count", route="/v1/placements") >= 4
+    assert metric(http, url, "deepshare_serve_policy_load_seconds", policy="rl-hybrid") > 0
+    assert metric(http, url, "deepshare_serve_request_duration_seconds_count", route="/v1/placements") >= 4
+    assert metric(http, url, "deepshare_serve_decision_duration_seconds_count", outcome="ok") >= 3
+    assert metric(http, url, "deepshare_serve_decision_duration_seconds_count", outcome="invalid") >= 1
+    assert metric(http, url, "deepshare_serve_decisions_in_flight") == 0
+
+
+def test_metrics_follow_prometheus_conventions(service, http):
+    """Build info with version and policy, the process collector, histograms in seconds."""
+    import deepshare
+
+    url, _, _ = service
+    text = http.get(url + "/metrics", timeout=10).text
+    info = re.search(r'^deepshare_serve_build_info\{(.*)\} 1\.0$', text, re.MULTILINE)
+    assert info is not None, text[:2000]
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', info.group(1)))
+    assert labels["version"] == deepshare.__version__ and labels["policy"] == "rl-hybrid"
+    assert labels["policy_version"].startswith(f"deepshare-{deepshare.__version__}+")
+    assert "# TYPE deepshare_serve_request_duration_seconds histogram" in text
+    assert "# TYPE process_cpu_seconds_total counter" in text and "process_resident_memory_bytes" in text
+    assert "deepshare_http_" not in text and "deepshare_placement_" not in text  # the old names are gone
 
 
 def test_client_reports_refusals_with_the_field(service):

@@ -2,12 +2,18 @@
 
 Built around a :class:`PlacementEngine`; Serve hosts it (``deepshare.serving.deployment``), but
 it is a plain ASGI app, so anything that runs ASGI can. Every user error is a 4xx whose body
-names the offending field's path; a 5xx means a bug here.
+names the offending field's path; 503 (with ``Retry-After``) means no decision within the
+deadline; any other 5xx means a bug here. Parsing, the size limits and the decision itself run
+in a decision thread (:class:`DecisionWorkers`), never on the event loop.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import concurrent.futures
+import math
+import time
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,26 +22,40 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 import deepshare
-from deepshare.serving.engine import AsyncScorer, PlacementEngine
+from deepshare.serving.deadline import Deadline, DecisionTimeout
+from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
+from deepshare.serving.limits import LimitExceeded, RequestLimits
 from deepshare.serving.metrics import ServiceMetrics
-from deepshare.serving.middleware import LimitBody, ObserveRequests, RequireToken
+from deepshare.serving.middleware import AnswerHealth, LimitBody, ObserveRequests, RequireToken
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import ServiceSettings
 from deepshare.serving.translate import RequestError
+from deepshare.serving.workers import DecisionWorkers
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "the body is not JSON"},
     401: {"description": "missing or wrong bearer token"},
-    413: {"description": "the body is over the size limit"},
+    408: {"description": "the body did not arrive within the body timeout (the connection is closed)"},
+    413: {"description": "the body is over the size limit, or a list over the node / job limits (`detail[].loc`)"},
     422: {"description": "a field is missing, of the wrong type or inconsistent; `detail[].loc` is its path"},
+    503: {"description": "no decision within the decision timeout; retry after `Retry-After` seconds, or send less"},
 }
 
 
 def build_api(
-    engine: PlacementEngine, settings: ServiceSettings, metrics: ServiceMetrics, score: AsyncScorer | None = None
+    engine: PlacementEngine,
+    settings: ServiceSettings,
+    metrics: ServiceMetrics,
+    score: AsyncScorer | None = None,
+    workers: DecisionWorkers | None = None,
 ) -> FastAPI:
+    """The app; ``score`` batches a learned policy's forward passes on the event loop,
+    ``workers`` run decisions (default: ``settings.decision_threads`` new threads)."""
+    workers = workers or DecisionWorkers(settings.decision_threads)
+    limits = RequestLimits(settings.max_nodes, settings.max_pending, settings.max_running)
+    retry_after = str(max(1, math.ceil(settings.decision_timeout_s)))
     app = FastAPI(
         title="DeepShare placement service",
         version=deepshare.__version__,
@@ -51,11 +71,12 @@ def build_api(
 
     @app.exception_handler(RequestError)
     async def inconsistent_body(_: Request, exc: RequestError) -> JSONResponse:
-        errors = [{"loc": list(e.loc), "msg": e.msg, "type": "value_error"} for e in exc.errors]
-        return JSONResponse({"detail": errors}, status_code=422)
+        kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
+        errors = [{"loc": list(e.loc), "msg": e.msg, "type": kind} for e in exc.errors]
+        return JSONResponse({"detail": errors}, status_code=status)
 
     @app.get("/healthz", response_model=HealthOut, summary="liveness (no token needed)")
-    async def healthz() -> HealthOut:
+    async def healthz() -> HealthOut:  # answered by AnswerHealth first; here for the OpenAPI document
         return HealthOut(policy=engine.name)
 
     @app.get("/v1/policy", response_model=PolicyOut, responses=_only(401), summary="the policy behind this service")
@@ -63,20 +84,49 @@ def build_api(
         return engine.describe()
 
     @app.post(
-        "/v1/placements", response_model=PlacementResponse, responses=_only(400, 401, 413, 422),
+        "/v1/placements", response_model=PlacementResponse, responses=_only(400, 401, 408, 413, 422, 503),
         summary="where should the pending jobs go now?",
         openapi_extra={
             "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": _ref(PlacementRequest)}}}}
         },
     )
     async def placements(request: Request) -> Response:
-        # Parsed here rather than by FastAPI: any Content-Type is read as JSON (curl -d sends a
-        # form type) and pydantic's own JSON parser is faster.
+        raw = await request.body()  # already whole: LimitBody read it under its size and time limits
+        deadline = Deadline(settings.decision_timeout_s)
+        scorer = None
+        if score is not None:
+            scorer = _threadsafe(score, asyncio.get_running_loop(), deadline, engine.batch_scorer, lambda: engine.in_flight > 1)
+
+        def decide() -> PlacementResponse:
+            # Parsed here rather than by FastAPI: any Content-Type is read as JSON (curl -d sends
+            # a form type) and pydantic's own JSON parser is faster.
+            try:
+                body = PlacementRequest.model_validate_json(raw)
+            except ValidationError as exc:
+                raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+            limits.check(body)
+            return engine.place(body, deadline, scorer)
+
+        engine.in_flight += 1
+        metrics.in_flight.inc()
+        start, outcome = time.perf_counter(), "error"
         try:
-            body = PlacementRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
-        response = await engine.place_async(body, score)
+            response = await workers.run(decide, deadline)
+            outcome = "ok"
+        except DecisionTimeout:
+            outcome = "timeout"
+            return JSONResponse(
+                {"detail": f"no decision within {settings.decision_timeout_s:g} s (the service's decision timeout): "
+                           "the request is too large for it, or the service is overloaded"},
+                status_code=503, headers={"Retry-After": retry_after},
+            )
+        except (RequestValidationError, RequestError):
+            outcome = "invalid"
+            raise
+        finally:
+            engine.in_flight -= 1
+            metrics.in_flight.dec()
+            metrics.decision_latency.labels(outcome).observe(time.perf_counter() - start)
         placed = sum(d.action == "place" for d in response.decisions)
         metrics.count_decisions(
             {"place": placed, "wait": len(response.decisions) - placed, "preempt": len(response.preempt),
@@ -100,11 +150,37 @@ def build_api(
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    # Added last = outermost: metrics see every answer, including the guards' 401 and 413.
-    app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes)
+    # Added last = outermost: metrics see every answer, including the guards' 401, 408 and 413;
+    # health checks are answered before the token check and before any body is read.
+    app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(RequireToken, token=settings.token)
+    app.add_middleware(AnswerHealth, policy=engine.name)
     app.add_middleware(ObserveRequests, metrics=metrics)
     return app
+
+
+def _threadsafe(
+    score: AsyncScorer,
+    loop: asyncio.AbstractEventLoop,
+    deadline: Deadline,
+    direct: Callable[[list[dict[str, Any]]], list[Any]] | None,
+    company: Callable[[], bool],
+) -> Scorer:
+    """``score`` callable from a decision thread: while other requests decide too (``company()``)
+    each call runs on ``loop``, where concurrent requests' calls batch, waiting at most until
+    ``deadline``; a lone request scores in its own thread (``direct``), saving two thread hops."""
+
+    def call(obs):  # type: ignore[no-untyped-def]
+        if direct is not None and not company():
+            return direct([obs])[0]
+        future = asyncio.run_coroutine_threadsafe(score(obs), loop)
+        try:
+            return future.result(deadline.remaining())
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise DecisionTimeout(f"no decision within {deadline.seconds:g} s") from None
+
+    return call
 
 
 def _ref(model: type) -> str:

@@ -15,9 +15,27 @@ import socket
 import threading
 from typing import Any
 
-from deepshare.cli_types import listen_port, positive_int
+from deepshare.cli_types import listen_port, number, positive_int
 from deepshare.core.types import DeepShareError
-from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
+from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
+from deepshare.serving.settings import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_DECISION_TIMEOUT_S,
+    DEFAULT_MAX_NODES,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_RUNNING,
+    TOKEN_ENV,
+    ServiceSettings,
+)
+
+EXIT_RUNTIME = 1
+"""Exit status when Ray or Serve fails to start (bad input exits 2)."""
+bounded_seconds = number(float, lambda v: 0 < v <= 3600, "seconds in (0, 3600]")
+
+
+def count(high: int):  # noqa: ANN201 - an argparse type
+    """A positive integer up to ``high``, naming the range when it is not."""
+    return number(int, lambda v: 0 < v <= high, f"an integer in 1..{high}")
 
 READY_LINE = "placement service ready"
 """Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
@@ -36,6 +54,18 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
     p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")
     p.add_argument("--max-body-bytes", type=positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
+    p.add_argument("--body-timeout-s", type=bounded_seconds, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
+                   help=f"408 and the connection closed when a body takes longer (default {DEFAULT_BODY_TIMEOUT_S:g})")
+    p.add_argument("--max-nodes", type=count(MAX_NODES), default=DEFAULT_MAX_NODES, metavar="N",
+                   help=f"413 for requests with more nodes (default {DEFAULT_MAX_NODES})")
+    p.add_argument("--max-pending", type=count(MAX_JOBS), default=DEFAULT_MAX_PENDING, metavar="N",
+                   help=f"413 for requests with more pending jobs (default {DEFAULT_MAX_PENDING})")
+    p.add_argument("--max-running", type=count(MAX_JOBS), default=DEFAULT_MAX_RUNNING, metavar="N",
+                   help=f"413 for requests with more running jobs (default {DEFAULT_MAX_RUNNING})")
+    p.add_argument("--decision-timeout-s", type=bounded_seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",
+                   help=f"503 with Retry-After when a decision takes longer; the work is stopped (default {DEFAULT_DECISION_TIMEOUT_S:g})")
+    p.add_argument("--decision-threads", type=count(64), default=4, metavar="N",
+                   help="decisions one replica runs at once; more wait their turn within their deadline (default 4)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.set_defaults(func=cmd_serve)
 
@@ -47,7 +77,12 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.policies import make_policy
 
     try:
-        settings = ServiceSettings(policy=args.policy, contention=args.contention, max_body_bytes=args.max_body_bytes)
+        settings = ServiceSettings(
+            policy=args.policy, contention=args.contention, max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout_s, max_nodes=args.max_nodes, max_pending=args.max_pending,
+            max_running=args.max_running, decision_timeout_s=args.decision_timeout_s,
+            decision_threads=args.decision_threads,
+        )
     except ValidationError as exc:  # pragma: no cover - argparse already checked the types
         raise DeepShareError(f"invalid settings: {exc}") from None
     make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
@@ -62,18 +97,27 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.serving.deployment import APP_NAME, resolve_settings, service_app
 
+    from deepshare.localray import init_local_ray
+
     stop = threading.Event()
     previous: dict[int, Any] = {}
     try:
-        if args.address:
-            ray.init(address=args.address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
-        # After ray.init, which installs its own fatal-signal handlers over any set before.
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-        serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
-        app = service_app(resolve_settings(settings), args.replicas)
-        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        try:
+            if args.address:
+                ray.init(address=args.address, log_to_driver=False)
+            else:  # a private instance: loopback only
+                init_local_ray(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
+            # After ray.init, which installs its own fatal-signal handlers over any set before.
+            previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+            serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
+            app = service_app(resolve_settings(settings), args.replicas)
+            serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        except Exception as exc:  # noqa: BLE001 - Ray's and Serve's start-up failures: one line, exit 1
+            where = f"Ray at --address {args.address}" if args.address else "a local Ray instance"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            err.print(f"deepshare: error: the placement service did not start on {where} ({type(exc).__name__}: {first})",
+                      markup=False, highlight=False, soft_wrap=True)
+            return EXIT_RUNTIME
         out.print(
             f"{READY_LINE}: policy {settings.policy} on http://{args.host}:{args.port} "
             f"({args.replicas} replica(s); API docs at /docs){' with a bearer token' if token else ''}",

@@ -2,9 +2,15 @@
 ``serve run serve/config.yaml`` and ``deepshare serve`` both use.
 
 Each replica loads the policy once and serves the FastAPI app of :mod:`deepshare.serving.api`.
-Concurrent requests on a replica share forward passes: while several requests are deciding, a
-learned policy's scorer calls go through a ``@serve.batch`` method, so N requests deciding at
-once cost about one batched pass per choice instead of N.
+Decisions run in the replica's decision threads; concurrent requests share forward passes:
+while several requests are deciding, a learned policy's scorer calls go through a
+``@serve.batch`` method on the replica's event loop, so N requests deciding at once cost about
+one batched pass per choice instead of N.
+
+``max_ongoing_requests`` is high (256) on purpose: a request slot costs an awaiting coroutine,
+while the CPU work is bounded by the decision threads, the decision deadline and the body
+timeout. With the 64 slots of Serve's default, 64 clients trickling their bodies filled the
+replica and health checks queued behind them in Serve's proxy.
 """
 
 from __future__ import annotations
@@ -16,36 +22,36 @@ import numpy as np
 from ray import serve
 from ray.serve import Application
 
+import deepshare
 from deepshare.serving.api import build_api
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.metrics import ServiceMetrics
 from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
+from deepshare.serving.workers import DecisionWorkers
 
 APP_NAME = "deepshare"
+MAX_ONGOING_REQUESTS = 256
 
 
-@serve.deployment(name="PlacementService", max_ongoing_requests=64, ray_actor_options={"num_cpus": 1})
+@serve.deployment(name="PlacementService", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 1})
 @serve.ingress()
 class PlacementService:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = ServiceSettings.model_validate(settings)
         self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
-        self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds)
+        self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
+        self.workers = DecisionWorkers(self.settings.decision_threads)
         self.score_batch.set_max_batch_size(self.settings.max_batch_size)
         self.score_batch.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
 
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
         score = self.score if self.engine.batch_scorer is not None else None
-        return build_api(self.engine, self.settings, self.metrics, score)
+        return build_api(self.engine, self.settings, self.metrics, score, self.workers)
 
     async def score(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """One observation's scores: batched with other requests' when any are deciding too,
-        directly otherwise (a lone request gains nothing from the batch queue's hops)."""
-        if self.engine.in_flight > 1:
-            return await self.score_batch(obs)
-        scorer = self.engine.batch_scorer
-        assert scorer is not None
-        return scorer([obs])[0]
+        """One observation's scores, batched with other requests' (the app calls this only while
+        several requests decide; a lone one scores in its own decision thread)."""
+        return await self.score_batch(obs)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0)
     async def score_batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:

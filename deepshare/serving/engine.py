@@ -1,17 +1,19 @@
 """One loaded policy answering placement requests: the service without HTTP.
 
 The Serve deployment wraps an engine; benchmarks call one in-process as the floor the HTTP
-path is measured against. Learned policies expose their decision as a sequence of scorer calls
-(:meth:`LearnedPolicy.steps`); :meth:`PlacementEngine.place_async` hands those calls to an
-awaitable scorer so a server can batch forward passes across concurrent requests.
+path is measured against. :meth:`PlacementEngine.place` is synchronous and bounded: it checks a
+:class:`~deepshare.serving.deadline.Deadline` after building the view, before every step of a
+learned policy and before every contention prediction a policy asks for, so a request too large
+to decide in time unwinds with :class:`DecisionTimeout` instead of occupying the replica. The
+service runs it in a decision thread (:mod:`deepshare.serving.workers`); a learned policy's
+forward passes can go to a scorer the server provides, which batches them across requests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -19,13 +21,15 @@ import numpy as np
 
 import deepshare
 from deepshare.core.contention import make_contention
-from deepshare.core.types import ClusterView, Decision
+from deepshare.core.types import ClusterView, Decision, PredictFn
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
+from deepshare.serving.deadline import NO_DEADLINE, Deadline
 from deepshare.serving.schemas import PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.translate import decision_to_response, request_to_view
 
 AsyncScorer = Callable[[dict[str, np.ndarray]], Awaitable[np.ndarray]]
+Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class PlacementEngine:
         self.metadata: dict[str, Any] = dict(getattr(self.policy, "metadata", {}) or {})
         self.version = _version(self.metadata.get("checkpoint"))
         self.in_flight = 0
-        """Requests inside :meth:`place_async` now (a server batches only when there is company)."""
+        """Requests deciding now (a server counts them; it batches only when there is company)."""
 
     @property
     def name(self) -> str:
@@ -61,27 +65,32 @@ class PlacementEngine:
     def view(self, request: PlacementRequest) -> ClusterView:
         return request_to_view(request, self.catalog, self.contention)
 
-    def place(self, request: PlacementRequest) -> PlacementResponse:
-        view = self.view(request)
-        return self.respond(self.policy.decide(view), view)
+    def place(
+        self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: Scorer | None = None
+    ) -> PlacementResponse:
+        """The decision for ``request``; :class:`DecisionTimeout` once ``deadline`` passes.
 
-    async def place_async(self, request: PlacementRequest, score: AsyncScorer | None) -> PlacementResponse:
-        """:meth:`place`, with a learned policy's forward passes going through ``score``."""
+        ``score`` (a learned policy only) replaces the policy's own scorer, e.g. with one that
+        batches forward passes across concurrent requests; the decision is the same.
+        """
         view = self.view(request)
+        deadline.check()
+        if deadline.at is not None:
+            view = replace(view, predict=_checked(view.predict, deadline))
         steps = getattr(self.policy, "steps", None)
-        if score is None or steps is None:
-            return self.respond(self.policy.decide(view), view)
-        run = steps(view)
-        self.in_flight += 1
-        try:
-            await asyncio.sleep(0)  # let requests that arrived together register before scoring
-            obs = next(run)
-            while True:
-                obs = run.send(await score(obs))
-        except StopIteration as done:
-            return self.respond(done.value, view)
-        finally:
-            self.in_flight -= 1
+        if steps is None:
+            decision = self.policy.decide(view)
+        else:
+            scorer = score or self.policy.scorer  # type: ignore[attr-defined]
+            run = steps(view)
+            try:
+                obs = next(run)
+                while True:
+                    deadline.check()
+                    obs = run.send(scorer(obs))
+            except StopIteration as done:
+                decision = done.value
+        return self.respond(decision, view)
 
     def respond(self, decision: Decision, view: ClusterView) -> PlacementResponse:
         return decision_to_response(decision, view, self.name, self.version)
@@ -109,3 +118,13 @@ def _version(checkpoint: str | None) -> str:
         return f"deepshare-{deepshare.__version__}"
     digest = hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest()[:12]
     return f"deepshare-{deepshare.__version__}+{digest}"
+
+
+def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
+    """``predict`` that first checks ``deadline`` (policies ask it once per candidate)."""
+
+    def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        deadline.check()
+        return predict(*args, **kwargs)
+
+    return checked

@@ -1,4 +1,5 @@
-"""What a placement service runs with: the policy and the limits of its HTTP front.
+"""What a placement service runs with: the policy, the limits of its HTTP front and of the work
+one request may cause.
 
 The same settings come from ``deepshare serve`` flags or from the ``args`` of a Serve config
 (``serve/config.yaml``); bad values are refused with the field's name before anything starts.
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
+
 TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"
+
+DEFAULT_MAX_NODES = MAX_NODES
+DEFAULT_MAX_PENDING = 5000
+DEFAULT_MAX_RUNNING = MAX_JOBS
+DEFAULT_DECISION_TIMEOUT_S = 5.0
+DEFAULT_BODY_TIMEOUT_S = 5.0
 
 
 class ServiceSettings(BaseModel):
@@ -21,5 +30,16 @@ class ServiceSettings(BaseModel):
         description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")
+    body_timeout_s: float = Field(
+        DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600, description="a body not received whole within this gets 408 and the connection closes"
+    )
+    max_nodes: int = Field(DEFAULT_MAX_NODES, gt=0, le=MAX_NODES, description="more nodes in one request get 413")
+    max_pending: int = Field(DEFAULT_MAX_PENDING, gt=0, le=MAX_JOBS, description="more pending jobs in one request get 413")
+    max_running: int = Field(DEFAULT_MAX_RUNNING, gt=0, le=MAX_JOBS, description="more running jobs in one request get 413")
+    decision_timeout_s: float = Field(
+        DEFAULT_DECISION_TIMEOUT_S, gt=0, le=3600,
+        description="a decision not made within this (queueing included) is abandoned and answered 503 with Retry-After",
+    )
+    decision_threads: int = Field(4, gt=0, le=64, description="decisions one replica runs at once; more wait their turn")
     max_batch_size: int = Field(16, gt=0, le=1024, description="observations per batched forward pass")
     batch_wait_timeout_s: float = Field(0.0, ge=0, le=1.0, description="how long a forward pass waits for company")

@@ -1,0 +1,110 @@
+"""The work one placement request may cause is bounded, in-process (no HTTP): the engine stops
+at its deadline for a learned and a heuristic policy, the decision threads stop code that never
+checks, and the limits refuse oversized requests naming the flag."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from deepshare.serving.deadline import Deadline, DecisionTimeout
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.limits import LimitExceeded, RequestLimits
+from deepshare.serving.samples import small_request
+from deepshare.serving.schemas import PlacementRequest
+from deepshare.serving.workers import GRACE_S, DecisionWorkers
+
+
+def huge(nodes: int = 4096, pending: int = 2000) -> PlacementRequest:
+    """The issue's shape: many idle 8-GPU nodes and many 1-GPU jobs (minutes to decide today)."""
+    return PlacementRequest.model_validate({
+        "now": 100.0,
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8} for i in range(nodes)],
+        "pending": [{"job_id": f"p{j}", "model": "FSDP", "gpus": 1} for j in range(pending)],
+    })
+
+
+@pytest.mark.parametrize("policy", ["rl-hybrid", "las+contention-aware"])
+def test_engine_stops_at_the_deadline(policy):
+    engine = PlacementEngine(EngineSettings(policy=policy))
+    request = huge()
+    start = time.monotonic()
+    with pytest.raises(DecisionTimeout):
+        engine.place(request, Deadline(0.5))
+    assert time.monotonic() - start < 2.0  # the view (~50 ms) plus at most one step past 0.5 s
+    small = PlacementRequest.model_validate(small_request())
+    assert engine.place(small, Deadline(5.0)) == engine.place(small)  # nothing left behind
+
+
+def test_a_deadline_that_never_fires_changes_nothing():
+    engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
+    request = huge(64, 64)
+    assert engine.place(request, Deadline(60.0)) == engine.place(request)
+
+
+def test_decision_threads_stop_code_that_never_checks_the_deadline():
+    """The backstop: a pure-Python loop with no checks is stopped from outside; the thread then
+    serves the next request, and the caller got its answer at the deadline, not at the end."""
+    workers = DecisionWorkers(threads=1)
+    spins = []
+
+    def forever() -> None:
+        while True:
+            spins.append(1)
+            if len(spins) > 10**9:  # pragma: no cover - never
+                return
+
+    async def scenario():
+        start = time.monotonic()
+        with pytest.raises(DecisionTimeout):
+            await workers.run(forever, Deadline(0.3))
+        waited = time.monotonic() - start
+        after = len(spins)
+        await asyncio.sleep(0.2)
+        stopped = len(spins) == after  # nothing spins any more
+        answer = await workers.run(lambda: threading.current_thread().name, Deadline(2.0))
+        return waited, stopped, answer
+
+    waited, stopped, answer = asyncio.run(scenario())
+    assert 0.3 <= waited < 0.3 + GRACE_S + 0.5
+    assert stopped and answer.startswith("deepshare-decision") and workers.abandoned == 1
+
+
+def test_a_request_queued_past_its_deadline_never_starts():
+    workers = DecisionWorkers(threads=1)
+    ran = []
+
+    async def scenario():
+        busy = asyncio.ensure_future(workers.run(lambda: time.sleep(0.6), Deadline(5.0)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(DecisionTimeout):
+            await workers.run(lambda: ran.append(1), Deadline(0.1))
+        await busy
+        await workers.run(lambda: None, Deadline(1.0))  # the queue moved past it
+
+    asyncio.run(scenario())
+    assert ran == []
+
+
+def test_errors_inside_a_decision_reach_the_caller_unchanged():
+    workers = DecisionWorkers(threads=1)
+
+    def bad():
+        raise ValueError("bad request")
+
+    with pytest.raises(ValueError, match="bad request"):
+        asyncio.run(workers.run(bad, Deadline(1.0)))
+
+
+def test_limits_name_every_list_over_its_limit_and_the_flag():
+    limits = RequestLimits(max_nodes=100, max_pending=10, max_running=5)
+    limits.check(PlacementRequest.model_validate(small_request()))
+    with pytest.raises(LimitExceeded) as caught:
+        limits.check(huge(101, 11))
+    assert [(e.loc, e.msg) for e in caught.value.errors] == [
+        (("body", "nodes"), "101 nodes exceed this service's limit of 100 (--max-nodes)"),
+        (("body", "pending"), "11 pending jobs exceed this service's limit of 10 (--max-pending)"),
+    ]
