@@ -1,9 +1,15 @@
 # Set-up is automatic: every target creates .venv at the repo root when it is missing,
-# installing the CPU build of torch first (a bare `torch` would pull a multi-GB CUDA build).
+# installing torch first, then the package. Which torch build pip picks depends on its indexes:
+# pip's configured indexes and wheel folders are used as they are (on this project's machines
+# they hold the CPU build, 2.13.0+cpu); from the default index on Linux, a bare `torch` is the
+# multi-GB CUDA build. To force the CPU build elsewhere, set TORCH_INDEX to PyTorch's own CPU
+# wheel index (the `whl/cpu` folder of PyTorch's download site), e.g. `make test TORCH_INDEX=...`.
+# The build that was installed is printed either way.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_VERSION := 2.13.0
+TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test bench clean
@@ -13,7 +19,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'with CUDA' if torch.version.cuda else '(CPU-only build)')"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
