@@ -28,7 +28,8 @@ def report_table(report: MetricsReport, title: str) -> Table:
         ("avg queueing delay (s)", _s(report.avg_queue_s)),
         ("avg service JCT, original's 'JCT' (s)", _s(report.avg_service_jct_s)),
         ("makespan (s)", _s(report.makespan_s)),
-        ("GPU utilisation", _f(report.gpu_util)),
+        ("GPU utilisation (allocated)", _f(report.gpu_util)),
+        ("useful-work utilisation (isolated speed)", _f(report.useful_util)),
         ("avg contention slowdown", _f(report.avg_slowdown)),
         ("preemptions / migrations", f"{report.preemptions} / {report.migrations}"),
         ("decision points / events", f"{report.decisions} / {report.events}"),
@@ -41,12 +42,13 @@ def report_table(report: MetricsReport, title: str) -> Table:
 def comparison_table(reports: Sequence[MetricsReport], title: str) -> Table:
     """One row per policy, best average JCT first."""
     table = Table(title=title, show_header=True, header_style="bold")
-    for col in ("policy", "avg JCT (s)", "p99 JCT (s)", "avg queue (s)", "makespan (s)", "GPU util", "slowdown", "preempt"):
+    for col in ("policy", "avg JCT (s)", "p99 JCT (s)", "avg queue (s)", "makespan (s)", "GPU util", "useful util",
+                "slowdown", "preempt"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     ranked = sorted(reports, key=lambda r: (r.avg_jct_s is None, r.avg_jct_s or 0.0, r.policy))
     for r in ranked:
         table.add_row(
             r.policy, _s(r.avg_jct_s), _s(r.p99_jct_s), _s(r.avg_queue_s), _s(r.makespan_s),
-            _f(r.gpu_util), _f(r.avg_slowdown), str(r.preemptions),
+            _f(r.gpu_util), _f(r.useful_util), _f(r.avg_slowdown), str(r.preemptions),
         )
     return table

@@ -133,3 +133,33 @@ def test_jobs_csv():
     assert big["finish_s"] == big["first_start_s"] == big["jct_s"] == big["queue_s"] == big["service_jct_s"] == ""
     assert text.endswith("\n") and "\r" not in text
     assert build_report((), total_gpus=1, busy_gpu_s=0.0).jobs_csv() == ",".join(rows[0]) + "\n"
+
+
+def test_useful_util_counts_work_at_isolated_speed():
+    # a: 2 GPUs x 10 s x 1.0, b: 4 x 25 x 0.5, c: 2 x 15 x 0.8, d: 1 x 60 x 1.0 (unfinished: nothing)
+    r = report()
+    assert [x.useful_gpu_s for x in RECORDS[:4]] == pytest.approx([20.0, 50.0, 24.0, 60.0])
+    assert r.useful_util == pytest.approx(154.0 / (8 * 120.0))
+    assert r.useful_util < r.gpu_util
+    assert "useful_util" in REPORT_KEYS and r.to_dict()["useful_util"] == r.useful_util
+    assert build_report((), total_gpus=8, busy_gpu_s=0.0).useful_util == 0.0
+
+
+def test_useful_util_discounts_contention_in_a_simulation():
+    from deepshare.core.contention import make_contention
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.core.types import JobSpec
+    from deepshare.policies import make_policy
+
+    # two heavy 2-GPU jobs on one 4-GPU node slow each other down: they hold the node longer
+    # than their work needs. Useful work is still 2 x 2 GPUs x 100 s at isolated speed.
+    jobs = [JobSpec(f"m{i}", "MoE", 2, 0.0, duration_s=100.0) for i in range(2)]
+    model = make_contention("profiled", single_node_contention_free=False)
+    r = Simulator(uniform(1, 4), jobs, model).run(make_policy("fifo+consolidated"))
+    assert r.avg_slowdown > 1.1
+    assert r.gpu_util == pytest.approx(1.0)
+    assert r.useful_util == pytest.approx(400.0 / (4 * r.makespan_s))
+    assert r.useful_util == pytest.approx(1.0 / r.avg_slowdown)
+    alone = Simulator(uniform(1, 4), jobs, make_contention("none")).run(make_policy("fifo+consolidated"))
+    assert alone.useful_util == pytest.approx(alone.gpu_util) == pytest.approx(1.0)

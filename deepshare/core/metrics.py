@@ -8,7 +8,12 @@ Definitions (all times in seconds):
 * **service JCT** = finish - first start: what the original artifact printed as "avg JCT".
 * **makespan** = last finish - first submission.
 * **GPU utilisation** = GPU-seconds allocated / (GPUs x makespan), time-weighted; GPUs held
-  while restoring a checkpoint count as allocated.
+  while restoring a checkpoint count as allocated. Time stretched by contention raises it: a
+  policy that spreads jobs and slows them down 2x holds GPUs twice as long and looks busier.
+* **useful-work utilisation** = the GPU-seconds the finished work would have needed at
+  isolated speed (ratio 1, on the placements the jobs actually had: ``gpus x productive time
+  x mean ratio``) / (GPUs x makespan). It discounts contention slowdown, restore overheads
+  and GPUs held without progress, so it is at most ``gpu_util``; read both with the makespan.
 * **contention slowdown** of a job = productive time / the time it would have taken at
   ratio 1 on the same placements (1 / time-weighted mean ratio); the report averages it over
   finished jobs.
@@ -49,6 +54,11 @@ class JobRecord:
         return None if jct is None else max(0.0, jct - self.gpu_time_s / self.gpus)
 
     @property
+    def useful_gpu_s(self) -> float:
+        """GPU-seconds of progress at isolated speed: what the run would have held without contention."""
+        return self.gpus * self.productive_s * self.mean_ratio
+
+    @property
     def service_jct_s(self) -> float | None:
         if self.finish_s is None or self.first_start_s is None:
             return None
@@ -57,7 +67,7 @@ class JobRecord:
 
 REPORT_KEYS = (
     "jobs", "finished", "rejected", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
-    "avg_queue_s", "makespan_s", "gpu_util", "avg_slowdown", "preemptions", "migrations",
+    "avg_queue_s", "makespan_s", "gpu_util", "useful_util", "avg_slowdown", "preemptions", "migrations",
 )
 
 
@@ -81,6 +91,9 @@ class MetricsReport:
     decisions: int
     events: int
     records: tuple[JobRecord, ...] = ()
+    useful_util: float = 0.0
+    """Useful-work utilisation (module docstring); after ``records`` so that positional
+    construction keeps working."""
 
     def to_dict(self) -> dict[str, object]:
         """Every scalar metric (the ``--json`` document); per-job records are left out."""
@@ -124,6 +137,7 @@ def build_report(
     else:
         makespan = 0.0
     util = busy_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0
+    useful = sum(r.useful_gpu_s for r in finished) / (total_gpus * makespan) if makespan > 0 else 0.0
     return MetricsReport(
         policy=policy,
         jobs=len(records),
@@ -143,4 +157,5 @@ def build_report(
         decisions=decisions,
         events=events,
         records=tuple(records),
+        useful_util=useful,
     )
