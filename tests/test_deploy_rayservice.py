@@ -51,8 +51,7 @@ def test_serve_config_v2_is_a_valid_serve_config_of_the_same_application(serve_c
     assert app.args == local_app.args and "token" not in app.args
     ServiceSettings.model_validate(app.args)
     assert [d.name for d in app.deployments] == [PlacementService.name]
-    assert app.deployments[0].autoscaling_config == local_app.deployments[0].autoscaling_config
-    assert app.deployments[0].ray_actor_options == local_app.deployments[0].ray_actor_options
+    assert [d.model_dump() for d in app.deployments] == [d.model_dump() for d in local_app.deployments]
     # in a cluster the proxies must listen on the pod's address, on every node
     assert (serve_config.http_options.host, serve_config.http_options.port) == ("0.0.0.0", 8000)
     assert serve_config.proxy_location.value == "EveryNode"
