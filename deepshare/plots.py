@@ -23,6 +23,8 @@ PLOT_FILES = ("jct_cdf.png", "jct_vs_util.png", "util_over_time.png")
 """The files :func:`write_plots` writes (the CLI checks none of them is an input)."""
 
 _LINE_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+"""Hollow, of different shapes: policies with equal results stay visible on top of each other."""
 
 
 def short_label(name: str) -> str:
@@ -123,8 +125,9 @@ def make_figures(evaluation: Evaluation) -> dict[str, object]:
     figures["jct_cdf.png"] = fig
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for policy, bar in error_bars(evaluation).items():
-        ax.errorbar(bar.util, bar.jct_h, xerr=np.array([bar.util_err]).T, yerr=np.array([bar.jct_err]).T, fmt="o",
+    for i, (policy, bar) in enumerate(error_bars(evaluation).items()):
+        ax.errorbar(bar.util, bar.jct_h, xerr=np.array([bar.util_err]).T, yerr=np.array([bar.jct_err]).T,
+                    fmt=_MARKERS[i % len(_MARKERS)], markersize=11 - 1.5 * (i % 4), mfc="none", mew=1.5,
                     color=styles[policy]["color"], capsize=3, label=labels[policy])
     ax.set(xlabel="GPU utilisation", ylabel="average JCT (hours)",
            title=f"Average JCT against utilisation (mean, min-max over {seeds} seed(s))")
