@@ -346,10 +346,11 @@ class Journal:
             raise TransitionError(f"job {job_id!r} is already {state.value}")
 
     def launch_failures(self, job_id: str) -> tuple[int, float | None]:
-        """Consecutive failed launches at the end of the job's runs, and when the last one ended."""
+        """Consecutive failed launches at the end of the job's ended runs (a run in progress is not
+        counted), and when the last one ended."""
         with self._lock:
-            rows = self._db.execute("SELECT end_reason, ended FROM runs WHERE job_id=? ORDER BY attempt DESC",
-                                    (job_id,)).fetchall()
+            rows = self._db.execute("SELECT end_reason, ended FROM runs WHERE job_id=? AND ended IS NOT NULL"
+                                    " ORDER BY attempt DESC", (job_id,)).fetchall()
         count, last = 0, None
         for reason, ended in rows:
             if not isinstance(reason, str) or not reason.startswith(LAUNCH_FAILED):

@@ -347,8 +347,9 @@ class ControlLoop:
         log.error("job %s: launch at %s failed: %s", job.job_id, alloc, failure)
         if self.metrics is not None:
             self.metrics.launch_failures.inc()
-        if not failure.counts:
-            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"launch waited: {failure}")
+        if not failure.counts or self.journal.get(job.job_id).cancel_requested:  # (a requeue of a cancel cancels)
+            prefix = "launch waited" if not failure.counts else LAUNCH_FAILED
+            self.journal.end_run(job.job_id, attempt, JobState.QUEUED, f"{prefix}: {failure}")
         else:
             before, _ = self.journal.launch_failures(job.job_id)
             if before + 1 >= self.config.max_launch_attempts:

@@ -100,6 +100,8 @@ class JobWorker:
         self.rank = rank
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.control / "rank.log"
+        self.log_start = 0
+        """Where this attempt's output starts in the log (earlier attempts' output precedes it)."""
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port on it (rank 0's answer is the rendezvous address)."""
@@ -124,6 +126,7 @@ class JobWorker:
         except OSError as exc:
             return StartOutcome(None, f"cannot open the rank's log {self.log_path}: {exc.strerror or exc}")
         with os.fdopen(fd, "ab") as log:
+            self.log_start = log.seek(0, os.SEEK_END)
             header = (f"--- deepshare: job {launch.job_id} attempt {launch.attempt} rank {launch.rank}/"
                       f"{launch.world_size} on {socket.gethostname()} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n")
             log.write(header.encode())
@@ -178,10 +181,10 @@ class JobWorker:
         return Report(doc.get("samples"), doc.get("throughput"), doc.get("step"), float(doc.get("time", 0.0)))
 
     def _tail(self, lines: int = 20, max_bytes: int = 16384) -> str:
-        """The last ``lines`` lines of the rank's log (read from its last ``max_bytes`` only)."""
+        """The last ``lines`` lines of this attempt's output (read from the log's last ``max_bytes`` only)."""
         try:
             with open(self.log_path, "rb") as fh:
-                fh.seek(max(0, fh.seek(0, 2) - max_bytes))
+                fh.seek(max(self.log_start, fh.seek(0, 2) - max_bytes))
                 text = fh.read().decode("utf-8", errors="replace")
         except OSError:
             return ""

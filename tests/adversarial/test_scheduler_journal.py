@@ -258,4 +258,6 @@ def test_launch_failures_count_only_consecutive_failed_launches(tmp_path):
         journal.end_run(job, a, JobState.QUEUED, "launch failed: y")
     count, last = journal.launch_failures(job)
     assert count == 2 and last == journal.runs(job)[-1].ended
+    journal.start_run(job, (("node0", 1),), None)  # the launch in flight (not ended) is not counted
+    assert journal.launch_failures(job) == (2, last)
     journal.close()
