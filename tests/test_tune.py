@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from pathlib import Path
@@ -109,15 +111,17 @@ def sweep(tmp_path_factory):
     config = folder / "tiny.yaml"
     config.write_text(yaml.safe_dump(raw))
     out = folder / "out"
+    printed = io.StringIO()
     try:
-        rc = main(["tune", str(config), "--grid", "ppo.lr=0.0001,0.01", "--iterations", "1", "--out", str(out)])
+        with contextlib.redirect_stdout(printed):
+            rc = main(["tune", str(config), "--grid", "ppo.lr=0.0001,0.01", "--iterations", "1", "--out", str(out)])
     finally:
         ray.shutdown()
-    return rc, out / "tiny_hybrid"
+    return rc, out / "tiny_hybrid", printed.getvalue()
 
 
-def test_sweep_writes_tunes_results_layout_with_one_trial_per_value(sweep, capsys):
-    rc, experiment = sweep
+def test_sweep_writes_tunes_results_layout_with_one_trial_per_value(sweep):
+    rc, experiment, printed = sweep
     assert rc == 0
     assert (experiment / "tuner.pkl").is_file() and list(experiment.glob("experiment_state-*.json"))
     trials = sorted(p for p in experiment.iterdir() if p.is_dir())
@@ -132,6 +136,8 @@ def test_sweep_writes_tunes_results_layout_with_one_trial_per_value(sweep, capsy
         assert (trial / "progress.csv").read_text().count("\n") == 2  # header + one iteration
         assert list(trial.glob("events.out.tfevents.*"))  # TensorBoard, from Tune's logger
     assert sorted(lrs) == [0.0001, 0.01]
+    assert f"tensorboard --logdir {experiment}" in printed  # what to run to see the curves
+    assert printed.count("policy of ") == 2 and "checkpoint_000000/policy.pt" in printed
 
 
 def test_each_trial_leaves_a_policy_trained_with_its_own_values(sweep):
@@ -139,14 +145,15 @@ def test_each_trial_leaves_a_policy_trained_with_its_own_values(sweep):
 
     from deepshare.policies import make_policy
 
-    _, experiment = sweep
+    _, experiment, _ = sweep
     weights = {}
     for trial in sorted(p for p in experiment.iterdir() if p.is_dir()):
-        policy = make_policy(f"rl-hybrid={trial / 'policy.pt'}")
+        (path,) = trial.glob("checkpoint_*/policy.pt")  # the last report's Tune checkpoint
+        policy = make_policy(f"rl-hybrid={path}")
         lr = json.loads((trial / "params.json").read_text())["ppo.lr"]
         assert policy.metadata["tune"] == {"ppo.lr": lr} and policy.metadata["ppo"]["lr"] == lr
         assert policy.metadata["iterations"] == 1
-        weights[lr] = torch.load(trial / "policy.pt", weights_only=False)
+        weights[lr] = torch.load(path, weights_only=False)
     state_a, state_b = (w["state_dict"] for w in weights.values())
     assert state_a.keys() == state_b.keys()  # the same network ...
     assert any(not torch.equal(state_a[k], state_b[k]) for k in state_a)  # ... updated with different learning rates

@@ -10,7 +10,8 @@ starts, so a wrong key or value is one line naming it.
 
 Results use Tune's layout: ``OUT/NAME/`` holds the experiment state and one folder per trial with
 ``params.json``, ``result.json``, ``progress.csv`` and TensorBoard event files (Tune's logger
-callbacks), plus the trial's ``policy.pt`` (what ``rl-base=PATH`` / ``rl-hybrid=PATH`` load).
+callbacks), and the trial's final Tune checkpoint ``checkpoint_NNNNNN/policy.pt`` (what
+``rl-base=PATH`` / ``rl-hybrid=PATH`` load; Tune uploads it to ``OUT`` even when that is a URI).
 Each trial reserves what RLlib's PPO asks for (``default_resource_request``: the learner in the
 trial's own bundle plus one bundle per env runner), so Tune runs as many trials at once as fit.
 """
@@ -21,6 +22,7 @@ import argparse
 import copy
 import itertools
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,15 +122,18 @@ def deepshare_ppo(params: dict[str, Any]) -> None:
     config = parse_train_config(yaml.safe_dump(apply(setup["raw"], values)), source)
     env = config.env_config(source.parent)
     algo = build_algorithm_config(config, env, config.run.num_env_runners, setup["cpus"]).build_algo()
-    trial_dir = Path(tune.get_context().get_trial_dir())
     try:
         for iteration in range(1, setup["iterations"] + 1):
             began = time.perf_counter()
             row = metrics_row(algo.train(), time.perf_counter() - began)
-            if iteration == setup["iterations"]:  # before the last report, so Tune keeps it
+            metrics = {k: v for k, v in row.items() if k != "iteration"}
+            if iteration < setup["iterations"]:
+                tune.report(metrics)
+                continue
+            with tempfile.TemporaryDirectory() as folder:  # the last report carries the policy as a checkpoint
                 metadata = {**run_metadata(config, source, env), "iterations": iteration, "tune": values}
-                export_scorer(algo.get_module().scorer, env.encoding, trial_dir / "policy.pt", metadata)
-            tune.report({k: v for k, v in row.items() if k != "iteration"})
+                export_scorer(algo.get_module().scorer, env.encoding, Path(folder) / "policy.pt", metadata)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
     finally:
         algo.stop()
 
@@ -141,13 +146,15 @@ class TrialSummary:
     iterations: int
     episode_return_mean: float
     path: str
+    policy: str | None
+    """The trial's ``policy.pt`` (in its Tune checkpoint), None when the trial failed before it."""
 
 
 def run_sweep(
     config_path: str | Path, axes: Sequence[GridAxis], out: str | Path, *, iterations: int | None = None,
     address: str | None = None, max_concurrent: int | None = None,
-) -> tuple[Path, list[TrialSummary]]:
-    """Run the grid; returns the experiment folder and one summary per trial (grid order)."""
+) -> tuple[str, list[TrialSummary]]:
+    """Run the grid; returns the experiment folder (a path or URI) and one summary per trial (grid order)."""
     from ray import tune
     from ray.rllib.algorithms.ppo import PPO
 
@@ -170,12 +177,14 @@ def run_sweep(
 
     space: dict[str, Any] = {a.name: tune.grid_search(list(a.values)) for a in axes}
     space["deepshare"] = {"source": str(source), "raw": raw, "iterations": total, "cpus": cpus}
-    storage = Path(out).resolve()
+    # a multi-node sweep needs storage every node reaches: a shared folder or a URI (s3://, gs://)
+    remote = "://" in str(out)
+    storage = str(out).rstrip("/") if remote else str(Path(out).resolve())
     tuner = tune.Tuner(
         tune.with_resources(deepshare_ppo, resources),
         param_space=space,
         tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent),
-        run_config=tune.RunConfig(name=base.name, storage_path=str(storage), verbose=0),
+        run_config=tune.RunConfig(name=base.name, storage_path=storage, verbose=0),
     )
     grid = tuner.fit()
     summaries = []
@@ -186,10 +195,11 @@ def run_sweep(
             name=Path(result.path).name, values=values, status="error" if result.error else "ok",
             iterations=int(metrics.get("training_iteration", 0)),
             episode_return_mean=float(metrics.get(METRIC, math.nan)), path=result.path,
+            policy=f"{result.checkpoint.path}/policy.pt" if result.checkpoint else None,
         ))
     order = [tuple(c.values()) for c in combos]
     summaries.sort(key=lambda s: order.index(tuple(s.values.values())))
-    return storage / base.name, summaries
+    return f"{storage}/{base.name}", summaries
 
 
 # -- CLI ---------------------------------------------------------------------------------------
@@ -208,7 +218,10 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     for t in trials:
         table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
     out.print(table)
-    out.print(f"TensorBoard: tensorboard --logdir {folder}", markup=False, highlight=False)
+    for t in trials:
+        if t.policy:
+            out.print(f"policy of {t.name}: {t.policy}", markup=False, highlight=False, soft_wrap=True)
+    out.print(f"TensorBoard: tensorboard --logdir {folder}", markup=False, highlight=False, soft_wrap=True)
     return 1 if any(t.status != "ok" for t in trials) else 0
 
 
@@ -221,7 +234,9 @@ def register_cli(sub: Any) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
     p.add_argument("--iterations", type=iteration_count, default=None, metavar="N", help="training iterations per trial (default: the config's run.iterations)")
-    p.add_argument("--out", default="runs/tune", metavar="DIR", help="Tune's storage folder; the experiment is DIR/NAME (default runs/tune)")
+    p.add_argument("--out", default="runs/tune", metavar="DIR|URI",
+                   help="Tune's storage (a folder, or s3://... / gs://... that every node reaches on a multi-node cluster); "
+                        "the experiment is DIR/NAME (default runs/tune)")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="join this Ray cluster (default: a private local Ray)")
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
