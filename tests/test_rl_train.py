@@ -124,3 +124,12 @@ def test_shipped_configs_use_rllib_names_with_the_values_they_had(path):
     config = load_train_config(path)
     assert config.ppo["lambda_"] == 0.95 and config.ppo["train_batch_size_per_learner"] == 4000
     assert config.model.hidden == 64
+
+
+def test_train_cli_names_an_unknown_ppo_key_on_one_line_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nppo: {lambda: 0.9}\n")
+    assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ppo.lambda" in err[0] and "lambda_" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "run").exists()  # refused before anything ran
