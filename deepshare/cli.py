@@ -24,6 +24,8 @@ from deepshare.core.types import DeepShareError
 EXIT_USAGE = 2
 PROGRESS_MIN_JOBS = 500
 PROFILE_FILES = ("isolated_thp.csv", "shared_thp_ratio.csv")
+TRAIN_FILES = ("policy.pt", "metrics.csv")
+"""Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 
 
 _seed = cli_types.seed_value
@@ -115,11 +117,6 @@ def _config(args: argparse.Namespace) -> SimConfig:
         preempt_overhead_s=args.preempt_overhead_s,
         migrate_overhead_s=args.migrate_overhead_s,
     )
-
-
-def _check_output(path: str | None, flag: str) -> None:
-    """Fail before a long run, not after it, when an output file cannot be written."""
-    check_outputs({flag: path}, {})
 
 
 def _policy_files(names: Sequence[str]) -> list[str]:
@@ -354,6 +351,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     config = load_train_config(args.config)  # bad YAML fails before Ray starts
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
+    check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
                TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
@@ -462,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="compare policies over seeds: table, plots and JSON")
     _add_trace_args(p, seed=False)
-    p.add_argument("--policies", required=True, metavar="A,B,...", help="comma-separated names, e.g. las+spread,rl-hybrid")
+    p.add_argument("--policies", required=True, metavar="A,B,...",
+                   help="comma-separated names or module:Class specs, e.g. las+spread,rl-hybrid")
     p.add_argument("--seeds", type=cli_types.seed_count, default=3, help="seeds 0..N-1 (default 3)")
     _add_cluster_args(p)
     _add_sim_args(p)

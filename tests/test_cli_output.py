@@ -145,6 +145,7 @@ def _cases(tmp: Path) -> list[tuple[list[object], Path, list[str]]]:
     ckpt = tmp / "policy.pt"
     ckpt.write_bytes(b"not read: the check comes first")
     spec_in = _copy(tmp, CLUSTER_YAML)
+    train_config = _copy(tmp, ROOT / "rllib_configs" / "rl_base.yaml", "metrics.csv")
     sim = ["simulate", "--trace", trace, "--policy", "las+spread"]
     return [
         ([*sim, "--json", trace], trace, ["--json", "is the input --trace"]),
@@ -163,6 +164,7 @@ def _cases(tmp: Path) -> list[tuple[list[object], Path, list[str]]]:
         (["autoscale", "compare", "--trace", big, "--config", config, "--plot", big], big, ["--plot", "--trace"]),
         (["cluster", "spec", spec_in, "--out", spec_in], spec_in, ["--out", "FILE"]),
         (["cluster", "validate", spec_in, "--json", spec_in], spec_in, ["--json", "FILE"]),
+        (["train", train_config, "--out", tmp], train_config, ["--out", "metrics.csv", "CONFIG"]),
     ]
 
 
