@@ -164,7 +164,7 @@ def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
 def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
           stop: threading.Event | None = None, warn: Callable[[str], None] | None = None) -> int:
     """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
-    from deepshare.runtime.token import scheduler_token
+    from deepshare.runtime.token import TOKEN_ENV, scheduler_token
 
     stop = stop or threading.Event()
     warn = warn or announce
@@ -175,6 +175,7 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         journal = Journal(config.state_dir)
         cleanup.callback(journal.close)
         token, token_file = scheduler_token(config.state_dir)
+        os.environ.pop(TOKEN_ENV, None)  # not inherited by the local Ray nodes, their workers or the jobs
         policy = make_policy_for(config)
         sock = bind(config.host, config.port)
         cleanup.callback(sock.close)

@@ -31,6 +31,11 @@ from pathlib import Path
 from typing import IO
 
 
+SECRET_ENV = frozenset({"DEEPSHARE_SCHEDULER_TOKEN", "DEEPSHARE_SERVE_TOKEN"})
+"""Variables of the worker's own environment that are not passed on to ranks (a job's ``env`` may
+still set them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerLaunch:
     """Everything one rank needs to start."""
@@ -143,7 +148,7 @@ class JobWorker:
         """Start the child writing to ``log``; the reason it could not start, or None."""
         if launch.working_dir and not os.path.isdir(launch.working_dir):
             return f"working_dir {launch.working_dir}: no such directory on {socket.gethostname()}"
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}  # jobs never see the services' tokens
         env.update(dict(launch.env))
         env.update({
             "RANK": str(launch.rank), "WORLD_SIZE": str(launch.world_size), "LOCAL_RANK": str(launch.local_rank),
