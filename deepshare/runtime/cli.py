@@ -180,7 +180,8 @@ def _url(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
                    help=f"the scheduler's state folder, for its URL and token (default {DEFAULT_STATE})")
     p.add_argument("--token", metavar="TOKEN",
-                   help="the scheduler's token (default: $DEEPSHARE_SCHEDULER_TOKEN, else DIR/token of --state)")
+                   help="the scheduler's token (default: $DEEPSHARE_SCHEDULER_TOKEN, else DIR/token of --state; "
+                        "a flag's value is visible to other users in `ps`)")
 
 
 def register_cli(subparsers: Any) -> None:
