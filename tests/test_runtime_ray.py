@@ -82,9 +82,9 @@ def spec(name: str, gpus: int, ckpt: Path, steps: int, sleep: float = 0.0, model
     ))
 
 
-def make_loop(journal: Journal, policy: Any) -> ControlLoop:
+def make_loop(journal: Journal, policy: Any, metrics: Any = None) -> ControlLoop:
     return ControlLoop(journal, policy, default_catalog(), make_contention("profiled"),
-                       LoopConfig(interval_s=0.2, preempt_grace_s=30.0), cluster_fn=current_cluster)
+                       LoopConfig(interval_s=0.2, preempt_grace_s=30.0), cluster_fn=current_cluster, metrics=metrics)
 
 
 def result(journal: Journal, job_id: str) -> dict:
@@ -193,10 +193,19 @@ def test_migrated_job_resumes_from_its_checkpoint(cluster, tmp_path):
     journal = Journal(tmp_path / "state")
     job_id = journal.submit(spec("mig", 2, tmp_path / "ckpt", steps=120, sleep=0.02)).job_id
     policy = Scripted("node0", migrate_to="node1", migrate_when=lambda j: (journal.get(j).step or 0) >= 30)
-    loop = make_loop(journal, policy)
+    from deepshare.runtime.metrics import SchedulerMetrics
+
+    metrics = SchedulerMetrics("test", "scripted", journal.counts)
+    loop = make_loop(journal, policy, metrics)
     drive(loop, all_done(journal))
     job = journal.get(job_id)
     assert job.attempt == 2 and job.preemptions == 1
+    sample = metrics.registry.get_sample_value
+    assert (sample("deepshare_scheduler_launches_total"), sample("deepshare_scheduler_migrations_total"),
+            sample("deepshare_scheduler_preemptions_total"), sample("deepshare_scheduler_launch_failures_total"),
+            sample("deepshare_scheduler_jobs_ended_total", {"state": "finished"})) == (2.0, 1.0, 0.0, 0.0, 1.0)
+    assert sample("deepshare_scheduler_decision_duration_seconds_count") >= 2  # every tick with jobs decides
+    assert (sample("deepshare_scheduler_running_jobs"), sample("deepshare_scheduler_gpus_in_use")) == (0.0, 0.0)
     first, second = journal.runs(job_id)
     assert first.placement == (("node0", 2),) and first.end_reason == "migrating"
     assert second.placement == (("node1", 2),) and second.end_reason == "finished"
