@@ -37,6 +37,7 @@ MAX_ONGOING_REQUESTS = 256
 @serve.ingress()
 class PlacementService:
     def __init__(self, settings: dict[str, Any]) -> None:
+        _internal_grpc_on_loopback()
         self.settings = ServiceSettings.model_validate(settings)
         self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
         self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
@@ -59,6 +60,29 @@ class PlacementService:
         scorer = self.engine.batch_scorer
         assert scorer is not None
         return scorer(observations)
+
+
+def _internal_grpc_on_loopback() -> None:
+    """On a loopback-only Ray instance (``deepshare serve`` without ``--address``), make this
+    replica's inter-deployment gRPC server listen on 127.0.0.1 as well.
+
+    Serve binds it to ``[::]:0`` (every interface) with no setting to change that, and it takes
+    serialized requests straight to the replica, past the proxy and its token check. Called in
+    the replica's constructor, which runs before Serve starts that server. On a real cluster the
+    node has a routable address, nothing changes, and Ray's ports belong on a trusted network.
+    """
+    import ray
+    from ray.serve._private import replica
+
+    if ray.util.get_node_ip_address() != "127.0.0.1" or getattr(replica.add_port_to_grpc_server, "loopback", False):
+        return
+    bind = replica.add_port_to_grpc_server
+
+    def loopback(server: Any, address: str) -> int:
+        return bind(server, "127.0.0.1:0" if address == "[::]:0" else address)
+
+    loopback.loopback = True  # type: ignore[attr-defined]
+    replica.add_port_to_grpc_server = loopback
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -153,9 +153,15 @@ class LimitBody:
         await self.app(scope, _replay([whole], receive), send)
 
     async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` when the client went away first: an ``http.disconnect``,
+        or ``receive`` failing (Serve's replica pulls the body from its proxy, and that call
+        fails when the proxy has already dropped the request of a client that left)."""
         chunks, size = [], 0
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except Exception:  # noqa: BLE001 - only the way to the client can fail here
+                return None
             if message["type"] != "http.request":  # http.disconnect
                 return None
             chunk = message.get("body", b"")

@@ -1,0 +1,251 @@
+"""Attacks on a real `deepshare serve` (a subprocess on a free loopback port, one for the module,
+with small limits so each attack resolves in seconds): oversized and huge-but-admitted requests,
+64 slow-body clients, clients that leave mid-body, and what the local Ray instance exposes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from deepshare.client import PlacementClient, PlacementServiceError
+from deepshare.serving.samples import small_request
+
+TOKEN = "adversarial-token-1"
+DECISION_TIMEOUT_S = 2.0
+BODY_TIMEOUT_S = 2.0
+MAX_PENDING = 3000
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    port = free_port()
+    ray_tmp = tmp_path_factory.mktemp("ray")
+    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=TOKEN, RAY_TMPDIR=str(ray_tmp))
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    argv = [
+        sys.executable, "-m", "deepshare", "serve", "--port", str(port),
+        "--decision-timeout-s", str(DECISION_TIMEOUT_S), "--body-timeout-s", str(BODY_TIMEOUT_S),
+        "--decision-threads", "2", "--max-pending", str(MAX_PENDING),
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        PlacementClient(url).wait_ready(timeout_s=180, alive=lambda: proc.poll() is None)
+    except PlacementServiceError as exc:
+        proc.kill()
+        pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
+    yield url, port, proc
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def huge(nodes: int, pending: int) -> str:
+    """The issue's request: idle 8-GPU nodes and 1-GPU jobs (0.7 MB at 4096 x 10,000)."""
+    return json.dumps({
+        "now": 100.0,
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8} for i in range(nodes)],
+        "pending": [{"job_id": f"p{j}", "model": "FSDP", "gpus": 1} for j in range(pending)],
+    })
+
+
+def place(url: str, body: str, timeout: float = 30) -> tuple[requests.Response, float]:
+    start = time.monotonic()
+    reply = requests.post(url + "/v1/placements", data=body, headers=AUTH, timeout=timeout)
+    return reply, time.monotonic() - start
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = requests.get(url + "/metrics", headers=AUTH, timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if match and all(f'{k}="{v}"' in match.group(1).split(",") for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+# -- Ray exposure (issue 12, item 13) ----------------------------------------------------------
+def _tree(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _listening(pids: set[int]) -> list[str]:
+    """Local addresses of the TCP sockets in LISTEN state that ``pids`` hold."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.append(_address(fields[1].split(":")[0], width))
+    return found
+
+
+def _address(hex_ip: str, width: int) -> str:
+    raw = bytes.fromhex(hex_ip)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # little-endian words
+    return socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, words)
+
+
+def test_the_local_ray_instance_listens_on_loopback_only(service):
+    _, _, proc = service
+    addresses = _listening(_tree(proc.pid))
+    assert len(addresses) >= 4, addresses  # GCS, raylet, workers, Serve's proxy at least
+    exposed = [a for a in addresses if a not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
+    assert exposed == [], addresses
+
+
+# -- bounded work (item 6) ---------------------------------------------------------------------
+def test_the_issue_request_is_refused_at_once_naming_the_limit(service):
+    url, _, _ = service
+    body = huge(4096, 10_000)
+    assert len(body) > 600_000
+    reply, took = place(url, body)
+    assert reply.status_code == 413 and took < 5.0, (reply.status_code, took)
+    assert reply.json()["detail"] == [{
+        "loc": ["body", "pending"], "type": "too_large",
+        "msg": f"10000 pending jobs exceed this service's limit of {MAX_PENDING} (--max-pending)",
+    }]
+
+
+def test_a_huge_admitted_request_gets_503_while_small_ones_answer_at_once(service):
+    url, _, _ = service
+    body = huge(4096, MAX_PENDING)
+    small = json.dumps(small_request())
+    with ThreadPoolExecutor(4) as pool:
+        big = pool.submit(place, url, body)
+        time.sleep(0.5)  # the huge request is deciding now
+        quick = [place(url, small) for _ in range(3)]
+        health = time.monotonic()
+        assert requests.get(url + "/healthz", timeout=5).status_code == 200
+        health = time.monotonic() - health
+        reply, took = big.result()
+    assert all(r.status_code == 200 for r, _ in quick), [r.text for r, _ in quick]
+    assert max(t for _, t in quick) < 1.0 and health < 1.0, ([t for _, t in quick], health)
+    assert reply.status_code == 503 and reply.headers["Retry-After"] == "2", reply.text
+    assert "decision timeout" in reply.json()["detail"]
+    assert DECISION_TIMEOUT_S <= took < DECISION_TIMEOUT_S + 2.0, took
+
+    # The work really stopped: two more at once take both decision threads and both get 503;
+    # a small request right after finds a free thread (it would wait or 503 behind running work).
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: place(url, body), range(2)))
+    assert [r.status_code for r, _ in both] == [503, 503]
+    reply, took = place(url, small)
+    assert reply.status_code == 200 and took < 1.0, took
+    assert metric(url, "deepshare_serve_decision_duration_seconds_count", outcome="timeout") >= 3
+    assert metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="503") >= 3
+    assert metric(url, "deepshare_serve_requests_total", code="500") == 0
+
+
+# -- slow clients (item 7) ---------------------------------------------------------------------
+def test_64_slow_body_clients_neither_block_health_checks_nor_stay_connected(service):
+    url, port, _ = service
+    clients = []
+    head = (f"POST /v1/placements HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n").encode()
+    stop = threading.Event()
+
+    def trickle() -> None:  # a byte per client every half second
+        while not stop.wait(0.5):
+            for sock in clients:
+                try:
+                    sock.send(b" ")
+                except OSError:
+                    pass
+
+    try:
+        for _ in range(64):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(head + b"{")
+            clients.append(sock)
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        checks = []
+        until = time.monotonic() + BODY_TIMEOUT_S + 1.5
+        while time.monotonic() < until:
+            start = time.monotonic()
+            assert requests.get(url + "/healthz", timeout=5).status_code == 200
+            checks.append(time.monotonic() - start)
+            time.sleep(0.2)
+        assert len(checks) >= 5 and max(checks) < 1.0, checks
+        answers = []
+        for sock in clients:  # each got a 408 and was closed by the service
+            sock.settimeout(10)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            answers.append(data.split(b"\r\n", 1)[0])
+        assert answers == [b"HTTP/1.1 408 Request Timeout"] * 64, set(answers)
+    finally:
+        stop.set()
+        for sock in clients:
+            sock.close()
+    assert metric(url, "deepshare_serve_errors_total", kind="body_timeout") >= 64
+
+
+# -- clients that leave (item 8) ---------------------------------------------------------------
+def test_a_client_that_disconnects_mid_body_is_499_never_500(service):
+    """Serve may cancel such a request before the replica sees it (then it is not counted at
+    all); those the replica sees are 499s, and none is ever a 500."""
+    url, port, _ = service
+    before = metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="499")
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                (f"POST /v1/placements HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                 "Content-Length: 5000\r\n\r\n{\"now\": 1,").encode()
+            )
+            time.sleep(0.5)  # the request reached the replica, which waits for the rest
+    deadline = time.monotonic() + 15
+    while metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="499") == before:
+        page = requests.get(url + "/metrics", headers=AUTH, timeout=10).text
+        assert time.monotonic() < deadline, [line for line in page.splitlines() if "requests_total" in line]
+        time.sleep(0.2)
+    assert metric(url, "deepshare_serve_requests_total", code="500") == 0
+    assert metric(url, "deepshare_serve_errors_total", kind="server") == 0
+    assert metric(url, "deepshare_serve_errors_total", kind="client_closed") >= 1
