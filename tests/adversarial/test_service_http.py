@@ -249,3 +249,40 @@ def test_a_client_that_disconnects_mid_body_is_499_never_500(service):
     assert metric(url, "deepshare_serve_requests_total", code="500") == 0
     assert metric(url, "deepshare_serve_errors_total", kind="server") == 0
     assert metric(url, "deepshare_serve_errors_total", kind="client_closed") >= 1
+
+
+# -- start-up failures are one line (item 11) --------------------------------------------------
+def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deepshare", "serve", *argv], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--decision-timeout-s", "1e10", "seconds in (0, 3600]"),
+        ("--body-timeout-s", "0", "seconds in (0, 3600]"),
+        ("--max-pending", "10001", "an integer in 1..10000"),
+        ("--max-nodes", "0", "an integer in 1..4096"),
+        ("--decision-threads", "65", "an integer in 1..64"),
+    ],
+)
+def test_out_of_range_flags_exit_2_naming_the_range(flag, value, expected):
+    proc = _serve(flag, value)
+    assert proc.returncode == 2 and f"argument {flag}: expected {expected}, got '{value}'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_2():
+    proc = _serve("--port", str(free_port()), "--address", f"127.0.0.1:{free_port()}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("deepshare: error: --address 127.0.0.1:")
+
+
+def test_a_ray_start_failure_is_one_line_and_exit_1(tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    proc = _serve("--port", str(free_port()), env=dict(os.environ, RAY_TMPDIR=str(not_a_folder)))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("deepshare: error: the placement service did not start on a local Ray instance"), last
