@@ -159,8 +159,10 @@ def start_ray(address: str | None) -> None:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
-            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=300 * 1024**2)
+            from deepshare.localray import init_local_ray  # a private instance: loopback only
+
+            init_local_ray(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
+                           object_store_memory=300 * 1024**2)
 
 
 def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""Private Ray instances listen on loopback: ``train`` without ``--address`` starts its instance
+through :func:`init_local_ray` (whose sockets ``test_service_http`` checks on a real ``serve``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import deepshare.localray as localray
+
+
+def test_train_without_address_starts_a_loopback_instance(monkeypatch):
+    import ray
+
+    from deepshare.rl import train
+
+    if ray.is_initialized():
+        pytest.skip("needs a process not yet connected to Ray")
+    calls = []
+    monkeypatch.setattr(localray, "init_local_ray", lambda **kwargs: calls.append(kwargs))
+    train.start_ray(None)
+    assert len(calls) == 1 and calls[0]["include_dashboard"] is False
+
+
+def test_init_local_ray_sets_rays_single_machine_switch(monkeypatch):
+    import ray
+    from ray._private import ray_constants, services
+
+    seen = {}
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs, ip=services.get_node_ip_address()))
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.setenv(localray.LOOPBACK_ENV, "1")  # restored (to absent) after the test
+    localray.init_local_ray(num_cpus=1)
+    assert seen == {"num_cpus": 1, "ip": "127.0.0.1"}
+    assert os.environ[localray.LOOPBACK_ENV] == "0"  # inherited by the instance's processes
