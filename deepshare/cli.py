@@ -375,6 +375,12 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.evaluation import evaluate
     from deepshare.plots import PLOT_FILES, write_plots
 
+    if args.suite:
+        from deepshare.suite_cli import cmd_suite
+
+        return cmd_suite(args, out, err)
+    if not args.trace or not args.policies:
+        raise DeepShareError("evaluate: --trace and --policies are required (or --suite NAME)")
     names = _policy_list(args.policies)
     check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, _sim_inputs(args, names),
                   new_folders=[args.out])
@@ -394,7 +400,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()} — mean [min-max] over {args.seeds} seed(s)"),
                   header_style="bold")
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
-               ("gpu_util", "GPU util", 3), ("avg_slowdown", "slowdown", 3), ("preemptions", "preempt", 0))
+               ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),
+               ("preemptions", "preempt", 0))
     table.add_column("policy")
     for _, label, _ in metrics:
         table.add_column(label, justify="right")
@@ -458,9 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="compare policies over seeds: table, plots and JSON")
-    _add_trace_args(p, seed=False)
-    p.add_argument("--policies", required=True, metavar="A,B,...",
+    p = sub.add_parser("evaluate", help="compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON")
+    _add_trace_args(p, required=False, seed=False)
+    p.add_argument("--suite", metavar="NAME|PATH",
+                   help="run a benchmark suite instead of one trace: tiny, standard or a suite YAML (deepshare/suite.py); "
+                   "prints every cell and the learned policies' ratios to each cell's best heuristic")
+    p.add_argument("--workers", type=cli_types.in_range(int, 1, 64, "processes"), default=1,
+                   help="with --suite: processes running cells in parallel (same results for any count; default 1)")
+    p.add_argument("--policies", metavar="A,B,...",
                    help="comma-separated names or module:Class specs, e.g. las+spread,rl-hybrid")
     p.add_argument("--seeds", type=cli_types.seed_count, default=3, help="seeds 0..N-1 (default 3)")
     _add_cluster_args(p)
