@@ -185,6 +185,9 @@ class Journal:
             self._db.close()
             raise DeepShareError(f"--state {state_dir}: {path}: meta.epoch is not a number ({epoch[0]!r})") from None
         self._lock = threading.RLock()
+        self.orphans: list[tuple[str, int, int]] = []
+        """``(job id, attempt, GPUs)`` of quarantined rows that said RUNNING: runs the control loop
+        removes from the cluster (:meth:`take_orphans`)."""
 
     def _create(self, path: Path) -> None:
         """A new journal, schema and epoch written under a temporary name, then renamed into place."""
@@ -345,6 +348,12 @@ class Journal:
                 return JobState.RUNNING
             raise TransitionError(f"job {job_id!r} is already {state.value}")
 
+    def take_orphans(self) -> list[tuple[str, int, int]]:
+        """The runs of quarantined jobs still to be removed from the cluster (each returned once)."""
+        with self._lock:
+            taken, self.orphans = self.orphans, []
+        return taken
+
     def launch_failures(self, job_id: str) -> tuple[int, float | None]:
         """Consecutive failed launches at the end of the job's ended runs (a run in progress is not
         counted), and when the last one ended."""
@@ -410,27 +419,36 @@ class Journal:
         )
 
     def _quarantine(self, row: tuple, exc: Exception) -> JobRecord:
-        """Mark an unreadable job row FAILED (once, with a transition) and return a placeholder record."""
-        job_id, seq, raw_spec, raw_state = row[0], row[1], row[2], row[3]
+        """Mark an unreadable job row FAILED (once, with a transition) and return a placeholder record.
+
+        A row that said RUNNING may have a run on the cluster: it is added to :attr:`orphans` for
+        the control loop to remove (its run in ``runs`` is ended with the same reason).
+        """
+        job_id, seq, raw_spec = row[0], row[1], row[2]
         what = str(exc).strip().splitlines()
         summary = " ".join(line.strip() for line in what[:3])[:300] or type(exc).__name__
         reason = f"{QUARANTINED}: its journal row cannot be read ({summary})"
-        error = row[17]
-        if raw_state != JobState.FAILED.value or not (isinstance(error, str) and error.startswith(QUARANTINED)):
-            log.error("job %s: %s", job_id, reason)
-            now = self.now()
-            with self._tx() as db:
+        spec = _placeholder_spec(str(job_id), raw_spec)
+        now = self.now()
+        with self._tx() as db:  # re-read inside the transaction: two readers quarantine a row once
+            current = db.execute("SELECT state, error, finish_time FROM jobs WHERE id=?", (job_id,)).fetchone()
+            state, error, finish = current if current is not None else (JobState.FAILED.value, reason, now)
+            if state != JobState.FAILED.value or not (isinstance(error, str) and error.startswith(QUARANTINED)):
+                log.error("job %s: %s", job_id, reason)
                 db.execute("UPDATE jobs SET state=?, error=?, placement=NULL, run_started=NULL, cancel_requested=0,"
                            " finish_time=? WHERE id=?", (JobState.FAILED.value, reason, now, job_id))
-                old = raw_state if raw_state in {s.value for s in JobState} else None
+                db.execute("UPDATE runs SET ended=?, end_reason=? WHERE job_id=? AND ended IS NULL",
+                           (now, reason, job_id))
+                old = state if state in {s.value for s in JobState} else None
                 db.execute("INSERT INTO transitions (job_id, from_state, to_state, at, reason, attempt, placement)"
                            " VALUES (?,?,?,?,?,?,NULL)",
                            (job_id, old, JobState.FAILED.value, now, reason, _int(row[5])))
-            error, finish = reason, now
-        else:
-            finish = _num(row[18])
+                if state == JobState.RUNNING.value and _int(row[5]) > 0:
+                    self.orphans.append((str(job_id), _int(row[5]), spec.gpus))
+                error, finish = reason, now
+        finish = _num(finish)
         return JobRecord(
-            job_id=str(job_id), seq=_int(seq), spec=_placeholder_spec(str(job_id), raw_spec), state=JobState.FAILED,
+            job_id=str(job_id), seq=_int(seq), spec=spec, state=JobState.FAILED,
             submit_time=_num(row[4]) or 0.0, attempt=_int(row[5]), preemptions=_int(row[6]), placement=None,
             run_started=None, queued_since=_num(row[9]) or 0.0, last_run_s=_num(row[10]) or 0.0,
             attained_gpu_s=_num(row[11]) or 0.0, samples=None, step=None, throughput=None, predicted_throughput=None,

@@ -124,6 +124,9 @@ class ControlLoop:
     # -- one tick ------------------------------------------------------------------------------
     def tick(self) -> TickReport:
         cluster = self.cluster_fn()
+        for job_id, attempt, gpus in self.journal.take_orphans():  # runs of quarantined journal rows
+            log.warning("removing run %d of quarantined job %s from the cluster", attempt, job_id)
+            launcher.teardown(job_id, attempt, gpus)
         ended = self._reap(cluster)
         running = self.journal.jobs(JobState.RUNNING)
         queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)

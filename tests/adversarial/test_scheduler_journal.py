@@ -210,6 +210,13 @@ def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, wh
     assert sum(r.startswith("quarantined") for r in reasons) == 1  # read three times, quarantined once
     with pytest.raises(TransitionError):
         journal.cancel(bad.job_id)
+    (run,) = journal.runs(bad.job_id)
+    assert run.ended is not None and run.end_reason.startswith("quarantined")
+    if column == "state":  # 'zombie' is not running: nothing to remove from the cluster
+        assert journal.take_orphans() == []
+    else:  # it was running: the loop is told to remove its run (GPUs as far as the row still says)
+        assert journal.take_orphans() == [(bad.job_id, 1, 2 if column == "placement" else 1)]
+    assert journal.take_orphans() == []  # once
     journal.close()
     reopened = Journal(tmp_path / "s")  # and after a restart
     assert reopened.get(bad.job_id).state is JobState.FAILED and reopened.get(good.job_id).state is JobState.QUEUED

@@ -254,6 +254,31 @@ def test_a_corrupt_journal_row_is_quarantined_and_scheduling_goes_on(sched, tmp_
     assert sched.call("GET", "/healthz", token=False)[0] == 200
 
 
+def test_a_running_job_whose_row_is_corrupted_is_stopped_on_the_cluster(sched, tmp_path):
+    pid_file = tmp_path / "pid"
+    running = sched.submit(spec("victim", ["/bin/sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"], tmp_path / "c",
+                                gpus=2))
+    pid = int(wait_for("the rank to start", lambda: pid_file.exists() and pid_file.read_text().strip()))
+    assert sched.job(running)["state"] == "running"
+    db = sqlite3.connect(sched.state / "journal.sqlite", timeout=30)
+    db.execute("UPDATE jobs SET spec=? WHERE id=?", ("garbage", running))
+    db.commit()
+    db.close()
+    job = sched.ended(running)
+    assert job["state"] == "failed" and job["error"].startswith("quarantined")
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_for("the quarantined job's rank to be killed", gone, timeout=60)
+    # Its two GPUs are free again: a job needing both runs.
+    after = sched.submit(spec("both", ["/bin/true"], tmp_path / "c", gpus=2))
+    assert sched.ended(after)["state"] == "finished"
+
+
 def test_logs_live_under_the_state_folder_and_follow_to_the_end(sched, tmp_path):
     code = "import time\nfor i in range(6):\n    print('line', i, flush=True); time.sleep(0.4)"
     job_id = sched.submit(spec("chatty", [sys.executable, "-c", code], tmp_path / "c", gpus=2))
