@@ -24,11 +24,15 @@ __all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError"]
 
 
 class PlacementServiceError(DeepShareError):
-    """The service refused a request (``status`` is its HTTP code) or could not be reached."""
+    """The service refused a request (``status`` is its HTTP code) or could not be reached.
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    ``retry_after_s`` is set from a 503's ``Retry-After`` (no decision within the service's
+    deadline: retry later, or send a smaller request)."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class PlacementClient:
@@ -101,7 +105,10 @@ class PlacementClient:
         except requests.RequestException as exc:
             raise PlacementServiceError(f"{self.url}{path}: cannot reach the placement service ({exc})") from None
         if reply.status_code >= 400:
-            raise PlacementServiceError(f"{self.url}{path}: HTTP {reply.status_code}: {_detail(reply)}", reply.status_code)
+            raise PlacementServiceError(
+                f"{self.url}{path}: HTTP {reply.status_code}: {_detail(reply)}", reply.status_code,
+                _seconds(reply.headers.get("Retry-After")),
+            )
         try:
             return reply.json()
         except ValueError:
@@ -117,3 +124,11 @@ def _detail(reply: requests.Response) -> str:
         return "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}" for e in detail)
     return str(detail)
 
+
+
+def _seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (the service sends delta-seconds), else ``None``."""
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -35,10 +35,23 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
             "hidden": scorer.hidden,
             "state_dict": scorer.state_dict(),
             "encoding": asdict(encoding),
-            "metadata": metadata,
+            "metadata": plain(metadata),
         },
         str(path),
     )
+
+
+def plain(value: Any) -> Any:
+    """``value`` as the data a weights-only load accepts: dicts, lists, tuples, str, int, float,
+    bool and None; anything else (a ``Path``, an enum) becomes its string, so an export can never
+    write a file its own loader refuses."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
 
 
 def load_policy_file(path: str | Path) -> dict[str, Any]:

@@ -12,7 +12,8 @@ name                                            type      labels                
 ``deepshare_serve_request_duration_seconds``    histogram ``route``                   request to response
 ``deepshare_serve_errors_total``                counter   ``kind``                    4xx/5xx answers by cause
 ``deepshare_serve_decision_duration_seconds``   histogram ``outcome``                 time a decision took (``ok``,
-                                                                                      ``timeout``, ``invalid``)
+                                                                                      ``timeout``, ``invalid``,
+                                                                                      ``error``)
 ``deepshare_serve_decisions_total``             counter   ``action``                  place / wait / preempt / migrate
 ``deepshare_serve_decisions_in_flight``         gauge                                 requests deciding or queued to
 ``deepshare_serve_scorer_batch_size``           histogram                             observations per forward pass

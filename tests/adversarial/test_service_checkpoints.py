@@ -93,3 +93,21 @@ def test_shipped_checkpoint_loads_as_data_with_the_same_weights():
         assert torch.equal(safe["state_dict"][key], tensor), key
     assert {k: v for k, v in safe.items() if k != "state_dict"} == {k: v for k, v in full.items() if k != "state_dict"}
     assert make_policy("rl-hybrid").name == "rl-hybrid"
+
+
+def test_an_export_with_odd_metadata_still_loads_as_data(tmp_path):
+    """What ``deepshare train`` writes always passes the weights-only loader."""
+    import enum
+
+    from deepshare.policies.checkpoint import export_scorer, scorer_from_file
+    from deepshare.policies.encoding import FEATURES, EncodingConfig
+    from deepshare.policies.scorer_net import CandidateScorer
+
+    class Mode(enum.Enum):
+        A = "a"
+
+    net = CandidateScorer(len(FEATURES), 8)
+    path = tmp_path / "policy.pt"
+    export_scorer(net, EncodingConfig(), path, {"config": tmp_path / "c.yaml", "mode": Mode.A, "grid": (1, [2.5, None])})
+    _, _, metadata = scorer_from_file(path)
+    assert metadata == {"config": str(tmp_path / "c.yaml"), "mode": "Mode.A", "grid": (1, [2.5, None])}

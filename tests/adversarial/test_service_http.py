@@ -21,6 +21,7 @@ import requests
 
 from deepshare.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
+from deepshare.serving.schemas import PlacementRequest
 
 TOKEN = "adversarial-token-1"
 DECISION_TIMEOUT_S = 2.0
@@ -177,7 +178,11 @@ def test_a_huge_admitted_request_gets_503_while_small_ones_answer_at_once(servic
     assert [r.status_code for r, _ in both] == [503, 503]
     reply, took = place(url, small)
     assert reply.status_code == 200 and took < 1.0, took
-    assert metric(url, "deepshare_serve_decision_duration_seconds_count", outcome="timeout") >= 3
+    with PlacementClient(url, token=TOKEN, timeout_s=10) as client:  # the client reports when to retry
+        with pytest.raises(PlacementServiceError, match="HTTP 503: no decision within 2 s") as refused:
+            client.place(PlacementRequest.model_validate_json(body))
+    assert (refused.value.status, refused.value.retry_after_s) == (503, 2.0)
+    assert metric(url, "deepshare_serve_decision_duration_seconds_count", outcome="timeout") >= 4
     assert metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="503") >= 3
     assert metric(url, "deepshare_serve_requests_total", code="500") == 0
 
