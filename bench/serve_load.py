@@ -93,7 +93,7 @@ def concurrent(url: str, body: str, clients: int, total: int, token: str | None)
 
 def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
     text = session(token).get(url + "/metrics", timeout=10).text
-    found = {m.group(1): float(m.group(2)) for m in re.finditer(r"deepshare_scorer_batch_size_(sum|count) (\S+)", text)}
+    found = {m.group(1): float(m.group(2)) for m in re.finditer(r"deepshare_serve_scorer_batch_size_(sum|count) (\S+)", text)}
     return found.get("sum", 0.0), found.get("count", 0.0)
 
 
