@@ -148,8 +148,10 @@ def load_suite(name_or_path: str) -> SuiteSpec:
                 info = policy_info(name)
             except DeepShareError as exc:
                 raise DeepShareError(f"{source}: {field_name}: {exc}") from None
-            if info.heuristic != (field_name == "heuristics"):
-                raise DeepShareError(f"{source}: {field_name}: {name!r} is {'not ' if info.heuristic else ''}a learned policy")
+            if info.heuristic and field_name == "learned":
+                raise DeepShareError(f"{source}: learned: {name!r} is not a learned policy (list it under heuristics)")
+            if not info.heuristic and field_name == "heuristics":
+                raise DeepShareError(f"{source}: heuristics: {name!r} is not a heuristic (list it under learned)")
     return spec
 
 

@@ -1,0 +1,157 @@
+"""`deepshare evaluate --suite`: the grid, its tables and JSON, determinism, bad suite files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.core.types import DeepShareError
+from deepshare.suite import SUITE_SEED_BASE, Cell, SuiteSpec, cell_trace, cells, load_suite, run_one, run_suite
+
+SMALL = """
+name: small
+jobs_per_node: 4
+loads: [0.7, 1.3]
+mixes: [heavy]
+clusters: [[2, 8], [3, 4]]
+contention: [profiled, link]
+seeds: 1
+heuristics: [las+consolidated, srsf+consolidated, srsf+packed]
+learned: [rl-hybrid]
+"""
+
+
+@pytest.fixture()
+def small(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    return path
+
+
+def test_grid_is_every_combination_with_seeds_above_training():
+    spec = load_suite("standard")
+    grid = cells(spec)
+    assert len(grid) == 3 * 2 * 2 * 2 * 2 == len(set(grid))
+    assert {c.load for c in grid} == {0.7, 1.0, 1.3} and {c.mix for c in grid} == {"random", "heavy"}
+    assert {(c.nodes, c.gpus_per_node) for c in grid} == {(16, 8), (64, 8)}
+    assert {c.contention for c in grid} == {"profiled", "link"}
+    assert all(c.seed >= 2**31 == SUITE_SEED_BASE for c in grid)  # training draws seeds below 2**31
+    assert "srsf+packed" in spec.heuristics and set(spec.learned) == {"rl-base", "rl-hybrid"}
+    # a cell's trace does not depend on its contention model; it has jobs_per_node x nodes jobs
+    a, b = Cell(1.0, "heavy", 16, 8, "profiled", SUITE_SEED_BASE), Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE)
+    assert cell_trace(spec, a) == cell_trace(spec, b)
+    assert len(cell_trace(spec, a)) == 16 * spec.jobs_per_node
+    assert cell_trace(spec, a) != cell_trace(spec, Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE + 1))
+
+
+def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
+    out_json = tmp_path / "s.json"
+    rc = main(["evaluate", "--suite", str(small), "--json", str(out_json)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    assert doc["seed_base"] == SUITE_SEED_BASE and doc["suite"]["name"] == "small"
+    assert len(doc["cells"]) == 2 * 1 * 2 * 2 * 1
+    policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
+    for cell in doc["cells"]:
+        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic", "results", "ratios"}
+        assert set(cell["results"]) == policies
+        for metrics in cell["results"].values():
+            assert set(metrics) == {"avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished"}
+            assert metrics["finished"] == 4 * cell["nodes"]
+            assert 0 < metrics["useful_util"] <= metrics["gpu_util"] + 1e-9 <= 1 + 1e-9
+        heuristics = {p: m for p, m in cell["results"].items() if p != "rl-hybrid"}
+        best = min(heuristics, key=lambda p: heuristics[p]["avg_jct_s"])
+        assert cell["results"][cell["best_heuristic"]]["avg_jct_s"] == heuristics[best]["avg_jct_s"]
+        mine, ref = cell["results"]["rl-hybrid"], cell["results"][cell["best_heuristic"]]
+        assert cell["ratios"]["rl-hybrid"]["avg_jct"] == pytest.approx(mine["avg_jct_s"] / ref["avg_jct_s"])
+        assert cell["ratios"]["rl-hybrid"]["p99_jct"] == pytest.approx(mine["p99_jct_s"] / ref["p99_jct_s"])
+    summary = doc["summary"]["rl-hybrid"]
+    ratios = [c["ratios"]["rl-hybrid"]["avg_jct"] for c in doc["cells"]]
+    assert summary["geomean_avg_jct_ratio"] == pytest.approx(math.exp(sum(map(math.log, ratios)) / len(ratios)))
+    assert summary["worst_avg_jct_ratio"] == max(ratios)
+    assert summary["cells"] == 8 and summary["cells_won"] == sum(r < 1 for r in ratios)
+    assert sum(doc["heuristic_wins"].values()) == 8
+    # the tables (JSON went to a file): one per cell, then the summary
+    assert "load 1.3 heavy 3x4 link seed 0" in out and "geomean avg-JCT ratio" in out
+
+
+def test_suite_is_deterministic_across_runs_and_workers():
+    spec = SuiteSpec(name="d", jobs_per_node=3, loads=(1.2,), mixes=("heavy",), clusters=((2, 4),),
+                     contention=("profiled", "link"), seeds=2, heuristics=("srsf+packed", "las+contention-aware"))
+    one = run_suite(spec, workers=1)
+    again = run_suite(spec, workers=1)
+    two = run_suite(spec, workers=2)
+    assert one.to_json() == again.to_json() == two.to_json()
+    assert list(one.results) == cells(spec)
+
+
+def test_run_one_matches_the_simulator():
+    from deepshare.core.contention import make_contention
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.policies import make_policy
+
+    spec = load_suite("tiny")
+    cell = cells(spec)[0]
+    report = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell),
+                       make_contention(cell.contention)).run(make_policy("srsf+packed"))
+    got = run_one(spec, cell, "srsf+packed")
+    assert got["avg_jct_s"] == report.avg_jct_s and got["useful_util"] == report.useful_util
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("heuristics: [las+consolidated]\nloads: [0]", "loads"),
+        ("heuristics: [las+consolidated]\nmixes: [weird]", "mixes"),
+        ("heuristics: [las+consolidated]\nclusters: [[0, 8]]", "clusters"),
+        ("heuristics: [las+consolidated]\ncontention: [magic]", "contention"),
+        ("heuristics: [las+consolidated]\nseeds: 0", "seeds"),
+        ("heuristics: [las+consolidated]\nbogus: 1", "bogus"),
+        ("heuristics: []", "heuristics"),
+        ("loads: [1.0]", "heuristics"),
+        ("heuristics: [nope+nothing]", "heuristics: unknown policy 'nope+nothing'"),
+        ("heuristics: [rl-hybrid]", "heuristics: 'rl-hybrid' is not a heuristic"),
+        ("heuristics: [las+consolidated]\nlearned: [las+packed]", "learned: 'las+packed' is not a learned policy"),
+        ("- just a list", "expected a mapping"),
+        ("heuristics: [a\n", "not valid YAML"),
+    ],
+)
+def test_bad_suite_files_name_the_field(tmp_path, capsys, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(DeepShareError) as info:
+        load_suite(str(path))
+    assert expected in str(info.value) and str(path) in str(info.value)
+    assert main(["evaluate", "--suite", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepshare: error: ") and "Traceback" not in err
+    if expected != "not valid YAML":  # (the shared YAML reader quotes the parser's multi-line message)
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--suite", "nope"], "neither a bundled suite"),
+        (["--suite", "missing.yaml"], "not found"),
+        (["--suite", "tiny", "--trace", "t.csv"], "drop --trace"),
+        (["--suite", "tiny", "--policies", "las+spread"], "drop --policies"),
+        ([], "--trace and --policies are required (or --suite NAME)"),
+    ],
+)
+def test_bad_suite_flags_exit_2(capsys, argv, expected):
+    assert main(["evaluate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_workers_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["evaluate", "--suite", "tiny", "--workers", "0"])
+    assert info.value.code == 2
+    assert "--workers" in capsys.readouterr().err
