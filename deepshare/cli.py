@@ -484,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit",
                        description="Fit the link model (least squares, several seeded starts) on every measured cell, then "
                        "once per cross-validation fold. Progress goes to standard error: a bar on a terminal, a line per "
-                       "finished fit otherwise. On the shipped profiles it takes about two minutes on 2 cores.")
+                       "finished fit otherwise. On the shipped profiles it needs about 330 CPU-seconds (about 3 minutes on 2 idle cores).")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
     p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/linkmodel/samples.py)")
     add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")
