@@ -101,10 +101,10 @@ def test_cli_submit_bad_spec_is_one_line_exit_2(fixture, message, capsys):
 
 
 def test_cli_unreachable_scheduler_is_one_line(capsys):
-    rc = main(["jobs", "--url", "http://127.0.0.1:9"])
+    rc = main(["jobs", "--url", "http://127.0.0.1:9", "--token", "t" * 12])
     err = capsys.readouterr().err
     assert rc == 2 and "no scheduler answers" in err and len(err.strip().splitlines()) == 1
-    rc = main(["jobs", "--url", "localhost:8470"])
+    rc = main(["jobs", "--url", "localhost:8470", "--token", "t" * 12])
     assert rc == 2 and "expected http://HOST:PORT" in capsys.readouterr().err
 
 
