@@ -73,10 +73,14 @@ def check_outputs(
     """Fail before any work when an output cannot be written or would overwrite an input.
 
     ``outputs`` and ``inputs`` map a flag (``--json``, ``--trace``) to a path, several paths or
-    None (not given). ``-`` as an output is standard output and never a file. Inputs that do not
+    None (not given). ``-`` for ``--json`` is standard output and never a file; for any other
+    output flag it is refused (it would create a file named ``-``). Inputs that do not
     exist are skipped (their own loader reports them). Outputs inside ``new_folders`` (folders
     the command creates) are not required to have an existing folder.
     """
+    for flag, path in _pairs(outputs):
+        if path == STDOUT and flag != "--json":
+            raise DeepShareError(f"{flag} -: only --json can write to standard output; give {flag} a file path")
     flagged_out = [(flag, p) for flag, p in _pairs(outputs) if p != STDOUT]
     made = [Path(f).resolve() for f in new_folders if f is not None]
     for flag, path in flagged_out:

@@ -197,6 +197,15 @@ def test_an_existing_output_is_replaced_as_documented(capsys, tmp_path) -> None:
     assert json.loads((tmp_path / "r.json").read_text())["jobs"] == 4
 
 
+def test_dash_is_standard_output_only_for_json(capsys, tmp_path) -> None:
+    for argv in (["trace", "generate", "--jobs", 3, "--out", "-"],
+                 ["simulate", "--trace", SMALL, "--policy", "las+spread", "--jobs-csv", "-"]):
+        rc, out, err = cli(capsys, *argv)
+        assert (rc, out) == (2, "")
+        one_error_line(err, "only --json can write to standard output")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_check_outputs_unit() -> None:
     check_outputs({"--json": "-", "--out": None}, {"--trace": "-"})  # stdout is never a file
     with pytest.raises(DeepShareError, match=r"^--json /nonexistent/x.json: folder '/nonexistent' does not exist$"):
