@@ -378,6 +378,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.suite:
         from deepshare.suite_cli import cmd_suite
 
+        check_outputs({"--json": args.json}, {"--suite": args.suite})
+
         return cmd_suite(args, out, err)
     if not args.trace or not args.policies:
         raise DeepShareError("evaluate: --trace and --policies are required (or --suite NAME)")

@@ -146,6 +146,7 @@ def _cases(tmp: Path) -> list[tuple[list[object], Path, list[str]]]:
     ckpt.write_bytes(b"not read: the check comes first")
     spec_in = _copy(tmp, CLUSTER_YAML)
     train_config = _copy(tmp, ROOT / "rllib_configs" / "rl_base.yaml", "metrics.csv")
+    suite = _copy(tmp, ROOT / "deepshare" / "data" / "suites" / "tiny.yaml")
     sim = ["simulate", "--trace", trace, "--policy", "las+spread"]
     return [
         ([*sim, "--json", trace], trace, ["--json", "is the input --trace"]),
@@ -165,6 +166,7 @@ def _cases(tmp: Path) -> list[tuple[list[object], Path, list[str]]]:
         (["cluster", "spec", spec_in, "--out", spec_in], spec_in, ["--out", "FILE"]),
         (["cluster", "validate", spec_in, "--json", spec_in], spec_in, ["--json", "FILE"]),
         (["train", train_config, "--out", tmp], train_config, ["--out", "metrics.csv", "CONFIG"]),
+        (["evaluate", "--suite", suite, "--json", suite], suite, ["--json", "--suite"]),
     ]
 
 
