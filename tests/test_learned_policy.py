@@ -56,3 +56,67 @@ def test_hybrid_rules_that_never_fire_make_hybrid_equal_base():
     a = run(LearnedPolicy("x", first_launch, ENCODING, never))
     b = run(LearnedPolicy("x", first_launch, ENCODING))
     assert a.to_dict() == b.to_dict()
+
+
+# -- the anchor heuristic (srsf+packed): offered as a candidate, the safety net's fallback ------
+def same_report(a, b) -> None:
+    """Equal reports but for the policy name (floats to the last few ulps: the order in which
+    the launches of one decision are re-rated differs)."""
+    import pytest
+
+    da, db = a.to_dict(), b.to_dict()
+    del da["policy"], db["policy"]
+    assert da == pytest.approx(db, rel=1e-12)
+    assert [(r.job_id, r.first_start_s) for r in a.records] == [(r.job_id, r.first_start_s) for r in b.records]
+
+
+def pick_anchor_row(obs):
+    """Row 1 (the anchor's pick) when it is offered, else wait."""
+    scores = np.zeros(len(obs["action_mask"]))
+    scores[1] = 1.0
+    return scores
+
+
+def test_rl_hybrid_that_always_waits_is_exactly_the_anchor_heuristic():
+    from deepshare.policies import make_policy
+
+    hybrid = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules()))
+    heuristic = run(make_policy("srsf+packed"))
+    same_report(hybrid, heuristic)
+
+
+def test_a_scorer_that_takes_the_anchor_row_imitates_the_heuristic():
+    from deepshare.policies import make_policy
+
+    base = run(LearnedPolicy("x", pick_anchor_row, ENCODING))
+    heuristic = run(make_policy("srsf+packed"))
+    same_report(base, heuristic)
+
+
+def test_row_one_is_the_anchor_heuristics_next_launch_at_every_decision_point():
+    from deepshare.policies import make_policy
+    from deepshare.policies.encoding import PartialDecision, encode
+
+    heuristic = make_policy("srsf+packed")
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    checked = 0
+    while (view := sim.advance()) is not None:
+        decision = heuristic.decide(view)
+        obs, rows = encode(PartialDecision(view), ENCODING)
+        if decision.launch:
+            first = decision.launch[0]
+            assert (rows[1].job.job_id, rows[1].placement) == (first.job_id, first.placement)
+            checked += 1
+        sim.apply(decision)
+    assert checked > 20
+    # without an anchor the rows are the generators' only
+    plain = EncodingConfig(anchor=None)
+    assert plain.anchor is None and EncodingConfig().anchor == ("srsf", "packed")
+
+
+def test_bad_anchor_is_refused():
+    import pytest
+
+    for anchor in (("srsf",), ("nope", "packed"), ("srsf", "nowhere")):
+        with pytest.raises(ValueError):
+            EncodingConfig(anchor=anchor)

@@ -123,7 +123,11 @@ def test_a_masked_action_is_taken_as_wait_and_flagged():
 
 @pytest.mark.parametrize(
     "config, needle",
-    [({"bogus": 1}, "unknown key"), ({"reward": "speed"}, "reward"), ({"generated_fraction": 2}, "generated_fraction")],
+    [
+        ({"bogus": 1}, "unknown key"), ({"reward": "speed"}, "reward"), ({"generated_fraction": 2}, "generated_fraction"),
+        ({"anchor": ["srsf"]}, "anchor must be"), ({"anchor": ["nope", "packed"]}, "anchor order 'nope'"),
+        ({"anchor": ["srsf", "x"]}, "anchor placement 'x'"), ({"contentions": ["profiled", "magic"]}, "contentions"),
+    ],
 )
 def test_bad_env_config_is_named(config, needle):
     with pytest.raises(DeepShareError, match=needle):
@@ -134,3 +138,16 @@ def test_episodes_vary_with_the_seed_over_scenarios():
     env = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 10, "generated_nodes": [2, 4, 8]})
     nodes = {env.reset(seed=s)[1]["nodes"] for s in range(12)}
     assert len(nodes) > 1
+
+
+def test_anchor_and_contentions_reach_the_encoding_the_safety_net_and_the_episodes():
+    config = EnvConfig.from_dict({"anchor": ["las", "packed"], "hybrid": True, "contentions": ["none", "link"]})
+    assert config.encoding.anchor == ("las", "packed")
+    assert config.hybrid_rules.anchor == ("las", "packed") and config.hybrid_rules.min_ratio == 0.0
+    assert EnvConfig.from_dict({"anchor": None}).encoding.anchor is None
+    env = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 6, "generated_nodes": [2], "contentions": ["none", "link"]})
+    kinds = set()
+    for seed in range(8):
+        env.reset(seed=seed)
+        kinds.add(type(env._episode.sim.contention).__name__)
+    assert len(kinds) == 2

@@ -1,7 +1,9 @@
 """Size-invariant observation and action encoding, shared by training, evaluation and serving.
 
 A decision point is a sequence of choices. At each choice the policy sees up to ``K`` candidate
-actions: row 0 is *wait* (launch nothing more now); the other rows are (queued job, placement)
+actions: row 0 is *wait* (launch nothing more now); row 1 is the anchor heuristic's next launch
+(``srsf+packed`` by default, :mod:`deepshare.policies.anchor`) when it would launch one, so a
+scorer can always imitate the strongest heuristic; the other rows are (queued job, placement)
 pairs from the placement generators (consolidated, spread, contention-aware) for a few queued
 jobs that fit. Every row carries the same ``F`` features (the job's and the placement's, then
 the cluster's global features), so one network scores every row alike and the encoding works for
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepshare.core.types import ClusterView, Decision, JobView, Launch, Placement
+from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick, check_anchor
 from deepshare.policies.placement import PLACEMENTS
 
 COMM_CLASSES = ("low", "medium", "heavy")
@@ -44,8 +47,13 @@ class EncodingConfig:
     """Queued jobs that fit offered per choice: half the oldest, the rest the least remaining GPU-time."""
     generators: tuple[str, ...] = ("consolidated", "spread", "contention-aware")
     """Placement strategies (registry names) that propose placements for each job."""
+    anchor: tuple[str, ...] | None = DEFAULT_ANCHOR
+    """(order, placement) of the heuristic whose next launch is always offered (row 1); None:
+    not offered. Checkpoints exported before it existed load with the default."""
 
     def __post_init__(self) -> None:
+        if self.anchor is not None:
+            object.__setattr__(self, "anchor", check_anchor(self.anchor))
         if self.max_candidates < 2:
             raise ValueError(f"max_candidates must be at least 2 (wait + one launch), got {self.max_candidates}")
         if self.jobs_considered < 1:
@@ -107,6 +115,13 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     """Wait, then the distinct (job, placement) launches, at most ``max_candidates`` in all."""
     found = [Candidate(None, None)]
     pending = partial.pending()
+    offered: set[tuple[str, Placement]] = set()
+    if config.anchor is not None:
+        launched = {launch.job_id for launch in partial.launches}
+        pick = anchor_pick(partial.view, partial.free, launched, pending, config.anchor)
+        if pick is not None:
+            found.append(Candidate(*pick))
+            offered.add((pick[0].job_id, pick[1]))
     for job in _jobs_offered(partial, config):
         seen: set[Placement] = set()
         for name in config.generators:
@@ -114,7 +129,8 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
             placement = place(job, list(partial.free), partial.view, pending)
             if placement is not None and placement not in seen:
                 seen.add(placement)
-                found.append(Candidate(job, placement))
+                if (job.job_id, placement) not in offered:
+                    found.append(Candidate(job, placement))
             if len(found) == config.max_candidates:
                 return found
     return found

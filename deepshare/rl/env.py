@@ -35,12 +35,13 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from deepshare.core.contention import make_contention
+from deepshare.core.contention import CONTENTION_MODELS, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
 from deepshare.core.types import ClusterView, DeepShareError, JobSpec
 from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+from deepshare.policies.anchor import check_anchor
 from deepshare.policies.learned import HybridRules, safety_net
 
 FEATURE_BOUND = 50.0
@@ -74,9 +75,14 @@ class EnvConfig:
     round_s: float | None = None
     max_steps: int = 100_000
     hybrid: bool = False
-    """RL-hybrid: when the agent waits, the safety net may launch the contention-aware pick."""
-    hybrid_min_ratio: float = 0.9
+    """RL-hybrid: when the agent waits, the safety net may launch the anchor heuristic's pick."""
+    hybrid_min_ratio: float = 0.0
     hybrid_utilisation_floor: float = 0.5
+    anchor: tuple[str, ...] | None = ("srsf", "packed")
+    """(order, placement) of the heuristic whose pick the encoding always offers and the safety
+    net falls back to; null: not offered (and the safety net falls back to srsf+packed)."""
+    contentions: tuple[str, ...] = ()
+    """Contention models episodes draw from (one per episode); empty: ``contention`` only."""
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -85,23 +91,34 @@ class EnvConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise DeepShareError(f"env config: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes"):
+        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions"):
             if name in values:
-                values[name] = tuple(values[name])
+                values[name] = None if values[name] is None else tuple(values[name])
         config = EnvConfig(**values)
         if config.reward not in ("jct", "original"):
             raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
         if not 0.0 <= config.generated_fraction <= 1.0:
             raise DeepShareError(f"env config: generated_fraction must be in [0, 1], got {config.generated_fraction}")
+        if config.anchor is not None:
+            try:
+                check_anchor(config.anchor)
+            except ValueError as exc:
+                raise DeepShareError(f"env config: {exc}") from None
+        bad = [c for c in config.contentions if c not in CONTENTION_MODELS]
+        if bad:
+            raise DeepShareError(f"env config: contentions: unknown model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
         return config
 
     @property
     def encoding(self) -> EncodingConfig:
-        return EncodingConfig(max_candidates=self.max_candidates, jobs_considered=self.jobs_considered)
+        return EncodingConfig(max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor)
 
     @property
     def hybrid_rules(self) -> HybridRules | None:
-        return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor) if self.hybrid else None
+        if not self.hybrid:
+            return None
+        anchor = self.anchor if self.anchor is not None else HybridRules.anchor
+        return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor, anchor)
 
 
 @dataclass
@@ -138,7 +155,8 @@ class DeepShareEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         topology, jobs = self._scenario(self.np_random)
-        contention = make_contention(self.config.contention)
+        kinds = self.config.contentions or (self.config.contention,)
+        contention = make_contention(kinds[int(self.np_random.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
         sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s))
         self._episode = _Episode(sim, None, len(jobs))
         _, obs = self._advance()

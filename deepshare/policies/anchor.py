@@ -1,0 +1,59 @@
+"""The anchor heuristic's next launch on a partial decision: what the strongest heuristic
+(``srsf+packed`` by default, see the suite in the README) would launch next.
+
+The candidate encoding always offers this launch (so a learned scorer can imitate the
+heuristic), and RL-hybrid's safety net falls back to it when the scorer waits. It is the
+non-preemptive greedy of :class:`deepshare.policies.heuristic.HeuristicPolicy` stopped at its
+first launch: queued jobs not launched yet, in the order's ranking, the first that the
+placement places (a demand that fails once is skipped, as there).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from deepshare.core.types import ClusterView, JobView, Placement
+from deepshare.policies.order import ORDERS
+from deepshare.policies.placement import PLACEMENTS
+
+DEFAULT_ANCHOR = ("srsf", "packed")
+"""(order, placement): the heuristic that won most cells of the standard suite."""
+
+
+def check_anchor(anchor: Sequence[str]) -> tuple[str, str]:
+    """``(order, placement)`` registry parts, validated (ValueError names the bad one)."""
+    if len(anchor) != 2:
+        raise ValueError(f"anchor must be [order, placement], got {list(anchor)!r}")
+    order, place = anchor
+    if order not in ORDERS:
+        raise ValueError(f"anchor order {order!r} is unknown; expected one of {sorted(ORDERS)}")
+    if place not in PLACEMENTS:
+        raise ValueError(f"anchor placement {place!r} is unknown; expected one of {sorted(PLACEMENTS)}")
+    return str(order), str(place)
+
+
+def anchor_pick(
+    view: ClusterView,
+    free: Sequence[int],
+    launched: set[str],
+    pending: Sequence[tuple[JobView, Placement]],
+    anchor: Sequence[str] = DEFAULT_ANCHOR,
+) -> tuple[JobView, Placement] | None:
+    """The anchor heuristic's next launch given the launches already chosen, or None (it waits)."""
+    order, place_name = check_anchor(anchor)
+    place = PLACEMENTS[place_name][0]
+    total = sum(free)
+    fitting = [j for j in view.queued if j.gpus <= total and j.job_id not in launched]
+    if not fitting:
+        return None
+    fitting.sort(key=ORDERS[order][0](view.now))
+    failed: set[int] = set()
+    free_list = list(free)
+    for job in fitting:
+        if job.gpus in failed:
+            continue
+        placement = place(job, free_list, view, pending)
+        if placement is not None:
+            return job, placement
+        failed.add(job.gpus)
+    return None
