@@ -68,7 +68,7 @@ def _register_learned() -> None:
 
     for name, hybrid, doc in (
         ("rl-base", False, "learned PPO policy: makes every placement decision and may wait"),
-        ("rl-hybrid", True, "learned PPO policy with the contention-aware safety net when it waits"),
+        ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+packed heuristic's next launch (safety net)"),
     ):
         register(
             PolicyInfo(
