@@ -18,6 +18,7 @@ def test_evaluate_writes_results_spread_and_figures(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "las+consolidated" in out and "over 2 seed(s)" in out
+    assert "useful util" in out and "GPU util" in out
     doc = json.loads((tmp_path / "e.json").read_text())
     assert set(doc["results"]) == {"las+spread", "las+consolidated"}
     assert set(REPORT_KEYS) - {"jobs"} <= set(doc["results"]["las+spread"])
