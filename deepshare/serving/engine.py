@@ -11,6 +11,7 @@ forward passes can go to a scorer the server provides, which batches them across
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import dataclass, replace
@@ -73,24 +74,47 @@ class PlacementEngine:
         ``score`` (a learned policy only) replaces the policy's own scorer, e.g. with one that
         batches forward passes across concurrent requests; the decision is the same.
         """
-        view = self.view(request)
-        deadline.check()
-        if deadline.at is not None:
-            view = replace(view, predict=_checked(view.predict, deadline))
+        view = self._bounded_view(request, deadline)
         steps = getattr(self.policy, "steps", None)
         if steps is None:
-            decision = self.policy.decide(view)
-        else:
-            scorer = score or self.policy.scorer  # type: ignore[attr-defined]
-            run = steps(view)
-            try:
-                obs = next(run)
-                while True:
-                    deadline.check()
-                    obs = run.send(scorer(obs))
-            except StopIteration as done:
-                decision = done.value
-        return self.respond(decision, view)
+            return self.respond(self.policy.decide(view), view)
+        scorer = score or self.policy.scorer  # type: ignore[attr-defined]
+        run = steps(view)
+        try:
+            obs = next(run)
+            while True:
+                deadline.check()
+                obs = run.send(scorer(obs))
+        except StopIteration as done:
+            return self.respond(done.value, view)
+
+    async def place_async(
+        self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: AsyncScorer | None = None
+    ) -> PlacementResponse:
+        """:meth:`place` on an event loop, a learned policy awaiting ``score`` at each step (where
+        a server batches concurrent requests' forward passes). For cheap requests only: the
+        steps between two awaits run on the loop."""
+        view = self._bounded_view(request, deadline)
+        steps = getattr(self.policy, "steps", None)
+        if score is None or steps is None:
+            return self.respond(self.policy.decide(view), view)
+        run = steps(view)
+        try:
+            await asyncio.sleep(0)  # let requests that arrived together register before scoring
+            obs = next(run)
+            while True:
+                deadline.check()
+                obs = run.send(await score(obs))
+        except StopIteration as done:
+            return self.respond(done.value, view)
+
+    def _bounded_view(self, request: PlacementRequest, deadline: Deadline) -> ClusterView:
+        """The request's view, its predictions checking ``deadline`` first."""
+        view = self.view(request)
+        deadline.check()
+        if deadline.at is None:
+            return view
+        return replace(view, predict=_checked(view.predict, deadline))
 
     def respond(self, decision: Decision, view: ClusterView) -> PlacementResponse:
         return decision_to_response(decision, view, self.name, self.version)

@@ -135,7 +135,7 @@ class LimitBody:
             await self._too_large(send)
             return
         try:
-            body = await asyncio.wait_for(self._read(receive), self.timeout_s)
+            body = await _within(self._read(receive), self.timeout_s)
         except asyncio.TimeoutError:
             await send_json(
                 send, 408,
@@ -178,6 +178,17 @@ class LimitBody:
 
 class _TooLarge(Exception):
     pass
+
+
+async def _within(awaitable: Awaitable[Any], seconds: float) -> Any:
+    """``await awaitable``, cancelled with ``asyncio.TimeoutError`` after ``seconds``: in the
+    current task where ``asyncio.timeout`` exists (Python 3.11+), saving ``wait_for``'s task per
+    request."""
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(awaitable, seconds)
+    async with timeout(seconds):
+        return await awaitable
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
