@@ -2,7 +2,8 @@
 ``serve run serve/config.yaml`` and ``deepshare serve`` both use.
 
 Each replica loads the policy once and serves the FastAPI app of :mod:`deepshare.serving.api`.
-Decisions run in the replica's decision threads; concurrent requests share forward passes:
+Large decisions run in the replica's decision threads (cheap ones on its event loop);
+concurrent requests share forward passes:
 while several requests are deciding, a learned policy's scorer calls go through a
 ``@serve.batch`` method on the replica's event loop, so N requests deciding at once cost about
 one batched pass per choice instead of N.

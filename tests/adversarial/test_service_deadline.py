@@ -108,3 +108,19 @@ def test_limits_name_every_list_over_its_limit_and_the_flag():
         (("body", "nodes"), "101 nodes exceed this service's limit of 100 (--max-nodes)"),
         (("body", "pending"), "11 pending jobs exceed this service's limit of 10 (--max-pending)"),
     ]
+
+
+def test_the_event_loop_path_checks_the_deadline_between_steps():
+    """Cheap requests decide on the event loop; a passed deadline stops them there too."""
+    engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
+    request = PlacementRequest.model_validate(small_request())
+    calls = []
+
+    async def score(obs):
+        calls.append(1)
+        return engine.batch_scorer([obs])[0]
+
+    assert asyncio.run(engine.place_async(request, Deadline(5.0), score)) == engine.place(request)
+    assert calls
+    with pytest.raises(DecisionTimeout):
+        asyncio.run(engine.place_async(request, Deadline(0.0), score))
