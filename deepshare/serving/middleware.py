@@ -91,7 +91,7 @@ class AnswerHealth:
         self.payload = {"status": "ok", "policy": policy}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") == HEALTH_PATH and scope.get("method") in ("GET", "HEAD"):
+        if scope["type"] == "http" and scope.get("path") == HEALTH_PATH and scope.get("method") == "GET":
             await send_json(send, 200, self.payload)
             return
         await self.app(scope, receive, send)
