@@ -26,6 +26,7 @@ control nothing of this happens.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
@@ -33,6 +34,7 @@ from deepshare.core.contention import ContentionModel, RunningJob, predictor
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
 from deepshare.core.metrics import JobRecord, MetricsReport, build_report
+from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
 from deepshare.core.types import (
     ClusterView,
@@ -202,8 +204,17 @@ class Simulator:
         catalog: Catalog | None = None,
         config: SimConfig = SimConfig(),
         control: ClusterControl | None = None,
+        *,
+        reference_views: bool = False,
     ) -> None:
+        """``reference_views``: hand policies a tuple copy of the queue at every decision (the
+        straightforward O(queue) way) instead of a :class:`PendingJobs` read through the queue;
+        the decisions are the same, it exists to test that they are."""
         self.topology = topology
+        self._reference_views = reference_views
+        self._queue_log = QueueLog()
+        self._pending: weakref.ref[PendingJobs] | None = None
+        self._node_names = [node.name for node in topology.nodes]
         self.catalog = catalog or default_catalog()
         self.config = config
         self.contention = contention
@@ -332,10 +343,14 @@ class Simulator:
     def run(self, policy: PolicyLike, progress: Callable[[int, int], None] | None = None) -> MetricsReport:
         """Simulate to the end under ``policy`` and return the report."""
         total = len(self._jobs)
-        while (view := self.advance()) is not None:
-            self.apply(policy.decide(view))
+        view = self.advance()
+        while view is not None:
+            decision = policy.decide(view)
+            view = None  # dropped before apply(): the queue then changes without copying it
+            self.apply(decision)
             if progress is not None:
                 progress(total - self._unfinished, total)
+            view = self.advance()
         if progress is not None:
             progress(total, total)
         return self.report(policy.name)
@@ -378,7 +393,8 @@ class Simulator:
             changed |= self._start(job, placement, t, self.config.migrate_overhead_s)
         for launch in decision.launch:
             job = self._queue.pop(launch.job_id)
-            del self._queued_views[launch.job_id]
+            self._release_pending()
+            self._queue_log.remove(self._queued_views.pop(launch.job_id))
             overhead = self.config.preempt_overhead_s if job.needs_restore else self.config.start_overhead_s
             job.needs_restore = False
             if job.first_start is None:
@@ -395,16 +411,32 @@ class Simulator:
 
     def view(self) -> ClusterView:
         t = self.now
+        self._queue_log.trim()
+        if self._reference_views:
+            queued: Sequence[JobView] = tuple(self._queued_views.values())
+        else:
+            self._release_pending()
+            pending = PendingJobs(self._queued_views, self._queue_log)
+            self._pending = weakref.ref(pending)
+            queued = pending
         return ClusterView(
             now=t,
             topology=self._view_topology,
             catalog=self.catalog,
             free=tuple(self._free),
-            queued=tuple(self._queued_views.values()),
+            queued=queued,  # type: ignore[arg-type]
             running=LazyJobs(lambda: self._running_views(t)),
             future_events=self._live_events > 0,
             predict=self._predict,
         )
+
+    def _release_pending(self) -> None:
+        """Before the queue changes: a view still held keeps the queue it showed (a copy)."""
+        if self._pending is not None:
+            pending = self._pending()
+            if pending is not None:
+                pending.freeze()
+            self._pending = None
 
     def _running_views(self, t: float) -> tuple[JobView, ...]:
         if t != self.now:
@@ -479,8 +511,10 @@ class Simulator:
     def _enqueue(self, job: _Job, t: float) -> None:
         job.state = QUEUED
         job.queued_since = t
+        self._release_pending()
         self._queue[job.spec.job_id] = job
-        self._queued_views[job.spec.job_id] = job.make_view(t)
+        view = self._queued_views[job.spec.job_id] = job.make_view(t)
+        self._queue_log.add(view)
 
     def _complete(self, job: _Job, t: float) -> None:
         changed = self._stop(job, t)
@@ -558,7 +592,6 @@ class Simulator:
     # -- validation --------------------------------------------------------------------------
     def _validate(self, decision: Decision) -> None:
         check_decision(
-            decision, self._free, _Placements(self._running), _Sizes(self._queue),
-            [node.name for node in self.topology.nodes],
+            decision, self._free, _Placements(self._running), _Sizes(self._queue), self._node_names,
         )
 

@@ -9,11 +9,15 @@ It follows one simulation: at each view it checks, by object identity and at C s
 queue is exactly what the previous decision left (same simulation, old jobs in the same order,
 launched jobs gone, new ones appended) and rebuilds itself from scratch otherwise, so a caller
 that does not apply a decision, or reuses the policy elsewhere, still gets correct answers.
+When the view's queue is the simulator's :class:`~deepshare.core.pending.PendingJobs`, the
+index asks it for the jobs added and removed since its last view instead (O(changes), not
+O(queue)): launches the index took but that did not happen go back in, removals it did not take
+come out, so the index still matches the queue exactly.
 """
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from typing import Callable, Iterator
 
 from deepshare.core.types import ClusterView, JobView
@@ -27,10 +31,21 @@ class QueueIndex:
         self._owner: object = None
         self._expected: dict[str, JobView] = {}  # the queue the last decision left, in order
         self._by_gpus: dict[int, list[tuple[tuple, JobView]]] = {}
+        self._taken: dict[str, JobView] = {}  # taken since the last sync: launches expected
+        self._position: int | None = None  # the queue-log position of the last PendingJobs view
 
     def sync(self, view: ClusterView) -> None:
         """Bring the index up to date with ``view.queued``."""
         queued = view.queued
+        changes = getattr(queued, "changes", None)
+        if changes is not None and view.predict is self._owner and self._position is not None:
+            delta = changes(self._position)
+            if delta is not None:
+                self._apply(delta)
+                self._position = queued.position  # type: ignore[attr-defined]
+                return
+        self._position = getattr(queued, "position", None)
+        self._taken = {}
         known = len(self._expected)
         if (
             view.predict is not self._owner
@@ -42,8 +57,27 @@ class QueueIndex:
             self._expected = {}
             known = 0
         for job in queued[known:]:
-            insort(self._by_gpus.setdefault(job.gpus, []), (self._key(job), job))
-            self._expected[job.job_id] = job
+            self._insert(job)
+
+    def _apply(self, delta: list[tuple[bool, JobView]]) -> None:
+        """Replay the queue's changes since the last sync (see the module docstring)."""
+        taken = self._taken
+        for added, job in delta:
+            if added:
+                self._insert(job)
+            elif taken.pop(job.job_id, None) is None:
+                jobs = self._by_gpus[job.gpus]
+                i = bisect_left(jobs, (self._key(job),))
+                assert jobs[i][1] is job
+                del jobs[i]
+                del self._expected[job.job_id]
+        for job in taken.values():  # taken but not launched: the decision was not applied
+            self._insert(job)
+        self._taken = {}
+
+    def _insert(self, job: JobView) -> None:
+        insort(self._by_gpus.setdefault(job.gpus, []), (self._key(job), job))
+        self._expected[job.job_id] = job
 
     def best_fitting(self, free_gpus: int, skip: set[int]) -> JobView | None:
         """The first job in order whose demand is at most ``free_gpus`` and not in ``skip``."""
@@ -58,6 +92,7 @@ class QueueIndex:
         head = self._by_gpus[job.gpus].pop(0)
         assert head[1] is job
         del self._expected[job.job_id]
+        self._taken[job.job_id] = job
 
     def __iter__(self) -> Iterator[JobView]:  # pragma: no cover - debugging aid
         return iter(sorted((k, j) for jobs in self._by_gpus.values() for k, j in jobs))
