@@ -69,11 +69,11 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
     def progress(done: int, n: int, what: str) -> None:
-        if err.is_terminal:
+        # every run on a terminal; every tenth of the runs otherwise (a log stays short)
+        if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
             err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
 
-    if err.is_terminal:
-        err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
+    err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
     result = run_suite(spec, workers=workers, progress=progress)
     shown = human(args.json, out, err)
     for table in cell_tables(result):
