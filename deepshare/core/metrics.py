@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import csv
 import io
+from array import array
 from dataclasses import asdict, dataclass, fields
-from typing import Sequence
+from typing import Iterator, Sequence, overload
 
 import numpy as np
 
@@ -102,22 +103,129 @@ class MetricsReport:
     def jobs_csv(self) -> str:
         """The per-job table as CSV text (the ``--jobs-csv`` file)."""
         out = io.StringIO()
-        names = [f.name for f in fields(JobRecord)] + ["jct_s", "queue_s", "service_jct_s"]
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(names)
+        writer.writerow(CSV_COLUMNS)
         for r in self.records:
-            row = asdict(r)
-            row.update(jct_s=r.jct_s, queue_s=r.queue_s, service_jct_s=r.service_jct_s)
-            writer.writerow(["" if row[n] is None else row[n] for n in names])
+            writer.writerow(csv_row(r))
         return out.getvalue()
 
 
-def _mean(values: Sequence[float]) -> float | None:
+CSV_COLUMNS = [f.name for f in fields(JobRecord)] + ["jct_s", "queue_s", "service_jct_s"]
+"""The ``--jobs-csv`` header."""
+
+
+def csv_row(r: JobRecord) -> list[object]:
+    """One ``--jobs-csv`` row (None as an empty field)."""
+    row = asdict(r)
+    row.update(jct_s=r.jct_s, queue_s=r.queue_s, service_jct_s=r.service_jct_s)
+    return ["" if row[n] is None else row[n] for n in CSV_COLUMNS]
+
+
+class UtilTimeline(Sequence[tuple[float, int]]):
+    """``(time, allocated GPUs)`` at every change, starting ``(0.0, 0)``: the utilisation curve.
+
+    A sequence of tuples to its readers, stored as two flat arrays (16 bytes a point instead of
+    about 110 for a list of tuples: a million-job run has two million points).
+    """
+
+    __slots__ = ("_t", "_busy")
+
+    def __init__(self) -> None:
+        self._t = array("d", [0.0])
+        self._busy = array("q", [0])
+
+    def record(self, t: float, busy: int) -> None:
+        """Allocation is ``busy`` from time ``t`` on (a change at the last point's time replaces it)."""
+        if self._busy[-1] != busy:
+            if self._t[-1] == t:
+                self._busy[-1] = busy
+            else:
+                self._t.append(t)
+                self._busy.append(busy)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[float, int]]: ...
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return list(zip(self._t[index], self._busy[index]))
+        return (self._t[index], self._busy[index])
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        return zip(self._t, self._busy)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (UtilTimeline, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"UtilTimeline({list(self)!r})"
+
+
+def _mean(values: Sequence[float] | np.ndarray) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
+def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
+
+
+class ReportColumns:
+    """Every job's result as NumPy columns, by trace position (about 70 bytes a job).
+
+    What :func:`build_report` needs, without a :class:`JobRecord` object per job: a run of a
+    million jobs keeps these columns, not a million records. ``finish`` and ``first_start`` are
+    NaN for jobs that did not finish / never started.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.submit = np.zeros(n)
+        self.first_start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.gpu_time = np.zeros(n)
+        self.productive = np.zeros(n)
+        self.mean_ratio = np.ones(n)
+        self.gpus = np.ones(n, dtype=np.int64)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.migrations = np.zeros(n, dtype=np.int64)
+        self.rejected = np.zeros(n, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.submit)
+
+    def set(self, i: int, r: JobRecord) -> None:
+        """Row ``i`` from a record."""
+        self.submit[i] = r.submit_s
+        self.first_start[i] = np.nan if r.first_start_s is None else r.first_start_s
+        self.finish[i] = np.nan if r.finish_s is None else r.finish_s
+        self.gpu_time[i] = r.gpu_time_s
+        self.productive[i] = r.productive_s
+        self.mean_ratio[i] = r.mean_ratio
+        self.gpus[i] = r.gpus
+        self.preemptions[i] = r.preemptions
+        self.migrations[i] = r.migrations
+        self.rejected[i] = r.rejected
+
+    def copy(self) -> "ReportColumns":
+        out = ReportColumns(0)
+        out.__dict__.update({k: v.copy() for k, v in self.__dict__.items()})
+        return out
+
+    @staticmethod
+    def of(records: Sequence[JobRecord]) -> "ReportColumns":
+        cols = ReportColumns(len(records))
+        for i, r in enumerate(records):
+            cols.set(i, r)
+        return cols
 
 
 def build_report(
@@ -129,33 +237,54 @@ def build_report(
     decisions: int = 0,
     events: int = 0,
 ) -> MetricsReport:
-    finished = [r for r in records if r.finish_s is not None]
-    jcts = [r.jct_s for r in finished]  # type: ignore[misc]
-    admitted = [r for r in records if not r.rejected]
-    if finished:
-        makespan = max(r.finish_s for r in finished) - min(r.submit_s for r in admitted)  # type: ignore[type-var]
-    else:
-        makespan = 0.0
+    """The report of ``records`` (the per-job records are kept in it)."""
+    return report_from_columns(
+        ReportColumns.of(records), total_gpus=total_gpus, busy_gpu_s=busy_gpu_s, policy=policy,
+        decisions=decisions, events=events, records=tuple(records),
+    )
+
+
+def report_from_columns(
+    cols: ReportColumns,
+    *,
+    total_gpus: int,
+    busy_gpu_s: float,
+    policy: str = "",
+    decisions: int = 0,
+    events: int = 0,
+    records: tuple[JobRecord, ...] = (),
+) -> MetricsReport:
+    """The report of the jobs in ``cols``; every value as the module docstring defines it."""
+    done = ~np.isnan(cols.finish)
+    finish = cols.finish[done]
+    jcts = finish - cols.submit[done]
+    admitted = ~cols.rejected
+    makespan = float(finish.max() - cols.submit[admitted].min()) if len(finish) else 0.0
+    gpus = cols.gpus[done]
+    ratio = cols.mean_ratio[done]
     util = busy_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0
-    useful = sum(r.useful_gpu_s for r in finished) / (total_gpus * makespan) if makespan > 0 else 0.0
+    # Python's sum over the values in trace order: the same float as summing the records.
+    useful_gpu_s = sum((gpus * cols.productive[done] * ratio).tolist())
+    useful = useful_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0
+    queue = jcts - cols.gpu_time[done] / gpus
     return MetricsReport(
         policy=policy,
-        jobs=len(records),
-        finished=len(finished),
-        rejected=sum(r.rejected for r in records),
+        jobs=len(cols),
+        finished=int(done.sum()),
+        rejected=int(cols.rejected.sum()),
         avg_jct_s=_mean(jcts),
         p50_jct_s=_pct(jcts, 50),
         p95_jct_s=_pct(jcts, 95),
         p99_jct_s=_pct(jcts, 99),
-        avg_queue_s=_mean([r.queue_s for r in finished]),  # type: ignore[misc]
+        avg_queue_s=_mean(np.where(queue > 0, queue, 0.0)),
         makespan_s=makespan,
         gpu_util=util,
-        avg_slowdown=_mean([1.0 / r.mean_ratio for r in finished]),
-        preemptions=sum(r.preemptions for r in records),
-        migrations=sum(r.migrations for r in records),
-        avg_service_jct_s=_mean([r.service_jct_s for r in finished]),  # type: ignore[misc]
+        avg_slowdown=_mean(1.0 / ratio),
+        preemptions=int(cols.preemptions.sum()),
+        migrations=int(cols.migrations.sum()),
+        avg_service_jct_s=_mean(finish - cols.first_start[done]),
         decisions=decisions,
         events=events,
-        records=tuple(records),
+        records=records,
         useful_util=useful,
     )

@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 from deepshare.core.contention import ContentionModel, RunningJob, predictor
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
-from deepshare.core.metrics import JobRecord, MetricsReport, build_report
+from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, UtilTimeline, report_from_columns
 from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
 from deepshare.core.types import (
@@ -142,11 +142,12 @@ class _Job:
         "spec", "comm_class", "ref_thp", "work", "remaining", "state", "placement", "iso_rate",
         "ratio", "rate", "last_update", "stall_until", "version", "attained", "first_start",
         "finish", "preemptions", "migrations", "prod_time", "ratio_area", "queued_since",
-        "run_start", "last_run_s", "needs_restore",
+        "run_start", "last_run_s", "needs_restore", "index",
     )
 
-    def __init__(self, spec: JobSpec, catalog: Catalog) -> None:
+    def __init__(self, spec: JobSpec, catalog: Catalog, index: int) -> None:
         self.spec = spec
+        self.index = index
         self.comm_class = catalog.class_of(spec.model)
         self.ref_thp = catalog.reference_throughput(spec.model, spec.gpus)
         self.work = spec.total_samples if spec.total_samples is not None else spec.duration_s * self.ref_thp
@@ -177,6 +178,23 @@ class _Job:
         self.attained += self.spec.gpus * (t - self.last_update)
         self.last_update = t
 
+    def record(self, rejected: bool) -> JobRecord:
+        spec = self.spec
+        return JobRecord(
+            job_id=spec.job_id,
+            model=spec.model,
+            gpus=spec.gpus,
+            submit_s=spec.submit_time,
+            first_start_s=self.first_start,
+            finish_s=self.finish,
+            gpu_time_s=self.attained,
+            productive_s=self.prod_time,
+            mean_ratio=(self.ratio_area / self.prod_time) if self.prod_time > 0 else 1.0,
+            preemptions=self.preemptions,
+            migrations=self.migrations,
+            rejected=rejected,
+        )
+
     def make_view(self, now: float) -> JobView:
         spec = self.spec
         return JobView(
@@ -206,10 +224,17 @@ class Simulator:
         control: ClusterControl | None = None,
         *,
         reference_views: bool = False,
+        keep_records: bool = True,
+        on_record: Callable[[int, JobRecord], None] | None = None,
     ) -> None:
         """``reference_views``: hand policies a tuple copy of the queue at every decision (the
         straightforward O(queue) way) instead of a :class:`PendingJobs` read through the queue;
-        the decisions are the same, it exists to test that they are."""
+        the decisions are the same, it exists to test that they are.
+
+        A job's state is dropped when it finishes or is rejected: its result goes into NumPy
+        columns (what :meth:`report` needs), into a :class:`JobRecord` kept for the report's
+        ``records`` unless ``keep_records`` is False (a million-job run keeps columns only), and
+        to ``on_record(trace_position, record)`` when given (the streamed ``--jobs-csv``)."""
         self.topology = topology
         self._reference_views = reference_views
         self._queue_log = QueueLog()
@@ -219,11 +244,15 @@ class Simulator:
         self.config = config
         self.contention = contention
         self._state = contention.new_state(topology, self.catalog)
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, _Job] = {}  # jobs not finished or rejected yet
         for spec in jobs:
             if spec.job_id in self._jobs:
                 raise DeepShareError(f"duplicate job id {spec.job_id!r}")
-            self._jobs[spec.job_id] = _Job(spec, self.catalog)
+            self._jobs[spec.job_id] = _Job(spec, self.catalog, len(self._jobs))
+        self._total_jobs = len(self._jobs)
+        self._columns = ReportColumns(self._total_jobs)
+        self._records: list[JobRecord | None] | None = [None] * self._total_jobs if keep_records else None
+        self._on_record = on_record
         self._free = list(topology.capacity)
         self._queue: dict[str, _Job] = {}
         self._queued_views: dict[str, JobView] = {}  # same keys and order as _queue
@@ -236,7 +265,7 @@ class Simulator:
         self._busy_area = 0.0
         self._system_area = 0.0
         self._last_t = 0.0
-        self.util_timeline: list[tuple[float, int]] = [(0.0, 0)]
+        self.util_timeline = UtilTimeline()
         """(time, allocated GPUs) at every change: the utilisation-over-time curve."""
         self.decisions = 0
         self.events_processed = 0
@@ -342,7 +371,7 @@ class Simulator:
 
     def run(self, policy: PolicyLike, progress: Callable[[int, int], None] | None = None) -> MetricsReport:
         """Simulate to the end under ``policy`` and return the report."""
-        total = len(self._jobs)
+        total = self._total_jobs
         view = self.advance()
         while view is not None:
             decision = policy.decide(view)
@@ -448,31 +477,35 @@ class Simulator:
         return tuple(views)
 
     def report(self, policy_name: str = "") -> MetricsReport:
-        records = [
-            JobRecord(
-                job_id=j.spec.job_id,
-                model=j.spec.model,
-                gpus=j.spec.gpus,
-                submit_s=j.spec.submit_time,
-                first_start_s=j.first_start,
-                finish_s=j.finish,
-                gpu_time_s=j.attained,
-                productive_s=j.prod_time,
-                mean_ratio=(j.ratio_area / j.prod_time) if j.prod_time > 0 else 1.0,
-                preemptions=j.preemptions,
-                migrations=j.migrations,
-                rejected=j.state == REJECTED,
-            )
-            for j in self._jobs.values()
-        ]
-        return build_report(
-            records,
+        """The run's metrics so far (jobs not finished yet count as unfinished)."""
+        cols, records = self._columns, self._records
+        if self._jobs:  # mid-run: the live jobs' rows, on copies
+            cols = cols.copy()
+            records = None if records is None else list(records)
+            for job in self._jobs.values():
+                record = job.record(rejected=False)
+                cols.set(job.index, record)
+                if records is not None:
+                    records[job.index] = record
+        return report_from_columns(
+            cols,
             total_gpus=self.topology.total_gpus,
             busy_gpu_s=self._busy_area,
             policy=policy_name,
             decisions=self.decisions,
             events=self.events_processed,
+            records=() if records is None else tuple(records),  # type: ignore[arg-type]
         )
+
+    def _retire(self, job: _Job, rejected: bool) -> None:
+        """A finished or rejected job: its result into the columns, its state dropped."""
+        record = job.record(rejected)
+        self._columns.set(job.index, record)
+        if self._records is not None:
+            self._records[job.index] = record
+        if self._on_record is not None:
+            self._on_record(job.index, record)
+        del self._jobs[job.spec.job_id]
 
     # -- events ------------------------------------------------------------------------------
     def _process_events_at(self, t: float) -> bool:
@@ -483,8 +516,8 @@ class Simulator:
         while self._events and self._events.peek_time() == t:
             _, kind, job_id, version = self._events.pop()
             if kind is EventKind.COMPLETION:
-                job = self._jobs[job_id]
-                if job.state != RUNNING or job.version != version:
+                job = self._jobs.get(job_id)
+                if job is None or job.state != RUNNING or job.version != version:
                     continue  # superseded by a re-rate, preemption or migration
             live = True
             self.events_processed += 1
@@ -505,6 +538,7 @@ class Simulator:
         if job.spec.gpus > self.topology.total_gpus:
             job.state = REJECTED
             self._unfinished -= 1
+            self._retire(job, rejected=True)
             return
         self._enqueue(job, t)
 
@@ -523,6 +557,7 @@ class Simulator:
         job.finish = t
         self._unfinished -= 1
         self._rerate(changed, t)
+        self._retire(job, rejected=False)
 
     # -- placement bookkeeping ---------------------------------------------------------------
     def _start(self, job: _Job, placement: Placement, t: float, overhead: float) -> set[str]:
@@ -583,11 +618,7 @@ class Simulator:
             self._last_t = t
 
     def _record_busy(self, t: float) -> None:
-        if self.util_timeline[-1][1] != self._busy:
-            if self.util_timeline[-1][0] == t:
-                self.util_timeline[-1] = (t, self._busy)
-            else:
-                self.util_timeline.append((t, self._busy))
+        self.util_timeline.record(t, self._busy)
 
     # -- validation --------------------------------------------------------------------------
     def _validate(self, decision: Decision) -> None:
