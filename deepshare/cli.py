@@ -182,15 +182,13 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
     with _ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
-        report, _ = simulate(scenario, args.policy, bar.callback(args.policy))
+        report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None)
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
     human(args.json, out, err).print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
-    write_json(args.json, report.to_dict(), out, "report")
-    if args.jobs_csv:
-        write_text_atomic(args.jobs_csv, report.jobs_csv(), "per-job table")
+    write_json(args.json, report.to_dict(), out, "report")  # --jobs-csv was streamed during the run
     return 0
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from deepshare.core.contention import ContentionModel, ProfiledContention
-from deepshare.core.metrics import MetricsReport
+from deepshare.core.jobs_csv import JobsCsvStream
+from deepshare.core.metrics import JobRecord, MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology
 from deepshare.core.types import JobSpec
@@ -27,14 +29,37 @@ class Scenario:
     catalog: Catalog | None = None
 
 
-def simulate(scenario: Scenario, policy: str, progress: Progress | None = None) -> tuple[MetricsReport, Simulator]:
-    """Run ``policy`` (a registry name) on ``scenario``; the report and the finished simulator."""
+def simulate(
+    scenario: Scenario,
+    policy: str,
+    progress: Progress | None = None,
+    *,
+    jobs_csv: str | os.PathLike[str] | None = None,
+    keep_records: bool = True,
+) -> tuple[MetricsReport, Simulator]:
+    """Run ``policy`` (a registry name) on ``scenario``; the report and the finished simulator.
+
+    ``jobs_csv``: stream the per-job table to this file as jobs finish (put in place when the
+    run ends; the report then keeps no per-job records). ``keep_records=False`` also drops them
+    (a million-job run needs only the report's numbers)."""
+    if jobs_csv is not None:
+        with JobsCsvStream(jobs_csv) as out:
+            return _simulate(scenario, policy, progress, False, out.add)
+    return _simulate(scenario, policy, progress, keep_records, None)
+
+
+def _simulate(
+    scenario: Scenario, policy: str, progress: Progress | None, keep_records: bool,
+    on_record: Callable[[int, JobRecord], None] | None,
+) -> tuple[MetricsReport, Simulator]:
     sim = Simulator(
         scenario.topology,
         scenario.jobs,
         scenario.contention,
         catalog=scenario.catalog or default_catalog(),
         config=scenario.config,
+        keep_records=keep_records,
+        on_record=on_record,
     )
     report = sim.run(make_policy(policy), progress=progress)
     return report, sim
