@@ -788,3 +788,16 @@ def test_sampler_accumulates_exact_bytes_per_link_and_node_aggregate(tree: Path)
     assert third["eth/eth0"].rx_bytes_per_s == 1000.0  # 2,000 bytes over 2 s
     assert (third["eth/eth0"].rx_bytes_total, third["eth/eth0"].tx_bytes_total) == (2500.0, 100.0)
     assert (third["eth/eth1"].rx_bytes_total, third["nic"].rx_bytes_total, third["nic"].tx_bytes_total) == (300.0, 2800.0, 100.0)
+
+
+@pytest.mark.parametrize("action", ["start", "status", "stop"])
+def test_a_ray_that_times_out_while_joining_is_one_line_and_exit_1(action, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deepshare.agents import deploy
+
+    def times_out(address: str) -> None:
+        raise TimeoutError("GCS did not answer within 30 s")
+
+    monkeypatch.setattr(deploy, "connect", times_out)
+    rc, out, err = run_cli(action, "--address", "10.0.0.1:6379")
+    assert rc == 1 and out == ""
+    assert err == "deepshare: error: --address 10.0.0.1:6379: Ray did not answer (TimeoutError: GCS did not answer within 30 s)\n"

@@ -71,7 +71,7 @@ def cmd_probe(args: argparse.Namespace, out: Any, err: Any) -> int:
 def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     import ray
 
-    from deepshare.agents.deploy import connect, start_monitor
+    from deepshare.agents.deploy import start_monitor
 
     if args.report_interval is not None and args.report_interval < args.interval:
         raise DeepShareError(
@@ -86,7 +86,8 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
             f" whole --interval {args.interval:g} samples), or nodes turn stale between reports"
         )
     config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after)
-    connect(args.address)
+    if not _joined(args.address, err):
+        return EXIT_RUNTIME
     try:
         monitor, created = start_monitor(config, name=args.name)
         agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()], timeout=START_TIMEOUT_S)
@@ -108,6 +109,22 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     return 0
 
 
+def _joined(address: str, err: Any) -> bool:
+    """Join the cluster (:func:`~deepshare.agents.deploy.connect`); a failure Ray raises that
+    ``connect`` does not translate (a GCS that accepts the connection, then times out) is one
+    line on ``err`` and ``False`` (exit 1), never a traceback."""
+    from deepshare.agents import deploy
+
+    try:
+        deploy.connect(address)
+    except DeepShareError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray's start-up and timeout errors
+        print_line(err, f"deepshare: error: --address {address}: Ray did not answer ({type(exc).__name__}: {_cause(exc)})")
+        return False
+    return True
+
+
 def _cause(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None) or exc
     return str(cause).strip().splitlines()[-1]
@@ -116,9 +133,10 @@ def _cause(exc: BaseException) -> str:
 def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
     import ray
 
-    from deepshare.agents.deploy import connect, find_monitor
+    from deepshare.agents.deploy import find_monitor
 
-    connect(args.address)
+    if not _joined(args.address, err):
+        return EXIT_RUNTIME
     snapshot = ray.get(find_monitor(args.name).view.remote())
     if args.json:
         write_json(args.json, snapshot.to_dict(), out, "link view")
@@ -141,9 +159,10 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 
 def cmd_stop(args: argparse.Namespace, out: Any, err: Any) -> int:
-    from deepshare.agents.deploy import connect, stop_monitor
+    from deepshare.agents.deploy import stop_monitor
 
-    connect(args.address)
+    if not _joined(args.address, err):
+        return EXIT_RUNTIME
     stopped = stop_monitor(args.name)
     print_line(out, f"stopped contention monitor {args.name!r} and {stopped} agent(s)")
     return 0
