@@ -11,7 +11,9 @@ exception raised inside it (``PyThreadState_SetAsyncExc``), which stops pure-Pyt
 next bytecode. The engine's cooperative checks normally get there first; this is the backstop
 for code that asks nothing between steps (e.g. a heuristic's loop over 10,000 queued jobs).
 Policies decide as functions of the view (no state carried between decisions), so an
-interrupted decision leaves nothing behind; only the request's own view is discarded.
+interrupted decision leaves nothing behind but its own view, which is discarded; the memo
+caches shared across requests (the catalog's throughputs, the placement generators'
+``lru_cache``) are each written in one step, so an interruption costs at most a missing entry.
 A request queued behind busy threads counts its wait against its own deadline and is dropped
 from the queue, never started, when that passes.
 """
