@@ -237,8 +237,8 @@ BOUNDS = [
     (["calibrate", "--profiles", PROFILES, "--workers", 10**6], "--workers", "from 1 to 256 processes"),
     (["train", "x.yaml", "--iterations", 10**9], "--iterations", "from 1 to 1,000,000 iterations"),
     (["train", "x.yaml", "--num-env-runners", 10**6], "--num-env-runners", "from 0 to 1,024 env runners"),
-    (["cluster", "fake", "--for-s", "1e308"], "--for-s", "above 0 and at most 10,000,000 seconds"),
-    (["cluster", "fake", "--for-s", "nan"], "--for-s", "above 0"),
+    (["cluster", "fake", "--for-s", "1e308"], "--for-s", "from 0 to 10,000,000 seconds"),
+    (["cluster", "fake", "--for-s", "nan"], "--for-s", "from 0 to"),
     (["autoscale", "simulate", "--trace", AUTOSCALE_TRACE, "--config", AUTOSCALE_CONFIG, "--round-s", "1e308"],
      "--round-s", "from 1 to 10,000,000 seconds"),
 ]

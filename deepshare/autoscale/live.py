@@ -157,6 +157,7 @@ def run_live_experiment(
 
     from deepshare.runtime.httpclient import SchedulerClient
     from deepshare.runtime.spec import spec_from_json
+    from deepshare.runtime.token import client_token
 
     if ray.is_initialized():
         raise DeepShareError("the live experiment connects to its own cluster: call ray.shutdown() first")
@@ -187,7 +188,7 @@ def run_live_experiment(
         _wait("the scheduler", lambda: info.exists() or scheduler.poll() is not None, 90)
         if scheduler.poll() is not None:
             raise DeepShareError(f"the scheduler exited; see {work / 'scheduler.log'}")
-        client = SchedulerClient(json.loads(info.read_text())["url"])
+        client = SchedulerClient(json.loads(info.read_text())["url"], client_token(None, state, env))
         bridge = DemandBridge(node_type.gpus, ray_request)
         t0 = time.time()
         sampler = _Sampler(t0)
