@@ -158,15 +158,43 @@ def save_checkpoint(state: Any) -> Path | None:
     return target
 
 
-def load_checkpoint() -> Any | None:
-    """The state last saved by :func:`save_checkpoint` for this job, or ``None`` if none."""
+def load_checkpoint(*, weights_only: bool = True) -> Any | None:
+    """The state last saved by :func:`save_checkpoint` for this job, or ``None`` if none.
+
+    The checkpoint folder is often shared storage that others can write, so by default the file is
+    read as data only (``torch.load(weights_only=True)``: tensors, numbers, strings and containers;
+    without torch, a pickle holding no Python objects beyond those): a planted file that names
+    code raises :class:`UnsafeCheckpoint` instead of running it. Pass ``weights_only=False`` only
+    for a state with custom classes in a folder nobody else can write.
+    """
     path = checkpoint_dir() / CHECKPOINT_FILE
     if not path.exists():
         return None
     data = path.read_bytes()
     try:
         import torch
+    except ImportError:  # pragma: no cover - torch-free jobs
+        return _unpickle(data, weights_only, path)
+    try:
+        return torch.load(io.BytesIO(data), weights_only=weights_only)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
+                               f"(load_checkpoint(weights_only=False) trusts it): {str(exc).splitlines()[0]}") from None
 
-        return torch.load(io.BytesIO(data), weights_only=False)
-    except ImportError:  # pragma: no cover
+
+class UnsafeCheckpoint(Exception):
+    """A checkpoint that would run code when loaded as data only."""
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
+def _unpickle(data: bytes, weights_only: bool, path: Path) -> Any:  # pragma: no cover - torch-free jobs
+    if not weights_only:
         return pickle.loads(data)
+    try:
+        return _DataOnlyUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpoint(f"{path}: refused, {exc} (load_checkpoint(weights_only=False) trusts it)") from None

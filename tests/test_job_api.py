@@ -79,3 +79,33 @@ def test_example_job_resumes_exactly(env, monkeypatch, tmp_path):
     assert [r["attempt"] for r in resumed["runs"]] == [0, 1, 2]
     assert resumed["checksum"] == straight["checksum"]  # bit-identical parameters
     assert resumed["loss"] == straight["loss"]
+
+
+class _Planted:
+    """Unpickling this creates a marker file: what a planted checkpoint would do."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_planted_checkpoint_that_names_code_is_refused_and_never_runs(env):
+    import pickle
+
+    marker = env / "pwned"
+    (env / "ckpt").mkdir()
+    (env / "ckpt" / "checkpoint.pt").write_bytes(pickle.dumps({"step": 1, "x": _Planted(str(marker))}))
+    with pytest.raises(job.UnsafeCheckpoint, match="refused"):
+        job.load_checkpoint()
+    assert not marker.exists()
+    # the job's own state (tensors, optimizer state, numbers) still loads as data
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    job.save_checkpoint({"step": 3, "model": model.state_dict(), "opt": opt.state_dict(), "seed": [1, 2.5, "a"]})
+    state = job.load_checkpoint()
+    assert state["step"] == 3 and torch.equal(state["model"]["weight"], model.state_dict()["weight"])
+    assert state["opt"]["state"][0]["momentum_buffer"].shape == (2, 2)
