@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from deepshare import __version__, cli_types
+from deepshare import cli_types
 from deepshare.cli_output import add_json_flag, check_outputs, folder_outputs, human, to_stdout, write_json
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
@@ -427,6 +427,20 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, read (importlib.metadata) only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from deepshare import __version__
+
+        sys.stdout.write(f"deepshare {__version__}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deepshare",
@@ -435,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train and evaluate learned policies, serve a policy over HTTP, run real jobs on a Ray cluster "
         "under it, measure link load, and study autoscaling.",
     )
-    parser.add_argument("--version", action="version", version=f"deepshare {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("simulate", help="run one policy on a trace and print its report")

@@ -12,22 +12,17 @@ Layers inside the package (Ray only in the last row; importing this package impo
 See ``deepshare/agents/README.md``.
 """
 
-from deepshare.agents.config import AgentConfig
-from deepshare.agents.contention import contention_score, gpu_contention
-from deepshare.agents.probes import (
-    EthernetProbe,
-    InfinibandProbe,
-    NvmlProbe,
-    Probe,
-    ProbeError,
-    ReplayProbes,
-    SimulatedProbe,
-    local_probes,
-)
-from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus
-from deepshare.agents.samples import LinkRate, LinkReading, ProbeSample, compute_rates, counter_delta
-from deepshare.agents.sampler import Sampler, measure
-from deepshare.agents.view import ClusterSnapshot, ClusterState, NodeState
+_EXPORTS = {
+    "AgentConfig": "config", "contention_score": "contention", "gpu_contention": "contention",
+    "EthernetProbe": "probes", "InfinibandProbe": "probes", "NvmlProbe": "probes", "Probe": "probes",
+    "ProbeError": "probes", "ReplayProbes": "probes", "SimulatedProbe": "probes", "local_probes": "probes",
+    "LinkStat": "report", "NodeReport": "report", "ProbeStatus": "report",
+    "LinkRate": "samples", "LinkReading": "samples", "ProbeSample": "samples", "compute_rates": "samples",
+    "counter_delta": "samples", "Sampler": "sampler", "measure": "sampler",
+    "ClusterSnapshot": "view", "ClusterState": "view", "NodeState": "view",
+}
+"""Name -> submodule. Imported on first use (PEP 562), so ``deepshare`` commands that only
+register the agents' subcommands do not load every probe."""
 
 __all__ = [
     "AgentConfig", "ClusterSnapshot", "ClusterState", "EthernetProbe", "InfinibandProbe", "LinkRate",
@@ -35,3 +30,15 @@ __all__ = [
     "ProbeSample", "ProbeStatus", "ReplayProbes", "Sampler", "SimulatedProbe", "compute_rates", "contention_score",
     "counter_delta", "gpu_contention", "local_probes", "measure",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'deepshare.agents' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"deepshare.agents.{module}"), name)
+    globals()[name] = value
+    return value
+

@@ -1,0 +1,119 @@
+"""Million-job traces: simulator wall time, jobs/s, peak memory and the fitted cost exponent.
+
+Each (size, policy) point runs in its own process, so its peak RSS (``resource.getrusage``'s
+``ru_maxrss``) is that run's alone. Traces come from the generator (``deepshare.core.traces``):
+Poisson arrivals sized to an offered load of 0.9 on 512 x 8 = 4,096 GPUs, GPU demands 2/4/8,
+log-normal run times (median 1 h, sigma 1), the ``random`` model mix, seed 1. The simulation
+keeps no per-job records (``keep_records=False``: the report's numbers come from NumPy
+columns), as ``deepshare simulate`` does with ``--jobs-csv``. The wall time is the simulation's
+alone (generation is printed apart), CPU its process time; the exponent k is the least-squares slope of
+log(wall) on log(jobs) over the sizes measured (cost ~ jobs^k; 1 = linear).
+
+Target (issue 14): 1,000,000 jobs on 4,096 GPUs in <= 10 minutes for every non-preemptive
+heuristic, cost ~ jobs^<=1.1.
+
+Usage: python bench/scale.py [--sizes 25000,100000,400000,1000000] [--policies las+consolidated,...]
+       python bench/scale.py --quick          # 25,000 and 100,000 jobs only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+TARGET_1M_S = 600.0
+TARGET_EXPONENT = 1.1
+NODES, GPUS_PER_NODE, LOAD = 512, 8, 0.9
+
+
+def child(n: int, policy: str) -> None:
+    """One point, in this process: print its measurements as one JSON line."""
+    import resource
+
+    from deepshare.core.topology import uniform
+    from deepshare.core.traces import generate, mix_preset
+    from deepshare.experiments import Scenario, simulate
+
+    topo = uniform(NODES, GPUS_PER_NODE)
+    start = time.perf_counter()
+    jobs = generate(n, load=LOAD, total_gpus=topo.total_gpus, mix=mix_preset("random"), duration_sigma=1.0, seed=1).jobs
+    generated = time.perf_counter()
+    rss_trace = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cpu = time.process_time()
+    report, sim = simulate(Scenario(topo, jobs), policy, keep_records=False)
+    cpu = time.process_time() - cpu
+    done = time.perf_counter()
+    print(json.dumps({
+        "jobs": n, "policy": policy, "gen_s": generated - start, "wall_s": done - generated, "cpu_s": cpu,
+        "rss_trace_mb": rss_trace / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "decisions": report.decisions, "events": sim.events_processed, "finished": report.finished,
+        "gpu_util": report.gpu_util, "avg_jct_s": report.avg_jct_s,
+    }))
+
+
+def measure(n: int, policy: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(n), policy], capture_output=True, text=True, check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{policy} on {n:,} jobs failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def exponent(points: list[dict], key: str = "wall_s") -> float | None:
+    import numpy as np
+
+    if len(points) < 2:
+        return None
+    n = np.log([p["jobs"] for p in points])
+    w = np.log([p[key] for p in points])
+    return float(np.polyfit(n, w, 1)[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="25000,100000,400000,1000000", help="comma-separated job counts")
+    parser.add_argument("--policies", default="las+consolidated", help="comma-separated policy names")
+    parser.add_argument("--quick", action="store_true", help="25,000 and 100,000 jobs only")
+    parser.add_argument("--child", nargs=2, metavar=("JOBS", "POLICY"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(int(args.child[0]), args.child[1])
+        return
+    sizes = [25000, 100000] if args.quick else [int(float(s)) for s in args.sizes.split(",") if s.strip()]
+    if not sizes or any(n <= 0 for n in sizes):
+        parser.error(f"--sizes {args.sizes!r}: expected positive job counts")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    print(f"generated traces, load {LOAD} on {NODES} x {GPUS_PER_NODE} = {NODES * GPUS_PER_NODE:,} GPUs "
+          "(each point in its own process)")
+    for policy in policies:
+        points = []
+        for n in sizes:
+            p = measure(n, policy)
+            points.append(p)
+            per_job_kb = (p["peak_rss_mb"] - p["rss_trace_mb"]) * 1024 / n
+            print(
+                f"{policy:22s} {n:>9,} jobs  sim {p['wall_s']:8.1f} s (CPU {p['cpu_s']:7.1f} s)  {n / p['wall_s']:7,.0f} jobs/s  "
+                f"peak RSS {p['peak_rss_mb']:7,.0f} MB (trace {p['rss_trace_mb']:,.0f} MB; sim +{per_job_kb:.2f} KB/job)  "
+                f"gen {p['gen_s']:.1f} s  decisions {p['decisions']:,}  util {p['gpu_util']:.3f}",
+                flush=True,
+            )
+        k, k_cpu = exponent(points), exponent(points, "cpu_s")
+        big = max(points, key=lambda q: q["jobs"])
+        if k is not None:
+            over = ", ".join(f"{q['jobs']:,}" for q in points)
+            print(f"  -> {policy}: cost ~ jobs^{k:.2f} in wall time, jobs^{k_cpu:.2f} in CPU time, over {over} "
+                  f"(target <= {TARGET_EXPONENT}; on a shared machine the CPU-time fit is the steadier one)")
+        if big["jobs"] >= 1_000_000:
+            print(f"  -> {policy}: 1,000,000 jobs in {big['wall_s']:.0f} s (target <= {TARGET_1M_S:.0f} s)")
+        elif k is not None:
+            est = big["wall_s"] * (1_000_000 / big["jobs"]) ** k
+            print(f"  -> {policy}: 1,000,000 jobs extrapolated from {big['jobs']:,} at k={k:.2f}: {est:.0f} s "
+                  f"(target <= {TARGET_1M_S:.0f} s; not measured)")
+
+
+if __name__ == "__main__":
+    main()
