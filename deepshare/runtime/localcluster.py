@@ -6,8 +6,8 @@ the label ``deepshare.io/node-name: node<i>``, so the scheduler's topology names
 Every node of it is started with ``node_ip_address=127.0.0.1``: its Ray processes advertise and
 listen on loopback only, so the fake cluster (which runs whatever jobs the scheduler launches)
 cannot be reached from the network. ``ray.init`` rewrites a loopback address to the machine's
-"remotely reachable" IP (where nothing listens then); :func:`_connect_on_loopback` turns that off
-for this driver process only (Ray's own switch for single-machine clusters).
+"remotely reachable" IP (where nothing listens then); :func:`deepshare.localray.resolve_loopback_as_self`
+turns that off for this driver process only (Ray's own switch for single-machine clusters).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from deepshare.core.types import DeepShareError
+from deepshare.localray import resolve_loopback_as_self
 from deepshare.runtime.cluster import NAME_LABEL
 
 NODE_MEMORY = 80 * 1024**2
@@ -47,7 +48,7 @@ class LocalCluster:
         for i in range(self.nodes):
             self.handles.append(self.add_node(f"node{i}"))
         self.cluster.wait_for_nodes()
-        _connect_on_loopback()
+        resolve_loopback_as_self()
         ray.init(address=self.cluster.address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
         return str(self.cluster.address)
 
@@ -64,14 +65,3 @@ class LocalCluster:
             self.cluster.shutdown()
             self.cluster = None
 
-
-def _connect_on_loopback() -> None:
-    """Make this driver resolve ``127.0.0.1`` as itself, not as the machine's network IP.
-
-    Ray's ``get_node_ip_address`` answers the loopback address when single-machine mode is on
-    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read once at import); the constant is set on the
-    module because Ray may already be imported.
-    """
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False

@@ -34,3 +34,15 @@ def test_init_local_ray_sets_rays_single_machine_switch(monkeypatch):
     localray.init_local_ray(num_cpus=1)
     assert seen == {"num_cpus": 1, "ip": "127.0.0.1"}
     assert os.environ[localray.LOOPBACK_ENV] == "0"  # inherited by the instance's processes
+
+
+def test_resolve_loopback_as_self_is_for_this_process_only(monkeypatch):
+    """The half ``scheduler start --local`` uses: the driver resolves 127.0.0.1 as itself, and the
+    environment its children inherit is left as it was."""
+    from ray._private import ray_constants, services
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.delenv(localray.LOOPBACK_ENV, raising=False)
+    localray.resolve_loopback_as_self()
+    assert services.get_node_ip_address() == "127.0.0.1"
+    assert localray.LOOPBACK_ENV not in os.environ
