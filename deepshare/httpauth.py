@@ -1,8 +1,8 @@
 """Plain-ASGI guards for the project's HTTP services: bearer token, Host allow-list, JSON bodies,
 body size limit, and the shared JSON answer.
 
-Shared by the live scheduler (``deepshare/runtime/api.py``) and meant for the placement service
-too (``deepshare/serving/middleware.py`` has its own older copies of the token and size guards).
+Shared by the live scheduler (``deepshare/runtime/api.py``) and the placement service
+(``deepshare/serving/api.py``, which adds its ``/healthz`` fast path from ``serving/middleware.py``).
 Plain ASGI rather than Starlette's ``BaseHTTPMiddleware``: no per-request task or body copy.
 
 Why each guard exists (the scheduler runs commands, so its API must be closed):
@@ -14,7 +14,10 @@ Why each guard exists (the scheduler runs commands, so its API must be closed):
   ``Host``, so only known names pass.
 - :class:`RequireJSON`: a cross-origin "simple" request (no preflight) can only send
   ``text/plain``, form or multipart bodies; insisting on ``application/json`` refuses it (415).
-- :class:`LimitBody`: bodies over a limit are refused (413) before the app reads them.
+- :class:`LimitBody`: bodies over a limit are refused (413) before the app reads them, and with
+  a body timeout a slow client is cut off (408) instead of holding a request slot.
+- :class:`ObserveRequests`: every request counted and timed, refused ones too; a client that left
+  is 499, never a 500.
 
 Each guard answers with ``error_body(message)`` so a service keeps its own error shape
 (``{"error": ...}`` for the scheduler, ``{"detail": ...}`` for the placement service).
@@ -22,10 +25,11 @@ Each guard answers with ``error_body(message)`` so a service keeps its own error
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import time
 import ipaddress
 import json
+import time
 from typing import Any, Awaitable, Callable, Iterable
 
 Scope = dict[str, Any]
@@ -37,6 +41,10 @@ ErrorBody = Callable[[str], dict[str, Any]]
 
 MIN_TOKEN_CHARS = 8
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+CLIENT_CLOSED = 499
+"""Status counted for a request whose client went away before it was answered (nginx's code)."""
+CLIENT_GONE = "deepshare.client_gone"
+"""Scope key :class:`LimitBody` sets when the client disconnected before sending its body."""
 
 
 def detail_body(message: str) -> dict[str, Any]:
@@ -168,11 +176,15 @@ class RequireJSON:
 
 
 class LimitBody:
-    """Answers 413 to a body over ``max_bytes``, whether it declares its length or streams it;
-    a body within the limit is handed on whole."""
+    """Answers 413 to a body over ``max_bytes``, whether it declares its length or streams it,
+    and, with ``timeout_s``, 408 (closing the connection) to one not received whole in time, so a
+    slow client holds a request slot for seconds at most; a body within the limits is handed on
+    whole. A client that goes away mid-body gets no answer and is marked with :data:`CLIENT_GONE`
+    in the scope (for :class:`ObserveRequests`)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, error: ErrorBody = detail_body) -> None:
-        self.app, self.max_bytes, self.error = app, max_bytes, error
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None,
+                 error: ErrorBody = detail_body) -> None:
+        self.app, self.max_bytes, self.timeout_s, self.error = app, max_bytes, timeout_s, error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -180,43 +192,84 @@ class LimitBody:
             return
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+            await self._too_large(send)
             return
+        try:
+            body = await _within(self._read(receive), self.timeout_s)
+        except asyncio.TimeoutError:
+            await send_json(send, 408, self.error(
+                f"request body not received within {self.timeout_s:g} s (the service's body timeout)"),
+                ((b"connection", b"close"),))
+            return
+        except _TooLarge:
+            await self._too_large(send)
+            return
+        if body is None:  # the client went away mid-body: nobody to answer
+            scope[CLIENT_GONE] = True
+            return
+        whole = {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, replay([whole], receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` when the client went away first: an ``http.disconnect``,
+        or ``receive`` failing (Serve's replica pulls the body from its proxy, and that call
+        fails when the proxy has already dropped the request of a client that left)."""
         chunks, size = [], 0
         while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                await self.app(scope, _replay([message], receive), send)
-                return
+            try:
+                message = await receive()
+            except Exception:  # noqa: BLE001 - only the way to the client can fail here
+                return None
+            if message["type"] != "http.request":  # http.disconnect
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(send)
-                return
+                raise _TooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+                return b"".join(chunks)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _too_large(self, send: Send) -> None:
         await send_json(send, 413, self.error(f"request body larger than the limit of {self.max_bytes} bytes"))
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+class _TooLarge(Exception):
+    pass
+
+
+async def _within(awaitable: Awaitable[Any], seconds: float | None) -> Any:
+    """``await awaitable``, cancelled with ``asyncio.TimeoutError`` after ``seconds`` (None: no
+    limit): in the current task where ``asyncio.timeout`` exists (Python 3.11+), saving
+    ``wait_for``'s task per request."""
+    if seconds is None:
+        return await awaitable
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(awaitable, seconds)
+    async with timeout(seconds):
+        return await awaitable
+
+
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``messages`` first, then defers to ``receive``."""
     queue = list(messages)
 
-    async def replay() -> Message:
+    async def replayed() -> Message:
         return queue.pop(0) if queue else await receive()
 
-    return replay
+    return replayed
 
 
 class ObserveRequests:
-    """Times every HTTP request and reports ``(path, status, seconds)`` to ``observe`` (the outermost
-    layer, so refused requests are counted too; a client that left before an answer counts as 499)."""
+    """Times every HTTP request and reports ``(path, method, status, seconds)`` to ``observe``
+    (the outermost layer, so refused requests are counted too).
 
-    def __init__(self, app: ASGIApp, observe: Callable[[str, int, float], None]) -> None:
+    No answer sent and the client gone (it disconnected mid-body, or the server cancelled the
+    request because it did) is :data:`CLIENT_CLOSED` (499); no answer for any other reason is a
+    500 (a bug)."""
+
+    def __init__(self, app: ASGIApp, observe: Callable[[str, str, int, float], None]) -> None:
         self.app, self.observe = app, observe
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -224,7 +277,8 @@ class ObserveRequests:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 499
+        status: int | None = None
+        cancelled = False
 
         async def record_status(message: Message) -> None:
             nonlocal status
@@ -234,8 +288,10 @@ class ObserveRequests:
 
         try:
             await self.app(scope, receive, record_status)
-        except Exception:
-            status = 500 if status == 499 else status
+        except asyncio.CancelledError:
+            cancelled = True
             raise
         finally:
-            self.observe(scope.get("path", ""), status, time.perf_counter() - start)
+            if status is None:
+                status = CLIENT_CLOSED if cancelled or scope.get(CLIENT_GONE) else 500
+            self.observe(scope.get("path", ""), scope.get("method", ""), status, time.perf_counter() - start)

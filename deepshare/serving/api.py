@@ -25,11 +25,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 import deepshare
+from deepshare.httpauth import LimitBody, ObserveRequests, RequireToken, detail_body
 from deepshare.serving.deadline import Deadline, DecisionTimeout
 from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
 from deepshare.serving.limits import LimitExceeded, RequestLimits
 from deepshare.serving.metrics import ServiceMetrics
-from deepshare.serving.middleware import AnswerHealth, LimitBody, ObserveRequests, RequireToken
+from deepshare.serving.middleware import OPEN_PATHS, AnswerHealth
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import ServiceSettings
 from deepshare.serving.translate import RequestError
@@ -168,10 +169,11 @@ def build_api(
 
     # Added last = outermost: metrics see every answer, including the guards' 401, 408 and 413;
     # health checks are answered before the token check and before any body is read.
-    app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
-    app.add_middleware(RequireToken, token=settings.token)
+    app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                       error=detail_body)
+    app.add_middleware(RequireToken, token=settings.token, open_paths=OPEN_PATHS, error=detail_body)
     app.add_middleware(AnswerHealth, policy=engine.name)
-    app.add_middleware(ObserveRequests, metrics=metrics)
+    app.add_middleware(ObserveRequests, observe=metrics.observe)
     return app
 
 

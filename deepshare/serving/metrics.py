@@ -33,11 +33,11 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from deepshare.httpauth import CLIENT_CLOSED
+
 ROUTES = ("/healthz", "/v1/policy", "/v1/placements", "/metrics", "/docs", "/openapi.json")
 METHODS = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-CLIENT_CLOSED = 499
-"""The status recorded for a request whose client disconnected before the answer (nginx's code)."""
 
 _KINDS = {
     400: "malformed", 401: "unauthorized", 404: "not_found", 405: "method", 408: "body_timeout",

@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
+from deepshare.httpauth import LimitBody, ObserveRequests, RequireToken
 from deepshare.serving.metrics import ServiceMetrics
-from deepshare.serving.middleware import AnswerHealth, LimitBody, ObserveRequests, RequireToken
+from deepshare.serving.middleware import AnswerHealth
 
 
 def scope(path: str = "/v1/placements", method: str = "POST", headers: dict[bytes, bytes] | None = None) -> dict:
@@ -64,7 +65,7 @@ class App:
 
 def stack(app: App, metrics: ServiceMetrics, timeout_s: float = 0.2, token: str | None = None):
     inner = LimitBody(app, max_bytes=100, timeout_s=timeout_s)
-    return ObserveRequests(AnswerHealth(RequireToken(inner, token), "rl-hybrid"), metrics)
+    return ObserveRequests(AnswerHealth(RequireToken(inner, token), "rl-hybrid"), metrics.observe)
 
 
 def count(metrics: ServiceMetrics, code: str) -> float:
