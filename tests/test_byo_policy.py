@@ -214,3 +214,13 @@ def test_entry_point_policies_are_listed_and_usable_by_name(capsys, installed_pl
 def test_unknown_name_mentions_the_spec_form() -> None:
     with pytest.raises(DeepShareError, match="package.module:ClassOrFactory"):
         make_policy("no-such-policy")
+
+
+@pytest.mark.parametrize("command", [["simulate"], ["serve"], ["scheduler", "start"]])
+def test_every_policy_flags_help_names_the_spec_form(capsys, command) -> None:
+    """``--help`` of each command that takes ``--policy`` says module:Class works there."""
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "package.module:ClassOrFactory" in text

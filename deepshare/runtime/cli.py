@@ -193,7 +193,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
     p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
     p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
-    p.add_argument("--policy", metavar="NAME", help="policy from `deepshare policies` (default rl-hybrid, the shipped learned policy)")
+    p.add_argument("--policy", metavar="POLICY",
+                   help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, or "
+                   "package.module:ClassOrFactory (default rl-hybrid, the shipped learned policy)")
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
     p.add_argument("--placement-token", metavar="TOKEN",
                    help="bearer token for --placement-url (default: $DEEPSHARE_SERVE_TOKEN, which keeps it out of `ps`)")

@@ -17,6 +17,7 @@ from typing import Any
 
 from deepshare.cli_types import listen_port, number, positive_int
 from deepshare.core.types import DeepShareError
+from deepshare.httpauth import MIN_TOKEN_CHARS
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 from deepshare.serving.settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -48,7 +49,9 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         description="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
         f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set.",
     )
-    p.add_argument("--policy", default="rl-hybrid", metavar="NAME|NAME=CHECKPOINT", help="registered policy (default rl-hybrid)")
+    p.add_argument("--policy", default="rl-hybrid", metavar="POLICY",
+                   help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, "
+                   "or package.module:ClassOrFactory (default rl-hybrid)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=listen_port, default=8000, help="HTTP port (default 8000)")
     p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
@@ -88,8 +91,8 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
     make_contention(settings.contention)
     token = os.environ.get(TOKEN_ENV, "")
-    if token and len(token) < 8:
-        raise DeepShareError(f"${TOKEN_ENV} must be at least 8 characters")
+    if token and len(token) < MIN_TOKEN_CHARS:
+        raise DeepShareError(f"${TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters")
     _check_port_free(args.host, args.port)
     if args.address and args.address != "auto":
         _check_reachable(args.address)

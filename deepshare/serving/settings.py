@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepshare.httpauth import MIN_TOKEN_CHARS
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 
 TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"
@@ -23,10 +24,11 @@ DEFAULT_BODY_TIMEOUT_S = 5.0
 class ServiceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policy: str = Field("rl-hybrid", description="registry name, or NAME=CHECKPOINT for a learned policy")
+    policy: str = Field("rl-hybrid", description="registry name, NAME=CHECKPOINT for a learned policy, "
+                        "or package.module:ClassOrFactory")
     contention: str = Field("profiled", description="contention model behind the policy's predictions")
     token: str | None = Field(
-        None, min_length=8,
+        None, min_length=MIN_TOKEN_CHARS,
         description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")
