@@ -108,6 +108,18 @@ def test_cli_unreachable_scheduler_is_one_line(capsys):
     assert rc == 2 and "expected http://HOST:PORT" in capsys.readouterr().err
 
 
+def test_cli_stopped_scheduler_found_through_state_names_its_file(tmp_path, capsys):
+    """With --state (no --url), the error says where the URL came from, not a flag never given."""
+    (tmp_path / "scheduler.json").write_text('{"url": "http://127.0.0.1:9", "pid": 1}')
+    rc = main(["jobs", "--state", str(tmp_path), "--token", "t" * 12])
+    err = capsys.readouterr().err
+    info = tmp_path / "scheduler.json"
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"deepshare: error: http://127.0.0.1:9 (the URL in {info}, written when the scheduler last started): "
+                          "no scheduler answers (")
+    assert "--url" not in err
+
+
 def test_scheduler_start_flag_errors(capsys):
     for argv, message in [
         (["--local", "--address", "1.2.3.4:6379"], "at most one of --local and --address"),

@@ -81,7 +81,7 @@ def _client(args: argparse.Namespace) -> Any:
     from deepshare.runtime.httpclient import SchedulerClient
     from deepshare.runtime.token import client_token
 
-    url = args.url
+    url, origin = args.url, None
     if url is None:
         info = Path(args.state) / "scheduler.json"
         try:
@@ -92,7 +92,8 @@ def _client(args: argparse.Namespace) -> Any:
             raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
         if not isinstance(url, str):
             raise DeepShareError(f"--state {args.state}: {info} has no URL")
-    return SchedulerClient(url, client_token(args.token, args.state))
+        origin = f"{url} (the URL in {info}, written when the scheduler last started)"
+    return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
 
 
 def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:

@@ -19,9 +19,13 @@ from deepshare.runtime.spec import LiveJobSpec
 
 
 class SchedulerClient:
-    def __init__(self, url: str, token: str, timeout_s: float = 10.0) -> None:
+    """``origin`` says where ``url`` came from, for messages (default ``--url URL``; the CLI
+    names the ``scheduler.json`` it read when the URL came from ``--state``)."""
+
+    def __init__(self, url: str, token: str, timeout_s: float = 10.0, origin: str | None = None) -> None:
+        self.origin = origin or f"--url {url}"
         if not url.startswith(("http://", "https://")):
-            raise DeepShareError(f"--url {url!r}: expected http://HOST:PORT of a running scheduler")
+            raise DeepShareError(f"{self.origin}: expected http://HOST:PORT of a running scheduler, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -45,7 +49,7 @@ class SchedulerClient:
             raise DeepShareError(f"{self.url}: {message} (HTTP {exc.code})") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise DeepShareError(f"--url {self.url}: no scheduler answers ({reason})") from None
+            raise DeepShareError(f"{self.origin}: no scheduler answers ({reason})") from None
 
     def submit(self, spec: LiveJobSpec) -> JobOut:
         return JobOut.model_validate(self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
