@@ -37,6 +37,7 @@ def test_rank_runs_without_the_services_tokens_and_logs_under_the_given_path(tmp
     assert "scheduler-secret" not in text and "serve-secret" not in text
     assert "[]\nkept\n" in text and text.startswith("--- deepshare: job j-1 attempt 1 rank 0/1 on ")
     assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(log.parent.parent.stat().st_mode) == 0o700  # logs/ too, not only the job's folder
     assert worker.poll().exit_code == 0
     worker.terminate()
     assert log.exists()  # the log outlives the worker's control folder

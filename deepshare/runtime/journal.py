@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from deepshare.core.types import DeepShareError
+from deepshare.runtime.private import make_private_dirs
 from deepshare.runtime.spec import LiveJobSpec
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class Journal:
         self._clock = clock
         path = self.dir / JOURNAL_FILE
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dirs(self.dir)
             if not path.exists():
                 self._create(path)
             elif path.stat().st_size == 0:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from deepshare.core.types import DeepShareError
+from deepshare.runtime.private import make_private_dirs
 
 
 class StateLock:
@@ -22,7 +23,7 @@ class StateLock:
 
     def acquire(self) -> "StateLock":
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
             fh = open(self.path, "a+", encoding="utf-8")
         except OSError as exc:
             raise DeepShareError(f"--state {self.path.parent}: cannot create the lock file ({exc.strerror or exc})") from None

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from deepshare.runtime.private import make_private_dirs
+
 
 SECRET_ENV = frozenset({"DEEPSHARE_SCHEDULER_TOKEN", "DEEPSHARE_SERVE_TOKEN"})
 """Variables of the worker's own environment that are not passed on to ranks (a job's ``env`` may
@@ -126,7 +128,7 @@ class JobWorker:
         if launch.log_path:
             self.log_path = Path(launch.log_path)
         try:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dirs(self.log_path.parent)
             fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             return StartOutcome(None, f"cannot open the rank's log {self.log_path}: {exc.strerror or exc}")

@@ -87,6 +87,24 @@ def test_foreign_sqlite_file_is_refused(tmp_path, capsys, no_ray):
     assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
 
 
+def test_state_folder_made_by_the_lock_is_private_whatever_the_umask(tmp_path):
+    """``scheduler start`` takes the state lock before it opens the journal, so the lock makes the
+    folder (and any missing parent): 0700 even under umask 0; existing folders keep their mode."""
+    from deepshare.runtime.statelock import StateLock
+
+    (tmp_path / "shared").mkdir(mode=0o755)
+    os.chmod(tmp_path / "shared", 0o755)
+    state = tmp_path / "shared" / "new" / "sched"
+    old = os.umask(0)
+    try:
+        lock = StateLock(state).acquire()
+    finally:
+        os.umask(old)
+    assert mode(state) == 0o700 and mode(state.parent) == 0o700
+    assert mode(tmp_path / "shared") == 0o755
+    lock.release()
+
+
 def test_journal_token_and_state_are_private(tmp_path, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     old = os.umask(0)  # the most permissive umask: modes must not depend on it
