@@ -155,3 +155,50 @@ def test_run_matches_reference_on_a_burst(name):
     ref = build(raw, 4, 8, None, reference=True).run(reference_of(name))
     assert fast.to_dict() == ref.to_dict()
     assert fast.jobs_csv() == ref.jobs_csv()
+
+
+class HeapOfEverything:
+    """The event queue as it was: every arrival pushed into the heap at the start, in trace order."""
+
+    def __init__(self, arrival_times):
+        import heapq
+        from itertools import count
+
+        self._heapq, self._heap, self._seq = heapq, [], count()
+        for i, t in enumerate(arrival_times):
+            self.push(t, 1, i)
+
+    def push(self, time, kind, tag):
+        self._heapq.heappush(self._heap, (time, kind, next(self._seq), tag))
+
+    def pop(self):
+        time, kind, _, tag = self._heapq.heappop(self._heap)
+        return time, kind, tag
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrivals=st.lists(st.sampled_from([0.0, 1.0, 2.5, 4.0, 7.0]), max_size=25),
+    ops=st.lists(st.tuples(st.booleans(), st.sampled_from([0, 2]), st.sampled_from([0.0, 0.5, 1.5, 3.0]))),
+)
+def test_arrival_stream_pops_in_the_order_the_heap_of_everything_did(arrivals, ops):
+    from deepshare.core.events import EventKind, EventQueue
+
+    new, old = EventQueue(arrivals), HeapOfEverything(arrivals)
+    got, want, now, tag = [], [], 0.0, 0
+    for is_pop, kind, delay in ops + [(True, 0, 0.0)] * (len(arrivals) + len(ops)):
+        if is_pop:
+            if not len(new):
+                continue
+            assert new.peek_time() == old._heap[0][0]
+            t, k, job_id, version = new.pop()
+            got.append((t, int(k), version if k is EventKind.ARRIVAL else int(job_id)))
+            want.append(old.pop())
+            now = t
+        else:
+            tag += 1
+            new.push(now + delay, EventKind(kind), str(tag))
+            old.push(now + delay, kind, tag)
+    assert got == want and not len(new) and not old._heap
+    with pytest.raises(ValueError):
+        new.push(1.0, EventKind.ARRIVAL)

@@ -244,22 +244,30 @@ class Simulator:
         self.config = config
         self.contention = contention
         self._state = contention.new_state(topology, self.catalog)
-        self._jobs: dict[str, _Job] = {}  # jobs not finished or rejected yet
-        for spec in jobs:
-            if spec.job_id in self._jobs:
+        self._specs: tuple[JobSpec, ...] = tuple(jobs)
+        seen: set[str] = set()
+        for spec in self._specs:
+            if spec.job_id in seen:
                 raise DeepShareError(f"duplicate job id {spec.job_id!r}")
-            self._jobs[spec.job_id] = _Job(spec, self.catalog, len(self._jobs))
-        self._total_jobs = len(self._jobs)
+            seen.add(spec.job_id)
+        del seen
+        for model in dict.fromkeys(spec.model for spec in self._specs):
+            self.catalog.resolve(model)  # unknown models are reported now, in trace order
+        self._jobs: dict[str, _Job] = {}  # jobs that arrived and did not finish (state built at arrival)
+        self._total_jobs = len(self._specs)
         self._columns = ReportColumns(self._total_jobs)
+        for i, spec in enumerate(self._specs):  # rows of jobs that have not arrived yet
+            self._columns.submit[i] = spec.submit_time
+            self._columns.gpus[i] = spec.gpus
         self._records: list[JobRecord | None] | None = [None] * self._total_jobs if keep_records else None
         self._on_record = on_record
         self._free = list(topology.capacity)
         self._queue: dict[str, _Job] = {}
         self._queued_views: dict[str, JobView] = {}  # same keys and order as _queue
         self._running: dict[str, _Job] = {}
-        self._events = EventQueue()
-        self._live_events = 0  # arrivals + valid completions still in the heap
-        self._unfinished = len(self._jobs)
+        self._events = EventQueue([spec.submit_time for spec in self._specs])
+        self._live_events = self._total_jobs  # arrivals + valid completions still to come
+        self._unfinished = self._total_jobs
         self.now = 0.0
         self._busy = 0
         self._busy_area = 0.0
@@ -270,10 +278,7 @@ class Simulator:
         self.decisions = 0
         self.events_processed = 0
         self._awaiting_decision = False
-        for job in self._jobs.values():
-            self._events.push(job.spec.submit_time, EventKind.ARRIVAL, job.spec.job_id)
-            self._live_events += 1
-        if config.round_s is not None and self._jobs:
+        if config.round_s is not None and self._specs:
             self._events.push(config.round_s, EventKind.ROUND)
         self._predict: PredictFn = predictor(self._state)
         self._up = [True] * len(topology.nodes)
@@ -479,7 +484,7 @@ class Simulator:
     def report(self, policy_name: str = "") -> MetricsReport:
         """The run's metrics so far (jobs not finished yet count as unfinished)."""
         cols, records = self._columns, self._records
-        if self._jobs:  # mid-run: the live jobs' rows, on copies
+        if self._unfinished:  # mid-run: the live jobs' rows, on copies
             cols = cols.copy()
             records = None if records is None else list(records)
             for job in self._jobs.values():
@@ -487,6 +492,12 @@ class Simulator:
                 cols.set(job.index, record)
                 if records is not None:
                     records[job.index] = record
+            if records is not None:  # jobs that have not arrived: their initial record
+                for i, record in enumerate(records):
+                    if record is None:
+                        spec = self._specs[i]
+                        records[i] = JobRecord(spec.job_id, spec.model, spec.gpus, spec.submit_time,
+                                               None, None, 0.0, 0.0, 1.0, 0, 0, False)
         return report_from_columns(
             cols,
             total_gpus=self.topology.total_gpus,
@@ -523,7 +534,9 @@ class Simulator:
             self.events_processed += 1
             if kind is EventKind.ARRIVAL:
                 self._live_events -= 1
-                self._arrive(self._jobs[job_id], t)
+                spec = self._specs[version]  # an arrival carries the job's trace position
+                job = self._jobs[spec.job_id] = _Job(spec, self.catalog, version)
+                self._arrive(job, t)
             elif kind is EventKind.COMPLETION:
                 self._complete(self._jobs[job_id], t)  # _stop() retires this completion from _live_events
             elif job_id == CONTROL_TAG:
