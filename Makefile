@@ -37,6 +37,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/simulator.py
 	$(BIN)/python bench/contention.py
+	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/scale.py  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
