@@ -74,11 +74,13 @@ def scheduler_token(state_dir: str | Path, environ: Mapping[str, str] = os.envir
 
 
 def client_token(flag: str | None, state_dir: str | Path | None, environ: Mapping[str, str] = os.environ) -> str:
-    """The token a client sends: ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else ``<state>/token``."""
+    """The token a client sends: ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else ``<state>/token``;
+    checked like the scheduler's (:func:`check_token`), so a pasted line break or space is one line
+    naming where the token came from, not an invalid HTTP header deep in ``urllib``."""
     if flag:
-        return flag
+        return check_token(flag, "--token")
     if environ.get(TOKEN_ENV):
-        return environ[TOKEN_ENV]
+        return check_token(environ[TOKEN_ENV], f"${TOKEN_ENV}")
     if state_dir is not None:
         path = Path(state_dir) / TOKEN_FILE
         try:
@@ -89,6 +91,6 @@ def client_token(flag: str | None, state_dir: str | Path | None, environ: Mappin
             raise DeepShareError(f"--state {state_dir}: cannot read the token file {path} "
                                  f"({getattr(exc, 'strerror', None) or exc})") from None
         if text:
-            return text
+            return check_token(text, str(path))
     raise DeepShareError(f"no scheduler token: give --token, set ${TOKEN_ENV}, or --state DIR of the scheduler "
                          f"(it writes DIR/{TOKEN_FILE})")

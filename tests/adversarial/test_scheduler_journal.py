@@ -138,6 +138,30 @@ def test_environment_token_is_never_written_and_removes_a_stale_file(tmp_path):
     assert client_token("flag-token", state, environ={TOKEN_ENV: "x" * 9}) == "flag-token"
 
 
+@pytest.mark.parametrize("where", ["flag", "env", "file"])
+@pytest.mark.parametrize("bad, why", [
+    ("abcdefgh\nX-Evil: 1", "at most 4096 printable ASCII characters without spaces"),
+    ("abc defgh", "at most 4096 printable ASCII characters without spaces"),
+    ("short", "at least 8 characters, got 5"),
+])
+def test_client_token_that_cannot_be_a_header_is_one_line(tmp_path, capsys, monkeypatch, where, bad, why):
+    """A pasted line break or space in a client's token was a urllib traceback; now it is one line
+    naming where the token came from, before anything is sent."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    state = tmp_path / "s"
+    state.mkdir()
+    argv = ["jobs", "--url", "http://127.0.0.1:9", "--state", str(state)]
+    source = {"flag": "--token", "env": f"${TOKEN_ENV}", "file": str(state / "token")}[where]
+    if where == "flag":
+        argv += ["--token", bad]
+    elif where == "env":
+        monkeypatch.setenv(TOKEN_ENV, bad)
+    else:
+        (state / "token").write_text(bad + "\n")
+    assert main(argv) == 2
+    assert one_error_line(capsys) == f"deepshare: error: {source}: the token must {'have ' if 'least' in why else 'be '}{why}"
+
+
 def test_short_environment_token_is_one_line_before_ray(tmp_path, capsys, no_ray, monkeypatch):
     monkeypatch.setenv(TOKEN_ENV, "short")
     assert main(start(tmp_path / "s")) == 2
