@@ -32,6 +32,8 @@ import json
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
+from deepshare.core.types import DeepShareError
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -40,11 +42,25 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ErrorBody = Callable[[str], dict[str, Any]]
 
 MIN_TOKEN_CHARS = 8
+MAX_TOKEN_CHARS = 4096
+TOKEN_PATTERN = r"^[!-~]+$"
+"""Printable ASCII without spaces: what an ``Authorization`` header can carry unchanged."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 CLIENT_CLOSED = 499
 """Status counted for a request whose client went away before it was answered (nginx's code)."""
 CLIENT_GONE = "deepshare.client_gone"
 """Scope key :class:`LimitBody` sets when the client disconnected before sending its body."""
+
+
+def check_token(token: str, source: str) -> str:
+    """``token`` if a client can send it (8-4096 printable ASCII characters, no spaces), else a
+    :class:`DeepShareError` naming ``source``. A token with a line break (a secret file's trailing
+    newline) could never match any request's header: every call would be a silent 401."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise DeepShareError(f"{source}: the token must have at least {MIN_TOKEN_CHARS} characters, got {len(token)}")
+    if len(token) > MAX_TOKEN_CHARS or not all(33 <= ord(c) < 127 for c in token):
+        raise DeepShareError(f"{source}: the token must be at most {MAX_TOKEN_CHARS} printable ASCII characters without spaces")
+    return token
 
 
 def detail_body(message: str) -> dict[str, Any]:

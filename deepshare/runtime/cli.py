@@ -42,7 +42,6 @@ def _alloc(placement: Any) -> str:
 
 # -- handlers ------------------------------------------------------------------------------
 def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
-    from deepshare.client import SERVE_TOKEN_ENV
     from deepshare.runtime.launcher import LaunchSettings
     from deepshare.runtime.loop import LoopConfig
     from deepshare.runtime.service import RuntimeFailure, ServiceConfig, serve
@@ -62,7 +61,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
         policy=args.policy, placement_url=args.placement_url, host=args.host, port=args.port, max_gpus=args.max_gpus,
-        placement_token=args.placement_token or os.environ.get(SERVE_TOKEN_ENV) or None,
+        placement_token=_placement_token(args),
         allowed_hosts=tuple(args.allowed_host or ()),
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
@@ -74,6 +73,21 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     except RuntimeFailure as exc:
         print_line(err, f"deepshare: error: {exc}")
         return EXIT_RUNTIME
+
+
+def _placement_token(args: argparse.Namespace) -> str | None:
+    """With ``--placement-url``: ``--placement-token``, else ``$DEEPSHARE_SERVE_TOKEN``, checked
+    before Ray starts (a line break in it would fail every tick's request instead)."""
+    from deepshare.client import SERVE_TOKEN_ENV
+    from deepshare.httpauth import check_token
+
+    if not args.placement_url:
+        return None
+    if args.placement_token:
+        return check_token(args.placement_token, "--placement-token")
+    if os.environ.get(SERVE_TOKEN_ENV):
+        return check_token(os.environ[SERVE_TOKEN_ENV], f"${SERVE_TOKEN_ENV}")
+    return None
 
 
 def _client(args: argparse.Namespace) -> Any:

@@ -15,21 +15,10 @@ from pathlib import Path
 from typing import Mapping
 
 from deepshare.core.types import DeepShareError
-from deepshare.httpauth import MIN_TOKEN_CHARS
+from deepshare.httpauth import check_token
 
 TOKEN_ENV = "DEEPSHARE_SCHEDULER_TOKEN"
 TOKEN_FILE = "token"
-MAX_TOKEN_CHARS = 4096
-
-
-def check_token(token: str, source: str) -> str:
-    """``token`` if usable (8-4096 printable ASCII characters, no spaces), else an error naming ``source``."""
-    if len(token) < MIN_TOKEN_CHARS:
-        raise DeepShareError(f"{source}: the token must have at least {MIN_TOKEN_CHARS} characters, got {len(token)}")
-    if len(token) > MAX_TOKEN_CHARS or not all(33 <= ord(c) < 127 for c in token):
-        raise DeepShareError(f"{source}: the token must be at most {MAX_TOKEN_CHARS} printable ASCII characters without spaces")
-    return token
-
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600 from its first byte (temporary file + rename)."""

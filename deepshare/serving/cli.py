@@ -17,7 +17,7 @@ from typing import Any
 
 from deepshare.cli_types import listen_port, number, positive_int
 from deepshare.core.types import DeepShareError
-from deepshare.httpauth import MIN_TOKEN_CHARS
+from deepshare.httpauth import check_token
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 from deepshare.serving.settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -91,8 +91,8 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
     make_contention(settings.contention)
     token = os.environ.get(TOKEN_ENV, "")
-    if token and len(token) < MIN_TOKEN_CHARS:
-        raise DeepShareError(f"${TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters")
+    if token:
+        check_token(token, f"${TOKEN_ENV}")
     _check_port_free(args.host, args.port)
     if args.address and args.address != "auto":
         _check_reachable(args.address)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepshare.httpauth import MIN_TOKEN_CHARS
+from deepshare.httpauth import MAX_TOKEN_CHARS, MIN_TOKEN_CHARS, TOKEN_PATTERN
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 
 TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"
@@ -28,7 +28,7 @@ class ServiceSettings(BaseModel):
                         "or package.module:ClassOrFactory")
     contention: str = Field("profiled", description="contention model behind the policy's predictions")
     token: str | None = Field(
-        None, min_length=MIN_TOKEN_CHARS,
+        None, min_length=MIN_TOKEN_CHARS, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN,
         description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")

@@ -1,0 +1,85 @@
+"""Tokens that no client could ever send (a line break from a secret file, a space, too short) are
+refused where they are configured, in one line before Ray starts, for both services: otherwise
+every request would be a silent 401 (the service's token) or fail in ``urllib`` (a client's)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from deepshare.cli import main
+from deepshare.core.types import DeepShareError
+from deepshare.httpauth import check_token
+from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
+from deepshare.serving.settings import ServiceSettings
+
+NOT_A_HEADER = "at most 4096 printable ASCII characters without spaces"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("token, why", [
+    ("secret-token\n", NOT_A_HEADER),  # kubectl create secret --from-file keeps the newline
+    ("two words!", NOT_A_HEADER),
+    ("tab\tsecret", NOT_A_HEADER),
+    ("é-non-ascii", NOT_A_HEADER),
+    ("x" * 4097, NOT_A_HEADER),
+    ("seven77", "at least 8 characters, got 7"),
+])
+def test_check_token_refuses_what_a_header_cannot_carry(token, why):
+    with pytest.raises(DeepShareError) as exc:
+        check_token(token, "$SOME_TOKEN")
+    assert str(exc.value).startswith("$SOME_TOKEN: the token must ") and why in str(exc.value)
+
+
+def test_check_token_accepts_printable_ascii_from_8_to_4096():
+    for token in ("abcdefgh", "x" * 4096, "!#$%&'()*+,-./0123456789:;<=>?@[]^_`{|}~"):
+        assert check_token(token, "t") == token
+
+
+def test_serve_refuses_a_token_with_a_newline_before_ray(capsys, monkeypatch):
+    monkeypatch.setenv(SERVE_TOKEN_ENV, "secret-token\n")
+    assert main(["serve", "--policy", "fifo+consolidated", "--port", "1"]) == 2
+    assert one_error_line(capsys) == f"deepshare: error: ${SERVE_TOKEN_ENV}: the token must be {NOT_A_HEADER}"
+
+
+def test_serve_config_token_is_checked_by_its_settings():
+    """``serve run serve/config.yaml`` takes the token from its args: the same rule, by pydantic."""
+    with pytest.raises(ValidationError, match="token"):
+        ServiceSettings(token="secret-token\n")
+    assert ServiceSettings(token="secret-token").token == "secret-token"
+
+
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_scheduler_placement_token_is_checked_before_ray(tmp_path, capsys, monkeypatch, source):
+    from deepshare.runtime import service
+
+    monkeypatch.setattr(service, "start_ray", lambda *a, **k: pytest.fail("Ray must not start"))
+    monkeypatch.delenv("DEEPSHARE_SCHEDULER_TOKEN", raising=False)
+    argv = ["scheduler", "start", "--local", "--port", "0", "--state", str(tmp_path / "s"),
+            "--placement-url", "http://127.0.0.1:9"]
+    if source == "flag":
+        argv += ["--placement-token", "two words!"]
+        name = "--placement-token"
+    else:
+        monkeypatch.setenv(SERVE_TOKEN_ENV, "two words!")
+        name = f"${SERVE_TOKEN_ENV}"
+    assert main(argv) == 2
+    assert one_error_line(capsys) == f"deepshare: error: {name}: the token must be {NOT_A_HEADER}"
+
+
+def test_scheduler_without_placement_url_ignores_the_serve_token(tmp_path, monkeypatch):
+    """``$DEEPSHARE_SERVE_TOKEN`` only matters with ``--placement-url``: a policy run is not refused."""
+    from deepshare.runtime import cli
+
+    monkeypatch.setenv(SERVE_TOKEN_ENV, "two words!")
+
+    class Args:
+        placement_url = None
+        placement_token = None
+
+    assert cli._placement_token(Args()) is None
