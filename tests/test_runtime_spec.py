@@ -130,3 +130,23 @@ def test_scheduler_start_flag_errors(capsys):
         rc = main(["scheduler", "start", *argv])
         err = capsys.readouterr().err
         assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.parametrize("name", ["token", "scheduler.json", "journal.sqlite"])
+@pytest.mark.parametrize("command", ["jobs", "submit"])
+def test_cli_json_never_replaces_the_schedulers_state_files(tmp_path, capsys, name, command):
+    """``--json`` naming a file of the scheduler's state folder (its token, its URL, its journal)
+    is refused before anything is sent or written, and the file is left as it was."""
+    state = tmp_path / "s"
+    state.mkdir()
+    for f in ("token", "scheduler.json", "journal.sqlite"):
+        (state / f).write_text(f"original {f}\n")
+    target = state / name
+    argv = [command, "--state", str(state), "--url", "http://127.0.0.1:9", "--json", str(target)]
+    if command == "submit":
+        argv.append(str(Path(__file__).resolve().parent.parent / "examples" / "jobs" / "tiny.yaml"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"deepshare: error: --json {target}: is the input --state {target}; "
+                   "writing it would destroy the input, choose another path")
+    assert target.read_text() == f"original {name}\n"

@@ -110,10 +110,19 @@ def _client(args: argparse.Namespace) -> Any:
     return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
 
 
+STATE_FILES = ("scheduler.json", "token", "journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "scheduler.lock")
+"""What a scheduler keeps in its state folder: a client's ``--json`` must never replace one of them."""
+
+
+def _state_files(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The state folder's files, as inputs for :func:`check_outputs` (missing ones are skipped)."""
+    return {"--state": [str(Path(args.state) / name) for name in STATE_FILES]}
+
+
 def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.runtime.spec import load_spec_file
 
-    check_outputs({"--json": args.json}, {"JOB.yaml": args.spec})
+    check_outputs({"--json": args.json}, {"JOB.yaml": args.spec, **_state_files(args)})
     spec = load_spec_file(args.spec)
     client = _client(args)
     job = client.submit(spec)
@@ -125,6 +134,7 @@ def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
+    check_outputs({"--json": args.json}, _state_files(args))
     client = _client(args)
     if args.id:
         detail = client.job(args.id)
