@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serve_process import free_port, serve_process
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
 from deepshare.client import PlacementClient, PlacementServiceError
@@ -32,36 +32,10 @@ BODY_LIMIT = 100_000
 TRACE = Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    port = free_port()
-    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=TOKEN, RAY_TMPDIR=str(tmp_path_factory.mktemp("ray")))
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deepshare", "serve", "--port", str(port), "--max-body-bytes", str(BODY_LIMIT)],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        PlacementClient(url).wait_ready(alive=lambda: proc.poll() is None)
-    except PlacementServiceError as exc:
-        proc.kill()
-        pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
-    yield url, proc, log
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+    with serve_process(tmp_path_factory, TOKEN, "--max-body-bytes", str(BODY_LIMIT)) as served:
+        yield served.url, served.proc, served.log
 
 
 @pytest.fixture(scope="module")

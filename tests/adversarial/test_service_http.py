@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from serve_process import free_port, serve_process
 
 from deepshare.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
@@ -30,37 +31,12 @@ MAX_PENDING = 3000
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    port = free_port()
-    ray_tmp = tmp_path_factory.mktemp("ray")
-    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=TOKEN, RAY_TMPDIR=str(ray_tmp))
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    argv = [
-        sys.executable, "-m", "deepshare", "serve", "--port", str(port),
-        "--decision-timeout-s", str(DECISION_TIMEOUT_S), "--body-timeout-s", str(BODY_TIMEOUT_S),
-        "--decision-threads", "2", "--max-pending", str(MAX_PENDING),
-    ]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        PlacementClient(url).wait_ready(timeout_s=180, alive=lambda: proc.poll() is None)
-    except PlacementServiceError as exc:
-        proc.kill()
-        pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
-    yield url, port, proc
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    flags = ("--decision-timeout-s", str(DECISION_TIMEOUT_S), "--body-timeout-s", str(BODY_TIMEOUT_S),
+             "--decision-threads", "2", "--max-pending", str(MAX_PENDING))
+    with serve_process(tmp_path_factory, TOKEN, *flags, ready_timeout_s=180) as served:
+        yield served.url, served.port, served.proc
 
 
 def huge(nodes: int, pending: int) -> str:
