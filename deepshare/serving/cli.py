@@ -17,7 +17,7 @@ from typing import Any
 
 from deepshare.cli_types import listen_port, number, positive_int
 from deepshare.core.types import DeepShareError
-from deepshare.httpauth import check_token
+from deepshare.httpauth import check_token, is_loopback
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 from deepshare.serving.settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -93,6 +93,9 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     token = os.environ.get(TOKEN_ENV, "")
     if token:
         check_token(token, f"${TOKEN_ENV}")
+    warning = exposure_warning(args.host, bool(token))
+    if warning:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
     _check_port_free(args.host, args.port)
     if args.address and args.address != "auto":
         _check_reachable(args.address)
@@ -139,6 +142,16 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
             finally:
                 ray.shutdown()
     return 0
+
+
+def exposure_warning(host: str, has_token: bool) -> str | None:
+    """The one-line warning for a non-loopback ``--host`` (what is exposed, and whether a token
+    guards it), or None on loopback; like ``scheduler start``'s."""
+    if is_loopback(host.strip("[]")):
+        return None
+    guard = ("token-protected but without TLS (put a TLS proxy in front)" if has_token
+             else f"WITHOUT a token (set ${TOKEN_ENV}): anyone who can reach it asks for decisions and reads /v1/policy and /metrics")
+    return f"warning: --host {host} serves placement decisions to the network, {guard}"
 
 
 def _check_port_free(host: str, port: int) -> None:

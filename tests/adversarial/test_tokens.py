@@ -83,3 +83,32 @@ def test_scheduler_without_placement_url_ignores_the_serve_token(tmp_path, monke
         placement_token = None
 
     assert cli._placement_token(Args()) is None
+
+
+@pytest.mark.parametrize("token", [None, "serve-token-123"])
+def test_serve_on_a_network_address_warns_in_one_line_what_is_exposed(capsys, monkeypatch, token):
+    """Like ``scheduler start``: a non-loopback --host says what it exposes, and whether a token
+    guards it, before anything starts (here the port is refused right after: no Ray)."""
+    import deepshare.serving.cli as serve_cli
+
+    def refuse(host, port):
+        raise DeepShareError(f"--host {host} --port {port}: cannot bind (test)")
+
+    monkeypatch.setattr(serve_cli, "_check_port_free", refuse)
+    if token:
+        monkeypatch.setenv(SERVE_TOKEN_ENV, token)
+    else:
+        monkeypatch.delenv(SERVE_TOKEN_ENV, raising=False)
+    assert main(["serve", "--policy", "fifo+consolidated", "--host", "0.0.0.0", "--port", "8000"]) == 2
+    warning, error = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith("warning: --host 0.0.0.0 serves placement decisions to the network, ")
+    assert ("token-protected but without TLS" in warning) == bool(token)
+    assert (f"WITHOUT a token (set ${SERVE_TOKEN_ENV})" in warning) == (not token)
+    assert error == "deepshare: error: --host 0.0.0.0 --port 8000: cannot bind (test)"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])
+def test_serve_on_loopback_does_not_warn(host):
+    from deepshare.serving.cli import exposure_warning
+
+    assert exposure_warning(host, has_token=False) is None
