@@ -1,6 +1,7 @@
 """Tokens that no client could ever send (a line break from a secret file, a space, too short) are
 refused where they are configured, in one line before Ray starts, for both services: otherwise
-every request would be a silent 401 (the service's token) or fail in ``urllib`` (a client's)."""
+every request would be a silent 401 (the service's token) or fail in ``urllib`` (a client's).
+And ``serve`` on a network address warns what it exposes, with or without a token."""
 
 from __future__ import annotations
 
