@@ -74,9 +74,10 @@ def check_outputs(
 
     ``outputs`` and ``inputs`` map a flag (``--json``, ``--trace``) to a path, several paths or
     None (not given). ``-`` for ``--json`` is standard output and never a file; for any other
-    output flag it is refused (it would create a file named ``-``). Inputs that do not
-    exist are skipped (their own loader reports them). Outputs inside ``new_folders`` (folders
-    the command creates) are not required to have an existing folder.
+    output flag it is refused (it would create a file named ``-``). An input that does not exist
+    is still compared by its path: a command that reports a missing input (``cluster validate``
+    lists it as failed) must not then write its report under that input's name. Outputs inside
+    ``new_folders`` (folders the command creates) are not required to have an existing folder.
     """
     for flag, path in _pairs(outputs):
         if path == STDOUT and flag != "--json":
@@ -85,7 +86,7 @@ def check_outputs(
     made = [Path(f).resolve() for f in new_folders if f is not None]
     for flag, path in flagged_out:
         _check_writable(flag, path, made)
-    flagged_in = [(flag, p) for flag, p in _pairs(inputs) if Path(p).is_file()]
+    flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not Path(p).is_dir()]
     seen: list[tuple[str, str]] = []
     for flag, path in flagged_out:
         for in_flag, in_path in flagged_in:

@@ -193,6 +193,18 @@ def test_links_to_an_input_are_the_input(capsys, tmp_path) -> None:
     assert trace.read_bytes() == SMALL.read_bytes()
 
 
+def test_an_output_named_like_a_missing_input_is_refused_not_created(capsys, tmp_path) -> None:
+    """``cluster validate`` reports a missing file as failed and still writes its report: with
+    ``--json`` naming that same missing file it used to create a JSON file under the YAML's name."""
+    missing = tmp_path / "aws-gpu.yaml"
+    for argv, flag in ((["cluster", "validate", "--json", missing, missing], "FILE"),
+                       (["simulate", "--trace", missing, "--policy", "las+spread", "--json", missing], "--trace")):
+        rc, out, err = cli(capsys, *argv)
+        assert (rc, out) == (2, "")
+        one_error_line(err, f"--json {missing}: is the input {flag} {missing}")
+        assert not missing.exists()
+
+
 def test_an_existing_output_is_replaced_as_documented(capsys, tmp_path) -> None:
     (tmp_path / "r.json").write_text("old\n")
     assert cli(capsys, "simulate", "--trace", SMALL, "--policy", "las+spread", "--json", tmp_path / "r.json")[0] == 0
