@@ -202,3 +202,23 @@ def test_arrival_stream_pops_in_the_order_the_heap_of_everything_did(arrivals, o
     assert got == want and not len(new) and not old._heap
     with pytest.raises(ValueError):
         new.push(1.0, EventKind.ARRIVAL)
+
+
+@pytest.mark.parametrize("name", ["fifo+consolidated", "srsf+packed", "las+contention-aware"])
+def test_run_never_copies_the_queue_and_the_index_never_rebuilds(name, monkeypatch):
+    """The per-decision work is O(changes): run() drops each view before apply(), so no queue
+    copy is made, and the index inserts each queued job once (a rebuild would re-insert all)."""
+    from deepshare.core import pending
+    from deepshare.policies.queue_index import QueueIndex
+
+    copies, inserts = [], []
+    real_tuple, real_insert = pending.PendingJobs._tuple, QueueIndex._insert
+    monkeypatch.setattr(pending.PendingJobs, "freeze", lambda self: copies.append("freeze"))
+    monkeypatch.setattr(pending.PendingJobs, "_tuple", lambda self: copies.append("tuple") or real_tuple(self))
+    monkeypatch.setattr(QueueIndex, "_insert", lambda self, job: inserts.append(job.job_id) or real_insert(self, job))
+    raw = [(MODELS[i % len(MODELS)], [1, 2, 4, 8][i % 4], float(i // 50) * 100.0, 100.0 + 37 * i) for i in range(400)]
+    sim = build(raw, 4, 8, None, reference=False)
+    report = sim.run(make_policy(name))
+    assert report.finished == 400 and report.decisions > 50
+    assert copies == ["tuple"]  # once in the whole run: the index's first build reads the queue
+    assert sorted(inserts) == sorted(f"j{i}" for i in range(400))
