@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import cli, one_error_line
 
 from deepshare.cli import main
 from deepshare.core.types import DeepShareError
@@ -39,23 +40,6 @@ def tiny_trace(tmp_path: Path) -> Path:
     path.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\n"
                     "j1-small,0,MoE,2,400,\nj2-big,0,MoE,8,100,\n")
     return path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error_line(err: str, *needles: str) -> None:
-    assert "Traceback" not in err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("deepshare: error: "), err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def test_the_guide_shows_the_example_file_verbatim() -> None:

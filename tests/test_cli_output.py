@@ -14,9 +14,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_run import cli, one_error_line
 
 import deepshare
-from deepshare.cli import build_parser, main
+from deepshare.cli import build_parser
 from deepshare.cli_output import check_outputs
 from deepshare.core.types import DeepShareError
 
@@ -34,25 +35,6 @@ def _plain_console(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR", "COLUMNS", "LINES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # a file named "-" would land here
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error_line(err: str, *needles: str) -> str:
-    assert "Traceback" not in err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("deepshare: error: "), lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 # -- --json - is standard output, --json PATH a file ----------------------------------------------------
