@@ -80,9 +80,12 @@ def pick_anchor_row(obs):
 def test_rl_hybrid_that_always_waits_is_exactly_the_anchor_heuristic():
     from deepshare.policies import make_policy
 
-    hybrid = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules()))
+    hybrid = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules(min_ratio=0.0)))
     heuristic = run(make_policy("srsf+packed"))
     same_report(hybrid, heuristic)
+    # with the default thresholds it also waits where the pick would be slowed down (ratio < 0.9)
+    gated = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules()))
+    assert gated.finished == 256 and gated.avg_slowdown < heuristic.avg_slowdown
 
 
 def test_a_scorer_that_takes_the_anchor_row_imitates_the_heuristic():

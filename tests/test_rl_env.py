@@ -143,7 +143,7 @@ def test_episodes_vary_with_the_seed_over_scenarios():
 def test_anchor_and_contentions_reach_the_encoding_the_safety_net_and_the_episodes():
     config = EnvConfig.from_dict({"anchor": ["las", "packed"], "hybrid": True, "contentions": ["none", "link"]})
     assert config.encoding.anchor == ("las", "packed")
-    assert config.hybrid_rules.anchor == ("las", "packed") and config.hybrid_rules.min_ratio == 0.0
+    assert config.hybrid_rules.anchor == ("las", "packed") and config.hybrid_rules.min_ratio == 0.9
     assert EnvConfig.from_dict({"anchor": None}).encoding.anchor is None
     env = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 6, "generated_nodes": [2], "contentions": ["none", "link"]})
     kinds = set()

@@ -76,7 +76,7 @@ class EnvConfig:
     max_steps: int = 100_000
     hybrid: bool = False
     """RL-hybrid: when the agent waits, the safety net may launch the anchor heuristic's pick."""
-    hybrid_min_ratio: float = 0.0
+    hybrid_min_ratio: float = 0.9
     hybrid_utilisation_floor: float = 0.5
     anchor: tuple[str, ...] | None = ("srsf", "packed")
     """(order, placement) of the heuristic whose pick the encoding always offers and the safety
