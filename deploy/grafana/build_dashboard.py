@@ -13,7 +13,8 @@ and the live scheduler, read from their registries). Three rows:
   link utilisation and contention per node, link throughput, GPU utilisation and contention,
   stale nodes;
 - live scheduler (``deepshare_scheduler_*``): queue length, running jobs, GPUs in use, launches,
-  failures, preemptions, migrations, decision latency, control-loop tick duration.
+  failures, preemptions, migrations, decision latency, control-loop tick duration, jobs ended
+  by state, tick errors.
 
 Import: Grafana > Dashboards > New > Import > upload deepshare.json, pick the Prometheus data
 source (the ``datasource`` variable); or provision the file.
@@ -141,6 +142,10 @@ def scheduler(d: Layout) -> None:
           quantiles("deepshare_scheduler_decision_duration_seconds_bucket"), unit="s")
     d.add("Control-loop tick duration", "Time one tick of the control loop took (decide, launch, preempt, migrate).",
           quantiles("deepshare_scheduler_tick_duration_seconds_bucket"), unit="s")
+    d.add("Jobs ended by state", "Jobs that ended per second: finished, failed, cancelled.",
+          [(f"sum by (state) (rate(deepshare_scheduler_jobs_ended_total[{RATE}]))", "{{state}}")], unit="ops", w=12)
+    d.add("Control-loop tick errors", "Ticks per second that failed or whose decision was refused (should stay 0).",
+          [(f"sum(rate(deepshare_scheduler_tick_errors_total[{RATE}]))", "tick errors")], unit="ops", w=12)
 
 
 def dashboard() -> dict[str, Any]:
