@@ -188,7 +188,9 @@ class ClusterView:
     topology: "Topology"
     catalog: "Catalog"
     free: tuple[int, ...]
-    queued: tuple[JobView, ...]
+    queued: Sequence[JobView]
+    """A tuple, or the simulator's :class:`~deepshare.core.pending.PendingJobs` (read through its
+    queue, never copied per decision; it also answers which jobs came and went since a view)."""
     running: Sequence[JobView]
     """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
     predict: PredictFn
