@@ -19,9 +19,10 @@ from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology, load_topology, preset_names, uniform
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, generate, load, mix_from_spec, parse_demand
 from deepshare.core.traces import trace_stats, write_canonical
-from deepshare.core.types import DeepShareError
+from deepshare.core.types import DeepShareError, RuntimeFailure
 
 EXIT_USAGE = 2
+EXIT_RUNTIME = 1
 PROGRESS_MIN_JOBS = 500
 PROFILE_FILES = ("isolated_thp.csv", "shared_thp_ratio.csv")
 TRAIN_FILES = ("policy.pt", "metrics.csv")
@@ -572,6 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeepShareError as exc:
         err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
+    except RuntimeFailure as exc:
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_RUNTIME
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130

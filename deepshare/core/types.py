@@ -22,6 +22,11 @@ class DeepShareError(Exception):
     """Base class of every error caused by a user's input (trace, config, flag, request)."""
 
 
+class RuntimeFailure(Exception):
+    """Something outside the user's input failed (a Ray that does not start or cannot be joined):
+    the CLI prints it as one line and exits 1, where input errors exit 2."""
+
+
 class InfeasibleDecision(DeepShareError):
     """A policy asked for something the cluster cannot do (too many GPUs, unknown node or job)."""
 

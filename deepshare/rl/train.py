@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load as load_trace
-from deepshare.core.types import DeepShareError
+from deepshare.core.types import DeepShareError, RuntimeFailure
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
@@ -155,7 +155,9 @@ def start_ray(address: str | None) -> None:
     """Join the cluster at ``address``, or start a private local Ray, unless Ray already runs here."""
     import ray
 
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    try:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
@@ -163,6 +165,10 @@ def start_ray(address: str | None) -> None:
 
             init_local_ray(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
                            object_store_memory=300 * 1024**2)
+    except Exception as exc:  # noqa: BLE001 - Ray's start-up raises many types; all mean "no cluster"
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        what = f"join Ray at {address}" if address else "start a local Ray instance"
+        raise RuntimeFailure(f"could not {what} ({type(exc).__name__}{': ' + first if first else ''})") from None
 
 
 def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -> dict[str, Any]:

@@ -26,17 +26,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.types import DeepShareError
+from deepshare.core.types import DeepShareError, RuntimeFailure
 from deepshare.runtime.cluster import ClusterState, current_cluster
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.statelock import StateLock
 
 log = logging.getLogger(__name__)
-
-
-class RuntimeFailure(Exception):
-    """The scheduler could not run for a reason outside the user's input (Ray did not start)."""
 
 
 @dataclass(frozen=True, slots=True)
