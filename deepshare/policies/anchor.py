@@ -17,7 +17,10 @@ from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 
 DEFAULT_ANCHOR = ("srsf", "packed")
-"""(order, placement): the heuristic that won most cells of the standard suite."""
+"""(order, placement): SRSF + packed, the strong baseline of issue 13. On the ``standard``
+suite's 48 cells it is within 1% of each cell's best heuristic on average (geometric mean
+1.009; ``las+packed`` 1.005), and as RL-hybrid's anchor on ``quick`` the two give the same
+result (0.9988 and 0.9987)."""
 
 
 def check_anchor(anchor: Sequence[str]) -> tuple[str, str]:
