@@ -12,8 +12,14 @@ log(wall) on log(jobs) over the sizes measured (cost ~ jobs^k; 1 = linear).
 Target (issue 14): 1,000,000 jobs on 4,096 GPUs in <= 10 minutes for every non-preemptive
 heuristic, cost ~ jobs^<=1.1.
 
+``--burst N`` instead: N jobs all queued at t = 0 on 64 x 8 GPUs (the queue at its longest),
+``fifo+consolidated`` run by the simulator as it is and by its straightforward reference mode
+(a copy of the queue and a full sort at every decision: ``Simulator(reference_views=True)``
+with ``use_index=False``) side by side in this process, with the ratio; the reports must agree.
+
 Usage: python bench/scale.py [--sizes 25000,100000,400000,1000000] [--policies las+consolidated,...]
        python bench/scale.py --quick          # 25,000 and 100,000 jobs only
+       python bench/scale.py --burst 20000    # the long-queue case beside the reference
 """
 
 from __future__ import annotations
@@ -63,6 +69,34 @@ def measure(n: int, policy: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def burst(n: int) -> None:
+    """``--burst``: the current simulator and its reference mode on one long queue."""
+    from dataclasses import replace
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.core.traces import generate, mix_preset
+    from deepshare.policies import make_policy
+
+    topo = uniform(64, 8)
+    jobs = generate(n, mix=mix_preset("random"), duration_sigma=1.0, seed=1).jobs  # every job at t = 0
+    results = {}
+    for label, reference in (("current", False), ("reference", True)):
+        policy = make_policy("fifo+consolidated")
+        if reference:
+            policy = replace(policy, use_index=False)
+        sim = Simulator(topo, jobs, make_contention("profiled"), keep_records=False, reference_views=reference)
+        cpu = time.process_time()
+        report = sim.run(policy)
+        results[label] = (time.process_time() - cpu, report.to_dict())
+        print(f"burst of {n:,} jobs at t=0 on 64 x 8 GPUs, fifo+consolidated, {label:9s}: "
+              f"{results[label][0]:7.2f} s CPU  decisions {report.decisions:,}", flush=True)
+    if results["current"][1] != results["reference"][1]:
+        raise SystemExit("the reports differ: the current simulator does not decide as the reference does")
+    print(f"  -> same report; the reference takes {results['reference'][0] / results['current'][0]:.1f}x the CPU time")
+
+
 def exponent(points: list[dict], key: str = "wall_s") -> float | None:
     import numpy as np
 
@@ -78,10 +112,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="25000,100000,400000,1000000", help="comma-separated job counts")
     parser.add_argument("--policies", default="las+consolidated", help="comma-separated policy names")
     parser.add_argument("--quick", action="store_true", help="25,000 and 100,000 jobs only")
+    parser.add_argument("--burst", type=int, metavar="N", help="N jobs at t=0: current vs reference (see above)")
     parser.add_argument("--child", nargs=2, metavar=("JOBS", "POLICY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(int(args.child[0]), args.child[1])
+        return
+    if args.burst is not None:
+        if args.burst <= 0:
+            parser.error(f"--burst {args.burst}: expected a positive job count")
+        burst(args.burst)
         return
     sizes = [25000, 100000] if args.quick else [int(float(s)) for s in args.sizes.split(",") if s.strip()]
     if not sizes or any(n <= 0 for n in sizes):
