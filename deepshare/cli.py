@@ -183,7 +183,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     trace = _load_trace(args)
     scenario = Scenario(topology, trace.jobs, _contention(args), _config(args))
     with _ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
-        report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None)
+        report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
+                             keep_records=False)  # the table and JSON need only the report's numbers
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
