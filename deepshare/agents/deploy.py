@@ -17,7 +17,7 @@ from deepshare.core.types import DeepShareError
 CONNECT_TIMEOUT_S = 3.0
 
 
-def _check_reachable(address: str) -> None:
+def check_reachable(address: str) -> None:
     """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -38,7 +38,7 @@ def connect(address: str = "auto") -> None:
     if ray.is_initialized():
         return
     if address != "auto":
-        _check_reachable(address)
+        check_reachable(address)
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -98,7 +98,9 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
         err.print(warning, markup=False, highlight=False, soft_wrap=True)
     _check_port_free(args.host, args.port)
     if args.address and args.address != "auto":
-        _check_reachable(args.address)
+        from deepshare.agents.deploy import check_reachable
+
+        check_reachable(args.address)
 
     import ray
     from ray import serve
@@ -162,14 +164,3 @@ def _check_port_free(host: str, port: int) -> None:
         except OSError as exc:
             reason = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
             raise DeepShareError(f"--host {host} --port {port}: cannot bind ({reason})") from None
-
-
-def _check_reachable(address: str) -> None:
-    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3.0).close()
-    except OSError as exc:
-        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
