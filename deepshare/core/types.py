@@ -26,6 +26,12 @@ class RuntimeFailure(Exception):
     """Something outside the user's input failed (a Ray that does not start or cannot be joined):
     the CLI prints it as one line and exits 1, where input errors exit 2."""
 
+    @classmethod
+    def could_not(cls, what: str, exc: BaseException) -> "RuntimeFailure":
+        """``could not WHAT (ErrorType: first line of its message)``: one line, whatever ``exc`` says."""
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return cls(f"could not {what} ({type(exc).__name__}{': ' + first if first else ''})")
+
 
 class InfeasibleDecision(DeepShareError):
     """A policy asked for something the cluster cannot do (too many GPUs, unknown node or job)."""

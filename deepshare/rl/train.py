@@ -166,9 +166,8 @@ def start_ray(address: str | None) -> None:
             init_local_ray(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
                            object_store_memory=300 * 1024**2)
     except Exception as exc:  # noqa: BLE001 - Ray's start-up raises many types; all mean "no cluster"
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         what = f"join Ray at {address}" if address else "start a local Ray instance"
-        raise RuntimeFailure(f"could not {what} ({type(exc).__name__}{': ' + first if first else ''})") from None
+        raise RuntimeFailure.could_not(what, exc) from None
 
 
 def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -> dict[str, Any]:

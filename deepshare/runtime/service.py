@@ -152,9 +152,8 @@ def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
     except (DeepShareError, RuntimeFailure):
         raise
     except Exception as exc:  # noqa: BLE001 - Ray's start-up raises many types; all mean "no cluster"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = "start the local Ray cluster" if config.local_nodes is not None else f"join Ray at {config.address}"
-        raise RuntimeFailure(f"could not {what} ({type(exc).__name__}{': ' + first[:300] if first else ''})") from None
+        raise RuntimeFailure.could_not(what, exc) from None
 
 
 def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
