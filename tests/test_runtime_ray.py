@@ -96,7 +96,8 @@ def drive(loop: ControlLoop, until: Callable[[], bool], timeout: float = 120.0,
     deadline = time.monotonic() + timeout
     while not until():
         if time.monotonic() > deadline:
-            pytest.fail(f"jobs not done after {timeout:g} s: {[(j.job_id, j.state.value) for j in loop.journal.jobs()]}")
+            pytest.fail(f"jobs not done after {timeout:g} s: "
+                        f"{[(j.job_id, j.state.value, j.error) for j in loop.journal.jobs()]}")
         report = loop.tick()
         if on_tick is not None:
             on_tick(report)
