@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepshare.autoscale.experiments import AutoscaleScenario, load_config, run_autoscalers
+from deepshare.experiments.autoscale import AutoscaleScenario, load_config, run_autoscalers
 from deepshare.core.autoscaling import AUTOSCALERS
 from deepshare.core.contention import make_contention
 from deepshare.core.traces import write_canonical

@@ -30,9 +30,9 @@ import time
 
 import numpy as np
 
-from deepshare.core.contention import RunningJob
-from deepshare.core.linkmodel import LinkContention, LinkState
-from deepshare.core.linkmodel import physics
+from deepshare.core.contention.base import RunningJob
+from deepshare.core.contention.link import LinkContention, LinkState
+from deepshare.core.contention.link import physics
 from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog

@@ -41,7 +41,7 @@ def child(n: int, policy: str) -> None:
 
     from deepshare.core.topology import uniform
     from deepshare.core.traces import generate, mix_preset
-    from deepshare.experiments import Scenario, simulate
+    from deepshare.experiments.scenario import Scenario, simulate
 
     topo = uniform(NODES, GPUS_PER_NODE)
     start = time.perf_counter()

@@ -30,7 +30,7 @@ from typing import Iterator
 
 import requests
 
-from deepshare.client import PlacementClient
+from deepshare.serving.client import PlacementClient
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import large_request, small_request
 from deepshare.serving.schemas import PlacementRequest

@@ -22,7 +22,7 @@ import numpy as np
 
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
-from deepshare.experiments import Scenario, simulate
+from deepshare.experiments.scenario import Scenario, simulate
 
 TARGET_256_S = 0.3
 TARGET_20K_S = 30.0

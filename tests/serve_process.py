@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from deepshare.client import PlacementClient, PlacementServiceError
+from deepshare.serving.client import PlacementClient, PlacementServiceError
 
 
 def free_port() -> int:

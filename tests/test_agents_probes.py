@@ -36,14 +36,14 @@ from deepshare.agents import (
     counter_delta,
     gpu_contention,
 )
-from deepshare.agents.cli import register_cli
-from deepshare.agents.contention import CONTENTION_CAP
+from deepshare.cli.agents import register_cli
+from deepshare.agents.scoring import CONTENTION_CAP
 from deepshare.agents.exporter import MetricsExporter
 from deepshare.agents.links import with_node_links
 from deepshare.agents.probes.infiniband import parse_rate_gbps
 from deepshare.agents.report import LinkStat, ProbeStatus
 from deepshare.core.topology import TESTBED_NODE_TYPE, ClusterSpec, NodeGroupSpec, Topology
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 IB = Path("sys/class/infiniband")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deepshare.autoscale.demand_bridge import DemandBridge, demand_bundles
-from deepshare.autoscale.fake_autoscaling import autoscaling_config
-from deepshare.autoscale.live import DEFAULT_SPEC, DEFAULT_TRACE, LiveJob, run_live_experiment
+from deepshare.raycluster.demand_bridge import DemandBridge, demand_bundles
+from deepshare.raycluster.fake_autoscaling import autoscaling_config
+from deepshare.experiments.autoscale_live import DEFAULT_SPEC, DEFAULT_TRACE, LiveJob, run_live_experiment
 from deepshare.core.autoscaling import parse_autoscale_spec
 
 

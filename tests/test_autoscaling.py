@@ -24,7 +24,9 @@ from deepshare.core.autoscaling.autoscaler import slowdown
 from deepshare.core.contention import make_contention
 from deepshare.core.metrics import REPORT_KEYS
 from deepshare.core.simulator import Simulator
-from deepshare.core.types import Decision, DeepShareError, JobSpec, JobView
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, JobSpec
+from deepshare.core.view import JobView
 from deepshare.policies import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent

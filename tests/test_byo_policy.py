@@ -19,7 +19,7 @@ import pytest
 from cli_run import cli, one_error_line
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies import make_policy, policy_info, policy_names
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import deepshare.experiments
+import deepshare.experiments.scenario
 from deepshare.cli import main
 from deepshare.core.metrics import REPORT_KEYS
 
@@ -433,8 +433,8 @@ def test_output_problems_are_found_before_simulating(capsys, monkeypatch, tmp_pa
     def must_not_run(*args, **kwargs):
         raise AssertionError("simulated before checking the output path")
 
-    monkeypatch.setattr(deepshare.experiments, "simulate", must_not_run)
-    monkeypatch.setattr(deepshare.experiments, "compare", must_not_run)
+    monkeypatch.setattr(deepshare.experiments.scenario, "simulate", must_not_run)
+    monkeypatch.setattr(deepshare.experiments.scenario, "compare", must_not_run)
     missing = tmp_path / "missing"
     rc, out, err = cli(capsys, *simulate_args("--json", missing / "r.json"))
     assert rc == 2 and out == ""

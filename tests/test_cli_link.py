@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from deepshare.cli import main
-from deepshare.core.linkmodel import load_link_catalog
-from deepshare.core.linkmodel.calibrate import Dataset, PairModel
-from deepshare.core.linkmodel.samples import parse_samples
-from deepshare.core.types import DeepShareError
+from deepshare.core.contention.link import load_link_catalog
+from deepshare.core.contention.link.calibrate import Dataset, PairModel
+from deepshare.core.contention.link.samples import parse_samples
+from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, ProfileKey
 
 TRACE = Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"

@@ -18,8 +18,8 @@ from cli_run import cli, one_error_line
 
 import deepshare
 from deepshare.cli import build_parser
-from deepshare.cli_output import check_outputs
-from deepshare.core.types import DeepShareError
+from deepshare.cli.output import check_outputs
+from deepshare.core.errors import DeepShareError
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"

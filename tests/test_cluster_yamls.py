@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deepshare.autoscale.cluster_yaml import load_cluster_yaml, parse_cluster_yaml, to_autoscale_spec
+from deepshare.raycluster.cluster_yaml import load_cluster_yaml, parse_cluster_yaml, to_autoscale_spec
 from deepshare.cli import main
 from deepshare.core.autoscaling import parse_autoscale_spec
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 ROOT = Path(__file__).resolve().parent.parent
 YAMLS = sorted((ROOT / "cluster_yamls").glob("*.yaml"))

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepshare.core.contention import CONTENTION_MODELS, ProfiledContention, RunningJob, make_contention
+from deepshare.core.contention import CONTENTION_MODELS, make_contention, ProfiledContention
+from deepshare.core.contention.base import RunningJob
 from deepshare.core.topology import uniform
-from deepshare.core.types import DeepShareError, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Placement
 from deepshare.core.workloads import ProfileKey, default_catalog
 
 CAT = default_catalog()

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deepshare.autoscale.cluster_yaml import load_cluster_yaml, parse_cluster_yaml
+from deepshare.raycluster.cluster_yaml import load_cluster_yaml, parse_cluster_yaml
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from kuberay_crd import CRDS, errors, strict
 
 ROOT = Path(__file__).resolve().parent.parent

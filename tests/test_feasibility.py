@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from deepshare.core.feasibility import check_decision
-from deepshare.core.types import Decision, InfeasibleDecision, Launch, Migrate, Placement
+from deepshare.core.errors import InfeasibleDecision
+from deepshare.core.types import Decision, Launch, Migrate, Placement
 
 P = Placement.of
 NAMES = ["n0", "n1"]

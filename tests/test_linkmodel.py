@@ -9,15 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepshare.core.contention import RunningJob, make_contention
-from deepshare.core.linkmodel import LinkCatalog, LinkContention, LinkParams, default_link_catalog, load_link_catalog
-from deepshare.core.linkmodel import physics
-from deepshare.core.linkmodel.params import shape_factor
-from deepshare.core.linkmodel.calibrate import Dataset, PairModel, calibrate, nearest_cell_prediction
+from deepshare.core.contention import make_contention
+from deepshare.core.contention.base import RunningJob
+from deepshare.core.contention.link import LinkCatalog, LinkContention, LinkParams, default_link_catalog, load_link_catalog
+from deepshare.core.contention.link import physics
+from deepshare.core.contention.link.params import shape_factor
+from deepshare.core.contention.link.calibrate import Dataset, PairModel, calibrate, nearest_cell_prediction
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
-from deepshare.core.types import DeepShareError, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog, ProfileKey, default_catalog
 from deepshare.policies import make_policy
 

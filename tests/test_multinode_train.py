@@ -23,7 +23,7 @@ TINY = Path(__file__).resolve().parent / "fixtures" / "rl" / "tiny.yaml"
 def fake_cluster(tmp_path_factory, monkeypatch):
     import ray
 
-    from deepshare.autoscale.fakecluster import FakeNode, start_fake_cluster
+    from deepshare.raycluster.fakecluster import FakeNode, start_fake_cluster
 
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
     if ray.is_initialized():

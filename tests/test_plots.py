@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepshare.autoscale.plots import cost_curve, nodes_by_type, write_timeline_plot
+from deepshare.experiments.autoscale_plots import cost_curve, nodes_by_type, write_timeline_plot
 from deepshare.core.autoscaling.pool import Instance
 from deepshare.core.topology import uniform
 from deepshare.core.traces import load
-from deepshare.evaluation import Evaluation, Run, evaluate
-from deepshare.plots import PLOT_FILES, error_bars, make_figures, policy_styles, short_label, short_labels, write_plots
+from deepshare.experiments.evaluation import Evaluation, Run, evaluate
+from deepshare.experiments.plots import PLOT_FILES, error_bars, make_figures, policy_styles, short_label, short_labels, write_plots
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"

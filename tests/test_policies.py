@@ -12,7 +12,9 @@ from deepshare.core.contention import make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import load
-from deepshare.core.types import WAIT, DeepShareError, Decision, JobSpec, JobView, Launch, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
+from deepshare.core.view import JobView
 from deepshare.policies import Policy, make_policy, policy_info, policy_names
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.order import DLAS_THRESHOLDS_GPU_S, STARVE_FACTOR, STARVE_MIN_S, dlas, fifo, las, srtf

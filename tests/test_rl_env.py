@@ -11,7 +11,8 @@ from gymnasium.utils.env_checker import check_env
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 from deepshare.policies.encoding import FEATURES, WAIT_INDEX, EncodingConfig, PartialDecision, decode, encode
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 

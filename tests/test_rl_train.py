@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies import make_policy
 from deepshare.rl.train import load_train_config
 
@@ -138,13 +138,13 @@ def test_train_cli_names_an_unknown_ppo_key_on_one_line_and_exits_2(tmp_path, ca
 def test_a_ray_that_does_not_start_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
     import ray
 
-    import deepshare.localray
+    import deepshare.infra.localray
 
     def no_ray(**_kwargs):
         raise TimeoutError("Timed out after 30 seconds waiting for the GCS\nsecond line")
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(deepshare.localray, "init_local_ray", no_ray)
+    monkeypatch.setattr(deepshare.infra.localray, "init_local_ray", no_ray)
     assert main(["train", str(TINY), "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["deepshare: error: could not start a local Ray instance (TimeoutError: Timed out after 30 "

@@ -141,7 +141,7 @@ def test_max_gpus_admits_jobs_an_autoscaling_cluster_will_grow_to():
 
 
 def test_placement_url_makes_the_service_the_policy():
-    from deepshare.client import PlacementClient
+    from deepshare.serving.client import PlacementClient
     from deepshare.runtime.service import ServiceConfig, make_policy_for
 
     policy = make_policy_for(ServiceConfig(state_dir="unused", placement_url="http://127.0.0.1:9/", placement_token="t" * 8))

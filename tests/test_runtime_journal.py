@@ -136,7 +136,7 @@ def test_cluster_from_ray_nodes():
 
 
 def test_one_scheduler_per_state_folder(tmp_path):
-    from deepshare.core.types import DeepShareError
+    from deepshare.core.errors import DeepShareError
     from deepshare.runtime.statelock import StateLock
 
     first = StateLock(tmp_path / "s").acquire()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir, load_spec_file, parse_spec_text, spec_from_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runtime"

@@ -16,7 +16,8 @@ from deepshare.core.jobs_csv import JobsCsvStream
 from deepshare.core.metrics import JobRecord, ReportColumns, UtilTimeline, build_report, report_from_columns
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 from deepshare.policies import make_policy
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from serve_process import free_port, serve_process
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
-from deepshare.client import PlacementClient, PlacementServiceError
+from deepshare.serving.client import PlacementClient, PlacementServiceError
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology

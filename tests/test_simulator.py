@@ -16,17 +16,9 @@ from hypothesis import strategies as st
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import SimConfig, SimulationStalled, Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import (
-    WAIT,
-    ClusterView,
-    Decision,
-    DeepShareError,
-    InfeasibleDecision,
-    JobSpec,
-    Launch,
-    Migrate,
-    Placement,
-)
+from deepshare.core.errors import DeepShareError, InfeasibleDecision
+from deepshare.core.types import Decision, JobSpec, Launch, Migrate, Placement, WAIT
+from deepshare.core.view import ClusterView
 from deepshare.core.workloads import Catalog, ProfileKey, default_catalog
 from deepshare.policies import make_policy, policy_names
 

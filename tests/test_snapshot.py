@@ -12,7 +12,9 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import load
-from deepshare.core.types import ClusterView, DeepShareError, JobView, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Placement
+from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_names
 

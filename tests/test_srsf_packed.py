@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import ClusterView, Decision, JobSpec, JobView, Placement
+from deepshare.core.types import Decision, JobSpec, Placement
+from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_names
 from deepshare.policies.heuristic import HeuristicPolicy

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
-from deepshare.suite import SUITE_SEED_BASE, Cell, SuiteSpec, cell_trace, cells, load_suite, run_one, run_suite
+from deepshare.core.errors import DeepShareError
+from deepshare.experiments.suite import SUITE_SEED_BASE, Cell, SuiteSpec, cell_trace, cells, load_suite, run_one, run_suite
 
 SMALL = """
 name: small

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deepshare.core.topology import NODES_PER_RACK, load_topology, parse_topology, preset_names, uniform
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 GOOD = """\
 name: tiny

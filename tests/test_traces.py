@@ -33,7 +33,8 @@ from deepshare.core.traces import (
     write_canonical,
 )
 from deepshare.core.traces.mixes import mix_from_spec
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 from deepshare.core.workloads import default_catalog
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"

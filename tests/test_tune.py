@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.rl.tune import GridAxis, apply, parse_grid, validated_variants
 
 TINY = Path(__file__).resolve().parent / "fixtures" / "rl" / "tiny.yaml"

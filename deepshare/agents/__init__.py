@@ -4,16 +4,16 @@ Layers inside the package (Ray only in the last row; importing this package impo
 
 - probes (``probes/``): plain classes reading NVML, InfiniBand sysfs, ``/proc/net/dev`` or a
   simulated replay -> :class:`ProbeSample`; :func:`compute_rates` -> :class:`LinkRate`.
-- :mod:`.contention` (the score), :mod:`.links` (node-wide ``nic``/``pcie``), :class:`Sampler`
+- :mod:`.scoring` (the contention score), :mod:`.links` (node-wide ``nic``/``pcie``), :class:`Sampler`
   (one node's step -> :class:`NodeReport`), :class:`ClusterState` (the cluster-wide view).
 - :mod:`.agent` (``NodeAgent``), :mod:`.monitor` (``ContentionMonitor``), :mod:`.exporter`
-  (Prometheus), :mod:`.deploy` and :mod:`.cli`.
+  (Prometheus) and :mod:`.deploy`; the ``deepshare agents`` commands are :mod:`deepshare.cli.agents`.
 
 See ``deepshare/agents/README.md``.
 """
 
 _EXPORTS = {
-    "AgentConfig": "config", "contention_score": "contention", "gpu_contention": "contention",
+    "AgentConfig": "config", "contention_score": "scoring", "gpu_contention": "scoring",
     "EthernetProbe": "probes", "InfinibandProbe": "probes", "NvmlProbe": "probes", "Probe": "probes",
     "ProbeError": "probes", "ReplayProbes": "probes", "SimulatedProbe": "probes", "local_probes": "probes",
     "LinkStat": "report", "NodeReport": "report", "ProbeStatus": "report",

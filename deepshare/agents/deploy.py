@@ -1,7 +1,7 @@
 """Connect to a Ray cluster and start, find or stop the monitor and its agents.
 
 What the CLI calls and what a live scheduler would call. Failures a user can cause (no cluster
-at the address, no monitor running) raise :class:`~deepshare.core.types.DeepShareError`.
+at the address, no monitor running) raise :class:`~deepshare.core.errors.DeepShareError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from deepshare.agents.config import MONITOR_NAME, NAMESPACE, AgentConfig
 from deepshare.core.topology import Topology
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 CONNECT_TIMEOUT_S = 3.0
 

@@ -45,7 +45,7 @@ class NodeReport:
     sampled_at: float
     links: tuple[LinkStat, ...] = ()
     gpus: Mapping[int, float] = field(default_factory=dict)
-    """GPU index -> contention score (see :func:`deepshare.agents.contention.gpu_contention`)."""
+    """GPU index -> contention score (see :func:`deepshare.agents.scoring.gpu_contention`)."""
     gauges: Mapping[str, float] = field(default_factory=dict)
     probes: tuple[ProbeStatus, ...] = ()
 

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Callable, Sequence
 
 from deepshare.agents.config import report_period
-from deepshare.agents.contention import contention_score, gpu_contention
+from deepshare.agents.scoring import contention_score, gpu_contention
 from deepshare.agents.links import with_node_links
 from deepshare.agents.probes.base import Probe
 from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 
 def _mode_for(target: Path) -> int:

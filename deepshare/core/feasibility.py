@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from deepshare.core.types import ClusterView, Decision, InfeasibleDecision, Placement
+from deepshare.core.errors import InfeasibleDecision
+from deepshare.core.types import Decision, Placement
+from deepshare.core.view import ClusterView
 
 
 def check_decision(

@@ -18,7 +18,7 @@ from types import TracebackType
 
 from deepshare.core.atomic import _mode_for
 from deepshare.core.metrics import CSV_COLUMNS, JobRecord, csv_row
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 
 class JobsCsvStream:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Sequence, overload
 
-from deepshare.core.types import JobView
+from deepshare.core.view import JobView
 
 Change = tuple[bool, JobView]
 """``(added, job)``: ``True`` for a job that entered the queue, ``False`` for one that left."""

@@ -30,22 +30,16 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
-from deepshare.core.contention import ContentionModel, RunningJob, predictor
+from deepshare.core.contention import ContentionModel
+from deepshare.core.contention.base import predictor, RunningJob
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
 from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, UtilTimeline, report_from_columns
 from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
-from deepshare.core.types import (
-    ClusterView,
-    Decision,
-    DeepShareError,
-    JobSpec,
-    JobView,
-    LazyJobs,
-    Placement,
-    PredictFn,
-)
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, JobSpec, Placement
+from deepshare.core.view import ClusterView, JobView, LazyJobs, PredictFn
 from deepshare.core.workloads import Catalog, default_catalog
 
 

@@ -13,9 +13,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from deepshare.core.contention import ContentionModel, ContentionState, RunningJob
+from deepshare.core.contention import ContentionModel
+from deepshare.core.contention.base import ContentionState, RunningJob
 from deepshare.core.topology import Topology
-from deepshare.core.types import ClusterView, DeepShareError, JobView, Placement, PredictFn, Prediction
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Placement
+from deepshare.core.view import ClusterView, JobView, PredictFn, Prediction
 from deepshare.core.workloads import Catalog
 
 

@@ -32,7 +32,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 M = TypeVar("M", bound=BaseModel)
 

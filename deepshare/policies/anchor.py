@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from deepshare.core.types import ClusterView, JobView, Placement
+from deepshare.core.types import Placement
+from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from deepshare.core.types import ClusterView, Decision
+from deepshare.core.types import Decision
+from deepshare.core.view import ClusterView
 
 
 @runtime_checkable

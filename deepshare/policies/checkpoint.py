@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies.encoding import FEATURES, EncodingConfig
 from deepshare.policies.learned import HybridRules, LearnedPolicy
 

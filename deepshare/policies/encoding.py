@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deepshare.core.types import ClusterView, Decision, JobView, Launch, Placement
+from deepshare.core.types import Decision, Launch, Placement
+from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick, check_anchor
 from deepshare.policies.placement import PLACEMENTS
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from deepshare.core.types import WAIT, ClusterView, Decision, JobView, Launch, Placement
+from deepshare.core.types import Decision, Launch, Placement, WAIT
+from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.order import OrderFactory, is_static
 from deepshare.policies.placement import PlaceFn
 from deepshare.policies.queue_index import QueueIndex

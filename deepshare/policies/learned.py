@@ -23,7 +23,8 @@ from typing import Any, Callable, Generator, Mapping
 
 import numpy as np
 
-from deepshare.core.types import WAIT, ClusterView, Decision, JobView, Placement
+from deepshare.core.types import Decision, Placement, WAIT
+from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 

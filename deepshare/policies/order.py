@@ -17,7 +17,7 @@ from bisect import bisect_right
 from operator import attrgetter
 from typing import Callable
 
-from deepshare.core.types import JobView
+from deepshare.core.view import JobView
 
 DLAS_THRESHOLDS_GPU_S = (3600.0, 36000.0)
 STARVE_FACTOR = 2.0

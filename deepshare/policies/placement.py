@@ -31,7 +31,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from deepshare.core.types import ClusterView, JobView, Placement
+from deepshare.core.types import Placement
+from deepshare.core.view import ClusterView, JobView
 
 Pending = Sequence[tuple[JobView, Placement]]
 PlaceFn = Callable[[JobView, list[int], ClusterView, Pending], "Placement | None"]

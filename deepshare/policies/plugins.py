@@ -21,7 +21,7 @@ import inspect
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies.base import Policy
 
 ENTRY_POINT_GROUP = "deepshare.policies"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Callable, Iterator
 
-from deepshare.core.types import ClusterView, JobView
+from deepshare.core.view import ClusterView, JobView
 
 Key = Callable[[JobView], tuple]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies import plugins
 from deepshare.policies.base import Policy
 from deepshare.policies.heuristic import HeuristicPolicy

@@ -39,7 +39,9 @@ from deepshare.core.contention import CONTENTION_MODELS, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
-from deepshare.core.types import ClusterView, DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
+from deepshare.core.view import ClusterView
 from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.learned import HybridRules, safety_net

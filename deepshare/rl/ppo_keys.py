@@ -20,7 +20,7 @@ import inspect
 from functools import lru_cache
 from typing import Any, Mapping
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 DEFAULTS: dict[str, Any] = {
     "lr": 3e-4, "gamma": 0.999, "lambda_": 0.95, "train_batch_size_per_learner": 4000, "minibatch_size": 500,

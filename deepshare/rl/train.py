@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load as load_trace
-from deepshare.core.types import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
@@ -161,7 +161,7 @@ def start_ray(address: str | None) -> None:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
-            from deepshare.localray import init_local_ray  # a private instance: loopback only
+            from deepshare.infra.localray import init_local_ray  # a private instance: loopback only
 
             init_local_ray(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
                            object_store_memory=300 * 1024**2)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 
 SECTIONS = ("ppo", "env", "model", "run")
@@ -227,7 +227,7 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 def register_cli(sub: Any) -> None:
     """Add ``deepshare tune`` to the CLI's subcommands."""
-    from deepshare.cli_types import in_range, iteration_count
+    from deepshare.cli.args import in_range, iteration_count
 
     p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
     p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")

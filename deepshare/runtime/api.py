@@ -8,7 +8,7 @@
 expected"}``, never a 5xx.
 
 A job runs any command as the scheduler's user, so every route but ``/healthz`` is closed
-(:func:`guard`, from :mod:`deepshare.httpauth`): a ``Host`` that is not this service's is 403
+(:func:`guard`, from :mod:`deepshare.infra.httpauth`): a ``Host`` that is not this service's is 403
 (DNS rebinding), no or a wrong bearer token is 401, a body that is not ``application/json`` is
 415 (a browser's cross-origin "simple" request cannot send one without a preflight), a body
 over ``max_body_bytes`` is 413.
@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from deepshare.core.types import DeepShareError
-from deepshare.httpauth import AllowHosts, LimitBody, ObserveRequests, RequireJSON, RequireToken, error_body
+from deepshare.core.errors import DeepShareError
+from deepshare.infra.httpauth import AllowHosts, LimitBody, ObserveRequests, RequireJSON, RequireToken, error_body
 from deepshare.runtime.journal import JobState, Journal, TransitionError
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, read_chunk
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, job_detail, job_out

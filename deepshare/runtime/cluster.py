@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
-from deepshare.core.types import DeepShareError, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Placement
 
 LABEL_PREFIX = "deepshare.io/"
 NAME_LABEL = LABEL_PREFIX + "node-name"

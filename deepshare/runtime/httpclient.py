@@ -1,7 +1,7 @@
 """A small client of the scheduler's HTTP API for the CLI (stdlib ``urllib``, no extra dependency).
 
 Every failure a user can cause (no scheduler at the URL, a 4xx answer, a missing or wrong
-token) raises :class:`~deepshare.core.types.DeepShareError` with the server's one-line message.
+token) raises :class:`~deepshare.core.errors.DeepShareError` with the server's one-line message.
 The token goes in ``Authorization: Bearer``; bodies are ``application/json``.
 """
 
@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
 

@@ -29,7 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime.private import make_private_dirs
 from deepshare.runtime.spec import LiveJobSpec
 

@@ -6,7 +6,7 @@ the label ``deepshare.io/node-name: node<i>``, so the scheduler's topology names
 Every node of it is started with ``node_ip_address=127.0.0.1``: its Ray processes advertise and
 listen on loopback only, so the fake cluster (which runs whatever jobs the scheduler launches)
 cannot be reached from the network. ``ray.init`` rewrites a loopback address to the machine's
-"remotely reachable" IP (where nothing listens then); :func:`deepshare.localray.resolve_loopback_as_self`
+"remotely reachable" IP (where nothing listens then); :func:`deepshare.infra.localray.resolve_loopback_as_self`
 turns that off for this driver process only (Ray's own switch for single-machine clusters).
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepshare.core.types import DeepShareError
-from deepshare.localray import resolve_loopback_as_self
+from deepshare.core.errors import DeepShareError
+from deepshare.infra.localray import resolve_loopback_as_self
 from deepshare.runtime.cluster import NAME_LABEL
 
 NODE_MEMORY = 80 * 1024**2

@@ -33,7 +33,9 @@ from typing import Any, Callable, Mapping, Sequence
 from deepshare.core.contention import ContentionModel
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.types import ClusterView, Decision, DeepShareError, JobView, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, Placement
+from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
 from deepshare.runtime import launcher
 from deepshare.runtime.cluster import ClusterState

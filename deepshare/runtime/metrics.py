@@ -67,7 +67,7 @@ class SchedulerMetrics:
         return float(self._counts()[0].get(state, 0))
 
     def observe_http(self, path: str, method: str, code: int, seconds: float) -> None:
-        """One answered request, as :class:`deepshare.httpauth.ObserveRequests` reports it
+        """One answered request, as :class:`deepshare.infra.httpauth.ObserveRequests` reports it
         (``method`` is not one of the scheduler's labels)."""
         route = route_of(path)
         self.http_requests.labels(route, str(code)).inc()

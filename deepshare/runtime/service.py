@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.types import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.runtime.cluster import ClusterState, current_cluster
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.loop import ControlLoop, LoopConfig
@@ -60,9 +60,9 @@ def make_policy_for(config: ServiceConfig) -> Any:
     """The in-process policy, or the HTTP placement service's client (same ``decide``)."""
     if config.placement_url:
         try:
-            from deepshare.client import PlacementClient  # written by the serving issue
+            from deepshare.serving.client import PlacementClient  # written by the serving issue
         except ImportError as exc:
-            raise DeepShareError(f"--placement-url needs deepshare.client.PlacementClient ({exc})") from None
+            raise DeepShareError(f"--placement-url needs deepshare.serving.client.PlacementClient ({exc})") from None
         return PlacementClient(config.placement_url, token=config.placement_token)
     from deepshare.policies import make_policy
 
@@ -116,7 +116,7 @@ class LinkLoad:
 
 def exposure_warning(host: str) -> str | None:
     """The one-line warning for a non-loopback ``--host``, or None on loopback."""
-    from deepshare.httpauth import is_loopback
+    from deepshare.infra.httpauth import is_loopback
 
     if is_loopback(host.strip("[]")):
         return None

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime.private import make_private_dirs
 
 

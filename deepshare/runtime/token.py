@@ -14,8 +14,8 @@ import secrets
 from pathlib import Path
 from typing import Mapping
 
-from deepshare.core.types import DeepShareError
-from deepshare.httpauth import check_token
+from deepshare.core.errors import DeepShareError
+from deepshare.infra.httpauth import check_token
 
 TOKEN_ENV = "DEEPSHARE_SCHEDULER_TOKEN"
 TOKEN_FILE = "token"

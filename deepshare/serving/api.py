@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 import deepshare
-from deepshare.httpauth import LimitBody, ObserveRequests, RequireToken, detail_body
+from deepshare.infra.httpauth import LimitBody, ObserveRequests, RequireToken, detail_body
 from deepshare.serving.deadline import Deadline, DecisionTimeout
 from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
 from deepshare.serving.limits import LimitExceeded, RequestLimits

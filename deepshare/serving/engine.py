@@ -22,7 +22,8 @@ import numpy as np
 
 import deepshare
 from deepshare.core.contention import make_contention
-from deepshare.core.types import ClusterView, Decision, PredictFn
+from deepshare.core.types import Decision
+from deepshare.core.view import ClusterView, PredictFn
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
 from deepshare.serving.deadline import NO_DEADLINE, Deadline

@@ -33,7 +33,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from deepshare.httpauth import CLIENT_CLOSED
+from deepshare.infra.httpauth import CLIENT_CLOSED
 
 ROUTES = ("/healthz", "/v1/policy", "/v1/placements", "/metrics", "/docs", "/openapi.json")
 METHODS = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")

@@ -1,17 +1,17 @@
 """ASGI middleware of the placement service, outermost first (assembled in ``serving/api.py``):
 
-1. :class:`~deepshare.httpauth.ObserveRequests` counts and times every request by route, method
+1. :class:`~deepshare.infra.httpauth.ObserveRequests` counts and times every request by route, method
    and status code; a request whose client went away before the answer is counted as 499, never
    as a 500.
 2. :class:`AnswerHealth` (here) answers ``GET /healthz`` itself, before anything that reads a
    body, checks a token or waits for a decision thread, so a health check costs microseconds
    whatever the placement requests are doing.
-3. :class:`~deepshare.httpauth.RequireToken` answers 401 without ``Authorization: Bearer TOKEN``.
-4. :class:`~deepshare.httpauth.LimitBody` reads the body whole, within ``max_bytes`` (else 413)
+3. :class:`~deepshare.infra.httpauth.RequireToken` answers 401 without ``Authorization: Bearer TOKEN``.
+4. :class:`~deepshare.infra.httpauth.LimitBody` reads the body whole, within ``max_bytes`` (else 413)
    and within ``timeout_s`` (else 408, and the connection is closed), so a slow client holds a
    replica's request slot for seconds at most.
 
-The guards are the ones the live scheduler uses too (:mod:`deepshare.httpauth`), answering in this
+The guards are the ones the live scheduler uses too (:mod:`deepshare.infra.httpauth`), answering in this
 service's error shape ``{"detail": ...}``. Plain ASGI (no per-request task or body copy as in
 Starlette's ``BaseHTTPMiddleware``), because every request of a latency-bound service passes
 through them.
@@ -19,7 +19,7 @@ through them.
 
 from __future__ import annotations
 
-from deepshare.httpauth import ASGIApp, Receive, Scope, Send, send_json
+from deepshare.infra.httpauth import ASGIApp, Receive, Scope, Send, send_json
 
 HEALTH_PATH = "/healthz"
 OPEN_PATHS = frozenset({HEALTH_PATH})

@@ -1,6 +1,6 @@
 """The placement API's request and response bodies (pydantic; FastAPI documents them in OpenAPI).
 
-Pure pydantic, no Ray or FastAPI, so :mod:`deepshare.client` can use them too. Models are
+Pure pydantic, no Ray or FastAPI, so :mod:`deepshare.serving.client` can use them too. Models are
 strict (``"8"`` is not a GPU count), reject unknown fields (a typo is an error, not a silently
 ignored option) and reject NaN and infinities. Checks that span fields (a running job on an
 unknown node, duplicate ids) live in :mod:`deepshare.serving.translate`, which names the field.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepshare.httpauth import MAX_TOKEN_CHARS, MIN_TOKEN_CHARS, TOKEN_PATTERN
+from deepshare.infra.httpauth import MAX_TOKEN_CHARS, MIN_TOKEN_CHARS, TOKEN_PATTERN
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
 
 TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"

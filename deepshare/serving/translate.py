@@ -16,7 +16,9 @@ from deepshare.core.contention import ContentionModel
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
-from deepshare.core.types import ClusterView, Decision, DeepShareError, InfeasibleDecision, Launch, Migrate, Placement
+from deepshare.core.errors import DeepShareError, InfeasibleDecision
+from deepshare.core.types import Decision, Launch, Migrate, Placement
+from deepshare.core.view import ClusterView
 from deepshare.core.workloads import Catalog
 from deepshare.serving.schemas import (
     DEFAULT_REMAINING_S,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from deepshare.core.types import WAIT, ClusterView, Decision, Launch, Placement
+from deepshare.core.types import Decision, Launch, Placement, WAIT
+from deepshare.core.view import ClusterView
 
 
 class BiggestFirst:

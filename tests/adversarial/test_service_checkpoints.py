@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.policies import make_policy
 from deepshare.policies.checkpoint import FORMAT_VERSION, load_policy_file, shipped
 

@@ -20,7 +20,7 @@ import requests
 
 from serve_process import free_port, serve_process
 
-from deepshare.client import PlacementClient, PlacementServiceError
+from deepshare.serving.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
 from deepshare.serving.schemas import PlacementRequest
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import deepshare.localray as localray
+import deepshare.infra.localray as localray
 
 
 def test_train_without_address_starts_a_loopback_instance(monkeypatch):

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from deepshare.httpauth import LimitBody, ObserveRequests, RequireToken
+from deepshare.infra.httpauth import LimitBody, ObserveRequests, RequireToken
 from deepshare.serving.metrics import ServiceMetrics
 from deepshare.serving.middleware import AnswerHealth
 

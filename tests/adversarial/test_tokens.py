@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from deepshare.cli import main
-from deepshare.core.types import DeepShareError
-from deepshare.httpauth import check_token
+from deepshare.core.errors import DeepShareError
+from deepshare.infra.httpauth import check_token
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.settings import ServiceSettings
 
@@ -90,7 +90,7 @@ def test_scheduler_without_placement_url_ignores_the_serve_token(tmp_path, monke
 def test_serve_on_a_network_address_warns_in_one_line_what_is_exposed(capsys, monkeypatch, token):
     """Like ``scheduler start``: a non-loopback --host says what it exposes, and whether a token
     guards it, before anything starts (here the port is refused right after: no Ray)."""
-    import deepshare.serving.cli as serve_cli
+    import deepshare.cli.serve as serve_cli
 
     def refuse(host, port):
         raise DeepShareError(f"--host {host} --port {port}: cannot bind (test)")
@@ -110,6 +110,6 @@ def test_serve_on_a_network_address_warns_in_one_line_what_is_exposed(capsys, mo
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])
 def test_serve_on_loopback_does_not_warn(host):
-    from deepshare.serving.cli import exposure_warning
+    from deepshare.cli.serve import exposure_warning
 
     assert exposure_warning(host, has_token=False) is None

@@ -7,7 +7,8 @@ launches in order, predicting each against the running jobs and the launches kep
 from __future__ import annotations
 
 from deepshare.core.autoscaling.autoscaler import Autoscaler, free_after, slowdown
-from deepshare.core.types import ClusterView, Decision, JobView, Launch, Placement
+from deepshare.core.types import Decision, Launch, Placement
+from deepshare.core.view import ClusterView, JobView
 
 
 class ContentionAwareAutoscaler(Autoscaler):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deepshare.core.autoscaling.autoscaler import Autoscaler
-from deepshare.core.types import ClusterView, Decision
+from deepshare.core.types import Decision
+from deepshare.core.view import ClusterView
 
 if TYPE_CHECKING:  # pragma: no cover
     from deepshare.core.simulator import Simulator

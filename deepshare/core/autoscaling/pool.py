@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 OFF, PENDING, UP = "off", "pending", "up"
 

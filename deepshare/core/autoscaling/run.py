@@ -11,7 +11,8 @@ from deepshare.core.autoscaling.report import AutoscaleReport, build_autoscale_r
 from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots, build_slots
 from deepshare.core.contention import ContentionModel
 from deepshare.core.simulator import PolicyLike, SimConfig, Simulator
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 
 AUTOSCALERS: dict[str, tuple[Callable[[AutoscaleSpec, Slots], Autoscaler], str]] = {

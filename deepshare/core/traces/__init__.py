@@ -10,7 +10,7 @@
 ``canonical``  the project's own CSV, see :mod:`deepshare.core.traces.canonical`
 =============  ================================================================
 
-Every problem with an input raises :class:`~deepshare.core.types.DeepShareError` naming the
+Every problem with an input raises :class:`~deepshare.core.errors.DeepShareError` naming the
 file and the line or job and field. Jobs that cannot be simulated are listed in
 ``Trace.skipped`` with a reason.
 """
@@ -29,7 +29,7 @@ from deepshare.core.traces.canonical import write_canonical
 from deepshare.core.traces.generator import generate, parse_demand, rate_for_load
 from deepshare.core.traces.mixes import MIX_PRESETS, ModelMix, assign, mix_from_spec, mix_preset, parse_mix
 from deepshare.core.traces.stats import TraceStats, trace_stats
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 _LOADERS: dict[str, ModuleType] = {
     "artifact": artifact,

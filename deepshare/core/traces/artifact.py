@@ -20,7 +20,7 @@ from deepshare.core.traces.base import (
     require_mapping,
     text_field,
 )
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 FORMAT = "artifact"
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from deepshare.core.traces.base import (
     text_field,
 )
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 
 FORMAT = "canonical"
 COLUMNS = ("job_id", "submit_time", "model", "gpus", "duration_s", "total_samples")

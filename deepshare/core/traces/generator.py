@@ -27,7 +27,8 @@ import numpy as np
 
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
-from deepshare.core.types import DeepShareError, JobSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog
 
 FORMAT = "generated"

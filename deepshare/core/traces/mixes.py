@@ -26,7 +26,7 @@ from typing import Mapping
 
 import numpy as np
 
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, default_catalog
 
 COMM_CLASSES = ("heavy", "medium", "low")

@@ -38,7 +38,7 @@ from deepshare.core.traces.base import (
     text_field,
 )
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
-from deepshare.core.types import DeepShareError
+from deepshare.core.errors import DeepShareError
 
 FORMAT = "philly"
 

@@ -1,0 +1,205 @@
+"""``deepshare cluster ...`` and ``deepshare autoscale ...``: cluster YAMLs and autoscaling runs.
+
+* ``cluster validate FILE...`` — Ray's own schema and ``prepare_config`` plus the project's
+  keys, for launcher YAMLs and KubeRay manifests (:mod:`deepshare.raycluster.cluster_yaml`);
+* ``cluster spec FILE [--out PATH]`` — a cluster YAML's GPU worker types as an autoscaling
+  spec for the simulator;
+* ``cluster fake [--workers N]`` — a local multi-node Ray cluster to try the multi-node
+  training path against (:mod:`deepshare.raycluster.fakecluster`);
+* ``autoscale simulate`` — a trace on an autoscaling cluster model under one or more
+  autoscalers side by side (``--autoscaler demand,contention-aware,fixed``);
+  ``autoscale compare`` is the same with all three by default;
+* ``autoscale live`` — the live scheduler on a local fake autoscaling Ray cluster
+  (:mod:`deepshare.experiments.autoscale_live`): scale-up latency and job completion of a small trace.
+
+Handlers have the main CLI's signature ``(args, out, err) -> exit status`` and raise
+:class:`~deepshare.core.errors.DeepShareError` for bad input (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
+from deepshare.cli.args import print_line, wait_seconds
+from deepshare.core.errors import DeepShareError
+
+
+def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.raycluster.cluster_yaml import load_cluster_yaml
+
+    check_outputs({"--json": args.json}, {"FILE": args.files})
+    failed = 0
+    results = []
+    for path in args.files:
+        try:
+            cluster = load_cluster_yaml(path)
+        except DeepShareError as exc:
+            failed += 1
+            results.append({"file": path, "ok": False, "error": str(exc)})
+            err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            continue
+        results.append({"file": path, "ok": True, "description": cluster.describe()})
+        print_line(human(args.json, out, err), f"OK {path}: {cluster.describe()}")
+    write_json(args.json, results, out, "validation results")
+    return 2 if failed else 0
+
+
+def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.raycluster.cluster_yaml import load_cluster_yaml, to_autoscale_spec
+    from deepshare.core.atomic import write_text_atomic
+
+    check_outputs({"--out": args.out}, {"FILE": args.file})
+    spec = to_autoscale_spec(load_cluster_yaml(args.file))
+    text = f"# Autoscaling spec from {args.file} (deepshare cluster spec)\n" + yaml.safe_dump(
+        spec.model_dump(), sort_keys=False
+    )
+    if args.out:
+        write_text_atomic(args.out, text, "autoscaling spec")
+        print_line(out, f"wrote {args.out}")
+    else:
+        print_line(out, text.rstrip())
+    return 0
+
+
+def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import time
+
+    import ray
+
+    from deepshare.raycluster.fakecluster import FakeNode, start_fake_cluster
+
+    fabrics = [f.strip() for f in args.fabrics.split(",") if f.strip()]
+    if not fabrics or any(f not in ("pcie", "nvlink") for f in fabrics):
+        raise DeepShareError(f"--fabrics {args.fabrics!r}: expected pcie and/or nvlink, comma-separated")
+    nodes = [FakeNode(cpus=args.cpus_per_worker, fabric=fabrics[i % len(fabrics)]) for i in range(args.workers)]
+    cluster = start_fake_cluster(nodes)
+    try:
+        print_line(out, f"fake Ray cluster up: head (0 CPUs) + {args.workers} worker node(s); address {cluster.address}")
+        print_line(out, f"  deepshare train rllib_configs/rl_hybrid.yaml --address {cluster.address} --num-env-runners {args.workers}")
+        if args.for_s is None:
+            print_line(out, "Ctrl-C stops it")
+            while True:
+                time.sleep(3600)
+        time.sleep(args.for_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        print_line(out, "fake cluster stopped")
+    return 0
+
+
+def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.experiments.autoscale import AutoscaleScenario, load_config, parse_autoscalers, run_autoscalers
+    from deepshare.experiments.autoscale_tables import autoscale_table
+    from deepshare.cli import _check_policies, _config, _contention, _load_trace, _sim_inputs
+
+    check_outputs({"--json": args.json, "--plot": args.plot}, _sim_inputs(args, [args.policy]))
+    names = parse_autoscalers(args.autoscaler)
+    _check_policies([args.policy], "--policy")
+    spec = load_config(args.config)
+    trace = _load_trace(args)
+    scenario = AutoscaleScenario(spec, trace.jobs, _contention(args), _config(args))
+    reports = run_autoscalers(scenario, args.policy, names)
+    if trace.skipped:
+        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})", markup=False, highlight=False, soft_wrap=True)
+    limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
+                       for n, t in spec.node_types.items())
+    shown = human(args.json, out, err)
+    shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} ({limits})"))
+    if args.json:
+        doc: dict[str, object]
+        if len(reports) == 1:
+            doc = reports[0].to_dict()
+        else:
+            doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports}}
+        write_json(args.json, doc, out, "JSON report")
+    if args.plot:
+        from deepshare.experiments.autoscale_plots import write_timeline_plot
+
+        write_timeline_plot(reports, args.plot)
+        print_line(shown, f"wrote {args.plot}")
+    return 0
+
+
+def cmd_autoscale_live(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import tempfile
+
+    from deepshare.experiments.autoscale_live import DEFAULT_TRACE, LiveJob, run_live_experiment
+    from deepshare.core.autoscaling import load_autoscale_spec
+
+    check_outputs({"--json": args.json}, {"--config": args.config})
+    spec = load_autoscale_spec(args.config) if args.config else None
+    trace = [LiveJob(j.name, j.gpus, j.at_s, steps=args.steps) for j in DEFAULT_TRACE]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="ds-live-")  # short: Ray's socket paths < 108 bytes
+    report = run_live_experiment(workdir, spec, trace, policy=args.policy,
+                                 log=lambda text: err.print(text, markup=False, highlight=False))
+    doc = report.to_dict()
+    shown = human(args.json, out, err)
+    for j in report.jobs:
+        print_line(shown, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
+                    f"  on {', '.join(j.node_names) or '-'}")
+    lat = ", ".join(f"{x:.1f}" for x in report.scale_up_latencies_s) or "none"
+    print_line(shown, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
+                f"most GPU nodes {report.max_gpu_nodes}; back to min nodes {_s(report.scale_down_s)} s after the last job")
+    write_json(args.json, doc, out, "JSON report")
+    return 0
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
+    from deepshare.cli import _add_sim_args, _add_trace_args
+    from deepshare.core.autoscaling import AUTOSCALERS
+
+    cluster = sub.add_parser("cluster", help="Ray cluster YAMLs: validate them, turn them into autoscaling specs")
+    csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    p = csub.add_parser("validate", help="check cluster YAMLs / KubeRay manifests with Ray's schema and the project's keys")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    add_json_flag(p, "[{file, ok, description | error}]")
+    p.set_defaults(func=cmd_cluster_validate)
+    p = csub.add_parser("spec", help="print (or --out) a cluster YAML's GPU worker types as an autoscaling spec")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--out", metavar="PATH", help="write the spec YAML here (an existing file is replaced)")
+    p.set_defaults(func=cmd_cluster_spec)
+    p = csub.add_parser("fake", help="start a local multi-node Ray cluster (head without CPUs + workers) and wait")
+    p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="N", help="worker nodes, 1..8 (default 2)")
+    p.add_argument("--cpus-per-worker", type=int, default=1, choices=range(1, 65), metavar="C", help="CPUs per worker (default 1)")
+    p.add_argument("--fabrics", default="pcie,nvlink", help="deepshare_fabric_* resource of the workers, in turn (default pcie,nvlink)")
+    p.add_argument("--for-s", type=wait_seconds, default=None, metavar="S", help="stop after S seconds (default: on Ctrl-C)")
+    p.set_defaults(func=cmd_cluster_fake)
+
+    autoscale = sub.add_parser("autoscale", help="autoscaling in simulation: cost, GPU-hours and JCT per autoscaler")
+    asub = autoscale.add_subparsers(dest="autoscale_command", metavar="ACTION", required=True)
+    for action, default, text in (
+        ("simulate", "demand", "simulate a trace on an autoscaling cluster"),
+        ("compare", ",".join(AUTOSCALERS), "the same, every autoscaler side by side by default"),
+    ):
+        p = asub.add_parser(action, help=text)
+        _add_trace_args(p)
+        p.add_argument("--config", required=True, metavar="FILE",
+                       help="autoscaling spec (deepshare/data/autoscale/*.yaml) or a cluster YAML (cluster_yamls/)")
+        p.add_argument("--policy", default="las+consolidated", help="scheduling policy (default las+consolidated)")
+        p.add_argument("--autoscaler", default=default, metavar="NAME[,NAME...]",
+                       help=f"{', '.join(AUTOSCALERS)} (default {default})")
+        add_json_flag(p, "the report(s)")
+        p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is replaced)")
+        _add_sim_args(p)
+        p.set_defaults(func=cmd_autoscale_simulate)
+    p = asub.add_parser("live", help="the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT")
+    p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")
+    p.add_argument("--policy", default="las+consolidated", help="the scheduler's policy (default las+consolidated)")
+    p.add_argument("--steps", type=int, default=120, choices=range(1, 100001), metavar="N", help="training steps per job (default 120)")
+    p.add_argument("--workdir", metavar="DIR", help="Ray temp files, journal, logs (default a new /tmp folder)")
+    add_json_flag(p, "the measurements")
+    p.set_defaults(func=cmd_autoscale_live)

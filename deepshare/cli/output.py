@@ -1,0 +1,128 @@
+"""Where a ``deepshare`` command writes: one meaning for ``--json`` and one guard for outputs.
+
+* ``--json PATH`` writes a file (atomically: a reader sees the old file or the whole new one;
+  an existing file is replaced), ``--json -`` writes the JSON to standard output. With ``-``
+  the command's human-readable output (tables, "wrote ..." lines) goes to standard error, so
+  standard output is exactly one JSON document that a pipe can parse.
+* :func:`check_outputs` refuses, before any work, an output path that is one of the command's
+  own inputs (resolved, so ``./t.csv``, a symlink or a hard link to ``t.csv`` count), two
+  outputs that are the same file, an output in a missing folder and an output that is a folder.
+
+Every subcommand module uses these, so the rules cannot drift between commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from deepshare.cli.args import print_line
+from deepshare.core.atomic import write_text_atomic
+from deepshare.core.errors import DeepShareError
+
+STDOUT = "-"
+"""The ``--json`` value that means standard output."""
+
+REPLACED = "an existing file is replaced"
+"""What the help of every output flag says about existing files (the one documented overwrite)."""
+
+
+def add_json_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json PATH|-``: write ``what`` as JSON to PATH, or to standard output with ``-``."""
+    p.add_argument("--json", metavar="PATH|-", help=f"write {what} as JSON to PATH ({REPLACED}), or - for standard output")
+
+
+def to_stdout(path: str | None) -> bool:
+    """Whether ``--json`` names standard output."""
+    return path == STDOUT
+
+
+def human(path: str | None, out: Any, err: Any) -> Any:
+    """The console for human-readable output: standard error when the JSON goes to standard output."""
+    return err if to_stdout(path) else out
+
+
+def dumps(doc: Any) -> str:
+    """The JSON text every command writes: indented, one trailing newline."""
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_json(path: str | None, doc: Any, out: Any, what: str) -> None:
+    """Write ``doc`` to ``path`` (atomically), to ``out`` when ``path`` is ``-``, nowhere when None."""
+    if path is None:
+        return
+    if to_stdout(path):
+        print_line(out, dumps(doc).rstrip("\n"))
+        return
+    write_text_atomic(path, dumps(doc), what)
+
+
+def folder_outputs(folder: str | None, names: Sequence[str]) -> list[str]:
+    """The files a command writes into an output folder (for :func:`check_outputs`)."""
+    return [] if folder is None else [str(Path(folder) / name) for name in names]
+
+
+def check_outputs(
+    outputs: Mapping[str, str | Iterable[str] | None],
+    inputs: Mapping[str, str | Iterable[str] | None],
+    new_folders: Sequence[str | None] = (),
+) -> None:
+    """Fail before any work when an output cannot be written or would overwrite an input.
+
+    ``outputs`` and ``inputs`` map a flag (``--json``, ``--trace``) to a path, several paths or
+    None (not given). ``-`` for ``--json`` is standard output and never a file; for any other
+    output flag it is refused (it would create a file named ``-``). An input that does not exist
+    is still compared by its path: a command that reports a missing input (``cluster validate``
+    lists it as failed) must not then write its report under that input's name. Outputs inside
+    ``new_folders`` (folders the command creates) are not required to have an existing folder.
+    """
+    for flag, path in _pairs(outputs):
+        if path == STDOUT and flag != "--json":
+            raise DeepShareError(f"{flag} -: only --json can write to standard output; give {flag} a file path")
+    flagged_out = [(flag, p) for flag, p in _pairs(outputs) if p != STDOUT]
+    made = [Path(f).resolve() for f in new_folders if f is not None]
+    for flag, path in flagged_out:
+        _check_writable(flag, path, made)
+    flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not Path(p).is_dir()]
+    seen: list[tuple[str, str]] = []
+    for flag, path in flagged_out:
+        for in_flag, in_path in flagged_in:
+            if _same(path, in_path):
+                raise DeepShareError(
+                    f"{flag} {path}: is the input {in_flag} {in_path}; writing it would destroy the input, choose another path"
+                )
+        for other_flag, other in seen:
+            if _same(path, other):
+                raise DeepShareError(f"{flag} {path}: is also the output {other_flag} {other}; give each output its own path")
+        seen.append((flag, path))
+
+
+def _pairs(paths: Mapping[str, str | Iterable[str] | None]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for flag, value in paths.items():
+        if value is None:
+            continue
+        for p in [value] if isinstance(value, (str, os.PathLike)) else value:
+            pairs.append((flag, str(p)))
+    return pairs
+
+
+def _check_writable(flag: str, path: str, made: Sequence[Path]) -> None:
+    folder = Path(path).parent
+    if not folder.is_dir() and folder.resolve() not in made:
+        raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
+    if Path(path).is_dir():
+        raise DeepShareError(f"{flag} {path}: is a directory, expected a file path")
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two paths name one file: equal once resolved, or the same inode (hard links)."""
+    try:
+        if Path(a).resolve() == Path(b).resolve():
+            return True
+        return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -1,0 +1,268 @@
+"""``deepshare scheduler start``, ``deepshare submit``, ``deepshare jobs``, ``deepshare cancel``,
+``deepshare logs``.
+
+Only :func:`register_cli` is public: ``deepshare/cli.py`` calls it with its subparsers. Every
+handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
+:class:`~deepshare.core.errors.DeepShareError` for bad input (a job spec, a flag, an unreachable
+scheduler, a missing or wrong token): the main CLI prints one line and exits 2. A Ray that
+cannot be started is one line and exit 1. Ray is imported only by ``scheduler start``.
+
+Clients find the scheduler by ``--url``, else the URL the scheduler wrote to
+``<state>/scheduler.json``; the token is ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else
+``<state>/token``; ``--state`` defaults to the scheduler's default, ``.deepshare/scheduler``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
+from deepshare.cli.args import non_negative_int, number, port_number, positive_float, positive_int, print_line
+from deepshare.core.errors import DeepShareError
+
+DEFAULT_STATE = ".deepshare/scheduler"
+seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
+"""Periods and timeouts: positive and at most a day (larger values overflow the waits)."""
+EXIT_RUNTIME = 1
+
+
+def _fmt(value: float | None, spec: str = ",.1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _alloc(placement: Any) -> str:
+    return "-" if not placement else ",".join(f"{p.node}:{p.gpus}" for p in placement)
+
+
+# -- handlers ------------------------------------------------------------------------------
+def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.runtime.launcher import LaunchSettings
+    from deepshare.runtime.loop import LoopConfig
+    from deepshare.runtime.service import RuntimeFailure, ServiceConfig, serve
+
+    if args.policy and args.placement_url:
+        raise DeepShareError("give at most one of --policy and --placement-url")
+    if not args.local and (args.nodes is not None or args.gpus_per_node is not None):
+        raise DeepShareError("--nodes and --gpus-per-node need --local")
+    if args.local and args.address != "auto":
+        raise DeepShareError("give at most one of --local and --address")
+    if not args.placement_url:
+        from deepshare.policies import make_policy
+
+        make_policy(args.policy or "rl-hybrid")  # an unknown name fails before Ray starts
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ServiceConfig(
+        state_dir=args.state, address=args.address,
+        local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
+        policy=args.policy, placement_url=args.placement_url, host=args.host, port=args.port, max_gpus=args.max_gpus,
+        placement_token=_placement_token(args),
+        allowed_hosts=tuple(args.allowed_host or ()),
+        loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
+                        launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
+                        max_launch_attempts=args.max_launch_attempts),
+    )
+    try:
+        return serve(config, announce=lambda line: (print_line(out, line), out.file.flush()),
+                     warn=lambda line: (print_line(err, line), err.file.flush()))
+    except RuntimeFailure as exc:
+        print_line(err, f"deepshare: error: {exc}")
+        return EXIT_RUNTIME
+
+
+def _placement_token(args: argparse.Namespace) -> str | None:
+    """With ``--placement-url``: ``--placement-token``, else ``$DEEPSHARE_SERVE_TOKEN``, checked
+    before Ray starts (a line break in it would fail every tick's request instead)."""
+    from deepshare.serving.client import SERVE_TOKEN_ENV
+    from deepshare.infra.httpauth import check_token
+
+    if not args.placement_url:
+        return None
+    if args.placement_token:
+        return check_token(args.placement_token, "--placement-token")
+    if os.environ.get(SERVE_TOKEN_ENV):
+        return check_token(os.environ[SERVE_TOKEN_ENV], f"${SERVE_TOKEN_ENV}")
+    return None
+
+
+def _client(args: argparse.Namespace) -> Any:
+    """The scheduler client from ``--url`` / ``--state`` / ``--token`` (see the module docstring)."""
+    from deepshare.runtime.httpclient import SchedulerClient
+    from deepshare.runtime.token import client_token
+
+    url, origin = args.url, None
+    if url is None:
+        info = Path(args.state) / "scheduler.json"
+        try:
+            url = json.loads(info.read_text(encoding="utf-8"))["url"]
+        except FileNotFoundError:
+            raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
+        if not isinstance(url, str):
+            raise DeepShareError(f"--state {args.state}: {info} has no URL")
+        origin = f"{url} (the URL in {info}, written when the scheduler last started)"
+    return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
+
+
+STATE_FILES = ("scheduler.json", "token", "journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "scheduler.lock")
+"""What a scheduler keeps in its state folder: a client's ``--json`` must never replace one of them."""
+
+
+def _state_files(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The state folder's files, as inputs for :func:`check_outputs` (missing ones are skipped)."""
+    return {"--state": [str(Path(args.state) / name) for name in STATE_FILES]}
+
+
+def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.runtime.spec import load_spec_file
+
+    check_outputs({"--json": args.json}, {"JOB.yaml": args.spec, **_state_files(args)})
+    spec = load_spec_file(args.spec)
+    client = _client(args)
+    job = client.submit(spec)
+    if args.json:
+        write_json(args.json, job.model_dump(mode="json"), out, "job")
+    if not to_stdout(args.json):
+        print_line(out, f"submitted {job.id} ({job.gpus} GPUs, {job.model})")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
+    check_outputs({"--json": args.json}, _state_files(args))
+    client = _client(args)
+    if args.id:
+        detail = client.job(args.id)
+        if args.json:
+            write_json(args.json, detail.model_dump(mode="json"), out, "job")
+            if to_stdout(args.json):
+                return 0
+        print_line(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
+                    f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s)")
+        for r in detail.runs:
+            print_line(out, f"  run {r.attempt} at {_alloc(r.placement)}: measured {_fmt(r.measured_throughput)} samples/s,"
+                        f" predicted {_fmt(r.predicted_throughput)}; from step {_fmt(r.start_step, 'd')};"
+                        f" {r.end_reason or 'running'}")
+        if detail.error:
+            print_line(out, f"  error: {detail.error}")
+        return 0
+    jobs = client.jobs()
+    if args.json:
+        write_json(args.json, [j.model_dump(mode="json") for j in jobs], out, "job list")
+        if to_stdout(args.json):
+            return 0
+    from rich.table import Table
+
+    table = Table(header_style="bold")
+    for col in ("id", "state", "GPUs", "model", "placement", "run", "preempt", "step",
+                "measured samples/s", "predicted samples/s"):
+        table.add_column(col, justify="left" if col in ("id", "state", "model", "placement") else "right")
+    for j in jobs:
+        table.add_row(j.id, j.state + (" (cancelling)" if j.cancel_requested and j.state == "running" else ""),
+                      str(j.gpus), j.model, _alloc(j.placement), str(j.attempt), str(j.preemptions),
+                      _fmt(j.step, "d"), _fmt(j.measured_throughput), _fmt(j.predicted_throughput))
+    out.print(table)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, out: Any, err: Any) -> int:
+    status, job = _client(args).cancel(args.id)
+    print_line(out, f"cancelled {job.id}" if status == 200 else f"cancelling {job.id}: asked it to checkpoint and stop")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """Print a rank's log; with ``--follow`` keep printing until the job is over."""
+    client = _client(args)
+    offset = 0
+    while True:
+        chunk = client.logs(args.id, args.rank, offset)
+        if chunk.text:
+            out.file.write(chunk.text)
+            out.file.flush()
+        offset = chunk.next_offset
+        if chunk.next_offset < chunk.size:
+            continue  # more is there now: ask again at once
+        if not args.follow or client.job(args.id).state in ("finished", "failed", "cancelled"):
+            if args.follow:  # it may have written its last lines after the read above
+                while (last := client.logs(args.id, args.rank, offset)).text:
+                    out.file.write(last.text)
+                    offset = last.next_offset
+                out.file.flush()
+            return 0
+        time.sleep(args.poll)
+
+
+# -- parser --------------------------------------------------------------------------------
+def _url(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", metavar="URL",
+                   help="the scheduler, e.g. http://127.0.0.1:8470 (default: the URL in --state's scheduler.json)")
+    p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
+                   help=f"the scheduler's state folder, for its URL and token (default {DEFAULT_STATE})")
+    p.add_argument("--token", metavar="TOKEN",
+                   help="the scheduler's token (default: $DEEPSHARE_SCHEDULER_TOKEN, else DIR/token of --state; "
+                        "a flag's value is visible to other users in `ps`)")
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``scheduler start``, ``submit``, ``jobs``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
+    sched = subparsers.add_parser("scheduler", help="the live scheduler: run jobs on a Ray cluster under a policy")
+    sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)
+    p = sub.add_parser("start", help="run the scheduler (control loop + HTTP API) until interrupted")
+    p.add_argument("--address", default="auto", metavar="auto|HOST:PORT", help="Ray cluster to join (default auto)")
+    p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
+    p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
+    p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
+    p.add_argument("--policy", metavar="POLICY",
+                   help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, or "
+                   "package.module:ClassOrFactory (default rl-hybrid, the shipped learned policy)")
+    p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
+    p.add_argument("--placement-token", metavar="TOKEN",
+                   help="bearer token for --placement-url (default: $DEEPSHARE_SERVE_TOKEN, which keeps it out of `ps`)")
+    p.add_argument("--max-gpus", type=positive_int, default=0, metavar="N",
+                   help="accept jobs of up to N GPUs even when fewer are up now (autoscaling clusters; default: the GPUs up now)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the HTTP API binds (default 127.0.0.1; anything else exposes it to the network)")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also accept this name in the Host header (repeatable; default: the bound address and localhost)")
+    p.add_argument("--port", type=port_number, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
+    p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
+                   help=f"journal, token and rank logs folder (default {DEFAULT_STATE}); reuse it to recover")
+    p.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="control loop period (default 1)")
+    p.add_argument("--preempt-grace", type=seconds, default=30.0, metavar="S",
+                   help="seconds a preempted job gets to checkpoint and exit (default 30)")
+    p.add_argument("--launch-timeout", type=seconds, default=30.0, metavar="S",
+                   help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
+    p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
+                   help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
+    p.set_defaults(func=cmd_scheduler_start)
+
+    p = subparsers.add_parser("submit", help="submit a job spec (YAML or JSON) to a running scheduler")
+    _url(p)
+    p.add_argument("spec", metavar="JOB.yaml")
+    add_json_flag(p, "the job")
+    p.set_defaults(func=cmd_submit)
+
+    p = subparsers.add_parser("jobs", help="list a scheduler's jobs (or show one with its runs)")
+    _url(p)
+    p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
+    add_json_flag(p, "the job list (or the job)")
+    p.set_defaults(func=cmd_jobs)
+
+    p = subparsers.add_parser("cancel", help="cancel a queued or running job")
+    _url(p)
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(func=cmd_cancel)
+
+    p = subparsers.add_parser("logs", help="print a job's rank log (kept in the scheduler's state folder)")
+    _url(p)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--rank", type=non_negative_int, default=0, metavar="N", help="which rank (default 0)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job is over")
+    p.add_argument("--poll", type=positive_float, default=1.0, metavar="S", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_logs)

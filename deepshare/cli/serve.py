@@ -1,0 +1,166 @@
+"""``deepshare serve``: host a policy as an HTTP placement service until SIGTERM or SIGINT.
+
+Only :func:`register_cli` is public. The handler checks every flag and loads the policy before
+Ray starts (a bad flag costs no cluster start-up), then runs the same Serve application as
+``serve run serve/config.yaml`` and shuts Serve and Ray down cleanly on a signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from deepshare.cli.args import listen_port, number, positive_int
+from deepshare.core.errors import DeepShareError
+from deepshare.infra.httpauth import check_token, is_loopback
+from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
+from deepshare.serving.settings import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_DECISION_TIMEOUT_S,
+    DEFAULT_MAX_NODES,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_RUNNING,
+    TOKEN_ENV,
+    ServiceSettings,
+)
+
+EXIT_RUNTIME = 1
+"""Exit status when Ray or Serve fails to start (bad input exits 2)."""
+bounded_seconds = number(float, lambda v: 0 < v <= 3600, "seconds in (0, 3600]")
+
+
+def count(high: int):  # noqa: ANN201 - an argparse type
+    """A positive integer up to ``high``, naming the range when it is not."""
+    return number(int, lambda v: 0 < v <= high, f"an integer in 1..{high}")
+
+READY_LINE = "placement service ready"
+"""Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
+
+
+def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser(
+        "serve",
+        help="host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
+        description="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
+        f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set.",
+    )
+    p.add_argument("--policy", default="rl-hybrid", metavar="POLICY",
+                   help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, "
+                   "or package.module:ClassOrFactory (default rl-hybrid)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=listen_port, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
+    p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
+    p.add_argument("--body-timeout-s", type=bounded_seconds, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
+                   help=f"408 and the connection closed when a body takes longer (default {DEFAULT_BODY_TIMEOUT_S:g})")
+    p.add_argument("--max-nodes", type=count(MAX_NODES), default=DEFAULT_MAX_NODES, metavar="N",
+                   help=f"413 for requests with more nodes (default {DEFAULT_MAX_NODES})")
+    p.add_argument("--max-pending", type=count(MAX_JOBS), default=DEFAULT_MAX_PENDING, metavar="N",
+                   help=f"413 for requests with more pending jobs (default {DEFAULT_MAX_PENDING})")
+    p.add_argument("--max-running", type=count(MAX_JOBS), default=DEFAULT_MAX_RUNNING, metavar="N",
+                   help=f"413 for requests with more running jobs (default {DEFAULT_MAX_RUNNING})")
+    p.add_argument("--decision-timeout-s", type=bounded_seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",
+                   help=f"503 with Retry-After when a decision takes longer; the work is stopped (default {DEFAULT_DECISION_TIMEOUT_S:g})")
+    p.add_argument("--decision-threads", type=count(64), default=4, metavar="N",
+                   help="decisions one replica runs at once; more wait their turn within their deadline (default 4)")
+    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from pydantic import ValidationError
+
+    from deepshare.core.contention import make_contention
+    from deepshare.policies import make_policy
+
+    try:
+        settings = ServiceSettings(
+            policy=args.policy, contention=args.contention, max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout_s, max_nodes=args.max_nodes, max_pending=args.max_pending,
+            max_running=args.max_running, decision_timeout_s=args.decision_timeout_s,
+            decision_threads=args.decision_threads,
+        )
+    except ValidationError as exc:  # pragma: no cover - argparse already checked the types
+        raise DeepShareError(f"invalid settings: {exc}") from None
+    make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
+    make_contention(settings.contention)
+    token = os.environ.get(TOKEN_ENV, "")
+    if token:
+        check_token(token, f"${TOKEN_ENV}")
+    warning = exposure_warning(args.host, bool(token))
+    if warning:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
+    _check_port_free(args.host, args.port)
+    if args.address and args.address != "auto":
+        from deepshare.agents.deploy import check_reachable
+
+        check_reachable(args.address)
+
+    import ray
+    from ray import serve
+
+    from deepshare.serving.deployment import APP_NAME, resolve_settings, service_app
+
+    from deepshare.infra.localray import init_local_ray
+
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    try:
+        try:
+            if args.address:
+                ray.init(address=args.address, log_to_driver=False)
+            else:  # a private instance: loopback only
+                init_local_ray(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
+            # After ray.init, which installs its own fatal-signal handlers over any set before.
+            previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+            serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
+            app = service_app(resolve_settings(settings), args.replicas)
+            serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        except Exception as exc:  # noqa: BLE001 - Ray's and Serve's start-up failures: one line, exit 1
+            where = f"Ray at --address {args.address}" if args.address else "a local Ray instance"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            err.print(f"deepshare: error: the placement service did not start on {where} ({type(exc).__name__}: {first})",
+                      markup=False, highlight=False, soft_wrap=True)
+            return EXIT_RUNTIME
+        out.print(
+            f"{READY_LINE}: policy {settings.policy} on http://{args.host}:{args.port} "
+            f"({args.replicas} replica(s); API docs at /docs){' with a bearer token' if token else ''}",
+            markup=False, highlight=False,
+        )
+        stop.wait()
+        out.print("stopping the placement service", markup=False, highlight=False)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if ray.is_initialized():
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+    return 0
+
+
+def exposure_warning(host: str, has_token: bool) -> str | None:
+    """The one-line warning for a non-loopback ``--host`` (what is exposed, and whether a token
+    guards it), or None on loopback; like ``scheduler start``'s."""
+    if is_loopback(host.strip("[]")):
+        return None
+    guard = ("token-protected but without TLS (put a TLS proxy in front)" if has_token
+             else f"WITHOUT a token (set ${TOKEN_ENV}): anyone who can reach it asks for decisions and reads /v1/policy and /metrics")
+    return f"warning: --host {host} serves placement decisions to the network, {guard}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise DeepShareError(f"--host {host} --port {port}: cannot bind ({reason})") from None

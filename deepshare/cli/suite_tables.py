@@ -1,0 +1,84 @@
+"""``deepshare evaluate --suite NAME``: run a benchmark suite and print its tables (the grid
+itself is in :mod:`deepshare.experiments.suite`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from deepshare.cli.output import human, write_json
+from deepshare.core.errors import DeepShareError
+from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def cell_tables(result: SuiteResult) -> list[Table]:
+    """One table per cell: every policy's JCTs and utilisations, best average JCT first, and the
+    learned policies' ratios to the cell's best heuristic."""
+    tables = []
+    for cell, runs in sorted(result.results.items()):
+        best = result.best_heuristic(cell)
+        table = Table(title=cell.label, header_style="bold", title_justify="left")
+        for col in ("policy", "avg JCT (s)", "p99 JCT (s)", "GPU util", "useful util", "makespan (s)", "vs best avg / p99"):
+            table.add_column(col, justify="left" if col == "policy" else "right")
+        for policy, m in sorted(runs.items(), key=lambda kv: (kv[1]["avg_jct_s"] or float("inf"), kv[0])):
+            vs = ""
+            if policy in result.spec.learned:
+                a, p = result.ratios(cell, policy)
+                vs = f"{a:.3f} / {p:.3f}"
+            elif policy == best:
+                vs = "best heuristic"
+            table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m["gpu_util"]), _f(m["useful_util"]),
+                          _s(m["makespan_s"]), vs)
+        tables.append(table)
+    return tables
+
+
+def summary_table(result: SuiteResult) -> Table:
+    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell",
+                  header_style="bold", title_justify="left")
+    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for policy in result.spec.learned:
+        s = result.summary(policy)
+        table.add_row(policy, f"{s['geomean_avg_jct_ratio']:.3f}",
+                      f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
+                      f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}")
+    wins = ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins().items(), key=lambda kv: -kv[1]) if n)
+    table.caption = f"best heuristic of a cell (cells): {wins}"
+    return table
+
+
+def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
+    for flag in ("trace", "policies"):
+        if getattr(args, flag, None):
+            raise DeepShareError(f"--suite runs its own traces and policies; drop --{flag}")
+    workers = getattr(args, "workers", None) or 1
+    if workers < 1:
+        raise DeepShareError(f"--workers must be a positive integer, got {workers}")
+    spec = load_suite(args.suite)
+    total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
+
+    def progress(done: int, n: int, what: str) -> None:
+        # every run on a terminal; every tenth of the runs otherwise (a log stays short)
+        if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
+            err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
+
+    err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
+    result = run_suite(spec, workers=workers, progress=progress)
+    shown = human(args.json, out, err)
+    for table in cell_tables(result):
+        shown.print(table)
+    if spec.learned:
+        shown.print(summary_table(result))
+    write_json(args.json, result.to_json(), out, "suite results")
+    return 0

@@ -1,0 +1,64 @@
+"""What every contention model is: a factory of per-simulation states that rate running jobs.
+
+A :class:`ContentionModel` is a factory of per-simulation :class:`ContentionState` objects.
+The state tracks the running jobs and answers each job's *throughput ratio* (its throughput
+divided by its isolated throughput, in (0, 1]). ``add`` and ``remove`` return the ids whose
+ratio changed so the simulator only re-rates those; ``predict`` answers what-if questions for
+placement policies without changing anything (:func:`predictor` makes a view's ``predict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from deepshare.core.topology import Topology
+from deepshare.core.types import Placement
+from deepshare.core.view import JobView, PredictFn, Prediction
+from deepshare.core.workloads import Catalog
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    model: str
+    gpus: int
+    placement: Placement
+
+
+class ContentionState(Protocol):
+    def add(self, job: RunningJob) -> set[str]:
+        """Start tracking ``job``; return the ids whose ratio changed (``job``'s own included)."""
+
+    def remove(self, job_id: str) -> set[str]:
+        """Stop tracking ``job_id``; return the ids of remaining jobs whose ratio changed."""
+
+    def ratio(self, job_id: str) -> float:
+        """Current throughput ratio of a tracked job, in (0, 1]."""
+
+    def predict(self, job: RunningJob) -> Prediction:
+        """What ``add(job)`` would do, without doing it."""
+
+
+class ContentionModel(Protocol):
+    name: str
+
+    def new_state(self, topology: Topology, catalog: Catalog) -> ContentionState:
+        """A fresh, empty state for one simulation (or one served request)."""
+
+
+def predictor(state: ContentionState) -> PredictFn:
+    """The ``ClusterView.predict`` of a contention state: what-if answers that leave it unchanged."""
+
+    def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        # Pending launches are added to the state for the question only; add and remove are
+        # exact inverses, so the state (and every ratio) is as it was afterwards.
+        for other, where in pending:
+            state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+        try:
+            return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+        finally:
+            for other, _ in reversed(pending):
+                state.remove(other.job_id)
+
+    return predict

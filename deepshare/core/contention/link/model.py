@@ -1,0 +1,305 @@
+"""``--contention link``: the link physics as a :class:`ContentionModel` for the simulator.
+
+Every running job puts work on the links its placement crosses (derived from the topology
+spec): the NIC of each node it spans (ring all-reduce volume ``2(k-1)/k`` for ``k`` nodes), the
+PCIe fabric of each node (intra-node ring traffic plus the GPU <-> NIC copies; on NVLink nodes
+the intra-node traffic rides private NVLink and only the copies touch PCIe) and, when the
+spec gives rack uplinks, the uplink of each rack a multi-rack job spans. Inter-node volumes
+are scaled by the model's placement-shape factor (:func:`params.shape_factor`) with the
+GPUs the job has on that node. Adding or removing a
+job re-solves only the jobs connected to it through shared links.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from deepshare.core.contention.base import RunningJob
+from deepshare.core.contention.link import physics
+from deepshare.core.contention.link.params import (
+    REF_NIC_GBPS,
+    REF_PCIE_GBPS,
+    LinkCatalog,
+    LinkParams,
+    default_link_catalog,
+    shape_factor,
+)
+from deepshare.core.topology import Node, Topology
+from deepshare.core.errors import DeepShareError
+from deepshare.core.view import Prediction
+from deepshare.core.workloads import Catalog
+
+
+def ring_factor(k: int) -> float:
+    """Ring all-reduce bytes through each of ``k`` participants per gradient byte."""
+    return 2.0 * (k - 1) / k if k > 1 else 0.0
+
+
+def node_works(p: LinkParams, k: int, gpus: int, node: Node) -> tuple[float, float, float]:
+    """(NIC work, PCIe work, private NVLink work) of a ``k``-node job with ``gpus`` GPUs on ``node``."""
+    ring = ring_factor(k) * shape_factor(p, k, gpus) if k > 1 else 0.0
+    nic = p.nic_s * ring * REF_NIC_GBPS / node.nic_gbps
+    intra = p.pcie_s * 2.0 * (gpus - 1)
+    copies = p.pcie_coupling * p.nic_s * ring
+    pcie_scale = REF_PCIE_GBPS / (node.intra_node_gbps * node.pcie_switches)
+    if node.fabric == "nvlink" and node.nvlink_gbps > 0:
+        return nic, copies * pcie_scale, intra * REF_PCIE_GBPS / node.nvlink_gbps
+    return nic, (intra + copies) * pcie_scale, 0.0
+
+
+@dataclass(frozen=True)
+class LinkContention:
+    """Bandwidth sharing on NICs, PCIe fabrics and rack uplinks (see :mod:`physics`)."""
+
+    link_catalog: LinkCatalog | None = None
+    name: str = "link"
+
+    def new_state(self, topology: Topology, catalog: Catalog) -> "LinkState":
+        return LinkState(topology, catalog, self.link_catalog or default_link_catalog())
+
+
+@dataclass(frozen=True)
+class _Job:
+    job_id: str
+    model: int
+    compute: float
+    overlap: float
+    congestion: float
+    sensitivity: float
+    private: float
+    links: tuple[int, ...]
+    works: tuple[float, ...]
+    link_array: np.ndarray
+    work_array: np.ndarray
+
+
+class LinkState:
+    """The running jobs, the jobs on each link, and the connected components they form.
+
+    Components (jobs linked through shared links, transitively) are kept up to date: adding a
+    job merges the components it touches; removing one re-solves what is left of its component
+    and splits it where the job was the only bridge (a label propagation over the arrays the
+    solve builds anyway). A component is always solved as one system with its jobs sorted by
+    id, so the ratios do not depend on the order jobs came and went. Each job's scalars live in
+    a row of per-state arrays (its *slot*), so assembling a component's system is a few
+    gathers and one concatenation of the jobs' edge arrays.
+    """
+
+    def __init__(self, topology: Topology, catalog: Catalog, links: LinkCatalog) -> None:
+        self._topology = topology
+        self._catalog = catalog
+        self._links = links
+        self._model_index = {m: i for i, m in enumerate(links.models)}
+        self._kappa = np.array([[links.interaction(v, a) for a in links.models] for v in links.models])
+        self._rack_index = {r: i for i, r in enumerate(topology.racks)}
+        self._n_links = 2 * len(topology.nodes) + len(topology.racks)
+        self._jobs: dict[str, _Job] = {}
+        self._on_link: dict[int, set[str]] = {}
+        self._slot: dict[str, int] = {}
+        self._free: list[int] = []
+        self._rows = np.zeros((0, 6))           # per slot: model, compute, overlap, congestion, sensitivity, private
+        self._ratios = np.zeros(0)              # per slot
+        self._comp_of: dict[str, int] = {}
+        self._order: dict[int, list[str]] = {}  # component -> its jobs, sorted by id
+        self._next_comp = 0
+
+    # -- protocol ----------------------------------------------------------------------------
+    def add(self, job: RunningJob) -> set[str]:
+        if job.job_id in self._jobs:
+            raise DeepShareError(f"job {job.job_id!r} is already running")
+        record = self._record(job)
+        comps = self._touched(record)
+        self._jobs[job.job_id] = record
+        self._take_slot(record)
+        for link in record.links:
+            self._on_link.setdefault(link, set()).add(job.job_id)
+        if comps:  # merge into the largest component touched
+            keep = max(comps, key=lambda c: (len(self._order[c]), -c))
+            order = self._order[keep]
+            others = sorted(comps - {keep})
+            if others:
+                for comp in others:
+                    for other in self._order.pop(comp):
+                        self._comp_of[other] = keep
+                        order.append(other)
+                order.sort()
+            bisect.insort(order, job.job_id)
+        else:
+            keep, order = self._new_component([job.job_id])
+        self._comp_of[job.job_id] = keep
+        changed = self._store(order, physics.ratios(self._system(order)))
+        changed.add(job.job_id)
+        return changed
+
+    def remove(self, job_id: str) -> set[str]:
+        record = self._jobs.pop(job_id)
+        self._free.append(self._slot.pop(job_id))
+        for link in record.links:
+            sharers = self._on_link[link]
+            sharers.discard(job_id)
+            if not sharers:
+                del self._on_link[link]
+        order = self._order.pop(self._comp_of.pop(job_id))
+        order.remove(job_id)
+        if not order:
+            return set()
+        system = self._system(order)
+        changed = self._store(order, physics.ratios(system))
+        labels = _components(system)
+        if not labels.any():  # still one piece
+            self._new_component(order)
+        else:
+            for label in np.unique(labels):
+                self._new_component([order[i] for i in np.flatnonzero(labels == label).tolist()])
+        return changed
+
+    def ratio(self, job_id: str) -> float:
+        return float(self._ratios[self._slot[job_id]])
+
+    def predict(self, job: RunningJob) -> Prediction:
+        record = self._record(job)
+        members = sorted(j for c in self._touched(record) for j in self._order[c])
+        slot = self._take_slot(record, register=False)
+        try:
+            ratios = physics.ratios(self._system(members, extra=(record, slot))).tolist()
+        finally:
+            self._free.append(slot)
+        others: dict[str, float] = {}
+        loss = 0.0
+        for job_id, new in zip(members, ratios[1:]):
+            old = self.ratio(job_id)
+            if new != old:
+                others[job_id] = new
+                loss += old - new
+        return Prediction(ratios[0], others, loss)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _touched(self, record: "_Job") -> set[int]:
+        comp_of = self._comp_of
+        return {comp_of[o] for link in record.links for o in self._on_link.get(link, ())}
+
+    def _new_component(self, order: list[str]) -> tuple[int, list[str]]:
+        comp = self._next_comp
+        self._next_comp += 1
+        self._order[comp] = order
+        for job_id in order:
+            self._comp_of[job_id] = comp
+        return comp, order
+
+    def _take_slot(self, record: "_Job", register: bool = True) -> int:
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = len(self._slot) + len(self._free)
+            if slot >= len(self._rows):
+                grow = max(16, 2 * len(self._rows))
+                self._rows = np.concatenate([self._rows, np.zeros((grow, 6))])
+                self._ratios = np.concatenate([self._ratios, np.zeros(grow)])
+        self._rows[slot] = (record.model, record.compute, record.overlap, record.congestion, record.sensitivity, record.private)
+        if register:
+            self._slot[record.job_id] = slot
+        return slot
+
+    def _record(self, job: RunningJob) -> _Job:
+        name = self._links.resolve(job.model, self._catalog)
+        p = self._links.params[name]
+        topo = self._topology
+        n_nodes = len(topo.nodes)
+        k = job.placement.num_nodes
+        links: list[int] = []
+        works: list[float] = []
+        private = 0.0
+        for node_index, gpus in job.placement.alloc:
+            nic_work, pcie_work, node_private = node_works(p, k, gpus, topo.nodes[node_index])
+            if nic_work > 0:
+                links.append(node_index)
+                works.append(nic_work)
+            if pcie_work > 0:
+                links.append(n_nodes + node_index)
+                works.append(pcie_work)
+            private = max(private, node_private)
+        if topo.rack_uplink_gbps > 0:
+            racks = sorted({self._rack_index[topo.nodes[n].rack] for n in job.placement.nodes})
+            if len(racks) > 1:
+                for rack in racks:
+                    links.append(2 * n_nodes + rack)
+                    shape = shape_factor(p, k, job.placement.total_gpus / k)
+                    works.append(p.nic_s * ring_factor(len(racks)) * shape * REF_NIC_GBPS / topo.rack_uplink_gbps)
+        return _Job(
+            job.job_id,
+            self._model_index[name],
+            p.compute_s + p.latency_s * (k - 1),
+            p.overlap,
+            p.congestion,
+            self._links.placement_sensitivity(name, job.placement.total_gpus, k),
+            private,
+            tuple(links),
+            tuple(works),
+            np.array(links, dtype=np.int64),
+            np.array(works, dtype=float),
+        )
+
+    def _resolve(self, members: list[str]) -> set[str]:
+        if not members:
+            return set()
+        return self._store(members, physics.ratios(self._system(members)))
+
+    def _store(self, members: list[str], ratios: np.ndarray) -> set[str]:
+        slots = np.fromiter((self._slot[j] for j in members), dtype=np.int64, count=len(members))
+        fresh = self._ratios[slots] != ratios
+        self._ratios[slots] = ratios
+        return {members[i] for i in np.flatnonzero(fresh).tolist()}
+
+    def _system(self, members: list[str], extra: tuple[_Job, int] | None = None) -> physics.System:
+        """The system of the tracked ``members``, after ``extra`` (an untracked job and its slot)."""
+        slot_of = self._slot
+        records = [self._jobs[j] for j in members]
+        slots = np.fromiter((slot_of[j] for j in members), dtype=np.int64, count=len(members))
+        if extra is not None:
+            records.insert(0, extra[0])
+            slots = np.r_[extra[1], slots]
+        counts = np.fromiter((len(r.links) for r in records), dtype=np.int64, count=len(records))
+        edge_job = np.repeat(np.arange(len(records)), counts)
+        if len(edge_job):
+            global_links = np.concatenate([r.link_array for r in records])
+            work = np.concatenate([r.work_array for r in records])
+        else:
+            global_links, work = np.zeros(0, dtype=np.int64), np.zeros(0)
+        present = np.zeros(self._n_links, dtype=np.int64)
+        present[global_links] = 1
+        local = np.cumsum(present) - 1
+        rows = self._rows[slots]
+        return physics.System(
+            model=rows[:, 0].astype(np.int64),
+            compute=rows[:, 1],
+            overlap=rows[:, 2],
+            congestion=rows[:, 3],
+            private=rows[:, 5],
+            edge_job=edge_job,
+            edge_link=local[global_links],
+            work=work,
+            n_links=int(local[-1] + 1) if len(local) else 0,
+            kappa=self._kappa,
+            sensitivity=rows[:, 4],
+        )
+
+
+def _components(system: physics.System) -> np.ndarray:
+    """A label per job: jobs with equal labels are connected through shared links."""
+    labels = np.arange(len(system.model))
+    if not len(system.edge_job):
+        return labels
+    jobs, links = system.edge_job, system.edge_link
+    while True:
+        on_link = np.full(system.n_links, len(labels))
+        np.minimum.at(on_link, links, labels[jobs])
+        new = labels.copy()
+        np.minimum.at(new, jobs, on_link[links])
+        new = new[new]  # pointer jumping: follow labels to their own labels
+        if np.array_equal(new, labels):
+            return labels
+        labels = new

@@ -1,0 +1,255 @@
+"""Per-model parameters of the link model, and the catalog that ships them.
+
+Six models (the measured ones) have parameters fitted by ``deepshare calibrate`` to the measured
+isolated throughputs and pairwise ratios; they ship in ``deepshare/data/link_params.json`` with
+the pairwise interactions (``kappa``) and a sensitivity per measured placement (``"gpus,nodes"``;
+placements that were not measured react like their model's typical one, sensitivity 1).
+Common models that traces name (ResNet-50, VGG-16/19, Inception-v3, BERT-base/large, GPT-2,
+Llama-7B, ...) get parameters from their published sizes (:data:`COMMON_MODELS`):
+
+* gradient bytes = parameters x bytes per value, exchanged by ring all-reduce; the NIC work
+  for the reference 2-node ring volume factor is ``bytes * 8 / (40 Gb/s * efficiency)`` and the
+  PCIe work per intra-node ring unit ``bytes * 8 / (256 Gb/s * efficiency)``, with the NCCL
+  socket efficiency :data:`LINE_RATE_EFFICIENCY`;
+* compute seconds per iteration = per-GPU batch / per-GPU samples/s on a TITAN Xp-class GPU;
+* overlap, latency, PCIe coupling, congestion and the placement-shape exponents: the median of
+  the fitted models.
+
+Any other name falls back to the workload catalog's proxy model (see ``workloads.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from deepshare.core.errors import DeepShareError
+from deepshare.core.workloads import Catalog, default_catalog
+
+log = logging.getLogger(__name__)
+
+REF_NIC_GBPS = 40.0
+"""NIC bandwidth the fitted NIC works are expressed at (the testbed's InfiniBand)."""
+REF_PCIE_GBPS = 256.0
+"""Intra-node bandwidth the fitted PCIe works are expressed at (2 PCIe Gen3 x16 switches)."""
+LINE_RATE_EFFICIENCY = 0.7
+SIGNED = ("nodes_exponent", "gpus_per_node_exponent")
+"""The parameters that may be negative (exponents of the placement shape)."""
+MAX_EXPONENT = 4.0
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """What the link model needs to know about one model (seconds are per training iteration)."""
+
+    compute_s: float
+    """GPU compute time per iteration."""
+    nic_s: float
+    """NIC busy time per iteration at 40 Gb/s for ring volume factor 1 (scaled by 2(k-1)/k)."""
+    pcie_s: float
+    """PCIe busy time per intra-node ring unit (2(g-1) units for g GPUs on a node) at 256 Gb/s."""
+    overlap: float
+    """Fraction of the shorter of compute and communication hidden behind the longer (0..1)."""
+    samples_per_gpu: float
+    """Samples per GPU per iteration (sets the absolute throughput)."""
+    latency_s: float = 0.0
+    """Per-iteration synchronisation cost per extra node (not bandwidth: never contended)."""
+    pcie_coupling: float = 0.0
+    """Fraction of the NIC work that also crosses the node's PCIe fabric (GPU <-> NIC copies)."""
+    congestion: float = 0.0
+    """Extra loss beyond a fair share when sharing (>= 0)."""
+    nodes_exponent: float = 0.0
+    """Inter-node volume scales as ``(nodes / 2) ** nodes_exponent`` beyond the ring formula."""
+    gpus_per_node_exponent: float = 0.0
+    """Inter-node volume scales as ``gpus_per_node ** gpus_per_node_exponent`` (1 GPU per node: 1)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (isinstance(value, (int, float)) and value == value and abs(value) != float("inf")):
+                raise DeepShareError(f"link parameter {f.name}: expected a finite number, got {value!r}")
+            if f.name in SIGNED:
+                if abs(value) > MAX_EXPONENT:
+                    raise DeepShareError(f"link parameter {f.name}: expected a number in [-{MAX_EXPONENT}, {MAX_EXPONENT}], got {value}")
+            elif value < 0:
+                raise DeepShareError(f"link parameter {f.name}: expected a finite number >= 0, got {value!r}")
+        if self.overlap > 1:
+            raise DeepShareError(f"link parameter overlap: expected a number in [0, 1], got {self.overlap}")
+        if self.compute_s <= 0 or self.samples_per_gpu <= 0:
+            raise DeepShareError("link parameters compute_s and samples_per_gpu must be positive")
+
+
+def shape_factor(p: "LinkParams", nodes: float, gpus_per_node: float) -> float:
+    """Inter-node volume relative to the ring formula for a placement of this shape.
+
+    ``(nodes / 2) ** nodes_exponent * gpus_per_node ** gpus_per_node_exponent``: 1 for the
+    reference shape (2 nodes, 1 GPU each). The ring formula alone says a model moves the same
+    bytes per node whatever its placement; NCCL does not (ring or tree by size and node count,
+    one channel per GPU or hierarchical reduction inside a node), and the measured isolated
+    throughputs and ratios show it. Two exponents per model are fitted; a power law extends to
+    placements the table lacks (3, 8 or 16 nodes, 8 GPUs per node) without steps.
+    """
+    return (nodes / 2.0) ** p.nodes_exponent * gpus_per_node ** p.gpus_per_node_exponent
+
+
+@dataclass(frozen=True)
+class CommonModel:
+    params_m: float
+    """Parameters, millions."""
+    bytes_per_value: float
+    batch_per_gpu: float
+    samples_per_s_per_gpu: float
+    traffic_factor: float = 1.0
+    """Bytes on the wire per gradient byte (3 for FSDP's all-gather + reduce-scatter)."""
+
+
+COMMON_MODELS: dict[str, CommonModel] = {
+    "resnet50": CommonModel(25.6, 4, 32, 180),
+    "resnet101": CommonModel(44.5, 4, 32, 110),
+    "vgg16": CommonModel(138.4, 4, 32, 120),
+    "vgg19": CommonModel(143.7, 4, 32, 100),
+    "inceptionv3": CommonModel(23.8, 4, 32, 130),
+    "bertbase": CommonModel(110.0, 4, 32, 100),
+    "bertlarge": CommonModel(340.0, 4, 8, 30),
+    "gpt2": CommonModel(124.0, 4, 4, 10),
+    "gpt2medium": CommonModel(355.0, 4, 2, 3),
+    "llama7b": CommonModel(6738.0, 2, 1, 0.1, traffic_factor=3.0),
+}
+
+
+def normalise(name: str) -> str:
+    """``ResNet-50`` -> ``resnet50``: lower case without separators."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def placement_key(gpus: int, nodes: int) -> str:
+    """``"8,4"``: how the sensitivity table names a placement (GPUs, nodes)."""
+    return f"{gpus},{nodes}"
+
+
+@dataclass(frozen=True)
+class LinkCatalog:
+    """Parameters by model name, the pairwise interaction matrix ``kappa`` and the per-placement
+    ``sensitivity`` (model -> ``"gpus,nodes"`` -> factor, 1 where absent)."""
+
+    params: dict[str, LinkParams]
+    kappa: dict[str, dict[str, float]]
+    source: str = ""
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_norm", {normalise(m): m for m in self.params})
+        object.__setattr__(self, "_resolved", {})
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    def resolve(self, model: str, catalog: Catalog | None = None) -> str:
+        """The catalog entry standing for ``model``: itself, a common model, or the proxy."""
+        hit = self._resolved.get(model)  # type: ignore[attr-defined]
+        if hit is None:
+            hit = self._by_norm.get(normalise(model))  # type: ignore[attr-defined]
+            if hit is None:
+                hit = (catalog or default_catalog()).resolve(model)
+                if hit not in self.params:
+                    raise DeepShareError(f"link catalog has no parameters for {model!r} nor its proxy {hit!r}")
+            self._resolved[model] = hit  # type: ignore[attr-defined]
+        return hit
+
+    def interaction(self, victim: str, aggressor: str) -> float:
+        return self.kappa.get(victim, {}).get(aggressor, 1.0)
+
+    def placement_sensitivity(self, model: str, gpus: int, nodes: int) -> float:
+        """How strongly a job of ``model`` on ``gpus`` GPUs over ``nodes`` nodes reacts to sharing.
+
+        Fitted per measured placement (a job on 4 GPUs of 2 nodes does not suffer like one on 4
+        GPUs of 4 nodes, beyond what its traffic explains: NCCL picks channels and algorithms by
+        shape); 1 for placements that were not measured.
+        """
+        return self.sensitivity.get(model, {}).get(placement_key(gpus, nodes), 1.0)
+
+    def to_json(self, extra: dict | None = None) -> str:
+        doc = {
+            "source": self.source,
+            "reference": {"nic_gbps": REF_NIC_GBPS, "pcie_gbps": REF_PCIE_GBPS},
+            "models": {m: asdict(p) for m, p in self.params.items()},
+            "kappa": self.kappa,
+            "sensitivity": self.sensitivity,
+        }
+        doc.update(extra or {})
+        return json.dumps(doc, indent=2) + "\n"
+
+    @staticmethod
+    def from_json(text: str, source: str = "<link params>") -> "LinkCatalog":
+        try:
+            doc = json.loads(text)
+            models = doc["models"]
+            params = {name: LinkParams(**values) for name, values in models.items()}
+            kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
+            sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
+        for model, row in sensitivity.items():
+            for key, value in row.items():
+                if not 0 < value < float("inf"):
+                    raise DeepShareError(f"{source}: sensitivity.{model}.{key}: expected a positive number, got {value}")
+        return LinkCatalog(params, kappa, doc.get("source", source), sensitivity)
+
+
+def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
+    """``fitted`` plus :data:`COMMON_MODELS` estimated from their published sizes."""
+    shared = {
+        name: statistics.median(getattr(p, name) for p in fitted.params.values())
+        for name in ("overlap", "latency_s", "pcie_coupling", "congestion", *SIGNED)
+    }
+    params = dict(fitted.params)
+    for name, m in COMMON_MODELS.items():
+        wire_bits = m.params_m * 1e6 * m.bytes_per_value * m.traffic_factor * 8
+        params.setdefault(
+            name,
+            LinkParams(
+                compute_s=m.batch_per_gpu / m.samples_per_s_per_gpu,
+                nic_s=wire_bits / (REF_NIC_GBPS * 1e9 * LINE_RATE_EFFICIENCY),
+                pcie_s=wire_bits / (REF_PCIE_GBPS * 1e9 * LINE_RATE_EFFICIENCY),
+                samples_per_gpu=m.batch_per_gpu,
+                **shared,
+            ),
+        )
+    return LinkCatalog(params, fitted.kappa, fitted.source, fitted.sensitivity)
+
+
+def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
+    """A parameter file written by ``deepshare calibrate --out`` over the shipped catalog.
+
+    Models and interactions in the file replace the shipped ones; models it lacks keep the
+    shipped parameters, so a file fitted on a few models still serves any trace.
+    """
+    if path is None:
+        return default_link_catalog()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeepShareError(f"{path}: cannot read link parameters ({exc})") from None
+    loaded = LinkCatalog.from_json(text, str(path))
+    base = default_link_catalog()
+    kappa = {v: dict(row) for v, row in base.kappa.items()}
+    for victim, row in loaded.kappa.items():
+        kappa.setdefault(victim, {}).update(row)
+    sensitivity = {m: dict(row) for m, row in base.sensitivity.items()}
+    for model in loaded.params:  # a refitted model's placements replace the shipped ones
+        sensitivity.pop(model, None)
+    for model, row in loaded.sensitivity.items():
+        sensitivity.setdefault(model, {}).update(row)
+    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source, sensitivity)
+
+
+@lru_cache(maxsize=1)
+def default_link_catalog() -> LinkCatalog:
+    text = (resources.files("deepshare.data") / "link_params.json").read_text(encoding="utf-8")
+    return with_common_models(LinkCatalog.from_json(text, "deepshare/data/link_params.json"))

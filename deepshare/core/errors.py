@@ -1,0 +1,27 @@
+"""The two kinds of failure every layer reports: the user's input, or something outside it.
+
+:class:`DeepShareError` (and its :class:`InfeasibleDecision`) is a bad trace, config, flag or request:
+the CLI prints it as one line and exits 2. :class:`RuntimeFailure` is something outside the user's
+input (a Ray that does not start): one line and exit 1. Depends on nothing.
+"""
+
+from __future__ import annotations
+
+
+class DeepShareError(Exception):
+    """Base class of every error caused by a user's input (trace, config, flag, request)."""
+
+
+class RuntimeFailure(Exception):
+    """Something outside the user's input failed (a Ray that does not start or cannot be joined):
+    the CLI prints it as one line and exits 1, where input errors exit 2."""
+
+    @classmethod
+    def could_not(cls, what: str, exc: BaseException) -> "RuntimeFailure":
+        """``could not WHAT (ErrorType: first line of its message)``: one line, whatever ``exc`` says."""
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return cls(f"could not {what} ({type(exc).__name__}{': ' + first if first else ''})")
+
+
+class InfeasibleDecision(DeepShareError):
+    """A policy asked for something the cluster cannot do (too many GPUs, unknown node or job)."""

@@ -1,6 +1,0 @@
-"""Link-level contention model: bandwidth sharing on NICs, PCIe/NVLink and rack uplinks."""
-
-from deepshare.core.linkmodel.contention import LinkContention, LinkState
-from deepshare.core.linkmodel.params import LinkCatalog, LinkParams, default_link_catalog, load_link_catalog
-
-__all__ = ["LinkCatalog", "LinkContention", "LinkParams", "LinkState", "default_link_catalog", "load_link_catalog"]

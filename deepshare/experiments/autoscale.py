@@ -1,0 +1,65 @@
+"""Autoscaled simulations for the CLI and the benches: load a config, run autoscalers side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from deepshare.core.autoscaling import AUTOSCALERS, AutoscaleReport, AutoscaleSpec, parse_autoscale_spec, simulate_autoscaled
+from deepshare.core.contention import ContentionModel, ProfiledContention
+from deepshare.core.simulator import SimConfig
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
+from deepshare.core.yamlspec import read_config_text
+from deepshare.policies import make_policy
+
+
+def load_config(path: str | Path) -> AutoscaleSpec:
+    """An autoscaling spec, or a Ray cluster YAML / KubeRay manifest turned into one."""
+    p = Path(path)
+    text = read_config_text(p, "file", label=f"--config {p}")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raw = None  # the spec parser names the YAML error
+    if isinstance(raw, dict) and ("provider" in raw or "kind" in raw or "apiVersion" in raw):
+        from deepshare.raycluster.cluster_yaml import parse_cluster_yaml, to_autoscale_spec
+
+        return to_autoscale_spec(parse_cluster_yaml(text, str(p)))
+    return parse_autoscale_spec(text, str(p))
+
+
+def parse_autoscalers(text: str) -> list[str]:
+    """``--autoscaler A,B`` as checked names."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise DeepShareError(f"--autoscaler {text!r}: expected comma-separated names ({', '.join(AUTOSCALERS)})")
+    for name in names:
+        if name not in AUTOSCALERS:
+            raise DeepShareError(f"--autoscaler: unknown autoscaler {name!r}; expected one of {', '.join(AUTOSCALERS)}")
+    if len(set(names)) != len(names):
+        raise DeepShareError(f"--autoscaler {text!r}: a name is repeated")
+    return names
+
+
+@dataclass(frozen=True)
+class AutoscaleScenario:
+    spec: AutoscaleSpec
+    jobs: Sequence[JobSpec]
+    contention: ContentionModel = ProfiledContention()
+    config: SimConfig = SimConfig()
+
+
+def run_autoscalers(scenario: AutoscaleScenario, policy: str, autoscalers: Sequence[str]) -> list[AutoscaleReport]:
+    """One report per autoscaler, in the given order, same trace, policy and cluster model."""
+    make_policy(policy)  # a bad name fails before any run
+    reports = []
+    for name in autoscalers:
+        report, _ = simulate_autoscaled(
+            scenario.spec, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config
+        )
+        reports.append(report)
+    return reports

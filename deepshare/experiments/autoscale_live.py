@@ -1,0 +1,244 @@
+"""The live local autoscaling experiment: the live scheduler on a fake autoscaling Ray cluster.
+
+It starts a :class:`~deepshare.raycluster.fake_autoscaling.FakeAutoscalingCluster` from an
+autoscaling spec (min nodes up), the live scheduler (``deepshare scheduler start``, a
+subprocess) against it, and the :class:`~deepshare.raycluster.demand_bridge.DemandBridge`;
+submits a small trace of example DDP jobs (``examples/jobs/ddp_mlp.py``, gloo on CPU, fake
+GPUs) at their offsets; and samples every ``poll_s`` the GPU nodes alive, the demand and the
+jobs' states until every job has ended. Then it drops the demand and waits (bounded) for the
+cluster to shrink back to its min nodes.
+
+Measured: per job submit -> first start (queueing, including any scale-up) and JCT; per
+scale-up, *latency* = from the moment the demand first exceeded the GPUs alive to the moment
+enough GPUs were alive (Ray's autoscaler loop, the fake node's start and the node joining);
+and the time from the last job's end to the cluster back at min nodes (idle timeout).
+Everything started is stopped at the end, and only that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from deepshare.raycluster.demand_bridge import DemandBridge, ray_request
+from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
+from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
+from deepshare.core.errors import DeepShareError
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEFAULT_SPEC = """
+name: fake-autoscaling
+idle_timeout_s: 15
+node_types:
+  gpu4: {gpus: 4, gpu_model: A10G, fabric: pcie, nic_gbps: 40, price_usd_per_hour: 5.672,
+         min_nodes: 1, max_nodes: 3, provisioning_s: 0}
+"""
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """One job of the live trace: submitted ``at_s`` after the start."""
+
+    name: str
+    gpus: int
+    at_s: float
+    steps: int = 120
+    model: str = "MobileNetV3"
+
+
+DEFAULT_TRACE = (
+    LiveJob("a", 4, 0.0), LiveJob("b", 4, 1.0), LiveJob("c", 2, 2.0), LiveJob("d", 2, 3.0),
+)
+"""4 + 4 + 2 + 2 GPUs on one 4-GPU node at first: two more nodes are needed."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    gpus: int
+    state: str
+    submit_s: float
+    start_s: float | None
+    finish_s: float | None
+    node_names: tuple[str, ...]
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.submit_s
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+
+@dataclass(frozen=True)
+class LiveReport:
+    jobs: tuple[JobResult, ...]
+    scale_up_latencies_s: tuple[float, ...]
+    max_gpu_nodes: int
+    scale_down_s: float | None
+    """From the last job's end until the cluster was back at min nodes (None: not within the wait)."""
+    timeline: tuple[tuple[float, int, int], ...]
+    """(seconds since start, GPU nodes alive, GPUs demanded) at each change."""
+    bridge_calls: int
+
+    def to_dict(self) -> dict[str, Any]:
+        jcts = [j.jct_s for j in self.jobs if j.jct_s is not None]
+        return {
+            "jobs": [dict(asdict(j), queue_s=j.queue_s, jct_s=j.jct_s) for j in self.jobs],
+            "finished": sum(j.state == "finished" for j in self.jobs),
+            "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
+            "scale_up_latencies_s": list(self.scale_up_latencies_s),
+            "max_gpu_nodes": self.max_gpu_nodes,
+            "scale_down_s": self.scale_down_s,
+            "timeline": [list(p) for p in self.timeline],
+            "bridge_calls": self.bridge_calls,
+        }
+
+
+@dataclass
+class _Sampler:
+    """Tracks GPU nodes alive and demand over time and measures scale-up latencies."""
+
+    t0: float
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    short_since: float | None = None
+
+    def sample(self, now: float, gpu_nodes: int, alive_gpus: int, demand_gpus: int) -> None:
+        point = (round(now - self.t0, 3), gpu_nodes, demand_gpus)
+        if not self.timeline or self.timeline[-1][1:] != point[1:]:
+            self.timeline.append(point)
+        if demand_gpus > alive_gpus and self.short_since is None:
+            self.short_since = now
+        elif demand_gpus <= alive_gpus and self.short_since is not None:
+            self.latencies.append(now - self.short_since)
+            self.short_since = None
+
+
+def _gpu_nodes() -> tuple[int, int]:
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0]
+    return len(alive), int(sum(n["Resources"]["GPU"] for n in alive))
+
+
+def _wait(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DeepShareError(f"live experiment: timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def run_live_experiment(
+    workdir: str | Path,
+    spec: AutoscaleSpec | None = None,
+    trace: Sequence[LiveJob] = DEFAULT_TRACE,
+    policy: str = "las+consolidated",
+    poll_s: float = 0.25,
+    timeout_s: float = 240.0,
+    scale_down_wait_s: float = 60.0,
+    log: Callable[[str], None] = lambda _: None,
+) -> LiveReport:
+    """Run the experiment in ``workdir`` (Ray temp files, journal, checkpoints, logs)."""
+    import ray
+
+    from deepshare.runtime.httpclient import SchedulerClient
+    from deepshare.runtime.spec import spec_from_json
+    from deepshare.runtime.token import client_token
+
+    if ray.is_initialized():
+        raise DeepShareError("the live experiment connects to its own cluster: call ray.shutdown() first")
+    spec = spec or parse_autoscale_spec(DEFAULT_SPEC, "default live spec")
+    if len(spec.node_types) != 1:
+        raise DeepShareError("the live experiment supports one node type (the bridge cuts jobs into its node size)")
+    (node_type,) = spec.node_types.values()
+    if not (REPO / "examples" / "jobs" / "ddp_mlp.py").exists():
+        raise DeepShareError(f"the live experiment runs examples/jobs/ddp_mlp.py from a checkout; not found under {REPO}")
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    cluster = FakeAutoscalingCluster(spec, work / "ray")
+    scheduler: subprocess.Popen[bytes] | None = None
+    try:
+        log("starting the fake autoscaling cluster")
+        address = cluster.start()
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        _wait("the min nodes", lambda: _gpu_nodes()[0] >= node_type.min_nodes, 120)
+        state = work / "scheduler"
+        env = dict(os.environ, RAY_AUTH_MODE="disabled")
+        scheduler = subprocess.Popen(
+            [sys.executable, "-m", "deepshare", "scheduler", "start", "--address", address, "--state", str(state),
+             "--port", "0", "--policy", policy, "--interval", "0.3"],
+            cwd=REPO, env=env, stdout=open(work / "scheduler.log", "ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        info = state / "scheduler.json"
+        _wait("the scheduler", lambda: info.exists() or scheduler.poll() is not None, 90)
+        if scheduler.poll() is not None:
+            raise DeepShareError(f"the scheduler exited; see {work / 'scheduler.log'}")
+        client = SchedulerClient(json.loads(info.read_text())["url"], client_token(None, state, env))
+        bridge = DemandBridge(node_type.gpus, ray_request)
+        t0 = time.time()
+        sampler = _Sampler(t0)
+        pending = sorted(trace, key=lambda j: j.at_s)
+        ids: dict[str, str] = {}
+        log(f"submitting {len(pending)} jobs")
+        while True:
+            now = time.time()
+            while pending and now - t0 >= pending[0].at_s:
+                j = pending.pop(0)
+                body = {"name": j.name, "gpus": j.gpus, "model": j.model, "entrypoint": "examples.jobs.ddp_mlp:main",
+                        "args": ["--steps", str(j.steps), "--batch", "32", "--step-sleep", "0.02"],
+                        "checkpoint_dir": str(work / "ckpt"), "working_dir": str(REPO)}
+                ids[client.submit(spec_from_json(body)).id] = j.name
+            jobs = client.jobs()
+            bridge.update([(x.state, x.gpus) for x in jobs])
+            nodes, gpus = _gpu_nodes()
+            demand = sum(x.gpus for x in jobs if x.state in ("queued", "running"))
+            sampler.sample(time.time(), nodes, gpus, demand)
+            if not pending and jobs and all(x.state not in ("queued", "running") for x in jobs):
+                break
+            if now - t0 > timeout_s:
+                raise DeepShareError(f"live experiment: jobs not done after {timeout_s:g} s; see {work}")
+            time.sleep(poll_s)
+        last_end = max(x.finish_time or 0.0 for x in jobs)
+        results = []
+        for x in jobs:
+            detail = client.job(x.id)
+            start = min((r.started for r in detail.runs), default=None)
+            names = tuple(sorted({p.node for r in detail.runs for p in r.placement}))
+            results.append(JobResult(x.id, x.gpus, x.state, x.submit_time - t0, None if start is None else start - t0,
+                                     None if x.finish_time is None else x.finish_time - t0, names))
+        bridge.update([])
+        scale_down = None
+        deadline = time.time() + scale_down_wait_s
+        while time.time() < deadline:
+            nodes, gpus = _gpu_nodes()
+            sampler.sample(time.time(), nodes, gpus, 0)
+            if nodes <= node_type.min_nodes:
+                scale_down = time.time() - last_end
+                break
+            time.sleep(poll_s)
+        return LiveReport(tuple(results), tuple(sampler.latencies), max(p[1] for p in sampler.timeline), scale_down,
+                          tuple(sampler.timeline), bridge.calls)
+    finally:
+        if scheduler is not None and scheduler.poll() is None:
+            scheduler.send_signal(signal.SIGTERM)
+            try:
+                scheduler.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+        ray.shutdown()
+        cluster.shutdown()

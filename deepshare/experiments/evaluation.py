@@ -1,0 +1,85 @@
+"""Evaluate policies side by side over seeds: the table, the JSON and the data for the plots.
+
+A seed changes what is random in the inputs: the models drawn for traces that name none
+(Helios, Philly). Policies and the simulator are deterministic, so on a fully specified trace
+every seed gives the same numbers (min = max in the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from deepshare.core.contention import ContentionModel, ProfiledContention
+from deepshare.core.metrics import REPORT_KEYS, MetricsReport
+from deepshare.core.simulator import SimConfig
+from deepshare.core.topology import Topology
+from deepshare.core.traces import Trace
+from deepshare.experiments.scenario import Scenario, simulate
+
+SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
+
+
+@dataclass(frozen=True)
+class Run:
+    policy: str
+    seed: int
+    report: MetricsReport
+    util_timeline: tuple[tuple[float, int], ...]
+    total_gpus: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    runs: tuple[Run, ...]
+
+    @property
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(r.policy for r in self.runs))
+
+    def of(self, policy: str) -> list[Run]:
+        return [r for r in self.runs if r.policy == policy]
+
+    def summary(self) -> dict[str, dict[str, dict[str, float | None]]]:
+        """``{policy: {metric: {"mean", "min", "max"}}}`` over seeds."""
+        out: dict[str, dict[str, dict[str, float | None]]] = {}
+        for policy in self.policies:
+            out[policy] = {}
+            for key in SUMMARY_KEYS:
+                values = [getattr(r.report, key) for r in self.of(policy)]
+                if any(v is None for v in values):
+                    out[policy][key] = {"mean": None, "min": None, "max": None}
+                else:
+                    out[policy][key] = {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        """``{"results": {POLICY: {METRIC: mean}}, "spread": {POLICY: {METRIC: [min, max]}}}``."""
+        summary = self.summary()
+        return {
+            "results": {p: {k: v["mean"] for k, v in m.items()} for p, m in summary.items()},
+            "spread": {p: {k: [v["min"], v["max"]] for k, v in m.items()} for p, m in summary.items()},
+            "seeds": sorted({r.seed for r in self.runs}),
+        }
+
+
+def evaluate(
+    load_trace: Callable[[int], Trace],
+    topology: Topology,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    contention: ContentionModel = ProfiledContention(),
+    config: SimConfig = SimConfig(),
+    progress: Callable[[str], None] | None = None,
+) -> Evaluation:
+    runs = []
+    for seed in seeds:
+        jobs = load_trace(seed).jobs
+        for policy in policies:
+            if progress is not None:
+                progress(f"{policy} (seed {seed})")
+            report, sim = simulate(Scenario(topology, jobs, contention, config), policy)
+            runs.append(Run(policy, seed, report, tuple(sim.util_timeline), topology.total_gpus))
+    return Evaluation(tuple(runs))

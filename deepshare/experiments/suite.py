@@ -1,0 +1,297 @@
+"""The benchmark suite: policies judged on a grid of generated scenarios, not on one trace.
+
+A suite file (``deepshare/data/suites/NAME.yaml`` or any path) names the grid: offered loads,
+model mixes, cluster sizes (nodes x GPUs per node of the testbed's node type), contention
+models and trace seeds, the heuristics and the learned policies. Every combination is a
+*cell*: one generated Poisson trace (:func:`deepshare.core.traces.generate`, lognormal
+durations with ``duration_sigma``) simulated under every policy.
+
+Per cell the *best heuristic* is the one with the least average JCT; a learned policy's ratios
+are its average JCT / that heuristic's and its p99 JCT / that heuristic's p99. The summary gives
+each learned policy's geometric-mean average-JCT ratio over the cells and its worst cells.
+
+Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
+``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
+no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
+seed) only, so the ``profiled`` and ``link`` cells of the same scenario share one trace.
+
+Runs are deterministic: the simulator and the policies are, every (cell, policy) run is
+independent, and results are keyed by cell and policy, so ``workers`` > 1 (processes) gives
+the same numbers as one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from deepshare.core.contention import CONTENTION_MODELS, make_contention
+from deepshare.core.simulator import Simulator
+from deepshare.core.topology import uniform
+from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
+from deepshare.core.errors import DeepShareError
+from deepshare.core.yamlspec import parse_yaml_model, read_config_text
+
+SUITE_SEED_BASE = 2**31
+"""First suite trace seed: training's generated traces use seeds below it."""
+METRICS = ("avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished")
+
+
+class SuiteSpec(BaseModel):
+    """A suite file. Every field has a default except the policies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "suite"
+    jobs_per_node: int = Field(10, gt=0, le=1000)
+    """Jobs per trace = this x the cluster's nodes (so a larger cluster sees a longer trace)."""
+    loads: tuple[float, ...] = (0.7, 1.0, 1.3)
+    mixes: tuple[str, ...] = ("random", "heavy")
+    clusters: tuple[tuple[int, int], ...] = ((16, 8), (64, 8))
+    """(nodes, GPUs per node) of the testbed's node type."""
+    contention: tuple[str, ...] = ("profiled", "link")
+    seeds: int = Field(2, gt=0, le=100)
+    """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
+    duration_sigma: float = Field(1.0, ge=0, le=5)
+    median_duration_s: float = Field(3600.0, gt=0)
+    heuristics: tuple[str, ...]
+    learned: tuple[str, ...] = ()
+
+    @field_validator("loads")
+    @classmethod
+    def _loads(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or not all(math.isfinite(x) and 0 < x <= 10 for x in v):
+            raise ValueError("expected one or more loads in (0, 10]")
+        return v
+
+    @field_validator("mixes")
+    @classmethod
+    def _mixes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in v if m not in MIX_PRESETS]
+        if not v or bad:
+            raise ValueError(f"unknown mix(es) {bad}; expected some of {sorted(MIX_PRESETS)}")
+        return v
+
+    @field_validator("clusters")
+    @classmethod
+    def _clusters(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        if not v or not all(0 < n <= 1024 and 0 < g <= 64 for n, g in v):
+            raise ValueError("expected one or more [nodes, gpus_per_node] with 1..1024 nodes and 1..64 GPUs")
+        return v
+
+    @field_validator("contention")
+    @classmethod
+    def _contention(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [c for c in v if c not in CONTENTION_MODELS]
+        if not v or bad:
+            raise ValueError(f"unknown contention model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
+        return v
+
+    @field_validator("heuristics")
+    @classmethod
+    def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("expected at least one heuristic")
+        return v
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    load: float
+    mix: str
+    nodes: int
+    gpus_per_node: int
+    contention: str
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
+                f"seed {self.seed - SUITE_SEED_BASE}")
+
+    def key(self) -> dict[str, object]:
+        return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                "contention": self.contention, "seed": self.seed}
+
+
+def suite_names() -> list[str]:
+    folder = resources.files("deepshare.data") / "suites"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_suite(name_or_path: str) -> SuiteSpec:
+    """A bundled suite by name (``tiny``, ``standard``) or a suite file by path; policy names are
+    checked against the registry here, before anything runs."""
+    from deepshare.policies import policy_info
+
+    if name_or_path in suite_names():
+        source = f"suite {name_or_path!r}"
+        text = (resources.files("deepshare.data") / "suites" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
+    elif Path(name_or_path).suffix in (".yaml", ".yml") or Path(name_or_path).exists():
+        source = name_or_path
+        text = read_config_text(name_or_path, "suite file", f"--suite {name_or_path}")
+    else:
+        raise DeepShareError(
+            f"--suite: {name_or_path!r} is neither a bundled suite ({', '.join(suite_names())}) nor a YAML file"
+        )
+    spec = parse_yaml_model(text, SuiteSpec, source, "the suite's grid and policies")
+    for field_name in ("heuristics", "learned"):
+        for name in getattr(spec, field_name):
+            try:
+                info = policy_info(name)
+            except DeepShareError as exc:
+                raise DeepShareError(f"{source}: {field_name}: {exc}") from None
+            if info.heuristic and field_name == "learned":
+                raise DeepShareError(f"{source}: learned: {name!r} is not a learned policy (list it under heuristics)")
+            if not info.heuristic and field_name == "heuristics":
+                raise DeepShareError(f"{source}: heuristics: {name!r} is not a heuristic (list it under learned)")
+    return spec
+
+
+def cells(spec: SuiteSpec) -> list[Cell]:
+    return [
+        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s)
+        for load in spec.loads
+        for mix in spec.mixes
+        for nodes, gpn in spec.clusters
+        for contention in spec.contention
+        for s in range(spec.seeds)
+    ]
+
+
+def cell_trace(spec: SuiteSpec, cell: Cell):
+    """The cell's jobs (independent of the contention model)."""
+    return generate(
+        spec.jobs_per_node * cell.nodes,
+        load=cell.load,
+        total_gpus=cell.nodes * cell.gpus_per_node,
+        mix=mix_preset(cell.mix),
+        median_duration_s=spec.median_duration_s,
+        duration_sigma=spec.duration_sigma,
+        seed=cell.seed,
+    ).jobs
+
+
+def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]:
+    """One policy on one cell: the metrics the suite keeps."""
+    from deepshare.policies import make_policy
+
+    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention))
+    report = sim.run(make_policy(policy))
+    return {key: getattr(report, key) for key in METRICS}
+
+
+def _task(args: tuple[SuiteSpec, Cell, str]) -> tuple[Cell, str, dict[str, float | None]]:
+    spec, cell, policy = args
+    return cell, policy, run_one(spec, cell, policy)
+
+
+def _single_threaded() -> None:
+    # workers share the cores: one torch thread each (only if torch is already there)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    spec: SuiteSpec
+    results: dict[Cell, dict[str, dict[str, float | None]]]
+    """``{cell: {policy: {metric: value}}}``."""
+
+    def best_heuristic(self, cell: Cell) -> str:
+        runs = self.results[cell]
+        return min(self.spec.heuristics, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
+
+    def ratios(self, cell: Cell, policy: str) -> tuple[float, float]:
+        """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic."""
+        runs = self.results[cell]
+        best = runs[self.best_heuristic(cell)]
+        mine = runs[policy]
+        return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
+
+    def summary(self, policy: str) -> dict[str, object]:
+        """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells."""
+        pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)]
+        avg = [a for _, a, _ in pairs]
+        worst_avg = max(pairs, key=lambda x: x[1])
+        worst_p99 = max(pairs, key=lambda x: x[2])
+        return {
+            "geomean_avg_jct_ratio": math.exp(sum(math.log(a) for a in avg) / len(avg)),
+            "worst_avg_jct_ratio": worst_avg[1],
+            "worst_avg_cell": worst_avg[0].label,
+            "worst_p99_jct_ratio": worst_p99[2],
+            "worst_p99_cell": worst_p99[0].label,
+            "cells_won": sum(a < 1.0 for a in avg),
+            "cells": len(avg),
+        }
+
+    def heuristic_wins(self) -> dict[str, int]:
+        """How many cells each heuristic is the best of."""
+        wins = {h: 0 for h in self.spec.heuristics}
+        for cell in self.results:
+            wins[self.best_heuristic(cell)] += 1
+        return wins
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "suite": self.spec.model_dump(mode="json"),
+            "seed_base": SUITE_SEED_BASE,
+            "cells": [
+                {
+                    **cell.key(),
+                    "best_heuristic": self.best_heuristic(cell),
+                    "results": self.results[cell],
+                    "ratios": {
+                        p: dict(zip(("avg_jct", "p99_jct"), self.ratios(cell, p))) for p in self.spec.learned
+                    },
+                }
+                for cell in sorted(self.results)
+            ],
+            "summary": {p: self.summary(p) for p in self.spec.learned},
+            "heuristic_wins": self.heuristic_wins(),
+        }
+
+
+def run_suite(
+    spec: SuiteSpec, workers: int = 1, progress: Callable[[int, int, str], None] | None = None,
+    only_cells: Sequence[Cell] | None = None,
+) -> SuiteResult:
+    """Every policy on every cell (``workers`` processes; the same numbers for any count)."""
+    grid = list(only_cells) if only_cells is not None else cells(spec)
+    policies = (*spec.heuristics, *spec.learned)
+    # the slow runs first (learned policies, link contention, large clusters) so workers end together
+    tasks = sorted(
+        ((spec, cell, p) for cell in grid for p in policies),
+        key=lambda t: (t[2] not in spec.learned, t[1].contention != "link", -t[1].nodes),
+    )
+    results: dict[Cell, dict[str, dict[str, float | None]]] = {cell: {} for cell in grid}
+    done = 0
+    if workers <= 1:
+        outputs = map(_task, tasks)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded)
+        outputs = pool.map(_task, tasks)
+    try:
+        for cell, policy, metrics in outputs:
+            results[cell][policy] = metrics
+            done += 1
+            if progress is not None:
+                progress(done, len(tasks), f"{policy} on {cell.label}")
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    ordered = {cell: {p: results[cell][p] for p in policies} for cell in grid}
+    return SuiteResult(spec, ordered)

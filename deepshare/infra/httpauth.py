@@ -1,0 +1,313 @@
+"""Plain-ASGI guards for the project's HTTP services: bearer token, Host allow-list, JSON bodies,
+body size limit, and the shared JSON answer.
+
+Shared by the live scheduler (``deepshare/runtime/api.py``) and the placement service
+(``deepshare/serving/api.py``, which adds its ``/healthz`` fast path from ``serving/middleware.py``).
+Plain ASGI rather than Starlette's ``BaseHTTPMiddleware``: no per-request task or body copy.
+
+Why each guard exists (the scheduler runs commands, so its API must be closed):
+
+- :class:`RequireToken`: ``Authorization: Bearer TOKEN``, compared in constant time
+  (``hmac.compare_digest``), on every path but the open ones (``/healthz``).
+- :class:`AllowHosts`: a browser page can make a name it controls resolve to 127.0.0.1 (DNS
+  rebinding) and then read the API as same-origin; its requests still carry that name in
+  ``Host``, so only known names pass.
+- :class:`RequireJSON`: a cross-origin "simple" request (no preflight) can only send
+  ``text/plain``, form or multipart bodies; insisting on ``application/json`` refuses it (415).
+- :class:`LimitBody`: bodies over a limit are refused (413) before the app reads them, and with
+  a body timeout a slow client is cut off (408) instead of holding a request slot.
+- :class:`ObserveRequests`: every request counted and timed, refused ones too; a client that left
+  is 499, never a 500.
+
+Each guard answers with ``error_body(message)`` so a service keeps its own error shape
+(``{"error": ...}`` for the scheduler, ``{"detail": ...}`` for the placement service).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import time
+from typing import Any, Awaitable, Callable, Iterable
+
+from deepshare.core.errors import DeepShareError
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ErrorBody = Callable[[str], dict[str, Any]]
+
+MIN_TOKEN_CHARS = 8
+MAX_TOKEN_CHARS = 4096
+TOKEN_PATTERN = r"^[!-~]+$"
+"""Printable ASCII without spaces: what an ``Authorization`` header can carry unchanged."""
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+CLIENT_CLOSED = 499
+"""Status counted for a request whose client went away before it was answered (nginx's code)."""
+CLIENT_GONE = "deepshare.client_gone"
+"""Scope key :class:`LimitBody` sets when the client disconnected before sending its body."""
+
+
+def check_token(token: str, source: str) -> str:
+    """``token`` if a client can send it (8-4096 printable ASCII characters, no spaces), else a
+    :class:`DeepShareError` naming ``source``. A token with a line break (a secret file's trailing
+    newline) could never match any request's header: every call would be a silent 401."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise DeepShareError(f"{source}: the token must have at least {MIN_TOKEN_CHARS} characters, got {len(token)}")
+    if len(token) > MAX_TOKEN_CHARS or not all(33 <= ord(c) < 127 for c in token):
+        raise DeepShareError(f"{source}: the token must be at most {MAX_TOKEN_CHARS} printable ASCII characters without spaces")
+    return token
+
+
+def detail_body(message: str) -> dict[str, Any]:
+    return {"detail": message}
+
+
+def error_body(message: str) -> dict[str, Any]:
+    return {"error": message}
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any],
+                    headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    payload = json.dumps(body).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
+    })
+    await send({"type": "http.response.body", "body": payload})
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of request header ``name`` (lower-case bytes), or None."""
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return value
+    return None
+
+
+def token_matches(given: bytes | None, expected: bytes) -> bool:
+    """Constant-time comparison of an ``Authorization`` header with ``Bearer TOKEN``."""
+    return hmac.compare_digest(given or b"", expected)
+
+
+class RequireToken:
+    """Answers 401 to any request but ``open_paths`` without ``Authorization: Bearer TOKEN``;
+    ``token=None`` disables the check (the placement service without a configured token)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, open_paths: Iterable[str] = ("/healthz",),
+                 error: ErrorBody = detail_body) -> None:
+        self.app, self.error = app, error
+        self.open_paths = frozenset(open_paths)
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.expected is None or scope["type"] != "http" or scope.get("path") in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        if token_matches(header(scope, b"authorization"), self.expected):
+            await self.app(scope, receive, send)
+            return
+        await send_json(send, 401, self.error("missing or wrong bearer token (header Authorization: Bearer TOKEN)"),
+                        ((b"www-authenticate", b"Bearer"),))
+
+
+def host_name(value: str) -> str:
+    """The name part of a ``Host`` header: ``[::1]:8470`` -> ``::1``, ``a.b:80`` -> ``a.b``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class AllowHosts:
+    """Answers 403 unless the ``Host`` header names this service.
+
+    Accepted: ``localhost`` and loopback IPs, the address the service is bound to, the names in
+    ``allowed``, and, when bound to a non-loopback address, any IP literal (an IP cannot be a
+    rebinding name). Anything else, or no ``Host`` at all, is refused.
+    """
+
+    def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body) -> None:
+        self.app, self.error = app, error
+        bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
+        self.names = {"localhost", bound, *(a.strip().lower() for a in allowed if a.strip())}
+        self.any_ip = not is_loopback(bound)
+
+    def allows(self, host: str) -> bool:
+        name = host_name(host)
+        return bool(name) and (name in self.names or is_loopback(name) or (self.any_ip and _is_ip(name)))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = header(scope, b"host")
+        host = raw.decode("latin-1") if raw is not None else ""
+        if self.allows(host):
+            await self.app(scope, receive, send)
+            return
+        shown = host[:100] if host else "(none)"
+        await send_json(send, 403, self.error(
+            f"Host header {shown!r} is not this service's (allow it with --allowed-host)"))
+
+
+class RequireJSON:
+    """Answers 415 to a POST / PUT / PATCH whose ``Content-Type`` is not ``application/json``."""
+
+    def __init__(self, app: ASGIApp, error: ErrorBody = detail_body) -> None:
+        self.app, self.error = app, error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") in BODY_METHODS:
+            ctype = (header(scope, b"content-type") or b"").decode("latin-1")
+            if ctype.split(";", 1)[0].strip().lower() != "application/json":
+                await send_json(send, 415, self.error(
+                    f"Content-Type: expected application/json, got {ctype[:100]!r}"))
+                return
+        await self.app(scope, receive, send)
+
+
+class LimitBody:
+    """Answers 413 to a body over ``max_bytes``, whether it declares its length or streams it,
+    and, with ``timeout_s``, 408 (closing the connection) to one not received whole in time, so a
+    slow client holds a request slot for seconds at most; a body within the limits is handed on
+    whole. A client that goes away mid-body gets no answer and is marked with :data:`CLIENT_GONE`
+    in the scope (for :class:`ObserveRequests`)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None,
+                 error: ErrorBody = detail_body) -> None:
+        self.app, self.max_bytes, self.timeout_s, self.error = app, max_bytes, timeout_s, error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send)
+            return
+        try:
+            body = await _within(self._read(receive), self.timeout_s)
+        except asyncio.TimeoutError:
+            await send_json(send, 408, self.error(
+                f"request body not received within {self.timeout_s:g} s (the service's body timeout)"),
+                ((b"connection", b"close"),))
+            return
+        except _TooLarge:
+            await self._too_large(send)
+            return
+        if body is None:  # the client went away mid-body: nobody to answer
+            scope[CLIENT_GONE] = True
+            return
+        whole = {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, replay([whole], receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` when the client went away first: an ``http.disconnect``,
+        or ``receive`` failing (Serve's replica pulls the body from its proxy, and that call
+        fails when the proxy has already dropped the request of a client that left)."""
+        chunks, size = [], 0
+        while True:
+            try:
+                message = await receive()
+            except Exception:  # noqa: BLE001 - only the way to the client can fail here
+                return None
+            if message["type"] != "http.request":  # http.disconnect
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, send: Send) -> None:
+        await send_json(send, 413, self.error(f"request body larger than the limit of {self.max_bytes} bytes"))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _within(awaitable: Awaitable[Any], seconds: float | None) -> Any:
+    """``await awaitable``, cancelled with ``asyncio.TimeoutError`` after ``seconds`` (None: no
+    limit): in the current task where ``asyncio.timeout`` exists (Python 3.11+), saving
+    ``wait_for``'s task per request."""
+    if seconds is None:
+        return await awaitable
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(awaitable, seconds)
+    async with timeout(seconds):
+        return await awaitable
+
+
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``messages`` first, then defers to ``receive``."""
+    queue = list(messages)
+
+    async def replayed() -> Message:
+        return queue.pop(0) if queue else await receive()
+
+    return replayed
+
+
+class ObserveRequests:
+    """Times every HTTP request and reports ``(path, method, status, seconds)`` to ``observe``
+    (the outermost layer, so refused requests are counted too).
+
+    No answer sent and the client gone (it disconnected mid-body, or the server cancelled the
+    request because it did) is :data:`CLIENT_CLOSED` (499); no answer for any other reason is a
+    500 (a bug)."""
+
+    def __init__(self, app: ASGIApp, observe: Callable[[str, str, int, float], None]) -> None:
+        self.app, self.observe = app, observe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status: int | None = None
+        cancelled = False
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            if status is None:
+                status = CLIENT_CLOSED if cancelled or scope.get(CLIENT_GONE) else 500
+            self.observe(scope.get("path", ""), scope.get("method", ""), status, time.perf_counter() - start)

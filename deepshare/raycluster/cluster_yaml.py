@@ -1,0 +1,303 @@
+"""Validate Ray cluster-launcher YAMLs and KubeRay ``RayCluster`` manifests; read their node types.
+
+Launcher YAMLs go through Ray's own ``prepare_config`` (defaults, node-type limits) and
+``validate_config`` (Ray's JSON schema), then the project's checks: every GPU worker type
+carries the ``deepshare.io/*`` labels and its ``deepshare_fabric_*`` resource
+(:mod:`deepshare.raycluster.labels`), the setup commands install this project and the head
+starts the contention monitor (``deepshare agents start``). The on-premises ``local``
+provider has one node type whose labels, resources and GPUs are read from the
+``ray start`` command in ``worker_start_ray_commands``.
+
+KubeRay manifests are checked for the structure DeepShare relies on: ``kind: RayCluster``,
+``spec.enableInTreeAutoscaling: true``, a head group that starts the monitor, and worker
+groups with ``minReplicas <= replicas <= maxReplicas`` whose ``rayStartParams`` carry
+``num-gpus`` and the fabric resource and whose top-level ``labels`` mapping carries the
+``deepshare.io/*`` labels. KubeRay operators from v1.5.0 refuse ``rayStartParams.labels``
+("please use the top-level Labels field") and resource settings both in ``rayStartParams``
+and the group's top-level ``resources``, so both are rejected here too.
+
+:func:`to_autoscale_spec` turns any of them into the simulator's
+:class:`~deepshare.core.autoscaling.spec.AutoscaleSpec`, so the simulated autoscaler and the
+YAMLs share node types.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from deepshare.raycluster.labels import (
+    FABRIC_RESOURCE,
+    FabricLabels,
+    check_fabric_resource,
+    check_label_syntax,
+    parse_label_string,
+    parse_labels,
+)
+from deepshare.core.autoscaling.spec import AutoscaleSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.yamlspec import read_config_text
+
+MONITOR_COMMAND = "deepshare agents start"
+
+
+@dataclass(frozen=True)
+class WorkerType:
+    name: str
+    gpus: int
+    min_nodes: int
+    max_nodes: int
+    hardware: FabricLabels
+
+
+@dataclass(frozen=True)
+class ClusterYaml:
+    path: str
+    kind: str
+    """The provider (``aws``, ``gcp``, ``local``, ...) or ``kuberay``."""
+    cluster_name: str
+    idle_timeout_s: float
+    workers: tuple[WorkerType, ...]
+
+    def describe(self) -> str:
+        parts = []
+        for w in self.workers:
+            h = w.hardware
+            parts.append(
+                f"{w.name} ({w.min_nodes}..{w.max_nodes} x {w.gpus} {h.gpu_model}, {h.fabric}, "
+                f"{h.nic} {h.nic_gbps:g} Gb/s, ${h.price_usd_per_hour:g}/h)"
+            )
+        return f"{self.kind} cluster {self.cluster_name!r}: " + "; ".join(parts)
+
+
+def load_cluster_yaml(path: str | Path) -> ClusterYaml:
+    """Read and validate one cluster YAML or KubeRay manifest (raises DeepShareError)."""
+    return parse_cluster_yaml(read_config_text(path, "file"), str(path))
+
+
+def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise DeepShareError(f"{source}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise DeepShareError(f"{source}: expected a Ray cluster config or a RayCluster manifest (a mapping)")
+    if "kind" in raw or "apiVersion" in raw:
+        return _kuberay(raw, source)
+    return _launcher(raw, source)
+
+
+def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpec:
+    """The cluster's GPU worker types as the simulator's autoscaling pools (one rack)."""
+    return AutoscaleSpec(
+        name=cluster.cluster_name,
+        idle_timeout_s=cluster.idle_timeout_s,
+        node_types={w.name: w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, rack) for w in cluster.workers},
+    )
+
+
+# -- Ray cluster launcher ----------------------------------------------------------------------
+def _launcher(raw: dict[str, Any], source: str) -> ClusterYaml:
+    provider = raw.get("provider")
+    if not isinstance(provider, dict) or not isinstance(provider.get("type"), str):
+        raise DeepShareError(f"{source}: provider.type: expected the Ray node provider (aws, gcp, local, ...)")
+    if provider["type"] == "local" and raw.get("available_node_types"):
+        raise DeepShareError(f"{source}: available_node_types: not allowed with provider.type local (one node type)")
+    prepared = _ray_prepare(raw, source)
+    _check_commands(prepared, source)
+    idle_s = float(prepared.get("idle_timeout_minutes", 5)) * 60.0
+    name = str(prepared["cluster_name"])
+    if provider["type"] == "local":
+        return ClusterYaml(source, "local", name, idle_s, (_local_worker(prepared, source),))
+    workers = []
+    head = prepared["head_node_type"]
+    for type_name, node in prepared["available_node_types"].items():
+        where = f"{source}: available_node_types.{type_name}"
+        labels = node.get("labels", {})
+        check_label_syntax(labels, f"{where}.labels")
+        resources = node["resources"]
+        gpus = int(resources.get("GPU", 0))
+        if type_name == head or gpus == 0:
+            if any(str(k).startswith(FABRIC_RESOURCE) for k in resources):
+                raise DeepShareError(f"{where}.resources: a node type without GPUs carries a deepshare_fabric_* resource")
+            continue
+        hardware = parse_labels(labels, f"{where}.labels")
+        check_fabric_resource(resources, hardware.fabric, f"{where}.resources")
+        if node["max_workers"] < 1:
+            raise DeepShareError(f"{where}.max_workers: a GPU worker type needs max_workers >= 1")
+        workers.append(WorkerType(type_name, gpus, int(node["min_workers"]), int(node["max_workers"]), hardware))
+    if not workers:
+        raise DeepShareError(f"{source}: available_node_types: expected at least one GPU worker type (resources.GPU > 0)")
+    return ClusterYaml(source, str(provider["type"]), name, idle_s, tuple(workers))
+
+
+def _ray_prepare(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """Ray's own ``prepare_config`` + ``validate_config``; their errors become one clear line."""
+    try:
+        import jsonschema
+        from ray.autoscaler._private.util import prepare_config, validate_config
+    except ImportError as exc:  # pragma: no cover - ray[default] is a dependency
+        raise DeepShareError(f"validating cluster YAMLs needs Ray's autoscaler ({exc})") from None
+    try:
+        jsonschema.validate(raw, _ray_schema())  # before prepare_config, which assumes a sane shape
+        prepared = prepare_config(copy.deepcopy(raw))
+        validate_config(prepared)
+    except jsonschema.ValidationError as exc:
+        where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
+        raise DeepShareError(f"{source}: {where}: {exc.message} (Ray's cluster schema)") from None
+    except Exception as exc:  # noqa: BLE001 - Ray raises ValueError, RuntimeError, KeyError, click errors
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        raise DeepShareError(f"{source}: Ray rejects the config: {' '.join(str(message).split())}") from None
+    return prepared
+
+
+def _ray_schema() -> dict[str, Any]:
+    import ray.autoscaler
+
+    return json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+
+
+def _check_commands(prepared: Mapping[str, Any], source: str) -> None:
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        if not any("pip install" in c and "deepshare" in c for c in prepared.get(key, [])):
+            raise DeepShareError(f"{source}: setup_commands: expected a pip install of this project (deepshare) on every node")
+    if not any(MONITOR_COMMAND in c for c in prepared.get("head_start_ray_commands", [])):
+        raise DeepShareError(f"{source}: head_start_ray_commands: expected `{MONITOR_COMMAND} --address auto` (the contention monitor)")
+
+
+def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
+    where = f"{source}: worker_start_ray_commands"
+    options: dict[str, str] = {}
+    for command in prepared.get("worker_start_ray_commands", []):
+        try:
+            words = shlex.split(command)
+        except ValueError as exc:
+            raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
+        if "start" not in words:
+            continue
+        for word in words:
+            if word.startswith("--") and "=" in word:
+                key, _, value = word.partition("=")
+                options[key] = value
+    if "--num-gpus" not in options:
+        raise DeepShareError(f"{where}: expected `ray start ... --num-gpus=N` on the GPU workers")
+    try:
+        gpus = int(options["--num-gpus"])
+        resources = json.loads(options.get("--resources", "{}"))
+    except ValueError as exc:
+        raise DeepShareError(f"{where}: --num-gpus must be an integer and --resources JSON ({exc})") from None
+    if gpus < 1 or not isinstance(resources, dict):
+        raise DeepShareError(f"{where}: expected --num-gpus >= 1 and --resources as a JSON object")
+    labels = parse_label_string(options.get("--labels", ""), f"{where} --labels")
+    check_label_syntax(labels, f"{where} --labels")
+    hardware = parse_labels(labels, f"{where} --labels")
+    check_fabric_resource(resources, hardware.fabric, f"{where} --resources")
+    count = len(prepared["provider"].get("worker_ips", []))
+    if count < 1:
+        raise DeepShareError(f"{source}: provider.worker_ips: expected at least one worker")
+    return WorkerType("local", gpus, count, count, hardware)
+
+
+# -- KubeRay ---------------------------------------------------------------------------------
+def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
+    if not str(raw.get("apiVersion", "")).startswith("ray.io/") or raw.get("kind") != "RayCluster":
+        raise DeepShareError(f"{source}: expected apiVersion ray.io/v1 and kind RayCluster, got {raw.get('apiVersion')!r} / {raw.get('kind')!r}")
+    name = _get(raw, ("metadata", "name"), str, source)
+    spec = _get(raw, ("spec",), dict, source)
+    if spec.get("enableInTreeAutoscaling") is not True:
+        raise DeepShareError(f"{source}: spec.enableInTreeAutoscaling: expected true (the autoscaler must be on)")
+    head = _get(raw, ("spec", "headGroupSpec"), dict, source)
+    if MONITOR_COMMAND not in json.dumps(head):
+        raise DeepShareError(f"{source}: spec.headGroupSpec: expected the head to run `{MONITOR_COMMAND} --address auto` (e.g. a postStart hook)")
+    if "labels" in (head.get("rayStartParams") or {}):
+        raise DeepShareError(
+            f"{source}: spec.headGroupSpec.rayStartParams.labels: KubeRay >= 1.5 rejects labels in rayStartParams; "
+            "use the head group's top-level labels mapping"
+        )
+    groups = _get(raw, ("spec", "workerGroupSpecs"), list, source)
+    if not groups:
+        raise DeepShareError(f"{source}: spec.workerGroupSpecs: expected at least one GPU worker group")
+    idle = (spec.get("autoscalerOptions") or {}).get("idleTimeoutSeconds", 60)
+    if not isinstance(idle, (int, float)) or idle < 0:
+        raise DeepShareError(f"{source}: spec.autoscalerOptions.idleTimeoutSeconds: expected seconds >= 0, got {idle!r}")
+    workers = tuple(_kuberay_group(g, f"{source}: spec.workerGroupSpecs[{i}]") for i, g in enumerate(groups))
+    names = [w.name for w in workers]
+    if len(set(names)) != len(names):
+        raise DeepShareError(f"{source}: spec.workerGroupSpecs: duplicate groupName in {names}")
+    return ClusterYaml(source, "kuberay", name, float(idle), workers)
+
+
+def _kuberay_group(group: Any, where: str) -> WorkerType:
+    if not isinstance(group, dict):
+        raise DeepShareError(f"{where}: expected a mapping")
+    name = group.get("groupName")
+    if not isinstance(name, str) or not name:
+        raise DeepShareError(f"{where}.groupName: expected a name")
+    lo, hi = group.get("minReplicas"), group.get("maxReplicas")
+    if not isinstance(lo, int) or not isinstance(hi, int) or not 0 <= lo <= hi or hi < 1:
+        raise DeepShareError(f"{where}: expected integers 0 <= minReplicas <= maxReplicas, maxReplicas >= 1; got {lo!r}, {hi!r}")
+    replicas = group.get("replicas", lo)
+    if not isinstance(replicas, int) or not lo <= replicas <= hi:
+        raise DeepShareError(f"{where}.replicas: expected an integer within minReplicas..maxReplicas, got {replicas!r}")
+    params = group.get("rayStartParams")
+    if not isinstance(params, dict):
+        raise DeepShareError(f"{where}.rayStartParams: expected a mapping with num-gpus, resources and labels")
+    try:
+        gpus = int(str(params.get("num-gpus", "")))
+    except ValueError:
+        raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer") from None
+    if gpus < 1:
+        raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
+    text = str(params.get("resources", "")).strip()
+    try:  # KubeRay passes the value verbatim: usually a quoted JSON string, '"{\"x\": 1}"'
+        resources = json.loads(text)
+        if isinstance(resources, str):
+            resources = json.loads(resources)
+    except ValueError:
+        resources = None
+    if not isinstance(resources, dict):
+        raise DeepShareError(f"{where}.rayStartParams.resources: expected a JSON object string such as '\"{{\\\"{FABRIC_RESOURCE}nvlink\\\": 1}}\"'")
+    labels = _kuberay_labels(group, params, where)
+    hardware = parse_labels(labels, f"{where}.labels")
+    check_fabric_resource(resources, hardware.fabric, f"{where}.rayStartParams.resources")
+    for i, container in enumerate(((group.get("template") or {}).get("spec") or {}).get("containers") or []):
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+        if limit is not None and str(limit) != str(gpus):
+            raise DeepShareError(
+                f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
+            )
+    return WorkerType(name, gpus, lo, hi, hardware)
+
+
+def _kuberay_labels(group: Mapping[str, Any], params: Mapping[str, Any], where: str) -> dict[str, str]:
+    """The group's top-level ``labels`` (KubeRay >= 1.5); the old ``rayStartParams.labels`` is refused."""
+    if "labels" in params:
+        raise DeepShareError(
+            f"{where}.rayStartParams.labels: KubeRay >= 1.5 rejects labels in rayStartParams; "
+            "use the group's top-level labels mapping (labels: {deepshare.io/fabric: nvlink, ...})"
+        )
+    if group.get("resources"):
+        raise DeepShareError(
+            f"{where}.resources: set resources either in rayStartParams (num-gpus, resources) or in the "
+            "top-level resources field, not both (KubeRay rejects both)"
+        )
+    labels = group.get("labels")
+    if not isinstance(labels, dict):
+        raise DeepShareError(f"{where}.labels: expected a mapping of deepshare.io/* labels (KubeRay's top-level labels field)")
+    check_label_syntax(labels, f"{where}.labels")
+    return labels
+
+
+def _get(raw: Mapping[str, Any], path: tuple[str, ...], kind: type, source: str) -> Any:
+    value: Any = raw
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(value, kind):
+        raise DeepShareError(f"{source}: {'.'.join(path)}: expected a {kind.__name__}")
+    return value

@@ -1,0 +1,139 @@
+"""A fake *autoscaling* multi-node Ray cluster on this machine, that stops only what it started.
+
+Ray's ``AutoscalingCluster`` test helper runs ``ray stop --force``, which kills every Ray
+process of the user (other people's test clusters included). This one instead:
+
+* starts the head with ``ray start --head`` in a **new session**, on a free port, with its own
+  ``RAY_TMPDIR``, and Ray's fake multi-node node provider (the autoscaler starts and stops
+  worker nodes as local processes: its raylets inherit the session), subclassed to give every
+  node a ``deepshare.io/node-name`` label (:mod:`deepshare.raycluster.fake_provider`);
+* stops by signalling exactly the processes of that session (found in ``/proc``), SIGTERM
+  then SIGKILL — never ``ray stop``.
+
+Worker types come from an :class:`~deepshare.core.autoscaling.spec.AutoscaleSpec` (the same
+node types the simulator and the cluster YAMLs use); nodes declare fake GPUs, a CPU each, the
+``deepshare_fabric_*`` resource and the ``deepshare.io/*`` labels. Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deepshare.core.autoscaling.spec import AutoscaleSpec
+from deepshare.core.errors import DeepShareError
+
+HEAD_TYPE = "ray.head.default"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def autoscaling_config(spec: AutoscaleSpec, gcs_address: str, cpus_per_node: int = 1) -> dict[str, object]:
+    """The fake provider's cluster config: ``spec``'s node types with fake GPUs and labels."""
+    types: dict[str, object] = {HEAD_TYPE: {"resources": {}, "node_config": {}, "max_workers": 0}}
+    for name, t in spec.node_types.items():
+        labels = {
+            "deepshare.io/gpu-model": t.gpu_model, "deepshare.io/fabric": t.fabric,
+            "deepshare.io/nic-gbps": f"{t.nic_gbps:g}", "deepshare.io/nvlink-gbps": f"{t.nvlink_gbps:g}",
+            "deepshare.io/intra-node-gbps": f"{t.intra_node_gbps:g}", "deepshare.io/pcie-switches": str(t.pcie_switches),
+            "deepshare.io/price-usd-per-hour": f"{t.price_usd_per_hour:g}",
+        }
+        types[name] = {
+            "resources": {"CPU": cpus_per_node, "GPU": t.gpus, f"deepshare_fabric_{t.fabric}": 1},
+            "labels": labels, "node_config": {}, "min_workers": t.min_nodes, "max_workers": t.max_nodes,
+        }
+    return {
+        "cluster_name": "deepshare-fake",
+        "max_workers": sum(t.max_nodes for t in spec.node_types.values()),
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": spec.idle_timeout_s / 60.0,
+        "provider": {"type": "external", "module": "deepshare.raycluster.fake_provider.NamedFakeProvider",
+                     "gcs_address": gcs_address, "disable_node_updaters": True,
+                     "disable_launch_config_check": True, "use_node_id_as_ip": True},
+        "auth": {"ssh_user": "ubuntu"},
+        "head_node_type": HEAD_TYPE,
+        "available_node_types": types,
+        "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [],
+        "head_start_ray_commands": [], "worker_start_ray_commands": [],
+    }
+
+
+@dataclass
+class FakeAutoscalingCluster:
+    spec: AutoscaleSpec
+    tmp_dir: Path
+    head_cpus: int = 1
+    address: str = ""
+    _sid: int | None = field(default=None, repr=False)
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Start the head (the autoscaler then starts the min nodes); returns the GCS address."""
+        if not sys.platform.startswith("linux"):
+            raise DeepShareError("the fake autoscaling cluster needs Linux (/proc)")
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        self.address = f"127.0.0.1:{port}"
+        config = self.tmp_dir / "autoscaling.json"
+        config.write_text(json.dumps(autoscaling_config(self.spec, self.address)))
+        env = dict(os.environ, RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1", RAY_TMPDIR=str(self.tmp_dir),
+                   RAY_AUTH_MODE="disabled")  # a loopback test cluster; a ~/.ray/auth_token must not turn tokens on
+        cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+               f"--num-cpus={self.head_cpus}", "--num-gpus=0", "--include-dashboard=false",
+               f"--temp-dir={self.tmp_dir}", f"--autoscaling-config={config}", "--disable-usage-stats"]
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        self._sid = proc.pid  # the session leader's pid is the session id
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.shutdown()
+            raise DeepShareError(f"the fake autoscaling cluster's head did not start within {timeout_s:g} s") from None
+        if proc.returncode != 0:
+            self.shutdown()
+            raise DeepShareError(f"ray start failed: {output.strip().splitlines()[-1] if output.strip() else proc.returncode}")
+        return self.address
+
+    def processes(self) -> list[int]:
+        """Pids of every live process in this cluster's session (head, autoscaler, its nodes, workers)."""
+        if self._sid is None:
+            return []
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+            if int(fields[3]) == self._sid and fields[0] != "Z":
+                found.append(int(entry.name))
+        return found
+
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        """SIGTERM this session's processes, SIGKILL what is left after ``grace_s``."""
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            pids = self.processes()
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait
+            while self.processes() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not self.processes():
+                break
+        self._sid = None if not self.processes() else self._sid

@@ -1,0 +1,117 @@
+"""The ``deepshare.io/*`` node labels and ``deepshare_fabric_*`` resources of cluster YAMLs.
+
+Every GPU worker type of a cluster YAML describes its hardware to the scheduler with Ray node
+labels (strings, Kubernetes label syntax) and one custom resource::
+
+    resources: {GPU: 8, deepshare_fabric_nvlink: 1}
+    labels:
+      deepshare.io/gpu-model: A100-SXM4-40GB      # required
+      deepshare.io/fabric: nvlink                 # required: pcie | nvlink
+      deepshare.io/nic: efa                       # required: ethernet | efa | infiniband | roce | gpudirect-tcpx
+      deepshare.io/nic-gbps: "400"                # required: NIC bandwidth per node, Gbit/s
+      deepshare.io/price-usd-per-hour: "32.773"   # required: on-demand price of one node
+      deepshare.io/pcie-switches: "4"             # optional, default 1
+      deepshare.io/intra-node-gbps: "256"         # optional, default 128 (PCIe uplink per switch)
+      deepshare.io/nvlink-gbps: "2400"            # optional, default 0 (per GPU, nvlink fabric)
+      deepshare.io/provisioning-s: "420"          # optional, default 300 (request to Ray joined)
+
+The resource ``deepshare_fabric_<fabric>: 1`` lets Ray tasks ask for a fabric; the labels give
+the full node type (the same fields as a cluster spec's node type, plus price and NIC kind).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from deepshare.core.autoscaling.spec import NodePoolSpec
+from deepshare.core.errors import DeepShareError
+from deepshare.core.yamlspec import format_validation_error
+
+PREFIX = "deepshare.io/"
+ROLE_LABEL = PREFIX + "role"
+FABRIC_RESOURCE = "deepshare_fabric_"
+NIC_KINDS = ("ethernet", "efa", "infiniband", "roce", "gpudirect-tcpx")
+
+
+class FabricLabels(BaseModel):
+    """The parsed ``deepshare.io/*`` labels of one GPU node type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_model: str = Field(min_length=1)
+    fabric: Literal["pcie", "nvlink"]
+    nic: Literal["ethernet", "efa", "infiniband", "roce", "gpudirect-tcpx"]
+    nic_gbps: float = Field(gt=0)
+    price_usd_per_hour: float = Field(ge=0)
+    pcie_switches: int = Field(default=1, gt=0)
+    intra_node_gbps: float = Field(default=128.0, gt=0)
+    nvlink_gbps: float = Field(default=0.0, ge=0)
+    provisioning_s: float = Field(default=300.0, ge=0)
+
+    def pool(self, gpus: int, min_nodes: int, max_nodes: int, rack: str) -> NodePoolSpec:
+        """This node type as an autoscaling pool of the simulator."""
+        fields = self.model_dump(exclude={"nic"})
+        return NodePoolSpec(gpus=gpus, min_nodes=min_nodes, max_nodes=max_nodes, rack=rack, **fields)
+
+
+def parse_labels(labels: Mapping[str, object], where: str) -> FabricLabels:
+    """The ``deepshare.io/*`` entries of ``labels`` as :class:`FabricLabels`; errors name ``where``."""
+    raw: dict[str, object] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not key.startswith(PREFIX) or key == ROLE_LABEL:
+            continue
+        raw[key[len(PREFIX):].replace("-", "_")] = value
+    if not raw:
+        raise DeepShareError(
+            f"{where}: a GPU node type needs deepshare.io/* labels (gpu-model, fabric, nic, nic-gbps, "
+            "price-usd-per-hour) describing its hardware"
+        )
+    try:
+        return FabricLabels.model_validate(raw)
+    except ValidationError as exc:
+        text = format_validation_error(exc)
+        for name in FabricLabels.model_fields:  # name the label as written, not the field
+            text = text.replace(f"{name}:", f"{PREFIX}{name.replace('_', '-')}:")
+        text = text.replace("Extra inputs are not permitted", "unknown DeepShare label")
+        raise DeepShareError(f"{where}: {text}") from None
+
+
+def check_label_syntax(labels: Mapping[str, object], where: str) -> None:
+    """Ray's own label syntax rules (Kubernetes keys and values), where this Ray has them."""
+    bad = [k for k, v in labels.items() if not isinstance(v, str)]
+    if bad:
+        raise DeepShareError(f"{where}: label {bad[0]!r} must be a string (quote numbers in YAML)")
+    try:
+        from ray._private.label_utils import validate_node_label_syntax
+    except ImportError:  # pragma: no cover - older or newer Ray without the helper
+        return
+    try:
+        validate_node_label_syntax(dict(labels))  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise DeepShareError(f"{where}: {str(exc).strip()}") from None
+
+
+def check_fabric_resource(resources: Mapping[str, object], fabric: str, where: str) -> None:
+    """Exactly one ``deepshare_fabric_*`` resource, the labelled fabric's, with value 1."""
+    fabric_keys = sorted(k for k in resources if str(k).startswith(FABRIC_RESOURCE))
+    want = FABRIC_RESOURCE + fabric
+    if fabric_keys != [want] or resources[want] != 1:
+        raise DeepShareError(
+            f"{where}: expected the custom resource {want}: 1 (matching deepshare.io/fabric={fabric}), "
+            f"got {', '.join(f'{k}: {resources[k]}' for k in fabric_keys) or 'none'}"
+        )
+
+
+def parse_label_string(text: str, where: str) -> dict[str, str]:
+    """``k1=v1,k2=v2`` (``ray start --labels``) as a mapping."""
+    labels: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise DeepShareError(f"{where}: expected labels as key=value,key=value, got {part!r}")
+        labels[key.strip()] = value.strip()
+    return labels
