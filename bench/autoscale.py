@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepshare.experiments.autoscale import AutoscaleScenario, load_config, run_autoscalers
+from deepshare.experiments.autoscale import load_config, run_autoscalers
+from deepshare.experiments.scenario import Scenario
 from deepshare.core.autoscaling import AUTOSCALERS
 from deepshare.core.contention import make_contention
 from deepshare.core.traces import write_canonical
@@ -61,7 +62,7 @@ def main() -> None:
     if args.write_trace:
         write_canonical(jobs, args.write_trace)
     spec = load_config(args.config)
-    scenario = AutoscaleScenario(spec, jobs, make_contention("profiled"))
+    scenario = Scenario(None, jobs, make_contention("profiled"), autoscale=spec)
     print(f"{len(jobs)} jobs over 48 h (seed {args.seed}) on {spec.name}; contention profiled")
     header = ("policy", "autoscaler", "avg JCT h", "p99 JCT h", "queue h", "slowdown", "cost $", "GPU-h", "idle GPU-h", "up/down", "sim s")
     print(" | ".join(header))

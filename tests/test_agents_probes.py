@@ -36,7 +36,7 @@ from deepshare.agents import (
     counter_delta,
     gpu_contention,
 )
-from deepshare.cli.agents import register_cli
+from deepshare.cli.agents import register
 from deepshare.agents.scoring import CONTENTION_CAP
 from deepshare.agents.exporter import MetricsExporter
 from deepshare.agents.links import with_node_links
@@ -606,7 +606,7 @@ def test_exporter_serves_counters_and_gauges_on_loopback() -> None:
 def run_cli(*argv: str) -> tuple[int, str, str]:
     """``deepshare agents ARGV`` as the main CLI runs it: DeepShareError -> one line, exit 2."""
     parser = argparse.ArgumentParser(prog="deepshare")
-    register_cli(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True))
     out_buf, err_buf = io.StringIO(), io.StringIO()
     out, err = Console(file=out_buf, width=140), Console(file=err_buf, width=140)
     try:
@@ -751,7 +751,7 @@ def test_out_of_range_durations_name_the_flag_and_range(argv, flag, bound, capsy
 
 def test_longest_accepted_durations_pass_the_parser() -> None:
     parser = argparse.ArgumentParser(prog="deepshare")
-    register_cli(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["agents", "start", "--interval", "3600", "--report-interval", "86400", "--stale-after", "86400"])
     assert (args.interval, args.report_interval, args.stale_after) == (3600.0, 86400.0, 86400.0)
 

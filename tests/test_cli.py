@@ -476,7 +476,7 @@ def test_outputs_respect_umask(capsys, tmp_path) -> None:
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough jobs (>= cli.PROGRESS_MIN_JOBS) that a terminal would get a progress bar."""
-    from deepshare.cli import PROGRESS_MIN_JOBS
+    from deepshare.cli.progress import PROGRESS_MIN_JOBS
 
     path = tmp_path_factory.mktemp("big") / "big.csv"
     assert main(["trace", "generate", "--jobs", str(PROGRESS_MIN_JOBS + 100), "--rate", "0.05", "--out", str(path)]) == 0

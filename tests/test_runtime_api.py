@@ -142,9 +142,10 @@ def test_max_gpus_admits_jobs_an_autoscaling_cluster_will_grow_to():
 
 def test_placement_url_makes_the_service_the_policy():
     from deepshare.serving.client import PlacementClient
-    from deepshare.runtime.service import ServiceConfig, make_policy_for
+    from deepshare.cli.scheduler import scheduling_policy
 
-    policy = make_policy_for(ServiceConfig(state_dir="unused", placement_url="http://127.0.0.1:9/", placement_token="t" * 8))
+    policy = scheduling_policy(None, "http://127.0.0.1:9/", "t" * 8)
     assert isinstance(policy, PlacementClient) and policy.url == "http://127.0.0.1:9"
     assert policy._session.headers["Authorization"] == "Bearer " + "t" * 8
-    assert make_policy_for(ServiceConfig(state_dir="unused", policy="las+spread")).name == "las+spread"
+    assert scheduling_policy("las+spread", None, None).name == "las+spread"
+    assert scheduling_policy(None, None, None).name == "rl-hybrid"

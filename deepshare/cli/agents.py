@@ -1,6 +1,6 @@
 """``deepshare agents ...``: probe this machine, start the monitor and agents, show the view.
 
-Only :func:`register_cli` is public: ``deepshare/cli.py`` calls it with its subparsers. Every
+Only :func:`register` is public: :func:`deepshare.cli.build_parser` calls it with its subparsers. Every
 handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
 :class:`~deepshare.core.errors.DeepShareError` for bad input or an unreachable cluster (the main
 CLI prints one line and exits 2). Ray is imported only by the actions that need it.
@@ -175,7 +175,7 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=MONITOR_NAME, help=f"monitor actor name (default {MONITOR_NAME})")
 
 
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``agents {probe,start,status,stop}`` to the main CLI's subparsers."""
     agents = subparsers.add_parser("agents", help="node agents: measure link contention on a Ray cluster")
     sub = agents.add_subparsers(dest="agents_command", metavar="ACTION", required=True)

@@ -1,13 +1,21 @@
-"""Flag value types and output helpers shared by every ``deepshare`` subcommand module.
+"""What every ``deepshare`` subcommand module shares: flag types, argument groups and checks.
 
-Each type converts and checks a flag's text and, when it is wrong, says what was expected
-(argparse prints it with the flag's name and exits 2).
+Each flag type converts and checks a flag's text and, when it is wrong, says what was expected
+(argparse prints it with the flag's name and exits 2). The argument groups (cluster, trace,
+simulation) and the functions that turn parsed flags into a topology, a trace, a contention
+model or a simulator config are the same for every command that simulates.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
+from deepshare.core.errors import DeepShareError
+from deepshare.core.simulator import SimConfig
+from deepshare.core.topology import Topology, load_topology, preset_names, uniform
+from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
 
 
 def number(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], Any]:
@@ -74,3 +82,107 @@ worker_count = in_range(int, 1, 256, "processes")
 iteration_count = in_range(int, 1, 1_000_000, "iterations")
 runner_count = in_range(int, 0, 1024, "env runners")
 wait_seconds = in_range(float, 0, 1e7, "seconds")
+
+
+# -- shared argument groups and what they build ------------------------------------------------
+def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]
+    """``parse(text)``, with the flag's name put in front of any error."""
+    try:
+        return parse(text)
+    except DeepShareError as exc:
+        raise DeepShareError(f"{flag}: {exc}") from None
+
+
+def policy_list(text: str) -> list[str]:
+    """``--policies A,B,...`` as checked registry names."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise DeepShareError(f"--policies {text!r}: expected comma-separated policy names")
+    check_policies(names, "--policies")
+    return names
+
+
+def check_policies(names: Sequence[str], flag: str) -> None:
+    """Build each policy once so an unknown name fails before any trace is read."""
+    from deepshare.policies import make_policy
+
+    for name in names:
+        flagged(flag, make_policy, name)
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (a preset or YAML, or a uniform testbed-type cluster)")
+    g.add_argument("--cluster", metavar="PRESET|YAML", help=f"preset ({', '.join(preset_names())}) or spec file; default testbed")
+    g.add_argument("--nodes", type=node_count, metavar="N", help="uniform cluster of N testbed-type nodes")
+    g.add_argument("--gpus-per-node", type=gpus_per_node, metavar="G", help="GPUs per node with --nodes (default 8)")
+
+
+def add_trace_args(p: argparse.ArgumentParser, required: bool = True, seed: bool = True) -> None:
+    p.add_argument("--trace", required=required, metavar="PATH", help="trace file (format detected from its content)")
+    p.add_argument("--format", choices=FORMATS, help="force the trace format")
+    p.add_argument(
+        "--mix", default="random", metavar="PRESET|MODEL:W,...",
+        help=f"model mix for traces without model names ({', '.join(MIX_PRESETS)} or a custom list); default random",
+    )
+    if seed:
+        p.add_argument("--seed", type=seed_value, default=0, help="seed for model assignment (default 0)")
+
+
+def add_sim_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled",
+                   help="profiled (measured pairwise table), link (bandwidth sharing on links) or none; default profiled")
+    p.add_argument("--link-params", metavar="JSON", help="with --contention link: parameters from `deepshare calibrate --out`")
+    p.add_argument("--round-s", type=round_seconds, metavar="S", help="extra decision points every S seconds (original: 300)")
+    p.add_argument("--preempt-overhead-s", type=overhead_seconds, default=SimConfig.preempt_overhead_s, metavar="S",
+                   help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
+    p.add_argument("--migrate-overhead-s", type=overhead_seconds, default=SimConfig.migrate_overhead_s, metavar="S",
+                   help=f"checkpoint+restore time of a migration (default {SimConfig.migrate_overhead_s:g})")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def cluster_topology(args: argparse.Namespace) -> Topology:
+    if args.cluster and args.nodes:
+        raise DeepShareError("give either --cluster or --nodes/--gpus-per-node, not both")
+    if args.gpus_per_node and not args.nodes:
+        raise DeepShareError("--gpus-per-node needs --nodes")
+    if args.nodes:
+        return uniform(args.nodes, args.gpus_per_node or 8)
+    return load_topology(args.cluster or "testbed")
+
+
+def load_trace(args: argparse.Namespace) -> Trace:
+    return load(args.trace, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
+
+
+def contention_model(args: argparse.Namespace) -> ContentionModel:
+    if args.link_params is None:
+        return make_contention(args.contention)
+    if args.contention != "link":
+        raise DeepShareError("--link-params needs --contention link")
+    from deepshare.core.contention.link import load_link_catalog
+
+    return make_contention("link", link_catalog=load_link_catalog(args.link_params))
+
+
+def sim_config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        round_s=args.round_s,
+        preempt_overhead_s=args.preempt_overhead_s,
+        migrate_overhead_s=args.migrate_overhead_s,
+    )
+
+
+def policy_files(names: Sequence[str]) -> list[str]:
+    """The checkpoint files named by ``NAME=PATH`` policies (inputs no output may overwrite)."""
+    return [name.partition("=")[2] for name in names if name.partition("=")[2]]
+
+
+def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[str, object]:
+    """Every input file of a simulating command, by flag (for :func:`check_outputs`)."""
+    return {
+        "--trace": args.trace,
+        "--cluster": getattr(args, "cluster", None),
+        "--link-params": getattr(args, "link_params", None),
+        "--config": getattr(args, "config", None),
+        "--policy": policy_files(policies),
+    }

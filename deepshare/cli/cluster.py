@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
-from deepshare.cli.args import print_line, wait_seconds
+from deepshare.cli.args import (
+    add_sim_args, add_trace_args, check_policies, contention_model, load_trace, print_line, sim_config, sim_inputs, wait_seconds,
+)
 from deepshare.core.errors import DeepShareError
 
 
@@ -96,16 +98,16 @@ def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 
 def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
-    from deepshare.experiments.autoscale import AutoscaleScenario, load_config, parse_autoscalers, run_autoscalers
+    from deepshare.experiments.autoscale import load_config, parse_autoscalers, run_autoscalers
+    from deepshare.experiments.scenario import Scenario
     from deepshare.experiments.autoscale_tables import autoscale_table
-    from deepshare.cli import _check_policies, _config, _contention, _load_trace, _sim_inputs
 
-    check_outputs({"--json": args.json, "--plot": args.plot}, _sim_inputs(args, [args.policy]))
+    check_outputs({"--json": args.json, "--plot": args.plot}, sim_inputs(args, [args.policy]))
     names = parse_autoscalers(args.autoscaler)
-    _check_policies([args.policy], "--policy")
+    check_policies([args.policy], "--policy")
     spec = load_config(args.config)
-    trace = _load_trace(args)
-    scenario = AutoscaleScenario(spec, trace.jobs, _contention(args), _config(args))
+    trace = load_trace(args)
+    scenario = Scenario(None, trace.jobs, contention_model(args), sim_config(args), autoscale=spec)
     reports = run_autoscalers(scenario, args.policy, names)
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
@@ -157,9 +159,8 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
-    from deepshare.cli import _add_sim_args, _add_trace_args
     from deepshare.core.autoscaling import AUTOSCALERS
 
     cluster = sub.add_parser("cluster", help="Ray cluster YAMLs: validate them, turn them into autoscaling specs")
@@ -186,7 +187,7 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         ("compare", ",".join(AUTOSCALERS), "the same, every autoscaler side by side by default"),
     ):
         p = asub.add_parser(action, help=text)
-        _add_trace_args(p)
+        add_trace_args(p)
         p.add_argument("--config", required=True, metavar="FILE",
                        help="autoscaling spec (deepshare/data/autoscale/*.yaml) or a cluster YAML (cluster_yamls/)")
         p.add_argument("--policy", default="las+consolidated", help="scheduling policy (default las+consolidated)")
@@ -194,7 +195,7 @@ def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                        help=f"{', '.join(AUTOSCALERS)} (default {default})")
         add_json_flag(p, "the report(s)")
         p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is replaced)")
-        _add_sim_args(p)
+        add_sim_args(p)
         p.set_defaults(func=cmd_autoscale_simulate)
     p = asub.add_parser("live", help="the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT")
     p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")

@@ -1,7 +1,7 @@
 """``deepshare scheduler start``, ``deepshare submit``, ``deepshare jobs``, ``deepshare cancel``,
 ``deepshare logs``.
 
-Only :func:`register_cli` is public: ``deepshare/cli.py`` calls it with its subparsers. Every
+Only :func:`register` is public: :func:`deepshare.cli.build_parser` calls it with its subparsers. Every
 handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
 :class:`~deepshare.core.errors.DeepShareError` for bad input (a job spec, a flag, an unreachable
 scheduler, a missing or wrong token): the main CLI prints one line and exits 2. A Ray that
@@ -52,27 +52,36 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         raise DeepShareError("--nodes and --gpus-per-node need --local")
     if args.local and args.address != "auto":
         raise DeepShareError("give at most one of --local and --address")
-    if not args.placement_url:
-        from deepshare.policies import make_policy
-
-        make_policy(args.policy or "rl-hybrid")  # an unknown name fails before Ray starts
+    policy = scheduling_policy(args.policy, args.placement_url, _placement_token(args))  # a bad name fails before Ray starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServiceConfig(
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
-        policy=args.policy, placement_url=args.placement_url, host=args.host, port=args.port, max_gpus=args.max_gpus,
-        placement_token=_placement_token(args),
+        host=args.host, port=args.port, max_gpus=args.max_gpus,
         allowed_hosts=tuple(args.allowed_host or ()),
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
                         max_launch_attempts=args.max_launch_attempts),
     )
     try:
-        return serve(config, announce=lambda line: (print_line(out, line), out.file.flush()),
+        return serve(config, policy, announce=lambda line: (print_line(out, line), out.file.flush()),
                      warn=lambda line: (print_line(err, line), err.file.flush()))
     except RuntimeFailure as exc:
         print_line(err, f"deepshare: error: {exc}")
         return EXIT_RUNTIME
+
+
+def scheduling_policy(name: str | None, placement_url: str | None, placement_token: str | None) -> Any:
+    """The policy the scheduler runs: one from the registry (default rl-hybrid), or the HTTP
+    placement service's client at ``placement_url`` (same ``decide``). Built here so the runtime
+    never imports the serving layer."""
+    if placement_url:
+        from deepshare.serving.client import PlacementClient
+
+        return PlacementClient(placement_url, token=placement_token)
+    from deepshare.policies import make_policy
+
+    return make_policy(name or "rl-hybrid")
 
 
 def _placement_token(args: argparse.Namespace) -> str | None:
@@ -209,7 +218,7 @@ def _url(p: argparse.ArgumentParser) -> None:
                         "a flag's value is visible to other users in `ps`)")
 
 
-def register_cli(subparsers: Any) -> None:
+def register(subparsers: Any) -> None:
     """Add ``scheduler start``, ``submit``, ``jobs``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
     sched = subparsers.add_parser("scheduler", help="the live scheduler: run jobs on a Ray cluster under a policy")
     sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)

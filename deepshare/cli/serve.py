@@ -1,6 +1,6 @@
 """``deepshare serve``: host a policy as an HTTP placement service until SIGTERM or SIGINT.
 
-Only :func:`register_cli` is public. The handler checks every flag and loads the policy before
+Only :func:`register` is public. The handler checks every flag and loads the policy before
 Ray starts (a bad flag costs no cluster start-up), then runs the same Serve application as
 ``serve run serve/config.yaml`` and shuts Serve and Ray down cleanly on a signal.
 """
@@ -42,7 +42,7 @@ READY_LINE = "placement service ready"
 """Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
 
 
-def register_cli(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
         "serve",
         help="host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import yaml
 
 from deepshare.core.autoscaling import AUTOSCALERS, AutoscaleReport, AutoscaleSpec, parse_autoscale_spec, simulate_autoscaled
-from deepshare.core.contention import ContentionModel, ProfiledContention
-from deepshare.core.simulator import SimConfig
 from deepshare.core.errors import DeepShareError
-from deepshare.core.types import JobSpec
 from deepshare.core.yamlspec import read_config_text
+from deepshare.experiments.scenario import Scenario
 from deepshare.policies import make_policy
 
 
@@ -45,21 +42,16 @@ def parse_autoscalers(text: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True)
-class AutoscaleScenario:
-    spec: AutoscaleSpec
-    jobs: Sequence[JobSpec]
-    contention: ContentionModel = ProfiledContention()
-    config: SimConfig = SimConfig()
-
-
-def run_autoscalers(scenario: AutoscaleScenario, policy: str, autoscalers: Sequence[str]) -> list[AutoscaleReport]:
-    """One report per autoscaler, in the given order, same trace, policy and cluster model."""
+def run_autoscalers(scenario: Scenario, policy: str, autoscalers: Sequence[str]) -> list[AutoscaleReport]:
+    """One report per autoscaler, in the given order, same trace, policy and cluster model
+    (``scenario.autoscale`` gives the node pools)."""
+    if scenario.autoscale is None:
+        raise DeepShareError("run_autoscalers needs a scenario with an autoscaling spec (Scenario(None, jobs, autoscale=spec))")
     make_policy(policy)  # a bad name fails before any run
     reports = []
     for name in autoscalers:
         report, _ = simulate_autoscaled(
-            scenario.spec, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config
+            scenario.autoscale, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config
         )
         reports.append(report)
     return reports

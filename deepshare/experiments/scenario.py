@@ -1,4 +1,9 @@
-"""Run policies on traces: the one code path behind ``simulate``, ``compare`` and the benches."""
+"""Run policies on traces: the one code path behind ``simulate``, ``compare`` and the benches.
+
+A :class:`Scenario` is everything but the policy. Its cluster is either fixed (``topology``) or
+autoscaled (``autoscale``: node pools that grow and shrink, run by
+:func:`deepshare.experiments.autoscale.run_autoscalers`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from deepshare.core.autoscaling import AutoscaleSpec
 from deepshare.core.contention import ContentionModel, ProfiledContention
+from deepshare.core.errors import DeepShareError
 from deepshare.core.jobs_csv import JobsCsvStream
 from deepshare.core.metrics import JobRecord, MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
@@ -22,11 +29,24 @@ Progress = Callable[[int, int], None]
 class Scenario:
     """Everything but the policy: cluster, jobs, contention model and simulation knobs."""
 
-    topology: Topology
+    topology: Topology | None
+    """A fixed cluster; None for an autoscaled one."""
     jobs: Sequence[JobSpec]
     contention: ContentionModel = ProfiledContention()
     config: SimConfig = SimConfig()
     catalog: Catalog | None = None
+    autoscale: AutoscaleSpec | None = None
+    """An autoscaled cluster's node pools (with ``topology=None``)."""
+
+    def __post_init__(self) -> None:
+        if (self.topology is None) == (self.autoscale is None):
+            raise DeepShareError("a scenario has either a fixed topology or an autoscaling spec, not both or neither")
+
+    @property
+    def fixed_topology(self) -> Topology:
+        if self.topology is None:
+            raise DeepShareError(f"scenario {self.autoscale.name if self.autoscale else ''!s}: autoscaled; run it with run_autoscalers")
+        return self.topology
 
 
 def simulate(
@@ -53,7 +73,7 @@ def _simulate(
     on_record: Callable[[int, JobRecord], None] | None,
 ) -> tuple[MetricsReport, Simulator]:
     sim = Simulator(
-        scenario.topology,
+        scenario.fixed_topology,
         scenario.jobs,
         scenario.contention,
         catalog=scenario.catalog or default_catalog(),

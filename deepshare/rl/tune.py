@@ -18,7 +18,6 @@ trial's own bundle plus one bundle per env runner), so Tune runs as many trials 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import math
@@ -200,43 +199,3 @@ def run_sweep(
     order = [tuple(c.values()) for c in combos]
     summaries.sort(key=lambda s: order.index(tuple(s.values.values())))
     return f"{storage}/{base.name}", summaries
-
-
-# -- CLI ---------------------------------------------------------------------------------------
-def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
-    from rich.table import Table
-
-    axes = [parse_grid(spec) for spec in args.grid]
-    if not axes:
-        raise DeepShareError("--grid: give at least one KEY=V1,V2,... to sweep")
-    validated_variants(args.config, axes)  # bad keys fail here, before Ray starts
-    folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
-                               max_concurrent=args.max_concurrent)
-    table = Table(title=f"tune: {len(trials)} trials in {folder}", header_style="bold")
-    for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
-        table.add_column(column)
-    for t in trials:
-        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
-    out.print(table)
-    for t in trials:
-        if t.policy:
-            out.print(f"policy of {t.name}: {t.policy}", markup=False, highlight=False, soft_wrap=True)
-    out.print(f"TensorBoard: tensorboard --logdir {folder}", markup=False, highlight=False, soft_wrap=True)
-    return 1 if any(t.status != "ok" for t in trials) else 0
-
-
-def register_cli(sub: Any) -> None:
-    """Add ``deepshare tune`` to the CLI's subcommands."""
-    from deepshare.cli.args import in_range, iteration_count
-
-    p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
-    p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
-                   help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
-    p.add_argument("--iterations", type=iteration_count, default=None, metavar="N", help="training iterations per trial (default: the config's run.iterations)")
-    p.add_argument("--out", default="runs/tune", metavar="DIR|URI",
-                   help="Tune's storage (a folder, or s3://... / gs://... that every node reaches on a multi-node cluster); "
-                        "the experiment is DIR/NAME (default runs/tune)")
-    p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="join this Ray cluster (default: a private local Ray)")
-    p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
-    p.set_defaults(func=cmd_tune)

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import ClusterState, current_cluster
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.loop import ControlLoop, LoopConfig
@@ -42,9 +43,6 @@ class ServiceConfig:
     local_nodes: int | None = None
     """With ``local_gpus_per_node``: start a fake local cluster of this many nodes instead of joining one."""
     local_gpus_per_node: int = 4
-    policy: str | None = "rl-hybrid"
-    placement_url: str | None = None
-    placement_token: str | None = None
     host: str = "127.0.0.1"
     port: int = 8470
     allowed_hosts: tuple[str, ...] = ()
@@ -54,19 +52,6 @@ class ServiceConfig:
     max_gpus: int = 0
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
     grows when they queue); 0: only jobs that fit the GPUs up now."""
-
-
-def make_policy_for(config: ServiceConfig) -> Any:
-    """The in-process policy, or the HTTP placement service's client (same ``decide``)."""
-    if config.placement_url:
-        try:
-            from deepshare.serving.client import PlacementClient  # written by the serving issue
-        except ImportError as exc:
-            raise DeepShareError(f"--placement-url needs deepshare.serving.client.PlacementClient ({exc})") from None
-        return PlacementClient(config.placement_url, token=config.placement_token)
-    from deepshare.policies import make_policy
-
-    return make_policy(config.policy or "rl-hybrid")
 
 
 def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]:
@@ -156,9 +141,12 @@ def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
         raise RuntimeFailure.could_not(what, exc) from None
 
 
-def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
+def serve(config: ServiceConfig, policy: Policy, announce: Callable[[str], None] = print,
           stop: threading.Event | None = None, warn: Callable[[str], None] | None = None) -> int:
-    """Run the scheduler until ``stop`` is set or SIGTERM / SIGINT arrives."""
+    """Run the scheduler under ``policy`` until ``stop`` is set or SIGTERM / SIGINT arrives.
+
+    ``policy`` is any :class:`~deepshare.policies.base.Policy`: one from the registry, or the HTTP
+    placement service's client (the CLI builds either; the runtime does not know which)."""
     from deepshare.runtime.token import TOKEN_ENV, scheduler_token
 
     stop = stop or threading.Event()
@@ -171,7 +159,6 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
         cleanup.callback(journal.close)
         token, token_file = scheduler_token(config.state_dir)
         os.environ.pop(TOKEN_ENV, None)  # not inherited by the local Ray nodes, their workers or the jobs
-        policy = make_policy_for(config)
         sock = bind(config.host, config.port)
         cleanup.callback(sock.close)
         warning = exposure_warning(config.host)
@@ -182,7 +169,7 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print,
     return 0
 
 
-def _run(config: ServiceConfig, journal: Journal, policy: Any, sock: socket.socket, address: str,
+def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.socket, address: str,
          announce: Callable[[str], None], stop: threading.Event, token: str, token_file: Path | None) -> None:
     """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
     import uvicorn

@@ -75,7 +75,7 @@ def test_scheduler_placement_token_is_checked_before_ray(tmp_path, capsys, monke
 
 def test_scheduler_without_placement_url_ignores_the_serve_token(tmp_path, monkeypatch):
     """``$DEEPSHARE_SERVE_TOKEN`` only matters with ``--placement-url``: a policy run is not refused."""
-    from deepshare.runtime import cli
+    from deepshare.cli import scheduler as cli
 
     monkeypatch.setenv(SERVE_TOKEN_ENV, "two words!")
 

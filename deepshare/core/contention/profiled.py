@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Literal
 
-from deepshare.core.contention.base import ContentionState, RunningJob
+from deepshare.core.contention.base import RunningJob
 from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import Topology
 from deepshare.core.view import Prediction

@@ -1,0 +1,94 @@
+"""``deepshare evaluate``: policies side by side over seeds (table, plots, JSON), or a benchmark suite."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from deepshare.cli.args import (
+    add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
+    policy_list, seed_count, sim_config, sim_inputs,
+)
+from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
+from deepshare.core.errors import DeepShareError
+from deepshare.core.traces import load, mix_from_spec
+
+
+def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from deepshare.experiments.evaluation import evaluate
+    from deepshare.experiments.plots import PLOT_FILES, write_plots
+
+    if args.suite:
+        from deepshare.cli.suite_tables import cmd_suite
+
+        check_outputs({"--json": args.json}, {"--suite": args.suite})
+
+        return cmd_suite(args, out, err)
+    if not args.trace or not args.policies:
+        raise DeepShareError("evaluate: --trace and --policies are required (or --suite NAME)")
+    names = policy_list(args.policies)
+    check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, sim_inputs(args, names),
+                  new_folders=[args.out])
+    if args.out:  # made first: the README puts --json inside it
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
+    topology = cluster_topology(args)
+    mix = flagged("--mix", mix_from_spec, args.mix)
+    result = evaluate(
+        lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
+        topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
+        progress=None if not err.is_terminal else (lambda msg: err.print(f"running {msg}", markup=False)),
+    )
+    summary = result.summary()
+    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()} — mean [min-max] over {args.seeds} seed(s)"),
+                  header_style="bold")
+    metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
+               ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),
+               ("preemptions", "preempt", 0))
+    table.add_column("policy")
+    for _, label, _ in metrics:
+        table.add_column(label, justify="right")
+    ranked = sorted(names, key=lambda n: summary[n]["avg_jct_s"]["mean"] or float("inf"))
+    for name in ranked:
+        cells = []
+        for key, _, digits in metrics:
+            v = summary[name][key]
+            if v["mean"] is None:
+                cells.append("-")
+            elif v["min"] == v["max"]:
+                cells.append(f"{v['mean']:,.{digits}f}")
+            else:
+                cells.append(f"{v['mean']:,.{digits}f} [{v['min']:,.{digits}f}-{v['max']:,.{digits}f}]")
+        table.add_row(name, *cells)
+    shown = human(args.json, out, err)
+    shown.print(table)
+    if args.out:
+        for path in write_plots(result, args.out):
+            shown.print(f"wrote {path}", markup=False, highlight=False)
+    write_json(args.json, result.to_json(), out, "evaluation")
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("evaluate", help="compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON")
+    add_trace_args(p, required=False, seed=False)
+    p.add_argument("--suite", metavar="NAME|PATH",
+                   help="run a benchmark suite instead of one trace: tiny, standard or a suite YAML (deepshare/experiments/suite.py); "
+                   "prints every cell and the learned policies' ratios to each cell's best heuristic")
+    p.add_argument("--workers", type=in_range(int, 1, 64, "processes"), default=1,
+                   help="with --suite: processes running cells in parallel (same results for any count; default 1)")
+    p.add_argument("--policies", metavar="A,B,...",
+                   help="comma-separated names or module:Class specs, e.g. las+spread,rl-hybrid")
+    p.add_argument("--seeds", type=seed_count, default=3, help="seeds 0..N-1 (default 3)")
+    add_cluster_args(p)
+    add_sim_args(p)
+    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here (created if missing; existing figures are replaced)")
+    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...}')
+    p.set_defaults(func=cmd_evaluate)

@@ -1,0 +1,75 @@
+"""``deepshare simulate`` (one policy on a trace) and ``deepshare compare`` (several, one table)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from deepshare.cli.args import (
+    add_cluster_args, add_sim_args, add_trace_args, check_policies, cluster_topology, contention_model,
+    load_trace, policy_list, sim_config, sim_inputs,
+)
+from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
+from deepshare.cli.progress import ProgressBar
+
+
+def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepshare.experiments.scenario import Scenario, simulate
+    from deepshare.experiments.report_format import report_table
+
+    check_outputs({"--json": args.json, "--jobs-csv": args.jobs_csv}, sim_inputs(args, [args.policy]))
+    check_policies([args.policy], "--policy")
+    topology = cluster_topology(args)
+    trace = load_trace(args)
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
+    with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
+        report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
+                             keep_records=False)  # the table and JSON need only the report's numbers
+    if trace.skipped:
+        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
+                  style="yellow", markup=False, highlight=False, soft_wrap=True)
+    human(args.json, out, err).print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
+    write_json(args.json, report.to_dict(), out, "report")  # --jobs-csv was streamed during the run
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepshare.experiments.scenario import Scenario, compare
+    from deepshare.policies import policy_names
+    from deepshare.experiments.report_format import comparison_table
+
+    names = policy_list(args.policies) if args.policies is not None else policy_names(heuristics_only=True)
+    check_outputs({"--json": args.json}, sim_inputs(args, names))
+    topology = cluster_topology(args)
+    trace = load_trace(args)
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
+    with ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
+        reports = compare(scenario, names, bar.callback("policies"))
+    human(args.json, out, err).print(
+        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
+    write_json(args.json, {"results": {r.policy: r.to_dict() for r in reports}}, out, "comparison")
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
+    add_trace_args(p)
+    p.add_argument("--policy", required=True, metavar="POLICY",
+                   help="policy name, e.g. las+consolidated (see `deepshare policies`), or package.module:ClassOrFactory")
+    add_cluster_args(p)
+    add_sim_args(p)
+    add_json_flag(p, "the report's metrics")
+    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("compare", help="run several policies on one trace and print a table")
+    add_trace_args(p)
+    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic)")
+    add_cluster_args(p)
+    add_sim_args(p)
+    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,89 @@
+"""``deepshare trace generate`` (a synthetic trace) and ``deepshare trace stats`` (summarise one)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from deepshare.cli.args import (
+    add_cluster_args, arrival_rate, cluster_topology, duration_seconds, duration_sigma, flagged, job_count,
+    offered_load, seed_value,
+)
+from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
+from deepshare.core.errors import DeepShareError
+from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
+
+
+def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    check_outputs({"--out": args.out}, {"--cluster": args.cluster})
+    if args.rate is not None and args.load is not None:
+        raise DeepShareError("give either --rate or --load, not both")
+    if args.load is None and (args.cluster or args.nodes or args.gpus_per_node):
+        raise DeepShareError("--cluster/--nodes/--gpus-per-node only size an offered --load; give --load too")
+    total_gpus = cluster_topology(args).total_gpus if args.load is not None else None
+    trace = generate(
+        args.jobs,
+        rate_per_s=args.rate,
+        load=args.load,
+        total_gpus=total_gpus,
+        demand=flagged("--demand", parse_demand, args.demand),
+        mix=flagged("--mix", mix_from_spec, args.mix),
+        median_duration_s=args.median_duration_s,
+        duration_sigma=args.duration_sigma,
+        seed=args.seed,
+    )
+    write_canonical(trace, args.out)
+    stats = trace_stats(trace)
+    out.print(f"wrote {stats.jobs} jobs to {args.out} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", markup=False, highlight=False)
+    return 0
+
+
+def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
+    check_outputs({"--json": args.json}, {"TRACE": args.path})
+    trace = load(args.path, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
+    stats = trace_stats(trace)
+    if args.json:
+        write_json(args.json, {"format": trace.format, **stats.to_dict()}, out, "trace statistics")
+        if to_stdout(args.json):
+            return 0
+    out.print(f"{args.path}: {trace.format} trace", markup=False, highlight=False)
+    rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
+    rows = [
+        ("jobs", f"{stats.jobs} ({stats.skipped} skipped)"),
+        ("submit span", f"{stats.span_s:,.0f} s ({rate})"),
+        ("GPU demand", ", ".join(f"{g} GPUs: {n}" for g, n in sorted(stats.gpu_demand.items()))),
+        ("models", ", ".join(f"{m}: {n}" for m, n in stats.models.items())),
+        ("communication", ", ".join(f"{c}: {n}" for c, n in stats.comm_classes.items())),
+        ("work", f"{stats.gpu_hours:,.1f} GPU-hours; duration mean {stats.mean_duration_s:,.0f} s, median {stats.median_duration_s:,.0f} s"),
+    ]
+    for name, value in rows:
+        out.print(f"  {name:14s} {value}", markup=False, highlight=False)
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    trace = sub.add_parser("trace", help="generate or summarise traces")
+    tsub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    p = tsub.add_parser("generate", help="write a synthetic trace (canonical CSV)")
+    p.add_argument("--jobs", type=job_count, required=True, metavar="N", help="number of jobs")
+    arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
+    arrivals.add_argument("--rate", type=arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
+    arrivals.add_argument("--load", type=offered_load, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
+    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...", help="GPU demand distribution (default 2:1,4:1,8:1)")
+    p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...",
+                   help=f"model mix: {', '.join(MIX_PRESETS)} or a custom list (default random)")
+    p.add_argument("--median-duration-s", type=duration_seconds, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
+    p.add_argument("--duration-sigma", type=duration_sigma, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
+    p.add_argument("--seed", type=seed_value, default=0, help="random seed (default 0)")
+    add_cluster_args(p)
+    p.add_argument("--out", required=True, metavar="PATH", help="output CSV path (an existing file is replaced)")
+    p.set_defaults(func=cmd_trace_generate)
+
+    p = tsub.add_parser("stats", help="summarise a trace")
+    p.add_argument("path", metavar="TRACE")
+    p.add_argument("--format", choices=FORMATS, help="force the trace format")
+    p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...", help="model mix for traces without model names")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed for model assignment (default 0)")
+    add_json_flag(p, "the statistics")
+    p.set_defaults(func=cmd_trace_stats)
