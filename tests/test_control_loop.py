@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from fake_launcher import FakeLauncher
+
 from deepshare.core.contention import make_contention
 from deepshare.core.types import WAIT, DeepShareError, ClusterView, Decision, Launch, Migrate, Placement
 from deepshare.core.workloads import default_catalog
