@@ -2,9 +2,9 @@
 
 ``spec`` (the job spec), ``journal`` (SQLite state machine), ``cluster`` (Ray nodes -> topology),
 ``launcher`` + ``worker`` + ``entry`` (placement groups, one worker actor and process per GPU),
-``loop`` (journal -> view -> policy -> actions), ``api`` + ``models`` (HTTP, behind the guards of
+``loop`` (journal -> view -> policy -> actions, through the ``ports.Launcher`` it is given), ``api`` + ``models`` (HTTP, behind the guards of
 :mod:`deepshare.infra.httpauth`), ``token`` (the API's bearer token), ``logs`` (rank logs under the state
 folder), ``statelock`` + ``private`` (one scheduler per state folder; folders created 0700), ``metrics`` (Prometheus), ``service`` (``deepshare scheduler start``), ``localcluster``
-(``--local``, on loopback), ``httpclient`` + ``cli``.
+(``--local``, on loopback), ``httpclient``; the commands are :mod:`deepshare.cli.scheduler`.
 The job's side is :mod:`deepshare.job`. See ``README.md`` in this folder.
 """

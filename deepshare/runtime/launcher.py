@@ -5,6 +5,9 @@ find it again by name: the placement group ``ds-<job>-a<attempt>`` (detached, on
 node of the placement, pinned to that node with a ``ray.io/node-id`` label selector, holding the
 decided GPUs) and the detached worker actors ``ds-<job>-a<attempt>-r<rank>`` (``num_gpus=1``
 from the bundle, ``num_cpus=0``). Ranks are numbered bundle by bundle, rank 0 on the first.
+
+:class:`RayLauncher` bundles these functions as the control loop's
+:class:`~deepshare.runtime.ports.Launcher`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
-from deepshare.runtime.cluster import NODE_ID_LABEL, ClusterState
+from deepshare.runtime.cluster import NODE_ID_LABEL, ClusterState, current_cluster
 from deepshare.runtime.logs import rank_log_path
 from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir
 from deepshare.runtime.worker import JobWorker, Report, StartOutcome, WorkerLaunch, WorkerStatus, python_argv
@@ -203,3 +206,27 @@ def teardown(job_id: str, attempt: int, world: int) -> None:
         ray.util.remove_placement_group(ray.util.get_placement_group(pg_name(job_id, attempt)))
     except ValueError:
         pass
+
+
+class RayLauncher:
+    """The :class:`~deepshare.runtime.ports.Launcher` on Ray: this module's functions, and the
+    alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.current_cluster`)."""
+
+    def cluster(self) -> ClusterState:
+        return current_cluster()
+
+    def launch(self, job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]],
+               cluster: ClusterState, settings: LaunchSettings, working_dir: str | None) -> None:
+        launch(job_id, attempt, spec, alloc, cluster, settings, working_dir)
+
+    def poll(self, job_id: str, attempt: int, world: int) -> RunStatus:
+        return poll(job_id, attempt, world)
+
+    def request_stop(self, job_id: str, attempt: int, world: int) -> None:
+        request_stop(job_id, attempt, world)
+
+    def exists(self, job_id: str, attempt: int, world: int) -> bool:
+        return exists(job_id, attempt, world)
+
+    def teardown(self, job_id: str, attempt: int, world: int) -> None:
+        teardown(job_id, attempt, world)

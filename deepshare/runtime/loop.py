@@ -2,7 +2,7 @@
 
 Each :meth:`ControlLoop.tick`:
 
-1. reads the alive GPU nodes (:func:`~deepshare.runtime.cluster.current_cluster`);
+1. reads the alive GPU nodes (the launcher's ``cluster()``, or ``cluster_fn`` when given);
 2. polls every running job's workers: finished -> FINISHED, a rank failed -> FAILED, a worker
    or node gone -> QUEUED (resumes from its last checkpoint), cancel asked -> stopped, CANCELLED;
 3. builds the policy's view with :func:`deepshare.core.snapshot.build_view` (the one way a
@@ -18,7 +18,9 @@ failure, at most a minute); after ``max_launch_attempts`` consecutive failures t
 FAILED with the last error. GPUs not granted in time do not count (that is a wait for capacity).
 
 It never branches on a policy's name: any :class:`~deepshare.policies.Policy` (or the HTTP
-placement client, which has the same ``decide``) works.
+placement client, which has the same ``decide``) works. Everything it does on the cluster goes
+through an injected :class:`~deepshare.runtime.ports.Launcher` (Ray's by default), so its logic
+is tested without Ray (``tests/test_control_loop.py``).
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
-from deepshare.runtime import launcher
 from deepshare.runtime.cluster import ClusterState
 from deepshare.runtime.journal import LAUNCH_FAILED, TERMINAL, JobRecord, JobState, Journal, TransitionError
-from deepshare.runtime.launcher import LaunchError, LaunchSettings, RunPhase
+from deepshare.runtime.launcher import LaunchError, LaunchSettings, RayLauncher, RunPhase
+from deepshare.runtime.ports import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,8 @@ class ControlLoop:
         contention: ContentionModel,
         config: LoopConfig = LoopConfig(),
         *,
-        cluster_fn: Callable[[], ClusterState],
+        cluster_fn: Callable[[], ClusterState] | None = None,
+        launcher: Launcher | None = None,
         link_load_fn: Callable[[], Mapping[str, float]] | None = None,
         working_dir: str | None = None,
         policy_name: str = "policy",
@@ -95,7 +98,10 @@ class ControlLoop:
         self.catalog = catalog
         self.contention = contention
         self.config = config
-        self.cluster_fn = cluster_fn
+        self.launcher: Launcher = launcher if launcher is not None else RayLauncher()
+        """Where runs are started, polled, stopped and removed (Ray's when none is given)."""
+        self.cluster_fn: Callable[[], ClusterState] = cluster_fn if cluster_fn is not None else self.launcher.cluster
+        """The alive GPU nodes: ``cluster_fn`` when given, else the launcher's ``cluster``."""
         self.link_load_fn = link_load_fn
         self.working_dir = working_dir
         self.policy_name = policy_name
@@ -115,10 +121,10 @@ class ControlLoop:
         """
         reattached, requeued = [], []
         for job in self.journal.jobs(JobState.RUNNING):
-            if launcher.exists(job.job_id, job.attempt, job.spec.gpus):
+            if self.launcher.exists(job.job_id, job.attempt, job.spec.gpus):
                 reattached.append(job.job_id)
                 continue
-            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+            self.launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
             self.journal.end_run(job.job_id, job.attempt, JobState.QUEUED, "scheduler restarted; run not found")
             requeued.append(job.job_id)
         return reattached, requeued
@@ -128,7 +134,7 @@ class ControlLoop:
         cluster = self.cluster_fn()
         for job_id, attempt, gpus in self.journal.take_orphans():  # runs of quarantined journal rows
             log.warning("removing run %d of quarantined job %s from the cluster", attempt, job_id)
-            launcher.teardown(job_id, attempt, gpus)
+            self.launcher.teardown(job_id, attempt, gpus)
         ended = self._reap(cluster)
         running = self.journal.jobs(JobState.RUNNING)
         queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)
@@ -190,7 +196,7 @@ class ControlLoop:
             if cluster.to_placement(job.placement) is None:
                 self._end(job, JobState.QUEUED, "node lost; requeued to resume from its checkpoint", ended)
                 continue
-            status = launcher.poll(job.job_id, job.attempt, world)
+            status = self.launcher.poll(job.job_id, job.attempt, world)
             if status.report is not None:
                 r = status.report
                 self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
@@ -215,7 +221,7 @@ class ControlLoop:
     def _end(self, job: JobRecord, state: JobState, reason: str, ended: list[tuple[str, str]], *,
              preempted: bool = False, error: str | None = None, teardown: bool = True) -> None:
         if teardown:
-            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+            self.launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
         try:
             self.journal.end_run(job.job_id, job.attempt, state, reason, preempted=preempted, error=error)
         except TransitionError as exc:  # another path ended it first (e.g. cancelled meanwhile)
@@ -228,13 +234,13 @@ class ControlLoop:
     def _stop(self, jobs: Sequence[JobRecord]) -> None:
         """Ask ``jobs`` to checkpoint and exit; after at most ``preempt_grace_s`` remove their runs."""
         for job in jobs:
-            launcher.request_stop(job.job_id, job.attempt, job.spec.gpus)
+            self.launcher.request_stop(job.job_id, job.attempt, job.spec.gpus)
         deadline = time.monotonic() + self.config.preempt_grace_s
         pending = list(jobs)
         while pending and time.monotonic() < deadline:
             still = []
             for job in pending:
-                status = launcher.poll(job.job_id, job.attempt, job.spec.gpus)
+                status = self.launcher.poll(job.job_id, job.attempt, job.spec.gpus)
                 if status.report is not None:
                     r = status.report
                     self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
@@ -247,7 +253,7 @@ class ControlLoop:
             log.warning("job %s did not exit within %g s of the stop request; removing it",
                         job.job_id, self.config.preempt_grace_s)
         for job in jobs:
-            launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+            self.launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
 
     # -- the view ------------------------------------------------------------------------------
     def _remaining_s(self, job: JobRecord) -> float:
@@ -371,8 +377,8 @@ class ControlLoop:
                 cluster: ClusterState) -> LaunchError | None:
         """Create run ``attempt`` of ``job`` (already journalled); the error, or None when it started."""
         try:
-            launcher.launch(job.job_id, attempt, job.spec, alloc, cluster, self.config.launch,
-                            job.spec.working_dir or self.working_dir)
+            self.launcher.launch(job.job_id, attempt, job.spec, alloc, cluster, self.config.launch,
+                                 job.spec.working_dir or self.working_dir)
         except LaunchError as exc:
             return exc
         return None

@@ -28,8 +28,9 @@ from typing import Any, Callable, Mapping
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.policies.base import Policy
-from deepshare.runtime.cluster import ClusterState, current_cluster
+from deepshare.runtime.cluster import ClusterState
 from deepshare.runtime.journal import Journal
+from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.statelock import StateLock
 
@@ -184,8 +185,9 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     metrics = SchedulerMetrics(__version__, policy_name, journal.counts)
     loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
                                                                               log_dir=config.state_dir))
+    ray_launcher = RayLauncher()
     loop = ControlLoop(journal, policy, default_catalog(), make_contention(config.contention), loop_config,
-                       cluster_fn=current_cluster, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
+                       launcher=ray_launcher, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
                        policy_name=policy_name, metrics=metrics)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -193,7 +195,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     reattached, requeued = loop.recover()
 
     def capacity() -> tuple[int, int]:
-        return submission_capacity(current_cluster(), config.max_gpus)
+        return submission_capacity(ray_launcher.cluster(), config.max_gpus)
 
     app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0)
     guarded = guard(app, token=token, bound_host=config.host, allowed_hosts=config.allowed_hosts, metrics=metrics)
@@ -202,7 +204,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     web.start()
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    cluster = current_cluster()
+    cluster = ray_launcher.cluster()
     announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
              f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir}; "
              f"token {'in ' + str(token_file) if token_file else 'from $DEEPSHARE_SCHEDULER_TOKEN'})")
