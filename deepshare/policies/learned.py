@@ -14,6 +14,10 @@ score every candidate row, take the best unmasked row, repeat until the choice i
 
 A scorer maps an observation ``{"observations": (K, F), "action_mask": (K,)}`` to K scores;
 ``deepshare.policies.checkpoint`` provides one backed by a trained RLModule checkpoint.
+
+:func:`take` applies one choice (the chosen row, or on wait the safety net) and is the only such
+rule: :class:`LearnedPolicy` (evaluation and serving) and :class:`deepshare.rl.env.DeepShareEnv`
+(training) both call it, so what is trained and what is served cannot drift apart.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ import numpy as np
 from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick
+from deepshare.policies.base import Observation, Scorer
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 
-Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
+__all__ = ["HybridRules", "LearnedPolicy", "Scorer", "Step", "best_row", "drive", "safety_net", "take"]
 
 
 @dataclass(frozen=True)
@@ -61,15 +66,9 @@ class LearnedPolicy:
     """What the scorer was trained on, and from which file it was loaded."""
 
     def decide(self, view: ClusterView) -> Decision:
-        steps = self.steps(view)
-        try:
-            obs = next(steps)
-            while True:
-                obs = steps.send(self.scorer(obs))
-        except StopIteration as done:
-            return done.value
+        return drive(self.steps(view), self.scorer)
 
-    def steps(self, view: ClusterView) -> Generator[dict[str, np.ndarray], np.ndarray, Decision]:
+    def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
         """:meth:`decide` with the scorer outside: yields each observation, takes its scores.
 
         A server drives this to batch forward passes across concurrent requests; the decision
@@ -80,19 +79,71 @@ class LearnedPolicy:
             obs, rows = encode(partial, self.encoding)
             if len(rows) == 1:
                 break
-            scores = np.where(obs["action_mask"] > 0, (yield obs), -np.inf)
-            action = int(np.argmax(scores))
-            if action == WAIT_INDEX and self.hybrid is not None:
-                fallback = safety_net(partial, rows, self.hybrid)
-                if fallback is None:
-                    break
-                job, placement = fallback
-            elif action == WAIT_INDEX:
+            step = take(partial, rows, obs["action_mask"], best_row((yield obs), obs["action_mask"]), self.hybrid)
+            if step.launched is None:
                 break
-            else:
-                job, placement = rows[action].job, rows[action].placement
-            partial = partial.with_launch(job, placement)  # type: ignore[arg-type]
+            partial = step.partial
         return partial.decision if partial.launches else WAIT
+
+
+def drive(
+    steps: Generator[Observation, np.ndarray, Decision], scorer: Scorer, before_each: Callable[[], None] | None = None
+) -> Decision:
+    """Run a policy's :meth:`~LearnedPolicy.steps` to its decision, scoring with ``scorer`` and
+    calling ``before_each`` (e.g. a deadline check) before every score."""
+    try:
+        obs = next(steps)
+        while True:
+            if before_each is not None:
+                before_each()
+            obs = steps.send(scorer(obs))
+    except StopIteration as done:
+        return done.value
+
+
+def best_row(scores: np.ndarray, mask: np.ndarray) -> int:
+    """The highest-scoring unmasked row (the first of equals)."""
+    return int(np.argmax(np.where(mask > 0, scores, -np.inf)))
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one choice did: the decision so far after it, and the launch it added (if any)."""
+
+    partial: PartialDecision
+    """The decision being built, with :attr:`launched` added."""
+    launched: Candidate | None
+    """The launch made; None: the choice was wait (and no safety net fired), the decision ends."""
+    safety_net: bool = False
+    """The launch is the safety net's, made instead of the chosen wait."""
+    invalid: bool = False
+    """The chosen row was masked or out of range and was replaced (see :func:`take`)."""
+
+
+def take(
+    partial: PartialDecision, rows: list[Candidate], mask: np.ndarray, action: int, rules: HybridRules | None
+) -> Step:
+    """Apply the choice of row ``action`` among ``rows`` (with ``mask``, from one :func:`encode`).
+
+    A masked or out-of-range row counts as wait, or as the first unmasked launch where waiting is
+    masked (it would stall an idle cluster); :class:`LearnedPolicy` picks a masked row only when
+    every unmasked row scores -inf, the env whenever the agent samples one. A launch row is added to the decision; a wait is
+    replaced by the safety net's launch when ``rules`` are given and it has one, and otherwise
+    ends the decision (``launched`` None, ``partial`` unchanged).
+    """
+    action = int(action)
+    invalid = not (0 <= action < len(mask)) or mask[action] == 0
+    if invalid:
+        action = WAIT_INDEX if mask[WAIT_INDEX] else int(np.flatnonzero(mask)[0])
+    choice, by_net = rows[action], False
+    if choice.job is None and rules is not None:
+        fallback = safety_net(partial, rows, rules)
+        if fallback is not None:
+            choice, by_net = Candidate(*fallback), True
+    if choice.job is None:
+        return Step(partial, None, False, invalid)
+    assert choice.placement is not None
+    return Step(partial.with_launch(choice.job, choice.placement), choice, by_net, invalid)
 
 
 def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRules) -> tuple[JobView, Placement] | None:

@@ -44,7 +44,7 @@ from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
 from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.anchor import check_anchor
-from deepshare.policies.learned import HybridRules, safety_net
+from deepshare.policies.learned import HybridRules, take
 
 FEATURE_BOUND = 50.0
 ORIGINAL_ROUND_S = 300.0
@@ -170,20 +170,13 @@ class DeepShareEnv(gym.Env):
             raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
         ep.steps += 1
         info: dict[str, Any] = {}
-        action = int(action)
-        if not (0 <= action < len(ep.mask)) or ep.mask[action] == 0:
+        step = take(ep.partial, ep.rows, ep.mask, int(action), self.config.hybrid_rules)
+        if step.invalid:
             info["invalid_action"] = True
-            action = WAIT_INDEX if ep.mask[WAIT_INDEX] else int(np.flatnonzero(ep.mask)[0])
-        choice = ep.rows[action]
-        rules = self.config.hybrid_rules
-        if choice.job is None and rules is not None:
-            fallback = safety_net(ep.partial, ep.rows, rules)
-            if fallback is not None:
-                info["safety_net"] = True
-                choice = Candidate(*fallback)
-        if choice.job is not None:
-            assert choice.placement is not None
-            ep.partial = ep.partial.with_launch(choice.job, choice.placement)
+        if step.safety_net:
+            info["safety_net"] = True
+        if step.launched is not None:
+            ep.partial = step.partial
             obs = self._encode_current()
             if len(ep.rows) > 1:  # more launches are possible at the same time
                 return obs, 0.0, False, self._truncated(), info

@@ -26,12 +26,13 @@ from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView, PredictFn
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
+from deepshare.policies.base import BatchScorer, Observation, Scorer, SteppedPolicy
+from deepshare.policies.learned import drive
 from deepshare.serving.deadline import NO_DEADLINE, Deadline
 from deepshare.serving.schemas import PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.translate import decision_to_response, request_to_view
 
-AsyncScorer = Callable[[dict[str, np.ndarray]], Awaitable[np.ndarray]]
-Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
+AsyncScorer = Callable[[Observation], Awaitable[np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,11 @@ class PlacementEngine:
         return self.policy.name
 
     @property
-    def batch_scorer(self) -> Callable[[list[dict[str, np.ndarray]]], list[np.ndarray]] | None:
+    def batch_scorer(self) -> Callable[[list[Observation]], list[np.ndarray]] | None:
         """The policy's batched scorer, when it has one (learned policies)."""
-        return getattr(getattr(self.policy, "scorer", None), "batch", None)
+        if isinstance(self.policy, SteppedPolicy) and isinstance(self.policy.scorer, BatchScorer):
+            return self.policy.scorer.batch
+        return None
 
     def view(self, request: PlacementRequest) -> ClusterView:
         return request_to_view(request, self.catalog, self.contention)
@@ -76,18 +79,10 @@ class PlacementEngine:
         batches forward passes across concurrent requests; the decision is the same.
         """
         view = self._bounded_view(request, deadline)
-        steps = getattr(self.policy, "steps", None)
-        if steps is None:
+        if not isinstance(self.policy, SteppedPolicy):
             return self.respond(self.policy.decide(view), view)
-        scorer = score or self.policy.scorer  # type: ignore[attr-defined]
-        run = steps(view)
-        try:
-            obs = next(run)
-            while True:
-                deadline.check()
-                obs = run.send(scorer(obs))
-        except StopIteration as done:
-            return self.respond(done.value, view)
+        decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)
+        return self.respond(decision, view)
 
     async def place_async(
         self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: AsyncScorer | None = None
@@ -96,10 +91,9 @@ class PlacementEngine:
         a server batches concurrent requests' forward passes). For cheap requests only: the
         steps between two awaits run on the loop."""
         view = self._bounded_view(request, deadline)
-        steps = getattr(self.policy, "steps", None)
-        if score is None or steps is None:
+        if score is None or not isinstance(self.policy, SteppedPolicy):
             return self.respond(self.policy.decide(view), view)
-        run = steps(view)
+        run = self.policy.steps(view)
         try:
             await asyncio.sleep(0)  # let requests that arrived together register before scoring
             obs = next(run)
