@@ -7,7 +7,7 @@ the simulator behind it; it answers with a :class:`Decision` that the simulator 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, MutableMapping, MutableSequence, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover - import for annotations only
     from deepshare.core.topology import Topology
@@ -91,11 +91,11 @@ class Placement:
     def total_gpus(self) -> int:
         return sum(g for _, g in self.alloc)
 
-    def fits(self, free: Sequence[int] | Mapping[int, int]) -> bool:
+    def fits(self, free: list[int] | tuple[int, ...] | Mapping[int, int]) -> bool:
         """Whether every node has the GPUs this placement asks for in ``free`` (GPUs per node)."""
         return all(free[node] >= gpus for node, gpus in self.alloc)
 
-    def take(self, free: MutableSequence[int] | MutableMapping[int, int]) -> None:
+    def take(self, free: list[int] | dict[int, int]) -> None:
         """Subtract this placement's GPUs from ``free`` (GPUs per node), in place.
 
         No check: callers validate first (the simulator's ``check_decision``, :meth:`fits`), and
@@ -104,7 +104,7 @@ class Placement:
         for node, gpus in self.alloc:
             free[node] -= gpus
 
-    def release(self, free: MutableSequence[int] | MutableMapping[int, int]) -> None:
+    def release(self, free: list[int] | dict[int, int]) -> None:
         """Give this placement's GPUs back to ``free`` (GPUs per node), in place: undoes :meth:`take`."""
         for node, gpus in self.alloc:
             free[node] += gpus
