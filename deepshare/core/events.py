@@ -1,7 +1,7 @@
 """Event heap: time-ordered, with a kind priority and an insertion counter to break ties.
 
-Equal times pop in a fixed order (completions, then arrivals, then round ticks, then by
-insertion), so the same inputs always give the same event sequence.
+Equal times pop in a fixed order (completions, then arrivals, then round ticks and control
+timers together, by insertion), so the same inputs always give the same event sequence.
 
 Arrivals are known up front and never change, so they are not heap entries: they are a stream
 sorted once by (time, trace position) that :meth:`EventQueue.pop` merges with the heap. That
@@ -23,16 +23,21 @@ class EventKind(IntEnum):
     COMPLETION = 0
     ARRIVAL = 1
     ROUND = 2
+    TIMER = 3
+    """A cluster control's timer (``version`` carries its token). It ranks with ROUND: at equal
+    times ticks and timers pop in the order they were pushed, as when timers rode ROUND."""
 
 
-_ARRIVAL = int(EventKind.ARRIVAL)
+_RANK = {EventKind.COMPLETION: 0, EventKind.ARRIVAL: 1, EventKind.ROUND: 2, EventKind.TIMER: 2}
+"""Tie-break priority at equal times (lower pops first)."""
+_ARRIVAL = _RANK[EventKind.ARRIVAL]
 
 
 class EventQueue:
     def __init__(self, arrival_times: Sequence[float] = ()) -> None:
         """``arrival_times[i]``: when the job at trace position ``i`` arrives; its arrival pops
         as ``(time, ARRIVAL, "", i)``."""
-        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._heap: list[tuple[float, int, int, EventKind, str, int]] = []  # (time, rank, seq, kind, ...)
         self._seq = count()
         order = sorted(range(len(arrival_times)), key=arrival_times.__getitem__)  # stable: ties by position
         self._arrival_order = array("q", order)
@@ -42,7 +47,7 @@ class EventQueue:
     def push(self, time: float, kind: EventKind, job_id: str = "", version: int = 0) -> None:
         if kind is EventKind.ARRIVAL:
             raise ValueError("arrivals are given to the constructor")
-        heapq.heappush(self._heap, (time, int(kind), next(self._seq), job_id, version))
+        heapq.heappush(self._heap, (time, _RANK[kind], next(self._seq), kind, job_id, version))
 
     def _arrival_first(self) -> bool:
         i = self._next_arrival
@@ -59,8 +64,8 @@ class EventQueue:
             i = self._next_arrival
             self._next_arrival = i + 1
             return self._arrival_times[i], EventKind.ARRIVAL, "", self._arrival_order[i]
-        time, kind, _, job_id, version = heapq.heappop(self._heap)
-        return time, EventKind(kind), job_id, version
+        time, _, _, kind, job_id, version = heapq.heappop(self._heap)
+        return time, kind, job_id, version
 
     def peek_time(self) -> float | None:
         if self._arrival_first():

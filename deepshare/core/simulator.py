@@ -17,9 +17,10 @@ Dynamic clusters (the simulated autoscaler, ``deepshare/core/autoscaling/``): pa
 that is not *up* has no free GPUs, so no policy can place there, and the policies' view shows
 it with zero GPUs (``view.total_gpus`` and ``view.utilisation`` count up nodes only). The
 control turns nodes up and down (:meth:`Simulator.set_node_up`, idle nodes only) and sets
-timers (:meth:`Simulator.schedule`) that the event loop hands back to it; it hears about every
-change (:meth:`ClusterControl.on_change`). Timers left when the last job finishes still run,
-so nodes can idle out after the trace. ``report()``'s ``gpu_util`` still divides by every
+timers (:meth:`Simulator.schedule`, TIMER events) that the event loop hands back to it; it
+hears about every change (:meth:`ClusterControl.on_change`); the bookkeeping of nodes and
+timers is :class:`~deepshare.core.nodepool.SimNodePool`'s. Timers left when the last job
+finishes still run, so nodes can idle out after the trace. ``report()``'s ``gpu_util`` still divides by every
 node of the topology; the autoscaling report replaces it by busy / billed GPU-hours. Without a
 control nothing of this happens.
 """
@@ -27,7 +28,8 @@ control nothing of this happens.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel
@@ -35,6 +37,7 @@ from deepshare.core.contention.base import predictor, RunningJob
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
 from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, UtilTimeline, report_from_columns
+from deepshare.core.nodepool import SimNodePool
 from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
@@ -62,11 +65,6 @@ class ClusterControl(Protocol):
         """Events at ``sim.now`` were processed or a decision applied: allocations may differ."""
 
 
-CONTROL_TAG = "#control"
-"""The job-id field of the control's timer events (they ride the ROUND kind: after completions
-and arrivals at the same time)."""
-
-
 class SimulationStalled(DeepShareError):
     """The policy keeps jobs queued on an idle cluster with nothing left to happen."""
 
@@ -92,7 +90,16 @@ class SimConfig:
                 raise DeepShareError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-QUEUED, RUNNING, DONE, REJECTED, PENDING = "queued", "running", "done", "rejected", "pending"
+class SimJobState(Enum):
+    """Where a simulated job is (not the live scheduler's ``deepshare.runtime.journal.JobState``)."""
+
+    PENDING = "pending"
+    """Built at arrival, not yet queued or rejected."""
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    REJECTED = "rejected"
+    """Asks for more GPUs than the cluster has: never runs."""
 
 
 class _Placements(Mapping[str, Placement]):
@@ -146,7 +153,7 @@ class _Job:
         self.ref_thp = catalog.reference_throughput(spec.model, spec.gpus)
         self.work = spec.total_samples if spec.total_samples is not None else spec.duration_s * self.ref_thp
         self.remaining = self.work
-        self.state = PENDING
+        self.state = SimJobState.PENDING
         self.placement: Placement | None = None
         self.iso_rate = self.ratio = self.rate = 0.0
         self.last_update = self.stall_until = 0.0
@@ -201,8 +208,8 @@ class _Job:
             comm_class=self.comm_class,
             preemptions=self.preemptions,
             placement=self.placement,
-            ratio=self.ratio if self.state == RUNNING else 1.0,
-            last_run_s=self.last_run_s if self.state != RUNNING else now - self.run_start,
+            ratio=self.ratio if self.state is SimJobState.RUNNING else 1.0,
+            last_run_s=self.last_run_s if self.state is not SimJobState.RUNNING else now - self.run_start,
             queued_since=self.queued_since,
         )
 
@@ -275,14 +282,9 @@ class Simulator:
         if config.round_s is not None and self._specs:
             self._events.push(config.round_s, EventKind.ROUND)
         self._predict: PredictFn = predictor(self._state)
-        self._up = [True] * len(topology.nodes)
-        self._view_topology = topology
         self._control = control
-        self._live_timers: set[int] = set()
+        self._nodes = SimNodePool(topology, self._free, self._events, control)
         if control is not None:
-            self._up = [False] * len(topology.nodes)
-            self._free = [0] * len(topology.nodes)
-            self._view_topology = self._up_topology()
             control.attach(self)
 
     # -- dynamic clusters (used by a ClusterControl) -----------------------------------------
@@ -294,7 +296,7 @@ class Simulator:
     @property
     def up(self) -> tuple[bool, ...]:
         """Whether each node is up (always all True without a control)."""
-        return tuple(self._up)
+        return self._nodes.up
 
     @property
     def queue_length(self) -> int:
@@ -306,51 +308,28 @@ class Simulator:
 
     def set_node_up(self, node: int, up: bool) -> None:
         """Bring node ``node`` up (its GPUs become free) or take it down (it must be idle)."""
-        if self._control is None:
-            raise DeepShareError("set_node_up needs a simulator built with a ClusterControl")
-        if self._up[node] == up:
-            return
-        capacity = self.topology.capacity[node]
-        if not up and self._free[node] != capacity:
-            raise DeepShareError(f"cannot take down {self.topology.nodes[node].name}: it still runs jobs")
-        self._up[node] = up
-        self._free[node] = capacity if up else 0
-        self._view_topology = self._up_topology()
+        self._nodes.set_up(node, up)
 
     def schedule(self, time: float, token: int, keeps_alive: bool = False) -> None:
         """Hand ``token`` to the control's ``on_timer`` at ``time`` (>= now). A timer that
         ``keeps_alive`` (a node being provisioned) counts as a future event: waiting for it
         never stalls the simulation."""
-        if time < self.now:
-            raise DeepShareError(f"cannot schedule a timer at {time} before now ({self.now})")
-        self._events.push(time, EventKind.ROUND, CONTROL_TAG, token)
-        if keeps_alive:
-            self._live_timers.add(token)
-            self._live_events += 1
+        self._nodes.schedule(time, token, keeps_alive, self.now)
 
-    def _up_topology(self) -> Topology:
-        """The topology the policies see: nodes that are not up have zero GPUs."""
-        if all(self._up):
-            return self.topology
-        nodes = tuple(n if self._up[n.index] else replace(n, gpus=0) for n in self.topology.nodes)
-        return Topology(self.topology.name, nodes, self.topology.rack_uplink_gbps)
-
-    def _fire_timer(self, token: int) -> None:
-        if token in self._live_timers:
-            self._live_timers.discard(token)
-            self._live_events -= 1
-        assert self._control is not None
-        self._control.on_timer(token)
+    @property
+    def _future_events(self) -> bool:
+        """An arrival, valid completion or keep-alive timer is still to come."""
+        return self._live_events > 0 or self._nodes.live_timers > 0
 
     def _drain_control(self) -> None:
         """After the last job: run the control's remaining timers (nodes idling out)."""
         assert self._control is not None
         while self._events:
-            t, kind, tag, token = self._events.pop()
-            if kind is EventKind.ROUND and tag == CONTROL_TAG:
+            t, kind, _, token = self._events.pop()
+            if kind is EventKind.TIMER:
                 self.now = t
                 self.events_processed += 1
-                self._fire_timer(token)
+                self._nodes.fire(token)
                 self._control.on_change()
 
     # -- public API --------------------------------------------------------------------------
@@ -361,7 +340,7 @@ class Simulator:
     @property
     def idle_forever(self) -> bool:
         """Nothing runs and no arrival or completion is to come: waiting now would stall."""
-        return not self._running and self._live_events == 0
+        return not self._running and not self._future_events
 
     @property
     def jobs_in_system_area(self) -> float:
@@ -449,12 +428,12 @@ class Simulator:
             queued = pending
         return ClusterView(
             now=t,
-            topology=self._view_topology,
+            topology=self._nodes.view_topology,
             catalog=self.catalog,
             free=tuple(self._free),
             queued=queued,  # type: ignore[arg-type]
             running=LazyJobs(lambda: self._running_views(t)),
-            future_events=self._live_events > 0,
+            future_events=self._future_events,
             predict=self._predict,
         )
 
@@ -522,7 +501,7 @@ class Simulator:
             _, kind, job_id, version = self._events.pop()
             if kind is EventKind.COMPLETION:
                 job = self._jobs.get(job_id)
-                if job is None or job.state != RUNNING or job.version != version:
+                if job is None or job.state is not SimJobState.RUNNING or job.version != version:
                     continue  # superseded by a re-rate, preemption or migration
             live = True
             self.events_processed += 1
@@ -533,8 +512,8 @@ class Simulator:
                 self._arrive(job, t)
             elif kind is EventKind.COMPLETION:
                 self._complete(self._jobs[job_id], t)  # _stop() retires this completion from _live_events
-            elif job_id == CONTROL_TAG:
-                self._fire_timer(version)
+            elif kind is EventKind.TIMER:
+                self._nodes.fire(version)  # a TIMER event carries the control's token
             elif self._unfinished and self.config.round_s is not None:
                 self._events.push(t + self.config.round_s, EventKind.ROUND)
         if self._control is not None:
@@ -543,14 +522,14 @@ class Simulator:
 
     def _arrive(self, job: _Job, t: float) -> None:
         if job.spec.gpus > self.topology.total_gpus:
-            job.state = REJECTED
+            job.state = SimJobState.REJECTED
             self._unfinished -= 1
             self._retire(job, rejected=True)
             return
         self._enqueue(job, t)
 
     def _enqueue(self, job: _Job, t: float) -> None:
-        job.state = QUEUED
+        job.state = SimJobState.QUEUED
         job.queued_since = t
         self._release_pending()
         self._queue[job.spec.job_id] = job
@@ -560,7 +539,7 @@ class Simulator:
     def _complete(self, job: _Job, t: float) -> None:
         changed = self._stop(job, t)
         job.remaining = 0.0
-        job.state = DONE
+        job.state = SimJobState.DONE
         job.finish = t
         self._unfinished -= 1
         self._rerate(changed, t)
@@ -568,11 +547,10 @@ class Simulator:
 
     # -- placement bookkeeping ---------------------------------------------------------------
     def _start(self, job: _Job, placement: Placement, t: float, overhead: float) -> set[str]:
-        for node, gpus in placement.alloc:
-            self._free[node] -= gpus
+        placement.take(self._free)
         self._busy += job.spec.gpus
         self._record_busy(t)
-        job.state = RUNNING
+        job.state = SimJobState.RUNNING
         job.placement = placement
         job.last_update = t
         job.run_start = t
@@ -591,8 +569,7 @@ class Simulator:
         job.rate = 0.0
         job.last_run_s = t - job.run_start
         assert job.placement is not None
-        for node, gpus in job.placement.alloc:
-            self._free[node] += gpus
+        job.placement.release(self._free)
         self._busy -= job.spec.gpus
         self._record_busy(t)
         del self._running[job.spec.job_id]

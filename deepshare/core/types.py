@@ -67,6 +67,24 @@ class Placement:
     def total_gpus(self) -> int:
         return sum(g for _, g in self.alloc)
 
+    def fits(self, free: list[int] | tuple[int, ...] | Mapping[int, int]) -> bool:
+        """Whether every node has the GPUs this placement asks for in ``free`` (GPUs per node)."""
+        return all(free[node] >= gpus for node, gpus in self.alloc)
+
+    def take(self, free: list[int] | dict[int, int]) -> None:
+        """Subtract this placement's GPUs from ``free`` (GPUs per node), in place.
+
+        No check: callers validate first (the simulator's ``check_decision``, :meth:`fits`), and
+        an unchecked what-if (``free_after`` on a decision not yet validated) may go negative.
+        """
+        for node, gpus in self.alloc:
+            free[node] -= gpus
+
+    def release(self, free: list[int] | dict[int, int]) -> None:
+        """Give this placement's GPUs back to ``free`` (GPUs per node), in place: undoes :meth:`take`."""
+        for node, gpus in self.alloc:
+            free[node] += gpus
+
 
 @dataclass(frozen=True, slots=True)
 class Launch:

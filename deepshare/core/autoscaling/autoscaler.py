@@ -227,11 +227,9 @@ def free_after(view: ClusterView, decision: Decision) -> list[int]:
     if gone:
         for job in view.running:
             if job.job_id in gone and job.placement is not None:
-                for node, gpus in job.placement.alloc:
-                    free[node] += gpus
+                job.placement.release(free)
     for change in (*decision.migrate, *decision.launch):
-        for node, gpus in change.placement.alloc:
-            free[node] -= gpus
+        change.placement.take(free)
     return free
 
 

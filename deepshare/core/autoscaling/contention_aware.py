@@ -27,7 +27,7 @@ class ContentionAwareAutoscaler(Autoscaler):
         vetoed: list[JobView] = []
         for launch in decision.launch:
             job, placement = queued[launch.job_id], launch.placement
-            if any(free[n] < g for n, g in placement.alloc):
+            if not placement.fits(free):
                 continue  # displaced by an earlier launch moved to idle nodes: stays queued
             if job.gpus <= scalable and slowdown(view, job, placement, pending) > threshold:
                 alt = isolated_placement(job.gpus, free, capacity)
@@ -37,8 +37,7 @@ class ContentionAwareAutoscaler(Autoscaler):
                 placement = alt
             kept.append(Launch(job.job_id, placement))
             pending.append((job, placement))
-            for n, g in placement.alloc:
-                free[n] -= g
+            placement.take(free)
         if len(kept) == len(decision.launch) and all(a is b for a, b in zip(kept, decision.launch)):
             return decision, vetoed
         return Decision(launch=tuple(kept), preempt=decision.preempt, migrate=decision.migrate), vetoed
