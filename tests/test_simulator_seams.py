@@ -14,7 +14,8 @@ from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.nodepool import SimNodePool
 from deepshare.core.simulator import SimConfig, SimJobState, SimulationStalled, Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import Decision, DeepShareError, JobSpec, Launch, Placement
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, JobSpec, Launch, Placement
 
 MODEL = "MobileNetV3"
 

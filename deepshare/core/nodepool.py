@@ -15,14 +15,17 @@ ledger of node instances and their cost.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from deepshare.core.errors import DeepShareError
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.topology import Topology
-from deepshare.core.types import DeepShareError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from deepshare.core.simulator import ClusterControl
+
+class TimerTarget(Protocol):
+    """What the pool needs of a cluster control (:class:`~deepshare.core.simulator.ClusterControl`)."""
+
+    def on_timer(self, token: int) -> None: ...
 
 
 class SimNodePool:
@@ -31,7 +34,7 @@ class SimNodePool:
     __slots__ = ("topology", "control", "view_topology", "_free", "_events", "_up", "_live_timers")
 
     def __init__(
-        self, topology: Topology, free: list[int], events: EventQueue, control: "ClusterControl | None"
+        self, topology: Topology, free: list[int], events: EventQueue, control: TimerTarget | None
     ) -> None:
         """``free``: the simulator's free GPUs per node, changed in place here. With a
         ``control`` every node starts down (zero free GPUs) until the control brings it up."""
