@@ -318,10 +318,8 @@ def test_scripted_decisions_are_applied_exactly(tmp_path):
     assert rig.fake.oversubscribed == []
 
 
-@pytest.mark.xfail(strict=True, raises=DeepShareError,
-                   reason="bug: a launch after a migration in one decision: the throughput prediction adds the "
-                          "migrating job to a contention state that still holds it ('already running')")
 def test_a_launch_after_a_migration_in_one_decision(tmp_path):
+    """The migrating job's new run is predicted against the jobs still running, not against itself."""
     policy = Scripted(
         Decision(launch=(Launch("a-1", Placement.of({0: 1})),)),
         Decision(launch=(Launch("b-2", Placement.of({0: 1})),), migrate=(Migrate("a-1", Placement.of({1: 1})),)),

@@ -322,6 +322,9 @@ class ControlLoop:
                 self._end(records[job_id], JobState.QUEUED, "preempted", ended, preempted=True, teardown=False)
             for move in decision.migrate:
                 self._end(records[move.job_id], JobState.QUEUED, "migrating", ended, preempted=True, teardown=False)
+            # Predict the new runs against what still runs: the stopped jobs leave the contention
+            # state (a migrating job would otherwise meet itself at its old place).
+            view = self._view(cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING))
         views = {j.job_id: j for j in (*view.queued, *view.running)}
         pending: list[tuple[JobView, Placement]] = []
         starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
