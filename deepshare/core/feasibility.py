@@ -41,8 +41,7 @@ def check_decision(
         placement = running.get(job_id)
         if placement is None:
             raise InfeasibleDecision(f"cannot {verb} {job_id!r}: it is not running")
-        for node, gpus in placement.alloc:
-            left[node] += gpus
+        placement.release(left)
 
     def take(job_id: str, gpus: int, placement: Placement) -> None:
         if placement.total_gpus != gpus:
