@@ -1,0 +1,6 @@
+"""The scheduling problem and its discrete-event simulator: pure Python and NumPy, no Ray.
+
+Start with ``types`` (jobs, placements, decisions), ``view`` (what a policy sees), ``simulator``
+and ``contention/`` (how co-located jobs slow each other); ``errors`` says how failures are
+reported. See README, "Where things live".
+"""

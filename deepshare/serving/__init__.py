@@ -1,1 +1,7 @@
-"""See the module docstrings."""
+"""The placement service: a policy behind HTTP on Ray Serve, and its Python client.
+
+``schemas`` (the request and response), ``translate`` (request <-> :class:`ClusterView`),
+``engine`` (one loaded policy deciding, without HTTP), ``api`` + ``middleware`` + ``workers`` +
+``deadline`` + ``limits`` (the app and its bounds), ``deployment`` + ``settings`` (Serve),
+``metrics``, ``client`` (:class:`PlacementClient`). See ``README.md`` in this folder.
+"""
