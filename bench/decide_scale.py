@@ -52,7 +52,7 @@ def main() -> None:
         request = PlacementRequest.model_validate(scale_request(args.nodes, args.profile))
         profiler = cProfile.Profile()
         profiler.runcall(engine.place, request)
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         return
     print(f"{args.nodes} x 8-GPU nodes; target: 10,000 pending 1-GPU jobs in <= {TARGET_S:.0f} s in-process")
     for policy in args.policies:

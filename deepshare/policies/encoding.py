@@ -79,12 +79,16 @@ class PartialDecision:
     free: tuple[int, ...] = field(default=())
 
     _state: StepState | None = field(default=None, init=False, repr=False, compare=False)
-    _parent: tuple["PartialDecision", JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
+    _token: object = field(default=None, init=False, repr=False, compare=False)
+    """This partial's identity for its state (a token, not the partial: a chain of partials that
+    referenced each other would keep every step's free vector alive)."""
+    _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
     _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.free:
             object.__setattr__(self, "free", tuple(self.view.free))
+        object.__setattr__(self, "_token", object())
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
         free = list(self.free)
@@ -92,23 +96,23 @@ class PartialDecision:
             free[node] -= gpus
         child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
         object.__setattr__(child, "_state", self._state)
-        object.__setattr__(child, "_parent", (self, job, placement))
+        object.__setattr__(child, "_parent", (self._token, job, placement))
         return child
 
     def state(self) -> StepState:
         """The decision's :class:`StepState`, brought to this partial (in place when it was at
         the parent; rebuilt when it was elsewhere)."""
         state = self._state
-        if state is not None and state.at is not self:
+        if state is not None and state.at is not self._token:
             parent = self._parent
             if parent is not None and state.at is parent[0]:
                 state.advance(parent[1], parent[2])
-                state.at = self
+                state.at = self._token
             else:
                 state = None
         if state is None:
             state = StepState(self.view, self.free, self.launches)
-            state.at = self
+            state.at = self._token
             object.__setattr__(self, "_state", state)
         return state
 
