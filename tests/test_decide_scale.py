@@ -51,12 +51,15 @@ def job(gpus: int) -> JobView:
 @FAST
 @given(frees, st.integers(1, 20), st.lists(st.tuples(st.integers(0, 11), st.integers(1, 8)), max_size=6))
 def test_placements_on_the_index_equal_the_scans(free, need, takes):
-    index = FreeIndex(free)
+    index, lazy = FreeIndex(free), FreeIndex(free)
+    assert index.nonzero() == sum(f > 0 for f in free)  # builds index's buckets; lazy's wait
     for node, gpus in takes:  # an index updated in place answers like a fresh one
         if node < len(free) and index[node] >= gpus:
             free[node] -= gpus
             index.take(Placement(((node, gpus),)))
-    assert list(index) == free and index.total == sum(free)
+            lazy[node] -= gpus
+    assert list(index) == list(lazy) == free and index.total == lazy.total == sum(free)
+    assert list(lazy.ranked()) == list(index.ranked())
     assert list(index.ranked()) == by_most_free(free)
     j = job(need)
     assert consolidated(j, index) == consolidated(j, list(free))

@@ -26,16 +26,25 @@ class FreeIndex(Sequence[int]):
     def __init__(self, free: Sequence[int]) -> None:
         self._free = list(free)
         self.total = sum(self._free)
-        self._buckets: dict[int, list[int]] = {}
-        for node, f in enumerate(self._free):
-            if f > 0:
-                self._buckets.setdefault(f, []).append(node)  # appended in index order: sorted
+        self._buckets: dict[int, list[int]] | None = None  # built on the first question
+
+    @property
+    def _index(self) -> dict[int, list[int]]:
+        """The buckets, built on first use: a decision that asks nothing (nothing fits) pays
+        only for the copy of ``free``."""
+        if self._buckets is None:
+            buckets: dict[int, list[int]] = {}
+            for node, f in enumerate(self._free):
+                if f > 0:
+                    buckets.setdefault(f, []).append(node)  # appended in index order: sorted
+            self._buckets = buckets
+        return self._buckets
 
     def copy(self) -> "FreeIndex":
         other = FreeIndex.__new__(FreeIndex)
         other._free = list(self._free)
         other.total = self.total
-        other._buckets = {f: list(nodes) for f, nodes in self._buckets.items()}
+        other._buckets = None if self._buckets is None else {f: list(n) for f, n in self._buckets.items()}
         return other
 
     # -- Sequence --------------------------------------------------------------------------
@@ -61,13 +70,15 @@ class FreeIndex(Sequence[int]):
         old = self._free[node]
         if old == value:
             return
-        if old > 0:
-            bucket = self._buckets[old]
-            del bucket[bisect_left(bucket, node)]
-            if not bucket:
-                del self._buckets[old]
-        if value > 0:
-            insort(self._buckets.setdefault(value, []), node)
+        buckets = self._buckets
+        if buckets is not None:  # not built yet: the first question builds it from _free
+            if old > 0:
+                bucket = buckets[old]
+                del bucket[bisect_left(bucket, node)]
+                if not bucket:
+                    del buckets[old]
+            if value > 0:
+                insort(buckets.setdefault(value, []), node)
         self._free[node] = value
         self.total += value - old
 
@@ -79,18 +90,20 @@ class FreeIndex(Sequence[int]):
     # -- questions -------------------------------------------------------------------------
     def best_single(self, need: int) -> int | None:
         """The node with the fewest free GPUs that still holds ``need``, lowest index first."""
-        fits = [f for f in self._buckets if f >= need]
-        return self._buckets[min(fits)][0] if fits else None
+        buckets = self._index
+        fits = [f for f in buckets if f >= need]
+        return buckets[min(fits)][0] if fits else None
 
     def ranked(self) -> Iterator[int]:
         """Nodes with free GPUs, most free first, ties by index (as ``by_most_free``)."""
-        for f in sorted(self._buckets, reverse=True):
-            yield from self._buckets[f]
+        buckets = self._index
+        for f in sorted(buckets, reverse=True):
+            yield from buckets[f]
 
     def with_free(self, count: int) -> list[int]:
         """The nodes with exactly ``count`` free GPUs, by index (the index's own list: read only)."""
-        return self._buckets.get(count, [])
+        return self._index.get(count, [])
 
     def nonzero(self) -> int:
         """How many nodes have a free GPU."""
-        return sum(len(nodes) for nodes in self._buckets.values())
+        return sum(len(nodes) for nodes in self._index.values())
