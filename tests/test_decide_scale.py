@@ -211,3 +211,12 @@ def test_the_engine_answers_as_with_the_reference(monkeypatch):
         ref = engine.place(request)
     assert fast == ref
     assert sum(d.action == "place" for d in fast.decisions) > 0
+
+
+def test_the_scale_request_is_a_valid_request_of_the_asked_size():
+    from deepshare.serving.samples import scale_request
+
+    body = scale_request(nodes=8, pending=10, sizes=(1, 2))
+    view = view_of(PlacementRequest.model_validate(body))
+    assert len(view.topology.nodes) == 8 and len(view.queued) == 10 and len(view.running) == 2
+    assert [j.gpus for j in view.queued] == [1, 2] * 5 and view.free == (4, 8, 8, 8, 4, 8, 8, 8)
