@@ -220,3 +220,20 @@ def test_the_scale_request_is_a_valid_request_of_the_asked_size():
     view = view_of(PlacementRequest.model_validate(body))
     assert len(view.topology.nodes) == 8 and len(view.queued) == 10 and len(view.running) == 2
     assert [j.gpus for j in view.queued] == [1, 2] * 5 and view.free == (4, 8, 8, 8, 4, 8, 8, 8)
+
+
+@FAST
+@given(requests(), st.sampled_from([("srsf", "packed"), ("las", "consolidated"), ("dlas", "contention-aware")]),
+       st.integers(0, 4))
+def test_anchor_launch_on_the_state_equals_anchor_pick(request, anchor, launches):
+    from deepshare.policies.anchor import anchor_pick
+    from deepshare.policies.encoding import anchor_launch
+
+    partial = PartialDecision(view_of(request))
+    for _ in range(launches + 1):
+        launched = {launch.job_id for launch in partial.launches}
+        expected = anchor_pick(partial.view, partial.free, launched, partial.pending(), anchor)
+        assert anchor_launch(partial, anchor) == expected
+        if expected is None:
+            break
+        partial = partial.with_launch(*expected)

@@ -157,6 +157,12 @@ def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Pl
     return state.first_placed(("anchor", order), key, PLACEMENTS[place][0])
 
 
+def anchor_launch(partial: PartialDecision, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:
+    """The anchor heuristic's next launch on ``partial`` (what
+    :func:`~deepshare.policies.anchor.anchor_pick` answers, from the decision's state)."""
+    return _anchor_pick(partial.state(), check_anchor(anchor))
+
+
 def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candidate]:
     """Wait, then the distinct (job, placement) launches, at most ``max_candidates`` in all
     (remembered on ``partial``: encode and decode of one partial compute them once)."""
