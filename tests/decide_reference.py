@@ -6,15 +6,17 @@ queue and scans every node, on plain lists (so the placements take their referen
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from deepshare.core.types import ClusterView, JobView, Placement
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.encoding import FEATURES, JOB_FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, _log_hours, _waiting_would_stall
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
+
+if TYPE_CHECKING:
+    from deepshare.core.types import ClusterView, JobView, Placement
 
 
 def anchor_pick(

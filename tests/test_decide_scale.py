@@ -21,7 +21,7 @@ from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load
-from deepshare.core.types import JobView, Placement
+from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import learned, make_policy
 from deepshare.policies.encoding import EncodingConfig, PartialDecision, encode
@@ -43,9 +43,11 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 frees = st.lists(st.integers(0, 8), min_size=1, max_size=12)
 
 
-def job(gpus: int) -> JobView:
-    return JobView(job_id="j", model="FSDP", gpus=gpus, submit_time=0.0, remaining_s=1.0, attained_gpu_s=0.0,
-                   comm_class="heavy")
+def job(gpus: int):
+    """A queued job of ``gpus`` GPUs (taken from a view: the view types move between modules)."""
+    body = {"now": 0.0, "nodes": [{"name": "n0", "gpus": 8, "free_gpus": 8}], "running": [],
+            "pending": [{"job_id": "j", "model": "FSDP", "gpus": 1}]}
+    return dataclasses.replace(view_of(PlacementRequest.model_validate(body)).queued[0], gpus=gpus)
 
 
 @FAST

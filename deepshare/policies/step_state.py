@@ -19,14 +19,17 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
-from deepshare.core.types import ClusterView, JobView, Launch, Placement
+from deepshare.core.types import Launch, Placement
 from deepshare.policies.free_index import FreeIndex
-from deepshare.policies.placement import PlaceFn
 
-Key = Callable[[JobView], tuple]
-Entry = tuple[tuple, int, JobView]  # (key, queue position, job): unique, sorts like a stable sort
+if TYPE_CHECKING:  # annotations only: the view types move between core modules
+    from deepshare.core.types import ClusterView, JobView
+    from deepshare.policies.placement import PlaceFn
+
+Key = Callable[["JobView"], tuple]
+Entry = tuple[tuple, int, "JobView"]  # (key, queue position, job): unique, sorts like a stable sort
 
 
 class StepState:
