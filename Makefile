@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/scale.py  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
 	$(BIN)/python bench/scale.py --burst 20000
+	$(BIN)/python bench/decide_scale.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

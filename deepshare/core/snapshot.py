@@ -90,7 +90,7 @@ def _private_predictor(state: ContentionState) -> PredictFn:
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
         nonlocal last
         keep = len(applied)
-        if pending is not last or len(pending) != keep:
+        if pending is not last or len(pending) < keep:  # the same list, grown: its prefix is applied
             if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
                 keep = 0
                 while (

@@ -13,6 +13,11 @@ any cluster size. Padding rows are masked out. Choosing a launch adds it to a
 
 ``encode(partial)`` -> ``(observation, candidates)`` and ``decode(action, partial)`` are the only
 way a view becomes numbers and a number becomes a launch.
+
+A partial decision and the ones :meth:`PartialDecision.with_launch` derives from it share one
+:class:`~deepshare.policies.step_state.StepState`, updated in place as the decision advances, so
+a step costs what it touches rather than O(queue + nodes); asking about an older partial again
+rebuilds the state (same answers, slower).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import numpy as np
 
 from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView
-from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick, check_anchor
+from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
+from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
+from deepshare.policies.step_state import StepState
 
 COMM_CLASSES = ("low", "medium", "heavy")
 JOB_FEATURES = (
@@ -72,15 +79,43 @@ class PartialDecision:
     launches: tuple[Launch, ...] = ()
     free: tuple[int, ...] = field(default=())
 
+    _state: StepState | None = field(default=None, init=False, repr=False, compare=False)
+    _token: object = field(default=None, init=False, repr=False, compare=False)
+    """This partial's identity for its state (a token, not the partial: a chain of partials that
+    referenced each other would keep every step's free vector alive)."""
+    _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
+    _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if not self.free:
             object.__setattr__(self, "free", tuple(self.view.free))
+        object.__setattr__(self, "_token", object())
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
         free = list(self.free)
         for node, gpus in placement.alloc:
             free[node] -= gpus
-        return PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
+        child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
+        object.__setattr__(child, "_state", self._state)
+        object.__setattr__(child, "_parent", (self._token, job, placement))
+        return child
+
+    def state(self) -> StepState:
+        """The decision's :class:`StepState`, brought to this partial (in place when it was at
+        the parent; rebuilt when it was elsewhere)."""
+        state = self._state
+        if state is not None and state.at is not self._token:
+            parent = self._parent
+            if parent is not None and state.at is parent[0]:
+                state.advance(parent[1], parent[2])
+                state.at = self._token
+            else:
+                state = None
+        if state is None:
+            state = StepState(self.view, self.free, self.launches)
+            state.at = self._token
+            object.__setattr__(self, "_state", state)
+        return state
 
     @property
     def decision(self) -> Decision:
@@ -97,14 +132,18 @@ class Candidate:
     placement: Placement | None
 
 
-def _jobs_offered(partial: PartialDecision, config: EncodingConfig) -> list[JobView]:
-    launched = {launch.job_id for launch in partial.launches}
-    total_free = sum(partial.free)
-    fitting = [j for j in partial.view.queued if j.job_id not in launched and j.gpus <= total_free]
-    oldest = sorted(fitting, key=lambda j: (j.submit_time, j.job_id))[: (config.jobs_considered + 1) // 2]
-    shortest = sorted(fitting, key=lambda j: (j.remaining_s * j.gpus, j.submit_time, j.job_id))
-    chosen = list(oldest)
-    for job in shortest:
+def _oldest_key(job: JobView) -> tuple:
+    return (job.submit_time, job.job_id)
+
+
+def _shortest_key(job: JobView) -> tuple:
+    return (job.remaining_s * job.gpus, job.submit_time, job.job_id)
+
+
+def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
+    """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
+    chosen = state.first("oldest", _oldest_key, (config.jobs_considered + 1) // 2)
+    for job in state.in_order("shortest", _shortest_key):
         if len(chosen) >= config.jobs_considered:
             break
         if job not in chosen:
@@ -112,22 +151,44 @@ def _jobs_offered(partial: PartialDecision, config: EncodingConfig) -> list[JobV
     return chosen
 
 
+def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:
+    """:func:`~deepshare.policies.anchor.anchor_pick` on the decision's state."""
+    order, place = anchor
+    key = ORDERS[order][0](state.view.now)
+    return state.first_placed(("anchor", order), key, PLACEMENTS[place][0])
+
+
+def anchor_launch(partial: PartialDecision, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:
+    """The anchor heuristic's next launch on ``partial`` (what
+    :func:`~deepshare.policies.anchor.anchor_pick` answers, from the decision's state)."""
+    return _anchor_pick(partial.state(), check_anchor(anchor))
+
+
 def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candidate]:
-    """Wait, then the distinct (job, placement) launches, at most ``max_candidates`` in all."""
+    """Wait, then the distinct (job, placement) launches, at most ``max_candidates`` in all
+    (remembered on ``partial``: encode and decode of one partial compute them once)."""
+    known = partial._rows
+    if known is not None and known[0] == config:
+        return known[1]
+    rows = _candidates(partial.state(), config)
+    object.__setattr__(partial, "_rows", (config, rows))
+    return rows
+
+
+def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
     found = [Candidate(None, None)]
-    pending = partial.pending()
+    pending = state.pending
     offered: set[tuple[str, Placement]] = set()
     if config.anchor is not None:
-        launched = {launch.job_id for launch in partial.launches}
-        pick = anchor_pick(partial.view, partial.free, launched, pending, config.anchor)
+        pick = _anchor_pick(state, config.anchor)
         if pick is not None:
             found.append(Candidate(*pick))
             offered.add((pick[0].job_id, pick[1]))
-    for job in _jobs_offered(partial, config):
+    for job in _jobs_offered(state, config):
         seen: set[Placement] = set()
         for name in config.generators:
             place = PLACEMENTS[name][0]
-            placement = place(job, list(partial.free), partial.view, pending)
+            placement = place(job, state.free, state.view, pending)  # type: ignore[arg-type]
             if placement is not None and placement not in seen:
                 seen.add(placement)
                 if (job.job_id, placement) not in offered:
@@ -145,17 +206,16 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows."""
     view = partial.view
     rows = candidates(partial, config)
+    state = partial.state()
     obs = np.zeros((config.max_candidates, len(FEATURES)), dtype=np.float32)
     mask = np.zeros(config.max_candidates, dtype=np.float32)
-    pending = partial.pending()
+    pending = state.pending
     total = view.total_gpus
-    free_total = sum(partial.free)
-    launched = {launch.job_id for launch in partial.launches}
-    waiting = [j for j in view.queued if j.job_id not in launched]
-    demand = sum(j.gpus for j in waiting)
+    free_total = state.free.total
+    demand = state.demand
     glob = (
         1.0 - free_total / total,
-        math.log1p(len(waiting)),
+        math.log1p(state.waiting),
         math.log1p(len(view.running) + len(partial.launches)),
         min(1.0, free_total / demand) if demand else 1.0,
     )

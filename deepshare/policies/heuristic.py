@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from deepshare.core.types import Decision, Launch, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
+from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.order import OrderFactory, is_static
 from deepshare.policies.placement import PlaceFn
 from deepshare.policies.queue_index import QueueIndex
@@ -82,8 +83,8 @@ class HeuristicPolicy:
         job of that demand would fail too: skipping the demand gives the same launches.
         """
         index.sync(view)
-        free = list(view.free)
-        total = sum(free)
+        free = FreeIndex(view.free)  # placements answer from its index; launches update it in place
+        total = free.total
         launches: list[Launch] = []
         pending: list[tuple[JobView, Placement]] = []
         failed: set[int] = set()
@@ -93,25 +94,27 @@ class HeuristicPolicy:
                 failed.add(job.gpus)
                 continue
             index.take(job)
-            for node, gpus in placement.alloc:
-                free[node] -= gpus
+            free.take(placement)
             total -= job.gpus
             launches.append(Launch(job.job_id, placement))
             pending.append((job, placement))
         return Decision(launch=tuple(launches)) if launches else WAIT
 
     def _place_in_order(self, jobs: list[JobView], free: list[int], view: ClusterView) -> tuple[Launch, ...]:
+        """Place ``jobs`` greedily in order; ``free`` (a list) is updated in place as before."""
         launches: list[Launch] = []
         pending: list[tuple[JobView, Placement]] = []
-        total = sum(free)
+        index = FreeIndex(free)
+        total = index.total
         failed: set[int] = set()  # as in _decide_indexed: a demand that failed is skipped
         for job in jobs:
             if job.gpus > total or job.gpus in failed:
                 continue
-            placement = self.place(job, free, view, pending)
+            placement = self.place(job, index, view, pending)
             if placement is None:
                 failed.add(job.gpus)
                 continue
+            index.take(placement)
             for node, gpus in placement.alloc:
                 free[node] -= gpus
             total -= job.gpus

@@ -29,9 +29,9 @@ import numpy as np
 
 from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
-from deepshare.policies.anchor import DEFAULT_ANCHOR, anchor_pick
+from deepshare.policies.anchor import DEFAULT_ANCHOR
 from deepshare.policies.base import Observation, Scorer
-from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, anchor_launch, encode
 
 __all__ = ["HybridRules", "LearnedPolicy", "Scorer", "Step", "best_row", "drive", "safety_net", "take"]
 
@@ -150,8 +150,7 @@ def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRul
     """RL-hybrid's rule: the anchor heuristic's launch to make instead of waiting, if any."""
     view = partial.view
     pending = partial.pending()
-    launched = {launch.job_id for launch in partial.launches}
-    pick = anchor_pick(view, partial.free, launched, pending, rules.anchor)
+    pick = anchor_launch(partial, rules.anchor)  # anchor_pick's answer, from the decision's indexed state
     if pick is None:
         return None
     job, placement = pick

@@ -4,6 +4,11 @@ Each strategy is ``place(job, free, view, pending) -> Placement | None`` where `
 per-node free-GPU list (after launches chosen earlier in the same decision) and ``pending``
 those launches. ``None`` means the job does not fit.
 
+``free`` may be a :class:`~deepshare.policies.free_index.FreeIndex` (what the built-in policies
+pass): the strategies then answer from its index in time proportional to the nodes the answer
+touches, not to the cluster. On a plain list they run the straightforward scans (the reference
+the indexed answers are tested against: both give the same placement).
+
 * ``consolidated`` — fewest nodes: the best-fitting single node when the job fits on one,
   else the nodes with the most free GPUs first.
 * ``spread`` — the original artifact's baseline: one GPU at a time, round-robin over the
@@ -33,13 +38,37 @@ from typing import Callable, Sequence
 
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
+from deepshare.policies.free_index import FreeIndex
 
 Pending = Sequence[tuple[JobView, Placement]]
 PlaceFn = Callable[[JobView, list[int], ClusterView, Pending], "Placement | None"]
 
 
 def consolidated(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
-    return _consolidated(job.gpus, tuple(free))
+    return consolidate(job.gpus, free)
+
+
+def consolidate(need: int, free: Sequence[int]) -> Placement | None:
+    """:func:`consolidated`'s placement of ``need`` GPUs on ``free``."""
+    if isinstance(free, FreeIndex):
+        return _consolidated_indexed(need, free)
+    return _consolidated(need, tuple(free))
+
+
+def _consolidated_indexed(need: int, free: FreeIndex) -> Placement | None:
+    best = free.best_single(need)
+    if best is not None:
+        return Placement(((best, need),))
+    if free.total < need:
+        return None
+    counts: dict[int, int] = {}
+    for node in free.ranked():
+        take = min(free[node], need)
+        counts[node] = take
+        need -= take
+        if need == 0:
+            break
+    return Placement.of(counts)
 
 
 @lru_cache(maxsize=1024)
@@ -66,6 +95,18 @@ def _consolidated(need: int, free: tuple[int, ...]) -> Placement | None:
 
 
 def spread(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
+    if isinstance(free, FreeIndex):
+        need = job.gpus
+        if free.total < need:
+            return None
+        if need <= free.nonzero():  # one round of the round-robin: one GPU on each of the first nodes
+            counts: dict[int, int] = {}
+            for node in free.ranked():
+                counts[node] = 1
+                if len(counts) == need:
+                    break
+            return Placement.of(counts)
+        return _spread(need, free.as_tuple())
     return _spread(job.gpus, tuple(free))
 
 
@@ -100,7 +141,14 @@ def _ranked(free: tuple[int, ...]) -> tuple[int, ...]:
 def even_split(job: JobView, free: list[int], k: int, ranked: list[int] | None = None) -> Placement | None:
     """The job split as evenly as possible over the ``k`` nodes with the most free GPUs
     (``ranked``: :func:`by_most_free` of ``free``, when the caller has it already)."""
-    nodes = (by_most_free(free) if ranked is None else ranked)[:k]
+    if ranked is None and isinstance(free, FreeIndex):
+        nodes = []
+        for node in free.ranked():
+            if len(nodes) == k:
+                break
+            nodes.append(node)
+    else:
+        nodes = (by_most_free(free) if ranked is None else ranked)[:k]
     if len(nodes) < k:
         return None
     base, extra = divmod(job.gpus, k)
@@ -144,8 +192,9 @@ def fit_equivalents(free: Sequence[int], base: Placement, limit: int = 8) -> lis
     multiset of free GPUs behind, so none fragments the cluster more than ``base``."""
     used = set(base.nodes)
     found = [base]
+    indexed = isinstance(free, FreeIndex)
     for node, take in base.alloc:
-        for other in range(len(free)):
+        for other in free.with_free(free[node]) if indexed else range(len(free)):  # type: ignore[attr-defined]
             if other in used or free[other] != free[node]:
                 continue
             counts = dict(base.alloc)
@@ -185,16 +234,33 @@ def min_nodes(gpus: int, capacity: tuple[int, ...]) -> int:
     return len(capacity)
 
 
+_LAST_CAPACITY: tuple[tuple[int, ...], dict[int, int]] | None = None
+
+
+def _min_nodes_of(gpus: int, capacity: tuple[int, ...]) -> int:
+    """:func:`min_nodes`, remembered for the last capacity tuple seen (by identity: a topology
+    keeps one, and hashing 4,096 capacities per call costs more than the answer)."""
+    global _LAST_CAPACITY
+    entry = _LAST_CAPACITY  # one read: another thread may replace it meanwhile
+    if entry is None or entry[0] is not capacity:
+        entry = (capacity, {})
+        _LAST_CAPACITY = entry
+    known = entry[1]
+    if gpus not in known:
+        known[gpus] = min_nodes(gpus, capacity)
+    return known[gpus]
+
+
 def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
     """The ``packed`` strategy with its own relaxation wait (seconds, >= 0)."""
     if not relax_after_s >= 0:
         raise ValueError(f"relax_after_s must be >= 0, got {relax_after_s}")
 
     def packed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
-        placement = _consolidated(job.gpus, tuple(free))
+        placement = consolidate(job.gpus, free)
         if placement is None:
             return None
-        if placement.num_nodes <= min_nodes(job.gpus, tuple(view.topology.capacity)):
+        if placement.num_nodes <= _min_nodes_of(job.gpus, view.topology.capacity):
             return placement
         return placement if view.now - job.queued_since >= relax_after_s else None
 

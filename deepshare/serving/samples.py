@@ -37,3 +37,24 @@ def large_request(nodes: int = 64, pending: int = 64) -> dict[str, Any]:
             for i in range(pending)
         ],
     }
+
+
+def scale_request(nodes: int = 4096, pending: int = 1000, sizes: tuple[int, ...] = (1,), gpus: int = 8) -> dict[str, Any]:
+    """``nodes`` ``gpus``-GPU nodes, a quarter of them half busy (4-GPU jobs), ``pending`` queued
+    jobs whose demands cycle through ``sizes``: the scale benchmark's request (issue 14)."""
+    busy = range(0, nodes, 4)
+    return {
+        "now": 50000.0,
+        "nodes": [
+            {"name": f"n{i}", "gpus": gpus, "free_gpus": gpus // 2 if i % 4 == 0 else gpus} for i in range(nodes)
+        ],
+        "running": [
+            {"job_id": f"r{i}", "model": MODELS[i % 4], "placement": {f"n{i}": gpus // 2}, "attained_gpu_s": 10.0 * i}
+            for i in busy
+        ],
+        "pending": [
+            {"job_id": f"p{i}", "model": MODELS[i % 5], "gpus": sizes[i % len(sizes)], "submitted_at": float(i),
+             "remaining_s": 100.0 + (i * 7919) % 5000}
+            for i in range(pending)
+        ],
+    }

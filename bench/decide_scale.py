@@ -1,0 +1,82 @@
+"""Decision time as pending jobs grow on a 4,096-node cluster (issue 14, item 1).
+
+One placement request, 4,096 8-GPU nodes (a quarter half-busy), N pending jobs
+(N = 500 .. 10,000 1-GPU jobs, plus a mixed 1/2/4/8-GPU case), decided in-process by
+:class:`PlacementEngine` (no request limits, no HTTP) for rl-hybrid and two heuristics. Prints
+seconds per decision, the exponent of a power-law fit over N, and the target (10,000 pending in
+<= 2 s in-process; judged on CPU seconds, as the wall time of a shared machine is mostly other
+processes' load). ``--profile N`` prints the cProfile top of one rl-hybrid decision instead.
+Figures only: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import os
+import pstats
+import time
+
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.samples import scale_request
+from deepshare.serving.schemas import PlacementRequest
+
+POLICIES = ("rl-hybrid", "srsf+packed", "las+consolidated")
+TARGET_S = 2.0
+
+
+def time_one(engine: PlacementEngine, request: PlacementRequest) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds of this process (the honest figure on a shared machine), launches."""
+    start, cpu = time.perf_counter(), time.process_time()
+    response = engine.place(request)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu, sum(d.action == "place" for d in response.decisions)
+
+
+def exponent(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of log(seconds) on log(N)."""
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(max(s, 1e-9)) for _, s in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=4096)
+    parser.add_argument("--pending", type=int, nargs="+", default=[500, 1000, 2000, 5000, 10000])
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="skip larger N once one decision takes longer")
+    parser.add_argument("--profile", type=int, default=0, help="profile one rl-hybrid decision with this many pending")
+    args = parser.parse_args()
+    if args.profile:
+        engine = PlacementEngine(EngineSettings(policy=args.policies[0]))
+        request = PlacementRequest.model_validate(scale_request(args.nodes, args.profile))
+        profiler = cProfile.Profile()
+        profiler.runcall(engine.place, request)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        return
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.nodes} x 8-GPU nodes; target: 10,000 pending 1-GPU jobs in <= {TARGET_S:.0f} s in-process")
+    for policy in args.policies:
+        engine = PlacementEngine(EngineSettings(policy=policy))
+        points: list[tuple[int, float]] = []  # (N, CPU seconds): wall time on a shared machine is noise
+        for n in args.pending:
+            seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, n)))
+            points.append((n, cpu))
+            print(f"  {policy:18s} pending {n:6d} (1-GPU):   {seconds:7.2f} s ({cpu:6.2f} s CPU), {placed} placed", flush=True)
+            if seconds > args.max_seconds:  # wall: what a caller waits
+                print(f"  {policy:18s} stopping: over {args.max_seconds:.0f} s")
+                break
+        mixed = args.pending[-1]
+        seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, mixed, (1, 2, 4, 8))))
+        print(f"  {policy:18s} pending {mixed:6d} (1/2/4/8): {seconds:7.2f} s ({cpu:6.2f} s CPU), {placed} placed")
+        if len(points) >= 2:
+            last_n, last_cpu = points[-1]
+            verdict = "meets" if last_n >= 10000 and last_cpu <= TARGET_S else "misses"
+            print(f"  {policy:18s} fitted exponent (CPU s over N) {exponent(points):.2f}; {verdict} the target "
+                  f"({last_n} pending: {last_cpu:.2f} s CPU vs <= {TARGET_S:.0f} s at 10,000)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Free GPUs per node with an index by free count, updated in place as a decision launches.
+
+A decision on a large cluster asks the same questions at every step: the best-fitting single
+node for a demand, the nodes with the most free GPUs, the nodes with the same free count as a
+given one. Scanning (and hashing) the whole free vector for each costs O(nodes) per question,
+and a decision of thousands of launches turns that into minutes. :class:`FreeIndex` keeps, for
+each free count, the sorted indices of the nodes that have it (a handful of counts: GPUs per
+node), so each question walks only the nodes its answer contains, and :meth:`take` moves the
+few nodes a launch touches between buckets.
+
+It is a ``Sequence[int]`` of the free GPUs by node index too, so code written for a
+plain list (the reference placements) answers the same on it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import Iterator, Sequence
+
+from deepshare.core.types import Placement
+
+
+class FreeIndex(Sequence[int]):
+    __slots__ = ("_free", "_buckets", "total")
+
+    def __init__(self, free: Sequence[int]) -> None:
+        self._free = list(free)
+        self.total = sum(self._free)
+        self._buckets: dict[int, list[int]] | None = None  # built on the first question
+
+    @property
+    def _index(self) -> dict[int, list[int]]:
+        """The buckets, built on first use: a decision that asks nothing (nothing fits) pays
+        only for the copy of ``free``."""
+        if self._buckets is None:
+            buckets: dict[int, list[int]] = {}
+            for node, f in enumerate(self._free):
+                if f > 0:
+                    buckets.setdefault(f, []).append(node)  # appended in index order: sorted
+            self._buckets = buckets
+        return self._buckets
+
+    def copy(self) -> "FreeIndex":
+        other = FreeIndex.__new__(FreeIndex)
+        other._free = list(self._free)
+        other.total = self.total
+        other._buckets = None if self._buckets is None else {f: list(n) for f, n in self._buckets.items()}
+        return other
+
+    # -- Sequence --------------------------------------------------------------------------
+    def __getitem__(self, node):  # type: ignore[no-untyped-def, override]
+        return self._free[node]
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._free)
+
+    def __setitem__(self, node: int, value: int) -> None:
+        # Code written for a plain list may update it in place: the buckets follow.
+        self.set(node, value)
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return tuple(self._free)
+
+    # -- updates ---------------------------------------------------------------------------
+    def set(self, node: int, value: int) -> None:
+        """Node ``node`` has ``value`` free GPUs now."""
+        old = self._free[node]
+        if old == value:
+            return
+        buckets = self._buckets
+        if buckets is not None:  # not built yet: the first question builds it from _free
+            if old > 0:
+                bucket = buckets[old]
+                del bucket[bisect_left(bucket, node)]
+                if not bucket:
+                    del buckets[old]
+            if value > 0:
+                insort(buckets.setdefault(value, []), node)
+        self._free[node] = value
+        self.total += value - old
+
+    def take(self, placement: Placement) -> None:
+        """``placement``'s GPUs are no longer free."""
+        for node, gpus in placement.alloc:
+            self.set(node, self._free[node] - gpus)
+
+    # -- questions -------------------------------------------------------------------------
+    def best_single(self, need: int) -> int | None:
+        """The node with the fewest free GPUs that still holds ``need``, lowest index first."""
+        buckets = self._index
+        fits = [f for f in buckets if f >= need]
+        return buckets[min(fits)][0] if fits else None
+
+    def ranked(self) -> Iterator[int]:
+        """Nodes with free GPUs, most free first, ties by index (as ``by_most_free``)."""
+        buckets = self._index
+        for f in sorted(buckets, reverse=True):
+            yield from buckets[f]
+
+    def with_free(self, count: int) -> list[int]:
+        """The nodes with exactly ``count`` free GPUs, by index (the index's own list: read only)."""
+        return self._index.get(count, [])
+
+    def nonzero(self) -> int:
+        """How many nodes have a free GPU."""
+        return sum(len(nodes) for nodes in self._index.values())
