@@ -53,6 +53,7 @@ node_types:
 """
 
 
+@pytest.mark.slow  # a fake autoscaling Ray cluster
 def test_live_scheduler_on_a_fake_autoscaling_cluster_scales_up_runs_everything_and_scales_down():
     pytest.importorskip("torch")
     work = Path(tempfile.mkdtemp(prefix="ds-al-"))  # short: Ray's socket paths must stay < 108 bytes

@@ -325,6 +325,7 @@ def synthetic_catalog() -> tuple[Catalog, np.ndarray]:
     return Catalog(isolated, ratios), truth
 
 
+@pytest.mark.slow  # a multi-start calibration fit
 def test_calibration_recovers_a_synthetic_table():
     catalog, truth = synthetic_catalog()
     result = calibrate(catalog, folds=2, starts=2, seed=0)

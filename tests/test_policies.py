@@ -172,6 +172,7 @@ def test_contention_aware_without_contention_takes_consolidated():
     assert contention_aware(big, [1, 1, 1, 1], empty.view()) is None
 
 
+@pytest.mark.slow  # link-model simulations of a full trace
 @pytest.mark.parametrize("order", ["srsf", "las"])
 def test_contention_aware_at_least_as_good_as_consolidated_under_link(order):
     # Under the link model the old contention-aware was up to 2.5x worse than consolidated
