@@ -401,6 +401,7 @@ def test_calibrate_rejects_bad_arguments():
 
 
 # -- simulations under the link model ------------------------------------------------------------
+@pytest.mark.slow  # every bundled trace under the link model
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.stem)
 def test_link_model_finishes_every_bundled_trace(path):
     sim = Simulator(load_topology("testbed"), load(path).jobs, make_contention("link"))

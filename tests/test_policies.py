@@ -40,6 +40,7 @@ def test_bundled_traces_are_there():
     assert all(len(trace_jobs(p)) == 256 for p in TRACES)
 
 
+@pytest.mark.slow  # every policy on every bundled 256-job trace
 @pytest.mark.parametrize("name", policy_names())
 def test_every_policy_finishes_every_bundled_trace(name):
     # Event-driven decision points on all ten traces; the evaluation trace also with the
