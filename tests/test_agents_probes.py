@@ -645,11 +645,9 @@ def test_cli_probe_table() -> None:
     assert rc == 0 and "ethernet: available" in out and "infiniband:" in out and "nvml:" in out
 
 
-def test_cli_errors_are_one_line_without_a_cluster() -> None:
+def test_cli_errors_are_one_line_without_a_cluster(no_ray) -> None:
     import ray
 
-    if ray.is_initialized():
-        pytest.skip("needs a process that is not already connected to Ray")
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

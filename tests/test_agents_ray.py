@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 import time
 import urllib.request
 from typing import Any, Callable
@@ -18,11 +16,13 @@ from typing import Any, Callable
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from deepshare.agents import AgentConfig, ReplayProbes  # noqa: E402
 from deepshare.agents.monitor import ContentionMonitor  # noqa: E402
+from raytools import ray_tmpdir, start_cluster, stop_cluster  # noqa: E402
 from test_agents_probes import run_cli  # noqa: E402  (tests/ is on sys.path under pytest)
+
+pytestmark = pytest.mark.slow  # a fake 3-node Ray cluster for the whole module
 
 NODE_ARGS = dict(num_cpus=1, object_store_memory=80 * 1024**2)
 LOADS = {
@@ -46,21 +46,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 @pytest.fixture(scope="module")
 def cluster():
-    tmp = tempfile.mkdtemp(prefix="ds-ray-")  # short: Ray's socket paths must stay < 108 bytes
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RAY_TMPDIR", tmp)
-    c = Cluster(initialize_head=True, head_node_args=dict(NODE_ARGS, resources={"n0": 1}, include_dashboard=False))
-    for i in (1, 2):
-        c.add_node(**NODE_ARGS, resources={f"n{i}": 1})
-    ray.init(address=c.address)
-    c.wait_for_nodes()
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        mp.undo()
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_tmpdir():
+        c = start_cluster(dict(NODE_ARGS, resources={"n0": 1}), [dict(NODE_ARGS, resources={f"n{i}": 1}) for i in (1, 2)],
+                          connect={})
+        try:
+            yield c
+        finally:
+            stop_cluster(c)
 
 
 @pytest.fixture(scope="module")

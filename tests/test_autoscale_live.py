@@ -16,7 +16,7 @@ import pytest
 
 from deepshare.raycluster.demand_bridge import DemandBridge, demand_bundles
 from deepshare.raycluster.fake_autoscaling import autoscaling_config
-from deepshare.experiments.autoscale_live import DEFAULT_SPEC, DEFAULT_TRACE, LiveJob, run_live_experiment
+from deepshare.experiments.autoscale_live import DEFAULT_SPEC, LiveJob, run_live_experiment
 from deepshare.core.autoscaling import parse_autoscale_spec
 
 
@@ -53,6 +53,7 @@ node_types:
 """
 
 
+@pytest.mark.slow  # a fake autoscaling Ray cluster
 def test_live_scheduler_on_a_fake_autoscaling_cluster_scales_up_runs_everything_and_scales_down():
     pytest.importorskip("torch")
     work = Path(tempfile.mkdtemp(prefix="ds-al-"))  # short: Ray's socket paths must stay < 108 bytes

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import cli
 
 import deepshare.experiments.scenario
 from deepshare.cli import main
@@ -38,15 +39,6 @@ def _plain_console(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _CONSOLE_ENV:
         monkeypatch.delenv(name, raising=False)
 
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    """Run ``deepshare ARGV`` in-process: (exit status, stdout, stderr). argparse errors exit too."""
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def simulate_args(*extra: object, trace: object = BUNDLED, policy: str = "las+consolidated") -> list[object]:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import cli as run  # (exit status, stdout, stderr)
 
-from deepshare.cli import main
 from deepshare.core.contention.link import load_link_catalog
 from deepshare.core.contention.link.calibrate import Dataset, PairModel
 from deepshare.core.contention.link.samples import parse_samples
@@ -36,12 +36,7 @@ def write_profiles(folder: Path) -> None:
     (folder / "shared_thp_ratio.csv").write_text(header + rows)
 
 
-def run(capsys, *args):
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
+@pytest.mark.slow  # a calibration fit (~9 s on a busy box)
 def test_calibrate_writes_report_and_parameters_usable_by_simulate(capsys, tmp_path):
     write_profiles(tmp_path / "prof")
     rc, out, err = run(capsys, "calibrate", "--profiles", tmp_path / "prof", "--starts", 1, "--folds", 2,
@@ -128,6 +123,7 @@ def test_bad_samples_name_line_and_field(text, needle):
         parse_samples(text, "s.csv")
 
 
+@pytest.mark.slow  # two calibrations, one in 2 worker processes
 def test_calibrate_shows_a_line_per_finished_fit_and_keeps_the_serial_answer(capsys, tmp_path):
     """No terminal: one opening line, then one line per fit (full fit, each fold) with its start count."""
     import re
@@ -156,6 +152,7 @@ def test_calibrate_shows_a_line_per_finished_fit_and_keeps_the_serial_answer(cap
     assert "link model fitted to" in " ".join(err.split())  # with --json -, the tables went to stderr
 
 
+@pytest.mark.slow  # a calibration fit
 def test_calibrate_shows_a_bar_on_a_terminal(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
     monkeypatch.setenv("FORCE_COLOR", "1")

@@ -152,6 +152,7 @@ def _cases(tmp: Path) -> list[tuple[list[object], Path, list[str]]]:
     ]
 
 
+@pytest.mark.slow  # many CLI runs
 def test_outputs_never_overwrite_inputs(capsys, tmp_path) -> None:
     (tmp_path / "jct_cdf.png").write_bytes(_copy(tmp_path, SMALL).read_bytes())
     for argv, keep, needles in _cases(tmp_path):

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from fake_launcher import FakeLauncher
 
 from deepshare.core.contention import make_contention
-from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, Launch, Migrate, Placement, WAIT
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy

@@ -59,6 +59,7 @@ def _run_until_stopped(args: list[str], monkeypatch, stop_after_calls: int | Non
     assert ddp_mlp.main(args) == 0
 
 
+@pytest.mark.slow  # trains the example job twice
 def test_example_job_resumes_exactly(env, monkeypatch, tmp_path):
     args = ["--steps", "40", "--batch", "8", "--checkpoint-every", "100"]
     monkeypatch.setenv("DEEPSHARE_CHECKPOINT_DIR", str(tmp_path / "straight"))

@@ -327,6 +327,7 @@ def synthetic_catalog() -> tuple[Catalog, np.ndarray]:
     return Catalog(isolated, ratios), truth
 
 
+@pytest.mark.slow  # a multi-start calibration fit
 def test_calibration_recovers_a_synthetic_table():
     catalog, truth = synthetic_catalog()
     result = calibrate(catalog, folds=2, starts=2, seed=0)
@@ -402,6 +403,7 @@ def test_calibrate_rejects_bad_arguments():
 
 
 # -- simulations under the link model ------------------------------------------------------------
+@pytest.mark.slow  # every bundled trace under the link model
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.stem)
 def test_link_model_finishes_every_bundled_trace(path):
     sim = Simulator(load_topology("testbed"), load(path).jobs, make_contention("link"))

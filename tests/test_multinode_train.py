@@ -9,31 +9,16 @@ on two other nodes while the learner ran in the driver.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 import pytest
 
 from deepshare.cli import main
+from raytools import ray_tmpdir
+
+pytestmark = pytest.mark.slow  # fake Ray clusters and RLlib training
 
 TINY = Path(__file__).resolve().parent / "fixtures" / "rl" / "tiny.yaml"
-
-
-@pytest.fixture
-def fake_cluster(tmp_path_factory, monkeypatch):
-    import ray
-
-    from deepshare.raycluster.fakecluster import FakeNode, start_fake_cluster
-
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = start_fake_cluster([FakeNode(cpus=1, fabric="pcie"), FakeNode(cpus=1, fabric="nvlink")])
-    try:
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()  # stops only the processes this cluster started
 
 
 def test_train_joins_a_multi_node_cluster_and_runs_env_runners_on_the_workers(fake_cluster, tmp_path, capsys):
@@ -52,9 +37,9 @@ def test_train_joins_a_multi_node_cluster_and_runs_env_runners_on_the_workers(fa
     assert "policy written to" in capsys.readouterr().out
 
 
-def test_cluster_fake_starts_prints_the_address_and_stops(tmp_path_factory, monkeypatch, capsys):
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
-    assert main(["cluster", "fake", "--workers", "1", "--for-s", "0"]) == 0
-    out = capsys.readouterr().out
-    assert "address" in out and "--num-env-runners 1" in out and "fake cluster stopped" in out
-    assert main(["cluster", "fake", "--fabrics", "copper", "--for-s", "0"]) == 2
+def test_cluster_fake_starts_prints_the_address_and_stops(capsys):
+    with ray_tmpdir():
+        assert main(["cluster", "fake", "--workers", "1", "--for-s", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "address" in out and "--num-env-runners 1" in out and "fake cluster stopped" in out
+        assert main(["cluster", "fake", "--fabrics", "copper", "--for-s", "0"]) == 2

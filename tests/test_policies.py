@@ -42,6 +42,7 @@ def test_bundled_traces_are_there():
     assert all(len(trace_jobs(p)) == 256 for p in TRACES)
 
 
+@pytest.mark.slow  # every policy on every bundled 256-job trace
 @pytest.mark.parametrize("name", policy_names())
 def test_every_policy_finishes_every_bundled_trace(name):
     # Event-driven decision points on all ten traces; the evaluation trace also with the
@@ -174,6 +175,7 @@ def test_contention_aware_without_contention_takes_consolidated():
     assert contention_aware(big, [1, 1, 1, 1], empty.view()) is None
 
 
+@pytest.mark.slow  # link-model simulations of a full trace
 @pytest.mark.parametrize("order", ["srsf", "las"])
 def test_contention_aware_at_least_as_good_as_consolidated_under_link(order):
     # Under the link model the old contention-aware was up to 2.5x worse than consolidated

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,13 @@ TRACE = Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One real 1-iteration run, then one resumed iteration (Ray starts and stops here)."""
-    import ray
-
-    os.environ.setdefault("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+def trained(tmp_path_factory, ray_local):
+    """One real 1-iteration run, then one resumed iteration, on the session's local Ray (``train``
+    uses the Ray this process is connected to)."""
     run = tmp_path_factory.mktemp("run") / "tiny"
-    try:
-        assert main(["train", str(TINY), "--out", str(run)]) == 0
-        first = sorted(p.name for p in (run / "checkpoints").iterdir())
-        assert main(["train", str(TINY), "--resume", str(run), "--iterations", "2"]) == 0
-    finally:
-        ray.shutdown()
+    assert main(["train", str(TINY), "--out", str(run)]) == 0
+    first = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert main(["train", str(TINY), "--resume", str(run), "--iterations", "2"]) == 0
     return run, first
 
 

@@ -21,6 +21,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.slow  # a real scheduler subprocess with its own Ray
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

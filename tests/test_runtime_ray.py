@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,8 +22,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
-from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.placement_group import placement_group_table  # noqa: E402
+from raytools import ray_tmpdir, start_cluster, stop_cluster  # noqa: E402
 
 from deepshare.core.contention import make_contention  # noqa: E402
 from deepshare.core.types import Decision, Launch, Migrate, Placement  # noqa: E402
@@ -36,6 +34,8 @@ from deepshare.runtime.cluster import NAME_LABEL, current_cluster  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
 from deepshare.runtime.loop import ControlLoop, LoopConfig, TickReport  # noqa: E402
 from deepshare.runtime.spec import job_checkpoint_dir, spec_from_json  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a fake multi-node Ray cluster and real DDP jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = dict(num_cpus=1, num_gpus=4, object_store_memory=80 * 1024**2)
@@ -54,22 +54,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, every: 
 
 @pytest.fixture(scope="module")
 def cluster():
-    tmp = tempfile.mkdtemp(prefix="ds-rt-")  # short: Ray's socket paths must stay < 108 bytes
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RAY_TMPDIR", tmp)
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=0, include_dashboard=False,
-                                                          object_store_memory=80 * 1024**2))
-    for i in range(2):
-        c.add_node(**NODE, labels={NAME_LABEL: f"node{i}"})
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="deepshare", log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        mp.undo()
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_tmpdir("ds-rt-"):
+        c = start_cluster(dict(num_cpus=1, num_gpus=0, object_store_memory=80 * 1024**2),
+                          [dict(NODE, labels={NAME_LABEL: f"node{i}"}) for i in range(2)],
+                          connect=dict(namespace="deepshare", log_to_driver=False))
+        try:
+            yield c
+        finally:
+            stop_cluster(c)
 
 
 def spec(name: str, gpus: int, ckpt: Path, steps: int, sleep: float = 0.0, model: str = "GraphSage",

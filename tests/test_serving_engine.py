@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import cli
 from hypothesis import HealthCheck, given, settings
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
@@ -146,13 +147,9 @@ def test_inconsistent_requests_name_the_field(change, loc, text):
 
 
 def serve_cli(capsys, *argv: str) -> tuple[int, str]:
-    from deepshare.cli import main
-
-    try:
-        rc = main(["serve", *argv])
-    except SystemExit as exc:  # argparse usage errors
-        rc = exc.code
-    return rc, capsys.readouterr().err
+    """``deepshare serve ARGV`` in this process: (exit status, stderr)."""
+    rc, _, err = cli(capsys, "serve", *argv)
+    return rc, err
 
 
 @pytest.mark.parametrize(

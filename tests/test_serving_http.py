@@ -27,6 +27,8 @@ from deepshare.core.topology import load_topology
 from deepshare.core.traces import load
 from deepshare.policies import make_policy
 
+pytestmark = pytest.mark.slow  # a real `deepshare serve` (Ray Serve) subprocess
+
 TOKEN = "test-token-123"
 BODY_LIMIT = 100_000
 TRACE = Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"

@@ -507,6 +507,7 @@ print(json.dumps(out, sort_keys=True))
 """
 
 
+@pytest.mark.slow  # simulations in subprocesses
 def test_deterministic_across_processes_and_hash_seeds():
     outputs = []
     for seed in ("0", "4242"):

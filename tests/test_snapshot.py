@@ -36,6 +36,7 @@ def rebuilt(view: ClusterView, contention) -> ClusterView:
     )
 
 
+@pytest.mark.slow  # a full simulation per case
 @pytest.mark.parametrize("contention_name", ["profiled", "link"])
 @pytest.mark.parametrize("name", [n for n in policy_names() if "preempt" not in n][::3] + ["rl-hybrid", "las+spread+preempt"])
 def test_rebuilt_views_give_the_simulators_decisions(name, contention_name):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -99,11 +98,9 @@ def test_cli_bad_flag_values_exit_2(capsys):
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    """One real sweep: 2 learning rates x 1 iteration of a tiny config (sampling in the learner's process)."""
-    import ray
-
-    os.environ.setdefault("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+def sweep(tmp_path_factory, ray_local):
+    """One real sweep on the session's local Ray (2 CPUs): 2 learning rates x 1 iteration of a tiny
+    config (sampling in the learner's process)."""
     folder = tmp_path_factory.mktemp("tune")
     raw = yaml.safe_load(TINY.read_text())
     raw["ppo"]["train_batch_size_per_learner"] = 100
@@ -112,11 +109,8 @@ def sweep(tmp_path_factory):
     config.write_text(yaml.safe_dump(raw))
     out = folder / "out"
     printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):
-            rc = main(["tune", str(config), "--grid", "ppo.lr=0.0001,0.01", "--iterations", "1", "--out", str(out)])
-    finally:
-        ray.shutdown()
+    with contextlib.redirect_stdout(printed):
+        rc = main(["tune", str(config), "--grid", "ppo.lr=0.0001,0.01", "--iterations", "1", "--out", str(out)])
     return rc, out / "tiny_hybrid", printed.getvalue()
 
 

@@ -28,6 +28,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+pytestmark = pytest.mark.slow  # a real scheduler subprocess with its own Ray
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV_TOKEN = "DEEPSHARE_SCHEDULER_TOKEN"
 

@@ -55,6 +55,7 @@ def test_library_refuses_a_checkpoint_that_names_code(crafted):
 TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 
 
+@pytest.mark.slow  # a `deepshare` subprocess per case (imports torch, Ray Serve)
 @pytest.mark.parametrize("argv", [["simulate", "--trace", str(TRACE)], ["serve", "--port", "65500"]])
 def test_cli_refuses_it_in_one_line_with_exit_2(crafted, argv):
     """``serve`` loads the policy before Ray starts, so it is refused before anything listens."""

@@ -24,6 +24,8 @@ from deepshare.serving.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
 from deepshare.serving.schemas import PlacementRequest
 
+pytestmark = pytest.mark.slow  # a real `deepshare serve` (Ray Serve) subprocess
+
 TOKEN = "adversarial-token-1"
 DECISION_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 2.0

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import deepshare.infra.localray as localray
 
 
-def test_train_without_address_starts_a_loopback_instance(monkeypatch):
-    import ray
-
+def test_train_without_address_starts_a_loopback_instance(monkeypatch, no_ray):
     from deepshare.rl import train
 
-    if ray.is_initialized():
-        pytest.skip("needs a process not yet connected to Ray")
     calls = []
     monkeypatch.setattr(localray, "init_local_ray", lambda **kwargs: calls.append(kwargs))
     train.start_ray(None)
