@@ -20,7 +20,7 @@ FAILED with the last error. GPUs not granted in time do not count (that is a wai
 It never branches on a policy's name: any :class:`~deepshare.policies.Policy` (or the HTTP
 placement client, which has the same ``decide``) works. Everything it does on the cluster goes
 through an injected :class:`~deepshare.runtime.ports.Launcher` (Ray's by default), so its logic
-is tested without Ray (``tests/test_control_loop.py``).
+is tested without Ray (``tests/runtime/test_control_loop.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The loop's logic (reaping, back-off, cancels, recovery, applying a policy's decision) does not
 depend on Ray, only on these six operations, so it takes a ``Launcher`` in its constructor:
 :class:`~deepshare.runtime.launcher.RayLauncher` on a real (or fake local) Ray cluster, an
-in-memory fake in the tests (``tests/fake_launcher.py``), which then run in seconds without Ray.
+in-memory fake in the tests (``tests/runtime/fake_launcher.py``), which then run in seconds without Ray.
 
 A run is identified by ``(job_id, attempt)``; ``world`` is its number of ranks (the job's GPUs),
 which the Ray implementation needs to find its workers by name.

@@ -3,7 +3,7 @@
     python deploy/grafana/build_dashboard.py          # rewrites deepshare.json next to this file
 
 The dashboard is generated so that its PromQL lives in one readable place; the test
-(``tests/test_deploy_grafana.py``) checks that the JSON is this script's output and that every
+(``tests/deploy/test_deploy_grafana.py``) checks that the JSON is this script's output and that every
 metric a panel queries is one the code exports (the placement service, the node agents' monitor
 and the live scheduler, read from their registries). Three rows:
 

@@ -1,0 +1,332 @@
+"""Autoscaling in simulation: exact cost and GPU-hours on hand cases, invariants, the CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deepshare.cli import main
+from deepshare.core.autoscaling import (
+    AUTOSCALE_KEYS,
+    AutoscaleSpec,
+    AutoscaledPolicy,
+    build_slots,
+    make_autoscaler,
+    parse_autoscale_spec,
+    simulate_autoscaled,
+)
+from deepshare.core.autoscaling.autoscaler import slowdown
+from deepshare.core.contention import make_contention
+from deepshare.core.metrics import REPORT_KEYS
+from deepshare.core.simulator import Simulator
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import Decision, JobSpec
+from deepshare.core.view import JobView
+from deepshare.policies import make_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "MobileNetV3"
+
+
+def spec(idle=50.0, **types) -> AutoscaleSpec:  # type: ignore[no-untyped-def]
+    node_types = {}
+    for name, (gpus, price, lo, hi, boot) in types.items():
+        node_types[name] = dict(gpus=gpus, price_usd_per_hour=price, min_nodes=lo, max_nodes=hi, provisioning_s=boot)
+    return AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": idle, "node_types": node_types})
+
+
+def job(i: int, gpus: int, duration: float, submit: float = 0.0, model: str = MODEL) -> JobSpec:
+    return JobSpec(f"j{i}", model, gpus, submit_time=submit, duration_s=duration)
+
+
+def run(s: AutoscaleSpec, jobs, autoscaler="demand", policy="fifo+consolidated", contention="none"):  # type: ignore[no-untyped-def]
+    return simulate_autoscaled(s, jobs, make_policy(policy), autoscaler, make_contention(contention))[0]
+
+
+def tight(x: float) -> object:
+    return pytest.approx(x, rel=1e-12, abs=1e-9)
+
+
+# -- exact hand cases ----------------------------------------------------------------------
+def test_one_job_waits_for_a_node_then_the_node_idles_out():
+    # 4-GPU nodes at $3.60/h = $0.001/s, ready 100 s after the request, removed after 50 idle s.
+    r = run(spec(n=(4, 3.6, 0, 2, 100.0)), [job(1, 4, 1000.0)])
+    (rec,) = r.metrics.records
+    assert (rec.first_start_s, rec.finish_s) == (100.0, 1100.0)  # JCT includes the boot wait
+    assert [(e.time_s, e.kind, e.node) for e in r.events] == [
+        (0.0, "request", "n-0"), (100.0, "ready", "n-0"), (1150.0, "terminate", "n-0")]
+    assert r.end_s == 1150.0
+    assert r.cost_usd == tight(1.15)  # billed from the request (0) to termination (1150)
+    assert r.gpu_hours == tight(4 * 1150 / 3600)
+    assert r.busy_gpu_hours == tight(4 * 1000 / 3600)
+    assert r.idle_gpu_hours == tight(4 * 150 / 3600)  # 100 s booting + 50 s idle
+    assert r.metrics.gpu_util == tight(1000 / 1150)
+    assert (r.scale_ups, r.scale_downs) == (1, 1)
+
+
+def test_a_job_arriving_within_the_idle_timeout_reuses_the_node():
+    r = run(spec(n=(4, 3.6, 0, 2, 100.0)), [job(1, 4, 1000.0), job(2, 4, 500.0, submit=1120.0)])
+    recs = {x.job_id: x for x in r.metrics.records}
+    assert (recs["j2"].first_start_s, recs["j2"].finish_s) == (1120.0, 1620.0)
+    assert [(e.time_s, e.kind) for e in r.events] == [(0.0, "request"), (100.0, "ready"), (1670.0, "terminate")]
+    assert r.cost_usd == tight(1.67)
+    assert r.idle_gpu_hours == tight(4 * (100 + 20 + 50) / 3600)
+
+
+def test_the_cluster_never_grows_past_max_nodes():
+    r = run(spec(n=(4, 3.6, 0, 2, 100.0)), [job(i, 4, 1000.0) for i in range(3)])
+    assert r.scale_ups == 2 and r.max_nodes_up == 2
+    finishes = sorted(x.finish_s for x in r.metrics.records)
+    assert finishes == [1100.0, 1100.0, 2100.0]  # the third job waits for a node to free
+    assert r.cost_usd == tight(2 * 0.001 * 2150 - 0.001 * 1000)  # node 1 idles out at 1150, node 0 at 2150
+
+
+def test_min_nodes_are_up_from_zero_billed_to_the_end_and_never_removed():
+    jobs = [job(1, 4, 1000.0, submit=10.0), job(2, 4, 400.0, submit=20.0), job(3, 4, 400.0, submit=20.0)]
+    r = run(spec(n=(4, 3.6, 1, 3, 100.0)), jobs)
+    recs = {x.job_id: x for x in r.metrics.records}
+    assert recs["j1"].first_start_s == 10.0  # no boot wait on the min node
+    assert recs["j2"].first_start_s == recs["j3"].first_start_s == 120.0  # two nodes requested at 20, ready at 120
+    assert recs["j2"].finish_s == recs["j3"].finish_s == 520.0
+    assert [(e.time_s, e.kind) for e in r.events if e.kind == "terminate"] == [(570.0, "terminate")] * 2
+    assert r.end_s == 1010.0  # the last finish; the min node stays
+    assert r.cost_usd == tight(0.001 * (1010 + 2 * 550))
+    assert r.gpu_hours == tight(4 * (1010 + 2 * 550) / 3600)
+
+
+def test_fixed_cluster_is_up_all_the_time_and_never_scales():
+    r = run(spec(n=(4, 3.6, 0, 2, 100.0)), [job(1, 4, 1000.0, submit=60.0)], autoscaler="fixed")
+    assert (r.scale_ups, r.scale_downs, r.end_s) == (0, 0, 1060.0)
+    assert r.cost_usd == tight(2 * 0.001 * 1060)
+    assert r.metrics.records[0].first_start_s == 60.0
+
+
+def test_demand_prefers_the_type_that_covers_the_demand_with_the_fewest_nodes():
+    s = spec(small=(4, 4.0, 0, 8, 10.0), big=(8, 30.0, 0, 2, 10.0))
+    r = run(s, [job(1, 8, 100.0)])
+    assert [(e.kind, e.node_type) for e in r.events if e.kind == "request"] == [("request", "big")]
+    r = run(s, [job(1, 4, 100.0)])
+    assert [(e.kind, e.node_type) for e in r.events if e.kind == "request"] == [("request", "small")]
+
+
+def test_jobs_larger_than_the_largest_cluster_are_rejected_not_waited_for():
+    r = run(spec(n=(4, 3.6, 0, 2, 100.0)), [job(1, 16, 100.0), job(2, 4, 100.0)])
+    assert (r.metrics.rejected, r.metrics.finished) == (1, 1)
+
+
+def test_taking_down_a_busy_node_is_refused():
+    s = spec(n=(4, 3.6, 1, 1, 0.0))
+    slots = build_slots(s)
+    scaler = make_autoscaler("demand", s, slots)
+    sim = Simulator(slots.topology, [job(1, 4, 100.0)], make_contention("none"), control=scaler)
+    policy = AutoscaledPolicy(make_policy("fifo+consolidated"), scaler)
+    view = sim.advance()
+    sim.apply(policy.decide(view))
+    with pytest.raises(DeepShareError, match="still runs jobs"):
+        sim.set_node_up(0, False)
+
+
+# -- invariants ------------------------------------------------------------------------------
+@st.composite
+def scenarios(draw):  # type: ignore[no-untyped-def]
+    n_types = draw(st.integers(1, 2))
+    types = {}
+    for k in range(n_types):
+        gpus = draw(st.sampled_from([2, 4, 8]))
+        lo = draw(st.integers(0, 1))
+        hi = draw(st.integers(max(1, lo), 3))
+        types[f"t{k}"] = (gpus, draw(st.sampled_from([1.0, 3.6, 7.2])), lo, hi, float(draw(st.integers(0, 3)) * 60))
+    s = spec(idle=float(draw(st.sampled_from([0, 30, 300]))), **types)
+    n_jobs = draw(st.integers(1, 7))
+    jobs = [
+        job(i, draw(st.sampled_from([1, 2, 4, 8])), float(draw(st.integers(1, 20)) * 100),
+            submit=float(draw(st.integers(0, 30)) * 60), model=draw(st.sampled_from(["MoE", "FSDP", MODEL])))
+        for i in range(n_jobs)
+    ]
+    return s, jobs
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One decision the simulator applied, with each launch's predicted slowdown at that moment
+    (predictions read the live contention state, so they are taken before the decision applies)."""
+
+    now: float
+    up_gpus: int
+    decision: Decision
+    launches: tuple[tuple[JobView, float], ...]
+
+
+class Recorder:
+    """Wraps the autoscaled policy: records every decision the simulator applies."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.name, self.log = inner, inner.name, []
+
+    def decide(self, view):  # type: ignore[no-untyped-def]
+        decision = self.inner.decide(view)
+        queued = {j.job_id: j for j in view.queued}
+        pending, launches = [], []
+        for launch in decision.launch:
+            j = queued[launch.job_id]
+            launches.append((j, slowdown(view, j, launch.placement, pending)))
+            pending.append((j, launch.placement))
+        self.log.append(Applied(view.now, view.total_gpus, decision, tuple(launches)))
+        return decision
+
+
+def run_recorded(s, jobs, autoscaler, policy, contention="profiled"):  # type: ignore[no-untyped-def]
+    slots = build_slots(s)
+    scaler = make_autoscaler(autoscaler, s, slots)
+    sim = Simulator(slots.topology, jobs, make_contention(contention), control=scaler)
+    rec = Recorder(AutoscaledPolicy(make_policy(policy), scaler))
+    metrics = sim.run(rec)
+    from deepshare.core.autoscaling.report import build_autoscale_report
+
+    return build_autoscale_report(scaler, metrics), rec.log, slots
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["demand", "contention-aware", "fixed"]), st.sampled_from(["fifo+consolidated", "las+spread"]))
+def test_autoscaling_invariants(scenario, autoscaler, policy):
+    s, jobs = scenario
+    r, log, slots = run_recorded(s, jobs, autoscaler, policy)
+    m = r.metrics
+    max_gpus = slots.topology.total_gpus
+    assert m.finished == sum(j.gpus <= max_gpus for j in jobs) and m.rejected == len(jobs) - m.finished
+    # never above max nor below min, at every instant something changed
+    times = sorted({0.0, *(i.requested_s for i in r.instances), *(i.terminated_s for i in r.instances if i.terminated_s)})
+    for t in times:
+        for name, t_spec in s.node_types.items():
+            alive = [i for i in r.instances if i.node_type == name and i.requested_s <= t
+                     and (i.terminated_s is None or i.terminated_s > t)]
+            assert t_spec.min_nodes <= len(alive) <= t_spec.max_nodes
+    # a node is removed only after idling for the timeout (and never by the fixed cluster)
+    busy: dict[int, list[tuple[float, float]]] = {}
+    finish = {x.job_id: x.finish_s for x in m.records}
+    for applied in log:
+        for launch in applied.decision.launch:
+            for node, _ in launch.placement.alloc:
+                busy.setdefault(node, []).append((applied.now, finish[launch.job_id]))
+    for inst in r.instances:
+        if inst.terminated_s is None:
+            continue
+        assert autoscaler != "fixed"
+        assert inst.ready_s + s.idle_timeout_s <= inst.terminated_s
+        for start, stop in busy.get(inst.node, []):
+            # 1e-6: a record's finish time is computed from rates and may sit an ulp after its event
+            assert stop <= inst.terminated_s - s.idle_timeout_s + 1e-6 or start >= inst.terminated_s
+    # cost and GPU-hours are the exact sums over billed node time
+    assert r.cost_usd == tight(sum(i.price_usd_per_hour * i.billed_s(r.end_s) for i in r.instances) / 3600)
+    assert r.gpu_hours == tight(sum(i.gpus * i.billed_s(r.end_s) for i in r.instances) / 3600)
+    assert r.idle_gpu_hours == tight(r.gpu_hours - sum(x.gpu_time_s for x in m.records) / 3600)
+    assert r.idle_gpu_hours >= -1e-9
+    assert r.end_s == max([0.0, *(x.finish_s for x in m.records if x.finish_s is not None),
+                           *(i.terminated_s for i in r.instances if i.terminated_s is not None)])
+    # same inputs, same run
+    again = run(s, jobs, autoscaler, policy, contention="profiled")
+    assert again.to_dict() == r.to_dict() and again.events == r.events
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["las+spread", "fifo+consolidated", "srtf+contention-aware"]))
+def test_contention_aware_never_colocates_above_its_threshold_while_it_may_still_scale(scenario, policy):
+    s, jobs = scenario
+    s = s.model_copy(update={"max_slowdown": 1.1})
+    r, log, slots = run_recorded(s, jobs, "contention-aware", policy)
+    for applied in log:
+        scalable = slots.topology.total_gpus - applied.up_gpus  # GPUs being provisioned or still addable
+        for j, predicted in applied.launches:
+            if predicted > s.max_slowdown:
+                assert j.gpus > scalable, f"co-located {j.job_id} at t={applied.now} with {scalable} GPUs still to come"
+
+
+def spread_case() -> tuple[AutoscaleSpec, list[JobSpec]]:
+    """Two 8-GPU jobs (DLRM, FSDP) on four 4-GPU nodes under las+spread: the second shares all
+    four nodes with the first unless the cluster scales out."""
+    s = spec(idle=300.0, n=(4, 3.6, 4, 8, 120.0)).model_copy(update={"max_slowdown": 1.1})
+    return s, [job(1, 8, 3600.0, model="DLRM"), job(2, 8, 3600.0, submit=60.0, model="FSDP")]
+
+
+def test_the_threshold_matters_demand_colocates_where_contention_aware_scales_out():
+    s, jobs = spread_case()
+    demand, log, _ = run_recorded(s, jobs, "demand", "las+spread")
+    assert max(x for a in log for _, x in a.launches) > s.max_slowdown and demand.scale_ups == 0  # not vacuous
+    aware, log, _ = run_recorded(s, jobs, "contention-aware", "las+spread")
+    assert max(x for a in log for _, x in a.launches) <= s.max_slowdown
+    assert aware.scale_ups >= 1 and aware.metrics.avg_slowdown == tight(1.0)
+    assert aware.metrics.avg_slowdown < demand.metrics.avg_slowdown
+
+
+# -- specs and the CLI -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("node_types: {a: {gpus: 4, price_usd_per_hour: 1, min_nodes: 3, max_nodes: 2}}\n", "min_nodes 3 exceeds max_nodes 2"),
+        ("node_types: {a: {gpus: 4, price_usd_per_hour: 1}}\n", "node_types.a.max_nodes"),
+        ("node_types: {a: {gpus: 4, price_usd_per_hour: -1, max_nodes: 2}}\n", "price_usd_per_hour"),
+        ("node_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2, colour: red}}\n", "colour"),
+        ("idle_timeout_s: -5\nnode_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2}}\n", "idle_timeout_s"),
+        ("max_slowdown: 0.5\nnode_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2}}\n", "max_slowdown"),
+        ("node_types: {}\n", "node_types"),
+        ("[1, 2]\n", "expected a mapping"),
+    ],
+)
+def test_bad_autoscaling_specs_are_named(text, needle):
+    with pytest.raises(DeepShareError, match=needle):
+        parse_autoscale_spec(text, "s.yaml")
+
+
+TRACE = ROOT / "tests" / "fixtures" / "autoscale" / "burst.csv"
+CONFIG = ROOT / "deepshare" / "data" / "autoscale" / "aws-mixed.yaml"
+
+
+def test_cli_simulate_writes_the_report_keys_and_the_plot(tmp_path, capsys):
+    out, png = tmp_path / "r.json", tmp_path / "t.png"
+    assert main(["autoscale", "simulate", "--trace", str(TRACE), "--config", str(CONFIG), "--autoscaler",
+                 "contention-aware", "--json", str(out), "--plot", str(png)]) == 0
+    doc = json.loads(out.read_text())
+    assert set(REPORT_KEYS) | set(AUTOSCALE_KEYS) <= set(doc)
+    assert doc["finished"] == doc["jobs"] and doc["cost_usd"] > 0 and png.stat().st_size > 10_000
+
+
+def test_cli_compare_runs_every_autoscaler_on_the_same_trace(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["autoscale", "compare", "--trace", str(TRACE), "--config", str(ROOT / "cluster_yamls" / "aws-gpu-mixed.yaml"),
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["autoscalers"] == ["demand", "contention-aware", "fixed"]
+    results = doc["results"]
+    assert results["fixed"]["scale_ups"] == 0 and results["demand"]["scale_ups"] > 0
+    assert results["fixed"]["cost_usd"] > results["demand"]["cost_usd"]  # a bursty trace: scaling saves money
+    assert len({r["jobs"] for r in results.values()}) == 1
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--autoscaler", "magic"], "unknown autoscaler 'magic'"),
+        (["--autoscaler", "demand,demand"], "repeated"),
+        (["--policy", "nope"], "--policy"),
+        (["--json", "/no/such/dir/r.json"], "--json"),
+    ],
+)
+def test_cli_bad_flags_exit_2_with_one_line(extra, needle, capsys):
+    assert main(["autoscale", "simulate", "--trace", str(TRACE), "--config", str(CONFIG), *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_bad_config_names_the_file_and_field(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("node_types: {a: {gpus: 0, price_usd_per_hour: 1, max_nodes: 2}}\n")
+    assert main(["autoscale", "simulate", "--trace", str(TRACE), "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "node_types.a.gpus" in err
+    assert main(["autoscale", "simulate", "--trace", str(TRACE), "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "not found" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""The RL environment and the shared encoding: contract checks, determinism, mask, round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from deepshare.core.contention import make_contention
+from deepshare.core.simulator import Simulator
+from deepshare.core.topology import uniform
+from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
+from deepshare.policies.encoding import FEATURES, WAIT_INDEX, EncodingConfig, PartialDecision, decode, encode
+from deepshare.rl.env import DeepShareEnv, EnvConfig
+
+TRACE = str(Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")
+SMALL = {"generated_fraction": 1.0, "generated_jobs": 40, "generated_nodes": [2, 4]}
+
+
+def play(env, seed, pick):
+    obs, _ = env.reset(seed=seed)
+    trajectory, done, info = [], False, {}
+    while not done:
+        action = pick(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        trajectory.append((action, reward, obs["observations"].copy(), obs["action_mask"].copy()))
+        done = terminated or truncated
+    return trajectory, info
+
+
+def first_launch(obs):
+    valid = np.flatnonzero(obs["action_mask"])
+    return int(valid[1]) if len(valid) > 1 else int(valid[0])
+
+
+def test_passes_the_gymnasium_env_checker():
+    check_env(DeepShareEnv(SMALL), skip_render_check=True)
+
+
+def test_spaces_match_the_encoding():
+    env = DeepShareEnv({**SMALL, "max_candidates": 8})
+    assert env.observation_space["observations"].shape == (8, len(FEATURES))
+    assert env.action_space.n == 8
+
+
+def test_two_envs_with_the_same_seed_step_in_lockstep():
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+
+    def random_valid(rng):
+        return lambda obs: int(rng.choice(np.flatnonzero(obs["action_mask"])))
+
+    a, info_a = play(DeepShareEnv(SMALL), 11, random_valid(rng_a))
+    b, info_b = play(DeepShareEnv(SMALL), 11, random_valid(rng_b))
+    assert len(a) == len(b) > 10
+    for (act_a, r_a, o_a, m_a), (act_b, r_b, o_b, m_b) in zip(a, b):
+        assert act_a == act_b and r_a == r_b
+        assert np.array_equal(o_a, o_b) and np.array_equal(m_a, m_b)
+    assert info_a["report"] == info_b["report"]
+
+
+def test_jct_return_is_minus_the_average_jct_in_hours():
+    trajectory, info = play(DeepShareEnv({"traces": [TRACE]}), 0, first_launch)
+    assert sum(r for _, r, _, _ in trajectory) == pytest.approx(-info["report"]["avg_jct_s"] / 3600.0, rel=1e-9)
+    assert info["report"]["finished"] == 256
+
+
+def test_original_reward_is_the_weighted_contention_and_utilisation_signal_per_round():
+    env = DeepShareEnv({**SMALL, "reward": "original", "w1": 1.0, "w2": 0.0})
+    trajectory, info = play(env, 3, first_launch)
+    rounds = info["report"]["makespan_s"] / 300.0
+    assert all(r <= 0.0 for _, r, _, _ in trajectory)
+    assert sum(r for _, r, _, _ in trajectory) >= -rounds  # at most one unit of loss per 300 s round
+    trajectory, info = play(DeepShareEnv({**SMALL, "reward": "original", "w1": 0.0, "w2": 1.0}), 3, first_launch)
+    assert all(r >= 0.0 for _, r, _, _ in trajectory) and any(r > 0 for _, r, _, _ in trajectory)
+    assert sum(r for _, r, _, _ in trajectory) <= info["report"]["makespan_s"] / 300.0 + 1e-9
+
+
+def test_mask_is_exactly_the_feasible_candidates():
+    jobs = [JobSpec(f"j{i}", "MoE", g, 0.0, duration_s=600.0) for i, g in enumerate([4, 2, 8, 2, 1])]
+    sim = Simulator(uniform(2, 4), jobs, make_contention("profiled"))
+    view = sim.advance()
+    config = EncodingConfig(max_candidates=12, jobs_considered=4)
+    partial = PartialDecision(view)
+    while True:
+        obs, rows = encode(partial, config)
+        mask = obs["action_mask"]
+        assert mask.shape == (12,)
+        assert set(np.flatnonzero(mask)) <= set(range(len(rows)))
+        assert mask[len(rows):].sum() == 0
+        for i, row in enumerate(rows[1:], start=1):
+            assert mask[i] == 1
+            assert row.job.gpus <= 4 * 2 and row.placement.total_gpus == row.job.gpus
+            assert all(partial.free[n] >= g for n, g in row.placement.alloc)
+        # nothing runs, nothing else will come: waiting with a launch possible would stall
+        assert mask[WAIT_INDEX] == (0.0 if len(rows) > 1 and not partial.launches else 1.0)
+        if len(rows) == 1:
+            break
+        partial = partial.with_launch(rows[1].job, rows[1].placement)
+    sim.apply(partial.decision)  # all launches together are feasible
+    assert sum(sim.view().free) == 8 - sum(l.placement.total_gpus for l in partial.launches)
+
+
+def test_encode_decode_round_trip():
+    env = DeepShareEnv(SMALL)
+    obs, _ = env.reset(seed=2)
+    ep = env._episode
+    config = env.config.encoding
+    for action in np.flatnonzero(obs["action_mask"]):
+        assert decode(int(action), ep.partial, config) == ep.rows[action]
+    with pytest.raises(ValueError):
+        decode(config.max_candidates + 1, ep.partial, config)
+
+
+def test_a_masked_action_is_taken_as_wait_and_flagged():
+    env = DeepShareEnv(SMALL)
+    obs, _ = env.reset(seed=4)
+    masked = np.flatnonzero(obs["action_mask"] == 0)
+    _, _, _, _, info = env.step(int(masked[0]))
+    assert info["invalid_action"] is True
+
+
+@pytest.mark.parametrize(
+    "config, needle",
+    [
+        ({"bogus": 1}, "unknown key"), ({"reward": "speed"}, "reward"), ({"generated_fraction": 2}, "generated_fraction"),
+        ({"anchor": ["srsf"]}, "anchor must be"), ({"anchor": ["nope", "packed"]}, "anchor order 'nope'"),
+        ({"anchor": ["srsf", "x"]}, "anchor placement 'x'"), ({"contentions": ["profiled", "magic"]}, "contentions"),
+    ],
+)
+def test_bad_env_config_is_named(config, needle):
+    with pytest.raises(DeepShareError, match=needle):
+        EnvConfig.from_dict(config)
+
+
+def test_episodes_vary_with_the_seed_over_scenarios():
+    env = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 10, "generated_nodes": [2, 4, 8]})
+    nodes = {env.reset(seed=s)[1]["nodes"] for s in range(12)}
+    assert len(nodes) > 1
+
+
+def test_anchor_and_contentions_reach_the_encoding_the_safety_net_and_the_episodes():
+    config = EnvConfig.from_dict({"anchor": ["las", "packed"], "hybrid": True, "contentions": ["none", "link"]})
+    assert config.encoding.anchor == ("las", "packed")
+    assert config.hybrid_rules.anchor == ("las", "packed") and config.hybrid_rules.min_ratio == 0.9
+    assert EnvConfig.from_dict({"anchor": None}).encoding.anchor is None
+    env = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 6, "generated_nodes": [2], "contentions": ["none", "link"]})
+    kinds = set()
+    for seed in range(8):
+        env.reset(seed=seed)
+        kinds.add(type(env._episode.sim.contention).__name__)
+    assert len(kinds) == 2

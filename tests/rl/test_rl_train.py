@@ -1,0 +1,145 @@
+"""Training through the CLI on a tiny config, resuming, and using the result as a policy."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
+from deepshare.policies import make_policy
+from deepshare.rl.train import load_train_config
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "rl" / "tiny.yaml"
+TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, ray_local):
+    """One real 1-iteration run, then one resumed iteration, on the session's local Ray (``train``
+    uses the Ray this process is connected to)."""
+    run = tmp_path_factory.mktemp("run") / "tiny"
+    assert main(["train", str(TINY), "--out", str(run)]) == 0
+    first = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert main(["train", str(TINY), "--resume", str(run), "--iterations", "2"]) == 0
+    return run, first
+
+
+def test_train_writes_metrics_checkpoints_and_a_policy(trained):
+    run, first = trained
+    assert first == ["iter_0001"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_0001", "iter_0002"]
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(float(r["iteration"])) for r in rows] == [1, 2]  # the resumed run continued the count
+    assert float(rows[1]["env_steps_lifetime"]) > float(rows[0]["env_steps_lifetime"]) > 0
+    assert any((run / "tb").iterdir())
+    assert (run / "policy.pt").stat().st_size < 200_000
+
+
+def test_the_trained_policy_loads_as_rl_hybrid_and_decides_feasibly(trained, capsys, tmp_path):
+    run, _ = trained
+    policy = make_policy(f"rl-hybrid={run / 'policy.pt'}")
+    assert policy.metadata["name"] == "tiny_hybrid" and policy.metadata["iterations"] == 2
+    assert main(["evaluate", "--trace", str(TRACE), "--policies", f"rl-hybrid={run / 'policy.pt'},rl-base={run / 'policy.pt'}",
+                 "--seeds", "1", "--json", str(tmp_path / "e.json")]) == 0
+    results = json.loads((tmp_path / "e.json").read_text())["results"]
+    assert all(r["finished"] == 256 for r in results.values())  # every decision was feasible
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("name: x\nppo: {lr: -1}\n", "ppo.lr"),
+        ("name: x\nbogus: 1\n", "bogus"),
+        ("ppo: {}\n", "name"),
+        ("name: x\nenv: {reward: speed}\n", "reward"),
+        ("name: x\nenv: {traces: [missing.json]}\n", "missing.json"),
+        ("- a list\n", "expected a mapping"),
+        # the ppo section is RLlib's PPOConfig.training(): unknown keys name the valid ones
+        ("name: x\nppo: {clip_parm: 0.2}\n", r"ppo\.clip_parm: not a key of RLlib's PPOConfig\.training\(\).*valid keys: .*clip_param"),
+        ("name: x\nppo: {lambda: 0.9}\n", r"ppo\.lambda: .*write lambda_"),
+        ("name: x\nppo: {train_batch_size: 100}\n", r"ppo\.train_batch_size: .*train_batch_size_per_learner"),
+        ("name: x\nppo: {hidden: 8}\n", r"ppo\.hidden: .*model\.hidden"),
+        ("name: x\nppo: {lr_schedule: [[0, 0.1]]}\n", r"ppo\.lr_schedule: RLlib's old API stack"),
+        ("name: x\nppo: {num_sgd_iter: 3}\n", r"ppo\.num_sgd_iter: not a key"),  # deprecated in RLlib
+        ("name: x\nppo: {gamma: 1.5}\n", r"ppo\.gamma: must be in \(0, 1\]"),
+        ("name: x\nppo: {use_kl_loss: maybe}\n", r"ppo\.use_kl_loss: .*boolean"),
+        ("name: x\nppo: {minibatch_size: 0}\n", r"ppo\.minibatch_size: must be > 0"),
+        ("name: x\nppo: [1]\n", "ppo"),
+        ("name: x\nmodel: {hidden: 0}\n", r"model\.hidden"),
+    ],
+)
+def test_bad_training_configs_are_named(tmp_path, text, needle):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(DeepShareError, match=needle):
+        load_train_config(path)
+
+
+def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, tmp_path):
+    assert main(["train", str(tmp_path / "none.yaml")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["train", str(TINY), "--resume", str(tmp_path)]) == 2
+    assert "no checkpoints" in capsys.readouterr().err
+
+
+def test_the_ppo_section_reaches_rllib_unchanged(tmp_path):
+    """RLlib's own key names, including ones DeepShare never set before, land on PPOConfig as written."""
+    from deepshare.rl.train import build_algorithm_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nppo: {lambda_: 0.9, train_batch_size_per_learner: 256, kl_coeff: 0.3, grad_clip: 0.5,"
+                    " use_kl_loss: false, lr: [[0, 0.001], [1000, 0.0001]]}\nmodel: {hidden: 24}\n")
+    config = load_train_config(path)
+    algo = build_algorithm_config(config, config.env_config(tmp_path), num_env_runners=0, cpus=2)
+    assert (algo.lambda_, algo.train_batch_size_per_learner, algo.kl_coeff, algo.grad_clip, algo.use_kl_loss) == (0.9, 256, 0.3, 0.5, False)
+    assert algo.lr == [[0, 0.001], [1000, 0.0001]]  # a schedule, RLlib's new-stack form
+    assert algo.minibatch_size == 500 and algo.gamma == 0.999  # DeepShare's defaults for keys left out
+    assert algo.rl_module_spec.model_config == {"hidden": 24}
+
+
+def test_valid_keys_come_from_rllib_and_are_ppo_config_attributes():
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from deepshare.rl.ppo_keys import training_keys
+
+    keys = set(training_keys())
+    assert {"lr", "gamma", "lambda_", "train_batch_size_per_learner", "minibatch_size", "num_epochs", "clip_param",
+            "vf_clip_param", "vf_loss_coeff", "entropy_coeff", "kl_coeff", "use_kl_loss", "grad_clip"} <= keys
+    assert not keys & {"lambda", "train_batch_size", "hidden", "num_sgd_iter", "vf_share_layers", "learner_class", "model"}
+    assert all(hasattr(PPOConfig(), k) for k in keys)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "rllib_configs").rglob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_use_rllib_names_with_the_values_they_had(path):
+    config = load_train_config(path)
+    assert config.ppo["lambda_"] == 0.95 and config.ppo["train_batch_size_per_learner"] == 4000
+    assert config.model.hidden == 64
+
+
+def test_train_cli_names_an_unknown_ppo_key_on_one_line_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nppo: {lambda: 0.9}\n")
+    assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ppo.lambda" in err[0] and "lambda_" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "run").exists()  # refused before anything ran
+
+
+def test_a_ray_that_does_not_start_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
+    import ray
+
+    import deepshare.infra.localray
+
+    def no_ray(**_kwargs):
+        raise TimeoutError("Timed out after 30 seconds waiting for the GCS\nsecond line")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(deepshare.infra.localray, "init_local_ray", no_ray)
+    assert main(["train", str(TINY), "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["deepshare: error: could not start a local Ray instance (TimeoutError: Timed out after 30 "
+                   "seconds waiting for the GCS)"]

@@ -1,0 +1,151 @@
+"""The scheduler's HTTP API and the submit / jobs / cancel CLI against it (no Ray: the journal only)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.runtime.journal import JobState, Journal
+from deepshare.runtime.service import bind
+from deepshare.runtime.spec import spec_from_json
+
+uvicorn = pytest.importorskip("uvicorn")
+from deepshare.runtime.api import guard, make_app  # noqa: E402
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "jobs"
+BODY = dict(name="a", gpus=2, model="GraphSage", entrypoint="pkg.mod:main", checkpoint_dir="/ckpt/a")
+TOKEN = "test-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    journal = Journal(tmp_path_factory.mktemp("api") / "state")
+    sock = bind("127.0.0.1", 0)
+    app = guard(make_app(journal, lambda: (8, 2)), token=TOKEN, bound_host="127.0.0.1")
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", journal
+    srv.should_exit = True
+    thread.join(timeout=5)
+    sock.close()
+    journal.close()
+
+
+def call(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
+    req = urllib.request.Request(url + path, data=body, method=method,
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_submit_list_get_cancel(server):
+    url, journal = server
+    status, job = call(url, "POST", "/v1/jobs", json.dumps(BODY).encode())
+    assert status == 201 and job["state"] == "queued" and job["gpus"] == 2 and job["model"] == "GraphSage"
+    job_id = job["id"]
+    status, jobs = call(url, "GET", "/v1/jobs")
+    assert status == 200 and job_id in [j["id"] for j in jobs]
+    status, detail = call(url, "GET", f"/v1/jobs/{job_id}")
+    assert status == 200 and detail["checkpoint_dir"] == f"/ckpt/a/{job_id}" and detail["runs"] == []
+    assert [t["to_state"] for t in detail["transitions"]] == ["queued"]
+    status, cancelled = call(url, "DELETE", f"/v1/jobs/{job_id}")
+    assert status == 200 and cancelled["state"] == "cancelled"
+    status, again = call(url, "DELETE", f"/v1/jobs/{job_id}")
+    assert status == 409 and "already cancelled" in again["error"]
+
+
+def test_cancel_running_job_is_accepted_and_marked(server):
+    url, journal = server
+    job = journal.submit(spec_from_json(BODY))
+    journal.start_run(job.job_id, (("node0", 2),), None)
+    status, body = call(url, "DELETE", f"/v1/jobs/{job.job_id}")
+    assert status == 202 and body["cancel_requested"] is True and body["state"] == "running"
+    assert journal.get(job.job_id).state is JobState.RUNNING  # the control loop stops it
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        (b"{not json", 400, "body: not valid JSON"),
+        (b"[1, 2]", 422, "body: expected a JSON object"),
+        (json.dumps({**BODY, "gpus": 0}).encode(), 422, "gpus: Input should be greater than 0"),
+        (json.dumps({**BODY, "gpus": 9}).encode(), 422, "gpus: 9 exceeds the cluster's 8 GPUs on 2 node(s)"),
+        (json.dumps({**BODY, "checkpoint_dir": "rel/dir"}).encode(), 422, "checkpoint_dir: expected an absolute path"),
+        (json.dumps({**BODY, "working_dir": "rel"}).encode(), 422, "working_dir: expected an absolute path"),
+        (json.dumps({k: v for k, v in BODY.items() if k != "model"}).encode(), 422, "model: Field required"),
+        (json.dumps({**BODY, "entrypoint": "x"}).encode(), 422, "entrypoint: Value error"),
+    ],
+)
+def test_bad_bodies_are_4xx_naming_the_field(server, body, status, message):
+    url, journal = server
+    before = len(journal.jobs())
+    got, answer = call(url, "POST", "/v1/jobs", body)
+    assert got == status and message in answer["error"]
+    assert len(journal.jobs()) == before  # nothing half-written
+
+
+def test_unknown_job_is_404(server):
+    url, _ = server
+    assert call(url, "GET", "/v1/jobs/nope")[0] == 404
+    assert call(url, "DELETE", "/v1/jobs/nope")[0] == 404
+
+
+def test_cli_submit_jobs_cancel(server, capsys, monkeypatch):
+    url, journal = server
+    assert main(["submit", "--url", url, "--token", TOKEN, str(EXAMPLES / "small.yaml")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("submitted small-") and line.endswith("(2 GPUs, GraphSage)")
+    job_id = line.split()[1]
+    assert journal.get(job_id).spec.checkpoint_dir == str((EXAMPLES.parent.parent / "runs" / "jobs" / "small").resolve())
+    assert main(["jobs", "--url", url, "--token", TOKEN, "--json", "-"]) == 0
+    listed = {j["id"]: j for j in json.loads(capsys.readouterr().out)}
+    assert listed[job_id]["state"] == "queued"
+    monkeypatch.setenv("DEEPSHARE_SCHEDULER_TOKEN", TOKEN)  # the token from the environment
+    assert main(["jobs", "--url", url]) == 0
+    monkeypatch.delenv("DEEPSHARE_SCHEDULER_TOKEN")
+    assert job_id in capsys.readouterr().out
+    assert main(["jobs", "--url", url, "--token", TOKEN, job_id]) == 0
+    assert capsys.readouterr().out.startswith(f"{job_id}: queued, 2 GPUs (GraphSage)")
+    assert main(["cancel", "--url", url, "--token", TOKEN, job_id]) == 0
+    assert capsys.readouterr().out.strip() == f"cancelled {job_id}"
+    assert main(["cancel", "--url", url, "--token", TOKEN, job_id]) == 2
+    err = capsys.readouterr().err
+    assert f"job '{job_id}' is already cancelled (HTTP 409)" in err and len(err.strip().splitlines()) == 1
+    assert main(["jobs", "--url", url, "--token", TOKEN, "nope"]) == 2
+    assert "no job 'nope' (HTTP 404)" in capsys.readouterr().err
+
+
+def test_max_gpus_admits_jobs_an_autoscaling_cluster_will_grow_to():
+    from deepshare.core.topology import uniform
+    from deepshare.runtime.cluster import ClusterState
+    from deepshare.runtime.service import submission_capacity
+
+    up = ClusterState(uniform(2, 4), ())
+    assert submission_capacity(up, 0) == (8, 0)
+    assert submission_capacity(up, 32) == (32, 0)
+    assert submission_capacity(up, 4) == (8, 0)
+
+
+def test_placement_url_makes_the_service_the_policy():
+    from deepshare.serving.client import PlacementClient
+    from deepshare.cli.scheduler import scheduling_policy
+
+    policy = scheduling_policy(None, "http://127.0.0.1:9/", "t" * 8)
+    assert isinstance(policy, PlacementClient) and policy.url == "http://127.0.0.1:9"
+    assert policy._session.headers["Authorization"] == "Bearer " + "t" * 8
+    assert scheduling_policy("las+spread", None, None).name == "las+spread"
+    assert scheduling_policy(None, None, None).name == "rl-hybrid"

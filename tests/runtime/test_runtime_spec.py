@@ -1,0 +1,152 @@
+"""The live job spec: every field's validation, file loading, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
+from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir, load_spec_file, parse_spec_text, spec_from_json
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "runtime"
+GOOD = dict(name="a", gpus=2, model="GraphSage", entrypoint="pkg.mod:main", checkpoint_dir="/ckpt")
+
+
+def test_good_file_resolves_paths_against_the_spec_folder():
+    spec = load_spec_file(FIXTURES / "good.yaml")
+    assert spec.name == "good" and spec.gpus == 2 and spec.args == ["--steps", "10"]
+    assert spec.checkpoint_dir == str((FIXTURES / "ckpt").resolve())
+    assert spec.working_dir == str(Path.cwd())
+    assert job_checkpoint_dir(spec, "good-3") == str((FIXTURES / "ckpt" / "good-3").resolve())
+
+
+def test_examples_are_valid():
+    examples = sorted((Path(__file__).parents[2] / "examples" / "jobs").glob("*.yaml"))
+    assert len(examples) >= 4
+    for path in examples:
+        spec = load_spec_file(path)
+        assert spec.entrypoint == "examples.jobs.ddp_mlp:main"
+        assert spec.working_dir == str(Path(__file__).parents[2].resolve())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gpus": 0}, "gpus: Input should be greater than 0"),
+        ({"gpus": "two"}, "gpus: Input should be a valid integer"),
+        ({"name": "bad name!"}, "name: Value error, expected 1-63 letters"),
+        ({"entrypoint": "no_colon"}, "entrypoint: Value error, expected 'package.module:function'"),
+        ({"entrypoint": None}, "give exactly one of entrypoint"),
+        ({"command": ["python", "x.py"]}, "give exactly one of entrypoint"),
+        ({"model": ""}, "model: String should have at least 1 character"),
+        ({"checkpoint_dir": None}, "checkpoint_dir: Input should be a valid string"),
+        ({"expected_duration_s": -1}, "expected_duration_s: Input should be greater than 0"),
+        ({"total_samples": 0}, "total_samples: Input should be greater than 0"),
+        ({"env": {"1BAD": "x"}}, "env: Value error, invalid environment variable name '1BAD'"),
+        ({"colour": "red"}, "colour: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_fields_are_named(change, message):
+    body = {**GOOD, **change}
+    with pytest.raises(DeepShareError) as info:
+        spec_from_json(body)
+    assert message in str(info.value)
+
+
+def test_missing_fields_are_all_named():
+    with pytest.raises(DeepShareError) as info:
+        spec_from_json({"name": "x"})
+    text = str(info.value)
+    for field in ("gpus: Field required", "model: Field required", "checkpoint_dir: Field required"):
+        assert field in text
+
+
+def test_command_job():
+    spec = spec_from_json({**GOOD, "entrypoint": None, "command": ["bash", "-c", "true"]})
+    assert spec.command == ["bash", "-c", "true"] and spec.entrypoint is None
+    with pytest.raises(DeepShareError, match="command: Value error, expected a non-empty list"):
+        spec_from_json({**GOOD, "entrypoint": None, "command": []})
+
+
+def test_yaml_errors_name_the_file():
+    with pytest.raises(DeepShareError, match="broken.yaml: not valid YAML"):
+        load_spec_file(FIXTURES / "broken.yaml")
+    with pytest.raises(DeepShareError, match="list.yaml: expected a mapping"):
+        load_spec_file(FIXTURES / "list.yaml")
+    with pytest.raises(DeepShareError, match="missing.yaml: cannot read job spec"):
+        load_spec_file(FIXTURES / "missing.yaml")
+    assert isinstance(parse_spec_text('{"name": "j", "gpus": 1, "model": "DLRM", "command": ["true"],'
+                                      ' "checkpoint_dir": "/c"}', "json"), LiveJobSpec)
+
+
+@pytest.mark.parametrize(
+    "fixture, message",
+    [
+        ("both.yaml", "both.yaml: <root>: Value error, give exactly one of entrypoint"),
+        ("zero_gpus.yaml", "zero_gpus.yaml: gpus: Input should be greater than 0"),
+        ("broken.yaml", "broken.yaml: not valid YAML"),
+    ],
+)
+def test_cli_submit_bad_spec_is_one_line_exit_2(fixture, message, capsys):
+    # The spec is checked before anything is sent: the URL need not answer.
+    rc = main(["submit", "--url", "http://127.0.0.1:9", str(FIXTURES / fixture)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deepshare: error: ") and message in lines[0]
+    assert "Traceback" not in captured.err
+
+
+def test_cli_unreachable_scheduler_is_one_line(capsys):
+    rc = main(["jobs", "--url", "http://127.0.0.1:9", "--token", "t" * 12])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no scheduler answers" in err and len(err.strip().splitlines()) == 1
+    rc = main(["jobs", "--url", "localhost:8470", "--token", "t" * 12])
+    assert rc == 2 and "expected http://HOST:PORT" in capsys.readouterr().err
+
+
+def test_cli_stopped_scheduler_found_through_state_names_its_file(tmp_path, capsys):
+    """With --state (no --url), the error says where the URL came from, not a flag never given."""
+    (tmp_path / "scheduler.json").write_text('{"url": "http://127.0.0.1:9", "pid": 1}')
+    rc = main(["jobs", "--state", str(tmp_path), "--token", "t" * 12])
+    err = capsys.readouterr().err
+    info = tmp_path / "scheduler.json"
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"deepshare: error: http://127.0.0.1:9 (the URL in {info}, written when the scheduler last started): "
+                          "no scheduler answers (")
+    assert "--url" not in err
+
+
+def test_scheduler_start_flag_errors(capsys):
+    for argv, message in [
+        (["--local", "--address", "1.2.3.4:6379"], "at most one of --local and --address"),
+        (["--nodes", "2"], "--nodes and --gpus-per-node need --local"),
+        (["--policy", "las+spread", "--placement-url", "http://x"], "at most one of --policy and --placement-url"),
+        (["--policy", "no-such-policy"], "no-such-policy"),
+    ]:
+        rc = main(["scheduler", "start", *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.parametrize("name", ["token", "scheduler.json", "journal.sqlite"])
+@pytest.mark.parametrize("command", ["jobs", "submit"])
+def test_cli_json_never_replaces_the_schedulers_state_files(tmp_path, capsys, name, command):
+    """``--json`` naming a file of the scheduler's state folder (its token, its URL, its journal)
+    is refused before anything is sent or written, and the file is left as it was."""
+    state = tmp_path / "s"
+    state.mkdir()
+    for f in ("token", "scheduler.json", "journal.sqlite"):
+        (state / f).write_text(f"original {f}\n")
+    target = state / name
+    argv = [command, "--state", str(state), "--url", "http://127.0.0.1:9", "--json", str(target)]
+    if command == "submit":
+        argv.append(str(Path(__file__).resolve().parents[2] / "examples" / "jobs" / "tiny.yaml"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"deepshare: error: --json {target}: is the input --state {target}; "
+                   "writing it would destroy the input, choose another path")
+    assert target.read_text() == f"original {name}\n"

@@ -1,0 +1,204 @@
+"""The placement service without HTTP: request -> view -> decision -> response, for every
+registered policy, and the field paths of inconsistent requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_run import cli
+from hypothesis import HealthCheck, given, settings
+from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
+
+from deepshare.core.contention import make_contention
+from deepshare.core.simulator import Simulator
+from deepshare.core.topology import load_topology
+from deepshare.core.traces import load
+from deepshare.policies import make_policy, policy_names
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.schemas import PlacementRequest
+from deepshare.serving.translate import RequestError, response_to_decision, view_to_request
+
+TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+ENGINES: dict[str, PlacementEngine] = {}
+
+
+def engine(policy: str = "rl-hybrid") -> PlacementEngine:
+    if policy not in ENGINES:
+        ENGINES[policy] = PlacementEngine(EngineSettings(policy=policy))
+    return ENGINES[policy]
+
+
+def place(request: dict, policy: str = "rl-hybrid") -> dict:
+    return engine(policy).place(PlacementRequest.model_validate(request)).model_dump(mode="json", exclude_none=True)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_every_policy_answers_through_the_service_as_in_the_simulator(policy):
+    """Decision points of a real simulation, sent as requests, give the policy's own decisions."""
+    served, local = engine(policy), make_policy(policy)
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    points = 0
+    while (view := sim.advance()) is not None and points < 60:
+        decision = local.decide(view)
+        request = view_to_request(view)
+        response = served.place(PlacementRequest.model_validate_json(request.model_dump_json()))
+        assert_feasible(request.model_dump(mode="json"), response.model_dump(mode="json", exclude_none=True))
+        assert canonical(response_to_decision(response, view)) == canonical(decision)
+        sim.apply(decision)
+        points += 1
+    assert points >= 15
+
+
+def test_small_request_exact_answer_from_a_heuristic():
+    answer = place(small_request(), "fifo+consolidated")
+    assert answer["policy"] == "fifo+consolidated" and answer["policy_version"].startswith("deepshare-")
+    assert answer["decisions"] == [
+        {"job_id": "p0", "action": "place", "placement": {"n0": 2}, "predicted_slowdown": 1.0},
+        {"job_id": "p1", "action": "place", "placement": {"n1": 8}, "predicted_slowdown": 1.0},
+        {"job_id": "p2", "action": "place", "placement": {"n2": 8, "n3": 8}, "predicted_slowdown": 1.0},
+    ]
+    assert answer["preempt"] == [] and answer["migrate"] == []
+
+
+def test_large_request_is_feasible():
+    request = large_request()
+    answer = place(request)
+    assert_feasible(request, answer)
+    assert sum(d["action"] == "place" for d in answer["decisions"]) > 10
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_requests())
+def test_valid_requests_get_feasible_answers(request):
+    assert_feasible(request, place(request))
+
+
+def test_batched_scoring_gives_the_same_answer():
+    """A server's scorer (calls batched with other requests') decides exactly like the policy's own."""
+    eng = engine()
+    calls = []
+
+    def score(obs):
+        calls.append(obs)
+        return eng.batch_scorer([obs, obs])[1]  # scored inside a batch of two
+
+    request = PlacementRequest.model_validate(large_request(16, 16))
+    together = eng.place(request, score=score)
+    assert together == eng.place(request) and len(calls) > 1
+
+
+def test_scorer_batch_equals_single_calls():
+    scorer = engine().policy.scorer
+    rng = np.random.default_rng(0)
+    obs = [
+        {"observations": rng.normal(size=(16, 18)).astype(np.float32),
+         "action_mask": (rng.random(16) > 0.3).astype(np.float32)}
+        for _ in range(5)
+    ]
+    batch = scorer.batch(obs)
+    for one, scores in zip(obs, batch):
+        np.testing.assert_allclose(scorer(one), scores, rtol=1e-6)
+
+
+def test_policy_description_says_what_it_was_trained_on():
+    info = engine().describe()
+    assert info.name == "rl-hybrid" and info.checkpoint.endswith("rl_base.pt")
+    assert info.trained_on["config"] == "rllib_configs/rl_base.yaml"
+    assert "deepshare-train-jobset0-episode0.json" in info.trained_on["env"]["traces"]
+    assert engine("las+spread").describe().trained_on is None
+
+
+def bad(request: dict) -> list[tuple[tuple, str]]:
+    with pytest.raises(RequestError) as caught:
+        engine().view(PlacementRequest.model_validate(request))
+    return [(e.loc, e.msg) for e in caught.value.errors]
+
+
+def test_running_job_on_an_unknown_node_names_the_field():
+    request = small_request()
+    request["running"][0]["placement"] = {"n9": 4}
+    [(loc, msg)] = bad(request)
+    assert loc == ("body", "running", 0, "placement", "n9") and "unknown node 'n9'" in msg
+
+
+def test_duplicate_ids_name_both_fields():
+    request = small_request()
+    request["pending"][2]["job_id"] = "r0"
+    assert [loc for loc, _ in bad(request)] == [("body", "running", 0, "job_id"), ("body", "pending", 2, "job_id")]
+
+
+@pytest.mark.parametrize(
+    "change, loc, text",
+    [
+        (lambda r: r["nodes"].append(dict(r["nodes"][0])), ("body", "nodes", 4, "name"), "duplicate node name"),
+        (lambda r: r["nodes"][1].update(free_gpus=9), ("body", "nodes", 1, "free_gpus"), "exceeds gpus"),
+        (lambda r: r["nodes"][0].update(free_gpus=5), ("body", "nodes", 0, "free_gpus"), "running jobs hold 4 GPUs"),
+        (lambda r: r["running"][0].update(placement={"n0": 0}), ("body", "running", 0, "placement", "n0"), "must be positive"),
+        (lambda r: r["pending"][0].update(submitted_at=101.0), ("body", "pending", 0, "submitted_at"), "after now"),
+    ],
+)
+def test_inconsistent_requests_name_the_field(change, loc, text):
+    request = small_request()
+    change(request)
+    [(got, msg)] = bad(request)
+    assert got == loc and text in msg
+
+
+def serve_cli(capsys, *argv: str) -> tuple[int, str]:
+    """``deepshare serve ARGV`` in this process: (exit status, stderr)."""
+    rc, _, err = cli(capsys, "serve", *argv)
+    return rc, err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "rl-hybrid=/no/such/policy.pt"], "file not found"),
+        (["--policy", "las+spread=x"], "takes no argument"),
+        (["--contention", "magic"], "unknown model 'magic'"),
+        (["--port", "0"], "expected a port number 1..65535"),
+        (["--replicas", "-1"], "expected a positive integer"),
+    ],
+)
+def test_bad_serve_flags_exit_2_before_anything_starts(capsys, argv, needle):
+    rc, err = serve_cli(capsys, *argv)
+    assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_a_taken_port_is_refused(capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.delenv("DEEPSHARE_SERVE_TOKEN", raising=False)
+        rc, err = serve_cli(capsys, "--policy", "las+spread", "--port", str(port))
+    assert rc == 2 and f"--port {port}: cannot bind (already in use)" in err
+
+
+def test_short_token_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("DEEPSHARE_SERVE_TOKEN", "short")
+    rc, err = serve_cli(capsys, "--policy", "las+spread")
+    assert rc == 2 and "at least 8 characters" in err
+
+
+def test_serve_config_in_the_repo_is_a_valid_serve_config():
+    """`serve run serve/config.yaml` names this package's builder with valid settings."""
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from deepshare.serving.deployment import PlacementService, build_app
+    from deepshare.serving.settings import ServiceSettings
+
+    config = ServeDeploySchema.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "serve" / "config.yaml").read_text()))
+    [app] = config.applications
+    assert app.import_path == "deepshare.serving.deployment:build_app"
+    ServiceSettings.model_validate(app.args)
+    assert [d.name for d in app.deployments] == [PlacementService.name]
+    assert app.deployments[0].autoscaling_config["max_replicas"] > 1
+    assert config.http_options.host == "127.0.0.1"
+    build_app(app.args)
