@@ -93,8 +93,7 @@ class PartialDecision:
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
         free = list(self.free)
-        for node, gpus in placement.alloc:
-            free[node] -= gpus
+        placement.take(free)
         child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
         object.__setattr__(child, "_state", self._state)
         object.__setattr__(child, "_parent", (self._token, job, placement))

@@ -58,18 +58,13 @@ class HeuristicPolicy:
         victims = [j for j in sorted(view.running, key=key, reverse=True) if j.job_id not in wanted]
         free = list(view.free)
         for job in victims:
-            for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
-                free[node] += gpus
+            job.placement.release(free)  # type: ignore[union-attr]
         chosen = sorted((j for j in view.queued if j.job_id in wanted), key=key)
-        launches = self._place_in_order(chosen, free, view)
-        for launch in launches:
-            for node, gpus in launch.placement.alloc:
-                free[node] -= gpus
+        launches = self._place_in_order(chosen, free, view)  # takes the launches' GPUs from free
         preempt = []
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
-            if all(free[node] >= gpus for node, gpus in job.placement.alloc):  # type: ignore[union-attr]
-                for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
-                    free[node] -= gpus
+            if job.placement.fits(free):  # type: ignore[union-attr]
+                job.placement.take(free)  # type: ignore[union-attr]
             else:
                 preempt.append(job.job_id)
         if not launches:
@@ -115,8 +110,7 @@ class HeuristicPolicy:
                 failed.add(job.gpus)
                 continue
             index.take(placement)
-            for node, gpus in placement.alloc:
-                free[node] -= gpus
+            placement.take(free)
             total -= job.gpus
             launches.append(Launch(job.job_id, placement))
             pending.append((job, placement))
