@@ -126,6 +126,15 @@ def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
     return found.get("sum", 0.0), found.get("count", 0.0)
 
 
+def replica_seconds(url: str, token: str | None) -> tuple[float, float]:
+    """(sum, count) of the service's own request durations for /v1/placements (from its outermost
+    middleware to its answer: the part of a request's time spent in the replica's app)."""
+    text = session(token).get(url + "/metrics", timeout=10).text
+    found = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'deepshare_serve_request_duration_seconds_(sum|count)\{route="/v1/placements"\} (\S+)', text)}
+    return found.get("sum", 0.0), found.get("count", 0.0)
+
+
 def serve_pair(policy: str, port: int) -> None:
     """(Subprocess) The placement service at ``/`` and the Serve floor at ``/floor`` on one
     private loopback Ray instance and one proxy, until SIGTERM."""
@@ -214,12 +223,17 @@ def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
         pending = len(request["pending"])
         base = floor(args.policy, body, args.sequential)
         print(f"{name:30s} {'in-process (floor)':22s} {'':>8s} {'':>12s} {ms(pct(base, .5)):>8s} {ms(pct(base, .99)):>8s}")
+        before = replica_seconds(url, args.token)
         seqs = side_by_side([url] + ([floor_url] if floor_url else []), body, args.sequential, args.token)
+        after = replica_seconds(url, args.token)
+        in_app = (after[0] - before[0]) / max(1.0, after[1] - before[1])
         seq = seqs[0]
         if floor_url:
             fl = seqs[1]
             print(f"{'':30s} {'Serve floor seq x%d' % len(fl):22s} {len(fl) / sum(fl):8.0f} {'':>12s} "
                   f"{ms(pct(fl, .5)):>8s} {ms(pct(fl, .99)):>8s} {0:6d}")
+            print(f"{'':30s} {'p50 above Serve floor':22s} {'':>8s} {'':>12s} {ms(pct(seqs[0], .5) - pct(fl, .5)):>8s}"
+                  f"   (mean time in the replica's app: {ms(in_app)} ms)")
         print(f"{'':30s} {'sequential x%d' % len(seq):22s} {len(seq) / sum(seq):8.0f} {pending * len(seq) / sum(seq):12.0f} "
               f"{ms(pct(seq, .5)):>8s} {ms(pct(seq, .99)):>8s} {0:6d}")
         print(f"{'':30s} {'overhead over floor':22s} {'':>8s} {'':>12s} {pct(seq, .5) / pct(base, .5):7.1f}x "
