@@ -12,7 +12,7 @@ request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it meas
   Serve floor in alternating rounds, so both see the same background load;
 * 8 and 32 concurrent clients (threads with their own connections), at least 2,000 requests
   each (throughput in requests and decisions per second, p50, p99, errors), the 8-client level
-  against the Serve floor too;
+  against the Serve floor too, in alternating rounds;
 
 then prints the service over the Serve floor (p50 and p99 sequential, 8-client throughput) next
 to issue 14's targets, the HTTP overhead over the in-process floor, the scorer batch sizes the
@@ -118,6 +118,18 @@ def concurrent(url: str, body: str, clients: int, total: int, token: str | None)
         results = list(pool.map(worker, range(clients)))
     wall = time.perf_counter() - start
     return wall, [t for times, _ in results for t in times], sum(e for _, e in results)
+
+
+def concurrent_side_by_side(urls: list[str], body: str, clients: int, total: int, token: str | None,
+                            rounds: int = 4) -> list[tuple[float, list[float], int]]:
+    """:func:`concurrent` against each of ``urls`` in ``rounds`` alternating blocks of
+    ``total / rounds`` requests: per url, the summed wall time, all latencies, all errors."""
+    results: list[tuple[float, list[float], int]] = [(0.0, [], 0) for _ in urls]
+    for _ in range(rounds):
+        for i, url in enumerate(urls):
+            wall, times, errors = concurrent(url, body, clients, -(-total // rounds), token)
+            results[i] = (results[i][0] + wall, results[i][1] + times, results[i][2] + errors)
+    return results
 
 
 def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
@@ -242,19 +254,22 @@ def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
             summary.append(f"{name}: sequential p50 over the Serve floor {verdict(pct(seq, .5) / pct(fl, .5), TARGET_P50, True)}")
             summary.append(f"{name}: sequential p99 over the Serve floor {verdict(pct(seq, .99) / pct(fl, .99), TARGET_P99, True)}")
         for clients in args.clients:
-            if floor_url and clients == 8:
-                fwall, ftimes, ferrors = concurrent(floor_url, body, clients, args.requests, args.token)
+            against_floor = bool(floor_url) and clients == 8
+            before = batch_sizes(url, args.token)
+            runs = concurrent_side_by_side([url] + ([floor_url] if against_floor else []), body, clients, args.requests,
+                                           args.token)
+            after = batch_sizes(url, args.token)
+            if against_floor:
+                fwall, ftimes, ferrors = runs[1]
                 print(f"{'':30s} {'Serve floor %d x %d' % (clients, len(ftimes)):22s} {len(ftimes) / fwall:8.0f} {'':>12s} "
                       f"{ms(pct(ftimes, .5)):>8s} {ms(pct(ftimes, .99)):>8s} {ferrors:6d}")
-            before = batch_sizes(url, args.token)
-            wall, times, errors = concurrent(url, body, clients, args.requests, args.token)
-            after = batch_sizes(url, args.token)
+            wall, times, errors = runs[0]
             passes = after[1] - before[1]
             mean_batch = (after[0] - before[0]) / passes if passes else float("nan")
             print(f"{'':30s} {'%d clients x %d' % (clients, len(times)):22s} {len(times) / wall:8.0f} "
                   f"{pending * len(times) / wall:12.0f} {ms(pct(times, .5)):>8s} {ms(pct(times, .99)):>8s} {errors:6d}"
                   f"   mean scorer batch {mean_batch:.2f}")
-            if floor_url and clients == 8:
+            if against_floor:
                 ratio = (len(times) / wall) / (len(ftimes) / fwall)
                 summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(ratio, TARGET_THROUGHPUT, False)}")
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (1, 5, 15 min)")
