@@ -1,15 +1,22 @@
-"""Load on the placement service over loopback, side by side with the same policy in-process.
+"""Load on the placement service over loopback, side by side with the same policy in-process
+and with a trivial Ray Serve app behind the same proxy.
 
-Starts `deepshare serve` on a free loopback port (or targets --url) and, for a small request
-(4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending), measures:
+Starts one private Ray instance on a free loopback port (or targets --url) serving two
+applications: the placement service (the same ``service_app`` as ``deepshare serve``) at ``/``,
+and the Serve floor at ``/floor``: a deployment that reads the body and answers a fixed small
+JSON, so it costs what Ray Serve itself costs (proxy, routing, the hop to a replica). For a small
+request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it measures:
 
 * the in-process floor: parse the JSON body, decide, serialise the answer, no HTTP;
-* 500 sequential requests over one keep-alive connection (p50, p99);
+* sequential requests over one keep-alive connection (p50, p99), to the service and to the
+  Serve floor in alternating rounds, so both see the same background load;
 * 8 and 32 concurrent clients (threads with their own connections), at least 2,000 requests
-  each (throughput in requests and decisions per second, p50, p99, errors);
+  each (throughput in requests and decisions per second, p50, p99, errors), the 8-client level
+  against the Serve floor too, in alternating rounds;
 
-then prints the HTTP overhead as a ratio over the in-process floor and the scorer batch sizes
-the service saw (from /metrics). Figures only: nothing here asserts a speed.
+then prints the service over the Serve floor (p50 and p99 sequential, 8-client throughput) next
+to issue 14's targets, the HTTP overhead over the in-process floor, the scorer batch sizes the
+service saw (from /metrics) and the load average. Figures only: nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,6 +42,14 @@ from deepshare.serving.client import PlacementClient
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import large_request, small_request
 from deepshare.serving.schemas import PlacementRequest
+
+PATH = "/v1/placements"
+FLOOR_PREFIX = "/floor"
+FLOOR_BODY = b'{"decisions":[],"policy":"floor","policy_version":"0"}'
+"""What the Serve floor answers every request (a small fixed JSON)."""
+TARGET_P50 = TARGET_P99 = 1.1
+TARGET_THROUGHPUT = 0.9
+"""Issue 14's targets: sequential p50/p99 at most 1.1x the Serve floor's, 8-client req/s at least 0.9x."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -63,9 +79,22 @@ def sequential(url: str, body: str, n: int, token: str | None) -> list[float]:
     s, times = session(token), []
     for _ in range(n):
         start = time.perf_counter()
-        reply = s.post(url + "/v1/placements", data=body, timeout=30)
+        reply = s.post(url + PATH, data=body, timeout=30)
         times.append(time.perf_counter() - start)
         reply.raise_for_status()
+    return times
+
+
+def side_by_side(urls: list[str], body: str, n: int, token: str | None, rounds: int = 5) -> list[list[float]]:
+    """``n`` sequential requests to each of ``urls``, in ``rounds`` alternating blocks (after a
+    short warm-up of each), so a change in the machine's load hits them alike."""
+    for url in urls:
+        sequential(url, body, 20, token)
+    times: list[list[float]] = [[] for _ in urls]
+    block = -(-n // rounds)
+    for _ in range(rounds):
+        for i, url in enumerate(urls):
+            times[i] += sequential(url, body, block, token)
     return times
 
 
@@ -77,7 +106,7 @@ def concurrent(url: str, body: str, clients: int, total: int, token: str | None)
         for _ in range(per_client):
             start = time.perf_counter()
             try:
-                ok = s.post(url + "/v1/placements", data=body, timeout=60).status_code == 200
+                ok = s.post(url + PATH, data=body, timeout=60).status_code == 200
             except requests.RequestException:
                 ok = False
             times.append(time.perf_counter() - start)
@@ -91,10 +120,66 @@ def concurrent(url: str, body: str, clients: int, total: int, token: str | None)
     return wall, [t for times, _ in results for t in times], sum(e for _, e in results)
 
 
+def concurrent_side_by_side(urls: list[str], body: str, clients: int, total: int, token: str | None,
+                            rounds: int = 4) -> list[tuple[float, list[float], int]]:
+    """:func:`concurrent` against each of ``urls`` in ``rounds`` alternating blocks of
+    ``total / rounds`` requests: per url, the summed wall time, all latencies, all errors."""
+    results: list[tuple[float, list[float], int]] = [(0.0, [], 0) for _ in urls]
+    for _ in range(rounds):
+        for i, url in enumerate(urls):
+            wall, times, errors = concurrent(url, body, clients, -(-total // rounds), token)
+            results[i] = (results[i][0] + wall, results[i][1] + times, results[i][2] + errors)
+    return results
+
+
 def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
     text = session(token).get(url + "/metrics", timeout=10).text
     found = {m.group(1): float(m.group(2)) for m in re.finditer(r"deepshare_serve_scorer_batch_size_(sum|count) (\S+)", text)}
     return found.get("sum", 0.0), found.get("count", 0.0)
+
+
+def replica_seconds(url: str, token: str | None) -> tuple[float, float]:
+    """(sum, count) of the service's own request durations for /v1/placements (from its outermost
+    middleware to its answer: the part of a request's time spent in the replica's app)."""
+    text = session(token).get(url + "/metrics", timeout=10).text
+    found = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'deepshare_serve_request_duration_seconds_(sum|count)\{route="/v1/placements"\} (\S+)', text)}
+    return found.get("sum", 0.0), found.get("count", 0.0)
+
+
+def serve_pair(policy: str, port: int) -> None:
+    """(Subprocess) The placement service at ``/`` and the Serve floor at ``/floor`` on one
+    private loopback Ray instance and one proxy, until SIGTERM."""
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from deepshare.infra.localray import init_local_ray
+    from deepshare.serving.deployment import APP_NAME, MAX_ONGOING_REQUESTS, resolve_settings, service_app
+    from deepshare.serving.settings import ServiceSettings
+
+    @serve.deployment(name="ServeFloor", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 1})
+    class ServeFloor:
+        async def __call__(self, request: Request) -> Response:
+            await request.body()
+            return Response(FLOOR_BODY, media_type="application/json")
+
+    stop = threading.Event()
+    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING"})
+        serve.run(service_app(resolve_settings(ServiceSettings(policy=policy)), 1), name=APP_NAME, route_prefix="/",
+                  blocking=False)
+        serve.run(ServeFloor.bind(), name="floor", route_prefix=FLOOR_PREFIX, blocking=False)
+        print("ready", flush=True)
+        stop.wait()
+    finally:
+        import ray
+
+        serve.shutdown()
+        ray.shutdown()
 
 
 @contextmanager
@@ -106,12 +191,20 @@ def started_service(policy: str, token: str | None) -> Iterator[str]:
     if token:
         env["DEEPSHARE_SERVE_TOKEN"] = token
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deepshare", "serve", "--policy", policy, "--port", str(port)],
+        [sys.executable, os.path.abspath(__file__), "--serve-pair", str(port), "--policy", policy],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        PlacementClient(url).wait_ready(alive=lambda: proc.poll() is None)
+        PlacementClient(url).wait_ready(timeout_s=300, alive=lambda: proc.poll() is None)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the floor app is deployed after the service
+            try:
+                if requests.post(url + FLOOR_PREFIX + PATH, data=b"{}", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -125,49 +218,89 @@ def ms(x: float) -> str:
     return f"{x * 1000:.1f}"
 
 
-def run(url: str, args: argparse.Namespace) -> None:
+def verdict(ratio: float, target: float, at_most: bool) -> str:
+    ok = ratio <= target if at_most else ratio >= target
+    return f"{ratio:5.2f}x  (target {'<=' if at_most else '>='} {target:g}x: {'met' if ok else 'NOT met'})"
+
+
+def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
     cases = {"small (4 nodes, 3 pending)": small_request(), "large (64 nodes, 64 pending)": large_request()}
     cases = {name: request for name, request in cases.items() if name.split()[0] in args.cases}
-    print(f"policy {args.policy}; {os.cpu_count()} CPUs; service at {url}\n")
+    print(f"policy {args.policy}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at start; "
+          f"service at {url}" + (f", Serve floor at {floor_url}" if floor_url else "") + "\n")
     print(f"{'case':30s} {'mode':22s} {'req/s':>8s} {'decisions/s':>12s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}")
+    summary = []
     for name, request in cases.items():
         body = json.dumps(request)
         pending = len(request["pending"])
         base = floor(args.policy, body, args.sequential)
         print(f"{name:30s} {'in-process (floor)':22s} {'':>8s} {'':>12s} {ms(pct(base, .5)):>8s} {ms(pct(base, .99)):>8s}")
-        seq = sequential(url, body, args.sequential, args.token)
-        print(f"{name:30s} {'sequential x%d' % args.sequential:22s} {len(seq) / sum(seq):8.0f} {pending * len(seq) / sum(seq):12.0f} "
+        before = replica_seconds(url, args.token)
+        seqs = side_by_side([url] + ([floor_url] if floor_url else []), body, args.sequential, args.token)
+        after = replica_seconds(url, args.token)
+        in_app = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+        seq = seqs[0]
+        if floor_url:
+            fl = seqs[1]
+            print(f"{'':30s} {'Serve floor seq x%d' % len(fl):22s} {len(fl) / sum(fl):8.0f} {'':>12s} "
+                  f"{ms(pct(fl, .5)):>8s} {ms(pct(fl, .99)):>8s} {0:6d}")
+            print(f"{'':30s} {'p50 above Serve floor':22s} {'':>8s} {'':>12s} {ms(pct(seqs[0], .5) - pct(fl, .5)):>8s}"
+                  f"   (mean time in the replica's app: {ms(in_app)} ms)")
+        print(f"{'':30s} {'sequential x%d' % len(seq):22s} {len(seq) / sum(seq):8.0f} {pending * len(seq) / sum(seq):12.0f} "
               f"{ms(pct(seq, .5)):>8s} {ms(pct(seq, .99)):>8s} {0:6d}")
         print(f"{'':30s} {'overhead over floor':22s} {'':>8s} {'':>12s} {pct(seq, .5) / pct(base, .5):7.1f}x "
               f"{pct(seq, .99) / pct(base, .99):7.1f}x")
+        if floor_url:
+            summary.append(f"{name}: sequential p50 over the Serve floor {verdict(pct(seq, .5) / pct(fl, .5), TARGET_P50, True)}")
+            summary.append(f"{name}: sequential p99 over the Serve floor {verdict(pct(seq, .99) / pct(fl, .99), TARGET_P99, True)}")
         for clients in args.clients:
+            against_floor = bool(floor_url) and clients == 8
             before = batch_sizes(url, args.token)
-            wall, times, errors = concurrent(url, body, clients, args.requests, args.token)
+            runs = concurrent_side_by_side([url] + ([floor_url] if against_floor else []), body, clients, args.requests,
+                                           args.token)
             after = batch_sizes(url, args.token)
+            if against_floor:
+                fwall, ftimes, ferrors = runs[1]
+                print(f"{'':30s} {'Serve floor %d x %d' % (clients, len(ftimes)):22s} {len(ftimes) / fwall:8.0f} {'':>12s} "
+                      f"{ms(pct(ftimes, .5)):>8s} {ms(pct(ftimes, .99)):>8s} {ferrors:6d}")
+            wall, times, errors = runs[0]
             passes = after[1] - before[1]
             mean_batch = (after[0] - before[0]) / passes if passes else float("nan")
             print(f"{'':30s} {'%d clients x %d' % (clients, len(times)):22s} {len(times) / wall:8.0f} "
                   f"{pending * len(times) / wall:12.0f} {ms(pct(times, .5)):>8s} {ms(pct(times, .99)):>8s} {errors:6d}"
                   f"   mean scorer batch {mean_batch:.2f}")
-    print("\nmedian of the floor and the HTTP path are measured in this one run, side by side")
+            if against_floor:
+                ratio = (len(times) / wall) / (len(ftimes) / fwall)
+                summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(ratio, TARGET_THROUGHPUT, False)}")
+    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (1, 5, 15 min)")
+    for line in summary:
+        print(line)
+    print("the in-process floor, the Serve floor and the service are measured in this one run, side by side")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="an already running service (default: start one on a free loopback port)")
+    parser.add_argument("--floor-url", help="with --url: a trivial Serve app to compare with (POST FLOOR_URL/v1/placements)")
+    parser.add_argument("--no-floor-app", dest="floor_app", action="store_false",
+                        help="skip the Serve floor (default: measure it beside the service)")
     parser.add_argument("--policy", default="rl-hybrid", help="policy to serve and to call in-process (default rl-hybrid)")
     parser.add_argument("--token", help="bearer token of the service at --url")
     parser.add_argument("--sequential", type=int, default=500, help="sequential requests (default 500)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level (default 2000)")
     parser.add_argument("--cases", type=lambda s: s.split(","), default=["small", "large"], help="default small,large")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[8, 32], help="default 8,32")
+    parser.add_argument("--serve-pair", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_pair:
+        serve_pair(args.policy, args.serve_pair)
+        return
     if args.url:
-        run(args.url.rstrip("/"), args)
+        run(args.url.rstrip("/"), args.floor_url.rstrip("/") if args.floor_url else None, args)
         return
     args.token = args.token or "bench-token-0123"
     with started_service(args.policy, args.token) as url:
-        run(url, args)
+        run(url, url + FLOOR_PREFIX if args.floor_app else None, args)
 
 
 if __name__ == "__main__":

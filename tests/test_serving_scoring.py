@@ -1,0 +1,70 @@
+"""The service's lone-request scorer gives bit-for-bit the scores of a one-element batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.samples import large_request, small_request
+from deepshare.serving.schemas import PlacementRequest
+from deepshare.serving.scoring import lone_scorer
+
+
+@pytest.fixture(scope="module")
+def engine() -> PlacementEngine:
+    return PlacementEngine(EngineSettings("rl-hybrid"))
+
+
+def observations(engine: PlacementEngine, body: dict) -> list[dict[str, np.ndarray]]:
+    seen: list[dict[str, np.ndarray]] = []
+    scorer = engine.policy.scorer
+
+    def record(obs):  # type: ignore[no-untyped-def]
+        seen.append(obs)
+        return scorer(obs)
+
+    engine.place(PlacementRequest.model_validate(body), score=record)
+    return seen
+
+
+def test_the_shortcut_applies_to_the_shipped_policy(engine):
+    batch = engine.batch_scorer
+    assert lone_scorer(batch).__name__ == "score"  # not the fallback lambda
+
+
+@pytest.mark.parametrize("body", [small_request(), large_request()], ids=["small", "large"])
+def test_same_scores_as_a_batch_of_one_on_real_observations(engine, body):
+    seen = observations(engine, body)
+    assert seen
+    lone = lone_scorer(engine.batch_scorer)
+    for obs in seen:
+        expected = engine.batch_scorer([obs])[0]
+        got = lone(obs)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert np.array_equal(got, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 40), seed=st.integers(0, 2**32 - 1), masked=st.floats(0.0, 1.0))
+def test_same_scores_as_a_batch_of_one_on_random_observations(engine, k, seed, masked):
+    rng = np.random.default_rng(seed)
+    features = engine.policy.scorer.net.features
+    obs = {
+        "observations": rng.normal(0, 3, (k, features)).astype(np.float32),
+        "action_mask": (rng.random(k) >= masked).astype(np.float32),
+    }
+    assert np.array_equal(lone_scorer(engine.batch_scorer)(obs), engine.batch_scorer([obs])[0])
+
+
+def test_any_other_scorer_is_called_as_a_batch_of_one():
+    calls = []
+
+    def batch(observations):  # type: ignore[no-untyped-def]
+        calls.append(len(observations))
+        return [np.arange(3.0) for _ in observations]
+
+    assert np.array_equal(lone_scorer(batch)({"observations": np.zeros((3, 2))}), np.arange(3.0))
+    assert calls == [1]
