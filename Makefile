@@ -40,7 +40,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/scale.py  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
 	$(BIN)/python bench/scale.py --burst 20000
+	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid  # the learned policy in the simulator (target 60 s)
 	$(BIN)/python bench/decide_scale.py
+	$(BIN)/python bench/serve_load.py
+	$(BIN)/python bench/train_throughput.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
