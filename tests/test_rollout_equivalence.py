@@ -65,3 +65,42 @@ def episode_digest(config: dict, seeds: tuple[int, ...]) -> str:
 def test_seeded_episodes_are_bit_identical_to_the_reference(name):
     config, seeds = CASES[name]
     assert episode_digest(config, seeds) == EXPECTED[name]
+
+
+def test_lean_connectors_sample_the_same_actions_as_rllibs_defaults():
+    """Same seed, same env: the lean pipelines (deepshare.rl.connectors) give the module the same
+    tensors and the env the same actions as RLlib's default pipelines."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from deepshare.rl.train import TrainConfig, build_algorithm_config
+    from deepshare.rl.env import EnvConfig
+
+    config = TrainConfig(name="t", model={"hidden": 8}, run={"envs_per_env_runner": 2})
+    env = EnvConfig.from_dict(SMALL)
+    sampled = {}
+    for lean in (False, True):
+        runner = SingleAgentEnvRunner(config=build_algorithm_config(config, env, 1, 1.0, lean_connectors=lean),
+                                      worker_index=1, num_workers=1)
+        episodes = runner.sample(num_timesteps=120)
+        sampled[lean] = [(np.asarray(e.get_actions()).tolist(), np.asarray(e.get_rewards()).tolist()) for e in episodes]
+        runner.stop()
+    assert sampled[True] == sampled[False]
+    assert sum(len(actions) for actions, _ in sampled[True]) >= 120
+
+
+def test_acting_forward_gives_the_training_forwards_logits():
+    """The rollout forward skips the value head's pooling; its logits are the training forward's."""
+    import torch
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from deepshare.rl.module import CandidatePPOModule, NoCatalog
+
+    env = DeepShareEnv(SMALL)
+    module = RLModuleSpec(module_class=CandidatePPOModule, observation_space=env.observation_space,
+                          action_space=env.action_space, model_config={"hidden": 8}, catalog_class=NoCatalog).build()
+    obs, _ = env.reset(seed=0)
+    batch = {Columns.OBS: {k: torch.as_tensor(np.stack([v, v])) for k, v in obs.items()}}
+    train = module.forward_train(batch)[Columns.ACTION_DIST_INPUTS]
+    for acting in (module.forward_exploration(batch), module.forward_inference(batch)):
+        assert torch.equal(acting[Columns.ACTION_DIST_INPUTS], train)
