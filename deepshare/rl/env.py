@@ -164,6 +164,9 @@ class DeepShareEnv(gym.Env):
         self._topology = load_topology(self.config.cluster) if self.config.traces else None
         self._trace_jobs = [load(path).jobs for path in self.config.traces]
         self._episode: _Episode | None = None
+        # Built once (the config is frozen): both properties construct and validate on each read.
+        self._encoding = self.config.encoding
+        self._hybrid_rules = self.config.hybrid_rules
 
     # -- gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -182,7 +185,7 @@ class DeepShareEnv(gym.Env):
             raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
         ep.steps += 1
         info: dict[str, Any] = {}
-        step = take(ep.partial, ep.rows, ep.mask, int(action), self.config.hybrid_rules)
+        step = take(ep.partial, ep.rows, ep.mask, int(action), self._hybrid_rules)
         if step.invalid:
             info["invalid_action"] = True
         if step.safety_net:
@@ -225,7 +228,7 @@ class DeepShareEnv(gym.Env):
     def _encode_current(self) -> dict[str, np.ndarray]:
         ep = self._episode
         assert ep is not None and ep.partial is not None
-        obs, ep.rows = encode(ep.partial, self.config.encoding)
+        obs, ep.rows = encode(ep.partial, self._encoding)
         ep.mask = obs["action_mask"]
         np.clip(obs["observations"], -FEATURE_BOUND, FEATURE_BOUND, out=obs["observations"])
         return obs
