@@ -123,6 +123,18 @@ class EnvConfig:
         return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor, anchor)
 
 
+def _launch_may_fit(partial: PartialDecision) -> bool:
+    """False when no queued job not yet launched fits in the free GPUs: then :func:`encode` offers
+    wait only (no placement and no anchor pick can place it), so the env skips encoding a choice
+    it would not offer. Half the env's encodes were such choices (issue 14, item 5)."""
+    len(partial.view.running)  # encode reads it, and reading it syncs the running jobs' progress
+    # at this time (core/simulator.py `_running_views`), which rounds later floats: keep it so
+    # episodes stay bit-identical (tests/test_rollout_equivalence.py).
+    free = sum(partial.free)
+    launched = {launch.job_id for launch in partial.launches}
+    return any(job.gpus <= free and job.job_id not in launched for job in partial.view.queued)
+
+
 @dataclass
 class _Episode:
     sim: Simulator
@@ -152,6 +164,9 @@ class DeepShareEnv(gym.Env):
         self._topology = load_topology(self.config.cluster) if self.config.traces else None
         self._trace_jobs = [load(path).jobs for path in self.config.traces]
         self._episode: _Episode | None = None
+        # Built once (the config is frozen): both properties construct and validate on each read.
+        self._encoding = self.config.encoding
+        self._hybrid_rules = self.config.hybrid_rules
 
     # -- gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -170,16 +185,17 @@ class DeepShareEnv(gym.Env):
             raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
         ep.steps += 1
         info: dict[str, Any] = {}
-        step = take(ep.partial, ep.rows, ep.mask, int(action), self.config.hybrid_rules)
+        step = take(ep.partial, ep.rows, ep.mask, int(action), self._hybrid_rules)
         if step.invalid:
             info["invalid_action"] = True
         if step.safety_net:
             info["safety_net"] = True
         if step.launched is not None:
             ep.partial = step.partial
-            obs = self._encode_current()
-            if len(ep.rows) > 1:  # more launches are possible at the same time
-                return obs, 0.0, False, self._truncated(), info
+            if _launch_may_fit(ep.partial):
+                obs = self._encode_current()
+                if len(ep.rows) > 1:  # more launches are possible at the same time
+                    return obs, 0.0, False, self._truncated(), info
         ep.sim.apply(ep.partial.decision)
         reward, obs = self._advance()
         if obs is None:
@@ -203,15 +219,16 @@ class DeepShareEnv(gym.Env):
                 ep.partial = None
                 return self._reward(ep, area, start, None), None
             ep.partial = PartialDecision(view)
-            obs = self._encode_current()
-            if len(ep.rows) > 1:
-                return self._reward(ep, area, start, view), obs
+            if _launch_may_fit(ep.partial):
+                obs = self._encode_current()
+                if len(ep.rows) > 1:
+                    return self._reward(ep, area, start, view), obs
             ep.sim.apply(ep.partial.decision)  # nothing fits: the only choice is to wait
 
     def _encode_current(self) -> dict[str, np.ndarray]:
         ep = self._episode
         assert ep is not None and ep.partial is not None
-        obs, ep.rows = encode(ep.partial, self.config.encoding)
+        obs, ep.rows = encode(ep.partial, self._encoding)
         ep.mask = obs["action_mask"]
         np.clip(obs["observations"], -FEATURE_BOUND, FEATURE_BOUND, out=obs["observations"])
         return obs

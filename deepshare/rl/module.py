@@ -46,7 +46,10 @@ class CandidatePPOModule(DefaultPPOTorchRLModule):
         return logits, torch.cat([mean, top], -1)
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return {Columns.ACTION_DIST_INPUTS: self._embed(batch)[0]}
+        # Logits only: the pooled rows feed the value head, which acting never reads (a rollout
+        # step skips the pooling; the logits are the same tensors _embed gives).
+        obs = batch[Columns.OBS]
+        return {Columns.ACTION_DIST_INPUTS: self.scorer(obs["observations"], obs["action_mask"])[0]}
 
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         with torch.no_grad():

@@ -123,14 +123,28 @@ def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
     }
 
 
-def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners: int, cpus: float):
+def build_algorithm_config(
+    config: TrainConfig, env: EnvConfig, num_env_runners: int, cpus: float, *, lean_connectors: bool = True
+):
+    """PPO on the env with the candidate module. ``lean_connectors``: the env runners use
+    :mod:`deepshare.rl.connectors` (RLlib's defaults minus the pieces that do nothing here; same
+    tensors and actions, fewer passes per env step); False: RLlib's defaults (for comparison)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from deepshare.rl import connectors
     from deepshare.rl.env import DeepShareEnv
     from deepshare.rl.module import CandidatePPOModule, NoCatalog
 
     per_runner = min(1.0, cpus / max(1, num_env_runners))
+    lean: dict[str, Any] = {}
+    if lean_connectors:
+        lean = {
+            "env_to_module_connector": connectors.env_to_module,
+            "module_to_env_connector": connectors.module_to_env,
+            "add_default_connectors_to_env_to_module_pipeline": False,
+            "add_default_connectors_to_module_to_env_pipeline": False,
+        }
     return (
         PPOConfig()
         .environment(DeepShareEnv, env_config=asdict(env))
@@ -139,6 +153,7 @@ def build_algorithm_config(config: TrainConfig, env: EnvConfig, num_env_runners:
             num_cpus_per_env_runner=per_runner,
             num_envs_per_env_runner=config.run.envs_per_env_runner,
             rollout_fragment_length="auto",
+            **lean,
         )
         .learners(num_learners=0)
         .training(**config.ppo)  # RLlib's own keys, as the YAML wrote them
