@@ -17,7 +17,7 @@ import pytest
 
 from deepshare.rl.env import DeepShareEnv
 
-TRACE = str(Path(__file__).resolve().parent.parent / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")
+TRACE = str(Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")
 SMALL = {"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2, 4]}
 CASES = {
     "generated_jct": (dict(SMALL), (0, 1, 2)),
