@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # a real `deepshare serve` (Ray Serve) subprocess
 TOKEN = "adversarial-token-1"
 DECISION_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 2.0
-MAX_PENDING = 3000
+MAX_PENDING = 8000  # rl-hybrid needs about 4 s of CPU for 4,096 nodes x 8,000 pending: past the deadline
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
