@@ -22,9 +22,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from polling import wait_for  # noqa: E402
 
 pytest.importorskip("ray")
 
@@ -34,13 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_TOKEN = "DEEPSHARE_SCHEDULER_TOKEN"
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
-    return value
 
 
 class Scheduler:

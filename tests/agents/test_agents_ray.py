@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
-from typing import Any, Callable
 
 import pytest
 
@@ -21,6 +19,7 @@ from deepshare.agents import AgentConfig, ReplayProbes  # noqa: E402
 from deepshare.agents.monitor import ContentionMonitor  # noqa: E402
 from raytools import ray_tmpdir, start_cluster, stop_cluster  # noqa: E402
 from test_agents_probes import run_cli  # noqa: E402  (this folder is on sys.path under pytest)
+from polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a fake 3-node Ray cluster for the whole module
 
@@ -32,16 +31,6 @@ LOADS = {
 }
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for  # noqa: E402
 
 pytest.importorskip("ray")
 
@@ -36,13 +36,6 @@ def ray_processes(ray_tmp: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", ray_tmp], capture_output=True, text=True).stdout.split()
 
 
-def wait_for(what, check, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.3)
-    return value
 
 
 def test_local_scheduler_runs_command_jobs_and_stops_cleanly(tmp_path):

@@ -34,6 +34,7 @@ from deepshare.runtime.cluster import NAME_LABEL, current_cluster  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
 from deepshare.runtime.loop import ControlLoop, LoopConfig, TickReport  # noqa: E402
 from deepshare.runtime.spec import job_checkpoint_dir, spec_from_json  # noqa: E402
+from polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a fake multi-node Ray cluster and real DDP jobs
 
@@ -41,15 +42,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE = dict(num_cpus=1, num_gpus=4, object_store_memory=80 * 1024**2)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")
