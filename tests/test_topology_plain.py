@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from deepshare.core.topology import (
-    NODE_TYPE_DEFAULTS, NODES_PER_RACK, TESTBED_HARDWARE, Topology, load_topology, parse_topology, preset_names, uniform,
+    NODE_TYPE_DEFAULTS, NODES_PER_RACK, TESTBED_HARDWARE, Topology, load_topology, parse_topology, plain_topology,
+    preset_names, uniform,
 )
-from deepshare.core.topology_plain import plain_topology
 from deepshare.core.topology_spec import TESTBED_NODE_TYPE, ClusterSpec, NodeGroupSpec, NodeTypeSpec
 
 

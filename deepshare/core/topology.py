@@ -24,10 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.topology_plain import (  # noqa: F401 - the defaults are re-exported
+    CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group, plain_groups,
+)
 
 if TYPE_CHECKING:
     from deepshare.core.topology_spec import ClusterSpec, NodeGroupSpec, NodeTypeSpec  # noqa: F401
@@ -44,23 +46,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(topology_spec, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
-    "gpu_model": "unknown", "fabric": "pcie", "pcie_switches": 1,
-    "intra_node_gbps": 128.0, "nvlink_gbps": 0.0, "nic_gbps": 40.0,
-})
-"""A node type's optional fields and their defaults (``gpus`` is required)."""
-NODE_GROUP_DEFAULTS: Mapping[str, Any] = MappingProxyType({"count": 1, "rack": "rack0", "prefix": "node"})
-CLUSTER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"name": "cluster", "rack_uplink_gbps": 0.0})
-NODE_TYPE_FIELDS = ("gpus", *NODE_TYPE_DEFAULTS)
-"""The hardware fields of a node type, which every :class:`Node` of the type copies."""
-
-TESTBED_HARDWARE: Mapping[str, Any] = MappingProxyType({
-    "gpus": 8, "gpu_model": "TITAN Xp", "fabric": "pcie", "pcie_switches": 2, "intra_node_gbps": 128.0, "nic_gbps": 40.0,
-})
-"""The original artifact's node: 8 x TITAN Xp on PCIe Gen3 (16 GB/s), 40 Gb/s InfiniBand
-(the fields given; the rest are defaults). ``TESTBED_NODE_TYPE`` is this as a ``NodeTypeSpec``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +99,7 @@ class Topology:
         return topology_from_groups(spec.name, groups, spec.rack_uplink_gbps)
 
 
-def topology_from_groups(name: str, groups: Iterable[tuple[str, Mapping[str, Any], int, str, str]], rack_uplink_gbps: float) -> Topology:
+def topology_from_groups(name: str, groups: Iterable[Group], rack_uplink_gbps: float) -> Topology:
     """The topology of node groups ``(type name, hardware fields, count, rack, name prefix)``:
     nodes numbered in group order, named ``prefix`` + a counter per prefix."""
     nodes: list[Node] = []
@@ -173,16 +158,21 @@ def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
 
 
 def _preset_topology(text: str, source: str) -> Topology:
-    """A shipped preset, built from plain values when :func:`~deepshare.core.topology_plain.plain_topology`
-    accepts it (every shipped one), else through :func:`parse_topology` (same result, or its errors)."""
+    """A shipped preset, built from plain values when :func:`plain_topology` accepts it (every shipped one), else through :func:`parse_topology` (same result, or its errors)."""
     import yaml
 
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError:
         raw = None
-    from deepshare.core.topology_plain import plain_topology
-
     topology = plain_topology(raw)
     return topology if topology is not None else parse_topology(text, source)
+
+
+def plain_topology(raw: Any) -> Topology | None:
+    """The topology of a parsed spec mapping built without pydantic, or None when only the schema
+    can decide (see :mod:`deepshare.core.topology_plain`); when not None it equals
+    ``Topology.from_spec(ClusterSpec.model_validate(raw))``."""
+    groups = plain_groups(raw)
+    return None if groups is None else topology_from_groups(*groups)
 

@@ -1,21 +1,39 @@
-"""A cluster spec mapping (parsed YAML) as a :class:`Topology`, without pydantic.
+"""A cluster spec's plain schema: its defaults, and a parsed spec's node groups without pydantic.
 
-:func:`plain_topology` accepts only specs it can vouch for: exactly the keys of the schema in
+The defaults are the one copy: :mod:`deepshare.core.topology_spec` (pydantic) uses them too.
+:func:`plain_groups` accepts only specs it can vouch for: exactly the keys of the schema in
 :mod:`deepshare.core.topology_spec`, values of exactly the expected types (an int for an int, an
 int or float for a float, no strings to coerce, no bools) within the schema's bounds. For those
-it returns what ``Topology.from_spec(ClusterSpec.model_validate(raw))`` returns (defaults filled,
-ints as floats where the schema says float); for anything else it returns None and the caller
-validates with pydantic, so every error message still comes from the schema. The shipped presets
-take this path, which saves ``deepshare simulate`` importing pydantic.
+it returns the node groups that ``ClusterSpec.model_validate(raw)`` holds (defaults filled, ints as
+floats where the schema says float), which :func:`deepshare.core.topology.plain_topology` turns
+into a topology; for anything else it returns None and the caller validates with pydantic, so
+every error message still comes from the schema. The shipped presets take this path, which saves
+``deepshare simulate`` importing pydantic.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
-from deepshare.core.topology import (
-    CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, Topology, topology_from_groups,
-)
+NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "gpu_model": "unknown", "fabric": "pcie", "pcie_switches": 1,
+    "intra_node_gbps": 128.0, "nvlink_gbps": 0.0, "nic_gbps": 40.0,
+})
+"""A node type's optional fields and their defaults (``gpus`` is required)."""
+NODE_GROUP_DEFAULTS: Mapping[str, Any] = MappingProxyType({"count": 1, "rack": "rack0", "prefix": "node"})
+CLUSTER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"name": "cluster", "rack_uplink_gbps": 0.0})
+NODE_TYPE_FIELDS = ("gpus", *NODE_TYPE_DEFAULTS)
+"""The hardware fields of a node type, which every node of the type copies."""
+
+TESTBED_HARDWARE: Mapping[str, Any] = MappingProxyType({
+    "gpus": 8, "gpu_model": "TITAN Xp", "fabric": "pcie", "pcie_switches": 2, "intra_node_gbps": 128.0, "nic_gbps": 40.0,
+})
+"""The original artifact's node: 8 x TITAN Xp on PCIe Gen3 (16 GB/s), 40 Gb/s InfiniBand
+(the fields given; the rest are defaults). ``TESTBED_NODE_TYPE`` is this as a ``NodeTypeSpec``."""
+
+Group = tuple[str, Mapping[str, Any], int, str, str]
+"""A node group: (type name, hardware fields, count, rack, name prefix)."""
 
 _Check = Callable[[Any], bool]
 
@@ -75,15 +93,15 @@ def _record(raw: Any, rules: dict[str, tuple[type, _Check | None]], defaults: An
     return out
 
 
-def plain_topology(raw: Any) -> Topology | None:
-    """The topology of the spec mapping ``raw``, or None when pydantic must validate it."""
+def plain_groups(raw: Any) -> tuple[str, list[Group], float] | None:
+    """The spec mapping ``raw`` as (name, node groups, rack uplink), or None when pydantic must validate it."""
     try:
-        return _topology(raw)
+        return _groups(raw)
     except _Unsure:
         return None
 
 
-def _topology(raw: Any) -> Topology:
+def _groups(raw: Any) -> tuple[str, list[Group], float]:
     if type(raw) is not dict or not set(raw) <= {*_CLUSTER_SCALARS, "node_types", "nodes"}:
         raise _Unsure
     scalars = _record({k: v for k, v in raw.items() if k in _CLUSTER_SCALARS}, _CLUSTER_SCALARS, CLUSTER_DEFAULTS)
@@ -95,10 +113,10 @@ def _topology(raw: Any) -> Topology:
         if type(name) is not str:
             raise _Unsure
         hardware[name] = _record(spec, _NODE_TYPE, NODE_TYPE_DEFAULTS)
-    rows = []
+    rows: list[Group] = []
     for raw_group in groups:
         g = _record(raw_group, _NODE_GROUP, NODE_GROUP_DEFAULTS)
         if g["type"] not in hardware:
             raise _Unsure
         rows.append((g["type"], hardware[g["type"]], g["count"], g["rack"], g["prefix"]))
-    return topology_from_groups(scalars["name"], rows, scalars["rack_uplink_gbps"])
+    return scalars["name"], rows, scalars["rack_uplink_gbps"]

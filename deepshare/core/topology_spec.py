@@ -3,7 +3,7 @@
 Kept out of :mod:`deepshare.core.topology` so that simulating on a preset or a uniform cluster
 never imports pydantic (about a tenth of a second of ``deepshare simulate``'s start-up): a
 user's YAML is validated here, with errors that name the field. The defaults are the plain ones
-of :mod:`deepshare.core.topology`, which builds presets without this module; both must agree.
+of :mod:`deepshare.core.topology_plain`, which builds presets without this module.
 ``deepshare.core.topology`` re-exports these names (imported on first use).
 """
 
@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepshare.core.topology import CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, TESTBED_HARDWARE
+from deepshare.core.topology_plain import CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, TESTBED_HARDWARE
 
 
 class NodeTypeSpec(BaseModel):
