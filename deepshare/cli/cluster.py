@@ -22,8 +22,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, load_trace, print_line, sim_config, sim_inputs, wait_seconds,
@@ -52,6 +50,8 @@ def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 
 def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
+    import yaml
+
     from deepshare.raycluster.cluster_yaml import load_cluster_yaml, to_autoscale_spec
     from deepshare.core.atomic import write_text_atomic
 
@@ -159,10 +159,14 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+AUTOSCALERS = ("demand", "contention-aware", "fixed")
+"""The names of :data:`deepshare.core.autoscaling.AUTOSCALERS`, in its order, for the flags' help:
+building the parser must not import the autoscaling package (it brings pydantic); tests/test_startup.py
+asserts that they are still the same."""
+
+
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
-    from deepshare.core.autoscaling import AUTOSCALERS
-
     cluster = sub.add_parser("cluster", help="Ray cluster YAMLs: validate them, turn them into autoscaling specs")
     csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     p = csub.add_parser("validate", help="check cluster YAMLs / KubeRay manifests with Ray's schema and the project's keys")

@@ -11,23 +11,24 @@ import argparse
 import errno
 import os
 import signal
-import socket
 import threading
 from typing import Any
 
 from deepshare.cli.args import listen_port, number, positive_int
 from deepshare.core.errors import DeepShareError
-from deepshare.infra.httpauth import check_token, is_loopback
-from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
-from deepshare.serving.settings import (
-    DEFAULT_BODY_TIMEOUT_S,
-    DEFAULT_DECISION_TIMEOUT_S,
-    DEFAULT_MAX_NODES,
-    DEFAULT_MAX_PENDING,
-    DEFAULT_MAX_RUNNING,
-    TOKEN_ENV,
-    ServiceSettings,
-)
+
+# The values the flags show and bound, as plain constants: building the parser for any command
+# must not import pydantic (deepshare.serving.settings, .schemas) or the HTTP code. They are
+# deepshare.serving.settings' own (TOKEN_ENV, DEFAULT_*) and .schemas' (MAX_*);
+# tests/test_startup.py asserts that they still are.
+TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"
+MAX_NODES = 4096
+MAX_JOBS = 10_000
+DEFAULT_MAX_NODES = MAX_NODES
+DEFAULT_MAX_PENDING = 5000
+DEFAULT_MAX_RUNNING = MAX_JOBS
+DEFAULT_DECISION_TIMEOUT_S = 5.0
+DEFAULT_BODY_TIMEOUT_S = 5.0
 
 EXIT_RUNTIME = 1
 """Exit status when Ray or Serve fails to start (bad input exits 2)."""
@@ -77,7 +78,9 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     from pydantic import ValidationError
 
     from deepshare.core.contention import make_contention
+    from deepshare.infra.httpauth import check_token
     from deepshare.policies import make_policy
+    from deepshare.serving.settings import ServiceSettings
 
     try:
         settings = ServiceSettings(
@@ -149,6 +152,8 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
 def exposure_warning(host: str, has_token: bool) -> str | None:
     """The one-line warning for a non-loopback ``--host`` (what is exposed, and whether a token
     guards it), or None on loopback; like ``scheduler start``'s."""
+    from deepshare.infra.httpauth import is_loopback
+
     if is_loopback(host.strip("[]")):
         return None
     guard = ("token-protected but without TLS (put a TLS proxy in front)" if has_token
@@ -157,6 +162,8 @@ def exposure_warning(host: str, has_token: bool) -> str | None:
 
 
 def _check_port_free(host: str, port: int) -> None:
+    import socket
+
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -24,52 +24,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from deepshare.core.errors import DeepShareError
-from deepshare.core.yamlspec import parse_yaml_model
+from deepshare.core.topology_plain import (  # noqa: F401 - the defaults are re-exported
+    CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group, plain_groups,
+)
+
+if TYPE_CHECKING:
+    from deepshare.core.topology_spec import ClusterSpec, NodeGroupSpec, NodeTypeSpec  # noqa: F401
+
+_SPEC_NAMES = ("ClusterSpec", "NodeGroupSpec", "NodeTypeSpec", "TESTBED_NODE_TYPE")
+"""The pydantic schema's names, re-exported from :mod:`deepshare.core.topology_spec` on first use."""
 
 
-class NodeTypeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def __getattr__(name: str) -> Any:
+    """The spec models (and ``TESTBED_NODE_TYPE``) without importing pydantic with this module:
+    presets and uniform clusters are built from plain values, only a user's YAML needs them."""
+    if name in _SPEC_NAMES:
+        from deepshare.core import topology_spec
 
-    gpus: int = Field(gt=0, description="GPUs per node")
-    gpu_model: str = "unknown"
-    fabric: Literal["pcie", "nvlink"] = "pcie"
-    pcie_switches: int = Field(default=1, gt=0)
-    intra_node_gbps: float = Field(default=128.0, gt=0)
-    nvlink_gbps: float = Field(default=0.0, ge=0)
-    nic_gbps: float = Field(default=40.0, gt=0)
-
-
-class NodeGroupSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: str
-    count: int = Field(default=1, gt=0)
-    rack: str = "rack0"
-    prefix: str = "node"
-
-
-class ClusterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "cluster"
-    node_types: dict[str, NodeTypeSpec] = Field(min_length=1)
-    nodes: list[NodeGroupSpec] = Field(min_length=1)
-    rack_uplink_gbps: float = Field(default=0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _types_exist(self) -> "ClusterSpec":
-        for i, group in enumerate(self.nodes):
-            if group.type not in self.node_types:
-                raise ValueError(
-                    f"nodes[{i}].type: unknown node type {group.type!r}; "
-                    f"expected one of {sorted(self.node_types)}"
-                )
-        return self
+        return getattr(topology_spec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,35 +94,23 @@ class Topology:
 
     @staticmethod
     def from_spec(spec: ClusterSpec) -> "Topology":
-        nodes: list[Node] = []
-        counters: dict[str, int] = {}
-        for group in spec.nodes:
-            t = spec.node_types[group.type]
-            for _ in range(group.count):
-                k = counters.get(group.prefix, 0)
-                counters[group.prefix] = k + 1
-                nodes.append(
-                    Node(
-                        index=len(nodes),
-                        name=f"{group.prefix}{k}",
-                        gpus=t.gpus,
-                        rack=group.rack,
-                        node_type=group.type,
-                        gpu_model=t.gpu_model,
-                        fabric=t.fabric,
-                        pcie_switches=t.pcie_switches,
-                        intra_node_gbps=t.intra_node_gbps,
-                        nvlink_gbps=t.nvlink_gbps,
-                        nic_gbps=t.nic_gbps,
-                    )
-                )
-        return Topology(spec.name, tuple(nodes), spec.rack_uplink_gbps)
+        groups = [(g.type, {f: getattr(spec.node_types[g.type], f) for f in NODE_TYPE_FIELDS}, g.count, g.rack, g.prefix)
+                  for g in spec.nodes]
+        return topology_from_groups(spec.name, groups, spec.rack_uplink_gbps)
 
 
-TESTBED_NODE_TYPE = NodeTypeSpec(
-    gpus=8, gpu_model="TITAN Xp", fabric="pcie", pcie_switches=2, intra_node_gbps=128.0, nic_gbps=40.0
-)
-"""The original artifact's node: 8 x TITAN Xp on PCIe Gen3 (16 GB/s), 40 Gb/s InfiniBand."""
+def topology_from_groups(name: str, groups: Iterable[Group], rack_uplink_gbps: float) -> Topology:
+    """The topology of node groups ``(type name, hardware fields, count, rack, name prefix)``:
+    nodes numbered in group order, named ``prefix`` + a counter per prefix."""
+    nodes: list[Node] = []
+    counters: dict[str, int] = {}
+    for type_name, hardware, count, rack, prefix in groups:
+        for _ in range(count):
+            k = counters.get(prefix, 0)
+            counters[prefix] = k + 1
+            nodes.append(Node(index=len(nodes), name=f"{prefix}{k}", rack=rack, node_type=type_name, **hardware))
+    return Topology(name, tuple(nodes), rack_uplink_gbps)
+
 
 NODES_PER_RACK = 32
 
@@ -157,14 +121,10 @@ def uniform(nodes: int, gpus_per_node: int, name: str | None = None) -> Topology
         raise DeepShareError(f"--nodes must be a positive integer, got {nodes}")
     if gpus_per_node <= 0:
         raise DeepShareError(f"--gpus-per-node must be a positive integer, got {gpus_per_node}")
-    node_type = TESTBED_NODE_TYPE.model_copy(update={"gpus": gpus_per_node})
-    groups = []
-    for start in range(0, nodes, NODES_PER_RACK):
-        groups.append(
-            NodeGroupSpec(type="node", count=min(NODES_PER_RACK, nodes - start), rack=f"rack{start // NODES_PER_RACK}")
-        )
-    spec = ClusterSpec(name=name or f"uniform-{nodes}x{gpus_per_node}", node_types={"node": node_type}, nodes=groups)
-    return Topology.from_spec(spec)
+    hardware = {**NODE_TYPE_DEFAULTS, **TESTBED_HARDWARE, "gpus": gpus_per_node}
+    groups = [("node", hardware, min(NODES_PER_RACK, nodes - start), f"rack{start // NODES_PER_RACK}", "node")
+              for start in range(0, nodes, NODES_PER_RACK)]
+    return topology_from_groups(name or f"uniform-{nodes}x{gpus_per_node}", groups, CLUSTER_DEFAULTS["rack_uplink_gbps"])
 
 
 def preset_names() -> list[str]:
@@ -176,7 +136,7 @@ def load_topology(preset_or_path: str) -> Topology:
     """Load a preset by name (``testbed``, ...) or a cluster spec YAML by path."""
     if preset_or_path in preset_names():
         text = (resources.files("deepshare.data") / "clusters" / f"{preset_or_path}.yaml").read_text()
-        return parse_topology(text, source=f"preset {preset_or_path!r}")
+        return _preset_topology(text, source=f"preset {preset_or_path!r}")
     path = Path(preset_or_path)
     if not path.exists():
         raise DeepShareError(
@@ -190,4 +150,29 @@ def load_topology(preset_or_path: str) -> Topology:
 
 
 def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
+    """A cluster spec YAML, validated by :class:`ClusterSpec` (errors name the source and field)."""
+    from deepshare.core.topology_spec import ClusterSpec
+    from deepshare.core.yamlspec import parse_yaml_model
+
     return Topology.from_spec(parse_yaml_model(text, ClusterSpec, source, "node_types and nodes"))
+
+
+def _preset_topology(text: str, source: str) -> Topology:
+    """A shipped preset, built from plain values when :func:`plain_topology` accepts it (every shipped one), else through :func:`parse_topology` (same result, or its errors)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raw = None
+    topology = plain_topology(raw)
+    return topology if topology is not None else parse_topology(text, source)
+
+
+def plain_topology(raw: Any) -> Topology | None:
+    """The topology of a parsed spec mapping built without pydantic, or None when only the schema
+    can decide (see :mod:`deepshare.core.topology_plain`); when not None it equals
+    ``Topology.from_spec(ClusterSpec.model_validate(raw))``."""
+    groups = plain_groups(raw)
+    return None if groups is None else topology_from_groups(*groups)
+

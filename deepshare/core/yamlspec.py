@@ -1,16 +1,20 @@
-"""YAML documents validated by a pydantic model, with errors that name the file and the field."""
+"""YAML documents validated by a pydantic model, with errors that name the file and the field.
+
+PyYAML and pydantic are imported when a document is parsed, not with this module: commands
+that only read a user's config file as text (or never read one) do not pay for them.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
-
-import yaml
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, TypeVar
 
 from deepshare.core.errors import DeepShareError
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound="BaseModel")
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -24,6 +28,9 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def parse_yaml_model(text: str, model: type[M], source: str, expected: str) -> M:
     """``text`` as YAML, validated as ``model``; ``expected`` says what the top level should hold."""
+    import yaml
+    from pydantic import ValidationError
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from deepshare.core.autoscaling import AutoscaleSpec
 from deepshare.core.contention import ContentionModel, ProfiledContention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.jobs_csv import JobsCsvStream
@@ -21,6 +20,9 @@ from deepshare.core.topology import Topology
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 from deepshare.policies import make_policy
+
+if TYPE_CHECKING:  # an annotation only: the autoscaling package brings pydantic, which `simulate` never needs
+    from deepshare.core.autoscaling import AutoscaleSpec
 
 Progress = Callable[[int, int], None]
 
