@@ -24,6 +24,11 @@ NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
 NODE_GROUP_DEFAULTS: Mapping[str, Any] = MappingProxyType({"count": 1, "rack": "rack0", "prefix": "node"})
 CLUSTER_DEFAULTS: Mapping[str, Any] = MappingProxyType({"name": "cluster", "rack_uplink_gbps": 0.0})
 NODE_TYPE_FIELDS = ("gpus", *NODE_TYPE_DEFAULTS)
+MAX_NODES = 100_000
+"""Nodes in one cluster spec at most (a group's ``count`` and all groups together): far above any
+real cluster, and a mistyped count gets an error instead of exhausting memory."""
+MAX_GPUS_PER_NODE = 1024
+MAX_PCIE_SWITCHES = 1024
 """The hardware fields of a node type, which every node of the type copies."""
 
 TESTBED_HARDWARE: Mapping[str, Any] = MappingProxyType({
@@ -42,6 +47,10 @@ def _positive(v: float) -> bool:
     return v > 0
 
 
+def _up_to(high: int) -> _Check:
+    return lambda v: 0 < v <= high
+
+
 def _non_negative(v: float) -> bool:
     return v >= 0
 
@@ -52,11 +61,12 @@ def _fabric(v: str) -> bool:
 
 # field: (kind, check or None); a field missing from the defaults is required.
 _NODE_TYPE: dict[str, tuple[type, _Check | None]] = {
-    "gpus": (int, _positive), "gpu_model": (str, None), "fabric": (str, _fabric), "pcie_switches": (int, _positive),
+    "gpus": (int, _up_to(MAX_GPUS_PER_NODE)), "gpu_model": (str, None), "fabric": (str, _fabric),
+    "pcie_switches": (int, _up_to(MAX_PCIE_SWITCHES)),
     "intra_node_gbps": (float, _positive), "nvlink_gbps": (float, _non_negative), "nic_gbps": (float, _positive),
 }
 _NODE_GROUP: dict[str, tuple[type, _Check | None]] = {
-    "type": (str, None), "count": (int, _positive), "rack": (str, None), "prefix": (str, None),
+    "type": (str, None), "count": (int, _up_to(MAX_NODES)), "rack": (str, None), "prefix": (str, None),
 }
 _CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, None), "rack_uplink_gbps": (float, _non_negative)}
 
@@ -119,4 +129,6 @@ def _groups(raw: Any) -> tuple[str, list[Group], float]:
         if g["type"] not in hardware:
             raise _Unsure
         rows.append((g["type"], hardware[g["type"]], g["count"], g["rack"], g["prefix"]))
+    if sum(row[2] for row in rows) > MAX_NODES:
+        raise _Unsure
     return scalars["name"], rows, scalars["rack_uplink_gbps"]

@@ -13,16 +13,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepshare.core.topology_plain import CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, TESTBED_HARDWARE
+from deepshare.core.topology_plain import (
+    CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
+    TESTBED_HARDWARE,
+)
 
 
 class NodeTypeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: int = Field(gt=0, description="GPUs per node")
+    gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE, description="GPUs per node")
     gpu_model: str = NODE_TYPE_DEFAULTS["gpu_model"]
     fabric: Literal["pcie", "nvlink"] = NODE_TYPE_DEFAULTS["fabric"]
-    pcie_switches: int = Field(default=NODE_TYPE_DEFAULTS["pcie_switches"], gt=0)
+    pcie_switches: int = Field(default=NODE_TYPE_DEFAULTS["pcie_switches"], gt=0, le=MAX_PCIE_SWITCHES)
     intra_node_gbps: float = Field(default=NODE_TYPE_DEFAULTS["intra_node_gbps"], gt=0)
     nvlink_gbps: float = Field(default=NODE_TYPE_DEFAULTS["nvlink_gbps"], ge=0)
     nic_gbps: float = Field(default=NODE_TYPE_DEFAULTS["nic_gbps"], gt=0)
@@ -32,7 +35,7 @@ class NodeGroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: str
-    count: int = Field(default=NODE_GROUP_DEFAULTS["count"], gt=0)
+    count: int = Field(default=NODE_GROUP_DEFAULTS["count"], gt=0, le=MAX_NODES)
     rack: str = NODE_GROUP_DEFAULTS["rack"]
     prefix: str = NODE_GROUP_DEFAULTS["prefix"]
 
@@ -53,6 +56,9 @@ class ClusterSpec(BaseModel):
                     f"nodes[{i}].type: unknown node type {group.type!r}; "
                     f"expected one of {sorted(self.node_types)}"
                 )
+        total = sum(group.count for group in self.nodes)
+        if total > MAX_NODES:
+            raise ValueError(f"nodes: {total} nodes in all; expected at most {MAX_NODES}")
         return self
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -150,3 +151,14 @@ def test_load_topology_errors(tmp_path: Path):
         load_topology(str(bad_file))
     assert str(bad_file) in str(info.value)
     assert "node_types.t.gpus" in str(info.value)
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    ("node_types: {t: {gpus: 8}}\nnodes: [{type: t, count: 1000000000}]", "nodes.0.count: Input should be less than or equal to 100000"),
+    ("node_types: {t: {gpus: 100000}}\nnodes: [{type: t}]", "node_types.t.gpus: Input should be less than or equal to 1024"),
+    ("node_types: {t: {gpus: 8}}\nnodes: [{type: t, count: 60000}, {type: t, count: 60000}]", "nodes: 120000 nodes in all; expected at most 100000"),
+])
+def test_a_cluster_too_large_to_build_is_an_error_not_an_out_of_memory(yaml_text, message):
+    """A mistyped count is refused before any node is built (it used to exhaust memory)."""
+    with pytest.raises(DeepShareError, match=re.escape(message)):
+        parse_topology(yaml_text, "c.yaml")
