@@ -284,7 +284,8 @@ def test_logs_live_under_the_state_folder_and_follow_to_the_end(sched, tmp_path)
     assert sched.job(job_id)["state"] == "finished"
     path = sched.state / "logs" / job_id / "rank-1.log"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "line 5" in path.read_text()
-    assert not list(Path(tempfile.gettempdir()).glob(f"ds-{job_id}-*"))  # nothing left in the temp folder
+    # Nothing left in the temp folder once the run is torn down (the teardown follows the job's end).
+    wait_for("the rank's control folder to go", lambda: not list(Path(tempfile.gettempdir()).glob(f"ds-{job_id}-*")), timeout=60)
     bad_rank = sched.cli("logs", job_id, "--rank", "2", "--state", str(sched.state))
     assert bad_rank.returncode == 2 and "rank: expected 0..1" in bad_rank.stderr
     assert len(bad_rank.stderr.strip().splitlines()) == 1

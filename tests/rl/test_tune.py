@@ -68,7 +68,7 @@ def test_every_combination_is_validated_as_a_full_config():
         (["ppo.lr=0.1,0.2", "lr=0.3,0.4"], "a key is given twice"),
     ],
 )
-def test_bad_combinations_fail_before_ray_starts(specs, needle):
+def test_bad_combinations_fail_before_ray_starts(specs, needle, no_ray):
     import ray
 
     with pytest.raises(DeepShareError, match=needle):
