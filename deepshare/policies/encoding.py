@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from deepshare.core.contention.base import predict_all
 from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
@@ -85,11 +86,16 @@ class PartialDecision:
     referenced each other would keep every step's free vector alive)."""
     _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
     _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
+    _jobs: tuple[JobView, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    """The launched jobs' views, in launch order, when known (derived partials and ones without
+    launches): :meth:`pending` then needs no lookup over the queue."""
 
     def __post_init__(self) -> None:
         if not self.free:
             object.__setattr__(self, "free", tuple(self.view.free))
         object.__setattr__(self, "_token", object())
+        if not self.launches:
+            object.__setattr__(self, "_jobs", ())
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
         free = list(self.free)
@@ -97,6 +103,8 @@ class PartialDecision:
         child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
         object.__setattr__(child, "_state", self._state)
         object.__setattr__(child, "_parent", (self._token, job, placement))
+        if self._jobs is not None:
+            object.__setattr__(child, "_jobs", (*self._jobs, job))
         return child
 
     def state(self) -> StepState:
@@ -121,8 +129,13 @@ class PartialDecision:
         return Decision(launch=self.launches)
 
     def pending(self) -> list[tuple[JobView, Placement]]:
-        by_id = {job.job_id: job for job in self.view.queued}
-        return [(by_id[launch.job_id], launch.placement) for launch in self.launches]
+        """The launches chosen so far as (job view, placement), in launch order."""
+        jobs = self._jobs
+        if jobs is None:
+            by_id = {job.job_id: job for job in self.view.queued}
+            jobs = tuple(by_id[launch.job_id] for launch in self.launches)
+            object.__setattr__(self, "_jobs", jobs)
+        return [(job, launch.placement) for job, launch in zip(jobs, self.launches)]
 
 
 @dataclass(frozen=True)
@@ -201,14 +214,21 @@ def _log_hours(seconds: float) -> float:
     return math.log1p(max(0.0, seconds) / 3600.0)
 
 
+_IS_WAIT = JOB_FEATURES.index("is_wait")
+_WAIT_ROW = tuple(1.0 if i == _IS_WAIT else 0.0 for i in range(len(JOB_FEATURES)))
+_PAD_ROW = (0.0,) * len(FEATURES)
+
+
 def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, np.ndarray], list[Candidate]]:
-    """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows."""
+    """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows.
+
+    Rows are built as tuples of Python floats and converted once (each value rounds to float32
+    exactly as an element-wise assignment would); every launch row's isolated throughput is
+    computed once and its contention prediction comes from one batched question
+    (:func:`~deepshare.core.contention.base.predict_all`)."""
     view = partial.view
     rows = candidates(partial, config)
     state = partial.state()
-    obs = np.zeros((config.max_candidates, len(FEATURES)), dtype=np.float32)
-    mask = np.zeros(config.max_candidates, dtype=np.float32)
-    pending = state.pending
     total = view.total_gpus
     free_total = state.free.total
     demand = state.demand
@@ -219,35 +239,39 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         min(1.0, free_total / demand) if demand else 1.0,
     )
     thp = view.catalog.throughput
+    launches = rows[1:]
+    isolated = [thp(c.job.model, c.job.gpus, c.placement.num_nodes) for c in launches]  # type: ignore[union-attr]
     best_iso: dict[str, float] = {}
-    for c in rows[1:]:
-        assert c.job is not None and c.placement is not None
-        value = thp(c.job.model, c.job.gpus, c.placement.num_nodes)
-        best_iso[c.job.job_id] = max(best_iso.get(c.job.job_id, 0.0), value)
-    for i, c in enumerate(rows):
-        mask[i] = 1.0
-        if c.job is None:
-            obs[i, JOB_FEATURES.index("is_wait")] = 1.0
-        else:
-            job, placement = c.job, c.placement
-            assert placement is not None
-            prediction = view.predict(job, placement, pending)
-            iso = thp(job.model, job.gpus, placement.num_nodes)
-            obs[i, :len(JOB_FEATURES)] = (
-                job.comm_class == "low", job.comm_class == "medium", job.comm_class == "heavy",
-                math.log2(job.gpus) / 4.0,
-                _log_hours(job.remaining_s),
-                _log_hours(job.attained_gpu_s),
-                _log_hours(view.now - job.queued_since),
-                placement.num_nodes / job.gpus,
-                prediction.ratio,
-                min(4.0, prediction.others_loss),
-                (free_total - job.gpus) / total,
-                iso / best_iso[job.job_id],
-                0.0,
-                math.log1p(job.preemptions),
-            )
-        obs[i, len(JOB_FEATURES):] = glob
+    for c, value in zip(launches, isolated):
+        job_id = c.job.job_id  # type: ignore[union-attr]
+        best_iso[job_id] = max(best_iso.get(job_id, 0.0), value)
+    predictions = predict_all(view.predict, [(c.job, c.placement) for c in launches], state.pending)  # type: ignore[misc]
+    now = view.now
+    data = [_WAIT_ROW + glob]
+    for c, iso, prediction in zip(launches, isolated, predictions):
+        job, placement = c.job, c.placement
+        assert job is not None and placement is not None
+        comm, gpus, nodes = job.comm_class, job.gpus, placement.num_nodes
+        data.append((
+            comm == "low", comm == "medium", comm == "heavy",
+            math.log2(gpus) / 4.0,
+            _log_hours(job.remaining_s),
+            _log_hours(job.attained_gpu_s),
+            _log_hours(now - job.queued_since),
+            nodes / gpus,
+            prediction.ratio,
+            min(4.0, prediction.others_loss),
+            (free_total - gpus) / total,
+            iso / best_iso[job.job_id],
+            0.0,
+            math.log1p(job.preemptions),
+            *glob,
+        ))
+    k = config.max_candidates
+    mask = np.zeros(k, dtype=np.float32)
+    mask[:len(rows)] = 1.0
+    data.extend([_PAD_ROW] * (k - len(rows)))
+    obs = np.array(data, dtype=np.float32)
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
