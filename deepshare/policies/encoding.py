@@ -86,9 +86,10 @@ class PartialDecision:
     referenced each other would keep every step's free vector alive)."""
     _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
     _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
-    _jobs: tuple[JobView, ...] | None = field(default=None, init=False, repr=False, compare=False)
-    """The launched jobs' views, in launch order, when known (derived partials and ones without
-    launches): :meth:`pending` then needs no lookup over the queue."""
+    _jobs: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    """The launched jobs' views when known (derived partials and ones without launches), as a
+    chain ``(parent's chain, job)`` ending in ``()``: O(1) per launch, and :meth:`pending` then
+    needs no lookup over the queue."""
 
     def __post_init__(self) -> None:
         if not self.free:
@@ -104,7 +105,7 @@ class PartialDecision:
         object.__setattr__(child, "_state", self._state)
         object.__setattr__(child, "_parent", (self._token, job, placement))
         if self._jobs is not None:
-            object.__setattr__(child, "_jobs", (*self._jobs, job))
+            object.__setattr__(child, "_jobs", (self._jobs, job))
         return child
 
     def state(self) -> StepState:
@@ -130,11 +131,16 @@ class PartialDecision:
 
     def pending(self) -> list[tuple[JobView, Placement]]:
         """The launches chosen so far as (job view, placement), in launch order."""
-        jobs = self._jobs
-        if jobs is None:
+        chain = self._jobs
+        if chain is None:
             by_id = {job.job_id: job for job in self.view.queued}
-            jobs = tuple(by_id[launch.job_id] for launch in self.launches)
-            object.__setattr__(self, "_jobs", jobs)
+            jobs = [by_id[launch.job_id] for launch in self.launches]
+        else:
+            jobs = []
+            while chain:
+                chain, job = chain
+                jobs.append(job)
+            jobs.reverse()
         return [(job, launch.placement) for job, launch in zip(jobs, self.launches)]
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from deepshare.core.contention import make_contention
 from deepshare.core.contention.base import RunningJob, predict_all, predictor
+from deepshare.core.snapshot import _private_predictor
 from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
 from deepshare.core.view import JobView
@@ -91,3 +92,23 @@ def test_predict_all_falls_back_to_single_questions():
     assert predict_all(plain, asks) == [predictor(state)(*asks[0])]
     assert calls == ["q0"]
     assert predict_all(predictor(state), []) == []
+
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    running=st.lists(jobs, max_size=5),
+    pendings=st.lists(st.lists(jobs, max_size=3), min_size=1, max_size=3),
+    questions=st.lists(jobs, min_size=1, max_size=4),
+)
+def test_snapshot_many_equals_one_question_at_a_time(running, pendings, questions):
+    """The service's predictor keeps a decision's pending launches added between questions; its
+    batch answers what one question at a time answers, also when the pending launches change."""
+    shared = predictor(build("profiled", running))  # reference: adds and removes per question
+    private = _private_predictor(build("profiled", running))
+    asks = [(view_of(f"q{i}", m, w), w) for i, (m, w) in enumerate(questions)]
+    for n, pending in enumerate(pendings):
+        pend = [(view_of(f"p{n}_{i}", m, w), w) for i, (m, w) in enumerate(pending)]
+        expected = [shared(job, where, pend) for job, where in asks]
+        assert predict_all(private, asks, pend) == expected
+        assert [private(job, where, pend) for job, where in asks] == expected
