@@ -161,11 +161,13 @@ def _shortest_key(job: JobView) -> tuple:
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
     chosen = state.first("oldest", _oldest_key, (config.jobs_considered + 1) // 2)
+    ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
     for job in state.in_order("shortest", _shortest_key):
         if len(chosen) >= config.jobs_considered:
             break
-        if job not in chosen:
+        if job.job_id not in ids:
             chosen.append(job)
+            ids.add(job.job_id)
     return chosen
 
 
@@ -194,22 +196,26 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
 
 
 def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
+    # Placements are compared by ``alloc`` (all that Placement's equality and hash look at),
+    # which hashes in C rather than through the dataclass's generated __hash__.
     found = [Candidate(None, None)]
     pending = state.pending
-    offered: set[tuple[str, Placement]] = set()
+    offered: tuple[str, tuple] | None = None
     if config.anchor is not None:
         pick = _anchor_pick(state, config.anchor)
         if pick is not None:
             found.append(Candidate(*pick))
-            offered.add((pick[0].job_id, pick[1]))
+            offered = (pick[0].job_id, pick[1].alloc)
+    places = [PLACEMENTS[name][0] for name in config.generators]
+    free, view = state.free, state.view
     for job in _jobs_offered(state, config):
-        seen: set[Placement] = set()
-        for name in config.generators:
-            place = PLACEMENTS[name][0]
-            placement = place(job, state.free, state.view, pending)  # type: ignore[arg-type]
-            if placement is not None and placement not in seen:
-                seen.add(placement)
-                if (job.job_id, placement) not in offered:
+        seen: set[tuple] = set()
+        anchored = offered is not None and offered[0] == job.job_id
+        for place in places:
+            placement = place(job, free, view, pending)  # type: ignore[arg-type]
+            if placement is not None and placement.alloc not in seen:
+                seen.add(placement.alloc)
+                if not (anchored and offered[1] == placement.alloc):  # type: ignore[index]
                     found.append(Candidate(job, placement))
             if len(found) == config.max_candidates:
                 return found
@@ -261,9 +267,9 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         data.append((
             comm == "low", comm == "medium", comm == "heavy",
             math.log2(gpus) / 4.0,
-            _log_hours(job.remaining_s),
-            _log_hours(job.attained_gpu_s),
-            _log_hours(now - job.queued_since),
+            math.log1p(max(0.0, job.remaining_s) / 3600.0),  # _log_hours, inlined
+            math.log1p(max(0.0, job.attained_gpu_s) / 3600.0),
+            math.log1p(max(0.0, now - job.queued_since) / 3600.0),
             nodes / gpus,
             prediction.ratio,
             min(4.0, prediction.others_loss),
