@@ -231,6 +231,19 @@ _WAIT_ROW = tuple(1.0 if i == _IS_WAIT else 0.0 for i in range(len(JOB_FEATURES)
 _PAD_ROW = (0.0,) * len(FEATURES)
 
 
+def _job_parts(job: JobView, now: float) -> tuple[tuple, tuple]:
+    """A launch row's features that depend on the job alone (the decision's ``now`` fixed): those
+    before the placement's and those after (remembered per decision by the step state)."""
+    comm = job.comm_class
+    return (
+        comm == "low", comm == "medium", comm == "heavy",
+        math.log2(job.gpus) / 4.0,
+        _log_hours(job.remaining_s),
+        _log_hours(job.attained_gpu_s),
+        _log_hours(now - job.queued_since),
+    ), (0.0, math.log1p(job.preemptions))
+
+
 def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, np.ndarray], list[Candidate]]:
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows.
 
@@ -258,27 +271,22 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         job_id = c.job.job_id  # type: ignore[union-attr]
         best_iso[job_id] = max(best_iso.get(job_id, 0.0), value)
     predictions = predict_all(view.predict, [(c.job, c.placement) for c in launches], state.pending)  # type: ignore[misc]
-    now = view.now
     data = [_WAIT_ROW + glob]
+    known = state.job_features
     for c, iso, prediction in zip(launches, isolated, predictions):
         job, placement = c.job, c.placement
         assert job is not None and placement is not None
-        comm, gpus, nodes = job.comm_class, job.gpus, placement.num_nodes
-        data.append((
-            comm == "low", comm == "medium", comm == "heavy",
-            math.log2(gpus) / 4.0,
-            math.log1p(max(0.0, job.remaining_s) / 3600.0),  # _log_hours, inlined
-            math.log1p(max(0.0, job.attained_gpu_s) / 3600.0),
-            math.log1p(max(0.0, now - job.queued_since) / 3600.0),
-            nodes / gpus,
+        parts = known.get(job.job_id)
+        if parts is None:
+            parts = known[job.job_id] = _job_parts(job, view.now)
+        gpus = job.gpus
+        data.append(parts[0] + (
+            placement.num_nodes / gpus,
             prediction.ratio,
             min(4.0, prediction.others_loss),
             (free_total - gpus) / total,
             iso / best_iso[job.job_id],
-            0.0,
-            math.log1p(job.preemptions),
-            *glob,
-        ))
+        ) + parts[1] + glob)
     k = config.max_candidates
     mask = np.zeros(k, dtype=np.float32)
     mask[:len(rows)] = 1.0

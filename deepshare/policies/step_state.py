@@ -91,6 +91,8 @@ class StepState:
         """GPUs the queued jobs not launched yet ask for."""
         self._sorted: dict[Hashable, tuple[Key, dict[int, _Lazy]]] = {}
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
+        self.job_features: dict[str, tuple] = {}
+        """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
         self.at: object = None
         """The partial decision this state stands for (kept by the encoding)."""
 
