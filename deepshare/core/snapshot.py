@@ -88,6 +88,17 @@ def _private_predictor(state: ContentionState) -> PredictFn:
     last: object = None  # the pending sequence of the previous question (often the same object)
 
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        if pending is not last or len(pending) != len(applied):
+            sync(pending)
+        return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+
+    def many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
+        if pending is not last or len(pending) != len(applied):
+            sync(pending)
+        return [state.predict(RunningJob(job.job_id, job.model, job.gpus, placement)) for job, placement in questions]
+
+    def sync(pending: Sequence[tuple[JobView, Placement]]) -> None:
+        """Bring the launches added to the state to exactly ``pending``."""
         nonlocal last
         keep = len(applied)
         if pending is not last or len(pending) < keep:  # the same list, grown: its prefix is applied
@@ -105,8 +116,8 @@ def _private_predictor(state: ContentionState) -> PredictFn:
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
             applied.append((other.job_id, where))
         last = pending
-        return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
 
+    predict.many = many  # type: ignore[attr-defined]
     return predict
 
 

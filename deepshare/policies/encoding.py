@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from deepshare.core.contention.base import predict_all
 from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
@@ -85,11 +86,17 @@ class PartialDecision:
     referenced each other would keep every step's free vector alive)."""
     _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
     _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
+    _jobs: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    """The launched jobs' views when known (derived partials and ones without launches), as a
+    chain ``(parent's chain, job)`` ending in ``()``: O(1) per launch, and :meth:`pending` then
+    needs no lookup over the queue."""
 
     def __post_init__(self) -> None:
         if not self.free:
             object.__setattr__(self, "free", tuple(self.view.free))
         object.__setattr__(self, "_token", object())
+        if not self.launches:
+            object.__setattr__(self, "_jobs", ())
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
         free = list(self.free)
@@ -97,6 +104,8 @@ class PartialDecision:
         child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
         object.__setattr__(child, "_state", self._state)
         object.__setattr__(child, "_parent", (self._token, job, placement))
+        if self._jobs is not None:
+            object.__setattr__(child, "_jobs", (self._jobs, job))
         return child
 
     def state(self) -> StepState:
@@ -121,8 +130,18 @@ class PartialDecision:
         return Decision(launch=self.launches)
 
     def pending(self) -> list[tuple[JobView, Placement]]:
-        by_id = {job.job_id: job for job in self.view.queued}
-        return [(by_id[launch.job_id], launch.placement) for launch in self.launches]
+        """The launches chosen so far as (job view, placement), in launch order."""
+        chain = self._jobs
+        if chain is None:
+            by_id = {job.job_id: job for job in self.view.queued}
+            jobs = [by_id[launch.job_id] for launch in self.launches]
+        else:
+            jobs = []
+            while chain:
+                chain, job = chain
+                jobs.append(job)
+            jobs.reverse()
+        return [(job, launch.placement) for job, launch in zip(jobs, self.launches)]
 
 
 @dataclass(frozen=True)
@@ -142,11 +161,13 @@ def _shortest_key(job: JobView) -> tuple:
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
     chosen = state.first("oldest", _oldest_key, (config.jobs_considered + 1) // 2)
+    ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
     for job in state.in_order("shortest", _shortest_key):
         if len(chosen) >= config.jobs_considered:
             break
-        if job not in chosen:
+        if job.job_id not in ids:
             chosen.append(job)
+            ids.add(job.job_id)
     return chosen
 
 
@@ -175,22 +196,26 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
 
 
 def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
+    # Placements are compared by ``alloc`` (all that Placement's equality and hash look at),
+    # which hashes in C rather than through the dataclass's generated __hash__.
     found = [Candidate(None, None)]
     pending = state.pending
-    offered: set[tuple[str, Placement]] = set()
+    offered: tuple[str, tuple] | None = None
     if config.anchor is not None:
         pick = _anchor_pick(state, config.anchor)
         if pick is not None:
             found.append(Candidate(*pick))
-            offered.add((pick[0].job_id, pick[1]))
+            offered = (pick[0].job_id, pick[1].alloc)
+    places = [PLACEMENTS[name][0] for name in config.generators]
+    free, view = state.free, state.view
     for job in _jobs_offered(state, config):
-        seen: set[Placement] = set()
-        for name in config.generators:
-            place = PLACEMENTS[name][0]
-            placement = place(job, state.free, state.view, pending)  # type: ignore[arg-type]
-            if placement is not None and placement not in seen:
-                seen.add(placement)
-                if (job.job_id, placement) not in offered:
+        seen: set[tuple] = set()
+        anchored = offered is not None and offered[0] == job.job_id
+        for place in places:
+            placement = place(job, free, view, pending)  # type: ignore[arg-type]
+            if placement is not None and placement.alloc not in seen:
+                seen.add(placement.alloc)
+                if not (anchored and offered[1] == placement.alloc):  # type: ignore[index]
                     found.append(Candidate(job, placement))
             if len(found) == config.max_candidates:
                 return found
@@ -201,14 +226,34 @@ def _log_hours(seconds: float) -> float:
     return math.log1p(max(0.0, seconds) / 3600.0)
 
 
+_IS_WAIT = JOB_FEATURES.index("is_wait")
+_WAIT_ROW = tuple(1.0 if i == _IS_WAIT else 0.0 for i in range(len(JOB_FEATURES)))
+_PAD_ROW = (0.0,) * len(FEATURES)
+
+
+def _job_parts(job: JobView, now: float) -> tuple[tuple, tuple]:
+    """A launch row's features that depend on the job alone (the decision's ``now`` fixed): those
+    before the placement's and those after (remembered per decision by the step state)."""
+    comm = job.comm_class
+    return (
+        comm == "low", comm == "medium", comm == "heavy",
+        math.log2(job.gpus) / 4.0,
+        _log_hours(job.remaining_s),
+        _log_hours(job.attained_gpu_s),
+        _log_hours(now - job.queued_since),
+    ), (0.0, math.log1p(job.preemptions))
+
+
 def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, np.ndarray], list[Candidate]]:
-    """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows."""
+    """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows.
+
+    Rows are built as tuples of Python floats and converted once (each value rounds to float32
+    exactly as an element-wise assignment would); every launch row's isolated throughput is
+    computed once and its contention prediction comes from one batched question
+    (:func:`~deepshare.core.contention.base.predict_all`)."""
     view = partial.view
     rows = candidates(partial, config)
     state = partial.state()
-    obs = np.zeros((config.max_candidates, len(FEATURES)), dtype=np.float32)
-    mask = np.zeros(config.max_candidates, dtype=np.float32)
-    pending = state.pending
     total = view.total_gpus
     free_total = state.free.total
     demand = state.demand
@@ -219,35 +264,34 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         min(1.0, free_total / demand) if demand else 1.0,
     )
     thp = view.catalog.throughput
+    launches = rows[1:]
+    isolated = [thp(c.job.model, c.job.gpus, c.placement.num_nodes) for c in launches]  # type: ignore[union-attr]
     best_iso: dict[str, float] = {}
-    for c in rows[1:]:
-        assert c.job is not None and c.placement is not None
-        value = thp(c.job.model, c.job.gpus, c.placement.num_nodes)
-        best_iso[c.job.job_id] = max(best_iso.get(c.job.job_id, 0.0), value)
-    for i, c in enumerate(rows):
-        mask[i] = 1.0
-        if c.job is None:
-            obs[i, JOB_FEATURES.index("is_wait")] = 1.0
-        else:
-            job, placement = c.job, c.placement
-            assert placement is not None
-            prediction = view.predict(job, placement, pending)
-            iso = thp(job.model, job.gpus, placement.num_nodes)
-            obs[i, :len(JOB_FEATURES)] = (
-                job.comm_class == "low", job.comm_class == "medium", job.comm_class == "heavy",
-                math.log2(job.gpus) / 4.0,
-                _log_hours(job.remaining_s),
-                _log_hours(job.attained_gpu_s),
-                _log_hours(view.now - job.queued_since),
-                placement.num_nodes / job.gpus,
-                prediction.ratio,
-                min(4.0, prediction.others_loss),
-                (free_total - job.gpus) / total,
-                iso / best_iso[job.job_id],
-                0.0,
-                math.log1p(job.preemptions),
-            )
-        obs[i, len(JOB_FEATURES):] = glob
+    for c, value in zip(launches, isolated):
+        job_id = c.job.job_id  # type: ignore[union-attr]
+        best_iso[job_id] = max(best_iso.get(job_id, 0.0), value)
+    predictions = predict_all(view.predict, [(c.job, c.placement) for c in launches], state.pending)  # type: ignore[misc]
+    data = [_WAIT_ROW + glob]
+    known = state.job_features
+    for c, iso, prediction in zip(launches, isolated, predictions):
+        job, placement = c.job, c.placement
+        assert job is not None and placement is not None
+        parts = known.get(job.job_id)
+        if parts is None:
+            parts = known[job.job_id] = _job_parts(job, view.now)
+        gpus = job.gpus
+        data.append(parts[0] + (
+            placement.num_nodes / gpus,
+            prediction.ratio,
+            min(4.0, prediction.others_loss),
+            (free_total - gpus) / total,
+            iso / best_iso[job.job_id],
+        ) + parts[1] + glob)
+    k = config.max_candidates
+    mask = np.zeros(k, dtype=np.float32)
+    mask[:len(rows)] = 1.0
+    data.extend([_PAD_ROW] * (k - len(rows)))
+    obs = np.array(data, dtype=np.float32)
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows

@@ -9,6 +9,10 @@ queue. :class:`StepState` builds them once per decision (free GPUs as a
 order asked for) and :meth:`advance` applies one launch: it moves the few nodes the launch
 touches between free-count buckets and removes the job from each sorted list.
 
+Most decisions read only the first few jobs of each order (in the RL env most launch one job),
+so each GPU demand's list is sorted only as far as it is read (:class:`_Lazy`: a sorted prefix
+popped from a heap of the rest), O(queue + read log queue) per order instead of a full sort.
+
 The answers are exactly the straightforward ones (a stable sort of the fitting, not yet
 launched jobs, then the first few): within one GPU demand the lists keep that order, and across
 demands the heads are merged by the same key, ties by queue position.
@@ -32,6 +36,46 @@ Key = Callable[["JobView"], tuple]
 Entry = tuple[tuple, int, "JobView"]  # (key, queue position, job): unique, sorts like a stable sort
 
 
+class _Lazy:
+    """One GPU demand's not-launched jobs in entry order, sorted only as far as read.
+
+    ``done`` is the sorted prefix read so far (launches removed from it); ``rest`` a heap of the
+    other entries, every one of them after all of ``done``. An entry launched while still in
+    the heap is dropped when it is popped (``launched`` is the state's set, which only grows)."""
+
+    __slots__ = ("done", "rest", "launched")
+
+    def __init__(self, entries: list[Entry], launched: set[str]) -> None:
+        heapq.heapify(entries)
+        self.rest = entries
+        self.done: list[Entry] = []
+        self.launched = launched
+
+    def at(self, i: int) -> Entry | None:
+        """The ``i``-th not-launched entry, None past the end."""
+        done, rest, launched = self.done, self.rest, self.launched
+        while len(done) <= i:
+            if not rest:
+                return None
+            entry = heapq.heappop(rest)
+            if entry[2].job_id not in launched:
+                done.append(entry)
+        return done[i]
+
+    def __iter__(self) -> Iterator[Entry]:
+        i = 0
+        while (entry := self.at(i)) is not None:
+            yield entry
+            i += 1
+
+    def remove(self, key: tuple, position: int, job: JobView) -> None:
+        """Forget a launched job (in the heap it is dropped when popped)."""
+        done = self.done
+        i = bisect_left(done, (key, position))
+        if i < len(done) and done[i][2] is job:
+            del done[i]
+
+
 class StepState:
     def __init__(self, view: ClusterView, free: Sequence[int], launches: Sequence[Launch]) -> None:
         self.view = view
@@ -45,7 +89,10 @@ class StepState:
         self.waiting = len(queued) - len(self.launched)
         self.demand = sum(job.gpus for job in queued) - sum(job.gpus for job, _ in self.pending)
         """GPUs the queued jobs not launched yet ask for."""
-        self._sorted: dict[Hashable, tuple[Key, dict[int, list[Entry]]]] = {}
+        self._sorted: dict[Hashable, tuple[Key, dict[int, _Lazy]]] = {}
+        self._groups: dict[int, list[tuple[int, JobView]]] | None = None
+        self.job_features: dict[str, tuple] = {}
+        """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
         self.at: object = None
         """The partial decision this state stands for (kept by the encoding)."""
 
@@ -57,29 +104,31 @@ class StepState:
         self.waiting -= 1
         self.demand -= job.gpus
         position = self._position[job.job_id]
-        for name, (key, by_gpus) in self._sorted.items():
-            jobs = by_gpus[job.gpus]
-            i = bisect_left(jobs, (key(job), position))
-            assert jobs[i][2] is job
-            del jobs[i]
+        for key, by_gpus in self._sorted.values():
+            by_gpus[job.gpus].remove(key(job), position, job)
 
-    def _lists(self, name: Hashable, key: Key) -> dict[int, list[Entry]]:
-        """The not-launched queued jobs per GPU demand, sorted by ``key`` (built on first use)."""
+    def _lists(self, name: Hashable, key: Key) -> dict[int, _Lazy]:
+        """The not-launched queued jobs per GPU demand, ordered by ``key`` (built on first use)."""
         known = self._sorted.get(name)
         if known is None:
-            by_gpus: dict[int, list[Entry]] = {}
-            for i, job in enumerate(self.view.queued):
-                if job.job_id not in self.launched:
-                    by_gpus.setdefault(job.gpus, []).append((key(job), i, job))
-            for jobs in by_gpus.values():
-                jobs.sort()  # (key, position) is unique: jobs themselves are never compared
-            known = self._sorted[name] = (key, by_gpus)  # type: ignore[assignment]
-        return known[1]  # type: ignore[index]
+            groups = self._groups
+            if groups is None:  # (position, job) per GPU demand, shared by every order
+                groups = self._groups = {}
+                launched = self.launched
+                for i, job in enumerate(self.view.queued):
+                    if job.job_id not in launched:
+                        groups.setdefault(job.gpus, []).append((i, job))
+            # (key, position) is unique: jobs themselves are never compared
+            by_gpus = {gpus: _Lazy([(key(job), i, job) for i, job in jobs], self.launched) for gpus, jobs in groups.items()}
+            known = self._sorted[name] = (key, by_gpus)
+        return known[1]
 
     def in_order(self, name: Hashable, key: Key) -> Iterator[JobView]:
         """Not-launched queued jobs that fit the free GPUs, by ``key`` (ties: queue order)."""
         total = self.free.total
-        heads = [jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total and jobs]
+        heads = [jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total]
+        if len(heads) == 1:
+            return (entry[2] for entry in heads[0])
         merged = heapq.merge(*heads)
         return (entry[2] for entry in merged)
 
@@ -90,12 +139,15 @@ class StepState:
         """The first job in ``key`` order that ``place`` places now, skipping a GPU demand once
         one of its jobs failed (the anchor heuristic's next launch)."""
         total = self.free.total
-        lists = {gpus: jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total and jobs}
-        while lists:
-            gpus = min(lists, key=lambda g: (lists[g][0][0], lists[g][0][1]))
-            job = lists[gpus][0][2]
+        heads = {}
+        for gpus, jobs in self._lists(name, key).items():
+            if gpus <= total and (head := jobs.at(0)) is not None:
+                heads[gpus] = head
+        while heads:
+            gpus = min(heads, key=lambda g: (heads[g][0], heads[g][1]))
+            job = heads[gpus][2]
             placement = place(job, self.free, self.view, self.pending)  # type: ignore[arg-type]
             if placement is not None:
                 return job, placement
-            del lists[gpus]
+            del heads[gpus]
         return None

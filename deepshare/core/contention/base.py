@@ -48,11 +48,13 @@ class ContentionModel(Protocol):
 
 
 def predictor(state: ContentionState) -> PredictFn:
-    """The ``ClusterView.predict`` of a contention state: what-if answers that leave it unchanged."""
+    """The ``ClusterView.predict`` of a contention state: what-if answers that leave it unchanged.
+
+    The function also carries ``many(questions, pending)``, the same answers for several
+    questions on one set of pending launches, which adds those launches once instead of once
+    per question (see :func:`predict_all`)."""
 
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
-        # Pending launches are added to the state for the question only; add and remove are
-        # exact inverses, so the state (and every ratio) is as it was afterwards.
         for other, where in pending:
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
         try:
@@ -61,4 +63,30 @@ def predictor(state: ContentionState) -> PredictFn:
             for other, _ in reversed(pending):
                 state.remove(other.job_id)
 
+    def many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
+        # Pending launches are added to the state for the questions only; add and remove are
+        # exact inverses (tests/core/test_predict_batch.py), so the state (and every ratio) is as
+        # it was afterwards, and each answer is the one ``predict`` alone would give.
+        if not questions:
+            return []
+        for other, where in pending:
+            state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+        try:
+            return [state.predict(RunningJob(job.job_id, job.model, job.gpus, placement)) for job, placement in questions]
+        finally:
+            for other, _ in reversed(pending):
+                state.remove(other.job_id)
+
+    predict.many = many  # type: ignore[attr-defined]
     return predict
+
+
+def predict_all(
+    predict: PredictFn, questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()
+) -> list[Prediction]:
+    """``[predict(job, placement, pending) for job, placement in questions]``, in one batch when
+    ``predict`` offers one (:func:`predictor`'s ``many``); any other predict is asked one by one."""
+    many = getattr(predict, "many", None)
+    if many is not None:
+        return many(questions, pending)
+    return [predict(job, placement, pending) for job, placement in questions]

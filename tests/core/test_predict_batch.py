@@ -1,0 +1,114 @@
+"""A batched what-if (``predictor(state).many``) answers exactly what one question at a time does.
+
+:func:`deepshare.core.contention.base.predictor` adds a decision's pending launches to the
+contention state, predicts and removes them again; ``many`` adds them once for several
+questions. That is only the same when add and remove are exact inverses: here, for every
+contention model, the answers and the state's ratios afterwards are compared bit for bit with
+the one-question-at-a-time sequence the encoder used before.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepshare.core.contention import make_contention
+from deepshare.core.contention.base import RunningJob, predict_all, predictor
+from deepshare.core.snapshot import _private_predictor
+from deepshare.core.topology import uniform
+from deepshare.core.types import Placement
+from deepshare.core.view import JobView
+from deepshare.core.workloads import default_catalog
+
+CAT = default_catalog()
+TOPO = uniform(6, 8)
+MODELS = ("MobileNetV3", "GraphSage", "FSDP", "Transformer-XL", "DLRM", "MoE")
+
+placements = st.dictionaries(st.integers(0, 5), st.integers(1, 4), min_size=1, max_size=3).map(Placement.of)
+jobs = st.tuples(st.sampled_from(MODELS), placements)
+
+
+def view_of(job_id: str, model: str, placement: Placement) -> JobView:
+    return JobView(
+        job_id=job_id, model=model, gpus=placement.total_gpus, submit_time=0.0, remaining_s=1.0,
+        attained_gpu_s=0.0, comm_class=CAT.class_of(model),
+    )
+
+
+def build(name: str, running: list[tuple[str, Placement]]):
+    state = make_contention(name).new_state(TOPO, CAT)
+    for i, (model, where) in enumerate(running):
+        state.add(RunningJob(f"r{i}", model, where.total_gpus, where))
+    return state
+
+
+def one_at_a_time(state, questions, pending):
+    """The pre-batch predictor, inlined: add the pending launches, predict, remove, per question."""
+    answers = []
+    for job, placement in questions:
+        for other, where in pending:
+            state.add(RunningJob(other.job_id, other.model, other.gpus, where))
+        answers.append(state.predict(RunningJob(job.job_id, job.model, job.gpus, placement)))
+        for other, _ in reversed(pending):
+            state.remove(other.job_id)
+    return answers
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(("profiled", "link")),
+    running=st.lists(jobs, max_size=6),
+    pending=st.lists(jobs, max_size=3),
+    questions=st.lists(jobs, min_size=1, max_size=6),
+    after=jobs,
+)
+def test_many_equals_one_question_at_a_time(name, running, pending, questions, after):
+    pend = [(view_of(f"p{i}", m, w), w) for i, (m, w) in enumerate(pending)]
+    asks = [(view_of(f"q{i}", m, w), w) for i, (m, w) in enumerate(questions)]
+    old, new = build(name, running), build(name, running)
+    before = [new.ratio(f"r{i}") for i in range(len(running))]
+    expected = one_at_a_time(old, asks, pend)
+    predict = predictor(new)
+    assert predict_all(predict, asks, pend) == expected
+    assert [predict(job, where, pend) for job, where in asks] == expected
+    ratios = [new.ratio(f"r{i}") for i in range(len(running))]
+    assert ratios == before == [old.ratio(f"r{i}") for i in range(len(running))]
+    # the states also evolve alike afterwards
+    model, where = after
+    extra = RunningJob("a", model, where.total_gpus, where)
+    assert old.add(extra) == new.add(extra)
+    assert [old.ratio(f"r{i}") for i in range(len(running))] == [new.ratio(f"r{i}") for i in range(len(running))]
+
+
+def test_predict_all_falls_back_to_single_questions():
+    state = build("profiled", [("MoE", Placement.of({0: 2, 1: 2}))])
+    calls = []
+
+    def plain(job, placement, pending=()):
+        calls.append(job.job_id)
+        return predictor(state)(job, placement, pending)
+
+    asks = [(view_of("q0", "FSDP", Placement.of({0: 1, 2: 1})), Placement.of({0: 1, 2: 1}))]
+    assert predict_all(plain, asks) == [predictor(state)(*asks[0])]
+    assert calls == ["q0"]
+    assert predict_all(predictor(state), []) == []
+
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    running=st.lists(jobs, max_size=5),
+    pendings=st.lists(st.lists(jobs, max_size=3), min_size=1, max_size=3),
+    questions=st.lists(jobs, min_size=1, max_size=4),
+)
+def test_snapshot_many_equals_one_question_at_a_time(running, pendings, questions):
+    """The service's predictor keeps a decision's pending launches added between questions; its
+    batch answers what one question at a time answers, also when the pending launches change."""
+    shared = predictor(build("profiled", running))  # reference: adds and removes per question
+    private = _private_predictor(build("profiled", running))
+    asks = [(view_of(f"q{i}", m, w), w) for i, (m, w) in enumerate(questions)]
+    for n, pending in enumerate(pendings):
+        pend = [(view_of(f"p{n}_{i}", m, w), w) for i, (m, w) in enumerate(pending)]
+        expected = [shared(job, where, pend) for job, where in asks]
+        assert predict_all(private, asks, pend) == expected
+        assert [private(job, where, pend) for job, where in asks] == expected
