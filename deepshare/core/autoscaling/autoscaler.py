@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Sequence
 from deepshare.core.autoscaling.pool import PENDING, UP, NodePool
 from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots
 from deepshare.core.errors import DeepShareError
-from deepshare.core.types import Decision, Launch, Placement
+from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
 
 if TYPE_CHECKING:  # pragma: no cover
