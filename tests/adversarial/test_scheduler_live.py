@@ -277,6 +277,7 @@ def test_a_running_job_whose_row_is_corrupted_is_stopped_on_the_cluster(sched, t
 
 def test_logs_live_under_the_state_folder_and_follow_to_the_end(sched, tmp_path):
     code = "import time\nfor i in range(6):\n    print('line', i, flush=True); time.sleep(0.4)"
+    before = set(Path(tempfile.gettempdir()).glob("ds-chatty-*"))  # left by an earlier, interrupted run
     job_id = sched.submit(spec("chatty", [sys.executable, "-c", code], tmp_path / "c", gpus=2))
     followed = sched.cli("logs", job_id, "--rank", "1", "--follow", "--state", str(sched.state))
     assert followed.returncode == 0, followed.stderr
@@ -284,8 +285,10 @@ def test_logs_live_under_the_state_folder_and_follow_to_the_end(sched, tmp_path)
     assert sched.job(job_id)["state"] == "finished"
     path = sched.state / "logs" / job_id / "rank-1.log"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "line 5" in path.read_text()
-    # Nothing left in the temp folder once the run is torn down (the teardown follows the job's end).
-    wait_for("the rank's control folder to go", lambda: not list(Path(tempfile.gettempdir()).glob(f"ds-{job_id}-*")), timeout=60)
+    # Nothing of this run left in the temp folder once it is torn down (job ids repeat across
+    # test runs, so only folders this run created count).
+    wait_for("the rank's control folder to go", lambda: not set(Path(tempfile.gettempdir()).glob(f"ds-{job_id}-*")) - before,
+             timeout=60)
     bad_rank = sched.cli("logs", job_id, "--rank", "2", "--state", str(sched.state))
     assert bad_rank.returncode == 2 and "rank: expected 0..1" in bad_rank.stderr
     assert len(bad_rank.stderr.strip().splitlines()) == 1
