@@ -9,6 +9,7 @@ the one-question-at-a-time sequence the encoder used before.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def one_at_a_time(state, questions, pending):
     return answers
 
 
+@pytest.mark.slow  # ~3 s: the slowest test of the quick loop
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(("profiled", "link")),
