@@ -280,7 +280,9 @@ class ControlLoop:
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
         )
 
-    def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord]) -> ClusterView:
+    def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord],
+              link_load: Mapping[str, float] | None = None) -> ClusterView:
+        """The policy's view; ``link_load`` as measured this tick, else asked of the agents."""
         free = list(cluster.topology.capacity)
         known_running = []
         for job in running:
@@ -291,7 +293,8 @@ class ControlLoop:
             for node, g in placement.alloc:
                 free[node] = max(0, free[node] - g)
             known_running.append(self._known(job, placement))
-        link_load = self.link_load_fn() if self.link_load_fn is not None else {}
+        if link_load is None:
+            link_load = self.link_load_fn() if self.link_load_fn is not None else {}
         return build_view(
             cluster.topology, self.catalog, self.contention, self.journal.now() - self.journal.epoch, free,
             [self._known(j, None) for j in queued], known_running, future_events=True, link_load=link_load,
@@ -324,7 +327,8 @@ class ControlLoop:
                 self._end(records[move.job_id], JobState.QUEUED, "migrating", ended, preempted=True, teardown=False)
             # Predict the new runs against what still runs: the stopped jobs leave the contention
             # state (a migrating job would otherwise meet itself at its old place).
-            view = self._view(cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING))
+            view = self._view(cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING),
+                              link_load=view.link_load)  # this tick's measurement: no second call to the agents
         views = {j.job_id: j for j in (*view.queued, *view.running)}
         pending: list[tuple[JobView, Placement]] = []
         starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
