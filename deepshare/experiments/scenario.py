@@ -46,8 +46,9 @@ class Scenario:
 
     @property
     def fixed_topology(self) -> Topology:
+        """The fixed cluster; an autoscaled scenario (``topology`` None, so ``autoscale`` set) is an error."""
         if self.topology is None:
-            raise DeepShareError(f"scenario {self.autoscale.name if self.autoscale else ''!s}: autoscaled; run it with run_autoscalers")
+            raise DeepShareError(f"scenario {self.autoscale.name}: autoscaled; run it with run_autoscalers")  # type: ignore[union-attr]
         return self.topology
 
 
