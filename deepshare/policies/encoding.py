@@ -23,7 +23,7 @@ rebuilds the state (same answers, slower).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,40 +72,72 @@ class EncodingConfig:
             raise ValueError(f"unknown placement generators {unknown}; expected some of {sorted(PLACEMENTS)}")
 
 
-@dataclass(frozen=True)
 class PartialDecision:
-    """A decision point plus the launches already chosen in it."""
+    """A decision point plus the launches already chosen in it.
 
-    view: ClusterView
-    launches: tuple[Launch, ...] = ()
-    free: tuple[int, ...] = field(default=())
+    Immutable to its users: :meth:`with_launch` returns a new partial. What a step reads (free
+    GPUs, pending launches, the offered jobs) lives in the decision's shared
+    :class:`~deepshare.policies.step_state.StepState`; the partial itself keeps only a link to
+    its parent, so a launch costs O(1) here however long the decision is. :attr:`launches` and
+    :attr:`free` are built when first asked."""
 
-    _state: StepState | None = field(default=None, init=False, repr=False, compare=False)
-    _token: object = field(default=None, init=False, repr=False, compare=False)
-    """This partial's identity for its state (a token, not the partial: a chain of partials that
-    referenced each other would keep every step's free vector alive)."""
-    _parent: tuple[object, JobView, Placement] | None = field(default=None, init=False, repr=False, compare=False)
-    _rows: tuple[EncodingConfig, list["Candidate"]] | None = field(default=None, init=False, repr=False, compare=False)
-    _jobs: tuple | None = field(default=None, init=False, repr=False, compare=False)
-    """The launched jobs' views when known (derived partials and ones without launches), as a
-    chain ``(parent's chain, job)`` ending in ``()``: O(1) per launch, and :meth:`pending` then
-    needs no lookup over the queue."""
+    __slots__ = ("view", "count", "_chain", "_launches", "_free", "_state", "_token", "_parent", "_rows", "_jobs")
 
-    def __post_init__(self) -> None:
-        if not self.free:
-            object.__setattr__(self, "free", tuple(self.view.free))
-        object.__setattr__(self, "_token", object())
-        if not self.launches:
-            object.__setattr__(self, "_jobs", ())
+    def __init__(self, view: ClusterView, launches: tuple[Launch, ...] = ()) -> None:
+        self.view = view
+        self.count = len(launches)
+        """How many launches this partial holds (``len(launches)`` without building them)."""
+        self._chain: tuple = ()
+        """The launches as ``(parent's chain, launch)`` pairs ending in ``()``."""
+        for launch in launches:
+            self._chain = (self._chain, launch)
+        self._launches: tuple[Launch, ...] | None = tuple(launches)
+        self._free: tuple[int, ...] | None = None
+        self._state: StepState | None = None
+        self._token = object()
+        """This partial's identity for the state (a token, not the partial: a chain of partials
+        that referenced each other would keep every step's data alive)."""
+        self._parent: tuple[object, JobView, Placement] | None = None
+        self._rows: tuple[EncodingConfig, list[Candidate]] | None = None
+        self._jobs: tuple | None = () if not launches else None
+        """The launched jobs' views when known (derived partials and ones without launches), as a
+        chain ``(parent's chain, job)`` ending in ``()``: :meth:`pending` then needs no lookup."""
+
+    def __repr__(self) -> str:
+        return f"PartialDecision(view at {self.view.now}, launches={self.launches!r})"
+
+    @property
+    def launches(self) -> tuple[Launch, ...]:
+        """The launches chosen so far, in order."""
+        launches = self._launches
+        if launches is None:
+            launches = self._launches = tuple(_unchain(self._chain))
+        return launches
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        """Free GPUs per node once this partial's launches are made."""
+        free = self._free
+        if free is None:
+            state = self._state
+            if state is not None and state.at is self._token:
+                free = state.free.as_tuple()
+            else:
+                vector = list(self.view.free)
+                for launch in self.launches:
+                    launch.placement.take(vector)
+                free = tuple(vector)
+            self._free = free
+        return free
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
-        free = list(self.free)
-        placement.take(free)
-        child = PartialDecision(self.view, (*self.launches, Launch(job.job_id, placement)), tuple(free))
-        object.__setattr__(child, "_state", self._state)
-        object.__setattr__(child, "_parent", (self._token, job, placement))
-        if self._jobs is not None:
-            object.__setattr__(child, "_jobs", (self._jobs, job))
+        child = PartialDecision(self.view)
+        child.count = self.count + 1
+        child._chain = (self._chain, Launch(job.job_id, placement))
+        child._launches = None
+        child._state = self._state
+        child._parent = (self._token, job, placement)
+        child._jobs = (self._jobs, job) if self._jobs is not None else None
         return child
 
     def state(self) -> StepState:
@@ -122,7 +154,7 @@ class PartialDecision:
         if state is None:
             state = StepState(self.view, self.free, self.launches)
             state.at = self._token
-            object.__setattr__(self, "_state", state)
+            self._state = state
         return state
 
     @property
@@ -131,17 +163,22 @@ class PartialDecision:
 
     def pending(self) -> list[tuple[JobView, Placement]]:
         """The launches chosen so far as (job view, placement), in launch order."""
-        chain = self._jobs
-        if chain is None:
+        if self._jobs is None:
             by_id = {job.job_id: job for job in self.view.queued}
             jobs = [by_id[launch.job_id] for launch in self.launches]
         else:
-            jobs = []
-            while chain:
-                chain, job = chain
-                jobs.append(job)
-            jobs.reverse()
+            jobs = list(_unchain(self._jobs))
         return [(job, launch.placement) for job, launch in zip(jobs, self.launches)]
+
+
+def _unchain(chain: tuple) -> list:
+    """The items of a ``(parent's chain, item)`` chain, oldest first."""
+    items = []
+    while chain:
+        chain, item = chain
+        items.append(item)
+    items.reverse()
+    return items
 
 
 @dataclass(frozen=True)
@@ -191,7 +228,7 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     if known is not None and known[0] == config:
         return known[1]
     rows = _candidates(partial.state(), config)
-    object.__setattr__(partial, "_rows", (config, rows))
+    partial._rows = (config, rows)
     return rows
 
 
@@ -260,7 +297,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     glob = (
         1.0 - free_total / total,
         math.log1p(state.waiting),
-        math.log1p(len(view.running) + len(partial.launches)),
+        math.log1p(len(view.running) + partial.count),
         min(1.0, free_total / demand) if demand else 1.0,
     )
     thp = view.catalog.throughput
@@ -301,7 +338,7 @@ def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> boo
     """Wait is infeasible when nothing runs, nothing is being launched, nothing will arrive or
     finish, and a launch is possible: the cluster would idle forever."""
     view = partial.view
-    return len(rows) > 1 and not partial.launches and not view.running and not view.future_events
+    return len(rows) > 1 and not partial.count and not view.running and not view.future_events
 
 
 def decode(action: int, partial: PartialDecision, config: EncodingConfig) -> Candidate:

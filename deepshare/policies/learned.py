@@ -83,7 +83,7 @@ class LearnedPolicy:
             if step.launched is None:
                 break
             partial = step.partial
-        return partial.decision if partial.launches else WAIT
+        return partial.decision if partial.count else WAIT
 
 
 def drive(
@@ -149,12 +149,13 @@ def take(
 def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRules) -> tuple[JobView, Placement] | None:
     """RL-hybrid's rule: the anchor heuristic's launch to make instead of waiting, if any."""
     view = partial.view
-    pending = partial.pending()
     pick = anchor_launch(partial, rules.anchor)  # anchor_pick's answer, from the decision's indexed state
     if pick is None:
         return None
     job, placement = pick
-    utilisation = 1.0 - sum(partial.free) / view.total_gpus
+    state = partial.state()
+    pending = state.pending
+    utilisation = 1.0 - state.free.total / view.total_gpus
     if utilisation < rules.utilisation_floor or view.predict(job, placement, pending).ratio >= rules.min_ratio:
         return pick
     return None

@@ -1,18 +1,15 @@
-"""One observation scored at a third of the cost of a one-element batch, with the same numbers.
+"""The scorer a lone request uses: one observation at a time, with a batch's exact scores.
 
 A lone request (no other request deciding) scores each step alone, three or so forward passes
-of a tiny MLP per small request. Through :meth:`TorchScorer.batch` each pass stacks copies of
-the inputs and goes through ``nn.Module.__call__`` for every layer: about 140 us, of which the
-arithmetic is a fraction. :func:`lone_scorer` runs the same torch kernels on the same weights
-(``F.linear``, ``relu``, ``masked_fill``: what the modules' ``forward`` calls) on views of the
-observation, under ``inference_mode``: about 50 us and bit-for-bit the same scores
-(``tests/test_serving_scoring.py`` checks). Anything but the shipped network's exact shape
-falls back to ``batch([obs])[0]``, so a changed network can only lose the shortcut.
+of a tiny MLP per small request. A :class:`~deepshare.policies.checkpoint.TorchScorer` called on
+one observation takes the shortcut of :func:`~deepshare.policies.scorer_net.lone_forward` (about
+50 us against 140 us through ``batch([obs])``, bit-for-bit the same scores:
+``tests/serving/test_serving_scoring.py`` checks); any other batch scorer is called as a batch of one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -22,46 +19,10 @@ Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 def lone_scorer(batch: BatchScorer) -> Scorer:
     """``obs -> batch([obs])[0]``, through the shortcut when ``batch`` is a
-    :class:`~deepshare.policies.checkpoint.TorchScorer`'s over a :class:`CandidateScorer`."""
-    net = _candidate_scorer(getattr(batch, "__self__", None))
-    if net is None:
-        return lambda obs: batch([obs])[0]
-    import torch
-    import torch.nn.functional as F
-
-    from deepshare.policies.scorer_net import MASKED
-
-    (w1, b1), (w2, b2), (w3, b3) = [(m.weight, m.bias) for m in (net.trunk[0], net.trunk[2], net.head)]
-
-    def score(obs: dict[str, np.ndarray]) -> np.ndarray:
-        threads = torch.get_num_threads()
-        if threads != 1:  # as TorchScorer.batch: one thread for a pass this small
-            torch.set_num_threads(1)
-        try:
-            with torch.inference_mode():
-                rows = torch.from_numpy(np.ascontiguousarray(obs["observations"]))
-                mask = torch.from_numpy(np.ascontiguousarray(obs["action_mask"]))
-                hidden = torch.relu(F.linear(torch.relu(F.linear(rows, w1, b1)), w2, b2))
-                return F.linear(hidden, w3, b3).squeeze(-1).masked_fill(mask <= 0, MASKED).numpy()
-        finally:
-            if threads != 1:
-                torch.set_num_threads(threads)
-
-    return score
-
-
-def _candidate_scorer(owner: Any) -> Any:
-    """``owner.net`` when ``owner`` is a TorchScorer over the shipped network's exact layers."""
-    from torch import nn
-
+    :class:`~deepshare.policies.checkpoint.TorchScorer`'s."""
     from deepshare.policies.checkpoint import TorchScorer
-    from deepshare.policies.scorer_net import CandidateScorer
 
-    if type(owner) is not TorchScorer or type(owner.net) is not CandidateScorer:
-        return None
-    net = owner.net
-    trunk = net.trunk
-    shape = [type(layer) for layer in trunk] if isinstance(trunk, nn.Sequential) else None
-    if shape != [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU] or type(net.head) is not nn.Linear:
-        return None
-    return net
+    owner = getattr(batch, "__self__", None)
+    if type(owner) is TorchScorer:
+        return owner  # called on one observation, it takes the shortcut when its network allows
+    return lambda obs: batch([obs])[0]
