@@ -32,7 +32,7 @@ from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
 from deepshare.policies.order import ORDERS
-from deepshare.policies.placement import PLACEMENTS
+from deepshare.policies.placement import PLACEMENTS, SHAPE_ONLY
 from deepshare.policies.step_state import StepState
 
 COMM_CLASSES = ("low", "medium", "heavy")
@@ -243,13 +243,21 @@ def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
         if pick is not None:
             found.append(Candidate(*pick))
             offered = (pick[0].job_id, pick[1].alloc)
-    places = [PLACEMENTS[name][0] for name in config.generators]
+    places = [(name, PLACEMENTS[name][0], name in SHAPE_ONLY) for name in config.generators]
     free, view = state.free, state.view
+    known: dict[tuple, Placement | None] = {}  # this step's answers of the shape-only generators
     for job in _jobs_offered(state, config):
         seen: set[tuple] = set()
         anchored = offered is not None and offered[0] == job.job_id
-        for place in places:
-            placement = place(job, free, view, pending)  # type: ignore[arg-type]
+        for name, place, by_shape in places:
+            if by_shape:
+                shape = (name, job.model, job.gpus)
+                if shape in known:
+                    placement = known[shape]
+                else:
+                    placement = known[shape] = place(job, free, view, pending)  # type: ignore[arg-type]
+            else:
+                placement = place(job, free, view, pending)  # type: ignore[arg-type]
             if placement is not None and placement.alloc not in seen:
                 seen.add(placement.alloc)
                 if not (anchored and offered[1] == placement.alloc):  # type: ignore[index]
@@ -307,7 +315,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     for c, value in zip(launches, isolated):
         job_id = c.job.job_id  # type: ignore[union-attr]
         best_iso[job_id] = max(best_iso.get(job_id, 0.0), value)
-    predictions = predict_all(view.predict, [(c.job, c.placement) for c in launches], state.pending)  # type: ignore[misc]
+    predictions = _predictions(view, launches, state.pending)
     data = [_WAIT_ROW + glob]
     known = state.job_features
     for c, iso, prediction in zip(launches, isolated, predictions):
@@ -332,6 +340,24 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
+
+
+def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:
+    """Each launch row's contention prediction, asked once per distinct (model, GPUs, placement)
+    in one batch (a queued job's prediction depends on nothing else: :data:`SHAPE_ONLY`)."""
+    index: dict[tuple, int] = {}
+    questions = []
+    slots = []
+    for c in launches:
+        job = c.job
+        key = (job.model, job.gpus, c.placement.alloc)  # type: ignore[union-attr]
+        slot = index.get(key)
+        if slot is None:
+            slot = index[key] = len(questions)
+            questions.append((job, c.placement))
+        slots.append(slot)
+    answers = predict_all(view.predict, questions, pending)
+    return [answers[slot] for slot in slots]
 
 
 def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> bool:

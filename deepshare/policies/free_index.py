@@ -15,18 +15,30 @@ plain list (the reference placements) answers the same on it.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 from deepshare.core.types import Placement
 
 
 class FreeIndex(Sequence[int]):
-    __slots__ = ("_free", "_buckets", "total")
+    __slots__ = ("_free", "_buckets", "total", "_answers")
 
     def __init__(self, free: Sequence[int]) -> None:
         self._free = list(free)
         self.total = sum(self._free)
         self._buckets: dict[int, list[int]] | None = None  # built on the first question
+        self._answers: dict[Hashable, Any] = {}
+
+    def remembered(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered under ``key`` until the free GPUs change: a step of a
+        decision asks the same placement question for every queued job of a size (and again
+        inside other strategies); each is answered once per state of the free GPUs. ``key``
+        must name everything the answer depends on besides the free GPUs."""
+        answers = self._answers
+        if key in answers:
+            return answers[key]
+        value = answers[key] = compute()
+        return value
 
     @property
     def _index(self) -> dict[int, list[int]]:
@@ -45,6 +57,7 @@ class FreeIndex(Sequence[int]):
         other._free = list(self._free)
         other.total = self.total
         other._buckets = None if self._buckets is None else {f: list(n) for f, n in self._buckets.items()}
+        other._answers = {}
         return other
 
     # -- Sequence --------------------------------------------------------------------------
@@ -70,6 +83,8 @@ class FreeIndex(Sequence[int]):
         old = self._free[node]
         if old == value:
             return
+        if self._answers:
+            self._answers = {}
         buckets = self._buckets
         if buckets is not None:  # not built yet: the first question builds it from _free
             if old > 0:

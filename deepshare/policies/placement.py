@@ -56,6 +56,10 @@ def consolidate(need: int, free: Sequence[int]) -> Placement | None:
 
 
 def _consolidated_indexed(need: int, free: FreeIndex) -> Placement | None:
+    return free.remembered(("consolidated", need), lambda: _consolidate_on_index(need, free))
+
+
+def _consolidate_on_index(need: int, free: FreeIndex) -> Placement | None:
     best = free.best_single(need)
     if best is not None:
         return Placement(((best, need),))
@@ -97,17 +101,21 @@ def _consolidated(need: int, free: tuple[int, ...]) -> Placement | None:
 def spread(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
     if isinstance(free, FreeIndex):
         need = job.gpus
-        if free.total < need:
-            return None
-        if need <= free.nonzero():  # one round of the round-robin: one GPU on each of the first nodes
-            counts: dict[int, int] = {}
-            for node in free.ranked():
-                counts[node] = 1
-                if len(counts) == need:
-                    break
-            return Placement.of(counts)
-        return _spread(need, free.as_tuple())
+        return free.remembered(("spread", need), lambda: _spread_on_index(need, free))
     return _spread(job.gpus, tuple(free))
+
+
+def _spread_on_index(need: int, free: FreeIndex) -> Placement | None:
+    if free.total < need:
+        return None
+    if need <= free.nonzero():  # one round of the round-robin: one GPU on each of the first nodes
+        counts: dict[int, int] = {}
+        for node in free.ranked():
+            counts[node] = 1
+            if len(counts) == need:
+                break
+        return Placement.of(counts)
+    return _spread(need, free.as_tuple())
 
 
 @lru_cache(maxsize=1024)
@@ -190,6 +198,12 @@ def fit_equivalents(free: Sequence[int], base: Placement, limit: int = 8) -> lis
     """``base`` and the placements that take the same GPUs from other nodes with the same free
     count (one node swapped at a time, at most ``limit`` in all): every one leaves the same
     multiset of free GPUs behind, so none fragments the cluster more than ``base``."""
+    if isinstance(free, FreeIndex):
+        return list(free.remembered(("fit_equivalents", base.alloc, limit), lambda: tuple(_fit_equivalents(free, base, limit))))
+    return _fit_equivalents(free, base, limit)
+
+
+def _fit_equivalents(free: Sequence[int], base: Placement, limit: int) -> list[Placement]:
     used = set(base.nodes)
     found = [base]
     indexed = isinstance(free, FreeIndex)
@@ -216,6 +230,14 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     cost = {p: view.predict(job, p, pending).cost for p in candidates}
     best = min(candidates, key=cost.__getitem__)  # ties: the consolidated one (listed first)
     return best if cost[best] < cost[packed] - PACKING_MARGIN else packed
+
+
+SHAPE_ONLY = frozenset({"consolidated", "spread", "contention-aware"})
+"""Strategies whose placement depends on a job only through its model and GPU count (with the
+free GPUs, the view and the pending launches fixed): not on its id, age or history. Within
+one step of a decision, queued jobs of the same model and size get the same placement from
+them, so the encoding asks once per (model, GPUs). A contention prediction for a queued job
+depends on its model, GPUs and placement alone (the contention models key on those)."""
 
 
 PACKED_RELAX_S = 600.0
