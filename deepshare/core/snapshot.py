@@ -72,30 +72,48 @@ def build_view(
         free=tuple(free),
         queued=tuple(_view(catalog, job) for job in queued),
         running=running_views,
-        predict=_private_predictor(state),
+        predict=_private_predictor(state, frozenset(job.job_id for job in running)),
         future_events=future_events,
         link_load=dict(link_load or {}),
     )
 
 
-def _private_predictor(state: ContentionState) -> PredictFn:
+def _private_predictor(state: ContentionState, resident: frozenset[str] = frozenset()) -> PredictFn:
     """Like :func:`predictor`, for a state only this view reads: the pending launches of one
     decision (a list that only grows) stay added between questions instead of being added and
     removed at each one, which makes a decision of n launches O(n) state updates, not O(n^2).
     Asking again with the very same sequence object skips the prefix check, so a caller must
-    not rewrite a sequence in place after asking with it (appending is fine)."""
+    not rewrite a sequence in place after asking with it (appending is fine).
+
+    Answers are remembered until the pending launches change: a step of a decision asks the
+    same question several times (a placement strategy, the encoding's rows, the safety net). A
+    job not in the state (not in ``resident``, the running jobs, nor pending) is predicted from
+    its model, GPUs and placement alone, so its answers are shared by every such job of that
+    shape; a job in the state (asked about a move) is never remembered."""
     applied: list[tuple[str, Placement]] = []
+    applied_ids: set[str] = set()
     last: object = None  # the pending sequence of the previous question (often the same object)
+    memo: dict[tuple, Prediction] = {}
+
+    def answer(job: JobView, placement: Placement) -> Prediction:
+        job_id = job.job_id
+        if job_id in resident or job_id in applied_ids:
+            return state.predict(RunningJob(job_id, job.model, job.gpus, placement))
+        key = (job.model, job.gpus, placement.alloc)
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = state.predict(RunningJob(job_id, job.model, job.gpus, placement))
+        return known
 
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
         if pending is not last or len(pending) != len(applied):
             sync(pending)
-        return state.predict(RunningJob(job.job_id, job.model, job.gpus, placement))
+        return answer(job, placement)
 
     def many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
         if pending is not last or len(pending) != len(applied):
             sync(pending)
-        return [state.predict(RunningJob(job.job_id, job.model, job.gpus, placement)) for job, placement in questions]
+        return [answer(job, placement) for job, placement in questions]
 
     def sync(pending: Sequence[tuple[JobView, Placement]]) -> None:
         """Bring the launches added to the state to exactly ``pending``."""
@@ -109,12 +127,16 @@ def _private_predictor(state: ContentionState) -> PredictFn:
                     and applied[keep][0] == pending[keep][0].job_id and applied[keep][1] == pending[keep][1]
                 ):
                     keep += 1
+        if keep < len(applied) or len(pending) > keep:
+            memo.clear()
         for job_id, _ in reversed(applied[keep:]):
             state.remove(job_id)
+            applied_ids.discard(job_id)
         del applied[keep:]
         for other, where in pending[keep:]:
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
             applied.append((other.job_id, where))
+            applied_ids.add(other.job_id)
         last = pending
 
     predict.many = many  # type: ignore[attr-defined]
