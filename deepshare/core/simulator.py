@@ -432,7 +432,7 @@ class Simulator:
             catalog=self.catalog,
             free=tuple(self._free),
             queued=queued,  # type: ignore[arg-type]
-            running=LazyJobs(lambda: self._running_views(t)),
+            running=LazyJobs(lambda: self._running_views(t), lambda: self._running_count(t)),
             future_events=self._future_events,
             predict=self._predict,
         )
@@ -453,6 +453,16 @@ class Simulator:
             job.sync(t)
             views.append(job.make_view(t))
         return tuple(views)
+
+    def _running_count(self, t: float) -> int:
+        """How many jobs run, with their progress brought to ``t`` exactly as building their
+        views does: accounting progress in more pieces rounds differently, so counting must
+        leave the simulation on the same floating-point path as reading the views."""
+        if t != self.now:
+            raise DeepShareError("a ClusterView's running jobs were read after the simulation moved on")
+        for job in self._running.values():
+            job.sync(t)
+        return len(self._running)
 
     def report(self, policy_name: str = "") -> MetricsReport:
         """The run's metrics so far (jobs not finished yet count as unfinished)."""

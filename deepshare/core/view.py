@@ -60,13 +60,18 @@ class Prediction:
 
 
 class LazyJobs(Sequence[JobView]):
-    """A read-only sequence of job views built on first use (most policies never look)."""
+    """A read-only sequence of job views built on first use (most policies never look).
 
-    __slots__ = ("_build", "_items")
+    ``count``, when given, answers ``len()`` without building the views (a learned policy's
+    encoding counts the running jobs at every step; building hundreds of views for a count was
+    most of a large simulation's time)."""
 
-    def __init__(self, build: Callable[[], tuple[JobView, ...]]) -> None:
+    __slots__ = ("_build", "_items", "_count")
+
+    def __init__(self, build: Callable[[], tuple[JobView, ...]], count: Callable[[], int] | None = None) -> None:
         self._build: Callable[[], tuple[JobView, ...]] | None = build
         self._items: tuple[JobView, ...] = ()
+        self._count = count
 
     def _get(self) -> tuple[JobView, ...]:
         if self._build is not None:
@@ -77,6 +82,10 @@ class LazyJobs(Sequence[JobView]):
         return self._get()[index]
 
     def __len__(self) -> int:
+        if self._build is not None and self._count is not None:
+            count = self._count()
+            self._count = lambda: count  # asked at every step of a decision: once is enough
+            return count
         return len(self._get())
 
     def __iter__(self):  # type: ignore[no-untyped-def]
