@@ -121,6 +121,7 @@ class Catalog:
         self._lower = {m.lower(): m for m in self.models}
         self._resolved: dict[str, str] = {}
         self._thp_cache: dict[tuple[str, int, int], float] = {}
+        self._index_cache: dict[tuple[str, int, int], int] = {}
         self.comm_class: dict[str, str] = self._derive_comm_classes()
 
     # -- model names -------------------------------------------------------------------------
@@ -165,6 +166,15 @@ class Catalog:
     def key_index(self, key: ProfileKey) -> int:
         """Row/column of ``key`` in :attr:`ratio_matrix`."""
         return self._key_index[key]
+
+    def placement_index(self, model: str, gpus: int, nodes: int) -> int:
+        """``key_index(profile_key(model, gpus, nodes))``, remembered: every contention state
+        (one per served request) asks it for every job it rates or predicts."""
+        key = (model, gpus, nodes)
+        index = self._index_cache.get(key)
+        if index is None:
+            index = self._index_cache[key] = self._key_index[self.profile_key(model, gpus, nodes)]
+        return index
 
     # -- derived -----------------------------------------------------------------------------
     def _derive_comm_classes(self) -> dict[str, str]:

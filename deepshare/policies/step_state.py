@@ -126,11 +126,7 @@ class StepState:
     def in_order(self, name: Hashable, key: Key) -> Iterator[JobView]:
         """Not-launched queued jobs that fit the free GPUs, by ``key`` (ties: queue order)."""
         total = self.free.total
-        heads = [jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total]
-        if len(heads) == 1:
-            return (entry[2] for entry in heads[0])
-        merged = heapq.merge(*heads)
-        return (entry[2] for entry in merged)
+        return _merged([jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total])
 
     def first(self, name: Hashable, key: Key, count: int) -> list[JobView]:
         return list(islice(self.in_order(name, key), count))
@@ -151,3 +147,28 @@ class StepState:
                 return job, placement
             del heads[gpus]
         return None
+
+
+def _merged(lists: list[_Lazy]) -> Iterator[JobView]:
+    """The jobs of ``lists`` (each sorted) in one sorted sequence: ``heapq.merge`` for the few
+    lists a queue has (one per GPU demand), read by index, without its per-call set-up (a
+    step reads the first few jobs of each order, so the set-up was most of the cost)."""
+    if len(lists) == 1:
+        only = lists[0]
+        i = 0
+        while (entry := only.at(i)) is not None:
+            yield entry[2]
+            i += 1
+        return
+    cursors = [0] * len(lists)
+    heads = [jobs.at(0) for jobs in lists]
+    while True:
+        best = -1
+        for i, head in enumerate(heads):  # (key, position) is unique: the first minimum is the minimum
+            if head is not None and (best < 0 or head < heads[best]):  # type: ignore[operator]
+                best = i
+        if best < 0:
+            return
+        yield heads[best][2]  # type: ignore[index]
+        cursors[best] += 1
+        heads[best] = lists[best].at(cursors[best])

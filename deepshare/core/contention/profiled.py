@@ -59,7 +59,7 @@ class ProfiledState:
         self._jobs: dict[str, tuple[RunningJob, int, bool]] = {}  # job, profile-key index, contends
         self._ratio: dict[str, float] = {}
         self._raw_value: dict[str, float] = {}  # unfloored aggregate per contending job, kept by _rerate
-        self._key_cache: dict[tuple[str, int, int], int] = {}
+        self._single_free = model.single_node_contention_free
 
     # -- protocol ----------------------------------------------------------------------------
     def add(self, job: RunningJob) -> set[str]:
@@ -89,6 +89,8 @@ class ProfiledState:
         return self._ratio[job_id]
 
     def predict(self, job: RunningJob) -> Prediction:
+        if self._single_free and len(job.placement.alloc) == 1:
+            return Prediction(1.0)  # neither suffers nor causes contention: no lookup needed
         key, contends = self._key(job)
         if not contends:
             return Prediction(1.0)
@@ -108,14 +110,9 @@ class ProfiledState:
 
     # -- internals ---------------------------------------------------------------------------
     def _key(self, job: RunningJob) -> tuple[int, bool]:
-        nodes = job.placement.num_nodes
-        contends = nodes > 1 or not self._model.single_node_contention_free
-        cache_key = (job.model, job.gpus, nodes)
-        index = self._key_cache.get(cache_key)
-        if index is None:
-            index = self._catalog.key_index(self._catalog.profile_key(job.model, job.gpus, nodes))
-            self._key_cache[cache_key] = index
-        return index, contends
+        nodes = len(job.placement.alloc)
+        contends = nodes > 1 or not self._single_free
+        return self._catalog.placement_index(job.model, job.gpus, nodes), contends
 
     def _neighbours(self, nodes: Iterable[int], exclude: str) -> set[str]:
         found: set[str] = set()
