@@ -22,8 +22,9 @@ def _f(v: float | None) -> str:
 
 
 def cell_tables(result: SuiteResult) -> list[Table]:
-    """One table per cell: every policy's JCTs and utilisations, best average JCT first, and the
-    learned policies' ratios to the cell's best heuristic."""
+    """One table per cell: every policy's JCTs and utilisations, best average JCT first, the
+    learned policies' ratios to the cell's best heuristic, and the cell's average-JCT lower bound
+    last with its room (bound / best heuristic's average JCT)."""
     tables = []
     for cell, runs in sorted(result.results.items()):
         best = result.best_heuristic(cell)
@@ -39,6 +40,10 @@ def cell_tables(result: SuiteResult) -> list[Table]:
                 vs = "best heuristic"
             table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m["gpu_util"]), _f(m["useful_util"]),
                           _s(m["makespan_s"]), vs)
+        room = result.room(cell)
+        if room is not None:
+            table.add_row("lower bound (no wait, no contention)", _s(result.bounds[cell]), "", "", "", "",
+                          f"room {room:.3f}", style="dim")
         tables.append(table)
     return tables
 
@@ -46,15 +51,35 @@ def cell_tables(result: SuiteResult) -> list[Table]:
 def summary_table(result: SuiteResult) -> Table:
     table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell",
                   header_style="bold", title_justify="left")
-    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won"):
+    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won", "geomean vs bound"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for policy in result.spec.learned:
         s = result.summary(policy)
         table.add_row(policy, f"{s['geomean_avg_jct_ratio']:.3f}",
                       f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
-                      f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}")
+                      f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
+                      _f(s["geomean_avg_jct_over_bound"]))  # type: ignore[arg-type]
     wins = ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins().items(), key=lambda kv: -kv[1]) if n)
     table.caption = f"best heuristic of a cell (cells): {wins}"
+    return table
+
+
+def room_table(result: SuiteResult) -> Table:
+    """Per cell: the best heuristic's average JCT, the lower bound, best / bound and the room
+    (bound / best: the ratio a perfect scheduler would have); their geometric mean as caption."""
+    table = Table(title=f"suite {result.spec.name}: room left by the best heuristic of each cell",
+                  header_style="bold", title_justify="left")
+    for col in ("cell", "best heuristic", "best avg JCT (s)", "lower bound (s)", "best / bound", "room"):
+        table.add_column(col, justify="left" if col in ("cell", "best heuristic") else "right")
+    for cell in sorted(result.results):
+        room = result.room(cell)
+        best = result.best_heuristic(cell)
+        table.add_row(cell.label, best, _s(result.results[cell][best]["avg_jct_s"]), _s(result.bounds.get(cell)),
+                      "-" if room is None else f"{1 / room:.3f}", _f(room))
+    s = result.room_summary()
+    if s:
+        table.caption = (f"geometric-mean room {s['geomean_room']:.3f} (the lowest geometric-mean avg-JCT ratio any "
+                         f"policy could reach); range {s['min_room']:.3f} .. {s['max_room']:.3f}")
     return table
 
 
@@ -78,6 +103,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     shown = human(args.json, out, err)
     for table in cell_tables(result):
         shown.print(table)
+    shown.print(room_table(result))
     if spec.learned:
         shown.print(summary_table(result))
     write_json(args.json, result.to_json(), out, "suite results")

@@ -10,6 +10,14 @@ Per cell the *best heuristic* is the one with the least average JCT; a learned p
 are its average JCT / that heuristic's and its p99 JCT / that heuristic's p99. The summary gives
 each learned policy's geometric-mean average-JCT ratio over the cells and its worst cells.
 
+Room: per cell the suite also computes a *lower bound* on the average JCT that no scheduler can
+beat (:mod:`deepshare.core.jct_bound`: every job runs at its fastest isolated placement the
+moment it arrives, no queueing, no contention). ``room`` = bound / best heuristic's average JCT is
+the ratio a perfect scheduler would reach against that heuristic (an optimistic limit: the true
+optimum lies between). Its geometric mean over the cells says how low any policy's
+geometric-mean ratio could go: when it is near 1 the traces hardly queue and no policy can beat
+the heuristics by much there.
+
 Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
 ``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
 no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
@@ -25,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,6 +41,7 @@ from typing import Callable, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deepshare.core.contention import CONTENTION_MODELS, make_contention
+from deepshare.core.jct_bound import avg_jct_bound
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
@@ -179,6 +188,15 @@ def cell_trace(spec: SuiteSpec, cell: Cell):
     ).jobs
 
 
+def cell_bound(spec: SuiteSpec, cell: Cell) -> float | None:
+    """The cell's average-JCT lower bound (:func:`deepshare.core.jct_bound.avg_jct_bound`)."""
+    return avg_jct_bound(cell_trace(spec, cell), uniform(cell.nodes, cell.gpus_per_node))
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]:
     """One policy on one cell: the metrics the suite keeps."""
     from deepshare.policies import make_policy
@@ -209,6 +227,8 @@ class SuiteResult:
     spec: SuiteSpec
     results: dict[Cell, dict[str, dict[str, float | None]]]
     """``{cell: {policy: {metric: value}}}``."""
+    bounds: dict[Cell, float | None] = field(default_factory=dict)
+    """``{cell: average-JCT lower bound}`` (:func:`cell_bound`); filled by :func:`run_suite`."""
 
     def best_heuristic(self, cell: Cell) -> str:
         runs = self.results[cell]
@@ -221,20 +241,44 @@ class SuiteResult:
         mine = runs[policy]
         return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
 
+    def room(self, cell: Cell) -> float | None:
+        """Lower bound / the best heuristic's average JCT: a perfect scheduler's ratio (<= 1)."""
+        bound, best = self.bounds.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+        return None if bound is None or not best else bound / best
+
+    def room_summary(self) -> dict[str, object]:
+        """Geometric mean of :meth:`room` over the cells (the lowest geometric-mean ratio any
+        policy could reach against the best heuristics) and its tightest cell."""
+        rooms = [(cell, r) for cell in sorted(self.results) if (r := self.room(cell)) is not None]
+        if not rooms:
+            return {}
+        tight = max(rooms, key=lambda x: x[1])
+        return {
+            "geomean_room": _geomean([r for _, r in rooms]),
+            "min_room": min(r for _, r in rooms),
+            "max_room": tight[1],
+            "tightest_cell": tight[0].label,
+            "cells": len(rooms),
+        }
+
     def summary(self, policy: str) -> dict[str, object]:
-        """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells."""
+        """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells, and the
+        geometric mean of the policy's average JCT / the cell's lower bound."""
         pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)]
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
+        over = [self.results[c][policy]["avg_jct_s"] / b for c in sorted(self.results)  # type: ignore[operator]
+                if (b := self.bounds.get(c))]
         return {
-            "geomean_avg_jct_ratio": math.exp(sum(math.log(a) for a in avg) / len(avg)),
+            "geomean_avg_jct_ratio": _geomean(avg),
             "worst_avg_jct_ratio": worst_avg[1],
             "worst_avg_cell": worst_avg[0].label,
             "worst_p99_jct_ratio": worst_p99[2],
             "worst_p99_cell": worst_p99[0].label,
             "cells_won": sum(a < 1.0 for a in avg),
             "cells": len(avg),
+            "geomean_avg_jct_over_bound": _geomean(over) if len(over) == len(avg) else None,
         }
 
     def heuristic_wins(self) -> dict[str, int]:
@@ -252,6 +296,9 @@ class SuiteResult:
                 {
                     **cell.key(),
                     "best_heuristic": self.best_heuristic(cell),
+                    "jct_bound_s": self.bounds.get(cell),
+                    "best_over_bound": None if (r := self.room(cell)) is None else 1.0 / r,
+                    "room": r,
                     "results": self.results[cell],
                     "ratios": {
                         p: dict(zip(("avg_jct", "p99_jct"), self.ratios(cell, p))) for p in self.spec.learned
@@ -261,6 +308,7 @@ class SuiteResult:
             ],
             "summary": {p: self.summary(p) for p in self.spec.learned},
             "heuristic_wins": self.heuristic_wins(),
+            "room": self.room_summary(),
         }
 
 
@@ -294,4 +342,4 @@ def run_suite(
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     ordered = {cell: {p: results[cell][p] for p in policies} for cell in grid}
-    return SuiteResult(spec, ordered)
+    return SuiteResult(spec, ordered, {cell: cell_bound(spec, cell) for cell in grid})

@@ -9,7 +9,9 @@ import pytest
 
 from deepshare.cli import main
 from deepshare.core.errors import DeepShareError
-from deepshare.experiments.suite import SUITE_SEED_BASE, Cell, SuiteSpec, cell_trace, cells, load_suite, run_one, run_suite
+from deepshare.experiments.suite import (
+    SUITE_SEED_BASE, Cell, SuiteSpec, cell_bound, cell_trace, cells, load_suite, run_one, run_suite,
+)
 
 SMALL = """
 name: small
@@ -57,7 +59,8 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     assert len(doc["cells"]) == 2 * 1 * 2 * 2 * 1
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
-        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic", "results", "ratios"}
+        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic",
+                             "jct_bound_s", "best_over_bound", "room", "results", "ratios"}
         assert set(cell["results"]) == policies
         for metrics in cell["results"].values():
             assert set(metrics) == {"avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished"}
@@ -66,6 +69,10 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         heuristics = {p: m for p, m in cell["results"].items() if p != "rl-hybrid"}
         best = min(heuristics, key=lambda p: heuristics[p]["avg_jct_s"])
         assert cell["results"][cell["best_heuristic"]]["avg_jct_s"] == heuristics[best]["avg_jct_s"]
+        # the lower bound: no policy beats it; room = bound / best, best_over_bound its inverse
+        assert all(m["avg_jct_s"] >= cell["jct_bound_s"] * (1 - 1e-9) for m in cell["results"].values())
+        assert cell["room"] == pytest.approx(cell["jct_bound_s"] / heuristics[best]["avg_jct_s"])
+        assert cell["best_over_bound"] == pytest.approx(1 / cell["room"])
         mine, ref = cell["results"]["rl-hybrid"], cell["results"][cell["best_heuristic"]]
         assert cell["ratios"]["rl-hybrid"]["avg_jct"] == pytest.approx(mine["avg_jct_s"] / ref["avg_jct_s"])
         assert cell["ratios"]["rl-hybrid"]["p99_jct"] == pytest.approx(mine["p99_jct_s"] / ref["p99_jct_s"])
@@ -75,8 +82,15 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     assert summary["worst_avg_jct_ratio"] == max(ratios)
     assert summary["cells"] == 8 and summary["cells_won"] == sum(r < 1 for r in ratios)
     assert sum(doc["heuristic_wins"].values()) == 8
+    over = [c["results"]["rl-hybrid"]["avg_jct_s"] / c["jct_bound_s"] for c in doc["cells"]]
+    assert summary["geomean_avg_jct_over_bound"] == pytest.approx(math.exp(sum(map(math.log, over)) / len(over)))
+    assert min(over) >= 1 - 1e-9
+    rooms = [c["room"] for c in doc["cells"]]
+    assert doc["room"]["geomean_room"] == pytest.approx(math.exp(sum(map(math.log, rooms)) / len(rooms)))
+    assert doc["room"]["max_room"] == max(rooms) <= 1 and doc["room"]["min_room"] == min(rooms)
     # the tables (JSON went to a file): one per cell, then the summary
     assert "load 1.3 heavy 3x4 link seed 0" in out and "geomean avg-JCT ratio" in out
+    assert "lower bound (no wait, no contention)" in out and "geometric-mean room" in out
 
 
 def test_suite_is_deterministic_across_runs_and_workers():
@@ -87,6 +101,15 @@ def test_suite_is_deterministic_across_runs_and_workers():
     two = run_suite(spec, workers=2)
     assert one.to_json() == again.to_json() == two.to_json()
     assert list(one.results) == cells(spec)
+
+
+def test_cell_bound_is_the_mean_isolated_time_of_the_cells_jobs():
+    # suite clusters have 8-GPU nodes and 2/4/8-GPU jobs: every job fits one node, its reference
+    # placement, so the bound is exactly the mean duration of the cell's trace
+    spec = load_suite("tiny")
+    for cell in cells(spec):
+        jobs = cell_trace(spec, cell)
+        assert cell_bound(spec, cell) == pytest.approx(sum(j.duration_s for j in jobs) / len(jobs), rel=1e-12)
 
 
 def test_run_one_matches_the_simulator():
