@@ -36,6 +36,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from deepshare.core.contention.base import predict_all
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
@@ -59,10 +60,17 @@ def _consolidated_indexed(need: int, free: FreeIndex) -> Placement | None:
     return free.remembered(("consolidated", need), lambda: _consolidate_on_index(need, free))
 
 
+@lru_cache(maxsize=65536)
+def single(node: int, gpus: int) -> Placement:
+    """``gpus`` GPUs on node ``node`` (one shared object per pair: placements are immutable, and
+    a decision of thousands of launches builds the same few thousand)."""
+    return Placement(((node, gpus),))
+
+
 def _consolidate_on_index(need: int, free: FreeIndex) -> Placement | None:
     best = free.best_single(need)
     if best is not None:
-        return Placement(((best, need),))
+        return single(best, need)
     if free.total < need:
         return None
     counts: dict[int, int] = {}
@@ -227,7 +235,8 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     candidates = fit_equivalents(free, packed)
     if len(candidates) == 1:
         return packed
-    cost = {p: view.predict(job, p, pending).cost for p in candidates}
+    predictions = predict_all(view.predict, [(job, p) for p in candidates], pending)
+    cost = {p: prediction.cost for p, prediction in zip(candidates, predictions)}
     best = min(candidates, key=cost.__getitem__)  # ties: the consolidated one (listed first)
     return best if cost[best] < cost[packed] - PACKING_MARGIN else packed
 
