@@ -308,9 +308,8 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         math.log1p(len(view.running) + partial.count),
         min(1.0, free_total / demand) if demand else 1.0,
     )
-    thp = view.catalog.throughput
     launches = rows[1:]
-    isolated = [thp(c.job.model, c.job.gpus, c.placement.num_nodes) for c in launches]  # type: ignore[union-attr]
+    isolated = _isolated(view, state.isolated, launches)
     best_iso: dict[str, float] = {}
     for c, value in zip(launches, isolated):
         job_id = c.job.job_id  # type: ignore[union-attr]
@@ -340,6 +339,20 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
+
+
+def _isolated(view: ClusterView, known: dict[tuple, float], launches: list[Candidate]) -> list[float]:
+    """Each launch row's isolated throughput (remembered per decision by (model, GPUs, nodes))."""
+    thp = view.catalog.throughput
+    values = []
+    for c in launches:
+        job = c.job
+        key = (job.model, job.gpus, len(c.placement.alloc))  # type: ignore[union-attr]
+        value = known.get(key)
+        if value is None:
+            value = known[key] = thp(*key)
+        values.append(value)
+    return values
 
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:

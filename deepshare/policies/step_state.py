@@ -93,6 +93,8 @@ class StepState:
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
         self.job_features: dict[str, tuple] = {}
         """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
+        self.isolated: dict[tuple, float] = {}
+        """Isolated throughput by (model, GPUs, nodes), as the encoder asked the catalog."""
         self.at: object = None
         """The partial decision this state stands for (kept by the encoding)."""
 
