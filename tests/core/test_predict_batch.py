@@ -114,3 +114,33 @@ def test_snapshot_many_equals_one_question_at_a_time(running, pendings, question
         expected = [shared(job, where, pend) for job, where in asks]
         assert predict_all(private, asks, pend) == expected
         assert [private(job, where, pend) for job, where in asks] == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(("profiled", "link")),
+    running=st.lists(jobs, min_size=1, max_size=4),
+    launches=st.lists(jobs, max_size=4),
+    questions=st.lists(jobs, min_size=1, max_size=4),
+)
+def test_remembered_answers_equal_fresh_ones(name, running, launches, questions):
+    """The service's predictor remembers answers until the pending launches change, shared by
+    jobs of one shape: asked the way a decision asks (one list that grows launch by launch,
+    each question twice, by two job ids, plus questions about a running and a launched job),
+    every answer is the one a fresh add-predict-remove gives."""
+    shared = predictor(build(name, running))
+    resident = frozenset(f"r{i}" for i in range(len(running)))
+    private = _private_predictor(build(name, running), resident)
+    pending: list = []
+    for step in range(len(launches) + 1):
+        asks = [(view_of(f"q{i}{twin}", m, w), w) for i, (m, w) in enumerate(questions) for twin in "ab"]
+        model, where = running[0]
+        asks.append((view_of("r0", model, where), questions[0][1]))  # a running job asked about a move
+        if pending:
+            asks.append((pending[0][0], questions[-1][1]))  # a launched job asked again
+        expected = [shared(job, placement, pending) for job, placement in asks]
+        assert [private(job, placement, pending) for job, placement in asks] == expected
+        assert predict_all(private, asks, pending) == expected
+        if step < len(launches):
+            model, where = launches[step]
+            pending.append((view_of(f"p{step}", model, where), where))  # the same list, grown

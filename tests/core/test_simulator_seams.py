@@ -221,3 +221,36 @@ def _first_fit():  # type: ignore[no-untyped-def]
     from deepshare.policies import make_policy
 
     return make_policy("fifo+consolidated")
+
+
+def test_counting_the_running_jobs_builds_no_views_and_keeps_the_float_path(monkeypatch):
+    """``len(view.running)`` (what a learned policy's encoding reads at every step) answers
+    without building a view per running job, yet leaves the simulation on exactly the floating-
+    point path that reading the views does (both bring the jobs' progress to now)."""
+    from deepshare.core import simulator as simulator_module
+    from deepshare.core.traces import generate, mix_preset
+    from deepshare.policies import make_policy
+
+    jobs = generate(60, load=1.2, total_gpus=32, mix=mix_preset("random"), duration_sigma=1.0, seed=3).jobs
+    built = []
+    views = simulator_module.Simulator._running_views
+    monkeypatch.setattr(simulator_module.Simulator, "_running_views", lambda self, t: built.append(t) or views(self, t))
+
+    def run(read):  # type: ignore[no-untyped-def]
+        inner = make_policy("las+consolidated")
+
+        class Reader:
+            name = "reader"
+
+            def decide(self, view):  # type: ignore[no-untyped-def]
+                read(view.running)
+                return inner.decide(view)
+
+        return Simulator(uniform(4, 8), jobs, make_contention("profiled")).run(Reader())
+
+    counted = run(len)
+    assert built == []
+    viewed = run(tuple)
+    assert built  # the views were built this time
+    assert counted.avg_jct_s == viewed.avg_jct_s and counted.p99_jct_s == viewed.p99_jct_s
+    assert counted.makespan_s == viewed.makespan_s and counted.gpu_util == viewed.gpu_util

@@ -55,15 +55,25 @@ def job(gpus: int):
 def test_placements_on_the_index_equal_the_scans(free, need, takes):
     index, lazy = FreeIndex(free), FreeIndex(free)
     assert index.nonzero() == sum(f > 0 for f in free)  # builds index's buckets; lazy's wait
+    j = job(need)
+
+    def same_answers() -> None:  # the index remembers answers until its free GPUs change
+        assert consolidated(j, index) == consolidated(j, list(free))
+        assert spread(j, index) == spread(j, list(free))
+        base = consolidated(j, list(free))
+        if base is not None:
+            assert fit_equivalents(index, base) == fit_equivalents(list(free), base)
+
+    same_answers()
     for node, gpus in takes:  # an index updated in place answers like a fresh one
         if node < len(free) and index[node] >= gpus:
             free[node] -= gpus
             index.take(Placement(((node, gpus),)))
             lazy[node] -= gpus
+            same_answers()
     assert list(index) == list(lazy) == free and index.total == lazy.total == sum(free)
     assert list(lazy.ranked()) == list(index.ranked())
     assert list(index.ranked()) == by_most_free(free)
-    j = job(need)
     assert consolidated(j, index) == consolidated(j, list(free))
     assert spread(j, index) == spread(j, list(free))
     for k in (2, 3, 4):

@@ -194,3 +194,25 @@ def test_env_policy_and_engine_take_identical_decisions(engine, scorer_name, see
             assert canonical(response_to_decision(response, view)) == canonical(decision)
 
     assert play(env, seed, scorer, check) > 10 and len(launches) > 10
+
+
+def test_a_partial_keeps_only_a_link_to_its_parent_and_answers_as_a_fresh_one():
+    """A launch costs O(1) on the partial (no copy of the free vector or of the launches), yet
+    every partial of a chain answers ``launches``, ``free``, ``pending`` and ``count`` exactly
+    as a partial built afresh from the same launches, also after the chain moved on."""
+    jobs = [JobSpec(f"j{i}", "FSDP", 1 + i % 3, 0.0, duration_s=100.0) for i in range(6)]
+    root = first_point(jobs)
+    chain = [root]
+    for job in root.view.queued[:4]:
+        partial = chain[-1]
+        partial.state()  # the shared state advances with the chain
+        placement = Placement.of({chain.index(partial) % 2: job.gpus})
+        chain.append(partial.with_launch(job, placement))
+    for partial in (chain[-1], chain[1], chain[3], root):  # newest first, then older ones
+        fresh = PartialDecision(partial.view, partial.launches)
+        assert partial.count == len(partial.launches) == fresh.count
+        assert partial.free == fresh.free
+        assert [(j.job_id, p) for j, p in partial.pending()] == [(j.job_id, p) for j, p in fresh.pending()]
+        assert sum(partial.view.free) - sum(partial.free) == sum(l.placement.total_gpus for l in partial.launches)
+    assert [l.job_id for l in chain[-1].launches] == ["j0", "j1", "j2", "j3"]
+    assert chain[-1].free == (8 - 1 - 3, 8 - 2 - 1)  # j0 and j2 on node 0, j1 and j3 on node 1

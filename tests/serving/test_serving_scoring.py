@@ -68,3 +68,23 @@ def test_any_other_scorer_is_called_as_a_batch_of_one():
 
     assert np.array_equal(lone_scorer(batch)({"observations": np.zeros((3, 2))}), np.arange(3.0))
     assert calls == [1]
+
+
+def test_a_network_of_another_shape_is_scored_as_a_batch_of_one():
+    """Only the shipped layers take the shortcut; any other network still scores, as a batch."""
+    import torch
+
+    from deepshare.policies.checkpoint import TorchScorer
+    from deepshare.policies.scorer_net import CandidateScorer
+
+    class Wider(CandidateScorer):  # a subclass may compute anything: no shortcut
+        def forward(self, rows, mask):  # type: ignore[no-untyped-def]
+            logits, embedded = super().forward(rows, mask)
+            return logits * 2, embedded
+
+    torch.manual_seed(0)
+    plain, other = TorchScorer(CandidateScorer(3, 4).eval()), TorchScorer(Wider(3, 4).eval())
+    assert plain.has_shortcut and not other.has_shortcut
+    obs = {"observations": np.arange(6, dtype=np.float32).reshape(2, 3), "action_mask": np.array([1, 0], np.float32)}
+    assert np.array_equal(other(obs), other.batch([obs])[0]) and np.array_equal(plain(obs), plain.batch([obs])[0])
+    assert lone_scorer(other.batch) is other
