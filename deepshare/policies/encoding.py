@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 
@@ -187,19 +188,22 @@ class Candidate:
     placement: Placement | None
 
 
-def _oldest_key(job: JobView) -> tuple:
-    return (job.submit_time, job.job_id)
+OLDEST, SHORTEST = "fifo", "srsf"
+"""The orders whose first jobs a choice offers: submit time, then least remaining GPU-time
+(remaining time x GPUs); registry orders, so the decision's state keeps one sorted list per
+order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` reads the same one)."""
 
 
-def _shortest_key(job: JobView) -> tuple:
-    return (job.remaining_s * job.gpus, job.submit_time, job.job_id)
+def _in_order(state: StepState, order: str):  # type: ignore[no-untyped-def]
+    """The not-launched queued jobs that fit, in registry order ``order`` at the view's time."""
+    return state.in_order(("order", order), ORDERS[order][0](state.view.now))
 
 
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
-    chosen = state.first("oldest", _oldest_key, (config.jobs_considered + 1) // 2)
+    chosen = list(islice(_in_order(state, OLDEST), (config.jobs_considered + 1) // 2))
     ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
-    for job in state.in_order("shortest", _shortest_key):
+    for job in _in_order(state, SHORTEST):
         if len(chosen) >= config.jobs_considered:
             break
         if job.job_id not in ids:
@@ -212,7 +216,7 @@ def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Pl
     """:func:`~deepshare.policies.anchor.anchor_pick` on the decision's state."""
     order, place = anchor
     key = ORDERS[order][0](state.view.now)
-    return state.first_placed(("anchor", order), key, PLACEMENTS[place][0])
+    return state.first_placed(("order", order), key, PLACEMENTS[place][0])
 
 
 def anchor_launch(partial: PartialDecision, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:
