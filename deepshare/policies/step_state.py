@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import Counter
+from operator import attrgetter
 from itertools import islice
 from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # annotations only: the view types move between core modules
     from deepshare.policies.placement import PlaceFn
 
 Key = Callable[["JobView"], tuple]
+_GPUS = attrgetter("gpus")
 Entry = tuple[tuple, int, "JobView"]  # (key, queue position, job): unique, sorts like a stable sort
 
 
@@ -81,14 +84,15 @@ class StepState:
         self.view = view
         self.free = FreeIndex(free)
         queued = view.queued
-        self._position = {job.job_id: i for i, job in enumerate(queued)}
+        self._position: dict[str, int] | None = None  # queue position by job id, built when a sorted list needs it
         by_id = {job.job_id: job for job in queued} if launches else {}
         self.pending: list[tuple[JobView, Placement]] = [(by_id[l.job_id], l.placement) for l in launches]
         """The launches chosen, in order: one list that only grows (predictors rely on that)."""
         self.launched = {launch.job_id for launch in launches}
         self.waiting = len(queued) - len(self.launched)
-        self.demand = sum(job.gpus for job in queued) - sum(job.gpus for job, _ in self.pending)
+        self.demand = sum(map(_GPUS, queued)) - sum(job.gpus for job, _ in self.pending)
         """GPUs the queued jobs not launched yet ask for."""
+        self._counts: Counter[int] | None = None  # not-launched queued jobs per GPU demand, when asked
         self._sorted: dict[Hashable, tuple[Key, dict[int, _Lazy]]] = {}
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
         self.job_features: dict[str, tuple] = {}
@@ -105,9 +109,25 @@ class StepState:
         self.launched.add(job.job_id)
         self.waiting -= 1
         self.demand -= job.gpus
-        position = self._position[job.job_id]
-        for key, by_gpus in self._sorted.values():
-            by_gpus[job.gpus].remove(key(job), position, job)
+        if self._counts is not None:
+            self._counts[job.gpus] -= 1
+        if self._sorted:
+            if self._position is None:
+                self._position = {queued.job_id: i for i, queued in enumerate(self.view.queued)}
+            position = self._position[job.job_id]
+            for key, by_gpus in self._sorted.values():
+                by_gpus[job.gpus].remove(key(job), position, job)
+
+    def launch_may_fit(self) -> bool:
+        """Whether some queued job not launched yet asks for no more GPUs than are free (without
+        it, no placement can place anything and the choice is wait alone)."""
+        counts = self._counts
+        if counts is None:
+            counts = self._counts = Counter(map(_GPUS, self.view.queued))
+            for job, _ in self.pending:
+                counts[job.gpus] -= 1
+        free = self.free.total
+        return any(count > 0 and gpus <= free for gpus, count in counts.items())
 
     def _lists(self, name: Hashable, key: Key) -> dict[int, _Lazy]:
         """The not-launched queued jobs per GPU demand, ordered by ``key`` (built on first use)."""

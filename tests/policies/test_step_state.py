@@ -88,3 +88,6 @@ def test_lazy_orders_match_a_full_sort(specs, nodes, already, ops):
                 free[node] -= gpus
             launched.add(job.job_id)
             assert state.waiting == len(queue) - len(launched)
+        total = sum(free)
+        assert state.launch_may_fit() == any(j.job_id not in launched and j.gpus <= total for j in queue)
+        assert state.demand == sum(j.gpus for j in queue if j.job_id not in launched)
