@@ -140,6 +140,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
         last = pending
 
     predict.many = many  # type: ignore[attr-defined]
+    predict.isolated = getattr(state, "isolated", None)  # type: ignore[attr-defined]
     return predict
 
 

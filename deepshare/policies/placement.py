@@ -36,7 +36,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from deepshare.core.contention.base import predict_all
+from deepshare.core.contention.base import isolated_of, predict_all
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
@@ -235,6 +235,9 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     candidates = fit_equivalents(free, packed)
     if len(candidates) == 1:
         return packed
+    isolated = isolated_of(view.predict)
+    if isolated is not None and all(isolated(p) for p in candidates):
+        return packed  # every cost is exactly 0: the consolidated one is kept
     predictions = predict_all(view.predict, [(job, p) for p in candidates], pending)
     cost = {p: prediction.cost for p, prediction in zip(candidates, predictions)}
     best = min(candidates, key=cost.__getitem__)  # ties: the consolidated one (listed first)

@@ -142,10 +142,20 @@ def _version(checkpoint: str | None) -> str:
 
 
 def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
-    """``predict`` that first checks ``deadline`` (policies ask it once per candidate)."""
+    """``predict`` that first checks ``deadline`` (policies ask it once per candidate), with the
+    predictor's batch (``many``, checked once per batch) and ``isolated`` passed on."""
 
     def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
         deadline.check()
         return predict(*args, **kwargs)
 
+    many = getattr(predict, "many", None)
+    if many is not None:  # a batch of questions: one check, then the predictor's own batch
+
+        def checked_many(*args, **kwargs):  # type: ignore[no-untyped-def]
+            deadline.check()
+            return many(*args, **kwargs)
+
+        checked.many = checked_many  # type: ignore[attr-defined]
+    checked.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
     return checked

@@ -144,3 +144,20 @@ def test_remembered_answers_equal_fresh_ones(name, running, launches, questions)
         if step < len(launches):
             model, where = launches[step]
             pending.append((view_of(f"p{step}", model, where), where))  # the same list, grown
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(("profiled", "link")), running=st.lists(jobs, max_size=6), question=jobs)
+def test_an_isolated_placement_is_predicted_no_contention(name, running, question):
+    """A state's ``isolated(placement)`` (which lets contention-aware placement skip predicting)
+    is only ever True where the prediction is exactly no slowdown, for the job and the others."""
+    from deepshare.core.contention.base import isolated_of
+    from deepshare.core.view import Prediction
+
+    state = build(name, running)
+    model, where = question
+    isolated = isolated_of(predictor(state))
+    if name == "profiled":
+        assert isolated is not None and isolated(where) == (where.num_nodes == 1)
+    if isolated is not None and isolated(where):
+        assert state.predict(RunningJob("q", model, where.total_gpus, where)) == Prediction(1.0)

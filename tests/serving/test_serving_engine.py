@@ -202,3 +202,17 @@ def test_serve_config_in_the_repo_is_a_valid_serve_config():
     assert app.deployments[0].autoscaling_config["max_replicas"] > 1
     assert config.http_options.host == "127.0.0.1"
     build_app(app.args)
+
+
+@pytest.mark.parametrize("policy", ["rl-hybrid", "las+contention-aware", "srsf+packed"])
+def test_a_deadline_changes_no_decision(policy):
+    """Under a deadline the view's predictor checks it first, and still offers its batch and its
+    isolated placements, so the service's decisions are those made without one."""
+    from deepshare.serving.deadline import Deadline
+
+    served = engine(policy)
+    for body in (small_request(), large_request()):
+        request = PlacementRequest.model_validate(body)
+        bounded = served._bounded_view(request, Deadline(600.0))
+        assert callable(getattr(bounded.predict, "many", None)) and callable(getattr(bounded.predict, "isolated", None))
+        assert served.place(request, Deadline(600.0)) == served.place(request)

@@ -10,7 +10,7 @@ placement policies without changing anything (:func:`predictor` makes a view's `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from deepshare.core.topology import Topology
 from deepshare.core.types import Placement
@@ -38,6 +38,10 @@ class ContentionState(Protocol):
 
     def predict(self, job: RunningJob) -> Prediction:
         """What ``add(job)`` would do, without doing it."""
+
+    # Optional: ``isolated(placement) -> bool``, True when a job there neither suffers nor causes
+    # contention whatever runs (its prediction is exactly ``Prediction(1.0)``). Predictors pass
+    # it on (:func:`isolated_of`) so a placement strategy can skip predicting such placements.
 
 
 class ContentionModel(Protocol):
@@ -78,7 +82,13 @@ def predictor(state: ContentionState) -> PredictFn:
                 state.remove(other.job_id)
 
     predict.many = many  # type: ignore[attr-defined]
+    predict.isolated = getattr(state, "isolated", None)  # type: ignore[attr-defined]
     return predict
+
+
+def isolated_of(predict: PredictFn) -> Callable[[Placement], bool] | None:
+    """The contention state's ``isolated(placement)`` behind a view's ``predict``, if it has one."""
+    return getattr(predict, "isolated", None)
 
 
 def predict_all(

@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Literal
 from deepshare.core.contention.base import RunningJob
 from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import Topology
+from deepshare.core.types import Placement
 from deepshare.core.view import Prediction
 from deepshare.core.workloads import Catalog
 
@@ -87,6 +88,11 @@ class ProfiledState:
 
     def ratio(self, job_id: str) -> float:
         return self._ratio[job_id]
+
+    def isolated(self, placement: Placement) -> bool:
+        """Whether a job at ``placement`` neither suffers nor causes contention, whatever runs:
+        a single node when single-node jobs are contention-free."""
+        return self._single_free and len(placement.alloc) == 1
 
     def predict(self, job: RunningJob) -> Prediction:
         if self._single_free and len(job.placement.alloc) == 1:
