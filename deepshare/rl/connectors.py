@@ -2,8 +2,9 @@
 
 The candidate module is stateless, its observations carry no time rank and its action space is
 ``Discrete``, and every env runner is single-agent with one observation per episode per step.
-RLlib's default pipelines walk every batch through seven pieces per env step for that (each
-behind its own metrics timer), building per-episode dicts only to flatten them again. Here:
+RLlib's default pipelines walk every batch through eleven pieces per env step for that (the
+earlier lean ones here, seven), each behind its own metrics timer, building per-episode dicts
+only to flatten them again. Here:
 
 * env to module, :class:`ObservationsToTensors`: the latest observation of every episode, in
   episode (= vector env) order, stacked per key and wrapped as torch tensors: what
