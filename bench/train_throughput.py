@@ -5,7 +5,8 @@ Prints, in one run:
 
 1. steps/s and CPU ms per step of a single DeepShareEnv stepped with random valid actions (no RLlib);
 2. one env runner in this process: CPU ms per env step with RLlib's default connectors vs
-   :mod:`deepshare.rl.connectors`, and with 4 vs 16 envs per runner, side by side;
+   :mod:`deepshare.rl.connectors`, and with 4 vs 16 envs per runner, side by side, and which of
+   these is cheapest next to what the config sets (the shipped configs set 16);
 3. on a local Ray (all cores), for 1, 2 and 4 env runners: env steps sampled per second, in all and
    per runner, next to the target of 2,000 per runner (issue 14, item 5), and each runner's CPU
    ms per env step (steadier than wall time on a loaded machine);
@@ -62,6 +63,7 @@ def in_process(config_path: str, steps: int, rounds: int = 3) -> None:
     torch.set_num_threads(1)
     config = load_train_config(config_path)
     env = config.env_config(Path(os.path.abspath(config_path)).parent)
+    shipped_envs = config.run.envs_per_env_runner
     variants = {}
     for lean, envs in ((False, 4), (True, 4), (True, 16)):
         config.run.envs_per_env_runner = envs
@@ -79,6 +81,9 @@ def in_process(config_path: str, steps: int, rounds: int = 3) -> None:
         print(f"in-process runner, {label}: {best:.3f} CPU ms per env step (best of {rounds}; "
               f"{1000 / best:,.0f} steps/s per CPU; target >= {TARGET_PER_RUNNER:,.0f})", flush=True)
         runner.stop()
+    cheapest = min(variants, key=lambda label: min(variants[label][1]))
+    print(f"in-process runner: cheapest per env step: {cheapest} "
+          f"({config_path} sets envs_per_env_runner: {shipped_envs})", flush=True)
 
 
 def _sample_on_runner(runner, steps: int) -> tuple[int, float, int]:
@@ -168,6 +173,9 @@ def main() -> None:
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--skip-cluster", action="store_true")
     args = parser.parse_args()
+    envs = args.envs if args.envs is not None else load_train_config(args.config).run.envs_per_env_runner
+    print(f"config {args.config}: Ray runners below sample {envs} envs each"
+          f"{' (--envs)' if args.envs is not None else ' (its envs_per_env_runner)'}", flush=True)
     rate, cpu_ms = raw_env(args.config)
     print(f"one env, no RLlib: {rate:,.0f} steps/s ({1000 / rate:.2f} ms per step, {cpu_ms:.2f} CPU ms); "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -230,7 +230,10 @@ class DeepShareEnv(gym.Env):
         assert ep is not None and ep.partial is not None
         obs, ep.rows = encode(ep.partial, self._encoding)
         ep.mask = obs["action_mask"]
-        np.clip(obs["observations"], -FEATURE_BOUND, FEATURE_BOUND, out=obs["observations"])
+        rows = obs["observations"]
+        # In place, to the space's bounds: np.clip's result (NaN included) without its wrappers.
+        np.maximum(rows, -FEATURE_BOUND, out=rows)
+        np.minimum(rows, FEATURE_BOUND, out=rows)
         return obs
 
     def _terminal_obs(self) -> dict[str, np.ndarray]:

@@ -51,6 +51,15 @@ class CandidatePPOModule(DefaultPPOTorchRLModule):
         obs = batch[Columns.OBS]
         return {Columns.ACTION_DIST_INPUTS: self.scorer(obs["observations"], obs["action_mask"])[0]}
 
+    # The acting forwards skip TorchRLModule's eval()/train() around every call: no layer here
+    # behaves differently in either mode (no dropout, no batch norm), and the toggle walked every
+    # submodule twice per env-runner step (issue 14, item 5). forward_train still sets train().
+    def forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._forward_inference(batch, **kwargs)
+
+    def forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._forward_exploration(batch, **kwargs)
+
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         with torch.no_grad():
             return self._forward(batch, **kwargs)

@@ -127,8 +127,8 @@ def build_algorithm_config(
     config: TrainConfig, env: EnvConfig, num_env_runners: int, cpus: float, *, lean_connectors: bool = True
 ):
     """PPO on the env with the candidate module. ``lean_connectors``: the env runners use
-    :mod:`deepshare.rl.connectors` (RLlib's defaults minus the pieces that do nothing here; same
-    tensors and actions, fewer passes per env step); False: RLlib's defaults (for comparison)."""
+    :mod:`deepshare.rl.connectors` (one fused piece each way instead of RLlib's eleven; same
+    tensors, actions and extra model outputs); False: RLlib's defaults (for comparison)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
