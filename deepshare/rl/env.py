@@ -130,9 +130,7 @@ def _launch_may_fit(partial: PartialDecision) -> bool:
     len(partial.view.running)  # encode reads it, and reading it syncs the running jobs' progress
     # at this time (core/simulator.py `_running_views`), which rounds later floats: keep it so
     # episodes stay bit-identical (tests/test_rollout_equivalence.py).
-    state = partial.state()  # the decision's indexed state, which encode() goes on to use
-    free, launched = state.free.total, state.launched
-    return any(job.gpus <= free and job.job_id not in launched for job in partial.view.queued)
+    return partial.state().launch_may_fit()  # the decision's indexed state, which encode() goes on to use
 
 
 @dataclass
