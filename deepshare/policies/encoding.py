@@ -25,15 +25,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import islice
+from typing import NamedTuple
 
 import numpy as np
 
-from deepshare.core.contention.base import predict_all
+from deepshare.core.contention.base import isolated_of, predict_all
 from deepshare.core.types import Decision, Launch, Placement
-from deepshare.core.view import ClusterView, JobView
+from deepshare.core.view import ClusterView, JobView, Prediction
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
 from deepshare.policies.order import ORDERS
-from deepshare.policies.placement import PLACEMENTS, SHAPE_ONLY
+from deepshare.policies.placement import PLACEMENTS, SHAPE_KEYS
 from deepshare.policies.step_state import StepState
 
 COMM_CLASSES = ("low", "medium", "heavy")
@@ -182,8 +183,10 @@ def _unchain(chain: tuple) -> list:
     return items
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """One row of a choice: launch ``job`` at ``placement``, or wait (both None). A tuple: a
+    decision of thousands of steps builds tens of thousands of them."""
+
     job: JobView | None  # None = wait
     placement: Placement | None
 
@@ -229,7 +232,7 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     """Wait, then the distinct (job, placement) launches, at most ``max_candidates`` in all
     (remembered on ``partial``: encode and decode of one partial compute them once)."""
     known = partial._rows
-    if known is not None and known[0] == config:
+    if known is not None and (known[0] is config or known[0] == config):
         return known[1]
     rows = _candidates(partial.state(), config)
     partial._rows = (config, rows)
@@ -247,15 +250,15 @@ def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
         if pick is not None:
             found.append(Candidate(*pick))
             offered = (pick[0].job_id, pick[1].alloc)
-    places = [(name, PLACEMENTS[name][0], name in SHAPE_ONLY) for name in config.generators]
+    places = [(name, PLACEMENTS[name][0], SHAPE_KEYS.get(name)) for name in config.generators]
     free, view = state.free, state.view
-    known: dict[tuple, Placement | None] = {}  # this step's answers of the shape-only generators
+    known: dict[tuple, Placement | None] = {}  # this step's answers, by strategy and shape key
     for job in _jobs_offered(state, config):
         seen: set[tuple] = set()
         anchored = offered is not None and offered[0] == job.job_id
-        for name, place, by_shape in places:
-            if by_shape:
-                shape = (name, job.model, job.gpus)
+        for name, place, shape_of in places:
+            if shape_of is not None:
+                shape = (name, shape_of(job))
                 if shape in known:
                     placement = known[shape]
                 else:
@@ -275,6 +278,8 @@ def _log_hours(seconds: float) -> float:
     return math.log1p(max(0.0, seconds) / 3600.0)
 
 
+_NO_CONTENTION = Prediction(1.0)
+"""What a contention model predicts for an isolated placement (``isolated_of``)."""
 _IS_WAIT = JOB_FEATURES.index("is_wait")
 _WAIT_ROW = tuple(1.0 if i == _IS_WAIT else 0.0 for i in range(len(JOB_FEATURES)))
 _PAD_ROW = (0.0,) * len(FEATURES)
@@ -361,20 +366,25 @@ def _isolated(view: ClusterView, known: dict[tuple, float], launches: list[Candi
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:
     """Each launch row's contention prediction, asked once per distinct (model, GPUs, placement)
-    in one batch (a queued job's prediction depends on nothing else: :data:`SHAPE_ONLY`)."""
+    in one batch (a queued job's prediction depends on nothing else: :data:`SHAPE_KEYS`); an
+    isolated placement (``isolated_of``) is answered no contention without asking."""
     index: dict[tuple, int] = {}
     questions = []
     slots = []
+    isolated = isolated_of(view.predict)
     for c in launches:
         job = c.job
+        if isolated is not None and isolated(c.placement):
+            slots.append(-1)  # exactly no contention: nothing to ask
+            continue
         key = (job.model, job.gpus, c.placement.alloc)  # type: ignore[union-attr]
         slot = index.get(key)
         if slot is None:
             slot = index[key] = len(questions)
             questions.append((job, c.placement))
         slots.append(slot)
-    answers = predict_all(view.predict, questions, pending)
-    return [answers[slot] for slot in slots]
+    answers = predict_all(view.predict, questions, pending) if questions else []
+    return [_NO_CONTENTION if slot < 0 else answers[slot] for slot in slots]
 
 
 def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> bool:

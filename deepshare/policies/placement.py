@@ -34,7 +34,8 @@ the indexed answers are tested against: both give the same placement).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Callable, Sequence
+from operator import attrgetter
+from typing import Callable, Hashable, Sequence
 
 from deepshare.core.contention.base import isolated_of, predict_all
 from deepshare.core.types import Placement
@@ -244,12 +245,16 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     return best if cost[best] < cost[packed] - PACKING_MARGIN else packed
 
 
-SHAPE_ONLY = frozenset({"consolidated", "spread", "contention-aware"})
-"""Strategies whose placement depends on a job only through its model and GPU count (with the
-free GPUs, the view and the pending launches fixed): not on its id, age or history. Within
-one step of a decision, queued jobs of the same model and size get the same placement from
-them, so the encoding asks once per (model, GPUs). A contention prediction for a queued job
-depends on its model, GPUs and placement alone (the contention models key on those)."""
+SHAPE_KEYS: dict[str, Callable[[JobView], Hashable]] = {
+    "consolidated": attrgetter("gpus"),
+    "spread": attrgetter("gpus"),
+    "contention-aware": attrgetter("model", "gpus"),
+}
+"""What a strategy's placement depends on in a job, with the free GPUs, the view and the pending
+launches fixed (never its id, age or history): within one step of a decision, queued jobs with
+equal keys get the same placement, so the encoding asks once per key. Consolidated and spread
+read only the GPU count; contention-aware also the model, because a contention prediction for a
+queued job depends on its model, GPUs and placement alone (the contention models key on those)."""
 
 
 PACKED_RELAX_S = 600.0
