@@ -1,0 +1,70 @@
+"""RL-hybrid with preemption: decision-level multiplexing between the network and a preemptive heuristic.
+
+The learned policies can only launch or wait; on loaded clusters the strongest heuristic,
+``srsf+packed+preempt``, wins by preempting (a job with little remaining GPU-service displaces
+running ones with much more). :class:`PreemptiveHybrid` extends RL-hybrid's idea (a heuristic
+decides where the network cannot) from the *wait* choice to the *preempt* choice: at every
+decision point it asks the preemptive heuristic first; when that decision preempts anything, it
+is returned as is (its preemptions and its launches), otherwise the learned policy decides.
+
+It is a :class:`~deepshare.policies.base.SteppedPolicy`: :meth:`PreemptiveHybrid.steps` returns
+the heuristic's decision without yielding when it preempts (``drive`` and the serving engine
+take a generator that returns at once), else yields the learned policy's steps, so the
+placement service batches its forward passes like RL-hybrid's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator, Mapping
+
+import numpy as np
+
+from deepshare.core.types import Decision
+from deepshare.core.view import ClusterView
+from deepshare.policies.base import Observation, Policy, Scorer
+from deepshare.policies.encoding import EncodingConfig
+from deepshare.policies.learned import LearnedPolicy, drive
+
+DEFAULT_PREEMPTIVE = "srsf+packed+preempt"
+"""The preemptive heuristic deferred to: the best heuristic in every cell of the ``loaded`` suite."""
+
+
+@dataclass(frozen=True)
+class PreemptiveHybrid:
+    name: str
+    learned: LearnedPolicy
+    """Decides whenever the heuristic would not preempt (normally RL-hybrid)."""
+    preemptive: Policy
+    """Asked first at every decision point; its decision is taken whenever it preempts."""
+
+    @property
+    def scorer(self) -> Scorer:
+        return self.learned.scorer
+
+    @property
+    def encoding(self) -> EncodingConfig:
+        return self.learned.encoding
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The learned policy's (checkpoint and training), plus the heuristic deferred to."""
+        return {**self.learned.metadata, "preemptive": self.preemptive.name}
+
+    def decide(self, view: ClusterView) -> Decision:
+        return drive(self.steps(view), self.scorer)
+
+    def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
+        """The heuristic's decision, unscored, when it preempts; else the learned policy's steps."""
+        heuristic = self.preemptive.decide(view)
+        if heuristic.preempt:
+            return heuristic
+        return (yield from self.learned.steps(view))
+
+
+def preemptive_hybrid(name: str, path: str | None = None, preemptive: str = DEFAULT_PREEMPTIVE) -> PreemptiveHybrid:
+    """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` when it preempts."""
+    from deepshare.policies.checkpoint import learned_policy
+    from deepshare.policies.registry import make_policy
+
+    return PreemptiveHybrid(name, learned_policy("rl-hybrid", path, hybrid=True), make_policy(preemptive))
