@@ -4,6 +4,7 @@ through decide(), the stepped path (drive, the serving engine) and a simulation.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,11 @@ def test_registry_lists_it_as_a_learned_policy_taking_a_checkpoint():
     assert info.takes_argument and not info.heuristic and PREEMPTIVE in info.description
     policy = make_policy(f"rl-hybrid-preempt={shipped()}")
     assert policy.name == "rl-hybrid-preempt" and policy.metadata["checkpoint"] == str(shipped())
+
+
+def test_min_gain_defers_only_for_a_clear_win():
+    # long has 900 s x 2 GPUs left, short 100 s x 2: a gain of 9
+    view = preempting_view()
+    assert {j.job_id: j.remaining_s * j.gpus for j in (*view.running, *view.queued)} == {"long": 1800.0, "short": 200.0}
+    assert replace(hybrid(always_wait), min_gain=9.0).decide(view).preempt == ("long",)
+    assert replace(hybrid(always_wait), min_gain=9.5).decide(view) == WAIT  # the network's wait
