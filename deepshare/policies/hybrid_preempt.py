@@ -70,8 +70,8 @@ class PreemptiveHybrid:
             return True
         victims = set(decision.preempt)
         launched = {launch.job_id for launch in decision.launch}
-        smallest_victim = min(j.remaining_s * j.gpus for j in view.running if j.job_id in victims)
-        largest_launch = max(j.remaining_s * j.gpus for j in view.queued if j.job_id in launched)
+        smallest_victim = min((j.remaining_s * j.gpus for j in view.running if j.job_id in victims), default=0.0)
+        largest_launch = max((j.remaining_s * j.gpus for j in view.queued if j.job_id in launched), default=0.0)
         return smallest_victim >= self.min_gain * largest_launch
 
 
