@@ -24,7 +24,10 @@ from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView
 from deepshare.policies.base import Observation, Policy, Scorer
 from deepshare.policies.encoding import EncodingConfig
+from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.learned import LearnedPolicy, drive
+from deepshare.policies.order import ORDERS
+from deepshare.policies.placement import PLACEMENTS
 
 DEFAULT_PREEMPTIVE = "srsf+packed+preempt"
 """The preemptive heuristic deferred to: the best heuristic in every cell of the ``loaded`` suite."""
@@ -75,12 +78,19 @@ class PreemptiveHybrid:
         return smallest_victim >= self.min_gain * largest_launch
 
 
-def preemptive_hybrid(name: str, path: str | None = None, preemptive: str = DEFAULT_PREEMPTIVE) -> PreemptiveHybrid:
-    """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` when it preempts."""
+def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
+    """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` (default
+    ``srsf+packed+preempt``) when it preempts."""
     from deepshare.policies.checkpoint import learned_policy
-    from deepshare.policies.registry import make_policy
 
-    return PreemptiveHybrid(name, learned_policy("rl-hybrid", path, hybrid=True), make_policy(preemptive))
+    heuristic = preemptive if preemptive is not None else srsf_packed_preempt()
+    return PreemptiveHybrid(name, learned_policy("rl-hybrid", path, hybrid=True), heuristic)
+
+
+def srsf_packed_preempt() -> HeuristicPolicy:
+    """The registry's ``srsf+packed+preempt``, built from the same tables (the registry imports
+    this module, so this module does not import the registry)."""
+    return HeuristicPolicy(DEFAULT_PREEMPTIVE, ORDERS["srsf"][0], PLACEMENTS["packed"][0], preemptive=True)
 
 
 def with_margin(min_gain: str) -> PreemptiveHybrid:

@@ -162,3 +162,14 @@ def test_min_gain_defers_only_for_a_clear_win():
     assert {j.job_id: j.remaining_s * j.gpus for j in (*view.running, *view.queued)} == {"long": 1800.0, "short": 200.0}
     assert replace(hybrid(always_wait), min_gain=9.0).decide(view).preempt == ("long",)
     assert replace(hybrid(always_wait), min_gain=9.5).decide(view) == WAIT  # the network's wait
+
+
+def test_its_heuristic_is_the_registered_srsf_packed_preempt():
+    from deepshare.policies.hybrid_preempt import srsf_packed_preempt
+
+    ours, registered = srsf_packed_preempt(), make_policy(PREEMPTIVE)
+    assert ours == registered
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    assert sim.run(ours).to_dict() == Simulator(
+        load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled")
+    ).run(registered).to_dict()
