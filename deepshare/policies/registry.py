@@ -80,6 +80,19 @@ def _register_learned() -> None:
             )
         )
 
+    from deepshare.policies.hybrid_preempt import DEFAULT_PREEMPTIVE, preemptive_hybrid
+
+    register(
+        PolicyInfo(
+            "rl-hybrid-preempt",
+            f"rl-hybrid, except that whenever {DEFAULT_PREEMPTIVE} would preempt, that heuristic's decision"
+            " (preemptions and launches) is taken; shipped checkpoint, or rl-hybrid-preempt=PATH",
+            lambda path=None: preemptive_hybrid("rl-hybrid-preempt", path),
+            takes_argument=True,
+            heuristic=False,
+        )
+    )
+
 
 _register_learned()
 

@@ -178,3 +178,16 @@ def test_workers_must_be_positive(capsys):
         main(["evaluate", "--suite", "tiny", "--workers", "0"])
     assert info.value.code == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_loaded_is_a_bundled_suite_of_the_quick_grid_with_long_queues():
+    from deepshare.experiments.suite import suite_names
+
+    assert {"tiny", "quick", "standard", "loaded"} <= set(suite_names())
+    spec, quick = load_suite("loaded"), load_suite("quick")
+    grid = cells(spec)
+    assert len(grid) == 2 * 2 * 2 == len(set(grid)) and {c.load for c in grid} == {1.0, 1.3}
+    assert spec.jobs_per_node == 25 and spec.heuristics == quick.heuristics
+    assert set(spec.learned) == {"rl-base", "rl-hybrid", "rl-hybrid-preempt"}
+    cell = Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE)
+    assert len(cell_trace(spec, cell)) == 400

@@ -1,0 +1,101 @@
+"""RL-hybrid with preemption: decision-level multiplexing between the network and a preemptive heuristic.
+
+The learned policies can only launch or wait; on loaded clusters the strongest heuristic,
+``srsf+packed+preempt``, wins by preempting (a job with little remaining GPU-service displaces
+running ones with much more). :class:`PreemptiveHybrid` extends RL-hybrid's idea (a heuristic
+decides where the network cannot) from the *wait* choice to the *preempt* choice: at every
+decision point it asks the preemptive heuristic first; when that decision preempts anything, it
+is returned as is (its preemptions and its launches), otherwise the learned policy decides.
+
+It is a :class:`~deepshare.policies.base.SteppedPolicy`: :meth:`PreemptiveHybrid.steps` returns
+the heuristic's decision without yielding when it preempts (``drive`` and the serving engine
+take a generator that returns at once), else yields the learned policy's steps, so the
+placement service batches its forward passes like RL-hybrid's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator, Mapping
+
+import numpy as np
+
+from deepshare.core.types import Decision
+from deepshare.core.view import ClusterView
+from deepshare.policies.base import Observation, Policy, Scorer
+from deepshare.policies.encoding import EncodingConfig
+from deepshare.policies.heuristic import HeuristicPolicy
+from deepshare.policies.learned import LearnedPolicy, drive
+from deepshare.policies.order import ORDERS
+from deepshare.policies.placement import PLACEMENTS
+
+DEFAULT_PREEMPTIVE = "srsf+packed+preempt"
+"""The preemptive heuristic deferred to: the best heuristic in every cell of the ``loaded`` suite."""
+
+
+@dataclass(frozen=True)
+class PreemptiveHybrid:
+    name: str
+    learned: LearnedPolicy
+    """Decides whenever the heuristic would not preempt (normally RL-hybrid)."""
+    preemptive: Policy
+    """Asked first at every decision point; its decision is taken whenever it preempts."""
+    min_gain: float | None = None
+    """None: defer whenever the heuristic preempts. A number: only when every victim's remaining
+    GPU-service (remaining time x GPUs) is at least this times that of each job the decision launches
+    (a variant: preempt only for a clear win, leaving near-ties to the network)."""
+
+    @property
+    def scorer(self) -> Scorer:
+        return self.learned.scorer
+
+    @property
+    def encoding(self) -> EncodingConfig:
+        return self.learned.encoding
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The learned policy's (checkpoint and training), plus the heuristic deferred to."""
+        return {**self.learned.metadata, "preemptive": self.preemptive.name}
+
+    def decide(self, view: ClusterView) -> Decision:
+        return drive(self.steps(view), self.scorer)
+
+    def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
+        """The heuristic's decision, unscored, when it preempts; else the learned policy's steps."""
+        heuristic = self.preemptive.decide(view)
+        if heuristic.preempt and self._clear_win(view, heuristic):
+            return heuristic
+        return (yield from self.learned.steps(view))
+
+    def _clear_win(self, view: ClusterView, decision: Decision) -> bool:
+        if self.min_gain is None:
+            return True
+        victims = set(decision.preempt)
+        launched = {launch.job_id for launch in decision.launch}
+        smallest_victim = min((j.remaining_s * j.gpus for j in view.running if j.job_id in victims), default=0.0)
+        largest_launch = max((j.remaining_s * j.gpus for j in view.queued if j.job_id in launched), default=0.0)
+        return smallest_victim >= self.min_gain * largest_launch
+
+
+def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
+    """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` (default
+    ``srsf+packed+preempt``) when it preempts."""
+    from deepshare.policies.checkpoint import learned_policy
+
+    heuristic = preemptive if preemptive is not None else srsf_packed_preempt()
+    return PreemptiveHybrid(name, learned_policy("rl-hybrid", path, hybrid=True), heuristic)
+
+
+def srsf_packed_preempt() -> HeuristicPolicy:
+    """The registry's ``srsf+packed+preempt``, built from the same tables (the registry imports
+    this module, so this module does not import the registry)."""
+    return HeuristicPolicy(DEFAULT_PREEMPTIVE, ORDERS["srsf"][0], PLACEMENTS["packed"][0], preemptive=True)
+
+
+def with_margin(min_gain: str) -> PreemptiveHybrid:
+    """The ``min_gain`` variant, for measuring it as ``deepshare.policies.hybrid_preempt:with_margin=G``."""
+    from dataclasses import replace
+
+    policy = preemptive_hybrid(f"rl-hybrid-preempt-x{min_gain}")
+    return replace(policy, min_gain=float(min_gain))

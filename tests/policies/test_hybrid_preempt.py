@@ -1,0 +1,175 @@
+"""rl-hybrid-preempt: the preemptive heuristic's decision when it preempts, else the learned policy's,
+through decide(), the stepped path (drive, the serving engine) and a simulation."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepshare.core.contention import make_contention
+from deepshare.core.simulator import Simulator
+from deepshare.core.topology import load_topology, uniform
+from deepshare.core.traces import load
+from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
+from deepshare.policies import make_policy, policy_info, policy_names
+from deepshare.policies.checkpoint import shipped
+from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig
+from deepshare.policies.hybrid_preempt import PreemptiveHybrid
+from deepshare.policies.learned import HybridRules, LearnedPolicy, drive
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.schemas import PlacementRequest
+from deepshare.serving.translate import response_to_decision, view_to_request
+
+TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+PREEMPTIVE = "srsf+packed+preempt"
+
+
+def always_wait(obs):
+    scores = np.zeros(len(obs["action_mask"]))
+    scores[WAIT_INDEX] = 1.0
+    return scores
+
+
+def last_launch(obs):
+    """The last unmasked launch row (not the anchor's pick, so it differs from the heuristic)."""
+    mask = obs["action_mask"]
+    scores = np.arange(len(mask), dtype=float)
+    scores[WAIT_INDEX] = -1.0
+    return scores
+
+
+def hybrid(scorer, rules: HybridRules | None = None) -> PreemptiveHybrid:
+    learned = LearnedPolicy("learned", scorer, EncodingConfig(), rules)
+    return PreemptiveHybrid("rl-hybrid-preempt", learned, make_policy(PREEMPTIVE))
+
+
+def view_at(jobs, topo, launches):
+    """Launch ``launches`` at t=0 by hand, then return the simulator and its next view."""
+    sim = Simulator(topo, jobs, make_contention("none"))
+    sim.advance()
+    sim.apply(Decision(launch=tuple(Launch(j, Placement(tuple(c.items()))) for j, c in launches)))
+    return sim, sim.advance()
+
+
+LONG_THEN_SHORT = (
+    JobSpec("long", "FSDP", 2, submit_time=0.0, duration_s=1000.0),
+    JobSpec("short", "FSDP", 2, submit_time=100.0, duration_s=100.0),
+)
+
+
+def preempting_view():
+    """One 2-GPU node running ``long``; ``short`` arrives: SRSF preempts long for it."""
+    return view_at(LONG_THEN_SHORT, uniform(1, 2), [("long", {0: 2})])[1]
+
+
+def free_gpus_view():
+    """Two 2-GPU nodes, ``long`` on node 0; ``short`` fits node 1: SRSF launches, preempts nothing."""
+    return view_at(LONG_THEN_SHORT, uniform(2, 2), [("long", {0: 2})])[1]
+
+
+def test_when_the_heuristic_preempts_its_decision_is_returned_exactly():
+    view = preempting_view()
+    expected = Decision(launch=(Launch("short", Placement(((0, 2),))),), preempt=("long",))
+    assert make_policy(PREEMPTIVE).decide(view) == expected
+    for scorer in (always_wait, last_launch):  # whatever the network would do
+        assert hybrid(scorer).decide(view) == expected
+
+
+def test_when_the_heuristic_does_not_preempt_the_learned_decision_is_returned_exactly():
+    view = free_gpus_view()
+    heuristic = make_policy(PREEMPTIVE).decide(view)
+    assert heuristic == Decision(launch=(Launch("short", Placement(((1, 2),))),))
+    # a network that waits (no safety net) waits, although the heuristic would launch
+    assert hybrid(always_wait).decide(view) == WAIT
+    # with the safety net it is rl-hybrid's decision, whatever that is
+    for scorer in (always_wait, last_launch):
+        rules = HybridRules()
+        learned = LearnedPolicy("learned", scorer, EncodingConfig(), rules)
+        assert hybrid(scorer, rules).decide(view) == learned.decide(view)
+
+
+def test_steps_return_the_preemption_at_once_and_yield_the_learned_steps_otherwise():
+    policy = hybrid(always_wait)
+    run = policy.steps(preempting_view())
+    with pytest.raises(StopIteration) as done:
+        next(run)
+    assert done.value.value.preempt == ("long",)
+    view = free_gpus_view()
+    run = policy.steps(view)
+    obs = next(run)  # the learned policy's first observation
+    assert set(obs) == {"observations", "action_mask"}
+    assert drive(policy.steps(view), always_wait) == policy.decide(view) == WAIT
+
+
+@pytest.fixture(scope="module")
+def engine() -> PlacementEngine:
+    return PlacementEngine(EngineSettings(policy="rl-hybrid-preempt"))
+
+
+def served(engine: PlacementEngine, view) -> Decision:
+    request = PlacementRequest.model_validate_json(view_to_request(view).model_dump_json())
+    return response_to_decision(engine.place(request), view)
+
+
+def test_registered_policy_answers_through_the_engine_as_decide(engine):
+    policy = engine.policy
+    assert isinstance(policy, PreemptiveHybrid) and engine.batch_scorer is not None
+    assert engine.metadata["preemptive"] == PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_base.pt")
+    for view in (preempting_view(), free_gpus_view()):
+        assert served(engine, view) == policy.decide(view)
+    assert served(engine, preempting_view()).preempt == ("long",)
+
+
+def test_async_path_takes_a_decision_made_without_scoring(engine):
+    view = preempting_view()
+    request = PlacementRequest.model_validate_json(view_to_request(view).model_dump_json())
+
+    async def score(obs):
+        raise AssertionError("a preempting decision needs no forward pass")
+
+    response = asyncio.run(engine.place_async(request, score=score))
+    assert response_to_decision(response, view).preempt == ("long",)
+
+
+def simulate(policy):
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    return sim.run(policy)
+
+
+def test_a_short_simulation_finishes_preempts_and_is_deterministic():
+    first, second = simulate(make_policy("rl-hybrid-preempt")), simulate(make_policy("rl-hybrid-preempt"))
+    assert first.finished == 80 and first.preemptions >= 1  # 13: SRSF's preemptions happen
+    assert first.to_dict() == second.to_dict()
+    assert first.to_dict()["policy"] == "rl-hybrid-preempt"
+
+
+def test_registry_lists_it_as_a_learned_policy_taking_a_checkpoint():
+    assert "rl-hybrid-preempt" in policy_names()
+    assert "rl-hybrid-preempt" not in policy_names(heuristics_only=True)
+    info = policy_info("rl-hybrid-preempt")
+    assert info.takes_argument and not info.heuristic and PREEMPTIVE in info.description
+    policy = make_policy(f"rl-hybrid-preempt={shipped()}")
+    assert policy.name == "rl-hybrid-preempt" and policy.metadata["checkpoint"] == str(shipped())
+
+
+def test_min_gain_defers_only_for_a_clear_win():
+    # long has 900 s x 2 GPUs left, short 100 s x 2: a gain of 9
+    view = preempting_view()
+    assert {j.job_id: j.remaining_s * j.gpus for j in (*view.running, *view.queued)} == {"long": 1800.0, "short": 200.0}
+    assert replace(hybrid(always_wait), min_gain=9.0).decide(view).preempt == ("long",)
+    assert replace(hybrid(always_wait), min_gain=9.5).decide(view) == WAIT  # the network's wait
+
+
+def test_its_heuristic_is_the_registered_srsf_packed_preempt():
+    from deepshare.policies.hybrid_preempt import srsf_packed_preempt
+
+    ours, registered = srsf_packed_preempt(), make_policy(PREEMPTIVE)
+    assert ours == registered
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    assert sim.run(ours).to_dict() == Simulator(
+        load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled")
+    ).run(registered).to_dict()
