@@ -3,8 +3,8 @@
 ``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
 its width, the encoding it was trained with and what it was trained on: plain data that
 ``torch.load(weights_only=True)`` reads without running code. Loading needs torch only.
-``rl-base`` and ``rl-hybrid`` both load the network shipped in ``deepshare/data/policies/rl_base.pt``
-unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
+``rl-base``, ``rl-hybrid`` and ``rl-hybrid-preempt`` load the network shipped in
+``deepshare/data/policies/rl_base.pt`` unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
 ``deepshare/data/policies/README.md`` for why it is that network).
 """
 
