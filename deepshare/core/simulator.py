@@ -197,8 +197,8 @@ class _Job:
         )
 
     def make_view(self, now: float) -> JobView:
-        # Positional, in JobView's field order (keywords cost about a third more per view, and
-        # every running job's view is rebuilt at every decision point the env encodes).
+        # Positional, in JobView's field order (keywords cost about a third more per view; every
+        # queued job gets one, and a policy that reads the running jobs gets one per running job).
         spec = self.spec
         running = self.state is SimJobState.RUNNING
         remaining = self.remaining

@@ -66,12 +66,13 @@ class LazyJobs(Sequence[JobView]):
     encoding counts the running jobs at every step; building hundreds of views for a count was
     most of a large simulation's time)."""
 
-    __slots__ = ("_build", "_items", "_count")
+    __slots__ = ("_build", "_items", "_count", "_counted")
 
     def __init__(self, build: Callable[[], tuple[JobView, ...]], count: Callable[[], int] | None = None) -> None:
         self._build: Callable[[], tuple[JobView, ...]] | None = build
         self._items: tuple[JobView, ...] = ()
         self._count = count
+        self._counted: int | None = None  # count()'s answer: asked at every step of a decision
 
     def _get(self) -> tuple[JobView, ...]:
         if self._build is not None:
@@ -83,9 +84,9 @@ class LazyJobs(Sequence[JobView]):
 
     def __len__(self) -> int:
         if self._build is not None and self._count is not None:
-            count = self._count()
-            self._count = lambda: count  # asked at every step of a decision: once is enough
-            return count
+            if self._counted is None:
+                self._counted = self._count()
+            return self._counted
         return len(self._get())
 
     def __iter__(self):  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import islice
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -197,7 +197,7 @@ OLDEST, SHORTEST = "fifo", "srsf"
 order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` reads the same one)."""
 
 
-def _in_order(state: StepState, order: str):  # type: ignore[no-untyped-def]
+def _in_order(state: StepState, order: str) -> Iterator[JobView]:
     """The not-launched queued jobs that fit, in registry order ``order`` at the view's time."""
     return state.in_order(("order", order), ORDERS[order][0](state.view.now))
 
@@ -318,7 +318,8 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         min(1.0, free_total / demand) if demand else 1.0,
     )
     launches = rows[1:]
-    isolated = _isolated(view, state.isolated, launches)
+    thp = view.catalog.throughput  # remembered by the catalog per (model, GPUs, nodes)
+    isolated = [thp(c.job.model, c.job.gpus, c.placement.num_nodes) for c in launches]  # type: ignore[union-attr]
     best_iso: dict[str, float] = {}
     for c, value in zip(launches, isolated):
         job_id = c.job.job_id  # type: ignore[union-attr]
@@ -348,20 +349,6 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
-
-
-def _isolated(view: ClusterView, known: dict[tuple, float], launches: list[Candidate]) -> list[float]:
-    """Each launch row's isolated throughput (remembered per decision by (model, GPUs, nodes))."""
-    thp = view.catalog.throughput
-    values = []
-    for c in launches:
-        job = c.job
-        key = (job.model, job.gpus, len(c.placement.alloc))  # type: ignore[union-attr]
-        value = known.get(key)
-        if value is None:
-            value = known[key] = thp(*key)
-        values.append(value)
-    return values
 
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:

@@ -24,7 +24,6 @@ import heapq
 from bisect import bisect_left
 from collections import Counter
 from operator import attrgetter
-from itertools import islice
 from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
 from deepshare.core.types import Launch, Placement
@@ -97,8 +96,6 @@ class StepState:
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
         self.job_features: dict[str, tuple] = {}
         """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
-        self.isolated: dict[tuple, float] = {}
-        """Isolated throughput by (model, GPUs, nodes), as the encoder asked the catalog."""
         self.at: object = None
         """The partial decision this state stands for (kept by the encoding)."""
 
@@ -149,9 +146,6 @@ class StepState:
         """Not-launched queued jobs that fit the free GPUs, by ``key`` (ties: queue order)."""
         total = self.free.total
         return _merged([jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total])
-
-    def first(self, name: Hashable, key: Key, count: int) -> list[JobView]:
-        return list(islice(self.in_order(name, key), count))
 
     def first_placed(self, name: Hashable, key: Key, place: PlaceFn) -> tuple[JobView, Placement] | None:
         """The first job in ``key`` order that ``place`` places now, skipping a GPU demand once

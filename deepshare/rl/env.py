@@ -128,7 +128,7 @@ def _launch_may_fit(partial: PartialDecision) -> bool:
     wait only (no placement and no anchor pick can place it), so the env skips encoding a choice
     it would not offer. Half the env's encodes were such choices (issue 14, item 5)."""
     len(partial.view.running)  # encode reads it, and reading it syncs the running jobs' progress
-    # at this time (core/simulator.py `_running_views`), which rounds later floats: keep it so
+    # at this time (core/simulator.py `_running_count`), which rounds later floats: keep it so
     # episodes stay bit-identical (tests/test_rollout_equivalence.py).
     return partial.state().launch_may_fit()  # the decision's indexed state, which encode() goes on to use
 

@@ -95,7 +95,7 @@ class ProfiledState:
         return self._single_free and len(placement.alloc) == 1
 
     def predict(self, job: RunningJob) -> Prediction:
-        if self._single_free and len(job.placement.alloc) == 1:
+        if self.isolated(job.placement):
             return Prediction(1.0)  # neither suffers nor causes contention: no lookup needed
         key, contends = self._key(job)
         if not contends:
