@@ -121,6 +121,7 @@ class Catalog:
         self._lower = {m.lower(): m for m in self.models}
         self._resolved: dict[str, str] = {}
         self._thp_cache: dict[tuple[str, int, int], float] = {}
+        self._thp_by_name: dict[tuple[str, int, int], float] = {}
         self._index_cache: dict[tuple[str, int, int], int] = {}
         self.comm_class: dict[str, str] = self._derive_comm_classes()
 
@@ -146,8 +147,13 @@ class Catalog:
 
     # -- throughput --------------------------------------------------------------------------
     def throughput(self, model: str, gpus: int, nodes: int) -> float:
-        """Isolated samples/s of ``model`` on ``gpus`` GPUs spread over ``nodes`` nodes."""
-        return _throughput(self, self.resolve(model), gpus, nodes)
+        """Isolated samples/s of ``model`` on ``gpus`` GPUs spread over ``nodes`` nodes
+        (remembered by the name asked: an encoded step asks it for every candidate row)."""
+        key = (model, gpus, nodes)
+        hit = self._thp_by_name.get(key)
+        if hit is None:
+            hit = self._thp_by_name[key] = _throughput(self, self.resolve(model), gpus, nodes)
+        return hit
 
     def reference_throughput(self, model: str, gpus: int) -> float:
         """Throughput on the fewest testbed nodes that hold ``gpus`` GPUs (the unit of durations)."""

@@ -97,10 +97,14 @@ class TorchScorer:
     """
 
     def __init__(self, net: Any) -> None:
+        import torch
+
         from deepshare.policies.scorer_net import lone_forward
 
         self.net = net
         self._lone = lone_forward(net)
+        self._threads = torch.get_num_threads
+        self._set_threads = torch.set_num_threads
 
     @property
     def has_shortcut(self) -> bool:
@@ -111,16 +115,14 @@ class TorchScorer:
         lone = self._lone
         if lone is None:
             return self.batch([obs])[0]
-        import torch
-
-        threads = torch.get_num_threads()
-        if threads != 1:
-            torch.set_num_threads(1)
+        threads = self._threads()
+        if threads == 1:  # the usual case: a decision scores thousands of steps on this path
+            return lone(obs["observations"], obs["action_mask"])
+        self._set_threads(1)
         try:
             return lone(obs["observations"], obs["action_mask"])
         finally:
-            if threads != 1:
-                torch.set_num_threads(threads)
+            self._set_threads(threads)
 
     def batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
         """Scores of several observations in one forward pass (they share K and F)."""

@@ -282,7 +282,6 @@ _NO_CONTENTION = Prediction(1.0)
 """What a contention model predicts for an isolated placement (``isolated_of``)."""
 _IS_WAIT = JOB_FEATURES.index("is_wait")
 _WAIT_ROW = tuple(1.0 if i == _IS_WAIT else 0.0 for i in range(len(JOB_FEATURES)))
-_PAD_ROW = (0.0,) * len(FEATURES)
 
 
 def _job_parts(job: JobView, now: float) -> tuple[tuple, tuple]:
@@ -301,8 +300,8 @@ def _job_parts(job: JobView, now: float) -> tuple[tuple, tuple]:
 def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, np.ndarray], list[Candidate]]:
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows.
 
-    Rows are built as tuples of Python floats and converted once (each value rounds to float32
-    exactly as an element-wise assignment would); every launch row's isolated throughput is
+    Rows are built as tuples of Python floats and converted in one assignment (each value rounds
+    to float32 exactly as an element-wise assignment would); every launch row's isolated throughput is
     computed once and its contention prediction comes from one batched question
     (:func:`~deepshare.core.contention.base.predict_all`)."""
     view = partial.view
@@ -319,33 +318,36 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     )
     launches = rows[1:]
     thp = view.catalog.throughput  # remembered by the catalog per (model, GPUs, nodes)
-    isolated = [thp(c.job.model, c.job.gpus, c.placement.num_nodes) for c in launches]  # type: ignore[union-attr]
+    isolated = []
     best_iso: dict[str, float] = {}
-    for c, value in zip(launches, isolated):
-        job_id = c.job.job_id  # type: ignore[union-attr]
-        best_iso[job_id] = max(best_iso.get(job_id, 0.0), value)
+    for c in launches:
+        job = c.job
+        value = thp(job.model, job.gpus, len(c.placement.alloc))  # type: ignore[union-attr]
+        isolated.append(value)
+        best_iso[job.job_id] = max(best_iso.get(job.job_id, 0.0), value)  # type: ignore[union-attr]
     predictions = _predictions(view, launches, state.pending)
     data = [_WAIT_ROW + glob]
     known = state.job_features
     for c, iso, prediction in zip(launches, isolated, predictions):
         job, placement = c.job, c.placement
         assert job is not None and placement is not None
-        parts = known.get(job.job_id)
+        job_id = job.job_id
+        parts = known.get(job_id)
         if parts is None:
-            parts = known[job.job_id] = _job_parts(job, view.now)
+            parts = known[job_id] = _job_parts(job, view.now)
         gpus = job.gpus
         data.append(parts[0] + (
-            placement.num_nodes / gpus,
+            len(placement.alloc) / gpus,
             prediction.ratio,
             min(4.0, prediction.others_loss),
             (free_total - gpus) / total,
-            iso / best_iso[job.job_id],
+            iso / best_iso[job_id],
         ) + parts[1] + glob)
     k = config.max_candidates
     mask = np.zeros(k, dtype=np.float32)
     mask[:len(rows)] = 1.0
-    data.extend([_PAD_ROW] * (k - len(rows)))
-    obs = np.array(data, dtype=np.float32)
+    obs = np.zeros((k, len(FEATURES)), dtype=np.float32)  # padding rows stay zero
+    obs[:len(data)] = data  # each value rounds to float32 as an element-wise assignment would
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows

@@ -34,6 +34,7 @@ the indexed answers are tested against: both give the same placement).
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import islice
 from operator import attrgetter
 from typing import Callable, Hashable, Sequence
 
@@ -118,12 +119,8 @@ def _spread_on_index(need: int, free: FreeIndex) -> Placement | None:
     if free.total < need:
         return None
     if need <= free.nonzero():  # one round of the round-robin: one GPU on each of the first nodes
-        counts: dict[int, int] = {}
-        for node in free.ranked():
-            counts[node] = 1
-            if len(counts) == need:
-                break
-        return Placement.of(counts)
+        nodes = sorted(islice(free.ranked(), need))
+        return single(nodes[0], 1) if need == 1 else Placement(tuple((node, 1) for node in nodes))
     return _spread(need, free.as_tuple())
 
 
@@ -213,9 +210,18 @@ def fit_equivalents(free: Sequence[int], base: Placement, limit: int = 8) -> lis
 
 
 def _fit_equivalents(free: Sequence[int], base: Placement, limit: int) -> list[Placement]:
-    used = set(base.nodes)
     found = [base]
     indexed = isinstance(free, FreeIndex)
+    if len(base.alloc) == 1:  # the usual case (a job that fits one node): the other nodes alike
+        node, take = base.alloc[0]
+        count = free[node]
+        for other in free.with_free(count) if indexed else range(len(free)):  # type: ignore[attr-defined]
+            if other != node and free[other] == count:
+                found.append(single(other, take))
+                if len(found) >= limit:
+                    break
+        return found
+    used = set(base.nodes)
     for node, take in base.alloc:
         for other in free.with_free(free[node]) if indexed else range(len(free)):  # type: ignore[attr-defined]
             if other in used or free[other] != free[node]:
@@ -237,12 +243,21 @@ def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: 
     if len(candidates) == 1:
         return packed
     isolated = isolated_of(view.predict)
-    if isolated is not None and all(isolated(p) for p in candidates):
+    if isolated is not None and _all_isolated(free, packed, candidates, isolated):
         return packed  # every cost is exactly 0: the consolidated one is kept
     predictions = predict_all(view.predict, [(job, p) for p in candidates], pending)
     cost = {p: prediction.cost for p, prediction in zip(candidates, predictions)}
     best = min(candidates, key=cost.__getitem__)  # ties: the consolidated one (listed first)
     return best if cost[best] < cost[packed] - PACKING_MARGIN else packed
+
+
+def _all_isolated(free: Sequence[int], base: Placement, candidates: list[Placement], isolated: Callable[[Placement], bool]) -> bool:
+    """Whether every one of ``base``'s fit equivalents is isolated; on an index, remembered for
+    the step (the candidates and the contention state change only with the free GPUs: a launch
+    takes some), so jobs of other models asking about the same nodes get it for free."""
+    if isinstance(free, FreeIndex):
+        return free.remembered(("all_isolated", base.alloc, isolated), lambda: all(map(isolated, candidates)))
+    return all(map(isolated, candidates))
 
 
 SHAPE_KEYS: dict[str, Callable[[JobView], Hashable]] = {

@@ -22,6 +22,7 @@ import numpy as np
 
 import deepshare
 from deepshare.core.contention import make_contention
+from deepshare.core.heap import long_lived_frozen
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView, PredictFn
 from deepshare.core.workloads import default_catalog
@@ -80,11 +81,12 @@ class PlacementEngine:
         ``score`` (a learned policy only) replaces the policy's own scorer, e.g. with one that
         batches forward passes across concurrent requests; the decision is the same.
         """
-        view = self._bounded_view(request, deadline)
-        if not self._stepped:
-            return self.respond(self.policy.decide(view), view)
-        decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
-        return self.respond(decision, view)
+        with long_lived_frozen():  # the collector walks what the request allocates, not the replica
+            view = self._bounded_view(request, deadline)
+            if not self._stepped:
+                return self.respond(self.policy.decide(view), view)
+            decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
+            return self.respond(decision, view)
 
     async def place_async(
         self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: AsyncScorer | None = None
