@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import islice
-from typing import Iterator, NamedTuple
+from typing import Callable, Hashable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView, Prediction
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
 from deepshare.policies.order import ORDERS
-from deepshare.policies.placement import PLACEMENTS, SHAPE_KEYS
+from deepshare.policies.placement import PLACEMENTS, SHAPE_KEYS, PlaceFn
 from deepshare.policies.step_state import StepState
 
 COMM_CLASSES = ("low", "medium", "heavy")
@@ -250,28 +251,42 @@ def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
         if pick is not None:
             found.append(Candidate(*pick))
             offered = (pick[0].job_id, pick[1].alloc)
-    places = [(name, PLACEMENTS[name][0], SHAPE_KEYS.get(name)) for name in config.generators]
+    places = _generators(config.generators)
     free, view = state.free, state.view
+    limit = config.max_candidates
     known: dict[tuple, Placement | None] = {}  # this step's answers, by strategy and shape key
+    if len(found) == limit:  # wait and the anchor's launch fill K = 2
+        return found
     for job in _jobs_offered(state, config):
         seen: set[tuple] = set()
         anchored = offered is not None and offered[0] == job.job_id
         for name, place, shape_of in places:
             if shape_of is not None:
                 shape = (name, shape_of(job))
-                if shape in known:
-                    placement = known[shape]
-                else:
+                placement = known.get(shape, _UNKNOWN)
+                if placement is _UNKNOWN:
                     placement = known[shape] = place(job, free, view, pending)  # type: ignore[arg-type]
             else:
                 placement = place(job, free, view, pending)  # type: ignore[arg-type]
-            if placement is not None and placement.alloc not in seen:
-                seen.add(placement.alloc)
-                if not (anchored and offered[1] == placement.alloc):  # type: ignore[index]
-                    found.append(Candidate(job, placement))
-            if len(found) == config.max_candidates:
-                return found
+            if placement is not None:
+                alloc = placement.alloc  # type: ignore[union-attr]
+                if alloc not in seen:
+                    seen.add(alloc)
+                    if not (anchored and offered[1] == alloc):  # type: ignore[index]
+                        found.append(Candidate(job, placement))  # type: ignore[arg-type]
+                        if len(found) == limit:
+                            return found
     return found
+
+
+_UNKNOWN = object()
+"""A step's placement not asked yet (None is an answer: the job does not fit)."""
+
+
+@lru_cache(maxsize=64)
+def _generators(names: tuple[str, ...]) -> tuple[tuple[str, PlaceFn, Callable[[JobView], Hashable] | None], ...]:
+    """(name, strategy, shape key) of each placement generator, looked up once per config."""
+    return tuple((name, PLACEMENTS[name][0], SHAPE_KEYS.get(name)) for name in names)
 
 
 def _log_hours(seconds: float) -> float:

@@ -22,6 +22,7 @@ rule: :class:`LearnedPolicy` (evaluation and serving) and :class:`deepshare.rl.e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping
 
@@ -105,8 +106,20 @@ def drive(
 
 
 def best_row(scores: np.ndarray, mask: np.ndarray) -> int:
-    """The highest-scoring unmasked row (the first of equals)."""
-    return int(np.argmax(np.where(mask > 0, scores, -np.inf)))
+    """The highest-scoring unmasked row (the first of equals): exactly
+    ``np.argmax(np.where(mask > 0, scores, -inf))`` (row 0 when every row is masked or scores
+    -inf; the first unmasked NaN wins, as argmax's does), over Python floats, because a step
+    scores a handful of rows and those two NumPy calls cost more than the loop."""
+    keep = mask.tolist() if isinstance(mask, np.ndarray) else list(mask)
+    values = scores.tolist() if isinstance(scores, np.ndarray) else list(scores)
+    best, top = 0, -math.inf
+    for row, value in enumerate(values):
+        if keep[row] > 0:
+            if value != value:  # NaN
+                return row
+            if value > top:
+                best, top = row, value
+    return best
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,9 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
                 seen.add(placement)
                 if (job.job_id, placement) not in offered:
                     found.append(Candidate(job, placement))
-            if len(found) == config.max_candidates:
-                return found
-    return found
+            if len(found) >= config.max_candidates:
+                return found[:config.max_candidates]
+    return found[:config.max_candidates]
 
 
 

@@ -166,10 +166,17 @@ def test_learned_policies_decide_as_the_reference(request, which):
     assert policy.decide(view_of(request)) == reference_decide(policy, view_of(request))
 
 
+CONFIGS = [
+    EncodingConfig(),
+    EncodingConfig(max_candidates=2),  # wait and the anchor's launch fill every choice
+    EncodingConfig(max_candidates=2, anchor=None),
+    EncodingConfig(max_candidates=3, jobs_considered=1, generators=("spread", "consolidated")),
+]
+
+
 @FAST
-@given(requests())
-def test_encoding_rows_and_features_match_the_reference_at_every_step(request):
-    config = EncodingConfig()
+@given(requests(), st.sampled_from(CONFIGS))
+def test_encoding_rows_and_features_match_the_reference_at_every_step(request, config):
     partial = PartialDecision(view_of(request))
     fresh = PartialDecision(view_of(request))
     for step in range(6):

@@ -105,6 +105,20 @@ def test_best_row_ignores_masked_rows_and_takes_the_first_of_equals():
     assert best_row(np.array([9.0, -np.inf, -np.inf, -np.inf, 9.0]), mask) == 0  # see take: counts as wait
 
 
+_SCORE = st.one_of(
+    st.floats(width=32, allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1.0, -1.0, float(np.finfo(np.float32).min)]),  # ties and the masked value
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(_SCORE, st.sampled_from([0.0, 1.0, 0.5, -1.0])), min_size=1, max_size=16))
+def test_best_row_is_argmax_over_the_unmasked_scores(rows):
+    scores = np.array([s for s, _ in rows], dtype=np.float32)
+    mask = np.array([m for _, m in rows], dtype=np.float32)
+    assert best_row(scores, mask) == int(np.argmax(np.where(mask > 0, scores, -np.inf)))
+
+
 @settings(max_examples=60, deadline=None)
 @given(action=st.integers(-3, 12), hybrid=st.booleans())
 def test_take_launches_a_row_or_the_safety_net_pick_and_frees_exactly_its_gpus(point, action, hybrid):
