@@ -236,28 +236,40 @@ def _fit_equivalents(free: Sequence[int], base: Placement, limit: int) -> list[P
 
 
 def contention_aware(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
-    packed = consolidated(job, free)
-    if packed is None:
-        return None
-    candidates = fit_equivalents(free, packed)
-    if len(candidates) == 1:
-        return packed
     isolated = isolated_of(view.predict)
-    if isolated is not None and _all_isolated(free, packed, candidates, isolated):
-        return packed  # every cost is exactly 0: the consolidated one is kept
+    fit = _fit_of(job.gpus, free, isolated)
+    if fit is None:
+        return None
+    packed, candidates, settled = fit
+    if settled:
+        return packed
     predictions = predict_all(view.predict, [(job, p) for p in candidates], pending)
     cost = {p: prediction.cost for p, prediction in zip(candidates, predictions)}
     best = min(candidates, key=cost.__getitem__)  # ties: the consolidated one (listed first)
     return best if cost[best] < cost[packed] - PACKING_MARGIN else packed
 
 
-def _all_isolated(free: Sequence[int], base: Placement, candidates: list[Placement], isolated: Callable[[Placement], bool]) -> bool:
-    """Whether every one of ``base``'s fit equivalents is isolated; on an index, remembered for
-    the step (the candidates and the contention state change only with the free GPUs: a launch
-    takes some), so jobs of other models asking about the same nodes get it for free."""
+Fit = tuple[Placement, list[Placement], bool]
+
+
+def _fit_of(need: int, free: Sequence[int], isolated: Callable[[Placement], bool] | None) -> Fit | None:
+    """Contention-aware's model-independent part for a job of ``need`` GPUs: the consolidated
+    placement, its fit equivalents, and whether that settles the answer (no alternative, or
+    every alternative isolated: every cost exactly 0, the consolidated one is kept); None when
+    the job does not fit. On an index, remembered until the free GPUs change (the contention
+    state changes only with them: a launch takes some), so queued jobs of every model ask once."""
     if isinstance(free, FreeIndex):
-        return free.remembered(("all_isolated", base.alloc, isolated), lambda: all(map(isolated, candidates)))
-    return all(map(isolated, candidates))
+        return free.remembered(("contention-aware fit", need, isolated), lambda: _fit(need, free, isolated))
+    return _fit(need, free, isolated)
+
+
+def _fit(need: int, free: Sequence[int], isolated: Callable[[Placement], bool] | None) -> Fit | None:
+    packed = consolidate(need, free)
+    if packed is None:
+        return None
+    candidates = fit_equivalents(free, packed)
+    settled = len(candidates) == 1 or (isolated is not None and all(map(isolated, candidates)))
+    return packed, candidates, settled
 
 
 SHAPE_KEYS: dict[str, Callable[[JobView], Hashable]] = {
