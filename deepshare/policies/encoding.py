@@ -25,8 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import islice
-from typing import Callable, Hashable, Iterator, NamedTuple
+from typing import Callable, Hashable, NamedTuple
 
 import numpy as np
 
@@ -198,22 +197,12 @@ OLDEST, SHORTEST = "fifo", "srsf"
 order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` reads the same one)."""
 
 
-def _in_order(state: StepState, order: str) -> Iterator[JobView]:
-    """The not-launched queued jobs that fit, in registry order ``order`` at the view's time."""
-    return state.in_order(("order", order), ORDERS[order][0](state.view.now))
-
-
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
-    chosen = list(islice(_in_order(state, OLDEST), (config.jobs_considered + 1) // 2))
+    now = state.view.now
+    chosen = state.head(("order", OLDEST), ORDERS[OLDEST][0](now), (config.jobs_considered + 1) // 2)
     ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
-    for job in _in_order(state, SHORTEST):
-        if len(chosen) >= config.jobs_considered:
-            break
-        if job.job_id not in ids:
-            chosen.append(job)
-            ids.add(job.job_id)
-    return chosen
+    return chosen + state.head(("order", SHORTEST), ORDERS[SHORTEST][0](now), config.jobs_considered - len(chosen), ids)
 
 
 def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:

@@ -147,6 +147,33 @@ class StepState:
         total = self.free.total
         return _merged([jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total])
 
+    def head(self, name: Hashable, key: Key, n: int, skip: set[str] | frozenset[str] = frozenset()) -> list[JobView]:
+        """The first ``n`` jobs of :meth:`in_order` whose ids are not in ``skip`` (a step reads
+        a few jobs of two orders: a plain loop over the one GPU demand most queues have costs
+        a fraction of the generators)."""
+        if n <= 0:
+            return []
+        total = self.free.total
+        lists = [jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total]
+        found: list[JobView] = []
+        if len(lists) == 1:
+            at = lists[0].at
+            i = 0
+            while (entry := at(i)) is not None:
+                i += 1
+                job = entry[2]
+                if job.job_id not in skip:
+                    found.append(job)
+                    if len(found) == n:
+                        break
+            return found
+        for job in _merged(lists):
+            if job.job_id not in skip:
+                found.append(job)
+                if len(found) == n:
+                    break
+        return found
+
     def first_placed(self, name: Hashable, key: Key, place: PlaceFn) -> tuple[JobView, Placement] | None:
         """The first job in ``key`` order that ``place`` places now, skipping a GPU demand once
         one of its jobs failed (the anchor heuristic's next launch)."""

@@ -73,6 +73,8 @@ def test_lazy_orders_match_a_full_sort(specs, nodes, already, ops):
         total = sum(free)
         for name, k in (("short", key), ("old", oldest)):
             assert list(islice(state.in_order(name, k), depth)) == reference(queue, launched, total, k)[:depth]
+            skip = {j.job_id for j in queue[pick % len(queue)::3]}
+            assert state.head(name, k, depth, skip) == [j for j in reference(queue, launched, total, k) if j.job_id not in skip][:depth]
         name, k = ("old", oldest) if by_oldest else ("short", key)
         assert list(state.in_order(name, k)) == reference(queue, launched, total, k)
         ref = reference(queue, launched, total, k)
