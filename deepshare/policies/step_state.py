@@ -183,7 +183,7 @@ class StepState:
             if gpus <= total and (head := jobs.at(0)) is not None:
                 heads[gpus] = head
         while heads:
-            gpus = min(heads, key=lambda g: (heads[g][0], heads[g][1]))
+            gpus = next(iter(heads)) if len(heads) == 1 else min(heads, key=lambda g: (heads[g][0], heads[g][1]))
             job = heads[gpus][2]
             placement = place(job, self.free, self.view, self.pending)  # type: ignore[arg-type]
             if placement is not None:
