@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import in_range, iteration_count, runner_count
+from deepshare.cli.args import in_range, iteration_count, runner_count, seed_value
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.core.errors import DeepShareError
 
@@ -21,6 +21,10 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.rl.train import load_train_config, train
 
     config = load_train_config(args.config)  # bad YAML fails before Ray starts
+    if args.seed is not None:
+        if args.resume:
+            raise DeepShareError("--seed: a resumed run keeps the seed it started with; drop --seed or --resume")
+        config = config.model_copy(update={"run": config.run.model_copy(update={"seed": args.seed})})
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
     check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
@@ -70,6 +74,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
+    p.add_argument("--seed", type=seed_value, metavar="S", help="training seed, replacing the config's run.seed (recorded in policy.pt)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")

@@ -143,3 +143,30 @@ def test_a_ray_that_does_not_start_is_one_line_and_exit_1(tmp_path, capsys, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["deepshare: error: could not start a local Ray instance (TimeoutError: Timed out after 30 "
                    "seconds waiting for the GCS)"]
+
+
+def test_train_cli_seed_replaces_the_configs_run_seed_and_nothing_else(tmp_path, monkeypatch):
+    """``--seed S`` reaches ``train`` as the config's ``run.seed`` (which RLlib and policy.pt's metadata read)."""
+    import deepshare.rl.train
+
+    seen = {}
+
+    def fake_train(config_path, out, *, config, **_kwargs):
+        seen["config"] = config
+        return Path(out) / "policy.pt"
+
+    monkeypatch.setattr(deepshare.rl.train, "train", fake_train)
+    assert main(["train", str(TINY), "--out", str(tmp_path / "a"), "--seed", "7"]) == 0
+    base = load_train_config(TINY)
+    assert seen["config"].run.seed == 7 and base.run.seed != 7
+    assert seen["config"].model_copy(update={"run": base.run}) == base  # only the seed changed
+    assert deepshare.rl.train.run_metadata(seen["config"], TINY, base.env_config(TINY.parent))["seed"] == 7
+    assert main(["train", str(TINY), "--out", str(tmp_path / "b")]) == 0
+    assert seen["config"].run.seed == base.run.seed  # without --seed the config's
+
+
+def test_train_cli_refuses_seed_with_resume_and_a_negative_seed(tmp_path, capsys):
+    assert main(["train", str(TINY), "--resume", str(tmp_path), "--seed", "1"]) == 2
+    assert "--seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", str(TINY), "--seed", "-1"])
