@@ -61,8 +61,15 @@ class EncodingConfig:
     anchor: tuple[str, ...] | None = DEFAULT_ANCHOR
     """(order, placement) of the heuristic whose next launch is always offered (row 1); None:
     not offered. Checkpoints exported before it existed load with the default."""
+    max_wait_s: float | None = None
+    """Bounded waiting: once an offered job (one that fits now) has been queued this long
+    (simulated seconds since it was (re)queued), wait is masked and the choice must launch
+    something, so the policy cannot leave free GPUs idle while a fitting job waits longer than
+    this. None: no bound (the network may wait indefinitely; RL-hybrid's safety net covers it)."""
 
     def __post_init__(self) -> None:
+        if self.max_wait_s is not None and not self.max_wait_s >= 0:
+            raise ValueError(f"max_wait_s must be a number of seconds >= 0 or None, got {self.max_wait_s}")
         if self.anchor is not None:
             object.__setattr__(self, "anchor", check_anchor(self.anchor))
         if self.max_candidates < 2:
@@ -352,7 +359,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     mask[:len(rows)] = 1.0
     obs = np.zeros((k, len(FEATURES)), dtype=np.float32)  # padding rows stay zero
     obs[:len(data)] = data  # each value rounds to float32 as an element-wise assignment would
-    if _waiting_would_stall(partial, rows):
+    if _waiting_would_stall(partial, rows) or _waited_too_long(view.now, rows, config.max_wait_s):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
 
@@ -385,6 +392,11 @@ def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> boo
     finish, and a launch is possible: the cluster would idle forever."""
     view = partial.view
     return len(rows) > 1 and not partial.count and not view.running and not view.future_events
+
+
+def _waited_too_long(now: float, rows: list[Candidate], bound: float | None) -> bool:
+    """Wait is masked when an offered job has been queued ``bound`` seconds or more."""
+    return bound is not None and any(now - c.job.queued_since >= bound for c in rows[1:])  # type: ignore[union-attr]
 
 
 def decode(action: int, partial: PartialDecision, config: EncodingConfig) -> Candidate:
