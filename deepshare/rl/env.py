@@ -85,6 +85,10 @@ class EnvConfig:
     net falls back to; null: not offered (and the safety net falls back to srsf+packed)."""
     contentions: tuple[str, ...] = ()
     """Contention models episodes draw from (one per episode); empty: ``contention`` only."""
+    max_wait_s: float | None = None
+    """Bounded waiting (:attr:`~deepshare.policies.encoding.EncodingConfig.max_wait_s`): wait is
+    masked once a fitting offered job has been queued this long; null: no bound. Exported with
+    the policy, so a network trained with a bound is served with the same one."""
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -106,6 +110,8 @@ class EnvConfig:
                 check_anchor(config.anchor)
             except ValueError as exc:
                 raise DeepShareError(f"env config: {exc}") from None
+        if config.max_wait_s is not None and not (isinstance(config.max_wait_s, (int, float)) and config.max_wait_s >= 0):
+            raise DeepShareError(f"env config: max_wait_s must be seconds >= 0 or null, got {config.max_wait_s!r}")
         bad = [c for c in config.contentions if c not in CONTENTION_MODELS]
         if bad:
             raise DeepShareError(f"env config: contentions: unknown model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
@@ -113,7 +119,10 @@ class EnvConfig:
 
     @property
     def encoding(self) -> EncodingConfig:
-        return EncodingConfig(max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor)
+        return EncodingConfig(
+            max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor,
+            max_wait_s=self.max_wait_s,
+        )
 
     @property
     def hybrid_rules(self) -> HybridRules | None:

@@ -128,6 +128,7 @@ def test_a_masked_action_is_taken_as_wait_and_flagged():
         ({"bogus": 1}, "unknown key"), ({"reward": "speed"}, "reward"), ({"generated_fraction": 2}, "generated_fraction"),
         ({"anchor": ["srsf"]}, "anchor must be"), ({"anchor": ["nope", "packed"]}, "anchor order 'nope'"),
         ({"anchor": ["srsf", "x"]}, "anchor placement 'x'"), ({"contentions": ["profiled", "magic"]}, "contentions"),
+        ({"max_wait_s": -5}, "max_wait_s"), ({"max_wait_s": "soon"}, "max_wait_s"),
     ],
 )
 def test_bad_env_config_is_named(config, needle):
@@ -152,3 +153,18 @@ def test_anchor_and_contentions_reach_the_encoding_the_safety_net_and_the_episod
         env.reset(seed=seed)
         kinds.add(type(env._episode.sim.contention).__name__)
     assert len(kinds) == 2
+
+
+def test_max_wait_s_reaches_the_encoding_and_masks_wait_in_episodes():
+    assert EnvConfig.from_dict({}).encoding.max_wait_s is None
+    assert EnvConfig.from_dict({"max_wait_s": 600}).encoding.max_wait_s == 600
+    bounded = DeepShareEnv({"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2], "max_wait_s": 0})
+    obs, _ = bounded.reset(seed=3)
+    waits = []
+    for _ in range(40):  # with a 0 s bound, wait is never offered while a launch is
+        launches = obs["action_mask"][1:].sum()
+        waits.append((launches > 0, obs["action_mask"][0]))
+        obs, _, done, truncated, _ = bounded.step(0)
+        if done or truncated:
+            break
+    assert all(mask == 0 for fits, mask in waits if fits)
