@@ -1,0 +1,272 @@
+"""Behaviour cloning: fit the candidate scorer to imitate the anchor heuristic (``srsf+packed``).
+
+Issue 13 asks that "at the least the network must be able to imitate the strongest heuristic".
+The encoding offers the anchor's next launch as row 1 of every choice where it would launch one;
+this module checks that a scorer can learn to pick it, and gives PPO a warm start:
+
+1. :func:`collect` plays :class:`~deepshare.rl.env.DeepShareEnv` episodes (the training YAML's
+   env, seeds from the training range, never the suite's >= 2^31) where every choice is the
+   anchor's: the row holding its next launch (found by job and GPUs, and checked to be row 1),
+   or wait when it would launch nothing. The episode is then ``srsf+packed``'s schedule exactly
+   (``tests/rl/test_imitate.py`` checks the average JCT against the simulator running the
+   heuristic). Each choice is stored as (observation rows, action mask, demonstrated row).
+2. :func:`fit` trains a :class:`~deepshare.policies.scorer_net.CandidateScorer` by cross-entropy
+   over its masked logits (Adam, shuffled minibatches), holding out whole episodes, and reports
+   accuracy: how often the best-scoring unmasked row is the demonstrated one.
+3. :func:`imitate` does both from a training YAML and exports ``OUT/policy.pt`` with
+   :func:`~deepshare.policies.checkpoint.export_scorer` (the format of ``rl_base.pt``; its
+   metadata says it was imitation-trained, on what and for how long) and ``OUT/imitation.json``.
+
+The scorer scores each row alone (no row index among its inputs), so it has to recognise the
+anchor's launch from the row's features (remaining time, GPUs, nodes per GPU, waiting time...),
+not from its position: accuracy below 1 measures what the features do not tell it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from deepshare.core.errors import DeepShareError
+from deepshare.experiments.suite import SUITE_SEED_BASE
+from deepshare.policies.encoding import WAIT_INDEX, Candidate, PartialDecision, anchor_launch
+from deepshare.rl.env import DeepShareEnv, EnvConfig
+
+ANCHOR_ROW = 1
+"""Where the encoding puts the anchor's launch (row 0 is wait)."""
+
+
+@dataclass
+class Demonstrations:
+    """Choices of anchor-driven episodes, stacked: ``observations`` [N, K, F] float32, ``masks``
+    [N, K] float32, ``actions`` [N] int64 (the demonstrated row), ``episodes`` [N] (index of the
+    episode each choice came from)."""
+
+    observations: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    episodes: np.ndarray
+    seeds: list[int] = field(default_factory=list)
+    """The env seed of each episode, in order."""
+    avg_jct_s: list[float] = field(default_factory=list)
+    """Each episode's average JCT (the env's final report)."""
+    forced: int = 0
+    """Choices where the anchor would wait but waiting was masked (it would stall an idle
+    cluster), so the env launched its first row instead: the episode left the heuristic's
+    schedule there. Zero in every run so far."""
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def wait_share(self) -> float:
+        return float(np.mean(self.actions == WAIT_INDEX)) if len(self) else 0.0
+
+
+def anchor_action(partial: PartialDecision, rows: list[Candidate], anchor: tuple[str, ...]) -> int:
+    """The row holding the anchor heuristic's next launch on ``partial``, or wait (row 0) when it
+    would launch nothing. Raises RuntimeError when the encoding did not offer the pick as row 1
+    (the encoding's promise this module relies on)."""
+    pick = anchor_launch(partial, anchor)
+    if pick is None:
+        return WAIT_INDEX
+    job, placement = pick
+    for row, c in enumerate(rows):
+        if c.job is not None and c.job.job_id == job.job_id and c.placement.alloc == placement.alloc:  # type: ignore[union-attr]
+            if row != ANCHOR_ROW:
+                raise RuntimeError(f"the anchor's launch of {job.job_id} is row {row}, expected row {ANCHOR_ROW}")
+            return row
+    raise RuntimeError(f"the anchor's launch of {job.job_id} on {placement.alloc} is not among the {len(rows)} rows")
+
+
+def collect(
+    env_config: EnvConfig,
+    episodes: int,
+    seed_base: int = 0,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> Demonstrations:
+    """Play ``episodes`` anchor-driven episodes with env seeds ``seed_base ..``; their choices.
+
+    The env's safety net is switched off (it only acts on a wait the anchor chose because it had
+    nothing to launch, so it would add nothing). ``progress(done, total, choices)`` after each
+    episode."""
+    if env_config.anchor is None:
+        raise DeepShareError("imitate: the env's anchor is null; the anchor heuristic's launch must be offered to imitate it")
+    if episodes < 1:
+        raise DeepShareError(f"imitate: episodes must be positive, got {episodes}")
+    if not 0 <= seed_base or seed_base + episodes > SUITE_SEED_BASE:
+        raise DeepShareError(f"imitate: episode seeds must lie in [0, 2^31) (the suite's traces use seeds >= 2^31); "
+                             f"got {seed_base}..{seed_base + episodes - 1}")
+    env = DeepShareEnv(replace(env_config, hybrid=False))
+    anchor = env_config.anchor
+    obs_rows: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[int] = []
+    owner: list[int] = []
+    demos = Demonstrations(np.empty(0), np.empty(0), np.empty(0), np.empty(0))
+    for episode in range(episodes):
+        seed = seed_base + episode
+        obs, _ = env.reset(seed=seed)
+        done, info = False, {}
+        while not done:
+            partial, rows = env.choice()
+            action = anchor_action(partial, rows, anchor)
+            if obs["action_mask"][action] == 0:
+                demos.forced += 1
+            obs_rows.append(obs["observations"].copy())
+            masks.append(obs["action_mask"].copy())
+            actions.append(action)
+            owner.append(episode)
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        demos.seeds.append(seed)
+        demos.avg_jct_s.append(float(info["report"]["avg_jct_s"]) if "report" in info else float("nan"))
+        if progress is not None:
+            progress(episode + 1, episodes, len(actions))
+    k, f = env.observation_space["observations"].shape
+    demos.observations = np.stack(obs_rows) if obs_rows else np.zeros((0, k, f), np.float32)
+    demos.masks = np.stack(masks) if masks else np.zeros((0, k), np.float32)
+    demos.actions = np.asarray(actions, dtype=np.int64)
+    demos.episodes = np.asarray(owner, dtype=np.int64)
+    return demos
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    hidden: int = 64
+    epochs: int = 10
+    batch_size: int = 512
+    lr: float = 1e-3
+    held_out: float = 0.2
+    """Share of the episodes (the last ones) kept out of training to measure accuracy."""
+    seed: int = 0
+
+
+@dataclass
+class FitReport:
+    train_choices: int
+    held_out_choices: int
+    train_accuracy: float
+    held_out_accuracy: float
+    """Share of held-out choices whose best unmasked row is the demonstrated one (nan: none held out)."""
+    held_out_wait_accuracy: float
+    """The same over the held-out choices where the anchor waited."""
+    losses: list[float]
+    """Mean training cross-entropy of each epoch."""
+    seconds: float
+
+
+def accuracy(net: Any, observations: np.ndarray, masks: np.ndarray, actions: np.ndarray, batch: int = 4096) -> float:
+    """Share of choices whose highest-scoring unmasked row (the first of equals, as
+    :func:`deepshare.policies.learned.best_row`) is the demonstrated one; nan on none."""
+    import torch
+
+    if len(actions) == 0:
+        return float("nan")
+    hits = 0
+    with torch.no_grad():
+        for start in range(0, len(actions), batch):
+            logits, _ = net(torch.from_numpy(observations[start:start + batch]), torch.from_numpy(masks[start:start + batch]))
+            hits += int((logits.argmax(-1).numpy() == actions[start:start + batch]).sum())
+    return hits / len(actions)
+
+
+def fit(demos: Demonstrations, settings: FitSettings = FitSettings(), progress: Callable[[int, int, float], None] | None = None):
+    """A :class:`CandidateScorer` fitted to ``demos``; returns ``(net, FitReport)``."""
+    import torch
+
+    from deepshare.policies.encoding import FEATURES
+    from deepshare.policies.scorer_net import CandidateScorer
+
+    if len(demos) == 0:
+        raise DeepShareError("imitate: no choices to learn from")
+    if not 0 <= settings.held_out < 1:
+        raise DeepShareError(f"imitate: held_out must be in [0, 1), got {settings.held_out}")
+    began = time.process_time()
+    torch.manual_seed(settings.seed)
+    n_episodes = int(demos.episodes.max()) + 1
+    kept = n_episodes - int(round(settings.held_out * n_episodes)) if n_episodes > 1 else 1
+    train_rows = demos.episodes < kept
+    obs, mask, act = demos.observations, demos.masks, demos.actions
+    x, m, y = (torch.from_numpy(a[train_rows]) for a in (obs, mask, act))
+    net = CandidateScorer(len(FEATURES), settings.hidden)
+    optimiser = torch.optim.Adam(net.parameters(), lr=settings.lr)
+    generator = torch.Generator().manual_seed(settings.seed)
+    losses = []
+    for epoch in range(settings.epochs):
+        order = torch.randperm(len(y), generator=generator)
+        total = 0.0
+        for start in range(0, len(y), settings.batch_size):
+            idx = order[start:start + settings.batch_size]
+            logits, _ = net(x[idx], m[idx])
+            loss = torch.nn.functional.cross_entropy(logits, y[idx])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            total += float(loss) * len(idx)
+        losses.append(total / max(1, len(y)))
+        if progress is not None:
+            progress(epoch + 1, settings.epochs, losses[-1])
+    net.eval()
+    held = ~train_rows
+    held_wait = held & (act == WAIT_INDEX)
+    report = FitReport(
+        train_choices=int(train_rows.sum()), held_out_choices=int(held.sum()),
+        train_accuracy=accuracy(net, obs[train_rows], mask[train_rows], act[train_rows]),
+        held_out_accuracy=accuracy(net, obs[held], mask[held], act[held]),
+        held_out_wait_accuracy=accuracy(net, obs[held_wait], mask[held_wait], act[held_wait]),
+        losses=losses, seconds=time.process_time() - began,
+    )
+    return net, report
+
+
+def imitate(
+    config_path: str | Path,
+    out: str | Path,
+    *,
+    episodes: int = 64,
+    seed_base: int = 0,
+    settings: FitSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Collect demonstrations on the env of the training YAML at ``config_path``, fit, export
+    ``OUT/policy.pt`` and ``OUT/imitation.json``; returns the policy file. ``settings.hidden``
+    defaults to the YAML's ``model.hidden``."""
+    from deepshare.policies.checkpoint import export_scorer
+    from deepshare.rl.train import load_train_config
+
+    config = load_train_config(config_path)
+    env = config.env_config(Path(config_path).parent)
+    settings = settings or FitSettings(hidden=config.model.hidden)
+    say = log or (lambda _msg: None)
+    began = time.process_time()
+    demos = collect(env, episodes, seed_base,
+                    lambda done, n, choices: say(f"episode {done}/{n}: {choices} choices so far"))
+    collect_s = time.process_time() - began
+    say(f"collected {len(demos)} choices from {episodes} episodes ({collect_s:.0f} CPU s; "
+        f"wait demonstrated at {demos.wait_share:.1%}, forced launches {demos.forced})")
+    net, report = fit(demos, settings, lambda e, n, loss: say(f"epoch {e}/{n}: cross-entropy {loss:.4f}"))
+    say(f"accuracy: train {report.train_accuracy:.4f}, held-out {report.held_out_accuracy:.4f} "
+        f"(held-out waits {report.held_out_wait_accuracy:.4f}); fit {report.seconds:.0f} CPU s")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "trainer": "imitation (behaviour cloning)",
+        "imitates": "+".join(env.anchor or ()),
+        "config": str(config_path), "name": config.name, "env": asdict(env),
+        "episodes": episodes, "episode_seeds": [seed_base, seed_base + episodes - 1],
+        "choices": len(demos), "wait_share": demos.wait_share, "forced_launches": demos.forced,
+        "demonstrated_avg_jct_s": float(np.mean(demos.avg_jct_s)),
+        "fit": asdict(settings), "model": {"hidden": settings.hidden},
+        **{k: v for k, v in asdict(report).items()},
+        "collect_cpu_s": collect_s,
+    }
+    policy = folder / "policy.pt"
+    export_scorer(net, env.encoding, policy, summary)
+    (folder / "imitation.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return policy
