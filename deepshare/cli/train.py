@@ -24,6 +24,12 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.rl.train import load_train_config, train
 
     config = load_train_config(args.config)  # bad YAML fails before Ray starts
+    if args.init_from:
+        if args.resume:
+            raise DeepShareError("--init-from starts a new run; --resume continues one from its own weights: give one")
+        from deepshare.rl.train import with_init_from
+
+        config = with_init_from(config, args.init_from)
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
     check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
@@ -91,6 +97,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
+    p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
+                   "(e.g. `deepshare imitate`'s; overrides the config's model.init_from)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")

@@ -134,3 +134,27 @@ def test_cli_imitate_refuses_a_missing_config_and_seeds_past_the_training_range(
     args = ["imitate", str(small_config(tmp_path)), "--out", str(tmp_path / "run"), "--episodes", "5", "--seed-base", str(2**31 - 2)]
     assert main(args) == 2
     assert "2^31" in capsys.readouterr().err
+
+
+def test_init_from_is_resolved_checked_and_loaded_into_the_module(tmp_path, capsys):
+    from deepshare.rl.train import build_algorithm_config, load_train_config
+
+    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=2, settings=FitSettings(hidden=16, epochs=1))
+    warm = tmp_path / "warm.yaml"
+    warm.write_text(small_config(tmp_path).read_text().replace("hidden: 16\n", "hidden: 16\n  init_from: run/policy.pt\n"))
+    config = load_train_config(warm)
+    assert config.model.init_from == str(policy.resolve())  # relative to the config's folder
+    spec = build_algorithm_config(config, config.env_config(tmp_path), 0, 1.0).rl_module_spec
+    env = DeepShareEnv(config.env_config(tmp_path))
+    module = replace(spec, observation_space=env.observation_space, action_space=env.action_space).build()
+    expected = scorer_from_file(policy)[0].net.state_dict()
+    for name, tensor in module.scorer.state_dict().items():
+        assert tensor.equal(expected[name])
+    wide = tmp_path / "wide.yaml"
+    wide.write_text(warm.read_text().replace("hidden: 16", "hidden: 32"))
+    with pytest.raises(DeepShareError, match="16 wide.*model.hidden: 16"):
+        load_train_config(wide)
+    assert main(["train", str(small_config(tmp_path)), "--init-from", str(tmp_path / "nope.pt")]) == 2
+    assert "nope.pt: file not found" in capsys.readouterr().err
+    assert main(["train", str(small_config(tmp_path)), "--init-from", str(policy), "--resume", str(tmp_path)]) == 2
+    assert "give one" in capsys.readouterr().err
