@@ -84,6 +84,7 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, held_out=args.held_out, seed=args.seed)
     policy = imitate(args.config, run_dir, episodes=args.episodes, seed_base=args.seed_base, settings=settings,
+                     dagger_rounds=args.dagger_rounds,
                      log=lambda msg: print_line(err, msg) if not msg.startswith("episode ") or err.is_terminal else None)
     print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
     return 0
@@ -120,6 +121,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="demonstration episodes, env seeds SEED_BASE.. (default 192)")
     p.add_argument("--seed-base", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S",
                    help="first episode seed; seeds stay below 2^31, the suite's range (default 0)")
+    p.add_argument("--dagger-rounds", type=in_range(int, 0, 100, "rounds"), default=0, metavar="R",
+                   help="DAgger: R times, let the fitted scorer drive EPISODES new episodes, label its states with the "
+                   "anchor's choice and refit on everything (default 0: plain behaviour cloning)")
     p.add_argument("--epochs", type=in_range(int, 1, 10_000, "epochs"), default=30, metavar="N", help="passes over the demonstrations (default 30)")
     p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
     p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")

@@ -35,6 +35,7 @@ import numpy as np
 from deepshare.core.errors import DeepShareError
 from deepshare.experiments.suite import SUITE_SEED_BASE
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, PartialDecision, anchor_launch
+from deepshare.policies.learned import best_row
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 
 ANCHOR_ROW = 1
@@ -51,6 +52,9 @@ class Demonstrations:
     masks: np.ndarray
     actions: np.ndarray
     episodes: np.ndarray
+    rounds: np.ndarray | None = None
+    """[N]: the collection round of each choice (0: the anchor's own episodes; r > 0: DAgger
+    round r, driven by the scorer fitted so far); None: all round 0."""
     seeds: list[int] = field(default_factory=list)
     """The env seed of each episode, in order."""
     avg_jct_s: list[float] = field(default_factory=list)
@@ -62,6 +66,19 @@ class Demonstrations:
 
     def __len__(self) -> int:
         return len(self.actions)
+
+    def round_of_each(self) -> np.ndarray:
+        return self.rounds if self.rounds is not None else np.zeros(len(self.actions), dtype=np.int64)
+
+    def extended(self, other: "Demonstrations", round_index: int) -> "Demonstrations":
+        """These choices and ``other``'s (as round ``round_index``, episodes numbered after ours)."""
+        offset = int(self.episodes.max()) + 1 if len(self) else 0
+        return Demonstrations(
+            np.concatenate([self.observations, other.observations]), np.concatenate([self.masks, other.masks]),
+            np.concatenate([self.actions, other.actions]), np.concatenate([self.episodes, other.episodes + offset]),
+            np.concatenate([self.round_of_each(), np.full(len(other), round_index, dtype=np.int64)]),
+            self.seeds + other.seeds, self.avg_jct_s + other.avg_jct_s, self.forced + other.forced,
+        )
 
     @property
     def wait_share(self) -> float:
@@ -89,12 +106,17 @@ def collect(
     episodes: int,
     seed_base: int = 0,
     progress: Callable[[int, int, int], None] | None = None,
+    driver: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
 ) -> Demonstrations:
-    """Play ``episodes`` anchor-driven episodes with env seeds ``seed_base ..``; their choices.
+    """Play ``episodes`` episodes with env seeds ``seed_base ..``; their choices, each labelled
+    with the anchor's row.
 
-    The env's safety net is switched off (it only acts on a wait the anchor chose because it had
-    nothing to launch, so it would add nothing). ``progress(done, total, choices)`` after each
-    episode."""
+    Without ``driver`` the anchor's rows are also the actions taken (its own schedule). With a
+    ``driver`` (a scorer: observation -> row scores) the episode follows the driver's best row
+    while the labels stay the anchor's: DAgger's data, the states a learner reaches by its own
+    mistakes, with what the heuristic would have done there. The env's safety net is switched
+    off (on the anchor's own episodes it only meets waits the anchor chose because it had
+    nothing to launch). ``progress(done, total, choices)`` after each episode."""
     if env_config.anchor is None:
         raise DeepShareError("imitate: the env's anchor is null; the anchor heuristic's launch must be offered to imitate it")
     if episodes < 1:
@@ -116,13 +138,14 @@ def collect(
         while not done:
             partial, rows = env.choice()
             action = anchor_action(partial, rows, anchor)
-            if obs["action_mask"][action] == 0:
+            if obs["action_mask"][action] == 0 and driver is None:
                 demos.forced += 1
             obs_rows.append(obs["observations"].copy())
             masks.append(obs["action_mask"].copy())
             actions.append(action)
             owner.append(episode)
-            obs, _, terminated, truncated, info = env.step(action)
+            taken = action if driver is None else best_row(driver(obs), obs["action_mask"])
+            obs, _, terminated, truncated, info = env.step(taken)
             done = terminated or truncated
         demos.seeds.append(seed)
         demos.avg_jct_s.append(float(info["report"]["avg_jct_s"]) if "report" in info else float("nan"))
@@ -153,7 +176,8 @@ class FitReport:
     held_out_choices: int
     train_accuracy: float
     held_out_accuracy: float
-    """Share of held-out choices whose best unmasked row is the demonstrated one (nan: none held out)."""
+    """Share of held-out choices whose best unmasked row is the demonstrated one (nan: none held
+    out); with DAgger rounds, over every round's held-out episodes."""
     held_out_wait_accuracy: float
     """The same over the held-out choices where the anchor waited."""
     losses: list[float]
@@ -176,8 +200,27 @@ def accuracy(net: Any, observations: np.ndarray, masks: np.ndarray, actions: np.
     return hits / len(actions)
 
 
-def fit(demos: Demonstrations, settings: FitSettings = FitSettings(), progress: Callable[[int, int, float], None] | None = None):
-    """A :class:`CandidateScorer` fitted to ``demos``; returns ``(net, FitReport)``. Runs torch on
+def held_out_rows(demos: Demonstrations, share: float) -> np.ndarray:
+    """[N] bool: the choices of the last ``share`` of each round's episodes (whole episodes, so
+    no held-out choice shares an episode with a training one; none when a round has one episode)."""
+    held = np.zeros(len(demos), dtype=bool)
+    rounds = demos.round_of_each()
+    for r in np.unique(rounds):
+        in_round = rounds == r
+        episodes = np.unique(demos.episodes[in_round])
+        kept = len(episodes) - int(round(share * len(episodes))) if len(episodes) > 1 else len(episodes)
+        held |= in_round & np.isin(demos.episodes, episodes[kept:])
+    return held
+
+
+def fit(
+    demos: Demonstrations,
+    settings: FitSettings = FitSettings(),
+    progress: Callable[[int, int, float], None] | None = None,
+    start: Any = None,
+):
+    """A :class:`CandidateScorer` fitted to ``demos`` (from ``start``'s weights when given: a
+    DAgger round continues the last fit); returns ``(net, FitReport)``. Runs torch on
     one thread: for a network this small an intra-op pool costs more than it saves (3x the CPU
     time for the same fit on the shared 2-core machine)."""
     import torch
@@ -185,12 +228,12 @@ def fit(demos: Demonstrations, settings: FitSettings = FitSettings(), progress: 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _fit(demos, settings, progress)
+        return _fit(demos, settings, progress, start)
     finally:
         torch.set_num_threads(threads)
 
 
-def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, int, float], None] | None):
+def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, int, float], None] | None, start: Any):
     import torch
 
     from deepshare.policies.encoding import FEATURES
@@ -202,12 +245,12 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
         raise DeepShareError(f"imitate: held_out must be in [0, 1), got {settings.held_out}")
     began = time.process_time()
     torch.manual_seed(settings.seed)
-    n_episodes = int(demos.episodes.max()) + 1
-    kept = n_episodes - int(round(settings.held_out * n_episodes)) if n_episodes > 1 else 1
-    train_rows = demos.episodes < kept
+    train_rows = ~held_out_rows(demos, settings.held_out)
     obs, mask, act = demos.observations, demos.masks, demos.actions
     x, m, y = (torch.from_numpy(a[train_rows]) for a in (obs, mask, act))
     net = CandidateScorer(len(FEATURES), settings.hidden)
+    if start is not None:
+        net.load_state_dict(start.state_dict())
     optimiser = torch.optim.Adam(net.parameters(), lr=settings.lr)
     generator = torch.Generator().manual_seed(settings.seed)
     losses = []
@@ -238,6 +281,18 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
     return net, report
 
 
+def learner_gap(env: EnvConfig, net: Any, episodes: int, seed_base: int) -> tuple[Demonstrations, float]:
+    """``net`` driving ``episodes`` episodes (seeds ``seed_base ..``), labelled by the anchor, and
+    its average JCT over the anchor's own on the same seeds (geometric mean of the per-episode
+    ratios): how far the imitation is from the heuristic where it counts, in its own states."""
+    from deepshare.policies.checkpoint import TorchScorer
+
+    own = collect(env, episodes, seed_base, driver=TorchScorer(net))
+    anchor = collect(env, episodes, seed_base)
+    ratios = np.asarray(own.avg_jct_s) / np.asarray(anchor.avg_jct_s)
+    return own, float(np.exp(np.mean(np.log(ratios))))
+
+
 def imitate(
     config_path: str | Path,
     out: str | Path,
@@ -245,11 +300,16 @@ def imitate(
     episodes: int = 64,
     seed_base: int = 0,
     settings: FitSettings | None = None,
+    dagger_rounds: int = 0,
     log: Callable[[str], None] | None = None,
 ) -> Path:
-    """Collect demonstrations on the env of the training YAML at ``config_path``, fit, export
-    ``OUT/policy.pt`` and ``OUT/imitation.json``; returns the policy file. ``settings.hidden``
-    defaults to the YAML's ``model.hidden``."""
+    """Collect demonstrations on the env of the training YAML at ``config_path``, fit, then for
+    each of ``dagger_rounds`` let the fitted scorer drive ``episodes`` new episodes, label its
+    states with the anchor's rows, add them and fit again (DAgger: the states a learner reaches
+    by its own mistakes are the ones plain imitation never shows it); export ``OUT/policy.pt``
+    and ``OUT/imitation.json``; returns the policy file. Episode seeds are ``seed_base`` onwards,
+    ``episodes`` per round and ``episodes`` more to measure the final scorer, all below 2^31.
+    ``settings.hidden`` defaults to the YAML's ``model.hidden``."""
     from deepshare.policies.checkpoint import export_scorer
     from deepshare.rl.train import load_train_config
 
@@ -257,27 +317,50 @@ def imitate(
     env = config.env_config(Path(config_path).parent)
     settings = settings or FitSettings(hidden=config.model.hidden)
     say = log or (lambda _msg: None)
+    last_seed = seed_base + episodes * (dagger_rounds + 2) - 1
+    if last_seed >= SUITE_SEED_BASE:
+        raise DeepShareError(f"imitate: episode seeds {seed_base}..{last_seed} reach 2^31 (the suite's traces); "
+                             "lower the seed base, the episodes or the rounds")
     began = time.process_time()
     demos = collect(env, episodes, seed_base,
                     lambda done, n, choices: say(f"episode {done}/{n}: {choices} choices so far"))
     collect_s = time.process_time() - began
     say(f"collected {len(demos)} choices from {episodes} episodes ({collect_s:.0f} CPU s; "
         f"wait demonstrated at {demos.wait_share:.1%}, forced launches {demos.forced})")
+    demonstrated_jct = float(np.mean(demos.avg_jct_s))
     net, report = fit(demos, settings, lambda e, n, loss: say(f"epoch {e}/{n}: cross-entropy {loss:.4f}"))
     say(f"accuracy: train {report.train_accuracy:.4f}, held-out {report.held_out_accuracy:.4f} "
         f"(held-out waits {report.held_out_wait_accuracy:.4f}); fit {report.seconds:.0f} CPU s")
+    rounds = [{"round": 0, "choices": len(demos), "held_out_accuracy": report.held_out_accuracy,
+               "fit_cpu_s": report.seconds}]
+    for r in range(1, dagger_rounds + 1):
+        t = time.process_time()
+        own, gap = learner_gap(env, net, episodes, seed_base + r * episodes)
+        rounds[-1]["learner_over_anchor_avg_jct"] = gap
+        say(f"DAgger round {r}: the scorer's own episodes average {gap:.4f}x the anchor's JCT; "
+            f"adding {len(own)} labelled choices")
+        demos = demos.extended(own, r)
+        net, report = fit(demos, settings, start=net)
+        say(f"  refit on {len(demos)} choices: held-out accuracy {report.held_out_accuracy:.4f} "
+            f"(waits {report.held_out_wait_accuracy:.4f}); {time.process_time() - t:.0f} CPU s")
+        rounds.append({"round": r, "choices": len(demos), "held_out_accuracy": report.held_out_accuracy,
+                       "fit_cpu_s": report.seconds})
+    _, gap = learner_gap(env, net, episodes, seed_base + (dagger_rounds + 1) * episodes)
+    rounds[-1]["learner_over_anchor_avg_jct"] = gap
+    say(f"final scorer: its own episodes average {gap:.4f}x the anchor's JCT (fresh seeds)")
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     summary = {
-        "trainer": "imitation (behaviour cloning)",
+        "trainer": "imitation (behaviour cloning" + (f", {dagger_rounds} DAgger rounds)" if dagger_rounds else ")"),
         "imitates": "+".join(env.anchor or ()),
         "config": str(config_path), "name": config.name, "env": asdict(env),
-        "episodes": episodes, "episode_seeds": [seed_base, seed_base + episodes - 1],
+        "episodes": episodes, "dagger_rounds": dagger_rounds, "episode_seeds": [seed_base, last_seed],
         "choices": len(demos), "wait_share": demos.wait_share, "forced_launches": demos.forced,
-        "demonstrated_avg_jct_s": float(np.mean(demos.avg_jct_s)),
+        "demonstrated_avg_jct_s": demonstrated_jct,
         "fit": asdict(settings), "model": {"hidden": settings.hidden},
         **{k: v for k, v in asdict(report).items()},
-        "collect_cpu_s": collect_s,
+        "rounds": rounds, "learner_over_anchor_avg_jct": gap,
+        "collect_cpu_s": collect_s, "total_cpu_s": time.process_time() - began,
     }
     policy = folder / "policy.pt"
     export_scorer(net, env.encoding, policy, summary)

@@ -20,7 +20,7 @@ from deepshare.policies.checkpoint import scorer_from_file
 from deepshare.policies.encoding import WAIT_INDEX
 from deepshare.policies.learned import LearnedPolicy
 from deepshare.rl.env import DeepShareEnv, EnvConfig
-from deepshare.rl.imitate import ANCHOR_ROW, Demonstrations, FitSettings, collect, fit, imitate
+from deepshare.rl.imitate import ANCHOR_ROW, Demonstrations, FitSettings, collect, fit, held_out_rows, imitate
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = str(ROOT / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")
@@ -102,7 +102,9 @@ def test_export_loads_as_a_scorer_and_says_it_was_imitation_trained(tmp_path):
     policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=3, settings=FitSettings(hidden=16, epochs=2))
     scorer, encoding, metadata = scorer_from_file(policy)
     assert metadata["trainer"].startswith("imitation") and metadata["imitates"] == "srsf+packed"
-    assert metadata["episodes"] == 3 and metadata["fit"]["epochs"] == 2 and metadata["episode_seeds"] == [0, 2]
+    assert metadata["episodes"] == 3 and metadata["fit"]["epochs"] == 2
+    assert metadata["episode_seeds"] == [0, 5]  # 3 demonstrated, 3 more to measure the scorer on its own
+    assert metadata["learner_over_anchor_avg_jct"] > 0.5
     assert encoding.anchor == ("srsf", "packed")
     assert json.loads((tmp_path / "run" / "imitation.json").read_text())["choices"] == metadata["choices"]
     env = DeepShareEnv(replace(EnvConfig.from_dict({"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2]})))
@@ -119,7 +121,7 @@ def test_cli_imitate_writes_the_policy(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--episodes", "0"], "--episodes"), (["--epochs", "-1"], "--epochs"), (["--held-out", "1"], "--held-out"),
+    (["--episodes", "0"], "--episodes"), (["--dagger-rounds", "-1"], "--dagger-rounds"), (["--epochs", "-1"], "--epochs"), (["--held-out", "1"], "--held-out"),
     (["--seed-base", str(2**31)], "--seed-base"), (["--lr", "0"], "--lr"),
 ])
 def test_cli_imitate_refuses_bad_flags(tmp_path, capsys, flags, message):
@@ -158,3 +160,26 @@ def test_init_from_is_resolved_checked_and_loaded_into_the_module(tmp_path, caps
     assert "nope.pt: file not found" in capsys.readouterr().err
     assert main(["train", str(small_config(tmp_path)), "--init-from", str(policy), "--resume", str(tmp_path)]) == 2
     assert "give one" in capsys.readouterr().err
+
+
+def test_dagger_rounds_add_the_scorers_own_states_labelled_by_the_anchor(tmp_path):
+    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=2, dagger_rounds=2,
+                     settings=FitSettings(hidden=16, epochs=1, held_out=0.5))
+    metadata = scorer_from_file(policy)[2]
+    assert [r["round"] for r in metadata["rounds"]] == [0, 1, 2]
+    assert metadata["rounds"][0]["choices"] < metadata["rounds"][1]["choices"] < metadata["rounds"][2]["choices"]
+    assert metadata["episode_seeds"] == [0, 7] and "DAgger" in metadata["trainer"]
+    assert all(r["learner_over_anchor_avg_jct"] > 0 for r in metadata["rounds"])
+
+
+def test_a_driver_moves_the_episode_but_the_labels_stay_the_anchors():
+    config = EnvConfig.from_dict(SMALL)
+    anchor = collect(config, 2)
+    waiting = collect(config, 2, driver=lambda obs: -np.arange(len(obs["action_mask"]), dtype=np.float32))  # row 0 first
+    assert set(np.unique(waiting.actions)) <= {WAIT_INDEX, ANCHOR_ROW}
+    assert np.mean(waiting.actions == ANCHOR_ROW) > 0.5  # the anchor would launch where the driver waits
+    assert all(w > a for w, a in zip(waiting.avg_jct_s, anchor.avg_jct_s))  # waiting whenever allowed costs JCT
+    both = anchor.extended(waiting, 1)
+    assert len(both) == len(anchor) + len(waiting) and set(both.episodes) == {0, 1, 2, 3}
+    held = held_out_rows(both, 0.5)  # the last episode of each round
+    assert held.sum() == np.sum(anchor.episodes == 1) + np.sum(waiting.episodes == 1)
