@@ -183,3 +183,13 @@ def test_a_driver_moves_the_episode_but_the_labels_stay_the_anchors():
     assert len(both) == len(anchor) + len(waiting) and set(both.episodes) == {0, 1, 2, 3}
     held = held_out_rows(both, 0.5)  # the last episode of each round
     assert held.sum() == np.sum(anchor.episodes == 1) + np.sum(waiting.episodes == 1)
+
+
+def test_cli_imitate_never_overwrites_its_config(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    config = run / "policy.pt"
+    config.write_text(small_config(tmp_path).read_text())
+    assert main(["imitate", str(config), "--out", str(run), "--episodes", "1"]) == 2
+    assert "would destroy the input" in capsys.readouterr().err
+    assert config.read_text().startswith("name: small")
