@@ -121,9 +121,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="demonstration episodes, env seeds SEED_BASE.. (default 192)")
     p.add_argument("--seed-base", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S",
                    help="first episode seed; seeds stay below 2^31, the suite's range (default 0)")
-    p.add_argument("--dagger-rounds", type=in_range(int, 0, 100, "rounds"), default=0, metavar="R",
+    p.add_argument("--dagger-rounds", type=in_range(int, 0, 100, "rounds"), default=3, metavar="R",
                    help="DAgger: R times, let the fitted scorer drive EPISODES new episodes, label its states with the "
-                   "anchor's choice and refit on everything (default 0: plain behaviour cloning)")
+                   "anchor's choice and refit on everything (default 3; 0: plain behaviour cloning, which compounds its errors)")
     p.add_argument("--epochs", type=in_range(int, 1, 10_000, "epochs"), default=30, metavar="N", help="passes over the demonstrations (default 30)")
     p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
     p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")

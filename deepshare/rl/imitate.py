@@ -61,8 +61,8 @@ class Demonstrations:
     """Each episode's average JCT (the env's final report)."""
     forced: int = 0
     """Choices where the anchor would wait but waiting was masked (it would stall an idle
-    cluster), so the env launched its first row instead: the episode left the heuristic's
-    schedule there. Zero in every run so far."""
+    cluster): not stored (the label is no row the scorer may take); on the anchor's own episodes
+    the env then launched its first row, leaving the heuristic's schedule. Zero in every run so far."""
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -138,12 +138,13 @@ def collect(
         while not done:
             partial, rows = env.choice()
             action = anchor_action(partial, rows, anchor)
-            if obs["action_mask"][action] == 0 and driver is None:
-                demos.forced += 1
-            obs_rows.append(obs["observations"].copy())
-            masks.append(obs["action_mask"].copy())
-            actions.append(action)
-            owner.append(episode)
+            if obs["action_mask"][action] == 0:
+                demos.forced += 1  # not a row the scorer may take: no label to learn here
+            else:
+                obs_rows.append(obs["observations"].copy())
+                masks.append(obs["action_mask"].copy())
+                actions.append(action)
+                owner.append(episode)
             taken = action if driver is None else best_row(driver(obs), obs["action_mask"])
             obs, _, terminated, truncated, info = env.step(taken)
             done = terminated or truncated
@@ -161,10 +162,13 @@ def collect(
 
 @dataclass(frozen=True)
 class FitSettings:
+    """How :func:`fit` trains (the defaults are ``deepshare imitate``'s, the ones measured in
+    ``deepshare/data/policies/README.md``)."""
+
     hidden: int = 64
-    epochs: int = 10
-    batch_size: int = 512
-    lr: float = 1e-3
+    epochs: int = 30
+    batch_size: int = 256
+    lr: float = 2e-3
     held_out: float = 0.2
     """Share of the episodes (the last ones) kept out of training to measure accuracy."""
     seed: int = 0
@@ -297,10 +301,10 @@ def imitate(
     config_path: str | Path,
     out: str | Path,
     *,
-    episodes: int = 64,
+    episodes: int = 192,
     seed_base: int = 0,
     settings: FitSettings | None = None,
-    dagger_rounds: int = 0,
+    dagger_rounds: int = 3,
     log: Callable[[str], None] | None = None,
 ) -> Path:
     """Collect demonstrations on the env of the training YAML at ``config_path``, fit, then for

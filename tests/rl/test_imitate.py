@@ -99,7 +99,7 @@ def small_config(tmp_path: Path) -> Path:
 
 
 def test_export_loads_as_a_scorer_and_says_it_was_imitation_trained(tmp_path):
-    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=3, settings=FitSettings(hidden=16, epochs=2))
+    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=3, dagger_rounds=0, settings=FitSettings(hidden=16, epochs=2))
     scorer, encoding, metadata = scorer_from_file(policy)
     assert metadata["trainer"].startswith("imitation") and metadata["imitates"] == "srsf+packed"
     assert metadata["episodes"] == 3 and metadata["fit"]["epochs"] == 2
@@ -141,7 +141,7 @@ def test_cli_imitate_refuses_a_missing_config_and_seeds_past_the_training_range(
 def test_init_from_is_resolved_checked_and_loaded_into_the_module(tmp_path, capsys):
     from deepshare.rl.train import build_algorithm_config, load_train_config
 
-    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=2, settings=FitSettings(hidden=16, epochs=1))
+    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=2, dagger_rounds=0, settings=FitSettings(hidden=16, epochs=1))
     warm = tmp_path / "warm.yaml"
     warm.write_text(small_config(tmp_path).read_text().replace("hidden: 16\n", "hidden: 16\n  init_from: run/policy.pt\n"))
     config = load_train_config(warm)
