@@ -59,6 +59,10 @@ def test_demonstrations_follow_the_configured_anchor():
 
 
 def test_collect_refuses_no_anchor_and_seeds_of_the_suite():
+    from deepshare.experiments import suite
+    from deepshare.rl import imitate as module
+
+    assert module.SUITE_SEED_BASE == suite.SUITE_SEED_BASE
     with pytest.raises(DeepShareError, match="anchor is null"):
         collect(EnvConfig.from_dict({**SMALL, "anchor": None}), 1)
     with pytest.raises(DeepShareError, match=r"\[0, 2\^31\)"):
