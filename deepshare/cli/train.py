@@ -128,7 +128,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
     p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")
     p.add_argument("--held-out", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.2, metavar="F",
-                   help="share of the episodes (the last) kept out of the fit to measure accuracy (default 0.2)")
+                   help="share of each round's episodes (the last ones) kept out of the fit to measure accuracy (default 0.2)")
     p.add_argument("--hidden", type=in_range(int, 1, 4096, "units"), default=None, metavar="H", help="scorer width (default the config's model.hidden)")
     p.add_argument("--seed", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S", help="torch seed of the fit (default 0)")
     p.set_defaults(func=cmd_imitate)
