@@ -1,4 +1,5 @@
-"""``deepshare train`` (RLlib PPO from a YAML config) and ``deepshare tune`` (a Ray Tune grid over one)."""
+"""``deepshare train`` (RLlib PPO from a YAML config), ``deepshare tune`` (a Ray Tune grid over one) and
+``deepshare imitate`` (behaviour cloning of the anchor heuristic on a config's env, no Ray)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import in_range, iteration_count, runner_count, seed_value
+from deepshare.cli.args import in_range, iteration_count, number, print_line, runner_count, seed_value
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.core.errors import DeepShareError
 
 TRAIN_FILES = ("policy.pt", "metrics.csv")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
+IMITATE_FILES = ("policy.pt", "imitation.json")
+"""Files `deepshare imitate` writes into its run folder."""
 
 
 def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -25,6 +28,12 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.resume:
             raise DeepShareError("--seed: a resumed run keeps the seed it started with; drop --seed or --resume")
         config = config.model_copy(update={"run": config.run.model_copy(update={"seed": args.seed})})
+    if args.init_from:
+        if args.resume:
+            raise DeepShareError("--init-from starts a new run; --resume continues one from its own weights: give one")
+        from deepshare.rl.train import with_init_from
+
+        config = with_init_from(config, args.init_from)
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
     check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
@@ -69,6 +78,22 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     return 1 if any(t.status != "ok" for t in trials) else 0
 
 
+def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepshare.rl.imitate import FitSettings, imitate
+    from deepshare.rl.train import load_train_config
+
+    config = load_train_config(args.config)
+    run_dir = args.out or f"runs/{config.name}_imitate"
+    check_outputs({"--out": folder_outputs(run_dir, IMITATE_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
+    settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
+                           lr=args.lr, held_out=args.held_out, seed=args.seed)
+    policy = imitate(args.config, run_dir, episodes=args.episodes, seed_base=args.seed_base, settings=settings,
+                     dagger_rounds=args.dagger_rounds,
+                     log=lambda msg: print_line(err, msg) if not msg.startswith("episode ") or err.is_terminal else None)
+    print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
+    return 0
+
+
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
@@ -78,6 +103,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
+    p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
+                   "(e.g. `deepshare imitate`'s; overrides the config's model.init_from)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
@@ -91,3 +118,22 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="join this Ray cluster (default: a private local Ray)")
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("imitate", help="behaviour cloning: fit the scorer to the anchor heuristic (srsf+packed) on a training config's env; no Ray")
+    p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
+    p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
+    p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",
+                   help="demonstration episodes, env seeds SEED_BASE.. (default 192)")
+    p.add_argument("--seed-base", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S",
+                   help="first episode seed; seeds stay below 2^31, the suite's range (default 0)")
+    p.add_argument("--dagger-rounds", type=in_range(int, 0, 100, "rounds"), default=3, metavar="R",
+                   help="DAgger: R times, let the fitted scorer drive EPISODES new episodes, label its states with the "
+                   "anchor's choice and refit on everything (default 3; 0: plain behaviour cloning, which compounds its errors)")
+    p.add_argument("--epochs", type=in_range(int, 1, 10_000, "epochs"), default=30, metavar="N", help="passes over the demonstrations (default 30)")
+    p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
+    p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")
+    p.add_argument("--held-out", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.2, metavar="F",
+                   help="share of each round's episodes (the last ones) kept out of the fit to measure accuracy (default 0.2)")
+    p.add_argument("--hidden", type=in_range(int, 1, 4096, "units"), default=None, metavar="H", help="scorer width (default the config's model.hidden)")
+    p.add_argument("--seed", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S", help="torch seed of the fit (default 0)")
+    p.set_defaults(func=cmd_imitate)

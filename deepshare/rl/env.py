@@ -210,6 +210,15 @@ class DeepShareEnv(gym.Env):
             return self._terminal_obs(), reward, True, False, info
         return obs, reward, False, self._truncated(), info
 
+    def choice(self) -> tuple[PartialDecision, list[Candidate]]:
+        """The decision being built and the candidate rows of the observation last returned:
+        what a demonstrator (:mod:`deepshare.rl.imitate`) reads to say which row a heuristic
+        would take. Valid between ``reset``/``step`` calls of an episode that has not ended."""
+        ep = self._episode
+        if ep is None or ep.partial is None:
+            raise RuntimeError("choice() needs an episode in progress (reset() first, not after the end)")
+        return ep.partial, ep.rows
+
     # -- internals ---------------------------------------------------------------------------
     def _truncated(self) -> bool:
         assert self._episode is not None

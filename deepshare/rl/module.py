@@ -2,7 +2,8 @@
 
 Every candidate row is scored by the same :class:`CandidateScorer` (permutation-equivariant);
 masked rows get a finite, lowest score in every forward path. The value head reads the masked
-mean and max of the row embeddings. Built on ``DefaultPPOTorchRLModule``; its default catalog
+mean and max of the row embeddings. With ``init_from`` in the model config the scorer starts from
+that policy file's weights (the value head from scratch). Built on ``DefaultPPOTorchRLModule``; its default catalog
 cannot build encoders for this observation, so :class:`NoCatalog` stands in.
 """
 
@@ -34,6 +35,11 @@ class CandidatePPOModule(DefaultPPOTorchRLModule):
         features = self.observation_space["observations"].shape[-1]
         hidden = int(self.model_config.get("hidden", 64))
         self.scorer = CandidateScorer(features, hidden)
+        init_from = self.model_config.get("init_from")
+        if init_from:  # a warm start (e.g. imitation); checked against hidden when the config was read
+            from deepshare.policies.checkpoint import load_policy_file
+
+            self.scorer.load_state_dict(load_policy_file(init_from)["state_dict"])
         self.vf = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def _embed(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,8 @@ workers; with ``address`` the run joins an existing (multi-node) Ray cluster. Ev
 appends a row to ``OUT/metrics.csv`` and TensorBoard scalars to ``OUT/tb``; every
 ``checkpoint_every`` iterations and at the end an RLlib checkpoint goes to
 ``OUT/checkpoints/iter_NNNN`` and the scorer's weights to ``OUT/policy.pt`` (what ``rl-base=PATH``
-and ``rl-hybrid=PATH`` load). ``resume`` continues from the newest checkpoint of a run folder.
+and ``rl-hybrid=PATH`` load). ``resume`` continues from the newest checkpoint of a run folder; ``model.init_from`` (or
+``deepshare train --init-from``) starts the scorer from a ``policy.pt``, e.g. ``deepshare imitate``'s.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class ModelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hidden: int = Field(64, gt=0, description="width of the scorer MLP's hidden layers")
+    init_from: str | None = Field(None, description="a policy.pt (e.g. from `deepshare imitate`) whose scorer weights "
+                                  "the module starts from; relative to the config's folder")
 
 
 class RunSettings(BaseModel):
@@ -88,12 +91,33 @@ def parse_train_config(text: str, source: Path) -> TrainConfig:
     """A training config from YAML text; ``source`` names it in errors and anchors relative traces."""
     config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo, model and run")
     config = config.model_copy(update={"ppo": check_ppo(config.ppo, str(source))})
+    if config.model.init_from:
+        config = with_init_from(config, _relative_to(config.model.init_from, source.parent))
     env = config.env_config(source.parent)  # validate the env section now, not inside a worker
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
     if env.traces:
         load_topology(env.cluster)
     return config
+
+
+def _relative_to(name: str, base: Path) -> Path:
+    path = Path(name)
+    return path if path.is_absolute() else base / path
+
+
+def with_init_from(config: TrainConfig, path: str | Path) -> TrainConfig:
+    """``config`` whose module starts from the scorer weights in ``path`` (made absolute, for
+    workers started elsewhere), checked now: a policy file of this encoding's features whose
+    width is ``model.hidden``."""
+    from deepshare.policies.checkpoint import load_policy_file
+
+    resolved = Path(path).resolve()
+    doc = load_policy_file(resolved)
+    if doc["hidden"] != config.model.hidden:
+        raise DeepShareError(f"model.init_from {path}: its scorer is {doc['hidden']} wide, the config's model.hidden is "
+                             f"{config.model.hidden}; set model.hidden: {doc['hidden']}")
+    return config.model_copy(update={"model": config.model.model_copy(update={"init_from": str(resolved)})})
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
@@ -159,7 +183,7 @@ def build_algorithm_config(
         .training(**config.ppo)  # RLlib's own keys, as the YAML wrote them
         .rl_module(
             rl_module_spec=RLModuleSpec(
-                module_class=CandidatePPOModule, model_config=config.model.model_dump(), catalog_class=NoCatalog
+                module_class=CandidatePPOModule, model_config=config.model.model_dump(exclude_none=True), catalog_class=NoCatalog
             )
         )
         .debugging(seed=config.run.seed)
