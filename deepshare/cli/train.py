@@ -50,7 +50,8 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
                        address=args.address, resume=args.resume, progress=report, config=config)
-    out.print(f"policy written to {policy}; use --policy {config.name.replace('_', '-')}={policy}", markup=False, highlight=False)
+    trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
+    out.print(f"policy written to {policy}; use --policy {trained_as}={policy}", markup=False, highlight=False)
     return 0
 
 

@@ -3,14 +3,15 @@
 ``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
 its width, the encoding it was trained with and what it was trained on: plain data that
 ``torch.load(weights_only=True)`` reads without running code. Loading needs torch only.
-``rl-base``, ``rl-hybrid`` and ``rl-hybrid-preempt`` load the network shipped in
-``deepshare/data/policies/rl_base.pt`` unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
-``deepshare/data/policies/README.md`` for why it is that network).
+``rl-hybrid`` and ``rl-hybrid-preempt`` load the network shipped in
+``deepshare/data/policies/rl_base.pt``, ``rl-base`` the one in ``rl_base_dagger.pt``, unless given
+``NAME=PATH``; ``rl-hybrid`` adds the safety net (see ``deepshare/data/policies/README.md`` for
+why each is that network). A file's encoding (its ``max_wait_s`` bound included) is used as trained.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -154,25 +155,17 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
 
 
 SHIPPED = "rl_base.pt"
+"""The network RL-hybrid and RL-hybrid-preempt load by default (PPO, 2026-11-29)."""
+SHIPPED_BASE = "rl_base_dagger.pt"
+"""The network RL-base loads by default: an imitation of ``srsf+packed`` (behaviour cloning with
+three DAgger rounds, ``deepshare imitate``) refined by 20 PPO iterations (2026-12-01)."""
 
 
-def shipped() -> Path:
-    return Path(str(resources.files("deepshare.data") / "policies" / SHIPPED))
-
-
-RL_BASE_MAX_WAIT_S = 600.0
-"""RL-base's bound on waiting (:attr:`EncodingConfig.max_wait_s`) when its checkpoint sets none:
-a fitting job queued this long forces a launch. RL-hybrid keeps the checkpoint's (its safety
-net answers waits instead). Chosen on the suites with the shipped network (2026-12-01; ratio to
-each cell's best heuristic, geometric mean / worst cell / worst p99): on ``loaded`` no bound
-2.096 / 2.306 / 4.417, 0 s 1.691 / 2.216 / 1.376, 600 s 1.508 / 1.775 / 1.257, 1800 s 1.466 /
-2.085 / 1.548; on ``quick`` 600 s gives 1.035 / 1.117 / 1.239 (no bound: 1.698 / 2.317 / 5.878).
-The same 10 minutes as ``packed``'s relaxation."""
+def shipped(name: str = SHIPPED) -> Path:
+    return Path(str(resources.files("deepshare.data") / "policies" / name))
 
 
 def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedPolicy:
-    file = Path(path) if path else shipped()
+    file = Path(path) if path else shipped(SHIPPED if hybrid else SHIPPED_BASE)
     score, encoding, metadata = scorer_from_file(file)
-    if not hybrid and encoding.max_wait_s is None:
-        encoding = replace(encoding, max_wait_s=RL_BASE_MAX_WAIT_S)
     return LearnedPolicy(name, score, encoding, HybridRules() if hybrid else None, {**metadata, "checkpoint": str(file)})

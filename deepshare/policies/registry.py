@@ -67,8 +67,8 @@ def _register_learned() -> None:
     from deepshare.policies.checkpoint import learned_policy  # torch is imported only when one is built
 
     for name, hybrid, doc in (
-        ("rl-base", False, "learned PPO policy: makes every placement decision and may wait, but never while a"
-                           " job that fits has been queued 10 minutes (bounded waiting)"),
+        ("rl-base", False, "learned policy (srsf+packed imitated with DAgger, then PPO): makes every placement"
+                           " decision and may wait"),
         ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+packed heuristic's next launch (safety net)"),
     ):
         register(

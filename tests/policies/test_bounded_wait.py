@@ -1,5 +1,5 @@
 """Bounded waiting (EncodingConfig.max_wait_s): a learned policy cannot leave a fitting job
-queued longer than the bound, whatever its network prefers; RL-base ships with the bound."""
+queued longer than the bound, whatever its network prefers; a policy file carries its bound."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load
 from deepshare.policies import make_policy
-from deepshare.policies.checkpoint import RL_BASE_MAX_WAIT_S
 from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig
 from deepshare.policies.learned import LearnedPolicy
 
@@ -68,6 +67,13 @@ def test_a_negative_or_nan_bound_is_refused(bad):
         EncodingConfig(max_wait_s=bad)
 
 
-def test_rl_base_ships_with_the_bound_and_rl_hybrid_without():
-    assert make_policy("rl-base").encoding.max_wait_s == RL_BASE_MAX_WAIT_S
-    assert make_policy("rl-hybrid").encoding.max_wait_s is None
+def test_a_policy_file_is_served_with_the_bound_it_was_trained_with(tmp_path):
+    import torch
+
+    shipped = make_policy("rl-base")
+    assert shipped.encoding.max_wait_s is None and shipped.metadata["checkpoint"].endswith("rl_base_dagger.pt")
+    assert make_policy("rl-hybrid").metadata["checkpoint"].endswith("rl_base.pt")
+    doc = torch.load(shipped.metadata["checkpoint"], weights_only=True)
+    doc["encoding"]["max_wait_s"] = 1800.0
+    torch.save(doc, tmp_path / "bounded.pt")
+    assert make_policy(f"rl-base={tmp_path / 'bounded.pt'}").encoding.max_wait_s == 1800.0
