@@ -89,7 +89,9 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
     same question several times (a placement strategy, the encoding's rows, the safety net). A
     job not in the state (not in ``resident``, the running jobs, nor pending) is predicted from
     its model, GPUs and placement alone, so its answers are shared by every such job of that
-    shape; a job in the state (asked about a move) is never remembered."""
+    shape; a job in the state (asked about a move) is never remembered. A placement the state calls
+    isolated (no contention whatever runs) is answered 1.0 without bringing the state up to date:
+    the launches pending meanwhile are added at the next question that needs them."""
     applied: list[tuple[str, Placement]] = []
     applied_ids: set[str] = set()
     last: object = None  # the pending sequence of the previous question (often the same object)
@@ -105,7 +107,11 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
             known = memo[key] = state.predict(RunningJob(job_id, job.model, job.gpus, placement))
         return known
 
+    isolated = getattr(state, "isolated", None)
+
     def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        if isolated is not None and isolated(placement):
+            return Prediction(1.0)  # what the state answers whatever runs: no need to bring it up to date
         if pending is not last or len(pending) != len(applied):
             sync(pending)
         return answer(job, placement)
@@ -140,7 +146,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
         last = pending
 
     predict.many = many  # type: ignore[attr-defined]
-    predict.isolated = getattr(state, "isolated", None)  # type: ignore[attr-defined]
+    predict.isolated = isolated  # type: ignore[attr-defined]
     return predict
 
 

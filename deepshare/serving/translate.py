@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from deepshare.core.contention import ContentionModel
-from deepshare.core.contention.base import isolated_of
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
@@ -152,13 +151,10 @@ def decision_to_response(
     slowdown: dict[str, float] = {}
     pending = []
     by_id = {job.job_id: job for job in view.queued}
-    isolated = isolated_of(view.predict)  # such a placement is predicted exactly 1.0 whatever runs
     for launch in decision.launch:
         job = by_id[launch.job_id]
-        if isolated is not None and isolated(launch.placement):
-            slowdown[job.job_id] = 1.0
-        else:
-            slowdown[job.job_id] = 1.0 / view.predict(job, launch.placement, pending).ratio
+        ratio = view.predict(job, launch.placement, pending).ratio
+        slowdown[job.job_id] = 1.0 / ratio
         pending.append((job, launch.placement))
     decisions = []
     for job in view.queued:
