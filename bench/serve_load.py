@@ -37,14 +37,17 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import requests
+from process_cpu import cpu_seconds, per_request_ms
 
 from deepshare.serving.client import PlacementClient
+from deepshare.serving.deployment import APP_NAME
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import large_request, small_request
 from deepshare.serving.schemas import PlacementRequest
 
 PATH = "/v1/placements"
 FLOOR_PREFIX = "/floor"
+FLOOR_APP = "floor"
 FLOOR_BODY = b'{"decisions":[],"policy":"floor","policy_version":"0"}'
 """What the Serve floor answers every request (a small fixed JSON)."""
 TARGET_P50 = TARGET_P99 = 1.1
@@ -121,15 +124,37 @@ def concurrent(url: str, body: str, clients: int, total: int, token: str | None)
 
 
 def concurrent_side_by_side(urls: list[str], body: str, clients: int, total: int, token: str | None,
-                            rounds: int = 4) -> list[tuple[float, list[float], int]]:
+                            rounds: int = 4) -> tuple[list[tuple[float, list[float], int]], list[dict[str, float]]]:
     """:func:`concurrent` against each of ``urls`` in ``rounds`` alternating blocks of
-    ``total / rounds`` requests: per url, the summed wall time, all latencies, all errors."""
+    ``total / rounds`` requests: per url, the summed wall time, all latencies, all errors; and per
+    url the CPU milliseconds per request of each process role (:data:`ROLES`; empty off Linux)."""
     results: list[tuple[float, list[float], int]] = [(0.0, [], 0) for _ in urls]
+    spent: list[dict[str, float]] = [{} for _ in urls]
     for _ in range(rounds):
         for i, url in enumerate(urls):
+            before = cpu_seconds(ROLES)
             wall, times, errors = concurrent(url, body, clients, -(-total // rounds), token)
+            after = cpu_seconds(ROLES)
             results[i] = (results[i][0] + wall, results[i][1] + times, results[i][2] + errors)
-    return results
+            for role, value in per_request_ms(before, after, 1).items():
+                spent[i][role] = spent[i].get(role, 0.0) + value
+    per_request = [{role: value / max(1, len(times)) for role, value in cpu.items()}
+                   for cpu, (_, times, _) in zip(spent, results)]
+    return results, per_request
+
+
+ROLES = {
+    "proxy": "ray::ProxyActor",
+    "service replica": f"ray::ServeReplica:{APP_NAME}:",
+    "floor replica": f"ray::ServeReplica:{FLOOR_APP}:",
+}
+"""The processes whose CPU :func:`concurrent_side_by_side` accounts (by command line)."""
+
+
+def cpu_breakdown(label: str, cpu: dict[str, float]) -> str:
+    """One line: the CPU ms per request of each role that spent any."""
+    parts = [f"{role} {value:.2f}" for role, value in cpu.items() if value >= 0.005]
+    return f"{'':30s} {label:22s} CPU ms/request: " + ", ".join(parts) + f"; all {sum(cpu.values()):.2f}"
 
 
 def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
@@ -155,7 +180,7 @@ def serve_pair(policy: str, port: int) -> None:
     from starlette.responses import Response
 
     from deepshare.infra.localray import init_local_ray
-    from deepshare.serving.deployment import APP_NAME, MAX_ONGOING_REQUESTS, resolve_settings, service_app
+    from deepshare.serving.deployment import MAX_ONGOING_REQUESTS, resolve_settings, service_app
     from deepshare.serving.settings import ServiceSettings
 
     @serve.deployment(name="ServeFloor", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 1})
@@ -172,7 +197,7 @@ def serve_pair(policy: str, port: int) -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING"})
         serve.run(service_app(resolve_settings(ServiceSettings(policy=policy)), 1), name=APP_NAME, route_prefix="/",
                   blocking=False)
-        serve.run(ServeFloor.bind(), name="floor", route_prefix=FLOOR_PREFIX, blocking=False)
+        serve.run(ServeFloor.bind(), name=FLOOR_APP, route_prefix=FLOOR_PREFIX, blocking=False)
         print("ready", flush=True)
         stop.wait()
     finally:
@@ -256,8 +281,8 @@ def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
         for clients in args.clients:
             against_floor = bool(floor_url) and clients == 8
             before = batch_sizes(url, args.token)
-            runs = concurrent_side_by_side([url] + ([floor_url] if against_floor else []), body, clients, args.requests,
-                                           args.token)
+            runs, cpu = concurrent_side_by_side([url] + ([floor_url] if against_floor else []), body, clients,
+                                                args.requests, args.token)
             after = batch_sizes(url, args.token)
             if against_floor:
                 fwall, ftimes, ferrors = runs[1]
@@ -269,6 +294,10 @@ def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
             print(f"{'':30s} {'%d clients x %d' % (clients, len(times)):22s} {len(times) / wall:8.0f} "
                   f"{pending * len(times) / wall:12.0f} {ms(pct(times, .5)):>8s} {ms(pct(times, .99)):>8s} {errors:6d}"
                   f"   mean scorer batch {mean_batch:.2f}")
+            if cpu[0].get("service replica"):
+                print(cpu_breakdown("  service", cpu[0]))
+                if against_floor:
+                    print(cpu_breakdown("  Serve floor", cpu[1]))
             if against_floor:
                 ratio = (len(times) / wall) / (len(ftimes) / fwall)
                 summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(ratio, TARGET_THROUGHPUT, False)}")

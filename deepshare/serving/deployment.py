@@ -5,8 +5,8 @@ Each replica loads the policy once and serves the FastAPI app of :mod:`deepshare
 Large decisions run in the replica's decision threads (cheap ones on its event loop);
 concurrent requests share forward passes:
 while several requests are deciding, a learned policy's scorer calls go through a
-``@serve.batch`` method on the replica's event loop, so N requests deciding at once cost about
-one batched pass per choice instead of N.
+:class:`~deepshare.serving.batching.Batcher` on the replica's event loop, so N requests deciding
+at once cost about one batched pass per choice instead of N.
 
 ``max_ongoing_requests`` is high (256) on purpose: a request slot costs an awaiting coroutine,
 while the CPU work is bounded by the decision threads, the decision deadline and the body
@@ -25,6 +25,7 @@ from ray.serve import Application
 
 import deepshare
 from deepshare.serving.api import build_api
+from deepshare.serving.batching import Batcher
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.metrics import ServiceMetrics
 from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
@@ -43,24 +44,16 @@ class PlacementService:
         self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
         self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
         self.workers = DecisionWorkers(self.settings.decision_threads)
-        self.score_batch.set_max_batch_size(self.settings.max_batch_size)
-        self.score_batch.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
+        scorer = self.engine.batch_scorer
+        self.score: Batcher[dict[str, np.ndarray], np.ndarray] | None = None
+        """One observation's scores, batched with other requests' (the app calls this only while
+        several requests decide; a lone one scores alone)."""
+        if scorer is not None:
+            self.score = Batcher(scorer, self.settings.max_batch_size, self.settings.batch_wait_timeout_s)
+            self.score.sizes = self.metrics.batch_size.observe
 
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
-        score = self.score if self.engine.batch_scorer is not None else None
-        return build_api(self.engine, self.settings, self.metrics, score, self.workers)
-
-    async def score(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """One observation's scores, batched with other requests' (the app calls this only while
-        several requests decide; a lone one scores in its own decision thread)."""
-        return await self.score_batch(obs)
-
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.0)
-    async def score_batch(self, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-        self.metrics.batch_size.observe(len(observations))
-        scorer = self.engine.batch_scorer
-        assert scorer is not None
-        return scorer(observations)
+        return build_api(self.engine, self.settings, self.metrics, self.score, self.workers)
 
 
 def _internal_grpc_on_loopback() -> None:

@@ -78,6 +78,39 @@ def test_served_decisions_equal_in_process_decisions(service):
     assert points > 50 and sim.done
 
 
+def test_concurrent_requests_batched_together_get_the_in_process_decisions(service, http):
+    """Eight clients at once: their steps' forward passes share batches on the replica, and every
+    answer is still exactly the in-process engine's for its own request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deepshare.serving.engine import EngineSettings, PlacementEngine
+    from deepshare.serving.translate import view_to_request
+
+    url, _, _ = service
+    local = make_policy("rl-hybrid")
+    engine = PlacementEngine(EngineSettings("rl-hybrid"))
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:120], make_contention("profiled"))
+    bodies, expected = [], []
+    while len(bodies) < 48 and (view := sim.advance()) is not None:
+        request = view_to_request(view)
+        bodies.append(request.model_dump_json(exclude_none=True))
+        expected.append(engine.place(request).model_dump(exclude_none=True))
+        sim.apply(local.decide(view))
+    passes = lambda: metric(http, url, "deepshare_serve_scorer_batch_size_count")  # noqa: E731
+    before = passes()
+
+    def replay(start: int) -> list[tuple[int, dict]]:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {TOKEN}"
+        return [(i, post(session, url, bodies[i]).json()) for i in range(start, len(bodies), 8) for _ in range(3)]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pair for part in pool.map(replay, range(8)) for pair in part]
+    assert len(answers) == 3 * len(bodies) and sum(bool(e["decisions"]) for e in expected) > 40
+    assert all(got == expected[i] for i, got in answers)
+    assert passes() > before  # some steps were scored in batches with other requests'
+
+
 def detail(reply: requests.Response) -> list[dict]:
     return reply.json()["detail"]
 

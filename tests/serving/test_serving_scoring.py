@@ -1,4 +1,4 @@
-"""The service's lone-request scorer gives bit-for-bit the scores of a one-element batch."""
+"""The service's scorers, one observation or a batch, give bit for bit the scores the network's own modules compute."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ def observations(engine: PlacementEngine, body: dict) -> list[dict[str, np.ndarr
     return seen
 
 
+def _network_scores(net, observations):  # type: ignore[no-untyped-def]
+    """What the network's own modules compute for a batch on one thread (as every scorer runs):
+    the reference a batch must equal."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            rows = torch.from_numpy(np.stack([o["observations"] for o in observations]))
+            mask = torch.from_numpy(np.stack([o["action_mask"] for o in observations]))
+            return list(net(rows, mask)[0].numpy())
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_shortcut_applies_to_the_shipped_policy(engine):
     batch = engine.batch_scorer
     assert lone_scorer(batch) is batch.__self__ and batch.__self__.has_shortcut  # not the fallback lambda
@@ -41,7 +57,7 @@ def test_same_scores_as_a_batch_of_one_on_real_observations(engine, body):
     assert seen
     lone = lone_scorer(engine.batch_scorer)
     for obs in seen:
-        expected = engine.batch_scorer([obs])[0]
+        expected = _network_scores(engine.policy.scorer.net, [obs])[0]
         got = lone(obs)
         assert got.dtype == expected.dtype and got.shape == expected.shape
         assert np.array_equal(got, expected)
@@ -56,7 +72,7 @@ def test_same_scores_as_a_batch_of_one_on_random_observations(engine, k, seed, m
         "observations": rng.normal(0, 3, (k, features)).astype(np.float32),
         "action_mask": (rng.random(k) >= masked).astype(np.float32),
     }
-    assert np.array_equal(lone_scorer(engine.batch_scorer)(obs), engine.batch_scorer([obs])[0])
+    assert np.array_equal(lone_scorer(engine.batch_scorer)(obs), _network_scores(engine.policy.scorer.net, [obs])[0])
 
 
 def test_any_other_scorer_is_called_as_a_batch_of_one():
@@ -88,3 +104,31 @@ def test_a_network_of_another_shape_is_scored_as_a_batch_of_one():
     obs = {"observations": np.arange(6, dtype=np.float32).reshape(2, 3), "action_mask": np.array([1, 0], np.float32)}
     assert np.array_equal(other(obs), other.batch([obs])[0]) and np.array_equal(plain(obs), plain.batch([obs])[0])
     assert lone_scorer(other.batch) is other
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 20), k=st.integers(1, 24), seed=st.integers(0, 2**32 - 1), masked=st.floats(0.0, 1.0))
+def test_a_batch_scores_exactly_what_the_network_computes(engine, b, k, seed, masked):
+    """Several requests' observations scored together (the service batches them) get the
+    network's scores bit for bit, each observation its own row of the batch."""
+    rng = np.random.default_rng(seed)
+    scorer = engine.policy.scorer
+    batch = [
+        {
+            "observations": rng.normal(0, 3, (k, scorer.net.features)).astype(np.float32),
+            "action_mask": (rng.random(k) >= masked).astype(np.float32),
+        }
+        for _ in range(b)
+    ]
+    got, expected = scorer.batch(batch), _network_scores(scorer.net, batch)
+    assert len(got) == b
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == (k,)
+        assert np.array_equal(g, e)
+
+
+def test_a_batch_of_real_observations_scores_as_the_network(engine):
+    seen = observations(engine, large_request()) + observations(engine, small_request())
+    scorer = engine.policy.scorer
+    got, expected = scorer.batch(seen), _network_scores(scorer.net, seen)
+    assert all(np.array_equal(g, e) for g, e in zip(got, expected))
