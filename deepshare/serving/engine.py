@@ -124,6 +124,10 @@ class PlacementEngine:
             env = dict(trained["env"])
             env["traces"] = [Path(t).name for t in env.get("traces", ())]
             trained["env"] = env
+        if trained and isinstance(trained.get("model"), dict) and isinstance(trained["model"].get("init_from"), str):
+            trained["model"] = {**trained["model"], "init_from": _not_local(trained["model"]["init_from"])}
+        if trained and isinstance(trained.get("config"), str):
+            trained["config"] = _not_local(trained["config"])
         return PolicyOut(
             name=self.name,
             version=self.version,
@@ -133,6 +137,12 @@ class PlacementEngine:
             contention=self.settings.contention,
             load_seconds=self.load_seconds,
         )
+
+
+def _not_local(path: str) -> str:
+    """A path as /v1/policy shows it: relative paths as recorded, absolute ones by file name only
+    (the trainer's directories say nothing about the policy and are not the callers' business)."""
+    return Path(path).name if Path(path).is_absolute() else path
 
 
 def _version(checkpoint: str | None) -> str:

@@ -110,6 +110,24 @@ def test_policy_description_says_what_it_was_trained_on():
     assert engine("las+spread").describe().trained_on is None
 
 
+def test_policy_description_shows_no_absolute_local_paths(tmp_path):
+    """A file trained here records where its config and warm start lay; /v1/policy names them
+    without the trainer's directories (relative paths stay as recorded)."""
+    import torch
+
+    from deepshare.policies.checkpoint import SHIPPED_BASE, shipped
+
+    doc = torch.load(shipped(SHIPPED_BASE), weights_only=True)
+    doc["metadata"] = {**doc["metadata"], "config": "/home/alice/exp/rl_base_warm.yaml",
+                       "model": {"hidden": 64, "init_from": "/home/alice/runs/bc/policy.pt"}}
+    torch.save(doc, tmp_path / "policy.pt")
+    trained = engine(f"rl-base={tmp_path / 'policy.pt'}").describe().trained_on
+    assert trained["config"] == "rl_base_warm.yaml"
+    assert trained["model"] == {"hidden": 64, "init_from": "policy.pt"}
+    shipped_info = engine("rl-base").describe().trained_on
+    assert shipped_info["model"]["init_from"] == "runs/bc_dagger3/policy.pt"
+
+
 def bad(request: dict) -> list[tuple[tuple, str]]:
     with pytest.raises(RequestError) as caught:
         engine().view(PlacementRequest.model_validate(request))
