@@ -182,6 +182,18 @@ def shipped(name: str = SHIPPED) -> Path:
 
 
 def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedPolicy:
+    """The policy a file's network drives; with ``hybrid`` the safety net's :class:`HybridRules`
+    are the file's metadata key ``hybrid_rules`` (``{"min_ratio": .., "utilisation_floor": ..,
+    "anchor": [order, placement]}``, any subset) over the defaults, so a network ships with the
+    rules it was tuned for; a file without the key gets the defaults."""
     file = Path(path) if path else shipped(SHIPPED if hybrid else SHIPPED_BASE)
     score, encoding, metadata = scorer_from_file(file)
-    return LearnedPolicy(name, score, encoding, HybridRules() if hybrid else None, {**metadata, "checkpoint": str(file)})
+    rules = None
+    if hybrid:
+        given = metadata.get("hybrid_rules") or {}
+        unknown = sorted(set(given) - {"min_ratio", "utilisation_floor", "anchor"}) if isinstance(given, dict) else given
+        if unknown:
+            raise DeepShareError(f"policy checkpoint {file}: metadata hybrid_rules: unknown {unknown}; expected "
+                                 "min_ratio, utilisation_floor, anchor")
+        rules = HybridRules(**{k: tuple(v) if k == "anchor" else float(v) for k, v in given.items()})
+    return LearnedPolicy(name, score, encoding, rules, {**metadata, "checkpoint": str(file)})
