@@ -52,9 +52,10 @@ def test_one_caller_at_a_time_is_scored_alone():
     assert calls == [[0], [1], [2]]
 
 
-def test_with_a_wait_later_callers_join_the_batch():
+@pytest.mark.parametrize("wait_s, batches", [(0.5, [[0, 1]]), (0.0, [[0], [1]])], ids=["wait", "no-wait"])
+def test_a_later_caller_joins_only_within_the_wait(wait_s, batches):
     batch, calls = recording()
-    batcher = Batcher(batch, wait_s=0.5)
+    batcher = Batcher(batch, wait_s=wait_s)
 
     async def late(i):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.01)
@@ -64,22 +65,7 @@ def test_with_a_wait_later_callers_join_the_batch():
         return await asyncio.gather(batcher(0), late(1))
 
     assert asyncio.run(main()) == [0, 10]
-    assert calls == [[0, 1]]
-
-
-def test_without_a_wait_a_later_caller_does_not_join():
-    batch, calls = recording()
-    batcher = Batcher(batch)
-
-    async def late(i):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(0.01)
-        return await batcher(i)
-
-    async def main():  # type: ignore[no-untyped-def]
-        return await asyncio.gather(batcher(0), late(1))
-
-    assert asyncio.run(main()) == [0, 10]
-    assert calls == [[0], [1]]
+    assert calls == batches
 
 
 def test_a_failing_batch_fails_every_caller_in_it_and_the_next_batch_works():
