@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from importlib import resources
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from deepshare.core.errors import DeepShareError
+from deepshare.policies.anchor import check_anchor
 from deepshare.policies.encoding import FEATURES, EncodingConfig
 from deepshare.policies.learned import HybridRules, LearnedPolicy
 
@@ -188,12 +190,32 @@ def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedP
     rules it was tuned for; a file without the key gets the defaults."""
     file = Path(path) if path else shipped(SHIPPED if hybrid else SHIPPED_BASE)
     score, encoding, metadata = scorer_from_file(file)
-    rules = None
-    if hybrid:
-        given = metadata.get("hybrid_rules") or {}
-        unknown = sorted(set(given) - {"min_ratio", "utilisation_floor", "anchor"}) if isinstance(given, dict) else given
-        if unknown:
-            raise DeepShareError(f"policy checkpoint {file}: metadata hybrid_rules: unknown {unknown}; expected "
-                                 "min_ratio, utilisation_floor, anchor")
-        rules = HybridRules(**{k: tuple(v) if k == "anchor" else float(v) for k, v in given.items()})
+    rules = _hybrid_rules(metadata.get("hybrid_rules"), file) if hybrid else None
     return LearnedPolicy(name, score, encoding, rules, {**metadata, "checkpoint": str(file)})
+
+
+def _hybrid_rules(given: Any, file: Path) -> HybridRules:
+    """The file's ``hybrid_rules`` over the defaults; a bad key or value is a DeepShareError
+    naming the file, the key and what was expected (a hand-edited file is user input)."""
+    where = f"policy checkpoint {file}: metadata hybrid_rules"
+    if not given:
+        return HybridRules()
+    if not isinstance(given, dict):
+        raise DeepShareError(f"{where}: expected a mapping of min_ratio, utilisation_floor, anchor; got {given!r}")
+    unknown = sorted(set(given) - {"min_ratio", "utilisation_floor", "anchor"})
+    if unknown:
+        raise DeepShareError(f"{where}: unknown {unknown}; expected min_ratio, utilisation_floor, anchor")
+    rules: dict[str, Any] = {}
+    for key, value in given.items():
+        if key == "anchor":
+            if not isinstance(value, (list, tuple)):
+                raise DeepShareError(f"{where}.anchor: expected [order, placement], got {value!r}")
+            try:
+                rules[key] = check_anchor(value)
+            except ValueError as exc:
+                raise DeepShareError(f"{where}.anchor: {exc}") from None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise DeepShareError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+        else:
+            rules[key] = float(value)
+    return HybridRules(**rules)

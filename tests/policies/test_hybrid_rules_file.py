@@ -31,8 +31,19 @@ def test_the_files_rules_replace_the_defaults_they_name(tmp_path):
     assert learned_policy("rl-hybrid", path, True).hybrid == HybridRules(anchor=("srsf", "packed"))
 
 
-@pytest.mark.parametrize("rules", [{"min_ration": 1.0}, ["min_ratio"]])
-def test_unknown_rules_are_refused_in_one_line(tmp_path, rules):
+@pytest.mark.parametrize(("rules", "named"), [
+    ({"min_ration": 1.0}, "unknown \\['min_ration'\\]"),
+    (["min_ratio"], "expected a mapping"),
+    ({"min_ratio": "abc"}, "hybrid_rules.min_ratio: expected a number >= 0, got 'abc'"),
+    ({"utilisation_floor": -0.5}, "hybrid_rules.utilisation_floor: expected a number >= 0"),
+    ({"min_ratio": float("nan")}, "hybrid_rules.min_ratio"),
+    ({"min_ratio": True}, "hybrid_rules.min_ratio"),
+    ({"anchor": "srsf+packed"}, "hybrid_rules.anchor: expected \\[order, placement\\]"),
+    ({"anchor": ["srsf"]}, "hybrid_rules.anchor: anchor must be"),
+    ({"anchor": ["srsf", "tightly"]}, "hybrid_rules.anchor: anchor placement 'tightly' is unknown"),
+])
+def test_bad_rules_are_refused_in_one_line_naming_the_key(tmp_path, rules, named):
     path = policy_file(tmp_path, {"hybrid_rules": rules})
-    with pytest.raises(DeepShareError, match="hybrid_rules"):
+    with pytest.raises(DeepShareError, match=named):
         learned_policy("rl-hybrid", path, True)
+    learned_policy("rl-base", path, False)  # rl-base has no safety net: the rules are not read
