@@ -1,18 +1,21 @@
 """Load on the placement service over loopback, side by side with the same policy in-process
 and with a trivial Ray Serve app behind the same proxy.
 
-Starts one private Ray instance on a free loopback port (or targets --url) serving two
+Starts one private Ray instance on a free loopback port (or targets --url) serving three
 applications: the placement service (the same ``service_app`` as ``deepshare serve``) at ``/``,
-and the Serve floor at ``/floor``: a deployment that reads the body and answers a fixed small
-JSON, so it costs what Ray Serve itself costs (proxy, routing, the hop to a replica). For a small
+the Serve floor at ``/floor``: a deployment that reads the body and answers a fixed small
+JSON, so it costs what Ray Serve itself costs (proxy, routing, the hop to a replica), and the
+FastAPI floor at ``/fastapi-floor``: the same answer from a one-route FastAPI app behind
+``@serve.ingress`` as the service's own app is (what choosing FastAPI costs, before any of the
+service's work; the targets refer to the Serve floor). For a small
 request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it measures:
 
 * the in-process floor: parse the JSON body, decide, serialise the answer, no HTTP;
 * sequential requests over one keep-alive connection (p50, p99), to the service and to the
-  Serve floor in alternating rounds, so both see the same background load;
+  floors in alternating rounds, so all see the same background load;
 * 8 and 32 concurrent clients (threads with their own connections), at least 2,000 requests
   each (throughput in requests and decisions per second, p50, p99, errors), the 8-client level
-  against the Serve floor too, in alternating rounds;
+  against the floors too, in alternating rounds;
 
 then prints the service over the Serve floor (p50 and p99 sequential, 8-client throughput) next
 to issue 14's targets, the HTTP overhead over the in-process floor, the scorer batch sizes the
@@ -38,6 +41,8 @@ from typing import Iterator
 
 import requests
 from process_cpu import cpu_seconds, per_request_ms
+from starlette.requests import Request  # at module level: FastAPI resolves the floor route's annotations here
+from starlette.responses import Response
 
 from deepshare.serving.client import PlacementClient
 from deepshare.serving.deployment import APP_NAME
@@ -48,6 +53,9 @@ from deepshare.serving.schemas import PlacementRequest
 PATH = "/v1/placements"
 FLOOR_PREFIX = "/floor"
 FLOOR_APP = "floor"
+FASTAPI_FLOOR_PREFIX = "/fastapi-floor"
+FASTAPI_FLOOR_APP = "fastapi-floor"
+SERVE_FLOOR, FASTAPI_FLOOR = "Serve floor", "FastAPI floor"
 FLOOR_BODY = b'{"decisions":[],"policy":"floor","policy_version":"0"}'
 """What the Serve floor answers every request (a small fixed JSON)."""
 TARGET_P50 = TARGET_P99 = 1.1
@@ -147,6 +155,7 @@ ROLES = {
     "proxy": "ray::ProxyActor",
     "service replica": f"ray::ServeReplica:{APP_NAME}:",
     "floor replica": f"ray::ServeReplica:{FLOOR_APP}:",
+    "FastAPI floor replica": f"ray::ServeReplica:{FASTAPI_FLOOR_APP}:",
 }
 """The processes whose CPU :func:`concurrent_side_by_side` accounts (by command line)."""
 
@@ -173,21 +182,34 @@ def replica_seconds(url: str, token: str | None) -> tuple[float, float]:
 
 
 def serve_pair(policy: str, port: int) -> None:
-    """(Subprocess) The placement service at ``/`` and the Serve floor at ``/floor`` on one
+    """(Subprocess) The placement service at ``/`` and the floors at ``/floor`` and ``/fastapi-floor`` on one
     private loopback Ray instance and one proxy, until SIGTERM."""
+    from fastapi import FastAPI
     from ray import serve
-    from starlette.requests import Request
-    from starlette.responses import Response
 
     from deepshare.infra.localray import init_local_ray
     from deepshare.serving.deployment import MAX_ONGOING_REQUESTS, resolve_settings, service_app
     from deepshare.serving.settings import ServiceSettings
 
-    @serve.deployment(name="ServeFloor", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 1})
+    # Half a logical CPU each, so the service and both floors fit on the 2 CPUs declared below
+    # (a reservation only: every replica process may use what the machine gives it).
+    @serve.deployment(name="ServeFloor", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 0.5})
     class ServeFloor:
         async def __call__(self, request: Request) -> Response:
             await request.body()
             return Response(FLOOR_BODY, media_type="application/json")
+
+    fastapi_floor = FastAPI()
+
+    @fastapi_floor.post(PATH)
+    async def fixed(request: Request) -> Response:
+        await request.body()
+        return Response(FLOOR_BODY, media_type="application/json")
+
+    @serve.deployment(name="FastAPIFloor", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 0.5})
+    @serve.ingress(fastapi_floor)
+    class FastAPIFloor:
+        """The same answer from a one-route FastAPI app (``@serve.ingress``, as the service is)."""
 
     stop = threading.Event()
     init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -198,6 +220,7 @@ def serve_pair(policy: str, port: int) -> None:
         serve.run(service_app(resolve_settings(ServiceSettings(policy=policy)), 1), name=APP_NAME, route_prefix="/",
                   blocking=False)
         serve.run(ServeFloor.bind(), name=FLOOR_APP, route_prefix=FLOOR_PREFIX, blocking=False)
+        serve.run(FastAPIFloor.bind(), name=FASTAPI_FLOOR_APP, route_prefix=FASTAPI_FLOOR_PREFIX, blocking=False)
         print("ready", flush=True)
         stop.wait()
     finally:
@@ -223,13 +246,14 @@ def started_service(policy: str, token: str | None) -> Iterator[str]:
     try:
         PlacementClient(url).wait_ready(timeout_s=300, alive=lambda: proc.poll() is None)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # the floor app is deployed after the service
-            try:
-                if requests.post(url + FLOOR_PREFIX + PATH, data=b"{}", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
+        for prefix in (FLOOR_PREFIX, FASTAPI_FLOOR_PREFIX):  # the floors are deployed after the service
+            while time.monotonic() < deadline:
+                try:
+                    if requests.post(url + prefix + PATH, data=b"{}", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(0.5)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -248,45 +272,49 @@ def verdict(ratio: float, target: float, at_most: bool) -> str:
     return f"{ratio:5.2f}x  (target {'<=' if at_most else '>='} {target:g}x: {'met' if ok else 'NOT met'})"
 
 
-def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
+def run(url: str, floors: dict[str, str], args: argparse.Namespace) -> None:
+    """``floors``: label -> URL of each trivial app measured beside the service (the first is the
+    Serve floor the targets refer to)."""
     cases = {"small (4 nodes, 3 pending)": small_request(), "large (64 nodes, 64 pending)": large_request()}
     cases = {name: request for name, request in cases.items() if name.split()[0] in args.cases}
     print(f"policy {args.policy}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at start; "
-          f"service at {url}" + (f", Serve floor at {floor_url}" if floor_url else "") + "\n")
+          f"service at {url}" + "".join(f", {label} at {u}" for label, u in floors.items()) + "\n")
     print(f"{'case':30s} {'mode':22s} {'req/s':>8s} {'decisions/s':>12s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}")
     summary = []
+    labels, urls = list(floors), list(floors.values())
     for name, request in cases.items():
         body = json.dumps(request)
         pending = len(request["pending"])
         base = floor(args.policy, body, args.sequential)
         print(f"{name:30s} {'in-process (floor)':22s} {'':>8s} {'':>12s} {ms(pct(base, .5)):>8s} {ms(pct(base, .99)):>8s}")
         before = replica_seconds(url, args.token)
-        seqs = side_by_side([url] + ([floor_url] if floor_url else []), body, args.sequential, args.token)
+        seqs = side_by_side([url] + urls, body, args.sequential, args.token)
         after = replica_seconds(url, args.token)
         in_app = (after[0] - before[0]) / max(1.0, after[1] - before[1])
         seq = seqs[0]
-        if floor_url:
-            fl = seqs[1]
-            print(f"{'':30s} {'Serve floor seq x%d' % len(fl):22s} {len(fl) / sum(fl):8.0f} {'':>12s} "
+        for label, fl in zip(labels, seqs[1:]):
+            print(f"{'':30s} {f'{label} seq x{len(fl)}':22s} {len(fl) / sum(fl):8.0f} {'':>12s} "
                   f"{ms(pct(fl, .5)):>8s} {ms(pct(fl, .99)):>8s} {0:6d}")
-            print(f"{'':30s} {'p50 above Serve floor':22s} {'':>8s} {'':>12s} {ms(pct(seqs[0], .5) - pct(fl, .5)):>8s}"
+        if floors:
+            print(f"{'':30s} {'p50 above Serve floor':22s} {'':>8s} {'':>12s} {ms(pct(seq, .5) - pct(seqs[1], .5)):>8s}"
                   f"   (mean time in the replica's app: {ms(in_app)} ms)")
         print(f"{'':30s} {'sequential x%d' % len(seq):22s} {len(seq) / sum(seq):8.0f} {pending * len(seq) / sum(seq):12.0f} "
               f"{ms(pct(seq, .5)):>8s} {ms(pct(seq, .99)):>8s} {0:6d}")
         print(f"{'':30s} {'overhead over floor':22s} {'':>8s} {'':>12s} {pct(seq, .5) / pct(base, .5):7.1f}x "
               f"{pct(seq, .99) / pct(base, .99):7.1f}x")
-        if floor_url:
+        if floors:
+            fl = seqs[1]
             summary.append(f"{name}: sequential p50 over the Serve floor {verdict(pct(seq, .5) / pct(fl, .5), TARGET_P50, True)}")
             summary.append(f"{name}: sequential p99 over the Serve floor {verdict(pct(seq, .99) / pct(fl, .99), TARGET_P99, True)}")
+            for label, other in zip(labels[1:], seqs[2:]):
+                summary.append(f"{name}: sequential p50 over the {label} {pct(seq, .5) / pct(other, .5):5.2f}x (no target)")
         for clients in args.clients:
-            against_floor = bool(floor_url) and clients == 8
+            against = urls if clients == 8 else []
             before = batch_sizes(url, args.token)
-            runs, cpu = concurrent_side_by_side([url] + ([floor_url] if against_floor else []), body, clients,
-                                                args.requests, args.token)
+            runs, cpu = concurrent_side_by_side([url] + against, body, clients, args.requests, args.token)
             after = batch_sizes(url, args.token)
-            if against_floor:
-                fwall, ftimes, ferrors = runs[1]
-                print(f"{'':30s} {'Serve floor %d x %d' % (clients, len(ftimes)):22s} {len(ftimes) / fwall:8.0f} {'':>12s} "
+            for label, (fwall, ftimes, ferrors) in zip(labels, runs[1:]):
+                print(f"{'':30s} {f'{label} {clients} x {len(ftimes)}':22s} {len(ftimes) / fwall:8.0f} {'':>12s} "
                       f"{ms(pct(ftimes, .5)):>8s} {ms(pct(ftimes, .99)):>8s} {ferrors:6d}")
             wall, times, errors = runs[0]
             passes = after[1] - before[1]
@@ -296,15 +324,18 @@ def run(url: str, floor_url: str | None, args: argparse.Namespace) -> None:
                   f"   mean scorer batch {mean_batch:.2f}")
             if cpu[0].get("service replica"):
                 print(cpu_breakdown("  service", cpu[0]))
-                if against_floor:
-                    print(cpu_breakdown("  Serve floor", cpu[1]))
-            if against_floor:
-                ratio = (len(times) / wall) / (len(ftimes) / fwall)
-                summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(ratio, TARGET_THROUGHPUT, False)}")
+                for label, spent in zip(labels, cpu[1:]):
+                    print(cpu_breakdown(f"  {label}", spent))
+            if against:
+                rate = len(times) / wall
+                fwall, ftimes, _ = runs[1]
+                summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(rate / (len(ftimes) / fwall), TARGET_THROUGHPUT, False)}")
+                for label, (owall, otimes, _) in zip(labels[1:], runs[2:]):
+                    summary.append(f"{name}: 8-client req/s over the {label}'s {rate / (len(otimes) / owall):5.2f}x (no target)")
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (1, 5, 15 min)")
     for line in summary:
         print(line)
-    print("the in-process floor, the Serve floor and the service are measured in this one run, side by side")
+    print("the in-process floor, the floors and the service are measured in this one run, side by side")
 
 
 def main() -> None:
@@ -312,7 +343,7 @@ def main() -> None:
     parser.add_argument("--url", help="an already running service (default: start one on a free loopback port)")
     parser.add_argument("--floor-url", help="with --url: a trivial Serve app to compare with (POST FLOOR_URL/v1/placements)")
     parser.add_argument("--no-floor-app", dest="floor_app", action="store_false",
-                        help="skip the Serve floor (default: measure it beside the service)")
+                        help="skip the floors (default: measure them beside the service)")
     parser.add_argument("--policy", default="rl-hybrid", help="policy to serve and to call in-process (default rl-hybrid)")
     parser.add_argument("--token", help="bearer token of the service at --url")
     parser.add_argument("--sequential", type=int, default=500, help="sequential requests (default 500)")
@@ -325,11 +356,12 @@ def main() -> None:
         serve_pair(args.policy, args.serve_pair)
         return
     if args.url:
-        run(args.url.rstrip("/"), args.floor_url.rstrip("/") if args.floor_url else None, args)
+        run(args.url.rstrip("/"), {SERVE_FLOOR: args.floor_url.rstrip("/")} if args.floor_url else {}, args)
         return
     args.token = args.token or "bench-token-0123"
     with started_service(args.policy, args.token) as url:
-        run(url, url + FLOOR_PREFIX if args.floor_app else None, args)
+        floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX}
+        run(url, floors if args.floor_app else {}, args)
 
 
 if __name__ == "__main__":
