@@ -210,11 +210,19 @@ def start_ray(address: str | None) -> None:
 
 
 def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -> dict[str, Any]:
-    """What a ``policy.pt`` records about the run that produced it."""
-    return {
+    """What a ``policy.pt`` records about the run that produced it; a run trained with RL-hybrid's
+    safety net in the loop (``env.hybrid``) also records that net's rules as ``hybrid_rules``, which
+    ``rl-hybrid=FILE`` then applies, so the network is served with the rules it learned beside."""
+    metadata = {
         "config": str(config_path), "name": config.name, "seed": config.run.seed, "env": asdict(env),
         "ppo": config.ppo, "model": config.model.model_dump(),
     }
+    rules = env.hybrid_rules
+    if rules is not None:
+        metadata["hybrid_rules"] = {
+            "min_ratio": rules.min_ratio, "utilisation_floor": rules.utilisation_floor, "anchor": list(rules.anchor),
+        }
+    return metadata
 
 
 def train(

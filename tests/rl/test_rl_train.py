@@ -49,6 +49,32 @@ def test_the_trained_policy_loads_as_rl_hybrid_and_decides_feasibly(trained, cap
     assert all(r["finished"] == 256 for r in results.values())  # every decision was feasible
 
 
+def test_a_run_with_the_safety_net_in_the_loop_ships_its_rules(tmp_path):
+    """``env.hybrid`` with its own thresholds: the exported file carries them and ``rl-hybrid=FILE``
+    applies them; without ``env.hybrid`` the file has no rules and rl-hybrid gets the defaults."""
+    from deepshare.policies.checkpoint import export_scorer
+    from deepshare.policies.encoding import FEATURES
+    from deepshare.policies.learned import HybridRules
+    from deepshare.policies.scorer_net import CandidateScorer
+    from deepshare.rl.env import EnvConfig
+    from deepshare.rl.train import run_metadata
+
+    config = load_train_config(TINY)
+    for env_values, expected in [
+        ({"hybrid": True, "hybrid_min_ratio": 1.01, "hybrid_utilisation_floor": 0.0, "anchor": ["srsf", "packed"]},
+         HybridRules(1.01, 0.0, ("srsf", "packed"))),
+        ({"hybrid": True, "hybrid_min_ratio": 0.8, "anchor": ["fifo", "consolidated"]},
+         HybridRules(0.8, 0.5, ("fifo", "consolidated"))),
+        ({"hybrid": False, "hybrid_min_ratio": 1.01}, HybridRules()),
+    ]:
+        env = EnvConfig.from_dict({**config.env, **env_values})
+        metadata = run_metadata(config, TINY, env)
+        assert ("hybrid_rules" in metadata) == env.hybrid
+        path = tmp_path / "policy.pt"
+        export_scorer(CandidateScorer(len(FEATURES), 8), env.encoding, path, metadata)
+        assert make_policy(f"rl-hybrid={path}").hybrid == expected
+
+
 @pytest.mark.parametrize(
     "text, needle",
     [
