@@ -44,6 +44,10 @@ class PreemptiveHybrid:
     """None: defer whenever the heuristic preempts. A number: only when every victim's remaining
     GPU-service (remaining time x GPUs) is at least this times that of each job the decision launches
     (a variant: preempt only for a clear win, leaving near-ties to the network)."""
+    min_pressure: float | None = None
+    """None: defer whenever the heuristic preempts. A number: only while the queued jobs' GPU demand
+    is at least this times the cluster's GPUs (preempt under queue pressure only; with a short
+    queue the learned policy decides, so a long job is not displaced for a brief gain)."""
 
     @property
     def scorer(self) -> Scorer:
@@ -64,9 +68,14 @@ class PreemptiveHybrid:
     def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
         """The heuristic's decision, unscored, when it preempts; else the learned policy's steps."""
         heuristic = self.preemptive.decide(view)
-        if heuristic.preempt and self._clear_win(view, heuristic):
+        if heuristic.preempt and self._under_pressure(view) and self._clear_win(view, heuristic):
             return heuristic
         return (yield from self.learned.steps(view))
+
+    def _under_pressure(self, view: ClusterView) -> bool:
+        if self.min_pressure is None:
+            return True
+        return sum(j.gpus for j in view.queued) >= self.min_pressure * view.total_gpus
 
     def _clear_win(self, view: ClusterView, decision: Decision) -> bool:
         if self.min_gain is None:
@@ -78,13 +87,41 @@ class PreemptiveHybrid:
         return smallest_victim >= self.min_gain * largest_launch
 
 
+PREEMPT_RULES = ("min_gain", "min_pressure")
+"""The keys of a policy file's metadata ``preempt_rules``: :class:`PreemptiveHybrid`'s gates."""
+
+
 def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
     """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` (default
-    ``srsf+packed+preempt``) when it preempts."""
+    ``srsf+packed+preempt``) when it preempts; the file's metadata ``preempt_rules``
+    (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none by default."""
     from deepshare.policies.checkpoint import learned_policy
 
     heuristic = preemptive if preemptive is not None else srsf_packed_preempt()
-    return PreemptiveHybrid(name, learned_policy("rl-hybrid", path, hybrid=True), heuristic)
+    learned = learned_policy("rl-hybrid", path, hybrid=True)
+    gates = preempt_rules(learned.metadata.get("preempt_rules"), learned.metadata.get("checkpoint", path))
+    return PreemptiveHybrid(name, learned, heuristic, **gates)
+
+
+def preempt_rules(given: Any, file: Any) -> dict[str, float]:
+    """A file's ``preempt_rules`` as :class:`PreemptiveHybrid` fields; a bad key or value is a
+    DeepShareError naming the file and the key (a hand-edited file is user input)."""
+    import math
+
+    from deepshare.core.errors import DeepShareError
+
+    where = f"policy checkpoint {file}: metadata preempt_rules"
+    if not given:
+        return {}
+    if not isinstance(given, dict):
+        raise DeepShareError(f"{where}: expected a mapping of {', '.join(PREEMPT_RULES)}; got {given!r}")
+    unknown = sorted(set(given) - set(PREEMPT_RULES))
+    if unknown:
+        raise DeepShareError(f"{where}: unknown {unknown}; expected {', '.join(PREEMPT_RULES)}")
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise DeepShareError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+    return {key: float(value) for key, value in given.items()}
 
 
 def srsf_packed_preempt() -> HeuristicPolicy:

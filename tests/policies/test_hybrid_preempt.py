@@ -173,3 +173,54 @@ def test_its_heuristic_is_the_registered_srsf_packed_preempt():
     assert sim.run(ours).to_dict() == Simulator(
         load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled")
     ).run(registered).to_dict()
+
+
+def test_min_pressure_defers_only_while_the_queue_asks_for_enough_gpus():
+    # short (2 GPUs) is queued on a 2-GPU cluster: the queue asks for 1.0 x the cluster's GPUs
+    view = preempting_view()
+    assert sum(j.gpus for j in view.queued) == 2 and view.total_gpus == 2
+    assert replace(hybrid(always_wait), min_pressure=1.0).decide(view).preempt == ("long",)
+    assert replace(hybrid(always_wait), min_pressure=1.01).decide(view) == WAIT  # the network's wait
+    # both gates must pass: pressure enough, gain not (9 < 9.5)
+    assert replace(hybrid(always_wait), min_pressure=1.0, min_gain=9.5).decide(view) == WAIT
+
+
+def test_min_pressure_on_a_free_gpu_view_changes_nothing():
+    # the heuristic does not preempt there, so the learned decision is returned whatever the gate
+    view = free_gpus_view()
+    assert replace(hybrid(last_launch), min_pressure=0.0).decide(view) == hybrid(last_launch).decide(view)
+
+
+def _file(tmp_path, metadata):
+    from deepshare.policies.checkpoint import export_scorer
+    from deepshare.policies.encoding import FEATURES
+    from deepshare.policies.scorer_net import CandidateScorer
+
+    path = tmp_path / "policy.pt"
+    export_scorer(CandidateScorer(len(FEATURES), 8), EncodingConfig(), path, metadata)
+    return path
+
+
+def test_a_files_preempt_rules_set_the_gates_and_no_rules_mean_none(tmp_path):
+    path = _file(tmp_path, {"preempt_rules": {"min_pressure": 0.5, "min_gain": 2}})
+    policy = make_policy(f"rl-hybrid-preempt={path}")
+    assert (policy.min_pressure, policy.min_gain) == (0.5, 2.0)
+    policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'name': 'old'})}")
+    assert (policy.min_pressure, policy.min_gain) == (None, None)
+    shipped_policy = make_policy("rl-hybrid-preempt")
+    assert (shipped_policy.min_pressure, shipped_policy.min_gain) == (None, None)
+
+
+@pytest.mark.parametrize(("rules", "named"), [
+    ({"min_presure": 0.5}, "unknown \\['min_presure'\\]"),
+    ([0.5], "expected a mapping"),
+    ({"min_pressure": "high"}, "preempt_rules.min_pressure: expected a number >= 0, got 'high'"),
+    ({"min_gain": -1}, "preempt_rules.min_gain: expected a number >= 0"),
+    ({"min_pressure": float("inf")}, "preempt_rules.min_pressure"),
+    ({"min_pressure": True}, "preempt_rules.min_pressure"),
+])
+def test_bad_preempt_rules_are_refused_in_one_line_naming_the_key(tmp_path, rules, named):
+    from deepshare.core.errors import DeepShareError
+
+    with pytest.raises(DeepShareError, match=named):
+        make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preempt_rules': rules})}")
