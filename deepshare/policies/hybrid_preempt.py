@@ -15,11 +15,13 @@ placement service batches its forward passes like RL-hybrid's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Generator, Mapping
 
 import numpy as np
 
+from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView
 from deepshare.policies.base import Observation, Policy, Scorer
@@ -92,13 +94,13 @@ PREEMPT_RULES = ("min_gain", "min_pressure")
 
 
 def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
-    """RL-hybrid (shipped checkpoint, or ``path``) deferring to ``preemptive`` (default
-    ``srsf+packed+preempt``) when it preempts; the file's metadata ``preempt_rules``
-    (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none by default."""
-    from deepshare.policies.checkpoint import learned_policy
+    """RL-hybrid (``path``, or the shipped ``rl_hybrid_preempt.pt``) deferring to ``preemptive``
+    (default ``srsf+packed+preempt``) when it preempts; the file's metadata ``preempt_rules``
+    (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none when absent."""
+    from deepshare.policies.checkpoint import SHIPPED_PREEMPT, learned_policy, shipped
 
     heuristic = preemptive if preemptive is not None else srsf_packed_preempt()
-    learned = learned_policy("rl-hybrid", path, hybrid=True)
+    learned = learned_policy("rl-hybrid", path or shipped(SHIPPED_PREEMPT), hybrid=True)
     gates = preempt_rules(learned.metadata.get("preempt_rules"), learned.metadata.get("checkpoint", path))
     return PreemptiveHybrid(name, learned, heuristic, **gates)
 
@@ -106,10 +108,6 @@ def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | N
 def preempt_rules(given: Any, file: Any) -> dict[str, float]:
     """A file's ``preempt_rules`` as :class:`PreemptiveHybrid` fields; a bad key or value is a
     DeepShareError naming the file and the key (a hand-edited file is user input)."""
-    import math
-
-    from deepshare.core.errors import DeepShareError
-
     where = f"policy checkpoint {file}: metadata preempt_rules"
     if not given:
         return {}

@@ -118,7 +118,7 @@ def served(engine: PlacementEngine, view) -> Decision:
 def test_registered_policy_answers_through_the_engine_as_decide(engine):
     policy = engine.policy
     assert isinstance(policy, PreemptiveHybrid) and engine.batch_scorer is not None
-    assert engine.metadata["preemptive"] == PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_base.pt")
+    assert engine.metadata["preemptive"] == PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_hybrid_preempt.pt")
     for view in (preempting_view(), free_gpus_view()):
         assert served(engine, view) == policy.decide(view)
     assert served(engine, preempting_view()).preempt == ("long",)
@@ -207,8 +207,25 @@ def test_a_files_preempt_rules_set_the_gates_and_no_rules_mean_none(tmp_path):
     assert (policy.min_pressure, policy.min_gain) == (0.5, 2.0)
     policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'name': 'old'})}")
     assert (policy.min_pressure, policy.min_gain) == (None, None)
-    shipped_policy = make_policy("rl-hybrid-preempt")
-    assert (shipped_policy.min_pressure, shipped_policy.min_gain) == (None, None)
+
+
+def test_the_shipped_rl_hybrid_preempt_is_the_imitation_network_with_its_rules():
+    """``rl_hybrid_preempt.pt``: rl-base's network (the same weights), the safety net off
+    (min_ratio 1.01, no utilisation floor) and the 0.5 queue-pressure gate."""
+    import torch
+
+    from deepshare.policies.checkpoint import SHIPPED_BASE, SHIPPED_PREEMPT, shipped
+    from deepshare.policies.learned import HybridRules
+
+    policy = make_policy("rl-hybrid-preempt")
+    assert policy.learned.metadata["checkpoint"] == str(shipped(SHIPPED_PREEMPT))
+    assert (policy.min_pressure, policy.min_gain) == (0.5, None)
+    assert policy.learned.hybrid == HybridRules(min_ratio=1.01, utilisation_floor=0.0)
+    base = make_policy("rl-base")
+    assert base.metadata["checkpoint"] == str(shipped(SHIPPED_BASE))
+    ours, theirs = policy.learned.scorer.net.state_dict(), base.scorer.net.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert policy.learned.encoding == base.encoding
 
 
 @pytest.mark.parametrize(("rules", "named"), [
