@@ -6,13 +6,14 @@ its width, the encoding it was trained with and what it was trained on: plain da
 ``rl-hybrid`` loads the network shipped in ``deepshare/data/policies/rl_base.pt``, ``rl-base`` the
 one in ``rl_base_dagger.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
 ``rl_hybrid_preempt.pt``, unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
-``deepshare/data/policies/README.md`` for why each is that network). A file's encoding (its ``max_wait_s`` bound included) is used as trained.
+``deepshare/data/policies/README.md`` for why each is that network). A file's encoding (its
+``max_wait_s`` bound included) is used as trained.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 import math
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -218,8 +219,14 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
                 rules[key] = check_anchor(value)
             except ValueError as exc:
                 raise DeepShareError(f"{where}.anchor: {exc}") from None
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise DeepShareError(f"{where}.{key}: expected a number >= 0, got {value!r}")
         else:
-            rules[key] = float(value)
+            rules[key] = rule_number(f"{where}.{key}", value)
     return HybridRules(**rules)
+
+
+def rule_number(where: str, value: Any) -> float:
+    """A rule's threshold from a policy file's metadata: a finite number >= 0, else a
+    DeepShareError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise DeepShareError(f"{where}: expected a number >= 0, got {value!r}")
+    return float(value)

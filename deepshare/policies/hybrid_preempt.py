@@ -15,7 +15,6 @@ placement service batches its forward passes like RL-hybrid's.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Generator, Mapping
 
@@ -116,10 +115,9 @@ def preempt_rules(given: Any, file: Any) -> dict[str, float]:
     unknown = sorted(set(given) - set(PREEMPT_RULES))
     if unknown:
         raise DeepShareError(f"{where}: unknown {unknown}; expected {', '.join(PREEMPT_RULES)}")
-    for key, value in given.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise DeepShareError(f"{where}.{key}: expected a number >= 0, got {value!r}")
-    return {key: float(value) for key, value in given.items()}
+    from deepshare.policies.checkpoint import rule_number
+
+    return {key: rule_number(f"{where}.{key}", value) for key, value in given.items()}
 
 
 def srsf_packed_preempt() -> HeuristicPolicy:

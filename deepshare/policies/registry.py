@@ -87,7 +87,8 @@ def _register_learned() -> None:
         PolicyInfo(
             "rl-hybrid-preempt",
             f"rl-hybrid, except that whenever {DEFAULT_PREEMPTIVE} would preempt, that heuristic's decision"
-            " (preemptions and launches) is taken; shipped checkpoint, or rl-hybrid-preempt=PATH",
+            " (preemptions and launches) is taken, within the file's gates (shipped: only while the queue asks"
+            " for at least half the GPUs); shipped checkpoint, or rl-hybrid-preempt=PATH",
             lambda path=None: preemptive_hybrid("rl-hybrid-preempt", path),
             takes_argument=True,
             heuristic=False,
