@@ -41,7 +41,7 @@ def test_grid_is_every_combination_with_seeds_above_training():
     assert {(c.nodes, c.gpus_per_node) for c in grid} == {(16, 8), (64, 8)}
     assert {c.contention for c in grid} == {"profiled", "link"}
     assert all(c.seed >= 2**31 == SUITE_SEED_BASE for c in grid)  # training draws seeds below 2**31
-    assert "srsf+packed" in spec.heuristics and set(spec.learned) == {"rl-base", "rl-hybrid"}
+    assert "srsf+packed" in spec.heuristics and set(spec.learned) == {"rl-base", "rl-hybrid", "rl-hybrid-preempt"}
     # a cell's trace does not depend on its contention model; it has jobs_per_node x nodes jobs
     a, b = Cell(1.0, "heavy", 16, 8, "profiled", SUITE_SEED_BASE), Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE)
     assert cell_trace(spec, a) == cell_trace(spec, b)
