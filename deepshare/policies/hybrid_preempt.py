@@ -127,7 +127,8 @@ def srsf_packed_preempt() -> HeuristicPolicy:
 
 
 def with_margin(min_gain: str) -> PreemptiveHybrid:
-    """The ``min_gain`` variant, for measuring it as ``deepshare.policies.hybrid_preempt:with_margin=G``."""
+    """The ``min_gain`` variant of the shipped rl-hybrid-preempt (its other gates kept), for measuring it
+    as ``deepshare.policies.hybrid_preempt:with_margin=G`` in a suite's ``learned:``."""
     from dataclasses import replace
 
     policy = preemptive_hybrid(f"rl-hybrid-preempt-x{min_gain}")
