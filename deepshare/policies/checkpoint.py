@@ -203,15 +203,8 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
     """The file's ``hybrid_rules`` over the defaults; a bad key or value is a DeepShareError
     naming the file, the key and what was expected (a hand-edited file is user input)."""
     where = f"policy checkpoint {file}: metadata hybrid_rules"
-    if not given:
-        return HybridRules()
-    if not isinstance(given, dict):
-        raise DeepShareError(f"{where}: expected a mapping of min_ratio, utilisation_floor, anchor; got {given!r}")
-    unknown = sorted(set(given) - {"min_ratio", "utilisation_floor", "anchor"})
-    if unknown:
-        raise DeepShareError(f"{where}: unknown {unknown}; expected min_ratio, utilisation_floor, anchor")
     rules: dict[str, Any] = {}
-    for key, value in given.items():
+    for key, value in rule_mapping(given, where, ("min_ratio", "utilisation_floor", "anchor")).items():
         if key == "anchor":
             if not isinstance(value, (list, tuple)):
                 raise DeepShareError(f"{where}.anchor: expected [order, placement], got {value!r}")
@@ -222,6 +215,19 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
         else:
             rules[key] = rule_number(f"{where}.{key}", value)
     return HybridRules(**rules)
+
+
+def rule_mapping(given: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A policy file's rules section (``hybrid_rules``, ``preempt_rules``): a mapping whose keys are
+    some of ``keys`` (absent or empty: no rules), else a DeepShareError naming ``where``."""
+    if not given:
+        return {}
+    if not isinstance(given, dict):
+        raise DeepShareError(f"{where}: expected a mapping of {', '.join(keys)}; got {given!r}")
+    unknown = sorted(set(given) - set(keys))
+    if unknown:
+        raise DeepShareError(f"{where}: unknown {unknown}; expected {', '.join(keys)}")
+    return given
 
 
 def rule_number(where: str, value: Any) -> float:

@@ -20,7 +20,6 @@ from typing import Any, Generator, Mapping
 
 import numpy as np
 
-from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView
 from deepshare.policies.base import Observation, Policy, Scorer
@@ -107,17 +106,10 @@ def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | N
 def preempt_rules(given: Any, file: Any) -> dict[str, float]:
     """A file's ``preempt_rules`` as :class:`PreemptiveHybrid` fields; a bad key or value is a
     DeepShareError naming the file and the key (a hand-edited file is user input)."""
-    where = f"policy checkpoint {file}: metadata preempt_rules"
-    if not given:
-        return {}
-    if not isinstance(given, dict):
-        raise DeepShareError(f"{where}: expected a mapping of {', '.join(PREEMPT_RULES)}; got {given!r}")
-    unknown = sorted(set(given) - set(PREEMPT_RULES))
-    if unknown:
-        raise DeepShareError(f"{where}: unknown {unknown}; expected {', '.join(PREEMPT_RULES)}")
-    from deepshare.policies.checkpoint import rule_number
+    from deepshare.policies.checkpoint import rule_mapping, rule_number
 
-    return {key: rule_number(f"{where}.{key}", value) for key, value in given.items()}
+    where = f"policy checkpoint {file}: metadata preempt_rules"
+    return {key: rule_number(f"{where}.{key}", value) for key, value in rule_mapping(given, where, PREEMPT_RULES).items()}
 
 
 def srsf_packed_preempt() -> HeuristicPolicy:

@@ -219,9 +219,7 @@ def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -
     }
     rules = env.hybrid_rules
     if rules is not None:
-        metadata["hybrid_rules"] = {
-            "min_ratio": rules.min_ratio, "utilisation_floor": rules.utilisation_floor, "anchor": list(rules.anchor),
-        }
+        metadata["hybrid_rules"] = {**asdict(rules), "anchor": list(rules.anchor)}
     return metadata
 
 

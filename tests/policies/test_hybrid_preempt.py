@@ -192,13 +192,9 @@ def test_min_pressure_on_a_free_gpu_view_changes_nothing():
 
 
 def _file(tmp_path, metadata):
-    from deepshare.policies.checkpoint import export_scorer
-    from deepshare.policies.encoding import FEATURES
-    from deepshare.policies.scorer_net import CandidateScorer
+    from policy_files import write_policy_file
 
-    path = tmp_path / "policy.pt"
-    export_scorer(CandidateScorer(len(FEATURES), 8), EncodingConfig(), path, metadata)
-    return path
+    return write_policy_file(tmp_path / "policy.pt", metadata)
 
 
 def test_a_files_preempt_rules_set_the_gates_and_no_rules_mean_none(tmp_path):

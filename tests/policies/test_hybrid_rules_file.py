@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from deepshare.core.errors import DeepShareError
-from deepshare.policies.checkpoint import export_scorer, learned_policy
-from deepshare.policies.encoding import FEATURES, EncodingConfig
+from policy_files import write_policy_file
+
+from deepshare.policies.checkpoint import learned_policy
 from deepshare.policies.learned import HybridRules
-from deepshare.policies.scorer_net import CandidateScorer
 
 
 def policy_file(tmp_path, metadata):
-    path = tmp_path / "policy.pt"
-    export_scorer(CandidateScorer(len(FEATURES), 8), EncodingConfig(), path, metadata)
-    return path
+    return write_policy_file(tmp_path / "policy.pt", metadata)
 
 
 def test_a_file_without_rules_gets_the_defaults_and_base_gets_none(tmp_path):

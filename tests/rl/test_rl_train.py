@@ -52,10 +52,9 @@ def test_the_trained_policy_loads_as_rl_hybrid_and_decides_feasibly(trained, cap
 def test_a_run_with_the_safety_net_in_the_loop_ships_its_rules(tmp_path):
     """``env.hybrid`` with its own thresholds: the exported file carries them and ``rl-hybrid=FILE``
     applies them; without ``env.hybrid`` the file has no rules and rl-hybrid gets the defaults."""
-    from deepshare.policies.checkpoint import export_scorer
-    from deepshare.policies.encoding import FEATURES
+    from policy_files import write_policy_file
+
     from deepshare.policies.learned import HybridRules
-    from deepshare.policies.scorer_net import CandidateScorer
     from deepshare.rl.env import EnvConfig
     from deepshare.rl.train import run_metadata
 
@@ -70,8 +69,7 @@ def test_a_run_with_the_safety_net_in_the_loop_ships_its_rules(tmp_path):
         env = EnvConfig.from_dict({**config.env, **env_values})
         metadata = run_metadata(config, TINY, env)
         assert ("hybrid_rules" in metadata) == env.hybrid
-        path = tmp_path / "policy.pt"
-        export_scorer(CandidateScorer(len(FEATURES), 8), env.encoding, path, metadata)
+        path = write_policy_file(tmp_path / "policy.pt", metadata, env.encoding)
         assert make_policy(f"rl-hybrid={path}").hybrid == expected
 
 
