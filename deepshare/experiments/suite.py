@@ -136,7 +136,7 @@ def suite_names() -> list[str]:
 
 
 def load_suite(name_or_path: str) -> SuiteSpec:
-    """A bundled suite by name (``tiny``, ``standard``) or a suite file by path; policy names are
+    """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
     checked against the registry here, before anything runs."""
     from deepshare.policies import policy_info
 

@@ -191,3 +191,13 @@ def test_loaded_is_a_bundled_suite_of_the_quick_grid_with_long_queues():
     assert set(spec.learned) == {"rl-base", "rl-hybrid", "rl-hybrid-preempt"}
     cell = Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE)
     assert len(cell_trace(spec, cell)) == 400
+
+
+def test_evaluate_help_names_every_bundled_suite(capsys):
+    """`deepshare evaluate --help` lists exactly the suites `--suite NAME` accepts."""
+    from deepshare.experiments.suite import suite_names
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"a bundled one ({', '.join(suite_names())})" in text
