@@ -12,7 +12,7 @@ from deepshare.cli.args import in_range, iteration_count, number, print_line, ru
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.core.errors import DeepShareError
 
-TRAIN_FILES = ("policy.pt", "metrics.csv")
+TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 IMITATE_FILES = ("policy.pt", "imitation.json")
 """Files `deepshare imitate` writes into its run folder."""
@@ -37,6 +37,24 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
     check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
+    trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
+    on_export = None
+    if args.eval_workers is not None and not args.eval_suite:
+        raise DeepShareError("--eval-workers: only with --eval-suite (the processes that score the suite)")
+    if args.eval_suite:
+        from deepshare.experiments.learning_curve import SuiteCurve
+
+        def say(message: str) -> None:
+            err.print(message, markup=False, highlight=False, soft_wrap=True)
+
+        curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say)  # a bad suite fails here
+
+        def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
+            line = curve.record(run_dir, iteration, row, policy_file)
+            say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: average JCT "
+                f"{line['geomean_avg_jct_ratio']:.3f}x the best heuristic (geometric mean; worst cell "
+                f"{line['worst_avg_jct_ratio']:.3f}, worst p99 {line['worst_p99_jct_ratio']:.3f}, "
+                f"{line['cells_won']} of {line['cells']} cells won)")
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
                TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
@@ -49,8 +67,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
                           f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
-                       address=args.address, resume=args.resume, progress=report, config=config)
-    trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
+                       address=args.address, resume=args.resume, progress=report, config=config, on_export=on_export)
     out.print(f"policy written to {policy}; use --policy {trained_as}={policy}", markup=False, highlight=False)
     return 0
 
@@ -106,6 +123,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
                    "(e.g. `deepshare imitate`'s; overrides the config's model.init_from)")
+    p.add_argument("--eval-suite", metavar="NAME|PATH",
+                   help="learning curve: score policy.pt on this benchmark suite (a bundled one (loaded, quick, standard, tiny) "
+                   "or a suite YAML) before the first iteration and at every checkpoint, as `deepshare evaluate --suite` does; "
+                   "rows go to suite_curve.csv and curves.png in the run folder")
+    p.add_argument("--eval-workers", type=in_range(int, 1, 64, "processes"), default=None, metavar="N",
+                   help="with --eval-suite: processes scoring the suite's cells (default 1)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")

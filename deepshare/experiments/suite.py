@@ -34,6 +34,7 @@ import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
@@ -319,6 +320,16 @@ def run_suite(
     """Every policy on every cell (``workers`` processes; the same numbers for any count)."""
     grid = list(only_cells) if only_cells is not None else cells(spec)
     policies = (*spec.heuristics, *spec.learned)
+    results = run_policies(spec, grid, policies, workers, progress)
+    return SuiteResult(spec, results, {cell: cell_bound(spec, cell) for cell in grid})
+
+
+def run_policies(
+    spec: SuiteSpec, grid: Sequence[Cell], policies: Sequence[str], workers: int = 1,
+    progress: Callable[[int, int, str], None] | None = None, mp_context: BaseContext | None = None,
+) -> dict[Cell, dict[str, dict[str, float | None]]]:
+    """``{cell: {policy: metrics}}`` for ``policies`` on ``grid`` (``workers`` processes of
+    ``mp_context``, default the platform's; the same numbers for any count)."""
     # the slow runs first (learned policies, link contention, large clusters) so workers end together
     tasks = sorted(
         ((spec, cell, p) for cell in grid for p in policies),
@@ -330,7 +341,7 @@ def run_suite(
         outputs = map(_task, tasks)
         pool = None
     else:
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded)
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded, mp_context=mp_context)
         outputs = pool.map(_task, tasks)
     try:
         for cell, policy, metrics in outputs:
@@ -341,5 +352,4 @@ def run_suite(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    ordered = {cell: {p: results[cell][p] for p in policies} for cell in grid}
-    return SuiteResult(spec, ordered, {cell: cell_bound(spec, cell) for cell in grid})
+    return {cell: {p: results[cell][p] for p in policies} for cell in grid}

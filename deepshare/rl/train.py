@@ -10,6 +10,9 @@ appends a row to ``OUT/metrics.csv`` and TensorBoard scalars to ``OUT/tb``; ever
 ``OUT/checkpoints/iter_NNNN`` and the scorer's weights to ``OUT/policy.pt`` (what ``rl-base=PATH``
 and ``rl-hybrid=PATH`` load). ``resume`` continues from the newest checkpoint of a run folder; ``model.init_from`` (or
 ``deepshare train --init-from``) starts the scorer from a ``policy.pt``, e.g. ``deepshare imitate``'s.
+``on_export`` sees every exported ``policy.pt``: ``deepshare train --eval-suite`` scores it on a
+benchmark suite there (the learning curve, :mod:`deepshare.experiments.learning_curve`; this
+layer does not import the experiments).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
 
 Progress = Callable[[int, int, dict[str, float]], None]
+OnExport = Callable[[int, Path, "dict[str, float] | None"], None]
+"""Called with (iteration, policy.pt, that iteration's metrics row or None) after each export."""
 METRIC_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "episode_len_mean", "episodes",
     "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s",
@@ -233,8 +238,13 @@ def train(
     resume: str | Path | None = None,
     progress: Progress | None = None,
     config: TrainConfig | None = None,
+    on_export: OnExport | None = None,
 ) -> Path:
-    """Run PPO; returns the exported ``policy.pt``. ``config``: ``config_path`` already loaded."""
+    """Run PPO; returns the exported ``policy.pt``. ``config``: ``config_path`` already loaded.
+
+    ``on_export`` (e.g. a suite's learning curve) sees ``policy.pt`` after every export: at each
+    checkpoint and, for a new run, once before the first iteration (iteration 0, the starting
+    weights, e.g. ``--init-from``'s)."""
     import ray
     from ray.rllib.algorithms.algorithm import Algorithm
     from tensorboardX import SummaryWriter
@@ -260,11 +270,18 @@ def train(
     policy_file = run_dir / "policy.pt"
     metadata = run_metadata(config, config_path, env)
 
-    def checkpoint(iteration: int) -> None:
-        algo.save_to_path(str(run_dir / "checkpoints" / f"iter_{iteration:04d}"))
+    def export(iteration: int, row: dict[str, float] | None) -> None:
         export_scorer(algo.get_module().scorer, env.encoding, policy_file, {**metadata, "iterations": iteration})
+        if on_export is not None:
+            on_export(iteration, policy_file, row)
+
+    def checkpoint(iteration: int, row: dict[str, float]) -> None:
+        algo.save_to_path(str(run_dir / "checkpoints" / f"iter_{iteration:04d}"))
+        export(iteration, row)
 
     try:
+        if on_export is not None and start_from is None:
+            export(algo.iteration, None)
         with metrics_file.open("a", newline="") as fh:
             rows = csv.DictWriter(fh, fieldnames=METRIC_COLUMNS)
             if new_file:
@@ -280,7 +297,7 @@ def train(
                 if progress is not None:
                     progress(algo.iteration, total, row)
                 if algo.iteration % config.run.checkpoint_every == 0 or algo.iteration == total:
-                    checkpoint(algo.iteration)
+                    checkpoint(algo.iteration, row)
     finally:
         writer.close()
         algo.stop()

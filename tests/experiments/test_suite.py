@@ -193,11 +193,13 @@ def test_loaded_is_a_bundled_suite_of_the_quick_grid_with_long_queues():
     assert len(cell_trace(spec, cell)) == 400
 
 
-def test_evaluate_help_names_every_bundled_suite(capsys):
-    """`deepshare evaluate --help` lists exactly the suites `--suite NAME` accepts."""
+@pytest.mark.parametrize("command", ["evaluate", "train"])
+def test_help_names_every_bundled_suite(capsys, command):
+    """`deepshare evaluate --help` (--suite) and `deepshare train --help` (--eval-suite) list
+    exactly the suites a NAME may be."""
     from deepshare.experiments.suite import suite_names
 
     with pytest.raises(SystemExit):
-        main(["evaluate", "--help"])
+        main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"a bundled one ({', '.join(suite_names())})" in text

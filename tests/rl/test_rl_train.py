@@ -20,11 +20,11 @@ TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, ray_local):
     """One real 1-iteration run, then one resumed iteration, on the session's local Ray (``train``
-    uses the Ray this process is connected to)."""
+    uses the Ray this process is connected to), both scoring policy.pt on the tiny suite."""
     run = tmp_path_factory.mktemp("run") / "tiny"
-    assert main(["train", str(TINY), "--out", str(run)]) == 0
+    assert main(["train", str(TINY), "--out", str(run), "--eval-suite", "tiny"]) == 0
     first = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert main(["train", str(TINY), "--resume", str(run), "--iterations", "2"]) == 0
+    assert main(["train", str(TINY), "--resume", str(run), "--iterations", "2", "--eval-suite", "tiny"]) == 0
     return run, first
 
 
@@ -37,6 +37,25 @@ def test_train_writes_metrics_checkpoints_and_a_policy(trained):
     assert float(rows[1]["env_steps_lifetime"]) > float(rows[0]["env_steps_lifetime"]) > 0
     assert any((run / "tb").iterdir())
     assert (run / "policy.pt").stat().st_size < 200_000
+
+
+def test_the_learning_curve_scores_each_export_on_the_suite(trained):
+    """Rows for the starting weights (0) and each checkpoint (a resumed run does not score its
+    starting checkpoint again); the last row is what `deepshare evaluate --suite` says of the
+    final policy.pt; the figure is drawn."""
+    from deepshare.experiments.suite import load_suite, run_suite
+
+    run, _ = trained
+    rows = list(csv.DictReader((run / "suite_curve.csv").open()))
+    assert [r["iteration"] for r in rows] == ["0", "1", "2"]
+    assert rows[0]["episode_return_mean"] == "" and float(rows[2]["env_steps_lifetime"]) > float(rows[1]["env_steps_lifetime"]) > 0
+    metrics = list(csv.DictReader((run / "metrics.csv").open()))
+    assert rows[2]["episode_return_mean"] == metrics[1]["episode_return_mean"]
+    name = f"rl-hybrid={run / 'policy.pt'}"
+    final = run_suite(load_suite("tiny").model_copy(update={"learned": (name,)})).summary(name)
+    assert float(rows[2]["geomean_avg_jct_ratio"]) == pytest.approx(final["geomean_avg_jct_ratio"], rel=1e-12)
+    assert rows[2]["worst_avg_cell"] == final["worst_avg_cell"] and rows[2]["policy"] == "rl-hybrid"
+    assert (run / "curves.png").stat().st_size > 0
 
 
 def test_the_trained_policy_loads_as_rl_hybrid_and_decides_feasibly(trained, capsys, tmp_path):
@@ -108,6 +127,23 @@ def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, 
     assert "not found" in capsys.readouterr().err
     assert main(["train", str(TINY), "--resume", str(tmp_path)]) == 2
     assert "no checkpoints" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--eval-suite", "nope"], "neither a bundled suite"),
+        (["--eval-workers", "2"], "--eval-workers: only with --eval-suite"),
+    ],
+)
+def test_train_cli_refuses_a_bad_learning_curve_before_ray_starts(capsys, tmp_path, monkeypatch, extra, needle):
+    import deepshare.rl.train as training
+
+    monkeypatch.setattr(training, "start_ray", lambda address: pytest.fail("Ray started"))
+    assert main(["train", str(TINY), "--out", str(tmp_path / "run"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_ppo_section_reaches_rllib_unchanged(tmp_path):

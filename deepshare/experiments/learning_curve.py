@@ -1,0 +1,159 @@
+"""A training run's learning curve on a benchmark suite: the policy's ratio to the best heuristic
+of each cell, per checkpoint, beside the episode return.
+
+The episode return a PPO run logs is measured on its own training episodes, with its own reward;
+what a user wants to know is whether the policy gets better *against the strongest heuristics on
+traces it never trained on*. :class:`SuiteCurve` answers that at every export of a run's
+``policy.pt``: the suite's heuristics run once (the first time, on every cell), then each export
+runs the learned policy alone on every cell and is summarised exactly as ``deepshare evaluate
+--suite`` summarises it (geometric-mean average-JCT ratio, worst cell, worst p99 ratio, cells
+won). Rows go to ``suite_curve.csv`` in the run folder, and ``curves.png`` plots both curves.
+"""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+from pathlib import Path
+from typing import Callable, Sequence
+
+from deepshare.experiments.suite import Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, run_policies
+
+CURVE_FILE = "suite_curve.csv"
+PLOT_FILE = "curves.png"
+CURVE_COLUMNS = (
+    "iteration", "env_steps_lifetime", "episode_return_mean", "suite", "policy", "geomean_avg_jct_ratio",
+    "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio", "worst_p99_cell", "cells_won", "cells",
+)
+RETURN_COLUMNS = ("iteration", "episode_return_mean")
+"""What :func:`plot_curves` reads of ``metrics.csv`` (:mod:`deepshare.rl.train` writes it)."""
+
+
+class SuiteCurve:
+    """Scores successive exports of one policy file on a suite; the heuristics run once."""
+
+    def __init__(self, suite: str, policy_kind: str, workers: int = 1,
+                 progress: Callable[[str], None] | None = None) -> None:
+        """``suite``: a bundled name or a suite YAML (checked here, before any run);
+        ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``)."""
+        self.spec: SuiteSpec = load_suite(suite)
+        self.suite = self.spec.name
+        self.kind = policy_kind
+        self.workers = workers
+        self.progress = progress
+        self.grid: list[Cell] = cells(self.spec)
+        self._heuristics: dict[Cell, dict[str, dict[str, float | None]]] | None = None
+        self._bounds: dict[Cell, float | None] = {}
+        # Spawned, not forked: the caller is a Ray driver (threads, gRPC) that a fork would copy.
+        self._context = multiprocessing.get_context("spawn") if workers > 1 else None
+
+    def heuristics(self) -> dict[Cell, dict[str, dict[str, float | None]]]:
+        """Every heuristic of the suite on every cell (run on first use)."""
+        if self._heuristics is None:
+            self._say(f"suite {self.suite}: {len(self.spec.heuristics)} heuristics on {len(self.grid)} cells (once)")
+            self._heuristics = run_policies(self.spec, self.grid, self.spec.heuristics, self.workers,
+                                            mp_context=self._context)
+            self._bounds = {cell: cell_bound(self.spec, cell) for cell in self.grid}
+        return self._heuristics
+
+    def score(self, policy_file: str | Path) -> dict[str, object]:
+        """The suite's summary (:meth:`SuiteResult.summary`) of ``KIND=policy_file``."""
+        known = self.heuristics()
+        name = f"{self.kind}={policy_file}"
+        spec = self.spec.model_copy(update={"learned": (name,)})
+        self._say(f"suite {self.suite}: {self.kind} on {len(self.grid)} cells")
+        mine = run_policies(spec, self.grid, (name,), self.workers, mp_context=self._context)
+        merged = {cell: {**known[cell], **mine[cell]} for cell in self.grid}
+        return SuiteResult(spec, merged, self._bounds).summary(name)
+
+    def record(self, run_dir: str | Path, iteration: int, row: dict[str, float] | None,
+               policy_file: str | Path) -> dict[str, object]:
+        """Score ``policy_file`` as it is after ``iteration``, append the row to
+        ``run_dir/suite_curve.csv`` and redraw ``run_dir/curves.png``; returns the row."""
+        summary = self.score(policy_file)
+        line: dict[str, object] = {
+            "iteration": iteration,
+            "env_steps_lifetime": (row or {}).get("env_steps_lifetime", 0),
+            "episode_return_mean": (row or {}).get("episode_return_mean", ""),
+            "suite": self.suite,
+            "policy": self.kind,
+            **{key: summary[key] for key in CURVE_COLUMNS[5:]},
+        }
+        append_row(Path(run_dir) / CURVE_FILE, line)
+        plot_curves(run_dir)
+        return line
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+
+def append_row(path: Path, row: dict[str, object]) -> None:
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def read_rows(path: Path, columns: Sequence[str]) -> list[dict[str, float]]:
+    """The numeric ``columns`` of a CSV's rows (rows missing one are skipped); [] without the file."""
+    if not path.exists():
+        return []
+    rows = []
+    with path.open(newline="") as fh:
+        for raw in csv.DictReader(fh):
+            try:
+                rows.append({c: float(raw[c]) for c in columns})
+            except (KeyError, TypeError, ValueError):
+                continue
+    return rows
+
+
+def _labels(path: Path) -> str:
+    """"POLICY on suite NAME" from the last row of ``suite_curve.csv`` ("" without one)."""
+    if not path.exists():
+        return ""
+    with path.open(newline="") as fh:
+        last = None
+        for last in csv.DictReader(fh):
+            pass
+    return f"{last.get('policy')} on suite {last.get('suite')}" if last else ""
+
+
+def plot_curves(run_dir: str | Path) -> Path | None:
+    """``curves.png``: the episode return per iteration (``metrics.csv``) above the suite ratios
+    per scored iteration (``suite_curve.csv``), 1.0 = the best heuristic of each cell; None when
+    neither file has a row."""
+    folder = Path(run_dir)
+    returns = read_rows(folder / "metrics.csv", RETURN_COLUMNS)
+    ratios = read_rows(folder / CURVE_FILE, ("iteration", "geomean_avg_jct_ratio", "worst_avg_jct_ratio",
+                                             "worst_p99_jct_ratio"))
+    if not returns and not ratios:
+        return None
+    scored = _labels(folder / CURVE_FILE)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from deepshare.experiments.plots import save
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    top.plot([r["iteration"] for r in returns], [r["episode_return_mean"] for r in returns], marker=".")
+    top.set_ylabel("episode return (mean)")
+    top.set_title("training return and suite ratio to the best heuristic per cell")
+    x = [r["iteration"] for r in ratios]
+    for key, label, style in (("geomean_avg_jct_ratio", "average JCT, geometric mean", "-o"),
+                              ("worst_avg_jct_ratio", "average JCT, worst cell", "--s"),
+                              ("worst_p99_jct_ratio", "p99 JCT, worst cell", ":^")):
+        bottom.plot(x, [r[key] for r in ratios], style, label=label, fillstyle="none")
+    bottom.axhline(1.0, color="grey", linewidth=0.8)
+    bottom.set_ylabel("ratio to the best heuristic")
+    bottom.set_xlabel("PPO iteration")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ratios:
+        bottom.legend(fontsize="small", title=scored, title_fontsize="small")
+    return save(fig, folder / PLOT_FILE)

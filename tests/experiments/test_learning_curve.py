@@ -1,0 +1,75 @@
+"""A training run's suite learning curve: the same numbers as `deepshare evaluate --suite`, the
+heuristics run once, rows appended, and the figure drawn from whatever rows exist."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from deepshare.core.errors import DeepShareError
+from deepshare.experiments import learning_curve
+from deepshare.experiments.learning_curve import CURVE_COLUMNS, CURVE_FILE, PLOT_FILE, SuiteCurve, plot_curves
+from deepshare.experiments.suite import load_suite, run_suite
+
+POLICIES = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "policies"
+DAGGER = POLICIES / "rl_base_dagger.pt"
+PPO = POLICIES / "rl_base.pt"
+
+
+@pytest.fixture(scope="module")
+def curve():
+    return SuiteCurve("tiny", "rl-base")
+
+
+@pytest.mark.parametrize("policy_file", [DAGGER, PPO])
+def test_a_score_is_what_the_suite_runner_says_for_the_same_file(curve, policy_file):
+    name = f"rl-base={policy_file}"
+    spec = load_suite("tiny").model_copy(update={"learned": (name,)})
+    assert curve.score(policy_file) == run_suite(spec).summary(name)
+
+
+def test_the_heuristics_run_once_then_only_the_learned_policy(monkeypatch, tmp_path):
+    calls = []
+    real = learning_curve.run_policies
+
+    def counting(spec, grid, policies, *args, **kwargs):
+        calls.append(tuple(policies))
+        return real(spec, grid, policies, *args, **kwargs)
+
+    monkeypatch.setattr(learning_curve, "run_policies", counting)
+    curve = SuiteCurve("tiny", "rl-base")
+    for iteration in (0, 5):
+        curve.record(tmp_path, iteration, {"env_steps_lifetime": 100.0 * iteration, "episode_return_mean": -1.5}, DAGGER)
+    heuristics = tuple(load_suite("tiny").heuristics)
+    assert calls == [heuristics, (f"rl-base={DAGGER}",), (f"rl-base={DAGGER}",)]
+    rows = list(csv.DictReader((tmp_path / CURVE_FILE).open()))
+    assert [r["iteration"] for r in rows] == ["0", "5"] and list(rows[0]) == list(CURVE_COLUMNS)
+    assert rows[1]["env_steps_lifetime"] == "500.0" and rows[0]["suite"] == "tiny" and rows[0]["policy"] == "rl-base"
+    assert rows[0]["geomean_avg_jct_ratio"] == rows[1]["geomean_avg_jct_ratio"]  # the same file scores the same
+    assert int(rows[0]["cells"]) == 2 and (tmp_path / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bad_suite_is_refused_before_anything_runs():
+    with pytest.raises(DeepShareError, match="neither a bundled suite"):
+        SuiteCurve("nope", "rl-base")
+
+
+def test_the_figure_needs_some_rows(tmp_path):
+    assert plot_curves(tmp_path) is None
+    (tmp_path / "metrics.csv").write_text("iteration,episode_return_mean,other\n1,-2.5,x\n2,-2.0,y\n")
+    assert plot_curves(tmp_path) == tmp_path / PLOT_FILE  # the return alone, before any suite row
+
+
+def test_an_overwritten_policy_file_is_scored_anew(curve, tmp_path):
+    """Training rewrites one policy.pt at every checkpoint: each score reads the file as it is."""
+    import shutil
+
+    target = tmp_path / "policy.pt"
+    scores = []
+    for source in (DAGGER, PPO):
+        shutil.copyfile(source, target)
+        scores.append(curve.score(target)["geomean_avg_jct_ratio"])
+    assert scores == [curve.score(DAGGER)["geomean_avg_jct_ratio"], curve.score(PPO)["geomean_avg_jct_ratio"]]
+    assert scores[0] != scores[1]
