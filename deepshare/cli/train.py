@@ -38,23 +38,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     run_dir = args.resume or args.out or f"runs/{config.name}"
     check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
-    on_export = None
-    if args.eval_workers is not None and not args.eval_suite:
-        raise DeepShareError("--eval-workers: only with --eval-suite (the processes that score the suite)")
-    if args.eval_suite:
-        from deepshare.experiments.learning_curve import SuiteCurve
-
-        def say(message: str) -> None:
-            err.print(message, markup=False, highlight=False, soft_wrap=True)
-
-        curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say)  # a bad suite fails here
-
-        def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
-            line = curve.record(run_dir, iteration, row, policy_file)
-            say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: average JCT "
-                f"{line['geomean_avg_jct_ratio']:.3f}x the best heuristic (geometric mean; worst cell "
-                f"{line['worst_avg_jct_ratio']:.3f}, worst p99 {line['worst_p99_jct_ratio']:.3f}, "
-                f"{line['cells_won']} of {line['cells']} cells won)")
+    on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
                TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
@@ -70,6 +54,29 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
                        address=args.address, resume=args.resume, progress=report, config=config, on_export=on_export)
     out.print(f"policy written to {policy}; use --policy {trained_as}={policy}", markup=False, highlight=False)
     return 0
+
+
+def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err: Console) -> Any:
+    """``--eval-suite``'s scorer of each exported policy.pt (None without the flag)."""
+    if args.eval_workers is not None and not args.eval_suite:
+        raise DeepShareError("--eval-workers: only with --eval-suite (the processes that score the suite)")
+    if not args.eval_suite:
+        return None
+    from deepshare.experiments.learning_curve import SuiteCurve
+
+    def say(message: str) -> None:
+        err.print(message, markup=False, highlight=False, soft_wrap=True)
+
+    curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say)
+
+    def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
+        line = curve.record(run_dir, iteration, row, policy_file)
+        say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: average JCT "
+            f"{line['geomean_avg_jct_ratio']:.3f}x the best heuristic (geometric mean; worst cell "
+            f"{line['worst_avg_jct_ratio']:.3f}, worst p99 {line['worst_p99_jct_ratio']:.3f}, "
+            f"{line['cells_won']} of {line['cells']} cells won)")
+
+    return on_export
 
 
 def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
