@@ -7,13 +7,18 @@ traces it never trained on*. :class:`SuiteCurve` answers that at every export of
 ``policy.pt``: the suite's heuristics run once (the first time, on every cell), then each export
 runs the learned policy alone on every cell and is summarised exactly as ``deepshare evaluate
 --suite`` summarises it (geometric-mean average-JCT ratio, worst cell, worst p99 ratio, cells
-won). Rows go to ``suite_curve.csv`` in the run folder, and ``curves.png`` plots both curves.
+won). Rows go to ``suite_curve.csv`` in the run folder, ``curves.png`` plots both curves, and a
+copy of each scored file goes to ``curve/iter_NNNN.pt``, so the best iteration can be shipped
+(training itself keeps only the latest ``policy.pt``).
 """
 
 from __future__ import annotations
 
 import csv
 import multiprocessing
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -21,9 +26,12 @@ from deepshare.experiments.suite import Cell, SuiteResult, SuiteSpec, cell_bound
 
 CURVE_FILE = "suite_curve.csv"
 PLOT_FILE = "curves.png"
+COPIES = "curve"
+"""Folder of the run where each scored policy file is kept as ``iter_NNNN.pt``."""
 CURVE_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "suite", "policy", "geomean_avg_jct_ratio",
     "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio", "worst_p99_cell", "cells_won", "cells",
+    "policy_file",
 )
 RETURN_COLUMNS = ("iteration", "episode_return_mean")
 """What :func:`plot_curves` reads of ``metrics.csv`` (:mod:`deepshare.rl.train` writes it)."""
@@ -68,16 +76,18 @@ class SuiteCurve:
 
     def record(self, run_dir: str | Path, iteration: int, row: dict[str, float] | None,
                policy_file: str | Path) -> dict[str, object]:
-        """Score ``policy_file`` as it is after ``iteration``, append the row to
+        """Score ``policy_file`` as it is after ``iteration``, keep a copy of it, append the row to
         ``run_dir/suite_curve.csv`` and redraw ``run_dir/curves.png``; returns the row."""
-        summary = self.score(policy_file)
+        copy = keep_copy(policy_file, Path(run_dir) / COPIES / f"iter_{iteration:04d}.pt")
+        summary = self.score(copy)
         line: dict[str, object] = {
             "iteration": iteration,
             "env_steps_lifetime": (row or {}).get("env_steps_lifetime", 0),
             "episode_return_mean": (row or {}).get("episode_return_mean", ""),
             "suite": self.suite,
             "policy": self.kind,
-            **{key: summary[key] for key in CURVE_COLUMNS[5:]},
+            **{key: summary[key] for key in CURVE_COLUMNS[5:-1]},
+            "policy_file": f"{COPIES}/{copy.name}",
         }
         append_row(Path(run_dir) / CURVE_FILE, line)
         plot_curves(run_dir)
@@ -88,11 +98,30 @@ class SuiteCurve:
             self.progress(message)
 
 
+def keep_copy(source: str | Path, target: Path) -> Path:
+    """``source`` copied to ``target`` through a temporary file and a rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
 def append_row(path: Path, row: dict[str, object]) -> None:
-    new = not path.exists() or path.stat().st_size == 0
+    """Append ``row`` under the file's own header (a file begun by an older version keeps its
+    columns), or under :data:`CURVE_COLUMNS` in a new file."""
+    columns: list[str] | None = None
+    if path.exists() and path.stat().st_size > 0:
+        with path.open(newline="") as fh:
+            columns = next(csv.reader(fh), None)
     with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
-        if new:
+        writer = csv.DictWriter(fh, fieldnames=columns or list(CURVE_COLUMNS), extrasaction="ignore")
+        if columns is None:
             writer.writeheader()
         writer.writerow(row)
 

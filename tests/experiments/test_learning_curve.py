@@ -43,9 +43,12 @@ def test_the_heuristics_run_once_then_only_the_learned_policy(monkeypatch, tmp_p
     for iteration in (0, 5):
         curve.record(tmp_path, iteration, {"env_steps_lifetime": 100.0 * iteration, "episode_return_mean": -1.5}, DAGGER)
     heuristics = tuple(load_suite("tiny").heuristics)
-    assert calls == [heuristics, (f"rl-base={DAGGER}",), (f"rl-base={DAGGER}",)]
+    copies = [tmp_path / "curve" / "iter_0000.pt", tmp_path / "curve" / "iter_0005.pt"]
+    assert calls == [heuristics, (f"rl-base={copies[0]}",), (f"rl-base={copies[1]}",)]  # each scored as kept
+    assert all(copy.read_bytes() == DAGGER.read_bytes() for copy in copies)
     rows = list(csv.DictReader((tmp_path / CURVE_FILE).open()))
     assert [r["iteration"] for r in rows] == ["0", "5"] and list(rows[0]) == list(CURVE_COLUMNS)
+    assert [r["policy_file"] for r in rows] == ["curve/iter_0000.pt", "curve/iter_0005.pt"]
     assert rows[1]["env_steps_lifetime"] == "500.0" and rows[0]["suite"] == "tiny" and rows[0]["policy"] == "rl-base"
     assert rows[0]["geomean_avg_jct_ratio"] == rows[1]["geomean_avg_jct_ratio"]  # the same file scores the same
     assert int(rows[0]["cells"]) == 2 and (tmp_path / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -73,3 +76,13 @@ def test_an_overwritten_policy_file_is_scored_anew(curve, tmp_path):
         scores.append(curve.score(target)["geomean_avg_jct_ratio"])
     assert scores == [curve.score(DAGGER)["geomean_avg_jct_ratio"], curve.score(PPO)["geomean_avg_jct_ratio"]]
     assert scores[0] != scores[1]
+
+
+def test_a_curve_begun_with_fewer_columns_keeps_them(curve, tmp_path):
+    """A run resumed by a newer version appends under the file's own header."""
+    old = [c for c in CURVE_COLUMNS if c != "policy_file"]
+    (tmp_path / CURVE_FILE).write_text(",".join(old) + "\n")
+    curve.record(tmp_path, 3, None, DAGGER)
+    with (tmp_path / CURVE_FILE).open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == old and len(rows) == 2 and len(rows[1]) == len(old) and rows[1][0] == "3"

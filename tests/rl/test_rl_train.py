@@ -56,6 +56,8 @@ def test_the_learning_curve_scores_each_export_on_the_suite(trained):
     assert float(rows[2]["geomean_avg_jct_ratio"]) == pytest.approx(final["geomean_avg_jct_ratio"], rel=1e-12)
     assert rows[2]["worst_avg_cell"] == final["worst_avg_cell"] and rows[2]["policy"] == "rl-hybrid"
     assert (run / "curves.png").stat().st_size > 0
+    assert [r["policy_file"] for r in rows] == [f"curve/iter_000{i}.pt" for i in range(3)]
+    assert (run / "curve" / "iter_0002.pt").read_bytes() == (run / "policy.pt").read_bytes()
 
 
 def test_the_trained_policy_loads_as_rl_hybrid_and_decides_feasibly(trained, capsys, tmp_path):
