@@ -170,7 +170,7 @@ def plot_curves(run_dir: str | Path) -> Path | None:
 
     from deepshare.experiments.plots import save
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.8), sharex=True)
     top.plot([r["iteration"] for r in returns], [r["episode_return_mean"] for r in returns], marker=".")
     top.set_ylabel("episode return (mean)")
     top.set_title("training return and suite ratio to the best heuristic per cell")
@@ -184,5 +184,6 @@ def plot_curves(run_dir: str | Path) -> Path | None:
     bottom.set_xlabel("PPO iteration")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     if ratios:
-        bottom.legend(fontsize="small", title=scored, title_fontsize="small")
+        bottom.legend(fontsize="small", title=scored, title_fontsize="small", loc="upper center",
+                      bbox_to_anchor=(0.5, -0.2), ncol=3)
     return save(fig, folder / PLOT_FILE)
