@@ -10,7 +10,9 @@ FastAPI floor at ``/fastapi-floor``: the same answer from a one-route FastAPI ap
 service's work; the targets refer to the Serve floor). For a small
 request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it measures:
 
-* the in-process floor: parse the JSON body, decide, serialise the answer, no HTTP;
+* the in-process floor: parse the JSON body, decide, serialise the answer, no HTTP; back to back,
+  and each call after a 5 ms sleep (:data:`IDLE_S`: sequential requests reach a replica after
+  idle gaps, and on a machine whose cores slow down when idle the decision costs more there);
 * sequential requests over one keep-alive connection (p50, p99), to the service and to the
   floors in alternating rounds, so all see the same background load;
 * 8 and 32 concurrent clients (threads with their own connections), at least 2,000 requests
@@ -68,10 +70,18 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def floor(policy: str, body: str, n: int) -> list[float]:
+IDLE_S = 0.005
+"""The pause before each call of the in-process floor's second row: on a machine whose cores
+slow down when idle (this 2-core VM: a CPU-bound millisecond takes about two after a 5 ms sleep),
+that row is what a decision costs at the speed a replica between sequential requests runs."""
+
+
+def floor(policy: str, body: str, n: int, idle_s: float = 0.0) -> list[float]:
     engine = PlacementEngine(EngineSettings(policy=policy))
     times = []
     for _ in range(n):
+        if idle_s:
+            time.sleep(idle_s)
         start = time.perf_counter()
         engine.place(PlacementRequest.model_validate_json(body)).model_dump_json(exclude_none=True)
         times.append(time.perf_counter() - start)
@@ -287,6 +297,9 @@ def run(url: str, floors: dict[str, str], args: argparse.Namespace) -> None:
         pending = len(request["pending"])
         base = floor(args.policy, body, args.sequential)
         print(f"{name:30s} {'in-process (floor)':22s} {'':>8s} {'':>12s} {ms(pct(base, .5)):>8s} {ms(pct(base, .99)):>8s}")
+        idle = floor(args.policy, body, args.sequential, IDLE_S)
+        print(f"{'':30s} {f'in-process, {IDLE_S * 1e3:g} ms idle':22s} {'':>8s} {'':>12s} {ms(pct(idle, .5)):>8s} "
+              f"{ms(pct(idle, .99)):>8s}   (each call after a {IDLE_S * 1e3:g} ms sleep)")
         before = replica_seconds(url, args.token)
         seqs = side_by_side([url] + urls, body, args.sequential, args.token)
         after = replica_seconds(url, args.token)
