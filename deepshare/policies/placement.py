@@ -25,6 +25,12 @@ the indexed answers are tested against: both give the same placement).
   it spans the fewest nodes the job could ever use (one node when it fits on one), else none,
   so the job waits for GPUs to free up instead of fragmenting. Relaxation: once the job has
   waited :data:`PACKED_RELAX_S` since it was (re)queued it takes the consolidated fallback.
+* ``uncontended`` — ``packed``, and also waits while the contention model predicts the job would
+  run below :data:`UNCONTENDED_MIN_RATIO` of its isolated speed there (the running jobs and the
+  launches already chosen in this decision counted), with no bound on that wait; a job is
+  launched anyway when nothing runs and nothing is being launched, so the cluster never idles
+  with work queued and the policy cannot stall. It is what the learned policies were found to
+  do on long queues (wait rather than launch into contention), written as a rule.
   The relaxation is checked at the decision points that arrivals and completions (and
   ``--round-s`` ticks) already create, not at the exact expiry: a job waiting for its shape
   always has something running that will complete (an idle cluster offers every shape), so
@@ -336,6 +342,29 @@ def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
 packed = make_packed()
 
 
+UNCONTENDED_MIN_RATIO = 0.9
+"""Predicted speed (fraction of isolated) below which ``uncontended`` waits: the threshold of
+RL-hybrid's safety net (chosen on the training traces), not tuned on the suites."""
+
+
+def make_uncontended(min_ratio: float = UNCONTENDED_MIN_RATIO, relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
+    """The ``uncontended`` strategy with its own threshold (0..1) and ``packed`` relaxation."""
+    if not 0.0 <= min_ratio <= 1.0:
+        raise ValueError(f"min_ratio must be in [0, 1], got {min_ratio}")
+    shaped = make_packed(relax_after_s)
+
+    def uncontended(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
+        placement = shaped(job, free, view, pending)
+        if placement is None or (not pending and not view.running):
+            return placement  # nothing to contend with, or an idle cluster: never wait then
+        return placement if view.predict(job, placement, pending).ratio >= min_ratio else None
+
+    return uncontended
+
+
+uncontended = make_uncontended()
+
+
 PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
     "consolidated": (consolidated, "fewest nodes (best-fit single node when possible)"),
     "spread": (spread, "round-robin over nodes: as many nodes as possible (the original's baseline)"),
@@ -347,5 +376,10 @@ PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
         packed,
         f"fewest nodes the job can ever use, waiting for them rather than fragmenting "
         f"(takes the consolidated fallback after {PACKED_RELAX_S:.0f} s queued)",
+    ),
+    "uncontended": (
+        uncontended,
+        f"packed, and waits (unbounded) while the job would run below {UNCONTENDED_MIN_RATIO:g}x its isolated speed "
+        "there; launches anyway on an idle cluster",
     ),
 }

@@ -399,11 +399,11 @@ def test_registry_names():
     names = policy_names()
     assert len(names) == len(set(names))
     orders = ("fifo", "srtf", "srsf", "las", "dlas")
-    placements = ("consolidated", "spread", "contention-aware", "packed")
+    placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
     assert set(policy_names(heuristics_only=True)) == expected
-    assert len(expected) == 5 * 4 + 4 * 4  # every order x placement, and +preempt but for fifo
+    assert len(expected) == 5 * 5 + 4 * 5  # every order x placement, and +preempt but for fifo
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:

@@ -11,12 +11,20 @@ from deepshare.core.contention import make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.types import Decision, JobSpec, Placement
-from deepshare.core.view import ClusterView, JobView
+from deepshare.core.view import ClusterView, JobView, Prediction
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_names
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.order import ORDERS, srsf
-from deepshare.policies.placement import PACKED_RELAX_S, make_packed, min_nodes, packed
+from deepshare.policies.placement import (
+    PACKED_RELAX_S,
+    UNCONTENDED_MIN_RATIO,
+    make_packed,
+    make_uncontended,
+    min_nodes,
+    packed,
+    uncontended,
+)
 
 CATALOG = default_catalog()
 
@@ -127,9 +135,55 @@ def test_packed_relaxes_on_round_ticks():
 def test_every_order_has_a_packed_policy():
     names = set(policy_names(heuristics_only=True))
     for order in ORDERS:
-        assert f"{order}+packed" in names
-        assert (f"{order}+packed+preempt" in names) == (order != "fifo")
+        for placement in ("packed", "uncontended"):
+            assert f"{order}+{placement}" in names
+            assert (f"{order}+{placement}+preempt" in names) == (order != "fifo")
     assert "srsf+consolidated+preempt" in names
+
+
+# -- uncontended -------------------------------------------------------------------------------
+def _predicting(free, ratio: float, running: tuple = (), now: float = 0.0) -> tuple[ClusterView, list]:
+    """A view whose every prediction is ``ratio``, and the list of questions it was asked."""
+    asked = []
+
+    def predict(job, placement, pending=()):
+        asked.append((job.job_id, placement, tuple(pending)))
+        return Prediction(ratio)
+
+    return ClusterView(now, uniform(len(free), 4), CATALOG, tuple(free), (), running, predict), asked
+
+
+def test_uncontended_waits_below_the_ratio_unless_nothing_runs():
+    busy = (JobView("r", "MoE", 2, 0.0, 100.0, 0.0, "heavy"),)
+    view, asked = _predicting([2, 4], UNCONTENDED_MIN_RATIO - 0.01, running=busy)
+    assert uncontended(_job(4), [2, 4], view) is None  # packed's node, but predicted too slow: wait
+    assert asked == [("j", Placement(((1, 4),)), ())]
+    view, _ = _predicting([2, 4], UNCONTENDED_MIN_RATIO, running=busy)
+    assert uncontended(_job(4), [2, 4], view) == Placement(((1, 4),))  # at the threshold: launch
+    idle, asked = _predicting([2, 4], 0.1)
+    assert uncontended(_job(4), [2, 4], idle) == Placement(((1, 4),)) and asked == []  # idle cluster: never wait
+    launching = [(_job(1), Placement(((0, 1),)))]
+    assert uncontended(_job(4), [1, 4], idle, launching) is None  # a launch is pending: it contends
+    assert asked == [("j", Placement(((1, 4),)), tuple(launching))]
+    split, _ = _predicting([1, 1, 0], 1.0, running=busy, now=10.0)
+    assert uncontended(_job(2), [1, 1, 0], split) is None  # packed's shape rule first
+    assert make_uncontended(0.0)(_job(4), [2, 4], view) == Placement(((1, 4),))
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError):
+            make_uncontended(bad)
+
+
+def test_uncontended_waits_out_a_contended_launch():
+    # 3 nodes x 4 GPUs. r (6 GPUs, 1000 s) takes node 0 and half of node 1; x (6 GPUs, 500 s,
+    # at t=10) fits only on nodes 1 + 2, sharing node 1 with r: srsf+packed starts it there at
+    # once and both slow down; srsf+uncontended waits until r finishes, then x runs alone.
+    jobs = [JobSpec("r", "Transformer-XL", 6, 0.0, duration_s=1000.0), JobSpec("x", "Transformer-XL", 6, 10.0, duration_s=500.0)]
+    sim = Simulator(uniform(3, 4), jobs, make_contention("profiled"))
+    report = sim.run(make_policy("srsf+uncontended"))
+    assert {r.job_id: r.finish_s for r in report.records} == {"r": 1000.0, "x": 1500.0}
+    contended = Simulator(uniform(3, 4), jobs, make_contention("profiled")).run(make_policy("srsf+packed"))
+    finish = {r.job_id: r.finish_s for r in contended.records}
+    assert finish["r"] > 1000.0 and finish["x"] < 1500.0  # launched at t=10, slowed by sharing node 1
 
 
 # -- the relaxation never stalls, and never fragments early ------------------------------------
@@ -173,14 +227,18 @@ def packed_scenarios(draw):
     relax = draw(st.sampled_from([0.0, 60.0, PACKED_RELAX_S, 1e7]))
     contention = draw(st.sampled_from(["profiled", "none", "link"]))
     round_s = draw(st.sampled_from([None, 300.0]))
-    return nodes, gpn, jobs, order, preemptive, relax, contention, round_s
+    waits_out_contention = draw(st.booleans())
+    return nodes, gpn, jobs, order, preemptive, relax, contention, round_s, waits_out_contention
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(packed_scenarios())
 def test_packed_never_stalls(scenario):
-    nodes, gpn, jobs, order, preemptive, relax, contention, round_s = scenario
-    policy = HeuristicPolicy(f"{order}+packed", ORDERS[order][0], make_packed(relax), preemptive)
+    """Neither ``packed`` nor ``uncontended`` (which may wait forever for a calm placement while
+    anything runs) leaves a job unfinished, and neither fragments before the relaxation."""
+    nodes, gpn, jobs, order, preemptive, relax, contention, round_s, waits_out_contention = scenario
+    place = make_uncontended(relax_after_s=relax) if waits_out_contention else make_packed(relax)
+    policy = HeuristicPolicy(f"{order}+packed", ORDERS[order][0], place, preemptive)
     sim = Simulator(uniform(nodes, gpn), jobs, make_contention(contention), config=SimConfig(round_s=round_s))
     report = sim.run(Checked(policy, relax))
     assert report.finished + report.rejected == len(jobs)
