@@ -29,7 +29,7 @@ DEMO_TRACE := deepshare/data/traces/deepshare-simulate-trace0.json
 demo: $(STAMP)
 	$(BIN)/deepshare compare --trace $(DEMO_TRACE) --cluster testbed
 	$(BIN)/deepshare evaluate --trace $(DEMO_TRACE) --cluster testbed --seeds 1 --out runs/demo \
-		--policies las+spread,srtf+spread,las+consolidated,srtf+consolidated,srsf+packed,las+packed,rl-base,rl-hybrid,rl-hybrid-preempt
+		--policies las+spread,srtf+spread,las+consolidated,srtf+consolidated,srsf+packed,las+packed,srsf+uncontended,rl-base,rl-hybrid,rl-hybrid-preempt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
