@@ -34,8 +34,8 @@ import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing.context import BaseContext
 from importlib import resources
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Callable, Sequence
 

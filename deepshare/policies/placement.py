@@ -25,16 +25,16 @@ the indexed answers are tested against: both give the same placement).
   it spans the fewest nodes the job could ever use (one node when it fits on one), else none,
   so the job waits for GPUs to free up instead of fragmenting. Relaxation: once the job has
   waited :data:`PACKED_RELAX_S` since it was (re)queued it takes the consolidated fallback.
+  The relaxation is checked at the decision points that arrivals and completions (and
+  ``--round-s`` ticks) already create, not at the exact expiry: a job waiting for its shape
+  always has something running that will complete (an idle cluster offers every shape), so
+  the policy can never stall, and no timer is needed in the simulator.
 * ``uncontended`` — ``packed``, and also waits while the contention model predicts the job would
   run below :data:`UNCONTENDED_MIN_RATIO` of its isolated speed there (the running jobs and the
   launches already chosen in this decision counted), with no bound on that wait; a job is
   launched anyway when nothing runs and nothing is being launched, so the cluster never idles
   with work queued and the policy cannot stall. It is what the learned policies were found to
   do on long queues (wait rather than launch into contention), written as a rule.
-  The relaxation is checked at the decision points that arrivals and completions (and
-  ``--round-s`` ticks) already create, not at the exact expiry: a job waiting for its shape
-  always has something running that will complete (an idle cluster offers every shape), so
-  the policy can never stall, and no timer is needed in the simulator.
 """
 
 from __future__ import annotations
