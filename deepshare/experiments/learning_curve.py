@@ -41,10 +41,10 @@ class SuiteCurve:
     """Scores successive exports of one policy file on a suite; the heuristics run once."""
 
     def __init__(self, suite: str, policy_kind: str, workers: int = 1,
-                 progress: Callable[[str], None] | None = None) -> None:
-        """``suite``: a bundled name or a suite YAML (checked here, before any run);
-        ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``)."""
-        self.spec: SuiteSpec = load_suite(suite)
+                 progress: Callable[[str], None] | None = None, flag: str = "--eval-suite") -> None:
+        """``suite``: a bundled name or a suite YAML (checked here, before any run; errors name
+        ``flag``); ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``)."""
+        self.spec: SuiteSpec = load_suite(suite, flag)
         self.suite = self.spec.name
         self.kind = policy_kind
         self.workers = workers

@@ -136,9 +136,9 @@ def suite_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_suite(name_or_path: str) -> SuiteSpec:
+def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
     """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
-    checked against the registry here, before anything runs."""
+    checked against the registry here, before anything runs. Errors name ``flag``."""
     from deepshare.policies import policy_info
 
     if name_or_path in suite_names():
@@ -146,10 +146,10 @@ def load_suite(name_or_path: str) -> SuiteSpec:
         text = (resources.files("deepshare.data") / "suites" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
     elif Path(name_or_path).suffix in (".yaml", ".yml") or Path(name_or_path).exists():
         source = name_or_path
-        text = read_config_text(name_or_path, "suite file", f"--suite {name_or_path}")
+        text = read_config_text(name_or_path, "suite file", f"{flag} {name_or_path}")
     else:
         raise DeepShareError(
-            f"--suite: {name_or_path!r} is neither a bundled suite ({', '.join(suite_names())}) nor a YAML file"
+            f"{flag}: {name_or_path!r} is neither a bundled suite ({', '.join(suite_names())}) nor a YAML file"
         )
     spec = parse_yaml_model(text, SuiteSpec, source, "the suite's grid and policies")
     for field_name in ("heuristics", "learned"):

@@ -134,7 +134,8 @@ def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, 
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--eval-suite", "nope"], "neither a bundled suite"),
+        (["--eval-suite", "nope"], "--eval-suite: 'nope' is neither a bundled suite"),
+        (["--eval-suite", "missing.yaml"], "--eval-suite missing.yaml"),
         (["--eval-workers", "2"], "--eval-workers: only with --eval-suite"),
     ],
 )
