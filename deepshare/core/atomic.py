@@ -21,6 +21,11 @@ def _mode_for(target: Path) -> int:
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    return write_bytes_atomic(path, text.encode("utf-8"), what)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -28,8 +33,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file
     except OSError as exc:
         raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; give the file a normal mode

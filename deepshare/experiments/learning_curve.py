@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import csv
 import multiprocessing
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
+from deepshare.core.atomic import write_bytes_atomic
 from deepshare.experiments.suite import Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, run_policies
 
 CURVE_FILE = "suite_curve.csv"
@@ -78,7 +76,9 @@ class SuiteCurve:
                policy_file: str | Path) -> dict[str, object]:
         """Score ``policy_file`` as it is after ``iteration``, keep a copy of it, append the row to
         ``run_dir/suite_curve.csv`` and redraw ``run_dir/curves.png``; returns the row."""
-        copy = keep_copy(policy_file, Path(run_dir) / COPIES / f"iter_{iteration:04d}.pt")
+        copies = Path(run_dir) / COPIES
+        copies.mkdir(parents=True, exist_ok=True)
+        copy = write_bytes_atomic(copies / f"iter_{iteration:04d}.pt", Path(policy_file).read_bytes(), "policy copy")
         summary = self.score(copy)
         line: dict[str, object] = {
             "iteration": iteration,
@@ -98,20 +98,6 @@ class SuiteCurve:
             self.progress(message)
 
 
-def keep_copy(source: str | Path, target: Path) -> Path:
-    """``source`` copied to ``target`` through a temporary file and a rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
 def append_row(path: Path, row: dict[str, object]) -> None:
     """Append ``row`` under the file's own header (a file begun by an older version keeps its
     columns), or under :data:`CURVE_COLUMNS` in a new file."""
@@ -126,29 +112,23 @@ def append_row(path: Path, row: dict[str, object]) -> None:
         writer.writerow(row)
 
 
-def read_rows(path: Path, columns: Sequence[str]) -> list[dict[str, float]]:
-    """The numeric ``columns`` of a CSV's rows (rows missing one are skipped); [] without the file."""
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV's rows; [] without the file."""
     if not path.exists():
         return []
-    rows = []
     with path.open(newline="") as fh:
-        for raw in csv.DictReader(fh):
-            try:
-                rows.append({c: float(raw[c]) for c in columns})
-            except (KeyError, TypeError, ValueError):
-                continue
-    return rows
+        return list(csv.DictReader(fh))
 
 
-def _labels(path: Path) -> str:
-    """"POLICY on suite NAME" from the last row of ``suite_curve.csv`` ("" without one)."""
-    if not path.exists():
-        return ""
-    with path.open(newline="") as fh:
-        last = None
-        for last in csv.DictReader(fh):
-            pass
-    return f"{last.get('policy')} on suite {last.get('suite')}" if last else ""
+def numeric(rows: list[dict[str, str]], columns: Sequence[str]) -> list[dict[str, float]]:
+    """The numeric ``columns`` of ``rows`` (rows missing one are skipped)."""
+    found = []
+    for raw in rows:
+        try:
+            found.append({c: float(raw[c]) for c in columns})
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
 
 
 def plot_curves(run_dir: str | Path) -> Path | None:
@@ -156,12 +136,13 @@ def plot_curves(run_dir: str | Path) -> Path | None:
     per scored iteration (``suite_curve.csv``), 1.0 = the best heuristic of each cell; None when
     neither file has a row."""
     folder = Path(run_dir)
-    returns = read_rows(folder / "metrics.csv", RETURN_COLUMNS)
-    ratios = read_rows(folder / CURVE_FILE, ("iteration", "geomean_avg_jct_ratio", "worst_avg_jct_ratio",
-                                             "worst_p99_jct_ratio"))
+    returns = numeric(read_rows(folder / "metrics.csv"), RETURN_COLUMNS)
+    scored_rows = read_rows(folder / CURVE_FILE)
+    ratios = numeric(scored_rows, ("iteration", "geomean_avg_jct_ratio", "worst_avg_jct_ratio", "worst_p99_jct_ratio"))
     if not returns and not ratios:
         return None
-    scored = _labels(folder / CURVE_FILE)
+    last = scored_rows[-1] if scored_rows else None
+    scored = f"{last.get('policy')} on suite {last.get('suite')}" if last else ""
     import matplotlib
 
     matplotlib.use("Agg")

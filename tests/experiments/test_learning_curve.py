@@ -4,6 +4,7 @@ heuristics run once, rows appended, and the figure drawn from whatever rows exis
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,9 @@ def test_the_heuristics_run_once_then_only_the_learned_policy(monkeypatch, tmp_p
     copies = [tmp_path / "curve" / "iter_0000.pt", tmp_path / "curve" / "iter_0005.pt"]
     assert calls == [heuristics, (f"rl-base={copies[0]}",), (f"rl-base={copies[1]}",)]  # each scored as kept
     assert all(copy.read_bytes() == DAGGER.read_bytes() for copy in copies)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {copy.stat().st_mode & 0o777 for copy in copies} == {0o666 & ~umask}  # a normal file, not mkstemp's 0600
     rows = list(csv.DictReader((tmp_path / CURVE_FILE).open()))
     assert [r["iteration"] for r in rows] == ["0", "5"] and list(rows[0]) == list(CURVE_COLUMNS)
     assert [r["policy_file"] for r in rows] == ["curve/iter_0000.pt", "curve/iter_0005.pt"]
