@@ -8,8 +8,7 @@ Readable across figures: every policy keeps one colour (and line style) in all t
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -17,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from deepshare.core.atomic import write_bytes_atomic
 from deepshare.experiments.evaluation import Evaluation
 
 PLOT_FILES = ("jct_cdf.png", "jct_vs_util.png", "util_over_time.png")
@@ -159,23 +159,10 @@ def save(fig, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
     """Lay out and write ``fig`` as PNG through a temporary file and a rename, then free it."""
     import matplotlib.pyplot as plt
 
-    target = Path(path)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    buffer = io.BytesIO()
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, dpi=120, format="png")
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fig.savefig(buffer, dpi=120, format="png")
     finally:
         plt.close(fig)
-    return target
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return write_bytes_atomic(path, buffer.getvalue(), "figure")
