@@ -93,14 +93,31 @@ PREEMPT_RULES = ("min_gain", "min_pressure")
 
 def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
     """RL-hybrid (``path``, or the shipped ``rl_hybrid_preempt.pt``) deferring to ``preemptive``
-    (default ``srsf+packed+preempt``) when it preempts; the file's metadata ``preempt_rules``
+    (default: the file's metadata ``preemptive``, else ``srsf+packed+preempt``) when it preempts;
+    the file's metadata ``preempt_rules``
     (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none when absent."""
     from deepshare.policies.checkpoint import SHIPPED_PREEMPT, learned_policy, shipped
 
-    heuristic = preemptive if preemptive is not None else srsf_packed_preempt()
     learned = learned_policy("rl-hybrid", path or shipped(SHIPPED_PREEMPT), hybrid=True)
-    gates = preempt_rules(learned.metadata.get("preempt_rules"), learned.metadata.get("checkpoint", path))
-    return PreemptiveHybrid(name, learned, heuristic, **gates)
+    file = learned.metadata.get("checkpoint", path)
+    if preemptive is None:
+        preemptive = preemptive_heuristic(learned.metadata.get("preemptive", DEFAULT_PREEMPTIVE), file)
+    gates = preempt_rules(learned.metadata.get("preempt_rules"), file)
+    return PreemptiveHybrid(name, learned, preemptive, **gates)
+
+
+def preemptive_heuristic(name: Any, file: Any) -> HeuristicPolicy:
+    """The registry's preemptive heuristic ``ORDER+PLACEMENT+preempt`` that a policy file's metadata
+    ``preemptive`` names; anything else is a DeepShareError naming the file and the key."""
+    from deepshare.core.errors import DeepShareError
+
+    parts = name.split("+") if isinstance(name, str) else []
+    if len(parts) != 3 or parts[0] not in ORDERS or parts[1] not in PLACEMENTS or parts[2] != "preempt":
+        raise DeepShareError(
+            f"policy checkpoint {file}: metadata preemptive: expected a preemptive heuristic ORDER+PLACEMENT+preempt"
+            f" (orders {', '.join(sorted(ORDERS))}; placements {', '.join(sorted(PLACEMENTS))}), got {name!r}"
+        )
+    return HeuristicPolicy(name, ORDERS[parts[0]][0], PLACEMENTS[parts[1]][0], preemptive=True)
 
 
 def preempt_rules(given: Any, file: Any) -> dict[str, float]:

@@ -237,3 +237,18 @@ def test_bad_preempt_rules_are_refused_in_one_line_naming_the_key(tmp_path, rule
 
     with pytest.raises(DeepShareError, match=named):
         make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preempt_rules': rules})}")
+
+
+def test_a_files_preemptive_names_the_heuristic_deferred_to_and_no_key_means_srsf_packed(tmp_path):
+    policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': 'srsf+uncontended+preempt'})}")
+    assert policy.preemptive == make_policy("srsf+uncontended+preempt")
+    assert policy.metadata["preemptive"] == "srsf+uncontended+preempt"
+    assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(PREEMPTIVE)
+
+
+@pytest.mark.parametrize("given", ["srsf+uncontended", "srsf+nowhere+preempt", "nope+packed+preempt", 7, None, "rl-base"])
+def test_a_bad_preemptive_is_refused_in_one_line_naming_the_key(tmp_path, given):
+    from deepshare.core.errors import DeepShareError
+
+    with pytest.raises(DeepShareError, match=r"metadata preemptive: expected a preemptive heuristic ORDER\+PLACEMENT\+preempt"):
+        make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': given})}")
