@@ -35,7 +35,7 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
     torch.save(
         {
             "format": FORMAT_VERSION,
-            "features": list(FEATURES),
+            "features": list(encoding.features),
             "hidden": scorer.hidden,
             "state_dict": scorer.state_dict(),
             "encoding": asdict(encoding),
@@ -86,7 +86,9 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file ({exc.__class__.__name__})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION:
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (format {FORMAT_VERSION})")
-    if doc["features"] != list(FEATURES):
+    encoding = doc.get("encoding")
+    extras = encoding.get("extra_features", ()) if isinstance(encoding, dict) else ()
+    if not isinstance(extras, (list, tuple)) or doc["features"] != list(FEATURES) + list(extras):
         raise DeepShareError(f"policy checkpoint {path}: trained on other features than this version encodes")
     return doc
 
@@ -166,10 +168,10 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
     from deepshare.policies.scorer_net import CandidateScorer
 
     doc = load_policy_file(path)
-    net = CandidateScorer(len(FEATURES), doc["hidden"])
+    encoding = EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc["encoding"].items()})
+    net = CandidateScorer(len(encoding.features), doc["hidden"])
     net.load_state_dict(doc["state_dict"])
     net.eval()
-    encoding = EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc["encoding"].items()})
     return TorchScorer(net), encoding, doc["metadata"]
 
 

@@ -33,6 +33,7 @@ from deepshare.core.contention.base import isolated_of, predict_all
 from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView, Prediction
 from deepshare.policies.anchor import DEFAULT_ANCHOR, check_anchor
+from deepshare.policies.extra_features import check_extra_features, extra_columns
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS, SHAPE_KEYS, PlaceFn
 from deepshare.policies.step_state import StepState
@@ -66,8 +67,17 @@ class EncodingConfig:
     (simulated seconds since it was (re)queued), wait is masked and the choice must launch
     something, so the policy cannot leave free GPUs idle while a fitting job waits longer than
     this. None: no bound (the network may wait indefinitely; RL-hybrid's safety net covers it)."""
+    extra_features: tuple[str, ...] = ()
+    """Optional columns after :data:`FEATURES` (:data:`~deepshare.policies.extra_features.EXTRA_FEATURES`,
+    a subset in that order). Checkpoints exported before it existed load with none."""
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The observation's columns: :data:`FEATURES`, then the extras."""
+        return FEATURES + self.extra_features
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_features", check_extra_features(self.extra_features))
         if self.max_wait_s is not None and not self.max_wait_s >= 0:
             raise ValueError(f"max_wait_s must be a number of seconds >= 0 or None, got {self.max_wait_s}")
         if self.anchor is not None:
@@ -354,14 +364,24 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
             (free_total - gpus) / total,
             iso / best_iso[job_id],
         ) + parts[1] + glob)
+    extras = config.extra_features
+    if extras:
+        anchored = config.anchor is not None and len(rows) > 1 and _is_anchor_pick(state, config.anchor, rows[1])
+        data = [row + more for row, more in zip(data, extra_columns(state, rows, anchored, extras))]
     k = config.max_candidates
     mask = np.zeros(k, dtype=np.float32)
     mask[:len(rows)] = 1.0
-    obs = np.zeros((k, len(FEATURES)), dtype=np.float32)  # padding rows stay zero
+    obs = np.zeros((k, len(FEATURES) + len(extras)), dtype=np.float32)  # padding rows stay zero
     obs[:len(data)] = data  # each value rounds to float32 as an element-wise assignment would
     if _waiting_would_stall(partial, rows) or _waited_too_long(view.now, rows, config.max_wait_s):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
+
+
+def _is_anchor_pick(state: StepState, anchor: tuple[str, ...], row: Candidate) -> bool:
+    """Whether ``row`` is the anchor's launch (row 1 is, when the anchor launches anything)."""
+    pick = _anchor_pick(state, anchor)
+    return pick is not None and pick[0].job_id == row.job.job_id and pick[1].alloc == row.placement.alloc  # type: ignore[union-attr]
 
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:

@@ -42,8 +42,9 @@ from deepshare.core.traces import generate, load, mix_preset
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
-from deepshare.policies.encoding import FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
+from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.anchor import check_anchor
+from deepshare.policies.extra_features import check_extra_features
 from deepshare.policies.learned import HybridRules, take
 
 FEATURE_BOUND = 50.0
@@ -89,6 +90,9 @@ class EnvConfig:
     """Bounded waiting (:attr:`~deepshare.policies.encoding.EncodingConfig.max_wait_s`): wait is
     masked once a fitting offered job has been queued this long; null: no bound. Exported with
     the policy, so a network trained with a bound is served with the same one."""
+    extra_features: tuple[str, ...] = ()
+    """Optional observation columns (:mod:`deepshare.policies.extra_features`); exported with the
+    policy like ``max_wait_s``."""
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -97,7 +101,7 @@ class EnvConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise DeepShareError(f"env config: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions"):
+        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions", "extra_features"):
             if name in values:
                 values[name] = None if values[name] is None else tuple(values[name])
         config = EnvConfig(**values)
@@ -112,6 +116,10 @@ class EnvConfig:
                 raise DeepShareError(f"env config: {exc}") from None
         if config.max_wait_s is not None and not (isinstance(config.max_wait_s, (int, float)) and config.max_wait_s >= 0):
             raise DeepShareError(f"env config: max_wait_s must be seconds >= 0 or null, got {config.max_wait_s!r}")
+        try:
+            check_extra_features(config.extra_features)
+        except ValueError as exc:
+            raise DeepShareError(f"env config: {exc}") from None
         bad = [c for c in config.contentions if c not in CONTENTION_MODELS]
         if bad:
             raise DeepShareError(f"env config: contentions: unknown model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
@@ -121,7 +129,7 @@ class EnvConfig:
     def encoding(self) -> EncodingConfig:
         return EncodingConfig(
             max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor,
-            max_wait_s=self.max_wait_s,
+            max_wait_s=self.max_wait_s, extra_features=self.extra_features,
         )
 
     @property
@@ -160,7 +168,7 @@ class DeepShareEnv(gym.Env):
 
     def __init__(self, config: dict[str, Any] | EnvConfig | None = None) -> None:
         self.config = config if isinstance(config, EnvConfig) else EnvConfig.from_dict(config)
-        k, f = self.config.max_candidates, len(FEATURES)
+        k, f = self.config.max_candidates, len(self.config.encoding.features)
         self.observation_space = gym.spaces.Dict(
             {
                 "observations": gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(k, f), dtype=np.float32),

@@ -242,7 +242,6 @@ def fit(
 def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, int, float], None] | None, start: Any):
     import torch
 
-    from deepshare.policies.encoding import FEATURES
     from deepshare.policies.scorer_net import CandidateScorer
 
     if len(demos) == 0:
@@ -254,7 +253,7 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
     train_rows = ~held_out_rows(demos, settings.held_out)
     obs, mask, act = demos.observations, demos.masks, demos.actions
     x, m, y = (torch.from_numpy(a[train_rows]) for a in (obs, mask, act))
-    net = CandidateScorer(len(FEATURES), settings.hidden)
+    net = CandidateScorer(obs.shape[-1], settings.hidden)  # the encoding's columns, extras included
     if start is not None:
         net.load_state_dict(start.state_dict())
     optimiser = torch.optim.Adam(net.parameters(), lr=settings.lr)
