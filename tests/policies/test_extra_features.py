@@ -131,3 +131,18 @@ def test_a_file_whose_feature_list_disagrees_with_its_encoding_is_refused(tmp_pa
     torch.save(doc, path)
     with pytest.raises(DeepShareError, match="trained on other features"):
         make_policy(f"rl-base={path}")
+
+
+def test_an_env_with_extras_observes_them_and_passes_the_gymnasium_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    from deepshare.rl.env import DeepShareEnv
+
+    config = {"generated_fraction": 1.0, "generated_jobs": 40, "generated_nodes": [2, 4], "max_candidates": 8,
+              "extra_features": list(EXTRA_FEATURES)}
+    env = DeepShareEnv(config)
+    assert env.observation_space["observations"].shape == (8, len(FEATURES) + len(EXTRA_FEATURES))
+    assert env.config.encoding.extra_features == EXTRA_FEATURES
+    obs, _ = env.reset(seed=3)
+    assert env.observation_space.contains(obs)
+    check_env(DeepShareEnv(config), skip_render_check=True)
