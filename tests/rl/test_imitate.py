@@ -197,3 +197,22 @@ def test_cli_imitate_never_overwrites_its_config(tmp_path, capsys):
     assert main(["imitate", str(config), "--out", str(run), "--episodes", "1"]) == 2
     assert "would destroy the input" in capsys.readouterr().err
     assert config.read_text().startswith("name: small")
+
+
+def test_with_is_anchor_a_short_fit_imitates_the_anchor_exactly_and_the_policy_is_the_heuristic():
+    """The ``is_anchor`` column makes the anchor's row recognisable: a short fit reproduces every
+    choice, and the exported network, as rl-base, schedules exactly as srsf+uncontended does."""
+    values = {**SMALL, "generated_nodes": [2], "anchor": ["srsf", "uncontended"], "extra_features": ["is_anchor"]}
+    config = EnvConfig.from_dict(values)
+    demos = collect(config, 6)
+    assert demos.observations.shape[-1] == 19
+    net, report = fit(demos, FitSettings(hidden=16, epochs=100, batch_size=64, lr=1e-2, held_out=0.3))
+    assert report.train_accuracy == 1.0 and report.held_out_accuracy == 1.0
+    from deepshare.policies.checkpoint import TorchScorer
+
+    policy = LearnedPolicy("rl-base", TorchScorer(net.eval()), config.encoding)
+    for seed in (50, 51):
+        env = DeepShareEnv(config)
+        topology, jobs = env._scenario(seeding.np_random(seed)[0])
+        ours = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s)).run(policy)
+        assert ours.to_dict()["avg_jct_s"] == pytest.approx(heuristic_report(config, seed, "srsf+uncontended")["avg_jct_s"], rel=1e-12)
