@@ -23,6 +23,13 @@ suite's 48 cells it is within 1% of each cell's best heuristic on average (geome
 1.009; ``las+packed`` 1.005), and as RL-hybrid's anchor on ``quick`` the two give the same
 result (0.9988 and 0.9987)."""
 
+SAFETY_NET_ANCHOR = ("srsf", "uncontended")
+"""(order, placement) RL-hybrid's safety net falls back to by default (since 2026-12-01, fifth
+session; :data:`DEFAULT_ANCHOR` before): ``srsf+uncontended``, the strongest non-preemptive
+heuristic on the ``loaded`` suite. With the shipped ``rl_base.pt`` it gives 1.180 on ``loaded``'s
+two seeds (1.187 with ``srsf+packed``) and 1.004 on ``quick`` (the same; worst cell 1.039, 1.045
+before). The encoding's row 1 stays :data:`DEFAULT_ANCHOR`'s: that is what the networks saw."""
+
 
 def check_anchor(anchor: Sequence[str]) -> tuple[str, str]:
     """``(order, placement)`` registry parts, validated (ValueError names the bad one)."""

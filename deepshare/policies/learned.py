@@ -6,8 +6,8 @@ score every candidate row, take the best unmasked row, repeat until the choice i
 * **RL-base** does exactly what the scorer says, waiting included.
 * **RL-hybrid** is the artifact's decision-level multiplexing: when the scorer waits while a
   queued job fits, a rule-based safety net launches what the strongest heuristic
-  (:attr:`HybridRules.anchor`, ``srsf+packed``; the artifact used the contention-aware
-  heuristic) would launch next, if its predicted ratio is at least
+  (:attr:`HybridRules.anchor`, ``srsf+uncontended``; ``srsf+packed`` until 2026-12-01, the
+  artifact used the contention-aware heuristic) would launch next, if its predicted ratio is at least
   :attr:`HybridRules.min_ratio` (low contention) or the cluster's utilisation would otherwise
   stay below :attr:`HybridRules.utilisation_floor`. With ``min_ratio`` 0 a scorer that always
   waits makes RL-hybrid exactly that heuristic.
@@ -31,7 +31,7 @@ import numpy as np
 from deepshare.core.heap import long_lived_frozen
 from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
-from deepshare.policies.anchor import DEFAULT_ANCHOR
+from deepshare.policies.anchor import SAFETY_NET_ANCHOR
 from deepshare.policies.base import Observation, Scorer
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, anchor_launch, encode
 
@@ -48,13 +48,14 @@ class HybridRules:
     ``quick`` suite (24 cells, shipped network) they give a geometric-mean average-JCT ratio to
     each cell's best heuristic of 0.999 (worst cell 1.017, worst p99 1.025); always taking the
     pick (``min_ratio`` 0) gives 1.004 (worst 1.050, p99 1.149): waiting when the pick would be
-    slowed down is worth keeping."""
+    slowed down is worth keeping (figures against the heuristics of that day). The fallback is
+    ``srsf+uncontended`` since 2026-12-01 (:data:`~deepshare.policies.anchor.SAFETY_NET_ANCHOR`)."""
 
     min_ratio: float = 0.9
     """Launch the heuristic's pick when its predicted throughput ratio is at least this."""
     utilisation_floor: float = 0.5
     """...or whenever utilisation would stay below this."""
-    anchor: tuple[str, ...] = DEFAULT_ANCHOR
+    anchor: tuple[str, ...] = SAFETY_NET_ANCHOR
     """(order, placement) of the heuristic the safety net falls back to."""
 
 

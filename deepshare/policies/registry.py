@@ -69,7 +69,7 @@ def _register_learned() -> None:
     for name, hybrid, doc in (
         ("rl-base", False, "learned policy (srsf+packed imitated with DAgger, then PPO): makes every placement"
                            " decision and may wait"),
-        ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+packed heuristic's next launch (safety net)"),
+        ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+uncontended heuristic's next launch (safety net)"),
     ):
         register(
             PolicyInfo(

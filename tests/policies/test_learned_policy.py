@@ -80,12 +80,23 @@ def pick_anchor_row(obs):
 def test_rl_hybrid_that_always_waits_is_exactly_the_anchor_heuristic():
     from deepshare.policies import make_policy
 
-    hybrid = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules(min_ratio=0.0)))
+    packed = ("srsf", "packed")
+    hybrid = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules(min_ratio=0.0, anchor=packed)))
     heuristic = run(make_policy("srsf+packed"))
     same_report(hybrid, heuristic)
     # with the default thresholds it also waits where the pick would be slowed down (ratio < 0.9)
-    gated = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules()))
+    gated = run(LearnedPolicy("x", always_wait, ENCODING, HybridRules(anchor=packed)))
     assert gated.finished == 256 and gated.avg_slowdown < heuristic.avg_slowdown
+
+
+def test_the_default_safety_net_is_srsf_uncontended_whose_picks_pass_its_own_gate():
+    from deepshare.policies import make_policy
+
+    assert HybridRules().anchor == ("srsf", "uncontended")
+    heuristic = run(make_policy("srsf+uncontended"))
+    same_report(run(LearnedPolicy("x", always_wait, ENCODING, HybridRules(min_ratio=0.0))), heuristic)
+    # uncontended launches only at a predicted ratio >= 0.9 (or on an idle cluster, utilisation 0)
+    same_report(run(LearnedPolicy("x", always_wait, ENCODING, HybridRules())), heuristic)
 
 
 def test_a_scorer_that_takes_the_anchor_row_imitates_the_heuristic():
