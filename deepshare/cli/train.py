@@ -111,7 +111,7 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     run_dir = args.out or f"runs/{config.name}_imitate"
     check_outputs({"--out": folder_outputs(run_dir, IMITATE_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
     settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, held_out=args.held_out, seed=args.seed)
+                           lr=args.lr, held_out=args.held_out, seed=args.seed, label_smoothing=args.label_smoothing)
     policy = imitate(args.config, run_dir, episodes=args.episodes, seed_base=args.seed_base, settings=settings,
                      dagger_rounds=args.dagger_rounds,
                      log=lambda msg: print_line(err, msg) if not msg.startswith("episode ") or err.is_terminal else None)
@@ -167,4 +167,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="share of each round's episodes (the last ones) kept out of the fit to measure accuracy (default 0.2)")
     p.add_argument("--hidden", type=in_range(int, 1, 4096, "units"), default=None, metavar="H", help="scorer width (default the config's model.hidden)")
     p.add_argument("--seed", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S", help="torch seed of the fit (default 0)")
+    p.add_argument("--label-smoothing", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.0, metavar="S",
+                   help="share of each target spread over the choice's valid rows, so PPO started from the imitation can still "
+                   "explore (default 0: an exact imitation's probabilities go to 1 and PPO learns nothing)")
     p.set_defaults(func=cmd_imitate)

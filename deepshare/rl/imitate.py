@@ -174,6 +174,11 @@ class FitSettings:
     held_out: float = 0.2
     """Share of the episodes (the last ones) kept out of training to measure accuracy."""
     seed: int = 0
+    label_smoothing: float = 0.0
+    """Share of each target spread evenly over the choice's unmasked rows. 0: plain cross-entropy,
+    which drives an exact imitation's probabilities to 1, so PPO started from it samples only the
+    imitated choice and learns nothing; a little smoothing leaves it room to explore while the
+    best row (what a deployed policy takes) stays the demonstrated one."""
 
 
 @dataclass
@@ -248,6 +253,8 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
         raise DeepShareError("imitate: no choices to learn from")
     if not 0 <= settings.held_out < 1:
         raise DeepShareError(f"imitate: held_out must be in [0, 1), got {settings.held_out}")
+    if not 0 <= settings.label_smoothing < 1:
+        raise DeepShareError(f"imitate: label_smoothing must be in [0, 1), got {settings.label_smoothing}")
     began = time.process_time()
     torch.manual_seed(settings.seed)
     train_rows = ~held_out_rows(demos, settings.held_out)
@@ -265,7 +272,7 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
         for start in range(0, len(y), settings.batch_size):
             idx = order[start:start + settings.batch_size]
             logits, _ = net(x[idx], m[idx])
-            loss = torch.nn.functional.cross_entropy(logits, y[idx])
+            loss = imitation_loss(logits, m[idx], y[idx], settings.label_smoothing)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
@@ -284,6 +291,21 @@ def _fit(demos: Demonstrations, settings: FitSettings, progress: Callable[[int, 
         losses=losses, seconds=time.process_time() - began,
     )
     return net, report
+
+
+def imitation_loss(logits: Any, mask: Any, target: Any, smoothing: float) -> Any:
+    """Cross-entropy of the masked ``logits`` [B, K] against the demonstrated rows ``target`` [B],
+    with ``smoothing`` of each target spread over that choice's unmasked rows (masked rows get
+    none: their logits are the network's large negative constant)."""
+    import torch
+
+    if smoothing == 0:
+        return torch.nn.functional.cross_entropy(logits, target)
+    valid = mask > 0
+    soft = valid.to(logits.dtype) * (smoothing / valid.sum(-1, keepdim=True))
+    soft[torch.arange(len(target)), target] += 1.0 - smoothing
+    logp = torch.log_softmax(logits, -1).masked_fill(~valid, 0.0)
+    return -(soft * logp).sum(-1).mean()
 
 
 def learner_gap(env: EnvConfig, net: Any, episodes: int, seed_base: int) -> tuple[Demonstrations, float]:

@@ -126,7 +126,8 @@ def test_cli_imitate_writes_the_policy(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--episodes", "0"], "--episodes"), (["--dagger-rounds", "-1"], "--dagger-rounds"), (["--epochs", "-1"], "--epochs"), (["--held-out", "1"], "--held-out"),
-    (["--seed-base", str(2**31)], "--seed-base"), (["--lr", "0"], "--lr"),
+    (["--seed-base", str(2**31)], "--seed-base"), (["--lr", "0"], "--lr"), (["--label-smoothing", "1"], "--label-smoothing"),
+    (["--label-smoothing", "-0.1"], "--label-smoothing"),
 ])
 def test_cli_imitate_refuses_bad_flags(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exc:
@@ -216,3 +217,37 @@ def test_with_is_anchor_a_short_fit_imitates_the_anchor_exactly_and_the_policy_i
         topology, jobs = env._scenario(seeding.np_random(seed)[0])
         ours = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s)).run(policy)
         assert ours.to_dict()["avg_jct_s"] == pytest.approx(heuristic_report(config, seed, "srsf+uncontended")["avg_jct_s"], rel=1e-12)
+
+
+def test_label_smoothing_spreads_the_target_over_the_unmasked_rows_only():
+    import math
+
+    import torch
+
+    from deepshare.policies.scorer_net import MASKED
+    from deepshare.rl.imitate import imitation_loss
+
+    logits = torch.tensor([[math.log(3.0), 0.0, MASKED], [0.0, 0.0, MASKED]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    target = torch.tensor([0, 1])
+    # targets (0.9, 0.1, 0) and (0.1, 0.9, 0) against p = (0.75, 0.25) and (0.5, 0.5)
+    expected = (-(0.9 * math.log(0.75) + 0.1 * math.log(0.25)) + math.log(2.0)) / 2
+    assert imitation_loss(logits, mask, target, 0.2).item() == pytest.approx(expected, rel=1e-6)
+    plain = torch.nn.functional.cross_entropy(logits, target).item()
+    assert imitation_loss(logits, mask, target, 0.0).item() == plain
+
+
+def test_a_smoothed_fit_keeps_the_best_row_but_not_certainty():
+    values = {**SMALL, "generated_nodes": [2], "anchor": ["srsf", "uncontended"], "extra_features": ["is_anchor"]}
+    demos = collect(EnvConfig.from_dict(values), 4)
+    import torch
+
+    net, report = fit(demos, FitSettings(hidden=16, epochs=100, batch_size=64, lr=1e-2, held_out=0.0, label_smoothing=0.1))
+    assert report.train_accuracy == 1.0
+    with torch.no_grad():
+        logits, _ = net(torch.from_numpy(demos.observations), torch.from_numpy(demos.masks))
+    top = torch.softmax(logits, -1).max(-1).values
+    assert float(top.max()) < 0.999  # some probability stays on the other rows for PPO to sample
+    with pytest.raises(DeepShareError, match="label_smoothing must be in"):
+        fit(demos, FitSettings(label_smoothing=1.0))
+
