@@ -4,7 +4,7 @@
 its width, the encoding it was trained with and what it was trained on: plain data that
 ``torch.load(weights_only=True)`` reads without running code. Loading needs torch only.
 ``rl-hybrid`` loads the network shipped in ``deepshare/data/policies/rl_base.pt``, ``rl-base`` the
-one in ``rl_base_dagger.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
+one in ``rl_unc_imitation.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
 ``rl_hybrid_preempt.pt``, unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
 ``deepshare/data/policies/README.md`` for why each is that network). A file's encoding (its
 ``max_wait_s`` bound included) is used as trained.
@@ -177,13 +177,17 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
 
 SHIPPED = "rl_base.pt"
 """The network RL-hybrid loads by default (PPO, 2026-11-29)."""
-SHIPPED_BASE = "rl_base_dagger.pt"
-"""The network RL-base loads by default: an imitation of ``srsf+packed`` (behaviour cloning with
-three DAgger rounds, ``deepshare imitate``) refined by 20 PPO iterations (2026-12-01)."""
+SHIPPED_BASE = "rl_unc_imitation.pt"
+"""The network RL-base loads by default (since 2026-12-01, fifth session): an exact imitation of
+``srsf+uncontended`` (``deepshare imitate rllib_configs/rl_unc_imitate.yaml``, with the
+encoding's extra columns; ``rl_base_dagger.pt``, the DAgger imitation of ``srsf+packed`` refined
+by PPO, before)."""
 SHIPPED_PREEMPT = "rl_hybrid_preempt.pt"
 """What RL-hybrid-preempt loads by default: :data:`SHIPPED_BASE`'s network (identical weights)
-with ``hybrid_rules`` ``{min_ratio: 1.01, utilisation_floor: 0}`` (the safety net never fires)
-and ``preempt_rules`` ``{min_pressure: 0.5}`` (2026-12-01)."""
+with ``hybrid_rules`` ``{min_ratio: 1.01, utilisation_floor: 0}`` (the safety net never fires),
+``preemptive: srsf+uncontended+preempt`` and no gate (since 2026-12-01, fifth session; the
+``rl_base_dagger.pt`` network deferring to ``srsf+packed+preempt`` at half the GPUs' pressure
+before)."""
 
 
 def shipped(name: str = SHIPPED) -> Path:

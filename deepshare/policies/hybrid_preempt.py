@@ -1,7 +1,7 @@
 """RL-hybrid with preemption: decision-level multiplexing between the network and a preemptive heuristic.
 
 The learned policies can only launch or wait; on loaded clusters the strongest heuristic,
-``srsf+packed+preempt``, wins by preempting (a job with little remaining GPU-service displaces
+``srsf+uncontended+preempt``, wins by preempting (a job with little remaining GPU-service displaces
 running ones with much more). :class:`PreemptiveHybrid` extends RL-hybrid's idea (a heuristic
 decides where the network cannot) from the *wait* choice to the *preempt* choice: at every
 decision point it asks the preemptive heuristic first; when that decision preempts anything, it
@@ -29,8 +29,9 @@ from deepshare.policies.learned import LearnedPolicy, drive
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 
-DEFAULT_PREEMPTIVE = "srsf+packed+preempt"
-"""The preemptive heuristic deferred to: the best heuristic in every cell of the ``loaded`` suite."""
+DEFAULT_PREEMPTIVE = "srsf+uncontended+preempt"
+"""The preemptive heuristic deferred to when a policy file names none: the best heuristic in every
+cell of the ``loaded`` suite (``srsf+packed+preempt`` until 2026-12-01, fifth session)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ PREEMPT_RULES = ("min_gain", "min_pressure")
 
 def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
     """RL-hybrid (``path``, or the shipped ``rl_hybrid_preempt.pt``) deferring to ``preemptive``
-    (default: the file's metadata ``preemptive``, else ``srsf+packed+preempt``) when it preempts;
+    (default: the file's metadata ``preemptive``, else :data:`DEFAULT_PREEMPTIVE`) when it preempts;
     the file's metadata ``preempt_rules``
     (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none when absent."""
     from deepshare.policies.checkpoint import SHIPPED_PREEMPT, learned_policy, shipped
@@ -129,10 +130,6 @@ def preempt_rules(given: Any, file: Any) -> dict[str, float]:
     return {key: rule_number(f"{where}.{key}", value) for key, value in rule_mapping(given, where, PREEMPT_RULES).items()}
 
 
-def srsf_packed_preempt() -> HeuristicPolicy:
-    """The registry's ``srsf+packed+preempt``, built from the same tables (the registry imports
-    this module, so this module does not import the registry)."""
-    return HeuristicPolicy(DEFAULT_PREEMPTIVE, ORDERS["srsf"][0], PLACEMENTS["packed"][0], preemptive=True)
 
 
 def with_margin(min_gain: str) -> PreemptiveHybrid:

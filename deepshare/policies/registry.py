@@ -67,7 +67,7 @@ def _register_learned() -> None:
     from deepshare.policies.checkpoint import learned_policy  # torch is imported only when one is built
 
     for name, hybrid, doc in (
-        ("rl-base", False, "learned policy (srsf+packed imitated with DAgger, then PPO): makes every placement"
+        ("rl-base", False, "learned policy (an exact imitation of srsf+uncontended): makes every placement"
                            " decision and may wait"),
         ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+uncontended heuristic's next launch (safety net)"),
     ):
@@ -86,9 +86,9 @@ def _register_learned() -> None:
     register(
         PolicyInfo(
             "rl-hybrid-preempt",
-            f"rl-hybrid, except that whenever {DEFAULT_PREEMPTIVE} would preempt, that heuristic's decision"
-            " (preemptions and launches) is taken, within the file's gates (shipped: only while the queue asks"
-            " for at least half the GPUs); shipped checkpoint, or rl-hybrid-preempt=PATH",
+            f"rl-hybrid, except that whenever {DEFAULT_PREEMPTIVE} (or the file's heuristic) would preempt, that"
+            " heuristic's decision (preemptions and launches) is taken, within the file's gates (shipped: none);"
+            " shipped checkpoint, or rl-hybrid-preempt=PATH",
             lambda path=None: preemptive_hybrid("rl-hybrid-preempt", path),
             takes_argument=True,
             heuristic=False,

@@ -26,6 +26,9 @@ from deepshare.serving.translate import response_to_decision, view_to_request
 
 TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 PREEMPTIVE = "srsf+packed+preempt"
+"""The heuristic of the hand-made cases below."""
+SHIPPED_PREEMPTIVE = "srsf+uncontended+preempt"
+"""What the shipped file and a file naming none defer to."""
 
 
 def always_wait(obs):
@@ -118,7 +121,7 @@ def served(engine: PlacementEngine, view) -> Decision:
 def test_registered_policy_answers_through_the_engine_as_decide(engine):
     policy = engine.policy
     assert isinstance(policy, PreemptiveHybrid) and engine.batch_scorer is not None
-    assert engine.metadata["preemptive"] == PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_hybrid_preempt.pt")
+    assert engine.metadata["preemptive"] == SHIPPED_PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_hybrid_preempt.pt")
     for view in (preempting_view(), free_gpus_view()):
         assert served(engine, view) == policy.decide(view)
     assert served(engine, preempting_view()).preempt == ("long",)
@@ -136,13 +139,16 @@ def test_async_path_takes_a_decision_made_without_scoring(engine):
 
 
 def simulate(policy):
-    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
-    return sim.run(policy)
+    """80 generated jobs at load 1.3 on 4 x 8 GPUs (arrivals over time, so SRSF preempts)."""
+    from deepshare.core.traces import generate
+
+    jobs = generate(80, load=1.3, total_gpus=32, duration_sigma=1.0, seed=1).jobs
+    return Simulator(uniform(4, 8), jobs, make_contention("profiled")).run(policy)
 
 
 def test_a_short_simulation_finishes_preempts_and_is_deterministic():
     first, second = simulate(make_policy("rl-hybrid-preempt")), simulate(make_policy("rl-hybrid-preempt"))
-    assert first.finished == 80 and first.preemptions >= 1  # 13: SRSF's preemptions happen
+    assert first.finished == 80 and first.preemptions >= 1  # 40: the heuristic's preemptions happen
     assert first.to_dict() == second.to_dict()
     assert first.to_dict()["policy"] == "rl-hybrid-preempt"
 
@@ -151,7 +157,7 @@ def test_registry_lists_it_as_a_learned_policy_taking_a_checkpoint():
     assert "rl-hybrid-preempt" in policy_names()
     assert "rl-hybrid-preempt" not in policy_names(heuristics_only=True)
     info = policy_info("rl-hybrid-preempt")
-    assert info.takes_argument and not info.heuristic and PREEMPTIVE in info.description
+    assert info.takes_argument and not info.heuristic and SHIPPED_PREEMPTIVE in info.description
     policy = make_policy(f"rl-hybrid-preempt={shipped()}")
     assert policy.name == "rl-hybrid-preempt" and policy.metadata["checkpoint"] == str(shipped())
 
@@ -164,10 +170,10 @@ def test_min_gain_defers_only_for_a_clear_win():
     assert replace(hybrid(always_wait), min_gain=9.5).decide(view) == WAIT  # the network's wait
 
 
-def test_its_heuristic_is_the_registered_srsf_packed_preempt():
-    from deepshare.policies.hybrid_preempt import srsf_packed_preempt
+def test_its_heuristic_is_the_registered_one_of_that_name():
+    from deepshare.policies.hybrid_preempt import preemptive_heuristic
 
-    ours, registered = srsf_packed_preempt(), make_policy(PREEMPTIVE)
+    ours, registered = preemptive_heuristic(PREEMPTIVE, "f.pt"), make_policy(PREEMPTIVE)
     assert ours == registered
     sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
     assert sim.run(ours).to_dict() == Simulator(
@@ -207,7 +213,7 @@ def test_a_files_preempt_rules_set_the_gates_and_no_rules_mean_none(tmp_path):
 
 def test_the_shipped_rl_hybrid_preempt_is_the_imitation_network_with_its_rules():
     """``rl_hybrid_preempt.pt``: rl-base's network (the same weights), the safety net off
-    (min_ratio 1.01, no utilisation floor) and the 0.5 queue-pressure gate."""
+    (min_ratio 1.01, no utilisation floor), deferring to srsf+uncontended+preempt with no gate."""
     import torch
 
     from deepshare.policies.checkpoint import SHIPPED_BASE, SHIPPED_PREEMPT, shipped
@@ -215,7 +221,8 @@ def test_the_shipped_rl_hybrid_preempt_is_the_imitation_network_with_its_rules()
 
     policy = make_policy("rl-hybrid-preempt")
     assert policy.learned.metadata["checkpoint"] == str(shipped(SHIPPED_PREEMPT))
-    assert (policy.min_pressure, policy.min_gain) == (0.5, None)
+    assert (policy.min_pressure, policy.min_gain) == (None, None)
+    assert policy.preemptive == make_policy(SHIPPED_PREEMPTIVE)
     assert policy.learned.hybrid == HybridRules(min_ratio=1.01, utilisation_floor=0.0)
     base = make_policy("rl-base")
     assert base.metadata["checkpoint"] == str(shipped(SHIPPED_BASE))
@@ -239,11 +246,11 @@ def test_bad_preempt_rules_are_refused_in_one_line_naming_the_key(tmp_path, rule
         make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preempt_rules': rules})}")
 
 
-def test_a_files_preemptive_names_the_heuristic_deferred_to_and_no_key_means_srsf_packed(tmp_path):
-    policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': 'srsf+uncontended+preempt'})}")
-    assert policy.preemptive == make_policy("srsf+uncontended+preempt")
-    assert policy.metadata["preemptive"] == "srsf+uncontended+preempt"
-    assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(PREEMPTIVE)
+def test_a_files_preemptive_names_the_heuristic_deferred_to_and_no_key_means_the_default(tmp_path):
+    policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': 'las+packed+preempt'})}")
+    assert policy.preemptive == make_policy("las+packed+preempt")
+    assert policy.metadata["preemptive"] == "las+packed+preempt"
+    assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(SHIPPED_PREEMPTIVE)
 
 
 @pytest.mark.parametrize("given", ["srsf+uncontended", "srsf+nowhere+preempt", "nope+packed+preempt", 7, None, "rl-base"])

@@ -124,8 +124,9 @@ def test_policy_description_shows_no_absolute_local_paths(tmp_path):
     trained = engine(f"rl-base={tmp_path / 'policy.pt'}").describe().trained_on
     assert trained["config"] == "rl_base_warm.yaml"
     assert trained["model"] == {"hidden": 64, "init_from": "policy.pt"}
-    shipped_info = engine("rl-base").describe().trained_on
-    assert shipped_info["model"]["init_from"] == "runs/bc_dagger3/policy.pt"
+    dagger = engine(f"rl-base={shipped('rl_base_dagger.pt')}").describe().trained_on
+    assert dagger["model"]["init_from"] == "runs/bc_dagger3/policy.pt"
+    assert engine("rl-base").describe().trained_on["config"] == "rllib_configs/rl_unc_imitate.yaml"
 
 
 def bad(request: dict) -> list[tuple[tuple, str]]:
