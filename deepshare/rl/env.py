@@ -83,7 +83,8 @@ class EnvConfig:
     hybrid_utilisation_floor: float = 0.5
     anchor: tuple[str, ...] | None = ("srsf", "packed")
     """(order, placement) of the heuristic whose pick the encoding always offers and the safety
-    net falls back to; null: not offered (and the safety net falls back to srsf+packed)."""
+    net falls back to; null: not offered (and the safety net falls back to HybridRules' default,
+    srsf+uncontended)."""
     contentions: tuple[str, ...] = ()
     """Contention models episodes draw from (one per episode); empty: ``contention`` only."""
     max_wait_s: float | None = None
