@@ -117,7 +117,8 @@ class PartialDecision:
         """This partial's identity for the state (a token, not the partial: a chain of partials
         that referenced each other would keep every step's data alive)."""
         self._parent: tuple[object, JobView, Placement] | None = None
-        self._rows: tuple[EncodingConfig, list[Candidate]] | None = None
+        self._rows: tuple[EncodingConfig, list[Candidate], bool] | None = None
+        """The candidates for a config, and whether row 1 is the anchor's launch."""
         self._jobs: tuple | None = () if not launches else None
         """The launched jobs' views when known (derived partials and ones without launches), as a
         chain ``(parent's chain, job)`` ending in ``()``: :meth:`pending` then needs no lookup."""
@@ -241,22 +242,32 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     known = partial._rows
     if known is not None and (known[0] is config or known[0] == config):
         return known[1]
-    rows = _candidates(partial.state(), config)
-    partial._rows = (config, rows)
+    state = partial.state()
+    rows = _candidates(state, config)
+    partial._rows = (config, rows, state.anchored)
     return rows
 
 
+def _anchored(partial: PartialDecision, config: EncodingConfig) -> bool:
+    """Whether row 1 of ``partial``'s candidates for ``config`` is the anchor's launch."""
+    candidates(partial, config)
+    return partial._rows[2]  # type: ignore[index]
+
+
 def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
+    """The rows (see :func:`candidates`); sets ``state.anchored`` to whether row 1 is the anchor's."""
     # Placements are compared by ``alloc`` (all that Placement's equality and hash look at),
     # which hashes in C rather than through the dataclass's generated __hash__.
     found = [Candidate(None, None)]
     pending = state.pending
     offered: tuple[str, tuple] | None = None
+    state.anchored = False
     if config.anchor is not None:
         pick = _anchor_pick(state, config.anchor)
         if pick is not None:
             found.append(Candidate(*pick))
             offered = (pick[0].job_id, pick[1].alloc)
+            state.anchored = True
     places = _generators(config.generators)
     free, view = state.free, state.view
     limit = config.max_candidates
@@ -366,8 +377,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         ) + parts[1] + glob)
     extras = config.extra_features
     if extras:
-        anchored = config.anchor is not None and len(rows) > 1 and _is_anchor_pick(state, config.anchor, rows[1])
-        data = [row + more for row, more in zip(data, extra_columns(state, rows, anchored, extras))]
+        data = [row + more for row, more in zip(data, extra_columns(state, rows, _anchored(partial, config), extras))]
     k = config.max_candidates
     mask = np.zeros(k, dtype=np.float32)
     mask[:len(rows)] = 1.0
@@ -376,12 +386,6 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     if _waiting_would_stall(partial, rows) or _waited_too_long(view.now, rows, config.max_wait_s):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
-
-
-def _is_anchor_pick(state: StepState, anchor: tuple[str, ...], row: Candidate) -> bool:
-    """Whether ``row`` is the anchor's launch (row 1 is, when the anchor launches anything)."""
-    pick = _anchor_pick(state, anchor)
-    return pick is not None and pick[0].job_id == row.job.job_id and pick[1].alloc == row.placement.alloc  # type: ignore[union-attr]
 
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:

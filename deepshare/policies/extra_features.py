@@ -54,22 +54,33 @@ _MIN_RATIO = 0.01
 """A stalled job's ratio, for its time left (a finite number for the network)."""
 
 
-class _RunningLeft:
-    """Per node, the time left of the jobs running there; and the least over all (one decision)."""
+class _NodeSpans:
+    """Per node, the least and the most time left of the jobs on it: the running ones, and the
+    launches of this decision as they are chosen (the state's ``pending`` only grows, so each is
+    folded in once: a step costs what it adds, not the decision so far)."""
 
-    __slots__ = ("by_node", "first")
+    __slots__ = ("spans", "first", "folded")
 
     def __init__(self, state: StepState) -> None:
-        by_node: dict[int, list[float]] = {}
-        first = math.inf
+        self.spans: dict[int, tuple[float, float]] = {}
+        self.first = math.inf
         for job in state.view.running:
             left = _time_left(job.remaining_s, job.ratio)
-            first = min(first, left)
+            self.first = min(self.first, left)
             if job.placement is not None:
-                for node in job.placement.nodes:
-                    by_node.setdefault(node, []).append(left)
-        self.by_node = by_node
-        self.first = first
+                self._add(job.placement.nodes, left)
+        self.folded = 0
+
+    def _add(self, nodes: Sequence[int], left: float) -> None:
+        spans = self.spans
+        for node in nodes:
+            low, high = spans.get(node, (left, left))
+            spans[node] = (min(low, left), max(high, left))
+
+    def catch_up(self, pending: Sequence) -> None:
+        for job, placement in pending[self.folded:]:
+            self._add(placement.nodes, job.remaining_s)
+        self.folded = len(pending)
 
 
 def extra_columns(
@@ -77,26 +88,35 @@ def extra_columns(
 ) -> list[tuple[float, ...]]:
     """The ``names`` columns of every row (row 0 is wait: no neighbours, not the anchor's).
     ``anchored``: row 1 is the anchor heuristic's launch."""
-    running = state.extras
-    if running is None:
-        running = state.extras = _RunningLeft(state)
-    launching: dict[int, list[float]] = {}
-    for job, placement in state.pending:
-        for node in placement.nodes:
-            launching.setdefault(node, []).append(job.remaining_s)
-    next_finish = 0.0 if running.first == math.inf else _hours(running.first)
+    spans = state.extras
+    if not isinstance(spans, _NodeSpans):
+        spans = state.extras = _NodeSpans(state)
+    spans.catch_up(state.pending)
+    by_node = spans.spans
+    next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
+    columns = _columns(names)
     out = []
     for i, row in enumerate(rows):
-        lefts: list[float] = []
+        low, high = math.inf, -math.inf
         if row.placement is not None:
             for node in row.placement.nodes:
-                lefts += running.by_node.get(node, ())
-                lefts += launching.get(node, ())
-        values = {
-            "is_anchor": 1.0 if anchored and i == 1 else 0.0,
-            "neighbours_min_left_h": _hours(min(lefts)) if lefts else 0.0,
-            "neighbours_max_left_h": _hours(max(lefts)) if lefts else 0.0,
-            "next_finish_h": next_finish,
-        }
-        out.append(tuple(values[n] for n in names))
+                span = by_node.get(node)
+                if span is not None:
+                    if span[0] < low:
+                        low = span[0]
+                    if span[1] > high:
+                        high = span[1]
+        met = low != math.inf
+        values = (
+            1.0 if anchored and i == 1 else 0.0,
+            _hours(low) if met else 0.0,
+            _hours(high) if met else 0.0,
+            next_finish,
+        )
+        out.append(values if columns is None else tuple(values[c] for c in columns))
     return out
+
+
+def _columns(names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Positions of ``names`` in :data:`EXTRA_FEATURES`; None when they are all of them."""
+    return None if names == EXTRA_FEATURES else tuple(EXTRA_FEATURES.index(n) for n in names)
