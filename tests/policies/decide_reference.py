@@ -92,7 +92,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows."""
     view = partial.view
     rows = candidates(partial, config)
-    obs = np.zeros((config.max_candidates, len(FEATURES)), dtype=np.float32)
+    obs = np.zeros((config.max_candidates, len(config.features)), dtype=np.float32)
     mask = np.zeros(config.max_candidates, dtype=np.float32)
     pending = partial.pending()
     total = view.total_gpus
@@ -135,9 +135,41 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
                 0.0,
                 math.log1p(job.preemptions),
             )
-        obs[i, len(JOB_FEATURES):] = glob
+        obs[i, len(JOB_FEATURES):len(FEATURES)] = glob
+    if config.extra_features:
+        obs[:len(rows), len(FEATURES):] = extra_columns(partial, rows, config)
     if _waiting_would_stall(partial, rows):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
 
 
+
+
+def extra_columns(partial: PartialDecision, rows: list[Candidate], config: EncodingConfig) -> list[list[float]]:
+    """The optional columns (deepshare/policies/extra_features.py), each row from scratch: the
+    anchor asked again, every running job and every launch so far scanned for each row."""
+    view = partial.view
+    pending = partial.pending()
+    launched = {launch.job_id for launch in partial.launches}
+    pick = anchor_pick(view, partial.free, launched, pending, config.anchor) if config.anchor is not None else None
+
+    def left(job) -> float:
+        return job.remaining_s / max(job.ratio, 0.01)
+
+    lefts = [left(job) for job in view.running]
+    next_finish = _log_hours(min(lefts)) if lefts else 0.0
+    out = []
+    for i, row in enumerate(rows):
+        met = []
+        if row.placement is not None:
+            nodes = set(row.placement.nodes)
+            met = [left(j) for j in view.running if j.placement is not None and nodes & set(j.placement.nodes)]
+            met += [j.remaining_s for j, p in pending if nodes & set(p.nodes)]
+        values = {
+            "is_anchor": float(i == 1 and pick is not None and (pick[0].job_id, pick[1].alloc) == (row.job.job_id, row.placement.alloc)),
+            "neighbours_min_left_h": _log_hours(min(met)) if met else 0.0,
+            "neighbours_max_left_h": _log_hours(max(met)) if met else 0.0,
+            "next_finish_h": next_finish,
+        }
+        out.append([values[name] for name in config.extra_features])
+    return out

@@ -25,6 +25,7 @@ from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import learned, make_policy
 from deepshare.policies.encoding import EncodingConfig, PartialDecision, encode
+from deepshare.policies.extra_features import EXTRA_FEATURES
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.learned import HybridRules, LearnedPolicy
@@ -156,6 +157,8 @@ LEARNED = [
     lambda: LearnedPolicy("rl-base", hashed_scorer(3), EncodingConfig(anchor=("las", "consolidated"))),
     lambda: LearnedPolicy("rl-hybrid", hashed_scorer(4), EncodingConfig(anchor=("dlas", "contention-aware")),
                           HybridRules(min_ratio=0.0)),
+    lambda: make_policy("rl-base"),  # the shipped network reads the extra columns
+    lambda: LearnedPolicy("rl-base", hashed_scorer(5), EncodingConfig(anchor=("srsf", "uncontended"), extra_features=EXTRA_FEATURES)),
 ]
 
 
@@ -171,6 +174,9 @@ CONFIGS = [
     EncodingConfig(max_candidates=2),  # wait and the anchor's launch fill every choice
     EncodingConfig(max_candidates=2, anchor=None),
     EncodingConfig(max_candidates=3, jobs_considered=1, generators=("spread", "consolidated")),
+    EncodingConfig(extra_features=EXTRA_FEATURES),
+    EncodingConfig(anchor=("srsf", "uncontended"), extra_features=("is_anchor", "next_finish_h")),
+    EncodingConfig(anchor=None, extra_features=("is_anchor", "neighbours_max_left_h")),
 ]
 
 
