@@ -21,11 +21,9 @@ least 0.01; a launch being decided: its remaining work). Checkpoints without ext
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
-if TYPE_CHECKING:  # encoding imports this module
-    from deepshare.policies.encoding import Candidate
-    from deepshare.policies.step_state import StepState
+from deepshare.policies.step_state import StepState
 
 EXTRA_FEATURES = ("is_anchor", "neighbours_min_left_h", "neighbours_max_left_h", "next_finish_h")
 """The optional columns, in the order a config's ``extra_features`` must list them (a subset)."""
@@ -84,10 +82,10 @@ class _NodeSpans:
 
 
 def extra_columns(
-    state: StepState, rows: list[Candidate], anchored: bool, names: tuple[str, ...]
+    state: StepState, rows: Sequence[Any], anchored: bool, names: tuple[str, ...]
 ) -> list[tuple[float, ...]]:
-    """The ``names`` columns of every row (row 0 is wait: no neighbours, not the anchor's).
-    ``anchored``: row 1 is the anchor heuristic's launch."""
+    """The ``names`` columns of every row (the encoding's candidates: row 0 is wait, with no
+    neighbours; each row's ``placement`` is read). ``anchored``: row 1 is the anchor's launch."""
     spans = state.extras
     if not isinstance(spans, _NodeSpans):
         spans = state.extras = _NodeSpans(state)
