@@ -168,11 +168,22 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
     from deepshare.policies.scorer_net import CandidateScorer
 
     doc = load_policy_file(path)
-    encoding = EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc["encoding"].items()})
+    encoding = _encoding(doc["encoding"], path)
     net = CandidateScorer(len(encoding.features), doc["hidden"])
     net.load_state_dict(doc["state_dict"])
     net.eval()
     return TorchScorer(net), encoding, doc["metadata"]
+
+
+def _encoding(given: Any, path: str | Path) -> EncodingConfig:
+    """A file's encoding section as a config; a bad key or value (a hand-edited or foreign file)
+    is a DeepShareError naming the file, not a traceback."""
+    if not isinstance(given, dict):
+        raise DeepShareError(f"policy checkpoint {path}: encoding: expected a mapping, got {type(given).__name__}")
+    try:
+        return EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+    except (TypeError, ValueError) as exc:
+        raise DeepShareError(f"policy checkpoint {path}: encoding: {exc}") from None
 
 
 SHIPPED = "rl_base.pt"

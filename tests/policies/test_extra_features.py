@@ -146,3 +146,23 @@ def test_an_env_with_extras_observes_them_and_passes_the_gymnasium_checker():
     obs, _ = env.reset(seed=3)
     assert env.observation_space.contains(obs)
     check_env(DeepShareEnv(config), skip_render_check=True)
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"extra_features": ["bogus"]}, "encoding: unknown extra features \\['bogus'\\]"),
+    ({"anchor": ["nope", "packed"]}, "encoding: anchor order 'nope' is unknown"),
+    ({"max_candidates": 1}, "encoding: max_candidates must be at least 2"),
+    ({"colour": "blue"}, "encoding: .*colour"),
+])
+def test_a_file_with_a_bad_encoding_is_refused_in_one_line_naming_it(tmp_path, change, says):
+    import torch
+
+    from policy_files import write_policy_file
+
+    path = write_policy_file(tmp_path / "x.pt", {})
+    doc = torch.load(path, weights_only=True)
+    doc["encoding"].update(change)
+    doc["features"] = list(FEATURES) + list(doc["encoding"].get("extra_features", []))
+    torch.save(doc, path)
+    with pytest.raises(DeepShareError, match=f"policy checkpoint {path}: {says}"):
+        make_policy(f"rl-base={path}")
