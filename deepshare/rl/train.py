@@ -122,6 +122,11 @@ def with_init_from(config: TrainConfig, path: str | Path) -> TrainConfig:
     if doc["hidden"] != config.model.hidden:
         raise DeepShareError(f"model.init_from {path}: its scorer is {doc['hidden']} wide, the config's model.hidden is "
                              f"{config.model.hidden}; set model.hidden: {doc['hidden']}")
+    extras = list(doc["encoding"].get("extra_features", ()))
+    wanted = list(EnvConfig.from_dict(config.env).extra_features)
+    if extras != wanted:
+        raise DeepShareError(f"model.init_from {path}: its scorer reads the extra columns {extras}, the config's env "
+                             f"encodes {wanted}; set env.extra_features: {extras}")
     return config.model_copy(update={"model": config.model.model_copy(update={"init_from": str(resolved)})})
 
 

@@ -161,6 +161,10 @@ def test_init_from_is_resolved_checked_and_loaded_into_the_module(tmp_path, caps
     wide.write_text(warm.read_text().replace("hidden: 16", "hidden: 32"))
     with pytest.raises(DeepShareError, match="16 wide.*model.hidden: 16"):
         load_train_config(wide)
+    extras = tmp_path / "extras.yaml"
+    extras.write_text(warm.read_text().replace("env:\n", "env:\n  extra_features: [is_anchor]\n"))
+    with pytest.raises(DeepShareError, match=r"reads the extra columns \[\], the config's env encodes \['is_anchor'\]"):
+        load_train_config(extras)
     assert main(["train", str(small_config(tmp_path)), "--init-from", str(tmp_path / "nope.pt")]) == 2
     assert "nope.pt: file not found" in capsys.readouterr().err
     assert main(["train", str(small_config(tmp_path)), "--init-from", str(policy), "--resume", str(tmp_path)]) == 2
