@@ -243,8 +243,9 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     if known is not None and (known[0] is config or known[0] == config):
         return known[1]
     state = partial.state()
-    rows = _candidates(state, config)
-    partial._rows = (config, rows, state.anchored)
+    pick = _anchor_pick(state, config.anchor) if config.anchor is not None else None
+    rows = _candidates(state, config, pick)
+    partial._rows = (config, rows, pick is not None)
     return rows
 
 
@@ -254,20 +255,16 @@ def _anchored(partial: PartialDecision, config: EncodingConfig) -> bool:
     return partial._rows[2]  # type: ignore[index]
 
 
-def _candidates(state: StepState, config: EncodingConfig) -> list[Candidate]:
-    """The rows (see :func:`candidates`); sets ``state.anchored`` to whether row 1 is the anchor's."""
+def _candidates(state: StepState, config: EncodingConfig, pick: tuple[JobView, Placement] | None) -> list[Candidate]:
+    """The rows (see :func:`candidates`), ``pick`` (the anchor's launch, if any) as row 1."""
     # Placements are compared by ``alloc`` (all that Placement's equality and hash look at),
     # which hashes in C rather than through the dataclass's generated __hash__.
     found = [Candidate(None, None)]
     pending = state.pending
     offered: tuple[str, tuple] | None = None
-    state.anchored = False
-    if config.anchor is not None:
-        pick = _anchor_pick(state, config.anchor)
-        if pick is not None:
-            found.append(Candidate(*pick))
-            offered = (pick[0].job_id, pick[1].alloc)
-            state.anchored = True
+    if pick is not None:
+        found.append(Candidate(*pick))
+        offered = (pick[0].job_id, pick[1].alloc)
     places = _generators(config.generators)
     free, view = state.free, state.view
     limit = config.max_candidates
@@ -381,7 +378,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     k = config.max_candidates
     mask = np.zeros(k, dtype=np.float32)
     mask[:len(rows)] = 1.0
-    obs = np.zeros((k, len(FEATURES) + len(extras)), dtype=np.float32)  # padding rows stay zero
+    obs = np.zeros((k, len(config.features)), dtype=np.float32)  # padding rows stay zero
     obs[:len(data)] = data  # each value rounds to float32 as an element-wise assignment would
     if _waiting_would_stall(partial, rows) or _waited_too_long(view.now, rows, config.max_wait_s):
         mask[WAIT_INDEX] = 0.0

@@ -96,8 +96,6 @@ class StepState:
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
         self.job_features: dict[str, tuple] = {}
         """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
-        self.anchored = False
-        """Whether the last candidates computed on this state offered the anchor's launch as row 1."""
         self.extras: object = None
         """The optional encoding columns' per-decision data (:mod:`deepshare.policies.extra_features`)."""
         self.at: object = None
