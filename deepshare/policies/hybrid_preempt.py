@@ -109,7 +109,9 @@ def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | N
 
 def preemptive_heuristic(name: Any, file: Any) -> HeuristicPolicy:
     """The registry's preemptive heuristic ``ORDER+PLACEMENT+preempt`` that a policy file's metadata
-    ``preemptive`` names; anything else is a DeepShareError naming the file and the key."""
+    ``preemptive`` names, built from the same tables as the registry's (the registry imports this
+    module, so this module does not import the registry); anything else is a DeepShareError naming
+    the file and the key."""
     from deepshare.core.errors import DeepShareError
 
     parts = name.split("+") if isinstance(name, str) else []
@@ -128,8 +130,6 @@ def preempt_rules(given: Any, file: Any) -> dict[str, float]:
 
     where = f"policy checkpoint {file}: metadata preempt_rules"
     return {key: rule_number(f"{where}.{key}", value) for key, value in rule_mapping(given, where, PREEMPT_RULES).items()}
-
-
 
 
 def with_margin(min_gain: str) -> PreemptiveHybrid:
