@@ -277,8 +277,11 @@ def test_killed_scheduler_loses_nothing(cluster, tmp_path):
     proc, url = _start_scheduler(cluster, state, log)
     try:
         ids = []
-        for name, gpus in (("a", 4), ("b", 3), ("c", 2)):  # c cannot fit while a and b run
-            body = spec(name, gpus, tmp_path / "ckpt", steps=100, sleep=0.03).model_dump(mode="json")
+        # c cannot fit while a and b run. Steps are slow enough (8 s a run) that b cannot finish
+        # while a's four workers are still starting on a loaded machine: b must still be running
+        # when the scheduler is killed, or there is nothing to re-attach.
+        for name, gpus in (("a", 4), ("b", 3), ("c", 2)):
+            body = spec(name, gpus, tmp_path / "ckpt", steps=100, sleep=0.08).model_dump(mode="json")
             ids.append(_http(f"{url}/v1/jobs", state, "POST", body)["id"])
         a, b, c = ids
 
