@@ -40,6 +40,10 @@ def cell_tables(result: SuiteResult) -> list[Table]:
                 vs = "best heuristic"
             table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m["gpu_util"]), _f(m["useful_util"]),
                           _s(m["makespan_s"]), vs)
+        over_pooled = result.best_over_pooled(cell)
+        if over_pooled is not None:
+            table.add_row("pooled ideal (srsf, one GPU pool)", _s(result.pooled[cell]), "", "", "",
+                          "", f"best / it {over_pooled:.3f}", style="dim")
         room = result.room(cell)
         if room is not None:
             table.add_row("lower bound (no wait, no contention)", _s(result.bounds[cell]), "", "", "", "",
@@ -65,21 +69,28 @@ def summary_table(result: SuiteResult) -> Table:
 
 
 def room_table(result: SuiteResult) -> Table:
-    """Per cell: the best heuristic's average JCT, the lower bound, best / bound and the room
+    """Per cell: the best heuristic's average JCT, the pooled ideal and best / it, the lower bound,
+    best / bound and the room
     (bound / best: the ratio a perfect scheduler would have); their geometric mean as caption."""
     table = Table(title=f"suite {result.spec.name}: room left by the best heuristic of each cell",
                   header_style="bold", title_justify="left")
-    for col in ("cell", "best heuristic", "best avg JCT (s)", "lower bound (s)", "best / bound", "room"):
+    for col in ("cell", "best heuristic", "best avg JCT (s)", "pooled ideal (s)", "best / pooled", "lower bound (s)",
+                "best / bound", "room"):
         table.add_column(col, justify="left" if col in ("cell", "best heuristic") else "right")
     for cell in sorted(result.results):
         room = result.room(cell)
         best = result.best_heuristic(cell)
-        table.add_row(cell.label, best, _s(result.results[cell][best]["avg_jct_s"]), _s(result.bounds.get(cell)),
+        table.add_row(cell.label, best, _s(result.results[cell][best]["avg_jct_s"]), _s(result.pooled.get(cell)),
+                      _f(result.best_over_pooled(cell)), _s(result.bounds.get(cell)),
                       "-" if room is None else f"{1 / room:.3f}", _f(room))
     s = result.room_summary()
     if s:
         table.caption = (f"geometric-mean room {s['geomean_room']:.3f} (the lowest geometric-mean avg-JCT ratio any "
                          f"policy could reach); range {s['min_room']:.3f} .. {s['max_room']:.3f}")
+        if s["geomean_best_over_pooled"] is not None:
+            table.caption += (f"; best heuristic / pooled ideal: geometric mean {s['geomean_best_over_pooled']:.3f},"
+                              f" at most {s['max_best_over_pooled']:.3f} (what nodes, contention and restores cost it"
+                              " over an ideal SRSF on one pool of GPUs)")
     return table
 
 

@@ -18,6 +18,12 @@ optimum lies between). Its geometric mean over the cells says how low any policy
 geometric-mean ratio could go: when it is near 1 the traces hardly queue and no policy can beat
 the heuristics by much there.
 
+Pooled ideal: the bound ignores queueing, which on a loaded trace is most of a JCT. Per trace the
+suite also runs the *pooled ideal* (:mod:`deepshare.experiments.pooled_ideal`): the same jobs on
+one node of all the cluster's GPUs, no contention, free preemption, shortest remaining
+GPU-service first. ``best_over_pooled`` = best heuristic / pooled ideal is what nodes, contention
+and restores cost the best heuristic over an ideal SRSF (a reference, not a bound).
+
 Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
 ``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
 no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
@@ -48,6 +54,7 @@ from deepshare.core.topology import uniform
 from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
+from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 
 SUITE_SEED_BASE = 2**31
 """First suite trace seed: training's generated traces use seeds below it."""
@@ -194,6 +201,24 @@ def cell_bound(spec: SuiteSpec, cell: Cell) -> float | None:
     return avg_jct_bound(cell_trace(spec, cell), uniform(cell.nodes, cell.gpus_per_node))
 
 
+def cell_pooled_ideal(spec: SuiteSpec, cell: Cell) -> float | None:
+    """The cell's pooled-ideal average JCT (:mod:`deepshare.experiments.pooled_ideal`)."""
+    return pooled_ideal_avg_jct(cell_trace(spec, cell), cell.nodes * cell.gpus_per_node)
+
+
+def pooled_ideals(spec: SuiteSpec, grid: Sequence[Cell]) -> dict[Cell, float | None]:
+    """:func:`cell_pooled_ideal` of every cell, run once per trace (it ignores the contention
+    model, so a trace's ``profiled`` and ``link`` cells share one run)."""
+    by_trace: dict[tuple, float | None] = {}
+    out = {}
+    for cell in grid:
+        key = (cell.load, cell.mix, cell.nodes, cell.gpus_per_node, cell.seed)
+        if key not in by_trace:
+            by_trace[key] = cell_pooled_ideal(spec, cell)
+        out[cell] = by_trace[key]
+    return out
+
+
 def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -230,6 +255,8 @@ class SuiteResult:
     """``{cell: {policy: {metric: value}}}``."""
     bounds: dict[Cell, float | None] = field(default_factory=dict)
     """``{cell: average-JCT lower bound}`` (:func:`cell_bound`); filled by :func:`run_suite`."""
+    pooled: dict[Cell, float | None] = field(default_factory=dict)
+    """``{cell: pooled-ideal average JCT}`` (:func:`pooled_ideals`); filled by :func:`run_suite`."""
 
     def best_heuristic(self, cell: Cell) -> str:
         runs = self.results[cell]
@@ -247,6 +274,12 @@ class SuiteResult:
         bound, best = self.bounds.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
         return None if bound is None or not best else bound / best
 
+    def best_over_pooled(self, cell: Cell) -> float | None:
+        """The best heuristic's average JCT / the pooled ideal's: what nodes, contention and
+        restores cost it over an ideal SRSF (None when the pooled ideal was not run)."""
+        pooled, best = self.pooled.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+        return None if not pooled or best is None else best / pooled
+
     def room_summary(self) -> dict[str, object]:
         """Geometric mean of :meth:`room` over the cells (the lowest geometric-mean ratio any
         policy could reach against the best heuristics) and its tightest cell."""
@@ -254,12 +287,15 @@ class SuiteResult:
         if not rooms:
             return {}
         tight = max(rooms, key=lambda x: x[1])
+        over_pooled = [v for cell in sorted(self.results) if (v := self.best_over_pooled(cell)) is not None]
         return {
             "geomean_room": _geomean([r for _, r in rooms]),
             "min_room": min(r for _, r in rooms),
             "max_room": tight[1],
             "tightest_cell": tight[0].label,
             "cells": len(rooms),
+            "geomean_best_over_pooled": _geomean(over_pooled) if over_pooled else None,
+            "max_best_over_pooled": max(over_pooled, default=None),
         }
 
     def summary(self, policy: str) -> dict[str, object]:
@@ -300,6 +336,8 @@ class SuiteResult:
                     "jct_bound_s": self.bounds.get(cell),
                     "best_over_bound": None if (r := self.room(cell)) is None else 1.0 / r,
                     "room": r,
+                    "pooled_ideal_s": self.pooled.get(cell),
+                    "best_over_pooled": self.best_over_pooled(cell),
                     "results": self.results[cell],
                     "ratios": {
                         p: dict(zip(("avg_jct", "p99_jct"), self.ratios(cell, p))) for p in self.spec.learned
@@ -321,7 +359,7 @@ def run_suite(
     grid = list(only_cells) if only_cells is not None else cells(spec)
     policies = (*spec.heuristics, *spec.learned)
     results = run_policies(spec, grid, policies, workers, progress)
-    return SuiteResult(spec, results, {cell: cell_bound(spec, cell) for cell in grid})
+    return SuiteResult(spec, results, {cell: cell_bound(spec, cell) for cell in grid}, pooled_ideals(spec, grid))
 
 
 def run_policies(

@@ -9,6 +9,7 @@ import pytest
 
 from deepshare.cli import main
 from deepshare.core.errors import DeepShareError
+from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 from deepshare.experiments.suite import (
     SUITE_SEED_BASE, Cell, SuiteSpec, cell_bound, cell_trace, cells, load_suite, run_one, run_suite,
 )
@@ -60,7 +61,8 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
         assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic",
-                             "jct_bound_s", "best_over_bound", "room", "results", "ratios"}
+                             "jct_bound_s", "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled",
+                             "results", "ratios"}
         assert set(cell["results"]) == policies
         for metrics in cell["results"].values():
             assert set(metrics) == {"avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished"}
@@ -73,6 +75,14 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         assert all(m["avg_jct_s"] >= cell["jct_bound_s"] * (1 - 1e-9) for m in cell["results"].values())
         assert cell["room"] == pytest.approx(cell["jct_bound_s"] / heuristics[best]["avg_jct_s"])
         assert cell["best_over_bound"] == pytest.approx(1 / cell["room"])
+        # the pooled ideal: the trace's own run on one pool of GPUs, above the bound where every job
+        # fits one node (2 x 8; the 3 x 4 cells' 8-GPU jobs get the one-node figure extrapolated)
+        jobs = cell_trace(load_suite(str(small)), Cell(cell["load"], cell["mix"], cell["nodes"], cell["gpus_per_node"],
+                                                       cell["contention"], cell["seed"]))
+        assert cell["pooled_ideal_s"] == pooled_ideal_avg_jct(jobs, cell["nodes"] * cell["gpus_per_node"])
+        assert cell["best_over_pooled"] == pytest.approx(heuristics[best]["avg_jct_s"] / cell["pooled_ideal_s"])
+        if cell["gpus_per_node"] == 8:
+            assert cell["pooled_ideal_s"] >= cell["jct_bound_s"] * (1 - 1e-9)
         mine, ref = cell["results"]["rl-hybrid"], cell["results"][cell["best_heuristic"]]
         assert cell["ratios"]["rl-hybrid"]["avg_jct"] == pytest.approx(mine["avg_jct_s"] / ref["avg_jct_s"])
         assert cell["ratios"]["rl-hybrid"]["p99_jct"] == pytest.approx(mine["p99_jct_s"] / ref["p99_jct_s"])
@@ -88,9 +98,18 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     rooms = [c["room"] for c in doc["cells"]]
     assert doc["room"]["geomean_room"] == pytest.approx(math.exp(sum(map(math.log, rooms)) / len(rooms)))
     assert doc["room"]["max_room"] == max(rooms) <= 1 and doc["room"]["min_room"] == min(rooms)
+    pooled = [c["best_over_pooled"] for c in doc["cells"]]
+    assert doc["room"]["geomean_best_over_pooled"] == pytest.approx(math.exp(sum(map(math.log, pooled)) / len(pooled)))
+    assert doc["room"]["max_best_over_pooled"] == max(pooled)
+    # a trace's profiled and link cells share one pooled ideal (it has no contention to model)
+    by_trace = {}
+    for c in doc["cells"]:
+        by_trace.setdefault((c["load"], c["nodes"], c["gpus_per_node"]), set()).add(c["pooled_ideal_s"])
+    assert all(len(values) == 1 for values in by_trace.values())
     # the tables (JSON went to a file): one per cell, then the summary
     assert "load 1.3 heavy 3x4 link seed 0" in out and "geomean avg-JCT ratio" in out
     assert "lower bound (no wait, no contention)" in out and "geometric-mean room" in out
+    assert "pooled ideal (srsf, one GPU pool)" in out and "best / pooled" in out
 
 
 def test_suite_is_deterministic_across_runs_and_workers():
