@@ -176,7 +176,9 @@ class Scripted:
 
 def test_migrated_job_resumes_from_its_checkpoint(cluster, tmp_path):
     journal = Journal(tmp_path / "state")
-    job_id = journal.submit(spec("mig", 2, tmp_path / "ckpt", steps=120, sleep=0.02)).job_id
+    # 0.05 s a step: 4.5 s between the migration's trigger (step 30) and the job's end, so a
+    # loaded machine's slow tick cannot let the job finish before it is migrated
+    job_id = journal.submit(spec("mig", 2, tmp_path / "ckpt", steps=120, sleep=0.05)).job_id
     policy = Scripted("node0", migrate_to="node1", migrate_when=lambda j: (journal.get(j).step or 0) >= 30)
     from deepshare.runtime.metrics import SchedulerMetrics
 
@@ -229,7 +231,7 @@ def test_node_death_requeues_and_resumes(cluster, tmp_path):
     cluster.wait_for_nodes()
     journal = Journal(tmp_path / "state")
     loop = make_loop(journal, Scripted("node2"))
-    job_id = journal.submit(spec("survivor", 1, tmp_path / "ckpt", steps=200, sleep=0.02, every=20)).job_id
+    job_id = journal.submit(spec("survivor", 1, tmp_path / "ckpt", steps=200, sleep=0.04, every=20)).job_id
     drive(loop, lambda: (journal.get(job_id).step or 0) >= 45)
     assert journal.get(job_id).placement == (("node2", 1),)
     cluster.remove_node(extra)
