@@ -55,14 +55,15 @@ def cell_tables(result: SuiteResult) -> list[Table]:
 def summary_table(result: SuiteResult) -> Table:
     table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell",
                   header_style="bold", title_justify="left")
-    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won", "geomean vs bound"):
+    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won", "geomean vs bound",
+                "geomean vs pooled"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for policy in result.spec.learned:
         s = result.summary(policy)
         table.add_row(policy, f"{s['geomean_avg_jct_ratio']:.3f}",
                       f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
                       f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
-                      _f(s["geomean_avg_jct_over_bound"]))  # type: ignore[arg-type]
+                      _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
     wins = ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins().items(), key=lambda kv: -kv[1]) if n)
     table.caption = f"best heuristic of a cell (cells): {wins}"
     return table
@@ -70,8 +71,8 @@ def summary_table(result: SuiteResult) -> Table:
 
 def room_table(result: SuiteResult) -> Table:
     """Per cell: the best heuristic's average JCT, the pooled ideal and best / it, the lower bound,
-    best / bound and the room
-    (bound / best: the ratio a perfect scheduler would have); their geometric mean as caption."""
+    best / bound and the room (bound / best: the ratio a perfect scheduler would have); their
+    geometric means as caption."""
     table = Table(title=f"suite {result.spec.name}: room left by the best heuristic of each cell",
                   header_style="bold", title_justify="left")
     for col in ("cell", "best heuristic", "best avg JCT (s)", "pooled ideal (s)", "best / pooled", "lower bound (s)",

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic
-from deepshare.experiments.suite import Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, run_policies
+from deepshare.experiments.suite import (
+    Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, pooled_ideals, run_policies,
+)
 
 CURVE_FILE = "suite_curve.csv"
 PLOT_FILE = "curves.png"
@@ -50,6 +52,7 @@ class SuiteCurve:
         self.grid: list[Cell] = cells(self.spec)
         self._heuristics: dict[Cell, dict[str, dict[str, float | None]]] | None = None
         self._bounds: dict[Cell, float | None] = {}
+        self._pooled: dict[Cell, float | None] = {}
         # Spawned, not forked: the caller is a Ray driver (threads, gRPC) that a fork would copy.
         self._context = multiprocessing.get_context("spawn") if workers > 1 else None
 
@@ -60,6 +63,7 @@ class SuiteCurve:
             self._heuristics = run_policies(self.spec, self.grid, self.spec.heuristics, self.workers,
                                             mp_context=self._context)
             self._bounds = {cell: cell_bound(self.spec, cell) for cell in self.grid}
+            self._pooled = pooled_ideals(self.spec, self.grid)
         return self._heuristics
 
     def score(self, policy_file: str | Path) -> dict[str, object]:
@@ -70,7 +74,7 @@ class SuiteCurve:
         self._say(f"suite {self.suite}: {self.kind} on {len(self.grid)} cells")
         mine = run_policies(spec, self.grid, (name,), self.workers, mp_context=self._context)
         merged = {cell: {**known[cell], **mine[cell]} for cell in self.grid}
-        return SuiteResult(spec, merged, self._bounds).summary(name)
+        return SuiteResult(spec, merged, self._bounds, self._pooled).summary(name)
 
     def record(self, run_dir: str | Path, iteration: int, row: dict[str, float] | None,
                policy_file: str | Path) -> dict[str, object]:

@@ -300,13 +300,15 @@ class SuiteResult:
 
     def summary(self, policy: str) -> dict[str, object]:
         """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells, and the
-        geometric mean of the policy's average JCT / the cell's lower bound."""
+        geometric means of the policy's average JCT / the cell's lower bound and / its pooled ideal."""
         pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)]
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
         over = [self.results[c][policy]["avg_jct_s"] / b for c in sorted(self.results)  # type: ignore[operator]
                 if (b := self.bounds.get(c))]
+        over_pooled = [self.results[c][policy]["avg_jct_s"] / b for c in sorted(self.results)  # type: ignore[operator]
+                       if (b := self.pooled.get(c))]
         return {
             "geomean_avg_jct_ratio": _geomean(avg),
             "worst_avg_jct_ratio": worst_avg[1],
@@ -316,6 +318,7 @@ class SuiteResult:
             "cells_won": sum(a < 1.0 for a in avg),
             "cells": len(avg),
             "geomean_avg_jct_over_bound": _geomean(over) if len(over) == len(avg) else None,
+            "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
 
     def heuristic_wins(self) -> dict[str, int]:

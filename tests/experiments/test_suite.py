@@ -95,6 +95,9 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     over = [c["results"]["rl-hybrid"]["avg_jct_s"] / c["jct_bound_s"] for c in doc["cells"]]
     assert summary["geomean_avg_jct_over_bound"] == pytest.approx(math.exp(sum(map(math.log, over)) / len(over)))
     assert min(over) >= 1 - 1e-9
+    over_pooled = [c["results"]["rl-hybrid"]["avg_jct_s"] / c["pooled_ideal_s"] for c in doc["cells"]]
+    assert summary["geomean_avg_jct_over_pooled"] == pytest.approx(
+        math.exp(sum(map(math.log, over_pooled)) / len(over_pooled)))
     rooms = [c["room"] for c in doc["cells"]]
     assert doc["room"]["geomean_room"] == pytest.approx(math.exp(sum(map(math.log, rooms)) / len(rooms)))
     assert doc["room"]["max_room"] == max(rooms) <= 1 and doc["room"]["min_room"] == min(rooms)
