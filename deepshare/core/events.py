@@ -67,6 +67,13 @@ class EventQueue:
         time, _, _, kind, job_id, version = heapq.heappop(self._heap)
         return time, kind, job_id, version
 
+    def skip_arrivals(self, n: int) -> None:
+        """Drop the next ``n`` arrivals unpopped (jobs a caller set up itself, e.g.
+        :meth:`~deepshare.core.simulator.Simulator.from_view`'s known jobs)."""
+        if not 0 <= n <= len(self._arrival_times) - self._next_arrival:
+            raise ValueError(f"cannot skip {n} arrivals: {len(self._arrival_times) - self._next_arrival} are left")
+        self._next_arrival += n
+
     def peek_time(self) -> float | None:
         if self._arrival_first():
             return self._arrival_times[self._next_arrival]

@@ -27,8 +27,9 @@ control nothing of this happens.
 
 from __future__ import annotations
 
+import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
@@ -44,6 +45,10 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
 from deepshare.core.view import ClusterView, JobView, LazyJobs, PredictFn
 from deepshare.core.workloads import Catalog, default_catalog
+
+
+_LEAST_WORK_S = 1e-9
+"""Work given to a known job whose remaining time reads 0 in a view (a job spec needs some)."""
 
 
 class PolicyLike(Protocol):
@@ -283,6 +288,8 @@ class Simulator:
         self.decisions = 0
         self.events_processed = 0
         self._awaiting_decision = False
+        self._decide_now = False
+        """A decision is due now, before any event (:meth:`from_view`)."""
         if config.round_s is not None and self._specs:
             self._events.push(config.round_s, EventKind.ROUND)
         self._predict: PredictFn = predictor(self._state)
@@ -290,6 +297,55 @@ class Simulator:
         self._nodes = SimNodePool(topology, self._free, self._events, control)
         if control is not None:
             control.attach(self)
+
+    @classmethod
+    def from_view(
+        cls, view: ClusterView, contention: ContentionModel, config: SimConfig = SimConfig(),
+        future: Sequence[JobSpec] = (),
+    ) -> "Simulator":
+        """A simulator that goes on from ``view``: its running jobs on their placements with the
+        work they have left, its queued jobs queued since when they were, and ``future`` (jobs
+        submitted after ``view.now``) arriving as usual. For what-if questions on the state a
+        policy sees: a look-ahead applies a decision to a copy and simulates what follows.
+
+        Its first :meth:`advance` returns the decision point at ``view.now`` (when jobs are
+        queued), so a what-if can try a decision there; periodic rounds keep the original's
+        phase. JCTs in its report count from each job's own submit time; jobs that had finished
+        are not in it. What a view does not show is not carried over: a running job still
+        restoring from a checkpoint goes on at once, and first starts and GPU time before
+        ``view.now`` are approximate (the current run's start; the attained service). Remaining
+        work comes through seconds, so event times may differ from the original's in the last
+        bit: events that coincide exactly there may be decided one after the other here."""
+        late = [spec.job_id for spec in future if not spec.submit_time > view.now]
+        if late:
+            raise DeepShareError(f"future jobs must be submitted after the view's time {view.now}: {late[:5]}")
+        running, queued = list(view.running), list(view.queued)
+        known = [*running, *queued]
+        specs = [JobSpec(v.job_id, v.model, v.gpus, v.submit_time, duration_s=max(v.remaining_s, _LEAST_WORK_S))
+                 for v in known]
+        # Built without rounds: the first one after now is scheduled below, in the original's phase.
+        sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None))
+        sim.config = config
+        if config.round_s is not None:
+            sim._events.push((math.floor(view.now / config.round_s) + 1) * config.round_s, EventKind.ROUND)
+        sim._events.skip_arrivals(len(known))  # submitted by now: they sort first, and are set up here
+        sim._live_events -= len(known)
+        sim.now = sim._last_t = view.now
+        changed: set[str] = set()
+        for index, v in enumerate(known):
+            job = sim._jobs[v.job_id] = _Job(specs[index], sim.catalog, index)
+            job.attained, job.preemptions = v.attained_gpu_s, v.preemptions
+            if v.placement is not None:  # running
+                changed |= sim._start(job, v.placement, view.now, 0.0)
+                job.first_start = job.run_start = view.now - v.last_run_s
+                changed.add(v.job_id)
+            else:
+                job.needs_restore = v.preemptions > 0
+                job.first_start = v.queued_since if v.preemptions else None
+                sim._enqueue(job, v.queued_since)
+        sim._rerate(changed, view.now)
+        sim._decide_now = True  # the first advance() asks for the decision at view.now, as the view did
+        return sim
 
     # -- dynamic clusters (used by a ClusterControl) -----------------------------------------
     @property
@@ -370,6 +426,11 @@ class Simulator:
         """Process events up to the next decision point; its view, or None when all is done."""
         if self._awaiting_decision:
             raise DeepShareError("advance() called twice without apply()")
+        if self._decide_now:
+            self._decide_now = False
+            if self._queue:
+                self._awaiting_decision = True
+                return self.view()
         while self._events:
             t = self._events.peek_time()
             assert t is not None
