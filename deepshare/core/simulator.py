@@ -312,7 +312,8 @@ class Simulator:
         queued), so a what-if can try a decision there; periodic rounds keep the original's
         phase. JCTs in its report count from each job's own submit time; jobs that had finished
         are not in it. What a view does not show is not carried over: a running job still
-        restoring from a checkpoint goes on at once, and first starts and GPU time before
+        restoring from a checkpoint goes on at once, GPUs a live view shows as taken by work it
+        does not list stay taken, and first starts and GPU time before
         ``view.now`` are approximate (the current run's start; the attained service). Remaining
         work comes through seconds, so event times may differ from the original's in the last
         bit: events that coincide exactly there may be decided one after the other here."""
@@ -321,8 +322,10 @@ class Simulator:
             raise DeepShareError(f"future jobs must be submitted after the view's time {view.now}: {late[:5]}")
         running, queued = list(view.running), list(view.queued)
         known = [*running, *queued]
-        specs = [JobSpec(v.job_id, v.model, v.gpus, v.submit_time, duration_s=max(v.remaining_s, _LEAST_WORK_S))
-                 for v in known]
+        # A live view's clock may put a submit time past ``now``: known jobs count as submitted by
+        # then, so their arrivals sort before every future one's (and are skipped below).
+        specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),
+                         duration_s=max(v.remaining_s, _LEAST_WORK_S)) for v in known]
         # Built without rounds: the first one after now is scheduled below, in the original's phase.
         sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None))
         sim.config = config
@@ -344,6 +347,10 @@ class Simulator:
                 job.first_start = v.queued_since if v.preemptions else None
                 sim._enqueue(job, v.queued_since)
         sim._rerate(changed, view.now)
+        for node, free in enumerate(view.free):  # GPUs held by work the view does not show stay held
+            if free > sim._free[node]:
+                raise DeepShareError(f"node {node}: the view has {free} GPUs free, its running jobs leave {sim._free[node]}")
+            sim._free[node] = free
         sim._decide_now = True  # the first advance() asks for the decision at view.now, as the view did
         return sim
 

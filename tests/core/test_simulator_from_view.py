@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -10,7 +12,9 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.traces import generate, mix_preset
-from deepshare.core.types import JobSpec
+from deepshare.core.snapshot import KnownJob, build_view
+from deepshare.core.types import JobSpec, Placement
+from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
 
 NO_OVERHEADS = SimConfig(preempt_overhead_s=0.0, migrate_overhead_s=0.0)
@@ -97,3 +101,25 @@ def test_future_jobs_must_come_after_the_view():
     early = JobSpec("early", "MoE", 1, view.now, duration_s=10.0)
     with pytest.raises(DeepShareError, match="submitted after the view's time"):
         Simulator.from_view(view, make_contention("profiled"), future=[early])
+
+
+@pytest.mark.parametrize("free, q_finish", [([0, 8], 60.0), ([0, 4], 160.0)])
+def test_a_live_view_goes_on_by_hand(free, q_finish):
+    # At t=10, a (8 GPUs, 100 s left alone on node 0) runs and q (8 GPUs, 50 s, submitted at 5)
+    # waits. With node 1 free, q starts now and ends at 60. With 4 of node 1's GPUs taken by work
+    # the view does not list, q waits for a (t=110) and ends at 160; the held GPUs stay held.
+    running = [KnownJob("a", "FSDP", 8, 0.0, 100.0, placement=Placement.of({0: 8}), last_run_s=10.0)]
+    queued = [KnownJob("q", "FSDP", 8, 5.0, 50.0)]
+    view = build_view(uniform(2, 8), default_catalog(), make_contention("profiled"), 10.0, free, queued, running)
+    copy = Simulator.from_view(view, make_contention("profiled"), NO_OVERHEADS)
+    report = copy.run(make_policy("srsf+consolidated"))
+    finish = {r.job_id: r.finish_s for r in report.records}
+    assert finish == {"a": pytest.approx(110.0), "q": pytest.approx(q_finish)}
+    assert report.avg_jct_s == pytest.approx((110.0 + q_finish - 5.0) / 2)
+
+
+def test_a_view_with_more_free_gpus_than_its_running_jobs_leave_is_refused():
+    running = [KnownJob("a", "FSDP", 8, 0.0, 100.0, placement=Placement.of({0: 8}))]
+    view = build_view(uniform(2, 8), default_catalog(), make_contention("profiled"), 10.0, [0, 8], [], running)
+    with pytest.raises(DeepShareError, match="node 0: the view has 8 GPUs free, its running jobs leave 0"):
+        Simulator.from_view(dataclasses.replace(view, free=(8, 8)), make_contention("profiled"))
