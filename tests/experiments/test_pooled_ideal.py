@@ -21,8 +21,8 @@ def test_a_short_job_preempts_a_long_one_for_free():
 
 
 def test_no_contention_and_no_nodes_to_span():
-    # two 8-GPU jobs of a model that slows down across nodes, side by side on a 16-GPU pool:
-    # both run alone on "one node" at full speed, as no real 2 x 8 placement could be slower than
+    # two 8-GPU jobs of a model that slows down across nodes and under contention, side by side on
+    # a 16-GPU pool: both run at their one-node speed, unslowed, and end together
     jobs = [JobSpec(f"j{i}", "MoE", 8, 0.0, duration_s=50.0) for i in range(2)]
     assert pooled_ideal_avg_jct(jobs, 16) == 50.0
 
@@ -33,8 +33,8 @@ def test_a_job_wider_than_the_pool_is_rejected_and_not_averaged():
     assert report.rejected == 1 and pooled_ideal_avg_jct(jobs, 8) == 20.0
 
 
-def test_on_a_loaded_trace_it_lies_between_the_bound_and_the_best_heuristic():
-    # the suite's tiny grid: every job fits one node, so the bound (no queueing) is below it
+def test_on_the_tiny_suite_it_is_never_below_the_lower_bound():
+    # every job of the tiny grid fits one node: the bound (no queueing, fastest placement) is below it
     spec = load_suite("tiny")
     for cell in cells(spec):
         jobs = cell_trace(spec, cell)
