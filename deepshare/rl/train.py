@@ -116,13 +116,14 @@ def with_init_from(config: TrainConfig, path: str | Path) -> TrainConfig:
     workers started elsewhere), checked now: a policy file of this encoding's features whose
     width is ``model.hidden``."""
     from deepshare.policies.checkpoint import load_policy_file
+    from deepshare.policies.encoding import FEATURES
 
     resolved = Path(path).resolve()
     doc = load_policy_file(resolved)
     if doc["hidden"] != config.model.hidden:
         raise DeepShareError(f"model.init_from {path}: its scorer is {doc['hidden']} wide, the config's model.hidden is "
                              f"{config.model.hidden}; set model.hidden: {doc['hidden']}")
-    extras = list(doc["encoding"].get("extra_features", ()))
+    extras = doc["features"][len(FEATURES):]  # load_policy_file checked: FEATURES, then the file's extra columns
     wanted = list(EnvConfig.from_dict(config.env).extra_features)
     if extras != wanted:
         raise DeepShareError(f"model.init_from {path}: its scorer reads the extra columns {extras}, the config's env "
