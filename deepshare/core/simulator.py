@@ -320,8 +320,7 @@ class Simulator:
         late = [spec.job_id for spec in future if not spec.submit_time > view.now]
         if late:
             raise DeepShareError(f"future jobs must be submitted after the view's time {view.now}: {late[:5]}")
-        running, queued = list(view.running), list(view.queued)
-        known = [*running, *queued]
+        known = [*view.running, *view.queued]
         # A live view's clock may put a submit time past ``now``: known jobs count as submitted by
         # then, so their arrivals sort before every future one's (and are skipped below).
         specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),

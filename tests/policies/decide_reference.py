@@ -143,8 +143,6 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     return {"observations": obs, "action_mask": mask}, rows
 
 
-
-
 def extra_columns(partial: PartialDecision, rows: list[Candidate], config: EncodingConfig) -> list[list[float]]:
     """The optional columns (deepshare/policies/extra_features.py), each row from scratch: the
     anchor asked again, every running job and every launch so far scanned for each row."""

@@ -254,4 +254,3 @@ def test_a_smoothed_fit_keeps_the_best_row_but_not_certainty():
     assert float(top.max()) < 0.999  # some probability stays on the other rows for PPO to sample
     with pytest.raises(DeepShareError, match="label_smoothing must be in"):
         fit(demos, FitSettings(label_smoothing=1.0))
-
