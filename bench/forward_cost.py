@@ -1,0 +1,110 @@
+"""What the forward pass costs inside a large decision, and what a NumPy forward would change.
+
+One rl-hybrid decision of :mod:`bench.decide_scale`'s request (4,096 x 8-GPU nodes, N pending
+1-GPU jobs, default 10,000) is driven three ways in one process, in alternating rounds:
+
+* with the shipped scorer, timing each call: the forward's share of the decision, against the
+  same observations scored back to back afterwards (how much dearer a pass is amid a step's
+  other work than in a tight loop);
+* with a NumPy forward on the same weights (``matmul`` per observation, OpenBLAS): the decision's
+  CPU seconds side by side, and how many launches differ from the shipped scorer's decision;
+* on the shipped decision's observations: how many steps' best rows the NumPy scores change, and
+  whether those are ties (rows the shipped scorer scores exactly equal, e.g. identical rows).
+
+Kept because it is why the NumPy forward is not shipped (issue 14): it is faster, but OpenBLAS
+rounds identical rows differently by their position, so it breaks ties between equal candidates
+that the network scores equally (the first of equals wins). Figures only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from deepshare.policies.learned import drive
+from deepshare.serving.engine import EngineSettings, PlacementEngine
+from deepshare.serving.samples import scale_request
+from deepshare.serving.schemas import PlacementRequest
+
+
+def numpy_forward(net):  # type: ignore[no-untyped-def]
+    """The shipped network's scores through NumPy: (K, F) rows -> K masked logits."""
+    layers = (net.trunk[0], net.trunk[2], net.head)
+    (w1, b1), (w2, b2), (w3, b3) = [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in layers]
+    masked = np.float32(np.finfo(np.float32).min)
+
+    def score(obs: dict[str, np.ndarray]) -> np.ndarray:
+        hidden = np.matmul(obs["observations"], w1)
+        hidden += b1
+        np.maximum(hidden, 0, out=hidden)
+        hidden = np.matmul(hidden, w2)
+        hidden += b2
+        np.maximum(hidden, 0, out=hidden)
+        logits = np.matmul(hidden, w3)[:, 0] + b3[0]
+        return np.where(obs["action_mask"] > 0, logits, masked)
+
+    return score
+
+
+def best(scores: np.ndarray, mask: np.ndarray) -> int:
+    return int(np.argmax(np.where(mask > 0, scores, -np.inf)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=4096)
+    parser.add_argument("--pending", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
+    request = PlacementRequest.model_validate(scale_request(args.nodes, args.pending))
+    shipped = engine.policy.scorer
+    alternative = numpy_forward(shipped.net)
+    spent = [0.0]
+
+    def timed(obs: dict[str, np.ndarray]) -> np.ndarray:
+        start = time.perf_counter()
+        scores = shipped(obs)
+        spent[0] += time.perf_counter() - start
+        return scores
+
+    seen: list[dict[str, np.ndarray]] = []
+
+    def kept(obs: dict[str, np.ndarray]) -> np.ndarray:
+        seen.append({key: value.copy() for key, value in obs.items()})
+        return shipped(obs)
+
+    decisions = {}
+    print(f"{args.nodes} nodes x {args.pending} pending 1-GPU jobs, rl-hybrid; CPU seconds per decision")
+    for round_ in range(args.rounds):
+        for name, scorer in (("shipped (torch)", timed), ("numpy forward", alternative)):
+            spent[0] = 0.0
+            view = engine.view(request)
+            cpu, wall = time.process_time(), time.perf_counter()
+            decisions[name] = decision = drive(engine.policy.steps(view), scorer)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            steps = len(decision.launch) + 1
+            share = f"; forward {spent[0] / steps * 1e6:.0f} us/step, {spent[0] / wall:.0%} of the wall time" if spent[0] else ""
+            print(f"  round {round_ + 1} {name:16s} {cpu:6.2f} s{share}", flush=True)
+    drive(engine.policy.steps(engine.view(request)), kept)
+    start = time.perf_counter()
+    for obs in seen:
+        shipped(obs)
+    print(f"the shipped forward on the same {len(seen)} observations back to back: {(time.perf_counter() - start) / len(seen) * 1e6:.0f} us each")
+    a, b = decisions["shipped (torch)"].launch, decisions["numpy forward"].launch
+    print(f"launches that differ between the two decisions: {sum(x != y for x, y in zip(a, b))} of {len(a)}")
+    flips = ties = 0
+    for obs in seen:
+        mask = obs["action_mask"]
+        ours, theirs = shipped(obs), alternative(obs)
+        i, j = best(ours, mask), best(theirs, mask)
+        if i != j:
+            flips += 1
+            ties += bool(ours[i] == ours[j])
+    print(f"steps whose best row the numpy scores change: {flips} of {len(seen)}, of which {ties} between rows the shipped scorer scores equally")
+
+
+if __name__ == "__main__":
+    main()
