@@ -95,15 +95,17 @@ def main() -> None:
     print(f"the shipped forward on the same {len(seen)} observations back to back: {(time.perf_counter() - start) / len(seen) * 1e6:.0f} us each")
     a, b = decisions["shipped (torch)"].launch, decisions["numpy forward"].launch
     print(f"launches that differ between the two decisions: {sum(x != y for x, y in zip(a, b))} of {len(a)}")
-    flips = ties = 0
+    flips = ties = same_rows = 0
     for obs in seen:
-        mask = obs["action_mask"]
+        mask, rows = obs["action_mask"], obs["observations"]
         ours, theirs = shipped(obs), alternative(obs)
         i, j = best(ours, mask), best(theirs, mask)
         if i != j:
             flips += 1
             ties += bool(ours[i] == ours[j])
-    print(f"steps whose best row the numpy scores change: {flips} of {len(seen)}, of which {ties} between rows the shipped scorer scores equally")
+            same_rows += bool(np.array_equal(rows[i], rows[j]))
+    print(f"steps whose best row the numpy scores change: {flips} of {len(seen)}, of which {ties} between rows the shipped "
+          f"scorer scores equally ({same_rows} between identical rows)")
 
 
 if __name__ == "__main__":
