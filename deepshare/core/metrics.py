@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from array import array
 from dataclasses import asdict, dataclass, fields
 from typing import Iterator, Sequence, overload
@@ -176,7 +177,27 @@ def _mean(values: Sequence[float] | np.ndarray) -> float | None:
 
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if len(values) else None
+    """``float(np.percentile(values, q))`` (the default, linear method), bit for bit, or None for
+    no values. Computed here because NumPy's first percentile imports ``numpy.ma`` (about 15 ms,
+    a twentieth of a whole ``deepshare simulate`` run); the arithmetic is NumPy's, step by step:
+    the virtual index ``(n - 1) * q / 100``, its neighbours in sorted order (the last value from
+    index n - 1 on), and ``_lerp`` from the nearer end."""
+    n = len(values)
+    if not n:
+        return None
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    if ordered[-1] != ordered[-1]:  # NaN sorts last; NumPy answers NaN then
+        return math.nan
+    virtual = (n - 1) * (q / 100)
+    if virtual >= n - 1:  # NumPy takes index -1 for both neighbours: gamma = virtual - (-1)
+        low = high = n - 1
+        gamma = virtual + 1.0
+    else:
+        low = math.floor(virtual)
+        high, gamma = low + 1, virtual - low
+    a, b = float(ordered[low]), float(ordered[high])
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 class ReportColumns:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepshare.core.errors import DeepShareError
 from deepshare.policies.base import Policy
+
+if TYPE_CHECKING:  # importlib.metadata costs ~15 ms of start-up; only a name outside the registry reads entry points
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "deepshare.policies"
 GUIDE = "docs/writing-a-policy.md"
@@ -93,6 +95,8 @@ def describe(obj: Any, fallback: str) -> str:
 def installed(reserved: set[str]) -> dict[str, EntryPoint]:
     """Entry points of the :data:`ENTRY_POINT_GROUP` group by name, without names that shadow a
     built-in (``reserved``) or could not be parsed back (``=``, ``:``, ``,``, spaces)."""
+    from importlib.metadata import entry_points
+
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in reserved or ep.name in found or any(c in ep.name for c in "=:, ") or not ep.name:
