@@ -65,6 +65,9 @@ def main() -> None:
     wall, cpu = best["deepshare simulate (256 jobs)"]
     print(f"  -> deepshare simulate whole process: {wall:.3f} s wall, {cpu:.3f} s CPU "
           f"(target <= {TARGET_S} s wall; original simulator 6.8 s)")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        print("  (PYTHONDONTWRITEBYTECODE is set here: no .pyc is kept, so every run compiles the package's "
+              "modules again; unset it for the figure an installed package gives)")
 
 
 if __name__ == "__main__":
