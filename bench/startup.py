@@ -66,8 +66,8 @@ def main() -> None:
     print(f"  -> deepshare simulate whole process: {wall:.3f} s wall, {cpu:.3f} s CPU "
           f"(target <= {TARGET_S} s wall; original simulator 6.8 s)")
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        print("  (PYTHONDONTWRITEBYTECODE is set here: no .pyc is kept, so every run compiles the package's "
-              "modules again; unset it for the figure an installed package gives)")
+        print("  (PYTHONDONTWRITEBYTECODE is set here: no .pyc is written, so unless an earlier run left them every "
+              "run compiles the package's modules again; unset it for the figure an installed package gives)")
 
 
 if __name__ == "__main__":
