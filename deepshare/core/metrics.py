@@ -178,8 +178,8 @@ def _mean(values: Sequence[float] | np.ndarray) -> float | None:
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     """``float(np.percentile(values, q))`` (the default, linear method), bit for bit, or None for
-    no values. Computed here because NumPy's first percentile imports ``numpy.ma`` (about 15 ms,
-    a twentieth of a whole ``deepshare simulate`` run); the arithmetic is NumPy's, step by step:
+    no values. Computed here because NumPy's first percentile imports ``numpy.ma`` (about 15 ms of
+    a 0.4-0.5 s ``deepshare simulate`` process); the arithmetic is NumPy's, step by step:
     the virtual index ``(n - 1) * q / 100``, its neighbours in sorted order (the last value from
     index n - 1 on), and ``_lerp`` from the nearer end."""
     n = len(values)
