@@ -51,6 +51,18 @@ _LEAST_WORK_S = 1e-9
 """Work given to a known job whose remaining time reads 0 in a view (a job spec needs some)."""
 
 
+def _next_round(now: float, round_s: float) -> float:
+    """The first periodic round after ``now`` in a run whose rounds fall every ``round_s`` from 0.
+
+    A run's rounds are sums (each the previous plus ``round_s``), so a round can fall an ulp off
+    k x ``round_s``: a view taken at a round (within a relative 1e-9 of one) goes on from its own
+    time, exactly as the run does, instead of scheduling that round again an ulp later."""
+    k = round(now / round_s)
+    if k >= 1 and abs(now - k * round_s) <= 1e-9 * now:
+        return now + round_s
+    return (math.floor(now / round_s) + 1) * round_s
+
+
 class PolicyLike(Protocol):
     name: str
 
@@ -316,7 +328,10 @@ class Simulator:
         does not list stay taken, and first starts and GPU time before
         ``view.now`` are approximate (the current run's start; the attained service). Remaining
         work comes through seconds, so event times may differ from the original's in the last
-        bit: events that coincide exactly there may be decided one after the other here."""
+        bit: events that coincide exactly there may be decided one after the other here. Reading
+        the view's running jobs (as this does) brings their progress to ``view.now`` in the
+        original too, as a policy that reads them does: if the original's policy never reads
+        them, its later event times can move in the last bit."""
         late = [spec.job_id for spec in future if not spec.submit_time > view.now]
         if late:
             raise DeepShareError(f"future jobs must be submitted after the view's time {view.now}: {late[:5]}")
@@ -329,7 +344,7 @@ class Simulator:
         sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None))
         sim.config = config
         if config.round_s is not None:
-            sim._events.push((math.floor(view.now / config.round_s) + 1) * config.round_s, EventKind.ROUND)
+            sim._events.push(_next_round(view.now, config.round_s), EventKind.ROUND)
         sim._events.skip_arrivals(len(known))  # submitted by now: they sort first, and are set up here
         sim._live_events -= len(known)
         sim.now = sim._last_t = view.now
@@ -344,6 +359,7 @@ class Simulator:
             else:
                 job.needs_restore = v.preemptions > 0
                 job.first_start = v.queued_since if v.preemptions else None
+                job.last_run_s = v.last_run_s  # a preempted job's last run (dlas's starvation guard reads it)
                 sim._enqueue(job, v.queued_since)
         sim._rerate(changed, view.now)
         for node, free in enumerate(view.free):  # GPUs held by work the view does not show stay held

@@ -72,6 +72,49 @@ def test_periodic_rounds_keep_the_originals_phase():
     assert all(r.finish_s == pytest.approx(finished[r.job_id], rel=1e-9) for r in report.records)
 
 
+def test_a_view_taken_at_a_round_goes_on_to_the_originals_next_round():
+    # Rounds of 100.1 s are sums that fall an ulp below k x 100.1 at times: a copy taken at such
+    # a round must not schedule it again an ulp later (an extra decision point at the view's time).
+    config = SimConfig(round_s=100.1, preempt_overhead_s=0.0, migrate_overhead_s=0.0)
+    jobs = _trace(5)
+    policy = make_policy("fifo+packed")
+    sim = Simulator(uniform(4, 8), jobs, make_contention("profiled"), config=config)
+    view, checked = sim.advance(), 0
+    while view is not None and checked < 3:
+        k = round(view.now / 100.1)
+        at_round = k >= 1 and abs(view.now - k * 100.1) < 1e-6 and all(j.submit_time != view.now for j in jobs)
+        if at_round:
+            copy = Simulator.from_view(view, make_contention("profiled"), config, [j for j in jobs if j.submit_time > view.now])
+            mine = copy.advance()
+            copy.apply(policy.decide(mine))
+            decision = policy.decide(view)
+            sim.apply(decision)
+            view, after = sim.advance(), copy.advance()
+            assert (after.now if after else None) == (view.now if view else None)
+            checked += 1
+            continue
+        sim.apply(policy.decide(view))
+        view = sim.advance()
+    assert checked == 3  # the trace has views at rounds, including ones that fall an ulp off k x 100.1
+
+
+def test_a_preempted_jobs_last_run_goes_over_to_the_copy():
+    # dlas promotes a preempted job after it waited max(STARVE_MIN_S, STARVE_FACTOR x its last
+    # run): the copy must know each queued job's last run to decide as the original does.
+    policy = "dlas+packed+preempt"
+    jobs = generate(40, load=1.5, total_gpus=32, mix=mix_preset("heavy"), seed=0).jobs
+    full = Simulator(uniform(4, 8), jobs, make_contention("profiled"), config=NO_OVERHEADS).run(make_policy(policy))
+    _, view = _paused(jobs, make_policy(policy), "profiled", 18)
+    preempted = {v.job_id: v.last_run_s for v in view.queued if v.preemptions}
+    assert preempted and all(run > 0 for run in preempted.values())
+    copy = Simulator.from_view(view, make_contention("profiled"), NO_OVERHEADS, [j for j in jobs if j.submit_time > view.now])
+    assert {v.job_id: v.last_run_s for v in copy.advance().queued if v.preemptions} == preempted
+    report = Simulator.from_view(view, make_contention("profiled"), NO_OVERHEADS,
+                                 [j for j in jobs if j.submit_time > view.now]).run(make_policy(policy))
+    finished = {r.job_id: r.finish_s for r in full.records}
+    assert all(r.finish_s == pytest.approx(finished[r.job_id], rel=1e-9, abs=1e-6) for r in report.records)
+
+
 def test_the_first_decision_is_at_the_views_time():
     jobs = _trace(2)
     _, view = _paused(jobs, make_policy("srsf+packed"), "profiled", 3)
