@@ -103,14 +103,27 @@ class LookAhead:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="loaded")
-    parser.add_argument("--cells", default="0,2,4,6", help="cell indices in the suite's order (default: loaded's profiled cells)")
+    parser.add_argument("--cells", help="comma-separated cell indices in the suite's order (default: the suite's "
+                        "profiled cells; on loaded 0,2,4,6)")
     parser.add_argument("--future", choices=("oracle", "known", "replay"), default="oracle")
     parser.add_argument("--horizon", type=float, default=3600.0, help="seconds of arrivals --future replay repeats")
     args = parser.parse_args()
     spec = load_suite(args.suite)
     grid = cells(spec)
+    if args.cells is None:
+        chosen = [i for i, cell in enumerate(grid) if cell.contention == "profiled"]
+    else:
+        try:
+            chosen = [int(i) for i in args.cells.split(",")]
+        except ValueError:
+            parser.error(f"--cells {args.cells!r}: expected comma-separated cell indices, e.g. 0,2")
+        wrong = [i for i in chosen if not 0 <= i < len(grid)]
+        if wrong:
+            parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
+    if not chosen:
+        parser.error(f"suite {spec.name} has no profiled cell: name the cells with --cells")
     ratios = []
-    for index in (int(i) for i in args.cells.split(",")):
+    for index in chosen:
         cell = grid[index]
         jobs, topology = cell_trace(spec, cell), uniform(cell.nodes, cell.gpus_per_node)
         cpu = time.process_time()

@@ -7,7 +7,7 @@ traces it never trained on*. :class:`SuiteCurve` answers that at every export of
 ``policy.pt``: the suite's heuristics run once (the first time, on every cell), then each export
 runs the learned policy alone on every cell and is summarised exactly as ``deepshare evaluate
 --suite`` summarises it (geometric-mean average-JCT ratio, worst cell, worst p99 ratio, cells
-won). Rows go to ``suite_curve.csv`` in the run folder, ``curves.png`` plots both curves, and a
+won, and the geometric means of its average JCT over each cell's lower bound and pooled ideal). Rows go to ``suite_curve.csv`` in the run folder, ``curves.png`` plots both curves, and a
 copy of each scored file goes to ``curve/iter_NNNN.pt``, so the best iteration can be shipped
 (training itself keeps only the latest ``policy.pt``).
 """
@@ -31,7 +31,7 @@ COPIES = "curve"
 CURVE_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "suite", "policy", "geomean_avg_jct_ratio",
     "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio", "worst_p99_cell", "cells_won", "cells",
-    "policy_file",
+    "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled", "policy_file",
 )
 RETURN_COLUMNS = ("iteration", "episode_return_mean")
 """What :func:`plot_curves` reads of ``metrics.csv`` (:mod:`deepshare.rl.train` writes it)."""
