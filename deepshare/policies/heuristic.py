@@ -13,6 +13,7 @@ after the launches is cancelled, so fragmentation never costs a pointless checkp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from threading import get_ident
 
 from deepshare.core.types import Decision, Launch, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
@@ -30,15 +31,31 @@ class HeuristicPolicy:
     preemptive: bool = False
     use_index: bool = True
     """Keep the queue ordered across decisions when the order allows (same answers, faster)."""
-    _index: QueueIndex | None = field(default=None, init=False, repr=False, compare=False)
+    _indexes: dict[int, QueueIndex] | None = field(default=None, init=False, repr=False, compare=False)
+    """The queue index of each thread that decides with this object, by thread id: one policy
+    object serves the placement service's decision threads at once, and an index follows one
+    sequence of views (two threads syncing one index corrupted each other's decisions)."""
 
     def __post_init__(self) -> None:
         if self.use_index and not self.preemptive and is_static(self.order):
-            object.__setattr__(self, "_index", QueueIndex(self.order(0.0)))
+            object.__setattr__(self, "_indexes", {})
+
+    @property
+    def _index(self) -> QueueIndex | None:
+        """This thread's queue index (made on its first decision), or None when not indexed."""
+        indexes = self._indexes
+        if indexes is None:
+            return None
+        thread = get_ident()
+        index = indexes.get(thread)
+        if index is None:
+            index = indexes.setdefault(thread, QueueIndex(self.order(0.0)))
+        return index
 
     def decide(self, view: ClusterView) -> Decision:
-        if self._index is not None:
-            return self._decide_indexed(view, self._index)
+        index = self._index
+        if index is not None:
+            return self._decide_indexed(view, index)
         key = self.order(view.now)
         if not self.preemptive:
             free_total = sum(view.free)

@@ -10,8 +10,9 @@ abandoned: the caller gets :class:`DecisionTimeout` at once, and the thread gets
 exception raised inside it (``PyThreadState_SetAsyncExc``), which stops pure-Python work at its
 next bytecode. The engine's cooperative checks normally get there first; this is the backstop
 for code that asks nothing between steps (e.g. a heuristic's loop over 10,000 queued jobs).
-Policies decide as functions of the view (no state carried between decisions), so an
-interrupted decision leaves nothing behind but its own view, which is discarded; the memo
+Policies decide as functions of the view (a heuristic's queue index, the one state a policy
+keeps, is per thread and rebuilt for every request's new view), so an interrupted decision
+leaves nothing behind but its own view, which is discarded; the memo
 caches shared across requests (the catalog's throughputs, the placement generators'
 ``lru_cache``) are each written in one step, so an interruption costs at most a missing entry.
 A request queued behind busy threads counts its wait against its own deadline and is dropped

@@ -235,3 +235,45 @@ def test_a_deadline_changes_no_decision(policy):
         bounded = served._bounded_view(request, Deadline(600.0))
         assert callable(getattr(bounded.predict, "many", None)) and callable(getattr(bounded.predict, "isolated", None))
         assert served.place(request, Deadline(600.0)) == served.place(request)
+
+
+@pytest.mark.parametrize("policy", ["srsf+packed", "fifo+consolidated"])
+def test_concurrent_decision_threads_get_the_answers_they_get_alone(policy):
+    """The service decides on several threads with one policy object: a heuristic's queue index
+    (kept across decisions to save re-sorting) is per thread, so requests cannot corrupt each
+    other (they did: KeyErrors, AssertionErrors and wrong answers that still looked feasible)."""
+    import sys
+    import threading
+
+    served = PlacementEngine(EngineSettings(policy=policy))
+    first = large_request(64, 300)
+    second = large_request(64, 300)
+    for job in second["pending"]:  # the same ids in the opposite order of remaining time and of age
+        job["remaining_s"] = 1e5 - job["remaining_s"]
+        job["submitted_at"] = 1000.0 - job["submitted_at"]
+    requests = [PlacementRequest.model_validate(body) for body in (first, second)]
+    alone = [served.place(request) for request in requests]
+    assert alone[0] != alone[1]
+    answers: list[list] = [[], []]
+    start = threading.Barrier(2)
+
+    def decide(i: int) -> None:
+        start.wait()
+        for _ in range(12):
+            try:
+                answers[i].append(served.place(requests[i]))
+            except Exception as exc:  # noqa: BLE001 - what a corrupted index raised
+                answers[i].append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, as a busy replica does
+    try:
+        threads = [threading.Thread(target=decide, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for i in (0, 1):
+        assert answers[i] == [alone[i]] * 12
