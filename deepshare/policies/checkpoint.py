@@ -165,14 +165,40 @@ class TorchScorer:
 
 def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dict[str, Any]]:
     """The scorer, the encoding it was trained with and its training metadata."""
+    import torch
+
     from deepshare.policies.scorer_net import CandidateScorer
 
     doc = load_policy_file(path)
+    missing = [key for key in ("hidden", "state_dict", "encoding", "metadata") if key not in doc]
+    if missing:
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (no {', '.join(missing)})")
     encoding = _encoding(doc["encoding"], path)
-    net = CandidateScorer(len(encoding.features), doc["hidden"])
-    net.load_state_dict(doc["state_dict"])
+    hidden, weights, metadata = doc["hidden"], doc["state_dict"], doc["metadata"]
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        raise DeepShareError(f"policy checkpoint {path}: hidden: expected a positive integer, got {hidden!r}")
+    if not isinstance(metadata, dict):
+        raise DeepShareError(f"policy checkpoint {path}: metadata: expected a mapping, got {type(metadata).__name__}")
+    net = CandidateScorer(len(encoding.features), hidden)
+    expected = {name: tuple(tensor.shape) for name, tensor in net.state_dict().items()}
+    given = {name: tuple(getattr(tensor, "shape", ())) for name, tensor in weights.items()} if isinstance(weights, dict) else None
+    if given is not None and not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in weights.values()):
+        raise DeepShareError(f"policy checkpoint {path}: state_dict: expected real floating-point tensors")
+    if given != expected:
+        raise DeepShareError(
+            f"policy checkpoint {path}: state_dict: expected the weights of a {len(encoding.features)}-feature, "
+            f"{hidden}-wide scorer ({_shapes(expected)}), got {_shapes(given) if given is not None else type(weights).__name__}"
+        )
+    try:
+        net.load_state_dict(weights)
+    except (RuntimeError, TypeError) as exc:  # e.g. a tensor of another dtype torch cannot copy
+        raise DeepShareError(f"policy checkpoint {path}: state_dict: {str(exc).strip().splitlines()[0]}") from None
     net.eval()
-    return TorchScorer(net), encoding, doc["metadata"]
+    return TorchScorer(net), encoding, metadata
+
+
+def _shapes(shapes: dict[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items()) or "nothing"
 
 
 def _encoding(given: Any, path: str | Path) -> EncodingConfig:

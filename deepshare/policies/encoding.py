@@ -82,10 +82,11 @@ class EncodingConfig:
             raise ValueError(f"max_wait_s must be a number of seconds >= 0 or None, got {self.max_wait_s}")
         if self.anchor is not None:
             object.__setattr__(self, "anchor", check_anchor(self.anchor))
-        if self.max_candidates < 2:
-            raise ValueError(f"max_candidates must be at least 2 (wait + one launch), got {self.max_candidates}")
-        if self.jobs_considered < 1:
-            raise ValueError(f"jobs_considered must be positive, got {self.jobs_considered}")
+        for name, least in (("max_candidates", 2), ("jobs_considered", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}"
+                                 f"{' (wait + one launch)' if least == 2 else ''}, got {value!r}")
         unknown = [g for g in self.generators if g not in PLACEMENTS]
         if unknown or not self.generators:
             raise ValueError(f"unknown placement generators {unknown}; expected some of {sorted(PLACEMENTS)}")

@@ -137,5 +137,12 @@ def with_margin(min_gain: str) -> PreemptiveHybrid:
     as ``deepshare.policies.hybrid_preempt:with_margin=G`` in a suite's ``learned:``."""
     from dataclasses import replace
 
+    from deepshare.core.errors import DeepShareError
+    from deepshare.policies.checkpoint import rule_number
+
+    try:
+        gain = float(min_gain)
+    except ValueError:
+        raise DeepShareError(f"with_margin={min_gain!r}: expected a number >= 0") from None
     policy = preemptive_hybrid(f"rl-hybrid-preempt-x{min_gain}")
-    return replace(policy, min_gain=float(min_gain))
+    return replace(policy, min_gain=rule_number(f"with_margin={min_gain!r}", gain))

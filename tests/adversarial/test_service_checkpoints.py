@@ -112,3 +112,42 @@ def test_an_export_with_odd_metadata_still_loads_as_data(tmp_path):
     export_scorer(net, EncodingConfig(), path, {"config": tmp_path / "c.yaml", "mode": Mode.A, "grid": (1, [2.5, None])})
     _, _, metadata = scorer_from_file(path)
     assert metadata == {"config": str(tmp_path / "c.yaml"), "mode": "Mode.A", "grid": (1, [2.5, None])}
+
+
+def _edited(tmp_path, name, edit):
+    """The shipped file with ``edit(doc)`` applied, saved as ``name``."""
+    doc = load_policy_file(shipped())
+    edit(doc)
+    path = tmp_path / f"{name}.pt"
+    torch.save(doc, path)
+    return path
+
+
+def _set(key, value):
+    return lambda doc: doc.__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        ("no-weights", lambda doc: doc.pop("state_dict"), r"not a DeepShare policy file \(no state_dict\)"),
+        ("no-metadata", lambda doc: doc.pop("metadata"), r"\(no metadata\)"),
+        ("narrower", _set("hidden", 32), r"state_dict: expected the weights of a 18-feature, 32-wide scorer"),
+        ("hidden-text", _set("hidden", "64"), r"hidden: expected a positive integer, got '64'"),
+        ("hidden-negative", _set("hidden", -3), r"hidden: expected a positive integer, got -3"),
+        ("metadata-list", _set("metadata", [1]), r"metadata: expected a mapping, got list"),
+        ("weights-text", _set("state_dict", "x"), r"state_dict: expected the weights .* got str"),
+        ("extra-weight", lambda doc: doc["state_dict"].__setitem__("extra", torch.zeros(1)), r"state_dict: expected the weights"),
+        ("complex-weights", lambda doc: doc["state_dict"].__setitem__("head.bias", torch.zeros(1, dtype=torch.complex64)),
+         r"state_dict: expected real floating-point tensors"),
+        ("fractional-k", lambda doc: doc["encoding"].__setitem__("max_candidates", 2.5),
+         r"encoding: max_candidates must be an integer >= 2 \(wait \+ one launch\), got 2.5"),
+    ],
+)
+def test_a_damaged_policy_file_is_one_error_naming_the_field(tmp_path, name, edit, message):
+    """Every key of a policy file is checked before torch sees it: a hand-edited or foreign file
+    is one DeepShareError naming the file and the field, never a torch traceback."""
+    path = _edited(tmp_path, name, edit)
+    with pytest.raises(DeepShareError, match=message) as caught:
+        make_policy(f"rl-hybrid={path}")
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from deepshare.core.contention import make_contention
+from deepshare.core.errors import DeepShareError
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import load
@@ -259,3 +260,11 @@ def test_a_bad_preemptive_is_refused_in_one_line_naming_the_key(tmp_path, given)
 
     with pytest.raises(DeepShareError, match=r"metadata preemptive: expected a preemptive heuristic ORDER\+PLACEMENT\+preempt"):
         make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': given})}")
+
+
+@pytest.mark.parametrize("margin", ["nan", "-1", "inf", "abc"])
+def test_with_margin_takes_only_a_finite_number_at_least_0(margin):
+    """The same rule a policy file's ``preempt_rules`` obey (NaN never preempted, -1 always did)."""
+    with pytest.raises(DeepShareError, match=rf"with_margin='{margin}': expected a number >= 0"):
+        make_policy(f"deepshare.policies.hybrid_preempt:with_margin={margin}")
+    assert make_policy("deepshare.policies.hybrid_preempt:with_margin=2").min_gain == 2.0
