@@ -58,7 +58,7 @@ class RunningIn(_Body):
     placement: dict[str, int] = Field(
         min_length=1, max_length=MAX_NODES, description="node name -> GPUs held there (each > 0)"
     )
-    submitted_at: float = Field(0.0, ge=0)
+    submitted_at: float = Field(0.0, ge=0, description="at most now")
     remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
     attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held so far (LAS's key)")
     preemptions: int = Field(0, ge=0)
@@ -73,7 +73,9 @@ class PendingIn(_Body):
     remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
     attained_gpu_s: float = Field(0.0, ge=0)
     preemptions: int = Field(0, ge=0)
-    queued_since: float | None = Field(None, ge=0, description="when it last entered the queue; default submitted_at")
+    queued_since: float | None = Field(
+        None, ge=0, description="when it last entered the queue, from submitted_at to now; default submitted_at"
+    )
     last_run_s: float = Field(0.0, ge=0, description="length of its last run, if it was preempted")
 
 

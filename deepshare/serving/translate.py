@@ -83,9 +83,19 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
                     f"more than its {node.gpus}",
                 )
             )
+    for i, job in enumerate(request.running):
+        if job.submitted_at > request.now:
+            errors.append(FieldError(("body", "running", i, "submitted_at"), f"{job.submitted_at} is after now ({request.now})"))
     for i, job in enumerate(request.pending):
         if job.submitted_at is not None and job.submitted_at > request.now:
             errors.append(FieldError(("body", "pending", i, "submitted_at"), f"{job.submitted_at} is after now ({request.now})"))
+        if job.queued_since is not None:  # a wait that is negative would delay packed's relaxation and dlas's ranks
+            submitted = request.now if job.submitted_at is None else job.submitted_at
+            if job.queued_since > request.now:
+                errors.append(FieldError(("body", "pending", i, "queued_since"), f"{job.queued_since} is after now ({request.now})"))
+            elif job.queued_since < submitted:
+                errors.append(FieldError(("body", "pending", i, "queued_since"),
+                                         f"{job.queued_since} is before the job was submitted ({submitted})"))
     if errors:
         raise RequestError(errors)
     topology = request_topology(request.nodes)
