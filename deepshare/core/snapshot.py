@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob
@@ -72,10 +72,35 @@ def build_view(
         free=tuple(free),
         queued=tuple(_view(catalog, job) for job in queued),
         running=running_views,
-        predict=_private_predictor(state, frozenset(job.job_id for job in running)),
+        predict=_with_without(_private_predictor(state, frozenset(job.job_id for job in running)),
+                              lambda gone: _state_of(contention, topology, catalog, running, gone)),
         future_events=future_events,
         link_load=dict(link_load or {}),
     )
+
+
+def _state_of(
+    contention: ContentionModel, topology: Topology, catalog: Catalog, running: Sequence[KnownJob], gone: frozenset[str]
+) -> ContentionState:
+    """A state of ``running`` but the jobs in ``gone``, added in the same order."""
+    state = contention.new_state(topology, catalog)
+    for job in running:
+        if job.job_id not in gone:
+            state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))  # type: ignore[arg-type]
+    return state
+
+
+def _with_without(predict: PredictFn, state_without: Callable[[frozenset[str]], ContentionState]) -> PredictFn:
+    """``predict`` with its ``without(gone)``: a predictor of its own on a state built without the
+    running jobs ``gone`` (a preemptive decision's victims; the view's own state is left as it
+    is, its remembered answers included)."""
+
+    def without(gone: Sequence[JobView]) -> PredictFn:
+        ids = frozenset(job.job_id for job in gone)
+        return _private_predictor(state_without(ids), predict.resident - ids)  # type: ignore[attr-defined]
+
+    predict.without = without  # type: ignore[attr-defined]
+    return predict
 
 
 def _private_predictor(state: ContentionState, resident: frozenset[str] = frozenset()) -> PredictFn:
@@ -147,6 +172,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
 
     predict.many = many  # type: ignore[attr-defined]
     predict.isolated = isolated  # type: ignore[attr-defined]
+    predict.resident = resident  # type: ignore[attr-defined]
     return predict
 
 

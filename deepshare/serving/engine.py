@@ -155,7 +155,7 @@ def _version(checkpoint: str | None) -> str:
 
 def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
     """``predict`` that first checks ``deadline`` (policies ask it once per candidate), with the
-    predictor's batch (``many``, checked once per batch) and ``isolated`` passed on."""
+    predictor's batch (``many``, checked once per batch), ``isolated`` and ``without`` passed on."""
 
     def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
         deadline.check()
@@ -170,4 +170,7 @@ def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
 
         checked.many = checked_many  # type: ignore[attr-defined]
     checked.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
+    without = getattr(predict, "without", None)
+    if without is not None:  # a preemptive decision's predictor without its victims: checked alike
+        checked.without = lambda gone: _checked(without(gone), deadline)  # type: ignore[attr-defined]
     return checked

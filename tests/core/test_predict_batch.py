@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepshare.core.contention import make_contention
-from deepshare.core.contention.base import RunningJob, predict_all, predictor
-from deepshare.core.snapshot import _private_predictor
+from deepshare.core.contention.base import RunningJob, predict_all, predictor, without_running
+from deepshare.core.snapshot import KnownJob, _private_predictor, build_view
 from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
 from deepshare.core.view import JobView
@@ -161,3 +161,61 @@ def test_an_isolated_placement_is_predicted_no_contention(name, running, questio
         assert isolated is not None and isolated(where) == (where.num_nodes == 1)
     if isolated is not None and isolated(where):
         assert state.predict(RunningJob("q", model, where.total_gpus, where)) == Prediction(1.0)
+
+
+def running_views(running):
+    return [
+        JobView(job_id=f"r{i}", model=m, gpus=w.total_gpus, submit_time=0.0, remaining_s=1.0, attained_gpu_s=0.0,
+                comm_class=CAT.class_of(m), placement=w)
+        for i, (m, w) in enumerate(running)
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(("profiled", "link")),
+    running=st.lists(jobs, min_size=1, max_size=5),
+    gone=st.sets(st.integers(0, 4), min_size=1, max_size=3),
+    pending=st.lists(jobs, max_size=3),
+    questions=st.lists(jobs, min_size=1, max_size=4),
+)
+def test_without_answers_as_a_state_that_never_had_those_jobs(name, running, gone, pending, questions):
+    """A preemptive decision predicts with its victims gone (``without_running``): the answers are
+    those of a state built without them, and the simulator's state afterwards is bit for bit what
+    it was (its ratios, and how it evolves next), for the simulator's predictor and the service's."""
+    views = running_views(running)
+    victims = [views[i] for i in sorted(gone) if i < len(views)]
+    pend = [(view_of(f"p{i}", m, w), w) for i, (m, w) in enumerate(pending)]
+    asks = [(view_of(f"q{i}", m, w), w) for i, (m, w) in enumerate(questions)]
+    fresh = make_contention(name).new_state(TOPO, CAT)
+    for i, (m, w) in enumerate(running):
+        if i not in gone:
+            fresh.add(RunningJob(f"r{i}", m, w.total_gpus, w))
+    expected = one_at_a_time(fresh, asks, pend)
+    live = build(name, running)
+    before = [live.ratio(f"r{i}") for i in range(len(running))]
+    bare = without_running(predictor(live), victims)
+    assert [bare(job, where, pend) for job, where in asks] == expected
+    assert predict_all(bare, asks, pend) == expected
+    assert [live.ratio(f"r{i}") for i in range(len(running))] == before
+    model, where = questions[0]
+    extra = RunningJob("a", model, where.total_gpus, where)
+    reference = build(name, running)
+    assert live.add(extra) == reference.add(extra)
+    assert [live.ratio(f"r{i}") for i in range(len(running))] == [reference.ratio(f"r{i}") for i in range(len(running))]
+    held = [0] * len(TOPO.nodes)
+    for _, w in running:
+        for node, gpus in w.alloc:
+            held[node] += gpus
+    if max(held) <= 8:  # the service's view of the same jobs (a real cluster holds at most 8 GPUs a node)
+        served = build_view(TOPO, CAT, make_contention(name), 10.0, [8 - h for h in held], [],
+                            [KnownJob(f"r{i}", m, w.total_gpus, 0.0, 1.0, placement=w) for i, (m, w) in enumerate(running)])
+        assert predict_all(without_running(served.predict, victims), asks, pend) == expected
+
+
+def test_without_nothing_or_on_a_plain_function_is_the_predictor_itself():
+    state = build("profiled", [("MoE", Placement.of({0: 2, 1: 2}))])
+    predict = predictor(state)
+    assert without_running(predict, []) is predict
+    plain = lambda job, placement, pending=(): predict(job, placement, pending)  # noqa: E731 - no ``without``
+    assert without_running(plain, running_views([("MoE", Placement.of({0: 2, 1: 2}))])) is plain

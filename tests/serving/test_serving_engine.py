@@ -281,3 +281,28 @@ def test_concurrent_decision_threads_get_the_answers_they_get_alone(policy):
         sys.setswitchinterval(interval)
     for i in (0, 1):
         assert answers[i] == [alone[i]] * 12
+
+
+@pytest.mark.parametrize("policy", ["srsf+packed+preempt", "srsf+uncontended+preempt", "rl-hybrid-preempt"])
+def test_a_preemptive_launch_is_predicted_without_its_victim(policy):
+    """r0 spans both full nodes with a long way to go; p0 (short) outranks it. Preempting r0
+    frees exactly p0's placement, where p0 then runs alone: predicted at full speed. With r0
+    still counted, uncontended (and rl-hybrid-preempt, which defers to it) waited instead."""
+    body = {
+        "now": 1000.0,
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 0} for i in range(2)],
+        "running": [
+            {"job_id": "r0", "model": "Transformer-XL", "placement": {"n0": 4, "n1": 4}, "remaining_s": 90000.0},
+            {"job_id": "r1", "model": "MobileNetV3", "placement": {"n0": 4}, "remaining_s": 10.0},
+            {"job_id": "r2", "model": "MobileNetV3", "placement": {"n1": 4}, "remaining_s": 10.0},
+        ],
+        "pending": [{"job_id": "p0", "model": "Transformer-XL", "gpus": 8, "submitted_at": 10.0, "remaining_s": 60.0}],
+    }
+    answer = engine(policy).place(PlacementRequest.model_validate(body))
+    assert answer.preempt == ["r0"]
+    [decision] = answer.decisions
+    assert (decision.action, decision.placement) == ("place", {"n0": 4, "n1": 4})
+    alone = engine(policy).place(PlacementRequest.model_validate({
+        **body, "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 4} for i in range(2)], "running": body["running"][1:],
+    }))
+    assert decision.predicted_slowdown == alone.decisions[0].predicted_slowdown  # as if r0 had never run

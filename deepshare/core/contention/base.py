@@ -83,7 +83,43 @@ def predictor(state: ContentionState) -> PredictFn:
 
     predict.many = many  # type: ignore[attr-defined]
     predict.isolated = getattr(state, "isolated", None)  # type: ignore[attr-defined]
+    predict.without = lambda gone: _without(state, predict, gone)  # type: ignore[attr-defined]
     return predict
+
+
+def _without(state: ContentionState, predict: PredictFn, gone: Sequence[JobView]) -> PredictFn:
+    """``predict`` with the running jobs ``gone`` taken out of ``state`` for each question and put
+    back after it. Removing and re-adding running jobs leaves every ratio as it was, bit for bit
+    (``tests/core/test_predict_batch.py``), so the state the simulation goes on with is unchanged."""
+    stopped = [RunningJob(job.job_id, job.model, job.gpus, job.placement) for job in gone]  # type: ignore[arg-type]
+
+    def asked(question: Callable[[], object]) -> object:
+        for job in stopped:
+            state.remove(job.job_id)
+        try:
+            return question()
+        finally:
+            for job in reversed(stopped):
+                state.add(job)
+
+    def bare(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        return asked(lambda: predict(job, placement, pending))  # type: ignore[return-value]
+
+    def bare_many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
+        return asked(lambda: predict.many(questions, pending))  # type: ignore[attr-defined, return-value]
+
+    bare.many = bare_many  # type: ignore[attr-defined]
+    bare.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
+    return bare
+
+
+def without_running(predict: PredictFn, gone: Sequence[JobView]) -> PredictFn:
+    """``predict`` as if the running jobs ``gone`` had stopped: a preemptive decision's launches
+    take its victims' GPUs, so the victims' contention must not count against them. ``predict``
+    itself when nothing is gone, or when the predictor cannot leave jobs out (it has no
+    ``without``: then contention is over-predicted, as it was before 2026-12-01)."""
+    make = getattr(predict, "without", None)
+    return predict if not gone or make is None else make(gone)
 
 
 def isolated_of(predict: PredictFn) -> Callable[[Placement], bool] | None:
