@@ -10,8 +10,9 @@ and the same predictions wherever it runs.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob
@@ -91,15 +92,16 @@ def _state_of(
 
 
 def _with_without(predict: PredictFn, state_without: Callable[[frozenset[str]], ContentionState]) -> PredictFn:
-    """``predict`` with its ``without(gone)``: a predictor of its own on a state built without the
-    running jobs ``gone`` (a preemptive decision's victims; the view's own state is left as it
+    """``predict`` with its ``leaving_out(gone)``: a predictor of its own on a state built without
+    the running jobs ``gone`` (a preemptive decision's victims; the view's own state is left as it
     is, its remembered answers included)."""
 
-    def without(gone: Sequence[JobView]) -> PredictFn:
+    @contextmanager
+    def leaving_out(gone: Sequence[JobView]) -> Iterator[PredictFn]:
         ids = frozenset(job.job_id for job in gone)
-        return _private_predictor(state_without(ids), predict.resident - ids)  # type: ignore[attr-defined]
+        yield _private_predictor(state_without(ids), predict.resident - ids)  # type: ignore[attr-defined]
 
-    predict.without = without  # type: ignore[attr-defined]
+    predict.leaving_out = leaving_out  # type: ignore[attr-defined]
     return predict
 
 

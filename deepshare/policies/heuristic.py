@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from threading import get_ident
 
-from deepshare.core.contention.base import without_running
+from deepshare.core.contention.base import leaving_out
 from deepshare.core.types import Decision, Launch, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
@@ -80,8 +80,9 @@ class HeuristicPolicy:
         chosen = sorted((j for j in view.queued if j.job_id in wanted), key=key)
         # The launches are placed and predicted with the victims gone (they take the victims'
         # GPUs); a victim kept below because its old GPUs stayed free is not counted meanwhile.
-        after = replace(view, predict=without_running(view.predict, victims)) if victims else view
-        launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
+        with leaving_out(view.predict, victims) as predict:
+            after = replace(view, predict=predict) if victims else view
+            launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt = []
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if job.placement.fits(free):  # type: ignore[union-attr]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -155,7 +156,7 @@ def _version(checkpoint: str | None) -> str:
 
 def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
     """``predict`` that first checks ``deadline`` (policies ask it once per candidate), with the
-    predictor's batch (``many``, checked once per batch), ``isolated`` and ``without`` passed on."""
+    predictor's batch (``many``, checked once per batch), ``isolated`` and ``leaving_out`` passed on."""
 
     def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
         deadline.check()
@@ -170,7 +171,13 @@ def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
 
         checked.many = checked_many  # type: ignore[attr-defined]
     checked.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
-    without = getattr(predict, "without", None)
-    if without is not None:  # a preemptive decision's predictor without its victims: checked alike
-        checked.without = lambda gone: _checked(without(gone), deadline)  # type: ignore[attr-defined]
+    leaving = getattr(predict, "leaving_out", None)
+    if leaving is not None:  # a preemptive decision's predictor without its victims: checked alike
+
+        @contextmanager
+        def checked_leaving_out(gone):  # type: ignore[no-untyped-def]
+            with leaving(gone) as bare:
+                yield _checked(bare, deadline)
+
+        checked.leaving_out = checked_leaving_out  # type: ignore[attr-defined]
     return checked

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from deepshare.core.contention import ContentionModel
-from deepshare.core.contention.base import without_running
+from deepshare.core.contention.base import leaving_out
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
@@ -163,12 +163,12 @@ def decision_to_response(
     pending = []
     by_id = {job.job_id: job for job in view.queued}
     preempted = set(decision.preempt)
-    predict = without_running(view.predict, [job for job in view.running if job.job_id in preempted])
-    for launch in decision.launch:
-        job = by_id[launch.job_id]
-        ratio = predict(job, launch.placement, pending).ratio
-        slowdown[job.job_id] = 1.0 / ratio
-        pending.append((job, launch.placement))
+    with leaving_out(view.predict, [job for job in view.running if job.job_id in preempted]) as predict:
+        for launch in decision.launch:
+            job = by_id[launch.job_id]
+            ratio = predict(job, launch.placement, pending).ratio
+            slowdown[job.job_id] = 1.0 / ratio
+            pending.append((job, launch.placement))
     decisions = []
     for job in view.queued:
         where = launched.get(job.job_id)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepshare.core.contention import make_contention
-from deepshare.core.contention.base import RunningJob, predict_all, predictor, without_running
+from deepshare.core.contention.base import RunningJob, leaving_out, predict_all, predictor
 from deepshare.core.snapshot import KnownJob, _private_predictor, build_view
 from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
@@ -179,8 +179,8 @@ def running_views(running):
     pending=st.lists(jobs, max_size=3),
     questions=st.lists(jobs, min_size=1, max_size=4),
 )
-def test_without_answers_as_a_state_that_never_had_those_jobs(name, running, gone, pending, questions):
-    """A preemptive decision predicts with its victims gone (``without_running``): the answers are
+def test_leaving_out_answers_as_a_state_that_never_had_those_jobs(name, running, gone, pending, questions):
+    """A preemptive decision predicts with its victims gone (``leaving_out``): the answers are
     those of a state built without them, and the simulator's state afterwards is bit for bit what
     it was (its ratios, and how it evolves next), for the simulator's predictor and the service's."""
     views = running_views(running)
@@ -194,9 +194,9 @@ def test_without_answers_as_a_state_that_never_had_those_jobs(name, running, gon
     expected = one_at_a_time(fresh, asks, pend)
     live = build(name, running)
     before = [live.ratio(f"r{i}") for i in range(len(running))]
-    bare = without_running(predictor(live), victims)
-    assert [bare(job, where, pend) for job, where in asks] == expected
-    assert predict_all(bare, asks, pend) == expected
+    with leaving_out(predictor(live), victims) as bare:
+        assert [bare(job, where, pend) for job, where in asks] == expected
+        assert predict_all(bare, asks, pend) == expected
     assert [live.ratio(f"r{i}") for i in range(len(running))] == before
     model, where = questions[0]
     extra = RunningJob("a", model, where.total_gpus, where)
@@ -210,12 +210,16 @@ def test_without_answers_as_a_state_that_never_had_those_jobs(name, running, gon
     if max(held) <= 8:  # the service's view of the same jobs (a real cluster holds at most 8 GPUs a node)
         served = build_view(TOPO, CAT, make_contention(name), 10.0, [8 - h for h in held], [],
                             [KnownJob(f"r{i}", m, w.total_gpus, 0.0, 1.0, placement=w) for i, (m, w) in enumerate(running)])
-        assert predict_all(without_running(served.predict, victims), asks, pend) == expected
+        with leaving_out(served.predict, victims) as bare:
+            assert predict_all(bare, asks, pend) == expected
+        assert predict_all(served.predict, asks, pend) == one_at_a_time(build(name, running), asks, pend)  # left as it was
 
 
-def test_without_nothing_or_on_a_plain_function_is_the_predictor_itself():
+def test_leaving_out_nothing_or_on_a_plain_function_is_the_predictor_itself():
     state = build("profiled", [("MoE", Placement.of({0: 2, 1: 2}))])
     predict = predictor(state)
-    assert without_running(predict, []) is predict
-    plain = lambda job, placement, pending=(): predict(job, placement, pending)  # noqa: E731 - no ``without``
-    assert without_running(plain, running_views([("MoE", Placement.of({0: 2, 1: 2}))])) is plain
+    with leaving_out(predict, []) as same:
+        assert same is predict
+    plain = lambda job, placement, pending=(): predict(job, placement, pending)  # noqa: E731 - no ``leaving_out``
+    with leaving_out(plain, running_views([("MoE", Placement.of({0: 2, 1: 2}))])) as same:
+        assert same is plain

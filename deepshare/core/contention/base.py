@@ -9,8 +9,9 @@ placement policies without changing anything (:func:`predictor` makes a view's `
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from deepshare.core.topology import Topology
 from deepshare.core.types import Placement
@@ -83,43 +84,38 @@ def predictor(state: ContentionState) -> PredictFn:
 
     predict.many = many  # type: ignore[attr-defined]
     predict.isolated = getattr(state, "isolated", None)  # type: ignore[attr-defined]
-    predict.without = lambda gone: _without(state, predict, gone)  # type: ignore[attr-defined]
+    predict.leaving_out = lambda gone: _leaving_out(state, predict, gone)  # type: ignore[attr-defined]
     return predict
 
 
-def _without(state: ContentionState, predict: PredictFn, gone: Sequence[JobView]) -> PredictFn:
-    """``predict`` with the running jobs ``gone`` taken out of ``state`` for each question and put
-    back after it. Removing and re-adding running jobs leaves every ratio as it was, bit for bit
-    (``tests/core/test_predict_batch.py``), so the state the simulation goes on with is unchanged."""
+@contextmanager
+def _leaving_out(state: ContentionState, predict: PredictFn, gone: Sequence[JobView]) -> Iterator[PredictFn]:
+    """``predict`` with the running jobs ``gone`` out of ``state`` until the block ends, then put
+    back: removing and re-adding running jobs leaves every ratio as it was, bit for bit
+    (``tests/core/test_predict_batch.py``), so the simulation goes on from the same state."""
     stopped = [RunningJob(job.job_id, job.model, job.gpus, job.placement) for job in gone]  # type: ignore[arg-type]
-
-    def asked(question: Callable[[], object]) -> object:
-        for job in stopped:
-            state.remove(job.job_id)
-        try:
-            return question()
-        finally:
-            for job in reversed(stopped):
-                state.add(job)
-
-    def bare(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
-        return asked(lambda: predict(job, placement, pending))  # type: ignore[return-value]
-
-    def bare_many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
-        return asked(lambda: predict.many(questions, pending))  # type: ignore[attr-defined, return-value]
-
-    bare.many = bare_many  # type: ignore[attr-defined]
-    bare.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
-    return bare
+    for job in stopped:
+        state.remove(job.job_id)
+    try:
+        yield predict
+    finally:
+        for job in reversed(stopped):
+            state.add(job)
 
 
-def without_running(predict: PredictFn, gone: Sequence[JobView]) -> PredictFn:
-    """``predict`` as if the running jobs ``gone`` had stopped: a preemptive decision's launches
-    take its victims' GPUs, so the victims' contention must not count against them. ``predict``
-    itself when nothing is gone, or when the predictor cannot leave jobs out (it has no
-    ``without``: then contention is over-predicted, as it was before 2026-12-01)."""
-    make = getattr(predict, "without", None)
-    return predict if not gone or make is None else make(gone)
+@contextmanager
+def leaving_out(predict: PredictFn, gone: Sequence[JobView]) -> Iterator[PredictFn]:
+    """A predictor that answers as if the running jobs ``gone`` had stopped, for the block: a
+    preemptive decision's launches take its victims' GPUs, so the victims' contention must not
+    count against them. Ask only it inside the block (the view's own ``predict`` may answer
+    without them meanwhile). ``predict`` itself when nothing is gone or the predictor cannot
+    leave jobs out (no ``leaving_out``: contention is then over-predicted, as before 2026-12-01)."""
+    make = getattr(predict, "leaving_out", None)
+    if not gone or make is None:
+        yield predict
+        return
+    with make(gone) as bare:
+        yield bare
 
 
 def isolated_of(predict: PredictFn) -> Callable[[Placement], bool] | None:
