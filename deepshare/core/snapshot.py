@@ -73,7 +73,7 @@ def build_view(
         free=tuple(free),
         queued=tuple(_view(catalog, job) for job in queued),
         running=running_views,
-        predict=_with_without(_private_predictor(state, frozenset(job.job_id for job in running)),
+        predict=_with_leaving_out(_private_predictor(state, frozenset(job.job_id for job in running)),
                               lambda gone: _state_of(contention, topology, catalog, running, gone)),
         future_events=future_events,
         link_load=dict(link_load or {}),
@@ -91,7 +91,7 @@ def _state_of(
     return state
 
 
-def _with_without(predict: PredictFn, state_without: Callable[[frozenset[str]], ContentionState]) -> PredictFn:
+def _with_leaving_out(predict: PredictFn, state_without: Callable[[frozenset[str]], ContentionState]) -> PredictFn:
     """``predict`` with its ``leaving_out(gone)``: a predictor of its own on a state built without
     the running jobs ``gone`` (a preemptive decision's victims; the view's own state is left as it
     is, its remembered answers included)."""
