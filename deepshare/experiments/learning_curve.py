@@ -7,9 +7,10 @@ traces it never trained on*. :class:`SuiteCurve` answers that at every export of
 ``policy.pt``: the suite's heuristics run once (the first time, on every cell), then each export
 runs the learned policy alone on every cell and is summarised exactly as ``deepshare evaluate
 --suite`` summarises it (geometric-mean average-JCT ratio, worst cell, worst p99 ratio, cells
-won, and the geometric means of its average JCT over each cell's lower bound and pooled ideal). Rows go to ``suite_curve.csv`` in the run folder, ``curves.png`` plots both curves, and a
-copy of each scored file goes to ``curve/iter_NNNN.pt``, so the best iteration can be shipped
-(training itself keeps only the latest ``policy.pt``).
+won, and the geometric means of its average JCT over each cell's lower bound and pooled ideal).
+Rows go to ``suite_curve.csv`` in the run folder, ``curves.png`` plots both curves, and a copy of
+each scored file goes to ``curve/iter_NNNN.pt``, so the best iteration can be shipped (training
+itself keeps only the latest ``policy.pt``).
 """
 
 from __future__ import annotations
