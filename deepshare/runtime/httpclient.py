@@ -24,8 +24,16 @@ class SchedulerClient:
 
     def __init__(self, url: str, token: str, timeout_s: float = 10.0, origin: str | None = None) -> None:
         self.origin = origin or f"--url {url}"
+        expected = f"{self.origin}: expected http://HOST:PORT of a running scheduler, got {url!r}"
         if not url.startswith(("http://", "https://")):
-            raise DeepShareError(f"{self.origin}: expected http://HOST:PORT of a running scheduler, got {url!r}")
+            raise DeepShareError(expected)
+        try:  # a broken IPv6 host or a port that is no number (1..65535) fails here, not in the request
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise DeepShareError(expected) from None
+        if not parts.hostname or port == 0:
+            raise DeepShareError(expected)
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s

@@ -108,6 +108,16 @@ def test_cli_unreachable_scheduler_is_one_line(capsys):
     assert rc == 2 and "expected http://HOST:PORT" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc", "http://127.0.0.1:99999", "http://", "http://:8470"])
+def test_cli_malformed_scheduler_url_is_one_line_and_exit_2(capsys, url):
+    """A URL urllib cannot use (a broken IPv6 host, a port that is no number 1..65535, no host)
+    was a traceback with exit 1 when the request was built."""
+    rc = main(["jobs", "--url", url, "--token", "t" * 12])
+    err = capsys.readouterr().err
+    assert rc == 2 and "expected http://HOST:PORT" in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
 def test_cli_stopped_scheduler_found_through_state_names_its_file(tmp_path, capsys):
     """With --state (no --url), the error says where the URL came from, not a flag never given."""
     (tmp_path / "scheduler.json").write_text('{"url": "http://127.0.0.1:9", "pid": 1}')
