@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob
@@ -61,11 +61,19 @@ def build_view(
     ``contention`` with all of them added in the given order.
     """
     _check(topology, now, free, queued, running)
-    state = contention.new_state(topology, catalog)
-    for job in running:
-        assert job.placement is not None
-        state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))
+    state = _state_of(contention, topology, catalog, running)
     running_views = tuple(replace(_view(catalog, job), ratio=state.ratio(job.job_id)) for job in running)
+    resident = frozenset(job.job_id for job in running)
+    predict = _private_predictor(state, resident)
+
+    @contextmanager
+    def leaving_out(gone: Sequence[JobView]) -> Iterator[PredictFn]:
+        """A predictor of its own on a state built without the running jobs ``gone`` (a preemptive
+        decision's victims): the view's own state is left as it is, its remembered answers included."""
+        ids = frozenset(job.job_id for job in gone)
+        yield _private_predictor(_state_of(contention, topology, catalog, running, ids), resident - ids)
+
+    predict.leaving_out = leaving_out  # type: ignore[attr-defined]
     return ClusterView(
         now=now,
         topology=topology,
@@ -73,36 +81,23 @@ def build_view(
         free=tuple(free),
         queued=tuple(_view(catalog, job) for job in queued),
         running=running_views,
-        predict=_with_leaving_out(_private_predictor(state, frozenset(job.job_id for job in running)),
-                              lambda gone: _state_of(contention, topology, catalog, running, gone)),
+        predict=predict,
         future_events=future_events,
         link_load=dict(link_load or {}),
     )
 
 
 def _state_of(
-    contention: ContentionModel, topology: Topology, catalog: Catalog, running: Sequence[KnownJob], gone: frozenset[str]
+    contention: ContentionModel, topology: Topology, catalog: Catalog, running: Sequence[KnownJob],
+    gone: frozenset[str] = frozenset(),
 ) -> ContentionState:
-    """A state of ``running`` but the jobs in ``gone``, added in the same order."""
+    """A contention state of the ``running`` jobs but those in ``gone``, added in the given order."""
     state = contention.new_state(topology, catalog)
     for job in running:
         if job.job_id not in gone:
-            state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))  # type: ignore[arg-type]
+            assert job.placement is not None
+            state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))
     return state
-
-
-def _with_leaving_out(predict: PredictFn, state_without: Callable[[frozenset[str]], ContentionState]) -> PredictFn:
-    """``predict`` with its ``leaving_out(gone)``: a predictor of its own on a state built without
-    the running jobs ``gone`` (a preemptive decision's victims; the view's own state is left as it
-    is, its remembered answers included)."""
-
-    @contextmanager
-    def leaving_out(gone: Sequence[JobView]) -> Iterator[PredictFn]:
-        ids = frozenset(job.job_id for job in gone)
-        yield _private_predictor(state_without(ids), predict.resident - ids)  # type: ignore[attr-defined]
-
-    predict.leaving_out = leaving_out  # type: ignore[attr-defined]
-    return predict
 
 
 def _private_predictor(state: ContentionState, resident: frozenset[str] = frozenset()) -> PredictFn:
@@ -174,7 +169,6 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
 
     predict.many = many  # type: ignore[attr-defined]
     predict.isolated = isolated  # type: ignore[attr-defined]
-    predict.resident = resident  # type: ignore[attr-defined]
     return predict
 
 
