@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -305,10 +305,13 @@ class SuiteResult:
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
-        over = [self.results[c][policy]["avg_jct_s"] / b for c in sorted(self.results)  # type: ignore[operator]
-                if (b := self.bounds.get(c))]
-        over_pooled = [self.results[c][policy]["avg_jct_s"] / b for c in sorted(self.results)  # type: ignore[operator]
-                       if (b := self.pooled.get(c))]
+
+        def over(reference: Mapping[Cell, float | None]) -> list[float]:
+            """The policy's average JCT / ``reference`` in each cell that has one."""
+            return [self.results[c][policy]["avg_jct_s"] / r for c in sorted(self.results)  # type: ignore[operator]
+                    if (r := reference.get(c))]
+
+        over_bound, over_pooled = over(self.bounds), over(self.pooled)
         return {
             "geomean_avg_jct_ratio": _geomean(avg),
             "worst_avg_jct_ratio": worst_avg[1],
@@ -317,7 +320,7 @@ class SuiteResult:
             "worst_p99_cell": worst_p99[0].label,
             "cells_won": sum(a < 1.0 for a in avg),
             "cells": len(avg),
-            "geomean_avg_jct_over_bound": _geomean(over) if len(over) == len(avg) else None,
+            "geomean_avg_jct_over_bound": _geomean(over_bound) if len(over_bound) == len(avg) else None,
             "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
 
