@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
-    policy_list, seed_count, sim_config, sim_inputs,
+    information_model, past_history, policy_list, seed_count, sim_config, sim_inputs,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.core.errors import DeepShareError
@@ -45,9 +45,11 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
         lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
         topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
         progress=None if not err.is_terminal else (lambda msg: err.print(f"running {msg}", markup=False)),
+        information=information_model(args), history=past_history(args),
     )
     summary = result.summary()
-    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()} — mean [min-max] over {args.seeds} seed(s)"),
+    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()}, durations "
+                               f"{information_model(args).describe()} — mean [min-max] over {args.seeds} seed(s)"),
                   header_style="bold")
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
                ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),

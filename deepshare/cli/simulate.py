@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, check_policies, cluster_topology, contention_model,
-    load_trace, policy_list, sim_config, sim_inputs,
+    information_model, load_trace, past_history, policy_list, sim_config, sim_inputs,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
@@ -24,7 +24,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_policies([args.policy], "--policy")
     topology = cluster_topology(args)
     trace = load_trace(args)
-    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
+                        information=information_model(args, args.seed), history=past_history(args))
     with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
         report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
                              keep_records=False)  # the table and JSON need only the report's numbers
@@ -32,7 +33,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
-    human(args.json, out, err).print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
+    title = f"{args.policy} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
+    human(args.json, out, err).print(report_table(report, escape(title)))
     write_json(args.json, report.to_dict(), out, "report")  # --jobs-csv was streamed during the run
     return 0
 
@@ -46,11 +48,13 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_outputs({"--json": args.json}, sim_inputs(args, names))
     topology = cluster_topology(args)
     trace = load_trace(args)
-    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
+                        information=information_model(args, args.seed), history=past_history(args))
     with ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"))
     human(args.json, out, err).print(
-        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
+        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
+                                         f"durations {scenario.information.describe()}")))
     write_json(args.json, {"results": {r.policy: r.to_dict() for r in reports}}, out, "comparison")
     return 0
 

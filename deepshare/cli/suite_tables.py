@@ -53,19 +53,54 @@ def cell_tables(result: SuiteResult) -> list[Table]:
 
 
 def summary_table(result: SuiteResult) -> Table:
-    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell",
-                  header_style="bold", title_justify="left")
-    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won", "geomean vs bound",
-                "geomean vs pooled"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
-    for policy in result.spec.learned:
-        s = result.summary(policy)
-        table.add_row(policy, f"{s['geomean_avg_jct_ratio']:.3f}",
-                      f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
-                      f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
-                      _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
-    wins = ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins().items(), key=lambda kv: -kv[1]) if n)
+    """Each learned policy against the best heuristic of each cell, per information model: a
+    policy is only ever compared with heuristics that knew what it knew."""
+    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell "
+                        "(same information model)", header_style="bold", title_justify="left")
+    for col in ("durations", "policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won",
+                "geomean vs bound", "geomean vs pooled"):
+        table.add_column(col, justify="left" if col in ("durations", "policy") else "right")
+    for durations in result.spec.durations:
+        for policy in result.spec.learned:
+            s = result.summary(policy, durations)
+            table.add_row(durations, policy, f"{s['geomean_avg_jct_ratio']:.3f}",
+                          f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
+                          f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
+                          _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
+    wins = "; ".join(
+        f"{d}: " + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d).items(), key=lambda kv: -kv[1]) if n)
+        for d in result.spec.durations
+    )
     table.caption = f"best heuristic of a cell (cells): {wins}"
+    return table
+
+
+def cost_table(result: SuiteResult) -> Table | None:
+    """Per scenario, the best heuristic under each information model the suite lists and its
+    average JCT over the best ``exact`` one's: what not knowing job lengths costs the strongest
+    rule. None unless the suite runs ``exact`` beside another model."""
+    models = result.spec.durations
+    if "exact" not in models or len(models) < 2:
+        return None
+    table = Table(title=f"suite {result.spec.name}: the cost of not knowing job lengths (best heuristic of each "
+                        "information model; its avg JCT / the best exact heuristic's)", header_style="bold",
+                  title_justify="left")
+    table.add_column("scenario")
+    for durations in models:
+        table.add_column(f"best {durations}")
+        if durations != "exact":
+            table.add_column(f"{durations} / exact", justify="right")
+    for cell in sorted(c for c in result.results if c.durations == "exact"):
+        row = [cell.scenario_label]
+        for durations in models:
+            sibling = cell.under(durations)
+            row.append(f"{result.best_heuristic(sibling)} ({_s(result.best_avg_jct(sibling))})")
+            if durations != "exact":
+                row.append(_f(result.cost_of_not_knowing(sibling)))
+        table.add_row(*row)
+    costs = result.cost_summary()
+    table.caption = "; ".join(f"{d}: geometric mean {c['geomean']:.3f}, range {c['min']:.3f} .. {c['max']:.3f}"
+                              for d, c in costs.items())
     return table
 
 
@@ -116,6 +151,9 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     for table in cell_tables(result):
         shown.print(table)
     shown.print(room_table(result))
+    costs = cost_table(result)
+    if costs is not None:
+        shown.print(costs)
     if spec.learned:
         shown.print(summary_table(result))
     write_json(args.json, result.to_json(), out, "suite results")

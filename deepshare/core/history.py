@@ -24,6 +24,8 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.types import JobSpec
+from deepshare.core.workloads import Catalog, default_catalog
 
 GITTINS_WINDOW = 10_000
 """Finished jobs whose GPU-service makes up the Gittins distribution (the most recent): bounds
@@ -176,3 +178,16 @@ class JobHistory:
                 m.s += log_run
                 m.ss += log_run * log_run
         self._indexed = len(self._jobs)
+
+
+def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -> JobHistory:
+    """A history of past jobs given as a trace: each ran its isolated run time (its
+    ``duration_s``, or its samples at the catalog's reference throughput) and finished at its
+    submit time plus that; features as the trace gives them."""
+    catalog = catalog or default_catalog()
+    past = []
+    for job in jobs:
+        run_s = job.duration_s if job.duration_s is not None else job.total_samples / catalog.reference_throughput(job.model, job.gpus)  # type: ignore[operator]
+        past.append(FinishedJob(job.job_id, job.model, job.gpus, run_s, job.submit_time + run_s, job.user, job.group, job.vc))
+    past.sort(key=lambda j: j.finish_s)
+    return JobHistory(past)

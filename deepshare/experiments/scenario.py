@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from deepshare.core.contention import ContentionModel, ProfiledContention
 from deepshare.core.errors import DeepShareError
+from deepshare.core.history import JobHistory
+from deepshare.core.information import EXACT, InformationModel
 from deepshare.core.jobs_csv import JobsCsvStream
 from deepshare.core.metrics import JobRecord, MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
@@ -39,6 +41,10 @@ class Scenario:
     catalog: Catalog | None = None
     autoscale: AutoscaleSpec | None = None
     """An autoscaled cluster's node pools (with ``topology=None``)."""
+    information: InformationModel = EXACT
+    """What the policies' views carry of job lengths (:mod:`deepshare.core.information`)."""
+    history: JobHistory | None = None
+    """Past finished jobs the run starts with (``--history``)."""
 
     def __post_init__(self) -> None:
         if (self.topology is None) == (self.autoscale is None):
@@ -83,6 +89,8 @@ def _simulate(
         config=scenario.config,
         keep_records=keep_records,
         on_record=on_record,
+        information=scenario.information,
+        history=scenario.history,
     )
     report = sim.run(make_policy(policy), progress=progress)
     return report, sim

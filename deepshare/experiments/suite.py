@@ -24,6 +24,14 @@ one node of all the cluster's GPUs, no contention, free preemption, shortest rem
 GPU-service first. ``best_over_pooled`` = best heuristic / pooled ideal is what nodes, contention
 and restores cost the best heuristic over an ideal SRSF (a reference, not a bound).
 
+Information models: a suite lists the ``durations`` its cells run under (``exact``,
+``estimated``, ``unknown``: :mod:`deepshare.core.information`); each is a cell of its own on the
+same trace, with its own best heuristic, so every policy is judged against the best heuristic
+that knew what it knew. ``cost_of_not_knowing`` = a cell's best heuristic's average JCT / the
+best heuristic's of the same scenario under ``exact`` (when the suite lists ``exact``): what not
+knowing job lengths costs the strongest rule. Estimates are drawn with the cell's trace seed, so
+every policy of a cell sees the same ones.
+
 Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
 ``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
 no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
@@ -39,7 +47,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -53,6 +61,7 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 
@@ -78,6 +87,10 @@ class SuiteSpec(BaseModel):
     """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
     duration_sigma: float = Field(1.0, ge=0, le=5)
     median_duration_s: float = Field(3600.0, gt=0)
+    durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
+    """Information models the cells run under (each a cell of its own on the same trace)."""
+    estimate_error: float = Field(DEFAULT_ESTIMATE_ERROR, ge=0, le=MAX_ESTIMATE_ERROR)
+    """Lognormal sigma of the estimates drawn under ``estimated``."""
     heuristics: tuple[str, ...]
     learned: tuple[str, ...] = ()
 
@@ -111,6 +124,14 @@ class SuiteSpec(BaseModel):
             raise ValueError(f"unknown contention model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
         return v
 
+    @field_validator("durations")
+    @classmethod
+    def _durations(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [d for d in v if d not in DURATIONS]
+        if not v or bad or len(set(v)) != len(v):
+            raise ValueError(f"expected one or more distinct information models of {list(DURATIONS)}, got {list(v)}")
+        return v
+
     @field_validator("heuristics")
     @classmethod
     def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,7 +140,7 @@ class SuiteSpec(BaseModel):
         return v
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Cell:
     load: float
     mix: str
@@ -127,15 +148,37 @@ class Cell:
     gpus_per_node: int
     contention: str
     seed: int
+    durations: str = "exact"
 
     @property
     def label(self) -> str:
         return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
-                f"seed {self.seed - SUITE_SEED_BASE}")
+                f"seed {self.seed - SUITE_SEED_BASE} {self.durations}")
+
+    @property
+    def scenario_label(self) -> str:
+        """The label without the information model (what a cell's siblings share)."""
+        return self.label.rsplit(" ", 1)[0]
 
     def key(self) -> dict[str, object]:
         return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "contention": self.contention, "seed": self.seed}
+                "contention": self.contention, "seed": self.seed, "durations": self.durations}
+
+    def _rank(self) -> tuple:
+        return (self.load, self.mix, self.nodes, self.gpus_per_node, self.contention, self.seed,
+                DURATIONS.index(self.durations))
+
+    def __lt__(self, other: "Cell") -> bool:
+        """Sorted by scenario, then from the most to the least known (exact, estimated, unknown)."""
+        return self._rank() < other._rank()
+
+    def under(self, durations: str) -> "Cell":
+        """The same scenario under another information model."""
+        return replace(self, durations=durations)
+
+    def information(self, spec: "SuiteSpec") -> InformationModel:
+        """What its policies know; estimates drawn with its trace seed."""
+        return InformationModel(self.durations, spec.estimate_error, self.seed)
 
 
 def suite_names() -> list[str]:
@@ -174,12 +217,13 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
 
 def cells(spec: SuiteSpec) -> list[Cell]:
     return [
-        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s)
+        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations)
         for load in spec.loads
         for mix in spec.mixes
         for nodes, gpn in spec.clusters
         for contention in spec.contention
         for s in range(spec.seeds)
+        for durations in spec.durations
     ]
 
 
@@ -227,7 +271,8 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     """One policy on one cell: the metrics the suite keeps."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention))
+    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention),
+                    information=cell.information(spec))
     report = sim.run(make_policy(policy))
     return {key: getattr(report, key) for key in METRICS}
 
@@ -269,6 +314,34 @@ class SuiteResult:
         mine = runs[policy]
         return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
 
+    def best_avg_jct(self, cell: Cell) -> float | None:
+        """The average JCT of the cell's best heuristic."""
+        return self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+
+    def cost_of_not_knowing(self, cell: Cell) -> float | None:
+        """The cell's best heuristic's average JCT / the best heuristic's of the same scenario
+        under ``exact`` (1 for an ``exact`` cell; None when the suite did not run ``exact``)."""
+        exact = cell.under("exact")
+        if exact not in self.results:
+            return None
+        mine, known = self.best_avg_jct(cell), self.best_avg_jct(exact)
+        return None if not mine or not known else mine / known
+
+    def cost_summary(self) -> dict[str, dict[str, object]]:
+        """Per information model other than ``exact``: the geometric mean, range and worst
+        scenario of :meth:`cost_of_not_knowing` over its cells (empty without ``exact`` cells)."""
+        out: dict[str, dict[str, object]] = {}
+        for durations in self.spec.durations:
+            if durations == "exact":
+                continue
+            costs = [(c, v) for c in sorted(self.results) if c.durations == durations
+                     and (v := self.cost_of_not_knowing(c)) is not None]
+            if costs:
+                worst = max(costs, key=lambda x: x[1])
+                out[durations] = {"geomean": _geomean([v for _, v in costs]), "min": min(v for _, v in costs),
+                                  "max": worst[1], "worst_cell": worst[0].scenario_label, "cells": len(costs)}
+        return out
+
     def room(self, cell: Cell) -> float | None:
         """Lower bound / the best heuristic's average JCT: a perfect scheduler's ratio (<= 1)."""
         bound, best = self.bounds.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
@@ -298,17 +371,19 @@ class SuiteResult:
             "max_best_over_pooled": max(over_pooled, default=None),
         }
 
-    def summary(self, policy: str) -> dict[str, object]:
-        """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells, and the
-        geometric means of the policy's average JCT / the cell's lower bound and / its pooled ideal."""
-        pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)]
+    def summary(self, policy: str, durations: str | None = None) -> dict[str, object]:
+        """Geometric-mean avg-JCT ratio to the best heuristic over the cells (those run under
+        ``durations`` when given), worst cells, and the geometric means of the policy's average
+        JCT / the cell's lower bound and / its pooled ideal."""
+        pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)
+                 if durations is None or cell.durations == durations]
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
 
         def over(reference: Mapping[Cell, float | None]) -> list[float]:
-            """The policy's average JCT / ``reference`` in each cell that has one."""
-            return [self.results[c][policy]["avg_jct_s"] / r for c in sorted(self.results)  # type: ignore[operator]
+            """The policy's average JCT / ``reference`` in each of those cells that has one."""
+            return [self.results[c][policy]["avg_jct_s"] / r for c, _, _ in pairs  # type: ignore[operator]
                     if (r := reference.get(c))]
 
         over_bound, over_pooled = over(self.bounds), over(self.pooled)
@@ -324,11 +399,12 @@ class SuiteResult:
             "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
 
-    def heuristic_wins(self) -> dict[str, int]:
-        """How many cells each heuristic is the best of."""
+    def heuristic_wins(self, durations: str | None = None) -> dict[str, int]:
+        """How many cells (under ``durations`` when given) each heuristic is the best of."""
         wins = {h: 0 for h in self.spec.heuristics}
         for cell in self.results:
-            wins[self.best_heuristic(cell)] += 1
+            if durations is None or cell.durations == durations:
+                wins[self.best_heuristic(cell)] += 1
         return wins
 
     def to_json(self) -> dict[str, object]:
@@ -339,6 +415,8 @@ class SuiteResult:
                 {
                     **cell.key(),
                     "best_heuristic": self.best_heuristic(cell),
+                    "best_avg_jct_s": self.best_avg_jct(cell),
+                    "cost_of_not_knowing": self.cost_of_not_knowing(cell),
                     "jct_bound_s": self.bounds.get(cell),
                     "best_over_bound": None if (r := self.room(cell)) is None else 1.0 / r,
                     "room": r,
@@ -352,7 +430,10 @@ class SuiteResult:
                 for cell in sorted(self.results)
             ],
             "summary": {p: self.summary(p) for p in self.spec.learned},
+            "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.learned} for d in self.spec.durations},
             "heuristic_wins": self.heuristic_wins(),
+            "heuristic_wins_by_durations": {d: self.heuristic_wins(d) for d in self.spec.durations},
+            "cost_of_not_knowing": self.cost_summary(),
             "room": self.room_summary(),
         }
 

@@ -60,9 +60,10 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     assert len(doc["cells"]) == 2 * 1 * 2 * 2 * 1
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
-        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic",
-                             "jct_bound_s", "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled",
-                             "results", "ratios"}
+        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "durations",
+                             "best_heuristic", "best_avg_jct_s", "cost_of_not_knowing", "jct_bound_s",
+                             "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled", "results", "ratios"}
+        assert cell["durations"] == "estimated" and cell["cost_of_not_knowing"] is None  # the default; no exact run
         assert set(cell["results"]) == policies
         for metrics in cell["results"].values():
             assert set(metrics) == {"avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished"}
@@ -78,7 +79,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         # the pooled ideal: the trace's own run on one pool of GPUs, above the bound where every job
         # fits one node (2 x 8; the 3 x 4 cells' 8-GPU jobs get the one-node figure extrapolated)
         jobs = cell_trace(load_suite(str(small)), Cell(cell["load"], cell["mix"], cell["nodes"], cell["gpus_per_node"],
-                                                       cell["contention"], cell["seed"]))
+                                                       cell["contention"], cell["seed"], cell["durations"]))
         assert cell["pooled_ideal_s"] == pooled_ideal_avg_jct(jobs, cell["nodes"] * cell["gpus_per_node"])
         assert cell["best_over_pooled"] == pytest.approx(heuristics[best]["avg_jct_s"] / cell["pooled_ideal_s"])
         if cell["gpus_per_node"] == 8:
@@ -110,7 +111,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         by_trace.setdefault((c["load"], c["nodes"], c["gpus_per_node"]), set()).add(c["pooled_ideal_s"])
     assert all(len(values) == 1 for values in by_trace.values())
     # the tables (JSON went to a file): one per cell, then the summary
-    assert "load 1.3 heavy 3x4 link seed 0" in out and "geomean avg-JCT ratio" in out
+    assert "load 1.3 heavy 3x4 link seed 0 estimated" in out and "learned policies vs the best heuristic" in out
     assert "lower bound (no wait, no contention)" in out and "geometric-mean room" in out
     assert "pooled ideal (srsf, one GPU pool)" in out and "best / pooled" in out
 
