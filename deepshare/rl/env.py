@@ -29,6 +29,7 @@ End
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -278,7 +279,9 @@ class DeepShareEnv(gym.Env):
         util = 1.0 - sum(view.free) / view.total_gpus if view is not None else 0.0
         ep.util_ewma = (1 - self.config.ewma_alpha) * ep.util_ewma + self.config.ewma_alpha * util
         running = list(view.running) if view is not None else []
-        contention = float(np.mean([1.0 - j.ratio for j in running])) if running else 0.0
+        # fsum: correctly rounded, so the reward is the same bits on every CPU (NumPy's mean sums in
+        # an order that depends on the machine's SIMD width: a seeded episode's digest moved with it)
+        contention = math.fsum(1.0 - j.ratio for j in running) / len(running) if running else 0.0
         rounds = elapsed / ORIGINAL_ROUND_S  # the artifact paid this reward once per 300 s round
         return (-self.config.w1 * contention + self.config.w2 * ep.util_ewma) * rounds
 
