@@ -27,9 +27,11 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 
-GITTINS_WINDOW = 10_000
-"""Finished jobs whose GPU-service makes up the Gittins distribution (the most recent): bounds
-the index's cost on long runs and lets it follow a workload that drifts."""
+HISTORY_WINDOW = 10_000
+"""Finished jobs a history learns from (the most recent): bounds the cost of the Gittins index
+and the size of the history the placement service takes with a request, and lets both the index
+and the forecasts follow a workload that drifts. The simulator, the service and the live
+scheduler all use it, so a policy learns from the same jobs wherever it runs."""
 
 LEVELS: tuple[tuple[str, ...], ...] = (("group",), ("user", "gpus"), ("user",), ("vc", "gpus"), ("gpus",), ())
 """Forecast levels, finest first: the fields two jobs must share to inform each other."""
@@ -95,7 +97,7 @@ class JobHistory:
 
     __slots__ = ("_jobs", "_window", "_indexed", "_moments", "_samples", "_samples_version", "_memo", "_memo_version")
 
-    def __init__(self, past: Iterable[FinishedJob] = (), window: int = GITTINS_WINDOW) -> None:
+    def __init__(self, past: Iterable[FinishedJob] = (), window: int = HISTORY_WINDOW) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise DeepShareError(f"history window must be a positive integer, got {window!r}")
         self._jobs: list[FinishedJob] = list(past)
@@ -162,22 +164,33 @@ class JobHistory:
         return None
 
     def _index(self) -> None:
-        """Fold the jobs added since the last question into the per-level moments."""
+        """Fold the jobs added since the last question into the per-level moments, and take out
+        the jobs that left the window."""
+        jobs, window = self._jobs, self._window
+        old_lo, old_hi = max(0, self._indexed - window), self._indexed
+        new_lo, new_hi = max(0, len(jobs) - window), len(jobs)
+        for i in range(old_lo, min(old_hi, new_lo)):  # left the window
+            self._fold(jobs[i], -1)
+        for i in range(max(old_hi, new_lo), new_hi):
+            self._fold(jobs[i], 1)
+        self._indexed = new_hi
+
+    def _fold(self, job: FinishedJob, sign: int) -> None:
+        log_run = math.log(job.run_s)
+        values = {"gpus": job.gpus, "user": job.user, "group": job.group, "vc": job.vc}
         moments = self._moments
-        for job in self._jobs[self._indexed:]:
-            log_run = math.log(job.run_s)
-            values = {"gpus": job.gpus, "user": job.user, "group": job.group, "vc": job.vc}
-            for level in LEVELS:
-                key = tuple(values[f] for f in level)
-                if None in key:
-                    continue
-                m = moments.get((level, key))
-                if m is None:
-                    m = moments[(level, key)] = _Moments()
-                m.n += 1
-                m.s += log_run
-                m.ss += log_run * log_run
-        self._indexed = len(self._jobs)
+        for level in LEVELS:
+            key = tuple(values[f] for f in level)
+            if None in key:
+                continue
+            m = moments.get((level, key))
+            if m is None:
+                m = moments[(level, key)] = _Moments()
+            m.n += sign
+            m.s += sign * log_run
+            m.ss += sign * log_run * log_run
+            if m.n == 0:
+                del moments[(level, key)]
 
 
 def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -> JobHistory:
