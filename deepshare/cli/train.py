@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import in_range, iteration_count, number, print_line, runner_count, seed_value
+from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number, print_line, runner_count, seed_value
+from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.core.errors import DeepShareError
 
@@ -28,6 +29,19 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.resume:
             raise DeepShareError("--seed: a resumed run keeps the seed it started with; drop --seed or --resume")
         config = config.model_copy(update={"run": config.run.model_copy(update={"seed": args.seed})})
+    if args.durations is not None or args.estimate_error is not None:
+        if args.resume:
+            raise DeepShareError("--durations/--estimate-error: a resumed run keeps the information model it started with; "
+                                 "drop them or --resume")
+        from deepshare.rl.env import EnvConfig
+
+        env = dict(config.env)
+        if args.durations is not None:
+            env["durations"] = [args.durations]
+        if args.estimate_error is not None:
+            env["estimate_errors"] = [args.estimate_error]
+        EnvConfig.from_dict(env)  # checked before Ray starts
+        config = config.model_copy(update={"env": env})
     if args.init_from:
         if args.resume:
             raise DeepShareError("--init-from starts a new run; --resume continues one from its own weights: give one")
@@ -126,6 +140,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
     p.add_argument("--seed", type=seed_value, metavar="S", help="training seed, replacing the config's run.seed (recorded in policy.pt)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.add_argument("--durations", choices=DURATIONS, default=None,
+                   help="train under this information model, replacing the config's env.durations (default: the config's; "
+                   "a config that gives none trains under estimated)")
+    p.add_argument("--estimate-error", type=estimate_sigma, default=None, metavar="SIGMA",
+                   help="lognormal sigma of the drawn estimates, replacing env.estimate_errors")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
