@@ -98,9 +98,9 @@ def test_helios_fixture() -> None:
     assert trace.format == "helios"
     m = random_models(3)  # kept jobs h1, h4, h6 in file order
     assert trace.jobs == (
-        JobSpec("h1", m[0], 8, 0.0, duration_s=3600.0),
-        JobSpec("h4", m[1], 16, 10.0, duration_s=100.5),
-        JobSpec("h6", m[2], 4, 30.0, duration_s=900.0),
+        JobSpec("h1", m[0], 8, 0.0, duration_s=3600.0, user="u1", vc="vcA"),
+        JobSpec("h4", m[1], 16, 10.0, duration_s=100.5, user="u3", vc="vcC"),
+        JobSpec("h6", m[2], 4, 30.0, duration_s=900.0, user="u4", vc="vcA"),
     )
     skipped = dict(trace.skipped)
     assert list(skipped) == ["h2", "h3", "h5"]
@@ -117,7 +117,9 @@ def test_helios_numeric_submit_times_are_normalised(tmp_path: Path) -> None:
     )
     trace = load(path)
     m = random_models(2)
-    assert trace.jobs == (JobSpec("y", m[1], 4, 0.0, duration_s=30.0), JobSpec("x", m[0], 2, 599.5, duration_s=60.0))
+    assert trace.jobs == (
+        JobSpec("y", m[1], 4, 0.0, duration_s=30.0, vc="v"), JobSpec("x", m[0], 2, 599.5, duration_s=60.0, vc="v")
+    )
 
 
 def test_philly_fixture_and_never_ran_jobs_are_skipped() -> None:
@@ -125,9 +127,9 @@ def test_philly_fixture_and_never_ran_jobs_are_skipped() -> None:
     assert trace.format == "philly"
     m = random_models(3)  # kept jobs 1, 3, 5 in file order
     assert trace.jobs == (
-        JobSpec("application_1", m[0], 4, 0.0, duration_s=600.0),
-        JobSpec("application_5", m[2], 2, 30.0, duration_s=3600.0),
-        JobSpec("application_3", m[1], 3, 300.0, duration_s=210.0),
+        JobSpec("application_1", m[0], 4, 0.0, duration_s=600.0, user="u1", vc="vc1"),
+        JobSpec("application_5", m[2], 2, 30.0, duration_s=3600.0, user="u3", vc="vc1"),
+        JobSpec("application_3", m[1], 3, 300.0, duration_s=210.0, user="u1", vc="vc2"),
     )
     skipped = dict(trace.skipped)
     assert list(skipped) == ["application_2", "application_4"]
@@ -738,6 +740,10 @@ def job_lists(draw: st.DrawFn) -> list[JobSpec]:
                 draw(st.floats(min_value=0.0, max_value=1e9, allow_nan=False, allow_infinity=False)),
                 total_samples=work if by_samples else None,
                 duration_s=None if by_samples else work,
+                user=draw(st.none() | names),
+                group=draw(st.none() | names),
+                vc=draw(st.none() | names),
+                requested_s=draw(st.none() | positive),
             )
         )
     return jobs

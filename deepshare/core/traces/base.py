@@ -148,15 +148,17 @@ def duplicate_key(obj: Any) -> str | None:
 
 
 def read_csv(
-    text: str, source: str, fmt: str, required: Sequence[str]
+    text: str, source: str, fmt: str, required: Sequence[str], *, delimiter: str = ","
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
     """Header and ``(line number, {column: stripped value})`` rows of a CSV text.
 
     Blank lines are skipped. The header must name every ``required`` column (others are
     allowed); each row must have exactly as many fields as the header, so a file cut mid-row
-    is reported at the cut, not half-loaded.
+    is reported at the cut, not half-loaded. A ``delimiter`` other than a comma (Slurm's ``|``)
+    also turns quoting off: such files write fields as they are, quotes included.
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     header: list[str] | None = None
     header_line = 0
     prev_end = 0
@@ -278,6 +280,44 @@ def text_field(value: Any, loc: str, field: str, *, allow_int: bool = False) -> 
     if not isinstance(value, str) or not value.strip():
         raise bad(loc, field, expected, value)
     return value.strip()
+
+
+def optional_text(value: Any, loc: str, field: str) -> str | None:
+    """A job feature such as a user, group or virtual cluster: stripped text, None when blank.
+
+    Missing, null and empty values (how pandas writes NaN) all mean "the trace does not say";
+    JSON numbers are accepted as names (hashed ids sometimes parse as numbers).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise bad(loc, field, "a name (text) or nothing", value)
+    text = str(value).strip()
+    return text or None
+
+
+def optional_seconds(value: Any, loc: str, field: str) -> float | None:
+    """A positive number of seconds (e.g. a requested time limit), None when blank or missing."""
+    if is_blank(value):
+        return None
+    return number(value, loc, field, minimum="positive")
+
+
+FEATURES = ("user", "group", "vc", "requested_s")
+"""JobSpec's optional features, in the order files write them."""
+
+
+def features(row: Any, loc: str, names: dict[str, str]) -> dict[str, Any]:
+    """JobSpec's optional features from ``row`` (a CSV row or JSON object).
+
+    ``names`` maps a feature (``user``, ``group``, ``vc``, ``requested_s``) to the row's field
+    that holds it; fields the row lacks give None.
+    """
+    out: dict[str, Any] = {}
+    for feature, field in names.items():
+        value = row.get(field)
+        out[feature] = optional_seconds(value, loc, field) if feature == "requested_s" else optional_text(value, loc, field)
+    return out
 
 
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
