@@ -185,6 +185,9 @@ def test_mix_and_seed_drive_model_assignment() -> None:
         ("helios.csv", "helios"),
         ("philly.json", "philly"),
         ("canonical.csv", "canonical"),
+        ("pai_joined.csv", "pai"),
+        ("pai_tasks.csv", "pai"),
+        ("slurm_sacct.txt", "slurm"),
     ],
 )
 def test_detect_format_by_content_not_extension(tmp_path: Path, name: str, fmt: str) -> None:
@@ -196,7 +199,7 @@ def test_detect_format_by_content_not_extension(tmp_path: Path, name: str, fmt: 
 
 
 def test_formats_listed() -> None:
-    assert set(FORMATS) == {"artifact", "tiresias", "helios", "philly", "canonical"}
+    assert set(FORMATS) == {"artifact", "tiresias", "helios", "philly", "pai", "slurm", "canonical"}
 
 
 def test_unrecognised_csv_names_tried_formats_and_header(tmp_path: Path) -> None:
@@ -217,8 +220,8 @@ def test_unrecognised_json_names_keys_seen(tmp_path: Path) -> None:
 
 def test_unknown_format_name_lists_valid_ones() -> None:
     with pytest.raises(DeepShareError) as info:
-        load(fixture("artifact.json"), format="slurm")
-    assert "slurm" in str(info.value)
+        load(fixture("artifact.json"), format="lsf")
+    assert "lsf" in str(info.value)
     for fmt in FORMATS:
         assert fmt in str(info.value)
 
@@ -267,7 +270,7 @@ def test_truncated_json(tmp_path: Path, fmt: str) -> None:
     expect_error(path, "line ", "expected valid JSON", format=fmt)
 
 
-@pytest.mark.parametrize("name", ["tiresias.csv", "helios.csv", "canonical.csv"])
+@pytest.mark.parametrize("name", ["tiresias.csv", "helios.csv", "canonical.csv", "pai_joined.csv", "slurm_sacct.txt"])
 def test_truncated_csv_row(tmp_path: Path, name: str) -> None:
     lines = fixture(name).read_text().splitlines()
     cut = "\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 3]
@@ -466,8 +469,11 @@ def test_canonical_duplicates_and_missing_columns(tmp_path: Path) -> None:
     expect_error(path, "line 1", "'gpus' appears twice")
 
 
-FIXTURE_NAMES = ["artifact.json", "tiresias.csv", "helios.csv", "philly.json", "canonical.csv"]
-SNIPPETS = st.sampled_from(list('{}[]",:0123456789.-eEnN \n\r\t') + ["null", "true", "None", "NaN", "\xff", "\u2028"])
+FIXTURE_NAMES = [
+    "artifact.json", "tiresias.csv", "helios.csv", "philly.json", "canonical.csv", "canonical_features.csv",
+    "artifact_features.json", "helios_full.csv", "pai_joined.csv", "slurm_sacct.txt",
+]
+SNIPPETS = st.sampled_from(list('{}[]",:|0123456789.-eEnNT \n\r\t') + ["null", "true", "None", "NaN", "\xff", "\u2028"])
 
 
 @settings(max_examples=300, deadline=None)
