@@ -34,6 +34,7 @@ from deepshare.core.traces.base import Trace, parse_json, read_text
 from deepshare.core.traces.canonical import write_canonical
 from deepshare.core.traces.generator import generate, parse_demand, rate_for_load
 from deepshare.core.traces.mixes import MIX_PRESETS, ModelMix, assign, mix_from_spec, mix_preset, parse_mix
+from deepshare.core.traces.recurrence import RecurrenceModel
 from deepshare.core.traces.stats import TraceStats, trace_stats
 from deepshare.core.errors import DeepShareError
 
@@ -62,6 +63,7 @@ __all__ = [
     "FORMATS",
     "MIX_PRESETS",
     "ModelMix",
+    "RecurrenceModel",
     "Trace",
     "TraceStats",
     "assign",

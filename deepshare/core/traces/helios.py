@@ -6,10 +6,10 @@ duration,queue``; only ``job_id``, ``gpu_num``, ``submit_time`` and ``duration``
 shifted so the earliest simulated job arrives at t = 0. ``duration`` (seconds actually run)
 becomes ``duration_s``.
 
-Features kept: ``user`` and ``vc`` (virtual cluster); ``jobname``, which the Helios artifact's
-processed logs carry (``cluster_full_log.csv``) but the public ``cluster_log.csv`` does not,
-becomes the job's ``group`` (Helios' QSSF predicts a job's duration from earlier jobs of the
-same user and job name). The log has no time limit.
+Features kept: ``user`` and ``vc`` (virtual cluster), and ``jobname`` as the job's ``group``
+where the file has that column: the public ``cluster_log.csv`` does not, the full logs that
+Helios' QSSF estimator and Lucid read (``cluster_full_log.csv``) do, and QSSF predicts a job's
+duration from earlier jobs of the same user and job name (SC'21). The log has no time limit.
 
 Skipped, with a reason: CPU jobs (``gpu_num`` 0) and jobs whose duration is empty or <= 0
 (pending or instantly failed jobs have nothing to simulate). The log names no models, so they
