@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from deepshare.core.errors import DeepShareError
+from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
 
 
@@ -49,6 +52,37 @@ def finish(jobs: Iterable[JobSpec], fmt: str, source: str, skipped: Iterable[tup
     """Sort ``jobs`` stably by submit time (ties keep file order) and wrap them in a Trace."""
     ordered = sorted(jobs, key=lambda j: j.submit_time)  # sorted() is stable
     return Trace(tuple(ordered), fmt, source, tuple(skipped))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job of a log that names no model (Helios, Philly, PAI, Slurm), before its model is drawn."""
+
+    loc: str
+    job_id: str
+    gpus: int
+    submit: float
+    """Seconds on the log's own clock (shifted to start at 0 by :func:`with_drawn_models`)."""
+    duration_s: float
+    features: dict[str, Any]
+    """JobSpec's optional features: ``user``, ``group``, ``vc``, ``requested_s``."""
+
+
+def with_drawn_models(
+    runs: Sequence[Run], fmt: str, source: str, skipped: Iterable[tuple[str, str]], mix: ModelMix | None, seed: int
+) -> Trace:
+    """The trace of ``runs``: models drawn from ``mix`` (default ``random``) with
+    ``numpy.random.default_rng(seed)`` in the runs' order, submits shifted to start at 0."""
+    models = assign(len(runs), mix or mix_preset("random"), np.random.default_rng(seed))
+    submits = normalise_submits([run.submit for run in runs])
+    jobs = [
+        make_job(
+            run.loc, job_id=run.job_id, model=model, gpus=run.gpus, submit_time=t, duration_s=run.duration_s,
+            **run.features,
+        )
+        for run, model, t in zip(runs, models, submits)
+    ]
+    return finish(jobs, fmt, source, skipped)
 
 
 def make_job(loc: str, **fields: Any) -> JobSpec:

@@ -21,24 +21,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.traces.base import (
     IdRegistry,
+    Run,
     Trace,
     bad,
     datetime_seconds,
     features,
-    finish,
     integer,
     is_blank,
-    make_job,
-    normalise_submits,
     number,
     read_csv,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 
 FORMAT = "helios"
 REQUIRED = ("job_id", "gpu_num", "submit_time", "duration")
@@ -66,7 +63,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
     _, rows = read_csv(text, source, FORMAT, REQUIRED)
     ids = IdRegistry()
     kinds: dict[str, int] = {}
-    kept: list[tuple[str, str, int, float, float, dict[str, Any]]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for line, row in rows:
         loc = f"{source} line {line}"
@@ -81,11 +78,5 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
             shown = "missing" if math.isnan(duration) else f"{duration:g} s"
             skipped.append((job_id, f"line {line}: nothing to simulate (duration {shown})"))
         else:
-            kept.append((loc, job_id, gpus, submit, duration, features(row, loc, _FEATURES)))
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([k[3] for k in kept])
-    jobs = [
-        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=duration, **feats)
-        for (loc, job_id, gpus, _, duration, feats), model, t in zip(kept, models, submits)
-    ]
-    return finish(jobs, FORMAT, source, skipped)
+            kept.append(Run(loc, job_id, gpus, submit, duration, features(row, loc, _FEATURES)))
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

@@ -54,21 +54,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
+    Run,
     Trace,
-    finish,
     is_blank,
-    make_job,
-    normalise_submits,
     number,
     optional_text,
     read_csv,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 
 FORMAT = "pai"
 REQUIRED = ("job_name", "inst_num", "plan_gpu", "start_time", "end_time")
@@ -155,21 +152,16 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
         loc = f"{source} line {line}"
         name = text_field(row["job_name"], loc, "job_name")
         _add_task(jobs.setdefault(name, _Job(line)), row, line, loc)
-    kept: list[tuple[str, str, _Job]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for name, job in jobs.items():
         reason = _why_skipped(job)
-        if reason is None:
-            kept.append((f"{source} line {job.line}", name, job))
-        else:
+        if reason is not None:
             skipped.append((name, f"line {job.line}: {reason}"))
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([job.submit if job.submit is not None else min(job.starts) for _, _, job in kept])
-    specs = [
-        make_job(
-            loc, job_id=name, model=model, gpus=_whole_gpus(job.gpu_percent), submit_time=t,
-            duration_s=max(job.ends) - min(job.starts), user=job.user, group=job.group,
-        )
-        for (loc, name, job), model, t in zip(kept, models, submits)
-    ]
-    return finish(specs, FORMAT, source, skipped)
+            continue
+        kept.append(Run(
+            f"{source} line {job.line}", name, _whole_gpus(job.gpu_percent),
+            job.submit if job.submit is not None else min(job.starts), max(job.ends) - min(job.starts),
+            {"user": job.user, "group": job.group},
+        ))
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

@@ -24,23 +24,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.traces.base import (
     IdRegistry,
+    Run,
     Trace,
     bad,
     datetime_seconds,
     features,
-    finish,
-    make_job,
     missing,
-    normalise_submits,
     parse_json,
     require_mapping,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 from deepshare.core.errors import DeepShareError
 
 FORMAT = "philly"
@@ -94,7 +91,7 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
     if not data:
         raise DeepShareError(f"{source}: expected at least one job, the list is empty")
     ids = IdRegistry()
-    kept: list[tuple[str, str, int, float, float, dict[str, Any]]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for index, entry in enumerate(data):
         loc = f"{source} job at index {index}"
@@ -113,11 +110,5 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
         elif seconds <= 0:
             skipped.append((job_id, f"index {index}: attempts add up to no run time"))
         else:
-            kept.append((loc, job_id, gpus, submit, seconds, features(entry, loc, _FEATURES)))  # type: ignore[arg-type]
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([k[3] for k in kept])
-    jobs = [
-        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=seconds, **feats)
-        for (loc, job_id, gpus, _, seconds, feats), model, t in zip(kept, models, submits)
-    ]
-    return finish(jobs, FORMAT, source, skipped)
+            kept.append(Run(loc, job_id, gpus, submit, seconds, features(entry, loc, _FEATURES)))  # type: ignore[arg-type]
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

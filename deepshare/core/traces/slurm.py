@@ -42,24 +42,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     IdRegistry,
+    Run,
     Trace,
     bad,
     datetime_seconds,
-    finish,
     is_blank,
-    make_job,
     missing,
-    normalise_submits,
     optional_text,
     read_csv,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 
 FORMAT = "slurm"
 REQUIRED = ("JobID", "Submit", "AllocTRES")
@@ -153,7 +150,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
             f"the header has: {', '.join(h for h in header if h)}"
         )
     ids = IdRegistry()
-    kept: list[tuple[str, str, int, float, float, dict[str, Any]]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for line, row in rows:
         loc = f"{source} line {line}"
@@ -171,13 +168,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
         }
         reason = _why_skipped(row, gpus, seconds)
         if reason is None:
-            kept.append((loc, job_id, gpus, submit, seconds, feats))  # type: ignore[arg-type]
+            kept.append(Run(loc, job_id, gpus, submit, seconds, feats))  # type: ignore[arg-type]
         else:
             skipped.append((job_id, f"line {line}: {reason}"))
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([k[3] for k in kept])
-    jobs = [
-        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=seconds, **feats)
-        for (loc, job_id, gpus, _, seconds, feats), model, t in zip(kept, models, submits)
-    ]
-    return finish(jobs, FORMAT, source, skipped)
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)
