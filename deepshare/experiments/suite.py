@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -59,7 +59,7 @@ from deepshare.core.contention import CONTENTION_MODELS, make_contention
 from deepshare.core.jct_bound import avg_jct_bound
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
+from deepshare.core.traces import MIX_PRESETS, RecurrenceModel, generate, mix_preset
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
@@ -87,6 +87,10 @@ class SuiteSpec(BaseModel):
     """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
     duration_sigma: float = Field(1.0, ge=0, le=5)
     median_duration_s: float = Field(3600.0, gt=0)
+    recurrence: dict[str, int | float] | None = None
+    """Generate traces with users, recurring groups and time limits: the parameters of
+    :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: plain
+    Poisson traces with no job features."""
     durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
     """Information models the cells run under (each a cell of its own on the same trace)."""
     estimate_error: float = Field(DEFAULT_ESTIMATE_ERROR, ge=0, le=MAX_ESTIMATE_ERROR)
@@ -122,6 +126,19 @@ class SuiteSpec(BaseModel):
         bad = [c for c in v if c not in CONTENTION_MODELS]
         if not v or bad:
             raise ValueError(f"unknown contention model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
+        return v
+
+    @field_validator("recurrence")
+    @classmethod
+    def _recurrence(cls, v: dict[str, int | float] | None) -> dict[str, int | float] | None:
+        if v is not None:
+            try:
+                RecurrenceModel(**v)
+            except TypeError as exc:
+                raise ValueError(f"unknown recurrence parameter ({exc}); expected some of "
+                                 f"{[f.name for f in fields(RecurrenceModel)]}") from None
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("durations")
@@ -237,6 +254,7 @@ def cell_trace(spec: SuiteSpec, cell: Cell):
         median_duration_s=spec.median_duration_s,
         duration_sigma=spec.duration_sigma,
         seed=cell.seed,
+        recurrence=None if spec.recurrence is None else RecurrenceModel(**spec.recurrence),
     ).jobs
 
 

@@ -167,6 +167,11 @@ def test_run_one_matches_the_simulator():
         ("heuristics: [las+consolidated]\nlearned: [las+packed]", "learned: 'las+packed' is not a learned policy"),
         ("- just a list", "expected a mapping"),
         ("heuristics: [a\n", "not valid YAML"),
+        ("heuristics: [las+consolidated]\ndurations: [exact, oracle]", "durations"),
+        ("heuristics: [las+consolidated]\ndurations: [exact, exact]", "durations"),
+        ("heuristics: [las+consolidated]\nestimate_error: 7", "estimate_error"),
+        ("heuristics: [las+consolidated]\nrecurrence: {usres: 5}", "unknown recurrence parameter"),
+        ("heuristics: [las+consolidated]\nrecurrence: {recurring_share: 2}", "recurring_share"),
     ],
 )
 def test_bad_suite_files_name_the_field(tmp_path, capsys, text, expected):
@@ -228,3 +233,28 @@ def test_help_names_every_bundled_suite(capsys, command):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"a bundled one ({', '.join(suite_names())})" in text
+
+
+def test_cells_run_under_each_information_model_on_one_trace_and_report_the_cost_of_not_knowing():
+    spec = SuiteSpec(name="i", jobs_per_node=6, loads=(1.3,), mixes=("heavy",), clusters=((2, 8),),
+                     contention=("profiled",), seeds=1, durations=("exact", "estimated", "unknown"),
+                     recurrence={"users": 4, "requested_share": 0.5},
+                     heuristics=("srsf+packed", "las+packed+preempt", "qssf+packed"), learned=("rl-hybrid",))
+    grid = cells(spec)
+    assert [c.durations for c in grid] == ["exact", "estimated", "unknown"]  # sorted most-known first
+    traces = [cell_trace(spec, c) for c in grid]
+    assert traces[0] == traces[1] == traces[2]
+    assert all(j.user is not None and j.group is not None for j in traces[0])  # the recurrence model's features
+    assert {j.requested_s is None for j in traces[0]} == {True, False}
+    result = run_suite(spec)
+    exact, estimated, unknown = grid
+    for cell in grid:  # LAS never reads remaining time: the same run under every model
+        assert result.results[cell]["las+packed+preempt"] == result.results[exact]["las+packed+preempt"]
+    assert result.cost_of_not_knowing(exact) == 1.0
+    for cell in (estimated, unknown):
+        assert result.cost_of_not_knowing(cell) == pytest.approx(result.best_avg_jct(cell) / result.best_avg_jct(exact))
+        assert result.summary("rl-hybrid", cell.durations)["cells"] == 1
+    doc = result.to_json()
+    assert set(doc["cost_of_not_knowing"]) == {"estimated", "unknown"}
+    assert doc["cost_of_not_knowing"]["unknown"]["geomean"] == pytest.approx(result.cost_of_not_knowing(unknown))
+    assert set(doc["summary_by_durations"]) == {"exact", "estimated", "unknown"}
