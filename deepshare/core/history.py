@@ -10,7 +10,9 @@ the two questions the field's baselines ask of it:
   distribution Tiresias' 2D-Gittins index is computed on;
 * :meth:`JobHistory.forecast`: a job's run time predicted from finished jobs that share its
   recurring group, its user and GPU count, its user, its virtual cluster and GPU count, its GPU
-  count, or any job (Helios' QSSF estimator's idea; the finest level with enough jobs wins).
+  count, or any job (Helios' QSSF estimator's idea; the finest level with enough jobs wins);
+* :meth:`JobHistory.estimate_error`: how the finished jobs' estimates compared with their run
+  times (bias and spread of log(run / estimate)): what an estimate is worth on this cluster.
 
 Nothing here sees a job before it finished: the history only grows, at completion times.
 """
@@ -55,6 +57,8 @@ class FinishedJob:
     user: str | None = None
     group: str | None = None
     vc: str | None = None
+    estimate_s: float | None = None
+    """The estimate of its run time it came with, if it had one."""
 
     @property
     def gpu_service_s(self) -> float:
@@ -66,6 +70,8 @@ class FinishedJob:
             raise DeepShareError(f"finished job {self.job_id!r}: gpus must be a positive integer, got {self.gpus!r}")
         if not (isinstance(self.run_s, (int, float)) and 0 < self.run_s < math.inf):
             raise DeepShareError(f"finished job {self.job_id!r}: run_s must be a positive number of seconds, got {self.run_s!r}")
+        if self.estimate_s is not None and not (isinstance(self.estimate_s, (int, float)) and 0 < self.estimate_s < math.inf):
+            raise DeepShareError(f"finished job {self.job_id!r}: estimate_s must be a positive number of seconds, got {self.estimate_s!r}")
 
 
 class Forecast(NamedTuple):
@@ -79,6 +85,20 @@ class Forecast(NamedTuple):
     """Standard deviation of their log run times (0 with one job)."""
     level: str
     """Which jobs matched: ``group``, ``user+gpus``, ``user``, ``vc+gpus``, ``gpus``, ``any`` or ``none``."""
+
+
+class EstimateError(NamedTuple):
+    """How finished jobs' estimates compared with their run times: ``log(run / estimate)``."""
+
+    jobs: int
+    """Finished jobs (in the window) that had an estimate."""
+    bias: float
+    """Mean of log(run / estimate): negative when estimates run long (limits over-asked)."""
+    spread: float
+    """Standard deviation of log(run / estimate) (0 with one job)."""
+
+
+_ESTIMATE_KEY = ("estimate", ())
 
 
 class _Moments:
@@ -163,6 +183,16 @@ class JobHistory:
             return Forecast(math.exp(mean), m.n, math.sqrt(var), "+".join(level) or "any")
         return None
 
+    def estimate_error(self) -> EstimateError:
+        """Bias and spread of the window's finished jobs' ``log(run / estimate)`` (zeros when no
+        finished job had an estimate)."""
+        self._index()
+        m = self._moments.get(_ESTIMATE_KEY)
+        if m is None:
+            return EstimateError(0, 0.0, 0.0)
+        mean = m.s / m.n
+        return EstimateError(m.n, mean, math.sqrt(max(0.0, m.ss / m.n - mean * mean)))
+
     def _index(self) -> None:
         """Fold the jobs added since the last question into the per-level moments, and take out
         the jobs that left the window."""
@@ -191,6 +221,16 @@ class JobHistory:
             m.ss += sign * log_run * log_run
             if m.n == 0:
                 del moments[(level, key)]
+        if job.estimate_s is not None:
+            error = log_run - math.log(job.estimate_s)
+            m = moments.get(_ESTIMATE_KEY)
+            if m is None:
+                m = moments[_ESTIMATE_KEY] = _Moments()
+            m.n += sign
+            m.s += sign * error
+            m.ss += sign * error * error
+            if m.n == 0:
+                del moments[_ESTIMATE_KEY]
 
 
 def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -> JobHistory:
@@ -201,6 +241,7 @@ def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -
     past = []
     for job in jobs:
         run_s = job.duration_s if job.duration_s is not None else job.total_samples / catalog.reference_throughput(job.model, job.gpus)  # type: ignore[operator]
-        past.append(FinishedJob(job.job_id, job.model, job.gpus, run_s, job.submit_time + run_s, job.user, job.group, job.vc))
+        past.append(FinishedJob(job.job_id, job.model, job.gpus, run_s, job.submit_time + run_s, job.user, job.group, job.vc,
+                                job.requested_s))
     past.sort(key=lambda j: j.finish_s)
     return JobHistory(past)

@@ -260,7 +260,7 @@ class _Job:
         spec = self.spec
         run_s = self.attained / spec.gpus
         return FinishedJob(spec.job_id, spec.model, spec.gpus, run_s if run_s > 1e-6 else 1e-6, self.finish or 0.0,
-                           spec.user, spec.group, spec.vc)
+                           spec.user, spec.group, spec.vc, self.estimate)
 
 
 class Simulator:

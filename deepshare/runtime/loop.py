@@ -318,7 +318,7 @@ class ControlLoop:
             if run_s > 0 and job.finish_time is not None:
                 spec = job.spec
                 self.history.add(FinishedJob(job.job_id, spec.model, spec.gpus, run_s, job.finish_time - epoch,
-                                             spec.user, spec.group, spec.vc))
+                                             spec.user, spec.group, spec.vc, spec.estimate_s))
             if job.finish_time is not None:
                 self._history_mark = (job.finish_time, job.seq)
         if len(self.history) > 2 * HISTORY_WINDOW:  # only the window is ever read: drop the rest

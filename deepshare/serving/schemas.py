@@ -109,6 +109,7 @@ class FinishedIn(_Body):
     user: str | None = Feature
     group: str | None = Feature
     vc: str | None = Feature
+    requested_s: float | None = Field(None, gt=0, description="the estimate it came with, if any")
 
 
 class PlacementRequest(_Body):

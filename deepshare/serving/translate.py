@@ -163,7 +163,7 @@ def _running(job: RunningIn, index: dict[str, int]) -> KnownJob:
 
 def _finished(job: FinishedIn, i: int) -> FinishedJob:
     return FinishedJob(job.job_id or f"history-{i}", job.model or "unknown", job.gpus, job.run_s, job.finished_at,
-                       job.user, job.group, job.vc)
+                       job.user, job.group, job.vc, job.requested_s)
 
 
 def decision_to_response(
@@ -243,7 +243,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         future_events=view.future_events,
         history=[
             FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=j.finish_s,
-                       user=j.user, group=j.group, vc=j.vc)
+                       user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)
             for j in list(view.history)[-MAX_HISTORY:]
         ],
     )

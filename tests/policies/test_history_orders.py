@@ -166,3 +166,16 @@ def test_qssf_without_history_falls_back_to_the_estimate_then_the_prior():
     key = qssf(at(JobHistory()))
     assert [key(j)[0] for j in jobs] == [UNKNOWN_PRIOR_S, 100.0, 9000.0]
     assert ranked(qssf, jobs, JobHistory()) == ["small", "none", "big"]
+
+
+def test_estimate_error_is_the_bias_and_spread_of_log_run_over_estimate_in_the_window():
+    history = JobHistory(window=3)
+    assert history.estimate_error() == (0, 0.0, 0.0)
+    for i, (run_s, estimate) in enumerate([(100.0, 50.0), (200.0, 400.0), (300.0, None), (800.0, 200.0)]):
+        history.add(done(f"j{i}", run_s, estimate_s=estimate))
+    jobs, bias, spread = history.estimate_error()  # the window: 200/400, (none), 800/200
+    assert jobs == 2
+    assert bias == pytest.approx((math.log(0.5) + math.log(4.0)) / 2)
+    assert spread == pytest.approx(abs(math.log(4.0) - math.log(0.5)) / 2)
+    with pytest.raises(DeepShareError, match="estimate_s must be a positive number"):
+        done("x", 5.0, estimate_s=0.0)
