@@ -16,6 +16,10 @@
   jobs of the same recurring group, user, virtual cluster or GPU count
   (:meth:`~deepshare.core.history.JobHistory.forecast`); the job's estimate (or the flat prior)
   while nothing like it has finished.
+* ``bsrsf`` — least *expected* remaining GPU-service under the belief its estimate, the history's
+  forecast and the time it has run give together (:mod:`deepshare.policies.posterior`: the
+  estimate debiased by the history's own record of estimates, weighed against the forecast by
+  their spreads, conditioned on having run this long); SRSF itself under ``exact``.
 
 ``srtf`` and ``srsf`` read the view's ``remaining_s``, which is the truth only under the
 ``exact`` information model: under ``estimated`` they are SRTF / SRSF *on the job's estimate*
@@ -37,6 +41,7 @@ from typing import Callable
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.gittins import gittins_priority
+from deepshare.policies.posterior import remaining_belief
 
 DLAS_THRESHOLDS_GPU_S = (3600.0, 36000.0)
 STARVE_FACTOR = 2.0
@@ -131,6 +136,15 @@ def qssf(view: ClusterView) -> OrderKey:
     return key
 
 
+def bsrsf(view: ClusterView) -> OrderKey:
+    left = remaining_belief(view)
+
+    def key(job: JobView) -> tuple:
+        return (left(job) * job.gpus, job.submit_time, job.job_id)
+
+    return key
+
+
 ORDERS: dict[str, tuple[OrderFactory, str]] = {
     "fifo": (fifo, "first come, first served"),
     "srtf": (srtf, "shortest remaining time first"),
@@ -139,4 +153,5 @@ ORDERS: dict[str, tuple[OrderFactory, str]] = {
     "dlas": (dlas, "discretised 2D-LAS with a starvation guard (Tiresias)"),
     "gittins": (gittins, "highest Gittins index of attained GPU-service over finished jobs' service (Tiresias's 2D-Gittins)"),
     "qssf": (qssf, "least predicted remaining GPU-service from finished jobs of the same group/user/size (Helios's QSSF)"),
+    "bsrsf": (bsrsf, "least expected remaining GPU-service given the estimate, the history's forecast and the time run"),
 }

@@ -405,12 +405,12 @@ def test_preempt_decisions_are_feasible_on_a_loaded_cluster():
 def test_registry_names():
     names = policy_names()
     assert len(names) == len(set(names))
-    orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf")
+    orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf", "bsrsf")
     placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
     assert set(policy_names(heuristics_only=True)) == expected
-    assert len(expected) == 7 * 5 + 6 * 5  # every order x placement, and +preempt but for fifo
+    assert len(expected) == 8 * 5 + 7 * 5  # every order x placement, and +preempt but for fifo
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:
