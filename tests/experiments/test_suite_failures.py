@@ -3,6 +3,8 @@ cell out instead of breaking (the local and the Ray paths share this code)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
 
 from deepshare.cli.suite_tables import cell_tables, summary_table
@@ -47,3 +49,33 @@ def test_failed_runs_are_rows_entries_and_holes_in_the_summary():
     partly = with_failures(ok, (0, "rl-hybrid")).summary("rl-hybrid")
     assert partly["cells"] == 1 and partly["failed_cells"] == 1
     assert partly["geomean_avg_jct_ratio"] == ok.ratios(second, "rl-hybrid")[0]
+
+
+def test_a_run_the_cluster_lost_is_a_failed_run_and_the_others_are_the_local_numbers(monkeypatch, tmp_path):
+    """``on_ray``'s plumbing without Ray: a stand-in for ``run_tasks`` runs each task here, with its
+    shared values unwrapped, except one it reports lost (a node that kept dying)."""
+    from deepshare.experiments import ray_runs
+    from deepshare.experiments.ray_runs import Lost, Once
+
+    own = tmp_path / "policy.pt"
+    own.write_bytes((Path(__file__).resolve().parents[2] / "deepshare" / "data" / "policies" / "rl_base.pt").read_bytes())
+    spec = SPEC.model_copy(update={"learned": (f"rl-hybrid={own}",)})
+    shipped = []
+
+    def here(fn, calls, max_retries=ray_runs.MAX_RETRIES):
+        for i, call in enumerate(calls):
+            args = [a.value if isinstance(a, Once) else a for a in call]
+            shipped.append(args[-1])
+            yield i, Lost("lost after 3 retries: NodeDiedError") if i == 0 else fn(*args)
+
+    monkeypatch.setattr(ray_runs, "run_tasks", here)
+    doc = run_suite(spec, on_ray=True).to_json()
+    local = run_suite(spec).to_json()
+    [lost] = doc["failed"]
+    assert lost["policy"] == f"rl-hybrid={own}" and lost["error"] == "lost after 3 retries: NodeDiedError"
+    assert shipped.count(own.read_bytes()) == 2 and shipped.count(None) == 4  # the learned runs got the file's bytes
+    cell = next(c for c in doc["cells"] if c["load"] == lost["load"])
+    assert cell["results"][lost["policy"]]["avg_jct_s"] is None
+    doc["cells"] = [c for c in doc["cells"] if c is not cell]
+    local["cells"] = [c for c in local["cells"] if c["load"] != lost["load"]]
+    assert doc["cells"] == local["cells"]  # every other cell: the local numbers
