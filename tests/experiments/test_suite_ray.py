@@ -21,6 +21,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 from cli_run import cli  # noqa: E402
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 from raytools import STARTUP_TIMEOUT_S, ray_tmpdir, start_cluster, stop_cluster  # noqa: E402
 
 from deepshare.cli.ray_address import RERUNS  # noqa: E402
@@ -57,8 +58,8 @@ class FailsOnBigClusters:
 
 
 class SlowWhereMarked:
-    """srsf+packed; in a process with $DS_TEST_MARK (the workers of one node) it touches that file
-    and takes 50 ms at every decision: a run that is surely still running when the node goes."""
+    """srsf+packed, taking 20 ms a decision (runs of half a second, so that every node gets some); in a
+    process with $DS_TEST_MARK (the workers of one node) it touches that file at every decision."""
 
     name = "slow-where-marked"
 
@@ -69,7 +70,7 @@ class SlowWhereMarked:
         mark = os.environ.get("DS_TEST_MARK")
         if mark:
             Path(mark).touch()
-            time.sleep(0.05)
+        time.sleep(0.02)
         return self.inner.decide(view)
 '''
 
@@ -135,6 +136,9 @@ def test_a_node_removed_mid_suite_still_gives_the_complete_identical_json(cluste
     monkeypatch.delenv("DS_TEST_MARK")
     cluster._wait_for_node(doomed, timeout=STARTUP_TIMEOUT_S)  # add_node(wait=True) waits 30 s
     cluster.wait_for_nodes(timeout=STARTUP_TIMEOUT_S)
+    warm = ray.remote(num_cpus=1)(lambda: __import__("deepshare.experiments.suite") and 0)
+    ray.get(warm.options(scheduling_strategy=NodeAffinitySchedulingStrategy(doomed.node_id, soft=False)).remote(),
+            timeout=STARTUP_TIMEOUT_S)  # its worker is up, as the others' are: it takes runs as soon as they come
     real_wait, removed = ray.wait, []
 
     def wait_then_remove(*args, **kwargs):
@@ -155,7 +159,7 @@ def test_a_node_removed_mid_suite_still_gives_the_complete_identical_json(cluste
 def test_a_failing_policy_is_a_row_and_an_entry_locally_and_on_the_cluster(cluster, capsys, tmp_path):
     suite = tmp_path / "failing.yaml"
     suite.write_text("name: failing\njobs_per_node: 4\nloads: [1.0]\nmixes: [heavy]\nclusters: [[2, 8], [3, 8]]\n"
-                     "contention: [profiled]\nseeds: 1\nheuristics: [srsf+packed, las+consolidated]\n"
+                     "contention: [profiled]\nseeds: 1\ndurations: [exact]\nheuristics: [srsf+packed, las+consolidated]\n"
                      "learned: ['ds_test_policies:FailsOnBigClusters']\n")
     docs = {}
     for where, extra in (("local", []), ("cluster", ["--address", cluster.address])):
@@ -167,7 +171,7 @@ def test_a_failing_policy_is_a_row_and_an_entry_locally_and_on_the_cluster(clust
     assert docs["local"] == docs["cluster"]
     doc = docs["cluster"]
     assert doc["failed"] == [{"load": 1.0, "mix": "heavy", "nodes": 3, "gpus_per_node": 8, "contention": "profiled",
-                              "seed": 2**31, "policy": "ds_test_policies:FailsOnBigClusters",
+                              "seed": 2**31, "durations": "exact", "policy": "ds_test_policies:FailsOnBigClusters",
                               "error": "RuntimeError: boom on a big cluster"}]
     big = next(c for c in doc["cells"] if c["nodes"] == 3)
     assert big["results"]["ds_test_policies:FailsOnBigClusters"]["avg_jct_s"] is None
