@@ -21,6 +21,7 @@ Ray is imported when tasks are run, so the CLI can read :data:`MAX_RETRIES` for 
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -59,17 +60,19 @@ def run_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], max_retr
             return stored[id(value)][1]
         return value
 
-    refs = [remote.remote(*(arg(v) for v in call)) for call in calls]
-    index = {ref: i for i, ref in enumerate(refs)}
-    pending = list(refs)
+    pending: list[Any] = []
     try:
+        for call in calls:  # inside the try: Ctrl-C while submitting cancels what went already
+            pending.append(remote.remote(*(arg(v) for v in call)))
+        index = {ref: i for i, ref in enumerate(pending)}
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 yield index[ref], _result(ref, max_retries)
     except BaseException:  # Ctrl-C, a closed generator, a run's own error: nothing keeps running
         for ref in pending:
-            ray.cancel(ref)
+            with suppress(Exception):  # e.g. Ray gone meanwhile: the first error is the one to see
+                ray.cancel(ref)
         raise
 
 
