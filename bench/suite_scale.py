@@ -1,7 +1,8 @@
 """Suite wall time on a fake multi-node Ray cluster beside the local pool (issue 32).
 
 One suite, in one run, side by side:
-  * the local pool: ``run_suite(spec, workers=W)`` (``--local-workers``, default this machine's cores);
+  * the local pool: ``run_suite(spec, workers=W)`` (``--local-workers``, default this machine's cores),
+    and one local process (``workers=1``), what one node is to be compared with;
   * Ray tasks on a ``ray.cluster_utils.Cluster`` (a head with no CPUs, like ``deepshare cluster
     fake``) with 1, 2 and 3 one-CPU worker nodes (``--nodes``): ``run_suite(spec, on_ray=True)``,
     what ``deepshare evaluate --suite NAME --address HOST:PORT`` runs.
@@ -78,6 +79,7 @@ def main() -> None:
     print(f"suite {spec.name}: {len(cells(spec))} cells, {runs} runs; this machine: {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     local_name = f"local pool, {args.local_workers} process(es)"
+    local_runs = {local_name: args.local_workers, "local, 1 process": 1} if args.local_workers > 1 else {local_name: 1}
 
     best: dict[str, float] = {}
     same: dict[str, bool] = {}
@@ -99,8 +101,9 @@ def main() -> None:
         ray.init(address=cluster.address, log_to_driver=False)
         for round_ in range(1, args.repeats + 1):  # rounds interleave the configurations: load hits all alike
             print(f"round {round_} of {args.repeats}", flush=True)
-            wall, result = timed(lambda: run_suite(spec, workers=args.local_workers))
-            keep(local_name, wall, result.to_json())
+            for name, workers in local_runs.items():
+                wall, result = timed(lambda: run_suite(spec, workers=workers))
+                keep(name, wall, result.to_json())
             nodes: list[Any] = []
             for count in counts:
                 while len(nodes) < count:
