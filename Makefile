@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/decide_scale.py
 	$(BIN)/python bench/serve_load.py
 	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/suite_scale.py  # the suite on a fake cluster of 1-3 one-CPU nodes beside the local pool
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

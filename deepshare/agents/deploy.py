@@ -20,12 +20,13 @@ CONNECT_TIMEOUT_S = 3.0
 def check_reachable(address: str) -> None:
     """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                             "expected 'auto' or HOST:PORT of a running Ray head node") from None
 
 
 def connect(address: str = "auto") -> None:

@@ -14,6 +14,7 @@ from deepshare.cli.args import (
 )
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
+from deepshare.cli.ray_address import add_address_flag, joined
 
 
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -50,8 +51,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     trace = load_trace(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
                         information=information_model(args, args.seed), history=past_history(args))
-    with ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
-        reports = compare(scenario, names, bar.callback("policies"))
+    with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
+        reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
     human(args.json, out, err).print(
         comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
                                          f"durations {scenario.information.describe()}")))
@@ -73,6 +74,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = sub.add_parser("compare", help="run several policies on one trace and print a table")
     add_trace_args(p)
     p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic)")
+    add_address_flag(p, "the policies' runs")
     add_cluster_args(p)
     add_sim_args(p)
     add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')

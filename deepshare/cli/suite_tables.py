@@ -1,5 +1,6 @@
 """``deepshare evaluate --suite NAME``: run a benchmark suite and print its tables (the grid
-itself is in :mod:`deepshare.experiments.suite`)."""
+itself is in :mod:`deepshare.experiments.suite`); with ``--address`` its runs are Ray tasks on a
+cluster (:mod:`deepshare.cli.ray_address`). A failed run is a row that says why, and exit 1."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from deepshare.cli.output import human, write_json
+from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
+
+EXIT_FAILED_RUNS = 1
 
 
 def _s(v: float | None) -> str:
@@ -19,6 +23,11 @@ def _s(v: float | None) -> str:
 
 def _f(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+def _worst(ratio: object, cell: object) -> str:
+    """A summary's worst ratio and its cell; "-" when no cell was scored."""
+    return "-" if ratio is None else f"{ratio:.3f} ({cell})"
 
 
 def cell_tables(result: SuiteResult) -> list[Table]:
@@ -33,9 +42,12 @@ def cell_tables(result: SuiteResult) -> list[Table]:
             table.add_column(col, justify="left" if col == "policy" else "right")
         for policy, m in sorted(runs.items(), key=lambda kv: (kv[1]["avg_jct_s"] or float("inf"), kv[0])):
             vs = ""
-            if policy in result.spec.learned:
-                a, p = result.ratios(cell, policy)
-                vs = f"{a:.3f} / {p:.3f}"
+            error = result.error(cell, policy)
+            if error is not None:
+                vs = f"failed: {error}"
+            elif policy in result.spec.learned:
+                ratios = result.ratios(cell, policy)
+                vs = "-" if ratios is None else f"{ratios[0]:.3f} / {ratios[1]:.3f}"
             elif policy == best:
                 vs = "best heuristic"
             table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m["gpu_util"]), _f(m["useful_util"]),
@@ -54,7 +66,8 @@ def cell_tables(result: SuiteResult) -> list[Table]:
 
 def summary_table(result: SuiteResult) -> Table:
     """Each learned policy against the best heuristic of each cell, per information model: a
-    policy is only ever compared with heuristics that knew what it knew."""
+    policy is only ever compared with heuristics that knew what it knew. Cells where a run failed
+    are left out and counted beside the cells won."""
     table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell "
                         "(same information model)", header_style="bold", title_justify="left")
     for col in ("durations", "policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won",
@@ -63,9 +76,10 @@ def summary_table(result: SuiteResult) -> Table:
     for durations in result.spec.durations:
         for policy in result.spec.learned:
             s = result.summary(policy, durations)
-            table.add_row(durations, policy, f"{s['geomean_avg_jct_ratio']:.3f}",
-                          f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
-                          f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
+            failed = f" ({s['failed_cells']} failed)" if s["failed_cells"] else ""
+            table.add_row(durations, policy, _f(s["geomean_avg_jct_ratio"]),  # type: ignore[arg-type]
+                          _worst(s["worst_avg_jct_ratio"], s["worst_avg_cell"]),
+                          _worst(s["worst_p99_jct_ratio"], s["worst_p99_cell"]), f"{s['cells_won']}/{s['cells']}{failed}",
                           _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
     wins = "; ".join(
         f"{d}: " + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d).items(), key=lambda kv: -kv[1]) if n)
@@ -137,6 +151,9 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     workers = getattr(args, "workers", None) or 1
     if workers < 1:
         raise DeepShareError(f"--workers must be a positive integer, got {workers}")
+    address = getattr(args, "address", None)
+    if address and workers > 1:
+        raise DeepShareError("--workers: the size of a local pool; with --address the cluster's CPUs run the suite (drop one)")
     spec = load_suite(args.suite)
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
@@ -145,8 +162,10 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
             err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
 
-    err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
-    result = run_suite(spec, workers=workers, progress=progress)
+    with joined(address) as on_ray:
+        where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
+        err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
+        result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
     shown = human(args.json, out, err)
     for table in cell_tables(result):
         shown.print(table)
@@ -157,4 +176,10 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     if spec.learned:
         shown.print(summary_table(result))
     write_json(args.json, result.to_json(), out, "suite results")
+    failures = result.failures()
+    if failures:
+        cell, policy, error = failures[0]
+        err.print(f"deepshare: {len(failures)} of {total} runs failed (first: {policy} on {cell.label}: {error}); "
+                  "their rows say why, as does the JSON's \"failed\"", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_FAILED_RUNS
     return 0

@@ -81,10 +81,17 @@ def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err
     def say(message: str) -> None:
         err.print(message, markup=False, highlight=False, soft_wrap=True)
 
-    curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say)
+    if args.eval_workers is not None and args.address:
+        raise DeepShareError("--eval-workers: the size of a local pool; with --address the suite's cells are Ray tasks "
+                             "on that cluster (drop one)")
+    # with --address the cells are Ray tasks on the cluster the run joins (its free CPUs), else local processes
+    curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say, on_ray=bool(args.address))
 
     def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
         line = curve.record(run_dir, iteration, row, policy_file)
+        if line["geomean_avg_jct_ratio"] in (None, ""):
+            say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: no cell scored (every run failed)")
+            return
         say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: average JCT "
             f"{line['geomean_avg_jct_ratio']:.3f}x the best heuristic (geometric mean; worst cell "
             f"{line['worst_avg_jct_ratio']:.3f}, worst p99 {line['worst_p99_jct_ratio']:.3f}, "
@@ -139,7 +146,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
     p.add_argument("--seed", type=seed_value, metavar="S", help="training seed, replacing the config's run.seed (recorded in policy.pt)")
-    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one "
+                   "(with --eval-suite the suite's runs are Ray tasks there too, on the CPUs training leaves free)")
     p.add_argument("--durations", choices=DURATIONS, default=None,
                    help="train under this information model, replacing the config's env.durations (default: the config's; "
                    "a config that gives none trains under estimated)")
@@ -154,7 +162,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "or a suite YAML) before the first iteration and at every checkpoint, as `deepshare evaluate --suite` does; "
                    "rows go to suite_curve.csv and curves.png in the run folder")
     p.add_argument("--eval-workers", type=in_range(int, 1, 64, "processes"), default=None, metavar="N",
-                   help="with --eval-suite: processes scoring the suite's cells (default 1)")
+                   help="with --eval-suite: processes scoring the suite's cells (default 1; with --address the cells "
+                   "are Ray tasks on that cluster instead)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")

@@ -20,7 +20,8 @@ from deepshare.core.metrics import REPORT_KEYS, MetricsReport
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology
 from deepshare.core.traces import Trace
-from deepshare.experiments.scenario import Scenario, simulate
+from deepshare.experiments.scenario import Scenario, simulate, simulate_on_ray
+from deepshare.policies import make_policy
 
 SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
 
@@ -78,17 +79,45 @@ def evaluate(
     progress: Callable[[str], None] | None = None,
     information: InformationModel = EXACT,
     history: JobHistory | None = None,
+    on_ray: bool = False,
 ) -> Evaluation:
     """Every policy on the trace of every seed; a seed also draws the run's estimates
-    (``information``'s ``estimate_seed`` is replaced by it)."""
+    (``information``'s ``estimate_seed`` is replaced by it). ``progress`` gets "POLICY (seed S)"
+    as each run starts, or with ``on_ray`` (one Ray task per run on the cluster this process is
+    connected to, the same numbers) as each run ends."""
+
+    def scenario(seed: int) -> Scenario:
+        return Scenario(topology, load_trace(seed).jobs, contention, config,
+                        information=replace(information, estimate_seed=seed), history=history)
+
+    if on_ray:
+        return _evaluate_on_ray({seed: scenario(seed) for seed in seeds}, policies, topology.total_gpus, progress)
     runs = []
     for seed in seeds:
-        jobs = load_trace(seed).jobs
-        scenario = Scenario(topology, jobs, contention, config, information=replace(information, estimate_seed=seed),
-                            history=history)
+        seeded = scenario(seed)
         for policy in policies:
             if progress is not None:
                 progress(f"{policy} (seed {seed})")
-            report, sim = simulate(scenario, policy)
+            report, sim = simulate(seeded, policy)
             runs.append(Run(policy, seed, report, tuple(sim.util_timeline), topology.total_gpus))
     return Evaluation(tuple(runs))
+
+
+def _evaluate_on_ray(scenarios: dict[int, Scenario], policies: Sequence[str], total_gpus: int,
+                     progress: Callable[[str], None] | None) -> Evaluation:
+    """:func:`evaluate`'s runs as Ray tasks: the traces were read here (the files are the driver's),
+    each seed's scenario travels once, and the runs come back in the local order."""
+    for name in policies:  # a bad name or policy file fails before any run
+        make_policy(name)
+    pairs = [(seed, policy) for seed in scenarios for policy in policies]
+    ended = 0
+
+    def finished(i: int) -> None:
+        nonlocal ended
+        ended += 1
+        if progress is not None:
+            progress(f"{pairs[i][1]} (seed {pairs[i][0]}) [{ended}/{len(pairs)}]")
+
+    outputs = simulate_on_ray([(scenarios[seed], policy) for seed, policy in pairs], finished)
+    return Evaluation(tuple(Run(policy, seed, report, timeline, total_gpus)
+                            for (seed, policy), (report, timeline) in zip(pairs, outputs)))

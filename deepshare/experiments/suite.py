@@ -38,8 +38,13 @@ no suite trace is ever a training trace. A cell's trace depends on (load, mix, c
 seed) only, so the ``profiled`` and ``link`` cells of the same scenario share one trace.
 
 Runs are deterministic: the simulator and the policies are, every (cell, policy) run is
-independent, and results are keyed by cell and policy, so ``workers`` > 1 (processes) gives
-the same numbers as one.
+independent, and results are keyed by cell and policy, so ``workers`` > 1 (processes) and
+``on_ray`` (one Ray task per run across a cluster, :mod:`deepshare.experiments.ray_runs`) give
+the same numbers as one process.
+
+Failures: a run that raises is kept as a failed result (every metric None and its ``error``),
+shown in the tables and the JSON (``"failed"``), never dropped; the cells where a policy or the
+best heuristic failed are left out of that policy's summary (``failed_cells`` counts them).
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Generator, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -295,9 +301,36 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     return {key: getattr(report, key) for key in METRICS}
 
 
+def failed_run(error: str) -> dict[str, float | None]:
+    """A run that failed: every metric None, and ``error``."""
+    return {**{key: None for key in METRICS}, "error": error}  # type: ignore[dict-item]
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _task(args: tuple[SuiteSpec, Cell, str]) -> tuple[Cell, str, dict[str, float | None]]:
     spec, cell, policy = args
-    return cell, policy, run_one(spec, cell, policy)
+    try:
+        return cell, policy, run_one(spec, cell, policy)
+    except Exception as exc:  # noqa: BLE001 - any run's failure is reported with its cell and policy
+        return cell, policy, failed_run(_why(exc))
+
+
+def _cluster_task(spec: SuiteSpec, cell: Cell, policy: str, policy_file: bytes | None,
+                  ) -> tuple[Cell, str, dict[str, float | None]]:
+    """:func:`_task` on a Ray worker: a policy file the driver sent is first copied to this machine
+    (:mod:`deepshare.experiments.policy_files`); the result keeps the driver's policy name."""
+    from deepshare.experiments.policy_files import local_spec
+
+    _single_threaded()
+    try:
+        runnable = policy if policy_file is None else local_spec(policy, policy_file)
+    except Exception as exc:  # noqa: BLE001 - e.g. a full disk: this run fails, the suite goes on
+        return cell, policy, failed_run(_why(exc))
+    _, _, metrics = _task((spec, cell, runnable))
+    return cell, policy, metrics
 
 
 def _single_threaded() -> None:
@@ -325,10 +358,23 @@ class SuiteResult:
         runs = self.results[cell]
         return min(self.spec.heuristics, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
 
-    def ratios(self, cell: Cell, policy: str) -> tuple[float, float]:
-        """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic."""
+    def error(self, cell: Cell, policy: str) -> str | None:
+        """Why ``policy``'s run on ``cell`` failed; None when it ran."""
+        return self.results[cell][policy].get("error")  # type: ignore[return-value]
+
+    def failures(self) -> list[tuple[Cell, str, str]]:
+        """(cell, policy, error) of every failed run, in cell order."""
+        return [(cell, p, e) for cell in sorted(self.results) for p in self.results[cell]
+                if (e := self.error(cell, p)) is not None]
+
+    def ratios(self, cell: Cell, policy: str) -> tuple[float, float] | None:
+        """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic; None when
+        either run failed."""
         runs = self.results[cell]
-        best = runs[self.best_heuristic(cell)]
+        best_name = self.best_heuristic(cell)
+        if self.error(cell, policy) or self.error(cell, best_name):
+            return None
+        best = runs[best_name]
         mine = runs[policy]
         return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
 
@@ -392,9 +438,15 @@ class SuiteResult:
     def summary(self, policy: str, durations: str | None = None) -> dict[str, object]:
         """Geometric-mean avg-JCT ratio to the best heuristic over the cells (those run under
         ``durations`` when given), worst cells, and the geometric means of the policy's average
-        JCT / the cell's lower bound and / its pooled ideal."""
-        pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)
-                 if durations is None or cell.durations == durations]
+        JCT / the cell's lower bound and / its pooled ideal. Cells where the policy or the best
+        heuristic failed are left out and counted (``failed_cells``)."""
+        considered = [cell for cell in sorted(self.results) if durations is None or cell.durations == durations]
+        pairs = [(cell, *r) for cell in considered if (r := self.ratios(cell, policy)) is not None]
+        failed = len(considered) - len(pairs)
+        if not pairs:  # every cell failed: nothing to summarise
+            return {"cells": 0, "failed_cells": failed, "cells_won": 0,
+                    **dict.fromkeys(("geomean_avg_jct_ratio", "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio",
+                                     "worst_p99_cell", "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled"))}
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
@@ -413,6 +465,7 @@ class SuiteResult:
             "worst_p99_cell": worst_p99[0].label,
             "cells_won": sum(a < 1.0 for a in avg),
             "cells": len(avg),
+            "failed_cells": failed,
             "geomean_avg_jct_over_bound": _geomean(over_bound) if len(over_bound) == len(avg) else None,
             "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
@@ -421,8 +474,9 @@ class SuiteResult:
         """How many cells (under ``durations`` when given) each heuristic is the best of."""
         wins = {h: 0 for h in self.spec.heuristics}
         for cell in self.results:
-            if durations is None or cell.durations == durations:
-                wins[self.best_heuristic(cell)] += 1
+            if (durations is None or cell.durations == durations) \
+                    and self.error(cell, best := self.best_heuristic(cell)) is None:  # not when every heuristic failed
+                wins[best] += 1
         return wins
 
     def to_json(self) -> dict[str, object]:
@@ -442,11 +496,13 @@ class SuiteResult:
                     "best_over_pooled": self.best_over_pooled(cell),
                     "results": self.results[cell],
                     "ratios": {
-                        p: dict(zip(("avg_jct", "p99_jct"), self.ratios(cell, p))) for p in self.spec.learned
+                        p: None if (q := self.ratios(cell, p)) is None else dict(zip(("avg_jct", "p99_jct"), q))
+                        for p in self.spec.learned
                     },
                 }
                 for cell in sorted(self.results)
             ],
+            "failed": [{**cell.key(), "policy": p, "error": e} for cell, p, e in self.failures()],
             "summary": {p: self.summary(p) for p in self.spec.learned},
             "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.learned} for d in self.spec.durations},
             "heuristic_wins": self.heuristic_wins(),
@@ -458,21 +514,29 @@ class SuiteResult:
 
 def run_suite(
     spec: SuiteSpec, workers: int = 1, progress: Callable[[int, int, str], None] | None = None,
-    only_cells: Sequence[Cell] | None = None,
+    only_cells: Sequence[Cell] | None = None, on_ray: bool = False,
 ) -> SuiteResult:
-    """Every policy on every cell (``workers`` processes; the same numbers for any count)."""
+    """Every policy on every cell (``workers`` processes, or Ray tasks with ``on_ray``; the same
+    numbers either way)."""
     grid = list(only_cells) if only_cells is not None else cells(spec)
     policies = (*spec.heuristics, *spec.learned)
-    results = run_policies(spec, grid, policies, workers, progress)
+    results = run_policies(spec, grid, policies, workers, progress, on_ray=on_ray)
     return SuiteResult(spec, results, {cell: cell_bound(spec, cell) for cell in grid}, pooled_ideals(spec, grid))
 
 
 def run_policies(
     spec: SuiteSpec, grid: Sequence[Cell], policies: Sequence[str], workers: int = 1,
     progress: Callable[[int, int, str], None] | None = None, mp_context: BaseContext | None = None,
+    on_ray: bool = False,
 ) -> dict[Cell, dict[str, dict[str, float | None]]]:
     """``{cell: {policy: metrics}}`` for ``policies`` on ``grid`` (``workers`` processes of
-    ``mp_context``, default the platform's; the same numbers for any count)."""
+    ``mp_context``, default the platform's, or with ``on_ray`` one Ray task per run on the
+    cluster this process is connected to; the same numbers for any of them). Every policy is
+    built once here first, so a bad name or policy file fails before any run."""
+    from deepshare.policies import make_policy
+
+    for name in policies:
+        make_policy(name)
     # the slow runs first (learned policies, link contention, large clusters) so workers end together
     tasks = sorted(
         ((spec, cell, p) for cell in grid for p in policies),
@@ -480,9 +544,11 @@ def run_policies(
     )
     results: dict[Cell, dict[str, dict[str, float | None]]] = {cell: {} for cell in grid}
     done = 0
-    if workers <= 1:
+    pool = None
+    if on_ray:
+        outputs: Iterable[tuple[Cell, str, dict[str, float | None]]] = _on_ray(tasks)
+    elif workers <= 1:
         outputs = map(_task, tasks)
-        pool = None
     else:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded, mp_context=mp_context)
         outputs = pool.map(_task, tasks)
@@ -495,4 +561,20 @@ def run_policies(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if isinstance(outputs, Generator):
+            outputs.close()  # cancels the cluster's remaining tasks (Ctrl-C, an error)
     return {cell: {p: results[cell][p] for p in policies} for cell in grid}
+
+
+def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
+    """The runs of ``tasks`` as Ray tasks (:func:`_cluster_task`), as they finish; the spec and each
+    driver-only policy file go to the object store once; a run Ray lost is a failed run."""
+    from deepshare.experiments.policy_files import driver_files
+    from deepshare.experiments.ray_runs import Lost, Once, run_tasks
+
+    specs = {id(spec): Once(spec) for spec, _, _ in tasks}
+    files = {name: Once(data) for name, data in driver_files({p for _, _, p in tasks}).items()}
+    calls = [(specs[id(spec)], cell, p, files.get(p)) for spec, cell, p in tasks]
+    with closing(run_tasks(_cluster_task, calls)) as outputs:  # closed: the remaining tasks are cancelled
+        for i, output in outputs:
+            yield (*tasks[i][1:], failed_run(output.error)) if isinstance(output, Lost) else output
