@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.console import Console
@@ -16,6 +17,15 @@ TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 IMITATE_FILES = ("policy.pt", "imitation.json")
 """Files `deepshare imitate` writes into its run folder."""
+
+
+NO_EPISODE = "no episode finished yet"
+"""What an iteration's return reads when none of its episodes finished (RLlib reports NaN)."""
+
+
+def episode_return(value: float, digits: int) -> str:
+    """A mean episode return for people: its digits, or :data:`NO_EPISODE` for RLlib's NaN."""
+    return f"{value:.{digits}f}" if math.isfinite(value) else NO_EPISODE
 
 
 def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -45,9 +55,9 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         task = bar.add_task(f"training {config.name}", total=total, ret="-")
 
         def report(iteration: int, n: int, row: dict[str, float]) -> None:
-            bar.update(task, completed=iteration, ret=f"{row['episode_return_mean']:.3f}")
+            bar.update(task, completed=iteration, ret=episode_return(row["episode_return_mean"], 3))
             if not err.is_terminal:
-                err.print(f"iteration {iteration}/{n}: episode return {row['episode_return_mean']:.4f}, "
+                err.print(f"iteration {iteration}/{n}: episode return {episode_return(row['episode_return_mean'], 4)}, "
                           f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
@@ -94,7 +104,8 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
         table.add_column(column)
     for t in trials:
-        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
+        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations),
+                      episode_return(t.episode_return_mean, 4))
     out.print(table)
     for t in trials:
         if t.policy:
