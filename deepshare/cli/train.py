@@ -11,6 +11,7 @@ from rich.console import Console
 
 from deepshare.cli.args import in_range, iteration_count, number, print_line, runner_count, seed_value
 from deepshare.cli.output import check_outputs, folder_outputs
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
@@ -131,7 +132,9 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
+    p = command(sub, "train", "train RL-base / RL-hybrid with RLlib PPO from a YAML config",
+                "deepshare train rllib_configs/rl_hybrid.yaml --out runs/rl_hybrid --iterations 120 --num-env-runners 2",
+                "deepshare train rllib_configs/rl_base_warm.yaml --init-from runs/bc/policy.pt --out runs/bc_ppo --eval-suite quick")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
@@ -149,7 +152,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="with --eval-suite: processes scoring the suite's cells (default 1)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
+    p = command(sub, "tune", "a Ray Tune grid sweep over a training config (one PPO run per combination)",
+                "deepshare tune rllib_configs/rl_hybrid.yaml --grid ppo.lr=0.0001,0.0003 --grid env.reward_scale=0.1,0.2 --iterations 20")
     p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
@@ -161,7 +165,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("imitate", help="behaviour cloning: fit the scorer to the anchor heuristic (srsf+packed) on a training config's env; no Ray")
+    p = command(sub, "imitate", "behaviour cloning: fit the scorer to a config's anchor heuristic on its env, then DAgger; no Ray",
+                "deepshare imitate rllib_configs/rl_unc_imitate.yaml --out runs/bc --episodes 192 --dagger-rounds 1")
     p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
     p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
     p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",
