@@ -10,6 +10,7 @@ from rich.table import Table
 
 from deepshare.cli.output import human, write_json
 from deepshare.core.errors import DeepShareError
+from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
 
 
@@ -111,6 +112,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
             err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
 
     err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
+    provenance = run_provenance(["deepshare", "evaluate", "--suite", str(args.suite), "--workers", str(workers)])
     result = run_suite(spec, workers=workers, progress=progress)
     shown = human(args.json, out, err)
     for table in cell_tables(result):
@@ -118,5 +120,5 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     shown.print(room_table(result))
     if spec.learned:
         shown.print(summary_table(result))
-    write_json(args.json, result.to_json(), out, "suite results")
+    write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
     return 0
