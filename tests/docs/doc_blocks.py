@@ -41,8 +41,9 @@ class Block:
 
 
 def markdown_files() -> list[Path]:
-    """The README and every page of the documentation (``docs/``), in a fixed order."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """The README, every page of the documentation (``docs/``) and the component READMEs."""
+    components = sorted({*(ROOT / "deepshare").rglob("README.md"), *(ROOT / "cluster_yamls").glob("README.md")})
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *components]
 
 
 def blocks(path: Path) -> list[Block]:

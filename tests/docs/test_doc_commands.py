@@ -30,7 +30,7 @@ def test_blocks_are_found_everywhere_and_both_kinds_exist() -> None:
     assert {"README.md", "docs/getting-started.md", "docs/simulator.md", "docs/learned-policies.md", "docs/scheduler.md",
             "docs/placement-service.md", "docs/deploying.md", "docs/writing-a-policy.md"} <= pages
     assert any(b.parse_only for b in BLOCKS) and any(b.parse_only is None for b in BLOCKS)
-    assert len(markdown_files()) > 10
+    assert len(markdown_files()) > 10 and ROOT / "deepshare" / "data" / "policies" / "README.md" in markdown_files()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.where)
