@@ -29,12 +29,13 @@ class Record:
     def add(self, name: str, value: float, unit: str, *, at_most: float | None = None,
             at_least: float | None = None, note: str = "") -> None:
         """One figure; ``at_most`` / ``at_least``: its target, if it has one."""
+        value = float(value)  # NumPy scalars compare to NumPy booleans, which JSON refuses
         target, met = None, None
         if at_most is not None:
             target, met = f"<= {at_most:g}", value <= at_most
         elif at_least is not None:
             target, met = f">= {at_least:g}", value >= at_least
-        self.measures.append({"name": name, "value": float(value), "unit": unit, "target": target, "met": met, "note": note})
+        self.measures.append({"name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note})
 
     def write(self) -> None:
         """Write the file (whole: a temporary file and a rename), if ``--json`` was given."""
