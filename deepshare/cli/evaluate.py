@@ -14,6 +14,7 @@ from deepshare.cli.args import (
 )
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.cli.ray_address import add_address_flag, joined
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load, mix_from_spec
 
@@ -82,7 +83,9 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("evaluate", help="compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON")
+    p = command(sub, "evaluate", "compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON",
+                "deepshare evaluate --trace deepshare/data/traces/deepshare-simulate-trace0.json --policies srsf+packed,rl-hybrid --seeds 3 --out runs/eval",
+                "deepshare evaluate --suite quick --workers 2 --json runs/suite/quick.json")
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
                    help="run a benchmark suite instead of one trace: a bundled one (loaded, quick, standard, tiny) or a suite YAML "

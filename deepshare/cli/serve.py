@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from deepshare.cli.args import listen_port, number, positive_int
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 
 # The values the flags show and bound, as plain constants: building the parser for any command
@@ -44,10 +45,11 @@ READY_LINE = "placement service ready"
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser(
-        "serve",
-        help="host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
-        description="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
+    p = command(
+        sub, "serve", "host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
+        "deepshare serve --policy rl-hybrid --port 8000",
+        "deepshare serve --policy srsf+packed --host 0.0.0.0 --replicas 2",
+        details="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
         f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set.",
     )
     p.add_argument("--policy", default="rl-hybrid", metavar="POLICY",

@@ -15,6 +15,7 @@ from deepshare.cli.args import (
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
 from deepshare.cli.ray_address import add_address_flag, joined
+from deepshare.cli.help import command
 
 
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -61,7 +62,9 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
+    p = command(sub, "simulate", "run one policy on a trace and print its report",
+                "deepshare simulate --trace deepshare/data/traces/deepshare-simulate-trace0.json --policy las+consolidated --json report.json",
+                "deepshare simulate --trace t.csv --policy srsf+packed --contention link --cluster a100-16")
     add_trace_args(p)
     p.add_argument("--policy", required=True, metavar="POLICY",
                    help="policy name, e.g. las+consolidated (see `deepshare policies`), or package.module:ClassOrFactory")
@@ -71,7 +74,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("compare", help="run several policies on one trace and print a table")
+    p = command(sub, "compare", "run several policies on one trace and print a table",
+                "deepshare compare --trace deepshare/data/traces/deepshare-simulate-trace0.json --policies las+spread,srsf+packed,rl-hybrid")
     add_trace_args(p)
     p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic)")
     add_address_flag(p, "the policies' runs")

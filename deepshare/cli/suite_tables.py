@@ -12,6 +12,7 @@ from rich.table import Table
 from deepshare.cli.output import human, write_json
 from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
+from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
 
 EXIT_FAILED_RUNS = 1
@@ -165,6 +166,9 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     with joined(address) as on_ray:
         where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
         err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
+        command = ["deepshare", "evaluate", "--suite", str(args.suite)]
+        command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
+        provenance = run_provenance(command)
         result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
     shown = human(args.json, out, err)
     for table in cell_tables(result):
@@ -175,7 +179,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         shown.print(costs)
     if spec.learned:
         shown.print(summary_table(result))
-    write_json(args.json, result.to_json(), out, "suite results")
+    write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
     failures = result.failures()
     if failures:
         cell, policy, error = failures[0]

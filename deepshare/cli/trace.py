@@ -11,6 +11,7 @@ from deepshare.cli.args import (
     offered_load, seed_value,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
 from deepshare.core.traces.feature_stats import describe
@@ -102,9 +103,11 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    trace = sub.add_parser("trace", help="generate or summarise traces")
+    trace = command(sub, "trace", "generate or summarise traces",
+                    "deepshare trace generate --jobs 200 --load 0.9 --nodes 4 --seed 1 --out t.csv", "deepshare trace stats t.csv")
     tsub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    p = tsub.add_parser("generate", help="write a synthetic trace (canonical CSV)")
+    p = command(tsub, "generate", "write a synthetic trace (canonical CSV)",
+                "deepshare trace generate --jobs 1000 --load 0.9 --nodes 16 --mix heavy --seed 1 --out t.csv")
     p.add_argument("--jobs", type=job_count, required=True, metavar="N", help="number of jobs")
     arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
     arrivals.add_argument("--rate", type=arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
@@ -130,7 +133,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--out", required=True, metavar="PATH", help="output CSV path (an existing file is replaced)")
     p.set_defaults(func=cmd_trace_generate)
 
-    p = tsub.add_parser("stats", help="summarise a trace")
+    p = command(tsub, "stats", "summarise a trace", "deepshare trace stats t.csv --json -")
     p.add_argument("path", metavar="TRACE")
     p.add_argument("--format", choices=FORMATS, help="force the trace format")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...", help="model mix for traces without model names")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.console import Console
@@ -11,12 +12,22 @@ from rich.console import Console
 from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number, print_line, runner_count, seed_value
 from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 IMITATE_FILES = ("policy.pt", "imitation.json")
 """Files `deepshare imitate` writes into its run folder."""
+
+
+NO_EPISODE = "no episode finished yet"
+"""What an iteration's return reads when none of its episodes finished (RLlib reports NaN)."""
+
+
+def episode_return(value: float, digits: int) -> str:
+    """A mean episode return for people: its digits, or :data:`NO_EPISODE` for RLlib's NaN."""
+    return f"{value:.{digits}f}" if math.isfinite(value) else NO_EPISODE
 
 
 def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -59,9 +70,9 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         task = bar.add_task(f"training {config.name}", total=total, ret="-")
 
         def report(iteration: int, n: int, row: dict[str, float]) -> None:
-            bar.update(task, completed=iteration, ret=f"{row['episode_return_mean']:.3f}")
+            bar.update(task, completed=iteration, ret=episode_return(row["episode_return_mean"], 3))
             if not err.is_terminal:
-                err.print(f"iteration {iteration}/{n}: episode return {row['episode_return_mean']:.4f}, "
+                err.print(f"iteration {iteration}/{n}: episode return {episode_return(row['episode_return_mean'], 4)}, "
                           f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
@@ -115,7 +126,8 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
         table.add_column(column)
     for t in trials:
-        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
+        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations),
+                      episode_return(t.episode_return_mean, 4))
     out.print(table)
     for t in trials:
         if t.policy:
@@ -141,7 +153,9 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
+    p = command(sub, "train", "train RL-base / RL-hybrid with RLlib PPO from a YAML config",
+                "deepshare train rllib_configs/rl_hybrid.yaml --out runs/rl_hybrid --iterations 120 --num-env-runners 2",
+                "deepshare train rllib_configs/rl_base_warm.yaml --init-from runs/bc/policy.pt --out runs/bc_ppo --eval-suite quick")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
@@ -166,7 +180,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "are Ray tasks on that cluster instead)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
+    p = command(sub, "tune", "a Ray Tune grid sweep over a training config (one PPO run per combination)",
+                "deepshare tune rllib_configs/rl_hybrid.yaml --grid ppo.lr=0.0001,0.0003 --grid env.reward_scale=0.1,0.2 --iterations 20")
     p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
@@ -178,7 +193,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("imitate", help="behaviour cloning: fit the scorer to the anchor heuristic (srsf+packed) on a training config's env; no Ray")
+    p = command(sub, "imitate", "behaviour cloning: fit the scorer to a config's anchor heuristic on its env, then DAgger; no Ray",
+                "deepshare imitate rllib_configs/rl_unc_imitate.yaml --out runs/bc --episodes 192 --dagger-rounds 1")
     p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
     p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
     p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",

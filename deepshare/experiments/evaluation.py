@@ -26,6 +26,14 @@ from deepshare.policies import make_policy
 SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
 
 
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """``{"mean", "min", "max"}`` of ``values``, the mean kept within [min, max]: NumPy's mean of
+    identical floats can land an ulp outside them (the mean of three 0.1s is above 0.1), and a
+    negative mean - min is an error bar matplotlib refuses."""
+    lo, hi = float(min(values)), float(max(values))
+    return {"mean": min(max(float(np.mean(values)), lo), hi), "min": lo, "max": hi}
+
+
 @dataclass(frozen=True)
 class Run:
     policy: str
@@ -56,7 +64,7 @@ class Evaluation:
                 if any(v is None for v in values):
                     out[policy][key] = {"mean": None, "min": None, "max": None}
                 else:
-                    out[policy][key] = {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+                    out[policy][key] = spread(values)
         return out
 
     def to_json(self) -> dict[str, object]:

@@ -1,5 +1,5 @@
 """The anchor heuristic's next launch on a partial decision: what the strongest heuristic
-(``srsf+packed`` by default, see the suite in the README) would launch next.
+(``srsf+packed`` by default; ``docs/learned-policies.md``) would launch next.
 
 The candidate encoding always offers this launch (so a learned scorer can imitate the
 heuristic), and RL-hybrid's safety net falls back to it when the scorer waits. It is the
