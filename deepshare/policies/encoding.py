@@ -70,6 +70,11 @@ class EncodingConfig:
     extra_features: tuple[str, ...] = ()
     """Optional columns after :data:`FEATURES` (:data:`~deepshare.policies.extra_features.EXTRA_FEATURES`,
     a subset in that order). Checkpoints exported before it existed load with none."""
+    offer_order: str = "srsf"
+    """The order (a registry order) whose first fitting jobs fill the offered rows beside the
+    oldest: ``srsf`` (remaining time x GPUs as the view says it), or e.g. ``bsrsf`` (the expected
+    remaining GPU-service from the estimate and the history). Checkpoints exported before it
+    existed load with ``srsf``."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -87,6 +92,8 @@ class EncodingConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}"
                                  f"{' (wait + one launch)' if least == 2 else ''}, got {value!r}")
+        if self.offer_order not in ORDERS:
+            raise ValueError(f"offer_order {self.offer_order!r} is unknown; expected one of {sorted(ORDERS)}")
         unknown = [g for g in self.generators if g not in PLACEMENTS]
         if unknown or not self.generators:
             raise ValueError(f"unknown placement generators {unknown}; expected some of {sorted(PLACEMENTS)}")
@@ -210,10 +217,11 @@ class Candidate(NamedTuple):
     placement: Placement | None
 
 
-OLDEST, SHORTEST = "fifo", "srsf"
-"""The orders whose first jobs a choice offers: submit time, then least remaining GPU-time
-(remaining time x GPUs); registry orders, so the decision's state keeps one sorted list per
-order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` reads the same one)."""
+OLDEST = "fifo"
+"""The order whose first jobs fill half the offered rows (submit time; the other half come from
+:attr:`EncodingConfig.offer_order`); registry orders, so the decision's state keeps one sorted
+list per order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` reads the
+same one as an ``srsf`` offer order)."""
 
 
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
@@ -221,7 +229,8 @@ def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     view = state.view
     chosen = state.head(("order", OLDEST), ORDERS[OLDEST][0](view), (config.jobs_considered + 1) // 2)
     ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
-    return chosen + state.head(("order", SHORTEST), ORDERS[SHORTEST][0](view), config.jobs_considered - len(chosen), ids)
+    shortest = config.offer_order
+    return chosen + state.head(("order", shortest), ORDERS[shortest][0](view), config.jobs_considered - len(chosen), ids)
 
 
 def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:

@@ -14,6 +14,17 @@ sees, after the base columns of every row:
 * ``next_finish_h``: the time left of the running job that ends first (log1p of hours; 0 when
   none runs), the same in every row: what waiting for freed GPUs would cost at the least.
 
+What a scheduler without oracles knows of a launch's job (0 on the wait row), for the
+``estimated`` and ``unknown`` information models (:mod:`deepshare.core.information`):
+
+* ``belief_left_h``: the job's expected remaining run time under the belief its estimate, the
+  history's forecast and the time it has run give together (log1p of hours;
+  :func:`deepshare.policies.posterior.expected_remaining_s`; the truth under ``exact``);
+* ``history_jobs``: how many finished jobs back the history's forecast for the job (log1p; 0
+  when none does);
+* ``history_spread``: their log run times' spread (0 with fewer than two);
+* ``has_estimate``: 1 when the job came with an estimate, else 0.
+
 Time left is a job's remaining work at its reference throughput over its current ratio (at
 least 0.01; a launch being decided: its remaining work). Checkpoints without extras encode exactly as before.
 """
@@ -25,7 +36,10 @@ from typing import Any, Sequence
 
 from deepshare.policies.step_state import StepState
 
-EXTRA_FEATURES = ("is_anchor", "neighbours_min_left_h", "neighbours_max_left_h", "next_finish_h")
+EXTRA_FEATURES = (
+    "is_anchor", "neighbours_min_left_h", "neighbours_max_left_h", "next_finish_h",
+    "belief_left_h", "history_jobs", "history_spread", "has_estimate",
+)
 """The optional columns, in the order a config's ``extra_features`` must list them (a subset)."""
 
 
@@ -57,9 +71,13 @@ class _NodeSpans:
     launches of this decision as they are chosen (the state's ``pending`` only grows, so each is
     folded in once: a step costs what it adds, not the decision so far)."""
 
-    __slots__ = ("spans", "first", "folded")
+    __slots__ = ("spans", "first", "folded", "jobs", "belief")
 
     def __init__(self, state: StepState) -> None:
+        self.jobs: dict[str, tuple[float, float, float, float]] = {}
+        """The job columns of each job asked about in this decision (they depend on the job alone)."""
+        self.belief: Any = None
+        """The decision's remaining-time belief (built on first use)."""
         self.spans: dict[int, tuple[float, float]] = {}
         self.first = math.inf
         for job in state.view.running:
@@ -93,6 +111,7 @@ def extra_columns(
     by_node = spans.spans
     next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
     columns = _columns(names)
+    about_jobs = any(name in _JOB_COLUMNS for name in names)
     out = []
     for i, row in enumerate(rows):
         low, high = math.inf, -math.inf
@@ -110,9 +129,32 @@ def extra_columns(
             _hours(low) if met else 0.0,
             _hours(high) if met else 0.0,
             next_finish,
-        )
+        ) + (_job_columns(spans, state, row.job) if about_jobs and row.job is not None else _NO_JOB)
         out.append(values if columns is None else tuple(values[c] for c in columns))
     return out
+
+
+_JOB_COLUMNS = ("belief_left_h", "history_jobs", "history_spread", "has_estimate")
+_NO_JOB = (0.0,) * len(_JOB_COLUMNS)
+
+
+def _job_columns(spans: _NodeSpans, state: StepState, job: Any) -> tuple[float, float, float, float]:
+    """The job's columns (see the module doc), remembered for the decision."""
+    found = spans.jobs.get(job.job_id)
+    if found is None:
+        from deepshare.policies.posterior import remaining_belief
+
+        view = state.view
+        if spans.belief is None:
+            spans.belief = remaining_belief(view)
+        forecast = view.history.forecast(job.gpus, job.user, job.group, job.vc)
+        found = spans.jobs[job.job_id] = (
+            _hours(spans.belief(job)),
+            math.log1p(forecast.jobs) if forecast is not None else 0.0,
+            forecast.spread if forecast is not None else 0.0,
+            0.0 if job.estimate_s is None else 1.0,
+        )
+    return found
 
 
 def _columns(names: tuple[str, ...]) -> tuple[int, ...] | None:

@@ -40,7 +40,7 @@ import numpy as np
 from deepshare.core.contention import CONTENTION_MODELS, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
-from deepshare.core.traces import generate, load, mix_preset
+from deepshare.core.traces import RecurrenceModel, generate, load, mix_preset
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.types import JobSpec
@@ -49,6 +49,7 @@ from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, P
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.extra_features import check_extra_features
 from deepshare.policies.learned import HybridRules, take
+from deepshare.policies.order import ORDERS
 
 FEATURE_BOUND = 50.0
 ORIGINAL_ROUND_S = 300.0
@@ -69,6 +70,9 @@ class EnvConfig:
     generated_mixes: tuple[str, ...] = ("random", "heavy", "medium", "low")
     generated_nodes: tuple[int, ...] = (4, 8, 16)
     """Cluster sizes (nodes of 8 GPUs of the testbed's type) for generated episodes."""
+    generated_recurrence: dict[str, Any] | None = None
+    """Generate episodes with users, recurring groups and time limits: the parameters of
+    :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: none."""
     contention: str = "profiled"
     reward: Literal["jct", "original"] = "jct"
     reward_scale: float = 1.0
@@ -97,6 +101,9 @@ class EnvConfig:
     extra_features: tuple[str, ...] = ()
     """Optional observation columns (:mod:`deepshare.policies.extra_features`); exported with the
     policy like ``max_wait_s``."""
+    offer_order: str = "srsf"
+    """The order whose first jobs fill the offered rows beside the oldest
+    (:attr:`~deepshare.policies.encoding.EncodingConfig.offer_order`); exported with the policy."""
     durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
     """Information models episodes draw from (one per episode; a YAML may give one name): what the
     policy's views carry of job lengths (:mod:`deepshare.core.information`). The shipped configs
@@ -123,6 +130,18 @@ class EnvConfig:
             raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
         if not 0.0 <= config.generated_fraction <= 1.0:
             raise DeepShareError(f"env config: generated_fraction must be in [0, 1], got {config.generated_fraction}")
+        if config.offer_order not in ORDERS:
+            raise DeepShareError(f"env config: offer_order {config.offer_order!r} is unknown; expected one of {sorted(ORDERS)}")
+        if config.generated_recurrence is not None:
+            if not isinstance(config.generated_recurrence, dict):
+                raise DeepShareError(f"env config: generated_recurrence must be a mapping of the recurrence model's "
+                                     f"parameters or null, got {config.generated_recurrence!r}")
+            try:
+                RecurrenceModel(**config.generated_recurrence)
+            except TypeError as exc:
+                raise DeepShareError(f"env config: generated_recurrence: {exc}") from None
+            except DeepShareError as exc:
+                raise DeepShareError(f"env config: generated_recurrence: {exc}") from None
         if config.anchor is not None:
             try:
                 check_anchor(config.anchor)
@@ -161,7 +180,7 @@ class EnvConfig:
     def encoding(self) -> EncodingConfig:
         return EncodingConfig(
             max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor,
-            max_wait_s=self.max_wait_s, extra_features=self.extra_features,
+            max_wait_s=self.max_wait_s, extra_features=self.extra_features, offer_order=self.offer_order,
         )
 
     @property
@@ -330,5 +349,6 @@ class DeepShareEnv(gym.Env):
             mix=mix_preset(str(rng.choice(cfg.generated_mixes))),
             duration_sigma=1.0,
             seed=int(rng.integers(2**31)),
+            recurrence=None if cfg.generated_recurrence is None else RecurrenceModel(**cfg.generated_recurrence),
         )
         return topology, list(trace.jobs)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from deepshare.policies.anchor import check_anchor
+from deepshare.policies.posterior import expected_remaining_s
 from deepshare.policies.encoding import FEATURES, JOB_FEATURES, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, _log_hours, _waiting_would_stall
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
@@ -163,11 +164,17 @@ def extra_columns(partial: PartialDecision, rows: list[Candidate], config: Encod
             nodes = set(row.placement.nodes)
             met = [left(j) for j in view.running if j.placement is not None and nodes & set(j.placement.nodes)]
             met += [j.remaining_s for j, p in pending if nodes & set(p.nodes)]
+        job = row.job
+        forecast = None if job is None else view.history.forecast(job.gpus, job.user, job.group, job.vc)
         values = {
             "is_anchor": float(i == 1 and pick is not None and (pick[0].job_id, pick[1].alloc) == (row.job.job_id, row.placement.alloc)),
             "neighbours_min_left_h": _log_hours(min(met)) if met else 0.0,
             "neighbours_max_left_h": _log_hours(max(met)) if met else 0.0,
             "next_finish_h": next_finish,
+            "belief_left_h": 0.0 if job is None else _log_hours(expected_remaining_s(job, view.history, view.durations)),
+            "history_jobs": math.log1p(forecast.jobs) if forecast is not None else 0.0,
+            "history_spread": forecast.spread if forecast is not None else 0.0,
+            "has_estimate": float(job is not None and job.estimate_s is not None),
         }
         out.append([values[name] for name in config.extra_features])
     return out

@@ -18,7 +18,9 @@ from deepshare.rl.env import EnvConfig
 from deepshare.serving.schemas import PlacementRequest
 from deepshare.serving.translate import request_to_view
 
-EXTRAS = EncodingConfig(max_candidates=8, jobs_considered=2, anchor=("srsf", "packed"), extra_features=EXTRA_FEATURES)
+TIME_EXTRAS = EXTRA_FEATURES[:4]
+"""The anchor and time-left columns (the job columns have a test of their own)."""
+EXTRAS = EncodingConfig(max_candidates=8, jobs_considered=2, anchor=("srsf", "packed"), extra_features=TIME_EXTRAS)
 PLAIN = EncodingConfig(max_candidates=8, jobs_considered=2, anchor=("srsf", "packed"))
 
 
@@ -90,7 +92,7 @@ def test_the_base_columns_are_those_of_an_encoding_without_extras():
     assert with_extras["observations"].shape == (8, len(FEATURES) + 4) and plain["observations"].shape == (8, len(FEATURES))
     assert np.array_equal(with_extras["observations"][:, : len(FEATURES)], plain["observations"])
     assert np.array_equal(with_extras["action_mask"], plain["action_mask"])
-    assert EXTRAS.features == FEATURES + EXTRA_FEATURES and PLAIN.features == FEATURES
+    assert EXTRAS.features == FEATURES + TIME_EXTRAS and PLAIN.features == FEATURES
 
 
 def test_without_an_anchor_no_row_is_marked():
@@ -115,7 +117,7 @@ def test_a_policy_file_with_extras_loads_and_decides(tmp_path):
 
     path = write_policy_file(tmp_path / "x.pt", {}, EXTRAS)
     policy = make_policy(f"rl-base={path}")
-    assert policy.encoding.extra_features == EXTRA_FEATURES
+    assert policy.encoding.extra_features == TIME_EXTRAS
     decision = policy.decide(view())
     assert {launch.job_id for launch in decision.launch} <= {"a", "b"}
 
@@ -166,3 +168,32 @@ def test_a_file_with_a_bad_encoding_is_refused_in_one_line_naming_it(tmp_path, c
     torch.save(doc, path)
     with pytest.raises(DeepShareError, match=f"policy checkpoint {path}: {says}"):
         make_policy(f"rl-base={path}")
+
+
+def test_the_job_columns_say_what_the_estimate_and_the_history_say():
+    """belief_left_h, history_jobs, history_spread and has_estimate on a hand-made request: a's
+    group ran twice (1,000 s and 4,000 s); b has only a time limit; the wait row has zeros."""
+    from deepshare.policies.posterior import expected_remaining_s
+
+    doc = {
+        "now": 100.0,
+        "nodes": [{"name": "n0", "gpus": 8, "free_gpus": 8}],
+        "pending": [
+            {"job_id": "a", "model": "FSDP", "gpus": 2, "submitted_at": 10.0, "group": "g"},
+            {"job_id": "b", "model": "FSDP", "gpus": 4, "submitted_at": 20.0, "requested_s": 900.0},
+        ],
+        "history": [{"gpus": 2, "run_s": 1000.0, "group": "g"}, {"gpus": 2, "run_s": 4000.0, "group": "g"}],
+    }
+    v = request_to_view(PlacementRequest.model_validate(doc), default_catalog(), make_contention("profiled"))
+    config = EncodingConfig(max_candidates=8, jobs_considered=2, anchor=None, extra_features=EXTRA_FEATURES[4:])
+    got = table(PartialDecision(v), config)
+    a, b = v.queued
+    assert got[(None, None)] == (0.0, 0.0, 0.0, 0.0)
+    a_row = next(value for key, value in got.items() if key[0] == "a")
+    b_row = next(value for key, value in got.items() if key[0] == "b")
+    spread = abs(math.log(4000.0) - math.log(1000.0)) / 2  # two runs: log-sd about their mean
+    assert a_row == tuple(np.round(np.float32([hours(expected_remaining_s(a, v.history)), math.log1p(2), spread, 0.0]), 6))
+    assert b_row[1:] == tuple(np.round(np.float32([math.log1p(2), spread, 1.0]), 6))  # any job: the two runs of g
+    assert b_row[0] == round(np.float32(hours(expected_remaining_s(b, v.history))), 6)
+    # the belief lies between what the estimate and the history say
+    assert 900.0 < expected_remaining_s(b, v.history) < 2000.0

@@ -106,7 +106,7 @@ def rate_for_load(
     if gpu_duration_corr == 0:
         total = math.fsum(demand.values())
         mean_gpus = math.fsum(g * w for g, w in demand.items()) / total
-        mean_gpu_s = mean_gpus * median_duration_s * math.exp(duration_sigma**2 / 2)
+        mean_gpu_s = mean_gpus * (median_duration_s * math.exp(duration_sigma**2 / 2))  # the pre-recurrence rounding
     else:
         mean_gpu_s = mean_gpu_seconds(demand, median_duration_s, duration_sigma, gpu_duration_corr)
     return load * total_gpus / mean_gpu_s
