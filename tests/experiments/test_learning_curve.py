@@ -55,7 +55,7 @@ def test_the_heuristics_run_once_then_only_the_learned_policy(monkeypatch, tmp_p
     assert [r["policy_file"] for r in rows] == ["curve/iter_0000.pt", "curve/iter_0005.pt"]
     assert rows[1]["env_steps_lifetime"] == "500.0" and rows[0]["suite"] == "tiny" and rows[0]["policy"] == "rl-base"
     assert rows[0]["geomean_avg_jct_ratio"] == rows[1]["geomean_avg_jct_ratio"]  # the same file scores the same
-    assert int(rows[0]["cells"]) == 2 and (tmp_path / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int(rows[0]["cells"]) == 4 and (tmp_path / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # 2 scenarios x exact, estimated
     summary = curve.score(DAGGER)  # the row carries the summary's distance to the bound and the pooled ideal
     for key in ("geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled"):
         assert summary[key] is not None and float(rows[0][key]) == pytest.approx(summary[key])

@@ -38,7 +38,7 @@ def small(tmp_path):
 def test_grid_is_every_combination_with_seeds_above_training():
     spec = load_suite("standard")
     grid = cells(spec)
-    assert len(grid) == 3 * 2 * 2 * 2 * 2 == len(set(grid))
+    assert len(grid) == 3 * 2 * 2 * 2 * 2 * 3 == len(set(grid))  # x 3 information models
     assert {c.load for c in grid} == {0.7, 1.0, 1.3} and {c.mix for c in grid} == {"random", "heavy"}
     assert {(c.nodes, c.gpus_per_node) for c in grid} == {(16, 8), (64, 8)}
     assert {c.contention for c in grid} == {"profiled", "link"}
@@ -216,11 +216,16 @@ def test_loaded_is_a_bundled_suite_of_the_quick_grid_with_long_queues():
     assert {"tiny", "quick", "standard", "loaded"} <= set(suite_names())
     spec, quick = load_suite("loaded"), load_suite("quick")
     grid = cells(spec)
-    assert len(grid) == 2 * 2 * 2 == len(set(grid)) and {c.load for c in grid} == {1.0, 1.3}
+    assert len(grid) == 2 * 2 * 2 * 3 == len(set(grid)) and {c.load for c in grid} == {1.0, 1.3}
     assert spec.jobs_per_node == 25 and spec.heuristics == quick.heuristics
     assert set(spec.learned) == {"rl-base", "rl-hybrid", "rl-hybrid-preempt"}
+    assert {c.durations for c in grid} == {"exact", "estimated", "unknown"}
+    # the field's baselines for unknown durations are there, with +preempt
+    assert {"qssf+uncontended+preempt", "gittins+uncontended+preempt", "las+uncontended+preempt",
+            "srsf+uncontended+preempt"} <= set(spec.heuristics)
     cell = Cell(1.0, "heavy", 16, 8, "link", SUITE_SEED_BASE)
-    assert len(cell_trace(spec, cell)) == 400
+    jobs = cell_trace(spec, cell)
+    assert len(jobs) == 400 and all(j.user and j.group for j in jobs) and not any(j.requested_s for j in jobs)
 
 
 @pytest.mark.parametrize("command", ["evaluate", "train"])
