@@ -99,6 +99,7 @@ class EstimateError(NamedTuple):
 
 
 _ESTIMATE_KEY = ("estimate", ())
+_UNASKED = object()
 
 
 class _Moments:
@@ -182,6 +183,24 @@ class JobHistory:
             var = max(0.0, m.ss / m.n - mean * mean)
             return Forecast(math.exp(mean), m.n, math.sqrt(var), "+".join(level) or "any")
         return None
+
+    def level_spread(self, level: str) -> float | None:
+        """The pooled spread of log run times *within* the keys of a forecast level (``group``,
+        ``user+gpus``, ...): how far a job typically lies from the others of its group, user or
+        size. None until some key of the level has two jobs. What a forecast from that level is
+        worth: a group's runs are alike, a user's jobs much less so."""
+        self._index()
+        memo = self.memo()
+        found = memo.get(("level-spread", level), _UNASKED)
+        if found is _UNASKED:
+            fields = () if level == "any" else tuple(level.split("+"))
+            within = dof = 0.0
+            for (lvl, _), m in self._moments.items():
+                if lvl == fields and m.n >= 2:
+                    within += max(0.0, m.ss - m.s * m.s / m.n)  # n x the key's variance
+                    dof += m.n - 1
+            found = memo[("level-spread", level)] = math.sqrt(within / dof) if dof else None
+        return found
 
     def estimate_error(self) -> EstimateError:
         """Bias and spread of the window's finished jobs' ``log(run / estimate)`` (zeros when no

@@ -11,8 +11,10 @@ time ``L = log D``:
   once :data:`MIN_CALIBRATION` of them had an estimate, else unbiased with spread
   :data:`~deepshare.core.information.DEFAULT_ESTIMATE_ERROR`;
 * the history's forecast for the job's group, user or size (:meth:`JobHistory.forecast`):
-  ``L ~ N(log forecast, s^2 (1 + 1/n))``, its spread ``s`` shrunk towards :data:`PRIOR_SPREAD`
-  by one pseudo-job (one run of a recurring group says little about the next run's spread);
+  ``L ~ N(log forecast, s^2 (1 + 1/n))``, with ``s`` the spread of run times within the keys of
+  that level pooled over the history (:meth:`JobHistory.level_spread`: how alike a group's runs,
+  or a user's jobs, have been on this cluster), or :data:`PRIOR_SPREAD` before any key of the
+  level had two jobs;
 * neither: the flat prior ``N(log UNKNOWN_PRIOR_S, PRIOR_SPREAD^2)``.
 
 The two are combined by their precisions (a normal prior times a normal likelihood), and the
@@ -70,9 +72,9 @@ def belief(job: JobView, history: JobHistory, calibration: tuple[float, float] |
         terms.append((math.log(job.estimate_s) + bias, spread))
     forecast = history.forecast(job.gpus, job.user, job.group, job.vc)
     if forecast is not None:
-        n = forecast.jobs
-        shrunk = (n * forecast.spread ** 2 + PRIOR_SPREAD ** 2) / (n + 1)
-        terms.append((math.log(forecast.run_s), max(MIN_SPREAD, math.sqrt(shrunk * (1 + 1 / n)))))
+        spread = history.level_spread(forecast.level)
+        spread = PRIOR_SPREAD if spread is None else spread
+        terms.append((math.log(forecast.run_s), max(MIN_SPREAD, spread * math.sqrt(1 + 1 / forecast.jobs))))
     if not terms:
         return _LOG_PRIOR, PRIOR_SPREAD
     precision = sum(1.0 / (s * s) for _, s in terms)

@@ -179,3 +179,28 @@ def test_estimate_error_is_the_bias_and_spread_of_log_run_over_estimate_in_the_w
     assert spread == pytest.approx(abs(math.log(4.0) - math.log(0.5)) / 2)
     with pytest.raises(DeepShareError, match="estimate_s must be a positive number"):
         done("x", 5.0, estimate_s=0.0)
+
+
+def test_level_spread_pools_the_spread_within_the_keys_of_a_level():
+    history = JobHistory([
+        done("a", 100.0, group="g1"), done("b", 400.0, group="g1"),   # log-spread within g1: log 2
+        done("c", 1000.0, group="g2"), done("d", 1000.0, group="g2"),  # within g2: 0
+        done("e", 50.0, group="g3"),                                   # one run: no spread to pool
+    ])
+    # pooled: (2 x (log 2)^2 + 0) / ((2 - 1) + (2 - 1)) = (log 2)^2
+    assert history.level_spread("group") == pytest.approx(math.log(2.0))
+    assert history.level_spread("user") is None  # no job names a user
+    assert history.level_spread("any") == pytest.approx(np.std(np.log([100, 400, 1000, 1000, 50]), ddof=1))
+
+
+def test_the_belief_trusts_a_tight_group_over_a_loose_estimate():
+    from deepshare.policies.posterior import belief
+
+    # groups whose runs are alike (run times within 10%), and a job of g1 whose estimate says 10x less
+    runs = [done(f"{g}-{i}", base * (1.1 if i % 2 else 1.0), group=g) for g, base in (("g1", 1000.0), ("g2", 5000.0))
+            for i in range(4)]
+    history = JobHistory(runs)
+    mu, sigma = belief(jv("x", group="g1", estimate=100.0), history)
+    assert math.log(900.0) < mu < math.log(1100.0) and sigma < 0.1  # the group wins: its spread is ~0.05
+    mu, sigma = belief(jv("y", estimate=100.0), history)  # a one-off: the estimate and the population compromise
+    assert math.log(100.0) < mu < math.log(2500.0)
