@@ -62,6 +62,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
         assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "durations",
+                             "contention_knowledge", "learned_over_exact",
                              "best_heuristic", "best_avg_jct_s", "cost_of_not_knowing", "jct_bound_s",
                              "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled", "results", "ratios"}
         assert cell["durations"] == "estimated" and cell["cost_of_not_knowing"] is None  # the default; no exact run
