@@ -205,3 +205,27 @@ def serving(app):
         server.should_exit = True
         thread.join(timeout=5)
         sock.close()
+
+
+def test_the_live_scheduler_migrates_a_job_slow_for_a_window(tmp_path):
+    from deepshare.policies.migrate import MIGRATE_WINDOW_S, Migrating
+
+    clock = Clock()
+    journal = Journal(tmp_path / "state", clock=clock)
+    fake = FakeLauncher({"node0": 4, "node1": 4, "node2": 4})
+    policy = Migrating("scripted+migrate", Scripted(Decision(launch=(Launch("a-1", SPLIT), Launch("b-2", SPLIT)))))
+    learning = LiveLearning(tmp_path / "state", make_contention("profiled"), CATALOG)
+    loop = ControlLoop(journal, policy, CATALOG, make_contention("profiled"), LoopConfig(interval_s=0.01, preempt_grace_s=1.0),
+                       launcher=fake, learning=learning)
+    a, b = submit(journal, clock, "a", 4, "FSDP"), submit(journal, clock, "b", 4, "FSDP")
+    assert loop.tick().launched == (a, b)
+    clock.t += 1.0
+    assert loop.tick().migrated == ()  # slow (0.64) from now on, not yet for a window
+    clock.t += MIGRATE_WINDOW_S
+    report = loop.tick()
+    # a moves to the free node; b, then alone on nodes 0 and 1, consolidates onto node 0
+    assert report.migrated == (a, b) and report.launched == (a, b)
+    assert fake.launches[-2:] == [(a, 2, (("node2", 4),)), (b, 2, (("node0", 4),))]
+    assert [t.reason for t in journal.transitions(a)][-2:] == ["migrating", "launched"]
+    clock.t += 1.0
+    assert loop.tick().migrated == ()  # both run alone now, and neither may move again within its window
