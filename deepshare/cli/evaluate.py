@@ -82,7 +82,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = sub.add_parser("evaluate", help="compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON")
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
-                   help="run a benchmark suite instead of one trace: a bundled one (loaded, quick, standard, tiny) or a suite YAML "
+                   help="run a benchmark suite instead of one trace: a bundled one (learned, learned-long, loaded, quick, standard, tiny) or a suite YAML "
                    "(deepshare/experiments/suite.py); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic")
     p.add_argument("--workers", type=in_range(int, 1, 64, "processes"), default=1,
