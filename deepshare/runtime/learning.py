@@ -35,7 +35,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import Topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog
-from deepshare.runtime.journal import Journal, Measurement, measurements
+from deepshare.runtime.journal import Journal, Measurement
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def fit_document(learner: ContentionLearner, seen: Sequence[Observation], versio
 def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: int = 0,
                      runs: int = REFIT_RUNS) -> tuple[ContentionLearner, dict[str, object]]:
     """A learner fitted to ``journal``'s latest ``runs`` measured runs, and its document."""
-    seen = observations(measurements(journal, runs), catalog)
+    seen = observations(journal.measurements(runs), catalog)
     learner = ContentionLearner()
     learner.fit_all(seen)
     return learner, fit_document(learner, seen, version, journal.now(), prior)
