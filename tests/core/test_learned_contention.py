@@ -210,3 +210,15 @@ def test_link_loads_and_background_on_the_link_model():
     state.add(across)
     with pytest.raises(DeepShareError, match="before any job"):
         state.set_background({"node0/nic": 0.5})
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.01, 1.0), st.floats(0.01, 2.0)), min_size=1, max_size=30),
+       st.floats(0.001, 1.0), st.floats(0.001, 1.0))
+def test_learned_ratios_stay_in_range_and_keep_the_priors_order(reports, r1, r2):
+    learner = ContentionLearner()
+    learner.fit_all(Observation("m", prior, measured) for prior, measured in reports)
+    lo, hi = sorted((r1, r2))
+    a, b = learner.correct("m", lo), learner.correct("m", hi)
+    assert 0 < a <= b <= 1  # a more contended prior stays more contended
+    assert learner.correct("m", 1.0) == 1.0
