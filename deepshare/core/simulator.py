@@ -31,7 +31,7 @@ import math
 import weakref
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import predictor, RunningJob
@@ -39,7 +39,6 @@ from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
 from deepshare.core.history import FinishedJob, JobHistory
 from deepshare.core.information import ESTIMATE_FLOOR_S, EXACT, UNKNOWN_PRIOR_S, InformationModel, estimate_of
-from deepshare.core.knowledge import LazyLoads, SimulatedKnowledge, world_loads
 from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, UtilTimeline, report_from_columns
 from deepshare.core.nodepool import SimNodePool
 from deepshare.core.pending import PendingJobs, QueueLog
@@ -47,11 +46,21 @@ from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
 from deepshare.core.view import ClusterView, JobView, LazyJobs, PredictFn
+
+if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
+    from deepshare.core.knowledge import SimulatedKnowledge
 from deepshare.core.workloads import Catalog, default_catalog
 
 
 _LEAST_WORK_S = 1e-9
 """Work given to a known job whose remaining time reads 0 in a view (a job spec needs some)."""
+
+
+def _lazy_loads(read: Callable[[], dict[str, float]]) -> Mapping[str, float]:
+    """``view.link_load`` read from the world on first use (learned contention only)."""
+    from deepshare.core.knowledge import LazyLoads
+
+    return LazyLoads(read)
 
 
 def _next_round(now: float, round_s: float) -> float:
@@ -354,8 +363,9 @@ class Simulator:
         self.knowledge: SimulatedKnowledge | None = None
         """Under learned contention: the learned model, its reports and its error log."""
         self._link_loads = None
-        if information.learns_contention:
+        if information.learns_contention:  # imported here: an exact run never loads the learner
             from deepshare.core.contention.world import shipped_of
+            from deepshare.core.knowledge import SimulatedKnowledge, world_loads
 
             self.knowledge = SimulatedKnowledge(prior or shipped_of(contention), topology, self.catalog, information)
             self._link_loads = world_loads(self._state)
@@ -584,7 +594,7 @@ class Simulator:
             predict=self._predict,
             durations=self.information.durations,
             history=self.history,
-            **({} if self._link_loads is None else {"link_load": LazyLoads(self._link_loads)}),
+            **({} if self._link_loads is None else {"link_load": _lazy_loads(self._link_loads)}),
         )
 
     def _release_pending(self) -> None:
