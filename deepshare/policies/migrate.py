@@ -24,6 +24,8 @@ A running job is moved when all of these hold (each a named constant below):
 The slow-since times live in the wrapper (one per policy object, shared by the threads that
 decide with it): a fresh object (a new run, a restarted service replica) starts each job's
 window at the first decision it sees it slow, so it can only move a job later, never sooner.
+They depend on the views alone (a decision on the same view twice gives the same moves): a moved
+job keeps its slow-since time, and the run window is what keeps it from moving again too soon.
 Decision points are what the run offers: the simulator decides when jobs are queued.
 """
 
@@ -141,7 +143,6 @@ class MigrationRule:
             target.take(free)
             pending.append((job, target))
             chosen.append(Migrate(job.job_id, target))
-            slow_since.pop(job.job_id, None)
         return tuple(chosen)
 
 
