@@ -229,3 +229,21 @@ def test_the_live_scheduler_migrates_a_job_slow_for_a_window(tmp_path):
     assert [t.reason for t in journal.transitions(a)][-2:] == ["migrating", "launched"]
     clock.t += 1.0
     assert loop.tick().migrated == ()  # both run alone now, and neither may move again within its window
+
+
+def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own_reports(tmp_path):
+    state = tmp_path / "state"
+    clock, journal, fake, learning, loop = rig(state, make_policy("fifo+consolidated"))
+    a = submit(journal, clock, "a", 2, "my-new-net")  # no such model: the catalog's default proxy stands in
+    loop.tick()
+    proxy = CATALOG.throughput("my-new-net", 2, 1)
+    assert proxy == CATALOG.throughput(CATALOG.resolve("my-new-net"), 2, 1)
+    assert journal.get(a).predicted_throughput == pytest.approx(proxy)
+    fake.report(a, samples=1.0, step=1, throughput=proxy / 2)
+    clock.t += 20.0
+    loop.tick()
+    assert set(learning.latest["models"]) == {"my-new-net"}  # its own fit; the proxy's model is untouched
+    place = Placement(((1, 2),))
+    assert learning.predicted_throughput("my-new-net", place, 1.0) < proxy
+    proxied = CATALOG.resolve("my-new-net")
+    assert learning.predicted_throughput(proxied, place, 1.0) == pytest.approx(CATALOG.throughput(proxied, 2, 1))
