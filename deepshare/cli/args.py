@@ -13,7 +13,10 @@ from typing import Any, Callable, Sequence
 
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
-from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
+from deepshare.core.information import (
+    CONTENTION_KNOWLEDGE, DEFAULT_CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS,
+    MAX_ESTIMATE_ERROR, InformationModel,
+)
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology, load_topology, preset_names, uniform
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
@@ -76,6 +79,7 @@ offered_load = in_range(float, 0, 100, low_open=True)
 duration_seconds = in_range(float, 1, 1e9, "seconds")
 duration_sigma = in_range(float, 0, 5)
 estimate_sigma = in_range(float, 0, MAX_ESTIMATE_ERROR, "(a lognormal sigma)")
+perturb_spread = in_range(float, 0, 0.95, "(each model's sensitivity drawn within 1 +- S)")
 seed_value = in_range(int, 0, 2**63 - 1)
 seed_count = in_range(int, 1, 1000, "seeds")
 fold_count = in_range(int, 2, 100, "folds")
@@ -134,6 +138,14 @@ def add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contention", choices=sorted(CONTENTION_MODELS), default="profiled",
                    help="profiled (measured pairwise table), link (bandwidth sharing on links) or none; default profiled")
     p.add_argument("--link-params", metavar="JSON", help="with --contention link: parameters from `deepshare calibrate --out`")
+    g = p.add_argument_group("the simulated world's contention, when it should differ from the model the scheduler knows")
+    g.add_argument("--perturb-contention", type=perturb_spread, metavar="S",
+                   help="run the simulation on the contention model with each model's sensitivity drawn within "
+                   "[1-S, 1+S] of the shipped one (seeded by --perturb-seed); the policies still start from the shipped model")
+    g.add_argument("--perturb-seed", type=seed_value, default=0, metavar="N", help="seed of --perturb-contention (default 0)")
+    g.add_argument("--true-params", metavar="JSON",
+                   help="with --contention link: run the simulation on these link parameters (a `deepshare calibrate --out` "
+                   "file) while the policies start from the shipped ones (or --link-params)")
     p.add_argument("--round-s", type=round_seconds, metavar="S", help="extra decision points every S seconds (original: 300)")
     p.add_argument("--preempt-overhead-s", type=overhead_seconds, default=SimConfig.preempt_overhead_s, metavar="S",
                    help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
@@ -153,6 +165,10 @@ def add_information_args(p: argparse.ArgumentParser, history: bool = True) -> No
     g.add_argument("--estimate-error", type=estimate_sigma, default=DEFAULT_ESTIMATE_ERROR, metavar="SIGMA",
                    help=f"with --durations estimated: lognormal sigma of the drawn estimates (default {DEFAULT_ESTIMATE_ERROR:g}, "
                    "close to the Helios predictor's error); drawn with the run's --seed")
+    g.add_argument("--contention-knowledge", choices=CONTENTION_KNOWLEDGE, default=DEFAULT_CONTENTION_KNOWLEDGE,
+                   help="exact: predictions from the simulation's own contention model (the artifact's oracle); learned: from a "
+                   "model fitted online to the running jobs' measured throughputs, starting from the shipped parameters "
+                   f"(deepshare/core/contention/learned.py). Default {DEFAULT_CONTENTION_KNOWLEDGE}")
     if history:
         g.add_argument("--history", metavar="TRACE",
                        help="past finished jobs (any trace format; their durations as run times) that history-based "
@@ -173,7 +189,9 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return load(args.trace, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
 
 
-def contention_model(args: argparse.Namespace) -> ContentionModel:
+def prior_model(args: argparse.Namespace) -> ContentionModel:
+    """The contention model the policies know (``--contention``, ``--link-params``): the shipped
+    one they start from under ``--contention-knowledge learned``."""
     if args.link_params is None:
         return make_contention(args.contention)
     if args.contention != "link":
@@ -183,10 +201,33 @@ def contention_model(args: argparse.Namespace) -> ContentionModel:
     return make_contention("link", link_catalog=load_link_catalog(args.link_params))
 
 
+def contention_model(args: argparse.Namespace) -> ContentionModel:
+    """The model the simulation runs: the known one, perturbed (``--perturb-contention``) or
+    replaced by true parameters (``--true-params``)."""
+    known = prior_model(args)
+    perturb, true_params = getattr(args, "perturb_contention", None), getattr(args, "true_params", None)
+    if perturb is not None and true_params is not None:
+        raise DeepShareError("give at most one of --perturb-contention and --true-params")
+    if perturb is not None:
+        from deepshare.core.contention.world import PerturbedContention
+
+        return flagged("--perturb-contention", lambda s: PerturbedContention(known, s, args.perturb_seed), perturb)
+    if true_params is not None:
+        if args.contention != "link":
+            raise DeepShareError("--true-params needs --contention link")
+        from deepshare.core.contention.link import load_link_catalog
+        from deepshare.core.contention.world import KnownWorld
+
+        world = make_contention("link", link_catalog=flagged("--true-params", load_link_catalog, true_params))
+        return KnownWorld(world, known)
+    return known
+
+
 def information_model(args: argparse.Namespace, seed: int = 0) -> InformationModel:
-    """The run's information model from ``--durations`` and ``--estimate-error``, drawing its
-    estimates with ``seed``."""
-    return InformationModel(args.durations, args.estimate_error, seed)
+    """The run's information model from ``--durations``, ``--estimate-error`` and
+    ``--contention-knowledge``, drawing its estimates (and measurement noise) with ``seed``."""
+    return InformationModel(args.durations, args.estimate_error, seed,
+                            contention_knowledge=getattr(args, "contention_knowledge", DEFAULT_CONTENTION_KNOWLEDGE))
 
 
 def past_history(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -218,6 +259,7 @@ def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[s
         "--trace": args.trace,
         "--cluster": getattr(args, "cluster", None),
         "--link-params": getattr(args, "link_params", None),
+        "--true-params": getattr(args, "true_params", None),
         "--history": getattr(args, "history", None),
         "--config": getattr(args, "config", None),
         "--policy": policy_files(policies),

@@ -1,4 +1,5 @@
-"""``deepshare calibrate``: fit the link contention model to measured profiles and report the fit."""
+"""``deepshare calibrate``: fit the link contention model to measured profiles and report the fit,
+or (``--from-state DIR``) fit the learned contention model to a live scheduler's journal."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.core.contention.link.samples import load_samples
     from deepshare.core.workloads import load_profiles
 
-    if (args.profiles is None) == (args.samples is None):
-        raise DeepShareError("give exactly one of --profiles DIR and --samples CSV")
+    if sum(x is not None for x in (args.profiles, args.samples, args.from_state)) != 1:
+        raise DeepShareError("give exactly one of --profiles DIR, --samples CSV and --from-state DIR")
+    if args.from_state is not None:
+        return cmd_calibrate_from_state(args, out, err)
     check_outputs({"--json": args.json, "--out": args.out},
                   {"--profiles": folder_outputs(args.profiles, PROFILE_FILES), "--samples": args.samples})
     profiles = load_profiles(args.profiles) if args.profiles else load_samples(args.samples)
@@ -60,6 +63,49 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Fit the learned contention model to the journal in ``--from-state`` (read only; a running
+    scheduler may keep writing it) exactly as the scheduler's refit does, and report it."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.workloads import default_catalog
+    from deepshare.runtime.journal import JOURNAL_FILE, Journal
+    from deepshare.runtime.learning import fit_from_journal
+
+    folder = Path(args.from_state)
+    journal_path = folder / JOURNAL_FILE
+    check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)]})
+    if not journal_path.is_file():
+        raise DeepShareError(f"--from-state {folder}: no journal ({journal_path} does not exist)")
+    journal = Journal(folder)
+    try:
+        _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention).name)
+    finally:
+        journal.close()
+    shown = human(args.json, out, err)
+    shown.print(f"learned contention fitted to {doc['runs']} measured run(s) of {journal_path}: ratio MAE "
+                f"{_mae(doc['mae_learned'])} (the {doc['prior']} prior's {_mae(doc['mae_prior'])})",
+                markup=False, highlight=False, soft_wrap=True)
+    table = Table(header_style="bold")
+    for col in ("model", "isolated x", "contention exponent", "reports", "contended"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, fit in doc["models"].items():  # type: ignore[union-attr]
+        table.add_row(escape(name), f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
+                      f"{fit['contended']:.0f}")
+    shown.print(table)
+    write_json(args.json, doc, out, "contention fit")
+    if args.out:
+        write_text_atomic(args.out, json.dumps(doc, indent=2) + "\n", "contention fit")
+    return 0
+
+
+def _mae(value: object) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = command(sub, "calibrate", "fit the link contention model to measured profiles and report the fit",
                 "deepshare calibrate --profiles deepshare/data/profiles --json fit.json --out my_params.json",
@@ -69,6 +115,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        "finished fit otherwise. On the shipped profiles it needs about 330 CPU-seconds (about 3 minutes on 2 idle cores).")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
     p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/contention/link/samples.py)")
+    p.add_argument("--from-state", metavar="DIR",
+                   help="instead: fit the learned contention model (deepshare/core/contention/learned.py) to the measured vs "
+                   "predicted throughputs in a live scheduler's journal, as its refit does (read only)")
+    p.add_argument("--contention", choices=("profiled", "link"), default="profiled",
+                   help="with --from-state: the shipped model the scheduler predicted with (default profiled)")
     add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")
     p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params (an existing file is replaced)")
     p.add_argument("--folds", type=fold_count, default=5, help="cross-validation folds, 2..100 (default 5)")

@@ -107,6 +107,8 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.experiments.autoscale_tables import autoscale_table
 
     check_outputs({"--json": args.json, "--plot": args.plot}, sim_inputs(args, [args.policy]))
+    if getattr(args, "contention_knowledge", "exact") != "exact":
+        raise DeepShareError("--contention-knowledge learned: not supported with an autoscaled cluster yet")
     names = parse_autoscalers(args.autoscaler)
     check_policies([args.policy], "--policy")
     spec = load_config(args.config)

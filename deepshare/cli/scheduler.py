@@ -1,5 +1,5 @@
 """``deepshare scheduler start``, ``deepshare submit``, ``deepshare jobs``, ``deepshare cancel``,
-``deepshare logs``.
+``deepshare logs``, ``deepshare contention``.
 
 Only :func:`register` is public: :func:`deepshare.cli.build_parser` calls it with its subparsers. Every
 handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
@@ -60,6 +60,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
         host=args.host, port=args.port, max_gpus=args.max_gpus,
         allowed_hosts=tuple(args.allowed_host or ()),
+        contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
                         max_launch_attempts=args.max_launch_attempts),
@@ -180,6 +181,32 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
     return 0
 
 
+def cmd_contention(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """Show the scheduler's learned contention model: its version, error and per-model fits."""
+    check_outputs({"--json": args.json}, _state_files(args))
+    doc = _client(args).contention()
+    if args.json:
+        write_json(args.json, doc, out, "contention fit")
+        if to_stdout(args.json):
+            return 0
+    from rich.table import Table
+
+    fitted = "never" if doc.get("fitted_at") is None else f"at {doc['fitted_at']:.0f}"
+    print_line(out, f"contention fit v{doc.get('version', 0)} over the {doc.get('prior')} model, {fitted}, from "
+                    f"{doc.get('runs', 0)} run(s): ratio MAE {_fmt(doc.get('mae_learned'), '.4f')} "
+                    f"(the prior's {_fmt(doc.get('mae_prior'), '.4f')}); refit every {doc.get('refit_s', 0):g} s")
+    models = doc.get("models") or {}
+    if models:
+        table = Table(header_style="bold")
+        for col in ("model", "isolated x", "contention exponent", "reports", "contended"):
+            table.add_column(col, justify="left" if col == "model" else "right")
+        for name, fit in models.items():
+            table.add_row(name, f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
+                          f"{fit['contended']:.0f}")
+        out.print(table)
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace, out: Any, err: Any) -> int:
     status, job = _client(args).cancel(args.id)
     print_line(out, f"cancelled {job.id}" if status == 200 else f"cancelling {job.id}: asked it to checkpoint and stop")
@@ -220,7 +247,7 @@ def _url(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``scheduler start``, ``submit``, ``jobs``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
+    """Add ``scheduler start``, ``submit``, ``jobs``, ``contention``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
     sched = command(subparsers, "scheduler", "the live scheduler: run jobs on a Ray cluster under a policy",
                     "deepshare scheduler start --local --nodes 2 --gpus-per-node 4 --state runs/sched")
     sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)
@@ -253,6 +280,11 @@ def register(subparsers: Any) -> None:
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
+    p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",
+                   help="learned (default): predict with a contention model refitted from the jobs' measured throughputs "
+                   "(versions in DIR/contention, shown by `deepshare contention`); exact: with the shipped model only")
+    p.add_argument("--refit-interval", type=seconds, default=300.0, metavar="S",
+                   help="seconds between two refits of the learned contention model (default 300)")
     p.set_defaults(func=cmd_scheduler_start)
 
     p = command(subparsers, "submit", "submit a job spec (YAML or JSON) to a running scheduler",
@@ -268,6 +300,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
     add_json_flag(p, "the job list (or the job)")
     p.set_defaults(func=cmd_jobs)
+
+    p = command(subparsers, "contention", "show the scheduler's learned contention model (version, error, fits)",
+                "deepshare contention --state runs/sched")
+    _url(p)
+    add_json_flag(p, "the fit document")
+    p.set_defaults(func=cmd_contention)
 
     p = command(subparsers, "cancel", "cancel a queued or running job", "deepshare cancel --state runs/sched tiny-1")
     _url(p)

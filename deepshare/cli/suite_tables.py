@@ -74,17 +74,20 @@ def summary_table(result: SuiteResult) -> Table:
     for col in ("durations", "policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won",
                 "geomean vs bound", "geomean vs pooled"):
         table.add_column(col, justify="left" if col in ("durations", "policy") else "right")
-    for durations in result.spec.durations:
+    knowledge = result.spec.contention_knowledge
+    for durations, known in result.information_models():
         for policy in result.spec.learned:
-            s = result.summary(policy, durations)
+            s = result.summary(policy, durations, known)
+            label = durations if len(knowledge) == 1 else f"{durations}, contention {known}"
             failed = f" ({s['failed_cells']} failed)" if s["failed_cells"] else ""
-            table.add_row(durations, policy, _f(s["geomean_avg_jct_ratio"]),  # type: ignore[arg-type]
+            table.add_row(label, policy, _f(s["geomean_avg_jct_ratio"]),  # type: ignore[arg-type]
                           _worst(s["worst_avg_jct_ratio"], s["worst_avg_cell"]),
                           _worst(s["worst_p99_jct_ratio"], s["worst_p99_cell"]), f"{s['cells_won']}/{s['cells']}{failed}",
                           _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
     wins = "; ".join(
-        f"{d}: " + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d).items(), key=lambda kv: -kv[1]) if n)
-        for d in result.spec.durations
+        f"{d if len(knowledge) == 1 else f'{d}, contention {k}'}: "
+        + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d, k).items(), key=lambda kv: -kv[1]) if n)
+        for d, k in result.information_models()
     )
     table.caption = f"best heuristic of a cell (cells): {wins}"
     return table
@@ -105,7 +108,7 @@ def cost_table(result: SuiteResult) -> Table | None:
         table.add_column(f"best {durations}")
         if durations != "exact":
             table.add_column(f"{durations} / exact", justify="right")
-    for cell in sorted(c for c in result.results if c.durations == "exact"):
+    for cell in sorted(c for c in result.results if c.durations == "exact" and c.knowledge == "exact"):
         row = [cell.scenario_label]
         for durations in models:
             sibling = cell.under(durations)
@@ -116,6 +119,33 @@ def cost_table(result: SuiteResult) -> Table | None:
     costs = result.cost_summary()
     table.caption = "; ".join(f"{d}: geometric mean {c['geomean']:.3f}, range {c['min']:.3f} .. {c['max']:.3f}"
                               for d, c in costs.items())
+    return table
+
+
+def learning_table(result: SuiteResult) -> Table | None:
+    """Per scenario (and durations), every policy's average JCT with contention learned over its
+    own with contention known exactly, and the best heuristic of each; None unless the suite runs
+    both ``exact`` and ``learned`` contention knowledge."""
+    if set(result.spec.contention_knowledge) != {"exact", "learned"}:
+        return None
+    policies = (*result.spec.heuristics, *result.spec.learned)
+    table = Table(title=f"suite {result.spec.name}: learning contention instead of knowing it (each policy's avg JCT "
+                        "under learned / its own under exact)", header_style="bold", title_justify="left")
+    table.add_column("cell")
+    table.add_column("best exact")
+    table.add_column("best learned")
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    for cell in sorted(c for c in result.results if c.knowledge == "exact"):
+        learned = cell.knowing("learned")
+        row = [f"{cell.scenario_label} {cell.durations}",
+               f"{result.best_heuristic(cell)} ({_s(result.best_avg_jct(cell))})",
+               f"{result.best_heuristic(learned)} ({_s(result.best_avg_jct(learned))})"]
+        row += [_f(result.learned_over_exact(learned, p)) for p in policies]
+        table.add_row(*row)
+    summary = result.learning_summary()
+    table.caption = "geometric mean (worst): " + "; ".join(
+        f"{p} {v['geomean']:.3f} ({v['max']:.3f})" for p, v in summary.items())
     return table
 
 
@@ -177,6 +207,9 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     costs = cost_table(result)
     if costs is not None:
         shown.print(costs)
+    learning = learning_table(result)
+    if learning is not None:
+        shown.print(learning)
     if spec.learned:
         shown.print(summary_table(result))
     write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")

@@ -23,6 +23,20 @@ are visible in every mode, and so is the history of jobs that finished before no
 (:mod:`deepshare.core.history`). Contention predictions are throughput ratios: they carry no
 remaining work in any mode.
 
+Contention (``contention_knowledge``, the model's second axis): what a view's ``predict`` and its
+running jobs' ``ratio`` come from.
+
+``exact``
+    The simulation's own contention model: every contention-aware policy decides with perfect
+    knowledge of contention (the artifact's setting).
+``learned``
+    A model the scheduler fits online from what a live cluster observes
+    (:mod:`deepshare.core.contention.learned`): it starts from a prior (the shipped parameters;
+    a model the catalog lacks gets its proxy's) and is refined from each running job's measured
+    throughput, reported every ``report_s`` with lognormal noise ``measurement_noise``. Nothing
+    of the simulation's own contention state reaches a view. Learning needs a world that differs
+    from the prior to have anything to learn (``--perturb-contention``, ``--true-params``).
+
 Error model (``estimated``, jobs without ``requested_s``): estimate = true isolated run time x
 ``exp(sigma * z)``, ``z`` standard normal, one draw per job in trace order from
 ``numpy.random.default_rng(seed)``: median-unbiased, and the same estimates for every policy run
@@ -48,6 +62,15 @@ DURATIONS = ("exact", "estimated", "unknown")
 DEFAULT_DURATIONS = "estimated"
 """What every command runs under unless told: what the service and the live scheduler give a
 policy. ``exact`` is for reproducing the artifact and for the upper reference."""
+CONTENTION_KNOWLEDGE = ("exact", "learned")
+"""What a policy knows of contention (see the module doc), from the most to the least."""
+DEFAULT_CONTENTION_KNOWLEDGE = "exact"
+"""Every command's default: the artifact's setting, bit for bit what runs before the learned
+model existed gave; ``learned`` is what a live cluster has."""
+DEFAULT_REPORT_S = 60.0
+"""Seconds between two throughput reports of a running job (a live worker's report period)."""
+DEFAULT_MEASUREMENT_NOISE = 0.05
+"""Lognormal sigma of a reported throughput around the job's true rate (step-time jitter)."""
 DEFAULT_ESTIMATE_ERROR = 1.0
 """Lognormal sigma of a drawn estimate (see the module doc)."""
 MAX_ESTIMATE_ERROR = 5.0
@@ -82,7 +105,14 @@ class InformationModel:
     estimate_error: float = DEFAULT_ESTIMATE_ERROR
     """Lognormal sigma of the estimates drawn for jobs without ``requested_s``."""
     estimate_seed: int = 0
-    """Seed of those draws (trace order)."""
+    """Seed of those draws (trace order); the simulated throughput reports' noise is drawn from
+    another stream of the same seed (``default_rng([estimate_seed, 1])``)."""
+    contention_knowledge: str = DEFAULT_CONTENTION_KNOWLEDGE
+    """``exact`` or ``learned``: where predictions and running ratios come from."""
+    report_s: float = DEFAULT_REPORT_S
+    """Under ``learned``: seconds between two throughput reports of a running job."""
+    measurement_noise: float = DEFAULT_MEASUREMENT_NOISE
+    """Under ``learned``: lognormal sigma of a reported throughput."""
 
     def __post_init__(self) -> None:
         if self.durations not in DURATIONS:
@@ -93,10 +123,25 @@ class InformationModel:
         s = self.estimate_seed
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
             raise DeepShareError(f"estimate_seed must be a non-negative integer, got {s!r}")
+        if self.contention_knowledge not in CONTENTION_KNOWLEDGE:
+            raise DeepShareError(f"contention_knowledge must be one of {', '.join(CONTENTION_KNOWLEDGE)}, "
+                                 f"got {self.contention_knowledge!r}")
+        r = self.report_s
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 1 <= r <= 1e6:
+            raise DeepShareError(f"report_s must be a number of seconds from 1 to 1,000,000, got {r!r}")
+        n = self.measurement_noise
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n <= 1:
+            raise DeepShareError(f"measurement_noise must be a number from 0 to 1 (a lognormal sigma), got {n!r}")
 
     @property
     def exact(self) -> bool:
+        """Whether views carry the true remaining work (``durations`` exact)."""
         return self.durations == "exact"
+
+    @property
+    def learns_contention(self) -> bool:
+        """Whether predictions come from a learned contention model, not the simulation's own."""
+        return self.contention_knowledge == "learned"
 
     def error_factors(self, n: int) -> np.ndarray | None:
         """The drawn error of each of ``n`` jobs' estimates, in trace order (one draw per job,
@@ -117,10 +162,10 @@ class InformationModel:
         return [estimate_of(job, true, float(f)) for job, true, f in zip(jobs, true_durations, factors)]
 
     def describe(self) -> str:
-        """One phrase for tables and logs: ``exact``, ``estimated (sigma 1)``, ``unknown``."""
-        if self.durations == "estimated":
-            return f"estimated (sigma {self.estimate_error:g})"
-        return self.durations
+        """One phrase for tables and logs: ``exact``, ``estimated (sigma 1)``, ``unknown``, with
+        ``, contention learned`` appended when contention is learned."""
+        text = f"estimated (sigma {self.estimate_error:g})" if self.durations == "estimated" else self.durations
+        return text + (", contention learned" if self.learns_contention else "")
 
 
 EXACT = InformationModel("exact")

@@ -31,7 +31,7 @@ import math
 import weakref
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import predictor, RunningJob
@@ -46,11 +46,21 @@ from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
 from deepshare.core.view import ClusterView, JobView, LazyJobs, PredictFn
+
+if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
+    from deepshare.core.knowledge import SimulatedKnowledge
 from deepshare.core.workloads import Catalog, default_catalog
 
 
 _LEAST_WORK_S = 1e-9
 """Work given to a known job whose remaining time reads 0 in a view (a job spec needs some)."""
+
+
+def _lazy_loads(read: Callable[[], dict[str, float]]) -> Mapping[str, float]:
+    """``view.link_load`` read from the world on first use (learned contention only)."""
+    from deepshare.core.knowledge import LazyLoads
+
+    return LazyLoads(read)
 
 
 def _next_round(now: float, round_s: float) -> float:
@@ -278,11 +288,16 @@ class Simulator:
         on_record: Callable[[int, JobRecord], None] | None = None,
         information: InformationModel = EXACT,
         history: JobHistory | None = None,
+        prior: ContentionModel | None = None,
     ) -> None:
-        """``information``: what the policies' views carry of job lengths
+        """``information``: what the policies' views carry of job lengths and of contention
         (:mod:`deepshare.core.information`; the library's default is ``exact``). ``history``:
         jobs that finished before the trace (copied; the run's finished jobs are added to the
-        copy, which views show as ``history``).
+        copy, which views show as ``history``). ``prior``: under ``learned`` contention, the
+        model the scheduler starts from (default: :func:`~deepshare.core.contention.world.shipped_of`
+        ``contention``); the views' predictions and running ratios then come from it as
+        corrected by the run's reports (:mod:`deepshare.core.knowledge`), never from
+        ``contention``, which only rates the jobs.
 
         ``reference_views``: hand policies a tuple copy of the queue at every decision (the
         straightforward O(queue) way) instead of a :class:`PendingJobs` read through the queue;
@@ -345,7 +360,16 @@ class Simulator:
         """A decision is due now, before any event (:meth:`from_view`)."""
         if config.round_s is not None and self._specs:
             self._events.push(config.round_s, EventKind.ROUND)
-        self._predict: PredictFn = predictor(self._state)
+        self.knowledge: SimulatedKnowledge | None = None
+        """Under learned contention: the learned model, its reports and its error log."""
+        self._link_loads = None
+        if information.learns_contention:  # imported here: an exact run never loads the learner
+            from deepshare.core.contention.world import shipped_of
+            from deepshare.core.knowledge import SimulatedKnowledge, world_loads
+
+            self.knowledge = SimulatedKnowledge(prior or shipped_of(contention), topology, self.catalog, information)
+            self._link_loads = world_loads(self._state)
+        self._predict: PredictFn = predictor(self._state if self.knowledge is None else self.knowledge.state)
         self._control = control
         self._nodes = SimNodePool(topology, self._free, self._events, control)
         if control is not None:
@@ -570,6 +594,7 @@ class Simulator:
             predict=self._predict,
             durations=self.information.durations,
             history=self.history,
+            **({} if self._link_loads is None else {"link_load": _lazy_loads(self._link_loads)}),
         )
 
     def _release_pending(self) -> None:
@@ -587,6 +612,9 @@ class Simulator:
         for job in self._running.values():
             job.sync(t)
             views.append(job.make_view(t))
+        if self.knowledge is not None:  # what the learned model says, never the world's ratio
+            ratio = self.knowledge.ratio
+            views = [replace(view, ratio=ratio(view.job_id)) for view in views]
         return tuple(views)
 
     def _running_count(self, t: float) -> int:
@@ -639,6 +667,9 @@ class Simulator:
     # -- events ------------------------------------------------------------------------------
     def _process_events_at(self, t: float) -> bool:
         """Pop every event at time ``t``; True when one of them was live (not a stale completion)."""
+        if self.knowledge is not None:  # the reports due by t, at the rates that held until t
+            self.knowledge.report_until(t, ((j.spec.job_id, j.spec.model, j.ratio, max(j.run_start, j.stall_until))
+                                            for j in self._running.values()))
         self._account_busy(t)
         self.now = t
         live = False
@@ -705,7 +736,10 @@ class Simulator:
         job.rate = 0.0
         job.ratio = 0.0  # set by the re-rate that follows; forces a completion event
         self._running[job.spec.job_id] = job
-        return self._state.add(RunningJob(job.spec.job_id, job.spec.model, job.spec.gpus, placement))
+        running = RunningJob(job.spec.job_id, job.spec.model, job.spec.gpus, placement)
+        if self.knowledge is not None:
+            self.knowledge.add(running)
+        return self._state.add(running)
 
     def _stop(self, job: _Job, t: float) -> set[str]:
         job.sync(t)
@@ -721,6 +755,8 @@ class Simulator:
         del self._running[job.spec.job_id]
         job.placement = None
         changed = self._state.remove(job.spec.job_id)
+        if self.knowledge is not None:
+            self.knowledge.remove(job.spec.job_id)
         changed.discard(job.spec.job_id)
         return changed
 
@@ -735,6 +771,8 @@ class Simulator:
                 self._live_events -= 1
             job.ratio = self._state.ratio(job_id)
             job.rate = job.iso_rate * job.ratio
+            if self.knowledge is not None:
+                self.knowledge.record(t, self._total_jobs - self._unfinished, job_id, job.spec.model, job.ratio)
             job.version += 1
             begin = job.stall_until if job.stall_until > t else t
             self._events.push(begin + job.remaining / job.rate, EventKind.COMPLETION, job_id, job.version)

@@ -115,9 +115,11 @@ class LazyJobs(Sequence[JobView]):
 class ClusterView:
     """Read-only snapshot of the cluster at one decision point: what every policy decides on.
 
-    ``predict(job, placement, pending=())`` asks the simulation's contention model what
-    launching ``job`` at ``placement`` would do, without changing anything; ``catalog`` gives
-    isolated throughputs. ``queued`` is in arrival order, ``running`` in start order.
+    ``predict(job, placement, pending=())`` asks the contention model the policy knows what
+    launching ``job`` at ``placement`` would do, without changing anything (the simulation's own
+    model under ``--contention-knowledge exact``, the learned one under ``learned``: then the
+    running jobs' ``ratio`` comes from it too); ``catalog`` gives isolated throughputs.
+    ``queued`` is in arrival order, ``running`` in start order.
     """
 
     now: float
@@ -135,7 +137,8 @@ class ClusterView:
     assumes so). With nothing running and none to come, waiting would idle the cluster forever."""
     link_load: Mapping[str, float] = field(default_factory=dict)
     """Measured or simulated utilisation (0..1) by link name, e.g. ``node0/nic``, ``node0/pcie``,
-    ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live)."""
+    ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live; the
+    simulator fills it from a ``link`` world's state under learned contention knowledge)."""
     durations: str = "exact"
     """The run's information model (:data:`~deepshare.core.information.DURATIONS`): what the
     jobs' ``remaining_s`` is (the truth only under ``exact``)."""

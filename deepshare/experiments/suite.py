@@ -32,6 +32,15 @@ best heuristic's of the same scenario under ``exact`` (when the suite lists ``ex
 knowing job lengths costs the strongest rule. Estimates are drawn with the cell's trace seed, so
 every policy of a cell sees the same ones.
 
+Contention knowledge: a suite lists the ``contention_knowledge`` its cells run under (``exact``:
+predictions from the simulation's own model; ``learned``: from a model fitted online to measured
+throughputs, :mod:`deepshare.core.contention.learned`); each is a cell of its own on the same trace,
+like ``durations``. ``perturb_contention: S`` runs every cell's simulation on a world whose
+sensitivities are drawn within ``1 +- S`` of the shipped ones (:mod:`deepshare.core.contention.world`,
+seed ``perturb_seed``), so that learning has something to learn; ``exact`` cells then know the
+perturbed truth. ``learned_over_exact`` = a policy's average JCT under ``learned`` / its own under
+``exact`` on the same scenario: what learning contention instead of knowing it costs the policy.
+
 Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
 ``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
 no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
@@ -61,13 +70,15 @@ from typing import Callable, Generator, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from deepshare.core.contention import CONTENTION_MODELS, make_contention
+from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.jct_bound import avg_jct_bound
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.traces import MIX_PRESETS, RecurrenceModel, generate, mix_preset
 from deepshare.core.errors import DeepShareError
-from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
+from deepshare.core.information import (
+    CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel,
+)
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 
@@ -101,6 +112,13 @@ class SuiteSpec(BaseModel):
     """Information models the cells run under (each a cell of its own on the same trace)."""
     estimate_error: float = Field(DEFAULT_ESTIMATE_ERROR, ge=0, le=MAX_ESTIMATE_ERROR)
     """Lognormal sigma of the estimates drawn under ``estimated``."""
+    contention_knowledge: tuple[str, ...] = ("exact",)
+    """What the cells' policies know of contention (each a cell of its own on the same trace)."""
+    perturb_contention: float | None = Field(None, ge=0, le=0.95)
+    """Run the simulations on a world whose sensitivities are drawn within ``1 +- S`` of the
+    shipped ones; null: the shipped model is the truth."""
+    perturb_seed: int = Field(0, ge=0)
+    """Seed of that draw (one world for every cell)."""
     heuristics: tuple[str, ...]
     learned: tuple[str, ...] = ()
 
@@ -155,6 +173,15 @@ class SuiteSpec(BaseModel):
             raise ValueError(f"expected one or more distinct information models of {list(DURATIONS)}, got {list(v)}")
         return v
 
+    @field_validator("contention_knowledge")
+    @classmethod
+    def _knowledge(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [k for k in v if k not in CONTENTION_KNOWLEDGE]
+        if not v or bad or len(set(v)) != len(v):
+            raise ValueError(f"expected one or more distinct contention knowledge models of {list(CONTENTION_KNOWLEDGE)}, "
+                             f"got {list(v)}")
+        return v
+
     @field_validator("heuristics")
     @classmethod
     def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -172,36 +199,49 @@ class Cell:
     contention: str
     seed: int
     durations: str = "exact"
+    knowledge: str = "exact"
+    """What its policies know of contention (``contention_knowledge``)."""
 
     @property
     def label(self) -> str:
-        return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
-                f"seed {self.seed - SUITE_SEED_BASE} {self.durations}")
+        return f"{self.scenario_label} {self.information_label}"
 
     @property
     def scenario_label(self) -> str:
         """The label without the information model (what a cell's siblings share)."""
-        return self.label.rsplit(" ", 1)[0]
+        return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
+                f"seed {self.seed - SUITE_SEED_BASE}")
+
+    @property
+    def information_label(self) -> str:
+        """``exact``, ``estimated``, ...; with ``+learned`` when contention is learned."""
+        return self.durations + ("" if self.knowledge == "exact" else f"+{self.knowledge}")
 
     def key(self) -> dict[str, object]:
         return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "contention": self.contention, "seed": self.seed, "durations": self.durations}
+                "contention": self.contention, "seed": self.seed, "durations": self.durations,
+                "contention_knowledge": self.knowledge}
 
     def _rank(self) -> tuple:
         return (self.load, self.mix, self.nodes, self.gpus_per_node, self.contention, self.seed,
-                DURATIONS.index(self.durations))
+                DURATIONS.index(self.durations), CONTENTION_KNOWLEDGE.index(self.knowledge))
 
     def __lt__(self, other: "Cell") -> bool:
-        """Sorted by scenario, then from the most to the least known (exact, estimated, unknown)."""
+        """Sorted by scenario, then from the most to the least known (exact, estimated, unknown;
+        contention exact before learned)."""
         return self._rank() < other._rank()
 
     def under(self, durations: str) -> "Cell":
-        """The same scenario under another information model."""
+        """The same scenario under another information model of job lengths."""
         return replace(self, durations=durations)
 
+    def knowing(self, knowledge: str) -> "Cell":
+        """The same scenario and durations under another contention knowledge."""
+        return replace(self, knowledge=knowledge)
+
     def information(self, spec: "SuiteSpec") -> InformationModel:
-        """What its policies know; estimates drawn with its trace seed."""
-        return InformationModel(self.durations, spec.estimate_error, self.seed)
+        """What its policies know; estimates (and measurement noise) drawn with its trace seed."""
+        return InformationModel(self.durations, spec.estimate_error, self.seed, contention_knowledge=self.knowledge)
 
 
 def suite_names() -> list[str]:
@@ -240,14 +280,25 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
 
 def cells(spec: SuiteSpec) -> list[Cell]:
     return [
-        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations)
+        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations, knowledge)
         for load in spec.loads
         for mix in spec.mixes
         for nodes, gpn in spec.clusters
         for contention in spec.contention
         for s in range(spec.seeds)
         for durations in spec.durations
+        for knowledge in spec.contention_knowledge
     ]
+
+
+def cell_contention(spec: SuiteSpec, cell: Cell) -> ContentionModel:
+    """The model a cell's simulation runs: its contention model, perturbed when the suite says so."""
+    shipped = make_contention(cell.contention)
+    if spec.perturb_contention is None:
+        return shipped
+    from deepshare.core.contention.world import PerturbedContention
+
+    return PerturbedContention(shipped, spec.perturb_contention, spec.perturb_seed)
 
 
 def cell_trace(spec: SuiteSpec, cell: Cell):
@@ -295,7 +346,7 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     """One policy on one cell: the metrics the suite keeps."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention),
+    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), cell_contention(spec, cell),
                     information=cell.information(spec))
     report = sim.run(make_policy(policy))
     return {key: getattr(report, key) for key in METRICS}
@@ -398,12 +449,35 @@ class SuiteResult:
         for durations in self.spec.durations:
             if durations == "exact":
                 continue
-            costs = [(c, v) for c in sorted(self.results) if c.durations == durations
+            costs = [(c, v) for c in sorted(self.results) if c.durations == durations and c.knowledge == "exact"
                      and (v := self.cost_of_not_knowing(c)) is not None]
             if costs:
                 worst = max(costs, key=lambda x: x[1])
                 out[durations] = {"geomean": _geomean([v for _, v in costs]), "min": min(v for _, v in costs),
                                   "max": worst[1], "worst_cell": worst[0].scenario_label, "cells": len(costs)}
+        return out
+
+    def learned_over_exact(self, cell: Cell, policy: str) -> float | None:
+        """``policy``'s average JCT in ``cell`` / its own under ``exact`` contention knowledge on
+        the same scenario and durations (1 for an exact cell; None when the suite did not run it)."""
+        exact = cell.knowing("exact")
+        if exact not in self.results:
+            return None
+        mine, known = self.results[cell][policy]["avg_jct_s"], self.results[exact][policy]["avg_jct_s"]
+        return None if not mine or not known else mine / known
+
+    def learning_summary(self) -> dict[str, dict[str, object]]:
+        """Per policy, over the ``learned`` cells that have an ``exact`` sibling: the geometric
+        mean and the worst of :meth:`learned_over_exact`, and the worst cell (empty unless the
+        suite runs both)."""
+        out: dict[str, dict[str, object]] = {}
+        learned = [c for c in sorted(self.results) if c.knowledge != "exact" and c.knowing("exact") in self.results]
+        for policy in (*self.spec.heuristics, *self.spec.learned):
+            values = [(c, v) for c in learned if (v := self.learned_over_exact(c, policy)) is not None]
+            if values:
+                worst = max(values, key=lambda x: x[1])
+                out[policy] = {"geomean": _geomean([v for _, v in values]), "min": min(v for _, v in values),
+                               "max": worst[1], "worst_cell": worst[0].label, "cells": len(values)}
         return out
 
     def room(self, cell: Cell) -> float | None:
@@ -435,12 +509,14 @@ class SuiteResult:
             "max_best_over_pooled": max(over_pooled, default=None),
         }
 
-    def summary(self, policy: str, durations: str | None = None) -> dict[str, object]:
+    def summary(self, policy: str, durations: str | None = None, knowledge: str | None = None) -> dict[str, object]:
         """Geometric-mean avg-JCT ratio to the best heuristic over the cells (those run under
-        ``durations`` when given), worst cells, and the geometric means of the policy's average
-        JCT / the cell's lower bound and / its pooled ideal. Cells where the policy or the best
-        heuristic failed are left out and counted (``failed_cells``)."""
-        considered = [cell for cell in sorted(self.results) if durations is None or cell.durations == durations]
+        ``durations`` and ``knowledge`` when given), worst cells, and the geometric means of the
+        policy's average JCT / the cell's lower bound and / its pooled ideal. Cells where the policy
+        or the best heuristic failed are left out and counted (``failed_cells``)."""
+        considered = [cell for cell in sorted(self.results)
+                      if (durations is None or cell.durations == durations)
+                      and (knowledge is None or cell.knowledge == knowledge)]
         pairs = [(cell, *r) for cell in considered if (r := self.ratios(cell, policy)) is not None]
         failed = len(considered) - len(pairs)
         if not pairs:  # every cell failed: nothing to summarise
@@ -470,14 +546,18 @@ class SuiteResult:
             "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
 
-    def heuristic_wins(self, durations: str | None = None) -> dict[str, int]:
-        """How many cells (under ``durations`` when given) each heuristic is the best of."""
+    def heuristic_wins(self, durations: str | None = None, knowledge: str | None = None) -> dict[str, int]:
+        """How many cells (under ``durations`` and ``knowledge`` when given) each heuristic is the best of."""
         wins = {h: 0 for h in self.spec.heuristics}
         for cell in self.results:
-            if (durations is None or cell.durations == durations) \
+            if (durations is None or cell.durations == durations) and (knowledge is None or cell.knowledge == knowledge) \
                     and self.error(cell, best := self.best_heuristic(cell)) is None:  # not when every heuristic failed
                 wins[best] += 1
         return wins
+
+    def information_models(self) -> list[tuple[str, str]]:
+        """Every (durations, contention knowledge) the suite runs, most known first."""
+        return [(d, k) for d in self.spec.durations for k in self.spec.contention_knowledge]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -489,6 +569,8 @@ class SuiteResult:
                     "best_heuristic": self.best_heuristic(cell),
                     "best_avg_jct_s": self.best_avg_jct(cell),
                     "cost_of_not_knowing": self.cost_of_not_knowing(cell),
+                    "learned_over_exact": None if cell.knowledge == "exact" else {
+                        p: self.learned_over_exact(cell, p) for p in (*self.spec.heuristics, *self.spec.learned)},
                     "jct_bound_s": self.bounds.get(cell),
                     "best_over_bound": None if (r := self.room(cell)) is None else 1.0 / r,
                     "room": r,
@@ -507,7 +589,13 @@ class SuiteResult:
             "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.learned} for d in self.spec.durations},
             "heuristic_wins": self.heuristic_wins(),
             "heuristic_wins_by_durations": {d: self.heuristic_wins(d) for d in self.spec.durations},
+            "summary_by_contention_knowledge": {
+                k: {d: {p: self.summary(p, d, k) for p in self.spec.learned} for d in self.spec.durations}
+                for k in self.spec.contention_knowledge},
+            "heuristic_wins_by_contention_knowledge": {
+                k: {d: self.heuristic_wins(d, k) for d in self.spec.durations} for k in self.spec.contention_knowledge},
             "cost_of_not_knowing": self.cost_summary(),
+            "learned_over_exact": self.learning_summary(),
             "room": self.room_summary(),
         }
 

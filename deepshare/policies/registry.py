@@ -1,8 +1,10 @@
 """Policy registry: name -> factory. Every lookup goes through here; nothing branches on names.
 
 Heuristic names are ``ORDER+PLACEMENT`` (non-preemptive) and ``ORDER+PLACEMENT+preempt``,
-e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``. ``NAME=ARG`` passes ``ARG``
-to factories that take one (the learned policies' checkpoint paths).
+e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``, each with a ``+migrate`` variant
+for the placements of :data:`~deepshare.policies.migrate.MIGRATING_PLACEMENTS` (contention-
+triggered migration, :mod:`deepshare.policies.migrate`), e.g. ``srsf+uncontended+preempt+migrate``.
+``NAME=ARG`` passes ``ARG`` to factories that take one (the learned policies' checkpoint paths).
 
 Policies from outside the package come through the same three functions
 (:mod:`deepshare.policies.plugins`): a ``package.module:ClassOrFactory`` spec anywhere a name
@@ -19,6 +21,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.policies import plugins
 from deepshare.policies.base import Policy
 from deepshare.policies.heuristic import HeuristicPolicy
+from deepshare.policies.migrate import MIGRATE_BELOW, MIGRATE_WINDOW_S, MIGRATING_PLACEMENTS, migrating
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 
@@ -58,6 +61,17 @@ def _register_heuristics() -> None:
                         ),
                     )
                 )
+                if place_name in MIGRATING_PLACEMENTS:
+                    register(
+                        PolicyInfo(
+                            f"{name}+migrate",
+                            f"{doc}; migrates a job that has run below {MIGRATE_BELOW:g}x its isolated speed for "
+                            f"{MIGRATE_WINDOW_S:g} s to a placement predicted faster by enough to pay for the move",
+                            lambda name=f"{name}+migrate", order=order, place=place, preemptive=preemptive: migrating(
+                                name, HeuristicPolicy(name, order, place, preemptive)
+                            ),
+                        )
+                    )
 
 
 _register_heuristics()

@@ -3,8 +3,9 @@
 ``POST /v1/jobs`` (a job spec as JSON; 201 with the job), ``GET /v1/jobs``, ``GET /v1/jobs/{id}``
 (with its runs: measured vs predicted throughput, and its transitions), ``DELETE /v1/jobs/{id}``
 (cancel: 200 when it was queued, 202 when a running job is being stopped),
-``GET /v1/jobs/{id}/logs?rank=N&offset=K`` (at most 64 KiB of a rank's log), ``GET /metrics``
-(Prometheus) and ``GET /healthz``. Bad input is a 4xx with ``{"error": "field.path: what was
+``GET /v1/jobs/{id}/logs?rank=N&offset=K`` (at most 64 KiB of a rank's log), ``GET /v1/contention``
+(the learned contention model's latest version and its error, :mod:`deepshare.runtime.learning`),
+``GET /metrics`` (Prometheus) and ``GET /healthz``. Bad input is a 4xx with ``{"error": "field.path: what was
 expected"}``, never a 5xx.
 
 A job runs any command as the scheduler's user, so every route but ``/healthz`` is closed
@@ -62,10 +63,12 @@ def _query_int(request: Request, name: str, default: int) -> int:
 
 def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
              state_dir: str | Path | None = None, metrics: Any = None,
-             ready: Callable[[], bool] = lambda: True) -> FastAPI:
+             ready: Callable[[], bool] = lambda: True,
+             contention: Callable[[], dict[str, object]] | None = None) -> FastAPI:
     """The app over ``journal`` (unguarded: serve :func:`guard` of it). ``cluster_gpus()`` gives
     (total GPUs, nodes) now; ``state_dir`` holds the rank logs; ``metrics`` is a
-    :class:`~deepshare.runtime.metrics.SchedulerMetrics`; ``ready()`` says whether the loop runs."""
+    :class:`~deepshare.runtime.metrics.SchedulerMetrics`; ``ready()`` says whether the loop runs;
+    ``contention()`` the learned contention model's document (None: the scheduler does not learn)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
 
     @app.get("/healthz")
@@ -81,6 +84,12 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         from prometheus_client import CONTENT_TYPE_LATEST
 
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/contention")
+    def learned_contention() -> JSONResponse:
+        if contention is None:
+            return _error(404, "this scheduler does not learn contention (started with --contention-knowledge exact)")
+        return JSONResponse(contention())
 
     @app.post("/v1/jobs", status_code=201, response_model=JobOut)
     async def submit(request: Request) -> JSONResponse | JobOut:

@@ -72,6 +72,13 @@ class SchedulerClient:
         status, body = self._call("DELETE", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")
         return status, JobOut.model_validate(body)
 
+    def contention(self) -> dict[str, Any]:
+        """The learned contention model's latest version (``GET /v1/contention``)."""
+        body = self._call("GET", "/v1/contention")[1]
+        if not isinstance(body, dict):
+            raise DeepShareError(f"{self.url}: /v1/contention answered {type(body).__name__}, not an object")
+        return body
+
     def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
         query = urllib.parse.urlencode({"rank": rank, "offset": offset})
         return LogOut.model_validate(

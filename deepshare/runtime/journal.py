@@ -521,6 +521,40 @@ class Journal:
                 log.warning("run %s of job %s cannot be read (%s); skipped", a, j, exc)
         return out
 
+    def measurements(self, limit: int) -> list["Measurement"]:
+        """The ``limit`` most recently started runs that have both a measured and a predicted
+        throughput (oldest first): the contention learner's input. Rows that cannot be read are skipped."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.job_id, r.attempt, j.spec, r.placement, r.measured_throughput, r.predicted_throughput, r.ended"
+                " FROM runs r JOIN jobs j ON j.id = r.job_id"
+                " WHERE r.measured_throughput > 0 AND r.predicted_throughput > 0"
+                " ORDER BY r.started DESC, r.job_id DESC, r.attempt DESC LIMIT ?", (limit,)).fetchall()
+        out = []
+        for job_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
+            try:
+                parsed = LiveJobSpec.model_validate_json(spec)
+                out.append(Measurement(job_id, int(attempt), parsed.model, parsed.gpus, _alloc(placement) or (),
+                                       float(measured), float(predicted), _num(ended)))
+            except (TypeError, ValueError) as exc:
+                log.warning("run %s of job %s cannot be read for learning (%s); skipped", attempt, job_id, exc)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """A run's latest measured throughput beside the prediction recorded with it (the contention
+    learner's input, :mod:`deepshare.runtime.learning`)."""
+
+    job_id: str
+    attempt: int
+    model: str
+    gpus: int
+    placement: NodeAlloc
+    measured_throughput: float
+    predicted_throughput: float
+    ended: float | None
+
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -7,7 +7,11 @@ Each :meth:`ControlLoop.tick`:
    or node gone -> QUEUED (resumes from its last checkpoint), cancel asked -> stopped, CANCELLED;
 3. builds the policy's view with :func:`deepshare.core.snapshot.build_view` (the one way a
    non-simulator builds it), records each running job's measured throughput beside the
-   simulator's prediction for its placement (``catalog.throughput(model, gpus, nodes) * ratio``);
+   simulator's prediction for its placement (``catalog.throughput(model, gpus, nodes) * ratio``,
+   the ratio of the shipped contention model); with ``learning``
+   (:class:`~deepshare.runtime.learning.LiveLearning`, ``--contention-knowledge learned``) the
+   view's predictions and running ratios come from the model it refits from those records on a
+   schedule, over the measured link load the running jobs do not explain;
 4. asks the policy, checks the decision (an infeasible one is logged and skipped, never
    "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
    ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
@@ -44,6 +48,7 @@ from deepshare.core.workloads import Catalog
 from deepshare.runtime.cluster import ClusterState
 from deepshare.runtime.journal import LAUNCH_FAILED, TERMINAL, JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.launcher import LaunchError, LaunchSettings, RayLauncher, RunPhase
+from deepshare.runtime.learning import LiveLearning
 from deepshare.runtime.ports import Launcher
 
 log = logging.getLogger(__name__)
@@ -92,6 +97,7 @@ class ControlLoop:
         working_dir: str | None = None,
         policy_name: str = "policy",
         metrics: Any = None,
+        learning: LiveLearning | None = None,
     ) -> None:
         self.journal = journal
         self.policy = policy
@@ -107,6 +113,8 @@ class ControlLoop:
         self.policy_name = policy_name
         self.metrics = metrics
         """A :class:`~deepshare.runtime.metrics.SchedulerMetrics`, or None."""
+        self.learning = learning
+        """The learned contention model the views predict with (None: ``contention`` itself)."""
         self.last_error: str | None = None
         self.ticks = 0
         """Ticks completed (failed ones included): ``/healthz`` answers 200 once there is one."""
@@ -144,8 +152,12 @@ class ControlLoop:
         queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)
         if not cluster.nodes:
             return TickReport(ended=tuple(ended), error="no alive GPU nodes")
+        if self.learning is not None:  # the journal first: the refit reads this tick's records
+            self._record_shipped_predictions(cluster, running)
+            self._refit()
         view = self._view(cluster, queued, running)
-        self._record_predictions(view, running)
+        if self.learning is None:
+            self._record_predictions(view, running)
         if not view.queued and not view.running:
             return TickReport(ended=tuple(ended))
         try:
@@ -162,6 +174,16 @@ class ControlLoop:
         if decision.empty:
             return TickReport(decision, ended=tuple(ended))
         return self._apply(decision, view, cluster, ended)
+
+    def _refit(self) -> None:
+        """Refit the learned contention model when it is due (a failure is logged, not fatal)."""
+        if self.learning is None or not self.learning.due(self.journal.now()):
+            return
+        try:
+            self.learning.refit(self.journal)
+        except (DeepShareError, OSError) as exc:
+            self.last_error = f"contention refit: {exc}"
+            log.error("%s", self.last_error)
 
     def _launchable(self, queued: Sequence[JobRecord], ended: list[tuple[str, str]]) -> list[JobRecord]:
         """Queued jobs the policy may launch now: not being cancelled, not backing off a failed launch."""
@@ -289,8 +311,10 @@ class ControlLoop:
         )
 
     def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord],
-              link_load: Mapping[str, float] | None = None) -> ClusterView:
-        """The policy's view; ``link_load`` as measured this tick, else asked of the agents."""
+              link_load: Mapping[str, float] | None = None, learned: bool = True) -> ClusterView:
+        """The policy's view; ``link_load`` as measured this tick, else asked of the agents. Its
+        predictions come from the learned model when the loop learns (and ``learned``), else from
+        the shipped contention model."""
         free = list(cluster.topology.capacity)
         known_running = []
         for job in running:
@@ -303,8 +327,12 @@ class ControlLoop:
             known_running.append(self._known(job, placement))
         if link_load is None:
             link_load = self.link_load_fn() if self.link_load_fn is not None else {}
+        contention = self.contention
+        if self.learning is not None and learned:
+            contention = self.learning.model(
+                cluster.topology, [(j.job_id, j.model, j.gpus, j.placement) for j in known_running], link_load)
         return build_view(
-            cluster.topology, self.catalog, self.contention, self.journal.now() - self.journal.epoch, free,
+            cluster.topology, self.catalog, contention, self.journal.now() - self.journal.epoch, free,
             [self._known(j, None) for j in queued], known_running, future_events=True, link_load=link_load,
             durations="estimated", history=self._read_history(),
         )
@@ -336,6 +364,18 @@ class ControlLoop:
             predicted = self.predicted_throughput(jv.model, jv.placement, jv.ratio)
             self.journal.record_progress(jv.job_id, attempts[jv.job_id], None, None, None, predicted)
 
+    def _record_shipped_predictions(self, cluster: ClusterState, running: Sequence[JobRecord]) -> None:
+        """When the loop learns: each running job's predicted throughput from the shipped model
+        (what the learned model is fitted against, as :meth:`_record_predictions` records without
+        learning), recorded before the refit so that it pairs with this tick's measurements."""
+        assert self.learning is not None
+        placed = [(job, cluster.to_placement(job.placement)) for job in running if job.placement is not None]
+        placed = [(job, p) for job, p in placed if p is not None]
+        state = self.learning.prior_state(cluster.topology, ((j.job_id, j.spec.model, j.spec.gpus, p) for j, p in placed))
+        for job, placement in placed:
+            predicted = self.predicted_throughput(job.spec.model, placement, state.ratio(job.job_id))
+            self.journal.record_progress(job.job_id, job.attempt, None, None, None, predicted)
+
     # -- applying a decision -------------------------------------------------------------------
     def _apply(self, decision: Decision, view: ClusterView, cluster: ClusterState,
                ended: list[tuple[str, str]]) -> TickReport:
@@ -355,12 +395,17 @@ class ControlLoop:
             view = self._view(cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING),
                               link_load=view.link_load)  # this tick's measurement: no second call to the agents
         views = {j.job_id: j for j in (*view.queued, *view.running)}
+        # The journal records the shipped model's prediction (the learner's input), also when the
+        # policy decided on the learned one.
+        recorded = view if self.learning is None else self._view(
+            cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING), link_load=view.link_load,
+            learned=False)
         pending: list[tuple[JobView, Placement]] = []
         starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
         for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
                                   *((l.job_id, l.placement) for l in decision.launch)]:
             jv = views[job_id]
-            ratio = view.predict(jv, placement, tuple(pending)).ratio
+            ratio = recorded.predict(jv, placement, tuple(pending)).ratio
             alloc = cluster.to_alloc(placement)
             predicted = self.predicted_throughput(jv.model, placement, ratio)
             try:

@@ -50,6 +50,11 @@ class ServiceConfig:
     """Extra names accepted in the ``Host`` header (a DNS name the API is reached by)."""
     loop: LoopConfig = LoopConfig()
     contention: str = "profiled"
+    contention_knowledge: str = "learned"
+    """``learned``: the policies predict with a model refitted from the journal's measured
+    throughputs (:mod:`deepshare.runtime.learning`); ``exact``: with the shipped ``contention``."""
+    refit_s: float = 300.0
+    """Seconds between two refits of the learned model."""
     max_gpus: int = 0
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
     grows when they queue); 0: only jobs that fit the GPUs up now."""
@@ -186,9 +191,15 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
                                                                               log_dir=config.state_dir))
     ray_launcher = RayLauncher()
-    loop = ControlLoop(journal, policy, default_catalog(), make_contention(config.contention), loop_config,
+    catalog, contention = default_catalog(), make_contention(config.contention)
+    learning = None
+    if config.contention_knowledge == "learned":
+        from deepshare.runtime.learning import LiveLearning
+
+        learning = LiveLearning(Path(config.state_dir), contention, catalog, config.refit_s)
+    loop = ControlLoop(journal, policy, catalog, contention, loop_config,
                        launcher=ray_launcher, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
-                       policy_name=policy_name, metrics=metrics)
+                       policy_name=policy_name, metrics=metrics, learning=learning)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
@@ -197,7 +208,8 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     def capacity() -> tuple[int, int]:
         return submission_capacity(ray_launcher.cluster(), config.max_gpus)
 
-    app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0)
+    app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0,
+                   contention=None if learning is None else (lambda: learning.document()))
     guarded = guard(app, token=token, bound_host=config.host, allowed_hosts=config.allowed_hosts, metrics=metrics)
     server = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off", proxy_headers=False))
     web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)

@@ -21,6 +21,7 @@ from deepshare.core.types import JobSpec
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_names
 from deepshare.policies.heuristic import HeuristicPolicy
+from deepshare.policies.migrate import Migrating
 
 HEURISTICS = policy_names(heuristics_only=True)
 MODELS = default_catalog().models
@@ -55,8 +56,11 @@ jobs_strategy = st.lists(
 )
 
 
-def reference_of(name: str) -> HeuristicPolicy:
+def reference_of(name: str) -> HeuristicPolicy | Migrating:
     policy = make_policy(name)
+    if isinstance(policy, Migrating):  # a +migrate variant: its heuristic, unindexed, under the same rule
+        assert isinstance(policy.base, HeuristicPolicy)
+        return replace(policy, base=replace(policy.base, use_index=False))
     assert isinstance(policy, HeuristicPolicy)
     return replace(policy, use_index=False)
 

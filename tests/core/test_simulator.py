@@ -619,7 +619,8 @@ def test_invariants_on_random_traces(scenario):
     assert 0.0 <= report.gpu_util <= 1.0 + 1e-9
     if "preempt" not in policy_name:
         assert report.preemptions == 0
-    assert report.migrations == 0
+    if not policy_name.endswith("+migrate"):  # only the +migrate variants move jobs
+        assert report.migrations == 0
 
 
 def test_arrival_on_idle_cluster_starts_at_its_timestamp():

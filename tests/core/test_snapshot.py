@@ -24,7 +24,7 @@ TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / 
 def known(job: JobView) -> KnownJob:
     return KnownJob(
         job.job_id, job.model, job.gpus, job.submit_time, job.remaining_s, job.attained_gpu_s,
-        job.preemptions, job.placement, job.last_run_s, job.queued_since,
+        job.preemptions, job.placement, job.last_run_s, job.queued_since, job.estimate_s, job.user, job.group, job.vc,
     )
 
 
@@ -32,7 +32,7 @@ def rebuilt(view: ClusterView, contention) -> ClusterView:
     return build_view(
         view.topology, view.catalog, contention, view.now, view.free,
         [known(j) for j in view.queued], [known(j) for j in view.running],
-        future_events=view.future_events,
+        future_events=view.future_events, durations=view.durations, history=view.history,
     )
 
 

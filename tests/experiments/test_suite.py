@@ -62,6 +62,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
         assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "durations",
+                             "contention_knowledge", "learned_over_exact",
                              "best_heuristic", "best_avg_jct_s", "cost_of_not_knowing", "jct_bound_s",
                              "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled", "results", "ratios"}
         assert cell["durations"] == "estimated" and cell["cost_of_not_knowing"] is None  # the default; no exact run
@@ -263,3 +264,30 @@ def test_cells_run_under_each_information_model_on_one_trace_and_report_the_cost
     assert set(doc["cost_of_not_knowing"]) == {"estimated", "unknown"}
     assert doc["cost_of_not_knowing"]["unknown"]["geomean"] == pytest.approx(result.cost_of_not_knowing(unknown))
     assert set(doc["summary_by_durations"]) == {"exact", "estimated", "unknown"}
+
+
+def test_cells_run_under_each_contention_knowledge_on_one_trace_and_report_learned_over_exact():
+    from deepshare.cli.suite_tables import learning_table
+
+    spec = SuiteSpec(name="k", jobs_per_node=6, loads=(1.3,), mixes=("heavy",), clusters=((2, 8),),
+                     contention=("profiled",), seeds=1, durations=("exact",), contention_knowledge=("exact", "learned"),
+                     perturb_contention=0.5, heuristics=("las+consolidated", "las+contention-aware+migrate"))
+    grid = cells(spec)
+    assert [c.knowledge for c in grid] == ["exact", "learned"] and grid[1] == grid[0].knowing("learned")
+    assert grid[1].label == grid[0].label + "+learned" and grid[0].scenario_label == grid[1].scenario_label
+    assert cell_trace(spec, grid[0]) == cell_trace(spec, grid[1])
+    result = run_suite(spec)
+    exact, learned = grid
+    # las+consolidated never asks for a prediction: the same run whatever the policy knows
+    assert result.results[learned]["las+consolidated"] == result.results[exact]["las+consolidated"]
+    assert result.learned_over_exact(exact, "las+consolidated") == 1.0
+    ratio = result.learned_over_exact(learned, "las+contention-aware+migrate")
+    mine = result.results[learned]["las+contention-aware+migrate"]["avg_jct_s"]
+    assert ratio == pytest.approx(mine / result.results[exact]["las+contention-aware+migrate"]["avg_jct_s"])
+    doc = result.to_json()
+    assert [c["contention_knowledge"] for c in doc["cells"]] == ["exact", "learned"]
+    assert doc["cells"][0]["learned_over_exact"] is None
+    assert doc["cells"][1]["learned_over_exact"]["las+contention-aware+migrate"] == pytest.approx(ratio)
+    assert doc["learned_over_exact"]["las+consolidated"]["geomean"] == 1.0
+    assert set(doc["heuristic_wins_by_contention_knowledge"]) == {"exact", "learned"}
+    assert learning_table(result) is not None

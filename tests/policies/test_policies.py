@@ -59,7 +59,7 @@ def test_every_policy_finishes_every_bundled_trace(name):
         assert report.rejected == 0
         assert report.policy == name
         assert 0.0 < report.gpu_util <= 1.0
-        if not name.endswith(("+preempt", "-preempt")):  # rl-hybrid-preempt preempts too
+        if not name.removesuffix("+migrate").endswith(("+preempt", "-preempt")):  # rl-hybrid-preempt preempts too
             assert report.preemptions == 0
 
 
@@ -409,8 +409,10 @@ def test_registry_names():
     placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
+    migrating = ("contention-aware", "packed", "uncontended")
+    expected |= {f"{n}+migrate" for n in set(expected) if n.split("+")[1] in migrating}
     assert set(policy_names(heuristics_only=True)) == expected
-    assert len(expected) == 8 * 5 + 7 * 5  # every order x placement, and +preempt but for fifo
+    assert len(expected) == (8 * 5 + 7 * 5) + (8 * 3 + 7 * 3)  # every order x placement, +preempt but for fifo; +migrate
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:

@@ -4,6 +4,9 @@
 :func:`predictor`), ``profiled`` (the measured pairwise table), ``link/`` (bandwidth sharing on
 NICs, PCIe/NVLink and rack uplinks, and its calibration); :data:`CONTENTION_MODELS` and
 :func:`make_contention` here are the registry the CLI, the simulator and the services use.
+``learned`` (a prior corrected online from measured throughputs: what a policy knows under
+``--contention-knowledge learned``) and ``world`` (a simulated world that differs from the shipped
+parameters, ``--perturb-contention`` / ``--true-params``) build on them.
 """
 
 from __future__ import annotations

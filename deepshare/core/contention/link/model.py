@@ -105,6 +105,41 @@ class LinkState:
         self._comp_of: dict[str, int] = {}
         self._order: dict[int, list[str]] = {}  # component -> its jobs, sorted by id
         self._next_comp = 0
+        self._background: np.ndarray | None = None  # per global link: unmanaged load (set_background)
+
+    # -- what a probe reads, and load it cannot explain ------------------------------------------
+    def link_names(self) -> list[str]:
+        """Each global link's name, by index: ``NODE/nic``, ``NODE/pcie``, ``RACK/uplink`` (the
+        names ``ClusterView.link_load`` and the node agents use)."""
+        nodes = self._topology.nodes
+        return ([f"{n.name}/nic" for n in nodes] + [f"{n.name}/pcie" for n in nodes]
+                + [f"{rack}/uplink" for rack in self._topology.racks])
+
+    def link_loads(self) -> dict[str, float]:
+        """Utilisation (0..1) of every link some running job crosses, by name: the bandwidth its
+        jobs use over its capacity at the model's fixed point (what the simulated probe reports)."""
+        names = self.link_names()
+        out: dict[str, float] = {}
+        for comp in sorted(self._order):
+            members = self._order[comp]
+            system = self._system(members)
+            present = sorted({link for j in members for link in self._jobs[j].links})
+            for link, load in zip(present, physics.link_loads(system).tolist()):
+                out[names[link]] = load
+        return out
+
+    def set_background(self, loads: dict[str, float]) -> None:
+        """Load on links that no tracked job explains (by link name, 0..1; unknown names are
+        ignored), added to every stretch on those links from now on. Set before any job is added:
+        the ratios of jobs already tracked are not re-solved."""
+        if self._jobs:
+            raise DeepShareError("set_background: set it before any job is added")
+        index = {name: i for i, name in enumerate(self.link_names())}
+        background = np.zeros(self._n_links)
+        for name, load in loads.items():
+            if name in index and load > 0:
+                background[index[name]] = min(float(load), 1.0)
+        self._background = background if background.any() else None
 
     # -- protocol ----------------------------------------------------------------------------
     def add(self, job: RunningJob) -> set[str]:
@@ -272,6 +307,10 @@ class LinkState:
         present[global_links] = 1
         local = np.cumsum(present) - 1
         rows = self._rows[slots]
+        background = None
+        if self._background is not None and len(local):
+            background = np.zeros(int(local[-1] + 1))
+            background[local[global_links]] = self._background[global_links]
         return physics.System(
             model=rows[:, 0].astype(np.int64),
             compute=rows[:, 1],
@@ -284,6 +323,7 @@ class LinkState:
             n_links=int(local[-1] + 1) if len(local) else 0,
             kappa=self._kappa,
             sensitivity=rows[:, 4],
+            background=background,
         )
 
 

@@ -134,13 +134,16 @@ def placement_key(gpus: int, nodes: int) -> str:
 
 @dataclass(frozen=True)
 class LinkCatalog:
-    """Parameters by model name, the pairwise interaction matrix ``kappa`` and the per-placement
-    ``sensitivity`` (model -> ``"gpus,nodes"`` -> factor, 1 where absent)."""
+    """Parameters by model name, the pairwise interaction matrix ``kappa``, the per-placement
+    ``sensitivity`` (model -> ``"gpus,nodes"`` -> factor, 1 where absent) and a per-model
+    ``scale`` of every placement's sensitivity (1 where absent: how ``--perturb-contention``
+    makes a world that differs from the shipped parameters)."""
 
     params: dict[str, LinkParams]
     kappa: dict[str, dict[str, float]]
     source: str = ""
     sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+    scale: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_norm", {normalise(m): m for m in self.params})
@@ -172,7 +175,8 @@ class LinkCatalog:
         GPUs of 4 nodes, beyond what its traffic explains: NCCL picks channels and algorithms by
         shape); 1 for placements that were not measured.
         """
-        return self.sensitivity.get(model, {}).get(placement_key(gpus, nodes), 1.0)
+        value = self.sensitivity.get(model, {}).get(placement_key(gpus, nodes), 1.0)
+        return value * self.scale[model] if model in self.scale else value
 
     def to_json(self, extra: dict | None = None) -> str:
         doc = {
@@ -182,6 +186,8 @@ class LinkCatalog:
             "kappa": self.kappa,
             "sensitivity": self.sensitivity,
         }
+        if self.scale:
+            doc["scale"] = self.scale
         doc.update(extra or {})
         return json.dumps(doc, indent=2) + "\n"
 
@@ -193,13 +199,17 @@ class LinkCatalog:
             params = {name: LinkParams(**values) for name, values in models.items()}
             kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
             sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
+            scale = {m: float(x) for m, x in doc.get("scale", {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
         for model, row in sensitivity.items():
             for key, value in row.items():
                 if not 0 < value < float("inf"):
                     raise DeepShareError(f"{source}: sensitivity.{model}.{key}: expected a positive number, got {value}")
-        return LinkCatalog(params, kappa, doc.get("source", source), sensitivity)
+        for model, value in scale.items():
+            if not 0 < value < float("inf"):
+                raise DeepShareError(f"{source}: scale.{model}: expected a positive number, got {value}")
+        return LinkCatalog(params, kappa, doc.get("source", source), sensitivity, scale)
 
 
 def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
@@ -246,7 +256,7 @@ def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
         sensitivity.pop(model, None)
     for model, row in loaded.sensitivity.items():
         sensitivity.setdefault(model, {}).update(row)
-    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source, sensitivity)
+    return LinkCatalog({**base.params, **loaded.params}, kappa, loaded.source, sensitivity, dict(loaded.scale))
 
 
 @lru_cache(maxsize=1)

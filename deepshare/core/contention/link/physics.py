@@ -23,6 +23,12 @@ never goes below 1, the fair share itself, so the jobs on a link never use more 
 capacity on average: sum_i work_il / t_i <= 1. Two jobs that always communicate on one link with
 congestion 0 and kappa 1 get half of it each. The fixed
 point is found by a damped iteration with a fixed number of steps, so results are reproducible.
+
+*Background* (optional, per link, 0..1): load on a link that no job of the system explains
+(traffic of work the scheduler does not manage, measured by the node agents). It adds to every
+stretch on its link like an aggressor at that duty with the fair-share coefficient 1.
+:func:`link_loads` gives the load the system's own jobs put on each link (the bandwidth they use
+over its capacity): what a probe on the link would measure.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class System:
     n_links: int
     kappa: np.ndarray        # (M, M) victim model x aggressor model
     sensitivity: np.ndarray | None = None  # (J,) > 0, the placement's factor on the gain; None: 1
+    background: np.ndarray | None = None   # (n_links,) >= 0, load of unmanaged traffic; None: 0
 
 
 def iteration_time(compute: np.ndarray, comm: np.ndarray, overlap: np.ndarray) -> np.ndarray:
@@ -98,9 +105,26 @@ def solve(system: System) -> np.ndarray:
     cycles per (link, aggressor model) and multiplies by the (types x models) coefficients: the
     cost per step is linear in the edges, not edges x models, and every step works in place.
     """
-    jobs = system.edge_job
-    if len(jobs) == 0:
+    if len(system.edge_job) == 0:
         return isolated_times(system)
+    stretch, comm = _fixed_point(system)
+    return iteration_time(system.compute, comm(system.work * stretch), system.overlap)
+
+
+def link_loads(system: System) -> np.ndarray:
+    """Per link, the bandwidth its jobs use at the fixed point as a fraction of its capacity,
+    ``sum_i work_il / t_i`` (each job moves its bytes once per iteration; at most 1 by the model's
+    capacity rule): the utilisation a probe on the link reads."""
+    if len(system.edge_job) == 0:
+        return np.zeros(system.n_links)
+    t = solve(system)
+    used = system.work / t[system.edge_job]
+    return np.minimum(np.bincount(system.edge_link, weights=used, minlength=system.n_links), 1.0)
+
+
+def _fixed_point(system: System) -> tuple[np.ndarray, "_Comm"]:
+    """The stretch of every edge after the damped iteration, and the per-job comm reducer."""
+    jobs = system.edge_job
     models, job_model = np.unique(system.model, return_inverse=True)   # the models present
     gain = 1.0 + system.congestion
     if system.sensitivity is not None:
@@ -123,6 +147,7 @@ def solve(system: System) -> np.ndarray:
     stretch = np.ones(n_edges)
     stretched, duty, scratch, new = (np.empty(n_edges) for _ in range(4))
     coef_t = np.ascontiguousarray(coef.T)
+    background = None if system.background is None else system.background[system.edge_link]
     for _ in range(ITERATIONS):
         np.multiply(work, stretch, out=stretched)
         c = comm(stretched)
@@ -136,12 +161,14 @@ def solve(system: System) -> np.ndarray:
         np.multiply(self_coef, duty, out=scratch)
         others -= scratch
         np.maximum(others, 0.0, out=others)
+        if background is not None:
+            others += background
         others += 1.0
         others *= 1.0 - DAMPING
         np.multiply(stretch, DAMPING, out=new)
         new += others                                            # DAMPING * s + (1 - DAMPING) * (1 + others)
         stretch, new = new, stretch
-    return iteration_time(compute, comm(work * stretch), overlap)
+    return stretch, comm
 
 
 def ratios(system: System) -> np.ndarray:

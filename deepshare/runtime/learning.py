@@ -1,0 +1,197 @@
+"""The live scheduler learns contention from its journal (``--contention-knowledge learned``).
+
+Every tick the control loop records each running job's measured throughput beside the shipped
+model's prediction for its placement (the journal's ``runs`` table: ``measured_throughput``,
+``predicted_throughput = catalog isolated throughput x the shipped model's ratio``). On a schedule
+(``refit_s``) :class:`LiveLearning` refits the learned model
+(:mod:`deepshare.core.contention.learned`) from scratch on the latest :data:`REFIT_RUNS` runs,
+one observation per run (its latest measurement, ``prior ratio = predicted / isolated``,
+``measured ratio = measured / isolated``): the fit is a function of the journal alone, so a
+restarted scheduler, or ``deepshare calibrate --from-state DIR`` offline, gets the same numbers.
+
+The fits are versioned in the state folder (``contention/params-NNNNN.json``, a new version only
+when a fit changed) with the fit's error (the ratio MAE of the prior and of the learned model on
+the runs it was fitted to); ``GET /v1/contention`` and ``deepshare contention`` show the latest.
+The policies' views then predict with the learned model, over the measured link load that the
+running jobs do not explain (load above what the shipped model expects of them on each link:
+traffic of work the scheduler does not manage), for a ``link`` prior. A model the catalog lacks
+starts from its proxy's prior and is corrected from its own jobs' reports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from deepshare.core.atomic import write_text_atomic
+from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob
+from deepshare.core.contention.learned import ContentionLearner, LearnedContention, ModelFit, Observation, mean_abs_error
+from deepshare.core.errors import DeepShareError
+from deepshare.core.topology import Topology
+from deepshare.core.types import Placement
+from deepshare.core.workloads import Catalog
+from deepshare.runtime.journal import Journal, Measurement
+
+log = logging.getLogger(__name__)
+
+CONTENTION_DIR = "contention"
+"""The state folder's subfolder of versioned fits."""
+DEFAULT_REFIT_S = 300.0
+"""Seconds between two refits of the live scheduler."""
+REFIT_RUNS = 2000
+"""Runs a refit reads (the most recently started)."""
+_VERSION_FILE = re.compile(r"^params-(\d{5,})\.json$")
+
+
+def observations(runs: Iterable[Measurement], catalog: Catalog) -> list[Observation]:
+    """One observation per run: its measured and predicted throughputs over the catalog's
+    isolated throughput of its model on its placement's shape."""
+    out = []
+    for run in runs:
+        nodes = len(run.placement)
+        if nodes == 0:
+            continue
+        isolated = catalog.throughput(run.model, run.gpus, nodes)
+        out.append(Observation(run.model, min(run.predicted_throughput / isolated, 1.0), run.measured_throughput / isolated))
+    return out
+
+
+def fit_document(learner: ContentionLearner, seen: Sequence[Observation], version: int, fitted_at: float,
+                 prior: str) -> dict[str, object]:
+    """What a version file holds: the fits, and their error on the runs they were fitted to."""
+    return {
+        "version": version,
+        "fitted_at": fitted_at,
+        "prior": prior,
+        "runs": len(seen),
+        "mae_prior": mean_abs_error(seen, None),
+        "mae_learned": mean_abs_error(seen, learner),
+        "models": {m: {"scale": f.scale, "exponent": f.exponent, "observations": f.observations, "contended": f.contended}
+                   for m, f in learner.fits.items()},
+    }
+
+
+def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: int = 0,
+                     runs: int = REFIT_RUNS) -> tuple[ContentionLearner, dict[str, object]]:
+    """A learner fitted to ``journal``'s latest ``runs`` measured runs, and its document."""
+    seen = observations(journal.measurements(runs), catalog)
+    learner = ContentionLearner()
+    learner.fit_all(seen)
+    return learner, fit_document(learner, seen, version, journal.now(), prior)
+
+
+def versions(folder: Path) -> list[Path]:
+    """The version files in ``folder``, oldest first."""
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _VERSION_FILE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def read_version(path: Path) -> dict[str, object]:
+    """A version file's document (its fits checked); :class:`DeepShareError` naming the file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        fits_of(doc)
+        int(doc["version"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DeepShareError(f"{path}: not a contention fit ({exc})") from None
+    return doc
+
+
+def fits_of(doc: Mapping[str, object]) -> dict[str, ModelFit]:
+    """The :class:`ModelFit` of every model of a version document."""
+    return {name: ModelFit(math.log(float(f["scale"])), float(f["exponent"]), float(f["observations"]),
+                           float(f["contended"]))
+            for name, f in doc["models"].items()}  # type: ignore[union-attr]
+
+
+@dataclass
+class LiveLearning:
+    """The live scheduler's learned contention model and its versions in ``state_dir``."""
+
+    state_dir: Path
+    prior: ContentionModel
+    catalog: Catalog
+    refit_s: float = DEFAULT_REFIT_S
+    runs: int = REFIT_RUNS
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.folder = self.state_dir / CONTENTION_DIR
+        self.learner = ContentionLearner()
+        self.latest: dict[str, object] | None = None
+        """The latest version's document (None before the first fit)."""
+        self._last_refit: float | None = None
+        found = versions(self.folder)
+        if found:
+            try:
+                self.latest = read_version(found[-1])
+                self.learner = ContentionLearner(fits=fits_of(self.latest))
+            except DeepShareError as exc:  # a damaged file: start from the prior, the next refit writes anew
+                log.warning("%s; starting from the prior", exc)
+
+    def document(self) -> dict[str, object]:
+        """What ``GET /v1/contention`` answers: the latest version (version 0, no models, before
+        the first fit) and the refit period."""
+        doc = dict(self.latest) if self.latest is not None else {
+            "version": 0, "fitted_at": None, "prior": self.prior.name, "runs": 0, "mae_prior": None,
+            "mae_learned": None, "models": {}}
+        doc["refit_s"] = self.refit_s
+        return doc
+
+    @property
+    def version(self) -> int:
+        return 0 if self.latest is None else int(self.latest["version"])  # type: ignore[arg-type]
+
+    def due(self, now: float) -> bool:
+        return self._last_refit is None or now - self._last_refit >= self.refit_s
+
+    def refit(self, journal: Journal) -> dict[str, object]:
+        """Refit from ``journal``; write a new version when a fit changed. The current document."""
+        self._last_refit = journal.now()
+        learner, doc = fit_from_journal(journal, self.catalog, self.prior.name, self.version + 1, self.runs)
+        self.learner = learner
+        if (self.latest or {}).get("models", {}) == doc["models"]:  # nothing new: no new version
+            return self.latest or self.document()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"params-{int(doc['version']):05d}.json"  # type: ignore[call-overload]
+        write_text_atomic(path, json.dumps(doc, indent=2) + "\n", "contention fit")
+        self.latest = doc
+        log.info("contention fit v%d from %d run(s): ratio MAE %s (prior %s)", doc["version"], doc["runs"],
+                 _fmt(doc["mae_learned"]), _fmt(doc["mae_prior"]))
+        return doc
+
+    def prior_state(self, topology: Topology, running: Iterable[tuple[str, str, int, Placement]]) -> ContentionState:
+        """The shipped model's state of the running jobs ``(id, model, GPUs, placement)``."""
+        state = self.prior.new_state(topology, self.catalog)
+        for job_id, model, gpus, placement in running:
+            state.add(RunningJob(job_id, model, gpus, placement))
+        return state
+
+    def model(self, topology: Topology, running: Sequence[tuple[str, str, int, Placement]],
+              link_load: Mapping[str, float]) -> LearnedContention:
+        """The learned model for a view of ``running``, over the measured load they do not explain."""
+        background: dict[str, float] = {}
+        if link_load:
+            loads = getattr(self.prior_state(topology, running), "link_loads", None)
+            if loads is not None:
+                expected = loads()
+                background = {name: load - expected.get(name, 0.0) for name, load in link_load.items()
+                              if load - expected.get(name, 0.0) > 0}
+        return LearnedContention(self.prior, self.learner, background)
+
+    def predicted_throughput(self, model: str, placement: Placement, prior_ratio: float) -> float:
+        """The learned prediction for a job of ``model`` at ``placement`` where the shipped model
+        predicts ``prior_ratio``: isolated throughput x learned scale x learned ratio."""
+        isolated = self.catalog.throughput(model, placement.total_gpus, placement.num_nodes)
+        return self.learner.throughput(model, isolated, prior_ratio)
+
+
+def _fmt(value: object) -> str:
+    return "-" if value is None else f"{value:.4f}"

@@ -1,0 +1,249 @@
+"""The live loop learns contention from its journal (fake cluster, real journal, fake clock): a job
+reporting half its predicted rate changes the next prediction for its model; the fit is versioned in
+the state folder, survives a restart, equals ``deepshare calibrate --from-state``, and is shown by
+``GET /v1/contention`` and ``deepshare contention``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_launcher import FakeLauncher
+
+from deepshare.cli import main
+from deepshare.core.contention import make_contention
+from deepshare.core.contention.learned import EXPONENT_PRIOR_WEIGHT, SCALE_PRIOR_WEIGHT
+from deepshare.core.types import Decision, Launch, Placement, WAIT
+from deepshare.core.view import JobView
+from deepshare.core.workloads import default_catalog
+from deepshare.policies import make_policy
+from deepshare.runtime.journal import Journal
+from deepshare.runtime.learning import CONTENTION_DIR, LiveLearning, fit_from_journal, versions
+from deepshare.runtime.loop import ControlLoop, LoopConfig
+from deepshare.runtime.spec import spec_from_json
+
+CATALOG = default_catalog()
+SPLIT = Placement(((0, 2), (1, 2)))
+FSDP_PAIR = 0.64  # the measured table: FSDP on 4 GPUs over 2 nodes beside another such job
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Scripted:
+    name = "scripted"
+
+    def __init__(self, *decisions: Decision) -> None:
+        self.decisions, self.views = list(decisions), []
+
+    def decide(self, view: Any) -> Decision:
+        self.views.append(view)
+        return self.decisions.pop(0) if self.decisions else WAIT
+
+
+def rig(state: Path, policy: Any, refit_s: float = 10.0):
+    clock = Clock()
+    journal = Journal(state, clock=clock)
+    fake = FakeLauncher({"node0": 4, "node1": 4})
+    learning = LiveLearning(state, make_contention("profiled"), CATALOG, refit_s=refit_s)
+    loop = ControlLoop(journal, policy, CATALOG, make_contention("profiled"), LoopConfig(interval_s=0.01),
+                       launcher=fake, learning=learning)
+    return clock, journal, fake, learning, loop
+
+
+def submit(journal: Journal, clock: Clock, name: str, gpus: int, model: str) -> str:
+    job = journal.submit(spec_from_json(dict(name=name, gpus=gpus, model=model, command=["true"],
+                                             checkpoint_dir="/tmp/ckpt")))
+    clock.t += 1.0
+    return job.job_id
+
+
+def test_a_job_at_half_its_predicted_rate_changes_the_next_prediction_for_its_model(tmp_path):
+    state = tmp_path / "state"
+    clock, journal, fake, learning, loop = rig(state, make_policy("fifo+consolidated"))
+    a = submit(journal, clock, "a", 2, "GraphSage")
+    assert loop.tick().launched == (a,)
+    iso = CATALOG.throughput("GraphSage", 2, 1)
+    assert journal.get(a).predicted_throughput == pytest.approx(iso)  # alone: the shipped model's 1.0
+    on_node1 = Placement(((1, 2),))
+    before = learning.predicted_throughput("GraphSage", on_node1, 1.0)
+    assert before == pytest.approx(iso) and learning.version == 0 and versions(state / CONTENTION_DIR) == []
+
+    fake.report(a, samples=100.0, step=10, throughput=iso / 2)  # half of what was predicted
+    clock.t += 20.0
+    loop.tick()
+    # one uncontended report at half the predicted rate: ln(scale) = ln(0.5) / (1 + prior weight)
+    scale = math.exp(math.log(0.5) / (1 + SCALE_PRIOR_WEIGHT))
+    after = learning.predicted_throughput("GraphSage", on_node1, 1.0)
+    assert after == pytest.approx(iso * scale) and after < before
+    assert learning.predicted_throughput("FSDP", on_node1, 1.0) == pytest.approx(CATALOG.throughput("FSDP", 2, 1))
+    doc = learning.latest
+    assert doc["version"] == 1 and doc["runs"] == 1 and doc["prior"] == "profiled"
+    assert doc["models"]["GraphSage"]["scale"] == pytest.approx(scale)
+    assert doc["mae_prior"] == pytest.approx(0.5) and doc["mae_learned"] == pytest.approx(0.5)  # ratios: both 1.0
+    files = versions(state / CONTENTION_DIR)
+    assert [f.name for f in files] == ["params-00001.json"] and json.loads(files[0].read_text()) == doc
+    # a refit that changes nothing writes no new version
+    clock.t += 20.0
+    loop.tick()
+    assert learning.version == 1 and len(versions(state / CONTENTION_DIR)) == 1
+    # a restarted scheduler starts from the latest version; the offline fit of the journal is the same
+    again = LiveLearning(state, make_contention("profiled"), CATALOG)
+    assert again.latest == doc and again.predicted_throughput("GraphSage", on_node1, 1.0) == pytest.approx(after)
+    _, offline = fit_from_journal(journal, CATALOG, "profiled")
+    assert offline["models"] == doc["models"]
+
+
+def test_a_contended_job_reporting_half_raises_its_models_exponent_in_the_next_view(tmp_path):
+    state = tmp_path / "state"
+    policy = Scripted(Decision(launch=(Launch("a-1", SPLIT), Launch("b-2", SPLIT))))
+    clock, journal, fake, learning, loop = rig(state, policy)
+    a, b = submit(journal, clock, "a", 4, "FSDP"), submit(journal, clock, "b", 4, "FSDP")
+    assert loop.tick().launched == (a, b)
+    iso = CATALOG.throughput("FSDP", 4, 2)
+    fake.report(a, samples=1.0, step=1, throughput=iso * FSDP_PAIR / 2)  # half its predicted rate
+    fake.report(b, samples=1.0, step=1, throughput=iso * FSDP_PAIR)
+    c = submit(journal, clock, "c", 4, "FSDP")  # queued: the loop asks the policy again
+    clock.t += 20.0
+    loop.tick()
+    x = math.log(FSDP_PAIR)
+    theta = (EXPONENT_PRIOR_WEIGHT + x * (math.log(FSDP_PAIR / 2) + x)) / (EXPONENT_PRIOR_WEIGHT + 2 * x * x)
+    assert learning.latest["models"]["FSDP"]["exponent"] == pytest.approx(theta) and theta > 1
+    view = policy.views[-1]
+    assert [j.ratio for j in view.running] == pytest.approx([FSDP_PAIR ** theta] * 2)
+    queued = next(iter(view.queued))
+    assert queued.job_id == c
+    d = JobView("d", "FSDP", 4, 0.0, 1.0, 0.0, queued.comm_class)
+    assert view.predict(d, SPLIT, ()).ratio == pytest.approx(FSDP_PAIR ** theta)
+    # the journal keeps the shipped model's prediction beside the measurement (the learner's input)
+    assert journal.get(a).predicted_throughput == pytest.approx(iso * FSDP_PAIR)
+
+
+def test_measured_link_load_the_running_jobs_do_not_explain_slows_the_prediction(tmp_path):
+    learning = LiveLearning(tmp_path, make_contention("link"), CATALOG)
+    from deepshare.core.topology import uniform
+
+    topo = uniform(2, 4)
+    d = ("d", "FSDP", 4, SPLIT)
+    quiet = learning.model(topo, [], {}).new_state(topo, CATALOG)
+    busy = learning.model(topo, [], {"node0/nic": 0.7}).new_state(topo, CATALOG)
+    from deepshare.core.contention.base import RunningJob
+
+    job = RunningJob(*d)
+    assert busy.predict(job).ratio < quiet.predict(job).ratio
+    # load the running jobs explain is not background
+    running = [("a", "FSDP", 4, SPLIT)]
+    explained = learning.prior_state(topo, running).link_loads()
+    model = learning.model(topo, running, explained)
+    assert dict(model.background) == {}
+
+
+def test_calibrate_from_state_and_the_contention_endpoint_and_command(tmp_path, capsys):
+    pytest.importorskip("uvicorn")
+    from deepshare.runtime.api import guard, make_app
+
+    state = tmp_path / "state"
+    clock, journal, fake, learning, loop = rig(state, make_policy("fifo+consolidated"))
+    a = submit(journal, clock, "a", 2, "GraphSage")
+    loop.tick()
+    fake.report(a, samples=100.0, step=10, throughput=CATALOG.throughput("GraphSage", 2, 1) / 2)
+    clock.t += 20.0
+    loop.tick()
+    out_json = tmp_path / "fit.json"
+    assert main(["calibrate", "--from-state", str(state), "--json", str(out_json)]) == 0
+    offline = json.loads(out_json.read_text())
+    assert offline["models"] == learning.latest["models"]
+    assert "GraphSage" in capsys.readouterr().out
+    assert main(["calibrate", "--from-state", str(tmp_path / "nowhere")]) == 2
+    assert "no journal" in capsys.readouterr().err
+
+    token = "test-token-0123456789"
+    with serving(guard(make_app(journal, lambda: (8, 2), contention=learning.document), token=token,
+                       bound_host="127.0.0.1")) as url:
+        doc_path = tmp_path / "shown.json"
+        assert main(["contention", "--url", url, "--token", token, "--json", str(doc_path)]) == 0
+        shown = json.loads(doc_path.read_text())
+        assert shown["models"] == learning.latest["models"] and shown["refit_s"] == 10.0 and shown["version"] == 1
+        assert main(["contention", "--url", url, "--token", token]) == 0
+        out = capsys.readouterr().out
+        assert "contention fit v1" in out and "GraphSage" in out
+    # a scheduler that does not learn says so: one line, exit 2
+    with serving(guard(make_app(journal, lambda: (8, 2)), token=token, bound_host="127.0.0.1")) as url:
+        assert main(["contention", "--url", url, "--token", token]) == 2
+        assert "does not learn contention" in capsys.readouterr().err
+
+
+@contextmanager
+def serving(app):
+    """``app`` served by uvicorn on a free loopback port for the block; its URL."""
+    import uvicorn
+
+    from deepshare.runtime.service import bind
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+
+
+def test_the_live_scheduler_migrates_a_job_slow_for_a_window(tmp_path):
+    from deepshare.policies.migrate import MIGRATE_WINDOW_S, Migrating
+
+    clock = Clock()
+    journal = Journal(tmp_path / "state", clock=clock)
+    fake = FakeLauncher({"node0": 4, "node1": 4, "node2": 4})
+    policy = Migrating("scripted+migrate", Scripted(Decision(launch=(Launch("a-1", SPLIT), Launch("b-2", SPLIT)))))
+    learning = LiveLearning(tmp_path / "state", make_contention("profiled"), CATALOG)
+    loop = ControlLoop(journal, policy, CATALOG, make_contention("profiled"), LoopConfig(interval_s=0.01, preempt_grace_s=1.0),
+                       launcher=fake, learning=learning)
+    a, b = submit(journal, clock, "a", 4, "FSDP"), submit(journal, clock, "b", 4, "FSDP")
+    assert loop.tick().launched == (a, b)
+    clock.t += 1.0
+    assert loop.tick().migrated == ()  # slow (0.64) from now on, not yet for a window
+    clock.t += MIGRATE_WINDOW_S
+    report = loop.tick()
+    # a moves to the free node; b, then alone on nodes 0 and 1, consolidates onto node 0
+    assert report.migrated == (a, b) and report.launched == (a, b)
+    assert fake.launches[-2:] == [(a, 2, (("node2", 4),)), (b, 2, (("node0", 4),))]
+    assert [t.reason for t in journal.transitions(a)][-2:] == ["migrating", "launched"]
+    clock.t += 1.0
+    assert loop.tick().migrated == ()  # both run alone now, and neither may move again within its window
+
+
+def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own_reports(tmp_path):
+    state = tmp_path / "state"
+    clock, journal, fake, learning, loop = rig(state, make_policy("fifo+consolidated"))
+    a = submit(journal, clock, "a", 2, "my-new-net")  # no such model: the catalog's default proxy stands in
+    loop.tick()
+    proxy = CATALOG.throughput("my-new-net", 2, 1)
+    assert proxy == CATALOG.throughput(CATALOG.resolve("my-new-net"), 2, 1)
+    assert journal.get(a).predicted_throughput == pytest.approx(proxy)
+    fake.report(a, samples=1.0, step=1, throughput=proxy / 2)
+    clock.t += 20.0
+    loop.tick()
+    assert set(learning.latest["models"]) == {"my-new-net"}  # its own fit; the proxy's model is untouched
+    place = Placement(((1, 2),))
+    assert learning.predicted_throughput("my-new-net", place, 1.0) < proxy
+    proxied = CATALOG.resolve("my-new-net")
+    assert learning.predicted_throughput(proxied, place, 1.0) == pytest.approx(CATALOG.throughput(proxied, 2, 1))
