@@ -775,7 +775,10 @@ class Simulator:
                 self.knowledge.record(t, self._total_jobs - self._unfinished, job_id, job.spec.model, job.ratio)
             job.version += 1
             begin = job.stall_until if job.stall_until > t else t
-            self._events.push(begin + job.remaining / job.rate, EventKind.COMPLETION, job_id, job.version)
+            left = job.remaining
+            if left < 0.0:  # accounting a run in pieces can overshoot its work by an ulp: it ends now, not before
+                left = 0.0
+            self._events.push(begin + left / job.rate, EventKind.COMPLETION, job_id, job.version)
             self._live_events += 1
 
     def _account_busy(self, t: float) -> None:

@@ -190,3 +190,23 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_other_estimates():
     c = _sim(jobs, seed=2, contention="profiled", nodes=2, gpus=8).run(make_policy("srsf+packed+preempt"))
     assert a.to_dict() == b.to_dict()
     assert a.to_dict() != c.to_dict()
+
+
+def test_time_never_runs_backwards_when_a_run_overshoots_its_work_by_an_ulp():
+    """A run accounted in pieces can end an ulp past its work; its completion was then scheduled an
+    ulp before now, the clock went back (14,991.823301992084 -> ...083 here) and a view showed a
+    negative attained service and run time (the placement service refused them as invalid)."""
+    from pathlib import Path
+
+    from deepshare.core.topology import load_topology
+    from deepshare.core.traces import load
+
+    trace = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+    sim = Simulator(load_topology("testbed"), load(trace).jobs[:80], make_contention("profiled"),
+                    information=InformationModel("estimated", 1.0, 3))
+    policy, last = make_policy("qssf+spread+preempt"), 0.0
+    while (view := sim.advance()) is not None:
+        assert view.now >= last
+        last = view.now
+        assert all(j.attained_gpu_s >= 0 and j.last_run_s >= 0 for j in view.running)
+        sim.apply(policy.decide(view))

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
 from deepshare.core.contention import make_contention
+from deepshare.core.information import InformationModel
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load
@@ -36,9 +37,12 @@ def place(request: dict, policy: str = "rl-hybrid") -> dict:
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_policy_answers_through_the_service_as_in_the_simulator(policy):
-    """Decision points of a real simulation, sent as requests, give the policy's own decisions."""
+    """Decision points of a real simulation, sent as requests, give the policy's own decisions.
+    The simulation runs under the estimated information model, which is what a request says (a
+    service never knows true remaining work, so a view it builds is never ``exact``)."""
     served, local = engine(policy), make_policy(policy)
-    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"))
+    sim = Simulator(load_topology("testbed"), load(TRACE).jobs[:80], make_contention("profiled"),
+                    information=InformationModel("estimated", 1.0, 3))
     points = 0
     while (view := sim.advance()) is not None and points < 60:
         decision = local.decide(view)
