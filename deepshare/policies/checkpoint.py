@@ -3,9 +3,9 @@
 ``deepshare train`` exports ``policy.pt`` next to its RLlib checkpoints: the scorer's weights,
 its width, the encoding it was trained with and what it was trained on: plain data that
 ``torch.load(weights_only=True)`` reads without running code. Loading needs torch only.
-``rl-hybrid`` loads the network shipped in ``deepshare/data/policies/rl_base.pt``, ``rl-base`` the
-one in ``rl_unc_imitation.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
-``rl_hybrid_preempt.pt``, unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
+``rl-hybrid`` loads the network shipped in ``deepshare/data/policies/rl_est_ppo.pt``, ``rl-base``
+the one in ``rl_est_imitation.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
+``rl_est_hybrid_preempt.pt``, unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
 ``CHANGELOG.md`` for why each is that network). A file's encoding (its
 ``max_wait_s`` bound included) is used as trained.
 """
@@ -212,19 +212,19 @@ def _encoding(given: Any, path: str | Path) -> EncodingConfig:
         raise DeepShareError(f"policy checkpoint {path}: encoding: {exc}") from None
 
 
-SHIPPED = "rl_base.pt"
-"""The network RL-hybrid loads by default (PPO, 2026-11-29)."""
-SHIPPED_BASE = "rl_unc_imitation.pt"
-"""The network RL-base loads by default (since 2026-12-01, fifth session): an exact imitation of
-``srsf+uncontended`` (``deepshare imitate rllib_configs/rl_unc_imitate.yaml``, with the
-encoding's extra columns; ``rl_base_dagger.pt``, the DAgger imitation of ``srsf+packed`` refined
-by PPO, before)."""
-SHIPPED_PREEMPT = "rl_hybrid_preempt.pt"
+SHIPPED = "rl_est_ppo.pt"
+"""The network RL-hybrid loads by default: :data:`SHIPPED_BASE`'s, refined by 30 PPO iterations
+under the same curriculum (``rllib_configs/rl_est_ppo.yaml``; it decides as before them), with the
+safety net falling back to ``bsrsf+uncontended``. What it shipped before is in CHANGELOG.md."""
+SHIPPED_BASE = "rl_est_imitation.pt"
+"""The network RL-base loads by default: an exact imitation of ``bsrsf+uncontended`` trained
+under the estimated information model with a curriculum of estimate errors and the unknown model
+(``deepshare imitate rllib_configs/rl_est_imitate.yaml``), reading the encoding's belief and
+history columns."""
+SHIPPED_PREEMPT = "rl_est_hybrid_preempt.pt"
 """What RL-hybrid-preempt loads by default: :data:`SHIPPED_BASE`'s network (identical weights)
 with ``hybrid_rules`` ``{min_ratio: 1.01, utilisation_floor: 0}`` (the safety net never fires),
-``preemptive: srsf+uncontended+preempt`` and no gate (since 2026-12-01, fifth session; the
-``rl_base_dagger.pt`` network deferring to ``srsf+packed+preempt`` at half the GPUs' pressure
-before)."""
+``preemptive: bsrsf+uncontended+preempt`` and no gate."""
 
 
 def shipped(name: str = SHIPPED) -> Path:

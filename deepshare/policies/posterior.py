@@ -69,7 +69,7 @@ def belief(job: JobView, history: JobHistory, calibration: tuple[float, float] |
     terms: list[tuple[float, float]] = []
     if job.estimate_s is not None:
         bias, spread = calibration if calibration is not None else estimate_calibration(history)
-        terms.append((math.log(job.estimate_s) + bias, spread))
+        terms.append((math.log(max(job.estimate_s, 1e-3)) + bias, spread))
     forecast = history.forecast(job.gpus, job.user, job.group, job.vc)
     if forecast is not None:
         spread = history.level_spread(forecast.level)

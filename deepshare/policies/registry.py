@@ -81,9 +81,10 @@ def _register_learned() -> None:
     from deepshare.policies.checkpoint import learned_policy  # torch is imported only when one is built
 
     for name, hybrid, doc in (
-        ("rl-base", False, "learned policy (an exact imitation of srsf+uncontended): makes every placement"
-                           " decision and may wait"),
-        ("rl-hybrid", True, "learned PPO policy; when it waits, the srsf+uncontended heuristic's next launch (safety net)"),
+        ("rl-base", False, "learned policy trained under estimated durations (an exact imitation of bsrsf+uncontended):"
+                           " makes every placement decision and may wait"),
+        ("rl-hybrid", True, "learned policy (rl-base's network refined by PPO); when it waits, the bsrsf+uncontended"
+                            " heuristic's next launch (safety net)"),
     ):
         register(
             PolicyInfo(
@@ -100,9 +101,9 @@ def _register_learned() -> None:
     register(
         PolicyInfo(
             "rl-hybrid-preempt",
-            f"rl-hybrid, except that whenever {DEFAULT_PREEMPTIVE} (or the file's heuristic) would preempt, that"
-            " heuristic's decision (preemptions and launches) is taken, within the file's gates (shipped: none);"
-            " shipped checkpoint, or rl-hybrid-preempt=PATH",
+            "rl-hybrid, except that whenever the file's preemptive heuristic (shipped: bsrsf+uncontended+preempt;"
+            f" {DEFAULT_PREEMPTIVE} for a file that names none) would preempt, that heuristic's decision (preemptions"
+            " and launches) is taken, within the file's gates (shipped: none); shipped checkpoint, or rl-hybrid-preempt=PATH",
             lambda path=None: preemptive_hybrid("rl-hybrid-preempt", path),
             takes_argument=True,
             heuristic=False,

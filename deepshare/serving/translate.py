@@ -144,11 +144,22 @@ def _remaining(job: PendingIn | RunningIn, gpus: int) -> float:
     return believed_remaining_s(job.requested_s, job.attained_gpu_s / gpus)
 
 
+def _estimate(job: PendingIn | RunningIn, gpus: int) -> float | None:
+    """The job's estimate of its whole run time: ``requested_s``, else what the client's own
+    ``remaining_s`` implies (it plus the time run), else none."""
+    if job.requested_s is not None:
+        return job.requested_s
+    if job.remaining_s is None:
+        return None
+    implied = job.remaining_s + job.attained_gpu_s / gpus
+    return implied if implied >= 1.0 else 1.0  # a job about to end: an estimate must be positive
+
+
 def _pending(job: PendingIn, now: float) -> KnownJob:
     submitted = now if job.submitted_at is None else job.submitted_at
     return KnownJob(
         job.job_id, job.model, job.gpus, submitted, _remaining(job, job.gpus), job.attained_gpu_s,
-        job.preemptions, None, job.last_run_s, job.queued_since, job.requested_s, job.user, job.group, job.vc,
+        job.preemptions, None, job.last_run_s, job.queued_since, _estimate(job, job.gpus), job.user, job.group, job.vc,
     )
 
 
@@ -156,8 +167,8 @@ def _running(job: RunningIn, index: dict[str, int]) -> KnownJob:
     placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
     return KnownJob(
         job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job, placement.total_gpus),
-        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, job.requested_s, job.user,
-        job.group, job.vc,
+        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, _estimate(job, placement.total_gpus),
+        job.user, job.group, job.vc,
     )
 
 

@@ -132,7 +132,7 @@ def _set(key, value):
     [
         ("no-weights", lambda doc: doc.pop("state_dict"), r"not a DeepShare policy file \(no state_dict\)"),
         ("no-metadata", lambda doc: doc.pop("metadata"), r"\(no metadata\)"),
-        ("narrower", _set("hidden", 32), r"state_dict: expected the weights of a 18-feature, 32-wide scorer"),
+        ("narrower", _set("hidden", 32), r"state_dict: expected the weights of a 26-feature, 32-wide scorer"),
         ("hidden-text", _set("hidden", "64"), r"hidden: expected a positive integer, got '64'"),
         ("hidden-negative", _set("hidden", -3), r"hidden: expected a positive integer, got -3"),
         ("metadata-list", _set("metadata", [1]), r"metadata: expected a mapping, got list"),

@@ -71,8 +71,8 @@ def test_a_policy_file_is_served_with_the_bound_it_was_trained_with(tmp_path):
     import torch
 
     shipped = make_policy("rl-base")
-    assert shipped.encoding.max_wait_s is None and shipped.metadata["checkpoint"].endswith("rl_unc_imitation.pt")
-    assert make_policy("rl-hybrid").metadata["checkpoint"].endswith("rl_base.pt")
+    assert shipped.encoding.max_wait_s is None and shipped.metadata["checkpoint"].endswith("rl_est_imitation.pt")
+    assert make_policy("rl-hybrid").metadata["checkpoint"].endswith("rl_est_ppo.pt")
     doc = torch.load(shipped.metadata["checkpoint"], weights_only=True)
     doc["encoding"]["max_wait_s"] = 1800.0
     torch.save(doc, tmp_path / "bounded.pt")

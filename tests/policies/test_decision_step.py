@@ -146,6 +146,10 @@ def test_learned_policies_are_stepped_policies_and_heuristics_are_not():
 # -- equivalence: training, evaluation and serving decide alike --------------------------------
 
 SMALL = {"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2, 4], "max_candidates": 10}
+SHIPPED_ENCODING = {"max_candidates": 16, "anchor": ["bsrsf", "uncontended"], "offer_order": "bsrsf",
+                    "extra_features": ["is_anchor", "neighbours_min_left_h", "neighbours_max_left_h", "next_finish_h",
+                                       "belief_left_h", "history_jobs", "history_spread", "has_estimate"]}
+"""The encoding the shipped networks were trained with (rllib_configs/rl_est_imitate.yaml)."""
 
 
 def linear_scorer(seed: int):
@@ -157,10 +161,10 @@ def linear_scorer(seed: int):
 
 
 def scorer_for(name: str):
-    """``linearN``, or ``shipped``: the bundled checkpoint's network (its encoding is the env's default)."""
+    """``linearN``, or ``shipped``: the bundled checkpoint's network (its encoding is :data:`SHIPPED_ENCODING`)."""
     if name == "shipped":
         policy = make_policy("rl-hybrid")
-        assert policy.encoding == DeepShareEnv(SMALL | {"max_candidates": 16}).config.encoding
+        assert policy.encoding == DeepShareEnv(SMALL | SHIPPED_ENCODING).config.encoding
         return policy.scorer
     return linear_scorer(int(name.removeprefix("linear")))
 
@@ -195,7 +199,7 @@ def engine():
 @pytest.mark.parametrize(("scorer_name", "seed"), [("linear0", 0), ("linear1", 1), ("linear2", 2), ("shipped", 3)])
 def test_env_policy_and_engine_take_identical_decisions(engine, scorer_name, seed, hybrid):
     scorer = scorer_for(scorer_name)
-    env = DeepShareEnv({**SMALL, "hybrid": hybrid, "max_candidates": 16 if scorer_name == "shipped" else 10})
+    env = DeepShareEnv({**SMALL, "hybrid": hybrid, **(SHIPPED_ENCODING if scorer_name == "shipped" else {})})
     policy = LearnedPolicy("x", scorer, env.config.encoding, env.config.hybrid_rules)
     engine.policy = policy
     launches = []

@@ -19,7 +19,7 @@ from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
 from deepshare.policies import make_policy, policy_info, policy_names
 from deepshare.policies.checkpoint import shipped
 from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig
-from deepshare.policies.hybrid_preempt import PreemptiveHybrid
+from deepshare.policies.hybrid_preempt import DEFAULT_PREEMPTIVE, PreemptiveHybrid
 from deepshare.policies.learned import HybridRules, LearnedPolicy, drive
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.schemas import PlacementRequest
@@ -28,7 +28,8 @@ from deepshare.serving.translate import response_to_decision, view_to_request
 TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 PREEMPTIVE = "srsf+packed+preempt"
 """The heuristic of the hand-made cases below."""
-SHIPPED_PREEMPTIVE = "srsf+uncontended+preempt"
+SHIPPED_PREEMPTIVE = "bsrsf+uncontended+preempt"
+"""What the shipped file defers to (its metadata); a file that names none defers to DEFAULT_PREEMPTIVE."""
 """What the shipped file and a file naming none defer to."""
 
 
@@ -122,7 +123,7 @@ def served(engine: PlacementEngine, view) -> Decision:
 def test_registered_policy_answers_through_the_engine_as_decide(engine):
     policy = engine.policy
     assert isinstance(policy, PreemptiveHybrid) and engine.batch_scorer is not None
-    assert engine.metadata["preemptive"] == SHIPPED_PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_hybrid_preempt.pt")
+    assert engine.metadata["preemptive"] == SHIPPED_PREEMPTIVE and engine.metadata["checkpoint"].endswith("rl_est_hybrid_preempt.pt")
     for view in (preempting_view(), free_gpus_view()):
         assert served(engine, view) == policy.decide(view)
     assert served(engine, preempting_view()).preempt == ("long",)
@@ -213,8 +214,8 @@ def test_a_files_preempt_rules_set_the_gates_and_no_rules_mean_none(tmp_path):
 
 
 def test_the_shipped_rl_hybrid_preempt_is_the_imitation_network_with_its_rules():
-    """``rl_hybrid_preempt.pt``: rl-base's network (the same weights), the safety net off
-    (min_ratio 1.01, no utilisation floor), deferring to srsf+uncontended+preempt with no gate."""
+    """``rl_est_hybrid_preempt.pt``: rl-base's network (the same weights), the safety net off
+    (min_ratio 1.01, no utilisation floor), deferring to bsrsf+uncontended+preempt with no gate."""
     import torch
 
     from deepshare.policies.checkpoint import SHIPPED_BASE, SHIPPED_PREEMPT, shipped
@@ -251,7 +252,7 @@ def test_a_files_preemptive_names_the_heuristic_deferred_to_and_no_key_means_the
     policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': 'las+packed+preempt'})}")
     assert policy.preemptive == make_policy("las+packed+preempt")
     assert policy.metadata["preemptive"] == "las+packed+preempt"
-    assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(SHIPPED_PREEMPTIVE)
+    assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(DEFAULT_PREEMPTIVE)
 
 
 @pytest.mark.parametrize("given", ["srsf+uncontended", "srsf+nowhere+preempt", "nope+packed+preempt", 7, None, "rl-base"])

@@ -94,10 +94,11 @@ def test_batched_scoring_gives_the_same_answer():
 
 
 def test_scorer_batch_equals_single_calls():
-    scorer = engine().policy.scorer
+    policy = engine().policy
+    scorer = policy.scorer
     rng = np.random.default_rng(0)
     obs = [
-        {"observations": rng.normal(size=(16, 18)).astype(np.float32),
+        {"observations": rng.normal(size=(16, len(policy.encoding.features))).astype(np.float32),
          "action_mask": (rng.random(16) > 0.3).astype(np.float32)}
         for _ in range(5)
     ]
@@ -108,9 +109,10 @@ def test_scorer_batch_equals_single_calls():
 
 def test_policy_description_says_what_it_was_trained_on():
     info = engine().describe()
-    assert info.name == "rl-hybrid" and info.checkpoint.endswith("rl_base.pt")
-    assert info.trained_on["config"] == "rllib_configs/rl_base.yaml"
-    assert "deepshare-train-jobset0-episode0.json" in info.trained_on["env"]["traces"]
+    assert info.name == "rl-hybrid" and info.checkpoint.endswith("rl_est_ppo.pt")
+    assert info.trained_on["config"] == "rllib_configs/rl_est_ppo.yaml"
+    assert "deepshare-train-jobset0-episode0.json" in info.trained_on["env"]["traces"]  # shown without directories
+    assert list(info.trained_on["env"]["durations"]) == ["estimated", "estimated", "estimated", "unknown"]
     assert engine("las+spread").describe().trained_on is None
 
 
@@ -130,7 +132,7 @@ def test_policy_description_shows_no_absolute_local_paths(tmp_path):
     assert trained["model"] == {"hidden": 64, "init_from": "policy.pt"}
     dagger = engine(f"rl-base={shipped('rl_base_dagger.pt')}").describe().trained_on
     assert dagger["model"]["init_from"] == "runs/bc_dagger3/policy.pt"
-    assert engine("rl-base").describe().trained_on["config"] == "rllib_configs/rl_unc_imitate.yaml"
+    assert engine("rl-base").describe().trained_on["config"] == "rllib_configs/rl_est_imitate.yaml"
 
 
 def bad(request: dict) -> list[tuple[tuple, str]]:
