@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from deepshare.raycluster.labels import (
     FABRIC_RESOURCE,
@@ -41,6 +40,7 @@ from deepshare.raycluster.labels import (
     parse_labels,
 )
 from deepshare.core.autoscaling.spec import AutoscaleSpec
+from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 
@@ -82,10 +82,7 @@ def load_cluster_yaml(path: str | Path) -> ClusterYaml:
 
 
 def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DeepShareError(f"{source}: not valid YAML ({' '.join(str(exc).split())})") from None
+    raw = load_yaml(text, source, "a Ray cluster config or a RayCluster manifest")
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a Ray cluster config or a RayCluster manifest (a mapping)")
     if "kind" in raw or "apiVersion" in raw:
@@ -189,7 +186,7 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
         raise DeepShareError(f"{where}: expected `ray start ... --num-gpus=N` on the GPU workers")
     try:
         gpus = int(options["--num-gpus"])
-        resources = json.loads(options.get("--resources", "{}"))
+        resources = load_json(options.get("--resources", "{}"), f"{where} --resources", "a JSON object")
     except ValueError as exc:
         raise DeepShareError(f"{where}: --num-gpus must be an integer and --resources JSON ({exc})") from None
     if gpus < 1 or not isinstance(resources, dict):
@@ -256,10 +253,10 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
     text = str(params.get("resources", "")).strip()
     try:  # KubeRay passes the value verbatim: usually a quoted JSON string, '"{\"x\": 1}"'
-        resources = json.loads(text)
+        resources = load_json(text, where, "a JSON object")
         if isinstance(resources, str):
-            resources = json.loads(resources)
-    except ValueError:
+            resources = load_json(resources, where, "a JSON object")
+    except DeepShareError:
         resources = None
     if not isinstance(resources, dict):
         raise DeepShareError(f"{where}.rayStartParams.resources: expected a JSON object string such as '\"{{\\\"{FABRIC_RESOURCE}nvlink\\\": 1}}\"'")
