@@ -87,6 +87,55 @@ def test_foreign_sqlite_file_is_refused(tmp_path, capsys, no_ray):
     assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("link", [False, True], ids=["file", "symlink"])
+def test_a_refused_journal_is_left_exactly_as_it_was(tmp_path, capsys, no_ray, link):
+    """Refusing a SQLite file that is not a journal changes nothing: not its bytes (no switch to WAL
+    mode), not its mode (no chmod 0600), no -wal / -shm beside it; through a symlink
+    (``journal.sqlite -> elsewhere``) the target is left alone too."""
+    state = tmp_path / "s"
+    state.mkdir()
+    target = tmp_path / "elsewhere.sqlite" if link else state / "journal.sqlite"
+    db = sqlite3.connect(target)
+    db.execute("CREATE TABLE photos (id INTEGER)")
+    db.commit()
+    db.close()
+    os.chmod(target, 0o644)
+    if link:
+        (state / "journal.sqlite").symlink_to(target)
+    before = target.read_bytes()
+    assert main(start(state)) == 2
+    assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
+    assert target.read_bytes() == before and mode(target) == 0o644
+    assert sorted(p.name for p in tmp_path.rglob("*sqlite*")) == sorted(
+        ["elsewhere.sqlite", "journal.sqlite"] if link else ["journal.sqlite"])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_the_lock_file_is_private_whatever_the_umask(tmp_path, umask):
+    """Only the scheduler's user may open ``scheduler.lock``: another user who could would hold the
+    ``flock`` and keep the scheduler from starting."""
+    from deepshare.runtime.statelock import StateLock
+
+    old = os.umask(umask)
+    try:
+        lock = StateLock(tmp_path / "s").acquire()
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "s" / "scheduler.lock") == 0o600
+    lock.release()
+
+
+def test_an_existing_lock_file_is_made_private(tmp_path):
+    from deepshare.runtime.statelock import StateLock
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "scheduler.lock").write_text("123")
+    os.chmod(tmp_path / "s" / "scheduler.lock", 0o666)
+    lock = StateLock(tmp_path / "s").acquire()
+    assert mode(tmp_path / "s" / "scheduler.lock") == 0o600
+    lock.release()
+
+
 def test_state_folder_made_by_the_lock_is_private_whatever_the_umask(tmp_path):
     """``scheduler start`` takes the state lock before it opens the journal, so the lock makes the
     folder (and any missing parent): 0700 even under umask 0; existing folders keep their mode."""
