@@ -26,11 +26,12 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 
+from deepshare.raycluster.placeholders import find_placeholders
 from deepshare.raycluster.labels import (
     FABRIC_RESOURCE,
     FabricLabels,
@@ -64,6 +65,8 @@ class ClusterYaml:
     cluster_name: str
     idle_timeout_s: float
     workers: tuple[WorkerType, ...]
+    placeholders: tuple[tuple[str, str], ...] = ()
+    """``(field path, value)`` of the template's fill-ins left as they are (``YOUR-GCP-PROJECT``, ...)."""
 
     def describe(self) -> str:
         parts = []
@@ -85,9 +88,8 @@ def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
     raw = load_yaml(text, source, "a Ray cluster config or a RayCluster manifest")
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a Ray cluster config or a RayCluster manifest (a mapping)")
-    if "kind" in raw or "apiVersion" in raw:
-        return _kuberay(raw, source)
-    return _launcher(raw, source)
+    cluster = _kuberay(raw, source) if "kind" in raw or "apiVersion" in raw else _launcher(raw, source)
+    return replace(cluster, placeholders=tuple(find_placeholders(raw)))
 
 
 def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpec:

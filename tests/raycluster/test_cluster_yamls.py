@@ -91,6 +91,18 @@ def test_every_head_offers_no_cpus_to_training(path):
         assert raw["available_node_types"][raw["head_node_type"]]["resources"]["CPU"] == 0
 
 
+def test_cli_validate_names_the_placeholders_left_to_fill_in(capsys):
+    gcp = ROOT / "cluster_yamls" / "gcp-a100-h100.yaml"
+    assert main(["cluster", "validate", str(gcp), str(AWS)]) == 0  # valid files: only a warning
+    captured = capsys.readouterr()
+    assert captured.out.count("OK ") == 2
+    assert captured.err.splitlines() == [
+        f"deepshare: warning: {gcp}: provider.project_id is the placeholder 'YOUR-GCP-PROJECT': replace it before launching"]
+    assert load_cluster_yaml(AWS).placeholders == ()
+    assert load_cluster_yaml(KUBERAY).placeholders[0] == (
+        "spec.headGroupSpec.template.spec.containers[0].image", "REGISTRY/deepshare:0.1.0-gpu")
+
+
 def test_cli_cluster_spec_writes_a_spec_the_simulator_loads(tmp_path, capsys):
     out = tmp_path / "spec.yaml"
     assert main(["cluster", "spec", str(AWS), "--out", str(out)]) == 0
