@@ -90,9 +90,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def token_matches(given: bytes | None, expected: bytes) -> bool:
-    """Constant-time comparison of an ``Authorization`` header with ``Bearer TOKEN``."""
-    return hmac.compare_digest(given or b"", expected)
+def token_matches(given: bytes | None, token: bytes) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer TOKEN``: the scheme in any case (HTTP's
+    schemes are case-insensitive, RFC 9110 11.1: ``bearer`` and ``BEARER`` are the same scheme)
+    and one or more spaces before the token, which is compared in constant time."""
+    scheme, _, credentials = (given or b"").partition(b" ")
+    return hmac.compare_digest(credentials.lstrip(b" "), token) and scheme.lower() == b"bearer"
 
 
 class RequireToken:
@@ -103,7 +106,7 @@ class RequireToken:
                  error: ErrorBody = detail_body) -> None:
         self.app, self.error = app, error
         self.open_paths = frozenset(open_paths)
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.expected is None or scope["type"] != "http" or scope.get("path") in self.open_paths:

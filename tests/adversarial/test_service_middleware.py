@@ -168,3 +168,16 @@ def test_unknown_routes_and_methods_cannot_grow_the_series():
     assert metrics.registry.get_sample_value(
         "deepshare_serve_requests_total", {"route": "other", "method": "other", "code": "404"}
     ) == 2
+
+
+@pytest.mark.parametrize("value, status", [
+    (b"Bearer a-long-token", 200), (b"bearer a-long-token", 200), (b"BEARER a-long-token", 200),
+    (b"Bearer  a-long-token", 200),  # one or more spaces (RFC 9110's 1*SP)
+    (b"Basic a-long-token", 401), (b"Bearera-long-token", 401), (b"Bearer a-long-token2", 401),
+    (b"Bearer", 401), (b"a-long-token", 401), (b"Bearer a-long-toke", 401), (b"Bearer A-LONG-TOKEN", 401),
+])
+def test_the_bearer_scheme_is_case_insensitive_and_the_token_is_not(value, status):
+    app, client = App(), Client(chunk(b"{}"))
+    guard = RequireToken(app, "a-long-token")
+    run(guard(scope(headers={b"authorization": value}), client.receive, client.send))
+    assert client.status == status
