@@ -1,7 +1,9 @@
 """Connect to a Ray cluster and start, find or stop the monitor and its agents.
 
-What the CLI calls and what a live scheduler would call. Failures a user can cause (no cluster
-at the address, no monitor running) raise :class:`~deepshare.core.errors.DeepShareError`.
+What the CLI calls and what a live scheduler would call. A malformed ``--address`` or no monitor
+running raise :class:`~deepshare.core.errors.DeepShareError` (the user's input: exit 2); a
+well-formed address where no Ray answers, or a Ray that refuses the connection, raise
+:class:`~deepshare.core.errors.RuntimeFailure` (a cluster that cannot be joined: exit 1).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Mapping
 
 from deepshare.agents.config import MONITOR_NAME, NAMESPACE, AgentConfig
 from deepshare.core.topology import Topology
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, RuntimeFailure
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -25,7 +27,7 @@ def check_reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        raise RuntimeFailure(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
 
 
 def connect(address: str = "auto") -> None:
@@ -43,7 +45,7 @@ def connect(address: str = "auto") -> None:
         ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DeepShareError(f"--address {address}: cannot connect to a Ray cluster ({first})") from None
+        raise RuntimeFailure(f"--address {address}: cannot connect to a Ray cluster ({first})") from None
 
 
 def find_monitor(name: str = MONITOR_NAME, namespace: str = NAMESPACE) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.cli.output import add_json_flag, to_stdout, write_json
 from deepshare.cli.args import number, port_number, print_line
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, RuntimeFailure
 
 MAX_INTERVAL_S = 3600.0
 """Longest sampling period and probe window: an hour (beyond that rates are meaningless, and
@@ -131,7 +131,7 @@ def _joined(address: str, err: Any) -> bool:
 
     try:
         deploy.connect(address)
-    except DeepShareError:
+    except (DeepShareError, RuntimeFailure):
         raise
     except Exception as exc:  # noqa: BLE001 - Ray's start-up and timeout errors
         print_line(err, f"deepshare: error: --address {address}: Ray did not answer ({type(exc).__name__}: {_cause(exc)})")

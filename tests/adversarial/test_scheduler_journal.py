@@ -136,6 +136,25 @@ def test_an_existing_lock_file_is_made_private(tmp_path):
     lock.release()
 
 
+def test_an_address_where_no_ray_answers_is_exit_1_as_documented(tmp_path, capsys):
+    """runtime/README.md: a Ray that cannot be joined (``--address`` refusing) is one line and exit 1;
+    only input errors are 2."""
+    import socket
+
+    import ray
+
+    ray.shutdown()  # this process joins the address itself: no connection left from other tests
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["scheduler", "start", "--address", f"127.0.0.1:{port}", "--port", "0", "--state", str(tmp_path / "s"),
+            "--policy", "fifo+consolidated"]
+    assert main(argv) == 1
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in one_error_line(capsys)
+    assert main([*argv[:3], "nonsense", *argv[4:]]) == 2  # a malformed address is the user's input
+    assert "expected 'auto' or HOST:PORT" in one_error_line(capsys)
+
+
 def test_state_folder_made_by_the_lock_is_private_whatever_the_umask(tmp_path):
     """``scheduler start`` takes the state lock before it opens the journal, so the lock makes the
     folder (and any missing parent): 0700 even under umask 0; existing folders keep their mode."""
