@@ -152,6 +152,12 @@ class AllowHosts:
     Accepted: ``localhost`` and loopback IPs, the address the service is bound to, the names in
     ``allowed``, and, when bound to a non-loopback address, any IP literal (an IP cannot be a
     rebinding name). Anything else, or no ``Host`` at all, is refused.
+
+    Why not Starlette's ``TrustedHostMiddleware`` (checked against Starlette 1.10): it matches
+    exact names and ``*.domain`` patterns only, so it cannot accept "any IP literal" (how clients
+    and Prometheus reach a scheduler bound to 0.0.0.0 by the machine's address, which the
+    scheduler cannot list) nor the loopback range, and it answers 400 ``text/plain`` "Invalid host
+    header" where this answers 403 in the service's own error shape, naming ``--allowed-host``.
     """
 
     def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body) -> None:
