@@ -4,12 +4,46 @@ slow bodies, oversized bodies, clients that leave, and health checks that must n
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from deepshare.infra.httpauth import LimitBody, ObserveRequests, RequireToken
-from deepshare.serving.metrics import ServiceMetrics
+from deepshare.serving.metrics import MetricSpec, ServiceMetrics
 from deepshare.serving.middleware import AnswerHealth
+
+
+class Recorded:
+    """A stand-in for one of Ray's metric instruments: keeps each series' value by its tags."""
+
+    def __init__(self, spec: MetricSpec) -> None:
+        self.spec, self.values = spec, {}
+
+    def _key(self, tags):
+        return tuple(sorted((tags or {}).items()))
+
+    def inc(self, value=1.0, tags=None):
+        assert value > 0  # Ray's Counter.inc refuses anything else
+        self.values[self._key(tags)] = self.values.get(self._key(tags), 0.0) + value
+
+    def _record(self, value, tags=None):  # what Ray's inc calls after its check (start_at_zero)
+        self.values[self._key(tags)] = self.values.get(self._key(tags), 0.0) + value
+
+    def observe(self, value, tags=None):
+        self.values.setdefault(self._key(tags), []).append(value)
+
+    def set(self, value, tags=None):
+        self.values[self._key(tags)] = value
+
+
+def recorded_metrics() -> ServiceMetrics:
+    return ServiceMetrics("p", 0.0, instrument=Recorded)
+
+
+def sample(metrics: ServiceMetrics, name: str, **tags: str):
+    """The value (or the observations) of one series of ``name`` (a MetricSpec name), or None."""
+    instrument = next(i for i in vars(metrics).values() if isinstance(i, Recorded) and i.spec.name == name)
+    return instrument.values.get(tuple(sorted(tags.items())))
 
 
 def scope(path: str = "/v1/placements", method: str = "POST", headers: dict[bytes, bytes] | None = None) -> dict:
@@ -69,10 +103,7 @@ def stack(app: App, metrics: ServiceMetrics, timeout_s: float = 0.2, token: str 
 
 
 def count(metrics: ServiceMetrics, code: str) -> float:
-    value = metrics.registry.get_sample_value(
-        "deepshare_serve_requests_total", {"route": "/v1/placements", "method": "POST", "code": code}
-    )
-    return value or 0.0
+    return sample(metrics, "deepshare_serve_requests", route="/v1/placements", method="POST", code=code) or 0.0
 
 
 def run(coro):
@@ -80,20 +111,20 @@ def run(coro):
 
 
 def test_a_body_in_pieces_within_the_limits_reaches_the_app_whole():
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
     client = Client(chunk(b'{"a":', True), chunk(b" 1}"))
     run(stack(app, metrics)(scope(), client.receive, client.send))
     assert app.bodies == [b'{"a": 1}'] and client.status == 200 and count(metrics, "200") == 1
 
 
 def test_a_body_that_stops_arriving_gets_408_and_connection_close():
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
     client = Client(chunk(b"{", True), None)
     started = asyncio.run(_timed(stack(app, metrics, timeout_s=0.2)(scope(), client.receive, client.send)))
     assert 0.2 <= started < 1.0 and app.bodies == []
     assert client.status == 408 and client.header(b"connection") == b"close"
     assert count(metrics, "408") == 1
-    assert metrics.registry.get_sample_value("deepshare_serve_errors_total", {"kind": "body_timeout"}) == 1
+    assert sample(metrics, "deepshare_serve_errors", kind="body_timeout") == 1
 
 
 async def _timed(coro) -> float:
@@ -104,7 +135,7 @@ async def _timed(coro) -> float:
 
 @pytest.mark.parametrize("declared", [True, False])
 def test_a_body_over_the_limit_gets_413_declared_or_streamed(declared):
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
     headers = {b"content-length": b"101"} if declared else {}
     client = Client(chunk(b"x" * 60, True), chunk(b"x" * 41))
     run(stack(app, metrics)(scope(headers=headers), client.receive, client.send))
@@ -119,16 +150,16 @@ def test_a_body_over_the_limit_gets_413_declared_or_streamed(declared):
     ],
 )
 def test_a_client_that_leaves_mid_body_is_499_not_500(script):
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
     client = Client(*script)
     run(stack(app, metrics)(scope(), client.receive, client.send))
     assert client.sent == [] and app.bodies == []
     assert count(metrics, "499") == 1 and count(metrics, "500") == 0
-    assert metrics.registry.get_sample_value("deepshare_serve_errors_total", {"kind": "client_closed"}) == 1
+    assert sample(metrics, "deepshare_serve_errors", kind="client_closed") == 1
 
 
 def test_a_request_cancelled_because_its_client_left_is_499():
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
 
     async def scenario():
         client = Client(chunk(b"{", True), None)
@@ -143,7 +174,7 @@ def test_a_request_cancelled_because_its_client_left_is_499():
 
 
 def test_a_bug_inside_is_still_a_500():
-    metrics, app = ServiceMetrics("p", 0.0), App(fail=RuntimeError("bug"))
+    metrics, app = recorded_metrics(), App(fail=RuntimeError("bug"))
     client = Client(chunk(b"{}"))
     with pytest.raises(RuntimeError):
         run(stack(app, metrics)(scope(), client.receive, client.send))
@@ -151,23 +182,19 @@ def test_a_bug_inside_is_still_a_500():
 
 
 def test_healthz_is_answered_without_token_body_or_app():
-    metrics, app = ServiceMetrics("p", 0.0), App()
+    metrics, app = recorded_metrics(), App()
     client = Client(None)  # would hang if anything read a body
     run(stack(app, metrics, token="a-long-token")(scope("/healthz", "GET"), client.receive, client.send))
     assert client.status == 200 and client.sent[1]["body"] == b'{"status": "ok", "policy": "rl-hybrid"}'
     assert app.bodies == []
-    assert metrics.registry.get_sample_value(
-        "deepshare_serve_requests_total", {"route": "/healthz", "method": "GET", "code": "200"}
-    ) == 1
+    assert sample(metrics, "deepshare_serve_requests", route="/healthz", method="GET", code="200") == 1
 
 
 def test_unknown_routes_and_methods_cannot_grow_the_series():
-    metrics = ServiceMetrics("p", 0.0)
+    metrics = recorded_metrics()
     metrics.observe("/random/1", "BREW", 404, 0.001)
     metrics.observe("/random/2", "XYZ", 404, 0.001)
-    assert metrics.registry.get_sample_value(
-        "deepshare_serve_requests_total", {"route": "other", "method": "other", "code": "404"}
-    ) == 2
+    assert sample(metrics, "deepshare_serve_requests", route="other", method="other", code="404") == 2
 
 
 @pytest.mark.parametrize("value, status", [
@@ -181,3 +208,35 @@ def test_the_bearer_scheme_is_case_insensitive_and_the_token_is_not(value, statu
     guard = RequireToken(app, "a-long-token")
     run(guard(scope(headers={b"authorization": value}), client.receive, client.send))
     assert client.status == status
+
+
+def test_every_error_kind_and_action_starts_at_zero_and_gauges_have_values():
+    from deepshare.serving.metrics import ACTIONS, ERROR_KINDS
+
+    metrics = ServiceMetrics("rl-hybrid", 1.5, "0.1.0", "v7", instrument=Recorded)
+    assert all(sample(metrics, "deepshare_serve_errors", kind=kind) == 0.0 for kind in ERROR_KINDS)
+    assert all(sample(metrics, "deepshare_serve_decisions", action=action) == 0.0 for action in ACTIONS)
+    metrics.observe("/v1/placements", "POST", 500, 0.01)
+    assert sample(metrics, "deepshare_serve_errors", kind="server") == 1
+    assert sample(metrics, "deepshare_serve_build_info", version="0.1.0", policy="rl-hybrid", policy_version="v7") == 1
+    assert sample(metrics, "deepshare_serve_policy_load_seconds", policy="rl-hybrid") == 1.5
+
+
+def test_gauges_are_set_again_so_rays_agent_keeps_them():
+    metrics = recorded_metrics()
+    metrics.deciding(+1)
+    metrics.deciding(+1)
+    metrics.deciding(-1)
+    in_flight = next(i for i in vars(metrics).values() if isinstance(i, Recorded) and i.spec.name.endswith("in_flight"))
+    in_flight.values.clear()  # what the agent does to a gauge nobody set for two report intervals
+    metrics.refresh_gauges()
+    assert sample(metrics, "deepshare_serve_decisions_in_flight") == 1
+    thread = metrics.keep_gauges(every_s=0.01)
+    in_flight.values.clear()
+    deadline = time.monotonic() + 5
+    while sample(metrics, "deepshare_serve_decisions_in_flight") is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    metrics.close()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -131,3 +131,21 @@ def test_agents_metrics_on_a_network_address_warn_in_one_line_before_ray(capsys)
 def test_agents_on_loopback_or_without_exporter_do_not_warn(capsys, argv):
     assert main(["agents", "start", "--address", "127.0.0.1:1", *argv]) == 1
     assert capsys.readouterr().err.strip().splitlines()[0].startswith("deepshare: error: --address")
+
+
+def test_serve_metrics_port_is_for_the_private_instance_and_must_be_free(capsys):
+    """--metrics-port sets the private Ray instance's metrics agent; both refusals come before Ray starts."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            free = other.getsockname()[1]
+        assert main(["serve", "--policy", "fifo+consolidated", "--port", str(free), "--metrics-port", str(busy)]) == 2
+        assert one_error_line(capsys) == f"deepshare: error: --metrics-port {busy}: cannot bind (already in use)"
+    assert main(["serve", "--policy", "fifo+consolidated", "--port", str(free), "--metrics-port", "8080",
+                 "--address", "127.0.0.1:1"]) == 2
+    assert "--metrics-port: only for the private Ray instance" in one_error_line(capsys)
