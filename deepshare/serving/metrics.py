@@ -9,7 +9,10 @@ each node exports them, beside Ray Serve's own ``ray_serve_*``, on the node's me
 (``ray start --metrics-export-port``, KubeRay's ``metrics`` port 8080, ``deepshare serve
 --metrics-port``), and Ray prefixes every name with ``ray_``. A replica's counters only grow;
 queries sum over replicas. Ray sends a replica's values to its agent every
-``metrics_report_interval_ms`` (10 s by default), so a scrape lags by up to that.
+``metrics_report_interval_ms`` (10 s by default), so a scrape lags by up to that. Ray 2.60's agent
+rebuilds each histogram from its bucket counts, taking every observation at its bucket's
+midpoint: the buckets and ``_count`` are exact, a histogram's ``_sum`` (and so a mean) is an
+approximation; quantiles come from the buckets.
 
 =================================================  ========= ==========================  ==================================
 exported name (``_total``: counter)                type      labels (and Serve's three)  what
@@ -84,8 +87,11 @@ DECISION_LATENCY = MetricSpec("deepshare_serve_decision_duration_seconds", "hist
 DECISIONS = MetricSpec("deepshare_serve_decisions", "counter", "Decisions answered, by action", ("action",))
 IN_FLIGHT = MetricSpec("deepshare_serve_decisions_in_flight", "gauge",
                        "Placement requests deciding or waiting for a decision thread")
+BATCH_SIZE_BUCKETS = (*(k + 0.5 for k in range(17)), 24.5, 32.5, 48.5, 64.5)
+"""Half-integer bounds: each size up to 16 (the default ``max_batch_size``) has its own bucket
+whose midpoint is the size itself, so the ``_sum`` Ray rebuilds from midpoints is exact there."""
 BATCH_SIZE = MetricSpec("deepshare_serve_scorer_batch_size", "histogram", "Observations per batched forward pass",
-                        (), (1, 2, 4, 8, 16, 32, 64))
+                        (), BATCH_SIZE_BUCKETS)
 LOAD_SECONDS = MetricSpec("deepshare_serve_policy_load_seconds", "gauge", "Time to load the policy at replica start",
                           ("policy",))
 BUILD_INFO = MetricSpec("deepshare_serve_build_info", "gauge",

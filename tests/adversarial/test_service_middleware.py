@@ -240,3 +240,14 @@ def test_gauges_are_set_again_so_rays_agent_keeps_them():
     metrics.close()
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_batch_size_buckets_make_rays_rebuilt_sum_exact_up_to_16():
+    """Ray's agent takes each observation at its bucket's midpoint (lower bound 0 for the first);
+    with half-integer bounds every size 1..16 is its own bucket's midpoint."""
+    from deepshare.serving.metrics import BATCH_SIZE_BUCKETS
+
+    bounds = (0.0, *BATCH_SIZE_BUCKETS)
+    for size in range(1, 17):
+        upper = next(i for i, b in enumerate(bounds) if size <= b)
+        assert (bounds[upper - 1] + bounds[upper]) / 2 == size
