@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench suites results docs clean
 
 venv: $(STAMP)
 
@@ -36,16 +36,38 @@ demo: $(STAMP)
 test: $(STAMP)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q
 
+# Each benchmark prints its figures and writes the headline ones to runs/bench/NAME.json,
+# which `make results` renders (with the date, commit and machine of the run).
+BENCH_JSON := runs/bench
+
 bench: $(STAMP)
-	$(BIN)/python bench/simulator.py
-	$(BIN)/python bench/contention.py
-	$(BIN)/python bench/startup.py
-	$(BIN)/python bench/scale.py  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
-	$(BIN)/python bench/scale.py --burst 20000
-	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid  # the learned policy in the simulator (target 60 s)
-	$(BIN)/python bench/decide_scale.py
-	$(BIN)/python bench/serve_load.py
-	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/simulator.py --json $(BENCH_JSON)/simulator.json
+	$(BIN)/python bench/contention.py --json $(BENCH_JSON)/contention.json
+	$(BIN)/python bench/startup.py --json $(BENCH_JSON)/startup.json
+	$(BIN)/python bench/scale.py --json $(BENCH_JSON)/scale.json  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
+	$(BIN)/python bench/scale.py --burst 20000 --json $(BENCH_JSON)/scale-burst.json
+	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
+	$(BIN)/python bench/decide_scale.py --json $(BENCH_JSON)/decide_scale.json
+	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
+	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json
+	$(BIN)/python bench/suite_scale.py  # the suite on a fake cluster of 1-3 one-CPU nodes beside the local pool
+
+# The benchmark suites the results page reports (quick ~4 min, loaded ~5 min, standard ~12 min on 2 cores).
+SUITE_JSON := runs/suite
+
+suites: $(STAMP)
+	mkdir -p $(SUITE_JSON)
+	$(BIN)/deepshare evaluate --suite quick --workers 2 --json $(SUITE_JSON)/quick.json
+	$(BIN)/deepshare evaluate --suite loaded --workers 2 --json $(SUITE_JSON)/loaded.json
+	$(BIN)/deepshare evaluate --suite standard --workers 2 --json $(SUITE_JSON)/standard.json
+
+# docs/results.md and the README's headline table, from the JSON files above (whichever exist);
+# the files it used are kept in docs/results/ so the page can be regenerated and checked.
+results: $(STAMP)
+	$(BIN)/python -m deepshare.experiments.results_page --suites $(SUITE_JSON) --bench $(BENCH_JSON)
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .hypothesis

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from record import Record, add_json_flag
+
 from deepshare.core.contention.base import RunningJob
 from deepshare.core.contention.link import LinkContention, LinkState
 from deepshare.core.contention.link import physics
@@ -178,7 +180,7 @@ class Before(LinkState):
         return changed
 
 
-def measure(label: str, topo, jobs: list[RunningJob], ops: int, rng: np.random.Generator) -> None:
+def measure(record: Record, label: str, topo, jobs: list[RunningJob], ops: int, rng: np.random.Generator) -> None:
     catalog = default_catalog()
     links = LinkContention().new_state(topo, catalog)._links
     states = {"before": Before(topo, catalog, links), "after": LinkState(topo, catalog, links)}
@@ -215,17 +217,23 @@ def measure(label: str, topo, jobs: list[RunningJob], ops: int, rng: np.random.G
             f"all jobs at once {full[name]:.1f} ms | filling {fill[name]:.2f} s"
         )
     print(f"  largest ratio difference before vs after: {diff:.1e}")
+    ms = np.array(times["after"]) * 1000
+    record.add(f"link-model re-rate, {label} ({len(jobs)} jobs on {topo.total_gpus} GPUs), mean", ms.mean(), "ms", at_most=TARGET_MS)
+    record.add(f"link-model re-rate, {label}, p99", float(np.percentile(ms, 99)), "ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=200, help="jobs removed and re-added per case")
     parser.add_argument("--seed", type=int, default=0)
+    add_json_flag(parser)
     args = parser.parse_args()
+    record = Record("contention", args.json)
     for label, layout in (("1,024 GPUs", layout_1024), ("stress", layout_stress)):
         rng = np.random.default_rng(args.seed)
         topo, jobs = layout(rng)
-        measure(label, topo, jobs, args.ops, rng)
+        measure(record, label, topo, jobs, args.ops, rng)
+    record.write()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import os
 import pstats
 import time
 
+from record import Record, add_json_flag
+
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
@@ -49,7 +51,9 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--max-seconds", type=float, default=120.0, help="skip larger N once one decision takes longer")
     parser.add_argument("--profile", type=int, default=0, help="profile one rl-hybrid decision with this many pending")
+    add_json_flag(parser)
     args = parser.parse_args()
+    record = Record("decide_scale", args.json)
     if args.profile:
         engine = PlacementEngine(EngineSettings(policy=args.policies[0]))
         request = PlacementRequest.model_validate(scale_request(args.nodes, args.profile))
@@ -64,6 +68,8 @@ def main() -> None:
         for n in args.pending:
             seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, n)))
             points.append((n, cpu))
+            record.add(f"{policy}: one decision, {n:,} pending 1-GPU jobs on {args.nodes:,} x 8-GPU nodes", cpu, "s CPU",
+                       at_most=TARGET_S if n == 10000 else None)
             print(f"  {policy:18s} pending {n:6d} (1-GPU):   {seconds:7.2f} s ({cpu:6.2f} s CPU), {placed} placed", flush=True)
             if seconds > args.max_seconds:  # wall: what a caller waits
                 print(f"  {policy:18s} stopping: over {args.max_seconds:.0f} s")
@@ -76,6 +82,7 @@ def main() -> None:
             verdict = "meets" if last_n >= 10000 and last_cpu <= TARGET_S else "misses"
             print(f"  {policy:18s} fitted exponent (CPU s over N) {exponent(points):.2f}; {verdict} the target "
                   f"({last_n} pending: {last_cpu:.2f} s CPU vs <= {TARGET_S:.0f} s at 10,000)", flush=True)
+    record.write()
 
 
 if __name__ == "__main__":

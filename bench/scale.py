@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from record import Record, add_json_flag
+
 TARGET_1M_S = 600.0
 TARGET_EXPONENT = 1.1
 NODES, GPUS_PER_NODE, LOAD = 512, 8, 0.9
@@ -69,7 +71,7 @@ def measure(n: int, policy: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def burst(n: int) -> None:
+def burst(n: int, record: Record) -> None:
     """``--burst``: the current simulator and its reference mode on one long queue."""
     from dataclasses import replace
 
@@ -95,6 +97,8 @@ def burst(n: int) -> None:
     if results["current"][1] != results["reference"][1]:
         raise SystemExit("the reports differ: the current simulator does not decide as the reference does")
     print(f"  -> same report; the reference takes {results['reference'][0] / results['current'][0]:.1f}x the CPU time")
+    record.add(f"{n:,} jobs queued at t = 0 on 64 x 8 GPUs, fifo+consolidated", results["current"][0], "s CPU")
+    record.add("the same in the reference mode (no queue index, views copied)", results["reference"][0], "s CPU")
 
 
 def exponent(points: list[dict], key: str = "wall_s") -> float | None:
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="25,000 and 100,000 jobs only")
     parser.add_argument("--burst", type=int, metavar="N", help="N jobs at t=0: current vs reference (see above)")
     parser.add_argument("--child", nargs=2, metavar=("JOBS", "POLICY"), help=argparse.SUPPRESS)
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.child:
         child(int(args.child[0]), args.child[1])
@@ -121,12 +126,15 @@ def main() -> None:
     if args.burst is not None:
         if args.burst <= 0:
             parser.error(f"--burst {args.burst}: expected a positive job count")
-        burst(args.burst)
+        record = Record("scale-burst", args.json)
+        burst(args.burst, record)
+        record.write()
         return
     sizes = [25000, 100000] if args.quick else [int(float(s)) for s in args.sizes.split(",") if s.strip()]
     if not sizes or any(n <= 0 for n in sizes):
         parser.error(f"--sizes {args.sizes!r}: expected positive job counts")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    record = Record("scale", args.json)
     print(f"generated traces, load {LOAD} on {NODES} x {GPUS_PER_NODE} = {NODES * GPUS_PER_NODE:,} GPUs "
           "(each point in its own process)")
     for policy in policies:
@@ -143,6 +151,11 @@ def main() -> None:
             )
         k, k_cpu = exponent(points), exponent(points, "cpu_s")
         big = max(points, key=lambda q: q["jobs"])
+        for p in points:
+            record.add(f"{policy}, {p['jobs']:,} jobs on {NODES} x {GPUS_PER_NODE} GPUs", p["wall_s"], "s wall",
+                       at_most=TARGET_1M_S if p["jobs"] >= 1_000_000 else None, note=f"CPU {p['cpu_s']:.1f} s, peak RSS {p['peak_rss_mb']:,.0f} MB")
+        if k_cpu is not None:
+            record.add(f"{policy}: growth exponent of CPU time over job counts", k_cpu, "", at_most=TARGET_EXPONENT)
         if k is not None:
             over = ", ".join(f"{q['jobs']:,}" for q in points)
             print(f"  -> {policy}: cost ~ jobs^{k:.2f} in wall time, jobs^{k_cpu:.2f} in CPU time, over {over} "
@@ -153,6 +166,7 @@ def main() -> None:
             est = big["wall_s"] * (1_000_000 / big["jobs"]) ** k
             print(f"  -> {policy}: 1,000,000 jobs extrapolated from {big['jobs']:,} at k={k:.2f}: {est:.0f} s "
                   f"(target <= {TARGET_1M_S:.0f} s; not measured)")
+    record.write()
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from typing import Iterator
 
 import requests
 from process_cpu import cpu_seconds, per_request_ms
+from record import Record, add_json_flag
 from starlette.requests import Request  # at module level: FastAPI resolves the floor route's annotations here
 from starlette.responses import Response
 
@@ -348,8 +349,13 @@ def run(url: str, metrics_url: str | None, floors: dict[str, str], args: argpars
               f"{ms(pct(seq, .5)):>8s} {ms(pct(seq, .99)):>8s} {0:6d}")
         print(f"{'':30s} {'overhead over floor':22s} {'':>8s} {'':>12s} {pct(seq, .5) / pct(base, .5):7.1f}x "
               f"{pct(seq, .99) / pct(base, .99):7.1f}x")
+        args.record.add(f"{name}: in-process decision, p50", pct(base, .5) * 1e3, "ms")
+        args.record.add(f"{name}: sequential over HTTP, p50", pct(seq, .5) * 1e3, "ms")
+        args.record.add(f"{name}: sequential over HTTP, p99", pct(seq, .99) * 1e3, "ms")
         if floors:
             fl = seqs[1]
+            args.record.add(f"{name}: sequential p50 over the Serve floor's", pct(seq, .5) / pct(fl, .5), "x", at_most=TARGET_P50)
+            args.record.add(f"{name}: sequential p99 over the Serve floor's", pct(seq, .99) / pct(fl, .99), "x", at_most=TARGET_P99)
             summary.append(f"{name}: sequential p50 over the Serve floor {verdict(pct(seq, .5) / pct(fl, .5), TARGET_P50, True)}")
             summary.append(f"{name}: sequential p99 over the Serve floor {verdict(pct(seq, .99) / pct(fl, .99), TARGET_P99, True)}")
             for label, other in zip(labels[1:], seqs[2:]):
@@ -372,9 +378,12 @@ def run(url: str, metrics_url: str | None, floors: dict[str, str], args: argpars
                 print(cpu_breakdown("  service", cpu[0]))
                 for label, spent in zip(labels, cpu[1:]):
                     print(cpu_breakdown(f"  {label}", spent))
+            args.record.add(f"{name}: {clients} concurrent clients", len(times) / wall, "req/s", note=f"{errors} errors")
             if against:
                 rate = len(times) / wall
                 fwall, ftimes, _ = runs[1]
+                args.record.add(f"{name}: 8-client req/s over the Serve floor's", rate / (len(ftimes) / fwall), "x",
+                                at_least=TARGET_THROUGHPUT)
                 summary.append(f"{name}: 8-client req/s over the Serve floor's {verdict(rate / (len(ftimes) / fwall), TARGET_THROUGHPUT, False)}")
                 for label, (owall, otimes, _) in zip(labels[1:], runs[2:]):
                     summary.append(f"{name}: 8-client req/s over the {label}'s {rate / (len(otimes) / owall):5.2f}x (no target)")
@@ -399,17 +408,20 @@ def main() -> None:
     parser.add_argument("--metrics-url", help="with --url: the Ray metrics agent its replicas report to (.../metrics)")
     parser.add_argument("--serve-pair", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.serve_pair:
         serve_pair(args.policy, args.serve_pair, args.metrics_port)
         return
+    args.record = Record("serve_load", args.json)
     if args.url:
         run(args.url.rstrip("/"), args.metrics_url, {SERVE_FLOOR: args.floor_url.rstrip("/")} if args.floor_url else {}, args)
-        return
-    args.token = args.token or "bench-token-0123"
-    with started_service(args.policy, args.token) as (url, metrics_url):
-        floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX}
-        run(url, metrics_url, floors if args.floor_app else {}, args)
+    else:
+        args.token = args.token or "bench-token-0123"
+        with started_service(args.policy, args.token) as (url, metrics_url):
+            floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX}
+            run(url, metrics_url, floors if args.floor_app else {}, args)
+    args.record.write()
 
 
 if __name__ == "__main__":

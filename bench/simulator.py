@@ -20,6 +20,8 @@ from importlib import resources
 
 import numpy as np
 
+from record import Record, add_json_flag
+
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
 from deepshare.experiments.scenario import Scenario, simulate
@@ -45,7 +47,9 @@ def main() -> None:
     parser.add_argument("--policy", default="las+spread")
     parser.add_argument("--load", type=float, default=0.9, help="offered load of the generated traces")
     parser.add_argument("--quick", action="store_true", help="stop at 5,000 jobs")
+    add_json_flag(parser)
     args = parser.parse_args()
+    record = Record("simulator", args.json)
 
     trace_path = resources.files("deepshare.data") / "traces" / "deepshare-simulate-trace0.json"
     testbed = load_topology("testbed")
@@ -53,6 +57,7 @@ def main() -> None:
     runs = [run("256-job bundled trace, testbed (x5, best)", Scenario(testbed, jobs), args.policy) for _ in range(5)]
     best_256 = min(w for _, w in runs)
     print(f"  -> best of 5: {best_256:.3f} s (target < {TARGET_256_S} s; original simulator: 6.8 s)")
+    record.add(f"bundled 256-job trace on the testbed, {args.policy}, best of 5", best_256, "s", at_most=TARGET_256_S)
 
     sizes = [2500, 5000, 10000] if args.quick else [2500, 5000, 10000, 20000]
     topo = uniform(128, 8)
@@ -63,10 +68,13 @@ def main() -> None:
     n, w = np.array(points, dtype=float).T
     k = np.polyfit(np.log(n), np.log(w), 1)[0]
     print(f"  -> on a fixed cluster, cost ~ jobs^{k:.2f} over {len(points)} sizes")
+    record.add(f"growth exponent of wall time over {len(points)} trace sizes on 128 x 8 GPUs", k, "")
     if not args.quick:
         big = uniform(512, 8)
         _, wall = run("20,000 Poisson jobs, 512 x 8 GPUs", Scenario(big, poisson(20000, big.total_gpus, args.load).jobs), args.policy)
         print(f"  -> 20,000 jobs on 512 x 8 GPUs: {wall:.2f} s (target < {TARGET_20K_S} s)")
+        record.add("20,000 Poisson jobs on 512 x 8 GPUs", wall, "s", at_most=TARGET_20K_S)
+    record.write()
 
 
 def poisson(n_jobs: int, total_gpus: int, load_: float):

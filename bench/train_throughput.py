@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import Record, add_json_flag
+
 import numpy as np
 
 from deepshare.rl.env import DeepShareEnv
@@ -127,7 +129,7 @@ def _row(label: str, runners: int, m: dict[str, float]) -> str:
     )
 
 
-def local(config_path: str, steps: int, envs: int | None) -> None:
+def local(config_path: str, steps: int, envs: int | None, record: Record) -> None:
     import ray
 
     from deepshare.infra.localray import init_local_ray
@@ -136,12 +138,15 @@ def local(config_path: str, steps: int, envs: int | None) -> None:
                    object_store_memory=300 * 1024**2)
     try:
         for runners in (1, 2, 4):
-            print(_row("local Ray:", runners, sampling(config_path, runners, float(ray.cluster_resources()["CPU"]), steps, envs)), flush=True)
+            m = sampling(config_path, runners, float(ray.cluster_resources()["CPU"]), steps, envs)
+            print(_row("local Ray:", runners, m), flush=True)
+            record.add(f"local Ray, {runners} env runner(s): env steps/s per runner", m["per_runner"], "steps/s",
+                       at_least=TARGET_PER_RUNNER, note=f"{m['total']:,.0f} in all; {m['cpu_ms']:.2f} CPU ms per step")
     finally:
         ray.shutdown()
 
 
-def fake_cluster(config_path: str, steps: int, nodes: int, envs: int | None) -> None:
+def fake_cluster(config_path: str, steps: int, nodes: int, envs: int | None, record: Record) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -157,7 +162,10 @@ def fake_cluster(config_path: str, steps: int, nodes: int, envs: int | None) -> 
         print(f"fake cluster: {len(ray.nodes())} nodes, {cpus:.0f} declared CPUs, {os.cpu_count()} real cores "
               f"(growth beyond {os.cpu_count()} runners cannot show here)", flush=True)
         for runners in range(1, nodes + 1):
-            print(_row("fake cluster:", runners, sampling(config_path, runners, cpus, steps, envs)), flush=True)
+            m = sampling(config_path, runners, cpus, steps, envs)
+            print(_row("fake cluster:", runners, m), flush=True)
+            record.add(f"fake {nodes}-node cluster, {runners} env runner(s): env steps/s per runner", m["per_runner"], "steps/s",
+                       at_least=TARGET_PER_RUNNER, note=f"{m['total']:,.0f} in all")
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -172,21 +180,25 @@ def main() -> None:
     parser.add_argument("--skip-in-process", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--skip-cluster", action="store_true")
+    add_json_flag(parser)
     args = parser.parse_args()
+    record = Record("train_throughput", args.json)
     envs = args.envs if args.envs is not None else load_train_config(args.config).run.envs_per_env_runner
     print(f"config {args.config}: Ray runners below sample {envs} envs each"
           f"{' (--envs)' if args.envs is not None else ' (its envs_per_env_runner)'}", flush=True)
     rate, cpu_ms = raw_env(args.config)
     print(f"one env, no RLlib: {rate:,.0f} steps/s ({1000 / rate:.2f} ms per step, {cpu_ms:.2f} CPU ms); "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    record.add("one env, no RLlib", rate, "steps/s", note=f"{cpu_ms:.2f} CPU ms per step")
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp())
     if not args.skip_in_process:
         in_process(args.config, args.steps)
     if not args.skip_local:
-        local(args.config, args.steps, args.envs)
+        local(args.config, args.steps, args.envs, record)
     if not args.skip_cluster:
-        fake_cluster(args.config, args.steps, args.nodes, args.envs)
+        fake_cluster(args.config, args.steps, args.nodes, args.envs, record)
     print(f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
+    record.write()
 
 
 if __name__ == "__main__":

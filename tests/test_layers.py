@@ -1,9 +1,9 @@
 """The package's layering, read from its import statements: who may import whom, and no cycles.
 
-The folders of ``deepshare/`` are layers (README, "Where things live"). These tests read every
+The folders of ``deepshare/`` are layers (``docs/architecture.md``). These tests read every
 ``import`` in the package with :mod:`ast` (module level, inside functions and under
 ``TYPE_CHECKING`` alike) and fail on an import a layer may not make or on any import cycle
-between modules, so the picture in the README stays the code's.
+between modules, so the picture in the documentation stays the code's.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_every_top_level_module_of_the_package_is_a_package():
 
 def test_every_layer_imports_only_the_layers_below_it():
     layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} - {"data"}
-    assert layers == set(ALLOWED), "a new top-level package needs its place in ALLOWED and in the README"
+    assert layers == set(ALLOWED), "a new top-level package needs its place in ALLOWED and in docs/architecture.md"
     wrong = []
     for module, targets in _imports().items():
         own = _layer(module)

@@ -9,7 +9,7 @@ Layers inside the package (Ray only in the last row; importing this package impo
 - :mod:`.agent` (``NodeAgent``), :mod:`.monitor` (``ContentionMonitor``), :mod:`.exporter`
   (Prometheus) and :mod:`.deploy`; the ``deepshare agents`` commands are :mod:`deepshare.cli.agents`.
 
-See ``deepshare/agents/README.md``.
+See ``docs/agents.md``.
 """
 
 _EXPORTS = {

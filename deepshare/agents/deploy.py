@@ -1,9 +1,7 @@
 """Connect to a Ray cluster and start, find or stop the monitor and its agents.
 
-What the CLI calls and what a live scheduler would call. A malformed ``--address`` or no monitor
-running raise :class:`~deepshare.core.errors.DeepShareError` (the user's input: exit 2); a
-well-formed address where no Ray answers, or a Ray that refuses the connection, raise
-:class:`~deepshare.core.errors.RuntimeFailure` (a cluster that cannot be joined: exit 1).
+What the CLI calls and what a live scheduler would call. Failures a user can cause (no cluster
+at the address, no monitor running) raise :class:`~deepshare.core.errors.DeepShareError`.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import Any, Mapping
 
 from deepshare.agents.config import MONITOR_NAME, NAMESPACE, AgentConfig
 from deepshare.core.topology import Topology
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -22,12 +20,13 @@ CONNECT_TIMEOUT_S = 3.0
 def check_reachable(address: str) -> None:
     """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise RuntimeFailure(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                             "expected 'auto' or HOST:PORT of a running Ray head node") from None
 
 
 def connect(address: str = "auto") -> None:
@@ -45,7 +44,7 @@ def connect(address: str = "auto") -> None:
         ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RuntimeFailure(f"--address {address}: cannot connect to a Ray cluster ({first})") from None
+        raise DeepShareError(f"--address {address}: cannot connect to a Ray cluster ({first})") from None
 
 
 def find_monitor(name: str = MONITOR_NAME, namespace: str = NAMESPACE) -> Any:

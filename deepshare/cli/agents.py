@@ -14,7 +14,8 @@ from typing import Any
 from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.cli.output import add_json_flag, to_stdout, write_json
 from deepshare.cli.args import number, port_number, print_line
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.cli.help import command
+from deepshare.core.errors import DeepShareError
 
 MAX_INTERVAL_S = 3600.0
 """Longest sampling period and probe window: an hour (beyond that rates are meaningless, and
@@ -131,7 +132,7 @@ def _joined(address: str, err: Any) -> bool:
 
     try:
         deploy.connect(address)
-    except (DeepShareError, RuntimeFailure):
+    except DeepShareError:
         raise
     except Exception as exc:  # noqa: BLE001 - Ray's start-up and timeout errors
         print_line(err, f"deepshare: error: --address {address}: Ray did not answer ({type(exc).__name__}: {_cause(exc)})")
@@ -191,15 +192,18 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``agents {probe,start,status,stop}`` to the main CLI's subparsers."""
-    agents = subparsers.add_parser("agents", help="node agents: measure link contention on a Ray cluster")
+    agents = command(subparsers, "agents", "node agents: measure link contention on a Ray cluster",
+                     "deepshare agents probe", "deepshare agents start --address auto --metrics-port 9479",
+                     "deepshare agents status --address auto", "deepshare agents stop --address auto")
     sub = agents.add_subparsers(dest="agents_command", metavar="ACTION", required=True)
 
-    p = sub.add_parser("probe", help="sample this machine's probes (no Ray) and print the rates")
+    p = command(sub, "probe", "sample this machine's probes (no Ray) and print the rates", "deepshare agents probe --json -")
     add_json_flag(p, "the results")
     p.add_argument("--window", type=seconds(MAX_INTERVAL_S), default=0.5, metavar="S", help="seconds between the two samples (default 0.5)")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("start", help="start the contention monitor and one agent per node, then return")
+    p = command(sub, "start", "start the contention monitor and one agent per node, then return",
+                "deepshare agents start --address auto --interval 1 --metrics-port 9479")
     _cluster_args(p)
     p.add_argument("--interval", type=seconds(MAX_INTERVAL_S), default=1.0, metavar="S", help="sampling period (default 1)")
     p.add_argument("--report-interval", type=seconds(MAX_REPORT_S), default=None, metavar="S",
@@ -211,12 +215,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
     p.set_defaults(func=cmd_start)
 
-    p = sub.add_parser("status", help="print the cluster-wide link utilisation and contention")
+    p = command(sub, "status", "print the cluster-wide link utilisation and contention", "deepshare agents status --address auto --json -")
     _cluster_args(p)
     add_json_flag(p, "the results")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("stop", help="stop the monitor and every agent")
+    p = command(sub, "stop", "stop the monitor and every agent", "deepshare agents stop --address auto")
     _cluster_args(p)
     p.set_defaults(func=cmd_stop)
     return agents

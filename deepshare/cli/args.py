@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology, load_topology, preset_names, uniform
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
@@ -74,6 +75,7 @@ arrival_rate = in_range(float, 1e-9, 1e6, "jobs/s")
 offered_load = in_range(float, 0, 100, low_open=True)
 duration_seconds = in_range(float, 1, 1e9, "seconds")
 duration_sigma = in_range(float, 0, 5)
+estimate_sigma = in_range(float, 0, MAX_ESTIMATE_ERROR, "(a lognormal sigma)")
 seed_value = in_range(int, 0, 2**63 - 1)
 seed_count = in_range(int, 1, 1000, "seeds")
 fold_count = in_range(int, 2, 100, "folds")
@@ -137,7 +139,24 @@ def add_sim_args(p: argparse.ArgumentParser) -> None:
                    help=f"restore time after a preemption (default {SimConfig.preempt_overhead_s:g})")
     p.add_argument("--migrate-overhead-s", type=overhead_seconds, default=SimConfig.migrate_overhead_s, metavar="S",
                    help=f"checkpoint+restore time of a migration (default {SimConfig.migrate_overhead_s:g})")
+    add_information_args(p)
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def add_information_args(p: argparse.ArgumentParser, history: bool = True) -> None:
+    """The run's information model: what the policies may know of job lengths."""
+    g = p.add_argument_group("what the policies know (information model)")
+    g.add_argument("--durations", choices=DURATIONS, default=DEFAULT_DURATIONS,
+                   help="exact: the true remaining work (the artifact's oracle); estimated: each job's estimate "
+                   "(the trace's requested_s, else a seeded lognormal draw around the truth); unknown: no estimate. "
+                   f"Default {DEFAULT_DURATIONS}: what the service and the live scheduler give a policy")
+    g.add_argument("--estimate-error", type=estimate_sigma, default=DEFAULT_ESTIMATE_ERROR, metavar="SIGMA",
+                   help=f"with --durations estimated: lognormal sigma of the drawn estimates (default {DEFAULT_ESTIMATE_ERROR:g}, "
+                   "close to the Helios predictor's error); drawn with the run's --seed")
+    if history:
+        g.add_argument("--history", metavar="TRACE",
+                       help="past finished jobs (any trace format; their durations as run times) that history-based "
+                       "orders (gittins, qssf) learn from before the trace's own jobs finish")
 
 
 def cluster_topology(args: argparse.Namespace) -> Topology:
@@ -164,6 +183,22 @@ def contention_model(args: argparse.Namespace) -> ContentionModel:
     return make_contention("link", link_catalog=load_link_catalog(args.link_params))
 
 
+def information_model(args: argparse.Namespace, seed: int = 0) -> InformationModel:
+    """The run's information model from ``--durations`` and ``--estimate-error``, drawing its
+    estimates with ``seed``."""
+    return InformationModel(args.durations, args.estimate_error, seed)
+
+
+def past_history(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``--history TRACE`` as a :class:`~deepshare.core.history.JobHistory`, or None."""
+    if getattr(args, "history", None) is None:
+        return None
+    from deepshare.core.history import history_from_jobs
+
+    trace = flagged("--history", lambda path: load(path, format=None, mix=flagged("--mix", mix_from_spec, args.mix)), args.history)
+    return history_from_jobs(trace.jobs)
+
+
 def sim_config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         round_s=args.round_s,
@@ -183,6 +218,7 @@ def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[s
         "--trace": args.trace,
         "--cluster": getattr(args, "cluster", None),
         "--link-params": getattr(args, "link_params", None),
+        "--history": getattr(args, "history", None),
         "--config": getattr(args, "config", None),
         "--policy": policy_files(policies),
     }

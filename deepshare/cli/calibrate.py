@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from deepshare.cli.args import fold_count, seed_value, start_count, worker_count
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
+from deepshare.cli.help import command
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
 
@@ -60,8 +61,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("calibrate", help="fit the link contention model to measured profiles and report the fit",
-                       description="Fit the link model (least squares, several seeded starts) on every measured cell, then "
+    p = command(sub, "calibrate", "fit the link contention model to measured profiles and report the fit",
+                "deepshare calibrate --profiles deepshare/data/profiles --json fit.json --out my_params.json",
+                "deepshare calibrate --samples samples.csv --out my_params.json",
+                details="Fit the link model (least squares, several seeded starts) on every measured cell, then "
                        "once per cross-validation fold. Progress goes to standard error: a bar on a terminal, a line per "
                        "finished fit otherwise. On the shipped profiles it needs about 330 CPU-seconds (about 3 minutes on 2 idle cores).")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")

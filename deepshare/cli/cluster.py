@@ -26,7 +26,11 @@ from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, load_trace, print_line, sim_config, sim_inputs, wait_seconds,
 )
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
+
+DIURNAL = "deepshare/data/autoscale/diurnal-150.csv"
+AWS_MIXED = "deepshare/data/autoscale/aws-mixed.yaml"
 
 
 def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
@@ -171,30 +175,38 @@ asserts that they are still the same."""
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``cluster {validate,spec}`` and ``autoscale {simulate,compare}`` to the main parser."""
-    cluster = sub.add_parser("cluster", help="Ray cluster YAMLs: validate them, turn them into autoscaling specs")
+    cluster = command(sub, "cluster", "Ray cluster YAMLs: validate them, turn them into autoscaling specs",
+                      "deepshare cluster validate cluster_yamls/aws-gpu-mixed.yaml cluster_yamls/kuberay-autoscaling.yaml",
+                      "deepshare cluster spec cluster_yamls/aws-gpu-mixed.yaml --out spec.yaml", "deepshare cluster fake --workers 2")
     csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    p = csub.add_parser("validate", help="check cluster YAMLs / KubeRay manifests with Ray's schema and the project's keys")
+    p = command(csub, "validate", "check cluster YAMLs / KubeRay manifests with Ray's schema and the project's keys",
+                "deepshare cluster validate cluster_yamls/aws-gpu-mixed.yaml cluster_yamls/kuberay-autoscaling.yaml")
     p.add_argument("files", nargs="+", metavar="FILE")
     add_json_flag(p, "[{file, ok, description | error}]")
     p.set_defaults(func=cmd_cluster_validate)
-    p = csub.add_parser("spec", help="print (or --out) a cluster YAML's GPU worker types as an autoscaling spec")
+    p = command(csub, "spec", "print (or --out) a cluster YAML's GPU worker types as an autoscaling spec",
+                "deepshare cluster spec cluster_yamls/aws-gpu-mixed.yaml --out spec.yaml")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--out", metavar="PATH", help="write the spec YAML here (an existing file is replaced)")
     p.set_defaults(func=cmd_cluster_spec)
-    p = csub.add_parser("fake", help="start a local multi-node Ray cluster (head without CPUs + workers) and wait")
+    p = command(csub, "fake", "start a local multi-node Ray cluster (head without CPUs + workers) and wait",
+                "deepshare cluster fake --workers 2 --for-s 600")
     p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="N", help="worker nodes, 1..8 (default 2)")
     p.add_argument("--cpus-per-worker", type=int, default=1, choices=range(1, 65), metavar="C", help="CPUs per worker (default 1)")
     p.add_argument("--fabrics", default="pcie,nvlink", help="deepshare_fabric_* resource of the workers, in turn (default pcie,nvlink)")
     p.add_argument("--for-s", type=wait_seconds, default=None, metavar="S", help="stop after S seconds (default: on Ctrl-C)")
     p.set_defaults(func=cmd_cluster_fake)
 
-    autoscale = sub.add_parser("autoscale", help="autoscaling in simulation: cost, GPU-hours and JCT per autoscaler")
+    autoscale = command(sub, "autoscale", "autoscaling in simulation: cost, GPU-hours and JCT per autoscaler",
+                        f"deepshare autoscale compare --trace {DIURNAL} --config {AWS_MIXED} --policy las+spread",
+                        "deepshare autoscale live --steps 40 --json live.json")
     asub = autoscale.add_subparsers(dest="autoscale_command", metavar="ACTION", required=True)
     for action, default, text in (
         ("simulate", "demand", "simulate a trace on an autoscaling cluster"),
         ("compare", ",".join(AUTOSCALERS), "the same, every autoscaler side by side by default"),
     ):
-        p = asub.add_parser(action, help=text)
+        p = command(asub, action, text, f"deepshare autoscale {action} --trace {DIURNAL} --config {AWS_MIXED} "
+                    "--policy las+spread --json as.json --plot timeline.png")
         add_trace_args(p)
         p.add_argument("--config", required=True, metavar="FILE",
                        help="autoscaling spec (deepshare/data/autoscale/*.yaml) or a cluster YAML (cluster_yamls/)")
@@ -205,7 +217,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is replaced)")
         add_sim_args(p)
         p.set_defaults(func=cmd_autoscale_simulate)
-    p = asub.add_parser("live", help="the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT")
+    p = command(asub, "live", "the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT",
+                "deepshare autoscale live --steps 40 --json live.json")
     p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")
     p.add_argument("--policy", default="las+consolidated", help="the scheduler's policy (default las+consolidated)")
     p.add_argument("--steps", type=int, default=120, choices=range(1, 100001), metavar="N", help="training steps per job (default 120)")

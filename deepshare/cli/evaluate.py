@@ -10,9 +10,11 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
-    policy_list, seed_count, sim_config, sim_inputs,
+    information_model, past_history, policy_list, seed_count, sim_config, sim_inputs,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
+from deepshare.cli.ray_address import add_address_flag, joined
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load, mix_from_spec
 
@@ -41,13 +43,17 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
             raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
     topology = cluster_topology(args)
     mix = flagged("--mix", mix_from_spec, args.mix)
-    result = evaluate(
-        lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
-        topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
-        progress=None if not err.is_terminal else (lambda msg: err.print(f"running {msg}", markup=False)),
-    )
+    with joined(args.address) as on_ray:
+        verb = "done" if on_ray else "running"
+        result = evaluate(
+            lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
+            topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
+            progress=None if not err.is_terminal else (lambda msg: err.print(f"{verb} {msg}", markup=False)),
+            information=information_model(args), history=past_history(args), on_ray=on_ray,
+        )
     summary = result.summary()
-    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()} — mean [min-max] over {args.seeds} seed(s)"),
+    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()}, durations "
+                               f"{information_model(args).describe()} — mean [min-max] over {args.seeds} seed(s)"),
                   header_style="bold")
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
                ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),
@@ -77,14 +83,19 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("evaluate", help="compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON")
+    p = command(sub, "evaluate", "compare policies over seeds, or run a benchmark suite (--suite): table, plots and JSON",
+                "deepshare evaluate --trace deepshare/data/traces/deepshare-simulate-trace0.json --policies srsf+packed,rl-hybrid --seeds 3 --out runs/eval",
+                "deepshare evaluate --suite quick --workers 2 --json runs/suite/quick.json")
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
                    help="run a benchmark suite instead of one trace: a bundled one (loaded, quick, standard, tiny) or a suite YAML "
                    "(deepshare/experiments/suite.py); "
-                   "prints every cell and the learned policies' ratios to each cell's best heuristic")
+                   "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
+                   "saying why (and in the JSON's \"failed\"), and the command exits 1")
     p.add_argument("--workers", type=in_range(int, 1, 64, "processes"), default=1,
-                   help="with --suite: processes running cells in parallel (same results for any count; default 1)")
+                   help="with --suite: processes running cells in parallel on this machine (same results for any count; "
+                   "default 1; not with --address)")
+    add_address_flag(p, "the suite's (cell, policy) runs, or the (seed, policy) runs,")
     p.add_argument("--policies", metavar="A,B,...",
                    help="comma-separated names or module:Class specs, e.g. las+spread,rl-hybrid")
     p.add_argument("--seeds", type=seed_count, default=3, help="seeds 0..N-1 (default 3)")

@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import load_topology, preset_names
 
@@ -53,10 +54,10 @@ def cmd_clusters(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("policies", help="list the registered policies")
+    p = command(sub, "policies", "list the registered policies", "deepshare policies", "deepshare policies --json -")
     add_json_flag(p, "[{name, description, heuristic, takes_argument}]")
     p.set_defaults(func=cmd_policies)
 
-    p = sub.add_parser("clusters", help="list the cluster presets")
+    p = command(sub, "clusters", "list the cluster presets", "deepshare clusters --json -")
     add_json_flag(p, "[{name, nodes, gpus, description}]")
     p.set_defaults(func=cmd_clusters)

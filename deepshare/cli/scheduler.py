@@ -23,6 +23,7 @@ from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.args import non_negative_int, number, port_number, positive_float, positive_int, print_line
+from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 
@@ -220,9 +221,12 @@ def _url(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add ``scheduler start``, ``submit``, ``jobs``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
-    sched = subparsers.add_parser("scheduler", help="the live scheduler: run jobs on a Ray cluster under a policy")
+    sched = command(subparsers, "scheduler", "the live scheduler: run jobs on a Ray cluster under a policy",
+                    "deepshare scheduler start --local --nodes 2 --gpus-per-node 4 --state runs/sched")
     sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)
-    p = sub.add_parser("start", help="run the scheduler (control loop + HTTP API) until interrupted")
+    p = command(sub, "start", "run the scheduler (control loop + HTTP API) until interrupted",
+                "deepshare scheduler start --local --nodes 2 --gpus-per-node 4 --port 8470 --state runs/sched",
+                "deepshare scheduler start --address auto --policy rl-hybrid --state /shared/deepshare/sched")
     p.add_argument("--address", default="auto", metavar="auto|HOST:PORT", help="Ray cluster to join (default auto)")
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
     p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
@@ -251,24 +255,27 @@ def register(subparsers: Any) -> None:
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
     p.set_defaults(func=cmd_scheduler_start)
 
-    p = subparsers.add_parser("submit", help="submit a job spec (YAML or JSON) to a running scheduler")
+    p = command(subparsers, "submit", "submit a job spec (YAML or JSON) to a running scheduler",
+                "deepshare submit --state runs/sched examples/jobs/tiny.yaml")
     _url(p)
     p.add_argument("spec", metavar="JOB.yaml")
     add_json_flag(p, "the job")
     p.set_defaults(func=cmd_submit)
 
-    p = subparsers.add_parser("jobs", help="list a scheduler's jobs (or show one with its runs)")
+    p = command(subparsers, "jobs", "list a scheduler's jobs (or show one with its runs)",
+                "deepshare jobs --state runs/sched", "deepshare jobs --state runs/sched tiny-1 --json -")
     _url(p)
     p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
     add_json_flag(p, "the job list (or the job)")
     p.set_defaults(func=cmd_jobs)
 
-    p = subparsers.add_parser("cancel", help="cancel a queued or running job")
+    p = command(subparsers, "cancel", "cancel a queued or running job", "deepshare cancel --state runs/sched tiny-1")
     _url(p)
     p.add_argument("id", metavar="ID")
     p.set_defaults(func=cmd_cancel)
 
-    p = subparsers.add_parser("logs", help="print a job's rank log (kept in the scheduler's state folder)")
+    p = command(subparsers, "logs", "print a job's rank log (kept in the scheduler's state folder)",
+                "deepshare logs --state runs/sched tiny-1 --rank 0 --follow")
     _url(p)
     p.add_argument("id", metavar="ID")
     p.add_argument("--rank", type=non_negative_int, default=0, metavar="N", help="which rank (default 0)")

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from deepshare.cli.args import listen_port, number, positive_int
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 
 # The values the flags show and bound, as plain constants: building the parser for any command
@@ -46,10 +47,11 @@ METRICS_LINE = "metrics"
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser(
-        "serve",
-        help="host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
-        description="Serve POST /v1/placements, GET /v1/policy, /healthz and /docs. "
+    p = command(
+        sub, "serve", "host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
+        "deepshare serve --policy rl-hybrid --port 8000",
+        "deepshare serve --policy srsf+packed --host 0.0.0.0 --replicas 2",
+        details="Serve POST /v1/placements, GET /v1/policy, /healthz and /docs. "
         f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set. "
         "Metrics (ray_deepshare_serve_*, summed over replicas) come from Ray's metrics agent: the line after "
         "the ready line names its URL.",

@@ -10,10 +10,12 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, check_policies, cluster_topology, contention_model,
-    load_trace, policy_list, sim_config, sim_inputs,
+    information_model, load_trace, past_history, policy_list, sim_config, sim_inputs,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
+from deepshare.cli.ray_address import add_address_flag, joined
+from deepshare.cli.help import command
 
 
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -24,7 +26,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_policies([args.policy], "--policy")
     topology = cluster_topology(args)
     trace = load_trace(args)
-    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
+                        information=information_model(args, args.seed), history=past_history(args))
     with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
         report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
                              keep_records=False)  # the table and JSON need only the report's numbers
@@ -32,7 +35,8 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
-    human(args.json, out, err).print(report_table(report, escape(f"{args.policy} on {Path(args.trace).name} — {topology.describe()}")))
+    title = f"{args.policy} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
+    human(args.json, out, err).print(report_table(report, escape(title)))
     write_json(args.json, report.to_dict(), out, "report")  # --jobs-csv was streamed during the run
     return 0
 
@@ -46,17 +50,21 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_outputs({"--json": args.json}, sim_inputs(args, names))
     topology = cluster_topology(args)
     trace = load_trace(args)
-    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args))
-    with ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
-        reports = compare(scenario, names, bar.callback("policies"))
+    scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
+                        information=information_model(args, args.seed), history=past_history(args))
+    with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
+        reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
     human(args.json, out, err).print(
-        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}")))
+        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
+                                         f"durations {scenario.information.describe()}")))
     write_json(args.json, {"results": {r.policy: r.to_dict() for r in reports}}, out, "comparison")
     return 0
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("simulate", help="run one policy on a trace and print its report")
+    p = command(sub, "simulate", "run one policy on a trace and print its report",
+                "deepshare simulate --trace deepshare/data/traces/deepshare-simulate-trace0.json --policy las+consolidated --json report.json",
+                "deepshare simulate --trace t.csv --policy srsf+packed --contention link --cluster a100-16")
     add_trace_args(p)
     p.add_argument("--policy", required=True, metavar="POLICY",
                    help="policy name, e.g. las+consolidated (see `deepshare policies`), or package.module:ClassOrFactory")
@@ -66,9 +74,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("compare", help="run several policies on one trace and print a table")
+    p = command(sub, "compare", "run several policies on one trace and print a table",
+                "deepshare compare --trace deepshare/data/traces/deepshare-simulate-trace0.json --policies las+spread,srsf+packed,rl-hybrid")
     add_trace_args(p)
     p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic)")
+    add_address_flag(p, "the policies' runs")
     add_cluster_args(p)
     add_sim_args(p)
     add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')

@@ -1,5 +1,6 @@
 """``deepshare evaluate --suite NAME``: run a benchmark suite and print its tables (the grid
-itself is in :mod:`deepshare.experiments.suite`)."""
+itself is in :mod:`deepshare.experiments.suite`); with ``--address`` its runs are Ray tasks on a
+cluster (:mod:`deepshare.cli.ray_address`). A failed run is a row that says why, and exit 1."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from deepshare.cli.output import human, write_json
+from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
+from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
+
+EXIT_FAILED_RUNS = 1
 
 
 def _s(v: float | None) -> str:
@@ -19,6 +24,11 @@ def _s(v: float | None) -> str:
 
 def _f(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+def _worst(ratio: object, cell: object) -> str:
+    """A summary's worst ratio and its cell; "-" when no cell was scored."""
+    return "-" if ratio is None else f"{ratio:.3f} ({cell})"
 
 
 def cell_tables(result: SuiteResult) -> list[Table]:
@@ -33,9 +43,12 @@ def cell_tables(result: SuiteResult) -> list[Table]:
             table.add_column(col, justify="left" if col == "policy" else "right")
         for policy, m in sorted(runs.items(), key=lambda kv: (kv[1]["avg_jct_s"] or float("inf"), kv[0])):
             vs = ""
-            if policy in result.spec.learned:
-                a, p = result.ratios(cell, policy)
-                vs = f"{a:.3f} / {p:.3f}"
+            error = result.error(cell, policy)
+            if error is not None:
+                vs = f"failed: {error}"
+            elif policy in result.spec.learned:
+                ratios = result.ratios(cell, policy)
+                vs = "-" if ratios is None else f"{ratios[0]:.3f} / {ratios[1]:.3f}"
             elif policy == best:
                 vs = "best heuristic"
             table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m["gpu_util"]), _f(m["useful_util"]),
@@ -53,19 +66,56 @@ def cell_tables(result: SuiteResult) -> list[Table]:
 
 
 def summary_table(result: SuiteResult) -> Table:
-    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell",
-                  header_style="bold", title_justify="left")
-    for col in ("policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won", "geomean vs bound",
-                "geomean vs pooled"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
-    for policy in result.spec.learned:
-        s = result.summary(policy)
-        table.add_row(policy, f"{s['geomean_avg_jct_ratio']:.3f}",
-                      f"{s['worst_avg_jct_ratio']:.3f} ({s['worst_avg_cell']})",
-                      f"{s['worst_p99_jct_ratio']:.3f} ({s['worst_p99_cell']})", f"{s['cells_won']}/{s['cells']}",
-                      _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
-    wins = ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins().items(), key=lambda kv: -kv[1]) if n)
+    """Each learned policy against the best heuristic of each cell, per information model: a
+    policy is only ever compared with heuristics that knew what it knew. Cells where a run failed
+    are left out and counted beside the cells won."""
+    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell "
+                        "(same information model)", header_style="bold", title_justify="left")
+    for col in ("durations", "policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won",
+                "geomean vs bound", "geomean vs pooled"):
+        table.add_column(col, justify="left" if col in ("durations", "policy") else "right")
+    for durations in result.spec.durations:
+        for policy in result.spec.learned:
+            s = result.summary(policy, durations)
+            failed = f" ({s['failed_cells']} failed)" if s["failed_cells"] else ""
+            table.add_row(durations, policy, _f(s["geomean_avg_jct_ratio"]),  # type: ignore[arg-type]
+                          _worst(s["worst_avg_jct_ratio"], s["worst_avg_cell"]),
+                          _worst(s["worst_p99_jct_ratio"], s["worst_p99_cell"]), f"{s['cells_won']}/{s['cells']}{failed}",
+                          _f(s["geomean_avg_jct_over_bound"]), _f(s["geomean_avg_jct_over_pooled"]))  # type: ignore[arg-type]
+    wins = "; ".join(
+        f"{d}: " + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d).items(), key=lambda kv: -kv[1]) if n)
+        for d in result.spec.durations
+    )
     table.caption = f"best heuristic of a cell (cells): {wins}"
+    return table
+
+
+def cost_table(result: SuiteResult) -> Table | None:
+    """Per scenario, the best heuristic under each information model the suite lists and its
+    average JCT over the best ``exact`` one's: what not knowing job lengths costs the strongest
+    rule. None unless the suite runs ``exact`` beside another model."""
+    models = result.spec.durations
+    if "exact" not in models or len(models) < 2:
+        return None
+    table = Table(title=f"suite {result.spec.name}: the cost of not knowing job lengths (best heuristic of each "
+                        "information model; its avg JCT / the best exact heuristic's)", header_style="bold",
+                  title_justify="left")
+    table.add_column("scenario")
+    for durations in models:
+        table.add_column(f"best {durations}")
+        if durations != "exact":
+            table.add_column(f"{durations} / exact", justify="right")
+    for cell in sorted(c for c in result.results if c.durations == "exact"):
+        row = [cell.scenario_label]
+        for durations in models:
+            sibling = cell.under(durations)
+            row.append(f"{result.best_heuristic(sibling)} ({_s(result.best_avg_jct(sibling))})")
+            if durations != "exact":
+                row.append(_f(result.cost_of_not_knowing(sibling)))
+        table.add_row(*row)
+    costs = result.cost_summary()
+    table.caption = "; ".join(f"{d}: geometric mean {c['geomean']:.3f}, range {c['min']:.3f} .. {c['max']:.3f}"
+                              for d, c in costs.items())
     return table
 
 
@@ -102,6 +152,9 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     workers = getattr(args, "workers", None) or 1
     if workers < 1:
         raise DeepShareError(f"--workers must be a positive integer, got {workers}")
+    address = getattr(args, "address", None)
+    if address and workers > 1:
+        raise DeepShareError("--workers: the size of a local pool; with --address the cluster's CPUs run the suite (drop one)")
     spec = load_suite(args.suite)
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
@@ -110,13 +163,27 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
             err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
 
-    err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {workers} worker(s)", markup=False)
-    result = run_suite(spec, workers=workers, progress=progress)
+    with joined(address) as on_ray:
+        where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
+        err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
+        command = ["deepshare", "evaluate", "--suite", str(args.suite)]
+        command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
+        provenance = run_provenance(command)
+        result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
     shown = human(args.json, out, err)
     for table in cell_tables(result):
         shown.print(table)
     shown.print(room_table(result))
+    costs = cost_table(result)
+    if costs is not None:
+        shown.print(costs)
     if spec.learned:
         shown.print(summary_table(result))
-    write_json(args.json, result.to_json(), out, "suite results")
+    write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
+    failures = result.failures()
+    if failures:
+        cell, policy, error = failures[0]
+        err.print(f"deepshare: {len(failures)} of {total} runs failed (first: {policy} on {cell.label}: {error}); "
+                  "their rows say why, as does the JSON's \"failed\"", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_FAILED_RUNS
     return 0

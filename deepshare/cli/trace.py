@@ -7,12 +7,50 @@ import argparse
 from rich.console import Console
 
 from deepshare.cli.args import (
-    add_cluster_args, arrival_rate, cluster_topology, duration_seconds, duration_sigma, flagged, job_count,
+    add_cluster_args, arrival_rate, cluster_topology, duration_seconds, duration_sigma, flagged, in_range, job_count,
     offered_load, seed_value,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
+from deepshare.core.traces.feature_stats import describe
+from deepshare.core.traces.recurrence import RecurrenceModel
+
+_DEFAULTS = RecurrenceModel()
+# flag -> (RecurrenceModel field, type, metavar, help); defaults and sources: deepshare.core.traces.recurrence
+_RECURRENCE_FLAGS = {
+    "--users": ("users", in_range(int, 1, 1_000_000, "users"), "N", "number of users (1..1,000,000)", "assumption"),
+    "--user-skew": ("user_skew", in_range(float, 0, 5), "S", "Zipf exponent of users' job shares, 0 = equal (0..5)",
+                    "assumption"),
+    "--recurring-share": ("recurring_share", in_range(float, 0, 1), "P",
+                          "share of jobs that are runs of a recurring group (0..1)", "assumption"),
+    "--runs-per-group": ("runs_per_group", in_range(float, 2, 1_000_000, "runs"), "R",
+                         "mean runs of a recurring group (2..1,000,000)", "assumption"),
+    "--run-variance-share": ("run_variance_share", in_range(float, 0, 1), "F",
+                             "share of log-duration variance between runs of a group, the rest between groups (0..1)",
+                             "assumption"),
+    "--gpu-duration-corr": ("gpu_duration_corr", in_range(float, -1, 1), "RHO",
+                            "correlation of log duration with GPU count, within ±sqrt(1 - run variance share)",
+                            "assumption"),
+    "--requested-share": ("requested_share", in_range(float, 0, 1), "P", "share of jobs that give a time limit (0..1)",
+                          "Slurm gives every job one; 0 mimics Philly and PAI"),
+    "--overestimate-median": ("overestimate_median", in_range(float, 1, 1000), "X",
+                              "median of time limit / true duration (1..1,000)", "assumption"),
+    "--overestimate-sigma": ("overestimate_sigma", in_range(float, 0, 5), "S",
+                             "log-sigma of time limit / true duration (0..5)",
+                             "assumption: ~2%% of jobs hit their limit, Helios reports TIMEOUT as very rare"),
+}
+
+
+def _recurrence(args: argparse.Namespace) -> RecurrenceModel | None:
+    """The model from the flags; tuning flags without ``--recurrence`` are an error."""
+    given = {flag: getattr(args, name) for flag, (name, *_) in _RECURRENCE_FLAGS.items() if getattr(args, name) is not None}
+    if not args.recurrence:
+        if given:
+            raise DeepShareError(f"{', '.join(given)}: recurrence model flags need --recurrence")
+        return None
+    return RecurrenceModel(**{_RECURRENCE_FLAGS[flag][0]: value for flag, value in given.items()})
 
 
 def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -32,6 +70,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
         median_duration_s=args.median_duration_s,
         duration_sigma=args.duration_sigma,
         seed=args.seed,
+        recurrence=_recurrence(args),
     )
     write_canonical(trace, args.out)
     stats = trace_stats(trace)
@@ -56,6 +95,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         ("models", ", ".join(f"{m}: {n}" for m, n in stats.models.items())),
         ("communication", ", ".join(f"{c}: {n}" for c, n in stats.comm_classes.items())),
         ("work", f"{stats.gpu_hours:,.1f} GPU-hours; duration mean {stats.mean_duration_s:,.0f} s, median {stats.median_duration_s:,.0f} s"),
+        *describe(stats.features),
     ]
     for name, value in rows:
         out.print(f"  {name:14s} {value}", markup=False, highlight=False)
@@ -63,9 +103,11 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    trace = sub.add_parser("trace", help="generate or summarise traces")
+    trace = command(sub, "trace", "generate or summarise traces",
+                    "deepshare trace generate --jobs 200 --load 0.9 --nodes 4 --seed 1 --out t.csv", "deepshare trace stats t.csv")
     tsub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    p = tsub.add_parser("generate", help="write a synthetic trace (canonical CSV)")
+    p = command(tsub, "generate", "write a synthetic trace (canonical CSV)",
+                "deepshare trace generate --jobs 1000 --load 0.9 --nodes 16 --mix heavy --seed 1 --out t.csv")
     p.add_argument("--jobs", type=job_count, required=True, metavar="N", help="number of jobs")
     arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
     arrivals.add_argument("--rate", type=arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
@@ -76,11 +118,22 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--median-duration-s", type=duration_seconds, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
     p.add_argument("--duration-sigma", type=duration_sigma, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
     p.add_argument("--seed", type=seed_value, default=0, help="random seed (default 0)")
+    rec = p.add_argument_group(
+        "recurrence model",
+        "users, recurring groups (one user, model and GPU count each), time limits (requested_s) and larger jobs "
+        "running longer, keeping the GPU demand and duration distributions exact. Each default says where it comes "
+        "from; 'assumption' means no published figure backs it (details: deepshare/core/traces/recurrence.py).",
+    )
+    rec.add_argument("--recurrence", action="store_true", help="turn the model on (the flags below tune it)")
+    for flag, (name, kind, metavar, text, source) in _RECURRENCE_FLAGS.items():
+        rec.add_argument(
+            flag, dest=name, type=kind, metavar=metavar, help=f"{text}; default {getattr(_DEFAULTS, name):g} ({source})"
+        )
     add_cluster_args(p)
     p.add_argument("--out", required=True, metavar="PATH", help="output CSV path (an existing file is replaced)")
     p.set_defaults(func=cmd_trace_generate)
 
-    p = tsub.add_parser("stats", help="summarise a trace")
+    p = command(tsub, "stats", "summarise a trace", "deepshare trace stats t.csv --json -")
     p.add_argument("path", metavar="TRACE")
     p.add_argument("--format", choices=FORMATS, help="force the trace format")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...", help="model mix for traces without model names")

@@ -4,18 +4,30 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import in_range, iteration_count, number, print_line, runner_count, seed_value
+from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number, print_line, runner_count, seed_value
+from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
+from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 IMITATE_FILES = ("policy.pt", "imitation.json")
 """Files `deepshare imitate` writes into its run folder."""
+
+
+NO_EPISODE = "no episode finished yet"
+"""What an iteration's return reads when none of its episodes finished (RLlib reports NaN)."""
+
+
+def episode_return(value: float, digits: int) -> str:
+    """A mean episode return for people: its digits, or :data:`NO_EPISODE` for RLlib's NaN."""
+    return f"{value:.{digits}f}" if math.isfinite(value) else NO_EPISODE
 
 
 def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -28,6 +40,19 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.resume:
             raise DeepShareError("--seed: a resumed run keeps the seed it started with; drop --seed or --resume")
         config = config.model_copy(update={"run": config.run.model_copy(update={"seed": args.seed})})
+    if args.durations is not None or args.estimate_error is not None:
+        if args.resume:
+            raise DeepShareError("--durations/--estimate-error: a resumed run keeps the information model it started with; "
+                                 "drop them or --resume")
+        from deepshare.rl.env import EnvConfig
+
+        env = dict(config.env)
+        if args.durations is not None:
+            env["durations"] = [args.durations]
+        if args.estimate_error is not None:
+            env["estimate_errors"] = [args.estimate_error]
+        EnvConfig.from_dict(env)  # checked before Ray starts
+        config = config.model_copy(update={"env": env})
     if args.init_from:
         if args.resume:
             raise DeepShareError("--init-from starts a new run; --resume continues one from its own weights: give one")
@@ -45,9 +70,9 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         task = bar.add_task(f"training {config.name}", total=total, ret="-")
 
         def report(iteration: int, n: int, row: dict[str, float]) -> None:
-            bar.update(task, completed=iteration, ret=f"{row['episode_return_mean']:.3f}")
+            bar.update(task, completed=iteration, ret=episode_return(row["episode_return_mean"], 3))
             if not err.is_terminal:
-                err.print(f"iteration {iteration}/{n}: episode return {row['episode_return_mean']:.4f}, "
+                err.print(f"iteration {iteration}/{n}: episode return {episode_return(row['episode_return_mean'], 4)}, "
                           f"{row['env_steps_lifetime']:.0f} env steps", markup=False, highlight=False)
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
@@ -67,10 +92,17 @@ def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err
     def say(message: str) -> None:
         err.print(message, markup=False, highlight=False, soft_wrap=True)
 
-    curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say)
+    if args.eval_workers is not None and args.address:
+        raise DeepShareError("--eval-workers: the size of a local pool; with --address the suite's cells are Ray tasks "
+                             "on that cluster (drop one)")
+    # with --address the cells are Ray tasks on the cluster the run joins (its free CPUs), else local processes
+    curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say, on_ray=bool(args.address))
 
     def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
         line = curve.record(run_dir, iteration, row, policy_file)
+        if line["geomean_avg_jct_ratio"] in (None, ""):
+            say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: no cell scored (every run failed)")
+            return
         say(f"iteration {iteration}: {trained_as} on suite {curve.suite}: average JCT "
             f"{line['geomean_avg_jct_ratio']:.3f}x the best heuristic (geometric mean; worst cell "
             f"{line['worst_avg_jct_ratio']:.3f}, worst p99 {line['worst_p99_jct_ratio']:.3f}, "
@@ -94,7 +126,8 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
         table.add_column(column)
     for t in trials:
-        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations), f"{t.episode_return_mean:.4g}")
+        table.add_row(t.name, *(str(v) for v in t.values.values()), t.status, str(t.iterations),
+                      episode_return(t.episode_return_mean, 4))
     out.print(table)
     for t in trials:
         if t.policy:
@@ -120,12 +153,20 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("train", help="train RL-base / RL-hybrid with RLlib PPO from a YAML config")
+    p = command(sub, "train", "train RL-base / RL-hybrid with RLlib PPO from a YAML config",
+                "deepshare train rllib_configs/rl_hybrid.yaml --out runs/rl_hybrid --iterations 120 --num-env-runners 2",
+                "deepshare train rllib_configs/rl_base_warm.yaml --init-from runs/bc/policy.pt --out runs/bc_ppo --eval-suite quick")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
     p.add_argument("--seed", type=seed_value, metavar="S", help="training seed, replacing the config's run.seed (recorded in policy.pt)")
-    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one "
+                   "(with --eval-suite the suite's runs are Ray tasks there too, on the CPUs training leaves free)")
+    p.add_argument("--durations", choices=DURATIONS, default=None,
+                   help="train under this information model, replacing the config's env.durations (default: the config's; "
+                   "a config that gives none trains under estimated)")
+    p.add_argument("--estimate-error", type=estimate_sigma, default=None, metavar="SIGMA",
+                   help="lognormal sigma of the drawn estimates, replacing env.estimate_errors")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
@@ -135,10 +176,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "or a suite YAML) before the first iteration and at every checkpoint, as `deepshare evaluate --suite` does; "
                    "rows go to suite_curve.csv and curves.png in the run folder")
     p.add_argument("--eval-workers", type=in_range(int, 1, 64, "processes"), default=None, metavar="N",
-                   help="with --eval-suite: processes scoring the suite's cells (default 1)")
+                   help="with --eval-suite: processes scoring the suite's cells (default 1; with --address the cells "
+                   "are Ray tasks on that cluster instead)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("tune", help="a Ray Tune grid sweep over a training config (one PPO run per combination)")
+    p = command(sub, "tune", "a Ray Tune grid sweep over a training config (one PPO run per combination)",
+                "deepshare tune rllib_configs/rl_hybrid.yaml --grid ppo.lr=0.0001,0.0003 --grid env.reward_scale=0.1,0.2 --iterations 20")
     p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
@@ -150,7 +193,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("imitate", help="behaviour cloning: fit the scorer to the anchor heuristic (srsf+packed) on a training config's env; no Ray")
+    p = command(sub, "imitate", "behaviour cloning: fit the scorer to a config's anchor heuristic on its env, then DAgger; no Ray",
+                "deepshare imitate rllib_configs/rl_unc_imitate.yaml --out runs/bc --episodes 192 --dagger-rounds 1")
     p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
     p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
     p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",

@@ -2,5 +2,5 @@
 
 Start with ``types`` (jobs, placements, decisions), ``view`` (what a policy sees), ``simulator``
 and ``contention/`` (how co-located jobs slow each other); ``errors`` says how failures are
-reported. See README, "Where things live".
+reported. See ``docs/architecture.md``.
 """

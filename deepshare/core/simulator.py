@@ -37,6 +37,8 @@ from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import predictor, RunningJob
 from deepshare.core.events import EventKind, EventQueue
 from deepshare.core.feasibility import check_decision
+from deepshare.core.history import FinishedJob, JobHistory
+from deepshare.core.information import ESTIMATE_FLOOR_S, EXACT, UNKNOWN_PRIOR_S, InformationModel, estimate_of
 from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, UtilTimeline, report_from_columns
 from deepshare.core.nodepool import SimNodePool
 from deepshare.core.pending import PendingJobs, QueueLog
@@ -160,16 +162,24 @@ class _Job:
         "spec", "comm_class", "ref_thp", "work", "remaining", "state", "placement", "iso_rate",
         "ratio", "rate", "last_update", "stall_until", "version", "attained", "first_start",
         "finish", "preemptions", "migrations", "prod_time", "ratio_area", "queued_since",
-        "run_start", "last_run_s", "needs_restore", "index",
+        "run_start", "last_run_s", "needs_restore", "index", "estimate", "belief",
     )
 
-    def __init__(self, spec: JobSpec, catalog: Catalog, index: int) -> None:
+    def __init__(self, spec: JobSpec, catalog: Catalog, index: int, information: InformationModel = EXACT,
+                 error: float | None = 1.0) -> None:
+        """``error``: the job's drawn estimate error (None: nothing is estimated, ``unknown``)."""
         self.spec = spec
         self.index = index
         self.comm_class = catalog.class_of(spec.model)
         self.ref_thp = catalog.reference_throughput(spec.model, spec.gpus)
         self.work = spec.total_samples if spec.total_samples is not None else spec.duration_s * self.ref_thp
         self.remaining = self.work
+        self.estimate = None if error is None else estimate_of(spec, self.work / self.ref_thp, error)
+        """The estimate of its isolated run time its views show (None: none is known)."""
+        self.belief: float | None = (
+            None if information.exact else UNKNOWN_PRIOR_S if self.estimate is None else self.estimate
+        )
+        """The run time its views' ``remaining_s`` counts down from; None: the true remaining work."""
         self.state = SimJobState.PENDING
         self.placement: Placement | None = None
         self.iso_rate = self.ratio = self.rate = 0.0
@@ -218,13 +228,20 @@ class _Job:
         # queued job gets one, and a policy that reads the running jobs gets one per running job).
         spec = self.spec
         running = self.state is SimJobState.RUNNING
-        remaining = self.remaining
+        belief = self.belief
+        if belief is None:  # exact: the truth
+            remaining = self.remaining
+            remaining = (remaining if remaining > 0.0 else 0.0) / self.ref_thp  # max(0.0, remaining)
+        else:  # believed_remaining_s(estimate, ran), inlined
+            remaining = belief - self.attained / spec.gpus
+            if remaining < ESTIMATE_FLOOR_S:
+                remaining = ESTIMATE_FLOOR_S
         return JobView(
             spec.job_id,
             spec.model,
             spec.gpus,
             spec.submit_time,
-            (remaining if remaining > 0.0 else 0.0) / self.ref_thp,  # max(0.0, remaining)
+            remaining,
             self.attained,
             self.comm_class,
             self.preemptions,
@@ -232,7 +249,18 @@ class _Job:
             self.ratio if running else 1.0,
             now - self.run_start if running else self.last_run_s,
             self.queued_since,
+            self.estimate,
+            spec.user,
+            spec.group,
+            spec.vc,
         )
+
+    def finished(self) -> FinishedJob:
+        """Its record in the history, as a scheduler would keep it."""
+        spec = self.spec
+        run_s = self.attained / spec.gpus
+        return FinishedJob(spec.job_id, spec.model, spec.gpus, run_s if run_s > 1e-6 else 1e-6, self.finish or 0.0,
+                           spec.user, spec.group, spec.vc, self.estimate)
 
 
 class Simulator:
@@ -248,8 +276,15 @@ class Simulator:
         reference_views: bool = False,
         keep_records: bool = True,
         on_record: Callable[[int, JobRecord], None] | None = None,
+        information: InformationModel = EXACT,
+        history: JobHistory | None = None,
     ) -> None:
-        """``reference_views``: hand policies a tuple copy of the queue at every decision (the
+        """``information``: what the policies' views carry of job lengths
+        (:mod:`deepshare.core.information`; the library's default is ``exact``). ``history``:
+        jobs that finished before the trace (copied; the run's finished jobs are added to the
+        copy, which views show as ``history``).
+
+        ``reference_views``: hand policies a tuple copy of the queue at every decision (the
         straightforward O(queue) way) instead of a :class:`PendingJobs` read through the queue;
         the decisions are the same, it exists to test that they are.
 
@@ -264,6 +299,9 @@ class Simulator:
         self._node_names = [node.name for node in topology.nodes]
         self.catalog = catalog or default_catalog()
         self.config = config
+        self.information = information
+        self.history = JobHistory() if history is None else history.copy()
+        """Jobs that finished: the past ones given, then this run's, in completion order."""
         self.contention = contention
         self._state = contention.new_state(topology, self.catalog)
         self._specs: tuple[JobSpec, ...] = tuple(jobs)
@@ -277,6 +315,9 @@ class Simulator:
             self.catalog.resolve(model)  # unknown models are reported now, in trace order
         self._jobs: dict[str, _Job] = {}  # jobs that arrived and did not finish (state built at arrival)
         self._total_jobs = len(self._specs)
+        factors = information.error_factors(self._total_jobs)
+        self._errors: list[float] | list[None] = [None] * self._total_jobs if factors is None else factors.tolist()
+        """Each job's drawn estimate error, by trace position (None: nothing is estimated)."""
         self._columns = ReportColumns(self._total_jobs)
         for i, spec in enumerate(self._specs):  # rows of jobs that have not arrived yet
             self._columns.submit[i] = spec.submit_time
@@ -318,7 +359,10 @@ class Simulator:
         """A simulator that goes on from ``view``: its running jobs on their placements with the
         work they have left, its queued jobs queued since when they were, and ``future`` (jobs
         submitted after ``view.now``) arriving as usual. For what-if questions on the state a
-        policy sees: a look-ahead applies a decision to a copy and simulates what follows.
+        policy sees: a look-ahead applies a decision to a copy and simulates what follows. The
+        copy runs ``exact`` on the view's ``remaining_s``: under ``estimated`` or ``unknown``
+        that is the policy's belief, so the what-if simulates what the policy believes; it goes on
+        from a copy of the view's history, and known jobs keep their estimates and features.
 
         Its first :meth:`advance` returns the decision point at ``view.now`` (when jobs are
         queued), so a what-if can try a decision there; periodic rounds keep the original's
@@ -339,9 +383,11 @@ class Simulator:
         # A live view's clock may put a submit time past ``now``: known jobs count as submitted by
         # then, so their arrivals sort before every future one's (and are skipped below).
         specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),
-                         duration_s=max(v.remaining_s, _LEAST_WORK_S)) for v in known]
+                         duration_s=max(v.remaining_s, _LEAST_WORK_S), user=v.user, group=v.group, vc=v.vc,
+                         requested_s=v.estimate_s) for v in known]
         # Built without rounds: the first one after now is scheduled below, in the original's phase.
-        sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None))
+        sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None),
+                  history=view.history)
         sim.config = config
         if config.round_s is not None:
             sim._events.push(_next_round(view.now, config.round_s), EventKind.ROUND)
@@ -522,6 +568,8 @@ class Simulator:
             running=LazyJobs(lambda: self._running_views(t), lambda: self._running_count(t)),
             future_events=self._future_events,
             predict=self._predict,
+            durations=self.information.durations,
+            history=self.history,
         )
 
     def _release_pending(self) -> None:
@@ -605,7 +653,7 @@ class Simulator:
             if kind is EventKind.ARRIVAL:
                 self._live_events -= 1
                 spec = self._specs[version]  # an arrival carries the job's trace position
-                job = self._jobs[spec.job_id] = _Job(spec, self.catalog, version)
+                job = self._jobs[spec.job_id] = _Job(spec, self.catalog, version, self.information, self._errors[version])
                 self._arrive(job, t)
             elif kind is EventKind.COMPLETION:
                 self._complete(self._jobs[job_id], t)  # _stop() retires this completion from _live_events
@@ -639,6 +687,7 @@ class Simulator:
         job.state = SimJobState.DONE
         job.finish = t
         self._unfinished -= 1
+        self.history.add(job.finished())
         self._rerate(changed, t)
         self._retire(job, rejected=False)
 

@@ -16,6 +16,7 @@ from typing import Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob
+from deepshare.core.history import JobHistory
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Placement
@@ -32,7 +33,8 @@ class KnownJob:
     gpus: int
     submit_time: float
     remaining_s: float
-    """Remaining work in seconds at the job's reference throughput (SRTF's key; an estimate)."""
+    """Remaining work in seconds at the job's reference throughput as the scheduler believes it
+    (SRTF's key; :func:`~deepshare.core.information.believed_remaining_s` of its estimate)."""
     attained_gpu_s: float = 0.0
     preemptions: int = 0
     placement: Placement | None = None
@@ -40,6 +42,11 @@ class KnownJob:
     """Seconds of the current run (running) or of the last run (queued)."""
     queued_since: float | None = None
     """When it last entered the queue; defaults to ``submit_time``."""
+    estimate_s: float | None = None
+    """Its estimate of its whole isolated run time, if anyone gave one."""
+    user: str | None = None
+    group: str | None = None
+    vc: str | None = None
 
 
 def build_view(
@@ -53,8 +60,14 @@ def build_view(
     *,
     future_events: bool = True,
     link_load: Mapping[str, float] | None = None,
+    durations: str = "estimated",
+    history: JobHistory | None = None,
 ) -> ClusterView:
     """The view a policy sees; raises :class:`DeepShareError` for an inconsistent state.
+
+    ``durations`` names what the jobs' ``remaining_s`` is (an outside scheduler never knows the
+    truth: ``estimated`` when it is counted down from estimates, ``unknown`` when from the flat
+    prior alone); ``history``: the jobs that finished before now.
 
     ``free`` is by node index and may be below capacity minus the running jobs' GPUs (GPUs held
     by work this scheduler does not manage), never above it. Running jobs' ratios come from
@@ -84,6 +97,8 @@ def build_view(
         predict=predict,
         future_events=future_events,
         link_load=dict(link_load or {}),
+        durations=durations,
+        history=JobHistory() if history is None else history,
     )
 
 
@@ -185,6 +200,10 @@ def _view(catalog: Catalog, job: KnownJob) -> JobView:
         placement=job.placement,
         last_run_s=job.last_run_s,
         queued_since=job.submit_time if job.queued_since is None else job.queued_since,
+        estimate_s=job.estimate_s,
+        user=job.user,
+        group=job.group,
+        vc=job.vc,
     )
 
 

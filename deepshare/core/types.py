@@ -20,6 +20,13 @@ class JobSpec:
     Work is given either as ``total_samples`` (the artifact's unit: samples to train) or as
     ``duration_s`` (isolated run time at the model's reference placement, the unit of most
     public traces); the simulator converts durations to samples through the workload catalog.
+    That work is the simulator's truth: what a policy may learn of it is the run's information
+    model's to say (:mod:`deepshare.core.information`).
+
+    The optional features are what real traces carry and a live scheduler knows when a job is
+    submitted: ``user``, ``vc`` (virtual cluster or team), ``group`` (a recurring job's tag: same
+    script, parameters and data) and ``requested_s`` (the user's time limit or estimate of the
+    isolated run time, seconds). None when the trace does not say.
     """
 
     job_id: str
@@ -28,6 +35,10 @@ class JobSpec:
     submit_time: float = 0.0
     total_samples: float | None = None
     duration_s: float | None = None
+    user: str | None = None
+    group: str | None = None
+    vc: str | None = None
+    requested_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpus <= 0:
@@ -41,6 +52,14 @@ class JobSpec:
         work = self.total_samples if self.total_samples is not None else self.duration_s
         if not work > 0:  # also catches NaN
             raise DeepShareError(f"job {self.job_id!r}: work must be positive, got {work}")
+        if self.requested_s is not None and not 0 < self.requested_s < float("inf"):
+            raise DeepShareError(
+                f"job {self.job_id!r}: requested_s must be a positive number of seconds, got {self.requested_s}"
+            )
+        for name in ("user", "group", "vc") if (self.user, self.group, self.vc) != (None, None, None) else ():
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise DeepShareError(f"job {self.job_id!r}: {name} must be a non-empty string or absent, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

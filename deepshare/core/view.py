@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from deepshare.core.history import JobHistory
 from deepshare.core.types import Placement
 
 if TYPE_CHECKING:  # pragma: no cover - import for annotations only
@@ -24,8 +25,13 @@ that the ``pending`` launches (chosen earlier in the same decision) happen first
 class JobView:
     """A queued or running job as a policy sees it at one decision point.
 
-    ``remaining_s`` is the remaining work in seconds at the job's reference (ideal) throughput,
-    the quantity SRTF orders by; ``attained_gpu_s`` is GPU-seconds held so far (LAS's key).
+    ``remaining_s`` is the remaining work in seconds at the job's reference (ideal) throughput
+    *as the run's information model lets a scheduler know it* (:mod:`deepshare.core.information`):
+    the truth under ``exact``, a belief from the job's estimate under ``estimated``, a flat prior
+    under ``unknown`` (``ClusterView.durations`` says which); SRTF and SRSF order by it.
+    ``attained_gpu_s`` is GPU-seconds held so far (LAS's key). ``estimate_s`` is the job's
+    estimate of its whole isolated run time (None under ``unknown``); ``user``, ``group`` and
+    ``vc`` are its features when the trace or the client gives them.
     """
 
     job_id: str
@@ -40,6 +46,15 @@ class JobView:
     ratio: float = 1.0
     last_run_s: float = 0.0
     queued_since: float = 0.0
+    estimate_s: float | None = None
+    user: str | None = None
+    group: str | None = None
+    vc: str | None = None
+
+    @property
+    def ran_s(self) -> float:
+        """Seconds it has held its GPUs, over all its runs (what any cluster measures)."""
+        return self.attained_gpu_s / self.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,12 @@ class ClusterView:
     link_load: Mapping[str, float] = field(default_factory=dict)
     """Measured or simulated utilisation (0..1) by link name, e.g. ``node0/nic``, ``node0/pcie``,
     ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live)."""
+    durations: str = "exact"
+    """The run's information model (:data:`~deepshare.core.information.DURATIONS`): what the
+    jobs' ``remaining_s`` is (the truth only under ``exact``)."""
+    history: JobHistory = field(default_factory=JobHistory)
+    """Jobs that finished before now (:mod:`deepshare.core.history`); the simulator's grows as
+    the run goes on, so a policy reads it at its decision, never later."""
 
     @property
     def total_free(self) -> int:

@@ -2,7 +2,7 @@
 
 The shipped profiles (``deepshare/data/profiles``, see its README for provenance) were measured
 for six models at 2/4/8 GPUs spread over 2/4/8 nodes. Everything else is estimated, by rules
-that are documented here and in the README:
+that are documented here and in ``docs/simulator.md``:
 
 * **Node count not measured** (1 node, 3 nodes, more than the largest measured count): a
   single-node job does not cross the network, so it runs at least as fast as the best measured

@@ -1,25 +1,37 @@
 """Evaluate policies side by side over seeds: the table, the JSON and the data for the plots.
 
 A seed changes what is random in the inputs: the models drawn for traces that name none
-(Helios, Philly). Policies and the simulator are deterministic, so on a fully specified trace
-every seed gives the same numbers (min = max in the table).
+(Helios, Philly) and, under ``--durations estimated``, the estimates drawn for jobs without a
+``requested_s``. Policies and the simulator are deterministic, so on a fully specified trace
+run ``exact`` every seed gives the same numbers (min = max in the table).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from deepshare.core.contention import ContentionModel, ProfiledContention
+from deepshare.core.history import JobHistory
+from deepshare.core.information import EXACT, InformationModel
 from deepshare.core.metrics import REPORT_KEYS, MetricsReport
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology
 from deepshare.core.traces import Trace
-from deepshare.experiments.scenario import Scenario, simulate
+from deepshare.experiments.scenario import Scenario, simulate, simulate_on_ray
+from deepshare.policies import make_policy
 
 SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """``{"mean", "min", "max"}`` of ``values``, the mean kept within [min, max]: NumPy's mean of
+    identical floats can land an ulp outside them (the mean of three 0.1s is above 0.1), and a
+    negative mean - min is an error bar matplotlib refuses."""
+    lo, hi = float(min(values)), float(max(values))
+    return {"mean": min(max(float(np.mean(values)), lo), hi), "min": lo, "max": hi}
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,7 @@ class Evaluation:
                 if any(v is None for v in values):
                     out[policy][key] = {"mean": None, "min": None, "max": None}
                 else:
-                    out[policy][key] = {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+                    out[policy][key] = spread(values)
         return out
 
     def to_json(self) -> dict[str, object]:
@@ -73,13 +85,47 @@ def evaluate(
     contention: ContentionModel = ProfiledContention(),
     config: SimConfig = SimConfig(),
     progress: Callable[[str], None] | None = None,
+    information: InformationModel = EXACT,
+    history: JobHistory | None = None,
+    on_ray: bool = False,
 ) -> Evaluation:
+    """Every policy on the trace of every seed; a seed also draws the run's estimates
+    (``information``'s ``estimate_seed`` is replaced by it). ``progress`` gets "POLICY (seed S)"
+    as each run starts, or with ``on_ray`` (one Ray task per run on the cluster this process is
+    connected to, the same numbers) as each run ends."""
+
+    def scenario(seed: int) -> Scenario:
+        return Scenario(topology, load_trace(seed).jobs, contention, config,
+                        information=replace(information, estimate_seed=seed), history=history)
+
+    if on_ray:
+        return _evaluate_on_ray({seed: scenario(seed) for seed in seeds}, policies, topology.total_gpus, progress)
     runs = []
     for seed in seeds:
-        jobs = load_trace(seed).jobs
+        seeded = scenario(seed)
         for policy in policies:
             if progress is not None:
                 progress(f"{policy} (seed {seed})")
-            report, sim = simulate(Scenario(topology, jobs, contention, config), policy)
+            report, sim = simulate(seeded, policy)
             runs.append(Run(policy, seed, report, tuple(sim.util_timeline), topology.total_gpus))
     return Evaluation(tuple(runs))
+
+
+def _evaluate_on_ray(scenarios: dict[int, Scenario], policies: Sequence[str], total_gpus: int,
+                     progress: Callable[[str], None] | None) -> Evaluation:
+    """:func:`evaluate`'s runs as Ray tasks: the traces were read here (the files are the driver's),
+    each seed's scenario travels once, and the runs come back in the local order."""
+    for name in policies:  # a bad name or policy file fails before any run
+        make_policy(name)
+    pairs = [(seed, policy) for seed in scenarios for policy in policies]
+    ended = 0
+
+    def finished(i: int) -> None:
+        nonlocal ended
+        ended += 1
+        if progress is not None:
+            progress(f"{pairs[i][1]} (seed {pairs[i][0]}) [{ended}/{len(pairs)}]")
+
+    outputs = simulate_on_ray([(scenarios[seed], policy) for seed, policy in pairs], finished)
+    return Evaluation(tuple(Run(policy, seed, report, timeline, total_gpus)
+                            for (seed, policy), (report, timeline) in zip(pairs, outputs)))

@@ -42,27 +42,30 @@ class SuiteCurve:
     """Scores successive exports of one policy file on a suite; the heuristics run once."""
 
     def __init__(self, suite: str, policy_kind: str, workers: int = 1,
-                 progress: Callable[[str], None] | None = None, flag: str = "--eval-suite") -> None:
+                 progress: Callable[[str], None] | None = None, flag: str = "--eval-suite", on_ray: bool = False) -> None:
         """``suite``: a bundled name or a suite YAML (checked here, before any run; errors name
-        ``flag``); ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``)."""
+        ``flag``); ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``);
+        ``on_ray``: run the cells as Ray tasks on the cluster the training run joined (each
+        scored file travels to the workers through the object store) instead of ``workers`` processes."""
         self.spec: SuiteSpec = load_suite(suite, flag)
         self.suite = self.spec.name
         self.kind = policy_kind
         self.workers = workers
+        self.on_ray = on_ray
         self.progress = progress
         self.grid: list[Cell] = cells(self.spec)
         self._heuristics: dict[Cell, dict[str, dict[str, float | None]]] | None = None
         self._bounds: dict[Cell, float | None] = {}
         self._pooled: dict[Cell, float | None] = {}
         # Spawned, not forked: the caller is a Ray driver (threads, gRPC) that a fork would copy.
-        self._context = multiprocessing.get_context("spawn") if workers > 1 else None
+        self._context = multiprocessing.get_context("spawn") if workers > 1 and not on_ray else None
 
     def heuristics(self) -> dict[Cell, dict[str, dict[str, float | None]]]:
         """Every heuristic of the suite on every cell (run on first use)."""
         if self._heuristics is None:
             self._say(f"suite {self.suite}: {len(self.spec.heuristics)} heuristics on {len(self.grid)} cells (once)")
             self._heuristics = run_policies(self.spec, self.grid, self.spec.heuristics, self.workers,
-                                            mp_context=self._context)
+                                            mp_context=self._context, on_ray=self._cluster_has_room())
             self._bounds = {cell: cell_bound(self.spec, cell) for cell in self.grid}
             self._pooled = pooled_ideals(self.spec, self.grid)
         return self._heuristics
@@ -73,9 +76,16 @@ class SuiteCurve:
         name = f"{self.kind}={policy_file}"
         spec = self.spec.model_copy(update={"learned": (name,)})
         self._say(f"suite {self.suite}: {self.kind} on {len(self.grid)} cells")
-        mine = run_policies(spec, self.grid, (name,), self.workers, mp_context=self._context)
+        mine = run_policies(spec, self.grid, (name,), self.workers, mp_context=self._context,
+                            on_ray=self._cluster_has_room())
         merged = {cell: {**known[cell], **mine[cell]} for cell in self.grid}
-        return SuiteResult(spec, merged, self._bounds, self._pooled).summary(name)
+        result = SuiteResult(spec, merged, self._bounds, self._pooled)
+        failures = result.failures()
+        if failures:  # said, not dropped: the summary leaves these cells out (its failed_cells)
+            cell, policy, error = failures[0]
+            self._say(f"suite {self.suite}: {len(failures)} run(s) failed, left out of the summary "
+                      f"(first: {policy} on {cell.label}: {error})")
+        return result.summary(name)
 
     def record(self, run_dir: str | Path, iteration: int, row: dict[str, float] | None,
                policy_file: str | Path) -> dict[str, object]:
@@ -97,6 +107,20 @@ class SuiteCurve:
         append_row(Path(run_dir) / CURVE_FILE, line)
         plot_curves(run_dir)
         return line
+
+    def _cluster_has_room(self) -> bool:
+        """With ``on_ray``: whether a CPU of the cluster is free for the suite's tasks. A training
+        run's env runners hold theirs for the whole run and may hold every one; the tasks would
+        then wait forever, so the suite runs in this process instead (and says so)."""
+        if not self.on_ray:
+            return False
+        import ray
+
+        if ray.available_resources().get("CPU", 0) >= 1:
+            return True
+        self._say(f"suite {self.suite}: no CPU of the Ray cluster is free (training holds them all); "
+                  "scoring in this process instead")
+        return False
 
     def _say(self, message: str) -> None:
         if self.progress is not None:

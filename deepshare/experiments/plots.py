@@ -95,10 +95,16 @@ def error_bars(evaluation: Evaluation) -> dict[str, ErrorBar]:
             continue
         bars[policy] = ErrorBar(
             util=util["mean"], jct_h=jct["mean"] / 3600,
-            util_err=(util["mean"] - util["min"], util["max"] - util["mean"]),
-            jct_err=((jct["mean"] - jct["min"]) / 3600, (jct["max"] - jct["mean"]) / 3600),
+            util_err=_widths(util),
+            jct_err=tuple(w / 3600 for w in _widths(jct)),  # type: ignore[arg-type]
         )
     return bars
+
+
+def _widths(stat: dict[str, float | None]) -> tuple[float, float]:
+    """(mean - min, max - mean), never below 0 (matplotlib refuses negative error bars)."""
+    mean, lo, hi = float(stat["mean"]), float(stat["min"]), float(stat["max"])  # type: ignore[arg-type]
+    return max(0.0, mean - lo), max(0.0, hi - mean)
 
 
 def make_figures(evaluation: Evaluation) -> dict[str, object]:

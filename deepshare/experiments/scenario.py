@@ -8,11 +8,14 @@ autoscaled (``autoscale``: node pools that grow and shrink, run by
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from deepshare.core.contention import ContentionModel, ProfiledContention
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.history import JobHistory
+from deepshare.core.information import EXACT, InformationModel
 from deepshare.core.jobs_csv import JobsCsvStream
 from deepshare.core.metrics import JobRecord, MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
@@ -39,6 +42,10 @@ class Scenario:
     catalog: Catalog | None = None
     autoscale: AutoscaleSpec | None = None
     """An autoscaled cluster's node pools (with ``topology=None``)."""
+    information: InformationModel = EXACT
+    """What the policies' views carry of job lengths (:mod:`deepshare.core.information`)."""
+    history: JobHistory | None = None
+    """Past finished jobs the run starts with (``--history``)."""
 
     def __post_init__(self) -> None:
         if (self.topology is None) == (self.autoscale is None):
@@ -83,13 +90,63 @@ def _simulate(
         config=scenario.config,
         keep_records=keep_records,
         on_record=on_record,
+        information=scenario.information,
+        history=scenario.history,
     )
     report = sim.run(make_policy(policy), progress=progress)
     return report, sim
 
 
-def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None) -> list[MetricsReport]:
-    """One report per policy, in the given order, on the same scenario."""
+def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None,
+            on_ray: bool = False) -> list[MetricsReport]:
+    """One report per policy, in the given order, on the same scenario (``on_ray``: one Ray task
+    per policy, :func:`simulate_on_ray`; ``progress`` then counts the jobs of the finished runs)."""
     for name in policies:  # fail on a bad name before spending time on the good ones
         make_policy(name)
-    return [simulate(scenario, name, progress)[0] for name in policies]
+    if not on_ray:
+        return [simulate(scenario, name, progress)[0] for name in policies]
+    finished = 0
+
+    def count(_: int) -> None:
+        nonlocal finished
+        finished += 1
+        if progress is not None:
+            progress(finished * len(scenario.jobs), len(policies) * len(scenario.jobs))
+
+    return [report for report, _ in simulate_on_ray([(scenario, name) for name in policies], count)]
+
+
+Timeline = tuple[tuple[float, int], ...]
+
+
+def cluster_run(scenario: Scenario, policy: str, policy_file: bytes | None) -> tuple[MetricsReport, Timeline]:
+    """:func:`simulate` on a Ray worker: the report and the GPU-use timeline (what a result carries
+    back instead of the simulator); a policy file the driver sent is first copied to this machine."""
+    from deepshare.experiments.policy_files import local_spec
+
+    report, sim = simulate(scenario, policy if policy_file is None else local_spec(policy, policy_file))
+    return report, tuple(sim.util_timeline)
+
+
+def simulate_on_ray(runs: Sequence[tuple[Scenario, str]], finished: Callable[[int], None] | None = None,
+                    ) -> list[tuple[MetricsReport, Timeline]]:
+    """``(report, timeline)`` of each (scenario, policy) run, in order, as Ray tasks on the cluster
+    this process is connected to (:mod:`deepshare.experiments.ray_runs`); each scenario and each
+    driver-only policy file goes to the object store once; ``finished(i)`` as run ``i`` ends. A
+    run's own error is raised as it was; a run Ray lost more often than it reruns is a
+    :class:`~deepshare.core.errors.RuntimeFailure`; either (or Ctrl-C) cancels the other runs."""
+    from deepshare.experiments.policy_files import driver_files
+    from deepshare.experiments.ray_runs import Lost, Once, run_tasks
+
+    scenarios = {id(scenario): Once(scenario) for scenario, _ in runs}
+    files = {name: Once(data) for name, data in driver_files({name for _, name in runs}).items()}
+    calls = [(scenarios[id(scenario)], name, files.get(name)) for scenario, name in runs]
+    results: list[tuple[MetricsReport, Timeline] | None] = [None] * len(runs)
+    with closing(run_tasks(cluster_run, calls)) as outputs:
+        for i, output in outputs:
+            if isinstance(output, Lost):
+                raise RuntimeFailure(f"{runs[i][1]}: {output.error}")
+            results[i] = output
+            if finished is not None:
+                finished(i)
+    return results  # type: ignore[return-value]

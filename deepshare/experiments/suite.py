@@ -24,14 +24,27 @@ one node of all the cluster's GPUs, no contention, free preemption, shortest rem
 GPU-service first. ``best_over_pooled`` = best heuristic / pooled ideal is what nodes, contention
 and restores cost the best heuristic over an ideal SRSF (a reference, not a bound).
 
+Information models: a suite lists the ``durations`` its cells run under (``exact``,
+``estimated``, ``unknown``: :mod:`deepshare.core.information`); each is a cell of its own on the
+same trace, with its own best heuristic, so every policy is judged against the best heuristic
+that knew what it knew. ``cost_of_not_knowing`` = a cell's best heuristic's average JCT / the
+best heuristic's of the same scenario under ``exact`` (when the suite lists ``exact``): what not
+knowing job lengths costs the strongest rule. Estimates are drawn with the cell's trace seed, so
+every policy of a cell sees the same ones.
+
 Seeds: training draws its generated traces' seeds from ``[0, 2**31)`` (``deepshare/rl/env.py``:
 ``rng.integers(2**31)``), so suite traces use seeds from :data:`SUITE_SEED_BASE` = ``2**31`` up:
 no suite trace is ever a training trace. A cell's trace depends on (load, mix, cluster size,
 seed) only, so the ``profiled`` and ``link`` cells of the same scenario share one trace.
 
 Runs are deterministic: the simulator and the policies are, every (cell, policy) run is
-independent, and results are keyed by cell and policy, so ``workers`` > 1 (processes) gives
-the same numbers as one.
+independent, and results are keyed by cell and policy, so ``workers`` > 1 (processes) and
+``on_ray`` (one Ray task per run across a cluster, :mod:`deepshare.experiments.ray_runs`) give
+the same numbers as one process.
+
+Failures: a run that raises is kept as a failed result (every metric None and its ``error``),
+shown in the tables and the JSON (``"failed"``), never dropped; the cells where a policy or the
+best heuristic failed are left out of that policy's summary (``failed_cells`` counts them).
 """
 
 from __future__ import annotations
@@ -39,11 +52,12 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import closing
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Generator, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,8 +65,9 @@ from deepshare.core.contention import CONTENTION_MODELS, make_contention
 from deepshare.core.jct_bound import avg_jct_bound
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.traces import MIX_PRESETS, generate, mix_preset
+from deepshare.core.traces import MIX_PRESETS, RecurrenceModel, generate, mix_preset
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 
@@ -78,6 +93,14 @@ class SuiteSpec(BaseModel):
     """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
     duration_sigma: float = Field(1.0, ge=0, le=5)
     median_duration_s: float = Field(3600.0, gt=0)
+    recurrence: dict[str, int | float] | None = None
+    """Generate traces with users, recurring groups and time limits: the parameters of
+    :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: plain
+    Poisson traces with no job features."""
+    durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
+    """Information models the cells run under (each a cell of its own on the same trace)."""
+    estimate_error: float = Field(DEFAULT_ESTIMATE_ERROR, ge=0, le=MAX_ESTIMATE_ERROR)
+    """Lognormal sigma of the estimates drawn under ``estimated``."""
     heuristics: tuple[str, ...]
     learned: tuple[str, ...] = ()
 
@@ -111,6 +134,27 @@ class SuiteSpec(BaseModel):
             raise ValueError(f"unknown contention model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
         return v
 
+    @field_validator("recurrence")
+    @classmethod
+    def _recurrence(cls, v: dict[str, int | float] | None) -> dict[str, int | float] | None:
+        if v is not None:
+            try:
+                RecurrenceModel(**v)
+            except TypeError as exc:
+                raise ValueError(f"unknown recurrence parameter ({exc}); expected some of "
+                                 f"{[f.name for f in fields(RecurrenceModel)]}") from None
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("durations")
+    @classmethod
+    def _durations(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [d for d in v if d not in DURATIONS]
+        if not v or bad or len(set(v)) != len(v):
+            raise ValueError(f"expected one or more distinct information models of {list(DURATIONS)}, got {list(v)}")
+        return v
+
     @field_validator("heuristics")
     @classmethod
     def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,7 +163,7 @@ class SuiteSpec(BaseModel):
         return v
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Cell:
     load: float
     mix: str
@@ -127,15 +171,37 @@ class Cell:
     gpus_per_node: int
     contention: str
     seed: int
+    durations: str = "exact"
 
     @property
     def label(self) -> str:
         return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
-                f"seed {self.seed - SUITE_SEED_BASE}")
+                f"seed {self.seed - SUITE_SEED_BASE} {self.durations}")
+
+    @property
+    def scenario_label(self) -> str:
+        """The label without the information model (what a cell's siblings share)."""
+        return self.label.rsplit(" ", 1)[0]
 
     def key(self) -> dict[str, object]:
         return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "contention": self.contention, "seed": self.seed}
+                "contention": self.contention, "seed": self.seed, "durations": self.durations}
+
+    def _rank(self) -> tuple:
+        return (self.load, self.mix, self.nodes, self.gpus_per_node, self.contention, self.seed,
+                DURATIONS.index(self.durations))
+
+    def __lt__(self, other: "Cell") -> bool:
+        """Sorted by scenario, then from the most to the least known (exact, estimated, unknown)."""
+        return self._rank() < other._rank()
+
+    def under(self, durations: str) -> "Cell":
+        """The same scenario under another information model."""
+        return replace(self, durations=durations)
+
+    def information(self, spec: "SuiteSpec") -> InformationModel:
+        """What its policies know; estimates drawn with its trace seed."""
+        return InformationModel(self.durations, spec.estimate_error, self.seed)
 
 
 def suite_names() -> list[str]:
@@ -174,12 +240,13 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
 
 def cells(spec: SuiteSpec) -> list[Cell]:
     return [
-        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s)
+        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations)
         for load in spec.loads
         for mix in spec.mixes
         for nodes, gpn in spec.clusters
         for contention in spec.contention
         for s in range(spec.seeds)
+        for durations in spec.durations
     ]
 
 
@@ -193,6 +260,7 @@ def cell_trace(spec: SuiteSpec, cell: Cell):
         median_duration_s=spec.median_duration_s,
         duration_sigma=spec.duration_sigma,
         seed=cell.seed,
+        recurrence=None if spec.recurrence is None else RecurrenceModel(**spec.recurrence),
     ).jobs
 
 
@@ -227,14 +295,42 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     """One policy on one cell: the metrics the suite keeps."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention))
+    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention),
+                    information=cell.information(spec))
     report = sim.run(make_policy(policy))
     return {key: getattr(report, key) for key in METRICS}
 
 
+def failed_run(error: str) -> dict[str, float | None]:
+    """A run that failed: every metric None, and ``error``."""
+    return {**{key: None for key in METRICS}, "error": error}  # type: ignore[dict-item]
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _task(args: tuple[SuiteSpec, Cell, str]) -> tuple[Cell, str, dict[str, float | None]]:
     spec, cell, policy = args
-    return cell, policy, run_one(spec, cell, policy)
+    try:
+        return cell, policy, run_one(spec, cell, policy)
+    except Exception as exc:  # noqa: BLE001 - any run's failure is reported with its cell and policy
+        return cell, policy, failed_run(_why(exc))
+
+
+def _cluster_task(spec: SuiteSpec, cell: Cell, policy: str, policy_file: bytes | None,
+                  ) -> tuple[Cell, str, dict[str, float | None]]:
+    """:func:`_task` on a Ray worker: a policy file the driver sent is first copied to this machine
+    (:mod:`deepshare.experiments.policy_files`); the result keeps the driver's policy name."""
+    from deepshare.experiments.policy_files import local_spec
+
+    _single_threaded()
+    try:
+        runnable = policy if policy_file is None else local_spec(policy, policy_file)
+    except Exception as exc:  # noqa: BLE001 - e.g. a full disk: this run fails, the suite goes on
+        return cell, policy, failed_run(_why(exc))
+    _, _, metrics = _task((spec, cell, runnable))
+    return cell, policy, metrics
 
 
 def _single_threaded() -> None:
@@ -262,12 +358,53 @@ class SuiteResult:
         runs = self.results[cell]
         return min(self.spec.heuristics, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
 
-    def ratios(self, cell: Cell, policy: str) -> tuple[float, float]:
-        """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic."""
+    def error(self, cell: Cell, policy: str) -> str | None:
+        """Why ``policy``'s run on ``cell`` failed; None when it ran."""
+        return self.results[cell][policy].get("error")  # type: ignore[return-value]
+
+    def failures(self) -> list[tuple[Cell, str, str]]:
+        """(cell, policy, error) of every failed run, in cell order."""
+        return [(cell, p, e) for cell in sorted(self.results) for p in self.results[cell]
+                if (e := self.error(cell, p)) is not None]
+
+    def ratios(self, cell: Cell, policy: str) -> tuple[float, float] | None:
+        """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic; None when
+        either run failed."""
         runs = self.results[cell]
-        best = runs[self.best_heuristic(cell)]
+        best_name = self.best_heuristic(cell)
+        if self.error(cell, policy) or self.error(cell, best_name):
+            return None
+        best = runs[best_name]
         mine = runs[policy]
         return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
+
+    def best_avg_jct(self, cell: Cell) -> float | None:
+        """The average JCT of the cell's best heuristic."""
+        return self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+
+    def cost_of_not_knowing(self, cell: Cell) -> float | None:
+        """The cell's best heuristic's average JCT / the best heuristic's of the same scenario
+        under ``exact`` (1 for an ``exact`` cell; None when the suite did not run ``exact``)."""
+        exact = cell.under("exact")
+        if exact not in self.results:
+            return None
+        mine, known = self.best_avg_jct(cell), self.best_avg_jct(exact)
+        return None if not mine or not known else mine / known
+
+    def cost_summary(self) -> dict[str, dict[str, object]]:
+        """Per information model other than ``exact``: the geometric mean, range and worst
+        scenario of :meth:`cost_of_not_knowing` over its cells (empty without ``exact`` cells)."""
+        out: dict[str, dict[str, object]] = {}
+        for durations in self.spec.durations:
+            if durations == "exact":
+                continue
+            costs = [(c, v) for c in sorted(self.results) if c.durations == durations
+                     and (v := self.cost_of_not_knowing(c)) is not None]
+            if costs:
+                worst = max(costs, key=lambda x: x[1])
+                out[durations] = {"geomean": _geomean([v for _, v in costs]), "min": min(v for _, v in costs),
+                                  "max": worst[1], "worst_cell": worst[0].scenario_label, "cells": len(costs)}
+        return out
 
     def room(self, cell: Cell) -> float | None:
         """Lower bound / the best heuristic's average JCT: a perfect scheduler's ratio (<= 1)."""
@@ -298,17 +435,25 @@ class SuiteResult:
             "max_best_over_pooled": max(over_pooled, default=None),
         }
 
-    def summary(self, policy: str) -> dict[str, object]:
-        """Geometric-mean avg-JCT ratio to the best heuristic over the cells, worst cells, and the
-        geometric means of the policy's average JCT / the cell's lower bound and / its pooled ideal."""
-        pairs = [(cell, *self.ratios(cell, policy)) for cell in sorted(self.results)]
+    def summary(self, policy: str, durations: str | None = None) -> dict[str, object]:
+        """Geometric-mean avg-JCT ratio to the best heuristic over the cells (those run under
+        ``durations`` when given), worst cells, and the geometric means of the policy's average
+        JCT / the cell's lower bound and / its pooled ideal. Cells where the policy or the best
+        heuristic failed are left out and counted (``failed_cells``)."""
+        considered = [cell for cell in sorted(self.results) if durations is None or cell.durations == durations]
+        pairs = [(cell, *r) for cell in considered if (r := self.ratios(cell, policy)) is not None]
+        failed = len(considered) - len(pairs)
+        if not pairs:  # every cell failed: nothing to summarise
+            return {"cells": 0, "failed_cells": failed, "cells_won": 0,
+                    **dict.fromkeys(("geomean_avg_jct_ratio", "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio",
+                                     "worst_p99_cell", "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled"))}
         avg = [a for _, a, _ in pairs]
         worst_avg = max(pairs, key=lambda x: x[1])
         worst_p99 = max(pairs, key=lambda x: x[2])
 
         def over(reference: Mapping[Cell, float | None]) -> list[float]:
-            """The policy's average JCT / ``reference`` in each cell that has one."""
-            return [self.results[c][policy]["avg_jct_s"] / r for c in sorted(self.results)  # type: ignore[operator]
+            """The policy's average JCT / ``reference`` in each of those cells that has one."""
+            return [self.results[c][policy]["avg_jct_s"] / r for c, _, _ in pairs  # type: ignore[operator]
                     if (r := reference.get(c))]
 
         over_bound, over_pooled = over(self.bounds), over(self.pooled)
@@ -320,15 +465,18 @@ class SuiteResult:
             "worst_p99_cell": worst_p99[0].label,
             "cells_won": sum(a < 1.0 for a in avg),
             "cells": len(avg),
+            "failed_cells": failed,
             "geomean_avg_jct_over_bound": _geomean(over_bound) if len(over_bound) == len(avg) else None,
             "geomean_avg_jct_over_pooled": _geomean(over_pooled) if len(over_pooled) == len(avg) else None,
         }
 
-    def heuristic_wins(self) -> dict[str, int]:
-        """How many cells each heuristic is the best of."""
+    def heuristic_wins(self, durations: str | None = None) -> dict[str, int]:
+        """How many cells (under ``durations`` when given) each heuristic is the best of."""
         wins = {h: 0 for h in self.spec.heuristics}
         for cell in self.results:
-            wins[self.best_heuristic(cell)] += 1
+            if (durations is None or cell.durations == durations) \
+                    and self.error(cell, best := self.best_heuristic(cell)) is None:  # not when every heuristic failed
+                wins[best] += 1
         return wins
 
     def to_json(self) -> dict[str, object]:
@@ -339,6 +487,8 @@ class SuiteResult:
                 {
                     **cell.key(),
                     "best_heuristic": self.best_heuristic(cell),
+                    "best_avg_jct_s": self.best_avg_jct(cell),
+                    "cost_of_not_knowing": self.cost_of_not_knowing(cell),
                     "jct_bound_s": self.bounds.get(cell),
                     "best_over_bound": None if (r := self.room(cell)) is None else 1.0 / r,
                     "room": r,
@@ -346,34 +496,47 @@ class SuiteResult:
                     "best_over_pooled": self.best_over_pooled(cell),
                     "results": self.results[cell],
                     "ratios": {
-                        p: dict(zip(("avg_jct", "p99_jct"), self.ratios(cell, p))) for p in self.spec.learned
+                        p: None if (q := self.ratios(cell, p)) is None else dict(zip(("avg_jct", "p99_jct"), q))
+                        for p in self.spec.learned
                     },
                 }
                 for cell in sorted(self.results)
             ],
+            "failed": [{**cell.key(), "policy": p, "error": e} for cell, p, e in self.failures()],
             "summary": {p: self.summary(p) for p in self.spec.learned},
+            "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.learned} for d in self.spec.durations},
             "heuristic_wins": self.heuristic_wins(),
+            "heuristic_wins_by_durations": {d: self.heuristic_wins(d) for d in self.spec.durations},
+            "cost_of_not_knowing": self.cost_summary(),
             "room": self.room_summary(),
         }
 
 
 def run_suite(
     spec: SuiteSpec, workers: int = 1, progress: Callable[[int, int, str], None] | None = None,
-    only_cells: Sequence[Cell] | None = None,
+    only_cells: Sequence[Cell] | None = None, on_ray: bool = False,
 ) -> SuiteResult:
-    """Every policy on every cell (``workers`` processes; the same numbers for any count)."""
+    """Every policy on every cell (``workers`` processes, or Ray tasks with ``on_ray``; the same
+    numbers either way)."""
     grid = list(only_cells) if only_cells is not None else cells(spec)
     policies = (*spec.heuristics, *spec.learned)
-    results = run_policies(spec, grid, policies, workers, progress)
+    results = run_policies(spec, grid, policies, workers, progress, on_ray=on_ray)
     return SuiteResult(spec, results, {cell: cell_bound(spec, cell) for cell in grid}, pooled_ideals(spec, grid))
 
 
 def run_policies(
     spec: SuiteSpec, grid: Sequence[Cell], policies: Sequence[str], workers: int = 1,
     progress: Callable[[int, int, str], None] | None = None, mp_context: BaseContext | None = None,
+    on_ray: bool = False,
 ) -> dict[Cell, dict[str, dict[str, float | None]]]:
     """``{cell: {policy: metrics}}`` for ``policies`` on ``grid`` (``workers`` processes of
-    ``mp_context``, default the platform's; the same numbers for any count)."""
+    ``mp_context``, default the platform's, or with ``on_ray`` one Ray task per run on the
+    cluster this process is connected to; the same numbers for any of them). Every policy is
+    built once here first, so a bad name or policy file fails before any run."""
+    from deepshare.policies import make_policy
+
+    for name in policies:
+        make_policy(name)
     # the slow runs first (learned policies, link contention, large clusters) so workers end together
     tasks = sorted(
         ((spec, cell, p) for cell in grid for p in policies),
@@ -381,9 +544,11 @@ def run_policies(
     )
     results: dict[Cell, dict[str, dict[str, float | None]]] = {cell: {} for cell in grid}
     done = 0
-    if workers <= 1:
+    pool = None
+    if on_ray:
+        outputs: Iterable[tuple[Cell, str, dict[str, float | None]]] = _on_ray(tasks)
+    elif workers <= 1:
         outputs = map(_task, tasks)
-        pool = None
     else:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded, mp_context=mp_context)
         outputs = pool.map(_task, tasks)
@@ -396,4 +561,20 @@ def run_policies(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if isinstance(outputs, Generator):
+            outputs.close()  # cancels the cluster's remaining tasks (Ctrl-C, an error)
     return {cell: {p: results[cell][p] for p in policies} for cell in grid}
+
+
+def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
+    """The runs of ``tasks`` as Ray tasks (:func:`_cluster_task`), as they finish; the spec and each
+    driver-only policy file go to the object store once; a run Ray lost is a failed run."""
+    from deepshare.experiments.policy_files import driver_files
+    from deepshare.experiments.ray_runs import Lost, Once, run_tasks
+
+    specs = {id(spec): Once(spec) for spec, _, _ in tasks}
+    files = {name: Once(data) for name, data in driver_files({p for _, _, p in tasks}).items()}
+    calls = [(specs[id(spec)], cell, p, files.get(p)) for spec, cell, p in tasks]
+    with closing(run_tasks(_cluster_task, calls)) as outputs:  # closed: the remaining tasks are cancelled
+        for i, output in outputs:
+            yield (*tasks[i][1:], failed_run(output.error)) if isinstance(output, Lost) else output

@@ -1,5 +1,5 @@
 """The anchor heuristic's next launch on a partial decision: what the strongest heuristic
-(``srsf+packed`` by default, see the suite in the README) would launch next.
+(``srsf+packed`` by default; ``docs/learned-policies.md``) would launch next.
 
 The candidate encoding always offers this launch (so a learned scorer can imitate the
 heuristic), and RL-hybrid's safety net falls back to it when the scorer waits. It is the
@@ -57,7 +57,7 @@ def anchor_pick(
     fitting = [j for j in view.queued if j.gpus <= total and j.job_id not in launched]
     if not fitting:
         return None
-    fitting.sort(key=ORDERS[order][0](view.now))
+    fitting.sort(key=ORDERS[order][0](view))
     failed: set[int] = set()
     free_list = list(free)
     for job in fitting:

@@ -6,7 +6,7 @@ its width, the encoding it was trained with and what it was trained on: plain da
 ``rl-hybrid`` loads the network shipped in ``deepshare/data/policies/rl_base.pt``, ``rl-base`` the
 one in ``rl_unc_imitation.pt`` and ``rl-hybrid-preempt`` that same network with its rules in
 ``rl_hybrid_preempt.pt``, unless given ``NAME=PATH``; ``rl-hybrid`` adds the safety net (see
-``deepshare/data/policies/README.md`` for why each is that network). A file's encoding (its
+``CHANGELOG.md`` for why each is that network). A file's encoding (its
 ``max_wait_s`` bound included) is used as trained.
 """
 

@@ -218,16 +218,16 @@ order for the offered jobs and the anchor alike (the anchor ``srsf+packed`` read
 
 def _jobs_offered(state: StepState, config: EncodingConfig) -> list[JobView]:
     """Fitting queued jobs not launched yet: half the oldest, the rest the least remaining GPU-time."""
-    now = state.view.now
-    chosen = state.head(("order", OLDEST), ORDERS[OLDEST][0](now), (config.jobs_considered + 1) // 2)
+    view = state.view
+    chosen = state.head(("order", OLDEST), ORDERS[OLDEST][0](view), (config.jobs_considered + 1) // 2)
     ids = {job.job_id for job in chosen}  # queued ids are unique: the same as comparing the views
-    return chosen + state.head(("order", SHORTEST), ORDERS[SHORTEST][0](now), config.jobs_considered - len(chosen), ids)
+    return chosen + state.head(("order", SHORTEST), ORDERS[SHORTEST][0](view), config.jobs_considered - len(chosen), ids)
 
 
 def _anchor_pick(state: StepState, anchor: tuple[str, ...]) -> tuple[JobView, Placement] | None:
     """:func:`~deepshare.policies.anchor.anchor_pick` on the decision's state."""
     order, place = anchor
-    key = ORDERS[order][0](state.view.now)
+    key = ORDERS[order][0](state.view)
     return state.first_placed(("order", order), key, PLACEMENTS[place][0])
 
 

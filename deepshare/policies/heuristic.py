@@ -50,14 +50,14 @@ class HeuristicPolicy:
         thread = get_ident()
         index = indexes.get(thread)
         if index is None:
-            index = indexes.setdefault(thread, QueueIndex(self.order(0.0)))
+            index = indexes.setdefault(thread, QueueIndex(self.order(None)))
         return index
 
     def decide(self, view: ClusterView) -> Decision:
         index = self._index
         if index is not None:
             return self._decide_indexed(view, index)
-        key = self.order(view.now)
+        key = self.order(view)
         if not self.preemptive:
             free_total = sum(view.free)
             candidates = [job for job in view.queued if job.gpus <= free_total]

@@ -20,8 +20,9 @@ Reward
     (in 300 s rounds), so a policy cannot collect it by taking more decisions.
 Start
     ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
-    or a generated Poisson trace on one of the configured cluster sizes, and runs to the first
-    decision point with a feasible launch.
+    or a generated Poisson trace on one of the configured cluster sizes, and its information model
+    (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
+    estimates), and runs to the first decision point with a feasible launch.
 End
     ``terminated`` when every job has finished or been rejected; ``truncated`` after
     ``max_steps`` choices. The final ``info["report"]`` holds the simulator's metrics.
@@ -29,6 +30,7 @@ End
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -40,6 +42,7 @@ from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import generate, load, mix_preset
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
@@ -94,6 +97,12 @@ class EnvConfig:
     extra_features: tuple[str, ...] = ()
     """Optional observation columns (:mod:`deepshare.policies.extra_features`); exported with the
     policy like ``max_wait_s``."""
+    durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
+    """Information models episodes draw from (one per episode; a YAML may give one name): what the
+    policy's views carry of job lengths (:mod:`deepshare.core.information`). The shipped configs
+    that reproduce the artifact's checkpoints say ``exact``."""
+    estimate_errors: tuple[float, ...] = (DEFAULT_ESTIMATE_ERROR,)
+    """Lognormal sigmas of drawn estimates episodes draw from under ``estimated`` (a curriculum)."""
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -102,7 +111,11 @@ class EnvConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise DeepShareError(f"env config: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions", "extra_features"):
+        for name in ("durations", "estimate_errors"):  # one value or a list
+            if name in values and isinstance(values[name], (str, int, float)):
+                values[name] = [values[name]]
+        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions",
+                     "extra_features", "durations", "estimate_errors"):
             if name in values:
                 values[name] = None if values[name] is None else tuple(values[name])
         config = EnvConfig(**values)
@@ -124,7 +137,25 @@ class EnvConfig:
         bad = [c for c in config.contentions if c not in CONTENTION_MODELS]
         if bad:
             raise DeepShareError(f"env config: contentions: unknown model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
+        if not config.durations or any(d not in DURATIONS for d in config.durations):
+            raise DeepShareError(f"env config: durations: expected one or more of {list(DURATIONS)}, got {config.durations!r}")
+        if not config.estimate_errors or not all(
+            isinstance(e, (int, float)) and not isinstance(e, bool) and 0 <= e <= MAX_ESTIMATE_ERROR
+            for e in config.estimate_errors
+        ):
+            raise DeepShareError(f"env config: estimate_errors: expected one or more lognormal sigmas from 0 to "
+                                 f"{MAX_ESTIMATE_ERROR:g}, got {config.estimate_errors!r}")
         return config
+
+    def information(self, rng: np.random.Generator) -> InformationModel:
+        """An episode's information model, drawn from ``durations`` and ``estimate_errors`` (no draw
+        where there is one choice, so configs of one model keep their episodes' seeds)."""
+        durations = self.durations[int(rng.integers(len(self.durations)))] if len(self.durations) > 1 else self.durations[0]
+        if durations != "estimated":
+            return InformationModel(durations)
+        errors = self.estimate_errors
+        sigma = errors[int(rng.integers(len(errors)))] if len(errors) > 1 else errors[0]
+        return InformationModel(durations, float(sigma), int(rng.integers(2**31)))
 
     @property
     def encoding(self) -> EncodingConfig:
@@ -190,7 +221,8 @@ class DeepShareEnv(gym.Env):
         topology, jobs = self._scenario(self.np_random)
         kinds = self.config.contentions or (self.config.contention,)
         contention = make_contention(kinds[int(self.np_random.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
-        sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s))
+        information = self.config.information(self.np_random)
+        sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s), information=information)
         self._episode = _Episode(sim, None, len(jobs))
         _, obs = self._advance()
         return obs if obs is not None else self._terminal_obs(), {"jobs": len(jobs), "nodes": len(topology.nodes)}
@@ -278,7 +310,9 @@ class DeepShareEnv(gym.Env):
         util = 1.0 - sum(view.free) / view.total_gpus if view is not None else 0.0
         ep.util_ewma = (1 - self.config.ewma_alpha) * ep.util_ewma + self.config.ewma_alpha * util
         running = list(view.running) if view is not None else []
-        contention = float(np.mean([1.0 - j.ratio for j in running])) if running else 0.0
+        # fsum: correctly rounded, so the reward is the same bits on every CPU (NumPy's mean sums in
+        # an order that depends on the machine's SIMD width: a seeded episode's digest moved with it)
+        contention = math.fsum(1.0 - j.ratio for j in running) / len(running) if running else 0.0
         rounds = elapsed / ORIGINAL_ROUND_S  # the artifact paid this reward once per 300 s round
         return (-self.config.w1 * contention + self.config.w2 * ep.util_ewma) * rounds
 

@@ -165,7 +165,7 @@ def collect(
 @dataclass(frozen=True)
 class FitSettings:
     """How :func:`fit` trains (the defaults are ``deepshare imitate``'s, the ones measured in
-    ``deepshare/data/policies/README.md``)."""
+    ``CHANGELOG.md``)."""
 
     hidden: int = 64
     epochs: int = 30

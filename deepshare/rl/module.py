@@ -9,6 +9,7 @@ cannot build encoders for this observation, so :class:`NoCatalog` stands in.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -30,7 +31,32 @@ class NoCatalog:
         return TorchCategorical
 
 
+RLLIB_SHIM_WARNING = "`RLModule(config=[RLModuleConfig object])` has been deprecated"
+"""The start of the deprecation line RLlib 2.60's ``RLModule.__init__`` logs for every module it
+builds, whichever constructor was called: it still makes an ``RLModuleConfig`` for subclasses
+written against the old ``RLModule(config=...)`` (ray-project/ray issue 51630)."""
+
+
+class _DropShimWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return RLLIB_SHIM_WARNING not in record.getMessage()
+
+
 class CandidatePPOModule(DefaultPPOTorchRLModule):
+    def __init__(self, *, observation_space: Any = None, action_space: Any = None, inference_only: bool | None = None,
+                 learner_only: bool = False, model_config: dict[str, Any] | None = None, catalog_class: Any = NoCatalog) -> None:
+        """RLlib's current constructor, keyword arguments only (what ``RLModuleSpec.build`` and
+        checkpoints call); the deprecated ``RLModule(config=...)`` form is a TypeError here. The
+        deprecation line RLlib logs from its own compatibility shim while it runs is dropped: it
+        does not concern this module, and it told users to change a call they do not make."""
+        quiet, logger = _DropShimWarning(), logging.getLogger("ray._common.deprecation")
+        logger.addFilter(quiet)
+        try:
+            super().__init__(observation_space=observation_space, action_space=action_space, inference_only=inference_only,
+                             learner_only=learner_only, model_config=model_config, catalog_class=catalog_class or NoCatalog)
+        finally:
+            logger.removeFilter(quiet)
+
     def setup(self) -> None:  # the parent's setup would ask the catalog for encoders
         features = self.observation_space["observations"].shape[-1]
         hidden = int(self.model_config.get("hidden", 64))

@@ -18,6 +18,7 @@ layer does not import the experiments).
 from __future__ import annotations
 
 import csv
+import math
 import os
 import time
 from dataclasses import asdict
@@ -156,6 +157,12 @@ def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
         "learn_s": timers.get("learner_update_timer", float("nan")),
         "wall_s": wall,
     }
+
+
+def tensorboard_scalars(row: dict[str, float]) -> dict[str, float]:
+    """The values of a ``metrics.csv`` row that TensorBoard gets: all but the iteration (its step)
+    and the missing ones (NaN: an iteration in which no episode finished has no return)."""
+    return {k: v for k, v in row.items() if k != "iteration" and math.isfinite(v)}
 
 
 def build_algorithm_config(
@@ -297,9 +304,8 @@ def train(
                 row = metrics_row(algo.train(), time.perf_counter() - began)
                 rows.writerow(row)
                 fh.flush()
-                for key, value in row.items():
-                    if key != "iteration":
-                        writer.add_scalar(key, value, algo.iteration)
+                for key, value in tensorboard_scalars(row).items():
+                    writer.add_scalar(key, value, algo.iteration)
                 if progress is not None:
                     progress(algo.iteration, total, row)
                 if algo.iteration % config.run.checkpoint_every == 0 or algo.iteration == total:

@@ -6,5 +6,5 @@
 :mod:`deepshare.infra.httpauth`), ``token`` (the API's bearer token), ``logs`` (rank logs under the state
 folder), ``statelock`` + ``private`` (one scheduler per state folder; folders created 0700), ``metrics`` (Prometheus), ``service`` (``deepshare scheduler start``), ``localcluster``
 (``--local``, on loopback), ``httpclient``; the commands are :mod:`deepshare.cli.scheduler`.
-The job's side is :mod:`deepshare.job`. See ``README.md`` in this folder.
+The job's side is :mod:`deepshare.job`. See ``docs/scheduler.md``.
 """

@@ -481,6 +481,22 @@ class Journal:
         records = [self._record(r) for r in rows]
         return [r for r in records if not states or r.state in states]  # a quarantined row is FAILED now
 
+    def finished(self, after: tuple[float, int] | None = None, limit: int = 10_000) -> list[JobRecord]:
+        """FINISHED jobs in the order they finished (by finish time, then submission): the
+        ``limit`` most recent ones, or those that finished after ``after`` = (finish time, seq)
+        of the last one already read (the live history's increments)."""
+        with self._lock:
+            if after is None:
+                rows = self._db.execute(
+                    f"SELECT {self._COLS} FROM jobs WHERE state=? ORDER BY finish_time DESC, seq DESC LIMIT ?",
+                    (JobState.FINISHED.value, limit)).fetchall()[::-1]
+            else:
+                rows = self._db.execute(
+                    f"SELECT {self._COLS} FROM jobs WHERE state=? AND (finish_time > ? OR (finish_time = ? AND seq > ?))"
+                    " ORDER BY finish_time, seq LIMIT ?",
+                    (JobState.FINISHED.value, after[0], after[0], after[1], limit)).fetchall()
+        return [r for r in map(self._record, rows) if r.state is JobState.FINISHED]
+
     def transitions(self, job_id: str | None = None) -> list[Transition]:
         with self._lock:
             q = "SELECT seq, job_id, from_state, to_state, at, reason, attempt, placement FROM transitions"

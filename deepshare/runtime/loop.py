@@ -34,6 +34,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.feasibility import check_view_decision
+from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
+from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, Placement
@@ -53,8 +55,6 @@ class LoopConfig:
     """Seconds between two ticks."""
     preempt_grace_s: float = 30.0
     """How long a preempted job may take to checkpoint and exit before its placement group is removed."""
-    default_remaining_s: float = 3600.0
-    """Remaining-time estimate for a job whose spec gives neither expected_duration_s nor total_samples."""
     launch: LaunchSettings = field(default_factory=LaunchSettings)
     max_launch_attempts: int = 3
     """Consecutive failed launches after which a job is FAILED."""
@@ -110,6 +110,10 @@ class ControlLoop:
         self.last_error: str | None = None
         self.ticks = 0
         """Ticks completed (failed ones included): ``/healthz`` answers 200 once there is one."""
+        self.history = JobHistory()
+        """The journal's finished jobs (the last :data:`HISTORY_WINDOW`), as the policies see them."""
+        self._history_mark: tuple[float, int] | None = None
+        """(finish time, seq) of the last finished job read into :attr:`history`."""
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> tuple[list[str], list[str]]:
@@ -257,18 +261,21 @@ class ControlLoop:
 
     # -- the view ------------------------------------------------------------------------------
     def _remaining_s(self, job: JobRecord) -> float:
+        """What the scheduler believes is left: from the job's own progress reports when it
+        says how much work it has, else the simulator's ``estimated`` rule (its estimate, or the
+        flat prior, minus the time it has run: :func:`believed_remaining_s`)."""
         spec = job.spec
         ran = job.attained_gpu_s / spec.gpus
         if job.run_started is not None:
             ran += max(0.0, self.journal.now() - job.run_started)
+        estimate = spec.estimate_s
         if spec.total_samples is not None and job.samples is not None:
             left = max(0.0, 1.0 - job.samples / spec.total_samples)
-            if spec.expected_duration_s is not None:
-                return left * spec.expected_duration_s
+            if estimate is not None:
+                return left * estimate
             if job.throughput:
                 return (spec.total_samples - job.samples) / job.throughput
-        total = spec.expected_duration_s if spec.expected_duration_s is not None else self.config.default_remaining_s
-        return max(1.0, total - ran)
+        return believed_remaining_s(estimate, ran)
 
     def _known(self, job: JobRecord, placement: Placement | None) -> KnownJob:
         epoch, now = self.journal.epoch, self.journal.now()
@@ -278,6 +285,7 @@ class ControlLoop:
             job_id=job.job_id, model=job.spec.model, gpus=job.spec.gpus, submit_time=job.submit_time - epoch,
             remaining_s=self._remaining_s(job), attained_gpu_s=attained, preemptions=job.preemptions,
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
+            estimate_s=job.spec.estimate_s, user=job.spec.user, group=job.spec.group, vc=job.spec.vc,
         )
 
     def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord],
@@ -298,7 +306,24 @@ class ControlLoop:
         return build_view(
             cluster.topology, self.catalog, self.contention, self.journal.now() - self.journal.epoch, free,
             [self._known(j, None) for j in queued], known_running, future_events=True, link_load=link_load,
+            durations="estimated", history=self._read_history(),
         )
+
+    def _read_history(self) -> JobHistory:
+        """:attr:`history` with the jobs that finished since the last tick added (a journal
+        read of only those: a long-lived scheduler's history is not re-read at every tick)."""
+        epoch = self.journal.epoch
+        for job in self.journal.finished(self._history_mark, HISTORY_WINDOW):
+            run_s = job.attained_gpu_s / job.spec.gpus
+            if run_s > 0 and job.finish_time is not None:
+                spec = job.spec
+                self.history.add(FinishedJob(job.job_id, spec.model, spec.gpus, run_s, job.finish_time - epoch,
+                                             spec.user, spec.group, spec.vc, spec.estimate_s))
+            if job.finish_time is not None:
+                self._history_mark = (job.finish_time, job.seq)
+        if len(self.history) > 2 * HISTORY_WINDOW:  # only the window is ever read: drop the rest
+            self.history = JobHistory(list(self.history)[-HISTORY_WINDOW:])
+        return self.history
 
     def predicted_throughput(self, model: str, placement: Placement, ratio: float) -> float:
         """What the simulator predicts for ``model`` at ``placement`` with contention ``ratio``."""

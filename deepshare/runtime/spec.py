@@ -2,7 +2,11 @@
 
 Named ``LiveJobSpec`` to keep it apart from the core's trace-level :class:`~deepshare.core.types.JobSpec`:
 a live job also says what to run (a Python callable ``module:function`` or a command), where its
-checkpoints live and, optionally, how much work it has (for SRTF-style policies' estimates).
+checkpoints live and, optionally, what a scheduler may know of it before it runs: an estimate or
+time limit of its run time (``requested_s``), how much work it has (``total_samples``), and who
+runs it (``user``, ``vc``) and which recurring job it is (``group``). These are self-reported:
+a submitter who lies about them changes only its own jobs' predicted lengths (and so their
+priority under SRSF-on-estimate and QSSF), as on any cluster that takes user estimates.
 """
 
 from __future__ import annotations
@@ -57,10 +61,16 @@ class LiveJobSpec(BaseModel):
                                        description="cwd of the workers and first entry of PYTHONPATH")
     env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV,
                                    description="extra environment variables for the workers")
-    expected_duration_s: Optional[float] = Field(default=None, gt=0, description="isolated run time estimate")
+    requested_s: Optional[float] = Field(default=None, gt=0,
+                                         description="estimate or time limit of its isolated run time, seconds")
+    expected_duration_s: Optional[float] = Field(default=None, gt=0, description="older name of requested_s")
     total_samples: Optional[float] = Field(default=None, gt=0, description="samples to train (with report(samples=...))")
+    user: Optional[str] = Field(default=None, min_length=1, max_length=256, description="who runs it")
+    group: Optional[str] = Field(default=None, min_length=1, max_length=256,
+                                 description="a recurring job's tag: same script, parameters and data")
+    vc: Optional[str] = Field(default=None, min_length=1, max_length=256, description="virtual cluster or team")
 
-    @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env")
+    @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env", "user", "group", "vc")
     @classmethod
     def _no_control(cls, v: Any) -> Any:
         values = v if isinstance(v, list) else [*v.keys(), *v.values()] if isinstance(v, dict) else [v]
@@ -102,7 +112,14 @@ class LiveJobSpec(BaseModel):
     def _one_program(self) -> "LiveJobSpec":
         if (self.entrypoint is None) == (self.command is None):
             raise ValueError("give exactly one of entrypoint ('module:function') and command (a list)")
+        if self.requested_s is not None and self.expected_duration_s is not None:
+            raise ValueError("give requested_s or its older name expected_duration_s, not both")
         return self
+
+    @property
+    def estimate_s(self) -> Optional[float]:
+        """Its estimate of its isolated run time (``requested_s``, or ``expected_duration_s``)."""
+        return self.requested_s if self.requested_s is not None else self.expected_duration_s
 
 
 def parse_spec_text(text: str, source: str) -> LiveJobSpec:

@@ -3,5 +3,5 @@
 ``schemas`` (the request and response), ``translate`` (request <-> :class:`ClusterView`),
 ``engine`` (one loaded policy deciding, without HTTP), ``api`` + ``middleware`` + ``workers`` +
 ``deadline`` + ``limits`` (the app and its bounds), ``deployment`` + ``settings`` (Serve),
-``metrics``, ``client`` (:class:`PlacementClient`). See ``README.md`` in this folder.
+``metrics``, ``client`` (:class:`PlacementClient`). See ``docs/placement-service.md``.
 """

@@ -12,12 +12,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepshare.core.history import HISTORY_WINDOW
+from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.topology import TESTBED_NODE_TYPE
 
 API_VERSION = "v1"
-DEFAULT_REMAINING_S = 3600.0
-"""Remaining time assumed for a job whose client does not estimate it (SRTF and the learned
-policies' features read it)."""
+DEFAULT_REMAINING_S = UNKNOWN_PRIOR_S
+"""Run time assumed for a job whose client estimates nothing (SRTF and the learned policies'
+features read the remaining time counted down from it)."""
+MAX_HISTORY = HISTORY_WINDOW
+"""Finished jobs a request may carry (the most recent): what every history-based policy learns from."""
+REMAINING_DOC = (
+    "the client's estimate of the isolated run time left, seconds (never the truth: no cluster knows it); "
+    f"default: requested_s minus the time run (attained_gpu_s / GPUs), at least {ESTIMATE_FLOOR_S:g}; "
+    f"{UNKNOWN_PRIOR_S:g} minus the time run without requested_s"
+)
+REQUESTED_DOC = "the job's estimate or time limit of its whole isolated run time, seconds (from its user or a predictor)"
+Feature = Field(None, min_length=1, max_length=256)
 
 MAX_NODES = 4096
 MAX_JOBS = 10_000
@@ -59,10 +70,14 @@ class RunningIn(_Body):
         min_length=1, max_length=MAX_NODES, description="node name -> GPUs held there (each > 0)"
     )
     submitted_at: float = Field(0.0, ge=0, description="at most now")
-    remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
-    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held so far (LAS's key)")
+    remaining_s: float | None = Field(None, ge=0, description=REMAINING_DOC)
+    requested_s: float | None = Field(None, gt=0, description=REQUESTED_DOC)
+    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held so far, this run included (LAS's key)")
     preemptions: int = Field(0, ge=0)
     running_for_s: float = Field(0.0, ge=0, description="seconds since this run started")
+    user: str | None = Feature
+    group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
+    vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
 
 
 class PendingIn(_Body):
@@ -70,13 +85,31 @@ class PendingIn(_Body):
     model: str = ModelName
     gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
     submitted_at: float | None = Field(None, ge=0, description="default: now; at most now")
-    remaining_s: float | None = Field(None, ge=0, description=f"estimate; default {DEFAULT_REMAINING_S:g}")
-    attained_gpu_s: float = Field(0.0, ge=0)
+    remaining_s: float | None = Field(None, ge=0, description=REMAINING_DOC)
+    requested_s: float | None = Field(None, gt=0, description=REQUESTED_DOC)
+    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held in earlier runs")
     preemptions: int = Field(0, ge=0)
     queued_since: float | None = Field(
         None, ge=0, description="when it last entered the queue, from submitted_at to now; default submitted_at"
     )
     last_run_s: float = Field(0.0, ge=0, description="length of its last run, if it was preempted")
+    user: str | None = Feature
+    group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
+    vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
+
+
+class FinishedIn(_Body):
+    """A job that finished: what history-based policies (gittins, qssf) learn job lengths from."""
+
+    job_id: str | None = Field(None, min_length=1, max_length=256)
+    model: str | None = Field(None, min_length=1, max_length=128)
+    gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
+    run_s: float = Field(gt=0, description="seconds it held its GPUs over all its runs")
+    finished_at: float = Field(0.0, ge=0)
+    user: str | None = Feature
+    group: str | None = Feature
+    vc: str | None = Feature
+    requested_s: float | None = Field(None, gt=0, description="the estimate it came with, if any")
 
 
 class PlacementRequest(_Body):
@@ -88,6 +121,11 @@ class PlacementRequest(_Body):
     pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)
     future_events: bool = Field(
         True, description="whether more arrivals or completions are expected (false only when replaying a finished trace)"
+    )
+    history: list[FinishedIn] = Field(
+        default_factory=list, max_length=MAX_HISTORY,
+        description=f"the most recent finished jobs, oldest first (at most {MAX_HISTORY:,}); sent with each request so "
+        "that every replica answers alike and a restart loses nothing",
     )
 
 

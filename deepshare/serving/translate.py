@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.feasibility import check_view_decision
+from deepshare.core.history import FinishedJob, JobHistory
+from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
 from deepshare.core.errors import DeepShareError, InfeasibleDecision
@@ -22,8 +24,9 @@ from deepshare.core.types import Decision, Launch, Migrate, Placement
 from deepshare.core.view import ClusterView
 from deepshare.core.workloads import Catalog
 from deepshare.serving.schemas import (
-    DEFAULT_REMAINING_S,
+    MAX_HISTORY,
     DecisionOut,
+    FinishedIn,
     MigrationOut,
     NodeIn,
     PendingIn,
@@ -109,6 +112,8 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
         [_pending(job, request.now) for job in request.pending],
         [_running(job, index) for job in request.running],
         future_events=request.future_events,
+        durations="estimated",
+        history=JobHistory(_finished(job, i) for i, job in enumerate(request.history)),
     )
 
 
@@ -131,24 +136,34 @@ def _names(nodes: list[NodeIn]) -> str:
     return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
-def _remaining(value: float | None) -> float:
-    return DEFAULT_REMAINING_S if value is None else value
+def _remaining(job: PendingIn | RunningIn, gpus: int) -> float:
+    """The client's remaining-time estimate, else the one the simulator's ``estimated`` views
+    count down: its ``requested_s`` (or the flat prior) minus the time it has run."""
+    if job.remaining_s is not None:
+        return job.remaining_s
+    return believed_remaining_s(job.requested_s, job.attained_gpu_s / gpus)
 
 
 def _pending(job: PendingIn, now: float) -> KnownJob:
     submitted = now if job.submitted_at is None else job.submitted_at
     return KnownJob(
-        job.job_id, job.model, job.gpus, submitted, _remaining(job.remaining_s), job.attained_gpu_s,
-        job.preemptions, None, job.last_run_s, job.queued_since,
+        job.job_id, job.model, job.gpus, submitted, _remaining(job, job.gpus), job.attained_gpu_s,
+        job.preemptions, None, job.last_run_s, job.queued_since, job.requested_s, job.user, job.group, job.vc,
     )
 
 
 def _running(job: RunningIn, index: dict[str, int]) -> KnownJob:
     placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
     return KnownJob(
-        job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job.remaining_s),
-        job.attained_gpu_s, job.preemptions, placement, job.running_for_s,
+        job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job, placement.total_gpus),
+        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, job.requested_s, job.user,
+        job.group, job.vc,
     )
+
+
+def _finished(job: FinishedIn, i: int) -> FinishedJob:
+    return FinishedJob(job.job_id or f"history-{i}", job.model or "unknown", job.gpus, job.run_s, job.finished_at,
+                       job.user, job.group, job.vc, job.requested_s)
 
 
 def decision_to_response(
@@ -211,8 +226,8 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         running=[
             RunningIn(
                 job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,
-                remaining_s=j.remaining_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
-                running_for_s=j.last_run_s,
+                remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
+                preemptions=j.preemptions, running_for_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
             )
             for j in view.running
             if j.placement is not None
@@ -220,12 +235,17 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         pending=[
             PendingIn(
                 job_id=j.job_id, model=j.model, gpus=j.gpus, submitted_at=j.submit_time, remaining_s=j.remaining_s,
-                attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions, queued_since=j.queued_since,
-                last_run_s=j.last_run_s,
+                requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
+                queued_since=j.queued_since, last_run_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
             )
             for j in view.queued
         ],
         future_events=view.future_events,
+        history=[
+            FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=j.finish_s,
+                       user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)
+            for j in list(view.history)[-MAX_HISTORY:]
+        ],
     )
 
 

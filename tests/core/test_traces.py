@@ -98,9 +98,9 @@ def test_helios_fixture() -> None:
     assert trace.format == "helios"
     m = random_models(3)  # kept jobs h1, h4, h6 in file order
     assert trace.jobs == (
-        JobSpec("h1", m[0], 8, 0.0, duration_s=3600.0),
-        JobSpec("h4", m[1], 16, 10.0, duration_s=100.5),
-        JobSpec("h6", m[2], 4, 30.0, duration_s=900.0),
+        JobSpec("h1", m[0], 8, 0.0, duration_s=3600.0, user="u1", vc="vcA"),
+        JobSpec("h4", m[1], 16, 10.0, duration_s=100.5, user="u3", vc="vcC"),
+        JobSpec("h6", m[2], 4, 30.0, duration_s=900.0, user="u4", vc="vcA"),
     )
     skipped = dict(trace.skipped)
     assert list(skipped) == ["h2", "h3", "h5"]
@@ -117,7 +117,9 @@ def test_helios_numeric_submit_times_are_normalised(tmp_path: Path) -> None:
     )
     trace = load(path)
     m = random_models(2)
-    assert trace.jobs == (JobSpec("y", m[1], 4, 0.0, duration_s=30.0), JobSpec("x", m[0], 2, 599.5, duration_s=60.0))
+    assert trace.jobs == (
+        JobSpec("y", m[1], 4, 0.0, duration_s=30.0, vc="v"), JobSpec("x", m[0], 2, 599.5, duration_s=60.0, vc="v")
+    )
 
 
 def test_philly_fixture_and_never_ran_jobs_are_skipped() -> None:
@@ -125,9 +127,9 @@ def test_philly_fixture_and_never_ran_jobs_are_skipped() -> None:
     assert trace.format == "philly"
     m = random_models(3)  # kept jobs 1, 3, 5 in file order
     assert trace.jobs == (
-        JobSpec("application_1", m[0], 4, 0.0, duration_s=600.0),
-        JobSpec("application_5", m[2], 2, 30.0, duration_s=3600.0),
-        JobSpec("application_3", m[1], 3, 300.0, duration_s=210.0),
+        JobSpec("application_1", m[0], 4, 0.0, duration_s=600.0, user="u1", vc="vc1"),
+        JobSpec("application_5", m[2], 2, 30.0, duration_s=3600.0, user="u3", vc="vc1"),
+        JobSpec("application_3", m[1], 3, 300.0, duration_s=210.0, user="u1", vc="vc2"),
     )
     skipped = dict(trace.skipped)
     assert list(skipped) == ["application_2", "application_4"]
@@ -183,6 +185,9 @@ def test_mix_and_seed_drive_model_assignment() -> None:
         ("helios.csv", "helios"),
         ("philly.json", "philly"),
         ("canonical.csv", "canonical"),
+        ("pai_joined.csv", "pai"),
+        ("pai_tasks.csv", "pai"),
+        ("slurm_sacct.txt", "slurm"),
     ],
 )
 def test_detect_format_by_content_not_extension(tmp_path: Path, name: str, fmt: str) -> None:
@@ -194,7 +199,7 @@ def test_detect_format_by_content_not_extension(tmp_path: Path, name: str, fmt: 
 
 
 def test_formats_listed() -> None:
-    assert set(FORMATS) == {"artifact", "tiresias", "helios", "philly", "canonical"}
+    assert set(FORMATS) == {"artifact", "tiresias", "helios", "philly", "pai", "slurm", "canonical"}
 
 
 def test_unrecognised_csv_names_tried_formats_and_header(tmp_path: Path) -> None:
@@ -215,8 +220,8 @@ def test_unrecognised_json_names_keys_seen(tmp_path: Path) -> None:
 
 def test_unknown_format_name_lists_valid_ones() -> None:
     with pytest.raises(DeepShareError) as info:
-        load(fixture("artifact.json"), format="slurm")
-    assert "slurm" in str(info.value)
+        load(fixture("artifact.json"), format="lsf")
+    assert "lsf" in str(info.value)
     for fmt in FORMATS:
         assert fmt in str(info.value)
 
@@ -265,7 +270,7 @@ def test_truncated_json(tmp_path: Path, fmt: str) -> None:
     expect_error(path, "line ", "expected valid JSON", format=fmt)
 
 
-@pytest.mark.parametrize("name", ["tiresias.csv", "helios.csv", "canonical.csv"])
+@pytest.mark.parametrize("name", ["tiresias.csv", "helios.csv", "canonical.csv", "pai_joined.csv", "slurm_sacct.txt"])
 def test_truncated_csv_row(tmp_path: Path, name: str) -> None:
     lines = fixture(name).read_text().splitlines()
     cut = "\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 3]
@@ -464,8 +469,11 @@ def test_canonical_duplicates_and_missing_columns(tmp_path: Path) -> None:
     expect_error(path, "line 1", "'gpus' appears twice")
 
 
-FIXTURE_NAMES = ["artifact.json", "tiresias.csv", "helios.csv", "philly.json", "canonical.csv"]
-SNIPPETS = st.sampled_from(list('{}[]",:0123456789.-eEnN \n\r\t') + ["null", "true", "None", "NaN", "\xff", "\u2028"])
+FIXTURE_NAMES = [
+    "artifact.json", "tiresias.csv", "helios.csv", "philly.json", "canonical.csv", "canonical_features.csv",
+    "artifact_features.json", "helios_full.csv", "pai_joined.csv", "slurm_sacct.txt",
+]
+SNIPPETS = st.sampled_from(list('{}[]",:|0123456789.-eEnNT \n\r\t') + ["null", "true", "None", "NaN", "\xff", "\u2028"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -738,6 +746,10 @@ def job_lists(draw: st.DrawFn) -> list[JobSpec]:
                 draw(st.floats(min_value=0.0, max_value=1e9, allow_nan=False, allow_infinity=False)),
                 total_samples=work if by_samples else None,
                 duration_s=None if by_samples else work,
+                user=draw(st.none() | names),
+                group=draw(st.none() | names),
+                vc=draw(st.none() | names),
+                requested_s=draw(st.none() | positive),
             )
         )
     return jobs

@@ -1,6 +1,6 @@
 """The Dockerfile, checked statically (no Docker engine here): the official Ray base image at the
 pinned Ray version with a cpu/gpu build argument, this package installed, a non-root user, no
-secrets; and every manifest names the image the README says to build."""
+secrets; and every manifest names the image the documentation says to build (docs/deploying.md)."""
 
 from __future__ import annotations
 
@@ -149,8 +149,8 @@ def manifest_images() -> list[tuple[Path, str, bool]]:
     return found
 
 
-def test_every_manifest_names_the_image_the_readme_says_to_build():
-    readme = (ROOT / "README.md").read_text()
+def test_every_manifest_names_the_image_the_docs_say_to_build():
+    readme = (ROOT / "docs" / "deploying.md").read_text()
     images = manifest_images()
     assert {p.name for p, _, _ in images} >= {"kuberay-autoscaling.yaml", "rayservice-placement.yaml"}
     for path, image, _ in images:

@@ -63,3 +63,28 @@ def test_json_may_go_inside_the_figures_folder(capsys, tmp_path):
     assert main(["evaluate", "--trace", str(TRACE), "--policies", "fifo+consolidated", "--seeds", "1",
                  "--out", str(out), "--json", str(out / "results.json")]) == 0
     assert (out / "results.json").exists() and (out / "jct_cdf.png").exists()
+
+
+def test_identical_seeds_draw_error_bars(capsys, tmp_path):
+    """Issue 29: three seeds of a fully specified trace give identical reports, and NumPy's mean of
+    three identical floats can land an ulp above them (las+spread's GPU utilisation on this trace):
+    the figure's error bar was then negative and matplotlib raised after the table."""
+    rc = main(["evaluate", "--trace", str(TRACE), "--policies", "las+spread,srtf+spread", "--seeds", "3",
+               "--durations", "exact",  # a seed also draws estimates: exact makes the seeds' runs identical
+               "--out", str(tmp_path / "figs"), "--json", str(tmp_path / "e.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in err, err
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["jct_cdf.png", "jct_vs_util.png", "util_over_time.png"]
+    doc = json.loads((tmp_path / "e.json").read_text())
+    for policy, metrics in doc["results"].items():
+        for key, mean in metrics.items():
+            lo, hi = doc["spread"][policy][key]
+            assert mean is None or lo == mean == hi, (policy, key, lo, mean, hi)
+
+
+def test_a_mean_stays_within_its_min_and_max() -> None:
+    from deepshare.experiments.evaluation import spread
+
+    assert sum([0.1, 0.1, 0.1]) / 3 > 0.1  # the float trap itself
+    assert spread([0.1, 0.1, 0.1]) == {"mean": 0.1, "min": 0.1, "max": 0.1}
+    assert spread([1.0, 2.0, 6.0]) == {"mean": 3.0, "min": 1.0, "max": 6.0}

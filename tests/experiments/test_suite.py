@@ -9,6 +9,7 @@ import pytest
 
 from deepshare.cli import main
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import InformationModel
 from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 from deepshare.experiments.suite import (
     SUITE_SEED_BASE, Cell, SuiteSpec, cell_bound, cell_trace, cells, load_suite, run_one, run_suite,
@@ -60,9 +61,10 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     assert len(doc["cells"]) == 2 * 1 * 2 * 2 * 1
     policies = {"las+consolidated", "srsf+consolidated", "srsf+packed", "rl-hybrid"}
     for cell in doc["cells"]:
-        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "best_heuristic",
-                             "jct_bound_s", "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled",
-                             "results", "ratios"}
+        assert set(cell) == {"load", "mix", "nodes", "gpus_per_node", "contention", "seed", "durations",
+                             "best_heuristic", "best_avg_jct_s", "cost_of_not_knowing", "jct_bound_s",
+                             "best_over_bound", "room", "pooled_ideal_s", "best_over_pooled", "results", "ratios"}
+        assert cell["durations"] == "estimated" and cell["cost_of_not_knowing"] is None  # the default; no exact run
         assert set(cell["results"]) == policies
         for metrics in cell["results"].values():
             assert set(metrics) == {"avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished"}
@@ -78,7 +80,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         # the pooled ideal: the trace's own run on one pool of GPUs, above the bound where every job
         # fits one node (2 x 8; the 3 x 4 cells' 8-GPU jobs get the one-node figure extrapolated)
         jobs = cell_trace(load_suite(str(small)), Cell(cell["load"], cell["mix"], cell["nodes"], cell["gpus_per_node"],
-                                                       cell["contention"], cell["seed"]))
+                                                       cell["contention"], cell["seed"], cell["durations"]))
         assert cell["pooled_ideal_s"] == pooled_ideal_avg_jct(jobs, cell["nodes"] * cell["gpus_per_node"])
         assert cell["best_over_pooled"] == pytest.approx(heuristics[best]["avg_jct_s"] / cell["pooled_ideal_s"])
         if cell["gpus_per_node"] == 8:
@@ -110,7 +112,7 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
         by_trace.setdefault((c["load"], c["nodes"], c["gpus_per_node"]), set()).add(c["pooled_ideal_s"])
     assert all(len(values) == 1 for values in by_trace.values())
     # the tables (JSON went to a file): one per cell, then the summary
-    assert "load 1.3 heavy 3x4 link seed 0" in out and "geomean avg-JCT ratio" in out
+    assert "load 1.3 heavy 3x4 link seed 0 estimated" in out and "learned policies vs the best heuristic" in out
     assert "lower bound (no wait, no contention)" in out and "geometric-mean room" in out
     assert "pooled ideal (srsf, one GPU pool)" in out and "best / pooled" in out
 
@@ -141,11 +143,12 @@ def test_run_one_matches_the_simulator():
     from deepshare.policies import make_policy
 
     spec = load_suite("tiny")
-    cell = cells(spec)[0]
-    report = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell),
-                       make_contention(cell.contention)).run(make_policy("srsf+packed"))
-    got = run_one(spec, cell, "srsf+packed")
-    assert got["avg_jct_s"] == report.avg_jct_s and got["useful_util"] == report.useful_util
+    for cell in cells(spec)[:2]:
+        information = InformationModel(cell.durations, spec.estimate_error, cell.seed)  # estimates drawn with the trace seed
+        report = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell),
+                           make_contention(cell.contention), information=information).run(make_policy("srsf+packed"))
+        got = run_one(spec, cell, "srsf+packed")
+        assert got["avg_jct_s"] == report.avg_jct_s and got["useful_util"] == report.useful_util
 
 
 @pytest.mark.parametrize(
@@ -164,6 +167,11 @@ def test_run_one_matches_the_simulator():
         ("heuristics: [las+consolidated]\nlearned: [las+packed]", "learned: 'las+packed' is not a learned policy"),
         ("- just a list", "expected a mapping"),
         ("heuristics: [a\n", "not valid YAML"),
+        ("heuristics: [las+consolidated]\ndurations: [exact, oracle]", "durations"),
+        ("heuristics: [las+consolidated]\ndurations: [exact, exact]", "durations"),
+        ("heuristics: [las+consolidated]\nestimate_error: 7", "estimate_error"),
+        ("heuristics: [las+consolidated]\nrecurrence: {usres: 5}", "unknown recurrence parameter"),
+        ("heuristics: [las+consolidated]\nrecurrence: {recurring_share: 2}", "recurring_share"),
     ],
 )
 def test_bad_suite_files_name_the_field(tmp_path, capsys, text, expected):
@@ -224,3 +232,28 @@ def test_help_names_every_bundled_suite(capsys, command):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"a bundled one ({', '.join(suite_names())})" in text
+
+
+def test_cells_run_under_each_information_model_on_one_trace_and_report_the_cost_of_not_knowing():
+    spec = SuiteSpec(name="i", jobs_per_node=6, loads=(1.3,), mixes=("heavy",), clusters=((2, 8),),
+                     contention=("profiled",), seeds=1, durations=("exact", "estimated", "unknown"),
+                     recurrence={"users": 4, "requested_share": 0.5},
+                     heuristics=("srsf+packed", "las+packed+preempt", "qssf+packed"), learned=("rl-hybrid",))
+    grid = cells(spec)
+    assert [c.durations for c in grid] == ["exact", "estimated", "unknown"]  # sorted most-known first
+    traces = [cell_trace(spec, c) for c in grid]
+    assert traces[0] == traces[1] == traces[2]
+    assert all(j.user is not None and j.group is not None for j in traces[0])  # the recurrence model's features
+    assert {j.requested_s is None for j in traces[0]} == {True, False}
+    result = run_suite(spec)
+    exact, estimated, unknown = grid
+    for cell in grid:  # LAS never reads remaining time: the same run under every model
+        assert result.results[cell]["las+packed+preempt"] == result.results[exact]["las+packed+preempt"]
+    assert result.cost_of_not_knowing(exact) == 1.0
+    for cell in (estimated, unknown):
+        assert result.cost_of_not_knowing(cell) == pytest.approx(result.best_avg_jct(cell) / result.best_avg_jct(exact))
+        assert result.summary("rl-hybrid", cell.durations)["cells"] == 1
+    doc = result.to_json()
+    assert set(doc["cost_of_not_knowing"]) == {"estimated", "unknown"}
+    assert doc["cost_of_not_knowing"]["unknown"]["geomean"] == pytest.approx(result.cost_of_not_knowing(unknown))
+    assert set(doc["summary_by_durations"]) == {"exact", "estimated", "unknown"}

@@ -34,7 +34,7 @@ def anchor_pick(
     fitting = [j for j in view.queued if j.gpus <= total and j.job_id not in launched]
     if not fitting:
         return None
-    fitting.sort(key=ORDERS[order][0](view.now))
+    fitting.sort(key=ORDERS[order][0](view))
     failed: set[int] = set()
     free_list = list(free)
     for job in fitting:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +14,7 @@ from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces import load
 from deepshare.core.errors import DeepShareError
+from deepshare.core.history import JobHistory
 from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
 from deepshare.core.view import JobView
 from deepshare.policies import Policy, make_policy, policy_info, policy_names
@@ -211,13 +213,18 @@ def test_contention_aware_uses_pending_launches():
 
 
 # -- order keys --------------------------------------------------------------------------------
-def ranked(order, jobs, now: float = 0.0) -> list[str]:
-    """Job ids in ``order``'s ranking at time ``now`` (orders are ``factory(now) -> key``)."""
-    return [j.job_id for j in sorted(jobs, key=order(now))]
+def at(now: float, history: JobHistory | None = None) -> SimpleNamespace:
+    """What an order reads of a view: its time and history (orders are ``factory(view) -> key``)."""
+    return SimpleNamespace(now=now, history=JobHistory() if history is None else history)
+
+
+def ranked(order, jobs, now: float = 0.0, history: JobHistory | None = None) -> list[str]:
+    """Job ids in ``order``'s ranking at time ``now``."""
+    return [j.job_id for j in sorted(jobs, key=order(at(now, history)))]
 
 
 def dlas_level(job: JobView, now: float) -> int:
-    return dlas(now)(job)[0]
+    return dlas(at(now))(job)[0]
 
 
 def test_fifo_by_submit_time():
@@ -398,12 +405,12 @@ def test_preempt_decisions_are_feasible_on_a_loaded_cluster():
 def test_registry_names():
     names = policy_names()
     assert len(names) == len(set(names))
-    orders = ("fifo", "srtf", "srsf", "las", "dlas")
+    orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf", "bsrsf")
     placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
     assert set(policy_names(heuristics_only=True)) == expected
-    assert len(expected) == 5 * 5 + 4 * 5  # every order x placement, and +preempt but for fifo
+    assert len(expected) == 8 * 5 + 7 * 5  # every order x placement, and +preempt but for fifo
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:

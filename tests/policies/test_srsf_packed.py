@@ -37,7 +37,7 @@ def finishes(name: str, jobs, nodes: int, gpus: int, **config) -> dict[str, floa
 
 # -- srsf --------------------------------------------------------------------------------------
 def test_srsf_key_is_remaining_time_times_gpus():
-    key = srsf(0.0)
+    key = srsf(None)
     wide = JobView("w", "FSDP", 4, 0.0, remaining_s=300.0, attained_gpu_s=0.0, comm_class="heavy")
     narrow = JobView("n", "FSDP", 1, 5.0, remaining_s=1000.0, attained_gpu_s=0.0, comm_class="heavy")
     assert key(wide) == (1200.0, 0.0, "w")

@@ -30,8 +30,10 @@ SMALL = {"generated_fraction": 1.0, "generated_jobs": 40, "generated_nodes": [2,
 def heuristic_report(config: EnvConfig, seed: int, name: str = "srsf+packed") -> dict:
     """The simulator running ``name`` on the scenario the env draws for ``seed``."""
     env = DeepShareEnv(config)
-    topology, jobs = env._scenario(seeding.np_random(seed)[0])  # what reset(seed) draws first
-    sim = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s))
+    rng = seeding.np_random(seed)[0]
+    topology, jobs = env._scenario(rng)  # what reset(seed) draws first, then (one contention model) the information model
+    sim = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s),
+                    information=config.information(rng))
     return sim.run(make_policy(name)).to_dict()
 
 
@@ -207,7 +209,8 @@ def test_cli_imitate_never_overwrites_its_config(tmp_path, capsys):
 def test_with_is_anchor_a_short_fit_imitates_the_anchor_exactly_and_the_policy_is_the_heuristic():
     """The ``is_anchor`` column makes the anchor's row recognisable: a short fit reproduces every
     choice, and the exported network, as rl-base, schedules exactly as srsf+uncontended does."""
-    values = {**SMALL, "generated_nodes": [2], "anchor": ["srsf", "uncontended"], "extra_features": ["is_anchor"]}
+    values = {**SMALL, "generated_nodes": [2], "anchor": ["srsf", "uncontended"], "extra_features": ["is_anchor"],
+              "durations": "exact"}  # the episodes this 100-epoch fit was sized on
     config = EnvConfig.from_dict(values)
     demos = collect(config, 6)
     assert demos.observations.shape[-1] == 19
@@ -218,8 +221,10 @@ def test_with_is_anchor_a_short_fit_imitates_the_anchor_exactly_and_the_policy_i
     policy = LearnedPolicy("rl-base", TorchScorer(net.eval()), config.encoding)
     for seed in (50, 51):
         env = DeepShareEnv(config)
-        topology, jobs = env._scenario(seeding.np_random(seed)[0])
-        ours = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s)).run(policy)
+        rng = seeding.np_random(seed)[0]
+        topology, jobs = env._scenario(rng)
+        ours = Simulator(topology, jobs, make_contention(config.contention), config=SimConfig(round_s=config.round_s),
+                         information=config.information(rng)).run(policy)
         assert ours.to_dict()["avg_jct_s"] == pytest.approx(heuristic_report(config, seed, "srsf+uncontended")["avg_jct_s"], rel=1e-12)
 
 

@@ -137,6 +137,7 @@ def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, 
         (["--eval-suite", "nope"], "--eval-suite: 'nope' is neither a bundled suite"),
         (["--eval-suite", "missing.yaml"], "--eval-suite missing.yaml"),
         (["--eval-workers", "2"], "--eval-workers: only with --eval-suite"),
+        (["--eval-suite", "tiny", "--eval-workers", "2", "--address", "auto"], "--eval-workers: the size of a local pool"),
     ],
 )
 def test_train_cli_refuses_a_bad_learning_curve_before_ray_starts(capsys, tmp_path, monkeypatch, extra, needle):

@@ -3,7 +3,11 @@
 Every observation, mask, reward, terminated/truncated flag, info dict (the final report too) and
 reset info of a few seeded episodes, stepped with seeded random valid (and some masked) actions,
 is folded into one SHA-256 per case. The expected digests were computed from the env before the
-rollout speed-ups (issue 14, item 5); a mismatch means the env's output changed, not only its speed.
+rollout speed-ups (issue 14, item 5), the ``original`` reward's again when it moved to a correctly
+rounded mean (NumPy's mean had given other bits on another CPU); a mismatch means the env's
+output changed, not only its speed. The ``exact`` cases pin the information model the reference
+was computed under; the curriculum case (``estimated`` and ``unknown``, two estimate errors) was
+added with the information model and pins its episodes from then on.
 """
 
 from __future__ import annotations
@@ -18,18 +22,21 @@ import pytest
 from deepshare.rl.env import DeepShareEnv
 
 TRACE = str(Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-train-jobset0-episode0.json")
-SMALL = {"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2, 4]}
+SMALL = {"generated_fraction": 1.0, "generated_jobs": 30, "generated_nodes": [2, 4], "durations": "exact"}
 CASES = {
     "generated_jct": (dict(SMALL), (0, 1, 2)),
     "generated_original_reward": ({**SMALL, "reward": "original", "reward_scale": 0.1}, (3, 4)),
     "generated_hybrid_contentions": ({**SMALL, "hybrid": True, "contentions": ["profiled", "none"]}, (5, 6)),
-    "trace_hybrid_no_anchor": ({"traces": [TRACE], "hybrid": True, "anchor": None, "max_steps": 150}, (7,)),
+    "trace_hybrid_no_anchor": ({"traces": [TRACE], "hybrid": True, "anchor": None, "max_steps": 150, "durations": "exact"}, (7,)),
+    "generated_estimated_curriculum": ({**SMALL, "durations": ["estimated", "unknown"], "estimate_errors": [0.5, 2.0]},
+                                       (8, 9, 10)),
 }
 EXPECTED = {
     "generated_jct": "b9be1bfd6d5a52ac365eacada0ede6740822cb117c1379281dccc98ebea73f79",
-    "generated_original_reward": "f5740681a5c3128e5d0d6eb0c0a10306a719d7b4fc1cfa91ce50e0c1ff999e83",
+    "generated_original_reward": "dcb7d58a56d5e7ed282ad3ae945e1f0c4cce7aea10767f6a084592e64a90d4e5",
     "generated_hybrid_contentions": "46ed0bd94cbabc8aa2c27fb1b1949a9f50a91934b7ce7ea3a9419f65f37fbad0",
     "trace_hybrid_no_anchor": "482a489a9def2fcd8996fa4cac4b5a8e71fcea81f51494cec8ed2d19a22e8819",
+    "generated_estimated_curriculum": "caf98e6cfe01681146e95b19d4b57e871237954a61cc235d4e67d82ba00c56db",
 }
 
 

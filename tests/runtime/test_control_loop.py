@@ -373,3 +373,60 @@ def test_the_cluster_always_matches_the_journal(tmp_path_factory, ops):
             assert all(rig.fake.used().get(n, 0) <= g for n, g in NODES.items())
             assert rig.fake.oversubscribed == []
     rig.journal.close()
+
+
+# -- what the policy knows live: estimates, features, history ----------------------------------
+def test_the_live_view_counts_down_estimates_and_learns_from_finished_jobs(tmp_path):
+    """The same information model as the simulator's ``estimated``: a spec's requested_s (or the
+    flat prior) minus the time run; features as submitted; a history of the journal's finished
+    jobs, read once each."""
+    policy = Scripted()
+    rig = Rig(tmp_path / "state", policy)
+    ckpt = str(tmp_path / "ckpt")
+
+    def submit(name: str, **extra: Any) -> str:
+        job = rig.journal.submit(spec_from_json(dict(name=name, gpus=2, model="FSDP", command=["true"],
+                                                     checkpoint_dir=ckpt, **extra)))
+        rig.clock.t += 1.0
+        return job.job_id
+
+    a = submit("a", requested_s=900.0, user="ann", group="nightly", vc="vision")
+    b = submit("b", expected_duration_s=300.0)  # the older name of requested_s
+    c = submit("c")
+    rig.policy.decisions = [Decision(launch=(Launch(a, Placement.of({0: 2})),))]
+    rig.loop.tick()
+    rig.clock.t += 100.0
+    rig.loop.tick()
+    view = policy.views[-1]
+    assert view.durations == "estimated" and len(view.history) == 0
+    (ra,) = view.running
+    assert (ra.remaining_s, ra.estimate_s, ra.user, ra.group, ra.vc) == (800.0, 900.0, "ann", "nightly", "vision")
+    qb, qc = view.queued
+    assert (qb.remaining_s, qb.estimate_s) == (300.0, 300.0)
+    assert (qc.remaining_s, qc.estimate_s, qc.user) == (3600.0, None, None)
+
+    rig.fake.finish(a)
+    rig.clock.t += 50.0
+    rig.loop.tick()
+    view = policy.views[-1]
+    (done,) = view.history
+    assert (done.job_id, done.run_s, done.user, done.group, done.gpus) == (a, 150.0, "ann", "nightly", 2)
+    assert view.history.forecast(2, group="nightly").run_s == pytest.approx(150.0)
+    rig.loop.tick()  # nothing new finished: the history is not read again
+    assert len(policy.views[-1].history) == 1
+
+    restarted = rig.make_loop()  # a restart reads the journal's finished jobs back
+    restarted.tick()
+    assert [j.job_id for j in policy.views[-1].history] == [a]
+
+
+def test_a_live_spec_takes_requested_s_or_its_older_name_not_both():
+    from deepshare.core.errors import DeepShareError
+
+    base = dict(name="x", gpus=1, model="FSDP", command=["true"], checkpoint_dir="/tmp/c")
+    assert spec_from_json({**base, "requested_s": 5.0}).estimate_s == 5.0
+    assert spec_from_json({**base, "expected_duration_s": 7.0}).estimate_s == 7.0
+    with pytest.raises(DeepShareError, match="not both"):
+        spec_from_json({**base, "requested_s": 5.0, "expected_duration_s": 7.0})
+    with pytest.raises(DeepShareError, match="user"):
+        spec_from_json({**base, "user": ""})

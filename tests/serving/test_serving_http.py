@@ -140,6 +140,12 @@ def detail(reply: requests.Response) -> list[dict]:
         ({"nodes": [{"name": "a", "gpus": 8, "free_gpus": 8}]}, 422, ["body", "now"]),
         ({"now": 1, "nodes": [{"name": "a", "gpus": 8, "free_gpus": 8, "fabirc": "pcie"}]}, 422, ["body", "nodes", 0, "fabirc"]),
         ([1, 2, 3], 422, ["body"]),
+        ({"now": 1, "nodes": [{"name": "a", "gpus": 8, "free_gpus": 8}],
+          "pending": [{"job_id": "x", "model": "FSDP", "gpus": 2, "requested_s": 0}]}, 422, ["body", "pending", 0, "requested_s"]),
+        ({"now": 1, "nodes": [{"name": "a", "gpus": 8, "free_gpus": 8}],
+          "pending": [{"job_id": "x", "model": "FSDP", "gpus": 2, "user": ""}]}, 422, ["body", "pending", 0, "user"]),
+        ({"now": 1, "nodes": [{"name": "a", "gpus": 8, "free_gpus": 8}], "history": [{"gpus": 2, "run_s": -5}]},
+         422, ["body", "history", 0, "run_s"]),
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_field(service, http, body, status, loc):

@@ -7,8 +7,14 @@
 ``tiresias``   Tiresias/Muri CSV ``job_id,num_gpu,submit_time,iterations,model_name,...``
 ``helios``     Helios ``cluster_log.csv`` (``gpu_num``, ``vc``, ...); models from a mix
 ``philly``     Philly ``cluster_job_log`` JSON list (``jobid``, ``attempts``); models from a mix
+``pai``        Alibaba PAI 2020 task table with a header (``job_name``, ``plan_gpu``, ``inst_num``),
+               optionally joined with the job and group tag tables; models from a mix
+``slurm``      ``sacct --parsable2`` output (``JobID|...|AllocTRES|...``); models from a mix
 ``canonical``  the project's own CSV, see :mod:`deepshare.core.traces.canonical`
 =============  ================================================================
+
+Readers keep the job features their format has (``user``, ``group``, ``vc``, ``requested_s``
+of :class:`~deepshare.core.types.JobSpec`); each module's docstring says which.
 
 Every problem with an input raises :class:`~deepshare.core.errors.DeepShareError` naming the
 file and the line or job and field. Jobs that cannot be simulated are listed in
@@ -23,11 +29,12 @@ import os
 from types import ModuleType
 from typing import Any
 
-from deepshare.core.traces import artifact, canonical, helios, philly, tiresias
+from deepshare.core.traces import artifact, canonical, helios, pai, philly, slurm, tiresias
 from deepshare.core.traces.base import Trace, parse_json, read_text
 from deepshare.core.traces.canonical import write_canonical
 from deepshare.core.traces.generator import generate, parse_demand, rate_for_load
 from deepshare.core.traces.mixes import MIX_PRESETS, ModelMix, assign, mix_from_spec, mix_preset, parse_mix
+from deepshare.core.traces.recurrence import RecurrenceModel
 from deepshare.core.traces.stats import TraceStats, trace_stats
 from deepshare.core.errors import DeepShareError
 
@@ -36,6 +43,8 @@ _LOADERS: dict[str, ModuleType] = {
     "tiresias": tiresias,
     "helios": helios,
     "philly": philly,
+    "pai": pai,
+    "slurm": slurm,
     "canonical": canonical,
 }
 FORMATS: tuple[str, ...] = tuple(_LOADERS)
@@ -45,6 +54,8 @@ _TRIED = (
     "philly (JSON list of jobs with 'jobid' and 'attempts'), "
     "tiresias (CSV header with 'num_gpu' and 'model_name'), "
     "helios (CSV header with 'gpu_num' and 'vc'), "
+    "pai (CSV header with 'job_name', 'plan_gpu' and 'inst_num'), "
+    "slurm ('|'-separated header with 'JobID' and 'AllocTRES'), "
     "canonical (CSV header with 'gpus' and 'duration_s')"
 )
 
@@ -52,6 +63,7 @@ __all__ = [
     "FORMATS",
     "MIX_PRESETS",
     "ModelMix",
+    "RecurrenceModel",
     "Trace",
     "TraceStats",
     "assign",
@@ -90,6 +102,8 @@ def _sniff(text: str, source: str) -> tuple[str, Any]:
             seen = f"a JSON {type(data).__name__}"
     else:
         first_line = next((line for line in text.splitlines() if line.strip()), "")
+        if {"JobID", "AllocTRES"} <= {cell.strip() for cell in first_line.split("|")}:
+            return "slurm", None
         try:
             header = {cell.strip() for cell in next(csv.reader(io.StringIO(first_line)), [])}
         except csv.Error:
@@ -98,6 +112,8 @@ def _sniff(text: str, source: str) -> tuple[str, Any]:
             return "tiresias", None
         if {"gpu_num", "vc"} <= header:
             return "helios", None
+        if {"job_name", "plan_gpu", "inst_num"} <= header:
+            return "pai", None
         if {"gpus", "duration_s"} <= header or {"gpus", "total_samples"} <= header or {"job_id", "gpus", "model"} <= header:
             return "canonical", None  # the canonical loader then names any missing column
         shown = first_line if len(first_line) <= 200 else first_line[:197] + "..."
@@ -118,7 +134,8 @@ def load(
 ) -> Trace:
     """Load the trace at ``path``, detecting its format unless ``format`` forces one.
 
-    ``mix`` and ``seed`` only matter for formats without model names (Helios, Philly): models
+    ``mix`` and ``seed`` only matter for formats without model names (Helios, Philly, PAI,
+    Slurm): models
     are drawn from ``mix`` (default: the ``random`` preset) with ``numpy.random.default_rng(seed)``.
     """
     if format is not None and format not in _LOADERS:

@@ -3,6 +3,10 @@
 Format: ``{"<job id>": {"model": str, "gpu_demand": int, "total_samples_to_train": float,
 "arrival_time": seconds (optional, default 0)}, ...}``. Work is given in samples, so jobs keep
 ``total_samples``; extra keys in a job are ignored.
+
+Optional keys, the job's features (null or absent: the trace does not say): ``user``, ``group``
+(a recurring job's tag), ``vc`` (virtual cluster or team) and ``requested_s`` (the user's time
+limit or estimate, a positive number of seconds).
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from deepshare.core.traces.base import (
+    FEATURES,
     Trace,
+    features,
     finish,
     integer,
     is_blank,
@@ -55,6 +61,7 @@ def parse(text: str, source: str, *, data: Any = None, **_: Any) -> Trace:
                 gpus=integer(entry.get("gpu_demand"), loc, "gpu_demand"),
                 submit_time=0.0 if is_blank(arrival) else number(arrival, loc, "arrival_time", minimum="nonnegative"),
                 total_samples=number(entry.get("total_samples_to_train"), loc, "total_samples_to_train", minimum="positive"),
+                **features(entry, loc, {name: name for name in FEATURES}),
             )
         )
     return finish(jobs, FORMAT, source)

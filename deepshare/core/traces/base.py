@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
 
 
@@ -49,6 +52,37 @@ def finish(jobs: Iterable[JobSpec], fmt: str, source: str, skipped: Iterable[tup
     """Sort ``jobs`` stably by submit time (ties keep file order) and wrap them in a Trace."""
     ordered = sorted(jobs, key=lambda j: j.submit_time)  # sorted() is stable
     return Trace(tuple(ordered), fmt, source, tuple(skipped))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job of a log that names no model (Helios, Philly, PAI, Slurm), before its model is drawn."""
+
+    loc: str
+    job_id: str
+    gpus: int
+    submit: float
+    """Seconds on the log's own clock (shifted to start at 0 by :func:`with_drawn_models`)."""
+    duration_s: float
+    features: dict[str, Any]
+    """JobSpec's optional features: ``user``, ``group``, ``vc``, ``requested_s``."""
+
+
+def with_drawn_models(
+    runs: Sequence[Run], fmt: str, source: str, skipped: Iterable[tuple[str, str]], mix: ModelMix | None, seed: int
+) -> Trace:
+    """The trace of ``runs``: models drawn from ``mix`` (default ``random``) with
+    ``numpy.random.default_rng(seed)`` in the runs' order, submits shifted to start at 0."""
+    models = assign(len(runs), mix or mix_preset("random"), np.random.default_rng(seed))
+    submits = normalise_submits([run.submit for run in runs])
+    jobs = [
+        make_job(
+            run.loc, job_id=run.job_id, model=model, gpus=run.gpus, submit_time=t, duration_s=run.duration_s,
+            **run.features,
+        )
+        for run, model, t in zip(runs, models, submits)
+    ]
+    return finish(jobs, fmt, source, skipped)
 
 
 def make_job(loc: str, **fields: Any) -> JobSpec:
@@ -138,15 +172,17 @@ def duplicate_key(obj: Any) -> str | None:
 
 
 def read_csv(
-    text: str, source: str, fmt: str, required: Sequence[str]
+    text: str, source: str, fmt: str, required: Sequence[str], *, delimiter: str = ","
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
     """Header and ``(line number, {column: stripped value})`` rows of a CSV text.
 
     Blank lines are skipped. The header must name every ``required`` column (others are
     allowed); each row must have exactly as many fields as the header, so a file cut mid-row
-    is reported at the cut, not half-loaded.
+    is reported at the cut, not half-loaded. A ``delimiter`` other than a comma (Slurm's ``|``)
+    also turns quoting off: such files write fields as they are, quotes included.
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     header: list[str] | None = None
     header_line = 0
     prev_end = 0
@@ -268,6 +304,44 @@ def text_field(value: Any, loc: str, field: str, *, allow_int: bool = False) -> 
     if not isinstance(value, str) or not value.strip():
         raise bad(loc, field, expected, value)
     return value.strip()
+
+
+def optional_text(value: Any, loc: str, field: str) -> str | None:
+    """A job feature such as a user, group or virtual cluster: stripped text, None when blank.
+
+    Missing, null and empty values (how pandas writes NaN) all mean "the trace does not say";
+    JSON numbers are accepted as names (hashed ids sometimes parse as numbers).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise bad(loc, field, "a name (text) or nothing", value)
+    text = str(value).strip()
+    return text or None
+
+
+def optional_seconds(value: Any, loc: str, field: str) -> float | None:
+    """A positive number of seconds (e.g. a requested time limit), None when blank or missing."""
+    if is_blank(value):
+        return None
+    return number(value, loc, field, minimum="positive")
+
+
+FEATURES = ("user", "group", "vc", "requested_s")
+"""JobSpec's optional features, in the order files write them."""
+
+
+def features(row: Any, loc: str, names: dict[str, str]) -> dict[str, Any]:
+    """JobSpec's optional features from ``row`` (a CSV row or JSON object).
+
+    ``names`` maps a feature (``user``, ``group``, ``vc``, ``requested_s``) to the row's field
+    that holds it; fields the row lacks give None.
+    """
+    out: dict[str, Any] = {}
+    for feature, field in names.items():
+        value = row.get(field)
+        out[feature] = optional_seconds(value, loc, field) if feature == "requested_s" else optional_text(value, loc, field)
+    return out
 
 
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"

@@ -9,6 +9,14 @@ Header (extra columns are allowed and ignored)::
 * exactly one of ``duration_s`` (isolated run time at the reference placement, seconds) and
   ``total_samples`` (samples to train) is non-empty in each row; the other is left empty.
 
+Optional columns, the job's features (an empty cell: the trace does not say)::
+
+    user,group,vc,requested_s
+
+``user``, ``group`` (a recurring job's tag), ``vc`` (virtual cluster or team) are names;
+``requested_s`` is the user's time limit or estimate in seconds (a positive number).
+:func:`write_canonical` writes a feature's column only when some job has that feature.
+
 :func:`write_canonical` writes numbers with ``repr`` so that loading the file gives back the
 very same jobs, and writes atomically (a temporary file, then ``os.replace``) so a crash never
 leaves a half-written trace behind.
@@ -23,7 +31,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from deepshare.core.traces.base import (
+    FEATURES,
     IdRegistry,
+    features,
     Trace,
     finish,
     integer,
@@ -67,6 +77,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 total_samples=(
                     number(row["total_samples"], loc, "total_samples", minimum="positive") if has_samples else None
                 ),
+                **features(row, loc, {name: name for name in FEATURES}),
             )
         )
     return finish(jobs, FORMAT, source)
@@ -81,6 +92,16 @@ def _check_text(value: str, job: JobSpec, field: str) -> None:
         )
 
 
+def _number(value: float | None) -> str:
+    """``repr`` of a float reads back as the very same float; None is an empty cell."""
+    return "" if value is None else repr(float(value))
+
+
+def _cell(feature: str | float | None) -> str:
+    """A feature's cell: a name as it is, a number as :func:`_number` writes it."""
+    return feature if isinstance(feature, str) else _number(feature)
+
+
 def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.PathLike[str]) -> Path:
     """Write jobs as a canonical CSV at ``path`` atomically; returns the path."""
     jobs = list(trace_or_jobs.jobs if isinstance(trace_or_jobs, Trace) else trace_or_jobs)
@@ -90,12 +111,16 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
             raise DeepShareError(f"cannot write {job!r}: expected a JobSpec")
         _check_text(job.job_id, job, "job id")
         _check_text(job.model, job, "model")
+        for name in ("user", "group", "vc"):
+            if getattr(job, name) is not None:
+                _check_text(getattr(job, name), job, name)
         if job.job_id in seen:
             raise DeepShareError(f"cannot write: duplicate job id {job.job_id!r}")
         seen.add(job.job_id)
+    present = [name for name in FEATURES if any(getattr(job, name) is not None for job in jobs)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow((*COLUMNS, *present))
     for job in jobs:
         writer.writerow(
             (
@@ -103,8 +128,9 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
                 repr(float(job.submit_time)),
                 job.model,
                 job.gpus,
-                "" if job.duration_s is None else repr(float(job.duration_s)),
-                "" if job.total_samples is None else repr(float(job.total_samples)),
+                _number(job.duration_s),
+                _number(job.total_samples),
+                *(_cell(getattr(job, name)) for name in present),
             )
         )
     return write_text_atomic(path, out.getvalue(), "trace")

@@ -13,9 +13,15 @@
 * Durations (isolated run time, seconds): lognormal with the given median and ``sigma`` (the
   standard deviation of the log); ``sigma`` 0 gives exactly the median.
 * Models: drawn from ``mix`` (default: the ``random`` preset).
+* With a :class:`~deepshare.core.traces.recurrence.RecurrenceModel`: users, recurring groups
+  (one user, model and GPU count each), time limits (``requested_s``) and durations correlated
+  with GPU counts, keeping the demand and duration distributions above exactly; ``E[gpus *
+  duration]`` then accounts for the correlation. Without one, traces are exactly what they were
+  before the model existed, for every seed.
 
 Each ingredient draws from its own stream spawned from ``seed``, so changing, say, the mix does
-not move the arrivals. Job ids are ``job-00000``, ``job-00001``, ...
+not move the arrivals (nor does turning the recurrence model on). Job ids are ``job-00000``,
+``job-00001``, ...
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog
@@ -83,14 +90,36 @@ def _positive(name: str, value: float) -> float:
 
 
 def rate_for_load(
-    load: float, total_gpus: int, demand: Mapping[int, float], median_duration_s: float, duration_sigma: float
+    load: float,
+    total_gpus: int,
+    demand: Mapping[int, float],
+    median_duration_s: float,
+    duration_sigma: float,
+    gpu_duration_corr: float = 0.0,
 ) -> float:
-    """Arrival rate (jobs/s) that offers ``load`` (busy GPU fraction) to ``total_gpus`` GPUs."""
+    """Arrival rate (jobs/s) that offers ``load`` (busy GPU fraction) to ``total_gpus`` GPUs.
+
+    ``gpu_duration_corr``: the recurrence model's correlation of log duration with GPU count
+    (0: independent draws).
+    """
     demand = _check_demand(demand)
-    total = math.fsum(demand.values())
-    mean_gpus = math.fsum(g * w for g, w in demand.items()) / total
-    mean_duration = median_duration_s * math.exp(duration_sigma**2 / 2)
-    return load * total_gpus / (mean_gpus * mean_duration)
+    if gpu_duration_corr == 0:
+        total = math.fsum(demand.values())
+        mean_gpus = math.fsum(g * w for g, w in demand.items()) / total
+        mean_gpu_s = mean_gpus * median_duration_s * math.exp(duration_sigma**2 / 2)
+    else:
+        mean_gpu_s = mean_gpu_seconds(demand, median_duration_s, duration_sigma, gpu_duration_corr)
+    return load * total_gpus / mean_gpu_s
+
+
+def _recurring_jobs(submits: np.ndarray, drawn: JobFeatures) -> list[JobSpec]:
+    return [
+        JobSpec(
+            f"job-{i:05d}", drawn.models[i], drawn.gpus[i], float(t), duration_s=drawn.durations[i],
+            user=drawn.users[i], group=drawn.groups[i], requested_s=drawn.requested[i],
+        )
+        for i, t in enumerate(submits)
+    ]
 
 
 def generate(
@@ -105,6 +134,7 @@ def generate(
     duration_sigma: float = 0.0,
     seed: int = 0,
     catalog: Catalog | None = None,
+    recurrence: RecurrenceModel | None = None,
 ) -> Trace:
     """A synthetic trace of ``n_jobs`` jobs (see the module doc); deterministic for a seed."""
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs <= 0:
@@ -117,24 +147,31 @@ def generate(
         raise DeepShareError(f"duration_sigma must be a non-negative number, got {duration_sigma!r}")
     if rate_per_s is not None and load is not None:
         raise DeepShareError("give either rate_per_s or load, not both")
+    if recurrence is not None and not isinstance(recurrence, RecurrenceModel):
+        raise DeepShareError(f"recurrence must be a RecurrenceModel or None, got {type(recurrence).__name__}")
     if load is not None:
         _positive("load", load)
         if total_gpus is None or isinstance(total_gpus, bool) or not isinstance(total_gpus, (int, np.integer)) or total_gpus <= 0:
             raise DeepShareError(f"load needs total_gpus, a positive integer; got {total_gpus!r}")
-        rate_per_s = rate_for_load(load, int(total_gpus), demand, median, duration_sigma)
+        corr = 0.0 if recurrence is None else recurrence.gpu_duration_corr
+        rate_per_s = rate_for_load(load, int(total_gpus), demand, median, duration_sigma, corr)
     elif rate_per_s is not None:
         _positive("rate_per_s", rate_per_s)
     mix = mix or mix_preset("random", catalog)
 
-    arrivals_rng, demand_rng, duration_rng, model_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)
-    )
+    # Streams 0-3 are the same with and without the recurrence model (spawn is by index).
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4 if recurrence is None else 8)]
+    arrivals_rng, demand_rng, duration_rng, model_rng = streams[:4]
     n = int(n_jobs)
     if rate_per_s is None:
         submits = np.zeros(n)
     else:
         gaps = arrivals_rng.exponential(1.0 / rate_per_s, size=n - 1)
         submits = np.concatenate(([0.0], np.cumsum(gaps)))
+    how = "all at t=0" if rate_per_s is None else f"rate={rate_per_s:.6g}/s"
+    if recurrence is not None:
+        drawn = draw_features(n, recurrence, demand, median, duration_sigma, mix, streams[1:])
+        return finish(_recurring_jobs(submits, drawn), FORMAT, f"generate(n_jobs={n}, {how}, seed={seed}, recurrence)")
     sizes = list(demand)
     weights = np.array([demand[g] for g in sizes])
     gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
@@ -144,5 +181,4 @@ def generate(
         JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]))
         for i in range(n)
     ]
-    how = "all at t=0" if rate_per_s is None else f"rate={rate_per_s:.6g}/s"
     return finish(jobs, FORMAT, f"generate(n_jobs={n}, {how}, seed={seed})")

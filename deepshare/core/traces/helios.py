@@ -6,6 +6,11 @@ duration,queue``; only ``job_id``, ``gpu_num``, ``submit_time`` and ``duration``
 shifted so the earliest simulated job arrives at t = 0. ``duration`` (seconds actually run)
 becomes ``duration_s``.
 
+Features kept: ``user`` and ``vc`` (virtual cluster), and ``jobname`` as the job's ``group``
+where the file has that column: the public ``cluster_log.csv`` does not, the full logs that
+Helios' QSSF estimator and Lucid read (``cluster_full_log.csv``) do, and QSSF predicts a job's
+duration from earlier jobs of the same user and job name (SC'21). The log has no time limit.
+
 Skipped, with a reason: CPU jobs (``gpu_num`` 0) and jobs whose duration is empty or <= 0
 (pending or instantly failed jobs have nothing to simulate). The log names no models, so they
 are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in file order of the kept jobs.
@@ -16,26 +21,26 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.traces.base import (
     IdRegistry,
+    Run,
     Trace,
     bad,
     datetime_seconds,
-    finish,
+    features,
     integer,
     is_blank,
-    make_job,
-    normalise_submits,
     number,
     read_csv,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 
 FORMAT = "helios"
 REQUIRED = ("job_id", "gpu_num", "submit_time", "duration")
+_FEATURES = {"user": "user", "vc": "vc", "group": "jobname"}
+"""JobSpec feature -> the log's column (absent columns give None)."""
 
 
 def _submit(value: str, loc: str, kinds: dict[str, int], line: int) -> float:
@@ -58,7 +63,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
     _, rows = read_csv(text, source, FORMAT, REQUIRED)
     ids = IdRegistry()
     kinds: dict[str, int] = {}
-    kept: list[tuple[str, str, int, float, float]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for line, row in rows:
         loc = f"{source} line {line}"
@@ -73,11 +78,5 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
             shown = "missing" if math.isnan(duration) else f"{duration:g} s"
             skipped.append((job_id, f"line {line}: nothing to simulate (duration {shown})"))
         else:
-            kept.append((loc, job_id, gpus, submit, duration))
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([k[3] for k in kept])
-    jobs = [
-        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=duration)
-        for (loc, job_id, gpus, _, duration), model, t in zip(kept, models, submits)
-    ]
-    return finish(jobs, FORMAT, source, skipped)
+            kept.append(Run(loc, job_id, gpus, submit, duration, features(row, loc, _FEATURES)))
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

@@ -9,7 +9,9 @@ The log is a JSON list of jobs::
 * GPUs: the largest total over one attempt of ``len(gpus)`` across its ``detail`` entries;
 * duration: the sum over attempts of ``end_time - start_time`` (attempts with a missing,
   ``null`` or ``"None"`` time are left out of the sum);
-* submit times are shifted so the earliest simulated job arrives at t = 0.
+* submit times are shifted so the earliest simulated job arrives at t = 0;
+* ``user`` and ``vc`` (virtual cluster) are kept as the job's features; the log has no job
+  name, recurring-job tag or time limit.
 
 Skipped, with a reason: jobs with no attempt that has both a start and an end (they never ran),
 jobs that held no GPU, jobs with an attempt that ends before it starts (a clock glitch in the
@@ -22,25 +24,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from deepshare.core.traces.base import (
     IdRegistry,
+    Run,
     Trace,
     bad,
     datetime_seconds,
-    finish,
-    make_job,
+    features,
     missing,
-    normalise_submits,
     parse_json,
     require_mapping,
     text_field,
+    with_drawn_models,
 )
-from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
+from deepshare.core.traces.mixes import ModelMix
 from deepshare.core.errors import DeepShareError
 
 FORMAT = "philly"
+_FEATURES = {"user": "user", "vc": "vc"}
+"""JobSpec feature -> the log's key."""
 
 
 def _attempts(job: dict[str, Any], loc: str) -> tuple[int, float, int, str | None]:
@@ -89,7 +91,7 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
     if not data:
         raise DeepShareError(f"{source}: expected at least one job, the list is empty")
     ids = IdRegistry()
-    kept: list[tuple[str, str, int, float, float]] = []
+    kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
     for index, entry in enumerate(data):
         loc = f"{source} job at index {index}"
@@ -108,11 +110,5 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
         elif seconds <= 0:
             skipped.append((job_id, f"index {index}: attempts add up to no run time"))
         else:
-            kept.append((loc, job_id, gpus, submit, seconds))  # type: ignore[arg-type]
-    models = assign(len(kept), mix or mix_preset("random"), np.random.default_rng(seed))
-    submits = normalise_submits([k[3] for k in kept])
-    jobs = [
-        make_job(loc, job_id=job_id, model=model, gpus=gpus, submit_time=t, duration_s=seconds)
-        for (loc, job_id, gpus, _, seconds), model, t in zip(kept, models, submits)
-    ]
-    return finish(jobs, FORMAT, source, skipped)
+            kept.append(Run(loc, job_id, gpus, submit, seconds, features(entry, loc, _FEATURES)))  # type: ignore[arg-type]
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

@@ -2,6 +2,8 @@
 
 Durations of jobs given in samples are converted at the catalog's reference throughput (the
 same unit a duration in a trace has), so ``gpu_hours`` is the ideal, contention-free work.
+``features`` says what the jobs' features offer a policy that does not know durations (see
+:mod:`deepshare.core.traces.feature_stats`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from deepshare.core.traces.base import Trace
+from deepshare.core.traces.feature_stats import FeatureStats, feature_stats
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 
@@ -31,6 +34,8 @@ class TraceStats:
     """Sum of gpus x duration at reference throughput, in hours."""
     mean_duration_s: float
     median_duration_s: float
+    features: FeatureStats
+    """Users, recurrence and the error of the jobs' own estimates."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: mapping keys are strings."""
@@ -53,7 +58,7 @@ def job_duration_s(job: JobSpec, catalog: Catalog) -> float:
 
 
 def trace_stats(trace: Trace, catalog: Catalog | None = None) -> TraceStats:
-    """Counts, arrival span and rate, demand and model histograms, and work of ``trace``."""
+    """Counts, arrival span and rate, demand and model histograms, work and features of ``trace``."""
     catalog = catalog or default_catalog()
     jobs = trace.jobs
     submits = [j.submit_time for j in jobs]
@@ -70,4 +75,5 @@ def trace_stats(trace: Trace, catalog: Catalog | None = None) -> TraceStats:
         gpu_hours=sum(j.gpus * d for j, d in zip(jobs, durations)) / 3600.0,
         mean_duration_s=statistics.fmean(durations) if durations else 0.0,
         median_duration_s=statistics.median(durations) if durations else 0.0,
+        features=feature_stats(jobs, durations),
     )

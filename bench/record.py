@@ -1,0 +1,53 @@
+"""A benchmark's headline figures as JSON: each script in ``make bench`` takes ``--json PATH`` and
+writes ``{"bench", "provenance", "measures": [{"name", "value", "unit", "target", "met"}]}``,
+which ``make results`` renders into the results page (``deepshare.experiments.results_page``).
+
+Usage in a script::
+
+    record = Record("simulator", args.json)
+    record.add("256-job bundled trace, best of 5", 0.21, "s", at_most=0.3)
+    record.write()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from deepshare.experiments.provenance import run_provenance
+
+
+class Record:
+    def __init__(self, bench: str, path: str | None) -> None:
+        self.bench, self.path = bench, path
+        self.provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
+        self.measures: list[dict[str, Any]] = []
+
+    def add(self, name: str, value: float, unit: str, *, at_most: float | None = None,
+            at_least: float | None = None, note: str = "") -> None:
+        """One figure; ``at_most`` / ``at_least``: its target, if it has one."""
+        value = float(value)  # NumPy scalars compare to NumPy booleans, which JSON refuses
+        target, met = None, None
+        if at_most is not None:
+            target, met = f"<= {at_most:g}", value <= at_most
+        elif at_least is not None:
+            target, met = f">= {at_least:g}", value >= at_least
+        self.measures.append({"name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note})
+
+    def write(self) -> None:
+        """Write the file (whole: a temporary file and a rename), if ``--json`` was given."""
+        if not self.path:
+            return
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.provenance, "measures": self.measures}, indent=1) + "\n")
+        os.replace(tmp, path)
+        print(f"wrote {path}")
+
+
+def add_json_flag(parser: Any) -> None:
+    parser.add_argument("--json", metavar="PATH", help="also write the headline figures as JSON (for `make results`)")

@@ -1,0 +1,223 @@
+"""The recurrence model of synthetic traces: users, recurring groups, time limits, large-runs-long.
+
+Real clusters' jobs are not independent draws: the same user reruns the same script on the same
+data (Alibaba PAI 2020 tags such runs with a ``group``, NSDI'22 "MLaaS in the Wild"; Helios'
+QSSF predicts a job's duration from earlier jobs of its user and job name, SC'21), users ask
+for time limits well above what their jobs take, and job size and length go together. A
+:class:`RecurrenceModel` adds those features to :func:`~deepshare.core.traces.generator.generate`
+while keeping its marginals exact:
+
+* **Users**: each group belongs to one of ``users`` users, drawn with weights
+  ``rank ** -user_skew`` (Zipf), so a few users submit most jobs.
+* **Groups**: each job is, with probability ``recurring_share``, a run of a recurring group,
+  else a one-off (a group of its own). Recurring groups have ``2 + Geometric`` runs, mean
+  ``runs_per_group``, spread at random over the trace. A group keeps one user, model and GPU
+  count; every job gets a group name (``grp-00000``, numbered by first appearance).
+* **Durations**: ``log d = log median + sigma * (sqrt(1 - r) * Z_group + sqrt(r) * Z_run)`` with
+  ``r = run_variance_share``: the group's median is lognormal around the trace's median and its
+  runs are lognormal around the group's median. Both normals are standard, so every job's
+  duration is exactly lognormal(median, sigma), as without the model.
+* **GPUs**: a Gaussian copula. Each group draws a standard normal ``U``; its GPU count is the
+  demand distribution's quantile at ``Phi(U)`` (sizes in increasing order), so the demand
+  distribution is kept exactly; ``Z_group`` is correlated with ``U`` so that a job's log
+  duration and ``U`` have correlation ``gpu_duration_corr`` (positive: larger jobs run longer).
+  That correlation can only come from the group part, hence
+  ``|gpu_duration_corr| <= sqrt(1 - run_variance_share)``. :func:`mean_gpu_seconds` gives the
+  exact ``E[gpus x duration]`` the load -> rate conversion needs.
+* **Time limits**: a share ``requested_share`` of jobs gives ``requested_s = duration x
+  max(1, F)`` with ``F`` lognormal (median ``overestimate_median``, log-sigma
+  ``overestimate_sigma``): users over-ask; a job whose draw is below 1 ran into its limit
+  (Slurm's TIMEOUT), so its limit equals its run time. Limits are drawn per job (a real user
+  often reuses one limit for a group; per job keeps durations exact).
+
+Defaults and where they come from (no figure below is taken from a paper unless it says so):
+
+=========================  ========  =======================================================
+parameter                  default   source
+=========================  ========  =======================================================
+``users``                  50        assumption (PAI 2020 had over 1,300 users on 6,742
+                                     GPUs over two months, NSDI'22; a generated trace of a
+                                     few thousand jobs gets fewer)
+``user_skew``              1.0       assumption (Zipf; the Helios artifact plots per-user
+                                     GPU time, no figure is encoded here)
+``recurring_share``        0.6       assumption (PAI's group tags mark repeated instances,
+                                     NSDI'22 studies predicting them; share not encoded)
+``runs_per_group``         5         assumption
+``run_variance_share``     0.1       assumption (runs of a group are predictable: PAI
+                                     NSDI'22, Helios QSSF SC'21; size not encoded)
+``gpu_duration_corr``      0.3       assumption (sign: larger jobs run longer)
+``requested_share``        1.0       Slurm gives every job a limit (Helios, SC'21, logs
+                                     Slurm jobs); Philly and PAI logs carry none: use 0
+``overestimate_median``    4         assumption, with ``overestimate_sigma`` chosen so that
+``overestimate_sigma``     0.7       about 2% of jobs hit their limit: Helios' trace notes
+                                     TIMEOUT is very rare (HeliosData README)
+=========================  ========  =======================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from deepshare.core.errors import DeepShareError
+from deepshare.core.traces.mixes import ModelMix, assign
+
+_STANDARD = NormalDist()
+
+
+def _check(name: str, value: Any, low: float, high: float, *, integer: bool = False) -> None:
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.integer, np.floating))
+    if isinstance(value, bool) or not ok_type or not (math.isfinite(value) and low <= value <= high):
+        raise DeepShareError(f"recurrence model: {name} must be {kind} from {low:g} to {high:g}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RecurrenceModel:
+    """Users, recurring groups, time limits and size-length correlation of a synthetic trace.
+
+    See the module doc for the model and where each default comes from.
+    """
+
+    users: int = 50
+    """Number of users (each group belongs to one)."""
+    user_skew: float = 1.0
+    """Zipf exponent of users' job shares (0: equal shares)."""
+    recurring_share: float = 0.6
+    """Share of jobs that are runs of a recurring group (the rest are one-offs)."""
+    runs_per_group: float = 5.0
+    """Mean runs of a recurring group (at least 2)."""
+    run_variance_share: float = 0.1
+    """Share of the log-duration variance between runs of a group (the rest is between groups)."""
+    gpu_duration_corr: float = 0.3
+    """Correlation of log duration with the GPU count's latent normal (Gaussian copula)."""
+    requested_share: float = 1.0
+    """Share of jobs that give a time limit (``requested_s``)."""
+    overestimate_median: float = 4.0
+    """Median of requested / true duration before the limit is floored at the duration."""
+    overestimate_sigma: float = 0.7
+    """Log-sigma of requested / true duration."""
+
+    def __post_init__(self) -> None:
+        _check("users", self.users, 1, 1_000_000, integer=True)
+        _check("user_skew", self.user_skew, 0, 5)
+        _check("recurring_share", self.recurring_share, 0, 1)
+        _check("runs_per_group", self.runs_per_group, 2, 1_000_000)
+        _check("run_variance_share", self.run_variance_share, 0, 1)
+        _check("gpu_duration_corr", self.gpu_duration_corr, -1, 1)
+        _check("requested_share", self.requested_share, 0, 1)
+        _check("overestimate_median", self.overestimate_median, 1, 1000)
+        _check("overestimate_sigma", self.overestimate_sigma, 0, 5)
+        limit = math.sqrt(1 - self.run_variance_share)
+        if abs(self.gpu_duration_corr) > limit + 1e-12:
+            raise DeepShareError(
+                f"recurrence model: gpu_duration_corr must be within ±sqrt(1 - run_variance_share) = ±{limit:.4g} "
+                f"(GPU counts are per group, so only the group part of a duration can follow them), "
+                f"got {self.gpu_duration_corr!r}; lower gpu_duration_corr or run_variance_share"
+            )
+
+
+@dataclass(frozen=True)
+class JobFeatures:
+    """Per-job draws of the model, in job (arrival) order."""
+
+    gpus: list[int]
+    durations: list[float]
+    models: list[str]
+    users: list[str]
+    groups: list[str]
+    requested: list[float | None]
+
+
+def gpu_quantiles(demand: Mapping[int, float]) -> tuple[list[int], list[float]]:
+    """GPU sizes in increasing order and the standard-normal edges between them.
+
+    A latent ``U`` gives ``sizes[searchsorted(edges, U)]``, which has exactly the demand
+    distribution when ``U`` is standard normal.
+    """
+    sizes = sorted(demand)
+    total = math.fsum(demand.values())
+    cumulative = np.cumsum([demand[g] / total for g in sizes])[:-1]
+    return sizes, [_STANDARD.inv_cdf(min(max(c, 1e-300), 1 - 1e-16)) for c in cumulative]
+
+
+def mean_gpu_seconds(demand: Mapping[int, float], median_s: float, sigma: float, corr: float) -> float:
+    """Exact ``E[gpus x duration]`` when log duration and the GPU latent have correlation ``corr``.
+
+    For ``Z = corr * U + sqrt(1 - corr**2) * W``: ``E[exp(sigma Z); a < U <= b] =
+    exp(sigma**2 / 2) * (Phi(b - sigma corr) - Phi(a - sigma corr))``.
+    """
+    sizes, edges = gpu_quantiles(demand)
+    shift = sigma * corr
+    bounds = [-math.inf, *edges, math.inf]
+    cdf = [0.0 if b == -math.inf else 1.0 if b == math.inf else _STANDARD.cdf(b - shift) for b in bounds]
+    return median_s * math.exp(sigma**2 / 2) * math.fsum(g * (hi - lo) for g, lo, hi in zip(sizes, cdf, cdf[1:]))
+
+
+def _group_of_each_job(n: int, model: RecurrenceModel, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Group index of each job (numbered by first appearance) and the number of groups."""
+    recurring = np.flatnonzero(rng.random(n) < model.recurring_share)
+    label = np.full(n, -1)
+    if len(recurring) >= 2:
+        sizes: list[int] = []
+        p = 1.0 / (model.runs_per_group - 1.0)
+        while sum(sizes) < len(recurring):
+            sizes.extend((1 + rng.geometric(p, size=max(1, len(recurring) // 2))).tolist())
+        cut = int(np.searchsorted(np.cumsum(sizes), len(recurring)))  # the group that reaches the count
+        sizes = sizes[: cut + 1]
+        sizes[-1] -= sum(sizes) - len(recurring)
+        if sizes[-1] == 1:  # a group of one is not recurring: give its run to the previous group
+            last = sizes.pop()
+            sizes[-1] += last
+        owners = np.repeat(np.arange(len(sizes)), sizes)
+        label[recurring[rng.permutation(len(recurring))]] = owners
+    singles = label < 0
+    label[singles] = label.max(initial=-1) + 1 + np.arange(int(singles.sum()))
+    _, first = np.unique(label, return_index=True)  # labels are 0..L-1; first: where each appears first
+    rank = np.argsort(np.argsort(first))  # label -> rank of its first appearance
+    return rank[label], len(first)
+
+
+def draw_features(
+    n: int,
+    model: RecurrenceModel,
+    demand: Mapping[int, float],
+    median_s: float,
+    sigma: float,
+    mix: ModelMix,
+    streams: Sequence[np.random.Generator],
+) -> JobFeatures:
+    """The model's draws for ``n`` jobs from seven streams.
+
+    ``streams``: GPU latents, group medians, models, group structure, users, run spread,
+    time limits (each ingredient its own stream, so changing one leaves the others alone).
+    """
+    gpu_rng, median_rng, model_rng, structure_rng, user_rng, run_rng, limit_rng = streams
+    group, n_groups = _group_of_each_job(n, model, structure_rng)
+    sizes, edges = gpu_quantiles(demand)
+    latent = gpu_rng.standard_normal(n_groups)
+    group_gpus = np.asarray(sizes)[np.searchsorted(edges, latent)]
+    between = math.sqrt(1 - model.run_variance_share)
+    tie = model.gpu_duration_corr / between if between > 0 else 0.0
+    group_z = tie * latent + math.sqrt(max(0.0, 1 - tie**2)) * median_rng.standard_normal(n_groups)
+    run_z = run_rng.standard_normal(n)
+    durations = median_s * np.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z))
+    weights = np.arange(1, model.users + 1, dtype=float) ** -model.user_skew
+    group_user = user_rng.choice(model.users, size=n_groups, p=weights / weights.sum())
+    group_model = assign(n_groups, mix, model_rng)
+    asks = limit_rng.random(n) < model.requested_share
+    factor = model.overestimate_median * np.exp(model.overestimate_sigma * limit_rng.standard_normal(n))
+    requested = durations * np.maximum(1.0, factor)
+    width = len(str(model.users - 1))
+    return JobFeatures(
+        gpus=[int(group_gpus[g]) for g in group],
+        durations=[float(d) for d in durations],
+        models=[group_model[g] for g in group],
+        users=[f"user-{group_user[g]:0{width}d}" for g in group],
+        groups=[f"grp-{g:05d}" for g in group],
+        requested=[float(r) if a else None for r, a in zip(requested, asks)],
+    )

@@ -1,0 +1,174 @@
+"""Loader for Slurm accounting records, as ``sacct`` prints them.
+
+Make the file on a Slurm cluster with (``-S``/``-E`` choose the period; sacct's default is
+since midnight)::
+
+    sacct --parsable2 --allusers -S 2024-01-01 -E 2024-03-01 \\
+          --format=JobID,JobName,User,Submit,Start,End,Elapsed,Timelimit,AllocTRES,State > jobs.txt
+
+That is ``|``-separated text with a header line (``--parsable``, with a ``|`` at each line's
+end, reads the same; fields are never quoted). Required columns: ``JobID``, ``Submit``,
+``AllocTRES`` and ``Elapsed`` (or ``Start`` and ``End``); ``JobName``, ``User``, ``Timelimit`` and
+``State`` are used when present; others are ignored.
+
+* Rows whose ``JobID`` has a dot are job steps (``123.batch``, ``123.extern``, ``123.0``): parts
+  of a job listed on its own row, so they are passed over (``-X`` leaves them out anyway).
+  Array tasks (``123_4``) and heterogeneous components (``123+0``) are jobs of their own.
+* GPUs: from ``AllocTRES`` (``billing=8,cpu=8,gres/gpu=2,gres/gpu:a100=2,mem=64G,node=1``):
+  ``gres/gpu=N`` when present, else the sum of the typed ``gres/gpu:TYPE=N`` entries.
+* Duration: ``Elapsed`` (``[D-]HH:MM:SS``, what Slurm accounts as run time), else ``End`` minus
+  ``Start``. Submit times (ISO dates, ``2024-01-05T10:11:12``) are shifted so the earliest
+  simulated job arrives at t = 0.
+* Features: ``user`` = ``User``; ``requested_s`` = ``Timelimit`` (``UNLIMITED``,
+  ``Partition_Limit``, empty or zero: no limit, None); ``group`` = ``JobName``. Slurm has no
+  recurring-job tag; the job name (``--job-name`` or the batch script's name) is what reruns of
+  one experiment share, and it is what Helios' QSSF (a Slurm cluster, SC'21) matches earlier
+  jobs on, together with the user. Generic names (``bash``, ``interactive``) then group
+  unrelated jobs: policies should key on user and group together.
+
+Times (``Elapsed``, ``Timelimit``) follow Slurm's formats: ``MM``, ``MM:SS``, ``HH:MM:SS``,
+``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS``, seconds possibly with a fraction.
+
+Skipped, with a reason: jobs that have not finished (``State`` other than COMPLETED, FAILED,
+CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, DEADLINE, BOOT_FAIL, REVOKED or
+SPECIAL_EXIT, e.g. PENDING or RUNNING, or an unknown ``End``), jobs without a GPU (CPU jobs,
+and jobs cancelled before they got any) and jobs that ran for no time. The records name no
+models, so they are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in order of the
+kept jobs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deepshare.core.errors import DeepShareError
+from deepshare.core.traces.base import (
+    IdRegistry,
+    Run,
+    Trace,
+    bad,
+    datetime_seconds,
+    is_blank,
+    missing,
+    optional_text,
+    read_csv,
+    text_field,
+    with_drawn_models,
+)
+from deepshare.core.traces.mixes import ModelMix
+
+FORMAT = "slurm"
+REQUIRED = ("JobID", "Submit", "AllocTRES")
+FINISHED = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE",
+     "BOOT_FAIL", "REVOKED", "SPECIAL_EXIT"}
+)
+NO_LIMIT = frozenset({"UNLIMITED", "PARTITION_LIMIT", "NONE", "INFINITE"})
+_LAST = re.compile(r"\d+(?:\.\d+)?")
+_TIME_EXPECTED = "a Slurm time such as '1-02:03:04', '02:03:04' or '03:04'"
+
+
+def slurm_seconds(value: str, loc: str, field: str) -> float:
+    """Seconds of a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    days, dash, rest = value.strip().rpartition("-")
+    parts = rest.split(":")
+    units = ([3600, 60, 1] if dash else {1: [60], 2: [60, 1], 3: [3600, 60, 1]}.get(len(parts), []))[: len(parts)]
+    seconds_last = units[-1:] == [1]
+    if (
+        len(parts) > len(units)
+        or (dash and not days.isdigit())
+        or not all(p.isdigit() for p in parts[:-1])
+        or not _LAST.fullmatch(parts[-1])
+        or ("." in parts[-1] and not seconds_last)
+    ):
+        raise bad(loc, field, _TIME_EXPECTED, value)
+    return (int(days) * 86400 if dash else 0) + sum(float(p) * u for p, u in zip(parts, units))
+
+
+def alloc_gpus(value: str, loc: str) -> int:
+    """GPUs in an ``AllocTRES`` list: ``gres/gpu=N``, else the sum of ``gres/gpu:TYPE=N``."""
+    plain: int | None = None
+    typed = 0
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        key, sep, count = entry.partition("=")
+        if not sep:
+            raise bad(loc, "AllocTRES", "comma-separated 'name=count' entries", value)
+        key = key.strip().lower()
+        if key == "gres/gpu" or key.startswith("gres/gpu:"):
+            if not count.strip().isdigit():
+                raise bad(loc, "AllocTRES", f"a whole number of GPUs in {entry!r}", value)
+            if key == "gres/gpu":
+                plain = int(count)
+            else:
+                typed += int(count)
+    return typed if plain is None else plain
+
+
+def _limit(row: dict[str, str], loc: str) -> float | None:
+    value = row.get("Timelimit")
+    if is_blank(value) or value.strip().upper() in NO_LIMIT:  # type: ignore[union-attr]
+        return None
+    seconds = slurm_seconds(value, loc, "Timelimit")  # type: ignore[arg-type]
+    return seconds if seconds > 0 else None
+
+
+def _run_seconds(row: dict[str, str], loc: str) -> float | None:
+    """Elapsed seconds, else End - Start; None when the job has no end yet."""
+    if "Elapsed" in row and not is_blank(row["Elapsed"]):
+        return slurm_seconds(row["Elapsed"], loc, "Elapsed")
+    if "Start" not in row or "End" not in row:
+        raise missing(loc, "Elapsed", "a run time (or the 'Start' and 'End' columns)")
+    start = datetime_seconds(row["Start"].replace("Unknown", ""), loc, "Start", optional=True)
+    end = datetime_seconds(row["End"].replace("Unknown", ""), loc, "End", optional=True)
+    if start is None or end is None:
+        return None
+    return end - start
+
+
+def _why_skipped(row: dict[str, str], gpus: int, seconds: float | None) -> str | None:
+    state = (row.get("State") or "").split(" ")[0].rstrip("+").upper()
+    if state and state not in FINISHED:
+        return f"not finished (State {state})"
+    if "End" in row and row["End"].strip() in ("Unknown", "None", ""):
+        return "not finished (End unknown)"
+    if gpus == 0:
+        return "no GPU allocated (AllocTRES has no gres/gpu)"
+    if seconds is None:
+        return "not finished (no End)"
+    if seconds <= 0:
+        return "ran for no time"
+    return None
+
+
+def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0, **_: Any) -> Trace:
+    """Jobs of ``sacct --parsable2`` output (models drawn from ``mix``; default: ``random``)."""
+    header, rows = read_csv(text, source, FORMAT, REQUIRED, delimiter="|")
+    if "Elapsed" not in header and not {"Start", "End"} <= set(header):
+        raise DeepShareError(
+            f"{source} line 1: missing column 'Elapsed' (or both 'Start' and 'End') for the {FORMAT} format; "
+            f"the header has: {', '.join(h for h in header if h)}"
+        )
+    ids = IdRegistry()
+    kept: list[Run] = []
+    skipped: list[tuple[str, str]] = []
+    for line, row in rows:
+        loc = f"{source} line {line}"
+        job_id = text_field(row["JobID"], loc, "JobID")
+        if "." in job_id:
+            continue  # a job step
+        ids.add(job_id, loc, f"line {line}")
+        submit = datetime_seconds(row["Submit"], loc, "Submit")
+        gpus = alloc_gpus(row["AllocTRES"], loc)
+        seconds = _run_seconds(row, loc)
+        feats = {
+            "user": optional_text(row.get("User"), loc, "User"),
+            "group": optional_text(row.get("JobName"), loc, "JobName"),
+            "requested_s": _limit(row, loc),
+        }
+        reason = _why_skipped(row, gpus, seconds)
+        if reason is None:
+            kept.append(Run(loc, job_id, gpus, submit, seconds, feats))  # type: ignore[arg-type]
+        else:
+            skipped.append((job_id, f"line {line}: {reason}"))
+    return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

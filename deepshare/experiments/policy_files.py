@@ -1,0 +1,49 @@
+"""Policy files that only the driver has, carried to the machines that run the policy.
+
+A policy spec ``NAME=ARG`` whose ``ARG`` is a file on the driver (``rl-hybrid=runs/x/policy.pt``,
+a learning curve's ``curve/iter_0003.pt``) names a path that a Ray worker on another machine
+does not have. On a cluster the driver reads each such file once (:func:`driver_files`), the
+bytes travel through Ray's object store, and a worker writes them to a file of its own machine
+(:func:`local_spec`) and builds the policy from that copy. The copy's name is the content's hash,
+so every task on a node reuses one file and two different files never share a copy. Results stay
+keyed by the driver's spec; only the policy's own metadata (its ``checkpoint``) names the copy.
+Nothing here looks at a policy's name: any spec whose argument is a driver file is carried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from deepshare.core.atomic import write_bytes_atomic
+from deepshare.core.errors import DeepShareError
+
+COPIES = "deepshare-policy-files"
+"""Folder under the worker's temporary directory that holds the copies."""
+
+
+def driver_files(specs: Iterable[str]) -> dict[str, bytes]:
+    """``{spec: file bytes}`` for every ``NAME=ARG`` spec whose ``ARG`` is a file here."""
+    found = {}
+    for spec in specs:
+        _, sep, arg = spec.partition("=")
+        if sep and arg and Path(arg).is_file():
+            try:
+                found[spec] = Path(arg).read_bytes()
+            except OSError as exc:
+                raise DeepShareError(f"policy {spec}: cannot read {arg} ({exc.strerror or exc})") from None
+    return found
+
+
+def local_spec(spec: str, data: bytes, folder: str | Path | None = None) -> str:
+    """``spec`` with its argument replaced by a copy of ``data`` on this machine (written once,
+    atomically, under ``folder``, by default the temporary directory's :data:`COPIES`)."""
+    base, _, arg = spec.partition("=")
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    copy = Path(folder or Path(tempfile.gettempdir()) / COPIES) / digest / (Path(arg).name or "policy")
+    if not (copy.is_file() and copy.stat().st_size == len(data)):
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(copy, data, "policy file copy")
+    return f"{base}={copy}"

@@ -1,0 +1,57 @@
+"""``--address`` of ``evaluate`` and ``compare``: a bad address is one line and exit 2 before any
+work, and without the flag the commands never import Ray (the local pool, as before)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_run import cli, one_error_line
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+SUITE = "name: h\njobs_per_node: 2\nloads: [1.0]\nmixes: [heavy]\nclusters: [[2, 8]]\ncontention: [profiled]\nseeds: 1\n" \
+        "heuristics: [srsf+packed]\n"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--suite", "tiny"],
+                                     ["evaluate", "--trace", TRACE, "--policies", "srsf+packed"],
+                                     ["compare", "--trace", TRACE]], ids=["suite", "evaluate", "compare"])
+@pytest.mark.parametrize("address, needles", [
+    ("127.0.0.1:{closed}", ["--address 127.0.0.1:", "no Ray cluster answers there", "expected 'auto' or HOST:PORT"]),
+    ("head-without-port", ["--address 'head-without-port'", "expected 'auto' or HOST:PORT"]),
+    ("head:99999", ["--address 'head:99999'", "expected 'auto' or HOST:PORT"]),
+], ids=["unreachable", "no-port", "port-out-of-range"])
+def test_a_bad_address_is_one_line_and_exit_2(capsys, command, address, needles):
+    rc, out, err = cli(capsys, *command, "--address", address.format(closed=closed_port()))
+    assert rc == 2 and out == ""
+    one_error_line(err, *needles)
+
+
+def test_workers_and_address_are_one_or_the_other(capsys):
+    rc, _, err = cli(capsys, "evaluate", "--suite", "tiny", "--workers", "2", "--address", "auto")
+    assert rc == 2
+    one_error_line(err, "--workers", "--address")
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--suite", "SUITE"], ["compare", "--trace", str(TRACE)]],
+                         ids=["suite", "compare"])
+def test_without_address_no_ray_is_imported(tmp_path, command):
+    suite = tmp_path / "h.yaml"
+    suite.write_text(SUITE)
+    args = [str(suite) if a == "SUITE" else a for a in command]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "deepshare", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "deepshare.cli" in imported and not {"ray", "deepshare.experiments.ray_runs"} & imported

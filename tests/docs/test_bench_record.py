@@ -1,0 +1,31 @@
+"""The benchmarks' ``--json`` (``bench/record.py``): figures with their targets and the run's
+provenance, in the form the results page renders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from deepshare.experiments.results_page import bench_section
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def test_a_record_is_json_with_targets_and_provenance(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import it from their own folder
+    from record import Record
+
+    monkeypatch.setattr(sys, "argv", ["simulator.py", "--json", "x.json"])
+    record = Record("simulator", str(tmp_path / "out" / "simulator.json"))
+    record.add("256 jobs", np.float64(0.2), "s", at_most=0.3)  # NumPy values, as the scripts compute them
+    record.add("steps/s per runner", 1500.0, "steps/s", at_least=2000)
+    record.add("exponent", 0.99, "")
+    record.write()
+    doc = json.loads((tmp_path / "out" / "simulator.json").read_text())
+    assert doc["bench"] == "simulator" and doc["provenance"]["command"] == ["python", "simulator.py", "--json", "x.json"]
+    assert [(m["target"], m["met"]) for m in doc["measures"]] == [("<= 0.3", True), (">= 2000", False), (None, None)]
+    section = bench_section("simulator", doc)
+    assert "| 256 jobs | 0.2 s | <= 0.3 | met |" in section and "| steps/s per runner | 1,500 steps/s | >= 2000 | not met |" in section

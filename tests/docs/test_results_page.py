@@ -1,0 +1,81 @@
+"""Results come from runs (issue 29): the results page and the README's headline table are what
+``make results`` renders from the JSON in ``docs/results/``, stamped with each run's date, commit
+and machine; a hand edit fails here."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from deepshare.experiments import results_page
+from deepshare.experiments.results_page import README_END, README_START, main, policy_rows, render_headline
+
+ROOT = Path(__file__).resolve().parents[2]
+PROVENANCE = {"date": "2026-12-02T10:00:00+00:00", "deepshare": "0.1.0", "commit": {"sha": "a" * 40, "dirty": False},
+              "machine": {"system": "Linux 6", "arch": "x86_64", "cpu": "Test CPU", "cpus": 2, "memory_gib": 24.0,
+                          "python": "3.11", "load_average": 0.5}, "command": ["deepshare", "evaluate", "--suite", "quick"]}
+
+
+def _cell(best: str, results: dict[str, float], bound: float, pooled: float) -> dict:
+    return {"best_heuristic": best, "jct_bound_s": bound, "pooled_ideal_s": pooled,
+            "results": {p: {"avg_jct_s": v} for p, v in results.items()}}
+
+
+def _suite() -> dict:
+    cells = [_cell("h1", {"h1": 100.0, "h2": 120.0, "rl": 90.0}, 50.0, 80.0),
+             _cell("h2", {"h1": 220.0, "h2": 200.0, "rl": 210.0}, 100.0, 150.0)]
+    return {"suite": {"name": "quick", "learned": ["rl"]}, "cells": cells, "heuristic_wins": {"h1": 1, "h2": 1},
+            "summary": {"rl": {"cells_won": 1}}, "provenance": PROVENANCE,
+            "room": {"geomean_room": 0.5, "min_room": 0.5, "max_room": 0.5, "geomean_best_over_pooled": 1.29,
+                     "max_best_over_pooled": 1.33}}
+
+
+def test_policy_rows_are_ratios_to_each_cells_best_heuristic() -> None:
+    rows = {r["policy"]: r for r in policy_rows(_suite())}
+    assert rows["rl"]["geomean"] == pytest.approx(math.sqrt(0.9 * 1.05)) and rows["rl"]["worst"] == pytest.approx(1.05)
+    assert rows["h1"]["geomean"] == pytest.approx(math.sqrt(1.0 * 1.1)) and rows["h1"]["won"] == 1
+    assert rows["rl"]["over_bound"] == pytest.approx(math.sqrt(1.8 * 2.1)) and rows["rl"]["learned"]
+    assert [r["policy"] for r in policy_rows(_suite())] == ["rl", "h1", "h2"]
+
+
+def test_generation_stamps_the_run_and_check_catches_a_hand_edit(tmp_path: Path) -> None:
+    runs = tmp_path / "runs" / "suite"
+    runs.mkdir(parents=True)
+    (runs / "quick.json").write_text(json.dumps(_suite()))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{README_START}\nold figures\n{README_END}\n\nrest\n")
+    args = ["--suites", str(runs), "--data", str(tmp_path / "data"), "--page", str(tmp_path / "results.md"),
+            "--readme", str(readme), "--demo", str(tmp_path / "no-demo")]
+    assert main(args) == 0
+    page, text = (tmp_path / "results.md").read_text(), readme.read_text()
+    assert "### `quick` (2 cells)" in page and "`aaaaaaaaaaaa`" in page and "2 x Test CPU" in page
+    assert "run 2026-12-02 10:00:00 UTC" in page and "load average 0.5 at start" in page
+    assert "old figures" not in text and "| `rl` | 0.972 | 1.050 | 1 |" in text and text.endswith("\n\nrest\n")
+    assert (tmp_path / "data" / "suite" / "quick.json").is_file()
+    assert main([*args, "--check"]) == 0
+    (tmp_path / "results.md").write_text(page.replace("0.972", "0.950"))  # a figure typed in by hand
+    assert main([*args, "--check"]) == 1
+
+
+def test_a_broken_file_never_replaces_good_data(tmp_path: Path) -> None:
+    source, target = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    target.mkdir()
+    (target / "quick.json").write_text("{}")
+    (source / "quick.json").write_text("{not json")
+    with pytest.raises(json.JSONDecodeError):
+        results_page.collect(source, target)
+    assert (target / "quick.json").read_text() == "{}"
+
+
+def test_no_suite_yet_says_how_to_make_one() -> None:
+    assert "make suites" in render_headline({})
+
+
+def test_the_committed_results_page_and_readme_match_their_data() -> None:
+    """docs/results.md and README.md's headline block are exactly what docs/results/ gives."""
+    assert main(["--check", "--data", str(ROOT / "docs" / "results"), "--page", str(ROOT / "docs" / "results.md"),
+                 "--readme", str(ROOT / "README.md")]) == 0
