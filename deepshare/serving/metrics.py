@@ -191,9 +191,10 @@ class ServiceMetrics:
             self.errors.inc(1, {"kind": _kind(status)})
 
     def deciding(self, delta: int) -> None:
-        """``delta`` placement requests started (+1) or finished (-1) deciding."""
+        """``delta`` placement requests started (+1) or finished (-1) deciding. The gauge itself is
+        set by :meth:`refresh_gauges` (every second): Ray exports it every report interval
+        anyway, so setting it on every request would only add to each request's time."""
         self._deciding += delta
-        self.in_flight.set(self._deciding)
 
     def decided(self, outcome: str, seconds: float) -> None:
         self.decision_latency.observe(seconds, {"outcome": outcome})

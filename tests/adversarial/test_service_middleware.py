@@ -228,6 +228,7 @@ def test_gauges_are_set_again_so_rays_agent_keeps_them():
     metrics.deciding(+1)
     metrics.deciding(-1)
     in_flight = next(i for i in vars(metrics).values() if isinstance(i, Recorded) and i.spec.name.endswith("in_flight"))
+    assert sample(metrics, "deepshare_serve_decisions_in_flight") == 0  # not set per request
     in_flight.values.clear()  # what the agent does to a gauge nobody set for two report intervals
     metrics.refresh_gauges()
     assert sample(metrics, "deepshare_serve_decisions_in_flight") == 1
