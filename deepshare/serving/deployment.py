@@ -43,7 +43,7 @@ class PlacementService:
         self.settings = ServiceSettings.model_validate(settings)
         self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
         self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
-        self.metrics.keep_gauges()  # Ray's agent drops gauges that are not set again
+        self.metrics.report_every()  # hands the totals to Ray once a second, off the request path
         self.workers = DecisionWorkers(self.settings.decision_threads)
         scorer = self.engine.batch_scorer
         self.score: Batcher[dict[str, np.ndarray], np.ndarray] | None = None

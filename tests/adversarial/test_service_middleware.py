@@ -40,10 +40,12 @@ def recorded_metrics() -> ServiceMetrics:
     return ServiceMetrics("p", 0.0, instrument=Recorded)
 
 
-def sample(metrics: ServiceMetrics, name: str, **tags: str):
-    """The value (or the observations) of one series of ``name`` (a MetricSpec name), or None."""
-    instrument = next(i for i in vars(metrics).values() if isinstance(i, Recorded) and i.spec.name == name)
-    return instrument.values.get(tuple(sorted(tags.items())))
+def sample(metrics: ServiceMetrics, name: str, flush: bool = True, **tags: str):
+    """The value (or the observations) of one series of ``name`` (a MetricSpec name) once the
+    replica's totals are handed over (``flush``), or None."""
+    if flush:
+        metrics.flush()
+    return metrics.made[name].values.get(tuple(sorted(tags.items())))
 
 
 def scope(path: str = "/v1/placements", method: str = "POST", headers: dict[bytes, bytes] | None = None) -> dict:
@@ -222,25 +224,46 @@ def test_every_error_kind_and_action_starts_at_zero_and_gauges_have_values():
     assert sample(metrics, "deepshare_serve_policy_load_seconds", policy="rl-hybrid") == 1.5
 
 
-def test_gauges_are_set_again_so_rays_agent_keeps_them():
+def test_the_request_path_only_adds_up_and_a_flush_hands_totals_and_gauges_to_ray():
+    """Nothing reaches Ray's instruments until a flush; then counters get one increment per series
+    with the total, histograms every observation, and every gauge its current value again (Ray's
+    agent drops a gauge nobody set for two report intervals)."""
     metrics = recorded_metrics()
+    requests_total = metrics.made["deepshare_serve_requests"]
+    in_flight = metrics.made["deepshare_serve_decisions_in_flight"]
+    for _ in range(3):
+        metrics.observe("/v1/placements", "POST", 200, 0.002)
     metrics.deciding(+1)
     metrics.deciding(+1)
     metrics.deciding(-1)
-    in_flight = next(i for i in vars(metrics).values() if isinstance(i, Recorded) and i.spec.name.endswith("in_flight"))
-    assert sample(metrics, "deepshare_serve_decisions_in_flight") == 0  # not set per request
-    in_flight.values.clear()  # what the agent does to a gauge nobody set for two report intervals
-    metrics.refresh_gauges()
-    assert sample(metrics, "deepshare_serve_decisions_in_flight") == 1
-    thread = metrics.keep_gauges(every_s=0.01)
+    metrics.decided("ok", 0.001)
+    metrics.count_decisions({"place": 2, "wait": 0})
+    assert requests_total.values == {} and in_flight.values == {(): 0}  # only the first flush so far
     in_flight.values.clear()
+    metrics.flush()
+    assert sample(metrics, "deepshare_serve_requests", flush=False, route="/v1/placements", method="POST", code="200") == 3
+    assert sample(metrics, "deepshare_serve_request_duration_seconds", flush=False, route="/v1/placements") == [0.002] * 3
+    assert sample(metrics, "deepshare_serve_decision_duration_seconds", flush=False, outcome="ok") == [0.001]
+    assert sample(metrics, "deepshare_serve_decisions", flush=False, action="place") == 2
+    assert sample(metrics, "deepshare_serve_decisions", flush=False, action="wait") == 0  # its zero start only
+    assert sample(metrics, "deepshare_serve_decisions_in_flight", flush=False) == 1
+    metrics.flush()  # nothing new: the totals are not handed over twice
+    assert sample(metrics, "deepshare_serve_requests", flush=False, route="/v1/placements", method="POST", code="200") == 3
+
+
+def test_the_reporting_thread_flushes_until_closed():
+    metrics = recorded_metrics()
+    thread = metrics.report_every(every_s=0.01)
+    metrics.observe("/healthz", "GET", 200, 0.001)
     deadline = time.monotonic() + 5
-    while sample(metrics, "deepshare_serve_decisions_in_flight") is None:
+    while sample(metrics, "deepshare_serve_requests", flush=False, route="/healthz", method="GET", code="200") is None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    metrics.close()
+    metrics.observe("/healthz", "GET", 200, 0.001)
+    metrics.close()  # stops the thread and hands over the rest
     thread.join(5)
     assert not thread.is_alive()
+    assert sample(metrics, "deepshare_serve_requests", flush=False, route="/healthz", method="GET", code="200") == 2
 
 
 def test_batch_size_buckets_make_rays_rebuilt_sum_exact_up_to_16():
