@@ -31,11 +31,14 @@ LABEL org.opencontainers.image.title="deepshare" \
       org.opencontainers.image.description="Network-contention-aware scheduling of distributed deep-learning jobs on Ray" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# The Ray image's own non-root user (uid 1000, group users = 100) owns its Python environment.
-USER ray
+# The Ray image's own non-root user `ray` (uid 1000, group users = 100) owns its Python
+# environment. Numeric, not the name: Kubernetes can only check `runAsNonRoot: true` against a
+# numeric USER (with a name the kubelet refuses to start the pod).
+USER 1000:100
 WORKDIR /home/ray/deepshare
 
-COPY --chown=1000:100 pyproject.toml README.md ./
+# Everything pyproject.toml names (readme, license-files) must be in the build context of `pip install .`.
+COPY --chown=1000:100 pyproject.toml README.md LICENSE ./
 COPY --chown=1000:100 deepshare ./deepshare
 COPY --chown=1000:100 serve ./serve
 COPY --chown=1000:100 rllib_configs ./rllib_configs

@@ -21,13 +21,18 @@ request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it meas
 
 then prints the service over the Serve floor (p50 and p99 sequential, 8-client throughput) next
 to issue 14's targets, the HTTP overhead over the in-process floor, the scorer batch sizes the
-service saw (from /metrics) and the load average. Figures only: nothing here asserts a speed.
+service saw and the time its requests spent in the replica (both from the service's metrics, read
+from the private Ray instance's metrics agent, where the replicas record them; replicas report
+every 10 s, Ray's default, and each reading waits until the figures stop moving; the in-replica time is
+a histogram mean, which Ray rebuilds from bucket midpoints, so it is approximate) and the load average.
+Figures only: nothing here asserts a speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -177,22 +182,45 @@ def cpu_breakdown(label: str, cpu: dict[str, float]) -> str:
     return f"{'':30s} {label:22s} CPU ms/request: " + ", ".join(parts) + f"; all {sum(cpu.values()):.2f}"
 
 
-def batch_sizes(url: str, token: str | None) -> tuple[float, float]:
-    text = session(token).get(url + "/metrics", timeout=10).text
-    found = {m.group(1): float(m.group(2)) for m in re.finditer(r"deepshare_serve_scorer_batch_size_(sum|count) (\S+)", text)}
-    return found.get("sum", 0.0), found.get("count", 0.0)
+REPORT_INTERVAL_MS = 10_000
+"""How often the replicas send their metrics to Ray's agent: Ray's default, left as it is, since
+every Ray process exports that often and a shorter interval costs CPU the service's latency
+would show (each reading here waits for one and a half of them)."""
 
 
-def replica_seconds(url: str, token: str | None) -> tuple[float, float]:
+def _summed(metrics_url: str | None, pattern: str) -> tuple[float, float]:
+    """(sum, count) of the samples ``pattern``'s group 1 names, over every series (replica), once
+    two readings a report interval and a half apart agree; (nan, nan) without a metrics URL."""
+    if metrics_url is None:
+        return math.nan, math.nan
+
+    def read() -> tuple[float, float]:
+        found = {"sum": 0.0, "count": 0.0}
+        for m in re.finditer(pattern, requests.get(metrics_url, timeout=10).text, re.MULTILINE):
+            found[m.group(1)] += float(m.group(2))
+        return found["sum"], found["count"]
+
+    value, deadline = read(), time.monotonic() + 4 * REPORT_INTERVAL_MS / 1000
+    while time.monotonic() < deadline:
+        time.sleep(1.5 * REPORT_INTERVAL_MS / 1000)
+        now = read()
+        if now == value:
+            break
+        value = now
+    return value
+
+
+def batch_sizes(metrics_url: str | None) -> tuple[float, float]:
+    return _summed(metrics_url, r"^ray_deepshare_serve_scorer_batch_size_(sum|count)\{.*\} (\S+)$")
+
+
+def replica_seconds(metrics_url: str | None) -> tuple[float, float]:
     """(sum, count) of the service's own request durations for /v1/placements (from its outermost
     middleware to its answer: the part of a request's time spent in the replica's app)."""
-    text = session(token).get(url + "/metrics", timeout=10).text
-    found = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'deepshare_serve_request_duration_seconds_(sum|count)\{route="/v1/placements"\} (\S+)', text)}
-    return found.get("sum", 0.0), found.get("count", 0.0)
+    return _summed(metrics_url, r'^ray_deepshare_serve_request_duration_seconds_(sum|count)\{.*route="/v1/placements".*\} (\S+)$')
 
 
-def serve_pair(policy: str, port: int) -> None:
+def serve_pair(policy: str, port: int, metrics_port: int) -> None:
     """(Subprocess) The placement service at ``/`` and the floors at ``/floor`` and ``/fastapi-floor`` on one
     private loopback Ray instance and one proxy, until SIGTERM."""
     from fastapi import FastAPI
@@ -223,7 +251,7 @@ def serve_pair(policy: str, port: int) -> None:
         """The same answer from a one-route FastAPI app (``@serve.ingress``, as the service is)."""
 
     stop = threading.Event()
-    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
@@ -241,16 +269,22 @@ def serve_pair(policy: str, port: int) -> None:
         ray.shutdown()
 
 
-@contextmanager
-def started_service(policy: str, token: str | None) -> Iterator[str]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+@contextmanager
+def started_service(policy: str, token: str | None) -> Iterator[tuple[str, str]]:
+    """(service URL, its Ray instance's metrics URL) of a ``--serve-pair`` subprocess."""
+    port, metrics_port = free_port(), free_port()
     env = dict(os.environ, RAY_TMPDIR=tempfile.mkdtemp(prefix="ray-"))
     if token:
         env["DEEPSHARE_SERVE_TOKEN"] = token
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--serve-pair", str(port), "--policy", policy],
+        [sys.executable, os.path.abspath(__file__), "--serve-pair", str(port), "--metrics-port", str(metrics_port),
+         "--policy", policy],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -265,7 +299,7 @@ def started_service(policy: str, token: str | None) -> Iterator[str]:
                 except requests.RequestException:
                     pass
                 time.sleep(0.5)
-        yield url
+        yield url, f"http://127.0.0.1:{metrics_port}/metrics"
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -283,9 +317,10 @@ def verdict(ratio: float, target: float, at_most: bool) -> str:
     return f"{ratio:5.2f}x  (target {'<=' if at_most else '>='} {target:g}x: {'met' if ok else 'NOT met'})"
 
 
-def run(url: str, floors: dict[str, str], args: argparse.Namespace) -> None:
+def run(url: str, metrics_url: str | None, floors: dict[str, str], args: argparse.Namespace) -> None:
     """``floors``: label -> URL of each trivial app measured beside the service (the first is the
-    Serve floor the targets refer to)."""
+    Serve floor the targets refer to); ``metrics_url``: the Ray metrics agent the service's
+    replicas report to (None: no in-replica time or batch sizes)."""
     cases = {"small (4 nodes, 3 pending)": small_request(), "large (64 nodes, 64 pending)": large_request()}
     cases = {name: request for name, request in cases.items() if name.split()[0] in args.cases}
     print(f"policy {args.policy}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at start; "
@@ -301,9 +336,9 @@ def run(url: str, floors: dict[str, str], args: argparse.Namespace) -> None:
         idle = floor(args.policy, body, args.sequential, IDLE_S)
         print(f"{'':30s} {f'in-process, {IDLE_S * 1e3:g} ms idle':22s} {'':>8s} {'':>12s} {ms(pct(idle, .5)):>8s} "
               f"{ms(pct(idle, .99)):>8s}   (each call after a {IDLE_S * 1e3:g} ms sleep)")
-        before = replica_seconds(url, args.token)
+        before = replica_seconds(metrics_url)
         seqs = side_by_side([url] + urls, body, args.sequential, args.token)
-        after = replica_seconds(url, args.token)
+        after = replica_seconds(metrics_url)
         in_app = (after[0] - before[0]) / max(1.0, after[1] - before[1])
         seq = seqs[0]
         for label, fl in zip(labels, seqs[1:]):
@@ -329,9 +364,9 @@ def run(url: str, floors: dict[str, str], args: argparse.Namespace) -> None:
                 summary.append(f"{name}: sequential p50 over the {label} {pct(seq, .5) / pct(other, .5):5.2f}x (no target)")
         for clients in args.clients:
             against = urls if clients == 8 else []
-            before = batch_sizes(url, args.token)
+            before = batch_sizes(metrics_url)
             runs, cpu = concurrent_side_by_side([url] + against, body, clients, args.requests, args.token)
-            after = batch_sizes(url, args.token)
+            after = batch_sizes(metrics_url)
             for label, (fwall, ftimes, ferrors) in zip(labels, runs[1:]):
                 print(f"{'':30s} {f'{label} {clients} x {len(ftimes)}':22s} {len(ftimes) / fwall:8.0f} {'':>12s} "
                       f"{ms(pct(ftimes, .5)):>8s} {ms(pct(ftimes, .99)):>8s} {ferrors:6d}")
@@ -372,20 +407,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level (default 2000)")
     parser.add_argument("--cases", type=lambda s: s.split(","), default=["small", "large"], help="default small,large")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[8, 32], help="default 8,32")
+    parser.add_argument("--metrics-url", help="with --url: the Ray metrics agent its replicas report to (.../metrics)")
     parser.add_argument("--serve-pair", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
     add_json_flag(parser)
     args = parser.parse_args()
     if args.serve_pair:
-        serve_pair(args.policy, args.serve_pair)
+        serve_pair(args.policy, args.serve_pair, args.metrics_port)
         return
     args.record = Record("serve_load", args.json)
     if args.url:
-        run(args.url.rstrip("/"), {SERVE_FLOOR: args.floor_url.rstrip("/")} if args.floor_url else {}, args)
+        run(args.url.rstrip("/"), args.metrics_url, {SERVE_FLOOR: args.floor_url.rstrip("/")} if args.floor_url else {}, args)
     else:
         args.token = args.token or "bench-token-0123"
-        with started_service(args.policy, args.token) as url:
+        with started_service(args.policy, args.token) as (url, metrics_url):
             floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX}
-            run(url, floors if args.floor_app else {}, args)
+            run(url, metrics_url, floors if args.floor_app else {}, args)
     args.record.write()
 
 

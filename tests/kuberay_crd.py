@@ -25,6 +25,14 @@ import jsonschema
 
 CRDS = Path(__file__).resolve().parent.parent / "deploy" / "kuberay" / "crds"
 SCHEMAS = {"RayCluster": "raycluster.v1.schema.json", "RayService": "rayservice.v1.schema.json"}
+DEPRECATED = {
+    ("RayService", "spec.serviceUnhealthySecondThreshold"): "not used anymore (KubeRay issue 1685)",
+    ("RayService", "spec.deploymentUnhealthySecondThreshold"): "not used anymore (KubeRay issue 1685)",
+}
+"""Fields the CRDs still accept but KubeRay v1.7.0 ignores: its Go types
+(``ray-operator/apis/ray/v1/rayservice_types.go``) mark them ``// Deprecated: This field is not
+used anymore``, which controller-gen does not carry into the schema, so :func:`errors` cannot
+see them; :func:`deprecated` lists them from this table."""
 
 
 def strict(schema: Any) -> Any:
@@ -79,3 +87,15 @@ def errors(manifest: dict[str, Any]) -> list[str]:
         return [f"apiVersion: expected ray.io/v1, got {manifest.get('apiVersion')!r}"]
     found = validator(kind).iter_errors(manifest)
     return sorted(f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in found)
+
+
+def deprecated(manifest: dict[str, Any]) -> list[str]:
+    """The fields of :data:`DEPRECATED` that ``manifest`` sets, each with why it should not."""
+    found = []
+    for (kind, dotted), why in DEPRECATED.items():
+        node: Any = manifest if manifest.get("kind") == kind else None
+        for key in dotted.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            found.append(f"{dotted}: {why}")
+    return found

@@ -1,13 +1,20 @@
 """A real ``deepshare serve`` subprocess on a free loopback port, for the module-scoped fixtures of
-``test_serving_http.py`` and ``adversarial/test_service_http.py`` (one service per module)."""
+``test_serving_http.py``, ``test_serving_replicas.py`` and ``adversarial/test_service_http.py``
+(one service per module), and reading its metrics from the private Ray instance's metrics agent.
+
+The service runs with ``RAY_metrics_report_interval_ms`` = :data:`REPORT_INTERVAL_MS`, so what a
+replica records reaches the agent within about a second (Ray's default is 10 s); tests still
+poll (:func:`metric_settles_at`), never read once."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +31,55 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+REPORT_INTERVAL_MS = 1000
+"""How often each replica sends its metrics to the agent in these tests (Ray floors it at 1 s)."""
+
+
 @dataclass
 class ServeProcess:
     url: str
     port: int
     proc: subprocess.Popen
     log: Path
+    metrics_url: str
+    """The private Ray instance's metrics agent (``--metrics-port``): ``.../metrics``."""
+
+
+def scrape(metrics_url: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of one scrape as ``(name, labels, value)`` (Prometheus' text format)."""
+    import requests
+
+    samples = []
+    for line in requests.get(metrics_url, timeout=10).text.splitlines():
+        match = re.fullmatch(r"([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if match and not line.startswith("#"):
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
+            samples.append((match.group(1), labels, float(match.group(3))))
+    return samples
+
+
+def metric(metrics_url: str, name: str, **labels: str) -> float:
+    """The sum of ``name`` over every series whose labels include ``labels`` (all replicas)."""
+    return sum(v for n, have, v in scrape(metrics_url) if n == name and all(have.get(k) == w for k, w in labels.items()))
+
+
+def metric_settles_at(metrics_url: str, name: str, expected: float, timeout: float = 30.0, **labels: str) -> float:
+    """Poll until ``metric(...)`` equals ``expected`` (replicas report every second); its last value."""
+    deadline = time.monotonic() + timeout
+    while (value := metric(metrics_url, name, **labels)) != expected and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return value
+
+
+def settled(metrics_url: str, name: str, quiet_s: float = 2.5 * REPORT_INTERVAL_MS / 1000, **labels: str) -> float:
+    """``metric(...)`` once it stopped changing for ``quiet_s`` (everything recorded so far reported)."""
+    value, since = metric(metrics_url, name, **labels), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.25)
+        now = metric(metrics_url, name, **labels)
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
 
 
 @contextmanager
@@ -37,11 +87,13 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
     """Start ``deepshare serve --port P FLAGS`` with ``$DEEPSHARE_SERVE_TOKEN=token`` and its own
     ``RAY_TMPDIR``; yield once it answers; SIGTERM it afterwards (killed after 60 s) unless a
     test already stopped it. A service that does not come up fails the test with its log's tail."""
-    port = free_port()
-    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=token, RAY_TMPDIR=str(tmp_path_factory.mktemp("ray")))
+    port, metrics_port = free_port(), free_port()
+    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=token, RAY_TMPDIR=str(tmp_path_factory.mktemp("ray")),
+               RAY_metrics_report_interval_ms=str(REPORT_INTERVAL_MS))
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "deepshare", "serve", "--port", str(port), *flags],
+        proc = subprocess.Popen([sys.executable, "-m", "deepshare", "serve", "--port", str(port),
+                                 "--metrics-port", str(metrics_port), *flags],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -50,7 +102,7 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
         proc.kill()
         pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
     try:
-        yield ServeProcess(url, port, proc, log)
+        yield ServeProcess(url, port, proc, log, f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -87,6 +87,9 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
             f" whole --interval {args.interval:g} samples), or nodes turn stale between reports"
         )
     config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after)
+    warning = metrics_exposure_warning(args.metrics_host) if args.metrics_port is not None else None
+    if warning:
+        print_line(err, warning)
     if not _joined(args.address, err):
         return EXIT_RUNTIME
     try:
@@ -108,6 +111,17 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
             raise DeepShareError(f"--metrics-port {args.metrics_port}: cannot serve metrics ({_cause(exc)})") from None
         print_line(out, f"Prometheus metrics at http://{args.metrics_host}:{port}/metrics on the monitor's node")
     return 0
+
+
+def metrics_exposure_warning(host: str) -> str | None:
+    """The one-line warning for a non-loopback ``--metrics-host`` (what is exposed), or None on
+    loopback; like ``serve`` and ``scheduler start`` say for their ``--host``."""
+    from deepshare.infra.httpauth import is_loopback
+
+    if is_loopback(host.strip("[]")):
+        return None
+    return (f"warning: --metrics-host {host} serves every node's link and GPU metrics (node names, link and GPU "
+            "load) to the network, without a token or TLS: keep the port behind a firewall or a trusted network")
 
 
 def _joined(address: str, err: Any) -> bool:

@@ -15,7 +15,6 @@ Clients find the scheduler by ``--url``, else the URL the scheduler wrote to
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
@@ -25,6 +24,7 @@ from typing import Any
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.args import non_negative_int, number, port_number, positive_float, positive_int, print_line
 from deepshare.cli.help import command
+from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 
 DEFAULT_STATE = ".deepshare/scheduler"
@@ -110,7 +110,7 @@ def _client(args: argparse.Namespace) -> Any:
     if url is None:
         info = Path(args.state) / "scheduler.json"
         try:
-            url = json.loads(info.read_text(encoding="utf-8"))["url"]
+            url = load_json(info.read_text(encoding="utf-8"), str(info), "the scheduler's URL")["url"]
         except FileNotFoundError:
             raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:

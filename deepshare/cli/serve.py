@@ -42,6 +42,8 @@ def count(high: int):  # noqa: ANN201 - an argparse type
 
 READY_LINE = "placement service ready"
 """Printed once the HTTP endpoint answers (scripts and tests wait for it)."""
+METRICS_LINE = "metrics"
+"""Starts the line after :data:`READY_LINE` that says where Prometheus scrapes the metrics."""
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -49,8 +51,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         sub, "serve", "host a policy as an HTTP placement service (Ray Serve) until SIGTERM/SIGINT",
         "deepshare serve --policy rl-hybrid --port 8000",
         "deepshare serve --policy srsf+packed --host 0.0.0.0 --replicas 2",
-        details="Serve POST /v1/placements, GET /v1/policy, /healthz, /metrics and /docs. "
-        f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set.",
+        details="Serve POST /v1/placements, GET /v1/policy, /healthz and /docs. "
+        f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set. "
+        "Metrics (ray_deepshare_serve_*, summed over replicas) come from Ray's metrics agent: the line after "
+        "the ready line names its URL.",
     )
     p.add_argument("--policy", default="rl-hybrid", metavar="POLICY",
                    help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, "
@@ -73,6 +77,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--decision-threads", type=count(64), default=4, metavar="N",
                    help="decisions one replica runs at once; more wait their turn within their deadline (default 4)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
+    p.add_argument("--metrics-port", type=listen_port, default=None, metavar="P",
+                   help="Prometheus port of the private Ray instance's metrics agent, on 127.0.0.1 (default: a free "
+                   "port, printed at start; not with --address, where each node exports on its own "
+                   "--metrics-export-port)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -102,6 +110,11 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
     if warning:
         err.print(warning, markup=False, highlight=False, soft_wrap=True)
     _check_port_free(args.host, args.port)
+    if args.metrics_port is not None:
+        if args.address:
+            raise DeepShareError("--metrics-port: only for the private Ray instance; with --address each node "
+                                 "exports metrics on its own `ray start --metrics-export-port`")
+        _check_port_free("127.0.0.1", args.metrics_port, "--metrics-port")
     if args.address and args.address != "auto":
         from deepshare.agents.deploy import check_reachable
 
@@ -121,7 +134,8 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
             if args.address:
                 ray.init(address=args.address, log_to_driver=False)
             else:  # a private instance: loopback only
-                init_local_ray(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False)
+                init_local_ray(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False,
+                               **({"_metrics_export_port": args.metrics_port} if args.metrics_port else {}))
             # After ray.init, which installs its own fatal-signal handlers over any set before.
             previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
             serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
@@ -138,6 +152,7 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
             f"({args.replicas} replica(s); API docs at /docs){' with a bearer token' if token else ''}",
             markup=False, highlight=False,
         )
+        out.print(metrics_line(None if args.address else _local_metrics_port()), markup=False, highlight=False)
         stop.wait()
         out.print("stopping the placement service", markup=False, highlight=False)
     finally:
@@ -159,11 +174,27 @@ def exposure_warning(host: str, has_token: bool) -> str | None:
     if is_loopback(host.strip("[]")):
         return None
     guard = ("token-protected but without TLS (put a TLS proxy in front)" if has_token
-             else f"WITHOUT a token (set ${TOKEN_ENV}): anyone who can reach it asks for decisions and reads /v1/policy and /metrics")
+             else f"WITHOUT a token (set ${TOKEN_ENV}): anyone who can reach it asks for decisions and reads /v1/policy")
     return f"warning: --host {host} serves placement decisions to the network, {guard}"
 
 
-def _check_port_free(host: str, port: int) -> None:
+def metrics_line(port: int | None) -> str:
+    """Where Prometheus scrapes the service's metrics: the private instance's metrics agent on
+    ``port``, or (``None``, a cluster) every node's agent."""
+    where = (f"http://127.0.0.1:{port}/metrics" if port is not None
+             else "each Ray node's metrics agent (its `ray start --metrics-export-port`)")
+    return (f"{METRICS_LINE}: {where} (the service's ray_deepshare_serve_* beside Ray Serve's ray_serve_*, "
+            "per replica; Ray sends them there every 10 s)")
+
+
+def _local_metrics_port() -> int:
+    import ray
+
+    (node,) = ray.nodes()  # the private instance has one node
+    return int(node["MetricsExportPort"])
+
+
+def _check_port_free(host: str, port: int, flags: str | None = None) -> None:
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
@@ -172,4 +203,4 @@ def _check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             reason = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-            raise DeepShareError(f"--host {host} --port {port}: cannot bind ({reason})") from None
+            raise DeepShareError(f"{flags or f'--host {host} --port'} {port}: cannot bind ({reason})") from None

@@ -159,12 +159,12 @@ def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
 
 def _preset_topology(text: str, source: str) -> Topology:
     """A shipped preset, built from plain values when :func:`plain_topology` accepts it (every shipped one), else through :func:`parse_topology` (same result, or its errors)."""
-    import yaml
+    from deepshare.core.documents import load_yaml
 
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raw = None
+        raw = load_yaml(text, source)
+    except DeepShareError:
+        raw = None  # parse_topology names the error
     topology = plain_topology(raw)
     return topology if topology is not None else parse_topology(text, source)
 

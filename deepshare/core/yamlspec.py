@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 
 if TYPE_CHECKING:
@@ -27,14 +28,11 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def parse_yaml_model(text: str, model: type[M], source: str, expected: str) -> M:
-    """``text`` as YAML, validated as ``model``; ``expected`` says what the top level should hold."""
-    import yaml
+    """``text`` as YAML (through the guarded :func:`~deepshare.core.documents.load_yaml`), validated
+    as ``model``; ``expected`` says what the top level should hold."""
     from pydantic import ValidationError
 
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DeepShareError(f"{source}: not valid YAML ({exc})") from None
+    raw = load_yaml(text, source, f"a mapping with {expected}")
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a mapping with {expected}, got {type(raw).__name__}")
     try:

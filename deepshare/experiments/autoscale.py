@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
 from deepshare.core.autoscaling import AUTOSCALERS, AutoscaleReport, AutoscaleSpec, parse_autoscale_spec, simulate_autoscaled
+from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 from deepshare.experiments.scenario import Scenario
@@ -18,10 +17,7 @@ def load_config(path: str | Path) -> AutoscaleSpec:
     """An autoscaling spec, or a Ray cluster YAML / KubeRay manifest turned into one."""
     p = Path(path)
     text = read_config_text(p, "file", label=f"--config {p}")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raw = None  # the spec parser names the YAML error
+    raw = load_yaml(text, f"--config {p}", "an autoscaling spec, a Ray cluster YAML or a RayCluster manifest")
     if isinstance(raw, dict) and ("provider" in raw or "kind" in raw or "apiVersion" in raw):
         from deepshare.raycluster.cluster_yaml import parse_cluster_yaml, to_autoscale_spec
 

@@ -90,9 +90,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def token_matches(given: bytes | None, expected: bytes) -> bool:
-    """Constant-time comparison of an ``Authorization`` header with ``Bearer TOKEN``."""
-    return hmac.compare_digest(given or b"", expected)
+def token_matches(given: bytes | None, token: bytes) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer TOKEN``: the scheme in any case (HTTP's
+    schemes are case-insensitive, RFC 9110 11.1: ``bearer`` and ``BEARER`` are the same scheme)
+    and one or more spaces before the token, which is compared in constant time."""
+    scheme, _, credentials = (given or b"").partition(b" ")
+    return hmac.compare_digest(credentials.lstrip(b" "), token) and scheme.lower() == b"bearer"
 
 
 class RequireToken:
@@ -103,7 +106,7 @@ class RequireToken:
                  error: ErrorBody = detail_body) -> None:
         self.app, self.error = app, error
         self.open_paths = frozenset(open_paths)
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.expected is None or scope["type"] != "http" or scope.get("path") in self.open_paths:
@@ -149,6 +152,12 @@ class AllowHosts:
     Accepted: ``localhost`` and loopback IPs, the address the service is bound to, the names in
     ``allowed``, and, when bound to a non-loopback address, any IP literal (an IP cannot be a
     rebinding name). Anything else, or no ``Host`` at all, is refused.
+
+    Why not Starlette's ``TrustedHostMiddleware`` (checked against Starlette 1.10): it matches
+    exact names and ``*.domain`` patterns only, so it cannot accept "any IP literal" (how clients
+    and Prometheus reach a scheduler bound to 0.0.0.0 by the machine's address, which the
+    scheduler cannot list) nor the loopback range, and it answers 400 ``text/plain`` "Invalid host
+    header" where this answers 403 in the service's own error shape, naming ``--allowed-host``.
     """
 
     def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body) -> None:

@@ -63,14 +63,19 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
 
     ``torch.load(weights_only=True)``: tensors, numbers, strings, lists, tuples and dicts, never
     a pickled callable, so a crafted file cannot run code in ``simulate``, ``evaluate`` or
-    ``serve``. A file that names any other Python object is refused with one line.
+    ``serve``. A file that names any other Python object is refused with one line, and so is
+    any file torch cannot read this way; torch's own warnings about a foreign file (a raw
+    pickle's protocol, say) are silenced, so the refusal stays the only line printed.
     """
     import pickle
+    import warnings
 
     import torch
 
     try:
-        doc = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            doc = torch.load(str(path), map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise DeepShareError(f"policy checkpoint {path}: file not found") from None
     except IsADirectoryError:

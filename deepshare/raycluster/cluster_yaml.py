@@ -26,12 +26,12 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
+from deepshare.raycluster.placeholders import find_placeholders
 from deepshare.raycluster.labels import (
     FABRIC_RESOURCE,
     FabricLabels,
@@ -41,6 +41,7 @@ from deepshare.raycluster.labels import (
     parse_labels,
 )
 from deepshare.core.autoscaling.spec import AutoscaleSpec
+from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 
@@ -64,6 +65,8 @@ class ClusterYaml:
     cluster_name: str
     idle_timeout_s: float
     workers: tuple[WorkerType, ...]
+    placeholders: tuple[tuple[str, str], ...] = ()
+    """``(field path, value)`` of the template's fill-ins left as they are (``YOUR-GCP-PROJECT``, ...)."""
 
     def describe(self) -> str:
         parts = []
@@ -82,15 +85,11 @@ def load_cluster_yaml(path: str | Path) -> ClusterYaml:
 
 
 def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DeepShareError(f"{source}: not valid YAML ({' '.join(str(exc).split())})") from None
+    raw = load_yaml(text, source, "a Ray cluster config or a RayCluster manifest")
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a Ray cluster config or a RayCluster manifest (a mapping)")
-    if "kind" in raw or "apiVersion" in raw:
-        return _kuberay(raw, source)
-    return _launcher(raw, source)
+    cluster = _kuberay(raw, source) if "kind" in raw or "apiVersion" in raw else _launcher(raw, source)
+    return replace(cluster, placeholders=tuple(find_placeholders(raw)))
 
 
 def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpec:
@@ -189,7 +188,7 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
         raise DeepShareError(f"{where}: expected `ray start ... --num-gpus=N` on the GPU workers")
     try:
         gpus = int(options["--num-gpus"])
-        resources = json.loads(options.get("--resources", "{}"))
+        resources = load_json(options.get("--resources", "{}"), f"{where} --resources", "a JSON object")
     except ValueError as exc:
         raise DeepShareError(f"{where}: --num-gpus must be an integer and --resources JSON ({exc})") from None
     if gpus < 1 or not isinstance(resources, dict):
@@ -256,10 +255,10 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
     text = str(params.get("resources", "")).strip()
     try:  # KubeRay passes the value verbatim: usually a quoted JSON string, '"{\"x\": 1}"'
-        resources = json.loads(text)
+        resources = load_json(text, where, "a JSON object")
         if isinstance(resources, str):
-            resources = json.loads(resources)
-    except ValueError:
+            resources = load_json(resources, where, "a JSON object")
+    except DeepShareError:
         resources = None
     if not isinstance(resources, dict):
         raise DeepShareError(f"{where}.rayStartParams.resources: expected a JSON object string such as '\"{{\\\"{FABRIC_RESOURCE}nvlink\\\": 1}}\"'")

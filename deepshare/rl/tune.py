@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 
@@ -72,7 +73,10 @@ def _scalar(text: str) -> Any:
             return kind(text)
         except ValueError:
             pass
-    value = yaml.safe_load(text) if text else ""
+    try:
+        value = load_yaml(text, "--grid") if text else ""
+    except DeepShareError:  # not YAML (or absurdly nested): the text itself, checked as the field's value
+        return text
     return value if isinstance(value, (bool, str)) else text
 
 
@@ -94,7 +98,7 @@ def validated_variants(config_path: str | Path, axes: Sequence[GridAxis]) -> tup
     source = Path(config_path)
     text = read_config_text(source, "training config")
     parse_train_config(text, source)  # the base config alone first: its own errors name no grid
-    raw = yaml.safe_load(text)
+    raw = load_yaml(text, str(source))
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise DeepShareError(f"--grid: a key is given twice ({', '.join(sorted(n for n in names if names.count(n) > 1))})")

@@ -1,21 +1,33 @@
-"""A small client of the scheduler's HTTP API for the CLI (stdlib ``urllib``, no extra dependency).
+"""A small client of the scheduler's HTTP API for the CLI, on ``requests`` (the project's one HTTP
+client, as the placement service's :mod:`deepshare.serving.client`).
 
 Every failure a user can cause (no scheduler at the URL, a 4xx answer, a missing or wrong
 token) raises :class:`~deepshare.core.errors.DeepShareError` with the server's one-line message.
-The token goes in ``Authorization: Bearer``; bodies are ``application/json``.
+The token goes in ``Authorization: Bearer`` (as the session's ``auth``, so a ``~/.netrc`` entry
+for the host cannot replace it); bodies are ``application/json``.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
+
+import requests
 
 from deepshare.core.errors import DeepShareError
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
+
+
+class BearerAuth(requests.auth.AuthBase):
+    """``Authorization: Bearer TOKEN`` on every request of a session."""
+
+    def __init__(self, token: str) -> None:
+        self.header = f"Bearer {token}"
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = self.header
+        return request
 
 
 class SchedulerClient:
@@ -35,29 +47,28 @@ class SchedulerClient:
         if not parts.hostname or port == 0:
             raise DeepShareError(expected)
         self.url = url.rstrip("/")
-        self.token = token
         self.timeout_s = timeout_s
+        self._session = requests.Session()
+        self._session.auth = BearerAuth(token)
 
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.token}"}
-        if data:
-            headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
+            resp = self._session.request(method, self.url + path, json=body, params=params, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise DeepShareError(f"{self.origin}: no scheduler answers ({_reason(exc)})") from None
+        if resp.status_code >= 400:
             try:
-                message = json.loads(exc.read()).get("error") or exc.reason
+                message = resp.json().get("error") or resp.reason
             except (ValueError, AttributeError):
-                message = exc.reason
-            if exc.code == 401:
+                message = resp.reason
+            if resp.status_code == 401:
                 message = f"{message}; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler"
-            raise DeepShareError(f"{self.url}: {message} (HTTP {exc.code})") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise DeepShareError(f"{self.origin}: no scheduler answers ({reason})") from None
+            raise DeepShareError(f"{self.url}: {message} (HTTP {resp.status_code})")
+        try:
+            return resp.status_code, resp.json() if resp.content else None
+        except ValueError:
+            raise DeepShareError(f"{self.url}: answered HTTP {resp.status_code} with a body that is not JSON; "
+                                 "is this a DeepShare scheduler?") from None
 
     def submit(self, spec: LiveJobSpec) -> JobOut:
         return JobOut.model_validate(self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
@@ -66,10 +77,10 @@ class SchedulerClient:
         return [JobOut.model_validate(j) for j in self._call("GET", "/v1/jobs")[1]]
 
     def job(self, job_id: str) -> JobDetailOut:
-        return JobDetailOut.model_validate(self._call("GET", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")[1])
+        return JobDetailOut.model_validate(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])
 
     def cancel(self, job_id: str) -> tuple[int, JobOut]:
-        status, body = self._call("DELETE", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}")
+        status, body = self._call("DELETE", f"/v1/jobs/{_segment(job_id)}")
         return status, JobOut.model_validate(body)
 
     def contention(self) -> dict[str, Any]:
@@ -80,6 +91,23 @@ class SchedulerClient:
         return body
 
     def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
-        query = urllib.parse.urlencode({"rank": rank, "offset": offset})
         return LogOut.model_validate(
-            self._call("GET", f"/v1/jobs/{urllib.request.quote(job_id, safe='')}/logs?{query}")[1])
+            self._call("GET", f"/v1/jobs/{_segment(job_id)}/logs", params={"rank": rank, "offset": offset})[1])
+
+
+def _segment(job_id: str) -> str:
+    """``job_id`` as one path segment (a ``/`` or ``..`` in it cannot reach another route)."""
+    return urllib.parse.quote(job_id, safe="")
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a request failed, in a few words: the innermost OS error (``Connection refused``), else
+    the exception's kind (``ReadTimeout``), never urllib3's nested retry message."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, requests.Timeout):
+        return f"no answer in time: {type(exc).__name__}"
+    return type(exc).__name__

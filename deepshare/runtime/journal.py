@@ -164,6 +164,8 @@ class Journal:
             elif path.stat().st_size == 0:
                 raise DeepShareError(f"--state {state_dir}: {path} is empty (0 bytes), not a journal; "
                                      "move it away to start with a new journal")
+            else:
+                _check_is_journal(path, state_dir)  # read-only: a refused file is left as it was
             os.chmod(path, 0o600)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -554,6 +556,25 @@ class Measurement:
     measured_throughput: float
     predicted_throughput: float
     ended: float | None
+
+
+def _check_is_journal(path: Path, state_dir: str | Path) -> None:
+    """Refuse ``path`` unless it holds the journal's tables and epoch, reading it read-only: the
+    WAL switch and the chmod that opening it for real does must never touch a file that is not a
+    journal (nor, through a symlink, someone else's file)."""
+    moved = "move it away to start with a new journal"
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone() if "meta" in tables else None
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); {moved}") from None
+    if not TABLES <= tables or epoch is None:
+        missing = ", ".join(sorted(TABLES - tables)) or "meta.epoch"
+        raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); {moved}")
 
 
 def _num(value: Any) -> float | None:

@@ -124,15 +124,6 @@ class LiveJobSpec(BaseModel):
 
 def parse_spec_text(text: str, source: str) -> LiveJobSpec:
     """A job spec from YAML or JSON text (JSON is YAML); errors name ``source`` and the field or line."""
-    import yaml
-
-    try:
-        yaml.safe_load(text)
-    except yaml.YAMLError as exc:  # one line: where, and what the parser expected
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise DeepShareError(f"{source}: not valid YAML ({where}{problem})") from None
     return parse_yaml_model(text, LiveJobSpec, source, "name, gpus, model, entrypoint or command, checkpoint_dir")
 
 

@@ -2,7 +2,8 @@
 
 Two schedulers on one journal would each launch the same queued job; the lock makes the second
 one fail at start with a clear error. The kernel drops the lock when the holder dies (even by
-SIGKILL), so a crashed scheduler never blocks its restart.
+SIGKILL), so a crashed scheduler never blocks its restart. The file is the user's alone (mode
+0600, set on the open file whatever the umask or its old mode; a symlink in its place is refused).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from deepshare.core.errors import DeepShareError
 from deepshare.runtime.private import make_private_dirs
 
 
+LOCK_MODE = 0o600
+"""Only the scheduler's user can open the lock file: whoever can open it can ``flock`` it and keep
+the scheduler from starting (a 0644 file in a folder others can enter is open to every local user)."""
+
+
 class StateLock:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.path = Path(state_dir) / "scheduler.lock"
@@ -24,9 +30,15 @@ class StateLock:
     def acquire(self) -> "StateLock":
         try:
             make_private_dirs(self.path.parent)
-            fh = open(self.path, "a+", encoding="utf-8")
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
         except OSError as exc:
             raise DeepShareError(f"--state {self.path.parent}: cannot create the lock file ({exc.strerror or exc})") from None
+        try:
+            os.fchmod(fd, LOCK_MODE)  # the umask filtered os.open's mode; an older lock file may be 0644
+            fh = os.fdopen(fd, "r+", encoding="utf-8")
+        except OSError as exc:
+            os.close(fd)
+            raise DeepShareError(f"--state {self.path.parent}: cannot make the lock file private ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -140,7 +140,7 @@ def build_api(
             return lone(obs)  # type: ignore[misc]
 
         engine.in_flight += 1
-        metrics.in_flight.inc()
+        metrics.deciding(+1)
         start, outcome = time.perf_counter(), "error"
         try:
             body = parse() if len(raw) <= INLINE_MAX_BYTES else None
@@ -161,8 +161,8 @@ def build_api(
             raise
         finally:
             engine.in_flight -= 1
-            metrics.in_flight.dec()
-            metrics.decision_latency.labels(outcome).observe(time.perf_counter() - start)
+            metrics.deciding(-1)
+            metrics.decided(outcome, time.perf_counter() - start)
         placed = sum(d.action == "place" for d in response.decisions)
         metrics.count_decisions(
             {"place": placed, "wait": len(response.decisions) - placed, "preempt": len(response.preempt),
@@ -178,10 +178,6 @@ def build_api(
             return await invalid_body(None, exc)  # type: ignore[arg-type]
         except RequestError as exc:
             return await inconsistent_body(None, exc)  # type: ignore[arg-type]
-
-    @app.get("/metrics", responses=_only(401), summary="Prometheus metrics of this replica")
-    async def prometheus() -> Response:
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

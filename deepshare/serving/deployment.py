@@ -43,6 +43,7 @@ class PlacementService:
         self.settings = ServiceSettings.model_validate(settings)
         self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
         self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
+        self.metrics.report_every()  # hands the totals to Ray once a second, off the request path
         self.workers = DecisionWorkers(self.settings.decision_threads)
         scorer = self.engine.batch_scorer
         self.score: Batcher[dict[str, np.ndarray], np.ndarray] | None = None
@@ -50,7 +51,7 @@ class PlacementService:
         several requests decide; a lone one scores alone)."""
         if scorer is not None:
             self.score = Batcher(scorer, self.settings.max_batch_size, self.settings.batch_wait_timeout_s)
-            self.score.sizes = self.metrics.batch_size.observe
+            self.score.sizes = self.metrics.batch
 
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
         return build_api(self.engine, self.settings, self.metrics, self.score, self.workers)

@@ -7,8 +7,9 @@ The dashboard is generated so that its PromQL lives in one readable place; the t
 metric a panel queries is one the code exports (the placement service, the node agents' monitor
 and the live scheduler, read from their registries). Three rows:
 
-- placement service (``deepshare_serve_*``): decision latency (HTTP and engine-only quantiles),
-  decisions by action, requests by status code, errors by kind, requests deciding now;
+- placement service (``ray_deepshare_serve_*``, from Ray's metrics agents): decision latency
+  (HTTP and engine-only quantiles), decisions by action, requests by status code, errors by kind,
+  requests deciding now, replicas;
 - links and GPUs (``deepshare_link_*``, ``deepshare_gpu_*``, ``deepshare_node_*``, from the agents):
   link utilisation and contention per node, link throughput, GPU utilisation and contention,
   stale nodes;
@@ -87,21 +88,26 @@ class Layout:
 
 
 def service(d: Layout) -> None:
+    # Recorded by every replica through Ray's metrics and exported by each node's Ray metrics agent
+    # (prefix ray_, labels replica / deployment / application): each replica's counters only grow,
+    # so rates and quantiles are taken per series and summed over replicas.
     d.row("Placement service (deepshare serve)")
     d.add("Decision latency (POST /v1/placements)",
-          "Request to response of placement requests, through Serve's proxy (quantiles over all replicas).",
-          quantiles("deepshare_serve_request_duration_seconds_bucket", 'route="/v1/placements"'), unit="s")
+          "Request to response of placement requests, in the replicas (quantiles over all replicas).",
+          quantiles("ray_deepshare_serve_request_duration_seconds_bucket", 'route="/v1/placements"'), unit="s")
     d.add("Decision latency, engine only",
           "Time the policy took to decide one request inside the replica (no HTTP), successful decisions.",
-          quantiles("deepshare_serve_decision_duration_seconds_bucket", 'outcome="ok"'), unit="s")
+          quantiles("ray_deepshare_serve_decision_duration_seconds_bucket", 'outcome="ok"'), unit="s")
     d.add("Decisions by action", "Decisions answered per second: place, wait, preempt, migrate.",
-          [(f"sum by (action) (rate(deepshare_serve_decisions_total[{RATE}]))", "{{action}}")], unit="ops")
+          [(f"sum by (action) (rate(ray_deepshare_serve_decisions_total[{RATE}]))", "{{action}}")], unit="ops")
     d.add("Requests by status code", "HTTP requests per second by route and status (499: the client left first).",
-          [(f"sum by (route, code) (rate(deepshare_serve_requests_total[{RATE}]))", "{{route}} {{code}}")], unit="reqps")
+          [(f"sum by (route, code) (rate(ray_deepshare_serve_requests_total[{RATE}]))", "{{route}} {{code}}")], unit="reqps")
     d.add("Errors by kind", "4xx/5xx answers per second by cause (invalid, unauthorized, too_large, server, ...).",
-          [(f"sum by (kind) (rate(deepshare_serve_errors_total[{RATE}]))", "{{kind}}")], unit="reqps")
+          [(f"sum by (kind) (rate(ray_deepshare_serve_errors_total[{RATE}]))", "{{kind}}")], unit="reqps")
     d.add("Requests deciding now", "Placement requests deciding or waiting for a decision thread, all replicas.",
-          [("sum(deepshare_serve_decisions_in_flight)", "in flight")])
+          [("sum(ray_deepshare_serve_decisions_in_flight)", "in flight")])
+    d.add("Replicas", "Replicas of the placement service reporting, by the policy they serve.",
+          [("count by (policy) (ray_deepshare_serve_build_info)", "{{policy}}")], kind="stat", w=4, h=6)
 
 
 def agents(d: Layout) -> None:

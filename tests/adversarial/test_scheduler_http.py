@@ -111,11 +111,17 @@ def test_cross_origin_simple_post_is_refused_and_nothing_is_submitted(server):
                                           ("GET", "/v1/jobs/x-1/logs"), ("GET", "/metrics"), ("GET", "/docs"),
                                           ("GET", "/openapi.json"), ("POST", "/v1/jobs"), ("GET", "/nope")])
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-token-xxxxxxxxxx", f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}",
-                                  f"bearer {TOKEN}", TOKEN, f"Basic {TOKEN}", f"Bearer  {TOKEN}"])
+                                  f"Bearer {TOKEN.upper()}", TOKEN, f"Basic {TOKEN}", f"Bearer{TOKEN}"])
 def test_every_route_but_healthz_needs_the_exact_token(server, method, path, auth):
     headers = {**JSON, **({"Authorization": auth} if auth else {})}
     status, answer = server.call(method, path, b"{}" if method == "POST" else None, headers)
     assert status == 401 and "bearer token" in error(answer)
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "Bearer "])
+def test_the_scheme_is_case_insensitive_as_in_http(server, scheme):
+    """RFC 9110: authentication schemes are case-insensitive, with one or more spaces before the credentials."""
+    assert server.call("GET", "/v1/jobs", headers={"Authorization": f"{scheme} {TOKEN}"})[0] == 200
 
 
 def test_cancel_without_token_changes_nothing(server):

@@ -87,6 +87,75 @@ def test_foreign_sqlite_file_is_refused(tmp_path, capsys, no_ray):
     assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("link", [False, True], ids=["file", "symlink"])
+def test_a_refused_journal_is_left_exactly_as_it_was(tmp_path, capsys, no_ray, link):
+    """Refusing a SQLite file that is not a journal changes nothing: not its bytes (no switch to WAL
+    mode), not its mode (no chmod 0600), no -wal / -shm beside it; through a symlink
+    (``journal.sqlite -> elsewhere``) the target is left alone too."""
+    state = tmp_path / "s"
+    state.mkdir()
+    target = tmp_path / "elsewhere.sqlite" if link else state / "journal.sqlite"
+    db = sqlite3.connect(target)
+    db.execute("CREATE TABLE photos (id INTEGER)")
+    db.commit()
+    db.close()
+    os.chmod(target, 0o644)
+    if link:
+        (state / "journal.sqlite").symlink_to(target)
+    before = target.read_bytes()
+    assert main(start(state)) == 2
+    assert "is not a journal (missing jobs, meta, runs, transitions)" in one_error_line(capsys)
+    assert target.read_bytes() == before and mode(target) == 0o644
+    assert sorted(p.name for p in tmp_path.rglob("*sqlite*")) == sorted(
+        ["elsewhere.sqlite", "journal.sqlite"] if link else ["journal.sqlite"])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_the_lock_file_is_private_whatever_the_umask(tmp_path, umask):
+    """Only the scheduler's user may open ``scheduler.lock``: another user who could would hold the
+    ``flock`` and keep the scheduler from starting."""
+    from deepshare.runtime.statelock import StateLock
+
+    old = os.umask(umask)
+    try:
+        lock = StateLock(tmp_path / "s").acquire()
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "s" / "scheduler.lock") == 0o600
+    lock.release()
+
+
+def test_an_existing_lock_file_is_made_private(tmp_path):
+    from deepshare.runtime.statelock import StateLock
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "scheduler.lock").write_text("123")
+    os.chmod(tmp_path / "s" / "scheduler.lock", 0o666)
+    lock = StateLock(tmp_path / "s").acquire()
+    assert mode(tmp_path / "s" / "scheduler.lock") == 0o600
+    lock.release()
+
+
+def test_an_address_where_no_ray_answers_is_exit_2_as_documented(tmp_path, capsys):
+    """docs/scheduler.md: an ``--address`` where no Ray answers is one line and exit 2 before
+    anything starts, like a malformed one and as for every command that takes ``--address``
+    (the runtime README said exit 1)."""
+    import socket
+
+    import ray
+
+    ray.shutdown()  # this process joins the address itself: no connection left from other tests
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["scheduler", "start", "--address", f"127.0.0.1:{port}", "--port", "0", "--state", str(tmp_path / "s"),
+            "--policy", "fifo+consolidated"]
+    assert main(argv) == 2
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in one_error_line(capsys)
+    assert main([*argv[:3], "nonsense", *argv[4:]]) == 2  # a malformed address is the user's input
+    assert "expected 'auto' or HOST:PORT" in one_error_line(capsys)
+
+
 def test_state_folder_made_by_the_lock_is_private_whatever_the_umask(tmp_path):
     """``scheduler start`` takes the state lock before it opens the journal, so the lock makes the
     folder (and any missing parent): 0700 even under umask 0; existing folders keep their mode."""
@@ -310,3 +379,9 @@ def test_launch_failures_count_only_consecutive_failed_launches(tmp_path):
     journal.start_run(job, (("node0", 1),), None)  # the launch in flight (not ended) is not counted
     assert journal.launch_failures(job) == (2, last)
     journal.close()
+
+
+def test_the_scheduler_docs_say_the_exit_code_the_cli_gives():
+    text = " ".join((ROOT / "docs" / "scheduler.md").read_text().split())
+    assert "an `--address` where no Ray answers or that refuses the connection is" in text
+    assert "one line and exit 2 before anything starts" in text

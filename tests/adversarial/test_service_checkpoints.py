@@ -57,18 +57,43 @@ TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / 
 
 @pytest.mark.slow  # a `deepshare` subprocess per case (imports torch, Ray Serve)
 @pytest.mark.parametrize("argv", [["simulate", "--trace", str(TRACE)], ["serve", "--port", "65500"]])
-def test_cli_refuses_it_in_one_line_with_exit_2(crafted, argv):
+@pytest.mark.parametrize("kind", ["torch.save", "raw pickle"])
+def test_cli_refuses_it_in_one_line_with_exit_2(crafted, raw_pickle, argv, kind):
     """``serve`` loads the policy before Ray starts, so it is refused before anything listens."""
-    path, marker = crafted
+    path, marker = crafted if kind == "torch.save" else raw_pickle
     proc = subprocess.run(
         [sys.executable, "-m", "deepshare", *argv, "--policy", f"rl-base={path}"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and "refused" in lines[0] and str(path) in lines[0], lines
+    assert len(lines) == 1 and ("refused" in lines[0] or kind == "raw pickle") and str(path) in lines[0], lines
     assert "Traceback" not in proc.stderr
     assert not marker.exists()
+
+
+@pytest.fixture
+def raw_pickle(tmp_path):
+    """A plain ``pickle.dump`` (protocol 5, not torch's format) of an object that would run code."""
+    import pickle
+
+    marker = tmp_path / "marker"
+    path = tmp_path / "raw.pkl"
+    path.write_bytes(pickle.dumps({"format": FORMAT_VERSION, "note": _RunsCode(marker)}, protocol=5))
+    return path, marker
+
+
+def test_a_raw_pickle_is_refused_without_torchs_warnings(raw_pickle):
+    """torch warns (two lines on stderr) about the protocol of a raw pickle before failing; the
+    refusal must be the only thing a user sees."""
+    import warnings
+
+    path, marker = raw_pickle
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(DeepShareError, match="not a DeepShare policy file"):
+            load_policy_file(path)
+    assert [str(w.message) for w in caught] == [] and not marker.exists()
 
 
 def test_garbage_and_missing_files_are_one_clear_error(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 import requests
 
 from serve_process import free_port, serve_process
+from serve_process import metric as scraped
 
 from deepshare.serving.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
@@ -42,6 +42,7 @@ def service(tmp_path_factory):
     flags = ("--decision-timeout-s", str(DECISION_TIMEOUT_S), "--body-timeout-s", str(BODY_TIMEOUT_S),
              "--decision-threads", "2", "--max-pending", str(MAX_PENDING))
     with serve_process(tmp_path_factory, TOKEN, *flags, ready_timeout_s=180) as served:
+        METRICS[served.url] = served.metrics_url
         yield served.url, served.port, served.proc
 
 
@@ -60,14 +61,21 @@ def place(url: str, body: str, timeout: float = 30) -> tuple[requests.Response, 
     return reply, time.monotonic() - start
 
 
+METRICS: dict[str, str] = {}
+"""Service URL -> its private Ray instance's metrics agent, where the replica's metrics are."""
+
+
 def metric(url: str, name: str, **labels: str) -> float:
-    text = requests.get(url + "/metrics", headers=AUTH, timeout=10).text
-    total = 0.0
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if match and all(f'{k}="{v}"' in match.group(1).split(",") for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
+    """``ray_<name>`` summed over the series with ``labels``, as the service's Ray agent exports it."""
+    return scraped(METRICS[url], "ray_" + name, **labels)
+
+
+def at_least(url: str, name: str, value: float, **labels: str) -> float:
+    """``metric(...)`` once it reaches ``value`` (the replica reports every second), or its last value after 30 s."""
+    deadline = time.monotonic() + 30
+    while (now := metric(url, name, **labels)) < value and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return now
 
 
 # -- Ray exposure (issue 12, item 13) ----------------------------------------------------------
@@ -164,8 +172,8 @@ def test_a_huge_admitted_request_gets_503_while_small_ones_answer_at_once(servic
         with pytest.raises(PlacementServiceError, match=f"HTTP 503: no decision within {DECISION_TIMEOUT_S:g} s") as refused:
             client.place(PlacementRequest.model_validate_json(body))
     assert (refused.value.status, refused.value.retry_after_s) == (503, float(math.ceil(DECISION_TIMEOUT_S)))
-    assert metric(url, "deepshare_serve_decision_duration_seconds_count", outcome="timeout") >= 4
-    assert metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="503") >= 3
+    assert at_least(url, "deepshare_serve_decision_duration_seconds_count", 4, outcome="timeout") >= 4
+    assert at_least(url, "deepshare_serve_requests_total", 3, route="/v1/placements", code="503") >= 3
     assert metric(url, "deepshare_serve_requests_total", code="500") == 0
 
 
@@ -212,7 +220,7 @@ def test_64_slow_body_clients_neither_block_health_checks_nor_stay_connected(ser
         stop.set()
         for sock in clients:
             sock.close()
-    assert metric(url, "deepshare_serve_errors_total", kind="body_timeout") >= 64
+    assert at_least(url, "deepshare_serve_errors_total", 64, kind="body_timeout") >= 64
 
 
 # -- clients that leave (item 8) ---------------------------------------------------------------
@@ -228,14 +236,14 @@ def test_a_client_that_disconnects_mid_body_is_499_never_500(service):
                  "Content-Length: 5000\r\n\r\n{\"now\": 1,").encode()
             )
             time.sleep(0.5)  # the request reached the replica, which waits for the rest
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 30
     while metric(url, "deepshare_serve_requests_total", route="/v1/placements", code="499") == before:
-        page = requests.get(url + "/metrics", headers=AUTH, timeout=10).text
+        page = requests.get(METRICS[url], timeout=10).text
         assert time.monotonic() < deadline, [line for line in page.splitlines() if "requests_total" in line]
         time.sleep(0.2)
     assert metric(url, "deepshare_serve_requests_total", code="500") == 0
     assert metric(url, "deepshare_serve_errors_total", kind="server") == 0
-    assert metric(url, "deepshare_serve_errors_total", kind="client_closed") >= 1
+    assert at_least(url, "deepshare_serve_errors_total", 1, kind="client_closed") >= 1
 
 
 # -- start-up failures are one line (item 11) --------------------------------------------------

@@ -26,7 +26,7 @@ def test_init_local_ray_sets_rays_single_machine_switch(monkeypatch):
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     monkeypatch.setenv(localray.LOOPBACK_ENV, "1")  # restored (to absent) after the test
     localray.init_local_ray(num_cpus=1)
-    assert seen == {"num_cpus": 1, "ip": "127.0.0.1"}
+    assert seen == {"address": "local", "num_cpus": 1, "ip": "127.0.0.1"}
     assert os.environ[localray.LOOPBACK_ENV] == "0"  # inherited by the instance's processes
 
 

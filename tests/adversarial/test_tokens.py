@@ -113,3 +113,39 @@ def test_serve_on_loopback_does_not_warn(host):
     from deepshare.cli.serve import exposure_warning
 
     assert exposure_warning(host, has_token=False) is None
+
+
+def test_agents_metrics_on_a_network_address_warn_in_one_line_before_ray(capsys):
+    """The agents' exporter has no token: a non-loopback --metrics-host says what it exposes before
+    anything starts, as serve and scheduler start do (here no Ray answers right after)."""
+    argv = ["agents", "start", "--address", "127.0.0.1:1", "--metrics-port", "9479", "--metrics-host", "0.0.0.0"]
+    assert main(argv) == 2  # no Ray answers there
+    warning, error = capsys.readouterr().err.strip().splitlines()
+    assert warning == ("warning: --metrics-host 0.0.0.0 serves every node's link and GPU metrics (node names, link and "
+                       "GPU load) to the network, without a token or TLS: keep the port behind a firewall or a trusted network")
+    assert error.startswith("deepshare: error: --address 127.0.0.1:1: ")
+
+
+@pytest.mark.parametrize("argv", [["--metrics-port", "9479"], ["--metrics-port", "9479", "--metrics-host", "::1"],
+                                  ["--metrics-host", "0.0.0.0"]], ids=["default", "loopback", "no-exporter"])
+def test_agents_on_loopback_or_without_exporter_do_not_warn(capsys, argv):
+    assert main(["agents", "start", "--address", "127.0.0.1:1", *argv]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[0].startswith("deepshare: error: --address")
+
+
+def test_serve_metrics_port_is_for_the_private_instance_and_must_be_free(capsys):
+    """--metrics-port sets the private Ray instance's metrics agent; both refusals come before Ray starts."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            free = other.getsockname()[1]
+        assert main(["serve", "--policy", "fifo+consolidated", "--port", str(free), "--metrics-port", str(busy)]) == 2
+        assert one_error_line(capsys) == f"deepshare: error: --metrics-port {busy}: cannot bind (already in use)"
+    assert main(["serve", "--policy", "fifo+consolidated", "--port", str(free), "--metrics-port", "8080",
+                 "--address", "127.0.0.1:1"]) == 2
+    assert "--metrics-port: only for the private Ray instance" in one_error_line(capsys)

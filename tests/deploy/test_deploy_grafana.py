@@ -1,10 +1,12 @@
 """The Grafana dashboard queries only metrics the code exports, and covers what operators look at.
 
-The exported names are read from the code: the registries of the placement service
-(``deepshare/serving/metrics.py``), the agents' exporter (``deepshare/agents/exporter.py``) and the
-live scheduler (``deepshare/runtime/metrics.py``) are instantiated and their metric families
-listed, with the sample suffixes Prometheus gives each type (``_total`` for counters, ``_bucket``
-/ ``_sum`` / ``_count`` for histograms, ...). The metric names a panel queries are parsed out of
+The exported names are read from the code: the registries of the agents' exporter
+(``deepshare/agents/exporter.py``) and the live scheduler (``deepshare/runtime/metrics.py``) are
+instantiated and their metric families listed, with the sample suffixes Prometheus gives each type
+(``_total`` for counters, ``_bucket`` / ``_sum`` / ``_count`` for histograms, ...); the placement
+service records through Ray's metrics, whose exported names (``ray_`` + name + suffix) its
+module lists (``exported_samples``, checked against a real scrape by
+``tests/serving/test_serving_replicas.py``). The metric names a panel queries are parsed out of
 its PromQL.
 """
 
@@ -46,10 +48,10 @@ def exported_metrics() -> dict[str, set[str]]:
     from deepshare.agents.exporter import MetricsExporter
     from deepshare.agents.view import ClusterSnapshot
     from deepshare.runtime.metrics import SchedulerMetrics
-    from deepshare.serving.metrics import ServiceMetrics
+    from deepshare.serving.metrics import exported_samples
 
     return {
-        "service": sample_names(ServiceMetrics("las+spread", 0.1).registry),
+        "service": set(exported_samples()),
         "agents": sample_names(MetricsExporter(lambda: ClusterSnapshot(nodes=(), stale_after_s=5.0)).registry),
         "scheduler": sample_names(SchedulerMetrics("0.1.0", "las+spread", lambda: ({}, 0)).registry),
     }
@@ -122,8 +124,8 @@ def test_every_queried_metric_is_exported_by_the_code(dashboard):
 
 def test_a_misspelled_metric_would_be_caught(dashboard):
     exported = set().union(*exported_metrics().values())
-    assert "deepshare_serve_decisions_total" in exported and "deepshare_serve_decision_total" not in exported
-    assert metric_names("rate(deepshare_serve_decision_total[5m])") - exported == {"deepshare_serve_decision_total"}
+    assert "ray_deepshare_serve_decisions_total" in exported and "deepshare_serve_decisions_total" not in exported
+    assert metric_names("rate(deepshare_serve_decisions_total[5m])") - exported == {"deepshare_serve_decisions_total"}
 
 
 def test_every_component_is_on_the_dashboard(dashboard):
@@ -135,8 +137,9 @@ def test_every_component_is_on_the_dashboard(dashboard):
 @pytest.mark.parametrize(
     "title, metric",
     [
-        ("Decision latency (POST /v1/placements)", "deepshare_serve_request_duration_seconds_bucket"),
-        ("Decisions by action", "deepshare_serve_decisions_total"),
+        ("Decision latency (POST /v1/placements)", "ray_deepshare_serve_request_duration_seconds_bucket"),
+        ("Decisions by action", "ray_deepshare_serve_decisions_total"),
+        ("Replicas", "ray_deepshare_serve_build_info"),
         ("Link utilisation per node", "deepshare_link_utilization_ratio"),
         ("Link contention per node", "deepshare_link_contention"),
         ("GPU utilisation", "deepshare_gpu_utilization_ratio"),

@@ -92,9 +92,19 @@ def test_everything_copied_exists_and_the_package_source_is_copied(steps):
     assert {".git", ".venv", "runs", ".env", "*.pem", "**/.ray"} <= set(ignored)
 
 
-def test_it_runs_as_the_ray_images_non_root_user(steps):
+def test_every_file_pyproject_names_is_copied(steps):
+    """setuptools needs ``readme`` and ``license-files`` to build (a missing license file is a
+    warning today and an error from 2027)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    copied = {p for word, rest in steps if word == "COPY" for p in rest.split()[:-1] if not p.startswith("--")}
+    assert {project["readme"], *project["license-files"]} <= copied
+
+
+def test_it_runs_as_the_ray_images_non_root_user_by_number(steps):
+    """``runAsNonRoot: true`` makes the kubelet check the image's USER, which it can do only for a
+    numeric UID (a name such as ``ray`` fails the pod's start); 1000:100 is ``ray:users`` in Ray's image."""
     users = [rest for word, rest in steps if word == "USER"]
-    assert users and users[-1] == "ray"
+    assert users and users[-1] == "1000:100"
     assert all(re.search(r"--chown=1000:100\b", rest) for word, rest in steps if word == "COPY")
 
 

@@ -17,7 +17,7 @@ import yaml
 from deepshare.raycluster.cluster_yaml import load_cluster_yaml, parse_cluster_yaml
 from deepshare.cli import main
 from deepshare.core.errors import DeepShareError
-from kuberay_crd import CRDS, errors, strict
+from kuberay_crd import CRDS, deprecated, errors, strict
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERAY = ROOT / "cluster_yamls" / "kuberay-autoscaling.yaml"
@@ -48,6 +48,18 @@ def test_every_ray_manifest_validates_against_its_crd(path):
     assert docs, f"{path.name}: no ray.io object"
     for doc in docs:
         assert errors(doc) == [], f"{path.name} {doc['kind']}"
+
+
+@pytest.mark.parametrize("path", kubernetes_manifests(), ids=lambda p: p.name)
+def test_no_manifest_sets_a_field_kuberay_no_longer_uses(path):
+    for doc in ray_documents(path):
+        assert deprecated(doc) == [], f"{path.name} {doc['kind']}"
+
+
+def test_a_deprecated_field_would_be_named():
+    service = {"kind": "RayService", "spec": {"serviceUnhealthySecondThreshold": 900, "excludeHeadPodFromServeSvc": True}}
+    assert deprecated(service) == ["spec.serviceUnhealthySecondThreshold: not used anymore (KubeRay issue 1685)"]
+    assert deprecated({"kind": "RayCluster", "spec": {"serviceUnhealthySecondThreshold": 900}}) == []
 
 
 def test_the_vendored_schemas_say_their_version():

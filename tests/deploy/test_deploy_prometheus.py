@@ -4,6 +4,7 @@ ports and names the code and the manifests use, tokens only from files."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,10 @@ def test_each_config_has_one_well_formed_job_per_component(name):
 @pytest.mark.parametrize("name", ["static.yaml", "kubernetes.yaml"])
 def test_tokens_come_from_files_and_only_where_the_endpoint_needs_one(name):
     found = jobs(name)
-    for job in ("deepshare-placement", "deepshare-scheduler"):
-        auth = found[job]["authorization"]
-        assert auth["type"] == "Bearer" and set(auth) == {"type", "credentials_file"}
-    assert "authorization" not in found["deepshare-agents"]  # the agents' exporter has no token
+    auth = found["deepshare-scheduler"]["authorization"]
+    assert auth["type"] == "Bearer" and set(auth) == {"type", "credentials_file"}
+    # the agents' exporter and Ray's metrics agents (the placement service's metrics) have no token
+    assert "authorization" not in found["deepshare-agents"] and "authorization" not in found["deepshare-placement"]
     assert "credentials:" not in (PROM / name).read_text()
 
 
@@ -63,22 +64,33 @@ def _scheduler_port_default() -> int:
 
 def test_static_targets_use_the_ports_the_code_serves_on():
     from deepshare.agents.exporter import DEFAULT_METRICS_PORT
+    from deepshare.serving.metrics import METRICS_PORT
 
-    serve_port = yaml.safe_load((ROOT / "serve" / "config.yaml").read_text())["http_options"]["port"]
     found = jobs("static.yaml")
     port = {name: int(job["static_configs"][0]["targets"][0].rsplit(":", 1)[1]) for name, job in found.items()}
-    assert port == {"deepshare-placement": serve_port, "deepshare-agents": DEFAULT_METRICS_PORT,
+    assert port == {"deepshare-placement": METRICS_PORT, "deepshare-agents": DEFAULT_METRICS_PORT,
                     "deepshare-scheduler": _scheduler_port_default()}
+    text = (PROM / "static.yaml").read_text()
+    assert f"--metrics-export-port={METRICS_PORT}" in text and f"deepshare serve --metrics-port {METRICS_PORT}" in text
 
 
 def test_kubernetes_discovery_matches_the_manifests():
     from deepshare.agents.exporter import DEFAULT_METRICS_PORT
 
+    from deepshare.serving.metrics import METRICS_PORT
+
     found = jobs("kubernetes.yaml")
     service = yaml.safe_load((ROOT / "deploy" / "kuberay" / "rayservice-placement.yaml").read_text())
     keep = {r["source_labels"][0]: r["regex"] for r in found["deepshare-placement"]["relabel_configs"] if r.get("action") == "keep"}
-    assert keep["__meta_kubernetes_service_name"] == service["metadata"]["name"] + "-serve-svc"  # KubeRay's name
-    assert keep["__meta_kubernetes_endpoint_port_name"] == "serve"
+    # every pod of the RayService's cluster, which KubeRay names <rayservice>-<suffix>
+    assert re.fullmatch(keep["__meta_kubernetes_pod_label_ray_io_cluster"], service["metadata"]["name"] + "-x7k2q")
+    assert not re.fullmatch(keep["__meta_kubernetes_pod_label_ray_io_cluster"], "deepshare")  # not the training cluster
+    cluster = service["spec"]["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:  # every node's Ray metrics agent
+        assert group["rayStartParams"]["metrics-export-port"] == str(METRICS_PORT)
+        (container,) = group["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports[keep["__meta_kubernetes_pod_container_port_name"]] == METRICS_PORT
 
     cluster = yaml.safe_load((ROOT / "cluster_yamls" / "kuberay-autoscaling.yaml").read_text())
     (head,) = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]

@@ -57,6 +57,52 @@ def test_cli_validates_all_shipped_yamls(capsys):
     assert out.count("OK ") == len(YAMLS)
 
 
+DLAMI_SSM = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+
+
+def test_aws_nodes_boot_a_current_ubuntu_22_04_dlami_not_rays_latest_dlami():
+    """Ray maps ``latest_dlami`` to a past-end-of-life Ubuntu 18.04 DLAMI; every node type names
+    AWS's SSM parameter of the current Ubuntu 22.04 base DLAMI (EC2 resolves it at launch), and
+    the header says how to pin and refresh it."""
+    import ray.autoscaler
+
+    ray_aws = (Path(ray.autoscaler.__file__).parent / "_private" / "aws" / "config.py").read_text()  # (needs boto3 to import)
+    assert 'DEFAULT_AMI_NAME = "AWS Deep Learning AMI (Ubuntu 18.04) V71.0"' in ray_aws  # why latest_dlami is not used
+    raw = yaml.safe_load(AWS.read_text())
+    images = {name: node["node_config"]["ImageId"] for name, node in raw["available_node_types"].items()}
+    assert set(images.values()) == {DLAMI_SSM}, images
+    text = AWS.read_text()
+    assert "latest_dlami" not in text.replace("Ray's own `latest_dlami`", "")
+    assert "aws ssm get-parameter" in text and DLAMI_SSM.removeprefix("resolve:ssm:") in text
+    setup = " ".join(raw["setup_commands"])
+    assert "python3 -m pip install" in setup and "python -m" not in setup  # the base DLAMI has python3 only
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
+def test_every_head_offers_no_cpus_to_training(path):
+    """cluster_yamls/README.md: heads have CPU 0, so no rollout worker or training task lands there."""
+    raw = yaml.safe_load(path.read_text())
+    if raw.get("kind") == "RayCluster":
+        assert raw["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    elif raw["provider"]["type"] == "local":
+        (start,) = [c for c in raw["head_start_ray_commands"] if "ray start --head" in c]
+        assert "--num-cpus=0" in start.split()
+    else:
+        assert raw["available_node_types"][raw["head_node_type"]]["resources"]["CPU"] == 0
+
+
+def test_cli_validate_names_the_placeholders_left_to_fill_in(capsys):
+    gcp = ROOT / "cluster_yamls" / "gcp-a100-h100.yaml"
+    assert main(["cluster", "validate", str(gcp), str(AWS)]) == 0  # valid files: only a warning
+    captured = capsys.readouterr()
+    assert captured.out.count("OK ") == 2
+    assert captured.err.splitlines() == [
+        f"deepshare: warning: {gcp}: provider.project_id is the placeholder 'YOUR-GCP-PROJECT': replace it before launching"]
+    assert load_cluster_yaml(AWS).placeholders == ()
+    assert load_cluster_yaml(KUBERAY).placeholders[0] == (
+        "spec.headGroupSpec.template.spec.containers[0].image", "REGISTRY/deepshare:0.1.0-gpu")
+
+
 def test_cli_cluster_spec_writes_a_spec_the_simulator_loads(tmp_path, capsys):
     out = tmp_path / "spec.yaml"
     assert main(["cluster", "spec", str(AWS), "--out", str(out)]) == 0

@@ -40,6 +40,30 @@ def test_passes_the_gymnasium_env_checker():
     check_env(DeepShareEnv(SMALL), skip_render_check=True)
 
 
+def test_gymnasium_make_builds_the_env_by_its_registered_id():
+    """``gymnasium.make("deepshare.rl:DeepShare-v0")`` imports the package, which registers the id;
+    the made env steps in lockstep with one built directly from the same config."""
+    import subprocess
+    import sys
+
+    import gymnasium
+
+    code = "import gymnasium; e = gymnasium.make('deepshare.rl:DeepShare-v0'); print(e.unwrapped.__class__.__name__)"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (fresh.returncode, fresh.stdout) == (0, "DeepShareEnv\n"), fresh.stderr[-2000:]
+    made = gymnasium.make("DeepShare-v0", config=SMALL)
+    assert isinstance(made.unwrapped, DeepShareEnv) and made.spec.id == "DeepShare-v0"
+    direct = DeepShareEnv(SMALL)
+    obs_made, _ = made.reset(seed=3)
+    obs_direct, _ = direct.reset(seed=3)
+    for _ in range(5):
+        assert np.array_equal(obs_made["observations"], obs_direct["observations"])
+        action = first_launch(obs_made)
+        obs_made, reward_made, *_ = made.step(action)
+        obs_direct, reward_direct, *_ = direct.step(action)
+        assert reward_made == reward_direct
+
+
 def test_spaces_match_the_encoding():
     env = DeepShareEnv({**SMALL, "max_candidates": 8})
     assert env.observation_space["observations"].shape == (8, len(FEATURES))

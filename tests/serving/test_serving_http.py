@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_process import free_port, serve_process
+from serve_process import free_port, metric, metric_settles_at, scrape, serve_process, settled
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
 from deepshare.serving.client import PlacementClient, PlacementServiceError
@@ -35,9 +35,14 @@ TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / 
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with serve_process(tmp_path_factory, TOKEN, "--max-body-bytes", str(BODY_LIMIT)) as served:
-        yield served.url, served.proc, served.log
+def served(tmp_path_factory):
+    with serve_process(tmp_path_factory, TOKEN, "--max-body-bytes", str(BODY_LIMIT)) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def service(served):
+    return served.url, served.proc, served.log
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +83,7 @@ def test_served_decisions_equal_in_process_decisions(service):
     assert points > 50 and sim.done
 
 
-def test_concurrent_requests_batched_together_get_the_in_process_decisions(service, http):
+def test_concurrent_requests_batched_together_get_the_in_process_decisions(served, service, http):
     """Eight clients at once: their steps' forward passes share batches on the replica, and every
     answer is still exactly the in-process engine's for its own request."""
     from concurrent.futures import ThreadPoolExecutor
@@ -96,8 +101,8 @@ def test_concurrent_requests_batched_together_get_the_in_process_decisions(servi
         bodies.append(request.model_dump_json(exclude_none=True))
         expected.append(engine.place(request).model_dump(exclude_none=True))
         sim.apply(local.decide(view))
-    passes = lambda: metric(http, url, "deepshare_serve_scorer_batch_size_count")  # noqa: E731
-    before = passes()
+    passes = "ray_deepshare_serve_scorer_batch_size_count"
+    before = settled(served.metrics_url, passes)
 
     def replay(start: int) -> list[tuple[int, dict]]:
         session = requests.Session()
@@ -108,7 +113,10 @@ def test_concurrent_requests_batched_together_get_the_in_process_decisions(servi
         answers = [pair for part in pool.map(replay, range(8)) for pair in part]
     assert len(answers) == 3 * len(bodies) and sum(bool(e["decisions"]) for e in expected) > 40
     assert all(got == expected[i] for i, got in answers)
-    assert passes() > before  # some steps were scored in batches with other requests'
+    deadline = time.monotonic() + 30  # some steps were scored in batches with other requests'
+    while metric(served.metrics_url, passes) == before:
+        assert time.monotonic() < deadline
+        time.sleep(0.25)
 
 
 def detail(reply: requests.Response) -> list[dict]:
@@ -195,7 +203,7 @@ def mutated(request: dict) -> st.SearchStrategy:
     return st.tuples(st.sampled_from(paths), junk).map(apply)
 
 
-@pytest.mark.parametrize("path", ["/v1/policy", "/metrics", "/docs", "/openapi.json"])
+@pytest.mark.parametrize("path", ["/v1/policy", "/docs", "/openapi.json"])
 def test_every_route_but_healthz_needs_the_token(service, path):
     url, _, _ = service
     assert requests.get(url + path, timeout=10).status_code == 401
@@ -216,50 +224,44 @@ def test_policy_and_openapi_describe_the_service(service, http):
     assert {"PlacementRequest", "NodeIn", "PendingIn", "RunningIn", "PlacementResponse"} <= set(spec["components"]["schemas"])
 
 
-def metric(http, url: str, name: str, **labels: str) -> float:
-    text = http.get(url + "/metrics", timeout=10).text
-    selector = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if match and ",".join(sorted((match.group(1) or "").split(","))) == selector:
-            return float(match.group(2))
-    return 0.0
-
-
-def test_metrics_count_what_was_served(service, http):
-    url, _, _ = service
-    requests_total = "deepshare_serve_requests_total"
-    ok = lambda: metric(http, url, requests_total, route="/v1/placements", method="POST", code="200")  # noqa: E731
-    invalid = lambda: metric(http, url, requests_total, route="/v1/placements", method="POST", code="422")  # noqa: E731
-    waits = lambda: metric(http, url, "deepshare_serve_decisions_total", action="wait")  # noqa: E731
-    places = lambda: metric(http, url, "deepshare_serve_decisions_total", action="place")  # noqa: E731
-    before = ok(), invalid(), waits(), places()
+def test_metrics_count_what_was_served(served, http):
+    """Read from the private Ray instance's metrics agent, where the replica's metrics go (the
+    service's own /metrics is gone); each value is polled until the replica's report arrives."""
+    url, metrics_url = served.url, served.metrics_url
+    requests_total = "ray_deepshare_serve_requests_total"
+    counted = {
+        "ok": (requests_total, dict(route="/v1/placements", method="POST", code="200")),
+        "invalid": (requests_total, dict(route="/v1/placements", method="POST", code="422")),
+        "waits": ("ray_deepshare_serve_decisions_total", dict(action="wait")),
+        "places": ("ray_deepshare_serve_decisions_total", dict(action="place")),
+    }
+    before = {key: settled(metrics_url, name, **labels) for key, (name, labels) in counted.items()}
     answers = [post(http, url, small_request()).json() for _ in range(3)]
     assert post(http, url, {"now": -1}).status_code == 422
     placed = sum(d["action"] == "place" for a in answers for d in a["decisions"])
-    assert (ok(), invalid(), waits(), places()) == (
-        before[0] + 3, before[1] + 1, before[2] + 9 - placed, before[3] + placed
-    )
-    assert metric(http, url, "deepshare_serve_policy_load_seconds", policy="rl-hybrid") > 0
-    assert metric(http, url, "deepshare_serve_request_duration_seconds_count", route="/v1/placements") >= 4
-    assert metric(http, url, "deepshare_serve_decision_duration_seconds_count", outcome="ok") >= 3
-    assert metric(http, url, "deepshare_serve_decision_duration_seconds_count", outcome="invalid") >= 1
-    assert metric(http, url, "deepshare_serve_decisions_in_flight") == 0
+    expected = {"ok": 3, "invalid": 1, "waits": 9 - placed, "places": placed}
+    for key, (name, labels) in counted.items():
+        assert metric_settles_at(metrics_url, name, before[key] + expected[key], **labels) == before[key] + expected[key], key
+    assert metric(metrics_url, "ray_deepshare_serve_policy_load_seconds", policy="rl-hybrid") > 0
+    assert metric(metrics_url, "ray_deepshare_serve_request_duration_seconds_count", route="/v1/placements") >= 4
+    assert metric(metrics_url, "ray_deepshare_serve_decision_duration_seconds_count", outcome="ok") >= 3
+    assert metric(metrics_url, "ray_deepshare_serve_decision_duration_seconds_count", outcome="invalid") >= 1
+    assert metric_settles_at(metrics_url, "ray_deepshare_serve_decisions_in_flight", 0.0) == 0.0
 
 
-def test_metrics_follow_prometheus_conventions(service, http):
-    """Build info with version and policy, the process collector, histograms in seconds."""
+def test_metrics_follow_prometheus_conventions(served):
+    """Build info with version and policy, histograms in seconds, beside Ray Serve's own metrics."""
     import deepshare
 
-    url, _, _ = service
-    text = http.get(url + "/metrics", timeout=10).text
-    info = re.search(r'^deepshare_serve_build_info\{(.*)\} 1\.0$', text, re.MULTILINE)
-    assert info is not None, text[:2000]
-    labels = dict(re.findall(r'(\w+)="([^"]*)"', info.group(1)))
+    text = requests.get(served.metrics_url, timeout=10).text
+    (labels,) = [have for name, have, value in scrape(served.metrics_url)
+                 if name == "ray_deepshare_serve_build_info" and value == 1.0]
     assert labels["version"] == deepshare.__version__ and labels["policy"] == "rl-hybrid"
     assert labels["policy_version"].startswith(f"deepshare-{deepshare.__version__}+")
-    assert "# TYPE deepshare_serve_request_duration_seconds histogram" in text
-    assert "# TYPE process_cpu_seconds_total counter" in text and "process_resident_memory_bytes" in text
+    assert labels["deployment"] == "PlacementService" and labels["application"] == "deepshare" and labels["replica"]
+    assert "# TYPE ray_deepshare_serve_request_duration_seconds histogram" in text
+    assert "# TYPE ray_deepshare_serve_requests_total counter" in text
+    assert "ray_serve_" in text  # Serve's own metrics on the same page
     assert "deepshare_http_" not in text and "deepshare_placement_" not in text  # the old names are gone
 
 

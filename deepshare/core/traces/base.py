@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
@@ -161,19 +161,9 @@ def _object_hook(pairs: list[tuple[str, Any]]) -> _Obj:
 
 
 def parse_json(text: str, source: str) -> Any:
-    """Parse JSON, turning syntax errors (truncated files) into located DeepShareErrors."""
-    try:
-        return json.loads(text, object_pairs_hook=_object_hook)
-    except json.JSONDecodeError as exc:
-        if not text[: exc.pos].strip():
-            start = text.lstrip()[:40]
-            raise DeepShareError(f"{source} line {exc.lineno}: expected a JSON document, got text starting {start!r}") from None
-        raise DeepShareError(
-            f"{source} line {exc.lineno} column {exc.colno}: expected valid JSON, {exc.msg.lower()}"
-            " (truncated or corrupted file?)"
-        ) from None
-    except RecursionError:
-        raise DeepShareError(f"{source}: expected a JSON trace, got nesting too deep to read") from None
+    """Parse JSON through the guarded :func:`~deepshare.core.documents.load_json` (syntax errors
+    located, nesting bounded), remembering each object's first duplicate key."""
+    return load_json(text, source, "a JSON trace", object_pairs_hook=_object_hook)
 
 
 def duplicate_key(obj: Any) -> str | None:

@@ -28,6 +28,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, default_catalog
 
@@ -193,8 +194,8 @@ class LinkCatalog:
 
     @staticmethod
     def from_json(text: str, source: str = "<link params>") -> "LinkCatalog":
+        doc = load_json(text, source, "a link-parameter file")
         try:
-            doc = json.loads(text)
             models = doc["models"]
             params = {name: LinkParams(**values) for name, values in models.items()}
             kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}

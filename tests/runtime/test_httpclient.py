@@ -1,0 +1,110 @@
+"""The scheduler's HTTP client against a scripted server on loopback: what it sends (token, paths,
+query, JSON) and how each kind of answer becomes a result or one DeepShareError line."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+import pytest
+
+from deepshare.core.errors import DeepShareError
+from deepshare.runtime.httpclient import SchedulerClient
+
+TOKEN = "s3cret-token-0123"
+SPEC = {"name": "j", "gpus": 1, "model": "DLRM", "command": ["/bin/true"], "checkpoint_dir": "/tmp/c"}
+
+
+def answers_of_a_real_journal(tmp_path) -> tuple[str, bytes, bytes]:
+    """(job id, its JobOut JSON, its JobDetailOut JSON) as the scheduler's own models write them."""
+    from deepshare.runtime.journal import Journal
+    from deepshare.runtime.models import job_detail, job_out
+    from deepshare.runtime.spec import spec_from_json
+
+    journal = Journal(tmp_path / "state")
+    record = journal.submit(spec_from_json(SPEC))
+    out = job_out(record).model_dump_json().encode()
+    detail = job_detail(record, journal.runs(record.job_id), journal.transitions(record.job_id)).model_dump_json().encode()
+    journal.close()
+    return record.job_id, out, detail
+
+
+class Script(BaseHTTPRequestHandler):
+    """Answers from ``server.answers[(method, path)]`` = (status, body bytes); records each request."""
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.seen.append((self.command, self.path, dict(self.headers), body))  # type: ignore[attr-defined]
+        status, payload = self.server.answers.get((self.command, self.path.split("?")[0]), (404, b'{"error": "no route"}'))  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *_: object) -> None:  # quiet
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Script)
+    srv.seen, srv.answers = [], {}  # type: ignore[attr-defined]
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def client(server: ThreadingHTTPServer, token: str = TOKEN) -> SchedulerClient:
+    return SchedulerClient(f"http://127.0.0.1:{server.server_address[1]}", token, timeout_s=5)
+
+
+def test_requests_carry_the_bearer_token_and_quote_the_job_id(server, tmp_path, monkeypatch):
+    (tmp_path / ".netrc").write_text("machine 127.0.0.1 login someone password other\n")
+    monkeypatch.setenv("HOME", str(tmp_path))  # a ~/.netrc entry must not replace the token
+    job_id, _, detail = answers_of_a_real_journal(tmp_path)
+    server.answers[("GET", "/v1/jobs/a%2F..%2Fb")] = (200, detail)
+    server.answers[("GET", "/v1/jobs/j-1/logs")] = (
+        200, b'{"job_id": "j-1", "rank": 1, "offset": 5, "next_offset": 5, "text": "", "size": 5}')
+    assert client(server).job("a/../b").id == job_id
+    assert client(server).logs("j-1", rank=1, offset=5).next_offset == 5
+    (_, path1, headers1, _), (_, path2, headers2, _) = server.seen
+    assert path1 == "/v1/jobs/a%2F..%2Fb" and path2 == "/v1/jobs/j-1/logs?rank=1&offset=5"
+    assert headers1["Authorization"] == headers2["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_submission_is_json(server, tmp_path):
+    from deepshare.runtime.spec import spec_from_json
+
+    job_id, out, _ = answers_of_a_real_journal(tmp_path)
+    server.answers[("POST", "/v1/jobs")] = (201, out)
+    assert client(server).submit(spec_from_json(SPEC)).id == job_id
+    (method, _, headers, body), = server.seen
+    assert method == "POST" and headers["Content-Type"] == "application/json" and json.loads(body)["name"] == "j"
+
+
+@pytest.mark.parametrize("status, payload, message", [
+    (401, b'{"error": "missing or wrong bearer token"}',
+     "missing or wrong bearer token; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler (HTTP 401)"),
+    (409, b'{"error": "job j-1 is finished"}', "job j-1 is finished (HTTP 409)"),
+    (500, b"<html>oops</html>", "Internal Server Error (HTTP 500)"),
+    (200, b"<html>not json</html>", "answered HTTP 200 with a body that is not JSON; is this a DeepShare scheduler?"),
+])
+def test_answers_become_one_line_naming_the_url(server, status, payload, message):
+    server.answers[("GET", "/v1/jobs")] = (status, payload)
+    with pytest.raises(DeepShareError) as info:
+        client(server).jobs()
+    assert str(info.value) == f"http://127.0.0.1:{server.server_address[1]}: {message}"
+
+
+def test_no_scheduler_at_the_url_is_one_short_line():
+    with pytest.raises(DeepShareError) as info:
+        SchedulerClient("http://127.0.0.1:9", TOKEN).jobs()
+    assert str(info.value) == "--url http://127.0.0.1:9: no scheduler answers (Connection refused)"
