@@ -1,0 +1,107 @@
+"""Robustness of the learned policies to estimate errors they were not trained on.
+
+The shipped learned policies were trained under the estimated information model with estimate
+errors of lognormal sigma 0.7, 1.0 and 1.4 (and the unknown model). This runs the ``loaded``
+suite's scenarios under estimates of other errors (default sigma 0.5 and 2.0) and prints, per
+error, each learned policy's average JCT over the best heuristic of each cell (geometric mean and
+worst cell), the best heuristic of each cell, and each learned policy's ratio to the best of the
+field's baselines alone (every heuristic but ``bsrsf``). The ``exact`` and ``unknown`` models and
+sigma 1 are in the suite itself (``deepshare evaluate --suite loaded``).
+
+With ``--from-json SUITE.json`` (what ``deepshare evaluate --suite loaded --json`` wrote) it runs
+nothing and prints, per information model, each learned policy's ratio to the best field baseline
+of each cell and, on the cells where the best field baseline under ``estimated`` is 5% or more
+above the best ``exact`` heuristic, the share of that gap the policy closes.
+
+Usage: python bench/estimate_robustness.py [--sigmas 0.5,2.0] [--suite loaded] [--workers 2] [--json PATH]
+       python bench/estimate_robustness.py --from-json runs/suite/loaded.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from deepshare.experiments.suite import load_suite, run_suite
+
+OWN = "bsrsf"
+"""The order that is not a field baseline (this project's): left out of the field-only reference."""
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def from_json(path: str) -> None:
+    """Learned policies against the field's baselines alone, from a suite's JSON."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    learned = doc["suite"]["learned"]
+    field = [h for h in doc["suite"]["heuristics"] if not h.startswith(OWN + "+")]
+    cells = {(c["load"], c["mix"], c["contention"], c["seed"], c["durations"]): c for c in doc["cells"]}
+
+    def best(cell: dict, names: list[str]) -> float:
+        return min(cell["results"][h]["avg_jct_s"] for h in names)
+
+    for durations in doc["suite"]["durations"]:
+        mine = [c for key, c in sorted(cells.items()) if key[-1] == durations]
+        print(f"{durations} ({len(mine)} cells): learned / best field baseline (geomean, worst avg, worst p99)")
+        for policy in learned:
+            avg = [c["results"][policy]["avg_jct_s"] / best(c, field) for c in mine]
+            p99 = [c["results"][policy]["p99_jct_s"] / min(c["results"][h]["p99_jct_s"] for h in field
+                                                            if c["results"][h]["avg_jct_s"] == best(c, field)) for c in mine]
+            line = f"  {policy:20s} {geomean(avg):.3f} {max(avg):.3f} {max(p99):.3f}"
+            if durations != "exact":
+                closed = []
+                for key, c in sorted(cells.items()):
+                    exact = cells.get(key[:-1] + ("exact",))
+                    if key[-1] != durations or exact is None:
+                        continue
+                    known, unknown = exact["best_avg_jct_s"], best(c, field)
+                    if unknown >= 1.05 * known:
+                        closed.append((unknown - c["results"][policy]["avg_jct_s"]) / (unknown - known))
+                if closed:
+                    line += f"; gap closed on {len(closed)} cells with a gap >= 5%: min {min(closed):.2f}, mean {sum(closed) / len(closed):.2f}"
+            print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sigmas", default="0.5,2.0", help="estimate errors (lognormal sigmas), comma-separated")
+    parser.add_argument("--suite", default="loaded")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--from-json", metavar="SUITE_JSON", help="only report a suite's JSON against the field's baselines")
+    args = parser.parse_args()
+    if args.from_json:
+        from_json(args.from_json)
+        return
+    base = load_suite(args.suite)
+    field = [h for h in base.heuristics if not h.startswith(OWN + "+")]
+    out = {}
+    for sigma in (float(s) for s in args.sigmas.split(",")):
+        spec = base.model_copy(update={"durations": ("estimated",), "estimate_error": sigma,
+                                       "name": f"{base.name}-sigma{sigma:g}"})
+        result = run_suite(spec, workers=args.workers)
+        rows = {}
+        for policy in spec.learned:
+            s = result.summary(policy)
+            vs_field = [result.results[c][policy]["avg_jct_s"] / min(result.results[c][h]["avg_jct_s"] for h in field)
+                        for c in sorted(result.results)]
+            rows[policy] = {"geomean_vs_best": s["geomean_avg_jct_ratio"], "worst_vs_best": s["worst_avg_jct_ratio"],
+                            "geomean_vs_field": geomean(vs_field), "worst_vs_field": max(vs_field)}
+        wins = {h: n for h, n in result.heuristic_wins().items() if n}
+        out[f"{sigma:g}"] = {"policies": rows, "best_heuristics": wins}
+        print(f"estimate error sigma {sigma:g} ({len(result.results)} cells; best heuristics: {wins})")
+        print(f"  {'policy':20s} {'vs best: geomean':>17s} {'worst':>7s} {'vs field: geomean':>18s} {'worst':>7s}")
+        for policy, r in rows.items():
+            print(f"  {policy:20s} {r['geomean_vs_best']:17.3f} {r['worst_vs_best']:7.3f} "
+                  f"{r['geomean_vs_field']:18.3f} {r['worst_vs_field']:7.3f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
