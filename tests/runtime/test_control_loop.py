@@ -391,8 +391,8 @@ def test_the_live_view_counts_down_estimates_and_learns_from_finished_jobs(tmp_p
         return job.job_id
 
     a = submit("a", requested_s=900.0, user="ann", group="nightly", vc="vision")
-    b = submit("b", expected_duration_s=300.0)  # the older name of requested_s
-    c = submit("c")
+    submit("b", expected_duration_s=300.0)  # the older name of requested_s
+    submit("c")
     rig.policy.decisions = [Decision(launch=(Launch(a, Placement.of({0: 2})),))]
     rig.loop.tick()
     rig.clock.t += 100.0

@@ -20,7 +20,7 @@ from fake_launcher import FakeLauncher
 from deepshare.cli import main
 from deepshare.core.contention import make_contention
 from deepshare.core.contention.learned import EXPONENT_PRIOR_WEIGHT, SCALE_PRIOR_WEIGHT
-from deepshare.core.types import Decision, Launch, Placement, WAIT
+from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import JobView
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
@@ -28,29 +28,11 @@ from deepshare.runtime.journal import Journal
 from deepshare.runtime.learning import CONTENTION_DIR, LiveLearning, fit_from_journal, versions
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.spec import spec_from_json
+from test_control_loop import Clock, Scripted  # the journal clock and scripted policy the loop tests use
 
 CATALOG = default_catalog()
 SPLIT = Placement(((0, 2), (1, 2)))
 FSDP_PAIR = 0.64  # the measured table: FSDP on 4 GPUs over 2 nodes beside another such job
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Scripted:
-    name = "scripted"
-
-    def __init__(self, *decisions: Decision) -> None:
-        self.decisions, self.views = list(decisions), []
-
-    def decide(self, view: Any) -> Decision:
-        self.views.append(view)
-        return self.decisions.pop(0) if self.decisions else WAIT
 
 
 def rig(state: Path, policy: Any, refit_s: float = 10.0):
