@@ -112,6 +112,7 @@ def extra_columns(
     next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
     columns = _columns(names)
     about_jobs = any(name in _JOB_COLUMNS for name in names)
+    known = spans.jobs
     out = []
     for i, row in enumerate(rows):
         low, high = math.inf, -math.inf
@@ -129,7 +130,11 @@ def extra_columns(
             _hours(low) if met else 0.0,
             _hours(high) if met else 0.0,
             next_finish,
-        ) + (_job_columns(spans, state, row.job) if about_jobs and row.job is not None else _NO_JOB)
+        )
+        if about_jobs and row.job is not None:
+            values += known.get(row.job.job_id) or _job_columns(spans, state, row.job)
+        else:
+            values += _NO_JOB
         out.append(values if columns is None else tuple(values[c] for c in columns))
     return out
 
@@ -139,21 +144,20 @@ _NO_JOB = (0.0,) * len(_JOB_COLUMNS)
 
 
 def _job_columns(spans: _NodeSpans, state: StepState, job: Any) -> tuple[float, float, float, float]:
-    """The job's columns (see the module doc), remembered for the decision."""
-    found = spans.jobs.get(job.job_id)
-    if found is None:
-        from deepshare.policies.posterior import remaining_belief
+    """The job's columns (see the module doc), remembered for the decision; the history's part is
+    shared by the jobs of one shape (GPUs and features) until the history grows."""
+    from deepshare.policies.posterior import remaining_belief
 
-        view = state.view
-        if spans.belief is None:
-            spans.belief = remaining_belief(view)
+    view = state.view
+    if spans.belief is None:
+        spans.belief = remaining_belief(view)
+    memo = view.history.memo()
+    shape = ("history-columns", job.gpus, job.user, job.group, job.vc)
+    backing = memo.get(shape)
+    if backing is None:
         forecast = view.history.forecast(job.gpus, job.user, job.group, job.vc)
-        found = spans.jobs[job.job_id] = (
-            _hours(spans.belief(job)),
-            math.log1p(forecast.jobs) if forecast is not None else 0.0,
-            forecast.spread if forecast is not None else 0.0,
-            0.0 if job.estimate_s is None else 1.0,
-        )
+        backing = memo[shape] = (math.log1p(forecast.jobs), forecast.spread) if forecast is not None else (0.0, 0.0)
+    found = spans.jobs[job.job_id] = (_hours(spans.belief(job)), *backing, 0.0 if job.estimate_s is None else 1.0)
     return found
 
 
