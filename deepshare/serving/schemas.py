@@ -122,6 +122,12 @@ class PlacementRequest(_Body):
     future_events: bool = Field(
         True, description="whether more arrivals or completions are expected (false only when replaying a finished trace)"
     )
+    durations: Literal["exact", "estimated", "unknown"] = Field(
+        "estimated",
+        description="what remaining_s means: 'estimated' (the default, a live cluster) a belief, 'exact' the truth "
+        "(a simulator replaying a trace; every job then needs remaining_s), 'unknown' nothing is estimated "
+        "(requested_s is then an error; remaining_s defaults to the flat prior minus the time run)",
+    )
     history: list[FinishedIn] = Field(
         default_factory=list, max_length=MAX_HISTORY,
         description=f"the most recent finished jobs, oldest first (at most {MAX_HISTORY:,}); sent with each request so "

@@ -100,6 +100,7 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
             elif job.queued_since < submitted:
                 errors.append(FieldError(("body", "pending", i, "queued_since"),
                                          f"{job.queued_since} is before the job was submitted ({submitted})"))
+    errors += _information_errors(request)
     if errors:
         raise RequestError(errors)
     topology = request_topology(request.nodes)
@@ -109,10 +110,10 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
         contention,
         request.now,
         [n.free_gpus for n in request.nodes],
-        [_pending(job, request.now) for job in request.pending],
-        [_running(job, index) for job in request.running],
+        [_pending(job, request.now, request.durations) for job in request.pending],
+        [_running(job, index, request.durations) for job in request.running],
         future_events=request.future_events,
-        durations="estimated",
+        durations=request.durations,
         history=JobHistory(_finished(job, i) for i, job in enumerate(request.history)),
     )
 
@@ -144,9 +145,25 @@ def _remaining(job: PendingIn | RunningIn, gpus: int) -> float:
     return believed_remaining_s(job.requested_s, job.attained_gpu_s / gpus)
 
 
-def _estimate(job: PendingIn | RunningIn, gpus: int) -> float | None:
+def _information_errors(request: PlacementRequest) -> list[FieldError]:
+    """What the request's ``durations`` rules out: an ``exact`` job without its remaining time,
+    an ``unknown`` one with an estimate."""
+    errors = []
+    for kind, jobs in (("running", request.running), ("pending", request.pending)):
+        for i, job in enumerate(jobs):
+            if request.durations == "exact" and job.remaining_s is None:
+                errors.append(FieldError(("body", kind, i, "remaining_s"), "required when durations is 'exact'"))
+            if request.durations == "unknown" and job.requested_s is not None:
+                errors.append(FieldError(("body", kind, i, "requested_s"),
+                                         "must be absent when durations is 'unknown' (nothing is estimated)"))
+    return errors
+
+
+def _estimate(job: PendingIn | RunningIn, gpus: int, durations: str) -> float | None:
     """The job's estimate of its whole run time: ``requested_s``, else what the client's own
-    ``remaining_s`` implies (it plus the time run), else none."""
+    ``remaining_s`` implies (it plus the time run), else none; none under ``unknown``."""
+    if durations == "unknown":
+        return None
     if job.requested_s is not None:
         return job.requested_s
     if job.remaining_s is None:
@@ -155,19 +172,20 @@ def _estimate(job: PendingIn | RunningIn, gpus: int) -> float | None:
     return implied if implied >= 1.0 else 1.0  # a job about to end: an estimate must be positive
 
 
-def _pending(job: PendingIn, now: float) -> KnownJob:
+def _pending(job: PendingIn, now: float, durations: str) -> KnownJob:
     submitted = now if job.submitted_at is None else job.submitted_at
     return KnownJob(
         job.job_id, job.model, job.gpus, submitted, _remaining(job, job.gpus), job.attained_gpu_s,
-        job.preemptions, None, job.last_run_s, job.queued_since, _estimate(job, job.gpus), job.user, job.group, job.vc,
+        job.preemptions, None, job.last_run_s, job.queued_since, _estimate(job, job.gpus, durations), job.user, job.group, job.vc,
     )
 
 
-def _running(job: RunningIn, index: dict[str, int]) -> KnownJob:
+def _running(job: RunningIn, index: dict[str, int], durations: str) -> KnownJob:
     placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
     return KnownJob(
         job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job, placement.total_gpus),
-        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, _estimate(job, placement.total_gpus),
+        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None,
+        _estimate(job, placement.total_gpus, durations),
         job.user, job.group, job.vc,
     )
 
@@ -252,6 +270,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
             for j in view.queued
         ],
         future_events=view.future_events,
+        durations=view.durations,
         history=[
             FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=j.finish_s,
                        user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)

@@ -168,10 +168,13 @@ def test_a_failing_policy_is_a_row_and_an_entry_locally_and_on_the_cluster(clust
         assert "1 of 6 runs failed (first: ds_test_policies:FailsOnBigClusters on load 1 heavy 3x8" in err
         assert "failed: RuntimeError: boom on a" in out  # the cell's row (rich wraps the rest)
         docs[where] = json.loads((tmp_path / f"{where}.json").read_text())
+    commands = {where: doc.pop("provenance")["command"] for where, doc in docs.items()}
+    assert "--address" in commands["cluster"] and "--address" not in commands["local"]  # where it ran, said
     assert docs["local"] == docs["cluster"]
     doc = docs["cluster"]
     assert doc["failed"] == [{"load": 1.0, "mix": "heavy", "nodes": 3, "gpus_per_node": 8, "contention": "profiled",
-                              "seed": 2**31, "durations": "exact", "policy": "ds_test_policies:FailsOnBigClusters",
+                              "seed": 2**31, "durations": "exact", "contention_knowledge": "exact",
+                              "policy": "ds_test_policies:FailsOnBigClusters",
                               "error": "RuntimeError: boom on a big cluster"}]
     big = next(c for c in doc["cells"] if c["nodes"] == 3)
     assert big["results"]["ds_test_policies:FailsOnBigClusters"]["avg_jct_s"] is None

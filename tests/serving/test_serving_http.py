@@ -216,7 +216,7 @@ def test_every_route_but_healthz_needs_the_token(service, path):
 def test_policy_and_openapi_describe_the_service(service, http):
     url, _, _ = service
     info = http.get(url + "/v1/policy", timeout=10).json()
-    assert info["name"] == "rl-hybrid" and info["checkpoint"].endswith("rl_base.pt")
+    assert info["name"] == "rl-hybrid" and info["checkpoint"].endswith("rl_est_ppo.pt")
     assert info["trained_on"]["env"]["cluster"] == "testbed" and info["load_seconds"] > 0
     spec = http.get(url + "/openapi.json", timeout=10).json()
     body = spec["paths"]["/v1/placements"]["post"]["requestBody"]["content"]["application/json"]["schema"]

@@ -31,7 +31,7 @@ def featured_jobs(n: int = 80):
                     requested_s=(5000.0 + 300 * i) if i % 2 else None) for i, j in enumerate(jobs)]
 
 
-@pytest.mark.parametrize("durations", ["estimated", "unknown"])
+@pytest.mark.parametrize("durations", ["exact", "estimated", "unknown"])
 @pytest.mark.parametrize("policy", ["qssf+uncontended+preempt", "gittins+packed+preempt", "srsf+uncontended", "rl-hybrid"])
 def test_a_served_decision_is_the_simulators_on_the_same_view(policy, durations):
     """Decision points of a run under the information model, sent with their estimates, features
@@ -97,3 +97,34 @@ def test_bad_estimates_features_and_history_are_refused_naming_the_field(body, l
     with pytest.raises(ValidationError) as info:
         PlacementRequest.model_validate(body)
     assert loc in [e["loc"] for e in info.value.errors()]
+
+
+def test_a_request_says_what_its_remaining_times_mean():
+    """``durations`` travels with the request: an ``exact`` view's remaining times stay the truth
+    (no estimate is implied for a policy to discount), an ``unknown`` one carries no estimates."""
+    job = {"job_id": "p", "model": "FSDP", "gpus": 2, "remaining_s": 700.0, "attained_gpu_s": 200.0}
+    exact = view_of({"now": 1000.0, "nodes": NODES, "durations": "exact", "pending": [job]})
+    unknown = view_of({"now": 1000.0, "nodes": NODES, "durations": "unknown", "pending": [job]})
+    estimated = view_of({"now": 1000.0, "nodes": NODES, "pending": [job]})
+    assert [(v.durations, v.queued[0].remaining_s, v.queued[0].estimate_s) for v in (exact, estimated, unknown)] == [
+        ("exact", 700.0, 800.0), ("estimated", 700.0, 800.0), ("unknown", 700.0, None)]  # 700 + 200/2
+
+
+@pytest.mark.parametrize(
+    "durations, job, field, message",
+    [
+        ("exact", {"job_id": "p", "model": "FSDP", "gpus": 2}, "remaining_s", "required when durations is 'exact'"),
+        ("unknown", {"job_id": "p", "model": "FSDP", "gpus": 2, "requested_s": 60.0}, "requested_s", "must be absent"),
+    ],
+)
+def test_remaining_times_that_contradict_the_declared_durations_are_refused(durations, job, field, message):
+    from deepshare.serving.translate import RequestError
+
+    running = {"job_id": "r", "model": "FSDP", "placement": {"a": 4}, **{k: v for k, v in job.items() if k not in ("job_id", "gpus")}}
+    with pytest.raises(RequestError) as info:
+        view_of({"now": 10.0, "nodes": NODES, "durations": durations, "pending": [job], "running": [running]})
+    found = {e.loc: e.msg for e in info.value.errors}
+    assert set(found) == {("body", "pending", 0, field), ("body", "running", 0, field)}
+    assert all(message in msg for msg in found.values())
+    with pytest.raises(ValidationError):
+        PlacementRequest.model_validate({"now": 1, "nodes": NODES, "durations": "oracle"})
