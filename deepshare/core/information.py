@@ -54,6 +54,7 @@ from typing import Sequence
 
 import numpy as np
 
+from deepshare.core import stable_math
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 
@@ -151,7 +152,7 @@ class InformationModel:
             return None
         if self.estimate_error == 0:
             return np.ones(n)
-        return np.exp(self.estimate_error * np.random.default_rng(self.estimate_seed).standard_normal(n))
+        return stable_math.exp(self.estimate_error * np.random.default_rng(self.estimate_seed).standard_normal(n))
 
     def estimates(self, jobs: Sequence[JobSpec], true_durations: Sequence[float]) -> list[float | None]:
         """Each job's visible estimate of its isolated run time, in trace order: its

@@ -29,6 +29,8 @@ MAX_RETRIES = 3
 """How often Ray reruns a task whose worker or node died before the run counts as lost."""
 WAIT_S = 0.5
 """Longest wait for a result before the loop looks again (keeps Ctrl-C prompt)."""
+CANCEL_GRACE_S = 5.0
+"""How long cancelled runs get to stop before they are cancelled again, with force."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,10 +72,27 @@ def run_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], max_retr
             for ref in ready:
                 yield index[ref], _result(ref, max_retries)
     except BaseException:  # Ctrl-C, a closed generator, a run's own error: nothing keeps running
-        for ref in pending:
-            with suppress(Exception):  # e.g. Ray gone meanwhile: the first error is the one to see
-                ray.cancel(ref)
+        _cancel(pending)
         raise
+
+
+def _cancel(refs: list[Any]) -> None:
+    """Cancel every run; those still going after :data:`CANCEL_GRACE_S` are cancelled again with
+    force (their worker is killed). Ray's cancel is best effort: a task pushed to a worker that has
+    not started it yet can miss it (ray-project/ray#24359, #46157) and would run to its end.
+    Errors are swallowed (e.g. Ray gone meanwhile): the error that stopped the loop is the one to see."""
+    import ray
+
+    for ref in refs:
+        with suppress(Exception):
+            ray.cancel(ref)
+    if not refs:
+        return
+    with suppress(Exception):
+        _, running = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+        for ref in running:
+            with suppress(Exception):
+                ray.cancel(ref, force=True)
 
 
 def _result(ref: Any, max_retries: int) -> Any:

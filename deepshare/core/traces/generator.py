@@ -31,6 +31,7 @@ from typing import Mapping
 
 import numpy as np
 
+from deepshare.core import stable_math
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
@@ -175,7 +176,7 @@ def generate(
     sizes = list(demand)
     weights = np.array([demand[g] for g in sizes])
     gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
-    durations = median * np.exp(duration_sigma * duration_rng.standard_normal(n))
+    durations = median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n))
     models = assign(n, mix, model_rng)
     jobs = [
         JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]))

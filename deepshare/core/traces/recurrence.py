@@ -63,6 +63,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from deepshare.core import stable_math
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.mixes import ModelMix, assign
 
@@ -205,12 +206,12 @@ def draw_features(
     tie = model.gpu_duration_corr / between if between > 0 else 0.0
     group_z = tie * latent + math.sqrt(max(0.0, 1 - tie**2)) * median_rng.standard_normal(n_groups)
     run_z = run_rng.standard_normal(n)
-    durations = median_s * np.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z))
+    durations = median_s * stable_math.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z))
     weights = np.arange(1, model.users + 1, dtype=float) ** -model.user_skew
     group_user = user_rng.choice(model.users, size=n_groups, p=weights / weights.sum())
     group_model = assign(n_groups, mix, model_rng)
     asks = limit_rng.random(n) < model.requested_share
-    factor = model.overestimate_median * np.exp(model.overestimate_sigma * limit_rng.standard_normal(n))
+    factor = model.overestimate_median * stable_math.exp(model.overestimate_sigma * limit_rng.standard_normal(n))
     requested = durations * np.maximum(1.0, factor)
     width = len(str(model.users - 1))
     return JobFeatures(
