@@ -52,7 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json
 	$(BIN)/python bench/suite_scale.py  # the suite on a fake cluster of 1-3 one-CPU nodes beside the local pool
 
-# The benchmark suites the results page reports (quick ~4 min, loaded ~5 min, standard ~12 min on 2 cores).
+# The benchmark suites the results page reports (quick ~3.5 min, loaded ~15 min on 2 idle cores; standard an hour or more).
 SUITE_JSON := runs/suite
 
 suites: $(STAMP)

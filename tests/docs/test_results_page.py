@@ -79,3 +79,27 @@ def test_the_committed_results_page_and_readme_match_their_data() -> None:
     """docs/results.md and README.md's headline block are exactly what docs/results/ gives."""
     assert main(["--check", "--data", str(ROOT / "docs" / "results"), "--page", str(ROOT / "docs" / "results.md"),
                  "--readme", str(ROOT / "README.md")]) == 0
+
+
+def _model_cell(durations: str, best: str, jct: float, cost: float | None) -> dict:
+    return {"load": 1.0, "mix": "heavy", "nodes": 2, "gpus_per_node": 8, "contention": "profiled", "seed": 2**31 + 1,
+            "contention_knowledge": "exact", "durations": durations, "best_heuristic": best, "best_avg_jct_s": jct,
+            "cost_of_not_knowing": cost, "results": {}}
+
+
+def test_a_suite_under_several_information_models_gets_its_by_model_tables() -> None:
+    from deepshare.experiments.results_information import information_headline, information_section
+
+    doc = {"suite": {"learned": ["rl"]}, "seed_base": 2**31,
+           "cells": [_model_cell("exact", "srsf+packed", 1000.0, None), _model_cell("unknown", "las+packed", 1250.0, 1.25)],
+           "summary_by_durations": {"exact": {"rl": {"geomean_avg_jct_ratio": 1.01, "worst_avg_jct_ratio": 1.02}},
+                                    "unknown": {"rl": {"geomean_avg_jct_ratio": 0.9, "worst_avg_jct_ratio": 0.95}}},
+           "cost_of_not_knowing": {"unknown": {"geomean": 1.25, "max": 1.25}}}
+    section = information_section(doc)
+    assert "| policy | exact | unknown |" in section
+    assert "| `rl` | 1.010 (1.020) | 0.900 (0.950) |" in section
+    assert "| cost of not knowing (best heuristic / best `exact` one) | 1 | 1.250 (1.250) |" in section
+    assert ("| load 1 heavy 2x8 profiled seed 1 | `srsf+packed` 1,000 s | `las+packed` 1,250 s (x1.250) |" in section)
+    assert "| `rl` | 1.010 (1.020) | 0.900 (0.950) |" in information_headline(doc)
+    one_model = {**doc, "cells": doc["cells"][:1]}
+    assert information_section(one_model) == [] and information_headline(one_model) == []

@@ -1,0 +1,87 @@
+"""The results page's view of a suite by information model: how each learned policy fares when
+durations are exact, estimated or unknown, and what not knowing costs the best heuristic in
+every scenario (issue 27's results table). Rendered from a suite's JSON by
+:mod:`deepshare.experiments.results_page`; a suite with one information model gets nothing here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCENARIO_KEYS = ("load", "mix", "nodes", "gpus_per_node", "contention", "seed", "contention_knowledge")
+
+
+def models(doc: dict[str, Any]) -> list[str]:
+    """The information models the suite's cells ran under, in the suite's order."""
+    return list(dict.fromkeys(cell.get("durations", "exact") for cell in doc["cells"]))
+
+
+def by_model_table(doc: dict[str, Any]) -> list[str]:
+    """One row per learned policy: its geometric-mean average-JCT ratio to the best heuristic of
+    the same information model, worst cell in brackets; a last row for the cost of not knowing."""
+    names = models(doc)
+    summary = doc.get("summary_by_durations") or {}
+    lines = ["| policy | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for policy in doc["suite"].get("learned", []):
+        cells = []
+        for model in names:
+            row = summary.get(model, {}).get(policy)
+            ok = row and row.get("geomean_avg_jct_ratio") is not None
+            cells.append(f"{row['geomean_avg_jct_ratio']:.3f} ({row['worst_avg_jct_ratio']:.3f})" if ok else "-")
+        lines.append(f"| `{policy}` | " + " | ".join(cells) + " |")
+    cost = doc.get("cost_of_not_knowing") or {}
+    lines.append("| cost of not knowing (best heuristic / best `exact` one) | " + " | ".join(
+        "1" if model == "exact" else (f"{cost[model]['geomean']:.3f} ({cost[model]['max']:.3f})" if model in cost else "-")
+        for model in names) + " |")
+    return lines
+
+
+def scenario_label(cell: dict[str, Any], seed_base: int) -> str:
+    label = (f"load {cell['load']:g} {cell['mix']} {cell['nodes']}x{cell['gpus_per_node']} {cell['contention']} "
+             f"seed {cell['seed'] - seed_base}")
+    knowledge = cell.get("contention_knowledge", "exact")
+    return label if knowledge == "exact" else f"{label}, {knowledge} contention"
+
+
+def cost_table(doc: dict[str, Any]) -> list[str]:
+    """Per scenario, the best heuristic under each information model with its average JCT, and
+    the cost of not knowing (that JCT over the best ``exact`` heuristic's)."""
+    names = models(doc)
+    seed_base = doc.get("seed_base", 0)
+    scenarios: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for cell in doc["cells"]:
+        key = tuple(cell.get(k) for k in SCENARIO_KEYS)
+        scenarios.setdefault(key, {})[cell.get("durations", "exact")] = cell
+    lines = ["| scenario | " + " | ".join(f"best under `{m}`" for m in names) + " |", "|---|" + "---|" * len(names)]
+    for by_model in scenarios.values():
+        first = next(iter(by_model.values()))
+        entries = []
+        for model in names:
+            cell = by_model.get(model)
+            if cell is None:
+                entries.append("-")
+                continue
+            cost = cell.get("cost_of_not_knowing")
+            times = f" (x{cost:.3f})" if cost is not None and model != "exact" else ""
+            entries.append(f"`{cell['best_heuristic']}` {cell['best_avg_jct_s']:,.0f} s{times}")
+        lines.append(f"| {scenario_label(first, seed_base)} | " + " | ".join(entries) + " |")
+    return lines
+
+
+def information_section(doc: dict[str, Any]) -> list[str]:
+    """The page's lines for a suite with several information models, else none."""
+    if len(models(doc)) < 2:
+        return []
+    return ["", "By information model ([what a policy knows](information-model.md)): each learned policy's average "
+            "JCT over the best heuristic that knew what it knew (geometric mean, worst cell in brackets), and the "
+            "cost of not knowing:", "", *by_model_table(doc), "",
+            "Per scenario, the best heuristic under each model, its average JCT, and its cost of not knowing:", "",
+            *cost_table(doc)]
+
+
+def information_headline(doc: dict[str, Any]) -> list[str]:
+    """The README's lines: the by-model table alone."""
+    if len(models(doc)) < 2:
+        return []
+    return ["", "By information model (the policy against the best heuristic that knew what it knew; worst cell in "
+            "brackets):", "", *by_model_table(doc)]
