@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
@@ -75,7 +75,7 @@ def build_view(
     """
     _check(topology, now, free, queued, running)
     state = _state_of(contention, topology, catalog, running)
-    running_views = tuple(replace(_view(catalog, job), ratio=state.ratio(job.job_id)) for job in running)
+    running_views = tuple(_view(catalog, job, state.ratio(job.job_id)) for job in running)
     resident = frozenset(job.job_id for job in running)
     predict = _private_predictor(state, resident)
 
@@ -187,23 +187,12 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
     return predict
 
 
-def _view(catalog: Catalog, job: KnownJob) -> JobView:
+def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:
+    # positional, in JobView's field order: ten thousand jobs a request make keywords measurable
     return JobView(
-        job_id=job.job_id,
-        model=job.model,
-        gpus=job.gpus,
-        submit_time=job.submit_time,
-        remaining_s=job.remaining_s,
-        attained_gpu_s=job.attained_gpu_s,
-        comm_class=catalog.class_of(job.model),
-        preemptions=job.preemptions,
-        placement=job.placement,
-        last_run_s=job.last_run_s,
-        queued_since=job.submit_time if job.queued_since is None else job.queued_since,
-        estimate_s=job.estimate_s,
-        user=job.user,
-        group=job.group,
-        vc=job.vc,
+        job.job_id, job.model, job.gpus, job.submit_time, job.remaining_s, job.attained_gpu_s,
+        catalog.class_of(job.model), job.preemptions, job.placement, ratio, job.last_run_s,
+        job.submit_time if job.queued_since is None else job.queued_since, job.estimate_s, job.user, job.group, job.vc,
     )
 
 

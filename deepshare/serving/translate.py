@@ -137,18 +137,12 @@ def _names(nodes: list[NodeIn]) -> str:
     return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
-def _remaining(job: PendingIn | RunningIn, gpus: int) -> float:
-    """The client's remaining-time estimate, else the one the simulator's ``estimated`` views
-    count down: its ``requested_s`` (or the flat prior) minus the time it has run."""
-    if job.remaining_s is not None:
-        return job.remaining_s
-    return believed_remaining_s(job.requested_s, job.attained_gpu_s / gpus)
-
-
 def _information_errors(request: PlacementRequest) -> list[FieldError]:
     """What the request's ``durations`` rules out: an ``exact`` job without its remaining time,
     an ``unknown`` one with an estimate."""
-    errors = []
+    errors: list[FieldError] = []
+    if request.durations == "estimated":  # anything goes
+        return errors
     for kind, jobs in (("running", request.running), ("pending", request.pending)):
         for i, job in enumerate(jobs):
             if request.durations == "exact" and job.remaining_s is None:
@@ -159,33 +153,37 @@ def _information_errors(request: PlacementRequest) -> list[FieldError]:
     return errors
 
 
-def _estimate(job: PendingIn | RunningIn, gpus: int, durations: str) -> float | None:
-    """The job's estimate of its whole run time: ``requested_s``, else what the client's own
-    ``remaining_s`` implies (it plus the time run), else none; none under ``unknown``."""
-    if durations == "unknown":
-        return None
-    if job.requested_s is not None:
-        return job.requested_s
-    if job.remaining_s is None:
-        return None
-    implied = job.remaining_s + job.attained_gpu_s / gpus
-    return implied if implied >= 1.0 else 1.0  # a job about to end: an estimate must be positive
+def _belief(job: PendingIn | RunningIn, gpus: int, durations: str) -> tuple[float, float | None]:
+    """The job's ``remaining_s`` and ``estimate_s`` as its view carries them. Remaining: the
+    client's own, else what the simulator's ``estimated`` views count down (``requested_s``, or the
+    flat prior, minus the time run). Estimate of the whole run: ``requested_s``, else what the
+    client's ``remaining_s`` implies (it plus the time run), else none; none under ``unknown``."""
+    remaining, requested, ran = job.remaining_s, job.requested_s, job.attained_gpu_s / gpus
+    if remaining is None:
+        remaining, estimate = believed_remaining_s(requested, ran), requested
+    elif requested is not None:
+        estimate = requested
+    else:
+        implied = remaining + ran
+        estimate = implied if implied >= 1.0 else 1.0  # a job about to end: an estimate must be positive
+    return remaining, (None if durations == "unknown" else estimate)
 
 
 def _pending(job: PendingIn, now: float, durations: str) -> KnownJob:
     submitted = now if job.submitted_at is None else job.submitted_at
+    remaining, estimate = _belief(job, job.gpus, durations)
     return KnownJob(
-        job.job_id, job.model, job.gpus, submitted, _remaining(job, job.gpus), job.attained_gpu_s,
-        job.preemptions, None, job.last_run_s, job.queued_since, _estimate(job, job.gpus, durations), job.user, job.group, job.vc,
+        job.job_id, job.model, job.gpus, submitted, remaining, job.attained_gpu_s,
+        job.preemptions, None, job.last_run_s, job.queued_since, estimate, job.user, job.group, job.vc,
     )
 
 
 def _running(job: RunningIn, index: dict[str, int], durations: str) -> KnownJob:
     placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
+    remaining, estimate = _belief(job, placement.total_gpus, durations)
     return KnownJob(
-        job.job_id, job.model, placement.total_gpus, job.submitted_at, _remaining(job, placement.total_gpus),
-        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None,
-        _estimate(job, placement.total_gpus, durations),
+        job.job_id, job.model, placement.total_gpus, job.submitted_at, remaining,
+        job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, estimate,
         job.user, job.group, job.vc,
     )
 
