@@ -114,14 +114,18 @@ class JobHistory:
 
     ``version`` counts the jobs added, so a policy can keep answers computed from one state of
     the history until it grows. The per-level statistics and the sorted service samples are
-    brought up to date when asked, so a run whose policies never ask pays one append per job."""
+    brought up to date when asked, so a run whose policies never ask pays one append per job.
+    Only the last ``window`` jobs are ever read, so it keeps at most twice that many: a long run
+    or a long-lived scheduler holds a bounded history (iteration gives the jobs it keeps)."""
 
-    __slots__ = ("_jobs", "_window", "_indexed", "_moments", "_samples", "_samples_version", "_memo", "_memo_version")
+    __slots__ = ("_jobs", "_dropped", "_window", "_indexed", "_moments", "_samples", "_samples_version", "_memo",
+                 "_memo_version")
 
     def __init__(self, past: Iterable[FinishedJob] = (), window: int = HISTORY_WINDOW) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise DeepShareError(f"history window must be a positive integer, got {window!r}")
-        self._jobs: list[FinishedJob] = list(past)
+        self._jobs: list[FinishedJob] = list(past)[-window:]
+        self._dropped = 0
         self._window = window
         self._indexed = 0
         self._moments: dict[tuple, _Moments] = {}
@@ -132,6 +136,17 @@ class JobHistory:
 
     def add(self, job: FinishedJob) -> None:
         self._jobs.append(job)
+        if len(self._jobs) >= 2 * self._window:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the jobs that left the window, after taking them out of the statistics."""
+        if self._indexed:
+            self._index()
+        drop = len(self._jobs) - self._window
+        del self._jobs[:drop]
+        self._dropped += drop
+        self._indexed = max(0, self._indexed - drop)
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -141,14 +156,15 @@ class JobHistory:
 
     @property
     def version(self) -> int:
-        return len(self._jobs)
+        """Jobs added since it was made (with those it was made with): grows with every job."""
+        return self._dropped + len(self._jobs)
 
     def memo(self) -> dict:
         """A dict for answers computed from the history as it is now (a policy's forecasts and
         indices at one decision), emptied when the history grows: the next decision after a
         completion asks again, every other one reuses them."""
-        if self._memo_version != len(self._jobs):
-            self._memo, self._memo_version = {}, len(self._jobs)
+        if self._memo_version != self.version:
+            self._memo, self._memo_version = {}, self.version
         return self._memo
 
     def copy(self) -> "JobHistory":
@@ -158,11 +174,11 @@ class JobHistory:
     # -- Gittins ---------------------------------------------------------------------------------
     def service_samples(self) -> np.ndarray:
         """Sorted GPU-service (GPU-seconds) of the last ``window`` finished jobs (read-only)."""
-        if self._samples_version != len(self._jobs):
+        if self._samples_version != self.version:
             recent = self._jobs[-self._window:]
             samples = np.sort(np.fromiter((j.run_s * j.gpus for j in recent), float, len(recent)))
             samples.flags.writeable = False
-            self._samples, self._samples_version = samples, len(self._jobs)
+            self._samples, self._samples_version = samples, self.version
         return self._samples
 
     # -- forecasts -------------------------------------------------------------------------------

@@ -349,8 +349,6 @@ class ControlLoop:
                                              spec.user, spec.group, spec.vc, spec.estimate_s))
             if job.finish_time is not None:
                 self._history_mark = (job.finish_time, job.seq)
-        if len(self.history) > 2 * HISTORY_WINDOW:  # only the window is ever read: drop the rest
-            self.history = JobHistory(list(self.history)[-HISTORY_WINDOW:])
         return self.history
 
     def predicted_throughput(self, model: str, placement: Placement, ratio: float) -> float:

@@ -126,6 +126,34 @@ def test_forecast_and_service_forget_jobs_outside_the_window():
     assert fresh.forecast(1, "u") == pytest.approx(f)
 
 
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.floats(1.0, 1e5), st.sampled_from(["u", "v"]), st.booleans()), min_size=1, max_size=40),
+       window=st.integers(1, 6))
+def test_a_long_history_keeps_at_most_two_windows_and_answers_as_its_window(runs, window):
+    """Memory stays bounded in a long run; whether or not it was asked on the way, its answers are
+    those of a history made from its last ``window`` jobs, and its version counts every job."""
+    history = JobHistory(window=window)
+    added = []
+    for i, (run_s, user, ask) in enumerate(runs):
+        added.append(done(f"j{i}", run_s, user=user, estimate_s=run_s * 2))
+        history.add(added[-1])
+        assert len(history) < 2 * window and history.version == i + 1
+        if ask:
+            history.forecast(1, user)
+    fresh = JobHistory(added[-window:], window=window)
+    assert list(history)[-window:] == added[-window:]
+    for user in ("u", "v"):
+        got, want = history.forecast(1, user), fresh.forecast(1, user)
+        assert (got is None) == (want is None)
+        if want is not None:  # moments kept by adding and taking out: equal up to rounding
+            assert (got.level, got.jobs) == (want.level, want.jobs) and got.run_s == pytest.approx(want.run_s)
+            assert got.spread == pytest.approx(want.spread, abs=1e-4)
+    assert history.service_samples().tolist() == fresh.service_samples().tolist()
+    got, want = history.estimate_error(), fresh.estimate_error()
+    assert got.jobs == want.jobs and got.bias == pytest.approx(want.bias, abs=1e-9)
+    assert got.spread == pytest.approx(want.spread, abs=1e-4)
+
+
 def test_memo_is_emptied_when_the_history_grows():
     history = JobHistory()
     history.memo()["x"] = 1
