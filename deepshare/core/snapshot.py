@@ -188,7 +188,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
 
 
 def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:
-    # positional, in JobView's field order: ten thousand jobs a request make keywords measurable
+    # positional, in JobView's field order: keywords cost measurably on a request of 10,000 jobs
     return JobView(
         job.job_id, job.model, job.gpus, job.submit_time, job.remaining_s, job.attained_gpu_s,
         catalog.class_of(job.model), job.preemptions, job.placement, ratio, job.last_run_s,

@@ -3,8 +3,8 @@
 NumPy picks a SIMD kernel for ``np.exp`` at run time: on AVX-512 machines its own vectorised exp,
 elsewhere the C library's. The two differ in the last bit of some results, so a generated trace
 (and every simulation and training episode on it) was not the same under a seed on two machines.
-The C library's exp (``math.exp``) is the same function on every x86-64 machine with FMA, which
-is what the generator and the information model draw through here.
+The C library's exp (``math.exp``) gives the same bits on every x86-64 machine with FMA and the
+same C library, which is what the generator and the information model draw through here.
 """
 
 from __future__ import annotations
