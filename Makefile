@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
 	$(BIN)/python bench/decide_scale.py --json $(BENCH_JSON)/decide_scale.json
 	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
+	$(BIN)/python bench/estimate_robustness.py --json $(BENCH_JSON)/estimate_robustness.json  # ~10 min
 	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json
 	$(BIN)/python bench/suite_scale.py  # the suite on a fake cluster of 1-3 one-CPU nodes beside the local pool
 

@@ -23,6 +23,8 @@ import argparse
 import json
 import math
 
+from record import Record, add_json_flag
+
 from deepshare.experiments.suite import load_suite, run_suite
 
 OWN = "bsrsf"
@@ -71,15 +73,15 @@ def main() -> None:
     parser.add_argument("--sigmas", default="0.5,2.0", help="estimate errors (lognormal sigmas), comma-separated")
     parser.add_argument("--suite", default="loaded")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--json", help="also write the figures here")
+    add_json_flag(parser)
     parser.add_argument("--from-json", metavar="SUITE_JSON", help="only report a suite's JSON against the field's baselines")
     args = parser.parse_args()
     if args.from_json:
         from_json(args.from_json)
         return
+    record = Record("estimate_robustness", args.json)
     base = load_suite(args.suite)
     field = [h for h in base.heuristics if not h.startswith(OWN + "+")]
-    out = {}
     for sigma in (float(s) for s in args.sigmas.split(",")):
         spec = base.model_copy(update={"durations": ("estimated",), "estimate_error": sigma,
                                        "name": f"{base.name}-sigma{sigma:g}"})
@@ -92,15 +94,17 @@ def main() -> None:
             rows[policy] = {"geomean_vs_best": s["geomean_avg_jct_ratio"], "worst_vs_best": s["worst_avg_jct_ratio"],
                             "geomean_vs_field": geomean(vs_field), "worst_vs_field": max(vs_field)}
         wins = {h: n for h, n in result.heuristic_wins().items() if n}
-        out[f"{sigma:g}"] = {"policies": rows, "best_heuristics": wins}
         print(f"estimate error sigma {sigma:g} ({len(result.results)} cells; best heuristics: {wins})")
         print(f"  {'policy':20s} {'vs best: geomean':>17s} {'worst':>7s} {'vs field: geomean':>18s} {'worst':>7s}")
         for policy, r in rows.items():
             print(f"  {policy:20s} {r['geomean_vs_best']:17.3f} {r['worst_vs_best']:7.3f} "
                   f"{r['geomean_vs_field']:18.3f} {r['worst_vs_field']:7.3f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+            record.add(f"{policy} at sigma {sigma:g}: avg JCT / best heuristic, geometric mean", r["geomean_vs_best"], "x")
+            record.add(f"{policy} at sigma {sigma:g}: avg JCT / best heuristic, worst cell", r["worst_vs_best"], "x",
+                       at_most=1.02, note="issue 28: never more than 2% worse")
+            record.add(f"{policy} at sigma {sigma:g}: avg JCT / best field baseline, geometric mean",
+                       r["geomean_vs_field"], "x", note="every heuristic but bsrsf")
+    record.write()
 
 
 if __name__ == "__main__":
