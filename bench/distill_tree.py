@@ -28,7 +28,7 @@ import numpy as np
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.experiments.suite import cell_trace, cells, load_suite
+from deepshare.experiments.suite import Cell, cell_trace, cells, load_suite
 from deepshare.policies import make_policy
 
 OWN = "bsrsf"
@@ -96,8 +96,7 @@ def main() -> None:
     spec = load_suite(doc["suite"]["name"])
     grid = [c for c in cells(spec) if c.durations == args.durations]
     field = [h for h in spec.heuristics if not h.startswith(OWN + "+")]
-    by_key = {tuple(c[k] for k in ("load", "mix", "nodes", "gpus_per_node", "contention", "seed", "durations")): c
-              for c in doc["cells"]}
+    by_cell = {Cell.from_key(c): c for c in doc["cells"]}
 
     policy = make_policy(args.policy)
     learned = getattr(policy, "learned", policy)
@@ -116,7 +115,7 @@ def main() -> None:
     theirs = [run(spec, cell, distilled) for cell in grid]
     best_field = []
     for cell in grid:
-        results = by_key[(cell.load, cell.mix, cell.nodes, cell.gpus_per_node, cell.contention, cell.seed, cell.durations)]["results"]
+        results = by_cell[cell]["results"]
         best_field.append(min(results[h]["avg_jct_s"] for h in field))
     policy_ratio = geomean([m / b for m, b in zip(mine, best_field)])
     tree_ratio = geomean([t / b for t, b in zip(theirs, best_field)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCENARIO_KEYS = ("load", "mix", "nodes", "gpus_per_node", "contention", "seed", "contention_knowledge")
+from deepshare.experiments.suite import Cell
 
 
 def models(doc: dict[str, Any]) -> list[str]:
@@ -36,25 +36,20 @@ def by_model_table(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def scenario_label(cell: dict[str, Any], seed_base: int) -> str:
-    label = (f"load {cell['load']:g} {cell['mix']} {cell['nodes']}x{cell['gpus_per_node']} {cell['contention']} "
-             f"seed {cell['seed'] - seed_base}")
-    knowledge = cell.get("contention_knowledge", "exact")
-    return label if knowledge == "exact" else f"{label}, {knowledge} contention"
+def scenario_label(cell: Cell) -> str:
+    """The cell's scenario, and its contention knowledge when that is not exact (rows apart)."""
+    return cell.scenario_label + ("" if cell.knowledge == "exact" else f", {cell.knowledge} contention")
 
 
 def cost_table(doc: dict[str, Any]) -> list[str]:
     """Per scenario, the best heuristic under each information model with its average JCT, and
     the cost of not knowing (that JCT over the best ``exact`` heuristic's)."""
     names = models(doc)
-    seed_base = doc.get("seed_base", 0)
-    scenarios: dict[tuple, dict[str, dict[str, Any]]] = {}
+    scenarios: dict[Cell, dict[str, dict[str, Any]]] = {}
     for cell in doc["cells"]:
-        key = tuple(cell.get(k) for k in SCENARIO_KEYS)
-        scenarios.setdefault(key, {})[cell.get("durations", "exact")] = cell
+        scenarios.setdefault(Cell.from_key(cell).under("exact"), {})[cell.get("durations", "exact")] = cell
     lines = ["| scenario | " + " | ".join(f"best under `{m}`" for m in names) + " |", "|---|" + "---|" * len(names)]
-    for by_model in scenarios.values():
-        first = next(iter(by_model.values()))
+    for scenario, by_model in scenarios.items():
         entries = []
         for model in names:
             cell = by_model.get(model)
@@ -64,7 +59,7 @@ def cost_table(doc: dict[str, Any]) -> list[str]:
             cost = cell.get("cost_of_not_knowing")
             times = f" (x{cost:.3f})" if cost is not None and model != "exact" else ""
             entries.append(f"`{cell['best_heuristic']}` {cell['best_avg_jct_s']:,.0f} s{times}")
-        lines.append(f"| {scenario_label(first, seed_base)} | " + " | ".join(entries) + " |")
+        lines.append(f"| {scenario_label(scenario)} | " + " | ".join(entries) + " |")
     return lines
 
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -221,6 +221,13 @@ class Cell:
         return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                 "contention": self.contention, "seed": self.seed, "durations": self.durations,
                 "contention_knowledge": self.knowledge}
+
+    @classmethod
+    def from_key(cls, key: Mapping[str, Any]) -> "Cell":
+        """The cell whose :meth:`key` (as a suite's JSON holds it, other fields beside) is ``key``;
+        files written before the information models count as ``exact``."""
+        return cls(key["load"], key["mix"], key["nodes"], key["gpus_per_node"], key["contention"], key["seed"],
+                   key.get("durations", "exact"), key.get("contention_knowledge", "exact"))
 
     def _rank(self) -> tuple:
         return (self.load, self.mix, self.nodes, self.gpus_per_node, self.contention, self.seed,

@@ -290,3 +290,12 @@ def test_cells_run_under_each_contention_knowledge_on_one_trace_and_report_learn
     assert doc["learned_over_exact"]["las+consolidated"]["geomean"] == 1.0
     assert set(doc["heuristic_wins_by_contention_knowledge"]) == {"exact", "learned"}
     assert learning_table(result) is not None
+
+
+def test_a_cell_is_found_again_from_its_json_key():
+    """Readers of a suite's JSON (the results page, the benches) rebuild each cell from its key."""
+    for name in ("quick", "learned"):  # every information model; both contention knowledges
+        for cell in cells(load_suite(name)):
+            assert Cell.from_key({**cell.key(), "best_heuristic": "x"}) == cell
+    old = {"load": 1.0, "mix": "heavy", "nodes": 2, "gpus_per_node": 8, "contention": "profiled", "seed": 5}
+    assert (Cell.from_key(old).durations, Cell.from_key(old).knowledge) == ("exact", "exact")
