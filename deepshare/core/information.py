@@ -55,6 +55,7 @@ from typing import Sequence
 import numpy as np
 
 from deepshare.core import stable_math
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 
@@ -91,8 +92,13 @@ def believed_remaining_s(estimate_s: float | None, ran_s: float) -> float:
 
 
 def estimate_of(job: JobSpec, true_duration_s: float, factor: float) -> float:
-    """A job's estimate: its own ``requested_s``, else its true run time x its drawn error."""
-    return job.requested_s if job.requested_s is not None else true_duration_s * factor
+    """A job's estimate: its own ``requested_s``, else its true run time x its drawn error, at
+    most :data:`~deepshare.core.bounds.MAX_DURATION_S` (a year: the domain every boundary
+    enforces, which a wide error drawn on a long job can pass)."""
+    if job.requested_s is not None:
+        return job.requested_s
+    estimate = true_duration_s * factor
+    return estimate if estimate < MAX_DURATION_S else MAX_DURATION_S
 
 
 @dataclass(frozen=True)

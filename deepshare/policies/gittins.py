@@ -29,6 +29,8 @@ from deepshare.core.history import JobHistory
 GITTINS_STEP = 2 ** 0.25
 """Width of an attained-service bin, as a factor (service below 1 GPU-second is one bin, 0)."""
 _LOG_STEP = math.log(GITTINS_STEP)
+MIN_SERVICE_S = 1e-6
+"""The least expected service (GPU-seconds) an index divides by."""
 
 
 def gittins_index(samples: np.ndarray, attained: float) -> float:
@@ -42,7 +44,9 @@ def gittins_index(samples: np.ndarray, attained: float) -> float:
     done = np.arange(1, m + 1, dtype=float)  # jobs finished by a quantum ending at tail[j - 1]
     # m * E[min(S - a, D)] = sum of the finished ones' (s - a) + the survivors' D
     served = np.cumsum(tail) - done * attained + (m - done) * (tail - attained)
-    return float(np.max(done / served))
+    # At least a microsecond of GPU service per finished job: a history of near-zero run times
+    # would otherwise give an infinite (or overflowing) rate.
+    return float(np.max(done / np.maximum(served, MIN_SERVICE_S)))
 
 
 def attained_bin(attained: float) -> float:

@@ -17,6 +17,13 @@ time ``L = log D``:
   level had two jobs;
 * neither: the flat prior ``N(log UNKNOWN_PRIOR_S, PRIOR_SPREAD^2)``.
 
+Every term is kept inside the documented domain of run times
+(:data:`~deepshare.core.bounds.MAX_DURATION_S`): a log run time between ``log MIN_BELIEF_S`` and
+``log MAX_DURATION_S`` and a spread between :data:`MIN_SPREAD` and :data:`MAX_SPREAD`, so the
+belief is total however wide a group's history is (run times from a millisecond to a year in one
+group give a spread far past anything the lognormal tail maths survives): no overflow, no NaN,
+no infinite answer.
+
 The two are combined by their precisions (a normal prior times a normal likelihood), and the
 result is conditioned on the job having run ``ran`` seconds already: the expected remaining run
 time is ``E[D | D > ran] - ran`` for the lognormal belief. Under ``exact`` the view's own
@@ -31,6 +38,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.history import JobHistory
 from deepshare.core.information import DEFAULT_ESTIMATE_ERROR, ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.view import ClusterView, JobView
@@ -41,6 +49,13 @@ PRIOR_SPREAD = 1.0
 """Log-spread of a run time nothing but the population says anything about."""
 MIN_SPREAD = 0.05
 """The least log-spread any evidence is given (no evidence is exact)."""
+MAX_SPREAD = 6.0
+"""The most log-spread any evidence is given: a factor of 400 either way per sigma (past the
+information model's widest estimate error, 5) already says "nothing"; wider spreads (a group of
+one-millisecond and one-year runs) would only overflow."""
+MIN_BELIEF_S = 1e-3
+"""The shortest run time a belief centres on (a millisecond)."""
+_LOG_MIN, _LOG_MAX = math.log(MIN_BELIEF_S), math.log(MAX_DURATION_S)
 _SQRT2 = math.sqrt(2.0)
 _LOG_PRIOR = math.log(UNKNOWN_PRIOR_S)
 
@@ -52,15 +67,21 @@ def _log_cdf(x: float) -> float:
     return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2 * math.pi)  # Mills' ratio, first order
 
 
+def _clamp(value: float, low: float, high: float) -> float:
+    return low if value < low else high if value > high else value
+
+
 def remaining_given_ran(mu: float, sigma: float, ran_s: float) -> float:
-    """``E[D | D > ran] - ran`` for ``log D ~ N(mu, sigma^2)``, at least :data:`ESTIMATE_FLOOR_S`."""
+    """``E[D | D > ran] - ran`` for ``log D ~ N(mu, sigma^2)``, from :data:`ESTIMATE_FLOOR_S` to
+    :data:`~deepshare.core.bounds.MAX_DURATION_S` (a belief never says more than a year is left)."""
     if ran_s <= 0.0:
-        left = math.exp(mu + 0.5 * sigma * sigma)
+        log_mean = mu + 0.5 * sigma * sigma
+        left = math.exp(log_mean) if log_mean < _LOG_MAX else MAX_DURATION_S
     else:
         z = (mu - math.log(ran_s)) / sigma
         log_mean = mu + 0.5 * sigma * sigma + _log_cdf(z + sigma) - _log_cdf(z)
-        left = math.exp(log_mean) - ran_s if log_mean < 700 else math.inf
-    return left if left > ESTIMATE_FLOOR_S else ESTIMATE_FLOOR_S
+        left = math.exp(log_mean) - ran_s if log_mean < 700.0 else MAX_DURATION_S
+    return ESTIMATE_FLOOR_S if not left > ESTIMATE_FLOOR_S else MAX_DURATION_S if left > MAX_DURATION_S else left
 
 
 def belief(job: JobView, history: JobHistory, calibration: tuple[float, float] | None = None) -> tuple[float, float]:
@@ -69,12 +90,15 @@ def belief(job: JobView, history: JobHistory, calibration: tuple[float, float] |
     terms: list[tuple[float, float]] = []
     if job.estimate_s is not None:
         bias, spread = calibration if calibration is not None else estimate_calibration(history)
-        terms.append((math.log(max(job.estimate_s, 1e-3)) + bias, spread))
+        log_estimate = math.log(_clamp(job.estimate_s, MIN_BELIEF_S, MAX_DURATION_S))
+        terms.append((_clamp(log_estimate + bias, _LOG_MIN, _LOG_MAX), _clamp(spread, MIN_SPREAD, MAX_SPREAD)))
     forecast = history.forecast(job.gpus, job.user, job.group, job.vc)
     if forecast is not None:
         spread = history.level_spread(forecast.level)
         spread = PRIOR_SPREAD if spread is None else spread
-        terms.append((math.log(forecast.run_s), max(MIN_SPREAD, spread * math.sqrt(1 + 1 / forecast.jobs))))
+        log_forecast = math.log(forecast.run_s) if forecast.run_s > 0 else _LOG_MIN
+        terms.append((_clamp(log_forecast, _LOG_MIN, _LOG_MAX),
+                      _clamp(spread * math.sqrt(1 + 1 / forecast.jobs), MIN_SPREAD, MAX_SPREAD)))
     if not terms:
         return _LOG_PRIOR, PRIOR_SPREAD
     precision = sum(1.0 / (s * s) for _, s in terms)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -29,6 +30,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
 from deepshare.runtime.private import make_private_dirs
 from deepshare.runtime.spec import LiveJobSpec
@@ -53,7 +55,7 @@ class JobState(str, Enum):
 
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
 ALLOWED: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
     JobState.RUNNING: frozenset({JobState.QUEUED, JobState.FINISHED, JobState.FAILED, JobState.CANCELLED}),
     JobState.FINISHED: frozenset(),
     JobState.FAILED: frozenset(),
@@ -325,6 +327,16 @@ class Journal:
                        (JobState.CANCELLED.value, now, job_id))
             self._log(db, job_id, JobState.QUEUED, JobState.CANCELLED, now, "cancelled", int(row[1]), None)
 
+    def fail_queued(self, job_id: str, reason: str) -> None:
+        """QUEUED -> FAILED with ``reason`` as the error: a job the scheduler cannot handle (the
+        control loop isolates it so that the other jobs go on)."""
+        now = self.now()
+        with self._tx() as db:
+            row = self._move(db, job_id, JobState.QUEUED, JobState.FAILED)
+            db.execute("UPDATE jobs SET state=?, error=?, finish_time=? WHERE id=?",
+                       (JobState.FAILED.value, reason[-4000:], now, job_id))
+            self._log(db, job_id, JobState.QUEUED, JobState.FAILED, now, reason[:300], int(row[1]), None)
+
     def request_cancel(self, job_id: str) -> None:
         """Mark a running job for cancellation; the control loop stops it."""
         with self._tx() as db:
@@ -387,7 +399,16 @@ class Journal:
 
     def record_progress(self, job_id: str, attempt: int, samples: float | None, step: int | None,
                         throughput: float | None, predicted: float | None) -> None:
-        """The latest report of run ``attempt`` and the current prediction for its placement."""
+        """The latest report of run ``attempt`` and the current prediction for its placement.
+
+        The values must already be checked (:mod:`deepshare.runtime.reports`): anything but a finite
+        number (an integer for ``step``) or None is refused here too, so that nothing a job wrote
+        can reach the table that every API answer reads."""
+        for name, value in (("samples", samples), ("throughput", throughput), ("predicted", predicted)):
+            if value is not None and _finite(value) is None:
+                raise DeepShareError(f"job {job_id}: {name} must be a finite number, got {value!r}"[:300])
+        if step is not None and _step(step) is None:
+            raise DeepShareError(f"job {job_id}: step must be an integer from 0 to 2**53, got {step!r}"[:300])
         with self._tx() as db:
             db.execute(
                 "UPDATE jobs SET samples=COALESCE(?, samples), step=COALESCE(?, step), throughput=COALESCE(?, throughput),"
@@ -417,7 +438,8 @@ class Journal:
             job_id=job_id, seq=seq, spec=LiveJobSpec.model_validate_json(spec), state=JobState(state),
             submit_time=submit, attempt=attempt, preemptions=preemptions, placement=_alloc(placement),
             run_started=run_started, queued_since=queued_since, last_run_s=last_run_s, attained_gpu_s=attained,
-            samples=samples, step=step, throughput=thp, predicted_throughput=pred, cancel_requested=bool(cancel),
+            samples=_finite(samples), step=_step(step), throughput=_finite(thp), predicted_throughput=_finite(pred),
+            cancel_requested=bool(cancel),
             error=error, finish_time=finish,
         )
 
@@ -518,7 +540,7 @@ class Journal:
         out = []
         for j, a, p, s, e, r, m, pr, st in rows:
             try:
-                out.append(RunRecord(j, a, _alloc(p) or (), s, e, r, m, pr, st))
+                out.append(RunRecord(j, a, _alloc(p) or (), s, e, r, _finite(m), _finite(pr), _step(st)))
             except (TypeError, ValueError) as exc:
                 log.warning("run %s of job %s cannot be read (%s); skipped", a, j, exc)
         return out
@@ -534,10 +556,14 @@ class Journal:
                 " ORDER BY r.started DESC, r.job_id DESC, r.attempt DESC LIMIT ?", (limit,)).fetchall()
         out = []
         for job_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
+            measured, predicted = _finite(measured), _finite(predicted)
+            if measured is None or predicted is None:  # stored unchecked by an older version
+                log.warning("run %s of job %s has no finite throughputs; not learned from", attempt, job_id)
+                continue
             try:
                 parsed = LiveJobSpec.model_validate_json(spec)
                 out.append(Measurement(job_id, int(attempt), parsed.model, parsed.gpus, _alloc(placement) or (),
-                                       float(measured), float(predicted), _num(ended)))
+                                       measured, predicted, _num(ended)))
             except (TypeError, ValueError) as exc:
                 log.warning("run %s of job %s cannot be read for learning (%s); skipped", attempt, job_id, exc)
         return out
@@ -579,6 +605,24 @@ def _check_is_journal(path: Path, state_dir: str | Path) -> None:
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _finite(value: Any) -> float | None:
+    """A job's reported counter as a finite float, None for anything else: a value an older
+    version stored unchecked (a string, an infinity) reads as "not reported", never as an error
+    that every API answer would repeat."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _step(value: Any) -> int | None:
+    """A job's reported step as an int from 0 to 2**53, None for anything else (see :func:`_finite`)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP else None
 
 
 def _int(value: Any) -> int:

@@ -57,6 +57,8 @@ def observations(runs: Iterable[Measurement], catalog: Catalog) -> list[Observat
         if nodes == 0:
             continue
         isolated = catalog.throughput(run.model, run.gpus, nodes)
+        if not (isolated > 0 and math.isfinite(run.measured_throughput) and math.isfinite(run.predicted_throughput)):
+            continue
         out.append(Observation(run.model, min(run.predicted_throughput / isolated, 1.0), run.measured_throughput / isolated))
     return out
 
@@ -105,10 +107,16 @@ def read_version(path: Path) -> dict[str, object]:
 
 
 def fits_of(doc: Mapping[str, object]) -> dict[str, ModelFit]:
-    """The :class:`ModelFit` of every model of a version document."""
-    return {name: ModelFit(math.log(float(f["scale"])), float(f["exponent"]), float(f["observations"]),
-                           float(f["contended"]))
-            for name, f in doc["models"].items()}  # type: ignore[union-attr]
+    """The :class:`ModelFit` of every model of a version document; ValueError for a parameter that
+    is not a finite number (a scale or exponent that is not positive, a NaN an older version wrote)."""
+    fits = {}
+    for name, f in doc["models"].items():  # type: ignore[union-attr]
+        scale, exponent = float(f["scale"]), float(f["exponent"])
+        observations_, contended = float(f["observations"]), float(f["contended"])
+        if not all(math.isfinite(v) for v in (scale, exponent, observations_, contended)) or scale <= 0 or exponent <= 0:
+            raise ValueError(f"model {str(name)[:64]!r}: parameters must be finite, scale and exponent positive")
+        fits[name] = ModelFit(math.log(scale), exponent, observations_, contended)
+    return fits
 
 
 @dataclass
@@ -161,7 +169,11 @@ class LiveLearning:
             return self.latest or self.document()
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"params-{int(doc['version']):05d}.json"  # type: ignore[call-overload]
-        write_text_atomic(path, json.dumps(doc, indent=2) + "\n", "contention fit")
+        try:
+            text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        except ValueError:  # never written: every reader of the folder would then start from it
+            raise DeepShareError(f"contention fit v{doc['version']} has a non-finite number; not written") from None
+        write_text_atomic(path, text, "contention fit")
         self.latest = doc
         log.info("contention fit v%d from %d run(s): ratio MAE %s (prior %s)", doc["version"], doc["runs"],
                  _fmt(doc["mae_learned"]), _fmt(doc["mae_prior"]))

@@ -16,6 +16,15 @@ Each :meth:`ControlLoop.tick`:
    "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
    ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
 
+Nothing a job writes is trusted: its progress reports are checked
+(:mod:`deepshare.runtime.reports`) before the journal, the views or the learned contention model
+see them; a bad one is dropped with one log line naming the job and the field. One job's bad
+data never stops the others: a tick step that fails on one job's data (its report, its view, a
+policy that raises on it) *isolates* that job, FAILED with the reason, and the tick goes on
+(:data:`DATA_ERRORS`; a policy failure is traced to its jobs by deciding on halves of the view,
+at most :data:`MAX_PROBES` decisions). Failures of the cluster itself (Ray, the OS) are not a
+job's fault: they fail the tick, which the next one retries.
+
 A launch that fails (a program that cannot be executed, a missing ``working_dir``) requeues
 the job, hidden from the policy for a back-off (``launch_retry_s``, doubling per consecutive
 failure, at most a minute); after ``max_launch_attempts`` consecutive failures the job is
@@ -30,18 +39,21 @@ is tested without Ray (``tests/runtime/test_control_loop.py``).
 from __future__ import annotations
 
 import logging
+import math
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import ContentionModel
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, InfeasibleDecision
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
@@ -50,8 +62,19 @@ from deepshare.runtime.journal import LAUNCH_FAILED, TERMINAL, JobRecord, JobSta
 from deepshare.runtime.launcher import LaunchError, LaunchSettings, RayLauncher, RunPhase
 from deepshare.runtime.learning import LiveLearning
 from deepshare.runtime.ports import Launcher
+from deepshare.runtime.reports import BadReport, Progress, check_report, merged
+from deepshare.runtime.worker import Report
 
 log = logging.getLogger(__name__)
+
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    ArithmeticError, ValueError, TypeError, LookupError, AttributeError, sqlite3.InterfaceError,
+    sqlite3.ProgrammingError, DeepShareError,
+)
+"""What a step raises when one job's data is at fault (a number out of range, a value of the wrong
+type): the job is isolated. Anything else (Ray, the OS) fails the tick, and the next retries."""
+MAX_PROBES = 64
+"""Most extra decisions one tick spends tracing a failing policy to the jobs it fails on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +145,10 @@ class ControlLoop:
         """The journal's finished jobs (the last :data:`HISTORY_WINDOW`), as the policies see them."""
         self._history_mark: tuple[float, int] | None = None
         """(finish time, seq) of the last finished job read into :attr:`history`."""
+        self._progress: dict[tuple[str, int], Progress] = {}
+        """Each live run's last good report, by (job id, attempt)."""
+        self._bad_reports: dict[str, str] = {}
+        """The last problem logged for each job's report (logged again only when it changes)."""
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> tuple[list[str], list[str]]:
@@ -161,12 +188,9 @@ class ControlLoop:
         if not view.queued and not view.running:
             return TickReport(ended=tuple(ended))
         try:
-            started = time.perf_counter()
-            decision = self.policy.decide(view)
-            if self.metrics is not None:
-                self.metrics.decision_latency.observe(time.perf_counter() - started)
+            decision, view = self._decide(view, cluster, ended)
             check_view_decision(decision, view)
-        except (DeepShareError, ValueError, KeyError, RuntimeError, OSError) as exc:
+        except (DeepShareError, ValueError, KeyError, RuntimeError, OSError, ArithmeticError, TypeError) as exc:
             # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
             self.last_error = f"policy {self.policy_name}: {exc}"
             log.error("%s", self.last_error)
@@ -174,6 +198,120 @@ class ControlLoop:
         if decision.empty:
             return TickReport(decision, ended=tuple(ended))
         return self._apply(decision, view, cluster, ended)
+
+    def _decide(self, view: ClusterView, cluster: ClusterState,
+                ended: list[tuple[str, str]]) -> tuple[Decision, ClusterView]:
+        """The policy's decision on ``view``. When the policy fails on a job's data, the jobs it
+        fails on are isolated and it decides again on a view without them (once): the decision
+        and the view it was made on."""
+        try:
+            return self._timed_decide(view), view
+        except InfeasibleDecision:
+            raise
+        except DATA_ERRORS as exc:
+            culprits = self._culprits(cluster, view.link_load)
+            if not culprits:
+                raise
+            for job in culprits:
+                self._isolate(job, f"the policy {self.policy_name} fails on it ({_first_line(exc)})", ended)
+            view = self._view(cluster, self._launchable(self.journal.jobs(JobState.QUEUED), ended),
+                              self.journal.jobs(JobState.RUNNING), link_load=view.link_load)
+            return self._timed_decide(view), view
+
+    def _timed_decide(self, view: ClusterView) -> Decision:
+        started = time.perf_counter()
+        decision = self.policy.decide(view)
+        if self.metrics is not None:
+            self.metrics.decision_latency.observe(time.perf_counter() - started)
+        return decision
+
+    def _culprits(self, cluster: ClusterState, link_load: Mapping[str, float]) -> list[JobRecord]:
+        """The jobs the policy fails on: halves of the queued and running jobs are decided on
+        apart until each failing half is one job (at most :data:`MAX_PROBES` decisions). None
+        unless some half was decided on: a policy that fails on every job is broken, and its
+        jobs are not to blame."""
+        budget = [MAX_PROBES]
+        passed = [False]
+
+        def fails(jobs: list[JobRecord]) -> bool:
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            queued = [j for j in jobs if j.state is JobState.QUEUED]
+            running = [j for j in jobs if j.state is JobState.RUNNING]
+            try:
+                self.policy.decide(self._view(cluster, queued, running, link_load=link_load))
+            except InfeasibleDecision:
+                return False
+            except DATA_ERRORS:
+                return True
+            passed[0] = True
+            return False
+
+        def search(jobs: list[JobRecord], known_to_fail: bool = False) -> list[JobRecord]:
+            if not jobs or not (known_to_fail or fails(jobs)):
+                return []
+            if len(jobs) == 1:
+                return jobs
+            half = len(jobs) // 2
+            return search(jobs[:half]) + search(jobs[half:])
+
+        candidates = [*self.journal.jobs(JobState.QUEUED), *self.journal.jobs(JobState.RUNNING)]
+        found = search(candidates, known_to_fail=True)
+        return found if passed[0] else []
+
+    def _isolate(self, job: JobRecord, why: str, ended: list[tuple[str, str]]) -> None:
+        """Fail ``job`` with ``why``: one job's data must not stop the scheduler (see the module doc)."""
+        reason = f"isolated: {why}"[:1000]
+        log.error("job %s: %s", job.job_id, reason)
+        try:
+            current = self.journal.get(job.job_id)
+            if current.state is JobState.RUNNING:
+                self.launcher.teardown(current.job_id, current.attempt, current.spec.gpus)
+                self.journal.end_run(current.job_id, current.attempt, JobState.FAILED, reason, error=reason)
+            elif current.state is JobState.QUEUED:
+                self.journal.fail_queued(current.job_id, reason)
+            else:
+                return
+        except (DeepShareError, KeyError) as exc:  # ended meanwhile
+            log.warning("job %s: not isolated: %s", job.job_id, exc)
+            return
+        self._forget(job.job_id)
+        if self.metrics is not None:
+            self.metrics.isolated_jobs.inc()
+        self._count_end(JobState.FAILED)
+        ended.append((job.job_id, JobState.FAILED.value))
+
+    def _forget(self, job_id: str) -> None:
+        """Drop what the loop remembers of a job's runs (its last good reports)."""
+        for key in [k for k in self._progress if k[0] == job_id]:
+            del self._progress[key]
+        self._bad_reports.pop(job_id, None)
+
+    def _take_report(self, job: JobRecord, report: Report | None) -> None:
+        """Record ``report`` of ``job``'s current run if it passes :func:`check_report`; else drop
+        it, keep the last good counters and log the problem once."""
+        if report is None:
+            return
+        key = (job.job_id, job.attempt)
+        last = self._progress.get(key)
+        try:
+            if report.problem is not None:
+                raise BadReport("report", report.problem)
+            progress = check_report(report.document(), last)
+        except BadReport as exc:
+            if self._bad_reports.get(job.job_id) != str(exc):
+                self._bad_reports[job.job_id] = str(exc)
+                log.warning("job %s: progress report dropped, %s", job.job_id, exc)
+            if self.metrics is not None:
+                self.metrics.bad_reports.inc()
+            return
+        self._bad_reports.pop(job.job_id, None)
+        current = merged(last, progress)
+        if current != last:
+            self._progress[key] = current
+            self.journal.record_progress(job.job_id, job.attempt, progress.samples, progress.step,
+                                         progress.throughput, None)
 
     def _refit(self) -> None:
         """Refit the learned contention model when it is due (a failure is logged, not fatal)."""
@@ -217,32 +355,38 @@ class ControlLoop:
         ended: list[tuple[str, str]] = []
         cancel: list[JobRecord] = []
         for job in self.journal.jobs(JobState.RUNNING):
-            assert job.placement is not None
-            world = job.spec.gpus
-            if cluster.to_placement(job.placement) is None:
-                self._end(job, JobState.QUEUED, "node lost; requeued to resume from its checkpoint", ended)
-                continue
-            status = self.launcher.poll(job.job_id, job.attempt, world)
-            if status.report is not None:
-                r = status.report
-                self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
-            if status.phase is RunPhase.RUNNING:
-                if job.cancel_requested:
-                    cancel.append(job)
-            elif status.phase is RunPhase.FINISHED:
-                self._end(job, JobState.FINISHED, "finished", ended)  # done before a cancel could stop it
-            elif status.phase is RunPhase.FAILED:
-                self._end(job, JobState.FAILED, "a rank failed", ended, error=status.detail[-4000:])
-            elif status.phase is RunPhase.STOPPED:
-                state = JobState.CANCELLED if job.cancel_requested else JobState.QUEUED
-                self._end(job, state, "stopped on request", ended, preempted=state is JobState.QUEUED)
-            elif status.phase is RunPhase.LOST:
-                self._end(job, JobState.QUEUED, f"{status.detail}; requeued to resume from its checkpoint", ended)
+            try:
+                self._reap_one(job, cluster, cancel, ended)
+            except DATA_ERRORS as exc:
+                self._isolate(job, f"its run could not be polled ({_first_line(exc)})", ended)
         if cancel:
             self._stop(cancel)
             for job in cancel:
                 self._end(job, JobState.CANCELLED, "cancelled", ended, teardown=False)
         return ended
+
+    def _reap_one(self, job: JobRecord, cluster: ClusterState, cancel: list[JobRecord],
+                  ended: list[tuple[str, str]]) -> None:
+        """Poll one running job: record its report, end its run when over, or mark it for cancel."""
+        assert job.placement is not None
+        world = job.spec.gpus
+        if cluster.to_placement(job.placement) is None:
+            self._end(job, JobState.QUEUED, "node lost; requeued to resume from its checkpoint", ended)
+            return
+        status = self.launcher.poll(job.job_id, job.attempt, world)
+        self._take_report(job, status.report)
+        if status.phase is RunPhase.RUNNING:
+            if job.cancel_requested:
+                cancel.append(job)
+        elif status.phase is RunPhase.FINISHED:
+            self._end(job, JobState.FINISHED, "finished", ended)  # done before a cancel could stop it
+        elif status.phase is RunPhase.FAILED:
+            self._end(job, JobState.FAILED, "a rank failed", ended, error=status.detail[-4000:])
+        elif status.phase is RunPhase.STOPPED:
+            state = JobState.CANCELLED if job.cancel_requested else JobState.QUEUED
+            self._end(job, state, "stopped on request", ended, preempted=state is JobState.QUEUED)
+        elif status.phase is RunPhase.LOST:
+            self._end(job, JobState.QUEUED, f"{status.detail}; requeued to resume from its checkpoint", ended)
 
     def _end(self, job: JobRecord, state: JobState, reason: str, ended: list[tuple[str, str]], *,
              preempted: bool = False, error: str | None = None, teardown: bool = True) -> None:
@@ -254,6 +398,7 @@ class ControlLoop:
             log.warning("%s", exc)
             return
         final = self.journal.get(job.job_id).state  # a requeue of a job being cancelled ends it CANCELLED
+        self._progress.pop((job.job_id, job.attempt), None)
         self._count_end(final)
         ended.append((job.job_id, final.value))
 
@@ -267,9 +412,10 @@ class ControlLoop:
             still = []
             for job in pending:
                 status = self.launcher.poll(job.job_id, job.attempt, job.spec.gpus)
-                if status.report is not None:
-                    r = status.report
-                    self.journal.record_progress(job.job_id, job.attempt, r.samples, r.step, r.throughput, None)
+                try:
+                    self._take_report(job, status.report)
+                except DATA_ERRORS as exc:  # it is being stopped anyway: its report is lost, not the stop
+                    log.warning("job %s: report not recorded (%s)", job.job_id, _first_line(exc))
                 if status.phase in (RunPhase.RUNNING, RunPhase.UNKNOWN):
                     still.append(job)
             pending = still
@@ -295,8 +441,8 @@ class ControlLoop:
             left = max(0.0, 1.0 - job.samples / spec.total_samples)
             if estimate is not None:
                 return left * estimate
-            if job.throughput:
-                return (spec.total_samples - job.samples) / job.throughput
+            if job.throughput:  # at most a year: a job reporting a trickle of samples/s is not infinitely long
+                return min(MAX_DURATION_S, max(0.0, spec.total_samples - job.samples) / job.throughput)
         return believed_remaining_s(estimate, ran)
 
     def _known(self, job: JobRecord, placement: Placement | None) -> KnownJob:
@@ -309,6 +455,19 @@ class ControlLoop:
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
             estimate_s=job.spec.estimate_s, user=job.spec.user, group=job.spec.group, vc=job.spec.vc,
         )
+
+    def _known_or_isolate(self, job: JobRecord, placement: Placement | None) -> KnownJob | None:
+        """:meth:`_known`, or None after isolating the job when its numbers cannot be made into a
+        view (a job's data must not stop the tick; see the module doc)."""
+        try:
+            known = self._known(job, placement)
+            for name in ("remaining_s", "attained_gpu_s", "last_run_s", "submit_time", "queued_since"):
+                if not math.isfinite(getattr(known, name)):
+                    raise ValueError(f"its {name} is {getattr(known, name)}")
+        except DATA_ERRORS as exc:
+            self._isolate(job, f"its view cannot be built ({_first_line(exc)})", [])
+            return None
+        return known
 
     def _view(self, cluster: ClusterState, queued: Sequence[JobRecord], running: Sequence[JobRecord],
               link_load: Mapping[str, float] | None = None, learned: bool = True) -> ClusterView:
@@ -324,7 +483,9 @@ class ControlLoop:
                 continue
             for node, g in placement.alloc:
                 free[node] = max(0, free[node] - g)
-            known_running.append(self._known(job, placement))
+            known = self._known_or_isolate(job, placement)
+            if known is not None:
+                known_running.append(known)
         if link_load is None:
             link_load = self.link_load_fn() if self.link_load_fn is not None else {}
         contention = self.contention
@@ -333,7 +494,8 @@ class ControlLoop:
                 cluster.topology, [(j.job_id, j.model, j.gpus, j.placement) for j in known_running], link_load)
         return build_view(
             cluster.topology, self.catalog, contention, self.journal.now() - self.journal.epoch, free,
-            [self._known(j, None) for j in queued], known_running, future_events=True, link_load=link_load,
+            [k for k in (self._known_or_isolate(j, None) for j in queued) if k is not None], known_running,
+            future_events=True, link_load=link_load,
             durations="estimated", history=self._read_history(),
         )
 
@@ -479,3 +641,9 @@ class ControlLoop:
                 self.metrics.tick_latency.observe(time.perf_counter() - started)
             self.ticks += 1
             stop.wait(self.config.interval_s)
+
+
+def _first_line(exc: BaseException) -> str:
+    """``ErrorType: the first line of its message`` (at most 300 characters)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

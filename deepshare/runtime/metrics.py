@@ -56,6 +56,10 @@ class SchedulerMetrics:
                                       buckets=LATENCY_BUCKETS, registry=reg)
         self.tick_errors = Counter(PREFIX + "tick_errors", "Ticks that failed or whose decision was refused",
                                    registry=reg)
+        self.bad_reports = Counter(PREFIX + "bad_reports", "Job progress reports dropped (a field out of its domain)",
+                                   registry=reg)
+        self.isolated_jobs = Counter(PREFIX + "isolated_jobs",
+                                     "Jobs failed because the scheduler could not handle their data", registry=reg)
         self.http_requests = Counter(PREFIX + "http_requests", "HTTP requests by route and status code",
                                      ("route", "code"), registry=reg)
         self.http_latency = Histogram(PREFIX + "http_request_duration_seconds", "Time from request to response",

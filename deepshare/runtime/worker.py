@@ -22,15 +22,17 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from deepshare.runtime.private import make_private_dirs
+from deepshare.runtime.reports import FIELDS as REPORT_FIELDS, MAX_REPORT_BYTES
 
 
 SECRET_ENV = frozenset({"DEEPSHARE_SCHEDULER_TOKEN", "DEEPSHARE_SERVE_TOKEN"})
@@ -70,10 +72,20 @@ class StartOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    samples: float | None
-    throughput: float | None
-    step: int | None
-    time: float
+    """Rank 0's latest ``report.json`` as the job wrote it: values unchecked (the scheduler checks
+    them, :mod:`deepshare.runtime.reports`), or ``problem`` when the file itself is unusable."""
+
+    samples: Any
+    throughput: Any
+    step: Any
+    time: Any
+    problem: str | None = None
+    """Why the file could not be read as a report (not a regular file, too large, not a JSON
+    object, an unknown field); the fields are then None."""
+
+    def document(self) -> dict[str, Any]:
+        """The report's fields as the job wrote them (what :func:`~deepshare.runtime.reports.check_report` reads)."""
+        return {"samples": self.samples, "throughput": self.throughput, "step": self.step, "time": self.time}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +97,10 @@ class WorkerStatus:
     stop_requested: bool
     report: Report | None
     log_tail: str
+
+
+def _bad_report(problem: str) -> Report:
+    return Report(None, None, None, None, problem)
 
 
 def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -181,11 +197,35 @@ class JobWorker:
         (self.control / "stop").touch()
 
     def _report(self) -> Report | None:
+        """The job's latest report, None before its first. The job's process owns the control
+        folder, so the file is opened as untrusted: no symlink followed, no FIFO waited on (a
+        FIFO or device is refused after a non-blocking open), at most ``MAX_REPORT_BYTES`` read."""
         try:
-            doc = json.loads((self.control / "report.json").read_text())
-        except (OSError, ValueError):
+            fd = os.open(self.control / "report.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
             return None
-        return Report(doc.get("samples"), doc.get("throughput"), doc.get("step"), float(doc.get("time", 0.0)))
+        except OSError as exc:
+            return _bad_report(f"cannot open report.json ({exc.strerror or exc})")
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return _bad_report("report.json is not a regular file")
+            data = os.read(fd, MAX_REPORT_BYTES + 1)
+        except OSError as exc:
+            return _bad_report(f"cannot read report.json ({exc.strerror or exc})")
+        finally:
+            os.close(fd)
+        if len(data) > MAX_REPORT_BYTES:
+            return _bad_report(f"report.json is larger than {MAX_REPORT_BYTES} bytes")
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            return _bad_report("report.json is not valid JSON")
+        if not isinstance(doc, dict):
+            return _bad_report(f"expected a JSON object, got {type(doc).__name__}")
+        unknown = sorted(str(k)[:64] for k in doc if k not in REPORT_FIELDS)
+        if unknown:
+            return _bad_report(f"{unknown[0]}: unknown field (a report has {', '.join(REPORT_FIELDS)})")
+        return Report(doc.get("samples"), doc.get("throughput"), doc.get("step"), doc.get("time"))
 
     def _tail(self, lines: int = 20, max_bytes: int = 16384) -> str:
         """The last ``lines`` lines of this attempt's output (read from the log's last ``max_bytes`` only)."""

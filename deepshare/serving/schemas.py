@@ -4,6 +4,8 @@ Pure pydantic, no Ray or FastAPI, so :mod:`deepshare.serving.client` can use the
 strict (``"8"`` is not a GPU count), reject unknown fields (a typo is an error, not a silently
 ignored option) and reject NaN and infinities. Checks that span fields (a running job on an
 unknown node, duplicate ids) live in :mod:`deepshare.serving.translate`, which names the field.
+Every number has the documented domain of :mod:`deepshare.core.bounds`: durations at most a year,
+clock readings at most ``MAX_TIMESTAMP_S``, GPU-seconds at most a year of a job's largest size.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
 from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.topology import TESTBED_NODE_TYPE
@@ -33,7 +36,6 @@ Feature = Field(None, min_length=1, max_length=256)
 MAX_NODES = 4096
 MAX_JOBS = 10_000
 MAX_GPUS_PER_NODE = 1024
-MAX_JOB_GPUS = 65_536
 
 JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
 ModelName = Field(
@@ -69,12 +71,12 @@ class RunningIn(_Body):
     placement: dict[str, int] = Field(
         min_length=1, max_length=MAX_NODES, description="node name -> GPUs held there (each > 0)"
     )
-    submitted_at: float = Field(0.0, ge=0, description="at most now")
-    remaining_s: float | None = Field(None, ge=0, description=REMAINING_DOC)
-    requested_s: float | None = Field(None, gt=0, description=REQUESTED_DOC)
-    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held so far, this run included (LAS's key)")
-    preemptions: int = Field(0, ge=0)
-    running_for_s: float = Field(0.0, ge=0, description="seconds since this run started")
+    submitted_at: float = Field(0.0, ge=0, le=MAX_TIMESTAMP_S, description="at most now")
+    remaining_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, description=REMAINING_DOC)
+    requested_s: float | None = Field(None, gt=0, le=MAX_DURATION_S, description=REQUESTED_DOC)
+    attained_gpu_s: float = Field(0.0, ge=0, le=MAX_GPU_SERVICE_S, description="GPU-seconds held so far, this run included (LAS's key)")
+    preemptions: int = Field(0, ge=0, le=1_000_000)
+    running_for_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="seconds since this run started")
     user: str | None = Feature
     group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
     vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
@@ -84,15 +86,15 @@ class PendingIn(_Body):
     job_id: str = JobId
     model: str = ModelName
     gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
-    submitted_at: float | None = Field(None, ge=0, description="default: now; at most now")
-    remaining_s: float | None = Field(None, ge=0, description=REMAINING_DOC)
-    requested_s: float | None = Field(None, gt=0, description=REQUESTED_DOC)
-    attained_gpu_s: float = Field(0.0, ge=0, description="GPU-seconds held in earlier runs")
-    preemptions: int = Field(0, ge=0)
+    submitted_at: float | None = Field(None, ge=0, le=MAX_TIMESTAMP_S, description="default: now; at most now")
+    remaining_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, description=REMAINING_DOC)
+    requested_s: float | None = Field(None, gt=0, le=MAX_DURATION_S, description=REQUESTED_DOC)
+    attained_gpu_s: float = Field(0.0, ge=0, le=MAX_GPU_SERVICE_S, description="GPU-seconds held in earlier runs")
+    preemptions: int = Field(0, ge=0, le=1_000_000)
     queued_since: float | None = Field(
-        None, ge=0, description="when it last entered the queue, from submitted_at to now; default submitted_at"
+        None, ge=0, le=MAX_TIMESTAMP_S, description="when it last entered the queue, from submitted_at to now; default submitted_at"
     )
-    last_run_s: float = Field(0.0, ge=0, description="length of its last run, if it was preempted")
+    last_run_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="length of its last run, if it was preempted")
     user: str | None = Feature
     group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
     vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
@@ -104,18 +106,18 @@ class FinishedIn(_Body):
     job_id: str | None = Field(None, min_length=1, max_length=256)
     model: str | None = Field(None, min_length=1, max_length=128)
     gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
-    run_s: float = Field(gt=0, description="seconds it held its GPUs over all its runs")
-    finished_at: float = Field(0.0, ge=0)
+    run_s: float = Field(gt=0, le=MAX_DURATION_S, description="seconds it held its GPUs over all its runs")
+    finished_at: float = Field(0.0, ge=0, le=MAX_TIMESTAMP_S, description="at most now")
     user: str | None = Feature
     group: str | None = Feature
     vc: str | None = Feature
-    requested_s: float | None = Field(None, gt=0, description="the estimate it came with, if any")
+    requested_s: float | None = Field(None, gt=0, le=MAX_DURATION_S, description="the estimate it came with, if any")
 
 
 class PlacementRequest(_Body):
     """The cluster now: where should the pending jobs go?"""
 
-    now: float = Field(ge=0, description="seconds on the caller's clock (any epoch, same as submitted_at)")
+    now: float = Field(ge=0, le=MAX_TIMESTAMP_S, description="seconds on the caller's clock (any epoch, same as submitted_at)")
     nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_NODES)
     running: list[RunningIn] = Field(default_factory=list, max_length=MAX_JOBS)
     pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)

@@ -100,6 +100,9 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
             elif job.queued_since < submitted:
                 errors.append(FieldError(("body", "pending", i, "queued_since"),
                                          f"{job.queued_since} is before the job was submitted ({submitted})"))
+    for i, past in enumerate(request.history):
+        if past.finished_at > request.now:
+            errors.append(FieldError(("body", "history", i, "finished_at"), f"{past.finished_at} is after now ({request.now})"))
     errors += _information_errors(request)
     if errors:
         raise RequestError(errors)
@@ -269,8 +272,8 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         ],
         future_events=view.future_events,
         durations=view.durations,
-        history=[
-            FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=j.finish_s,
+        history=[  # past jobs given up front (--history) may finish after the run's clock; the time weighs in no policy
+            FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=min(j.finish_s, view.now),
                        user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)
             for j in list(view.history)[-MAX_HISTORY:]
         ],

@@ -3,14 +3,17 @@ registered policy, and the field paths of inconsistent requests."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_run import cli
 from hypothesis import HealthCheck, given, settings
+from pydantic import ValidationError
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
 from deepshare.core.contention import make_contention
 from deepshare.core.information import InformationModel
 from deepshare.core.simulator import Simulator
@@ -312,3 +315,75 @@ def test_a_preemptive_launch_is_predicted_without_its_victim(policy):
         **body, "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 4} for i in range(2)], "running": body["running"][1:],
     }))
     assert decision.predicted_slowdown == alone.decisions[0].predicted_slowdown  # as if r0 had never run
+
+
+# -- the domain of a request's numbers (issue 35): extreme but valid is answered, past it is 422 ---
+def extreme_request(durations: str = "estimated") -> dict:
+    """Every number at an end of its domain: a history whose run times for one group, one user
+    and one size span a nanosecond to a year (and their estimates the other way round), estimates
+    and remaining times of a year, a year of attained service on the largest job, the latest clock."""
+    now = MAX_TIMESTAMP_S
+    spread = [5e-324, MAX_DURATION_S, 1e-9, MAX_DURATION_S, 1.0]
+    history = [
+        {"job_id": f"h{i}", "model": "FSDP", "gpus": (1, 8, MAX_JOB_GPUS)[i % 3], "run_s": run,
+         "finished_at": now - i, "user": "u", "group": "g", "vc": "v",
+         "requested_s": spread[-1 - (i % len(spread))]}
+        for i, run in enumerate(spread * 3)
+    ]
+    request = small_request()
+    request.update(now=now, history=history, durations=durations)
+    request["running"][0].update(attained_gpu_s=MAX_GPU_SERVICE_S, requested_s=MAX_DURATION_S, group="g",
+                                 running_for_s=MAX_DURATION_S, remaining_s=MAX_DURATION_S)
+    for job, remaining, attained in zip(request["pending"], (MAX_DURATION_S, 5e-324, 0.0), (MAX_GPU_SERVICE_S, 0.0, 0.0)):
+        job.update(group="g", user="u", vc="v", attained_gpu_s=attained, last_run_s=MAX_DURATION_S,
+                   remaining_s=remaining, submitted_at=0.0)
+        if durations != "unknown":
+            job["requested_s"] = MAX_DURATION_S if remaining else 5e-324
+        else:
+            del job["remaining_s"]
+    if durations == "unknown":
+        for past in history:
+            past.pop("requested_s")
+        del request["running"][0]["requested_s"], request["running"][0]["remaining_s"]
+    return request
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_every_policy_answers_extreme_but_valid_requests(policy):
+    """The belief, forecast and prediction maths are total on the documented domain: every policy
+    answers (no 500) with a feasible decision and finite predictions, under every information model."""
+    for durations in ("estimated", "unknown", "exact"):
+        request = extreme_request(durations)
+        if durations == "exact":
+            request["running"][0]["remaining_s"] = MAX_DURATION_S
+            for job in request["pending"]:
+                job["remaining_s"] = MAX_DURATION_S
+        answer = place(request, policy)
+        assert_feasible(request, answer)
+        assert all(math.isfinite(d.get("predicted_slowdown", 1.0)) for d in answer["decisions"])
+
+
+@pytest.mark.parametrize(
+    "change, loc",
+    [
+        (lambda r: r.setdefault("history", []).append({"gpus": 1, "run_s": 1e308}), ("body", "history", 0, "run_s")),
+        (lambda r: r.setdefault("history", []).append({"gpus": 1, "run_s": 1e10}), ("body", "history", 0, "run_s")),
+        (lambda r: r["pending"][0].update(requested_s=1.7e308), ("body", "pending", 0, "requested_s")),
+        (lambda r: r["pending"][0].update(remaining_s=1e300), ("body", "pending", 0, "remaining_s")),
+        (lambda r: r["running"][0].update(attained_gpu_s=1e300), ("body", "running", 0, "attained_gpu_s")),
+        (lambda r: r.update(now=1e300), ("body", "now")),
+        (lambda r: r.setdefault("history", []).append({"gpus": 10**20, "run_s": 60.0}), ("body", "history", 0, "gpus")),
+    ],
+)
+def test_numbers_past_their_domain_are_refused_naming_the_field(change, loc):
+    request = small_request()
+    change(request)
+    with pytest.raises(ValidationError) as caught:
+        PlacementRequest.model_validate(request)
+    assert loc[1:] in [e["loc"] for e in caught.value.errors()]
+
+
+def test_a_history_job_finished_after_now_is_refused():
+    request = small_request()
+    request["history"] = [{"gpus": 1, "run_s": 60.0, "finished_at": 100.5}]
+    assert bad(request) == [(("body", "history", 0, "finished_at"), "100.5 is after now (100.0)")]

@@ -28,6 +28,11 @@ Per model, closed form::
     a     = sum_uncontended(y) / (n_uncontended + SCALE_PRIOR_WEIGHT)
     theta = (EXPONENT_PRIOR_WEIGHT + sum_contended(x (y - a))) / (EXPONENT_PRIOR_WEIGHT + sum_contended(x^2))
 
+Observations must be finite with a positive weight: :meth:`ContentionLearner.observe` refuses
+any other, :meth:`ContentionLearner.fit_all` (reports read from a journal) skips them and counts
+them in ``skipped``, and measured ratios are clamped to ``[MIN_RATIO, MAX_RATIO]``, so no fit
+ever holds a non-finite number whatever a job reported.
+
 Sufficient statistics are kept per model, so an observation costs O(1) and ``n`` reports of one
 constant rate can be added at once (the simulator's reports between two events).
 :meth:`ContentionLearner.fit_all` refits from raw observations instead (the live scheduler, from
@@ -61,6 +66,9 @@ MIN_EXPONENT, MAX_EXPONENT = 0.05, 20.0
 """The fitted exponent is kept in this range (a ratio of 0.9 becomes 0.995 .. 0.12)."""
 MIN_RATIO = 1e-6
 """Ratios below this are taken as this before a logarithm (a job reporting no progress)."""
+MAX_RATIO = 1e6
+"""Measured ratios above this are taken as this (a model a million times faster than the
+catalog's proxy is a unit error): with :data:`MIN_RATIO` it keeps every fitted number finite."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,8 @@ class ContentionLearner:
         self._exponent: dict[str, float] = {m: f.exponent for m, f in self._fits.items() if f.exponent != 1.0}
         self.version = 0
         """Bumped whenever a fit changes (a cache key for predictions)."""
+        self.skipped = 0
+        """Observations :meth:`fit_all` skipped last time (not finite, or a weight not positive)."""
 
     # -- reading -------------------------------------------------------------------------------
     def fit(self, model: str) -> ModelFit:
@@ -132,15 +142,19 @@ class ContentionLearner:
 
     # -- learning ------------------------------------------------------------------------------
     def observe(self, model: str, prior_ratio: float, measured_ratio: float, weight: float = 1.0) -> None:
-        """Add one report (``weight`` > 0 counts it as that many) and refit ``model``."""
-        x = math.log(max(min(prior_ratio, 1.0), MIN_RATIO))
-        y = math.log(max(measured_ratio, MIN_RATIO))
-        self.observe_sums(model, weight, x, weight * y)
+        """Add one report (``weight`` > 0 counts it as that many) and refit ``model``;
+        :class:`DeepShareError` for a report that is not finite."""
+        if not _usable(prior_ratio, measured_ratio, weight):
+            raise DeepShareError(f"model {model}: a report needs finite ratios and a positive weight, got "
+                                 f"prior {prior_ratio!r}, measured {measured_ratio!r}, weight {weight!r}")
+        self.observe_sums(model, weight, _log_prior(prior_ratio), weight * _log_measured(measured_ratio))
 
     def observe_sums(self, model: str, count: float, x: float, sum_y: float) -> None:
         """Add ``count`` reports taken at one prior log-ratio ``x`` whose log measured ratios sum
         to ``sum_y`` (``count`` reports of one constant rate with independent noise), and refit."""
         if count > 0:
+            if not (math.isfinite(count) and math.isfinite(x) and math.isfinite(sum_y)):
+                raise DeepShareError(f"model {model}: reports must be finite, got count {count!r}, x {x!r}, sum {sum_y!r}")
             self.add_sums(model, count, x, sum_y)
             self._refit(model)
 
@@ -163,9 +177,12 @@ class ContentionLearner:
         self._fits.clear()
         self._exponent.clear()
         touched = set()
+        self.skipped = 0
         for obs in observations:
-            x = math.log(max(min(obs.prior_ratio, 1.0), MIN_RATIO))
-            y = math.log(max(obs.measured_ratio, MIN_RATIO))
+            if not _usable(obs.prior_ratio, obs.measured_ratio, obs.weight):
+                self.skipped += 1
+                continue
+            x, y = _log_prior(obs.prior_ratio), _log_measured(obs.measured_ratio)
             _add(self._stats.setdefault(obs.model, [0.0] * 6), obs.weight, x, obs.weight * y)
             touched.add(obs.model)
         for model in sorted(touched):
@@ -177,6 +194,8 @@ class ContentionLearner:
         n_u, sy_u, n_c, sx, sxx, sxy = self._stats[model]
         a = sy_u / (n_u + self.scale_weight)
         theta = (self.exponent_weight + sxy - a * sx) / (self.exponent_weight + sxx)
+        if not (math.isfinite(a) and math.isfinite(theta)):  # sums past a float's range: keep the last fit
+            return
         theta = min(max(theta, MIN_EXPONENT), MAX_EXPONENT)
         fit = ModelFit(a, theta, n_u + n_c, n_c)
         self._fits[model] = fit
@@ -185,6 +204,23 @@ class ContentionLearner:
         else:
             self._exponent.pop(model, None)
         self.version += 1
+
+
+def _usable(prior_ratio: float, measured_ratio: float, weight: float) -> bool:
+    """Whether a report can enter a fit: finite real ratios and a finite positive weight."""
+    try:
+        return (math.isfinite(prior_ratio) and math.isfinite(measured_ratio) and math.isfinite(weight)
+                and weight > 0)
+    except TypeError:
+        return False
+
+
+def _log_prior(prior_ratio: float) -> float:
+    return math.log(max(min(prior_ratio, 1.0), MIN_RATIO))
+
+
+def _log_measured(measured_ratio: float) -> float:
+    return math.log(max(min(measured_ratio, MAX_RATIO), MIN_RATIO))
 
 
 def _add(stats: list[float], count: float, x: float, sum_y: float) -> None:

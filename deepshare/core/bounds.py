@@ -1,0 +1,61 @@
+"""The domain of every number a client, a trace or a job may give DeepShare.
+
+Each boundary (trace readers, ``JobSpec``, the placement service's schema, the live scheduler's
+job specs and progress reports, the CLI's flags) refuses a value outside these bounds with an
+error naming the field, so that the code behind them (beliefs, predictions, the simulator, the
+journal) is total on what it is handed: no overflow, no NaN, no infinity, whatever the input.
+
+The bounds come from what real clusters need, with room to spare, not from what floats hold:
+
+* a job runs at most a year (:data:`MAX_DURATION_S`): Philly's, Helios' and Alibaba PAI's
+  longest jobs run weeks, and a time limit past a year says "no limit";
+* a job holds at most :data:`MAX_JOB_GPUS` GPUs (the largest published training runs use about
+  16-32 thousand; a cluster of 65,536 GPUs is beyond any in the public record);
+* clocks are seconds since any epoch up to :data:`MAX_TIMESTAMP_S` (year 5138 in Unix time);
+* counters a job reports stay below :data:`MAX_SAMPLES` samples (10^18: a year at 30 billion
+  samples or tokens a second) and :data:`MAX_STEP` steps (the largest integer a JSON double
+  holds exactly), at most :data:`MAX_THROUGHPUT` samples a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_DURATION_S = 365 * 86400.0
+"""Longest run time, estimate, time limit or history run time a job may have: one year, seconds."""
+MAX_JOB_GPUS = 65_536
+"""Most GPUs one job (or one finished job of a history) may hold."""
+MAX_TIMESTAMP_S = 1e11
+"""Latest clock reading (submit times, ``now``, finish times), seconds since the caller's epoch."""
+MAX_GPU_SERVICE_S = MAX_JOB_GPUS * MAX_DURATION_S
+"""Most GPU-seconds a job may have attained: all its GPUs for a year."""
+MAX_SAMPLES = 1e18
+"""Most samples (or tokens) a job may train or report: its cumulative counter's bound."""
+MAX_THROUGHPUT = 1e12
+"""Most samples a second a job may report (over all its ranks)."""
+MAX_STEP = 2**53
+"""Largest step counter a job may report (exact in a JSON number and in SQLite's integers)."""
+
+
+def finite_in(value: object, low: float, high: float, *, low_open: bool = False) -> bool:
+    """Whether ``value`` is a real number (not a bool) in ``[low, high]`` (``(low, high]`` when
+    ``low_open``); NaN and infinities never are."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        v = float(value)
+    except OverflowError:  # an int too large for a float
+        return False
+    if not math.isfinite(v):
+        return False
+    return (low < v if low_open else low <= v) and v <= high
+
+
+def duration_ok(value: object) -> bool:
+    """Whether ``value`` is a run time DeepShare accepts: in ``(0, MAX_DURATION_S]``."""
+    return finite_in(value, 0.0, MAX_DURATION_S, low_open=True)
+
+
+def gpus_ok(value: object) -> bool:
+    """Whether ``value`` is a GPU count DeepShare accepts: an integer in ``[1, MAX_JOB_GPUS]``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_GPUS
