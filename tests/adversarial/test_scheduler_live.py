@@ -347,3 +347,45 @@ def test_the_local_cluster_and_the_api_listen_on_loopback_only(sched):
         if not (ip.is_loopback or (mapped is not None and mapped.is_loopback)):
             exposed.append(text)
     assert exposed == []
+
+
+HOSTILE_REPORTER = r"""
+import json, os, time
+path = os.path.join(os.environ["DEEPSHARE_CONTROL_DIR"], "report.json")
+def put(text):
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+put(json.dumps({"samples": 5, "step": 1, "throughput": 2.0}))
+time.sleep(1.5)
+for bad in ['{"throughput": [1, 2]}', '{"throughput": "x"}', '{"samples": "x"}', '{"step": "x"}', '{"step": 1e308}',
+            '{"throughput": Infinity}', '[1, 2]', '{"samples": 1}']:
+    put(bad)
+    time.sleep(0.8)
+os.remove(path)
+os.mkfifo(path)  # a reader that opened it blocking would hang the worker
+time.sleep(1.5)
+"""
+
+
+def test_hostile_specs_and_reports_never_stop_the_scheduler(sched, tmp_path):
+    """Issue 35's evidence: every bad spec and report in turn; the other jobs keep launching and
+    GET /v1/jobs answers 200 throughout."""
+    status, body = sched.call("POST", "/v1/jobs", spec("huge", ["/bin/true"], tmp_path / "c", requested_s=1.7e308))
+    assert status == 422 and body["error"].startswith("requested_s: Input should be less than or equal to 31536000")
+    reporter = sched.submit(spec("reporter", [sys.executable, "-c", HOSTILE_REPORTER], tmp_path / "c"))
+    wait_for("the reporter to run", lambda: sched.job(reporter)["state"] == "running")
+    others = []
+    deadline = time.monotonic() + 120
+    while sched.job(reporter)["state"] == "running" and time.monotonic() < deadline:
+        status, jobs = sched.call("GET", "/v1/jobs")
+        assert status == 200, jobs
+        others.append(sched.submit(spec("other", ["/bin/true"], tmp_path / "c")))
+        assert sched.ended(others[-1], timeout=60)["state"] == "finished"  # launched and done beside it
+    job = sched.ended(reporter)
+    assert job["state"] == "finished" and len(others) >= 3
+    assert (job["samples"], job["step"], job["measured_throughput"]) == (5.0, 1, 2.0)  # the last good report
+    assert sched.call("GET", f"/v1/jobs/{reporter}")[0] == 200
+    log = (sched.root / "scheduler.log").read_text()
+    for field in ("throughput", "samples", "step", "report"):
+        assert f"job {reporter}: progress report dropped, {field}:" in log
