@@ -11,6 +11,7 @@ imports from it.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from importlib import import_module
 from typing import Sequence
@@ -21,6 +22,10 @@ from deepshare.core.errors import DeepShareError, RuntimeFailure
 
 EXIT_USAGE = 2
 EXIT_RUNTIME = 1
+
+PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EACCES})
+"""OSErrors that say a path itself is unusable (too long, through a regular file, a symlink loop,
+not permitted): from a path flag, an input error (one line, exit 2), never a traceback."""
 
 COMMAND_MODULES = ("simulate", "train", "evaluate", "calibrate", "agents", "serve", "scheduler", "cluster", "listing", "trace")
 """Modules of this package that register subcommands, in the order ``--help`` lists them."""
@@ -73,6 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130
+    except OSError as exc:
+        if exc.errno not in PATH_ERRNOS or exc.filename is None:
+            raise
+        # a safety net: readers and writers turn these into DeepShareError (deepshare.core.files);
+        # one that slips through is still a path the user gave that cannot be used
+        err.print(f"deepshare: error: {exc.filename}: {exc.strerror}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,7 +78,11 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     folder = Path(args.from_state)
     journal_path = folder / JOURNAL_FILE
     check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)]})
-    if not journal_path.is_file():
+    try:
+        found = journal_path.is_file()
+    except OSError as exc:  # a name too long, a folder that cannot be searched
+        raise DeepShareError(f"--from-state {folder}: cannot read the journal: {exc.strerror or exc}") from None
+    if not found:
         raise DeepShareError(f"--from-state {folder}: no journal ({journal_path} does not exist)")
     journal = Journal(folder)
     try:

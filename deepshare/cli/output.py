@@ -6,7 +6,10 @@
   standard output is exactly one JSON document that a pipe can parse.
 * :func:`check_outputs` refuses, before any work, an output path that is one of the command's
   own inputs (resolved, so ``./t.csv``, a symlink or a hard link to ``t.csv`` count), two
-  outputs that are the same file, an output in a missing folder and an output that is a folder.
+  outputs that are the same file, an output in a missing folder, an output that exists and is
+  not a regular file (a folder, a device such as ``/dev/null``, a FIFO, a socket: the atomic
+  replace would put a regular file in its place) and an unusable path (too long, through a
+  regular file, not searchable), each as one line naming the flag and the path.
 
 Every subcommand module uses these, so the rules cannot drift between commands.
 """
@@ -22,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import check_output_path
 
 STDOUT = "-"
 """The ``--json`` value that means standard output."""
@@ -86,7 +90,7 @@ def check_outputs(
     made = [Path(f).resolve() for f in new_folders if f is not None]
     for flag, path in flagged_out:
         _check_writable(flag, path, made)
-    flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not Path(p).is_dir()]
+    flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not os.path.isdir(p)]  # never OSError
     seen: list[tuple[str, str]] = []
     for flag, path in flagged_out:
         for in_flag, in_path in flagged_in:
@@ -111,11 +115,13 @@ def _pairs(paths: Mapping[str, str | Iterable[str] | None]) -> list[tuple[str, s
 
 
 def _check_writable(flag: str, path: str, made: Sequence[Path]) -> None:
+    """The output ``path`` of ``flag`` is a new path or a regular file, in an existing folder (or
+    one the command makes), and the system can look it up (no name too long, no regular file
+    where a folder should be)."""
+    check_output_path(path, "output", label=f"{flag} {path}")
     folder = Path(path).parent
-    if not folder.is_dir() and folder.resolve() not in made:
+    if not os.path.isdir(folder) and folder.resolve() not in made:
         raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
-    if Path(path).is_dir():
-        raise DeepShareError(f"{flag} {path}: is a directory, expected a file path")
 
 
 def _same(a: str, b: str) -> bool:

@@ -26,6 +26,7 @@ from deepshare.cli.args import non_negative_int, number, port_number, positive_f
 from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
@@ -110,10 +111,15 @@ def _client(args: argparse.Namespace) -> Any:
     if url is None:
         info = Path(args.state) / "scheduler.json"
         try:
-            url = load_json(info.read_text(encoding="utf-8"), str(info), "the scheduler's URL")["url"]
+            os.stat(info)
         except FileNotFoundError:
             raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError:
+            pass  # reading it says why, in one line
+        text = read_input_text(info, "scheduler URL file", CONFIG_BYTES, label=f"--state {args.state}: {info}")
+        try:
+            url = load_json(text, str(info), "the scheduler's URL")["url"]
+        except (ValueError, KeyError, TypeError) as exc:
             raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
         if not isinstance(url, str):
             raise DeepShareError(f"--state {args.state}: {info} has no URL")

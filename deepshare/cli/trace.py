@@ -7,17 +7,19 @@ import argparse
 from rich.console import Console
 
 from deepshare.cli.args import (
-    add_cluster_args, arrival_rate, cluster_topology, duration_seconds, duration_sigma, flagged, in_range, job_count,
+    add_cluster_args, arrival_rate, cluster_topology, duration_sigma, flagged, in_range, job_count,
     offered_load, seed_value,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
 from deepshare.core.traces.feature_stats import describe
 from deepshare.core.traces.recurrence import RecurrenceModel
 
 _DEFAULTS = RecurrenceModel()
+_MEDIAN_SECONDS = in_range(float, 1, MAX_DURATION_S, "seconds (a year at most)")
 # flag -> (RecurrenceModel field, type, metavar, help); defaults and sources: deepshare.core.traces.recurrence
 _RECURRENCE_FLAGS = {
     "--users": ("users", in_range(int, 1, 1_000_000, "users"), "N", "number of users (1..1,000,000)", "assumption"),
@@ -65,7 +67,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
         rate_per_s=args.rate,
         load=args.load,
         total_gpus=total_gpus,
-        demand=flagged("--demand", parse_demand, args.demand),
+        demand=flagged("--demand", lambda text: parse_demand(text, total_gpus), args.demand),
         mix=flagged("--mix", mix_from_spec, args.mix),
         median_duration_s=args.median_duration_s,
         duration_sigma=args.duration_sigma,
@@ -112,10 +114,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
     arrivals.add_argument("--rate", type=arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
     arrivals.add_argument("--load", type=offered_load, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
-    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...", help="GPU demand distribution (default 2:1,4:1,8:1)")
+    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...",
+                   help="GPU demand distribution, GPU counts 1..65,536 and, with --load, at most the cluster's "
+                   "(default 2:1,4:1,8:1)")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...",
                    help=f"model mix: {', '.join(MIX_PRESETS)} or a custom list (default random)")
-    p.add_argument("--median-duration-s", type=duration_seconds, default=3600.0, metavar="S", help="median ideal run time (default 3600)")
+    p.add_argument("--median-duration-s", type=_MEDIAN_SECONDS, default=3600.0, metavar="S",
+                   help="median ideal run time, at most a year (default 3600)")
     p.add_argument("--duration-sigma", type=duration_sigma, default=0.0, metavar="SIGMA", help="log-normal sigma of run times (default 0)")
     p.add_argument("--seed", type=seed_value, default=0, help="random seed (default 0)")
     rec = p.add_argument_group(

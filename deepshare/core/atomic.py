@@ -1,4 +1,8 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never half of it."""
+"""Atomic file writes: a reader sees the old file or the whole new one, never half of it.
+
+The target must be a new path or a regular file (:func:`~deepshare.core.files.check_output_path`):
+the rename would otherwise replace a device (``/dev/null``), a FIFO or a socket with a regular file.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import check_output_path
 
 
 def _mode_for(target: Path) -> int:
@@ -19,17 +24,28 @@ def _mode_for(target: Path) -> int:
         return 0o666 & ~umask
 
 
+def temp_prefix(target: Path) -> str:
+    """The temporary file's name prefix: the target's name, cut so that a target name of the
+    system's maximum length still leaves room for the random part and the suffix."""
+    return f".{target.name[:50]}."
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
     return write_bytes_atomic(path, text.encode("utf-8"), what)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    An existing ``path`` that is not a regular file (device, FIFO, socket, directory) is refused,
+    and every path error is one :class:`DeepShareError` line naming the path.
+    """
     target = Path(path)
+    check_output_path(target, what)
     folder = target.parent if str(target.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(target), suffix=".tmp")
     except OSError as exc:
         raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
     try:

@@ -5,7 +5,9 @@ simulator hands each job's record over when the job finishes or is rejected, and
 arrives before its predecessors in the trace waits in a small buffer (the jobs that finished
 out of order, not the whole trace). The file is written as a temporary file in the target's
 folder and renamed over the target by :meth:`JobsCsvStream.commit`, so a reader sees the old
-file or the whole new one; a run that fails leaves no partial file behind.
+file or the whole new one; a run that fails leaves no partial file behind. A target that
+exists and is not a regular file (a device, FIFO, socket or folder) is refused before anything
+is written (:func:`~deepshare.core.files.check_output_path`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from deepshare.core.atomic import _mode_for
+from deepshare.core.atomic import _mode_for, temp_prefix
+from deepshare.core.files import check_output_path
 from deepshare.core.metrics import CSV_COLUMNS, JobRecord, csv_row
 from deepshare.core.errors import DeepShareError
 
@@ -28,9 +31,10 @@ class JobsCsvStream:
     def __init__(self, path: str | os.PathLike[str], what: str = "per-job table") -> None:
         self.target = Path(path)
         self._what = what
+        check_output_path(self.target, what)
         folder = self.target.parent if str(self.target.parent) else Path(".")
         try:
-            fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.target.name}.", suffix=".tmp")
+            fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(self.target), suffix=".tmp")
         except OSError as exc:
             raise self._error(exc) from None
         self._fh = os.fdopen(fd, "w", encoding="utf-8", newline="")

@@ -8,8 +8,10 @@ scheduler validates. What a policy reads is in :mod:`deepshare.core.view`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from numbers import Integral, Real
+from typing import Mapping, NoReturn
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S, finite_in, gpus_ok
 from deepshare.core.errors import DeepShareError
 
 
@@ -41,25 +43,47 @@ class JobSpec:
     requested_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.gpus <= 0:
-            raise DeepShareError(f"job {self.job_id!r}: gpus must be a positive integer, got {self.gpus}")
-        if self.submit_time < 0:
-            raise DeepShareError(f"job {self.job_id!r}: submit_time must be >= 0, got {self.submit_time}")
+        """Refuse a job outside the documented domain (:mod:`deepshare.core.bounds`).
+
+        The readers refuse such values earlier, naming the file's line and column; this is the
+        library's last line, so that the simulator, the beliefs and the reports never meet a
+        NaN, an infinity or an integer too large for their arrays.
+        """
+        if isinstance(self.gpus, Integral) and not isinstance(self.gpus, (bool, int)):
+            object.__setattr__(self, "gpus", int(self.gpus))  # a NumPy integer
+        if not gpus_ok(self.gpus):
+            self._refuse("gpus", f"an integer from 1 to {MAX_JOB_GPUS:,}", self.gpus)
+        if not _real_in(self.submit_time, 0.0, MAX_TIMESTAMP_S):
+            self._refuse("submit_time", f"seconds from 0 to {MAX_TIMESTAMP_S:g}", self.submit_time)
         if (self.total_samples is None) == (self.duration_s is None):
             raise DeepShareError(
                 f"job {self.job_id!r}: exactly one of total_samples and duration_s must be given"
             )
-        work = self.total_samples if self.total_samples is not None else self.duration_s
-        if not work > 0:  # also catches NaN
-            raise DeepShareError(f"job {self.job_id!r}: work must be positive, got {work}")
-        if self.requested_s is not None and not 0 < self.requested_s < float("inf"):
-            raise DeepShareError(
-                f"job {self.job_id!r}: requested_s must be a positive number of seconds, got {self.requested_s}"
-            )
+        if self.duration_s is not None and not _real_in(self.duration_s, 0.0, MAX_DURATION_S, low_open=True):
+            self._refuse("duration_s", _SECONDS, self.duration_s)
+        if self.total_samples is not None and not _real_in(self.total_samples, 0.0, MAX_SAMPLES, low_open=True):
+            self._refuse("total_samples", f"a positive number up to {MAX_SAMPLES:g}", self.total_samples)
+        if self.requested_s is not None and not _real_in(self.requested_s, 0.0, MAX_DURATION_S, low_open=True):
+            self._refuse("requested_s", _SECONDS, self.requested_s)
         for name in ("user", "group", "vc") if (self.user, self.group, self.vc) != (None, None, None) else ():
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise DeepShareError(f"job {self.job_id!r}: {name} must be a non-empty string or absent, got {value!r}")
+
+    def _refuse(self, name: str, expected: str, got: object) -> NoReturn:
+        shown = repr(got)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise DeepShareError(f"job {self.job_id!r}: field {name!r}: expected {expected}, got {shown}")
+
+
+_SECONDS = f"a positive number of seconds up to {MAX_DURATION_S:,.0f} (a year)"
+
+
+def _real_in(value: object, low: float, high: float, *, low_open: bool = False) -> bool:
+    """:func:`~deepshare.core.bounds.finite_in`, also for NumPy scalars (``np.float32``, ``np.int64``)."""
+    if isinstance(value, Real) and not isinstance(value, (bool, int, float)):
+        value = float(value)
+    return finite_in(value, low, high, low_open=low_open)
 
 
 @dataclass(frozen=True, slots=True)

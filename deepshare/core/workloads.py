@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 
 log = logging.getLogger(__name__)
 
@@ -257,16 +258,12 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
 def load_profiles(folder: str | os.PathLike[str]) -> Catalog:
     """A catalog from a folder holding ``isolated_thp.csv`` and ``shared_thp_ratio.csv``."""
     base = Path(folder)
-    if not base.is_dir():
+    if not os.path.isdir(base):  # False, not OSError, for a name too long or a path through a file
         raise DeepShareError(f"--profiles {folder}: not a folder")
     texts = []
     for name in ("isolated_thp.csv", "shared_thp_ratio.csv"):
-        try:
-            texts.append((base / name).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DeepShareError(f"{base / name}: missing; a profiles folder holds isolated_thp.csv and shared_thp_ratio.csv") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DeepShareError(f"{base / name}: cannot read as UTF-8 text ({exc})") from None
+        missing = "missing; a profiles folder holds isolated_thp.csv and shared_thp_ratio.csv"
+        texts.append(read_input_text(base / name, "profile table", CONFIG_BYTES, not_found=missing))
     try:
         return parse_profiles(*texts)
     except (ValueError, IndexError, KeyError) as exc:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -43,11 +44,7 @@ def parse_yaml_model(text: str, model: type[M], source: str, expected: str) -> M
 
 def read_config_text(path: str | Path, kind: str, label: str | None = None) -> str:
     """A user's config file as UTF-8 text; an error names it (``label``, default the path) and
-    says what it should have been (``kind``: "file", "training config", ...)."""
-    label = label or str(path)
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DeepShareError(f"{label}: {kind} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{label}: cannot read {kind} ({exc})") from None
+    says what it should have been (``kind``: "file", "training config", ...). It must be a
+    regular file of at most :data:`~deepshare.core.files.CONFIG_BYTES`
+    (:func:`~deepshare.core.files.read_input_text`)."""
+    return read_input_text(path, kind, CONFIG_BYTES, label=label)

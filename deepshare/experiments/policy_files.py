@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from deepshare.core.atomic import write_bytes_atomic
-from deepshare.core.errors import DeepShareError
+from deepshare.core.files import POLICY_BYTES, read_input_bytes
 
 COPIES = "deepshare-policy-files"
 """Folder under the worker's temporary directory that holds the copies."""
@@ -29,12 +29,18 @@ def driver_files(specs: Iterable[str]) -> dict[str, bytes]:
     found = {}
     for spec in specs:
         _, sep, arg = spec.partition("=")
-        if sep and arg and Path(arg).is_file():
-            try:
-                found[spec] = Path(arg).read_bytes()
-            except OSError as exc:
-                raise DeepShareError(f"policy {spec}: cannot read {arg} ({exc.strerror or exc})") from None
+        if sep and arg and _is_file(arg):
+            found[spec] = read_input_bytes(arg, "policy file", POLICY_BYTES, label=f"policy {spec}")
     return found
+
+
+def _is_file(arg: str) -> bool:
+    """Whether ``arg`` names an existing regular file; a name that cannot be a path (too long,
+    say) is not one, and is left for the policy to judge as an argument."""
+    try:
+        return Path(arg).is_file()
+    except OSError:
+        return False
 
 
 def local_spec(spec: str, data: bytes, folder: str | Path | None = None) -> str:

@@ -256,6 +256,15 @@ def suite_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists; True when the system cannot look it up (a name too long), so that
+    reading it reports the system's reason in one line."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return True
+
+
 def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
     """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
     checked against the registry here, before anything runs. Errors name ``flag``."""
@@ -264,7 +273,7 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
     if name_or_path in suite_names():
         source = f"suite {name_or_path!r}"
         text = (resources.files("deepshare.data") / "suites" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
-    elif Path(name_or_path).suffix in (".yaml", ".yml") or Path(name_or_path).exists():
+    elif Path(name_or_path).suffix in (".yaml", ".yml") or _exists(name_or_path):
         source = name_or_path
         text = read_config_text(name_or_path, "suite file", f"{flag} {name_or_path}")
     else:

@@ -67,19 +67,21 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
     any file torch cannot read this way; torch's own warnings about a foreign file (a raw
     pickle's protocol, say) are silenced, so the refusal stays the only line printed.
     """
+    import io
     import pickle
     import warnings
 
     import torch
 
+    from deepshare.core.files import POLICY_BYTES, read_input_bytes
+
+    # A regular file within the bound, read first: torch.load on a FIFO would wait forever, on /dev/zero read forever.
+    data = read_input_bytes(path, "policy file", POLICY_BYTES, label=f"policy checkpoint {path}",
+                            not_found="file not found")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            doc = torch.load(str(path), map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise DeepShareError(f"policy checkpoint {path}: file not found") from None
-    except IsADirectoryError:
-        raise DeepShareError(f"policy checkpoint {path}: is a directory, expected a file") from None
+            doc = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if "GLOBAL" in str(exc):
             raise DeepShareError(

@@ -18,7 +18,9 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_SAMPLES
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.yamlspec import format_validation_error, parse_yaml_model
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -40,8 +42,8 @@ class LiveJobSpec(BaseModel):
     """One job to run on the cluster. Exactly one of ``entrypoint`` and ``command``.
 
     Strict, because it arrives over HTTP: no coercion (``true`` or ``"1"`` is not an integer),
-    finite numbers only, every string and list bounded, no NUL bytes (they cannot reach a
-    process's argv or environment).
+    finite numbers only, within :mod:`deepshare.core.bounds` (a year of run time, 10^18 samples),
+    every string and list bounded, no NUL bytes (they cannot reach a process's argv or environment).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -61,10 +63,13 @@ class LiveJobSpec(BaseModel):
                                        description="cwd of the workers and first entry of PYTHONPATH")
     env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV,
                                    description="extra environment variables for the workers")
-    requested_s: Optional[float] = Field(default=None, gt=0,
-                                         description="estimate or time limit of its isolated run time, seconds")
-    expected_duration_s: Optional[float] = Field(default=None, gt=0, description="older name of requested_s")
-    total_samples: Optional[float] = Field(default=None, gt=0, description="samples to train (with report(samples=...))")
+    requested_s: Optional[float] = Field(default=None, gt=0, le=MAX_DURATION_S,
+                                         description="estimate or time limit of its isolated run time, seconds "
+                                         "(at most a year)")
+    expected_duration_s: Optional[float] = Field(default=None, gt=0, le=MAX_DURATION_S,
+                                                 description="older name of requested_s")
+    total_samples: Optional[float] = Field(default=None, gt=0, le=MAX_SAMPLES,
+                                           description="samples to train (with report(samples=...)), at most 1e18")
     user: Optional[str] = Field(default=None, min_length=1, max_length=256, description="who runs it")
     group: Optional[str] = Field(default=None, min_length=1, max_length=256,
                                  description="a recurring job's tag: same script, parameters and data")
@@ -134,10 +139,7 @@ def load_spec_file(path: str | Path) -> LiveJobSpec:
     ``examples.jobs...`` imports resolve).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{p}: cannot read job spec ({getattr(exc, 'strerror', None) or exc})") from None
+    text = read_input_text(p, "job spec", CONFIG_BYTES, not_found="cannot read job spec: file not found")  # regular, bounded
     spec = parse_spec_text(text, str(p))
     base = p.resolve().parent
     updates: dict[str, Any] = {"checkpoint_dir": str((base / spec.checkpoint_dir).resolve())}

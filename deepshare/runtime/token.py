@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.infra.httpauth import check_token
 
 TOKEN_ENV = "DEEPSHARE_SCHEDULER_TOKEN"
@@ -72,13 +73,9 @@ def client_token(flag: str | None, state_dir: str | Path | None, environ: Mappin
         return check_token(environ[TOKEN_ENV], f"${TOKEN_ENV}")
     if state_dir is not None:
         path = Path(state_dir) / TOKEN_FILE
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            text = ""
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DeepShareError(f"--state {state_dir}: cannot read the token file {path} "
-                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+        text = ""
+        if os.path.lexists(path):  # a regular file, bounded: a FIFO or a device there is one line, never a hang
+            text = read_input_text(path, "token file", CONFIG_BYTES, label=f"--state {state_dir}: {path}").strip()
         if text:
             return check_token(text, str(path))
     raise DeepShareError(f"no scheduler token: give --token, set ${TOKEN_ENV}, or --state DIR of the scheduler "

@@ -23,6 +23,7 @@ import numpy as np
 
 import deepshare
 from deepshare.core.contention import make_contention
+from deepshare.core.files import POLICY_BYTES, read_input_bytes
 from deepshare.core.heap import long_lived_frozen
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView, PredictFn
@@ -150,7 +151,7 @@ def _version(checkpoint: str | None) -> str:
     """The package version, plus the checkpoint's content hash for a learned policy."""
     if not checkpoint:
         return f"deepshare-{deepshare.__version__}"
-    digest = hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(read_input_bytes(checkpoint, "policy file", POLICY_BYTES)).hexdigest()[:12]
     return f"deepshare-{deepshare.__version__}+{digest}"
 
 

@@ -92,3 +92,21 @@ def test_history_that_is_an_output_is_refused(capsys, tmp_path):
     rc, _, err = cli(capsys, "simulate", "--trace", BUNDLED, "--policy", "las+spread", "--history", past, "--json", past)
     assert rc == 2
     one_error_line(err, "--history")
+
+
+def test_a_history_spanning_a_nanosecond_to_a_year_is_simulated(capsys, tmp_path):
+    """Issue 35: one group's run times 1e-10 s .. a year made bsrsf's belief overflow (a traceback);
+    within the domain it is simulated, and a run time past a year is refused naming line and field."""
+    past = tmp_path / "past.csv"
+    past.write_text("job_id,submit_time,model,gpus,duration_s,total_samples,group\n"
+                    + "".join(f"p{i},0,FSDP,1,{(1e-10, 31536000)[i % 2]},,g\n" for i in range(6)))
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples,group\n"
+                     + "".join(f"j{i},{i * 10},FSDP,1,{600 * (i + 1)},,g\n" for i in range(4)))
+    for policy in ("bsrsf+packed", "gittins+packed", "qssf+packed", "rl-hybrid"):
+        rc, _, err = cli(capsys, "simulate", "--trace", trace, "--nodes", "1", "--policy", policy, "--history", past)
+        assert rc == 0, err
+    past.write_text("job_id,submit_time,model,gpus,duration_s,total_samples,group\np0,0,FSDP,1,1e10,,g\n")
+    rc, _, err = cli(capsys, "compare", "--trace", trace, "--nodes", "1", "--policies", "bsrsf+packed", "--history", past)
+    assert rc == 2
+    one_error_line(err, "line 2", "duration_s")

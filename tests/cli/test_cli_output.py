@@ -224,7 +224,7 @@ BOUNDS = [
     (["trace", "generate", "--jobs", 10**9, "--out", "t.csv"], "--jobs", "from 1 to 10,000,000 jobs"),
     (GEN + ["--rate", "1e-300"], "--rate", "from 1e-09 to 1,000,000 jobs/s"),
     (GEN + ["--load", "1e308"], "--load", "above 0 and at most 100"),
-    (GEN + ["--median-duration-s", "1e308"], "--median-duration-s", "from 1 to 1,000,000,000 seconds"),
+    (GEN + ["--median-duration-s", "1e308"], "--median-duration-s", "from 1 to 31,536,000 seconds"),
     (GEN + ["--duration-sigma", "1000"], "--duration-sigma", "from 0 to 5"),
     (["evaluate", "--trace", BUNDLED, "--policies", "las+spread", "--seeds", 10**6], "--seeds", "from 1 to 1,000 seeds"),
     (["calibrate", "--profiles", PROFILES, "--folds", 1], "--folds", "from 2 to 100 folds"),

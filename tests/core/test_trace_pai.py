@@ -92,7 +92,7 @@ def test_other_skips(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "row, fragments",
     [
-        ("j,w,abc,T,10,20,0,0,100,MISC", ["'inst_num'", "non-negative number", "'abc'"]),
+        ("j,w,abc,T,10,20,0,0,100,MISC", ["'inst_num'", "an integer >= 0", "'abc'"]),
         ("j,w,1,T,10,20,0,0,-50,MISC", ["'plan_gpu'", "non-negative number"]),
         ("j,w,1,T,soon,20,0,0,100,MISC", ["'start_time'", "'soon'"]),
         ("j,w,1,T,10,nan,0,0,100,MISC", ["'end_time'", "'nan'"]),

@@ -3,9 +3,13 @@
 Every problem in an input file raises :class:`DeepShareError` whose message starts with a
 *location*: the file and, for CSV, the 1-based physical line (the header is line 1); for JSON,
 the job (id and/or list index). Field problems then name the field and say what was expected,
-e.g. ``trace.csv line 7: field 'num_gpu': expected a positive integer, got 'abc'``. Loaders never
-let ``KeyError``, ``ValueError``, ``UnicodeDecodeError`` or ``JSONDecodeError`` escape: a user
-with a bad file should learn where it is bad, not read a traceback.
+e.g. ``trace.csv line 7: field 'num_gpu': expected a positive integer up to 65,536, got 'abc'``.
+The field helpers hold numbers to the domain of :mod:`deepshare.core.bounds` (GPU counts,
+run times, clock readings, samples), and :class:`~deepshare.core.types.JobSpec` checks it again
+for what a loader computes (a run time from two dates), its complaint located by
+:func:`make_job`. Loaders never let ``KeyError``, ``ValueError``, ``OverflowError``,
+``UnicodeDecodeError`` or ``JSONDecodeError`` escape: a user with a bad file should learn where
+it is bad, not read a traceback.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import TRACE_BYTES, read_input_bytes
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
 
@@ -116,17 +122,13 @@ def normalise_submits(times: Sequence[float]) -> list[float]:
 
 # -- reading files -----------------------------------------------------------------------------
 def read_text(path: str | os.PathLike[str]) -> str:
-    """The file's text as UTF-8 (a leading BOM removed); clear errors for unreadable files."""
+    """The file's text as UTF-8 (a leading BOM removed); clear errors for unreadable files.
+
+    The file must be a regular file of at most :data:`~deepshare.core.files.TRACE_BYTES`
+    (:func:`~deepshare.core.files.read_input_bytes`): ``/dev/zero`` or a FIFO is refused at once.
+    """
     source = str(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise DeepShareError(f"{source}: trace file not found") from None
-    except IsADirectoryError:
-        raise DeepShareError(f"{source}: is a directory, expected a trace file") from None
-    except OSError as exc:
-        raise DeepShareError(f"{source}: cannot read trace file: {exc.strerror or exc}") from None
+    raw = read_input_bytes(path, "trace file", TRACE_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -249,14 +251,17 @@ def is_blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() == "")
 
 
-def number(value: Any, loc: str, field: str, *, minimum: str = "any") -> float:
+def number(value: Any, loc: str, field: str, *, minimum: str = "any", maximum: float | None = None) -> float:
     """A finite float from a JSON number or a CSV string.
 
-    ``minimum``: ``"any"``, ``"nonnegative"`` (>= 0) or ``"positive"`` (> 0).
+    ``minimum``: ``"any"``, ``"nonnegative"`` (>= 0) or ``"positive"`` (> 0); ``maximum``: the
+    largest value accepted, named in the error (None: any finite number).
     """
     expected = {"any": "a finite number", "nonnegative": "a non-negative number", "positive": "a positive number"}[
         minimum
     ]
+    if maximum is not None:
+        expected += f" up to {_bound(maximum)}"
     if is_blank(value):
         raise missing(loc, field, expected)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -269,12 +274,50 @@ def number(value: Any, loc: str, field: str, *, minimum: str = "any") -> float:
         raise bad(loc, field, expected, value)
     if (minimum == "nonnegative" and x < 0) or (minimum == "positive" and x <= 0):
         raise bad(loc, field, expected, value)
+    if maximum is not None and x > maximum:
+        raise bad(loc, field, expected, value)
     return x
 
 
-def integer(value: Any, loc: str, field: str, *, minimum: int = 1) -> int:
-    """An integer >= ``minimum`` from a JSON number or CSV string ("4.0" is accepted as 4)."""
-    expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def _bound(x: float) -> str:
+    """``31,536,000 (a year)``, ``65,536``, ``1e+11``: a bound as its error message writes it."""
+    shown = f"{x:,.0f}" if x < 1e9 else f"{x:g}"
+    return f"{shown} (a year)" if x == MAX_DURATION_S else shown
+
+
+def seconds(value: Any, loc: str, field: str) -> float:
+    """A run time or time limit: positive seconds, at most :data:`~deepshare.core.bounds.MAX_DURATION_S`."""
+    return number(value, loc, field, minimum="positive", maximum=MAX_DURATION_S)
+
+
+def timestamp(value: Any, loc: str, field: str) -> float:
+    """A clock reading: seconds from 0 to :data:`~deepshare.core.bounds.MAX_TIMESTAMP_S`."""
+    return number(value, loc, field, minimum="nonnegative", maximum=MAX_TIMESTAMP_S)
+
+
+def samples(value: Any, loc: str, field: str) -> float:
+    """Work in samples: positive, at most :data:`~deepshare.core.bounds.MAX_SAMPLES`."""
+    return number(value, loc, field, minimum="positive", maximum=MAX_SAMPLES)
+
+
+def check_seconds(value: float, loc: str, what: str) -> float:
+    """A run time a reader computed (an end minus a start, a sum of attempts): refused past
+    :data:`~deepshare.core.bounds.MAX_DURATION_S`; ``what`` names the fields it came from."""
+    if not value <= MAX_DURATION_S:  # also NaN
+        raise DeepShareError(f"{loc}: {what}: expected at most a year ({MAX_DURATION_S:,.0f} s), got {value:,.0f} s")
+    return value
+
+
+def integer(value: Any, loc: str, field: str, *, minimum: int = 1, maximum: int | None = MAX_JOB_GPUS) -> int:
+    """An integer in ``minimum..maximum`` from a JSON number or CSV string ("4.0" is accepted as 4).
+
+    The default bound is :data:`~deepshare.core.bounds.MAX_JOB_GPUS`, the readers' use being GPU
+    counts; ``maximum=None`` accepts any finite whole number.
+    """
+    if maximum is None:
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    else:
+        expected = f"a positive integer up to {_bound(maximum)}" if minimum == 1 else f"an integer from {minimum} to {_bound(maximum)}"
     if is_blank(value):
         raise missing(loc, field, expected)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -289,7 +332,7 @@ def integer(value: Any, loc: str, field: str, *, minimum: int = 1) -> int:
         if not math.isfinite(x) or x != int(x):
             raise bad(loc, field, expected, value)
         n = int(x)
-    if n < minimum:
+    if n < minimum or (maximum is not None and n > maximum):
         raise bad(loc, field, expected, value)
     return n
 
@@ -321,10 +364,10 @@ def optional_text(value: Any, loc: str, field: str) -> str | None:
 
 
 def optional_seconds(value: Any, loc: str, field: str) -> float | None:
-    """A positive number of seconds (e.g. a requested time limit), None when blank or missing."""
+    """A positive number of seconds up to a year (e.g. a requested time limit), None when blank or missing."""
     if is_blank(value):
         return None
-    return number(value, loc, field, minimum="positive")
+    return seconds(value, loc, field)
 
 
 FEATURES = ("user", "group", "vc", "requested_s")

@@ -5,16 +5,19 @@ Header (extra columns are allowed and ignored)::
     job_id,submit_time,model,gpus,duration_s,total_samples
 
 * ``job_id``: non-empty, unique; ``model``: a catalog model or any name (mapped to a proxy);
-* ``submit_time``: seconds, >= 0; ``gpus``: a positive integer;
-* exactly one of ``duration_s`` (isolated run time at the reference placement, seconds) and
-  ``total_samples`` (samples to train) is non-empty in each row; the other is left empty.
+* ``submit_time``: seconds, from 0 to 10^11; ``gpus``: an integer from 1 to 65,536;
+* exactly one of ``duration_s`` (isolated run time at the reference placement, seconds, at most
+  a year: 31,536,000) and ``total_samples`` (samples to train, at most 10^18) is non-empty in
+  each row; the other is left empty.
 
 Optional columns, the job's features (an empty cell: the trace does not say)::
 
     user,group,vc,requested_s
 
 ``user``, ``group`` (a recurring job's tag), ``vc`` (virtual cluster or team) are names;
-``requested_s`` is the user's time limit or estimate in seconds (a positive number).
+``requested_s`` is the user's time limit or estimate in seconds (positive, at most a year).
+These are the bounds of :mod:`deepshare.core.bounds`; a value past one (or NaN, or an infinity) is
+refused with the line and the column, never clipped.
 :func:`write_canonical` writes a feature's column only when some job has that feature.
 
 :func:`write_canonical` writes numbers with ``repr`` so that loading the file gives back the
@@ -39,9 +42,11 @@ from deepshare.core.traces.base import (
     integer,
     is_blank,
     make_job,
-    number,
     read_csv,
+    samples,
+    seconds,
     text_field,
+    timestamp,
 )
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
@@ -72,11 +77,9 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 job_id=job_id,
                 model=text_field(row["model"], loc, "model"),
                 gpus=integer(row["gpus"], loc, "gpus"),
-                submit_time=number(row["submit_time"], loc, "submit_time", minimum="nonnegative"),
-                duration_s=number(row["duration_s"], loc, "duration_s", minimum="positive") if has_duration else None,
-                total_samples=(
-                    number(row["total_samples"], loc, "total_samples", minimum="positive") if has_samples else None
-                ),
+                submit_time=timestamp(row["submit_time"], loc, "submit_time"),
+                duration_s=seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
+                total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
                 **features(row, loc, {name: name for name in FEATURES}),
             )
         )

@@ -9,9 +9,12 @@
 
   using the distributions' expected values (not the sample's), so the conversion is exact.
   With neither, every job arrives at t = 0 (the artifact's setting).
-* Demand: GPUs drawn from ``demand`` ({gpus: weight}, weights relative).
+* Demand: GPUs drawn from ``demand`` ({gpus: weight}, weights relative; GPU counts from 1 to
+  :data:`~deepshare.core.bounds.MAX_JOB_GPUS`).
 * Durations (isolated run time, seconds): lognormal with the given median and ``sigma`` (the
-  standard deviation of the log); ``sigma`` 0 gives exactly the median.
+  standard deviation of the log); ``sigma`` 0 gives exactly the median. A draw past a year is
+  capped at a year (:data:`~deepshare.core.bounds.MAX_DURATION_S`, the domain of
+  :class:`~deepshare.core.types.JobSpec`), so the median must be at most a year.
 * Models: drawn from ``mix`` (default: the ``random`` preset).
 * With a :class:`~deepshare.core.traces.recurrence.RecurrenceModel`: users, recurring groups
   (one user, model and GPU count each), time limits (``requested_s``) and durations correlated
@@ -27,11 +30,13 @@ not move the arrivals (nor does turning the recurrence model on). Job ids are ``
 from __future__ import annotations
 
 import math
+import re
 from typing import Mapping
 
 import numpy as np
 
 from deepshare.core import stable_math
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
@@ -41,10 +46,15 @@ from deepshare.core.workloads import Catalog
 
 FORMAT = "generated"
 DEFAULT_DEMAND: Mapping[int, float] = {2: 1 / 3, 4: 1 / 3, 8: 1 / 3}
+_INFINITE_TOTAL = "weights must add up to a finite number (they are relative: try 1, 2, ...)"
 
 
-def parse_demand(text: str) -> dict[int, float]:
-    """``"2:0.3,4:0.4,8:0.3"`` -> ``{2: 0.3, 4: 0.4, 8: 0.3}`` (weights are relative)."""
+def parse_demand(text: str, cluster_gpus: int | None = None) -> dict[int, float]:
+    """``"2:0.3,4:0.4,8:0.3"`` -> ``{2: 0.3, 4: 0.4, 8: 0.3}`` (weights are relative).
+
+    GPU counts are integers from 1 to :data:`~deepshare.core.bounds.MAX_JOB_GPUS`, and at most
+    ``cluster_gpus`` when the cluster is known: a job larger than the cluster could never run.
+    """
     demand: dict[int, float] = {}
     entries = [e.strip() for e in text.split(",") if e.strip()]
     if not entries:
@@ -53,12 +63,17 @@ def parse_demand(text: str) -> dict[int, float]:
         gpus, sep, weight = entry.partition(":")
         if not sep:
             raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: expected 'gpus:weight'")
-        try:
-            g = int(gpus)
-        except ValueError:
-            g = 0
-        if g <= 0:
-            raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: GPUs must be a positive integer, got {gpus.strip()!r}")
+        g = int(gpus) if re.fullmatch(r"\s*[0-9]{1,9}\s*", gpus) else 0
+        if not 1 <= g <= MAX_JOB_GPUS:
+            raise DeepShareError(
+                f"GPU demand {text!r}: entry {entry!r}: GPUs must be a positive integer up to {MAX_JOB_GPUS:,}, "
+                f"got {gpus.strip()!r}"
+            )
+        if cluster_gpus is not None and g > cluster_gpus:
+            raise DeepShareError(
+                f"GPU demand {text!r}: entry {entry!r}: {g} GPUs is more than the cluster's {cluster_gpus}; "
+                "such a job could never run"
+            )
         try:
             w = float(weight)
         except ValueError:
@@ -68,6 +83,8 @@ def parse_demand(text: str) -> dict[int, float]:
         if g in demand:
             raise DeepShareError(f"GPU demand {text!r}: {g} GPUs is given twice")
         demand[g] = w
+    if not math.isfinite(sum(demand.values())):
+        raise DeepShareError(f"GPU demand {text!r}: {_INFINITE_TOTAL}")
     return demand
 
 
@@ -76,11 +93,13 @@ def _check_demand(demand: Mapping[int, float]) -> dict[int, float]:
         raise DeepShareError("GPU demand: expected at least one 'gpus: weight' entry")
     out = {}
     for g, w in demand.items():
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g <= 0:
-            raise DeepShareError(f"GPU demand: GPUs must be positive integers, got {g!r}")
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= MAX_JOB_GPUS:
+            raise DeepShareError(f"GPU demand: GPUs must be positive integers up to {MAX_JOB_GPUS:,}, got {g!r}")
         if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
             raise DeepShareError(f"GPU demand: weight of {g} GPUs must be a positive number, got {w!r}")
         out[int(g)] = float(w)
+    if not math.isfinite(sum(out.values())):
+        raise DeepShareError(f"GPU demand: {_INFINITE_TOTAL}")
     return out
 
 
@@ -142,6 +161,8 @@ def generate(
         raise DeepShareError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     demand = _check_demand(DEFAULT_DEMAND if demand is None else demand)
     median = _positive("median_duration_s", median_duration_s)
+    if median > MAX_DURATION_S:
+        raise DeepShareError(f"median_duration_s must be at most a year ({MAX_DURATION_S:,.0f} s), got {median!r}")
     if isinstance(duration_sigma, bool) or not isinstance(duration_sigma, (int, float)) or not (
         math.isfinite(duration_sigma) and duration_sigma >= 0
     ):
@@ -176,7 +197,7 @@ def generate(
     sizes = list(demand)
     weights = np.array([demand[g] for g in sizes])
     gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
-    durations = median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n))
+    durations = np.minimum(median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n)), MAX_DURATION_S)
     models = assign(n, mix, model_rng)
     jobs = [
         JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]))

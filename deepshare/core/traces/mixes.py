@@ -59,6 +59,8 @@ class ModelMix:
             seen.add(model)
             if not (math.isfinite(weight) and weight > 0):
                 raise DeepShareError(f"model mix: weight of {model!r} must be a positive number, got {weight}")
+        if not math.isfinite(sum(w for _, w in pairs)):  # 1e308 twice: no probabilities to draw with
+            raise DeepShareError("model mix: weights must add up to a finite number (they are relative: try 1, 2, ...)")
         object.__setattr__(self, "weights", pairs)
 
     @property

@@ -28,12 +28,17 @@ present: ``task_name`` (a task listed twice is an error), ``start_time_j``, ``us
 Other columns are ignored. A job is every row with its ``job_name`` (the job's id here), in
 order of first appearance:
 
-* GPUs: ``plan_gpu`` is percent of one GPU per instance (50 = half a GPU), so a job asks for
-  ``sum(inst_num * plan_gpu) / 100`` GPUs; an empty ``plan_gpu`` is a CPU task (0). The
-  simulator allocates whole GPUs, so a fractional total (GPU sharing, common in PAI) is
-  **rounded up**: half a GPU becomes one;
-* times are seconds; an empty time or 0 means unknown (as the trace's analysis reads them).
-  The run time is the latest task end minus the earliest task start; the submission time is
+* GPUs: ``plan_gpu`` is percent of one GPU per instance (50 = half a GPU, 800 = eight GPUs;
+  a fraction such as 12.5 is fine), so a job asks for ``sum(inst_num * plan_gpu) / 100`` GPUs;
+  an empty ``plan_gpu`` is a CPU task (0). ``inst_num`` counts instances, so it must be a whole
+  number (``2.5`` is refused, not rounded). The simulator allocates whole GPUs, so a fractional
+  total (GPU sharing, common in PAI) is **rounded up**: half a GPU becomes one. A job's total
+  must stay within 65,536 GPUs (:data:`~deepshare.core.bounds.MAX_JOB_GPUS`): the row that
+  passes it is refused;
+* times are seconds from 0 to 10^11 (:data:`~deepshare.core.bounds.MAX_TIMESTAMP_S`); an empty
+  time or 0 means unknown (as the trace's analysis reads them).
+  The run time is the latest task end minus the earliest task start, at most a year (a job
+  that ran longer is refused: :data:`~deepshare.core.bounds.MAX_DURATION_S`); the submission time is
   ``start_time_j`` when present and known, else the earliest task start (no queueing seen).
   Submit times are shifted so the earliest simulated job arrives at t = 0;
 * features: ``user`` and ``group`` (the group tag: a hash of entry script, parameters and data
@@ -54,21 +59,27 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepshare.core.bounds import MAX_JOB_GPUS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     Run,
     Trace,
+    check_seconds,
+    integer,
     is_blank,
     number,
     optional_text,
     read_csv,
     text_field,
+    timestamp,
     with_drawn_models,
 )
 from deepshare.core.traces.mixes import ModelMix
 
 FORMAT = "pai"
 REQUIRED = ("job_name", "inst_num", "plan_gpu", "start_time", "end_time")
+_MAX_PERCENT = 100.0 * MAX_JOB_GPUS
+"""Largest ``plan_gpu`` of one instance: every GPU a job may hold, in percent of a GPU."""
 
 
 @dataclass
@@ -91,7 +102,7 @@ def _time(row: dict[str, str], loc: str, column: str) -> float | None:
     value = row.get(column)
     if is_blank(value):
         return None
-    seconds = number(value, loc, column, minimum="nonnegative")
+    seconds = timestamp(value, loc, column)
     return seconds if seconds > 0 else None
 
 
@@ -115,9 +126,17 @@ def _add_task(job: _Job, row: dict[str, str], line: int, loc: str) -> None:
     if is_blank(row["inst_num"]):
         job.problem = job.problem or f"task {name} has no instance count"
     else:
-        instances = number(row["inst_num"], loc, "inst_num", minimum="nonnegative")
-        gpu = 0.0 if is_blank(row["plan_gpu"]) else number(row["plan_gpu"], loc, "plan_gpu", minimum="nonnegative")
+        instances = integer(row["inst_num"], loc, "inst_num", minimum=0, maximum=None)
+        gpu = 0.0 if is_blank(row["plan_gpu"]) else number(
+            row["plan_gpu"], loc, "plan_gpu", minimum="nonnegative", maximum=_MAX_PERCENT
+        )
         job.gpu_percent += instances * gpu
+        if not (math.isfinite(job.gpu_percent) and _whole_gpus(job.gpu_percent) <= MAX_JOB_GPUS):
+            raise DeepShareError(
+                f"{loc}: fields 'inst_num' and 'plan_gpu': expected job {row['job_name']!r} to ask for at most "
+                f"{MAX_JOB_GPUS:,} GPUs in all (the sum of inst_num x plan_gpu / 100 over its tasks), "
+                f"got {job.gpu_percent / 100:g} GPUs up to this line"
+            )
     start, end = _time(row, loc, "start_time"), _time(row, loc, "end_time")
     if start is not None and end is None:
         job.problem = job.problem or f"still running (task {name} started but has no end time)"
@@ -159,9 +178,12 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
         if reason is not None:
             skipped.append((name, f"line {job.line}: {reason}"))
             continue
+        loc = f"{source} line {job.line}"
+        run_s = check_seconds(
+            max(job.ends) - min(job.starts), loc, f"job {name!r}: run time (latest 'end_time' minus earliest 'start_time')"
+        )
         kept.append(Run(
-            f"{source} line {job.line}", name, _whole_gpus(job.gpu_percent),
-            job.submit if job.submit is not None else min(job.starts), max(job.ends) - min(job.starts),
+            loc, name, _whole_gpus(job.gpu_percent), job.submit if job.submit is not None else min(job.starts), run_s,
             {"user": job.user, "group": job.group},
         ))
     return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

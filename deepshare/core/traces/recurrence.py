@@ -16,7 +16,8 @@ while keeping its marginals exact:
 * **Durations**: ``log d = log median + sigma * (sqrt(1 - r) * Z_group + sqrt(r) * Z_run)`` with
   ``r = run_variance_share``: the group's median is lognormal around the trace's median and its
   runs are lognormal around the group's median. Both normals are standard, so every job's
-  duration is exactly lognormal(median, sigma), as without the model.
+  duration is exactly lognormal(median, sigma), as without the model (and, as without it,
+  capped at a year, :data:`~deepshare.core.bounds.MAX_DURATION_S`: only a far tail moves).
 * **GPUs**: a Gaussian copula. Each group draws a standard normal ``U``; its GPU count is the
   demand distribution's quantile at ``Phi(U)`` (sizes in increasing order), so the demand
   distribution is kept exactly; ``Z_group`` is correlated with ``U`` so that a job's log
@@ -28,7 +29,8 @@ while keeping its marginals exact:
   max(1, F)`` with ``F`` lognormal (median ``overestimate_median``, log-sigma
   ``overestimate_sigma``): users over-ask; a job whose draw is below 1 ran into its limit
   (Slurm's TIMEOUT), so its limit equals its run time. Limits are drawn per job (a real user
-  often reuses one limit for a group; per job keeps durations exact).
+  often reuses one limit for a group; per job keeps durations exact), and capped at a year
+  (:data:`~deepshare.core.bounds.MAX_DURATION_S`), never below the job's duration.
 
 Defaults and where they come from (no figure below is taken from a paper unless it says so):
 
@@ -64,6 +66,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from deepshare.core import stable_math
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.mixes import ModelMix, assign
 
@@ -206,13 +209,16 @@ def draw_features(
     tie = model.gpu_duration_corr / between if between > 0 else 0.0
     group_z = tie * latent + math.sqrt(max(0.0, 1 - tie**2)) * median_rng.standard_normal(n_groups)
     run_z = run_rng.standard_normal(n)
-    durations = median_s * stable_math.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z))
+    durations = np.minimum(
+        median_s * stable_math.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z)),
+        MAX_DURATION_S,
+    )
     weights = np.arange(1, model.users + 1, dtype=float) ** -model.user_skew
     group_user = user_rng.choice(model.users, size=n_groups, p=weights / weights.sum())
     group_model = assign(n_groups, mix, model_rng)
     asks = limit_rng.random(n) < model.requested_share
     factor = model.overestimate_median * stable_math.exp(model.overestimate_sigma * limit_rng.standard_normal(n))
-    requested = durations * np.maximum(1.0, factor)
+    requested = np.minimum(durations * np.maximum(1.0, factor), MAX_DURATION_S)
     width = len(str(model.users - 1))
     return JobFeatures(
         gpus=[int(group_gpus[g]) for g in group],

@@ -27,7 +27,12 @@ end, reads the same; fields are never quoted). Required columns: ``JobID``, ``Su
   unrelated jobs: policies should key on user and group together.
 
 Times (``Elapsed``, ``Timelimit``) follow Slurm's formats: ``MM``, ``MM:SS``, ``HH:MM:SS``,
-``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS``, seconds possibly with a fraction.
+``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS``, seconds possibly with a fraction (``MM:SS.mmm``).
+Minutes and seconds after a larger unit are 0-59 and hours after a day count 0-23: ``1:99:99``
+or ``1-24:00:00`` is refused, not read as some number of seconds. Run times and time limits are
+at most a year (:data:`~deepshare.core.bounds.MAX_DURATION_S`; a longer limit is refused,
+``UNLIMITED`` says "no limit"), and a job holds at most 65,536 GPUs
+(:data:`~deepshare.core.bounds.MAX_JOB_GPUS`).
 
 Skipped, with a reason: jobs that have not finished (``State`` other than COMPLETED, FAILED,
 CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, DEADLINE, BOOT_FAIL, REVOKED or
@@ -42,12 +47,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
     Trace,
     bad,
+    check_seconds,
     datetime_seconds,
     is_blank,
     missing,
@@ -65,29 +72,56 @@ FINISHED = frozenset(
      "BOOT_FAIL", "REVOKED", "SPECIAL_EXIT"}
 )
 NO_LIMIT = frozenset({"UNLIMITED", "PARTITION_LIMIT", "NONE", "INFINITE"})
-_LAST = re.compile(r"\d+(?:\.\d+)?")
-_TIME_EXPECTED = "a Slurm time such as '1-02:03:04', '02:03:04' or '03:04'"
+_WHOLE = re.compile(r"[0-9]+")
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_TIME_EXPECTED = (
+    "a Slurm time such as '1-02:03:04', '02:03:04' or '03:04' "
+    "(minutes and seconds 0-59, hours 0-23 after a day count)"
+)
+_UNITS = {
+    (False, 1): (60,), (False, 2): (60, 1), (False, 3): (3600, 60, 1),
+    (True, 1): (3600,), (True, 2): (3600, 60), (True, 3): (3600, 60, 1),
+}
+"""Seconds in each ':'-separated field, by (a ``D-`` day part given, number of fields)."""
+_BELOW = {3600: 24, 60: 60, 1: 60}
+"""A field after a larger unit counts less than one of that unit: hours < 24, minutes and seconds < 60."""
 
 
 def slurm_seconds(value: str, loc: str, field: str) -> float:
-    """Seconds of a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
-    days, dash, rest = value.strip().rpartition("-")
+    """Seconds of a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+
+    Seconds may have a fraction (``MM:SS.mmm``, as sacct prints CPU times). The leading field
+    counts its unit freely (``90`` is 90 minutes, ``25:00:00`` 25 hours, as ``sbatch --time``
+    reads them), every later one stays below the unit before it: ``1:99:99`` and ``1-24:00:00``
+    are refused, not read as 9,639 s or 2 days. Times past a year
+    (:data:`~deepshare.core.bounds.MAX_DURATION_S`) are refused too.
+    """
+    text = value.strip()
+    days, dash, rest = text.partition("-")
+    if not dash:
+        days, rest = "", text
     parts = rest.split(":")
-    units = ([3600, 60, 1] if dash else {1: [60], 2: [60, 1], 3: [3600, 60, 1]}.get(len(parts), []))[: len(parts)]
-    seconds_last = units[-1:] == [1]
+    units = _UNITS.get((bool(dash), len(parts)))
     if (
-        len(parts) > len(units)
-        or (dash and not days.isdigit())
-        or not all(p.isdigit() for p in parts[:-1])
-        or not _LAST.fullmatch(parts[-1])
-        or ("." in parts[-1] and not seconds_last)
+        units is None
+        or (dash and not _WHOLE.fullmatch(days))
+        or not all(_WHOLE.fullmatch(p) for p in parts[:-1])
+        or not (_SECONDS if units[-1] == 1 else _WHOLE).fullmatch(parts[-1])
     ):
         raise bad(loc, field, _TIME_EXPECTED, value)
-    return (int(days) * 86400 if dash else 0) + sum(float(p) * u for p, u in zip(parts, units))
+    numbers = [float(p) for p in parts]
+    bounded = zip(numbers, units) if dash else zip(numbers[1:], units[1:])
+    if any(n >= _BELOW[unit] for n, unit in bounded):
+        raise bad(loc, field, _TIME_EXPECTED, value)
+    seconds = (float(days) * 86400 if dash else 0.0) + sum(n * unit for n, unit in zip(numbers, units))
+    if seconds > MAX_DURATION_S:  # also an infinity, from hundreds of digits
+        raise bad(loc, field, "a Slurm time of at most a year (365-00:00:00)", value)
+    return seconds
 
 
 def alloc_gpus(value: str, loc: str) -> int:
-    """GPUs in an ``AllocTRES`` list: ``gres/gpu=N``, else the sum of ``gres/gpu:TYPE=N``."""
+    """GPUs in an ``AllocTRES`` list: ``gres/gpu=N``, else the sum of ``gres/gpu:TYPE=N``; at
+    most :data:`~deepshare.core.bounds.MAX_JOB_GPUS`."""
     plain: int | None = None
     typed = 0
     for entry in filter(None, (e.strip() for e in value.split(","))):
@@ -96,13 +130,18 @@ def alloc_gpus(value: str, loc: str) -> int:
             raise bad(loc, "AllocTRES", "comma-separated 'name=count' entries", value)
         key = key.strip().lower()
         if key == "gres/gpu" or key.startswith("gres/gpu:"):
-            if not count.strip().isdigit():
+            digits = count.strip()
+            if not _WHOLE.fullmatch(digits):
                 raise bad(loc, "AllocTRES", f"a whole number of GPUs in {entry!r}", value)
+            n = int(digits) if len(digits) <= 9 else MAX_JOB_GPUS + 1  # int() refuses thousands of digits
             if key == "gres/gpu":
-                plain = int(count)
+                plain = n
             else:
-                typed += int(count)
-    return typed if plain is None else plain
+                typed += n
+    gpus = typed if plain is None else plain
+    if gpus > MAX_JOB_GPUS:
+        raise bad(loc, "AllocTRES", f"at most {MAX_JOB_GPUS:,} GPUs", value)
+    return gpus
 
 
 def _limit(row: dict[str, str], loc: str) -> float | None:
@@ -123,7 +162,7 @@ def _run_seconds(row: dict[str, str], loc: str) -> float | None:
     end = datetime_seconds(row["End"].replace("Unknown", ""), loc, "End", optional=True)
     if start is None or end is None:
         return None
-    return end - start
+    return check_seconds(end - start, loc, "fields 'Start' and 'End': run time (End minus Start)")
 
 
 def _why_skipped(row: dict[str, str], gpus: int, seconds: float | None) -> str | None:

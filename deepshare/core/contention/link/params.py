@@ -30,6 +30,7 @@ from pathlib import Path
 
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.workloads import Catalog, default_catalog
 
 log = logging.getLogger(__name__)
@@ -243,10 +244,8 @@ def load_link_catalog(path: str | Path | None = None) -> LinkCatalog:
     """
     if path is None:
         return default_link_catalog()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{path}: cannot read link parameters ({exc})") from None
+    text = read_input_text(path, "link parameters file", CONFIG_BYTES,
+                           not_found="cannot read link parameters: file not found")
     loaded = LinkCatalog.from_json(text, str(path))
     base = default_link_catalog()
     kappa = {v: dict(row) for v, row in base.kappa.items()}

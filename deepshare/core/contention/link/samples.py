@@ -20,6 +20,7 @@ import os
 from collections import defaultdict
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import TRACE_BYTES, read_input_text
 from deepshare.core.workloads import Catalog, ProfileKey
 
 COLUMNS = ("model", "gpus", "nodes", "co_model", "co_gpus", "co_nodes", "samples_per_s")
@@ -75,13 +76,9 @@ def parse_samples(text: str, source: str) -> Catalog:
 
 
 def load_samples(path: str | os.PathLike[str]) -> Catalog:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise DeepShareError(f"--samples {path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"--samples {path}: cannot read as UTF-8 text ({exc})") from None
+    """The samples CSV at ``path`` (a regular file of at most :data:`~deepshare.core.files.TRACE_BYTES`:
+    samples are recorded, like a trace) as a catalog."""
+    text = read_input_text(path, "samples file", TRACE_BYTES, label=f"--samples {path}", not_found="file not found")
     if not text.strip():
         raise DeepShareError(f"{path}: file is empty, expected samples")
     return parse_samples(text, str(path))

@@ -1,0 +1,185 @@
+"""Reading a user's input file and checking an output path, as a careful Unix tool does.
+
+Every file a command reads because a user named it (a trace, ``--history``, a cluster spec, a
+config, link parameters, a job spec, a policy file) goes through :func:`read_input_bytes` or
+:func:`read_input_text`, and every file a command writes is first checked by
+:func:`check_output_path`:
+
+* An input must be a regular file (or ``-``, standard input, where a caller allows it). The path
+  is looked at before it is opened and the opened file again (``fstat``): ``/dev/zero`` would
+  otherwise be read until memory runs out, and a FIFO without a writer would block forever. The
+  file is opened with ``O_NONBLOCK``, so even a FIFO swapped in between the two looks never
+  blocks the open; a device, FIFO, socket or directory is refused by name.
+* An input is read up to a bound, and refused past it without reading the rest. The bounds:
+  :data:`TRACE_BYTES` (512 MiB) for traces, ``--history`` and recorded throughput samples
+  (``calibrate --samples``): the largest public traces (Helios, Philly) are a few hundred MB as
+  CSV, and a trace parses to several times its size in memory, so a bigger file would exhaust a
+  workstation anyway. :data:`POLICY_BYTES` (1 GiB) for policy checkpoints: a scorer is
+  kilobytes to megabytes, a gigabyte leaves room for big networks. :data:`CONFIG_BYTES`
+  (16 MiB) for what is written by hand or by ``deepshare`` itself (configs, cluster specs, job
+  specs, link parameters): kilobytes in practice. The bounds are constants, not settings (the
+  library reads no environment for configuration): a bigger trace is split or sampled first.
+* An output is never written over an existing device, FIFO, socket or directory: the atomic
+  replace (:mod:`deepshare.core.atomic`) would otherwise put a regular file in place of
+  ``/dev/null`` (as root, destroying it for everybody) or of a FIFO a reader waits on.
+* Every ``OSError`` of a path (name too long, a path through a regular file, no permission, a
+  symlink loop) becomes one :class:`DeepShareError` line naming the path and the system's reason,
+  which the CLI prints and exits 2 on.
+
+Pure Python, standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import BinaryIO
+
+from deepshare.core.errors import DeepShareError
+
+MiB = 1 << 20
+
+TRACE_BYTES = 512 * MiB
+"""Bound of trace files (``--trace``, ``--history``, ``trace stats``) and recorded samples."""
+
+CONFIG_BYTES = 16 * MiB
+"""Bound of configs, cluster and job specs and link parameters (kilobytes in practice)."""
+
+POLICY_BYTES = 1024 * MiB
+"""Bound of policy checkpoint files."""
+
+STDIN = "-"
+
+_CHUNK = 1 * MiB
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages: ``a directory``, ``a FIFO``, ..."""
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n:,} bytes"
+
+
+def _too_big(label: str, what: str, limit: int) -> DeepShareError:
+    return DeepShareError(
+        f"{label}: {what} is larger than the {_size(limit)} limit"
+    )
+
+
+def read_input_bytes(
+    path: str | os.PathLike[str],
+    what: str,
+    max_bytes: int = CONFIG_BYTES,
+    *,
+    label: str | None = None,
+    not_found: str | None = None,
+    allow_stdin: bool = False,
+) -> bytes:
+    """The bytes of the regular file ``path`` (a ``what``: "trace file", "job spec"), at most
+    ``max_bytes``; ``-`` is standard input when ``allow_stdin``.
+
+    Errors are one :class:`DeepShareError` line starting with ``label`` (default the path):
+    ``not_found`` (default ``"{what} not found"``) for a missing file, ``is a FIFO, expected a
+    {what} (a regular file)`` for anything not regular, the size limit past it, and
+    ``cannot read {what}: {reason}`` for any other failure of the path.
+    """
+    label = label or str(path)
+    limit = max_bytes
+    if allow_stdin and str(path) == STDIN:
+        return _read_bounded(sys.stdin.buffer, label, what, limit)
+    try:
+        _refuse_special(os.stat(path).st_mode, label, what)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise DeepShareError(f"{label}: {not_found or what + ' not found'}") from None
+    except OSError as exc:
+        raise DeepShareError(f"{label}: cannot read {what}: {_reason(exc)}") from None
+    try:
+        info = os.fstat(fd)
+        _refuse_special(info.st_mode, label, what)  # swapped between the two looks
+        if info.st_size > limit:
+            raise _too_big(label, what, limit)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return _read_bounded(fh, label, what, limit, first=info.st_size + 1)
+    except OSError as exc:
+        raise DeepShareError(f"{label}: cannot read {what}: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+
+
+def read_input_text(
+    path: str | os.PathLike[str],
+    what: str,
+    max_bytes: int = CONFIG_BYTES,
+    *,
+    label: str | None = None,
+    not_found: str | None = None,
+    allow_stdin: bool = False,
+) -> str:
+    """:func:`read_input_bytes` decoded as UTF-8; bytes that are not UTF-8 are one line naming
+    the file, the line and the byte."""
+    label = label or str(path)
+    raw = read_input_bytes(path, what, max_bytes, label=label, not_found=not_found, allow_stdin=allow_stdin)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DeepShareError(
+            f"{label} line {line}: cannot read {what}: expected UTF-8 text, got byte 0x{raw[exc.start]:02x}"
+        ) from None
+
+
+def _refuse_special(mode: int, label: str, what: str) -> None:
+    if not stat.S_ISREG(mode):
+        expected = "a regular file" if what == "file" else f"a {what} (a regular file)"
+        raise DeepShareError(f"{label}: is {file_kind(mode)}, expected {expected}")
+
+
+def _read_bounded(fh: BinaryIO, label: str, what: str, limit: int, first: int = _CHUNK) -> bytes:
+    """At most ``limit`` bytes of ``fh``; one more is an error (a file that grew, or stdin).
+
+    ``first`` is the size of the first read: a regular file's size plus one, so the whole file
+    arrives in one buffer (no second copy when the chunks are joined) and EOF right after it."""
+    chunks, total, size = [], 0, first
+    while True:
+        chunk = fh.read(min(size, limit + 1 - total))
+        size = _CHUNK
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(label, what, limit)
+
+
+def check_output_path(path: str | os.PathLike[str], what: str = "output", *, label: str | None = None) -> None:
+    """Refuse to write ``what`` to ``path`` when it exists and is not a regular file (a device,
+    FIFO, socket or directory), or when the path itself is unusable (too long, through a regular
+    file, not searchable): one :class:`DeepShareError` line starting with ``label`` (default the
+    path). A path that does not exist yet is fine here; writing it reports a missing folder."""
+    label = label or str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DeepShareError(f"{label}: cannot write {what}: {_reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise DeepShareError(f"{label}: cannot write {what}: is {file_kind(mode)}, not a regular file")
