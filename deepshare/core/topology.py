@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology_plain import (  # noqa: F401 - the defaults are re-exported
     CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group, plain_groups,
 )
@@ -138,14 +139,8 @@ def load_topology(preset_or_path: str) -> Topology:
         text = (resources.files("deepshare.data") / "clusters" / f"{preset_or_path}.yaml").read_text()
         return _preset_topology(text, source=f"preset {preset_or_path!r}")
     path = Path(preset_or_path)
-    if not path.exists():
-        raise DeepShareError(
-            f"--cluster: {preset_or_path!r} is neither a preset ({', '.join(preset_names())}) nor an existing file"
-        )
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeepShareError(f"{path}: cannot read cluster spec as text ({exc})") from exc
+    missing = f"is neither a preset ({', '.join(preset_names())}) nor an existing file"
+    text = read_input_text(path, "cluster spec", CONFIG_BYTES, label=f"--cluster {preset_or_path!r}", not_found=missing)
     return parse_topology(text, source=str(path))
 
 
