@@ -374,7 +374,8 @@ def test_hostile_specs_and_reports_never_stop_the_scheduler(sched, tmp_path):
     status, body = sched.call("POST", "/v1/jobs", spec("huge", ["/bin/true"], tmp_path / "c", requested_s=1.7e308))
     assert status == 422 and body["error"].startswith("requested_s: Input should be less than or equal to 31536000")
     reporter = sched.submit(spec("reporter", [sys.executable, "-c", HOSTILE_REPORTER], tmp_path / "c"))
-    wait_for("the reporter to run", lambda: sched.job(reporter)["state"] == "running")
+    started = wait_for("the reporter to start", lambda: (j := sched.job(reporter))["state"] != "queued" and j)
+    assert started["state"] == "running", started
     others = []
     deadline = time.monotonic() + 120
     while sched.job(reporter)["state"] == "running" and time.monotonic() < deadline:
