@@ -90,4 +90,4 @@ class SimNodePool:
         if all(self._up):
             return self.topology
         nodes = tuple(n if self._up[n.index] else replace(n, gpus=0) for n in self.topology.nodes)
-        return Topology(self.topology.name, nodes, self.topology.rack_uplink_gbps)
+        return Topology(self.topology.name, nodes, self.topology.rack_uplink_gbps, self.topology.levels)

@@ -16,6 +16,17 @@ A spec names node types once and then lists groups of nodes by type and rack::
       - {type: titanxp, count: 4, rack: rack0}
     rack_uplink_gbps: 0         # 0 = non-blocking core network
 
+A fabric of several levels (:mod:`deepshare.core.fabric`) names its levels, lowest first, and
+each node group's domain at every level::
+
+    levels:
+      - {name: nvlink_domain, nvlink: true}      # an NVLink domain spanning nodes (GB200 NVL72)
+      - {name: leaf, oversubscription: 2}        # uplink = the leaf's NIC bandwidth / 2
+      - {name: spine, uplink_gbps: 51200}
+    nodes:
+      - {type: gb200, count: 18, prefix: r0-, domains: {nvlink_domain: nvl0, leaf: leaf0, spine: spine0}}
+
+Without ``levels`` the fabric has one level, ``rack`` (the groups' racks, ``rack_uplink_gbps``).
 All bandwidths are in Gbit/s. Presets ship in ``deepshare/data/clusters/``.
 """
 
@@ -27,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import RACK_LEVEL, Fabric, Level, build_fabric
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology_plain import (  # noqa: F401 - the defaults are re-exported
     CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group, plain_groups,
@@ -64,6 +76,8 @@ class Node:
     intra_node_gbps: float
     nvlink_gbps: float
     nic_gbps: float
+    domains: tuple[str, ...] = ()
+    """Its domain's name at each of the topology's ``levels``, lowest first (empty without levels)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +85,22 @@ class Topology:
     name: str
     nodes: tuple[Node, ...]
     rack_uplink_gbps: float = 0.0
+    levels: tuple[Level, ...] = ()
+    """The fabric's levels, lowest first; empty: one ``rack`` level (the nodes' racks, ``rack_uplink_gbps``)."""
     capacity: tuple[int, ...] = field(init=False, repr=False, compare=False)
     """GPUs per node, by node index (derived once from ``nodes``)."""
     total_gpus: int = field(init=False, repr=False, compare=False)
+    fabric: Fabric = field(init=False, repr=False, compare=False)
+    """The levels, domains and uplinks (:mod:`deepshare.core.fabric`), derived from the nodes."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capacity", tuple(n.gpus for n in self.nodes))
         object.__setattr__(self, "total_gpus", sum(self.capacity))
+        if self.levels:
+            levels, names = self.levels, [n.domains for n in self.nodes]
+        else:
+            levels, names = (Level(RACK_LEVEL, uplink_gbps=self.rack_uplink_gbps),), [(n.rack,) for n in self.nodes]
+        object.__setattr__(self, "fabric", build_fabric(levels, names, [n.nic_gbps for n in self.nodes]))
 
     @property
     def racks(self) -> tuple[str, ...]:
@@ -95,22 +118,39 @@ class Topology:
 
     @staticmethod
     def from_spec(spec: ClusterSpec) -> "Topology":
-        groups = [(g.type, {f: getattr(spec.node_types[g.type], f) for f in NODE_TYPE_FIELDS}, g.count, g.rack, g.prefix)
-                  for g in spec.nodes]
-        return topology_from_groups(spec.name, groups, spec.rack_uplink_gbps)
+        levels = tuple(Level(lv.name, lv.nvlink, lv.uplink_gbps, lv.oversubscription) for lv in spec.levels or ())
+        groups = []
+        for g in spec.nodes:
+            domains = tuple(g.domains[lv.name] for lv in levels) if levels and g.domains else ()
+            rack = g.rack
+            if levels and "rack" not in g.model_fields_set:  # the switch a node hangs off names its rack
+                first = 1 if levels[0].nvlink and len(levels) > 1 else 0
+                rack = "/".join(reversed(domains[first:]))
+            groups.append((g.type, {f: getattr(spec.node_types[g.type], f) for f in NODE_TYPE_FIELDS}, g.count, rack,
+                           g.prefix, domains, g.names))
+        return topology_from_groups(spec.name, groups, spec.rack_uplink_gbps, levels)
 
 
-def topology_from_groups(name: str, groups: Iterable[Group], rack_uplink_gbps: float) -> Topology:
-    """The topology of node groups ``(type name, hardware fields, count, rack, name prefix)``:
-    nodes numbered in group order, named ``prefix`` + a counter per prefix."""
+def topology_from_groups(name: str, groups: Iterable[Group], rack_uplink_gbps: float,
+                         levels: tuple[Level, ...] = ()) -> Topology:
+    """The topology of node groups ``(type name, hardware fields, count, rack, name prefix[,
+    domains[, names]])``: nodes numbered in group order, named ``prefix`` + a counter per prefix,
+    or ``names`` (the nodes' exact names, ``count`` of them) when a group gives them."""
     nodes: list[Node] = []
     counters: dict[str, int] = {}
-    for type_name, hardware, count, rack, prefix in groups:
-        for _ in range(count):
-            k = counters.get(prefix, 0)
-            counters[prefix] = k + 1
-            nodes.append(Node(index=len(nodes), name=f"{prefix}{k}", rack=rack, node_type=type_name, **hardware))
-    return Topology(name, tuple(nodes), rack_uplink_gbps)
+    for type_name, hardware, count, rack, prefix, *rest in groups:
+        domains = tuple(rest[0]) if rest else ()
+        names = rest[1] if len(rest) > 1 else None
+        for i in range(count):
+            if names is not None:
+                node_name = names[i]
+            else:
+                k = counters.get(prefix, 0)
+                counters[prefix] = k + 1
+                node_name = f"{prefix}{k}"
+            nodes.append(Node(index=len(nodes), name=node_name, rack=rack, node_type=type_name, **hardware,
+                              domains=domains))
+    return Topology(name, tuple(nodes), rack_uplink_gbps, levels)
 
 
 NODES_PER_RACK = 32

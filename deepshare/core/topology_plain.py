@@ -38,7 +38,8 @@ TESTBED_HARDWARE: Mapping[str, Any] = MappingProxyType({
 (the fields given; the rest are defaults). ``TESTBED_NODE_TYPE`` is this as a ``NodeTypeSpec``."""
 
 Group = tuple[str, Mapping[str, Any], int, str, str]
-"""A node group: (type name, hardware fields, count, rack, name prefix)."""
+"""A node group: (type name, hardware fields, count, rack, name prefix); a spec with fabric
+levels goes through pydantic, whose groups also carry the domains."""
 
 _Check = Callable[[Any], bool]
 

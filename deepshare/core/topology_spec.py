@@ -9,14 +9,18 @@ of :mod:`deepshare.core.topology_plain`, which builds presets without this modul
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
     TESTBED_HARDWARE,
 )
+
+
+DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^/\x00-\x1f]+$")]
+"""A level's or a domain's name: 1-256 characters, no ``/`` (paths are joined with it), no control characters."""
 
 
 class NodeTypeSpec(BaseModel):
@@ -38,6 +42,43 @@ class NodeGroupSpec(BaseModel):
     count: int = Field(default=NODE_GROUP_DEFAULTS["count"], gt=0, le=MAX_NODES)
     rack: str = NODE_GROUP_DEFAULTS["rack"]
     prefix: str = NODE_GROUP_DEFAULTS["prefix"]
+    domains: Optional[dict[str, DomainName]] = Field(
+        default=None, description="the group's domain at each of the spec's levels, by level name")
+    names: Optional[list[DomainName]] = Field(
+        default=None, min_length=1, max_length=MAX_NODES,
+        description="the group's nodes' exact names, in order (instead of prefix + a counter; count defaults to their number)")
+
+    @model_validator(mode="after")
+    def _names_fit(self) -> "NodeGroupSpec":
+        if self.names is None:
+            return self
+        if "prefix" in self.model_fields_set:
+            raise ValueError("names: give prefix or names, not both (names are the nodes' exact names)")
+        if "count" not in self.model_fields_set:
+            self.count = len(self.names)
+        elif self.count != len(self.names):
+            raise ValueError(f"names: expected count ({self.count}) names, got {len(self.names)}")
+        return self
+
+
+class LevelSpec(BaseModel):
+    """One fabric level (:class:`deepshare.core.fabric.Level`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: DomainName
+    nvlink: bool = Field(default=False, description="an NVLink domain: nodes inside talk over NVLink (lowest level only)")
+    uplink_gbps: float = Field(default=0.0, ge=0, le=1e9, description="each domain's uplink, Gbit/s (0: non-blocking)")
+    oversubscription: float = Field(default=0.0, ge=0, le=1e6,
+                                    description="when > 0: uplink = the domain's NIC bandwidth / this (2 = 2:1)")
+
+    @model_validator(mode="after")
+    def _one_uplink(self) -> "LevelSpec":
+        if self.uplink_gbps > 0 and self.oversubscription > 0:
+            raise ValueError("give uplink_gbps or oversubscription, not both")
+        if 0 < self.oversubscription < 1:
+            raise ValueError(f"oversubscription: expected 1 or more (2 means 2:1), got {self.oversubscription:g}")
+        return self
 
 
 class ClusterSpec(BaseModel):
@@ -47,19 +88,57 @@ class ClusterSpec(BaseModel):
     node_types: dict[str, NodeTypeSpec] = Field(min_length=1)
     nodes: list[NodeGroupSpec] = Field(min_length=1)
     rack_uplink_gbps: float = Field(default=CLUSTER_DEFAULTS["rack_uplink_gbps"], ge=0)
+    levels: Optional[list[LevelSpec]] = Field(
+        default=None, min_length=1, max_length=16,
+        description="the fabric's levels, lowest first (without: one level, the racks, with rack_uplink_gbps)")
 
     @model_validator(mode="after")
     def _types_exist(self) -> "ClusterSpec":
+        names = [lv.name for lv in self.levels or ()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"levels: each level needs its own name, got {names}")
+        for i, level in enumerate(self.levels or ()):
+            if level.nvlink and i:
+                raise ValueError(f"levels[{i}].nvlink: only the lowest level can be an NVLink domain")
+        if self.levels and self.rack_uplink_gbps:
+            raise ValueError("rack_uplink_gbps: with levels, give each level's uplink_gbps or oversubscription instead")
         for i, group in enumerate(self.nodes):
             if group.type not in self.node_types:
                 raise ValueError(
                     f"nodes[{i}].type: unknown node type {group.type!r}; "
                     f"expected one of {sorted(self.node_types)}"
                 )
+            given = sorted(group.domains or ())
+            if self.levels and given != sorted(names):
+                raise ValueError(f"nodes[{i}].domains: expected a domain for each level ({', '.join(names)}), "
+                                 f"got {', '.join(given) or 'none'}")
+            if not self.levels and group.domains:
+                raise ValueError(f"nodes[{i}].domains: the spec has no levels; add levels (lowest first) or drop domains")
         total = sum(group.count for group in self.nodes)
         if total > MAX_NODES:
             raise ValueError(f"nodes: {total} nodes in all; expected at most {MAX_NODES}")
+        if any(group.names for group in self.nodes):
+            _check_exact_names(self.nodes)
         return self
+
+
+def _check_exact_names(groups: list[NodeGroupSpec]) -> None:
+    """Every node name given in a group's ``names`` is unique across the cluster (among the other
+    exact names and the ``prefix`` + counter names of the other groups)."""
+    owner: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    for i, group in enumerate(groups):  # the prefixed names first, as topology_from_groups makes them
+        if group.names is None:
+            start = counters.get(group.prefix, 0)
+            counters[group.prefix] = start + group.count
+            for k in range(start, start + group.count):
+                owner.setdefault(f"{group.prefix}{k}", i)
+    for i, group in enumerate(groups):
+        for j, name in enumerate(group.names or ()):
+            if name in owner:
+                raise ValueError(f"nodes[{i}].names[{j}]: {name!r} is already the name of a node of "
+                                 f"nodes[{owner[name]}]; node names must be unique")
+            owner[name] = i
 
 
 TESTBED_NODE_TYPE = NodeTypeSpec(**TESTBED_HARDWARE)

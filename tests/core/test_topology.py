@@ -25,7 +25,8 @@ nodes:
 
 
 def test_preset_names():
-    assert preset_names() == ["a100-16", "h100-64", "mixed-32", "testbed"]
+    assert preset_names() == ["a100-16", "clos3-256", "gb200-nvl72-4", "h100-64", "h100-leafspine-1to1",
+                              "h100-leafspine-2to1", "mixed-32", "testbed"]
 
 
 def test_testbed_preset():

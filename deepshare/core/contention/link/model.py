@@ -3,11 +3,21 @@
 Every running job puts work on the links its placement crosses (derived from the topology
 spec): the NIC of each node it spans (ring all-reduce volume ``2(k-1)/k`` for ``k`` nodes), the
 PCIe fabric of each node (intra-node ring traffic plus the GPU <-> NIC copies; on NVLink nodes
-the intra-node traffic rides private NVLink and only the copies touch PCIe) and, when the
-spec gives rack uplinks, the uplink of each rack a multi-rack job spans. Inter-node volumes
-are scaled by the model's placement-shape factor (:func:`params.shape_factor`) with the
-GPUs the job has on that node. Adding or removing a
-job re-solves only the jobs connected to it through shared links.
+the intra-node traffic rides private NVLink and only the copies touch PCIe) and the uplink of
+every fabric domain it spans at every level (:mod:`deepshare.core.fabric`): a job spanning
+``m > 1`` domains of a level puts ring volume ``2(m-1)/m`` on each of their uplinks, over the
+uplink's bandwidth (an oversubscribed leaf has less). Without fabric levels the one level is the
+racks and ``rack_uplink_gbps``, as before levels existed.
+
+**NVLink domains that span nodes** (a GB200 NVL72 rack): traffic between the job's nodes inside
+one domain rides that domain's NVLink, private to the job (no NIC, no switch); across ``m``
+domains the collective is hierarchical (reduce inside each domain over NVLink, ring across the
+domains over NICs), and each domain's share of the cross-domain volume is split among the job's
+nodes there. So the split's shape matters: a 15:1 split funnels the cross-domain traffic of one
+side through one node's NICs, where an 8:8 split spreads it over eight (hand-checked in the
+tests). Inter-node volumes are scaled by the model's placement-shape factor
+(:func:`params.shape_factor`) with the GPUs the job has on that node. Adding or removing a job
+re-solves only the jobs connected to it through shared links.
 """
 
 from __future__ import annotations
@@ -38,14 +48,28 @@ def ring_factor(k: int) -> float:
     return 2.0 * (k - 1) / k if k > 1 else 0.0
 
 
-def node_works(p: LinkParams, k: int, gpus: int, node: Node) -> tuple[float, float, float]:
-    """(NIC work, PCIe work, private NVLink work) of a ``k``-node job with ``gpus`` GPUs on ``node``."""
+def node_works(p: LinkParams, k: int, gpus: int, node: Node, domains: int = 0,
+               domain_nodes: int = 1) -> tuple[float, float, float]:
+    """(NIC work, PCIe work, private NVLink work) of a ``k``-node job with ``gpus`` GPUs on ``node``.
+
+    ``domains``: without NVLink domains spanning nodes, 0. Otherwise the NVLink domains the job
+    spans, ``domain_nodes`` of its nodes in this node's one: inter-node traffic inside the domain
+    rides NVLink, and this node carries ``1 / domain_nodes`` of its domain's cross-domain ring
+    volume (see the module doc)."""
     ring = ring_factor(k) * shape_factor(p, k, gpus) if k > 1 else 0.0
-    nic = p.nic_s * ring * REF_NIC_GBPS / node.nic_gbps
     intra = p.pcie_s * 2.0 * (gpus - 1)
-    copies = p.pcie_coupling * p.nic_s * ring
     pcie_scale = REF_PCIE_GBPS / (node.intra_node_gbps * node.pcie_switches)
-    if node.fabric == "nvlink" and node.nvlink_gbps > 0:
+    nvlink = node.fabric == "nvlink" and node.nvlink_gbps > 0
+    if domains:
+        cross = ring_factor(domains) * shape_factor(p, domains, gpus) / domain_nodes if domains > 1 else 0.0
+        inside = ring_factor(domain_nodes) * shape_factor(p, domain_nodes, gpus) if domain_nodes > 1 else 0.0
+        nic = p.nic_s * cross * REF_NIC_GBPS / node.nic_gbps
+        copies = p.pcie_coupling * p.nic_s * cross
+        private = (intra * REF_PCIE_GBPS + p.nic_s * inside * REF_NIC_GBPS) / node.nvlink_gbps if nvlink else 0.0
+        return nic, (copies if nvlink else intra + copies) * pcie_scale, private
+    nic = p.nic_s * ring * REF_NIC_GBPS / node.nic_gbps
+    copies = p.pcie_coupling * p.nic_s * ring
+    if nvlink:
         return nic, copies * pcie_scale, intra * REF_PCIE_GBPS / node.nvlink_gbps
     return nic, (intra + copies) * pcie_scale, 0.0
 
@@ -94,8 +118,8 @@ class LinkState:
         self._links = links
         self._model_index = {m: i for i, m in enumerate(links.models)}
         self._kappa = np.array([[links.interaction(v, a) for a in links.models] for v in links.models])
-        self._rack_index = {r: i for i, r in enumerate(topology.racks)}
-        self._n_links = 2 * len(topology.nodes) + len(topology.racks)
+        self._fabric = topology.fabric
+        self._n_links = 2 * len(topology.nodes) + len(topology.fabric.domains)
         self._jobs: dict[str, _Job] = {}
         self._on_link: dict[int, set[str]] = {}
         self._slot: dict[str, int] = {}
@@ -109,11 +133,12 @@ class LinkState:
 
     # -- what a probe reads, and load it cannot explain ------------------------------------------
     def link_names(self) -> list[str]:
-        """Each global link's name, by index: ``NODE/nic``, ``NODE/pcie``, ``RACK/uplink`` (the
-        names ``ClusterView.link_load`` and the node agents use)."""
+        """Each global link's name, by index: ``NODE/nic``, ``NODE/pcie``, ``DOMAIN/uplink`` (a
+        fabric domain's path, ``spine0/leaf3/uplink``; ``RACK/uplink`` without levels: the names
+        ``ClusterView.link_load`` and the node agents use)."""
         nodes = self._topology.nodes
         return ([f"{n.name}/nic" for n in nodes] + [f"{n.name}/pcie" for n in nodes]
-                + [f"{rack}/uplink" for rack in self._topology.racks])
+                + [f"{d.name}/uplink" for d in self._fabric.domains])
 
     def link_loads(self) -> dict[str, float]:
         """Utilisation (0..1) of every link some running job crosses, by name: the bandwidth its
@@ -244,11 +269,21 @@ class LinkState:
         topo = self._topology
         n_nodes = len(topo.nodes)
         k = job.placement.num_nodes
+        fabric = self._fabric
         links: list[int] = []
         works: list[float] = []
         private = 0.0
+        in_domain: dict[int, int] = {}  # NVLink domain -> the job's nodes there
+        if fabric.nvlink_level is not None and k > 1:
+            for node_index in job.placement.nodes:
+                d = fabric.node_domains[node_index][0]
+                in_domain[d] = in_domain.get(d, 0) + 1
         for node_index, gpus in job.placement.alloc:
-            nic_work, pcie_work, node_private = node_works(p, k, gpus, topo.nodes[node_index])
+            if in_domain:
+                nic_work, pcie_work, node_private = node_works(
+                    p, k, gpus, topo.nodes[node_index], len(in_domain), in_domain[fabric.node_domains[node_index][0]])
+            else:
+                nic_work, pcie_work, node_private = node_works(p, k, gpus, topo.nodes[node_index])
             if nic_work > 0:
                 links.append(node_index)
                 works.append(nic_work)
@@ -256,13 +291,19 @@ class LinkState:
                 links.append(n_nodes + node_index)
                 works.append(pcie_work)
             private = max(private, node_private)
-        if topo.rack_uplink_gbps > 0:
-            racks = sorted({self._rack_index[topo.nodes[n].rack] for n in job.placement.nodes})
-            if len(racks) > 1:
-                for rack in racks:
-                    links.append(2 * n_nodes + rack)
-                    shape = shape_factor(p, k, job.placement.total_gpus / k)
-                    works.append(p.nic_s * ring_factor(len(racks)) * shape * REF_NIC_GBPS / topo.rack_uplink_gbps)
+        if k > 1:
+            shape = shape_factor(p, k, job.placement.total_gpus / k)
+            domains = fabric.domains
+            for level in range(len(fabric.levels)):
+                spanned = fabric.spanned(job.placement.nodes, level)
+                if len(spanned) < 2:
+                    continue
+                ring = ring_factor(len(spanned))
+                for d in spanned:
+                    uplink = domains[d].uplink_gbps
+                    if uplink > 0:
+                        links.append(2 * n_nodes + d)
+                        works.append(p.nic_s * ring * shape * REF_NIC_GBPS / uplink)
         return _Job(
             job.job_id,
             self._model_index[name],
