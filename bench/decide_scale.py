@@ -6,6 +6,10 @@ One placement request, 4,096 8-GPU nodes (a quarter half-busy), N pending jobs
 seconds per decision, the exponent of a power-law fit over N, and the target (10,000 pending in
 <= 2 s in-process; judged on CPU seconds, as the wall time of a shared machine is mostly other
 processes' load). ``--profile N`` prints the cProfile top of one rl-hybrid decision instead.
+``--fabric`` decides each request twice, side by side: on the flat cluster and on the same nodes
+described as a four-level fabric (NVLink domains of 2 nodes, leaves of 16, spines of 256, cores of
+1,024; :func:`fabric_request`), with every tenth pending job requiring a leaf, and prints the
+ratio (issue 36's target: within 2x of the flat decision).
 Figures only: nothing here asserts a speed.
 """
 
@@ -44,6 +48,23 @@ def exponent(points: list[tuple[int, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+FABRIC_LEVELS = (("nvlink", 2, True), ("leaf", 16, False), ("spine", 256, False), ("core", 1024, False))
+"""(name, nodes per domain, NVLink) of the ``--fabric`` request's levels, lowest first."""
+
+
+def fabric_request(request: dict, required_every: int = 10) -> dict:
+    """``request`` with its nodes described as :data:`FABRIC_LEVELS` (leaves 2:1 oversubscribed)
+    and every ``required_every``-th pending job requiring one leaf."""
+    out = dict(request)
+    out["levels"] = [{"name": name, "nvlink": nvlink, **({"oversubscription": 2.0} if name == "leaf" else {})}
+                     for name, _, nvlink in FABRIC_LEVELS]
+    out["nodes"] = [{**node, "domains": {name: f"{name}{i // size}" for name, size, _ in FABRIC_LEVELS}}
+                    for i, node in enumerate(request["nodes"])]
+    out["pending"] = [{**job, "required_level": "leaf"} if i % required_every == 0 else job
+                      for i, job in enumerate(request["pending"])]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=4096)
@@ -51,6 +72,8 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--max-seconds", type=float, default=120.0, help="skip larger N once one decision takes longer")
     parser.add_argument("--profile", type=int, default=0, help="profile one rl-hybrid decision with this many pending")
+    parser.add_argument("--fabric", action="store_true",
+                        help="also decide each request on the same nodes as a four-level fabric, side by side")
     add_json_flag(parser)
     args = parser.parse_args()
     record = Record("decide_scale", args.json)
@@ -68,6 +91,13 @@ def main() -> None:
         for n in args.pending:
             seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, n)))
             points.append((n, cpu))
+            if args.fabric:
+                f_seconds, f_cpu, f_placed = time_one(
+                    engine, PlacementRequest.model_validate(fabric_request(scale_request(args.nodes, n))))
+                record.add(f"{policy}: one decision, {n:,} pending on {args.nodes:,} nodes in four fabric levels, "
+                           "over the flat cluster's", f_cpu / max(cpu, 1e-9), "x", at_most=2.0 if n == 10000 else None)
+                print(f"  {policy:18s} pending {n:6d} (fabric): {f_seconds:7.2f} s ({f_cpu:6.2f} s CPU), {f_placed} placed;"
+                      f" {f_cpu / max(cpu, 1e-9):.2f}x the flat decision's CPU", flush=True)
             record.add(f"{policy}: one decision, {n:,} pending 1-GPU jobs on {args.nodes:,} x 8-GPU nodes", cpu, "s CPU",
                        at_most=TARGET_S if n == 10000 else None)
             print(f"  {policy:18s} pending {n:6d} (1-GPU):   {seconds:7.2f} s ({cpu:6.2f} s CPU), {placed} placed", flush=True)

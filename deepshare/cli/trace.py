@@ -16,6 +16,7 @@ from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
 from deepshare.core.traces.feature_stats import describe
+from deepshare.core.traces.generator import DEMAND_PRESETS
 from deepshare.core.traces.recurrence import RecurrenceModel
 
 _DEFAULTS = RecurrenceModel()
@@ -55,6 +56,33 @@ def _recurrence(args: argparse.Namespace) -> RecurrenceModel | None:
     return RecurrenceModel(**{_RECURRENCE_FLAGS[flag][0]: value for flag, value in given.items()})
 
 
+def _level_name(text: str) -> str:
+    """A fabric level's name as a flag gives it (checked against the cluster's levels when one is known)."""
+    if not text.strip() or text != text.strip() or len(text) > 256 or any(c in text for c in "\x00\r\n"):
+        raise argparse.ArgumentTypeError(f"expected a level's name (1-256 characters, no surrounding spaces), got {text!r}")
+    return text
+
+
+def _topology_flags(args: argparse.Namespace, total_gpus: int | None) -> dict[str, object]:
+    """``generate``'s topology request arguments from the flags; each level and share go together,
+    and the levels must be the cluster's when ``--load`` names one."""
+    for kind in ("required", "preferred"):
+        level, share = getattr(args, f"{kind}_level"), getattr(args, f"{kind}_share")
+        if (level is None) != (share is None):
+            raise DeepShareError(f"--{kind}-level and --{kind}-share go together: give both or neither")
+    if args.required_share is not None and args.preferred_share is not None and args.required_share + args.preferred_share > 1:
+        raise DeepShareError("--required-share plus --preferred-share must be at most 1 (a job asks one or the other)")
+    if total_gpus is not None:
+        fabric = cluster_topology(args).fabric
+        for flag, level in (("--required-level", args.required_level), ("--preferred-level", args.preferred_level)):
+            if level is not None:
+                try:
+                    fabric.level_index(level)
+                except DeepShareError as exc:
+                    raise DeepShareError(f"{flag}: {exc}") from None
+    return {name: getattr(args, name) for name in ("required_level", "required_share", "preferred_level", "preferred_share")}
+
+
 def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_outputs({"--out": args.out}, {"--cluster": args.cluster})
     if args.rate is not None and args.load is not None:
@@ -73,6 +101,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
         duration_sigma=args.duration_sigma,
         seed=args.seed,
         recurrence=_recurrence(args),
+        **_topology_flags(args, total_gpus),  # type: ignore[arg-type]
     )
     write_canonical(trace, args.out)
     stats = trace_stats(trace)
@@ -114,9 +143,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     arrivals = p.add_argument_group("arrivals (Poisson; neither = all jobs at t=0)")
     arrivals.add_argument("--rate", type=arrival_rate, metavar="JOBS_PER_S", help="arrival rate")
     arrivals.add_argument("--load", type=offered_load, metavar="RHO", help="offered load: GPU-seconds asked / GPU-seconds available")
-    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...",
+    p.add_argument("--demand", default="2:1,4:1,8:1", metavar="G:W,...|PRESET",
                    help="GPU demand distribution, GPU counts 1..65,536 and, with --load, at most the cluster's "
-                   "(default 2:1,4:1,8:1)")
+                   f"(default 2:1,4:1,8:1), or a preset: {', '.join(DEMAND_PRESETS)} "
+                   "(16-256 GPU gangs, weights 16:4,32:3,64:2,128:1,256:0.5; an assumption, see "
+                   "deepshare/core/traces/generator.py)")
     p.add_argument("--mix", default="random", metavar="PRESET|MODEL:W,...",
                    help=f"model mix: {', '.join(MIX_PRESETS)} or a custom list (default random)")
     p.add_argument("--median-duration-s", type=_MEDIAN_SECONDS, default=3600.0, metavar="S",
@@ -134,6 +165,19 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         rec.add_argument(
             flag, dest=name, type=kind, metavar=metavar, help=f"{text}; default {getattr(_DEFAULTS, name):g} ({source})"
         )
+    topo = p.add_argument_group(
+        "topology requests",
+        "a share of the jobs asks for all of its GPUs inside one domain of a fabric level (required: it waits "
+        "for one) or prefers one (preferred: else anywhere); written as the trace's required_level and "
+        "preferred_level columns. Each level goes with its share; the shares add up to at most 1; with --load "
+        "the levels must be the cluster's (a spec without levels has one, rack). Default: no job asks.",
+    )
+    topo.add_argument("--required-level", type=_level_name, metavar="NAME", help="the level a required share asks for")
+    topo.add_argument("--required-share", type=in_range(float, 0, 1), metavar="F",
+                      help="share of jobs that require one domain of --required-level (0..1)")
+    topo.add_argument("--preferred-level", type=_level_name, metavar="NAME", help="the level a preferred share asks for")
+    topo.add_argument("--preferred-share", type=in_range(float, 0, 1), metavar="F",
+                      help="share of jobs that prefer one domain of --preferred-level (0..1)")
     add_cluster_args(p)
     p.add_argument("--out", required=True, metavar="PATH", help="output CSV path (an existing file is replaced)")
     p.set_defaults(func=cmd_trace_generate)

@@ -4,16 +4,25 @@ and the live scheduler all apply before acting (an infeasible decision is refuse
 Applied in the order a decision is carried out: preemptions and migrations release their GPUs,
 then migrations and launches take theirs. Every job appears at most once; preempted and
 migrated jobs must be running, launched ones queued; a placement gives the job exactly its GPUs,
-names each node once, only known nodes, and never more GPUs than are free there.
+names each node once, only known nodes, and never more GPUs than are free there, and honours
+the job's topology request (:func:`~deepshare.core.fabric.request_violation`: a required level
+inside one domain, slices inside their domains).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from deepshare.core.errors import InfeasibleDecision
+from deepshare.core.fabric import Fabric, TopologyRequest, request_violation
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView
+
+
+class Requests(Protocol):
+    """Jobs' topology requests by id (a dict will do): ``get`` gives None for a job that asks nothing."""
+
+    def get(self, job_id: str) -> TopologyRequest | None: ...
 
 
 def check_decision(
@@ -22,11 +31,14 @@ def check_decision(
     running: Mapping[str, Placement],
     queued: Mapping[str, int],
     node_names: Sequence[str],
+    requests: Requests | None = None,
+    fabric: Fabric | None = None,
 ) -> None:
     """Raise :class:`InfeasibleDecision` unless ``decision`` fits.
 
     ``running`` maps running jobs to their placements, ``queued`` queued jobs to their GPU
-    counts; ``free`` is by node index.
+    counts; ``free`` is by node index; ``requests`` the jobs' topology requests (those that ask
+    anything), checked against ``fabric``.
     """
     left = list(free)
     seen: set[str] = set()
@@ -58,6 +70,11 @@ def check_decision(
                     f"job {job_id!r}: {count} GPUs on {node_names[node]} but only {left[node]} free"
                 )
             left[node] -= count
+        request = requests.get(job_id) if requests else None
+        if request is not None and fabric is not None:
+            why = request_violation(request, placement.alloc, fabric)
+            if why is not None:
+                raise InfeasibleDecision(f"job {job_id!r}: {why}")
 
     for job_id in decision.preempt:
         release(job_id, "preempt")
@@ -81,4 +98,6 @@ def check_view_decision(decision: Decision, view: ClusterView) -> None:
         {job.job_id: job.placement for job in view.running if job.placement is not None},
         {job.job_id: job.gpus for job in view.queued},
         [node.name for node in view.topology.nodes],
+        {job.job_id: job.topology for job in (*view.queued, *view.running) if not job.topology.empty},
+        view.topology.fabric,
     )

@@ -22,8 +22,10 @@ the job's reference placement is one node.
 
 The bound ignores queueing entirely: the gap between a scheduler's average JCT and it is the
 most any scheduler could gain (an upper limit on the room; the true optimum may be higher).
-Jobs that ask for more GPUs than the cluster has are rejected by the simulator and have no
-bound (``None``); averages are over the jobs that can run, as the simulator's report is.
+Jobs the simulator rejects (more GPUs than the cluster has, or a topology request it can never
+meet: :func:`~deepshare.core.simulator.topology_refusal`) have no bound (``None``); averages are
+over the jobs that can run, as the simulator's report is. A topology request does not tighten
+the bound of a job that can run (its fastest placement may lie inside the requested domain).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from deepshare.core.simulator import topology_refusal
 from deepshare.core.topology import Topology
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
@@ -66,6 +69,9 @@ def job_jct_bounds(jobs: Sequence[JobSpec], topology: Topology, catalog: Catalog
     best: dict[tuple[str, int], float | None] = {}
     out: list[float | None] = []
     for job in jobs:
+        if not job.topology.empty and topology_refusal(job.topology, topology, job.gpus) is not None:
+            out.append(None)
+            continue
         key = (job.model, job.gpus)
         if key not in best:
             best[key] = best_isolated_throughput(cat, topology, job.model, job.gpus)

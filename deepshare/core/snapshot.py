@@ -16,6 +16,7 @@ from typing import Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
@@ -47,6 +48,9 @@ class KnownJob:
     user: str | None = None
     group: str | None = None
     vc: str | None = None
+    topology: TopologyRequest = NO_TOPOLOGY
+    """Where it must or should run (:class:`~deepshare.core.fabric.TopologyRequest`); its level
+    names are the caller's to check against the cluster's fabric."""
 
 
 def build_view(
@@ -193,6 +197,7 @@ def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:
         job.job_id, job.model, job.gpus, job.submit_time, job.remaining_s, job.attained_gpu_s,
         catalog.class_of(job.model), job.preemptions, job.placement, ratio, job.last_run_s,
         job.submit_time if job.queued_since is None else job.queued_since, job.estimate_s, job.user, job.group, job.vc,
+        job.topology,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Mapping, NoReturn
 
 from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S, finite_in, gpus_ok
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,12 @@ class JobSpec:
     submitted: ``user``, ``vc`` (virtual cluster or team), ``group`` (a recurring job's tag: same
     script, parameters and data) and ``requested_s`` (the user's time limit or estimate of the
     isolated run time, seconds). None when the trace does not say.
+
+    ``topology``: where the job must or should run in the cluster's fabric
+    (:class:`~deepshare.core.fabric.TopologyRequest`: a required or preferred level, slices kept
+    inside a level's domains); :data:`~deepshare.core.fabric.NO_TOPOLOGY` when it asks nothing.
+    Level names are checked against a cluster only when one is known (the simulator refuses a
+    job whose request the cluster can never meet).
     """
 
     job_id: str
@@ -41,6 +48,7 @@ class JobSpec:
     group: str | None = None
     vc: str | None = None
     requested_s: float | None = None
+    topology: TopologyRequest = NO_TOPOLOGY
 
     def __post_init__(self) -> None:
         """Refuse a job outside the documented domain (:mod:`deepshare.core.bounds`).
@@ -69,6 +77,8 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise DeepShareError(f"job {self.job_id!r}: {name} must be a non-empty string or absent, got {value!r}")
+        if self.topology is not NO_TOPOLOGY and not isinstance(self.topology, TopologyRequest):
+            raise DeepShareError(f"job {self.job_id!r}: topology must be a TopologyRequest, got {type(self.topology).__name__}")
 
     def _refuse(self, name: str, expected: str, got: object) -> NoReturn:
         shown = repr(got)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.types import Placement
 
@@ -31,7 +32,8 @@ class JobView:
     under ``unknown`` (``ClusterView.durations`` says which); SRTF and SRSF order by it.
     ``attained_gpu_s`` is GPU-seconds held so far (LAS's key). ``estimate_s`` is the job's
     estimate of its whole isolated run time (None under ``unknown``); ``user``, ``group`` and
-    ``vc`` are its features when the trace or the client gives them.
+    ``vc`` are its features when the trace or the client gives them; ``topology`` is where it
+    must or should run (:class:`~deepshare.core.fabric.TopologyRequest`, ``NO_TOPOLOGY``: anywhere).
     """
 
     job_id: str
@@ -50,6 +52,7 @@ class JobView:
     user: str | None = None
     group: str | None = None
     vc: str | None = None
+    topology: TopologyRequest = NO_TOPOLOGY
 
     @property
     def ran_s(self) -> float:

@@ -15,7 +15,7 @@ from typing import Sequence
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.order import ORDERS
-from deepshare.policies.placement import PLACEMENTS
+from deepshare.policies.placement import PLACEMENTS, demand
 
 DEFAULT_ANCHOR = ("srsf", "packed")
 """(order, placement): SRSF + packed, the strong baseline of issue 13. On the ``standard``
@@ -58,13 +58,13 @@ def anchor_pick(
     if not fitting:
         return None
     fitting.sort(key=ORDERS[order][0](view))
-    failed: set[int] = set()
+    failed: set = set()
     free_list = list(free)
     for job in fitting:
-        if job.gpus in failed:
+        if demand(job) in failed:
             continue
         placement = place(job, free_list, view, pending)
         if placement is not None:
             return job, placement
-        failed.add(job.gpus)
+        failed.add(demand(job))
     return None

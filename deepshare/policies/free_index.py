@@ -10,6 +10,10 @@ few nodes a launch touches between buckets.
 
 It is a ``Sequence[int]`` of the free GPUs by node index too, so code written for a
 plain list (the reference placements) answers the same on it.
+
+On a fabric, :meth:`FreeIndex.domains` keeps the free GPUs of every domain of every level the
+same way (:class:`DomainFree`, built on first use and moved by :meth:`set`), so the least free
+domain that holds a demand costs the domains it skips, not a sum over the cluster's nodes.
 """
 
 from __future__ import annotations
@@ -17,17 +21,64 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
+from deepshare.core.fabric import Fabric
 from deepshare.core.types import Placement
 
 
+class DomainFree:
+    """Free GPUs per fabric domain, bucketed by count per level (see the module doc)."""
+
+    __slots__ = ("fabric", "sums", "_buckets")
+
+    def __init__(self, fabric: Fabric, free: Sequence[int]) -> None:
+        self.fabric = fabric
+        self.sums = [0] * len(fabric.domains)
+        for node, f in enumerate(free):
+            if f:
+                for d in fabric.node_domains[node]:
+                    self.sums[d] += f
+        self._buckets: list[dict[int, list[int]]] = [{} for _ in fabric.levels]
+        for level, domains in enumerate(fabric.by_level):
+            buckets = self._buckets[level]
+            for d in domains:  # ascending: every bucket is sorted
+                buckets.setdefault(self.sums[d], []).append(d)
+
+    def move(self, node: int, delta: int) -> None:
+        """Node ``node``'s free GPUs changed by ``delta``."""
+        for level, d in enumerate(self.fabric.node_domains[node]):
+            old = self.sums[d]
+            new = old + delta
+            buckets = self._buckets[level]
+            bucket = buckets[old]
+            del bucket[bisect_left(bucket, d)]
+            if not bucket:
+                del buckets[old]
+            insort(buckets.setdefault(new, []), d)
+            self.sums[d] = new
+
+    def fitting(self, level: int, need: int) -> Iterator[int]:
+        """Domains of ``level`` with at least ``need`` free GPUs, least free first, then by index."""
+        buckets = self._buckets[level]
+        for count in sorted(c for c in buckets if c >= need):
+            yield from buckets[count]
+
+
 class FreeIndex(Sequence[int]):
-    __slots__ = ("_free", "_buckets", "total", "_answers")
+    __slots__ = ("_free", "_buckets", "total", "_answers", "_domains")
 
     def __init__(self, free: Sequence[int]) -> None:
         self._free = list(free)
         self.total = sum(self._free)
         self._buckets: dict[int, list[int]] | None = None  # built on the first question
         self._answers: dict[Hashable, Any] = {}
+        self._domains: DomainFree | None = None  # built on the first fabric question
+
+    def domains(self, fabric: Fabric) -> DomainFree:
+        """The free GPUs of ``fabric``'s domains, kept up to date from now on."""
+        found = self._domains
+        if found is None or found.fabric is not fabric:
+            found = self._domains = DomainFree(fabric, self._free)
+        return found
 
     def remembered(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """``compute()``, remembered under ``key`` until the free GPUs change: a step of a
@@ -58,6 +109,7 @@ class FreeIndex(Sequence[int]):
         other.total = self.total
         other._buckets = None if self._buckets is None else {f: list(n) for f, n in self._buckets.items()}
         other._answers = {}
+        other._domains = None
         return other
 
     # -- Sequence --------------------------------------------------------------------------
@@ -94,6 +146,8 @@ class FreeIndex(Sequence[int]):
                     del buckets[old]
             if value > 0:
                 insort(buckets.setdefault(value, []), node)
+        if self._domains is not None:
+            self._domains.move(node, value - old)
         self._free[node] = value
         self.total += value - old
 

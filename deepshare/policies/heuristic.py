@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from threading import get_ident
+from typing import Any
 
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.types import Decision, Launch, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
+from deepshare.policies import preempt_plan
+from deepshare.policies.backfill import place_with_reservation
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.order import OrderFactory, is_static
-from deepshare.policies.placement import PlaceFn
+from deepshare.policies.placement import PlaceFn, demand
 from deepshare.policies.queue_index import QueueIndex
 
 
@@ -32,13 +35,16 @@ class HeuristicPolicy:
     preemptive: bool = False
     use_index: bool = True
     """Keep the queue ordered across decisions when the order allows (same answers, faster)."""
+    backfill: bool = False
+    """Non-preemptive only: the first job that does not fit holds a reservation that later
+    launches must not delay (:mod:`deepshare.policies.backfill`)."""
     _indexes: dict[int, QueueIndex] | None = field(default=None, init=False, repr=False, compare=False)
     """The queue index of each thread that decides with this object, by thread id: one policy
     object serves the placement service's decision threads at once, and an index follows one
     sequence of views (two threads syncing one index corrupted each other's decisions)."""
 
     def __post_init__(self) -> None:
-        if self.use_index and not self.preemptive and is_static(self.order):
+        if self.use_index and not self.preemptive and not self.backfill and is_static(self.order):
             object.__setattr__(self, "_indexes", {})
 
     @property
@@ -58,6 +64,10 @@ class HeuristicPolicy:
         if index is not None:
             return self._decide_indexed(view, index)
         key = self.order(view)
+        if self.backfill and not self.preemptive:
+            ordered = sorted(view.queued, key=key)
+            launches = place_with_reservation(ordered, list(view.free), view, self.place) if ordered else ()
+            return Decision(launch=launches) if launches else WAIT
         if not self.preemptive:
             free_total = sum(view.free)
             candidates = [job for job in view.queued if job.gpus <= free_total]
@@ -89,9 +99,42 @@ class HeuristicPolicy:
                 job.placement.take(free)  # type: ignore[union-attr]
             else:
                 preempt.append(job.job_id)
+        launches += self._free_domains(view, key, chosen, launches, preempt, free)
         if not launches:
             return WAIT
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
+
+    def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
+                      preempt: list[str], free: list[int]) -> tuple[Launch, ...]:
+        """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each chosen gang
+        with a required level that was not placed frees one domain of that level from jobs it
+        outranks, at the least cost, when it then fits. ``preempt`` and ``free`` are updated."""
+        placed = {launch.job_id for launch in launches}
+        gangs = [j for j in chosen if j.job_id not in placed and j.topology.required_level is not None]
+        if not gangs:
+            return ()
+        stopped = set(preempt)
+        extra: list[Launch] = []
+        for gang in gangs:
+            rank = key(gang)
+            candidates = sorted((j for j in view.running if j.job_id not in stopped and key(j) > rank),
+                                key=key, reverse=True)
+
+            def fits(after: list[int], gang: JobView = gang) -> bool:
+                return self.place(gang, after, view, ()) is not None
+
+            found = preempt_plan.plan(gang, view, free, candidates, fits)
+            if found is None:
+                continue
+            for victim in found.victims:
+                victim.placement.release(free)  # type: ignore[union-attr]
+                stopped.add(victim.job_id)
+                preempt.append(victim.job_id)
+            placement = self.place(gang, free, view, ())
+            assert placement is not None  # plan() checked that it fits
+            placement.take(free)
+            extra.append(Launch(gang.job_id, placement))
+        return tuple(extra)
 
     def _decide_indexed(self, view: ClusterView, index: QueueIndex) -> Decision:
         """The non-preemptive greedy of :meth:`decide`, walking the index instead of a sort.
@@ -104,11 +147,11 @@ class HeuristicPolicy:
         total = free.total
         launches: list[Launch] = []
         pending: list[tuple[JobView, Placement]] = []
-        failed: set[int] = set()
+        failed: set = set()
         while (job := index.best_fitting(total, failed)) is not None:
             placement = self.place(job, free, view, pending)
             if placement is None:
-                failed.add(job.gpus)
+                failed.add(demand(job))
                 continue
             index.take(job)
             free.take(placement)
@@ -123,13 +166,13 @@ class HeuristicPolicy:
         pending: list[tuple[JobView, Placement]] = []
         index = FreeIndex(free)
         total = index.total
-        failed: set[int] = set()  # as in _decide_indexed: a demand that failed is skipped
+        failed: set = set()  # as in _decide_indexed: a demand that failed is skipped
         for job in jobs:
-            if job.gpus > total or job.gpus in failed:
+            if job.gpus > total or demand(job) in failed:
                 continue
             placement = self.place(job, index, view, pending)
             if placement is None:
-                failed.add(job.gpus)
+                failed.add(demand(job))
                 continue
             index.take(placement)
             placement.take(free)

@@ -35,6 +35,14 @@ the indexed answers are tested against: both give the same placement).
   launched anyway when nothing runs and nothing is being launched, so the cluster never idles
   with work queued and the policy cannot stall. It is what the learned policies were found to
   do on long queues (wait rather than launch into contention), written as a rule.
+* ``topo-bestfit`` — the least free fabric domain that holds the job, lowest level first, the
+  fewest nodes inside it (:mod:`deepshare.policies.fabric_place`).
+* ``topo-balanced`` — ``topo-bestfit`` when one lowest-level domain holds the job, else an even
+  split over the fewest child domains of the best-fitting parent.
+
+Every strategy in :data:`PLACEMENTS` honours a job's topology request (a required or preferred
+level, slices): :func:`~deepshare.policies.fabric_place.with_topology` chooses the job's domain
+and the strategy places it there.
 """
 
 from __future__ import annotations
@@ -45,12 +53,12 @@ from operator import attrgetter
 from typing import Callable, Hashable, Sequence
 
 from deepshare.core.contention.base import isolated_of, predict_all
+from deepshare.core.fabric import NO_TOPOLOGY
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
+from deepshare.policies.fabric_place import make_topo_balanced, make_topo_bestfit, with_topology
 from deepshare.policies.free_index import FreeIndex
-
-Pending = Sequence[tuple[JobView, Placement]]
-PlaceFn = Callable[[JobView, list[int], ClusterView, Pending], "Placement | None"]
+from deepshare.policies.place_types import Pending, PlaceFn
 
 
 def consolidated(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
@@ -279,15 +287,16 @@ def _fit(need: int, free: Sequence[int], isolated: Callable[[Placement], bool] |
 
 
 SHAPE_KEYS: dict[str, Callable[[JobView], Hashable]] = {
-    "consolidated": attrgetter("gpus"),
-    "spread": attrgetter("gpus"),
-    "contention-aware": attrgetter("model", "gpus"),
+    "consolidated": attrgetter("gpus", "topology"),
+    "spread": attrgetter("gpus", "topology"),
+    "contention-aware": attrgetter("model", "gpus", "topology"),
 }
 """What a strategy's placement depends on in a job, with the free GPUs, the view and the pending
 launches fixed (never its id, age or history): within one step of a decision, queued jobs with
 equal keys get the same placement, so the encoding asks once per key. Consolidated and spread
-read only the GPU count; contention-aware also the model, because a contention prediction for a
-queued job depends on its model, GPUs and placement alone (the contention models key on those)."""
+read only the GPU count (and the job's topology request, which every strategy honours);
+contention-aware also the model, because a contention prediction for a queued job depends on its
+model, GPUs and placement alone (the contention models key on those)."""
 
 
 PACKED_RELAX_S = 600.0
@@ -365,21 +374,51 @@ def make_uncontended(min_ratio: float = UNCONTENDED_MIN_RATIO, relax_after_s: fl
 uncontended = make_uncontended()
 
 
+def demand(job: JobView) -> Hashable:
+    """What a placement asks of the free GPUs for ``job``: its GPU count, with its topology request
+    when it has one. Within a decision, once a demand fails to place, later jobs of the same demand
+    are skipped (free GPUs only shrink), so two jobs of one size but different requests must not
+    share a demand."""
+    request = job.topology
+    return job.gpus if request is NO_TOPOLOGY or request.empty else (job.gpus, request)
+
+
+def demand_gpus(key: Hashable) -> int:
+    """The GPU count of a :func:`demand`."""
+    return key if type(key) is int else key[0]  # type: ignore[index, return-value]
+
+
+topo_bestfit = make_topo_bestfit(consolidate)
+topo_balanced = make_topo_balanced(consolidate)
+
 PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
-    "consolidated": (consolidated, "fewest nodes (best-fit single node when possible)"),
-    "spread": (spread, "round-robin over nodes: as many nodes as possible (the original's baseline)"),
-    "contention-aware": (
-        contention_aware,
-        "consolidated's fit on the nodes with the least predicted throughput loss for the job and its neighbours",
-    ),
-    "packed": (
-        packed,
-        f"fewest nodes the job can ever use, waiting for them rather than fragmenting "
-        f"(takes the consolidated fallback after {PACKED_RELAX_S:.0f} s queued)",
-    ),
-    "uncontended": (
-        uncontended,
-        f"packed, and waits (unbounded) while the job would run below {UNCONTENDED_MIN_RATIO:g}x its isolated speed "
-        "there; launches anyway on an idle cluster",
-    ),
+    name: (with_topology(place, consolidate), doc) for name, (place, doc) in {
+        "consolidated": (consolidated, "fewest nodes (best-fit single node when possible)"),
+        "spread": (spread, "round-robin over nodes: as many nodes as possible (the original's baseline)"),
+        "contention-aware": (
+            contention_aware,
+            "consolidated's fit on the nodes with the least predicted throughput loss for the job and its neighbours",
+        ),
+        "packed": (
+            packed,
+            f"fewest nodes the job can ever use, waiting for them rather than fragmenting "
+            f"(takes the consolidated fallback after {PACKED_RELAX_S:.0f} s queued)",
+        ),
+        "uncontended": (
+            uncontended,
+            f"packed, and waits (unbounded) while the job would run below {UNCONTENDED_MIN_RATIO:g}x its isolated speed "
+            "there; launches anyway on an idle cluster",
+        ),
+        "topo-bestfit": (
+            topo_bestfit,
+            "the least free fabric domain that holds the job, lowest level first (Kueue TAS / Slurm tree), "
+            "fewest nodes inside it",
+        ),
+        "topo-balanced": (
+            topo_balanced,
+            "topo-bestfit when one lowest-level domain holds the job, else an even split over the fewest child "
+            "domains of the best-fitting parent (8:8 across two racks, not 15:1)",
+        ),
+    }.items()
 }
+"""Every strategy by name, each honouring jobs' topology requests (:func:`~deepshare.policies.fabric_place.with_topology`)."""

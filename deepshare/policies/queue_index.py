@@ -18,9 +18,10 @@ come out, so the index still matches the queue exactly.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Callable, Iterator
+from typing import Callable, Hashable, Iterator
 
 from deepshare.core.view import ClusterView, JobView
+from deepshare.policies.placement import demand, demand_gpus
 
 Key = Callable[[JobView], tuple]
 
@@ -30,7 +31,7 @@ class QueueIndex:
         self._key = key
         self._owner: object = None
         self._expected: dict[str, JobView] = {}  # the queue the last decision left, in order
-        self._by_gpus: dict[int, list[tuple[tuple, JobView]]] = {}
+        self._by_gpus: dict[Hashable, list[tuple[tuple, JobView]]] = {}  # by demand (GPUs, with any topology request)
         self._taken: dict[str, JobView] = {}  # taken since the last sync: launches expected
         self._position: int | None = None  # the queue-log position of the last PendingJobs view
 
@@ -66,7 +67,7 @@ class QueueIndex:
             if added:
                 self._insert(job)
             elif taken.pop(job.job_id, None) is None:
-                jobs = self._by_gpus[job.gpus]
+                jobs = self._by_gpus[demand(job)]
                 i = bisect_left(jobs, (self._key(job),))
                 assert jobs[i][1] is job
                 del jobs[i]
@@ -76,20 +77,21 @@ class QueueIndex:
         self._taken = {}
 
     def _insert(self, job: JobView) -> None:
-        insort(self._by_gpus.setdefault(job.gpus, []), (self._key(job), job))
+        insort(self._by_gpus.setdefault(demand(job), []), (self._key(job), job))
         self._expected[job.job_id] = job
 
-    def best_fitting(self, free_gpus: int, skip: set[int]) -> JobView | None:
-        """The first job in order whose demand is at most ``free_gpus`` and not in ``skip``."""
+    def best_fitting(self, free_gpus: int, skip: set) -> JobView | None:
+        """The first job in order whose demand (:func:`~deepshare.policies.placement.demand`) asks
+        at most ``free_gpus`` GPUs and is not in ``skip``."""
         best: tuple[tuple, JobView] | None = None
-        for gpus, jobs in self._by_gpus.items():
-            if jobs and gpus <= free_gpus and gpus not in skip and (best is None or jobs[0][0] < best[0]):
+        for key, jobs in self._by_gpus.items():
+            if jobs and demand_gpus(key) <= free_gpus and key not in skip and (best is None or jobs[0][0] < best[0]):
                 best = jobs[0]
         return None if best is None else best[1]
 
     def take(self, job: JobView) -> None:
         """Remove ``job`` (the head of its demand's list), expecting the decision to launch it."""
-        head = self._by_gpus[job.gpus].pop(0)
+        head = self._by_gpus[demand(job)].pop(0)
         assert head[1] is job
         del self._expected[job.job_id]
         self._taken[job.job_id] = job

@@ -1,7 +1,9 @@
 """Policy registry: name -> factory. Every lookup goes through here; nothing branches on names.
 
 Heuristic names are ``ORDER+PLACEMENT`` (non-preemptive) and ``ORDER+PLACEMENT+preempt``,
-e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``, each with a ``+migrate`` variant
+e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``; the non-preemptive ones of the
+:data:`BACKFILL_PLACEMENTS` have a ``+backfill`` variant (:mod:`deepshare.policies.backfill`),
+and each has a ``+migrate`` variant
 for the placements of :data:`~deepshare.policies.migrate.MIGRATING_PLACEMENTS` (contention-
 triggered migration, :mod:`deepshare.policies.migrate`), e.g. ``srsf+uncontended+preempt+migrate``.
 ``NAME=ARG`` passes ``ARG`` to factories that take one (the learned policies' checkpoint paths).
@@ -24,6 +26,10 @@ from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.migrate import MIGRATE_BELOW, MIGRATE_WINDOW_S, MIGRATING_PLACEMENTS, migrating
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
+
+BACKFILL_PLACEMENTS = ("consolidated", "topo-bestfit", "topo-balanced")
+"""Placements with ``+backfill`` variants (non-preemptive): the fabric suite's anchors and the
+artifact's packer."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,18 @@ def _register_heuristics() -> None:
                         ),
                     )
                 )
+                if not preemptive and place_name in BACKFILL_PLACEMENTS:
+                    register(
+                        PolicyInfo(
+                            f"{name}+backfill",
+                            f"{doc}; backfilling with a reservation (EASY): the first job that does not fit holds "
+                            "the earliest start the running jobs' estimated completions give it, and later jobs "
+                            "start only if they do not delay it",
+                            lambda name=f"{name}+backfill", order=order, place=place: HeuristicPolicy(
+                                name, order, place, backfill=True
+                            ),
+                        )
+                    )
                 if place_name in MIGRATING_PLACEMENTS:
                     register(
                         PolicyInfo(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
 from deepshare.core.types import Launch, Placement
 from deepshare.policies.free_index import FreeIndex
+from deepshare.policies.placement import demand, demand_gpus
 
 if TYPE_CHECKING:  # annotations only: the view types move between core modules
     from deepshare.core.view import ClusterView, JobView
@@ -115,7 +116,7 @@ class StepState:
                 self._position = {queued.job_id: i for i, queued in enumerate(self.view.queued)}
             position = self._position[job.job_id]
             for key, by_gpus in self._sorted.values():
-                by_gpus[job.gpus].remove(key(job), position, job)
+                by_gpus[demand(job)].remove(key(job), position, job)
 
     def launch_may_fit(self) -> bool:
         """Whether some queued job not launched yet asks for no more GPUs than are free (without
@@ -128,8 +129,9 @@ class StepState:
         free = self.free.total
         return any(count > 0 and gpus <= free for gpus, count in counts.items())
 
-    def _lists(self, name: Hashable, key: Key) -> dict[int, _Lazy]:
-        """The not-launched queued jobs per GPU demand, ordered by ``key`` (built on first use)."""
+    def _lists(self, name: Hashable, key: Key) -> dict[Hashable, _Lazy]:
+        """The not-launched queued jobs per demand (:func:`~deepshare.policies.placement.demand`:
+        GPUs, with any topology request), ordered by ``key`` (built on first use)."""
         known = self._sorted.get(name)
         if known is None:
             groups = self._groups
@@ -138,7 +140,7 @@ class StepState:
                 launched = self.launched
                 for i, job in enumerate(self.view.queued):
                     if job.job_id not in launched:
-                        groups.setdefault(job.gpus, []).append((i, job))
+                        groups.setdefault(demand(job), []).append((i, job))
             # (key, position) is unique: jobs themselves are never compared
             by_gpus = {gpus: _Lazy([(key(job), i, job) for i, job in jobs], self.launched) for gpus, jobs in groups.items()}
             known = self._sorted[name] = (key, by_gpus)
@@ -147,7 +149,7 @@ class StepState:
     def in_order(self, name: Hashable, key: Key) -> Iterator[JobView]:
         """Not-launched queued jobs that fit the free GPUs, by ``key`` (ties: queue order)."""
         total = self.free.total
-        return _merged([jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total])
+        return _merged([jobs for d, jobs in self._lists(name, key).items() if demand_gpus(d) <= total])
 
     def head(self, name: Hashable, key: Key, n: int, skip: set[str] | frozenset[str] = frozenset()) -> list[JobView]:
         """The first ``n`` jobs of :meth:`in_order` whose ids are not in ``skip`` (a step reads
@@ -156,7 +158,7 @@ class StepState:
         if n <= 0:
             return []
         total = self.free.total
-        lists = [jobs for gpus, jobs in self._lists(name, key).items() if gpus <= total]
+        lists = [jobs for d, jobs in self._lists(name, key).items() if demand_gpus(d) <= total]
         found: list[JobView] = []
         if len(lists) == 1:
             at = lists[0].at
@@ -181,9 +183,9 @@ class StepState:
         one of its jobs failed (the anchor heuristic's next launch)."""
         total = self.free.total
         heads = {}
-        for gpus, jobs in self._lists(name, key).items():
-            if gpus <= total and (head := jobs.at(0)) is not None:
-                heads[gpus] = head
+        for d, jobs in self._lists(name, key).items():
+            if demand_gpus(d) <= total and (head := jobs.at(0)) is not None:
+                heads[d] = head
         while heads:
             gpus = next(iter(heads)) if len(heads) == 1 else min(heads, key=lambda g: (heads[g][0], heads[g][1]))
             job = heads[gpus][2]

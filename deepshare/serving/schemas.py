@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
+from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.topology import TESTBED_NODE_TYPE
+from deepshare.core.topology_spec import DomainName
 
 API_VERSION = "v1"
 DEFAULT_REMAINING_S = UNKNOWN_PRIOR_S
@@ -32,10 +34,24 @@ REMAINING_DOC = (
 )
 REQUESTED_DOC = "the job's estimate or time limit of its whole isolated run time, seconds (from its user or a predictor)"
 Feature = Field(None, min_length=1, max_length=256)
+LEVEL_DOC = (
+    f"a fabric level's name: one of the request's levels, or {RACK_LEVEL!r} (the nodes' racks) when it gives none"
+)
+RequiredLevel = Field(None, min_length=1, max_length=256, description=(
+    f"all of the job's GPUs inside one domain of this level, or it waits ({LEVEL_DOC}; not with preferred_level)"))
+PreferredLevel = Field(None, min_length=1, max_length=256, description=(
+    f"inside one domain of this level if one has room, else anywhere ({LEVEL_DOC}; not with required_level)"))
+SliceSize = Field(None, ge=1, le=MAX_JOB_GPUS, description=(
+    "the job's GPUs come in slices of this many, each inside one domain of slice_level (its GPUs a multiple "
+    "of it; with slice_level)"))
+SliceLevel = Field(None, min_length=1, max_length=256, description=(
+    f"the level each slice of slice_size GPUs stays inside ({LEVEL_DOC}; with slice_size)"))
 
 MAX_NODES = 4096
 MAX_JOBS = 10_000
 MAX_GPUS_PER_NODE = 1024
+MAX_LEVELS = 16
+"""Fabric levels a request may describe (as many as a cluster spec's)."""
 
 JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
 ModelName = Field(
@@ -49,6 +65,29 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+class LevelIn(_Body):
+    """One level of the request's fabric (:class:`deepshare.core.fabric.Level`), with a cluster
+    spec's rules (:class:`deepshare.core.topology_spec.LevelSpec`): the rules that span levels or
+    fields (unique names, NVLink only on the lowest, not both uplinks) are checked by
+    :mod:`deepshare.serving.translate`, which names the field."""
+
+    name: DomainName = Field(description="the level's name (1-256 characters, no '/'), unique among the levels")
+    nvlink: bool = Field(False, description="its domains are NVLink domains spanning nodes (the lowest level only)")
+    uplink_gbps: float = Field(0.0, ge=0, le=1e9, description="each domain's uplink, Gbit/s (0: non-blocking)")
+    oversubscription: float = Field(
+        0.0, ge=0, le=1e6,
+        description="when > 0: each domain's uplink is its nodes' NIC bandwidth over this (2 = 2:1; 0 or at least 1; "
+        "not with uplink_gbps)",
+    )
+
+    @field_validator("oversubscription")
+    @classmethod
+    def _a_ratio(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError(f"expected 0 or at least 1 (2 means 2:1), got {value:g}")
+        return value
+
+
 class NodeIn(_Body):
     """One node. Fabric fields default to the original testbed's node (8 x TITAN Xp on PCIe,
     40 Gb/s InfiniBand); they matter to the ``link`` contention model."""
@@ -57,7 +96,14 @@ class NodeIn(_Body):
     gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     free_gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE, description="at most gpus minus the running jobs' GPUs here")
     fabric: Literal["pcie", "nvlink"] = TESTBED_NODE_TYPE.fabric
-    rack: str = Field("rack0", min_length=1, max_length=256)
+    rack: str = Field("rack0", min_length=1, max_length=256, description=(
+        f"its domain at the one level, {RACK_LEVEL!r}, of a request without levels; with levels only a label "
+        "(default: its domains' path above an NVLink level, as in a cluster spec)"))
+    domains: dict[DomainName, DomainName] | None = Field(
+        None, max_length=MAX_LEVELS,
+        description="level name -> the name of its domain there (1-256 characters, no '/'): one for each of the "
+        "request's levels, and only with levels",
+    )
     gpu_model: str = Field("unknown", max_length=128)
     pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
     intra_node_gbps: float = Field(TESTBED_NODE_TYPE.intra_node_gbps, gt=0)
@@ -80,6 +126,10 @@ class RunningIn(_Body):
     user: str | None = Feature
     group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
     vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
+    required_level: str | None = RequiredLevel
+    preferred_level: str | None = PreferredLevel
+    slice_size: int | None = SliceSize
+    slice_level: str | None = SliceLevel
 
 
 class PendingIn(_Body):
@@ -98,6 +148,10 @@ class PendingIn(_Body):
     user: str | None = Feature
     group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
     vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
+    required_level: str | None = RequiredLevel
+    preferred_level: str | None = PreferredLevel
+    slice_size: int | None = SliceSize
+    slice_level: str | None = SliceLevel
 
 
 class FinishedIn(_Body):
@@ -119,6 +173,11 @@ class PlacementRequest(_Body):
 
     now: float = Field(ge=0, le=MAX_TIMESTAMP_S, description="seconds on the caller's clock (any epoch, same as submitted_at)")
     nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_NODES)
+    levels: list[LevelIn] | None = Field(
+        None, min_length=1, max_length=MAX_LEVELS,
+        description=f"the fabric's levels, lowest first (at most {MAX_LEVELS}); every node then gives its domain at "
+        f"each in domains. Without: one level, {RACK_LEVEL!r}, whose domains are the nodes' racks",
+    )
     running: list[RunningIn] = Field(default_factory=list, max_length=MAX_JOBS)
     pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)
     future_events: bool = Field(
@@ -143,6 +202,10 @@ class DecisionOut(BaseModel):
     placement: dict[str, int] | None = Field(None, description="node name -> GPUs, when placed")
     predicted_slowdown: float | None = Field(
         None, description="predicted isolated/contended time ratio at this placement (1.0 = no slowdown)"
+    )
+    domains: dict[str, list[str]] | None = Field(
+        None, description="for a placed job that gave a topology request: each fabric level -> the names of the "
+        "domains its placement spans there, sorted",
     )
 
 

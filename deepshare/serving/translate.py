@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import leaving_out
+from deepshare.core.fabric import NO_TOPOLOGY, Fabric, Level, TopologyRequest
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
@@ -21,12 +22,13 @@ from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Node, Topology
 from deepshare.core.errors import DeepShareError, InfeasibleDecision
 from deepshare.core.types import Decision, Launch, Migrate, Placement
-from deepshare.core.view import ClusterView
+from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
 from deepshare.serving.schemas import (
     MAX_HISTORY,
     DecisionOut,
     FinishedIn,
+    LevelIn,
     MigrationOut,
     NodeIn,
     PendingIn,
@@ -104,34 +106,161 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
         if past.finished_at > request.now:
             errors.append(FieldError(("body", "history", i, "finished_at"), f"{past.finished_at} is after now ({request.now})"))
     errors += _information_errors(request)
-    if errors:
+    fabric_errors = _fabric_errors(request.nodes, request.levels)
+    errors += fabric_errors
+    topology = None if fabric_errors else _topology(request.nodes, request.levels)
+    requests: dict[tuple[str, int], TopologyRequest] = {}
+    for kind, jobs in (("running", request.running), ("pending", request.pending)):
+        for i, job in enumerate(jobs):
+            if topology is not None and _asks_topology(job):  # a job's levels are checked against a sound fabric
+                gpus = job.gpus if isinstance(job, PendingIn) else sum(job.placement.values())
+                asked = _topology_of(job, gpus, topology.fabric, ("body", kind, i), errors)
+                if asked is not None:
+                    requests[kind, i] = asked
+    if errors or topology is None:
         raise RequestError(errors)
-    topology = request_topology(request.nodes)
     return build_view(
         topology,
         catalog,
         contention,
         request.now,
         [n.free_gpus for n in request.nodes],
-        [_pending(job, request.now, request.durations) for job in request.pending],
-        [_running(job, index, request.durations) for job in request.running],
+        [_pending(job, request.now, request.durations, requests.get(("pending", i), NO_TOPOLOGY))
+         for i, job in enumerate(request.pending)],
+        [_running(job, index, request.durations, requests.get(("running", i), NO_TOPOLOGY))
+         for i, job in enumerate(request.running)],
         future_events=request.future_events,
         durations=request.durations,
         history=JobHistory(_finished(job, i) for i, job in enumerate(request.history)),
     )
 
 
-def request_topology(nodes: list[NodeIn]) -> Topology:
+_TOPOLOGY_FIELDS = ("required_level", "preferred_level", "slice_size", "slice_level")
+
+
+def _asks_topology(job: PendingIn | RunningIn) -> bool:
+    return (job.required_level is not None or job.preferred_level is not None or job.slice_size is not None
+            or job.slice_level is not None)
+
+
+def _topology_of(job: PendingIn | RunningIn, gpus: int, fabric: Fabric, loc: Loc,
+                 errors: list[FieldError]) -> TopologyRequest | None:
+    """The job's topology request, checked against the request's ``fabric`` (its levels, or ``rack``);
+    None after adding a :class:`FieldError` naming each bad field to ``errors``."""
+    found: list[FieldError] = []
+    if job.required_level is not None and job.preferred_level is not None:
+        found.append(FieldError((*loc, "preferred_level"), "give required_level or preferred_level, not both"))
+    if (job.slice_size is None) != (job.slice_level is None):
+        missing = "slice_level" if job.slice_level is None else "slice_size"
+        found.append(FieldError((*loc, missing), "slice_size and slice_level go together: give both or neither"))
+    for name in ("required_level", "preferred_level", "slice_level"):
+        value = getattr(job, name)
+        if value is not None:
+            try:
+                fabric.level_index(value)
+            except DeepShareError as exc:
+                found.append(FieldError((*loc, name), str(exc)))
+    if job.slice_size is not None and gpus % job.slice_size:
+        found.append(FieldError((*loc, "slice_size"), f"the job's {gpus} GPUs must be a multiple of slice_size ({job.slice_size})"))
+    if not found and job.required_level is not None and job.slice_level is not None and \
+            fabric.level_index(job.slice_level) > fabric.level_index(job.required_level):
+        found.append(FieldError((*loc, "slice_level"), f"{job.slice_level!r} is above required_level "
+                                f"{job.required_level!r}; a slice must fit inside the required domain"))
+    if found:
+        errors += found
+        return None
+    return TopologyRequest(job.required_level, job.preferred_level, job.slice_size, job.slice_level)
+
+
+def _topology_fields(job: JobView) -> dict[str, str | int | None]:
+    """A view's job's topology request as a request body's fields."""
+    t = job.topology
+    return {} if t.empty else {name: getattr(t, name) for name in _TOPOLOGY_FIELDS}
+
+
+def _spanned(placement: Placement, fabric: Fabric) -> dict[str, list[str]]:
+    """Each level's name -> the names of the domains ``placement`` spans there, sorted."""
+    return {
+        level.name: sorted(fabric.domains[d].name for d in fabric.spanned(placement.nodes, i))
+        for i, level in enumerate(fabric.levels)
+    }
+
+
+def request_topology(nodes: list[NodeIn], levels: list[LevelIn] | None = None) -> Topology:
+    """The cluster the request's ``nodes`` (and fabric ``levels``, lowest first) describe: without
+    levels one ``rack`` level of the nodes' racks, with them each node's ``domains``; raises
+    :class:`RequestError` naming each bad field of the fabric."""
+    errors = _fabric_errors(nodes, levels)
+    if errors:
+        raise RequestError(errors)
+    return _topology(nodes, levels)
+
+
+def _fabric_errors(nodes: list[NodeIn], levels: list[LevelIn] | None) -> list[FieldError]:
+    """What is wrong with the request's fabric: the rules of a cluster spec's ``levels`` that span
+    levels or fields, and every node's ``domains`` (one per level, and only with levels)."""
+    errors: list[FieldError] = []
+    if not levels:
+        for i, node in enumerate(nodes):
+            if node.domains is not None:
+                errors.append(FieldError(("body", "nodes", i, "domains"),
+                                         "the request has no levels; add levels (lowest first) or drop domains"))
+        return errors
+    first: dict[str, int] = {}
+    for i, level in enumerate(levels):
+        loc = ("body", "levels", i)
+        if level.name in first:
+            errors.append(FieldError((*loc, "name"), f"each level needs its own name; {level.name!r} is also "
+                                     f"levels.{first[level.name]}'s"))
+        first.setdefault(level.name, i)
+        if level.nvlink and i:
+            errors.append(FieldError((*loc, "nvlink"), "only the lowest level (levels.0) can be an NVLink domain"))
+        if level.uplink_gbps > 0 and level.oversubscription > 0:
+            errors.append(FieldError((*loc, "oversubscription"), "give uplink_gbps or oversubscription, not both"))
+    names = list(first)
+    wanted = set(names)
+    for i, node in enumerate(nodes):
+        given = node.domains
+        if given is not None and given.keys() == wanted:
+            continue
+        loc = ("body", "nodes", i, "domains")
+        if not given:
+            errors.append(FieldError(loc, f"expected a domain for each level ({', '.join(names)}), got none"))
+            continue
+        for key in given:
+            if key not in wanted:
+                errors.append(FieldError((*loc, key), f"unknown level {key!r}; the request's levels are "
+                                         f"{', '.join(names)}"))
+        missing = [name for name in names if name not in given]
+        if missing:
+            errors.append(FieldError(loc, f"missing a domain for level {', '.join(map(repr, missing))} "
+                                     f"(expected one for each of {', '.join(names)})"))
+    return errors
+
+
+def _topology(nodes: list[NodeIn], levels: list[LevelIn] | None) -> Topology:
+    """:func:`request_topology` of a fabric :func:`_fabric_errors` found nothing wrong with."""
+    if not levels:
+        return Topology("request", tuple(_node(i, n, n.rack) for i, n in enumerate(nodes)))
+    names = [level.name for level in levels]
+    first = 1 if levels[0].nvlink and len(levels) > 1 else 0  # a node's rack: the switch it hangs off (as in a spec)
+    built = []
+    for i, n in enumerate(nodes):
+        given: dict[str, str] = n.domains  # type: ignore[assignment]
+        domains = tuple([given[name] for name in names])
+        rack = n.rack if "rack" in n.model_fields_set else "/".join(reversed(domains[first:]))
+        built.append(_node(i, n, rack, domains))
     return Topology(
-        "request",
-        tuple(
-            Node(
-                index=i, name=n.name, gpus=n.gpus, rack=n.rack, node_type=f"{n.fabric}-{n.gpus}",
-                gpu_model=n.gpu_model, fabric=n.fabric, pcie_switches=n.pcie_switches,
-                intra_node_gbps=n.intra_node_gbps, nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
-            )
-            for i, n in enumerate(nodes)
-        ),
+        "request", tuple(built),
+        levels=tuple(Level(lv.name, lv.nvlink, float(lv.uplink_gbps), float(lv.oversubscription)) for lv in levels),
+    )
+
+
+def _node(i: int, n: NodeIn, rack: str, domains: tuple[str, ...] = ()) -> Node:
+    return Node(
+        index=i, name=n.name, gpus=n.gpus, rack=rack, node_type=f"{n.fabric}-{n.gpus}",
+        gpu_model=n.gpu_model, fabric=n.fabric, pcie_switches=n.pcie_switches,
+        intra_node_gbps=n.intra_node_gbps, nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps, domains=domains,
     )
 
 
@@ -172,22 +301,22 @@ def _belief(job: PendingIn | RunningIn, gpus: int, durations: str) -> tuple[floa
     return remaining, (None if durations == "unknown" else estimate)
 
 
-def _pending(job: PendingIn, now: float, durations: str) -> KnownJob:
+def _pending(job: PendingIn, now: float, durations: str, topology: TopologyRequest = NO_TOPOLOGY) -> KnownJob:
     submitted = now if job.submitted_at is None else job.submitted_at
     remaining, estimate = _belief(job, job.gpus, durations)
     return KnownJob(
         job.job_id, job.model, job.gpus, submitted, remaining, job.attained_gpu_s,
-        job.preemptions, None, job.last_run_s, job.queued_since, estimate, job.user, job.group, job.vc,
+        job.preemptions, None, job.last_run_s, job.queued_since, estimate, job.user, job.group, job.vc, topology,
     )
 
 
-def _running(job: RunningIn, index: dict[str, int], durations: str) -> KnownJob:
+def _running(job: RunningIn, index: dict[str, int], durations: str, topology: TopologyRequest = NO_TOPOLOGY) -> KnownJob:
     placement = Placement.of({index[name]: gpus for name, gpus in job.placement.items()})
     remaining, estimate = _belief(job, placement.total_gpus, durations)
     return KnownJob(
         job.job_id, job.model, placement.total_gpus, job.submitted_at, remaining,
         job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, estimate,
-        job.user, job.group, job.vc,
+        job.user, job.group, job.vc, topology,
     )
 
 
@@ -224,6 +353,7 @@ def decision_to_response(
                 DecisionOut(
                     job_id=job.job_id, action="place", placement=_by_name(where, names),
                     predicted_slowdown=slowdown[job.job_id],
+                    domains=None if job.topology.empty else _spanned(where, view.topology.fabric),
                 )
             )
     return PlacementResponse(
@@ -243,6 +373,8 @@ def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
 def view_to_request(view: ClusterView) -> PlacementRequest:
     """The request that makes the service see ``view`` (ratios are recomputed server-side)."""
     names = [node.name for node in view.topology.nodes]
+    levels = view.topology.levels
+    level_names = [level.name for level in levels]
     return PlacementRequest(
         now=view.now,
         nodes=[
@@ -250,14 +382,21 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
                 name=n.name, gpus=n.gpus, free_gpus=view.free[n.index], fabric=n.fabric, rack=n.rack,
                 gpu_model=n.gpu_model, pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
                 nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
+                domains=dict(zip(level_names, n.domains)) if levels else None,
             )
             for n in view.topology.nodes
         ],
+        levels=[
+            LevelIn(name=lv.name, nvlink=bool(lv.nvlink), uplink_gbps=float(lv.uplink_gbps),
+                    oversubscription=float(lv.oversubscription))
+            for lv in levels
+        ] or None,
         running=[
             RunningIn(
                 job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,
                 remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
                 preemptions=j.preemptions, running_for_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
+                **_topology_fields(j),
             )
             for j in view.running
             if j.placement is not None
@@ -267,6 +406,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
                 job_id=j.job_id, model=j.model, gpus=j.gpus, submitted_at=j.submit_time, remaining_s=j.remaining_s,
                 requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
                 queued_since=j.queued_since, last_run_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
+                **_topology_fields(j),
             )
             for j in view.queued
         ],

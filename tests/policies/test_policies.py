@@ -406,13 +406,16 @@ def test_registry_names():
     names = policy_names()
     assert len(names) == len(set(names))
     orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf", "bsrsf")
-    placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended")
+    placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended", "topo-bestfit", "topo-balanced")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
     migrating = ("contention-aware", "packed", "uncontended")
     expected |= {f"{n}+migrate" for n in set(expected) if n.split("+")[1] in migrating}
+    backfilling = ("consolidated", "topo-bestfit", "topo-balanced")
+    expected |= {f"{o}+{p}+backfill" for o in orders for p in backfilling}
     assert set(policy_names(heuristics_only=True)) == expected
-    assert len(expected) == (8 * 5 + 7 * 5) + (8 * 3 + 7 * 3)  # every order x placement, +preempt but for fifo; +migrate
+    # every order x placement, +preempt but for fifo; +migrate; +backfill (non-preemptive)
+    assert len(expected) == (8 * 7 + 7 * 7) + (8 * 3 + 7 * 3) + 8 * 3
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:

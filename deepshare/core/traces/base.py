@@ -27,6 +27,7 @@ import numpy as np
 from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.files import TRACE_BYTES, read_input_bytes
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
@@ -385,6 +386,35 @@ def features(row: Any, loc: str, names: dict[str, str]) -> dict[str, Any]:
         value = row.get(field)
         out[feature] = optional_seconds(value, loc, field) if feature == "requested_s" else optional_text(value, loc, field)
     return out
+
+
+TOPOLOGY_FIELDS = ("required_level", "preferred_level", "slice_size", "slice_level")
+"""A job's optional topology request (:class:`~deepshare.core.fabric.TopologyRequest`), in the
+order files write them: level names, and ``slice_size`` a whole number of GPUs."""
+
+
+def topology_request(row: Any, loc: str) -> TopologyRequest:
+    """A job's topology request from ``row``'s optional :data:`TOPOLOGY_FIELDS` (a CSV row or
+    JSON object); missing, null or empty fields: not asked, and none at all gives ``NO_TOPOLOGY``.
+
+    A level name is text (JSON numbers are accepted as names, as :func:`optional_text` does);
+    ``slice_size`` a positive integer up to 65,536; fields that do not go together (a required
+    and a preferred level, a slice size without its level) are refused naming them. Whether the
+    levels exist is the cluster's to say (the simulator rejects a job whose cluster lacks them).
+    """
+    values: dict[str, Any] = {}
+    for field in TOPOLOGY_FIELDS:
+        value = row.get(field)
+        if field == "slice_size":
+            values[field] = None if is_blank(value) else integer(value, loc, field)
+        else:
+            values[field] = optional_text(value, loc, field)
+    if all(v is None for v in values.values()):
+        return NO_TOPOLOGY
+    try:
+        return TopologyRequest(**values)
+    except DeepShareError as exc:
+        raise DeepShareError(f"{loc}: {exc}") from None
 
 
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"

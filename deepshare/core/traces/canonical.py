@@ -18,7 +18,19 @@ Optional columns, the job's features (an empty cell: the trace does not say)::
 ``requested_s`` is the user's time limit or estimate in seconds (positive, at most a year).
 These are the bounds of :mod:`deepshare.core.bounds`; a value past one (or NaN, or an infinity) is
 refused with the line and the column, never clipped.
-:func:`write_canonical` writes a feature's column only when some job has that feature.
+
+Optional columns, the job's topology request (:class:`~deepshare.core.fabric.TopologyRequest`,
+Kueue's meaning; an empty cell: not asked)::
+
+    required_level,preferred_level,slice_size,slice_level
+
+``required_level``: all its GPUs inside one domain of that fabric level, or it waits;
+``preferred_level``: inside one such domain if any has room, else anywhere (not with
+``required_level``); ``slice_size`` (an integer from 1 to 65,536 dividing ``gpus``) GPUs at a
+time inside one domain of ``slice_level`` (the two go together). Level names are the cluster's
+(``rack`` on a spec without ``levels``); the simulator rejects a job whose cluster lacks them.
+
+:func:`write_canonical` writes a feature's or request field's column only when some job has it.
 
 :func:`write_canonical` writes numbers with ``repr`` so that loading the file gives back the
 very same jobs, and writes atomically (a temporary file, then ``os.replace``) so a crash never
@@ -35,6 +47,7 @@ from typing import Any, Iterable
 
 from deepshare.core.traces.base import (
     FEATURES,
+    TOPOLOGY_FIELDS,
     IdRegistry,
     features,
     Trace,
@@ -47,6 +60,7 @@ from deepshare.core.traces.base import (
     seconds,
     text_field,
     timestamp,
+    topology_request,
 )
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
@@ -81,6 +95,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 duration_s=seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
                 total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
                 **features(row, loc, {name: name for name in FEATURES}),
+                topology=topology_request(row, loc),
             )
         )
     return finish(jobs, FORMAT, source)
@@ -105,6 +120,11 @@ def _cell(feature: str | float | None) -> str:
     return feature if isinstance(feature, str) else _number(feature)
 
 
+def _request_cell(value: str | int | None) -> str:
+    """A topology request field's cell: a level's name as it is, a slice size as an integer."""
+    return "" if value is None else str(value)
+
+
 def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.PathLike[str]) -> Path:
     """Write jobs as a canonical CSV at ``path`` atomically; returns the path."""
     jobs = list(trace_or_jobs.jobs if isinstance(trace_or_jobs, Trace) else trace_or_jobs)
@@ -117,13 +137,17 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
         for name in ("user", "group", "vc"):
             if getattr(job, name) is not None:
                 _check_text(getattr(job, name), job, name)
+        for name in ("required_level", "preferred_level", "slice_level"):
+            if getattr(job.topology, name) is not None:
+                _check_text(getattr(job.topology, name), job, name)
         if job.job_id in seen:
             raise DeepShareError(f"cannot write: duplicate job id {job.job_id!r}")
         seen.add(job.job_id)
     present = [name for name in FEATURES if any(getattr(job, name) is not None for job in jobs)]
+    asked = [name for name in TOPOLOGY_FIELDS if any(getattr(job.topology, name) is not None for job in jobs)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((*COLUMNS, *present))
+    writer.writerow((*COLUMNS, *present, *asked))
     for job in jobs:
         writer.writerow(
             (
@@ -134,6 +158,7 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
                 _number(job.duration_s),
                 _number(job.total_samples),
                 *(_cell(getattr(job, name)) for name in present),
+                *(_request_cell(getattr(job.topology, name)) for name in asked),
             )
         )
     return write_text_atomic(path, out.getvalue(), "trace")

@@ -16,6 +16,11 @@
   capped at a year (:data:`~deepshare.core.bounds.MAX_DURATION_S`, the domain of
   :class:`~deepshare.core.types.JobSpec`), so the median must be at most a year.
 * Models: drawn from ``mix`` (default: the ``random`` preset).
+* Topology requests (optional): a ``required_share`` of the jobs asks for all of its GPUs inside
+  one domain of ``required_level``, a ``preferred_share`` (of all jobs, drawn apart from the
+  required ones) prefers ``preferred_level``; the rest ask nothing. Each job is drawn on its own
+  (runs of one recurring group too) from a stream of its own, so the shares move no other draw.
+  For a gang-heavy mix pair it with :data:`DEMAND_PRESETS` ``gang-heavy``.
 * With a :class:`~deepshare.core.traces.recurrence.RecurrenceModel`: users, recurring groups
   (one user, model and GPU count each), time limits (``requested_s``) and durations correlated
   with GPU counts, keeping the demand and duration distributions above exactly; ``E[gpus *
@@ -23,7 +28,8 @@
   before the model existed, for every seed.
 
 Each ingredient draws from its own stream spawned from ``seed``, so changing, say, the mix does
-not move the arrivals (nor does turning the recurrence model on). Job ids are ``job-00000``,
+not move the arrivals (nor does turning the recurrence model on, nor asking for topology
+requests: without them traces are what they were before they existed). Job ids are ``job-00000``,
 ``job-00001``, ...
 """
 
@@ -41,6 +47,7 @@ from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog
 
@@ -48,13 +55,39 @@ FORMAT = "generated"
 DEFAULT_DEMAND: Mapping[int, float] = {2: 1 / 3, 4: 1 / 3, 8: 1 / 3}
 _INFINITE_TOTAL = "weights must add up to a finite number (they are relative: try 1, 2, ...)"
 
+DEMAND_PRESETS: Mapping[str, Mapping[int, float]] = {
+    "gang-heavy": {16: 4.0, 32: 3.0, 64: 2.0, 128: 1.0, 256: 0.5},
+}
+"""Named GPU-demand distributions ``--demand`` accepts besides ``gpus:weight,...``.
+
+``gang-heavy``: only multi-node gangs, 16 to 256 GPUs, fewer as they grow (weights 4, 3, 2, 1,
+0.5: 38% of jobs at 16 GPUs, 5% at 256; mean 51.8 GPUs). An assumption shaped after published
+job-size distributions, not fitted to any: Philly (Jeon et al., ATC'19) and Helios (Hu et al.,
+SC'21) report most jobs take 1-8 GPUs but most GPU-time goes to the few large ones, and Acme's
+LLM clusters (Hu et al., NSDI'24) run pretraining jobs of hundreds to thousands of GPUs. It is
+the large-job tail alone, for studying gang placement and topology requests, not a whole
+cluster's mix (mix it with small jobs through ``gpus:weight`` for that)."""
+_TOPOLOGY_STREAM = 8
+"""Index of the topology requests' stream among ``SeedSequence(seed)``'s children (0-7 are the
+other ingredients'; children are spawned by index, so none of theirs moves)."""
+
 
 def parse_demand(text: str, cluster_gpus: int | None = None) -> dict[int, float]:
     """``"2:0.3,4:0.4,8:0.3"`` -> ``{2: 0.3, 4: 0.4, 8: 0.3}`` (weights are relative).
 
     GPU counts are integers from 1 to :data:`~deepshare.core.bounds.MAX_JOB_GPUS`, and at most
     ``cluster_gpus`` when the cluster is known: a job larger than the cluster could never run.
+    A name of :data:`DEMAND_PRESETS` (``gang-heavy``) gives that preset.
     """
+    preset = DEMAND_PRESETS.get(text.strip())
+    if preset is not None:
+        largest = max(preset)
+        if cluster_gpus is not None and largest > cluster_gpus:
+            raise DeepShareError(
+                f"GPU demand {text.strip()!r}: its largest jobs ({largest} GPUs) are more than the cluster's "
+                f"{cluster_gpus}; such a job could never run"
+            )
+        return dict(preset)
     demand: dict[int, float] = {}
     entries = [e.strip() for e in text.split(",") if e.strip()]
     if not entries:
@@ -132,14 +165,49 @@ def rate_for_load(
     return load * total_gpus / mean_gpu_s
 
 
-def _recurring_jobs(submits: np.ndarray, drawn: JobFeatures) -> list[JobSpec]:
+def _recurring_jobs(submits: np.ndarray, drawn: JobFeatures, requests: list[TopologyRequest]) -> list[JobSpec]:
     return [
         JobSpec(
             f"job-{i:05d}", drawn.models[i], drawn.gpus[i], float(t), duration_s=drawn.durations[i],
-            user=drawn.users[i], group=drawn.groups[i], requested_s=drawn.requested[i],
+            user=drawn.users[i], group=drawn.groups[i], requested_s=drawn.requested[i], topology=requests[i],
         )
         for i, t in enumerate(submits)
     ]
+
+
+def _share(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and 0 <= value <= 1):
+        raise DeepShareError(f"{name} must be a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
+def _topology_requests(
+    n: int, seed: int, required_level: str | None, required_share: float | None,
+    preferred_level: str | None, preferred_share: float | None,
+) -> tuple[list[TopologyRequest], str]:
+    """Each job's request (see the module doc) and how the trace's source names them ("" for none)."""
+    asked = []
+    for kind, level, share in (("required", required_level, required_share), ("preferred", preferred_level, preferred_share)):
+        if (level is None) != (share is None):
+            raise DeepShareError(f"{kind}_level and {kind}_share go together: give both or neither")
+        if level is not None:
+            if not isinstance(level, str) or not level.strip() or level != level.strip():
+                raise DeepShareError(f"{kind}_level must be a level's name, got {level!r}")
+            asked.append((kind, level, _share(f"{kind}_share", share)))  # type: ignore[arg-type]
+    if not asked:
+        return [NO_TOPOLOGY] * n, ""
+    if math.fsum(share for *_, share in asked) > 1:
+        raise DeepShareError("required_share plus preferred_share must be at most 1 (a job asks one or the other)")
+    # Drawn only here, from a stream of its own: traces without requests are what they were.
+    u = np.random.default_rng(np.random.SeedSequence(seed).spawn(_TOPOLOGY_STREAM + 1)[_TOPOLOGY_STREAM]).random(n)
+    requests = [NO_TOPOLOGY] * n
+    low = 0.0
+    for kind, level, share in asked:
+        request = TopologyRequest(**{f"{kind}_level": level})
+        for i in np.flatnonzero((u >= low) & (u < low + share)):
+            requests[i] = request
+        low += share
+    return requests, ", " + ", ".join(f"{kind}={level}:{share:g}" for kind, level, share in asked)
 
 
 def generate(
@@ -155,8 +223,17 @@ def generate(
     seed: int = 0,
     catalog: Catalog | None = None,
     recurrence: RecurrenceModel | None = None,
+    required_level: str | None = None,
+    required_share: float | None = None,
+    preferred_level: str | None = None,
+    preferred_share: float | None = None,
 ) -> Trace:
-    """A synthetic trace of ``n_jobs`` jobs (see the module doc); deterministic for a seed."""
+    """A synthetic trace of ``n_jobs`` jobs (see the module doc); deterministic for a seed.
+
+    ``required_level`` / ``required_share`` and ``preferred_level`` / ``preferred_share`` (each
+    pair both or neither; shares from 0 to 1, adding up to at most 1): the share of jobs whose
+    topology request requires or prefers one domain of that level (names unchecked here: the
+    cluster's fabric says which exist)."""
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs <= 0:
         raise DeepShareError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     demand = _check_demand(DEFAULT_DEMAND if demand is None else demand)
@@ -180,6 +257,7 @@ def generate(
     elif rate_per_s is not None:
         _positive("rate_per_s", rate_per_s)
     mix = mix or mix_preset("random", catalog)
+    requests, asked = _topology_requests(int(n_jobs), seed, required_level, required_share, preferred_level, preferred_share)
 
     # Streams 0-3 are the same with and without the recurrence model (spawn is by index).
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4 if recurrence is None else 8)]
@@ -193,14 +271,15 @@ def generate(
     how = "all at t=0" if rate_per_s is None else f"rate={rate_per_s:.6g}/s"
     if recurrence is not None:
         drawn = draw_features(n, recurrence, demand, median, duration_sigma, mix, streams[1:])
-        return finish(_recurring_jobs(submits, drawn), FORMAT, f"generate(n_jobs={n}, {how}, seed={seed}, recurrence)")
+        return finish(_recurring_jobs(submits, drawn, requests), FORMAT,
+                      f"generate(n_jobs={n}, {how}, seed={seed}, recurrence{asked})")
     sizes = list(demand)
     weights = np.array([demand[g] for g in sizes])
     gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
     durations = np.minimum(median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n)), MAX_DURATION_S)
     models = assign(n, mix, model_rng)
     jobs = [
-        JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]))
+        JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]), topology=requests[i])
         for i in range(n)
     ]
-    return finish(jobs, FORMAT, f"generate(n_jobs={n}, {how}, seed={seed})")
+    return finish(jobs, FORMAT, f"generate(n_jobs={n}, {how}, seed={seed}{asked})")
