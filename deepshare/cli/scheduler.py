@@ -52,13 +52,22 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         raise DeepShareError("give at most one of --policy and --placement-url")
     if not args.local and (args.nodes is not None or args.gpus_per_node is not None):
         raise DeepShareError("--nodes and --gpus-per-node need --local")
+    if not args.local and args.local_label:
+        raise DeepShareError("--local-label needs --local")
     if args.local and args.address != "auto":
         raise DeepShareError("give at most one of --local and --address")
+    from deepshare.runtime.cluster import label_levels
+    from deepshare.runtime.localcluster import local_labels
+
+    levels = label_levels(args.level or (), nvlink=args.nvlink, uplink_gbps=args.uplink_gbps or (),
+                          oversubscription=args.oversubscription or ())
+    labels = local_labels(args.local_label or (), args.nodes or 2) if args.local else {}
     policy = scheduling_policy(args.policy, args.placement_url, _placement_token(args))  # a bad name fails before Ray starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServiceConfig(
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
+        local_labels=tuple(labels.items()), levels=levels,
         host=args.host, port=args.port, max_gpus=args.max_gpus,
         allowed_hosts=tuple(args.allowed_host or ()),
         contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval,
@@ -259,11 +268,29 @@ def register(subparsers: Any) -> None:
     sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)
     p = command(sub, "start", "run the scheduler (control loop + HTTP API) until interrupted",
                 "deepshare scheduler start --local --nodes 2 --gpus-per-node 4 --port 8470 --state runs/sched",
-                "deepshare scheduler start --address auto --policy rl-hybrid --state /shared/deepshare/sched")
+                "deepshare scheduler start --address auto --policy rl-hybrid --state /shared/deepshare/sched",
+                "deepshare scheduler start --address auto --level nvlink_domain=nvidia.com/gpu.clique --nvlink "
+                "nvlink_domain --level leaf=topology.kubernetes.io/rack --state /shared/deepshare/sched",
+                "deepshare scheduler start --local --nodes 4 --local-label example.com/leaf=l0,l0,l1,l1 "
+                "--level leaf=example.com/leaf --state runs/sched")
     p.add_argument("--address", default="auto", metavar="auto|HOST:PORT", help="Ray cluster to join (default auto)")
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
     p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
     p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
+    p.add_argument("--local-label", action="append", metavar="KEY=V0,V1,...",
+                   help="--local, repeatable: label KEY on the fake nodes, one value per node in order (an empty "
+                   "value: no label), e.g. example.com/leaf=l0,l0,l1,l1 with --level leaf=example.com/leaf")
+    p.add_argument("--level", action="append", metavar="NAME=LABEL_KEY",
+                   help="repeatable, lowest level first: a fabric level and the node label naming each node's domain "
+                   "(e.g. --level nvlink_domain=nvidia.com/gpu.clique --level leaf=topology.kubernetes.io/rack); "
+                   "jobs' required_level / preferred_level / slice_level name these levels. A GPU node without "
+                   "the label is a domain of its own. Default: one level, rack (the deepshare.io/rack label)")
+    p.add_argument("--nvlink", metavar="LEVEL",
+                   help="the lowest --level's domains are NVLink domains spanning nodes (e.g. GB200 NVL72 racks)")
+    p.add_argument("--uplink-gbps", action="append", metavar="LEVEL=G",
+                   help="repeatable: each LEVEL domain's uplink in Gbit/s (0: non-blocking; the default)")
+    p.add_argument("--oversubscription", action="append", metavar="LEVEL=R",
+                   help="repeatable: each LEVEL domain's uplink is its nodes' NIC bandwidth over R (2 means 2:1)")
     p.add_argument("--policy", metavar="POLICY",
                    help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, or "
                    "package.module:ClassOrFactory (default rl-hybrid, the shipped learned policy)")

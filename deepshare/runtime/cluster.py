@@ -7,6 +7,17 @@ from the labels ``deepshare.io/fabric`` (pcie|nvlink), ``deepshare.io/nic-gbps``
 ``deepshare.io/nvlink-gbps``, ``deepshare.io/pcie-switches``, ``deepshare.io/rack`` and
 ``deepshare.io/gpu-model`` when present, else the testbed's defaults (PCIe, 40 Gb/s NIC). Nodes
 are ordered by name, so indices are stable while the set of nodes is.
+
+**Fabric levels from node labels** (``deepshare scheduler start --level NAME=LABEL_KEY``, a
+:class:`LabelLevels`): each level's domain of a node is the value of that level's label on it
+(``topology.kubernetes.io/rack: r7`` puts it in domain ``r7`` of ``leaf``), and the topology
+gets those levels (:mod:`deepshare.core.fabric`), so policies can honour a job's
+``required_level`` / ``preferred_level`` / ``slice_level``. A GPU node **without** a level's label
+is a domain of its own at that level, named ``unlabelled:<node>`` (a name no label value can
+take): what can be said of it without the label is only that one node is inside one domain, so a
+gang that requires that level can use it alone but never together with another node. Without
+levels the fabric is the single ``rack`` level of ``deepshare.io/rack`` (every node in ``rack0``
+when unset), as before.
 """
 
 from __future__ import annotations
@@ -15,13 +26,76 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import Level
+from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
 from deepshare.core.types import Placement
 
 LABEL_PREFIX = "deepshare.io/"
 NAME_LABEL = LABEL_PREFIX + "node-name"
 NODE_ID_LABEL = "ray.io/node-id"
+UNLABELLED = "unlabelled:"
+"""Prefix of the domain of a node without a level's label (``unlabelled:<node>``): ``:`` is in
+no Kubernetes or Ray label value, so it never merges with a labelled domain."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabelLevels:
+    """The fabric's levels and the node label naming each one's domain, lowest level first
+    (``--level NAME=LABEL_KEY``; see the module doc). Empty: the single ``rack`` level."""
+
+    levels: tuple[Level, ...] = ()
+    labels: tuple[str, ...] = ()
+    """The label key of each level, same order."""
+
+    def __post_init__(self) -> None:
+        if len(self.levels) != len(self.labels):
+            raise DeepShareError(f"{len(self.levels)} level(s) but {len(self.labels)} label key(s)")
+
+    def label(self, level: str) -> str | None:
+        """The label key of the level called ``level``, or None when there is no such level."""
+        for spec, key in zip(self.levels, self.labels):
+            if spec.name == level:
+                return key
+        return None
+
+    def describe(self) -> str:
+        """``leaf=topology.kubernetes.io/rack < spine=example.com/spine`` (empty without levels)."""
+        return " < ".join(f"{spec.name}={key}" for spec, key in zip(self.levels, self.labels))
+
+
+NO_LEVELS = LabelLevels()
+
+
+def label_levels(levels: Sequence[str] = (), *, nvlink: str | None = None, uplink_gbps: Sequence[str] = (),
+                 oversubscription: Sequence[str] = ()) -> LabelLevels:
+    """The levels of ``deepshare scheduler start``'s flags (their ``NAME=VALUE`` strings as given),
+    parsed and checked as ``deepshare clusters import`` parses the same flags for Kubernetes nodes
+    (:mod:`deepshare.core.fabric_import`): every mistake is one :class:`DeepShareError` line."""
+    from deepshare.core.fabric_import import check_level_options, check_unique_levels, level_numbers, level_pairs
+
+    pairs = level_pairs(levels, "--level")
+    if not pairs:
+        for flag, given in (("--nvlink", nvlink is not None), ("--uplink-gbps", bool(uplink_gbps)),
+                            ("--oversubscription", bool(oversubscription))):
+            if given:
+                raise DeepShareError(f"{flag} needs the levels: --level NAME=LABEL_KEY, lowest first "
+                                     "(e.g. --level leaf=topology.kubernetes.io/rack)")
+        return NO_LEVELS
+    names = [name for name, _ in pairs]
+    check_unique_levels(names)
+    for name, key in pairs:
+        if key == NODE_ID_LABEL:
+            raise DeepShareError(f"--level {name}={key}: every node has its own {key}; name a label its domain's "
+                                 "nodes share (e.g. topology.kubernetes.io/rack)")
+    over = level_numbers(oversubscription, "--oversubscription", names, 1, 1e6,
+                         "a ratio from 1 to 1,000,000 (2 means 2:1)")
+    uplink = level_numbers(uplink_gbps, "--uplink-gbps", names, 0, 1e9, "Gbit/s from 0 (non-blocking) to 1,000,000,000")
+    check_level_options(names, over, uplink, nvlink)
+    return LabelLevels(
+        tuple(Level(name, nvlink=(i == 0 and nvlink is not None), uplink_gbps=uplink.get(name, 0.0),
+                    oversubscription=over.get(name, 0.0)) for i, name in enumerate(names)),
+        tuple(key for _, key in pairs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +104,8 @@ class RayNode:
     name: str
     ip: str
     gpus: int
+    domain_labels: tuple[str | None, ...] = ()
+    """The value of each level's label on it (:class:`LabelLevels` order), None where it has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +114,8 @@ class ClusterState:
 
     topology: Topology
     nodes: tuple[RayNode, ...]
+    levels: LabelLevels = NO_LEVELS
+    """The labels the topology's levels were read from (empty: the single ``rack`` level)."""
 
     def index(self, name: str) -> int | None:
         for i, node in enumerate(self.nodes):
@@ -64,6 +142,15 @@ class ClusterState:
     def to_alloc(self, placement: Placement) -> tuple[tuple[str, int], ...]:
         return tuple((self.nodes[i].name, g) for i, g in placement.alloc)
 
+    def unlabelled(self) -> list[tuple[str, str, list[str]]]:
+        """``(level, label key, names of the GPU nodes without that label)`` for each level some node lacks."""
+        missing = []
+        for i, (spec, key) in enumerate(zip(self.levels.levels, self.levels.labels)):
+            names = [n.name for n in self.nodes if n.domain_labels[i] is None]
+            if names:
+                missing.append((spec.name, key, names))
+        return missing
+
 
 def _label_float(labels: Mapping[str, str], key: str, default: float) -> float:
     try:
@@ -72,8 +159,16 @@ def _label_float(labels: Mapping[str, str], key: str, default: float) -> float:
         return default
 
 
-def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray") -> ClusterState:
-    """Build the state from ``ray.nodes()`` entries (a pure function: tests feed it dicts)."""
+def _domain_label(labels: Mapping[str, Any], key: str) -> str | None:
+    value = labels.get(key)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()
+
+
+def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", levels: LabelLevels = NO_LEVELS) -> ClusterState:
+    """Build the state from ``ray.nodes()`` entries (a pure function: tests feed it dicts), the
+    fabric's levels read from the node labels ``levels`` names (see the module doc)."""
     alive = [n for n in ray_nodes if n.get("Alive") and int(n.get("Resources", {}).get("GPU", 0)) > 0]
     base = [str(n.get("Labels", {}).get(NAME_LABEL) or n.get("NodeName") or n.get("NodeManagerAddress") or "node")
             for n in alive]
@@ -83,26 +178,33 @@ def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray") -> C
         found.append((b if repeats[b] == 1 else f"{b}-{str(n['NodeID'])[:8]}", n))
     found.sort(key=lambda item: item[0])
     t = TESTBED_NODE_TYPE
+    # The switch a node hangs off names its rack (as in a cluster spec with levels): its path above
+    # the NVLink level.
+    first = 1 if levels.levels and levels.levels[0].nvlink and len(levels.levels) > 1 else 0
     nodes, ray_list = [], []
     for i, (node_name, n) in enumerate(found):
         labels = n.get("Labels", {}) or {}
         gpus = int(n["Resources"]["GPU"])
         fabric = labels.get(LABEL_PREFIX + "fabric", t.fabric)
+        values = tuple(_domain_label(labels, key) for key in levels.labels)
+        domains = tuple(v if v is not None else f"{UNLABELLED}{node_name}" for v in values)
+        rack = labels.get(LABEL_PREFIX + "rack") or ("/".join(reversed(domains[first:])) if domains else "rack0")
         nodes.append(Node(
-            index=i, name=node_name, gpus=gpus, rack=labels.get(LABEL_PREFIX + "rack", "rack0"), node_type="ray",
+            index=i, name=node_name, gpus=gpus, rack=rack, node_type="ray",
             gpu_model=labels.get(LABEL_PREFIX + "gpu-model", "unknown"),
             fabric=fabric if fabric in ("pcie", "nvlink") else t.fabric,
             pcie_switches=max(1, int(_label_float(labels, "pcie-switches", 1))),
             intra_node_gbps=_label_float(labels, "intra-node-gbps", t.intra_node_gbps),
             nvlink_gbps=_label_float(labels, "nvlink-gbps", t.nvlink_gbps),
             nic_gbps=_label_float(labels, "nic-gbps", t.nic_gbps),
+            domains=domains,
         ))
         ray_list.append(RayNode(node_id=str(n["NodeID"]), name=node_name, ip=str(n.get("NodeManagerAddress", "")),
-                                gpus=gpus))
-    return ClusterState(Topology(name, tuple(nodes)), tuple(ray_list))
+                                gpus=gpus, domain_labels=values))
+    return ClusterState(Topology(name, tuple(nodes), levels=levels.levels), tuple(ray_list), levels)
 
 
-def current_cluster() -> ClusterState:
+def current_cluster(levels: LabelLevels = NO_LEVELS) -> ClusterState:
     import ray
 
-    return read_cluster(ray.nodes())
+    return read_cluster(ray.nodes(), levels=levels)

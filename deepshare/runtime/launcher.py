@@ -6,18 +6,32 @@ node of the placement, pinned to that node with a ``ray.io/node-id`` label selec
 decided GPUs) and the detached worker actors ``ds-<job>-a<attempt>-r<rank>`` (``num_gpus=1``
 from the bundle, ``num_cpus=0``). Ranks are numbered bundle by bundle, rank 0 on the first.
 
+A job whose spec has a ``required_level`` that the cluster reads from a node label
+(:class:`~deepshare.runtime.cluster.LabelLevels`) gets one more constraint, so that Ray itself
+keeps the gang inside one domain of that level (:func:`placement_group_args`): with a Ray whose
+``placement_group`` takes ``topology_strategy`` (2.60 and later),
+``topology_strategy={LABEL_KEY: "STRICT_PACK", "ray.io/node-id": "PACK"}`` (instead of
+``strategy``, which Ray forbids beside it); with an older Ray, ``LABEL_KEY: <domain>`` added to
+every bundle's label selector. The per-node ``ray.io/node-id`` pinning stays either way. A
+placement on a node without the label (a domain of its own, one node) gets no such constraint.
+
+A gang is never half-started: the workers are created only once the whole placement group is
+ready; a group not ready within ``pg_timeout_s`` is removed and the job requeued (a wait for
+capacity, :class:`LaunchError` with ``counts=False``).
+
 :class:`RayLauncher` bundles these functions as the control loop's
 :class:`~deepshare.runtime.ports.Launcher`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
-from deepshare.runtime.cluster import NODE_ID_LABEL, ClusterState, current_cluster
+from deepshare.runtime.cluster import NO_LEVELS, NODE_ID_LABEL, ClusterState, LabelLevels, current_cluster
 from deepshare.runtime.logs import rank_log_path
 from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir
 from deepshare.runtime.worker import JobWorker, Report, StartOutcome, WorkerLaunch, WorkerStatus, python_argv
@@ -80,6 +94,60 @@ def _remote_worker() -> Any:
     return ray.remote(JobWorker)
 
 
+@functools.lru_cache(maxsize=1)
+def supports_topology_strategy() -> bool:
+    """Whether the installed Ray's ``placement_group`` takes ``topology_strategy`` (Ray 2.60+)."""
+    import inspect
+
+    from ray.util import placement_group
+
+    try:
+        return "topology_strategy" in inspect.signature(placement_group).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a wrapper without a signature
+        return False
+
+
+def required_domain(spec: LiveJobSpec, alloc: Sequence[tuple[str, int]], cluster: ClusterState) -> tuple[str, str] | None:
+    """``(label key, label value)`` of the one domain the gang must stay inside, or None when it
+    needs no constraint: no ``required_level``, a level not read from a label, or a placement on a
+    node without the label (a domain of its own: then the placement is that one node).
+    :class:`LaunchError` when the placement's nodes carry different values (a decision that breaks
+    the request; the loop's checks keep it from happening)."""
+    level = spec.required_level
+    key = cluster.levels.label(level) if level is not None else None
+    if key is None:
+        return None
+    i = [lv.name for lv in cluster.levels.levels].index(level)
+    values = [cluster.node(name).domain_labels[i] for name, _ in alloc]
+    distinct = sorted({v for v in values if v is not None})
+    if not values or len(distinct) != len(set(values)):  # a node without the label
+        return None
+    if len(distinct) != 1:
+        raise LaunchError(f"placement {list(alloc)} spans {level} domains {', '.join(distinct)} ({key}); "
+                          "the job requires one")
+    return key, distinct[0]
+
+
+def placement_group_args(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]],
+                         cluster: ClusterState, topology_strategy: bool) -> dict[str, Any]:
+    """The keyword arguments of ``ray.util.placement_group`` for this run (see the module doc):
+    one bundle per node pinned by ``ray.io/node-id``, and for a required level either
+    ``topology_strategy`` (when ``topology_strategy`` is True: the installed Ray takes it) or the
+    domain's label in every bundle's selector. A pure function: tests call it without Ray."""
+    selectors = [{NODE_ID_LABEL: cluster.node(name).node_id} for name, _ in alloc]
+    args: dict[str, Any] = dict(bundles=[{"GPU": float(g)} for _, g in alloc], name=pg_name(job_id, attempt),
+                                lifetime="detached", bundle_label_selector=selectors)
+    domain = required_domain(spec, alloc, cluster)
+    if domain is not None and topology_strategy:
+        args["topology_strategy"] = {domain[0]: "STRICT_PACK", NODE_ID_LABEL: "PACK"}  # not with `strategy`
+        return args
+    if domain is not None:
+        for selector in selectors:
+            selector[domain[0]] = domain[1]
+    args["strategy"] = "PACK"
+    return args
+
+
 def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]], cluster: ClusterState,
            settings: LaunchSettings, working_dir: str | None) -> None:
     """Create the run; on any failure remove what was created and raise :class:`LaunchError`."""
@@ -87,13 +155,14 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
     from ray.util import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    bundles = [{"GPU": float(g)} for _, g in alloc]
-    selectors = [{NODE_ID_LABEL: cluster.node(name).node_id} for name, _ in alloc]
     try:
-        pg = placement_group(bundles, strategy="PACK", name=pg_name(job_id, attempt), lifetime="detached",
-                             bundle_label_selector=selectors)
-        if not pg.wait(settings.pg_timeout_s):
-            raise LaunchError(f"GPUs {list(alloc)} not granted within {settings.pg_timeout_s:g} s", counts=False)
+        args = placement_group_args(job_id, attempt, spec, alloc, cluster, supports_topology_strategy())
+        pg = placement_group(**args)
+        if not pg.wait(settings.pg_timeout_s):  # removed by the teardown below: never half-started
+            domain = required_domain(spec, alloc, cluster)
+            inside = f" inside {spec.required_level} domain {domain[1]}" if domain else ""
+            raise LaunchError(f"GPUs {list(alloc)}{inside} not granted within {settings.pg_timeout_s:g} s",
+                              counts=False)
         Worker = _remote_worker()
         actors, placed = [], []
         rank = 0
@@ -210,10 +279,24 @@ def teardown(job_id: str, attempt: int, world: int) -> None:
 
 class RayLauncher:
     """The :class:`~deepshare.runtime.ports.Launcher` on Ray: this module's functions, and the
-    alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.current_cluster`)."""
+    alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.current_cluster`),
+    the fabric's levels read from the node labels ``levels`` names. A GPU node without a level's
+    label is logged once (a warning: it is a domain of its own at that level)."""
+
+    def __init__(self, levels: LabelLevels = NO_LEVELS) -> None:
+        self.levels = levels
+        self._warned: set[tuple[str, str]] = set()
 
     def cluster(self) -> ClusterState:
-        return current_cluster()
+        state = current_cluster(self.levels)
+        for level, key, names in state.unlabelled():
+            new = [n for n in names if (level, n) not in self._warned]
+            if new:
+                self._warned.update((level, n) for n in new)
+                shown = ", ".join(new[:10]) + (f" and {len(new) - 10} more" if len(new) > 10 else "")
+                log.warning("GPU node(s) %s have no label %s (--level %s=%s): each is a %s domain of its own, "
+                            "which a gang requiring %s can use only alone", shown, key, level, key, level, level)
+        return state
 
     def launch(self, job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]],
                cluster: ClusterState, settings: LaunchSettings, working_dir: str | None) -> None:

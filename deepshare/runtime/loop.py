@@ -54,6 +54,7 @@ from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.errors import DeepShareError, InfeasibleDecision
+from deepshare.core.fabric import Fabric
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
@@ -454,12 +455,16 @@ class ControlLoop:
             remaining_s=self._remaining_s(job), attained_gpu_s=attained, preemptions=job.preemptions,
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
             estimate_s=job.spec.estimate_s, user=job.spec.user, group=job.spec.group, vc=job.spec.vc,
+            topology=job.spec.topology,
         )
 
-    def _known_or_isolate(self, job: JobRecord, placement: Placement | None) -> KnownJob | None:
+    def _known_or_isolate(self, job: JobRecord, placement: Placement | None, fabric: Fabric) -> KnownJob | None:
         """:meth:`_known`, or None after isolating the job when its numbers cannot be made into a
-        view (a job's data must not stop the tick; see the module doc)."""
+        view, or its topology request names levels ``fabric`` lacks (a job's data must not stop
+        the tick; see the module doc)."""
         try:
+            if not job.spec.topology.empty:
+                job.spec.topology.check(fabric, job.spec.gpus, "its topology request")
             known = self._known(job, placement)
             for name in ("remaining_s", "attained_gpu_s", "last_run_s", "submit_time", "queued_since"):
                 if not math.isfinite(getattr(known, name)):
@@ -483,7 +488,7 @@ class ControlLoop:
                 continue
             for node, g in placement.alloc:
                 free[node] = max(0, free[node] - g)
-            known = self._known_or_isolate(job, placement)
+            known = self._known_or_isolate(job, placement, cluster.topology.fabric)
             if known is not None:
                 known_running.append(known)
         if link_load is None:
@@ -494,7 +499,8 @@ class ControlLoop:
                 cluster.topology, [(j.job_id, j.model, j.gpus, j.placement) for j in known_running], link_load)
         return build_view(
             cluster.topology, self.catalog, contention, self.journal.now() - self.journal.epoch, free,
-            [k for k in (self._known_or_isolate(j, None) for j in queued) if k is not None], known_running,
+            [k for k in (self._known_or_isolate(j, None, cluster.topology.fabric) for j in queued) if k is not None],
+            known_running,
             future_events=True, link_load=link_load,
             durations="estimated", history=self._read_history(),
         )

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.policies.base import Policy
-from deepshare.runtime.cluster import ClusterState
+from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
 from deepshare.runtime.journal import Journal
 from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
@@ -44,6 +44,10 @@ class ServiceConfig:
     local_nodes: int | None = None
     """With ``local_gpus_per_node``: start a fake local cluster of this many nodes instead of joining one."""
     local_gpus_per_node: int = 4
+    local_labels: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``--local-label``: ``(label key, (value on node 0, ...))``; an empty value: no label on that node."""
+    levels: LabelLevels = NO_LEVELS
+    """The fabric's levels and the node labels naming their domains (``--level``; empty: one ``rack`` level)."""
     host: str = "127.0.0.1"
     port: int = 8470
     allowed_hosts: tuple[str, ...] = ()
@@ -131,7 +135,7 @@ def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
         if config.local_nodes is not None:
             from deepshare.runtime.localcluster import LocalCluster
 
-            local = LocalCluster(config.local_nodes, config.local_gpus_per_node)
+            local = LocalCluster(config.local_nodes, config.local_gpus_per_node, labels=dict(config.local_labels))
             cleanup.callback(local.shutdown)
             return local.start()
         import ray
@@ -190,7 +194,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     metrics = SchedulerMetrics(__version__, policy_name, journal.counts)
     loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
                                                                               log_dir=config.state_dir))
-    ray_launcher = RayLauncher()
+    ray_launcher = RayLauncher(config.levels)
     catalog, contention = default_catalog(), make_contention(config.contention)
     learning = None
     if config.contention_knowledge == "learned":
@@ -218,7 +222,8 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
     cluster = ray_launcher.cluster()
     announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
-             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; state {config.state_dir}; "
+             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; "
+             f"{'fabric levels ' + config.levels.describe() + '; ' if config.levels.levels else ''}state {config.state_dir}; "
              f"token {'in ' + str(token_file) if token_file else 'from $DEEPSHARE_SCHEDULER_TOKEN'})")
     if reattached or requeued:
         announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")

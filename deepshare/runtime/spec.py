@@ -4,7 +4,9 @@ Named ``LiveJobSpec`` to keep it apart from the core's trace-level :class:`~deep
 a live job also says what to run (a Python callable ``module:function`` or a command), where its
 checkpoints live and, optionally, what a scheduler may know of it before it runs: an estimate or
 time limit of its run time (``requested_s``), how much work it has (``total_samples``), and who
-runs it (``user``, ``vc``) and which recurring job it is (``group``). These are self-reported:
+runs it (``user``, ``vc``) and which recurring job it is (``group``), and where in the cluster's
+fabric it must or should run (``required_level``, ``preferred_level``, ``slice_size`` with
+``slice_level``: a :class:`~deepshare.core.fabric.TopologyRequest`). These are self-reported:
 a submitter who lies about them changes only its own jobs' predicted lengths (and so their
 priority under SRSF-on-estimate and QSSF), as on any cluster that takes user estimates.
 """
@@ -18,8 +20,9 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
-from deepshare.core.bounds import MAX_DURATION_S, MAX_SAMPLES
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.yamlspec import format_validation_error, parse_yaml_model
 
@@ -74,8 +77,20 @@ class LiveJobSpec(BaseModel):
     group: Optional[str] = Field(default=None, min_length=1, max_length=256,
                                  description="a recurring job's tag: same script, parameters and data")
     vc: Optional[str] = Field(default=None, min_length=1, max_length=256, description="virtual cluster or team")
+    required_level: Optional[str] = Field(default=None, min_length=1, max_length=256,
+                                          description="all its GPUs inside one domain of this fabric level, or it "
+                                          "waits (not with preferred_level)")
+    preferred_level: Optional[str] = Field(default=None, min_length=1, max_length=256,
+                                           description="inside one domain of this fabric level if one has room, "
+                                           "else anywhere (not with required_level)")
+    slice_size: Optional[int] = Field(default=None, ge=1, le=MAX_JOB_GPUS,
+                                      description="its GPUs in slices of this many, each inside one domain of "
+                                      "slice_level (gpus a multiple of it; with slice_level)")
+    slice_level: Optional[str] = Field(default=None, min_length=1, max_length=256,
+                                       description="the fabric level each slice stays inside (with slice_size)")
 
-    @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env", "user", "group", "vc")
+    @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env", "user", "group", "vc",
+                     "required_level", "preferred_level", "slice_level")
     @classmethod
     def _no_control(cls, v: Any) -> Any:
         values = v if isinstance(v, list) else [*v.keys(), *v.values()] if isinstance(v, dict) else [v]
@@ -119,7 +134,21 @@ class LiveJobSpec(BaseModel):
             raise ValueError("give exactly one of entrypoint ('module:function') and command (a list)")
         if self.requested_s is not None and self.expected_duration_s is not None:
             raise ValueError("give requested_s or its older name expected_duration_s, not both")
+        if self.required_level is not None and self.preferred_level is not None:
+            raise ValueError("give required_level or preferred_level, not both")
+        if (self.slice_size is None) != (self.slice_level is None):
+            raise ValueError("slice_size and slice_level go together: give both or neither")
+        if self.slice_size is not None and self.gpus % self.slice_size:
+            raise ValueError(f"gpus ({self.gpus}) must be a multiple of slice_size ({self.slice_size})")
         return self
+
+    @property
+    def topology(self) -> TopologyRequest:
+        """Its topology request (``NO_TOPOLOGY`` when it asks nothing); the level names are the
+        cluster's to check."""
+        if self.required_level is None and self.preferred_level is None and self.slice_size is None:
+            return NO_TOPOLOGY
+        return TopologyRequest(self.required_level, self.preferred_level, self.slice_size, self.slice_level)
 
     @property
     def estimate_s(self) -> Optional[float]:

@@ -319,3 +319,14 @@ def test_the_worker_refuses_a_socket(worker):
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(worker.control / "report.json"))
         assert "cannot open report.json" in worker._report().problem  # ENXIO: a socket cannot be opened
+
+
+def test_a_job_asking_for_a_level_the_cluster_lacks_is_isolated_with_the_reason(tmp_path):
+    rig = Rig(tmp_path / "state")
+    odd = rig.submit("odd", 2, required_level="leaf")  # the fake cluster's fabric has one level, rack
+    ok = rig.submit("ok", 2)
+    report = rig.loop.tick()
+    assert report.launched == (ok,)
+    job = rig.journal.get(odd)
+    assert job.state is JobState.FAILED
+    assert "unknown fabric level 'leaf'; this cluster's levels are rack" in job.error
