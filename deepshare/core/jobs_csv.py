@@ -7,7 +7,9 @@ out of order, not the whole trace). The file is written as a temporary file in t
 folder and renamed over the target by :meth:`JobsCsvStream.commit`, so a reader sees the old
 file or the whole new one; a run that fails leaves no partial file behind. A target that
 exists and is not a regular file (a device, FIFO, socket or folder) is refused before anything
-is written (:func:`~deepshare.core.files.check_output_path`).
+is written (:func:`~deepshare.core.files.check_output_path`). On a cluster whose fabric has more
+than one level the header ends with ``placement`` and ``domains_<level>`` per level
+(:func:`~deepshare.core.metrics.csv_columns`): give the stream the fabric's level names.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import os
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import Sequence
 
 from deepshare.core.atomic import _mode_for, temp_prefix
 from deepshare.core.files import check_output_path
-from deepshare.core.metrics import CSV_COLUMNS, JobRecord, csv_row
+from deepshare.core.metrics import JobRecord, csv_columns, csv_row
 from deepshare.core.errors import DeepShareError
 
 
@@ -28,8 +31,11 @@ class JobsCsvStream:
     """Use as ``with JobsCsvStream(path) as out: Simulator(..., on_record=out.add).run(...)``:
     the file is committed when the block ends normally and discarded when it raises."""
 
-    def __init__(self, path: str | os.PathLike[str], what: str = "per-job table") -> None:
+    def __init__(self, path: str | os.PathLike[str], what: str = "per-job table", levels: Sequence[str] = ()) -> None:
+        """``levels``: the cluster's fabric level names, lowest first (their ``domains_<level>``
+        columns and ``placement`` are written when there is more than one)."""
         self.target = Path(path)
+        self._columns = csv_columns(levels)
         self._what = what
         check_output_path(self.target, what)
         folder = self.target.parent if str(self.target.parent) else Path(".")
@@ -42,7 +48,7 @@ class JobsCsvStream:
         self._next = 0
         self._held: dict[int, JobRecord] = {}
         self._closed = False
-        self._write(CSV_COLUMNS)
+        self._write(self._columns)
 
     def _error(self, exc: OSError) -> DeepShareError:
         return DeepShareError(f"{self.target}: cannot write {self._what}: {exc.strerror or exc}")
@@ -64,10 +70,10 @@ class JobsCsvStream:
         if index != self._next:
             self._held[index] = record
             return
-        self._write(csv_row(record))
+        self._write(csv_row(record, self._columns))
         self._next += 1
         while self._next in self._held:
-            self._write(csv_row(self._held.pop(self._next)))
+            self._write(csv_row(self._held.pop(self._next), self._columns))
             self._next += 1
 
     def commit(self) -> Path:
@@ -75,7 +81,7 @@ class JobsCsvStream:
         if self._closed:
             raise DeepShareError(f"{self.target}: {self._what} was already closed")
         for index in sorted(self._held):
-            self._write(csv_row(self._held[index]))
+            self._write(csv_row(self._held[index], self._columns))
         self._held.clear()
         try:
             self._fh.flush()

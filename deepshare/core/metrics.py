@@ -17,6 +17,22 @@ Definitions (all times in seconds):
 * **contention slowdown** of a job = productive time / the time it would have taken at
   ratio 1 on the same placements (1 / time-weighted mean ratio); the report averages it over
   finished jobs.
+
+Fabric and gang metrics (issue 36; every cluster has them, the table shows them on multi-level
+fabrics and when jobs of at least :data:`LARGE_GANG_GPUS` GPUs finished):
+
+* **fragmentation** = the integral over time of the GPU count of the smallest queued job, at
+  every moment when that job asks for no more GPUs than are free in the whole cluster (free
+  GPUs that could hold a waiting gang by their count, left idle because no domain of its
+  required level, or no placement its policy accepts, holds it; equally a policy that chose to
+  wait). In GPU-seconds, and as a share of the capacity over the makespan (``gpu_util``'s
+  denominator). Counting only the smallest such job's GPUs makes it a lower bound on the
+  stranded capacity.
+* **cross-domain share** at a fabric level = the GPU-seconds held by jobs whose placement spans
+  more than one domain of that level / all GPU-seconds held (``gpu_util``'s numerator). Domains
+  nest, so it never rises from a level to the one above; single-node jobs never count.
+* **large gangs' queueing** = the mean and p95 of the queueing delay of the finished jobs of at
+  least :data:`LARGE_GANG_GPUS` GPUs, and how many there were.
 """
 
 from __future__ import annotations
@@ -44,6 +60,11 @@ class JobRecord:
     preemptions: int
     migrations: int
     rejected: bool
+    placement: str = ""
+    """The node names of the job's last run, joined by ``;`` (``n0;n1``); empty if it never ran."""
+    domains: tuple[int, ...] = ()
+    """How many domains of each fabric level (lowest first) its last placement spanned; empty if
+    it never ran (or nothing recorded it: a live record)."""
 
     @property
     def jct_s(self) -> float | None:
@@ -65,6 +86,9 @@ class JobRecord:
             return None
         return self.finish_s - self.first_start_s
 
+
+LARGE_GANG_GPUS = 64
+"""The GPU count from which a job is a large gang (its queueing delay is reported apart)."""
 
 REPORT_KEYS = (
     "jobs", "finished", "rejected", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
@@ -95,30 +119,76 @@ class MetricsReport:
     useful_util: float = 0.0
     """Useful-work utilisation (module docstring); after ``records`` so that positional
     construction keeps working."""
+    fragmentation_gpu_s: float = 0.0
+    """GPU-seconds free while the smallest queued job fitted in the free GPUs by count and
+    waited: the integral of its GPU count over those times (module docstring)."""
+    fragmentation_share: float = 0.0
+    """``fragmentation_gpu_s`` / (GPUs x makespan), the capacity ``gpu_util`` divides by."""
+    cross_domain_share: tuple[tuple[str, float], ...] = ()
+    """Per fabric level, lowest first: ``(level, share of the allocated GPU-seconds held by
+    placements spanning more than one domain of that level)``. In the JSON as one key per
+    level, ``cross_domain_share_<level>``; empty when the report knows no fabric."""
+    large_gang_jobs: int = 0
+    """Finished jobs of at least :data:`LARGE_GANG_GPUS` GPUs (the two values below are theirs)."""
+    large_gang_avg_queue_s: float | None = None
+    """Mean queueing delay of those jobs (None when there are none)."""
+    large_gang_p95_queue_s: float | None = None
+    """p95 queueing delay of those jobs (None when there are none)."""
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The fabric's level names, lowest first (empty when the report knows no fabric)."""
+        return tuple(level for level, _ in self.cross_domain_share)
 
     def to_dict(self) -> dict[str, object]:
-        """Every scalar metric (the ``--json`` document); per-job records are left out."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
+        """Every scalar metric (the ``--json`` document); per-job records are left out and the
+        per-level cross-domain shares are flattened to ``cross_domain_share_<level>`` keys."""
+        doc: dict[str, object] = {}
+        for f in fields(self):
+            if f.name == "cross_domain_share":
+                doc.update((f"cross_domain_share_{level}", share) for level, share in self.cross_domain_share)
+            elif f.name != "records":
+                doc[f.name] = getattr(self, f.name)
+        return doc
 
     def jobs_csv(self) -> str:
         """The per-job table as CSV text (the ``--jobs-csv`` file)."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
+        columns = csv_columns(self.levels)
+        writer.writerow(columns)
         for r in self.records:
-            writer.writerow(csv_row(r))
+            writer.writerow(csv_row(r, columns))
         return out.getvalue()
 
 
-CSV_COLUMNS = [f.name for f in fields(JobRecord)] + ["jct_s", "queue_s", "service_jct_s"]
-"""The ``--jobs-csv`` header."""
+_RECORD_ONLY = ("placement", "domains")
+"""JobRecord fields that are not base columns (written at the end, on multi-level fabrics only)."""
+
+CSV_COLUMNS = [f.name for f in fields(JobRecord) if f.name not in _RECORD_ONLY] + ["jct_s", "queue_s", "service_jct_s"]
+"""The ``--jobs-csv`` header of a cluster whose fabric has one level (every flat cluster)."""
 
 
-def csv_row(r: JobRecord) -> list[object]:
-    """One ``--jobs-csv`` row (None as an empty field)."""
+def csv_columns(levels: Sequence[str] = ()) -> list[str]:
+    """The ``--jobs-csv`` header for a fabric of ``levels`` (lowest first): :data:`CSV_COLUMNS`,
+    then, when there is more than one level, ``placement`` (the node names of the job's last run,
+    ``;``-separated) and ``domains_<level>`` for each level (how many domains of it that
+    placement spanned; empty for a job that never ran)."""
+    if len(levels) <= 1:
+        return CSV_COLUMNS
+    return [*CSV_COLUMNS, "placement", *(f"domains_{level}" for level in levels)]
+
+
+def csv_row(r: JobRecord, columns: Sequence[str] = CSV_COLUMNS) -> list[object]:
+    """One ``--jobs-csv`` row under the header ``columns`` (None as an empty field)."""
     row = asdict(r)
     row.update(jct_s=r.jct_s, queue_s=r.queue_s, service_jct_s=r.service_jct_s)
-    return ["" if row[n] is None else row[n] for n in CSV_COLUMNS]
+    out = ["" if row[n] is None else row[n] for n in columns[:len(CSV_COLUMNS)]]
+    if len(columns) > len(CSV_COLUMNS):
+        out.append(r.placement)
+        levels = len(columns) - len(CSV_COLUMNS) - 1
+        out.extend(r.domains if len(r.domains) == levels else [""] * levels)
+    return out
 
 
 class UtilTimeline(Sequence[tuple[float, int]]):
@@ -243,11 +313,14 @@ def build_report(
     policy: str = "",
     decisions: int = 0,
     events: int = 0,
+    fragmentation_gpu_s: float = 0.0,
+    cross_domain_gpu_s: Sequence[tuple[str, float]] = (),
 ) -> MetricsReport:
     """The report of ``records`` (the per-job records are kept in it)."""
     return report_from_columns(
         ReportColumns.of(records), total_gpus=total_gpus, busy_gpu_s=busy_gpu_s, policy=policy,
         decisions=decisions, events=events, records=tuple(records),
+        fragmentation_gpu_s=fragmentation_gpu_s, cross_domain_gpu_s=cross_domain_gpu_s,
     )
 
 
@@ -260,8 +333,14 @@ def report_from_columns(
     decisions: int = 0,
     events: int = 0,
     records: tuple[JobRecord, ...] = (),
+    fragmentation_gpu_s: float = 0.0,
+    cross_domain_gpu_s: Sequence[tuple[str, float]] = (),
 ) -> MetricsReport:
-    """The report of the jobs in ``cols``; every value as the module docstring defines it."""
+    """The report of the jobs in ``cols``; every value as the module docstring defines it.
+
+    ``fragmentation_gpu_s``: the fragmentation integral (the simulator's). ``cross_domain_gpu_s``:
+    per fabric level, lowest first, ``(level, GPU-seconds held by placements spanning more than
+    one of its domains)``; divided by ``busy_gpu_s`` into the report's shares."""
     done = ~np.isnan(cols.finish)
     finish = cols.finish[done]
     jcts = finish - cols.submit[done]
@@ -274,6 +353,9 @@ def report_from_columns(
     useful_gpu_s = sum((gpus * cols.productive[done] * ratio).tolist())
     useful = useful_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0
     queue = jcts - cols.gpu_time[done] / gpus
+    queue = np.where(queue > 0, queue, 0.0)
+    large = queue[gpus >= LARGE_GANG_GPUS]
+    capacity = total_gpus * makespan
     return MetricsReport(
         policy=policy,
         jobs=len(cols),
@@ -283,7 +365,7 @@ def report_from_columns(
         p50_jct_s=_pct(jcts, 50),
         p95_jct_s=_pct(jcts, 95),
         p99_jct_s=_pct(jcts, 99),
-        avg_queue_s=_mean(np.where(queue > 0, queue, 0.0)),
+        avg_queue_s=_mean(queue),
         makespan_s=makespan,
         gpu_util=util,
         avg_slowdown=_mean(1.0 / ratio),
@@ -294,4 +376,11 @@ def report_from_columns(
         events=events,
         records=records,
         useful_util=useful,
+        fragmentation_gpu_s=fragmentation_gpu_s,
+        fragmentation_share=fragmentation_gpu_s / capacity if capacity > 0 else 0.0,
+        cross_domain_share=tuple((level, min(1.0, gpu_s / busy_gpu_s) if busy_gpu_s > 0 else 0.0)
+                                 for level, gpu_s in cross_domain_gpu_s),
+        large_gang_jobs=len(large),
+        large_gang_avg_queue_s=_mean(large),
+        large_gang_p95_queue_s=_pct(large, 95),
     )

@@ -27,6 +27,8 @@ control nothing of this happens.
 
 from __future__ import annotations
 
+import heapq
+import logging
 import math
 import weakref
 from dataclasses import dataclass, replace
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequenc
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import predictor, RunningJob
 from deepshare.core.events import EventKind, EventQueue
+from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.feasibility import check_decision
 from deepshare.core.history import FinishedJob, JobHistory
 from deepshare.core.information import ESTIMATE_FLOOR_S, EXACT, UNKNOWN_PRIOR_S, InformationModel, estimate_of
@@ -51,6 +54,8 @@ if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
     from deepshare.core.knowledge import SimulatedKnowledge
 from deepshare.core.workloads import Catalog, default_catalog
 
+
+log = logging.getLogger(__name__)
 
 _LEAST_WORK_S = 1e-9
 """Work given to a known job whose remaining time reads 0 in a view (a job spec needs some)."""
@@ -128,7 +133,7 @@ class SimJobState(Enum):
     RUNNING = "running"
     DONE = "done"
     REJECTED = "rejected"
-    """Asks for more GPUs than the cluster has: never runs."""
+    """Asks for more GPUs than the cluster has, or a topology the cluster can never give: never runs."""
 
 
 class _Placements(Mapping[str, Placement]):
@@ -165,6 +170,22 @@ class _Sizes(Mapping[str, int]):
         return len(self._jobs)
 
 
+class _Requests:
+    """The topology requests of the queued and running jobs that ask one, read through (for the
+    feasibility check; ``get`` is all it asks)."""
+
+    def __init__(self, *jobs: "dict[str, _Job]") -> None:
+        self._jobs = jobs
+
+    def get(self, job_id: str) -> TopologyRequest | None:
+        for jobs in self._jobs:
+            job = jobs.get(job_id)
+            if job is not None:
+                request = job.spec.topology
+                return None if request is NO_TOPOLOGY or request.empty else request
+        return None
+
+
 class _Job:
     """Mutable per-job simulation state (private to the simulator)."""
 
@@ -172,7 +193,7 @@ class _Job:
         "spec", "comm_class", "ref_thp", "work", "remaining", "state", "placement", "iso_rate",
         "ratio", "rate", "last_update", "stall_until", "version", "attained", "first_start",
         "finish", "preemptions", "migrations", "prod_time", "ratio_area", "queued_since",
-        "run_start", "last_run_s", "needs_restore", "index", "estimate", "belief",
+        "run_start", "last_run_s", "needs_restore", "index", "estimate", "belief", "last_placement", "spans",
     )
 
     def __init__(self, spec: JobSpec, catalog: Catalog, index: int, information: InformationModel = EXACT,
@@ -204,6 +225,10 @@ class _Job:
         self.run_start = 0.0
         self.last_run_s = 0.0
         self.needs_restore = False
+        self.last_placement: Placement | None = None
+        """Where it runs or last ran (None: it never ran)."""
+        self.spans: tuple[int, ...] = ()
+        """How many domains of each fabric level ``last_placement`` spans (set by the simulator)."""
 
     def sync(self, t: float) -> None:
         """Account progress, service and contention exposure up to time ``t``."""
@@ -216,8 +241,9 @@ class _Job:
         self.attained += self.spec.gpus * (t - self.last_update)
         self.last_update = t
 
-    def record(self, rejected: bool) -> JobRecord:
+    def record(self, rejected: bool, node_names: Sequence[str] = ()) -> JobRecord:
         spec = self.spec
+        last = self.last_placement
         return JobRecord(
             job_id=spec.job_id,
             model=spec.model,
@@ -231,6 +257,8 @@ class _Job:
             preemptions=self.preemptions,
             migrations=self.migrations,
             rejected=rejected,
+            placement="" if last is None or not node_names else ";".join([node_names[n] for n in last.nodes]),
+            domains=self.spans,
         )
 
     def make_view(self, now: float) -> JobView:
@@ -263,6 +291,7 @@ class _Job:
             spec.user,
             spec.group,
             spec.vc,
+            spec.topology,
         )
 
     def finished(self) -> FinishedJob:
@@ -328,6 +357,10 @@ class Simulator:
         del seen
         for model in dict.fromkeys(spec.model for spec in self._specs):
             self.catalog.resolve(model)  # unknown models are reported now, in trace order
+        self._refused: dict[int, str] = _refused_requests(topology, self._specs)
+        """Why a job's topology request can never be met here, by trace position (rejected on arrival)."""
+        self.rejections: dict[str, str] = {}
+        """Why each job rejected so far was (job id -> reason), in arrival order."""
         self._jobs: dict[str, _Job] = {}  # jobs that arrived and did not finish (state built at arrival)
         self._total_jobs = len(self._specs)
         factors = information.error_factors(self._total_jobs)
@@ -339,6 +372,8 @@ class Simulator:
             self._columns.gpus[i] = spec.gpus
         self._records: list[JobRecord | None] | None = [None] * self._total_jobs if keep_records else None
         self._on_record = on_record
+        self._record_names = self._node_names if keep_records or on_record is not None else ()
+        """Node names for the records' ``placement`` (none when no record is kept or streamed)."""
         self._free = list(topology.capacity)
         self._queue: dict[str, _Job] = {}
         self._queued_views: dict[str, JobView] = {}  # same keys and order as _queue
@@ -353,6 +388,23 @@ class Simulator:
         self._last_t = 0.0
         self.util_timeline = UtilTimeline()
         """(time, allocated GPUs) at every change: the utilisation-over-time curve."""
+        # Fabric and gang metrics (deepshare.core.metrics): the queued jobs' GPU counts as a
+        # multiset (count per size, and a heap of the sizes with lazy deletion) for the smallest
+        # one, the fragmentation integral, and per fabric level the GPU-seconds of finished runs
+        # whose placement spanned more than one of its domains.
+        fabric = topology.fabric
+        self._level_names = tuple(level.name for level in fabric.levels)
+        self._lowest_domain = [row[0] for row in fabric.node_domains]
+        self._domain_row = {row[0]: row for row in fabric.node_domains}
+        """A lowest-level domain's row of domains at every level (the same for all its nodes)."""
+        self._one_domain = (1,) * len(self._level_names)
+        self._cross_gpu_s = [0.0] * len(self._level_names)
+        self._waiting: dict[int, int] = {}
+        self._waiting_sizes: list[int] = []
+        self._frag_area = 0.0
+        self._total_gpus = topology.total_gpus
+        self._held_elsewhere = 0
+        """GPUs a view's free counts showed as held by work it does not list (:meth:`from_view`)."""
         self.decisions = 0
         self.events_processed = 0
         self._awaiting_decision = False
@@ -408,7 +460,7 @@ class Simulator:
         # then, so their arrivals sort before every future one's (and are skipped below).
         specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),
                          duration_s=max(v.remaining_s, _LEAST_WORK_S), user=v.user, group=v.group, vc=v.vc,
-                         requested_s=v.estimate_s) for v in known]
+                         requested_s=v.estimate_s, topology=v.topology) for v in known]
         # Built without rounds: the first one after now is scheduled below, in the original's phase.
         sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None),
                   history=view.history)
@@ -435,6 +487,7 @@ class Simulator:
         for node, free in enumerate(view.free):  # GPUs held by work the view does not show stay held
             if free > sim._free[node]:
                 raise DeepShareError(f"node {node}: the view has {free} GPUs free, its running jobs leave {sim._free[node]}")
+            sim._held_elsewhere += sim._free[node] - free
             sim._free[node] = free
         sim._decide_now = True  # the first advance() asks for the decision at view.now, as the view did
         return sim
@@ -557,6 +610,12 @@ class Simulator:
             changed |= self._start(job, placement, t, self.config.migrate_overhead_s)
         for launch in decision.launch:
             job = self._queue.pop(launch.job_id)
+            gpus = job.spec.gpus
+            waiting = self._waiting[gpus] - 1
+            if waiting:
+                self._waiting[gpus] = waiting
+            else:  # its size stays in the heap until it is the smallest
+                del self._waiting[gpus]
             self._release_pending()
             self._queue_log.remove(self._queued_views.pop(launch.job_id))
             overhead = self.config.preempt_overhead_s if job.needs_restore else self.config.start_overhead_s
@@ -634,7 +693,7 @@ class Simulator:
             cols = cols.copy()
             records = None if records is None else list(records)
             for job in self._jobs.values():
-                record = job.record(rejected=False)
+                record = job.record(False, self._node_names)
                 cols.set(job.index, record)
                 if records is not None:
                     records[job.index] = record
@@ -644,6 +703,9 @@ class Simulator:
                         spec = self._specs[i]
                         records[i] = JobRecord(spec.job_id, spec.model, spec.gpus, spec.submit_time,
                                                None, None, 0.0, 0.0, 1.0, 0, 0, False)
+        cross = list(self._cross_gpu_s)
+        for job in self._running.values():  # runs going on: their GPU-seconds up to the last event
+            self._add_cross(cross, job, self._last_t)
         return report_from_columns(
             cols,
             total_gpus=self.topology.total_gpus,
@@ -652,11 +714,13 @@ class Simulator:
             decisions=self.decisions,
             events=self.events_processed,
             records=() if records is None else tuple(records),  # type: ignore[arg-type]
+            fragmentation_gpu_s=self._frag_area,
+            cross_domain_gpu_s=tuple(zip(self._level_names, cross)),
         )
 
     def _retire(self, job: _Job, rejected: bool) -> None:
         """A finished or rejected job: its result into the columns, its state dropped."""
-        record = job.record(rejected)
+        record = job.record(rejected, self._record_names)
         self._columns.set(job.index, record)
         if self._records is not None:
             self._records[job.index] = record
@@ -698,6 +762,11 @@ class Simulator:
 
     def _arrive(self, job: _Job, t: float) -> None:
         if job.spec.gpus > self.topology.total_gpus:
+            why: str | None = f"it asks for {job.spec.gpus} GPUs and the cluster has {self.topology.total_gpus}"
+        else:
+            why = self._refused.get(job.index) if self._refused else None
+        if why is not None:
+            self.rejections[job.spec.job_id] = why
             job.state = SimJobState.REJECTED
             self._unfinished -= 1
             self._retire(job, rejected=True)
@@ -709,6 +778,11 @@ class Simulator:
         job.queued_since = t
         self._release_pending()
         self._queue[job.spec.job_id] = job
+        gpus = job.spec.gpus
+        waiting = self._waiting.get(gpus, 0)
+        if not waiting:
+            heapq.heappush(self._waiting_sizes, gpus)
+        self._waiting[gpus] = waiting + 1
         view = self._queued_views[job.spec.job_id] = job.make_view(t)
         self._queue_log.add(view)
 
@@ -722,9 +796,28 @@ class Simulator:
         self._rerate(changed, t)
         self._retire(job, rejected=False)
 
+    def _smallest_waiting(self) -> int:
+        """The GPU count of the smallest queued job (the queue is not empty)."""
+        sizes = self._waiting_sizes
+        while sizes[0] not in self._waiting:
+            heapq.heappop(sizes)
+        return sizes[0]
+
     # -- placement bookkeeping ---------------------------------------------------------------
     def _start(self, job: _Job, placement: Placement, t: float, overhead: float) -> set[str]:
         placement.take(self._free)
+        job.last_placement = placement
+        nodes = placement.nodes
+        if len(nodes) == 1:
+            job.spans = self._one_domain
+        else:  # domains nest: the lowest ones it spans decide every level's count
+            lowest = self._lowest_domain
+            spanned = {lowest[n] for n in nodes}
+            if len(spanned) == 1:
+                job.spans = self._one_domain
+            else:
+                rows = [self._domain_row[d] for d in spanned]
+                job.spans = (len(spanned), *[len({row[level] for row in rows}) for level in range(1, len(rows[0]))])
         self._busy += job.spec.gpus
         self._record_busy(t)
         job.state = SimJobState.RUNNING
@@ -743,6 +836,8 @@ class Simulator:
 
     def _stop(self, job: _Job, t: float) -> set[str]:
         job.sync(t)
+        if job.spans is not self._one_domain:  # spans several domains of some level
+            self._add_cross(self._cross_gpu_s, job, t)
         job.version += 1
         if job.rate > 0:
             self._live_events -= 1  # its pending completion is now stale
@@ -781,11 +876,28 @@ class Simulator:
             self._events.push(begin + left / job.rate, EventKind.COMPLETION, job_id, job.version)
             self._live_events += 1
 
+    def _add_cross(self, cross: list[float], job: _Job, t: float) -> None:
+        """Add the GPU-seconds of ``job``'s run up to ``t`` to ``cross`` at every level where its
+        placement spans more than one domain."""
+        held = job.spec.gpus * (t - job.run_start)
+        for level, count in enumerate(job.spans):
+            if count > 1:
+                cross[level] += held
+
     def _account_busy(self, t: float) -> None:
-        """Integrate allocated GPUs and jobs in the system over the time since the last event."""
+        """Integrate allocated GPUs, jobs in the system and fragmentation (the smallest queued
+        job's GPUs while they are free by count) over the time since the last event."""
         if t > self._last_t:
-            self._busy_area += self._busy * (t - self._last_t)
-            self._system_area += (len(self._queue) + len(self._running)) * (t - self._last_t)
+            dt = t - self._last_t
+            self._busy_area += self._busy * dt
+            self._system_area += (len(self._queue) + len(self._running)) * dt
+            if self._queue:
+                smallest = self._waiting_sizes[0]
+                if smallest not in self._waiting:
+                    smallest = self._smallest_waiting()
+                free = self._total_gpus - self._busy - self._held_elsewhere
+                if smallest <= free and (self._control is None or smallest <= sum(self._free)):
+                    self._frag_area += smallest * dt
             self._last_t = t
 
     def _record_busy(self, t: float) -> None:
@@ -795,5 +907,75 @@ class Simulator:
     def _validate(self, decision: Decision) -> None:
         check_decision(
             decision, self._free, _Placements(self._running), _Sizes(self._queue), self._node_names,
+            _Requests(self._queue, self._running), self.topology.fabric,
         )
 
+
+def topology_refusal(request: TopologyRequest, topology: Topology, gpus: int,
+                     _most: dict[TopologyRequest, int] | None = None) -> str | None:
+    """Why a job of ``gpus`` GPUs asking ``request`` can never run on ``topology`` even when
+    every GPU is free, or None when it can: a level the fabric lacks, GPUs that are not a multiple
+    of the slice size, a slice level above the required one (:meth:`TopologyRequest.check`), no
+    domain of the required level holding that many GPUs, or too few whole slices (each inside
+    one domain of the slice level) in the cluster or in any one required domain. A preferred
+    level never refuses a job: it is a preference. (``_most``: a cache of :func:`_most_gpus`.)"""
+    if request is NO_TOPOLOGY or request.empty:
+        return None
+    try:
+        request.check(topology.fabric, gpus, "its topology request")
+    except DeepShareError as exc:
+        return str(exc)
+    if request.required_level is None and request.slice_size is None:
+        return None  # a preference only
+    most = _most.get(request) if _most is not None else None
+    if most is None:
+        most = _most_gpus(request, topology)
+        if _most is not None:
+            _most[request] = most
+    if most >= gpus:
+        return None
+    if request.slice_size is not None:
+        where = f"one {request.required_level} domain" if request.required_level is not None else "the cluster"
+        return (f"its topology request: {gpus} GPUs in slices of {request.slice_size}, each inside one "
+                f"{request.slice_level} domain, and {where} holds at most {most} GPUs so")
+    return f"its topology request: {gpus} GPUs inside one {request.required_level} domain, and the largest has {most}"
+
+
+def _most_gpus(request: TopologyRequest, topology: Topology) -> int:
+    """The most GPUs a job asking ``request`` (its levels known to exist) could ever hold on
+    ``topology``: in one domain of its required level (else the whole cluster), counting only
+    whole slices inside each domain of its slice level when it asks for slices."""
+    fabric, capacity = topology.fabric, topology.capacity
+    if request.required_level is not None:
+        level = fabric.level_index(request.required_level)
+        scopes: list[Sequence[int]] = [fabric.domains[d].nodes for d in fabric.by_level[level]]
+    else:
+        scopes = [range(len(capacity))]
+    if request.slice_size is None or request.slice_level is None:
+        return max(sum(capacity[n] for n in nodes) for nodes in scopes)
+    size, slice_level = request.slice_size, fabric.level_index(request.slice_level)
+    best = 0
+    for nodes in scopes:
+        held: dict[int, int] = {}
+        for n in nodes:
+            d = fabric.node_domains[n][slice_level]
+            held[d] = held.get(d, 0) + capacity[n]
+        best = max(best, sum(g // size * size for g in held.values()))
+    return best
+
+
+def _refused_requests(topology: Topology, specs: Sequence[JobSpec]) -> dict[int, str]:
+    """Trace position -> why the job's topology request can never be met on ``topology``
+    (:func:`topology_refusal`); logged once, since a mistyped level name rejects every job that names it."""
+    refused: dict[int, str] = {}
+    most: dict[TopologyRequest, int] = {}
+    for i, spec in enumerate(specs):
+        if spec.topology is not NO_TOPOLOGY and spec.gpus <= topology.total_gpus:
+            why = topology_refusal(spec.topology, topology, spec.gpus, most)
+            if why is not None:
+                refused[i] = why
+    if refused:
+        first = next(iter(refused))
+        log.warning("%d job(s) ask for a topology cluster %r can never give and will be rejected; "
+                    "the first, job %r: %s", len(refused), topology.name, specs[first].job_id, refused[first])
+    return refused

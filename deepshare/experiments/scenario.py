@@ -73,7 +73,8 @@ def simulate(
     run ends; the report then keeps no per-job records). ``keep_records=False`` also drops them
     (a million-job run needs only the report's numbers)."""
     if jobs_csv is not None:
-        with JobsCsvStream(jobs_csv) as out:
+        levels = [level.name for level in scenario.fixed_topology.fabric.levels]
+        with JobsCsvStream(jobs_csv, levels=levels) as out:
             return _simulate(scenario, policy, progress, False, out.add)
     return _simulate(scenario, policy, progress, keep_records, None)
 
