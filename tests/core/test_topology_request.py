@@ -8,6 +8,8 @@ import logging
 
 import pytest
 
+from fabric_cases import TINY_CLOS_SPEC
+
 from deepshare.core.contention import make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
@@ -19,19 +21,7 @@ from deepshare.core.types import JobSpec
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
 
-# 2 spines x 2 leaves x 2 NVLink domains x 2 nodes x 4 GPUs: 64 GPUs, leaves of 16, NVLink domains of 8.
-SPEC = """
-name: tiny-clos
-node_types:
-  g: {gpus: 4, fabric: nvlink, nvlink_gbps: 7200, nic_gbps: 400}
-levels:
-  - {name: nvlink, nvlink: true}
-  - {name: leaf, oversubscription: 2}
-  - {name: spine}
-nodes:
-""" + "".join(
-    f"  - {{type: g, count: 2, prefix: s{s}l{l}n{n}-, domains: {{nvlink: n{n}, leaf: l{l}, spine: s{s}}}}}\n"
-    for s in range(2) for l in range(2) for n in range(2))
+SPEC = TINY_CLOS_SPEC
 TOPO = parse_topology(SPEC)
 HEADER = "job_id,submit_time,model,gpus,duration_s,total_samples"
 

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fabric_cases import TINY_CLOS_SPEC
+
 from deepshare.core.contention import make_contention
 from deepshare.core.errors import InfeasibleDecision
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest, request_violation
@@ -21,18 +23,7 @@ from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
 from deepshare.policies.placement import PLACEMENTS
 
-SPEC = """
-name: tiny-clos
-node_types:
-  g: {gpus: 4, fabric: nvlink, nvlink_gbps: 7200, nic_gbps: 400}
-levels:
-  - {name: nvlink, nvlink: true}
-  - {name: leaf, oversubscription: 2}
-  - {name: spine}
-nodes:
-""" + "".join(
-    f"  - {{type: g, count: 2, prefix: s{s}l{l}n{n}-, domains: {{nvlink: n{n}, leaf: l{l}, spine: s{s}}}}}\n"
-    for s in range(2) for l in range(2) for n in range(2))
+SPEC = TINY_CLOS_SPEC
 TOPO = parse_topology(SPEC)
 FABRIC = TOPO.fabric
 CATALOG = default_catalog()
