@@ -120,20 +120,18 @@ class HeuristicPolicy:
             candidates = sorted((j for j in view.running if j.job_id not in stopped and key(j) > rank),
                                 key=key, reverse=True)
 
-            def fits(after: list[int], gang: JobView = gang) -> bool:
-                return self.place(gang, after, view, ()) is not None
+            def place(after: list[int], gang: JobView = gang) -> Placement | None:
+                return self.place(gang, after, view, ())
 
-            found = preempt_plan.plan(gang, view, free, candidates, fits)
+            found = preempt_plan.plan(gang, view, free, candidates, place)
             if found is None:
                 continue
             for victim in found.victims:
                 victim.placement.release(free)  # type: ignore[union-attr]
                 stopped.add(victim.job_id)
                 preempt.append(victim.job_id)
-            placement = self.place(gang, free, view, ())
-            assert placement is not None  # plan() checked that it fits
-            placement.take(free)
-            extra.append(Launch(gang.job_id, placement))
+            found.placement.take(free)  # placed on exactly these free GPUs when planned
+            extra.append(Launch(gang.job_id, found.placement))
         return tuple(extra)
 
     def _decide_indexed(self, view: ClusterView, index: QueueIndex) -> Decision:

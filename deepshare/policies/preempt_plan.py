@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.fabric_place import candidate_domains
 
@@ -39,13 +40,15 @@ class Plan:
     victims: tuple[JobView, ...]
     cost: float
     """GPU-seconds the victims lose (their GPUs x ``restore_s``)."""
+    placement: Placement
+    """Where the gang goes once the victims are stopped."""
 
 
 def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequence[JobView],
-         fits: Callable[[list[int]], bool], restore_s: float = RESTORE_S) -> Plan | None:
+         place: Callable[[list[int]], Placement | None], restore_s: float = RESTORE_S) -> Plan | None:
     """The cheapest way to free one domain of ``gang``'s required level for it (see the module
     doc), or None. ``candidates``: running jobs the gang outranks, lowest-ranked first; ``free``:
-    the free GPUs now; ``fits(free_after)``: whether the gang is placed on those free GPUs."""
+    the free GPUs now; ``place(free_after)``: the gang's placement on those free GPUs, or None."""
     request = gang.topology
     if request.required_level is None:
         return None
@@ -78,10 +81,13 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
         for job in victims:
             for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
                 after[node] += gpus
-        if not fits(after) or next(candidate_domains(fabric, after, gang.gpus, level, request), None) is None:
+        if next(candidate_domains(fabric, after, gang.gpus, level, request), None) is None:
+            continue
+        placement = place(after)
+        if placement is None:
             continue
         cost = sum(job.gpus for job in victims) * restore_s
-        option = Plan(domain_index, victims, cost)
+        option = Plan(domain_index, victims, cost, placement)
         if best is None or (cost, len(victims), domain_index) < (best.cost, len(best.victims), best.domain):
             best = option
     return best
