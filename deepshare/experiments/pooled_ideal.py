@@ -13,14 +13,17 @@ within a few percent of it leaves little for any policy to win by placing jobs b
 
 Each job runs at the catalog's one-node throughput for its GPU count: the fastest isolated
 placement of any job that fits on one of the cluster's nodes (as the bound assumes); a job wider
-than a node gets the catalog's one-node figure extrapolated.
+than a node gets the catalog's one-node figure extrapolated. Jobs' topology requests are dropped:
+one node is one domain of every level, so every request is met there.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from deepshare.core.contention import make_contention
+from deepshare.core.fabric import NO_TOPOLOGY
 from deepshare.core.metrics import MetricsReport
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
@@ -34,7 +37,8 @@ def pooled_ideal_report(jobs: Sequence[JobSpec], total_gpus: int) -> MetricsRepo
     """The simulator's report for ``jobs`` on one pooled node of ``total_gpus`` GPUs (see above)."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(uniform(1, total_gpus), jobs, make_contention("none"), config=SimConfig(preempt_overhead_s=0.0))
+    pooled = [job if job.topology is NO_TOPOLOGY else replace(job, topology=NO_TOPOLOGY) for job in jobs]
+    sim = Simulator(uniform(1, total_gpus), pooled, make_contention("none"), config=SimConfig(preempt_overhead_s=0.0))
     return sim.run(make_policy(POOLED_POLICY))
 
 

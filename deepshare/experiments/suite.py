@@ -68,13 +68,14 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.jct_bound import avg_jct_bound
 from deepshare.core.simulator import Simulator
-from deepshare.core.topology import uniform
+from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import MIX_PRESETS, RecurrenceModel, generate, mix_preset
+from deepshare.core.traces.generator import parse_demand
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
     CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel,
@@ -85,6 +86,9 @@ from deepshare.experiments.pooled_ideal import pooled_ideal_avg_jct
 SUITE_SEED_BASE = 2**31
 """First suite trace seed: training's generated traces use seeds below it."""
 METRICS = ("avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished")
+FABRIC_METRICS = ("avg_slowdown", "fragmentation_share", "large_gang_avg_queue_s", "preemptions")
+"""What a fabric preset's cells keep besides :data:`METRICS`, with ``cross_domain_share_<level>``
+for each of its fabric levels."""
 
 
 class SuiteSpec(BaseModel):
@@ -99,6 +103,18 @@ class SuiteSpec(BaseModel):
     mixes: tuple[str, ...] = ("random", "heavy")
     clusters: tuple[tuple[int, int], ...] = ((16, 8), (64, 8))
     """(nodes, GPUs per node) of the testbed's node type."""
+    fabrics: tuple[str, ...] = ()
+    """Cluster presets (``deepshare clusters list``) run besides ``clusters``: multi-level fabrics
+    with their own hardware. A preset's cells report the fabric metrics too (:data:`FABRIC_METRICS`)."""
+    demand: str | None = None
+    """Jobs' GPU demand: ``gpus:weight,...`` or a preset (``gang-heavy``); null: the generator's
+    default (2, 4 and 8 GPUs)."""
+    required_level: str | None = None
+    required_share: float | None = Field(None, ge=0, le=1)
+    """The share of jobs that require one domain of ``required_level`` (both or neither)."""
+    preferred_level: str | None = None
+    preferred_share: float | None = Field(None, ge=0, le=1)
+    """The share of jobs that prefer one domain of ``preferred_level`` (both or neither)."""
     contention: tuple[str, ...] = ("profiled", "link")
     seeds: int = Field(2, gt=0, le=100)
     """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
@@ -140,9 +156,38 @@ class SuiteSpec(BaseModel):
     @field_validator("clusters")
     @classmethod
     def _clusters(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        if not v or not all(0 < n <= 1024 and 0 < g <= 64 for n, g in v):
-            raise ValueError("expected one or more [nodes, gpus_per_node] with 1..1024 nodes and 1..64 GPUs")
+        if not all(0 < n <= 1024 and 0 < g <= 64 for n, g in v):
+            raise ValueError("expected [nodes, gpus_per_node] pairs with 1..1024 nodes and 1..64 GPUs")
         return v
+
+    @field_validator("fabrics")
+    @classmethod
+    def _fabrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from deepshare.core.topology import preset_names
+
+        bad = [f for f in v if f not in preset_names()]
+        if bad or len(set(v)) != len(v):
+            raise ValueError(f"expected distinct cluster presets of {preset_names()}, got {list(v)}")
+        return v
+
+    @field_validator("demand")
+    @classmethod
+    def _demand(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_demand(v)
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _grid(self) -> "SuiteSpec":
+        if not self.clusters and not self.fabrics:
+            raise ValueError("expected one or more clusters or fabrics")
+        for level, share in (("required_level", "required_share"), ("preferred_level", "preferred_share")):
+            if (getattr(self, level) is None) != (getattr(self, share) is None):
+                raise ValueError(f"{level} and {share}: give both or neither")
+        return self
 
     @field_validator("contention")
     @classmethod
@@ -201,6 +246,9 @@ class Cell:
     durations: str = "exact"
     knowledge: str = "exact"
     """What its policies know of contention (``contention_knowledge``)."""
+    cluster: str = ""
+    """The cluster preset the cell runs on (``fabrics``); empty: ``nodes`` x ``gpus_per_node``
+    testbed-type nodes."""
 
     @property
     def label(self) -> str:
@@ -209,8 +257,8 @@ class Cell:
     @property
     def scenario_label(self) -> str:
         """The label without the information model (what a cell's siblings share)."""
-        return (f"load {self.load:g} {self.mix} {self.nodes}x{self.gpus_per_node} {self.contention} "
-                f"seed {self.seed - SUITE_SEED_BASE}")
+        size = self.cluster or f"{self.nodes}x{self.gpus_per_node}"
+        return f"load {self.load:g} {self.mix} {size} {self.contention} seed {self.seed - SUITE_SEED_BASE}"
 
     @property
     def information_label(self) -> str:
@@ -218,19 +266,24 @@ class Cell:
         return self.durations + ("" if self.knowledge == "exact" else f"+{self.knowledge}")
 
     def key(self) -> dict[str, object]:
-        return {"load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "contention": self.contention, "seed": self.seed, "durations": self.durations,
-                "contention_knowledge": self.knowledge}
+        """The cell's identity as a suite's JSON holds it (``cluster`` only for a preset's cell)."""
+        key: dict[str, object] = {
+            "load": self.load, "mix": self.mix, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+            "contention": self.contention, "seed": self.seed, "durations": self.durations,
+            "contention_knowledge": self.knowledge}
+        if self.cluster:
+            key["cluster"] = self.cluster
+        return key
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> "Cell":
         """The cell whose :meth:`key` (as a suite's JSON holds it, other fields beside) is ``key``;
         files written before the information models count as ``exact``."""
         return cls(key["load"], key["mix"], key["nodes"], key["gpus_per_node"], key["contention"], key["seed"],
-                   key.get("durations", "exact"), key.get("contention_knowledge", "exact"))
+                   key.get("durations", "exact"), key.get("contention_knowledge", "exact"), key.get("cluster", ""))
 
     def _rank(self) -> tuple:
-        return (self.load, self.mix, self.nodes, self.gpus_per_node, self.contention, self.seed,
+        return (self.load, self.mix, self.cluster, self.nodes, self.gpus_per_node, self.contention, self.seed,
                 DURATIONS.index(self.durations), CONTENTION_KNOWLEDGE.index(self.knowledge))
 
     def __lt__(self, other: "Cell") -> bool:
@@ -281,6 +334,13 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
             f"{flag}: {name_or_path!r} is neither a bundled suite ({', '.join(suite_names())}) nor a YAML file"
         )
     spec = parse_yaml_model(text, SuiteSpec, source, "the suite's grid and policies")
+    if spec.demand is not None:
+        for cell in {(c.cluster, c.nodes, c.gpus_per_node): c for c in cells(spec)}.values():
+            try:
+                parse_demand(spec.demand, cell_topology(cell).total_gpus)
+            except DeepShareError as exc:
+                where = cell.cluster or f"cluster {cell.nodes}x{cell.gpus_per_node}"
+                raise DeepShareError(f"{source}: demand: {exc} ({where})") from None
     for field_name in ("heuristics", "learned"):
         for name in getattr(spec, field_name):
             try:
@@ -295,16 +355,25 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
 
 
 def cells(spec: SuiteSpec) -> list[Cell]:
+    sizes = [(nodes, gpn, "") for nodes, gpn in spec.clusters]
+    for preset in spec.fabrics:
+        topology = load_topology(preset)
+        sizes.append((len(topology.nodes), max(topology.capacity), preset))
     return [
-        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations, knowledge)
+        Cell(load, mix, nodes, gpn, contention, SUITE_SEED_BASE + s, durations, knowledge, cluster)
         for load in spec.loads
         for mix in spec.mixes
-        for nodes, gpn in spec.clusters
+        for nodes, gpn, cluster in sizes
         for contention in spec.contention
         for s in range(spec.seeds)
         for durations in spec.durations
         for knowledge in spec.contention_knowledge
     ]
+
+
+def cell_topology(cell: Cell) -> Topology:
+    """The cluster a cell runs on: its preset, or ``nodes`` x ``gpus_per_node`` testbed nodes."""
+    return load_topology(cell.cluster) if cell.cluster else uniform(cell.nodes, cell.gpus_per_node)
 
 
 def cell_contention(spec: SuiteSpec, cell: Cell) -> ContentionModel:
@@ -319,26 +388,32 @@ def cell_contention(spec: SuiteSpec, cell: Cell) -> ContentionModel:
 
 def cell_trace(spec: SuiteSpec, cell: Cell):
     """The cell's jobs (independent of the contention model)."""
+    total_gpus = cell_topology(cell).total_gpus if cell.cluster else cell.nodes * cell.gpus_per_node
     return generate(
         spec.jobs_per_node * cell.nodes,
         load=cell.load,
-        total_gpus=cell.nodes * cell.gpus_per_node,
+        total_gpus=total_gpus,
+        demand=None if spec.demand is None else parse_demand(spec.demand, total_gpus),
         mix=mix_preset(cell.mix),
         median_duration_s=spec.median_duration_s,
         duration_sigma=spec.duration_sigma,
         seed=cell.seed,
         recurrence=None if spec.recurrence is None else RecurrenceModel(**spec.recurrence),
+        required_level=spec.required_level,
+        required_share=spec.required_share,
+        preferred_level=spec.preferred_level,
+        preferred_share=spec.preferred_share,
     ).jobs
 
 
 def cell_bound(spec: SuiteSpec, cell: Cell) -> float | None:
     """The cell's average-JCT lower bound (:func:`deepshare.core.jct_bound.avg_jct_bound`)."""
-    return avg_jct_bound(cell_trace(spec, cell), uniform(cell.nodes, cell.gpus_per_node))
+    return avg_jct_bound(cell_trace(spec, cell), cell_topology(cell))
 
 
 def cell_pooled_ideal(spec: SuiteSpec, cell: Cell) -> float | None:
     """The cell's pooled-ideal average JCT (:mod:`deepshare.experiments.pooled_ideal`)."""
-    return pooled_ideal_avg_jct(cell_trace(spec, cell), cell.nodes * cell.gpus_per_node)
+    return pooled_ideal_avg_jct(cell_trace(spec, cell), cell_topology(cell).total_gpus)
 
 
 def pooled_ideals(spec: SuiteSpec, grid: Sequence[Cell]) -> dict[Cell, float | None]:
@@ -347,7 +422,7 @@ def pooled_ideals(spec: SuiteSpec, grid: Sequence[Cell]) -> dict[Cell, float | N
     by_trace: dict[tuple, float | None] = {}
     out = {}
     for cell in grid:
-        key = (cell.load, cell.mix, cell.nodes, cell.gpus_per_node, cell.seed)
+        key = (cell.load, cell.mix, cell.cluster, cell.nodes, cell.gpus_per_node, cell.seed)
         if key not in by_trace:
             by_trace[key] = cell_pooled_ideal(spec, cell)
         out[cell] = by_trace[key]
@@ -362,10 +437,15 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     """One policy on one cell: the metrics the suite keeps."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), cell_contention(spec, cell),
+    sim = Simulator(cell_topology(cell), cell_trace(spec, cell), cell_contention(spec, cell),
                     information=cell.information(spec))
     report = sim.run(make_policy(policy))
-    return {key: getattr(report, key) for key in METRICS}
+    metrics = {key: getattr(report, key) for key in METRICS}
+    if cell.cluster:
+        metrics.update({key: getattr(report, key) for key in FABRIC_METRICS})
+        metrics.update({f"cross_domain_share_{level}": share for level, share in report.cross_domain_share})
+        metrics["rejected"] = report.rejected
+    return metrics
 
 
 def failed_run(error: str) -> dict[str, float | None]:

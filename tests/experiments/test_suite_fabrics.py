@@ -1,0 +1,99 @@
+"""Suites on cluster presets (``fabrics``) with gang demand and topology requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import NO_TOPOLOGY
+from deepshare.core.topology import load_topology
+from deepshare.experiments.suite import (
+    FABRIC_METRICS, METRICS, SUITE_SEED_BASE, Cell, cell_bound, cell_topology, cell_trace, cells, load_suite, run_one,
+)
+
+GANGS = """
+name: gangs
+jobs_per_node: 1
+loads: [1.0]
+mixes: [heavy]
+clusters: [[8, 8]]
+fabrics: [h100-leafspine-2to1]
+contention: [link]
+seeds: 1
+durations: [estimated]
+demand: "8:1,16:2,64:1"
+required_level: leaf
+required_share: 0.5
+heuristics: [srsf+topo-bestfit]
+"""
+
+
+@pytest.fixture()
+def gangs(tmp_path):
+    path = tmp_path / "gangs.yaml"
+    path.write_text(GANGS)
+    return load_suite(str(path))
+
+
+def test_a_preset_is_a_cell_of_its_own_with_its_size_and_name(gangs):
+    grid = cells(gangs)
+    assert [(c.cluster, c.nodes, c.gpus_per_node) for c in grid] == [("", 8, 8), ("h100-leafspine-2to1", 64, 8)]
+    fabric_cell = grid[1]
+    assert "h100-leafspine-2to1" in fabric_cell.label and "64x8" not in fabric_cell.label
+    assert cell_topology(fabric_cell) == load_topology("h100-leafspine-2to1")
+    assert Cell.from_key(fabric_cell.key()) == fabric_cell
+    assert "cluster" not in grid[0].key()  # the testbed cells' JSON keys are as before
+
+
+def test_a_preset_cells_trace_has_the_suites_demand_and_requests(gangs):
+    cell = cells(gangs)[1]
+    jobs = cell_trace(gangs, cell)
+    assert len(jobs) == 64  # jobs_per_node x the preset's nodes
+    assert {j.gpus for j in jobs} <= {8, 16, 64}
+    required = [j for j in jobs if j.topology is not NO_TOPOLOGY]
+    assert required and all(j.topology.required_level == "leaf" for j in required)
+    assert 0.25 < len(required) / len(jobs) < 0.75
+
+
+def test_a_preset_cell_keeps_the_fabric_metrics(gangs):
+    cell = cells(gangs)[1]
+    got = run_one(gangs, cell, "srsf+topo-bestfit")
+    assert set(got) == {*METRICS, *FABRIC_METRICS, "cross_domain_share_leaf", "cross_domain_share_spine", "rejected"}
+    assert got["finished"] == 64 and got["rejected"] == 0
+    # a required-leaf job never spans two leaves, so only the others can cross
+    assert 0 <= got["cross_domain_share_leaf"] < 1 and got["cross_domain_share_spine"] == 0
+    assert cell_bound(gangs, cell) > 0
+    plain = run_one(gangs, cells(gangs)[0], "srsf+topo-bestfit")
+    assert set(plain) == set(METRICS)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("heuristics: [fifo+packed]\nfabrics: [nowhere]", "fabrics"),
+        ("heuristics: [fifo+packed]\nfabrics: [testbed, testbed]", "fabrics"),
+        ("heuristics: [fifo+packed]\nclusters: []", "expected one or more clusters or fabrics"),
+        ("heuristics: [fifo+packed]\ndemand: '3:x'", "demand"),
+        ("heuristics: [fifo+packed]\nclusters: [[2, 8]]\ndemand: '8:1,64:1'", "demand: GPU demand"),
+        ("heuristics: [fifo+packed]\nrequired_level: leaf", "required_level and required_share"),
+        ("heuristics: [fifo+packed]\npreferred_share: 0.2", "preferred_level and preferred_share"),
+        ("heuristics: [fifo+packed]\nrequired_share: 2\nrequired_level: leaf", "required_share"),
+    ],
+)
+def test_bad_fabric_fields_name_the_field(tmp_path, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(DeepShareError) as info:
+        load_suite(str(path))
+    assert expected in str(info.value)
+
+
+def test_the_pooled_ideal_drops_topology_requests(gangs):
+    from deepshare.experiments.suite import cell_pooled_ideal
+
+    cell = cells(gangs)[1]
+    assert cell_pooled_ideal(gangs, cell) > 0
+
+
+def test_seeds_stay_above_training(gangs):
+    assert all(c.seed >= SUITE_SEED_BASE for c in cells(gangs))
