@@ -46,7 +46,7 @@ def cell_tables(result: SuiteResult) -> list[Table]:
             error = result.error(cell, policy)
             if error is not None:
                 vs = f"failed: {error}"
-            elif policy in result.spec.learned:
+            elif policy in result.spec.judged:
                 ratios = result.ratios(cell, policy)
                 vs = "-" if ratios is None else f"{ratios[0]:.3f} / {ratios[1]:.3f}"
             elif policy == best:
@@ -65,18 +65,45 @@ def cell_tables(result: SuiteResult) -> list[Table]:
     return tables
 
 
+def fabric_tables(result: SuiteResult) -> list[Table]:
+    """Per cell on a cluster preset: every policy's contention slowdown, fragmentation,
+    cross-domain share per fabric level, large gangs' queueing and preemptions (what placement
+    on a fabric costs, beside the JCTs of :func:`cell_tables`)."""
+    tables = []
+    for cell, runs in sorted(result.results.items()):
+        if not cell.cluster:
+            continue
+        levels = list(dict.fromkeys(k for m in runs.values() for k in m if k.startswith("cross_domain_share_")))
+        table = Table(title=f"{cell.label}: the fabric", header_style="bold", title_justify="left")
+        table.add_column("policy")
+        for col in ("avg slowdown", "fragmentation", *(f"cross {k[len('cross_domain_share_'):]}" for k in levels),
+                    "gangs >= 64 GPUs: avg queue (s)", "preemptions"):
+            table.add_column(col, justify="right")
+        for policy, m in sorted(runs.items(), key=lambda kv: (kv[1]["avg_jct_s"] or float("inf"), kv[0])):
+            if result.error(cell, policy) is not None:
+                continue
+            table.add_row(policy, _f(m.get("avg_slowdown")), _f(m.get("fragmentation_share")),  # type: ignore[arg-type]
+                          *(_f(m.get(k)) for k in levels), _s(m.get("large_gang_avg_queue_s")),  # type: ignore[arg-type]
+                          str(m.get("preemptions", "-")))
+        tables.append(table)
+    return tables
+
+
 def summary_table(result: SuiteResult) -> Table:
     """Each learned policy against the best heuristic of each cell, per information model: a
     policy is only ever compared with heuristics that knew what it knew. Cells where a run failed
     are left out and counted beside the cells won."""
-    table = Table(title=f"suite {result.spec.name}: learned policies vs the best heuristic of each cell "
+    judged = "learned policies" if not result.spec.challengers else (
+        "challengers" if not result.spec.learned else "challengers and learned policies")
+    best = "best heuristic" if not result.spec.challengers else "best anchor heuristic"
+    table = Table(title=f"suite {result.spec.name}: {judged} vs the {best} of each cell "
                         "(same information model)", header_style="bold", title_justify="left")
     for col in ("durations", "policy", "geomean avg-JCT ratio", "worst avg ratio", "worst p99 ratio", "cells won",
                 "geomean vs bound", "geomean vs pooled"):
         table.add_column(col, justify="left" if col in ("durations", "policy") else "right")
     knowledge = result.spec.contention_knowledge
     for durations, known in result.information_models():
-        for policy in result.spec.learned:
+        for policy in result.spec.judged:
             s = result.summary(policy, durations, known)
             label = durations if len(knowledge) == 1 else f"{durations}, contention {known}"
             failed = f" ({s['failed_cells']} failed)" if s["failed_cells"] else ""
@@ -203,6 +230,8 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     shown = human(args.json, out, err)
     for table in cell_tables(result):
         shown.print(table)
+    for table in fabric_tables(result):
+        shown.print(table)
     shown.print(room_table(result))
     costs = cost_table(result)
     if costs is not None:
@@ -210,7 +239,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     learning = learning_table(result)
     if learning is not None:
         shown.print(learning)
-    if spec.learned:
+    if spec.judged:
         shown.print(summary_table(result))
     write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
     failures = result.failures()

@@ -137,6 +137,20 @@ class SuiteSpec(BaseModel):
     """Seed of that draw (one world for every cell)."""
     heuristics: tuple[str, ...]
     learned: tuple[str, ...] = ()
+    challengers: tuple[str, ...] = ()
+    """Heuristics (listed under ``heuristics`` too) judged like learned policies: against each
+    cell's best of the *other* heuristics, the anchors. The fabric suite's contention-aware
+    placements are challengers of the topology-aware anchors (BestFit, balanced)."""
+
+    @property
+    def anchors(self) -> tuple[str, ...]:
+        """The heuristics a cell's best heuristic is chosen from: all but the challengers."""
+        return tuple(h for h in self.heuristics if h not in self.challengers)
+
+    @property
+    def judged(self) -> tuple[str, ...]:
+        """The policies judged against each cell's best anchor: challengers, then learned ones."""
+        return (*self.challengers, *self.learned)
 
     @field_validator("loads")
     @classmethod
@@ -182,6 +196,11 @@ class SuiteSpec(BaseModel):
 
     @model_validator(mode="after")
     def _grid(self) -> "SuiteSpec":
+        strangers = [c for c in self.challengers if c not in self.heuristics]
+        if strangers:
+            raise ValueError(f"challengers: {strangers} are not listed under heuristics")
+        if not self.anchors:
+            raise ValueError("challengers: at least one heuristic must stay an anchor (not a challenger)")
         if not self.clusters and not self.fabrics:
             raise ValueError("expected one or more clusters or fabrics")
         for level, share in (("required_level", "required_share"), ("preferred_level", "preferred_share")):
@@ -502,8 +521,10 @@ class SuiteResult:
     """``{cell: pooled-ideal average JCT}`` (:func:`pooled_ideals`); filled by :func:`run_suite`."""
 
     def best_heuristic(self, cell: Cell) -> str:
+        """The anchor heuristic with the least average JCT in ``cell`` (every heuristic when the
+        suite names no challengers)."""
         runs = self.results[cell]
-        return min(self.spec.heuristics, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
+        return min(self.spec.anchors, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
 
     def error(self, cell: Cell, policy: str) -> str | None:
         """Why ``policy``'s run on ``cell`` failed; None when it ran."""
@@ -644,7 +665,7 @@ class SuiteResult:
 
     def heuristic_wins(self, durations: str | None = None, knowledge: str | None = None) -> dict[str, int]:
         """How many cells (under ``durations`` and ``knowledge`` when given) each heuristic is the best of."""
-        wins = {h: 0 for h in self.spec.heuristics}
+        wins = {h: 0 for h in self.spec.anchors}
         for cell in self.results:
             if (durations is None or cell.durations == durations) and (knowledge is None or cell.knowledge == knowledge) \
                     and self.error(cell, best := self.best_heuristic(cell)) is None:  # not when every heuristic failed
@@ -675,18 +696,18 @@ class SuiteResult:
                     "results": self.results[cell],
                     "ratios": {
                         p: None if (q := self.ratios(cell, p)) is None else dict(zip(("avg_jct", "p99_jct"), q))
-                        for p in self.spec.learned
+                        for p in self.spec.judged
                     },
                 }
                 for cell in sorted(self.results)
             ],
             "failed": [{**cell.key(), "policy": p, "error": e} for cell, p, e in self.failures()],
-            "summary": {p: self.summary(p) for p in self.spec.learned},
-            "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.learned} for d in self.spec.durations},
+            "summary": {p: self.summary(p) for p in self.spec.judged},
+            "summary_by_durations": {d: {p: self.summary(p, d) for p in self.spec.judged} for d in self.spec.durations},
             "heuristic_wins": self.heuristic_wins(),
             "heuristic_wins_by_durations": {d: self.heuristic_wins(d) for d in self.spec.durations},
             "summary_by_contention_knowledge": {
-                k: {d: {p: self.summary(p, d, k) for p in self.spec.learned} for d in self.spec.durations}
+                k: {d: {p: self.summary(p, d, k) for p in self.spec.judged} for d in self.spec.durations}
                 for k in self.spec.contention_knowledge},
             "heuristic_wins_by_contention_knowledge": {
                 k: {d: self.heuristic_wins(d, k) for d in self.spec.durations} for k in self.spec.contention_knowledge},

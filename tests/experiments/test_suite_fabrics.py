@@ -97,3 +97,45 @@ def test_the_pooled_ideal_drops_topology_requests(gangs):
 
 def test_seeds_stay_above_training(gangs):
     assert all(c.seed >= SUITE_SEED_BASE for c in cells(gangs))
+
+
+def test_challengers_are_judged_against_the_best_anchor(tmp_path, capsys):
+    import json
+
+    from deepshare.cli import main
+
+    path = tmp_path / "challenge.yaml"
+    path.write_text(GANGS.replace("clusters: [[8, 8]]", "clusters: []").replace(
+        "heuristics: [srsf+topo-bestfit]",
+        "heuristics: [srsf+topo-bestfit, srsf+topo-balanced, srsf+topo-bestfit+preempt]\n"
+        "challengers: [srsf+topo-bestfit+preempt]"))
+    out = tmp_path / "c.json"
+    assert main(["evaluate", "--suite", str(path), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    (cell,) = doc["cells"]
+    results = cell["results"]
+    anchors = ("srsf+topo-bestfit", "srsf+topo-balanced")
+    best = min(anchors, key=lambda p: (results[p]["avg_jct_s"], p))
+    assert cell["best_heuristic"] == best  # never the challenger, even when it is faster
+    mine = results["srsf+topo-bestfit+preempt"]["avg_jct_s"]
+    assert cell["ratios"]["srsf+topo-bestfit+preempt"]["avg_jct"] == pytest.approx(mine / results[best]["avg_jct_s"])
+    assert doc["summary"]["srsf+topo-bestfit+preempt"]["cells"] == 1
+    assert set(doc["heuristic_wins"]) == set(anchors)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "challengers vs the best anchor heuristic" in printed and ": the fabric" in printed
+    assert "cross leaf" in printed
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("heuristics: [fifo+packed]\nchallengers: [srsf+packed]", "challengers: ['srsf+packed'] are not listed"),
+        ("heuristics: [fifo+packed]\nchallengers: [fifo+packed]", "at least one heuristic must stay an anchor"),
+    ],
+)
+def test_bad_challengers_name_the_field(tmp_path, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(DeepShareError) as info:
+        load_suite(str(path))
+    assert expected in str(info.value)
