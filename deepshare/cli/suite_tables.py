@@ -57,7 +57,7 @@ def cell_tables(result: SuiteResult) -> list[Table]:
         if over_pooled is not None:
             table.add_row("pooled ideal (srsf, one GPU pool)", _s(result.pooled[cell]), "", "", "",
                           "", f"best / it {over_pooled:.3f}", style="dim")
-        room = result.room(cell)
+        room = result.lowest_reachable_ratio(cell)
         if room is not None:
             table.add_row("lower bound (no wait, no contention)", _s(result.bounds[cell]), "", "", "", "",
                           f"room {room:.3f}", style="dim")
@@ -138,7 +138,7 @@ def cost_table(result: SuiteResult) -> Table | None:
     for cell in sorted(c for c in result.results if c.durations == "exact" and c.knowledge == "exact"):
         row = [cell.scenario_label]
         for durations in models:
-            sibling = cell.under(durations)
+            sibling = cell.with_durations(durations)
             row.append(f"{result.best_heuristic(sibling)} ({_s(result.best_avg_jct(sibling))})")
             if durations != "exact":
                 row.append(_f(result.cost_of_not_knowing(sibling)))
@@ -164,7 +164,7 @@ def learning_table(result: SuiteResult) -> Table | None:
     for policy in policies:
         table.add_column(policy, justify="right")
     for cell in sorted(c for c in result.results if c.knowledge == "exact"):
-        learned = cell.knowing("learned")
+        learned = cell.with_knowledge("learned")
         row = [f"{cell.scenario_label} {cell.durations}",
                f"{result.best_heuristic(cell)} ({_s(result.best_avg_jct(cell))})",
                f"{result.best_heuristic(learned)} ({_s(result.best_avg_jct(learned))})"]
@@ -186,12 +186,12 @@ def room_table(result: SuiteResult) -> Table:
                 "best / bound", "room"):
         table.add_column(col, justify="left" if col in ("cell", "best heuristic") else "right")
     for cell in sorted(result.results):
-        room = result.room(cell)
+        room = result.lowest_reachable_ratio(cell)
         best = result.best_heuristic(cell)
         table.add_row(cell.label, best, _s(result.results[cell][best]["avg_jct_s"]), _s(result.pooled.get(cell)),
                       _f(result.best_over_pooled(cell)), _s(result.bounds.get(cell)),
                       "-" if room is None else f"{1 / room:.3f}", _f(room))
-    s = result.room_summary()
+    s = result.lowest_reachable_summary()
     if s:
         table.caption = (f"geometric-mean room {s['geomean_room']:.3f} (the lowest geometric-mean avg-JCT ratio any "
                          f"policy could reach); range {s['min_room']:.3f} .. {s['max_room']:.3f}")

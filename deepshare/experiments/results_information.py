@@ -47,7 +47,7 @@ def cost_table(doc: dict[str, Any]) -> list[str]:
     names = models(doc)
     scenarios: dict[Cell, dict[str, dict[str, Any]]] = {}
     for cell in doc["cells"]:
-        scenarios.setdefault(Cell.from_key(cell).under("exact"), {})[cell.get("durations", "exact")] = cell
+        scenarios.setdefault(Cell.from_key(cell).with_durations("exact"), {})[cell.get("durations", "exact")] = cell
     lines = ["| scenario | " + " | ".join(f"best under `{m}`" for m in names) + " |", "|---|" + "---|" * len(names)]
     for scenario, by_model in scenarios.items():
         entries = []

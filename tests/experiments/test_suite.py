@@ -272,7 +272,7 @@ def test_cells_run_under_each_contention_knowledge_on_one_trace_and_report_learn
                      contention=("profiled",), seeds=1, durations=("exact",), contention_knowledge=("exact", "learned"),
                      perturb_contention=0.5, heuristics=("las+consolidated", "las+contention-aware+migrate"))
     grid = cells(spec)
-    assert [c.knowledge for c in grid] == ["exact", "learned"] and grid[1] == grid[0].knowing("learned")
+    assert [c.knowledge for c in grid] == ["exact", "learned"] and grid[1] == grid[0].with_knowledge("learned")
     assert grid[1].label == grid[0].label + "+learned" and grid[0].scenario_label == grid[1].scenario_label
     assert cell_trace(spec, grid[0]) == cell_trace(spec, grid[1])
     result = run_suite(spec)

@@ -1,0 +1,241 @@
+"""A suite file: the grid of scenarios and the policies judged on it (see :mod:`deepshare.experiments.suite`).
+
+:class:`SuiteSpec` validates a suite YAML field by field; :func:`load_suite` finds a bundled suite by
+name or reads one by path and checks its policy names against the registry before anything runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from deepshare.core.contention import CONTENTION_MODELS
+from deepshare.core.errors import DeepShareError
+from deepshare.core.information import (
+    CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR,
+)
+from deepshare.core.topology import load_topology
+from deepshare.core.traces import MIX_PRESETS, RecurrenceModel
+from deepshare.core.traces.generator import parse_demand
+from deepshare.core.yamlspec import parse_yaml_model, read_config_text
+
+SUITE_SEED_BASE = 2**31
+"""First suite trace seed: training's generated traces use seeds below it."""
+
+
+class SuiteSpec(BaseModel):
+    """A suite file. Every field has a default except the policies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "suite"
+    jobs_per_node: int = Field(10, gt=0, le=1000)
+    """Jobs per trace = this x the cluster's nodes (so a larger cluster sees a longer trace)."""
+    loads: tuple[float, ...] = (0.7, 1.0, 1.3)
+    mixes: tuple[str, ...] = ("random", "heavy")
+    clusters: tuple[tuple[int, int], ...] = ((16, 8), (64, 8))
+    """(nodes, GPUs per node) of the testbed's node type."""
+    fabrics: tuple[str, ...] = ()
+    """Cluster presets (``deepshare clusters list``) run besides ``clusters``: multi-level fabrics
+    with their own hardware. A preset's cells report the fabric metrics too (:data:`FABRIC_METRICS`)."""
+    demand: str | None = None
+    """Jobs' GPU demand: ``gpus:weight,...`` or a preset (``gang-heavy``); null: the generator's
+    default (2, 4 and 8 GPUs)."""
+    required_level: str | None = None
+    required_share: float | None = Field(None, ge=0, le=1)
+    """The share of jobs that require one domain of ``required_level`` (both or neither)."""
+    preferred_level: str | None = None
+    preferred_share: float | None = Field(None, ge=0, le=1)
+    """The share of jobs that prefer one domain of ``preferred_level`` (both or neither)."""
+    contention: tuple[str, ...] = ("profiled", "link")
+    seeds: int = Field(2, gt=0, le=100)
+    """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
+    duration_sigma: float = Field(1.0, ge=0, le=5)
+    median_duration_s: float = Field(3600.0, gt=0)
+    recurrence: dict[str, int | float] | None = None
+    """Generate traces with users, recurring groups and time limits: the parameters of
+    :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: plain
+    Poisson traces with no job features."""
+    durations: tuple[str, ...] = (DEFAULT_DURATIONS,)
+    """Information models the cells run under (each a cell of its own on the same trace)."""
+    estimate_error: float = Field(DEFAULT_ESTIMATE_ERROR, ge=0, le=MAX_ESTIMATE_ERROR)
+    """Lognormal sigma of the estimates drawn under ``estimated``."""
+    contention_knowledge: tuple[str, ...] = ("exact",)
+    """What the cells' policies know of contention (each a cell of its own on the same trace)."""
+    perturb_contention: float | None = Field(None, ge=0, le=0.95)
+    """Run the simulations on a world whose sensitivities are drawn within ``1 +- S`` of the
+    shipped ones; null: the shipped model is the truth."""
+    perturb_seed: int = Field(0, ge=0)
+    """Seed of that draw (one world for every cell)."""
+    heuristics: tuple[str, ...]
+    learned: tuple[str, ...] = ()
+    challengers: tuple[str, ...] = ()
+    """Heuristics (listed under ``heuristics`` too) judged like learned policies: against each
+    cell's best of the *other* heuristics, the anchors. The fabric suite's contention-aware
+    placements are challengers of the topology-aware anchors (BestFit, balanced)."""
+
+    @property
+    def anchors(self) -> tuple[str, ...]:
+        """The heuristics a cell's best heuristic is chosen from: all but the challengers."""
+        return tuple(h for h in self.heuristics if h not in self.challengers)
+
+    @property
+    def judged(self) -> tuple[str, ...]:
+        """The policies judged against each cell's best anchor: challengers, then learned ones."""
+        return (*self.challengers, *self.learned)
+
+    @field_validator("loads")
+    @classmethod
+    def _loads(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or not all(math.isfinite(x) and 0 < x <= 10 for x in v):
+            raise ValueError("expected one or more loads in (0, 10]")
+        return v
+
+    @field_validator("mixes")
+    @classmethod
+    def _mixes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in v if m not in MIX_PRESETS]
+        if not v or bad:
+            raise ValueError(f"unknown mix(es) {bad}; expected some of {sorted(MIX_PRESETS)}")
+        return v
+
+    @field_validator("clusters")
+    @classmethod
+    def _clusters(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        if not all(0 < n <= 1024 and 0 < g <= 64 for n, g in v):
+            raise ValueError("expected [nodes, gpus_per_node] pairs with 1..1024 nodes and 1..64 GPUs")
+        return v
+
+    @field_validator("fabrics")
+    @classmethod
+    def _fabrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from deepshare.core.topology import preset_names
+
+        bad = [f for f in v if f not in preset_names()]
+        if bad or len(set(v)) != len(v):
+            raise ValueError(f"expected distinct cluster presets of {preset_names()}, got {list(v)}")
+        return v
+
+    @field_validator("demand")
+    @classmethod
+    def _demand(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_demand(v)
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _grid(self) -> "SuiteSpec":
+        strangers = [c for c in self.challengers if c not in self.heuristics]
+        if strangers:
+            raise ValueError(f"challengers: {strangers} are not listed under heuristics")
+        if not self.anchors:
+            raise ValueError("challengers: at least one heuristic must stay an anchor (not a challenger)")
+        if not self.clusters and not self.fabrics:
+            raise ValueError("expected one or more clusters or fabrics")
+        for level, share in (("required_level", "required_share"), ("preferred_level", "preferred_share")):
+            if (getattr(self, level) is None) != (getattr(self, share) is None):
+                raise ValueError(f"{level} and {share}: give both or neither")
+        return self
+
+    @field_validator("contention")
+    @classmethod
+    def _contention(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [c for c in v if c not in CONTENTION_MODELS]
+        if not v or bad:
+            raise ValueError(f"unknown contention model(s) {bad}; expected some of {sorted(CONTENTION_MODELS)}")
+        return v
+
+    @field_validator("recurrence")
+    @classmethod
+    def _recurrence(cls, v: dict[str, int | float] | None) -> dict[str, int | float] | None:
+        if v is not None:
+            try:
+                RecurrenceModel(**v)
+            except TypeError as exc:
+                raise ValueError(f"unknown recurrence parameter ({exc}); expected some of "
+                                 f"{[f.name for f in fields(RecurrenceModel)]}") from None
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("durations")
+    @classmethod
+    def _durations(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [d for d in v if d not in DURATIONS]
+        if not v or bad or len(set(v)) != len(v):
+            raise ValueError(f"expected one or more distinct information models of {list(DURATIONS)}, got {list(v)}")
+        return v
+
+    @field_validator("contention_knowledge")
+    @classmethod
+    def _knowledge(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [k for k in v if k not in CONTENTION_KNOWLEDGE]
+        if not v or bad or len(set(v)) != len(v):
+            raise ValueError(f"expected one or more distinct contention knowledge models of {list(CONTENTION_KNOWLEDGE)}, "
+                             f"got {list(v)}")
+        return v
+
+    @field_validator("heuristics")
+    @classmethod
+    def _heuristics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("expected at least one heuristic")
+        return v
+
+
+def suite_names() -> list[str]:
+    folder = resources.files("deepshare.data") / "suites"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists; True when the system cannot look it up (a name too long), so that
+    reading it reports the system's reason in one line."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return True
+
+
+def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
+    """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
+    checked against the registry here, before anything runs. Errors name ``flag``."""
+    from deepshare.policies import policy_info
+
+    if name_or_path in suite_names():
+        source = f"suite {name_or_path!r}"
+        text = (resources.files("deepshare.data") / "suites" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
+    elif Path(name_or_path).suffix in (".yaml", ".yml") or _exists(name_or_path):
+        source = name_or_path
+        text = read_config_text(name_or_path, "suite file", f"{flag} {name_or_path}")
+    else:
+        raise DeepShareError(
+            f"{flag}: {name_or_path!r} is neither a bundled suite ({', '.join(suite_names())}) nor a YAML file"
+        )
+    spec = parse_yaml_model(text, SuiteSpec, source, "the suite's grid and policies")
+    if spec.demand is not None:
+        sizes = [(f"cluster {n}x{g}", n * g) for n, g in spec.clusters]
+        sizes += [(preset, load_topology(preset).total_gpus) for preset in spec.fabrics]
+        for where, total_gpus in sizes:
+            try:
+                parse_demand(spec.demand, total_gpus)
+            except DeepShareError as exc:
+                raise DeepShareError(f"{source}: demand: {exc} ({where})") from None
+    for field_name in ("heuristics", "learned"):
+        for name in getattr(spec, field_name):
+            try:
+                info = policy_info(name)
+            except DeepShareError as exc:
+                raise DeepShareError(f"{source}: {field_name}: {exc}") from None
+            if info.heuristic and field_name == "learned":
+                raise DeepShareError(f"{source}: learned: {name!r} is not a learned policy (list it under heuristics)")
+            if not info.heuristic and field_name == "heuristics":
+                raise DeepShareError(f"{source}: heuristics: {name!r} is not a heuristic (list it under learned)")
+    return spec
