@@ -27,30 +27,86 @@ What a scheduler without oracles knows of a launch's job (0 on the wait row), fo
 
 Time left is a job's remaining work at its reference throughput over its current ratio (at
 least 0.01; a launch being decided: its remaining work). Checkpoints without extras encode exactly as before.
+
+What the fabric (:mod:`deepshare.core.fabric`) says of a launch (:data:`FABRIC_FEATURES`, after
+the columns above when both are asked for). A fabric has ``L >= 1`` levels, lowest first; ``m_l``
+is the number of domains of level ``l`` the launch's nodes lie in, ``g`` the job's GPUs. Every
+column has the same meaning whatever ``L`` is, so the network's input width never depends on the
+cluster. Per launch row (0 on the wait row):
+
+* ``fabric_span_low`` / ``fabric_span_top``: ``log2(m_0) / 4`` and ``log2(m_{L-1}) / 4`` (the
+  scale of ``log2_gpus``): 0 inside one domain of the lowest / the top level;
+* ``fabric_crossed``: the highest level the launch crosses, ``(h + 1) / L`` for the highest ``h``
+  with ``m_h > 1``; 0 inside one lowest-level domain, 1 across top-level domains;
+* ``fabric_cross_traffic``: its predicted cross-domain traffic, the mean over the levels of
+  ``2 (m_l - 1) / m_l``: the ring all-reduce volume per gradient byte that each spanned domain's
+  uplink carries at that level (the link contention model's formula); 0 inside one lowest-level
+  domain. The job's own volume is in the base ``comm_*`` columns;
+* ``fabric_outside_share``: the share of its GPUs outside its largest lowest-level domain: 0
+  inside one, 1/16 for a 15:1 split, 1/2 for an 8:8 split (how far from consolidated it is);
+* ``fabric_domain_slack``: ``log2(F / g) / 4`` where ``F`` is the free GPUs, before this launch,
+  of the smallest domain holding all of its nodes (the whole cluster when it spans top-level
+  domains): 0 when the launch fills that domain exactly;
+* ``fabric_bestfit_slack``: the same for the least free domain that could hold ``g`` GPUs at the
+  lowest level where one can (topology BestFit's domain; the cluster when none can): comparing
+  it with ``fabric_domain_slack`` says whether the launch fragments more than BestFit would;
+* ``fabric_request``: +1 when the job asks for a required or preferred level and the launch lies
+  inside one domain of it, -1 when it asks and does not (only a preference can be missed), 0
+  when it asks for no level.
+
+And of the cluster, the same in every row (wait included): ``fabric_free_l0``,
+``fabric_free_l1``, ``fabric_free_l2`` and ``fabric_free_top``, the largest free block (the most
+free GPUs of one domain) at levels 0, 1, 2 (a fabric with fewer levels repeats its top level;
+levels between the third and the top of a deeper fabric are not shown) and at the top level, as
+``log2(1 + GPUs) / 4``.
+
+On a flat cluster (one ``rack`` level, all nodes in one rack) the launch columns are 0 but for
+the two slacks, which are ``log2(free GPUs / g) / 4`` of the whole cluster, and every
+``fabric_free_*`` is ``log2(1 + free GPUs) / 4``.
+
+The fabric columns cost per step what the step touches: a launch's spans are computed once per
+placement in a decision, the domains' free GPUs come from the free index's
+:meth:`~deepshare.policies.free_index.FreeIndex.domains` (moved in place as launches are
+chosen), BestFit's domain once per GPU demand and step, and the largest free blocks are
+rescanned only when the domain that held one lost GPUs.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from functools import lru_cache
+from typing import Any, NamedTuple, Sequence
 
+from deepshare.core.fabric import Fabric
 from deepshare.policies.step_state import StepState
 
 EXTRA_FEATURES = (
     "is_anchor", "neighbours_min_left_h", "neighbours_max_left_h", "next_finish_h",
     "belief_left_h", "history_jobs", "history_spread", "has_estimate",
 )
-"""The optional columns, in the order a config's ``extra_features`` must list them (a subset)."""
+"""The anchor, time-left and job columns, in the order a config's ``extra_features`` lists them."""
+
+FABRIC_FEATURES = (
+    "fabric_span_low", "fabric_span_top", "fabric_crossed", "fabric_cross_traffic", "fabric_outside_share",
+    "fabric_domain_slack", "fabric_bestfit_slack", "fabric_request",
+    "fabric_free_l0", "fabric_free_l1", "fabric_free_l2", "fabric_free_top",
+)
+"""The fabric columns (see the module doc), after :data:`EXTRA_FEATURES` in a config's list.
+A tuple of their own, so :data:`EXTRA_FEATURES` (which tests and configs name whole) keeps its meaning."""
+
+ALL_EXTRA_FEATURES = EXTRA_FEATURES + FABRIC_FEATURES
+"""Every optional column, in the order a config's ``extra_features`` must list them (a subset)."""
 
 
 def check_extra_features(names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` as a tuple, if they are distinct known extras in :data:`EXTRA_FEATURES` order."""
+    """``names`` as a tuple, if they are distinct known extras in :data:`ALL_EXTRA_FEATURES` order."""
     names = tuple(names)
-    unknown = [n for n in names if n not in EXTRA_FEATURES]
+    unknown = [n for n in names if n not in ALL_EXTRA_FEATURES]
     if unknown:
-        raise ValueError(f"unknown extra features {unknown}; expected some of {list(EXTRA_FEATURES)}")
-    if list(names) != [n for n in EXTRA_FEATURES if n in names]:
-        raise ValueError(f"extra features must be distinct and in this order: {list(EXTRA_FEATURES)}; got {list(names)}")
+        raise ValueError(f"unknown extra features {unknown}; expected some of {list(ALL_EXTRA_FEATURES)}")
+    if list(names) != [n for n in ALL_EXTRA_FEATURES if n in names]:
+        raise ValueError(f"extra features must be distinct and in this order: {list(ALL_EXTRA_FEATURES)}; "
+                         f"got {list(names)}")
     return names
 
 
@@ -99,14 +155,47 @@ class _NodeSpans:
         self.folded = len(pending)
 
 
+class _Memo:
+    """A decision's data for the optional columns (the step state's ``extras``), each part built
+    when a column first needs it."""
+
+    __slots__ = ("spans", "fabric")
+
+    def __init__(self) -> None:
+        self.spans: _NodeSpans | None = None
+        self.fabric: _FabricMemo | None = None
+
+
 def extra_columns(
     state: StepState, rows: Sequence[Any], anchored: bool, names: tuple[str, ...]
 ) -> list[tuple[float, ...]]:
     """The ``names`` columns of every row (the encoding's candidates: row 0 is wait, with no
     neighbours; each row's ``placement`` is read). ``anchored``: row 1 is the anchor's launch."""
-    spans = state.extras
-    if not isinstance(spans, _NodeSpans):
-        spans = state.extras = _NodeSpans(state)
+    memo = state.extras
+    if not isinstance(memo, _Memo):
+        memo = state.extras = _Memo()
+    timed, fabric = _split(names)
+    if not fabric:
+        return _time_columns(memo, state, rows, anchored, timed)
+    fab = _fabric_columns(memo, state, rows, fabric)
+    if not timed:
+        return fab
+    return [a + b for a, b in zip(_time_columns(memo, state, rows, anchored, timed), fab)]
+
+
+@lru_cache(maxsize=64)
+def _split(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``names`` (checked, in order) as its :data:`EXTRA_FEATURES` and its :data:`FABRIC_FEATURES`."""
+    return tuple(n for n in names if n in EXTRA_FEATURES), tuple(n for n in names if n in FABRIC_FEATURES)
+
+
+def _time_columns(
+    memo: _Memo, state: StepState, rows: Sequence[Any], anchored: bool, names: tuple[str, ...]
+) -> list[tuple[float, ...]]:
+    """The :data:`EXTRA_FEATURES` columns ``names`` of every row."""
+    spans = memo.spans
+    if spans is None:
+        spans = memo.spans = _NodeSpans(state)
     spans.catch_up(state.pending)
     by_node = spans.spans
     next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
@@ -164,3 +253,170 @@ def _job_columns(spans: _NodeSpans, state: StepState, job: Any) -> tuple[float, 
 def _columns(names: tuple[str, ...]) -> tuple[int, ...] | None:
     """Positions of ``names`` in :data:`EXTRA_FEATURES`; None when they are all of them."""
     return None if names == EXTRA_FEATURES else tuple(EXTRA_FEATURES.index(n) for n in names)
+
+
+# -- fabric columns ----------------------------------------------------------------------------
+
+FREE_SLOTS = 3
+"""Levels shown one by one in ``fabric_free_l*`` (the top level has a column of its own)."""
+_NO_LAUNCH = (0.0,) * 8
+"""The launch columns of the wait row."""
+
+
+class _Shape(NamedTuple):
+    """What a placement's nodes say about the fabric (the same at every step of a decision)."""
+
+    span_low: float
+    span_top: float
+    crossed: float
+    cross_traffic: float
+    outside_share: float
+    enclosing: int
+    """The smallest domain holding all its nodes; -1 when it spans top-level domains."""
+    spans: tuple[int, ...]
+    """Domains spanned per level, lowest first."""
+
+
+class _FabricMemo:
+    """A decision's fabric data: each placement's :class:`_Shape`, each request's level index,
+    and per step (the count of launches chosen) BestFit's free GPUs per demand and the largest
+    free block per level (with the domain that holds it)."""
+
+    __slots__ = ("fabric", "domains", "shapes", "levels", "step", "bestfit", "blocks", "free_columns")
+
+    def __init__(self, fabric: Fabric, state: StepState) -> None:
+        self.fabric = fabric
+        self.domains = state.free.domains(fabric)
+        self.shapes: dict[tuple, _Shape] = {}
+        self.levels: dict[str, int] = {}
+        self.step = -1
+        self.bestfit: dict[int, int] = {}
+        self.blocks: list[tuple[int, int]] = [_largest(self.domains.sums, d) for d in fabric.by_level]
+        """Per level, (free GPUs, domain) of a freest domain."""
+        self.free_columns: tuple[float, ...] = ()
+
+    def at_step(self, step: int) -> None:
+        """Bring the per-step answers to ``step`` launches chosen. Within a decision free GPUs
+        only fall, so a level's largest block changes only when the domain holding it lost GPUs."""
+        if step == self.step:
+            return
+        self.step = step
+        self.bestfit = {}
+        sums, blocks = self.domains.sums, self.blocks
+        for level, (value, d) in enumerate(blocks):
+            if sums[d] != value:
+                blocks[level] = _largest(sums, self.fabric.by_level[level])
+        top = len(blocks) - 1
+        shown = [blocks[min(i, top)][0] for i in range(FREE_SLOTS)] + [blocks[top][0]]
+        self.free_columns = tuple(math.log2(1 + b) / 4.0 for b in shown)
+
+    def shape(self, alloc: tuple) -> _Shape:
+        found = self.shapes.get(alloc)
+        if found is None:
+            found = self.shapes[alloc] = _shape_of(self.fabric, alloc)
+        return found
+
+    def best_free(self, need: int, free_total: int) -> int:
+        """Free GPUs of the least free domain holding ``need``, lowest level first (``free_total``,
+        the cluster's, when no domain does)."""
+        found = self.bestfit.get(need)
+        if found is None:
+            found = free_total
+            for level in range(len(self.fabric.levels)):
+                for d in self.domains.fitting(level, need):
+                    found = self.domains.sums[d]
+                    break
+                else:
+                    continue
+                break
+            self.bestfit[need] = found
+        return found
+
+    def level(self, name: str) -> int:
+        found = self.levels.get(name)
+        if found is None:
+            found = self.levels[name] = self.fabric.level_index(name)
+        return found
+
+
+def _largest(sums: Sequence[int], domains: Sequence[int]) -> tuple[int, int]:
+    """(free GPUs, domain) of the first of ``domains`` with the most free GPUs."""
+    best, at = -1, -1
+    for d in domains:
+        if sums[d] > best:
+            best, at = sums[d], d
+    return best, at
+
+
+def _shape_of(fabric: Fabric, alloc: tuple) -> _Shape:
+    """The :class:`_Shape` of the placement ``alloc`` (``(node, GPUs)`` pairs)."""
+    node_domains = fabric.node_domains
+    levels = len(fabric.levels)
+    low: dict[int, int] = {}
+    sets: list[set[int]] = [set() for _ in range(levels)]
+    total = 0
+    for node, gpus in alloc:
+        row = node_domains[node]
+        low[row[0]] = low.get(row[0], 0) + gpus
+        for level in range(levels):
+            sets[level].add(row[level])
+        total += gpus
+    spans = tuple(len(s) for s in sets)
+    # the domains form a tree: the spans only shrink going up, so the levels crossed are the lowest ones
+    crossed = sum(1 for m in spans if m > 1)
+    enclosing = next(iter(sets[crossed])) if crossed < levels else -1
+    return _Shape(
+        math.log2(spans[0]) / 4.0,
+        math.log2(spans[-1]) / 4.0,
+        crossed / levels,
+        sum(2.0 * (m - 1) / m for m in spans) / levels,
+        1.0 - max(low.values()) / total,
+        enclosing,
+        spans,
+    )
+
+
+def _fabric_columns(
+    memo: _Memo, state: StepState, rows: Sequence[Any], names: tuple[str, ...]
+) -> list[tuple[float, ...]]:
+    """The :data:`FABRIC_FEATURES` columns ``names`` of every row (see the module doc)."""
+    fabric = state.view.topology.fabric
+    fab = memo.fabric
+    if fab is None or fab.fabric is not fabric:
+        fab = memo.fabric = _FabricMemo(fabric, state)
+    fab.domains = state.free.domains(fabric)  # the free index's own, kept up to date as launches are chosen
+    fab.at_step(len(state.pending))
+    sums = fab.domains.sums
+    free_total = state.free.total
+    glob = fab.free_columns
+    columns = _fabric_positions(names)
+    out = []
+    for row in rows:
+        placement = row.placement
+        if placement is None:
+            values = _NO_LAUNCH + glob
+        else:
+            job = row.job
+            gpus = job.gpus
+            shape = fab.shape(placement.alloc)
+            free = sums[shape.enclosing] if shape.enclosing >= 0 else free_total
+            request = job.topology
+            level = request.required_level or request.preferred_level
+            if level is None:
+                met = 0.0
+            else:
+                met = 1.0 if shape.spans[fab.level(level)] == 1 else -1.0
+            values = (
+                shape.span_low, shape.span_top, shape.crossed, shape.cross_traffic, shape.outside_share,
+                math.log2(free / gpus) / 4.0,
+                math.log2(fab.best_free(gpus, free_total) / gpus) / 4.0,
+                met,
+            ) + glob
+        out.append(values if columns is None else tuple(values[c] for c in columns))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _fabric_positions(names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Positions of ``names`` in :data:`FABRIC_FEATURES`; None when they are all of them."""
+    return None if names == FABRIC_FEATURES else tuple(FABRIC_FEATURES.index(n) for n in names)
