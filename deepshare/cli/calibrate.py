@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +16,9 @@ from deepshare.cli.help import command
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
 
+if TYPE_CHECKING:
+    from deepshare.core.contention.link.samples import Samples
+
 PROFILE_FILES = ("isolated_thp.csv", "shared_thp_ratio.csv")
 
 
@@ -23,16 +27,17 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     from deepshare.cli.progress import CalibrationProgress
     from deepshare.core.contention.link.calibrate import calibrate
-    from deepshare.core.contention.link.samples import load_samples
     from deepshare.core.workloads import load_profiles
 
     if sum(x is not None for x in (args.profiles, args.samples, args.from_state)) != 1:
         raise DeepShareError("give exactly one of --profiles DIR, --samples CSV and --from-state DIR")
+    if args.cluster is not None and args.samples is None:
+        raise DeepShareError("--cluster goes with --samples: it says how fast the uplinks the samples name are")
     if args.from_state is not None:
         return cmd_calibrate_from_state(args, out, err)
     check_outputs({"--json": args.json, "--out": args.out},
                   {"--profiles": folder_outputs(args.profiles, PROFILE_FILES), "--samples": args.samples})
-    profiles = load_profiles(args.profiles) if args.profiles else load_samples(args.samples)
+    profiles = load_profiles(args.profiles) if args.profiles else _samples(args.samples, args.cluster)
     source = args.profiles or args.samples
     with CalibrationProgress(err) as shown:
         result = calibrate(profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
@@ -61,6 +66,14 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.out:
         write_text_atomic(args.out, result.catalog.to_json({"fit": doc}), "link parameters")
     return 0
+
+
+def _samples(path: str, cluster: str | None) -> "Samples":
+    """The samples at ``path``; rows naming a fabric uplink are read against ``cluster``'s fabric."""
+    from deepshare.core.contention.link.samples import load_samples, uplink_shares
+    from deepshare.core.topology import load_topology
+
+    return load_samples(path, None if cluster is None else uplink_shares(load_topology(cluster)))
 
 
 def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -114,11 +127,15 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = command(sub, "calibrate", "fit the link contention model to measured profiles and report the fit",
                 "deepshare calibrate --profiles deepshare/data/profiles --json fit.json --out my_params.json",
                 "deepshare calibrate --samples samples.csv --out my_params.json",
+                "deepshare calibrate --samples samples.csv --cluster h100-leafspine-2to1 --out my_params.json",
                 details="Fit the link model (least squares, several seeded starts) on every measured cell, then "
                        "once per cross-validation fold. Progress goes to standard error: a bar on a terminal, a line per "
                        "finished fit otherwise. On the shipped profiles it needs about 330 CPU-seconds (about 3 minutes on 2 idle cores).")
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
     p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/contention/link/samples.py)")
+    p.add_argument("--cluster", metavar="PRESET|YAML",
+                   help="with --samples: the cluster the samples were taken on, whose fabric has the uplinks rows name in "
+                   "their optional link column (jobs on other nodes that shared a domain's uplink, e.g. spine0/leaf3/uplink)")
     p.add_argument("--from-state", metavar="DIR",
                    help="instead: fit the learned contention model (deepshare/core/contention/learned.py) to the measured vs "
                    "predicted throughputs in a live scheduler's journal, as its refit does (read only)")

@@ -16,6 +16,7 @@ from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
 from deepshare.core.traces.feature_stats import describe
+from deepshare.core.traces.stats import TopologyStats
 from deepshare.core.traces.generator import DEMAND_PRESETS
 from deepshare.core.traces.recurrence import RecurrenceModel
 
@@ -109,6 +110,19 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     return 0
 
 
+def _describe_topology(topology: TopologyStats) -> list[tuple[str, str]]:
+    """``trace stats`` rows for what the jobs ask of the fabric: jobs per level for each kind of
+    request (or that none asks), and the large gangs' shares of the jobs and of the GPUs asked."""
+    asked = [(label, counts) for label, counts in (("required", topology.required_level),
+                                                   ("preferred", topology.preferred_level),
+                                                   ("slices in", topology.slice_level)) if counts]
+    requests = "; ".join(f"{label} " + ", ".join(f"{level}: {n}" for level, n in counts.items())
+                         for label, counts in asked)
+    gangs = "; ".join(f">= {g.at_least} GPUs: {g.jobs} ({g.job_share:.1%} of jobs, {g.gpu_share:.1%} of GPUs)"
+                      for g in topology.gangs)
+    return [("topology", requests or "no job asks for a level"), ("gangs", gangs)]
+
+
 def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_outputs({"--json": args.json}, {"TRACE": args.path})
     trace = load(args.path, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
@@ -127,6 +141,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         ("communication", ", ".join(f"{c}: {n}" for c, n in stats.comm_classes.items())),
         ("work", f"{stats.gpu_hours:,.1f} GPU-hours; duration mean {stats.mean_duration_s:,.0f} s, median {stats.median_duration_s:,.0f} s"),
         *describe(stats.features),
+        *_describe_topology(stats.topology),
     ]
     for name, value in rows:
         out.print(f"  {name:14s} {value}", markup=False, highlight=False)

@@ -24,7 +24,7 @@ domains; nothing else hard-codes "rack".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from deepshare.core.errors import DeepShareError
 
@@ -141,6 +141,17 @@ def build_fabric(levels: Sequence[Level], node_names: Sequence[Sequence[str]], n
     return Fabric(tuple(levels), tuple(domains), tuple(node_domains))
 
 
+class RequestProblem(NamedTuple):
+    """One thing wrong with a topology request: the field to blame (where the service puts its
+    422, and the field a form would highlight) and a message that names what was expected."""
+
+    field: str
+    message: str
+
+
+_LEVEL_FIELDS = ("required_level", "preferred_level", "slice_level")
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyRequest:
     """Where a job must or should run, in Kueue's meaning (all optional; level names are the
@@ -152,6 +163,9 @@ class TopologyRequest:
       multiple of it): e.g. tensor-parallel groups of 8 kept inside one NVLink domain.
 
     A job is a gang whatever it asks: all of its GPUs start together or none do.
+
+    The rules live once, in :meth:`problems_of`: the constructor, :meth:`check` (the simulator
+    and the live scheduler) and the placement service (one 422 entry per problem) all use it.
     """
 
     required_level: str | None = None
@@ -160,17 +174,34 @@ class TopologyRequest:
     slice_level: str | None = None
 
     def __post_init__(self) -> None:
-        if self.required_level is not None and self.preferred_level is not None:
-            raise DeepShareError("give required_level or preferred_level, not both")
-        if (self.slice_size is None) != (self.slice_level is None):
-            raise DeepShareError("slice_size and slice_level go together: give both or neither")
-        if self.slice_size is not None and (isinstance(self.slice_size, bool) or not isinstance(self.slice_size, int)
-                                            or self.slice_size <= 0):
-            raise DeepShareError(f"slice_size must be a positive integer, got {self.slice_size!r}")
-        for name in ("required_level", "preferred_level", "slice_level"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise DeepShareError(f"{name} must be a level's name, got {value!r}")
+        found = self.problems_of(self.required_level, self.preferred_level, self.slice_size, self.slice_level)
+        if found:
+            raise DeepShareError("; ".join(p.message for p in found))
+
+    @staticmethod
+    def problems_of(required_level: object = None, preferred_level: object = None, slice_size: object = None,
+                    slice_level: object = None, *, fabric: Fabric | None = None,
+                    gpus: int | None = None) -> list[RequestProblem]:
+        """Everything wrong with a request of these fields (empty: none), before one is built, so
+        a caller holding raw fields (an HTTP body) can name each bad one. Always: a required and a
+        preferred level together, a slice size without its level (or the reverse), a slice size
+        that is not a positive integer, a level that is not a non-empty name. With ``fabric``: a
+        level it lacks, a slice level above the required one. With ``gpus``: GPUs that are not a
+        multiple of the slice size."""
+        found = _shape_problems(required_level, preferred_level, slice_size, slice_level)
+        if gpus is not None and isinstance(slice_size, int) and not isinstance(slice_size, bool) \
+                and slice_size > 0 and gpus % slice_size:
+            found.append(RequestProblem("slice_size", f"the job's {gpus} GPUs must be a multiple of "
+                                                      f"slice_size ({slice_size})"))
+        if fabric is not None:
+            found += _fabric_problems(required_level, preferred_level, slice_level, fabric)
+        return found
+
+    def problems(self, fabric: Fabric, gpus: int) -> list[RequestProblem]:
+        """What keeps this request of a ``gpus``-GPU job from making sense on ``fabric`` (empty:
+        nothing): :meth:`problems_of` with the fabric and the job's GPUs."""
+        return self.problems_of(self.required_level, self.preferred_level, self.slice_size, self.slice_level,
+                                fabric=fabric, gpus=gpus)
 
     @property
     def empty(self) -> bool:
@@ -180,21 +211,46 @@ class TopologyRequest:
 
     def check(self, fabric: Fabric, gpus: int, where: str) -> None:
         """:class:`DeepShareError` (prefixed ``where``) unless the levels exist in ``fabric``, the
-        slice level is at or below the required one, and ``gpus`` is a multiple of ``slice_size``."""
-        for name in ("required_level", "preferred_level", "slice_level"):
-            value = getattr(self, name)
-            if value is not None:
-                try:
-                    fabric.level_index(value)
-                except DeepShareError as exc:
-                    raise DeepShareError(f"{where}: {name}: {exc}") from None
-        if self.slice_size is not None:
-            if gpus % self.slice_size:
-                raise DeepShareError(f"{where}: gpus ({gpus}) must be a multiple of slice_size ({self.slice_size})")
-            if self.required_level is not None and \
-                    fabric.level_index(self.slice_level) > fabric.level_index(self.required_level):  # type: ignore[arg-type]
-                raise DeepShareError(f"{where}: slice_level {self.slice_level!r} is above required_level "
-                                     f"{self.required_level!r}; a slice must fit inside the required domain")
+        slice level is at or below the required one, and ``gpus`` is a multiple of ``slice_size``
+        (:meth:`problems`, every problem named)."""
+        found = self.problems(fabric, gpus)
+        if found:
+            raise DeepShareError(f"{where}: " + "; ".join(p.message for p in found))
+
+
+def _shape_problems(required_level: object, preferred_level: object, slice_size: object,
+                    slice_level: object) -> list[RequestProblem]:
+    """The rules of :meth:`TopologyRequest.problems_of` that need no cluster."""
+    found: list[RequestProblem] = []
+    if required_level is not None and preferred_level is not None:
+        found.append(RequestProblem("preferred_level", "give required_level or preferred_level, not both"))
+    if (slice_size is None) != (slice_level is None):
+        missing = "slice_level" if slice_level is None else "slice_size"
+        found.append(RequestProblem(missing, "slice_size and slice_level go together: give both or neither"))
+    if slice_size is not None and (isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size <= 0):
+        found.append(RequestProblem("slice_size", f"slice_size must be a positive integer, got {slice_size!r}"))
+    for name, value in zip(_LEVEL_FIELDS, (required_level, preferred_level, slice_level)):
+        if value is not None and (not isinstance(value, str) or not value):
+            found.append(RequestProblem(name, f"{name} must be a level's name, got {value!r}"))
+    return found
+
+
+def _fabric_problems(required_level: object, preferred_level: object, slice_level: object,
+                     fabric: Fabric) -> list[RequestProblem]:
+    """The rules of :meth:`TopologyRequest.problems_of` that read the cluster's levels: each named
+    level exists, and a slice fits inside the required domain (checked when both levels exist)."""
+    found: list[RequestProblem] = []
+    known: dict[str, int] = {}
+    for name, value in zip(_LEVEL_FIELDS, (required_level, preferred_level, slice_level)):
+        if isinstance(value, str) and value:
+            try:
+                known[name] = fabric.level_index(value)
+            except DeepShareError as exc:
+                found.append(RequestProblem(name, f"{name}: {exc}"))
+    if "slice_level" in known and "required_level" in known and known["slice_level"] > known["required_level"]:
+        found.append(RequestProblem("slice_level", f"slice_level {slice_level!r} is above required_level "
+                                    f"{required_level!r}; a slice must fit inside the required domain"))
+    return found
 
 
 NO_TOPOLOGY = TopologyRequest()

@@ -145,29 +145,13 @@ def _asks_topology(job: PendingIn | RunningIn) -> bool:
 
 def _topology_of(job: PendingIn | RunningIn, gpus: int, fabric: Fabric, loc: Loc,
                  errors: list[FieldError]) -> TopologyRequest | None:
-    """The job's topology request, checked against the request's ``fabric`` (its levels, or ``rack``);
-    None after adding a :class:`FieldError` naming each bad field to ``errors``."""
-    found: list[FieldError] = []
-    if job.required_level is not None and job.preferred_level is not None:
-        found.append(FieldError((*loc, "preferred_level"), "give required_level or preferred_level, not both"))
-    if (job.slice_size is None) != (job.slice_level is None):
-        missing = "slice_level" if job.slice_level is None else "slice_size"
-        found.append(FieldError((*loc, missing), "slice_size and slice_level go together: give both or neither"))
-    for name in ("required_level", "preferred_level", "slice_level"):
-        value = getattr(job, name)
-        if value is not None:
-            try:
-                fabric.level_index(value)
-            except DeepShareError as exc:
-                found.append(FieldError((*loc, name), str(exc)))
-    if job.slice_size is not None and gpus % job.slice_size:
-        found.append(FieldError((*loc, "slice_size"), f"the job's {gpus} GPUs must be a multiple of slice_size ({job.slice_size})"))
-    if not found and job.required_level is not None and job.slice_level is not None and \
-            fabric.level_index(job.slice_level) > fabric.level_index(job.required_level):
-        found.append(FieldError((*loc, "slice_level"), f"{job.slice_level!r} is above required_level "
-                                f"{job.required_level!r}; a slice must fit inside the required domain"))
+    """The job's topology request, checked against the request's ``fabric`` (its levels, or ``rack``)
+    by the core's own rules (:meth:`TopologyRequest.problems_of`); None after adding a
+    :class:`FieldError` naming each bad field to ``errors``."""
+    found = TopologyRequest.problems_of(job.required_level, job.preferred_level, job.slice_size, job.slice_level,
+                                        fabric=fabric, gpus=gpus)
     if found:
-        errors += found
+        errors += [FieldError((*loc, problem.field), problem.message) for problem in found]
         return None
     return TopologyRequest(job.required_level, job.preferred_level, job.slice_size, job.slice_level)
 

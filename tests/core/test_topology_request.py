@@ -51,7 +51,7 @@ def test_request_check_against_a_fabric() -> None:
     TopologyRequest(required_level="leaf", slice_size=8, slice_level="nvlink").check(fabric, 16, "j")
     with pytest.raises(DeepShareError, match="j: required_level: unknown fabric level 'rack'"):
         TopologyRequest(required_level="rack").check(fabric, 8, "j")
-    with pytest.raises(DeepShareError, match=r"gpus \(12\) must be a multiple of slice_size \(8\)"):
+    with pytest.raises(DeepShareError, match=r"j: the job.s 12 GPUs must be a multiple of slice_size \(8\)"):
         TopologyRequest(slice_size=8, slice_level="nvlink").check(fabric, 12, "j")
     with pytest.raises(DeepShareError, match="above required_level"):
         TopologyRequest(required_level="nvlink", slice_size=4, slice_level="leaf").check(fabric, 8, "j")
@@ -129,7 +129,7 @@ def test_a_request_naming_an_unknown_level_is_rejected_with_the_reason(caplog) -
     assert sim.rejections == {
         "typo": "its topology request: required_level: unknown fabric level 'rack'; this cluster's levels are "
                 "nvlink, leaf, spine",
-        "odd": "its topology request: gpus (12) must be a multiple of slice_size (8)",
+        "odd": "its topology request: the job's 12 GPUs must be a multiple of slice_size (8)",
         "huge": "it asks for 4096 GPUs and the cluster has 64",
     }
     assert {r.job_id for r in report.records if r.rejected} == {"typo", "odd", "huge"}

@@ -7,6 +7,11 @@ Format: ``{"<job id>": {"model": str, "gpu_demand": int, "total_samples_to_train
 Optional keys, the job's features (null or absent: the trace does not say): ``user``, ``group``
 (a recurring job's tag), ``vc`` (virtual cluster or team) and ``requested_s`` (the user's time
 limit or estimate, a positive number of seconds).
+
+Optional keys, the job's topology request (null or absent: not asked), read and checked as the
+canonical CSV's columns are (:func:`~deepshare.core.traces.base.topology_request`):
+``required_level``, ``preferred_level`` (level names), ``slice_size`` (a positive number of GPUs)
+with ``slice_level``. Whether the levels exist is the cluster's to say.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from deepshare.core.traces.base import (
     parse_json,
     require_mapping,
     text_field,
+    topology_request,
 )
 from deepshare.core.errors import DeepShareError
 
@@ -62,6 +68,7 @@ def parse(text: str, source: str, *, data: Any = None, **_: Any) -> Trace:
                 submit_time=0.0 if is_blank(arrival) else number(arrival, loc, "arrival_time", minimum="nonnegative"),
                 total_samples=number(entry.get("total_samples_to_train"), loc, "total_samples_to_train", minimum="positive"),
                 **features(entry, loc, {name: name for name in FEATURES}),
+                topology=topology_request(entry, loc),
             )
         )
     return finish(jobs, FORMAT, source)

@@ -4,7 +4,10 @@ The profiles are the artifact's ``isolated_thp.csv`` (samples/s by ``model,gpus,
 ``shared_thp_ratio.csv`` (victim x aggressor throughput ratios), measured on the testbed. Only
 *measured* cells are used: keys on 8 nodes (never reachable on the 4-node testbed) are left out.
 Each cell is simulated as the two jobs sharing the NIC and PCIe of their common nodes, with the
-same :mod:`physics` the simulator uses; ``scipy.optimize.least_squares`` fits
+same :mod:`physics` the simulator uses; a cell of jobs that shared a fabric uplink instead
+(samples with a ``link`` column, :mod:`.samples`) as each job on its own NIC and PCIe and both on
+that uplink, whose work is the job's cross-domain ring volume over the uplink's bandwidth in NICs
+(the link model's uplink term, each job across two domains); ``scipy.optimize.least_squares`` fits
 
 * per model: compute time, NIC work, PCIe work, overlap, samples per GPU, latency, PCIe
   coupling, congestion (positivity by log, overlap by logistic transforms) and the two
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -47,6 +50,7 @@ from scipy.optimize import least_squares
 from deepshare.core.contention.link import physics
 from deepshare.core.contention.link.model import ring_factor
 from deepshare.core.contention.link.params import MAX_EXPONENT, SIGNED, LinkCatalog, LinkParams, placement_key
+from deepshare.core.contention.link.samples import Samples, UplinkPair
 from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, ProfileKey
 
@@ -90,7 +94,7 @@ Step = Callable[[FitProgress], None]
 
 @dataclass(frozen=True)
 class Dataset:
-    """The measured cells of a profile catalog, as arrays."""
+    """The measured cells of a profile catalog (and of jobs that shared an uplink), as arrays."""
 
     models: tuple[str, ...]
     keys: tuple[ProfileKey, ...]
@@ -101,14 +105,33 @@ class Dataset:
     victim: np.ndarray         # (C,) key index
     aggressor: np.ndarray      # (C,) key index
     ratio: np.ndarray          # (C,)
+    share: np.ndarray | None = None
+    """(C,) per cell: 0 where the jobs shared their nodes, else the shared uplink's bandwidth in
+    NICs (:attr:`~deepshare.core.contention.link.samples.UplinkPair.share`); None: all 0."""
+
+    @property
+    def shares(self) -> np.ndarray:
+        """:attr:`share`, zeros when None."""
+        return np.zeros(len(self.ratio)) if self.share is None else self.share
 
     @staticmethod
-    def from_catalog(catalog: Catalog) -> "Dataset":
-        keys = tuple(k for k in catalog.keys if k.nodes < 8 and k in catalog.isolated)
+    def from_catalog(catalog: Catalog, uplinks: Mapping[UplinkPair, float] | None = None) -> "Dataset":
+        """The measured cells of ``catalog``, then those of ``uplinks`` (pairs of measured keys)."""
+        crossing = sorted((uplinks or {}).items(), key=lambda kv: kv[0].sort_key())
+        named = dict.fromkeys([*catalog.keys, *(k for pair, _ in crossing for k in (pair.victim, pair.aggressor))])
+        keys = tuple(k for k in named if k.nodes < 8 and k in catalog.isolated)
         if not keys:
             raise DeepShareError("profiles: no measured keys (model,gpus,nodes with nodes < 8)")
         models = tuple(dict.fromkeys(k.model for k in keys))
         cells = [(i, j) for i, v in enumerate(keys) for j, a in enumerate(keys) if (v, a) in catalog.ratios]
+        ratios = [catalog.ratios[(keys[i], keys[j])] for i, j in cells]
+        shares = [0.0] * len(cells)
+        index = {k: i for i, k in enumerate(keys)}
+        for pair, ratio in crossing:
+            if pair.victim in index and pair.aggressor in index:
+                cells.append((index[pair.victim], index[pair.aggressor]))
+                ratios.append(ratio)
+                shares.append(pair.share)
         if not cells:
             raise DeepShareError("profiles: the ratio table has no cell between measured keys")
         return Dataset(
@@ -120,8 +143,39 @@ class Dataset:
             isolated=np.array([catalog.isolated[k] for k in keys]),
             victim=np.array([c[0] for c in cells]),
             aggressor=np.array([c[1] for c in cells]),
-            ratio=np.array([catalog.ratios[(keys[i], keys[j])] for i, j in cells]),
+            ratio=np.array(ratios, dtype=float),
+            share=np.array(shares, dtype=float) if any(shares) else None,
         )
+
+
+def _edges(data: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Each cell's two jobs (victim ``2c``, aggressor ``2c + 1``) on their links: per edge the
+    job, the link, whether its work is the job's NIC work (else its PCIe work) and the factor on
+    it, and the number of links. Jobs that shared nodes share one NIC and one PCIe link; jobs that
+    shared an uplink each have their own NIC and PCIe and meet on the uplink, which carries the
+    job's NIC work over its ring factor (the volume across two domains, ``ring_factor(2) = 1``)
+    over the uplink's share."""
+    job, link, nic, factor = [], [], [], []
+    n_links = 0
+    for c, share in enumerate(data.shares.tolist()):
+        victim, aggressor = 2 * c, 2 * c + 1
+        if share <= 0:
+            for j in (victim, aggressor):
+                job += [j, j]
+                link += [n_links, n_links + 1]
+                nic += [True, False]
+                factor += [1.0, 1.0]
+            n_links += 2
+            continue
+        uplink = n_links + 4
+        for j, key, own in ((victim, data.victim[c], n_links), (aggressor, data.aggressor[c], n_links + 2)):
+            job += [j, j, j]
+            link += [own, own + 1, uplink]
+            nic += [True, False, True]
+            factor += [1.0, 1.0, 1.0 / (ring_factor(int(data.nodes[key])) * share)]
+        n_links += 5
+    return (np.array(job, dtype=np.int64), np.array(link, dtype=np.int64), np.array(nic, dtype=bool),
+            np.array(factor), n_links)
 
 
 class PairModel:
@@ -135,9 +189,7 @@ class PairModel:
         self.size = self._sens_at + len(data.keys)
         self._ring = np.array([ring_factor(int(k)) for k in data.nodes])
         self._intra_units = 2.0 * (data.gpus / data.nodes - 1.0)
-        pairs = len(data.victim)
-        self._edge_job = np.repeat(np.arange(2 * pairs), 2)               # each job: NIC + PCIe
-        self._edge_link = np.repeat(np.arange(pairs) * 2, 4) + np.tile([0, 1, 0, 1], pairs)
+        self._edge_job, self._edge_link, self._edge_nic, self._edge_factor, self._n_links = _edges(data)
         self._jobs_keys = np.stack([data.victim, data.aggressor], axis=1).reshape(-1)
 
     def unpack(self, x: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -191,8 +243,8 @@ class PairModel:
             private=np.zeros(len(jk)),
             edge_job=self._edge_job,
             edge_link=self._edge_link,
-            work=np.stack([nic[jk], pcie[jk]], axis=1).reshape(-1),
-            n_links=2 * len(d.victim),
+            work=np.where(self._edge_nic, nic[jk][self._edge_job], pcie[jk][self._edge_job]) * self._edge_factor,
+            n_links=self._n_links,
             kappa=kappa,
             sensitivity=sens[jk],
         )
@@ -264,13 +316,14 @@ class PairModel:
 
 
 def nearest_cell_prediction(data: Dataset, train: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """Reference: the mean ratio of the nearest training cells of the same model pair."""
+    """Reference: the mean ratio of the nearest training cells of the same model pair that shared
+    the same kind of link (their nodes, or an uplink of the same share)."""
     lg, ln = np.log2(data.gpus), np.log2(data.nodes)
-    v, a, km = data.victim, data.aggressor, data.key_model
+    v, a, km, share = data.victim, data.aggressor, data.key_model, data.shares
     fallback = float(data.ratio[train].mean())
     out = np.empty(len(test))
     for n, cell in enumerate(test):
-        same = train[(km[v[train]] == km[v[cell]]) & (km[a[train]] == km[a[cell]])]
+        same = train[(km[v[train]] == km[v[cell]]) & (km[a[train]] == km[a[cell]]) & (share[train] == share[cell])]
         if len(same) == 0:
             out[n] = fallback
             continue
@@ -317,14 +370,14 @@ def _best(runs: list[tuple[float, np.ndarray]]) -> np.ndarray:
     return best[1]
 
 
-def _fit_start(job: tuple[Catalog, np.ndarray, np.ndarray]) -> tuple[float, np.ndarray]:
+def _fit_start(job: tuple[Dataset, np.ndarray, np.ndarray]) -> tuple[float, np.ndarray]:
     """One seeded start of one fit (a top-level function so worker processes can run it)."""
-    catalog, train, x0 = job
-    return PairModel(Dataset.from_catalog(catalog)).fit_from(x0, train)
+    data, train, x0 = job
+    return PairModel(data).fit_from(x0, train)
 
 
 def _run_fits(
-    catalog: Catalog, model: PairModel, trains: list[np.ndarray], starts: int, seed: int, workers: int, step: Step | None,
+    model: PairModel, trains: list[np.ndarray], starts: int, seed: int, workers: int, step: Step | None,
 ) -> list[np.ndarray]:
     """Every fit's best parameters, each start a separate task so progress comes per start.
 
@@ -332,7 +385,7 @@ def _run_fits(
     and keeps the same best, so the result depends on neither ``workers`` nor finishing order.
     """
     names = ["full fit", *(f"fold {k}/{len(trains) - 1}" for k in range(1, len(trains)))]
-    tasks = [(k, i, (catalog, train, x0)) for k, train in enumerate(trains)
+    tasks = [(k, i, (model.data, train, x0)) for k, train in enumerate(trains)
              for i, x0 in enumerate(model.start_points(starts, seed + k))]
     runs: dict[tuple[int, int], tuple[float, np.ndarray]] = {}
     left = [starts] * len(trains)
@@ -355,7 +408,7 @@ def _run_fits(
 
 
 def calibrate(
-    catalog: Catalog,
+    catalog: Catalog | Samples,
     *,
     folds: int = 5,
     starts: int = 3,
@@ -366,6 +419,9 @@ def calibrate(
 ) -> CalibrationResult:
     """Fit on every measured cell, then cross-validate over cells in ``folds`` folds.
 
+    ``catalog``: profiles, or samples (:func:`~deepshare.core.contention.link.samples.read_samples`)
+    whose cells of jobs that shared an uplink are fitted too.
+
     Every seeded start of every fit runs on ``workers`` processes; each fit's seed is fixed, so
     the result does not depend on the number of workers. ``progress`` gets one line up front,
     ``step`` a :class:`FitProgress` after every start.
@@ -374,7 +430,8 @@ def calibrate(
         raise DeepShareError(f"folds must be at least 2, got {folds}")
     if starts < 1:
         raise DeepShareError(f"starts must be at least 1, got {starts}")
-    data = Dataset.from_catalog(catalog)
+    data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks) if isinstance(catalog, Samples)
+            else Dataset.from_catalog(catalog))
     model = PairModel(data)
     everything = np.arange(len(data.ratio))
     say = progress or (lambda _msg: None)
@@ -385,7 +442,7 @@ def calibrate(
         f"fitting {model.size} parameters to {len(data.keys)} isolated throughputs and {len(everything)} ratios, "
         f"then {folds} cross-validation folds ({starts} start(s) each, {workers} worker(s))"
     )
-    x, *fold_params = _run_fits(catalog, model, [everything, *trains], starts, seed, workers, step)
+    x, *fold_params = _run_fits(model, [everything, *trains], starts, seed, workers, step)
     throughput, fitted = model.predict(x)
     errors = np.abs(fitted - data.ratio)
     cv_err, mean_err, near_err = [], [], []

@@ -10,6 +10,21 @@ one row per measurement::
 Rows of the same placement are averaged. A ratio cell (victim, aggressor) is the mean co-located
 throughput divided by the victim's mean isolated throughput, so every victim with co-located
 rows needs isolated rows too. The result is a profile catalog like the shipped tables.
+
+**Jobs that shared a fabric uplink** (an optional ``link`` column): on a cluster with fabric
+levels two gangs on different nodes still fight over the uplink of a domain both cross. Such a
+row names that uplink as the link model does (``spine0/leaf3/uplink``, see
+``LinkState.link_names``)::
+
+    model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s,link
+    MoE,8,2,FSDP,8,2,12.5,spine0/leaf3/uplink   <- on other nodes, both across that leaf's uplink
+
+An empty ``link`` means what a row without the column means: the jobs shared their nodes. A row
+naming an uplink needs the cluster (``deepshare calibrate --samples CSV --cluster SPEC``) to say
+how fast that uplink is next to its nodes' NICs (:func:`uplink_shares`); its jobs span at least
+two nodes each. The fit (:mod:`.calibrate`) puts such a cell's jobs on their own NICs and PCIe and
+on the one uplink, each across two domains of its level (the smallest split that crosses it; an
+assumption, since a row does not say how the job was split).
 """
 
 from __future__ import annotations
@@ -18,12 +33,57 @@ import csv
 import io
 import os
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import TRACE_BYTES, read_input_text
+from deepshare.core.topology import Topology
 from deepshare.core.workloads import Catalog, ProfileKey
 
 COLUMNS = ("model", "gpus", "nodes", "co_model", "co_gpus", "co_nodes", "samples_per_s")
+LINK_COLUMN = "link"
+"""Optional: the fabric uplink the two jobs shared instead of their nodes (see the module doc)."""
+
+
+@dataclass(frozen=True)
+class UplinkPair:
+    """A victim measured beside an aggressor on other nodes, both crossing one domain's uplink."""
+
+    victim: ProfileKey
+    aggressor: ProfileKey
+    link: str
+    """The uplink's name (``spine0/leaf3/uplink``)."""
+    share: float
+    """The uplink's bandwidth in NICs of its nodes (``uplink_gbps`` over their mean ``nic_gbps``):
+    0.5 is a leaf whose uplink carries half of one node's NIC."""
+
+    def sort_key(self) -> tuple[str, int, int, str, int, int, str]:
+        """A fixed order of pairs (cells are laid out in it, so a fit does not depend on file order)."""
+        v, a = self.victim, self.aggressor
+        return (v.model, v.gpus, v.nodes, a.model, a.gpus, a.nodes, self.link)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A samples file as calibration reads it: the profiles of jobs that shared nodes, and the
+    ratios of those that shared an uplink."""
+
+    catalog: Catalog
+    uplinks: dict[UplinkPair, float]
+    """Ratio (mean co-located over mean isolated throughput) per uplink pair."""
+
+
+def uplink_shares(topology: Topology) -> dict[str, float]:
+    """Each fabric domain's uplink, by the link model's name (``spine0/leaf3/uplink``), as a number
+    of its nodes' NICs (:attr:`UplinkPair.share`); non-blocking uplinks (0 Gbit/s) are left out:
+    nothing is shared there."""
+    shares = {}
+    for domain in topology.fabric.domains:
+        if domain.uplink_gbps > 0:
+            nic = sum(topology.nodes[n].nic_gbps for n in domain.nodes) / len(domain.nodes)
+            shares[f"{domain.name}/uplink"] = domain.uplink_gbps / nic
+    return shares
 
 
 def _key(row: dict[str, str], prefix: str, where: str) -> ProfileKey:
@@ -41,16 +101,26 @@ def _key(row: dict[str, str], prefix: str, where: str) -> ProfileKey:
 
 
 def parse_samples(text: str, source: str) -> Catalog:
+    """The profiles of a samples CSV whose jobs shared nodes (a row naming an uplink is refused:
+    that needs :func:`read_samples` with the cluster's uplinks)."""
+    return read_samples(text, source).catalog
+
+
+def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = None) -> Samples:
+    """The samples of ``text``; ``uplinks``: the cluster's :func:`uplink_shares`, which the
+    ``link`` column's names must be among (None: no cluster given, so no row may name one)."""
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise DeepShareError(f"{source} line 1: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}")
+    has_link = LINK_COLUMN in (reader.fieldnames or [])
     alone: dict[ProfileKey, list[float]] = defaultdict(list)
     shared: dict[tuple[ProfileKey, ProfileKey], list[float]] = defaultdict(list)
+    across: dict[UplinkPair, list[float]] = defaultdict(list)
     for line, row in enumerate(reader, start=2):
         where = f"{source} line {line}"
-        if None in row or any(row[c] is None for c in COLUMNS):
-            raise DeepShareError(f"{where}: expected {len(COLUMNS)} fields")
+        if None in row or any(row[c] is None for c in COLUMNS) or (has_link and row[LINK_COLUMN] is None):
+            raise DeepShareError(f"{where}: expected {len(COLUMNS) + has_link} fields")
         try:
             value = float(row["samples_per_s"])
         except ValueError:
@@ -58,27 +128,58 @@ def parse_samples(text: str, source: str) -> Catalog:
         if not 0 < value < float("inf"):
             raise DeepShareError(f"{where}: field 'samples_per_s': expected a positive number, got {value}")
         victim = _key(row, "", where)
+        link = (row[LINK_COLUMN] or "").strip() if has_link else ""
         if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
-            shared[(victim, _key(row, "co_", where))].append(value)
+            aggressor = _key(row, "co_", where)
+            if link:
+                across[_uplink_pair(victim, aggressor, link, uplinks, where)].append(value)
+            else:
+                shared[(victim, aggressor)].append(value)
+        elif link:
+            raise DeepShareError(f"{where}: field 'link': expected empty on an isolated row (empty co_* fields), "
+                                 f"got {link!r}")
         else:
             alone[victim].append(value)
     if not alone:
         raise DeepShareError(f"{source}: no isolated samples (rows with empty co_* fields)")
     isolated = {k: sum(v) / len(v) for k, v in alone.items()}
-    ratios = {}
-    for (victim, aggressor), values in shared.items():
-        if victim not in isolated:
-            raise DeepShareError(f"{source}: {victim} has co-located samples but no isolated ones")
-        ratios[(victim, aggressor)] = min(1.0, sum(values) / len(values) / isolated[victim])
-    if not ratios:
+    ratios = {pair: _ratio(pair[0], values, isolated, source) for pair, values in shared.items()}
+    crossing = {pair: _ratio(pair.victim, values, isolated, source) for pair, values in sorted(across.items(), key=lambda kv: kv[0].sort_key())}
+    if not ratios and not crossing:
         raise DeepShareError(f"{source}: no co-located samples (rows with co_model, co_gpus, co_nodes)")
-    return Catalog(isolated, ratios)
+    return Samples(Catalog(isolated, ratios), crossing)
 
 
-def load_samples(path: str | os.PathLike[str]) -> Catalog:
+def _ratio(victim: ProfileKey, values: list[float], isolated: dict[ProfileKey, float], source: str) -> float:
+    """The mean co-located throughput over the victim's isolated one, at most 1."""
+    if victim not in isolated:
+        raise DeepShareError(f"{source}: {victim} has co-located samples but no isolated ones")
+    return min(1.0, sum(values) / len(values) / isolated[victim])
+
+
+def _uplink_pair(victim: ProfileKey, aggressor: ProfileKey, link: str, uplinks: Mapping[str, float] | None,
+                 where: str) -> UplinkPair:
+    """The pair of a row naming ``link``; :class:`DeepShareError` naming the line and field when
+    the cluster is unknown, lacks that uplink, or a job spans one node (it crosses no uplink)."""
+    if uplinks is None:
+        raise DeepShareError(f"{where}: field 'link': naming an uplink ({link!r}) needs the cluster whose fabric "
+                             f"has it (deepshare calibrate --cluster SPEC)")
+    if link not in uplinks:
+        known = sorted(uplinks)
+        listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+        raise DeepShareError(f"{where}: field 'link': expected an uplink of the cluster's fabric "
+                             f"({listed or 'it has none: every uplink is non-blocking'}), got {link!r}")
+    for key, prefix in ((victim, ""), (aggressor, "co_")):
+        if key.nodes < 2:
+            raise DeepShareError(f"{where}: field '{prefix}nodes': a job crossing an uplink spans at least 2 nodes, "
+                                 f"got {key.nodes}")
+    return UplinkPair(victim, aggressor, link, uplinks[link])
+
+
+def load_samples(path: str | os.PathLike[str], uplinks: Mapping[str, float] | None = None) -> Samples:
     """The samples CSV at ``path`` (a regular file of at most :data:`~deepshare.core.files.TRACE_BYTES`:
-    samples are recorded, like a trace) as a catalog."""
+    samples are recorded, like a trace); ``uplinks`` as :func:`read_samples` takes them."""
     text = read_input_text(path, "samples file", TRACE_BYTES, label=f"--samples {path}", not_found="file not found")
     if not text.strip():
         raise DeepShareError(f"{path}: file is empty, expected samples")
-    return parse_samples(text, str(path))
+    return read_samples(text, str(path), uplinks)
