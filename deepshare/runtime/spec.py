@@ -134,12 +134,10 @@ class LiveJobSpec(BaseModel):
             raise ValueError("give exactly one of entrypoint ('module:function') and command (a list)")
         if self.requested_s is not None and self.expected_duration_s is not None:
             raise ValueError("give requested_s or its older name expected_duration_s, not both")
-        if self.required_level is not None and self.preferred_level is not None:
-            raise ValueError("give required_level or preferred_level, not both")
-        if (self.slice_size is None) != (self.slice_level is None):
-            raise ValueError("slice_size and slice_level go together: give both or neither")
-        if self.slice_size is not None and self.gpus % self.slice_size:
-            raise ValueError(f"gpus ({self.gpus}) must be a multiple of slice_size ({self.slice_size})")
+        problems = TopologyRequest.problems_of(self.required_level, self.preferred_level, self.slice_size,
+                                               self.slice_level, gpus=self.gpus)
+        if problems:  # the core's rules (the same as the simulator's and the service's)
+            raise ValueError("; ".join(p.message for p in problems))
         return self
 
     @property
