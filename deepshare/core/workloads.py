@@ -13,7 +13,9 @@ that are documented here and in ``docs/simulator.md``:
   measured GPU count (ties go to the larger) and scaled linearly with the GPU count.
 * **Model not in the catalog** (``vgg19``, ``resnet50``, ...): the model is mapped to a proxy
   catalog model of the same family (:data:`FAMILY_PROXIES`), or to :data:`DEFAULT_PROXY` when
-  no family matches; one warning per unknown name is logged. Traces that give work as a
+  no family matches; one warning per unknown name is logged. The LLM-era classes
+  (:data:`DERIVED_CLASSES`, whose contention parameters are derived in
+  ``deepshare.core.contention.link.llm``) have a fixed proxy and no warning. Traces that give work as a
   duration make the proxy's absolute throughput irrelevant: only its contention matters.
 
 The *reference throughput* of a (model, GPUs) pair is its throughput on the fewest nodes it can
@@ -76,6 +78,17 @@ FAMILY_PROXIES: tuple[tuple[str, str], ...] = (
     ("switch", "MoE"),
     ("fsdp", "FSDP"),
 )
+DERIVED_CLASSES: dict[str, str] = {
+    # LLM-era classes whose link parameters are derived from their size and parallelism
+    # (deepshare.core.contention.link.llm) -> the measured model whose profile gives their
+    # isolated throughput scaling across node counts (their traffic pattern's kin). Known
+    # names: resolved without the unknown-model warning.
+    "llama3-8b": "FSDP",
+    "llama3-70b": "FSDP",
+    "gpt3-175b": "FSDP",
+    "mixtral-8x7b": "MoE",
+    "vit-h14": "Transformer-XL",
+}
 DEFAULT_PROXY = "Transformer-XL"
 """Proxy for unknown models: the measured model with median contention sensitivity."""
 
@@ -135,6 +148,8 @@ class Catalog:
         lower = model.lower()
         if lower in self._lower:
             hit = self._lower[lower]
+        elif lower in DERIVED_CLASSES and DERIVED_CLASSES[lower] in self.models:
+            hit = DERIVED_CLASSES[lower]
         else:
             hit = next((proxy for prefix, proxy in FAMILY_PROXIES if lower.startswith(prefix)), DEFAULT_PROXY)
             if hit not in self.models:

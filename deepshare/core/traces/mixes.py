@@ -16,6 +16,14 @@ preset        heavy   medium   low
 
 A class's weight is split evenly over its models; when the catalog has no model of a class,
 that class's weight goes to the other classes in proportion to their weights.
+
+``llm`` names models instead of classes: the LLM-era classes whose link parameters are derived
+from their size and parallelism (``deepshare.core.contention.link.llm``), weighted 4 : 2 : 2 : 1
+: 1 (``llama3-8b``, ``llama3-70b``, ``mixtral-8x7b``, ``gpt3-175b``, ``vit-h14``). The weights are
+an assumption shaped by published descriptions of LLM clusters, none of which gives a per-model
+job share: Acme (Hu et al., NSDI'24) and Lingjun/Crux (SIGCOMM'24) clusters run mostly dense LLM
+pretraining and fine-tuning of 7B-70B models, with a few very large jobs; MoE training is a
+growing minority; vision models a minority. Pair it with ``--demand gang-heavy``.
 """
 
 from __future__ import annotations
@@ -31,13 +39,25 @@ from deepshare.core.workloads import Catalog, default_catalog
 
 COMM_CLASSES = ("heavy", "medium", "low")
 
-MIX_PRESETS: Mapping[str, Mapping[str, float] | None] = {
+@dataclass(frozen=True)
+class NamedModels:
+    """A preset that weights models by name (relative weights), not communication classes."""
+
+    weights: Mapping[str, float]
+
+
+LLM_MIX = NamedModels({"llama3-8b": 4.0, "llama3-70b": 2.0, "mixtral-8x7b": 2.0, "gpt3-175b": 1.0, "vit-h14": 1.0})
+"""The ``llm`` preset (weights: an assumption, see the module doc)."""
+
+MIX_PRESETS: Mapping[str, Mapping[str, float] | NamedModels | None] = {
     "random": None,  # uniform over models, not over classes
     "heavy": {"heavy": 0.7, "medium": 0.2, "low": 0.1},
     "medium": {"heavy": 0.2, "medium": 0.6, "low": 0.2},
     "low": {"heavy": 0.1, "medium": 0.2, "low": 0.7},
+    "llm": LLM_MIX,
 }
-"""Preset name -> weight of each communication class (None: uniform over models)."""
+"""Preset name -> weight of each communication class (None: uniform over models; NamedModels:
+weights of named models)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,8 @@ def mix_preset(name: str, catalog: Catalog | None = None) -> ModelMix:
     if name not in MIX_PRESETS:
         raise DeepShareError(f"unknown model mix {name!r}; presets are: {', '.join(MIX_PRESETS)}")
     class_weights = MIX_PRESETS[name]
+    if isinstance(class_weights, NamedModels):
+        return ModelMix(tuple(class_weights.weights.items()))
     if class_weights is None:
         return ModelMix(tuple((m, 1.0) for m in catalog.models))
     members = {c: [m for m in catalog.models if catalog.comm_class.get(m) == c] for c in class_weights}

@@ -18,6 +18,14 @@ side through one node's NICs, where an 8:8 split spreads it over eight (hand-che
 tests). Inter-node volumes are scaled by the model's placement-shape factor
 (:func:`params.shape_factor`) with the GPUs the job has on that node. Adding or removing a job
 re-solves only the jobs connected to it through shared links.
+
+**Hardware.** A model's ``compute_s`` is its compute time per iteration on the testbed's TITAN
+Xp; a job computes ``compute_s / speed`` where ``speed`` is the training speed
+(:func:`deepshare.core.hardware.gpu_speed`) of the slowest GPU model among its nodes (synchronous
+training waits for the slowest). Its communication works already scale with the links' bandwidth
+and its ``latency_s`` is kept as it is. A TITAN Xp or unknown ``gpu_model`` has speed 1: the
+compute time is ``compute_s`` itself, bit for bit. ``LinkContention(hardware_scaling=False)``
+ignores the GPU models (every node at the reference speed), as before the hardware table.
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ from deepshare.core.contention.link.params import (
     default_link_catalog,
     shape_factor,
 )
-from deepshare.core.topology import Node, Topology
 from deepshare.core.errors import DeepShareError
+from deepshare.core.hardware import gpu_speed
+from deepshare.core.topology import Node, Topology
 from deepshare.core.view import Prediction
 from deepshare.core.workloads import Catalog
 
@@ -80,9 +89,13 @@ class LinkContention:
 
     link_catalog: LinkCatalog | None = None
     name: str = "link"
+    hardware_scaling: bool = True
+    """Compute at each node's GPU speed (:mod:`deepshare.core.hardware`); False: every node at the
+    TITAN Xp reference speed (the model before the hardware table, for comparisons)."""
 
     def new_state(self, topology: Topology, catalog: Catalog) -> "LinkState":
-        return LinkState(topology, catalog, self.link_catalog or default_link_catalog())
+        return LinkState(topology, catalog, self.link_catalog or default_link_catalog(),
+                         hardware_scaling=self.hardware_scaling)
 
 
 @dataclass(frozen=True)
@@ -112,8 +125,12 @@ class LinkState:
     gathers and one concatenation of the jobs' edge arrays.
     """
 
-    def __init__(self, topology: Topology, catalog: Catalog, links: LinkCatalog) -> None:
+    def __init__(self, topology: Topology, catalog: Catalog, links: LinkCatalog,
+                 hardware_scaling: bool = True) -> None:
         self._topology = topology
+        speeds = [gpu_speed(n.gpu_model) if hardware_scaling else 1.0 for n in topology.nodes]
+        self._speed: list[float] | None = speeds if any(s != 1.0 for s in speeds) else None
+        """Per node, its GPU's speed relative to the reference; None when every node has speed 1."""
         self._catalog = catalog
         self._links = links
         self._model_index = {m: i for i, m in enumerate(links.models)}
@@ -304,10 +321,15 @@ class LinkState:
                     if uplink > 0:
                         links.append(2 * n_nodes + d)
                         works.append(p.nic_s * ring * shape * REF_NIC_GBPS / uplink)
+        compute = p.compute_s
+        if self._speed is not None:
+            speed = min(self._speed[i] for i in job.placement.nodes)
+            if speed != 1.0:
+                compute = compute / speed
         return _Job(
             job.job_id,
             self._model_index[name],
-            p.compute_s + p.latency_s * (k - 1),
+            compute + p.latency_s * (k - 1),
             p.overlap,
             p.congestion,
             self._links.placement_sensitivity(name, job.placement.total_gpus, k),

@@ -15,6 +15,9 @@ Llama-7B, ...) get parameters from their published sizes (:data:`COMMON_MODELS`)
 * overlap, latency, PCIe coupling, congestion and the placement-shape exponents: the median of
   the fitted models.
 
+LLM-era classes (Llama 3 8B/70B, Mixtral 8x7B, GPT-3 175B, ViT-H/14) get parameters derived from
+their size, batch, precision and parallelism by :mod:`deepshare.core.contention.link.llm`.
+
 Any other name falls back to the workload catalog's proxy model (see ``workloads.py``).
 """
 
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
+from deepshare.core.contention.link import llm
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.workloads import Catalog, default_catalog
 
@@ -215,7 +219,8 @@ class LinkCatalog:
 
 
 def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
-    """``fitted`` plus :data:`COMMON_MODELS` estimated from their published sizes."""
+    """``fitted`` plus :data:`COMMON_MODELS` estimated from their published sizes and the LLM-era
+    classes (:data:`llm.LLM_CLASSES`) derived from their size and parallelism."""
     shared = {
         name: statistics.median(getattr(p, name) for p in fitted.params.values())
         for name in ("overlap", "latency_s", "pcie_coupling", "congestion", *SIGNED)
@@ -233,6 +238,9 @@ def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
                 **shared,
             ),
         )
+    for name, c in llm.LLM_CLASSES.items():
+        params.setdefault(name, LinkParams(**llm.derive(
+            c, REF_NIC_GBPS, REF_PCIE_GBPS, LINE_RATE_EFFICIENCY, congestion=shared["congestion"])))
     return LinkCatalog(params, fitted.kappa, fitted.source, fitted.sensitivity)
 
 

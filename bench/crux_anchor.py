@@ -1,0 +1,95 @@
+"""The Crux sanity anchor: the share of jobs slowed by contention on a Lingjun-like fabric.
+
+Crux (Cao et al., SIGCOMM'24) reports that on Alibaba's Lingjun cluster (a three-tier Clos of
+about 800 hosts) 36% of the jobs, holding 51% of the GPUs, suffered communication contention.
+This script asks the link contention model the same question on a cluster of today's shape:
+
+* cluster: the ``clos3-256`` preset (256 x 8 H100 SXM, leaf 1:1, aggregation 4:1 to the core:
+  the Lingjun shape, see ``deepshare/data/clusters/clos3-256.yaml``);
+* trace: the generator with ``--mix llm`` (the LLM-era classes of
+  ``deepshare.core.contention.link.llm``) and ``--demand gang-heavy`` (16 to 256 GPUs), Poisson
+  arrivals at an offered load of 0.9, log-normal run times (median 1 h, sigma 1);
+* placement: contention-blind, simulated with ``--contention link``: ``fifo+consolidated`` (the
+  fewest nodes, wherever they are: whole nodes for these gangs, as production schedulers give
+  them) and ``fifo+spread`` (as many nodes as possible: jobs share nodes' NICs and PCIe);
+* a job is *slowed* when its time-averaged throughput ratio (its record's ``mean_ratio``) is
+  below 0.95, i.e. its contention slowdown is at least 1.05; the GPU-weighted share counts
+  each job by its GPUs.
+
+The same run with ``LinkContention(hardware_scaling=False)`` (every GPU computing at the TITAN
+Xp reference speed, the model before ``deepshare.core.hardware``) is printed beside it: the
+issue's "1.000" problem. Nothing is tuned to hit Crux's figure.
+
+Usage: python bench/crux_anchor.py [--jobs 400] [--seed 1] [--policies fifo+consolidated,fifo+spread]
+                                   [--cluster clos3-256] [--load 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+CRUX_JOBS, CRUX_GPUS = 0.36, 0.51
+SLOWED_BELOW = 0.95
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+def shares(records) -> tuple[float, float, float, int]:
+    """(share of jobs slowed, GPU-weighted share, mean slowdown, jobs counted) over finished jobs."""
+    done = [r for r in records if r.finish_s is not None and r.productive_s > 0]
+    if not done:
+        return 0.0, 0.0, 1.0, 0
+    slowed = [r for r in done if r.mean_ratio < SLOWED_BELOW]
+    gpus = sum(r.gpus for r in done)
+    mean_slowdown = sum(1.0 / r.mean_ratio for r in done) / len(done)
+    return len(slowed) / len(done), sum(r.gpus for r in slowed) / gpus, mean_slowdown, len(done)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--policies", default="fifo+consolidated,fifo+spread")
+    parser.add_argument("--cluster", default="clos3-256")
+    args = parser.parse_args(argv)
+
+    from deepshare.core.contention.link import LinkContention
+    from deepshare.core.topology import load_topology
+    from deepshare.core.traces import generate, mix_preset
+    from deepshare.core.traces.generator import DEMAND_PRESETS
+    from deepshare.experiments.scenario import Scenario, simulate
+
+    topo = load_topology(args.cluster)
+    jobs = generate(args.jobs, load=args.load, total_gpus=topo.total_gpus, demand=DEMAND_PRESETS["gang-heavy"],
+                    mix=mix_preset("llm"), duration_sigma=1.0, seed=args.seed).jobs
+    print(f"date {datetime.date.today().isoformat()}, commit {git_commit()}, python {sys.version.split()[0]}")
+    print(f"cluster {args.cluster} ({len(topo.nodes)} nodes, {topo.total_gpus} GPUs), {args.jobs} jobs "
+          f"(mix llm, demand gang-heavy, load {args.load:g}, seed {args.seed}), contention link; "
+          f"slowed: mean throughput ratio < {SLOWED_BELOW}")
+    print(f"{'policy':<20} {'hardware scaling':<17} {'jobs slowed':>12} {'GPU-weighted':>13} {'mean slowdown':>14} "
+          f"{'finished':>9}")
+    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
+        for label, scaling in (("off (before)", False), ("on (after)", True)):
+            report, _ = simulate(Scenario(topo, jobs, LinkContention(hardware_scaling=scaling)), policy)
+            job_share, gpu_share, slowdown, n = shares(report.records)
+            print(f"{policy:<20} {label:<17} {job_share:>12.1%} {gpu_share:>13.1%} {slowdown:>14.3f} {n:>9}")
+    print(f"{'Crux (Lingjun)':<38} {CRUX_JOBS:>12.0%} {CRUX_GPUS:>13.0%}")
+
+
+if __name__ == "__main__":
+    main()
