@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
+from deepshare.infra.raycompat import GCS_PORT_WAIT_ENV
+
 STARTUP_TIMEOUT_S = 120
 """Seconds each start-up wait we can set may take (Ray's defaults are 30 s)."""
 
@@ -38,7 +40,7 @@ def ray_tmpdir(prefix: str = "ds-ray-") -> Iterator[str]:
     tmp = tempfile.mkdtemp(prefix=prefix)
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_TMPDIR", tmp)
-    mp.setenv("RAY_gcs_server_port_wait_time_s", str(STARTUP_TIMEOUT_S))
+    mp.setenv(GCS_PORT_WAIT_ENV, str(STARTUP_TIMEOUT_S))
     try:
         yield tmp
     finally:
@@ -88,6 +90,8 @@ def start_cluster(head: dict[str, Any], workers: list[dict[str, Any]], connect: 
     import ray
     from ray.cluster_utils import Cluster
 
+    from deepshare.infra.raycompat import wait_for_node
+
     if connect is not None:
         ray.shutdown()
     started: list[Any] = []
@@ -97,7 +101,7 @@ def start_cluster(head: dict[str, Any], workers: list[dict[str, Any]], connect: 
         started[:] = [cluster]
         for args in (dict(head, include_dashboard=head.get("include_dashboard", False)), *workers):
             node = cluster.add_node(wait=False, **args)
-            cluster._wait_for_node(node, timeout=STARTUP_TIMEOUT_S)  # add_node(wait=True) waits 30 s
+            wait_for_node(cluster, node, STARTUP_TIMEOUT_S)  # add_node(wait=True) waits 30 s
         cluster.wait_for_nodes(timeout=STARTUP_TIMEOUT_S)
         if connect is not None:
             ray.init(address=cluster.address, **connect)

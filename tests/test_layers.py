@@ -16,15 +16,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deepshare"
 
 ALLOWED = {
     "core": set(),
-    "policies": {"core"},
+    "tenants": {"core"},  # queues, quotas, admission: below the policies, whose registry has its orders
+    "policies": {"core", "tenants"},
     "infra": {"core"},
     "agents": {"core"},
-    "raycluster": {"core"},
-    "rl": {"core", "infra", "policies"},
-    "serving": {"core", "infra", "policies"},
-    "runtime": {"core", "infra", "policies", "agents"},
-    "experiments": {"core", "policies", "raycluster", "runtime"},
-    "cli": {"core", "policies", "infra", "agents", "raycluster", "rl", "serving", "runtime", "experiments"},
+    "raycluster": {"core", "infra"},  # infra.raycompat: Ray's private autoscaler and label helpers
+    "rl": {"core", "infra", "policies", "tenants"},
+    "serving": {"core", "infra", "policies", "tenants"},
+    "runtime": {"core", "infra", "policies", "agents", "tenants"},
+    "experiments": {"core", "policies", "raycluster", "runtime", "tenants"},
+    "cli": {"core", "policies", "infra", "agents", "raycluster", "rl", "serving", "runtime", "experiments", "tenants"},
     "job": {"runtime"},
 }
 """Top-level package -> the packages it may import (besides itself)."""

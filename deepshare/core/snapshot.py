@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from deepshare.core.contention import ContentionModel
-from deepshare.core.contention.base import ContentionState, RunningJob
+from deepshare.core.contention.base import ContentionState, RunningJob, state_isolated
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Placement
-from deepshare.core.view import ClusterView, JobView, PredictFn, Prediction
+from deepshare.core.view import ClusterView, JobView, Prediction, Predictor
 from deepshare.core.workloads import Catalog
 
 
@@ -81,16 +81,13 @@ def build_view(
     state = _state_of(contention, topology, catalog, running)
     running_views = tuple(_view(catalog, job, state.ratio(job.job_id)) for job in running)
     resident = frozenset(job.job_id for job in running)
-    predict = _private_predictor(state, resident)
 
-    @contextmanager
-    def leaving_out(gone: Sequence[JobView]) -> Iterator[PredictFn]:
+    def without(gone: frozenset[str]) -> _ViewPredictor:
         """A predictor of its own on a state built without the running jobs ``gone`` (a preemptive
         decision's victims): the view's own state is left as it is, its remembered answers included."""
-        ids = frozenset(job.job_id for job in gone)
-        yield _private_predictor(_state_of(contention, topology, catalog, running, ids), resident - ids)
+        return _ViewPredictor(_state_of(contention, topology, catalog, running, gone), resident - gone, without, gone)
 
-    predict.leaving_out = leaving_out  # type: ignore[attr-defined]
+    predict = _ViewPredictor(state, resident, without)
     return ClusterView(
         now=now,
         topology=topology,
@@ -119,12 +116,19 @@ def _state_of(
     return state
 
 
-def _private_predictor(state: ContentionState, resident: frozenset[str] = frozenset()) -> PredictFn:
-    """Like :func:`predictor`, for a state only this view reads: the pending launches of one
-    decision (a list that only grows) stay added between questions instead of being added and
-    removed at each one, which makes a decision of n launches O(n) state updates, not O(n^2).
-    Asking again with the very same sequence object skips the prefix check, so a caller must
-    not rewrite a sequence in place after asking with it (appending is fine).
+def _private_predictor(state: ContentionState, resident: frozenset[str] = frozenset()) -> _ViewPredictor:
+    """A :class:`_ViewPredictor` of ``state`` that cannot leave jobs out (tests compare it with
+    :func:`~deepshare.core.contention.base.predictor`)."""
+    return _ViewPredictor(state, resident)
+
+
+class _ViewPredictor(Predictor):
+    """Like :class:`~deepshare.core.contention.base.StatePredictor`, for a state only this view
+    reads: the pending launches of one decision (a list that only grows) stay added between
+    questions instead of being added and removed at each one, which makes a decision of n launches
+    O(n) state updates, not O(n^2). Asking again with the very same sequence object skips the
+    prefix check, so a caller must not rewrite a sequence in place after asking with it
+    (appending is fine).
 
     Answers are remembered until the pending launches change: a step of a decision asks the
     same question several times (a placement strategy, the encoding's rows, the safety net). A
@@ -132,41 +136,69 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
     its model, GPUs and placement alone, so its answers are shared by every such job of that
     shape; a job in the state (asked about a move) is never remembered. A placement the state calls
     isolated (no contention whatever runs) is answered 1.0 without bringing the state up to date:
-    the launches pending meanwhile are added at the next question that needs them."""
-    applied: list[tuple[str, Placement]] = []
-    applied_ids: set[str] = set()
-    last: object = None  # the pending sequence of the previous question (often the same object)
-    memo: dict[tuple, Prediction] = {}
+    the launches pending meanwhile are added at the next question that needs them.
 
-    def answer(job: JobView, placement: Placement) -> Prediction:
+    ``without(ids)`` builds the predictor of a state without the running jobs ``ids``
+    (``leaving_out``; ``left_out``: those this one is already without); without it, leaving
+    jobs out is the default (``self``: over-predicted)."""
+
+    __slots__ = ("state", "resident", "without", "left_out", "_isolated", "_applied", "_applied_ids", "_last", "_memo")
+
+    def __init__(
+        self, state: ContentionState, resident: frozenset[str] = frozenset(),
+        without: Callable[[frozenset[str]], _ViewPredictor] | None = None, left_out: frozenset[str] = frozenset(),
+    ) -> None:
+        self.state = state
+        self.resident = resident
+        self.without = without
+        self.left_out = left_out
+        self._isolated = state_isolated(state)
+        self._applied: list[tuple[str, Placement]] = []
+        self._applied_ids: set[str] = set()
+        self._last: object = None  # the pending sequence of the previous question (often the same object)
+        self._memo: dict[tuple, Prediction] = {}
+
+    def _answer(self, job: JobView, placement: Placement) -> Prediction:
         job_id = job.job_id
-        if job_id in resident or job_id in applied_ids:
-            return state.predict(RunningJob(job_id, job.model, job.gpus, placement))
+        if job_id in self.resident or job_id in self._applied_ids:
+            return self.state.predict(RunningJob(job_id, job.model, job.gpus, placement))
         key = (job.model, job.gpus, placement.alloc)
+        memo = self._memo
         known = memo.get(key)
         if known is None:
-            known = memo[key] = state.predict(RunningJob(job_id, job.model, job.gpus, placement))
+            known = memo[key] = self.state.predict(RunningJob(job_id, job.model, job.gpus, placement))
         return known
 
-    isolated = getattr(state, "isolated", None)
-
-    def predict(job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+    def __call__(self, job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
+        isolated = self._isolated
         if isolated is not None and isolated(placement):
             return Prediction(1.0)  # what the state answers whatever runs: no need to bring it up to date
-        if pending is not last or len(pending) != len(applied):
-            sync(pending)
-        return answer(job, placement)
+        if pending is not self._last or len(pending) != len(self._applied):
+            self._sync(pending)
+        return self._answer(job, placement)
 
-    def many(questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
-        if pending is not last or len(pending) != len(applied):
-            sync(pending)
+    def many(self, questions: Sequence[tuple[JobView, Placement]], pending: Sequence[tuple[JobView, Placement]] = ()) -> list[Prediction]:
+        if pending is not self._last or len(pending) != len(self._applied):
+            self._sync(pending)
+        answer = self._answer
         return [answer(job, placement) for job, placement in questions]
 
-    def sync(pending: Sequence[tuple[JobView, Placement]]) -> None:
+    def isolated(self, placement: Placement) -> bool:
+        isolated = self._isolated
+        return isolated is not None and isolated(placement)
+
+    @contextmanager
+    def leaving_out(self, gone: Sequence[JobView]) -> Iterator[Predictor]:
+        if self.without is None:
+            yield self
+            return
+        yield self.without(self.left_out | frozenset(job.job_id for job in gone))
+
+    def _sync(self, pending: Sequence[tuple[JobView, Placement]]) -> None:
         """Bring the launches added to the state to exactly ``pending``."""
-        nonlocal last
+        applied, applied_ids, state = self._applied, self._applied_ids, self.state
         keep = len(applied)
-        if pending is not last or len(pending) < keep:  # the same list, grown: its prefix is applied
+        if pending is not self._last or len(pending) < keep:  # the same list, grown: its prefix is applied
             if len(pending) < keep or not all(a[1] is p[1] and a[0] == p[0].job_id for a, p in zip(applied, pending)):
                 keep = 0
                 while (
@@ -175,7 +207,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
                 ):
                     keep += 1
         if keep < len(applied) or len(pending) > keep:
-            memo.clear()
+            self._memo.clear()
         for job_id, _ in reversed(applied[keep:]):
             state.remove(job_id)
             applied_ids.discard(job_id)
@@ -184,11 +216,7 @@ def _private_predictor(state: ContentionState, resident: frozenset[str] = frozen
             state.add(RunningJob(other.job_id, other.model, other.gpus, where))
             applied.append((other.job_id, where))
             applied_ids.add(other.job_id)
-        last = pending
-
-    predict.many = many  # type: ignore[attr-defined]
-    predict.isolated = isolated  # type: ignore[attr-defined]
-    return predict
+        self._last = pending
 
 
 def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:

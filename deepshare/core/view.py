@@ -6,8 +6,10 @@ cluster) behind it; ``predict`` asks the contention model what-if questions with
 
 from __future__ import annotations
 
+import copy
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
@@ -16,10 +18,6 @@ from deepshare.core.types import Placement
 if TYPE_CHECKING:  # pragma: no cover - import for annotations only
     from deepshare.core.topology import Topology
     from deepshare.core.workloads import Catalog
-
-PredictFn = Callable[["JobView", "Placement", Sequence[tuple["JobView", "Placement"]]], "Prediction"]
-"""``predict(job, placement, pending)``: what launching ``job`` at ``placement`` would do, given
-that the ``pending`` launches (chosen earlier in the same decision) happen first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +32,8 @@ class JobView:
     estimate of its whole isolated run time (None under ``unknown``); ``user``, ``group`` and
     ``vc`` are its features when the trace or the client gives them; ``topology`` is where it
     must or should run (:class:`~deepshare.core.fabric.TopologyRequest`, ``NO_TOPOLOGY``: anywhere).
+    ``queue`` and ``priority`` name its tenant queue and priority class as submitted (None: not
+    said); what they resolve to is the view's ``tenancy``'s to say.
     """
 
     job_id: str
@@ -53,11 +53,54 @@ class JobView:
     group: str | None = None
     vc: str | None = None
     topology: TopologyRequest = NO_TOPOLOGY
+    queue: str | None = None
+    priority: str | None = None
 
     @property
     def ran_s(self) -> float:
         """Seconds it has held its GPUs, over all its runs (what any cluster measures)."""
         return self.attained_gpu_s / self.gpus
+
+
+DEFAULT_QUEUE = "default"
+"""The queue of a job that names none, when no tenants file says otherwise."""
+
+
+class Tenancy(Protocol):
+    """Who a job belongs to and what its queue weighs: what fairness-aware orders read.
+
+    :class:`deepshare.tenants.Tenants` (a tenants file) implements it; a view without one has
+    :data:`NO_TENANCY`. A protocol here, so that the core stays free of the tenants package."""
+
+    def queue_of(self, job: JobView) -> str:
+        """The queue ``job`` counts against."""
+        ...
+
+    def weight_of(self, queue: str) -> float:
+        """The queue's fair-share weight (positive)."""
+        ...
+
+    def priority_of(self, job: JobView) -> int:
+        """The value of ``job``'s priority class (larger = more important)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _NoTenancy:
+    """No tenants file: a job's queue is its own ``queue`` or :data:`DEFAULT_QUEUE`, every queue
+    weighs 1 and every job has priority 0."""
+
+    def queue_of(self, job: JobView) -> str:
+        return job.queue or DEFAULT_QUEUE
+
+    def weight_of(self, queue: str) -> float:
+        return 1.0
+
+    def priority_of(self, job: JobView) -> int:
+        return 0
+
+
+NO_TENANCY: Tenancy = _NoTenancy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +118,113 @@ class Prediction:
     def cost(self) -> float:
         """Throughput lost in units of whole jobs: the candidate's own loss plus the others'."""
         return (1.0 - self.ratio) + self.others_loss
+
+
+Question = tuple[JobView, Placement]
+"""One what-if question: launch this job at this placement."""
+
+
+class Predictor:
+    """A view's ``predict``: contention what-if answers that change nothing.
+
+    ``predict(job, placement, pending=())`` is what launching ``job`` at ``placement`` would do,
+    given that the ``pending`` launches (chosen earlier in the same decision) happen first. Its
+    other abilities are methods whose defaults are correct for every predictor; a predictor
+    overrides them to be faster or more exact:
+
+    - ``many(questions, pending)``: the answers to several questions on one set of pending
+      launches (default: one at a time; a contention state adds the pending launches once);
+    - ``isolated(placement)``: True only where a job neither suffers nor causes contention
+      whatever runs, so its prediction is exactly ``Prediction(1.0)`` and need not be asked
+      (default: False, never skip);
+    - ``leaving_out(gone)``: a context giving a predictor that answers as if the running jobs
+      ``gone`` had stopped (a preemptive decision's victims), ``self`` unchanged afterwards
+      (default: ``self``, which still counts them: contention is over-predicted, never under).
+
+    A wrapper derives from :class:`ForwardingPredictor`, which forwards every ability to the
+    predictor it wraps, so one it forgets to override is still correct.
+    A subclass that does not define ``__call__`` is a :class:`TypeError` where it is defined.
+    """
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__call__ is Predictor.__call__:
+            raise TypeError(f"{cls.__qualname__} derives from Predictor without defining __call__")
+
+    def __call__(self, job: JobView, placement: Placement, pending: Sequence[Question] = ()) -> Prediction:
+        raise NotImplementedError
+
+    def many(self, questions: Sequence[Question], pending: Sequence[Question] = ()) -> list[Prediction]:
+        """``[self(job, placement, pending) for job, placement in questions]``."""
+        return [self(job, placement, pending) for job, placement in questions]
+
+    def isolated(self, placement: Placement) -> bool:
+        """Whether a job at ``placement`` is predicted exactly ``Prediction(1.0)`` whatever runs."""
+        return False
+
+    def leaving_out(self, gone: Sequence[JobView]) -> AbstractContextManager[Predictor]:
+        """A predictor without the running jobs ``gone``, for the block (default: ``self``)."""
+        return nullcontext(self)
+
+
+class ForwardingPredictor(Predictor):
+    """A predictor around another, ``inner``: every ability is forwarded to it.
+
+    A subclass overrides what it changes and inherits the rest: one that checks a deadline
+    overrides ``__call__`` and ``many``; its ``isolated`` is still the inner one's, and its
+    ``leaving_out`` wraps the inner predictor's own (``around``), so the victims are left out
+    *and* the wrapper's behaviour stays on. ``many`` goes to the inner batch, not through the
+    subclass's ``__call__``: a wrapper that changes answers (not only watches questions)
+    overrides ``many`` as well. A plain function as ``inner`` is asked one question at a time.
+    """
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Predictor | Callable[..., Prediction]) -> None:
+        self.inner: Predictor = as_predictor(inner)
+
+    def __call__(self, job: JobView, placement: Placement, pending: Sequence[Question] = ()) -> Prediction:
+        return self.inner(job, placement, pending)
+
+    def many(self, questions: Sequence[Question], pending: Sequence[Question] = ()) -> list[Prediction]:
+        return self.inner.many(questions, pending)
+
+    def isolated(self, placement: Placement) -> bool:
+        return self.inner.isolated(placement)
+
+    @contextmanager
+    def leaving_out(self, gone: Sequence[JobView]) -> Iterator[Predictor]:
+        with self.inner.leaving_out(gone) as bare:
+            yield self if bare is self.inner else self.around(bare)
+
+    def around(self, inner: Predictor) -> ForwardingPredictor:
+        """This wrapper around ``inner`` instead (default: a shallow copy with ``inner`` replaced)."""
+        twin = copy.copy(self)
+        twin.inner = inner
+        return twin
+
+
+class _FunctionPredictor(Predictor):
+    """A plain ``predict(job, placement, pending)`` function as a :class:`Predictor`."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: Callable[..., Prediction]) -> None:
+        self.function = function
+
+    def __call__(self, job: JobView, placement: Placement, pending: Sequence[Question] = ()) -> Prediction:
+        return self.function(job, placement, pending)
+
+
+def as_predictor(predict: Predictor | Callable[..., Prediction]) -> Predictor:
+    """``predict`` itself when it is a :class:`Predictor`; a plain function with the defaults."""
+    return predict if isinstance(predict, Predictor) else _FunctionPredictor(predict)
+
+
+PredictFn = Predictor
+"""The type of :attr:`ClusterView.predict` (the name before :class:`Predictor` existed)."""
 
 
 class LazyJobs(Sequence[JobView]):
@@ -134,7 +284,7 @@ class ClusterView:
     queue, never copied per decision; it also answers which jobs came and went since a view)."""
     running: Sequence[JobView]
     """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
-    predict: PredictFn
+    predict: Predictor
     future_events: bool = True
     """Whether an arrival or completion is still to come (a simulator knows; a live cluster
     assumes so). With nothing running and none to come, waiting would idle the cluster forever."""
@@ -148,6 +298,9 @@ class ClusterView:
     history: JobHistory = field(default_factory=JobHistory)
     """Jobs that finished before now (:mod:`deepshare.core.history`); the simulator's grows as
     the run goes on, so a policy reads it at its decision, never later."""
+    tenancy: Tenancy = NO_TENANCY
+    """Queues, weights and priorities (:class:`Tenancy`); the admission wrapper
+    (:class:`deepshare.tenants.admission.Admitted`) sets its tenants file here for the policy it wraps."""
 
     @property
     def total_free(self) -> int:

@@ -14,8 +14,9 @@ hidden option) resolves ``127.0.0.1`` back to the routable address. The switch t
 one Ray uses on laptops, the environment variable ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: the
 node's address becomes the loopback one, and every process of the instance (which inherits the
 environment) binds to it. Ray reads it once at import, so this process also sets the constant it
-was read into (:func:`resolve_loopback_as_self`, the one private name used; the tests fail if a
-Ray upgrade renames it). Joining a cluster (``--address``) is not affected.
+was read into (:func:`resolve_loopback_as_self`, through
+:func:`deepshare.infra.raycompat.single_machine_mode_in_this_process`, which fails with one line
+on a Ray it was not verified on). Joining a cluster (``--address``) is not affected.
 
 :func:`resolve_loopback_as_self` is the half of the switch that a driver needs on its own when it
 connects to loopback-only nodes someone else started (``scheduler start --local``).
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import os
 from typing import Any
+
+from deepshare.infra.raycompat import single_machine_mode_in_this_process
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch (read when ``ray`` is imported): "0" = a single-machine instance on loopback."""
@@ -37,9 +40,7 @@ def resolve_loopback_as_self() -> None:
     (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read once at import); the constant is set on the
     module because Ray may already be imported. Child processes are not affected.
     """
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    single_machine_mode_in_this_process()
 
 
 def init_local_ray(**kwargs: Any) -> None:

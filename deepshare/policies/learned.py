@@ -28,7 +28,6 @@ from typing import Any, Callable, Generator, Mapping
 
 import numpy as np
 
-from deepshare.core.heap import long_lived_frozen
 from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import SAFETY_NET_ANCHOR
@@ -93,17 +92,15 @@ def drive(
     steps: Generator[Observation, np.ndarray, Decision], scorer: Scorer, before_each: Callable[[], None] | None = None
 ) -> Decision:
     """Run a policy's :meth:`~LearnedPolicy.steps` to its decision, scoring with ``scorer`` and
-    calling ``before_each`` (e.g. a deadline check) before every score. The objects alive
-    before it are kept out of the garbage collector's walks meanwhile (:mod:`deepshare.core.heap`)."""
-    with long_lived_frozen():
-        try:
-            obs = next(steps)
-            while True:
-                if before_each is not None:
-                    before_each()
-                obs = steps.send(scorer(obs))
-        except StopIteration as done:
-            return done.value
+    calling ``before_each`` (e.g. a deadline check) before every score."""
+    try:
+        obs = next(steps)
+        while True:
+            if before_each is not None:
+                before_each()
+            obs = steps.send(scorer(obs))
+    except StopIteration as done:
+        return done.value
 
 
 def best_row(scores: np.ndarray, mask: np.ndarray) -> int:

@@ -44,6 +44,7 @@ from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
+from deepshare.infra.raycompat import cluster_config_prepare_and_validate
 
 MONITOR_COMMAND = "deepshare agents start"
 
@@ -140,9 +141,9 @@ def _ray_prepare(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """Ray's own ``prepare_config`` + ``validate_config``; their errors become one clear line."""
     try:
         import jsonschema
-        from ray.autoscaler._private.util import prepare_config, validate_config
     except ImportError as exc:  # pragma: no cover - ray[default] is a dependency
         raise DeepShareError(f"validating cluster YAMLs needs Ray's autoscaler ({exc})") from None
+    prepare_config, validate_config = cluster_config_prepare_and_validate()
     try:
         jsonschema.validate(raw, _ray_schema())  # before prepare_config, which assumes a sane shape
         prepared = prepare_config(copy.deepcopy(raw))

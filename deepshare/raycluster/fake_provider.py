@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+from deepshare.infra.raycompat import fake_multi_node_provider, fake_node_number
+
+FakeMultiNodeProvider: Any = fake_multi_node_provider()  # Ray's private class: raycompat says why
 
 NAME_LABEL = "deepshare.io/node-name"
 
@@ -19,6 +22,6 @@ NAME_LABEL = "deepshare.io/node-name"
 class NamedFakeProvider(FakeMultiNodeProvider):
     def _create_node_with_resources_and_labels(self, node_config: Any, tags: Any, count: int, resources: Any,
                                                labels: Any) -> None:
-        name = f"{tags[TAG_RAY_USER_NODE_TYPE]}-{self._next_node_id + 1}"  # the id the parent takes next
+        name = f"{tags[TAG_RAY_USER_NODE_TYPE]}-{fake_node_number(self)}"  # the id the parent takes next
         super()._create_node_with_resources_and_labels(node_config, tags, count, resources,
                                                        {**(labels or {}), NAME_LABEL: name})

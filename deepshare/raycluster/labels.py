@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from deepshare.core.autoscaling.spec import NodePoolSpec
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import format_validation_error
+from deepshare.infra.raycompat import node_label_syntax_check
 
 PREFIX = "deepshare.io/"
 ROLE_LABEL = PREFIX + "role"
@@ -79,16 +80,13 @@ def parse_labels(labels: Mapping[str, object], where: str) -> FabricLabels:
 
 
 def check_label_syntax(labels: Mapping[str, object], where: str) -> None:
-    """Ray's own label syntax rules (Kubernetes keys and values), where this Ray has them."""
+    """Ray's own label syntax rules (Kubernetes keys and values): :func:`~deepshare.infra.raycompat.node_label_syntax_check`."""
     bad = [k for k, v in labels.items() if not isinstance(v, str)]
     if bad:
         raise DeepShareError(f"{where}: label {bad[0]!r} must be a string (quote numbers in YAML)")
+    validate_node_label_syntax = node_label_syntax_check()
     try:
-        from ray._private.label_utils import validate_node_label_syntax
-    except ImportError:  # pragma: no cover - older or newer Ray without the helper
-        return
-    try:
-        validate_node_label_syntax(dict(labels))  # type: ignore[arg-type]
+        validate_node_label_syntax({str(k): str(v) for k, v in labels.items()})
     except ValueError as exc:
         raise DeepShareError(f"{where}: {str(exc).strip()}") from None
 

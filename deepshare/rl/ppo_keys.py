@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from deepshare.core.errors import DeepShareError
+from deepshare.infra.raycompat import rllib_deprecated_value
 
 DEFAULTS: dict[str, Any] = {
     "lr": 3e-4, "gamma": 0.999, "lambda_": 0.95, "train_batch_size_per_learner": 4000, "minibatch_size": 500,
@@ -53,10 +54,7 @@ def training_keys() -> dict[str, Any]:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    try:
-        from ray._common.deprecation import DEPRECATED_VALUE
-    except ImportError:  # pragma: no cover - older Ray
-        from ray.rllib.utils.deprecation import DEPRECATED_VALUE
+    DEPRECATED_VALUE = rllib_deprecated_value()
 
     keys: dict[str, Any] = {}
     for method in (AlgorithmConfig.training, PPOConfig.training):

@@ -24,6 +24,8 @@ from ray import serve
 from ray.serve import Application
 
 import deepshare
+from deepshare.core.heap import freeze_long_lived
+from deepshare.infra.raycompat import replica_grpc_on_loopback
 from deepshare.serving.api import build_api
 from deepshare.serving.batching import Batcher
 from deepshare.serving.engine import EngineSettings, PlacementEngine
@@ -52,6 +54,10 @@ class PlacementService:
         if scorer is not None:
             self.score = Batcher(scorer, self.settings.max_batch_size, self.settings.batch_wait_timeout_s)
             self.score.sizes = self.metrics.batch
+        # Serve gives each replica a process of its own and this constructor is its start-up: the
+        # one place the service may change the interpreter's collector. Ray, Serve, FastAPI, torch
+        # and the loaded policy leave the collector's full passes for good (bench/gc_freeze.py).
+        freeze_long_lived()
 
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
         return build_api(self.engine, self.settings, self.metrics, self.score, self.workers)
@@ -59,25 +65,17 @@ class PlacementService:
 
 def _internal_grpc_on_loopback() -> None:
     """On a loopback-only Ray instance (``deepshare serve`` without ``--address``), make this
-    replica's inter-deployment gRPC server listen on 127.0.0.1 as well.
+    replica's inter-deployment gRPC server listen on 127.0.0.1 as well
+    (:func:`deepshare.infra.raycompat.replica_grpc_on_loopback` says why and how).
 
-    Serve binds it to ``[::]:0`` (every interface) with no setting to change that, and it takes
-    serialized requests straight to the replica, past the proxy and its token check. Called in
-    the replica's constructor, which runs before Serve starts that server. On a real cluster the
-    node has a routable address, nothing changes, and Ray's ports belong on a trusted network.
+    Called in the replica's constructor, which runs before Serve starts that server. On a real
+    cluster the node has a routable address, nothing changes, and Ray's ports belong on a
+    trusted network.
     """
     import ray
-    from ray.serve._private import replica
 
-    if ray.util.get_node_ip_address() != "127.0.0.1" or getattr(replica.add_port_to_grpc_server, "loopback", False):
-        return
-    bind = replica.add_port_to_grpc_server
-
-    def loopback(server: Any, address: str) -> int:
-        return bind(server, "127.0.0.1:0" if address == "[::]:0" else address)
-
-    loopback.loopback = True  # type: ignore[attr-defined]
-    replica.add_port_to_grpc_server = loopback
+    if ray.util.get_node_ip_address() == "127.0.0.1":
+        replica_grpc_on_loopback()
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -14,19 +14,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
 import deepshare
 from deepshare.core.contention import make_contention
 from deepshare.core.files import POLICY_BYTES, read_input_bytes
-from deepshare.core.heap import long_lived_frozen
-from deepshare.core.types import Decision
-from deepshare.core.view import ClusterView, PredictFn
+from deepshare.core.types import Decision, Placement
+from deepshare.core.view import ClusterView, ForwardingPredictor, JobView, Prediction, Predictor, Question
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
 from deepshare.policies.base import BatchScorer, Observation, Scorer, SteppedPolicy
@@ -83,12 +81,11 @@ class PlacementEngine:
         ``score`` (a learned policy only) replaces the policy's own scorer, e.g. with one that
         batches forward passes across concurrent requests; the decision is the same.
         """
-        with long_lived_frozen():  # the collector walks what the request allocates, not the replica
-            view = self._bounded_view(request, deadline)
-            if not self._stepped:
-                return self.respond(self.policy.decide(view), view)
-            decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
-            return self.respond(decision, view)
+        view = self._bounded_view(request, deadline)
+        if not self._stepped:
+            return self.respond(self.policy.decide(view), view)
+        decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
+        return self.respond(decision, view)
 
     async def place_async(
         self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: AsyncScorer | None = None
@@ -115,7 +112,7 @@ class PlacementEngine:
         deadline.check()
         if deadline.at is None:
             return view
-        return replace(view, predict=_checked(view.predict, deadline))
+        return replace(view, predict=_Checked(view.predict, deadline))
 
     def respond(self, decision: Decision, view: ClusterView) -> PlacementResponse:
         return decision_to_response(decision, view, self.name, self.version)
@@ -155,30 +152,21 @@ def _version(checkpoint: str | None) -> str:
     return f"deepshare-{deepshare.__version__}+{digest}"
 
 
-def _checked(predict: PredictFn, deadline: Deadline) -> PredictFn:
-    """``predict`` that first checks ``deadline`` (policies ask it once per candidate), with the
-    predictor's batch (``many``, checked once per batch), ``isolated`` and ``leaving_out`` passed on."""
+class _Checked(ForwardingPredictor):
+    """A view's predictor that first checks ``deadline`` (policies ask it once per candidate; a
+    batch is checked once). Its isolated placements and its ``leaving_out`` are the inner
+    predictor's, the one without a preemptive decision's victims checked alike."""
 
-    def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
-        deadline.check()
-        return predict(*args, **kwargs)
+    __slots__ = ("deadline",)
 
-    many = getattr(predict, "many", None)
-    if many is not None:  # a batch of questions: one check, then the predictor's own batch
+    def __init__(self, inner: Predictor, deadline: Deadline) -> None:
+        super().__init__(inner)
+        self.deadline = deadline
 
-        def checked_many(*args, **kwargs):  # type: ignore[no-untyped-def]
-            deadline.check()
-            return many(*args, **kwargs)
+    def __call__(self, job: JobView, placement: Placement, pending: Sequence[Question] = ()) -> Prediction:
+        self.deadline.check()
+        return self.inner(job, placement, pending)
 
-        checked.many = checked_many  # type: ignore[attr-defined]
-    checked.isolated = getattr(predict, "isolated", None)  # type: ignore[attr-defined]
-    leaving = getattr(predict, "leaving_out", None)
-    if leaving is not None:  # a preemptive decision's predictor without its victims: checked alike
-
-        @contextmanager
-        def checked_leaving_out(gone):  # type: ignore[no-untyped-def]
-            with leaving(gone) as bare:
-                yield _checked(bare, deadline)
-
-        checked.leaving_out = checked_leaving_out  # type: ignore[attr-defined]
-    return checked
+    def many(self, questions: Sequence[Question], pending: Sequence[Question] = ()) -> list[Prediction]:
+        self.deadline.check()
+        return self.inner.many(questions, pending)
