@@ -240,6 +240,22 @@ def past_history(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return history_from_jobs(trace.jobs)
 
 
+def add_tenants_arg(p: argparse.ArgumentParser) -> None:
+    """``--tenants FILE``: queues, quotas and priorities (``docs/tenants.md``)."""
+    p.add_argument("--tenants", metavar="FILE",
+                   help="tenants file (YAML: queues with GPU quotas, cohorts, weights, priority classes; docs/tenants.md): "
+                   "every policy runs behind its admission and quota preemption, and fairness per queue is reported")
+
+
+def tenants_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``--tenants FILE`` as :class:`~deepshare.tenants.Tenants`, or None."""
+    if getattr(args, "tenants", None) is None:
+        return None
+    from deepshare.tenants import load_tenants
+
+    return load_tenants(args.tenants)
+
+
 def sim_config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         round_s=args.round_s,
@@ -261,6 +277,7 @@ def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[s
         "--link-params": getattr(args, "link_params", None),
         "--true-params": getattr(args, "true_params", None),
         "--history": getattr(args, "history", None),
+        "--tenants": getattr(args, "tenants", None),
         "--config": getattr(args, "config", None),
         "--policy": policy_files(policies),
     }

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
-    information_model, past_history, policy_list, seed_count, sim_config, sim_inputs,
+    information_model, past_history, policy_list, seed_count, sim_config, sim_inputs, tenants_of, add_tenants_arg,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.cli.ray_address import add_address_flag, joined
@@ -50,6 +50,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
             topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
             progress=None if not err.is_terminal else (lambda msg: err.print(f"{verb} {msg}", markup=False)),
             information=information_model(args), history=past_history(args), on_ray=on_ray,
+            tenants=tenants_of(args),
         )
     summary = result.summary()
     table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()}, durations "
@@ -101,6 +102,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--seeds", type=seed_count, default=3, help="seeds 0..N-1 (default 3)")
     add_cluster_args(p)
     add_sim_args(p)
+    add_tenants_arg(p)
     p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here (created if missing; existing figures are replaced)")
     add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...}')
     p.set_defaults(func=cmd_evaluate)

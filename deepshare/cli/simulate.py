@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from deepshare.cli.args import (
-    add_cluster_args, add_sim_args, add_trace_args, check_policies, cluster_topology, contention_model,
-    information_model, load_trace, past_history, policy_list, sim_config, sim_inputs,
+    add_cluster_args, add_sim_args, add_tenants_arg, add_trace_args, check_policies, cluster_topology, contention_model,
+    information_model, load_trace, past_history, policy_list, sim_config, sim_inputs, tenants_of,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
@@ -26,19 +26,47 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_policies([args.policy], "--policy")
     topology = cluster_topology(args)
     trace = load_trace(args)
+    tenants = tenants_of(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
-                        information=information_model(args, args.seed), history=past_history(args))
+                        information=information_model(args, args.seed), history=past_history(args), tenants=tenants)
     with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
-        report, _ = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
-                             keep_records=False)  # the table and JSON need only the report's numbers
+        report, sim = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
+                               keep_records=tenants is not None)  # fairness needs the records; the rest only numbers
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
     title = f"{args.policy} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
     human(args.json, out, err).print(report_table(report, escape(title)))
-    write_json(args.json, report.to_dict(), out, "report")  # --jobs-csv was streamed during the run
+    result = report.to_dict()
+    if tenants is not None and report.records:
+        from deepshare.tenants.fairness import fairness_report
+
+        fairness = fairness_report(report.records, trace.jobs, tenants, topology.total_gpus, sim.catalog)
+        human(args.json, out, err).print(fairness_table(fairness, escape(f"fairness per queue ({args.tenants})")))
+        result["fairness"] = fairness.to_dict()
+    elif tenants is not None:
+        err.print("fairness per queue is not computed with --jobs-csv (the run keeps no records); it is in the CSV's rows",
+                  style="yellow", markup=False, highlight=False)
+    write_json(args.json, result, out, "report")  # --jobs-csv was streamed during the run
     return 0
+
+
+def fairness_table(fairness, title: str):  # type: ignore[no-untyped-def]
+    """The per-queue fairness of a run (:mod:`deepshare.tenants.fairness`) as a table."""
+    from rich.table import Table
+
+    def num(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    table = Table(title=title, header_style="bold")
+    for head in ("queue", "jobs", "finished", "GPU share", "deserved", "avg rho", "worst rho", "rho > 1", "avg queue (s)"):
+        table.add_column(head, justify="left" if head == "queue" else "right")
+    for t in fairness.tenants:
+        table.add_row(escape(t.queue), str(t.jobs), str(t.finished), num(t.avg_share, 3), num(t.avg_deserved, 3),
+                      num(t.avg_rho, 2), num(t.worst_rho, 2), num(t.share_rho_above_1, 3), num(t.avg_queue_s, 0))
+    table.add_row("all", "", "", "", "", "", num(fairness.worst_rho, 2), num(fairness.share_rho_above_1, 3), "")
+    return table
 
 
 def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -51,7 +79,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     topology = cluster_topology(args)
     trace = load_trace(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
-                        information=information_model(args, args.seed), history=past_history(args))
+                        information=information_model(args, args.seed), history=past_history(args),
+                        tenants=tenants_of(args))
     with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
     human(args.json, out, err).print(
@@ -70,7 +99,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="policy name, e.g. las+consolidated (see `deepshare policies`), or package.module:ClassOrFactory")
     add_cluster_args(p)
     add_sim_args(p)
-    add_json_flag(p, "the report's metrics")
+    add_tenants_arg(p)
+    add_json_flag(p, "the report's metrics (and, with --tenants, \"fairness\": per queue and over time)")
     p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
 
@@ -81,5 +111,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_address_flag(p, "the policies' runs")
     add_cluster_args(p)
     add_sim_args(p)
+    add_tenants_arg(p)
     add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')
     p.set_defaults(func=cmd_compare)

@@ -292,6 +292,8 @@ class _Job:
             spec.group,
             spec.vc,
             spec.topology,
+            spec.queue,
+            spec.priority,
         )
 
     def finished(self) -> FinishedJob:
@@ -460,7 +462,8 @@ class Simulator:
         # then, so their arrivals sort before every future one's (and are skipped below).
         specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),
                          duration_s=max(v.remaining_s, _LEAST_WORK_S), user=v.user, group=v.group, vc=v.vc,
-                         requested_s=v.estimate_s, topology=v.topology) for v in known]
+                         requested_s=v.estimate_s, topology=v.topology, queue=v.queue, priority=v.priority)
+             for v in known]
         # Built without rounds: the first one after now is scheduled below, in the original's phase.
         sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None),
                   history=view.history)

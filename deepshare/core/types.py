@@ -36,6 +36,11 @@ class JobSpec:
     inside a level's domains); :data:`~deepshare.core.fabric.NO_TOPOLOGY` when it asks nothing.
     Level names are checked against a cluster only when one is known (the simulator refuses a
     job whose request the cluster can never meet).
+
+    ``queue`` and ``priority``: the tenant queue the job is submitted to and its priority class,
+    by name (:mod:`deepshare.tenants`, ``docs/tenants.md``); None when the trace does not say
+    (the tenants file's default queue and priority then apply). Without a tenants file nothing
+    reads them.
     """
 
     job_id: str
@@ -49,6 +54,8 @@ class JobSpec:
     vc: str | None = None
     requested_s: float | None = None
     topology: TopologyRequest = NO_TOPOLOGY
+    queue: str | None = None
+    priority: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse a job outside the documented domain (:mod:`deepshare.core.bounds`).
@@ -74,6 +81,10 @@ class JobSpec:
         if self.requested_s is not None and not _real_in(self.requested_s, 0.0, MAX_DURATION_S, low_open=True):
             self._refuse("requested_s", _SECONDS, self.requested_s)
         for name in ("user", "group", "vc") if (self.user, self.group, self.vc) != (None, None, None) else ():
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise DeepShareError(f"job {self.job_id!r}: {name} must be a non-empty string or absent, got {value!r}")
+        for name in ("queue", "priority") if (self.queue, self.priority) != (None, None) else ():
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise DeepShareError(f"job {self.job_id!r}: {name} must be a non-empty string or absent, got {value!r}")

@@ -22,6 +22,7 @@ from deepshare.core.topology import Topology
 from deepshare.core.traces import Trace
 from deepshare.experiments.scenario import Scenario, simulate, simulate_on_ray
 from deepshare.policies import make_policy
+from deepshare.tenants import Tenants
 
 SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
 
@@ -88,15 +89,17 @@ def evaluate(
     information: InformationModel = EXACT,
     history: JobHistory | None = None,
     on_ray: bool = False,
+    tenants: Tenants | None = None,
 ) -> Evaluation:
     """Every policy on the trace of every seed; a seed also draws the run's estimates
     (``information``'s ``estimate_seed`` is replaced by it). ``progress`` gets "POLICY (seed S)"
     as each run starts, or with ``on_ray`` (one Ray task per run on the cluster this process is
-    connected to, the same numbers) as each run ends."""
+    connected to, the same numbers) as each run ends. ``tenants``: every run behind their
+    admission (``--tenants``)."""
 
     def scenario(seed: int) -> Scenario:
         return Scenario(topology, load_trace(seed).jobs, contention, config,
-                        information=replace(information, estimate_seed=seed), history=history)
+                        information=replace(information, estimate_seed=seed), history=history, tenants=tenants)
 
     if on_ray:
         return _evaluate_on_ray({seed: scenario(seed) for seed in seeds}, policies, topology.total_gpus, progress)

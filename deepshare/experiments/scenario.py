@@ -23,9 +23,11 @@ from deepshare.core.topology import Topology
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 from deepshare.policies import make_policy
+from deepshare.policies.base import Policy
 
 if TYPE_CHECKING:  # an annotation only: the autoscaling package brings pydantic, which `simulate` never needs
     from deepshare.core.autoscaling import AutoscaleSpec
+    from deepshare.tenants import Tenants
 
 Progress = Callable[[int, int], None]
 
@@ -46,10 +48,15 @@ class Scenario:
     """What the policies' views carry of job lengths (:mod:`deepshare.core.information`)."""
     history: JobHistory | None = None
     """Past finished jobs the run starts with (``--history``)."""
+    tenants: Tenants | None = None
+    """Queues and quotas (``--tenants``): every policy then runs behind their admission
+    (:class:`~deepshare.tenants.Admitted`); None: no tenancy."""
 
     def __post_init__(self) -> None:
         if (self.topology is None) == (self.autoscale is None):
             raise DeepShareError("a scenario has either a fixed topology or an autoscaling spec, not both or neither")
+        if self.tenants is not None:
+            self.tenants.check_jobs(self.jobs)  # a job no queue can ever hold would stall the run
 
     @property
     def fixed_topology(self) -> Topology:
@@ -94,8 +101,17 @@ def _simulate(
         information=scenario.information,
         history=scenario.history,
     )
-    report = sim.run(make_policy(policy), progress=progress)
-    return report, sim
+    return sim.run(scenario_policy(scenario, policy), progress=progress), sim
+
+
+def scenario_policy(scenario: Scenario, policy: str) -> Policy:
+    """The registry's ``policy``, behind the scenario's tenants' admission when it has tenants."""
+    built = make_policy(policy)
+    if scenario.tenants is None:
+        return built
+    from deepshare.tenants import Admitted
+
+    return Admitted(built, scenario.tenants, restore_s=scenario.config.preempt_overhead_s)
 
 
 def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None,

@@ -19,6 +19,13 @@ Optional columns, the job's features (an empty cell: the trace does not say)::
 These are the bounds of :mod:`deepshare.core.bounds`; a value past one (or NaN, or an infinity) is
 refused with the line and the column, never clipped.
 
+Optional columns, the job's tenancy (:mod:`deepshare.tenants`; an empty cell: not said)::
+
+    queue,priority
+
+``queue`` names the tenant queue it is submitted to, ``priority`` its priority class; the tenants
+file (``--tenants``) says what they mean, and without one nothing reads them.
+
 Optional columns, the job's topology request (:class:`~deepshare.core.fabric.TopologyRequest`,
 Kueue's meaning; an empty cell: not asked)::
 
@@ -30,7 +37,7 @@ Kueue's meaning; an empty cell: not asked)::
 time inside one domain of ``slice_level`` (the two go together). Level names are the cluster's
 (``rack`` on a spec without ``levels``); the simulator rejects a job whose cluster lacks them.
 
-:func:`write_canonical` writes a feature's or request field's column only when some job has it.
+:func:`write_canonical` writes a feature's, request field's or tenancy column only when some job has it.
 
 :func:`write_canonical` writes numbers with ``repr`` so that loading the file gives back the
 very same jobs, and writes atomically (a temporary file, then ``os.replace``) so a crash never
@@ -58,6 +65,7 @@ from deepshare.core.traces.base import (
     read_csv,
     samples,
     seconds,
+    optional_text,
     text_field,
     timestamp,
     topology_request,
@@ -68,6 +76,8 @@ from deepshare.core.types import JobSpec
 
 FORMAT = "canonical"
 COLUMNS = ("job_id", "submit_time", "model", "gpus", "duration_s", "total_samples")
+TENANCY = ("queue", "priority")
+"""Optional columns naming the job's tenant queue and priority class, in the order written."""
 
 
 def parse(text: str, source: str, **_: Any) -> Trace:
@@ -96,6 +106,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
                 **features(row, loc, {name: name for name in FEATURES}),
                 topology=topology_request(row, loc),
+                **{name: optional_text(row.get(name), loc, name) for name in TENANCY},
             )
         )
     return finish(jobs, FORMAT, source)
@@ -134,7 +145,7 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
             raise DeepShareError(f"cannot write {job!r}: expected a JobSpec")
         _check_text(job.job_id, job, "job id")
         _check_text(job.model, job, "model")
-        for name in ("user", "group", "vc"):
+        for name in ("user", "group", "vc", *TENANCY):
             if getattr(job, name) is not None:
                 _check_text(getattr(job, name), job, name)
         for name in ("required_level", "preferred_level", "slice_level"):
@@ -144,10 +155,11 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
             raise DeepShareError(f"cannot write: duplicate job id {job.job_id!r}")
         seen.add(job.job_id)
     present = [name for name in FEATURES if any(getattr(job, name) is not None for job in jobs)]
+    tenancy = [name for name in TENANCY if any(getattr(job, name) is not None for job in jobs)]
     asked = [name for name in TOPOLOGY_FIELDS if any(getattr(job.topology, name) is not None for job in jobs)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((*COLUMNS, *present, *asked))
+    writer.writerow((*COLUMNS, *present, *asked, *tenancy))
     for job in jobs:
         writer.writerow(
             (
@@ -159,6 +171,7 @@ def write_canonical(trace_or_jobs: Trace | Iterable[JobSpec], path: str | os.Pat
                 _number(job.total_samples),
                 *(_cell(getattr(job, name)) for name in present),
                 *(_request_cell(getattr(job.topology, name)) for name in asked),
+                *(getattr(job, name) for name in tenancy),
             )
         )
     return write_text_atomic(path, out.getvalue(), "trace")

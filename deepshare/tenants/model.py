@@ -1,0 +1,45 @@
+"""The tenants file's pydantic schema (imported only when a file is parsed: decisions never need it).
+
+Per-field checks live here; the checks across fields (duplicate names, a cohort or default that
+is not declared, a lending limit above the nominal quota) are :func:`deepshare.tenants.spec._build`'s,
+which names the field in the same ``queues.1.name: ...`` form.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from deepshare.core.bounds import MAX_JOB_GPUS
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253)]
+Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
+
+
+class QueueModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    cohort: Optional[Name] = Field(default=None, description="the cohort it lends to and borrows from; none: alone")
+    nominal_gpus: Gpus = Field(description="GPUs it is guaranteed (its quota)")
+    borrowing_limit_gpus: Optional[Gpus] = Field(default=None, description="most GPUs above nominal it may borrow; none: no limit")
+    lending_limit_gpus: Optional[Gpus] = Field(default=None, description="most of its unused nominal GPUs others may borrow; none: all")
+    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False, description="fair-share weight")
+
+
+class CohortModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+
+
+class TenantsModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queues: list[QueueModel] = Field(min_length=1)
+    cohorts: list[CohortModel] = Field(default_factory=list)
+    priority_classes: dict[Name, Annotated[int, Field(strict=True, ge=-(10**9), le=10**9)]] = Field(default_factory=dict)
+    default_priority: Optional[Name] = None
+    default_queue: Optional[Name] = None
+    queue_from: Optional[Literal["user", "vc"]] = None

@@ -1,0 +1,189 @@
+"""The tenants file: queues with GPU quotas, cohorts that lend and borrow, weights, priority classes.
+
+Kueue's model, GPUs only (``docs/tenants.md``)::
+
+    queues:
+      - {name: team-a, cohort: main, nominal_gpus: 8, borrowing_limit_gpus: 0, weight: 1}
+      - {name: team-b, cohort: main, nominal_gpus: 8, borrowing_limit_gpus: 4, weight: 2}
+    cohorts: [{name: main}]            # optional: a cohort a queue names exists anyway
+    priority_classes: {low: 0, high: 100}
+    default_priority: low              # optional: a job naming no class has this one (else 0)
+    default_queue: default             # optional: where a job naming no queue goes
+    queue_from: user                   # optional: a job naming no queue goes to its user's (or vc's) queue, if declared
+
+The file is parsed with pydantic (imported only then) into the plain, frozen :class:`Tenants`
+that admission, reclaim, the orders and the metrics read, so a decision never touches pydantic.
+Errors name the file and the field (``queues.1.nominal_gpus: ...``), never a traceback.
+
+Not yet: quotas per GPU type or per fabric domain (the cluster model has one GPU type).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+from deepshare.core.errors import DeepShareError
+from deepshare.core.view import DEFAULT_QUEUE
+from deepshare.core.yamlspec import parse_yaml_model, read_config_text
+
+if TYPE_CHECKING:
+    from deepshare.tenants.model import TenantsModel
+
+UNLIMITED = None
+"""A borrowing or lending limit that is not set: no limit."""
+
+
+class Tenanted(Protocol):
+    """What tenancy reads of a job: a :class:`~deepshare.core.types.JobSpec` or a
+    :class:`~deepshare.core.view.JobView` alike."""
+
+    job_id: str
+    gpus: int
+    user: str | None
+    vc: str | None
+    queue: str | None
+    priority: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """One queue's quota. ``cohort``: its cohort's name, None for a queue on its own."""
+
+    name: str
+    nominal_gpus: int
+    cohort: str | None = None
+    borrowing_limit_gpus: int | None = UNLIMITED
+    lending_limit_gpus: int | None = UNLIMITED
+    weight: float = 1.0
+
+    @property
+    def reserved_gpus(self) -> int:
+        """Its nominal GPUs it never lends (nominal - lending limit; 0 without a limit)."""
+        return 0 if self.lending_limit_gpus is None else self.nominal_gpus - self.lending_limit_gpus
+
+    @property
+    def limit_gpus(self) -> float:
+        """The most it may ever use: nominal + borrowing limit (infinite without a limit)."""
+        return float("inf") if self.borrowing_limit_gpus is None else self.nominal_gpus + self.borrowing_limit_gpus
+
+    @property
+    def pool_key(self) -> tuple[str, str]:
+        """The key of the pool it lends to and borrows from: its cohort's, or its own alone."""
+        return ("cohort", self.cohort) if self.cohort is not None else ("queue", self.name)
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """A parsed tenants file (module doc): implements :class:`~deepshare.core.view.Tenancy`."""
+
+    queues: Mapping[str, Queue]
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    default_queue: str = DEFAULT_QUEUE
+    default_priority: str | None = None
+    queue_from: str | None = None
+    """``user`` or ``vc``: a job naming no queue goes to the queue of that name, if declared."""
+    pools: Mapping[tuple[str, str], int] = field(init=False, repr=False, compare=False)
+    """Each pool's lendable GPUs: the sum of its queues' nominal GPUs minus their reserved ones."""
+    members: Mapping[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    """Each pool's queues, in file order."""
+
+    def __post_init__(self) -> None:
+        pools: dict[tuple[str, str], int] = {}
+        members: dict[tuple[str, str], list[str]] = {}
+        for queue in self.queues.values():
+            pools[queue.pool_key] = pools.get(queue.pool_key, 0) + queue.nominal_gpus - queue.reserved_gpus
+            members.setdefault(queue.pool_key, []).append(queue.name)
+        object.__setattr__(self, "pools", pools)
+        object.__setattr__(self, "members", {k: tuple(v) for k, v in members.items()})
+
+    def queue_of(self, job: Tenanted) -> str:
+        """The queue ``job`` counts against: its own, else its user's or vc's (``queue_from``) when
+        declared, else the default queue. A name the file does not declare is an error when used."""
+        if job.queue is not None:
+            return job.queue
+        if self.queue_from is not None:
+            owner = job.user if self.queue_from == "user" else job.vc
+            if owner is not None and owner in self.queues:
+                return owner
+        return self.default_queue
+
+    def queue(self, name: str, job: Tenanted | None = None) -> Queue:
+        """The queue ``name``; an error (naming ``job``) when the file does not declare it."""
+        found = self.queues.get(name)
+        if found is None:
+            who = f"job {job.job_id!r}: " if job is not None else ""
+            raise DeepShareError(f"{who}queue {name!r} is not declared in the tenants file "
+                                 f"(declared: {', '.join(sorted(self.queues))})")
+        return found
+
+    def weight_of(self, queue: str) -> float:
+        found = self.queues.get(queue)
+        return 1.0 if found is None else found.weight
+
+    def priority_of(self, job: Tenanted) -> int:
+        """The value of ``job``'s priority class (the default class's, else 0)."""
+        name = job.priority if job.priority is not None else self.default_priority
+        if name is None:
+            return 0
+        value = self.priority_classes.get(name)
+        if value is None:
+            raise DeepShareError(f"job {job.job_id!r}: priority class {name!r} is not declared in the tenants file")
+        return value
+
+    def most_gpus(self, name: str) -> int:
+        """The most GPUs queue ``name`` can ever hold: its limit, and its reserved GPUs plus its
+        whole pool."""
+        queue = self.queue(name)
+        return int(min(queue.limit_gpus, queue.reserved_gpus + self.pools[queue.pool_key]))
+
+    def check_jobs(self, jobs: Sequence[Tenanted]) -> None:
+        """Refuse jobs that name an undeclared queue or priority class, or ask more GPUs than
+        their queue can ever hold (they would wait forever: a simulation would stall)."""
+        for job in jobs:
+            name = self.queue_of(job)
+            self.queue(name, job)
+            self.priority_of(job)
+            most = self.most_gpus(name)
+            if job.gpus > most:
+                raise DeepShareError(f"job {job.job_id!r} asks {job.gpus} GPUs, but its queue {name!r} can never "
+                                     f"hold more than {most} (nominal quota, borrowing limit and cohort)")
+
+
+def parse_tenants(text: str, source: str = "tenants file") -> Tenants:
+    """A tenants file's text as :class:`Tenants`; errors name ``source`` and the field."""
+    from deepshare.tenants.model import TenantsModel
+
+    model = parse_yaml_model(text, TenantsModel, source, "queues (and optionally cohorts, priority_classes)")
+    return _build(model, source)
+
+
+def load_tenants(path: str | Path) -> Tenants:
+    """The tenants file at ``path`` (``--tenants``)."""
+    return parse_tenants(read_config_text(path, "tenants file"), str(path))
+
+
+def _build(model: "TenantsModel", source: str) -> Tenants:
+    """Cross-field checks pydantic's per-field validation cannot make, each naming its field."""
+    queues: dict[str, Queue] = {}
+    cohorts = [c.name for c in model.cohorts]
+    for i, c in enumerate(model.cohorts):
+        if cohorts.index(c.name) != i:
+            raise DeepShareError(f"{source}: cohorts.{i}.name: cohort {c.name!r} is declared twice")
+    for i, q in enumerate(model.queues):
+        if q.name in queues:
+            raise DeepShareError(f"{source}: queues.{i}.name: queue {q.name!r} is declared twice")
+        if model.cohorts and q.cohort is not None and q.cohort not in cohorts:
+            raise DeepShareError(f"{source}: queues.{i}.cohort: cohort {q.cohort!r} is not in cohorts "
+                                 f"({', '.join(cohorts)})")
+        if q.lending_limit_gpus is not None and q.lending_limit_gpus > q.nominal_gpus:
+            raise DeepShareError(f"{source}: queues.{i}.lending_limit_gpus: at most nominal_gpus "
+                                 f"({q.nominal_gpus}), got {q.lending_limit_gpus}")
+        queues[q.name] = Queue(q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.lending_limit_gpus, q.weight)
+    if model.default_queue is not None and model.default_queue not in queues:
+        raise DeepShareError(f"{source}: default_queue: queue {model.default_queue!r} is not declared in queues")
+    if model.default_priority is not None and model.default_priority not in model.priority_classes:
+        raise DeepShareError(f"{source}: default_priority: class {model.default_priority!r} is not in priority_classes")
+    return Tenants(queues, dict(model.priority_classes), model.default_queue or DEFAULT_QUEUE,
+                   model.default_priority, model.queue_from)

@@ -1,0 +1,155 @@
+"""The tenants wrapper: admission, then any policy, then preemption for quotas.
+
+``Admitted(inner, tenants)`` is itself a policy (``decide(view) -> Decision``), so it runs
+wherever a policy runs: the simulator, the placement service, the live scheduler. At each
+decision it
+
+1. admits queued jobs against the queues' quotas, counted from the view's running jobs
+   (:func:`~deepshare.tenants.admission.admit`);
+2. asks ``inner`` on the same view with only the admitted jobs queued and the tenants file as
+   the view's ``tenancy`` (so fairness-aware orders can read queues and weights; every other
+   order and placement works unchanged, knowing nothing of tenants);
+3. when ``reclaim`` is on, for each job still waiting that its nominal quota covers while its
+   cohort's other queues borrow, or that a lower-priority job of its own queue holds back,
+   plans victims (:mod:`deepshare.tenants.reclaim`) and launches it where ``inner`` itself
+   would place it once they are gone: ``inner`` is asked on a what-if view (victims and the
+   decision's own preemptions gone, its launches' GPUs taken, only that job queued), and a plan
+   is taken only if ``inner`` then launches the job without preempting anything else.
+
+The what-if views are ordinary views, so ``inner`` must decide on them as on any view it did not
+expect (the built-in heuristics rebuild their per-thread queue index then). At most
+:data:`MAX_PLANS` jobs are planned for per decision, bounding the extra calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol, Sequence
+
+from deepshare.core.contention.base import leaving_out
+from deepshare.core.types import Decision, Launch, WAIT
+from deepshare.core.view import ClusterView, JobView
+from deepshare.tenants.admission import Admission, admission_key, admit
+from deepshare.tenants.quota import Ledger
+from deepshare.tenants.reclaim import RESTORE_S, plan, priority_candidates, reclaim_candidates
+from deepshare.tenants.spec import Queue, Tenants
+
+MAX_PLANS = 8
+"""Held jobs a decision tries to preempt for, at most (highest priority, then oldest, first)."""
+
+
+class PolicyLike(Protocol):
+    """What the wrapper needs of the policy it wraps (:class:`deepshare.policies.base.Policy`)."""
+
+    name: str
+
+    def decide(self, view: ClusterView) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """``inner`` behind the tenants file's admission and quota preemption (module doc)."""
+
+    inner: PolicyLike
+    tenants: Tenants
+    reclaim: bool = True
+    """Preempt for quotas (reclaim borrowed GPUs, priority within a queue); off: admission only."""
+    restore_s: float = RESTORE_S
+    """The restore time a preempted job pays, for costing victims."""
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def decide(self, view: ClusterView) -> Decision:
+        tenants = self.tenants
+        admission = admit(view.queued, view.running, tenants)
+        decision = WAIT
+        if admission.admitted:
+            decision = self.inner.decide(replace(view, queued=admission.admitted, tenancy=tenants))
+        if not self.reclaim or not admission.held and len(decision.launch) == len(admission.admitted):
+            return decision
+        return self._preempt_for_quotas(view, admission, decision)
+
+    def _preempt_for_quotas(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
+        tenants = self.tenants
+        running = {job.job_id: job for job in view.running}
+        queued = {job.job_id: job for job in view.queued}
+        ledger = admission.running.copy()
+        free = list(view.free)
+        for job_id in decision.preempt:
+            job = running[job_id]
+            ledger.remove(tenants.queues[tenants.queue_of(job)], job.gpus)
+            job.placement.release(free)  # type: ignore[union-attr]
+        for move in decision.migrate:
+            running[move.job_id].placement.release(free)  # type: ignore[union-attr]
+            move.placement.take(free)
+        for launch in decision.launch:
+            job = queued[launch.job_id]
+            ledger.add(tenants.queues[tenants.queue_of(job)], job.gpus)
+            launch.placement.take(free)
+        stopped = [running[job_id] for job_id in decision.preempt]
+        busy = {*decision.preempt, *(m.job_id for m in decision.migrate)}
+        launched = {launch.job_id for launch in decision.launch}
+        waiting = sorted((j for j in view.queued if j.job_id not in launched), key=admission_key(tenants))
+        extra_launch: list[Launch] = []
+        extra_preempt: list[str] = []
+        tried = 0
+        for job in waiting:
+            if tried == MAX_PLANS:
+                break
+            queue = tenants.queues[tenants.queue_of(job)]
+            candidates = [r for r in running.values() if r.job_id not in busy]
+            found = None
+            if ledger.within_nominal(queue, job.gpus):
+                pool = reclaim_candidates(job, queue, candidates, tenants)
+                if any(ledger.borrowed(tenants.queues[tenants.queue_of(r)]) > 0 for r in pool):
+                    tried += 1
+                    found = self._plan(view, job, queue, ledger, pool, free, stopped, True)
+            if found is None and not ledger.admits(queue, job.gpus):
+                pool = priority_candidates(job, queue, candidates, tenants)
+                if pool:
+                    tried += 1
+                    found = self._plan(view, job, queue, ledger, pool, free, stopped, False)
+            if found is None:
+                continue
+            victims, launch = found
+            for victim in victims:
+                ledger.remove(tenants.queues[tenants.queue_of(victim)], victim.gpus)
+                victim.placement.release(free)  # type: ignore[union-attr]
+                busy.add(victim.job_id)
+                stopped.append(victim)
+                extra_preempt.append(victim.job_id)
+            ledger.add(queue, job.gpus)
+            launch.placement.take(free)
+            extra_launch.append(launch)
+        if not extra_launch:
+            return decision
+        return Decision(launch=(*decision.launch, *extra_launch), preempt=tuple(sorted({*decision.preempt, *extra_preempt})),
+                        migrate=decision.migrate)
+
+    def _plan(self, view: ClusterView, job: JobView, queue: Queue, ledger: Ledger, pool: Sequence[JobView],
+              free: list[int], stopped: Sequence[JobView], borrowers_only: bool) -> tuple[tuple[JobView, ...], Launch] | None:
+        def fits(victims: Sequence[JobView]) -> Launch | None:
+            return self._what_if(view, job, free, stopped, victims)
+
+        found = plan(job, queue, ledger, pool, sum(free), fits, borrowers_only=borrowers_only, restore_s=self.restore_s)
+        return None if found is None else (found.victims, found.launch)
+
+    def _what_if(self, view: ClusterView, job: JobView, free: Sequence[int], stopped: Sequence[JobView],
+                 victims: Sequence[JobView]) -> Launch | None:
+        """Where ``inner`` launches ``job`` once ``victims`` stop too; ``free``: the GPUs free after
+        this decision so far (``stopped`` already released). None when it would not launch it, or
+        would preempt or migrate anything for it."""
+        after = list(free)
+        for victim in victims:
+            victim.placement.release(after)  # type: ignore[union-attr]
+        gone = [*stopped, *victims]
+        ids = {g.job_id for g in gone}
+        with leaving_out(view.predict, gone) as predict:
+            what_if = replace(view, free=tuple(after), queued=(job,), tenancy=self.tenants, predict=predict,
+                              running=tuple(r for r in view.running if r.job_id not in ids))
+            answer = self.inner.decide(what_if)
+        if answer.preempt or answer.migrate:
+            return None
+        return next((launch for launch in answer.launch if launch.job_id == job.job_id), None)
