@@ -11,22 +11,35 @@ This script asks the link contention model the same question on a cluster of tod
   arrivals at an offered load of 0.9, log-normal run times (median 1 h, sigma 1);
 * placement: contention-blind, simulated with ``--contention link``: ``fifo+consolidated`` (the
   fewest nodes, wherever they are: whole nodes for these gangs, as production schedulers give
-  them) and ``fifo+spread`` (as many nodes as possible: jobs share nodes' NICs and PCIe);
+  them), ``fifo+topo-bestfit`` (the least-free fabric domain that fits, lowest level first, as
+  Kueue / Slurm's tree do) and ``fifo+spread`` (as many nodes as possible: jobs share nodes'
+  NICs and PCIe);
 * a job is *slowed* when its time-averaged throughput ratio (its record's ``mean_ratio``) is
   below 0.95, i.e. its contention slowdown is at least 1.05; the GPU-weighted share counts
   each job by its GPUs.
 
-The same run with ``LinkContention(hardware_scaling=False)`` (every GPU computing at the TITAN
-Xp reference speed, the model before ``deepshare.core.hardware``) is printed beside it: the
-issue's "1.000" problem. Nothing is tuned to hit Crux's figure.
+Each policy runs in three worlds, one row each:
 
-Usage: python bench/crux_anchor.py [--jobs 400] [--seed 1] [--policies fifo+consolidated,fifo+spread]
+* hardware scaling off, ECMP ports off: ``LinkContention(hardware_scaling=False)`` (every GPU
+  computing at the TITAN Xp reference speed, the model before ``deepshare.core.hardware``) on
+  the preset with its levels' ``port_gbps`` set to 0 (each uplink one fat pipe): the issue's
+  "1.000" problem;
+* hardware scaling on, ECMP ports off: the model of the hardware table, fat-pipe uplinks;
+* hardware scaling on, ECMP ports on: the preset as shipped (400G uplink ports, each crossing
+  flow hashed onto one; ``deepshare.core.contention.link.model``).
+
+All rows use the preset's node hardware as shipped (its PCIe figures included). Nothing is
+tuned to hit Crux's figure.
+
+Usage: python bench/crux_anchor.py [--jobs 400] [--seed 1]
+                                   [--policies fifo+consolidated,fifo+topo-bestfit,fifo+spread]
                                    [--cluster clos3-256] [--load 0.9]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import subprocess
 import sys
@@ -34,6 +47,9 @@ from pathlib import Path
 
 CRUX_JOBS, CRUX_GPUS = 0.36, 0.51
 SLOWED_BELOW = 0.95
+ANY_BELOW = 0.99
+"""A second, looser column: jobs slowed by 1% or more (Crux counts jobs that *suffered*
+contention, without publishing a threshold)."""
 
 
 def git_commit() -> str:
@@ -48,15 +64,17 @@ def git_commit() -> str:
     return head + (" (with uncommitted changes)" if dirty else "")
 
 
-def shares(records) -> tuple[float, float, float, int]:
-    """(share of jobs slowed, GPU-weighted share, mean slowdown, jobs counted) over finished jobs."""
+def shares(records) -> tuple[float, float, float, int, float]:
+    """(share of jobs slowed, GPU-weighted share, mean slowdown, jobs counted, share of jobs with any
+    slowdown of 1% or more) over finished jobs."""
     done = [r for r in records if r.finish_s is not None and r.productive_s > 0]
     if not done:
-        return 0.0, 0.0, 1.0, 0
+        return 0.0, 0.0, 1.0, 0, 0.0
     slowed = [r for r in done if r.mean_ratio < SLOWED_BELOW]
     gpus = sum(r.gpus for r in done)
     mean_slowdown = sum(1.0 / r.mean_ratio for r in done) / len(done)
-    return len(slowed) / len(done), sum(r.gpus for r in slowed) / gpus, mean_slowdown, len(done)
+    touched = sum(1 for r in done if r.mean_ratio < ANY_BELOW) / len(done)
+    return len(slowed) / len(done), sum(r.gpus for r in slowed) / gpus, mean_slowdown, len(done), touched
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=float, default=0.9)
-    parser.add_argument("--policies", default="fifo+consolidated,fifo+spread")
+    parser.add_argument("--policies", default="fifo+consolidated,fifo+topo-bestfit,fifo+spread")
     parser.add_argument("--cluster", default="clos3-256")
     args = parser.parse_args(argv)
 
@@ -81,14 +99,23 @@ def main(argv: list[str] | None = None) -> None:
     print(f"cluster {args.cluster} ({len(topo.nodes)} nodes, {topo.total_gpus} GPUs), {args.jobs} jobs "
           f"(mix llm, demand gang-heavy, load {args.load:g}, seed {args.seed}), contention link; "
           f"slowed: mean throughput ratio < {SLOWED_BELOW}")
-    print(f"{'policy':<20} {'hardware scaling':<17} {'jobs slowed':>12} {'GPU-weighted':>13} {'mean slowdown':>14} "
-          f"{'finished':>9}")
+    fat = without_ports(topo)
+    print(f"{'policy':<20} {'hardware':<9} {'ECMP ports':<11} {'jobs slowed':>12} {'GPU-weighted':>13} "
+          f"{'mean slowdown':>14} {'finished':>9} {'slowed >=1%':>12}")
+    worlds = (("off", False, "off", fat), ("on", True, "off", fat), ("on", True, "on", topo))
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        for label, scaling in (("off (before)", False), ("on (after)", True)):
-            report, _ = simulate(Scenario(topo, jobs, LinkContention(hardware_scaling=scaling)), policy)
-            job_share, gpu_share, slowdown, n = shares(report.records)
-            print(f"{policy:<20} {label:<17} {job_share:>12.1%} {gpu_share:>13.1%} {slowdown:>14.3f} {n:>9}")
-    print(f"{'Crux (Lingjun)':<38} {CRUX_JOBS:>12.0%} {CRUX_GPUS:>13.0%}")
+        for hw_label, scaling, port_label, cluster in worlds:
+            report, _ = simulate(Scenario(cluster, jobs, LinkContention(hardware_scaling=scaling)), policy)
+            job_share, gpu_share, slowdown, n, touched = shares(report.records)
+            print(f"{policy:<20} {hw_label:<9} {port_label:<11} {job_share:>12.1%} {gpu_share:>13.1%} "
+                  f"{slowdown:>14.3f} {n:>9} {touched:>12.1%}")
+    print(f"{'Crux (Lingjun)':<41} {CRUX_JOBS:>12.0%} {CRUX_GPUS:>13.0%}")
+
+
+def without_ports(topo):
+    """``topo`` with every level's ``port_gbps`` 0: each uplink one fat pipe (the model before ports)."""
+    levels = tuple(dataclasses.replace(level, port_gbps=0.0) for level in topo.levels)
+    return dataclasses.replace(topo, levels=levels) if levels else topo
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ core layers, each with an uplink that may be oversubscribed. A :class:`Fabric` i
   domain's nodes' NIC bandwidth over the level's ``oversubscription`` (2 means 2:1); 0 is
   non-blocking (no link to contend for). The top level's uplink matters only when several
   top-level domains exist (a job spanning two of them crosses both uplinks).
+* Optionally the bandwidth of one uplink *port* (``port_gbps``): the uplink is that many parallel
+  switch ports, and a flow is hashed onto one of them (ECMP), so two flows can collide on a port
+  while others idle. Without it the uplink is one fat pipe (perfect load balancing).
 
 A cluster spec without ``levels`` has one level, ``rack``, whose domains are the nodes' racks and
 whose uplink is the spec's ``rack_uplink_gbps``: every earlier spec means what it meant.
@@ -43,6 +46,10 @@ class Level:
     """Each domain's uplink, Gbit/s (0 with no ``oversubscription``: non-blocking)."""
     oversubscription: float = 0.0
     """When > 0: each domain's uplink is its nodes' NIC bandwidth over this (``uplink_gbps`` unused)."""
+    port_gbps: float = 0.0
+    """The bandwidth of one of the uplink's parallel switch ports, Gbit/s (400 for 400G ports): the
+    uplink is then ``round(uplink / port_gbps)`` ports, and the link model hashes each flow that
+    crosses it onto one port (ECMP). 0: the uplink is one fat pipe, perfectly balanced."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ each node group's domain at every level::
     levels:
       - {name: nvlink_domain, nvlink: true}      # an NVLink domain spanning nodes (GB200 NVL72)
       - {name: leaf, oversubscription: 2}        # uplink = the leaf's NIC bandwidth / 2
-      - {name: spine, uplink_gbps: 51200}
+      - {name: spine, uplink_gbps: 51200, port_gbps: 400}   # 128 x 400G ports, flows hashed (ECMP)
     nodes:
       - {type: gb200, count: 18, prefix: r0-, domains: {nvlink_domain: nvl0, leaf: leaf0, spine: spine0}}
 
@@ -118,7 +118,8 @@ class Topology:
 
     @staticmethod
     def from_spec(spec: ClusterSpec) -> "Topology":
-        levels = tuple(Level(lv.name, lv.nvlink, lv.uplink_gbps, lv.oversubscription) for lv in spec.levels or ())
+        levels = tuple(Level(lv.name, lv.nvlink, lv.uplink_gbps, lv.oversubscription, lv.port_gbps)
+                       for lv in spec.levels or ())
         groups = []
         for g in spec.nodes:
             domains = tuple(g.domains[lv.name] for lv in levels) if levels and g.domains else ()

@@ -71,6 +71,10 @@ class LevelSpec(BaseModel):
     uplink_gbps: float = Field(default=0.0, ge=0, le=1e9, description="each domain's uplink, Gbit/s (0: non-blocking)")
     oversubscription: float = Field(default=0.0, ge=0, le=1e6,
                                     description="when > 0: uplink = the domain's NIC bandwidth / this (2 = 2:1)")
+    port_gbps: float = Field(default=0.0, ge=0, le=1e9,
+                             description="one uplink switch port, Gbit/s (e.g. 400): the uplink is round(uplink / "
+                                         "port_gbps) ports and each crossing flow is hashed onto one (ECMP); "
+                                         "0: one fat pipe")
 
     @model_validator(mode="after")
     def _one_uplink(self) -> "LevelSpec":

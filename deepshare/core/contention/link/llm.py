@@ -36,6 +36,10 @@ and intra-node fabric 256 Gb/s of :mod:`params`):
 
 * ``nic_s = (V_dp or V_fsdp + V_a2a + V_pp) / 2 x 8 / (40e9 eff)`` (the model's NIC work is
   ``nic_s x 2(k - 1)/k``, scaled by ``40 / nic_gbps``);
+* ``all_to_all_s = V_a2a / 2 x 8 / (40e9 eff)``: the all-to-all part of ``nic_s``. The NIC work
+  does not depend on it; a fabric uplink does: a ring crosses a domain's boundary with one node's
+  volume, an all-to-all with every node's traffic to the nodes outside the domain
+  (:mod:`deepshare.core.contention.link.model`);
 * ``pcie_s = V_intra x 8 / (256e9 eff x 2 (G - 1))``: the link model charges ``2 (g - 1)``
   intra-node ring units for ``g`` GPUs on a node and converts them to NVLink time with the
   node's per-GPU ``nvlink_gbps``, so on a full NVLink node the private time is
@@ -164,6 +168,7 @@ def derive(c: LlmClass, ref_nic_gbps: float, ref_pcie_gbps: float, efficiency: f
     return {
         "compute_s": c.flops_per_gpu() / (REFERENCE.achieved_tflops * 1e12),
         "nic_s": c.inter_node_bytes() / 2.0 * 8.0 / (ref_nic_gbps * 1e9 * efficiency),
+        "all_to_all_s": c.all_to_all_bytes() / 2.0 * 8.0 / (ref_nic_gbps * 1e9 * efficiency),
         "pcie_s": c.intra_node_bytes_per_gpu() * 8.0 / (ref_pcie_gbps * 1e9 * efficiency * 2 * (GPUS_PER_NODE - 1)),
         "overlap": c.overlap,
         "samples_per_gpu": c.tokens_per_gpu,

@@ -9,6 +9,28 @@ every fabric domain it spans at every level (:mod:`deepshare.core.fabric`): a jo
 uplink's bandwidth (an oversubscribed leaf has less). Without fabric levels the one level is the
 racks and ``rack_uplink_gbps``, as before levels existed.
 
+**Traffic patterns on uplinks.** A ring crosses each spanned domain's boundary once, so the
+uplink carries one node's volume of it. An all-to-all (MoE expert parallelism across nodes, the
+``all_to_all_s`` part of a model's ``nic_s``) does not: each of the job's ``k`` nodes sends its
+volume evenly to the ``k - 1`` others, so a domain holding ``n`` of them puts
+``n (k - n) / (k - 1)`` nodes' all-to-all volume on its uplink (an 8:8 split: four nodes' worth,
+not one). Models without ``all_to_all_s`` (every fitted one) are all ring, as before.
+
+**ECMP ports.** A level may give ``port_gbps``, the bandwidth of one switch port of its uplinks.
+Such an uplink is ``P = round(uplink_gbps / port_gbps)`` links of ``uplink_gbps / P`` each (named
+``DOMAIN/uplink/pN``), not one fat pipe. A job crossing the boundary sends its ring volume on the
+crossing node's rails, ``max(1, round(nic_gbps / port_gbps))`` flows (8 on an 8 x 400G node
+over 400G ports; the job's first node in the domain, times its nodes in that node's NVLink
+domain where a hierarchical collective spreads the crossing over them), and its all-to-all
+volume on the rails of all its nodes in the domain. Each flow carries an equal share and is
+hashed onto one port by a stable hash (:func:`ecmp_port`: ``zlib.crc32`` of the job id, the
+domain's name and the flow's index, mixed so that flows draw independently; never Python's
+salted ``hash``): two of the job's own flows
+on one port double its work there (ECMP's cost to a job alone, part of its isolated time);
+another job's flow on the same port is contention, solved like any shared link. Per-port work
+is the port's flows' volume over the port's bandwidth. Without ``port_gbps`` (the default) an
+uplink is one fat pipe, perfectly balanced, bit for bit as before ports existed.
+
 **NVLink domains that span nodes** (a GB200 NVL72 rack): traffic between the job's nodes inside
 one domain rides that domain's NVLink, private to the job (no NIC, no switch); across ``m``
 domains the collective is hierarchical (reduce inside each domain over NVLink, ring across the
@@ -31,7 +53,9 @@ ignores the GPU models (every node at the reference speed), as before the hardwa
 from __future__ import annotations
 
 import bisect
+import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -81,6 +105,72 @@ def node_works(p: LinkParams, k: int, gpus: int, node: Node, domains: int = 0,
     if nvlink:
         return nic, copies * pcie_scale, intra * REF_PCIE_GBPS / node.nvlink_gbps
     return nic, (intra + copies) * pcie_scale, 0.0
+
+
+def uplink_ports(uplink_gbps: float, port_gbps: float) -> int:
+    """The ECMP ports of an uplink of ``uplink_gbps`` made of ``port_gbps`` ports: ``round(uplink /
+    port)``, at least 1; 0 (one fat pipe) when the level has no ports or the uplink is
+    non-blocking."""
+    if port_gbps <= 0 or uplink_gbps <= 0:
+        return 0
+    return max(1, round(uplink_gbps / port_gbps))
+
+
+def node_rails(nic_gbps: float, port_gbps: float) -> int:
+    """The flows a node sends across a boundary of ``port_gbps`` ports: its rails,
+    ``round(nic_gbps / port_gbps)``, at least 1 (8 for 8 x 400G NICs on 400G ports)."""
+    return max(1, round(nic_gbps / port_gbps))
+
+
+def _fmix32(h: int) -> int:
+    """MurmurHash3's 32-bit finaliser: every output bit depends on every input bit, non-linearly."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def ecmp_port(job_id: str, domain: str, flow: int, ports: int) -> int:
+    """The port of ``ports`` that flow ``flow`` of job ``job_id`` crossing ``domain``'s uplink is
+    hashed onto: ``zlib.crc32`` of the three (``job_id``, NUL, ``domain``, NUL, the flow's
+    decimal index), mixed by MurmurHash3's 32-bit finaliser, modulo the ports. Stable across
+    processes and runs (Python's ``hash`` of a string is salted per process, so it is never used
+    here).
+
+    The finaliser matters: CRC-32 is affine over GF(2), so the CRCs of two keys that differ only
+    in the flow index differ by the same bits for every job. Taken modulo a power of two, a job's
+    flows would then all collide or none would, and two jobs whose first flows collide would
+    collide on every flow (the "hash polarisation" of real switches, but not the independent
+    draw this model means). The finaliser's multiplications break the linearity: a job's 8 flows
+    on 128 ports collide with probability about 0.20, as independent draws do."""
+    return _fmix32(zlib.crc32(f"{job_id}\x00{domain}\x00{flow}".encode())) % ports
+
+
+@lru_cache(maxsize=1 << 16)
+def flow_ports(job_id: str, domain: str, first: int, count: int, ports: int) -> tuple[int, ...]:
+    """:func:`ecmp_port` of flows ``first .. first + count - 1``, remembered: a placement search
+    asks for the same job's flows across the same domains many times."""
+    prefix = zlib.crc32(f"{job_id}\x00{domain}\x00".encode())
+    return tuple(_fmix32(zlib.crc32(str(flow).encode(), prefix)) % ports for flow in range(first, first + count))
+
+
+def ecmp_loads(job_id: str, domain: str, ports: int, ring_volume: float, ring_flows: int,
+               a2a_volume: float, a2a_flows: int) -> dict[int, float]:
+    """Per port, the volume a job's flows put on a ``ports``-port uplink: ``ring_flows`` flows
+    (numbered 0..) carrying ``ring_volume`` equally, then ``a2a_flows`` flows (numbered on)
+    carrying ``a2a_volume`` equally, each on the port :func:`ecmp_port` gives it. Flows of the
+    job on one port add up (its own collision, which its isolated time pays too)."""
+    load: dict[int, float] = {}
+    if ring_volume > 0:
+        share = ring_volume / ring_flows
+        for port in flow_ports(job_id, domain, 0, ring_flows, ports):
+            load[port] = load.get(port, 0.0) + share
+    if a2a_volume > 0:
+        share = a2a_volume / a2a_flows
+        for port in flow_ports(job_id, domain, ring_flows, a2a_flows, ports):
+            load[port] = load.get(port, 0.0) + share
+    return load
 
 
 @dataclass(frozen=True)
@@ -135,8 +225,23 @@ class LinkState:
         self._links = links
         self._model_index = {m: i for i, m in enumerate(links.models)}
         self._kappa = np.array([[links.interaction(v, a) for a in links.models] for v in links.models])
-        self._fabric = topology.fabric
-        self._n_links = 2 * len(topology.nodes) + len(topology.fabric.domains)
+        self._fabric = fabric = topology.fabric
+        n_nodes = len(topology.nodes)
+        # Per domain: the index of its uplink's first link and its ECMP ports (0: one fat pipe,
+        # one link). Without ports anywhere, domain d's uplink is link 2 * n_nodes + d, as always.
+        self._uplink_base: list[int] = []
+        self._ports: list[int] = []
+        base = 2 * n_nodes
+        for domain in fabric.domains:
+            ports = uplink_ports(domain.uplink_gbps, fabric.levels[domain.level].port_gbps)
+            self._uplink_base.append(base)
+            self._ports.append(ports)
+            base += max(1, ports)
+        self._n_links = base
+        self._rails: list[tuple[int, ...] | None] = [
+            tuple(node_rails(n.nic_gbps, level.port_gbps) for n in topology.nodes) if level.port_gbps > 0 else None
+            for level in fabric.levels]
+        """Per level with ports: each node's rails (flows it sends across a boundary); else None."""
         self._jobs: dict[str, _Job] = {}
         self._on_link: dict[int, set[str]] = {}
         self._slot: dict[str, int] = {}
@@ -152,10 +257,17 @@ class LinkState:
     def link_names(self) -> list[str]:
         """Each global link's name, by index: ``NODE/nic``, ``NODE/pcie``, ``DOMAIN/uplink`` (a
         fabric domain's path, ``spine0/leaf3/uplink``; ``RACK/uplink`` without levels: the names
-        ``ClusterView.link_load`` and the node agents use)."""
+        ``ClusterView.link_load`` and the node agents use). The uplink of a domain whose level
+        has ECMP ports (``port_gbps``) is one link per port instead: ``DOMAIN/uplink/p0`` ..
+        ``DOMAIN/uplink/p{P-1}``."""
         nodes = self._topology.nodes
-        return ([f"{n.name}/nic" for n in nodes] + [f"{n.name}/pcie" for n in nodes]
-                + [f"{d.name}/uplink" for d in self._fabric.domains])
+        names = [f"{n.name}/nic" for n in nodes] + [f"{n.name}/pcie" for n in nodes]
+        for domain, ports in zip(self._fabric.domains, self._ports):
+            if ports:
+                names += [f"{domain.name}/uplink/p{j}" for j in range(ports)]
+            else:
+                names.append(f"{domain.name}/uplink")
+        return names
 
     def link_loads(self) -> dict[str, float]:
         """Utilisation (0..1) of every link some running job crosses, by name: the bandwidth its
@@ -173,14 +285,23 @@ class LinkState:
     def set_background(self, loads: dict[str, float]) -> None:
         """Load on links that no tracked job explains (by link name, 0..1; unknown names are
         ignored), added to every stretch on those links from now on. Set before any job is added:
-        the ratios of jobs already tracked are not re-solved."""
+        the ratios of jobs already tracked are not re-solved. On an uplink with ECMP ports,
+        ``DOMAIN/uplink`` (what a probe of the whole uplink reads) applies its load to every port
+        (unmanaged traffic is taken as hashed evenly over them); ``DOMAIN/uplink/pN`` sets one
+        port, and wins over the whole uplink's figure for that port."""
         if self._jobs:
             raise DeepShareError("set_background: set it before any job is added")
-        index = {name: i for i, name in enumerate(self.link_names())}
+        index = {name: [i] for i, name in enumerate(self.link_names())}
+        for domain, base, ports in zip(self._fabric.domains, self._uplink_base, self._ports):
+            if ports:
+                index[f"{domain.name}/uplink"] = list(range(base, base + ports))
         background = np.zeros(self._n_links)
-        for name, load in loads.items():
-            if name in index and load > 0:
-                background[index[name]] = min(float(load), 1.0)
+        for whole in (True, False):  # whole uplinks first, so a port's own figure wins
+            for name, load in loads.items():
+                links = index.get(name)
+                if links is None or load <= 0 or (len(links) > 1) != whole:
+                    continue
+                background[links] = min(float(load), 1.0)
         self._background = background if background.any() else None
 
     # -- protocol ----------------------------------------------------------------------------
@@ -311,16 +432,43 @@ class LinkState:
         if k > 1:
             shape = shape_factor(p, k, job.placement.total_gpus / k)
             domains = fabric.domains
+            a2a = p.all_to_all_s
             for level in range(len(fabric.levels)):
                 spanned = fabric.spanned(job.placement.nodes, level)
                 if len(spanned) < 2:
                     continue
                 ring = ring_factor(len(spanned))
+                rails = self._rails[level]
+                if not a2a and rails is None:  # a ring on fat pipes: one node's volume per boundary
+                    for d in spanned:
+                        uplink = domains[d].uplink_gbps
+                        if uplink > 0:
+                            links.append(self._uplink_base[d])
+                            works.append(p.nic_s * ring * shape * REF_NIC_GBPS / uplink)
+                    continue
+                inside: dict[int, list[int]] = {}
+                for node_index in sorted(job.placement.nodes):
+                    inside.setdefault(fabric.node_domains[node_index][level], []).append(node_index)
                 for d in spanned:
                     uplink = domains[d].uplink_gbps
-                    if uplink > 0:
-                        links.append(2 * n_nodes + d)
-                        works.append(p.nic_s * ring * shape * REF_NIC_GBPS / uplink)
+                    if uplink <= 0:
+                        continue
+                    members = inside[d]
+                    ring_volume = (p.nic_s - a2a) * ring * shape
+                    a2a_volume = a2a * 2.0 * len(members) * (k - len(members)) / k * shape
+                    ports = self._ports[d]
+                    if not ports:
+                        links.append(self._uplink_base[d])
+                        works.append((ring_volume + a2a_volume) * REF_NIC_GBPS / uplink)
+                        continue
+                    first = members[0]  # the ring's crossing node: the job's first node in d
+                    ring_flows = rails[first] * (in_domain[fabric.node_domains[first][0]] if in_domain else 1)
+                    a2a_flows = sum(rails[n] for n in members) if a2a_volume > 0 else 0
+                    load = ecmp_loads(job.job_id, domains[d].name, ports, ring_volume, ring_flows, a2a_volume, a2a_flows)
+                    base, per_port = self._uplink_base[d], uplink / ports
+                    for port in sorted(load):
+                        links.append(base + port)
+                        works.append(load[port] * REF_NIC_GBPS / per_port)
         compute = p.compute_s
         if self._speed is not None:
             speed = min(self._speed[i] for i in job.placement.nodes)

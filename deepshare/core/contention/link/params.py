@@ -73,6 +73,12 @@ class LinkParams:
     """Inter-node volume scales as ``(nodes / 2) ** nodes_exponent`` beyond the ring formula."""
     gpus_per_node_exponent: float = 0.0
     """Inter-node volume scales as ``gpus_per_node ** gpus_per_node_exponent`` (1 GPU per node: 1)."""
+    all_to_all_s: float = 0.0
+    """The part of ``nic_s`` that is all-to-all traffic (MoE expert parallelism across nodes), in the
+    same units. The NIC work is ``nic_s`` whatever the pattern; on a fabric uplink the ring part
+    (``nic_s - all_to_all_s``) crosses each spanned domain's boundary once (one node's volume), the
+    all-to-all part with the share of the domain's nodes' traffic that leaves the domain (see
+    :mod:`deepshare.core.contention.link.model`). 0, the default: all ring (every fitted model)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,6 +94,9 @@ class LinkParams:
             raise DeepShareError(f"link parameter overlap: expected a number in [0, 1], got {self.overlap}")
         if self.compute_s <= 0 or self.samples_per_gpu <= 0:
             raise DeepShareError("link parameters compute_s and samples_per_gpu must be positive")
+        if self.all_to_all_s > self.nic_s:
+            raise DeepShareError(f"link parameter all_to_all_s: expected at most nic_s ({self.nic_s}), "
+                                 f"got {self.all_to_all_s} (it is the all-to-all part of nic_s)")
 
 
 def shape_factor(p: "LinkParams", nodes: float, gpus_per_node: float) -> float:
@@ -188,7 +197,7 @@ class LinkCatalog:
         doc = {
             "source": self.source,
             "reference": {"nic_gbps": REF_NIC_GBPS, "pcie_gbps": REF_PCIE_GBPS},
-            "models": {m: asdict(p) for m, p in self.params.items()},
+            "models": {m: _params_doc(p) for m, p in self.params.items()},
             "kappa": self.kappa,
             "sensitivity": self.sensitivity,
         }
@@ -216,6 +225,15 @@ class LinkCatalog:
             if not 0 < value < float("inf"):
                 raise DeepShareError(f"{source}: scale.{model}: expected a positive number, got {value}")
         return LinkCatalog(params, kappa, doc.get("source", source), sensitivity, scale)
+
+
+def _params_doc(p: LinkParams) -> dict[str, float]:
+    """``p`` as a parameter file writes it: ``all_to_all_s`` only when not 0 (all ring), so the
+    files of ring-only models read as before the field existed."""
+    doc = asdict(p)
+    if not doc["all_to_all_s"]:
+        del doc["all_to_all_s"]
+    return doc
 
 
 def with_common_models(fitted: LinkCatalog) -> LinkCatalog:
