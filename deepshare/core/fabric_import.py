@@ -35,12 +35,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource a node's GPU count is read from (the NVIDIA device plugin's)."""
 
 DEFAULT_NODE_TYPE: Mapping[str, Any] = MappingProxyType({
-    "gpus": 8, "gpu_model": "H100-SXM5-80GB", "fabric": "nvlink", "pcie_switches": 4, "intra_node_gbps": 512,
+    "gpus": 8, "gpu_model": "H100-SXM5-80GB", "fabric": "nvlink", "pcie_switches": 8, "intra_node_gbps": 512,
     "nvlink_gbps": 3600, "nic_gbps": 3200,
 })
 """The hardware of an imported node unless ``--node-type`` says otherwise: an 8 x H100 SXM node
 as in the ``h100-leafspine-*`` presets (DGX H100: NVLink 4 at 450 GB/s per GPU per direction,
-8 x 400 Gb/s NICs = 3200 Gb/s, the node's total NIC bandwidth)."""
+8 x 400 Gb/s NICs = 3200 Gb/s, the node's total NIC bandwidth; each ConnectX-7 behind its own
+PCIe Gen5 x16 with its GPU, 8 x 512 Gb/s, so PCIe never caps the NICs)."""
 DEFAULT_TYPE_NAME = "h100"
 
 _NAME = re.compile(r"^[^/\x00-\x1f]{1,256}$")

@@ -246,7 +246,7 @@ def test_flag_errors_are_one_line_naming_the_flag(kwargs, message):
 def test_node_type_options():
     name, hardware = node_type(["name=h800", "gpu_model=H800", "nic_gbps=1600", "nvlink_gbps=3200"], gpus_per_node=4)
     assert name == "h800"
-    assert hardware == {"gpus": 4, "gpu_model": "H800", "fabric": "nvlink", "pcie_switches": 4, "intra_node_gbps": 512.0,
+    assert hardware == {"gpus": 4, "gpu_model": "H800", "fabric": "nvlink", "pcie_switches": 8, "intra_node_gbps": 512.0,
                         "nvlink_gbps": 3200.0, "nic_gbps": 1600.0}
     imported = import_cluster(TABLE, "topo.csv", name="lj", node_type_options=["name=h800", "gpu_model=H800"],
                               gpus_per_node=4)
