@@ -30,8 +30,8 @@ from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 
 DEFAULT_PREEMPTIVE = "srsf+uncontended+preempt"
-"""The preemptive heuristic deferred to when a policy file names none: the best heuristic in every
-cell of the ``loaded`` suite (``srsf+packed+preempt`` until 2026-12-01, fifth session)."""
+"""The preemptive heuristic deferred to when a policy file names none (one of the leading
+preemptive heuristics of the ``loaded`` suite; ``docs/results.md`` has the current figures)."""
 
 
 @dataclass(frozen=True)
