@@ -2,7 +2,8 @@
 
 One placement request, 4,096 8-GPU nodes (a quarter half-busy), N pending jobs
 (N = 500 .. 10,000 1-GPU jobs, plus a mixed 1/2/4/8-GPU case), decided in-process by
-:class:`PlacementEngine` (no request limits, no HTTP) for rl-hybrid and two heuristics. Prints
+:class:`PlacementEngine` (no request limits, no HTTP) for rl-hybrid and four heuristics (two of
+them the fabric's: ``topo-bestfit`` and the contention-aware ``topo-aware``). Prints
 seconds per decision, the exponent of a power-law fit over N, and the target (10,000 pending in
 <= 2 s in-process; judged on CPU seconds, as the wall time of a shared machine is mostly other
 processes' load). ``--profile N`` prints the cProfile top of one rl-hybrid decision instead.
@@ -28,7 +29,7 @@ from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
 
-POLICIES = ("rl-hybrid", "srsf+packed", "las+consolidated")
+POLICIES = ("rl-hybrid", "srsf+packed", "las+consolidated", "las+topo-bestfit", "las+topo-aware")
 TARGET_S = 2.0
 
 

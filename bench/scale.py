@@ -17,7 +17,14 @@ heuristic, cost ~ jobs^<=1.1.
 (a copy of the queue and a full sort at every decision: ``Simulator(reference_views=True)``
 with ``use_index=False``) side by side in this process, with the ratio; the reports must agree.
 
+``--cluster PRESET_OR_SPEC`` instead: each (size, policy) point on that cluster (a fabric preset
+such as ``h100-leafspine-2to1`` or ``clos3-256``, or a spec file) and on the **flat cluster of
+the same size** (the same nodes and hardware with the fabric's levels and domains dropped: one
+``rack`` level, as a spec without levels means), each in its own process on the same trace (load
+0.9 on that many GPUs), and the CPU ratio fabric / flat (issue 36's target: within 2x).
+
 Usage: python bench/scale.py [--sizes 25000,100000,400000,1000000] [--policies las+consolidated,...]
+       python bench/scale.py --cluster h100-leafspine-2to1 --sizes 100000 --policies las+topo-bestfit
        python bench/scale.py --quick          # 25,000 and 100,000 jobs only
        python bench/scale.py --burst 20000    # the long-queue case beside the reference
 """
@@ -37,7 +44,31 @@ TARGET_EXPONENT = 1.1
 NODES, GPUS_PER_NODE, LOAD = 512, 8, 0.9
 
 
-def child(n: int, policy: str) -> None:
+def cluster_of(spec: str, flat: bool):  # -> Topology (imported in the child only)
+    """The cluster ``spec`` names (a preset or a spec file), or with ``flat`` the same nodes and
+    hardware without its fabric: ``levels`` and every node group's ``domains`` dropped."""
+    from importlib import resources
+    from pathlib import Path
+
+    import yaml
+
+    from deepshare.core.topology import load_topology, parse_topology, preset_names
+
+    if not flat:
+        return load_topology(spec)
+    if spec in preset_names():
+        text = (resources.files("deepshare.data") / "clusters" / f"{spec}.yaml").read_text()
+    else:
+        text = Path(spec).read_text()
+    raw = yaml.safe_load(text)
+    raw.pop("levels", None)
+    for group in raw.get("nodes", []):
+        group.pop("domains", None)
+    raw["name"] = f"{raw.get('name', 'cluster')}-flat"
+    return parse_topology(yaml.safe_dump(raw), source=f"{spec} without its fabric")
+
+
+def child(n: int, policy: str, cluster: str = "", flat: bool = False) -> None:
     """One point, in this process: print its measurements as one JSON line."""
     import resource
 
@@ -45,7 +76,7 @@ def child(n: int, policy: str) -> None:
     from deepshare.core.traces import generate, mix_preset
     from deepshare.experiments.scenario import Scenario, simulate
 
-    topo = uniform(NODES, GPUS_PER_NODE)
+    topo = cluster_of(cluster, flat) if cluster else uniform(NODES, GPUS_PER_NODE)
     start = time.perf_counter()
     jobs = generate(n, load=LOAD, total_gpus=topo.total_gpus, mix=mix_preset("random"), duration_sigma=1.0, seed=1).jobs
     generated = time.perf_counter()
@@ -62,12 +93,14 @@ def child(n: int, policy: str) -> None:
     }))
 
 
-def measure(n: int, policy: str) -> dict:
+def measure(n: int, policy: str, cluster: str = "", flat: bool = False) -> dict:
+    extra = ["--child-cluster", cluster] + (["--child-flat"] if flat else []) if cluster else []
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(n), policy], capture_output=True, text=True, check=False,
+        [sys.executable, __file__, "--child", str(n), policy, *extra], capture_output=True, text=True, check=False,
     )
     if out.returncode != 0:
-        raise SystemExit(f"{policy} on {n:,} jobs failed:\n{out.stderr}")
+        where = f" on {cluster}{' (flat)' if flat else ''}" if cluster else ""
+        raise SystemExit(f"{policy} on {n:,} jobs{where} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -101,6 +134,26 @@ def burst(n: int, record: Record) -> None:
     record.add("the same in the reference mode (no queue index, views copied)", results["reference"][0], "s CPU")
 
 
+FABRIC_TARGET = 2.0
+"""Issue 36: a fabric preset's simulation within 2x of the flat cluster's (CPU time)."""
+
+
+def side_by_side(cluster: str, sizes: list[int], policies: list[str], record: Record) -> None:
+    """``--cluster``: every point on the fabric and on the flat cluster of the same size (see above)."""
+    for policy in policies:
+        for n in sizes:
+            fab, flat = measure(n, policy, cluster), measure(n, policy, cluster, flat=True)
+            ratio = fab["cpu_s"] / max(flat["cpu_s"], 1e-9)
+            for label, p in ((cluster, fab), (f"{cluster} flat", flat)):
+                print(f"{policy:22s} {n:>9,} jobs  {label:28s} sim {p['wall_s']:8.1f} s (CPU {p['cpu_s']:7.1f} s)  "
+                      f"decisions {p['decisions']:,}  util {p['gpu_util']:.3f}  avg JCT {p['avg_jct_s']:,.0f} s",
+                      flush=True)
+            print(f"  -> {policy}, {n:,} jobs: the fabric takes {ratio:.2f}x the flat cluster's CPU time "
+                  f"(target <= {FABRIC_TARGET:g}x)", flush=True)
+            record.add(f"{policy}, {n:,} jobs on {cluster}, over the flat cluster of the same size", ratio, "x",
+                       at_most=FABRIC_TARGET, note=f"fabric {fab['cpu_s']:.1f} s CPU, flat {flat['cpu_s']:.1f} s CPU")
+
+
 def exponent(points: list[dict], key: str = "wall_s") -> float | None:
     import numpy as np
 
@@ -117,11 +170,15 @@ def main() -> None:
     parser.add_argument("--policies", default="las+consolidated", help="comma-separated policy names")
     parser.add_argument("--quick", action="store_true", help="25,000 and 100,000 jobs only")
     parser.add_argument("--burst", type=int, metavar="N", help="N jobs at t=0: current vs reference (see above)")
+    parser.add_argument("--cluster", metavar="PRESET_OR_SPEC",
+                        help="a fabric preset or spec: each point on it and on the flat cluster of the same size")
     parser.add_argument("--child", nargs=2, metavar=("JOBS", "POLICY"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-cluster", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child-flat", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(parser)
     args = parser.parse_args()
     if args.child:
-        child(int(args.child[0]), args.child[1])
+        child(int(args.child[0]), args.child[1], args.child_cluster, args.child_flat)
         return
     if args.burst is not None:
         if args.burst <= 0:
@@ -134,6 +191,14 @@ def main() -> None:
     if not sizes or any(n <= 0 for n in sizes):
         parser.error(f"--sizes {args.sizes!r}: expected positive job counts")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.cluster:
+        from deepshare.core.topology import load_topology
+
+        load_topology(args.cluster)  # a bad name or spec fails here, before any point runs
+        record = Record("scale-fabric", args.json)
+        side_by_side(args.cluster, sizes, policies, record)
+        record.write()
+        return
     record = Record("scale", args.json)
     print(f"generated traces, load {LOAD} on {NODES} x {GPUS_PER_NODE} = {NODES * GPUS_PER_NODE:,} GPUs "
           "(each point in its own process)")

@@ -31,6 +31,7 @@ from deepshare.core.fabric import Fabric, TopologyRequest
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
+from deepshare.policies.masked_free import MaskedFree
 from deepshare.policies.place_types import FewestFn, Pending, PlaceFn
 
 
@@ -44,7 +45,8 @@ def domain_free(fabric: Fabric, free: Sequence[int], level: int) -> dict[int, in
 
 
 def masked(free: Sequence[int], nodes: Sequence[int]) -> list[int]:
-    """``free`` with every node outside ``nodes`` at 0."""
+    """``free`` with every node outside ``nodes`` at 0, as a plain list (the reference of
+    :class:`~deepshare.policies.masked_free.MaskedFree`, which placements get instead)."""
     out = [0] * len(free)
     for n in nodes:
         out[n] = free[n]
@@ -56,17 +58,23 @@ def candidate_domains(fabric: Fabric, free: Sequence[int], need: int, top: int,
     """Domains that can hold ``need`` GPUs (and the request's slices), levels 0..``top``: lowest
     level first, least free first within a level, then by index (lazily: the first that places
     the job ends the search; a :class:`FreeIndex` answers from its domain index)."""
-    slices = _slice_of(fabric, request)
-    index = free.domains(fabric) if isinstance(free, FreeIndex) else None
     for level in range(top + 1):
-        if index is not None:
-            fits: Iterable[int] = index.fitting(level, need)
-        else:
-            sums = domain_free(fabric, free, level)
-            fits = [d for _, d in sorted((f, d) for d, f in sums.items() if f >= need)]
-        for d in fits:
-            if slices is None or _slices_fit(fabric, free, fabric.domains[d].nodes, need, *slices):
-                yield d
+        yield from fitting_domains(fabric, free, need, level, request)
+
+
+def fitting_domains(fabric: Fabric, free: Sequence[int], need: int, level: int,
+                    request: TopologyRequest) -> Iterator[int]:
+    """The domains of ``level`` alone that can hold ``need`` GPUs (and the request's slices),
+    least free first, then by index (lazily, as :func:`candidate_domains`)."""
+    slices = slice_of(fabric, request)
+    if isinstance(free, FreeIndex):
+        fits: Iterable[int] = free.domains(fabric).fitting(level, need)
+    else:
+        sums = domain_free(fabric, free, level)
+        fits = [d for _, d in sorted((f, d) for d, f in sums.items() if f >= need)]
+    for d in fits:
+        if slices is None or slices_fit(fabric, free, fabric.domains[d].nodes, need, *slices):
+            yield d
 
 
 def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: Pending, place: PlaceFn,
@@ -75,7 +83,7 @@ def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: P
     without one, ``place`` over the whole cluster when ``fallback`` (see the module doc)."""
     fabric = view.topology.fabric
     request = job.topology
-    slices = _slice_of(fabric, request)
+    slices = slice_of(fabric, request)
     if top is not None:
         for d in candidate_domains(fabric, free, job.gpus, top, request):
             placement = _place_within(job, free, view, pending, place, fewest, fabric.domains[d].nodes, slices)
@@ -84,7 +92,7 @@ def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: P
         if not fallback:
             return None
     if slices is not None:
-        return _place_slices(fabric, free, range(len(free)), job.gpus, fewest, *slices)
+        return place_slices(fabric, free, range(len(free)), job.gpus, fewest, *slices)
     return place(job, free, view, pending)
 
 
@@ -146,7 +154,7 @@ def make_topo_balanced(fewest: FewestFn) -> PlaceFn:
             nodes, level = parent.nodes, parent.level - 1
         else:
             nodes, level = range(len(free)), len(fabric.levels) - 1
-        return _balanced(fabric, free, nodes, level, need, fewest)
+        return balanced_split(fabric, free, nodes, level, need, fewest)
 
     return topo_balanced
 
@@ -164,8 +172,8 @@ def fewest_within(nodes: Sequence[int], need: int, free: Sequence[int], fewest: 
     return None if part is None else Placement(tuple((nodes[i], g) for i, g in part.alloc))
 
 
-def _balanced(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], level: int, need: int,
-              fewest: FewestFn) -> Placement | None:
+def balanced_split(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], level: int, need: int,
+                   fewest: FewestFn) -> Placement | None:
     """``need`` GPUs over the fewest domains of ``level`` among ``nodes``, as evenly as they allow."""
     sums: dict[int, int] = {}
     for n in nodes:
@@ -195,7 +203,7 @@ def _balanced(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], level: 
     return Placement.of(counts) if left == 0 else None
 
 
-def _slice_of(fabric: Fabric, request: TopologyRequest) -> tuple[int, int] | None:
+def slice_of(fabric: Fabric, request: TopologyRequest) -> tuple[int, int] | None:
     """(slice size, slice level index), or None without slices."""
     if request.slice_size is None or request.slice_level is None:
         return None
@@ -205,8 +213,8 @@ def _slice_of(fabric: Fabric, request: TopologyRequest) -> tuple[int, int] | Non
 def _place_within(job: JobView, free: Sequence[int], view: ClusterView, pending: Pending, place: PlaceFn,
                   fewest: FewestFn, nodes: Sequence[int], slices: tuple[int, int] | None) -> Placement | None:
     if slices is not None:
-        return _place_slices(view.topology.fabric, free, nodes, job.gpus, fewest, *slices)
-    return place(job, masked(free, nodes), view, pending)
+        return place_slices(view.topology.fabric, free, nodes, job.gpus, fewest, *slices)
+    return place(job, MaskedFree(free, nodes), view, pending)  # the domain's nodes alone, never a copy of the cluster's
 
 
 def _slice_capacity(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], size: int, level: int) -> dict[int, int]:
@@ -219,12 +227,12 @@ def _slice_capacity(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], s
     return {d: f // size for d, f in sums.items() if f >= size}
 
 
-def _slices_fit(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], need: int, size: int, level: int) -> bool:
+def slices_fit(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], need: int, size: int, level: int) -> bool:
     return sum(_slice_capacity(fabric, free, nodes, size, level).values()) * size >= need
 
 
-def _place_slices(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], need: int, fewest: FewestFn,
-                  size: int, level: int) -> Placement | None:
+def place_slices(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], need: int, fewest: FewestFn,
+                 size: int, level: int) -> Placement | None:
     """``need`` GPUs as slices of ``size``, each inside one domain of ``level``: slice domains
     least free first, each holding as many slices as it can, consolidated inside it."""
     capacity = _slice_capacity(fabric, free, nodes, size, level)

@@ -115,15 +115,20 @@ class HeuristicPolicy:
             return ()
         stopped = set(preempt)
         extra: list[Launch] = []
+        by_id = {j.job_id: j for j in chosen}
         for gang in gangs:
             rank = key(gang)
             candidates = sorted((j for j in view.running if j.job_id not in stopped and key(j) > rank),
                                 key=key, reverse=True)
 
-            def place(after: list[int], gang: JobView = gang) -> Placement | None:
-                return self.place(gang, after, view, ())
+            gone = [j for j in view.running if j.job_id in stopped]  # the plan predicts without them
+            launched = [(by_id[launch.job_id], launch.placement) for launch in (*launches, *extra)]
 
-            found = preempt_plan.plan(gang, view, free, candidates, place)
+            def place(after: list[int], view_after: ClusterView, gang: JobView = gang,
+                      launched: list[tuple[JobView, Placement]] = launched) -> Placement | None:
+                return self.place(gang, after, view_after, launched)
+
+            found = preempt_plan.plan(gang, view, free, candidates, place, gone=gone, pending=launched)
             if found is None:
                 continue
             for victim in found.victims:

@@ -39,6 +39,9 @@ the indexed answers are tested against: both give the same placement).
   fewest nodes inside it (:mod:`deepshare.policies.fabric_place`).
 * ``topo-balanced`` — ``topo-bestfit`` when one lowest-level domain holds the job, else an even
   split over the fewest child domains of the best-fitting parent.
+* ``topo-aware`` — the predicted cheapest (the job's slowdown and its neighbours' loss) of the
+  feasible shapes in the few least free domains of each level; ``topo-bestfit`` without
+  contention (:mod:`deepshare.policies.topo_aware`).
 
 Every strategy in :data:`PLACEMENTS` honours a job's topology request (a required or preferred
 level, slices): :func:`~deepshare.policies.fabric_place.with_topology` chooses the job's domain
@@ -59,6 +62,7 @@ from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.fabric_place import make_topo_balanced, make_topo_bestfit, with_topology
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.place_types import Pending, PlaceFn
+from deepshare.policies.topo_aware import make_topo_aware
 
 
 def consolidated(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
@@ -421,4 +425,11 @@ PLACEMENTS: dict[str, tuple[PlaceFn, str]] = {
         ),
     }.items()
 }
-"""Every strategy by name, each honouring jobs' topology requests (:func:`~deepshare.policies.fabric_place.with_topology`)."""
+PLACEMENTS["topo-aware"] = (  # chooses among domains itself: wrapped, it would see BestFit's domain alone
+    make_topo_aware(consolidate),
+    "the predicted cheapest of the fabric's feasible shapes (topo-bestfit's and topo-balanced's in the few least "
+    "free domains of each level): the job's slowdown x its GPUs plus its neighbours' loss; topo-bestfit without "
+    "contention",
+)
+"""Every strategy by name, each honouring jobs' topology requests (:func:`~deepshare.policies.fabric_place.with_topology`;
+``topo-aware`` honours them itself, :mod:`deepshare.policies.topo_aware`)."""

@@ -10,24 +10,32 @@ of Kueue, KAI and Volcano ask for preemption that frees a whole rack or NVLink d
   there are the candidates (the order's priorities are respected: never a job ranked above it);
 * victims are taken lowest-ranked first until the domain's free GPUs plus theirs there hold the
   gang, then any victim the others make unnecessary is dropped (largest first);
-* the cost of a plan is the GPU-seconds its victims lose: all their GPUs (inside the domain or
-  not) x the restore time a preempted job pays (``restore_s``, the simulator's
-  ``preempt_overhead_s``); a preempted job loses no work, it checkpoints when stopped;
+* the cost of a plan, in GPU-seconds, is what its victims lose: all their GPUs (inside the
+  domain or not) x the restore time a preempted job pays (``restore_s``, the simulator's
+  ``preempt_overhead_s``); a preempted job loses no attained service, it checkpoints when
+  stopped; **plus the contention predicted after it**: the gang placed there, with the victims
+  (and the jobs this decision stopped before) left out of the prediction
+  (:func:`~deepshare.core.contention.base.leaving_out`) and the decision's earlier launches
+  counted, loses :func:`~deepshare.policies.launch_cost.gpu_loss` GPUs' worth of throughput (its
+  own slowdown x its GPUs, its neighbours' loss x a running job's mean GPUs) for as long as it runs, taken as its
+  ``remaining_s`` (what the view lets a scheduler know of it, never the truth outside ``exact``);
 * the domain with the cheapest plan wins (ties: fewer victims, then the lower domain index), and
   only if the gang then really fits there (its slices included): nothing is ever preempted for a
-  gang that would not fit.
-
-Predicted contention after the preemption is not part of the cost yet.
+  gang that would not fit. With predictions free of contention every plan costs what it did
+  before contention was counted, so the same plan wins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from deepshare.core.contention.base import leaving_out
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.fabric_place import candidate_domains
+from deepshare.policies.launch_cost import gpu_loss, mean_job_gpus
+from deepshare.policies.place_types import Pending
 
 RESTORE_S = 30.0
 """The restore time a preempted job pays, seconds (the simulator's default ``preempt_overhead_s``)."""
@@ -39,16 +47,21 @@ class Plan:
     """The domain of the gang's required level that the victims free."""
     victims: tuple[JobView, ...]
     cost: float
-    """GPU-seconds the victims lose (their GPUs x ``restore_s``)."""
+    """GPU-seconds the plan costs: the victims' GPUs x ``restore_s``, plus :attr:`contention`."""
     placement: Placement
     """Where the gang goes once the victims are stopped."""
+    contention: float = 0.0
+    """GPU-seconds the gang and its neighbours are predicted to lose to contention there."""
 
 
 def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequence[JobView],
-         place: Callable[[list[int]], Placement | None], restore_s: float = RESTORE_S) -> Plan | None:
+         place: Callable[[list[int], ClusterView], Placement | None], restore_s: float = RESTORE_S,
+         gone: Sequence[JobView] = (), pending: Pending = ()) -> Plan | None:
     """The cheapest way to free one domain of ``gang``'s required level for it (see the module
     doc), or None. ``candidates``: running jobs the gang outranks, lowest-ranked first; ``free``:
-    the free GPUs now; ``place(free_after)``: the gang's placement on those free GPUs, or None."""
+    the free GPUs now; ``place(free_after, view_after)``: the gang's placement on those free GPUs
+    (``view_after`` predicts without the victims), or None; ``gone``: running jobs this decision
+    stops already; ``pending``: its launches so far."""
     request = gang.topology
     if request.required_level is None:
         return None
@@ -83,11 +96,26 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
                 after[node] += gpus
         if next(candidate_domains(fabric, after, gang.gpus, level, request), None) is None:
             continue
-        placement = place(after)
-        if placement is None:
-            continue
-        cost = sum(job.gpus for job in victims) * restore_s
-        option = Plan(domain_index, victims, cost, placement)
+        restore = sum(job.gpus for job in victims) * restore_s
+        if best is not None and restore > best.cost:
+            continue  # contention only adds: this plan cannot win
+        with leaving_out(view.predict, [*gone, *victims]) as predict:
+            view_after = replace(view, predict=predict)
+            placement = place(after, view_after)
+            if placement is None:
+                continue
+            contention = contention_s(gang, placement, view_after, pending)
+        cost = restore + contention
+        option = Plan(domain_index, victims, cost, placement, contention)
         if best is None or (cost, len(victims), domain_index) < (best.cost, len(best.victims), best.domain):
             best = option
     return best
+
+
+def contention_s(gang: JobView, placement: Placement, view: ClusterView, pending: Pending) -> float:
+    """GPU-seconds of contention the gang at ``placement`` is predicted to cost (see the module
+    doc), never below 0 (so a plan whose restore time alone exceeds the best's is skipped
+    unpredicted); ``view`` predicts without the jobs the plan stops, whose own loss is not counted."""
+    prediction = view.predict(gang, placement, pending)
+    neighbour = mean_job_gpus(view, pending, gang.gpus) if prediction.others_loss else 0.0
+    return max(gpu_loss(gang, prediction, neighbour), 0.0) * max(gang.remaining_s, 0.0)  # never negative: see plan

@@ -26,10 +26,11 @@ from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.migrate import MIGRATE_BELOW, MIGRATE_WINDOW_S, MIGRATING_PLACEMENTS, migrating
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
+from deepshare.tenants.orders import FAIRNESS_ORDERS
 
-BACKFILL_PLACEMENTS = ("consolidated", "topo-bestfit", "topo-balanced")
-"""Placements with ``+backfill`` variants (non-preemptive): the fabric suite's anchors and the
-artifact's packer."""
+BACKFILL_PLACEMENTS = ("consolidated", "topo-bestfit", "topo-balanced", "topo-aware")
+"""Placements with ``+backfill`` variants (non-preemptive): the fabric suite's anchors, the
+artifact's packer, and the contention-aware choice among the fabric's shapes."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def register(info: PolicyInfo) -> None:
 
 
 def _register_heuristics() -> None:
-    for order_name, (order, order_doc) in ORDERS.items():
+    for order_name, (order, order_doc) in {**ORDERS, **FAIRNESS_ORDERS}.items():  # tenants' fairness orders too
         for place_name, (place, place_doc) in PLACEMENTS.items():
             for preemptive in (False, True):
                 if preemptive and order_name == "fifo":

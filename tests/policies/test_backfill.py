@@ -62,7 +62,7 @@ jobs = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 12, 16]), st.sampled_from
 @settings(max_examples=80, deadline=None)
 @given(running_left=st.lists(st.sampled_from([10.0, 100.0, 1000.0]), min_size=4, max_size=4),
        busy=st.lists(st.booleans(), min_size=4, max_size=4), queue=jobs,
-       place=st.sampled_from(["consolidated", "topo-bestfit", "topo-balanced"]))
+       place=st.sampled_from(["consolidated", "topo-bestfit", "topo-balanced", "topo-aware"]))
 def test_a_backfilled_job_never_delays_the_reservation(running_left, busy, queue, place):
     run = [KnownJob(f"r{n}", "GraphSage", 4, 0.0, left, placement=Placement(((n, 4),)), estimate_s=left)
            for n, (left, b) in enumerate(zip(running_left, busy)) if b]

@@ -111,7 +111,8 @@ def test_every_placement_honours_every_request(free, gpus, request, placement):
 @given(free=st.lists(st.integers(0, 4), min_size=16, max_size=16),
        jobs=st.lists(st.tuples(st.sampled_from([2, 4, 8, 16]), requests), min_size=1, max_size=8),
        policy=st.sampled_from(["fifo+topo-bestfit", "srsf+consolidated", "las+packed", "srsf+contention-aware",
-                               "fifo+spread", "srsf+uncontended+preempt", "rl-hybrid"]))
+                               "fifo+spread", "srsf+uncontended+preempt", "rl-hybrid", "las+topo-aware",
+                               "srsf+topo-aware+preempt", "fifo+topo-aware+backfill"]))
 def test_every_policy_decides_feasibly_on_requests(free, jobs, policy):
     known = [job(g, r, f"j{i}") for i, (g, r) in enumerate(jobs) if r.slice_size is None or g % r.slice_size == 0]
     v = view(free, *known)
@@ -166,7 +167,8 @@ def test_a_required_leaf_gang_frees_the_cheapest_leaf_it_outranks():
 @settings(max_examples=60, deadline=None)
 @given(remaining=st.lists(st.sampled_from([10.0, 100.0, 1_000.0, 100_000.0]), min_size=16, max_size=16),
        gang_gpus=st.sampled_from([8, 12, 16]), level=st.sampled_from(["nvlink", "leaf", "spine"]),
-       policy=st.sampled_from(["srsf+topo-bestfit+preempt", "srsf+consolidated+preempt", "las+topo-balanced+preempt"]))
+       policy=st.sampled_from(["srsf+topo-bestfit+preempt", "srsf+consolidated+preempt", "las+topo-balanced+preempt",
+                               "srsf+topo-aware+preempt"]))
 def test_preemption_frees_what_the_gang_needs_and_stops_only_jobs_it_outranks(remaining, gang_gpus, level, policy):
     gang = job(gang_gpus, TopologyRequest(required_level=level), "gang")
     v = full_cluster(remaining, gang)

@@ -405,17 +405,18 @@ def test_preempt_decisions_are_feasible_on_a_loaded_cluster():
 def test_registry_names():
     names = policy_names()
     assert len(names) == len(set(names))
-    orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf", "bsrsf")
-    placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended", "topo-bestfit", "topo-balanced")
+    orders = ("fifo", "srtf", "srsf", "las", "dlas", "gittins", "qssf", "bsrsf", "drf", "themis")
+    placements = ("consolidated", "spread", "contention-aware", "packed", "uncontended", "topo-bestfit", "topo-balanced",
+                  "topo-aware")
     expected = {f"{o}+{p}" for o in orders for p in placements}
     expected |= {f"{o}+{p}+preempt" for o in orders if o != "fifo" for p in placements}
     migrating = ("contention-aware", "packed", "uncontended")
     expected |= {f"{n}+migrate" for n in set(expected) if n.split("+")[1] in migrating}
-    backfilling = ("consolidated", "topo-bestfit", "topo-balanced")
+    backfilling = ("consolidated", "topo-bestfit", "topo-balanced", "topo-aware")
     expected |= {f"{o}+{p}+backfill" for o in orders for p in backfilling}
     assert set(policy_names(heuristics_only=True)) == expected
     # every order x placement, +preempt but for fifo; +migrate; +backfill (non-preemptive)
-    assert len(expected) == (8 * 7 + 7 * 7) + (8 * 3 + 7 * 3) + 8 * 3
+    assert len(expected) == (10 * 8 + 9 * 8) + (10 * 3 + 9 * 3) + 10 * 4
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:
