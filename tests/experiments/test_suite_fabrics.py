@@ -139,3 +139,18 @@ def test_bad_challengers_name_the_field(tmp_path, text, expected):
     with pytest.raises(DeepShareError) as info:
         load_suite(str(path))
     assert expected in str(info.value)
+
+
+def test_the_bundled_fabric_suite_judges_challengers_against_the_anchor_style_heuristics():
+    spec = load_suite("fabric")
+    grid = cells(spec)
+    assert len(grid) == 16 and {c.cluster for c in grid} == {
+        "gb200-nvl72-4", "h100-leafspine-1to1", "h100-leafspine-2to1", "clos3-256"}
+    assert {c.durations for c in grid} == {"estimated"} and {c.contention for c in grid} == {"link"}
+    # the anchors are what Kueue, KAI and Slurm do: no prediction of contention, no preemption
+    assert all("topo-aware" not in a and not a.endswith("+preempt") for a in spec.anchors)
+    assert {"srsf+topo-bestfit", "srsf+topo-balanced", "srsf+topo-bestfit+backfill"} <= set(spec.anchors)
+    assert "srsf+topo-aware+preempt" in spec.challengers and "srsf+topo-bestfit+preempt" in spec.challengers
+    for cell in grid[:1]:
+        jobs = cell_trace(spec, cell)
+        assert len(jobs) == 3 * cell.nodes and max(j.gpus for j in jobs) <= 128
