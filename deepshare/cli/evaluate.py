@@ -28,7 +28,10 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.suite:
         from deepshare.cli.suite_tables import cmd_suite
 
-        check_outputs({"--json": args.json}, {"--suite": args.suite})
+        from deepshare.experiments.pareto_plot import PARETO_FILE
+
+        check_outputs({"--json": args.json, "--out": folder_outputs(args.out, (PARETO_FILE,))}, {"--suite": args.suite},
+                      new_folders=[args.out])
 
         return cmd_suite(args, out, err)
     if not args.trace or not args.policies:
@@ -59,6 +62,9 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
                ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),
                ("preemptions", "preempt", 0))
+    if args.tenants:  # fairness under the tenants file (deepshare/tenants/fairness.py)
+        metrics += (("worst_rho", "worst rho", 2), ("share_rho_above_1", "rho > 1", 3),
+                    ("max_share_gap", "max share gap", 3), ("worst_queue_avg_queue_s", "worst queue wait (s)", 0))
     table.add_column("policy")
     for _, label, _ in metrics:
         table.add_column(label, justify="right")
@@ -89,7 +95,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 "deepshare evaluate --suite quick --workers 2 --json runs/suite/quick.json")
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
-                   help="run a benchmark suite instead of one trace: a bundled one (curve, learned, learned-long, loaded, quick, standard, tiny) or a suite YAML "
+                   help="run a benchmark suite instead of one trace: a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tiny) or a suite YAML "
                    "(deepshare/experiments/suite.py); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
                    "saying why (and in the JSON's \"failed\"), and the command exits 1")
@@ -103,6 +109,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_cluster_args(p)
     add_sim_args(p)
     add_tenants_arg(p)
-    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here (created if missing; existing figures are replaced)")
+    p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here; with --suite and tenants, pareto.png "
+                   "(the JCT / fairness trade-off) (created if missing; existing figures are replaced)")
     add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...}')
     p.set_defaults(func=cmd_evaluate)

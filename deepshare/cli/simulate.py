@@ -83,11 +83,41 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
                         tenants=tenants_of(args))
     with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
-    human(args.json, out, err).print(
+    shown = human(args.json, out, err)
+    shown.print(
         comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
                                          f"durations {scenario.information.describe()}")))
-    write_json(args.json, {"results": {r.policy: r.to_dict() for r in reports}}, out, "comparison")
+    doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports}}
+    if scenario.tenants is not None:
+        from deepshare.core.workloads import default_catalog
+        from deepshare.tenants.fairness import fairness_report
+
+        fairness = {r.policy: fairness_report(r.records, trace.jobs, scenario.tenants, topology.total_gpus,
+                                              scenario.catalog or default_catalog()).metrics() for r in reports}
+        shown.print(compare_fairness_table(fairness, escape(f"fairness under {args.tenants}")))
+        doc["fairness"] = fairness
+    write_json(args.json, doc, out, "comparison")
     return 0
+
+
+def compare_fairness_table(fairness, title: str):  # type: ignore[no-untyped-def]
+    """Per policy (in the given order): worst rho, share of jobs with rho > 1, the largest share
+    gap, and each queue's average queueing delay (``{policy: FairnessReport.metrics()}``)."""
+    from rich.table import Table
+
+    def num(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    queues = list(dict.fromkeys(q for m in fairness.values() for q in m["queues"]))
+    table = Table(title=title, header_style="bold")
+    for head in ("policy", "worst rho", "rho > 1", "max share gap", "worst queue wait (s)",
+                 *(f"{escape(q)} wait (s)" for q in queues)):
+        table.add_column(head, justify="left" if head == "policy" else "right")
+    for policy, m in fairness.items():
+        table.add_row(escape(policy), num(m["worst_rho"], 2), num(m["share_rho_above_1"], 3), num(m["max_share_gap"], 3),
+                      num(m["worst_queue_avg_queue_s"], 0),
+                      *(num(m["queues"][q]["avg_queue_s"], 0) if q in m["queues"] else "-" for q in queues))
+    return table
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -112,5 +142,5 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_cluster_args(p)
     add_sim_args(p)
     add_tenants_arg(p)
-    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}}')
+    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}} (with --tenants also "fairness": {POLICY: ...})')
     p.set_defaults(func=cmd_compare)

@@ -14,6 +14,7 @@ from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
 from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
+from deepshare.experiments.suite_results import TRADEOFFS
 
 EXIT_FAILED_RUNS = 1
 
@@ -87,6 +88,58 @@ def fabric_tables(result: SuiteResult) -> list[Table]:
                           str(m.get("preemptions", "-")))
         tables.append(table)
     return tables
+
+
+def fairness_tables(result: SuiteResult) -> list[Table]:
+    """Per cell of a suite with tenants: every policy's JCTs beside its fairness (worst rho, share
+    of jobs with rho > 1, the largest share gap, the worst queue's average queueing delay) and
+    whether it is on the cell's Pareto front of average JCT against worst rho / share rho > 1;
+    then each queue's average queueing delay. Empty without tenants."""
+    if result.spec.tenants is None:
+        return []
+    tables = []
+    for cell, runs in sorted(result.results.items()):
+        fronts = result.fronts(cell)
+        queues = list(dict.fromkeys(q for m in runs.values() for q in (m.get("queues") or {})))  # type: ignore[union-attr]
+        table = Table(title=f"{cell.label}: fairness under tenants {result.spec.tenants}", header_style="bold",
+                      title_justify="left")
+        for col in ("policy", "avg JCT (s)", "p99 JCT (s)", "worst rho", "rho > 1", "max share gap",
+                    "worst queue avg wait (s)", "Pareto (rho / rho>1)", *(f"{q} avg wait (s)" for q in queues)):
+            table.add_column(col, justify="left" if col == "policy" else "right")
+        for policy, m in sorted(runs.items(), key=lambda kv: (kv[1]["avg_jct_s"] or float("inf"), kv[0])):
+            if result.error(cell, policy) is not None:
+                continue
+            marks = " / ".join("*" if policy in fronts[axis] else "-" for axis, _ in TRADEOFFS)
+            per = m.get("queues") or {}
+            table.add_row(policy, _s(m["avg_jct_s"]), _s(m["p99_jct_s"]), _f(m.get("worst_rho")),  # type: ignore[arg-type]
+                          _f(m.get("share_rho_above_1")), _f(m.get("max_share_gap")),  # type: ignore[arg-type]
+                          _s(m.get("worst_queue_avg_queue_s")), marks,  # type: ignore[arg-type]
+                          *(_s(per[q]["avg_queue_s"]) if q in per else "-" for q in queues))  # type: ignore[index,operator]
+        tables.append(table)
+    return tables
+
+
+def tradeoff_table(result: SuiteResult) -> Table | None:
+    """The JCT / fairness trade-off over the cells (:meth:`SuiteResult.tradeoff`), fastest first,
+    with the Pareto fronts marked; None without tenants."""
+    tradeoff = result.tradeoff()
+    if not tradeoff:
+        return None
+    per, fronts = tradeoff["policies"], tradeoff["fronts"]
+    table = Table(title=f"suite {result.spec.name}: JCT / fairness trade-off over {tradeoff['cells']} cell(s) "
+                        f"(tenants {result.spec.tenants}; * on the Pareto front of avg JCT and that column)",
+                  header_style="bold", title_justify="left")
+    for col in ("policy", "avg JCT / fastest", "worst rho", "rho > 1", "max share gap", "worst queue avg wait (s)"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for policy, r in sorted(per.items(), key=lambda kv: (kv[1]["jct_ratio"] or float("inf"), kv[0])):  # type: ignore[union-attr]
+        def mark(axis: str) -> str:
+            return _f(r[axis]) + (" *" if policy in fronts[axis] else "  ")  # type: ignore[index]
+
+        table.add_row(policy, _f(r["jct_ratio"]), mark("worst_rho"), mark("share_rho_above_1"),
+                      _f(r["max_share_gap"]), _s(r["worst_queue_avg_queue_s"]))
+    table.caption = "; ".join(f"Pareto front, avg JCT vs {name}: {', '.join(fronts[axis]) or '-'}"  # type: ignore[index]
+                              for axis, name in TRADEOFFS)
+    return table
 
 
 def summary_table(result: SuiteResult) -> Table:
@@ -213,6 +266,12 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     if address and workers > 1:
         raise DeepShareError("--workers: the size of a local pool; with --address the cluster's CPUs run the suite (drop one)")
     spec = load_suite(args.suite)
+    if getattr(args, "tenants", None):
+        from deepshare.experiments.suite_spec import suite_tenants
+
+        spec = spec.model_copy(update={"tenants": args.tenants})
+        suite_tenants(spec)  # a bad file fails here, naming itself and the field
+    out_dir = getattr(args, "out", None)
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
     def progress(done: int, n: int, what: str) -> None:
@@ -224,6 +283,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
         err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
         command = ["deepshare", "evaluate", "--suite", str(args.suite)]
+        command += ["--tenants", str(args.tenants)] if getattr(args, "tenants", None) else []
         command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
         provenance = run_provenance(command)
         result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
@@ -232,6 +292,17 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         shown.print(table)
     for table in fabric_tables(result):
         shown.print(table)
+    for table in fairness_tables(result):
+        shown.print(table)
+    tradeoff = tradeoff_table(result)
+    if tradeoff is not None:
+        shown.print(tradeoff)
+    if out_dir and spec.tenants is not None:
+        from deepshare.experiments.pareto_plot import write_pareto_plot
+
+        path = write_pareto_plot(result, out_dir)
+        if path is not None:
+            shown.print(f"wrote {path}", markup=False, highlight=False)
     shown.print(room_table(result))
     costs = cost_table(result)
     if costs is not None:

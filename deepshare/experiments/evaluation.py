@@ -25,6 +25,8 @@ from deepshare.policies import make_policy
 from deepshare.tenants import Tenants
 
 SUMMARY_KEYS = tuple(k for k in REPORT_KEYS if k not in ("jobs",))
+FAIRNESS_KEYS = ("worst_rho", "share_rho_above_1", "max_share_gap", "worst_queue_avg_queue_s")
+"""What a run under tenants adds to the summary (:data:`deepshare.tenants.fairness.FAIRNESS_METRICS`)."""
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -42,6 +44,8 @@ class Run:
     report: MetricsReport
     util_timeline: tuple[tuple[float, int], ...]
     total_gpus: int
+    fairness: dict | None = None
+    """Under tenants: :meth:`~deepshare.tenants.fairness.FairnessReport.metrics` of the run; else None."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,15 @@ class Evaluation:
         return [r for r in self.runs if r.policy == policy]
 
     def summary(self) -> dict[str, dict[str, dict[str, float | None]]]:
-        """``{policy: {metric: {"mean", "min", "max"}}}`` over seeds."""
+        """``{policy: {metric: {"mean", "min", "max"}}}`` over seeds; runs under tenants add
+        :data:`FAIRNESS_KEYS`."""
         out: dict[str, dict[str, dict[str, float | None]]] = {}
+        fair = any(r.fairness is not None for r in self.runs)
         for policy in self.policies:
             out[policy] = {}
-            for key in SUMMARY_KEYS:
-                values = [getattr(r.report, key) for r in self.of(policy)]
+            for key in SUMMARY_KEYS + (FAIRNESS_KEYS if fair else ()):
+                values = [getattr(r.report, key) if key in SUMMARY_KEYS else (r.fairness or {}).get(key)
+                          for r in self.of(policy)]
                 if any(v is None for v in values):
                     out[policy][key] = {"mean": None, "min": None, "max": None}
                 else:
@@ -69,13 +76,17 @@ class Evaluation:
         return out
 
     def to_json(self) -> dict[str, object]:
-        """``{"results": {POLICY: {METRIC: mean}}, "spread": {POLICY: {METRIC: [min, max]}}}``."""
+        """``{"results": {POLICY: {METRIC: mean}}, "spread": {POLICY: {METRIC: [min, max]}}}``;
+        under tenants also ``"fairness": {POLICY: {SEED: metrics}}``."""
         summary = self.summary()
-        return {
+        doc: dict[str, object] = {
             "results": {p: {k: v["mean"] for k, v in m.items()} for p, m in summary.items()},
             "spread": {p: {k: [v["min"], v["max"]] for k, v in m.items()} for p, m in summary.items()},
             "seeds": sorted({r.seed for r in self.runs}),
         }
+        if any(r.fairness is not None for r in self.runs):  # under tenants: each run's, per queue too
+            doc["fairness"] = {p: {str(r.seed): r.fairness for r in self.of(p)} for p in self.policies}
+        return doc
 
 
 def evaluate(
@@ -110,8 +121,20 @@ def evaluate(
             if progress is not None:
                 progress(f"{policy} (seed {seed})")
             report, sim = simulate(seeded, policy)
-            runs.append(Run(policy, seed, report, tuple(sim.util_timeline), topology.total_gpus))
+            runs.append(Run(policy, seed, report, tuple(sim.util_timeline), topology.total_gpus,
+                            _fairness(report, seeded)))
     return Evaluation(tuple(runs))
+
+
+def _fairness(report: MetricsReport, scenario: Scenario) -> dict | None:
+    """The run's fairness metrics under the scenario's tenants; None without tenants."""
+    if scenario.tenants is None:
+        return None
+    from deepshare.core.workloads import default_catalog
+    from deepshare.tenants.fairness import fairness_report
+
+    return fairness_report(report.records, scenario.jobs, scenario.tenants, scenario.fixed_topology.total_gpus,
+                           scenario.catalog or default_catalog()).metrics()
 
 
 def _evaluate_on_ray(scenarios: dict[int, Scenario], policies: Sequence[str], total_gpus: int,
@@ -130,5 +153,5 @@ def _evaluate_on_ray(scenarios: dict[int, Scenario], policies: Sequence[str], to
             progress(f"{pairs[i][1]} (seed {pairs[i][0]}) [{ended}/{len(pairs)}]")
 
     outputs = simulate_on_ray([(scenarios[seed], policy) for seed, policy in pairs], finished)
-    return Evaluation(tuple(Run(policy, seed, report, timeline, total_gpus)
+    return Evaluation(tuple(Run(policy, seed, report, timeline, total_gpus, _fairness(report, scenarios[seed]))
                             for (seed, policy), (report, timeline) in zip(pairs, outputs)))

@@ -51,6 +51,14 @@ independent, and results are keyed by cell and policy, so ``workers`` > 1 (proce
 ``on_ray`` (one Ray task per run across a cluster, :mod:`deepshare.experiments.ray_runs`) give
 the same numbers as one process.
 
+Tenants: a suite may name a tenants file (``tenants:``, :func:`~deepshare.experiments.suite_spec.suite_tenants`);
+every policy then runs behind its admission (:class:`~deepshare.tenants.Admitted`) and each run
+keeps its fairness beside the JCTs (:meth:`~deepshare.tenants.fairness.FairnessReport.metrics`);
+the results add each cell's Pareto fronts of average JCT against worst rho and against the share
+of jobs with rho > 1, and the trade-off over the cells
+(:meth:`~deepshare.experiments.suite_results.SuiteResult.tradeoff`, plotted by
+:mod:`~deepshare.experiments.pareto_plot`). Without one, the JSON is as it always was.
+
 Failures: a run that raises is kept as a failed result (every metric None and its ``error``),
 shown in the tables and the JSON (``"failed"``), never dropped; the cells where a policy or the
 best heuristic failed are left out of that policy's summary (``failed_cells`` counts them).

@@ -13,6 +13,22 @@ from deepshare.experiments.suite_cells import Cell
 from deepshare.experiments.suite_spec import SUITE_SEED_BASE, SuiteSpec
 
 
+TRADEOFFS = (("worst_rho", "worst rho"), ("share_rho_above_1", "share rho > 1"))
+"""The fairness axes each Pareto front is drawn against (lower is fairer), with average JCT."""
+
+
+def pareto_front(points: Mapping[str, Sequence[float | None]]) -> list[str]:
+    """The names of ``points`` no other point dominates (every coordinate lower is better; a
+    point dominates another when it is no worse in every coordinate and better in one), in the
+    order given; a point with a None coordinate is never on the front. Equal points are both on it."""
+    known = {n: tuple(p) for n, p in points.items() if all(v is not None for v in p)}
+
+    def dominates(a: tuple, b: tuple) -> bool:
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+    return [n for n, p in known.items() if not any(dominates(q, p) for m, q in known.items() if m != n)]
+
+
 def geomean(values: Sequence[float]) -> float:
     """The geometric mean of positive ``values`` (at least one)."""
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -180,13 +196,57 @@ class SuiteResult:
                 wins[best] += 1
         return wins
 
+    def fronts(self, cell: Cell) -> dict[str, list[str]]:
+        """Per fairness axis of :data:`TRADEOFFS`, the policies on the cell's Pareto front of
+        (average JCT, that axis); failed runs are never on it."""
+        runs = self.results[cell]
+        return {axis: pareto_front({p: (m.get("avg_jct_s"), m.get(axis)) for p, m in runs.items()})  # type: ignore[misc]
+                for axis, _ in TRADEOFFS}
+
+    def tradeoff(self) -> dict[str, object]:
+        """The JCT / fairness trade-off over the cells, per policy: the geometric mean of its
+        average JCT over each cell's least average JCT of any policy (``jct_ratio``, 1 for a policy
+        that is the fastest everywhere), and the means over the cells of its worst rho, its share
+        of jobs with rho > 1, its largest share gap and its worst queue's average queueing delay;
+        ``fronts``: per axis of :data:`TRADEOFFS`, the policies on the Pareto front of
+        (``jct_ratio``, that mean). Cells where any policy failed are left out (``cells``
+        counts those used). Empty without tenants."""
+        if self.spec.tenants is None:
+            return {}
+        policies = (*self.spec.heuristics, *self.spec.learned)
+        used = [c for c in sorted(self.results) if not any(self.error(c, p) for p in policies)]
+        per: dict[str, dict[str, float | None]] = {}
+        for policy in policies:
+            row: dict[str, float | None] = {"jct_ratio": None}
+            if used:
+                row["jct_ratio"] = geomean([
+                    self.results[c][policy]["avg_jct_s"] / min(self.results[c][p]["avg_jct_s"] for p in policies)  # type: ignore[operator,type-var]
+                    for c in used])
+            for key in ("worst_rho", "share_rho_above_1", "max_share_gap", "worst_queue_avg_queue_s"):
+                values = [v for c in used if (v := self.results[c][policy].get(key)) is not None]
+                row[key] = sum(values) / len(values) if values and len(values) == len(used) else None  # type: ignore[arg-type]
+            per[policy] = row
+        fronts = {axis: pareto_front({p: (r["jct_ratio"], r[axis]) for p, r in per.items()}) for axis, _ in TRADEOFFS}
+        return {"cells": len(used), "policies": per, "fronts": fronts}
+
     def information_models(self) -> list[tuple[str, str]]:
         """Every (durations, contention knowledge) the suite runs, most known first."""
         return [(d, k) for d in self.spec.durations for k in self.spec.contention_knowledge]
 
     def to_json(self) -> dict[str, object]:
+        """The suite's JSON; with ``tenants``, each cell also has ``"pareto"`` (:meth:`fronts`) and
+        the document a ``"tradeoff"`` (:meth:`tradeoff`); without, the keys are those of a suite
+        that never had tenants."""
+        doc = self._json()
+        if self.spec.tenants is not None:
+            for cell, entry in zip(sorted(self.results), doc["cells"]):  # type: ignore[call-overload]
+                entry["pareto"] = self.fronts(cell)
+            doc["tradeoff"] = self.tradeoff()
+        return doc
+
+    def _json(self) -> dict[str, object]:
         return {
-            "suite": self.spec.model_dump(mode="json"),
+            "suite": self.spec.model_dump(mode="json", exclude={"tenants"} if self.spec.tenants is None else None),
             "seed_base": SUITE_SEED_BASE,
             "cells": [
                 {

@@ -16,7 +16,7 @@ from deepshare.experiments.suite_cells import (
     Cell, cell_bound, cell_contention, cell_topology, cell_trace, cells, pooled_ideals,
 )
 from deepshare.experiments.suite_results import SuiteResult
-from deepshare.experiments.suite_spec import SuiteSpec
+from deepshare.experiments.suite_spec import SuiteSpec, suite_tenants
 
 METRICS = ("avg_jct_s", "p99_jct_s", "gpu_util", "useful_util", "makespan_s", "finished")
 FABRIC_METRICS = ("avg_slowdown", "fragmentation_share", "large_gang_avg_queue_s", "preemptions")
@@ -25,13 +25,25 @@ for each of its fabric levels."""
 
 
 def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]:
-    """One policy on one cell: the metrics the suite keeps."""
+    """One policy on one cell: the metrics the suite keeps; with the suite's ``tenants``, the
+    policy runs behind their admission and the run's fairness is kept too
+    (:data:`~deepshare.tenants.fairness.FAIRNESS_METRICS` and ``"queues"``)."""
     from deepshare.policies import make_policy
 
-    sim = Simulator(cell_topology(cell), cell_trace(spec, cell), cell_contention(spec, cell),
-                    information=cell.information(spec))
-    report = sim.run(make_policy(policy))
+    topology, jobs, tenants = cell_topology(cell), cell_trace(spec, cell), suite_tenants(spec)
+    built = make_policy(policy)
+    if tenants is not None:
+        from deepshare.tenants import Admitted
+
+        tenants.check_jobs(jobs)  # a job no queue can ever hold would stall the run
+        built = Admitted(built, tenants)
+    sim = Simulator(topology, jobs, cell_contention(spec, cell), information=cell.information(spec))
+    report = sim.run(built)
     metrics = {key: getattr(report, key) for key in METRICS}
+    if tenants is not None:
+        from deepshare.tenants.fairness import fairness_report
+
+        metrics.update(fairness_report(report.records, jobs, tenants, topology.total_gpus, sim.catalog).metrics())  # type: ignore[arg-type]
     if cell.cluster:
         metrics.update({key: getattr(report, key) for key in FABRIC_METRICS})
         metrics.update({f"cross_domain_share_{level}": share for level, share in report.cross_domain_share})

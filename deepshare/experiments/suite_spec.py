@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -77,6 +78,11 @@ class SuiteSpec(BaseModel):
     """Heuristics (listed under ``heuristics`` too) judged like learned policies: against each
     cell's best of the *other* heuristics, the anchors. The fabric suite's contention-aware
     placements are challengers of the topology-aware anchors (BestFit, balanced)."""
+    tenants: str | None = None
+    """A tenants file (``docs/tenants.md``): a bundled one by name (:func:`tenants_names`,
+    ``deepshare/data/tenants/NAME.yaml``) or a path. Every policy then runs behind its admission
+    and quota preemption, and every run keeps its fairness (:data:`~deepshare.tenants.fairness.FAIRNESS_METRICS`
+    and per queue); null: no tenancy (and no fairness keys in the JSON)."""
 
     @property
     def anchors(self) -> tuple[str, ...]:
@@ -190,6 +196,28 @@ class SuiteSpec(BaseModel):
         return v
 
 
+def tenants_names() -> list[str]:
+    """The bundled tenants files (``deepshare/data/tenants/NAME.yaml``)."""
+    folder = resources.files("deepshare.data") / "tenants"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
+
+
+def suite_tenants(spec: SuiteSpec):  # type: ignore[no-untyped-def]
+    """The suite's :class:`~deepshare.tenants.Tenants` (its ``tenants`` field: a bundled name or
+    a path), or None."""
+    return None if spec.tenants is None else _tenants(spec.tenants)
+
+
+@lru_cache(maxsize=8)
+def _tenants(name_or_path: str):  # type: ignore[no-untyped-def]
+    from deepshare.tenants import load_tenants, parse_tenants
+
+    if name_or_path in tenants_names():
+        text = (resources.files("deepshare.data") / "tenants" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
+        return parse_tenants(text, f"tenants {name_or_path!r}")
+    return load_tenants(name_or_path)
+
+
 def suite_names() -> list[str]:
     folder = resources.files("deepshare.data") / "suites"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
@@ -228,6 +256,11 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
                 parse_demand(spec.demand, total_gpus)
             except DeepShareError as exc:
                 raise DeepShareError(f"{source}: demand: {exc} ({where})") from None
+    if spec.tenants is not None:
+        try:
+            suite_tenants(spec)
+        except DeepShareError as exc:
+            raise DeepShareError(f"{source}: tenants: {exc}") from None
     for field_name in ("heuristics", "learned"):
         for name in getattr(spec, field_name):
             try:

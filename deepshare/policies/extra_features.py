@@ -64,6 +64,24 @@ On a flat cluster (one ``rack`` level, all nodes in one rack) the launch columns
 the two slacks, which are ``log2(free GPUs / g) / 4`` of the whole cluster, and every
 ``fabric_free_*`` is ``log2(1 + free GPUs) / 4``.
 
+What tenancy (:mod:`deepshare.tenants`, ``docs/tenants.md``) says of a launch
+(:data:`TENANCY_FEATURES`, after the fabric columns when both are asked for), 0 on the wait row.
+A queue's *quota* is its nominal GPUs when the view's ``tenancy`` is a tenants file declaring it;
+otherwise (no tenants file: every job in its own ``queue`` or ``default``, weight 1) its fair part
+of the cluster, the cluster's GPUs x its weight / the total weight of the *active* queues (those
+with a job running or queued in the view, the launch's own included). Its *usage* is the GPUs of
+its running jobs and of this decision's launches so far.
+
+* ``tenant_usage``: usage / quota before this launch, capped at 4 and divided by 4 (0: idle, 0.25:
+  at its quota, 1: four times it or more); a quota of 0 counts as 1 GPU;
+* ``tenant_borrows``: 1 when launching the job takes its queue's usage above its quota (it runs
+  on borrowed GPUs), else 0;
+* ``tenant_weight_share``: its weight / the total weight of the active queues (1 when it is the
+  only one).
+
+Without a tenants file and with every job in one queue, these read: the cluster's used share / 4,
+whether the launch would pass the cluster's size (never), and 1.
+
 The fabric columns cost per step what the step touches: a launch's spans are computed once per
 placement in a decision, the domains' free GPUs come from the free index's
 :meth:`~deepshare.policies.free_index.FreeIndex.domains` (moved in place as launches are
@@ -75,7 +93,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from deepshare.core.fabric import Fabric
 from deepshare.policies.step_state import StepState
@@ -94,7 +112,10 @@ FABRIC_FEATURES = (
 """The fabric columns (see the module doc), after :data:`EXTRA_FEATURES` in a config's list.
 A tuple of their own, so :data:`EXTRA_FEATURES` (which tests and configs name whole) keeps its meaning."""
 
-ALL_EXTRA_FEATURES = EXTRA_FEATURES + FABRIC_FEATURES
+TENANCY_FEATURES = ("tenant_usage", "tenant_borrows", "tenant_weight_share")
+"""The tenancy columns (see the module doc), after :data:`FABRIC_FEATURES` in a config's list."""
+
+ALL_EXTRA_FEATURES = EXTRA_FEATURES + FABRIC_FEATURES + TENANCY_FEATURES
 """Every optional column, in the order a config's ``extra_features`` must list them (a subset)."""
 
 
@@ -159,11 +180,12 @@ class _Memo:
     """A decision's data for the optional columns (the step state's ``extras``), each part built
     when a column first needs it."""
 
-    __slots__ = ("spans", "fabric")
+    __slots__ = ("spans", "fabric", "tenancy")
 
     def __init__(self) -> None:
         self.spans: _NodeSpans | None = None
         self.fabric: _FabricMemo | None = None
+        self.tenancy: _TenancyMemo | None = None
 
 
 def extra_columns(
@@ -174,7 +196,18 @@ def extra_columns(
     memo = state.extras
     if not isinstance(memo, _Memo):
         memo = state.extras = _Memo()
-    timed, fabric = _split(names)
+    timed, fabric, tenancy = _split(names)
+    if not tenancy:
+        return _base_columns(memo, state, rows, anchored, timed, fabric)
+    ten = _tenancy_columns(memo, state, rows, tenancy)
+    if not timed and not fabric:
+        return ten
+    return [a + b for a, b in zip(_base_columns(memo, state, rows, anchored, timed, fabric), ten)]
+
+
+def _base_columns(memo: _Memo, state: StepState, rows: Sequence[Any], anchored: bool, timed: tuple[str, ...],
+                  fabric: tuple[str, ...]) -> list[tuple[float, ...]]:
+    """The time and fabric columns (as before the tenancy columns existed)."""
     if not fabric:
         return _time_columns(memo, state, rows, anchored, timed)
     fab = _fabric_columns(memo, state, rows, fabric)
@@ -184,9 +217,11 @@ def extra_columns(
 
 
 @lru_cache(maxsize=64)
-def _split(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``names`` (checked, in order) as its :data:`EXTRA_FEATURES` and its :data:`FABRIC_FEATURES`."""
-    return tuple(n for n in names if n in EXTRA_FEATURES), tuple(n for n in names if n in FABRIC_FEATURES)
+def _split(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``names`` (checked, in order) as its :data:`EXTRA_FEATURES`, :data:`FABRIC_FEATURES` and
+    :data:`TENANCY_FEATURES`."""
+    return (tuple(n for n in names if n in EXTRA_FEATURES), tuple(n for n in names if n in FABRIC_FEATURES),
+            tuple(n for n in names if n in TENANCY_FEATURES))
 
 
 def _time_columns(
@@ -420,3 +455,71 @@ def _fabric_columns(
 def _fabric_positions(names: tuple[str, ...]) -> tuple[int, ...] | None:
     """Positions of ``names`` in :data:`FABRIC_FEATURES`; None when they are all of them."""
     return None if names == FABRIC_FEATURES else tuple(FABRIC_FEATURES.index(n) for n in names)
+
+
+# -- tenancy columns ---------------------------------------------------------------------------
+
+_TENANT_CAP = 4.0
+"""``tenant_usage`` is capped at this many quotas."""
+
+
+class _TenancyMemo:
+    """A decision's usage per queue (running jobs, then its launches folded in as chosen) and the
+    active queues' weights."""
+
+    __slots__ = ("usage", "active", "total_weight", "folded", "quotas")
+
+    def __init__(self, state: StepState) -> None:
+        view = state.view
+        tenancy = view.tenancy
+        self.usage: dict[str, int] = {}
+        for job in view.running:
+            name = tenancy.queue_of(job)
+            self.usage[name] = self.usage.get(name, 0) + job.gpus
+        self.active = {*self.usage, *(tenancy.queue_of(job) for job in view.queued)}
+        self.total_weight = sum(tenancy.weight_of(q) for q in self.active)
+        self.folded = 0
+        queues = getattr(tenancy, "queues", None)
+        self.quotas: dict[str, float] = {}
+        if isinstance(queues, Mapping):
+            for name, queue in queues.items():
+                nominal = getattr(queue, "nominal_gpus", None)
+                if nominal is not None:
+                    self.quotas[name] = float(nominal)
+
+    def catch_up(self, state: StepState) -> None:
+        tenancy = state.view.tenancy
+        for job, _ in state.pending[self.folded:]:
+            name = tenancy.queue_of(job)
+            self.usage[name] = self.usage.get(name, 0) + job.gpus
+        self.folded = len(state.pending)
+
+    def columns(self, state: StepState, job: Any) -> tuple[float, float, float]:
+        view = state.view
+        tenancy = view.tenancy
+        name = tenancy.queue_of(job)
+        weight = tenancy.weight_of(name)
+        total = self.total_weight + (0.0 if name in self.active else weight)
+        quota = self.quotas.get(name)
+        if quota is None:
+            quota = view.total_gpus * weight / total
+        quota = max(quota, 1.0)
+        used = self.usage.get(name, 0)
+        return (min(used / quota, _TENANT_CAP) / _TENANT_CAP, 1.0 if used + job.gpus > quota else 0.0, weight / total)
+
+
+def _tenancy_columns(
+    memo: _Memo, state: StepState, rows: Sequence[Any], names: tuple[str, ...]
+) -> list[tuple[float, ...]]:
+    """The :data:`TENANCY_FEATURES` columns ``names`` of every row (see the module doc)."""
+    ten = memo.tenancy
+    if ten is None:
+        ten = memo.tenancy = _TenancyMemo(state)
+    ten.catch_up(state)
+    positions = None if names == TENANCY_FEATURES else tuple(TENANCY_FEATURES.index(n) for n in names)
+    none = (0.0,) * len(TENANCY_FEATURES)
+    out = []
+    for row in rows:
+        values = none if row.placement is None or row.job is None else ten.columns(state, row.job)
+        out.append(values if positions is None else tuple(values[c] for c in positions))
+    return out

@@ -22,7 +22,14 @@ Definitions (times in seconds; a tenant is a queue, :meth:`~deepshare.tenants.sp
   asking no more than G GPUs would start at once and run at full speed; a wider one would get
   G/gpus of the time. rho <= 1: no worse than alone on its share. Its tenant's other jobs are not
   part of "alone" (Themis' apps are one job here).
-* **queueing** of a job: :attr:`~deepshare.core.metrics.JobRecord.queue_s`.
+* **share gap** of a tenant: the mean over the samples at which it is active of ``|share -
+  deserved share|``; the report's ``max_share_gap`` is the largest tenant's (how far the run
+  strays from weighted max-min fairness, in shares of the cluster).
+* **queueing** of a job: :attr:`~deepshare.core.metrics.JobRecord.queue_s`; per tenant its mean
+  and its 95th percentile (linear interpolation).
+
+:meth:`FairnessReport.metrics` flattens a report into the numbers a suite cell, ``compare`` and
+``evaluate`` keep (:data:`FAIRNESS_METRICS`, and per queue :data:`QUEUE_METRICS`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ from deepshare.tenants.spec import Tenants
 SAMPLES = 200
 """Sample times of the share timelines."""
 
+FAIRNESS_METRICS = ("worst_rho", "share_rho_above_1", "max_share_gap", "worst_queue_avg_queue_s")
+"""The run-wide fairness numbers of :meth:`FairnessReport.metrics`: the worst finish-time
+fairness, the share of jobs with rho > 1, the largest tenant's share gap, and the largest
+tenant's mean queueing delay."""
+
+QUEUE_METRICS = ("jobs", "avg_share", "avg_deserved", "share_gap", "worst_rho", "share_rho_above_1", "avg_queue_s",
+                 "p95_queue_s")
+"""Per queue, what :meth:`FairnessReport.metrics` keeps under ``"queues"``."""
+
 
 @dataclass(frozen=True)
 class TenantFairness:
@@ -55,6 +71,9 @@ class TenantFairness:
     worst_rho: float | None
     share_rho_above_1: float | None
     avg_queue_s: float | None
+    share_gap: float = 0.0
+    """Mean ``|share - deserved|`` while active."""
+    p95_queue_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,11 +89,28 @@ class FairnessReport:
     rho: Mapping[str, float]
     """Per finished job, its rho."""
 
+    @property
+    def max_share_gap(self) -> float | None:
+        """The largest tenant's share gap (None without tenants)."""
+        return max((t.share_gap for t in self.tenants), default=None)
+
+    def metrics(self) -> dict[str, object]:
+        """:data:`FAIRNESS_METRICS` and ``"queues"``: ``{queue: {QUEUE_METRICS...}}``."""
+        waits = [t.avg_queue_s for t in self.tenants if t.avg_queue_s is not None]
+        return {
+            "worst_rho": self.worst_rho,
+            "share_rho_above_1": self.share_rho_above_1,
+            "max_share_gap": self.max_share_gap,
+            "worst_queue_avg_queue_s": max(waits, default=None),
+            "queues": {t.queue: {k: getattr(t, k) for k in QUEUE_METRICS} for t in self.tenants},
+        }
+
     def to_dict(self) -> dict:
         return {
             "tenants": [asdict(t) for t in self.tenants],
             "worst_rho": self.worst_rho,
             "share_rho_above_1": self.share_rho_above_1,
+            "max_share_gap": self.max_share_gap,
             "timeline": {"times": list(self.times), "shares": {q: list(v) for q, v in self.shares.items()},
                          "deserved": {q: list(v) for q, v in self.deserved.items()}},
         }
@@ -155,6 +191,8 @@ def fairness_report(records: Sequence[JobRecord], jobs: Sequence[JobSpec], tenan
             float(np.mean(rhos)) if rhos else None, max(rhos) if rhos else None,
             sum(x > 1 for x in rhos) / len(rhos) if rhos else None,
             float(np.mean(waits)) if waits else None,
+            float(np.abs(share[q] - deserved[q])[active].mean() / total_gpus) if active.any() else 0.0,
+            float(np.percentile(waits, 95)) if waits else None,
         ))
     values = list(rho.values())
     return FairnessReport(

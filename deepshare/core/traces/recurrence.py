@@ -13,6 +13,12 @@ while keeping its marginals exact:
   else a one-off (a group of its own). Recurring groups have ``2 + Geometric`` runs, mean
   ``runs_per_group``, spread at random over the trace. A group keeps one user, model and GPU
   count; every job gets a group name (``grp-00000``, numbered by first appearance).
+* **Bursts**: with probability ``burst_share`` a recurring group is a *burst* (a sweep submitted
+  at once): its runs take consecutive places among the recurring jobs, starting where its first
+  run would have been, instead of places spread over the trace (one-offs still arrive between
+  them, so a burst of k runs arrives within about ``k / recurring_share`` inter-arrival times).
+  Which groups burst is drawn after everything else, and not at all at 0 (the default), so a
+  trace without bursts is the same as before; the other groups keep their relative order.
 * **Durations**: ``log d = log median + sigma * (sqrt(1 - r) * Z_group + sqrt(r) * Z_run)`` with
   ``r = run_variance_share``: the group's median is lognormal around the trace's median and its
   runs are lognormal around the group's median. Both normals are standard, so every job's
@@ -45,6 +51,9 @@ parameter                  default   source
 ``recurring_share``        0.6       assumption (PAI's group tags mark repeated instances,
                                      NSDI'22 studies predicting them; share not encoded)
 ``runs_per_group``         5         assumption
+``burst_share``            0         assumption (off: no bursts; the ``tenants`` suite uses
+                                     0.5, an assumption: sweeps submitted at once are common,
+                                     their share is not encoded from any trace)
 ``run_variance_share``     0.1       assumption (runs of a group are predictable: PAI
                                      NSDI'22, Helios QSSF SC'21; size not encoded)
 ``gpu_duration_corr``      0.3       assumption (sign: larger jobs run longer)
@@ -95,6 +104,8 @@ class RecurrenceModel:
     """Share of jobs that are runs of a recurring group (the rest are one-offs)."""
     runs_per_group: float = 5.0
     """Mean runs of a recurring group (at least 2)."""
+    burst_share: float = 0.0
+    """Share of recurring groups whose runs arrive back to back (a burst; 0: none)."""
     run_variance_share: float = 0.1
     """Share of the log-duration variance between runs of a group (the rest is between groups)."""
     gpu_duration_corr: float = 0.3
@@ -111,6 +122,7 @@ class RecurrenceModel:
         _check("user_skew", self.user_skew, 0, 5)
         _check("recurring_share", self.recurring_share, 0, 1)
         _check("runs_per_group", self.runs_per_group, 2, 1_000_000)
+        _check("burst_share", self.burst_share, 0, 1)
         _check("run_variance_share", self.run_variance_share, 0, 1)
         _check("gpu_duration_corr", self.gpu_duration_corr, -1, 1)
         _check("requested_share", self.requested_share, 0, 1)
@@ -178,12 +190,29 @@ def _group_of_each_job(n: int, model: RecurrenceModel, rng: np.random.Generator)
             last = sizes.pop()
             sizes[-1] += last
         owners = np.repeat(np.arange(len(sizes)), sizes)
-        label[recurring[rng.permutation(len(recurring))]] = owners
+        slots = rng.permutation(len(recurring))  # owners[k] runs at recurring[slots[k]]
+        if model.burst_share > 0:
+            slots = _bursts(slots, owners, len(sizes), model.burst_share, rng)
+        label[recurring[slots]] = owners
     singles = label < 0
     label[singles] = label.max(initial=-1) + 1 + np.arange(int(singles.sum()))
     _, first = np.unique(label, return_index=True)  # labels are 0..L-1; first: where each appears first
     rank = np.argsort(np.argsort(first))  # label -> rank of its first appearance
     return rank[label], len(first)
+
+
+def _bursts(slots: np.ndarray, owners: np.ndarray, n_groups: int, share: float, rng: np.random.Generator) -> np.ndarray:
+    """``slots`` with each bursting group's runs moved to consecutive slots from its first one
+    (module doc); the other groups keep their relative order."""
+    bursting = rng.random(n_groups) < share
+    first = np.full(n_groups, len(slots))
+    np.minimum.at(first, owners, slots)
+    run = np.arange(len(slots)) - np.searchsorted(owners, owners)  # a run's index within its group
+    # sort key: a spread run keeps its slot, a burst run sits just after its group's first slot
+    key = np.where(bursting[owners], first[owners] + run / (len(slots) + 1.0), slots.astype(float))
+    out = np.empty_like(slots)
+    out[np.argsort(key, kind="stable")] = np.arange(len(slots))
+    return out
 
 
 def draw_features(
