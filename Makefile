@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench suites results docs clean
+.PHONY: test-all venv demo test bench suites results docs clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ demo: $(STAMP)
 # after every test had passed) prints the threads' stacks instead of exiting 139 silently.
 test: $(STAMP)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q
+
+# The test suite with the full cross products (every policy on every bundled trace...) that
+# `make test` covers row by row and column by column.
+test-all: $(STAMP)
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -m ""
 
 # Each benchmark prints its figures and writes the headline ones to runs/bench/NAME.json,
 # which `make results` renders (with the date, commit and machine of the run).

@@ -44,14 +44,17 @@ def test_bundled_traces_are_there():
     assert all(len(trace_jobs(p)) == 256 for p in TRACES)
 
 
-@pytest.mark.slow  # every policy on every bundled 256-job trace
-@pytest.mark.parametrize("name", policy_names())
-def test_every_policy_finishes_every_bundled_trace(name):
-    # Event-driven decision points on all ten traces; the evaluation trace also with the
-    # original's 300 s rounds (rounds on all ten triple the run time of the preemptive ones).
+REPRESENTATIVES = ("fifo+consolidated", "las+spread", "srsf+packed+preempt", "dlas+uncontended+migrate",
+                   "gittins+topo-aware+preempt", "bsrsf+topo-balanced+backfill", "themis+contention-aware",
+                   "rl-hybrid", "rl-hybrid-preempt")
+"""Policies that run on every bundled trace in the default run: every order family, every kind of
+placement and every suffix among them; ``make test-all`` runs every policy on every trace."""
+
+
+def finishes(name: str, runs: list[tuple[Path, float | None]]) -> None:
+    """``name`` finishes each (trace, round length) of ``runs`` with every job and no preemption
+    unless it preempts."""
     topo = load_topology("testbed")
-    runs = [(path, None) for path in TRACES] + [(TRACES[0], 300.0)]
-    assert TRACES[0].name == "deepshare-simulate-trace0.json"
     for path, round_s in runs:
         sim = Simulator(topo, trace_jobs(path), make_contention("profiled"), config=SimConfig(round_s=round_s))
         report = sim.run(make_policy(name))
@@ -61,6 +64,28 @@ def test_every_policy_finishes_every_bundled_trace(name):
         assert 0.0 < report.gpu_util <= 1.0
         if not name.removesuffix("+migrate").endswith(("+preempt", "-preempt")):  # rl-hybrid-preempt preempts too
             assert report.preemptions == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_finishes_the_evaluation_trace(name):
+    """Event-driven decision points, and the original's 300 s rounds."""
+    assert TRACES[0].name == "deepshare-simulate-trace0.json"
+    finishes(name, [(TRACES[0], None), (TRACES[0], 300.0)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REPRESENTATIVES)
+def test_representative_policies_finish_every_bundled_trace(name):
+    finishes(name, [(path, None) for path in TRACES[1:]])
+
+
+@pytest.mark.slow
+@pytest.mark.full_matrix
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_finishes_every_bundled_trace(name):
+    """The full product (``make test-all``): event-driven decision points on all ten traces."""
+    finishes(name, [(path, None) for path in TRACES[1:]])
 
 
 # -- placement strategies ----------------------------------------------------------------------
