@@ -1,5 +1,8 @@
-"""``deepshare scheduler start``, ``deepshare submit``, ``deepshare jobs``, ``deepshare cancel``,
-``deepshare logs``, ``deepshare contention``.
+"""``deepshare scheduler start|reload|token``, ``deepshare submit``, ``deepshare jobs``,
+``deepshare queues``, ``deepshare cancel``, ``deepshare logs``, ``deepshare contention``.
+
+``scheduler start`` parses its flags, builds the policy and calls
+:func:`deepshare.runtime.service.run_scheduler`, which owns Ray, the signals and the loop.
 
 Only :func:`register` is public: :func:`deepshare.cli.build_parser` calls it with its subparsers. Every
 handler has the main CLI's signature ``(args, out, err) -> exit status`` and raises
@@ -46,7 +49,7 @@ def _alloc(placement: Any) -> str:
 def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.runtime.launcher import LaunchSettings
     from deepshare.runtime.loop import LoopConfig
-    from deepshare.runtime.service import RuntimeFailure, ServiceConfig, serve
+    from deepshare.runtime.service import RuntimeFailure, ServiceConfig, run_scheduler
 
     if args.policy and args.placement_url:
         raise DeepShareError("give at most one of --policy and --placement-url")
@@ -70,13 +73,13 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         local_labels=tuple(labels.items()), levels=levels,
         host=args.host, port=args.port, max_gpus=args.max_gpus,
         allowed_hosts=tuple(args.allowed_host or ()),
-        contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval,
+        contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval, tenants_file=args.tenants,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
                         max_launch_attempts=args.max_launch_attempts),
     )
     try:
-        return serve(config, policy, announce=lambda line: (print_line(out, line), out.file.flush()),
+        return run_scheduler(config, policy, announce=lambda line: (print_line(out, line), out.file.flush()),
                      warn=lambda line: (print_line(err, line), err.file.flush()))
     except RuntimeFailure as exc:
         print_line(err, f"deepshare: error: {exc}")
@@ -169,7 +172,8 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
             if to_stdout(args.json):
                 return 0
         print_line(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
-                    f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s)")
+                    f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s); queue {detail.queue or '-'},"
+                    f" priority {detail.priority or '-'}, borrowed {_borrowed(detail.borrowed_gpus)}")
         for r in detail.runs:
             print_line(out, f"  run {r.attempt} at {_alloc(r.placement)}: measured {_fmt(r.measured_throughput)} samples/s,"
                         f" predicted {_fmt(r.predicted_throughput)}; from step {_fmt(r.start_step, 'd')};"
@@ -185,14 +189,63 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
     from rich.table import Table
 
     table = Table(header_style="bold")
-    for col in ("id", "state", "GPUs", "model", "placement", "run", "preempt", "step",
+    for col in ("id", "state", "queue", "priority", "GPUs", "borrowed", "model", "placement", "run", "preempt", "step",
                 "measured samples/s", "predicted samples/s"):
-        table.add_column(col, justify="left" if col in ("id", "state", "model", "placement") else "right")
+        table.add_column(col, justify="left" if col in ("id", "state", "queue", "priority", "model", "placement") else "right")
     for j in jobs:
         table.add_row(j.id, j.state + (" (cancelling)" if j.cancel_requested and j.state == "running" else ""),
-                      str(j.gpus), j.model, _alloc(j.placement), str(j.attempt), str(j.preemptions),
+                      j.queue or "-", j.priority or "-", str(j.gpus), _borrowed(j.borrowed_gpus), j.model,
+                      _alloc(j.placement), str(j.attempt), str(j.preemptions),
                       _fmt(j.step, "d"), _fmt(j.measured_throughput), _fmt(j.predicted_throughput))
     out.print(table)
+    return 0
+
+
+def _borrowed(gpus: int | None) -> str:
+    """The ``borrowed`` column: ``-`` (not running under a tenants file), ``no``, or ``yes (N)``:
+    N of its GPUs above its queue's nominal quota."""
+    return "-" if gpus is None else "no" if gpus == 0 else f"yes ({gpus})"
+
+
+def cmd_queues(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """Per-queue usage against quotas: the caller's queues (the admin's: all)."""
+    check_outputs({"--json": args.json}, _state_files(args))
+    rows = _client(args).queues()
+    if args.json:
+        write_json(args.json, rows, out, "queue usage")
+        if to_stdout(args.json):
+            return 0
+    from rich.table import Table
+
+    table = Table(header_style="bold")
+    for col in ("queue", "GPUs in use", "nominal", "borrowed", "pending jobs", "pending GPUs"):
+        table.add_column(col, justify="left" if col == "queue" else "right")
+    for r in rows:
+        table.add_row(str(r.get("queue")), str(r.get("gpus_in_use")), _fmt(r.get("nominal_gpus"), "d"),
+                      str(r.get("borrowed_gpus")), str(r.get("pending_jobs")), str(r.get("pending_gpus")))
+    out.print(table)
+    return 0
+
+
+def cmd_scheduler_reload(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """Ask a running scheduler to re-read its tenants file (the admin token); the old one stays on error."""
+    done = _client(args).reload_tenants()
+    print_line(out, f"tenants file reloaded: {done.get('queues')} queue(s), {done.get('tenants')} tenant token(s)")
+    return 0
+
+
+def cmd_scheduler_token(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """A new random tenant token, and the tenants file entry holding its hash (never the token)."""
+    import json
+    import secrets
+
+    from deepshare.runtime.tenancy import token_sha256
+
+    token = secrets.token_urlsafe(32)
+    entry = {"name": args.name, "queues": args.queue, "sha256": token_sha256(token)}
+    print_line(out, f"token (give it to {args.name}; it is not stored anywhere): {token}")
+    print_line(out, "tenants file entry, under tokens:")
+    print_line(out, f"  - {json.dumps(entry)}")
     return 0
 
 
@@ -262,7 +315,8 @@ def _url(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``scheduler start``, ``submit``, ``jobs``, ``contention``, ``cancel`` and ``logs`` to the main CLI's subparsers."""
+    """Add ``scheduler start|reload|token``, ``submit``, ``jobs``, ``queues``, ``contention``, ``cancel`` and
+    ``logs`` to the main CLI's subparsers."""
     sched = command(subparsers, "scheduler", "the live scheduler: run jobs on a Ray cluster under a policy",
                     "deepshare scheduler start --local --nodes 2 --gpus-per-node 4 --state runs/sched")
     sub = sched.add_subparsers(dest="scheduler_command", metavar="ACTION", required=True)
@@ -318,7 +372,23 @@ def register(subparsers: Any) -> None:
                    "(versions in DIR/contention, shown by `deepshare contention`); exact: with the shipped model only")
     p.add_argument("--refit-interval", type=seconds, default=300.0, metavar="S",
                    help="seconds between two refits of the learned contention model (default 300)")
+    p.add_argument("--tenants", metavar="FILE",
+                   help="tenants file (docs/tenants.md): queues with GPU quotas, cohorts, priority classes, and tenants' "
+                   "token hashes; every decision runs behind its admission, each tenant sees only its queues' jobs. "
+                   "Reloaded on SIGHUP and by `deepshare scheduler reload`")
     p.set_defaults(func=cmd_scheduler_start)
+
+    p = command(sub, "reload", "re-read a running scheduler's tenants file (admin token; the old one stays on error)",
+                "deepshare scheduler reload --state runs/sched")
+    _url(p)
+    p.set_defaults(func=cmd_scheduler_reload)
+
+    p = command(sub, "token", "make a tenant token and print its tenants file entry (the file keeps only its hash)",
+                "deepshare scheduler token --name alice --queue team-a")
+    p.add_argument("--name", required=True, metavar="TENANT", help="the tenant's name")
+    p.add_argument("--queue", action="append", required=True, metavar="QUEUE",
+                   help="a queue it owns (repeatable; the first is where its jobs naming no queue go)")
+    p.set_defaults(func=cmd_scheduler_token)
 
     p = command(subparsers, "submit", "submit a job spec (YAML or JSON) to a running scheduler",
                 "deepshare submit --state runs/sched examples/jobs/tiny.yaml")
@@ -333,6 +403,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
     add_json_flag(p, "the job list (or the job)")
     p.set_defaults(func=cmd_jobs)
+
+    p = command(subparsers, "queues", "show a scheduler's per-queue usage against quotas (your queues)",
+                "deepshare queues --state runs/sched")
+    _url(p)
+    add_json_flag(p, "the per-queue usage")
+    p.set_defaults(func=cmd_queues)
 
     p = command(subparsers, "contention", "show the scheduler's learned contention model (version, error, fits)",
                 "deepshare contention --state runs/sched")

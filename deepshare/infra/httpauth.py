@@ -8,7 +8,8 @@ Plain ASGI rather than Starlette's ``BaseHTTPMiddleware``: no per-request task o
 Why each guard exists (the scheduler runs commands, so its API must be closed):
 
 - :class:`RequireToken`: ``Authorization: Bearer TOKEN``, compared in constant time
-  (``hmac.compare_digest``), on every path but the open ones (``/healthz``).
+  (``hmac.compare_digest``), on every path but the open ones (``/healthz``);
+  :class:`RequireCaller` the same for a service with several tokens, telling the app whose it is.
 - :class:`AllowHosts`: a browser page can make a name it controls resolve to 127.0.0.1 (DNS
   rebinding) and then read the API as same-origin; its requests still carry that name in
   ``Host``, so only known names pass.
@@ -96,6 +97,43 @@ def token_matches(given: bytes | None, token: bytes) -> bool:
     and one or more spaces before the token, which is compared in constant time."""
     scheme, _, credentials = (given or b"").partition(b" ")
     return hmac.compare_digest(credentials.lstrip(b" "), token) and scheme.lower() == b"bearer"
+
+
+def bearer_credentials(given: bytes | None) -> bytes | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header (the scheme in any case, one or
+    more spaces before the token), or None for no header, another scheme or an empty token."""
+    scheme, _, credentials = (given or b"").partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return credentials.lstrip(b" ") or None
+
+
+CALLER = "deepshare.caller"
+"""Scope key :class:`RequireCaller` sets to whoever the request's token identifies."""
+UNAUTHORIZED = "missing or wrong bearer token (header Authorization: Bearer TOKEN)"
+
+
+class RequireCaller:
+    """Answers 401 to any request but ``open_paths`` whose bearer token ``identify`` does not
+    know; otherwise puts who it is (``identify``'s answer) in ``scope[CALLER]`` for the app.
+    For services with more than one token (the live scheduler's admin and tenants):
+    ``identify`` must compare in constant time (:meth:`deepshare.runtime.tenancy.LiveTenants.caller`)."""
+
+    def __init__(self, app: ASGIApp, identify: Callable[[bytes | None], Any], open_paths: Iterable[str] = ("/healthz",),
+                 error: ErrorBody = detail_body) -> None:
+        self.app, self.identify, self.error = app, identify, error
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        who = self.identify(bearer_credentials(header(scope, b"authorization")))
+        if who is not None:
+            scope[CALLER] = who
+            await self.app(scope, receive, send)
+            return
+        await send_json(send, 401, self.error(UNAUTHORIZED), ((b"www-authenticate", b"Bearer"),))
 
 
 class RequireToken:

@@ -5,12 +5,18 @@
 (cancel: 200 when it was queued, 202 when a running job is being stopped),
 ``GET /v1/jobs/{id}/logs?rank=N&offset=K`` (at most 64 KiB of a rank's log), ``GET /v1/contention``
 (the learned contention model's latest version and its error, :mod:`deepshare.runtime.learning`),
-``GET /metrics`` (Prometheus) and ``GET /healthz``. Bad input is a 4xx with ``{"error": "field.path: what was
-expected"}``, never a 5xx.
+``GET /v1/queues`` (per-queue usage against quotas), ``POST /v1/tenants/reload`` (re-read the tenants
+file; admin), ``GET /metrics`` (Prometheus; admin) and ``GET /healthz``. Bad input is a 4xx with
+``{"error": "field.path: what was expected"}``, never a 5xx.
+
+Callers (:mod:`deepshare.runtime.tenancy`): the admin token sees everything; a tenant's token
+(the tenants file's ``tokens``) submits only into its own queues (403 naming ``queue``) and sees
+only its queues' jobs: every route that takes a job id answers a job of another queue exactly
+as a job that does not exist (404, ``{"error": "no job 'ID'"}``), so ids do not leak.
 
 A job runs any command as the scheduler's user, so every route but ``/healthz`` is closed
 (:func:`guard`, from :mod:`deepshare.infra.httpauth`): a ``Host`` that is not this service's is 403
-(DNS rebinding), no or a wrong bearer token is 401, a body that is not ``application/json`` is
+(DNS rebinding), no or an unknown bearer token is 401, a body that is not ``application/json`` is
 415 (a browser's cross-origin "simple" request cannot send one without a preflight), a body
 over ``max_body_bytes`` is 413.
 """
@@ -26,11 +32,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from deepshare.core.errors import DeepShareError
-from deepshare.infra.httpauth import AllowHosts, LimitBody, ObserveRequests, RequireJSON, RequireToken, error_body
-from deepshare.runtime.journal import JobState, Journal, TransitionError
+from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
+from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, read_chunk
-from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, job_detail, job_out
+from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, Tenancy, job_detail, job_out
 from deepshare.runtime.spec import LiveJobSpec, spec_from_json
+from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, borrowed_gpus, job_priority, job_queue,
+                                       queue_usage)
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest job spec accepted (a spec is a few hundred bytes; its every string is bounded)."""
@@ -61,15 +69,52 @@ def _query_int(request: Request, name: str, default: int) -> int:
         raise DeepShareError(f"{name}: expected an integer, got {text[:40]!r}") from None
 
 
+def _caller(request: Request) -> Caller:
+    """Who sent ``request`` (:func:`guard` puts it in the scope; an app served unguarded, as in
+    tests of the routes alone, has no callers but the admin)."""
+    return request.scope.get(CALLER, ADMIN)  # type: ignore[no-any-return]
+
+
 def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
              state_dir: str | Path | None = None, metrics: Any = None,
              ready: Callable[[], bool] = lambda: True,
-             contention: Callable[[], dict[str, object]] | None = None) -> FastAPI:
+             contention: Callable[[], dict[str, object]] | None = None,
+             tenants: LiveTenants | None = None) -> FastAPI:
     """The app over ``journal`` (unguarded: serve :func:`guard` of it). ``cluster_gpus()`` gives
     (total GPUs, nodes) now; ``state_dir`` holds the rank logs; ``metrics`` is a
     :class:`~deepshare.runtime.metrics.SchedulerMetrics`; ``ready()`` says whether the loop runs;
-    ``contention()`` the learned contention model's document (None: the scheduler does not learn)."""
+    ``contention()`` the learned contention model's document (None: the scheduler does not learn);
+    ``tenants`` the tenants file and its tokens (None: no tenants, every caller is the admin)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
+
+    def current():  # type: ignore[no-untyped-def]
+        return None if tenants is None else tenants.current
+
+    def visible(caller: Caller, job: JobRecord) -> bool:
+        return caller.admin or (tenants is not None and tenants.visible(caller, job.spec))
+
+    def find(caller: Caller, job_id: str) -> JobRecord | None:
+        """The job, or None when it does not exist *or is not the caller's*: both answer the same 404."""
+        try:
+            job = journal.get(job_id)
+        except KeyError:
+            return None
+        return job if visible(caller, job) else None
+
+    def no_job(job_id: str) -> JSONResponse:
+        return _error(404, f"no job {job_id!r}")
+
+    def tenancy_of(job: JobRecord, borrowed: dict[str, int]) -> Tenancy:
+        file = current()
+        return Tenancy(job_queue(job.spec, file), job_priority(job.spec, file),
+                       borrowed.get(job.job_id) if job.state is JobState.RUNNING and file is not None else None)
+
+    def borrowed_now() -> dict[str, int]:
+        file = current()
+        return {} if file is None else borrowed_gpus(journal.jobs(JobState.RUNNING), file)
+
+    def admin_only(caller: Caller, what: str) -> JSONResponse | None:
+        return None if caller.admin else _error(403, f"{what} needs the admin token")
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
@@ -78,7 +123,10 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         return JSONResponse({"status": "starting"}, status_code=503)
 
     @app.get("/metrics")
-    def prometheus() -> Response:
+    def prometheus(request: Request) -> Response:
+        refused = admin_only(_caller(request), "/metrics")
+        if refused is not None:
+            return refused
         if metrics is None:
             return _error(404, "metrics are not kept by this scheduler")
         from prometheus_client import CONTENT_TYPE_LATEST
@@ -90,6 +138,28 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         if contention is None:
             return _error(404, "this scheduler does not learn contention (started with --contention-knowledge exact)")
         return JSONResponse(contention())
+
+    @app.get("/v1/queues")
+    def queues(request: Request) -> JSONResponse:
+        """Per-queue usage now: the caller's queues (the admin: all)."""
+        caller = _caller(request)
+        rows = [u for u in queue_usage(journal.jobs(JobState.RUNNING, JobState.QUEUED), current()) if caller.owns(u.queue)]
+        return JSONResponse([{"queue": u.queue, "gpus_in_use": u.gpus_in_use, "nominal_gpus": u.nominal_gpus,
+                              "borrowed_gpus": u.borrowed_gpus, "pending_jobs": u.pending_jobs,
+                              "pending_gpus": u.pending_gpus} for u in rows])
+
+    @app.post("/v1/tenants/reload")
+    def reload_tenants(request: Request) -> JSONResponse:
+        refused = admin_only(_caller(request), "reloading the tenants file")
+        if refused is not None:
+            return refused
+        if tenants is None or tenants.path is None:
+            return _error(409, "this scheduler was started without --tenants: there is no tenants file to reload")
+        try:
+            file = tenants.reload()
+        except DeepShareError as exc:
+            return _error(422, f"{exc} (the previous tenants file stays in force)")
+        return JSONResponse({"queues": len(file.queues), "tenants": len(file.tokens), "reloads": tenants.reloads})
 
     @app.post("/v1/jobs", status_code=201, response_model=JobOut)
     async def submit(request: Request) -> JSONResponse | JobOut:
@@ -104,41 +174,50 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(422, f"body: expected a JSON object (a job spec), got {type(body).__name__}")
         try:
             spec = spec_from_json(body)
+            if tenants is not None:
+                spec = tenants.admit_submission(spec, _caller(request))
             check_submission(spec, cluster_gpus)
+        except Forbidden as exc:
+            return _error(403, str(exc))
         except DeepShareError as exc:
             return _error(422, str(exc))
-        return job_out(journal.submit(spec))
+        job = journal.submit(spec)
+        return job_out(job, tenancy_of(job, {}))
 
     @app.get("/v1/jobs", response_model=list[JobOut])
-    def list_jobs() -> list[JobOut]:
-        return [job_out(j) for j in journal.jobs()]
+    def list_jobs(request: Request) -> list[JobOut]:
+        caller = _caller(request)
+        borrowed = borrowed_now()
+        return [job_out(j, tenancy_of(j, borrowed)) for j in journal.jobs() if visible(caller, j)]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetailOut)
-    def get_job(job_id: str) -> JSONResponse | JobDetailOut:
-        try:
-            job = journal.get(job_id)
-        except KeyError:
-            return _error(404, f"no job {job_id!r}")
-        return job_detail(job, journal.runs(job_id), journal.transitions(job_id))
+    def get_job(job_id: str, request: Request) -> JSONResponse | JobDetailOut:
+        job = find(_caller(request), job_id)
+        if job is None:
+            return no_job(job_id)
+        return job_detail(job, journal.runs(job_id), journal.transitions(job_id), tenancy_of(job, borrowed_now()))
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobOut)
-    def cancel(job_id: str) -> JSONResponse | JobOut:
+    def cancel(job_id: str, request: Request) -> JSONResponse | JobOut:
+        if find(_caller(request), job_id) is None:  # a job's queue never changes: checked once
+            return no_job(job_id)
         try:
             state = journal.cancel(job_id)  # one transaction: queued -> cancelled, running -> marked
         except KeyError:
-            return _error(404, f"no job {job_id!r}")
+            return no_job(job_id)
         except TransitionError as exc:
             return _error(409, str(exc))
+        job = journal.get(job_id)
+        out = job_out(job, tenancy_of(job, borrowed_now()))
         if state is JobState.CANCELLED:
-            return job_out(journal.get(job_id))
-        return JSONResponse(status_code=202, content=job_out(journal.get(job_id)).model_dump(mode="json"))
+            return out
+        return JSONResponse(status_code=202, content=out.model_dump(mode="json"))
 
     @app.get("/v1/jobs/{job_id}/logs", response_model=LogOut)
     def logs(job_id: str, request: Request) -> JSONResponse | LogOut:
-        try:
-            job = journal.get(job_id)
-        except KeyError:
-            return _error(404, f"no job {job_id!r}")
+        job = find(_caller(request), job_id)  # before anything else: a foreign job's ranks are not told
+        if job is None:
+            return no_job(job_id)
         try:
             rank = _query_int(request, "rank", 0)
             offset = _query_int(request, "offset", 0)
@@ -162,15 +241,18 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     return app
 
 
-def guard(app: Any, *, token: str, bound_host: str, allowed_hosts: Iterable[str] = (), metrics: Any = None,
-          max_body_bytes: int = MAX_BODY_BYTES) -> Any:
-    """``app`` behind the guards, outermost first: request metrics, Host allow-list (403), bearer
-    token on every route but ``/healthz`` (401), JSON bodies only (415), body size limit (413)."""
-    if not token:
-        raise ValueError("the scheduler's API needs a token")
+def guard(app: Any, *, token: str | None = None, tenants: LiveTenants | None = None, bound_host: str,
+          allowed_hosts: Iterable[str] = (), metrics: Any = None, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+    """``app`` behind the guards, outermost first: request metrics, Host allow-list (403), a known
+    bearer token on every route but ``/healthz`` (401; the admin ``token``, or any of ``tenants``'
+    callers), JSON bodies only (415), body size limit (413)."""
+    if tenants is None:
+        if not token:
+            raise ValueError("the scheduler's API needs a token")
+        tenants = LiveTenants(token)
     inner = LimitBody(app, max_body_bytes, error=error_body)
     inner = RequireJSON(inner, error=error_body)
-    inner = RequireToken(inner, token, open_paths=("/healthz",), error=error_body)
+    inner = RequireCaller(inner, tenants.caller, open_paths=("/healthz",), error=error_body)
     inner = AllowHosts(inner, bound_host, allowed_hosts, error=error_body)
     if metrics is not None:
         inner = ObserveRequests(inner, metrics.observe_http)

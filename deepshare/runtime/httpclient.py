@@ -90,6 +90,20 @@ class SchedulerClient:
             raise DeepShareError(f"{self.url}: /v1/contention answered {type(body).__name__}, not an object")
         return body
 
+    def queues(self) -> list[dict[str, Any]]:
+        """Per-queue usage against quotas (``GET /v1/queues``): the caller's queues."""
+        body = self._call("GET", "/v1/queues")[1]
+        if not isinstance(body, list):
+            raise DeepShareError(f"{self.url}: /v1/queues answered {type(body).__name__}, not a list")
+        return body
+
+    def reload_tenants(self) -> dict[str, Any]:
+        """Re-read the scheduler's tenants file (``POST /v1/tenants/reload``; the admin token)."""
+        body = self._call("POST", "/v1/tenants/reload", {})[1]
+        if not isinstance(body, dict):
+            raise DeepShareError(f"{self.url}: /v1/tenants/reload answered {type(body).__name__}, not an object")
+        return body
+
     def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
         return LogOut.model_validate(
             self._call("GET", f"/v1/jobs/{_segment(job_id)}/logs", params={"rank": rank, "offset": offset})[1])

@@ -455,7 +455,7 @@ class ControlLoop:
             remaining_s=self._remaining_s(job), attained_gpu_s=attained, preemptions=job.preemptions,
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
             estimate_s=job.spec.estimate_s, user=job.spec.user, group=job.spec.group, vc=job.spec.vc,
-            topology=job.spec.topology,
+            topology=job.spec.topology, queue=job.spec.queue, priority=job.spec.priority,
         )
 
     def _known_or_isolate(self, job: JobRecord, placement: Placement | None, fabric: Fabric) -> KnownJob | None:

@@ -3,14 +3,20 @@
 Names follow the project's convention: prefix ``deepshare_scheduler_``, counters ``*_total``,
 latencies as ``*_duration_seconds`` histograms, HTTP status as the ``code`` label, a
 ``*_build_info`` gauge, and the default process collector on the same registry. Job counts and
-GPUs in use are read from the journal when scraped, so they are never stale.
+GPUs in use are read from the journal when scraped, so they are never stale; so are the
+per-queue gauges (label ``queue``: GPUs in use, nominal quota, borrowed GPUs, pending jobs and
+their GPUs), which follow the tenants file in force (a queue a reload removes disappears).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from deepshare.runtime.tenancy import QueueUsage
 
 PREFIX = "deepshare_scheduler_"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -19,7 +25,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 def route_of(path: str) -> str:
     """The ``route`` label of a request path (job ids folded into ``{id}``, anything else ``other``),
     so that arbitrary paths cannot grow the number of series."""
-    if path in ("/healthz", "/metrics", "/v1/jobs"):
+    if path in ("/healthz", "/metrics", "/v1/jobs", "/v1/contention", "/v1/queues", "/v1/tenants/reload"):
         return path
     parts = path.split("/")
     if len(parts) == 4 and parts[1:3] == ["v1", "jobs"] and parts[3]:
@@ -29,11 +35,48 @@ def route_of(path: str) -> str:
     return "other"
 
 
-class SchedulerMetrics:
-    """Every metric the scheduler exports; ``counts()`` gives (jobs by state, GPUs in use) at scrape time."""
+class QueueCollector(Collector):
+    """The per-queue gauges and the tenants file's reload counter, computed at scrape time."""
 
-    def __init__(self, version: str, policy: str, counts: Callable[[], tuple[dict[str, int], int]]) -> None:
+    def __init__(self, usage: Callable[[], Sequence[QueueUsage]], reloads: Callable[[], tuple[int, int]]) -> None:
+        self.usage, self.reloads = usage, reloads
+
+    def collect(self) -> Iterator[Metric]:
+        gauges = {
+            "gpus_in_use": GaugeMetricFamily(PREFIX + "queue_gpus_in_use", "GPUs held by the queue's running jobs",
+                                             labels=("queue",)),
+            "nominal_gpus": GaugeMetricFamily(PREFIX + "queue_nominal_gpus", "The queue's nominal GPU quota "
+                                              "(tenants file)", labels=("queue",)),
+            "borrowed_gpus": GaugeMetricFamily(PREFIX + "queue_borrowed_gpus", "GPUs the queue holds above its "
+                                               "nominal quota", labels=("queue",)),
+            "pending_jobs": GaugeMetricFamily(PREFIX + "queue_pending_jobs", "The queue's queued jobs",
+                                              labels=("queue",)),
+            "pending_gpus": GaugeMetricFamily(PREFIX + "queue_pending_gpus", "GPUs the queue's queued jobs ask",
+                                              labels=("queue",)),
+        }
+        for row in self.usage():
+            for name, family in gauges.items():
+                value = getattr(row, name)
+                if value is not None:
+                    family.add_metric((row.queue,), float(value))
+        yield from gauges.values()
+        done, refused = self.reloads()
+        reloads = CounterMetricFamily(PREFIX + "tenants_reloads", "Reloads of the tenants file, by result",
+                                      labels=("result",))
+        reloads.add_metric(("ok",), float(done))
+        reloads.add_metric(("refused",), float(refused))
+        yield reloads
+
+
+class SchedulerMetrics:
+    """Every metric the scheduler exports; ``counts()`` gives (jobs by state, GPUs in use) at scrape
+    time, ``queues()`` the per-queue usage and ``reloads()`` (tenants file reloads done, refused)."""
+
+    def __init__(self, version: str, policy: str, counts: Callable[[], tuple[dict[str, int], int]],
+                 queues: Callable[[], Sequence[QueueUsage]] = lambda: (),
+                 reloads: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
         self.registry = CollectorRegistry()
+        self.registry.register(QueueCollector(queues, reloads))
         ProcessCollector(registry=self.registry)
         reg = self.registry
         info = Gauge(PREFIX + "build_info", "Version and policy of this scheduler (always 1)", ("version", "policy"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from pydantic import BaseModel
@@ -53,6 +54,13 @@ class JobOut(BaseModel):
     predicted_throughput: Optional[float]
     cancel_requested: bool
     error: Optional[str]
+    queue: Optional[str] = None
+    """Its tenant queue (its own, else the tenants file's rule, else ``default``)."""
+    priority: Optional[str] = None
+    """Its priority class (its own, else the tenants file's default; None: none)."""
+    borrowed_gpus: Optional[int] = None
+    """Running under a tenants file: how many of its GPUs are above its queue's nominal quota
+    (0: within quota); None otherwise."""
 
 
 class JobDetailOut(JobOut):
@@ -80,19 +88,35 @@ def _alloc(alloc: tuple[tuple[str, int], ...] | None) -> list[NodeGpus] | None:
     return None if alloc is None else [NodeGpus(node=n, gpus=g) for n, g in alloc]
 
 
-def job_out(job: JobRecord) -> JobOut:
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """What the answers say of a job's tenancy: its queue, its priority class and its borrowed GPUs."""
+
+    queue: str | None = None
+    priority: str | None = None
+    borrowed_gpus: int | None = None
+
+
+NO_TENANCY = Tenancy()
+
+
+def job_out(job: JobRecord, tenancy: Tenancy = NO_TENANCY) -> JobOut:
     return JobOut(
         id=job.job_id, name=job.spec.name, state=job.state.value, gpus=job.spec.gpus, model=job.spec.model,
         placement=_alloc(job.placement), attempt=job.attempt, preemptions=job.preemptions,
         submit_time=job.submit_time, finish_time=job.finish_time, samples=job.samples, step=job.step,
         measured_throughput=job.throughput, predicted_throughput=job.predicted_throughput,
         cancel_requested=job.cancel_requested, error=job.error,
+        queue=tenancy.queue if tenancy.queue is not None else job.spec.queue,
+        priority=tenancy.priority if tenancy.priority is not None else job.spec.priority,
+        borrowed_gpus=tenancy.borrowed_gpus,
     )
 
 
-def job_detail(job: JobRecord, runs: list[RunRecord], transitions: list[Transition]) -> JobDetailOut:
+def job_detail(job: JobRecord, runs: list[RunRecord], transitions: list[Transition],
+               tenancy: Tenancy = NO_TENANCY) -> JobDetailOut:
     return JobDetailOut(
-        **job_out(job).model_dump(), checkpoint_dir=job_checkpoint_dir(job.spec, job.job_id),
+        **job_out(job, tenancy).model_dump(), checkpoint_dir=job_checkpoint_dir(job.spec, job.job_id),
         runs=[RunOut(attempt=r.attempt, placement=_alloc(r.placement) or [], started=r.started, ended=r.ended,
                      end_reason=r.end_reason, start_step=r.start_step, measured_throughput=r.measured_throughput,
                      predicted_throughput=r.predicted_throughput) for r in runs],

@@ -1,13 +1,14 @@
-"""``deepshare scheduler start``: the scheduler process (journal, Ray, control loop, HTTP API).
+"""The scheduler process (journal, Ray, control loop, HTTP API): :func:`run_scheduler`, the
+library's entry point, which ``deepshare scheduler start`` only calls after parsing its flags.
 
 The control loop runs in the main thread; uvicorn serves the API from a thread on a socket
 bound before anything else starts (so ``--port 0`` works and the URL is known). The URL, pid
 and Ray address are written to ``<state>/scheduler.json``. SIGTERM / SIGINT stop the loop and
-the API; runs on the cluster keep going (their actors are detached) and a restart with the same
+the API, SIGHUP reloads the tenants file (``--tenants``); runs on the cluster keep going (their actors are detached) and a restart with the same
 ``--state`` re-attaches to them.
 
-Everything a user can get wrong (the state folder, the journal, the token, the port) is checked
-before Ray starts. A Ray that cannot be started or joined is :class:`RuntimeFailure` (exit 1).
+Everything a user can get wrong (the state folder, the journal, the token, the tenants file, the
+port) is checked before Ray starts. A Ray that cannot be started or joined is :class:`RuntimeFailure` (exit 1).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
-from deepshare.runtime.journal import Journal
+from deepshare.runtime.journal import Journal, JobState
 from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.statelock import StateLock
+from deepshare.runtime.tenancy import LiveTenants, queue_usage
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,9 @@ class ServiceConfig:
     max_gpus: int = 0
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
     grows when they queue); 0: only jobs that fit the GPUs up now."""
+    tenants_file: str | None = None
+    """The tenants file (queues, quotas, priorities, tenants' token hashes; ``docs/tenants.md``):
+    every decision runs behind its admission; reloaded on SIGHUP and ``POST /v1/tenants/reload``."""
 
 
 def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]:
@@ -151,17 +156,24 @@ def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
         raise RuntimeFailure.could_not(what, exc) from None
 
 
-def serve(config: ServiceConfig, policy: Policy, announce: Callable[[str], None] = print,
-          stop: threading.Event | None = None, warn: Callable[[str], None] | None = None) -> int:
-    """Run the scheduler under ``policy`` until ``stop`` is set or SIGTERM / SIGINT arrives.
+def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str], None] = print,
+                  stop: threading.Event | None = None, warn: Callable[[str], None] | None = None,
+                  handle_signals: bool = True) -> int:
+    """Run the scheduler under ``policy`` until ``stop`` is set (or, with ``handle_signals`` in the
+    main thread, SIGTERM / SIGINT arrives; SIGHUP then reloads the tenants file). The previous
+    signal handlers are put back when it returns. Returns 0; bad input is a
+    :class:`~deepshare.core.errors.DeepShareError` raised before Ray starts, a Ray that cannot be
+    started or joined a :class:`RuntimeFailure`.
 
     ``policy`` is any :class:`~deepshare.policies.base.Policy`: one from the registry, or the HTTP
-    placement service's client (the CLI builds either; the runtime does not know which)."""
+    placement service's client (the CLI builds either; the runtime does not know which). With
+    ``config.tenants_file`` it runs behind the file's admission (:mod:`deepshare.runtime.tenancy`)."""
     from deepshare.runtime.token import TOKEN_ENV, scheduler_token
 
     stop = stop or threading.Event()
     warn = warn or announce
-    config = dataclasses.replace(config, state_dir=str(Path(config.state_dir).resolve()))  # workers' cwd differs
+    config = dataclasses.replace(config, state_dir=str(Path(config.state_dir).resolve()),  # workers' cwd differs
+                                 tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
     with ExitStack() as cleanup:
         lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
         cleanup.callback(lock.release)
@@ -169,18 +181,46 @@ def serve(config: ServiceConfig, policy: Policy, announce: Callable[[str], None]
         cleanup.callback(journal.close)
         token, token_file = scheduler_token(config.state_dir)
         os.environ.pop(TOKEN_ENV, None)  # not inherited by the local Ray nodes, their workers or the jobs
+        tenants = LiveTenants(token, config.tenants_file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
         sock = bind(config.host, config.port)
         cleanup.callback(sock.close)
         warning = exposure_warning(config.host)
         if warning:
             warn(warning)
         address = start_ray(config, cleanup)
-        _run(config, journal, policy, sock, address, announce, stop, token, token_file)
+        _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, handle_signals)
     return 0
 
 
+def _reload_in_background(tenants: LiveTenants) -> None:
+    """SIGHUP: reload the tenants file in a thread (not inside the signal handler, which may have
+    interrupted the loop anywhere); a refused file is logged by :meth:`LiveTenants.reload`."""
+
+    def reload() -> None:
+        try:
+            tenants.reload()
+        except DeepShareError:
+            pass
+
+    threading.Thread(target=reload, name="deepshare-tenants-reload", daemon=True).start()
+
+
+def _install_signals(stop: threading.Event, tenants: LiveTenants, cleanup: ExitStack) -> None:
+    """SIGTERM / SIGINT set ``stop``, SIGHUP reloads the tenants file; the old handlers come back
+    at ``cleanup``. Only from the main thread (Python's rule for signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handlers: dict[int, Any] = {signal.SIGTERM: lambda *_: stop.set(), signal.SIGINT: lambda *_: stop.set()}
+    if hasattr(signal, "SIGHUP"):
+        handlers[signal.SIGHUP] = (lambda *_: _reload_in_background(tenants)) if tenants.path is not None else (
+            lambda *_: log.warning("SIGHUP ignored: this scheduler was started without --tenants"))
+    for sig, handler in handlers.items():
+        cleanup.callback(signal.signal, sig, signal.signal(sig, handler))
+
+
 def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.socket, address: str,
-         announce: Callable[[str], None], stop: threading.Event, token: str, token_file: Path | None) -> None:
+         announce: Callable[[str], None], stop: threading.Event, token_file: Path | None, tenants: LiveTenants,
+         handle_signals: bool) -> None:
     """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
     import uvicorn
 
@@ -191,7 +231,9 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     from deepshare.runtime.metrics import SchedulerMetrics
 
     policy_name = str(getattr(policy, "name", type(policy).__name__))  # the HTTP client asks its service once
-    metrics = SchedulerMetrics(__version__, policy_name, journal.counts)
+    metrics = SchedulerMetrics(__version__, policy_name, journal.counts,
+                               queues=lambda: queue_usage(journal.jobs(JobState.RUNNING, JobState.QUEUED), tenants.current),
+                               reloads=lambda: (tenants.reloads, tenants.refused))
     loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
                                                                               log_dir=config.state_dir))
     ray_launcher = RayLauncher(config.levels)
@@ -201,37 +243,41 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
         from deepshare.runtime.learning import LiveLearning
 
         learning = LiveLearning(Path(config.state_dir), contention, catalog, config.refit_s)
-    loop = ControlLoop(journal, policy, catalog, contention, loop_config,
+    loop = ControlLoop(journal, tenants.policy(policy), catalog, contention, loop_config,
                        launcher=ray_launcher, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
                        policy_name=policy_name, metrics=metrics, learning=learning)
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    reattached, requeued = loop.recover()
+    with ExitStack() as cleanup:
+        if handle_signals:
+            _install_signals(stop, tenants, cleanup)
+        reattached, requeued = loop.recover()
 
-    def capacity() -> tuple[int, int]:
-        return submission_capacity(ray_launcher.cluster(), config.max_gpus)
+        def capacity() -> tuple[int, int]:
+            return submission_capacity(ray_launcher.cluster(), config.max_gpus)
 
-    app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0,
-                   contention=None if learning is None else (lambda: learning.document()))
-    guarded = guard(app, token=token, bound_host=config.host, allowed_hosts=config.allowed_hosts, metrics=metrics)
-    server = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off", proxy_headers=False))
-    web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
-    web.start()
-    host, port = sock.getsockname()[:2]
-    url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    cluster = ray_launcher.cluster()
-    announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
-             f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; "
-             f"{'fabric levels ' + config.levels.describe() + '; ' if config.levels.levels else ''}state {config.state_dir}; "
-             f"token {'in ' + str(token_file) if token_file else 'from $DEEPSHARE_SCHEDULER_TOKEN'})")
-    if reattached or requeued:
-        announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
-    # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
-    write_text_atomic(Path(config.state_dir) / "scheduler.json",
-                      json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
-    try:
-        loop.run(stop)
-    finally:
-        server.should_exit = True
-        web.join(timeout=5)
+        app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0,
+                       contention=None if learning is None else (lambda: learning.document()), tenants=tenants)
+        guarded = guard(app, tenants=tenants, bound_host=config.host, allowed_hosts=config.allowed_hosts,
+                        metrics=metrics)
+        server = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off", proxy_headers=False))
+        web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
+        web.start()
+        host, port = sock.getsockname()[:2]
+        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        cluster = ray_launcher.cluster()
+        file = tenants.current
+        announce(f"scheduler on {url} (policy {policy_name}, Ray {address}, "
+                 f"{len(cluster.nodes)} GPU node(s), {cluster.topology.total_gpus} GPUs; "
+                 f"{'fabric levels ' + config.levels.describe() + '; ' if config.levels.levels else ''}"
+                 f"{f'tenants {tenants.path} ({len(file.queues)} queue(s), {len(file.tokens)} tenant token(s)); ' if file else ''}"
+                 f"state {config.state_dir}; "
+                 f"{'admin ' if file else ''}token {'in ' + str(token_file) if token_file else 'from $DEEPSHARE_SCHEDULER_TOKEN'})")
+        if reattached or requeued:
+            announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
+        # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
+        write_text_atomic(Path(config.state_dir) / "scheduler.json",
+                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
+        try:
+            loop.run(stop)
+        finally:
+            server.should_exit = True
+            web.join(timeout=5)

@@ -4,7 +4,8 @@ Named ``LiveJobSpec`` to keep it apart from the core's trace-level :class:`~deep
 a live job also says what to run (a Python callable ``module:function`` or a command), where its
 checkpoints live and, optionally, what a scheduler may know of it before it runs: an estimate or
 time limit of its run time (``requested_s``), how much work it has (``total_samples``), and who
-runs it (``user``, ``vc``) and which recurring job it is (``group``), and where in the cluster's
+runs it (``user``, ``vc``) and which recurring job it is (``group``), its tenant ``queue`` and
+``priority`` class (``scheduler start --tenants``), and where in the cluster's
 fabric it must or should run (``required_level``, ``preferred_level``, ``slice_size`` with
 ``slice_level``: a :class:`~deepshare.core.fabric.TopologyRequest`). These are self-reported:
 a submitter who lies about them changes only its own jobs' predicted lengths (and so their
@@ -77,6 +78,11 @@ class LiveJobSpec(BaseModel):
     group: Optional[str] = Field(default=None, min_length=1, max_length=256,
                                  description="a recurring job's tag: same script, parameters and data")
     vc: Optional[str] = Field(default=None, min_length=1, max_length=256, description="virtual cluster or team")
+    queue: Optional[str] = Field(default=None, min_length=1, max_length=253,
+                                 description="its tenant queue (scheduler start --tenants; none: the default queue, "
+                                 "docs/tenants.md; under a tenant's token, that tenant's first queue)")
+    priority: Optional[str] = Field(default=None, min_length=1, max_length=253,
+                                    description="its priority class in the tenants file (none: the file's default)")
     required_level: Optional[str] = Field(default=None, min_length=1, max_length=256,
                                           description="all its GPUs inside one domain of this fabric level, or it "
                                           "waits (not with preferred_level)")
@@ -90,7 +96,7 @@ class LiveJobSpec(BaseModel):
                                        description="the fabric level each slice stays inside (with slice_size)")
 
     @field_validator("model", "checkpoint_dir", "working_dir", "command", "args", "env", "user", "group", "vc",
-                     "required_level", "preferred_level", "slice_level")
+                     "queue", "priority", "required_level", "preferred_level", "slice_level")
     @classmethod
     def _no_control(cls, v: Any) -> Any:
         values = v if isinstance(v, list) else [*v.keys(), *v.values()] if isinstance(v, dict) else [v]

@@ -14,7 +14,7 @@ registers its orders. ``docs/tenants.md`` is the user's guide.
 
 from deepshare.tenants.admission import Admission, admit
 from deepshare.tenants.quota import Ledger
-from deepshare.tenants.spec import Queue, Tenants, load_tenants, parse_tenants
+from deepshare.tenants.spec import Queue, TenantToken, Tenants, load_tenants, parse_tenants
 from deepshare.tenants.wrapper import Admitted
 
-__all__ = ["Admission", "Admitted", "Ledger", "Queue", "Tenants", "admit", "load_tenants", "parse_tenants"]
+__all__ = ["Admission", "Admitted", "Ledger", "Queue", "TenantToken", "Tenants", "admit", "load_tenants", "parse_tenants"]

@@ -34,6 +34,17 @@ class CohortModel(BaseModel):
     name: Name
 
 
+class TokenModel(BaseModel):
+    """One tenant of the live scheduler: who holds a bearer token, and the queues it owns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = Field(description="the tenant's name (in logs and answers; never the token)")
+    queues: list[Name] = Field(min_length=1, max_length=1024, description="the queues it submits to and sees the jobs of")
+    sha256: Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, pattern=r"^[0-9a-fA-F]{64}$")] = Field(
+        description="hex SHA-256 of its bearer token (the file holds no secret)")
+
+
 class TenantsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -43,3 +54,5 @@ class TenantsModel(BaseModel):
     default_priority: Optional[Name] = None
     default_queue: Optional[Name] = None
     queue_from: Optional[Literal["user", "vc"]] = None
+    tokens: list[TokenModel] = Field(default_factory=list, max_length=10_000,
+                                     description="the live scheduler's tenants and their tokens' hashes")

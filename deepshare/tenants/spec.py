@@ -10,6 +10,8 @@ Kueue's model, GPUs only (``docs/tenants.md``)::
     default_priority: low              # optional: a job naming no class has this one (else 0)
     default_queue: default             # optional: where a job naming no queue goes
     queue_from: user                   # optional: a job naming no queue goes to its user's (or vc's) queue, if declared
+    tokens:                            # optional, the live scheduler's tenants: who may use which queues
+      - {name: alice, queues: [team-a], sha256: <hex SHA-256 of alice's bearer token>}
 
 The file is parsed with pydantic (imported only then) into the plain, frozen :class:`Tenants`
 that admission, reclaim, the orders and the metrics read, so a decision never touches pydantic.
@@ -74,6 +76,18 @@ class Queue:
         return ("cohort", self.cohort) if self.cohort is not None else ("queue", self.name)
 
 
+@dataclass(frozen=True, slots=True)
+class TenantToken:
+    """A tenant of the live scheduler (the file's ``tokens``): the SHA-256 of its bearer token and
+    the queues it owns. Only the hash is kept: the file, often in version control or a
+    ConfigMap, holds no secret (tokens are random, so a fast hash cannot be brute-forced)."""
+
+    name: str
+    queues: tuple[str, ...]
+    sha256: bytes = field(repr=False)
+    """The digest (32 bytes) of the token."""
+
+
 @dataclass(frozen=True)
 class Tenants:
     """A parsed tenants file (module doc): implements :class:`~deepshare.core.view.Tenancy`."""
@@ -84,6 +98,8 @@ class Tenants:
     default_priority: str | None = None
     queue_from: str | None = None
     """``user`` or ``vc``: a job naming no queue goes to the queue of that name, if declared."""
+    tokens: tuple[TenantToken, ...] = ()
+    """The live scheduler's tenants (the file's ``tokens``); the simulator ignores them."""
     pools: Mapping[tuple[str, str], int] = field(init=False, repr=False, compare=False)
     """Each pool's lendable GPUs: the sum of its queues' nominal GPUs minus their reserved ones."""
     members: Mapping[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
@@ -186,4 +202,24 @@ def _build(model: "TenantsModel", source: str) -> Tenants:
     if model.default_priority is not None and model.default_priority not in model.priority_classes:
         raise DeepShareError(f"{source}: default_priority: class {model.default_priority!r} is not in priority_classes")
     return Tenants(queues, dict(model.priority_classes), model.default_queue or DEFAULT_QUEUE,
-                   model.default_priority, model.queue_from)
+                   model.default_priority, model.queue_from, _tokens(model, queues, source))
+
+
+def _tokens(model: "TenantsModel", queues: Mapping[str, Queue], source: str) -> tuple[TenantToken, ...]:
+    """The file's ``tokens``: unique names, unique hashes, declared queues (errors name the field)."""
+    out: list[TenantToken] = []
+    names: set[str] = set()
+    digests: set[bytes] = set()
+    for i, t in enumerate(model.tokens):
+        if t.name in names:
+            raise DeepShareError(f"{source}: tokens.{i}.name: tenant {t.name!r} is declared twice")
+        for k, q in enumerate(t.queues):
+            if q not in queues:
+                raise DeepShareError(f"{source}: tokens.{i}.queues.{k}: queue {q!r} is not declared in queues")
+        digest = bytes.fromhex(t.sha256)
+        if digest in digests:  # one token, two tenants: whose jobs would it see?
+            raise DeepShareError(f"{source}: tokens.{i}.sha256: the same token hash as an earlier tenant's")
+        names.add(t.name)
+        digests.add(digest)
+        out.append(TenantToken(t.name, tuple(dict.fromkeys(t.queues)), digest))
+    return tuple(out)

@@ -1,0 +1,458 @@
+"""Tenants in the live scheduler, attacked through its real HTTP stack (uvicorn on loopback, the
+guards of ``deepshare.runtime.api.guard``) and its CLI, over a journal (no Ray).
+
+Tenant A must not see, cancel or read the logs of tenant B's jobs, and must not learn that they
+exist: every route that takes a job id answers B's job exactly as a job that does not exist.
+The routes are enumerated from the app itself, so a route added without a row in
+:data:`ROUTES` (and so without a test here) fails :func:`test_every_route_is_classified`.
+
+Also: submission only into one's own queues, per-tenant tokens (constant-time, hashes in the
+file, the admin token kept), reloads of the tenants file (endpoint and SIGHUP; a bad file keeps
+the old one), per-queue metrics, and admission in the control loop across a quota change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+uvicorn = pytest.importorskip("uvicorn")
+
+from deepshare.cli import main  # noqa: E402
+from deepshare.core.errors import DeepShareError  # noqa: E402
+from deepshare.runtime.api import guard, make_app  # noqa: E402
+from deepshare.runtime.journal import JobState, Journal  # noqa: E402
+from deepshare.runtime.logs import rank_log_path  # noqa: E402
+from deepshare.runtime.metrics import SchedulerMetrics  # noqa: E402
+from deepshare.runtime.service import bind  # noqa: E402
+from deepshare.runtime.spec import spec_from_json  # noqa: E402
+from deepshare.runtime.tenancy import ADMIN, LiveTenants, queue_usage  # noqa: E402
+
+ADMIN_TOKEN = "admin-token-0123456789"
+ALICE = "alice-token-0123456789"
+BOB = "bob-token-0123456789xx"
+ALICE_NEW = "alice-rotated-token-0123"
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def tenants_yaml(a_nominal: int = 2, alice: str = ALICE, extra_queue: bool = True) -> str:
+    return (
+        "queues:\n"
+        f"  - {{name: a, cohort: main, nominal_gpus: {a_nominal}, borrowing_limit_gpus: 2}}\n"
+        "  - {name: b, cohort: main, nominal_gpus: 2, borrowing_limit_gpus: 2}\n"
+        + ("  - {name: c, nominal_gpus: 4}\n" if extra_queue else "")
+        + "priority_classes: {low: 0, high: 100}\n"
+        "default_queue: b\n"
+        "tokens:\n"
+        f"  - {{name: alice, queues: [a], sha256: {sha(alice)}}}\n"
+        f"  - {{name: bob, queues: [b], sha256: {sha(BOB)}}}\n"
+    )
+
+
+def body(name: str, queue: str | None = None, gpus: int = 1, **extra) -> dict:  # type: ignore[no-untyped-def]
+    spec = dict(name=name, gpus=gpus, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/c", **extra)
+    if queue is not None:
+        spec["queue"] = queue
+    return spec
+
+
+class Server:
+    def __init__(self, root: Path) -> None:
+        self.state = root / "state"
+        self.file = root / "tenants.yaml"
+        self.file.write_text(tenants_yaml())
+        self.journal = Journal(self.state)
+        self.tenants = LiveTenants(ADMIN_TOKEN, self.file,
+                                   lambda: self.journal.jobs(JobState.QUEUED, JobState.RUNNING))
+        self.metrics = SchedulerMetrics(
+            "9.9.9", "fifo", self.journal.counts,
+            queues=lambda: queue_usage(self.journal.jobs(JobState.RUNNING, JobState.QUEUED), self.tenants.current),
+            reloads=lambda: (self.tenants.reloads, self.tenants.refused))
+        self.app = make_app(self.journal, lambda: (16, 2), state_dir=self.state, metrics=self.metrics,
+                            contention=lambda: {"version": 0}, tenants=self.tenants)
+        guarded = guard(self.app, tenants=self.tenants, bound_host="127.0.0.1", metrics=self.metrics)
+        self.sock = bind("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.srv = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.srv.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.srv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def call(self, method: str, path: str, token: str | None, payload: object = None) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            headers = {"Content-Type": "application/json"}
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
+            data = None if payload is None else json.dumps(payload).encode()
+            if data is None and method == "POST":
+                data = b"{}"
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def submit(self, token: str, spec: dict) -> dict:
+        status, answer = self.call("POST", "/v1/jobs", token, spec)
+        assert status == 201, answer
+        return json.loads(answer)
+
+    def close(self) -> None:
+        self.srv.should_exit = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+        self.journal.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    yield s
+    s.close()
+
+
+def routes(app) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """Every (method, path) the app answers (HEAD aside: Starlette adds it to GET routes)."""
+    return {(m, r.path) for r in app.routes for m in getattr(r, "methods", None) or () if m != "HEAD"}
+
+
+JOB = "job"
+"""Takes a job id: a foreign job is answered as a missing one."""
+ROUTES = {
+    ("GET", "/v1/jobs/{job_id}"): JOB,
+    ("DELETE", "/v1/jobs/{job_id}"): JOB,
+    ("GET", "/v1/jobs/{job_id}/logs"): JOB,
+    ("GET", "/v1/jobs"): "list",             # only the caller's queues' jobs
+    ("POST", "/v1/jobs"): "submit",          # only into the caller's queues
+    ("GET", "/v1/queues"): "queues",         # only the caller's queues
+    ("GET", "/metrics"): "admin",
+    ("POST", "/v1/tenants/reload"): "admin",
+    ("GET", "/healthz"): "open",
+    ("GET", "/v1/contention"): "shared",     # the learned model's fits: no job, no queue
+    ("GET", "/openapi.json"): "shared",      # the API's description
+    ("GET", "/docs"): "shared",
+    ("GET", "/docs/oauth2-redirect"): "shared",
+    ("GET", "/redoc"): "shared",
+}
+
+
+def test_every_route_is_classified(server):
+    """A route added to the app without a row here (and so without a tenancy test) fails."""
+    found = routes(server.app)
+    assert found == set(ROUTES), (f"routes without a tenancy test: {sorted(found - set(ROUTES))}; "
+                                  f"rows for routes that are gone: {sorted(set(ROUTES) - found)}")
+    for (method, path), kind in ROUTES.items():
+        assert ("{" in path) == (kind == JOB), f"{method} {path}: a route with a path parameter must be a job route"
+
+
+def _foreign_vs_missing(server: Server, method: str, template: str, query: str) -> None:
+    bobs = server.submit(BOB, body("secret", "b", gpus=2))["id"]
+    log = rank_log_path(server.state, bobs, 0)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("bob's secret log line\n")
+    missing = "secret-999"
+    for q in (query, "", "?rank=1", "?rank=7", "?rank=x", "?limit=0", "?offset=-5"):
+        got = server.call(method, template.replace("{job_id}", bobs) + q, ALICE)
+        absent = server.call(method, template.replace("{job_id}", missing) + q, ALICE)
+        assert got[0] == absent[0] == 404, (q, got, absent)
+        assert json.loads(got[1]) == {"error": f"no job {bobs!r}"}
+        assert json.loads(absent[1]) == {"error": f"no job {missing!r}"}  # same shape, only the asked id differs
+        assert b"secret log" not in got[1]
+    # Bob's job is untouched, and the route does work for its owner and the admin (the 404 is not a broken route).
+    assert server.journal.get(bobs).state is JobState.QUEUED and not server.journal.get(bobs).cancel_requested
+    for token in (ADMIN_TOKEN, BOB):  # (DELETE: the admin's GET, then Bob's own cancel)
+        status, _ = server.call(method if token == BOB else "GET", template.replace("{job_id}", bobs) + query, token)
+        assert status == 200
+    # A finished foreign job (which its owner's cancel answers 409) is still 404.
+    server.journal.cancel(bobs) if method != "DELETE" else None
+    assert server.call(method, template.replace("{job_id}", bobs) + query, BOB)[0] == (409 if method == "DELETE" else 200)
+    assert server.call(method, template.replace("{job_id}", bobs) + query, ALICE)[0] == 404
+
+
+@pytest.mark.parametrize("route", sorted(r for r, kind in ROUTES.items() if kind == JOB))
+def test_a_foreign_job_is_answered_as_a_missing_one_on_every_job_route(server, route):
+    method, template = route
+    _foreign_vs_missing(server, method, template, "?rank=0" if template.endswith("/logs") else "")
+
+
+def test_the_foreign_job_routes_are_all_the_job_routes(server):
+    """The parametrisation above covers exactly the app's routes that take a job id."""
+    assert {r for r in routes(server.app) if "{job_id}" in r[1]} == {r for r, k in ROUTES.items() if k == JOB}
+
+
+def test_list_shows_only_the_callers_queues(server):
+    a = server.submit(ALICE, body("mine"))
+    b = server.submit(BOB, body("theirs"))
+    assert a["queue"] == "a" and b["queue"] == "b"
+    for token, seen in ((ALICE, {a["id"]}), (BOB, {b["id"]}), (ADMIN_TOKEN, {a["id"], b["id"]})):
+        status, answer = server.call("GET", "/v1/jobs", token)
+        assert status == 200 and {j["id"] for j in json.loads(answer)} == seen
+
+
+def test_submission_only_into_ones_own_queues(server):
+    before = len(server.journal.jobs())
+    for queue in ("b", "c", "no-such-queue"):  # another's, nobody's, none: one answer, naming no other queue
+        status, answer = server.call("POST", "/v1/jobs", ALICE, body("x", queue))
+        assert status == 403 and json.loads(answer) == {"error": f"queue: {queue!r} is not one of your queues (a)"}
+    status, answer = server.call("POST", "/v1/jobs", ALICE, body("x", "a", priority="urgent"))
+    assert status == 422 and json.loads(answer)["error"].startswith("priority: class 'urgent' is not declared")
+    status, answer = server.call("POST", "/v1/jobs", ALICE, body("x", "a", gpus=5))
+    assert status == 422 and json.loads(answer)["error"].startswith("gpus: 5, but queue 'a' can never hold more than 4")
+    assert len(server.journal.jobs()) == before  # nothing half-written
+    # No queue named: the tenant's own first queue (not the file's default_queue, b), fixed in the journal.
+    job = server.submit(ALICE, body("x", priority="high"))
+    assert (job["queue"], job["priority"]) == ("a", "high") and server.journal.get(job["id"]).spec.queue == "a"
+    # The admin submits anywhere; naming no queue, to the file's default queue.
+    assert server.submit(ADMIN_TOKEN, body("y", "c"))["queue"] == "c"
+    assert server.submit(ADMIN_TOKEN, body("z"))["queue"] == "b"
+    status, answer = server.call("POST", "/v1/jobs", ADMIN_TOKEN, body("w", "nope"))
+    assert status == 422 and "queue: 'nope' is not declared" in json.loads(answer)["error"]
+
+
+def test_queue_from_user_cannot_smuggle_a_job_into_another_queue(server):
+    server.file.write_text(tenants_yaml() + "queue_from: user\n")
+    server.tenants.reload()
+    job = server.submit(ALICE, body("x", user="b"))  # user b would resolve to queue b: not alice's
+    assert job["queue"] == "a"
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token-xxxxxxxx", sha(ALICE), ALICE + "x", ALICE[:-1], ALICE.upper()])
+def test_unknown_tokens_are_401_on_every_route_but_healthz(server, token):
+    """Among them the tenant's hash as it stands in the file: reading the file gives no access."""
+    for method, path in ROUTES:
+        status, answer = server.call(method, path.replace("{job_id}", "x-1"), token)
+        if path == "/healthz":
+            assert status == 200
+        else:
+            assert status == 401 and "bearer token" in json.loads(answer)["error"], (method, path)
+
+
+def test_admin_only_routes(server):
+    for token in (ALICE, BOB):
+        assert server.call("GET", "/metrics", token) == (403, b'{"error":"/metrics needs the admin token"}')
+        status, answer = server.call("POST", "/v1/tenants/reload", token)
+        assert status == 403 and json.loads(answer)["error"] == "reloading the tenants file needs the admin token"
+    assert server.tenants.reloads == 0
+    assert server.call("GET", "/metrics", ADMIN_TOKEN)[0] == 200
+    assert server.call("POST", "/v1/tenants/reload", ADMIN_TOKEN)[0] == 200
+    for path in ("/v1/contention", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert server.call("GET", path, ALICE)[0] == 200, path
+
+
+def test_queues_show_only_the_callers(server):
+    server.submit(ALICE, body("p", gpus=2))
+    status, answer = server.call("GET", "/v1/queues", ALICE)
+    assert status == 200 and json.loads(answer) == [{"queue": "a", "gpus_in_use": 0, "nominal_gpus": 2,
+                                                      "borrowed_gpus": 0, "pending_jobs": 1, "pending_gpus": 2}]
+    assert [q["queue"] for q in json.loads(server.call("GET", "/v1/queues", ADMIN_TOKEN)[1])] == ["a", "b", "c"]
+
+
+def test_tokens_compare_in_constant_time_against_every_tenant(server, monkeypatch):
+    """No early exit: every known token is compared whichever matches (and so for an unknown one)."""
+    import hmac as hmac_module
+
+    import deepshare.runtime.tenancy as tenancy
+
+    calls: list[int] = []
+    real = hmac_module.compare_digest
+
+    def counting(a, b):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(a, b)
+
+    monkeypatch.setattr(tenancy.hmac, "compare_digest", counting)
+    for token in (ADMIN_TOKEN, ALICE, BOB, "unknown-token-xxxx"):
+        calls.clear()
+        server.tenants.caller(token.encode())
+        assert len(calls) == 3, token  # the admin token and both tenants' hashes
+    assert server.tenants.caller(ADMIN_TOKEN.encode()) is ADMIN
+    assert server.tenants.caller(ALICE.encode()).queues == ("a",)
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+def test_cli_list_cancel_logs_as_a_tenant(server, capsys):
+    mine = server.submit(ALICE, body("mine"))["id"]
+    theirs = server.submit(BOB, body("theirs"))["id"]
+    as_alice = ["--url", server.url, "--token", ALICE]
+    assert main(["jobs", *as_alice, "--json", "-"]) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == [mine]
+    assert main(["jobs", *as_alice]) == 0
+    table = capsys.readouterr().out
+    assert mine in table and theirs not in table and "queue" in table and "borrowed" in table
+    for argv in (["cancel", theirs], ["logs", theirs], ["jobs", theirs]):
+        assert main([argv[0], *as_alice, *argv[1:]]) == 2
+        foreign = capsys.readouterr().err
+        assert main([argv[0], *as_alice, "nothing-42"]) == 2
+        missing = capsys.readouterr().err
+        assert foreign.replace(theirs, "ID") == missing.replace("nothing-42", "ID"), argv
+        assert f"no job '{theirs}' (HTTP 404)" in foreign
+    assert server.journal.get(theirs).state is JobState.QUEUED
+    assert main(["cancel", *as_alice, mine]) == 0 and capsys.readouterr().out.strip() == f"cancelled {mine}"
+    assert main(["submit", *as_alice, "--json", "-", str(_spec_file(server, "b"))]) == 2
+    assert "queue: 'b' is not one of your queues (a) (HTTP 403)" in capsys.readouterr().err
+
+
+def _spec_file(server: Server, queue: str) -> Path:
+    path = server.state.parent / f"spec-{queue}.yaml"
+    path.write_text(json.dumps(body("cli", queue)))
+    return path
+
+
+def test_cli_jobs_shows_queue_priority_and_borrowing(server, capsys):
+    job = server.submit(ADMIN_TOKEN, body("big", "a", gpus=3, priority="high"))["id"]
+    server.journal.start_run(job, (("node0", 3),), None)  # a's nominal quota is 2: 1 GPU borrowed
+    assert main(["jobs", "--url", server.url, "--token", ALICE, "--json", "-"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["queue"], row["priority"], row["borrowed_gpus"]) == ("a", "high", 1)
+    assert main(["jobs", "--url", server.url, "--token", ALICE, job]) == 0
+    assert "queue a, priority high, borrowed yes (1)" in capsys.readouterr().out
+    assert main(["queues", "--url", server.url, "--token", ALICE]) == 0
+    assert "a" in capsys.readouterr().out
+
+
+# -- reloads -----------------------------------------------------------------------------------
+def test_reload_rotates_tokens_and_quotas_and_keeps_the_journal(server, capsys):
+    job = server.submit(ALICE, body("kept", "a", gpus=3))["id"]
+    server.journal.start_run(job, (("node0", 3),), None)
+    before = (server.journal.get(job), server.journal.transitions(job), server.journal.runs(job))
+    server.file.write_text(tenants_yaml(a_nominal=4, alice=ALICE_NEW))
+    assert main(["scheduler", "reload", "--url", server.url, "--token", ADMIN_TOKEN]) == 0
+    assert capsys.readouterr().out.strip() == "tenants file reloaded: 3 queue(s), 2 tenant token(s)"
+    assert server.call("GET", "/v1/jobs", ALICE)[0] == 401  # the old token is gone at once
+    status, answer = server.call("GET", f"/v1/jobs/{job}", ALICE_NEW)
+    assert status == 200 and json.loads(answer)["borrowed_gpus"] == 0  # within the raised quota now
+    assert (server.journal.get(job), server.journal.transitions(job), server.journal.runs(job)) == before
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("queues: [{name: a, nominal_gpus: -1}]\n", "queues.0.nominal_gpus"),
+    ("not: [valid\n", "tenants.yaml"),
+    (None, "queue 'a' of running job"),  # a queue with a live job removed
+    ("admin", "tokens.0.sha256: is the hash of the admin token"),
+])
+def test_a_bad_file_is_refused_and_the_old_one_stays(server, bad, message, caplog):
+    job = server.submit(ALICE, body("live", "a"))["id"]
+    server.journal.start_run(job, (("node0", 1),), None)
+    if bad is None:
+        bad = tenants_yaml().replace("  - {name: a, cohort: main, nominal_gpus: 2, borrowing_limit_gpus: 2}\n", "") \
+            .replace("queues: [a]", "queues: [c]")
+    elif bad == "admin":
+        bad = tenants_yaml(alice=ADMIN_TOKEN)
+    server.file.write_text(bad)
+    old = server.tenants.current
+    with caplog.at_level(logging.INFO, logger="deepshare.runtime.tenancy"):
+        status, answer = server.call("POST", "/v1/tenants/reload", ADMIN_TOKEN)
+    assert status == 422 and message in json.loads(answer)["error"]
+    assert "the previous tenants file stays in force" in json.loads(answer)["error"]
+    assert server.tenants.current is old and server.call("GET", "/v1/jobs", ALICE)[0] == 200
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("tenants file not reloaded")
+    assert ADMIN_TOKEN not in lines[0] and ALICE not in lines[0]
+    assert b'deepshare_scheduler_tenants_reloads_total{result="refused"} 1.0' in server.call("GET", "/metrics", ADMIN_TOKEN)[1]
+
+
+def test_sighup_reloads_and_the_old_handler_comes_back(server):
+    from deepshare.runtime.service import _install_signals
+
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGHUP)
+    server.file.write_text(tenants_yaml(a_nominal=3))
+    with ExitStack() as cleanup:
+        _install_signals(stop, server.tenants, cleanup)
+        os.kill(os.getpid(), signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while server.tenants.reloads == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.tenants.current.queues["a"].nominal_gpus == 3 and not stop.is_set()
+    assert signal.getsignal(signal.SIGHUP) == previous
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def test_per_queue_metrics(server):
+    running = server.submit(ALICE, body("r", "a", gpus=3))["id"]
+    server.journal.start_run(running, (("node0", 3),), None)
+    server.submit(BOB, body("q", "b", gpus=2))
+    status, text = server.call("GET", "/metrics", ADMIN_TOKEN)
+    lines = set(text.decode().splitlines())
+    for line in ('deepshare_scheduler_queue_gpus_in_use{queue="a"} 3.0', 'deepshare_scheduler_queue_nominal_gpus{queue="a"} 2.0',
+                 'deepshare_scheduler_queue_borrowed_gpus{queue="a"} 1.0', 'deepshare_scheduler_queue_pending_jobs{queue="b"} 1.0',
+                 'deepshare_scheduler_queue_pending_gpus{queue="b"} 2.0', 'deepshare_scheduler_queue_gpus_in_use{queue="c"} 0.0',
+                 'deepshare_scheduler_tenants_reloads_total{result="ok"} 0.0'):
+        assert line in lines, line
+
+
+# -- admission in the control loop --------------------------------------------------------------
+def test_the_loop_admits_by_quota_and_a_reload_applies_without_a_restart(tmp_path):
+    from fake_launcher import FakeLauncher
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.workloads import default_catalog
+    from deepshare.policies import make_policy
+    from deepshare.runtime.loop import ControlLoop, LoopConfig
+
+    file = tmp_path / "tenants.yaml"
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 1}\n  - {name: b, nominal_gpus: 1}\n")
+    journal = Journal(tmp_path / "state")
+    live = LiveTenants(ADMIN_TOKEN, file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
+    loop = ControlLoop(journal, live.policy(make_policy("fifo+consolidated")), default_catalog(),
+                       make_contention("profiled"), LoopConfig(interval_s=0.01),
+                       launcher=FakeLauncher({"node0": 2, "node1": 2}))
+    ids = [journal.submit(live.admit_submission(spec_from_json(body(f"a{i}", "a")), ADMIN)).job_id for i in range(3)]
+    loop.tick()
+    assert [journal.get(i).state for i in ids] == [JobState.RUNNING, JobState.QUEUED, JobState.QUEUED]  # quota 1
+    records = [(journal.get(i).submit_time, journal.transitions(i), journal.runs(i)) for i in ids]
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 3}\n  - {name: b, nominal_gpus: 1}\n")
+    live.reload()
+    assert [(journal.get(i).submit_time, journal.transitions(i), journal.runs(i)) for i in ids] == records
+    loop.tick()
+    assert [journal.get(i).state for i in ids] == [JobState.RUNNING] * 3  # the raised quota, no restart
+    assert journal.get(ids[0]).attempt == 1 and journal.transitions(ids[0]) == records[0][1]  # untouched
+
+
+def test_a_journal_job_in_an_undeclared_queue_stops_the_start(tmp_path):
+    journal = Journal(tmp_path / "state")
+    journal.submit(spec_from_json(body("old", "gone")))
+    file = tmp_path / "t.yaml"
+    file.write_text("queues: [{name: a, nominal_gpus: 1}]\n")
+    with pytest.raises(DeepShareError, match="queue 'gone' of queued job 'old-1' is not declared"):
+        LiveTenants(ADMIN_TOKEN, file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
+
+
+def test_scheduler_start_passes_tenants_to_run_scheduler_and_a_bad_file_stops_before_ray(tmp_path, capsys, monkeypatch):
+    from deepshare.runtime import service
+
+    seen = {}
+
+    def fake_run(config, policy, **_):  # type: ignore[no-untyped-def]
+        seen["config"] = config
+        return 0
+
+    monkeypatch.setattr(service, "run_scheduler", fake_run)
+    file = tmp_path / "t.yaml"
+    file.write_text(tenants_yaml())
+    argv = ["scheduler", "start", "--local", "--port", "0", "--state", str(tmp_path / "s"), "--policy", "fifo+consolidated"]
+    assert main([*argv, "--tenants", str(file)]) == 0 and seen["config"].tenants_file == str(file)
+    monkeypatch.undo()
+    monkeypatch.setattr(service, "start_ray", lambda *a, **k: pytest.fail("Ray must not start"))
+    monkeypatch.delenv("DEEPSHARE_SCHEDULER_TOKEN", raising=False)
+    file.write_text("queues: [{name: a, nominal_gpus: 1}]\ntokens: [{name: x, queues: [b], sha256: " + sha("t" * 9) + "}]\n")
+    assert main([*argv, "--tenants", str(file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"deepshare: error: {file}: tokens.0.queues.0: queue 'b' is not declared in queues"
