@@ -7,7 +7,9 @@ the Serve floor at ``/floor``: a deployment that reads the body and answers a fi
 JSON, so it costs what Ray Serve itself costs (proxy, routing, the hop to a replica), and the
 FastAPI floor at ``/fastapi-floor``: the same answer from a one-route FastAPI app behind
 ``@serve.ingress`` as the service's own app is (what choosing FastAPI costs, before any of the
-service's work; the targets refer to the Serve floor). For a small
+service's work; the targets refer to the Serve floor), and with ``--routed`` the same service
+without its routing bypass at ``/routed`` (placement requests through FastAPI's route instead of
+:class:`~deepshare.serving.api.AnswerPlacements`: what the bypass saves). For a small
 request (4 nodes, 3 pending jobs) and a large one (64 nodes, 64 pending) it measures:
 
 * the in-process floor: parse the JSON body, decide, serialise the answer, no HTTP; back to back,
@@ -63,7 +65,9 @@ FLOOR_PREFIX = "/floor"
 FLOOR_APP = "floor"
 FASTAPI_FLOOR_PREFIX = "/fastapi-floor"
 FASTAPI_FLOOR_APP = "fastapi-floor"
-SERVE_FLOOR, FASTAPI_FLOOR = "Serve floor", "FastAPI floor"
+ROUTED_PREFIX = "/routed"
+ROUTED_APP = "deepshare-routed"
+SERVE_FLOOR, FASTAPI_FLOOR, ROUTED = "Serve floor", "FastAPI floor", "service, routed"
 FLOOR_BODY = b'{"decisions":[],"policy":"floor","policy_version":"0"}'
 """What the Serve floor answers every request (a small fixed JSON)."""
 TARGET_P50 = TARGET_P99 = 1.1
@@ -172,6 +176,7 @@ ROLES = {
     "service replica": f"ray::ServeReplica:{APP_NAME}:",
     "floor replica": f"ray::ServeReplica:{FLOOR_APP}:",
     "FastAPI floor replica": f"ray::ServeReplica:{FASTAPI_FLOOR_APP}:",
+    "routed service replica": f"ray::ServeReplica:{ROUTED_APP}:",
 }
 """The processes whose CPU :func:`concurrent_side_by_side` accounts (by command line)."""
 
@@ -211,7 +216,8 @@ def _summed(metrics_url: str | None, pattern: str) -> tuple[float, float]:
 
 
 def batch_sizes(metrics_url: str | None) -> tuple[float, float]:
-    return _summed(metrics_url, r"^ray_deepshare_serve_scorer_batch_size_(sum|count)\{.*\} (\S+)$")
+    return _summed(metrics_url, r'^ray_deepshare_serve_scorer_batch_size_(sum|count)\{(?=[^}]*application="%s")[^}]*\} (\S+)$'
+                   % APP_NAME)
 
 
 def replica_seconds(metrics_url: str | None) -> tuple[float, float]:
@@ -220,14 +226,15 @@ def replica_seconds(metrics_url: str | None) -> tuple[float, float]:
     return _summed(metrics_url, r'^ray_deepshare_serve_request_duration_seconds_(sum|count)\{.*route="/v1/placements".*\} (\S+)$')
 
 
-def serve_pair(policy: str, port: int, metrics_port: int) -> None:
+def serve_pair(policy: str, port: int, metrics_port: int, routed: bool = False) -> None:
     """(Subprocess) The placement service at ``/`` and the floors at ``/floor`` and ``/fastapi-floor`` on one
-    private loopback Ray instance and one proxy, until SIGTERM."""
+    private loopback Ray instance and one proxy, until SIGTERM; with ``routed``, the service without its
+    routing bypass at ``/routed`` too."""
     from fastapi import FastAPI
     from ray import serve
 
     from deepshare.infra.localray import init_local_ray
-    from deepshare.serving.deployment import MAX_ONGOING_REQUESTS, resolve_settings, service_app
+    from deepshare.serving.deployment import MAX_ONGOING_REQUESTS, PlacementService, resolve_settings, service_app
     from deepshare.serving.settings import ServiceSettings
 
     # Half a logical CPU each, so the service and both floors fit on the 2 CPUs declared below
@@ -251,13 +258,16 @@ def serve_pair(policy: str, port: int, metrics_port: int) -> None:
         """The same answer from a one-route FastAPI app (``@serve.ingress``, as the service is)."""
 
     stop = threading.Event()
-    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port)
+    init_local_ray(num_cpus=3 if routed else 2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING"})
-        serve.run(service_app(resolve_settings(ServiceSettings(policy=policy)), 1), name=APP_NAME, route_prefix="/",
-                  blocking=False)
+        settings = resolve_settings(ServiceSettings(policy=policy))
+        serve.run(service_app(settings, 1), name=APP_NAME, route_prefix="/", blocking=False)
+        if routed:  # the same deployment and settings, placement requests through FastAPI's route
+            serve.run(PlacementService.options(name="PlacementServiceRouted").bind(settings.model_dump(), skip_routing=False),
+                      name=ROUTED_APP, route_prefix=ROUTED_PREFIX, blocking=False)
         serve.run(ServeFloor.bind(), name=FLOOR_APP, route_prefix=FLOOR_PREFIX, blocking=False)
         serve.run(FastAPIFloor.bind(), name=FASTAPI_FLOOR_APP, route_prefix=FASTAPI_FLOOR_PREFIX, blocking=False)
         print("ready", flush=True)
@@ -276,15 +286,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def started_service(policy: str, token: str | None) -> Iterator[tuple[str, str]]:
-    """(service URL, its Ray instance's metrics URL) of a ``--serve-pair`` subprocess."""
+def started_service(policy: str, token: str | None, routed: bool = False) -> Iterator[tuple[str, str]]:
+    """(service URL, its Ray instance's metrics URL) of a ``--serve-pair`` subprocess (``routed``:
+    with the service without its routing bypass at ``/routed``)."""
     port, metrics_port = free_port(), free_port()
     env = dict(os.environ, RAY_TMPDIR=tempfile.mkdtemp(prefix="ray-"))
     if token:
         env["DEEPSHARE_SERVE_TOKEN"] = token
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--serve-pair", str(port), "--metrics-port", str(metrics_port),
-         "--policy", policy],
+         "--policy", policy, *(["--routed"] if routed else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -299,6 +310,13 @@ def started_service(policy: str, token: str | None) -> Iterator[tuple[str, str]]
                 except requests.RequestException:
                     pass
                 time.sleep(0.5)
+        while routed and time.monotonic() < deadline:
+            try:
+                if session(token).post(url + ROUTED_PREFIX + PATH, data=json.dumps(small_request()), timeout=5).ok:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
         yield url, f"http://127.0.0.1:{metrics_port}/metrics"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -407,22 +425,26 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level (default 2000)")
     parser.add_argument("--cases", type=lambda s: s.split(","), default=["small", "large"], help="default small,large")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[8, 32], help="default 8,32")
+    parser.add_argument("--routed", action="store_true",
+                        help="measure the service without its routing bypass beside it (at /routed, same settings)")
     parser.add_argument("--metrics-url", help="with --url: the Ray metrics agent its replicas report to (.../metrics)")
     parser.add_argument("--serve-pair", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
     add_json_flag(parser)
     args = parser.parse_args()
     if args.serve_pair:
-        serve_pair(args.policy, args.serve_pair, args.metrics_port)
+        serve_pair(args.policy, args.serve_pair, args.metrics_port, args.routed)
         return
     args.record = Record("serve_load", args.json)
     if args.url:
         run(args.url.rstrip("/"), args.metrics_url, {SERVE_FLOOR: args.floor_url.rstrip("/")} if args.floor_url else {}, args)
     else:
         args.token = args.token or "bench-token-0123"
-        with started_service(args.policy, args.token) as (url, metrics_url):
-            floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX}
-            run(url, metrics_url, floors if args.floor_app else {}, args)
+        with started_service(args.policy, args.token, args.routed) as (url, metrics_url):
+            floors = {SERVE_FLOOR: url + FLOOR_PREFIX, FASTAPI_FLOOR: url + FASTAPI_FLOOR_PREFIX} if args.floor_app else {}
+            if args.routed:
+                floors[ROUTED] = url + ROUTED_PREFIX
+            run(url, metrics_url, floors, args)
     args.record.write()
 
 

@@ -1,8 +1,8 @@
 """``deepshare serve``: host a policy as an HTTP placement service until SIGTERM or SIGINT.
 
 Only :func:`register` is public. The handler checks every flag and loads the policy before
-Ray starts (a bad flag costs no cluster start-up), then runs the same Serve application as
-``serve run serve/config.yaml`` and shuts Serve and Ray down cleanly on a signal.
+Ray starts (a bad flag costs no cluster start-up), then calls
+:func:`deepshare.serving.service.run_service`, which owns Ray, Serve and the signals.
 """
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import signal
-import threading
 from typing import Any
 
 from deepshare.cli.args import listen_port, number, positive_int
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, RuntimeFailure
 
 # The values the flags show and bound, as plain constants: building the parser for any command
 # must not import pydantic (deepshare.serving.settings, .schemas) or the HTTP code. They are
@@ -76,6 +74,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help=f"503 with Retry-After when a decision takes longer; the work is stopped (default {DEFAULT_DECISION_TIMEOUT_S:g})")
     p.add_argument("--decision-threads", type=count(64), default=4, metavar="N",
                    help="decisions one replica runs at once; more wait their turn within their deadline (default 4)")
+    p.add_argument("--tenants", metavar="FILE",
+                   help="tenants file (YAML: queues with GPU quotas, cohorts, weights, priority classes; docs/tenants.md): "
+                   "the policy decides behind its queues' admission and quota preemption; requests may name a job's "
+                   "queue and priority")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one")
     p.add_argument("--metrics-port", type=listen_port, default=None, metavar="P",
                    help="Prometheus port of the private Ray instance's metrics agent, on 127.0.0.1 (default: a free "
@@ -85,27 +87,33 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
+    """Check the flags, then :func:`deepshare.serving.service.run_service` until SIGTERM/SIGINT."""
     from pydantic import ValidationError
 
-    from deepshare.core.contention import make_contention
     from deepshare.infra.httpauth import check_token
-    from deepshare.policies import make_policy
+    from deepshare.serving.service import Endpoint, check_settings, run_service
     from deepshare.serving.settings import ServiceSettings
 
-    try:
-        settings = ServiceSettings(
-            policy=args.policy, contention=args.contention, max_body_bytes=args.max_body_bytes,
-            body_timeout_s=args.body_timeout_s, max_nodes=args.max_nodes, max_pending=args.max_pending,
-            max_running=args.max_running, decision_timeout_s=args.decision_timeout_s,
-            decision_threads=args.decision_threads,
-        )
-    except ValidationError as exc:  # pragma: no cover - argparse already checked the types
-        raise DeepShareError(f"invalid settings: {exc}") from None
-    make_policy(settings.policy)  # unknown names and unreadable checkpoints fail here, before Ray starts
-    make_contention(settings.contention)
     token = os.environ.get(TOKEN_ENV, "")
     if token:
         check_token(token, f"${TOKEN_ENV}")
+    tenants = None
+    if args.tenants is not None:
+        from deepshare.core.yamlspec import read_config_text
+        from deepshare.tenants import parse_tenants
+
+        tenants = read_config_text(args.tenants, "tenants file")
+        parse_tenants(tenants, args.tenants)  # errors name the file and the field
+    try:
+        settings = ServiceSettings(
+            policy=args.policy, contention=args.contention, token=token or None, max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout_s, max_nodes=args.max_nodes, max_pending=args.max_pending,
+            max_running=args.max_running, decision_timeout_s=args.decision_timeout_s,
+            decision_threads=args.decision_threads, tenants=tenants,
+        )
+    except ValidationError as exc:  # pragma: no cover - argparse and the checks above came first
+        raise DeepShareError(f"invalid settings: {exc}") from None
+    check_settings(settings)  # unknown names and unreadable checkpoints fail here, before the ports and Ray
     warning = exposure_warning(args.host, bool(token))
     if warning:
         err.print(warning, markup=False, highlight=False, soft_wrap=True)
@@ -120,49 +128,21 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
 
         check_reachable(args.address)
 
-    import ray
-    from ray import serve
-
-    from deepshare.serving.deployment import APP_NAME, resolve_settings, service_app
-
-    from deepshare.infra.localray import init_local_ray
-
-    stop = threading.Event()
-    previous: dict[int, Any] = {}
-    try:
-        try:
-            if args.address:
-                ray.init(address=args.address, log_to_driver=False)
-            else:  # a private instance: loopback only
-                init_local_ray(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False, log_to_driver=False,
-                               **({"_metrics_export_port": args.metrics_port} if args.metrics_port else {}))
-            # After ray.init, which installs its own fatal-signal handlers over any set before.
-            previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-            serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})
-            app = service_app(resolve_settings(settings), args.replicas)
-            serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
-        except Exception as exc:  # noqa: BLE001 - Ray's and Serve's start-up failures: one line, exit 1
-            where = f"Ray at --address {args.address}" if args.address else "a local Ray instance"
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            err.print(f"deepshare: error: the placement service did not start on {where} ({type(exc).__name__}: {first})",
-                      markup=False, highlight=False, soft_wrap=True)
-            return EXIT_RUNTIME
+    def ready(endpoint: Endpoint) -> None:
         out.print(
-            f"{READY_LINE}: policy {settings.policy} on http://{args.host}:{args.port} "
-            f"({args.replicas} replica(s); API docs at /docs){' with a bearer token' if token else ''}",
+            f"{READY_LINE}: policy {settings.policy} on {endpoint.url} ({args.replicas} replica(s); API docs at /docs)"
+            f"{' with a bearer token' if token else ''}{f' behind the tenants of {args.tenants}' if tenants else ''}",
             markup=False, highlight=False,
         )
-        out.print(metrics_line(None if args.address else _local_metrics_port()), markup=False, highlight=False)
-        stop.wait()
-        out.print("stopping the placement service", markup=False, highlight=False)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if ray.is_initialized():
-            try:
-                serve.shutdown()
-            finally:
-                ray.shutdown()
+        out.print(metrics_line(endpoint.metrics_url), markup=False, highlight=False)
+
+    try:
+        run_service(settings, host=args.host, port=args.port, replicas=args.replicas, address=args.address,
+                    metrics_port=args.metrics_port, on_ready=ready)
+    except RuntimeFailure as exc:  # Ray or Serve did not start: one line, exit 1
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_RUNTIME
+    out.print("stopping the placement service", markup=False, highlight=False)
     return 0
 
 
@@ -178,20 +158,12 @@ def exposure_warning(host: str, has_token: bool) -> str | None:
     return f"warning: --host {host} serves placement decisions to the network, {guard}"
 
 
-def metrics_line(port: int | None) -> str:
-    """Where Prometheus scrapes the service's metrics: the private instance's metrics agent on
-    ``port``, or (``None``, a cluster) every node's agent."""
-    where = (f"http://127.0.0.1:{port}/metrics" if port is not None
-             else "each Ray node's metrics agent (its `ray start --metrics-export-port`)")
+def metrics_line(url: str | None) -> str:
+    """Where Prometheus scrapes the service's metrics: the private instance's metrics agent at
+    ``url``, or (``None``, a cluster) every node's agent."""
+    where = url if url is not None else "each Ray node's metrics agent (its `ray start --metrics-export-port`)"
     return (f"{METRICS_LINE}: {where} (the service's ray_deepshare_serve_* beside Ray Serve's ray_serve_*, "
             "per replica; Ray sends them there every 10 s)")
-
-
-def _local_metrics_port() -> int:
-    import ray
-
-    (node,) = ray.nodes()  # the private instance has one node
-    return int(node["MetricsExportPort"])
 
 
 def _check_port_free(host: str, port: int, flags: str | None = None) -> None:

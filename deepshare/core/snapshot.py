@@ -51,6 +51,10 @@ class KnownJob:
     topology: TopologyRequest = NO_TOPOLOGY
     """Where it must or should run (:class:`~deepshare.core.fabric.TopologyRequest`); its level
     names are the caller's to check against the cluster's fabric."""
+    queue: str | None = None
+    """Its tenant queue as submitted (None: not said; a tenants file resolves it)."""
+    priority: str | None = None
+    """Its priority class as submitted (None: the tenants file's default)."""
 
 
 def build_view(
@@ -225,7 +229,7 @@ def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:
         job.job_id, job.model, job.gpus, job.submit_time, job.remaining_s, job.attained_gpu_s,
         catalog.class_of(job.model), job.preemptions, job.placement, ratio, job.last_run_s,
         job.submit_time if job.queued_since is None else job.queued_since, job.estimate_s, job.user, job.group, job.vc,
-        job.topology,
+        job.topology, job.queue, job.priority,
     )
 
 

@@ -2,6 +2,8 @@
 
 ``schemas`` (the request and response), ``translate`` (request <-> :class:`ClusterView`),
 ``engine`` (one loaded policy deciding, without HTTP), ``api`` + ``middleware`` + ``workers`` +
-``deadline`` + ``limits`` (the app and its bounds), ``deployment`` + ``settings`` (Serve),
-``metrics``, ``client`` (:class:`PlacementClient`). See ``docs/placement-service.md``.
+``deadline`` + ``limits`` (the app, :class:`~deepshare.serving.api.PlacementAPI`, and its
+bounds), ``deployment`` + ``settings`` (Serve), ``service`` (:func:`~deepshare.serving.service.run_service`: Ray, Serve and
+signals, what ``deepshare serve`` calls), ``metrics``, ``client`` (:class:`PlacementClient`).
+See ``docs/placement-service.md``.
 """

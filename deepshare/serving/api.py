@@ -18,6 +18,7 @@ import math
 import time
 from typing import Any, Awaitable, Callable
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -36,6 +37,7 @@ from deepshare.infra.httpauth import (
     Send,
     detail_body,
 )
+from deepshare.policies.base import Observation
 from deepshare.serving.deadline import Deadline, DecisionTimeout
 from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
 from deepshare.serving.limits import LimitExceeded, RequestLimits
@@ -60,147 +62,187 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def build_api(
-    engine: PlacementEngine,
-    settings: ServiceSettings,
-    metrics: ServiceMetrics,
-    score: AsyncScorer | None = None,
-    workers: DecisionWorkers | None = None,
-) -> FastAPI:
-    """The app; ``score`` batches a learned policy's forward passes on the event loop,
-    ``workers`` run decisions (default: ``settings.decision_threads`` new threads)."""
-    workers = workers or DecisionWorkers(settings.decision_threads)
-    limits = RequestLimits(settings.max_nodes, settings.max_pending, settings.max_running)
-    retry_after = str(max(1, math.ceil(settings.decision_timeout_s)))
-    batch_scorer = engine.batch_scorer
-    lone = lone_scorer(batch_scorer) if batch_scorer is not None else None
-    """Scores one observation of a request deciding alone (the same numbers, faster)."""
-    app = FastAPI(
-        title="DeepShare placement service",
-        version=deepshare.__version__,
-        description="Contention-aware placement decisions for distributed deep-learning jobs. "
-        "POST the cluster's state to /v1/placements; every pending job gets `place` or `wait`.",
-    )
+class PlacementAPI:
+    """The service's HTTP handlers around one :class:`PlacementEngine`: one method per route,
+    one path per placement request (:meth:`answer`), error bodies made in one place
+    (:func:`error_response`). :attr:`app` is the FastAPI application.
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-        status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
-        return JSONResponse({"detail": errors}, status_code=status)
+    A placement request goes: parse the body (on the event loop when it is small, else in the
+    decision thread), check it against the limits, decide (on the loop when it is cheap, else in
+    a decision thread abandoned at the deadline), answer. Every outcome is a response returned,
+    never an exception for a handler to catch: 200, a 4xx naming the field, or 503.
 
-    @app.exception_handler(RequestError)
-    async def inconsistent_body(_: Request, exc: RequestError) -> JSONResponse:
-        kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
-        errors = [{"loc": list(e.loc), "msg": e.msg, "type": kind} for e in exc.errors]
-        return JSONResponse({"detail": errors}, status_code=status)
+    ``score`` batches a learned policy's forward passes on the event loop; ``workers`` run the
+    decisions (default: ``settings.decision_threads`` new threads). ``skip_routing`` answers
+    ``POST /v1/placements`` before FastAPI's routing (:class:`AnswerPlacements`); the route stays
+    registered either way, so the OpenAPI document and the answers are the same.
+    """
 
-    @app.get("/healthz", response_model=HealthOut, summary="liveness (no token needed)")
-    async def healthz() -> HealthOut:  # answered by AnswerHealth first; here for the OpenAPI document
-        return HealthOut(policy=engine.name)
+    def __init__(
+        self,
+        engine: PlacementEngine,
+        settings: ServiceSettings,
+        metrics: ServiceMetrics,
+        score: AsyncScorer | None = None,
+        workers: DecisionWorkers | None = None,
+        *,
+        skip_routing: bool = True,
+    ) -> None:
+        self.engine, self.settings, self.metrics, self.score = engine, settings, metrics, score
+        self.workers = workers or DecisionWorkers(settings.decision_threads)
+        self.limits = RequestLimits(settings.max_nodes, settings.max_pending, settings.max_running)
+        self.retry_after = str(max(1, math.ceil(settings.decision_timeout_s)))
+        batch = engine.batch_scorer
+        self.lone: Scorer | None = lone_scorer(batch) if batch is not None else None
+        """Scores one observation of a request deciding alone (the same numbers, faster)."""
+        self.deciding = 0
+        """Requests deciding now: a learned policy's scores are batched only while there is company."""
+        self.app = self._build(skip_routing)
 
-    @app.get("/v1/policy", response_model=PolicyOut, responses=_only(401), summary="the policy behind this service")
-    async def policy() -> PolicyOut:
-        return engine.describe()
+    # -- routes --------------------------------------------------------------------------------
+    async def healthz(self) -> HealthOut:
+        """Answered by :class:`AnswerHealth` before it gets here; the route documents it."""
+        return HealthOut(policy=self.engine.name)
 
-    @app.post(
-        PLACEMENTS_PATH, response_model=PlacementResponse, responses=_only(400, 401, 408, 413, 422, 503),
-        summary="where should the pending jobs go now?",
-        openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": _ref(PlacementRequest)}}}}
-        },
-    )
-    async def placements(request: Request) -> Response:
-        return await answer(await request.body())  # already whole: LimitBody read it under its limits
+    async def policy(self) -> PolicyOut:
+        return self.engine.describe()
 
-    async def answer(raw: bytes) -> Response:
-        """The answer to one placement request's body: 200, 503, or the body's error raised as
-        :class:`RequestValidationError` / :class:`RequestError` (the handlers above answer those)."""
-        deadline = Deadline(settings.decision_timeout_s)
-        loop = asyncio.get_running_loop()
+    async def placements(self, request: Request) -> Response:
+        return await self.answer(await request.body())  # already whole: LimitBody read it under its limits
 
-        def parse() -> PlacementRequest:
-            # Parsed here rather than by FastAPI: any Content-Type is read as JSON (curl -d sends
-            # a form type) and pydantic's own JSON parser is faster.
-            try:
-                body = PlacementRequest.model_validate_json(raw)
-            except ValidationError as exc:
-                raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
-            limits.check(body)
-            return body
-
-        def decide(body: PlacementRequest | None) -> PlacementResponse:
-            scorer = None
-            if score is not None:
-                scorer = _threadsafe(score, loop, deadline, lone, lambda: engine.in_flight > 1)
-            return engine.place(body or parse(), deadline, scorer)
-
-        async def score_inline(obs: dict[str, Any]) -> Any:
-            if score is not None and engine.in_flight > 1:
-                return await score(obs)
-            return lone(obs)  # type: ignore[misc]
-
-        engine.in_flight += 1
-        metrics.deciding(+1)
+    # -- the one path of a placement request ----------------------------------------------------
+    async def answer(self, raw: bytes) -> Response:
+        """The response to one placement request's body: 200, a 4xx naming the field, or 503."""
+        deadline = Deadline(self.settings.decision_timeout_s)
+        self.deciding += 1
+        self.metrics.deciding(+1)
         start, outcome = time.perf_counter(), "error"
         try:
-            body = parse() if len(raw) <= INLINE_MAX_BYTES else None
-            if body is not None and _cheap(body):
-                response = await engine.place_async(body, deadline, score_inline if lone is not None else None)
-            else:
-                response = await workers.run(lambda: decide(body), deadline)
+            if len(raw) <= INLINE_MAX_BYTES:
+                body = self._parse(raw)
+                decided = (self._on_loop(body, deadline) if _cheap(body)
+                           else self._in_thread(lambda: body, deadline))
+            else:  # parsing a large body is work too: off the loop, within the deadline
+                decided = self._in_thread(lambda: self._parse(raw), deadline)
+            response = await decided
             outcome = "ok"
         except DecisionTimeout:
             outcome = "timeout"
             return JSONResponse(
-                {"detail": f"no decision within {settings.decision_timeout_s:g} s (the service's decision timeout): "
-                           "the request is too large for it, or the service is overloaded"},
-                status_code=503, headers={"Retry-After": retry_after},
+                {"detail": f"no decision within {self.settings.decision_timeout_s:g} s (the service's decision "
+                           "timeout): the request is too large for it, or the service is overloaded"},
+                status_code=503, headers={"Retry-After": self.retry_after},
             )
-        except (RequestValidationError, RequestError):
+        except (ValidationError, RequestError) as exc:
             outcome = "invalid"
-            raise
+            return error_response(exc)
         finally:
-            engine.in_flight -= 1
-            metrics.deciding(-1)
-            metrics.decided(outcome, time.perf_counter() - start)
+            self.deciding -= 1
+            self.metrics.deciding(-1)
+            self.metrics.decided(outcome, time.perf_counter() - start)
         placed = sum(d.action == "place" for d in response.decisions)
-        metrics.count_decisions(
+        self.metrics.count_decisions(
             {"place": placed, "wait": len(response.decisions) - placed, "preempt": len(response.preempt),
              "migrate": len(response.migrate)}
         )
         return Response(response.model_dump_json(exclude_none=True), media_type="application/json")
 
-    async def answer_errors(raw: bytes) -> Response:
-        """:func:`answer` with the body's errors answered as the exception handlers answer them."""
-        try:
-            return await answer(raw)
-        except RequestValidationError as exc:
-            return await invalid_body(None, exc)  # type: ignore[arg-type]
-        except RequestError as exc:
-            return await inconsistent_body(None, exc)  # type: ignore[arg-type]
+    def _parse(self, raw: bytes) -> PlacementRequest:
+        """The body as a request within the limits (:class:`ValidationError`, :class:`LimitExceeded`).
+        Parsed here rather than by FastAPI: any Content-Type is read as JSON (curl -d sends a form
+        type) and pydantic's own JSON parser is faster."""
+        body = PlacementRequest.model_validate_json(raw)
+        self.limits.check(body)
+        return body
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-            request_schema = PlacementRequest.model_json_schema(ref_template=REF_TEMPLATE)
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components.update(request_schema.pop("$defs", {}))
-            components[PlacementRequest.__name__] = request_schema
-            app.openapi_schema = schema
-        return app.openapi_schema
+    async def _on_loop(self, body: PlacementRequest, deadline: Deadline) -> PlacementResponse:
+        """A cheap decision on the event loop; a learned policy's steps await the batching scorer
+        while other requests decide, and score alone otherwise."""
+        if self.lone is None:
+            return await self.engine.place_async(body, deadline)
 
-    app.openapi = openapi  # type: ignore[method-assign]
+        async def score(obs: Observation) -> np.ndarray:
+            if self.score is not None and self.deciding > 1:
+                return await self.score(obs)
+            return self.lone(obs)  # type: ignore[misc]
 
-    # Added last = outermost: metrics see every answer, including the guards' 401, 408 and 413;
-    # health checks are answered before the token check and before any body is read; placement
-    # requests that passed every guard skip FastAPI's routing (the innermost, added first).
-    app.add_middleware(AnswerPlacements, answer=answer_errors)
-    app.add_middleware(LimitBody, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
-                       error=detail_body)
-    app.add_middleware(RequireToken, token=settings.token, open_paths=OPEN_PATHS, error=detail_body)
-    app.add_middleware(AnswerHealth, policy=engine.name)
-    app.add_middleware(ObserveRequests, observe=metrics.observe)
-    return app
+        return await self.engine.place_async(body, deadline, score)
+
+    async def _in_thread(self, body: Callable[[], PlacementRequest], deadline: Deadline) -> PlacementResponse:
+        """A decision in a decision thread (``body`` runs there too), abandoned at ``deadline``."""
+        loop = asyncio.get_running_loop()
+        scorer = None
+        if self.score is not None:
+            scorer = _threadsafe(self.score, loop, deadline, self.lone, lambda: self.deciding > 1)
+        return await self.workers.run(lambda: self.engine.place(body(), deadline, scorer), deadline)
+
+    # -- the application -----------------------------------------------------------------------
+    def _build(self, skip_routing: bool) -> FastAPI:
+        app = FastAPI(
+            title="DeepShare placement service",
+            version=deepshare.__version__,
+            description="Contention-aware placement decisions for distributed deep-learning jobs. "
+            "POST the cluster's state to /v1/placements; every pending job gets `place` or `wait`.",
+        )
+        app.add_exception_handler(RequestValidationError, _invalid_parameters)  # no route takes any today
+        app.add_api_route("/healthz", self.healthz, methods=["GET"], response_model=HealthOut,
+                          summary="liveness (no token needed)")
+        app.add_api_route("/v1/policy", self.policy, methods=["GET"], response_model=PolicyOut, responses=_only(401),
+                          summary="the policy behind this service")
+        app.add_api_route(
+            PLACEMENTS_PATH, self.placements, methods=["POST"], response_model=PlacementResponse,
+            responses=_only(400, 401, 408, 413, 422, 503), summary="where should the pending jobs go now?",
+            openapi_extra={
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": _ref(PlacementRequest)}}}}
+            },
+        )
+        app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+        # Added last = outermost: metrics see every answer, including the guards' 401, 408 and 413;
+        # health checks are answered before the token check and before any body is read; with
+        # skip_routing, placement requests that passed every guard skip FastAPI's routing (the
+        # innermost, added first).
+        if skip_routing:
+            app.add_middleware(AnswerPlacements, answer=self.answer)
+        app.add_middleware(LimitBody, max_bytes=self.settings.max_body_bytes, timeout_s=self.settings.body_timeout_s,
+                           error=detail_body)
+        app.add_middleware(RequireToken, token=self.settings.token, open_paths=OPEN_PATHS, error=detail_body)
+        app.add_middleware(AnswerHealth, policy=self.engine.name)
+        app.add_middleware(ObserveRequests, observe=self.metrics.observe)
+        return app
+
+
+def error_response(exc: ValidationError | RequestError) -> JSONResponse:
+    """The answer to a body's errors, each naming its field's path (``detail[].loc``): 400 for a
+    body that is not JSON, 413 for one over the limits, 422 otherwise."""
+    if isinstance(exc, RequestError):
+        kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
+        return JSONResponse({"detail": [{"loc": list(e.loc), "msg": e.msg, "type": kind} for e in exc.errors]},
+                            status_code=status)
+    errors = [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+              for e in exc.errors()]
+    status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
+    return JSONResponse({"detail": errors}, status_code=status)
+
+
+async def _invalid_parameters(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own validation errors in this service's error shape."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+    status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
+    return JSONResponse({"detail": errors}, status_code=status)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with the request body's schema (the route reads the raw body, so
+    FastAPI does not see it) under ``components``."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        request_schema = PlacementRequest.model_json_schema(ref_template=REF_TEMPLATE)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(request_schema.pop("$defs", {}))
+        components[PlacementRequest.__name__] = request_schema
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 INLINE_MAX_BYTES = 32 * 1024
@@ -213,11 +255,11 @@ request but can be abandoned at the deadline and leaves the loop free."""
 
 
 class AnswerPlacements:
-    """``POST /v1/placements`` answered by ``answer(body)`` without FastAPI's routing, exception
-    middleware and endpoint machinery in between (some 50-100 us of a small request's ~1.3 ms in
-    the replica, measured in-process). Sits inside the guards, so the body arrives whole; the route stays registered for
-    the OpenAPI document, and every other request goes on to FastAPI. An unexpected exception
-    propagates to Starlette's outermost ``ServerErrorMiddleware``, which answers 500 as before."""
+    """``POST /v1/placements`` answered by ``answer(body)`` (:meth:`PlacementAPI.answer`, which
+    the route calls too) without FastAPI's routing, exception middleware and endpoint machinery
+    in between. Sits inside the guards, so the body arrives whole; every other request goes on
+    to FastAPI. An unexpected exception propagates to Starlette's outermost
+    ``ServerErrorMiddleware``, which answers 500 as the route would."""
 
     def __init__(self, app: ASGIApp, answer: Callable[[bytes], Awaitable[Response]]) -> None:
         self.app, self.answer = app, answer

@@ -26,7 +26,7 @@ from ray.serve import Application
 import deepshare
 from deepshare.core.heap import freeze_long_lived
 from deepshare.infra.raycompat import replica_grpc_on_loopback
-from deepshare.serving.api import build_api
+from deepshare.serving.api import PlacementAPI
 from deepshare.serving.batching import Batcher
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.metrics import ServiceMetrics
@@ -40,10 +40,15 @@ MAX_ONGOING_REQUESTS = 256
 @serve.deployment(name="PlacementService", max_ongoing_requests=MAX_ONGOING_REQUESTS, ray_actor_options={"num_cpus": 1})
 @serve.ingress()
 class PlacementService:
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], skip_routing: bool = True) -> None:
+        """``skip_routing``: answer placement requests before FastAPI's routing
+        (:class:`~deepshare.serving.api.AnswerPlacements`; off only to measure what that saves,
+        ``bench/serve_load.py``)."""
         _internal_grpc_on_loopback()
         self.settings = ServiceSettings.model_validate(settings)
-        self.engine = PlacementEngine(EngineSettings(self.settings.policy, self.settings.contention))
+        self.skip_routing = skip_routing
+        self.engine = PlacementEngine(
+            EngineSettings(self.settings.policy, self.settings.contention, self.settings.parsed_tenants()))
         self.metrics = ServiceMetrics(self.engine.name, self.engine.load_seconds, deepshare.__version__, self.engine.version)
         self.metrics.report_every()  # hands the totals to Ray once a second, off the request path
         self.workers = DecisionWorkers(self.settings.decision_threads)
@@ -60,7 +65,8 @@ class PlacementService:
         freeze_long_lived()
 
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
-        return build_api(self.engine, self.settings, self.metrics, self.score, self.workers)
+        return PlacementAPI(self.engine, self.settings, self.metrics, self.score, self.workers,
+                            skip_routing=self.skip_routing).app
 
 
 def _internal_grpc_on_loopback() -> None:

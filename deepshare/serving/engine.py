@@ -16,7 +16,7 @@ import hashlib
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from deepshare.serving.deadline import NO_DEADLINE, Deadline
 from deepshare.serving.schemas import PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.translate import decision_to_response, request_to_view
 
+if TYPE_CHECKING:
+    from deepshare.tenants import Tenants
+
 AsyncScorer = Callable[[Observation], Awaitable[np.ndarray]]
 
 
@@ -42,20 +45,25 @@ class EngineSettings:
     """Registry name, or NAME=CHECKPOINT for a learned policy."""
     contention: str = "profiled"
     """Contention model behind the policy's predictions (the one it was trained with)."""
+    tenants: Tenants | None = None
+    """Queues and quotas (``--tenants``): the policy then decides behind their admission
+    (:class:`~deepshare.tenants.Admitted`), and requests may name only the queues and priority
+    classes they declare. Admission counts usage from the request's running jobs, so it needs
+    no state between requests."""
 
 
 class PlacementEngine:
     def __init__(self, settings: EngineSettings) -> None:
         start = time.perf_counter()
         self.settings = settings
-        self.policy = make_policy(settings.policy)
+        self.inner = make_policy(settings.policy)
+        """The registry's policy (behind the tenants' admission in :attr:`policy` when there are tenants)."""
+        self.policy = self.inner if settings.tenants is None else _admitted(self.inner, settings.tenants)
         self.contention = make_contention(settings.contention)
         self.catalog = default_catalog()
         self.load_seconds = time.perf_counter() - start
-        self.metadata: dict[str, Any] = dict(getattr(self.policy, "metadata", {}) or {})
+        self.metadata: dict[str, Any] = dict(getattr(self.inner, "metadata", {}) or {})
         self.version = _version(self.metadata.get("checkpoint"))
-        self.in_flight = 0
-        """Requests deciding now (a server counts them; it batches only when there is company)."""
         self._stepped = isinstance(self.policy, SteppedPolicy)
         """Asked once: a runtime-checkable Protocol's isinstance costs tens of us per request."""
 
@@ -71,7 +79,7 @@ class PlacementEngine:
         return None
 
     def view(self, request: PlacementRequest) -> ClusterView:
-        return request_to_view(request, self.catalog, self.contention)
+        return request_to_view(request, self.catalog, self.contention, self.settings.tenants)
 
     def place(
         self, request: PlacementRequest, deadline: Deadline = NO_DEADLINE, score: Scorer | None = None
@@ -135,7 +143,14 @@ class PlacementEngine:
             trained_on=trained,
             contention=self.settings.contention,
             load_seconds=self.load_seconds,
+            queues=None if self.settings.tenants is None else list(self.settings.tenants.queues),
         )
+
+
+def _admitted(policy: Any, tenants: Tenants) -> Any:
+    from deepshare.tenants import Admitted
+
+    return Admitted(policy, tenants)
 
 
 def _not_local(path: str) -> str:

@@ -47,6 +47,13 @@ SliceSize = Field(None, ge=1, le=MAX_JOB_GPUS, description=(
 SliceLevel = Field(None, min_length=1, max_length=256, description=(
     f"the level each slice of slice_size GPUs stays inside ({LEVEL_DOC}; with slice_size)"))
 
+QueueName = Field(None, min_length=1, max_length=256, description=(
+    "the tenant queue it counts against (with `deepshare serve --tenants`: a queue the tenants file declares; "
+    "default: the file's default queue, or its user's / vc's queue under queue_from)"))
+PriorityName = Field(None, min_length=1, max_length=256, description=(
+    "its priority class (with `deepshare serve --tenants`: one the tenants file declares; default: the file's "
+    "default_priority)"))
+
 MAX_NODES = 4096
 MAX_JOBS = 10_000
 MAX_GPUS_PER_NODE = 1024
@@ -130,6 +137,8 @@ class RunningIn(_Body):
     preferred_level: str | None = PreferredLevel
     slice_size: int | None = SliceSize
     slice_level: str | None = SliceLevel
+    queue: str | None = QueueName
+    priority: str | None = PriorityName
 
 
 class PendingIn(_Body):
@@ -152,6 +161,8 @@ class PendingIn(_Body):
     preferred_level: str | None = PreferredLevel
     slice_size: int | None = SliceSize
     slice_level: str | None = SliceLevel
+    queue: str | None = QueueName
+    priority: str | None = PriorityName
 
 
 class FinishedIn(_Body):
@@ -201,7 +212,10 @@ class DecisionOut(BaseModel):
     action: Literal["place", "wait"]
     placement: dict[str, int] | None = Field(None, description="node name -> GPUs, when placed")
     predicted_slowdown: float | None = Field(
-        None, description="predicted isolated/contended time ratio at this placement (1.0 = no slowdown)"
+        None,
+        description="when placed: the job's predicted run time at this placement over its run time alone "
+        "(contended / isolated, at least 1; 1.0 = no slowdown, 1.25 = 25% longer): 1 / its predicted "
+        "throughput ratio, with the other launches of this answer placed first and its preemptions' victims gone",
     )
     domains: dict[str, list[str]] | None = Field(
         None, description="for a placed job that gave a topology request: each fabric level -> the names of the "
@@ -233,6 +247,9 @@ class PolicyOut(BaseModel):
     trained_on: dict[str, object] | None = None
     contention: str
     load_seconds: float
+    queues: list[str] | None = Field(
+        None, description="with a tenants file (`deepshare serve --tenants`): its queues, in file order; the policy "
+        "decides behind their admission")
 
 
 class HealthOut(BaseModel):

@@ -7,10 +7,17 @@ The same settings come from ``deepshare serve`` flags or from the ``args`` of a 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from deepshare.core.errors import DeepShareError
 
 from deepshare.infra.httpauth import MAX_TOKEN_CHARS, MIN_TOKEN_CHARS, TOKEN_PATTERN
 from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
+
+if TYPE_CHECKING:
+    from deepshare.tenants import Tenants
 
 TOKEN_ENV = "DEEPSHARE_SERVE_TOKEN"
 
@@ -45,3 +52,28 @@ class ServiceSettings(BaseModel):
     decision_threads: int = Field(4, gt=0, le=64, description="decisions one replica runs at once; more wait their turn")
     max_batch_size: int = Field(16, gt=0, le=1024, description="observations per batched forward pass")
     batch_wait_timeout_s: float = Field(0.0, ge=0, le=1.0, description="how long a forward pass waits for company")
+    tenants: str | None = Field(
+        None, max_length=1024 * 1024,
+        description="a tenants file's YAML text (docs/tenants.md; `deepshare serve --tenants FILE` reads FILE): the "
+        "policy decides behind its queues' admission; None = no tenancy",
+    )
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenants_parse(cls, text: str | None) -> str | None:
+        if text is not None:
+            try:
+                parse_tenants_text(text)
+            except DeepShareError as exc:
+                raise ValueError(str(exc)) from None
+        return text
+
+    def parsed_tenants(self) -> Tenants | None:
+        """:attr:`tenants` parsed (:class:`~deepshare.tenants.Tenants`), or None."""
+        return None if self.tenants is None else parse_tenants_text(self.tenants)
+
+
+def parse_tenants_text(text: str, source: str = "tenants") -> Tenants:
+    from deepshare.tenants import parse_tenants
+
+    return parse_tenants(text, source)

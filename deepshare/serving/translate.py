@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import leaving_out
@@ -37,6 +38,9 @@ from deepshare.serving.schemas import (
     RunningIn,
 )
 
+if TYPE_CHECKING:
+    from deepshare.tenants import Tenants
+
 Loc = tuple[str | int, ...]
 
 
@@ -55,8 +59,11 @@ class RequestError(DeepShareError):
 
 
 # -- server side -------------------------------------------------------------------------------
-def request_to_view(request: PlacementRequest, catalog: Catalog, contention: ContentionModel) -> ClusterView:
-    """The view a policy decides on; raises :class:`RequestError` naming every bad field."""
+def request_to_view(
+    request: PlacementRequest, catalog: Catalog, contention: ContentionModel, tenants: Tenants | None = None
+) -> ClusterView:
+    """The view a policy decides on; raises :class:`RequestError` naming every bad field (with
+    ``tenants``, also every ``queue`` and ``priority`` the tenants file does not declare)."""
     index = {}
     errors: list[FieldError] = []
     for i, node in enumerate(request.nodes):
@@ -106,6 +113,8 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
         if past.finished_at > request.now:
             errors.append(FieldError(("body", "history", i, "finished_at"), f"{past.finished_at} is after now ({request.now})"))
     errors += _information_errors(request)
+    if tenants is not None:
+        errors += _tenancy_errors(request, tenants)
     fabric_errors = _fabric_errors(request.nodes, request.levels)
     errors += fabric_errors
     topology = None if fabric_errors else _topology(request.nodes, request.levels)
@@ -133,6 +142,30 @@ def request_to_view(request: PlacementRequest, catalog: Catalog, contention: Con
         durations=request.durations,
         history=JobHistory(_finished(job, i) for i, job in enumerate(request.history)),
     )
+
+
+def _tenancy_errors(request: PlacementRequest, tenants: Tenants) -> list[FieldError]:
+    """Every job's ``queue`` and ``priority`` that the tenants file does not declare. A job its
+    queue can never hold is no error here: admission holds it, and it waits."""
+    errors: list[FieldError] = []
+    for kind, jobs in (("running", request.running), ("pending", request.pending)):
+        for i, job in enumerate(jobs):
+            queue = tenants.queue_of(job)  # type: ignore[arg-type] - it reads queue, user and vc
+            if queue not in tenants.queues:
+                said = (f"queue {queue!r} is" if job.queue is not None
+                        else f"the job names no queue, and the default queue {queue!r} is")
+                errors.append(FieldError(("body", kind, i, "queue"), f"{said} not declared in the service's tenants "
+                                         f"file (declared: {_listed(tenants.queues)})"))
+            if job.priority is not None and job.priority not in tenants.priority_classes:
+                declared = _listed(tenants.priority_classes) if tenants.priority_classes else "none"
+                errors.append(FieldError(("body", kind, i, "priority"), f"priority class {job.priority!r} is not "
+                                         f"declared in the service's tenants file (declared: {declared})"))
+    return errors
+
+
+def _listed(names: object) -> str:
+    ordered = sorted(names)  # type: ignore[call-overload]
+    return ", ".join(ordered[:8]) + (f" and {len(ordered) - 8} more" if len(ordered) > 8 else "")
 
 
 _TOPOLOGY_FIELDS = ("required_level", "preferred_level", "slice_size", "slice_level")
@@ -291,6 +324,7 @@ def _pending(job: PendingIn, now: float, durations: str, topology: TopologyReque
     return KnownJob(
         job.job_id, job.model, job.gpus, submitted, remaining, job.attained_gpu_s,
         job.preemptions, None, job.last_run_s, job.queued_since, estimate, job.user, job.group, job.vc, topology,
+        job.queue, job.priority,
     )
 
 
@@ -300,7 +334,7 @@ def _running(job: RunningIn, index: dict[str, int], durations: str, topology: To
     return KnownJob(
         job.job_id, job.model, placement.total_gpus, job.submitted_at, remaining,
         job.attained_gpu_s, job.preemptions, placement, job.running_for_s, None, estimate,
-        job.user, job.group, job.vc, topology,
+        job.user, job.group, job.vc, topology, job.queue, job.priority,
     )
 
 
@@ -318,6 +352,7 @@ def decision_to_response(
     names = [node.name for node in view.topology.nodes]
     launched = {launch.job_id: launch.placement for launch in decision.launch}
     slowdown: dict[str, float] = {}
+    """Each launch's predicted slowdown: contended / isolated run time = 1 / its throughput ratio."""
     pending = []
     by_id = {job.job_id: job for job in view.queued}
     preempted = set(decision.preempt)
@@ -380,7 +415,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
                 job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,
                 remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
                 preemptions=j.preemptions, running_for_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
-                **_topology_fields(j),
+                queue=j.queue, priority=j.priority, **_topology_fields(j),
             )
             for j in view.running
             if j.placement is not None
@@ -390,7 +425,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
                 job_id=j.job_id, model=j.model, gpus=j.gpus, submitted_at=j.submit_time, remaining_s=j.remaining_s,
                 requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
                 queued_since=j.queued_since, last_run_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
-                **_topology_fields(j),
+                queue=j.queue, priority=j.priority, **_topology_fields(j),
             )
             for j in view.queued
         ],
