@@ -66,6 +66,25 @@ def fabric_request(request: dict, required_every: int = 10) -> dict:
     return out
 
 
+def queued_request(request: dict, queues: int) -> dict:
+    """``request`` with its pending and running jobs dealt round-robin into ``queues`` queues."""
+    out = dict(request)
+    for key in ("pending", "running"):
+        out[key] = [{**job, "queue": f"q{i % queues}"} for i, job in enumerate(request.get(key, []))]
+    return out
+
+
+def many_queues(queues: int, total_gpus: int):  # type: ignore[no-untyped-def]
+    """A tenants file of ``queues`` queues in one cohort, each with an equal share of the GPUs as
+    its nominal quota and the rest of the cluster as its borrowing limit."""
+    from deepshare.tenants import parse_tenants
+
+    nominal = total_gpus // queues
+    lines = ["queues:"] + [f"  - {{name: q{i}, cohort: all, nominal_gpus: {nominal}, "
+                           f"borrowing_limit_gpus: {total_gpus - nominal}, weight: 1}}" for i in range(queues)]
+    return parse_tenants("\n".join(lines) + "\n", f"{queues} generated queues")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=4096)
@@ -75,6 +94,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="profile one rl-hybrid decision with this many pending")
     parser.add_argument("--fabric", action="store_true",
                         help="also decide each request on the same nodes as a four-level fabric, side by side")
+    parser.add_argument("--queues", type=int, default=0,
+                        help="also decide each request behind the admission of this many tenant queues, side by side")
     add_json_flag(parser)
     args = parser.parse_args()
     record = Record("decide_scale", args.json)
@@ -99,6 +120,15 @@ def main() -> None:
                            "over the flat cluster's", f_cpu / max(cpu, 1e-9), "x", at_most=2.0 if n == 10000 else None)
                 print(f"  {policy:18s} pending {n:6d} (fabric): {f_seconds:7.2f} s ({f_cpu:6.2f} s CPU), {f_placed} placed;"
                       f" {f_cpu / max(cpu, 1e-9):.2f}x the flat decision's CPU", flush=True)
+            if args.queues:
+                tenants_engine = PlacementEngine(EngineSettings(policy=policy, tenants=many_queues(args.queues, 8 * args.nodes)))
+                q_seconds, q_cpu, q_placed = time_one(
+                    tenants_engine, PlacementRequest.model_validate(queued_request(scale_request(args.nodes, n), args.queues)))
+                record.add(f"{policy}: one decision, {n:,} pending in {args.queues} queues on {args.nodes:,} nodes, "
+                           "over the decision without tenants", q_cpu / max(cpu, 1e-9), "x",
+                           at_most=1.5 if n == 10000 else None)
+                print(f"  {policy:18s} pending {n:6d} ({args.queues} queues): {q_seconds:7.2f} s ({q_cpu:6.2f} s CPU), "
+                      f"{q_placed} placed; {q_cpu / max(cpu, 1e-9):.2f}x the decision without tenants", flush=True)
             record.add(f"{policy}: one decision, {n:,} pending 1-GPU jobs on {args.nodes:,} x 8-GPU nodes", cpu, "s CPU",
                        at_most=TARGET_S if n == 10000 else None)
             print(f"  {policy:18s} pending {n:6d} (1-GPU):   {seconds:7.2f} s ({cpu:6.2f} s CPU), {placed} placed", flush=True)
