@@ -14,7 +14,7 @@ heuristic, cost ~ jobs^<=1.1.
 
 ``--burst N`` instead: N jobs all queued at t = 0 on 64 x 8 GPUs (the queue at its longest),
 ``fifo+consolidated`` run by the simulator as it is and by its straightforward reference mode
-(a copy of the queue and a full sort at every decision: ``Simulator(reference_views=True)``
+(a copy of the queue and a full sort at every decision: ``ReferenceSimulator``
 with ``use_index=False``) side by side in this process, with the ratio; the reports must agree.
 
 ``--cluster PRESET_OR_SPEC`` instead: each (size, policy) point on that cluster (a fabric preset
@@ -109,6 +109,7 @@ def burst(n: int, record: Record) -> None:
     from dataclasses import replace
 
     from deepshare.core.contention import make_contention
+    from deepshare.core.reference import ReferenceSimulator
     from deepshare.core.simulator import Simulator
     from deepshare.core.topology import uniform
     from deepshare.core.traces import generate, mix_preset
@@ -121,7 +122,7 @@ def burst(n: int, record: Record) -> None:
         policy = make_policy("fifo+consolidated")
         if reference:
             policy = replace(policy, use_index=False)
-        sim = Simulator(topo, jobs, make_contention("profiled"), keep_records=False, reference_views=reference)
+        sim = (ReferenceSimulator if reference else Simulator)(topo, jobs, make_contention("profiled"), keep_records=False)
         cpu = time.process_time()
         report = sim.run(policy)
         results[label] = (time.process_time() - cpu, report.to_dict())

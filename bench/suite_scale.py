@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 from deepshare.experiments.suite import SuiteSpec, cells, load_suite, run_suite
+from deepshare.infra import raycompat
 
 NODE = dict(num_cpus=1, object_store_memory=100 * 1024**2)
 
@@ -108,7 +109,7 @@ def main() -> None:
             for count in counts:
                 while len(nodes) < count:
                     nodes.append(cluster.add_node(wait=False, **NODE))
-                    cluster._wait_for_node(nodes[-1], timeout=120)  # add_node(wait=True) gives a busy machine 30 s
+                    raycompat.wait_for_node(cluster, nodes[-1], 120)  # add_node(wait=True) gives a busy machine 30 s
                 cluster.wait_for_nodes()
                 warm_up(count)
                 wall, result = timed(lambda: run_suite(spec, on_ray=True))

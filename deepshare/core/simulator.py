@@ -304,6 +304,50 @@ class _Job:
                            spec.user, spec.group, spec.vc, self.estimate)
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """The state a :class:`Simulator` goes on from instead of an empty cluster at t = 0
+    (``Simulator(..., resume=...)``; :meth:`Simulator.from_view` builds one from a policy's view).
+
+    Restored, at ``now``: the clock; each running job on its placement, with the work its
+    ``remaining_s`` says, its attained GPU-seconds and preemptions, and its current run started
+    ``last_run_s`` ago (its first start too, which a view does not show); each queued job queued
+    since its ``queued_since``, with its attained service, preemptions and last run, restoring
+    from a checkpoint when it starts if it was preempted before; ``free`` GPUs per node: GPUs its
+    running jobs do not account for are held by work the state does not show, and stay held; the
+    next periodic round in the phase of a run that started at t = 0. A job submitted after
+    ``now`` (by a clock that runs ahead) counts as submitted at ``now``.
+
+    Not restored: finished jobs (the history given to the simulator carries those), a running
+    job's restore still under way (it goes on at once), GPU time before ``now`` (approximated by
+    the attained service), estimate errors (the resumed run is ``exact`` on ``remaining_s``)."""
+
+    now: float
+    running: tuple[JobView, ...]
+    """Jobs running at ``now`` (``placement`` set)."""
+    queued: tuple[JobView, ...]
+    """Jobs queued at ``now``, in queue order."""
+    free: tuple[int, ...]
+    """Free GPUs per node of the topology at ``now``."""
+
+    @classmethod
+    def of_view(cls, view: ClusterView) -> "ResumePoint":
+        """The state ``view`` shows (reading its running jobs brings their progress to ``view.now``)."""
+        return cls(view.now, tuple(view.running), tuple(view.queued), tuple(view.free))
+
+    @property
+    def jobs(self) -> tuple[JobView, ...]:
+        """Running jobs, then queued ones: the first trace positions of the resumed simulator."""
+        return (*self.running, *self.queued)
+
+    def specs(self) -> list[JobSpec]:
+        """The jobs as trace entries (the work each has left as its duration)."""
+        return [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, self.now),
+                        duration_s=max(v.remaining_s, _LEAST_WORK_S), user=v.user, group=v.group, vc=v.vc,
+                        requested_s=v.estimate_s, topology=v.topology, queue=v.queue, priority=v.priority)
+                for v in self.jobs]
+
+
 class Simulator:
     def __init__(
         self,
@@ -314,12 +358,12 @@ class Simulator:
         config: SimConfig = SimConfig(),
         control: ClusterControl | None = None,
         *,
-        reference_views: bool = False,
         keep_records: bool = True,
         on_record: Callable[[int, JobRecord], None] | None = None,
         information: InformationModel = EXACT,
         history: JobHistory | None = None,
         prior: ContentionModel | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         """``information``: what the policies' views carry of job lengths and of contention
         (:mod:`deepshare.core.information`; the library's default is ``exact``). ``history``:
@@ -330,16 +374,15 @@ class Simulator:
         corrected by the run's reports (:mod:`deepshare.core.knowledge`), never from
         ``contention``, which only rates the jobs.
 
-        ``reference_views``: hand policies a tuple copy of the queue at every decision (the
-        straightforward O(queue) way) instead of a :class:`PendingJobs` read through the queue;
-        the decisions are the same, it exists to test that they are.
+        ``resume``: go on from that state (:class:`ResumePoint`, which says what is restored)
+        instead of an empty cluster at t = 0; its jobs take the first trace positions and
+        ``jobs`` are those submitted after ``resume.now``.
 
         A job's state is dropped when it finishes or is rejected: its result goes into NumPy
         columns (what :meth:`report` needs), into a :class:`JobRecord` kept for the report's
         ``records`` unless ``keep_records`` is False (a million-job run keeps columns only), and
         to ``on_record(trace_position, record)`` when given (the streamed ``--jobs-csv``)."""
         self.topology = topology
-        self._reference_views = reference_views
         self._queue_log = QueueLog()
         self._pending: weakref.ref[PendingJobs] | None = None
         self._node_names = [node.name for node in topology.nodes]
@@ -350,7 +393,11 @@ class Simulator:
         """Jobs that finished: the past ones given, then this run's, in completion order."""
         self.contention = contention
         self._state = contention.new_state(topology, self.catalog)
-        self._specs: tuple[JobSpec, ...] = tuple(jobs)
+        if resume is not None:
+            late = [spec.job_id for spec in jobs if not spec.submit_time > resume.now]
+            if late:
+                raise DeepShareError(f"future jobs must be submitted after the view's time {resume.now}: {late[:5]}")
+        self._specs: tuple[JobSpec, ...] = tuple(jobs) if resume is None else (*resume.specs(), *jobs)
         seen: set[str] = set()
         for spec in self._specs:
             if spec.job_id in seen:
@@ -406,13 +453,13 @@ class Simulator:
         self._frag_area = 0.0
         self._total_gpus = topology.total_gpus
         self._held_elsewhere = 0
-        """GPUs a view's free counts showed as held by work it does not list (:meth:`from_view`)."""
+        """GPUs a resumed state's free counts showed as held by work it does not list (:class:`ResumePoint`)."""
         self.decisions = 0
         self.events_processed = 0
         self._awaiting_decision = False
         self._decide_now = False
-        """A decision is due now, before any event (:meth:`from_view`)."""
-        if config.round_s is not None and self._specs:
+        """A decision is due now, before any event (a resumed run's first)."""
+        if config.round_s is not None and self._specs and resume is None:
             self._events.push(config.round_s, EventKind.ROUND)
         self.knowledge: SimulatedKnowledge | None = None
         """Under learned contention: the learned model, its reports and its error log."""
@@ -428,6 +475,37 @@ class Simulator:
         self._nodes = SimNodePool(topology, self._free, self._events, control)
         if control is not None:
             control.attach(self)
+        if resume is not None:
+            self._restore(resume)
+
+    def _restore(self, resume: ResumePoint) -> None:
+        """Set up ``resume``'s jobs (trace positions ``0 .. len(resume.jobs) - 1``) as its state has them."""
+        now, known = resume.now, resume.jobs
+        if self.config.round_s is not None:  # the first round after now, in the original's phase
+            self._events.push(_next_round(now, self.config.round_s), EventKind.ROUND)
+        self._events.skip_arrivals(len(known))  # submitted by now: they sort first, and are set up here
+        self._live_events -= len(known)
+        self.now = self._last_t = now
+        changed: set[str] = set()
+        for index, v in enumerate(known):
+            job = self._jobs[v.job_id] = _Job(self._specs[index], self.catalog, index)
+            job.attained, job.preemptions = v.attained_gpu_s, v.preemptions
+            if v.placement is not None:  # running
+                changed |= self._start(job, v.placement, now, 0.0)
+                job.first_start = job.run_start = now - v.last_run_s
+                changed.add(v.job_id)
+            else:
+                job.needs_restore = v.preemptions > 0
+                job.first_start = v.queued_since if v.preemptions else None
+                job.last_run_s = v.last_run_s  # a preempted job's last run (dlas's starvation guard reads it)
+                self._enqueue(job, v.queued_since)
+        self._rerate(changed, now)
+        for node, free in enumerate(resume.free):  # GPUs held by work the state does not show stay held
+            if free > self._free[node]:
+                raise DeepShareError(f"node {node}: the view has {free} GPUs free, its running jobs leave {self._free[node]}")
+            self._held_elsewhere += self._free[node] - free
+            self._free[node] = free
+        self._decide_now = True  # the first advance() asks for the decision at now, as the view did
 
     @classmethod
     def from_view(
@@ -454,46 +532,8 @@ class Simulator:
         the view's running jobs (as this does) brings their progress to ``view.now`` in the
         original too, as a policy that reads them does: if the original's policy never reads
         them, its later event times can move in the last bit."""
-        late = [spec.job_id for spec in future if not spec.submit_time > view.now]
-        if late:
-            raise DeepShareError(f"future jobs must be submitted after the view's time {view.now}: {late[:5]}")
-        known = [*view.running, *view.queued]
-        # A live view's clock may put a submit time past ``now``: known jobs count as submitted by
-        # then, so their arrivals sort before every future one's (and are skipped below).
-        specs = [JobSpec(v.job_id, v.model, v.gpus, min(v.submit_time, view.now),
-                         duration_s=max(v.remaining_s, _LEAST_WORK_S), user=v.user, group=v.group, vc=v.vc,
-                         requested_s=v.estimate_s, topology=v.topology, queue=v.queue, priority=v.priority)
-             for v in known]
-        # Built without rounds: the first one after now is scheduled below, in the original's phase.
-        sim = cls(view.topology, [*specs, *future], contention, view.catalog, replace(config, round_s=None),
-                  history=view.history)
-        sim.config = config
-        if config.round_s is not None:
-            sim._events.push(_next_round(view.now, config.round_s), EventKind.ROUND)
-        sim._events.skip_arrivals(len(known))  # submitted by now: they sort first, and are set up here
-        sim._live_events -= len(known)
-        sim.now = sim._last_t = view.now
-        changed: set[str] = set()
-        for index, v in enumerate(known):
-            job = sim._jobs[v.job_id] = _Job(specs[index], sim.catalog, index)
-            job.attained, job.preemptions = v.attained_gpu_s, v.preemptions
-            if v.placement is not None:  # running
-                changed |= sim._start(job, v.placement, view.now, 0.0)
-                job.first_start = job.run_start = view.now - v.last_run_s
-                changed.add(v.job_id)
-            else:
-                job.needs_restore = v.preemptions > 0
-                job.first_start = v.queued_since if v.preemptions else None
-                job.last_run_s = v.last_run_s  # a preempted job's last run (dlas's starvation guard reads it)
-                sim._enqueue(job, v.queued_since)
-        sim._rerate(changed, view.now)
-        for node, free in enumerate(view.free):  # GPUs held by work the view does not show stay held
-            if free > sim._free[node]:
-                raise DeepShareError(f"node {node}: the view has {free} GPUs free, its running jobs leave {sim._free[node]}")
-            sim._held_elsewhere += sim._free[node] - free
-            sim._free[node] = free
-        sim._decide_now = True  # the first advance() asks for the decision at view.now, as the view did
-        return sim
+        return cls(view.topology, future, contention, view.catalog, config, history=view.history,
+                   resume=ResumePoint.of_view(view))
 
     # -- dynamic clusters (used by a ClusterControl) -----------------------------------------
     @property
@@ -638,13 +678,7 @@ class Simulator:
     def view(self) -> ClusterView:
         t = self.now
         self._queue_log.trim()
-        if self._reference_views:
-            queued: Sequence[JobView] = tuple(self._queued_views.values())
-        else:
-            self._release_pending()
-            pending = PendingJobs(self._queued_views, self._queue_log)
-            self._pending = weakref.ref(pending)
-            queued = pending
+        queued = self._queued_view()
         return ClusterView(
             now=t,
             topology=self._nodes.view_topology,
@@ -658,6 +692,14 @@ class Simulator:
             history=self.history,
             **({} if self._link_loads is None else {"link_load": _lazy_loads(self._link_loads)}),
         )
+
+    def _queued_view(self) -> Sequence[JobView]:
+        """The queue a view shows: a :class:`PendingJobs` read through the queue, no copy
+        (:class:`~deepshare.core.reference.ReferenceSimulator` copies it, to test that this decides the same)."""
+        self._release_pending()
+        pending = PendingJobs(self._queued_views, self._queue_log)
+        self._pending = weakref.ref(pending)
+        return pending
 
     def _release_pending(self) -> None:
         """Before the queue changes: a view still held keeps the queue it showed (a copy)."""

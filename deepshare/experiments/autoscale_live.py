@@ -1,10 +1,12 @@
 """The live local autoscaling experiment: the live scheduler on a fake autoscaling Ray cluster.
 
 It starts a :class:`~deepshare.raycluster.fake_autoscaling.FakeAutoscalingCluster` from an
-autoscaling spec (min nodes up), the live scheduler (``deepshare scheduler start``, a
-subprocess) against it, and the :class:`~deepshare.raycluster.demand_bridge.DemandBridge`;
-submits a small trace of example DDP jobs (``examples/jobs/ddp_mlp.py``, gloo on CPU, fake
-GPUs) at their offsets; and samples every ``poll_s`` the GPU nodes alive, the demand and the
+autoscaling spec (min nodes up), the live scheduler against it (in a thread of this process,
+through :func:`deepshare.runtime.service.run_scheduler`, sharing this process's Ray connection),
+and the :class:`~deepshare.raycluster.demand_bridge.DemandBridge`; submits a small trace of
+example DDP jobs (``ddp_mlp.py``, gloo on CPU, fake GPUs; shipped in the package as
+``deepshare/data/jobs/ddp_mlp.py``, a copy of ``examples/jobs/ddp_mlp.py``, and copied into the
+work folder, so an installed package runs it without a checkout) at their offsets; and samples every ``poll_s`` the GPU nodes alive, the demand and the
 jobs' states until every job has ended. Then it drops the demand and waits (bounded) for the
 cluster to shrink back to its min nodes.
 
@@ -19,11 +21,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,7 +33,8 @@ from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
 from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
 from deepshare.core.errors import DeepShareError
 
-REPO = Path(__file__).resolve().parents[2]
+JOB_SCRIPT = "ddp_mlp.py"
+"""The example job, package data under ``deepshare/data/jobs/`` (the same file as ``examples/jobs/ddp_mlp.py``)."""
 
 DEFAULT_SPEC = """
 name: fake-autoscaling
@@ -142,6 +144,42 @@ def _wait(what: str, check: Callable[[], Any], timeout_s: float, every_s: float 
         time.sleep(every_s)
 
 
+def install_job_script(folder: Path) -> Path:
+    """Copy the packaged example job into ``folder`` (created), the jobs' ``working_dir``; its path.
+    The jobs then name it ``ddp_mlp:main``: the worker puts ``working_dir`` on ``PYTHONPATH``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / JOB_SCRIPT
+    target.write_bytes(files("deepshare.data").joinpath("jobs", JOB_SCRIPT).read_bytes())
+    return target
+
+
+class _SchedulerThread:
+    """The live scheduler (:func:`~deepshare.runtime.service.run_scheduler`) in a thread of this
+    process, without signal handlers (``handle_signals=False``): :meth:`close` stops it."""
+
+    def __init__(self, config: Any, policy: Any, log: Callable[[str], None]) -> None:
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(config, policy, log), name="deepshare-live-scheduler",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, config: Any, policy: Any, log: Callable[[str], None]) -> None:
+        from deepshare.runtime.service import run_scheduler
+
+        try:
+            run_scheduler(config, policy, announce=log, stop=self.stop, handle_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - reported by the waiting experiment
+            self.error = exc
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self.stop.set()
+        self.thread.join(timeout_s)
+
+
 def run_live_experiment(
     workdir: str | Path,
     spec: AutoscaleSpec | None = None,
@@ -152,10 +190,13 @@ def run_live_experiment(
     scale_down_wait_s: float = 60.0,
     log: Callable[[str], None] = lambda _: None,
 ) -> LiveReport:
-    """Run the experiment in ``workdir`` (Ray temp files, journal, checkpoints, logs)."""
+    """Run the experiment in ``workdir`` (Ray temp files, journal, checkpoints, logs, the job script)."""
     import ray
 
+    from deepshare.policies import make_policy
     from deepshare.runtime.httpclient import SchedulerClient
+    from deepshare.runtime.loop import LoopConfig
+    from deepshare.runtime.service import ServiceConfig
     from deepshare.runtime.spec import spec_from_json
     from deepshare.runtime.token import client_token
 
@@ -165,30 +206,26 @@ def run_live_experiment(
     if len(spec.node_types) != 1:
         raise DeepShareError("the live experiment supports one node type (the bridge cuts jobs into its node size)")
     (node_type,) = spec.node_types.values()
-    if not (REPO / "examples" / "jobs" / "ddp_mlp.py").exists():
-        raise DeepShareError(f"the live experiment runs examples/jobs/ddp_mlp.py from a checkout; not found under {REPO}")
+    scheduling = make_policy(policy)  # a bad name fails before Ray starts
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    jobs_dir = install_job_script(work / "jobs").parent
     cluster = FakeAutoscalingCluster(spec, work / "ray")
-    scheduler: subprocess.Popen[bytes] | None = None
+    scheduler: _SchedulerThread | None = None
     try:
         log("starting the fake autoscaling cluster")
         address = cluster.start()
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
         _wait("the min nodes", lambda: _gpu_nodes()[0] >= node_type.min_nodes, 120)
         state = work / "scheduler"
-        env = dict(os.environ, RAY_AUTH_MODE="disabled")
-        scheduler = subprocess.Popen(
-            [sys.executable, "-m", "deepshare", "scheduler", "start", "--address", address, "--state", str(state),
-             "--port", "0", "--policy", policy, "--interval", "0.3"],
-            cwd=REPO, env=env, stdout=open(work / "scheduler.log", "ab"), stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        environ = dict(os.environ)  # before the scheduler takes $DEEPSHARE_SCHEDULER_TOKEN out of it
+        config = ServiceConfig(state_dir=str(state), address=address, port=0, loop=LoopConfig(interval_s=0.3))
+        scheduler = _SchedulerThread(config, scheduling, log)  # joins this process's Ray connection
         info = state / "scheduler.json"
-        _wait("the scheduler", lambda: info.exists() or scheduler.poll() is not None, 90)
-        if scheduler.poll() is not None:
-            raise DeepShareError(f"the scheduler exited; see {work / 'scheduler.log'}")
-        client = SchedulerClient(json.loads(info.read_text())["url"], client_token(None, state, env))
+        _wait("the scheduler", lambda: info.exists() or not scheduler.alive(), 90)
+        if not scheduler.alive():
+            raise DeepShareError(f"the scheduler stopped: {scheduler.error or 'no error'}") from scheduler.error
+        client = SchedulerClient(json.loads(info.read_text())["url"], client_token(None, state, environ))
         bridge = DemandBridge(node_type.gpus, ray_request)
         t0 = time.time()
         sampler = _Sampler(t0)
@@ -199,9 +236,9 @@ def run_live_experiment(
             now = time.time()
             while pending and now - t0 >= pending[0].at_s:
                 j = pending.pop(0)
-                body = {"name": j.name, "gpus": j.gpus, "model": j.model, "entrypoint": "examples.jobs.ddp_mlp:main",
+                body = {"name": j.name, "gpus": j.gpus, "model": j.model, "entrypoint": "ddp_mlp:main",
                         "args": ["--steps", str(j.steps), "--batch", "32", "--step-sleep", "0.02"],
-                        "checkpoint_dir": str(work / "ckpt"), "working_dir": str(REPO)}
+                        "checkpoint_dir": str(work / "ckpt"), "working_dir": str(jobs_dir)}
                 ids[client.submit(spec_from_json(body)).id] = j.name
             jobs = client.jobs()
             bridge.update([(x.state, x.gpus) for x in jobs])
@@ -234,11 +271,7 @@ def run_live_experiment(
         return LiveReport(tuple(results), tuple(sampler.latencies), max(p[1] for p in sampler.timeline), scale_down,
                           tuple(sampler.timeline), bridge.calls)
     finally:
-        if scheduler is not None and scheduler.poll() is None:
-            scheduler.send_signal(signal.SIGTERM)
-            try:
-                scheduler.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
+        if scheduler is not None:
+            scheduler.close()  # before Ray goes: the loop and the API stop, the journal is closed
         ray.shutdown()
         cluster.shutdown()

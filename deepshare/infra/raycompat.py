@@ -4,8 +4,9 @@ DeepShare uses Ray's public API everywhere else. What is here reaches into modul
 in any release (``ray._private``, ``ray._common``, ``ray.serve._private``,
 ``ray.autoscaler._private``) or private attributes of public classes. Each use is one function
 below, whose docstring says what it does, why no public API serves, and which Ray versions were
-verified (:data:`VERIFIED_MINORS`). ``tests/test_raycompat.py`` fails when a private import
-appears anywhere else in the package.
+verified (:data:`VERIFIED_MINORS`). ``tests/test_raycompat.py`` fails when a private import or
+name appears anywhere else in the package, the tests or the benchmarks (tests that patch a private
+module and put it back get the module from here too).
 
 **Failing on an unverified Ray.** ``pyproject.toml`` pins Ray to the verified minor series, so
 pip refuses any other. A Ray installed past the pin (a cluster image, ``pip install --no-deps``)
@@ -76,7 +77,37 @@ def single_machine_mode_in_this_process() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def ray_constants_module() -> Any:
+    """``ray._private.ray_constants``, the module whose ``ENABLE_RAY_CLUSTER``
+    :func:`single_machine_mode_in_this_process` sets: for tests that set it back first
+    (``monkeypatch.setattr(ray_constants_module(), "ENABLE_RAY_CLUSTER", True)``) and see it switched.
+
+    Why: the switch is that private constant (see :func:`single_machine_mode_in_this_process`);
+    a test of the switch has to read and restore it. Ray's public ``ray.util.get_node_ip_address``
+    (the same function ``services.get_node_ip_address`` it consults) shows the effect.
+    Verified: Ray 2.60.
+    """
+    require("Ray's single-machine switch (ray._private.ray_constants)")
+    from ray._private import ray_constants
+
+    return ray_constants
+
+
 # -- the placement service's replica (deepshare.serving.deployment) ------------------------------
+
+def serve_replica_module() -> Any:
+    """``ray.serve._private.replica``, the module :func:`replica_grpc_on_loopback` patches: for
+    tests that put a stand-in for its ``add_port_to_grpc_server`` (``monkeypatch.setattr``) and
+    check the patch wraps it.
+
+    Why: the patched name is a private module's global (see :func:`replica_grpc_on_loopback`).
+    Verified: Ray 2.60.
+    """
+    require("the Serve replica module (ray.serve._private.replica)")
+    from ray.serve._private import replica
+
+    return replica
+
 
 def replica_grpc_on_loopback() -> None:
     """Make this Serve replica's inter-deployment gRPC server listen on 127.0.0.1, not ``[::]``.
@@ -156,7 +187,7 @@ def fake_node_number(provider: Any) -> int:
     return int(provider._next_node_id) + 1
 
 
-# -- RLlib's training keys (deepshare.rl.ppo_keys) ------------------------------------------------
+# -- RLlib (deepshare.rl.ppo_keys, deepshare.rl.module) ------------------------------------------
 
 def rllib_deprecated_value() -> int:
     """RLlib's marker default of a deprecated ``training()`` argument: ``ray._common.deprecation.DEPRECATED_VALUE``.
@@ -175,7 +206,7 @@ RLLIB_DEPRECATION_LOGGER = "ray._common.deprecation"
 """The logger RLlib's deprecation warnings come from (a private module's name; Ray 2.60)."""
 
 
-# -- fake clusters in tests and benchmarks (tests/raytools.py) ------------------------------------
+# -- fake clusters in tests and benchmarks (tests/raytools.py, bench/suite_scale.py) -------------
 
 def wait_for_node(cluster: Any, node: Any, timeout_s: float) -> None:
     """Wait up to ``timeout_s`` for one node of a ``ray.cluster_utils.Cluster`` to register: its

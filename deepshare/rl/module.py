@@ -18,6 +18,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from torch import nn
 
+from deepshare.infra.raycompat import RLLIB_DEPRECATION_LOGGER
 from deepshare.policies.scorer_net import CandidateScorer
 
 
@@ -49,7 +50,7 @@ class CandidatePPOModule(DefaultPPOTorchRLModule):
         checkpoints call); the deprecated ``RLModule(config=...)`` form is a TypeError here. The
         deprecation line RLlib logs from its own compatibility shim while it runs is dropped: it
         does not concern this module, and it told users to change a call they do not make."""
-        quiet, logger = _DropShimWarning(), logging.getLogger("ray._common.deprecation")
+        quiet, logger = _DropShimWarning(), logging.getLogger(RLLIB_DEPRECATION_LOGGER)
         logger.addFilter(quiet)
         try:
             super().__init__(observation_space=observation_space, action_space=action_space, inference_only=inference_only,

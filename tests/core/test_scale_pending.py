@@ -1,7 +1,7 @@
 """The simulator's pending view (no queue copy per decision) gives exactly the straightforward
 implementation's decisions, reports and per-job tables, for every registered non-learned policy.
 
-Reference: ``Simulator(reference_views=True)`` (a tuple copy of the queue at every decision, as
+Reference: :class:`~deepshare.core.reference.ReferenceSimulator` (a tuple copy of the queue at every decision, as
 before) driving the policy with ``use_index=False`` (a full sort of the queue at every decision).
 """
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from deepshare.core.contention import make_contention
 from deepshare.core.pending import PendingJobs
+from deepshare.core.reference import ReferenceSimulator
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.types import JobSpec
@@ -66,9 +67,8 @@ def reference_of(name: str) -> HeuristicPolicy | Migrating:
 
 
 def build(raw, nodes: int, gpus: int, round_s, reference: bool) -> Simulator:
-    return Simulator(
-        uniform(nodes, gpus), make_jobs(raw), make_contention("profiled"),
-        config=SimConfig(round_s=round_s), reference_views=reference,
+    return (ReferenceSimulator if reference else Simulator)(
+        uniform(nodes, gpus), make_jobs(raw), make_contention("profiled"), config=SimConfig(round_s=round_s),
     )
 
 

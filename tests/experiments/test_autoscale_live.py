@@ -16,8 +16,10 @@ import pytest
 
 from deepshare.raycluster.demand_bridge import DemandBridge, demand_bundles
 from deepshare.raycluster.fake_autoscaling import autoscaling_config
-from deepshare.experiments.autoscale_live import DEFAULT_SPEC, LiveJob, run_live_experiment
+from deepshare.core.errors import DeepShareError
+from deepshare.experiments.autoscale_live import DEFAULT_SPEC, LiveJob, install_job_script, run_live_experiment
 from deepshare.core.autoscaling import parse_autoscale_spec
+from deepshare.infra import raycompat
 
 
 def test_demand_bundles_cut_queued_and_running_jobs_into_node_sized_chunks():
@@ -35,8 +37,7 @@ def test_the_bridge_pushes_only_changes():
 
 
 def test_the_fake_provider_config_passes_rays_own_validation():
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
+    prepare_config, validate_config = raycompat.cluster_config_prepare_and_validate()
     spec = parse_autoscale_spec(DEFAULT_SPEC)
     config = autoscaling_config(spec, "127.0.0.1:1234")
     validate_config(prepare_config(copy.deepcopy(config)))
@@ -44,6 +45,31 @@ def test_the_fake_provider_config_passes_rays_own_validation():
     assert (node["min_workers"], node["max_workers"], node["resources"]["GPU"]) == (1, 3, 4)
     assert node["labels"]["deepshare.io/fabric"] == "pcie"
     assert config["idle_timeout_minutes"] == 0.25
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_job_ships_as_package_data_the_same_as_the_examples_copy(tmp_path):
+    """The experiment runs from an installed package: the job it submits is package data
+    (``deepshare/data/jobs/``, listed in pyproject's package-data), byte for byte the example users read."""
+    script = install_job_script(tmp_path / "jobs")
+    assert script == tmp_path / "jobs" / "ddp_mlp.py"
+    assert script.read_bytes() == (ROOT / "examples" / "jobs" / "ddp_mlp.py").read_bytes()
+    [line] = [x for x in (ROOT / "pyproject.toml").read_text().splitlines() if x.startswith('"deepshare.data" = ')]
+    assert '"jobs/*.py"' in line
+
+
+def test_the_experiment_needs_no_checkout_and_no_cli_subprocess():
+    source = (ROOT / "deepshare" / "experiments" / "autoscale_live.py").read_text()
+    assert "parents[" not in source and "examples" not in source.replace("examples/jobs/ddp_mlp.py", "")
+    assert "subprocess" not in source and "run_scheduler(" in source
+
+
+def test_an_unknown_policy_is_refused_before_ray_starts(tmp_path, no_ray):
+    with pytest.raises(DeepShareError):
+        run_live_experiment(tmp_path, policy="no-such-policy")
+    assert not (tmp_path / "ray").exists()
 
 
 SMALL_SPEC = """

@@ -29,6 +29,7 @@ from deepshare.experiments import policy_files, ray_runs  # noqa: E402
 from deepshare.experiments.learning_curve import SuiteCurve  # noqa: E402
 from deepshare.experiments.ray_runs import Lost, Once, run_tasks  # noqa: E402
 from deepshare.experiments.suite import SuiteSpec, run_suite  # noqa: E402
+from deepshare.infra import raycompat  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a fake multi-node Ray cluster
 
@@ -134,7 +135,7 @@ def test_a_node_removed_mid_suite_still_gives_the_complete_identical_json(cluste
     monkeypatch.setenv("DS_TEST_MARK", str(mark))  # the third node's processes, and only they, carry it
     doomed = cluster.add_node(num_cpus=1, object_store_memory=80 * 1024**2, wait=False)
     monkeypatch.delenv("DS_TEST_MARK")
-    cluster._wait_for_node(doomed, timeout=STARTUP_TIMEOUT_S)  # add_node(wait=True) waits 30 s
+    raycompat.wait_for_node(cluster, doomed, STARTUP_TIMEOUT_S)  # add_node(wait=True) waits 30 s
     cluster.wait_for_nodes(timeout=STARTUP_TIMEOUT_S)
     warm = ray.remote(num_cpus=1)(lambda: __import__("deepshare.experiments.suite") and 0)
     ray.get(warm.options(scheduling_strategy=NodeAffinitySchedulingStrategy(doomed.node_id, soft=False)).remote(),

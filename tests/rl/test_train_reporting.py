@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from deepshare.cli import main
+from deepshare.infra.raycompat import RLLIB_DEPRECATION_LOGGER
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "rl" / "tiny.yaml"
 NAN_ROW = {"iteration": 1, "env_steps_lifetime": 200, "episode_return_mean": math.nan, "episode_len_mean": math.nan,
@@ -57,7 +58,7 @@ def test_the_module_is_built_by_keywords_without_rllibs_deprecation_line() -> No
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("ray._common.deprecation")
+    logger = logging.getLogger(RLLIB_DEPRECATION_LOGGER)
     logger.addHandler(handler)
     try:
         spec = RLModuleSpec(module_class=CandidatePPOModule, observation_space=env.observation_space,
