@@ -1,5 +1,9 @@
 """How much could a policy gain over the strongest heuristic by deciding differently? (issue 13)
 
+Superseded by ``bench/room.py`` (issue 37), which runs the registered ``planner`` and the
+clairvoyant ceiling with the same rollout machinery (:mod:`deepshare.policies.planner`), under the
+cell's own information model; this script is kept to reproduce issue 13's figures.
+
 A one-step look-ahead on a suite's cells: at every decision point, the decisions of the base
 heuristic (``srsf+uncontended+preempt``) and of a few others are each tried on a copy of the
 cluster (:meth:`deepshare.core.simulator.Simulator.from_view`), the copy is simulated to its end

@@ -133,6 +133,26 @@ def _register_learned() -> None:
 _register_learned()
 
 
+def _register_planner() -> None:
+    from deepshare.policies.planner import Planner, parse_argument
+
+    register(
+        PolicyInfo(
+            "planner",
+            "slow, strong: at each contested decision, rolls each leading heuristic's decision forward over K futures "
+            "sampled from what the view allows (belief about remaining work, arrivals like the past), the base "
+            "heuristic going on for an hour, and takes the least jobs-in-system cost; planner=K[:BUDGET_S[:CONTENTION]] "
+            "(default 8 futures, no budget, profiled contention in the copies)",
+            lambda arg="": Planner(parse_argument(arg), make_policy),
+            takes_argument=True,
+            heuristic=False,
+        )
+    )
+
+
+_register_planner()
+
+
 def policy_names(heuristics_only: bool = False) -> list[str]:
     """Built-in names (heuristics, then learned), then installed entry points' names."""
     names = [n for n, info in _REGISTRY.items() if info.heuristic or not heuristics_only]

@@ -617,7 +617,7 @@ def test_invariants_on_random_traces(scenario):
         assert rec.gpu_time_s >= rec.productive_s * spec.gpus * (1 - 1e-9)
         assert rec.queue_s >= 0.0
     assert 0.0 <= report.gpu_util <= 1.0 + 1e-9
-    if "preempt" not in policy_name:
+    if "preempt" not in policy_name and policy_name != "planner":  # the planner weighs preemptive heuristics' decisions
         assert report.preemptions == 0
     if not policy_name.endswith("+migrate"):  # only the +migrate variants move jobs
         assert report.migrations == 0

@@ -62,7 +62,8 @@ def finishes(name: str, runs: list[tuple[Path, float | None]]) -> None:
         assert report.rejected == 0
         assert report.policy == name
         assert 0.0 < report.gpu_util <= 1.0
-        if not name.removesuffix("+migrate").endswith(("+preempt", "-preempt")):  # rl-hybrid-preempt preempts too
+        if not name.removesuffix("+migrate").endswith(("+preempt", "-preempt")) and name != "planner":
+            # rl-hybrid-preempt preempts too, and the planner weighs preemptive heuristics' decisions
             assert report.preemptions == 0
 
 

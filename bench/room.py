@@ -1,0 +1,168 @@
+"""How much room is there over the best heuristic? The planner and the clairvoyant ceiling, per cell.
+
+On any suite cell this runs, under the cell's own information model and contention:
+
+* every heuristic the suite lists (``--heuristics`` to name fewer): the *best heuristic* is the
+  one with the least average JCT, as in the suite's own tables;
+* ``planner`` (:mod:`deepshare.policies.planner`), the registered non-clairvoyant policy: K
+  futures drawn from what the view allows, arrivals like the past, common random numbers;
+* the *clairvoyant ceiling*: the same planner, the same candidates, base heuristic and horizon,
+  but with one future that is the truth: every known job's true remaining work (read from the
+  simulation) and the trace's real arrivals up to the horizon, with the estimates they really
+  come with. It is what choosing among the candidates' decisions could gain with perfect
+  knowledge of the next ``--horizon`` seconds: a ceiling for look-ahead over these candidates,
+  not a bound on every scheduler.
+
+The ceiling is not a registered policy: it reads the simulator's private state, which no view,
+no placement service and no live scheduler has, so there is nothing a user could run it on.
+
+Prints per cell the best heuristic's, the planner's and the ceiling's average JCT, their ratios
+to the best heuristic, the base heuristic's ratio, how many decisions the candidates contested and
+how many the planner and the ceiling changed, and the CPU seconds of each; then geometric means,
+the date and the commit. Figures only: nothing here asserts a result.
+
+Usage: python bench/room.py --suite loaded --cells N [--only 1,7] [--futures 8] [--horizon 3600] [--heuristics a,b]
+(``--cells N``: the suite's first N cells; ``--only 1,7``: those cells instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from deepshare.core.simulator import Simulator
+from deepshare.core.types import JobSpec
+from deepshare.core.view import ClusterView
+from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.policies import make_policy
+from deepshare.policies.planner import Future, Planner, PlannerConfig
+
+
+class TruthFutures:
+    """The one true future of a decision point (the ceiling's): measurement only.
+
+    Reads each job's true remaining work from ``sim``'s private state (nothing public carries it:
+    that is the point of the information boundary) and the trace's arrivals, with the estimates
+    the run gives them."""
+
+    deterministic = True
+
+    def __init__(self, sim: Simulator, jobs: Sequence[JobSpec]) -> None:
+        self.sim = sim
+        catalog, information = sim.catalog, sim.information
+        true = [spec.duration_s if spec.duration_s is not None
+                else spec.total_samples / catalog.reference_throughput(spec.model, spec.gpus)  # type: ignore[operator]
+                for spec in jobs]
+        estimates = information.estimates(jobs, true)
+        self.arrivals = sorted(
+            (spec if information.exact or estimate is None else replace(spec, requested_s=estimate)
+             for spec, estimate in zip(jobs, estimates)),
+            key=lambda spec: spec.submit_time)
+
+    def observe(self, view: ClusterView) -> None:
+        pass
+
+    def sample(self, view: ClusterView, horizon_end: float, rng: np.random.Generator) -> Future:
+        known = [*view.queued, *view.running]  # reading the running jobs brings their progress to now
+        state = self.sim._jobs  # noqa: SLF001 - the simulator's truth, for the ceiling only
+        remaining = {j.job_id: max(state[j.job_id].remaining, 0.0) / state[j.job_id].ref_thp for j in known}
+        arrivals = tuple(s for s in self.arrivals if view.now < s.submit_time < horizon_end)
+        return Future(remaining, arrivals)
+
+
+def commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", default="loaded")
+    parser.add_argument("--cells", type=int, default=1, help="run the suite's first N cells")
+    parser.add_argument("--only", help="comma-separated cell indices in the suite's order instead, e.g. 1,7")
+    parser.add_argument("--futures", type=int, default=PlannerConfig.futures, help="the planner's K")
+    parser.add_argument("--horizon", type=float, default=PlannerConfig.horizon_s, help="rollout horizon, seconds")
+    parser.add_argument("--heuristics", help="comma-separated heuristics to find the best among (default: the suite's)")
+    parser.add_argument("--no-ceiling", action="store_true")
+    args = parser.parse_args()
+    spec = load_suite(args.suite)
+    grid = cells(spec)
+    try:
+        chosen = [int(i) for i in args.only.split(",")] if args.only else list(range(min(args.cells, len(grid))))
+    except ValueError:
+        parser.error(f"--only {args.only!r}: expected comma-separated cell indices, e.g. 1,7")
+    wrong = [i for i in chosen if not 0 <= i < len(grid)]
+    if wrong:
+        parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
+    heuristics = args.heuristics.split(",") if args.heuristics else list(spec.heuristics)
+    print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit()}")
+    print(f"# planner K={args.futures}, horizon {args.horizon:g} s; best heuristic among {len(heuristics)}")
+    print("| cell | best heuristic (avg JCT s) | base / best | planner / best | ceiling / best | contested | "
+          "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")
+    print("|---|---|---|---|---|---|---|---|")
+    planner_ratios, ceiling_ratios = [], []
+    for index in chosen:
+        cell = grid[index]
+        jobs, topology, information = cell_trace(spec, cell), cell_topology(cell), cell.information(spec)
+
+        def simulator() -> Simulator:
+            return Simulator(topology, jobs, cell_contention(spec, cell), information=information)
+
+        cpu = time.process_time()
+        results = {name: simulator().run(make_policy(name)).avg_jct_s for name in heuristics}
+        best = min(results, key=lambda n: (results[n], n))
+        heuristics_cpu = time.process_time() - cpu
+        config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention)
+        planner = Planner(config, make_policy)
+        cpu = time.process_time()
+        planned = simulator().run(planner).avg_jct_s
+        planner_cpu = time.process_time() - cpu
+        base = planner.candidate_names(topology)[0]
+        base_avg = results.get(base)
+        if base_avg is None:
+            base_avg = simulator().run(make_policy(base)).avg_jct_s
+        row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}",
+               f"{planned / results[best]:.3f}"]
+        planner_ratios.append(planned / results[best])
+        if args.no_ceiling:
+            row += ["-", str(planner.stats.contested), f"{planner.stats.changed}, -",
+                    f"{heuristics_cpu:.0f}, {planner_cpu:.0f}, -"]
+        else:
+            sim = simulator()
+            ceiling = Planner(replace(config, futures=1), make_policy, name="clairvoyant",
+                              futures_model=TruthFutures(sim, jobs))
+            cpu = time.process_time()
+            clairvoyant = sim.run(ceiling).avg_jct_s
+            ceiling_cpu = time.process_time() - cpu
+            ceiling_ratios.append(clairvoyant / results[best])
+            row += [f"{clairvoyant / results[best]:.3f}", str(planner.stats.contested),
+                    f"{planner.stats.changed}, {ceiling.stats.changed}",
+                    f"{heuristics_cpu:.0f}, {planner_cpu:.0f}, {ceiling_cpu:.0f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+    line = f"geometric mean over {len(chosen)} cells: planner / best {geomean(planner_ratios):.3f}"
+    if ceiling_ratios:
+        line += f", ceiling / best {geomean(ceiling_ratios):.3f}"
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

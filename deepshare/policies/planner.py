@@ -1,0 +1,444 @@
+"""``planner``: rollout-based policy improvement over the leading heuristics (slow, strong).
+
+At each decision point the planner asks a few *candidate* heuristics what they would do now (on
+a flat cluster ``bsrsf+uncontended+preempt``, ``bsrsf+uncontended``, ``srsf+packed+preempt``,
+``srsf+packed``; on a multi-level fabric ``srsf+topo-aware+preempt``, ``srsf+topo-bestfit+preempt``,
+``srsf+topo-balanced+preempt``, ``srsf+topo-bestfit+backfill``, the last able to hold GPUs for a
+gang). When they all agree it takes that decision at once. Otherwise it tries each distinct
+decision on copies of the cluster (:meth:`Simulator.from_view`) over ``K`` sampled *futures*,
+each copy going on under the *base* heuristic (the first candidate) for ``horizon_s`` seconds,
+and takes the decision with the least mean cost (Bertsekas' rollout algorithm, one step).
+
+Cost of a rollout: the integral of jobs in the system from now to the horizon (the sum of the
+JCTs accrued there) plus, for every job still in the system at the horizon, the work it has
+left (seconds at its reference throughput): a lower bound on the time it will still spend in
+the system, so that a decision that merely pushes work past the horizon gains nothing from it.
+
+A *future* is what the view does not say, drawn from the belief the information model allows:
+
+* the remaining work of every known job: the truth under ``exact`` (the view's own
+  ``remaining_s``); under ``estimated`` and ``unknown`` a draw from the job's lognormal belief
+  (:func:`deepshare.policies.posterior.belief`: its estimate and the history's forecast, as the
+  ``bsrsf`` order reads them) conditioned on the job having run ``ran_s`` already;
+* arrivals in ``(now, now + horizon_s]``: a Poisson process at the rate of the last
+  ``window`` arrivals the planner has seen (the jobs of every view it was shown, by submit
+  time; none before it has seen :data:`MIN_ARRIVALS`), each a copy of one of those jobs' shape
+  (model, GPUs, features, topology request, estimate) with a run time drawn as above (under
+  ``exact``: the copied job's own, as first seen).
+
+Every candidate is tried on the same futures (common random numbers); a future's draws depend
+only on the seed, the view's time and its jobs' ids, so a decision is a function of what the
+planner was shown and its seed. In a copy the base heuristic sees what it would see in the real
+run: under ``estimated`` and ``unknown`` its views show the believed remaining time
+(:func:`~deepshare.core.information.believed_remaining_s`), never the future's drawn truth, and
+the decision's history (what copies' jobs finish before the horizon is not learned from: it
+keeps the base's beliefs cached across the decision's rollouts, most of their cost).
+
+The view is the information boundary: the planner reads the view's jobs, free GPUs, topology,
+catalog, history and time, nothing else. The copies assume ``contention`` (a model name; the
+planner cannot read the world's) and the default :class:`~deepshare.core.simulator.SimConfig`
+(30 s restores, no rounds).
+
+Budget: ``budget_s`` seconds of wall time per decision. Futures are tried whole (every candidate
+on future ``k`` before future ``k+1``); once the budget is spent no new rollout is started, a
+future left incomplete is dropped, and the decision is taken on the futures done (the base's
+decision when none is). A decision overruns the budget by at most one rollout (plus asking the
+candidates). Without a budget the decision is deterministic.
+
+``FutureModel`` is the one extension point: the clairvoyant ceiling (``bench/room.py``) runs the
+same planner on the simulation's truth (true remaining work, the trace's real arrivals); it is
+a measurement, never a policy a user can run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import zlib
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol
+
+import numpy as np
+
+from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.contention import make_contention
+from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import TopologyRequest
+from deepshare.core.history import JobHistory
+from deepshare.core.information import believed_remaining_s
+from deepshare.core.simulator import SimConfig, Simulator
+from deepshare.core.topology import Topology
+from deepshare.core.types import Decision, JobSpec
+from deepshare.core.view import ClusterView, JobView
+from deepshare.policies.base import Policy
+from deepshare.policies.posterior import belief, estimate_calibration, remaining_given_ran
+
+FLAT_CANDIDATES = ("bsrsf+uncontended+preempt", "bsrsf+uncontended", "srsf+packed+preempt", "srsf+packed")
+"""Candidates on a cluster whose fabric has one level: the loaded suite's preemptive and
+non-preemptive leaders. The first is the base heuristic the rollouts go on under."""
+FABRIC_CANDIDATES = ("srsf+topo-aware+preempt", "srsf+topo-bestfit+preempt", "srsf+topo-balanced+preempt",
+                     "srsf+topo-bestfit+backfill")
+"""Candidates on a multi-level fabric: the fabric suite's leader (topology-aware preemption with
+the contention-aware choice), its BestFit and balanced siblings, and BestFit with an EASY
+reservation (a gang that should wait for its domain)."""
+MIN_ARRIVALS = 5
+"""Arrivals the planner must have seen before it samples any (a rate from fewer is noise)."""
+LEAST_REMAINING_S = 1.0
+"""The least remaining work a draw gives a job (seconds)."""
+_HORIZON_JOB = "~planner-horizon"
+"""A one-GPU job arriving at the horizon in every copy: a decision point there to stop at, and an
+event to come until then (so no copy stalls before it)."""
+_NORMAL = statistics.NormalDist()
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """The planner's knobs; every field has a default and a one-line meaning."""
+
+    futures: int = 8
+    """K: sampled futures per contested decision (one suffices, and one is used, when nothing is
+    sampled: ``exact`` durations and no arrivals)."""
+    budget_s: float | None = None
+    """Wall-clock seconds per decision; None: no budget (deterministic)."""
+    horizon_s: float = 3600.0
+    """How far each rollout simulates (and arrivals are sampled) past the decision."""
+    max_steps: int = 400
+    """Most decisions one rollout takes before it stops early (a bound on a decision's cost)."""
+    contention: str = "profiled"
+    """The contention model the copies simulate (:func:`~deepshare.core.contention.make_contention`)."""
+    candidates: tuple[str, ...] | None = None
+    """Registered heuristic names; the first is the base. None: :data:`FLAT_CANDIDATES` or
+    :data:`FABRIC_CANDIDATES` by the view's fabric."""
+    arrivals: bool = True
+    """Sample arrivals from the past (False: only the jobs in the view)."""
+    window: int = 200
+    """Most recent arrivals the arrival rate and the shapes come from."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.futures, bool) or not isinstance(self.futures, int) or not 1 <= self.futures <= 10_000:
+            raise DeepShareError(f"planner: futures must be an integer from 1 to 10000, got {self.futures!r}")
+        if self.budget_s is not None and not (isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < math.inf):
+            raise DeepShareError(f"planner: budget must be a positive number of seconds, got {self.budget_s!r}")
+        if not (isinstance(self.horizon_s, (int, float)) and 0 < self.horizon_s <= MAX_DURATION_S):
+            raise DeepShareError(f"planner: horizon_s must be positive seconds up to a year, got {self.horizon_s!r}")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise DeepShareError(f"planner: max_steps must be a positive integer, got {self.max_steps!r}")
+        if self.candidates is not None and not self.candidates:
+            raise DeepShareError("planner: candidates must name at least one heuristic")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < MIN_ARRIVALS:
+            raise DeepShareError(f"planner: window must be an integer of at least {MIN_ARRIVALS}, got {self.window!r}")
+        try:  # an unknown name is refused now, not at the first decision
+            make_contention(self.contention)
+        except DeepShareError as exc:
+            raise DeepShareError(f"planner: contention {self.contention!r}: {exc}") from None
+
+
+def parse_argument(arg: str) -> PlannerConfig:
+    """``K[:BUDGET[:CONTENTION]]`` (``planner=16:5:link``); an empty or ``none`` budget is none."""
+    parts = arg.split(":")
+    if len(parts) > 3:
+        raise DeepShareError(f"planner={arg}: expected K[:BUDGET_S[:CONTENTION]], e.g. planner=16:5:link")
+    try:
+        futures = int(parts[0]) if parts[0] else PlannerConfig.futures
+        budget = float(parts[1]) if len(parts) > 1 and parts[1] not in ("", "none") else None
+    except ValueError:
+        raise DeepShareError(f"planner={arg}: expected K[:BUDGET_S[:CONTENTION]] with K an integer and "
+                             "BUDGET_S seconds, e.g. planner=16:5:link") from None
+    contention = parts[2] if len(parts) > 2 and parts[2] else PlannerConfig.contention
+    return PlannerConfig(futures=futures, budget_s=budget, contention=contention)
+
+
+@dataclass(frozen=True)
+class Future:
+    """One sampled (or, for the ceiling, true) future of a decision point."""
+
+    remaining_s: dict[str, float]
+    """Each known job's remaining work, seconds at its reference throughput."""
+    arrivals: tuple[JobSpec, ...]
+    """Jobs submitted after the view's time (their ``requested_s``: the estimate they come with)."""
+
+
+class FutureModel(Protocol):
+    """Where a planner's futures come from."""
+
+    deterministic: bool
+    """Every call gives the same future (one rollout per candidate is enough)."""
+
+    def observe(self, view: ClusterView) -> None:
+        """Called with every view the planner decides on, before :meth:`sample`."""
+
+    def sample(self, view: ClusterView, horizon_end: float, rng: np.random.Generator) -> Future:
+        """A future of ``view`` up to ``horizon_end``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A job as the planner saw it arrive: what a sampled arrival copies."""
+
+    submit_time: float
+    model: str
+    gpus: int
+    size_s: float | None
+    """Its whole isolated run time as first seen (``exact`` only: the view's remaining + ran)."""
+    estimate_s: float | None
+    user: str | None
+    group: str | None
+    vc: str | None
+    topology: TopologyRequest
+    queue: str | None
+    priority: str | None
+
+
+class BeliefFutures:
+    """Futures drawn from what the view allows (see the module doc)."""
+
+    def __init__(self, arrivals: bool = True, window: int = 200) -> None:
+        self.arrivals, self.window = arrivals, window
+        self._seen: dict[str, _Shape] = {}
+        self.deterministic = False  # set per view by ``observe``
+
+    def observe(self, view: ClusterView) -> None:
+        seen = self._seen
+        for job in (*view.queued, *view.running):
+            if job.job_id not in seen:
+                size = job.remaining_s + job.ran_s if view.durations == "exact" else None
+                seen[job.job_id] = _Shape(job.submit_time, job.model, job.gpus, size, job.estimate_s, job.user,
+                                          job.group, job.vc, job.topology, job.queue, job.priority)
+        if len(seen) > 4 * self.window:  # keep the most recent arrivals only
+            keep = sorted(seen.items(), key=lambda item: item[1].submit_time)[-2 * self.window:]
+            self._seen = dict(keep)
+        self.deterministic = view.durations == "exact" and not self._recent(view.now)
+
+    def _recent(self, now: float) -> list[_Shape]:
+        """The window's arrivals (at or before ``now``), oldest first; empty below MIN_ARRIVALS."""
+        if not self.arrivals:
+            return []
+        past = sorted((s for s in self._seen.values() if s.submit_time <= now), key=lambda s: s.submit_time)
+        past = past[-self.window:]
+        return past if len(past) >= MIN_ARRIVALS and now > past[0].submit_time else []
+
+    def sample(self, view: ClusterView, horizon_end: float, rng: np.random.Generator) -> Future:
+        durations, history = view.durations, view.history
+        calibration = None if durations == "exact" else estimate_calibration(history)
+        known = sorted((*view.queued, *view.running), key=lambda j: j.job_id)
+        remaining: dict[str, float] = {}
+        for job in known:
+            if durations == "exact":
+                remaining[job.job_id] = job.remaining_s
+            else:
+                mu, sigma = belief(job, history, calibration)
+                remaining[job.job_id] = _draw_remaining(mu, sigma, job.ran_s, float(rng.random()))
+        arrivals: list[JobSpec] = []
+        recent = self._recent(view.now)
+        if recent:
+            rate = (len(recent) - 1) / (view.now - recent[0].submit_time)
+            t = view.now
+            while rate > 0:
+                t += float(rng.exponential(1.0 / rate))
+                if t >= horizon_end:
+                    break
+                shape = recent[int(rng.integers(len(recent)))]
+                estimate = shape.estimate_s if durations == "estimated" else None
+                if durations == "exact" and shape.size_s is not None:
+                    duration = shape.size_s
+                else:
+                    probe = JobView(f"~a{len(arrivals)}", shape.model, shape.gpus, t, 0.0, 0.0, "", estimate_s=estimate,
+                                    user=shape.user, group=shape.group, vc=shape.vc)
+                    mu, sigma = belief(probe, history, calibration)
+                    duration = _draw_remaining(mu, sigma, 0.0, float(rng.random()))
+                arrivals.append(JobSpec(f"~a{len(arrivals)}", shape.model, shape.gpus, t,
+                                        duration_s=min(max(duration, LEAST_REMAINING_S), MAX_DURATION_S),
+                                        user=shape.user, group=shape.group, vc=shape.vc, requested_s=estimate,
+                                        topology=shape.topology, queue=shape.queue, priority=shape.priority))
+        return Future(remaining, tuple(arrivals))
+
+
+def _draw_remaining(mu: float, sigma: float, ran_s: float, u: float) -> float:
+    """A draw of ``D - ran`` for ``log D ~ N(mu, sigma^2)`` conditioned on ``D > ran`` (inverse CDF
+    at ``u``), in ``[LEAST_REMAINING_S, MAX_DURATION_S]``; the conditional mean when the belief
+    puts almost no mass past ``ran`` (the job has outlived it)."""
+    low = _NORMAL.cdf((math.log(ran_s) - mu) / sigma) if ran_s > 0 else 0.0
+    if low > 1 - 1e-9:
+        left = remaining_given_ran(mu, sigma, ran_s)
+    else:
+        p = min(max(low + (1 - low) * u, 1e-12), 1 - 1e-12)
+        log_d = mu + sigma * _NORMAL.inv_cdf(p)
+        left = (math.exp(log_d) if log_d < math.log(MAX_DURATION_S) else MAX_DURATION_S) - ran_s
+    return min(max(left, LEAST_REMAINING_S), MAX_DURATION_S)
+
+
+def decision_key(decision: Decision) -> tuple:
+    """A decision's identity regardless of the order of its parts."""
+    return (tuple(sorted((launch.job_id, launch.placement.alloc) for launch in decision.launch)),
+            tuple(sorted(decision.preempt)),
+            tuple(sorted((m.job_id, m.placement.alloc) for m in decision.migrate)))
+
+
+@dataclass
+class PlannerStats:
+    """What the planner did so far (for benchmarks and tests)."""
+
+    decisions: int = 0
+    contested: int = 0
+    """Decisions where the candidates disagreed."""
+    changed: int = 0
+    """Contested decisions where it took another decision than the base's."""
+    futures: int = 0
+    """Futures tried, summed over contested decisions."""
+    rollouts: int = 0
+    budget_hits: int = 0
+    """Decisions cut short by the budget."""
+    last_futures: int = 0
+    """Futures the last contested decision was taken on."""
+
+
+class Planner:
+    """The rollout planner (see the module doc). ``make``: builds a registered policy by name
+    (:func:`deepshare.policies.make_policy`; passed in, since the registry registers the planner);
+    ``futures_model``: where futures come from (default :class:`BeliefFutures`, what the view allows)."""
+
+    def __init__(self, config: PlannerConfig, make: Callable[[str], Policy], name: str = "planner",
+                 futures_model: FutureModel | None = None) -> None:
+        self.name, self.config = name, config
+        self.futures_model: FutureModel = futures_model or BeliefFutures(config.arrivals, config.window)
+        self.contention = make_contention(config.contention)
+        self._make = make
+        self._candidates: dict[tuple[str, ...], list[Policy]] = {}
+        self.stats = PlannerStats()
+
+    def candidate_names(self, topology: Topology) -> tuple[str, ...]:
+        """The candidates on ``topology`` (the first is the base): the configured ones, else
+        :data:`FABRIC_CANDIDATES` on a fabric of several levels, :data:`FLAT_CANDIDATES` otherwise."""
+        if self.config.candidates is not None:
+            return self.config.candidates
+        return FABRIC_CANDIDATES if len(topology.fabric.levels) > 1 else FLAT_CANDIDATES
+
+    def decide(self, view: ClusterView) -> Decision:
+        started = time.perf_counter()
+        self.stats.decisions += 1
+        self.futures_model.observe(view)
+        names = self.candidate_names(view.topology)
+        policies = self._candidates.get(names)
+        if policies is None:
+            policies = self._candidates[names] = [self._make(name) for name in names]
+        options: dict[tuple, Decision] = {}
+        for policy in policies:
+            decision = policy.decide(view)
+            options.setdefault(decision_key(decision), decision)
+        choices = list(options.values())  # the base's first: it wins ties
+        if len(choices) == 1:
+            return choices[0]
+        self.stats.contested += 1
+        config = self.config
+        horizon_end = view.now + config.horizon_s
+        totals = [0.0] * len(choices)
+        done = 0
+        futures = 1 if self.futures_model.deterministic else config.futures
+        budget_end = None if config.budget_s is None else started + config.budget_s
+        for k in range(futures):
+            rng = np.random.default_rng([config.seed, _view_hash(view), k])
+            try:
+                future = self.futures_model.sample(view, horizon_end, rng)
+                start = _future_view(view, future)
+            except DeepShareError:  # a future outside the documented domain (times past the bounds): none
+                break
+            costs = []
+            for decision in choices:
+                if budget_end is not None and time.perf_counter() >= budget_end:
+                    break  # this future is left incomplete: dropped, the decision is taken on the others
+                costs.append(self._rollout(start, decision, future, horizon_end, names[0], view.durations,
+                                            view.history))
+            if len(costs) < len(choices):
+                self.stats.budget_hits += 1
+                break
+            for i, cost in enumerate(costs):
+                totals[i] += cost
+            done += 1
+        self.stats.futures += done
+        self.stats.last_futures = done
+        if done == 0:
+            return choices[0]
+        best = min(range(len(choices)), key=lambda i: (totals[i], i))
+        if not totals[best] < totals[0] - 1e-9 * max(1.0, abs(totals[0])):
+            best = 0
+        self.stats.changed += best != 0
+        return choices[best]
+
+    def _rollout(self, start: ClusterView, decision: Decision, future: Future, horizon_end: float, base_name: str,
+                 durations: str, history: JobHistory) -> float:
+        """The cost of ``decision`` in one future (infinite when the copy cannot go on)."""
+        self.stats.rollouts += 1
+        base = self._make(base_name)
+        estimates = None if durations == "exact" else _estimates(start, future, durations)
+        memo: dict[int, tuple[JobView, JobView]] = {}
+        try:
+            sentinel = JobSpec(_HORIZON_JOB, start.queued[0].model, 1, horizon_end, duration_s=1.0)
+            copy = Simulator.from_view(start, self.contention, SimConfig(), future=[*future.arrivals, sentinel])
+            if copy.advance() is None:
+                return copy.jobs_in_system_area
+            copy.apply(decision)
+            steps = 0
+            while (view := copy.advance()) is not None:
+                if view.now >= horizon_end or steps >= self.config.max_steps:
+                    left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != _HORIZON_JOB)
+                    return copy.jobs_in_system_area + left
+                seen = view if estimates is None else _believed(view, durations, estimates, memo, history)
+                copy.apply(base.decide(seen))
+                steps += 1
+            return copy.jobs_in_system_area
+        except DeepShareError:  # a decision whose copy stalls or cannot go on is no option
+            return math.inf
+
+
+def _view_hash(view: ClusterView) -> int:
+    """A stable hash of what identifies a decision point: its time and its jobs."""
+    text = repr(view.now) + "|" + ",".join(sorted(j.job_id for j in view.queued)) + "|" + ",".join(
+        sorted(j.job_id for j in view.running))
+    return zlib.crc32(text.encode())
+
+
+def _future_view(view: ClusterView, future: Future) -> ClusterView:
+    """``view`` with its jobs' remaining work set to the future's: what a copy starts from."""
+    left = future.remaining_s
+
+    def one(job: JobView) -> JobView:
+        return replace(job, remaining_s=left.get(job.job_id, job.remaining_s))
+
+    return replace(view, queued=tuple(map(one, view.queued)), running=tuple(map(one, view.running)), durations="exact")
+
+
+def _estimates(view: ClusterView, future: Future, durations: str) -> dict[str, float | None]:
+    """The estimate every job of a copy shows the base heuristic (none under ``unknown``)."""
+    if durations == "unknown":
+        return {}
+    found: dict[str, float | None] = {j.job_id: j.estimate_s for j in (*view.queued, *view.running)}
+    found.update((spec.job_id, spec.requested_s) for spec in future.arrivals)
+    return found
+
+
+def _believed(view: ClusterView, durations: str, estimates: dict[str, float | None],
+              memo: dict[int, tuple[JobView, JobView]], history: JobHistory) -> ClusterView:
+    """A copy's view as the real run would show it: believed remaining times, real estimates,
+    and ``history`` (the decision's own: beliefs the base computes are then remembered across the
+    decision's rollouts; what the copy's jobs finish within the horizon is not learned from).
+    ``memo``: the believed view of each job view already seen in this copy (a queued job's view
+    is the same object from decision to decision), by identity."""
+
+    def one(job: JobView) -> JobView:
+        found = memo.get(id(job))
+        if found is not None and found[0] is job:
+            return found[1]
+        estimate = estimates.get(job.job_id)
+        seen = JobView(job.job_id, job.model, job.gpus, job.submit_time, believed_remaining_s(estimate, job.ran_s),
+                       job.attained_gpu_s, job.comm_class, job.preemptions, job.placement, job.ratio,
+                       job.last_run_s, job.queued_since, estimate, job.user, job.group, job.vc, job.topology,
+                       job.queue, job.priority)
+        if job.placement is None:
+            memo[id(job)] = (job, seen)
+        return seen
+
+    return replace(view, queued=tuple(map(one, view.queued)), running=tuple(map(one, view.running)),
+                   durations=durations, history=history)
+

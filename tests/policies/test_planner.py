@@ -1,0 +1,185 @@
+"""planner: one-step rollouts over the leading heuristics' decisions on futures the view allows.
+
+Hand-checkable cases where the look-ahead must beat its base heuristic, determinism under a seed,
+the information boundary (hidden truths change no decision), the decision-time budget, and the
+registry's argument."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from deepshare.core.contention import make_contention
+from deepshare.core.errors import DeepShareError
+from deepshare.core.information import InformationModel
+from deepshare.core.simulator import Simulator
+from deepshare.core.topology import load_topology, uniform
+from deepshare.core.traces import load
+from deepshare.core.types import JobSpec
+from deepshare.core.view import ClusterView
+from deepshare.policies import make_policy, policy_info, policy_names
+from deepshare.policies.planner import Planner, PlannerConfig, parse_argument
+
+TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+ESTIMATED = InformationModel("estimated", 1.0, 3)
+
+
+def run(jobs, policy, topology=None, information=InformationModel("exact")):
+    sim = Simulator(topology or uniform(1, 8), jobs, make_contention("none"), information=information)
+    return sim.run(policy)
+
+
+# -- hand-checkable: where one step of look-ahead must beat the base ---------------------------
+def test_a_short_job_that_should_preempt_does():
+    # One 8-GPU node. L (10,000 s) runs from t=0; S (100 s, 8 GPUs) arrives at t=10. The base,
+    # srsf+packed, never preempts: S waits for L, JCTs 10,000 and 10,090, mean 10,045. Preempting
+    # (srsf+packed+preempt's decision) finishes S at 110 and L at 110 + 30 (restore) + 9,990 =
+    # 10,130: JCTs 100 and 10,130, mean 5,115. The planner's rollouts see it.
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=10_000.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=100.0)]
+    config = PlannerConfig(candidates=("srsf+packed", "srsf+packed+preempt"), arrivals=False, contention="none")
+    base = run(jobs, make_policy("srsf+packed"))
+    planner = Planner(config, make_policy)
+    planned = run(jobs, planner)
+    assert base.avg_jct_s == pytest.approx(10_045.0)
+    assert planned.avg_jct_s == pytest.approx(5_115.0)
+    assert planned.preemptions == 1 and planner.stats.changed == 1
+
+
+def test_a_short_job_that_should_not_preempt_waits():
+    # L needs 100 s more when S (90 s, 8 GPUs) arrives at t=10: srsf+packed+preempt preempts
+    # (90 < 100), so L pays a 30 s restore: S ends at 100, L at 100 + 30 + 100 = 230; JCTs 90 and
+    # 230, mean 160. Waiting: L ends at 110, S at 200; JCTs 110 and 190, mean 150.
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=110.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=90.0)]
+    config = PlannerConfig(candidates=("srsf+packed+preempt", "srsf+packed"), arrivals=False, contention="none")
+    base = run(jobs, make_policy("srsf+packed+preempt"))
+    planned = run(jobs, Planner(config, make_policy))
+    assert base.avg_jct_s == pytest.approx(160.0) and base.preemptions == 1
+    assert planned.avg_jct_s == pytest.approx(150.0) and planned.preemptions == 0
+
+
+def test_when_the_candidates_agree_nothing_is_rolled_out():
+    jobs = [JobSpec("a", "FSDP", 4, 0.0, duration_s=100.0), JobSpec("b", "FSDP", 4, 5.0, duration_s=50.0)]
+    planner = Planner(PlannerConfig(contention="none"), make_policy)
+    report = run(jobs, planner)
+    assert report.avg_jct_s == pytest.approx(run(jobs, make_policy("bsrsf+uncontended+preempt")).avg_jct_s)
+    assert planner.stats.contested == planner.stats.rollouts == 0 and planner.stats.decisions == 2
+
+
+# -- determinism --------------------------------------------------------------------------------
+SMALL = PlannerConfig(futures=2, horizon_s=1800.0)
+
+
+def test_same_seed_same_run_and_another_seed_may_differ():
+    jobs = load(TRACE).jobs[:40]
+    runs = []
+    for config in (SMALL, SMALL, replace(SMALL, seed=1)):
+        planner = Planner(config, make_policy)
+        report = Simulator(load_topology("testbed"), jobs, make_contention("profiled"), information=ESTIMATED).run(planner)
+        runs.append((report.to_dict(), planner.stats))
+    assert runs[0] == runs[1]
+    assert runs[0][1].contested > 0 and runs[0][1].rollouts > 0
+
+
+# -- the information boundary -------------------------------------------------------------------
+def visible(view: ClusterView) -> tuple:
+    """Everything a view shows (its jobs, free GPUs, time, history)."""
+    return (view.now, view.free, tuple(view.queued), tuple(view.running), view.durations, view.future_events,
+            tuple(view.history))
+
+
+def lockstep(jobs_a, jobs_b, config, information, until: float = float("inf")) -> tuple[int, int]:
+    """Two runs on traces that differ only in what no view shows, a fresh planner each, decided in
+    lockstep while their views are identical (and before ``until``): every decision must be the
+    same. Returns (decision points compared, contested ones among them)."""
+    topology = load_topology("testbed")
+    sims = [Simulator(topology, jobs, make_contention("profiled"), information=information) for jobs in (jobs_a, jobs_b)]
+    planners = [Planner(config, make_policy), Planner(config, make_policy)]
+    compared = 0
+    while True:
+        views = [sim.advance() for sim in sims]
+        if views[0] is None or views[1] is None or views[0].now >= until or visible(views[0]) != visible(views[1]):
+            break
+        decisions = [planner.decide(view) for planner, view in zip(planners, views)]
+        assert decisions[0] == decisions[1], f"decision {compared} at t={views[0].now}"
+        for sim, decision in zip(sims, decisions):
+            sim.apply(decision)
+        compared += 1
+    assert planners[0].stats == planners[1].stats
+    return compared, planners[0].stats.contested
+
+
+def trace(long_s: float) -> list[JobSpec]:
+    """Six long 4-GPU jobs (true length ``long_s``, estimated 30,000 s) from t=0, then 40 short
+    ones (estimated right) every 150 s: many decisions are taken while the long jobs run or wait."""
+    models = ("FSDP", "MoE", "DLRM", "GraphSage", "Transformer-XL", "MobileNetV3")
+    jobs = [JobSpec(f"long{i}", models[i], 4, 10.0 * i, duration_s=long_s, requested_s=30_000.0) for i in range(6)]
+    for i in range(40):
+        length = 300.0 + 97.0 * (i % 13)
+        jobs.append(JobSpec(f"s{i}", models[i % 6], 1 + i % 4, 100.0 + 150.0 * i, duration_s=length, requested_s=length))
+    return jobs
+
+
+def test_true_remaining_work_changes_no_decision_under_estimated():
+    # The long jobs run 20,000 s in one world and 60,000 s in the other; the views are the same
+    # until the first of them finishes, and so must every decision be.
+    compared, contested = lockstep(trace(20_000.0), trace(60_000.0), SMALL, ESTIMATED)
+    assert compared >= 40 and contested >= 3
+
+
+def test_future_arrivals_change_no_decision():
+    # The same past; after t=3,100 the second world's jobs are other jobs (longer, larger).
+    jobs = trace(20_000.0)
+    cut = 3_100.0
+    other = [j if j.submit_time < cut else replace(j, job_id=j.job_id + "x", duration_s=3 * j.duration_s,
+                                                   gpus=min(4, 2 * j.gpus)) for j in jobs]
+    for information in (ESTIMATED, InformationModel("exact")):
+        compared, contested = lockstep(jobs, other, SMALL, information, until=cut)
+        assert compared >= 20 and contested >= 1, information
+
+
+# -- the budget ---------------------------------------------------------------------------------
+def contested_view() -> ClusterView:
+    jobs = [JobSpec(f"p{i}", "FSDP", 8, float(i), duration_s=500.0 * (1 + i)) for i in range(8)]
+    jobs.append(JobSpec("short", "FSDP", 8, 30.0, duration_s=20.0))
+    sim = Simulator(uniform(1, 8), jobs, make_contention("none"), information=ESTIMATED)
+    base = make_policy("srsf+packed")
+    while (view := sim.advance()) is not None:
+        if view.now >= 30.0:
+            return view
+        sim.apply(base.decide(view))
+    raise AssertionError("no view at t=30")
+
+
+def test_the_budget_stops_sampling_and_decides_with_what_it_has():
+    config = PlannerConfig(futures=10_000, candidates=("srsf+packed", "srsf+packed+preempt"), contention="none")
+    unbounded = Planner(replace(config, futures=3), make_policy)
+    start = time.perf_counter()
+    unbounded.decide(contested_view())
+    per_future = (time.perf_counter() - start) / 3
+    assert unbounded.stats.last_futures == 3
+    planner = Planner(replace(config, budget_s=0.2), make_policy)
+    view = contested_view()
+    start = time.perf_counter()
+    decision = planner.decide(view)
+    elapsed = time.perf_counter() - start
+    assert planner.stats.budget_hits == 1 and 0 < planner.stats.last_futures < 10_000
+    # at most one rollout past the budget, plus asking the candidates (slack for a busy machine);
+    # all 10,000 futures would take thousands of times as long
+    assert elapsed < 0.2 + 5 * per_future + 1.0
+    assert decision.preempt == ("p0",)  # the short job should preempt: every future says so
+
+
+# -- the registry ---------------------------------------------------------------------------------
+def test_registered_as_a_policy_that_takes_its_knobs():
+    assert "planner" in policy_names() and "planner" not in policy_names(heuristics_only=True)
+    info = policy_info("planner")
+    assert info.takes_argument and not info.heuristic
+    assert make_policy("planner").config == PlannerConfig()
+    assert make_policy("planner=16:5:link").config == PlannerConfig(futures=16, budget_s=5.0, contention="link")
+    assert parse_argument("4::none") == PlannerConfig(futures=4, contention="none")
+    for bad in ("x", "4:soon", "0", "4:-1", "4:1:nosuch", "1:2:3:4"):
+        with pytest.raises(DeepShareError, match="planner"):
+            make_policy(f"planner={bad}")
