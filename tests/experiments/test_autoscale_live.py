@@ -50,12 +50,15 @@ def test_the_fake_provider_config_passes_rays_own_validation():
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_example_job_ships_as_package_data_the_same_as_the_examples_copy(tmp_path):
+def test_the_example_job_ships_as_package_data_and_the_examples_run_that_one(tmp_path):
     """The experiment runs from an installed package: the job it submits is package data
-    (``deepshare/data/jobs/``, listed in pyproject's package-data), byte for byte the example users read."""
+    (``deepshare/data/jobs/``, listed in pyproject's package-data), the job the examples run too."""
+    from examples.jobs import ddp_mlp
+
     script = install_job_script(tmp_path / "jobs")
     assert script == tmp_path / "jobs" / "ddp_mlp.py"
-    assert script.read_bytes() == (ROOT / "examples" / "jobs" / "ddp_mlp.py").read_bytes()
+    assert script.read_bytes() == (ROOT / "deepshare" / "data" / "jobs" / "ddp_mlp.py").read_bytes()
+    assert ddp_mlp.main.__code__.co_filename.endswith("deepshare/data/jobs/ddp_mlp.py")
     [line] = [x for x in (ROOT / "pyproject.toml").read_text().splitlines() if x.startswith('"deepshare.data" = ')]
     assert '"jobs/*.py"' in line
 

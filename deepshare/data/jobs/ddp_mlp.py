@@ -10,7 +10,9 @@ and resumed run ends with the same parameters as an uninterrupted one (same worl
 end rank 0 writes ``result.json`` beside the checkpoint: the final step, a parameter checksum and
 ``runs`` (the step each launch started from), which the tests read.
 
-Run it alone: ``python -m examples.jobs.ddp_mlp --steps 50`` (one process, no scheduler).
+Run it alone: ``python -m examples.jobs.ddp_mlp --steps 50`` (one process, no scheduler). It ships
+as package data so that an installed deepshare has it (``deepshare.experiments.autoscale_live``
+copies it next to its jobs); ``examples/jobs/ddp_mlp.py`` is the same job for the example specs.
 """
 
 from __future__ import annotations
