@@ -66,10 +66,56 @@ class Admitted:
         admission = admit(view.queued, view.running, tenants)
         decision = WAIT
         if admission.admitted:
-            decision = self.inner.decide(replace(view, queued=admission.admitted, tenancy=tenants))
+            decision = self._within_tenancy(
+                view, admission, self.inner.decide(replace(view, queued=admission.admitted, tenancy=tenants)))
         if not self.reclaim or not admission.held and len(decision.launch) == len(admission.admitted):
             return decision
         return self._preempt_for_quotas(view, admission, decision)
+
+    def _within_tenancy(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
+        """``inner``'s decision with only the preemptions the tenants' rules allow: a victim of a
+        launched job's own queue whose priority is not above that job's (the order's own
+        preemption, inside a queue), or a victim whose queue borrows, for a launch of its cohort
+        (reclaim). ``inner`` sees every queue's running jobs and knows nothing of queues, so a
+        ``+preempt`` order would otherwise stop another tenant's job inside its quota. Launches and
+        moves that needed a refused victim's GPUs are dropped (in decision order)."""
+        if not decision.preempt:
+            return decision
+        tenants = self.tenants
+        running = {job.job_id: job for job in view.running}
+        queued = {job.job_id: job for job in view.queued}
+        launchers = [queued[launch.job_id] for launch in decision.launch if launch.job_id in queued]
+        by_queue = {tenants.queue_of(job): max(tenants.priority_of(j) for j in launchers
+                                               if tenants.queue_of(j) == tenants.queue_of(job)) for job in launchers}
+        cohorts = {tenants.queues[q].pool_key for q in by_queue}
+
+        def allowed(victim: JobView) -> bool:
+            queue = tenants.queue_of(victim)
+            if queue in by_queue and tenants.priority_of(victim) <= by_queue[queue]:
+                return True
+            return admission.running.borrowed(tenants.queues[queue]) > 0 and tenants.queues[queue].pool_key in cohorts
+
+        kept = tuple(job_id for job_id in decision.preempt if allowed(running[job_id]))
+        if len(kept) == len(decision.preempt):
+            return decision
+        free = list(view.free)
+        for job_id in kept:
+            running[job_id].placement.release(free)  # type: ignore[union-attr]
+        moves = []
+        for move in decision.migrate:
+            old = running[move.job_id].placement
+            old.release(free)  # type: ignore[union-attr]
+            if move.placement.fits(free):
+                move.placement.take(free)
+                moves.append(move)
+            else:
+                old.take(free)  # type: ignore[union-attr]
+        launches = []
+        for launch in decision.launch:
+            if launch.placement.fits(free):
+                launch.placement.take(free)
+                launches.append(launch)
+        return Decision(launch=tuple(launches), preempt=kept, migrate=tuple(moves))
 
     def _preempt_for_quotas(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
         tenants = self.tenants
