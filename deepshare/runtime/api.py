@@ -4,7 +4,7 @@
 (with its runs: measured vs predicted throughput, and its transitions), ``DELETE /v1/jobs/{id}``
 (cancel: 200 when it was queued, 202 when a running job is being stopped),
 ``GET /v1/jobs/{id}/logs?rank=N&offset=K`` (at most 64 KiB of a rank's log), ``GET /v1/contention``
-(the learned contention model's latest version and its error, :mod:`deepshare.runtime.learning`),
+(the learned contention model's latest version and its error, :mod:`deepshare.runtime.learning`; admin),
 ``GET /v1/queues`` (per-queue usage against quotas), ``POST /v1/tenants/reload`` (re-read the tenants
 file; admin), ``GET /metrics`` (Prometheus; admin) and ``GET /healthz``. Bad input is a 4xx with
 ``{"error": "field.path: what was expected"}``, never a 5xx.
@@ -134,7 +134,11 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/contention")
-    def learned_contention() -> JSONResponse:
+    def learned_contention(request: Request) -> JSONResponse:
+        # fitted on every tenant's runs: its model names and counts are other tenants' activity
+        refused = admin_only(_caller(request), "/v1/contention")
+        if refused is not None:
+            return refused
         if contention is None:
             return _error(404, "this scheduler does not learn contention (started with --contention-knowledge exact)")
         return JSONResponse(contention())

@@ -145,7 +145,7 @@ ROUTES = {
     ("GET", "/metrics"): "admin",
     ("POST", "/v1/tenants/reload"): "admin",
     ("GET", "/healthz"): "open",
-    ("GET", "/v1/contention"): "shared",     # the learned model's fits: no job, no queue
+    ("GET", "/v1/contention"): "admin",      # fitted on every tenant's runs: their models and counts
     ("GET", "/openapi.json"): "shared",      # the API's description
     ("GET", "/docs"): "shared",
     ("GET", "/docs/oauth2-redirect"): "shared",
@@ -249,10 +249,12 @@ def test_admin_only_routes(server):
         assert server.call("GET", "/metrics", token) == (403, b'{"error":"/metrics needs the admin token"}')
         status, answer = server.call("POST", "/v1/tenants/reload", token)
         assert status == 403 and json.loads(answer)["error"] == "reloading the tenants file needs the admin token"
+        assert server.call("GET", "/v1/contention", token) == (403, b'{"error":"/v1/contention needs the admin token"}')
     assert server.tenants.reloads == 0
     assert server.call("GET", "/metrics", ADMIN_TOKEN)[0] == 200
     assert server.call("POST", "/v1/tenants/reload", ADMIN_TOKEN)[0] == 200
-    for path in ("/v1/contention", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+    assert server.call("GET", "/v1/contention", ADMIN_TOKEN)[0] == 200
+    for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
         assert server.call("GET", path, ALICE)[0] == 200, path
 
 
