@@ -41,27 +41,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import subprocess
 import sys
-from pathlib import Path
+
+from deepshare.experiments.provenance import commit, commit_label
 
 CRUX_JOBS, CRUX_GPUS = 0.36, 0.51
 SLOWED_BELOW = 0.95
 ANY_BELOW = 0.99
 """A second, looser column: jobs slowed by 1% or more (Crux counts jobs that *suffered*
 contention, without publishing a threshold)."""
-
-
-def git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def shares(records) -> tuple[float, float, float, int, float]:
@@ -95,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     topo = load_topology(args.cluster)
     jobs = generate(args.jobs, load=args.load, total_gpus=topo.total_gpus, demand=DEMAND_PRESETS["gang-heavy"],
                     mix=mix_preset("llm"), duration_sigma=1.0, seed=args.seed).jobs
-    print(f"date {datetime.date.today().isoformat()}, commit {git_commit()}, python {sys.version.split()[0]}")
+    print(f"date {datetime.date.today().isoformat()}, commit {commit_label(commit())}, python {sys.version.split()[0]}")
     print(f"cluster {args.cluster} ({len(topo.nodes)} nodes, {topo.total_gpus} GPUs), {args.jobs} jobs "
           f"(mix llm, demand gang-heavy, load {args.load:g}, seed {args.seed}), contention link; "
           f"slowed: mean throughput ratio < {SLOWED_BELOW}")

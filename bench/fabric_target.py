@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from deepshare.core.topology import load_topology
+from deepshare.experiments.provenance import commit_label
 
 OURS = "srsf+topo-aware+preempt"
 PREEMPT_ONLY = "srsf+topo-bestfit+preempt"
@@ -68,9 +69,8 @@ def main() -> None:
     doc = json.loads(args.suite_json.read_text())
     table = rows(doc)
     prov = doc.get("provenance", {})
-    commit = prov.get("commit") or {}
-    sha = (commit.get("sha") or "?")[:12] + (" with uncommitted changes" if commit.get("dirty") else "")
-    print(f"fabric suite run of {prov.get('date', '?')} at commit {sha}: {' '.join(prov.get('command', []))}")
+    print(f"fabric suite run of {prov.get('date', '?')} at commit {commit_label(prov.get('commit'))}: "
+          f"{' '.join(prov.get('command', []))}")
     print()
     print("| cell | oversubscribed | best anchor (avg JCT s) | ours / anchor | bestfit+preempt / anchor | "
           "aware / bestfit | aware+preempt / bestfit+preempt | anchor's slowdown |")

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -42,6 +40,7 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
 from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.experiments.provenance import commit, commit_label
 from deepshare.policies import make_policy
 from deepshare.policies.planner import Future, Planner, PlannerConfig
 
@@ -78,18 +77,6 @@ class TruthFutures:
         return Future(remaining, arrivals)
 
 
-def commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" (with uncommitted changes)" if dirty else "")
-
-
 def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
@@ -114,7 +101,7 @@ def main() -> None:
     if wrong:
         parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
     heuristics = args.heuristics.split(",") if args.heuristics else list(spec.heuristics)
-    print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit()}")
+    print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit_label(commit())}")
     print(f"# planner K={args.futures}, horizon {args.horizon:g} s; best heuristic among {len(heuristics)}")
     print("| cell | best heuristic (avg JCT s) | base / best | planner / best | ceiling / best | contested | "
           "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")

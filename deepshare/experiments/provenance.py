@@ -30,6 +30,14 @@ def commit(source: Path = SOURCE) -> dict[str, Any] | None:
     return {"sha": sha, "dirty": dirty}
 
 
+def commit_label(found: dict[str, Any] | None) -> str:
+    """A :func:`commit` (or a JSON's stamped one) as a benchmark prints it: the short sha, with
+    "(with uncommitted changes)" when dirty; "unknown" for None."""
+    if not found:
+        return "unknown"
+    return str(found.get("sha", "?"))[:12] + (" (with uncommitted changes)" if found.get("dirty") else "")
+
+
 def machine() -> dict[str, Any]:
     """The machine in a few words: OS, architecture, CPU model and count, memory, Python, load."""
     cpu = platform.processor() or platform.machine()
