@@ -1,5 +1,6 @@
-"""Shared fabric of the topology tests: 2 spines x 2 leaves x 2 NVLink domains x 2 nodes of 4
-GPUs (16 nodes, 64 GPUs; leaves of 16 GPUs 2:1 oversubscribed, NVLink domains of 8)."""
+"""Shared fabrics of the topology tests: the tiny Clos, 2 spines x 2 leaves x 2 NVLink domains x 2
+nodes of 4 GPUs (16 nodes, 64 GPUs; leaves of 16 GPUs 2:1 oversubscribed, NVLink domains of 8),
+and two leaves of two TITAN Xp nodes whose uplinks carry half a NIC (the uplink contention tests)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,17 @@ nodes:
     f"  - {{type: g, count: 2, prefix: s{s}l{l}n{n}-, domains: {{nvlink: n{n}, leaf: l{l}, spine: s{s}}}}}\n"
     for s in range(2) for l in range(2) for n in range(2))
 TINY_CLOS = parse_topology(TINY_CLOS_SPEC)
+
+TWO_LEAVES_SPEC = """
+name: two-leaves
+node_types:
+  t: {gpus: 2, gpu_model: TITAN Xp, fabric: pcie, pcie_switches: 2, intra_node_gbps: 128, nic_gbps: 40}
+levels:
+  - {name: leaf, uplink_gbps: 20}
+  - {name: spine}
+nodes:
+  - {type: t, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
+  - {type: t, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
+"""
+"""Two leaves of two 2-GPU nodes (a0, a1 | b0, b1), each leaf's uplink 20 Gbit/s: half a NIC."""
+TWO_LEAVES = parse_topology(TWO_LEAVES_SPEC)

@@ -9,29 +9,18 @@ import json
 import numpy as np
 import pytest
 
+from fabric_cases import TWO_LEAVES, TWO_LEAVES_SPEC
+
 from deepshare.cli import main
 from deepshare.core.contention.base import RunningJob
 from deepshare.core.contention.link import LinkContention
 from deepshare.core.contention.link.calibrate import Dataset, PairModel, calibrate
 from deepshare.core.contention.link.samples import UplinkPair, parse_samples, read_samples, uplink_shares
 from deepshare.core.errors import DeepShareError
-from deepshare.core.topology import parse_topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog, ProfileKey
 
-SPEC = """
-name: two-leaves
-node_types:
-  t: {gpus: 2, gpu_model: TITAN Xp, fabric: pcie, pcie_switches: 2, intra_node_gbps: 128, nic_gbps: 40}
-levels:
-  - {name: leaf, uplink_gbps: 20}
-  - {name: spine}
-nodes:
-  - {type: t, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: t, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
-"""
-"""Two leaves of two 2-GPU nodes (a0, a1 | b0, b1), each leaf's uplink 20 Gbit/s: half a NIC."""
-TOPO = parse_topology(SPEC)
+SPEC, TOPO = TWO_LEAVES_SPEC, TWO_LEAVES
 A, B = ProfileKey("A", 4, 2), ProfileKey("B", 4, 2)
 HEADER = "model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s,link\n"
 SAMPLES = HEADER + """A,4,2,,,,3.0,

@@ -9,6 +9,8 @@ import math
 
 import pytest
 
+from fabric_cases import TWO_LEAVES, TWO_LEAVES_SPEC
+
 from deepshare.core.contention import make_contention
 from deepshare.core.contention.base import RunningJob
 from deepshare.core.contention.learned import EXPONENT_PRIOR_WEIGHT, ContentionLearner, LearnedContention
@@ -19,19 +21,7 @@ from deepshare.core.topology import parse_topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog
 
-SPEC = """
-name: two-leaves
-node_types:
-  t: {gpus: 2, gpu_model: TITAN Xp, fabric: pcie, pcie_switches: 2, intra_node_gbps: 128, nic_gbps: 40}
-levels:
-  - {name: leaf, uplink_gbps: 20}
-  - {name: spine}
-nodes:
-  - {type: t, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: t, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
-"""
-"""Two leaves of two 2-GPU nodes (a0, a1 | b0, b1), each leaf's uplink 20 Gbit/s (half a NIC)."""
-TOPO = parse_topology(SPEC)
+SPEC, TOPO = TWO_LEAVES_SPEC, TWO_LEAVES
 NON_BLOCKING = parse_topology(SPEC.replace("uplink_gbps: 20", "uplink_gbps: 0"))
 CATALOG = default_catalog()
 PRIOR = make_contention("link")
