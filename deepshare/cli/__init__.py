@@ -27,7 +27,7 @@ PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.E
 """OSErrors that say a path itself is unusable (too long, through a regular file, a symlink loop,
 not permitted): from a path flag, an input error (one line, exit 2), never a traceback."""
 
-COMMAND_MODULES = ("simulate", "train", "evaluate", "calibrate", "agents", "serve", "scheduler", "cluster", "listing", "trace")
+COMMAND_MODULES = ("simulate", "train", "export_policy", "evaluate", "calibrate", "agents", "serve", "scheduler", "cluster", "listing", "trace")
 """Modules of this package that register subcommands, in the order ``--help`` lists them."""
 
 

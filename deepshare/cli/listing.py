@@ -4,6 +4,7 @@ offer; ``deepshare clusters import`` makes a cluster spec from a switch table or
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
@@ -20,6 +21,8 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.policies import PolicyInfo, policy_info, policy_names
 
     check_outputs({"--json": args.json}, {})
+    if args.card is not None:
+        return _show_card(args, out)
     rows = []
     for name in policy_names():
         try:
@@ -27,9 +30,10 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
         except DeepShareError as exc:  # an installed entry point that does not load: listed, not fatal
             info = PolicyInfo(name, f"cannot load: {exc}", lambda: None, heuristic=False)  # type: ignore[arg-type, return-value]
         rows.append((name, info))
+    cards = _shipped_cards() if any(not info.heuristic for _, info in rows) else {}
     if args.json:
         doc = [{"name": name, "description": info.description, "heuristic": info.heuristic,
-                "takes_argument": info.takes_argument} for name, info in rows]
+                "takes_argument": info.takes_argument, "card": cards.get(name)} for name, info in rows]
         write_json(args.json, doc, out, "policy list")
         if to_stdout(args.json):
             return 0
@@ -37,8 +41,99 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
     table.add_column("name")
     table.add_column("description")
     for name, info in rows:
-        table.add_row(name, info.description)
+        card = cards.get(name)
+        shipped = f"\nships {card['facts']} (deepshare policies --card {name})" if card else ""
+        table.add_row(name, info.description + shipped)
     out.print(table)
+    return 0
+
+
+def _shipped_cards() -> dict[str, dict[str, object]]:
+    """Registered name -> the key facts of the card of the file it loads by default (the cards'
+    ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its weights."""
+    from deepshare.policies.policy_card import check_card, shipped_cards
+
+    found: dict[str, dict[str, object]] = {}
+    for path, card in shipped_cards():
+        if isinstance(card, DeepShareError):
+            found_problem = {"card": path.name, "facts": f"{path.name}: unreadable card ({card})", "problem": str(card)}
+            for name in _names_in(path):
+                found[name] = found_problem
+            continue
+        weights = path.with_name(card.weights)
+        problems = check_card(card, weights) if weights.exists() else [f"weights: {card.weights} not found"]
+        facts = card.facts() + (f" [card out of step: {'; '.join(problems)}]" if problems else "")
+        summary = {
+            "card": path.name, "weights": card.weights, "kind": card.kind, "what": card.what(), "teacher": card.teacher,
+            "information": card.information.describe(), "commit": card.commit, "headline": card.headline(),
+            "facts": facts, "problem": "; ".join(problems) or None,
+        }
+        for name in card.loaded_by:
+            found[name] = summary
+    return found
+
+
+def _names_in(path: object) -> list[str]:
+    """The ``loaded_by`` names an unreadable card still lists, read as plain YAML (best effort)."""
+    try:
+        from deepshare.core.documents import load_yaml
+
+        raw = load_yaml(Path(str(path)).read_text(), str(path))
+        names = raw.get("loaded_by") if isinstance(raw, dict) else None
+        return [str(n) for n in names] if isinstance(names, list) else []
+    except (DeepShareError, OSError, UnicodeDecodeError):
+        return []
+
+
+def _show_card(args: argparse.Namespace, out: Console) -> int:
+    """``--card NAME|NAME=PATH|PATH``: the whole card of the file a name loads, or of a file."""
+    from deepshare.policies.policy_card import CARD_SUFFIX, card_path, card_yaml, check_card, read_card, shipped_cards
+
+    given = args.card
+    base, eq, arg = given.partition("=")
+    target = Path(arg if eq else given)
+    card_file: Path | None = None
+    if not eq and not target.exists():
+        for path, card in shipped_cards():
+            if isinstance(card, DeepShareError):
+                if base in _names_in(path):
+                    raise card
+                continue
+            if base in card.loaded_by:
+                card_file = path
+                break
+        if card_file is None:
+            from deepshare.policies import policy_info
+
+            info = policy_info(base)  # an unknown name: the registry's own one-line error
+            kind = "a heuristic: it has no policy file" if info.heuristic else "it ships no card"
+            raise DeepShareError(f"--card {given}: {kind}; give a learned policy's name or a policy file's path")
+    elif target.name.endswith(CARD_SUFFIX):
+        card_file = target
+    else:
+        card_file = card_path(target)
+        if not target.exists() and not card_file.exists():
+            raise DeepShareError(f"--card {given}: file not found")
+        if not card_file.exists():
+            raise DeepShareError(f"--card {given}: no card ({card_file} not found); "
+                                 "`deepshare export-policy` writes a policy file with its card")
+    card = read_card(card_file)
+    weights = card_file.with_name(card.weights)
+    if weights.exists():
+        from deepshare.policies.checkpoint import scorer_from_file
+
+        problems = check_card(card, weights, scorer_from_file(weights)[2])
+        check = "the card matches its weights (sha256 and rules)" if not problems else "OUT OF STEP: " + "; ".join(problems)
+    else:
+        problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"
+    if args.json:
+        doc = {"path": str(card_file), "card": card.model_dump(mode="json"), "problems": problems}
+        write_json(args.json, doc, out, "policy card")
+        if to_stdout(args.json):
+            return 0
+    print_line(out, f"# {card_file}")
+    print_line(out, card_yaml(card).rstrip("\n"))
+    print_line(out, f"# {check}")
     return 0
 
 
@@ -91,8 +186,14 @@ def cmd_clusters_import(args: argparse.Namespace, out: Console, err: Console) ->
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = command(sub, "policies", "list the registered policies", "deepshare policies", "deepshare policies --json -")
-    add_json_flag(p, "[{name, description, heuristic, takes_argument}]")
+    p = command(sub, "policies", "list the registered policies, with what each learned one ships",
+                "deepshare policies", "deepshare policies --json -", "deepshare policies --card rl-hybrid",
+                details="A learned policy's row ends with the key facts of the card of the file it loads (what it is, "
+                "teacher, information model, commit, headline figure); --card shows a whole card and checks it "
+                "against its weights.")
+    add_json_flag(p, "[{name, description, heuristic, takes_argument, card}] (with --card: {path, card, problems})")
+    p.add_argument("--card", metavar="NAME|PATH", help="show the whole card of the file NAME loads (rl-hybrid), "
+                   "of a policy file (NAME=PATH or PATH) or a card file")
     p.set_defaults(func=cmd_policies)
 
     p = command(sub, "clusters", "list the cluster presets, or import a cluster spec (clusters import)",

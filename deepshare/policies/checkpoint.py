@@ -29,9 +29,15 @@ FORMAT_VERSION = 1
 
 
 def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metadata: dict[str, Any]) -> None:
-    """Write a scorer's weights and what is needed to use them (called by the trainer)."""
+    """Write a scorer's weights and what is needed to use them (called by the trainer and by
+    ``deepshare export-policy``), atomically: a reader sees the old file or the whole new one."""
+    import io
+
     import torch
 
+    from deepshare.core.atomic import write_bytes_atomic
+
+    buffer = io.BytesIO()
     torch.save(
         {
             "format": FORMAT_VERSION,
@@ -41,8 +47,9 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
             "encoding": asdict(encoding),
             "metadata": plain(metadata),
         },
-        str(path),
+        buffer,
     )
+    write_bytes_atomic(path, buffer.getvalue(), "policy file")
 
 
 def plain(value: Any) -> Any:

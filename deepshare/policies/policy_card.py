@@ -1,0 +1,486 @@
+"""Policy cards: what a learned policy file ships, written down next to its weights.
+
+A card is a small YAML file beside a policy file (``rl_est_ppo.pt`` -> ``rl_est_ppo.card.yaml``)
+that says, for a reader and for ``deepshare policies``: the registered names that load the file,
+what it is (the network alone, with its safety net, or with preemption too), the heuristic the
+network imitated (its teacher), how it was trained (config, command, seeds), the information
+model it was trained under, the commit it was exported at, the rules it carries (exactly the
+file's metadata ``hybrid_rules``, ``preemptive`` and ``preempt_rules``), and its suite figures.
+``deepshare export-policy`` writes the weights and the card together; every shipped file in
+``deepshare/data/policies/`` has one. A card is user input: a missing or misspelt field, a
+wrong type or an unknown key is one :class:`~deepshare.core.errors.DeepShareError` line naming
+the file and the field. A policy file without a card (one a user trained, an old export) loads
+as before; it simply has no card.
+
+The card names its weights' SHA-256, so a card and a weights file that are out of step (one
+replaced without the other, a hand edit of the weights) are found by :func:`check_card`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from deepshare.core.errors import DeepShareError
+
+CARD_FORMAT = 1
+CARD_SUFFIX = ".card.yaml"
+
+Kind = Literal["network", "hybrid", "hybrid-preempt"]
+KINDS: dict[str, str] = {
+    "network": "the network alone",
+    "hybrid": "the network with its safety net",
+    "hybrid-preempt": "the network with its safety net, deferring to a preemptive heuristic when it preempts",
+}
+"""What each kind of card means, in words."""
+
+KIND_LOADER: dict[str, str] = {"network": "rl-base", "hybrid": "rl-hybrid", "hybrid-preempt": "rl-hybrid-preempt"}
+"""The registered name that loads a file as its kind says (``NAME=PATH`` for a user's file):
+``rl-base`` ignores a file's rules, ``rl-hybrid`` applies ``hybrid_rules``, ``rl-hybrid-preempt``
+applies them all."""
+
+RULE_KEYS = ("hybrid_rules", "preemptive", "preempt_rules")
+"""The metadata keys of a policy file that change how it decides; a card copies them exactly."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class HybridRulesCard(_Strict):
+    """A file's ``hybrid_rules``: the safety net's thresholds and fallback (absent keys: defaults)."""
+
+    min_ratio: float | None = Field(default=None, ge=0)
+    utilisation_floor: float | None = Field(default=None, ge=0)
+    anchor: list[str] | None = None
+
+    @field_validator("anchor")
+    @classmethod
+    def _anchor(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            from deepshare.policies.anchor import check_anchor
+
+            check_anchor(value)
+        return value
+
+
+class PreemptRulesCard(_Strict):
+    """A file's ``preempt_rules``: gates on deferring to the preemptive heuristic."""
+
+    min_gain: float | None = Field(default=None, ge=0)
+    min_pressure: float | None = Field(default=None, ge=0)
+
+
+class Rules(_Strict):
+    """Exactly the file's rule keys; None where the file has none."""
+
+    hybrid_rules: HybridRulesCard | None = None
+    preemptive: str | None = None
+    preempt_rules: PreemptRulesCard | None = None
+
+    @field_validator("preemptive")
+    @classmethod
+    def _preemptive(cls, value: str | None) -> str | None:
+        if value is not None:
+            from deepshare.policies.hybrid_preempt import preemptive_heuristic
+
+            try:
+                preemptive_heuristic(value, "card")
+            except DeepShareError:
+                raise ValueError(f"expected a preemptive heuristic ORDER+PLACEMENT+preempt, got {value!r}") from None
+        return value
+
+    def as_metadata(self) -> dict[str, Any]:
+        """The rule keys as a policy file's metadata holds them (absent keys left out)."""
+        out: dict[str, Any] = {}
+        if self.hybrid_rules is not None:
+            out["hybrid_rules"] = self.hybrid_rules.model_dump(exclude_none=True)
+        if self.preemptive is not None:
+            out["preemptive"] = self.preemptive
+        if self.preempt_rules is not None:
+            out["preempt_rules"] = self.preempt_rules.model_dump(exclude_none=True)
+        return out
+
+
+class Training(_Strict):
+    """How the network was made."""
+
+    method: str = Field(min_length=1)
+    """In words: imitation, PPO (and from what), iterations or rounds."""
+    config: str | None = None
+    """The training YAML (a path relative to the repository)."""
+    command: str = Field(min_length=1)
+    """The command that trained it."""
+    seed: int | None = None
+    """The shipped file's training seed."""
+    seeds_tried: list[int] = Field(default_factory=list)
+    """Every seed of this recipe that was run (for the spread); the shipped one among them."""
+    init_from: str | None = None
+    """The policy file the training started from, if any."""
+
+
+class Information(_Strict):
+    """What the network was trained to know: the information model of its episodes."""
+
+    durations: list[Literal["exact", "estimated", "unknown"]] = Field(min_length=1)
+    """The models episodes drew from (one each; a list repeats a model to weight it)."""
+    estimate_errors: list[float] = Field(default_factory=list)
+    """Lognormal sigmas of the estimates under ``estimated``."""
+    extra_features: list[str] = Field(default_factory=list)
+    """The encoding's optional columns the network reads."""
+    offer_order: str | None = None
+    """How queued jobs are offered (None: ``srsf``)."""
+    note: str | None = None
+
+    def describe(self) -> str:
+        """``estimated 3/4, unknown 1/4 (sigma 0.7, 1, 1.4)``."""
+        n = len(self.durations)
+        parts = [m if self.durations.count(m) == n else f"{m} {self.durations.count(m)}/{n}"
+                 for m in dict.fromkeys(self.durations)]
+        sigma = f" (sigma {', '.join(f'{s:g}' for s in self.estimate_errors)})" if self.estimate_errors and "estimated" in self.durations else ""
+        return ", ".join(parts) + sigma
+
+
+class SuiteFigures(_Strict):
+    """One suite's figures for the policy: average JCT over each cell's best heuristic."""
+
+    geomean_avg_jct_ratio: float = Field(gt=0)
+    worst_avg_jct_ratio: float | None = Field(default=None, gt=0)
+    worst_p99_jct_ratio: float | None = Field(default=None, gt=0)
+    cells_won: int | None = Field(default=None, ge=0)
+    cells: int | None = Field(default=None, ge=1)
+    by_durations: dict[str, float] = Field(default_factory=dict)
+    """Geometric mean per information model, where the suite ran several."""
+    against: str = Field(min_length=1)
+    """What the ratios are against (which heuristics, which information)."""
+    measured: str = Field(min_length=1)
+    """The run: its command, date and commit."""
+    source: str = Field(min_length=1)
+    """Where the figures are kept (a results JSON, a changelog section)."""
+
+    def headline(self) -> str:
+        worst = f" (worst cell {self.worst_avg_jct_ratio:.3f})" if self.worst_avg_jct_ratio is not None else ""
+        return f"{self.geomean_avg_jct_ratio:.3f}x the best heuristic{worst}"
+
+
+class PolicyCard(_Strict):
+    """What a policy file ships (module docstring)."""
+
+    card: Literal[1]
+    """The card format."""
+    weights: str = Field(min_length=1)
+    """The weights file's name (the card lies in the same folder)."""
+    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    loaded_by: list[str] = Field(default_factory=list)
+    """Registered names that load this file by default ([] : only as ``NAME=PATH``)."""
+    kind: Kind
+    summary: str = Field(min_length=1)
+    """What it is, in a sentence."""
+    teacher: str | None
+    """The heuristic the network imitated (directly, or in the run it started from); None: none."""
+    training: Training
+    information: Information
+    commit: str | None = Field(pattern=r"^[0-9a-f]{7,40}$")
+    """The commit it was exported at; None when not recorded (then ``commit_note`` says why)."""
+    commit_dirty: bool = False
+    """The export ran with uncommitted changes to tracked files."""
+    commit_note: str | None = None
+    rules: Rules
+    figures: dict[str, SuiteFigures]
+    """Suite name -> figures, headline suite first; {} when none were measured (``figures_note``)."""
+    figures_note: str | None = None
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PolicyCard":
+        if self.commit is None and not self.commit_note:
+            raise ValueError("commit_note: required when commit is null (say why no commit is recorded)")
+        if not self.figures and not self.figures_note:
+            raise ValueError("figures_note: required when figures is empty (say why none were measured)")
+        if self.kind == "network" and self.rules.as_metadata():
+            raise ValueError("rules: a network-alone card carries no rules (rl-base ignores them); kind should be hybrid")
+        if self.kind == "hybrid" and (self.rules.preemptive is not None or self.rules.preempt_rules is not None):
+            raise ValueError("rules: preemptive and preempt_rules belong to a hybrid-preempt card")
+        if self.kind == "hybrid-preempt" and self.rules.preemptive is None:
+            raise ValueError("rules.preemptive: a hybrid-preempt card names the heuristic it defers to")
+        for name in self.loaded_by:
+            if name in KIND_LOADER.values() and name != KIND_LOADER[self.kind]:
+                raise ValueError(f"loaded_by: {name} does not load a file as {self.kind} ({KIND_LOADER[self.kind]} does)")
+        if self.training.seed is not None and self.training.seeds_tried and self.training.seed not in self.training.seeds_tried:
+            raise ValueError("training.seeds_tried: must include training.seed")
+        return self
+
+    @property
+    def safety_net_off(self) -> bool:
+        """The file's safety net can never fire: no predicted ratio exceeds 1, no utilisation is below 0."""
+        rules = self.rules.hybrid_rules
+        return rules is not None and (rules.min_ratio or 0) > 1 and rules.utilisation_floor is not None and rules.utilisation_floor <= 0
+
+    def what(self) -> str:
+        """The kind in words, with this card's rules."""
+        if self.kind == "network":
+            return KINDS["network"]
+        net = "safety net off (its rules never fire)" if self.safety_net_off else f"safety net falling back to {self.anchor()}"
+        text = f"network + {net}"
+        if self.kind == "hybrid-preempt":
+            gates = self.rules.preempt_rules.model_dump(exclude_none=True) if self.rules.preempt_rules else {}
+            gate = ", gated " + ", ".join(f"{k} {v:g}" for k, v in gates.items()) if gates else ""
+            text += f" + preemption ({self.rules.preemptive}{gate})"
+        return text
+
+    def anchor(self) -> str:
+        from deepshare.policies.learned import HybridRules
+
+        given = self.rules.hybrid_rules.anchor if self.rules.hybrid_rules else None
+        return "+".join(given or HybridRules().anchor)
+
+    def headline(self) -> str:
+        """The first suite's figure, or the note saying why there is none."""
+        if not self.figures:
+            return f"no suite figures ({self.figures_note})"
+        suite, figures = next(iter(self.figures.items()))
+        return f"{suite}: {figures.headline()}"
+
+    def facts(self) -> str:
+        """The key facts on one line (``deepshare policies``)."""
+        teacher = f"teacher {self.teacher}" if self.teacher else "no teacher"
+        commit = f"commit {self.commit[:12]}" + (" (dirty)" if self.commit_dirty else "") if self.commit else "commit not recorded"
+        return (f"{self.weights}: {self.what()}; {teacher}; trained under {self.information.describe()}; "
+                f"{commit}; {self.headline()}")
+
+
+def card_path(weights: str | Path) -> Path:
+    """Where the card of ``weights`` lies: ``NAME.pt`` -> ``NAME.card.yaml`` in the same folder."""
+    p = Path(weights)
+    return p.with_name(p.name[: -len(p.suffix)] + CARD_SUFFIX if p.suffix else p.name + CARD_SUFFIX)
+
+
+def sha256_of(path: str | Path) -> str:
+    from deepshare.core.files import POLICY_BYTES, read_input_bytes
+
+    return hashlib.sha256(read_input_bytes(path, "policy file", POLICY_BYTES)).hexdigest()
+
+
+EXPECTED = "card, weights, weights_sha256, kind, summary, teacher, training, information, commit, rules, figures"
+
+
+def parse_card(text: str, source: str) -> PolicyCard:
+    """A card from YAML text; errors are one line naming ``source`` and the field."""
+    from deepshare.core.documents import load_yaml
+
+    raw = load_yaml(text, source, f"a mapping with {EXPECTED}")
+    if not isinstance(raw, dict):
+        raise DeepShareError(f"{source}: expected a mapping with {EXPECTED}, got {type(raw).__name__}")
+    return validate_card(raw, source)
+
+
+def validate_card(raw: Mapping[str, Any], source: str) -> PolicyCard:
+    """``raw`` as a card; a problem is one :class:`DeepShareError` line: ``SOURCE: FIELD: what``."""
+    from pydantic import ValidationError
+
+    try:
+        return PolicyCard.model_validate(raw)
+    except ValidationError as exc:
+        raise DeepShareError(f"{source}: {card_problems(exc)}") from None
+
+
+def card_problems(exc: Any) -> str:
+    """A pydantic ValidationError as ``field.path: message`` clauses; a check of the whole card
+    names its field in its message."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "literal_error" and loc == "card":
+            msg = f"expected card format {CARD_FORMAT}, got {err.get('input')!r}"
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def read_card(path: str | Path) -> PolicyCard:
+    from deepshare.core.yamlspec import read_config_text
+
+    return parse_card(read_config_text(path, "policy card"), str(path))
+
+
+def shipped_folder() -> Path:
+    """The folder of the shipped policy files and their cards."""
+    from importlib import resources
+
+    return Path(str(resources.files("deepshare.data") / "policies"))
+
+
+def shipped_cards() -> list[tuple[Path, PolicyCard | DeepShareError]]:
+    """Each shipped card file with its card, or the error that reading it gave."""
+    found: list[tuple[Path, PolicyCard | DeepShareError]] = []
+    for path in sorted(shipped_folder().glob("*" + CARD_SUFFIX)):
+        try:
+            found.append((path, read_card(path)))
+        except DeepShareError as exc:
+            found.append((path, exc))
+    return found
+
+
+def card_of(weights: str | Path) -> PolicyCard | None:
+    """The card beside ``weights``, or None when it has none (a user's file, an old export)."""
+    path = card_path(weights)
+    return read_card(path) if path.exists() else None
+
+
+def card_yaml(card: PolicyCard) -> str:
+    """The card as the YAML text written beside the weights (fields in the model's order)."""
+    import yaml
+
+    doc = card.model_dump(mode="json", exclude_none=False)
+    doc["rules"] = {key: card.rules.as_metadata().get(key) for key in RULE_KEYS}
+    for name, figures in card.figures.items():
+        doc["figures"][name] = figures.model_dump(mode="json", exclude_none=True)
+    header = ("# Policy card: what the policy file beside it ships (deepshare/policies/policy_card.py).\n"
+              "# `deepshare export-policy` writes it with the weights; `deepshare policies --card` shows it and checks\n"
+              "# it against them.\n")
+    return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
+
+
+def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any] | None = None) -> list[str]:
+    """What does not match between ``card`` and the weights file beside it (empty: they agree):
+    its name, its SHA-256 and, with ``metadata`` (the file's, loaded), its rules."""
+    problems = []
+    if Path(weights).name != card.weights:
+        problems.append(f"weights: the card describes {card.weights}, not {Path(weights).name}")
+    sha = sha256_of(weights)
+    if sha != card.weights_sha256:
+        problems.append(f"weights_sha256: {Path(weights).name} has sha256 {sha[:12]}..., the card {card.weights_sha256[:12]}...")
+    if metadata is not None:
+        given = {key: metadata[key] for key in RULE_KEYS if metadata.get(key) not in (None, {})}
+        if _plain_rules(given) != _plain_rules(card.rules.as_metadata()):
+            problems.append(f"rules: the card says {card.rules.as_metadata()}, the file's metadata {given}")
+    return problems
+
+
+def _plain_rules(rules: Mapping[str, Any]) -> Any:
+    """Rules compared as data: lists and tuples alike, numbers by value."""
+    if isinstance(rules, Mapping):
+        return {k: _plain_rules(v) for k, v in rules.items()}
+    if isinstance(rules, (list, tuple)):
+        return [_plain_rules(v) for v in rules]
+    return rules
+
+
+# -- a card from a policy file's metadata ---------------------------------------------------------
+
+def information_of(metadata: Mapping[str, Any], encoding: Mapping[str, Any]) -> Information:
+    """The information model a file was trained under, from its metadata ``env`` and its encoding.
+    A file whose ``env`` names no ``durations`` predates the information model: its episodes
+    showed exact remaining work."""
+    env = metadata.get("env") if isinstance(metadata.get("env"), Mapping) else {}
+    durations = env.get("durations")
+    note = None
+    if durations is None:
+        durations, note = ["exact"], "the file predates the information model: its episodes showed exact remaining work"
+    elif isinstance(durations, str):
+        durations = [durations]
+    errors = env.get("estimate_errors") or []
+    if isinstance(errors, (int, float)):
+        errors = [errors]
+    return Information(durations=list(durations), estimate_errors=[float(e) for e in errors],
+                       extra_features=list(encoding.get("extra_features") or ()),
+                       offer_order=encoding.get("offer_order"), note=note)
+
+
+def training_of(metadata: Mapping[str, Any], command: str | None = None, seeds_tried: Sequence[int] = ()) -> Training:
+    """How a file was trained, from the metadata ``deepshare train`` / ``imitate`` wrote; the
+    command is reconstructed from it unless given."""
+    model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
+    fit = metadata.get("fit") if isinstance(metadata.get("fit"), Mapping) else {}
+    config = metadata.get("config")
+    init_from = model.get("init_from")
+    imitation = "imitates" in metadata or str(metadata.get("trainer", "")).startswith("imitation")
+    if imitation:
+        seed = fit.get("seed")
+        rounds = metadata.get("dagger_rounds")
+        method = f"imitation of {metadata.get('imitates', 'its anchor')}: behaviour cloning, {rounds} DAgger round(s)"
+        made = (f"deepshare imitate {config} --episodes {metadata.get('episodes')} --epochs {fit.get('epochs')} "
+                f"--dagger-rounds {rounds}" + (f" --seed {seed}" if seed not in (None, 0) else ""))
+    else:
+        seed = metadata.get("seed")
+        iterations = metadata.get("iterations")
+        method = f"PPO, {iterations} iterations" + (f", started from {init_from}" if init_from else " from scratch")
+        made = (f"deepshare train {config} --iterations {iterations}" + (f" --seed {seed}" if seed is not None else "")
+                + (f" --init-from {init_from}" if init_from else ""))
+    tried = [int(s) for s in seeds_tried] or ([int(seed)] if isinstance(seed, int) else [])
+    return Training(method=method, config=str(config) if config is not None else None, command=command or made,
+                    seed=seed if isinstance(seed, int) else None, seeds_tried=tried,
+                    init_from=str(init_from) if init_from else None)
+
+
+def summary_of(kind: str, rules: Rules) -> str:
+    """The card's one-sentence summary for ``kind`` with ``rules``."""
+    from deepshare.policies.hybrid_preempt import DEFAULT_PREEMPTIVE
+    from deepshare.policies.learned import HybridRules
+
+    if kind == "network":
+        return "The network alone: it makes every decision, waiting included. Load it as rl-base."
+    given = rules.hybrid_rules.model_dump(exclude_none=True) if rules.hybrid_rules else {}
+    hr = HybridRules(**{k: tuple(v) if k == "anchor" else v for k, v in given.items()})
+    net_off = hr.min_ratio > 1 and hr.utilisation_floor <= 0
+    net = ("its safety net is off (min_ratio above 1 and utilisation_floor 0: it never fires)" if net_off else
+           f"when it waits while a job fits, its safety net launches {'+'.join(hr.anchor)}'s next pick if that pick's "
+           f"predicted ratio is at least {hr.min_ratio:g} or utilisation would stay below {hr.utilisation_floor:g}")
+    if kind == "hybrid":
+        return f"The network with its safety net: {net}. Load it as rl-hybrid."
+    gates = rules.preempt_rules.model_dump(exclude_none=True) if rules.preempt_rules else {}
+    gate = ("within its gates " + ", ".join(f"{k} {v:g}" for k, v in gates.items())) if gates else "with no gate"
+    return (f"The network, deferring to {rules.preemptive or DEFAULT_PREEMPTIVE} whenever that heuristic preempts "
+            f"({gate}); otherwise {net}. Load it as rl-hybrid-preempt.")
+
+
+def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequence[str] = ()) -> tuple[str, SuiteFigures]:
+    """``(suite name, figures)`` of one learned policy from ``deepshare evaluate --suite --json``
+    output: ``entry`` names the policy as the suite listed it; without it, the one of ``preferred``
+    the suite ran, else its only learned policy. Errors name ``source`` and the key."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("summary"), Mapping) or not isinstance(doc.get("suite"), Mapping):
+        raise DeepShareError(f"{source}: not the JSON of `deepshare evaluate --suite` (no suite and summary)")
+    summary = doc["summary"]
+    if entry is None:
+        found = [name for name in preferred if name in summary]
+        if found:
+            entry = found[0]
+        elif len(summary) == 1:
+            entry = next(iter(summary))
+        else:
+            raise DeepShareError(f"{source}: the suite judged {sorted(summary)}; say which with --figures-of")
+    if entry not in summary:
+        raise DeepShareError(f"{source}: no figures for {entry!r}; the suite judged {sorted(summary)}")
+    row = summary[entry]
+    try:
+        by_durations = {model: round(float(rows[entry]["geomean_avg_jct_ratio"]), 4)
+                        for model, rows in (doc.get("summary_by_durations") or {}).items() if entry in rows}
+        prov = doc.get("provenance") or {}
+        commit = prov.get("commit") or {}
+        sha = str(commit.get("sha", ""))[:12] or "an unrecorded commit"
+        measured = (f"deepshare evaluate --suite {doc['suite']['name']}, {str(prov.get('date', 'undated'))[:10]}, deepshare "
+                    f"{prov.get('deepshare', '?')} at {sha}" + (" (with uncommitted changes)" if commit.get("dirty") else ""))
+        figures = SuiteFigures(
+            geomean_avg_jct_ratio=round(float(row["geomean_avg_jct_ratio"]), 4),
+            worst_avg_jct_ratio=_opt_float(row.get("worst_avg_jct_ratio")),
+            worst_p99_jct_ratio=_opt_float(row.get("worst_p99_jct_ratio")),
+            cells_won=row.get("cells_won"), cells=row.get("cells"), by_durations=by_durations,
+            against="each cell's best heuristic under the same information model",
+            measured=measured, source=source,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DeepShareError(f"{source}: summary.{entry}: cannot read its figures ({exc.__class__.__name__}: {exc})") from None
+    return str(doc["suite"]["name"]), figures
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return round(out, 4)
