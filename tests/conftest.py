@@ -17,14 +17,56 @@ from typing import Iterator
 import pytest
 
 
+def _hypothesis_profiles() -> None:
+    """``ci`` (chosen when ``$CI`` is set): no per-example deadline (a loaded machine runs an
+    example 10x slower now and then) and derandomised, so a CI failure replays as it failed.
+    ``dev`` (``HYPOTHESIS_PROFILE=dev``): 20 examples for the tests that do not set their own
+    count, for a quick local loop. Otherwise hypothesis' defaults under each test's settings."""
+    import os
+
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+        return
+    settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("dev", max_examples=20, deadline=None)
+    chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else None)
+    if chosen:
+        settings.load_profile(chosen)
+
+
+_hypothesis_profiles()
+
+
 RAY_FIXTURES = ("ray_local", "fake_cluster")
 """Fixtures that start Ray: a test using one is marked ``slow`` whether or not its module says so."""
+
+
+WIDE_SCOPES = frozenset({"module", "class", "package", "session"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
             item.add_marker(pytest.mark.slow)
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture of this suite that outlives one test (a module's service,
+    Ray cluster or trained model, the session's Ray). Under ``pytest -n N --dist loadgroup`` the
+    tests of such a module run on one worker, so it is built once, not once per worker; the
+    other tests are spread one by one."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for defs in info.name2fixturedefs.values():
+        for fixturedef in defs:
+            if fixturedef.baseid.startswith("tests") and fixturedef.scope in WIDE_SCOPES:
+                return True
+    return False
 
 
 class SharedRay:
