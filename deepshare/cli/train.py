@@ -1,10 +1,13 @@
 """``deepshare train`` (RLlib PPO from a YAML config), ``deepshare tune`` (a Ray Tune grid over one) and
-``deepshare imitate`` (behaviour cloning of the anchor heuristic on a config's env, no Ray)."""
+``deepshare imitate`` (behaviour cloning of the anchor heuristic on a config's env, no Ray; with
+``--teacher planner=K``, expert iteration: the rollout planner labels the states the network
+visits, as Ray tasks on a cluster with ``--address``)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +22,8 @@ TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
 IMITATE_FILES = ("policy.pt", "imitation.json")
 """Files `deepshare imitate` writes into its run folder."""
+EXPERT_FILES = ("policy.pt", "expert.json")
+"""Files `deepshare imitate --teacher planner=K` (expert iteration) writes into its run folder."""
 
 
 NO_EPISODE = "no episode finished yet"
@@ -140,14 +145,44 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.rl.imitate import FitSettings, imitate
     from deepshare.rl.train import load_train_config
 
+    teacher = None
+    if args.teacher is not None:
+        from deepshare.rl.expert import parse_teacher
+
+        teacher = parse_teacher(args.teacher, args.teacher_candidates)  # a bad teacher fails before any work
+    elif args.address is not None or args.label_cpus is not None or args.teacher_candidates is not None:
+        flag = next(f for f, v in (("--address", args.address), ("--label-cpus", args.label_cpus),
+                                   ("--teacher-candidates", args.teacher_candidates)) if v is not None)
+        raise DeepShareError(f"{flag}: only with --teacher planner=K (the planner labels, as Ray tasks with --address); "
+                             "behaviour cloning of the anchor runs here")
+    if args.label_cpus is not None and args.address is None:
+        raise DeepShareError("--label-cpus: the CPUs of each Ray labelling task; give --address too (without it the "
+                             "planner labels in this process)")
     config = load_train_config(args.config)
-    run_dir = args.out or f"runs/{config.name}_imitate"
-    check_outputs({"--out": folder_outputs(run_dir, IMITATE_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
+    run_dir = args.out or f"runs/{config.name}_{'expert' if teacher else 'imitate'}"
+    check_outputs({"--out": folder_outputs(run_dir, EXPERT_FILES if teacher else IMITATE_FILES)},
+                  {"CONFIG": args.config}, new_folders=[run_dir])
     settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, held_out=args.held_out, seed=args.seed, label_smoothing=args.label_smoothing)
+    if teacher is not None:
+        return _expert(args, teacher, settings, run_dir, out, err)
     policy = imitate(args.config, run_dir, episodes=args.episodes, seed_base=args.seed_base, settings=settings,
                      dagger_rounds=args.dagger_rounds,
                      log=lambda msg: print_line(err, msg) if not msg.startswith("episode ") or err.is_terminal else None)
+    print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
+    return 0
+
+
+def _expert(args: argparse.Namespace, teacher: Any, settings: Any, run_dir: str, out: Console, err: Console) -> int:
+    from deepshare.cli.ray_address import joined
+    from deepshare.rl.expert import ExpertSettings, expert_iteration
+
+    name = args.teacher + (f" (candidates {','.join(teacher.candidates)})" if teacher.candidates else "")
+    expert = ExpertSettings(teacher=teacher, teacher_name=name, episodes=args.episodes, rounds=args.dagger_rounds,
+                            seed_base=args.seed_base, label_cpus=1.0 if args.label_cpus is None else args.label_cpus)
+    with joined(args.address) as on_ray:
+        policy = expert_iteration(args.config, run_dir, replace(expert, on_ray=on_ray), settings,
+                                  log=lambda msg: print_line(err, msg))
     print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
     return 0
 
@@ -193,8 +228,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
 
-    p = command(sub, "imitate", "behaviour cloning: fit the scorer to a config's anchor heuristic on its env, then DAgger; no Ray",
-                "deepshare imitate rllib_configs/rl_unc_imitate.yaml --out runs/bc --episodes 192 --dagger-rounds 1")
+    p = command(sub, "imitate", "imitation: fit the scorer to a config's anchor heuristic (no Ray), or to the planner "
+                "(--teacher, expert iteration), then DAgger",
+                "deepshare imitate rllib_configs/rl_unc_imitate.yaml --out runs/bc --episodes 192 --dagger-rounds 1",
+                "deepshare imitate rllib_configs/rl_est_imitate.yaml --teacher planner=4 --episodes 8 --dagger-rounds 1 "
+                "--address auto --out runs/expert")
     p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
     p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
     p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",
@@ -203,7 +241,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="first episode seed; seeds stay below 2^31, the suite's range (default 0)")
     p.add_argument("--dagger-rounds", type=in_range(int, 0, 100, "rounds"), default=3, metavar="R",
                    help="DAgger: R times, let the fitted scorer drive EPISODES new episodes, label its states with the "
-                   "anchor's choice and refit on everything (default 3; 0: plain behaviour cloning, which compounds its errors)")
+                   "anchor's choice (the planner's with --teacher) and refit on everything (default 3; 0: plain behaviour cloning, which compounds its errors)")
     p.add_argument("--epochs", type=in_range(int, 1, 10_000, "epochs"), default=30, metavar="N", help="passes over the demonstrations (default 30)")
     p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
     p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")
@@ -214,4 +252,18 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--label-smoothing", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.0, metavar="S",
                    help="share of each target spread over the choice's valid rows, so PPO started from the imitation can still "
                    "explore (default 0: an exact imitation's probabilities go to 1 and PPO learns nothing)")
+    p.add_argument("--teacher", metavar="planner=K[:BUDGET_S[:CONTENTION]]", default=None,
+                   help="expert iteration: the rollout planner (K sampled futures per contested decision) labels every "
+                   "state instead of the anchor; round 0 plays the anchor's episodes, each DAgger round the scorer's own; "
+                   "choices whose planner decision no row expresses (a preemption, a launch not offered) are skipped "
+                   "and counted; writes policy.pt and expert.json")
+    p.add_argument("--teacher-candidates", metavar="A,B,...", default=None,
+                   help="with --teacher: the heuristics whose decisions the planner weighs, replacing its leaders (the "
+                   "first is the base its rollouts go on under); non-preemptive ones only make every label one the rows "
+                   "can express, e.g. bsrsf+uncontended,srsf+packed")
+    p.add_argument("--address", metavar="auto|HOST:PORT", default=None,
+                   help="with --teacher: join this running Ray cluster and compute the planner's labels as Ray tasks there "
+                   "(the same labels as without it)")
+    p.add_argument("--label-cpus", type=in_range(float, 0, 64, "CPUs", low_open=True), default=None, metavar="C",
+                   help="with --address: CPUs each labelling task asks for (default 1; fractions allowed)")
     p.set_defaults(func=cmd_imitate)

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from deepshare.core.contention import CONTENTION_MODELS, make_contention
+from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import RecurrenceModel, generate, load, mix_preset
@@ -278,6 +278,14 @@ class DeepShareEnv(gym.Env):
         if ep is None or ep.partial is None:
             raise RuntimeError("choice() needs an episode in progress (reset() first, not after the end)")
         return ep.partial, ep.rows
+
+    def episode_contention(self) -> ContentionModel:
+        """The episode's contention model: what its views' predictions answer from (a labeller
+        that rebuilds a view away from the simulator, :mod:`deepshare.rl.expert`, rebuilds the
+        same predictor from it). Valid once ``reset`` has been called."""
+        if self._episode is None:
+            raise RuntimeError("episode_contention() needs reset() first")
+        return self._episode.sim.contention
 
     # -- internals ---------------------------------------------------------------------------
     def _truncated(self) -> bool:
