@@ -11,6 +11,10 @@ processes' load). ``--profile N`` prints the cProfile top of one rl-hybrid decis
 described as a four-level fabric (NVLink domains of 2 nodes, leaves of 16, spines of 256, cores of
 1,024; :func:`fabric_request`), with every tenth pending job requiring a leaf, and prints the
 ratio (issue 36's target: within 2x of the flat decision).
+Each learned policy's CPU per decision is also set beside ``--baseline``'s (``srsf+packed``),
+measured in the same run on the same requests, per cluster (flat, and fabric with ``--fabric``)
+and N: the ratio learned / baseline (issue 37's target: at most 5x at 10,000 pending).
+``--repeats K`` decides each request K times and reports the median CPU and wall seconds.
 Figures only: nothing here asserts a speed.
 """
 
@@ -21,24 +25,41 @@ import cProfile
 import math
 import os
 import pstats
+import statistics
 import time
 
 from record import Record, add_json_flag
 
+from deepshare.policies.registry import policy_info
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
 
 POLICIES = ("rl-hybrid", "srsf+packed", "las+consolidated", "las+topo-bestfit", "las+topo-aware")
 TARGET_S = 2.0
+LEARNED_OVER_BASELINE = 5.0
+"""Issue 37: a learned decision costs at most this many times the baseline's CPU (10,000 pending)."""
 
 
-def time_one(engine: PlacementEngine, request: PlacementRequest) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds of this process (the honest figure on a shared machine), launches."""
-    start, cpu = time.perf_counter(), time.process_time()
-    response = engine.place(request)
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return seconds, cpu, sum(d.action == "place" for d in response.decisions)
+def time_one(engine: PlacementEngine, request: PlacementRequest, repeats: int = 1) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds of this process (the honest figure on a shared machine), launches;
+    with ``repeats`` > 1, the medians of that many decisions of the same request."""
+    walls, cpus, placed = [], [], 0
+    for _ in range(max(1, repeats)):
+        start, cpu = time.perf_counter(), time.process_time()
+        response = engine.place(request)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+        placed = sum(d.action == "place" for d in response.decisions)
+    return statistics.median(walls), statistics.median(cpus), placed
+
+
+def is_learned(policy: str) -> bool:
+    """Whether the registry lists ``policy`` as not a heuristic (the learned policies)."""
+    try:
+        return not policy_info(policy).heuristic
+    except Exception:  # an unknown name fails later, where the engine is built
+        return False
 
 
 def exponent(points: list[tuple[int, float]]) -> float:
@@ -96,6 +117,10 @@ def main() -> None:
                         help="also decide each request on the same nodes as a four-level fabric, side by side")
     parser.add_argument("--queues", type=int, default=0,
                         help="also decide each request behind the admission of this many tenant queues, side by side")
+    parser.add_argument("--baseline", default="srsf+packed",
+                        help="the policy whose CPU each learned policy's is set beside (when both are in --policies)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="decide each request this many times and report the medians (a shared machine is noisy)")
     add_json_flag(parser)
     args = parser.parse_args()
     record = Record("decide_scale", args.json)
@@ -106,16 +131,21 @@ def main() -> None:
         profiler.runcall(engine.place, request)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         return
-    print(f"load average {os.getloadavg()[0]:.1f}; {args.nodes} x 8-GPU nodes; target: 10,000 pending 1-GPU jobs in <= {TARGET_S:.0f} s in-process")
+    repeats = max(1, args.repeats)
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.nodes} x 8-GPU nodes; target: 10,000 pending 1-GPU jobs in <= {TARGET_S:.0f} s in-process"
+          + (f"; medians of {repeats} decisions each" if repeats > 1 else ""))
+    cpus: dict[tuple[str, str, int], float] = {}  # (policy, cluster, N) -> CPU seconds, for the side by side
     for policy in args.policies:
         engine = PlacementEngine(EngineSettings(policy=policy))
         points: list[tuple[int, float]] = []  # (N, CPU seconds): wall time on a shared machine is noise
         for n in args.pending:
-            seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, n)))
+            seconds, cpu, placed = time_one(engine, PlacementRequest.model_validate(scale_request(args.nodes, n)), repeats)
             points.append((n, cpu))
+            cpus[(policy, "flat", n)] = cpu
             if args.fabric:
                 f_seconds, f_cpu, f_placed = time_one(
-                    engine, PlacementRequest.model_validate(fabric_request(scale_request(args.nodes, n))))
+                    engine, PlacementRequest.model_validate(fabric_request(scale_request(args.nodes, n))), repeats)
+                cpus[(policy, "fabric", n)] = f_cpu
                 record.add(f"{policy}: one decision, {n:,} pending on {args.nodes:,} nodes in four fabric levels, "
                            "over the flat cluster's", f_cpu / max(cpu, 1e-9), "x", at_most=2.0 if n == 10000 else None)
                 print(f"  {policy:18s} pending {n:6d} (fabric): {f_seconds:7.2f} s ({f_cpu:6.2f} s CPU), {f_placed} placed;"
@@ -143,7 +173,32 @@ def main() -> None:
             verdict = "meets" if last_n >= 10000 and last_cpu <= TARGET_S else "misses"
             print(f"  {policy:18s} fitted exponent (CPU s over N) {exponent(points):.2f}; {verdict} the target "
                   f"({last_n} pending: {last_cpu:.2f} s CPU vs <= {TARGET_S:.0f} s at 10,000)", flush=True)
+    side_by_side(record, cpus, args.policies, args.baseline, args.nodes)
     record.write()
+
+
+def side_by_side(record: Record, cpus: dict[tuple[str, str, int], float], policies: list[str], baseline: str,
+                 nodes: int) -> None:
+    """Each learned policy's CPU per decision over ``baseline``'s, per cluster and N (same run)."""
+    learned = [p for p in policies if p != baseline and is_learned(p)]
+    if not learned:
+        return
+    if baseline not in policies:
+        print(f"no learned / {baseline} ratios: add {baseline} to --policies")
+        return
+    print(f"learned over {baseline}, CPU of one decision on {nodes:,} nodes, this run "
+          f"(target at 10,000 pending: <= {LEARNED_OVER_BASELINE:g}x)")
+    for cluster in ("flat", "fabric"):
+        for (policy, kind, n), cpu in cpus.items():
+            base = cpus.get((baseline, cluster, n))
+            if kind != cluster or policy not in learned or base is None:
+                continue
+            ratio = cpu / max(base, 1e-9)
+            verdict = ("meets" if ratio <= LEARNED_OVER_BASELINE else "misses") if n == 10000 else "no target"
+            print(f"  {cluster:6s} pending {n:6d}: {policy:18s} {cpu:6.2f} s CPU, {baseline} {base:6.2f} s CPU: "
+                  f"{ratio:5.2f}x ({verdict})", flush=True)
+            record.add(f"{policy}: one decision, {n:,} pending on {nodes:,} nodes ({cluster}), over {baseline}'s CPU",
+                       ratio, "x", at_most=LEARNED_OVER_BASELINE if n == 10000 else None)
 
 
 if __name__ == "__main__":
