@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: test-all venv demo test bench suites results docs clean
+.PHONY: test-all coverage venv demo test bench suites results docs clean
 
 venv: $(STAMP)
 
@@ -31,15 +31,29 @@ demo: $(STAMP)
 	$(BIN)/deepshare evaluate --trace $(DEMO_TRACE) --cluster testbed --seeds 1 --out runs/demo \
 		--policies las+spread,srtf+spread,las+consolidated,srtf+consolidated,srsf+packed,las+packed,srsf+uncontended,rl-base,rl-hybrid,rl-hybrid-preempt
 
+# The suite runs on one pytest-xdist worker per core (at most TEST_WORKERS_MAX); the tests of a
+# module that builds something once (a service, a Ray cluster) share a worker (tests/conftest.py).
+# TEST_WORKERS=0 runs it in one process. PYTHONDONTWRITEBYTECODE is cleared for the run so that
+# the package and the tests are compiled once, not in every worker and subprocess.
 # PYTHONFAULTHANDLER: a crash while the interpreter shuts down (seen twice on a loaded machine,
 # after every test had passed) prints the threads' stacks instead of exiting 139 silently.
+TEST_WORKERS ?= auto
+TEST_WORKERS_MAX ?= 4
+PYTEST := PYTHONFAULTHANDLER=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
+	$(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadgroup)
+
 test: $(STAMP)
-	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The test suite with the full cross products (every policy on every bundled trace...) that
 # `make test` covers row by row and column by column.
 test-all: $(STAMP)
-	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -m ""
+	$(PYTEST) -m ""
+
+# Line coverage of the package by the default suite (pytest-cov; subprocesses and Ray workers
+# are not traced), as a table and runs/coverage.json.
+coverage: $(STAMP)
+	$(PYTEST) --cov=deepshare --cov-report=term:skip-covered --cov-report=json:runs/coverage.json
 
 # Each benchmark prints its figures and writes the headline ones to runs/bench/NAME.json,
 # which `make results` renders (with the date, commit and machine of the run).
@@ -52,7 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py --json $(BENCH_JSON)/scale.json  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
 	$(BIN)/python bench/scale.py --burst 20000 --json $(BENCH_JSON)/scale-burst.json
 	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
-	$(BIN)/python bench/decide_scale.py --json $(BENCH_JSON)/decide_scale.json
+	$(BIN)/python bench/decide_scale.py --fabric --repeats 3 --policies srsf+packed rl-base rl-hybrid rl-hybrid-preempt las+consolidated las+topo-bestfit las+topo-aware --json $(BENCH_JSON)/decide_scale.json  # learned over srsf+packed, flat and fabric (target <= 5x)
 	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
 	$(BIN)/python bench/estimate_robustness.py --json $(BENCH_JSON)/estimate_robustness.json  # ~10 min
 	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -88,7 +90,9 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
     ``RAY_TMPDIR``; yield once it answers; SIGTERM it afterwards (killed after 60 s) unless a
     test already stopped it. A service that does not come up fails the test with its log's tail."""
     port, metrics_port = free_port(), free_port()
-    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=token, RAY_TMPDIR=str(tmp_path_factory.mktemp("ray")),
+    ray_tmp = tempfile.mkdtemp(prefix="ds-serve-")  # short: Ray's socket paths must stay < 108 bytes (pytest's
+    # own temp folders grow with the xdist worker's name)
+    env = dict(os.environ, DEEPSHARE_SERVE_TOKEN=token, RAY_TMPDIR=ray_tmp,
                RAY_metrics_report_interval_ms=str(REPORT_INTERVAL_MS))
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "wb") as out:
@@ -100,6 +104,7 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
         PlacementClient(url).wait_ready(timeout_s=ready_timeout_s, alive=lambda: proc.poll() is None)
     except PlacementServiceError as exc:
         proc.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
         pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
     try:
         yield ServeProcess(url, port, proc, log, f"http://127.0.0.1:{metrics_port}/metrics")
@@ -110,3 +115,4 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)

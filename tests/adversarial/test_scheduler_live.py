@@ -361,7 +361,7 @@ time.sleep(1.5)
 for bad in ['{"throughput": [1, 2]}', '{"throughput": "x"}', '{"samples": "x"}', '{"step": "x"}', '{"step": 1e308}',
             '{"throughput": Infinity}', '[1, 2]', '{"samples": 1}']:
     put(bad)
-    time.sleep(0.8)
+    time.sleep(1.5)  # several of the scheduler's 0.3 s ticks, even on a busy machine
 os.remove(path)
 os.mkfifo(path)  # a reader that opened it blocking would hang the worker
 time.sleep(1.5)
