@@ -31,8 +31,8 @@ demo: $(STAMP)
 	$(BIN)/deepshare evaluate --trace $(DEMO_TRACE) --cluster testbed --seeds 1 --out runs/demo \
 		--policies las+spread,srtf+spread,las+consolidated,srtf+consolidated,srsf+packed,las+packed,srsf+uncontended,rl-base,rl-hybrid,rl-hybrid-preempt
 
-# The suite runs on one pytest-xdist worker per core (at most TEST_WORKERS_MAX); the tests of a
-# module that builds something once (a service, a Ray cluster) share a worker (tests/conftest.py).
+# The suite runs on one pytest-xdist worker per core (at most TEST_WORKERS_MAX), a test module at
+# a time (--dist loadfile), so what a module builds once (a service, a Ray cluster) is built once.
 # TEST_WORKERS=0 runs it in one process. PYTHONDONTWRITEBYTECODE is cleared for the run so that
 # the package and the tests are compiled once, not in every worker and subprocess.
 # PYTHONFAULTHANDLER: a crash while the interpreter shuts down (seen twice on a loaded machine,
@@ -40,7 +40,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= auto
 TEST_WORKERS_MAX ?= 4
 PYTEST := PYTHONFAULTHANDLER=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
-	$(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadgroup)
+	$(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile)
 
 test: $(STAMP)
 	$(PYTEST)

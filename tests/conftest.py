@@ -43,30 +43,10 @@ RAY_FIXTURES = ("ray_local", "fake_cluster")
 """Fixtures that start Ray: a test using one is marked ``slow`` whether or not its module says so."""
 
 
-WIDE_SCOPES = frozenset({"module", "class", "package", "session"})
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
             item.add_marker(pytest.mark.slow)
-        if _shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
-def _shares_a_fixture(item: pytest.Item) -> bool:
-    """Whether ``item`` uses a fixture of this suite that outlives one test (a module's service,
-    Ray cluster or trained model, the session's Ray). Under ``pytest -n N --dist loadgroup`` the
-    tests of such a module run on one worker, so it is built once, not once per worker; the
-    other tests are spread one by one."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    for defs in info.name2fixturedefs.values():
-        for fixturedef in defs:
-            if fixturedef.baseid.startswith("tests") and fixturedef.scope in WIDE_SCOPES:
-                return True
-    return False
 
 
 class SharedRay:
