@@ -115,7 +115,7 @@ def test_serve_on_loopback_does_not_warn(host):
     assert exposure_warning(host, has_token=False) is None
 
 
-def test_agents_metrics_on_a_network_address_warn_in_one_line_before_ray(capsys):
+def test_agents_metrics_on_a_network_address_warn_in_one_line_before_ray(capsys, no_ray):
     """The agents' exporter has no token: a non-loopback --metrics-host says what it exposes before
     anything starts, as serve and scheduler start do (here no Ray answers right after)."""
     argv = ["agents", "start", "--address", "127.0.0.1:1", "--metrics-port", "9479", "--metrics-host", "0.0.0.0"]
@@ -128,7 +128,7 @@ def test_agents_metrics_on_a_network_address_warn_in_one_line_before_ray(capsys)
 
 @pytest.mark.parametrize("argv", [["--metrics-port", "9479"], ["--metrics-port", "9479", "--metrics-host", "::1"],
                                   ["--metrics-host", "0.0.0.0"]], ids=["default", "loopback", "no-exporter"])
-def test_agents_on_loopback_or_without_exporter_do_not_warn(capsys, argv):
+def test_agents_on_loopback_or_without_exporter_do_not_warn(capsys, argv, no_ray):
     assert main(["agents", "start", "--address", "127.0.0.1:1", *argv]) == 2
     assert capsys.readouterr().err.strip().splitlines()[0].startswith("deepshare: error: --address")
 
