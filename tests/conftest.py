@@ -43,28 +43,10 @@ RAY_FIXTURES = ("ray_local", "fake_cluster")
 """Fixtures that start Ray: a test using one is marked ``slow`` whether or not its module says so."""
 
 
-LONGEST_FIRST = (
-    "tests/policies/test_policies.py", "tests/serving/test_serving_engine.py", "tests/runtime/test_runtime_ray.py",
-    "tests/docs/test_doc_commands.py", "tests/core/test_snapshot.py", "tests/cli/test_cli_link.py",
-    "tests/experiments/test_autoscale_live.py", "tests/adversarial/test_localray_foreign.py",
-    "tests/adversarial/test_scheduler_live.py", "tests/adversarial/test_service_http.py",
-    "tests/serving/test_serving_http.py", "tests/cli/test_cli_nested.py", "tests/core/test_linkmodel.py",
-    "tests/core/test_jct_bound.py", "tests/experiments/test_suite_ray.py", "tests/experiments/test_evaluate.py",
-)
-"""The modules that took longest in a measured run (``--durations=0``), longest first. Under
-pytest-xdist (``make test``) they are handed out first, so that no long module starts last and
-keeps one worker busy after the others have finished (longest-processing-time-first); a serial
-run keeps the collection order."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
             item.add_marker(pytest.mark.slow)
-    if getattr(config, "workerinput", None) is not None:  # an xdist worker: every worker sorts alike
-        rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
-        order = {id(item): n for n, item in enumerate(items)}
-        items.sort(key=lambda item: (rank.get(item.nodeid.split("::", 1)[0], len(rank)), order[id(item)]))
 
 
 class SharedRay:
