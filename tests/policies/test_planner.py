@@ -184,3 +184,29 @@ def test_registered_as_a_policy_that_takes_its_knobs():
     for bad in ("x", "4:soon", "0", "4:-1", "4:1:nosuch", "1:2:3:4"):
         with pytest.raises(DeepShareError, match="planner"):
             make_policy(f"planner={bad}")
+
+
+def test_the_belief_keeps_the_most_recent_arrivals_only():
+    """The arrivals the futures are drawn from stay bounded (a long-running service sees many jobs):
+    past 4 windows' worth it keeps the 2 windows most recently submitted, and the window's rate
+    comes from the newest ``window`` of them."""
+    from deepshare.core.traces import generate
+    from deepshare.policies.planner import MIN_ARRIVALS, BeliefFutures
+
+    window = MIN_ARRIVALS
+    jobs = generate(12 * window, load=0.8, total_gpus=32, seed=3).jobs
+    belief = BeliefFutures(arrivals=True, window=window)
+    sim = Simulator(uniform(4, 8), jobs, make_contention("profiled"))
+    policy = make_policy("fifo+packed")
+    largest = 0
+    while (view := sim.advance()) is not None:
+        belief.observe(view)
+        largest = max(largest, len(belief._seen))
+        newest = max(j.submit_time for j in (*view.queued, *view.running)) if view.queued or view.running else None
+        if newest is not None:
+            assert max(s.submit_time for s in belief._seen.values()) == newest  # the newest is never dropped
+        sim.apply(policy.decide(view))
+    assert largest == 4 * window  # never more than 4 windows' worth, and it got there
+    assert len(belief._seen) < len(jobs)  # so older arrivals were let go
+    kept = sorted(s.submit_time for s in belief._seen.values())
+    assert len(belief._recent(float("inf"))) == window and belief._recent(float("inf"))[-1].submit_time == kept[-1]

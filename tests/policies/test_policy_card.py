@@ -391,3 +391,74 @@ def test_suite_figures_are_taken_only_for_this_file(tmp_path: Path, capsys) -> N
     figures = read_card(tmp_path / "b.card.yaml").figures["loaded"]
     assert figures.geomean_avg_jct_ratio == 1.0907 and figures.source == str(results)
     assert "945b71f5310f" in figures.measured
+
+
+# -- broken shipped files and plugins ---------------------------------------------------------------
+@pytest.fixture
+def shipped_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the shipped policies folder that ``deepshare policies`` reads instead."""
+    from deepshare.policies import policy_card
+
+    folder = tmp_path / "policies"
+    shutil.copytree(POLICIES, folder)
+    monkeypatch.setattr(policy_card, "shipped_folder", lambda: folder)
+    return folder
+
+
+def test_an_unreadable_shipped_card_is_listed_with_its_problem_and_refused_by_card(shipped_copy: Path, capsys) -> None:
+    card = card_path(shipped_copy / SHIPPED)
+    card.write_text(card.read_text().replace("kind: hybrid", "kind: clever"))
+    rc, out, err = cli(capsys, "policies", "--json", "-")
+    assert (rc, err) == (0, "")
+    listed = {p["name"]: p for p in json.loads(out)}
+    broken = listed["rl-hybrid"]["card"]
+    assert broken["card"] == card.name and "kind" in broken["problem"] and "unreadable card" in broken["facts"]
+    assert listed["rl-base"]["card"]["problem"] is None  # the other cards still read
+    rc, out, err = cli(capsys, "policies")
+    assert rc == 0 and "unreadable card" in " ".join(out.replace("│", " ").split())
+    rc, out, err = cli(capsys, "policies", "--card", "rl-hybrid")
+    assert rc == 2 and out == ""
+    one_error_line(err, card.name, "kind")
+
+
+def test_a_card_that_is_not_yaml_still_names_nothing_and_breaks_nothing(shipped_copy: Path, capsys) -> None:
+    card_path(shipped_copy / SHIPPED).write_text("card: [unclosed\n")
+    rc, out, err = cli(capsys, "policies", "--json", "-")
+    assert (rc, err) == (0, "")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert listed["rl-hybrid"]["card"] is None  # no name could be read from it: nothing to attach it to
+    rc, _, err = cli(capsys, "policies", "--card", "rl-hybrid")
+    assert rc == 2
+    one_error_line(err, "rl-hybrid", "no card")
+
+
+def test_a_shipped_card_whose_weights_are_missing_is_out_of_step(shipped_copy: Path, capsys) -> None:
+    (shipped_copy / SHIPPED_BASE).unlink()
+    rc, out, err = cli(capsys, "policies", "--json", "-")
+    assert (rc, err) == (0, "")
+    card = {p["name"]: p for p in json.loads(out)}["rl-base"]["card"]
+    assert card["problem"] == f"weights: {SHIPPED_BASE} not found"
+    assert f"[card out of step: weights: {SHIPPED_BASE} not found]" in card["facts"]
+    rc, out, err = cli(capsys, "policies", "--card", card_path(shipped_copy / SHIPPED_BASE))  # the card file itself
+    assert (rc, err) == (0, "")
+    assert f"OUT OF STEP: {SHIPPED_BASE} not found beside the card" in out
+    assert parse_card(out, "printed") == read_card(card_path(POLICIES / SHIPPED_BASE))
+
+
+def test_a_plugin_that_does_not_load_is_listed_not_fatal(capsys, monkeypatch) -> None:
+    import deepshare.policies as policies
+
+    real_names, real_info = policies.policy_names, policies.policy_info
+
+    def info(name: str):
+        if name == "broken-plugin":
+            raise DeepShareError("entry point broken-plugin: No module named 'gone'")
+        return real_info(name)
+
+    monkeypatch.setattr(policies, "policy_names", lambda: [*real_names(), "broken-plugin"])
+    monkeypatch.setattr(policies, "policy_info", info)
+    rc, out, err = cli(capsys, "policies", "--json", "-")
+    assert (rc, err) == (0, "")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert listed["broken-plugin"]["description"] == "cannot load: entry point broken-plugin: No module named 'gone'"
+    assert listed["broken-plugin"]["heuristic"] is False and listed["rl-base"]["card"] is not None
