@@ -6,6 +6,7 @@ own parser (``doc_blocks.py`` says how blocks are found and marked)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,15 +72,83 @@ def _environment() -> dict[str, str]:
     return env
 
 
+IN_PROCESS_UNSAFE = re.compile(r"[<>$`*?\[\]~{}]|^[A-Za-z_][A-Za-z0-9_]*=")
+"""What needs a shell: redirections, expansions, globs, command substitution, assignments."""
+SHELL_STATE = ("export", "cd", "source", ".", "set", "unset", "alias", "pushd", "popd", "trap", "function")
+"""Builtins whose effect outlives their line: a block using one runs in one bash, as written."""
+
+
+def block_plan(block: Block) -> list[tuple[str, object]]:
+    """How the block runs, line by line: ``("py", argv)`` for a plain ``deepshare`` command (no
+    shell feature: operators, redirections, expansions), run in this process without an
+    interpreter start; ``("sh", line)`` for any other line, run by bash. A block that changes the
+    shell's state (``export``, ``cd``...) is one ``("sh", code)`` step."""
+    plan: list[tuple[str, object]] = []
+    for line in logical_lines(block.code):
+        words = commands(line)
+        if any(w and w[0] in SHELL_STATE for w in words):
+            return [("sh", block.code)]
+        argv = deepshare_argv(words[0]) if len(words) == 1 else None
+        if argv is None or IN_PROCESS_UNSAFE.search(line) or any(ch in line for ch in ";&|()"):
+            plan.append(("sh", line))
+        else:
+            plan.append(("py", argv))
+    return plan
+
+
+def run_in_process(argv: list[str], work: Path, where: str, monkeypatch, capsys) -> None:
+    """One command through ``deepshare.cli.main`` in the block's folder and environment, as the
+    shell would run it: exit status 0 and no traceback, or the block fails."""
+    from deepshare.cli import main
+
+    monkeypatch.chdir(work)
+    for key in ("PYTHONPATH", "DEEPSHARE_SERVE_TOKEN", "DEEPSHARE_SCHEDULER_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in _environment().items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    assert rc in (0, None), f"{where}: `deepshare {' '.join(argv)}` exited {rc}:\n{err[-3000:]}"
+    assert "Traceback" not in err, f"{where}:\n{err[-3000:]}"
+
+
+def run_in_bash(code: str, work: Path, where: str) -> None:
+    script = "set -euo pipefail\ntrap 'jobs -p | xargs -r kill 2>/dev/null' EXIT\n" + code
+    done = subprocess.run(["bash", "-c", script], cwd=work, env=_environment(), capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT_S)
+    assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr[-3000:]}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
+def test_runnable_blocks_run(page: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """A page's runnable blocks, in order, in one temporary folder (a later block may read what an
-    earlier one wrote, as a reader following the page would)."""
+    earlier one wrote, as a reader following the page would), each line as :func:`block_plan` says."""
     work = _workdir(tmp_path)
     for block in (b for b in BLOCKS if b.path == page and b.parse_only is None):
-        script = "set -euo pipefail\ntrap 'jobs -p | xargs -r kill 2>/dev/null' EXIT\n" + block.code
-        done = subprocess.run(["bash", "-c", script], cwd=work, env=_environment(), capture_output=True, text=True,
-                              timeout=BLOCK_TIMEOUT_S)
-        assert done.returncode == 0, f"{block.where} exited {done.returncode}:\n{done.stderr[-3000:]}"
-        assert "Traceback" not in done.stderr, f"{block.where}:\n{done.stderr[-3000:]}"
+        for how, what in block_plan(block):
+            if how == "py":
+                run_in_process(what, work, block.where, monkeypatch, capsys)  # type: ignore[arg-type]
+            else:
+                run_in_bash(what, work, block.where)  # type: ignore[arg-type]
+
+
+def test_plain_deepshare_lines_run_in_process_and_shell_ones_in_bash() -> None:
+    def plan(code: str) -> list[tuple[str, object]]:
+        return block_plan(Block(ROOT / "README.md", 1, code, None))
+
+    assert plan("deepshare compare --trace t.json \\\n  --cluster testbed\n# a comment\npython -m deepshare policies\n") == [
+        ("py", ["compare", "--trace", "t.json", "--cluster", "testbed"]), ("py", ["policies"])]
+    for line in ("deepshare simulate --json - | head -3", "deepshare simulate > out.txt", "ls runs",
+                 "deepshare evaluate --out $HOME/x", "DS=1 deepshare policies", "deepshare a && deepshare b",
+                 "deepshare simulate --trace runs/*.json"):
+        assert plan(f"deepshare policies\n{line}\n") == [("py", ["policies"]), ("sh", line)], line
+    code = "export PYTHONPATH=docs/examples\ndeepshare policies\n"
+    assert plan(code) == [("sh", code)]  # what export sets, the next line needs
+    steps = [how for b in BLOCKS if b.parse_only is None for how, _ in block_plan(b)]
+    assert "py" in steps and "sh" in steps
