@@ -279,11 +279,14 @@ def test_killed_scheduler_loses_nothing(cluster, tmp_path):
     proc, url = _start_scheduler(cluster, state, log)
     try:
         ids = []
-        # c cannot fit while a and b run. Steps are slow enough (8 s a run) that b cannot finish
-        # while a's four workers are still starting on a loaded machine: b must still be running
-        # when the scheduler is killed, or there is nothing to re-attach.
+        # c cannot fit while a and b run. a's and b's steps are slow enough (8 s a run) that b
+        # cannot finish while a's four workers are still starting on a loaded machine: b must still
+        # be running when the scheduler is killed, or there is nothing to re-attach. c only has to
+        # start after them and finish: 20 quick steps.
+        steps = {"a": 100, "b": 100, "c": 20}
         for name, gpus in (("a", 4), ("b", 3), ("c", 2)):
-            body = spec(name, gpus, tmp_path / "ckpt", steps=100, sleep=0.08).model_dump(mode="json")
+            slow = 0.08 if name != "c" else 0.0
+            body = spec(name, gpus, tmp_path / "ckpt", steps=steps[name], sleep=slow).model_dump(mode="json")
             ids.append(_http(f"{url}/v1/jobs", state, "POST", body)["id"])
         a, b, c = ids
 
@@ -307,7 +310,7 @@ def test_killed_scheduler_loses_nothing(cluster, tmp_path):
         job = journal.get(job_id)
         assert job.state is JobState.FINISHED and job.attempt == 1  # re-attached, never restarted
         out = result(journal, job_id)
-        assert out["step"] == 100 and [r["start_step"] for r in out["runs"]] == [0]
+        assert out["step"] == steps[job.spec.name] and [r["start_step"] for r in out["runs"]] == [0]
         assert [t.to_state for t in journal.transitions(job_id)] == [
             JobState.QUEUED, JobState.RUNNING, JobState.FINISHED]
     journal.close()
