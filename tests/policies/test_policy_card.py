@@ -20,7 +20,7 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
 from deepshare.core.traces import generate
 from deepshare.policies import make_policy, policy_info, policy_names
-from deepshare.policies.checkpoint import SHIPPED, SHIPPED_BASE, SHIPPED_PREEMPT, scorer_from_file, shipped
+from deepshare.policies.checkpoint import SHIPPED, SHIPPED_BASE, SHIPPED_PREEMPT, scorer_from_file
 from deepshare.policies.policy_card import (
     CARD_SUFFIX, RULE_KEYS, PolicyCard, card_of, card_path, card_yaml, check_card, parse_card, read_card,
 )
