@@ -404,7 +404,7 @@ def training_of(metadata: Mapping[str, Any], command: str | None = None, seeds_t
         rounds = metadata.get("dagger_rounds")
         method = f"imitation of {metadata.get('imitates', 'its anchor')}: behaviour cloning, {rounds} DAgger round(s)"
         made = (f"deepshare imitate {config} --episodes {metadata.get('episodes')} --epochs {fit.get('epochs')} "
-                f"--dagger-rounds {rounds}" + (f" --seed {seed}" if seed not in (None, 0) else ""))
+                f"--dagger-rounds {rounds}" + (f" --seed {seed}" if seed not in (None, 0) else "") + _teacher_flags(metadata))
     else:
         seed = metadata.get("seed")
         iterations = metadata.get("iterations")
@@ -415,6 +415,19 @@ def training_of(metadata: Mapping[str, Any], command: str | None = None, seeds_t
     return Training(method=method, config=str(config) if config is not None else None, command=command or made,
                     seed=seed if isinstance(seed, int) else None, seeds_tried=tried,
                     init_from=str(init_from) if init_from else None)
+
+
+def _teacher_flags(metadata: Mapping[str, Any]) -> str:
+    """`` --teacher SPEC [--teacher-candidates A,B]`` of an expert-iteration run (its metadata has
+    the planner's ``teacher_config``; its ``teacher`` is the spec, with the candidates appended)."""
+    teacher, config = metadata.get("teacher"), metadata.get("teacher_config")
+    if not isinstance(teacher, str) or not isinstance(config, Mapping):
+        return ""
+    flags = f" --teacher {teacher.split(' (candidates ')[0]}"
+    candidates = config.get("candidates")
+    if isinstance(candidates, (list, tuple)) and candidates:
+        flags += f" --teacher-candidates {','.join(str(c) for c in candidates)}"
+    return flags
 
 
 def summary_of(kind: str, rules: Rules) -> str:

@@ -462,3 +462,24 @@ def test_a_plugin_that_does_not_load_is_listed_not_fatal(capsys, monkeypatch) ->
     listed = {p["name"]: p for p in json.loads(out)}
     assert listed["broken-plugin"]["description"] == "cannot load: entry point broken-plugin: No module named 'gone'"
     assert listed["broken-plugin"]["heuristic"] is False and listed["rl-base"]["card"] is not None
+
+
+def test_an_expert_iteration_card_names_its_teacher_in_the_training_command() -> None:
+    import shlex
+
+    from deepshare.cli import build_parser
+    from deepshare.policies.policy_card import training_of
+
+    metadata = {"trainer": "imitation: expert iteration", "imitates": "planner=4 (candidates srsf+packed,fifo+packed)",
+                "teacher": "planner=4 (candidates srsf+packed,fifo+packed)",
+                "teacher_config": {"futures": 4, "candidates": ["srsf+packed", "fifo+packed"]},
+                "dagger_rounds": 2, "episodes": 16, "fit": {"epochs": 30, "seed": 0}, "config": "rllib_configs/x.yaml"}
+    command = training_of(metadata).command
+    assert command == ("deepshare imitate rllib_configs/x.yaml --episodes 16 --epochs 30 --dagger-rounds 2 "
+                       "--teacher planner=4 --teacher-candidates srsf+packed,fifo+packed")
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert (args.teacher, args.teacher_candidates) == ("planner=4", "srsf+packed,fifo+packed")
+    plain = training_of({**metadata, "teacher": "planner=2", "teacher_config": {"futures": 2, "candidates": None}}).command
+    assert plain.endswith("--dagger-rounds 2 --teacher planner=2")
+    cloning = {k: v for k, v in metadata.items() if k not in ("teacher", "teacher_config")}
+    assert "--teacher" not in training_of(cloning).command  # behaviour cloning of the anchor has no teacher flag
