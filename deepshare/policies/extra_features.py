@@ -96,6 +96,7 @@ from functools import lru_cache
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from deepshare.core.fabric import Fabric
+from deepshare.policies.posterior import remaining_belief
 from deepshare.policies.step_state import StepState
 
 EXTRA_FEATURES = (
@@ -140,6 +141,7 @@ def _time_left(remaining_s: float, ratio: float) -> float:
 
 
 _MIN_RATIO = 0.01
+_NOT_MET = (0.0, 0.0)
 """A stalled job's ratio, for its time left (a finite number for the network)."""
 
 
@@ -148,7 +150,7 @@ class _NodeSpans:
     launches of this decision as they are chosen (the state's ``pending`` only grows, so each is
     folded in once: a step costs what it adds, not the decision so far)."""
 
-    __slots__ = ("spans", "first", "folded", "jobs", "belief")
+    __slots__ = ("spans", "first", "folded", "jobs", "belief", "hours")
 
     def __init__(self, state: StepState) -> None:
         self.jobs: dict[str, tuple[float, float, float, float]] = {}
@@ -156,6 +158,8 @@ class _NodeSpans:
         self.belief: Any = None
         """The decision's remaining-time belief (built on first use)."""
         self.spans: dict[int, tuple[float, float]] = {}
+        self.hours: dict[int, tuple[float, float]] = {}
+        """A node's two columns (:meth:`columns` of the node alone), until its span changes."""
         self.first = math.inf
         for job in state.view.running:
             left = _time_left(job.remaining_s, job.ratio)
@@ -165,10 +169,34 @@ class _NodeSpans:
         self.folded = 0
 
     def _add(self, nodes: Sequence[int], left: float) -> None:
-        spans = self.spans
+        spans, hours = self.spans, self.hours
         for node in nodes:
             low, high = spans.get(node, (left, left))
             spans[node] = (min(low, left), max(high, left))
+            hours.pop(node, None)
+
+    def columns(self, nodes: Sequence[int]) -> tuple[float, float]:
+        """``neighbours_min_left_h`` and ``neighbours_max_left_h`` of a launch on ``nodes``
+        (0, 0 when they hold no job); a single node's are remembered until its span changes (a
+        step asks for the same few nodes as the step before)."""
+        if len(nodes) == 1:
+            found = self.hours.get(nodes[0])
+            if found is None:
+                found = self.hours[nodes[0]] = self._columns(nodes)
+            return found
+        return self._columns(nodes)
+
+    def _columns(self, nodes: Sequence[int]) -> tuple[float, float]:
+        by_node = self.spans
+        low, high = math.inf, -math.inf
+        for node in nodes:
+            span = by_node.get(node)
+            if span is not None:
+                if span[0] < low:
+                    low = span[0]
+                if span[1] > high:
+                    high = span[1]
+        return (_hours(low), _hours(high)) if low != math.inf else _NOT_MET
 
     def catch_up(self, pending: Sequence) -> None:
         for job, placement in pending[self.folded:]:
@@ -232,29 +260,13 @@ def _time_columns(
     if spans is None:
         spans = memo.spans = _NodeSpans(state)
     spans.catch_up(state.pending)
-    by_node = spans.spans
     next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
-    columns = _columns(names)
-    about_jobs = any(name in _JOB_COLUMNS for name in names)
+    columns, about_jobs = _columns(names)
     known = spans.jobs
     out = []
     for i, row in enumerate(rows):
-        low, high = math.inf, -math.inf
-        if row.placement is not None:
-            for node in row.placement.nodes:
-                span = by_node.get(node)
-                if span is not None:
-                    if span[0] < low:
-                        low = span[0]
-                    if span[1] > high:
-                        high = span[1]
-        met = low != math.inf
-        values = (
-            1.0 if anchored and i == 1 else 0.0,
-            _hours(low) if met else 0.0,
-            _hours(high) if met else 0.0,
-            next_finish,
-        )
+        low, high = _NOT_MET if row.placement is None else spans.columns(row.placement.nodes)
+        values = (1.0 if anchored and i == 1 else 0.0, low, high, next_finish)
         if about_jobs and row.job is not None:
             values += known.get(row.job.job_id) or _job_columns(spans, state, row.job)
         else:
@@ -270,8 +282,6 @@ _NO_JOB = (0.0,) * len(_JOB_COLUMNS)
 def _job_columns(spans: _NodeSpans, state: StepState, job: Any) -> tuple[float, float, float, float]:
     """The job's columns (see the module doc), remembered for the decision; the history's part is
     shared by the jobs of one shape (GPUs and features) until the history grows."""
-    from deepshare.policies.posterior import remaining_belief
-
     view = state.view
     if spans.belief is None:
         spans.belief = remaining_belief(view)
@@ -285,9 +295,12 @@ def _job_columns(spans: _NodeSpans, state: StepState, job: Any) -> tuple[float, 
     return found
 
 
-def _columns(names: tuple[str, ...]) -> tuple[int, ...] | None:
-    """Positions of ``names`` in :data:`EXTRA_FEATURES`; None when they are all of them."""
-    return None if names == EXTRA_FEATURES else tuple(EXTRA_FEATURES.index(n) for n in names)
+@lru_cache(maxsize=64)
+def _columns(names: tuple[str, ...]) -> tuple[tuple[int, ...] | None, bool]:
+    """Positions of ``names`` in :data:`EXTRA_FEATURES` (None when they are all of them), and
+    whether any is a job column (looked up once per config, not at every step)."""
+    positions = None if names == EXTRA_FEATURES else tuple(EXTRA_FEATURES.index(n) for n in names)
+    return positions, any(name in _JOB_COLUMNS for name in names)
 
 
 # -- fabric columns ----------------------------------------------------------------------------

@@ -64,7 +64,7 @@ class DomainFree:
 
 
 class FreeIndex(Sequence[int]):
-    __slots__ = ("_free", "_buckets", "total", "_answers", "_domains")
+    __slots__ = ("_free", "_buckets", "total", "_answers", "_domains", "_nonzero")
 
     def __init__(self, free: Sequence[int]) -> None:
         self._free = list(free)
@@ -72,6 +72,7 @@ class FreeIndex(Sequence[int]):
         self._buckets: dict[int, list[int]] | None = None  # built on the first question
         self._answers: dict[Hashable, Any] = {}
         self._domains: DomainFree | None = None  # built on the first fabric question
+        self._nonzero: int | None = None  # nodes with a free GPU, counted on the first question
 
     def domains(self, fabric: Fabric) -> DomainFree:
         """The free GPUs of ``fabric``'s domains, kept up to date from now on."""
@@ -110,6 +111,7 @@ class FreeIndex(Sequence[int]):
         other._buckets = None if self._buckets is None else {f: list(n) for f, n in self._buckets.items()}
         other._answers = {}
         other._domains = None
+        other._nonzero = self._nonzero
         return other
 
     # -- Sequence --------------------------------------------------------------------------
@@ -138,6 +140,8 @@ class FreeIndex(Sequence[int]):
         if self._answers:
             self._answers = {}
         buckets = self._buckets
+        if self._nonzero is not None:
+            self._nonzero += (value > 0) - (old > 0)
         if buckets is not None:  # not built yet: the first question builds it from _free
             if old > 0:
                 bucket = buckets[old]
@@ -174,5 +178,9 @@ class FreeIndex(Sequence[int]):
         return self._index.get(count, [])
 
     def nonzero(self) -> int:
-        """How many nodes have a free GPU."""
-        return sum(len(nodes) for nodes in self._index.values())
+        """How many nodes have a free GPU (counted once, then kept by :meth:`set`: ``spread``
+        asks at every step of a decision)."""
+        count = self._nonzero
+        if count is None:
+            count = self._nonzero = sum(len(nodes) for nodes in self._index.values())
+        return count

@@ -32,6 +32,7 @@ class MaskedFree(FreeIndex):
         self._buckets = None
         self._answers = {}
         self._domains = None
+        self._nonzero = None
 
     @property
     def _index(self) -> dict[int, list[int]]:

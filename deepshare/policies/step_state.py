@@ -42,16 +42,18 @@ Entry = tuple[tuple, int, "JobView"]  # (key, queue position, job): unique, sort
 class _Lazy:
     """One GPU demand's not-launched jobs in entry order, sorted only as far as read.
 
-    ``done`` is the sorted prefix read so far (launches removed from it); ``rest`` a heap of the
-    other entries, every one of them after all of ``done``. An entry launched while still in
-    the heap is dropped when it is popped (``launched`` is the state's set, which only grows)."""
+    ``done`` is the sorted prefix read so far (launches removed from it), ``read`` its entries
+    by job id; ``rest`` a heap of the other entries, every one of them after all of ``done``. An
+    entry launched while still in the heap is dropped when it is popped (``launched`` is the
+    state's set, which only grows), so only a launch in ``done`` needs removing."""
 
-    __slots__ = ("done", "rest", "launched")
+    __slots__ = ("done", "rest", "launched", "read")
 
     def __init__(self, entries: list[Entry], launched: set[str]) -> None:
         heapq.heapify(entries)
         self.rest = entries
         self.done: list[Entry] = []
+        self.read: dict[str, Entry] = {}
         self.launched = launched
 
     def at(self, i: int) -> Entry | None:
@@ -61,8 +63,10 @@ class _Lazy:
             if not rest:
                 return None
             entry = heapq.heappop(rest)
-            if entry[2].job_id not in launched:
+            job_id = entry[2].job_id
+            if job_id not in launched:
                 done.append(entry)
+                self.read[job_id] = entry
         return done[i]
 
     def __iter__(self) -> Iterator[Entry]:
@@ -71,12 +75,15 @@ class _Lazy:
             yield entry
             i += 1
 
-    def remove(self, key: tuple, position: int, job: JobView) -> None:
-        """Forget a launched job (in the heap it is dropped when popped)."""
-        done = self.done
-        i = bisect_left(done, (key, position))
-        if i < len(done) and done[i][2] is job:
-            del done[i]
+    def remove(self, job: JobView) -> None:
+        """Forget a launched job (in the heap it is dropped when popped): found by the entry it
+        was read as, so its order key is not computed again."""
+        entry = self.read.pop(job.job_id, None)
+        if entry is not None:
+            done = self.done
+            i = bisect_left(done, entry[:2])
+            if i < len(done) and done[i][2] is job:
+                del done[i]
 
 
 class StepState:
@@ -84,7 +91,7 @@ class StepState:
         self.view = view
         self.free = FreeIndex(free)
         queued = view.queued
-        self._position: dict[str, int] | None = None  # queue position by job id, built when a sorted list needs it
+        self._keys: dict[str, Key] = {}  # the order key functions asked for (:meth:`order_key`)
         by_id = {job.job_id: job for job in queued} if launches else {}
         self.pending: list[tuple[JobView, Placement]] = [(by_id[l.job_id], l.placement) for l in launches]
         """The launches chosen, in order: one list that only grows (predictors rely on that)."""
@@ -93,10 +100,14 @@ class StepState:
         self.demand = sum(map(_GPUS, queued)) - sum(job.gpus for job, _ in self.pending)
         """GPUs the queued jobs not launched yet ask for."""
         self._counts: Counter[int] | None = None  # not-launched queued jobs per GPU demand, when asked
-        self._sorted: dict[Hashable, tuple[Key, dict[int, _Lazy]]] = {}
+        self._sorted: dict[Hashable, dict[Hashable, _Lazy]] = {}
+        """Per order, its not-launched jobs per demand."""
         self._groups: dict[int, list[tuple[int, JobView]]] | None = None
         self.job_features: dict[str, tuple] = {}
         """Per queued job, the encoder's features that depend on the job alone (the view is fixed)."""
+        self.shapes: dict[Hashable, tuple[dict, dict]] = {}
+        """Per set of placement generators, the encoder's numbers for their shape keys, and each
+        offered job's (:func:`deepshare.policies.encoding._shape_numbers`)."""
         self.extras: object = None
         """The optional encoding columns' per-decision data (:mod:`deepshare.policies.extra_features`)."""
         self.at: object = None
@@ -112,11 +123,9 @@ class StepState:
         if self._counts is not None:
             self._counts[job.gpus] -= 1
         if self._sorted:
-            if self._position is None:
-                self._position = {queued.job_id: i for i, queued in enumerate(self.view.queued)}
-            position = self._position[job.job_id]
-            for key, by_gpus in self._sorted.values():
-                by_gpus[demand(job)].remove(key(job), position, job)
+            gpus = demand(job)
+            for by_gpus in self._sorted.values():
+                by_gpus[gpus].remove(job)
 
     def launch_may_fit(self) -> bool:
         """Whether some queued job not launched yet asks for no more GPUs than are free (without
@@ -143,8 +152,16 @@ class StepState:
                         groups.setdefault(demand(job), []).append((i, job))
             # (key, position) is unique: jobs themselves are never compared
             by_gpus = {gpus: _Lazy([(key(job), i, job) for i, job in jobs], self.launched) for gpus, jobs in groups.items()}
-            known = self._sorted[name] = (key, by_gpus)
-        return known[1]
+            known = self._sorted[name] = by_gpus
+        return known
+
+    def order_key(self, name: str, make: Callable[["ClusterView"], Key]) -> Key:
+        """``make(view)``, the key function of the registry order ``name``, built once per
+        decision (a step asks for two orders' keys; building one can cost a lookup of beliefs)."""
+        key = self._keys.get(name)
+        if key is None:
+            key = self._keys[name] = make(self.view)
+        return key
 
     def in_order(self, name: Hashable, key: Key) -> Iterator[JobView]:
         """Not-launched queued jobs that fit the free GPUs, by ``key`` (ties: queue order)."""
