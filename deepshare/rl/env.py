@@ -22,7 +22,9 @@ Start
     ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
     or a generated Poisson trace on one of the configured cluster sizes, and its information model
     (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
-    estimates), and runs to the first decision point with a feasible launch.
+    estimates), and runs to the first decision point with a feasible launch. Training options
+    may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`) or replay a group's sequence
+    of scenarios (:meth:`DeepShareEnv.set_replay_group`).
 End
     ``terminated`` when every job has finished or been rejected; ``truncated`` after
     ``max_steps`` choices. The final ``info["report"]`` holds the simulator's metrics.
@@ -233,25 +235,56 @@ class DeepShareEnv(gym.Env):
         # Built once (the config is frozen): both properties construct and validate on each read.
         self._encoding = self.config.encoding
         self._hybrid_rules = self.config.hybrid_rules
+        # Set at run time by training options (deepshare.rl.curriculum, deepshare.rl.advantages);
+        # unset, reset() draws as it always did.
+        self._max_jobs: int | None = None
+        self._replay: tuple[int, int, int] | None = None
+        self._replayed = 0
+        self._sequence: int | None = None
+
+    def set_max_jobs(self, max_jobs: int | None) -> None:
+        """Cap later episodes at their first ``max_jobs`` jobs by submission (None: no cap): the
+        curriculum of episode lengths."""
+        self._max_jobs = None if max_jobs is None else int(max_jobs)
+
+    def set_replay_group(self, seed: int, worker: int, group: int) -> None:
+        """Draw every later episode's scenario from its own generator, seeded by (``seed``,
+        ``worker``, ``group``, episode count), not from the env's stream: envs given the same
+        group replay the same sequences of episodes, in order. Each step's info then carries
+        ``sequence``, an int naming the episode's (group, count): what the input-dependent
+        baseline (:mod:`deepshare.rl.advantages`) groups episodes by."""
+        self._replay, self._replayed = (int(seed), int(worker), int(group)), 0
 
     # -- gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        topology, jobs = self._scenario(self.np_random)
+        rng = self.np_random
+        self._sequence = None
+        if self._replay is not None:
+            rng = np.random.default_rng([*self._replay, self._replayed])
+            _, worker, group = self._replay
+            self._sequence = ((worker * 10_000 + group) << 32) + self._replayed
+            self._replayed += 1
+        topology, jobs = self._scenario(rng)
+        if self._max_jobs is not None and len(jobs) > self._max_jobs:
+            jobs = sorted(jobs, key=lambda job: job.submit_time)[: self._max_jobs]
         kinds = self.config.contentions or (self.config.contention,)
-        contention = make_contention(kinds[int(self.np_random.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
-        information = self.config.information(self.np_random)
+        contention = make_contention(kinds[int(rng.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
+        information = self.config.information(rng)
         sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s), information=information)
         self._episode = _Episode(sim, None, len(jobs))
         _, obs = self._advance()
-        return obs if obs is not None else self._terminal_obs(), {"jobs": len(jobs), "nodes": len(topology.nodes)}
+        info: dict[str, Any] = {"jobs": len(jobs), "nodes": len(topology.nodes)}
+        if self._sequence is not None:
+            info["sequence"] = self._sequence
+        return obs if obs is not None else self._terminal_obs(), info
 
     def step(self, action: int):
         ep = self._episode
         if ep is None or ep.partial is None or ep.mask is None:
             raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
         ep.steps += 1
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = {} if self._sequence is None else {"sequence": self._sequence}
         step = take(ep.partial, ep.rows, ep.mask, int(action), self._hybrid_rules)
         if step.invalid:
             info["invalid_action"] = True

@@ -2,7 +2,9 @@
 
 The YAML holds the environment (:class:`deepshare.rl.env.EnvConfig` fields), PPO's
 hyper-parameters under ``ppo:`` as RLlib's ``PPOConfig.training()`` names them (passed through
-unchanged; :mod:`deepshare.rl.ppo_keys` checks them), the scorer's width under ``model:`` and the
+unchanged; :mod:`deepshare.rl.ppo_keys` checks them), optional additions to PPO under
+``ppo_extras:`` (:class:`PPOExtras`: differential returns, the input-dependent baseline, an
+episode-length curriculum; all off by default), the scorer's width under ``model:`` and the
 run's defaults under ``run:``; no code. Env runners are the simulator rollout
 workers; with ``address`` the run joins an existing (multi-node) Ray cluster. Every iteration
 appends a row to ``OUT/metrics.csv`` and TensorBoard scalars to ``OUT/tb``; every
@@ -26,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load as load_trace
@@ -64,6 +66,53 @@ class RunSettings(BaseModel):
     seed: int = Field(0, ge=0)
 
 
+class AverageReward(BaseModel):
+    """Differential returns: rewards ``r_t - rho`` (:mod:`deepshare.rl.advantages`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(0.01, gt=0, le=1, description="weight of each training batch's mean reward in rho")
+
+
+class InputBaseline(BaseModel):
+    """Input-dependent baseline: groups of envs replay one arrival sequence (:mod:`deepshare.rl.advantages`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_size: int = Field(ge=2, description="envs per group (of one env runner) replaying the same sequences")
+    mix: float = Field(1.0, ge=0, le=1, description="weight of the group's mean return in the baseline (the rest: V)")
+
+
+class Curriculum(BaseModel):
+    """Episode-length curriculum (:mod:`deepshare.rl.curriculum`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lengths: list[PositiveInt] = Field(min_length=1, description="jobs per episode at each stage, growing")
+    iterations_per_stage: int = Field(gt=0)
+
+    @field_validator("lengths")
+    @classmethod
+    def _growing(cls, lengths: list[int]) -> list[int]:
+        if any(b < a for a, b in zip(lengths, lengths[1:])):
+            raise ValueError(f"must not decrease, got {lengths}")
+        return lengths
+
+
+class PPOExtras(BaseModel):
+    """DeepShare's options on top of RLlib's PPO; all off by default (training as without them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    average_reward: AverageReward | None = None
+    input_baseline: InputBaseline | None = None
+    curriculum: Curriculum | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.average_reward, self.input_baseline, self.curriculum))
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -71,8 +120,17 @@ class TrainConfig(BaseModel):
     env: dict[str, Any] = Field(default_factory=dict)
     ppo: dict[str, Any] = Field(default_factory=dict)
     """RLlib's ``PPOConfig.training()`` keys as RLlib names them (:mod:`deepshare.rl.ppo_keys`)."""
+    ppo_extras: PPOExtras = Field(default_factory=PPOExtras)
     model: ModelSettings = Field(default_factory=ModelSettings)
     run: RunSettings = Field(default_factory=RunSettings)
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> "TrainConfig":
+        group = self.ppo_extras.input_baseline
+        if group is not None and group.group_size > self.run.envs_per_env_runner:
+            raise ValueError(f"ppo_extras.input_baseline.group_size ({group.group_size}) exceeds run.envs_per_env_runner "
+                             f"({self.run.envs_per_env_runner}): a group is envs of one env runner")
+        return self
 
     def env_config(self, base: Path) -> EnvConfig:
         """The env config with trace paths resolved (``bundled:NAME`` = a trace shipped in the package)."""
@@ -95,7 +153,7 @@ def load_train_config(path: str | Path) -> TrainConfig:
 
 def parse_train_config(text: str, source: Path) -> TrainConfig:
     """A training config from YAML text; ``source`` names it in errors and anchors relative traces."""
-    config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo, model and run")
+    config = parse_yaml_model(text, TrainConfig, str(source), "name, env, ppo, ppo_extras, model and run")
     config = config.model_copy(update={"ppo": check_ppo(config.ppo, str(source))})
     if config.model.init_from:
         config = with_init_from(config, _relative_to(config.model.init_from, source.parent))
@@ -187,7 +245,7 @@ def build_algorithm_config(
             "add_default_connectors_to_env_to_module_pipeline": False,
             "add_default_connectors_to_module_to_env_pipeline": False,
         }
-    return (
+    algo = (
         PPOConfig()
         .environment(DeepShareEnv, env_config=asdict(env))
         .env_runners(
@@ -206,6 +264,30 @@ def build_algorithm_config(
         )
         .debugging(seed=config.run.seed)
     )
+    return _with_extras(algo, config) if config.ppo_extras.any else algo
+
+
+def _with_extras(algo: Any, config: TrainConfig) -> Any:
+    """``algo`` with ``ppo_extras``: the learner's advantage piece and the env runners' hooks."""
+    from deepshare.rl.advantages import LEARNER_KEY, DeepSharePPOLearner, ReplayGroups
+    from deepshare.rl.curriculum import CurriculumStart, CurriculumStep
+
+    extras = config.ppo_extras
+    if extras.average_reward is not None or extras.input_baseline is not None:
+        options = {
+            "average_reward_rate": extras.average_reward.rate if extras.average_reward else None,
+            "group_mix": extras.input_baseline.mix if extras.input_baseline else None,
+        }
+        algo = algo.learners(learner_class=DeepSharePPOLearner, learner_config_dict={LEARNER_KEY: options})
+    created: list[Any] = []
+    if extras.input_baseline is not None:
+        created.append(ReplayGroups(extras.input_baseline.group_size, config.run.seed))
+    if extras.curriculum is not None:
+        created.append(CurriculumStart(extras.curriculum.lengths))
+        algo = algo.callbacks(on_train_result=CurriculumStep(extras.curriculum.lengths, extras.curriculum.iterations_per_stage))
+    if created:
+        algo = algo.callbacks(on_environment_created=created)
+    return algo
 
 
 def start_ray(address: str | None) -> None:
@@ -235,6 +317,8 @@ def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -
         "config": str(config_path), "name": config.name, "seed": config.run.seed, "env": asdict(env),
         "ppo": config.ppo, "model": config.model.model_dump(),
     }
+    if config.ppo_extras.any:  # absent when off: a default run's file records what it always did
+        metadata["ppo_extras"] = config.ppo_extras.model_dump(exclude_none=True)
     rules = env.hybrid_rules
     if rules is not None:
         metadata["hybrid_rules"] = {**asdict(rules), "anchor": list(rules.anchor)}

@@ -1,0 +1,194 @@
+"""Learner-side advantages for long episodes (issue 37, item 2): differential returns and
+input-dependent baselines, as one learner connector piece in place of RLlib's GAE.
+
+**Average reward** (``ppo_extras.average_reward``): every real step's reward becomes ``r_t - rho``,
+``rho`` a running estimate of the reward per step, updated from each training batch before it is
+used on it (the first batch sets it; later ones move it by ``rate``). GAE, the value targets and
+the value function then see differential rewards, so a long episode's return no longer grows with
+its length. RLlib's artificial bootstrap step (``loss_mask`` false) keeps its reward of 0.
+
+**Input-dependent baseline** (``ppo_extras.input_baseline``, Mao et al., ICLR'19): envs of an env
+runner in groups of ``group_size`` replay the same arrival sequences (:class:`ReplayGroups`; the
+env tags every step's info with ``sequence``). An action's advantage is its return
+(``gamma``-discounted, ``lambda`` 1, bootstrapped by the value function where a chunk ends) minus
+the baseline ``mix * (mean return of the OTHER episodes of the same sequence at the same step
+index) + (1 - mix) * V(s_t)``; where no other episode of the sequence has that step in the batch,
+the baseline is ``V(s_t)``. "Same time" is the step index since the episode's reset (the decision
+count, ``t_started`` + row in the chunk), not the simulated clock: episodes of one sequence see the
+same arrivals, and their decisions diverge only as their policies' choices do. The value targets
+(the value function's loss) stay GAE's.
+
+Advantages are standardised over the batch, as RLlib's GAE piece does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
+
+LEARNER_KEY = "deepshare_advantages"
+"""The key of ``learner_config_dict`` holding :class:`DeepShareAdvantages`' keyword arguments."""
+
+
+def differential_rewards(rewards: np.ndarray, real: np.ndarray, rho: float) -> np.ndarray:
+    """``r_t - rho`` on the real steps; the artificial bootstrap steps (``real`` false) keep theirs."""
+    rewards = np.asarray(rewards, dtype=np.float32)
+    return np.where(real, rewards - np.float32(rho), rewards).astype(np.float32)
+
+
+def update_rho(rho: float | None, rewards: np.ndarray, real: np.ndarray, rate: float) -> float:
+    """The running reward per step after one batch: the batch's mean real reward the first time,
+    then an exponential average with weight ``rate`` on the batch."""
+    mean = float(np.mean(np.asarray(rewards, dtype=np.float64)[real])) if real.any() else 0.0
+    return mean if rho is None else (1.0 - rate) * rho + rate * mean
+
+
+def group_baseline(returns: np.ndarray, values: np.ndarray, keys: list, mix: float) -> np.ndarray:
+    """Per row: ``mix`` x the mean return of the other rows with its key, ``1 - mix`` x its value;
+    its value alone where its key is None or no other row shares it. A key is
+    ``(sequence, step index)``."""
+    sums: dict[Any, float] = {}
+    counts: dict[Any, int] = {}
+    for key, ret in zip(keys, returns):
+        if key is not None:
+            sums[key] = sums.get(key, 0.0) + float(ret)
+            counts[key] = counts.get(key, 0) + 1
+    out = np.asarray(values, dtype=np.float64).copy()
+    for i, key in enumerate(keys):
+        if key is not None and counts[key] > 1:
+            others = (sums[key] - float(returns[i])) / (counts[key] - 1)
+            out[i] = mix * others + (1.0 - mix) * out[i]
+    return out.astype(np.float32)
+
+
+def step_keys(episodes: list) -> list:
+    """``(sequence, step index)`` for every row of the episodes as the learner batch lays them out
+    (each episode already elongated by RLlib's artificial step, whose row gets None)."""
+    keys: list = []
+    for episode in episodes:
+        n = len(episode)
+        infos = episode.get_infos()
+        for i in range(n):
+            sequence = infos[i].get("sequence") if i < n - 1 and i < len(infos) and isinstance(infos[i], dict) else None
+            keys.append(None if sequence is None else (sequence, episode.t_started + i))
+    return keys
+
+
+class DeepShareAdvantages(ConnectorV2):
+    """RLlib's :class:`GeneralAdvantageEstimation` with differential rewards and/or the group
+    baseline (see the module docstring); a stateless, single-agent module's batch."""
+
+    def __init__(self, input_observation_space: Any = None, input_action_space: Any = None, *, gamma: float,
+                 lambda_: float, average_reward_rate: float | None = None, group_mix: float | None = None) -> None:
+        super().__init__(input_observation_space, input_action_space)
+        self.gamma, self.lambda_ = gamma, lambda_
+        self.average_reward_rate, self.group_mix = average_reward_rate, group_mix
+        self.rho: float | None = None
+        self.matched: float | None = None
+        """Share of the last batch's real rows whose baseline had another episode of their sequence."""
+        self._to_tensor: NumpyToTensor | None = None
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return {"rho": self.rho}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.rho = state.get("rho")
+
+    def advantages(self, values: np.ndarray, rewards: np.ndarray, terminateds: np.ndarray, truncateds: np.ndarray,
+                   real: np.ndarray, keys: list | None) -> tuple[np.ndarray, np.ndarray]:
+        """(unstandardised advantages, value targets) of one module's rows; updates ``rho``."""
+        values = np.asarray(values, dtype=np.float32)
+        rewards = np.asarray(rewards, dtype=np.float32)
+        terminateds = np.asarray(terminateds, dtype=np.float32)
+        truncateds = np.asarray(truncateds, dtype=np.float32)
+        if self.average_reward_rate is not None:
+            self.rho = update_rho(self.rho, rewards, real, self.average_reward_rate)
+            rewards = differential_rewards(rewards, real, self.rho)
+        targets = compute_value_targets(values, rewards, terminateds, truncateds, gamma=self.gamma, lambda_=self.lambda_)
+        if self.group_mix is None or keys is None:
+            return targets - values, targets
+        returns = compute_value_targets(values, rewards, terminateds, truncateds, gamma=self.gamma, lambda_=1.0)
+        counts: dict[Any, int] = {}
+        for key in keys:
+            counts[key] = counts.get(key, 0) + 1
+        self.matched = sum(1 for k in keys if k is not None and counts[k] > 1) / max(1, int(real.sum()))
+        return returns - group_baseline(returns, values, keys, self.group_mix), targets
+
+    def __call__(self, *, rl_module: Any, episodes: list, batch: dict[str, Any], **kwargs: Any) -> Any:
+        sa_episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+        device = None
+        done = []
+        for module_id, module_batch in batch.items():
+            module = rl_module[module_id]
+            if not isinstance(module, ValueFunctionAPI):
+                continue
+            if module.is_stateful():
+                raise NotImplementedError("DeepShareAdvantages: stateful modules (zero-padded batches) are not supported")
+            preds = module.compute_values(module_batch)
+            device = preds.device
+            mine = [e for e in sa_episodes if e.module_id in (None, module_id)]
+            real = convert_to_numpy(module_batch[Columns.LOSS_MASK]).astype(bool)
+            advantages, targets = self.advantages(
+                convert_to_numpy(preds), convert_to_numpy(module_batch[Columns.REWARDS]),
+                convert_to_numpy(module_batch[Columns.TERMINATEDS]), convert_to_numpy(module_batch[Columns.TRUNCATEDS]),
+                real, step_keys(mine) if self.group_mix is not None else None)
+            assert advantages.shape[0] == sum(len(e) for e in mine)
+            advantages = (advantages - advantages.mean()) / max(1e-4, advantages.std())
+            module_batch[Postprocessing.ADVANTAGES] = advantages.astype(np.float32)
+            module_batch[Postprocessing.VALUE_TARGETS] = targets
+            done.append(module_id)
+        if self._to_tensor is None:
+            self._to_tensor = NumpyToTensor(as_learner_connector=True, device=device)
+        tensors = self._to_tensor(
+            rl_module=rl_module, episodes=episodes,
+            batch={mid: {k: batch[mid][k] for k in (Postprocessing.ADVANTAGES, Postprocessing.VALUE_TARGETS)} for mid in done},
+        )
+        for mid, module_batch in tensors.items():
+            batch[mid].update(module_batch)
+        return batch
+
+
+class DeepSharePPOLearner(PPOTorchLearner):
+    """PPO's torch learner with RLlib's GAE piece replaced by :class:`DeepShareAdvantages`,
+    configured from ``learner_config_dict[LEARNER_KEY]``."""
+
+    def build(self) -> None:
+        super().build()
+        options = (self.config.learner_config_dict or {}).get(LEARNER_KEY)
+        if options and self._learner_connector is not None:
+            self._learner_connector.remove("GeneralAdvantageEstimation")
+            self._learner_connector.append(
+                DeepShareAdvantages(gamma=self.config.gamma, lambda_=self.config.lambda_, **options))
+
+
+class ReplayGroups:
+    """``on_environment_created`` hook: sub-env ``i`` of an env runner replays the sequences of
+    group ``i // group_size`` (:meth:`DeepShareEnv.set_replay_group`), seeded by the run's seed
+    and the runner's index, so a group's k-th episodes replay one arrival sequence."""
+
+    def __init__(self, group_size: int, seed: int) -> None:
+        self.group_size, self.seed = group_size, seed
+
+    def __call__(self, *, env_runner: Any = None, env: Any = None, **kwargs: Any) -> None:
+        worker = int(getattr(env_runner, "worker_index", 0) or 0)
+        for i, sub in enumerate(sub_envs(env)):
+            sub.set_replay_group(self.seed, worker, i // self.group_size)
+
+
+def sub_envs(env: Any) -> list:
+    """The :class:`DeepShareEnv` instances of a (vector) env, unwrapped; none for a runner without one."""
+    if env is None:
+        return []
+    env = getattr(env, "unwrapped", env)
+    subs = getattr(env, "envs", None)
+    found = [s.unwrapped for s in subs] if subs is not None else [env]
+    return [s for s in found if hasattr(s, "set_replay_group")]

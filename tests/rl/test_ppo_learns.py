@@ -1,0 +1,197 @@
+"""PPO that learns (issue 37, item 2): differential returns, input-dependent baselines and the
+episode-length curriculum (``ppo_extras``), on hand-checkable batches and one tiny real run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from deepshare.core.errors import DeepShareError
+from deepshare.rl.advantages import (DeepShareAdvantages, differential_rewards, group_baseline, step_keys,
+                                     update_rho)
+from deepshare.rl.curriculum import CurriculumStart, CurriculumStep, cap_for
+from deepshare.rl.env import DeepShareEnv
+from deepshare.rl.train import load_train_config, parse_train_config
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "rl" / "tiny.yaml"
+ENV = {"generated_fraction": 1.0, "generated_jobs": 12, "generated_nodes": [2]}
+EXTRAS = """ppo_extras:
+  average_reward: {rate: 0.05}
+  input_baseline: {group_size: 2, mix: 1.0}
+  curriculum: {lengths: [4, 8], iterations_per_stage: 1}
+"""
+REAL = np.array([True, True, True, False])  # three real steps, then RLlib's artificial bootstrap step
+TERMINATED = np.array([0, 0, 1, 0])
+NOT_TRUNCATED = np.zeros(4)
+
+
+# -- differential returns ----------------------------------------------------------------------
+def test_rho_starts_at_the_first_batch_mean_then_moves_by_its_rate():
+    assert update_rho(None, np.array([1.0, 2.0, 3.0, 0.0]), REAL, 0.1) == pytest.approx(2.0)  # the 0 is artificial
+    assert update_rho(2.0, np.array([1.0, 1.0, 1.0, 0.0]), REAL, 0.1) == pytest.approx(0.9 * 2.0 + 0.1 * 1.0)
+    assert differential_rewards(np.array([1.0, 2.0, 3.0, 0.0]), REAL, 0.5).tolist() == [0.5, 1.5, 2.5, 0.0]
+
+
+def test_differential_returns_of_a_three_step_episode():
+    """rho 1.0 before, batch mean 2.0, rate 0.5: rho 1.5, rewards [-0.5, 0.5, 1.5]; values 0,
+    lambda 1: the targets are the discounted sums (gamma 1: 1.5, 2.0, 1.5; gamma 0.5: 0.125, 1.25, 1.5)."""
+    for gamma, expected in [(1.0, [1.5, 2.0, 1.5, 0.0]), (0.5, [0.125, 1.25, 1.5, 0.0])]:
+        piece = DeepShareAdvantages(gamma=gamma, lambda_=1.0, average_reward_rate=0.5)
+        piece.rho = 1.0
+        adv, targets = piece.advantages(np.zeros(4), np.array([1.0, 2.0, 3.0, 0.0]), TERMINATED, NOT_TRUNCATED, REAL, None)
+        assert piece.rho == pytest.approx(1.5)
+        assert targets.tolist() == pytest.approx(expected) and adv.tolist() == pytest.approx(expected)
+        assert piece.get_state() == {"rho": pytest.approx(1.5)}
+    # with values: advantage = target - V (lambda 1, terminal: the bootstrap row's V is not used)
+    piece = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5)
+    piece.set_state({"rho": 1.0})
+    adv, _ = piece.advantages(np.array([1.0, 1.0, 1.0, 9.0]), np.array([1.0, 2.0, 3.0, 0.0]), TERMINATED, NOT_TRUNCATED, REAL, None)
+    assert adv.tolist() == pytest.approx([0.5, 1.0, 0.5, -9.0])
+
+
+def test_without_options_the_piece_is_rllibs_gae():
+    from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
+
+    values, rewards = np.array([0.3, -0.2, 0.7, 0.1]), np.array([1.0, -2.0, 0.5, 0.0])
+    adv, targets = DeepShareAdvantages(gamma=0.9, lambda_=0.8).advantages(values, rewards, TERMINATED, NOT_TRUNCATED, REAL, None)
+    expected = compute_value_targets(values.astype(np.float32), rewards.astype(np.float32), TERMINATED.astype(np.float32),
+                                     NOT_TRUNCATED.astype(np.float32), gamma=0.9, lambda_=0.8)
+    assert targets.tolist() == pytest.approx(expected.tolist()) and adv.tolist() == pytest.approx((expected - values).tolist())
+
+
+# -- input-dependent baseline ------------------------------------------------------------------
+def test_group_baseline_of_two_episodes_of_one_sequence():
+    """Episodes A (rewards 1, 2) and B (3, 4) of sequence 7, gamma 1: returns A (3, 2), B (7, 4);
+    each one's baseline is the other's return at the same step; the bootstrap rows, and an
+    episode C of another sequence, keep V (0.5)."""
+    returns = np.array([3.0, 2.0, 0.0, 7.0, 4.0, 0.0, 5.0, 0.0])
+    values = np.full(8, 0.5)
+    keys = [(7, 0), (7, 1), None, (7, 0), (7, 1), None, (8, 0), None]
+    assert group_baseline(returns, values, keys, 1.0).tolist() == [7.0, 4.0, 0.5, 3.0, 2.0, 0.5, 0.5, 0.5]
+    assert group_baseline(returns, values, keys, 0.5)[:2].tolist() == [3.75, 2.25]
+
+    piece = DeepShareAdvantages(gamma=1.0, lambda_=0.95, group_mix=1.0)
+    terminated = np.array([0, 1, 0, 0, 1, 0, 1, 0])
+    adv, targets = piece.advantages(values, np.array([1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 5.0, 0.0]), terminated, np.zeros(8),
+                                    np.array([k is not None for k in keys]), keys)
+    real = [0, 1, 3, 4, 6]  # the bootstrap rows carry RLlib's masked-out values, as in its GAE
+    assert adv[real].tolist() == pytest.approx([-4.0, -2.0, 4.0, 2.0, 4.5])
+    assert targets[1] == pytest.approx(2.0)  # the value targets stay GAE's
+
+
+def test_step_keys_use_the_sequence_and_the_step_index_since_reset():
+    """A chunk that starts at step 5 keys its rows 5, 6, ...; the artificial last row has none."""
+    episode = type("E", (), {"__len__": lambda self: 3, "t_started": 5,
+                             "get_infos": lambda self: [{"sequence": 3}] * 3})()
+    plain = type("E", (), {"__len__": lambda self: 2, "t_started": 0, "get_infos": lambda self: [{}, {}]})()
+    assert step_keys([episode, plain]) == [(3, 5), (3, 6), None, None, None]
+
+
+def test_envs_of_a_replay_group_replay_the_same_sequences():
+    a, b, c = DeepShareEnv(ENV), DeepShareEnv(ENV), DeepShareEnv(ENV)
+    a.set_replay_group(0, 1, 0)
+    b.set_replay_group(0, 1, 0)
+    c.set_replay_group(0, 1, 1)
+    for episode in range(2):
+        runs = []
+        for env, seed in ((a, 11), (b, 22), (c, 11)):  # the env's own seed no longer picks the scenario
+            obs, info = env.reset(seed=seed)
+            _, reward, _, _, step_info = env.step(0)
+            assert step_info["sequence"] == info["sequence"]
+            runs.append((info["sequence"], info["jobs"], info["nodes"], obs["observations"].tobytes(), reward))
+        assert runs[0] == runs[1] and runs[0][0] != runs[2][0]
+    plain = DeepShareEnv(ENV)
+    assert "sequence" not in plain.reset(seed=3)[1] and "sequence" not in plain.step(0)[-1]
+
+
+# -- curriculum --------------------------------------------------------------------------------
+def test_the_curriculum_caps_episodes_and_grows_at_the_stage_boundaries():
+    envs = [DeepShareEnv(ENV), DeepShareEnv(ENV)]
+    vector = SimpleNamespace(unwrapped=SimpleNamespace(envs=envs))
+    runner = SimpleNamespace(env=vector)
+    group = SimpleNamespace(foreach_env_runner=lambda func, local_env_runner: [func(runner)])
+    algorithm = SimpleNamespace(iteration=0, env_runner_group=group)
+
+    CurriculumStart([3, 6, 12])(env=vector)
+    assert [e.reset(seed=1)[1]["jobs"] for e in envs] == [3, 3]
+    step, seen = CurriculumStep([3, 6, 12], 2), []
+    for completed in range(1, 7):
+        algorithm.iteration = completed
+        result: dict = {}
+        step(algorithm=algorithm, result=result)
+        seen.append((result["curriculum_max_jobs"], envs[0].reset(seed=1)[1]["jobs"], envs[1].reset(seed=2)[1]["jobs"]))
+    assert seen == [(3, 3, 3), (6, 6, 6), (6, 6, 6), (12, 12, 12), (12, 12, 12), (12, 12, 12)]
+    assert cap_for([3, 6, 12], 2, 100) == 12
+    envs[0].set_max_jobs(None)
+    assert envs[0].reset(seed=1)[1]["jobs"] == 12
+
+
+# -- the options in the YAML -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "extras, needle",
+    [
+        ("{average_reward: {rate: 0}}", r"ppo_extras\.average_reward\.rate"),
+        ("{average_reward: {rate: 1.5}}", r"ppo_extras\.average_reward\.rate"),
+        ("{average_reward: true}", r"ppo_extras\.average_reward"),
+        ("{input_baseline: {group_size: 1}}", r"ppo_extras\.input_baseline\.group_size"),
+        ("{input_baseline: {group_size: 2, mix: 2}}", r"ppo_extras\.input_baseline\.mix"),
+        ("{input_baseline: {group_size: 9}}", r"ppo_extras\.input_baseline\.group_size \(9\) exceeds run\.envs_per_env_runner"),
+        ("{curriculum: {lengths: [8, 4], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths.*must not decrease"),
+        ("{curriculum: {lengths: [0], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths"),
+        ("{curriculum: {lengths: [], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths"),
+        ("{curriculum: {lengths: [4], iterations_per_stage: 0}}", r"ppo_extras\.curriculum\.iterations_per_stage"),
+        ("{curriculm: {}}", r"ppo_extras\.curriculm"),
+    ],
+)
+def test_bad_options_name_the_field(extras, needle):
+    with pytest.raises(DeepShareError, match=needle):
+        parse_train_config(f"name: x\nppo_extras: {extras}\n", Path("c.yaml"))
+
+
+def test_off_by_default_leaves_the_algorithm_config_as_it_was(tmp_path):
+    from deepshare.rl.train import build_algorithm_config, run_metadata
+
+    config = load_train_config(TINY)
+    assert not config.ppo_extras.any and "ppo_extras" not in run_metadata(config, TINY, config.env_config(TINY.parent))
+    algo = build_algorithm_config(config, config.env_config(TINY.parent), 0, 2)
+    assert algo.learner_class.__name__ == "PPOTorchLearner" and algo.learner_config_dict == {}
+    assert algo.callbacks_on_train_result is None and algo.callbacks_on_environment_created is None
+
+
+# -- a real run --------------------------------------------------------------------------------
+def _config(tmp_path: Path) -> Path:
+    text = TINY.read_text().replace("num_env_runners: 1", "num_env_runners: 0").replace("envs_per_env_runner: 1", "envs_per_env_runner: 2")
+    path = tmp_path / "tiny_extras.yaml"
+    path.write_text(text + EXTRAS)
+    return path
+
+
+def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray_local):
+    from deepshare.rl.advantages import DeepShareAdvantages as Piece
+    from deepshare.rl.train import build_algorithm_config, train
+
+    path = _config(tmp_path)
+    config = load_train_config(path)
+    algo = build_algorithm_config(config, config.env_config(path.parent), 0, 2).build_algo()
+    try:
+        caps = []
+        for _ in range(2):
+            caps.append(algo.train()["curriculum_max_jobs"])
+        learner = algo.learner_group._learner
+        pieces = [p for p in learner._learner_connector.connectors if isinstance(p, Piece)]
+        assert len(pieces) == 1 and pieces[0].rho is not None and pieces[0].group_mix == 1.0
+        assert pieces[0].matched > 0.5  # most steps had the group partner's episode in the batch
+        assert not any(type(p).__name__ == "GeneralAdvantageEstimation" for p in learner._learner_connector.connectors)
+        envs = algo.env_runner_group.local_env_runner.env.unwrapped.envs
+        assert caps == [8, 8] and [e.unwrapped._max_jobs for e in envs] == [8, 8]
+        assert [e.unwrapped._replay for e in envs] == [(0, 0, 0), (0, 0, 0)]
+    finally:
+        algo.stop()
+
+    policy = train(path, tmp_path / "run", iterations=1, config=config)
+    from deepshare.policies.checkpoint import load_policy_file
+
+    assert load_policy_file(policy)["metadata"]["ppo_extras"]["curriculum"] == {"lengths": [4, 8], "iterations_per_stage": 1}
