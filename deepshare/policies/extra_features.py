@@ -141,8 +141,9 @@ def _time_left(remaining_s: float, ratio: float) -> float:
 
 
 _MIN_RATIO = 0.01
-_NOT_MET = (0.0, 0.0)
 """A stalled job's ratio, for its time left (a finite number for the network)."""
+_NOT_MET = (0.0, 0.0)
+"""The neighbour-time columns of a launch whose nodes hold no running job."""
 
 
 class _NodeSpans:
