@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import cli
 from doc_blocks import ROOT, Block, all_blocks, commands, deepshare_argv, logical_lines, markdown_files
 
 from deepshare.cli import build_parser
@@ -97,21 +98,16 @@ def block_plan(block: Block) -> list[tuple[str, object]]:
 
 
 def run_in_process(argv: list[str], work: Path, where: str, monkeypatch, capsys) -> None:
-    """One command through ``deepshare.cli.main`` in the block's folder and environment, as the
-    shell would run it: exit status 0 and no traceback, or the block fails."""
-    from deepshare.cli import main
-
+    """One command through ``deepshare.cli.main`` (:func:`cli_run.cli`) in the block's folder and
+    environment, as the shell would run it: exit status 0 and no traceback, or the block fails."""
     monkeypatch.chdir(work)
-    for key in ("PYTHONPATH", "DEEPSHARE_SERVE_TOKEN", "DEEPSHARE_SCHEDULER_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in _environment().items():
+    environment = _environment()
+    for key in set(os.environ) - set(environment):
+        monkeypatch.delenv(key)
+    for key, value in environment.items():
         if os.environ.get(key) != value:
             monkeypatch.setenv(key, value)
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
+    rc, _, err = cli(capsys, *argv)
     assert rc in (0, None), f"{where}: `deepshare {' '.join(argv)}` exited {rc}:\n{err[-3000:]}"
     assert "Traceback" not in err, f"{where}:\n{err[-3000:]}"
 
