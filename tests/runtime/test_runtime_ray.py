@@ -1,6 +1,9 @@
 """The live scheduler on a fake multi-node Ray cluster (``ray.cluster_utils.Cluster``, fake GPUs).
 
-Jobs are the example DDP MLP (gloo on CPU), a few seconds each. The in-process tests tick a
+Jobs are the example DDP MLP (gloo on CPU), a few seconds each, where the test is about what a
+DDP job sees (its placement as Ray made it, world sizes, resuming a migrated model); the
+cancel, node-death and restart tests run the torch-free ``step_job.py`` (the same job API and
+``result.json``, about 0.1 CPU-second a rank instead of 5). The in-process tests tick a
 :class:`ControlLoop` from the test thread, so every decision can be compared with what reached
 Ray; the restart test runs the real ``deepshare scheduler start`` in a subprocess and SIGKILLs it.
 Timeouts are guards only.
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.slow  # a fake multi-node Ray cluster and real DDP jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = dict(num_cpus=1, num_gpus=4, object_store_memory=80 * 1024**2)
+STEP_JOB = Path(__file__).resolve().with_name("step_job.py")
 
 
 
@@ -57,11 +61,15 @@ def cluster():
 
 
 def spec(name: str, gpus: int, ckpt: Path, steps: int, sleep: float = 0.0, model: str = "GraphSage",
-         every: int = 25) -> Any:
+         every: int = 25, ddp: bool = True) -> Any:
+    """The example DDP job, or with ``ddp=False`` the torch-free step job (same job API, same
+    ``result.json``) for the tests whose subject is the scheduler."""
+    args = ["--steps", str(steps), "--batch", "8", "--step-sleep", str(sleep), "--checkpoint-every", str(every),
+            "--report-every", "5"]
+    program = dict(entrypoint="examples.jobs.ddp_mlp:main", args=args) if ddp else \
+        dict(command=[sys.executable, str(STEP_JOB), *args])
     return spec_from_json(dict(
-        name=name, gpus=gpus, model=model, entrypoint="examples.jobs.ddp_mlp:main",
-        args=["--steps", str(steps), "--batch", "8", "--step-sleep", str(sleep), "--checkpoint-every", str(every),
-              "--report-every", "5"],
+        name=name, gpus=gpus, model=model, **program,
         checkpoint_dir=str(ckpt), working_dir=str(ROOT), total_samples=steps * 8 * gpus,
     ))
 
@@ -210,14 +218,14 @@ def test_migrated_job_resumes_from_its_checkpoint(cluster, tmp_path):
 def test_cancel_running_job_and_recover_lost_run(cluster, tmp_path):
     journal = Journal(tmp_path / "state")
     loop = make_loop(journal, Scripted("node0"))
-    job_id = journal.submit(spec("cancel", 1, tmp_path / "ckpt", steps=10_000, sleep=0.01)).job_id
+    job_id = journal.submit(spec("cancel", 1, tmp_path / "ckpt", steps=10_000, sleep=0.01, ddp=False)).job_id
     drive(loop, lambda: (journal.get(job_id).step or 0) >= 5)
     journal.request_cancel(job_id)
     drive(loop, lambda: journal.get(job_id).state is JobState.CANCELLED)
     assert not launcher.exists(job_id, 1, 1)
     # A run journalled as started whose workers never came up (a crash between the journal
     # write and the launch) is removed and requeued on recovery, never left half-running.
-    lost = journal.submit(spec("lost", 1, tmp_path / "ckpt", steps=10)).job_id
+    lost = journal.submit(spec("lost", 1, tmp_path / "ckpt", steps=10, ddp=False)).job_id
     journal.start_run(lost, (("node0", 1),), None)
     assert loop.recover() == ([], [lost])
     assert journal.get(lost).state is JobState.QUEUED
@@ -231,7 +239,7 @@ def test_node_death_requeues_and_resumes(cluster, tmp_path):
     cluster.wait_for_nodes()
     journal = Journal(tmp_path / "state")
     loop = make_loop(journal, Scripted("node2"))
-    job_id = journal.submit(spec("survivor", 1, tmp_path / "ckpt", steps=200, sleep=0.04, every=20)).job_id
+    job_id = journal.submit(spec("survivor", 1, tmp_path / "ckpt", steps=200, sleep=0.04, every=20, ddp=False)).job_id
     drive(loop, lambda: (journal.get(job_id).step or 0) >= 45)
     assert journal.get(job_id).placement == (("node2", 1),)
     cluster.remove_node(extra)
@@ -286,7 +294,7 @@ def test_killed_scheduler_loses_nothing(cluster, tmp_path):
         steps = {"a": 100, "b": 100, "c": 20}
         for name, gpus in (("a", 4), ("b", 3), ("c", 2)):
             slow = 0.08 if name != "c" else 0.0
-            body = spec(name, gpus, tmp_path / "ckpt", steps=steps[name], sleep=slow).model_dump(mode="json")
+            body = spec(name, gpus, tmp_path / "ckpt", steps=steps[name], sleep=slow, ddp=False).model_dump(mode="json")
             ids.append(_http(f"{url}/v1/jobs", state, "POST", body)["id"])
         a, b, c = ids
 
