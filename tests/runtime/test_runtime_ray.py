@@ -1,9 +1,10 @@
 """The live scheduler on a fake multi-node Ray cluster (``ray.cluster_utils.Cluster``, fake GPUs).
 
-Jobs are the example DDP MLP (gloo on CPU), a few seconds each, where the test is about what a
-DDP job sees (its placement as Ray made it, world sizes, resuming a migrated model); the
-cancel, node-death and restart tests run the torch-free ``step_job.py`` (the same job API and
-``result.json``, about 0.1 CPU-second a rank instead of 5). The in-process tests tick a
+Jobs run the torch-free ``step_job.py``: the job API and ``result.json`` of the example DDP job,
+at about 0.05 CPU-second a rank instead of 5 (a DDP rank imports torch and joins a gloo group).
+The one multi-node gang, 5 GPUs over both nodes, is the example DDP MLP itself (gloo on CPU), so
+a real DDP job runs across Ray nodes in the placement the policy chose. The example job's own
+resume is checked exactly, in-process, in ``test_job_api.py``. The in-process tests tick a
 :class:`ControlLoop` from the test thread, so every decision can be compared with what reached
 Ray; the restart test runs the real ``deepshare scheduler start`` in a subprocess and SIGKILLs it.
 Timeouts are guards only.
@@ -107,7 +108,8 @@ def test_four_jobs_follow_the_learned_policy_and_finish(cluster, tmp_path):
     ckpt = tmp_path / "ckpt"
     for name, gpus, model in (("one", 1, "MobileNetV3"), ("two", 2, "GraphSage"), ("one-more", 1, "DLRM"),
                               ("five", 5, "Transformer-XL")):
-        journal.submit(spec(name, gpus, ckpt, steps=30, model=model))
+        # the 5-GPU gang spans both nodes: a real DDP job (gloo across Ray nodes); the others step
+        journal.submit(spec(name, gpus, ckpt, steps=30, model=model, ddp=name == "five"))
     launches: list[tuple[str, Placement]] = []
     capacity = dict(zip((n.name for n in current_cluster().nodes), current_cluster().topology.capacity))
 
@@ -186,7 +188,7 @@ def test_migrated_job_resumes_from_its_checkpoint(cluster, tmp_path):
     journal = Journal(tmp_path / "state")
     # 0.05 s a step: 4.5 s between the migration's trigger (step 30) and the job's end, so a
     # loaded machine's slow tick cannot let the job finish before it is migrated
-    job_id = journal.submit(spec("mig", 2, tmp_path / "ckpt", steps=120, sleep=0.05)).job_id
+    job_id = journal.submit(spec("mig", 2, tmp_path / "ckpt", steps=120, sleep=0.05, ddp=False)).job_id
     policy = Scripted("node0", migrate_to="node1", migrate_when=lambda j: (journal.get(j).step or 0) >= 30)
     from deepshare.runtime.metrics import SchedulerMetrics
 
