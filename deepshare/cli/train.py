@@ -219,7 +219,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 "deepshare tune rllib_configs/rl_hybrid.yaml --grid ppo.lr=0.0001,0.0003 --grid env.reward_scale=0.1,0.2 --iterations 20")
     p.add_argument("config", help="training YAML (rllib_configs/*.yaml)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
-                   help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) and its values; repeatable")
+                   help="an axis of the grid: SECTION.KEY (ppo, env, model, run; a bare KEY is ppo.KEY) or "
+                        "ppo_extras.OPTION.FIELD, and its values; repeatable")
     p.add_argument("--iterations", type=iteration_count, default=None, metavar="N", help="training iterations per trial (default: the config's run.iterations)")
     p.add_argument("--out", default="runs/tune", metavar="DIR|URI",
                    help="Tune's storage (a folder, or s3://... / gs://... that every node reaches on a multi-node cluster); "

@@ -5,8 +5,10 @@ PPO run per combination of the grid (``tune.grid_search`` on each axis) with the
 ``deepshare train``: a function trainable that builds the algorithm from the config with the
 trial's values and reports :func:`deepshare.rl.train.metrics_row` every iteration. A grid key
 is ``SECTION.KEY`` with SECTION one of ``ppo`` (RLlib's ``PPOConfig.training()`` keys), ``env``,
-``model``, ``run``; a bare ``KEY`` means ``ppo.KEY``. Every combination is validated before Ray
-starts, so a wrong key or value is one line naming it.
+``model``, ``run``; a bare ``KEY`` means ``ppo.KEY``. The ``ppo_extras`` options are one level
+deeper, ``ppo_extras.OPTION.FIELD`` (``ppo_extras.average_reward.rate=0.01,0.1``); a trial that
+sets a field of an option the base config leaves off turns that option on. Every combination is
+validated before Ray starts, so a wrong key or value is one line naming it.
 
 Results use Tune's layout: ``OUT/NAME/`` holds the experiment state and one folder per trial with
 ``params.json``, ``result.json``, ``progress.csv`` and TensorBoard event files (Tune's logger
@@ -33,7 +35,9 @@ from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
 
-SECTIONS = ("ppo", "env", "model", "run")
+SECTIONS = ("ppo", "env", "model", "run", "ppo_extras")
+NESTED = {"ppo_extras": 2}
+"""How many dotted parts a section's keys have (1 unless named here)."""
 METRIC = "episode_return_mean"
 
 
@@ -57,8 +61,11 @@ def parse_grid(spec: str) -> GridAxis:
     section, dot, name = key.partition(".")
     if not dot:
         section, name = "ppo", key
-    if section not in SECTIONS or not name or "." in name:
-        raise DeepShareError(f"--grid {spec!r}: the key must be SECTION.KEY with SECTION one of {', '.join(SECTIONS)}, got {key!r}")
+    parts = name.split(".")
+    if section not in SECTIONS or not all(parts) or len(parts) != NESTED.get(section, 1):
+        raise DeepShareError(f"--grid {spec!r}: the key must be SECTION.KEY with SECTION one of "
+                             f"{', '.join(s for s in SECTIONS if s not in NESTED)}, or ppo_extras.OPTION.FIELD; "
+                             f"got {key!r}")
     parsed = tuple(_scalar(v.strip()) for v in values.split(","))
     if any(v == "" for v in parsed):
         raise DeepShareError(f"--grid {spec!r}: empty value in the list")
@@ -81,13 +88,17 @@ def _scalar(text: str) -> Any:
 
 
 def apply(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """The raw config with ``{"section.key": value}`` set (a copy)."""
+    """The raw config with ``{"section.key": value}`` (or ``section.option.field``) set (a copy);
+    a missing or empty mapping on the way is created."""
     out = copy.deepcopy(raw)
     for dotted, value in values.items():
-        section, _, key = dotted.partition(".")
-        if not isinstance(out.get(section), dict):
-            out[section] = {}
-        out[section][key] = value
+        *path, key = dotted.split(".")
+        node = out
+        for part in path:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[key] = value
     return out
 
 

@@ -41,13 +41,31 @@ def test_grid_specs_parse_to_exact_axes(spec, axis):
         ("ppo.lr=", "expected KEY=V1,V2"),
         ("ppo.lr=1,,2", "empty value"),
         ("ppo.lr=1,1", "listed twice"),
-        ("optim.lr=1,2", "SECTION one of ppo, env, model, run"),
+        ("optim.lr=1,2", "SECTION one of ppo, env, model, run, or ppo_extras.OPTION.FIELD"),
         ("ppo.a.b=1,2", "SECTION.KEY"),
+        ("ppo_extras.average_reward=1,2", "ppo_extras.OPTION.FIELD"),
+        ("ppo_extras.average_reward.rate.x=1,2", "ppo_extras.OPTION.FIELD"),
+        ("ppo_extras..rate=1,2", "ppo_extras.OPTION.FIELD"),
     ],
 )
 def test_bad_grid_specs_are_named(spec, needle):
     with pytest.raises(DeepShareError, match=needle):
         parse_grid(spec)
+
+
+def test_a_ppo_extras_axis_sets_the_option_field_and_turns_the_option_on():
+    axis = parse_grid("ppo_extras.average_reward.rate=0.01,0.1")
+    assert axis == GridAxis("ppo_extras", "average_reward.rate", (0.01, 0.1))
+    raw, combos = validated_variants(TINY, [axis, parse_grid("ppo.lr=0.001")])
+    assert combos == [{"ppo_extras.average_reward.rate": 0.01, "ppo.lr": 0.001},
+                      {"ppo_extras.average_reward.rate": 0.1, "ppo.lr": 0.001}]
+    assert "ppo_extras" not in raw  # the base config has none: each trial's config turns it on
+    trial = apply(raw, combos[1])
+    assert trial["ppo_extras"] == {"average_reward": {"rate": 0.1}} and trial["ppo"]["lr"] == 0.001
+    from deepshare.rl.train import parse_train_config
+
+    config = parse_train_config(yaml.safe_dump(trial), TINY)
+    assert config.ppo_extras.average_reward.rate == 0.1
 
 
 def test_every_combination_is_validated_as_a_full_config():
@@ -66,6 +84,9 @@ def test_every_combination_is_validated_as_a_full_config():
         (["env.reward=jct,speed"], r"--grid env\.reward=speed: .*reward"),
         (["run.bogus=1,2"], "bogus"),
         (["ppo.lr=0.1,0.2", "lr=0.3,0.4"], "a key is given twice"),
+        (["ppo_extras.average_reward.rate=0.1,0"], r"--grid ppo_extras\.average_reward\.rate=0: .*ppo_extras\.average_reward\.rate"),
+        (["ppo_extras.average_reward.colour=1,2"], r"ppo_extras\.average_reward\.colour: Extra inputs are not permitted"),
+        (["ppo_extras.input_baseline.group_size=1,2"], r"ppo_extras\.input_baseline\.group_size"),
     ],
 )
 def test_bad_combinations_fail_before_ray_starts(specs, needle, no_ray):
