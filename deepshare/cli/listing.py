@@ -94,10 +94,13 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     target = Path(arg if eq else given)
     card_file: Path | None = None
     if not eq and not target.exists():
+        nameless: list[str] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
         for path, card in shipped_cards():
             if isinstance(card, DeepShareError):
                 if base in _names_in(path):
                     raise card
+                if not _names_in(path):
+                    nameless.append(path.name)
                 continue
             if base in card.loaded_by:
                 card_file = path
@@ -106,7 +109,13 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
             from deepshare.policies import policy_info
 
             info = policy_info(base)  # an unknown name: the registry's own one-line error
-            kind = "a heuristic: it has no policy file" if info.heuristic else "it ships no card"
+            if info.heuristic:
+                kind = "a heuristic: it has no policy file"
+            elif nameless:
+                kind = (f"no readable shipped card names it, and {', '.join(nameless)} cannot be read "
+                        f"(its card may be one of them: `deepshare policies` shows the problem)")
+            else:
+                kind = "it ships no card"
             raise DeepShareError(f"--card {given}: {kind}; give a learned policy's name or a policy file's path")
     elif target.name.endswith(CARD_SUFFIX):
         card_file = target

@@ -429,7 +429,10 @@ def test_a_card_that_is_not_yaml_still_names_nothing_and_breaks_nothing(shipped_
     assert listed["rl-hybrid"]["card"] is None  # no name could be read from it: nothing to attach it to
     rc, _, err = cli(capsys, "policies", "--card", "rl-hybrid")
     assert rc == 2
-    one_error_line(err, "rl-hybrid", "no card")
+    one_error_line(err, "rl-hybrid", "no readable shipped card names it", f"{card_path(SHIPPED).name} cannot be read")
+    rc, _, err = cli(capsys, "policies", "--card", "las+consolidated")
+    assert rc == 2
+    one_error_line(err, "a heuristic: it has no policy file")
 
 
 def test_a_shipped_card_whose_weights_are_missing_is_out_of_step(shipped_copy: Path, capsys) -> None:
