@@ -1,11 +1,19 @@
 """Learner-side advantages for long episodes (issue 37, item 2): differential returns and
 input-dependent baselines, as one learner connector piece in place of RLlib's GAE.
 
-**Average reward** (``ppo_extras.average_reward``): every real step's reward becomes ``r_t - rho``,
-``rho`` a running estimate of the reward per step, updated from each training batch before it is
-used on it (the first batch sets it; later ones move it by ``rate``). GAE, the value targets and
-the value function then see differential rewards, so a long episode's return no longer grows with
-its length. RLlib's artificial bootstrap step (``loss_mask`` false) keeps its reward of 0.
+**Average reward** (``ppo_extras.average_reward``): the episode is a semi-Markov process, its
+decisions covering unequal simulated time (a launch offered the next choice at the same time
+covers none and is paid 0; a wait covers the time to the next decision point). With ``per: time``
+(the default) ``rho`` is a running estimate of the reward per simulated second, a batch's being
+its real steps' summed rewards over their summed elapsed seconds (the env's ``info["elapsed_s"]``,
+switched on by :class:`ReportElapsed`), and every real step's reward becomes ``r_t - rho * dt_t``,
+``dt_t`` the seconds that step covered; a launch's stays 0. With ``per: decision`` ``rho`` is the
+mean reward per step and the reward becomes ``r_t - rho``, which also charges ``-rho`` per decision
+taken. Either way ``rho`` is updated from each training batch before it is used on it (the first
+batch sets it; later ones move it by ``rate``), GAE, the value targets and the value function then
+see differential rewards, so a long episode's return no longer grows with its length, and RLlib's
+artificial bootstrap step (``loss_mask`` false) keeps its reward of 0. ``rho`` is part of the
+learner's state (:class:`DeepSharePPOLearner`), so it survives a checkpoint and its restore.
 
 **Input-dependent baseline** (``ppo_extras.input_baseline``, Mao et al., ICLR'19): envs of an env
 runner in groups of ``group_size`` replay the same arrival sequences (:class:`ReplayGroups`; the
@@ -39,17 +47,39 @@ LEARNER_KEY = "deepshare_advantages"
 """The key of ``learner_config_dict`` holding :class:`DeepShareAdvantages`' keyword arguments."""
 
 
-def differential_rewards(rewards: np.ndarray, real: np.ndarray, rho: float) -> np.ndarray:
-    """``r_t - rho`` on the real steps; the artificial bootstrap steps (``real`` false) keep theirs."""
-    rewards = np.asarray(rewards, dtype=np.float32)
-    return np.where(real, rewards - np.float32(rho), rewards).astype(np.float32)
+ELAPSED_KEY = "elapsed_s"
+"""The info key under which the env reports the simulated seconds a step covered."""
 
 
-def update_rho(rho: float | None, rewards: np.ndarray, real: np.ndarray, rate: float) -> float:
-    """The running reward per step after one batch: the batch's mean real reward the first time,
-    then an exponential average with weight ``rate`` on the batch."""
-    mean = float(np.mean(np.asarray(rewards, dtype=np.float64)[real])) if real.any() else 0.0
-    return mean if rho is None else (1.0 - rate) * rho + rate * mean
+def differential_rewards(rewards: np.ndarray, real: np.ndarray, rho: float | None,
+                         elapsed: np.ndarray | None = None) -> np.ndarray:
+    """``r_t - rho * dt_t`` on the real steps (``elapsed`` the ``dt_t``; None: ``r_t - rho``, rho
+    per step); the artificial bootstrap steps (``real`` false) keep theirs. ``rho`` None: unchanged."""
+    if rho is None:
+        return np.asarray(rewards, dtype=np.float32)
+    if elapsed is None:  # in float32, as it always was: per-decision runs train as before
+        rewards = np.asarray(rewards, dtype=np.float32)
+        return np.where(real, rewards - np.float32(rho), rewards).astype(np.float32)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    charge = rho * np.asarray(elapsed, dtype=np.float64)
+    return np.where(real, rewards - charge, rewards).astype(np.float32)
+
+
+def update_rho(rho: float | None, rewards: np.ndarray, real: np.ndarray, rate: float,
+               elapsed: np.ndarray | None = None) -> float | None:
+    """The running reward rate after one batch: the batch's own the first time, then an exponential
+    average with weight ``rate`` on the batch's. Without ``elapsed`` a batch's rate is its mean real
+    reward (per step); with it, its real rewards' sum over their elapsed seconds' sum (per second),
+    and a batch that covered no simulated time leaves ``rho`` as it was."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if elapsed is None:
+        batch = float(np.mean(rewards[real])) if real.any() else 0.0
+    else:
+        seconds = float(np.sum(np.asarray(elapsed, dtype=np.float64)[real]))
+        if seconds <= 0.0:
+            return rho
+        batch = float(np.sum(rewards[real])) / seconds
+    return batch if rho is None else (1.0 - rate) * rho + rate * batch
 
 
 def group_baseline(returns: np.ndarray, values: np.ndarray, keys: list, mix: float) -> np.ndarray:
@@ -83,16 +113,40 @@ def step_keys(episodes: list) -> list:
     return keys
 
 
+def step_elapsed(episodes: list) -> np.ndarray:
+    """The simulated seconds every row's step covered, as the learner batch lays the rows out
+    (each episode already elongated by RLlib's artificial step, whose row gets 0): row ``i``'s is
+    ``info["elapsed_s"]`` of the step it took, the info that came with observation ``i + 1``."""
+    out: list[float] = []
+    for episode in episodes:
+        n = len(episode)
+        infos = episode.get_infos()
+        for i in range(n - 1):
+            info = infos[i + 1] if i + 1 < len(infos) else None
+            if not isinstance(info, dict) or ELAPSED_KEY not in info:
+                raise RuntimeError(
+                    f"average_reward per time: step {episode.t_started + i} of an episode has no info[{ELAPSED_KEY!r}] "
+                    "(the env runners' envs need ReportElapsed, which ppo_extras installs)")
+            out.append(float(info[ELAPSED_KEY]))
+        out.append(0.0)
+    return np.asarray(out, dtype=np.float64)
+
+
 class DeepShareAdvantages(ConnectorV2):
     """RLlib's :class:`GeneralAdvantageEstimation` with differential rewards and/or the group
     baseline (see the module docstring); a stateless, single-agent module's batch."""
 
     def __init__(self, input_observation_space: Any = None, input_action_space: Any = None, *, gamma: float,
-                 lambda_: float, average_reward_rate: float | None = None, group_mix: float | None = None) -> None:
+                 lambda_: float, average_reward_rate: float | None = None, average_reward_per: str = "time",
+                 group_mix: float | None = None) -> None:
         super().__init__(input_observation_space, input_action_space)
+        if average_reward_per not in ("time", "decision"):
+            raise ValueError(f"average_reward_per must be 'time' or 'decision', got {average_reward_per!r}")
         self.gamma, self.lambda_ = gamma, lambda_
         self.average_reward_rate, self.group_mix = average_reward_rate, group_mix
+        self.average_reward_per = average_reward_per
         self.rho: float | None = None
+        """Reward per simulated second (``per`` time) or per step (``per`` decision); None before the first batch."""
         self.matched: float | None = None
         """Share of the last batch's real rows whose baseline had another episode of their sequence."""
         self._to_tensor: NumpyToTensor | None = None
@@ -104,15 +158,19 @@ class DeepShareAdvantages(ConnectorV2):
         self.rho = state.get("rho")
 
     def advantages(self, values: np.ndarray, rewards: np.ndarray, terminateds: np.ndarray, truncateds: np.ndarray,
-                   real: np.ndarray, keys: list | None) -> tuple[np.ndarray, np.ndarray]:
-        """(unstandardised advantages, value targets) of one module's rows; updates ``rho``."""
+                   real: np.ndarray, keys: list | None, elapsed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(unstandardised advantages, value targets) of one module's rows; updates ``rho``.
+        ``elapsed``: each row's simulated seconds, needed with ``per`` time."""
         values = np.asarray(values, dtype=np.float32)
         rewards = np.asarray(rewards, dtype=np.float32)
         terminateds = np.asarray(terminateds, dtype=np.float32)
         truncateds = np.asarray(truncateds, dtype=np.float32)
         if self.average_reward_rate is not None:
-            self.rho = update_rho(self.rho, rewards, real, self.average_reward_rate)
-            rewards = differential_rewards(rewards, real, self.rho)
+            if self.average_reward_per == "time" and elapsed is None:
+                raise ValueError("average_reward per time needs each row's elapsed seconds")
+            per_time = elapsed if self.average_reward_per == "time" else None
+            self.rho = update_rho(self.rho, rewards, real, self.average_reward_rate, per_time)
+            rewards = differential_rewards(rewards, real, self.rho, per_time)
         targets = compute_value_targets(values, rewards, terminateds, truncateds, gamma=self.gamma, lambda_=self.lambda_)
         if self.group_mix is None or keys is None:
             return targets - values, targets
@@ -140,7 +198,8 @@ class DeepShareAdvantages(ConnectorV2):
             advantages, targets = self.advantages(
                 convert_to_numpy(preds), convert_to_numpy(module_batch[Columns.REWARDS]),
                 convert_to_numpy(module_batch[Columns.TERMINATEDS]), convert_to_numpy(module_batch[Columns.TRUNCATEDS]),
-                real, step_keys(mine) if self.group_mix is not None else None)
+                real, step_keys(mine) if self.group_mix is not None else None,
+                step_elapsed(mine) if self.average_reward_rate is not None and self.average_reward_per == "time" else None)
             assert advantages.shape[0] == sum(len(e) for e in mine)
             advantages = (advantages - advantages.mean()) / max(1e-4, advantages.std())
             module_batch[Postprocessing.ADVANTAGES] = advantages.astype(np.float32)
@@ -159,7 +218,28 @@ class DeepShareAdvantages(ConnectorV2):
 
 class DeepSharePPOLearner(PPOTorchLearner):
     """PPO's torch learner with RLlib's GAE piece replaced by :class:`DeepShareAdvantages`,
-    configured from ``learner_config_dict[LEARNER_KEY]``."""
+    configured from ``learner_config_dict[LEARNER_KEY]``. The piece's state (``rho``) is part of
+    the learner's, under ``LEARNER_KEY``: RLlib's learner saves its module, optimizer and metrics
+    but not its connector pipeline, so without this a restored run would start ``rho`` afresh."""
+
+    def _advantages_piece(self) -> "DeepShareAdvantages | None":
+        pipeline = self._learner_connector
+        if pipeline is None:
+            return None
+        return next((p for p in pipeline.connectors if isinstance(p, DeepShareAdvantages)), None)
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        piece = self._advantages_piece()
+        if piece is not None and self._check_component(LEARNER_KEY, components, not_components):
+            state[LEARNER_KEY] = piece.get_state()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        piece = self._advantages_piece()
+        if piece is not None and LEARNER_KEY in state:
+            piece.set_state(state[LEARNER_KEY])
 
     def build(self) -> None:
         super().build()
@@ -182,6 +262,15 @@ class ReplayGroups:
         worker = int(getattr(env_runner, "worker_index", 0) or 0)
         for i, sub in enumerate(sub_envs(env)):
             sub.set_replay_group(self.seed, worker, i // self.group_size)
+
+
+class ReportElapsed:
+    """``on_environment_created`` hook: every sub-env reports each step's simulated seconds in its
+    info (:meth:`DeepShareEnv.set_report_elapsed`), what ``average_reward`` per time reads."""
+
+    def __call__(self, *, env_runner: Any = None, env: Any = None, **kwargs: Any) -> None:
+        for sub in sub_envs(env):
+            sub.set_report_elapsed(True)
 
 
 def sub_envs(env: Any) -> list:

@@ -23,8 +23,9 @@ Start
     or a generated Poisson trace on one of the configured cluster sizes, and its information model
     (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
     estimates), and runs to the first decision point with a feasible launch. Training options
-    may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`) or replay a group's sequence
-    of scenarios (:meth:`DeepShareEnv.set_replay_group`).
+    may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`), replay a group's sequence
+    of scenarios (:meth:`DeepShareEnv.set_replay_group`) or report each step's simulated time
+    (:meth:`DeepShareEnv.set_report_elapsed`).
 End
     ``terminated`` when every job has finished or been rejected; ``truncated`` after
     ``max_steps`` choices. The final ``info["report"]`` holds the simulator's metrics.
@@ -241,6 +242,7 @@ class DeepShareEnv(gym.Env):
         self._replay: tuple[int, int, int] | None = None
         self._replayed = 0
         self._sequence: int | None = None
+        self._report_elapsed = False
 
     def set_max_jobs(self, max_jobs: int | None) -> None:
         """Cap later episodes at their first ``max_jobs`` jobs by submission (None: no cap): the
@@ -254,6 +256,13 @@ class DeepShareEnv(gym.Env):
         ``sequence``, an int naming the episode's (group, count): what the input-dependent
         baseline (:mod:`deepshare.rl.advantages`) groups episodes by."""
         self._replay, self._replayed = (int(seed), int(worker), int(group)), 0
+
+    def set_report_elapsed(self, on: bool = True) -> None:
+        """With ``on``, every step's info carries ``elapsed_s``: the simulated seconds the step
+        covered (0.0 for a launch offered the next choice at the same time; for a wait, the time
+        run to the next decision point), what the per-time average reward
+        (:mod:`deepshare.rl.advantages`) divides by. Off by default, so infos stay as they were."""
+        self._report_elapsed = bool(on)
 
     # -- gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -295,9 +304,14 @@ class DeepShareEnv(gym.Env):
             if _launch_may_fit(ep.partial):
                 obs = self._encode_current()
                 if len(ep.rows) > 1:  # more launches are possible at the same time
+                    if self._report_elapsed:
+                        info["elapsed_s"] = 0.0
                     return obs, 0.0, False, self._truncated(), info
         ep.sim.apply(ep.partial.decision)
+        start = ep.sim.now
         reward, obs = self._advance()
+        if self._report_elapsed:
+            info["elapsed_s"] = float(ep.sim.now - start)
         if obs is None:
             info["report"] = ep.sim.report("rl").to_dict()
             return self._terminal_obs(), reward, True, False, info

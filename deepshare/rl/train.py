@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
@@ -67,11 +67,15 @@ class RunSettings(BaseModel):
 
 
 class AverageReward(BaseModel):
-    """Differential returns: rewards ``r_t - rho`` (:mod:`deepshare.rl.advantages`)."""
+    """Differential returns: rewards ``r_t - rho * dt_t``, ``rho`` per simulated second, or
+    ``r_t - rho``, ``rho`` per decision (:mod:`deepshare.rl.advantages`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    rate: float = Field(0.01, gt=0, le=1, description="weight of each training batch's mean reward in rho")
+    rate: float = Field(0.01, gt=0, le=1, description="weight of each training batch's reward rate in rho")
+    per: Literal["time", "decision"] = Field(
+        "time", description="time: rho is reward per simulated second, charged for the seconds a step covers; "
+        "decision: rho is reward per step, charged once per step")
 
 
 class InputBaseline(BaseModel):
@@ -269,17 +273,20 @@ def build_algorithm_config(
 
 def _with_extras(algo: Any, config: TrainConfig) -> Any:
     """``algo`` with ``ppo_extras``: the learner's advantage piece and the env runners' hooks."""
-    from deepshare.rl.advantages import LEARNER_KEY, DeepSharePPOLearner, ReplayGroups
+    from deepshare.rl.advantages import LEARNER_KEY, DeepSharePPOLearner, ReplayGroups, ReportElapsed
     from deepshare.rl.curriculum import CurriculumStart, CurriculumStep
 
     extras = config.ppo_extras
     if extras.average_reward is not None or extras.input_baseline is not None:
         options = {
             "average_reward_rate": extras.average_reward.rate if extras.average_reward else None,
+            "average_reward_per": extras.average_reward.per if extras.average_reward else "time",
             "group_mix": extras.input_baseline.mix if extras.input_baseline else None,
         }
         algo = algo.learners(learner_class=DeepSharePPOLearner, learner_config_dict={LEARNER_KEY: options})
     created: list[Any] = []
+    if extras.average_reward is not None and extras.average_reward.per == "time":
+        created.append(ReportElapsed())
     if extras.input_baseline is not None:
         created.append(ReplayGroups(extras.input_baseline.group_size, config.run.seed))
     if extras.curriculum is not None:

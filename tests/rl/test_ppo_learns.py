@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from deepshare.core.errors import DeepShareError
-from deepshare.rl.advantages import (DeepShareAdvantages, differential_rewards, group_baseline, step_keys,
-                                     update_rho)
+from deepshare.rl.advantages import (DeepShareAdvantages, ReportElapsed, differential_rewards, group_baseline,
+                                     step_elapsed, step_keys, update_rho)
 from deepshare.rl.curriculum import CurriculumStart, CurriculumStep, cap_for
 from deepshare.rl.env import DeepShareEnv
 from deepshare.rl.train import load_train_config, parse_train_config
@@ -35,21 +35,135 @@ def test_rho_starts_at_the_first_batch_mean_then_moves_by_its_rate():
     assert differential_rewards(np.array([1.0, 2.0, 3.0, 0.0]), REAL, 0.5).tolist() == [0.5, 1.5, 2.5, 0.0]
 
 
-def test_differential_returns_of_a_three_step_episode():
-    """rho 1.0 before, batch mean 2.0, rate 0.5: rho 1.5, rewards [-0.5, 0.5, 1.5]; values 0,
+def test_differential_returns_of_a_three_step_episode_per_decision():
+    """per decision: rho 1.0 before, batch mean 2.0, rate 0.5: rho 1.5, rewards [-0.5, 0.5, 1.5]; values 0,
     lambda 1: the targets are the discounted sums (gamma 1: 1.5, 2.0, 1.5; gamma 0.5: 0.125, 1.25, 1.5)."""
     for gamma, expected in [(1.0, [1.5, 2.0, 1.5, 0.0]), (0.5, [0.125, 1.25, 1.5, 0.0])]:
-        piece = DeepShareAdvantages(gamma=gamma, lambda_=1.0, average_reward_rate=0.5)
+        piece = DeepShareAdvantages(gamma=gamma, lambda_=1.0, average_reward_rate=0.5, average_reward_per="decision")
         piece.rho = 1.0
         adv, targets = piece.advantages(np.zeros(4), np.array([1.0, 2.0, 3.0, 0.0]), TERMINATED, NOT_TRUNCATED, REAL, None)
         assert piece.rho == pytest.approx(1.5)
         assert targets.tolist() == pytest.approx(expected) and adv.tolist() == pytest.approx(expected)
         assert piece.get_state() == {"rho": pytest.approx(1.5)}
     # with values: advantage = target - V (lambda 1, terminal: the bootstrap row's V is not used)
-    piece = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5)
+    piece = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5, average_reward_per="decision")
     piece.set_state({"rho": 1.0})
     adv, _ = piece.advantages(np.array([1.0, 1.0, 1.0, 9.0]), np.array([1.0, 2.0, 3.0, 0.0]), TERMINATED, NOT_TRUNCATED, REAL, None)
     assert adv.tolist() == pytest.approx([0.5, 1.0, 0.5, -9.0])
+
+
+# A launch (no simulated time, reward 0), then two waits of 1000 s and 3000 s (rewards -2, -4),
+# then RLlib's artificial bootstrap row.
+LAUNCH_WAIT_WAIT = np.array([0.0, -2.0, -4.0, 0.0])
+ELAPSED = np.array([0.0, 1000.0, 3000.0, 0.0])
+
+
+def test_rho_per_time_is_reward_over_elapsed_seconds():
+    """The first batch sets rho to -6 / 4000 s = -0.0015 per s (the launch's step adds no time);
+    later ones move it by rate; a batch without simulated time leaves it; the launch is charged 0."""
+    assert update_rho(None, LAUNCH_WAIT_WAIT, REAL, 0.1, ELAPSED) == pytest.approx(-0.0015)
+    assert update_rho(-0.0025, LAUNCH_WAIT_WAIT, REAL, 0.5, ELAPSED) == pytest.approx(-0.002)
+    assert update_rho(-0.0025, np.zeros(4), REAL, 0.5, np.zeros(4)) == -0.0025
+    assert update_rho(None, np.zeros(4), REAL, 0.5, np.zeros(4)) is None
+    # the artificial row's time and reward do not count
+    assert update_rho(None, np.array([0.0, -2.0, -4.0, -99.0]), REAL, 0.1, np.array([0.0, 1000.0, 3000.0, 9e9])) == pytest.approx(-0.0015)
+    assert differential_rewards(LAUNCH_WAIT_WAIT, REAL, -0.001, ELAPSED).tolist() == pytest.approx([0.0, -1.0, -1.0, 0.0])
+    assert differential_rewards(LAUNCH_WAIT_WAIT, REAL, None, ELAPSED).tolist() == LAUNCH_WAIT_WAIT.tolist()
+
+
+def test_differential_returns_per_time_of_a_launch_and_two_waits():
+    """rho -0.0005/s before, batch -0.0015/s, rate 0.5: rho -0.001/s; differential rewards
+    [0 - 0, -2 + 1, -4 + 3] = [0, -1, -1]; values 0, lambda 1: gamma 1 returns [-2, -2, -1];
+    gamma 0.5: [0.5 x -1.5, -1 + 0.5 x -1, -1] = [-0.75, -1.5, -1]. Per decision the same batch
+    (rho -1/step from 0 and a mean of -2) would give [1, -1, -3]: the launch would be paid +1."""
+    for gamma, expected in [(1.0, [-2.0, -2.0, -1.0, 0.0]), (0.5, [-0.75, -1.5, -1.0, 0.0])]:
+        piece = DeepShareAdvantages(gamma=gamma, lambda_=1.0, average_reward_rate=0.5)
+        assert piece.average_reward_per == "time"
+        piece.set_state({"rho": -0.0005})
+        adv, targets = piece.advantages(np.zeros(4), LAUNCH_WAIT_WAIT, TERMINATED, NOT_TRUNCATED, REAL, None, ELAPSED)
+        assert piece.rho == pytest.approx(-0.001) and piece.get_state() == {"rho": pytest.approx(-0.001)}
+        assert targets.tolist() == pytest.approx(expected) and adv.tolist() == pytest.approx(expected)
+    per_step = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5, average_reward_per="decision")
+    per_step.set_state({"rho": 0.0})
+    _, targets = per_step.advantages(np.zeros(4), LAUNCH_WAIT_WAIT, TERMINATED, NOT_TRUNCATED, REAL, None)
+    assert targets.tolist() == pytest.approx([-3.0, -4.0, -3.0, 0.0])  # rewards [1, -1, -3]
+    with pytest.raises(ValueError, match="elapsed"):
+        DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5).advantages(
+            np.zeros(4), LAUNCH_WAIT_WAIT, TERMINATED, NOT_TRUNCATED, REAL, None)
+    with pytest.raises(ValueError, match="average_reward_per"):
+        DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.5, average_reward_per="hour")
+
+
+def test_step_elapsed_reads_the_info_that_came_with_the_next_observation():
+    """An episode's infos are observation-aligned (the reset's first); RLlib's elongation repeats
+    the last. Row i's seconds are infos[i + 1]'s; the artificial row's are 0."""
+    infos = [{"jobs": 3}, {"elapsed_s": 0.0}, {"elapsed_s": 1000.0}, {"elapsed_s": 3000.0}, {"elapsed_s": 3000.0}]
+    episode = type("E", (), {"__len__": lambda self: 4, "t_started": 0, "get_infos": lambda self: infos})()
+    chunk = type("E", (), {"__len__": lambda self: 2, "t_started": 7,
+                           "get_infos": lambda self: [{"elapsed_s": 5.0}, {"elapsed_s": 60.0}, {"elapsed_s": 60.0}]})()
+    assert step_elapsed([episode, chunk]).tolist() == [0.0, 1000.0, 3000.0, 0.0, 60.0, 0.0]
+    bare = type("E", (), {"__len__": lambda self: 2, "t_started": 4, "get_infos": lambda self: [{}, {}, {}]})()
+    with pytest.raises(RuntimeError, match="step 4 .*elapsed_s"):
+        step_elapsed([bare])
+
+
+def test_step_elapsed_on_rllib_episodes_lines_up_with_the_rewards():
+    """On RLlib's own episodes (numpy'd, elongated by its artificial step, and a chunk cut with a
+    lookback buffer, as env runners hand them over): row i gets the seconds of the step that paid
+    rewards[i]."""
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    from ray.rllib.utils.postprocessing.episodes import add_one_ts_to_episodes_and_truncate
+
+    env = DeepShareEnv(ENV)
+    env.set_report_elapsed(True)
+    obs, info = env.reset(seed=5)
+    first = SingleAgentEpisode()
+    first.add_env_reset(obs, info)
+    episode, chunks, steps, rng, done = first, [first], [], np.random.default_rng(1), False
+    while not done:
+        action = int(rng.choice(np.flatnonzero(env._episode.mask)))
+        obs, reward, terminated, truncated, info = env.step(action)
+        episode.add_env_step(obs, action, reward, info, terminated=terminated, truncated=truncated)
+        steps.append((reward, info["elapsed_s"]))
+        done = terminated or truncated
+        if len(steps) == 6 and not done:  # the env runner's cut: the rest goes to a successor chunk
+            episode = episode.cut(len_lookback_buffer=2)
+            chunks.append(episode)
+    assert len(chunks) == 2 and len(steps) > 8
+    for chunk in chunks:
+        chunk.to_numpy()
+    add_one_ts_to_episodes_and_truncate(chunks)
+    elapsed = step_elapsed(chunks)
+    real = np.array([i != 6 and i != len(steps) + 1 for i in range(len(steps) + 2)])  # each chunk's artificial row
+    assert elapsed[~real].tolist() == [0.0, 0.0]
+    assert elapsed[real].tolist() == [e for _, e in steps]
+    rewards = np.concatenate([chunk.get_rewards() for chunk in chunks])
+    assert rewards[real].tolist() == pytest.approx([r for r, _ in steps])
+    assert all(r == 0.0 for r, e in steps if e == 0.0) and any(e == 0.0 for _, e in steps)
+
+
+def test_the_env_reports_each_steps_simulated_seconds_when_asked():
+    """Launches offered the next choice at the same time cover 0 s and are paid 0; the steps'
+    seconds add up to the time from the first decision to the end; off, infos are as before."""
+    env = DeepShareEnv(ENV)
+    ReportElapsed()(env=SimpleNamespace(unwrapped=SimpleNamespace(envs=[env])))
+    env.reset(seed=5)
+    start, total, launches, rng = env._episode.sim.now, 0.0, 0, np.random.default_rng(0)
+    done = False
+    while not done:
+        mask = env._episode.mask
+        action = int(rng.choice(np.flatnonzero(mask)))
+        _, reward, done, truncated, info = env.step(action)
+        assert info["elapsed_s"] >= 0.0
+        if info["elapsed_s"] == 0.0:
+            assert reward == 0.0
+            launches += 1
+        total += info["elapsed_s"]
+        done = done or truncated
+    assert launches > 0 and total == pytest.approx(env._episode.sim.now - start)
+    plain = DeepShareEnv(ENV)
+    plain.reset(seed=5)
+    assert "elapsed_s" not in plain.step(1)[-1]
 
 
 def test_without_options_the_piece_is_rllibs_gae():
@@ -136,6 +250,7 @@ def test_the_curriculum_caps_episodes_and_grows_at_the_stage_boundaries():
         ("{average_reward: {rate: 0}}", r"ppo_extras\.average_reward\.rate"),
         ("{average_reward: {rate: 1.5}}", r"ppo_extras\.average_reward\.rate"),
         ("{average_reward: true}", r"ppo_extras\.average_reward"),
+        ("{average_reward: {rate: 0.1, per: step}}", r"ppo_extras\.average_reward\.per"),
         ("{input_baseline: {group_size: 1}}", r"ppo_extras\.input_baseline\.group_size"),
         ("{input_baseline: {group_size: 2, mix: 2}}", r"ppo_extras\.input_baseline\.mix"),
         ("{input_baseline: {group_size: 9}}", r"ppo_extras\.input_baseline\.group_size \(9\) exceeds run\.envs_per_env_runner"),
@@ -159,6 +274,19 @@ def test_off_by_default_leaves_the_algorithm_config_as_it_was(tmp_path):
     algo = build_algorithm_config(config, config.env_config(TINY.parent), 0, 2)
     assert algo.learner_class.__name__ == "PPOTorchLearner" and algo.learner_config_dict == {}
     assert algo.callbacks_on_train_result is None and algo.callbacks_on_environment_created is None
+
+
+def test_average_reward_per_defaults_to_time_and_installs_the_env_hook():
+    from deepshare.rl.advantages import LEARNER_KEY
+    from deepshare.rl.train import build_algorithm_config
+
+    for extras, per, hooked in [("{rate: 0.1}", "time", True), ("{rate: 0.1, per: decision}", "decision", False)]:
+        config = parse_train_config(f"name: x\nppo_extras: {{average_reward: {extras}}}\n", Path("c.yaml"))
+        assert config.ppo_extras.average_reward.per == per
+        algo = build_algorithm_config(config, config.env_config(Path(".")), 0, 2)
+        assert algo.learner_config_dict[LEARNER_KEY]["average_reward_per"] == per
+        hooks = algo.callbacks_on_environment_created or []
+        assert any(isinstance(h, ReportElapsed) for h in hooks) == hooked
 
 
 # -- a real run --------------------------------------------------------------------------------
@@ -188,6 +316,7 @@ def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray
         envs = algo.env_runner_group.local_env_runner.env.unwrapped.envs
         assert caps == [8, 8] and [e.unwrapped._max_jobs for e in envs] == [8, 8]
         assert [e.unwrapped._replay for e in envs] == [(0, 0, 0), (0, 0, 0)]
+        assert [e.unwrapped._report_elapsed for e in envs] == [True, True]  # average_reward per time
     finally:
         algo.stop()
 
@@ -195,3 +324,43 @@ def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray
     from deepshare.policies.checkpoint import load_policy_file
 
     assert load_policy_file(policy)["metadata"]["ppo_extras"]["curriculum"] == {"lengths": [4, 8], "iterations_per_stage": 1}
+
+
+def test_rho_survives_a_checkpoint_and_its_restore(tmp_path, ray_local):
+    """RLlib's learner saves its module, optimizer and metrics, not its connector pipeline: rho
+    rides in the learner's state, so Algorithm.from_checkpoint (what ``resume`` does) brings it back."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from deepshare.rl.advantages import LEARNER_KEY
+    from deepshare.rl.train import build_algorithm_config
+
+    text = TINY.read_text().replace("num_env_runners: 1", "num_env_runners: 0")
+    path = tmp_path / "tiny_average.yaml"
+    path.write_text(text + "ppo_extras:\n  average_reward: {rate: 0.05}\n")
+    config = load_train_config(path)
+
+    def piece(algo):
+        connectors = algo.learner_group._learner._learner_connector.connectors
+        return next(p for p in connectors if isinstance(p, DeepShareAdvantages))
+
+    algo = build_algorithm_config(config, config.env_config(path.parent), 0, 2).build_algo()
+    try:
+        algo.train()
+        rho = piece(algo).rho
+        assert rho is not None and rho < 0  # the jct reward: minus the jobs in the system, per second
+        assert algo.learner_group._learner.get_state(not_components="rl_module")[LEARNER_KEY] == {"rho": rho}
+        algo.save_to_path(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    fresh = build_algorithm_config(config, config.env_config(path.parent), 0, 2).build_algo()
+    try:
+        assert piece(fresh).rho is None
+        fresh.restore_from_path(str(tmp_path / "ckpt"))
+        assert piece(fresh).rho == rho
+    finally:
+        fresh.stop()
+    restored = Algorithm.from_checkpoint(str(tmp_path / "ckpt"))
+    try:
+        assert piece(restored).rho == rho
+    finally:
+        restored.stop()
