@@ -20,7 +20,9 @@ Reward
     (in 300 s rounds), so a policy cannot collect it by taking more decisions.
 Start
     ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
-    or a generated Poisson trace on one of the configured cluster sizes, and its information model
+    or a generated Poisson trace on one of the configured cluster sizes or presets (drawn like a
+    suite's cells when given a suite's parameters, :mod:`deepshare.rl.generated`; trace seeds
+    below 2**31, the suites' held-out ones above), and its information model
     (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
     estimates), and runs to the first decision point with a feasible launch. Training options
     may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`), replay a group's sequence
@@ -42,8 +44,8 @@ import numpy as np
 
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
-from deepshare.core.topology import Topology, load_topology, uniform
-from deepshare.core.traces import RecurrenceModel, generate, load, mix_preset
+from deepshare.core.topology import Topology, load_topology
+from deepshare.core.traces import RecurrenceModel, load
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.types import JobSpec
@@ -53,6 +55,8 @@ from deepshare.policies.anchor import check_anchor
 from deepshare.policies.extra_features import check_extra_features
 from deepshare.policies.learned import HybridRules, take
 from deepshare.policies.order import ORDERS
+from deepshare.policies.placement import PLACEMENTS
+from deepshare.rl.generated import GeneratedEpisode, check_generated, draw_generated, generated_presets
 
 FEATURE_BOUND = 50.0
 ORIGINAL_ROUND_S = 300.0
@@ -76,6 +80,24 @@ class EnvConfig:
     generated_recurrence: dict[str, Any] | None = None
     """Generate episodes with users, recurring groups and time limits: the parameters of
     :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: none."""
+    generated_clusters: tuple[str, ...] = ()
+    """Cluster presets (or spec files) generated episodes draw from uniformly, in place of
+    ``generated_nodes``: e.g. the ``fabric`` suite's multi-level fabrics (:mod:`deepshare.rl.generated`)."""
+    generated_jobs_per_node: int | None = None
+    """Jobs of a generated episode per node of its cluster (a suite's ``jobs_per_node``); null:
+    ``generated_jobs`` whatever the cluster."""
+    generated_demand: str | None = None
+    """Generated jobs' GPU demand, ``gpus:weight,...`` or a preset (a suite's ``demand``); null:
+    the generator's default (2, 4, 8 GPUs)."""
+    generated_required_level: str | None = None
+    """With ``generated_required_share``: that share of generated jobs require one domain of this
+    fabric level (both or neither, as a suite's ``required_level`` / ``required_share``)."""
+    generated_required_share: float | None = None
+    generated_preferred_level: str | None = None
+    """With ``generated_preferred_share``: that share of generated jobs prefer one domain of this level."""
+    generated_preferred_share: float | None = None
+    generated_duration_sigma: float = 1.0
+    """Lognormal sigma of generated jobs' durations (a suite's ``duration_sigma``)."""
     contention: str = "profiled"
     reward: Literal["jct", "original"] = "jct"
     reward_scale: float = 1.0
@@ -113,6 +135,10 @@ class EnvConfig:
     that reproduce the artifact's checkpoints say ``exact``."""
     estimate_errors: tuple[float, ...] = (DEFAULT_ESTIMATE_ERROR,)
     """Lognormal sigmas of drawn estimates episodes draw from under ``estimated`` (a curriculum)."""
+    generators: tuple[str, ...] | None = None
+    """The encoding's placement generators (:attr:`~deepshare.policies.encoding.EncodingConfig.generators`,
+    e.g. the topology-aware ``topo-bestfit``, ``topo-balanced``, ``topo-aware``); null: the
+    encoding's default. Exported with the policy."""
 
     @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "EnvConfig":
@@ -124,8 +150,14 @@ class EnvConfig:
         for name in ("durations", "estimate_errors"):  # one value or a list
             if name in values and isinstance(values[name], (str, int, float)):
                 values[name] = [values[name]]
+        for name in ("generated_clusters", "generators"):  # a string is one name, not its letters
+            value = values.get(name)
+            if isinstance(value, str):
+                values[name] = [value]
+            elif value is not None and not isinstance(value, (list, tuple)):
+                raise DeepShareError(f"env config: {name}: expected a list of names, got {value!r}")
         for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions",
-                     "extra_features", "durations", "estimate_errors"):
+                     "extra_features", "durations", "estimate_errors", "generated_clusters", "generators"):
             if name in values:
                 values[name] = None if values[name] is None else tuple(values[name])
         config = EnvConfig(**values)
@@ -167,6 +199,13 @@ class EnvConfig:
         ):
             raise DeepShareError(f"env config: estimate_errors: expected one or more lognormal sigmas from 0 to "
                                  f"{MAX_ESTIMATE_ERROR:g}, got {config.estimate_errors!r}")
+        if config.generators is not None and (not config.generators or any(
+                not isinstance(g, str) or g not in PLACEMENTS for g in config.generators)):
+            raise DeepShareError(f"env config: generators: expected one or more placement strategies of "
+                                 f"{sorted(PLACEMENTS)} or null, got {list(config.generators)!r}")
+        if config.generated_clusters is None:
+            raise DeepShareError("env config: generated_clusters: expected a list of cluster presets ([] for none)")
+        check_generated(config)
         return config
 
     def information(self, rng: np.random.Generator) -> InformationModel:
@@ -184,6 +223,7 @@ class EnvConfig:
         return EncodingConfig(
             max_candidates=self.max_candidates, jobs_considered=self.jobs_considered, anchor=self.anchor,
             max_wait_s=self.max_wait_s, extra_features=self.extra_features, offer_order=self.offer_order,
+            **({} if self.generators is None else {"generators": self.generators}),
         )
 
     @property
@@ -232,6 +272,8 @@ class DeepShareEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(k)
         self._topology = load_topology(self.config.cluster) if self.config.traces else None
         self._trace_jobs = [load(path).jobs for path in self.config.traces]
+        self._presets = generated_presets(self.config)
+        self._generated: GeneratedEpisode | None = None
         self._episode: _Episode | None = None
         # Built once (the config is frozen): both properties construct and validate on each read.
         self._encoding = self.config.encoding
@@ -326,6 +368,12 @@ class DeepShareEnv(gym.Env):
             raise RuntimeError("choice() needs an episode in progress (reset() first, not after the end)")
         return ep.partial, ep.rows
 
+    @property
+    def generated_episode(self) -> GeneratedEpisode | None:
+        """The current episode's generated scenario and what it was drawn with (cluster, load,
+        mix, trace seed); None for an episode on one of ``traces`` or before ``reset``."""
+        return self._generated
+
     def episode_contention(self) -> ContentionModel:
         """The episode's contention model: what its views' predictions answer from (a labeller
         that rebuilds a view away from the simulator, :mod:`deepshare.rl.expert`, rebuilds the
@@ -395,15 +443,7 @@ class DeepShareEnv(gym.Env):
         use_generated = not self._trace_jobs or rng.random() < cfg.generated_fraction
         if not use_generated:
             assert self._topology is not None
+            self._generated = None
             return self._topology, list(self._trace_jobs[int(rng.integers(len(self._trace_jobs)))])
-        topology = uniform(int(rng.choice(cfg.generated_nodes)), 8)
-        trace = generate(
-            cfg.generated_jobs,
-            load=float(rng.choice(cfg.generated_loads)),
-            total_gpus=topology.total_gpus,
-            mix=mix_preset(str(rng.choice(cfg.generated_mixes))),
-            duration_sigma=1.0,
-            seed=int(rng.integers(2**31)),
-            recurrence=None if cfg.generated_recurrence is None else RecurrenceModel(**cfg.generated_recurrence),
-        )
-        return topology, list(trace.jobs)
+        self._generated = draw_generated(cfg, rng, self._presets)
+        return self._generated.topology, list(self._generated.jobs)
