@@ -1,0 +1,46 @@
+"""bench/learned_targets.py on a hand-made two-cell suite result: the learned policy is judged
+against the best of every heuristic per cell (a challenger included), with hand-checked ratios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cell(seed: int, results: dict[str, tuple[float, float]]) -> dict:
+    return {"mix": "heavy", "cluster": "clos3-256", "nodes": 256, "gpus_per_node": 8, "seed": 2**31 + seed,
+            "durations": "estimated",
+            "results": {name: {"avg_jct_s": avg, "p99_jct_s": p99} for name, (avg, p99) in results.items()}}
+
+
+def test_ratios_are_over_the_best_of_all_heuristics(tmp_path):
+    doc = {
+        "suite": {"name": "hand", "learned": ["rl-x"]},
+        "seed_base": 2**31,
+        "provenance": {"date": "2026-12-05", "commit": {"sha": "abc", "dirty": False}},
+        "cells": [
+            # the challenger (b+preempt) is the best heuristic: 100 / 80 = 1.25, p99 90 / 100 = 0.9
+            _cell(0, {"a": (100.0, 100.0), "b+preempt": (80.0, 100.0), "rl-x": (100.0, 90.0)}),
+            # 40 / 50 = 0.8, p99 60 / 50 = 1.2
+            _cell(1, {"a": (50.0, 50.0), "b+preempt": (60.0, 70.0), "rl-x": (40.0, 60.0)}),
+        ],
+    }
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path), "--cells"],
+                         capture_output=True, text=True, check=True).stdout
+    # geomean(1.25, 0.8) = 1.000; worst cell 1.250; worst p99 1.200; one cell at or below 1.0
+    assert "| `rl-x` | 1.000 | 1.250 | 1.200 | 1/2 |" in out
+    assert "heavy clos3-256 seed 0 estimated: 1.250 (p99 0.900), best heuristic b+preempt" in out
+
+
+def test_a_run_without_learned_policies_says_so(tmp_path):
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps({"suite": {"name": "hand", "learned": []}, "cells": []}))
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "ran no learned policies" in run.stderr
