@@ -44,15 +44,9 @@ RAY_FIXTURES = ("ray_local", "fake_cluster")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that start Ray ``slow``; then put the modules holding a slow test first
-    (each module's tests keep their order). pytest-xdist (``--dist loadfile``) hands modules out
-    in this order, so the long ones start early and the run does not end with one worker
-    finishing a long module while the others idle."""
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
             item.add_marker(pytest.mark.slow)
-    slow_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_modules)  # stable: False first
 
 
 class SharedRay:
