@@ -4,7 +4,7 @@ By default (:class:`~deepshare.rl.env.EnvConfig`'s ``generated_*`` fields at the
 episode draws one of ``generated_nodes`` uniform testbed clusters, a load, a mix and a trace seed,
 and runs ``generated_jobs`` jobs of the generator's default demand: the draws the env always made,
 in the same order, so those episodes are bit-identical to what they were before the fabric fields
-existed (``tests/test_rollout_equivalence.py``).
+existed (``tests/rl/test_rollout_equivalence.py``).
 
 The fabric fields let training episodes be drawn the way a suite's cells are
 (``deepshare.experiments.suite_cells.cell_trace``, a layer above this one): ``generated_clusters``
@@ -12,7 +12,7 @@ draws a cluster preset (a multi-level fabric) in place of a uniform size, ``gene
 sizes the trace by the preset's nodes, and ``generated_demand``, the required/preferred topology
 requests and ``generated_duration_sigma`` are the suite's ``demand``, ``required_*``,
 ``preferred_*`` and ``duration_sigma``. With a suite's values the episode drawn with trace seed
-``s`` has exactly the jobs of that suite's cell with seed ``s`` (``tests/test_env_generated_fabric.py``);
+``s`` has exactly the jobs of that suite's cell with seed ``s`` (``tests/rl/test_env_generated_fabric.py``);
 only the seeds differ: training draws them below :data:`TRAINING_SEED_LIMIT`, the suites' held-out
 traces use it and up.
 """
