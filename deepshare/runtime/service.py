@@ -39,6 +39,18 @@ from deepshare.runtime.tenancy import LiveTenants, queue_usage
 log = logging.getLogger(__name__)
 
 
+def api_server(app: Any) -> Any:
+    """A ``uvicorn.Server`` for the scheduler's ASGI ``app`` that leaves the process's logging alone.
+
+    uvicorn's default ``log_config`` runs ``logging.config.dictConfig``, which closes every handler
+    the host process has (a library must not) and, through absl's handler, which closes its stream
+    when that is no longer ``sys.stderr``, once closed pytest's capture file under a test: every
+    later test of that process errored. Its warnings go to the host's handlers instead."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None, lifespan="off", proxy_headers=False))
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     state_dir: str
@@ -258,7 +270,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
                        contention=None if learning is None else (lambda: learning.document()), tenants=tenants)
         guarded = guard(app, tenants=tenants, bound_host=config.host, allowed_hosts=config.allowed_hosts,
                         metrics=metrics)
-        server = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off", proxy_headers=False))
+        server = api_server(guarded)
         web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="deepshare-api", daemon=True)
         web.start()
         host, port = sock.getsockname()[:2]

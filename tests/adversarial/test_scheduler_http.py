@@ -24,7 +24,7 @@ from deepshare.runtime.api import MAX_BODY_BYTES, guard, make_app  # noqa: E402
 from deepshare.runtime.journal import Journal  # noqa: E402
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path  # noqa: E402
 from deepshare.runtime.metrics import SchedulerMetrics  # noqa: E402
-from deepshare.runtime.service import bind  # noqa: E402
+from deepshare.runtime.service import api_server, bind  # noqa: E402
 
 TOKEN = "s3cret-token-for-tests-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -44,7 +44,7 @@ class Server:
                         metrics=self.metrics)
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
-        self.srv = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off"))
+        self.srv = api_server(guarded)
         self.thread = threading.Thread(target=self.srv.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

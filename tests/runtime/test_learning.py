@@ -170,12 +170,10 @@ def test_calibrate_from_state_and_the_contention_endpoint_and_command(tmp_path, 
 @contextmanager
 def serving(app):
     """``app`` served by uvicorn on a free loopback port for the block; its URL."""
-    import uvicorn
-
-    from deepshare.runtime.service import bind
+    from deepshare.runtime.service import api_server, bind
 
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = api_server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

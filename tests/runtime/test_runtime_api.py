@@ -13,7 +13,7 @@ import pytest
 
 from deepshare.cli import main
 from deepshare.runtime.journal import JobState, Journal
-from deepshare.runtime.service import bind
+from deepshare.runtime.service import api_server, bind
 from deepshare.runtime.spec import spec_from_json
 
 uvicorn = pytest.importorskip("uvicorn")
@@ -29,7 +29,7 @@ def server(tmp_path_factory):
     journal = Journal(tmp_path_factory.mktemp("api") / "state")
     sock = bind("127.0.0.1", 0)
     app = guard(make_app(journal, lambda: (8, 2)), token=TOKEN, bound_host="127.0.0.1")
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    srv = api_server(app)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

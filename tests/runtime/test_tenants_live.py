@@ -34,7 +34,7 @@ from deepshare.runtime.api import guard, make_app  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
 from deepshare.runtime.logs import rank_log_path  # noqa: E402
 from deepshare.runtime.metrics import SchedulerMetrics  # noqa: E402
-from deepshare.runtime.service import bind  # noqa: E402
+from deepshare.runtime.service import api_server, bind  # noqa: E402
 from deepshare.runtime.spec import spec_from_json  # noqa: E402
 from deepshare.runtime.tenancy import ADMIN, LiveTenants, queue_usage  # noqa: E402
 
@@ -87,7 +87,7 @@ class Server:
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.srv = uvicorn.Server(uvicorn.Config(guarded, log_level="warning", lifespan="off"))
+        self.srv = api_server(guarded)
         self.thread = threading.Thread(target=self.srv.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
