@@ -360,19 +360,21 @@ class LinkState:
     def predict(self, job: RunningJob) -> Prediction:
         record = self._record(job)
         members = sorted(j for c in self._touched(record) for j in self._order[c])
+        at = bisect.bisect_left(members, job.job_id)  # where add would put it: the same sums, bit for bit
         slot = self._take_slot(record, register=False)
         try:
-            ratios = physics.ratios(self._system(members, extra=(record, slot))).tolist()
+            ratios = physics.ratios(self._system(members, extra=(record, slot, at))).tolist()
         finally:
             self._free.append(slot)
+        mine = ratios.pop(at)
         others: dict[str, float] = {}
         loss = 0.0
-        for job_id, new in zip(members, ratios[1:]):
+        for job_id, new in zip(members, ratios):
             old = self.ratio(job_id)
             if new != old:
                 others[job_id] = new
                 loss += old - new
-        return Prediction(ratios[0], others, loss)
+        return Prediction(mine, others, loss)
 
     # -- internals ---------------------------------------------------------------------------
     def _touched(self, record: "_Job") -> set[int]:
@@ -499,14 +501,16 @@ class LinkState:
         self._ratios[slots] = ratios
         return {members[i] for i in np.flatnonzero(fresh).tolist()}
 
-    def _system(self, members: list[str], extra: tuple[_Job, int] | None = None) -> physics.System:
-        """The system of the tracked ``members``, after ``extra`` (an untracked job and its slot)."""
+    def _system(self, members: list[str], extra: tuple[_Job, int, int] | None = None) -> physics.System:
+        """The system of the tracked ``members`` with ``extra`` (an untracked job, its slot and its
+        index among them) inserted."""
         slot_of = self._slot
         records = [self._jobs[j] for j in members]
         slots = np.fromiter((slot_of[j] for j in members), dtype=np.int64, count=len(members))
         if extra is not None:
-            records.insert(0, extra[0])
-            slots = np.r_[extra[1], slots]
+            record, slot, at = extra
+            records.insert(at, record)
+            slots = np.insert(slots, at, slot)
         counts = np.fromiter((len(r.links) for r in records), dtype=np.int64, count=len(records))
         edge_job = np.repeat(np.arange(len(records)), counts)
         if len(edge_job):
