@@ -8,6 +8,8 @@ is the one that waits for its shape). Preemptive: running and queued jobs in one
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint.
+Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
+non-preemptive one.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class HeuristicPolicy:
     backfill: bool = False
     """Non-preemptive only: the first job that does not fit holds a reservation that later
     launches must not delay (:mod:`deepshare.policies.backfill`)."""
+    fill: bool = False
+    """Preemptive only: when the preemptive decision preempts nothing, the non-preemptive greedy
+    decides instead, so a queued job outside the order's top set launches when it fits (the
+    preemptive rule alone leaves GPUs idle that fragmentation or a gang's level kept from the
+    top set). The decision-level mux that the fabric imitation's hybrid turned out to be."""
     _indexes: dict[int, QueueIndex] | None = field(default=None, init=False, repr=False, compare=False)
     """The queue index of each thread that decides with this object, by thread id: one policy
     object serves the placement service's decision threads at once, and an index follows one
@@ -69,14 +76,22 @@ class HeuristicPolicy:
             launches = place_with_reservation(ordered, list(view.free), view, self.place) if ordered else ()
             return Decision(launch=launches) if launches else WAIT
         if not self.preemptive:
-            free_total = sum(view.free)
-            candidates = [job for job in view.queued if job.gpus <= free_total]
-            if not candidates:
-                return WAIT
-            candidates.sort(key=key)
-            launches = self._place_in_order(candidates, list(view.free), view)
-            return Decision(launch=launches) if launches else WAIT
+            return self._decide_greedy(view, key)
+        decision = self._decide_preemptive(view, key)
+        return self._decide_greedy(view, key) if self.fill and not decision.preempt else decision
 
+    def _decide_greedy(self, view: ClusterView, key: Any) -> Decision:
+        """Queued jobs in order, each placed if it fits now (the non-preemptive rule)."""
+        free_total = sum(view.free)
+        candidates = [job for job in view.queued if job.gpus <= free_total]
+        if not candidates:
+            return WAIT
+        candidates.sort(key=key)
+        launches = self._place_in_order(candidates, list(view.free), view)
+        return Decision(launch=launches) if launches else WAIT
+
+    def _decide_preemptive(self, view: ClusterView, key: Any) -> Decision:
+        """The jobs that fit the cluster's GPUs in order should run: the others running are preempted."""
         budget = view.total_gpus
         wanted: set[str] = set()
         for job in sorted((*view.running, *view.queued), key=key):

@@ -3,7 +3,8 @@
 Heuristic names are ``ORDER+PLACEMENT`` (non-preemptive) and ``ORDER+PLACEMENT+preempt``,
 e.g. ``las+consolidated`` or ``dlas+contention-aware+preempt``; the non-preemptive ones of the
 :data:`BACKFILL_PLACEMENTS` have a ``+backfill`` variant (:mod:`deepshare.policies.backfill`),
-and each has a ``+migrate`` variant
+their preemptive ones a ``+preempt+fill`` variant (preempt-or-fill,
+:class:`~deepshare.policies.heuristic.HeuristicPolicy`'s ``fill``), and each has a ``+migrate`` variant
 for the placements of :data:`~deepshare.policies.migrate.MIGRATING_PLACEMENTS` (contention-
 triggered migration, :mod:`deepshare.policies.migrate`), e.g. ``srsf+uncontended+preempt+migrate``.
 ``NAME=ARG`` passes ``ARG`` to factories that take one (the learned policies' checkpoint paths).
@@ -77,6 +78,18 @@ def _register_heuristics() -> None:
                             "start only if they do not delay it",
                             lambda name=f"{name}+backfill", order=order, place=place: HeuristicPolicy(
                                 name, order, place, backfill=True
+                            ),
+                        )
+                    )
+                if preemptive and place_name in BACKFILL_PLACEMENTS:
+                    register(
+                        PolicyInfo(
+                            f"{name}+fill",
+                            f"{doc}; preempt-or-fill: when the preemptive rule would preempt nothing, the "
+                            "non-preemptive greedy decides, so queued jobs outside the order's top set launch where "
+                            "they fit",
+                            lambda name=f"{name}+fill", order=order, place=place: HeuristicPolicy(
+                                name, order, place, preemptive=True, fill=True
                             ),
                         )
                     )

@@ -62,7 +62,7 @@ def finishes(name: str, runs: list[tuple[Path, float | None]]) -> None:
         assert report.rejected == 0
         assert report.policy == name
         assert 0.0 < report.gpu_util <= 1.0
-        if not name.removesuffix("+migrate").endswith(("+preempt", "-preempt")) and name != "planner":
+        if not name.removesuffix("+migrate").removesuffix("+fill").endswith(("+preempt", "-preempt")) and name != "planner":
             # rl-hybrid-preempt preempts too, and the planner weighs preemptive heuristics' decisions
             assert report.preemptions == 0
 
@@ -440,9 +440,10 @@ def test_registry_names():
     expected |= {f"{n}+migrate" for n in set(expected) if n.split("+")[1] in migrating}
     backfilling = ("consolidated", "topo-bestfit", "topo-balanced", "topo-aware")
     expected |= {f"{o}+{p}+backfill" for o in orders for p in backfilling}
+    expected |= {f"{o}+{p}+preempt+fill" for o in orders if o != "fifo" for p in backfilling}
     assert set(policy_names(heuristics_only=True)) == expected
-    # every order x placement, +preempt but for fifo; +migrate; +backfill (non-preemptive)
-    assert len(expected) == (10 * 8 + 9 * 8) + (10 * 3 + 9 * 3) + 10 * 4
+    # every order x placement, +preempt but for fifo; +migrate; +backfill (non-preemptive); +preempt+fill
+    assert len(expected) == (10 * 8 + 9 * 8) + (10 * 3 + 9 * 3) + 10 * 4 + 9 * 4
     assert expected <= set(names)
     assert not [n for n in names if n.startswith("fifo+") and n.endswith("+preempt")]
     for name in expected:
