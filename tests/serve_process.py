@@ -62,7 +62,12 @@ def scrape(metrics_url: str) -> list[tuple[str, dict[str, str], float]]:
 
 def metric(metrics_url: str, name: str, **labels: str) -> float:
     """The sum of ``name`` over every series whose labels include ``labels`` (all replicas)."""
-    return sum(v for n, have, v in scrape(metrics_url) if n == name and all(have.get(k) == w for k, w in labels.items()))
+    return total(scrape(metrics_url), name, labels)
+
+
+def total(samples: list[tuple[str, dict[str, str], float]], name: str, labels: dict[str, str]) -> float:
+    """The sum of ``name`` over the ``samples`` whose labels include ``labels``."""
+    return sum(v for n, have, v in samples if n == name and all(have.get(k) == w for k, w in labels.items()))
 
 
 def metric_settles_at(metrics_url: str, name: str, expected: float, timeout: float = 30.0, **labels: str) -> float:
@@ -73,22 +78,61 @@ def metric_settles_at(metrics_url: str, name: str, expected: float, timeout: flo
     return value
 
 
-def settled(metrics_url: str, name: str, quiet_s: float = 2.5 * REPORT_INTERVAL_MS / 1000, **labels: str) -> float:
+QUIET_S = 2.5 * REPORT_INTERVAL_MS / 1000
+"""How long a metric must stay unchanged to count as settled: two and a half report intervals."""
+
+
+def settled(metrics_url: str, name: str, quiet_s: float = QUIET_S, **labels: str) -> float:
     """``metric(...)`` once it stopped changing for ``quiet_s`` (everything recorded so far reported)."""
-    value, since = metric(metrics_url, name, **labels), time.monotonic()
+    return settled_all(metrics_url, {name: (name, labels)}, quiet_s)[name]
+
+
+def settled_all(metrics_url: str, series: dict[str, tuple[str, dict[str, str]]], quiet_s: float = QUIET_S) -> dict[str, float]:
+    """Each ``key: (name, labels)`` of ``series`` as :func:`metric` reads it, once none of them changed
+    for ``quiet_s``: one wait for all of them, each poll one scrape."""
+
+    def read() -> dict[str, float]:
+        samples = scrape(metrics_url)
+        return {key: total(samples, name, labels) for key, (name, labels) in series.items()}
+
+    values, since = read(), time.monotonic()
     while time.monotonic() - since < quiet_s:
         time.sleep(0.25)
-        now = metric(metrics_url, name, **labels)
-        if now != value:
-            value, since = now, time.monotonic()
-    return value
+        now = read()
+        if now != values:
+            values, since = now, time.monotonic()
+    return values
 
 
 @contextmanager
 def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: float = 120.0) -> Iterator[ServeProcess]:
     """Start ``deepshare serve --port P FLAGS`` with ``$DEEPSHARE_SERVE_TOKEN=token`` and its own
     ``RAY_TMPDIR``; yield once it answers; SIGTERM it afterwards (killed after 60 s) unless a
-    test already stopped it. A service that does not come up fails the test with its log's tail."""
+    test already stopped it. A service that does not come up is started once more (a loaded
+    machine has timed out a Ray start); a second failure fails the test with both logs' tails."""
+    failures = []
+    for _attempt in range(2):
+        started = _start(tmp_path_factory, token, flags, ready_timeout_s)
+        if isinstance(started, str):
+            failures.append(started)
+            continue
+        process, ray_tmp = started
+        try:
+            yield process
+        finally:
+            if process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGTERM)
+                try:
+                    process.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.proc.kill()
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+        return
+    pytest.fail("\n\n".join(failures))
+
+
+def _start(tmp_path_factory, token: str, flags: tuple[str, ...], ready_timeout_s: float) -> tuple[ServeProcess, str] | str:
+    """One start of the service: it and its Ray folder once it answers, else why not (its log's tail)."""
     port, metrics_port = free_port(), free_port()
     ray_tmp = tempfile.mkdtemp(prefix="ds-serve-")  # short: Ray's socket paths must stay < 108 bytes (pytest's
     # own temp folders grow with the xdist worker's name)
@@ -104,15 +148,7 @@ def serve_process(tmp_path_factory, token: str, *flags: str, ready_timeout_s: fl
         PlacementClient(url).wait_ready(timeout_s=ready_timeout_s, alive=lambda: proc.poll() is None)
     except PlacementServiceError as exc:
         proc.kill()
+        proc.wait(timeout=60)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-        pytest.fail(f"{exc}:\n{log.read_text()[-3000:]}")
-    try:
-        yield ServeProcess(url, port, proc, log, f"http://127.0.0.1:{metrics_port}/metrics")
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        return f"{exc}:\n{log.read_text(errors='replace')[-3000:]}"
+    return ServeProcess(url, port, proc, log, f"http://127.0.0.1:{metrics_port}/metrics"), ray_tmp

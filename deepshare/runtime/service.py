@@ -234,8 +234,6 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
          announce: Callable[[str], None], stop: threading.Event, token_file: Path | None, tenants: LiveTenants,
          handle_signals: bool) -> None:
     """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
-    import uvicorn
-
     from deepshare import __version__
     from deepshare.core.contention import make_contention
     from deepshare.core.workloads import default_catalog

@@ -17,7 +17,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_process import free_port, metric, metric_settles_at, scrape, serve_process, settled
+from serve_process import free_port, metric, metric_settles_at, scrape, serve_process, settled, settled_all
 from serving_cases import assert_feasible, canonical, large_request, small_request, valid_requests
 
 from deepshare.serving.client import PlacementClient, PlacementServiceError
@@ -235,7 +235,7 @@ def test_metrics_count_what_was_served(served, http):
         "waits": ("ray_deepshare_serve_decisions_total", dict(action="wait")),
         "places": ("ray_deepshare_serve_decisions_total", dict(action="place")),
     }
-    before = {key: settled(metrics_url, name, **labels) for key, (name, labels) in counted.items()}
+    before = settled_all(metrics_url, counted)
     answers = [post(http, url, small_request()).json() for _ in range(3)]
     assert post(http, url, {"now": -1}).status_code == 422
     placed = sum(d["action"] == "place" for a in answers for d in a["decisions"])
