@@ -31,13 +31,14 @@ demo: $(STAMP)
 	$(BIN)/deepshare evaluate --trace $(DEMO_TRACE) --cluster testbed --seeds 1 --out runs/demo \
 		--policies las+spread,srtf+spread,las+consolidated,srtf+consolidated,srsf+packed,las+packed,srsf+uncontended,rl-base,rl-hybrid,rl-hybrid-preempt
 
-# The suite runs on one pytest-xdist worker per core (at most TEST_WORKERS_MAX), a test module at
-# a time (--dist loadfile), so what a module builds once (a service, a Ray cluster) is built once.
-# TEST_WORKERS=0 runs it in one process. PYTHONDONTWRITEBYTECODE is cleared for the run so that
+# The suite runs on pytest-xdist workers, one more than the cores (at most TEST_WORKERS_MAX): much of
+# it waits on Ray, Serve and scheduler subprocesses, and the extra worker keeps the cores busy then
+# (bench/suite_cpu.py measures it). A test module at a time (--dist loadfile), so what a module
+# builds once (a service, a Ray cluster) is built once. TEST_WORKERS=0 runs it in one process. PYTHONDONTWRITEBYTECODE is cleared for the run so that
 # the package and the tests are compiled once, not in every worker and subprocess.
 # PYTHONFAULTHANDLER: a crash while the interpreter shuts down (seen twice on a loaded machine,
 # after every test had passed) prints the threads' stacks instead of exiting 139 silently.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 TEST_WORKERS_MAX ?= 4
 PYTEST := PYTHONFAULTHANDLER=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q \
 	$(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile)
