@@ -42,10 +42,10 @@ log = logging.getLogger(__name__)
 def api_server(app: Any) -> Any:
     """A ``uvicorn.Server`` for the scheduler's ASGI ``app`` that leaves the process's logging alone.
 
-    uvicorn's default ``log_config`` runs ``logging.config.dictConfig``, which closes every handler
-    the host process has (a library must not) and, through absl's handler, which closes its stream
-    when that is no longer ``sys.stderr``, once closed pytest's capture file under a test: every
-    later test of that process errored. Its warnings go to the host's handlers instead."""
+    uvicorn's default ``log_config`` runs ``logging.config.dictConfig``, which closes every logging
+    handler of the process; a library must not do that to its host. (It broke this project's test
+    suite: absl's handler closes its stream when closed, and that stream was pytest's capture file.)
+    uvicorn's warnings go to the host's handlers instead (or to stderr when it has none)."""
     import uvicorn
 
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None, lifespan="off", proxy_headers=False))
