@@ -21,7 +21,7 @@ from deepshare.core.information import (
 )
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import MIX_PRESETS, RecurrenceModel
-from deepshare.core.traces.generator import parse_demand
+from deepshare.core.traces.generator import check_demand_fits, parse_demand, topology_asks
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 
 SUITE_SEED_BASE = 2**31
@@ -145,9 +145,10 @@ class SuiteSpec(BaseModel):
             raise ValueError("challengers: at least one heuristic must stay an anchor (not a challenger)")
         if not self.clusters and not self.fabrics:
             raise ValueError("expected one or more clusters or fabrics")
-        for level, share in (("required_level", "required_share"), ("preferred_level", "preferred_share")):
-            if (getattr(self, level) is None) != (getattr(self, share) is None):
-                raise ValueError(f"{level} and {share}: give both or neither")
+        try:
+            topology_asks(self.required_level, self.required_share, self.preferred_level, self.preferred_share)
+        except DeepShareError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     @field_validator("contention")
@@ -251,11 +252,10 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
     if spec.demand is not None:
         sizes = [(f"cluster {n}x{g}", n * g) for n, g in spec.clusters]
         sizes += [(preset, load_topology(preset).total_gpus) for preset in spec.fabrics]
-        for where, total_gpus in sizes:
-            try:
-                parse_demand(spec.demand, total_gpus)
-            except DeepShareError as exc:
-                raise DeepShareError(f"{source}: demand: {exc} ({where})") from None
+        try:
+            check_demand_fits(spec.demand, sizes)
+        except DeepShareError as exc:
+            raise DeepShareError(f"{source}: demand: {exc}") from None
     if spec.tenants is not None:
         try:
             suite_tenants(spec)

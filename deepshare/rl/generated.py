@@ -28,7 +28,7 @@ import numpy as np
 from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import Topology, load_topology, uniform
 from deepshare.core.traces import RecurrenceModel, generate, mix_preset
-from deepshare.core.traces.generator import parse_demand
+from deepshare.core.traces.generator import check_demand_fits, parse_demand, topology_asks
 from deepshare.core.types import JobSpec
 
 TRAINING_SEED_LIMIT = 2**31
@@ -87,35 +87,20 @@ def check_generated(config: Any) -> None:
             raise DeepShareError(f"env config: generated_demand must be 'gpus:weight,...', a preset name or null, "
                                  f"got {config.generated_demand!r}")
         try:
-            parse_demand(config.generated_demand)
-            for where, topology in clusters:
-                try:
-                    parse_demand(config.generated_demand, topology.total_gpus)
-                except DeepShareError as exc:
-                    raise DeepShareError(f"{exc} ({where})") from None
+            check_demand_fits(config.generated_demand, [(where, t.total_gpus) for where, t in clusters])
         except DeepShareError as exc:
             raise DeepShareError(f"env config: generated_demand: {exc}") from None
-    shares = []
-    for kind in ("required", "preferred"):
-        level, share = getattr(config, f"generated_{kind}_level"), getattr(config, f"generated_{kind}_share")
-        if (level is None) != (share is None):
-            raise DeepShareError(f"env config: generated_{kind}_level and generated_{kind}_share go together: "
-                                 f"give both or neither")
-        if level is None:
-            continue
-        if not isinstance(level, str) or not level.strip() or level != level.strip():
-            raise DeepShareError(f"env config: generated_{kind}_level must be a fabric level's name, got {level!r}")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and 0 <= share <= 1):
-            raise DeepShareError(f"env config: generated_{kind}_share must be a number from 0 to 1, got {share!r}")
+    try:
+        asked = topology_asks(config.generated_required_level, config.generated_required_share,
+                              config.generated_preferred_level, config.generated_preferred_share, prefix="generated_")
+    except DeepShareError as exc:
+        raise DeepShareError(f"env config: {exc}") from None
+    for kind, level, _share in asked:
         for where, topology in clusters:
             try:
                 topology.fabric.level_index(level)
             except DeepShareError as exc:
                 raise DeepShareError(f"env config: generated_{kind}_level: {exc} ({where})") from None
-        shares.append(share)
-    if math.fsum(shares) > 1:
-        raise DeepShareError("env config: generated_required_share plus generated_preferred_share must be at most 1 "
-                             "(a job asks one or the other)")
 
 
 def draw_generated(config: Any, rng: np.random.Generator, presets: Sequence[Topology]) -> GeneratedEpisode:

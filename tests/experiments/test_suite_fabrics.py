@@ -78,6 +78,9 @@ def test_a_preset_cell_keeps_the_fabric_metrics(gangs):
         ("heuristics: [fifo+packed]\nrequired_level: leaf", "required_level and required_share"),
         ("heuristics: [fifo+packed]\npreferred_share: 0.2", "preferred_level and preferred_share"),
         ("heuristics: [fifo+packed]\nrequired_share: 2\nrequired_level: leaf", "required_share"),
+        ("heuristics: [fifo+packed]\nrequired_level: leaf\nrequired_share: 0.7\npreferred_level: leaf\n"
+         "preferred_share: 0.4", "required_share plus preferred_share must be at most 1"),
+        ("heuristics: [fifo+packed]\nrequired_level: ' leaf'\nrequired_share: 0.3", "required_level must be a level's name"),
     ],
 )
 def test_bad_fabric_fields_name_the_field(tmp_path, text, expected):

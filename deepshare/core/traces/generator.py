@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -181,23 +181,46 @@ def _share(name: str, value: float) -> float:
     return float(value)
 
 
+def topology_asks(required_level: Any, required_share: Any, preferred_level: Any, preferred_share: Any,
+                  prefix: str = "") -> list[tuple[str, str, float]]:
+    """The ``(kind, level, share)`` that a generated trace's jobs ask for, checked: each level and
+    share given both or neither, a level a name, a share from 0 to 1, the two shares at most 1 in
+    all. A DeepShareError names the field as ``{prefix}{kind}_level`` / ``_share`` (the env config
+    calls them ``generated_...``). Whether a level exists is the cluster's to say."""
+    asked = []
+    for kind, level, share in (("required", required_level, required_share), ("preferred", preferred_level, preferred_share)):
+        name = f"{prefix}{kind}"
+        if (level is None) != (share is None):
+            raise DeepShareError(f"{name}_level and {name}_share go together: give both or neither")
+        if level is not None:
+            if not isinstance(level, str) or not level.strip() or level != level.strip():
+                raise DeepShareError(f"{name}_level must be a level's name, got {level!r}")
+            asked.append((kind, level, _share(f"{name}_share", share)))
+    if math.fsum(share for *_, share in asked) > 1:
+        raise DeepShareError(f"{prefix}required_share plus {prefix}preferred_share must be at most 1 "
+                             "(a job asks one or the other)")
+    return asked
+
+
+def check_demand_fits(demand: str, clusters: Iterable[tuple[str, int]]) -> None:
+    """``demand`` (``gpus:weight,...`` or a preset) parses for each ``(where, total GPUs)`` of
+    ``clusters``; else a DeepShareError that says where it does not fit."""
+    parse_demand(demand)
+    for where, total_gpus in clusters:
+        try:
+            parse_demand(demand, total_gpus)
+        except DeepShareError as exc:
+            raise DeepShareError(f"{exc} ({where})") from None
+
+
 def _topology_requests(
     n: int, seed: int, required_level: str | None, required_share: float | None,
     preferred_level: str | None, preferred_share: float | None,
 ) -> tuple[list[TopologyRequest], str]:
     """Each job's request (see the module doc) and how the trace's source names them ("" for none)."""
-    asked = []
-    for kind, level, share in (("required", required_level, required_share), ("preferred", preferred_level, preferred_share)):
-        if (level is None) != (share is None):
-            raise DeepShareError(f"{kind}_level and {kind}_share go together: give both or neither")
-        if level is not None:
-            if not isinstance(level, str) or not level.strip() or level != level.strip():
-                raise DeepShareError(f"{kind}_level must be a level's name, got {level!r}")
-            asked.append((kind, level, _share(f"{kind}_share", share)))  # type: ignore[arg-type]
+    asked = topology_asks(required_level, required_share, preferred_level, preferred_share)
     if not asked:
         return [NO_TOPOLOGY] * n, ""
-    if math.fsum(share for *_, share in asked) > 1:
-        raise DeepShareError("required_share plus preferred_share must be at most 1 (a job asks one or the other)")
     # Drawn only here, from a stream of its own: traces without requests are what they were.
     u = np.random.default_rng(np.random.SeedSequence(seed).spawn(_TOPOLOGY_STREAM + 1)[_TOPOLOGY_STREAM]).random(n)
     requests = [NO_TOPOLOGY] * n
