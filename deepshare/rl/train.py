@@ -30,7 +30,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from deepshare.core.topology import load_topology
+from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
@@ -137,9 +137,14 @@ class TrainConfig(BaseModel):
         return self
 
     def env_config(self, base: Path) -> EnvConfig:
-        """The env config with trace paths resolved (``bundled:NAME`` = a trace shipped in the package)."""
+        """The env config with trace paths resolved (``bundled:NAME`` = a trace shipped in the
+        package) and a cluster spec file's path too: both relative to the config's folder
+        ``base``, whatever folder training runs from (a preset name stays a name)."""
         values = dict(self.env)
         values["traces"] = [str(_resolve_trace(t, base)) for t in values.get("traces", [])]
+        cluster = values.get("cluster")
+        if isinstance(cluster, str) and cluster not in preset_names():
+            values["cluster"] = str(_relative_to(cluster, base))
         return EnvConfig.from_dict(values)
 
 

@@ -236,3 +236,28 @@ def test_train_cli_refuses_seed_with_resume_and_a_negative_seed(tmp_path, capsys
     assert "--seed" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", str(TINY), "--seed", "-1"])
+
+
+def test_a_cluster_spec_file_is_found_relative_to_the_config_from_any_folder(tmp_path, monkeypatch):
+    """Traces and a cluster spec file both resolve against the config's folder, not the working
+    directory; a preset name stays a name."""
+    from deepshare.core.topology import load_topology
+
+    folder = tmp_path / "configs"
+    (folder / "clusters").mkdir(parents=True)
+    (folder / "clusters" / "two.yaml").write_text(
+        "name: two\nnode_types:\n  t: {gpus: 8, gpu_model: TITAN Xp, fabric: pcie, intra_node_gbps: 128, nic_gbps: 40}\n"
+        "nodes:\n  - {type: t, count: 2, rack: r0}\n")
+    (folder / "c.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: clusters/two.yaml\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_train_config(folder / "c.yaml")
+    env = config.env_config(folder)
+    assert env.cluster == str(folder / "clusters" / "two.yaml")
+    assert len(load_topology(env.cluster).nodes) == 2
+    (folder / "p.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: testbed\n")
+    assert load_train_config(folder / "p.yaml").env_config(folder).cluster == "testbed"
+    (folder / "m.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: clusters/none.yaml\n")
+    with pytest.raises(DeepShareError, match="none.yaml"):
+        load_train_config(folder / "m.yaml")
