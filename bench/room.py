@@ -11,7 +11,12 @@ On any suite cell this runs, under the cell's own information model and contenti
   simulation) and the trace's real arrivals up to the horizon, with the estimates they really
   come with. It is what choosing among the candidates' decisions could gain with perfect
   knowledge of the next ``--horizon`` seconds: a ceiling for look-ahead over these candidates,
-  not a bound on every scheduler.
+  not a bound on every scheduler. With a horizon past the trace's end and ``--max-steps`` enough
+  for every rollout to play the base heuristic to the end (``--horizon 31536000 --max-steps
+  1000000``), each rollout's cost is the base's true cost-to-go, and the ceiling is exact one-step
+  rollout improvement of the base (Bertsekas): a real run, never worse than the base, that
+  measures what deciding differently among the candidates can win. A short horizon can make it
+  worse than the base: its rollouts stop early and judge the rest by the work left.
 
 The ceiling is not a registered policy: it reads the simulator's private state, which no view,
 no placement service and no live scheduler has, so there is nothing a user could run it on.
@@ -22,6 +27,7 @@ how many the planner and the ceiling changed, and the CPU seconds of each; then 
 the date and the commit. Figures only: nothing here asserts a result.
 
 Usage: python bench/room.py --suite loaded --cells N [--only 1,7] [--futures 8] [--horizon 3600] [--heuristics a,b]
+[--candidates a,b] [--max-steps 400] [--no-arrivals] [--no-planner | --no-ceiling]
 (``--cells N``: the suite's first N cells; ``--only 1,7``: those cells instead).
 """
 
@@ -89,7 +95,15 @@ def main() -> None:
     parser.add_argument("--futures", type=int, default=PlannerConfig.futures, help="the planner's K")
     parser.add_argument("--horizon", type=float, default=PlannerConfig.horizon_s, help="rollout horizon, seconds")
     parser.add_argument("--heuristics", help="comma-separated heuristics to find the best among (default: the suite's)")
+    parser.add_argument("--candidates", help="comma-separated heuristics the planner and the ceiling choose among, "
+                        "the first the base (default: the planner's own for the cell's fabric)")
+    parser.add_argument("--max-steps", type=int, default=PlannerConfig.max_steps,
+                        help="most decisions one rollout takes (with a horizon past the trace's end and enough steps, "
+                             "the ceiling's rollouts play the base to the end: exact rollout improvement, no worse than the base)")
+    parser.add_argument("--no-arrivals", action="store_true",
+                        help="the planner samples no arrivals (only the view's jobs): what a long horizon needs")
     parser.add_argument("--no-ceiling", action="store_true")
+    parser.add_argument("--no-planner", action="store_true", help="the ceiling alone (a long horizon's planner is slow)")
     args = parser.parse_args()
     spec = load_suite(args.suite)
     grid = cells(spec)
@@ -118,37 +132,38 @@ def main() -> None:
         results = {name: simulator().run(make_policy(name)).avg_jct_s for name in heuristics}
         best = min(results, key=lambda n: (results[n], n))
         heuristics_cpu = time.process_time() - cpu
-        config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention)
+        config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention,
+                               max_steps=args.max_steps, arrivals=not args.no_arrivals,
+                               candidates=tuple(args.candidates.split(",")) if args.candidates else None)
         planner = Planner(config, make_policy)
-        cpu = time.process_time()
-        planned = simulator().run(planner).avg_jct_s
-        planner_cpu = time.process_time() - cpu
         base = planner.candidate_names(topology)[0]
         base_avg = results.get(base)
         if base_avg is None:
             base_avg = simulator().run(make_policy(base)).avg_jct_s
-        row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}",
-               f"{planned / results[best]:.3f}"]
-        planner_ratios.append(planned / results[best])
-        if args.no_ceiling:
-            row += ["-", str(planner.stats.contested), f"{planner.stats.changed}, -",
-                    f"{heuristics_cpu:.0f}, {planner_cpu:.0f}, -"]
-        else:
+        row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}"]
+        planned_cell = ["-", "-", "-"]  # ratio, decisions changed, CPU
+        if not args.no_planner:
+            cpu = time.process_time()
+            planned = simulator().run(planner).avg_jct_s
+            planner_ratios.append(planned / results[best])
+            planned_cell = [f"{planned / results[best]:.3f}", str(planner.stats.changed), f"{time.process_time() - cpu:.0f}"]
+        ceiling_cell = ["-", "-", "-"]
+        contested = planner.stats.contested
+        if not args.no_ceiling:
             sim = simulator()
             ceiling = Planner(replace(config, futures=1), make_policy, name="clairvoyant",
                               futures_model=TruthFutures(sim, jobs))
             cpu = time.process_time()
             clairvoyant = sim.run(ceiling).avg_jct_s
-            ceiling_cpu = time.process_time() - cpu
             ceiling_ratios.append(clairvoyant / results[best])
-            row += [f"{clairvoyant / results[best]:.3f}", str(planner.stats.contested),
-                    f"{planner.stats.changed}, {ceiling.stats.changed}",
-                    f"{heuristics_cpu:.0f}, {planner_cpu:.0f}, {ceiling_cpu:.0f}"]
+            ceiling_cell = [f"{clairvoyant / results[best]:.3f}", str(ceiling.stats.changed), f"{time.process_time() - cpu:.0f}"]
+            contested = contested if not args.no_planner else ceiling.stats.contested
+        row += [planned_cell[0], ceiling_cell[0], str(contested), f"{planned_cell[1]}, {ceiling_cell[1]}",
+                f"{heuristics_cpu:.0f}, {planned_cell[2]}, {ceiling_cell[2]}"]
         print("| " + " | ".join(row) + " |", flush=True)
-    line = f"geometric mean over {len(chosen)} cells: planner / best {geomean(planner_ratios):.3f}"
-    if ceiling_ratios:
-        line += f", ceiling / best {geomean(ceiling_ratios):.3f}"
-    print(line)
+    parts = ([f"planner / best {geomean(planner_ratios):.3f}"] if planner_ratios else []) + (
+        [f"ceiling / best {geomean(ceiling_ratios):.3f}"] if ceiling_ratios else [])
+    print(f"geometric mean over {len(chosen)} cells: " + ", ".join(parts or ["nothing measured"]))
 
 
 if __name__ == "__main__":

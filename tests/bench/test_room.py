@@ -1,0 +1,47 @@
+"""bench/room.py on the tiny suite: with a horizon past the trace's end the clairvoyant ceiling is
+exact one-step rollout improvement of the base heuristic, a real run that is never worse than the
+base; bad cell indices are refused on one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL = ["--horizon", "31536000", "--max-steps", "1000000"]
+
+
+def _room(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "room.py"), "--suite", "tiny", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| load")]
+
+
+def test_the_full_horizon_ceiling_is_never_worse_than_its_base():
+    done = _room("--only", "0,3", "--futures", "2", "--no-arrivals", *FULL)
+    assert done.returncode == 0, done.stderr
+    rows = _rows(done.stdout)
+    assert [r[0].rsplit("(#", 1)[1] for r in rows] == ["0)", "3)"]
+    for row in rows:
+        base, planner, ceiling = float(row[2]), float(row[3]), float(row[4])
+        assert ceiling <= base  # rollout improvement with the true cost-to-go
+        assert planner > 0
+    assert "geometric mean over 2 cells: planner / best" in done.stdout and "ceiling / best" in done.stdout
+
+
+def test_the_ceiling_alone_and_the_planner_alone():
+    ceiling = _rows(_room("--only", "1", "--no-planner", *FULL).stdout)
+    assert ceiling[0][3] == "-" and float(ceiling[0][4]) <= float(ceiling[0][2])
+    planner = _rows(_room("--only", "1", "--no-ceiling", "--futures", "2").stdout)
+    assert planner[0][4] == "-" and float(planner[0][3]) > 0
+
+
+def test_a_cell_out_of_range_is_one_line_and_exit_2():
+    done = _room("--only", "0,9")
+    assert done.returncode == 2
+    assert "[9] out of range: suite tiny has 4 cells (0..3)" in done.stderr
+    assert "Traceback" not in done.stderr
