@@ -28,6 +28,7 @@ the date and the commit. Figures only: nothing here asserts a result.
 
 Usage: python bench/room.py --suite loaded --cells N [--only 1,7] [--futures 8] [--horizon 3600] [--heuristics a,b]
 [--candidates a,b] [--max-steps 400] [--no-arrivals] [--no-planner | --no-ceiling]
+[--json runs/bench/room-SUITE.json] (figures for ``make results``).
 (``--cells N``: the suite's first N cells; ``--only 1,7``: those cells instead).
 """
 
@@ -41,6 +42,8 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 import numpy as np
+
+from record import Record, add_json_flag
 
 from deepshare.core.simulator import Simulator
 from deepshare.core.types import JobSpec
@@ -104,6 +107,7 @@ def main() -> None:
                         help="the planner samples no arrivals (only the view's jobs): what a long horizon needs")
     parser.add_argument("--no-ceiling", action="store_true")
     parser.add_argument("--no-planner", action="store_true", help="the ceiling alone (a long horizon's planner is slow)")
+    add_json_flag(parser)
     args = parser.parse_args()
     spec = load_suite(args.suite)
     grid = cells(spec)
@@ -116,7 +120,11 @@ def main() -> None:
         parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
     heuristics = args.heuristics.split(",") if args.heuristics else list(spec.heuristics)
     print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit_label(commit())}")
-    print(f"# planner K={args.futures}, horizon {args.horizon:g} s; best heuristic among {len(heuristics)}")
+    setting = (f"planner K={args.futures}, horizon {args.horizon:g} s, at most {args.max_steps} steps a rollout"
+               f"{', no arrivals' if args.no_arrivals else ''}"
+               f"{', candidates ' + args.candidates if args.candidates else ''}")
+    record = Record(f"room ({spec.name})", args.json)
+    print(f"# {setting}; best heuristic among {len(heuristics)}")
     print("| cell | best heuristic (avg JCT s) | base / best | planner / best | ceiling / best | contested | "
           "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -161,9 +169,19 @@ def main() -> None:
         row += [planned_cell[0], ceiling_cell[0], str(contested), f"{planned_cell[1]}, {ceiling_cell[1]}",
                 f"{heuristics_cpu:.0f}, {planned_cell[2]}, {ceiling_cell[2]}"]
         print("| " + " | ".join(row) + " |", flush=True)
+        note = f"best heuristic {best}, {results[best]:,.0f} s"
+        if not args.no_planner:
+            record.add(f"{cell.label}: planner / best heuristic", planner_ratios[-1], "x", note=note)
+        if not args.no_ceiling:
+            record.add(f"{cell.label}: clairvoyant ceiling / best heuristic", ceiling_ratios[-1], "x", note=note)
     parts = ([f"planner / best {geomean(planner_ratios):.3f}"] if planner_ratios else []) + (
         [f"ceiling / best {geomean(ceiling_ratios):.3f}"] if ceiling_ratios else [])
     print(f"geometric mean over {len(chosen)} cells: " + ", ".join(parts or ["nothing measured"]))
+    for what, ratios in (("planner", planner_ratios), ("clairvoyant ceiling", ceiling_ratios)):
+        if ratios:
+            record.add(f"{what} / best heuristic, geometric mean over {len(chosen)} cells", geomean(ratios), "x",
+                       note=setting)
+    record.write()
 
 
 if __name__ == "__main__":

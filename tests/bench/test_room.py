@@ -4,6 +4,7 @@ base; bad cell indices are refused on one line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,8 @@ def _rows(out: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| load")]
 
 
-def test_the_full_horizon_ceiling_is_never_worse_than_its_base():
-    done = _room("--only", "0,3", "--futures", "2", "--no-arrivals", *FULL)
+def test_the_full_horizon_ceiling_is_never_worse_than_its_base(tmp_path):
+    done = _room("--only", "0,3", "--futures", "2", "--no-arrivals", *FULL, "--json", str(tmp_path / "room.json"))
     assert done.returncode == 0, done.stderr
     rows = _rows(done.stdout)
     assert [r[0].rsplit("(#", 1)[1] for r in rows] == ["0)", "3)"]
@@ -31,6 +32,13 @@ def test_the_full_horizon_ceiling_is_never_worse_than_its_base():
         assert ceiling <= base  # rollout improvement with the true cost-to-go
         assert planner > 0
     assert "geometric mean over 2 cells: planner / best" in done.stdout and "ceiling / best" in done.stdout
+    doc = json.loads((tmp_path / "room.json").read_text())  # what `make results` renders
+    assert doc["bench"] == "room (tiny)" and doc["provenance"]["commit"]
+    measures = {m["name"]: m for m in doc["measures"]}
+    ceiling = measures["load 1.3 heavy 4x8 profiled seed 0 estimated: clairvoyant ceiling / best heuristic"]
+    assert f"{ceiling['value']:.3f}" == rows[1][4] and ceiling["unit"] == "x"
+    assert ceiling["note"].startswith("best heuristic srsf+consolidated, ")
+    assert "no arrivals" in measures["clairvoyant ceiling / best heuristic, geometric mean over 2 cells"]["note"]
 
 
 def test_the_ceiling_alone_and_the_planner_alone():
