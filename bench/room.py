@@ -3,7 +3,9 @@
 On any suite cell this runs, under the cell's own information model and contention:
 
 * every heuristic the suite lists (``--heuristics`` to name fewer): the *best heuristic* is the
-  one with the least average JCT, as in the suite's own tables;
+  one with the least average JCT, as in the suite's own tables (behind the suite's tenants'
+  admission when it names a tenants file, as the suite runs them; the planner's and the
+  ceiling's candidates too, in the real run and in their copies);
 * ``planner`` (:mod:`deepshare.policies.planner`), the registered non-clairvoyant policy: K
   futures drawn from what the view allows, arrivals like the past, common random numbers;
 * the *clairvoyant ceiling*: the same planner, the same candidates, base heuristic and horizon,
@@ -49,6 +51,7 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
 from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.experiments.suite_spec import suite_tenants
 from deepshare.experiments.provenance import commit, commit_label
 from deepshare.policies import make_policy
 from deepshare.policies.planner import Future, Planner, PlannerConfig
@@ -129,6 +132,18 @@ def main() -> None:
           "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")
     print("|---|---|---|---|---|---|---|---|")
     planner_ratios, ceiling_ratios = [], []
+    tenants = suite_tenants(spec)
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        """The heuristic ``name``, behind the suite's tenants' admission as the suite runs it; the
+        planner and the ceiling build their candidates with it, so in their copies too."""
+        built = make_policy(name)
+        if tenants is None:
+            return built
+        from deepshare.tenants import Admitted
+
+        return Admitted(built, tenants)
+
     for index in chosen:
         cell = grid[index]
         jobs, topology, information = cell_trace(spec, cell), cell_topology(cell), cell.information(spec)
@@ -137,17 +152,17 @@ def main() -> None:
             return Simulator(topology, jobs, cell_contention(spec, cell), information=information)
 
         cpu = time.process_time()
-        results = {name: simulator().run(make_policy(name)).avg_jct_s for name in heuristics}
+        results = {name: simulator().run(make(name)).avg_jct_s for name in heuristics}
         best = min(results, key=lambda n: (results[n], n))
         heuristics_cpu = time.process_time() - cpu
         config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention,
                                max_steps=args.max_steps, arrivals=not args.no_arrivals,
                                candidates=tuple(args.candidates.split(",")) if args.candidates else None)
-        planner = Planner(config, make_policy)
+        planner = Planner(config, make)
         base = planner.candidate_names(topology)[0]
         base_avg = results.get(base)
         if base_avg is None:
-            base_avg = simulator().run(make_policy(base)).avg_jct_s
+            base_avg = simulator().run(make(base)).avg_jct_s
         row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}"]
         planned_cell = ["-", "-", "-"]  # ratio, decisions changed, CPU
         if not args.no_planner:
@@ -159,7 +174,7 @@ def main() -> None:
         contested = planner.stats.contested
         if not args.no_ceiling:
             sim = simulator()
-            ceiling = Planner(replace(config, futures=1), make_policy, name="clairvoyant",
+            ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",
                               futures_model=TruthFutures(sim, jobs))
             cpu = time.process_time()
             clairvoyant = sim.run(ceiling).avg_jct_s

@@ -53,3 +53,16 @@ def test_a_cell_out_of_range_is_one_line_and_exit_2():
     assert done.returncode == 2
     assert "[9] out of range: suite tiny has 4 cells (0..3)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_on_a_suite_with_tenants_the_heuristics_run_behind_its_admission_as_the_suite_runs_them():
+    from deepshare.experiments.suite import cells, load_suite
+    from deepshare.experiments.suite_runs import run_one
+
+    spec = load_suite("tenants")
+    expected = run_one(spec, cells(spec)[0], "srsf+consolidated")["avg_jct_s"]
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "room.py"), "--suite", "tenants", "--only", "0",
+                           "--heuristics", "srsf+consolidated", "--no-planner", "--max-steps", "50"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"`srsf+consolidated` ({expected:,.0f})" in _rows(done.stdout)[0][1]
