@@ -29,7 +29,7 @@ how many the planner and the ceiling changed, and the CPU seconds of each; then 
 the date and the commit. Figures only: nothing here asserts a result.
 
 Usage: python bench/room.py --suite loaded --cells N [--only 1,7] [--futures 8] [--horizon 3600] [--heuristics a,b]
-[--candidates a,b] [--max-steps 400] [--no-arrivals] [--no-planner | --no-ceiling]
+[--candidates a,b] [--max-steps 400] [--no-arrivals] [--no-planner | --no-ceiling] [--ceiling-knows all|work]
 [--json runs/bench/room-SUITE.json] (figures for ``make results``).
 (``--cells N``: the suite's first N cells; ``--only 1,7``: those cells instead).
 """
@@ -62,12 +62,14 @@ class TruthFutures:
 
     Reads each job's true remaining work from ``sim``'s private state (nothing public carries it:
     that is the point of the information boundary) and the trace's arrivals, with the estimates
-    the run gives them."""
+    the run gives them; with ``arrivals`` False, no arrivals (clairvoyant about the known jobs'
+    work only: the gap to the full ceiling is what knowing the arrivals is worth)."""
 
     deterministic = True
 
-    def __init__(self, sim: Simulator, jobs: Sequence[JobSpec]) -> None:
+    def __init__(self, sim: Simulator, jobs: Sequence[JobSpec], arrivals: bool = True) -> None:
         self.sim = sim
+        self.with_arrivals = arrivals
         catalog, information = sim.catalog, sim.information
         true = [spec.duration_s if spec.duration_s is not None
                 else spec.total_samples / catalog.reference_throughput(spec.model, spec.gpus)  # type: ignore[operator]
@@ -85,7 +87,7 @@ class TruthFutures:
         known = [*view.queued, *view.running]  # reading the running jobs brings their progress to now
         state = self.sim._jobs  # noqa: SLF001 - the simulator's truth, for the ceiling only
         remaining = {j.job_id: max(state[j.job_id].remaining, 0.0) / state[j.job_id].ref_thp for j in known}
-        arrivals = tuple(s for s in self.arrivals if view.now < s.submit_time < horizon_end)
+        arrivals = tuple(s for s in self.arrivals if view.now < s.submit_time < horizon_end) if self.with_arrivals else ()
         return Future(remaining, arrivals)
 
 
@@ -109,6 +111,9 @@ def main() -> None:
     parser.add_argument("--no-arrivals", action="store_true",
                         help="the planner samples no arrivals (only the view's jobs): what a long horizon needs")
     parser.add_argument("--no-ceiling", action="store_true")
+    parser.add_argument("--ceiling-knows", choices=("all", "work"), default="all",
+                        help="what the ceiling is told: the known jobs' true work and the real arrivals (all), "
+                             "or the true work alone (work: no arrivals in its copies)")
     parser.add_argument("--no-planner", action="store_true", help="the ceiling alone (a long horizon's planner is slow)")
     add_json_flag(parser)
     args = parser.parse_args()
@@ -125,6 +130,7 @@ def main() -> None:
     print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit_label(commit())}")
     setting = (f"planner K={args.futures}, horizon {args.horizon:g} s, at most {args.max_steps} steps a rollout"
                f"{', no arrivals' if args.no_arrivals else ''}"
+               f"{'; the ceiling knows the true work, not the arrivals' if args.ceiling_knows == 'work' else ''}"
                f"{', candidates ' + args.candidates if args.candidates else ''}")
     record = Record(f"room ({spec.name})", args.json)
     print(f"# {setting}; best heuristic among {len(heuristics)}")
@@ -175,7 +181,7 @@ def main() -> None:
         if not args.no_ceiling:
             sim = simulator()
             ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",
-                              futures_model=TruthFutures(sim, jobs))
+                              futures_model=TruthFutures(sim, jobs, arrivals=args.ceiling_knows == "all"))
             cpu = time.process_time()
             clairvoyant = sim.run(ceiling).avg_jct_s
             ceiling_ratios.append(clairvoyant / results[best])

@@ -44,6 +44,9 @@ def test_the_full_horizon_ceiling_is_never_worse_than_its_base(tmp_path):
 def test_the_ceiling_alone_and_the_planner_alone():
     ceiling = _rows(_room("--only", "1", "--no-planner", *FULL).stdout)
     assert ceiling[0][3] == "-" and float(ceiling[0][4]) <= float(ceiling[0][2])
+    told_work = _room("--only", "2", "--no-planner", *FULL, "--ceiling-knows", "work")
+    assert "the ceiling knows the true work, not the arrivals" in told_work.stdout
+    assert float(_rows(told_work.stdout)[0][4]) > 0
     planner = _rows(_room("--only", "1", "--no-ceiling", "--futures", "2").stdout)
     assert planner[0][4] == "-" and float(planner[0][3]) > 0
 
