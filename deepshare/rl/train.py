@@ -138,13 +138,20 @@ class TrainConfig(BaseModel):
 
     def env_config(self, base: Path) -> EnvConfig:
         """The env config with trace paths resolved (``bundled:NAME`` = a trace shipped in the
-        package) and a cluster spec file's path too: both relative to the config's folder
-        ``base``, whatever folder training runs from (a preset name stays a name)."""
+        package) and cluster spec files' paths too (``cluster``, ``generated_clusters``): all
+        relative to the config's folder ``base``, whatever folder training runs from (a preset
+        name stays a name)."""
         values = dict(self.env)
         values["traces"] = [str(_resolve_trace(t, base)) for t in values.get("traces", [])]
-        cluster = values.get("cluster")
-        if isinstance(cluster, str) and cluster not in preset_names():
-            values["cluster"] = str(_relative_to(cluster, base))
+        presets = preset_names()
+
+        def resolved(cluster: Any) -> Any:
+            return str(_relative_to(cluster, base)) if isinstance(cluster, str) and cluster and cluster not in presets else cluster
+
+        if "cluster" in values:
+            values["cluster"] = resolved(values["cluster"])
+        if isinstance(values.get("generated_clusters"), list):
+            values["generated_clusters"] = [resolved(c) for c in values["generated_clusters"]]
         return EnvConfig.from_dict(values)
 
 

@@ -238,8 +238,8 @@ def test_train_cli_refuses_seed_with_resume_and_a_negative_seed(tmp_path, capsys
         main(["train", str(TINY), "--seed", "-1"])
 
 
-def test_a_cluster_spec_file_is_found_relative_to_the_config_from_any_folder(tmp_path, monkeypatch):
-    """Traces and a cluster spec file both resolve against the config's folder, not the working
+def test_cluster_spec_files_are_found_relative_to_the_config_from_any_folder(tmp_path, monkeypatch):
+    """Traces and cluster spec files (cluster, generated_clusters) resolve against the config's folder, not the working
     directory; a preset name stays a name."""
     from deepshare.core.topology import load_topology
 
@@ -258,6 +258,10 @@ def test_a_cluster_spec_file_is_found_relative_to_the_config_from_any_folder(tmp
     assert len(load_topology(env.cluster).nodes) == 2
     (folder / "p.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: testbed\n")
     assert load_train_config(folder / "p.yaml").env_config(folder).cluster == "testbed"
+    (folder / "g.yaml").write_text("name: x\nenv:\n  generated_fraction: 1.0\n"
+                                   "  generated_clusters: [clusters/two.yaml, testbed]\n")
+    generated = load_train_config(folder / "g.yaml").env_config(folder).generated_clusters
+    assert list(generated) == [str(folder / "clusters" / "two.yaml"), "testbed"]
     (folder / "m.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: clusters/none.yaml\n")
     with pytest.raises(DeepShareError, match="none.yaml"):
         load_train_config(folder / "m.yaml")
