@@ -95,7 +95,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 "deepshare evaluate --suite quick --workers 2 --json runs/suite/quick.json")
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
-                   help="run a benchmark suite instead of one trace: a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tiny) or a suite YAML "
+                   help="run a benchmark suite instead of one trace: a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tenants-learned, tiny) or a suite YAML "
                    "(deepshare/experiments/suite.py); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
                    "saying why (and in the JSON's \"failed\"), and the command exits 1")

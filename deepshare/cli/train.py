@@ -207,7 +207,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
                    "(e.g. `deepshare imitate`'s; overrides the config's model.init_from)")
     p.add_argument("--eval-suite", metavar="NAME|PATH",
-                   help="learning curve: score policy.pt on a benchmark suite (a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tiny) "
+                   help="learning curve: score policy.pt on a benchmark suite (a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tenants-learned, tiny) "
                    "or a suite YAML) before the first iteration and at every checkpoint, as `deepshare evaluate --suite` does; "
                    "rows go to suite_curve.csv and curves.png in the run folder")
     p.add_argument("--eval-workers", type=in_range(int, 1, 64, "processes"), default=None, metavar="N",
