@@ -30,7 +30,8 @@ the date and the commit. Figures only: nothing here asserts a result.
 
 Usage: python bench/room.py --suite loaded --cells N [--only 1,7] [--futures 8] [--horizon 3600] [--heuristics a,b]
 [--candidates a,b] [--max-steps 400] [--no-arrivals] [--no-planner | --no-ceiling] [--ceiling-knows all|work]
-[--json runs/bench/room-SUITE.json] (figures for ``make results``).
+[--json runs/bench/room-SUITE.json] (figures for ``make results``) [--workers 2] (cells in
+parallel processes; the figures are the same).
 (``--cells N``: the suite's first N cells; ``--only 1,7``: those cells instead).
 """
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Sequence
@@ -95,6 +97,63 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def measure_cell(args: argparse.Namespace, index: int) -> tuple[list[str], str, float | None, float | None]:
+    """One cell: its table row, the note for its figures, and the planner's and the ceiling's
+    average JCT over the best heuristic's (None where not measured). A function of its
+    arguments alone, so cells can be measured in worker processes (``--workers``)."""
+    spec = load_suite(args.suite)
+    cell = cells(spec)[index]
+    heuristics = args.heuristics.split(",") if args.heuristics else list(spec.heuristics)
+    tenants = suite_tenants(spec)
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        """The heuristic ``name``, behind the suite's tenants' admission as the suite runs it; the
+        planner and the ceiling build their candidates with it, so in their copies too."""
+        built = make_policy(name)
+        if tenants is None:
+            return built
+        from deepshare.tenants import Admitted
+
+        return Admitted(built, tenants)
+
+    jobs, topology, information = cell_trace(spec, cell), cell_topology(cell), cell.information(spec)
+
+    def simulator() -> Simulator:
+        return Simulator(topology, jobs, cell_contention(spec, cell), information=information)
+
+    cpu = time.process_time()
+    results = {name: simulator().run(make(name)).avg_jct_s for name in heuristics}
+    best = min(results, key=lambda n: (results[n], n))
+    heuristics_cpu = time.process_time() - cpu
+    config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention,
+                           max_steps=args.max_steps, arrivals=not args.no_arrivals,
+                           candidates=tuple(args.candidates.split(",")) if args.candidates else None)
+    planner = Planner(config, make)
+    base = planner.candidate_names(topology)[0]
+    base_avg = results.get(base)
+    if base_avg is None:
+        base_avg = simulator().run(make(base)).avg_jct_s
+    row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}"]
+    planned_cell, planned = ["-", "-", "-"], None  # ratio, decisions changed, CPU
+    if not args.no_planner:
+        cpu = time.process_time()
+        planned = simulator().run(planner).avg_jct_s / results[best]
+        planned_cell = [f"{planned:.3f}", str(planner.stats.changed), f"{time.process_time() - cpu:.0f}"]
+    ceiling_cell, clairvoyant = ["-", "-", "-"], None
+    contested = planner.stats.contested
+    if not args.no_ceiling:
+        sim = simulator()
+        ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",
+                          futures_model=TruthFutures(sim, jobs, arrivals=args.ceiling_knows == "all"))
+        cpu = time.process_time()
+        clairvoyant = sim.run(ceiling).avg_jct_s / results[best]
+        ceiling_cell = [f"{clairvoyant:.3f}", str(ceiling.stats.changed), f"{time.process_time() - cpu:.0f}"]
+        contested = contested if not args.no_planner else ceiling.stats.contested
+    row += [planned_cell[0], ceiling_cell[0], str(contested), f"{planned_cell[1]}, {ceiling_cell[1]}",
+            f"{heuristics_cpu:.0f}, {planned_cell[2]}, {ceiling_cell[2]}"]
+    return row, f"best heuristic {best}, {results[best]:,.0f} s", planned, clairvoyant
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="loaded")
@@ -115,8 +174,11 @@ def main() -> None:
                         help="what the ceiling is told: the known jobs' true work and the real arrivals (all), "
                              "or the true work alone (work: no arrivals in its copies)")
     parser.add_argument("--no-planner", action="store_true", help="the ceiling alone (a long horizon's planner is slow)")
+    parser.add_argument("--workers", type=int, default=1, help="measure this many cells at once, one process each")
     add_json_flag(parser)
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: expected a positive number of processes")
     spec = load_suite(args.suite)
     grid = cells(spec)
     try:
@@ -138,63 +200,25 @@ def main() -> None:
           "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")
     print("|---|---|---|---|---|---|---|---|")
     planner_ratios, ceiling_ratios = [], []
-    tenants = suite_tenants(spec)
-
-    def make(name: str):  # type: ignore[no-untyped-def]
-        """The heuristic ``name``, behind the suite's tenants' admission as the suite runs it; the
-        planner and the ceiling build their candidates with it, so in their copies too."""
-        built = make_policy(name)
-        if tenants is None:
-            return built
-        from deepshare.tenants import Admitted
-
-        return Admitted(built, tenants)
-
-    for index in chosen:
-        cell = grid[index]
-        jobs, topology, information = cell_trace(spec, cell), cell_topology(cell), cell.information(spec)
-
-        def simulator() -> Simulator:
-            return Simulator(topology, jobs, cell_contention(spec, cell), information=information)
-
-        cpu = time.process_time()
-        results = {name: simulator().run(make(name)).avg_jct_s for name in heuristics}
-        best = min(results, key=lambda n: (results[n], n))
-        heuristics_cpu = time.process_time() - cpu
-        config = PlannerConfig(futures=args.futures, horizon_s=args.horizon, contention=cell.contention,
-                               max_steps=args.max_steps, arrivals=not args.no_arrivals,
-                               candidates=tuple(args.candidates.split(",")) if args.candidates else None)
-        planner = Planner(config, make)
-        base = planner.candidate_names(topology)[0]
-        base_avg = results.get(base)
-        if base_avg is None:
-            base_avg = simulator().run(make(base)).avg_jct_s
-        row = [f"{cell.label} (#{index})", f"`{best}` ({results[best]:,.0f})", f"{base_avg / results[best]:.3f}"]
-        planned_cell = ["-", "-", "-"]  # ratio, decisions changed, CPU
-        if not args.no_planner:
-            cpu = time.process_time()
-            planned = simulator().run(planner).avg_jct_s
-            planner_ratios.append(planned / results[best])
-            planned_cell = [f"{planned / results[best]:.3f}", str(planner.stats.changed), f"{time.process_time() - cpu:.0f}"]
-        ceiling_cell = ["-", "-", "-"]
-        contested = planner.stats.contested
-        if not args.no_ceiling:
-            sim = simulator()
-            ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",
-                              futures_model=TruthFutures(sim, jobs, arrivals=args.ceiling_knows == "all"))
-            cpu = time.process_time()
-            clairvoyant = sim.run(ceiling).avg_jct_s
-            ceiling_ratios.append(clairvoyant / results[best])
-            ceiling_cell = [f"{clairvoyant / results[best]:.3f}", str(ceiling.stats.changed), f"{time.process_time() - cpu:.0f}"]
-            contested = contested if not args.no_planner else ceiling.stats.contested
-        row += [planned_cell[0], ceiling_cell[0], str(contested), f"{planned_cell[1]}, {ceiling_cell[1]}",
-                f"{heuristics_cpu:.0f}, {planned_cell[2]}, {ceiling_cell[2]}"]
-        print("| " + " | ".join(row) + " |", flush=True)
-        note = f"best heuristic {best}, {results[best]:,.0f} s"
-        if not args.no_planner:
-            record.add(f"{cell.label}: planner / best heuristic", planner_ratios[-1], "x", note=note)
-        if not args.no_ceiling:
-            record.add(f"{cell.label}: clairvoyant ceiling / best heuristic", ceiling_ratios[-1], "x", note=note)
+    jobs = [(args, index) for index in chosen]
+    if args.workers > 1 and len(jobs) > 1:
+        pool = ProcessPoolExecutor(min(args.workers, len(jobs)))
+        measured = pool.map(measure_cell, *zip(*jobs))
+    else:
+        pool, measured = None, map(measure_cell, *zip(*jobs))
+    try:
+        for (row, note, planned, clairvoyant) in measured:  # in the cells' order, each as soon as it and those before are done
+            print("| " + " | ".join(row) + " |", flush=True)
+            label = row[0].rsplit(" (#", 1)[0]
+            if planned is not None:
+                planner_ratios.append(planned)
+                record.add(f"{label}: planner / best heuristic", planned, "x", note=note)
+            if clairvoyant is not None:
+                ceiling_ratios.append(clairvoyant)
+                record.add(f"{label}: clairvoyant ceiling / best heuristic", clairvoyant, "x", note=note)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     parts = ([f"planner / best {geomean(planner_ratios):.3f}"] if planner_ratios else []) + (
         [f"ceiling / best {geomean(ceiling_ratios):.3f}"] if ceiling_ratios else [])
     print(f"geometric mean over {len(chosen)} cells: " + ", ".join(parts or ["nothing measured"]))

@@ -69,3 +69,13 @@ def test_on_a_suite_with_tenants_the_heuristics_run_behind_its_admission_as_the_
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"`srsf+consolidated` ({expected:,.0f})" in _rows(done.stdout)[0][1]
+
+
+def test_two_workers_print_the_same_rows_in_the_same_order():
+    one = _room("--only", "3,0,2", "--futures", "2", "--max-steps", "50")
+    two = _room("--only", "3,0,2", "--futures", "2", "--max-steps", "50", "--workers", "2")
+    assert one.returncode == two.returncode == 0, two.stderr
+    strip_cpu = lambda rows: [r[:-1] for r in rows]  # noqa: E731 - CPU seconds differ run to run
+    assert strip_cpu(_rows(two.stdout)) == strip_cpu(_rows(one.stdout))
+    assert [r[0].rsplit("(#", 1)[1] for r in _rows(two.stdout)] == ["3)", "0)", "2)"]
+    assert _room("--only", "0", "--workers", "0").returncode == 2
