@@ -82,6 +82,7 @@ suites: $(STAMP)
 	$(BIN)/deepshare evaluate --suite loaded --workers 2 --json $(SUITE_JSON)/loaded.json
 	$(BIN)/deepshare evaluate --suite standard --workers 2 --json $(SUITE_JSON)/standard.json
 	$(BIN)/deepshare evaluate --suite fabric --workers 2 --json $(SUITE_JSON)/fabric.json
+	$(BIN)/deepshare evaluate --suite tenants-learned --workers 2 --json $(SUITE_JSON)/tenants-learned.json
 
 # docs/results.md and the README's headline table, from the JSON files above (whichever exist);
 # the files it used are kept in docs/results/ so the page can be regenerated and checked.
