@@ -37,8 +37,9 @@ class Record:
             target, met = f">= {at_least:g}", value >= at_least
         self.measures.append({"name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note})
 
-    def write(self) -> None:
-        """Write the file (whole: a temporary file and a rename), if ``--json`` was given."""
+    def write(self, quiet: bool = False) -> None:
+        """Write the file (whole: a temporary file and a rename), if ``--json`` was given; a
+        script may write it again as figures come in (each write replaces the last)."""
         if not self.path:
             return
         path = Path(self.path)
@@ -46,7 +47,8 @@ class Record:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.provenance, "measures": self.measures}, indent=1) + "\n")
         os.replace(tmp, path)
-        print(f"wrote {path}")
+        if not quiet:
+            print(f"wrote {path}")
 
 
 def add_json_flag(parser: Any) -> None:

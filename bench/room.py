@@ -216,6 +216,7 @@ def main() -> None:
             if clairvoyant is not None:
                 ceiling_ratios.append(clairvoyant)
                 record.add(f"{label}: clairvoyant ceiling / best heuristic", clairvoyant, "x", note=note)
+            record.write(quiet=True)  # a long run stopped early keeps the cells it finished
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
