@@ -200,16 +200,17 @@ def main() -> None:
           "changed (planner, ceiling) | CPU s (heuristics, planner, ceiling) |")
     print("|---|---|---|---|---|---|---|---|")
     planner_ratios, ceiling_ratios = [], []
-    jobs = [(args, index) for index in chosen]
-    if args.workers > 1 and len(jobs) > 1:
-        pool = ProcessPoolExecutor(min(args.workers, len(jobs)))
-        measured = pool.map(measure_cell, *zip(*jobs))
+    same_args = [args] * len(chosen)
+    if args.workers > 1 and len(chosen) > 1:
+        pool = ProcessPoolExecutor(min(args.workers, len(chosen)))
+        measured = pool.map(measure_cell, same_args, chosen)
     else:
-        pool, measured = None, map(measure_cell, *zip(*jobs))
+        pool, measured = None, map(measure_cell, same_args, chosen)
     try:
-        for (row, note, planned, clairvoyant) in measured:  # in the cells' order, each as soon as it and those before are done
+        # in the cells' order, each as soon as it and those before are done
+        for index, (row, note, planned, clairvoyant) in zip(chosen, measured):
             print("| " + " | ".join(row) + " |", flush=True)
-            label = row[0].rsplit(" (#", 1)[0]
+            label = grid[index].label
             if planned is not None:
                 planner_ratios.append(planned)
                 record.add(f"{label}: planner / best heuristic", planned, "x", note=note)

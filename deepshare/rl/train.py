@@ -158,8 +158,7 @@ class TrainConfig(BaseModel):
 def _resolve_trace(name: str, base: Path) -> Path:
     if name.startswith("bundled:"):
         return Path(str(resources.files("deepshare.data") / "traces" / name.removeprefix("bundled:")))
-    path = Path(name)
-    return path if path.is_absolute() else base / path
+    return _relative_to(name, base)
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
