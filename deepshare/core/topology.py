@@ -174,14 +174,15 @@ def preset_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_topology(preset_or_path: str) -> Topology:
-    """Load a preset by name (``testbed``, ...) or a cluster spec YAML by path."""
+def load_topology(preset_or_path: str, field: str = "--cluster") -> Topology:
+    """Load a preset by name (``testbed``, ...) or a cluster spec YAML by path; a missing or
+    unreadable file's error names ``field`` (the flag or config key it came from)."""
     if preset_or_path in preset_names():
         text = (resources.files("deepshare.data") / "clusters" / f"{preset_or_path}.yaml").read_text()
         return _preset_topology(text, source=f"preset {preset_or_path!r}")
     path = Path(preset_or_path)
     missing = f"is neither a preset ({', '.join(preset_names())}) nor an existing file"
-    text = read_input_text(path, "cluster spec", CONFIG_BYTES, label=f"--cluster {preset_or_path!r}", not_found=missing)
+    text = read_input_text(path, "cluster spec", CONFIG_BYTES, label=f"{field} {preset_or_path!r}", not_found=missing)
     return parse_topology(text, source=str(path))
 
 

@@ -176,7 +176,7 @@ def parse_train_config(text: str, source: Path) -> TrainConfig:
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
     if env.traces:
-        load_topology(env.cluster)
+        load_topology(env.cluster, field=f"{source}: env.cluster")
     return config
 
 
