@@ -253,7 +253,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--label-smoothing", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.0, metavar="S",
                    help="share of each target spread over the choice's valid rows, so PPO started from the imitation can still "
                    "explore (default 0: an exact imitation's probabilities go to 1 and PPO learns nothing)")
-    p.add_argument("--teacher", metavar="planner=K[:BUDGET_S[:CONTENTION]]", default=None,
+    p.add_argument("--teacher", metavar="planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]", default=None,
                    help="expert iteration: the rollout planner (K sampled futures per contested decision) labels every "
                    "state instead of the anchor; round 0 plays the anchor's episodes, each DAgger round the scorer's own; "
                    "choices whose planner decision no row expresses (a preemption, a launch not offered) are skipped "

@@ -109,9 +109,9 @@ def scenario_policy(scenario: Scenario, policy: str) -> Policy:
     built = make_policy(policy)
     if scenario.tenants is None:
         return built
-    from deepshare.tenants import Admitted
+    from deepshare.tenants import admitted
 
-    return Admitted(built, scenario.tenants, restore_s=scenario.config.preempt_overhead_s)
+    return admitted(built, scenario.tenants, restore_s=scenario.config.preempt_overhead_s)
 
 
 def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None,

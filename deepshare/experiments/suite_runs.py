@@ -33,10 +33,10 @@ def run_one(spec: SuiteSpec, cell: Cell, policy: str) -> dict[str, float | None]
     topology, jobs, tenants = cell_topology(cell), cell_trace(spec, cell), suite_tenants(spec)
     built = make_policy(policy)
     if tenants is not None:
-        from deepshare.tenants import Admitted
+        from deepshare.tenants import admitted
 
         tenants.check_jobs(jobs)  # a job no queue can ever hold would stall the run
-        built = Admitted(built, tenants)
+        built = admitted(built, tenants)
     sim = Simulator(topology, jobs, cell_contention(spec, cell), information=cell.information(spec))
     report = sim.run(built)
     metrics = {key: getattr(report, key) for key in METRICS}

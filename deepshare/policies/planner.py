@@ -135,19 +135,36 @@ class PlannerConfig:
             raise DeepShareError(f"planner: contention {self.contention!r}: {exc}") from None
 
 
+END_STEPS = 1_000_000
+"""The step bound of a rollout under ``HORIZON`` ``end`` (far past any bundled trace's decisions)."""
+_PLANNER_SYNTAX = "K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
+
+
 def parse_argument(arg: str) -> PlannerConfig:
-    """``K[:BUDGET[:CONTENTION]]`` (``planner=16:5:link``); an empty or ``none`` budget is none."""
+    """``K[:BUDGET[:CONTENTION[:HORIZON]]]`` (``planner=16:5:link:end``); an empty or ``none``
+    budget is none. ``HORIZON``: seconds each rollout looks ahead (arrivals sampled up to it, at
+    most :attr:`PlannerConfig.max_steps` decisions), or ``end``: each rollout plays the base until
+    the view's jobs have all finished, with no sampled arrivals (a year of them would never end)."""
     parts = arg.split(":")
-    if len(parts) > 3:
-        raise DeepShareError(f"planner={arg}: expected K[:BUDGET_S[:CONTENTION]], e.g. planner=16:5:link")
+    if len(parts) > 4:
+        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX}, e.g. planner=16:5:link or planner=16::link:end")
+    horizon = parts[3] if len(parts) > 3 and parts[3] else None
     try:
         futures = int(parts[0]) if parts[0] else PlannerConfig.futures
         budget = float(parts[1]) if len(parts) > 1 and parts[1] not in ("", "none") else None
+        horizon_s = None if horizon in (None, "end") else float(horizon)  # type: ignore[arg-type]
     except ValueError:
-        raise DeepShareError(f"planner={arg}: expected K[:BUDGET_S[:CONTENTION]] with K an integer and "
-                             "BUDGET_S seconds, e.g. planner=16:5:link") from None
+        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX} with K an integer, BUDGET_S seconds and "
+                             "HORIZON seconds or 'end', e.g. planner=16:5:link:7200") from None
     contention = parts[2] if len(parts) > 2 and parts[2] else PlannerConfig.contention
-    return PlannerConfig(futures=futures, budget_s=budget, contention=contention)
+    config = PlannerConfig(futures=futures, budget_s=budget, contention=contention)
+    if horizon == "end":
+        return replace(config, horizon_s=MAX_DURATION_S, max_steps=END_STEPS, arrivals=False)
+    if horizon_s is not None:
+        if not math.isfinite(horizon_s):  # "inf" and "nan" parse as floats; the config's own check names them
+            raise DeepShareError(f"planner={arg}: HORIZON must be seconds up to a year or 'end', got {horizon!r}")
+        return replace(config, horizon_s=horizon_s)
+    return config
 
 
 @dataclass(frozen=True)
@@ -307,6 +324,16 @@ class Planner:
         self._make = make
         self._candidates: dict[tuple[str, ...], list[Policy]] = {}
         self.stats = PlannerStats()
+
+    def around_candidates(self, wrap: Callable[[Policy], Policy]) -> "Planner":
+        """This planner with ``wrap`` around each candidate it builds (the bases of its copies too),
+        not around itself: how a tenants file's admission reaches it
+        (:func:`deepshare.tenants.admitted`). Admission around the planner would show it only the
+        admitted jobs and leave its copies without admission, planning a world unlike the real
+        one; around its candidates, every option it weighs, and every copy's base, is admitted as
+        the real run is. For a planner that has not decided yet (the result shares its futures)."""
+        make = self._make
+        return Planner(self.config, lambda name: wrap(make(name)), self.name, self.futures_model)
 
     def candidate_names(self, topology: Topology) -> tuple[str, ...]:
         """The candidates on ``topology`` (the first is the base): the configured ones, else

@@ -61,12 +61,12 @@ from deepshare.policies.planner import BeliefFutures, Planner, PlannerConfig, pa
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 from deepshare.rl.imitate import SUITE_SEED_BASE, Demonstrations, FitSettings, anchor_action, collect, fit, learner_gap
 
-TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION]]"
+TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
 """How ``--teacher`` names the planner."""
 
 
 def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
-    """The planner a ``--teacher`` names: ``planner`` (its defaults) or ``planner=K[:BUDGET_S[:CONTENTION]]``;
+    """The planner a ``--teacher`` names: ``planner`` (its defaults) or ``planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]``;
     ``candidates``: ``A,B,...``, registered heuristics replacing the planner's (the first is the base),
     e.g. non-preemptive ones only, so that every decision is one the rows can express."""
     name, _, arg = text.partition("=")

@@ -279,10 +279,14 @@ def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) ->
 class TenantsPolicy:
     """``inner`` behind the current tenants file's admission and quota preemption
     (:class:`deepshare.tenants.Admitted`), read afresh at every decision; ``inner`` alone while
-    the scheduler runs without a tenants file."""
+    the scheduler runs without a tenants file. A policy that weighs candidates on copies of the
+    cluster (the planner) gets this wrapper around each candidate instead
+    (:func:`deepshare.tenants.admitted` says why)."""
 
     def __init__(self, inner: Any, live: LiveTenants) -> None:
-        self.inner = inner
+        around = getattr(inner, "around_candidates", None)
+        self.around = callable(around)
+        self.inner = around(lambda candidate: TenantsPolicy(candidate, live)) if self.around else inner
         self.live = live
 
     @property
@@ -291,6 +295,6 @@ class TenantsPolicy:
 
     def decide(self, view: ClusterView) -> Decision:
         tenants = self.live.current
-        if tenants is None:
+        if tenants is None or self.around:
             return self.inner.decide(view)  # type: ignore[no-any-return]
         return Admitted(self.inner, tenants).decide(view)

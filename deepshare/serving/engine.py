@@ -148,9 +148,9 @@ class PlacementEngine:
 
 
 def _admitted(policy: Any, tenants: Tenants) -> Any:
-    from deepshare.tenants import Admitted
+    from deepshare.tenants import admitted
 
-    return Admitted(policy, tenants)
+    return admitted(policy, tenants)
 
 
 def _not_local(path: str) -> str:

@@ -4,7 +4,8 @@
 * :mod:`~deepshare.tenants.quota` — usage per queue against quotas (:class:`Ledger`);
 * :mod:`~deepshare.tenants.admission` — which queued jobs a policy may see;
 * :mod:`~deepshare.tenants.reclaim` — preemption for quotas (reclaim, priority);
-* :mod:`~deepshare.tenants.wrapper` — :class:`Admitted`, all of it around any policy;
+* :mod:`~deepshare.tenants.wrapper` — :class:`Admitted`, all of it around any policy, and
+  :func:`admitted`, which puts it where each policy needs it;
 * :mod:`~deepshare.tenants.orders` — fairness-aware orders (``drf``, ``themis``);
 * :mod:`~deepshare.tenants.fairness` — per-tenant shares and finish-time fairness of a run.
 
@@ -15,6 +16,6 @@ registers its orders. ``docs/tenants.md`` is the user's guide.
 from deepshare.tenants.admission import Admission, admit
 from deepshare.tenants.quota import Ledger
 from deepshare.tenants.spec import Queue, TenantToken, Tenants, load_tenants, parse_tenants
-from deepshare.tenants.wrapper import Admitted
+from deepshare.tenants.wrapper import Admitted, admitted
 
-__all__ = ["Admission", "Admitted", "Ledger", "Queue", "TenantToken", "Tenants", "admit", "load_tenants", "parse_tenants"]
+__all__ = ["Admission", "Admitted", "Ledger", "Queue", "TenantToken", "Tenants", "admit", "admitted", "load_tenants", "parse_tenants"]

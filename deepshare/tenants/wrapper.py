@@ -199,3 +199,15 @@ class Admitted:
         if answer.preempt or answer.migrate:
             return None
         return next((launch for launch in answer.launch if launch.job_id == job.job_id), None)
+
+
+def admitted(policy: PolicyLike, tenants: Tenants, **options: object) -> PolicyLike:
+    """``policy`` behind ``tenants``' admission: :class:`Admitted` around it, or, for a policy that
+    weighs candidates on copies of the cluster (the planner: an ``around_candidates`` method),
+    :class:`Admitted` around each of its candidates, so that it sees every queued job, chooses
+    among admitted decisions only and simulates admission in its copies. ``options``: the
+    :class:`Admitted` fields (``reclaim``, ``restore_s``)."""
+    around = getattr(policy, "around_candidates", None)
+    if callable(around):
+        return around(lambda inner: Admitted(inner, tenants, **options))  # type: ignore[arg-type]
+    return Admitted(policy, tenants, **options)  # type: ignore[arg-type]

@@ -181,7 +181,7 @@ def test_registered_as_a_policy_that_takes_its_knobs():
     assert make_policy("planner").config == PlannerConfig()
     assert make_policy("planner=16:5:link").config == PlannerConfig(futures=16, budget_s=5.0, contention="link")
     assert parse_argument("4::none") == PlannerConfig(futures=4, contention="none")
-    for bad in ("x", "4:soon", "0", "4:-1", "4:1:nosuch", "1:2:3:4"):
+    for bad in ("x", "4:soon", "0", "4:-1", "4:1:nosuch", "1:2:3:4", "1:2:none:3:4"):
         with pytest.raises(DeepShareError, match="planner"):
             make_policy(f"planner={bad}")
 
@@ -210,3 +210,33 @@ def test_the_belief_keeps_the_most_recent_arrivals_only():
     assert len(belief._seen) < len(jobs)  # so older arrivals were let go
     kept = sorted(s.submit_time for s in belief._seen.values())
     assert len(belief._recent(float("inf"))) == window and belief._recent(float("inf"))[-1].submit_time == kept[-1]
+
+
+def test_the_horizon_can_be_set_or_played_to_the_end():
+    from deepshare.core.bounds import MAX_DURATION_S
+    from deepshare.policies.planner import END_STEPS
+
+    assert parse_argument("16:5:link:end") == PlannerConfig(futures=16, budget_s=5.0, contention="link",
+                                                             horizon_s=MAX_DURATION_S, max_steps=END_STEPS,
+                                                             arrivals=False)
+    assert parse_argument("4:::7200") == PlannerConfig(futures=4, horizon_s=7200.0)
+    assert parse_argument("4::none:") == PlannerConfig(futures=4, contention="none")
+    for bad in ("4:::soon", "4:::inf", "4:::nan", "4:::0", "4:::-5", "4:::1e9", "4:1:none:end:x"):
+        with pytest.raises(DeepShareError, match="planner"):
+            make_policy(f"planner={bad}")
+
+
+def test_to_the_end_it_sees_past_the_hour():
+    # One 8-GPU node. L (5,010 s) runs from t=0; S (4,000 s, 8 GPUs) arrives at t=10.
+    # Waiting (the base, srsf+packed): L ends at 5,010, S at 9,010: JCTs 5,010 and 9,000, mean 7,005.
+    # Preempting: S ends at 4,010, L at 4,010 + 30 (restore) + 5,000 = 9,040: JCTs 4,000 and
+    # 9,040, mean 6,520. An hour's rollout cannot tell them apart (from t=10 both have 2 jobs in
+    # the system for the hour, then 5,400 s of work left), so the base's decision stands; played
+    # to the end, the rollouts see the preemption's gain.
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=5_010.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=4_000.0)]
+    hour = Planner(replace(parse_argument("1::none:3600"), candidates=("srsf+packed", "srsf+packed+preempt")),
+                   make_policy)
+    end = Planner(replace(parse_argument("1::none:end"), candidates=("srsf+packed", "srsf+packed+preempt")),
+                  make_policy)
+    assert run(jobs, hour).avg_jct_s == pytest.approx(7_005.0) and hour.stats.contested == 1
+    assert run(jobs, end).avg_jct_s == pytest.approx(6_520.0) and end.stats.changed == 1
