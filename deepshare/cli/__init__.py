@@ -63,10 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    out = Console(highlight=False)
+    out = Console(highlight=False, emoji=False)  # user text (ids, paths, specs) as typed: no ":name:" emoji
     if not out.is_terminal:  # piped output: wide enough that tables never wrap
-        out = Console(highlight=False, width=140)
-    err = Console(stderr=True, highlight=False)
+        out = Console(highlight=False, emoji=False, width=140)
+    err = Console(stderr=True, highlight=False, emoji=False)
     try:
         return args.func(args, out, err)
     except DeepShareError as exc:

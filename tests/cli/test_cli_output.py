@@ -253,3 +253,14 @@ def test_range_edges_are_accepted(capsys, tmp_path) -> None:
                        "--preempt-overhead-s", "1e6", "--nodes", 1, "--gpus-per-node", 1024, "--json", "-")
     assert rc == 0, err
     assert json.loads(out)["jobs"] == 4
+
+
+def test_user_text_is_printed_as_typed_never_as_emoji(capsys, tmp_path) -> None:
+    # rich turns ":name:" into an emoji by default: "planner=4:::soon" printed as "planner=4::🔜"
+    rc, _, err = cli(capsys, "simulate", "--trace", BUNDLED, "--policy", "planner=4:::soon")
+    assert rc == 2
+    one_error_line(err, "planner=4:::soon")
+    trace = tmp_path / "a:smile:b.json"
+    shutil.copy(BUNDLED, trace)
+    rc, out, _ = cli(capsys, "simulate", "--trace", trace, "--policy", "fifo+packed", "--no-progress")
+    assert rc == 0 and "a:smile:b.json" in out and "😄" not in out
