@@ -39,6 +39,10 @@ catalog, history and time, nothing else. The copies assume ``contention`` (a mod
 planner cannot read the world's) and the default :class:`~deepshare.core.simulator.SimConfig`
 (30 s restores, no rounds).
 
+A caller's deadline (the placement service's) stops a decision between two steps of a rollout
+(:func:`~deepshare.core.interrupt.checkpoint`): the copies ask their own contention model, never
+the view's predictor, where the service checks it otherwise.
+
 Budget: ``budget_s`` seconds of wall time per decision. Futures are tried whole (every candidate
 on future ``k`` before future ``k+1``); once the budget is spent no new rollout is started, a
 future left incomplete is dropped, and the decision is taken on the futures done (the base's
@@ -67,6 +71,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.information import believed_remaining_s
+from deepshare.core.interrupt import checkpoint
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision, JobSpec
@@ -397,6 +402,7 @@ class Planner:
                  durations: str, history: JobHistory) -> float:
         """The cost of ``decision`` in one future (infinite when the copy cannot go on)."""
         self.stats.rollouts += 1
+        checkpoint()
         base = self._make(base_name)
         estimates = None if durations == "exact" else _estimates(start, future, durations)
         memo: dict[int, tuple[JobView, JobView]] = {}
@@ -411,6 +417,7 @@ class Planner:
                 if view.now >= horizon_end or steps >= self.config.max_steps:
                     left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != _HORIZON_JOB)
                     return copy.jobs_in_system_area + left
+                checkpoint()  # a caller's deadline (the service's) stops a long rollout between its decisions
                 seen = view if estimates is None else _believed(view, durations, estimates, memo, history)
                 copy.apply(base.decide(seen))
                 steps += 1

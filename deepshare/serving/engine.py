@@ -3,8 +3,10 @@
 The Serve deployment wraps an engine; benchmarks call one in-process as the floor the HTTP
 path is measured against. :meth:`PlacementEngine.place` is synchronous and bounded: it checks a
 :class:`~deepshare.serving.deadline.Deadline` after building the view, before every step of a
-learned policy and before every contention prediction a policy asks for, so a request too large
-to decide in time unwinds with :class:`DecisionTimeout` instead of occupying the replica. The
+learned policy, before every contention prediction a policy asks for and at every
+:func:`~deepshare.core.interrupt.checkpoint` a long policy calls (each step of the planner's
+rollouts), so a request too large to decide in time unwinds with :class:`DecisionTimeout`
+instead of occupying the replica. The
 service runs it in a decision thread (:mod:`deepshare.serving.workers`); a learned policy's
 forward passes can go to a scorer the server provides, which batches them across requests.
 """
@@ -23,6 +25,7 @@ import numpy as np
 import deepshare
 from deepshare.core.contention import make_contention
 from deepshare.core.files import POLICY_BYTES, read_input_bytes
+from deepshare.core.interrupt import checking
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, ForwardingPredictor, JobView, Prediction, Predictor, Question
 from deepshare.core.workloads import default_catalog
@@ -91,7 +94,8 @@ class PlacementEngine:
         """
         view = self._bounded_view(request, deadline)
         if not self._stepped:
-            return self.respond(self.policy.decide(view), view)
+            with checking(None if deadline.at is None else deadline.check):
+                return self.respond(self.policy.decide(view), view)
         decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
         return self.respond(decision, view)
 
@@ -103,7 +107,8 @@ class PlacementEngine:
         steps between two awaits run on the loop."""
         view = self._bounded_view(request, deadline)
         if score is None or not self._stepped:
-            return self.respond(self.policy.decide(view), view)
+            with checking(None if deadline.at is None else deadline.check):
+                return self.respond(self.policy.decide(view), view)
         run = self.policy.steps(view)
         try:
             await asyncio.sleep(0)  # let requests that arrived together register before scoring

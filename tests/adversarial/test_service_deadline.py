@@ -127,3 +127,35 @@ def test_the_event_loop_path_checks_the_deadline_between_steps():
     assert calls
     with pytest.raises(DecisionTimeout):
         asyncio.run(engine.place_async(request, Deadline(0.0), score))
+
+
+def contested(pending: int = 600) -> PlacementRequest:
+    """Half-busy nodes and a mixed queue: the planner's candidates disagree, and each of its
+    rollouts plays hundreds of jobs to the end (about 3 s of CPU for ``planner=4:::end``)."""
+    models = ("FSDP", "MobileNetV3", "Transformer-XL")
+    return PlacementRequest.model_validate({
+        "now": 400.0,
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8 if i % 2 else 4} for i in range(16)],
+        "running": [{"job_id": f"r{i}", "model": "FSDP", "placement": {f"n{i}": 4}, "attained_gpu_s": 400.0,
+                     "remaining_s": 3000.0 + 100 * i} for i in range(0, 16, 2)],
+        "pending": [{"job_id": f"p{j}", "model": models[j % 3], "gpus": (1, 2, 4, 8)[j % 4],
+                     "submitted_at": float(j % 400), "remaining_s": (300.0, 1000.0, 5000.0, 20000.0)[j % 7 % 4]}
+                    for j in range(pending)],
+    })
+
+
+def test_the_planners_rollouts_stop_at_the_deadline():
+    # The rollouts simulate copies of the cluster with their own contention model, so the view's
+    # checked predictor never sees them: without the engine's checkpoint they ran to the end,
+    # seconds past a 0.3 s deadline.
+    from deepshare.core.interrupt import checkpoint
+
+    engine = PlacementEngine(EngineSettings(policy="planner=4:::end"))
+    start = time.monotonic()
+    with pytest.raises(DecisionTimeout):
+        engine.place(contested(), Deadline(0.3))
+    assert time.monotonic() - start < 1.5  # one rollout step past the deadline, not every rollout
+    assert engine.policy.stats.contested == 1 and engine.policy.stats.rollouts >= 1
+    checkpoint()  # the deadline's check went with the request
+    small = PlacementRequest.model_validate(small_request())
+    assert engine.place(small, Deadline(30.0)) == engine.place(small)
