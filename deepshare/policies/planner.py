@@ -22,7 +22,10 @@ A *future* is what the view does not say, drawn from the belief the information 
   ``bsrsf`` order reads them) conditioned on the job having run ``ran_s`` already;
 * arrivals in ``(now, now + horizon_s]``: a Poisson process at the rate of the last
   ``window`` arrivals the planner has seen (the jobs of every view it was shown, by submit
-  time; none before it has seen :data:`MIN_ARRIVALS`), each a copy of one of those jobs' shape
+  time; none before it has seen :data:`MIN_ARRIVALS`), measured over at least
+  :data:`MIN_RATE_SPAN_S` and at most :data:`MAX_ARRIVALS` per future (a burst of submissions
+  within moments, a trace's first second or a client's batch, would otherwise imply thousands a
+  second and a future of millions of jobs), each a copy of one of those jobs' shape
   (model, GPUs, features, topology request, estimate) with a run time drawn as above (under
   ``exact``: the copied job's own, as first seen).
 
@@ -89,6 +92,12 @@ the contention-aware choice), its BestFit and balanced siblings, and BestFit wit
 reservation (a gang that should wait for its domain)."""
 MIN_ARRIVALS = 5
 """Arrivals the planner must have seen before it samples any (a rate from fewer is noise)."""
+MIN_RATE_SPAN_S = 60.0
+"""The least time the arrival rate is measured over: ``window`` arrivals submitted within a few
+milliseconds give at most ``window / 60`` a second, not ``window / 0.001``."""
+MAX_ARRIVALS = 10_000
+"""The most arrivals one future holds, whatever the rate: a bound on its memory and on the work
+of its rollouts."""
 LEAST_REMAINING_S = 1.0
 """The least remaining work a draw gives a job (seconds)."""
 _HORIZON_JOB = "~planner-horizon"
@@ -255,9 +264,10 @@ class BeliefFutures:
         arrivals: list[JobSpec] = []
         recent = self._recent(view.now)
         if recent:
-            rate = (len(recent) - 1) / (view.now - recent[0].submit_time)
+            rate = (len(recent) - 1) / max(view.now - recent[0].submit_time, MIN_RATE_SPAN_S)
             t = view.now
-            while rate > 0:
+            while rate > 0 and len(arrivals) < MAX_ARRIVALS:
+                checkpoint()
                 t += float(rng.exponential(1.0 / rate))
                 if t >= horizon_end:
                     break

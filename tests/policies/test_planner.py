@@ -240,3 +240,42 @@ def test_to_the_end_it_sees_past_the_hour():
                   make_policy)
     assert run(jobs, hour).avg_jct_s == pytest.approx(7_005.0) and hour.stats.contested == 1
     assert run(jobs, end).avg_jct_s == pytest.approx(6_520.0) and end.stats.changed == 1
+
+
+def _burst_view():
+    """A full 8-GPU node at t=0.008 s, with 8 jobs submitted in the trace's first 8 ms."""
+    from deepshare.policies.planner import BeliefFutures
+
+    jobs = [JobSpec("long", "FSDP", 8, 0.0, duration_s=5000.0)]
+    jobs += [JobSpec(f"j{i}", "FSDP", 8, 0.001 * (i + 1), duration_s=50.0 + i) for i in range(8)]
+    sim = Simulator(uniform(1, 8), jobs, make_contention("none"))
+    belief, fifo = BeliefFutures(), make_policy("fifo+packed")
+    while (view := sim.advance()) is not None:
+        belief.observe(view)
+        if view.now >= 0.008:
+            return view, belief
+        sim.apply(fifo.decide(view))
+    raise AssertionError("the burst never completed")
+
+
+def test_a_burst_of_submissions_does_not_imply_thousands_of_arrivals_a_second():
+    # 8 submissions within 8 ms once meant a rate of 7 / 0.008 s = 875 a second: 52,500 sampled
+    # arrivals in a minute's horizon (and 3.6 million in the default hour: a planner that never
+    # decided). The rate is measured over at least a minute: 7 / 60 a second, about 7 a minute.
+    import numpy as np
+
+    view, belief = _burst_view()
+    future = belief.sample(view, view.now + 60.0, np.random.default_rng(0))
+    assert len(future.arrivals) <= 30
+    assert all(view.now < a.submit_time < view.now + 60.0 for a in future.arrivals)
+
+
+def test_a_future_holds_at_most_max_arrivals(monkeypatch):
+    import numpy as np
+
+    from deepshare.policies import planner as planner_module
+
+    monkeypatch.setattr(planner_module, "MAX_ARRIVALS", 25)
+    view, belief = _burst_view()
+    future = belief.sample(view, view.now + 365 * 86400.0, np.random.default_rng(0))  # a year: thousands
+    assert len(future.arrivals) == 25
