@@ -67,8 +67,6 @@ class TruthFutures:
     the run gives them; with ``arrivals`` False, no arrivals (clairvoyant about the known jobs'
     work only: the gap to the full ceiling is what knowing the arrivals is worth)."""
 
-    deterministic = True
-
     def __init__(self, sim: Simulator, jobs: Sequence[JobSpec], arrivals: bool = True) -> None:
         self.sim = sim
         self.with_arrivals = arrivals
@@ -82,8 +80,8 @@ class TruthFutures:
              for spec, estimate in zip(jobs, estimates)),
             key=lambda spec: spec.submit_time)
 
-    def observe(self, view: ClusterView) -> None:
-        pass
+    def observe(self, view: ClusterView) -> bool:
+        return True  # one true future
 
     def sample(self, view: ClusterView, horizon_end: float, rng: np.random.Generator) -> Future:
         known = [*view.queued, *view.running]  # reading the running jobs brings their progress to now

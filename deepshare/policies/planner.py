@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 import zlib
 from dataclasses import dataclass, replace
@@ -192,13 +193,13 @@ class Future:
 
 
 class FutureModel(Protocol):
-    """Where a planner's futures come from."""
+    """Where a planner's futures come from. One model may serve concurrent decisions (the
+    placement service's decision threads share the policy): it must be safe to call from
+    several threads at once."""
 
-    deterministic: bool
-    """Every call gives the same future (one rollout per candidate is enough)."""
-
-    def observe(self, view: ClusterView) -> None:
-        """Called with every view the planner decides on, before :meth:`sample`."""
+    def observe(self, view: ClusterView) -> bool:
+        """Called with every view the planner decides on, before :meth:`sample`; whether every
+        future of ``view`` is the same (one rollout per candidate is then enough)."""
 
     def sample(self, view: ClusterView, horizon_end: float, rng: np.random.Generator) -> Future:
         """A future of ``view`` up to ``horizon_end``."""
@@ -223,30 +224,36 @@ class _Shape:
 
 
 class BeliefFutures:
-    """Futures drawn from what the view allows (see the module doc)."""
+    """Futures drawn from what the view allows (see the module doc). The arrivals seen are
+    shared by every decision (a service's concurrent requests too) under a lock."""
 
     def __init__(self, arrivals: bool = True, window: int = 200) -> None:
         self.arrivals, self.window = arrivals, window
         self._seen: dict[str, _Shape] = {}
-        self.deterministic = False  # set per view by ``observe``
+        self._lock = threading.Lock()
 
-    def observe(self, view: ClusterView) -> None:
-        seen = self._seen
-        for job in (*view.queued, *view.running):
-            if job.job_id not in seen:
-                size = job.remaining_s + job.ran_s if view.durations == "exact" else None
-                seen[job.job_id] = _Shape(job.submit_time, job.model, job.gpus, size, job.estimate_s, job.user,
-                                          job.group, job.vc, job.topology, job.queue, job.priority)
-        if len(seen) > 4 * self.window:  # keep the most recent arrivals only
-            keep = sorted(seen.items(), key=lambda item: item[1].submit_time)[-2 * self.window:]
-            self._seen = dict(keep)
-        self.deterministic = view.durations == "exact" and not self._recent(view.now)
+    def observe(self, view: ClusterView) -> bool:
+        exact = view.durations == "exact"
+        shapes = [(job.job_id, _Shape(job.submit_time, job.model, job.gpus, job.remaining_s + job.ran_s if exact else None,
+                                      job.estimate_s, job.user, job.group, job.vc, job.topology, job.queue,
+                                      job.priority))
+                  for job in (*view.queued, *view.running) if job.job_id not in self._seen]
+        with self._lock:
+            seen = self._seen
+            for job_id, shape in shapes:
+                seen.setdefault(job_id, shape)  # another decision may have added it since: the first stays
+            if len(seen) > 4 * self.window:  # keep the most recent arrivals only
+                keep = sorted(seen.items(), key=lambda item: item[1].submit_time)[-2 * self.window:]
+                self._seen = dict(keep)
+        return exact and not self._recent(view.now)
 
     def _recent(self, now: float) -> list[_Shape]:
         """The window's arrivals (at or before ``now``), oldest first; empty below MIN_ARRIVALS."""
         if not self.arrivals:
             return []
-        past = sorted((s for s in self._seen.values() if s.submit_time <= now), key=lambda s: s.submit_time)
+        with self._lock:
+            shapes = list(self._seen.values())
+        past = sorted((s for s in shapes if s.submit_time <= now), key=lambda s: s.submit_time)
         past = past[-self.window:]
         return past if len(past) >= MIN_ARRIVALS and now > past[0].submit_time else []
 
@@ -360,7 +367,7 @@ class Planner:
     def decide(self, view: ClusterView) -> Decision:
         started = time.perf_counter()
         self.stats.decisions += 1
-        self.futures_model.observe(view)
+        deterministic = self.futures_model.observe(view)
         names = self.candidate_names(view.topology)
         policies = self._candidates.get(names)
         if policies is None:
@@ -377,7 +384,7 @@ class Planner:
         horizon_end = view.now + config.horizon_s
         totals = [0.0] * len(choices)
         done = 0
-        futures = 1 if self.futures_model.deterministic else config.futures
+        futures = 1 if deterministic else config.futures
         budget_end = None if config.budget_s is None else started + config.budget_s
         for k in range(futures):
             rng = np.random.default_rng([config.seed, _view_hash(view), k])

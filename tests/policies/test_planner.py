@@ -279,3 +279,49 @@ def test_a_future_holds_at_most_max_arrivals(monkeypatch):
     view, belief = _burst_view()
     future = belief.sample(view, view.now + 365 * 86400.0, np.random.default_rng(0))  # a year: thousands
     assert len(future.arrivals) == 25
+
+
+def test_the_belief_serves_concurrent_decisions():
+    """The placement service's decision threads share one planner: one thread's views growing
+    (and pruning) the arrivals seen while another samples from them once raised 'dictionary
+    changed size during iteration' (reproduced with a short switch interval)."""
+    import sys
+    import threading
+
+    from deepshare.core.traces import generate
+    from deepshare.policies.planner import BeliefFutures
+
+    jobs = generate(3000, load=0.8, total_gpus=32, seed=3).jobs
+    belief = BeliefFutures(window=50)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def observe() -> None:
+        try:
+            sim, fifo = Simulator(uniform(4, 8), jobs, make_contention("none")), make_policy("fifo+packed")
+            while (view := sim.advance()) is not None:
+                belief.observe(view)
+                sim.apply(fifo.decide(view))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def sample() -> None:  # what sample() reads first: the window of arrivals seen
+        try:
+            while not done.is_set():
+                belief._recent(float("inf"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=observe), threading.Thread(target=sample)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and done.is_set()
