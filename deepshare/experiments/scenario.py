@@ -50,7 +50,8 @@ class Scenario:
     """Past finished jobs the run starts with (``--history``)."""
     tenants: Tenants | None = None
     """Queues and quotas (``--tenants``): every policy then runs behind their admission
-    (:class:`~deepshare.tenants.Admitted`); None: no tenancy."""
+    (:func:`~deepshare.tenants.admitted`: :class:`~deepshare.tenants.Admitted` around it, around
+    each candidate for the planner); None: no tenancy."""
 
     def __post_init__(self) -> None:
         if (self.topology is None) == (self.autoscale is None):

@@ -317,7 +317,8 @@ def decision_key(decision: Decision) -> tuple:
 
 @dataclass
 class PlannerStats:
-    """What the planner did so far (for benchmarks and tests)."""
+    """What the planner did so far (for benchmarks and tests). Approximate while several threads
+    decide with one planner (the service's decision threads): the counts are not locked."""
 
     decisions: int = 0
     contested: int = 0
@@ -368,6 +369,9 @@ class Planner:
         started = time.perf_counter()
         self.stats.decisions += 1
         deterministic = self.futures_model.observe(view)
+        if not isinstance(deterministic, bool):  # an old-style model (a ``deterministic`` attribute) must say so
+            raise TypeError(f"{type(self.futures_model).__name__}.observe must return a bool (whether every future of "
+                            f"the view is the same), got {deterministic!r}")
         names = self.candidate_names(view.topology)
         policies = self._candidates.get(names)
         if policies is None:

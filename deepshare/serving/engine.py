@@ -50,7 +50,8 @@ class EngineSettings:
     """Contention model behind the policy's predictions (the one it was trained with)."""
     tenants: Tenants | None = None
     """Queues and quotas (``--tenants``): the policy then decides behind their admission
-    (:class:`~deepshare.tenants.Admitted`), and requests may name only the queues and priority
+    (:func:`~deepshare.tenants.admitted`: :class:`~deepshare.tenants.Admitted` around it, around
+    each candidate for the planner), and requests may name only the queues and priority
     classes they declare. Admission counts usage from the request's running jobs, so it needs
     no state between requests."""
 

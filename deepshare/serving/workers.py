@@ -22,6 +22,7 @@ from the queue, never started, when that passes.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import queue
 import threading
@@ -129,8 +130,8 @@ class DecisionWorkers:
                 return  # its caller gave up while it was queued
             job.started, job.thread = True, me
             self._running[me] = job
-        try:
-            result, error = job.fn(), None
+        try:  # in a fresh copy of the context: nothing a decision installs (a deadline's check) outlives it
+            result, error = contextvars.copy_context().run(job.fn), None
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting request
             result, error = None, exc
         finally:

@@ -243,7 +243,7 @@ def test_to_the_end_it_sees_past_the_hour():
 
 
 def _burst_view():
-    """A full 8-GPU node at t=0.008 s, with 8 jobs submitted in the trace's first 8 ms."""
+    """A full 8-GPU node at t=0.008 s, with 9 jobs submitted in the trace's first 8 ms."""
     from deepshare.policies.planner import BeliefFutures
 
     jobs = [JobSpec("long", "FSDP", 8, 0.0, duration_s=5000.0)]
@@ -259,9 +259,9 @@ def _burst_view():
 
 
 def test_a_burst_of_submissions_does_not_imply_thousands_of_arrivals_a_second():
-    # 8 submissions within 8 ms once meant a rate of 7 / 0.008 s = 875 a second: 52,500 sampled
+    # 9 submissions within 8 ms once meant a rate of 8 / 0.008 s = 1,000 a second: 60,000 sampled
     # arrivals in a minute's horizon (and 3.6 million in the default hour: a planner that never
-    # decided). The rate is measured over at least a minute: 7 / 60 a second, about 7 a minute.
+    # decided). The rate is measured over at least a minute: 8 / 60 a second, about 8 a minute.
     import numpy as np
 
     view, belief = _burst_view()
