@@ -7,7 +7,9 @@ a flat cluster ``bsrsf+uncontended+preempt``, ``bsrsf+uncontended``, ``srsf+pack
 gang). When they all agree it takes that decision at once. Otherwise it tries each distinct
 decision on copies of the cluster (:meth:`Simulator.from_view`) over ``K`` sampled *futures*,
 each copy going on under the *base* heuristic (the first candidate) for ``horizon_s`` seconds,
-and takes the decision with the least mean cost (Bertsekas' rollout algorithm, one step).
+and takes the decision with the least mean cost (Bertsekas' rollout algorithm, one step). The
+registered ``planner`` plays each copy to the end, without sampled arrivals
+(:data:`SPEC_HORIZON`); :class:`PlannerConfig`'s own default is an hour with arrivals.
 
 Cost of a rollout: the integral of jobs in the system from now to the horizon (the sum of the
 JCTs accrued there) plus, for every job still in the system at the horizon, the work it has
@@ -152,34 +154,38 @@ class PlannerConfig:
 
 END_STEPS = 1_000_000
 """The step bound of a rollout under ``HORIZON`` ``end`` (far past any bundled trace's decisions)."""
+SPEC_HORIZON = "end"
+"""The horizon of a spec that names none (``planner``, ``planner=16``): rollouts to the end, no
+sampled arrivals. It judges each option by its whole cost-to-go and measured better than the
+hour (:class:`PlannerConfig`'s own default, the form with sampled arrivals) on the ``fabric``
+and ``tenants-learned`` cells (CHANGELOG.md)."""
 _PLANNER_SYNTAX = "K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
 
 
 def parse_argument(arg: str) -> PlannerConfig:
-    """``K[:BUDGET[:CONTENTION[:HORIZON]]]`` (``planner=16:5:link:end``); an empty or ``none``
+    """``K[:BUDGET[:CONTENTION[:HORIZON]]]`` (``planner=16:5:link:3600``); an empty or ``none``
     budget is none. ``HORIZON``: seconds each rollout looks ahead (arrivals sampled up to it, at
-    most :attr:`PlannerConfig.max_steps` decisions), or ``end``: each rollout plays the base until
-    the view's jobs have all finished, with no sampled arrivals (a year of them would never end)."""
+    most :attr:`PlannerConfig.max_steps` decisions), or ``end`` (:data:`SPEC_HORIZON`, the
+    default): each rollout plays the base until the view's jobs have all finished, with no sampled
+    arrivals (a year of them would never end)."""
     parts = arg.split(":")
     if len(parts) > 4:
-        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX}, e.g. planner=16:5:link or planner=16::link:end")
-    horizon = parts[3] if len(parts) > 3 and parts[3] else None
+        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX}, e.g. planner=16:5:link or planner=16::link:3600")
+    horizon = parts[3] if len(parts) > 3 and parts[3] else SPEC_HORIZON
     try:
         futures = int(parts[0]) if parts[0] else PlannerConfig.futures
         budget = float(parts[1]) if len(parts) > 1 and parts[1] not in ("", "none") else None
-        horizon_s = None if horizon in (None, "end") else float(horizon)  # type: ignore[arg-type]
+        horizon_s = None if horizon == "end" else float(horizon)
     except ValueError:
         raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX} with K an integer, BUDGET_S seconds and "
                              "HORIZON seconds or 'end', e.g. planner=16:5:link:7200") from None
     contention = parts[2] if len(parts) > 2 and parts[2] else PlannerConfig.contention
     config = PlannerConfig(futures=futures, budget_s=budget, contention=contention)
-    if horizon == "end":
+    if horizon_s is None:
         return replace(config, horizon_s=MAX_DURATION_S, max_steps=END_STEPS, arrivals=False)
-    if horizon_s is not None:
-        if not math.isfinite(horizon_s):  # "inf" and "nan" parse as floats; the config's own check names them
-            raise DeepShareError(f"planner={arg}: HORIZON must be seconds up to a year or 'end', got {horizon!r}")
-        return replace(config, horizon_s=horizon_s)
-    return config
+    if not math.isfinite(horizon_s):  # "inf" and "nan" parse as floats
+        raise DeepShareError(f"planner={arg}: HORIZON must be seconds up to a year or 'end', got {horizon!r}")
+    return replace(config, horizon_s=horizon_s)
 
 
 @dataclass(frozen=True)

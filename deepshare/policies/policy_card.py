@@ -25,6 +25,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError
 
 CARD_FORMAT = 1
@@ -423,11 +424,26 @@ def _teacher_flags(metadata: Mapping[str, Any]) -> str:
     teacher, config = metadata.get("teacher"), metadata.get("teacher_config")
     if not isinstance(teacher, str) or not isinstance(config, Mapping):
         return ""
-    flags = f" --teacher {teacher.split(' (candidates ')[0]}"
+    flags = f" --teacher {_with_horizon(teacher.split(' (candidates ')[0], config)}"
     candidates = config.get("candidates")
     if isinstance(candidates, (list, tuple)) and candidates:
         flags += f" --teacher-candidates {','.join(str(c) for c in candidates)}"
     return flags
+
+
+def _with_horizon(spec: str, config: Mapping[str, Any]) -> str:
+    """``spec`` naming the horizon ``config`` ran with when it names none: a spec's default
+    horizon has changed (an hour with arrivals, now ``end``), so the rebuilt command must say
+    which one the run used."""
+    name, _, arg = spec.partition("=")
+    parts = arg.split(":") if arg else [""]
+    horizon, arrivals = config.get("horizon_s"), config.get("arrivals")
+    if len(parts) > 3 and parts[3] or not isinstance(horizon, (int, float)) or isinstance(horizon, bool):
+        return spec
+    token = "end" if horizon >= MAX_DURATION_S and arrivals is False else f"{horizon:g}"
+    parts += [""] * (4 - len(parts))
+    parts[3] = token
+    return f"{name}={':'.join(parts)}"
 
 
 def summary_of(kind: str, rules: Rules) -> str:

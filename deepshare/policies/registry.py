@@ -154,9 +154,10 @@ def _register_planner() -> None:
             "planner",
             "slow, strong: at each contested decision, rolls each leading heuristic's decision forward over K futures "
             "sampled from what the view allows (belief about remaining work, arrivals like the past), the base "
-            "heuristic going on for an hour (HORIZON seconds, or 'end': to the last known job's finish, no sampled arrivals), "
-            "and takes the least jobs-in-system cost; planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]] "
-            "(default 8 futures, no budget, profiled contention in the copies, 3600 s)",
+            "heuristic going on until the known jobs have finished (HORIZON 'end', no sampled arrivals; or HORIZON "
+            "seconds, with arrivals sampled from the past), and takes the least jobs-in-system cost; "
+            "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]] (default 8 futures, no budget, profiled contention in the "
+            "copies, 'end')",
             lambda arg="": Planner(parse_argument(arg), make_policy),
             takes_argument=True,
             heuristic=False,

@@ -178,9 +178,11 @@ def test_registered_as_a_policy_that_takes_its_knobs():
     assert "planner" in policy_names() and "planner" not in policy_names(heuristics_only=True)
     info = policy_info("planner")
     assert info.takes_argument and not info.heuristic
-    assert make_policy("planner").config == PlannerConfig()
-    assert make_policy("planner=16:5:link").config == PlannerConfig(futures=16, budget_s=5.0, contention="link")
-    assert parse_argument("4::none") == PlannerConfig(futures=4, contention="none")
+    to_the_end = dict(horizon_s=365 * 86400.0, max_steps=1_000_000, arrivals=False)  # the spec's default horizon
+    assert make_policy("planner").config == PlannerConfig(**to_the_end)
+    assert make_policy("planner=16:5:link").config == PlannerConfig(futures=16, budget_s=5.0, contention="link",
+                                                                    **to_the_end)
+    assert parse_argument("4::none") == PlannerConfig(futures=4, contention="none", **to_the_end)
     for bad in ("x", "4:soon", "0", "4:-1", "4:1:nosuch", "1:2:3:4", "1:2:none:3:4"):
         with pytest.raises(DeepShareError, match="planner"):
             make_policy(f"planner={bad}")
@@ -220,7 +222,8 @@ def test_the_horizon_can_be_set_or_played_to_the_end():
                                                              horizon_s=MAX_DURATION_S, max_steps=END_STEPS,
                                                              arrivals=False)
     assert parse_argument("4:::7200") == PlannerConfig(futures=4, horizon_s=7200.0)
-    assert parse_argument("4::none:") == PlannerConfig(futures=4, contention="none")
+    assert parse_argument("4:::3600") == PlannerConfig(futures=4)  # the hour with sampled arrivals
+    assert parse_argument("4::none:") == parse_argument("4::none:end") == parse_argument("4::none")
     for bad in ("4:::soon", "4:::inf", "4:::nan", "4:::0", "4:::-5", "4:::1e9", "4:1:none:end:x"):
         with pytest.raises(DeepShareError, match="planner"):
             make_policy(f"planner={bad}")

@@ -484,5 +484,15 @@ def test_an_expert_iteration_card_names_its_teacher_in_the_training_command() ->
     assert (args.teacher, args.teacher_candidates) == ("planner=4", "srsf+packed,fifo+packed")
     plain = training_of({**metadata, "teacher": "planner=2", "teacher_config": {"futures": 2, "candidates": None}}).command
     assert plain.endswith("--dagger-rounds 2 --teacher planner=2")
+    # a run's teacher config names its horizon: the rebuilt spec says it (the spec's default changed)
+    hour = training_of({**metadata, "teacher": "planner=2",
+                        "teacher_config": {"futures": 2, "candidates": None, "horizon_s": 3600.0, "arrivals": True}})
+    assert hour.command.endswith("--teacher planner=2:::3600")
+    end = training_of({**metadata, "teacher": "planner",
+                       "teacher_config": {"futures": 8, "candidates": None, "horizon_s": 365 * 86400.0, "arrivals": False}})
+    assert end.command.endswith("--teacher planner=:::end")
+    named = training_of({**metadata, "teacher": "planner=2::link:900",
+                         "teacher_config": {"futures": 2, "candidates": None, "horizon_s": 900.0, "arrivals": True}})
+    assert named.command.endswith("--teacher planner=2::link:900")
     cloning = {k: v for k, v in metadata.items() if k not in ("teacher", "teacher_config")}
     assert "--teacher" not in training_of(cloning).command  # behaviour cloning of the anchor has no teacher flag

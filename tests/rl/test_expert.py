@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from deepshare.core.traces.canonical import write_canonical
 from deepshare.core.types import Decision, JobSpec, Launch, Placement
 from deepshare.policies import make_policy
 from deepshare.policies.encoding import WAIT_INDEX
-from deepshare.policies.planner import Planner, PlannerConfig
+from deepshare.policies.planner import Planner, PlannerConfig, parse_argument
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 from deepshare.rl.expert import (
     LabelState,
@@ -173,13 +174,13 @@ def test_choices_are_labelled_skipped_and_counted(tmp_path):
 
 
 def test_the_teacher_must_be_the_planner():
-    assert parse_teacher("planner=4") == PlannerConfig(futures=4)
-    assert parse_teacher("planner") == PlannerConfig()
+    assert parse_teacher("planner=4") == parse_argument("4") and parse_teacher("planner=4").futures == 4
+    assert parse_teacher("planner") == parse_argument("")
     for bad in ("fifo", "planner=x", "planner=0"):
         with pytest.raises(DeepShareError, match="--teacher"):
             parse_teacher(bad)
     launch_only = parse_teacher("planner=2", "bsrsf+uncontended, srsf+packed")
-    assert launch_only == PlannerConfig(futures=2, candidates=("bsrsf+uncontended", "srsf+packed"))
+    assert launch_only == replace(parse_argument("2"), candidates=("bsrsf+uncontended", "srsf+packed"))
     for bad in ("planner", "srsf+packed,rl-base", "nosuch", "srsf+packed,"):
         with pytest.raises(DeepShareError, match="--teacher-candidates"):
             parse_teacher("planner=2", bad)
