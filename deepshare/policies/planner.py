@@ -49,10 +49,11 @@ A caller's deadline (the placement service's) stops a decision between two steps
 the view's predictor, where the service checks it otherwise.
 
 Budget: ``budget_s`` seconds of wall time per decision. Futures are tried whole (every candidate
-on future ``k`` before future ``k+1``); once the budget is spent no new rollout is started, a
+on future ``k`` before future ``k+1``); once the budget is spent no new rollout step is taken, a
 future left incomplete is dropped, and the decision is taken on the futures done (the base's
-decision when none is). A decision overruns the budget by at most one rollout (plus asking the
-candidates). Without a budget the decision is deterministic.
+decision when none is). A decision overruns the budget by at most one step of a rollout (one
+base decision in a copy), plus asking the candidates and sampling a future. Without a budget the
+decision is deterministic.
 
 ``FutureModel`` is the one extension point: the clairvoyant ceiling (``bench/room.py``) runs the
 same planner on the simulation's truth (true remaining work, the trace's real arrivals); it is
@@ -407,8 +408,11 @@ class Planner:
             for decision in choices:
                 if budget_end is not None and time.perf_counter() >= budget_end:
                     break  # this future is left incomplete: dropped, the decision is taken on the others
-                costs.append(self._rollout(start, decision, future, horizon_end, names[0], view.durations,
-                                            view.history))
+                cost = self._rollout(start, decision, future, horizon_end, names[0], view.durations, view.history,
+                                     budget_end)
+                if cost is None:  # the budget ran out inside the rollout: the same
+                    break
+                costs.append(cost)
             if len(costs) < len(choices):
                 self.stats.budget_hits += 1
                 break
@@ -426,8 +430,9 @@ class Planner:
         return choices[best]
 
     def _rollout(self, start: ClusterView, decision: Decision, future: Future, horizon_end: float, base_name: str,
-                 durations: str, history: JobHistory) -> float:
-        """The cost of ``decision`` in one future (infinite when the copy cannot go on)."""
+                 durations: str, history: JobHistory, budget_end: float | None = None) -> float | None:
+        """The cost of ``decision`` in one future (infinite when the copy cannot go on); None when
+        ``budget_end`` (a ``perf_counter`` time) passes before the rollout ends."""
         self.stats.rollouts += 1
         checkpoint()
         base = self._make(base_name)
@@ -445,6 +450,8 @@ class Planner:
                     left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != _HORIZON_JOB)
                     return copy.jobs_in_system_area + left
                 checkpoint()  # a caller's deadline (the service's) stops a long rollout between its decisions
+                if budget_end is not None and time.perf_counter() >= budget_end:
+                    return None
                 seen = view if estimates is None else _believed(view, durations, estimates, memo, history)
                 copy.apply(base.decide(seen))
                 steps += 1

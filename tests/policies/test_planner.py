@@ -167,8 +167,8 @@ def test_the_budget_stops_sampling_and_decides_with_what_it_has():
     decision = planner.decide(view)
     elapsed = time.perf_counter() - start
     assert planner.stats.budget_hits == 1 and 0 < planner.stats.last_futures < 10_000
-    # at most one rollout past the budget, plus asking the candidates (slack for a busy machine);
-    # all 10,000 futures would take thousands of times as long
+    # at most one rollout step past the budget, plus asking the candidates (slack for a busy
+    # machine); all 10,000 futures would take thousands of times as long
     assert elapsed < budget + 5 * per_future + 1.0
     assert decision.preempt == ("p0",)  # the short job should preempt: every future says so
 
@@ -328,3 +328,44 @@ def test_the_belief_serves_concurrent_decisions():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and done.is_set()
+
+
+def test_the_budget_stops_inside_a_long_rollout(monkeypatch):
+    # A rollout to the end of a long queue plays every job; the budget was checked only before
+    # each rollout, so a decision overran it by a whole rollout. On a clock that advances 1 ms a
+    # reading, a 50 ms budget now stops the first rollout within a step past its 50th reading.
+    from types import SimpleNamespace
+
+    from deepshare.policies import planner as planner_module
+
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=50_000.0)]
+    jobs += [JobSpec(f"q{i}", "FSDP", (1, 2, 4, 8)[i % 4], 1.0 + i, duration_s=100.0 + 37 * (i % 50)) for i in range(300)]
+    sim = Simulator(uniform(2, 8), jobs, make_contention("none"))
+    base = make_policy("srsf+packed")
+    while (view := sim.advance()) is not None and view.now < 300.5:
+        sim.apply(base.decide(view))
+    assert view is not None and len(view.queued) > 200
+    calls = [0]
+
+    def counted(name: str):  # type: ignore[no-untyped-def]
+        policy = make_policy(name)
+
+        class Counted:
+            def decide(self, seen):  # type: ignore[no-untyped-def]
+                calls[0] += 1
+                return policy.decide(seen)
+
+        return Counted()
+
+    config = replace(parse_argument("2::none:end"), candidates=("srsf+packed", "srsf+packed+preempt"))
+    Planner(config, counted).decide(view)
+    whole = calls[0]
+    assert whole > 400  # two candidates asked, then two rollouts of hundreds of base decisions each
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(planner_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.001))
+    calls[0] = 0
+    planner = Planner(replace(config, budget_s=0.05), counted)
+    decision = planner.decide(view)
+    assert planner.stats.budget_hits == 1 and planner.stats.last_futures == 0
+    assert calls[0] <= 2 + 50  # the candidates, then at most a step a clock reading until the budget
+    assert decision == base.decide(view)  # no future completed: the base's decision
