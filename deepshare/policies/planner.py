@@ -1,4 +1,4 @@
-"""``planner``: rollout-based policy improvement over the leading heuristics (slow, strong).
+"""``planner``: rollout-based policy improvement over the leading heuristics (slow).
 
 At each decision point the planner asks a few *candidate* heuristics what they would do now (on
 a flat cluster ``bsrsf+uncontended+preempt``, ``bsrsf+uncontended``, ``srsf+packed+preempt``,

@@ -152,7 +152,7 @@ def _register_planner() -> None:
     register(
         PolicyInfo(
             "planner",
-            "slow, strong: at each contested decision, rolls each leading heuristic's decision forward over K futures "
+            "slow: at each contested decision, rolls each leading heuristic's decision forward over K futures "
             "sampled from what the view allows (belief about remaining work, arrivals like the past), the base "
             "heuristic going on until the known jobs have finished (HORIZON 'end', no sampled arrivals; or HORIZON "
             "seconds, with arrivals sampled from the past), and takes the least jobs-in-system cost; "

@@ -1,7 +1,7 @@
 """Expert iteration: the network acts, the rollout planner labels the states it visits (DAgger).
 
 Issue 37 asks for training that can beat its teacher: the planner (:mod:`deepshare.policies.planner`,
-slow, strong) is the teacher, the candidate scorer the student, and the planner's rollouts, the
+slow) is the teacher, the candidate scorer the student, and the planner's rollouts, the
 expensive part, run as Ray tasks across a cluster when there is one.
 
 1. :func:`visit` plays :class:`~deepshare.rl.env.DeepShareEnv` episodes (training seeds, below the
