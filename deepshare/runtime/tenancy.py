@@ -38,7 +38,7 @@ from deepshare.core.types import Decision
 from deepshare.core.view import DEFAULT_QUEUE, ClusterView
 from deepshare.runtime.journal import JobRecord, JobState
 from deepshare.runtime.spec import LiveJobSpec
-from deepshare.tenants import Admitted, Tenants, load_tenants
+from deepshare.tenants import Admitted, Tenants, around_policy, load_tenants
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +257,11 @@ class LiveTenants:
                                  "(its nominal quota, borrowing limit and cohort)")
         return spec.model_copy(update={"queue": queue})
 
-    def policy(self, inner: Any) -> "TenantsPolicy":
-        return TenantsPolicy(inner, self)
+    def policy(self, inner: Any) -> Any:
+        """``inner`` behind this file's admission, read afresh at every decision
+        (:class:`TenantsPolicy`, placed by :func:`deepshare.tenants.around_policy`: around each
+        candidate for the planner)."""
+        return around_policy(inner, lambda candidate: TenantsPolicy(candidate, self))
 
 
 def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) -> None:
@@ -279,14 +282,11 @@ def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) ->
 class TenantsPolicy:
     """``inner`` behind the current tenants file's admission and quota preemption
     (:class:`deepshare.tenants.Admitted`), read afresh at every decision; ``inner`` alone while
-    the scheduler runs without a tenants file. A policy that weighs candidates on copies of the
-    cluster (the planner) gets this wrapper around each candidate instead
-    (:func:`deepshare.tenants.admitted` says why)."""
+    the scheduler runs without a tenants file. :meth:`LiveTenants.policy` places it (around
+    each candidate for the planner)."""
 
     def __init__(self, inner: Any, live: LiveTenants) -> None:
-        around = getattr(inner, "around_candidates", None)
-        self.around = callable(around)
-        self.inner = around(lambda candidate: TenantsPolicy(candidate, live)) if self.around else inner
+        self.inner = inner
         self.live = live
 
     @property
@@ -295,6 +295,6 @@ class TenantsPolicy:
 
     def decide(self, view: ClusterView) -> Decision:
         tenants = self.live.current
-        if tenants is None or self.around:
+        if tenants is None:
             return self.inner.decide(view)  # type: ignore[no-any-return]
         return Admitted(self.inner, tenants).decide(view)

@@ -5,7 +5,7 @@
 * :mod:`~deepshare.tenants.admission` — which queued jobs a policy may see;
 * :mod:`~deepshare.tenants.reclaim` — preemption for quotas (reclaim, priority);
 * :mod:`~deepshare.tenants.wrapper` — :class:`Admitted`, all of it around any policy, and
-  :func:`admitted`, which puts it where each policy needs it;
+  :func:`admitted` and :func:`around_policy`, which put it where each policy needs it;
 * :mod:`~deepshare.tenants.orders` — fairness-aware orders (``drf``, ``themis``);
 * :mod:`~deepshare.tenants.fairness` — per-tenant shares and finish-time fairness of a run.
 
@@ -16,6 +16,6 @@ registers its orders. ``docs/tenants.md`` is the user's guide.
 from deepshare.tenants.admission import Admission, admit
 from deepshare.tenants.quota import Ledger
 from deepshare.tenants.spec import Queue, TenantToken, Tenants, load_tenants, parse_tenants
-from deepshare.tenants.wrapper import Admitted, admitted
+from deepshare.tenants.wrapper import Admitted, admitted, around_policy
 
-__all__ = ["Admission", "Admitted", "Ledger", "Queue", "TenantToken", "Tenants", "admit", "admitted", "load_tenants", "parse_tenants"]
+__all__ = ["Admission", "Admitted", "Ledger", "Queue", "TenantToken", "Tenants", "admit", "admitted", "around_policy", "load_tenants", "parse_tenants"]

@@ -24,7 +24,7 @@ expect (the built-in heuristics rebuild their per-thread queue index then). At m
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.types import Decision, Launch, WAIT
@@ -201,13 +201,17 @@ class Admitted:
         return next((launch for launch in answer.launch if launch.job_id == job.job_id), None)
 
 
-def admitted(policy: PolicyLike, tenants: Tenants, **options: object) -> PolicyLike:
-    """``policy`` behind ``tenants``' admission: :class:`Admitted` around it, or, for a policy that
-    weighs candidates on copies of the cluster (the planner: an ``around_candidates`` method),
-    :class:`Admitted` around each of its candidates, so that it sees every queued job, chooses
-    among admitted decisions only and simulates admission in its copies. ``options``: the
-    :class:`Admitted` fields (``reclaim``, ``restore_s``)."""
+def around_policy(policy: PolicyLike, wrap: Callable[[PolicyLike], PolicyLike]) -> PolicyLike:
+    """``wrap(policy)``, or, for a policy that weighs candidates on copies of the cluster (the
+    planner: an ``around_candidates`` method), that policy with ``wrap`` around each of its
+    candidates: admission around the planner would hide the held jobs from it and leave its
+    copies without admission; around its candidates, it sees every queued job, chooses among
+    admitted decisions only and simulates admission in its copies."""
     around = getattr(policy, "around_candidates", None)
-    if callable(around):
-        return around(lambda inner: Admitted(inner, tenants, **options))  # type: ignore[arg-type]
-    return Admitted(policy, tenants, **options)  # type: ignore[arg-type]
+    return around(wrap) if callable(around) else wrap(policy)  # type: ignore[no-any-return]
+
+
+def admitted(policy: PolicyLike, tenants: Tenants, **options: object) -> PolicyLike:
+    """``policy`` behind ``tenants``' admission (:class:`Admitted`, placed by :func:`around_policy`).
+    ``options``: the :class:`Admitted` fields (``reclaim``, ``restore_s``)."""
+    return around_policy(policy, lambda inner: Admitted(inner, tenants, **options))  # type: ignore[arg-type]

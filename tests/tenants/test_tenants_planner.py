@@ -68,9 +68,10 @@ def test_the_live_scheduler_puts_its_tenants_around_the_candidates(tmp_path):
     path = tmp_path / "tenants.yaml"
     path.write_text(TWO_TEAMS)
     live = LiveTenants("admin-token-for-tests", path)
-    policy = TenantsPolicy(Planner(CONFIG, make_policy), live)
-    assert policy.around and isinstance(policy.inner, Planner)
-    candidate = policy.inner._make("srsf+packed")
-    assert isinstance(candidate, TenantsPolicy) and not candidate.around  # re-reads the live file per decision
-    plain = TenantsPolicy(make_policy("srsf+packed"), live)
-    assert not plain.around
+    policy = live.policy(Planner(CONFIG, make_policy))
+    assert isinstance(policy, Planner)
+    candidate = policy._make("srsf+packed")
+    assert isinstance(candidate, TenantsPolicy) and candidate.live is live  # re-reads the live file per decision
+    assert isinstance(candidate.inner, type(make_policy("srsf+packed")))
+    plain = live.policy(make_policy("srsf+packed"))
+    assert isinstance(plain, TenantsPolicy) and not isinstance(plain.inner, TenantsPolicy)
