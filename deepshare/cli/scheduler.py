@@ -30,6 +30,7 @@ from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
+from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
@@ -76,7 +77,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval, tenants_file=args.tenants,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
-                        max_launch_attempts=args.max_launch_attempts),
+                        max_launch_attempts=args.max_launch_attempts, decision_timeout_s=args.decision_timeout),
     )
     try:
         return run_scheduler(config, policy, announce=lambda line: (print_line(out, line), out.file.flush()),
@@ -365,6 +366,9 @@ def register(subparsers: Any) -> None:
                    help="seconds a preempted job gets to checkpoint and exit (default 30)")
     p.add_argument("--launch-timeout", type=seconds, default=30.0, metavar="S",
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
+    p.add_argument("--decision-timeout", type=seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",
+                   help="seconds one decision may take: the planner answers within it, a policy still deciding is stopped "
+                   f"and the tick applies nothing (default {DEFAULT_DECISION_TIMEOUT_S:g})")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
     p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",

@@ -20,6 +20,7 @@ from typing import Any, Generator, Mapping
 
 import numpy as np
 
+from deepshare.core.interrupt import checkpoint
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView
 from deepshare.policies.base import Observation, Policy, Scorer
@@ -64,7 +65,7 @@ class PreemptiveHybrid:
         return {**self.learned.metadata, "preemptive": self.preemptive.name}
 
     def decide(self, view: ClusterView) -> Decision:
-        return drive(self.steps(view), self.scorer)
+        return drive(self.steps(view), self.scorer, checkpoint)  # a caller's deadline is checked at every step
 
     def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
         """The heuristic's decision, unscored, when it preempts; else the learned policy's steps."""

@@ -28,6 +28,7 @@ from typing import Any, Callable, Generator, Mapping
 
 import numpy as np
 
+from deepshare.core.interrupt import checkpoint
 from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import SAFETY_NET_ANCHOR
@@ -65,7 +66,7 @@ class LearnedPolicy:
     """What the scorer was trained on, and from which file it was loaded."""
 
     def decide(self, view: ClusterView) -> Decision:
-        return drive(self.steps(view), self.scorer)
+        return drive(self.steps(view), self.scorer, checkpoint)  # a caller's deadline is checked at every step
 
     def steps(self, view: ClusterView) -> Generator[Observation, np.ndarray, Decision]:
         """:meth:`decide` with the scorer outside: yields each observation, takes its scores.

@@ -44,16 +44,19 @@ catalog, history and time, nothing else. The copies assume ``contention`` (a mod
 planner cannot read the world's) and the default :class:`~deepshare.core.simulator.SimConfig`
 (30 s restores, no rounds).
 
-A caller's deadline (the placement service's) stops a decision between two steps of a rollout
-(:func:`~deepshare.core.interrupt.checkpoint`): the copies ask their own contention model, never
-the view's predictor, where the service checks it otherwise.
-
 Budget: ``budget_s`` seconds of wall time per decision. Futures are tried whole (every candidate
 on future ``k`` before future ``k+1``); once the budget is spent no new rollout step is taken, a
 future left incomplete is dropped, and the decision is taken on the futures done (the base's
 decision when none is). A decision overruns the budget by at most one step of a rollout (one
-base decision in a copy), plus asking the candidates and sampling a future. Without a budget the
-decision is deterministic.
+base decision in a copy), plus asking the candidates and sampling a future. Without a budget,
+and without a caller's deadline reached, the decision is deterministic.
+
+A caller's deadline (the placement service's, the live scheduler's) bounds a decision the same
+way: the planner spends :data:`DEADLINE_SHARE` of the time its caller says is left
+(:func:`~deepshare.core.interrupt.time_left`) and answers on the futures done, rather than be
+stopped and answer nothing. Its check (:func:`~deepshare.core.interrupt.checkpoint`, run at every
+step of a rollout: the copies ask their own contention model, never the view's predictor, where
+the service checks it otherwise) still stops a decision whose last step overruns the deadline.
 
 ``FutureModel`` is the one extension point: the clairvoyant ceiling (``bench/room.py``) runs the
 same planner on the simulation's truth (true remaining work, the trace's real arrivals); it is
@@ -78,7 +81,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.information import believed_remaining_s
-from deepshare.core.interrupt import checkpoint
+from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision, JobSpec
@@ -102,6 +105,9 @@ milliseconds give at most ``window / 60`` a second, not ``window / 0.001``."""
 MAX_ARRIVALS = 10_000
 """The most arrivals one future holds, whatever the rate: a bound on its memory and on the work
 of its rollouts."""
+DEADLINE_SHARE = 0.8
+"""The share of a caller's time left (the service's deadline, the live scheduler's) that a
+decision spends rolling out; the rest covers the last rollout step, the choice and the answer."""
 LEAST_REMAINING_S = 1.0
 """The least remaining work a draw gives a job (seconds)."""
 _HORIZON_JOB = "~planner-horizon"
@@ -118,7 +124,8 @@ class PlannerConfig:
     """K: sampled futures per contested decision (one suffices, and one is used, when nothing is
     sampled: ``exact`` durations and no arrivals)."""
     budget_s: float | None = None
-    """Wall-clock seconds per decision; None: no budget (deterministic)."""
+    """Wall-clock seconds per decision; None: no budget (deterministic, unless a caller's
+    deadline cuts a decision short)."""
     horizon_s: float = 3600.0
     """How far each rollout simulates (and arrivals are sampled) past the decision."""
     max_steps: int = 400
@@ -336,7 +343,7 @@ class PlannerStats:
     """Futures tried, summed over contested decisions."""
     rollouts: int = 0
     budget_hits: int = 0
-    """Decisions cut short by the budget."""
+    """Decisions cut short by the budget or a caller's deadline."""
     last_futures: int = 0
     """Futures the last contested decision was taken on."""
 
@@ -373,7 +380,7 @@ class Planner:
         return FABRIC_CANDIDATES if len(topology.fabric.levels) > 1 else FLAT_CANDIDATES
 
     def decide(self, view: ClusterView) -> Decision:
-        started = time.perf_counter()
+        budget_end = _budget_end(time.perf_counter(), self.config.budget_s)  # before the candidates: they spend it too
         self.stats.decisions += 1
         deterministic = self.futures_model.observe(view)
         if not isinstance(deterministic, bool):  # an old-style model (a ``deterministic`` attribute) must say so
@@ -396,7 +403,6 @@ class Planner:
         totals = [0.0] * len(choices)
         done = 0
         futures = 1 if deterministic else config.futures
-        budget_end = None if config.budget_s is None else started + config.budget_s
         for k in range(futures):
             rng = np.random.default_rng([config.seed, _view_hash(view), k])
             try:
@@ -458,6 +464,17 @@ class Planner:
             return copy.jobs_in_system_area
         except DeepShareError:  # a decision whose copy stalls or cannot go on is no option
             return math.inf
+
+
+def _budget_end(started: float, budget_s: float | None) -> float | None:
+    """The ``perf_counter`` time a decision starting now (at ``started``) stops rolling out: its
+    budget's end, or :data:`DEADLINE_SHARE` of the time its caller gives it
+    (:func:`~deepshare.core.interrupt.time_left`) if sooner; None when neither bounds it."""
+    ends = [] if budget_s is None else [started + budget_s]
+    left = time_left()
+    if left is not None:
+        ends.append(started + DEADLINE_SHARE * max(0.0, left))
+    return min(ends) if ends else None
 
 
 def _view_hash(view: ClusterView) -> int:

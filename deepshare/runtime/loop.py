@@ -12,8 +12,9 @@ Each :meth:`ControlLoop.tick`:
    (:class:`~deepshare.runtime.learning.LiveLearning`, ``--contention-knowledge learned``) the
    view's predictions and running ratios come from the model it refits from those records on a
    schedule, over the measured link load the running jobs do not explain;
-4. asks the policy, checks the decision (an infeasible one is logged and skipped, never
-   "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
+4. asks the policy within the decision deadline (``decision_timeout_s``: the planner answers
+   within it; a policy still deciding at it is stopped and the tick applies nothing), checks the
+   decision (an infeasible one is logged and skipped, never "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
    ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
 
 Nothing a job writes is trusted: its progress reports are checked
@@ -49,6 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import ContentionModel
+from deepshare.core.deadline import Deadline, DecisionTimeout, bounded
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
@@ -59,6 +61,7 @@ from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.core.workloads import Catalog
 from deepshare.runtime.cluster import ClusterState
+from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S
 from deepshare.runtime.journal import LAUNCH_FAILED, TERMINAL, JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.launcher import LaunchError, LaunchSettings, RayLauncher, RunPhase
 from deepshare.runtime.learning import LiveLearning
@@ -89,6 +92,10 @@ class LoopConfig:
     """Consecutive failed launches after which a job is FAILED."""
     launch_retry_s: float = 1.0
     """Back-off after a failed launch, doubled for each further consecutive failure (at most 60 s)."""
+    decision_timeout_s: float | None = DEFAULT_DECISION_TIMEOUT_S
+    """Seconds one decision may take. A policy that can answer early (the planner) answers within
+    it; one still deciding at it is stopped where it checks (every step of a learned policy and of
+    the planner's rollouts), and the tick applies nothing and says so. None: no bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +198,10 @@ class ControlLoop:
         try:
             decision, view = self._decide(view, cluster, ended)
             check_view_decision(decision, view)
+        except DecisionTimeout as exc:  # a BaseException (no policy may swallow it): nothing is applied
+            self.last_error = f"policy {self.policy_name}: {exc}; nothing applied this tick"
+            log.error("%s", self.last_error)
+            return TickReport(ended=tuple(ended), error=self.last_error)
         except (DeepShareError, ValueError, KeyError, RuntimeError, OSError, ArithmeticError, TypeError) as exc:
             # An infeasible decision is an error, never silently fixed: skip it, say so, retry next tick.
             self.last_error = f"policy {self.policy_name}: {exc}"
@@ -221,10 +232,16 @@ class ControlLoop:
 
     def _timed_decide(self, view: ClusterView) -> Decision:
         started = time.perf_counter()
-        decision = self.policy.decide(view)
+        decision = self._bounded_decide(view)
         if self.metrics is not None:
             self.metrics.decision_latency.observe(time.perf_counter() - started)
         return decision
+
+    def _bounded_decide(self, view: ClusterView) -> Decision:
+        """The policy's decision within :attr:`LoopConfig.decision_timeout_s`
+        (:class:`DecisionTimeout` when it is still deciding past it)."""
+        with bounded(Deadline(self.config.decision_timeout_s)):
+            return self.policy.decide(view)
 
     def _culprits(self, cluster: ClusterState, link_load: Mapping[str, float]) -> list[JobRecord]:
         """The jobs the policy fails on: halves of the queued and running jobs are decided on
@@ -241,7 +258,7 @@ class ControlLoop:
             queued = [j for j in jobs if j.state is JobState.QUEUED]
             running = [j for j in jobs if j.state is JobState.RUNNING]
             try:
-                self.policy.decide(self._view(cluster, queued, running, link_load=link_load))
+                self._bounded_decide(self._view(cluster, queued, running, link_load=link_load))
             except InfeasibleDecision:
                 return False
             except DATA_ERRORS:

@@ -38,7 +38,7 @@ from deepshare.infra.httpauth import (
     detail_body,
 )
 from deepshare.policies.base import Observation
-from deepshare.serving.deadline import Deadline, DecisionTimeout
+from deepshare.core.deadline import Deadline, DecisionTimeout
 from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
 from deepshare.serving.limits import LimitExceeded, RequestLimits
 from deepshare.serving.metrics import ServiceMetrics

@@ -2,12 +2,13 @@
 
 The Serve deployment wraps an engine; benchmarks call one in-process as the floor the HTTP
 path is measured against. :meth:`PlacementEngine.place` is synchronous and bounded: it checks a
-:class:`~deepshare.serving.deadline.Deadline` after building the view, before every step of a
+:class:`~deepshare.core.deadline.Deadline` after building the view, before every step of a
 learned policy, before every contention prediction a policy asks for and at every
 :func:`~deepshare.core.interrupt.checkpoint` a long policy calls (each step of the planner's
 rollouts), so a request too large to decide in time unwinds with :class:`DecisionTimeout`
-instead of occupying the replica. The
-service runs it in a decision thread (:mod:`deepshare.serving.workers`); a learned policy's
+instead of occupying the replica. It also tells the policy the time left
+(:func:`~deepshare.core.interrupt.time_left`): the planner answers on the futures it has played
+by then rather than time out. The service runs it in a decision thread (:mod:`deepshare.serving.workers`); a learned policy's
 forward passes can go to a scorer the server provides, which batches them across requests.
 """
 
@@ -25,14 +26,13 @@ import numpy as np
 import deepshare
 from deepshare.core.contention import make_contention
 from deepshare.core.files import POLICY_BYTES, read_input_bytes
-from deepshare.core.interrupt import checking
+from deepshare.core.deadline import NO_DEADLINE, Deadline, bounded
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, ForwardingPredictor, JobView, Prediction, Predictor, Question
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
 from deepshare.policies.base import BatchScorer, Observation, Scorer, SteppedPolicy
 from deepshare.policies.learned import drive
-from deepshare.serving.deadline import NO_DEADLINE, Deadline
 from deepshare.serving.schemas import PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.translate import decision_to_response, request_to_view
 
@@ -95,7 +95,7 @@ class PlacementEngine:
         """
         view = self._bounded_view(request, deadline)
         if not self._stepped:
-            with checking(None if deadline.at is None else deadline.check):
+            with bounded(deadline):
                 return self.respond(self.policy.decide(view), view)
         decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
         return self.respond(decision, view)
@@ -108,7 +108,7 @@ class PlacementEngine:
         steps between two awaits run on the loop."""
         view = self._bounded_view(request, deadline)
         if score is None or not self._stepped:
-            with checking(None if deadline.at is None else deadline.check):
+            with bounded(deadline):
                 return self.respond(self.policy.decide(view), view)
         run = self.policy.steps(view)
         try:

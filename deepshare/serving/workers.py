@@ -28,7 +28,7 @@ import queue
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
-from deepshare.serving.deadline import Deadline, DecisionTimeout
+from deepshare.core.deadline import Deadline, DecisionTimeout
 
 T = TypeVar("T")
 

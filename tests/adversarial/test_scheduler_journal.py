@@ -252,6 +252,7 @@ def test_client_without_any_token_is_one_line(tmp_path, capsys, monkeypatch):
     (["--preempt-grace", "inf"], "--preempt-grace: expected a number of seconds"),
     (["--launch-timeout", "nan"], "--launch-timeout: expected a number of seconds"),
     (["--max-launch-attempts", "0"], "--max-launch-attempts: expected a positive integer"),
+    (["--decision-timeout", "0"], "--decision-timeout: expected a number of seconds in (0, 86400]"),
 ])
 def test_out_of_range_flags_are_one_line(tmp_path, capsys, no_ray, flags, message):
     with pytest.raises(SystemExit) as exit_:
@@ -385,3 +386,13 @@ def test_the_scheduler_docs_say_the_exit_code_the_cli_gives():
     text = " ".join((ROOT / "docs" / "scheduler.md").read_text().split())
     assert "an `--address` where no Ray answers or that refuses the connection is" in text
     assert "one line and exit 2 before anything starts" in text
+
+
+def test_the_decision_timeout_reaches_the_loop(tmp_path, monkeypatch):
+    from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S
+
+    seen = []
+    monkeypatch.setattr(service, "run_scheduler", lambda config, policy, **_: seen.append(config.loop) or 0)
+    assert main(start(tmp_path / "a", "--decision-timeout", "7.5")) == 0
+    assert main(start(tmp_path / "b")) == 0
+    assert [loop.decision_timeout_s for loop in seen] == [7.5, DEFAULT_DECISION_TIMEOUT_S]

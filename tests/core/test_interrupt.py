@@ -62,3 +62,34 @@ def test_another_thread_does_not_see_this_threads_check():
         thread.start()
         thread.join()
     assert errors == []
+
+
+def test_time_left_is_what_the_caller_says_inside_its_block_only():
+    from deepshare.core.interrupt import time_left
+
+    assert time_left() is None
+    with checking(None, lambda: 2.5):
+        assert time_left() == 2.5
+        with checking(None):  # an inner caller with no bound: unbounded inside it
+            assert time_left() is None
+        assert time_left() == 2.5
+    assert time_left() is None
+
+
+def test_a_deadline_installs_its_check_and_its_time_left():
+    from deepshare.core.deadline import Deadline, DecisionTimeout, bounded
+    from deepshare.core.interrupt import time_left
+
+    now = [0.0]
+    deadline = Deadline(2.0, clock=lambda: now[0])
+    with bounded(deadline):
+        assert time_left() == 2.0
+        now[0] = 1.5
+        assert time_left() == 0.5
+        checkpoint()
+        now[0] = 2.0
+        with pytest.raises(DecisionTimeout, match="no decision within 2 s"):
+            checkpoint()
+    with bounded(Deadline(None)):  # no deadline: nothing installed
+        assert time_left() is None
+        checkpoint()

@@ -369,3 +369,55 @@ def test_the_budget_stops_inside_a_long_rollout(monkeypatch):
     assert planner.stats.budget_hits == 1 and planner.stats.last_futures == 0
     assert calls[0] <= 2 + 50  # the candidates, then at most a step a clock reading until the budget
     assert decision == base.decide(view)  # no future completed: the base's decision
+
+
+# -- a caller's time left -----------------------------------------------------------------------
+def test_the_planner_answers_within_the_time_its_caller_gives_it():
+    # A caller (the service, the live scheduler) that says no time is left gets the base's
+    # decision at once, not a rollout that the deadline's check would stop with no answer.
+    from deepshare.core.interrupt import checking
+
+    config = PlannerConfig(futures=4, candidates=("srsf+packed", "srsf+packed+preempt"), contention="none")
+    view = contested_view()
+    free = Planner(config, make_policy)
+    chosen = free.decide(view)
+    assert chosen.preempt == ("p0",) and free.stats.changed == 1  # with time, the rollouts change the base's decision
+    hurried = Planner(config, make_policy)
+    with checking(None, lambda: 0.0):
+        assert hurried.decide(view) == make_policy("srsf+packed").decide(view)
+    assert hurried.stats.budget_hits == 1 and hurried.stats.rollouts == 0 and hurried.stats.last_futures == 0
+    ample = Planner(config, make_policy)
+    with checking(None, lambda: 3600.0):  # time enough: the same as no bound at all
+        assert ample.decide(view) == chosen
+    assert ample.stats.budget_hits == 0 and ample.stats.last_futures == 4
+
+
+def test_the_time_left_and_the_budget_bound_together():
+    from deepshare.policies.planner import DEADLINE_SHARE, _budget_end
+    from deepshare.core.interrupt import checking
+
+    assert _budget_end(100.0, None) is None
+    assert _budget_end(100.0, 5.0) == 105.0
+    with checking(None, lambda: 10.0):
+        assert _budget_end(100.0, None) == pytest.approx(100.0 + DEADLINE_SHARE * 10.0)
+        assert _budget_end(100.0, 5.0) == 105.0  # the budget is sooner
+    with checking(None, lambda: 2.0):
+        assert _budget_end(100.0, 5.0) == pytest.approx(100.0 + DEADLINE_SHARE * 2.0)  # the caller is sooner
+    with checking(None, lambda: None):  # a caller with no deadline
+        assert _budget_end(100.0, 5.0) == 105.0
+
+
+def test_a_check_still_stops_a_rollout_when_no_time_left_is_given():
+    from deepshare.core.interrupt import checking
+
+    class Stop(BaseException):
+        pass
+
+    def stop() -> None:
+        raise Stop
+
+    planner = Planner(PlannerConfig(futures=4, candidates=("srsf+packed", "srsf+packed+preempt"), contention="none",
+                                    arrivals=False), make_policy)
+    with pytest.raises(Stop), checking(stop):
+        planner.decide(contested_view())
+    assert planner.stats.contested == 1 and planner.stats.rollouts == 1

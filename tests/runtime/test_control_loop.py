@@ -9,6 +9,7 @@ decisions applied exactly on 2 nodes x 2 GPUs. Runs in a few seconds.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -430,3 +431,86 @@ def test_a_live_spec_takes_requested_s_or_its_older_name_not_both():
         spec_from_json({**base, "requested_s": 5.0, "expected_duration_s": 7.0})
     with pytest.raises(DeepShareError, match="user"):
         spec_from_json({**base, "user": ""})
+
+
+# -- the decision deadline ----------------------------------------------------------------------
+class Hurried:
+    """A policy that decides until its caller's check stops it, noting the time it was told it had."""
+
+    name = "hurried"
+
+    def __init__(self) -> None:
+        self.told: list[float | None] = []
+
+    def decide(self, view: Any) -> Decision:
+        from deepshare.core.interrupt import checkpoint, time_left
+
+        self.told.append(time_left())
+        while True:
+            checkpoint()
+            time.sleep(0.01)
+
+
+class Told:
+    """A policy that waits, noting the time it was told it had."""
+
+    name = "told"
+
+    def __init__(self) -> None:
+        self.told: list[float | None] = []
+
+    def decide(self, view: Any) -> Decision:
+        from deepshare.core.interrupt import time_left
+
+        self.told.append(time_left())
+        return WAIT
+
+
+def test_a_decision_still_running_at_the_timeout_is_stopped_and_nothing_is_applied(tmp_path):
+    rig = Rig(tmp_path / "state", Hurried(), decision_timeout_s=0.2)
+    a = rig.submit("a", 2)
+    start = time.monotonic()
+    report = rig.loop.tick()
+    assert 0.2 <= time.monotonic() - start < 2.0
+    assert report.error == "policy policy: no decision within 0.2 s; nothing applied this tick"
+    assert rig.loop.last_error == report.error
+    assert report.launched == () and rig.state(a) is JobState.QUEUED and rig.fake.launches == []
+    assert 0 < rig.policy.told[0] <= 0.2
+
+
+def test_the_policy_is_told_the_time_left_and_nothing_without_a_timeout(tmp_path):
+    bounded = Rig(tmp_path / "a", Told())
+    bounded.submit("a", 2)
+    assert bounded.loop.tick().error is None
+    assert 59.0 < bounded.policy.told[0] <= 60.0  # the default: 60 s
+    unbounded = Rig(tmp_path / "b", Told(), decision_timeout_s=None)
+    unbounded.submit("a", 2)
+    unbounded.loop.tick()
+    assert unbounded.policy.told == [None]
+
+
+def test_the_planner_answers_within_the_timeout(tmp_path):
+    # Its candidates (consolidated, spread) disagree on where the first two jobs go; each base
+    # decision in its rollouts (the other two jobs wait for them) takes 0.1 s, so its 4 futures x
+    # 2 candidates would take seconds. With a 0.5 s timeout it answers on the futures done by
+    # 0.4 s, and the two jobs are launched.
+    from deepshare.policies.planner import Planner, PlannerConfig
+
+    class Slowed:
+        def __init__(self, name: str) -> None:
+            self.inner = make_policy(name)
+
+        def decide(self, view: Any) -> Decision:
+            time.sleep(0.1)
+            return self.inner.decide(view)
+
+    config = PlannerConfig(futures=4, candidates=("fifo+consolidated", "fifo+spread"), contention="none", arrivals=False)
+    planner = Planner(config, Slowed)
+    rig = Rig(tmp_path / "state", planner, decision_timeout_s=0.5)
+    a, b = rig.submit("a", 2), rig.submit("b", 2)
+    rig.submit("c", 2), rig.submit("d", 2)
+    start = time.monotonic()
+    report = rig.loop.tick()
+    assert time.monotonic() - start < 1.0
+    assert report.error is None and report.launched == (a, b)
+    assert planner.stats.contested == 1 and planner.stats.budget_hits == 1 and planner.stats.last_futures < 4

@@ -11,7 +11,7 @@ from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
 from deepshare.core.view import JobView
 from deepshare.core.workloads import default_catalog
-from deepshare.serving.deadline import Deadline, DecisionTimeout
+from deepshare.core.deadline import Deadline, DecisionTimeout
 from deepshare.serving.engine import _Checked
 
 CAT = default_catalog()

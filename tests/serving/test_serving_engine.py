@@ -246,7 +246,7 @@ def test_serve_config_in_the_repo_is_a_valid_serve_config():
 def test_a_deadline_changes_no_decision(policy):
     """Under a deadline the view's predictor checks it first, and still offers its batch and its
     isolated placements, so the service's decisions are those made without one."""
-    from deepshare.serving.deadline import Deadline
+    from deepshare.core.deadline import Deadline
 
     served = engine(policy)
     for body in (small_request(), large_request()):

@@ -1,14 +1,20 @@
-"""A decision's deadline: what bounds the work one placement request may cause.
+"""A decision's deadline: what bounds the work one decision may cause.
 
-The engine checks a :class:`Deadline` between the steps of a decision (view built, each learned
-policy step, each contention prediction a heuristic asks for); past it, :meth:`Deadline.check`
-raises :class:`DecisionTimeout` and the work unwinds. The service answers that with 503.
+The placement engine checks a :class:`Deadline` between the steps of a decision (view built,
+each learned policy step, each contention prediction a heuristic asks for); past it,
+:meth:`Deadline.check` raises :class:`DecisionTimeout` and the work unwinds. The service answers
+that with 503; the live scheduler's tick applies nothing and says so. Both also tell the policy
+how long it has (:func:`deepshare.core.interrupt.checking`), so a policy that can answer early
+(the planner) does, rather than time out.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from contextlib import nullcontext
+from typing import Callable, ContextManager
+
+from deepshare.core.interrupt import checking
 
 
 class DecisionTimeout(BaseException):
@@ -41,3 +47,12 @@ class Deadline:
 
 
 NO_DEADLINE = Deadline(None)
+
+
+def bounded(deadline: Deadline) -> ContextManager[None]:
+    """Install ``deadline`` for the policy code run inside the block: its check for
+    :func:`~deepshare.core.interrupt.checkpoint`, its time left for
+    :func:`~deepshare.core.interrupt.time_left` (nothing for a deadline that is none)."""
+    if deadline.at is None:
+        return nullcontext()
+    return checking(deadline.check, deadline.remaining)
