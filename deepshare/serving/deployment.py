@@ -31,7 +31,7 @@ from deepshare.serving.batching import Batcher
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.metrics import ServiceMetrics
 from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
-from deepshare.serving.workers import DecisionWorkers
+from deepshare.serving.workers import GRACE_S, DecisionWorkers
 
 APP_NAME = "deepshare"
 MAX_ONGOING_REQUESTS = 256
@@ -95,9 +95,25 @@ def build_app(args: dict[str, Any]) -> Application:
 
 def service_app(settings: ServiceSettings, num_replicas: int | None = None) -> Application:
     """The application for ``settings`` (``num_replicas`` None keeps the deployment's default
-    or what a Serve config sets, e.g. its autoscaling)."""
-    deployment = PlacementService if num_replicas is None else PlacementService.options(num_replicas=num_replicas)
+    or what a Serve config sets, e.g. its autoscaling). A replica being stopped answers the
+    requests it holds for at most :func:`drain_s` (checked every :data:`DRAIN_POLL_S`)."""
+    replicas = {} if num_replicas is None else {"num_replicas": num_replicas}
+    deployment = PlacementService.options(graceful_shutdown_timeout_s=drain_s(settings),
+                                          graceful_shutdown_wait_loop_s=DRAIN_POLL_S, **replicas)
     return deployment.bind(settings.model_dump())
+
+
+DRAIN_POLL_S = 0.5
+"""How often a replica being stopped looks whether its requests are answered (Serve's default,
+2 s, added up to 2 s to every stop)."""
+
+
+def drain_s(settings: ServiceSettings) -> float:
+    """The longest a request a replica holds can still take: its body, then its decision
+    (queueing included) and the decision threads' grace, plus a second to write the answer.
+    Serve waits this long for a stopped replica's requests (its default is 20 s whatever the
+    service's timeouts), so a stop answers what is in flight and stays bounded."""
+    return settings.body_timeout_s + settings.decision_timeout_s + GRACE_S + 1.0
 
 
 def resolve_settings(settings: ServiceSettings) -> ServiceSettings:

@@ -4,7 +4,9 @@
 Both load the policy and the contention model before Ray starts (a bad name costs no cluster
 start-up), start Ray (a private loopback instance, or join ``address``), start Serve's HTTP
 proxy on ``host:port`` and deploy the same application as ``serve run serve/config.yaml``
-(:func:`deepshare.serving.deployment.service_app`), and shut Serve and Ray down on the way out.
+(:func:`deepshare.serving.deployment.service_app`), and shut Serve and Ray down on the way out:
+the application first, so the requests in flight are answered (for at most
+:func:`~deepshare.serving.deployment.drain_s`) and new ones refused, then the proxy and Ray.
 A failure of Ray or Serve to start is a :class:`~deepshare.core.errors.RuntimeFailure` of one
 line; bad settings are a :class:`~deepshare.core.errors.DeepShareError`.
 
@@ -18,6 +20,7 @@ caller's business (the CLI does).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -27,6 +30,8 @@ from typing import Any, Callable, Iterator
 
 from deepshare.core.errors import RuntimeFailure
 from deepshare.serving.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,9 +100,20 @@ def serving(
     finally:
         if ray.is_initialized():
             try:
+                _drain(serve, APP_NAME)
                 serve.shutdown()
             finally:
                 ray.shutdown()
+
+
+def _drain(serve: Any, app: str) -> None:
+    """Delete the application first: its replicas answer the requests they hold (at most
+    :func:`~deepshare.serving.deployment.drain_s`) while the proxy, still up, refuses new ones.
+    ``serve.shutdown`` alone stops the proxy first and drops every request in flight."""
+    try:
+        serve.delete(app)
+    except Exception as exc:  # noqa: BLE001 - an app that never deployed: nothing to drain, shut down anyway
+        log.warning("could not drain the placement service before stopping it (%s: %s)", type(exc).__name__, exc)
 
 
 def run_service(

@@ -278,9 +278,37 @@ def test_client_reports_refusals_with_the_field(service):
 
 
 def test_sigterm_stops_the_service_cleanly(service):
-    """Runs last in this module: SIGTERM ends `deepshare serve` with status 0 and frees the port."""
+    """Runs last in this module: SIGTERM ends `deepshare serve` with status 0 and frees the port,
+    after answering the request in flight. That request's body is half sent when the signal comes
+    and the rest 1.5 s later; before, the proxy stopped first and dropped the connection."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
     url, proc, log = service
+    body = json.dumps(small_request()).encode()
+    parts = urlsplit(url)
+    answers = []
+
+    def slow_request() -> None:
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as conn:
+            conn.sendall(b"POST /v1/placements HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % (parts.netloc.encode(), TOKEN.encode(), len(body)))
+            conn.sendall(body[:len(body) // 2])
+            sent.set()
+            time.sleep(1.5)
+            conn.sendall(body[len(body) // 2:])
+            answers.append(conn.recv(64))
+
+    sent = threading.Event()
+    client = threading.Thread(target=slow_request)
+    client.start()
+    assert sent.wait(30)
+    time.sleep(0.3)  # the request reaches its replica
     proc.send_signal(signal.SIGTERM)
+    client.join(60)
+    assert answers and answers[0].startswith(b"HTTP/1.1 200 "), answers
     assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
     assert "stopping the placement service" in log.read_text()
     with pytest.raises(requests.ConnectionError):
