@@ -17,7 +17,8 @@ it is repeated here. This module adds only what a running scheduler needs around
 * **Admission.** :class:`TenantsPolicy` runs the live policy inside
   :class:`deepshare.tenants.Admitted` over the current file at every decision: the same admission
   and quota preemption as the simulator and the service. Usage is recomputed from the view's
-  running jobs, so a new file takes effect at the next tick and nothing is carried over.
+  running jobs, so a new file takes effect at the next tick and nothing is carried over. One
+  decision uses one file (:class:`OneFilePerDecision`), even when a reload lands during it.
 * **Reloads.** :meth:`LiveTenants.reload` reads the file again, validates it (the file's own
   rules, and every queued or running job's queue and priority class still declared), and swaps
   it in whole, or keeps the old one and raises. One log line either way; tokens are never logged.
@@ -29,9 +30,11 @@ import hashlib
 import hmac
 import logging
 import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision
@@ -260,8 +263,46 @@ class LiveTenants:
     def policy(self, inner: Any) -> Any:
         """``inner`` behind this file's admission, read afresh at every decision
         (:class:`TenantsPolicy`, placed by :func:`deepshare.tenants.around_policy`: around each
-        candidate for the planner)."""
-        return around_policy(inner, lambda candidate: TenantsPolicy(candidate, self))
+        candidate for the planner), one file throughout a decision (:class:`OneFilePerDecision`)."""
+        return OneFilePerDecision(around_policy(inner, lambda candidate: TenantsPolicy(candidate, self)), self)
+
+    def in_force(self) -> Tenants | None:
+        """The file a decision uses: the one :meth:`pinned` in the current decision, else :attr:`current`."""
+        pinned = _PINNED.get()
+        return pinned[1] if pinned is not None and pinned[0] is self else self.current
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """:meth:`in_force` answers the file current now until the block ends, whatever a reload
+        (on the API's thread) swaps in meanwhile."""
+        token = _PINNED.set((self, self.current))
+        try:
+            yield
+        finally:
+            _PINNED.reset(token)
+
+
+_PINNED: ContextVar[tuple[LiveTenants, Tenants | None] | None] = ContextVar("deepshare_pinned_tenants", default=None)
+"""The live tenants and the file a decision in progress uses (:meth:`LiveTenants.pinned`)."""
+
+
+class OneFilePerDecision:
+    """``inner`` (a policy with :class:`TenantsPolicy` inside) deciding under one tenants file:
+    the one in force when the decision starts. A reload that lands during a decision takes effect
+    at the next; without this, the planner's candidates and the hundreds of base decisions of its
+    rollouts, each reading the live file, could weigh options under two different files."""
+
+    def __init__(self, inner: Any, live: LiveTenants) -> None:
+        self.inner = inner
+        self.live = live
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.inner, "name", type(self.inner).__name__))
+
+    def decide(self, view: ClusterView) -> Decision:
+        with self.live.pinned():
+            return self.inner.decide(view)  # type: ignore[no-any-return]
 
 
 def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) -> None:
@@ -294,7 +335,7 @@ class TenantsPolicy:
         return str(getattr(self.inner, "name", type(self.inner).__name__))
 
     def decide(self, view: ClusterView) -> Decision:
-        tenants = self.live.current
+        tenants = self.live.in_force()
         if tenants is None:
             return self.inner.decide(view)  # type: ignore[no-any-return]
         return Admitted(self.inner, tenants).decide(view)

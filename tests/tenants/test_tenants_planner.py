@@ -6,10 +6,10 @@ from __future__ import annotations
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import JobSpec
+from deepshare.core.types import WAIT, JobSpec
 from deepshare.policies import make_policy
 from deepshare.policies.planner import Planner, PlannerConfig
-from deepshare.runtime.tenancy import LiveTenants, TenantsPolicy
+from deepshare.runtime.tenancy import LiveTenants, OneFilePerDecision, TenantsPolicy
 from deepshare.tenants import Admitted, admit, admitted, parse_tenants
 
 from tests.tenants.tenant_cases import TWO_TEAMS
@@ -68,10 +68,65 @@ def test_the_live_scheduler_puts_its_tenants_around_the_candidates(tmp_path):
     path = tmp_path / "tenants.yaml"
     path.write_text(TWO_TEAMS)
     live = LiveTenants("admin-token-for-tests", path)
-    policy = live.policy(Planner(CONFIG, make_policy))
+    pinning = live.policy(Planner(CONFIG, make_policy))
+    assert isinstance(pinning, OneFilePerDecision) and pinning.live is live
+    policy = pinning.inner
     assert isinstance(policy, Planner)
     candidate = policy._make("srsf+packed")
     assert isinstance(candidate, TenantsPolicy) and candidate.live is live  # re-reads the live file per decision
     assert isinstance(candidate.inner, type(make_policy("srsf+packed")))
-    plain = live.policy(make_policy("srsf+packed"))
+    plain = live.policy(make_policy("srsf+packed")).inner
     assert isinstance(plain, TenantsPolicy) and not isinstance(plain.inner, TenantsPolicy)
+
+
+def test_a_reload_during_a_decision_takes_effect_at_the_next(tmp_path, monkeypatch):
+    # The API thread may swap the file while the loop decides. The planner's candidates and its
+    # rollouts' base decisions each read the live file; they must all read the same one.
+    path = tmp_path / "tenants.yaml"
+    path.write_text(TWO_TEAMS)
+    live = LiveTenants("admin-token-for-tests", path)
+    first, other = live.current, parse_tenants(TWO_TEAMS)
+    seen = []
+
+    class Reloaded:
+        """A candidate during whose decision a reload swaps the file in."""
+
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            seen.append(live.in_force())
+            live._swap(other)
+            seen.append(live.in_force())
+            return WAIT
+
+    class Later:
+        """A candidate asked after the reload, in the same decision."""
+
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            seen.append(live.in_force())
+            return WAIT
+
+    class TwoCandidates:  # what the planner does: each candidate behind the live file
+        def __init__(self) -> None:
+            self.candidates = [Reloaded(), Later()]
+
+        def around_candidates(self, wrap):  # type: ignore[no-untyped-def]
+            self.candidates = [wrap(c) for c in self.candidates]
+            return self
+
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            for candidate in self.candidates:
+                candidate.decide(view)
+            return WAIT
+
+    from deepshare.runtime import tenancy
+
+    used = []  # the file each candidate's admission was built with
+    monkeypatch.setattr(tenancy, "Admitted", lambda inner, tenants: used.append(tenants) or Admitted(inner, tenants))
+    sim = Simulator(uniform(1, 8), [JobSpec("a1", "FSDP", 4, 0.0, duration_s=100.0, queue="a")], make_contention("none"))
+    view = sim.advance()
+    live.policy(TwoCandidates()).decide(view)
+    assert len(used) == 2 and all(t is first for t in used)  # the second candidate too, after the reload
+    assert len(seen) == 3 and all(t is first for t in seen)
+    assert live.in_force() is other  # the next decision uses the new file
+    used.clear()
+    live.policy(Later()).decide(view)
+    assert used == [other]
