@@ -237,19 +237,21 @@ class ControlLoop:
             self.metrics.decision_latency.observe(time.perf_counter() - started)
         return decision
 
-    def _bounded_decide(self, view: ClusterView) -> Decision:
-        """The policy's decision within :attr:`LoopConfig.decision_timeout_s`
-        (:class:`DecisionTimeout` when it is still deciding past it)."""
-        with bounded(Deadline(self.config.decision_timeout_s)):
+    def _bounded_decide(self, view: ClusterView, deadline: Deadline | None = None) -> Decision:
+        """The policy's decision within ``deadline`` (default: :attr:`LoopConfig.decision_timeout_s`
+        from now); :class:`DecisionTimeout` when it is still deciding past it."""
+        with bounded(deadline or Deadline(self.config.decision_timeout_s)):
             return self.policy.decide(view)
 
     def _culprits(self, cluster: ClusterState, link_load: Mapping[str, float]) -> list[JobRecord]:
         """The jobs the policy fails on: halves of the queued and running jobs are decided on
         apart until each failing half is one job (at most :data:`MAX_PROBES` decisions). None
         unless some half was decided on: a policy that fails on every job is broken, and its
-        jobs are not to blame."""
+        jobs are not to blame. The probes share one decision timeout: a slow policy's search
+        stops there, with the jobs found by then (the next tick's search finds more)."""
         budget = [MAX_PROBES]
         passed = [False]
+        deadline = Deadline(self.config.decision_timeout_s)
 
         def fails(jobs: list[JobRecord]) -> bool:
             if budget[0] <= 0:
@@ -258,11 +260,14 @@ class ControlLoop:
             queued = [j for j in jobs if j.state is JobState.QUEUED]
             running = [j for j in jobs if j.state is JobState.RUNNING]
             try:
-                self._bounded_decide(self._view(cluster, queued, running, link_load=link_load))
+                self._bounded_decide(self._view(cluster, queued, running, link_load=link_load), deadline)
             except InfeasibleDecision:
                 return False
             except DATA_ERRORS:
                 return True
+            except DecisionTimeout:
+                budget[0] = 0  # no time left for more probes
+                return False
             passed[0] = True
             return False
 

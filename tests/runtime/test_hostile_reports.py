@@ -10,11 +10,13 @@ report field with every JSON type.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import socket
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +332,35 @@ def test_a_job_asking_for_a_level_the_cluster_lacks_is_isolated_with_the_reason(
     job = rig.journal.get(odd)
     assert job.state is JobState.FAILED
     assert "unknown fabric level 'leaf'; this cluster's levels are rack" in job.error
+
+
+def test_the_search_for_the_failing_job_stops_at_the_decision_timeout(tmp_path):
+    # Each probe without the bad job takes 0.15 s. The probes share one 0.4 s timeout: before,
+    # each got a timeout of its own and a slow policy's search could take 64 of them.
+    from deepshare.core.interrupt import checkpoint
+
+    class SlowRaisesOn(RaisesOn):
+        def decide(self, view: Any) -> Any:
+            self.calls += 1
+            if any(j.job_id == self.job_id for j in (*view.queued, *view.running)):
+                raise self.exc
+            until = time.monotonic() + 0.15
+            while time.monotonic() < until:
+                checkpoint()
+                time.sleep(0.01)
+            return self.inner.decide(view)
+
+    rig = Rig(tmp_path / "state")
+    rig.loop.config = dataclasses.replace(rig.loop.config, decision_timeout_s=0.4)
+    jobs = [rig.submit(f"j{i}", 1) for i in range(8)]
+    rig.loop.policy = policy = SlowRaisesOn(jobs[7], ValueError("bad number"))
+    start = time.monotonic()
+    report = rig.loop.tick()
+    assert time.monotonic() - start < 1.5
+    # the decision, then probes: j0-j3 (slow), j4-j7 (fails), j4-j5 (slow), j6-j7 (fails), j6
+    # (slow: stopped at 0.4 s); j7 alone is never probed, nobody is blamed this tick
+    assert report.error == "policy policy: bad number"
+    assert all(rig.journal.get(j).state is JobState.QUEUED for j in jobs) and policy.calls == 6
+    rig.loop.policy = RaisesOn(jobs[7], ValueError("bad number"))  # a quick policy: the search isolates it
+    report = rig.loop.tick()
+    assert report.error is None and rig.journal.get(jobs[7]).state is JobState.FAILED
