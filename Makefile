@@ -68,6 +68,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py --burst 20000 --json $(BENCH_JSON)/scale-burst.json
 	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
 	$(BIN)/python bench/decide_scale.py --fabric --repeats 3 --policies srsf+packed rl-base rl-hybrid rl-hybrid-preempt las+consolidated las+topo-bestfit las+topo-aware --json $(BENCH_JSON)/decide_scale.json  # learned over srsf+packed, flat and fabric (target <= 5x)
+	$(BIN)/python bench/decide_scale.py --pending 10000 --queues 100 --policies srsf+packed rl-hybrid --json $(BENCH_JSON)/decide_scale-queues.json  # behind 100 queues' admission (target <= 1.5x)
+	$(BIN)/python bench/scale.py --cluster h100-leafspine-2to1 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-leafspine.json  # fabric over its flat twin (target <= 2x)
+	$(BIN)/python bench/scale.py --cluster clos3-256 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-clos.json
 	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
 	$(BIN)/python bench/estimate_robustness.py --json $(BENCH_JSON)/estimate_robustness.json  # ~10 min
 	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json
@@ -82,6 +85,7 @@ suites: $(STAMP)
 	$(BIN)/deepshare evaluate --suite loaded --workers 2 --json $(SUITE_JSON)/loaded.json
 	$(BIN)/deepshare evaluate --suite standard --workers 2 --json $(SUITE_JSON)/standard.json
 	$(BIN)/deepshare evaluate --suite fabric --workers 2 --json $(SUITE_JSON)/fabric.json
+	$(BIN)/deepshare evaluate --suite tenants --workers 2 --json $(SUITE_JSON)/tenants.json
 	$(BIN)/deepshare evaluate --suite tenants-learned --workers 2 --json $(SUITE_JSON)/tenants-learned.json
 
 # docs/results.md and the README's headline table, from the JSON files above (whichever exist);

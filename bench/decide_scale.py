@@ -123,7 +123,7 @@ def main() -> None:
                         help="decide each request this many times and report the medians (a shared machine is noisy)")
     add_json_flag(parser)
     args = parser.parse_args()
-    record = Record("decide_scale", args.json)
+    record = Record("decide_scale" + (f" ({args.queues} queues)" if args.queues else ""), args.json)  # a section apart
     if args.profile:
         engine = PlacementEngine(EngineSettings(policy=args.policies[0]))
         request = PlacementRequest.model_validate(scale_request(args.nodes, args.profile))

@@ -36,6 +36,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from record import Record, add_json_flag
 
@@ -48,7 +49,6 @@ def cluster_of(spec: str, flat: bool):  # -> Topology (imported in the child onl
     """The cluster ``spec`` names (a preset or a spec file), or with ``flat`` the same nodes and
     hardware without its fabric: ``levels`` and every node group's ``domains`` dropped."""
     from importlib import resources
-    from pathlib import Path
 
     import yaml
 
@@ -196,7 +196,7 @@ def main() -> None:
         from deepshare.core.topology import load_topology
 
         load_topology(args.cluster)  # a bad name or spec fails here, before any point runs
-        record = Record("scale-fabric", args.json)
+        record = Record(f"scale-fabric ({Path(args.cluster).stem})", args.json)  # one section per cluster
         side_by_side(args.cluster, sizes, policies, record)
         record.write()
         return
