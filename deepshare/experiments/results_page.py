@@ -91,8 +91,36 @@ def suite_section(name: str, doc: dict[str, Any]) -> str:
                   f"{room['min_room']:.3f}-{room['max_room']:.3f}; the best heuristic over the pooled ideal: geometric "
                   f"mean {room.get('geomean_best_over_pooled', float('nan')):.3f}, at most "
                   f"{room.get('max_best_over_pooled', float('nan')):.3f}."]
+    lines += tradeoff_section(doc)
     lines += information_section(doc)
     return "\n".join(lines)
+
+
+def tradeoff_section(doc: dict[str, Any]) -> list[str]:
+    """A suite with tenants: its JCT / fairness trade-off (what ``deepshare evaluate`` prints:
+    the suite JSON's ``tradeoff``), fastest first, ``*`` on the Pareto front of average JCT and
+    that column; nothing for a suite without tenants."""
+    tradeoff = doc.get("tradeoff") or {}
+    if not tradeoff.get("policies"):
+        return []
+    fronts = tradeoff.get("fronts", {})
+
+    def number(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    def marked(policy: str, row: dict[str, Any], axis: str) -> str:
+        return number(row.get(axis), ".3f") + (" *" if policy in fronts.get(axis, ()) else "")
+
+    lines = ["", f"JCT / fairness trade-off over {tradeoff['cells']} cells (means over the cells; `*`: on the Pareto "
+             "front of average JCT and that column):", "",
+             "| policy | avg JCT / fastest | worst rho | rho > 1 | max share gap | worst queue avg wait (s) |",
+             "|---|---|---|---|---|---|"]
+    rows = sorted(tradeoff["policies"].items(), key=lambda kv: (kv[1].get("jct_ratio") or math.inf, kv[0]))
+    for policy, row in rows:
+        lines.append(f"| `{policy}` | {number(row.get('jct_ratio'), '.3f')} | {marked(policy, row, 'worst_rho')} | "
+                     f"{marked(policy, row, 'share_rho_above_1')} | {number(row.get('max_share_gap'), '.3f')} | "
+                     f"{number(row.get('worst_queue_avg_queue_s'), ',.0f')} |")
+    return lines
 
 
 def bench_section(name: str, doc: dict[str, Any]) -> str:

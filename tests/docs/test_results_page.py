@@ -103,3 +103,18 @@ def test_a_suite_under_several_information_models_gets_its_by_model_tables() -> 
     assert "| `rl` | 1.010 (1.020) | 0.900 (0.950) |" in information_headline(doc)
     one_model = {**doc, "cells": doc["cells"][:1]}
     assert information_section(one_model) == [] and information_headline(one_model) == []
+
+
+def test_a_suite_with_tenants_shows_its_fairness_tradeoff() -> None:
+    doc = _suite()
+    assert "trade-off" not in results_page.suite_section("quick", doc)  # no tenants: no table
+    doc["tradeoff"] = {"cells": 2, "fronts": {"worst_rho": ["h1"], "share_rho_above_1": ["h1", "h2"]},
+                       "policies": {"h2": {"jct_ratio": 1.05, "worst_rho": 3.0, "share_rho_above_1": 0.5,
+                                           "max_share_gap": 0.02, "worst_queue_avg_queue_s": 15762.4},
+                                    "h1": {"jct_ratio": 1.0, "worst_rho": 2.5, "share_rho_above_1": 0.6,
+                                           "max_share_gap": None, "worst_queue_avg_queue_s": 100.0}}}
+    lines = results_page.suite_section("quick", doc).splitlines()
+    start = lines.index("| policy | avg JCT / fastest | worst rho | rho > 1 | max share gap | worst queue avg wait (s) |")
+    assert "over 2 cells" in lines[start - 2]
+    assert lines[start + 2:start + 4] == ["| `h1` | 1.000 | 2.500 * | 0.600 * | - | 100 |",
+                                          "| `h2` | 1.050 | 3.000 | 0.500 * | 0.020 | 15,762 |"]
