@@ -367,8 +367,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--launch-timeout", type=seconds, default=30.0, metavar="S",
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
     p.add_argument("--decision-timeout", type=seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",
-                   help="seconds one decision may take: the planner answers within it, a policy still deciding is stopped "
-                   f"and the tick applies nothing (default {DEFAULT_DECISION_TIMEOUT_S:g})")
+                   help="seconds a tick's decision may take: the planner answers within it; a learned policy or the planner "
+                   "still deciding is stopped and the tick applies nothing (heuristics and --placement-url are not "
+                   f"stopped) (default {DEFAULT_DECISION_TIMEOUT_S:g})")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
     p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",

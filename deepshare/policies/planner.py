@@ -380,7 +380,7 @@ class Planner:
         return FABRIC_CANDIDATES if len(topology.fabric.levels) > 1 else FLAT_CANDIDATES
 
     def decide(self, view: ClusterView) -> Decision:
-        budget_end = _budget_end(time.perf_counter(), self.config.budget_s)  # before the candidates: they spend it too
+        budget_end = _rollouts_end(time.perf_counter(), self.config.budget_s)  # before the candidates: they spend it too
         self.stats.decisions += 1
         deterministic = self.futures_model.observe(view)
         if not isinstance(deterministic, bool):  # an old-style model (a ``deterministic`` attribute) must say so
@@ -455,7 +455,7 @@ class Planner:
                 if view.now >= horizon_end or steps >= self.config.max_steps:
                     left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != _HORIZON_JOB)
                     return copy.jobs_in_system_area + left
-                checkpoint()  # a caller's deadline (the service's) stops a long rollout between its decisions
+                checkpoint()  # a caller's deadline (the service's, the scheduler's) stops a long rollout between its decisions
                 if budget_end is not None and time.perf_counter() >= budget_end:
                     return None
                 seen = view if estimates is None else _believed(view, durations, estimates, memo, history)
@@ -466,7 +466,7 @@ class Planner:
             return math.inf
 
 
-def _budget_end(started: float, budget_s: float | None) -> float | None:
+def _rollouts_end(started: float, budget_s: float | None) -> float | None:
     """The ``perf_counter`` time a decision starting now (at ``started``) stops rolling out: its
     budget's end, or :data:`DEADLINE_SHARE` of the time its caller gives it
     (:func:`~deepshare.core.interrupt.time_left`) if sooner; None when neither bounds it."""

@@ -155,6 +155,9 @@ class ControlLoop:
         """(finish time, seq) of the last finished job read into :attr:`history`."""
         self._progress: dict[tuple[str, int], Progress] = {}
         """Each live run's last good report, by (job id, attempt)."""
+        self._cleared: set[str] = set()
+        """Jobs a probe of the running search for a failing policy's culprits decided on without
+        failing (:meth:`_culprits`); emptied once the policy decides again."""
         self._bad_reports: dict[str, str] = {}
         """The last problem logged for each job's report (logged again only when it changes)."""
 
@@ -215,43 +218,49 @@ class ControlLoop:
                 ended: list[tuple[str, str]]) -> tuple[Decision, ClusterView]:
         """The policy's decision on ``view``. When the policy fails on a job's data, the jobs it
         fails on are isolated and it decides again on a view without them (once): the decision
-        and the view it was made on."""
+        and the view it was made on. All of it within one decision timeout
+        (:attr:`LoopConfig.decision_timeout_s`)."""
+        deadline = Deadline(self.config.decision_timeout_s)
         try:
-            return self._timed_decide(view), view
+            decision = self._timed_decide(view, deadline)
+            self._cleared.clear()  # the policy decides again: a later failure searches afresh
+            return decision, view
         except InfeasibleDecision:
             raise
         except DATA_ERRORS as exc:
-            culprits = self._culprits(cluster, view.link_load)
+            culprits = self._culprits(cluster, view.link_load, deadline)
             if not culprits:
                 raise
             for job in culprits:
                 self._isolate(job, f"the policy {self.policy_name} fails on it ({_first_line(exc)})", ended)
             view = self._view(cluster, self._launchable(self.journal.jobs(JobState.QUEUED), ended),
                               self.journal.jobs(JobState.RUNNING), link_load=view.link_load)
-            return self._timed_decide(view), view
+            return self._timed_decide(view, deadline), view
 
-    def _timed_decide(self, view: ClusterView) -> Decision:
+    def _timed_decide(self, view: ClusterView, deadline: Deadline) -> Decision:
+        """:meth:`_bounded_decide`, its duration recorded (a decision stopped at the deadline too)."""
         started = time.perf_counter()
-        decision = self._bounded_decide(view)
-        if self.metrics is not None:
-            self.metrics.decision_latency.observe(time.perf_counter() - started)
-        return decision
+        try:
+            return self._bounded_decide(view, deadline)
+        finally:
+            if self.metrics is not None:
+                self.metrics.decision_latency.observe(time.perf_counter() - started)
 
-    def _bounded_decide(self, view: ClusterView, deadline: Deadline | None = None) -> Decision:
-        """The policy's decision within ``deadline`` (default: :attr:`LoopConfig.decision_timeout_s`
-        from now); :class:`DecisionTimeout` when it is still deciding past it."""
-        with bounded(deadline or Deadline(self.config.decision_timeout_s)):
+    def _bounded_decide(self, view: ClusterView, deadline: Deadline) -> Decision:
+        """The policy's decision within ``deadline``; :class:`DecisionTimeout` when it is still
+        deciding past it."""
+        with bounded(deadline):
             return self.policy.decide(view)
 
-    def _culprits(self, cluster: ClusterState, link_load: Mapping[str, float]) -> list[JobRecord]:
+    def _culprits(self, cluster: ClusterState, link_load: Mapping[str, float], deadline: Deadline) -> list[JobRecord]:
         """The jobs the policy fails on: halves of the queued and running jobs are decided on
         apart until each failing half is one job (at most :data:`MAX_PROBES` decisions). None
         unless some half was decided on: a policy that fails on every job is broken, and its
-        jobs are not to blame. The probes share one decision timeout: a slow policy's search
-        stops there, with the jobs found by then (the next tick's search finds more)."""
+        jobs are not to blame. The probes stop at ``deadline``; the jobs of every half decided on
+        without failing (:attr:`_cleared`) are left out of the next tick's search, so a slow
+        policy's search goes on where it stopped instead of probing the same halves again."""
         budget = [MAX_PROBES]
-        passed = [False]
-        deadline = Deadline(self.config.decision_timeout_s)
+        passed = [bool(self._cleared)]
 
         def fails(jobs: list[JobRecord]) -> bool:
             if budget[0] <= 0:
@@ -269,6 +278,7 @@ class ControlLoop:
                 budget[0] = 0  # no time left for more probes
                 return False
             passed[0] = True
+            self._cleared.update(j.job_id for j in jobs)
             return False
 
         def search(jobs: list[JobRecord], known_to_fail: bool = False) -> list[JobRecord]:
@@ -279,8 +289,11 @@ class ControlLoop:
             half = len(jobs) // 2
             return search(jobs[:half]) + search(jobs[half:])
 
-        candidates = [*self.journal.jobs(JobState.QUEUED), *self.journal.jobs(JobState.RUNNING)]
+        candidates = [j for j in (*self.journal.jobs(JobState.QUEUED), *self.journal.jobs(JobState.RUNNING))
+                      if j.job_id not in self._cleared]
         found = search(candidates, known_to_fail=True)
+        if not found and budget[0] > 0:  # searched to the end and nobody is to blame: start afresh next time
+            self._cleared.clear()
         return found if passed[0] else []
 
     def _isolate(self, job: JobRecord, why: str, ended: list[tuple[str, str]]) -> None:

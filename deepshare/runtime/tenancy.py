@@ -274,8 +274,8 @@ class LiveTenants:
     @contextmanager
     def pinned(self) -> Iterator[None]:
         """:meth:`in_force` answers the file current now until the block ends, whatever a reload
-        (on the API's thread) swaps in meanwhile."""
-        token = _PINNED.set((self, self.current))
+        (on the API's thread) swaps in meanwhile; inside a block already pinned, the outer file."""
+        token = _PINNED.set((self, self.in_force()))
         try:
             yield
         finally:

@@ -79,6 +79,7 @@ def serving(
     from deepshare.infra.localray import init_local_ray
     from deepshare.serving.deployment import APP_NAME, service_app
 
+    deployed = False
     try:
         try:
             if address:
@@ -90,6 +91,7 @@ def serving(
                 on_ray_started()
             serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
             serve.run(service_app(settings, replicas), name=APP_NAME, route_prefix="/", blocking=False)
+            deployed = True
             endpoint = Endpoint(f"http://{_url_host(host)}:{port}",
                                 None if address else f"http://127.0.0.1:{_local_metrics_port()}/metrics")
         except Exception as exc:  # noqa: BLE001 - Ray's and Serve's start-up failures: one line
@@ -100,7 +102,8 @@ def serving(
     finally:
         if ray.is_initialized():
             try:
-                _drain(serve, APP_NAME)
+                if deployed:  # a failed start has nothing to drain (and Serve may not be up to ask)
+                    _drain(serve, APP_NAME)
                 serve.shutdown()
             finally:
                 ray.shutdown()

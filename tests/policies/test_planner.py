@@ -393,18 +393,18 @@ def test_the_planner_answers_within_the_time_its_caller_gives_it():
 
 
 def test_the_time_left_and_the_budget_bound_together():
-    from deepshare.policies.planner import DEADLINE_SHARE, _budget_end
+    from deepshare.policies.planner import DEADLINE_SHARE, _rollouts_end
     from deepshare.core.interrupt import checking
 
-    assert _budget_end(100.0, None) is None
-    assert _budget_end(100.0, 5.0) == 105.0
+    assert _rollouts_end(100.0, None) is None
+    assert _rollouts_end(100.0, 5.0) == 105.0
     with checking(None, lambda: 10.0):
-        assert _budget_end(100.0, None) == pytest.approx(100.0 + DEADLINE_SHARE * 10.0)
-        assert _budget_end(100.0, 5.0) == 105.0  # the budget is sooner
+        assert _rollouts_end(100.0, None) == pytest.approx(100.0 + DEADLINE_SHARE * 10.0)
+        assert _rollouts_end(100.0, 5.0) == 105.0  # the budget is sooner
     with checking(None, lambda: 2.0):
-        assert _budget_end(100.0, 5.0) == pytest.approx(100.0 + DEADLINE_SHARE * 2.0)  # the caller is sooner
+        assert _rollouts_end(100.0, 5.0) == pytest.approx(100.0 + DEADLINE_SHARE * 2.0)  # the caller is sooner
     with checking(None, lambda: None):  # a caller with no deadline
-        assert _budget_end(100.0, 5.0) == 105.0
+        assert _rollouts_end(100.0, 5.0) == 105.0
 
 
 def test_a_check_still_stops_a_rollout_when_no_time_left_is_given():

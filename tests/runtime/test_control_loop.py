@@ -478,6 +478,17 @@ def test_a_decision_still_running_at_the_timeout_is_stopped_and_nothing_is_appli
     assert 0 < rig.policy.told[0] <= 0.2
 
 
+def test_a_decision_stopped_at_the_timeout_is_in_the_latency_metric(tmp_path):
+    from types import SimpleNamespace
+
+    seen: list[float] = []
+    rig = Rig(tmp_path / "state", Hurried(), decision_timeout_s=0.2)
+    rig.loop.metrics = SimpleNamespace(decision_latency=SimpleNamespace(observe=seen.append))
+    rig.submit("a", 2)
+    assert rig.loop.tick().error is not None
+    assert len(seen) == 1 and 0.2 <= seen[0] < 2.0
+
+
 def test_the_policy_is_told_the_time_left_and_nothing_without_a_timeout(tmp_path):
     bounded = Rig(tmp_path / "a", Told())
     bounded.submit("a", 2)

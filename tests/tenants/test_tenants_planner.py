@@ -130,3 +130,16 @@ def test_a_reload_during_a_decision_takes_effect_at_the_next(tmp_path, monkeypat
     used.clear()
     live.policy(Later()).decide(view)
     assert used == [other]
+
+
+def test_a_nested_pin_keeps_the_outer_file(tmp_path):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(TWO_TEAMS)
+    live = LiveTenants("admin-token-for-tests", path)
+    first, other = live.current, parse_tenants(TWO_TEAMS)
+    with live.pinned():
+        live._swap(other)
+        with live.pinned():
+            assert live.in_force() is first
+        assert live.in_force() is first
+    assert live.in_force() is other
