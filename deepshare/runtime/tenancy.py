@@ -286,11 +286,8 @@ _PINNED: ContextVar[tuple[LiveTenants, Tenants | None] | None] = ContextVar("dee
 """The live tenants and the file a decision in progress uses (:meth:`LiveTenants.pinned`)."""
 
 
-class OneFilePerDecision:
-    """``inner`` (a policy with :class:`TenantsPolicy` inside) deciding under one tenants file:
-    the one in force when the decision starts. A reload that lands during a decision takes effect
-    at the next; without this, the planner's candidates and the hundreds of base decisions of its
-    rollouts, each reading the live file, could weigh options under two different files."""
+class _AroundLive:
+    """A policy ``inner`` wrapped with the live tenants file ``live``; named as ``inner``."""
 
     def __init__(self, inner: Any, live: LiveTenants) -> None:
         self.inner = inner
@@ -299,6 +296,13 @@ class OneFilePerDecision:
     @property
     def name(self) -> str:
         return str(getattr(self.inner, "name", type(self.inner).__name__))
+
+
+class OneFilePerDecision(_AroundLive):
+    """``inner`` (a policy with :class:`TenantsPolicy` inside) deciding under one tenants file:
+    the one in force when the decision starts. A reload that lands during a decision takes effect
+    at the next; without this, the planner's candidates and the hundreds of base decisions of its
+    rollouts, each reading the live file, could weigh options under two different files."""
 
     def decide(self, view: ClusterView) -> Decision:
         with self.live.pinned():
@@ -320,19 +324,11 @@ def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) ->
                                  f"{job.job_id!r} is not declared")
 
 
-class TenantsPolicy:
-    """``inner`` behind the current tenants file's admission and quota preemption
+class TenantsPolicy(_AroundLive):
+    """``inner`` behind the tenants file in force's admission and quota preemption
     (:class:`deepshare.tenants.Admitted`), read afresh at every decision; ``inner`` alone while
     the scheduler runs without a tenants file. :meth:`LiveTenants.policy` places it (around
     each candidate for the planner)."""
-
-    def __init__(self, inner: Any, live: LiveTenants) -> None:
-        self.inner = inner
-        self.live = live
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self.inner, "name", type(self.inner).__name__))
 
     def decide(self, view: ClusterView) -> Decision:
         tenants = self.live.in_force()

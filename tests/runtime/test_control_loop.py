@@ -434,23 +434,6 @@ def test_a_live_spec_takes_requested_s_or_its_older_name_not_both():
 
 
 # -- the decision deadline ----------------------------------------------------------------------
-class Hurried:
-    """A policy that decides until its caller's check stops it, noting the time it was told it had."""
-
-    name = "hurried"
-
-    def __init__(self) -> None:
-        self.told: list[float | None] = []
-
-    def decide(self, view: Any) -> Decision:
-        from deepshare.core.interrupt import checkpoint, time_left
-
-        self.told.append(time_left())
-        while True:
-            checkpoint()
-            time.sleep(0.01)
-
-
 class Told:
     """A policy that waits, noting the time it was told it had."""
 
@@ -464,6 +447,20 @@ class Told:
 
         self.told.append(time_left())
         return WAIT
+
+
+class Hurried(Told):
+    """A policy that decides until its caller's check stops it (noting the time it was told it had)."""
+
+    name = "hurried"
+
+    def decide(self, view: Any) -> Decision:
+        from deepshare.core.interrupt import checkpoint
+
+        super().decide(view)
+        while True:
+            checkpoint()
+            time.sleep(0.01)
 
 
 def test_a_decision_still_running_at_the_timeout_is_stopped_and_nothing_is_applied(tmp_path):
