@@ -111,8 +111,9 @@ def serving(
 
 def _drain(serve: Any, app: str) -> None:
     """Delete the application first: its replicas answer the requests they hold (at most
-    :func:`~deepshare.serving.deployment.drain_s`) while the proxy, still up, refuses new ones.
-    ``serve.shutdown`` alone stops the proxy first and drops every request in flight."""
+    :func:`~deepshare.serving.deployment.drain_s`) while the proxy, still up, answers new ones 404
+    (no application). ``serve.shutdown`` alone stops the proxy first and drops every request in
+    flight."""
     try:
         serve.delete(app)
     except Exception as exc:  # noqa: BLE001 - an app that never deployed: nothing to drain, shut down anyway
