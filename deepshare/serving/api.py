@@ -46,7 +46,7 @@ from deepshare.serving.middleware import OPEN_PATHS, AnswerHealth
 from deepshare.serving.scoring import lone_scorer
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import ServiceSettings
-from deepshare.serving.translate import RequestError
+from deepshare.serving.translate import MAX_REPORTED_ERRORS, RequestError
 from deepshare.serving.workers import DecisionWorkers
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -133,6 +133,9 @@ class PlacementAPI:
                            "timeout): the request is too large for it, or the service is overloaded"},
                 status_code=503, headers={"Retry-After": self.retry_after},
             )
+        except RefusedBody as refused:
+            outcome = "invalid"
+            return refused.response
         except (ValidationError, RequestError) as exc:
             outcome = "invalid"
             return error_response(exc)
@@ -148,11 +151,15 @@ class PlacementAPI:
         return Response(response.model_dump_json(exclude_none=True), media_type="application/json")
 
     def _parse(self, raw: bytes) -> PlacementRequest:
-        """The body as a request within the limits (:class:`ValidationError`, :class:`LimitExceeded`).
-        Parsed here rather than by FastAPI: any Content-Type is read as JSON (curl -d sends a form
-        type) and pydantic's own JSON parser is faster."""
-        body = PlacementRequest.model_validate_json(raw)
-        self.limits.check(body)
+        """The body as a request within the limits; :class:`RefusedBody` with the error answer,
+        rendered here (in a decision thread for a large body: a body of hundreds of thousands of
+        bad fields costs a second to list). Parsed here rather than by FastAPI: any Content-Type
+        is read as JSON (curl -d sends a form type) and pydantic's own JSON parser is faster."""
+        try:
+            body = PlacementRequest.model_validate_json(raw)
+            self.limits.check(body)
+        except (ValidationError, RequestError) as exc:
+            raise RefusedBody(error_response(exc)) from None
         return body
 
     async def _on_loop(self, body: PlacementRequest, deadline: Deadline) -> PlacementResponse:
@@ -211,16 +218,30 @@ class PlacementAPI:
         return app
 
 
+class RefusedBody(Exception):
+    """A body refused before any decision, with its error answer (:func:`error_response`)."""
+
+    def __init__(self, response: JSONResponse) -> None:
+        super().__init__("refused body")
+        self.response = response
+
+
 def error_response(exc: ValidationError | RequestError) -> JSONResponse:
     """The answer to a body's errors, each naming its field's path (``detail[].loc``): 400 for a
-    body that is not JSON, 413 for one over the limits, 422 otherwise."""
-    if isinstance(exc, RequestError):
+    body that is not JSON, 413 for one over the limits, 422 otherwise. At most
+    :data:`~deepshare.serving.translate.MAX_REPORTED_ERRORS` are listed, then a count of the rest."""
+    if isinstance(exc, RequestError):  # capped when raised
         kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
         return JSONResponse({"detail": [{"loc": list(e.loc), "msg": e.msg, "type": kind} for e in exc.errors]},
                             status_code=status)
+    found = exc.errors(include_url=False, include_context=False, include_input=False)
     errors = [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-              for e in exc.errors()]
+              for e in found[:MAX_REPORTED_ERRORS]]
     status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
+    if len(found) > MAX_REPORTED_ERRORS:
+        more = len(found) - MAX_REPORTED_ERRORS
+        errors.append({"loc": ["body"], "msg": f"and {more} more error{'s' if more > 1 else ''} not listed "
+                                                "(fix these first)", "type": "too_many_errors"})
     return JSONResponse({"detail": errors}, status_code=status)
 
 

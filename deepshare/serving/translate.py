@@ -50,12 +50,27 @@ class FieldError:
     msg: str
 
 
+MAX_REPORTED_ERRORS = 100
+"""The most field errors one answer lists; the rest are counted in a last entry. A body can hold
+hundreds of thousands of bad fields, and an answer listing each was hundreds of times its size."""
+
+
+def capped(errors: list[FieldError]) -> list[FieldError]:
+    """The first :data:`MAX_REPORTED_ERRORS` of ``errors``, then one entry counting the others."""
+    if len(errors) <= MAX_REPORTED_ERRORS:
+        return errors
+    more = len(errors) - MAX_REPORTED_ERRORS
+    return [*errors[:MAX_REPORTED_ERRORS], FieldError(("body",), f"and {more} more error{'s' if more > 1 else ''} "
+                                                                  "not listed (fix these first)")]
+
+
 class RequestError(DeepShareError):
-    """A request that is well-typed but inconsistent; each error names its field's path."""
+    """A request that is well-typed but inconsistent; each error names its field's path (at most
+    :data:`MAX_REPORTED_ERRORS` of them, then a count of the others)."""
 
     def __init__(self, errors: list[FieldError]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in errors))
+        self.errors = capped(errors)
+        super().__init__("; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in self.errors))
 
 
 # -- server side -------------------------------------------------------------------------------
@@ -78,11 +93,14 @@ def request_to_view(
         for i, job in enumerate(jobs):
             if seen[job.job_id] > 1:
                 errors.append(FieldError(("body", kind, i, "job_id"), f"duplicate job id {job.job_id!r}"))
+    listed = False  # the node names go in the first unknown node's message only
     for i, job in enumerate(request.running):
         for name, gpus in job.placement.items():
             loc = ("body", "running", i, "placement", name)
             if name not in index:
-                errors.append(FieldError(loc, f"unknown node {name!r}; nodes are {_names(request.nodes)}"))
+                hint = "" if listed else f"; nodes are {_names(request.nodes)}"
+                listed = True
+                errors.append(FieldError(loc, f"unknown node {name!r}{hint}"))
             elif gpus <= 0:
                 errors.append(FieldError(loc, f"GPUs must be positive, got {gpus}"))
             else:

@@ -269,3 +269,25 @@ def test_run_service_as_an_entry_point_stops_on_sigterm_and_restores_the_handler
                         on_ready=lambda _: signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None))  # "SIGTERM"
     assert seen[0] not in before  # its own handler while serving
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+@pytest.mark.parametrize("kind", ["inconsistent fields", "unknown keys"])
+def test_an_answer_lists_at_most_100_errors_whatever_the_body_holds(kind):
+    # Before: one error per bad field, each unknown node's naming up to 8 node names; a 1.3 MB
+    # body got a 327 MB answer and held the replica's loop for seconds.
+    names = [f"{'n' * 200}{i}" for i in range(9)]
+    nodes = [{"name": name, "gpus": 8, "free_gpus": 8} for name in names]
+    if kind == "inconsistent fields":
+        running = [{"job_id": f"r{j}", "model": "FSDP", "placement": {str(k): 1 for k in range(j * 100, j * 100 + 100)}}
+                   for j in range(30)]
+        body = {"now": 100, "nodes": nodes, "running": running, "pending": []}
+    else:
+        body = {"now": 100, "nodes": nodes, "pending": [], **{f"x{i}": 0 for i in range(3000)}}
+    raw = json.dumps(body).encode()
+    status, answer = post(api(max_body_bytes=4 * 1024 * 1024).app, raw)
+    detail = answer["detail"]
+    assert status == 422 and len(detail) == 101
+    assert detail[-1]["loc"] == ["body"] and detail[-1]["msg"].startswith("and 2900 more errors not listed")
+    assert len(json.dumps(answer)) < 20_000  # bounded whatever the body holds (4 MiB here could hold 400,000)
+    if kind == "inconsistent fields":
+        assert "nodes are" in detail[0]["msg"] and all("nodes are" not in d["msg"] for d in detail[1:])
