@@ -120,7 +120,7 @@ class PlacementAPI:
         try:
             if len(raw) <= INLINE_MAX_BYTES:
                 body = self._parse(raw)
-                decided = (self._on_loop(body, deadline) if _cheap(body)
+                decided = (self._on_loop(body, deadline) if self.engine.sized and _cheap(body)
                            else self._in_thread(lambda: body, deadline))
             else:  # parsing a large body is work too: off the loop, within the deadline
                 decided = self._in_thread(lambda: self._parse(raw), deadline)

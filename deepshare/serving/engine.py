@@ -56,6 +56,14 @@ class EngineSettings:
     no state between requests."""
 
 
+def _heuristic(name: str) -> bool:
+    """Whether the registry lists ``name`` as a heuristic (False for an unknown or learned name)."""
+    try:
+        return policy_info(name).heuristic
+    except Exception:  # noqa: BLE001 - NAME=CHECKPOINT and plugin specs: not a registry heuristic
+        return False
+
+
 class PlacementEngine:
     def __init__(self, settings: EngineSettings) -> None:
         start = time.perf_counter()
@@ -70,6 +78,11 @@ class PlacementEngine:
         self.version = _version(self.metadata.get("checkpoint"))
         self._stepped = isinstance(self.policy, SteppedPolicy)
         """Asked once: a runtime-checkable Protocol's isinstance costs tens of us per request."""
+        self.sized = self._stepped or _heuristic(settings.policy)
+        """Whether a decision's cost follows the request's size (a heuristic; a learned policy,
+        whose steps each cost about the same): only then may a small request decide on the
+        service's event loop. The planner's rollouts cost what its time left allows, whatever
+        the request's size."""
 
     @property
     def name(self) -> str:

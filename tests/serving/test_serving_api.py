@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from cli_run import cli
@@ -58,6 +59,11 @@ def api(policy: str = "fifo+consolidated", skip_routing: bool = True, tenants: s
 
 def call(app, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
     """One request through the whole ASGI app: (status, JSON body)."""
+    return asyncio.run(acall(app, method, path, body))
+
+
+async def acall(app, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
+    """:func:`call` on the running event loop (requests side by side on one loop)."""
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -74,7 +80,7 @@ def call(app, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
              "raw_path": path.encode(), "root_path": "", "scheme": "http", "query_string": b"",
              "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
-    asyncio.run(app(scope, receive, send))
+    await app(scope, receive, send)
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     raw = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, json.loads(raw)
@@ -291,3 +297,27 @@ def test_an_answer_lists_at_most_100_errors_whatever_the_body_holds(kind):
     assert len(json.dumps(answer)) < 20_000  # bounded whatever the body holds (4 MiB here could hold 400,000)
     if kind == "inconsistent fields":
         assert "nodes are" in detail[0]["msg"] and all("nodes are" not in d["msg"] for d in detail[1:])
+
+
+def test_the_planner_decides_off_the_event_loop():
+    # A small request (16 nodes x 250 jobs: cheap by size) on which the planner's candidates
+    # disagree: its rollouts take seconds, whatever the size. On the replica's event loop they
+    # held /healthz and every other request until they ended.
+    from tests.adversarial.test_service_deadline import contested
+
+    planner = api("planner=8")
+    assert not planner.engine.sized and api("fifo+consolidated").engine.sized and api("rl-hybrid").engine.sized
+    raw = contested(250).model_dump_json(exclude_defaults=True).encode()  # 23.5 KB: under the inline bound
+
+    async def scenario() -> tuple[int, float, int, float]:
+        start = time.monotonic()
+        deciding = asyncio.ensure_future(acall(planner.app, "POST", "/v1/placements", raw))
+        await asyncio.sleep(0.3)
+        health, _ = await acall(planner.app, "GET", "/healthz")
+        answered = time.monotonic() - start
+        status, _ = await deciding
+        return health, answered, status, time.monotonic() - start
+
+    health, answered, status, decided = asyncio.run(scenario())
+    assert health == 200 and status == 200
+    assert decided > 1.0 and answered < 0.8 < decided  # while it decided, not after
