@@ -12,6 +12,8 @@ The bounds come from what real clusters need, with room to spare, not from what 
 * a job holds at most :data:`MAX_JOB_GPUS` GPUs (the largest published training runs use about
   16-32 thousand; a cluster of 65,536 GPUs is beyond any in the public record);
 * clocks are seconds since any epoch up to :data:`MAX_TIMESTAMP_S` (year 5138 in Unix time);
+* a link (NIC, PCIe, NVLink, uplink) runs between :data:`MIN_LINK_GBPS` and
+  :data:`MAX_LINK_GBPS` Gbit/s, or is absent (0) where absence means something;
 * counters a job reports stay below :data:`MAX_SAMPLES` samples (10^18: a year at 30 billion
   samples or tokens a second) and :data:`MAX_STEP` steps (the largest integer a JSON double
   holds exactly), at most :data:`MAX_THROUGHPUT` samples a second.
@@ -35,6 +37,11 @@ MAX_THROUGHPUT = 1e12
 """Most samples a second a job may report (over all its ranks)."""
 MAX_STEP = 2**53
 """Largest step counter a job may report (exact in a JSON number and in SQLite's integers)."""
+MIN_LINK_GBPS = 1e-3
+"""Slowest link (a node's NIC, PCIe or NVLink, a domain's uplink or port) a cluster may describe,
+Gbit/s: 1 Mbit/s. A bandwidth of 5e-324 (greater than 0) made the link model's ratios NaN."""
+MAX_LINK_GBPS = 1e9
+"""Fastest link a cluster may describe, Gbit/s (an exabit a second)."""
 
 
 def finite_in(value: object, low: float, high: float, *, low_open: bool = False) -> bool:

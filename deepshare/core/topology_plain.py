@@ -16,6 +16,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
+
 NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "gpu_model": "unknown", "fabric": "pcie", "pcie_switches": 1,
     "intra_node_gbps": 128.0, "nvlink_gbps": 0.0, "nic_gbps": 40.0,
@@ -44,16 +46,16 @@ levels goes through pydantic, whose groups also carry the domains."""
 _Check = Callable[[Any], bool]
 
 
-def _positive(v: float) -> bool:
-    return v > 0
-
-
 def _up_to(high: int) -> _Check:
     return lambda v: 0 < v <= high
 
 
-def _non_negative(v: float) -> bool:
-    return v >= 0
+def _link(v: float) -> bool:
+    return MIN_LINK_GBPS <= v <= MAX_LINK_GBPS
+
+
+def _link_or_none(v: float) -> bool:
+    return v == 0 or _link(v)
 
 
 def _fabric(v: str) -> bool:
@@ -64,12 +66,12 @@ def _fabric(v: str) -> bool:
 _NODE_TYPE: dict[str, tuple[type, _Check | None]] = {
     "gpus": (int, _up_to(MAX_GPUS_PER_NODE)), "gpu_model": (str, None), "fabric": (str, _fabric),
     "pcie_switches": (int, _up_to(MAX_PCIE_SWITCHES)),
-    "intra_node_gbps": (float, _positive), "nvlink_gbps": (float, _non_negative), "nic_gbps": (float, _positive),
+    "intra_node_gbps": (float, _link), "nvlink_gbps": (float, _link_or_none), "nic_gbps": (float, _link),
 }
 _NODE_GROUP: dict[str, tuple[type, _Check | None]] = {
     "type": (str, None), "count": (int, _up_to(MAX_NODES)), "rack": (str, None), "prefix": (str, None),
 }
-_CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, None), "rack_uplink_gbps": (float, _non_negative)}
+_CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, None), "rack_uplink_gbps": (float, _link_or_none)}
 
 
 class _Unsure(Exception):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
 
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
@@ -23,6 +25,19 @@ DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, patt
 """A level's or a domain's name: 1-256 characters, no ``/`` (paths are joined with it), no control characters."""
 
 
+def _none_or_link(value: float) -> float:
+    if value != 0 and value < MIN_LINK_GBPS:
+        raise ValueError(f"expected 0 or at least {MIN_LINK_GBPS:g} Gbit/s, got {value:g}")
+    return value
+
+
+LinkGbps = Annotated[float, Field(ge=MIN_LINK_GBPS, le=MAX_LINK_GBPS)]
+"""A link's bandwidth, Gbit/s (:data:`~deepshare.core.bounds.MIN_LINK_GBPS` to
+:data:`~deepshare.core.bounds.MAX_LINK_GBPS`)."""
+OptionalLinkGbps = Annotated[float, Field(ge=0, le=MAX_LINK_GBPS), AfterValidator(_none_or_link)]
+"""A link's bandwidth, or 0 where 0 means something (no NVLink, a non-blocking uplink, one fat pipe)."""
+
+
 class NodeTypeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -30,9 +45,9 @@ class NodeTypeSpec(BaseModel):
     gpu_model: str = NODE_TYPE_DEFAULTS["gpu_model"]
     fabric: Literal["pcie", "nvlink"] = NODE_TYPE_DEFAULTS["fabric"]
     pcie_switches: int = Field(default=NODE_TYPE_DEFAULTS["pcie_switches"], gt=0, le=MAX_PCIE_SWITCHES)
-    intra_node_gbps: float = Field(default=NODE_TYPE_DEFAULTS["intra_node_gbps"], gt=0)
-    nvlink_gbps: float = Field(default=NODE_TYPE_DEFAULTS["nvlink_gbps"], ge=0)
-    nic_gbps: float = Field(default=NODE_TYPE_DEFAULTS["nic_gbps"], gt=0)
+    intra_node_gbps: LinkGbps = NODE_TYPE_DEFAULTS["intra_node_gbps"]
+    nvlink_gbps: OptionalLinkGbps = NODE_TYPE_DEFAULTS["nvlink_gbps"]
+    nic_gbps: LinkGbps = NODE_TYPE_DEFAULTS["nic_gbps"]
 
 
 class NodeGroupSpec(BaseModel):
@@ -68,11 +83,11 @@ class LevelSpec(BaseModel):
 
     name: DomainName
     nvlink: bool = Field(default=False, description="an NVLink domain: nodes inside talk over NVLink (lowest level only)")
-    uplink_gbps: float = Field(default=0.0, ge=0, le=1e9, description="each domain's uplink, Gbit/s (0: non-blocking)")
+    uplink_gbps: OptionalLinkGbps = Field(default=0.0, description="each domain's uplink, Gbit/s (0: non-blocking)")
     oversubscription: float = Field(default=0.0, ge=0, le=1e6,
                                     description="when > 0: uplink = the domain's NIC bandwidth / this (2 = 2:1)")
-    port_gbps: float = Field(default=0.0, ge=0, le=1e9,
-                             description="one uplink switch port, Gbit/s (e.g. 400): the uplink is round(uplink / "
+    port_gbps: OptionalLinkGbps = Field(default=0.0,
+                                        description="one uplink switch port, Gbit/s (e.g. 400): the uplink is round(uplink / "
                                          "port_gbps) ports and each crossing flow is hashed onto one (ECMP); "
                                          "0: one fat pipe")
 
@@ -91,7 +106,7 @@ class ClusterSpec(BaseModel):
     name: str = CLUSTER_DEFAULTS["name"]
     node_types: dict[str, NodeTypeSpec] = Field(min_length=1)
     nodes: list[NodeGroupSpec] = Field(min_length=1)
-    rack_uplink_gbps: float = Field(default=CLUSTER_DEFAULTS["rack_uplink_gbps"], ge=0)
+    rack_uplink_gbps: OptionalLinkGbps = CLUSTER_DEFAULTS["rack_uplink_gbps"]
     levels: Optional[list[LevelSpec]] = Field(
         default=None, min_length=1, max_length=16,
         description="the fabric's levels, lowest first (without: one level, the racks, with rack_uplink_gbps)")

@@ -5,8 +5,12 @@ set (``--local`` and cluster YAMLs set it), else Ray's node name (its IP), suffi
 first 8 hex digits of its node id when names repeat. Fabric, NIC speed, rack and GPU model come
 from the labels ``deepshare.io/fabric`` (pcie|nvlink), ``deepshare.io/nic-gbps``,
 ``deepshare.io/nvlink-gbps``, ``deepshare.io/pcie-switches``, ``deepshare.io/rack`` and
-``deepshare.io/gpu-model`` when present, else the testbed's defaults (PCIe, 40 Gb/s NIC). Nodes
-are ordered by name, so indices are stable while the set of nodes is.
+``deepshare.io/gpu-model`` when present, else the testbed's defaults (PCIe, 40 Gb/s NIC). A
+numeric label outside its domain (not a number, NaN, infinite, a bandwidth outside
+:data:`~deepshare.core.bounds.MIN_LINK_GBPS`..:data:`~deepshare.core.bounds.MAX_LINK_GBPS`, a
+PCIe switch count outside 1..1024) is logged once and the default is used: one node's bad label
+must not make every prediction NaN or fail every tick. Nodes are ordered by name, so indices are
+stable while the set of nodes is.
 
 **Fabric levels from node labels** (``deepshare scheduler start --level NAME=LABEL_KEY``, a
 :class:`LabelLevels`): each level's domain of a node is the value of that level's label on it
@@ -22,14 +26,21 @@ when unset), as before.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import Level
 from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
+from deepshare.core.topology_plain import MAX_PCIE_SWITCHES
 from deepshare.core.types import Placement
+
+log = logging.getLogger(__name__)
 
 LABEL_PREFIX = "deepshare.io/"
 NAME_LABEL = LABEL_PREFIX + "node-name"
@@ -152,11 +163,27 @@ class ClusterState:
         return missing
 
 
-def _label_float(labels: Mapping[str, str], key: str, default: float) -> float:
-    try:
-        return float(labels[LABEL_PREFIX + key])
-    except (KeyError, ValueError):
+def _label_float(labels: Mapping[str, str], key: str, default: float, node: str, low: float, high: float,
+                 zero: bool = False) -> float:
+    """The number in label ``deepshare.io/KEY``, or ``default`` without one; a value that is not a
+    finite number in ``low``..``high`` (or 0 where ``zero``) gives ``default`` too, logged once."""
+    raw = labels.get(LABEL_PREFIX + key)
+    if raw is None:
         return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if (zero and value == 0) or (math.isfinite(value) and low <= value <= high):
+        return value
+    _bad_label(node, LABEL_PREFIX + key, str(raw)[:64], f"{'0 or ' if zero else ''}{low:g} to {high:g}", default)
+    return default
+
+
+@lru_cache(maxsize=1024)
+def _bad_label(node: str, key: str, raw: str, expected: str, default: float) -> None:
+    """Log a node's bad numeric label once (the cluster is read every tick)."""
+    log.warning("node %s: label %s=%r is not a number from %s; using %g", node, key, raw, expected, default)
 
 
 def _domain_label(labels: Mapping[str, Any], key: str) -> str | None:
@@ -193,10 +220,12 @@ def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", leve
             index=i, name=node_name, gpus=gpus, rack=rack, node_type="ray",
             gpu_model=labels.get(LABEL_PREFIX + "gpu-model", "unknown"),
             fabric=fabric if fabric in ("pcie", "nvlink") else t.fabric,
-            pcie_switches=max(1, int(_label_float(labels, "pcie-switches", 1))),
-            intra_node_gbps=_label_float(labels, "intra-node-gbps", t.intra_node_gbps),
-            nvlink_gbps=_label_float(labels, "nvlink-gbps", t.nvlink_gbps),
-            nic_gbps=_label_float(labels, "nic-gbps", t.nic_gbps),
+            pcie_switches=int(_label_float(labels, "pcie-switches", 1, node_name, 1, MAX_PCIE_SWITCHES)),
+            intra_node_gbps=_label_float(labels, "intra-node-gbps", t.intra_node_gbps, node_name, MIN_LINK_GBPS,
+                                         MAX_LINK_GBPS),
+            nvlink_gbps=_label_float(labels, "nvlink-gbps", t.nvlink_gbps, node_name, MIN_LINK_GBPS, MAX_LINK_GBPS,
+                                     zero=True),
+            nic_gbps=_label_float(labels, "nic-gbps", t.nic_gbps, node_name, MIN_LINK_GBPS, MAX_LINK_GBPS),
             domains=domains,
         ))
         ray_list.append(RayNode(node_id=str(n["NodeID"]), name=node_name, ip=str(n.get("NodeManagerAddress", "")),

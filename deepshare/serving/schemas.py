@@ -19,7 +19,7 @@ from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.topology import TESTBED_NODE_TYPE
-from deepshare.core.topology_spec import DomainName
+from deepshare.core.topology_spec import DomainName, LinkGbps, OptionalLinkGbps
 
 API_VERSION = "v1"
 DEFAULT_REMAINING_S = UNKNOWN_PRIOR_S
@@ -80,7 +80,7 @@ class LevelIn(_Body):
 
     name: DomainName = Field(description="the level's name (1-256 characters, no '/'), unique among the levels")
     nvlink: bool = Field(False, description="its domains are NVLink domains spanning nodes (the lowest level only)")
-    uplink_gbps: float = Field(0.0, ge=0, le=1e9, description="each domain's uplink, Gbit/s (0: non-blocking)")
+    uplink_gbps: OptionalLinkGbps = Field(0.0, description="each domain's uplink, Gbit/s (0: non-blocking)")
     oversubscription: float = Field(
         0.0, ge=0, le=1e6,
         description="when > 0: each domain's uplink is its nodes' NIC bandwidth over this (2 = 2:1; 0 or at least 1; "
@@ -113,9 +113,9 @@ class NodeIn(_Body):
     )
     gpu_model: str = Field("unknown", max_length=128)
     pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
-    intra_node_gbps: float = Field(TESTBED_NODE_TYPE.intra_node_gbps, gt=0)
-    nvlink_gbps: float = Field(TESTBED_NODE_TYPE.nvlink_gbps, ge=0)
-    nic_gbps: float = Field(TESTBED_NODE_TYPE.nic_gbps, gt=0)
+    intra_node_gbps: LinkGbps = TESTBED_NODE_TYPE.intra_node_gbps
+    nvlink_gbps: OptionalLinkGbps = TESTBED_NODE_TYPE.nvlink_gbps
+    nic_gbps: LinkGbps = TESTBED_NODE_TYPE.nic_gbps
 
 
 class RunningIn(_Body):

@@ -231,7 +231,7 @@ def test_bad_json_is_one_line():
     ({"node_type_options": ["colour=red"]}, "--node-type 'colour=red': expected FIELD=VALUE with FIELD one of name, gpus"),
     ({"node_type_options": ["gpus=eight"]}, "--node-type 'gpus=eight': expected an integer, got 'eight'"),
     ({"node_type_options": ["nic_gbps=fast"]}, "--node-type 'nic_gbps=fast': expected a number"),
-    ({"node_type_options": ["nic_gbps=0"]}, "--node-type: nic_gbps: Input should be greater than 0"),
+    ({"node_type_options": ["nic_gbps=0"]}, "--node-type: nic_gbps: Input should be greater than or equal to 0.001"),
     ({"node_type_options": ["fabric=optical"]}, "--node-type: fabric: Input should be 'pcie' or 'nvlink'"),
     ({"node_type_options": ["gpus=4", "gpus=8"]}, "--node-type: gpus given twice"),
     ({"node_type_options": ["gpus=4"], "gpus_per_node": 8}, "--gpus-per-node 8 and --node-type gpus=4: give one"),

@@ -123,6 +123,12 @@ def test_parse_good_spec_and_load_from_path(tmp_path: Path):
         (GOOD.replace("name: tiny", "name: tiny\ncolour: red"), ["colour"]),
         (GOOD.replace("rack: r0}", "rack: r0, zone: z}"), ["nodes.0.zone"]),
         (GOOD.replace("    gpu_model: X\n", "    gpu_model: X\n    fabric: infiniband\n"), ["node_types.t.fabric"]),
+        # link bandwidths: 5e-324 (> 0) made the link model's ratios NaN
+        (GOOD.replace("nic_gbps: 100", "nic_gbps: 5.0e-324"), ["node_types.t.nic_gbps", "0.001"]),
+        (GOOD.replace("nic_gbps: 100", "nic_gbps: 1.0e+12"), ["node_types.t.nic_gbps", "1000000000"]),
+        (GOOD.replace("nic_gbps: 100", "nic_gbps: 100\n    nvlink_gbps: 1.0e-9"), ["node_types.t.nvlink_gbps", "0 or at least"]),
+        (GOOD.replace("nic_gbps: 100", "nic_gbps: 100\n    intra_node_gbps: 0"), ["node_types.t.intra_node_gbps"]),
+        (GOOD + "rack_uplink_gbps: 1.0e-300\n", ["rack_uplink_gbps", "0 or at least"]),
         ("name: x\nnode_types:\n  t: {gpus: 2}\n", ["nodes", "required"]),
         ("name: x\nnodes:\n  - {type: t}\n", ["node_types"]),
         ("name: x\nnode_types: {}\nnodes: []\n", ["node_types", "nodes"]),

@@ -135,6 +135,36 @@ def test_cluster_from_ray_nodes():
     assert state.to_placement((("dead", 1),)) is None
 
 
+@pytest.mark.parametrize("label, value", [
+    ("nic-gbps", "nan"), ("nic-gbps", "inf"), ("nic-gbps", "5e-324"), ("nic-gbps", "-3"), ("nic-gbps", "fast"),
+    ("intra-node-gbps", "1e400"), ("nvlink-gbps", "1e-9"), ("pcie-switches", "inf"), ("pcie-switches", "nan"),
+    ("pcie-switches", "0"),
+])
+def test_a_bad_numeric_node_label_falls_back_to_the_default_and_is_logged_once(label, value, caplog):
+    # 'inf' switches raised OverflowError on every tick; 'nan' or 5e-324 Gbit/s made predictions NaN
+    from deepshare.core.topology import TESTBED_NODE_TYPE
+    from deepshare.runtime import cluster
+
+    cluster._bad_label.cache_clear()
+    node = {"NodeID": "aa" * 28, "Alive": True, "Resources": {"GPU": 4.0}, "NodeName": "n",
+            "Labels": {"deepshare.io/node-name": "node1", f"deepshare.io/{label}": value}}
+    for _ in range(3):  # read every tick: one warning
+        made = read_cluster([node]).topology.nodes[0]
+    default = {"nic-gbps": TESTBED_NODE_TYPE.nic_gbps, "intra-node-gbps": TESTBED_NODE_TYPE.intra_node_gbps,
+               "nvlink-gbps": TESTBED_NODE_TYPE.nvlink_gbps, "pcie-switches": 1}[label]
+    assert getattr(made, label.replace("-", "_")) == default
+    warned = [r.getMessage() for r in caplog.records if "is not a number from" in r.getMessage()]
+    assert len(warned) == 1 and "node1" in warned[0] and f"deepshare.io/{label}" in warned[0]
+
+
+def test_numeric_node_labels_in_their_domain_are_used():
+    node = {"NodeID": "aa" * 28, "Alive": True, "Resources": {"GPU": 4.0}, "NodeName": "n",
+            "Labels": {"deepshare.io/nic-gbps": "0.001", "deepshare.io/nvlink-gbps": "0",
+                       "deepshare.io/intra-node-gbps": "1e9", "deepshare.io/pcie-switches": "1024"}}
+    made = read_cluster([node]).topology.nodes[0]
+    assert (made.nic_gbps, made.nvlink_gbps, made.intra_node_gbps, made.pcie_switches) == (0.001, 0.0, 1e9, 1024)
+
+
 def test_one_scheduler_per_state_folder(tmp_path):
     from deepshare.core.errors import DeepShareError
     from deepshare.runtime.statelock import StateLock

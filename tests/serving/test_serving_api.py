@@ -321,3 +321,16 @@ def test_the_planner_decides_off_the_event_loop():
     health, answered, status, decided = asyncio.run(scenario())
     assert health == 200 and status == 200
     assert decided > 1.0 and answered < 0.8 < decided  # while it decided, not after
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("nic_gbps", 5e-324, "greater than or equal to 0.001"), ("intra_node_gbps", 1e-6, "greater than or equal to 0.001"),
+    ("nvlink_gbps", 1e-9, "expected 0 or at least 0.001"), ("nic_gbps", 1e10, "less than or equal to 1000000000"),
+])
+def test_a_link_bandwidth_outside_its_domain_is_a_422_naming_it(field, value, words):
+    # 5e-324 Gbit/s (> 0) gave NaN slowdowns, answered as null, under --contention link
+    request = small_request()
+    request["nodes"][0][field] = value
+    status, body = post(api().app, request)
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "nodes", 0, field]
+    assert words in body["detail"][0]["msg"]
