@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from deepshare.agents.view import ClusterSnapshot
 
 DEFAULT_METRICS_PORT = 9479
-_GPU_GAUGE = re.compile(r"^gpu(\d+)/util$")
+_GPU_GAUGE = re.compile(r"^gpu(\d+)/util\Z")
 
 
 class ViewCollector(Collector):

@@ -20,7 +20,7 @@ from deepshare.core.topology import Node
 
 NIC = "nic"
 PCIE = "pcie"
-_GPU_PCIE = re.compile(r"^gpu\d+/pcie$")
+_GPU_PCIE = re.compile(r"^gpu\d+/pcie\Z")
 
 
 def _aggregate(name: str, members: Sequence[LinkRate], capacity: float | None) -> LinkRate:

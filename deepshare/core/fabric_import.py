@@ -44,7 +44,7 @@ as in the ``h100-leafspine-*`` presets (DGX H100: NVLink 4 at 450 GB/s per GPU p
 PCIe Gen5 x16 with its GPU, 8 x 512 Gb/s, so PCIe never caps the NICs)."""
 DEFAULT_TYPE_NAME = "h100"
 
-_NAME = re.compile(r"^[^/\x00-\x1f]{1,256}$")
+_NAME = re.compile(r"^[^/\x00-\x1f]{1,256}\Z")
 """A node's, level's or switch's name: what the spec schema accepts (no ``/``, no control characters)."""
 
 _FIELD_KINDS: Mapping[str, type] = {
@@ -379,7 +379,7 @@ def spec_yaml(table: HostTable, options: ImportOptions, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+_PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*\Z")
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
 """Plain YAML 1.1 scalars that a loader reads as something other than a string."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-PLACEHOLDER = re.compile(r"^(YOUR[-_][A-Z0-9_-]+|REGISTRY/.*)$")
+PLACEHOLDER = re.compile(r"^(YOUR[-_][A-Z0-9_-]+|REGISTRY/.*)\Z")
 """``YOUR-...`` / ``YOUR_...`` in capitals, or an image under the literal registry ``REGISTRY/``."""
 
 

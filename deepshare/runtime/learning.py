@@ -45,7 +45,7 @@ DEFAULT_REFIT_S = 300.0
 """Seconds between two refits of the live scheduler."""
 REFIT_RUNS = 2000
 """Runs a refit reads (the most recently started)."""
-_VERSION_FILE = re.compile(r"^params-(\d{5,})\.json$")
+_VERSION_FILE = re.compile(r"^params-(\d{5,})\.json\Z")
 
 
 def observations(runs: Iterable[Measurement], catalog: Catalog) -> list[Observation]:

@@ -26,9 +26,9 @@ from deepshare.runtime.cluster import NAME_LABEL
 NODE_MEMORY = 80 * 1024**2
 LOOPBACK = "127.0.0.1"
 
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
 """A label value, or a label key's name part (Kubernetes' syntax, which Ray enforces)."""
-_LABEL_PREFIX = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+_LABEL_PREFIX = re.compile(r"^(?=.{1,253}\Z)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\Z")
 """A label key's optional DNS-subdomain prefix (``example.com`` in ``example.com/leaf``)."""
 
 

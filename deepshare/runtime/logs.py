@@ -20,7 +20,7 @@ from pathlib import Path
 LOGS_DIR = "logs"
 MAX_CHUNK = 64 * 1024
 """Most bytes one read (one HTTP answer) returns."""
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9]{1,18}$")
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9]{1,18}\Z")
 
 
 def rank_log_path(state_dir: str | Path, job_id: str, rank: int) -> Path:

@@ -46,6 +46,10 @@ def test_examples_are_valid():
         ({"total_samples": 0}, "total_samples: Input should be greater than 0"),
         ({"env": {"1BAD": "x"}}, "env: Value error, invalid environment variable name '1BAD'"),
         ({"colour": "red"}, "colour: Extra inputs are not permitted"),
+        # a trailing newline: a regex's '$' matched before it (the job then failed at every launch)
+        ({"name": "nl\n"}, "name: Value error, expected 1-63 letters"),
+        ({"env": {"FOO\n": "x"}}, "env: Value error, invalid environment variable name 'FOO\\n'"),
+        ({"entrypoint": "os:getcwd\n"}, "entrypoint: Value error, expected 'package.module:function'"),
     ],
 )
 def test_bad_fields_are_named(change, message):
@@ -160,3 +164,22 @@ def test_cli_json_never_replaces_the_schedulers_state_files(tmp_path, capsys, na
     assert err == (f"deepshare: error: --json {target}: is the input --state {target}; "
                    "writing it would destroy the input, choose another path")
     assert target.read_text() == f"original {name}\n"
+
+
+def test_no_name_pattern_accepts_a_trailing_newline():
+    # Python's '$' matches before a final newline; every pattern ends with \Z instead
+    from deepshare.agents.exporter import _GPU_GAUGE
+    from deepshare.agents.links import _GPU_PCIE
+    from deepshare.core import fabric_import
+    from deepshare.raycluster.placeholders import PLACEHOLDER
+    from deepshare.runtime import learning, localcluster
+    from deepshare.runtime.logs import JOB_ID_RE
+    from deepshare.runtime.spec import ENTRYPOINT_RE, ENV_KEY_RE, NAME_RE
+
+    for pattern, good in ((NAME_RE, "job"), (ENV_KEY_RE, "FOO"), (ENTRYPOINT_RE, "os:getcwd"), (JOB_ID_RE, "job-1"),
+                          (learning._VERSION_FILE, "params-00001.json"), (localcluster._LABEL_NAME, "leaf"),
+                          (localcluster._LABEL_PREFIX, "example.com"), (fabric_import._NAME, "leaf0"),
+                          (fabric_import._PLAIN, "leaf0"), (_GPU_GAUGE, "gpu0/util"), (_GPU_PCIE, "gpu0/pcie"),
+                          (PLACEHOLDER, "YOUR-REGISTRY")):
+        assert pattern.match(good), pattern.pattern
+        assert not pattern.match(good + "\n"), pattern.pattern
