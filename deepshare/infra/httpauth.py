@@ -189,7 +189,7 @@ class AllowHosts:
 
     Accepted: ``localhost`` and loopback IPs, the address the service is bound to, the names in
     ``allowed``, and, when bound to a non-loopback address, any IP literal (an IP cannot be a
-    rebinding name). Anything else, or no ``Host`` at all, is refused.
+    rebinding name). Anything else, no ``Host`` at all or more than one, is refused.
 
     Why not Starlette's ``TrustedHostMiddleware`` (checked against Starlette 1.10): it matches
     exact names and ``*.domain`` patterns only, so it cannot accept "any IP literal" (how clients
@@ -212,8 +212,9 @@ class AllowHosts:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = header(scope, b"host")
-        host = raw.decode("latin-1") if raw is not None else ""
+        hosts = [value for key, value in scope.get("headers") or () if key == b"host"]
+        # one Host header only (RFC 9112 3.2): with two, a proxy reading the last could disagree with this check
+        host = hosts[0].decode("latin-1") if len(hosts) == 1 else ""
         if self.allows(host):
             await self.app(scope, receive, send)
             return

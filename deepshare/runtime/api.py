@@ -42,6 +42,8 @@ from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, bo
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest job spec accepted (a spec is a few hundred bytes; its every string is bounded)."""
+BODY_TIMEOUT_S = 10.0
+"""Seconds a request's body may take to arrive whole (then 408 and the connection closes)."""
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -246,15 +248,16 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
 
 
 def guard(app: Any, *, token: str | None = None, tenants: LiveTenants | None = None, bound_host: str,
-          allowed_hosts: Iterable[str] = (), metrics: Any = None, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+          allowed_hosts: Iterable[str] = (), metrics: Any = None, max_body_bytes: int = MAX_BODY_BYTES,
+          body_timeout_s: float = BODY_TIMEOUT_S) -> Any:
     """``app`` behind the guards, outermost first: request metrics, Host allow-list (403), a known
     bearer token on every route but ``/healthz`` (401; the admin ``token``, or any of ``tenants``'
-    callers), JSON bodies only (415), body size limit (413)."""
+    callers), JSON bodies only (415), body size limit (413) and time (408)."""
     if tenants is None:
         if not token:
             raise ValueError("the scheduler's API needs a token")
         tenants = LiveTenants(token)
-    inner = LimitBody(app, max_body_bytes, error=error_body)
+    inner = LimitBody(app, max_body_bytes, body_timeout_s, error=error_body)
     inner = RequireJSON(inner, error=error_body)
     inner = RequireCaller(inner, tenants.caller, open_paths=("/healthz",), error=error_body)
     inner = AllowHosts(inner, bound_host, allowed_hosts, error=error_body)

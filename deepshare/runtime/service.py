@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
 from deepshare.runtime.journal import Journal, JobState
@@ -37,18 +38,6 @@ from deepshare.runtime.statelock import StateLock
 from deepshare.runtime.tenancy import LiveTenants, queue_usage
 
 log = logging.getLogger(__name__)
-
-
-def api_server(app: Any) -> Any:
-    """A ``uvicorn.Server`` for the scheduler's ASGI ``app`` that leaves the process's logging alone.
-
-    uvicorn's default ``log_config`` runs ``logging.config.dictConfig``, which closes every logging
-    handler of the process; a library must not do that to its host. (It broke this project's test
-    suite: absl's handler closes its stream when closed, and that stream was pytest's capture file.)
-    uvicorn's warnings go to the host's handlers instead (or to stderr when it has none)."""
-    import uvicorn
-
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None, lifespan="off", proxy_headers=False))
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,11 +132,17 @@ def test_cancel_without_token_changes_nothing(server):
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8470", "127.0.0.1.evil.example", "localhost.evil",
-                                  "10.1.2.3", "[fe80::1]:80", "", "sched.internal.evil"])
+                                  "10.1.2.3", "[fe80::1]:80", "sched.internal.evil"])
 def test_foreign_host_header_is_403_even_with_the_token(server, host):
     status, answer = server.call("GET", "/v1/jobs", headers=AUTH, host=host)
     assert status == 403 and "Host header" in error(answer)
     assert server.call("GET", "/healthz", host=host)[0] == 403  # rebinding cannot even probe liveness
+
+
+def test_an_http_11_request_without_a_host_header_is_refused(server):
+    # the HTTP parser refuses it (400) before the Host allow-list would (403)
+    assert server.call("GET", "/v1/jobs", headers=AUTH, host="")[0] == 400
+    assert server.call("GET", "/healthz", host="")[0] == 400
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost:1234", "LOCALHOST", "[::1]:8470", "127.0.0.2",
@@ -264,3 +270,64 @@ def test_metrics_count_requests_by_code_exactly(server):
     for name in ("running_jobs", "gpus_in_use", "launches_total", "launch_failures_total", "preemptions_total",
                  "migrations_total", "decision_duration_seconds_bucket", "tick_duration_seconds_bucket"):
         assert f"deepshare_scheduler_{name}" in text, name
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
+    # uvicorn never timed these out: 20,000 of them (one file descriptor each) made the API reset
+    # every connection. A short header timeout here; the server's default is 10 s.
+    import socket
+
+    from deepshare.infra.httpserver import api_server as make_server
+
+    journal = Journal(tmp_path / "state")
+    app = guard(make_app(journal, lambda: (8, 2), state_dir=tmp_path / "state"), token=TOKEN, bound_host="127.0.0.1")
+    sock = bind("127.0.0.1", 0)
+    srv = make_server(app, header_timeout_s=0.5)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not srv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        port = sock.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as half, \
+                socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            half.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: headers never end
+            start = time.monotonic()
+            assert half.recv(100) == b"" and silent.recv(100) == b""  # closed by the server
+            assert time.monotonic() - start < 5
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # a whole request still answers
+        conn.request("GET", "/healthz", headers={"Host": f"127.0.0.1:{port}"})
+        assert conn.getresponse().status in (200, 503)
+        conn.close()
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+        journal.close()
+
+
+def test_a_body_that_never_arrives_gets_408(server):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+        conn.sendall((f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode())
+        start = time.monotonic()
+        answer = conn.recv(200)
+    assert answer.startswith(b"HTTP/1.1 408 ") and 9 < time.monotonic() - start < 20
+
+
+def test_two_host_headers_are_refused_whichever_comes_first(server):
+    # only the first was checked: 127.0.0.1 then evil.com passed, which a proxy reading the last
+    # Host header would have routed as evil.com's
+    for hosts in (("127.0.0.1", "evil.com"), ("evil.com", "127.0.0.1"), ("127.0.0.1", "127.0.0.1")):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.putrequest("GET", "/v1/jobs", skip_host=True, skip_accept_encoding=True)
+        for host in hosts:
+            conn.putheader("Host", host)
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        conn.endheaders()
+        status = conn.getresponse().status
+        conn.close()
+        assert status in (400, 403), hosts
