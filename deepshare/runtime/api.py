@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -178,16 +179,17 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(400, f"body: not valid JSON ({exc})")
         if not isinstance(body, dict):
             return _error(422, f"body: expected a JSON object (a job spec), got {type(body).__name__}")
-        try:
-            spec = spec_from_json(body)
-            if tenants is not None:
-                spec = tenants.admit_submission(spec, _caller(request))
-            check_submission(spec, cluster_gpus)
-        except Forbidden as exc:
-            return _error(403, str(exc))
-        except DeepShareError as exc:
-            return _error(422, str(exc))
-        job = journal.submit(spec)
+        with tenants.admitting() if tenants is not None else nullcontext():  # no reload in between
+            try:
+                spec = spec_from_json(body)
+                if tenants is not None:
+                    spec = tenants.admit_submission(spec, _caller(request))
+                check_submission(spec, cluster_gpus)
+            except Forbidden as exc:
+                return _error(403, str(exc))
+            except DeepShareError as exc:
+                return _error(422, str(exc))
+            job = journal.submit(spec)
         return job_out(job, tenancy_of(job, {}))
 
     @app.get("/v1/jobs", response_model=list[JobOut])

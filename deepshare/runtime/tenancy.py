@@ -217,6 +217,13 @@ class LiveTenants:
                  len(tenants.tokens))
         return tenants
 
+    def admitting(self) -> Any:
+        """Held while a submission is admitted and journalled, as a reload holds it while it
+        reads the file and checks the live jobs: either the reload sees the new job (and refuses a
+        file without its queue) or the submission is admitted under the new file. Without it a
+        reload between the two accepted a file that no longer declared the new job's queue."""
+        return self._lock
+
     # -- callers -------------------------------------------------------------------------------
     def caller(self, credentials: bytes | None) -> Caller | None:
         """Who ``credentials`` (a bearer token's bytes) are, or None. Every comparison is made,

@@ -458,3 +458,38 @@ def test_scheduler_start_passes_tenants_to_run_scheduler_and_a_bad_file_stops_be
     assert main([*argv, "--tenants", str(file)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"deepshare: error: {file}: tokens.0.queues.0: queue 'b' is not declared in queues"
+
+
+def test_a_reload_and_a_submission_never_interleave(server):
+    # The reload is held inside its check of the live jobs (which sees no job of queue c) while
+    # a job is submitted into c. Before, the submission was admitted under the old file and
+    # journalled, and the reload then put in force a file without c: a queued job in an
+    # undeclared queue (isolated by the next tick; a restart refused to start).
+    server.file.write_text(tenants_yaml(extra_queue=False))
+    checking, proceed = threading.Event(), threading.Event()
+    live_jobs = server.tenants._live_jobs
+
+    def held() -> list:  # type: ignore[type-arg]
+        jobs = live_jobs()
+        checking.set()
+        proceed.wait(10)
+        return jobs
+
+    server.tenants._live_jobs = held
+    reloaded: list[object] = []
+    reload = threading.Thread(target=lambda: reloaded.append(server.tenants.reload()))
+    reload.start()
+    assert checking.wait(10)
+    answered: list[tuple[int, bytes]] = []
+    submit = threading.Thread(target=lambda: answered.append(server.call("POST", "/v1/jobs", ADMIN_TOKEN,
+                                                                         body("late", "c"))))
+    submit.start()
+    submit.join(0.5)
+    assert submit.is_alive()  # waiting for the reload, not admitted under the old file
+    proceed.set()
+    reload.join(10)
+    submit.join(10)
+    assert reloaded and "c" not in server.tenants.current.queues
+    status, answer = answered[0]
+    assert status == 422 and b"queue: 'c' is not declared" in answer
+    assert not [j for j in server.journal.jobs() if j.spec.queue == "c"]
