@@ -19,6 +19,7 @@ from threading import get_ident
 from typing import Any
 
 from deepshare.core.contention.base import leaving_out
+from deepshare.core.simulator import topology_refusal
 from deepshare.core.types import Decision, Launch, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies import preempt_plan
@@ -91,11 +92,16 @@ class HeuristicPolicy:
         return Decision(launch=launches) if launches else WAIT
 
     def _decide_preemptive(self, view: ClusterView, key: Any) -> Decision:
-        """The jobs that fit the cluster's GPUs in order should run: the others running are preempted."""
+        """The jobs that fit the cluster's GPUs in order should run: the others running are
+        preempted. A job whose topology request no domain of the cluster can ever hold is passed
+        over (a placement request may hold one; the simulator rejects such jobs on arrival):
+        counted, it took the GPUs of every job below it, and an idle cluster launched nothing."""
         budget = view.total_gpus
         wanted: set[str] = set()
+        most: dict[Any, int] = {}  # topology_refusal's cache, for this decision
         for job in sorted((*view.running, *view.queued), key=key):
-            if job.gpus <= budget:
+            if job.gpus <= budget and (job.topology.empty or job.placement is not None
+                                       or topology_refusal(job.topology, view.topology, job.gpus, most) is None):
                 wanted.add(job.job_id)
                 budget -= job.gpus
         victims = [j for j in sorted(view.running, key=key, reverse=True) if j.job_id not in wanted]

@@ -101,3 +101,23 @@ def test_registered_for_every_preemptive_order_on_the_backfill_placements():
                           if n.endswith("+preempt") and n.split("+")[1] in BACKFILL_PLACEMENTS}
     assert "srsf+topo-aware+preempt+fill" in names and "fifo+topo-aware+preempt+fill" not in names
     assert "preempt-or-fill" in policy_info("srsf+topo-aware+preempt+fill").description
+
+
+def test_a_gang_no_domain_can_ever_hold_does_not_idle_the_cluster():
+    # Two racks of 8 GPUs; "huge" needs 16 inside one rack (impossible), "small" 1. The
+    # preemptive rule counted huge against the cluster's 16 GPUs, which left none for small: every
+    # preemptive heuristic launched nothing on an idle cluster, at every request. A placement
+    # request may hold such a job (the simulator rejects it on arrival).
+    from deepshare.serving.engine import EngineSettings, PlacementEngine
+    from deepshare.serving.schemas import PlacementRequest
+
+    request = PlacementRequest.model_validate({
+        "now": 100, "nodes": [{"name": "a", "gpus": 8, "free_gpus": 8, "rack": "r1"},
+                              {"name": "b", "gpus": 8, "free_gpus": 8, "rack": "r2"}],
+        "pending": [{"job_id": "huge", "model": "FSDP", "gpus": 16, "remaining_s": 1, "required_level": "rack"},
+                    {"job_id": "small", "model": "FSDP", "gpus": 1, "remaining_s": 10}]})
+    preemptive = [name for name in policy_names(heuristics_only=True) if "+preempt" in name]
+    assert len(preemptive) > 50
+    for name in preemptive:
+        answer = {d.job_id: d.action for d in PlacementEngine(EngineSettings(policy=name)).place(request).decisions}
+        assert answer == {"huge": "wait", "small": "place"}, name
