@@ -30,7 +30,7 @@ from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
-from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S
+from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S, MAX_QUEUED
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
@@ -72,7 +72,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         state_dir=args.state, address=args.address,
         local_nodes=(args.nodes or 2) if args.local else None, local_gpus_per_node=args.gpus_per_node or 4,
         local_labels=tuple(labels.items()), levels=levels,
-        host=args.host, port=args.port, max_gpus=args.max_gpus,
+        host=args.host, port=args.port, max_gpus=args.max_gpus, max_queued=args.max_queued,
         allowed_hosts=tuple(args.allowed_host or ()),
         contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval, tenants_file=args.tenants,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
@@ -370,6 +370,8 @@ def register(subparsers: Any) -> None:
                    help="seconds a tick's decision may take: the planner answers within it; a learned policy or the planner "
                    "still deciding is stopped and the tick applies nothing (heuristics and --placement-url are not "
                    f"stopped) (default {DEFAULT_DECISION_TIMEOUT_S:g})")
+    p.add_argument("--max-queued", type=positive_int, default=MAX_QUEUED, metavar="N",
+                   help=f"queued jobs at most; a submission beyond gets 429 (default {MAX_QUEUED:,})")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
     p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",

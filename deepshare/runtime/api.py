@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -34,6 +35,7 @@ from fastapi.responses import JSONResponse, Response
 
 from deepshare.core.errors import DeepShareError
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
+from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, read_chunk
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, Tenancy, job_detail, job_out
@@ -63,13 +65,17 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
 
 
 def _query_int(request: Request, name: str, default: int) -> int:
+    """Query parameter ``name`` as an integer of at most 18 ASCII digits (``int`` alone also takes
+    other scripts' digits and ``1_0``)."""
     text = request.query_params.get(name)
     if text is None:
         return default
-    try:
-        return int(text)
-    except ValueError:
-        raise DeepShareError(f"{name}: expected an integer, got {text[:40]!r}") from None
+    if not _QUERY_INT.fullmatch(text):
+        raise DeepShareError(f"{name}: expected an integer, got {text[:40]!r}")
+    return int(text)
+
+
+_QUERY_INT = re.compile(r"-?[0-9]{1,18}")
 
 
 def _caller(request: Request) -> Caller:
@@ -82,12 +88,13 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
              state_dir: str | Path | None = None, metrics: Any = None,
              ready: Callable[[], bool] = lambda: True,
              contention: Callable[[], dict[str, object]] | None = None,
-             tenants: LiveTenants | None = None) -> FastAPI:
+             tenants: LiveTenants | None = None, max_queued: int = MAX_QUEUED) -> FastAPI:
     """The app over ``journal`` (unguarded: serve :func:`guard` of it). ``cluster_gpus()`` gives
     (total GPUs, nodes) now; ``state_dir`` holds the rank logs; ``metrics`` is a
     :class:`~deepshare.runtime.metrics.SchedulerMetrics`; ``ready()`` says whether the loop runs;
     ``contention()`` the learned contention model's document (None: the scheduler does not learn);
-    ``tenants`` the tenants file and its tokens (None: no tenants, every caller is the admin)."""
+    ``tenants`` the tenants file and its tokens (None: no tenants, every caller is the admin);
+    ``max_queued`` the most queued jobs (a submission beyond gets 429)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
 
     def current():  # type: ignore[no-untyped-def]
@@ -189,6 +196,10 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
                 return _error(403, str(exc))
             except DeepShareError as exc:
                 return _error(422, str(exc))
+            queued = journal.counts()[0].get(JobState.QUEUED.value, 0)
+            if queued >= max_queued:
+                return _error(429, f"the queue is full: {queued} jobs queued, at most {max_queued} (--max-queued); "
+                                   "submit again when some have started")
             job = journal.submit(spec)
         return job_out(job, tenancy_of(job, {}))
 

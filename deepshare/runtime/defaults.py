@@ -3,3 +3,7 @@ without importing the loop (which would slow every ``deepshare`` command)."""
 
 DEFAULT_DECISION_TIMEOUT_S = 60.0
 """Seconds one decision of the live scheduler may take unless configured (``--decision-timeout``)."""
+MAX_QUEUED = 10_000
+"""Queued jobs the scheduler holds at most unless configured (``--max-queued``); a submission
+beyond gets 429. The placement service's own bound on pending jobs per request: a decision over
+a longer queue is not one the policies are measured on, and every queued job costs each tick."""

@@ -31,6 +31,7 @@ from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
+from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import Journal, JobState
 from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
@@ -63,6 +64,8 @@ class ServiceConfig:
     refit_s: float = 300.0
     """Seconds between two refits of the learned model."""
     max_gpus: int = 0
+    max_queued: int = MAX_QUEUED
+    """Queued jobs at most (``--max-queued``): a submission beyond gets 429."""
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
     grows when they queue); 0: only jobs that fit the GPUs up now."""
     tenants_file: str | None = None
@@ -254,6 +257,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
             return submission_capacity(ray_launcher.cluster(), config.max_gpus)
 
         app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0,
+                       max_queued=config.max_queued,
                        contention=None if learning is None else (lambda: learning.document()), tenants=tenants)
         guarded = guard(app, tenants=tenants, bound_host=config.host, allowed_hosts=config.allowed_hosts,
                         metrics=metrics)

@@ -234,7 +234,10 @@ def test_logs_route_is_bounded_and_never_leaves_the_logs_folder(server):
     assert status == 200 and json.loads(answer)["text"] == "" and json.loads(answer)["size"] == 0  # nothing yet
     for query, message in [("rank=2", "rank: expected 0..1"), ("rank=-1", "rank: expected 0..1"),
                            ("rank=../../secret", "rank: expected an integer"), ("rank=1&limit=0", "limit: expected"),
-                           (f"rank=1&limit={MAX_CHUNK + 1}", "limit: expected"), ("offset=x", "offset: expected")]:
+                           (f"rank=1&limit={MAX_CHUNK + 1}", "limit: expected"), ("offset=x", "offset: expected"),
+                           # int() alone took these: other scripts' digits, underscores, spaces, huge
+                           ("rank=%D9%A0", "rank: expected an integer"), ("offset=1_0", "offset: expected an integer"),
+                           ("offset=%201", "offset: expected an integer"), ("offset=" + "9" * 19, "offset: expected an integer")]:
         status, answer = server.call("GET", f"/v1/jobs/{job.job_id}/logs?{query}", headers=AUTH)
         assert status == 422 and message in error(answer), query
     for bad in ("..%2F..%2Fsecret", "%2E%2E", "..", "nope-1"):
@@ -331,3 +334,42 @@ def test_two_host_headers_are_refused_whichever_comes_first(server):
         status = conn.getresponse().status
         conn.close()
         assert status in (400, 403), hosts
+
+
+def test_a_full_queue_refuses_submissions_with_429(tmp_path):
+    # nothing bounded the queue: a token holder's loop left 14,000 queued jobs, and every reload
+    # and listing read them all
+    journal = Journal(tmp_path / "state")
+    app = guard(make_app(journal, lambda: (8, 2), state_dir=tmp_path / "state", max_queued=2), token=TOKEN,
+                bound_host="127.0.0.1")
+    sock = bind("127.0.0.1", 0)
+    srv = api_server(app)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    port = sock.getsockname()[1]
+
+    def submit(name: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("POST", "/v1/jobs", json.dumps({**GOOD, "name": name}),
+                         {**AUTH, **JSON, "Host": f"127.0.0.1:{port}"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    try:
+        deadline = time.monotonic() + 30
+        while not srv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [submit(f"j{i}")[0] for i in range(2)] == [201, 201]
+        status, answer = submit("j2")
+        assert status == 429 and "2 jobs queued, at most 2 (--max-queued)" in error(answer)
+        assert len(journal.jobs()) == 2
+        journal.cancel(journal.jobs()[0].job_id)  # a job leaves the queue: room again
+        assert submit("j3")[0] == 201
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+        journal.close()
