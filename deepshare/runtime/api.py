@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deepshare.core.errors import DeepShareError
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
@@ -78,6 +79,13 @@ def _query_int(request: Request, name: str, default: int) -> int:
 _QUERY_INT = re.compile(r"-?[0-9]{1,18}")
 
 
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own answers (an unknown route 404, a method a route does not take 405) in this
+    API's error shape, ``{"error": ...}``, not FastAPI's ``{"detail": ...}``."""
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)}, headers=exc.headers)
+
+
 def _caller(request: Request) -> Caller:
     """Who sent ``request`` (:func:`guard` puts it in the scope; an app served unguarded, as in
     tests of the routes alone, has no callers but the admin)."""
@@ -96,6 +104,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     ``tenants`` the tenants file and its tokens (None: no tenants, every caller is the admin);
     ``max_queued`` the most queued jobs (a submission beyond gets 429)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # unknown routes and methods: the same shape
 
     def current():  # type: ignore[no-untyped-def]
         return None if tenants is None else tenants.current

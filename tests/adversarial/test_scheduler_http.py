@@ -373,3 +373,10 @@ def test_a_full_queue_refuses_submissions_with_429(tmp_path):
         thread.join(timeout=5)
         sock.close()
         journal.close()
+
+
+def test_unknown_routes_and_methods_answer_in_the_apis_error_shape(server):
+    for method, path, status in (("GET", "/v1/nope", 404), ("GET", "/v1/jobs/..%2F..%2Ftoken/logs", 404),
+                                 ("PUT", "/v1/jobs", 405)):
+        got, answer = server.call(method, path, b"{}" if method == "PUT" else None, headers={**AUTH, **JSON})
+        assert got == status and isinstance(error(answer), str) and "detail" not in json.loads(answer), path
