@@ -9,6 +9,7 @@ poll (:func:`metric_settles_at`), never read once."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -27,10 +28,25 @@ import pytest
 from deepshare.serving.client import PlacementClient, PlacementServiceError
 
 
+FIXED_PORTS = range(20000, 32768)
+"""Where :func:`free_port` picks: below Linux's ephemeral range (32768-60999), from which every
+``bind(0)`` of the other tests' servers draws. A port picked there was free when picked, but a
+server started meanwhile by another test worker could take it before `deepshare serve` bound it
+(seconds later), and then answered this module's requests (a CI run of 2026-12-05)."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, outside the ephemeral range (:data:`FIXED_PORTS`)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(FIXED_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {FIXED_PORTS}")
 
 
 REPORT_INTERVAL_MS = 1000
@@ -146,9 +162,22 @@ def _start(tmp_path_factory, token: str, flags: tuple[str, ...], ready_timeout_s
     url = f"http://127.0.0.1:{port}"
     try:
         PlacementClient(url).wait_ready(timeout_s=ready_timeout_s, alive=lambda: proc.poll() is None)
+        _said_ready(proc, log)  # it, not another server that took the port, answered
     except PlacementServiceError as exc:
         proc.kill()
         proc.wait(timeout=60)
         shutil.rmtree(ray_tmp, ignore_errors=True)
         return f"{exc}:\n{log.read_text(errors='replace')[-3000:]}"
     return ServeProcess(url, port, proc, log, f"http://127.0.0.1:{metrics_port}/metrics"), ray_tmp
+
+
+def _said_ready(proc: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> None:
+    """Wait for the process's own ready line (:data:`~deepshare.cli.serve.READY_LINE`), printed
+    once its endpoint answers; :class:`PlacementServiceError` if it exits or never says it."""
+    from deepshare.cli.serve import READY_LINE
+
+    deadline = time.monotonic() + timeout_s
+    while READY_LINE not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise PlacementServiceError("the service never said it was ready (another server on its port?)")
+        time.sleep(0.2)
