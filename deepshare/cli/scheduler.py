@@ -36,6 +36,9 @@ DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
 """Periods and timeouts: positive and at most a day (larger values overflow the waits)."""
 EXIT_RUNTIME = 1
+JOB_STATES = ("queued", "running", "finished", "failed", "cancelled")
+"""The journal's job states (``deepshare.runtime.journal.JobState``; not imported to keep the parser light)."""
+last_jobs = number(int, lambda v: 1 <= v <= 100_000, "an integer in 1..100000")
 
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
@@ -182,7 +185,7 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
         if detail.error:
             print_line(out, f"  error: {detail.error}")
         return 0
-    jobs = client.jobs()
+    jobs = client.jobs(tuple(args.job_state or ()), args.last)
     if args.json:
         write_json(args.json, [j.model_dump(mode="json") for j in jobs], out, "job list")
         if to_stdout(args.json):
@@ -199,6 +202,8 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
                       _alloc(j.placement), str(j.attempt), str(j.preemptions),
                       _fmt(j.step, "d"), _fmt(j.measured_throughput), _fmt(j.predicted_throughput))
     out.print(table)
+    if len(jobs) == args.last:
+        print_line(out, f"(the {args.last} most recently submitted; --last N for more)")
     return 0
 
 
@@ -408,6 +413,10 @@ def register(subparsers: Any) -> None:
                 "deepshare jobs --state runs/sched", "deepshare jobs --state runs/sched tiny-1 --json -")
     _url(p)
     p.add_argument("id", nargs="?", metavar="ID", help="show this job's runs: measured vs predicted throughput")
+    p.add_argument("--job-state", action="append", choices=JOB_STATES, metavar="S",
+                   help=f"list only jobs in this state (repeatable; one of {', '.join(JOB_STATES)})")
+    p.add_argument("--last", type=last_jobs, default=1000, metavar="N",
+                   help="list the N most recently submitted jobs (default 1000, at most 100000)")
     add_json_flag(p, "the job list (or the job)")
     p.set_defaults(func=cmd_jobs)
 

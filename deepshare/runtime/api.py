@@ -77,6 +77,22 @@ def _query_int(request: Request, name: str, default: int) -> int:
 
 
 _QUERY_INT = re.compile(r"-?[0-9]{1,18}")
+LIST_LIMIT = 1000
+"""Jobs ``GET /v1/jobs`` lists unless asked for more (the most recently submitted): the journal
+keeps every finished job, and a list of all of them grew without bound."""
+MAX_LIST_LIMIT = 100_000
+
+
+def _query_states(request: Request) -> tuple[JobState, ...]:
+    """The ``state`` query parameters (repeatable) as job states; none: every state."""
+    states = []
+    for text in request.query_params.getlist("state"):
+        try:
+            states.append(JobState(text))
+        except ValueError:
+            raise DeepShareError(f"state: expected one of {', '.join(s.value for s in JobState)}, "
+                                 f"got {text[:40]!r}") from None
+    return tuple(states)
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
@@ -213,10 +229,20 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         return job_out(job, tenancy_of(job, {}))
 
     @app.get("/v1/jobs", response_model=list[JobOut])
-    def list_jobs(request: Request) -> list[JobOut]:
+    def list_jobs(request: Request) -> JSONResponse | list[JobOut]:
+        """The caller's jobs in submission order: the ``limit`` (default :data:`LIST_LIMIT`) most
+        recently submitted, of the states ``state`` names (repeatable; default all)."""
+        try:
+            states = _query_states(request)
+            limit = _query_int(request, "limit", LIST_LIMIT)
+            if not 1 <= limit <= MAX_LIST_LIMIT:
+                raise DeepShareError(f"limit: expected 1..{MAX_LIST_LIMIT}, got {limit}")
+        except DeepShareError as exc:
+            return _error(422, str(exc))
         caller = _caller(request)
         borrowed = borrowed_now()
-        return [job_out(j, tenancy_of(j, borrowed)) for j in journal.jobs() if visible(caller, j)]
+        seen = [j for j in journal.jobs(*states) if visible(caller, j)]
+        return [job_out(j, tenancy_of(j, borrowed)) for j in seen[-limit:]]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetailOut)
     def get_job(job_id: str, request: Request) -> JSONResponse | JobDetailOut:

@@ -73,8 +73,13 @@ class SchedulerClient:
     def submit(self, spec: LiveJobSpec) -> JobOut:
         return JobOut.model_validate(self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
 
-    def jobs(self) -> list[JobOut]:
-        return [JobOut.model_validate(j) for j in self._call("GET", "/v1/jobs")[1]]
+    def jobs(self, states: tuple[str, ...] = (), limit: int | None = None) -> list[JobOut]:
+        """The ``limit`` most recently submitted jobs (the scheduler's default when None), of
+        ``states`` (all when empty), in submission order."""
+        params: dict[str, Any] = {"state": list(states)} if states else {}
+        if limit is not None:
+            params["limit"] = limit
+        return [JobOut.model_validate(j) for j in self._call("GET", "/v1/jobs", params=params)[1]]
 
     def job(self, job_id: str) -> JobDetailOut:
         return JobDetailOut.model_validate(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])

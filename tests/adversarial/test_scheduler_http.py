@@ -14,7 +14,9 @@ import http.client
 import json
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -336,11 +338,11 @@ def test_two_host_headers_are_refused_whichever_comes_first(server):
         assert status in (400, 403), hosts
 
 
-def test_a_full_queue_refuses_submissions_with_429(tmp_path):
-    # nothing bounded the queue: a token holder's loop left 14,000 queued jobs, and every reload
-    # and listing read them all
-    journal = Journal(tmp_path / "state")
-    app = guard(make_app(journal, lambda: (8, 2), state_dir=tmp_path / "state", max_queued=2), token=TOKEN,
+@contextmanager
+def fresh_server(root: Path, **app_options: object) -> Iterator[tuple[Journal, Callable[..., tuple[int, bytes]]]]:
+    """A scheduler API of its own over a new journal (``make_app``'s options), and its caller."""
+    journal = Journal(root / "state")
+    app = guard(make_app(journal, lambda: (8, 2), state_dir=root / "state", **app_options), token=TOKEN,
                 bound_host="127.0.0.1")
     sock = bind("127.0.0.1", 0)
     srv = api_server(app)
@@ -348,10 +350,10 @@ def test_a_full_queue_refuses_submissions_with_429(tmp_path):
     thread.start()
     port = sock.getsockname()[1]
 
-    def submit(name: str) -> tuple[int, bytes]:
+    def call(method: str, path: str, body: object = None) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
-            conn.request("POST", "/v1/jobs", json.dumps({**GOOD, "name": name}),
+            conn.request(method, path, None if body is None else json.dumps(body),
                          {**AUTH, **JSON, "Host": f"127.0.0.1:{port}"})
             resp = conn.getresponse()
             return resp.status, resp.read()
@@ -362,17 +364,49 @@ def test_a_full_queue_refuses_submissions_with_429(tmp_path):
         deadline = time.monotonic() + 30
         while not srv.started and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert [submit(f"j{i}")[0] for i in range(2)] == [201, 201]
-        status, answer = submit("j2")
-        assert status == 429 and "2 jobs queued, at most 2 (--max-queued)" in error(answer)
-        assert len(journal.jobs()) == 2
-        journal.cancel(journal.jobs()[0].job_id)  # a job leaves the queue: room again
-        assert submit("j3")[0] == 201
+        yield journal, call
     finally:
         srv.should_exit = True
         thread.join(timeout=5)
         sock.close()
         journal.close()
+
+
+def test_a_full_queue_refuses_submissions_with_429(tmp_path):
+    # nothing bounded the queue: a token holder's loop left 14,000 queued jobs, and every reload
+    # and listing read them all
+    with fresh_server(tmp_path, max_queued=2) as (journal, call):
+        assert [call("POST", "/v1/jobs", {**GOOD, "name": f"j{i}"})[0] for i in range(2)] == [201, 201]
+        status, answer = call("POST", "/v1/jobs", {**GOOD, "name": "j2"})
+        assert status == 429 and "2 jobs queued, at most 2 (--max-queued)" in error(answer)
+        assert len(journal.jobs()) == 2
+        journal.cancel(journal.jobs()[0].job_id)  # a job leaves the queue: room again
+        assert call("POST", "/v1/jobs", {**GOOD, "name": "j3"})[0] == 201
+
+
+def test_the_job_list_is_bounded_and_filtered(tmp_path, monkeypatch):
+    # it listed every job the journal ever held: 12 MB for 14,000 jobs
+    from deepshare.runtime import api
+
+    monkeypatch.setattr(api, "LIST_LIMIT", 3)
+    with fresh_server(tmp_path) as (journal, call):
+        ids = [json.loads(call("POST", "/v1/jobs", {**GOOD, "name": f"j{i}"})[1])["id"] for i in range(5)]
+        journal.cancel(ids[4])
+        listed = lambda query: [j["id"] for j in json.loads(call("GET", f"/v1/jobs{query}")[1])]  # noqa: E731
+        assert listed("") == ids[2:]  # the default: the 3 most recently submitted, in submission order
+        assert listed("?limit=5") == ids and listed("?limit=1") == ids[4:]
+        assert listed("?state=queued") == ids[1:4] and listed("?state=cancelled&state=queued&limit=2") == ids[3:]
+        for query, message in (("?state=done", "state: expected one of queued, running, finished, failed, cancelled"),
+                               ("?limit=0", "limit: expected 1..100000"), ("?limit=100001", "limit: expected 1..100000")):
+            status, answer = call("GET", f"/v1/jobs{query}")
+            assert status == 422 and message in error(answer), query
+
+
+def test_the_cli_knows_the_journals_job_states():
+    from deepshare.cli.scheduler import JOB_STATES
+    from deepshare.runtime.journal import JobState
+
+    assert JOB_STATES == tuple(s.value for s in JobState)
 
 
 def test_unknown_routes_and_methods_answer_in_the_apis_error_shape(server):
