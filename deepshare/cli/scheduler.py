@@ -185,7 +185,8 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
         if detail.error:
             print_line(out, f"  error: {detail.error}")
         return 0
-    jobs = client.jobs(tuple(args.job_state or ()), args.last)
+    fetched = client.jobs(tuple(args.job_state or ()), min(args.last + 1, 100_000))  # one more: are there more?
+    jobs, more = fetched[-args.last:], len(fetched) > args.last
     if args.json:
         write_json(args.json, [j.model_dump(mode="json") for j in jobs], out, "job list")
         if to_stdout(args.json):
@@ -202,8 +203,8 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
                       _alloc(j.placement), str(j.attempt), str(j.preemptions),
                       _fmt(j.step, "d"), _fmt(j.measured_throughput), _fmt(j.predicted_throughput))
     out.print(table)
-    if len(jobs) == args.last:
-        print_line(out, f"(the {args.last} most recently submitted; --last N for more)")
+    if more:
+        print_line(out, f"(the {args.last} most recently submitted; older ones: --last N)")
     return 0
 
 

@@ -240,7 +240,7 @@ def run_live_experiment(
                         "args": ["--steps", str(j.steps), "--batch", "32", "--step-sleep", "0.02"],
                         "checkpoint_dir": str(work / "ckpt"), "working_dir": str(jobs_dir)}
                 ids[client.submit(spec_from_json(body)).id] = j.name
-            jobs = client.jobs()
+            jobs = client.jobs(limit=100_000)
             bridge.update([(x.state, x.gpus) for x in jobs])
             nodes, gpus = _gpu_nodes()
             demand = sum(x.gpus for x in jobs if x.state in ("queued", "running"))

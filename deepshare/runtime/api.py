@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deepshare.core.errors import DeepShareError
@@ -211,17 +212,25 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(400, f"body: not valid JSON ({exc})")
         if not isinstance(body, dict):
             return _error(422, f"body: expected a JSON object (a job spec), got {type(body).__name__}")
-        with tenants.admitting() if tenants is not None else nullcontext():  # no reload in between
-            try:
-                spec = spec_from_json(body)
-                if tenants is not None:
-                    spec = tenants.admit_submission(spec, _caller(request))
-                check_submission(spec, cluster_gpus)
-            except Forbidden as exc:
-                return _error(403, str(exc))
-            except DeepShareError as exc:
-                return _error(422, str(exc))
-            queued = journal.counts()[0].get(JobState.QUEUED.value, 0)
+        try:
+            spec = spec_from_json(body)
+            check_submission(spec, cluster_gpus)  # asks Ray for the cluster's size: before the lock
+        except DeepShareError as exc:
+            return _error(422, str(exc))
+        # In a worker thread: a reload holds the lock while it reads the file and the live jobs.
+        return await run_in_threadpool(admit_and_journal, spec, _caller(request))
+
+    def admit_and_journal(spec: LiveJobSpec, caller: Caller) -> JSONResponse | JobOut:
+        """Admit ``spec`` under the tenants file and journal it, with no reload in between."""
+        with tenants.admitting() if tenants is not None else nullcontext():
+            if tenants is not None:
+                try:
+                    spec = tenants.admit_submission(spec, caller)
+                except Forbidden as exc:
+                    return _error(403, str(exc))
+                except DeepShareError as exc:
+                    return _error(422, str(exc))
+            queued = journal.count(JobState.QUEUED)
             if queued >= max_queued:
                 return _error(429, f"the queue is full: {queued} jobs queued, at most {max_queued} (--max-queued); "
                                    "submit again when some have started")
@@ -241,8 +250,11 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(422, str(exc))
         caller = _caller(request)
         borrowed = borrowed_now()
-        seen = [j for j in journal.jobs(*states) if visible(caller, j)]
-        return [job_out(j, tenancy_of(j, borrowed)) for j in seen[-limit:]]
+        if caller.admin:  # every job visible: read only the last ones
+            seen = journal.jobs(*states, last=limit)
+        else:  # a tenant's among all (a tenant's queues are in each job's spec, not a column)
+            seen = [j for j in journal.jobs(*states) if visible(caller, j)][-limit:]
+        return [job_out(j, tenancy_of(j, borrowed)) for j in seen]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetailOut)
     def get_job(job_id: str, request: Request) -> JSONResponse | JobDetailOut:

@@ -141,6 +141,7 @@ CREATE TABLE IF NOT EXISTS runs (
     ended REAL, end_reason TEXT, measured_throughput REAL, predicted_throughput REAL, start_step INTEGER,
     PRIMARY KEY (job_id, attempt)
 );
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 """
 
 
@@ -383,6 +384,11 @@ class Journal:
             last = ended if last is None else last
         return count, last
 
+    def count(self, state: JobState) -> int:
+        """How many jobs are in ``state`` (an index lookup, not a read of the journal)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM jobs WHERE state=?", (state.value,)).fetchone()[0])
+
     def counts(self) -> tuple[dict[str, int], int]:
         """Jobs by state and the GPUs held by running jobs (for metrics; never raises on a bad row)."""
         with self._lock:
@@ -491,15 +497,17 @@ class Journal:
             raise KeyError(job_id)
         return self._record(row)
 
-    def jobs(self, *states: JobState) -> list[JobRecord]:
-        """Jobs in submission order, all or those in ``states``."""
+    def jobs(self, *states: JobState, last: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order, all or those in ``states``; with ``last``, only the ``last``
+        most recently submitted of them (read as such: a long journal is not read whole)."""
+        where = f" WHERE state IN ({','.join('?' * len(states))})" if states else ""
+        params: list[object] = [s.value for s in states]
         with self._lock:
-            if states:
-                marks = ",".join("?" * len(states))
-                rows = self._db.execute(f"SELECT {self._COLS} FROM jobs WHERE state IN ({marks}) ORDER BY seq",
-                                        [s.value for s in states]).fetchall()
+            if last is None:
+                rows = self._db.execute(f"SELECT {self._COLS} FROM jobs{where} ORDER BY seq", params).fetchall()
             else:
-                rows = self._db.execute(f"SELECT {self._COLS} FROM jobs ORDER BY seq").fetchall()
+                rows = self._db.execute(f"SELECT {self._COLS} FROM jobs{where} ORDER BY seq DESC LIMIT ?",
+                                        [*params, last]).fetchall()[::-1]
         records = [self._record(r) for r in rows]
         return [r for r in records if not states or r.state in states]  # a quarantined row is FAILED now
 

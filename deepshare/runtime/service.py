@@ -64,10 +64,10 @@ class ServiceConfig:
     refit_s: float = 300.0
     """Seconds between two refits of the learned model."""
     max_gpus: int = 0
-    max_queued: int = MAX_QUEUED
-    """Queued jobs at most (``--max-queued``): a submission beyond gets 429."""
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
     grows when they queue); 0: only jobs that fit the GPUs up now."""
+    max_queued: int = MAX_QUEUED
+    """Queued jobs at most (``--max-queued``): a submission beyond gets 429."""
     tenants_file: str | None = None
     """The tenants file (queues, quotas, priorities, tenants' token hashes; ``docs/tenants.md``):
     every decision runs behind its admission; reloaded on SIGHUP and ``POST /v1/tenants/reload``."""

@@ -230,10 +230,11 @@ def error_response(exc: ValidationError | RequestError) -> JSONResponse:
     """The answer to a body's errors, each naming its field's path (``detail[].loc``): 400 for a
     body that is not JSON, 413 for one over the limits, 422 otherwise. At most
     :data:`~deepshare.serving.translate.MAX_REPORTED_ERRORS` are listed, then a count of the rest."""
-    if isinstance(exc, RequestError):  # capped when raised
+    if isinstance(exc, RequestError):  # capped when raised: the entry past the cap counts the rest
         kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
-        return JSONResponse({"detail": [{"loc": list(e.loc), "msg": e.msg, "type": kind} for e in exc.errors]},
-                            status_code=status)
+        return JSONResponse({"detail": [{"loc": list(e.loc), "msg": e.msg,
+                                         "type": kind if i < MAX_REPORTED_ERRORS else "too_many_errors"}
+                                        for i, e in enumerate(exc.errors)]}, status_code=status)
     found = exc.errors(include_url=False, include_context=False, include_input=False)
     errors = [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
               for e in found[:MAX_REPORTED_ERRORS]]

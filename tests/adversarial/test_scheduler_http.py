@@ -26,7 +26,7 @@ from deepshare.runtime.api import MAX_BODY_BYTES, guard, make_app  # noqa: E402
 from deepshare.runtime.journal import Journal  # noqa: E402
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path  # noqa: E402
 from deepshare.runtime.metrics import SchedulerMetrics  # noqa: E402
-from deepshare.infra.httpserver import HEADER_TIMEOUT_S  # noqa: E402
+from deepshare.infra.httpserver import HEADER_TIMEOUT_S, MAX_CONNECTIONS  # noqa: E402
 from deepshare.runtime.service import api_server, bind  # noqa: E402
 
 TOKEN = "s3cret-token-for-tests-0123"
@@ -293,6 +293,36 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
         assert call("GET", "/healthz")[0] in (200, 503)  # a whole request still answers
 
 
+def test_a_busy_keep_alive_connection_outlives_the_header_timeout(tmp_path):
+    # the timer armed at connect was never cancelled: it closed a connection busy with requests
+    # one timeout after it connected
+    with fresh_server(tmp_path, header_timeout_s=0.5) as (_, _call, port):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        start = time.monotonic()
+        while time.monotonic() - start < 1.5:  # three timeouts, a request every 0.1 s on one connection
+            conn.request("GET", "/healthz", headers={"Host": f"127.0.0.1:{port}"})
+            response = conn.getresponse()
+            response.read()
+            assert response.status in (200, 503) and not response.will_close
+            time.sleep(0.1)
+        conn.close()
+
+
+def test_connections_past_the_cap_are_closed_at_once(tmp_path):
+    import socket
+
+    with fresh_server(tmp_path, max_connections=4) as (_, call, port):
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            start = time.monotonic()
+            assert extra.recv(100) == b"" and time.monotonic() - start < 2  # closed, not held 10 s
+        for sock in held:
+            sock.close()
+        time.sleep(0.2)
+        assert call("GET", "/healthz")[0] in (200, 503)  # room again
+
+
 def test_a_body_that_never_arrives_gets_408(server):
     import socket
 
@@ -320,7 +350,7 @@ def test_two_host_headers_are_refused_whichever_comes_first(server):
 
 
 @contextmanager
-def fresh_server(root: Path, header_timeout_s: float = HEADER_TIMEOUT_S,
+def fresh_server(root: Path, header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
                  **app_options: object) -> Iterator[tuple[Journal, Callable[..., tuple[int, bytes]], int]]:
     """A scheduler API of its own over a new journal (``make_app``'s options): the journal, a
     caller with the token, the port."""
@@ -328,7 +358,7 @@ def fresh_server(root: Path, header_timeout_s: float = HEADER_TIMEOUT_S,
     app = guard(make_app(journal, lambda: (8, 2), state_dir=root / "state", **app_options), token=TOKEN,
                 bound_host="127.0.0.1")
     sock = bind("127.0.0.1", 0)
-    srv = api_server(app, header_timeout_s=header_timeout_s)
+    srv = api_server(app, header_timeout_s=header_timeout_s, max_connections=max_connections)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     port = sock.getsockname()[1]

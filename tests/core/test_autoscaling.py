@@ -275,6 +275,9 @@ def test_the_threshold_matters_demand_colocates_where_contention_aware_scales_ou
         ("max_slowdown: 0.5\nnode_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2}}\n", "max_slowdown"),
         ("node_types: {}\n", "node_types"),
         ("[1, 2]\n", "expected a mapping"),
+        ("rack_uplink_gbps: 1.0e-9\nnode_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2}}\n",
+         "rack_uplink_gbps"),
+        ("node_types: {a: {gpus: 4, price_usd_per_hour: 1, max_nodes: 2, nic_gbps: 5.0e-324}}\n", "nic_gbps"),
     ],
 )
 def test_bad_autoscaling_specs_are_named(text, needle):

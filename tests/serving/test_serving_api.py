@@ -294,6 +294,7 @@ def test_an_answer_lists_at_most_100_errors_whatever_the_body_holds(kind):
     detail = answer["detail"]
     assert status == 422 and len(detail) == 101
     assert detail[-1]["loc"] == ["body"] and detail[-1]["msg"].startswith("and 2900 more errors not listed")
+    assert detail[-1]["type"] == "too_many_errors" and detail[-2]["type"] != "too_many_errors"
     assert len(json.dumps(answer)) < 20_000  # bounded whatever the body holds (4 MiB here could hold 400,000)
     if kind == "inconsistent fields":
         assert "nodes are" in detail[0]["msg"] and all("nodes are" not in d["msg"] for d in detail[1:])

@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepshare.core.topology import ClusterSpec, NodeGroupSpec, NodeTypeSpec, Topology
+from deepshare.core.topology_spec import OptionalLinkGbps
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 
 
@@ -60,7 +61,7 @@ class AutoscaleSpec(BaseModel):
     node_types: dict[str, NodePoolSpec] = Field(min_length=1)
     idle_timeout_s: float = Field(default=300.0, ge=0, description="idle time before a node is removed")
     max_slowdown: float = Field(default=1.25, ge=1.0, description="contention-aware co-location threshold")
-    rack_uplink_gbps: float = Field(default=0.0, ge=0)
+    rack_uplink_gbps: OptionalLinkGbps = 0.0
 
 
 @dataclass(frozen=True)
