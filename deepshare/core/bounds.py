@@ -63,6 +63,13 @@ def duration_ok(value: object) -> bool:
     return finite_in(value, 0.0, MAX_DURATION_S, low_open=True)
 
 
+def link_gbps_ok(value: object, *, none_ok: bool = False) -> bool:
+    """Whether ``value`` is a link bandwidth DeepShare accepts, Gbit/s: in
+    ``[MIN_LINK_GBPS, MAX_LINK_GBPS]``, or 0 with ``none_ok`` (where 0 means no link, or a
+    non-blocking one)."""
+    return finite_in(value, MIN_LINK_GBPS, MAX_LINK_GBPS) or (none_ok and finite_in(value, 0.0, 0.0))
+
+
 def gpus_ok(value: object) -> bool:
     """Whether ``value`` is a GPU count DeepShare accepts: an integer in ``[1, MAX_JOB_GPUS]``."""
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_GPUS

@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
+from deepshare.core.bounds import link_gbps_ok
 
 NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "gpu_model": "unknown", "fabric": "pcie", "pcie_switches": 1,
@@ -50,12 +50,8 @@ def _up_to(high: int) -> _Check:
     return lambda v: 0 < v <= high
 
 
-def _link(v: float) -> bool:
-    return MIN_LINK_GBPS <= v <= MAX_LINK_GBPS
-
-
 def _link_or_none(v: float) -> bool:
-    return v == 0 or _link(v)
+    return link_gbps_ok(v, none_ok=True)
 
 
 def _fabric(v: str) -> bool:
@@ -66,7 +62,7 @@ def _fabric(v: str) -> bool:
 _NODE_TYPE: dict[str, tuple[type, _Check | None]] = {
     "gpus": (int, _up_to(MAX_GPUS_PER_NODE)), "gpu_model": (str, None), "fabric": (str, _fabric),
     "pcie_switches": (int, _up_to(MAX_PCIE_SWITCHES)),
-    "intra_node_gbps": (float, _link), "nvlink_gbps": (float, _link_or_none), "nic_gbps": (float, _link),
+    "intra_node_gbps": (float, link_gbps_ok), "nvlink_gbps": (float, _link_or_none), "nic_gbps": (float, link_gbps_ok),
 }
 _NODE_GROUP: dict[str, tuple[type, _Check | None]] = {
     "type": (str, None), "count": (int, _up_to(MAX_NODES)), "rack": (str, None), "prefix": (str, None),

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, link_gbps_ok
 
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
@@ -26,7 +26,7 @@ DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, patt
 
 
 def _none_or_link(value: float) -> float:
-    if value != 0 and value < MIN_LINK_GBPS:
+    if not link_gbps_ok(value, none_ok=True):
         raise ValueError(f"expected 0 or at least {MIN_LINK_GBPS:g} Gbit/s, got {value:g}")
     return value
 

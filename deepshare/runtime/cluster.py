@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, finite_in
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import Level
 from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
@@ -174,7 +174,7 @@ def _label_float(labels: Mapping[str, str], key: str, default: float, node: str,
         value = float(raw)
     except (TypeError, ValueError):
         value = math.nan
-    if (zero and value == 0) or (math.isfinite(value) and low <= value <= high):
+    if finite_in(value, low, high) or (zero and value == 0):
         return value
     _bad_label(node, LABEL_PREFIX + key, str(raw)[:64], f"{'0 or ' if zero else ''}{low:g} to {high:g}", default)
     return default

@@ -46,7 +46,7 @@ from deepshare.serving.middleware import OPEN_PATHS, AnswerHealth
 from deepshare.serving.scoring import lone_scorer
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import ServiceSettings
-from deepshare.serving.translate import MAX_REPORTED_ERRORS, RequestError
+from deepshare.serving.translate import MAX_REPORTED_ERRORS, RequestError, more_errors
 from deepshare.serving.workers import DecisionWorkers
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -240,9 +240,7 @@ def error_response(exc: ValidationError | RequestError) -> JSONResponse:
               for e in found[:MAX_REPORTED_ERRORS]]
     status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
     if len(found) > MAX_REPORTED_ERRORS:
-        more = len(found) - MAX_REPORTED_ERRORS
-        errors.append({"loc": ["body"], "msg": f"and {more} more error{'s' if more > 1 else ''} not listed "
-                                                "(fix these first)", "type": "too_many_errors"})
+        errors.append({"loc": ["body"], "msg": more_errors(len(found) - MAX_REPORTED_ERRORS), "type": "too_many_errors"})
     return JSONResponse({"detail": errors}, status_code=status)
 
 

@@ -59,9 +59,12 @@ def capped(errors: list[FieldError]) -> list[FieldError]:
     """The first :data:`MAX_REPORTED_ERRORS` of ``errors``, then one entry counting the others."""
     if len(errors) <= MAX_REPORTED_ERRORS:
         return errors
-    more = len(errors) - MAX_REPORTED_ERRORS
-    return [*errors[:MAX_REPORTED_ERRORS], FieldError(("body",), f"and {more} more error{'s' if more > 1 else ''} "
-                                                                  "not listed (fix these first)")]
+    return [*errors[:MAX_REPORTED_ERRORS], FieldError(("body",), more_errors(len(errors) - MAX_REPORTED_ERRORS))]
+
+
+def more_errors(more: int) -> str:
+    """The message of the entry that counts the errors past :data:`MAX_REPORTED_ERRORS`."""
+    return f"and {more} more error{'s' if more > 1 else ''} not listed (fix these first)"
 
 
 class RequestError(DeepShareError):
