@@ -374,8 +374,8 @@ def register(subparsers: Any) -> None:
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
     p.add_argument("--decision-timeout", type=seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",
                    help="seconds a tick's decision may take: the planner answers within it; a learned policy or the planner "
-                   "still deciding is stopped and the tick applies nothing (heuristics and --placement-url are not "
-                   f"stopped) (default {DEFAULT_DECISION_TIMEOUT_S:g})")
+                   "still deciding, or a --placement-url request still waiting, is stopped and the tick applies nothing "
+                   f"(heuristics are not stopped) (default {DEFAULT_DECISION_TIMEOUT_S:g})")
     p.add_argument("--max-queued", type=positive_int, default=MAX_QUEUED, metavar="N",
                    help=f"queued jobs at most; a submission beyond gets 429 (default {MAX_QUEUED:,})")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",

@@ -2,7 +2,9 @@
 
 :class:`DeepShareError` (and its :class:`InfeasibleDecision`) is a bad trace, config, flag or request:
 the CLI prints it as one line and exits 2. :class:`RuntimeFailure` is something outside the user's
-input (a Ray that does not start): one line and exit 1. Depends on nothing.
+input (a Ray that does not start): one line and exit 1. :class:`Unavailable` marks an error of a
+service a step asked (unreachable, too slow, overloaded): the data is not at fault, and no job is
+blamed for it. Depends on nothing.
 """
 
 from __future__ import annotations
@@ -25,3 +27,10 @@ class RuntimeFailure(Exception):
 
 class InfeasibleDecision(DeepShareError):
     """A policy asked for something the cluster cannot do (too many GPUs, unknown node or job)."""
+
+
+class Unavailable(Exception):
+    """Mixed into an error raised because a service a step depends on could not answer
+    (unreachable, cut off, out of time, overloaded), not because of what it was asked: the step is
+    retried later and none of its jobs is blamed (the live scheduler isolates a job only for its
+    data)."""

@@ -23,8 +23,9 @@ see them; a bad one is dropped with one log line naming the job and the field. O
 data never stops the others: a tick step that fails on one job's data (its report, its view, a
 policy that raises on it) *isolates* that job, FAILED with the reason, and the tick goes on
 (:data:`DATA_ERRORS`; a policy failure is traced to its jobs by deciding on halves of the view,
-at most :data:`MAX_PROBES` decisions). Failures of the cluster itself (Ray, the OS) are not a
-job's fault: they fail the tick, which the next one retries.
+at most :data:`MAX_PROBES` decisions). Failures of the cluster itself (Ray, the OS) and of the
+policy's service (:class:`~deepshare.core.errors.Unavailable`: a placement service unreachable or
+out of time) are not a job's fault: they fail the tick, which the next one retries.
 
 A launch that fails (a program that cannot be executed, a missing ``working_dir``) requeues
 the job, hidden from the policy for a back-off (``launch_retry_s``, doubling per consecutive
@@ -55,7 +56,7 @@ from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.errors import DeepShareError, InfeasibleDecision
+from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable
 from deepshare.core.fabric import Fabric
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
@@ -225,7 +226,7 @@ class ControlLoop:
             decision = self._timed_decide(view, deadline)
             self._cleared.clear()  # the policy decides again: a later failure searches afresh
             return decision, view
-        except InfeasibleDecision:
+        except (InfeasibleDecision, Unavailable):  # the policy's service, not a job, failed: no search
             raise
         except DATA_ERRORS as exc:
             culprits = self._culprits(cluster, view.link_load, deadline)
@@ -258,7 +259,9 @@ class ControlLoop:
         unless some half was decided on: a policy that fails on every job is broken, and its
         jobs are not to blame. The probes stop at ``deadline``; the jobs of every half decided on
         without failing (:attr:`_cleared`) are left out of the next tick's search, so a slow
-        policy's search goes on where it stopped instead of probing the same halves again."""
+        policy's search goes on where it stopped instead of probing the same halves again. A probe
+        the policy's service could not answer (:class:`~deepshare.core.errors.Unavailable`) ends
+        the search the same way: an outage mid-search must not read as every later job failing."""
         budget = [MAX_PROBES]
         passed = [bool(self._cleared)]
 
@@ -272,11 +275,11 @@ class ControlLoop:
                 self._bounded_decide(self._view(cluster, queued, running, link_load=link_load), deadline)
             except InfeasibleDecision:
                 return False
+            except (DecisionTimeout, Unavailable):
+                budget[0] = 0  # no time left, or the policy's service went away: no more probes, no blame
+                return False
             except DATA_ERRORS:
                 return True
-            except DecisionTimeout:
-                budget[0] = 0  # no time left for more probes
-                return False
             passed[0] = True
             self._cleared.update(j.job_id for j in jobs)
             return False

@@ -5,24 +5,34 @@
 sends a :class:`ClusterView` and returns the checked :class:`Decision`, so the simulator or the
 live scheduler can run a policy that lives behind HTTP. Errors the service reports (4xx with a
 field path) and transport failures raise :class:`PlacementServiceError`.
+
+A request's whole exchange is bounded (:func:`deepshare.infra.boundedhttp.exchange`), not each
+socket operation: ``timeout_s`` at most, or the time the caller's decision has left
+(:func:`deepshare.core.interrupt.time_left`: the live scheduler's ``--decision-timeout``) when
+that is less, in which case running out raises the caller's
+:class:`~deepshare.core.deadline.DecisionTimeout`. An answer larger than ``max_answer_bytes`` is
+refused unread. A service that drips its answer or sends gigabytes cannot hold or exhaust the
+scheduler that asks it.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable
 
-import requests
 from pydantic import ValidationError
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, Unavailable
+from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.types import Decision, WAIT
 from deepshare.core.view import ClusterView
+from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, Answer, ExchangeError, exchange
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.translate import response_to_decision, view_to_request
 
-__all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError"]
+__all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError", "PlacementServiceUnavailable"]
 
 
 class PlacementServiceError(DeepShareError):
@@ -37,13 +47,26 @@ class PlacementServiceError(DeepShareError):
         self.retry_after_s = retry_after_s
 
 
+DEFAULT_TIMEOUT_S = 10.0
+"""Seconds one request may take, sending, deciding and answering (the service's own decision
+deadline is 5 s by default)."""
+
+
+class PlacementServiceUnavailable(PlacementServiceError, Unavailable):
+    """The service could not answer: unreachable, cut off, out of time, or it said so (429, 502,
+    503, 504). Not the request's fault: the same request may succeed later."""
+
+
+UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+
 class PlacementClient:
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = requests.Session()
-        if token:
-            self._session.headers["Authorization"] = f"Bearer {token}"
+        self.max_answer_bytes = max_answer_bytes
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._name: str | None = None
 
     @property
@@ -62,9 +85,9 @@ class PlacementClient:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                if self._session.get(self.url + "/healthz", timeout=5).status_code == 200:
+                if exchange(self.url + "/healthz", "GET", seconds=5.0, max_bytes=self.max_answer_bytes).status == 200:
                     return
-            except requests.RequestException:
+            except ExchangeError:
                 pass
             if not alive():
                 raise PlacementServiceError(f"{self.url}: the service exited before it was ready")
@@ -90,7 +113,7 @@ class PlacementClient:
         return response_to_decision(self.place(view_to_request(view)), view)
 
     def close(self) -> None:
-        self._session.close()
+        """Nothing to release: each request opens and closes its own connection."""
 
     def __enter__(self) -> "PlacementClient":
         return self
@@ -99,38 +122,49 @@ class PlacementClient:
         self.close()
 
     def _call(self, method: str, path: str, body: str | None = None) -> Any:
+        seconds, callers = self.timeout_s, False
+        left = time_left()
+        if left is not None and left < seconds:
+            seconds, callers = left, True
+        headers = dict(self._auth)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            reply = self._session.request(
-                method, self.url + path, data=body, timeout=self.timeout_s,
-                headers={"Content-Type": "application/json"} if body is not None else None,
-            )
-        except requests.RequestException as exc:
-            raise PlacementServiceError(f"{self.url}{path}: cannot reach the placement service ({exc})") from None
-        if reply.status_code >= 400:
-            raise PlacementServiceError(
-                f"{self.url}{path}: HTTP {reply.status_code}: {_detail(reply)}", reply.status_code,
-                _seconds(reply.headers.get("Retry-After")),
+            reply = exchange(self.url + path, method, None if body is None else body.encode(), headers, seconds,
+                             self.max_answer_bytes)
+        except ExchangeError as exc:
+            if exc.timed_out and callers:
+                checkpoint()  # the caller's decision is out of time: its own timeout, not a service error
+            reason = f"cannot reach the placement service ({exc})" if exc.unreachable else f"placement service: {exc}"
+            kind = PlacementServiceUnavailable if exc.unreachable or exc.timed_out else PlacementServiceError
+            raise kind(f"{self.url}{path}: {reason}") from None
+        if reply.status >= 400:
+            kind = PlacementServiceUnavailable if reply.status in UNAVAILABLE_STATUSES else PlacementServiceError
+            raise kind(
+                f"{self.url}{path}: HTTP {reply.status}: {_detail(reply)}", reply.status,
+                _seconds(reply.headers.get("retry-after")),
             )
         try:
-            return reply.json()
+            return json.loads(reply.body)
         except ValueError:
             raise PlacementServiceError(f"{self.url}{path}: the answer is not JSON") from None
 
 
-def _detail(reply: requests.Response) -> str:
+def _detail(reply: Answer) -> str:
     try:
-        detail = reply.json().get("detail")
+        detail = json.loads(reply.body).get("detail")
     except (ValueError, AttributeError):
-        return reply.text[:200]
+        return reply.body[:200].decode("utf-8", "replace")
     if isinstance(detail, list):
         return "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}" for e in detail)
     return str(detail)
 
 
-
 def _seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` in seconds (the service sends delta-seconds), else ``None``."""
+    """A ``Retry-After`` in seconds (the service sends delta-seconds), else ``None`` (also for a
+    negative, non-finite or more-than-a-day value: a hostile header cannot park the caller)."""
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return seconds if seconds is not None and 0.0 <= seconds <= 86400.0 else None

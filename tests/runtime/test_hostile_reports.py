@@ -368,3 +368,31 @@ def test_the_search_for_the_failing_job_stops_at_the_decision_timeout_and_goes_o
     report = rig.loop.tick()
     assert report.error is None and rig.journal.get(jobs[7]).state is JobState.FAILED
     assert policy.calls == 4 and len(report.launched) == 4  # 2 nodes x 2 GPUs, 1-GPU jobs
+
+
+def test_a_placement_service_that_goes_away_mid_search_gets_no_job_blamed(tmp_path):
+    # The first decision fails on j3's data; the service then answers the first half's probe
+    # and goes away. Before, every later probe failed as if on its data, down to single jobs,
+    # and innocent queued jobs were FAILED as culprits. An unreachable service ends the search.
+    from deepshare.serving.client import PlacementClient
+
+    class GoesAway(RaisesOn):
+        def decide(self, view: Any) -> Any:
+            self.calls += 1
+            if self.calls > 2:
+                return PlacementClient("http://127.0.0.1:9", timeout_s=2).decide(view)  # nothing listens on port 9
+            if self.calls == 1:
+                raise self.exc
+            return self.inner.decide(view)
+
+    rig = Rig(tmp_path / "state")
+    jobs = [rig.submit(f"j{i}", 1) for i in range(4)]
+    rig.loop.policy = policy = GoesAway(jobs[3], ValueError("bad number"))
+    report = rig.loop.tick()
+    assert report.error == "policy policy: bad number"
+    assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4
+    assert policy.calls == 3  # the decision, j0-j1 (passes), j2-j3 (the service is gone): no more probes
+    # while it stays away, a tick fails without a search and blames nobody
+    report = rig.loop.tick()
+    assert "cannot reach the placement service" in report.error and policy.calls == 4
+    assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4

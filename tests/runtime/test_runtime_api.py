@@ -146,6 +146,6 @@ def test_placement_url_makes_the_service_the_policy():
 
     policy = scheduling_policy(None, "http://127.0.0.1:9/", "t" * 8)
     assert isinstance(policy, PlacementClient) and policy.url == "http://127.0.0.1:9"
-    assert policy._session.headers["Authorization"] == "Bearer " + "t" * 8
+    assert policy._auth == {"Authorization": "Bearer " + "t" * 8}
     assert scheduling_policy("las+spread", None, None).name == "las+spread"
     assert scheduling_policy(None, None, None).name == "rl-hybrid"

@@ -1,0 +1,186 @@
+"""One HTTP exchange, bounded as a whole: a server that drips or floods cannot hold or exhaust the caller.
+
+Each test runs a raw socket server on loopback that answers one connection with a script of
+(bytes, pause) steps, then closes.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from deepshare.infra.boundedhttp import ExchangeError, exchange
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+
+
+class Scripted:
+    """A loopback server answering every connection with ``script``: (bytes, seconds to wait after)."""
+
+    def __init__(self, script: list[tuple[bytes, float]]) -> None:
+        self.script = script
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/v1/x"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(65536)  # the request (small in these tests)
+                    for data, pause in self.script:
+                        if self.stop.is_set():
+                            break
+                        conn.sendall(data)
+                        self.stop.wait(pause)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.server.close()
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    servers: list[Scripted] = []
+
+    def start(script: list[tuple[bytes, float]]) -> Scripted:
+        servers.append(Scripted(script))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def drip(data: bytes, every: float) -> list[tuple[bytes, float]]:
+    return [(data[i:i + 1], every) for i in range(len(data))]
+
+
+def test_a_whole_answer_is_read(serve):
+    server = serve([(OK + b"Content-Length: 11\r\nRetry-After: 3\r\n\r\n{\"a\": true}", 0)])
+    answer = exchange(server.url, "POST", b"{}", {"Content-Type": "application/json"}, seconds=5)
+    assert (answer.status, answer.body, answer.headers["retry-after"]) == (200, b'{"a": true}', "3")
+
+
+def test_a_chunked_answer_is_read(serve):
+    server = serve([(OK + b"Transfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n5\r\n: 1}\n\r\n0\r\n\r\n", 0)])
+    assert exchange(server.url, "GET", seconds=5).body == b'{"a": 1}\n'
+
+
+@pytest.mark.parametrize("phase", ["status line and headers", "body"])
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(serve, phase):
+    # a byte every 0.1 s: each read gets its byte well within any per-read timeout
+    head = OK + b"Content-Length: 200\r\n\r\n"
+    script = drip(head + b"x" * 200, 0.1) if phase != "body" else [(head, 0)] + drip(b"x" * 200, 0.1)
+    server = serve(script)
+    start = time.monotonic()
+    with pytest.raises(ExchangeError, match="no complete answer within 1 s") as caught:
+        exchange(server.url, "GET", seconds=1.0)
+    assert caught.value.timed_out
+    assert time.monotonic() - start < 1.6
+
+
+def test_a_server_that_never_answers_is_cut_off_at_the_deadline(serve):
+    server = serve([(b"", 30)])
+    start = time.monotonic()
+    with pytest.raises(ExchangeError) as caught:
+        exchange(server.url, "GET", seconds=0.5)
+    assert caught.value.timed_out and time.monotonic() - start < 1.2
+
+
+def test_an_answer_announced_too_large_is_refused_unread(serve):
+    server = serve([(OK + b"Content-Length: 999999999999\r\n\r\n", 5)])
+    start = time.monotonic()
+    with pytest.raises(ExchangeError, match="the answer is 999,999,999,999 bytes, more than the 1,000 accepted"):
+        exchange(server.url, "GET", seconds=5, max_bytes=1000)
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_chunked_answer_that_grows_too_large_is_refused(serve):
+    chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
+    server = serve([(OK + b"Transfer-Encoding: chunked\r\n\r\n", 0)] + [(chunk, 0)] * 100)
+    with pytest.raises(ExchangeError, match="more than the 10,000 bytes accepted") as caught:
+        exchange(server.url, "GET", seconds=5, max_bytes=10_000)
+    assert not caught.value.timed_out
+
+
+def test_an_answer_cut_short_is_an_error_not_a_short_body(serve):
+    server = serve([(OK + b"Content-Length: 100\r\n\r\n" + b"x" * 10, 0)])
+    with pytest.raises(ExchangeError, match="IncompleteRead") as caught:
+        exchange(server.url, "GET", seconds=5)
+    assert caught.value.unreachable and not caught.value.timed_out
+
+
+def test_a_closed_port_and_a_bad_url_are_errors():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    with pytest.raises(ExchangeError) as caught:
+        exchange(f"http://127.0.0.1:{port}/", "GET", seconds=2)
+    assert caught.value.unreachable
+    with pytest.raises(ExchangeError, match="expected an http:// or https:// URL"):
+        exchange("ftp://127.0.0.1/", "GET")
+    with pytest.raises(ExchangeError, match="no time left") as caught:
+        exchange("http://127.0.0.1:9/", "GET", seconds=0)
+    assert caught.value.timed_out
+
+
+# -- the placement client (what the live scheduler's --placement-url asks through) -------------
+def test_the_client_gives_up_at_its_callers_deadline_with_the_callers_timeout(serve):
+    from deepshare.core.deadline import Deadline, DecisionTimeout, bounded
+    from deepshare.serving.client import PlacementClient
+
+    server = serve(drip(OK + b"Content-Length: 200\r\n\r\n" + b"x" * 200, 0.1))
+    client = PlacementClient(server.url.rsplit("/v1/x", 1)[0], timeout_s=30)
+    start = time.monotonic()
+    with pytest.raises(DecisionTimeout), bounded(Deadline(0.5)):
+        client.policy()
+    assert time.monotonic() - start < 1.1  # the decision's 0.5 s, not the client's 30 s
+
+
+@pytest.mark.parametrize("head, unavailable, retry_after", [
+    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\n", True, 2.0),
+    (b"HTTP/1.1 504 Gateway Timeout\r\n", True, None),
+    (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: inf\r\n", True, None),
+    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 99999999\r\n", True, None),
+    (b"HTTP/1.1 422 Unprocessable Entity\r\n", False, None),
+    (b"HTTP/1.1 500 Internal Server Error\r\n", False, None),
+])
+def test_the_client_tells_a_service_that_cannot_answer_from_one_that_refuses_the_request(serve, head, unavailable,
+                                                                                         retry_after):
+    from deepshare.core.errors import Unavailable
+    from deepshare.serving.client import PlacementClient, PlacementServiceError
+
+    server = serve([(head + b'Content-Length: 17\r\n\r\n{"detail": "why"}', 0)])
+    with pytest.raises(PlacementServiceError, match="why") as caught:
+        PlacementClient(server.url.rsplit("/v1/x", 1)[0]).policy()
+    assert isinstance(caught.value, Unavailable) is unavailable
+    assert caught.value.retry_after_s == retry_after
+
+
+def test_the_client_refuses_a_flood_and_calls_a_closed_port_unavailable(serve):
+    from deepshare.core.errors import Unavailable
+    from deepshare.serving.client import PlacementClient, PlacementServiceError
+
+    server = serve([(OK + b"Content-Length: 5000000\r\n\r\n", 5)])
+    with pytest.raises(PlacementServiceError, match="more than the 1,000,000 accepted") as caught:
+        PlacementClient(server.url.rsplit("/v1/x", 1)[0], max_answer_bytes=1_000_000).policy()
+    assert not isinstance(caught.value, Unavailable)
+    with pytest.raises(PlacementServiceError, match="cannot reach the placement service") as caught:
+        PlacementClient("http://127.0.0.1:9", timeout_s=2).policy()
+    assert isinstance(caught.value, Unavailable)
