@@ -73,14 +73,15 @@ def error_body(message: str) -> dict[str, Any]:
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
-                    headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+                    headers: tuple[tuple[bytes, bytes], ...] = (), head: bool = False) -> None:
+    """Answer ``body`` as JSON; with ``head`` (a HEAD request) the same headers and no body."""
     payload = json.dumps(body).encode()
     await send({
         "type": "http.response.start",
         "status": status,
         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
     })
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": "http.response.body", "body": b"" if head else payload})
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -152,7 +152,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     def admin_only(caller: Caller, what: str) -> JSONResponse | None:
         return None if caller.admin else _error(403, f"{what} needs the admin token")
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # load balancers probe with either
     def healthz() -> JSONResponse:
         if ready():
             return JSONResponse({"status": "ok"})

@@ -3,7 +3,7 @@
 1. :class:`~deepshare.infra.httpauth.ObserveRequests` counts and times every request by route, method
    and status code; a request whose client went away before the answer is counted as 499, never
    as a 500.
-2. :class:`AnswerHealth` (here) answers ``GET /healthz`` itself, before anything that reads a
+2. :class:`AnswerHealth` (here) answers ``GET`` and ``HEAD /healthz`` itself, before anything that reads a
    body, checks a token or waits for a decision thread, so a health check costs microseconds
    whatever the placement requests are doing.
 3. :class:`~deepshare.infra.httpauth.RequireToken` answers 401 without ``Authorization: Bearer TOKEN``.
@@ -27,14 +27,15 @@ OPEN_PATHS = frozenset({HEALTH_PATH})
 
 
 class AnswerHealth:
-    """``GET /healthz`` -> ``{"status": "ok", "policy": NAME}`` without going further in."""
+    """``GET /healthz`` -> ``{"status": "ok", "policy": NAME}`` without going further in (``HEAD``:
+    the same status and headers, no body; load balancers probe with either)."""
 
     def __init__(self, app: ASGIApp, policy: str) -> None:
         self.app = app
         self.payload = {"status": "ok", "policy": policy}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") == HEALTH_PATH and scope.get("method") == "GET":
-            await send_json(send, 200, self.payload)
+        if scope["type"] == "http" and scope.get("path") == HEALTH_PATH and scope.get("method") in ("GET", "HEAD"):
+            await send_json(send, 200, self.payload, head=scope["method"] == "HEAD")
             return
         await self.app(scope, receive, send)

@@ -161,6 +161,7 @@ def test_healthz_needs_no_token_and_says_when_the_loop_runs(server):
     server.ready = True
     status, answer = server.call("GET", "/healthz")
     assert status == 200 and json.loads(answer) == {"status": "ok"}
+    assert server.call("HEAD", "/healthz") == (200, b"")  # load balancers probe with HEAD; it was 405
 
 
 @pytest.mark.parametrize("body, message", [

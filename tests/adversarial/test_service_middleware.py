@@ -192,6 +192,17 @@ def test_healthz_is_answered_without_token_body_or_app():
     assert sample(metrics, "deepshare_serve_requests", route="/healthz", method="GET", code="200") == 1
 
 
+def test_healthz_answers_head_with_the_get_headers_and_no_body():
+    # load balancers probe with HEAD; it was 405
+    metrics, app = recorded_metrics(), App()
+    client = Client(None)
+    run(stack(app, metrics, token="a-long-token")(scope("/healthz", "HEAD"), client.receive, client.send))
+    length = str(len(b'{"status": "ok", "policy": "rl-hybrid"}')).encode()
+    assert client.status == 200 and (b"content-length", length) in client.sent[0]["headers"]
+    assert client.sent[1]["body"] == b"" and app.bodies == []
+    assert sample(metrics, "deepshare_serve_requests", route="/healthz", method="HEAD", code="200") == 1
+
+
 def test_unknown_routes_and_methods_cannot_grow_the_series():
     metrics = recorded_metrics()
     metrics.observe("/random/1", "BREW", 404, 0.001)
