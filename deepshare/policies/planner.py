@@ -70,7 +70,7 @@ import statistics
 import threading
 import time
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
@@ -331,8 +331,9 @@ def decision_key(decision: Decision) -> tuple:
 
 @dataclass
 class PlannerStats:
-    """What the planner did so far (for benchmarks and tests). Approximate while several threads
-    decide with one planner (the service's decision threads): the counts are not locked."""
+    """What the planner did so far (for benchmarks, tests and the service's logs). Counted under a
+    lock: the service's decision threads decide with one planner at once, and ``+=`` on an
+    attribute is not atomic across threads."""
 
     decisions: int = 0
     contested: int = 0
@@ -346,6 +347,19 @@ class PlannerStats:
     """Decisions cut short by the budget or a caller's deadline."""
     last_futures: int = 0
     """Futures the last contested decision was taken on."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        """Add ``counts`` to the named counters, at once."""
+        with self._lock:
+            for name, count in counts.items():
+                setattr(self, name, getattr(self, name) + count)
+
+    def taken_on(self, futures: int) -> None:
+        """A contested decision was taken on ``futures`` futures."""
+        with self._lock:
+            self.futures += futures
+            self.last_futures = futures
 
 
 class Planner:
@@ -381,7 +395,7 @@ class Planner:
 
     def decide(self, view: ClusterView) -> Decision:
         budget_end = _rollouts_end(time.perf_counter(), self.config.budget_s)  # before the candidates: they spend it too
-        self.stats.decisions += 1
+        self.stats.add(decisions=1)
         deterministic = self.futures_model.observe(view)
         if not isinstance(deterministic, bool):  # an old-style model (a ``deterministic`` attribute) must say so
             raise TypeError(f"{type(self.futures_model).__name__}.observe must return a bool (whether every future of "
@@ -397,7 +411,7 @@ class Planner:
         choices = list(options.values())  # the base's first: it wins ties
         if len(choices) == 1:
             return choices[0]
-        self.stats.contested += 1
+        self.stats.add(contested=1)
         config = self.config
         horizon_end = view.now + config.horizon_s
         totals = [0.0] * len(choices)
@@ -420,26 +434,25 @@ class Planner:
                     break
                 costs.append(cost)
             if len(costs) < len(choices):
-                self.stats.budget_hits += 1
+                self.stats.add(budget_hits=1)
                 break
             for i, cost in enumerate(costs):
                 totals[i] += cost
             done += 1
-        self.stats.futures += done
-        self.stats.last_futures = done
+        self.stats.taken_on(done)
         if done == 0:
             return choices[0]
         best = min(range(len(choices)), key=lambda i: (totals[i], i))
         if not totals[best] < totals[0] - 1e-9 * max(1.0, abs(totals[0])):
             best = 0
-        self.stats.changed += best != 0
+        self.stats.add(changed=int(best != 0))
         return choices[best]
 
     def _rollout(self, start: ClusterView, decision: Decision, future: Future, horizon_end: float, base_name: str,
                  durations: str, history: JobHistory, budget_end: float | None = None) -> float | None:
         """The cost of ``decision`` in one future (infinite when the copy cannot go on); None when
         ``budget_end`` (a ``perf_counter`` time) passes before the rollout ends."""
-        self.stats.rollouts += 1
+        self.stats.add(rollouts=1)
         checkpoint()
         base = self._make(base_name)
         estimates = None if durations == "exact" else _estimates(start, future, durations)
