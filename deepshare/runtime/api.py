@@ -250,11 +250,23 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(422, str(exc))
         caller = _caller(request)
         borrowed = borrowed_now()
-        if caller.admin:  # every job visible: read only the last ones
-            seen = journal.jobs(*states, last=limit)
-        else:  # a tenant's among all (a tenant's queues are in each job's spec, not a column)
-            seen = [j for j in journal.jobs(*states) if visible(caller, j)][-limit:]
+        seen = journal.jobs(*states, last=limit) if caller.admin else tenant_jobs(caller, states, limit)
         return [job_out(j, tenancy_of(j, borrowed)) for j in seen]
+
+    def tenant_jobs(caller: Caller, states: tuple[JobState, ...], limit: int) -> list[JobRecord]:
+        """The ``limit`` last jobs ``caller`` may see, read back page by page through the queue
+        index: the jobs of its queues, and those whose queue the file's rule decides (checked
+        here), never the whole journal."""
+        assert caller.queues is not None
+        found: list[JobRecord] = []
+        before = None
+        while len(found) < limit:
+            page = journal.jobs(*states, last=limit, queues=caller.queues, before=before)
+            found = [j for j in page if visible(caller, j)] + found
+            if len(page) < limit:
+                break
+            before = page[0].seq
+        return found[-limit:]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetailOut)
     def get_job(job_id: str, request: Request) -> JSONResponse | JobDetailOut:

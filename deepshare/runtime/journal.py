@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
@@ -130,7 +130,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     submit_time REAL NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, preemptions INTEGER NOT NULL DEFAULT 0,
     placement TEXT, run_started REAL, queued_since REAL NOT NULL, last_run_s REAL NOT NULL DEFAULT 0,
     attained_gpu_s REAL NOT NULL DEFAULT 0, samples REAL, step INTEGER, throughput REAL,
-    predicted_throughput REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, error TEXT, finish_time REAL
+    predicted_throughput REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, error TEXT, finish_time REAL,
+    queue TEXT
 );
 CREATE TABLE IF NOT EXISTS transitions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
@@ -141,8 +142,13 @@ CREATE TABLE IF NOT EXISTS runs (
     ended REAL, end_reason TEXT, measured_throughput REAL, predicted_throughput REAL, start_step INTEGER,
     PRIMARY KEY (job_id, attempt)
 );
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 """
+INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_queue ON jobs (queue, seq);
+"""
+"""Created with the tables, and on opening a journal an older version made without them."""
+SCHEMA += INDEXES
 
 
 def _alloc_json(alloc: NodeAlloc | None) -> str | None:
@@ -191,6 +197,7 @@ class Journal:
             self._db.close()
             raise DeepShareError(f"--state {state_dir}: {path}: meta.epoch is not a number ({epoch[0]!r})") from None
         self._lock = threading.RLock()
+        self._upgrade()
         self.orphans: list[tuple[str, int, int]] = []
         """``(job id, attempt, GPUs)`` of quarantined rows that said RUNNING: runs the control loop
         removes from the cluster (:meth:`take_orphans`)."""
@@ -208,6 +215,21 @@ class Journal:
         finally:
             db.close()
         os.replace(tmp, path)
+
+    def _upgrade(self) -> None:
+        """Bring a journal an older version wrote up to this schema, in one transaction: the
+        ``queue`` column (a job's queue as its spec fixed it, filled from the specs; NULL: decided
+        by the tenants file's rule) and the indexes."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "queue" in columns and _has_indexes(self._db):
+            return
+        with self._tx() as db:
+            if "queue" not in columns:
+                db.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
+                db.execute("UPDATE jobs SET queue = json_extract(spec, '$.queue') "
+                           "WHERE json_valid(spec) AND json_type(spec, '$.queue') = 'text'")
+            for statement in filter(str.strip, INDEXES.split(";")):
+                db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -244,8 +266,8 @@ class Journal:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
             job_id = f"{spec.name}-{seq}"
             db.execute(
-                "INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since) VALUES (?, ?, ?, ?, ?, ?)",
-                (job_id, seq, spec_json(spec), JobState.QUEUED.value, now, now),
+                "INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since, queue) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job_id, seq, spec_json(spec), JobState.QUEUED.value, now, now, spec.queue),
             )
             self._log(db, job_id, None, JobState.QUEUED, now, "submitted", 0, None)
         return self.get(job_id)
@@ -497,11 +519,24 @@ class Journal:
             raise KeyError(job_id)
         return self._record(row)
 
-    def jobs(self, *states: JobState, last: int | None = None) -> list[JobRecord]:
+    def jobs(self, *states: JobState, last: int | None = None, queues: Collection[str] | None = None,
+             before: int | None = None) -> list[JobRecord]:
         """Jobs in submission order, all or those in ``states``; with ``last``, only the ``last``
-        most recently submitted of them (read as such: a long journal is not read whole)."""
-        where = f" WHERE state IN ({','.join('?' * len(states))})" if states else ""
-        params: list[object] = [s.value for s in states]
+        most recently submitted of them (read as such: a long journal is not read whole). With
+        ``queues``, only the jobs whose spec fixed one of those queues, and those whose spec fixed
+        none (the tenants file's rule decides theirs: the caller filters them); with ``before``,
+        only the jobs submitted before the one of that ``seq`` (the next page back)."""
+        clauses, params = [], []
+        if states:
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
+            params += [s.value for s in states]
+        if queues is not None:
+            clauses.append(f"(queue IN ({','.join('?' * len(queues))}) OR queue IS NULL)")
+            params += list(queues)
+        if before is not None:
+            clauses.append("seq < ?")
+            params.append(before)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._lock:
             if last is None:
                 rows = self._db.execute(f"SELECT {self._COLS} FROM jobs{where} ORDER BY seq", params).fetchall()
@@ -590,6 +625,11 @@ class Measurement:
     measured_throughput: float
     predicted_throughput: float
     ended: float | None
+
+
+def _has_indexes(db: sqlite3.Connection) -> bool:
+    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    return {"jobs_by_state", "jobs_by_queue"} <= names
 
 
 def _check_is_journal(path: Path, state_dir: str | Path) -> None:

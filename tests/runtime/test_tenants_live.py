@@ -206,6 +206,64 @@ def test_list_shows_only_the_callers_queues(server):
         assert status == 200 and {j["id"] for j in json.loads(answer)} == seen
 
 
+def test_a_tenants_list_reads_its_pages_back_not_the_journal(server):
+    # Bob's jobs and jobs whose spec fixed no queue (journalled without admission: the file's
+    # rule, default_queue b, decides theirs) are interleaved with Alice's. Before, every tenant
+    # listing read every row of the journal.
+    from deepshare.runtime.spec import spec_from_json
+
+    alice, bob = [], []
+    for i in range(12):
+        alice.append(server.submit(ALICE, body(f"a{i}"))["id"])
+        bob.append(server.submit(BOB, body(f"b{i}"))["id"])
+        bob.append(server.journal.submit(spec_from_json(body(f"n{i}"))).job_id)  # no queue: b by the rule
+    reads = []
+    jobs = server.journal.jobs
+    server.journal.jobs = lambda *states, **kw: reads.append(kw) or jobs(*states, **kw)  # type: ignore[method-assign]
+
+    def listed(token: str, query: str) -> list[str]:
+        status, answer = server.call("GET", "/v1/jobs" + query, token)
+        assert status == 200, answer
+        return [j["id"] for j in json.loads(answer)]
+
+    assert listed(ALICE, "?limit=3") == alice[-3:] and listed(ALICE, "") == alice
+    assert listed(BOB, "?limit=5") == bob[-5:] and listed(BOB, "?limit=100") == bob
+    assert listed(ALICE, "?limit=5&state=queued") == alice[-5:]
+    tenant_reads = [kw for kw in reads if "queues" in kw]
+    assert tenant_reads and all(kw["last"] in (3, 5, 100, 1000) for kw in tenant_reads)
+    assert {kw["queues"] for kw in tenant_reads} == {("a",), ("b",)}
+
+
+def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
+    import sqlite3
+
+    from deepshare.runtime.journal import INDEXES, SCHEMA
+
+    old_schema = SCHEMA.replace(INDEXES, "").replace(",\n    queue TEXT\n", "\n")
+    assert "queue TEXT" not in old_schema and "INDEX" not in old_schema
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = sqlite3.connect(state / "journal.sqlite", isolation_level=None)
+    db.executescript(old_schema)
+    db.execute("INSERT INTO meta VALUES ('epoch', '0.0')")
+    for seq, spec in enumerate([json.dumps(body("q", queue="a")), json.dumps(body("none")), "{not json",
+                                json.dumps({**body("odd"), "queue": 7})], 1):
+        db.execute("INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since) VALUES (?, ?, ?, 'queued', 0, 0)",
+                   (f"j-{seq}", seq, spec))
+    db.close()
+    journal = Journal(state)
+    try:
+        raw = journal._db
+        assert raw.execute("SELECT id, queue FROM jobs ORDER BY seq").fetchall() == [
+            ("j-1", "a"), ("j-2", None), ("j-3", None), ("j-4", None)]
+        assert {"jobs_by_state", "jobs_by_queue"} <= {r[0] for r in raw.execute(
+            "SELECT name FROM sqlite_master WHERE type='index'")}
+        assert [j.job_id for j in journal.jobs(queues=("a",))][:2] == ["j-1", "j-2"]
+        assert "j-1" not in [j.job_id for j in journal.jobs(queues=("b",))]
+    finally:
+        journal.close()
+
+
 def test_submission_only_into_ones_own_queues(server):
     before = len(server.journal.jobs())
     for queue in ("b", "c", "no-such-queue"):  # another's, nobody's, none: one answer, naming no other queue
