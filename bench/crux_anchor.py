@@ -33,7 +33,9 @@ tuned to hit Crux's figure.
 
 Usage: python bench/crux_anchor.py [--jobs 400] [--seed 1]
                                    [--policies fifo+consolidated,fifo+topo-bestfit,fifo+spread]
-                                   [--cluster clos3-256] [--load 0.9]
+                                   [--cluster clos3-256] [--load 0.9] [--json PATH]
+
+``--json`` also writes each row's shares for the results page (``make bench``, ``make results``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ import argparse
 import dataclasses
 import datetime
 import sys
+
+from record import Record, add_json_flag
 
 from deepshare.experiments.provenance import commit, commit_label
 
@@ -72,7 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--policies", default="fifo+consolidated,fifo+topo-bestfit,fifo+spread")
     parser.add_argument("--cluster", default="clos3-256")
+    add_json_flag(parser)
     args = parser.parse_args(argv)
+    record = Record("crux_anchor", args.json)
 
     from deepshare.core.contention.link import LinkContention
     from deepshare.core.topology import load_topology
@@ -97,7 +103,13 @@ def main(argv: list[str] | None = None) -> None:
             job_share, gpu_share, slowdown, n, touched = shares(report.records)
             print(f"{policy:<20} {hw_label:<9} {port_label:<11} {job_share:>12.1%} {gpu_share:>13.1%} "
                   f"{slowdown:>14.3f} {n:>9} {touched:>12.1%}")
+            world = f"{policy}, hardware scaling {hw_label}, ECMP ports {port_label}"
+            record.add(f"{world}: jobs slowed >= 1.05x (Crux: {CRUX_JOBS:.0%})", 100 * job_share, "%")
+            record.add(f"{world}: GPU-weighted share slowed (Crux: {CRUX_GPUS:.0%})", 100 * gpu_share, "%")
+            record.add(f"{world}: mean slowdown", slowdown, "x")
+            record.add(f"{world}: jobs slowed >= 1.01x", 100 * touched, "%")
     print(f"{'Crux (Lingjun)':<41} {CRUX_JOBS:>12.0%} {CRUX_GPUS:>13.0%}")
+    record.write()
 
 
 def without_ports(topo):
