@@ -88,6 +88,8 @@ suites: $(STAMP)
 	$(BIN)/deepshare evaluate --suite fabric --workers 2 --json $(SUITE_JSON)/fabric.json
 	$(BIN)/deepshare evaluate --suite tenants --workers 2 --json $(SUITE_JSON)/tenants.json
 	$(BIN)/deepshare evaluate --suite tenants-learned --workers 2 --json $(SUITE_JSON)/tenants-learned.json
+	$(BIN)/deepshare evaluate --suite learned --workers 2 --json $(SUITE_JSON)/learned.json  # contention learned online against known (~13 min)
+	$(BIN)/deepshare evaluate --suite learned-long --workers 2 --json $(SUITE_JSON)/learned-long.json  # the same, median job 4 h (~6 min)
 
 # docs/results.md and the README's headline table, from the JSON files above (whichever exist);
 # the files it used are kept in docs/results/ so the page can be regenerated and checked.

@@ -74,6 +74,35 @@ def information_section(doc: dict[str, Any]) -> list[str]:
             *cost_table(doc)]
 
 
+def knowledge_section(doc: dict[str, Any]) -> list[str]:
+    """The page's lines for a suite whose cells run with contention known exactly and learned
+    online (the ``learned`` suites, :doc:`closed-loop`): per scenario, the best heuristic under
+    each, the ratio of their average JCTs, and the exact cell's best policy run under learned
+    contention over its own exact JCT; else none."""
+    if all(cell.get("contention_knowledge", "exact") == "exact" for cell in doc["cells"]):
+        return []
+    pairs: dict[Cell, dict[str, dict[str, Any]]] = {}
+    for cell in doc["cells"]:
+        pairs.setdefault(Cell.from_key(cell).with_knowledge("exact"), {})[cell.get("contention_knowledge", "exact")] = cell
+    learned = [(by["exact"], by["learned"]) for by in pairs.values() if "exact" in by and "learned" in by]
+    if not learned:
+        return []
+    lines = ["", "Contention learned online against known exactly ([closed loop](closed-loop.md)): per scenario, the "
+             "best heuristic and its average JCT under each, their ratio, and the exact cell's best policy run with "
+             "learned contention over its exact JCT:", "",
+             "| scenario | best, contention exact | best, contention learned | learned / exact "
+             "| exact's best under learned |", "|---|---|---|---|---|"]
+    for exact, learnt in learned:
+        best_exact, best_learned = exact["best_heuristic"], learnt["best_heuristic"]
+        jct_exact, jct_learned = exact["best_avg_jct_s"], learnt["best_avg_jct_s"]
+        same = (learnt.get("learned_over_exact") or {}).get(best_exact)
+        lines.append(
+            f"| {scenario_label(Cell.from_key(exact))} | `{best_exact}` {jct_exact:,.0f} s | "
+            + (f"same, {jct_learned:,.0f} s" if best_learned == best_exact else f"`{best_learned}` {jct_learned:,.0f} s")
+            + f" | {jct_learned / jct_exact:.3f} | " + ("-" if same is None else f"{same:.3f}") + " |")
+    return lines
+
+
 def information_headline(doc: dict[str, Any]) -> list[str]:
     """The README's lines: the by-model table alone."""
     if len(models(doc)) < 2:

@@ -105,6 +105,22 @@ def test_a_suite_under_several_information_models_gets_its_by_model_tables() -> 
     assert information_section(one_model) == [] and information_headline(one_model) == []
 
 
+def test_a_suite_learning_contention_gets_its_exact_against_learned_table() -> None:
+    from deepshare.experiments.results_information import knowledge_section
+
+    def cell(knowledge: str, mix: str, best: str, jct: float, over_exact: dict | None) -> dict:
+        return {**_model_cell("exact", best, jct, None), "mix": mix, "contention_knowledge": knowledge,
+                "learned_over_exact": over_exact}
+
+    doc = {"suite": {"learned": []}, "seed_base": 2**31, "cells": [
+        cell("exact", "heavy", "h1", 1000.0, None), cell("learned", "heavy", "h1", 1010.0, {"h1": 1.01, "h2": 0.99}),
+        cell("exact", "random", "h1", 2000.0, None), cell("learned", "random", "h2", 1960.0, {"h1": 1.05, "h2": 0.97})]}
+    section = knowledge_section(doc)
+    assert "| load 1 heavy 2x8 profiled seed 1 | `h1` 1,000 s | same, 1,010 s | 1.010 | 1.010 |" in section
+    assert "| load 1 random 2x8 profiled seed 1 | `h1` 2,000 s | `h2` 1,960 s | 0.980 | 1.050 |" in section
+    assert knowledge_section({**doc, "cells": doc["cells"][::2]}) == []  # contention known exactly only
+
+
 def test_a_suite_with_tenants_shows_its_fairness_tradeoff() -> None:
     doc = _suite()
     assert "trade-off" not in results_page.suite_section("quick", doc)  # no tenants: no table
