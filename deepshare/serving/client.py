@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from deepshare.core.errors import DeepShareError, Unavailable
 from deepshare.core.interrupt import checkpoint, time_left
@@ -46,6 +46,8 @@ class PlacementServiceError(DeepShareError):
         self.status = status
         self.retry_after_s = retry_after_s
 
+
+_Answer = TypeVar("_Answer", bound=BaseModel)
 
 DEFAULT_TIMEOUT_S = 10.0
 """Seconds one request may take, sending, deciding and answering (the service's own decision
@@ -77,7 +79,7 @@ class PlacementClient:
         return self._name
 
     def health(self) -> HealthOut:
-        return HealthOut.model_validate(self._call("GET", "/healthz"))
+        return self._answer(HealthOut, "/healthz", self._call("GET", "/healthz"))
 
     def wait_ready(self, timeout_s: float = 120.0, alive: Callable[[], bool] = lambda: True) -> None:
         """Poll ``/healthz`` until it answers 200 (a starting service refuses or stalls first);
@@ -96,21 +98,28 @@ class PlacementClient:
             time.sleep(0.5)
 
     def policy(self) -> PolicyOut:
-        return PolicyOut.model_validate(self._call("GET", "/v1/policy"))
+        return self._answer(PolicyOut, "/v1/policy", self._call("GET", "/v1/policy"))
 
     def place(self, request: PlacementRequest) -> PlacementResponse:
         body = request.model_dump_json(exclude_defaults=True)
-        answer = self._call("POST", "/v1/placements", body)
-        try:
-            return PlacementResponse.model_validate(answer)
-        except ValidationError as exc:
-            raise PlacementServiceError(f"{self.url}/v1/placements: unexpected answer ({exc.error_count()} errors)") from None
+        return self._answer(PlacementResponse, "/v1/placements", self._call("POST", "/v1/placements", body))
 
     def decide(self, view: ClusterView) -> Decision:
         """The served policy's decision for ``view`` (the :class:`Policy` protocol)."""
         if not view.queued:
             return WAIT
         return response_to_decision(self.place(view_to_request(view)), view)
+
+    def _answer(self, model: type[_Answer], path: str, doc: Any) -> _Answer:
+        """``doc`` as ``model``, or one line naming the first field the service got wrong."""
+        try:
+            return model.model_validate(doc)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first.get("loc", ()))) or "the answer"
+            more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise PlacementServiceError(f"{self.url}{path}: unexpected answer: {where}: {first.get('msg', '')}{more}; "
+                                        "is this a DeepShare placement service of this version?") from None
 
     def close(self) -> None:
         """Nothing to release: each request opens and closes its own connection."""

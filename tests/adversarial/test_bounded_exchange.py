@@ -184,3 +184,15 @@ def test_the_client_refuses_a_flood_and_calls_a_closed_port_unavailable(serve):
     with pytest.raises(PlacementServiceError, match="cannot reach the placement service") as caught:
         PlacementClient("http://127.0.0.1:9", timeout_s=2).policy()
     assert isinstance(caught.value, Unavailable)
+
+
+def test_an_answer_of_the_wrong_shape_is_one_line_naming_its_field(serve):
+    # a service of another version, or not a placement service: the scheduler's start printed a
+    # pydantic traceback (the client asks /v1/policy for the policy's name)
+    from deepshare.serving.client import PlacementClient, PlacementServiceError
+
+    body = b'{"name": "other", "kind": "heuristic"}'
+    server = serve([(OK + b"Content-Length: %d\r\n\r\n" % len(body) + body, 0)])
+    with pytest.raises(PlacementServiceError, match=r"/v1/policy: unexpected answer: \w+: Field required "
+                                                    r"\(and \d+ more\); is this a DeepShare placement service"):
+        PlacementClient(server.url.rsplit("/v1/x", 1)[0]).name
