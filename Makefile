@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/decide_scale.py --pending 10000 --queues 100 --policies srsf+packed rl-hybrid --json $(BENCH_JSON)/decide_scale-queues.json  # behind 100 queues' admission (target <= 1.5x)
 	$(BIN)/python bench/scale.py --cluster h100-leafspine-2to1 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-leafspine.json  # fabric over its flat twin (target <= 2x)
 	$(BIN)/python bench/scale.py --cluster clos3-256 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-clos.json
+	$(BIN)/python bench/learned_contention.py --workers 2 --json $(BENCH_JSON)/learned_contention.json  # the learned contention model's error against the prior's (~6 min)
 	$(BIN)/python bench/crux_anchor.py --json $(BENCH_JSON)/crux_anchor.json  # the share of jobs contention slows on clos3-256, beside Crux's
 	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
 	$(BIN)/python bench/estimate_robustness.py --json $(BENCH_JSON)/estimate_robustness.json  # ~10 min

@@ -16,7 +16,11 @@ of the run with its true ratio (no noise, the whole run, the future included), e
 the first 10%: no amount of reports takes the learned model below it, so where the floor is above
 half the prior's error, the model's form (one exponent per model) is what limits it, not learning.
 
-Usage: python bench/learned_contention.py [--suite learned] [--policies A,B] [--workers 2] [--json out.json]
+Usage: python bench/learned_contention.py [--suite learned] [--policies A,B] [--workers 2] [--json PATH] [--raw PATH]
+
+``--json`` writes the headline figures for the results page (``make bench``): per cell and policy
+the prior's and the learned model's error after the first 10%, their ratio and the form floor,
+and the pooled ratio against the target; ``--raw`` every result, the deciles included.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import argparse
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
+
+from record import Record, add_json_flag
 
 from deepshare.core.contention.learned import ContentionLearner, Observation
 from deepshare.core.simulator import Simulator
@@ -70,8 +76,10 @@ def main() -> None:
     p.add_argument("--suite", default="learned")
     p.add_argument("--policies", default=DEFAULT_POLICIES)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--json", metavar="PATH")
+    add_json_flag(p)
+    p.add_argument("--raw", metavar="PATH", help="also write every result (deciles, exponents) as JSON")
     args = p.parse_args()
+    record = Record(f"learned_contention ({args.suite})", args.json)
     spec = load_suite(args.suite)
     tasks = [(args.suite, cell, policy) for cell in cells(spec) if cell.knowledge == "learned"
              for policy in args.policies.split(",")]
@@ -94,6 +102,13 @@ def main() -> None:
         print("  " + "  ".join(f"{_f(d[1]):>9s}" for d in r["deciles"]) + "   learned")
         print("  " + "  ".join(f"{d[2]:>9d}" for d in r["deciles"]) + "   re-rates")
         print(f"  learned exponents: {r['exponents']}")
+        if prior:
+            where = f"{r['cell']} / {r['policy']}"
+            record.add(f"{where}: ratio error after the first 10%, prior", prior, "")
+            record.add(f"{where}: the same, learned", learned, "")
+            record.add(f"{where}: learned / prior", learned / prior, "x")
+            if r["form_floor"] is not None:
+                record.add(f"{where}: form floor (the learned form fitted to the whole run)", r["form_floor"], "")
     pooled = [r["after_10pct"] for r in results if r["after_10pct"][2]]
     if pooled:
         total = sum(c for _, _, c in pooled)
@@ -102,8 +117,12 @@ def main() -> None:
         floor = sum((r["form_floor"] or 0) * r["after_10pct"][2] for r in results) / total
         print(f"\npooled after the first 10% ({total} re-rates): prior {prior:.4f}, learned {learned:.4f} "
               f"({learned / prior:.2f}x; target <= 0.5x); form floor {floor:.4f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+        record.add(f"pooled over every cell and policy ({total:,} re-rates): learned / prior ratio error", learned / prior,
+                   "x", at_most=0.5)
+        record.add("pooled: form floor / prior ratio error", floor / prior, "x")
+    record.write()
+    if args.raw:
+        with open(args.raw, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
 
 

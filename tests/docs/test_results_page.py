@@ -121,6 +121,19 @@ def test_a_suite_learning_contention_gets_its_exact_against_learned_table() -> N
     assert knowledge_section({**doc, "cells": doc["cells"][::2]}) == []  # contention known exactly only
 
 
+def test_a_suite_running_migration_gets_each_variant_over_its_base() -> None:
+    from deepshare.experiments.results_migration import migration_section
+
+    doc = {"cells": [
+        {"results": {"a": {"avg_jct_s": 100.0}, "a+migrate": {"avg_jct_s": 90.0}, "b+migrate": {"avg_jct_s": 1.0}}},
+        {"results": {"a": {"avg_jct_s": 200.0}, "a+migrate": {"avg_jct_s": 220.0}, "b+migrate": {"avg_jct_s": 1.0}}}]}
+    section = migration_section(doc)
+    assert f"| `a+migrate` | {math.sqrt(0.9 * 1.1):.3f} | 0.900-1.100 | 2 |" in section
+    assert not any("b+migrate" in line for line in section)  # no base: no row
+    assert migration_section({"cells": [{"results": {"a": {"avg_jct_s": 1.0}}}]}) == []
+    assert "Migration:" not in results_page.suite_section("quick", _suite())
+
+
 def test_a_suite_with_tenants_shows_its_fairness_tradeoff() -> None:
     doc = _suite()
     assert "trade-off" not in results_page.suite_section("quick", doc)  # no tenants: no table

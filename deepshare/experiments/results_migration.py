@@ -1,0 +1,37 @@
+"""The results page's view of migration: each ``+migrate`` heuristic's average JCT over its base
+policy's (the same policy without migration), cell by cell, for a suite that runs both. Rendered
+from a suite's JSON by :mod:`deepshare.experiments.results_page`; a suite without such pairs gets
+nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+SUFFIX = "+migrate"
+
+
+def migration_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(base, base+migrate) for every ``+migrate`` policy whose base the suite also runs."""
+    policies = list(dict.fromkeys(p for cell in doc["cells"] for p in cell["results"]))
+    return [(p[: -len(SUFFIX)], p) for p in policies if p.endswith(SUFFIX) and p[: -len(SUFFIX)] in policies]
+
+
+def migration_section(doc: dict[str, Any]) -> list[str]:
+    """One row per pair: the geometric mean of ``+migrate`` / base average JCT over the cells
+    both ran, and its range; none without pairs."""
+    pairs = migration_pairs(doc)
+    if not pairs:
+        return []
+    lines = ["", "Migration: each `+migrate` policy's average JCT over its base policy's, per cell "
+             "([when a job moves](closed-loop.md#contention-triggered-migration-migrate)):", "",
+             "| policy | over its base, geometric mean | range | cells |", "|---|---|---|---|"]
+    for base, migrating in pairs:
+        ratios = [cell["results"][migrating]["avg_jct_s"] / cell["results"][base]["avg_jct_s"]
+                  for cell in doc["cells"] if base in cell["results"] and migrating in cell["results"]]
+        if not ratios:
+            continue
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        lines.append(f"| `{migrating}` | {geomean:.3f} | {min(ratios):.3f}-{max(ratios):.3f} | {len(ratios)} |")
+    return lines
