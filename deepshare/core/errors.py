@@ -30,7 +30,8 @@ class InfeasibleDecision(DeepShareError):
 
 
 class Unavailable(Exception):
-    """Mixed into an error raised because a service a step depends on could not answer
-    (unreachable, cut off, out of time, overloaded), not because of what it was asked: the step is
+    """Mixed into an error raised because a service a step depends on did not answer (unreachable,
+    cut off, out of time, overloaded, refusing the caller's credentials), not because of what it
+    was asked: the step is
     retried later and none of its jobs is blamed (the live scheduler isolates a job only for its
     data)."""

@@ -5,9 +5,11 @@ that sends its status line, headers or body a byte every few seconds keeps the c
 for as long as it likes, and an answer of any size is read into memory. The live scheduler asks
 its placement service once a tick, so either would stall or exhaust it. :func:`exchange` opens
 its own connection, and a timer shuts that socket down at the deadline (which wakes a read
-blocked in any phase; opening the connection has the same timeout), so a request never takes
-much more than ``seconds``, and an answer beyond ``max_bytes`` is refused as soon as its length
-is known or reached.
+blocked in any phase, the TLS handshake included; each address tried while connecting gets the
+time left, not a timeout of its own), so a request never takes much more than ``seconds``, and an
+answer beyond ``max_bytes`` is refused as soon as its length is known or reached. Resolving the
+host name is not bounded (``getaddrinfo`` cannot be interrupted): name the service by address
+where that matters.
 
 One connection per request (no keep-alive pool) and no proxy from the environment: the callers
 ask one service, once a tick or less.
@@ -19,6 +21,7 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
@@ -60,19 +63,18 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ExchangeError("expected an http:// or https:// URL")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    if parts.scheme == "https":
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=seconds, context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=seconds)
+    end = time.monotonic() + seconds
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    kind = http.client.HTTPSConnection if tls else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=seconds)  # only sends and reads: the socket is _connect's
+    current: list[socket.socket] = []  # the socket the timer cuts, once there is one
     expired = threading.Event()
 
     def cut() -> None:
         expired.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked read or write in the caller
+        for sock in current:
+            try:  # the plain socket's shutdown, on a TLS socket too: it wakes a blocked read or
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # write without touching the TLS state
             except OSError:
                 pass
 
@@ -80,16 +82,16 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
     timer.daemon = True
     timer.start()
     try:
-        conn.connect()
-        if expired.is_set():  # the timer fired while the connection opened
-            raise OSError("deadline passed while connecting")
+        conn.sock = _connect(parts.hostname, conn.port, end, tls, current, expired)
         conn.request(method, target, body=body, headers=dict(headers or {}))
         reply = conn.getresponse()
+        if reply.status < 200:  # an informational answer (103...) that http.client hands back as the answer
+            raise http.client.HTTPException(f"an informational answer ({reply.status}) and no final one")
         content = _read(reply, max_bytes)
         if expired.is_set():  # a shut-down socket reads as the end of the answer
             raise OSError("deadline passed while reading")
         return Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, content)
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         if expired.is_set() or isinstance(exc, TimeoutError):
             raise ExchangeError(f"no complete answer within {seconds:g} s", timed_out=True) from None
         raise ExchangeError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, unreachable=True) from None
@@ -98,10 +100,43 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
         conn.close()
 
 
+def _connect(host: str, port: int, end: float, tls: ssl.SSLContext | None, current: list[socket.socket],
+             expired: threading.Event) -> socket.socket:
+    """A connected socket (TLS handshake done with ``tls``) by ``end`` (a monotonic time): each
+    address is tried with the time left, not a timeout of its own, and each socket is put in
+    ``current`` before anything blocks on it, so the caller's timer can cut it."""
+    last: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        left = end - time.monotonic()
+        if left <= 0 or expired.is_set():
+            raise TimeoutError("deadline passed while connecting")
+        sock = socket.socket(family, kind, proto)
+        current[:] = [sock]
+        try:
+            sock.settimeout(left)
+            sock.connect(address)
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+                current[:] = [sock]
+                sock.settimeout(max(0.001, end - time.monotonic()))
+                sock.do_handshake()
+            if expired.is_set():
+                raise TimeoutError("deadline passed while connecting")
+            sock.settimeout(max(0.001, end - time.monotonic()))  # every later read and write: the time left at most
+            return sock
+        except OSError as exc:
+            sock.close()
+            if isinstance(exc, TimeoutError) or expired.is_set():
+                raise
+            last = exc
+    raise last
+
+
 def _read(reply: http.client.HTTPResponse, max_bytes: int) -> bytes:
     """The body, refused once it is known or found to exceed ``max_bytes``."""
     length = reply.getheader("Content-Length")
-    if length is not None and length.strip().isdigit() and int(length) > max_bytes:
+    length = None if length is None else length.strip()
+    if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
         raise ExchangeError(f"the answer is {int(length):,} bytes, more than the {max_bytes:,} accepted")
     chunks, size = [], 0
     while True:

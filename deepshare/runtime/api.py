@@ -84,6 +84,10 @@ keeps every finished job, and a list of all of them grew without bound."""
 MAX_LIST_LIMIT = 100_000
 
 
+TENANT_PAGE = 1000
+"""Rows a tenant's job list reads at a time (more when it asks for more)."""
+
+
 def _query_states(request: Request) -> tuple[JobState, ...]:
     """The ``state`` query parameters (repeatable) as job states; none: every state."""
     states = []
@@ -256,16 +260,16 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     def tenant_jobs(caller: Caller, states: tuple[JobState, ...], limit: int) -> list[JobRecord]:
         """The ``limit`` last jobs ``caller`` may see, read back page by page through the queue
         index: the jobs of its queues, and those whose queue the file's rule decides (checked
-        here), never the whole journal."""
+        here), never the whole journal at once."""
         assert caller.queues is not None
         found: list[JobRecord] = []
-        before = None
+        before: int | None = None
+        size = max(limit, TENANT_PAGE)
         while len(found) < limit:
-            page = journal.jobs(*states, last=limit, queues=caller.queues, before=before)
+            page, before = journal.queue_page(caller.queues, states, before, size)
             found = [j for j in page if visible(caller, j)] + found
-            if len(page) < limit:
+            if before is None:
                 break
-            before = page[0].seq
         return found[-limit:]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetailOut)

@@ -197,7 +197,12 @@ class Journal:
             self._db.close()
             raise DeepShareError(f"--state {state_dir}: {path}: meta.epoch is not a number ({epoch[0]!r})") from None
         self._lock = threading.RLock()
-        self._upgrade()
+        try:
+            self._upgrade()
+        except sqlite3.Error as exc:  # e.g. another process holds the journal for longer than the wait
+            self._db.close()
+            raise DeepShareError(f"--state {state_dir}: cannot bring {path} up to this version's schema ({exc}); "
+                                 "try again when no other process is writing it") from None
         self.orphans: list[tuple[str, int, int]] = []
         """``(job id, attempt, GPUs)`` of quarantined rows that said RUNNING: runs the control loop
         removes from the cluster (:meth:`take_orphans`)."""
@@ -219,12 +224,12 @@ class Journal:
     def _upgrade(self) -> None:
         """Bring a journal an older version wrote up to this schema, in one transaction: the
         ``queue`` column (a job's queue as its spec fixed it, filled from the specs; NULL: decided
-        by the tenants file's rule) and the indexes."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "queue" in columns and _has_indexes(self._db):
+        by the tenants file's rule) and the indexes. The schema is read again inside the
+        transaction: another process may have upgraded the journal since."""
+        if _has_queue(self._db) and _has_indexes(self._db):
             return
         with self._tx() as db:
-            if "queue" not in columns:
+            if not _has_queue(db):
                 db.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
                 db.execute("UPDATE jobs SET queue = json_extract(spec, '$.queue') "
                            "WHERE json_valid(spec) AND json_type(spec, '$.queue') = 'text'")
@@ -459,7 +464,7 @@ class Journal:
 
     def _parse(self, row: tuple) -> JobRecord:
         (job_id, seq, spec, state, submit, attempt, preemptions, placement, run_started, queued_since, last_run_s,
-         attained, samples, step, thp, pred, cancel, error, finish) = row
+         attained, samples, step, thp, pred, cancel, error, finish, _queue) = row  # the queue is the spec's
         if not isinstance(spec, str):
             raise TypeError(f"spec is {type(spec).__name__}, not JSON text")
         return JobRecord(
@@ -481,7 +486,7 @@ class Journal:
         what = str(exc).strip().splitlines()
         summary = " ".join(line.strip() for line in what[:3])[:300] or type(exc).__name__
         reason = f"{QUARANTINED}: its journal row cannot be read ({summary})"
-        spec = _placeholder_spec(str(job_id), raw_spec)
+        spec = _placeholder_spec(str(job_id), raw_spec, row[-1])
         now = self.now()
         with self._tx() as db:  # re-read inside the transaction: two readers quarantine a row once
             current = db.execute("SELECT state, error, finish_time FROM jobs WHERE id=?", (job_id,)).fetchone()
@@ -510,7 +515,7 @@ class Journal:
 
     _COLS = ("id, seq, spec, state, submit_time, attempt, preemptions, placement, run_started, queued_since,"
              " last_run_s, attained_gpu_s, samples, step, throughput, predicted_throughput, cancel_requested, error,"
-             " finish_time")
+             " finish_time, queue")
 
     def get(self, job_id: str) -> JobRecord:
         with self._lock:
@@ -519,24 +524,11 @@ class Journal:
             raise KeyError(job_id)
         return self._record(row)
 
-    def jobs(self, *states: JobState, last: int | None = None, queues: Collection[str] | None = None,
-             before: int | None = None) -> list[JobRecord]:
+    def jobs(self, *states: JobState, last: int | None = None) -> list[JobRecord]:
         """Jobs in submission order, all or those in ``states``; with ``last``, only the ``last``
-        most recently submitted of them (read as such: a long journal is not read whole). With
-        ``queues``, only the jobs whose spec fixed one of those queues, and those whose spec fixed
-        none (the tenants file's rule decides theirs: the caller filters them); with ``before``,
-        only the jobs submitted before the one of that ``seq`` (the next page back)."""
-        clauses, params = [], []
-        if states:
-            clauses.append(f"state IN ({','.join('?' * len(states))})")
-            params += [s.value for s in states]
-        if queues is not None:
-            clauses.append(f"(queue IN ({','.join('?' * len(queues))}) OR queue IS NULL)")
-            params += list(queues)
-        if before is not None:
-            clauses.append("seq < ?")
-            params.append(before)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        most recently submitted of them (read as such: a long journal is not read whole)."""
+        where = f" WHERE state IN ({','.join('?' * len(states))})" if states else ""
+        params: list[object] = [s.value for s in states]
         with self._lock:
             if last is None:
                 rows = self._db.execute(f"SELECT {self._COLS} FROM jobs{where} ORDER BY seq", params).fetchall()
@@ -545,6 +537,34 @@ class Journal:
                                         [*params, last]).fetchall()[::-1]
         records = [self._record(r) for r in rows]
         return [r for r in records if not states or r.state in states]  # a quarantined row is FAILED now
+
+    def queue_page(self, queues: Collection[str], states: Collection[JobState], before: int | None,
+                   size: int) -> tuple[list[JobRecord], int | None]:
+        """One page back of the jobs whose spec fixed one of ``queues``, or none (the tenants
+        file's rule decides theirs: the caller filters them), in ``states`` (all when empty),
+        submitted before the job of seq ``before`` (None: the newest): at most ``size`` rows, in
+        submission order, and the seq of the oldest row read (None when there were fewer than
+        ``size``: no older page). Each queue is read newest first through the queue index on its
+        own, so a page costs its size, not the journal's."""
+        parts, params = [], []
+        for queue in [*dict.fromkeys(queues), None]:
+            where = ["queue IS NULL" if queue is None else "queue = ?"]
+            params += [] if queue is None else [queue]
+            if states:
+                where.append(f"state IN ({','.join('?' * len(states))})")
+                params += [s.value for s in states]
+            if before is not None:
+                where.append("seq < ?")
+                params.append(before)
+            parts.append(f"SELECT * FROM (SELECT {self._COLS} FROM jobs WHERE {' AND '.join(where)} "
+                         "ORDER BY seq DESC LIMIT ?)")
+            params.append(size)
+        with self._lock:
+            rows = self._db.execute(f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY seq DESC LIMIT ?",
+                                    [*params, size]).fetchall()
+        oldest = rows[-1][1] if len(rows) == size else None
+        records = [self._record(r) for r in reversed(rows)]
+        return [r for r in records if not states or r.state in states], oldest
 
     def finished(self, after: tuple[float, int] | None = None, limit: int = 10_000) -> list[JobRecord]:
         """FINISHED jobs in the order they finished (by finish time, then submission): the
@@ -627,6 +647,10 @@ class Measurement:
     ended: float | None
 
 
+def _has_queue(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "queue" for row in db.execute("PRAGMA table_info(jobs)"))
+
+
 def _has_indexes(db: sqlite3.Connection) -> bool:
     names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     return {"jobs_by_state", "jobs_by_queue"} <= names
@@ -677,8 +701,9 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _placeholder_spec(job_id: str, raw: Any) -> LiveJobSpec:
-    """A stand-in spec for a quarantined job, keeping what can still be read of its name, GPUs and model."""
+def _placeholder_spec(job_id: str, raw: Any, queue: Any = None) -> LiveJobSpec:
+    """A stand-in spec for a quarantined job, keeping what can still be read of its name, GPUs and
+    model, and its queue from the journal's column (so it stays its queue's tenant's alone)."""
     try:
         doc = json.loads(raw) if isinstance(raw, str) else {}
     except (ValueError, RecursionError):
@@ -690,4 +715,5 @@ def _placeholder_spec(job_id: str, raw: Any) -> LiveJobSpec:
         name=job_id.rsplit("-", 1)[0], gpus=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1,
         model=model[:64] if isinstance(model, str) and model else "unknown", entrypoint=None, command=["?"], args=[],
         checkpoint_dir="?", working_dir=None, env={}, expected_duration_s=None, total_samples=None,
+        queue=queue if isinstance(queue, str) else None,
     )

@@ -261,9 +261,12 @@ class ControlLoop:
         without failing (:attr:`_cleared`) are left out of the next tick's search, so a slow
         policy's search goes on where it stopped instead of probing the same halves again. A probe
         the policy's service could not answer (:class:`~deepshare.core.errors.Unavailable`) ends
-        the search the same way: an outage mid-search must not read as every later job failing."""
+        the search too (an outage mid-search must not read as every later job failing), and the
+        next search starts afresh: the halves it cleared before the outage do not count as passed
+        when the service comes back answering otherwise."""
         budget = [MAX_PROBES]
         passed = [bool(self._cleared)]
+        gone = [False]
 
         def fails(jobs: list[JobRecord]) -> bool:
             if budget[0] <= 0:
@@ -275,8 +278,12 @@ class ControlLoop:
                 self._bounded_decide(self._view(cluster, queued, running, link_load=link_load), deadline)
             except InfeasibleDecision:
                 return False
-            except (DecisionTimeout, Unavailable):
-                budget[0] = 0  # no time left, or the policy's service went away: no more probes, no blame
+            except DecisionTimeout:
+                budget[0] = 0  # no time left for more probes
+                return False
+            except Unavailable:
+                budget[0] = 0  # the policy's service went away: no more probes, and what it cleared before
+                gone[0] = True  # is not carried to a later search (its answers may not be the same then)
                 return False
             except DATA_ERRORS:
                 return True
@@ -295,7 +302,7 @@ class ControlLoop:
         candidates = [j for j in (*self.journal.jobs(JobState.QUEUED), *self.journal.jobs(JobState.RUNNING))
                       if j.job_id not in self._cleared]
         found = search(candidates, known_to_fail=True)
-        if not found and budget[0] > 0:  # searched to the end and nobody is to blame: start afresh next time
+        if gone[0] or (not found and budget[0] > 0):  # nobody is to blame, or the service went away: afresh next time
             self._cleared.clear()
         return found if passed[0] else []
 

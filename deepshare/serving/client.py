@@ -55,11 +55,12 @@ deadline is 5 s by default)."""
 
 
 class PlacementServiceUnavailable(PlacementServiceError, Unavailable):
-    """The service could not answer: unreachable, cut off, out of time, or it said so (429, 502,
-    503, 504). Not the request's fault: the same request may succeed later."""
+    """The service did not answer the question: unreachable, cut off, out of time, or it refused
+    for a reason that is not in the request (401/403: the caller's token; 408: the body came too
+    slowly; 429, 502, 503, 504: overloaded or out of time). The same request may succeed later."""
 
 
-UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
+UNAVAILABLE_STATUSES = frozenset({401, 403, 408, 429, 502, 503, 504})
 
 
 class PlacementClient:

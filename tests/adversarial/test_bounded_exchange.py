@@ -158,6 +158,8 @@ def test_the_client_gives_up_at_its_callers_deadline_with_the_callers_timeout(se
     (b"HTTP/1.1 504 Gateway Timeout\r\n", True, None),
     (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: inf\r\n", True, None),
     (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 99999999\r\n", True, None),
+    (b"HTTP/1.1 401 Unauthorized\r\n", True, None),
+    (b"HTTP/1.1 408 Request Timeout\r\n", True, None),
     (b"HTTP/1.1 422 Unprocessable Entity\r\n", False, None),
     (b"HTTP/1.1 500 Internal Server Error\r\n", False, None),
 ])
@@ -196,3 +198,48 @@ def test_an_answer_of_the_wrong_shape_is_one_line_naming_its_field(serve):
     with pytest.raises(PlacementServiceError, match=r"/v1/policy: unexpected answer: \w+: Field required "
                                                     r"\(and \d+ more\); is this a DeepShare placement service"):
         PlacementClient(server.url.rsplit("/v1/x", 1)[0]).name
+
+
+def test_a_non_ascii_length_and_an_informational_answer_are_errors_not_crashes(serve):
+    # "¹" passes str.isdigit() and int() refuses it: a ValueError escaped, which the live loop
+    # took for a job's data error; a 103 was handed back as the answer itself
+    server = serve([(OK + "Content-Length: ¹\r\n\r\n".encode("latin-1") + b"{}", 0)])
+    assert exchange(server.url, "GET", seconds=2).body == b"{}"  # no length, as http.client reads it: to the end
+    server = serve([(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", 0)])
+    with pytest.raises(ExchangeError, match=r"informational answer \(103\)") as caught:
+        exchange(server.url, "GET", seconds=2)
+    assert caught.value.unreachable
+
+
+def test_connecting_shares_the_deadline_across_addresses(serve, monkeypatch):
+    # Three addresses whose connection attempts hang (a listener whose backlog is full drops the
+    # SYNs), then a live one: each attempt got the whole timeout of its own (3 s for 1 s).
+    server = serve([(OK + b"Content-Length: 2\r\n\r\n{}", 0)])
+    full = socket.create_server(("127.0.0.1", 0), backlog=0)
+    parked = []
+    try:
+        for _ in range(8):  # fill the accept queue; later SYNs go unanswered
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(full.getsockname())
+            parked.append(s)
+        time.sleep(0.1)
+        hole, live = full.getsockname(), ("127.0.0.1", int(server.url.split(":")[2].split("/")[0]))
+        monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", hole)] * 3 + [(socket.AF_INET, socket.SOCK_STREAM, 6, "", live)])
+        start = time.monotonic()
+        with pytest.raises(ExchangeError) as caught:
+            exchange("http://service.invalid:1/v1/x", "GET", seconds=1.0)
+        assert caught.value.timed_out and time.monotonic() - start < 1.5
+    finally:
+        for s in parked:
+            s.close()
+        full.close()
+
+
+def test_a_tls_handshake_that_never_ends_is_cut_at_the_deadline(serve):
+    server = serve([(b"", 30)])  # accepts, reads the ClientHello, answers nothing
+    start = time.monotonic()
+    with pytest.raises(ExchangeError) as caught:
+        exchange(server.url.replace("http://", "https://"), "GET", seconds=0.8)
+    assert caught.value.timed_out and time.monotonic() - start < 1.3

@@ -396,3 +396,15 @@ def test_a_placement_service_that_goes_away_mid_search_gets_no_job_blamed(tmp_pa
     report = rig.loop.tick()
     assert "cannot reach the placement service" in report.error and policy.calls == 4
     assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4
+    # it comes back failing every request (HTTP 500): the halves cleared before the outage do not
+    # count as passed, so nobody is blamed (before, j2 and j3 were FAILED)
+    from deepshare.serving.client import PlacementServiceError
+
+    class Broken:
+        def decide(self, view: Any) -> Any:
+            raise PlacementServiceError("http://placement/v1/placements: HTTP 500: internal error", 500)
+
+    rig.loop.policy = Broken()
+    report = rig.loop.tick()
+    assert "HTTP 500" in report.error
+    assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4

@@ -218,8 +218,8 @@ def test_a_tenants_list_reads_its_pages_back_not_the_journal(server):
         bob.append(server.submit(BOB, body(f"b{i}"))["id"])
         bob.append(server.journal.submit(spec_from_json(body(f"n{i}"))).job_id)  # no queue: b by the rule
     reads = []
-    jobs = server.journal.jobs
-    server.journal.jobs = lambda *states, **kw: reads.append(kw) or jobs(*states, **kw)  # type: ignore[method-assign]
+    page = server.journal.queue_page
+    server.journal.queue_page = lambda *a: reads.append(a) or page(*a)  # type: ignore[method-assign]
 
     def listed(token: str, query: str) -> list[str]:
         status, answer = server.call("GET", "/v1/jobs" + query, token)
@@ -229,9 +229,35 @@ def test_a_tenants_list_reads_its_pages_back_not_the_journal(server):
     assert listed(ALICE, "?limit=3") == alice[-3:] and listed(ALICE, "") == alice
     assert listed(BOB, "?limit=5") == bob[-5:] and listed(BOB, "?limit=100") == bob
     assert listed(ALICE, "?limit=5&state=queued") == alice[-5:]
-    tenant_reads = [kw for kw in reads if "queues" in kw]
-    assert tenant_reads and all(kw["last"] in (3, 5, 100, 1000) for kw in tenant_reads)
-    assert {kw["queues"] for kw in tenant_reads} == {("a",), ("b",)}
+    assert reads and all(size == 1000 for *_, size in reads)  # one page each: pages of 1,000 rows
+    assert {queues for queues, *_ in reads} == {("a",), ("b",)}
+
+
+def test_a_tenants_list_pages_back_through_many_jobs_of_no_queue_and_past_quarantined_rows(server):
+    # 2,500 jobs whose spec fixed no queue (the rule gives them to b), Alice's one job the oldest;
+    # and a quarantined row among them. A page used to cost the whole journal (a temp sort over
+    # every matching row), and a page shortened by a quarantined row read as the last one.
+    from deepshare.runtime.spec import spec_from_json, spec_json
+
+    first = server.submit(ALICE, body("oldest"))["id"]
+    db = server.journal._db
+    spec = spec_json(spec_from_json(body("n")))
+    db.executemany("INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since) VALUES (?, ?, ?, 'queued', 0, 0)",
+                   [(f"n-{i}", i, spec if i != 1500 else "{broken", ) for i in range(2, 2502)])
+    status, answer = server.call("GET", "/v1/jobs?limit=1&state=queued", ALICE)
+    assert status == 200 and [j["id"] for j in json.loads(answer)] == [first]
+    status, answer = server.call("GET", "/v1/jobs?limit=2000&state=queued", BOB)
+    assert status == 200 and len(json.loads(answer)) == 2000
+
+
+def test_a_quarantined_job_stays_its_queues_tenants(server):
+    # The stand-in spec of an unreadable row dropped its queue, so the file's rule (default_queue b)
+    # gave Alice's job to Bob.
+    job = server.submit(ALICE, body("mine"))["id"]
+    server.journal._db.execute("UPDATE jobs SET spec = '{broken' WHERE id = ?", (job,))
+    assert server.call("GET", f"/v1/jobs/{job}", BOB)[0] == 404
+    status, answer = server.call("GET", f"/v1/jobs/{job}", ALICE)
+    assert status == 200 and json.loads(answer)["state"] == "failed"
 
 
 def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
@@ -258,8 +284,10 @@ def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
             ("j-1", "a"), ("j-2", None), ("j-3", None), ("j-4", None)]
         assert {"jobs_by_state", "jobs_by_queue"} <= {r[0] for r in raw.execute(
             "SELECT name FROM sqlite_master WHERE type='index'")}
-        assert [j.job_id for j in journal.jobs(queues=("a",))][:2] == ["j-1", "j-2"]
-        assert "j-1" not in [j.job_id for j in journal.jobs(queues=("b",))]
+        page, oldest = journal.queue_page(("a",), (), None, 10)
+        assert [j.job_id for j in page] == ["j-1", "j-2", "j-3", "j-4"] and oldest is None
+        assert "j-1" not in [j.job_id for j in journal.queue_page(("b",), (), None, 10)[0]]
+        assert journal.get("j-1").spec.queue == "a"
     finally:
         journal.close()
 
@@ -551,3 +579,20 @@ def test_a_reload_and_a_submission_never_interleave(server):
     status, answer = answered[0]
     assert status == 422 and b"queue: 'c' is not declared" in answer
     assert not [j for j in server.journal.jobs() if j.spec.queue == "c"]
+
+
+def test_an_upgrade_another_process_finished_first_is_not_done_twice(tmp_path, monkeypatch):
+    # Two processes opening an older journal: the second read the schema before the first's
+    # upgrade committed, then failed with "duplicate column name: queue" (a raw sqlite error).
+    import deepshare.runtime.journal as journal_module
+
+    Journal(tmp_path / "state").close()  # an up-to-date journal: what the other process left
+    real, calls = journal_module._has_queue, []
+
+    def stale_then_real(db):  # type: ignore[no-untyped-def]
+        calls.append(db)
+        return False if len(calls) == 1 else real(db)
+
+    monkeypatch.setattr(journal_module, "_has_queue", stale_then_real)
+    Journal(tmp_path / "state").close()
+    assert len(calls) == 2  # read again inside the transaction
