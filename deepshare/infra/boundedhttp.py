@@ -12,12 +12,15 @@ host name is not bounded (``getaddrinfo`` cannot be interrupted): name the servi
 where that matters.
 
 One connection per request (no keep-alive pool) and no proxy from the environment: the callers
-ask one service, once a tick or less.
+ask one service, once a tick or less. An https service is verified against ``$REQUESTS_CA_BUNDLE``
+or ``$CURL_CA_BUNDLE`` when set (what ``requests`` read), else the system's store
+(``$SSL_CERT_FILE`` too).
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import ssl
 import threading
@@ -64,7 +67,7 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
         raise ExchangeError("expected an http:// or https:// URL")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     end = time.monotonic() + seconds
-    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    tls = _tls_context() if parts.scheme == "https" else None
     kind = http.client.HTTPSConnection if tls else http.client.HTTPConnection
     conn = kind(parts.hostname, parts.port, timeout=seconds)  # only sends and reads: the socket is _connect's
     current: list[socket.socket] = []  # the socket the timer cuts, once there is one
@@ -98,6 +101,22 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
     finally:
         timer.cancel()
         conn.close()
+
+
+CA_BUNDLE_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+"""Variables naming a CA bundle to verify https services with, as ``requests`` reads them (the
+client used ``requests`` before); without them, the system's store (``SSL_CERT_FILE`` too)."""
+
+
+def _tls_context() -> ssl.SSLContext:
+    for name in CA_BUNDLE_ENV:
+        bundle = os.environ.get(name)
+        if bundle:
+            try:
+                return ssl.create_default_context(cafile=bundle)
+            except (OSError, ssl.SSLError) as exc:
+                raise ExchangeError(f"${name}: cannot read the CA bundle {bundle!r} ({exc})") from None
+    return ssl.create_default_context()
 
 
 def _connect(host: str, port: int, end: float, tls: ssl.SSLContext | None, current: list[socket.socket],

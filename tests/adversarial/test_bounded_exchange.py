@@ -243,3 +243,66 @@ def test_a_tls_handshake_that_never_ends_is_cut_at_the_deadline(serve):
     with pytest.raises(ExchangeError) as caught:
         exchange(server.url.replace("http://", "https://"), "GET", seconds=0.8)
     assert caught.value.timed_out and time.monotonic() - start < 1.3
+
+
+def _self_signed(folder) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(cert, key) PEM files of a self-signed certificate for 127.0.0.1."""
+    import datetime
+    import ipaddress
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_file), str(key_file)
+
+
+def test_https_is_verified_against_the_ca_bundle_requests_read(tmp_path, monkeypatch):
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            try:
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(65536)
+                    tls.sendall(OK + b"Content-Length: 2\r\n\r\n{}")
+            except (OSError, ssl.SSLError):
+                pass  # the unverified client hangs up during the handshake
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    try:
+        for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"):
+            monkeypatch.delenv(name, raising=False)
+        with pytest.raises(ExchangeError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+            exchange(f"https://127.0.0.1:{port}/v1/x", "GET", seconds=5)
+        assert caught.value.unreachable
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", cert)
+        assert exchange(f"https://127.0.0.1:{port}/v1/x", "GET", seconds=5).body == b"{}"
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "missing.pem"))
+        with pytest.raises(ExchangeError, match=r"\$REQUESTS_CA_BUNDLE: cannot read the CA bundle"):
+            exchange(f"https://127.0.0.1:{port}/v1/x", "GET", seconds=5)
+    finally:
+        thread.join(5)
+        listener.close()
