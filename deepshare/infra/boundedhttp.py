@@ -19,6 +19,7 @@ or ``$CURL_CA_BUNDLE`` when set (what ``requests`` read), else the system's stor
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import socket
@@ -62,14 +63,13 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
     answered completely within ``seconds`` (``timed_out``), or answers more than ``max_bytes``."""
     if seconds <= 0:
         raise ExchangeError("no time left for the request", timed_out=True)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ExchangeError("expected an http:// or https:// URL")
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host, port, target = split_url(url)
+    tls = _tls_context() if url.lower().startswith("https:") else None
+    if tls is not None:  # only sends and reads: the socket is _connect's
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=seconds, context=tls)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=seconds)
     end = time.monotonic() + seconds
-    tls = _tls_context() if parts.scheme == "https" else None
-    kind = http.client.HTTPSConnection if tls else http.client.HTTPConnection
-    conn = kind(parts.hostname, parts.port, timeout=seconds)  # only sends and reads: the socket is _connect's
     current: list[socket.socket] = []  # the socket the timer cuts, once there is one
     expired = threading.Event()
 
@@ -85,7 +85,7 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
     timer.daemon = True
     timer.start()
     try:
-        conn.sock = _connect(parts.hostname, conn.port, end, tls, current, expired)
+        conn.sock = _connect(host, port, end, tls, current, expired)
         conn.request(method, target, body=body, headers=dict(headers or {}))
         reply = conn.getresponse()
         if reply.status < 200:  # an informational answer (103...) that http.client hands back as the answer
@@ -103,20 +103,44 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
         conn.close()
 
 
+def split_url(url: str) -> tuple[str, int, str]:
+    """(host, port, path and query) of an http or https URL, the port the scheme's when absent
+    (given explicitly: ``http.client`` would read an IPv6 literal's last group as one); an
+    :class:`ExchangeError` naming what is wrong otherwise."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ExchangeError(f"not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ExchangeError("expected an http:// or https:// URL with a host")
+    if port == 0:
+        raise ExchangeError("port 0 is not a port to connect to")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80), target
+
+
 CA_BUNDLE_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 """Variables naming a CA bundle to verify https services with, as ``requests`` reads them (the
 client used ``requests`` before); without them, the system's store (``SSL_CERT_FILE`` too)."""
 
 
 def _tls_context() -> ssl.SSLContext:
-    for name in CA_BUNDLE_ENV:
-        bundle = os.environ.get(name)
-        if bundle:
-            try:
-                return ssl.create_default_context(cafile=bundle)
-            except (OSError, ssl.SSLError) as exc:
-                raise ExchangeError(f"${name}: cannot read the CA bundle {bundle!r} ({exc})") from None
-    return ssl.create_default_context()
+    """The context to verify an https service with (built once per CA setting: it costs
+    milliseconds); a bundle that cannot be read is the caller's set-up, never the request's."""
+    setting = next(((name, os.environ[name]) for name in CA_BUNDLE_ENV if os.environ.get(name)), None)
+    return _context_for(setting)
+
+
+@functools.lru_cache(maxsize=4)
+def _context_for(setting: tuple[str, str] | None) -> ssl.SSLContext:
+    if setting is None:
+        return ssl.create_default_context()
+    name, bundle = setting
+    try:  # a folder of hashed certificates too, as requests takes one
+        return ssl.create_default_context(**({"capath": bundle} if os.path.isdir(bundle) else {"cafile": bundle}))
+    except (OSError, ssl.SSLError) as exc:
+        raise ExchangeError(f"${name}: cannot read the CA bundle {bundle!r} ({exc})", unreachable=True) from None
 
 
 def _connect(host: str, port: int, end: float, tls: ssl.SSLContext | None, current: list[socket.socket],

@@ -143,6 +143,8 @@ CREATE TABLE IF NOT EXISTS runs (
     PRIMARY KEY (job_id, attempt)
 );
 """
+QUEUES_PER_QUERY = 400
+"""Queues one query of :meth:`Journal.queue_page` reads (SQLite's compound SELECT takes 500 terms)."""
 INDEXES = """
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_by_queue ON jobs (queue, seq);
@@ -546,8 +548,21 @@ class Journal:
         submission order, and the seq of the oldest row read (None when there were fewer than
         ``size``: no older page). Each queue is read newest first through the queue index on its
         own, so a page costs its size, not the journal's."""
+        every: list[str | None] = [*dict.fromkeys(queues), None]
+        rows: list[tuple] = []
+        with self._lock:
+            for start in range(0, len(every), QUEUES_PER_QUERY):  # SQLite takes 500 terms in a compound SELECT
+                rows += self._newest(every[start:start + QUEUES_PER_QUERY], states, before, size)
+        rows = sorted(rows, key=lambda row: row[1], reverse=True)[:size]  # by seq, newest first
+        oldest = rows[-1][1] if len(rows) == size else None
+        records = [self._record(r) for r in reversed(rows)]
+        return [r for r in records if not states or r.state in states], oldest
+
+    def _newest(self, queues: list[str | None], states: Collection[JobState], before: int | None,
+                size: int) -> list[tuple]:
+        """The ``size`` newest rows of ``queues`` (None: no queue) in ``states``, before ``before``."""
         parts, params = [], []
-        for queue in [*dict.fromkeys(queues), None]:
+        for queue in queues:
             where = ["queue IS NULL" if queue is None else "queue = ?"]
             params += [] if queue is None else [queue]
             if states:
@@ -559,12 +574,8 @@ class Journal:
             parts.append(f"SELECT * FROM (SELECT {self._COLS} FROM jobs WHERE {' AND '.join(where)} "
                          "ORDER BY seq DESC LIMIT ?)")
             params.append(size)
-        with self._lock:
-            rows = self._db.execute(f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY seq DESC LIMIT ?",
-                                    [*params, size]).fetchall()
-        oldest = rows[-1][1] if len(rows) == size else None
-        records = [self._record(r) for r in reversed(rows)]
-        return [r for r in records if not states or r.state in states], oldest
+        return self._db.execute(f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY seq DESC LIMIT ?",
+                                [*params, size]).fetchall()
 
     def finished(self, after: tuple[float, int] | None = None, limit: int = 10_000) -> list[JobRecord]:
         """FINISHED jobs in the order they finished (by finish time, then submission): the

@@ -157,6 +157,9 @@ class ControlLoop:
         self._progress: dict[tuple[str, int], Progress] = {}
         """Each live run's last good report, by (job id, attempt)."""
         self._cleared: set[str] = set()
+        self._suspects: set[str] = set()
+        """The smallest set of jobs a search cut short found the policy failing on: the next
+        search starts from it rather than from all the jobs again."""
         """Jobs a probe of the running search for a failing policy's culprits decided on without
         failing (:meth:`_culprits`); emptied once the policy decides again."""
         self._bad_reports: dict[str, str] = {}
@@ -225,6 +228,7 @@ class ControlLoop:
         try:
             decision = self._timed_decide(view, deadline)
             self._cleared.clear()  # the policy decides again: a later failure searches afresh
+            self._suspects.clear()
             return decision, view
         except (InfeasibleDecision, Unavailable):  # the policy's service, not a job, failed: no search
             raise
@@ -259,7 +263,9 @@ class ControlLoop:
         unless some half was decided on: a policy that fails on every job is broken, and its
         jobs are not to blame. The probes stop at ``deadline``; the jobs of every half decided on
         without failing (:attr:`_cleared`) are left out of the next tick's search, so a slow
-        policy's search goes on where it stopped instead of probing the same halves again. A probe
+        policy's search goes on where it stopped instead of probing the same halves again, from
+        the smallest set it found failing (:attr:`_suspects`): a policy that allows few probes a
+        tick went down the same failing halves from the top every tick and never got there. A probe
         the policy's service could not answer (:class:`~deepshare.core.errors.Unavailable`) ends
         the search too (an outage mid-search must not read as every later job failing), and the
         next search starts afresh: the halves it cleared before the outage do not count as passed
@@ -291,9 +297,13 @@ class ControlLoop:
             self._cleared.update(j.job_id for j in jobs)
             return False
 
+        smallest: list[list[JobRecord]] = []
+
         def search(jobs: list[JobRecord], known_to_fail: bool = False) -> list[JobRecord]:
             if not jobs or not (known_to_fail or fails(jobs)):
                 return []
+            if not smallest or len(jobs) < len(smallest[0]):
+                smallest[:] = [jobs]
             if len(jobs) == 1:
                 return jobs
             half = len(jobs) // 2
@@ -301,8 +311,13 @@ class ControlLoop:
 
         candidates = [j for j in (*self.journal.jobs(JobState.QUEUED), *self.journal.jobs(JobState.RUNNING))
                       if j.job_id not in self._cleared]
-        found = search(candidates, known_to_fail=True)
-        if gone[0] or (not found and budget[0] > 0):  # nobody is to blame, or the service went away: afresh next time
+        suspects = [j for j in candidates if j.job_id in self._suspects]
+        found = search(suspects or candidates, known_to_fail=True)
+        cut_short = budget[0] <= 0
+        # Cut short (time, probes or the service) without a culprit: go on next time from the
+        # smallest failing set, rather than down the same failing halves from the top again.
+        self._suspects = {j.job_id for j in smallest[0]} if cut_short and not found and smallest else set()
+        if gone[0] or (not found and not cut_short):  # nobody is to blame, or the service went away: afresh next time
             self._cleared.clear()
         return found if passed[0] else []
 

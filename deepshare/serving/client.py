@@ -27,7 +27,7 @@ from deepshare.core.errors import DeepShareError, Unavailable
 from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.types import Decision, WAIT
 from deepshare.core.view import ClusterView
-from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, Answer, ExchangeError, exchange
+from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, Answer, ExchangeError, exchange, split_url
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.translate import response_to_decision, view_to_request
@@ -67,6 +67,10 @@ class PlacementClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
+        try:
+            split_url(self.url)
+        except ExchangeError as exc:  # a bad URL is the caller's, said when it is given
+            raise PlacementServiceError(f"placement service URL {url!r}: {exc}") from None
         self.timeout_s = timeout_s
         self.max_answer_bytes = max_answer_bytes
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}

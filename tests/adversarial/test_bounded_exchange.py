@@ -306,3 +306,34 @@ def test_https_is_verified_against_the_ca_bundle_requests_read(tmp_path, monkeyp
     finally:
         thread.join(5)
         listener.close()
+
+
+@pytest.mark.parametrize("url, message", [
+    ("http://127.0.0.1:99999/", "not a URL"), ("http://127.0.0.1:abc/", "not a URL"), ("http://[::1/", "not a URL"),
+    ("http://127.0.0.1:0/", "port 0"), ("ftp://127.0.0.1/", "expected an http:// or https:// URL"),
+    ("http:///x", "expected an http:// or https:// URL"),
+])
+def test_a_bad_url_is_an_exchange_error_and_the_client_refuses_it_when_given(url, message):
+    # a ValueError escaped before, which the live loop took for a job's data error
+    from deepshare.serving.client import PlacementClient, PlacementServiceError
+
+    with pytest.raises(ExchangeError, match=message):
+        exchange(url, "GET", seconds=1)
+    with pytest.raises(PlacementServiceError, match=message):
+        PlacementClient(url)
+
+
+def test_an_ipv6_literal_without_a_port_goes_to_the_schemes_port_with_a_bracketed_host(monkeypatch):
+    from deepshare.infra import boundedhttp
+
+    seen = {}
+
+    def fake_connect(host, port, *rest):  # type: ignore[no-untyped-def]
+        seen["to"] = (host, port)
+        raise ConnectionRefusedError("no one here")
+
+    monkeypatch.setattr(boundedhttp, "_connect", fake_connect)
+    with pytest.raises(ExchangeError):
+        exchange("http://[::1]/healthz", "GET", seconds=1)
+    assert seen["to"] == ("::1", 80)  # http.client read the last group as the port: ("::", 1)
+    assert boundedhttp.split_url("https://[2001:db8::8080]/v1?x=1") == ("2001:db8::8080", 443, "/v1?x=1")

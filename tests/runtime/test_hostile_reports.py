@@ -408,3 +408,21 @@ def test_a_placement_service_that_goes_away_mid_search_gets_no_job_blamed(tmp_pa
     report = rig.loop.tick()
     assert "HTTP 500" in report.error
     assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4
+
+
+def test_a_search_that_allows_few_probes_a_tick_goes_on_from_the_smallest_failing_set(tmp_path, monkeypatch):
+    # Four probes a tick and the bad job first: each tick probed 16, 8, 4 and 2 jobs, all failing,
+    # and the next tick started from the top again: the bad job was never isolated and the
+    # scheduler never decided again.
+    import deepshare.runtime.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "MAX_PROBES", 4)
+    rig = Rig(tmp_path / "state")
+    jobs = [rig.submit(f"j{i}", 1) for i in range(32)]
+    rig.loop.policy = policy = RaisesOn(jobs[0], ValueError("bad number"))
+    report = rig.loop.tick()
+    assert report.error == "policy policy: bad number" and policy.calls == 5
+    assert rig.loop._suspects == set(jobs[:2])
+    report = rig.loop.tick()  # the decision, then j0 (fails) and j1 (passes): j0 is isolated
+    assert report.error is None and rig.journal.get(jobs[0]).state is JobState.FAILED
+    assert [rig.journal.get(j).state for j in jobs[1:]].count(JobState.FAILED) == 0

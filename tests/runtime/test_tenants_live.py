@@ -596,3 +596,21 @@ def test_an_upgrade_another_process_finished_first_is_not_done_twice(tmp_path, m
     monkeypatch.setattr(journal_module, "_has_queue", stale_then_real)
     Journal(tmp_path / "state").close()
     assert len(calls) == 2  # read again inside the transaction
+
+
+def test_a_page_of_more_queues_than_sqlite_takes_in_one_query(tmp_path):
+    # One compound SELECT term per queue: a tenant owning 500 queues or more got HTTP 500
+    # ("too many terms in compound SELECT").
+    from deepshare.runtime.spec import spec_from_json
+
+    journal = Journal(tmp_path / "state")
+    try:
+        queues = tuple(f"q{i}" for i in range(600))
+        ids = [journal.submit(spec_from_json(body(f"j{i}", queue=f"q{i * 7 % 600}"))).job_id for i in range(50)]
+        ids.append(journal.submit(spec_from_json(body("none"))).job_id)  # no queue: the rule decides
+        page, oldest = journal.queue_page(queues, (), None, 20)
+        assert [j.job_id for j in page] == ids[-20:] and oldest == page[0].seq
+        page, oldest = journal.queue_page(queues, (JobState.QUEUED,), oldest, 1000)
+        assert [j.job_id for j in page] == ids[:-20] and oldest is None
+    finally:
+        journal.close()
