@@ -426,24 +426,16 @@ def test_a_check_still_stops_a_rollout_when_no_time_left_is_given():
 def test_stats_count_every_decision_of_concurrent_threads():
     # The placement service's decision threads share one planner; unlocked, 8 threads of 20,000
     # increments each kept about 48,000 of 160,000 here (switching every microsecond).
-    import sys
-    import threading
+    from interleaved import run_interleaved
 
     from deepshare.policies.planner import PlannerStats
 
-    stats, interval = PlannerStats(), sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        def count() -> None:
-            for _ in range(20_000):
-                stats.add(rollouts=1, decisions=2)
-            stats.taken_on(3)
+    stats = PlannerStats()
 
-        threads = [threading.Thread(target=count) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    def count() -> None:
+        for _ in range(20_000):
+            stats.add(rollouts=1, decisions=2)
+        stats.taken_on(3)
+
+    run_interleaved([count] * 8, switch_s=1e-6)
     assert (stats.rollouts, stats.decisions, stats.futures, stats.last_futures) == (160_000, 320_000, 24, 3)

@@ -261,8 +261,9 @@ def test_concurrent_decision_threads_get_the_answers_they_get_alone(policy):
     """The service decides on several threads with one policy object: a heuristic's queue index
     (kept across decisions to save re-sorting) is per thread, so requests cannot corrupt each
     other (they did: KeyErrors, AssertionErrors and wrong answers that still looked feasible)."""
-    import sys
     import threading
+
+    from interleaved import run_interleaved
 
     served = PlacementEngine(EngineSettings(policy=policy))
     first = large_request(64, 300)
@@ -284,16 +285,7 @@ def test_concurrent_decision_threads_get_the_answers_they_get_alone(policy):
             except Exception as exc:  # noqa: BLE001 - what a corrupted index raised
                 answers[i].append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often, as a busy replica does
-    try:
-        threads = [threading.Thread(target=decide, args=(i,)) for i in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_interleaved([lambda: decide(0), lambda: decide(1)])  # switching often, as a busy replica does
     for i in (0, 1):
         assert answers[i] == [alone[i]] * 12
 
