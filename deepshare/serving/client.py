@@ -122,6 +122,7 @@ class PlacementClient:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(map(str, first.get("loc", ()))) or "the answer"
+            where = where.encode("unicode_escape").decode("ascii")[:200]  # a key the service made up: one short line
             more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
             raise PlacementServiceError(f"{self.url}{path}: unexpected answer: {where}: {first.get('msg', '')}{more}; "
                                         "is this a DeepShare placement service of this version?") from None
