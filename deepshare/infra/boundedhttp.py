@@ -8,8 +8,9 @@ its own connection, and a timer shuts that socket down at the deadline (which wa
 blocked in any phase, the TLS handshake included; each address tried while connecting gets the
 time left, not a timeout of its own), so a request never takes much more than ``seconds``, and an
 answer beyond ``max_bytes`` is refused as soon as its length is known or reached. Resolving the
-host name is not bounded (``getaddrinfo`` cannot be interrupted): name the service by address
-where that matters.
+host name shares the deadline too: ``getaddrinfo`` cannot be interrupted, so it runs on a small
+pool of resolver threads, and the request stops waiting for it at the deadline (a stalled lookup
+ends on the resolver's own timeout, in its thread).
 
 One connection per request (no keep-alive pool) and no proxy from the environment: the callers
 ask one service, once a tick or less. An https service is verified against ``$REQUESTS_CA_BUNDLE``
@@ -19,6 +20,7 @@ or ``$CURL_CA_BUNDLE`` when set (what ``requests`` read), else the system's stor
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import http.client
 import os
@@ -143,13 +145,35 @@ def _context_for(setting: tuple[str, str] | None) -> ssl.SSLContext:
         raise ExchangeError(f"${name}: cannot read the CA bundle {bundle!r} ({exc})", unreachable=True) from None
 
 
+_RESOLVERS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="deepshare-resolve")
+"""Threads that resolve host names for :func:`exchange`: a lookup that stalls holds one of them
+until the resolver gives up, never the caller past its deadline."""
+
+
+def _resolve(host: str, port: int, end: float) -> list[tuple]:
+    """``getaddrinfo`` for a stream socket to ``host``:``port``, by ``end`` (a monotonic time)."""
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+        literal = True
+    except OSError:
+        literal = False
+    if literal:  # an address: nothing to look up, nothing to wait for
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    lookup = _RESOLVERS.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    try:
+        return lookup.result(timeout=max(0.0, end - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        lookup.cancel()  # still queued behind stalled lookups: never started
+        raise TimeoutError(f"deadline passed while resolving {host}") from None
+
+
 def _connect(host: str, port: int, end: float, tls: ssl.SSLContext | None, current: list[socket.socket],
              expired: threading.Event) -> socket.socket:
     """A connected socket (TLS handshake done with ``tls``) by ``end`` (a monotonic time): each
     address is tried with the time left, not a timeout of its own, and each socket is put in
     ``current`` before anything blocks on it, so the caller's timer can cut it."""
     last: OSError = OSError(f"no address for {host}")
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+    for family, kind, proto, _, address in _resolve(host, port, end):
         left = end - time.monotonic()
         if left <= 0 or expired.is_set():
             raise TimeoutError("deadline passed while connecting")

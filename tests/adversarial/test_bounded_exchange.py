@@ -337,3 +337,22 @@ def test_an_ipv6_literal_without_a_port_goes_to_the_schemes_port_with_a_brackete
         exchange("http://[::1]/healthz", "GET", seconds=1)
     assert seen["to"] == ("::1", 80)  # http.client read the last group as the port: ("::", 1)
     assert boundedhttp.split_url("https://[2001:db8::8080]/v1?x=1") == ("2001:db8::8080", 443, "/v1?x=1")
+
+
+def test_a_stalled_name_lookup_is_cut_at_the_deadline(monkeypatch):
+    # getaddrinfo cannot be interrupted; it ran on the caller's thread, so a stalled resolver
+    # held a --placement-url request for as long as the resolver took
+    released = threading.Event()
+
+    def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
+        released.wait(10)
+        raise socket.gaierror("resolver gave up")
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    start = time.monotonic()
+    try:
+        with pytest.raises(ExchangeError, match="no complete answer within 0.5 s") as caught:
+            exchange("http://placement.example:8000/v1/policy", "GET", seconds=0.5)
+        assert caught.value.timed_out and time.monotonic() - start < 1.0
+    finally:
+        released.set()
