@@ -33,6 +33,7 @@ import os
 import pstats
 import statistics
 import time
+from typing import Iterable
 
 from record import Record, add_json_flag
 
@@ -212,11 +213,17 @@ def loaded(policies: list[str], nodes: int) -> dict[str, PlacementEngine]:
     policy is timed in one process state (torch loaded if any policy needs it, start-up objects out
     of the collector's walks, as in a placement replica), whichever is timed first."""
     engines = {policy: PlacementEngine(EngineSettings(policy=policy)) for policy in policies}
+    settle(engines.values(), nodes)
+    return engines
+
+
+def settle(engines: Iterable[PlacementEngine], nodes: int) -> None:
+    """Warm each engine up on a small request, then freeze the heap: the one process state every
+    timing of a side by side is taken in."""
     warm_up = PlacementRequest.model_validate(scale_request(nodes, 100))
-    for engine in engines.values():
+    for engine in engines:
         engine.place(warm_up)
     freeze_long_lived()
-    return engines
 
 
 def side_by_side(record: Record, cpus: dict[tuple[str, str, int], float], policies: list[str], baseline: str,

@@ -20,7 +20,8 @@ import dataclasses
 import statistics
 import time
 
-from deepshare.core.heap import freeze_long_lived
+from decide_scale import settle
+
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
@@ -60,15 +61,13 @@ def main() -> None:
         policy = engine.policy
         object.__setattr__(policy, "encoding", dataclasses.replace(policy.encoding, **changes))  # frozen dataclass
         variants.append((label, engine))
-    warm_up = PlacementRequest.model_validate(scale_request(4096, 100))
-    for engine in (baseline, *(engine for _, engine in variants)):
-        engine.place(warm_up)
-    freeze_long_lived()  # one process state for every timing, as in a placement replica
+    settle([baseline, *(engine for _, engine in variants)], 4096)  # one process state for every timing
     base = cpu_seconds(baseline, request, args.repeats)
     print(f"srsf+packed: {base:.3f} s CPU, {args.pending:,} pending on 4,096 nodes (target for a learned decision: <= 5x)")
     for label, engine in variants:
         cpu = cpu_seconds(engine, request, args.repeats)
         print(f"  rl-hybrid, {label:48s} {cpu:6.3f} s CPU  {cpu / base:5.2f}x", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -6,8 +6,9 @@ nothing here.
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from deepshare.experiments.suite_results import geomean
 
 SUFFIX = "+migrate"
 
@@ -32,6 +33,5 @@ def migration_section(doc: dict[str, Any]) -> list[str]:
                   for cell in doc["cells"] if base in cell["results"] and migrating in cell["results"]]
         if not ratios:
             continue
-        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        lines.append(f"| `{migrating}` | {geomean:.3f} | {min(ratios):.3f}-{max(ratios):.3f} | {len(ratios)} |")
+        lines.append(f"| `{migrating}` | {geomean(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} | {len(ratios)} |")
     return lines
