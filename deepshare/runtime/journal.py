@@ -143,11 +143,13 @@ CREATE TABLE IF NOT EXISTS runs (
     PRIMARY KEY (job_id, attempt)
 );
 """
-QUEUES_PER_QUERY = 400
-"""Queues one query of :meth:`Journal.queue_page` reads (SQLite's compound SELECT takes 500 terms)."""
+TERMS_PER_QUERY = 400
+"""(queue, state) pairs one query of :meth:`Journal.queue_page` reads (SQLite's compound SELECT
+takes 500 terms)."""
 INDEXES = """
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_by_queue ON jobs (queue, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_queue_state ON jobs (queue, state, seq);
 """
 """Created with the tables, and on opening a journal an older version made without them."""
 SCHEMA += INDEXES
@@ -546,28 +548,31 @@ class Journal:
         file's rule decides theirs: the caller filters them), in ``states`` (all when empty),
         submitted before the job of seq ``before`` (None: the newest): at most ``size`` rows, in
         submission order, and the seq of the oldest row read (None when there were fewer than
-        ``size``: no older page). Each queue is read newest first through the queue index on its
-        own, so a page costs its size, not the journal's."""
+        ``size``: no older page). Each queue (and, with ``states``, each of its states) is read
+        newest first through an index on its own, so a page costs its size, not the journal's."""
         every: list[str | None] = [*dict.fromkeys(queues), None]
+        wanted: list[JobState | None] = [*dict.fromkeys(states)] or [None]
+        terms = [(queue, state) for queue in every for state in wanted]
         rows: list[tuple] = []
         with self._lock:
-            for start in range(0, len(every), QUEUES_PER_QUERY):  # SQLite takes 500 terms in a compound SELECT
-                rows += self._newest(every[start:start + QUEUES_PER_QUERY], states, before, size)
+            for start in range(0, len(terms), TERMS_PER_QUERY):  # SQLite takes 500 terms in a compound SELECT
+                rows += self._newest(terms[start:start + TERMS_PER_QUERY], before, size)
         rows = sorted(rows, key=lambda row: row[1], reverse=True)[:size]  # by seq, newest first
         oldest = rows[-1][1] if len(rows) == size else None
         records = [self._record(r) for r in reversed(rows)]
         return [r for r in records if not states or r.state in states], oldest
 
-    def _newest(self, queues: list[str | None], states: Collection[JobState], before: int | None,
-                size: int) -> list[tuple]:
-        """The ``size`` newest rows of ``queues`` (None: no queue) in ``states``, before ``before``."""
+    def _newest(self, terms: list[tuple[str | None, JobState | None]], before: int | None, size: int) -> list[tuple]:
+        """The ``size`` newest rows before ``before`` of the ``(queue, state)`` pairs ``terms``
+        (queue None: no queue; state None: any), each pair read newest first through an index of
+        its own (a state filter walks no other state's rows)."""
         parts, params = [], []
-        for queue in queues:
+        for queue, state in terms:
             where = ["queue IS NULL" if queue is None else "queue = ?"]
             params += [] if queue is None else [queue]
-            if states:
-                where.append(f"state IN ({','.join('?' * len(states))})")
-                params += [s.value for s in states]
+            if state is not None:
+                where.append("state = ?")
+                params.append(state.value)
             if before is not None:
                 where.append("seq < ?")
                 params.append(before)
@@ -664,7 +669,7 @@ def _has_queue(db: sqlite3.Connection) -> bool:
 
 def _has_indexes(db: sqlite3.Connection) -> bool:
     names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    return {"jobs_by_state", "jobs_by_queue"} <= names
+    return {"jobs_by_state", "jobs_by_queue", "jobs_by_queue_state"} <= names
 
 
 def _check_is_journal(path: Path, state_dir: str | Path) -> None:

@@ -282,7 +282,7 @@ def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
         raw = journal._db
         assert raw.execute("SELECT id, queue FROM jobs ORDER BY seq").fetchall() == [
             ("j-1", "a"), ("j-2", None), ("j-3", None), ("j-4", None)]
-        assert {"jobs_by_state", "jobs_by_queue"} <= {r[0] for r in raw.execute(
+        assert {"jobs_by_state", "jobs_by_queue", "jobs_by_queue_state"} <= {r[0] for r in raw.execute(
             "SELECT name FROM sqlite_master WHERE type='index'")}
         page, oldest = journal.queue_page(("a",), (), None, 10)
         assert [j.job_id for j in page] == ["j-1", "j-2", "j-3", "j-4"] and oldest is None
@@ -612,5 +612,57 @@ def test_a_page_of_more_queues_than_sqlite_takes_in_one_query(tmp_path):
         assert [j.job_id for j in page] == ids[-20:] and oldest == page[0].seq
         page, oldest = journal.queue_page(queues, (JobState.QUEUED,), oldest, 1000)
         assert [j.job_id for j in page] == ids[:-20] and oldest is None
+    finally:
+        journal.close()
+
+
+def test_a_journal_with_the_older_indexes_gets_the_queue_state_index(tmp_path):
+    # Journals of the last version had the queue column and two indexes, not the third: a
+    # state-filtered list walked every row of the tenant's queues.
+    from deepshare.runtime.spec import spec_from_json
+
+    journal = Journal(tmp_path / "state")
+    job = journal.submit(spec_from_json(body("j", queue="a"))).job_id
+    journal._db.execute("DROP INDEX jobs_by_queue_state")
+    journal.close()
+    journal = Journal(tmp_path / "state")
+    try:
+        assert "jobs_by_queue_state" in {r[0] for r in journal._db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert [j.job_id for j in journal.queue_page(("a",), (JobState.QUEUED,), None, 10)[0]] == [job]
+    finally:
+        journal.close()
+
+
+def test_state_filtered_pages_equal_filtering_every_job(tmp_path):
+    # A page is read per (queue, state) pair: walked back page by page, the filtered lists must be
+    # exactly the jobs of those queues (and of no queue) in those states, newest last, whatever
+    # the page size and however many pairs (600 queues x 2 states: more terms than one query takes).
+    import random
+
+    from deepshare.runtime.spec import spec_from_json
+
+    rng = random.Random(7)
+    journal = Journal(tmp_path / "state")
+    try:
+        for i in range(300):
+            queue = rng.choice([None, "a", "b", "c"] + [f"q{n}" for n in range(5)])
+            journal.submit(spec_from_json(body(f"j{i}", **({"queue": queue} if queue else {}))))
+        ids = [j.job_id for j in journal.jobs()]
+        for job_id in rng.sample(ids, 120):
+            journal.cancel(job_id)
+        every = journal.jobs()
+        for queues, states, size in [(("a",), (JobState.CANCELLED,), 7), (("a", "b"), (JobState.QUEUED,), 1),
+                                     (("c", "q1", "q4"), (JobState.QUEUED, JobState.CANCELLED), 13),
+                                     (tuple(f"q{n}" for n in range(600)), (JobState.QUEUED, JobState.CANCELLED), 50),
+                                     (("b",), (), 11)]:
+            got: list[str] = []
+            before = None
+            while True:
+                page, before = journal.queue_page(queues, states, before, size)
+                got = [j.job_id for j in page] + got
+                if before is None:
+                    break
+            expected = [j.job_id for j in every if j.spec.queue in (*queues, None) and (not states or j.state in states)]
+            assert got == expected, (queues, states, size)
     finally:
         journal.close()
