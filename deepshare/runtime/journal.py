@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
 from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
@@ -235,8 +235,7 @@ class Journal:
         with self._tx() as db:
             if not _has_queue(db):
                 db.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
-                db.execute("UPDATE jobs SET queue = json_extract(spec, '$.queue') "
-                           "WHERE json_valid(spec) AND json_type(spec, '$.queue') = 'text'")
+                db.executemany("UPDATE jobs SET queue = ? WHERE id = ?", _spec_queues(db))
             for statement in filter(str.strip, INDEXES.split(";")):
                 db.execute(statement)
 
@@ -661,6 +660,19 @@ class Measurement:
     measured_throughput: float
     predicted_throughput: float
     ended: float | None
+
+
+def _spec_queues(db: sqlite3.Connection) -> Iterator[tuple[str, str]]:
+    """``(queue, job id)`` of every job whose spec fixes a queue, read as the job's spec is read
+    everywhere else (Python's JSON: of two ``queue`` keys the last counts, where SQLite's
+    ``json_extract`` takes the first)."""
+    for job_id, spec in db.execute("SELECT id, spec FROM jobs").fetchall():
+        try:
+            doc = json.loads(spec)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("queue"), str):
+            yield doc["queue"], job_id
 
 
 def _has_queue(db: sqlite3.Connection) -> bool:

@@ -272,8 +272,12 @@ def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
     db = sqlite3.connect(state / "journal.sqlite", isolation_level=None)
     db.executescript(old_schema)
     db.execute("INSERT INTO meta VALUES ('epoch', '0.0')")
+    # j-5's spec names two queues (a hand-edited journal): its job is read as b's (the last key,
+    # as Python's JSON reads it), so the column must say b. SQLite's json_extract said a, and the
+    # job was in neither tenant's list.
+    twice = json.dumps(body("twice", queue="a"))[:-1] + ', "queue": "b"}'
     for seq, spec in enumerate([json.dumps(body("q", queue="a")), json.dumps(body("none")), "{not json",
-                                json.dumps({**body("odd"), "queue": 7})], 1):
+                                json.dumps({**body("odd"), "queue": 7}), twice], 1):
         db.execute("INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since) VALUES (?, ?, ?, 'queued', 0, 0)",
                    (f"j-{seq}", seq, spec))
     db.close()
@@ -281,11 +285,13 @@ def test_an_older_journal_gets_the_queue_column_and_the_indexes(tmp_path):
     try:
         raw = journal._db
         assert raw.execute("SELECT id, queue FROM jobs ORDER BY seq").fetchall() == [
-            ("j-1", "a"), ("j-2", None), ("j-3", None), ("j-4", None)]
+            ("j-1", "a"), ("j-2", None), ("j-3", None), ("j-4", None), ("j-5", "b")]
+        assert journal.get("j-5").spec.queue == "b"
         assert {"jobs_by_state", "jobs_by_queue", "jobs_by_queue_state"} <= {r[0] for r in raw.execute(
             "SELECT name FROM sqlite_master WHERE type='index'")}
         page, oldest = journal.queue_page(("a",), (), None, 10)
         assert [j.job_id for j in page] == ["j-1", "j-2", "j-3", "j-4"] and oldest is None
+        assert "j-5" in [j.job_id for j in journal.queue_page(("b",), (), None, 10)[0]]
         assert "j-1" not in [j.job_id for j in journal.queue_page(("b",), (), None, 10)[0]]
         assert journal.get("j-1").spec.queue == "a"
     finally:
