@@ -13,9 +13,12 @@ the logs folder.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from deepshare.runtime.private import open_regular
 
 LOGS_DIR = "logs"
 MAX_CHUNK = 64 * 1024
@@ -48,14 +51,45 @@ class LogChunk:
 
 
 def read_chunk(path: Path, offset: int, limit: int = MAX_CHUNK) -> LogChunk:
-    """At most ``limit`` bytes of ``path`` from ``offset`` (negative: that many bytes before the end)."""
+    """At most ``limit`` bytes of ``path`` from ``offset`` (negative: that many bytes before the end),
+    cut at UTF-8 character boundaries: a chunk that would start inside a character starts after
+    it, and one that would end inside a character ends before it (the next chunk, asked from
+    ``next_offset``, holds it whole). The job's process can write its logs folder, so a symlink or
+    FIFO at the path reads as no log (:func:`~deepshare.runtime.private.open_regular`)."""
     limit = max(0, min(limit, MAX_CHUNK))
     try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            start = max(0, size + offset) if offset < 0 else min(offset, size)
-            fh.seek(start)
-            data = fh.read(limit)
-    except FileNotFoundError:
+        fh = os.fdopen(open_regular(path, os.O_RDONLY), "rb")
+    except OSError:
         return LogChunk("", 0, 0, 0)
+    with fh:
+        size = fh.seek(0, 2)
+        start = max(0, size + offset) if offset < 0 else min(offset, size)
+        fh.seek(start)
+        data = fh.read(limit)
+    if offset < 0:  # counted back from the end: may land inside a character
+        skip = _continuations(data, 0)
+        if skip < len(data):
+            start, data = start + skip, data[skip:]
+    end = _complete(data)
+    if end:  # never an empty chunk before the end: a character cut for good is read as it is
+        data = data[:end]
     return LogChunk(data.decode("utf-8", errors="replace"), start, start + len(data), size)
+
+
+def _continuations(data: bytes, at: int) -> int:
+    """How many UTF-8 continuation bytes (at most 3) ``data`` holds from ``at``."""
+    n = 0
+    while n < 3 and at + n < len(data) and data[at + n] & 0xC0 == 0x80:
+        n += 1
+    return n
+
+
+def _complete(data: bytes) -> int:
+    """The length of ``data`` without a UTF-8 character its end cuts (``len(data)`` when none is)."""
+    for back in range(1, min(4, len(data)) + 1):
+        lead = data[-back]
+        if lead & 0xC0 == 0x80:
+            continue  # a continuation byte: the character starts further back
+        need = 2 if lead & 0xE0 == 0xC0 else 3 if lead & 0xF0 == 0xE0 else 4 if lead & 0xF8 == 0xF0 else 1
+        return len(data) - back if need > back else len(data)
+    return len(data)

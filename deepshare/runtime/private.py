@@ -9,8 +9,12 @@ operator who made a shared folder group-readable meant it.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
+
+from deepshare.core.errors import DeepShareError
 
 PRIVATE_DIR_MODE = 0o700
 
@@ -30,3 +34,45 @@ def make_private_dirs(path: str | os.PathLike[str]) -> Path:
             continue
         os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
     return path
+
+
+def check_not_shared(path: str | os.PathLike[str], flag: str = "--state") -> None:
+    """Refuse a state folder another user could take over, as ``ssh`` refuses such a ``~/.ssh``:
+    ``path`` (where it exists) must be this user's (or root's) and writable by no one else, and
+    each existing parent this user's or root's and, unless sticky (``/tmp``), writable by no one
+    else: whoever can write one of them can rename the folder away and put their own in its place
+    (a ``scheduler.json`` naming their listener, to which the clients send their token; a journal
+    whose jobs the scheduler runs). A :class:`DeepShareError` names the folder and the fix."""
+    path = Path(os.path.abspath(path))
+    me = os.geteuid()
+    for folder in (path, *path.parents):
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise DeepShareError(f"{flag} {path}: cannot check {folder} ({exc.strerror or exc})") from None
+        if info.st_uid not in (me, 0):
+            raise DeepShareError(f"{flag} {path}: {folder} belongs to another user (uid {info.st_uid}), who could "
+                                 "replace the scheduler's files; choose a state folder of your own")
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if shared and (folder == path or not info.st_mode & stat.S_ISVTX):
+            raise DeepShareError(f"{flag} {path}: {folder} is writable by other users (mode "
+                                 f"{stat.S_IMODE(info.st_mode):04o}), who could replace the scheduler's files; "
+                                 f"run 'chmod go-w {folder}' or choose another state folder")
+
+
+def open_regular(path: str | os.PathLike[str], flags: int) -> int:
+    """A descriptor on ``path`` for ``flags`` (created 0600 with ``O_CREAT``), refused unless it is a
+    regular file (``OSError``): a job's own process can write its logs folder, so a symlink there
+    is not followed (the rank's output would go to, or the API would serve, the file it names)
+    and a FIFO is not waited on (opening one blocks until the other end comes)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

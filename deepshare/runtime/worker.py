@@ -31,13 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from deepshare.runtime.private import make_private_dirs
+from deepshare.runtime.private import make_private_dirs, open_regular
 from deepshare.runtime.reports import FIELDS as REPORT_FIELDS, MAX_REPORT_BYTES
 
 
 SECRET_ENV = frozenset({"DEEPSHARE_SCHEDULER_TOKEN", "DEEPSHARE_SERVE_TOKEN"})
 """Variables of the worker's own environment that are not passed on to ranks (a job's ``env`` may
 still set them)."""
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                        "HIP_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES", "TPU_VISIBLE_CHIPS",
+                        "ONEAPI_DEVICE_SELECTOR", "HABANA_VISIBLE_MODULES"})
+"""The accelerators a rank may use, as Ray set them for the worker's bundle: a job's ``env`` cannot
+set them (a spec copied from a workstation's shell would otherwise widen every rank onto GPUs
+the scheduler gave other jobs); the rank sees the worker's own values."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +151,7 @@ class JobWorker:
             self.log_path = Path(launch.log_path)
         try:
             make_private_dirs(self.log_path.parent)
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = open_regular(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         except OSError as exc:
             return StartOutcome(None, f"cannot open the rank's log {self.log_path}: {exc.strerror or exc}")
         with os.fdopen(fd, "ab") as log:
@@ -153,6 +159,9 @@ class JobWorker:
             header = (f"--- deepshare: job {launch.job_id} attempt {launch.attempt} rank {launch.rank}/"
                       f"{launch.world_size} on {socket.gethostname()} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n")
             log.write(header.encode())
+            ignored = sorted(DEVICE_ENV.intersection(dict(launch.env)))
+            if ignored:
+                log.write(f"deepshare: env {', '.join(ignored)} ignored: the scheduler assigns the rank's devices\n".encode())
             log.flush()
             error = self._spawn(launch, log)
             if error is not None:
@@ -167,7 +176,7 @@ class JobWorker:
         if launch.working_dir and not os.path.isdir(launch.working_dir):
             return f"working_dir {launch.working_dir}: no such directory on {socket.gethostname()}"
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}  # jobs never see the services' tokens
-        env.update(dict(launch.env))
+        env.update((k, v) for k, v in launch.env if k not in DEVICE_ENV)  # Ray's device assignment stands
         env.update({
             "RANK": str(launch.rank), "WORLD_SIZE": str(launch.world_size), "LOCAL_RANK": str(launch.local_rank),
             "LOCAL_WORLD_SIZE": str(launch.local_world_size), "MASTER_ADDR": launch.master_addr,
@@ -230,7 +239,7 @@ class JobWorker:
     def _tail(self, lines: int = 20, max_bytes: int = 16384) -> str:
         """The last ``lines`` lines of this attempt's output (read from the log's last ``max_bytes`` only)."""
         try:
-            with open(self.log_path, "rb") as fh:
+            with os.fdopen(open_regular(self.log_path, os.O_RDONLY), "rb") as fh:
                 fh.seek(max(self.log_start, fh.seek(0, 2) - max_bytes))
                 text = fh.read().decode("utf-8", errors="replace")
         except OSError:
@@ -247,19 +256,35 @@ class JobWorker:
         )
 
     def terminate(self, grace_s: float = 2.0) -> None:
-        """Kill the rank (SIGTERM to its process group, SIGKILL after ``grace_s``) and clean up."""
-        if self.proc is not None and self.proc.poll() is None:
+        """Kill the rank's whole process group (SIGTERM, SIGKILL after ``grace_s``) and clean up.
+
+        The group, not only its first process: a rank that exited (finished, or died of the
+        SIGTERM) can leave processes it started (``cmd &``, a launcher's workers, a member that
+        ignores SIGTERM) holding the GPU the scheduler hands to the next job."""
+        if self.proc is not None and self._group_alive():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except OSError:
                 pass
             deadline = time.monotonic() + grace_s
-            while self.proc.poll() is None and time.monotonic() < deadline:
+            while self._group_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if self.proc.poll() is None:
+            if self._group_alive():
                 try:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 except OSError:
                     pass
-                self.proc.wait()
+            self.proc.wait()
         shutil.rmtree(self.control, ignore_errors=True)
+
+    def _group_alive(self) -> bool:
+        """Whether the rank or any process of its group runs (the group's id is the rank's pid,
+        which the OS does not hand out again while the group has members)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            return True
+        try:
+            os.killpg(self.proc.pid, 0)
+        except OSError:  # no such group (or none of it ours to signal)
+            return False
+        return True
