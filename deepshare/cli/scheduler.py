@@ -121,10 +121,12 @@ def _placement_token(args: argparse.Namespace) -> str | None:
 def _client(args: argparse.Namespace) -> Any:
     """The scheduler client from ``--url`` / ``--state`` / ``--token`` (see the module docstring)."""
     from deepshare.runtime.httpclient import SchedulerClient
+    from deepshare.runtime.private import check_not_shared
     from deepshare.runtime.token import client_token
 
     url, origin = args.url, None
     if url is None:
+        check_not_shared(args.state)  # else another user's scheduler.json could take the token elsewhere
         info = Path(args.state) / "scheduler.json"
         try:
             os.stat(info)

@@ -32,6 +32,7 @@ from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob
 from deepshare.core.contention.learned import ContentionLearner, LearnedContention, ModelFit, Observation, mean_abs_error
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology import Topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog
@@ -87,6 +88,13 @@ def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: in
     return learner, fit_document(learner, seen, version, journal.now(), prior)
 
 
+def _number(path: Path) -> int:
+    """The version a version file is named after."""
+    found = _VERSION_FILE.match(path.name)
+    assert found is not None
+    return int(found.group(1))
+
+
 def versions(folder: Path) -> list[Path]:
     """The version files in ``folder``, oldest first."""
     if not folder.is_dir():
@@ -97,8 +105,9 @@ def versions(folder: Path) -> list[Path]:
 
 def read_version(path: Path) -> dict[str, object]:
     """A version file's document (its fits checked); :class:`DeepShareError` naming the file."""
+    text = read_input_text(path, "contention fit", CONFIG_BYTES)  # a FIFO or device is refused, not waited on
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(text)
         fits_of(doc)
         int(doc["version"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -137,12 +146,18 @@ class LiveLearning:
         """The latest version's document (None before the first fit)."""
         self._last_refit: float | None = None
         found = versions(self.folder)
-        if found:
+        self._highest = _number(found[-1]) if found else 0
+        """The highest version a file is named after: the next fit is written after it, never over
+        an existing file, even when the newest files are damaged."""
+        for path in reversed(found):  # the newest readable version; a damaged one is passed over
             try:
-                self.latest = read_version(found[-1])
+                self.latest = read_version(path)
                 self.learner = ContentionLearner(fits=fits_of(self.latest))
-            except DeepShareError as exc:  # a damaged file: start from the prior, the next refit writes anew
-                log.warning("%s; starting from the prior", exc)
+                break
+            except DeepShareError as exc:
+                log.warning("%s; passed over", exc)
+        if found and self.latest is None:
+            log.warning("no readable contention fit in %s; starting from the prior", self.folder)
 
     def document(self) -> dict[str, object]:
         """What ``GET /v1/contention`` answers: the latest version (version 0, no models, before
@@ -163,7 +178,8 @@ class LiveLearning:
     def refit(self, journal: Journal) -> dict[str, object]:
         """Refit from ``journal``; write a new version when a fit changed. The current document."""
         self._last_refit = journal.now()
-        learner, doc = fit_from_journal(journal, self.catalog, self.prior.name, self.version + 1, self.runs)
+        learner, doc = fit_from_journal(journal, self.catalog, self.prior.name, max(self.version, self._highest) + 1,
+                                        self.runs)
         self.learner = learner
         if (self.latest or {}).get("models", {}) == doc["models"]:  # nothing new: no new version
             return self.latest or self.document()
@@ -175,6 +191,7 @@ class LiveLearning:
             raise DeepShareError(f"contention fit v{doc['version']} has a non-finite number; not written") from None
         write_text_atomic(path, text, "contention fit")
         self.latest = doc
+        self._highest = int(doc["version"])  # type: ignore[call-overload]
         log.info("contention fit v%d from %d run(s): ratio MAE %s (prior %s)", doc["version"], doc["runs"],
                  _fmt(doc["mae_learned"]), _fmt(doc["mae_prior"]))
         return doc

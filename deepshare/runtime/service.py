@@ -35,6 +35,7 @@ from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import Journal, JobState
 from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
+from deepshare.runtime.private import check_not_shared
 from deepshare.runtime.statelock import StateLock
 from deepshare.runtime.tenancy import LiveTenants, queue_usage
 
@@ -178,6 +179,7 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
     warn = warn or announce
     config = dataclasses.replace(config, state_dir=str(Path(config.state_dir).resolve()),  # workers' cwd differs
                                  tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
+    check_not_shared(config.state_dir)  # before anything is written there
     with ExitStack() as cleanup:
         lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
         cleanup.callback(lock.release)

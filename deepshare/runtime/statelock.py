@@ -4,6 +4,8 @@ Two schedulers on one journal would each launch the same queued job; the lock ma
 one fail at start with a clear error. The kernel drops the lock when the holder dies (even by
 SIGKILL), so a crashed scheduler never blocks its restart. The file is the user's alone (mode
 0600, set on the open file whatever the umask or its old mode; a symlink in its place is refused).
+The state folder itself is locked too: the file can be removed under its holder (an operator
+cleaning up what looks like a stale lock), and a second scheduler would then lock a new one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StateLock:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.path = Path(state_dir) / "scheduler.lock"
         self._fh: IO[str] | None = None
+        self._folder = -1
 
     def acquire(self) -> "StateLock":
         try:
@@ -48,11 +51,23 @@ class StateLock:
             raise DeepShareError(
                 f"--state {self.path.parent}: another scheduler (pid {holder}) is using this state folder"
             ) from None
+        try:
+            folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            fh.close()
+            raise DeepShareError(f"--state {self.path.parent}: cannot open the state folder ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(folder)
+            fh.close()
+            raise DeepShareError(f"--state {self.path.parent}: another scheduler is using this state folder "
+                                 "(its scheduler.lock was removed while it ran)") from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
-        self._fh = fh
+        self._fh, self._folder = fh, folder
         return self
 
     def release(self) -> None:
@@ -60,3 +75,4 @@ class StateLock:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+            os.close(self._folder)  # drops the folder's lock
