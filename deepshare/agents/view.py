@@ -51,7 +51,7 @@ class ClusterSnapshot:
             if state.stale or state.report is None:
                 continue
             for stat in state.report.links:
-                if stat.utilization is not None:
+                if stat.utilization is not None and stat.utilization == stat.utilization:  # NaN passes min/max
                     out[f"{state.node}/{stat.link}"] = min(max(stat.utilization, 0.0), 1.0)
         return out
 
@@ -119,7 +119,10 @@ class ClusterState:
                 entry.node_id, entry.seen = node_id, self._clock()
 
     def update(self, report: NodeReport) -> None:
-        """Take one agent report (an older one from the same agent process is ignored)."""
+        """Take one agent report. An older one from the same agent process is ignored, and so is a
+        late one from an agent process the node's fresh reports come from a newer process than
+        (Ray restarted the agent; the old one's last reports were still in flight): it would roll
+        the node's numbers back and count a restart that did not happen."""
         received = self._wall()
         with self._lock:
             entry = self._nodes.setdefault(report.node, _Entry(report.node_id, self._clock()))
@@ -128,6 +131,9 @@ class ClusterState:
                 if report.seq <= last.seq:
                     return
             elif last is not None:
+                fresh = self._clock() - entry.seen <= self.stale_after_s
+                if fresh and last.node_id == report.node_id and report.started_at < last.started_at:
+                    return  # (a stale node takes it: a wall clock set back must not silence a node for good)
                 entry.restarts += 1
             entry.node_id = report.node_id
             entry.report = report

@@ -224,6 +224,25 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         # In a worker thread: a reload holds the lock while it reads the file and the live jobs.
         return await run_in_threadpool(admit_and_journal, spec, _caller(request))
 
+    def queue_full(spec: LiveJobSpec) -> str | None:
+        """Why ``spec`` (admitted) cannot be queued now, or None. Without a tenants file the
+        scheduler holds at most ``max_queued`` queued jobs; with one, each queue at most its
+        share of them (``max_queued`` over the file's queues, at least 1), so that one tenant
+        filling the queue locks no other out, and the answer tells nothing of others' jobs."""
+        file = tenants.current if tenants is not None else None
+        if file is None or spec.queue is None:
+            queued = journal.count(JobState.QUEUED)
+            if queued < max_queued:
+                return None
+            return (f"the queue is full: {queued} jobs queued, at most {max_queued} (--max-queued); "
+                    "submit again when some have started")
+        share = max(1, max_queued // len(file.queues))
+        queued = journal.count_in_queue(JobState.QUEUED, spec.queue)
+        if queued < share:
+            return None
+        return (f"queue {spec.queue!r} is full: {queued} jobs queued, at most {share} (its share of --max-queued "
+                f"{max_queued} over {len(file.queues)} queues); submit again when some have started")
+
     def admit_and_journal(spec: LiveJobSpec, caller: Caller) -> JSONResponse | JobOut:
         """Admit ``spec`` under the tenants file and journal it, with no reload in between."""
         with tenants.admitting() if tenants is not None else nullcontext():
@@ -234,10 +253,9 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
                     return _error(403, str(exc))
                 except DeepShareError as exc:
                     return _error(422, str(exc))
-            queued = journal.count(JobState.QUEUED)
-            if queued >= max_queued:
-                return _error(429, f"the queue is full: {queued} jobs queued, at most {max_queued} (--max-queued); "
-                                   "submit again when some have started")
+            full = queue_full(spec)
+            if full is not None:
+                return _error(429, full)
             job = journal.submit(spec)
         return job_out(job, tenancy_of(job, {}))
 

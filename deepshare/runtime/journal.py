@@ -419,6 +419,12 @@ class Journal:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM jobs WHERE state=?", (state.value,)).fetchone()[0])
 
+    def count_in_queue(self, state: JobState, queue: str) -> int:
+        """How many jobs whose spec fixed ``queue`` are in ``state`` (an index lookup)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM jobs WHERE queue=? AND state=?",
+                                        (queue, state.value)).fetchone()[0])
+
     def counts(self) -> tuple[dict[str, int], int]:
         """Jobs by state and the GPUs held by running jobs (for metrics; never raises on a bad row)."""
         with self._lock:
