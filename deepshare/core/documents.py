@@ -14,12 +14,18 @@ PyYAML is imported on first use, not with this module: commands that read no YAM
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from deepshare.core.errors import DeepShareError
 
 MAX_DEPTH = 100
 """Lists and mappings nested deeper than this are refused (readers downstream recurse per level)."""
+MAX_YAML_VALUES = 100_000
+"""A YAML document whose aliases stand for more values than this is refused ("billion laughs"):
+the parser shares an aliased node, but every reader downstream (validation, ``json.dumps``, an
+error quoting the value) walks it once per reference, so a few hundred bytes can stand for
+9**9 strings. No real config comes near it (the largest shipped one stands for a few thousand)."""
 
 
 def load_yaml(text: str, source: str, expected: str = "a YAML document") -> Any:
@@ -27,12 +33,74 @@ def load_yaml(text: str, source: str, expected: str = "a YAML document") -> Any:
     import yaml
 
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise _too_deep(source, expected) from None
     except yaml.YAMLError as exc:
         raise DeepShareError(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
-    return _checked(doc, source, expected)
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit limit
+        raise DeepShareError(f"{source}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+    doc = _checked(doc, source, expected, text)
+    if values(doc, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise DeepShareError(f"{source}: expected {expected}, got aliases that stand for more than "
+                             f"{MAX_YAML_VALUES:,} values")
+    return doc
+
+
+_LOADER: Any = None
+
+
+def _strict_loader() -> Any:
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (PyYAML keeps the last,
+    SQLite's and other readers the first: a spec must mean one thing); keys a merge (``<<``)
+    brings in may still be overridden, as YAML defines."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class StrictLoader(yaml.SafeLoader):
+            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                if isinstance(node, yaml.MappingNode):
+                    seen: set[Any] = set()
+                    for key_node, _ in node.value:
+                        if key_node.tag == "tag:yaml.org,2002:merge":
+                            continue
+                        key = self.construct_object(key_node, deep=deep)
+                        try:
+                            duplicate = key in seen
+                            seen.add(key)
+                        except TypeError:  # an unhashable key: SafeLoader's own error follows
+                            continue
+                        if duplicate:
+                            shown = key if isinstance(key, (str, int, float, bool)) or key is None else type(key).__name__
+                            raise yaml.constructor.ConstructorError(
+                                None, None, f"duplicate key {str(shown)[:64]!r} (give each key once)", key_node.start_mark)
+                return super().construct_mapping(node, deep=deep)
+
+        _LOADER = StrictLoader
+    return _LOADER
+
+
+def values(doc: Any, limit: int) -> int:
+    """How many values ``doc`` stands for, a shared (aliased) list or mapping counted once per
+    reference, without walking it more than once; stops counting past ``limit``. ``doc`` must be
+    free of cycles (:func:`depth` refuses those)."""
+    counted: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        node, ready = stack.pop()
+        children = list(node.values()) if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None or id(node) in counted:
+            continue
+        if not ready:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if isinstance(child, (dict, list)))
+            continue
+        total = 1
+        for child in children:
+            total += counted.get(id(child), 1)
+        counted[id(node)] = total = min(total, limit + 1)
+    return counted.get(id(doc), 1)
 
 
 def load_json(text: str | bytes, source: str, expected: str = "a JSON document", **kwargs: Any) -> Any:
@@ -45,7 +113,7 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
         raise DeepShareError(json_problem(text, source, exc)) from None
     except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type
         raise DeepShareError(f"{source}: not valid JSON ({exc})") from None
-    return _checked(doc, source, expected)
+    return _checked(doc, source, expected, text)
 
 
 def json_problem(text: str | bytes, source: str, exc: json.JSONDecodeError) -> str:
@@ -87,10 +155,35 @@ def depth(doc: Any) -> int:
     return deepest
 
 
-def _checked(doc: Any, source: str, expected: str) -> Any:
+def _checked(doc: Any, source: str, expected: str, text: str | bytes = "") -> Any:
     if depth(doc) > MAX_DEPTH:
         raise _too_deep(source, expected)
+    if _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
+        _refuse_lone_surrogates(doc, source)
     return doc
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\[uU]0{0,4}[dD][89a-fA-F]")
+"""An escape of a UTF-16 surrogate (``\\ud800``) in JSON or YAML text: only then can a parsed
+string hold a lone one."""
+
+
+def _refuse_lone_surrogates(doc: Any, source: str) -> None:
+    """Refuse a string (key or value) holding a lone UTF-16 surrogate: legal as an escape in JSON
+    and YAML, but no such string can be written out as UTF-8 (a report, a CSV, a spec), so it
+    would end a run with an encoding traceback after the work was done."""
+    stack, seen = [doc], set()
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise DeepShareError(f"{source}: {node[:40].encode('utf-8', 'backslashreplace').decode()!r}: expected "
+                                     "text, got a lone UTF-16 surrogate escape (\\ud800-\\udfff not in a pair)") from None
+        elif isinstance(node, (dict, list)) and id(node) not in seen:
+            seen.add(id(node))
+            stack.extend([*node.keys(), *node.values()] if isinstance(node, dict) else node)
 
 
 def _too_deep(source: str, expected: str) -> DeepShareError:

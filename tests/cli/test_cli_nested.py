@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cli_run import cli, one_error_line
 
-from deepshare.core.documents import MAX_DEPTH, depth, load_json, load_yaml
+from deepshare.core.documents import MAX_DEPTH, depth, load_json, load_yaml, values
 from deepshare.core.errors import DeepShareError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,12 @@ def test_yaml_aliases_cannot_loop_or_explode():
         load_yaml("a: &x [*x]", "f")
     laughs = "l0: &l0 [" + ", ".join(["x"] * 9) + "]\n" + "".join(
         f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 10))
-    assert depth(load_yaml(laughs, "f")) == 11  # 9**10 paths, walked once per node
+    import yaml
+
+    assert depth(yaml.safe_load(laughs)) == 11  # 9**10 paths, walked once per node
+    assert values(yaml.safe_load(laughs), 10**12) > 9**10  # counted per reference, each node walked once
+    with pytest.raises(DeepShareError, match="aliases that stand for more than 100,000 values"):
+        load_yaml(laughs, "f")  # every reader downstream would walk all 9**10 of them
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ valid_group = st.fixed_dictionaries(
 )
 valid_spec = st.fixed_dictionaries(
     {"node_types": st.fixed_dictionaries({"t": valid_hardware, "u": valid_hardware}), "nodes": st.lists(valid_group, min_size=1, max_size=4)},
-    optional={"name": st.just("c"), "rack_uplink_gbps": st.one_of(st.integers(0, 800), st.floats(0, 1e4))},
+    optional={"name": st.just("c"), "rack_uplink_gbps": st.one_of(st.integers(0, 800), st.just(0.0), st.floats(1e-3, 1e4))},
 )
 
 

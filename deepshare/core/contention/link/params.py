@@ -112,6 +112,10 @@ def shape_factor(p: "LinkParams", nodes: float, gpus_per_node: float) -> float:
     return (nodes / 2.0) ** p.nodes_exponent * gpus_per_node ** p.gpus_per_node_exponent
 
 
+MAX_KAPPA = 1000.0
+"""Largest pair interaction a parameter file may give (fitted ones are 0.06 to 3.2)."""
+
+
 @dataclass(frozen=True)
 class CommonModel:
     params_m: float
@@ -224,6 +228,11 @@ class LinkCatalog:
         for model, value in scale.items():
             if not 0 < value < float("inf"):
                 raise DeepShareError(f"{source}: scale.{model}: expected a positive number, got {value}")
+        for victim, row in kappa.items():
+            for aggressor, value in row.items():
+                if not 0 < value <= MAX_KAPPA:  # NaN or inf made the simulator's event times NaN: it never ended
+                    raise DeepShareError(f"{source}: kappa.{str(victim)[:64]}.{str(aggressor)[:64]}: expected a number "
+                                         f"in (0, {MAX_KAPPA:g}] (1 is neutral), got {value}")
         return LinkCatalog(params, kappa, doc.get("source", source), sensitivity, scale)
 
 
