@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -50,8 +51,24 @@ def human(path: str | None, out: Any, err: Any) -> Any:
 
 
 def dumps(doc: Any) -> str:
-    """The JSON text every command writes: indented, one trailing newline."""
-    return json.dumps(doc, indent=2) + "\n"
+    """The JSON text every command writes: indented, one trailing newline, standard JSON (a
+    number that is not finite, e.g. the mean of no cross-validation fold, is written as null:
+    Python's ``NaN`` is refused by jq, JavaScript and strict parsers)."""
+    try:
+        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        return json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(doc: Any) -> Any:
+    """``doc`` with every float that is not finite replaced by None."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {key: _finite(value) for key, value in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_finite(value) for value in doc]
+    return doc
 
 
 def write_json(path: str | None, doc: Any, out: Any, what: str) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -389,7 +388,18 @@ def _q(text: str) -> str:
     when it is a simple word, else double-quoted (JSON's quoting is valid YAML)."""
     if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return '"' + "".join(_escaped(c) for c in text) + '"'
+
+
+def _escaped(c: str) -> str:
+    """``c`` inside a double-quoted YAML scalar: printable ASCII as itself, anything else as a
+    ``\\u``/``\\U`` escape, so no character the loader would read as another (NEL and the other
+    YAML 1.1 line breaks, which it folds to a space) is written raw."""
+    if c in '"\\':
+        return "\\" + c
+    if " " <= c <= "~":
+        return c
+    return f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
 
 
 def _value(v: Any) -> str:
@@ -439,6 +449,7 @@ def import_cluster(text: str, source: str, *, name: str, node_type_options: Sequ
     if size > CONFIG_BYTES:
         raise DeepShareError(f"{source}: the spec would be {size:,} bytes, over the {CONFIG_BYTES:,} a cluster spec may have")
     topology = parse_topology(yaml_text, source=f"the spec imported from {source}")
-    if [n.name for n in topology.nodes] != [h.name for h in table.hosts]:  # pragma: no cover - a bug, not an input
-        raise AssertionError("imported node names differ from the input's")
+    if [n.name for n in topology.nodes] != [h.name for h in table.hosts]:  # a name no spec can hold as it is
+        changed = next(h.name for n, h in zip(topology.nodes, table.hosts) if n.name != h.name)
+        raise DeepShareError(f"host {changed!r}: cannot be written as a node name that reads back the same")
     return Imported(yaml_text, topology, table)

@@ -175,6 +175,10 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output", *, lab
     file, not searchable): one :class:`DeepShareError` line starting with ``label`` (default the
     path). A path that does not exist yet is fine here; writing it reports a missing folder."""
     label = label or str(path)
+    text = os.fspath(path)
+    if isinstance(text, str) and text.endswith((os.sep, os.sep + ".", os.sep + "..")) or text in (".", ".."):
+        raise DeepShareError(f"{label}: cannot write {what}: the path names a folder (it ends in "
+                             f"{'/' if text.endswith(os.sep) else text.rsplit(os.sep, 1)[-1]!r}); give a file path")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

@@ -156,11 +156,15 @@ class EnvConfig:
                 values[name] = [value]
             elif value is not None and not isinstance(value, (list, tuple)):
                 raise DeepShareError(f"env config: {name}: expected a list of names, got {value!r}")
-        for name in ("traces", "generated_loads", "generated_mixes", "generated_nodes", "anchor", "contentions",
-                     "extra_features", "durations", "estimate_errors", "generated_clusters", "generators"):
-            if name in values:
-                values[name] = None if values[name] is None else tuple(values[name])
+        values = _typed(values)
         config = EnvConfig(**values)
+        if any(not 1 <= n <= MAX_GENERATED_NODES for n in config.generated_nodes):
+            raise DeepShareError(f"env config: generated_nodes: expected node counts from 1 to {MAX_GENERATED_NODES:,}, "
+                                 f"got {list(config.generated_nodes)[:8]}")
+        try:
+            config.encoding  # noqa: B018 - built to check max_candidates, jobs_considered and the rest
+        except ValueError as exc:
+            raise DeepShareError(f"env config: {exc}") from None
         if config.reward not in ("jct", "original"):
             raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
         if not 0.0 <= config.generated_fraction <= 1.0:
@@ -253,6 +257,43 @@ class _Episode:
     util_ewma: float = 0.0
     rows: list[Candidate] = field(default_factory=list)
     mask: np.ndarray | None = None
+
+
+MAX_GENERATED_NODES = 65_536
+"""Largest generated cluster (``generated_nodes``): the bound ``--nodes`` has."""
+
+
+def _typed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` checked against :class:`EnvConfig`'s field types (pydantic; a number given as
+    text, a list where a name belongs, a name where a list belongs are one line naming the key
+    instead of a traceback once training starts), sequences made tuples."""
+    from typing import get_type_hints
+
+    from pydantic import TypeAdapter, ValidationError
+
+    if not _HINTS:
+        _HINTS.update(get_type_hints(EnvConfig))
+    hints = _HINTS
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, bool) and hints[name] is not bool:
+            raise DeepShareError(f"env config: {name}: expected {_kind(hints[name])}, got {value!r}")
+        try:
+            out[name] = TypeAdapter(hints[name]).validate_python(value)
+        except ValidationError as exc:
+            shown = repr(value) if isinstance(value, (str, int, float)) or value is None else type(value).__name__
+            raise DeepShareError(f"env config: {name}: expected {_kind(hints[name])}, got {shown[:80]} "
+                                 f"({exc.errors()[0]['msg']})") from None
+    return out
+
+
+_HINTS: dict[str, Any] = {}
+
+
+def _kind(hint: Any) -> str:
+    """A field type in words, for an error."""
+    text = str(hint).replace("typing.", "")
+    return {"str": "a name", "int": "an integer", "float": "a number"}.get(getattr(hint, "__name__", ""), text)
 
 
 class DeepShareEnv(gym.Env):

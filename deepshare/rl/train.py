@@ -142,7 +142,11 @@ class TrainConfig(BaseModel):
         relative to the config's folder ``base``, whatever folder training runs from (a preset
         name stays a name)."""
         values = dict(self.env)
-        values["traces"] = [str(_resolve_trace(t, base)) for t in values.get("traces", [])]
+        traces = values.get("traces", [])
+        if not isinstance(traces, list) or not all(isinstance(t, str) and t for t in traces):
+            raise DeepShareError(f"env config: traces: expected a list of trace files (or bundled:NAME), got "
+                                 f"{traces if isinstance(traces, str) else type(traces).__name__!r}")
+        values["traces"] = [str(_resolve_trace(t, base)) for t in traces]
         presets = preset_names()
 
         def resolved(cluster: Any) -> Any:
