@@ -25,7 +25,8 @@ class QueueModel(BaseModel):
     nominal_gpus: Gpus = Field(description="GPUs it is guaranteed (its quota)")
     borrowing_limit_gpus: Optional[Gpus] = Field(default=None, description="most GPUs above nominal it may borrow; none: no limit")
     lending_limit_gpus: Optional[Gpus] = Field(default=None, description="most of its unused nominal GPUs others may borrow; none: all")
-    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False, description="fair-share weight")
+    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False, strict=True,  # strict: `true` is not 1.0
+                          description="fair-share weight")
 
 
 class CohortModel(BaseModel):

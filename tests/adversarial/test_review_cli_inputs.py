@@ -304,3 +304,12 @@ def test_output_with_a_trailing_slash_is_not_written_as_a_file(tmp_path, capsys)
     assert not (tmp_path / "results").is_file(), "wrote a regular file named 'results' for 'results/'"
     assert rc == 2
     one_error_line(err)
+
+
+def test_a_tenants_weight_of_true_is_refused():
+    """YAML's ``true`` read as the fair-share weight 1.0."""
+    from deepshare.tenants.spec import parse_tenants
+
+    with pytest.raises(DeepShareError, match=r"queues\.0\.weight"):
+        parse_tenants("queues:\n  - {name: a, nominal_gpus: 8, weight: true}\n", "t.yaml")
+    assert parse_tenants("queues:\n  - {name: a, nominal_gpus: 8, weight: 2}\n", "t.yaml").queues["a"].weight == 2.0
