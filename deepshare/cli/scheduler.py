@@ -379,7 +379,8 @@ def register(subparsers: Any) -> None:
                    "still deciding, or a --placement-url request still waiting, is stopped and the tick applies nothing "
                    f"(heuristics are not stopped) (default {DEFAULT_DECISION_TIMEOUT_S:g})")
     p.add_argument("--max-queued", type=positive_int, default=MAX_QUEUED, metavar="N",
-                   help=f"queued jobs at most; a submission beyond gets 429 (default {MAX_QUEUED:,})")
+                   help=f"queued jobs at most; a submission beyond gets 429 (default {MAX_QUEUED:,}); "
+                        "with --tenants, each queue at most its share, N over the file's queues")
     p.add_argument("--max-launch-attempts", type=positive_int, default=3, metavar="N",
                    help="consecutive failed launches (program not found, ...) before a job fails (default 3)")
     p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",
