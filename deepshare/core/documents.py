@@ -25,7 +25,7 @@ MAX_YAML_VALUES = 100_000
 """A YAML document whose aliases stand for more values than this is refused ("billion laughs"):
 the parser shares an aliased node, but every reader downstream (validation, ``json.dumps``, an
 error quoting the value) walks it once per reference, so a few hundred bytes can stand for
-9**9 strings. No real config comes near it (the largest shipped one stands for a few thousand)."""
+9**9 strings. No real config comes near it (the largest shipped one stands for 151)."""
 
 
 def load_yaml(text: str, source: str, expected: str = "a YAML document") -> Any:
