@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 from deepshare.core.errors import DeepShareError
 
@@ -187,3 +187,22 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output", *, lab
         raise DeepShareError(f"{label}: cannot write {what}: {_reason(exc)}") from None
     if not stat.S_ISREG(mode):
         raise DeepShareError(f"{label}: cannot write {what}: is {file_kind(mode)}, not a regular file")
+
+
+def numbered_rows(reader: Any, source: str) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` of a ``csv.reader`` or ``csv.DictReader``: the line the row starts on
+    (counted from where the reader stands, so a quoted field over several lines does not shift
+    the rows after it); a row the csv module cannot read (a field over its 131,072-character
+    limit, an unclosed quote, a NUL byte) is one :class:`DeepShareError` naming its line."""
+    import csv
+
+    end = reader.line_num
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DeepShareError(f"{source} line {end + 1}: expected CSV, {exc}") from None
+        line, end = end + 1, reader.line_num
+        yield line, row

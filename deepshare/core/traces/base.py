@@ -28,7 +28,7 @@ from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
-from deepshare.core.files import TRACE_BYTES, read_input_bytes
+from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_bytes
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
 
@@ -186,20 +186,15 @@ def read_csv(
     """
     quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    numbered = numbered_rows(reader, source)
     header: list[str] | None = None
     header_line = 0
-    prev_end = 0
-    while header is None:
-        try:
-            row = next(reader)
-        except StopIteration:
-            raise DeepShareError(f"{source}: file is empty, expected a CSV header") from None
-        except csv.Error as exc:
-            raise DeepShareError(f"{source} line {prev_end + 1}: expected CSV, {exc}") from None
-        header_line = prev_end + 1
-        prev_end = reader.line_num
+    for header_line, row in numbered:
         if any(cell.strip() for cell in row):
             header = [cell.strip() for cell in row]
+            break
+    if header is None:
+        raise DeepShareError(f"{source}: file is empty, expected a CSV header")
     dup = next((h for i, h in enumerate(header) if h in header[:i]), None)
     if dup is not None:
         raise DeepShareError(f"{source} line {header_line}: column {dup!r} appears twice in the header")
@@ -212,15 +207,7 @@ def read_csv(
         )
 
     def rows() -> Iterator[tuple[int, dict[str, str]]]:
-        end = prev_end
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise DeepShareError(f"{source} line {end + 1}: expected CSV, {exc}") from None
-            line, end = end + 1, reader.line_num
+        for line, row in numbered:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if len(row) != len(header):

@@ -34,10 +34,10 @@ import io
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from deepshare.core.errors import DeepShareError
-from deepshare.core.files import TRACE_BYTES, read_input_text
+from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
 from deepshare.core.topology import Topology
 from deepshare.core.workloads import Catalog, ProfileKey
 
@@ -106,21 +106,6 @@ def parse_samples(text: str, source: str) -> Catalog:
     return read_samples(text, source).catalog
 
 
-def _rows(reader: csv.DictReader, source: str) -> Iterator[tuple[int, dict]]:
-    """``(line, row)`` of ``reader`` from line 2; a row the csv module cannot read (a field over
-    its 131,072-character limit, a NUL byte) is one error naming its line."""
-    line = 1
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise DeepShareError(f"{source} line {line + 1}: cannot read the row ({exc})") from None
-        line += 1
-        yield line, row
-
-
 def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = None) -> Samples:
     """The samples of ``text``; ``uplinks``: the cluster's :func:`uplink_shares`, which the
     ``link`` column's names must be among (None: no cluster given, so no row may name one)."""
@@ -132,7 +117,7 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     alone: dict[ProfileKey, list[float]] = defaultdict(list)
     shared: dict[tuple[ProfileKey, ProfileKey], list[float]] = defaultdict(list)
     across: dict[UplinkPair, list[float]] = defaultdict(list)
-    for line, row in _rows(reader, source):
+    for line, row in numbered_rows(reader, source):
         where = f"{source} line {line}"
         if None in row or any(row[c] is None for c in COLUMNS) or (has_link and row[LINK_COLUMN] is None):
             raise DeepShareError(f"{where}: expected {len(COLUMNS) + has_link} fields")
