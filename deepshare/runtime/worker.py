@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -207,17 +206,15 @@ class JobWorker:
 
     def _report(self) -> Report | None:
         """The job's latest report, None before its first. The job's process owns the control
-        folder, so the file is opened as untrusted: no symlink followed, no FIFO waited on (a
-        FIFO or device is refused after a non-blocking open), at most ``MAX_REPORT_BYTES`` read."""
+        folder, so the file is opened as untrusted (:func:`~deepshare.runtime.private.open_regular`:
+        no symlink followed, no FIFO waited on, a device refused), at most ``MAX_REPORT_BYTES`` read."""
         try:
-            fd = os.open(self.control / "report.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_regular(self.control / "report.json", os.O_RDONLY)
         except FileNotFoundError:
             return None
         except OSError as exc:
             return _bad_report(f"cannot open report.json ({exc.strerror or exc})")
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return _bad_report("report.json is not a regular file")
             data = os.read(fd, MAX_REPORT_BYTES + 1)
         except OSError as exc:
             return _bad_report(f"cannot read report.json ({exc.strerror or exc})")
