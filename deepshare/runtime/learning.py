@@ -31,6 +31,7 @@ from typing import Iterable, Mapping, Sequence
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob
 from deepshare.core.contention.learned import ContentionLearner, LearnedContention, ModelFit, Observation, mean_abs_error
+from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology import Topology
@@ -106,8 +107,8 @@ def versions(folder: Path) -> list[Path]:
 def read_version(path: Path) -> dict[str, object]:
     """A version file's document (its fits checked); :class:`DeepShareError` naming the file."""
     text = read_input_text(path, "contention fit", CONFIG_BYTES)  # a FIFO or device is refused, not waited on
+    doc = load_json(text, str(path), "a contention fit")
     try:
-        doc = json.loads(text)
         fits_of(doc)
         int(doc["version"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -135,3 +135,14 @@ def test_a_client_refuses_a_scheduler_json_in_a_folder_others_can_write(tmp_path
         _client(args)
     os.chmod(state, 0o700)
     assert _client(args) is not None
+
+
+def test_a_deeply_nested_fit_is_passed_over_not_a_traceback(tmp_path):
+    """A version file nested 5,000 levels deep ended the scheduler's start in a RecursionError
+    (``json.loads``); it is read through the project's guarded JSON reader and passed over."""
+    state = tmp_path / "state"
+    folder = state / CONTENTION_DIR
+    folder.mkdir(parents=True)
+    (folder / "params-00001.json").write_text("[" * 5000)
+    learning = LiveLearning(state, make_contention("profiled"), default_catalog())
+    assert learning.latest is None and learning.version == 0
