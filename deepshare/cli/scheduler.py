@@ -371,7 +371,8 @@ def register(subparsers: Any) -> None:
                    help=f"journal, token and rank logs folder (default {DEFAULT_STATE}); reuse it to recover")
     p.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="control loop period (default 1)")
     p.add_argument("--preempt-grace", type=seconds, default=30.0, metavar="S",
-                   help="seconds a preempted job gets to checkpoint and exit (default 30)")
+                   help="seconds a cancelled, preempted or migrated job gets to checkpoint and exit before it is removed; "
+                        "the loop goes on meanwhile (default 30)")
     p.add_argument("--launch-timeout", type=seconds, default=30.0, metavar="S",
                    help="seconds to wait for a placement group's GPUs before requeueing (default 30)")
     p.add_argument("--decision-timeout", type=seconds, default=DEFAULT_DECISION_TIMEOUT_S, metavar="S",

@@ -14,8 +14,16 @@ Each :meth:`ControlLoop.tick`:
    schedule, over the measured link load the running jobs do not explain;
 4. asks the policy within the decision deadline (``decision_timeout_s``: the planner answers
    within it; a policy still deciding at it is stopped and the tick applies nothing), checks the
-   decision (an infeasible one is logged and skipped, never "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint, wait at most
-   ``preempt_grace_s``, remove their placement groups), then migrations' and launches' new runs.
+   decision (an infeasible one is logged and skipped, never "fixed"), then applies it: preempt and migrate (ask the jobs to checkpoint and exit),
+   then migrations' and launches' new runs.
+
+Stopping a run (cancel, preempt, migrate) never holds the loop: the tick asks the run to
+checkpoint and exit and waits for it at most ``stop_wait_s``; a run still going then is *stopping*,
+and later ticks poll it, ending it once it exits, or removing it once ``preempt_grace_s`` has
+passed since the request. While it stops it holds its GPUs and stays among the view's running
+jobs; a launch of the decision that needs GPUs a stopping run still holds waits for a later tick
+(the policy decides again then), and the rest of the decision is applied. So one job that ignores
+its stop request delays only what needs its GPUs, not every tenant's launches and ends.
 
 Nothing a job writes is trusted: its progress reports are checked
 (:mod:`deepshare.runtime.reports`) before the journal, the views or the learned contention model
@@ -87,7 +95,11 @@ class LoopConfig:
     interval_s: float = 1.0
     """Seconds between two ticks."""
     preempt_grace_s: float = 30.0
-    """How long a preempted job may take to checkpoint and exit before its placement group is removed."""
+    """How long a stopped job (cancelled, preempted, migrated) may take to checkpoint and exit
+    before its placement group is removed."""
+    stop_wait_s: float = 1.0
+    """How long the tick that asks runs to stop waits for them (at most ``preempt_grace_s``); runs
+    still going are polled by later ticks, which do not wait for them."""
     launch: LaunchSettings = field(default_factory=LaunchSettings)
     max_launch_attempts: int = 3
     """Consecutive failed launches after which a job is FAILED."""
@@ -106,7 +118,9 @@ class TickReport:
     decision: Decision | None = None
     launched: tuple[str, ...] = ()
     preempted: tuple[str, ...] = ()
+    """Jobs asked to stop for a preemption this tick (not those asked on an earlier one)."""
     migrated: tuple[str, ...] = ()
+    """Jobs whose new run started this tick (a migration waits while the old run is stopping)."""
     ended: tuple[tuple[str, str], ...] = ()
     """``(job_id, new state)`` for runs that ended this tick."""
     error: str | None = None
@@ -130,6 +144,7 @@ class ControlLoop:
         policy_name: str = "policy",
         metrics: Any = None,
         learning: LiveLearning | None = None,
+        stop_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
         self.policy = policy
@@ -164,6 +179,10 @@ class ControlLoop:
         failing (:meth:`_culprits`); emptied once the policy decides again."""
         self._bad_reports: dict[str, str] = {}
         """The last problem logged for each job's report (logged again only when it changes)."""
+        self._stopping: dict[str, _Stopping] = {}
+        """Runs asked to stop that had not exited when their tick went on, by job id."""
+        self._stop_clock = stop_clock
+        """Seconds, never set back, that stop requests' grace is counted in (a test's clock)."""
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> tuple[list[str], list[str]]:
@@ -348,6 +367,7 @@ class ControlLoop:
         for key in [k for k in self._progress if k[0] == job_id]:
             del self._progress[key]
         self._bad_reports.pop(job_id, None)
+        self._stopping.pop(job_id, None)
 
     def _take_report(self, job: JobRecord, report: Report | None) -> None:
         """Record ``report`` of ``job``'s current run if it passes :func:`check_report`; else drop
@@ -412,23 +432,26 @@ class ControlLoop:
             self.metrics.jobs_ended.labels(state.value).inc()
 
     def _reap(self, cluster: ClusterState) -> list[tuple[str, str]]:
-        """Poll running jobs; end the runs that are over or lost, and stop the cancelled ones."""
+        """Poll running jobs; end the runs that are over or lost, stop the cancelled ones, and end
+        or remove the stopping ones."""
         ended: list[tuple[str, str]] = []
-        cancel: list[JobRecord] = []
+        stop: list[JobRecord] = []
         for job in self.journal.jobs(JobState.RUNNING):
             try:
-                self._reap_one(job, cluster, cancel, ended)
+                self._reap_one(job, cluster, stop, ended)
             except DATA_ERRORS as exc:
                 self._isolate(job, f"its run could not be polled ({_first_line(exc)})", ended)
-        if cancel:
-            self._stop(cancel)
-            for job in cancel:
-                self._end(job, JobState.CANCELLED, "cancelled", ended, teardown=False)
+        polled = {job.job_id for job in stop}
+        for job_id in [j for j in self._stopping if j not in polled]:
+            del self._stopping[job_id]  # ended on another path (reaped above, or gone from the journal)
+        if stop:
+            self._finish_stops(self._stop([(job, "cancelled") for job in stop]), ended)
         return ended
 
-    def _reap_one(self, job: JobRecord, cluster: ClusterState, cancel: list[JobRecord],
+    def _reap_one(self, job: JobRecord, cluster: ClusterState, stop: list[JobRecord],
                   ended: list[tuple[str, str]]) -> None:
-        """Poll one running job: record its report, end its run when over, or mark it for cancel."""
+        """Poll one running job: record its report, end its run when over, or add it to ``stop``
+        (cancelled, or stopping since an earlier tick)."""
         assert job.placement is not None
         world = job.spec.gpus
         if cluster.to_placement(job.placement) is None:
@@ -437,15 +460,18 @@ class ControlLoop:
         status = self.launcher.poll(job.job_id, job.attempt, world)
         self._take_report(job, status.report)
         if status.phase is RunPhase.RUNNING:
-            if job.cancel_requested:
-                cancel.append(job)
+            stopping = self._stopping.get(job.job_id)
+            if job.cancel_requested or (stopping is not None and stopping.attempt == job.attempt):
+                stop.append(job)
         elif status.phase is RunPhase.FINISHED:
             self._end(job, JobState.FINISHED, "finished", ended)  # done before a cancel could stop it
         elif status.phase is RunPhase.FAILED:
             self._end(job, JobState.FAILED, "a rank failed", ended, error=status.detail[-4000:])
-        elif status.phase is RunPhase.STOPPED:
-            state = JobState.CANCELLED if job.cancel_requested else JobState.QUEUED
-            self._end(job, state, "stopped on request", ended, preempted=state is JobState.QUEUED)
+        elif status.phase is RunPhase.STOPPED:  # asked on an earlier tick (or before a restart)
+            stopping = self._stopping.get(job.job_id)
+            why = stopping.why if stopping is not None and stopping.attempt == job.attempt else "stopped on request"
+            state = JobState.CANCELLED if job.cancel_requested or why == "cancelled" else JobState.QUEUED
+            self._end(job, state, why, ended, preempted=state is JobState.QUEUED)
         elif status.phase is RunPhase.LOST:
             self._end(job, JobState.QUEUED, f"{status.detail}; requeued to resume from its checkpoint", ended)
 
@@ -460,16 +486,29 @@ class ControlLoop:
             return
         final = self.journal.get(job.job_id).state  # a requeue of a job being cancelled ends it CANCELLED
         self._progress.pop((job.job_id, job.attempt), None)
+        self._stopping.pop(job.job_id, None)
         self._count_end(final)
         ended.append((job.job_id, final.value))
 
-    def _stop(self, jobs: Sequence[JobRecord]) -> None:
-        """Ask ``jobs`` to checkpoint and exit; after at most ``preempt_grace_s`` remove their runs."""
-        for job in jobs:
-            self.launcher.request_stop(job.job_id, job.attempt, job.spec.gpus)
-        deadline = time.monotonic() + self.config.preempt_grace_s
-        pending = list(jobs)
-        while pending and time.monotonic() < deadline:
+    def _stop(self, jobs: Sequence[tuple[JobRecord, str]]) -> list[JobRecord]:
+        """Ask each ``(job, why)`` to checkpoint and exit (once per run: a run already stopping is
+        not asked again) and wait for them at most ``stop_wait_s`` when some were asked now; the
+        runs that are done: exited, or removed once ``preempt_grace_s`` has passed since their
+        request. The rest stay in :attr:`_stopping` for later ticks. ``why`` (``cancelled``,
+        ``preempted``, ``migrating``) is how :meth:`_finish_stops` ends the run."""
+        now = self._stop_clock()
+        asked = False
+        for job, why in jobs:
+            known = self._stopping.get(job.job_id)
+            if known is None or known.attempt != job.attempt:
+                self.launcher.request_stop(job.job_id, job.attempt, job.spec.gpus)
+                self._stopping[job.job_id] = _Stopping(job.attempt, now + self.config.preempt_grace_s, why)
+                asked = True
+        wait_s = min(self.config.stop_wait_s, self.config.preempt_grace_s) if asked else 0.0
+        wait_until = time.monotonic() + wait_s  # this tick's wait, in real time
+        pending = [job for job, _ in jobs]
+        done: list[JobRecord] = []
+        while True:
             still = []
             for job in pending:
                 status = self.launcher.poll(job.job_id, job.attempt, job.spec.gpus)
@@ -477,16 +516,29 @@ class ControlLoop:
                     self._take_report(job, status.report)
                 except DATA_ERRORS as exc:  # it is being stopped anyway: its report is lost, not the stop
                     log.warning("job %s: report not recorded (%s)", job.job_id, _first_line(exc))
-                if status.phase in (RunPhase.RUNNING, RunPhase.UNKNOWN):
-                    still.append(job)
+                (still if status.phase in (RunPhase.RUNNING, RunPhase.UNKNOWN) else done).append(job)
             pending = still
-            if pending:
-                time.sleep(min(0.2, self.config.interval_s))
+            left = wait_until - time.monotonic()
+            if not pending or left <= 0:
+                break
+            time.sleep(min(0.2, self.config.interval_s, left))
+        now = self._stop_clock()
         for job in pending:
-            log.warning("job %s did not exit within %g s of the stop request; removing it",
-                        job.job_id, self.config.preempt_grace_s)
-        for job in jobs:
+            if now >= self._stopping[job.job_id].deadline:
+                log.warning("job %s did not exit within %g s of the stop request; removing it",
+                            job.job_id, self.config.preempt_grace_s)
+                done.append(job)
+        return done
+
+    def _finish_stops(self, done: Sequence[JobRecord], ended: list[tuple[str, str]]) -> None:
+        """Remove and end the runs :meth:`_stop` found done, each as it was stopped for."""
+        for job in done:
+            why = self._stopping[job.job_id].why
             self.launcher.teardown(job.job_id, job.attempt, job.spec.gpus)
+            if why == "cancelled":
+                self._end(job, JobState.CANCELLED, "cancelled", ended, teardown=False)
+            else:
+                self._end(job, JobState.QUEUED, why, ended, preempted=True, teardown=False)
 
     # -- the view ------------------------------------------------------------------------------
     def _remaining_s(self, job: JobRecord) -> float:
@@ -606,16 +658,14 @@ class ControlLoop:
     def _apply(self, decision: Decision, view: ClusterView, cluster: ClusterState,
                ended: list[tuple[str, str]]) -> TickReport:
         records = {j.job_id: j for j in self.journal.jobs(JobState.RUNNING, JobState.QUEUED)}
-        stop_ids = [*decision.preempt, *(m.job_id for m in decision.migrate)]
+        stops = [*((records[j], "preempted") for j in decision.preempt),
+                 *((records[m.job_id], "migrating") for m in decision.migrate)]
+        fresh = [(job.job_id, why) for job, why in stops if job.job_id not in self._stopping]  # a stopping run is not asked again
         if self.metrics is not None:
-            self.metrics.preemptions.inc(len(decision.preempt))
-            self.metrics.migrations.inc(len(decision.migrate))
-        if stop_ids:
-            self._stop([records[j] for j in stop_ids])
-            for job_id in decision.preempt:
-                self._end(records[job_id], JobState.QUEUED, "preempted", ended, preempted=True, teardown=False)
-            for move in decision.migrate:
-                self._end(records[move.job_id], JobState.QUEUED, "migrating", ended, preempted=True, teardown=False)
+            self.metrics.preemptions.inc(sum(why == "preempted" for _, why in fresh))
+            self.metrics.migrations.inc(sum(why == "migrating" for _, why in fresh))
+        if stops:
+            self._finish_stops(self._stop(stops), ended)
             # Predict the new runs against what still runs: the stopped jobs leave the contention
             # state (a migrating job would otherwise meet itself at its old place).
             view = self._view(cluster, self.journal.jobs(JobState.QUEUED), self.journal.jobs(JobState.RUNNING),
@@ -628,8 +678,14 @@ class ControlLoop:
             learned=False)
         pending: list[tuple[JobView, Placement]] = []
         starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
+        free = list(view.free)  # what runs now, stopping runs included, does not hold
+        waiting = []
         for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
                                   *((l.job_id, l.placement) for l in decision.launch)]:
+            if job_id in self._stopping or not placement.fits(free):  # a stopping run still holds its GPUs
+                waiting.append(job_id)
+                continue
+            placement.take(free)
             jv = views[job_id]
             ratio = recorded.predict(jv, placement, tuple(pending)).ratio
             alloc = cluster.to_alloc(placement)
@@ -652,8 +708,12 @@ class ControlLoop:
                     self.metrics.launches.inc()
                 continue
             self._launch_failed(job, attempt, alloc, failure, ended)
-        return TickReport(decision, launched=tuple(launched), preempted=tuple(decision.preempt),
-                          migrated=tuple(m.job_id for m in decision.migrate), ended=tuple(ended))
+        if waiting:
+            log.info("not launching %s this tick: runs asked to stop still hold their GPUs (%s)",
+                     waiting, sorted(self._stopping))
+        return TickReport(decision, launched=tuple(launched),
+                          preempted=tuple(job_id for job_id, why in fresh if why == "preempted"),
+                          migrated=tuple(m.job_id for m in decision.migrate if m.job_id in launched), ended=tuple(ended))
 
     def _launch_failed(self, job: JobRecord, attempt: int, alloc: tuple[tuple[str, int], ...], failure: LaunchError,
                        ended: list[tuple[str, str]]) -> None:
@@ -707,6 +767,16 @@ class ControlLoop:
                 self.metrics.tick_latency.observe(time.perf_counter() - started)
             self.ticks += 1
             stop.wait(self.config.interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stopping:
+    """A run asked to stop: which attempt, when it is removed if still going (monotonic
+    seconds), and how it ends (``cancelled``, ``preempted``, ``migrating``)."""
+
+    attempt: int
+    deadline: float
+    why: str
 
 
 def _first_line(exc: BaseException) -> str:

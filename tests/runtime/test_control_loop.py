@@ -63,12 +63,13 @@ class Rig:
         self.journal = Journal(state, clock=self.clock)
         self.fake = FakeLauncher(dict(nodes or NODES))
         self.policy = policy
-        self.config = LoopConfig(**{"interval_s": 0.01, "preempt_grace_s": 5.0, "launch_retry_s": 10.0, **config})
+        self.config = LoopConfig(**{"interval_s": 0.01, "preempt_grace_s": 5.0, "stop_wait_s": 0.0, "launch_retry_s": 10.0,
+                                    **config})
         self.loop = self.make_loop()
 
     def make_loop(self) -> ControlLoop:
         return ControlLoop(self.journal, self.policy, default_catalog(), make_contention("profiled"), self.config,
-                           launcher=self.fake)
+                           launcher=self.fake, stop_clock=self.clock)  # the grace runs on the test's clock
 
     def submit(self, name: str, gpus: int, model: str = "GraphSage") -> str:
         job = self.journal.submit(spec_from_json(dict(
@@ -213,13 +214,18 @@ def test_cancel_running_job_stops_it(fifo):
 
 
 def test_cancel_running_job_that_ignores_the_stop(tmp_path):
-    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), preempt_grace_s=0.05)
+    """Asked once; the ticks go on while it keeps running; removed by the first tick past the grace."""
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), preempt_grace_s=5.0)
     a = rig.submit("a", 1)
     rig.loop.tick()
     rig.fake.ignore_stop.add(a)
     rig.journal.cancel(a)
-    assert rig.loop.tick().ended == ((a, "cancelled"),)  # removed after the grace period
-    assert rig.fake.live() == set()
+    for _ in range(3):  # asked at the first of these ticks
+        assert rig.loop.tick().ended == ()
+        assert rig.state(a) is JobState.RUNNING and rig.fake.live() == {(a, 1)}
+        rig.clock.t += 2.0
+    assert rig.loop.tick().ended == ((a, "cancelled"),)  # 6 s after the request
+    assert rig.fake.live() == set() and rig.fake.stop_requests == [(a, 1)] and rig.fake.teardowns == [(a, 1)]
 
 
 def test_cancel_of_a_run_that_finished_first_keeps_finished(fifo):
@@ -345,34 +351,45 @@ def test_fifo_consolidated_on_two_by_two(fifo):
     assert fifo.journal.get(d).placement == (("node1", 1),)
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["submit", "finish", "fail", "lose", "cancel", "tick"]),
+OPS = st.lists(st.tuples(st.sampled_from(["submit", "finish", "fail", "lose", "cancel", "cancel_running", "tick"]),
                          st.integers(0, 7), st.integers(1, 4)), max_size=30)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS)
-def test_the_cluster_always_matches_the_journal(tmp_path_factory, ops):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, stubborn=st.sets(st.integers(0, 7), max_size=4))
+def test_the_cluster_always_matches_the_journal(tmp_path_factory, ops, stubborn):
     """Whatever happens, after every tick: the runs on the cluster are exactly the journal's
-    RUNNING jobs' current runs, and no node ever holds more GPUs than it has."""
-    rig = Rig(tmp_path_factory.mktemp("j") / "state", make_policy("las+consolidated+preempt"))  # preempts: new jobs attained least
+    RUNNING jobs' current runs, no node ever holds more GPUs than it has, no run is asked to stop
+    twice, and none outlives its stop request by more than the grace. The runs of the ``stubborn``
+    jobs (by submission number) ignore stop requests: they stay stopping for up to three ticks
+    (12 s grace, 5 s a tick) while the policy goes on deciding. A tick follows every operation
+    ("tick" alone only lets time pass)."""
+    rig = Rig(tmp_path_factory.mktemp("j") / "state", make_policy("las+consolidated+preempt"),  # preempts: new jobs attained least
+              preempt_grace_s=12.0)
     ids: list[str] = []
+    asked: dict[tuple[str, int], float] = {}  # run -> when it was first asked to stop
     for op, pick, gpus in ops:
         running = [j.job_id for j in rig.journal.jobs(JobState.RUNNING)]
         if op == "submit":
+            if len(ids) in stubborn:
+                rig.fake.ignore_stop.add(f"j{len(ids)}-{len(ids) + 1}")
             ids.append(rig.submit(f"j{len(ids)}", gpus))
         elif op in ("finish", "fail", "lose") and running:
             getattr(rig.fake, op)(*([running[pick % len(running)]] + (["boom"] if op == "fail" else [])))
-        elif op == "cancel" and ids:
+        elif op in ("cancel", "cancel_running") and (pool := running if op == "cancel_running" else ids):
             try:
-                rig.journal.cancel(ids[pick % len(ids)])
+                rig.journal.cancel(pool[pick % len(pool)])
             except Exception:  # noqa: BLE001 - already over
                 pass
-        elif op == "tick":
-            rig.clock.t += 5.0
-            rig.loop.tick()
-            assert rig.fake.live() == {(j.job_id, j.attempt) for j in rig.journal.jobs(JobState.RUNNING)}
-            assert all(rig.fake.used().get(n, 0) <= g for n, g in NODES.items())
-            assert rig.fake.oversubscribed == []
+        rig.clock.t += 5.0
+        rig.loop.tick()
+        for run in rig.fake.stop_requests:
+            asked.setdefault(run, rig.clock.t)
+        assert rig.fake.live() == {(j.job_id, j.attempt) for j in rig.journal.jobs(JobState.RUNNING)}
+        assert all(rig.fake.used().get(n, 0) <= g for n, g in NODES.items())
+        assert rig.fake.oversubscribed == []
+        assert len(rig.fake.stop_requests) == len(set(rig.fake.stop_requests))
+        assert not [run for run in rig.fake.live() if run in asked and rig.clock.t >= asked[run] + 12.0]
     rig.journal.close()
 
 
