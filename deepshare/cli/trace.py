@@ -125,7 +125,8 @@ def _describe_topology(topology: TopologyStats) -> list[tuple[str, str]]:
 
 def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_outputs({"--json": args.json}, {"TRACE": args.path})
-    trace = load(args.path, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed)
+    trace = load(args.path, format=args.format, mix=flagged("--mix", mix_from_spec, args.mix), seed=args.seed,
+                 allow_empty=True)  # what was skipped, and why, is what such a file's user wants to see
     stats = trace_stats(trace)
     if args.json:
         write_json(args.json, {"format": trace.format, **stats.to_dict()}, out, "trace statistics")

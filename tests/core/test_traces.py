@@ -791,3 +791,20 @@ def test_trace_stats_converts_samples_and_counts_skipped() -> None:
 def test_public_api_exports() -> None:
     for name in ("load", "detect_format", "FORMATS", "Trace", "generate", "write_canonical", "trace_stats"):
         assert hasattr(traces, name)
+
+
+def test_a_trace_without_a_job_to_simulate_is_an_error_naming_why(tmp_path: Path) -> None:
+    """A header alone, or a file whose every job is skipped, would run to an empty report with
+    exit 0; ``trace stats`` (``allow_empty``) still shows it."""
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("job_id,submit_time,gpus,duration_s,model,total_samples\n")
+    with pytest.raises(DeepShareError, match=r"header\.csv: no job to simulate: it has no job rows$"):
+        load(header_only)
+    assert len(load(header_only, allow_empty=True)) == 0
+
+    lines = fixture("helios.csv").read_text().splitlines()
+    cpu_only = tmp_path / "cpu.csv"
+    cpu_only.write_text("\n".join([lines[0], *(line for line in lines[1:] if line.startswith("h2,"))]) + "\n")
+    with pytest.raises(DeepShareError, match=r"cpu\.csv: no job to simulate: all 1 of its jobs were skipped "
+                                             r"\(the first, h2: .*CPU job"):
+        load(cpu_only)

@@ -133,12 +133,16 @@ def load(
     format: str | None = None,
     mix: ModelMix | None = None,
     seed: int = 0,
+    allow_empty: bool = False,
 ) -> Trace:
     """Load the trace at ``path``, detecting its format unless ``format`` forces one.
 
     ``mix`` and ``seed`` only matter for formats without model names (Helios, Philly, PAI,
     Slurm): models
     are drawn from ``mix`` (default: the ``random`` preset) with ``numpy.random.default_rng(seed)``.
+    A trace without a job to simulate (a header alone, every job skipped) is an error unless
+    ``allow_empty`` (``trace stats`` shows what was skipped): a run on it would report nothing
+    and succeed.
     """
     if format is not None and format not in _LOADERS:
         raise DeepShareError(f"unknown trace format {format!r}; valid formats are: {', '.join(FORMATS)}")
@@ -149,4 +153,9 @@ def load(
     data = None
     if format is None:
         format, data = _sniff(text, source)
-    return _LOADERS[format].parse(text, source, data=data, mix=mix, seed=seed)
+    trace = _LOADERS[format].parse(text, source, data=data, mix=mix, seed=seed)
+    if not trace.jobs and not allow_empty:
+        why = "it has no job rows" if not trace.skipped else (
+            f"all {len(trace.skipped)} of its jobs were skipped (the first, {trace.skipped[0][0]}: {trace.skipped[0][1]})")
+        raise DeepShareError(f"{source}: no job to simulate: {why}")
+    return trace
