@@ -136,14 +136,14 @@ class ClusterSpec(BaseModel):
         total = sum(group.count for group in self.nodes)
         if total > MAX_NODES:
             raise ValueError(f"nodes: {total} nodes in all; expected at most {MAX_NODES}")
-        if any(group.names for group in self.nodes):
-            _check_exact_names(self.nodes)
+        _check_unique_names(self.nodes)
         return self
 
 
-def _check_exact_names(groups: list[NodeGroupSpec]) -> None:
-    """Every node name given in a group's ``names`` is unique across the cluster (among the other
-    exact names and the ``prefix`` + counter names of the other groups)."""
+def _check_unique_names(groups: list[NodeGroupSpec]) -> None:
+    """Every node's name is unique across the cluster: the ``prefix`` + counter names (a group
+    with prefix ``node1`` makes ``node10``, which a group of eleven ``node`` nodes makes too) and
+    the exact names of a group's ``names``."""
     owner: dict[str, int] = {}
     counters: dict[str, int] = {}
     for i, group in enumerate(groups):  # the prefixed names first, as topology_from_groups makes them
@@ -151,7 +151,10 @@ def _check_exact_names(groups: list[NodeGroupSpec]) -> None:
             start = counters.get(group.prefix, 0)
             counters[group.prefix] = start + group.count
             for k in range(start, start + group.count):
-                owner.setdefault(f"{group.prefix}{k}", i)
+                name = f"{group.prefix}{k}"
+                if owner.setdefault(name, i) != i:
+                    raise ValueError(f"nodes[{i}]: prefix {group.prefix!r} names a node {name!r}, already the name "
+                                     f"of a node of nodes[{owner[name]}]; node names must be unique (choose another prefix)")
     for i, group in enumerate(groups):
         for j, name in enumerate(group.names or ()):
             if name in owner:

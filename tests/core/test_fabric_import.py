@@ -254,6 +254,12 @@ def test_node_type_options():
     assert imported.topology.total_gpus == 16
 
 
+def test_groups_of_one_prefix_count_on_and_do_not_collide():
+    topo = parse_topology("node_types: {t: {gpus: 4}}\nnodes:\n  - {type: t, count: 2}\n  - {type: t, count: 2, prefix: node}\n"
+                          "  - {type: t, count: 1, prefix: node1}\n")  # node10: no group reaches it
+    assert [n.name for n in topo.nodes] == ["node0", "node1", "node2", "node3", "node10"]
+
+
 def test_a_node_group_can_give_exact_names():
     topo = parse_topology("node_types: {t: {gpus: 4}}\nnodes:\n"
                           "  - {type: t, names: [10.0.0.1, \"yes\"], rack: r0}\n  - {type: t, count: 2}\n")
@@ -269,6 +275,8 @@ def test_a_node_group_can_give_exact_names():
     ("- {type: t, names: [a]}\n  - {type: t, names: [a]}", "nodes[1].names[0]: 'a' is already the name of a node of nodes[0]"),
     ("- {type: t, names: []}", "nodes.0.names"),
     ("- {type: t, names: [a/b]}", "nodes.0.names.0"),
+    ("- {type: t, count: 11}\n  - {type: t, count: 1, prefix: node1}",  # node10 twice
+     "nodes[1]: prefix 'node1' names a node 'node10', already the name of a node of nodes[0]; node names must be unique"),
 ])
 def test_exact_names_are_checked(groups, message):
     with pytest.raises(DeepShareError) as info:
