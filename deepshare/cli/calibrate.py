@@ -57,8 +57,8 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     pairs.add_column("victim \\ aggressor")
     for m in models:
         pairs.add_column(m, justify="right")
-    for v in models:
-        pairs.add_row(v, *(f"{result.per_pair_mae[v].get(a, float('nan')):.3f}" for a in models))
+    for v in models:  # "-": the pair was not measured
+        pairs.add_row(v, *(f"{result.per_pair_mae[v][a]:.3f}" if a in result.per_pair_mae[v] else "-" for a in models))
     shown.print(pairs)
     doc = result.to_dict()
     if args.json:

@@ -161,3 +161,34 @@ def test_calibrate_shows_a_bar_on_a_terminal(capsys, tmp_path, monkeypatch):
     assert rc == 0, err
     assert "calibrating:" in err and "3/3 starts" in err
     assert "done (" not in err  # the per-fit lines are for pipes only
+
+
+SAMPLES_HEADER = "model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s\n"
+
+
+def test_calibrate_refuses_fewer_cells_than_folds_in_one_line(capsys, tmp_path):
+    """One measured pair and 5 folds: folds without a test cell gave NaN references and numpy
+    warnings; now one line saying what to do."""
+    samples = tmp_path / "samples.csv"
+    samples.write_text(SAMPLES_HEADER + "MoE,4,2,,,,17.1\nMoE,4,2,FSDP,8,4,7.9\nFSDP,8,4,,,,10\nFSDP,8,4,MoE,4,2,5\n")
+    rc, out, err = run(capsys, "calibrate", "--samples", samples, "--starts", 1, "--workers", 1)
+    assert rc == 2 and err.strip() == (
+        "deepshare: error: 5-fold cross-validation needs at least 5 measured cells (pairs of jobs that shared nodes "
+        "or an uplink); these profiles have 2: measure more pairs, or ask for fewer folds (--folds 2)")
+
+
+@pytest.mark.slow  # a calibration fit
+def test_calibrate_with_as_many_folds_as_cells_shows_unmeasured_pairs_as_a_dash(capsys, tmp_path):
+    samples = tmp_path / "samples.csv"
+    samples.write_text(SAMPLES_HEADER + "MoE,4,2,,,,17.1\nMoE,4,2,FSDP,8,4,7.9\nFSDP,8,4,,,,10\nFSDP,8,4,MoE,4,2,5\n")
+    rc, out, err = run(capsys, "calibrate", "--samples", samples, "--folds", 2, "--starts", 1, "--workers", 1)
+    assert rc == 0 and "Warning" not in err
+    assert "nan" not in out
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]] for line in out.splitlines()
+            if line.startswith("│ MoE") or line.startswith("│ FSDP")}
+    assert rows["MoE"][0] == "-" and rows["FSDP"][1] == "-"  # each model measured beside the other only
+
+
+def test_a_samples_row_beyond_the_largest_job_is_refused_naming_the_line(tmp_path):
+    with pytest.raises(DeepShareError, match=r"s\.csv line 2: expected a model name and 1 <= nodes <= gpus <= 65,536"):
+        parse_samples(SAMPLES_HEADER + "MoE,100000000,2,,,,17.1\n", "s.csv")

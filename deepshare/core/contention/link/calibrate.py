@@ -432,6 +432,10 @@ def calibrate(
         raise DeepShareError(f"starts must be at least 1, got {starts}")
     data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks) if isinstance(catalog, Samples)
             else Dataset.from_catalog(catalog))
+    if len(data.ratio) < folds:  # a fold without a test cell (or, with one cell, without a training one)
+        raise DeepShareError(f"{folds}-fold cross-validation needs at least {folds} measured cells (pairs of jobs that "
+                             f"shared nodes or an uplink); these profiles have {len(data.ratio)}: measure more pairs"
+                             + (f", or ask for fewer folds (--folds {len(data.ratio)})" if len(data.ratio) >= 2 else ""))
     model = PairModel(data)
     everything = np.arange(len(data.ratio))
     say = progress or (lambda _msg: None)

@@ -36,6 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
+from deepshare.core.bounds import MAX_JOB_GPUS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
 from deepshare.core.topology import Topology
@@ -95,8 +96,8 @@ def _key(row: dict[str, str], prefix: str, where: str) -> ProfileKey:
             f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers, "
             f"got {row.get(prefix + 'gpus')!r} and {row.get(prefix + 'nodes')!r}"
         ) from None
-    if not model or gpus <= 0 or nodes <= 0 or nodes > gpus:
-        raise DeepShareError(f"{where}: expected a model name and 1 <= {prefix}nodes <= {prefix}gpus")
+    if not model or gpus <= 0 or nodes <= 0 or nodes > gpus or gpus > MAX_JOB_GPUS:
+        raise DeepShareError(f"{where}: expected a model name and 1 <= {prefix}nodes <= {prefix}gpus <= {MAX_JOB_GPUS:,}")
     return ProfileKey(model, gpus, nodes)
 
 
