@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import CONTENTION_MODELS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -56,7 +57,8 @@ class SuiteSpec(BaseModel):
     seeds: int = Field(2, gt=0, le=100)
     """Trace seeds per scenario: SUITE_SEED_BASE + 0 .. seeds - 1."""
     duration_sigma: float = Field(1.0, ge=0, le=5)
-    median_duration_s: float = Field(3600.0, gt=0)
+    median_duration_s: float = Field(3600.0, gt=0, le=MAX_DURATION_S)
+    """At most a year, as the generator takes it (checked here, before any cell runs)."""
     recurrence: dict[str, int | float] | None = None
     """Generate traces with users, recurring groups and time limits: the parameters of
     :class:`~deepshare.core.traces.RecurrenceModel` (``{}`` for its defaults); null: plain

@@ -173,6 +173,7 @@ def test_run_one_matches_the_simulator():
         ("heuristics: [las+consolidated]\nestimate_error: 7", "estimate_error"),
         ("heuristics: [las+consolidated]\nrecurrence: {usres: 5}", "unknown recurrence parameter"),
         ("heuristics: [las+consolidated]\nrecurrence: {recurring_share: 2}", "recurring_share"),
+        ("heuristics: [las+consolidated]\nmedian_duration_s: 1e300", "median_duration_s: Input should be less than or equal to 31536000"),
     ],
 )
 def test_bad_suite_files_name_the_field(tmp_path, capsys, text, expected):
