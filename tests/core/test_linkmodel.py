@@ -418,3 +418,40 @@ def test_link_model_finishes_generated_traces_on_larger_clusters(mix):
     trace = generate(300, load=0.9, total_gpus=topo.total_gpus, mix=mix_preset(mix), duration_sigma=1.0, seed=2)
     report = Simulator(topo, trace.jobs, make_contention("link")).run(make_policy("srtf+spread"))
     assert report.finished == 300
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("nic_s", 1e300, "models.MobileNetV3: link parameter nic_s: expected at most 10000, got 1e+300"),
+    ("congestion", 1e300, "models.MobileNetV3: link parameter congestion: expected at most 1000, got 1e+300"),
+    ("samples_per_gpu", 1e-300, "models.MobileNetV3: link parameters compute_s and samples_per_gpu must be at least 1e-09"),
+])
+def test_link_parameters_beyond_any_real_model_are_refused_naming_the_model(tmp_path, field, value, message):
+    """1e300 overflowed the physics to NaN ratios: ``simulate`` ran on past two minutes (no end)."""
+    import json
+
+    doc = json.loads(default_link_catalog().to_json())
+    doc["models"]["MobileNetV3"][field] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DeepShareError) as info:
+        load_link_catalog(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_the_largest_link_parameters_allowed_still_simulate_to_a_finite_end(tmp_path):
+    import json
+
+    doc = json.loads(default_link_catalog().to_json())
+    for params in doc["models"].values():
+        params.update(congestion=1000, nic_s=1e4, pcie_s=1e4, latency_s=1e4, pcie_coupling=100, compute_s=1e-9,
+                      samples_per_gpu=1e9)
+    for row in doc["kappa"].values():
+        for aggressor in row:
+            row[aggressor] = 1000
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    links = load_link_catalog(path)
+    topo = uniform(4, 8)
+    trace = generate(40, load=1.0, total_gpus=topo.total_gpus, mix=mix_preset("heavy"), seed=3)
+    report = Simulator(topo, trace.jobs, LinkContention(links)).run(make_policy("las+consolidated"))
+    assert report.finished == 40 and np.isfinite(report.avg_jct_s) and report.avg_slowdown > 1

@@ -49,7 +49,9 @@ from scipy.optimize import least_squares
 
 from deepshare.core.contention.link import physics
 from deepshare.core.contention.link.model import ring_factor
-from deepshare.core.contention.link.params import MAX_EXPONENT, SIGNED, LinkCatalog, LinkParams, placement_key
+from deepshare.core.contention.link.params import (
+    MAX_EXPONENT, MAX_KAPPA, MAX_PARAMETER, MIN_POSITIVE, SIGNED, LinkCatalog, LinkParams, placement_key,
+)
 from deepshare.core.contention.link.samples import Samples, UplinkPair
 from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, ProfileKey
@@ -303,16 +305,25 @@ class PairModel:
         return _best([self.fit_from(x0, cells) for x0 in self.start_points(starts, seed)])
 
     def to_catalog(self, x: np.ndarray, source: str) -> LinkCatalog:
+        """The fitted values as a catalog, each within what a parameter file may hold (a value the
+        measurements leave free can drift past it; clipped, it predicts the same cells)."""
         values, kappa, sens = self.unpack(x)
         models = self.data.models
         params = {
-            m: LinkParams(**{name: float(values[name][i]) for name in PER_MODEL}) for i, m in enumerate(models)
+            m: LinkParams(**{name: _within(name, float(values[name][i])) for name in PER_MODEL}) for i, m in enumerate(models)
         }
-        table = {v: {a: float(kappa[i, j]) for j, a in enumerate(models)} for i, v in enumerate(models)}
+        table = {v: {a: min(float(kappa[i, j]), MAX_KAPPA) for j, a in enumerate(models)} for i, v in enumerate(models)}
         sensitivity: dict[str, dict[str, float]] = {}
         for key, value in zip(self.data.keys, sens):
-            sensitivity.setdefault(key.model, {})[placement_key(key.gpus, key.nodes)] = float(value)
+            sensitivity.setdefault(key.model, {})[placement_key(key.gpus, key.nodes)] = min(float(value), MAX_KAPPA)
         return LinkCatalog(params, table, source, sensitivity)
+
+
+def _within(name: str, value: float) -> float:
+    """``value`` of parameter ``name`` clipped to the bounds :class:`LinkParams` accepts."""
+    if name in ("compute_s", "samples_per_gpu"):
+        value = max(value, MIN_POSITIVE)
+    return min(value, MAX_PARAMETER.get(name, value))
 
 
 def nearest_cell_prediction(data: Dataset, train: np.ndarray, test: np.ndarray) -> np.ndarray:

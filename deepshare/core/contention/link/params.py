@@ -45,6 +45,15 @@ REF_PCIE_GBPS = 256.0
 """Intra-node bandwidth the fitted PCIe works are expressed at (2 PCIe Gen3 x16 switches)."""
 LINE_RATE_EFFICIENCY = 0.7
 SIGNED = ("nodes_exponent", "gpus_per_node_exponent")
+MAX_PARAMETER: dict[str, float] = {
+    "compute_s": 1e4, "nic_s": 1e4, "pcie_s": 1e4, "latency_s": 1e4, "all_to_all_s": 1e4,
+    "samples_per_gpu": 1e9, "pcie_coupling": 100.0, "congestion": 1000.0,
+}
+"""Largest value of each unsigned parameter (fitted ones are at most 6.6 s, 82,791 samples, 1.15
+and 1.58): far beyond any real model, yet small enough that the physics' products stay finite
+(values near the float limit overflowed to NaN ratios and a simulation that never ended)."""
+MIN_POSITIVE = 1e-9
+"""Smallest ``compute_s`` and ``samples_per_gpu`` (both must be positive)."""
 """The parameters that may be negative (exponents of the placement shape)."""
 MAX_EXPONENT = 4.0
 
@@ -90,10 +99,13 @@ class LinkParams:
                     raise DeepShareError(f"link parameter {f.name}: expected a number in [-{MAX_EXPONENT}, {MAX_EXPONENT}], got {value}")
             elif value < 0:
                 raise DeepShareError(f"link parameter {f.name}: expected a finite number >= 0, got {value!r}")
+            elif value > MAX_PARAMETER.get(f.name, float("inf")):
+                raise DeepShareError(f"link parameter {f.name}: expected at most {MAX_PARAMETER[f.name]:g}, got {value!r}")
         if self.overlap > 1:
             raise DeepShareError(f"link parameter overlap: expected a number in [0, 1], got {self.overlap}")
-        if self.compute_s <= 0 or self.samples_per_gpu <= 0:
-            raise DeepShareError("link parameters compute_s and samples_per_gpu must be positive")
+        if self.compute_s < MIN_POSITIVE or self.samples_per_gpu < MIN_POSITIVE:
+            raise DeepShareError(f"link parameters compute_s and samples_per_gpu must be at least {MIN_POSITIVE:g}, "
+                                 f"got {self.compute_s!r} and {self.samples_per_gpu!r}")
         if self.all_to_all_s > self.nic_s:
             raise DeepShareError(f"link parameter all_to_all_s: expected at most nic_s ({self.nic_s}), "
                                  f"got {self.all_to_all_s} (it is the all-to-all part of nic_s)")
@@ -113,7 +125,8 @@ def shape_factor(p: "LinkParams", nodes: float, gpus_per_node: float) -> float:
 
 
 MAX_KAPPA = 1000.0
-"""Largest pair interaction a parameter file may give (fitted ones are 0.06 to 3.2)."""
+"""Largest pair interaction a parameter file may give (fitted ones are 0.06 to 3.2), and largest
+placement sensitivity and sensitivity scale."""
 
 
 @dataclass(frozen=True)
@@ -215,19 +228,25 @@ class LinkCatalog:
         doc = load_json(text, source, "a link-parameter file")
         try:
             models = doc["models"]
-            params = {name: LinkParams(**values) for name, values in models.items()}
+            params = {}
+            for name, values in models.items():
+                try:
+                    params[name] = LinkParams(**values)
+                except DeepShareError as exc:
+                    raise DeepShareError(f"{source}: models.{str(name)[:64]}: {exc}") from None
             kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
             sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
             scale = {m: float(x) for m, x in doc.get("scale", {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
-        for model, row in sensitivity.items():
+        for model, row in sensitivity.items():  # fitted ones are 0.54 to 1.85
             for key, value in row.items():
-                if not 0 < value < float("inf"):
-                    raise DeepShareError(f"{source}: sensitivity.{model}.{key}: expected a positive number, got {value}")
+                if not 0 < value <= MAX_KAPPA:
+                    raise DeepShareError(f"{source}: sensitivity.{str(model)[:64]}.{str(key)[:64]}: expected a number "
+                                         f"in (0, {MAX_KAPPA:g}], got {value}")
         for model, value in scale.items():
-            if not 0 < value < float("inf"):
-                raise DeepShareError(f"{source}: scale.{model}: expected a positive number, got {value}")
+            if not 0 < value <= MAX_KAPPA:
+                raise DeepShareError(f"{source}: scale.{str(model)[:64]}: expected a number in (0, {MAX_KAPPA:g}], got {value}")
         for victim, row in kappa.items():
             for aggressor, value in row.items():
                 if not 0 < value <= MAX_KAPPA:  # NaN or inf made the simulator's event times NaN: it never ended
