@@ -19,6 +19,7 @@ Handlers have the main CLI's signature ``(args, out, err) -> exit status`` and r
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     check_outputs({"--out": args.out}, {"FILE": args.file})
     spec = to_autoscale_spec(load_cluster_yaml(args.file))
-    text = f"# Autoscaling spec from {args.file} (deepshare cluster spec)\n" + yaml.safe_dump(
+    source = json.dumps(str(args.file))  # escaped: a newline in the name must not end the comment
+    text = f"# Autoscaling spec from {source} (deepshare cluster spec)\n" + yaml.safe_dump(
         spec.model_dump(), sort_keys=False
     )
     if args.out:

@@ -40,10 +40,12 @@ from deepshare.raycluster.labels import (
     parse_label_string,
     parse_labels,
 )
+from pydantic import ValidationError
+
 from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError
-from deepshare.core.yamlspec import read_config_text
+from deepshare.core.yamlspec import format_validation_error, read_config_text
 from deepshare.infra.raycompat import cluster_config_prepare_and_validate
 
 MONITOR_COMMAND = "deepshare agents start"
@@ -68,6 +70,10 @@ class ClusterYaml:
     workers: tuple[WorkerType, ...]
     placeholders: tuple[tuple[str, str], ...] = ()
     """``(field path, value)`` of the template's fill-ins left as they are (``YOUR-GCP-PROJECT``, ...)."""
+    max_workers: int | None = None
+    """A launcher YAML's top-level ``max_workers``: most workers over every type (None: no cap)."""
+    suspended: tuple[str, ...] = ()
+    """KubeRay worker groups with ``suspend: true``: no pods, so not among :attr:`workers`."""
 
     def describe(self) -> str:
         parts = []
@@ -77,7 +83,12 @@ class ClusterYaml:
                 f"{w.name} ({w.min_nodes}..{w.max_nodes} x {w.gpus} {h.gpu_model}, {h.fabric}, "
                 f"{h.nic} {h.nic_gbps:g} Gb/s, ${h.price_usd_per_hour:g}/h)"
             )
-        return f"{self.kind} cluster {self.cluster_name!r}: " + "; ".join(parts)
+        text = f"{self.kind} cluster {self.cluster_name!r}: " + "; ".join(parts)
+        if self.max_workers is not None and self.max_workers < sum(w.max_nodes for w in self.workers):
+            text += f"; at most {self.max_workers} workers in all (max_workers)"
+        if self.suspended:
+            text += f"; suspended, left out: {', '.join(self.suspended)}"
+        return text
 
 
 def load_cluster_yaml(path: str | Path) -> ClusterYaml:
@@ -86,20 +97,33 @@ def load_cluster_yaml(path: str | Path) -> ClusterYaml:
 
 
 def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
+    """The cluster of ``text``, checked all the way to its autoscaling spec (so a file that
+    validates also converts)."""
     raw = load_yaml(text, source, "a Ray cluster config or a RayCluster manifest")
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a Ray cluster config or a RayCluster manifest (a mapping)")
     cluster = _kuberay(raw, source) if "kind" in raw or "apiVersion" in raw else _launcher(raw, source)
-    return replace(cluster, placeholders=tuple(find_placeholders(raw)))
+    cluster = replace(cluster, placeholders=tuple(find_placeholders(raw)))
+    to_autoscale_spec(cluster)
+    return cluster
 
 
 def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpec:
-    """The cluster's GPU worker types as the simulator's autoscaling pools (one rack)."""
-    return AutoscaleSpec(
-        name=cluster.cluster_name,
-        idle_timeout_s=cluster.idle_timeout_s,
-        node_types={w.name: w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, rack) for w in cluster.workers},
-    )
+    """The cluster's GPU worker types as the simulator's autoscaling pools (one rack); a
+    :class:`DeepShareError` naming the file and the spec's field when a value is beyond what the
+    simulator takes."""
+    pools = {}
+    for w in cluster.workers:
+        try:
+            pools[w.name] = w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, rack)
+        except ValidationError as exc:
+            raise DeepShareError(f"{cluster.path}: worker type {w.name!r} as an autoscaling pool: "
+                                 f"{format_validation_error(exc)}") from None
+    try:
+        return AutoscaleSpec(name=cluster.cluster_name, idle_timeout_s=cluster.idle_timeout_s, node_types=pools,
+                             max_workers=cluster.max_workers)
+    except ValidationError as exc:
+        raise DeepShareError(f"{cluster.path}: as an autoscaling spec: {format_validation_error(exc)}") from None
 
 
 # -- Ray cluster launcher ----------------------------------------------------------------------
@@ -115,6 +139,7 @@ def _launcher(raw: dict[str, Any], source: str) -> ClusterYaml:
     name = str(prepared["cluster_name"])
     if provider["type"] == "local":
         return ClusterYaml(source, "local", name, idle_s, (_local_worker(prepared, source),))
+    cap = prepared.get("max_workers")
     workers = []
     head = prepared["head_node_type"]
     for type_name, node in prepared["available_node_types"].items():
@@ -134,7 +159,8 @@ def _launcher(raw: dict[str, Any], source: str) -> ClusterYaml:
         workers.append(WorkerType(type_name, gpus, int(node["min_workers"]), int(node["max_workers"]), hardware))
     if not workers:
         raise DeepShareError(f"{source}: available_node_types: expected at least one GPU worker type (resources.GPU > 0)")
-    return ClusterYaml(source, str(provider["type"]), name, idle_s, tuple(workers))
+    return ClusterYaml(source, str(provider["type"]), name, idle_s, tuple(workers),
+                       max_workers=cap if isinstance(cap, int) and not isinstance(cap, bool) else None)
 
 
 def _ray_prepare(raw: dict[str, Any], source: str) -> dict[str, Any]:
@@ -175,16 +201,7 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     where = f"{source}: worker_start_ray_commands"
     options: dict[str, str] = {}
     for command in prepared.get("worker_start_ray_commands", []):
-        try:
-            words = shlex.split(command)
-        except ValueError as exc:
-            raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
-        if "start" not in words:
-            continue
-        for word in words:
-            if word.startswith("--") and "=" in word:
-                key, _, value = word.partition("=")
-                options[key] = value
+        options.update(_ray_start_options(command, where))
     if "--num-gpus" not in options:
         raise DeepShareError(f"{where}: expected `ray start ... --num-gpus=N` on the GPU workers")
     try:
@@ -202,6 +219,41 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     if count < 1:
         raise DeepShareError(f"{source}: provider.worker_ips: expected at least one worker")
     return WorkerType("local", gpus, count, count, hardware)
+
+
+_SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
+
+
+def _ray_start_options(command: str, where: str) -> dict[str, str]:
+    """The ``--key=value`` (or ``--key value``) options of the ``ray start`` commands in one shell
+    command line, as the shell splits it: comments dropped, options of other commands (``echo start
+    --num-gpus=2``) not read, each ``ray start`` ending at a shell operator."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as exc:
+        raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        starts = (Path(words[i]).name == "ray" and i + 1 < len(words) and words[i + 1] == "start"
+                  and (i == 0 or words[i - 1] in _SHELL_OPERATORS or words[i - 1] in ("exec", "sudo", "nohup")))
+        if not starts:
+            i += 1
+            continue
+        i += 2
+        while i < len(words) and words[i] not in _SHELL_OPERATORS:
+            word = words[i]
+            if word.startswith("--") and "=" in word:
+                key, _, value = word.partition("=")
+                options[key] = value
+            elif word.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--") \
+                    and words[i + 1] not in _SHELL_OPERATORS and word in ("--num-gpus", "--resources", "--labels"):
+                options[word] = words[i + 1]
+                i += 1
+            i += 1
+    return options
 
 
 # -- KubeRay ---------------------------------------------------------------------------------
@@ -223,28 +275,51 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     groups = _get(raw, ("spec", "workerGroupSpecs"), list, source)
     if not groups:
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: expected at least one GPU worker group")
-    idle = (spec.get("autoscalerOptions") or {}).get("idleTimeoutSeconds", 60)
-    if not isinstance(idle, (int, float)) or idle < 0:
-        raise DeepShareError(f"{source}: spec.autoscalerOptions.idleTimeoutSeconds: expected seconds >= 0, got {idle!r}")
-    workers = tuple(_kuberay_group(g, f"{source}: spec.workerGroupSpecs[{i}]") for i, g in enumerate(groups))
-    names = [w.name for w in workers]
+    options = spec.get("autoscalerOptions")
+    if options is not None and not isinstance(options, dict):
+        raise DeepShareError(f"{source}: spec.autoscalerOptions: expected a mapping, got {type(options).__name__}")
+    idle = (options or {}).get("idleTimeoutSeconds", 60)
+    if not _int32(idle) or idle < 0:
+        raise DeepShareError(f"{source}: spec.autoscalerOptions.idleTimeoutSeconds: expected whole seconds >= 0 "
+                             f"(an int32, as the CRD says), got {idle!r}")
+    every = [_kuberay_group(g, f"{source}: spec.workerGroupSpecs[{i}]") for i, g in enumerate(groups)]
+    names = [w.name for w, _ in every]
     if len(set(names)) != len(names):
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: duplicate groupName in {names}")
-    return ClusterYaml(source, "kuberay", name, float(idle), workers)
+    workers = tuple(w for w, suspended in every if not suspended)
+    if not workers:
+        raise DeepShareError(f"{source}: spec.workerGroupSpecs: every worker group is suspended (suspend: true); "
+                             "expected at least one that runs")
+    return ClusterYaml(source, "kuberay", name, float(idle), workers,
+                       suspended=tuple(w.name for w, suspended in every if suspended))
 
 
-def _kuberay_group(group: Any, where: str) -> WorkerType:
+def _int32(value: Any) -> bool:
+    """Whether ``value`` is what the CRD's ``int32`` fields hold (not a bool, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
+
+
+def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
+    """The group's worker type, and whether it is suspended (``suspend: true``: KubeRay runs none
+    of its pods)."""
     if not isinstance(group, dict):
         raise DeepShareError(f"{where}: expected a mapping")
     name = group.get("groupName")
     if not isinstance(name, str) or not name:
         raise DeepShareError(f"{where}.groupName: expected a name")
     lo, hi = group.get("minReplicas"), group.get("maxReplicas")
-    if not isinstance(lo, int) or not isinstance(hi, int) or not 0 <= lo <= hi or hi < 1:
+    if not _int32(lo) or not _int32(hi) or not 0 <= lo <= hi or hi < 1:
         raise DeepShareError(f"{where}: expected integers 0 <= minReplicas <= maxReplicas, maxReplicas >= 1; got {lo!r}, {hi!r}")
     replicas = group.get("replicas", lo)
-    if not isinstance(replicas, int) or not lo <= replicas <= hi:
+    if not _int32(replicas) or not lo <= replicas <= hi:
         raise DeepShareError(f"{where}.replicas: expected an integer within minReplicas..maxReplicas, got {replicas!r}")
+    hosts = group.get("numOfHosts", 1)
+    if hosts != 1 or isinstance(hosts, bool):
+        raise DeepShareError(f"{where}.numOfHosts: {hosts!r}: multi-host groups (a replica of several pods, scaled "
+                             "together) are not modelled; expected 1 (one pod per replica)")
+    suspend = group.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise DeepShareError(f"{where}.suspend: expected true or false, got {suspend!r}")
     params = group.get("rayStartParams")
     if not isinstance(params, dict):
         raise DeepShareError(f"{where}.rayStartParams: expected a mapping with num-gpus, resources and labels")
@@ -266,13 +341,36 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
     labels = _kuberay_labels(group, params, where)
     hardware = parse_labels(labels, f"{where}.labels")
     check_fabric_resource(resources, hardware.fabric, f"{where}.rayStartParams.resources")
-    for i, container in enumerate(((group.get("template") or {}).get("spec") or {}).get("containers") or []):
-        limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+    for i, container in enumerate(_containers(group, where)):
+        limit = _mapping(_mapping(container, "resources", f"{where}.template.spec.containers[{i}]"), "limits",
+                         f"{where}.template.spec.containers[{i}].resources").get("nvidia.com/gpu")
         if limit is not None and str(limit) != str(gpus):
             raise DeepShareError(
                 f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
             )
-    return WorkerType(name, gpus, lo, hi, hardware)
+    return WorkerType(name, gpus, lo, hi, hardware), suspend
+
+
+def _mapping(parent: Any, key: str, where: str) -> dict[str, Any]:
+    """``parent[key]`` when it is a mapping, ``{}`` when absent or null; else one line naming it."""
+    value = parent.get(key) if isinstance(parent, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DeepShareError(f"{where}.{key}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _containers(group: dict[str, Any], where: str) -> list[Any]:
+    """The group's pod template's containers (each a mapping), checked for shape."""
+    spec = _mapping(_mapping(group, "template", where), "spec", f"{where}.template")
+    containers = spec.get("containers") or []
+    if not isinstance(containers, list):
+        raise DeepShareError(f"{where}.template.spec.containers: expected a list, got {type(containers).__name__}")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict):
+            raise DeepShareError(f"{where}.template.spec.containers[{i}]: expected a mapping, got {type(container).__name__}")
+    return containers
 
 
 def _kuberay_labels(group: Mapping[str, Any], params: Mapping[str, Any], where: str) -> dict[str, str]:

@@ -25,7 +25,9 @@ from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deepshare.core.autoscaling.spec import NodePoolSpec
+from deepshare.core.autoscaling.spec import MAX_PRICE_USD_PER_HOUR, MAX_SECONDS, NodePoolSpec
+from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS
+from deepshare.core.topology_plain import MAX_PCIE_SWITCHES
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import format_validation_error
 from deepshare.infra.raycompat import node_label_syntax_check
@@ -44,12 +46,12 @@ class FabricLabels(BaseModel):
     gpu_model: str = Field(min_length=1)
     fabric: Literal["pcie", "nvlink"]
     nic: Literal["ethernet", "efa", "infiniband", "roce", "gpudirect-tcpx"]
-    nic_gbps: float = Field(gt=0)
-    price_usd_per_hour: float = Field(ge=0)
-    pcie_switches: int = Field(default=1, gt=0)
-    intra_node_gbps: float = Field(default=128.0, gt=0)
-    nvlink_gbps: float = Field(default=0.0, ge=0)
-    provisioning_s: float = Field(default=300.0, ge=0)
+    nic_gbps: float = Field(ge=MIN_LINK_GBPS, le=MAX_LINK_GBPS)
+    price_usd_per_hour: float = Field(ge=0, le=MAX_PRICE_USD_PER_HOUR, allow_inf_nan=False)
+    pcie_switches: int = Field(default=1, gt=0, le=MAX_PCIE_SWITCHES)
+    intra_node_gbps: float = Field(default=128.0, ge=MIN_LINK_GBPS, le=MAX_LINK_GBPS)
+    nvlink_gbps: float = Field(default=0.0, ge=0, le=MAX_LINK_GBPS)
+    provisioning_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     def pool(self, gpus: int, min_nodes: int, max_nodes: int, rack: str) -> NodePoolSpec:
         """This node type as an autoscaling pool of the simulator."""

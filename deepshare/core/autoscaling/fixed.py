@@ -1,4 +1,5 @@
-"""The no-autoscaling reference: every node up from t = 0 and never removed (``max_nodes`` each)."""
+"""The no-autoscaling reference: every node up from t = 0 and never removed (``max_nodes`` each,
+types in the spec's order, as far as ``max_workers`` allows)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class FixedCluster(Autoscaler):
 
     def attach(self, sim: "Simulator") -> None:
         self._sim = sim
-        for node_type, t in self.spec.node_types.items():
-            for _ in range(t.max_nodes):
+        for node_type in self.spec.node_types:
+            while self.pool.room(node_type) > 0:
                 inst = self.pool.request(node_type, 0.0)
                 inst.ready_s = 0.0
                 self.pool.mark_ready(inst.node)

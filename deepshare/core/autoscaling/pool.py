@@ -45,8 +45,13 @@ class NodePool:
         return sum(1 for n in self.slots.by_type[node_type] if self.state[n] in states)
 
     def room(self, node_type: str) -> int:
-        """How many more nodes of this type may be requested."""
-        return self.spec.node_types[node_type].max_nodes - self.count(node_type)
+        """How many more nodes of this type may be requested (its ``max_nodes``, and the spec's
+        ``max_workers`` over every type)."""
+        room = self.spec.node_types[node_type].max_nodes - self.count(node_type)
+        cap = self.spec.max_workers
+        if cap is not None:
+            room = min(room, cap - sum(1 for s in self.state if s in (PENDING, UP)))
+        return room
 
     def nodes(self, state: str) -> list[int]:
         return [n for n, s in enumerate(self.state) if s == state]
@@ -54,6 +59,9 @@ class NodePool:
     def request(self, node_type: str, now: float) -> Instance:
         """Start a node of ``node_type`` (lowest free slot); it is ready ``provisioning_s`` later."""
         t = self.spec.node_types[node_type]
+        if self.room(node_type) <= 0:
+            raise DeepShareError(f"no room for another {node_type!r} node (max_nodes {t.max_nodes}, "
+                                 f"max_workers {self.spec.max_workers})")
         for node in self.slots.by_type[node_type]:
             if self.state[node] == OFF:
                 inst = Instance(node, node_type, t.gpus, t.price_usd_per_hour, now, now + t.provisioning_s)

@@ -20,12 +20,15 @@ what an autoscaler needs::
 
 The simulator's topology holds ``max_nodes`` slots of every type (names ``<type>-<k>``), in
 the order the types are listed; which of them exist at any time is the autoscaler's business.
+``max_workers`` (optional) caps the nodes up or starting at once over every type, as a Ray
+cluster YAML's top-level ``max_workers`` does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,13 +37,22 @@ from deepshare.core.topology_spec import OptionalLinkGbps
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 
 
+MAX_AUTOSCALE_SLOTS = 10_000
+"""Most nodes an autoscaling spec may allow in all (the sum of its types' ``max_nodes``): the
+simulator holds a slot for every node that may exist, and its cost grows with them (99,998 slots
+made a 150-job run take 150 s against 1 s)."""
+MAX_PRICE_USD_PER_HOUR = 1e6
+MAX_SECONDS = 365 * 86400.0
+
+
 class NodePoolSpec(NodeTypeSpec):
     """A node type the autoscaler may add: hardware (as in a cluster spec) plus price and limits."""
 
-    price_usd_per_hour: float = Field(ge=0, description="on-demand price of one node")
-    min_nodes: int = Field(default=0, ge=0, description="nodes always up (from t = 0)")
-    max_nodes: int = Field(gt=0, description="most nodes of this type at once")
-    provisioning_s: float = Field(default=300.0, ge=0, description="request to ready")
+    price_usd_per_hour: float = Field(ge=0, le=MAX_PRICE_USD_PER_HOUR, allow_inf_nan=False,
+                                      description="on-demand price of one node")
+    min_nodes: int = Field(default=0, ge=0, le=MAX_AUTOSCALE_SLOTS, description="nodes always up (from t = 0)")
+    max_nodes: int = Field(gt=0, le=MAX_AUTOSCALE_SLOTS, description="most nodes of this type at once")
+    provisioning_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False, description="request to ready")
     rack: str = "rack0"
 
     @model_validator(mode="after")
@@ -59,9 +71,25 @@ class AutoscaleSpec(BaseModel):
 
     name: str = "autoscaling"
     node_types: dict[str, NodePoolSpec] = Field(min_length=1)
-    idle_timeout_s: float = Field(default=300.0, ge=0, description="idle time before a node is removed")
-    max_slowdown: float = Field(default=1.25, ge=1.0, description="contention-aware co-location threshold")
+    idle_timeout_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
+                                  description="idle time before a node is removed")
+    max_slowdown: float = Field(default=1.25, ge=1.0, le=1000.0, allow_inf_nan=False,
+                                description="contention-aware co-location threshold")
     rack_uplink_gbps: OptionalLinkGbps = 0.0
+    max_workers: Optional[int] = Field(default=None, gt=0, le=MAX_AUTOSCALE_SLOTS, strict=True, description=(
+        "most nodes up or starting at once over every type (a Ray cluster YAML's top-level max_workers); "
+        "null: each type's max_nodes only"))
+
+    @model_validator(mode="after")
+    def _totals(self) -> "AutoscaleSpec":
+        slots = sum(t.max_nodes for t in self.node_types.values())
+        if slots > MAX_AUTOSCALE_SLOTS:
+            raise ValueError(f"node_types: max_nodes add up to {slots:,}; the autoscaling simulator allows at most "
+                             f"{MAX_AUTOSCALE_SLOTS:,} nodes in all")
+        floor = sum(t.min_nodes for t in self.node_types.values())
+        if self.max_workers is not None and floor > self.max_workers:
+            raise ValueError(f"max_workers: {self.max_workers} is below the types' min_nodes, which add up to {floor}")
+        return self
 
 
 @dataclass(frozen=True)
