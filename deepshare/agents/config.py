@@ -9,6 +9,20 @@ MONITOR_NAME = "deepshare-contention-monitor"
 NAMESPACE = "deepshare"
 AGENT_PREFIX = "deepshare-agent"
 
+MIN_INTERVAL_S = 0.001
+"""Shortest sampling period (1 ms), and so the shortest report period and stale timeout.
+
+Reading every probe takes tens to hundreds of microseconds, so a shorter period only keeps
+the agent busy; and report periods are a count of samples, which overflows an integer once
+the interval is small enough (5e-324 s sampling with 2 s reports is 4e323 samples).
+"""
+
+DEFAULT_STALE_RETENTION_S = 3600.0
+"""Default seconds a stale node stays in the monitor's view and ``/metrics`` before it is
+forgotten: long enough to see which node went quiet and why, short enough that a cluster whose
+nodes come and go (autoscaling, spot instances) does not grow the view, or every scrape, without
+bound."""
+
 DEFAULT_REPORT_INTERVAL_S = 2.0
 """Default seconds between two reports (when sampling is not slower than that).
 
@@ -32,7 +46,9 @@ def report_period(interval_s: float, report_interval_s: float) -> float:
     """Seconds between two reports: ``report_interval_s`` rounded up to whole samples.
 
     Reports are sent right after a sample, so an agent sampling every 1 s with a 2.5 s report
-    interval reports every 3 s (1e-9 tolerance for float noise: 0.1 x 3 is 0.3).
+    interval reports every 3 s (1e-9 tolerance for float noise: 0.1 x 3 is 0.3). Callers keep
+    ``interval_s`` at least :data:`MIN_INTERVAL_S` and ``report_interval_s`` finite, so the count
+    of samples stays a reasonable integer.
     """
     return interval_s * max(1, math.ceil(report_interval_s / interval_s - 1e-9))
 
@@ -40,7 +56,8 @@ def report_period(interval_s: float, report_interval_s: float) -> float:
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     interval_s: float = 1.0
-    """Seconds between two samples of every agent (each sample goes to the agent's buffer)."""
+    """Seconds between two samples of every agent (each sample goes to the agent's buffer); at
+    least :data:`MIN_INTERVAL_S`."""
     report_interval_s: float | None = None
     """Seconds between two reports to the monitor (each carries the latest sample, rounded up to
     whole samples); default ``max(interval_s, 2 s)`` (see :data:`DEFAULT_REPORT_INTERVAL_S`)."""
@@ -55,10 +72,15 @@ class AgentConfig:
     """CPUs each agent reserves: 0, so an agent fits on a node whose CPUs jobs took."""
     max_restarts: int = -1
     """Agent restarts after a crash (-1: always)."""
+    stale_retention_s: float = DEFAULT_STALE_RETENTION_S
+    """Seconds a node stays in the monitor's view and ``/metrics`` once stale; then the monitor
+    forgets it (0: as soon as it turns stale). See :data:`DEFAULT_STALE_RETENTION_S`."""
 
     def __post_init__(self) -> None:
-        if not self.interval_s > 0 or math.isinf(self.interval_s):
-            raise ValueError(f"interval_s must be positive and finite, got {self.interval_s}")
+        if not MIN_INTERVAL_S <= self.interval_s < math.inf:
+            raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S:g} s and finite, got {self.interval_s}")
+        if self.report_interval_s is not None and math.isinf(self.report_interval_s):
+            raise ValueError(f"report_interval_s must be finite, got {self.report_interval_s}")
         if self.report_interval_s is not None and not self.report_interval_s >= self.interval_s:
             raise ValueError(
                 f"report_interval_s ({self.report_interval_s:g}) must be at least interval_s ({self.interval_s:g}):"
@@ -76,6 +98,8 @@ class AgentConfig:
             raise ValueError(f"reconcile_interval_s must be >= 0, got {self.reconcile_interval_s}")
         if self.agent_num_cpus < 0:
             raise ValueError(f"agent_num_cpus must be >= 0, got {self.agent_num_cpus}")
+        if not 0 <= self.stale_retention_s < math.inf:
+            raise ValueError(f"stale_retention_s must be >= 0 and finite, got {self.stale_retention_s}")
 
     @property
     def report_interval(self) -> float:

@@ -17,7 +17,9 @@ Metrics (all labelled ``node``; link metrics also ``link``, GPU metrics ``gpu``)
 Traffic is exported as cumulative counters, Prometheus' convention: take
 ``rate(deepshare_link_receive_bytes_total[1m])`` for bytes/s; nothing moved between two scrapes is
 lost, whatever the scrape and report periods. A counter restarts from 0 when its agent restarts
-(``rate()`` handles the reset). The utilisation gauge is the agent's latest sample.
+(``rate()`` handles the reset). The utilisation gauge is the agent's latest sample. A stale
+node's series stay (its counters frozen) until the view forgets it, ``stale_retention_s`` after
+it turned stale (:class:`~deepshare.agents.view.ClusterState`); then they end.
 
 Values are read from the view at scrape time by a custom collector in a registry of the
 exporter's own (no global registry). :meth:`MetricsExporter.start` binds ``127.0.0.1`` unless

@@ -6,15 +6,16 @@ compares ``ray.nodes()`` with its agents and starts one on each alive node that 
 that joined, or all of them after the monitor itself restarted; existing agents are found by
 name). Node names come from ``node_names`` (Ray node id or address -> name, e.g. the topology
 spec's ``node3``), else the node's hostname, suffixed with the node id's first 8 hex digits
-when several nodes share a hostname. The Prometheus endpoint starts only on
-:meth:`start_metrics`.
+when several nodes share a hostname. A node that left loses its agent handle and name at the
+next reconcile, and its view entry once it has been stale for ``stale_retention_s``, so churn
+never grows the monitor. The Prometheus endpoint starts only on :meth:`start_metrics`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -41,6 +42,18 @@ def node_name(info: Mapping[str, Any], all_nodes: list[Mapping[str, Any]], names
     return host if shared <= 1 else f"{host}-{node_id[:8]}"
 
 
+def forget_departed(agents: dict[str, Any], names: dict[str, str], alive: Collection[str]) -> list[str]:
+    """Drop the agent handle and the name of every Ray node id not in ``alive`` (the node left;
+    its view entry turns stale, then expires); returns the names dropped, sorted. Without it
+    both mappings would keep one entry per node that ever joined."""
+    dropped = []
+    for node_id in [i for i in names.keys() | agents.keys() if i not in alive]:
+        agents.pop(node_id, None)
+        if node_id in names:
+            dropped.append(names.pop(node_id))
+    return sorted(dropped)
+
+
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=8)
 class ContentionMonitor:
     """Cluster-wide contention view; see the module docstring."""
@@ -62,7 +75,7 @@ class ContentionMonitor:
         self._detached = detached
         self._namespace = namespace
         self._prefix = agent_prefix
-        self._state = ClusterState(config.stale_after)
+        self._state = ClusterState(config.stale_after, stale_retention_s=config.stale_retention_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name
         self._reconcile_lock = threading.Lock()
@@ -88,8 +101,8 @@ class ContentionMonitor:
         with self._reconcile_lock:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
-            for node_id in [i for i in self._agents if i not in alive]:
-                del self._agents[node_id]  # its node left; the view turns it stale
+            forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
+            self._state.forget_expired()  # also when nobody reads the view or scrapes
             started = []
             for node_id, info in alive.items():
                 if node_id in self._agents:

@@ -3,20 +3,23 @@
 :class:`Sampler` is what a :class:`~deepshare.agents.agent.NodeAgent` runs on its timer and
 what ``deepshare agents probe`` runs twice over a short window. A probe that is unavailable, or
 whose read fails, is reported with its reason and retried next step: a probe can never stop the
-sampler. Reports are kept in a bounded buffer (``deque(maxlen=buffer_size)``).
+sampler. Reports are kept in a bounded buffer (``deque(maxlen=buffer_size)``). The node-wide
+``nic`` and ``pcie`` links (:mod:`~deepshare.agents.links`) are left out of a sample in which one
+of their members has no rate, and their byte totals only ever grow.
 :class:`ReportSchedule` decides which samples an agent also sends to the monitor.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from deepshare.agents.config import report_period
+from deepshare.agents.config import MIN_INTERVAL_S, report_period
 from deepshare.agents.scoring import contention_score, gpu_contention
-from deepshare.agents.links import with_node_links
+from deepshare.agents.links import NIC, aggregate_of, nic_source, with_node_links
 from deepshare.agents.probes.base import Probe
 from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus
 from deepshare.agents.samples import LinkRate, ProbeSample
@@ -34,9 +37,10 @@ class ReportSchedule:
     """
 
     def __init__(self, interval_s: float, report_interval_s: float) -> None:
-        if not report_interval_s >= interval_s > 0:
+        if not math.inf > report_interval_s >= interval_s >= MIN_INTERVAL_S:
             raise ValueError(
-                f"report_interval_s ({report_interval_s:g}) must be at least interval_s ({interval_s:g}) > 0"
+                f"report_interval_s ({report_interval_s:g}) must be finite and at least interval_s ({interval_s:g}),"
+                f" itself at least {MIN_INTERVAL_S:g} s"
             )
         self.interval_s = interval_s
         self.period_s = report_period(interval_s, report_interval_s)
@@ -76,6 +80,8 @@ class Sampler:
         self._wall = wall
         self._prev: dict[int, ProbeSample] = {}  # by position: two probes may share a name
         self._totals: dict[str, tuple[float, float]] = {}  # link -> (rx, tx) bytes since start
+        source = nic_source(p.name for p in self.probes if p.available)  # availability is fixed at construction
+        self._nic_prefix = None if source is None else source[1]
         self._seq = 0
         self._pid = os.getpid()
         self._started_at = wall()
@@ -86,29 +92,33 @@ class Sampler:
         rates: list[LinkRate] = []
         gauges: dict[str, float] = {}
         statuses: list[ProbeStatus] = []
+        unrated: set[str] = set()  # links a probe had or has that carry no rate in this sample
         for i, probe in enumerate(self.probes):
             if not probe.available:
                 statuses.append(ProbeStatus(probe.name, False, probe.reason))
                 continue
+            before = self._prev.get(i)
             try:
                 sample = probe.sample()
-                found = probe.rates(self._prev.get(i), sample)
+                found = probe.rates(before, sample)
             except Exception as exc:  # noqa: BLE001 - a probe must never stop the agent
                 self._prev.pop(i, None)
+                unrated.update(before.links if before is not None else ())
                 statuses.append(ProbeStatus(probe.name, False, f"sample failed: {exc}"))
                 continue
-            before = self._prev.get(i)
             self._prev[i] = sample
             if before is not None and sample.timestamp > before.timestamp:
                 self._accumulate(found, sample.timestamp - before.timestamp)
+            unrated |= _unrated(before, sample, found)
             rates.extend(found)
             gauges.update(sample.gauges)
             statuses.append(ProbeStatus(probe.name, True, "", len(sample.links)))
-        totals = self._node_totals(rates)
+        totals = self._node_totals()
+        node_links = with_node_links(rates, self.node_spec, self._nic_prefix, self._incomplete(unrated))
         links = tuple(
             LinkStat(r.link, r.rx_bytes_per_s, r.tx_bytes_per_s, r.utilization, contention_score(r.utilization),
                      r.capacity_bytes_per_s, *totals.get(r.link, (0.0, 0.0)))
-            for r in with_node_links(rates, self.node_spec)
+            for r in node_links
         )
         report = NodeReport(
             node=self.node,
@@ -133,15 +143,38 @@ class Sampler:
             rx, tx = self._totals.get(r.link, (0.0, 0.0))
             self._totals[r.link] = (rx + r.rx_bytes_per_s * seconds, tx + r.tx_bytes_per_s * seconds)
 
-    def _node_totals(self, rates: Sequence[LinkRate]) -> dict[str, tuple[float, float]]:
-        """Per-link totals, with the node-wide ``nic`` / ``pcie`` aggregates summed the same way
-        as their rates (over this sample's members)."""
-        as_rates = [LinkRate(r.link, *self._totals.get(r.link, (0.0, 0.0)), None) for r in rates]
-        return {r.link: (r.rx_bytes_per_s, r.tx_bytes_per_s) for r in with_node_links(as_rates, self.node_spec)}
+    def _incomplete(self, unrated: Iterable[str]) -> set[str]:
+        """The node-wide links to leave out of this sample: those with a member in ``unrated``
+        (a sum without it would understate the load), and ``nic`` when no InfiniBand or Ethernet
+        probe is available (no ports make it up; a probe that names ``nic`` itself still counts)."""
+        out = {agg for agg in (aggregate_of(link, self._nic_prefix) for link in unrated) if agg is not None}
+        if self._nic_prefix is None:
+            out.add(NIC)
+        return out
+
+    def _node_totals(self) -> dict[str, tuple[float, float]]:
+        """Bytes per link since the start, plus per node-wide link (``nic``, ``pcie``) the sum over
+        every member that ever carried traffic, not only this sample's: a member missing from one
+        sample must not make the total fall, which Prometheus would read as a counter reset."""
+        sums: dict[str, tuple[float, float]] = {}
+        for link, (rx, tx) in self._totals.items():
+            agg = aggregate_of(link, self._nic_prefix)
+            if agg is not None:
+                sum_rx, sum_tx = sums.get(agg, (0.0, 0.0))
+                sums[agg] = (sum_rx + rx, sum_tx + tx)
+        return {**sums, **self._totals}  # a probe that names ``nic`` or ``pcie`` itself wins
 
     def close(self) -> None:
         for probe in self.probes:
             probe.close()
+
+
+def _unrated(before: ProbeSample | None, sample: ProbeSample, found: Sequence[LinkRate]) -> set[str]:
+    """Links of a probe's previous or current sample without a rate now: a port or GPU dropped
+    from this sample (a failed NVML field, an interface that went away), or one with no earlier
+    reading to take a counter's difference from (the first sample, or the first after a failure)."""
+    links = set(sample.links) if before is None else set(sample.links) | set(before.links)
+    return links - {r.link for r in found}
 
 
 def measure(

@@ -3,7 +3,10 @@
 :class:`ClusterState` is plain and thread-safe (a lock): the monitor actor feeds it reports and
 reads snapshots from its own threads. Ages use the *monitor's* monotonic clock at receipt, so
 nodes' clocks never need to agree; a node is stale when nothing arrived for ``stale_after_s``
-(an agent that was started but never reported counts from its start). Report latency (receipt
+(an agent that was started but never reported counts from its start). A node that stayed stale
+for longer than ``stale_retention_s`` (a node that left the cluster) is forgotten, by the next
+snapshot or :meth:`ClusterState.forget_expired`, so a cluster whose nodes come and go keeps a
+bounded view and ``/metrics`` page. Report latency (receipt
 minus the agent's wall-clock sample time) is kept for the benchmark; it assumes synchronised
 wall clocks, which holds on one machine.
 """
@@ -16,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from deepshare.agents.config import DEFAULT_STALE_RETENTION_S
 from deepshare.agents.report import NodeReport
 
 
@@ -91,7 +95,8 @@ class _Entry:
 
 
 class ClusterState:
-    """Latest report per node; thread-safe."""
+    """Latest report per node; thread-safe. A node stale for longer than ``stale_retention_s``
+    is dropped (see the module docstring)."""
 
     def __init__(
         self,
@@ -99,10 +104,14 @@ class ClusterState:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         latency_window: int = 10_000,
+        stale_retention_s: float = DEFAULT_STALE_RETENTION_S,
     ) -> None:
         if not stale_after_s > 0:
             raise ValueError(f"stale_after_s must be positive, got {stale_after_s}")
+        if not stale_retention_s >= 0:
+            raise ValueError(f"stale_retention_s must be >= 0, got {stale_retention_s}")
         self.stale_after_s = stale_after_s
+        self.stale_retention_s = stale_retention_s
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
@@ -141,9 +150,24 @@ class ClusterState:
             entry.reports += 1
             self._latencies.append(received - report.sampled_at)
 
+    def forget_expired(self) -> list[str]:
+        """Drop every node stale for longer than ``stale_retention_s``; returns their names."""
+        with self._lock:
+            return self._forget_expired(self._clock())
+
+    def _forget_expired(self, now: float) -> list[str]:
+        """:meth:`forget_expired` with the lock held."""
+        limit = self.stale_after_s + self.stale_retention_s
+        expired = [name for name, e in self._nodes.items() if now - e.seen > limit]
+        for name in expired:
+            del self._nodes[name]
+        return expired
+
     def snapshot(self) -> ClusterSnapshot:
+        """Every node the state still holds (expired ones are forgotten first), by name."""
         now = self._clock()
         with self._lock:
+            self._forget_expired(now)
             nodes = tuple(
                 NodeState(name, e.node_id, now - e.seen, now - e.seen > self.stale_after_s, e.restarts, e.reports,
                           e.report)

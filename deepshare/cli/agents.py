@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from deepshare.agents.config import MONITOR_NAME, AgentConfig, default_report_interval, report_period
+from deepshare.agents.config import MIN_INTERVAL_S, MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.cli.output import add_json_flag, to_stdout, write_json
 from deepshare.cli.args import number, port_number, print_line
 from deepshare.cli.help import command
@@ -29,8 +29,10 @@ START_TIMEOUT_S = 120.0
 
 
 def seconds(high: float) -> Any:
-    """An argparse type for a duration in (0, ``high``] seconds that names the accepted range."""
-    return number(float, lambda v: 0 < v <= high, f"seconds in (0, {high:g}]")
+    """An argparse type for a duration in [:data:`~deepshare.agents.config.MIN_INTERVAL_S`,
+    ``high``] seconds that names the accepted range (a 5e-324 s interval would overflow the
+    report period's count of samples)."""
+    return number(float, lambda v: MIN_INTERVAL_S <= v <= high, f"seconds in [{MIN_INTERVAL_S:g}, {high:g}]")
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -16,6 +16,10 @@ What is read, per GPU ``K`` (links ``gpuK/pcie`` and ``gpuK/nvlink``, gauge ``gp
 
 ``nvml`` is the module to use (tests pass a fake); an ``NVMLError`` from ``nvmlInit`` (no
 driver, no library, no GPU) makes the probe unavailable with NVML's message as the reason.
+``nvmlDeviceGetFieldValues`` can succeed while one field carries its own error (its value then
+means nothing, often 0): that GPU's link is left out of the sample, so the sampler has no
+previous reading of it and the next good sample starts a fresh interval, instead of a 0 read as
+a counter reset followed by the whole since-boot count as one interval's traffic.
 """
 
 from __future__ import annotations
@@ -147,6 +151,13 @@ class NvmlProbe(Probe):
         return len(self._gpus)
 
     # -- sampling ----------------------------------------------------------------------------
+    def _pair(self, values: list[Any]) -> tuple[float, float] | None:
+        """``(tx, rx)`` from the first two field values, or ``None`` when NVML reports an error
+        for either (a per-field ``nvmlReturn``; the call itself succeeded)."""
+        if any(v.nvmlReturn != self._nvml.NVML_SUCCESS for v in values[:2]):
+            return None
+        return field_value(values[0]), field_value(values[1])
+
     def _read(self) -> ProbeSample:
         nv = self._nvml
         links: dict[str, LinkReading] = {}
@@ -154,17 +165,20 @@ class NvmlProbe(Probe):
         try:
             now = self.clock()
             for gpu in self._gpus:
-                values = [field_value(v) for v in nv.nvmlDeviceGetFieldValues(gpu.handle, gpu.fields)] if gpu.fields else []
+                values = list(nv.nvmlDeviceGetFieldValues(gpu.handle, gpu.fields)) if gpu.fields else []
                 if gpu.pcie_counters:
-                    tx, rx = values[0], values[1]
-                    links[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, capacity_bytes_per_s=gpu.pcie_capacity)
+                    pair = self._pair(values)
+                    if pair is not None:  # else left out of this sample (see the module docstring)
+                        tx, rx = pair
+                        links[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, capacity_bytes_per_s=gpu.pcie_capacity)
                     values = values[2:]
                 else:
                     tx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_TX_BYTES) * KIB
                     rx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_RX_BYTES) * KIB
                     links[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, "rate", capacity_bytes_per_s=gpu.pcie_capacity)
-                if gpu.nvlink:
-                    tx, rx = values[0], values[1]
+                pair = self._pair(values) if gpu.nvlink else None
+                if pair is not None:
+                    tx, rx = pair
                     links[f"gpu{gpu.index}/nvlink"] = LinkReading(
                         rx, tx, unit_bytes=KIB, capacity_bytes_per_s=gpu.nvlink_capacity
                     )
