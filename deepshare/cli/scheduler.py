@@ -33,8 +33,9 @@ from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S, MAX_QUEUED
 
 DEFAULT_STATE = ".deepshare/scheduler"
-seconds = number(float, lambda v: 0 < v <= 86400, "a number of seconds in (0, 86400]")
-"""Periods and timeouts: positive and at most a day (larger values overflow the waits)."""
+seconds = number(float, lambda v: 0.001 <= v <= 86400, "a number of seconds in [0.001, 86400]")
+"""Periods and timeouts: at least a millisecond (``--interval 5e-324`` spun the loop on one core)
+and at most a day (larger values overflow the waits)."""
 EXIT_RUNTIME = 1
 JOB_STATES = ("queued", "running", "finished", "failed", "cancelled")
 """The journal's job states (``deepshare.runtime.journal.JobState``; not imported to keep the parser light)."""

@@ -248,11 +248,12 @@ def test_client_without_any_token_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--interval", "1e10"], "--interval: expected a number of seconds in (0, 86400]"),
+    (["--interval", "1e10"], "--interval: expected a number of seconds in [0.001, 86400]"),
+    (["--interval", "5e-324"], "--interval: expected a number of seconds in [0.001, 86400]"),
     (["--preempt-grace", "inf"], "--preempt-grace: expected a number of seconds"),
     (["--launch-timeout", "nan"], "--launch-timeout: expected a number of seconds"),
     (["--max-launch-attempts", "0"], "--max-launch-attempts: expected a positive integer"),
-    (["--decision-timeout", "0"], "--decision-timeout: expected a number of seconds in (0, 86400]"),
+    (["--decision-timeout", "0"], "--decision-timeout: expected a number of seconds in [0.001, 86400]"),
 ])
 def test_out_of_range_flags_are_one_line(tmp_path, capsys, no_ray, flags, message):
     with pytest.raises(SystemExit) as exit_:
