@@ -5,7 +5,8 @@ a learning curve's ``curve/iter_0003.pt``) names a path that a Ray worker on ano
 does not have. On a cluster the driver reads each such file once (:func:`driver_files`), the
 bytes travel through Ray's object store, and a worker writes them to a file of its own machine
 (:func:`local_spec`) and builds the policy from that copy. The copy's name is the content's hash,
-so every task on a node reuses one file and two different files never share a copy. Results stay
+so every task on a node reuses one file and two different files never share a copy; a copy is
+reused only when its content still hashes to its name, in a folder only this user can write. Results stay
 keyed by the driver's spec; only the policy's own metadata (its ``checkpoint``) names the copy.
 Nothing here looks at a policy's name: any spec whose argument is a driver file is carried.
 """
@@ -13,15 +14,17 @@ Nothing here looks at a policy's name: any spec whose argument is a driver file 
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Iterable
 
 from deepshare.core.atomic import write_bytes_atomic
 from deepshare.core.files import POLICY_BYTES, read_input_bytes
+from deepshare.runtime.private import check_not_shared, make_private_dirs, open_regular
 
 COPIES = "deepshare-policy-files"
-"""Folder under the worker's temporary directory that holds the copies."""
+"""Folder under the worker's temporary directory that holds the copies (suffixed with the user id)."""
 
 
 def driver_files(specs: Iterable[str]) -> dict[str, bytes]:
@@ -43,13 +46,39 @@ def _is_file(arg: str) -> bool:
         return False
 
 
+def copies_folder() -> Path:
+    """This user's folder of copies under the temporary directory (``deepshare-policy-files-UID``):
+    the temporary directory is shared, so the folder is made 0700 and refused when another user
+    made it or can write it (they could plant weights the workers would load)."""
+    folder = Path(tempfile.gettempdir()) / f"{COPIES}-{os.geteuid()}"
+    make_private_dirs(folder)
+    check_not_shared(folder, "policy file copies")
+    return folder
+
+
 def local_spec(spec: str, data: bytes, folder: str | Path | None = None) -> str:
     """``spec`` with its argument replaced by a copy of ``data`` on this machine (written once,
-    atomically, under ``folder``, by default the temporary directory's :data:`COPIES`)."""
+    atomically, under ``folder``, by default :func:`copies_folder`). A copy already there is
+    reused only when its content hashes to the same digest: a file of the right name and size
+    is not enough."""
     base, _, arg = spec.partition("=")
-    digest = hashlib.sha256(data).hexdigest()[:32]
-    copy = Path(folder or Path(tempfile.gettempdir()) / COPIES) / digest / (Path(arg).name or "policy")
-    if not (copy.is_file() and copy.stat().st_size == len(data)):
-        copy.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(data).hexdigest()
+    copy = Path(folder or copies_folder()) / digest[:32] / (Path(arg).name or "policy")
+    if not _holds(copy, digest, len(data)):
+        make_private_dirs(copy.parent)
         write_bytes_atomic(copy, data, "policy file copy")
     return f"{base}={copy}"
+
+
+def _holds(copy: Path, digest: str, size: int) -> bool:
+    """Whether ``copy`` is a regular file of ``size`` bytes whose sha256 is ``digest``."""
+    try:
+        with os.fdopen(open_regular(copy, os.O_RDONLY), "rb") as fh:  # no symlink, no FIFO to wait on
+            if os.fstat(fh.fileno()).st_size != size:
+                return False
+            found = hashlib.sha256()
+            while chunk := fh.read(1 << 20):
+                found.update(chunk)
+    except OSError:
+        return False
+    return found.hexdigest() == digest
