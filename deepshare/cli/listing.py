@@ -93,7 +93,7 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     base, eq, arg = given.partition("=")
     target = Path(arg if eq else given)
     card_file: Path | None = None
-    if not eq and not target.exists():
+    if not eq and not (target.is_file() or target.name.endswith(CARD_SUFFIX)):  # a name (a folder named so too)
         nameless: list[str] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
         for path, card in shipped_cards():
             if isinstance(card, DeepShareError):
@@ -127,7 +127,8 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
             raise DeepShareError(f"--card {given}: no card ({card_file} not found); "
                                  "`deepshare export-policy` writes a policy file with its card")
     card = read_card(card_file)
-    weights = card_file.with_name(card.weights)
+    # The file the user named is what is checked; given a card, the weights it names beside it.
+    weights = card_file.with_name(card.weights) if target.name.endswith(CARD_SUFFIX) or card_file != card_path(target) else target
     if weights.exists():
         from deepshare.policies.checkpoint import scorer_from_file
 

@@ -35,3 +35,14 @@ class Unavailable(Exception):
     was asked: the step is
     retried later and none of its jobs is blamed (the live scheduler isolates a job only for its
     data)."""
+
+
+def shown(value: object) -> str:
+    """``value`` for an error message: a ``repr`` cut to a few levels and about 100 characters, so
+    a file's 10 MB string or a list nested 100,000 deep makes one short line, not a huge one or
+    a RecursionError."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlist, short.maxdict = 3, 80, 80, 6, 6
+    return short.repr(value)

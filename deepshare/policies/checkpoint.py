@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.encoding import FEATURES, EncodingConfig
 from deepshare.policies.learned import HybridRules, LearnedPolicy
@@ -52,14 +52,26 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
     write_bytes_atomic(path, buffer.getvalue(), "policy file")
 
 
-def plain(value: Any) -> Any:
+MAX_METADATA_DEPTH = 32
+"""Deepest nesting of a policy file's metadata (what the trainer writes is 4 levels deep): deeper
+documents ended a load or an export in a RecursionError."""
+MAX_HIDDEN = 4096
+"""Widest scorer a policy file may declare (the shipped ones are 64): the width sizes the network
+built to receive the weights, so a 30 KB file declaring 30,000 took 3.75 GB before its weights
+were compared."""
+
+
+def plain(value: Any, depth: int = 0) -> Any:
     """``value`` as the data a weights-only load accepts: dicts, lists, tuples, str, int, float,
-    bool and None; anything else (a ``Path``, an enum) becomes its string, so an export can never
-    write a file its own loader refuses."""
+    bool and None; anything else (a ``Path``, an enum, a tensor, bytes) becomes its string, so an
+    export can never write a file its own loader refuses, and a loaded file's metadata is plain
+    data whatever it held. Nested deeper than :data:`MAX_METADATA_DEPTH`: a DeepShareError."""
+    if depth > MAX_METADATA_DEPTH:
+        raise DeepShareError(f"metadata nested deeper than {MAX_METADATA_DEPTH} levels")
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
+        return type(value)(plain(v, depth + 1) for v in value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
@@ -85,6 +97,7 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
     # A regular file within the bound, read first: torch.load on a FIFO would wait forever, on /dev/zero read forever.
     data = read_input_bytes(path, "policy file", POLICY_BYTES, label=f"policy checkpoint {path}",
                             not_found="file not found")
+    _check_archive(data, path, POLICY_BYTES)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -102,9 +115,33 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (format {FORMAT_VERSION})")
     encoding = doc.get("encoding")
     extras = encoding.get("extra_features", ()) if isinstance(encoding, dict) else ()
+    if "features" not in doc:
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (no features)")
     if not isinstance(extras, (list, tuple)) or doc["features"] != list(FEATURES) + list(extras):
         raise DeepShareError(f"policy checkpoint {path}: trained on other features than this version encodes")
     return doc
+
+
+def _check_archive(data: bytes, path: str | Path, limit: int) -> None:
+    """Refuse a policy file whose zip entries are compressed or would unpack to more than
+    ``limit`` bytes: ``torch.save`` stores entries as they are, and torch inflates compressed
+    ones, so a 2 MB file of deflated zeros unpacked to a 2 GiB tensor (about 1,000x) before any
+    check could look at it."""
+    import io
+    import zipfile
+
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        return  # not torch's archive format: torch refuses it, or reads it as a plain pickle
+    try:
+        entries = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (a damaged archive)") from None
+    packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise DeepShareError(f"policy checkpoint {path}: refused: archive entries are compressed ({shown(packed[0])}); "
+                             "torch.save stores them as they are")
+    if sum(e.file_size for e in entries) > limit:
+        raise DeepShareError(f"policy checkpoint {path}: refused: its entries unpack to more than {limit:,} bytes")
 
 
 class TorchScorer:
@@ -189,12 +226,15 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (no {', '.join(missing)})")
     encoding = _encoding(doc["encoding"], path)
     hidden, weights, metadata = doc["hidden"], doc["state_dict"], doc["metadata"]
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-        raise DeepShareError(f"policy checkpoint {path}: hidden: expected a positive integer, got {hidden!r}")
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= MAX_HIDDEN:
+        raise DeepShareError(f"policy checkpoint {path}: hidden: expected an integer in 1..{MAX_HIDDEN}, got {shown(hidden)}")
     if not isinstance(metadata, dict):
         raise DeepShareError(f"policy checkpoint {path}: metadata: expected a mapping, got {type(metadata).__name__}")
-    net = CandidateScorer(len(encoding.features), hidden)
-    expected = {name: tuple(tensor.shape) for name, tensor in net.state_dict().items()}
+    try:
+        metadata = plain(metadata)  # plain data whatever the file held: /v1/policy and the card show it
+    except DeepShareError as exc:
+        raise DeepShareError(f"policy checkpoint {path}: {exc}") from None
+    expected = scorer_shapes(len(encoding.features), hidden)  # before building a network of that size
     given = {name: tuple(getattr(tensor, "shape", ())) for name, tensor in weights.items()} if isinstance(weights, dict) else None
     if given is not None and not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in weights.values()):
         raise DeepShareError(f"policy checkpoint {path}: state_dict: expected real floating-point tensors")
@@ -203,12 +243,24 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
             f"policy checkpoint {path}: state_dict: expected the weights of a {len(encoding.features)}-feature, "
             f"{hidden}-wide scorer ({_shapes(expected)}), got {_shapes(given) if given is not None else type(weights).__name__}"
         )
+    net = CandidateScorer(len(encoding.features), hidden)
     try:
         net.load_state_dict(weights)
     except (RuntimeError, TypeError) as exc:  # e.g. a tensor of another dtype torch cannot copy
         raise DeepShareError(f"policy checkpoint {path}: state_dict: {str(exc).strip().splitlines()[0]}") from None
+    for name, tensor in net.state_dict().items():  # as float32: a float64 1e300 turns inf in the copy
+        if not bool(torch.isfinite(tensor).all()):
+            raise DeepShareError(f"policy checkpoint {path}: state_dict: {name} holds NaN or infinite weights "
+                                 "(every score would be NaN or infinite, and decisions meaningless)")
     net.eval()
     return TorchScorer(net), encoding, metadata
+
+
+def scorer_shapes(features: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of a :class:`~deepshare.policies.scorer_net.CandidateScorer` of that
+    size, by state-dict name, without building one."""
+    return {"trunk.0.weight": (hidden, features), "trunk.0.bias": (hidden,), "trunk.2.weight": (hidden, hidden),
+            "trunk.2.bias": (hidden,), "head.weight": (1, hidden), "head.bias": (1,)}
 
 
 def _shapes(shapes: dict[str, tuple[int, ...]]) -> str:
@@ -263,8 +315,8 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
     rules: dict[str, Any] = {}
     for key, value in rule_mapping(given, where, ("min_ratio", "utilisation_floor", "anchor")).items():
         if key == "anchor":
-            if not isinstance(value, (list, tuple)):
-                raise DeepShareError(f"{where}.anchor: expected [order, placement], got {value!r}")
+            if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
+                raise DeepShareError(f"{where}.anchor: expected [order, placement], got {shown(value)}")
             try:
                 rules[key] = check_anchor(value)
             except ValueError as exc:
@@ -280,10 +332,10 @@ def rule_mapping(given: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any
     if not given:
         return {}
     if not isinstance(given, dict):
-        raise DeepShareError(f"{where}: expected a mapping of {', '.join(keys)}; got {given!r}")
-    unknown = sorted(set(given) - set(keys))
+        raise DeepShareError(f"{where}: expected a mapping of {', '.join(keys)}; got {shown(given)}")
+    unknown = sorted(map(str, set(given) - set(keys)))
     if unknown:
-        raise DeepShareError(f"{where}: unknown {unknown}; expected {', '.join(keys)}")
+        raise DeepShareError(f"{where}: unknown {shown(unknown)}; expected {', '.join(keys)}")
     return given
 
 
@@ -291,5 +343,5 @@ def rule_number(where: str, value: Any) -> float:
     """A rule's threshold from a policy file's metadata: a finite number >= 0, else a
     DeepShareError naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise DeepShareError(f"{where}: expected a number >= 0, got {value!r}")
+        raise DeepShareError(f"{where}: expected a number >= 0, got {shown(value)}")
     return float(value)

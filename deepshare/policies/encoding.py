@@ -49,6 +49,10 @@ JOB_FEATURES = (
 GLOBAL_FEATURES = ("utilisation", "queue_length", "running_jobs", "free_over_demand")
 FEATURES = JOB_FEATURES + GLOBAL_FEATURES
 WAIT_INDEX = 0
+MAX_ROWS = 1024
+"""Most rows a choice may show, and most jobs it may offer (the shipped encoding: 16 and 5): every
+step builds a (rows x features) observation, so a policy file asking 10**12 rows asked for
+terabytes at its first decision."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,9 @@ class EncodingConfig:
             object.__setattr__(self, "anchor", check_anchor(self.anchor))
         for name, least in (("max_candidates", 2), ("jobs_considered", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an integer >= {least}"
-                                 f"{' (wait + one launch)' if least == 2 else ''}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_ROWS:
+                raise ValueError(f"{name} must be an integer in {least}..{MAX_ROWS}"
+                                 f"{' (wait + one launch at least)' if least == 2 else ''}, got {value!r}")
         if self.offer_order not in ORDERS:
             raise ValueError(f"offer_order {self.offer_order!r} is unknown; expected one of {sorted(ORDERS)}")
         unknown = [g for g in self.generators if g not in PLACEMENTS]

@@ -113,13 +113,13 @@ def preemptive_heuristic(name: Any, file: Any) -> HeuristicPolicy:
     ``preemptive`` names, built from the same tables as the registry's (the registry imports this
     module, so this module does not import the registry); anything else is a DeepShareError naming
     the file and the key."""
-    from deepshare.core.errors import DeepShareError
+    from deepshare.core.errors import DeepShareError, shown
 
     parts = name.split("+") if isinstance(name, str) else []
     if len(parts) != 3 or parts[0] not in ORDERS or parts[1] not in PLACEMENTS or parts[2] != "preempt":
         raise DeepShareError(
             f"policy checkpoint {file}: metadata preemptive: expected a preemptive heuristic ORDER+PLACEMENT+preempt"
-            f" (orders {', '.join(sorted(ORDERS))}; placements {', '.join(sorted(PLACEMENTS))}), got {name!r}"
+            f" (orders {', '.join(sorted(ORDERS))}; placements {', '.join(sorted(PLACEMENTS))}), got {shown(name)}"
         )
     return HeuristicPolicy(name, ORDERS[parts[0]][0], PLACEMENTS[parts[1]][0], preemptive=True)
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from deepshare.core.bounds import MAX_DURATION_S
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 
 CARD_FORMAT = 1
 CARD_SUFFIX = ".card.yaml"
@@ -48,8 +49,34 @@ RULE_KEYS = ("hybrid_rules", "preemptive", "preempt_rules")
 """The metadata keys of a policy file that change how it decides; a card copies them exactly."""
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters but tab and newline: ESC sequences in a card (or the metadata it is made
+from) would reach the terminal of whoever runs ``policies --card`` or ``export-policy``."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        """Every text of a card (in lists and mappings too) free of control characters."""
+        for text in _texts(value):
+            if _CONTROL.search(text):
+                raise ValueError(f"control characters are not allowed in a card, got {text[:80]!r}")
+        return value
+
+
+def _texts(value: Any) -> list[str]:
+    """The strings in ``value`` (itself, or in its lists and mappings, keys included; not in models,
+    which check their own)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _texts(v)]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*_texts(k), *_texts(v))]
+    return []
 
 
 class HybridRulesCard(_Strict):
@@ -174,7 +201,7 @@ class PolicyCard(_Strict):
     card: Literal[1]
     """The card format."""
     weights: str = Field(min_length=1)
-    """The weights file's name (the card lies in the same folder)."""
+    """The weights file's name (the card lies in the same folder): a bare name, not a path."""
     weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     loaded_by: list[str] = Field(default_factory=list)
     """Registered names that load this file by default ([] : only as ``NAME=PATH``)."""
@@ -195,6 +222,13 @@ class PolicyCard(_Strict):
     """Suite name -> figures, headline suite first; {} when none were measured (``figures_note``)."""
     figures_note: str | None = None
     notes: str | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _bare_name(cls, value: str) -> str:
+        if value in (".", "..") or "/" in value or "\\" in value:
+            raise ValueError(f"expected the weights file's bare name (it lies beside the card), got {value[:80]!r}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "PolicyCard":
@@ -384,9 +418,16 @@ def information_of(metadata: Mapping[str, Any], encoding: Mapping[str, Any]) -> 
         durations, note = ["exact"], "the file predates the information model: its episodes showed exact remaining work"
     elif isinstance(durations, str):
         durations = [durations]
+    if not isinstance(durations, (list, tuple)) or not durations or \
+            not all(d in ("exact", "estimated", "unknown") for d in durations):
+        raise DeepShareError(f"metadata env.durations: expected exact, estimated or unknown (or a list of them), "
+                             f"got {shown(durations)}")
     errors = env.get("estimate_errors") or []
     if isinstance(errors, (int, float)):
         errors = [errors]
+    if not isinstance(errors, (list, tuple)) or not all(
+            isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e >= 0 for e in errors):
+        raise DeepShareError(f"metadata env.estimate_errors: expected numbers >= 0, got {shown(errors)}")
     return Information(durations=list(durations), estimate_errors=[float(e) for e in errors],
                        extra_features=list(encoding.get("extra_features") or ()),
                        offer_order=encoding.get("offer_order"), note=note)

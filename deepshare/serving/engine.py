@@ -148,7 +148,8 @@ class PlacementEngine:
         trained = {k: v for k, v in self.metadata.items() if k != "checkpoint"} or None
         if trained and isinstance(trained.get("env"), dict):
             env = dict(trained["env"])
-            env["traces"] = [Path(t).name for t in env.get("traces", ())]
+            traces = env.get("traces", ())  # names only; a file's odd value is not shown
+            env["traces"] = [Path(t).name for t in traces if isinstance(t, str)] if isinstance(traces, (list, tuple)) else []
             trained["env"] = env
         if trained and isinstance(trained.get("model"), dict) and isinstance(trained["model"].get("init_from"), str):
             trained["model"] = {**trained["model"], "init_from": _not_local(trained["model"]["init_from"])}

@@ -158,15 +158,15 @@ def _set(key, value):
         ("no-weights", lambda doc: doc.pop("state_dict"), r"not a DeepShare policy file \(no state_dict\)"),
         ("no-metadata", lambda doc: doc.pop("metadata"), r"\(no metadata\)"),
         ("narrower", _set("hidden", 32), r"state_dict: expected the weights of a 26-feature, 32-wide scorer"),
-        ("hidden-text", _set("hidden", "64"), r"hidden: expected a positive integer, got '64'"),
-        ("hidden-negative", _set("hidden", -3), r"hidden: expected a positive integer, got -3"),
+        ("hidden-text", _set("hidden", "64"), r"hidden: expected an integer in 1..4096, got .64."),
+        ("hidden-negative", _set("hidden", -3), r"hidden: expected an integer in 1..4096, got -3"),
         ("metadata-list", _set("metadata", [1]), r"metadata: expected a mapping, got list"),
         ("weights-text", _set("state_dict", "x"), r"state_dict: expected the weights .* got str"),
         ("extra-weight", lambda doc: doc["state_dict"].__setitem__("extra", torch.zeros(1)), r"state_dict: expected the weights"),
         ("complex-weights", lambda doc: doc["state_dict"].__setitem__("head.bias", torch.zeros(1, dtype=torch.complex64)),
          r"state_dict: expected real floating-point tensors"),
         ("fractional-k", lambda doc: doc["encoding"].__setitem__("max_candidates", 2.5),
-         r"encoding: max_candidates must be an integer >= 2 \(wait \+ one launch\), got 2.5"),
+         r"encoding: max_candidates must be an integer in 2..1024 \(wait \+ one launch at least\), got 2.5"),
     ],
 )
 def test_a_damaged_policy_file_is_one_error_naming_the_field(tmp_path, name, edit, message):

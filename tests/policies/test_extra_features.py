@@ -153,7 +153,7 @@ def test_an_env_with_extras_observes_them_and_passes_the_gymnasium_checker():
 @pytest.mark.parametrize("change, says", [
     ({"extra_features": ["bogus"]}, "encoding: unknown extra features \\['bogus'\\]"),
     ({"anchor": ["nope", "packed"]}, "encoding: anchor order 'nope' is unknown"),
-    ({"max_candidates": 1}, r"encoding: max_candidates must be an integer >= 2 \(wait \+ one launch\), got 1"),
+    ({"max_candidates": 1}, r"encoding: max_candidates must be an integer in 2..1024 \(wait \+ one launch at least\), got 1"),
     ({"colour": "blue"}, "encoding: .*colour"),
 ])
 def test_a_file_with_a_bad_encoding_is_refused_in_one_line_naming_it(tmp_path, change, says):
