@@ -436,14 +436,15 @@ class ControlLoop:
         or remove the stopping ones."""
         ended: list[tuple[str, str]] = []
         stop: list[JobRecord] = []
-        for job in self.journal.jobs(JobState.RUNNING):
+        running = self.journal.jobs(JobState.RUNNING)
+        for job in running:
             try:
                 self._reap_one(job, cluster, stop, ended)
             except DATA_ERRORS as exc:
                 self._isolate(job, f"its run could not be polled ({_first_line(exc)})", ended)
-        polled = {job.job_id for job in stop}
-        for job_id in [j for j in self._stopping if j not in polled]:
-            del self._stopping[job_id]  # ended on another path (reaped above, or gone from the journal)
+        runs = {job.job_id: job.attempt for job in running}
+        for job_id in [j for j, s in self._stopping.items() if runs.get(j) != s.attempt]:
+            del self._stopping[job_id]  # that run is no longer the journal's (ended on another path)
         if stop:
             self._finish_stops(self._stop([(job, "cancelled") for job in stop]), ended)
         return ended

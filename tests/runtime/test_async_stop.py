@@ -113,3 +113,20 @@ def test_a_cancel_while_a_preemption_is_stopping_the_run_cancels_it(tmp_path):
     exits(rig, a)
     assert rig.loop.tick().ended == ((a, "cancelled"),)
     assert rig.fake.stop_requests == [(a, 1)] and rig.fake.live() == set()
+
+
+def test_a_stopping_run_that_does_not_answer_for_a_tick_keeps_its_request_and_its_grace(tmp_path):
+    rig = base.Rig(tmp_path / "state", make_policy("fifo+consolidated"), preempt_grace_s=5.0)
+    a = rig.submit("a", 1)
+    rig.loop.tick()
+    rig.fake.ignore_stop.add(a)
+    rig.journal.cancel(a)
+    rig.loop.tick()  # asked at t
+    (run,) = rig.fake.runs.values()
+    run.phase = RunPhase.UNKNOWN  # its workers did not answer this poll
+    rig.clock.t += 3.0
+    assert rig.loop.tick().ended == ()
+    run.phase = RunPhase.RUNNING
+    rig.clock.t += 2.0
+    assert rig.loop.tick().ended == ((a, "cancelled"),)  # t + 5: the first request's grace, not a new one
+    assert rig.fake.stop_requests == [(a, 1)]
