@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -238,7 +239,7 @@ def _ray_start_options(command: str, where: str) -> dict[str, str]:
     i = 0
     while i < len(words):
         starts = (Path(words[i]).name == "ray" and i + 1 < len(words) and words[i + 1] == "start"
-                  and (i == 0 or words[i - 1] in _SHELL_OPERATORS or words[i - 1] in ("exec", "sudo", "nohup")))
+                  and _command_position(words, i))
         if not starts:
             i += 1
             continue
@@ -254,6 +255,18 @@ def _ray_start_options(command: str, where: str) -> dict[str, str]:
                 i += 1
             i += 1
     return options
+
+
+def _command_position(words: list[str], i: int) -> bool:
+    """Whether ``words[i]`` is where a shell reads a command name: first, after an operator, or
+    after ``exec``/``sudo``/``nohup`` or variable assignments (``RAY_X=1 ray start``)."""
+    j = i - 1
+    while j >= 0 and _ASSIGNMENT.match(words[j]):
+        j -= 1
+    return j < 0 or words[j] in _SHELL_OPERATORS or words[j] in ("exec", "sudo", "nohup")
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 # -- KubeRay ---------------------------------------------------------------------------------

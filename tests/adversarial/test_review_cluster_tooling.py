@@ -142,6 +142,7 @@ def test_a_suspended_kuberay_group_is_left_out_and_said_so():
     (" # was --num-gpus=1", 8),  # a comment the shell drops
     ("; echo start --num-gpus=2", 8),  # another command's words
     (" && ray start --address=x:6379 --num-gpus 4", 4),  # a second ray start, option and value apart
+    ("; RAY_memory_monitor_refresh_ms=0 ray start --address=x:6379 --num-gpus=2", 2),  # after an assignment
 ])
 def test_the_local_providers_gpus_come_from_ray_start_as_the_shell_runs_it(extra, gpus):
     raw = yaml.safe_load(LOCAL.read_text())
