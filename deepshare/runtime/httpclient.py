@@ -4,19 +4,27 @@ client, as the placement service's :mod:`deepshare.serving.client`).
 Every failure a user can cause (no scheduler at the URL, a 4xx answer, a missing or wrong
 token) raises :class:`~deepshare.core.errors.DeepShareError` with the server's one-line message.
 The token goes in ``Authorization: Bearer`` (as the session's ``auth``, so a ``~/.netrc`` entry
-for the host cannot replace it); bodies are ``application/json``.
+for the host cannot replace it); bodies are ``application/json``; an answer is read up to
+:data:`MAX_ANSWER_BYTES`.
 """
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from typing import Any
 
 import requests
+import urllib3
 
 from deepshare.core.errors import DeepShareError
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
+
+
+MAX_ANSWER_BYTES = 64 * 2**20
+"""Largest answer read (a list of 10,000 jobs is a few MB): a server at a mistyped ``--url`` (or
+one that is not a scheduler) cannot fill the client's memory, decompressed size counted."""
 
 
 class BearerAuth(requests.auth.AuthBase):
@@ -53,20 +61,25 @@ class SchedulerClient:
 
     def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         try:
-            resp = self._session.request(method, self.url + path, json=body, params=params, timeout=self.timeout_s)
-        except requests.RequestException as exc:
+            resp = self._session.request(method, self.url + path, json=body, params=params, timeout=self.timeout_s,
+                                         stream=True)
+            with resp:
+                content = resp.raw.read(MAX_ANSWER_BYTES + 1, decode_content=True)
+        except (requests.RequestException, OSError, urllib3.exceptions.HTTPError) as exc:
             raise DeepShareError(f"{self.origin}: no scheduler answers ({_reason(exc)})") from None
+        if len(content) > MAX_ANSWER_BYTES:
+            raise DeepShareError(f"{self.url}: answered more than {MAX_ANSWER_BYTES:,} bytes; is this a DeepShare scheduler?")
         if resp.status_code >= 400:
             try:
-                message = resp.json().get("error") or resp.reason
-            except (ValueError, AttributeError):
+                message = str(json.loads(content).get("error") or resp.reason)[:1000]
+            except (ValueError, AttributeError, RecursionError):
                 message = resp.reason
             if resp.status_code == 401:
                 message = f"{message}; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler"
             raise DeepShareError(f"{self.url}: {message} (HTTP {resp.status_code})")
         try:
-            return resp.status_code, resp.json() if resp.content else None
-        except ValueError:
+            return resp.status_code, json.loads(content) if content else None
+        except (ValueError, RecursionError):
             raise DeepShareError(f"{self.url}: answered HTTP {resp.status_code} with a body that is not JSON; "
                                  "is this a DeepShare scheduler?") from None
 

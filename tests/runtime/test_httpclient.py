@@ -108,3 +108,37 @@ def test_no_scheduler_at_the_url_is_one_short_line():
     with pytest.raises(DeepShareError) as info:
         SchedulerClient("http://127.0.0.1:9", TOKEN).jobs()
     assert str(info.value) == "--url http://127.0.0.1:9: no scheduler answers (Connection refused)"
+
+
+def test_an_answer_beyond_the_limit_is_one_line_not_the_clients_memory(server, monkeypatch):
+    import deepshare.runtime.httpclient as httpclient
+
+    monkeypatch.setattr(httpclient, "MAX_ANSWER_BYTES", 1000)
+    server.answers[("GET", "/v1/jobs")] = (200, b"[" + b"1," * 5000 + b"1]")
+    with pytest.raises(DeepShareError) as info:
+        client(server).jobs()
+    assert str(info.value).endswith("answered more than 1,000 bytes; is this a DeepShare scheduler?")
+
+
+def test_a_gzip_answer_is_bounded_after_decompression(server, monkeypatch):
+    import gzip
+
+    import deepshare.runtime.httpclient as httpclient
+
+    monkeypatch.setattr(httpclient, "MAX_ANSWER_BYTES", 10_000)
+    bomb = gzip.compress(b" " * 1_000_000)  # 1 MB of spaces in about 1 KB
+
+    class Gzip(Script):
+        def _answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        do_GET = _answer
+
+    server.RequestHandlerClass = Gzip
+    with pytest.raises(DeepShareError, match="answered more than"):
+        client(server).jobs()
