@@ -6,6 +6,7 @@ the scheduler it talks to, in :mod:`deepshare.runtime.job`.
 
 from deepshare.runtime.job import (
     CHECKPOINT_FILE,
+    CorruptCheckpoint,
     UnsafeCheckpoint,
     attempt,
     checkpoint_dir,
@@ -23,7 +24,7 @@ from deepshare.runtime.job import (
 )
 
 __all__ = [
-    "CHECKPOINT_FILE", "UnsafeCheckpoint", "attempt", "checkpoint_dir", "init_process_group", "job_id",
+    "CHECKPOINT_FILE", "CorruptCheckpoint", "UnsafeCheckpoint", "attempt", "checkpoint_dir", "init_process_group", "job_id",
     "load_checkpoint", "local_rank", "master_addr", "master_port", "rank", "report", "save_checkpoint",
     "should_stop", "world_size",
 ]

@@ -20,30 +20,52 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from deepshare.core.atomic import write_text_atomic
+from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
+from deepshare.core.bounds import MAX_SAMPLES, MAX_STEP, MAX_THROUGHPUT
+from deepshare.core.errors import DeepShareError
 
 CHECKPOINT_FILE = "checkpoint.pt"
+STALE_TEMP_S = 3600.0
+"""A save's temporary file older than this is an orphan (its process was killed mid-save: the
+scheduler's SIGKILL after the grace lands while jobs checkpoint) and the next save removes it."""
 
 
-def _int_env(name: str, default: int) -> int:
+def _int_env(name: str, default: int, minimum: int = 0) -> int:
+    """The integer in ``$name`` (``default`` when unset or empty); a ValueError naming the
+    variable for anything else."""
     value = os.environ.get(name)
-    return default if value is None or value == "" else int(value)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"${name}: expected an integer >= {minimum}, got {value[:40]!r}") from None
+    if number < minimum:
+        raise ValueError(f"${name}: expected an integer >= {minimum}, got {number}")
+    return number
 
 
 def rank() -> int:
-    """This process's rank in the job, 0..world_size()-1."""
-    return _int_env("RANK", 0)
+    """This process's rank in the job, 0..world_size()-1 (a ValueError otherwise: with no rank 0,
+    nothing would ever save or report)."""
+    value = _int_env("RANK", 0)
+    size = world_size()
+    if value >= size:
+        raise ValueError(f"$RANK: expected 0..{size - 1} ($WORLD_SIZE is {size}), got {value}")
+    return value
 
 
 def world_size() -> int:
     """Processes in the job (one per GPU)."""
-    return _int_env("WORLD_SIZE", 1)
+    return _int_env("WORLD_SIZE", 1, minimum=1)
 
 
 def local_rank() -> int:
@@ -71,7 +93,8 @@ def attempt() -> int:
 
 
 def checkpoint_dir() -> Path:
-    return Path(os.environ.get("DEEPSHARE_CHECKPOINT_DIR", "checkpoints"))
+    """``$DEEPSHARE_CHECKPOINT_DIR``, or ``./checkpoints`` when it is unset or empty."""
+    return Path(os.environ.get("DEEPSHARE_CHECKPOINT_DIR") or "checkpoints")
 
 
 def _control_dir() -> Path | None:
@@ -105,8 +128,28 @@ def report(samples: float | None = None, throughput: float | None = None, step: 
     control = _control_dir()
     if control is None or rank() != 0:
         return
-    doc = {"samples": samples, "throughput": throughput, "step": step, "time": time.time()}
-    write_text_atomic(control / "report.json", json.dumps(doc), "progress report")
+    doc = {"samples": _reported("samples", samples, float, MAX_SAMPLES),
+           "throughput": _reported("throughput", throughput, float, MAX_THROUGHPUT),
+           "step": _reported("step", step, int, MAX_STEP), "time": time.time()}
+    write_text_atomic(control / "report.json", json.dumps(doc, allow_nan=False), "progress report")
+
+
+def _reported(name: str, value: Any, kind: type, most: float) -> float | int | None:
+    """``value`` as the plain number a report holds (a numpy or 0-d torch number too); None, with
+    a warning, for what the scheduler would refuse (:func:`~deepshare.runtime.reports.check_report`:
+    a bool, NaN, infinity, a number outside 0..``most`` or, for ``step``, a fraction): a progress
+    report must never end the training step that sends it."""
+    if value is None:
+        return None
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
+        number = math.nan
+    if not 0 <= number <= most or (kind is int and not number.is_integer()):  # NaN fails the range too
+        warnings.warn(f"deepshare.job.report: {name}={str(value)[:40]} left out: expected a number from 0 to {most:g}"
+                      f"{' (a whole step)' if kind is int else ''}", RuntimeWarning, stacklevel=3)
+        return None
+    return int(number) if kind is int else number
 
 
 def should_stop(sync: bool = True) -> bool:
@@ -140,7 +183,10 @@ def save_checkpoint(state: Any) -> Path | None:
     if rank() != 0:
         return None
     folder = checkpoint_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DeepShareError(f"{folder}: cannot hold checkpoints: {exc.strerror or exc}") from None
     buf = io.BytesIO()
     try:
         import torch
@@ -148,14 +194,21 @@ def save_checkpoint(state: Any) -> Path | None:
         torch.save(state, buf)
     except ImportError:  # pragma: no cover
         pickle.dump(state, buf)
-    target = folder / CHECKPOINT_FILE
-    tmp = folder / f".{CHECKPOINT_FILE}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(buf.getvalue())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-    return target
+    _remove_orphans(folder)
+    # A fresh temporary file of a random name, never a symlink someone planted, removed if the
+    # write fails; two saves at once each rename a whole file of their own.
+    return write_bytes_atomic(folder / CHECKPOINT_FILE, buf.getvalue(), "checkpoint")
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Delete temporary files of saves killed midway (older than :data:`STALE_TEMP_S`)."""
+    cutoff = time.time() - STALE_TEMP_S
+    for tmp in folder.glob(f".{CHECKPOINT_FILE}.*.tmp"):
+        try:
+            if tmp.lstat().st_mtime < cutoff:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def load_checkpoint(*, weights_only: bool = True) -> Any | None:
@@ -167,10 +220,17 @@ def load_checkpoint(*, weights_only: bool = True) -> Any | None:
     code raises :class:`UnsafeCheckpoint` instead of running it. Pass ``weights_only=False`` only
     for a state with custom classes in a folder nobody else can write.
     """
+    from deepshare.runtime.private import open_regular
+
     path = checkpoint_dir() / CHECKPOINT_FILE
-    if not path.exists():
+    try:
+        fh = os.fdopen(open_regular(path, os.O_RDONLY), "rb")  # a FIFO planted there must not hang the start
+    except FileNotFoundError:
         return None
-    data = path.read_bytes()
+    except OSError as exc:
+        raise CorruptCheckpoint(f"{path}: cannot read the checkpoint: {exc.strerror or exc}") from None
+    with fh:
+        data = fh.read()
     try:
         import torch
     except ImportError:  # pragma: no cover - torch-free jobs
@@ -178,12 +238,45 @@ def load_checkpoint(*, weights_only: bool = True) -> Any | None:
     try:
         return torch.load(io.BytesIO(data), weights_only=weights_only)
     except pickle.UnpicklingError as exc:
-        raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
-                               f"(load_checkpoint(weights_only=False) trusts it): {str(exc).splitlines()[0]}") from None
+        if weights_only and _well_formed_pickle(data):  # a whole pickle the data-only loader refused
+            raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
+                                   f"(load_checkpoint(weights_only=False) trusts it): {str(exc).splitlines()[0]}") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - torch and pickle raise many kinds for a damaged file
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+
+
+def _well_formed_pickle(data: bytes) -> bool:
+    """Whether ``data`` (a torch archive's ``data.pkl``, or a plain pickle) is a complete pickle
+    stream, read opcode by opcode without running any: what tells a checkpoint refused for
+    naming code from a damaged one (torch's message says neither reliably)."""
+    import pickletools
+    import zipfile
+
+    stream = data
+    try:
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            archive = zipfile.ZipFile(io.BytesIO(data))
+            stream = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        for _ in pickletools.genops(stream):
+            pass
+    except Exception:  # noqa: BLE001 - any failure to read it through is damage
+        return False
+    return True
+
+
+def _first_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class UnsafeCheckpoint(Exception):
     """A checkpoint that would run code when loaded as data only."""
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that cannot be read: damaged (a truncated or zeroed file), not a checkpoint at
+    all, or not a regular file. Loading it without ``weights_only`` would not help."""
 
 
 class _DataOnlyUnpickler(pickle.Unpickler):
@@ -192,9 +285,11 @@ class _DataOnlyUnpickler(pickle.Unpickler):
 
 
 def _unpickle(data: bytes, weights_only: bool, path: Path) -> Any:  # pragma: no cover - torch-free jobs
-    if not weights_only:
-        return pickle.loads(data)
     try:
-        return _DataOnlyUnpickler(io.BytesIO(data)).load()
+        return _DataOnlyUnpickler(io.BytesIO(data)).load() if weights_only else pickle.loads(data)
     except pickle.UnpicklingError as exc:
-        raise UnsafeCheckpoint(f"{path}: refused, {exc} (load_checkpoint(weights_only=False) trusts it)") from None
+        if weights_only and "is not plain data" in str(exc):
+            raise UnsafeCheckpoint(f"{path}: refused, {exc} (load_checkpoint(weights_only=False) trusts it)") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - pickle raises many kinds for a damaged file
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
