@@ -52,6 +52,12 @@ class GridAxis:
         return f"{self.section}.{self.key}"
 
 
+MAX_TRIALS = 1000
+"""Most trials a sweep may ask for: each is a whole training run, and every combination is
+checked as a full config before the first starts (a 1,000 x 1,000 grid spent minutes of CPU and a
+million configs' memory on that alone)."""
+
+
 def parse_grid(spec: str) -> GridAxis:
     """``KEY=V1,V2,...`` (``--grid``) as an axis; values are numbers, booleans or strings."""
     key, sep, values = spec.partition("=")
@@ -113,6 +119,11 @@ def validated_variants(config_path: str | Path, axes: Sequence[GridAxis]) -> tup
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise DeepShareError(f"--grid: a key is given twice ({', '.join(sorted(n for n in names if names.count(n) > 1))})")
+    trials = math.prod(len(a.values) for a in axes)
+    if trials > MAX_TRIALS:
+        sizes = " x ".join(str(len(a.values)) for a in axes)
+        raise DeepShareError(f"--grid: {sizes} = {trials:,} trials; a sweep runs at most {MAX_TRIALS:,} (each a full "
+                             "PPO training run): narrow the grid")
     combos = [dict(zip(names, values)) for values in itertools.product(*(a.values for a in axes))]
     for combo in combos:
         shown = ", ".join(f"{k}={v}" for k, v in combo.items())

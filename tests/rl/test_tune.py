@@ -172,3 +172,10 @@ def test_each_trial_leaves_a_policy_trained_with_its_own_values(sweep):
     state_a, state_b = (w["state_dict"] for w in weights.values())
     assert state_a.keys() == state_b.keys()  # the same network ...
     assert any(not torch.equal(state_a[k], state_b[k]) for k in state_a)  # ... updated with different learning rates
+
+
+def test_a_grid_of_more_trials_than_a_sweep_runs_is_refused_before_any_is_checked():
+    big = [parse_grid("ppo.lr=" + ",".join(f"0.{i:04d}1" for i in range(50))),
+           parse_grid("model.hidden=" + ",".join(str(8 + i) for i in range(50)))]
+    with pytest.raises(DeepShareError, match=r"--grid: 50 x 50 = 2,500 trials; a sweep runs at most 1,000"):
+        validated_variants(TINY, big)
