@@ -25,6 +25,9 @@ from deepshare.core.traces import MIX_PRESETS, RecurrenceModel
 from deepshare.core.traces.generator import check_demand_fits, parse_demand, topology_asks
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 
+MAX_CELLS = 10_000
+"""Most cells a suite's grid may have: a list of loads a few thousand long (or a typo in one)
+started a run of 400,000 cells, days of CPU."""
 SUITE_SEED_BASE = 2**31
 """First suite trace seed: training's generated traces use seeds below it."""
 
@@ -147,6 +150,13 @@ class SuiteSpec(BaseModel):
             raise ValueError("challengers: at least one heuristic must stay an anchor (not a challenger)")
         if not self.clusters and not self.fabrics:
             raise ValueError("expected one or more clusters or fabrics")
+        axes = {"loads": len(self.loads), "mixes": len(self.mixes), "clusters and fabrics": len(self.clusters) + len(self.fabrics),
+                "contention": len(self.contention), "seeds": self.seeds, "durations": len(self.durations),
+                "contention_knowledge": len(self.contention_knowledge)}
+        count = math.prod(axes.values())
+        if count > MAX_CELLS:
+            raise ValueError(f"the grid has {count:,} cells ({' x '.join(f'{n} {k}' for k, n in axes.items())}); "
+                             f"a suite runs at most {MAX_CELLS:,} (the largest bundled one has 144)")
         try:
             topology_asks(self.required_level, self.required_share, self.preferred_level, self.preferred_share)
         except DeepShareError as exc:
