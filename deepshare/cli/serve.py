@@ -31,7 +31,8 @@ DEFAULT_BODY_TIMEOUT_S = 5.0
 
 EXIT_RUNTIME = 1
 """Exit status when Ray or Serve fails to start (bad input exits 2)."""
-bounded_seconds = number(float, lambda v: 0 < v <= 3600, "seconds in (0, 3600]")
+bounded_seconds = number(float, lambda v: 0.001 <= v <= 3600, "seconds in [0.001, 3600]")
+"""Timeouts: at least a millisecond (5e-324 s made every request time out), at most an hour."""
 
 
 def count(high: int):  # noqa: ANN201 - an argparse type

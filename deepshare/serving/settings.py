@@ -40,13 +40,13 @@ class ServiceSettings(BaseModel):
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     body_timeout_s: float = Field(
-        DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600, description="a body not received whole within this gets 408 and the connection closes"
+        DEFAULT_BODY_TIMEOUT_S, ge=0.001, le=3600, description="a body not received whole within this gets 408 and the connection closes"
     )
     max_nodes: int = Field(DEFAULT_MAX_NODES, gt=0, le=MAX_NODES, description="more nodes in one request get 413")
     max_pending: int = Field(DEFAULT_MAX_PENDING, gt=0, le=MAX_JOBS, description="more pending jobs in one request get 413")
     max_running: int = Field(DEFAULT_MAX_RUNNING, gt=0, le=MAX_JOBS, description="more running jobs in one request get 413")
     decision_timeout_s: float = Field(
-        DEFAULT_DECISION_TIMEOUT_S, gt=0, le=3600,
+        DEFAULT_DECISION_TIMEOUT_S, ge=0.001, le=3600,
         description="a decision not made within this (queueing included) is abandoned and answered 503 with Retry-After",
     )
     decision_threads: int = Field(4, gt=0, le=64, description="decisions one replica runs at once; more wait their turn")

@@ -258,8 +258,9 @@ def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complete
 @pytest.mark.parametrize(
     "flag, value, expected",
     [
-        ("--decision-timeout-s", "1e10", "seconds in (0, 3600]"),
-        ("--body-timeout-s", "0", "seconds in (0, 3600]"),
+        ("--decision-timeout-s", "1e10", "seconds in [0.001, 3600]"),
+        ("--body-timeout-s", "0", "seconds in [0.001, 3600]"),
+        ("--body-timeout-s", "5e-324", "seconds in [0.001, 3600]"),
         ("--max-pending", "10001", "an integer in 1..10000"),
         ("--max-nodes", "0", "an integer in 1..4096"),
         ("--decision-threads", "65", "an integer in 1..64"),
