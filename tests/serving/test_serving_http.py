@@ -253,7 +253,11 @@ def test_metrics_follow_prometheus_conventions(served):
     """Build info with version and policy, histograms in seconds, beside Ray Serve's own metrics."""
     import deepshare
 
-    text = requests.get(served.metrics_url, timeout=10).text
+    requests.get(served.url + "/healthz", timeout=10)  # a request of this test's own to be measured
+    deadline = time.monotonic() + 60  # Ray exports a replica's metrics every few seconds
+    while "# TYPE ray_deepshare_serve_request_duration_seconds histogram" not in (
+            text := requests.get(served.metrics_url, timeout=10).text) and time.monotonic() < deadline:
+        time.sleep(1)
     (labels,) = [have for name, have, value in scrape(served.metrics_url)
                  if name == "ray_deepshare_serve_build_info" and value == 1.0]
     assert labels["version"] == deepshare.__version__ and labels["policy"] == "rl-hybrid"
