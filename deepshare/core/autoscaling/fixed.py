@@ -19,7 +19,7 @@ class FixedCluster(Autoscaler):
     def attach(self, sim: "Simulator") -> None:
         self._sim = sim
         for node_type in self.spec.node_types:
-            while self.pool.room(node_type) > 0:
+            for _ in range(self.pool.room(node_type)):  # counted once: room() walks the type's slots
                 inst = self.pool.request(node_type, 0.0)
                 inst.ready_s = 0.0
                 self.pool.mark_ready(inst.node)

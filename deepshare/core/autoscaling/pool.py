@@ -50,7 +50,7 @@ class NodePool:
         room = self.spec.node_types[node_type].max_nodes - self.count(node_type)
         cap = self.spec.max_workers
         if cap is not None:
-            room = min(room, cap - sum(1 for s in self.state if s in (PENDING, UP)))
+            room = min(room, cap - len(self._current))  # the instances requested and not terminated
         return room
 
     def nodes(self, state: str) -> list[int]:
@@ -59,17 +59,16 @@ class NodePool:
     def request(self, node_type: str, now: float) -> Instance:
         """Start a node of ``node_type`` (lowest free slot); it is ready ``provisioning_s`` later."""
         t = self.spec.node_types[node_type]
-        if self.room(node_type) <= 0:
-            raise DeepShareError(f"no room for another {node_type!r} node (max_nodes {t.max_nodes}, "
-                                 f"max_workers {self.spec.max_workers})")
-        for node in self.slots.by_type[node_type]:
-            if self.state[node] == OFF:
-                inst = Instance(node, node_type, t.gpus, t.price_usd_per_hour, now, now + t.provisioning_s)
-                self.state[node] = PENDING
-                self.instances.append(inst)
-                self._current[node] = inst
-                return inst
-        raise DeepShareError(f"no room for another {node_type!r} node (max_nodes {t.max_nodes})")
+        cap = self.spec.max_workers
+        if cap is None or len(self._current) < cap:  # the type's own max_nodes: its slots, all taken
+            for node in self.slots.by_type[node_type]:
+                if self.state[node] == OFF:
+                    inst = Instance(node, node_type, t.gpus, t.price_usd_per_hour, now, now + t.provisioning_s)
+                    self.state[node] = PENDING
+                    self.instances.append(inst)
+                    self._current[node] = inst
+                    return inst
+        raise DeepShareError(f"no room for another {node_type!r} node (max_nodes {t.max_nodes}, max_workers {cap})")
 
     def mark_ready(self, node: int) -> None:
         if self.state[node] != PENDING:
