@@ -21,8 +21,7 @@ class RuntimeFailure(Exception):
     @classmethod
     def could_not(cls, what: str, exc: BaseException) -> "RuntimeFailure":
         """``could not WHAT (ErrorType: first line of its message)``: one line, whatever ``exc`` says."""
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        return cls(f"could not {what} ({type(exc).__name__}{': ' + first if first else ''})")
+        return cls(f"could not {what} ({first_line(exc)})")
 
 
 class InfeasibleDecision(DeepShareError):
@@ -35,6 +34,13 @@ class Unavailable(Exception):
     was asked: the step is
     retried later and none of its jobs is blamed (the live scheduler isolates a job only for its
     data)."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``ErrorType: the first line of its message`` (at most ``limit`` characters of it), or the
+    type alone when the message is empty: an exception as one short line."""
+    first = (str(exc).strip().splitlines() or [""])[0][:limit]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def shown(value: object) -> str:

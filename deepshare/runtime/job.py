@@ -30,7 +30,7 @@ from typing import Any
 
 from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.bounds import MAX_SAMPLES, MAX_STEP, MAX_THROUGHPUT
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, first_line
 
 CHECKPOINT_FILE = "checkpoint.pt"
 STALE_TEMP_S = 3600.0
@@ -241,9 +241,9 @@ def load_checkpoint(*, weights_only: bool = True) -> Any | None:
         if weights_only and _well_formed_pickle(data):  # a whole pickle the data-only loader refused
             raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
                                    f"(load_checkpoint(weights_only=False) trusts it): {str(exc).splitlines()[0]}") from None
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
     except Exception as exc:  # noqa: BLE001 - torch and pickle raise many kinds for a damaged file
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
 
 
 def _well_formed_pickle(data: bytes) -> bool:
@@ -263,11 +263,6 @@ def _well_formed_pickle(data: bytes) -> bool:
     except Exception:  # noqa: BLE001 - any failure to read it through is damage
         return False
     return True
-
-
-def _first_line(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class UnsafeCheckpoint(Exception):
@@ -290,6 +285,6 @@ def _unpickle(data: bytes, weights_only: bool, path: Path) -> Any:  # pragma: no
     except pickle.UnpicklingError as exc:
         if weights_only and "is not plain data" in str(exc):
             raise UnsafeCheckpoint(f"{path}: refused, {exc} (load_checkpoint(weights_only=False) trusts it)") from None
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
     except Exception as exc:  # noqa: BLE001 - pickle raises many kinds for a damaged file
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({_first_line(exc)})") from None
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None

@@ -64,7 +64,7 @@ from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import HISTORY_WINDOW, FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable
+from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable, first_line
 from deepshare.core.fabric import Fabric
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
@@ -256,7 +256,7 @@ class ControlLoop:
             if not culprits:
                 raise
             for job in culprits:
-                self._isolate(job, f"the policy {self.policy_name} fails on it ({_first_line(exc)})", ended)
+                self._isolate(job, f"the policy {self.policy_name} fails on it ({first_line(exc)})", ended)
             view = self._view(cluster, self._launchable(self.journal.jobs(JobState.QUEUED), ended),
                               self.journal.jobs(JobState.RUNNING), link_load=view.link_load)
             return self._timed_decide(view, deadline), view
@@ -441,7 +441,7 @@ class ControlLoop:
             try:
                 self._reap_one(job, cluster, stop, ended)
             except DATA_ERRORS as exc:
-                self._isolate(job, f"its run could not be polled ({_first_line(exc)})", ended)
+                self._isolate(job, f"its run could not be polled ({first_line(exc)})", ended)
         runs = {job.job_id: job.attempt for job in running}
         for job_id in [j for j, s in self._stopping.items() if runs.get(j) != s.attempt]:
             del self._stopping[job_id]  # that run is no longer the journal's (ended on another path)
@@ -516,7 +516,7 @@ class ControlLoop:
                 try:
                     self._take_report(job, status.report)
                 except DATA_ERRORS as exc:  # it is being stopped anyway: its report is lost, not the stop
-                    log.warning("job %s: report not recorded (%s)", job.job_id, _first_line(exc))
+                    log.warning("job %s: report not recorded (%s)", job.job_id, first_line(exc))
                 (still if status.phase in (RunPhase.RUNNING, RunPhase.UNKNOWN) else done).append(job)
             pending = still
             left = wait_until - time.monotonic()
@@ -583,7 +583,7 @@ class ControlLoop:
                 if not math.isfinite(getattr(known, name)):
                     raise ValueError(f"its {name} is {getattr(known, name)}")
         except DATA_ERRORS as exc:
-            self._isolate(job, f"its view cannot be built ({_first_line(exc)})", [])
+            self._isolate(job, f"its view cannot be built ({first_line(exc)})", [])
             return None
         return known
 
@@ -778,9 +778,3 @@ class _Stopping:
     attempt: int
     deadline: float
     why: str
-
-
-def _first_line(exc: BaseException) -> str:
-    """``ErrorType: the first line of its message`` (at most 300 characters)."""
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
