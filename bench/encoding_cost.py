@@ -19,7 +19,12 @@ the shipped network imitates one launch a step and ranks only the anchor's launc
 stopping at wait would take one launch a step, whatever K. These decisions are not the shipped
 policy's: this is what a policy trained to launch several rows a step would cost at least.
 
-Usage: python bench/encoding_cost.py [--pending 10000] [--repeats 3] [--launches 2,4,8]
+The ``--streaks`` rows measure what ``rl-hybrid`` ships as a rule instead: its shipped network
+and encoding with :attr:`~deepshare.policies.learned.HybridRules.anchor_streak` set to each K (a
+chosen anchor row makes up to K of the anchor's launches, scored once). On this request the
+network chooses its anchor at every step, so each K decides as K = 1 does (checked, and printed).
+
+Usage: python bench/encoding_cost.py [--pending 10000] [--repeats 3] [--launches 2,4,8] [--streaks 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--launches", default="2,4,8", help="launches per scored step to measure, comma-separated")
+    parser.add_argument("--streaks", default="1,2,4,8", help="rl-hybrid's anchor_streak values to measure, comma-separated")
     args = parser.parse_args()
     request = PlacementRequest.model_validate(scale_request(4096, args.pending))
     baseline = PlacementEngine(EngineSettings(policy="srsf+packed"))
@@ -128,13 +134,27 @@ def main() -> None:
         engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
         engine.policy = MultiLaunch(engine.policy, k)
         variants.append((f"shipped encoding, up to {k} launches a step", engine))
+    for k in (int(x) for x in args.streaks.split(",") if x.strip()):
+        variants.append((f"shipped, anchor_streak {k}", streak_of(PlacementEngine(EngineSettings(policy="rl-hybrid")), k)))
     settle([baseline, *(engine for _, engine in variants)], 4096)  # one process state for every timing
     base = cpu_seconds(baseline, request, args.repeats)
     print(f"srsf+packed: {base:.3f} s CPU, {args.pending:,} pending on 4,096 nodes (target for a learned decision: <= 5x)")
+    every_step = None  # rl-hybrid's decisions of the request with the network asked at every launch
     for label, engine in variants:
         cpu = cpu_seconds(engine, request, args.repeats)
-        print(f"  rl-hybrid, {label:48s} {cpu:6.3f} s CPU  {cpu / base:5.2f}x", flush=True)
+        note = ""
+        if "anchor_streak" in label:
+            if every_step is None:
+                every_step = streak_of(PlacementEngine(EngineSettings(policy="rl-hybrid")), 1).place(request).decisions
+            same = engine.place(request).decisions == every_step
+            note = "  (decides as anchor_streak 1)" if same else "  (decides otherwise than anchor_streak 1)"
+        print(f"  rl-hybrid, {label:48s} {cpu:6.3f} s CPU  {cpu / base:5.2f}x{note}", flush=True)
 
+
+def streak_of(engine: PlacementEngine, k: int) -> PlacementEngine:
+    """``engine`` with its rl-hybrid's ``anchor_streak`` set to ``k``."""
+    object.__setattr__(engine.policy, "hybrid", dataclasses.replace(engine.policy.hybrid, anchor_streak=k))  # frozen
+    return engine
 
 if __name__ == "__main__":
     main()

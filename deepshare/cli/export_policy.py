@@ -22,14 +22,15 @@ from deepshare.cli.output import check_outputs
 from deepshare.core.errors import DeepShareError
 
 KINDS = ("network", "hybrid", "hybrid-preempt")
-HYBRID_KEYS = ("min_ratio", "utilisation_floor")
+HYBRID_KEYS = ("min_ratio", "utilisation_floor", "anchor_streak")
 PREEMPT_KEYS = ("min_gain", "min_pressure")
 DEFAULT_FIGURES_NOTE = "none measured at export; `deepshare evaluate --suite NAME --json F` then export again with --suite-figures F"
 
 
 def _pairs(flag: str, text: str, keys: tuple[str, ...]) -> dict[str, float]:
-    """``k=v,k=v`` with ``k`` among ``keys`` and ``v`` a number >= 0; else one line naming ``flag``."""
-    from deepshare.policies.checkpoint import rule_number
+    """``k=v,k=v`` with ``k`` among ``keys`` and ``v`` a number >= 0 (``anchor_streak``: a whole
+    number of launches >= 1); else one line naming ``flag``."""
+    from deepshare.policies.checkpoint import anchor_streak, rule_number
 
     out: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",")):
@@ -45,7 +46,7 @@ def _pairs(flag: str, text: str, keys: tuple[str, ...]) -> dict[str, float]:
             number = float(value)
         except ValueError:
             raise DeepShareError(f"{flag}: {key}: expected a number >= 0, got {value.strip()!r}") from None
-        out[key] = rule_number(f"{flag}: {key}", number)
+        out[key] = anchor_streak(f"{flag}: {key}", number) if key == "anchor_streak" else rule_number(f"{flag}: {key}", number)
     return out
 
 
@@ -277,7 +278,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--loaded-by", action="append", metavar="NAME",
                    help="a registered name that loads this file by default (shipped files; repeatable)")
     p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio, utilisation_floor "
-                   "(numbers >= 0; unset keys take the defaults)")
+                   "(numbers >= 0), and anchor_streak (launches one choice of the anchor's row makes, "
+                   "1 to 1024); unset keys take the defaults")
     p.add_argument("--anchor", metavar="ORDER+PLACEMENT", help="the heuristic the safety net falls back to")
     p.add_argument("--preemptive", metavar="ORDER+PLACEMENT+preempt", help="the heuristic rl-hybrid-preempt defers to when it preempts")
     p.add_argument("--preempt-rules", metavar="KEY=V,...", help="gates on that deferral: min_gain, min_pressure")

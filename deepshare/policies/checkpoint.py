@@ -23,7 +23,7 @@ import numpy as np
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.encoding import FEATURES, EncodingConfig
-from deepshare.policies.learned import HybridRules, LearnedPolicy
+from deepshare.policies.learned import MAX_ANCHOR_STREAK, HybridRules, LearnedPolicy
 
 FORMAT_VERSION = 1
 
@@ -313,8 +313,10 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
     naming the file, the key and what was expected (a hand-edited file is user input)."""
     where = f"policy checkpoint {file}: metadata hybrid_rules"
     rules: dict[str, Any] = {}
-    for key, value in rule_mapping(given, where, ("min_ratio", "utilisation_floor", "anchor")).items():
-        if key == "anchor":
+    for key, value in rule_mapping(given, where, ("min_ratio", "utilisation_floor", "anchor", "anchor_streak")).items():
+        if key == "anchor_streak":
+            rules[key] = anchor_streak(f"{where}.{key}", value)
+        elif key == "anchor":
             if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
                 raise DeepShareError(f"{where}.anchor: expected [order, placement], got {shown(value)}")
             try:
@@ -337,6 +339,15 @@ def rule_mapping(given: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any
     if unknown:
         raise DeepShareError(f"{where}: unknown {shown(unknown)}; expected {', '.join(keys)}")
     return given
+
+
+def anchor_streak(where: str, value: Any) -> int:
+    """A file's ``hybrid_rules.anchor_streak``: a whole number in 1..MAX_ANCHOR_STREAK (an integral
+    float, as JSON or a flag may write it, counts), else a DeepShareError naming ``where``."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or not 1 <= value <= MAX_ANCHOR_STREAK):
+        raise DeepShareError(f"{where}: expected a whole number of launches in 1..{MAX_ANCHOR_STREAK}, got {shown(value)}")
+    return int(value)
 
 
 def rule_number(where: str, value: Any) -> float:

@@ -49,6 +49,8 @@ JOB_FEATURES = (
 GLOBAL_FEATURES = ("utilisation", "queue_length", "running_jobs", "free_over_demand")
 FEATURES = JOB_FEATURES + GLOBAL_FEATURES
 WAIT_INDEX = 0
+ANCHOR_ROW = 1
+"""The row holding the anchor heuristic's next launch, when it has one (:func:`anchored`)."""
 MAX_ROWS = 1024
 """Most rows a choice may show, and most jobs it may offer (the shipped encoding: 16 and 5): every
 step builds a (rows x features) observation, so a policy file asking 10**12 rows asked for
@@ -265,7 +267,7 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
     return rows
 
 
-def _anchored(partial: PartialDecision, config: EncodingConfig) -> bool:
+def anchored(partial: PartialDecision, config: EncodingConfig) -> bool:
     """Whether row 1 of ``partial``'s candidates for ``config`` is the anchor's launch."""
     candidates(partial, config)
     return partial._rows[2]  # type: ignore[index]
@@ -415,7 +417,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         best_iso[job.job_id] = max(best_iso.get(job.job_id, 0.0), value)  # type: ignore[union-attr]
     predictions = _predictions(view, launches, state.pending)
     extras = config.extra_features
-    more = extra_columns(state, rows, _anchored(partial, config), extras) if extras else None
+    more = extra_columns(state, rows, anchored(partial, config), extras) if extras else None
     flat: list[float] = [*_WAIT_ROW, *glob]  # every row's values in one list, then one buffer of doubles
     if more is not None:
         flat += more[0]

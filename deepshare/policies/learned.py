@@ -10,7 +10,10 @@ score every candidate row, take the best unmasked row, repeat until the choice i
   heuristic) would launch next, if its predicted ratio is at least
   :attr:`HybridRules.min_ratio` (low contention) or the cluster's utilisation would otherwise
   stay below :attr:`HybridRules.utilisation_floor`. With ``min_ratio`` 0 a scorer that always
-  waits makes RL-hybrid exactly that heuristic.
+  waits makes RL-hybrid exactly that heuristic. With :attr:`HybridRules.anchor_streak` above 1, a
+  choice of the encoding's anchor row is repeated: the anchor's next launches of the same decision
+  are made without asking the scorer again, up to that many launches in all (an action repeat,
+  which bounds what a decision of thousands of launches costs).
 
 A scorer maps an observation ``{"observations": (K, F), "action_mask": (K,)}`` to K scores;
 ``deepshare.policies.checkpoint`` provides one backed by a trained RLModule checkpoint.
@@ -33,7 +36,9 @@ from deepshare.core.types import Decision, Placement, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.anchor import SAFETY_NET_ANCHOR
 from deepshare.policies.base import Observation, Scorer
-from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, anchor_launch, encode
+from deepshare.policies.encoding import (
+    ANCHOR_ROW, WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, anchor_launch, anchored, encode,
+)
 
 __all__ = ["HybridRules", "LearnedPolicy", "Scorer", "Step", "best_row", "drive", "safety_net", "take"]
 
@@ -54,6 +59,22 @@ class HybridRules:
     """...or whenever utilisation would stay below this."""
     anchor: tuple[str, ...] = SAFETY_NET_ANCHOR
     """(order, placement) of the heuristic the safety net falls back to."""
+    anchor_streak: int = 1
+    """Launches one choice of the encoding's anchor row (row 1, the anchor heuristic's next
+    launch) makes at most: after the scorer chooses it, the anchor's next launches of the same
+    decision, up to ``anchor_streak - 1`` more, are made without scoring them (an action repeat:
+    "follow the anchor" holds for that many launches). 1: the scorer chooses every launch. The
+    scorer is asked about once per ``anchor_streak`` launches where it follows its anchor, which is
+    what bounds the CPU of a decision of thousands of launches (``bench/decide_scale.py``)."""
+
+    def __post_init__(self) -> None:
+        streak = self.anchor_streak
+        if isinstance(streak, bool) or not isinstance(streak, int) or not 1 <= streak <= MAX_ANCHOR_STREAK:
+            raise ValueError(f"anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, got {streak!r}")
+
+
+MAX_ANCHOR_STREAK = 1024
+"""Most launches one choice of the anchor's row may make (:attr:`HybridRules.anchor_streak`)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,8 @@ class LearnedPolicy:
             obs, rows = encode(partial, self.encoding)
             if len(rows) == 1:
                 break
-            step = take(partial, rows, obs["action_mask"], best_row((yield obs), obs["action_mask"]), self.hybrid)
+            mask = obs["action_mask"]
+            step = take(partial, rows, mask, best_row((yield obs), mask), self.hybrid, self.encoding)
             if step.launched is None:
                 break
             partial = step.partial
@@ -130,10 +152,17 @@ class Step:
     """The launch is the safety net's, made instead of the chosen wait."""
     invalid: bool = False
     """The chosen row was masked or out of range and was replaced (see :func:`take`)."""
+    repeated: int = 0
+    """Launches the anchor streak added after :attr:`launched` (:attr:`HybridRules.anchor_streak`)."""
 
 
 def take(
-    partial: PartialDecision, rows: list[Candidate], mask: np.ndarray, action: int, rules: HybridRules | None
+    partial: PartialDecision,
+    rows: list[Candidate],
+    mask: np.ndarray,
+    action: int,
+    rules: HybridRules | None,
+    encoding: EncodingConfig | None = None,
 ) -> Step:
     """Apply the choice of row ``action`` among ``rows`` (with ``mask``, from one :func:`encode`).
 
@@ -141,7 +170,9 @@ def take(
     masked (it would stall an idle cluster); :class:`LearnedPolicy` picks a masked row only when
     every unmasked row scores -inf, the env whenever the agent samples one. A launch row is added to the decision; a wait is
     replaced by the safety net's launch when ``rules`` are given and it has one, and otherwise
-    ends the decision (``launched`` None, ``partial`` unchanged).
+    ends the decision (``launched`` None, ``partial`` unchanged). A chosen anchor row (row 1 of
+    ``encoding``'s rows, when it is the anchor's launch) is followed by the anchor's next launches
+    up to ``rules.anchor_streak`` launches in all; without ``encoding`` there is no streak.
     """
     action = int(action)
     invalid = not (0 <= action < len(mask)) or mask[action] == 0
@@ -155,7 +186,18 @@ def take(
     if choice.job is None:
         return Step(partial, None, False, invalid)
     assert choice.placement is not None
-    return Step(partial.with_launch(choice.job, choice.placement), choice, by_net, invalid)
+    after = partial.with_launch(choice.job, choice.placement)
+    repeated = 0
+    if (rules is not None and rules.anchor_streak > 1 and encoding is not None and encoding.anchor is not None
+            and action == ANCHOR_ROW and not by_net and not invalid and anchored(partial, encoding)):
+        while repeated < rules.anchor_streak - 1:
+            pick = anchor_launch(after, encoding.anchor)
+            if pick is None:
+                break
+            after = after.with_launch(*pick)
+            repeated += 1
+    return Step(after, choice, by_net, invalid, repeated)
+
 
 
 def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRules) -> tuple[JobView, Placement] | None:

@@ -85,6 +85,7 @@ class HybridRulesCard(_Strict):
     min_ratio: float | None = Field(default=None, ge=0)
     utilisation_floor: float | None = Field(default=None, ge=0)
     anchor: list[str] | None = None
+    anchor_streak: int | None = Field(default=None, ge=1, le=1024)
 
     @field_validator("anchor")
     @classmethod
@@ -500,6 +501,9 @@ def summary_of(kind: str, rules: Rules) -> str:
     net = ("its safety net is off (min_ratio above 1 and utilisation_floor 0: it never fires)" if net_off else
            f"when it waits while a job fits, its safety net launches {'+'.join(hr.anchor)}'s next pick if that pick's "
            f"predicted ratio is at least {hr.min_ratio:g} or utilisation would stay below {hr.utilisation_floor:g}")
+    if hr.anchor_streak > 1:
+        net += (f"; a choice of its anchor's launch makes up to {hr.anchor_streak} of the anchor's launches "
+                "without asking the network again")
     if kind == "hybrid":
         return f"The network with its safety net: {net}. Load it as rl-hybrid."
     gates = rules.preempt_rules.model_dump(exclude_none=True) if rules.preempt_rules else {}

@@ -53,7 +53,7 @@ from deepshare.core.view import ClusterView
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.extra_features import check_extra_features
-from deepshare.policies.learned import HybridRules, take
+from deepshare.policies.learned import MAX_ANCHOR_STREAK, HybridRules, take
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 from deepshare.rl.generated import GeneratedEpisode, check_generated, draw_generated, generated_presets
@@ -113,6 +113,9 @@ class EnvConfig:
     """RL-hybrid: when the agent waits, the safety net may launch the anchor heuristic's pick."""
     hybrid_min_ratio: float = 0.9
     hybrid_utilisation_floor: float = 0.5
+    hybrid_anchor_streak: int = 1
+    """With ``hybrid``: launches one choice of the anchor's row makes
+    (:attr:`~deepshare.policies.learned.HybridRules.anchor_streak`), as at deployment."""
     anchor: tuple[str, ...] | None = ("srsf", "packed")
     """(order, placement) of the heuristic whose pick the encoding always offers and the safety
     net falls back to; null: not offered (and the safety net falls back to HybridRules' default,
@@ -165,6 +168,9 @@ class EnvConfig:
             config.encoding  # noqa: B018 - built to check max_candidates, jobs_considered and the rest
         except ValueError as exc:
             raise DeepShareError(f"env config: {exc}") from None
+        streak = config.hybrid_anchor_streak
+        if isinstance(streak, bool) or not isinstance(streak, int) or not 1 <= streak <= MAX_ANCHOR_STREAK:
+            raise DeepShareError(f"env config: hybrid_anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, got {streak!r}")
         if config.reward not in ("jct", "original"):
             raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
         if not 0.0 <= config.generated_fraction <= 1.0:
@@ -235,7 +241,7 @@ class EnvConfig:
         if not self.hybrid:
             return None
         anchor = self.anchor if self.anchor is not None else HybridRules.anchor
-        return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor, anchor)
+        return HybridRules(self.hybrid_min_ratio, self.hybrid_utilisation_floor, anchor, self.hybrid_anchor_streak)
 
 
 def _launch_may_fit(partial: PartialDecision) -> bool:
@@ -377,7 +383,7 @@ class DeepShareEnv(gym.Env):
             raise RuntimeError("step() needs reset() first and cannot continue a finished episode")
         ep.steps += 1
         info: dict[str, Any] = {} if self._sequence is None else {"sequence": self._sequence}
-        step = take(ep.partial, ep.rows, ep.mask, int(action), self._hybrid_rules)
+        step = take(ep.partial, ep.rows, ep.mask, int(action), self._hybrid_rules, self._encoding)
         if step.invalid:
             info["invalid_action"] = True
         if step.safety_net:

@@ -33,12 +33,10 @@ from typing import Any, Callable
 import numpy as np
 
 from deepshare.core.errors import DeepShareError
-from deepshare.policies.encoding import WAIT_INDEX, Candidate, PartialDecision, anchor_launch
+from deepshare.policies.encoding import ANCHOR_ROW, WAIT_INDEX, Candidate, PartialDecision, anchor_launch
 from deepshare.policies.learned import best_row
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 
-ANCHOR_ROW = 1
-"""Where the encoding puts the anchor's launch (row 0 is wait)."""
 SUITE_SEED_BASE = 2**31
 """Episode seeds stay below it: the benchmark suite's traces use seeds from here up
 (``deepshare.experiments.suite.SUITE_SEED_BASE``, a layer above this one; a test keeps them equal)."""

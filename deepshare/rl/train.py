@@ -344,6 +344,8 @@ def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -
     rules = env.hybrid_rules
     if rules is not None:
         metadata["hybrid_rules"] = {**asdict(rules), "anchor": list(rules.anchor)}
+        if rules.anchor_streak == 1:  # absent when off, as a file trained before the streak existed
+            del metadata["hybrid_rules"]["anchor_streak"]
     return metadata
 
 

@@ -85,11 +85,14 @@ def test_a_run_with_the_safety_net_in_the_loop_ships_its_rules(tmp_path):
          HybridRules(1.01, 0.0, ("srsf", "packed"))),
         ({"hybrid": True, "hybrid_min_ratio": 0.8, "anchor": ["fifo", "consolidated"]},
          HybridRules(0.8, 0.5, ("fifo", "consolidated"))),
+        ({"hybrid": True, "anchor": ["srsf", "packed"], "hybrid_anchor_streak": 4},
+         HybridRules(anchor=("srsf", "packed"), anchor_streak=4)),
         ({"hybrid": False, "hybrid_min_ratio": 1.01}, HybridRules()),
     ]:
         env = EnvConfig.from_dict({**config.env, **env_values})
         metadata = run_metadata(config, TINY, env)
         assert ("hybrid_rules" in metadata) == env.hybrid
+        assert ("anchor_streak" in metadata.get("hybrid_rules", {})) == (env.hybrid_anchor_streak > 1)  # absent when off
         path = write_policy_file(tmp_path / "policy.pt", metadata, env.encoding)
         assert make_policy(f"rl-hybrid={path}").hybrid == expected
 
