@@ -163,7 +163,7 @@ def test_a_card_that_is_not_a_mapping_or_not_yaml_is_one_line(tmp_path: Path) ->
 
 # -- export-policy ----------------------------------------------------------------------------------
 PREEMPT_FLAGS = ("--kind", "hybrid-preempt", "--preemptive", "bsrsf+uncontended+preempt",
-                 "--hybrid-rules", "min_ratio=1.01,utilisation_floor=0")
+                 "--hybrid-rules", "min_ratio=1.01,utilisation_floor=0,anchor_streak=4")
 
 
 def _simulate(policy):
@@ -186,7 +186,7 @@ def test_export_writes_the_weights_and_the_card_and_decides_as_the_shipped_file(
     assert card.figures["loaded"].cells == 24 and card.training.config == "rllib_configs/rl_est_imitate.yaml"
 
     exported, source = torch.load(out, weights_only=True), torch.load(POLICIES / SHIPPED_PREEMPT, weights_only=True)
-    assert exported["metadata"] == source["metadata"]  # the rules the one-line edit added, and nothing else
+    assert exported["metadata"] == source["metadata"]  # the rules the flags give, and nothing else
     assert exported["encoding"] == source["encoding"] and exported["hidden"] == source["hidden"]
     assert all(torch.equal(exported["state_dict"][k], v) for k, v in source["state_dict"].items())
     ours = make_policy(f"rl-hybrid-preempt={out}")
@@ -201,7 +201,7 @@ def test_export_as_hybrid_keeps_the_source_decisions_with_the_same_rules(tmp_pat
                      "--teacher", "bsrsf+uncontended", "--seeds-tried", "0,1,2", "--commit", "0123abc")
     assert (rc, err) == (0, ""), err
     card = read_card(card_path(out))
-    assert card.rules.as_metadata() == {"hybrid_rules": {"anchor": ["bsrsf", "uncontended"]}}
+    assert card.rules.as_metadata() == {"hybrid_rules": {"anchor": ["bsrsf", "uncontended"], "anchor_streak": 4}}
     assert card.training.seeds_tried == [0, 1, 2] and card.training.init_from == "runs/est_imitate/policy.pt"
     assert card.figures == {} and "none measured" in (card.figures_note or "")
     assert _simulate(make_policy(f"rl-hybrid={out}")) == _simulate(make_policy(f"rl-hybrid={POLICIES / SHIPPED}"))
