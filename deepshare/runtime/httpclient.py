@@ -1,41 +1,33 @@
-"""A small client of the scheduler's HTTP API for the CLI, on ``requests`` (the project's one HTTP
-client, as the placement service's :mod:`deepshare.serving.client`).
+"""A small client of the scheduler's HTTP API for the CLI.
 
 Every failure a user can cause (no scheduler at the URL, a 4xx answer, a missing or wrong
-token) raises :class:`~deepshare.core.errors.DeepShareError` with the server's one-line message.
-The token goes in ``Authorization: Bearer`` (as the session's ``auth``, so a ``~/.netrc`` entry
-for the host cannot replace it); bodies are ``application/json``; an answer is read up to
-:data:`MAX_ANSWER_BYTES`.
+token, a server that answers too slowly or too much) raises
+:class:`~deepshare.core.errors.DeepShareError` with the server's one-line message. Each request's
+whole exchange has a deadline and its answer a size limit
+(:func:`deepshare.infra.boundedhttp.exchange`, as the placement client's): a server at a mistyped
+``--url`` that sends its answer a byte every few seconds, or without end, cannot hold the CLI or
+fill its memory. The token goes in ``Authorization: Bearer`` (no ``~/.netrc`` is read); bodies
+are ``application/json``; an answer is read up to :data:`MAX_ANSWER_BYTES`.
 """
 
 from __future__ import annotations
 
+import http
 import json
+import re
 import urllib.parse
 from typing import Any
 
-import requests
-import urllib3
-
 from deepshare.core.errors import DeepShareError
+from deepshare.infra.boundedhttp import ExchangeError, exchange
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
 
 
 MAX_ANSWER_BYTES = 64 * 2**20
 """Largest answer read (a list of 10,000 jobs is a few MB): a server at a mistyped ``--url`` (or
-one that is not a scheduler) cannot fill the client's memory, decompressed size counted."""
-
-
-class BearerAuth(requests.auth.AuthBase):
-    """``Authorization: Bearer TOKEN`` on every request of a session."""
-
-    def __init__(self, token: str) -> None:
-        self.header = f"Bearer {token}"
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        request.headers["Authorization"] = self.header
-        return request
+one that is not a scheduler) cannot fill the client's memory. No compressed answer is asked
+for, and none is inflated."""
 
 
 class SchedulerClient:
@@ -56,31 +48,36 @@ class SchedulerClient:
             raise DeepShareError(expected)
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = requests.Session()
-        self._session.auth = BearerAuth(token)
+        """Seconds one request may take, its whole exchange: connecting, sending and reading the answer."""
+        self._authorization = f"Bearer {token}"
 
     def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> tuple[int, Any]:
+        url = self.url + path + (f"?{urllib.parse.urlencode(params, doseq=True)}" if params else "")
+        headers = {"Authorization": self._authorization, "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         try:
-            resp = self._session.request(method, self.url + path, json=body, params=params, timeout=self.timeout_s,
-                                         stream=True)
-            with resp:
-                content = resp.raw.read(MAX_ANSWER_BYTES + 1, decode_content=True)
-        except (requests.RequestException, OSError, urllib3.exceptions.HTTPError) as exc:
-            raise DeepShareError(f"{self.origin}: no scheduler answers ({_reason(exc)})") from None
-        if len(content) > MAX_ANSWER_BYTES:
-            raise DeepShareError(f"{self.url}: answered more than {MAX_ANSWER_BYTES:,} bytes; is this a DeepShare scheduler?")
-        if resp.status_code >= 400:
+            answer = exchange(url, method, data, headers, seconds=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
+        except ExchangeError as exc:
+            if exc.timed_out or exc.unreachable:
+                raise DeepShareError(f"{self.origin}: no scheduler answers ({_reason(exc)})") from None
+            raise DeepShareError(f"{self.url}: answered more than {MAX_ANSWER_BYTES:,} bytes; "
+                                 "is this a DeepShare scheduler?") from None
+        status, content = answer.status, answer.body
+        if status >= 400:
             try:
-                message = str(json.loads(content).get("error") or resp.reason)[:1000]
+                message = str(json.loads(content).get("error") or _phrase(status))[:1000]
             except (ValueError, AttributeError, RecursionError):
-                message = resp.reason
-            if resp.status_code == 401:
+                message = _phrase(status)
+            if status == 401:
                 message = f"{message}; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler"
-            raise DeepShareError(f"{self.url}: {message} (HTTP {resp.status_code})")
+            raise DeepShareError(f"{self.url}: {message} (HTTP {status})")
         try:
-            return resp.status_code, json.loads(content) if content else None
+            return status, json.loads(content) if content else None
         except (ValueError, RecursionError):
-            raise DeepShareError(f"{self.url}: answered HTTP {resp.status_code} with a body that is not JSON; "
+            raise DeepShareError(f"{self.url}: answered HTTP {status} with a body that is not JSON; "
                                  "is this a DeepShare scheduler?") from None
 
     def submit(self, spec: LiveJobSpec) -> JobOut:
@@ -132,14 +129,17 @@ def _segment(job_id: str) -> str:
     return urllib.parse.quote(job_id, safe="")
 
 
-def _reason(exc: BaseException) -> str:
-    """Why a request failed, in a few words: the innermost OS error (``Connection refused``), else
-    the exception's kind (``ReadTimeout``), never urllib3's nested retry message."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror
-        seen = seen.__cause__ or seen.__context__
-    if isinstance(exc, requests.Timeout):
-        return f"no answer in time: {type(exc).__name__}"
-    return type(exc).__name__
+def _reason(exc: ExchangeError) -> str:
+    """Why a request failed, in a few words: the OS's words where there are some (``Connection
+    refused``), else the exchange's (``no complete answer within 10 s``)."""
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\] (.+)$", text)
+    return found.group(1) if found else text
+
+
+def _phrase(status: int) -> str:
+    """The standard reason phrase of an HTTP status (``Internal Server Error``), or ``HTTP N``."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"

@@ -120,16 +120,19 @@ def test_an_answer_beyond_the_limit_is_one_line_not_the_clients_memory(server, m
     assert str(info.value).endswith("answered more than 1,000 bytes; is this a DeepShare scheduler?")
 
 
-def test_a_gzip_answer_is_bounded_after_decompression(server, monkeypatch):
+def test_a_compressed_answer_is_never_inflated(server, monkeypatch):
+    """The client asks for no compressed answer; a server that sends one anyway (a gzip bomb of 1 MB
+    of spaces in about 1 KB) is answered "not JSON" from its 1 KB, never inflated to its 1 MB."""
     import gzip
 
     import deepshare.runtime.httpclient as httpclient
 
     monkeypatch.setattr(httpclient, "MAX_ANSWER_BYTES", 10_000)
-    bomb = gzip.compress(b" " * 1_000_000)  # 1 MB of spaces in about 1 KB
+    bomb = gzip.compress(b" " * 1_000_000)
 
     class Gzip(Script):
         def _answer(self) -> None:
+            self.server.seen.append(dict(self.headers))  # type: ignore[attr-defined]
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Encoding", "gzip")
@@ -140,5 +143,34 @@ def test_a_gzip_answer_is_bounded_after_decompression(server, monkeypatch):
         do_GET = _answer
 
     server.RequestHandlerClass = Gzip
-    with pytest.raises(DeepShareError, match="answered more than"):
+    with pytest.raises(DeepShareError, match="a body that is not JSON"):
         client(server).jobs()
+    assert "gzip" not in server.seen[0].get("Accept-Encoding", "")
+
+
+def test_a_server_that_trickles_its_answer_is_cut_off_at_the_deadline(server):
+    """Headers at once, then the body a byte every 0.3 s (30 s in all): no single read waits a
+    second, so a per-read timeout never fires; the whole exchange's deadline (1 s) does."""
+    import time
+
+    class Trickle(Script):
+        def _answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            except OSError:  # the client hung up
+                pass
+
+        do_GET = _answer
+
+    server.RequestHandlerClass = Trickle
+    slow = SchedulerClient(f"http://127.0.0.1:{server.server_address[1]}", TOKEN, timeout_s=1)
+    with pytest.raises(DeepShareError) as info:
+        slow.jobs()
+    assert str(info.value).endswith("no scheduler answers (no complete answer within 1 s)")
