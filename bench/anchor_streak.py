@@ -39,8 +39,14 @@ def streak_one(name: str, file: str, folder: Path) -> str:
     path = folder / file
     torch.save(data, path)
     spec = f"{name}={path}"
-    assert make_policy(spec).hybrid.anchor_streak == 1  # type: ignore[attr-defined]
+    assert streak_of(spec) == 1
     return spec
+
+
+def streak_of(name: str) -> int:
+    """The ``anchor_streak`` the learned policy ``name`` decides with (rl-hybrid-preempt's network's)."""
+    policy = make_policy(name)
+    return getattr(policy, "learned", policy).hybrid.anchor_streak  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -51,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     record = Record("anchor_streak", args.json)
     for name in POLICIES:
-        print(f"{name} ships anchor_streak {make_policy(name).hybrid.anchor_streak}")  # type: ignore[attr-defined]
+        print(f"{name} ships anchor_streak {streak_of(name)}")
     with tempfile.TemporaryDirectory(prefix="deepshare-streak-") as tmp:
         variants = {name: streak_one(name, file, Path(tmp)) for name, file in POLICIES.items()}
         for suite in (s.strip() for s in args.suites.split(",") if s.strip()):
