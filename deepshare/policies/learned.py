@@ -199,7 +199,6 @@ def take(
     return Step(after, choice, by_net, invalid, repeated)
 
 
-
 def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRules) -> tuple[JobView, Placement] | None:
     """RL-hybrid's rule: the anchor heuristic's launch to make instead of waiting, if any."""
     view = partial.view
