@@ -2,7 +2,8 @@
 
 Item 6 asks a learned decision to cost at most 5x ``srsf+packed``'s CPU on the 4,096-node,
 10,000-pending request of ``bench/decide_scale.py``. This decides that request with
-``rl-hybrid``'s shipped weights under the shipped encoding and under smaller ones (fewer offered
+``rl-hybrid``'s shipped weights, its anchor streak set to 1 (one launch per scored step), under
+the shipped encoding and under smaller ones (fewer offered
 jobs, fewer rows, fewer placement generators), side by side with ``srsf+packed`` in one run, and
 prints each one's CPU over the baseline's. The network's inputs do not depend on these knobs, so
 the same weights run under each; their decisions differ, so this measures cost only: what a
@@ -51,7 +52,7 @@ from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
 
 VARIANTS: tuple[tuple[str, dict], ...] = (
-    ("shipped (5 jobs, 16 rows, 3 generators)", {}),
+    ("shipped encoding (5 jobs, 16 rows, 3 generators)", {}),
     ("3 jobs", {"jobs_considered": 3}),
     ("2 generators (consolidated, contention-aware)", {"generators": ("consolidated", "contention-aware")}),
     ("3 jobs, 8 rows, 2 generators", {"jobs_considered": 3, "max_candidates": 8,
@@ -125,13 +126,13 @@ def main() -> None:
     request = PlacementRequest.model_validate(scale_request(4096, args.pending))
     baseline = PlacementEngine(EngineSettings(policy="srsf+packed"))
     variants = []
-    for label, changes in VARIANTS:
-        engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
+    for label, changes in VARIANTS:  # one launch a scored step: the streak at 1
+        engine = streak_of(PlacementEngine(EngineSettings(policy="rl-hybrid")), 1)
         policy = engine.policy
         object.__setattr__(policy, "encoding", dataclasses.replace(policy.encoding, **changes))  # frozen dataclass
         variants.append((label, engine))
     for k in (int(x) for x in args.launches.split(",") if x.strip()):
-        engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
+        engine = streak_of(PlacementEngine(EngineSettings(policy="rl-hybrid")), 1)
         engine.policy = MultiLaunch(engine.policy, k)
         variants.append((f"shipped encoding, up to {k} launches a step", engine))
     for k in (int(x) for x in args.streaks.split(",") if x.strip()):

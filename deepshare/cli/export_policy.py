@@ -42,11 +42,12 @@ def _pairs(flag: str, text: str, keys: tuple[str, ...]) -> dict[str, float]:
             raise DeepShareError(f"{flag}: unknown key {key!r}; expected {', '.join(keys)}")
         if key in out:
             raise DeepShareError(f"{flag}: {key} given twice")
+        check = anchor_streak if key == "anchor_streak" else rule_number
         try:
-            number = float(value)
+            number: float | str = float(value)
         except ValueError:
-            raise DeepShareError(f"{flag}: {key}: expected a number >= 0, got {value.strip()!r}") from None
-        out[key] = anchor_streak(f"{flag}: {key}", number) if key == "anchor_streak" else rule_number(f"{flag}: {key}", number)
+            number = value.strip()  # refused below, in the key's own words
+        out[key] = check(f"{flag}: {key}", number)
     return out
 
 

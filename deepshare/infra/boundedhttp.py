@@ -55,6 +55,8 @@ class Answer:
     headers: Mapping[str, str]
     """Header names in lower case."""
     body: bytes
+    reason: str = ""
+    """The status line's reason phrase, as the server wrote it."""
 
 
 def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
@@ -95,7 +97,7 @@ def exchange(url: str, method: str, body: bytes | None = None, headers: Mapping[
         content = _read(reply, max_bytes)
         if expired.is_set():  # a shut-down socket reads as the end of the answer
             raise OSError("deadline passed while reading")
-        return Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, content)
+        return Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, content, reply.reason or "")
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if expired.is_set() or isinstance(exc, TimeoutError):
             raise ExchangeError(f"no complete answer within {seconds:g} s", timed_out=True) from None

@@ -13,6 +13,7 @@ the one in ``rl_est_imitation.pt`` and ``rl-hybrid-preempt`` that same network w
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -344,15 +345,28 @@ def rule_mapping(given: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any
 def anchor_streak(where: str, value: Any) -> int:
     """A file's ``hybrid_rules.anchor_streak``: a whole number in 1..MAX_ANCHOR_STREAK (an integral
     float, as JSON or a flag may write it, counts), else a DeepShareError naming ``where``."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value != int(value) or not 1 <= value <= MAX_ANCHOR_STREAK):
+    number = _real(value)
+    if number is None or number != int(number) or not 1 <= number <= MAX_ANCHOR_STREAK:
         raise DeepShareError(f"{where}: expected a whole number of launches in 1..{MAX_ANCHOR_STREAK}, got {shown(value)}")
-    return int(value)
+    return int(number)
 
 
 def rule_number(where: str, value: Any) -> float:
     """A rule's threshold from a policy file's metadata: a finite number >= 0, else a
     DeepShareError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    number = _real(value)
+    if number is None or number < 0:
         raise DeepShareError(f"{where}: expected a number >= 0, got {shown(value)}")
-    return float(value)
+    return number
+
+
+def _real(value: Any) -> float | None:
+    """``value`` as a finite float when it is a number (not a bool) a float holds; else None (an
+    integer of 400 digits does not fit a float and is no threshold)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError, shown
@@ -85,7 +85,7 @@ class HybridRulesCard(_Strict):
     min_ratio: float | None = Field(default=None, ge=0)
     utilisation_floor: float | None = Field(default=None, ge=0)
     anchor: list[str] | None = None
-    anchor_streak: int | None = Field(default=None, ge=1, le=1024)
+    anchor_streak: StrictInt | None = Field(default=None, ge=1, le=1024)
 
     @field_validator("anchor")
     @classmethod
@@ -502,8 +502,8 @@ def summary_of(kind: str, rules: Rules) -> str:
            f"when it waits while a job fits, its safety net launches {'+'.join(hr.anchor)}'s next pick if that pick's "
            f"predicted ratio is at least {hr.min_ratio:g} or utilisation would stay below {hr.utilisation_floor:g}")
     if hr.anchor_streak > 1:
-        net += (f"; a choice of its anchor's launch makes up to {hr.anchor_streak} of the anchor's launches "
-                "without asking the network again")
+        net += (f"; once the network chooses its encoding's anchor launch (row 1), up to {hr.anchor_streak} of that "
+                "heuristic's launches are made without asking the network again")
     if kind == "hybrid":
         return f"The network with its safety net: {net}. Load it as rl-hybrid."
     gates = rules.preempt_rules.model_dump(exclude_none=True) if rules.preempt_rules else {}

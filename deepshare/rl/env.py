@@ -46,7 +46,7 @@ from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_c
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology
 from deepshare.core.traces import RecurrenceModel, load
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.information import DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR, InformationModel
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
@@ -170,7 +170,11 @@ class EnvConfig:
             raise DeepShareError(f"env config: {exc}") from None
         streak = config.hybrid_anchor_streak
         if isinstance(streak, bool) or not isinstance(streak, int) or not 1 <= streak <= MAX_ANCHOR_STREAK:
-            raise DeepShareError(f"env config: hybrid_anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, got {streak!r}")
+            raise DeepShareError(f"env config: hybrid_anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, "
+                                 f"got {shown(streak)}")
+        if streak > 1 and (not config.hybrid or config.anchor is None):
+            raise DeepShareError("env config: hybrid_anchor_streak follows the anchor's row of RL-hybrid: it needs "
+                                 f"hybrid: true and an anchor (got hybrid: {config.hybrid}, anchor: {config.anchor})")
         if config.reward not in ("jct", "original"):
             raise DeepShareError(f"env config: reward must be 'jct' or 'original', got {config.reward!r}")
         if not 0.0 <= config.generated_fraction <= 1.0:

@@ -7,7 +7,9 @@ whole exchange has a deadline and its answer a size limit
 (:func:`deepshare.infra.boundedhttp.exchange`, as the placement client's): a server at a mistyped
 ``--url`` that sends its answer a byte every few seconds, or without end, cannot hold the CLI or
 fill its memory. The token goes in ``Authorization: Bearer`` (no ``~/.netrc`` is read); bodies
-are ``application/json``; an answer is read up to :data:`MAX_ANSWER_BYTES`.
+are ``application/json``; an answer is read up to :data:`MAX_ANSWER_BYTES`. A redirect is not
+followed (the token would go where the answer says): it is one line naming where it points.
+No proxy is used (``$HTTP_PROXY`` and the like are not read), as for the placement client.
 """
 
 from __future__ import annotations
@@ -16,13 +18,18 @@ import http
 import json
 import re
 import urllib.parse
-from typing import Any
+from typing import Any, TypeVar
 
-from deepshare.core.errors import DeepShareError
+from pydantic import BaseModel, ValidationError
+from requests.utils import requote_uri
+
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.infra.boundedhttp import ExchangeError, exchange
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
 
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 MAX_ANSWER_BYTES = 64 * 2**20
 """Largest answer read (a list of 10,000 jobs is a few MB): a server at a mistyped ``--url`` (or
@@ -46,7 +53,7 @@ class SchedulerClient:
             raise DeepShareError(expected) from None
         if not parts.hostname or port == 0:
             raise DeepShareError(expected)
-        self.url = url.rstrip("/")
+        self.url = requote_uri(url.rstrip("/"))  # a space or a non-ASCII letter in the path, percent-encoded
         self.timeout_s = timeout_s
         """Seconds one request may take, its whole exchange: connecting, sending and reading the answer."""
         self._authorization = f"Bearer {token}"
@@ -66,14 +73,20 @@ class SchedulerClient:
             raise DeepShareError(f"{self.url}: answered more than {MAX_ANSWER_BYTES:,} bytes; "
                                  "is this a DeepShare scheduler?") from None
         status, content = answer.status, answer.body
+        if 300 <= status < 400:
+            where = answer.headers.get("location")
+            raise DeepShareError(f"{self.url}: answered HTTP {status}, a redirect "
+                                 + (f"to {shown(where)}; give that URL as --url" if where else "to nowhere")
+                                 + " (redirects are not followed: the token would go with them)")
         if status >= 400:
+            reason = answer.reason.strip() or _phrase(status)
             try:
-                message = str(json.loads(content).get("error") or _phrase(status))[:1000]
+                message = str(json.loads(content).get("error") or reason)[:1000]
             except (ValueError, AttributeError, RecursionError):
-                message = _phrase(status)
+                message = reason
             if status == 401:
                 message = f"{message}; give --token, set $DEEPSHARE_SCHEDULER_TOKEN or --state DIR of the scheduler"
-            raise DeepShareError(f"{self.url}: {message} (HTTP {status})")
+            raise DeepShareError(f"{self.url}: {message} (HTTP {status})" if message else f"{self.url}: answered HTTP {status}")
         try:
             return status, json.loads(content) if content else None
         except (ValueError, RecursionError):
@@ -81,7 +94,7 @@ class SchedulerClient:
                                  "is this a DeepShare scheduler?") from None
 
     def submit(self, spec: LiveJobSpec) -> JobOut:
-        return JobOut.model_validate(self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
+        return self._model(JobOut, "/v1/jobs", self._call("POST", "/v1/jobs", spec.model_dump(mode="json"))[1])
 
     def jobs(self, states: tuple[str, ...] = (), limit: int | None = None) -> list[JobOut]:
         """The ``limit`` most recently submitted jobs (the scheduler's default when None), of
@@ -89,14 +102,27 @@ class SchedulerClient:
         params: dict[str, Any] = {"state": list(states)} if states else {}
         if limit is not None:
             params["limit"] = limit
-        return [JobOut.model_validate(j) for j in self._call("GET", "/v1/jobs", params=params)[1]]
+        body = self._call("GET", "/v1/jobs", params=params)[1]
+        if not isinstance(body, list):
+            raise DeepShareError(f"{self.url}: /v1/jobs answered {type(body).__name__}, not a list")
+        return [self._model(JobOut, "/v1/jobs", j) for j in body]
 
     def job(self, job_id: str) -> JobDetailOut:
-        return JobDetailOut.model_validate(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])
+        path = f"/v1/jobs/{_segment(job_id)}"
+        return self._model(JobDetailOut, path, self._call("GET", path)[1])
 
     def cancel(self, job_id: str) -> tuple[int, JobOut]:
-        status, body = self._call("DELETE", f"/v1/jobs/{_segment(job_id)}")
-        return status, JobOut.model_validate(body)
+        path = f"/v1/jobs/{_segment(job_id)}"
+        status, body = self._call("DELETE", path)
+        return status, self._model(JobOut, path, body)
+
+    def _model(self, model: type[_Model], path: str, body: Any) -> _Model:
+        """``body`` as ``model``, or one line saying that the server's answer to ``path`` is not one."""
+        try:
+            return model.model_validate(body)
+        except ValidationError:
+            raise DeepShareError(f"{self.url}: {path} answered something that is not a {model.__name__} "
+                                 f"({type(body).__name__}); is this a DeepShare scheduler?") from None
 
     def contention(self) -> dict[str, Any]:
         """The learned contention model's latest version (``GET /v1/contention``)."""
@@ -120,8 +146,8 @@ class SchedulerClient:
         return body
 
     def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
-        return LogOut.model_validate(
-            self._call("GET", f"/v1/jobs/{_segment(job_id)}/logs", params={"rank": rank, "offset": offset})[1])
+        path = f"/v1/jobs/{_segment(job_id)}/logs"
+        return self._model(LogOut, path, self._call("GET", path, params={"rank": rank, "offset": offset})[1])
 
 
 def _segment(job_id: str) -> str:
@@ -138,8 +164,8 @@ def _reason(exc: ExchangeError) -> str:
 
 
 def _phrase(status: int) -> str:
-    """The standard reason phrase of an HTTP status (``Internal Server Error``), or ``HTTP N``."""
+    """The standard reason phrase of an HTTP status (``Internal Server Error``), or ``""``."""
     try:
         return http.HTTPStatus(status).phrase
     except ValueError:
-        return f"HTTP {status}"
+        return ""

@@ -127,6 +127,8 @@ def test_the_card_and_the_rule_have_the_same_bound():
         HybridRulesCard(anchor_streak=MAX_ANCHOR_STREAK + 1)
     with pytest.raises(ValueError):
         HybridRulesCard(anchor_streak=0)
+    with pytest.raises(ValueError):
+        HybridRulesCard(anchor_streak=True)
 
 
 # -- in a policy file and on export ---------------------------------------------------------------
@@ -140,7 +142,7 @@ def test_a_file_carries_its_streak_and_old_files_have_none(tmp_path):
     assert learned_policy("rl-hybrid", write_policy_file(tmp_path / "old.pt", {}), True).hybrid.anchor_streak == 1
 
 
-@pytest.mark.parametrize("bad", [0, 2.5, "4", True, float("nan"), MAX_ANCHOR_STREAK + 1, [4]])
+@pytest.mark.parametrize("bad", [0, 2.5, "4", True, float("nan"), MAX_ANCHOR_STREAK + 1, [4], 10**400, -(10**400)])
 def test_a_bad_streak_in_a_file_is_one_line_naming_the_key(tmp_path, bad):
     path = write_policy_file(tmp_path / "p.pt", {"hybrid_rules": {"anchor_streak": bad}})
     with pytest.raises(DeepShareError, match="hybrid_rules.anchor_streak: expected a whole number of launches in 1..1024"):
@@ -155,17 +157,17 @@ def test_export_sets_the_streak_and_the_card_says_so(tmp_path, capsys):
     assert (rc, err) == (0, ""), err
     card = read_card(card_path(out))
     assert card.rules.as_metadata() == {"hybrid_rules": {"anchor_streak": 4, "anchor": ["bsrsf", "uncontended"]}}
-    assert "up to 4 of the anchor's launches" in card.summary
+    assert "up to 4 of that heuristic's launches" in card.summary
     policy = make_policy(f"rl-hybrid={out}")
     assert policy.hybrid == HybridRules(anchor=("bsrsf", "uncontended"), anchor_streak=4)
 
 
-@pytest.mark.parametrize("value", ["0", "2.5", "abc", "1025", "nan"])
+@pytest.mark.parametrize("value", ["0", "2.5", "abc", "1025", "nan", "", "4x", "1e400"])
 def test_a_bad_streak_flag_is_one_line_and_nothing_is_written(tmp_path, capsys, value):
     rc, stdout, err = cli(capsys, "export-policy", POLICIES / SHIPPED, "--out", tmp_path / "x.pt", "--kind", "hybrid",
                           "--hybrid-rules", f"anchor_streak={value}", "--commit", "0123abc")
     assert rc == 2 and stdout == ""
-    one_error_line(err, "anchor_streak")
+    one_error_line(err, "anchor_streak: expected a whole number of launches in 1..1024")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -205,9 +207,19 @@ def test_env_policy_and_engine_take_identical_decisions_with_a_streak_that_runs(
     assert sum(made) > 10 and max(made) == 2 and len(decisions) > 10
 
 
-@pytest.mark.parametrize("bad", [0, 1025, 2.5, "x", True])
+@pytest.mark.parametrize("bad", [0, 1025, 2.5, "x", True, 10**400])
 def test_a_bad_streak_in_an_env_config_is_one_line_naming_the_key(bad):
     from deepshare.rl.env import EnvConfig
 
-    with pytest.raises(DeepShareError, match="env config: hybrid_anchor_streak"):
+    with pytest.raises(DeepShareError, match="env config: hybrid_anchor_streak") as info:
         EnvConfig.from_dict({"hybrid": True, "hybrid_anchor_streak": bad})
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize("values", [{"hybrid": False}, {"hybrid": True, "anchor": None}])
+def test_an_env_streak_that_could_never_run_is_refused(values):
+    from deepshare.rl.env import EnvConfig
+
+    with pytest.raises(DeepShareError, match="hybrid_anchor_streak follows the anchor's row of RL-hybrid"):
+        EnvConfig.from_dict({**values, "hybrid_anchor_streak": 4})
+    EnvConfig.from_dict({**values, "hybrid_anchor_streak": 1})

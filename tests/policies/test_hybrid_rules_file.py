@@ -36,6 +36,7 @@ def test_the_files_rules_replace_the_defaults_they_name(tmp_path):
     ({"utilisation_floor": -0.5}, "hybrid_rules.utilisation_floor: expected a number >= 0"),
     ({"min_ratio": float("nan")}, "hybrid_rules.min_ratio"),
     ({"min_ratio": True}, "hybrid_rules.min_ratio"),
+    ({"min_ratio": 10**400}, "hybrid_rules.min_ratio: expected a number >= 0"),  # no float holds it: was an OverflowError
     ({"anchor": "srsf+packed"}, "hybrid_rules.anchor: expected \\[order, placement\\]"),
     ({"anchor": ["srsf"]}, "hybrid_rules.anchor: anchor must be"),
     ({"anchor": ["srsf", "tightly"]}, "hybrid_rules.anchor: anchor placement 'tightly' is unknown"),

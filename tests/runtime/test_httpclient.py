@@ -174,3 +174,64 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_deadline(server):
     with pytest.raises(DeepShareError) as info:
         slow.jobs()
     assert str(info.value).endswith("no scheduler answers (no complete answer within 1 s)")
+
+
+class Custom(Script):
+    """Answers every request with ``server.custom`` = (status, reason, headers, body)."""
+
+    def _answer(self) -> None:
+        self.server.seen.append((self.command, self.path))  # type: ignore[attr-defined]
+        status, reason, headers, body = self.server.custom  # type: ignore[attr-defined]
+        self.send_response(status, reason)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_one_line_naming_where_it_points_and_is_not_followed(server, status):
+    server.RequestHandlerClass = Custom
+    server.custom = (status, None, {"Location": "https://elsewhere.example/v1/jobs"}, b"")
+    with pytest.raises(DeepShareError) as info:
+        client(server).jobs()
+    assert str(info.value) == (f"http://127.0.0.1:{server.server_address[1]}: answered HTTP {status}, a redirect to "
+                               "'https://elsewhere.example/v1/jobs'; give that URL as --url (redirects are not "
+                               "followed: the token would go with them)")
+    assert len(server.seen) == 1
+
+
+@pytest.mark.parametrize("call", ["jobs", "job", "cancel", "logs", "submit"])
+def test_an_answer_that_is_not_what_the_route_returns_is_one_line(server, call):
+    from deepshare.runtime.spec import spec_from_json
+
+    server.RequestHandlerClass = Custom
+    server.custom = (200, None, {"Content-Type": "application/json"}, b"")  # no body at all
+    args = {"jobs": (), "job": ("j-1",), "cancel": ("j-1",), "logs": ("j-1", 0, 0), "submit": (spec_from_json(SPEC),)}
+    with pytest.raises(DeepShareError, match="answered (NoneType, not a list|something that is not a)"):
+        getattr(client(server), call)(*args[call])
+
+
+@pytest.mark.parametrize(("status", "reason", "expected"), [
+    (403, "Forbidden by policy gateway", "Forbidden by policy gateway (HTTP 403)"),  # the server's own words
+    (502, None, "Bad Gateway (HTTP 502)"),
+    (499, "", "answered HTTP 499"),  # no reason and no standard phrase: not "HTTP 499 (HTTP 499)"
+])
+def test_an_error_without_a_json_message_reads_the_status_line(server, status, reason, expected):
+    server.RequestHandlerClass = Custom
+    server.custom = (status, reason, {"Content-Type": "text/html"}, b"<html>no</html>")
+    with pytest.raises(DeepShareError) as info:
+        client(server).jobs()
+    assert str(info.value) == f"http://127.0.0.1:{server.server_address[1]}: {expected}"
+
+
+def test_a_url_path_with_a_space_or_a_non_ascii_letter_is_percent_encoded(server):
+    server.RequestHandlerClass = Custom
+    server.custom = (200, None, {"Content-Type": "application/json"}, b"[]")
+    port = server.server_address[1]
+    assert SchedulerClient(f"http://127.0.0.1:{port}/a b", TOKEN).jobs() == []
+    assert SchedulerClient(f"http://127.0.0.1:{port}/é", TOKEN).jobs() == []
+    assert [path for _, path in server.seen] == ["/a%20b/v1/jobs", "/%C3%A9/v1/jobs"]
