@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+import signal
 import sys
+import threading
 from importlib import import_module
 from typing import Sequence
 
@@ -60,6 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: it then ends as on Ctrl-C (temporary files removed,
+    worker processes stopped, outputs left whole), where the default action killed the process
+    on the spot, leaving temporary files and orphaned pool workers."""
+
+
+def _terminate_as_interrupt() -> bool:
+    """Raise :class:`Terminated` on SIGTERM in this process, where nothing else handles it (a
+    command that owns its signals, ``scheduler start`` or ``serve``, installs its own); whether
+    it did (:func:`main` then puts the default back: a caller's process is left as it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    main_pid = os.getpid()
+
+    def terminated(signum: int, frame: object) -> None:
+        if os.getpid() != main_pid:  # a forked worker: die as the default action would
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -67,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not out.is_terminal:  # piped output: wide enough that tables never wrap
         out = Console(highlight=False, emoji=False, width=140)
     err = Console(stderr=True, highlight=False, emoji=False)
+    installed = _terminate_as_interrupt()
     try:
         return args.func(args, out, err)
     except DeepShareError as exc:
@@ -75,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeFailure as exc:
         err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_RUNTIME
+    except Terminated:
+        err.print("deepshare: terminated", markup=False)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130
@@ -85,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one that slips through is still a path the user gave that cannot be used
         err.print(f"deepshare: error: {exc.filename}: {exc.strerror}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -10,13 +11,30 @@ from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
-    information_model, past_history, policy_list, seed_count, sim_config, sim_inputs, tenants_of, add_tenants_arg,
+    information_model, past_history, policy_files, policy_list, seed_count, sim_config, sim_inputs, tenants_of,
+    add_tenants_arg,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load, mix_from_spec
+
+
+def _suite_inputs(args: argparse.Namespace) -> dict[str, object]:
+    """The files a suite run reads, which no output may overwrite: the suite's YAML (not a bundled
+    suite's name: ``--json tiny`` writes no suite), ``--tenants``, and the suite's own tenants
+    file and learned policy files (``NAME=PATH``)."""
+    from deepshare.experiments.suite_spec import load_suite, suite_names, tenants_names
+
+    spec = load_suite(args.suite)  # a bad suite is one line here, before any output
+    bundled = args.suite in suite_names() and not os.path.isfile(args.suite)
+    return {
+        "--suite": None if bundled else args.suite,
+        "--tenants": args.tenants,
+        "the suite's tenants": None if spec.tenants is None or spec.tenants in tenants_names() else spec.tenants,
+        "the suite's learned policies": policy_files(spec.learned),
+    }
 
 
 def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -30,7 +48,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         from deepshare.experiments.pareto_plot import PARETO_FILE
 
-        check_outputs({"--json": args.json, "--out": folder_outputs(args.out, (PARETO_FILE,))}, {"--suite": args.suite},
+        check_outputs({"--json": args.json, "--out": folder_outputs(args.out, (PARETO_FILE,))}, _suite_inputs(args),
                       new_folders=[args.out])
 
         return cmd_suite(args, out, err)
@@ -39,13 +57,13 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     names = policy_list(args.policies)
     check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, sim_inputs(args, names),
                   new_folders=[args.out])
-    if args.out:  # made first: the README puts --json inside it
+    topology = cluster_topology(args)  # checked before --out is made
+    mix = flagged("--mix", mix_from_spec, args.mix)
+    if args.out:  # made before the run: the README puts --json inside it
         try:
             Path(args.out).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
-    topology = cluster_topology(args)
-    mix = flagged("--mix", mix_from_spec, args.mix)
     with joined(args.address) as on_ray:
         verb = "done" if on_ray else "running"
         result = evaluate(

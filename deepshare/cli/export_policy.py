@@ -182,6 +182,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
 
     from deepshare.core.documents import load_json
     from deepshare.core.files import CONFIG_BYTES, read_input_text
+    from deepshare.core.atomic import mode_for
     from deepshare.policies.checkpoint import export_scorer, scorer_from_file
     from deepshare.policies.policy_card import (
         RULE_KEYS, PolicyCard, Rules, card_path, card_problems, card_yaml, figures_from_suite, information_of,
@@ -244,6 +245,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         except ValidationError as exc:
             raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
         text = card_yaml(card)
+        os.chmod(tmp, mode_for(dest))  # mkstemp made it 0600; a policy file is as readable as any output
         os.replace(tmp, dest)
     finally:
         if tmp.exists():

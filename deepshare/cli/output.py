@@ -6,7 +6,8 @@
   standard output is exactly one JSON document that a pipe can parse.
 * :func:`check_outputs` refuses, before any work, an output path that is one of the command's
   own inputs (resolved, so ``./t.csv``, a symlink or a hard link to ``t.csv`` count), two
-  outputs that are the same file, an output in a missing folder, an output that exists and is
+  outputs that are the same file, an empty path, an output in a missing folder or in one it
+  cannot create files in, an output that exists and is
   not a regular file (a folder, a device such as ``/dev/null``, a FIFO, a socket: the atomic
   replace would put a regular file in its place) and an unusable path (too long, through a
   regular file, not searchable), each as one line naming the flag and the path.
@@ -20,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -81,8 +83,11 @@ def write_json(path: str | None, doc: Any, out: Any, what: str) -> None:
     write_text_atomic(path, dumps(doc), what)
 
 
-def folder_outputs(folder: str | None, names: Sequence[str]) -> list[str]:
-    """The files a command writes into an output folder (for :func:`check_outputs`)."""
+def folder_outputs(folder: str | None, names: Sequence[str], flag: str = "--out") -> list[str]:
+    """The files a command writes into an output folder (for :func:`check_outputs`); an empty
+    folder name is refused (it would mean no folder, silently)."""
+    if folder == "":
+        raise DeepShareError(f"{flag} '': an empty path; give {flag} a folder")
     return [] if folder is None else [str(Path(folder) / name) for name in names]
 
 
@@ -132,13 +137,29 @@ def _pairs(paths: Mapping[str, str | Iterable[str] | None]) -> list[tuple[str, s
 
 
 def _check_writable(flag: str, path: str, made: Sequence[Path]) -> None:
-    """The output ``path`` of ``flag`` is a new path or a regular file, in an existing folder (or
-    one the command makes), and the system can look it up (no name too long, no regular file
-    where a folder should be)."""
+    """The output ``path`` of ``flag`` is a new path or a regular file, in an existing folder this
+    process can create files in (or one the command makes), and the system can look it up (no
+    name too long, no regular file where a folder should be); an empty path is no path."""
+    if not path:
+        raise DeepShareError(f"{flag} '': an empty path; give {flag} a file path")
     check_output_path(path, "output", label=f"{flag} {path}")
     folder = Path(path).parent
-    if not os.path.isdir(folder) and folder.resolve() not in made:
+    if os.path.isdir(folder):
+        _probe(flag, path, folder)
+    elif folder.resolve() not in made:
         raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
+
+
+def _probe(flag: str, path: str, folder: Path) -> None:
+    """Create and remove a file in ``folder``, as the atomic write will: a folder it cannot write
+    in (no permission, a read-only file system, ``/proc``) is refused before the work, not after
+    it (permission bits do not say so for root, nor for a read-only mount)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".deepshare-probe-", suffix=".tmp")
+    except OSError as exc:
+        raise DeepShareError(f"{flag} {path}: cannot write in folder {str(folder)!r}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _same(a: str, b: str) -> bool:

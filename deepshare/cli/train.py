@@ -66,7 +66,8 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         config = with_init_from(config, args.init_from)
     total = args.iterations or config.run.iterations
     run_dir = args.resume or args.out or f"runs/{config.name}"
-    check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)}, {"CONFIG": args.config}, new_folders=[run_dir])
+    check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)},
+                  {"CONFIG": args.config, "--init-from": config.model.init_from}, new_folders=[run_dir])
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
     on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),

@@ -7,6 +7,7 @@ the rename would otherwise replace a device (``/dev/null``), a FIFO or a socket 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -14,14 +15,20 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.files import check_output_path
 
 
-def _mode_for(target: Path) -> int:
-    """The replaced file's mode, or what ``open()`` would give a new file under the umask."""
+def mode_for(target: Path) -> int:
+    """The mode of a file written at ``target``: the replaced file's permission bits when it is a
+    regular file of this user (never its setuid, setgid or sticky bits), else what ``open()``
+    would give a new file under the umask. A symlink's target or a file someone else planted is
+    not a mode to take: its owner could make the output setuid or writable by anyone."""
     try:
-        return target.stat().st_mode & 0o7777
+        info = os.lstat(target)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+            return info.st_mode & 0o777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def temp_prefix(target: Path) -> str:
@@ -53,7 +60,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; give the file a normal mode
+        os.chmod(tmp, mode_for(target))  # mkstemp makes 0600; give the file a normal mode
         os.replace(tmp, target)
     except BaseException as exc:
         try:

@@ -206,3 +206,26 @@ def numbered_rows(reader: Any, source: str) -> Iterator[tuple[int, Any]]:
             raise DeepShareError(f"{source} line {end + 1}: expected CSV, {exc}") from None
         line, end = end + 1, reader.line_num
         yield line, row
+
+
+def open_append(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """``path`` opened to append text (created 0666 under the umask when missing), refusing a
+    symlink in its place (``O_NOFOLLOW``): a log or CSV a run keeps appending to in a folder it
+    reuses must not be redirected, by a link planted there, into another file. Anything but a
+    regular file is refused too; errors are one :class:`DeepShareError` line naming the path."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        reason = "is a symlink, which is not followed" if os.path.islink(path) else _reason(exc)
+        raise DeepShareError(f"{path}: cannot append to the {what}: {reason}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DeepShareError(f"{path}: cannot append to the {what}: is {file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", newline="", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Sequence
 
-from deepshare.core.atomic import _mode_for, temp_prefix
+from deepshare.core.atomic import mode_for, temp_prefix
 from deepshare.core.files import check_output_path
 from deepshare.core.metrics import JobRecord, csv_columns, csv_row
 from deepshare.core.errors import DeepShareError
@@ -88,7 +88,7 @@ class JobsCsvStream:
             os.fsync(self._fh.fileno())
             self._fh.close()
             self._closed = True
-            os.chmod(self._tmp, _mode_for(self.target))
+            os.chmod(self._tmp, mode_for(self.target))
             os.replace(self._tmp, self.target)
         except OSError as exc:
             self.discard()

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from deepshare.raycluster.demand_bridge import DemandBridge, ray_request
 from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
+from deepshare.core.atomic import write_bytes_atomic
 from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
 from deepshare.core.errors import DeepShareError
 
@@ -149,7 +150,7 @@ def install_job_script(folder: Path) -> Path:
     The jobs then name it ``ddp_mlp:main``: the worker puts ``working_dir`` on ``PYTHONPATH``."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / JOB_SCRIPT
-    target.write_bytes(files("deepshare.data").joinpath("jobs", JOB_SCRIPT).read_bytes())
+    write_bytes_atomic(target, files("deepshare.data").joinpath("jobs", JOB_SCRIPT).read_bytes(), "job script")  # never through a planted link
     return target
 
 
@@ -208,7 +209,12 @@ def run_live_experiment(
     (node_type,) = spec.node_types.values()
     scheduling = make_policy(policy)  # a bad name fails before Ray starts
     work = Path(workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    for folder in (work, work / "jobs", work / "ray"):  # a regular file in the way is one line, not a traceback
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeepShareError(f"--workdir {workdir}: cannot make the folder {str(folder)!r} "
+                                 f"({exc.strerror or exc})") from None
     jobs_dir = install_job_script(work / "jobs").parent
     cluster = FakeAutoscalingCluster(spec, work / "ray")
     scheduler: _SchedulerThread | None = None

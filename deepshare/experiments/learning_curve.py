@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic
+from deepshare.core.files import open_append
 from deepshare.experiments.suite import (
     Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, pooled_ideals, run_policies,
 )
@@ -131,10 +132,10 @@ def append_row(path: Path, row: dict[str, object]) -> None:
     """Append ``row`` under the file's own header (a file begun by an older version keeps its
     columns), or under :data:`CURVE_COLUMNS` in a new file."""
     columns: list[str] | None = None
-    if path.exists() and path.stat().st_size > 0:
+    if path.is_file() and not path.is_symlink() and path.stat().st_size > 0:
         with path.open(newline="") as fh:
             columns = next(csv.reader(fh), None)
-    with path.open("a", newline="") as fh:
+    with open_append(path, "learning curve") as fh:  # never through a link planted in the run folder
         writer = csv.DictWriter(fh, fieldnames=columns or list(CURVE_COLUMNS), extrasaction="ignore")
         if columns is None:
             writer.writeheader()

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from deepshare.core.atomic import write_text_atomic
-from deepshare.core.errors import DeepShareError
+from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.files import TRACE_BYTES, read_input_text
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
 from deepshare.experiments.results_migration import migration_section
@@ -175,8 +174,14 @@ def render_headline(suites: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, block: str) -> str:
-    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+def replace_block(text: str, block: str, where: str = "README") -> str:
+    """``text`` with the block between its markers replaced; a text without them (in that
+    order) is one DeepShareError line naming ``where``."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise DeepShareError(f"{where}: expected the markers {README_START!r} and {README_END!r}, in that order, "
+                             "around the headline table")
+    start += len(README_START)
     return text[:start] + "\n" + block + "\n" + text[end:]
 
 
@@ -185,19 +190,37 @@ def _read(path: Path, what: str) -> str:
     return read_input_text(path, what, TRACE_BYTES)
 
 
-def load_folder(folder: Path) -> dict[str, Any]:
-    return {p.stem: json.loads(_read(p, "report")) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+def load_folder(folder: Path, key: str) -> dict[str, Any]:
+    """The reports of ``folder`` by name, each checked to hold ``key`` (``cells`` for a suite's,
+    ``measures`` for a benchmark's)."""
+    return {p.stem: _report(p, key) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
-def collect(source: Path | None, target: Path) -> list[str]:
-    """Copy ``source``'s JSON files into ``target`` (same names are replaced); their names."""
+def _report(path: Path, key: str) -> dict[str, Any]:
+    """The JSON report at ``path``; one DeepShareError line when it is not JSON or not a report
+    of its kind (a ``simulate --json`` among the suites' files)."""
+    try:
+        doc = json.loads(_read(path, "report"))
+    except (ValueError, RecursionError) as exc:
+        raise DeepShareError(f"{path}: expected a JSON report, {shown(str(exc))}") from None
+    if not isinstance(doc, dict) or key not in doc:
+        raise DeepShareError(f"{path}: not a {'suite' if key == 'cells' else 'benchmark'} report (no {key!r}); "
+                             "expected the --json of `deepshare evaluate --suite` or of a bench/ script")
+    return doc
+
+
+def collect(source: Path | None, target: Path, key: str) -> list[str]:
+    """Copy ``source``'s JSON reports into ``target`` (same names are replaced); their names.
+    Every report is checked first (:func:`_report`), so a bad one replaces nothing."""
     if source is None or not source.is_dir():
         return []
+    reports = sorted(source.glob("*.json"))
+    for path in reports:
+        _report(path, key)
     target.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in sorted(source.glob("*.json")):
-        json.loads(_read(path, "report"))  # refuse a broken file before it replaces a good one
-        shutil.copyfile(path, target / path.name)
+    for path in reports:
+        write_bytes_atomic(target / path.name, path.read_bytes(), "report")  # whole, never through a planted link
         copied.append(path.name)
     return copied
 
@@ -212,16 +235,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page or the README differs from the data")
     args = parser.parse_args(argv)
+    if args.page.resolve() == args.readme.resolve():
+        raise DeepShareError(f"--page {args.page} is also --readme: give each its own file")
+    readme_text = _read(args.readme, "README")
+    replace_block(readme_text, "", str(args.readme))  # no markers: refused before anything is copied
     if not args.check:
-        copied = collect(args.suites, args.data / "suite") + collect(args.bench, args.data / "bench")
+        copied = collect(args.suites, args.data / "suite", "cells") + collect(args.bench, args.data / "bench", "measures")
         figure = args.demo / DEMO_FIGURE
         if figure.is_file():
             args.data.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(figure, args.data / f"demo_{DEMO_FIGURE}")
+            write_bytes_atomic(args.data / f"demo_{DEMO_FIGURE}", figure.read_bytes(), "figure")
             copied.append(f"demo_{DEMO_FIGURE}")
         print(f"results: took {', '.join(copied) or 'no new file'} into {args.data}")
-    suites, benches = load_folder(args.data / "suite"), load_folder(args.data / "bench")
-    page, readme = render_page(suites, benches), replace_block(_read(args.readme, "README"), render_headline(suites))
+    suites, benches = load_folder(args.data / "suite", "cells"), load_folder(args.data / "bench", "measures")
+    page, readme = render_page(suites, benches), replace_block(readme_text, render_headline(suites), str(args.readme))
     if args.check:
         stale = [str(p) for p, text in ((args.page, page), (args.readme, readme)) if not p.is_file() or _read(p, "page") != text]
         for path in stale:

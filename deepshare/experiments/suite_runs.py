@@ -12,6 +12,7 @@ from multiprocessing.context import BaseContext
 from typing import Callable, Generator, Iterable, Sequence
 
 from deepshare.core.simulator import Simulator
+from deepshare.core.workers import stop_workers
 from deepshare.experiments.suite_cells import (
     Cell, cell_bound, cell_contention, cell_topology, cell_trace, cells, pooled_ideals,
 )
@@ -142,6 +143,10 @@ def run_policies(
             done += 1
             if progress is not None:
                 progress(done, len(tasks), f"{policy} on {cell.label}")
+    except BaseException:
+        if pool is not None:
+            stop_workers(pool)  # an interrupted run does not wait for (or leave behind) its workers
+        raise
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

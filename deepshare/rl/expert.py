@@ -47,6 +47,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import ContentionModel
 from deepshare.core.errors import DeepShareError
 from deepshare.core.history import JobHistory
@@ -505,5 +506,5 @@ def expert_iteration(
     }
     policy = folder / "policy.pt"
     export_scorer(net, env.encoding, policy, summary)
-    (folder / "expert.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    write_text_atomic(folder / "expert.json", json.dumps(summary, indent=2, default=str) + "\n", "run summary")
     return policy

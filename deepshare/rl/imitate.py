@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
 from deepshare.policies.encoding import ANCHOR_ROW, WAIT_INDEX, Candidate, PartialDecision, anchor_launch
 from deepshare.policies.learned import best_row
@@ -389,5 +390,5 @@ def imitate(
     }
     policy = folder / "policy.pt"
     export_scorer(net, env.encoding, policy, summary)
-    (folder / "imitation.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    write_text_atomic(folder / "imitation.json", json.dumps(summary, indent=2, default=str) + "\n", "run summary")
     return policy

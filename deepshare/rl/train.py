@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.files import open_append
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
@@ -403,7 +404,7 @@ def train(
     try:
         if on_export is not None and start_from is None:
             export(algo.iteration, None)
-        with metrics_file.open("a", newline="") as fh:
+        with open_append(metrics_file, "metrics file") as fh:  # never through a link planted in the run folder
             rows = csv.DictWriter(fh, fieldnames=METRIC_COLUMNS)
             if new_file:
                 rows.writeheader()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from deepshare.core.errors import DeepShareError
+
 from deepshare.experiments import results_page
 from deepshare.experiments.results_page import README_END, README_START, main, policy_rows, render_headline
 
@@ -66,9 +68,49 @@ def test_a_broken_file_never_replaces_good_data(tmp_path: Path) -> None:
     target.mkdir()
     (target / "quick.json").write_text("{}")
     (source / "quick.json").write_text("{not json")
-    with pytest.raises(json.JSONDecodeError):
-        results_page.collect(source, target)
+    with pytest.raises(DeepShareError, match="quick.json: expected a JSON report"):
+        results_page.collect(source, target, "cells")
     assert (target / "quick.json").read_text() == "{}"
+
+
+def _page_args(tmp_path: Path) -> list[str]:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{results_page.README_START}\n{results_page.README_END}\n")
+    return ["--data", str(tmp_path / "data"), "--page", str(tmp_path / "results.md"), "--readme", str(readme),
+            "--demo", str(tmp_path / "no-demo")]
+
+
+def test_a_report_of_another_kind_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "a.json").write_text('{"cells": []}')
+    (suites / "b.json").write_text('{"report": {"avg_jct_s": 1}}')  # a `simulate --json`
+    with pytest.raises(DeepShareError, match="b.json: not a suite report"):
+        results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_readme_without_markers_or_the_readme_as_page_is_one_line(tmp_path: Path) -> None:
+    args = _page_args(tmp_path)
+    (tmp_path / "README.md").write_text("no markers here\n")
+    with pytest.raises(DeepShareError, match="README.md: expected the markers"):
+        results_page.main(args)
+    readme = str(tmp_path / "README.md")
+    with pytest.raises(DeepShareError, match="is also --readme"):
+        results_page.main([*args[:2], "--page", readme, "--readme", readme])
+
+
+def test_a_report_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    suites, data = tmp_path / "suites", tmp_path / "data" / "suite"
+    suites.mkdir()
+    data.mkdir(parents=True)
+    (suites / "tiny.json").write_text('{"cells": []}')
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (data / "tiny.json").symlink_to(victim)
+    assert results_page.collect(suites, data, "cells") == ["tiny.json"]
+    assert victim.read_text() == "mine" and not (data / "tiny.json").is_symlink()
+    assert (data / "tiny.json").read_text() == '{"cells": []}'
 
 
 def test_no_suite_yet_says_how_to_make_one() -> None:

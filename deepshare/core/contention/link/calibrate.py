@@ -40,7 +40,7 @@ of victim and aggressor, ties averaged). The fits see every isolated throughput 
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -55,6 +55,7 @@ from deepshare.core.contention.link.params import (
 from deepshare.core.contention.link.samples import Samples, UplinkPair
 from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, ProfileKey
+from deepshare.core.workers import worker_pool
 
 ISOLATED_WEIGHT = 0.3
 LOSS = "soft_l1"
@@ -408,7 +409,7 @@ def _run_fits(
             step(FitProgress(len(runs), len(tasks), names[k], left[k] == 0))
 
     if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with worker_pool(workers) as pool:  # its workers stop with an interrupted caller
             futures = {pool.submit(_fit_start, job): (k, i) for k, i, job in tasks}
             for future in as_completed(futures):
                 finished(*futures[future], future.result())
