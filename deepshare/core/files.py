@@ -179,6 +179,11 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output", *, lab
     if isinstance(text, str) and text.endswith((os.sep, os.sep + ".", os.sep + "..")) or text in (".", ".."):
         raise DeepShareError(f"{label}: cannot write {what}: the path names a folder (it ends in "
                              f"{'/' if text.endswith(os.sep) else text.rsplit(os.sep, 1)[-1]!r}); give a file path")
+    system = _system_folder(text) if isinstance(text, str) else None
+    if system is not None:
+        raise DeepShareError(f"{label}: cannot write {what}: the path is in the system folder {system}, whose "
+                             "entries are the system's (replacing /dev/stdout would replace it for everyone); "
+                             "give a file path (--json - writes to standard output)")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -187,6 +192,25 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output", *, lab
         raise DeepShareError(f"{label}: cannot write {what}: {_reason(exc)}") from None
     if not stat.S_ISREG(mode):
         raise DeepShareError(f"{label}: cannot write {what}: is {file_kind(mode)}, not a regular file")
+
+
+_SYSTEM_TREES = ("/proc", "/sys")
+"""Folders whose whole trees are the kernel's."""
+
+
+def _system_folder(path: str) -> str | None:
+    """The system folder ``path`` would be written in (``/dev`` itself, or anywhere under
+    ``/proc`` or ``/sys``, as written or once resolved), or None. ``/dev/stdout`` redirected to a
+    file is a symlink to a regular file: the atomic rename would replace the link itself, for every
+    process of the machine (as root). ``/dev/shm`` and other folders below ``/dev`` stay usable."""
+    parent = os.path.dirname(os.path.abspath(path))
+    for folder in (parent, os.path.realpath(parent)):
+        if folder == "/dev":
+            return "/dev"
+        for tree in _SYSTEM_TREES:
+            if folder == tree or folder.startswith(tree + os.sep):
+                return tree
+    return None
 
 
 def numbered_rows(reader: Any, source: str) -> Iterator[tuple[int, Any]]:

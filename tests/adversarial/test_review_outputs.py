@@ -100,12 +100,35 @@ def test_an_empty_output_path_is_refused_not_ignored(here, capsys, argv):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
-def test_a_folder_no_file_can_be_made_in_is_refused_before_any_output_is_written(here, capsys):
+def test_an_output_in_proc_is_refused_before_any_output_is_written(here, capsys):
     rc, _, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "las+consolidated",
                      "--jobs-csv", "j.csv", "--json", "/proc/self/x.json")
     assert rc == 2
-    one_error_line(err, "--json /proc/self/x.json: cannot write in folder '/proc/self'")
+    one_error_line(err, "--json /proc/self/x.json: cannot write output: the path is in the system folder /proc")
     assert not Path("j.csv").exists()
+
+
+def test_an_output_in_dev_is_refused_so_dev_stdout_is_never_replaced(here, capsys):
+    """``/dev/stdout`` redirected to a file is a link to a regular file: the atomic rename would
+    have replaced the link itself, for every process of the machine (as root)."""
+    rc, _, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "las+consolidated", "--json", "/dev/stdout")
+    assert rc == 2
+    one_error_line(err, "the path is in the system folder /dev", "--json - writes to standard output")
+    assert os.path.islink("/dev/stdout") or not os.path.lexists("/dev/stdout")
+
+
+def test_a_folder_no_file_can_be_made_in_is_refused_before_the_work(here, capsys):
+    Path("ro").mkdir()
+    os.chmod("ro", 0o555)
+    try:
+        if os.access("ro", os.W_OK):  # root: permission bits do not bind; a read-only folder needs a mount
+            pytest.skip("this user writes in any folder")
+        rc, _, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "las+consolidated",
+                         "--jobs-csv", "j.csv", "--json", "ro/x.json")
+    finally:
+        os.chmod("ro", 0o755)
+    assert rc == 2 and not Path("j.csv").exists()
+    one_error_line(err, "--json ro/x.json: cannot write in folder 'ro'")
 
 
 def test_evaluate_makes_no_out_folder_when_another_flag_is_wrong(here, capsys):
@@ -213,3 +236,18 @@ def test_an_interrupted_pool_terminates_its_workers():
     for process in workers:
         process.join(30)  # a test bound, not a timing: they would otherwise sleep 60 s
         assert not process.is_alive()
+
+
+def test_a_read_only_folder_is_refused_before_the_work(here, capsys, monkeypatch):
+    """What a read-only mount answers (root too, whom permission bits do not bind)."""
+    import errno
+
+    import deepshare.cli.output as output
+
+    def read_only(*_, **__):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(output.tempfile, "mkstemp", read_only)
+    rc, _, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "las+consolidated", "--json", "x.json")
+    assert rc == 2 and not Path("x.json").exists()
+    one_error_line(err, "--json x.json: cannot write in folder '.': Read-only file system")
