@@ -252,4 +252,3 @@ def open_append(path: str | os.PathLike[str], what: str = "file") -> Any:
     except BaseException:
         os.close(fd)
         raise
-
