@@ -21,7 +21,7 @@ from typing import Sequence
 
 from rich.console import Console
 
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError, RuntimeFailure, one_line
 
 EXIT_USAGE = 2
 EXIT_RUNTIME = 1
@@ -101,10 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args, out, err)
     except DeepShareError as exc:
-        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"deepshare: error: {one_line(str(exc))}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except RuntimeFailure as exc:
-        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"deepshare: error: {one_line(str(exc))}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_RUNTIME
     except Terminated:
         err.print("deepshare: terminated", markup=False)
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # a safety net: readers and writers turn these into DeepShareError (deepshare.core.files);
         # one that slips through is still a path the user gave that cannot be used
-        err.print(f"deepshare: error: {exc.filename}: {exc.strerror}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"deepshare: error: {one_line(str(exc.filename))}: {exc.strerror}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
     finally:
         if installed:

@@ -15,7 +15,7 @@ from deepshare.cli.args import fold_count, seed_value, start_count, worker_count
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.cli.help import command
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 if TYPE_CHECKING:
     from deepshare.core.contention.link.samples import Samples
@@ -105,7 +105,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     finally:
         journal.close()
     shown = human(args.json, out, err)
-    shown.print(f"learned contention fitted to {doc['runs']} measured run(s) of {journal_path}: ratio MAE "
+    shown.print(f"learned contention fitted to {doc['runs']} measured run(s) of {one_line(str(journal_path))}: ratio MAE "
                 f"{_mae(doc['mae_learned'])} (the {doc['prior']} prior's {_mae(doc['mae_prior'])})",
                 markup=False, highlight=False, soft_wrap=True)
     table = Table(header_style="bold")

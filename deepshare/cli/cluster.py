@@ -28,7 +28,7 @@ from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, load_trace, print_line, sim_config, sim_inputs, wait_seconds,
 )
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 DIURNAL = "deepshare/data/autoscale/diurnal-150.csv"
 AWS_MIXED = "deepshare/data/autoscale/aws-mixed.yaml"
@@ -72,7 +72,7 @@ def cmd_cluster_spec(args: argparse.Namespace, out: Any, err: Any) -> int:
     )
     if args.out:
         write_text_atomic(args.out, text, "autoscaling spec")
-        print_line(out, f"wrote {args.out}")
+        print_line(out, f"wrote {one_line(args.out)}")
     else:
         print_line(out, text.rstrip())
     return 0
@@ -139,7 +139,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
         from deepshare.experiments.autoscale_plots import write_timeline_plot
 
         write_timeline_plot(reports, args.plot)
-        print_line(shown, f"wrote {args.plot}")
+        print_line(shown, f"wrote {one_line(args.plot)}")
     return 0
 
 

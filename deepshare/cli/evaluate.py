@@ -17,7 +17,7 @@ from deepshare.cli.args import (
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.traces import load, mix_from_spec
 
 
@@ -102,7 +102,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     shown.print(table)
     if args.out:
         for path in write_plots(result, args.out):
-            shown.print(f"wrote {path}", markup=False, highlight=False)
+            shown.print(f"wrote {one_line(str(path))}", markup=False, highlight=False)
     write_json(args.json, result.to_json(), out, "evaluation")
     return 0
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from deepshare.cli.args import print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 KINDS = ("network", "hybrid", "hybrid-preempt")
 HYBRID_KEYS = ("min_ratio", "utilisation_floor", "anchor_streak")
@@ -253,7 +253,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     from deepshare.core.atomic import write_text_atomic
 
     write_text_atomic(card_file, text, "policy card")
-    print_line(out, f"wrote {dest} and {card_file}")
+    print_line(out, f"wrote {one_line(str(dest))} and {one_line(str(card_file))}")
     print_line(out, card.facts())
     return 0
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from deepshare.cli.args import gpus_per_node, print_line
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.topology import Topology, load_topology, preset_names
 
 
@@ -189,7 +189,7 @@ def cmd_clusters_import(args: argparse.Namespace, out: Console, err: Console) ->
     summary = f"{len(topology.nodes)} nodes, {topology.total_gpus} GPUs; fabric {_levels(topology)}"
     if args.out:
         write_text_atomic(args.out, imported.yaml, "cluster spec")
-        print_line(out, f"wrote {args.out}: {summary}")
+        print_line(out, f"wrote {one_line(args.out)}: {summary}")
     else:
         print_line(out, imported.yaml.rstrip("\n"))
     return 0

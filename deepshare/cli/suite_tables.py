@@ -11,7 +11,7 @@ from rich.table import Table
 
 from deepshare.cli.output import human, write_json
 from deepshare.cli.ray_address import joined
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
 from deepshare.experiments.suite_results import TRADEOFFS
@@ -302,7 +302,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         path = write_pareto_plot(result, out_dir)
         if path is not None:
-            shown.print(f"wrote {path}", markup=False, highlight=False)
+            shown.print(f"wrote {one_line(str(path))}", markup=False, highlight=False)
     shown.print(room_table(result))
     costs = cost_table(result)
     if costs is not None:

@@ -13,7 +13,7 @@ from deepshare.cli.args import (
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
 from deepshare.core.bounds import MAX_DURATION_S
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from_spec, parse_demand, trace_stats, write_canonical
 from deepshare.core.traces.feature_stats import describe
 from deepshare.core.traces.stats import TopologyStats
@@ -106,7 +106,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     )
     write_canonical(trace, args.out)
     stats = trace_stats(trace)
-    out.print(f"wrote {stats.jobs} jobs to {args.out} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", markup=False, highlight=False)
+    out.print(f"wrote {stats.jobs} jobs to {one_line(str(args.out))} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", markup=False, highlight=False)
     return 0
 
 

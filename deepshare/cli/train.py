@@ -16,7 +16,7 @@ from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number
 from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
@@ -83,7 +83,8 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         policy = train(args.config, run_dir, iterations=args.iterations, num_env_runners=args.num_env_runners,
                        address=args.address, resume=args.resume, progress=report, config=config, on_export=on_export)
-    out.print(f"policy written to {policy}; use --policy {trained_as}={policy}", markup=False, highlight=False)
+    named = one_line(str(policy))  # a path with a newline prints as one line
+    out.print(f"policy written to {named}; use --policy {trained_as}={named}", markup=False, highlight=False)
     return 0
 
 
@@ -170,7 +171,8 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     policy = imitate(args.config, run_dir, episodes=args.episodes, seed_base=args.seed_base, settings=settings,
                      dagger_rounds=args.dagger_rounds,
                      log=lambda msg: print_line(err, msg) if not msg.startswith("episode ") or err.is_terminal else None)
-    print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
+    named = one_line(str(policy))  # a path with a newline prints as one line
+    print_line(out, f"policy written to {named}; use --policy rl-base={named} (or rl-hybrid={named})")
     return 0
 
 
@@ -184,7 +186,8 @@ def _expert(args: argparse.Namespace, teacher: Any, settings: Any, run_dir: str,
     with joined(args.address) as on_ray:
         policy = expert_iteration(args.config, run_dir, replace(expert, on_ray=on_ray), settings,
                                   log=lambda msg: print_line(err, msg))
-    print_line(out, f"policy written to {policy}; use --policy rl-base={policy} (or rl-hybrid={policy})")
+    named = one_line(str(policy))  # a path with a newline prints as one line
+    print_line(out, f"policy written to {named}; use --policy rl-base={named} (or rl-hybrid={named})")
     return 0
 
 

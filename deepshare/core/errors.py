@@ -52,3 +52,13 @@ def shown(value: object) -> str:
     short = reprlib.Repr()
     short.maxlevel, short.maxstring, short.maxother, short.maxlist, short.maxdict = 3, 80, 80, 6, 6
     return short.repr(value)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable written as its escape (``\\n``,
+    ``\\x1b``, ``\\u2028``): a path or message a user typed with a newline or a terminal escape in
+    it prints as one line that says what it holds, and cannot forge a second line of output or
+    drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
-from deepshare.core.errors import DeepShareError, shown
+from deepshare.core.errors import DeepShareError, one_line, shown
 from deepshare.core.files import TRACE_BYTES, read_input_text
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
 from deepshare.experiments.results_migration import migration_section
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if stale else 0
     write_text_atomic(args.page, page, "results page")  # never over a device or FIFO
     write_text_atomic(args.readme, readme, "README")
-    print(f"results: wrote {args.page} and the headline table of {args.readme}")
+    print(f"results: wrote {one_line(str(args.page))} and the headline table of {one_line(str(args.readme))}")
     return 0
 
 

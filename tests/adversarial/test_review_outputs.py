@@ -251,3 +251,29 @@ def test_a_read_only_folder_is_refused_before_the_work(here, capsys, monkeypatch
     rc, _, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "las+consolidated", "--json", "x.json")
     assert rc == 2 and not Path("x.json").exists()
     one_error_line(err, "--json x.json: cannot write in folder '.': Read-only file system")
+
+
+# -- paths with control characters print as one line -------------------------------------------------
+
+
+def test_one_line_escapes_what_a_terminal_would_act_on():
+    from deepshare.core.errors import one_line
+
+    assert one_line("runs/a b/é 中.json") == "runs/a b/é 中.json"
+    assert one_line("a\nb\rc\x1b[2Jd\u2028e\tf") == "a\\nb\\rc\\x1b[2Jd\\u2028e\\tf"
+
+
+def test_a_written_path_with_a_newline_is_one_wrote_line(here, capsys):
+    name = "t\nwrote fake.csv"
+    rc, out, err = cli(capsys, "trace", "generate", "--jobs", 5, "--rate", 0.01, "--seed", 3, "--out", name)
+    assert (rc, err) == (0, "")
+    assert Path(name).is_file()  # the path is used as given; only its echo is escaped
+    assert out.strip().splitlines() == [out.strip()]
+    assert out.startswith("wrote 5 jobs to t\\nwrote fake.csv (span")
+
+
+def test_an_error_naming_a_path_with_a_newline_or_escape_is_one_line(here, capsys):
+    rc, _, err = cli(capsys, "trace", "stats", "missing\n\x1b[31mdeepshare: ok.csv")
+    assert rc == 2
+    line = one_error_line(err, "missing\\n\\x1b[31mdeepshare: ok.csv")
+    assert "\x1b" not in line
