@@ -350,14 +350,16 @@ def test_the_local_cluster_and_the_api_listen_on_loopback_only(sched):
 
 
 HOSTILE_REPORTER = r"""
-import json, os, time
+import json, os, sys, time
 path = os.path.join(os.environ["DEEPSHARE_CONTROL_DIR"], "report.json")
 def put(text):
     with open(path + ".tmp", "w") as fh:
         fh.write(text)
     os.replace(path + ".tmp", path)
 put(json.dumps({"samples": 5, "step": 1, "throughput": 2.0}))
-time.sleep(1.5)
+deadline = time.time() + 120
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:  # the test saw the good report taken
+    time.sleep(0.1)
 for bad in ['{"throughput": [1, 2]}', '{"throughput": "x"}', '{"samples": "x"}', '{"step": "x"}', '{"step": 1e308}',
             '{"throughput": Infinity}', '[1, 2]', '{"samples": 1}']:
     put(bad)
@@ -373,9 +375,14 @@ def test_hostile_specs_and_reports_never_stop_the_scheduler(sched, tmp_path):
     GET /v1/jobs answers 200 throughout."""
     status, body = sched.call("POST", "/v1/jobs", spec("huge", ["/bin/true"], tmp_path / "c", requested_s=1.7e308))
     assert status == 422 and body["error"].startswith("requested_s: Input should be less than or equal to 31536000")
-    reporter = sched.submit(spec("reporter", [sys.executable, "-c", HOSTILE_REPORTER], tmp_path / "c"))
+    taken = tmp_path / "good-report-taken"
+    reporter = sched.submit(spec("reporter", [sys.executable, "-c", HOSTILE_REPORTER, str(taken)], tmp_path / "c"))
     started = wait_for("the reporter to start", lambda: (j := sched.job(reporter))["state"] != "queued" and j)
     assert started["state"] == "running", started
+    # the bad reports follow only once the good one was read (a busy machine's late tick would
+    # otherwise miss it, and a later report that is valid on its own would be the first taken)
+    wait_for("the good report", lambda: sched.job(reporter)["samples"] == 5.0)
+    taken.touch()
     others = []
     deadline = time.monotonic() + 120
     while sched.job(reporter)["state"] == "running" and time.monotonic() < deadline:

@@ -147,16 +147,16 @@ def contested(pending: int = 600) -> PlacementRequest:
 def test_the_planner_answers_within_the_deadline():
     # The rollouts simulate copies of the cluster with their own contention model, so the view's
     # checked predictor never sees them. Without a budget, a planner decision ran to its end
-    # (about 3 s for this request), then only the checkpoints inside its rollouts stopped it, and
+    # (seconds for this request), then only the checkpoints inside its rollouts stopped it, and
     # the request got 503. Told the time left, it now answers on the futures it has played.
     from deepshare.core.interrupt import checkpoint, time_left
 
-    engine = PlacementEngine(EngineSettings(policy="planner=4:::end"))
-    start = time.monotonic()
-    answer = engine.place(contested(), Deadline(1.0))  # answered: no DecisionTimeout
-    assert time.monotonic() - start < 1.5  # the deadline, and slack for a loaded machine
-    stats = engine.policy.stats
-    assert stats.contested == 1 and stats.budget_hits == 1 and stats.last_futures < 4
+    # 16 futures take 15-20 s here: cut short on any machine. The 3 s deadline leaves 0.6 s (the
+    # 20% the planner keeps back) for the last rollout step and the answer, however busy the box.
+    engine = PlacementEngine(EngineSettings(policy="planner=16:::end"))
+    answer = engine.place(contested(), Deadline(3.0))  # answered: no DecisionTimeout
+    stats = engine.policy.stats  # cut short: the budget (a share of the deadline) ended its rollouts
+    assert stats.contested == 1 and stats.budget_hits == 1 and stats.last_futures < 16
     assert any(d.action == "place" for d in answer.decisions)
     checkpoint()  # the deadline went with the request
     assert time_left() is None
