@@ -109,6 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated:
         err.print("deepshare: terminated", markup=False)
         return 128 + signal.SIGTERM
+    except SystemExit as exc:
+        # ray.init replaces the SIGTERM handler with one that exits with the signal's number: the
+        # same SIGTERM, ended the same way (the block's cleanup ran as the exit unwound it)
+        if not installed or exc.code != signal.SIGTERM:
+            raise
+        err.print("deepshare: terminated", markup=False)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130

@@ -37,10 +37,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.from_state is not None:
         return cmd_calibrate_from_state(args, out, err)
     check_outputs({"--json": args.json, "--out": args.out},
-                  {"--profiles": folder_outputs(args.profiles, PROFILE_FILES), "--samples": args.samples,
+                  {"--profiles": folder_outputs(args.profiles, PROFILE_FILES, "--profiles"), "--samples": args.samples,
                    "--cluster": args.cluster if args.cluster and os.path.isfile(args.cluster) else None})  # not a preset's name
-    profiles = load_profiles(args.profiles) if args.profiles else _samples(args.samples, args.cluster)
-    source = args.profiles or args.samples
+    profiles = load_profiles(args.profiles) if args.profiles is not None else _samples(args.samples, args.cluster)
+    source = args.profiles if args.profiles is not None else args.samples
     with CalibrationProgress(err) as shown:
         result = calibrate(profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
                            progress=shown.intro, step=shown.step)

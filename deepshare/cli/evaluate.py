@@ -14,7 +14,7 @@ from deepshare.cli.args import (
     information_model, past_history, policy_files, policy_list, seed_count, sim_config, sim_inputs, tenants_of,
     add_tenants_arg,
 )
-from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
+from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, make_folder, write_json
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -24,14 +24,15 @@ from deepshare.core.traces import load, mix_from_spec
 def _suite_inputs(args: argparse.Namespace) -> dict[str, object]:
     """The files a suite run reads, which no output may overwrite: the suite's YAML (not a bundled
     suite's name: ``--json tiny`` writes no suite), ``--tenants``, and the suite's own tenants
-    file and learned policy files (``NAME=PATH``)."""
+    file and learned policy files (``NAME=PATH``). A bundled tenants name is no file either (the
+    loader takes the name first)."""
     from deepshare.experiments.suite_spec import load_suite, suite_names, tenants_names
 
     spec = load_suite(args.suite)  # a bad suite is one line here, before any output
     bundled = args.suite in suite_names() and not os.path.isfile(args.suite)
     return {
         "--suite": None if bundled else args.suite,
-        "--tenants": args.tenants,
+        "--tenants": None if args.tenants in tenants_names() else args.tenants,  # a bundled name is read, not a file
         "the suite's tenants": None if spec.tenants is None or spec.tenants in tenants_names() else spec.tenants,
         "the suite's learned policies": policy_files(spec.learned),
     }
@@ -60,10 +61,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     topology = cluster_topology(args)  # checked before --out is made
     mix = flagged("--mix", mix_from_spec, args.mix)
     if args.out:  # made before the run: the README puts --json inside it
-        try:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise DeepShareError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from None
+        make_folder("--out", args.out)
     with joined(args.address) as on_ray:
         verb = "done" if on_ray else "running"
         result = evaluate(

@@ -1,6 +1,6 @@
 """``deepshare export-policy``: a policy file and its card, written together from a trained file.
 
-The weights go through :func:`deepshare.policies.checkpoint.export_scorer` with the rules the
+The weights go through :func:`deepshare.policies.checkpoint.policy_file_bytes` with the rules the
 flags give, and are loaded back (as the policy of the card's kind) before anything replaces
 ``--out``; the card (:mod:`deepshare.policies.policy_card`) is written beside them. Each file is
 written through a temporary file and a rename, so a reader never sees half of one; the card
@@ -10,6 +10,7 @@ names the weights' SHA-256, so a card left out of step with its weights is detec
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -183,10 +184,10 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     from deepshare.core.documents import load_json
     from deepshare.core.files import CONFIG_BYTES, read_input_text
     from deepshare.core.atomic import mode_for
-    from deepshare.policies.checkpoint import export_scorer, scorer_from_file
+    from deepshare.policies.checkpoint import policy_file_bytes, scorer_from_file
     from deepshare.policies.policy_card import (
         RULE_KEYS, PolicyCard, Rules, card_path, card_problems, card_yaml, figures_from_suite, information_of,
-        sha256_of, summary_of, training_of,
+        summary_of, training_of,
     )
 
     dest = Path(args.out)
@@ -219,15 +220,22 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
 
     exported = {k: v for k, v in metadata.items() if k not in RULE_KEYS}
     exported.update(rules)
+    data = policy_file_bytes(scorer.net, encoding, exported)
     folder = dest.parent if str(dest.parent) else Path(".")
     try:
         fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{dest.name[:50]}.", suffix=".tmp")
     except OSError as exc:
         raise DeepShareError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
-    os.close(fd)
     tmp = Path(tmp_name)
     try:
-        export_scorer(scorer.net, encoding, tmp, exported)
+        try:
+            with os.fdopen(fd, "wb") as fh:  # through the descriptor: a link put in the file's place gets nothing
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode_for(dest))  # mkstemp made it 0600; a policy file is as readable as any output
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise DeepShareError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
         try:  # the file loads, as the policy its card says, with its rules
             loaded = _load_back(tmp, args.kind)
         except DeepShareError as exc:
@@ -235,7 +243,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         try:
             card_rules = Rules.model_validate({k: loaded.get(k) for k in RULE_KEYS})
             card = PolicyCard(
-                card=1, weights=dest.name, weights_sha256=sha256_of(tmp), loaded_by=list(args.loaded_by or ()),
+                card=1, weights=dest.name, weights_sha256=hashlib.sha256(data).hexdigest(), loaded_by=list(args.loaded_by or ()),
                 kind=args.kind, summary=args.summary or summary_of(args.kind, card_rules), teacher=teacher,
                 training=training_of(metadata, args.training_command, seeds),
                 information=information_of(metadata, {k: getattr(encoding, k, None) for k in ("extra_features", "offer_order")}),
@@ -245,7 +253,6 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         except ValidationError as exc:
             raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
         text = card_yaml(card)
-        os.chmod(tmp, mode_for(dest))  # mkstemp made it 0600; a policy file is as readable as any output
         os.replace(tmp, dest)
     finally:
         if tmp.exists():

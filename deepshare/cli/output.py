@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -109,6 +110,9 @@ def check_outputs(
         if path == STDOUT and flag != "--json":
             raise DeepShareError(f"{flag} -: only --json can write to standard output; give {flag} a file path")
     flagged_out = [(flag, p) for flag, p in _pairs(outputs) if p != STDOUT]
+    for folder in new_folders:
+        if folder is not None:
+            _check_own_folder(folder)
     made = [Path(f).resolve() for f in new_folders if f is not None]
     for flag, path in flagged_out:
         _check_writable(flag, path, made)
@@ -124,6 +128,29 @@ def check_outputs(
             if _same(path, other):
                 raise DeepShareError(f"{flag} {path}: is also the output {other_flag} {other}; give each output its own path")
         seen.append((flag, path))
+
+
+def _check_own_folder(folder: str) -> None:
+    """A run folder the command writes many files into (``new_folders``) is this user's: not a
+    link another user made (it would send every file of the run where that user chose), and not
+    a folder another user owns (who could read, replace or redirect the run's files as they are
+    written). Ownership by root is trusted, as the system's folders are; root itself may write in
+    any user's folder (a container's root in a mounted folder), never through another user's link."""
+    me = os.geteuid()
+    try:
+        link = os.lstat(folder)
+    except OSError:
+        return  # not there yet: the command makes it, as this user
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+        raise DeepShareError(f"output folder {folder}: is a link made by another user (uid {link.st_uid}); "
+                             "give a folder of your own")
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return  # a dangling link or a path error: reported where the folder is made or written
+    if stat.S_ISDIR(info.st_mode) and me != 0 and info.st_uid not in (me, 0):
+        raise DeepShareError(f"output folder {folder}: belongs to another user (uid {info.st_uid}), who could read "
+                             "or replace the run's files; give a folder of your own")
 
 
 def _pairs(paths: Mapping[str, str | Iterable[str] | None]) -> list[tuple[str, str]]:
@@ -170,3 +197,12 @@ def _same(a: str, b: str) -> bool:
         return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def make_folder(flag: str, path: str) -> None:
+    """Create the output folder ``path`` (and its parents) before the work, or fail with one line
+    naming ``flag``: a dangling link or a file in its way found after an hour's run loses the run."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DeepShareError(f"{flag} {path}: cannot create the folder ({exc.strerror or exc})") from None

@@ -9,7 +9,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from deepshare.cli.output import human, write_json
+from deepshare.cli.output import human, make_folder, write_json
 from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.experiments.provenance import run_provenance
@@ -272,6 +272,8 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         spec = spec.model_copy(update={"tenants": args.tenants})
         suite_tenants(spec)  # a bad file fails here, naming itself and the field
     out_dir = getattr(args, "out", None)
+    if out_dir and spec.tenants is not None:  # the Pareto plot's folder, made before the run
+        make_folder("--out", out_dir)
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
     def progress(done: int, n: int, what: str) -> None:

@@ -65,9 +65,10 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         config = with_init_from(config, args.init_from)
     total = args.iterations or config.run.iterations
-    run_dir = args.resume or args.out or f"runs/{config.name}"
-    check_outputs({"--out": folder_outputs(run_dir, TRAIN_FILES)},
-                  {"CONFIG": args.config, "--init-from": config.model.init_from}, new_folders=[run_dir])
+    flag, run_dir = next(((f, v) for f, v in (("--resume", args.resume), ("--out", args.out)) if v is not None),
+                         ("--out", f"runs/{config.name}"))
+    check_outputs({flag: folder_outputs(run_dir, TRAIN_FILES, flag)},  # an empty path is refused, not the default
+                  {"CONFIG": args.config, "--init-from" if args.init_from else "model.init_from": config.model.init_from}, new_folders=[run_dir])
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
     on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
@@ -123,6 +124,7 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.rl.tune import METRIC, parse_grid, run_sweep, validated_variants
 
+    folder_outputs(args.out, (), "--out")  # an empty path is refused: it would be the current folder, silently
     axes = [parse_grid(spec) for spec in args.grid]
     if not axes:
         raise DeepShareError("--grid: give at least one KEY=V1,V2,... to sweep")
@@ -161,8 +163,8 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise DeepShareError("--label-cpus: the CPUs of each Ray labelling task; give --address too (without it the "
                              "planner labels in this process)")
     config = load_train_config(args.config)
-    run_dir = args.out or f"runs/{config.name}_{'expert' if teacher else 'imitate'}"
-    check_outputs({"--out": folder_outputs(run_dir, EXPERT_FILES if teacher else IMITATE_FILES)},
+    run_dir = args.out if args.out is not None else f"runs/{config.name}_{'expert' if teacher else 'imitate'}"
+    check_outputs({"--out": folder_outputs(run_dir, EXPERT_FILES if teacher else IMITATE_FILES)},  # '' is refused
                   {"CONFIG": args.config}, new_folders=[run_dir])
     settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, held_out=args.held_out, seed=args.seed, label_smoothing=args.label_smoothing)

@@ -26,9 +26,23 @@ def mode_for(target: Path) -> int:
             return info.st_mode & 0o777
     except OSError:
         pass
-    umask = os.umask(0)
+    return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux's
+    ``/proc/self/status``): setting it to 0 and back, the only other way, would give a file
+    another thread creates meanwhile mode 0666."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o077)  # the fallback: briefly the strictest common umask, never 0
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
 
 
 def temp_prefix(target: Path) -> str:
@@ -59,8 +73,10 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            # mkstemp makes 0600; give the file a normal mode, through the descriptor: by its name,
+            # a link put in its place meanwhile would pass the mode on to the link's target
+            os.fchmod(fh.fileno(), mode_for(target))
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode_for(target))  # mkstemp makes 0600; give the file a normal mode
         os.replace(tmp, target)
     except BaseException as exc:
         try:

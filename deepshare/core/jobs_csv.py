@@ -85,10 +85,10 @@ class JobsCsvStream:
         self._held.clear()
         try:
             self._fh.flush()
+            os.fchmod(self._fh.fileno(), mode_for(self.target))  # by descriptor: a link in its place gets nothing
             os.fsync(self._fh.fileno())
             self._fh.close()
             self._closed = True
-            os.chmod(self._tmp, mode_for(self.target))
             os.replace(self._tmp, self.target)
         except OSError as exc:
             self.discard()

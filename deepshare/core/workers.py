@@ -14,12 +14,39 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 
+JOIN_S = 5.0
+"""How long a stopped pool waits for each terminated worker to exit before killing it."""
+
+
 def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate ``pool``'s worker processes now (their current tasks are abandoned)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    """Terminate ``pool``'s worker processes now (their current tasks are abandoned) and shut the
+    pool down without waiting for them.
+
+    A worker terminated while it was sending a result leaves half a message in the pool's result
+    pipe, and the pool's manager thread waits for the rest for ever: a waiting shutdown (or the
+    interpreter's exit, which joins that thread) would hang. The caller's own end of that pipe
+    is closed once the workers are gone, so the thread reads the end of the pipe instead and
+    stops."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)  # shutdown forgets the queue
+    for process in processes:
         try:
             process.terminate()
         except (OSError, ValueError):  # already gone, or closed
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.join(JOIN_S)
+            if process.is_alive():
+                process.kill()
+                process.join(JOIN_S)
+        except (OSError, ValueError, AssertionError):
+            pass
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
             pass
 
 
@@ -33,5 +60,4 @@ def worker_pool(max_workers: int, **options: Any) -> Iterator[ProcessPoolExecuto
     except BaseException:
         stop_workers(pool)
         raise
-    finally:
-        pool.shutdown(cancel_futures=True)
+    pool.shutdown(cancel_futures=True)

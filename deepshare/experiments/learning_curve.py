@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic
+from deepshare.core.errors import DeepShareError
 from deepshare.core.files import open_append
 from deepshare.experiments.suite import (
     Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, pooled_ideals, run_policies,
@@ -128,13 +129,22 @@ class SuiteCurve:
             self.progress(message)
 
 
+HEADER_BYTES = 65536
+"""The most of a learning curve's first line read as its header."""
+
+
 def append_row(path: Path, row: dict[str, object]) -> None:
     """Append ``row`` under the file's own header (a file begun by an older version keeps its
     columns), or under :data:`CURVE_COLUMNS` in a new file."""
     columns: list[str] | None = None
     if path.is_file() and not path.is_symlink() and path.stat().st_size > 0:
-        with path.open(newline="") as fh:
-            columns = next(csv.reader(fh), None)
+        with path.open("rb") as fh:
+            first = fh.readline(HEADER_BYTES)
+        try:
+            columns = next(csv.reader([first.decode("utf-8")]), None)
+        except (UnicodeDecodeError, csv.Error):
+            raise DeepShareError(f"{path} line 1: cannot read the learning curve's header: expected UTF-8 CSV "
+                                 "(move the file away, or give another run folder)") from None
     with open_append(path, "learning curve") as fh:  # never through a link planted in the run folder
         writer = csv.DictWriter(fh, fieldnames=columns or list(CURVE_COLUMNS), extrasaction="ignore")
         if columns is None:

@@ -17,11 +17,11 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line, shown
-from deepshare.core.files import TRACE_BYTES, read_input_text
+from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
 from deepshare.experiments.results_migration import migration_section
 from deepshare.experiments.suite_results import geomean
@@ -190,17 +190,21 @@ def _read(path: Path, what: str) -> str:
     return read_input_text(path, what, TRACE_BYTES)
 
 
-def load_folder(folder: Path, key: str) -> dict[str, Any]:
+def load_folder(folder: Path, key: str, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The reports of ``folder`` by name, each checked to hold ``key`` (``cells`` for a suite's,
-    ``measures`` for a benchmark's)."""
-    return {p.stem: _report(p, key) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    ``measures`` for a benchmark's); files named in ``skip`` (about to be replaced) are left out."""
+    if not folder.is_dir():
+        return {}
+    left_out = set(skip)
+    return {p.stem: _report(p, key) for p in sorted(folder.glob("*.json")) if p.name not in left_out}
 
 
-def _report(path: Path, key: str) -> dict[str, Any]:
-    """The JSON report at ``path``; one DeepShareError line when it is not JSON or not a report
-    of its kind (a ``simulate --json`` among the suites' files)."""
+def _report(path: Path, key: str, text: str | None = None) -> dict[str, Any]:
+    """The JSON report at ``path`` (``text``, its contents when already read); one DeepShareError
+    line when it is not JSON or not a report of its kind (a ``simulate --json`` among the suites'
+    files)."""
     try:
-        doc = json.loads(_read(path, "report"))
+        doc = json.loads(_read(path, "report") if text is None else text)
     except (ValueError, RecursionError) as exc:
         raise DeepShareError(f"{path}: expected a JSON report, {shown(str(exc))}") from None
     if not isinstance(doc, dict) or key not in doc:
@@ -209,20 +213,24 @@ def _report(path: Path, key: str) -> dict[str, Any]:
     return doc
 
 
-def collect(source: Path | None, target: Path, key: str) -> list[str]:
-    """Copy ``source``'s JSON reports into ``target`` (same names are replaced); their names.
-    Every report is checked first (:func:`_report`), so a bad one replaces nothing."""
+def gather(source: Path | None, key: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``source``'s JSON reports by file name: each read once and checked (:func:`_report`), so
+    the text copied is the text checked, whatever changes the file afterwards."""
     if source is None or not source.is_dir():
-        return []
-    reports = sorted(source.glob("*.json"))
-    for path in reports:
-        _report(path, key)
-    target.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for path in reports:
-        write_bytes_atomic(target / path.name, path.read_bytes(), "report")  # whole, never through a planted link
-        copied.append(path.name)
-    return copied
+        return {}
+    found = {}
+    for path in sorted(source.glob("*.json")):
+        text = _read(path, "report")
+        found[path.name] = (text, _report(path, key, text))
+    return found
+
+
+def _take(reports: dict[str, tuple[str, dict[str, Any]]], target: Path) -> None:
+    """Write the checked ``reports`` into ``target``, each whole (never through a planted link)."""
+    if reports:
+        target.mkdir(parents=True, exist_ok=True)
+    for name, (text, _) in reports.items():
+        write_text_atomic(target / name, text, "report")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,21 +247,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise DeepShareError(f"--page {args.page} is also --readme: give each its own file")
     readme_text = _read(args.readme, "README")
     replace_block(readme_text, "", str(args.readme))  # no markers: refused before anything is copied
-    if not args.check:
-        copied = collect(args.suites, args.data / "suite", "cells") + collect(args.bench, args.data / "bench", "measures")
-        figure = args.demo / DEMO_FIGURE
-        if figure.is_file():
-            args.data.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(args.data / f"demo_{DEMO_FIGURE}", figure.read_bytes(), "figure")
-            copied.append(f"demo_{DEMO_FIGURE}")
-        print(f"results: took {', '.join(copied) or 'no new file'} into {args.data}")
-    suites, benches = load_folder(args.data / "suite", "cells"), load_folder(args.data / "bench", "measures")
-    page, readme = render_page(suites, benches), replace_block(readme_text, render_headline(suites), str(args.readme))
+    # everything is read and checked, and the page rendered, before anything is written: a bad
+    # report (new or already kept) leaves the data, the page and the README as they were
+    new_suites = {} if args.check else gather(args.suites, "cells")
+    new_benches = {} if args.check else gather(args.bench, "measures")
+    figure = args.demo / DEMO_FIGURE
+    figure_bytes = read_input_bytes(figure, "figure", TRACE_BYTES) if not args.check and figure.is_file() else None
+    suites = {**load_folder(args.data / "suite", "cells", new_suites),
+              **{Path(name).stem: doc for name, (_, doc) in new_suites.items()}}
+    benches = {**load_folder(args.data / "bench", "measures", new_benches),
+               **{Path(name).stem: doc for name, (_, doc) in new_benches.items()}}
+    suites, benches = dict(sorted(suites.items())), dict(sorted(benches.items()))
+    try:
+        page, readme = render_page(suites, benches), replace_block(readme_text, render_headline(suites), str(args.readme))
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:  # a report with the right key, of the wrong shape
+        raise DeepShareError(f"a report lacks what the page shows ({type(exc).__name__}: {shown(str(exc))}); "
+                             "expected the --json of `deepshare evaluate --suite` or of a bench/ script") from None
     if args.check:
         stale = [str(p) for p, text in ((args.page, page), (args.readme, readme)) if not p.is_file() or _read(p, "page") != text]
         for path in stale:
             print(f"{path} differs from what {args.data} gives: run `make results` (never edit it by hand)", file=sys.stderr)
         return 1 if stale else 0
+    _take(new_suites, args.data / "suite")
+    _take(new_benches, args.data / "bench")
+    copied = [*new_suites, *new_benches]
+    if figure_bytes is not None:
+        args.data.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(args.data / f"demo_{DEMO_FIGURE}", figure_bytes, "figure")
+        copied.append(f"demo_{DEMO_FIGURE}")
+    print(f"results: took {', '.join(copied) or 'no new file'} into {args.data}")
     write_text_atomic(args.page, page, "results page")  # never over a device or FIFO
     write_text_atomic(args.readme, readme, "README")
     print(f"results: wrote {one_line(str(args.page))} and the headline table of {one_line(str(args.readme))}")

@@ -30,13 +30,18 @@ FORMAT_VERSION = 1
 
 
 def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metadata: dict[str, Any]) -> None:
-    """Write a scorer's weights and what is needed to use them (called by the trainer and by
-    ``deepshare export-policy``), atomically: a reader sees the old file or the whole new one."""
+    """Write a scorer's weights and what is needed to use them (called by the trainer),
+    atomically: a reader sees the old file or the whole new one."""
+    from deepshare.core.atomic import write_bytes_atomic
+
+    write_bytes_atomic(path, policy_file_bytes(scorer, encoding, metadata), "policy file")
+
+
+def policy_file_bytes(scorer: Any, encoding: EncodingConfig, metadata: dict[str, Any]) -> bytes:
+    """The bytes of a policy file: a scorer's weights and what is needed to use them."""
     import io
 
     import torch
-
-    from deepshare.core.atomic import write_bytes_atomic
 
     buffer = io.BytesIO()
     torch.save(
@@ -50,7 +55,7 @@ def export_scorer(scorer: Any, encoding: EncodingConfig, path: str | Path, metad
         },
         buffer,
     )
-    write_bytes_atomic(path, buffer.getvalue(), "policy file")
+    return buffer.getvalue()
 
 
 MAX_METADATA_DEPTH = 32

@@ -63,14 +63,37 @@ def test_generation_stamps_the_run_and_check_catches_a_hand_edit(tmp_path: Path)
 
 
 def test_a_broken_file_never_replaces_good_data(tmp_path: Path) -> None:
-    source, target = tmp_path / "in", tmp_path / "out"
+    source, target = tmp_path / "in", tmp_path / "data" / "suite"
     source.mkdir()
-    target.mkdir()
-    (target / "quick.json").write_text("{}")
+    target.mkdir(parents=True)
+    (target / "quick.json").write_text('{"cells": []}')
     (source / "quick.json").write_text("{not json")
     with pytest.raises(DeepShareError, match="quick.json: expected a JSON report"):
-        results_page.collect(source, target, "cells")
-    assert (target / "quick.json").read_text() == "{}"
+        results_page.main(["--suites", str(source), *_page_args(tmp_path)])
+    assert (target / "quick.json").read_text() == '{"cells": []}'
+
+
+def test_a_bad_bench_report_or_kept_report_leaves_every_file_as_it_was(tmp_path: Path) -> None:
+    """Suites and benchmarks are all checked, and the page rendered, before the first copy."""
+    suites, bench = tmp_path / "suites", tmp_path / "bench"
+    suites.mkdir()
+    bench.mkdir()
+    (suites / "quick.json").write_text('{"cells": [], "new": 1}')
+    (bench / "b.json").write_text('{"cells": []}')  # a suite report among the benchmarks'
+    kept = tmp_path / "data" / "suite"
+    kept.mkdir(parents=True)
+    (kept / "quick.json").write_text('{"cells": []}')
+    args = _page_args(tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    with pytest.raises(DeepShareError, match="b.json: not a benchmark report"):
+        results_page.main(["--suites", str(suites), "--bench", str(bench), *args])
+    assert (kept / "quick.json").read_text() == '{"cells": []}' and not (tmp_path / "results.md").exists()
+    (bench / "b.json").unlink()
+    (tmp_path / "data" / "bench").mkdir()
+    (tmp_path / "data" / "bench" / "old.json").write_text("[]")  # a kept report gone bad
+    with pytest.raises(DeepShareError, match="old.json: not a benchmark report"):
+        results_page.main(["--suites", str(suites), *args])
+    assert (kept / "quick.json").read_text() == '{"cells": []}' and (tmp_path / "README.md").read_text() == readme
 
 
 def _page_args(tmp_path: Path) -> list[str]:
@@ -104,13 +127,23 @@ def test_a_report_is_never_written_through_a_planted_link(tmp_path: Path) -> Non
     suites, data = tmp_path / "suites", tmp_path / "data" / "suite"
     suites.mkdir()
     data.mkdir(parents=True)
-    (suites / "tiny.json").write_text('{"cells": []}')
+    report = (ROOT / "docs" / "results" / "suite" / "quick.json").read_text()
+    (suites / "tiny.json").write_text(report)
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
     (data / "tiny.json").symlink_to(victim)
-    assert results_page.collect(suites, data, "cells") == ["tiny.json"]
+    assert results_page.main(["--suites", str(suites), *_page_args(tmp_path)]) == 0
     assert victim.read_text() == "mine" and not (data / "tiny.json").is_symlink()
-    assert (data / "tiny.json").read_text() == '{"cells": []}'
+    assert (data / "tiny.json").read_text() == report
+
+
+def test_a_report_of_the_right_key_but_the_wrong_shape_is_one_line(tmp_path: Path) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "tiny.json").write_text('{"cells": []}')  # no suite name, no policies
+    with pytest.raises(DeepShareError, match="a report lacks what the page shows"):
+        results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
+    assert not (tmp_path / "data").exists()
 
 
 def test_no_suite_yet_says_how_to_make_one() -> None:
