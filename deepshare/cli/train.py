@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
+from deepshare.core.files import check_appendable
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
@@ -69,6 +71,8 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
                          ("--out", f"runs/{config.name}"))
     check_outputs({flag: folder_outputs(run_dir, TRAIN_FILES, flag)},  # an empty path is refused, not the default
                   {"CONFIG": args.config, "--init-from" if args.init_from else "model.init_from": config.model.init_from}, new_folders=[run_dir])
+    for name, what in (("metrics.csv", "metrics file"), ("suite_curve.csv", "learning curve")):
+        check_appendable(Path(run_dir) / name, what)  # a planted link is refused now, not once Ray has started
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
     on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),

@@ -232,6 +232,20 @@ def numbered_rows(reader: Any, source: str) -> Iterator[tuple[int, Any]]:
         yield line, row
 
 
+def check_appendable(path: str | os.PathLike[str], what: str = "file") -> None:
+    """What :func:`open_append` would refuse, found now: a symlink or anything but a regular
+    file at ``path`` (a missing file is fine). A command checks its run folder's appended files
+    before its work, not at its first append."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISLNK(mode):
+        raise DeepShareError(f"{path}: cannot append to the {what}: is a symlink, which is not followed")
+    if not stat.S_ISREG(mode):
+        raise DeepShareError(f"{path}: cannot append to the {what}: is {file_kind(mode)}, not a regular file")
+
+
 def open_append(path: str | os.PathLike[str], what: str = "file") -> Any:
     """``path`` opened to append text (created 0666 under the umask when missing), refusing a
     symlink in its place (``O_NOFOLLOW``): a log or CSV a run keeps appending to in a folder it

@@ -256,3 +256,19 @@ def test_a_configs_init_from_is_named_as_the_configs(here, capsys):
     rc, _, err = cli(capsys, "train", "cfg.yaml", "--out", "run")
     assert rc == 2
     one_error_line(err, "--out run/policy.pt: is the input model.init_from")
+
+
+def test_a_link_planted_for_a_runs_appended_file_is_refused_before_ray_starts(here, capsys, monkeypatch):
+    import deepshare.rl.train as rl_train
+
+    def no_ray(*_, **__):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(rl_train, "train", no_ray)
+    Path("run").mkdir()
+    Path("victim.csv").write_text("mine\n")
+    Path("run/metrics.csv").symlink_to(Path("victim.csv").resolve())
+    rc, _, err = cli(capsys, "train", TINY_CONFIG, "--out", "run")
+    assert rc == 2
+    one_error_line(err, "run/metrics.csv: cannot append to the metrics file: is a symlink, which is not followed")
+    assert Path("victim.csv").read_text() == "mine\n"
