@@ -131,26 +131,35 @@ def check_outputs(
 
 
 def _check_own_folder(folder: str) -> None:
-    """A run folder the command writes many files into (``new_folders``) is this user's: not a
-    link another user made (it would send every file of the run where that user chose), and not
-    a folder another user owns (who could read, replace or redirect the run's files as they are
-    written). Ownership by root is trusted, as the system's folders are; root itself may write in
-    any user's folder (a container's root in a mounted folder), never through another user's link."""
+    """A run folder the command writes many files into (``new_folders``) is not one another user
+    planted in a shared folder (sticky and writable by anyone, as ``/tmp``): neither a link they
+    made there, on the way to it or as it (it would send every file of the run where they chose),
+    nor a folder of theirs (they could read, replace or redirect the run's files as they are
+    written). The rule is the kernel's for links in such folders (``fs.protected_symlinks``),
+    applied to folders too and found before the work: a link or folder of root, of this user or
+    of the shared folder's owner is fine, and elsewhere (a home, a project share, a mount whose
+    files all show one owner) nothing is refused."""
     me = os.geteuid()
-    try:
-        link = os.lstat(folder)
-    except OSError:
-        return  # not there yet: the command makes it, as this user
-    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
-        raise DeepShareError(f"output folder {folder}: is a link made by another user (uid {link.st_uid}); "
-                             "give a folder of your own")
-    try:
-        info = os.stat(folder)
-    except OSError:
-        return  # a dangling link or a path error: reported where the folder is made or written
-    if stat.S_ISDIR(info.st_mode) and me != 0 and info.st_uid not in (me, 0):
-        raise DeepShareError(f"output folder {folder}: belongs to another user (uid {info.st_uid}), who could read "
-                             "or replace the run's files; give a folder of your own")
+    path = Path(os.path.normpath(folder))  # "link/" and "link/." name the link itself
+    for part in (*reversed(path.parents), path):  # each existing component: "/tmp/theirs/run" goes through it
+        if str(part) in (".", "..", os.sep):
+            continue
+        try:
+            info, shared = os.lstat(part), os.stat(part.parent)
+        except OSError:
+            break  # not there yet: the command makes the rest, as this user
+        planted = _in_shared_folder(shared) and info.st_uid not in (me, 0, shared.st_uid)
+        if planted and (stat.S_ISLNK(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            where = "" if part == path else f"{part} "
+            kind = "link" if stat.S_ISLNK(info.st_mode) else "folder"
+            raise DeepShareError(f"output folder {folder}: {where}is a {kind} another user (uid {info.st_uid}) made in "
+                                 f"the shared folder {part.parent}, who could redirect, read or replace the run's "
+                                 "files; give a folder of your own")
+
+
+def _in_shared_folder(info: os.stat_result) -> bool:
+    """Whether ``info`` is a folder anyone may create in and only owners delete from (``/tmp``)."""
+    return stat.S_ISDIR(info.st_mode) and bool(info.st_mode & stat.S_ISVTX) and bool(info.st_mode & stat.S_IWOTH)
 
 
 def _pairs(paths: Mapping[str, str | Iterable[str] | None]) -> list[tuple[str, str]]:

@@ -272,7 +272,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         spec = spec.model_copy(update={"tenants": args.tenants})
         suite_tenants(spec)  # a bad file fails here, naming itself and the field
     out_dir = getattr(args, "out", None)
-    if out_dir and spec.tenants is not None:  # the Pareto plot's folder, made before the run
+    if out_dir:  # made before the run: the Pareto plot goes there, and --json may too
         make_folder("--out", out_dir)
     total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 

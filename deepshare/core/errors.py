@@ -58,7 +58,14 @@ def one_line(text: str) -> str:
     """``text`` with every character that is not printable written as its escape (``\\n``,
     ``\\x1b``, ``\\u2028``): a path or message a user typed with a newline or a terminal escape in
     it prints as one line that says what it holds, and cannot forge a second line of output or
-    drive the terminal."""
+    drive the terminal. Once anything is escaped, a backslash is doubled too, so a name holding a
+    backslash and an ``n`` does not print as one holding a newline."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    return "".join(_escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
+    return ch if ch.isprintable() else ascii(ch)[1:-1]

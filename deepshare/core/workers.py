@@ -9,35 +9,44 @@ interrupted caller terminates them itself.
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 
 JOIN_S = 5.0
-"""How long a stopped pool waits for each terminated worker to exit before killing it."""
+"""How long a stopped pool waits for its terminated workers (all together) before killing them,
+and then for its manager thread."""
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate ``pool``'s worker processes now (their current tasks are abandoned) and shut the
-    pool down without waiting for them.
+    """Terminate ``pool``'s worker processes now (their current tasks are abandoned, the pending
+    ones fail with ``BrokenProcessPool``) and shut the pool down without waiting for them.
 
     A worker terminated while it was sending a result leaves half a message in the pool's result
     pipe, and the pool's manager thread waits for the rest for ever: a waiting shutdown (or the
     interpreter's exit, which joins that thread) would hang. The caller's own end of that pipe
-    is closed once the workers are gone, so the thread reads the end of the pipe instead and
-    stops."""
+    is closed once the workers are gone, so the thread reads the end of the pipe instead, marks
+    the pool broken and stops; it is waited for, so that its clean-up ends before the caller
+    goes on (cancelling futures it is still failing)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)  # shutdown forgets the queue
+    manager = getattr(pool, "_executor_manager_thread", None)
     for process in processes:
         try:
             process.terminate()
         except (OSError, ValueError):  # already gone, or closed
             pass
-    pool.shutdown(wait=False, cancel_futures=True)
+    # not cancel_futures: the manager thread fails every pending future itself once it sees the
+    # workers gone, and cancelling them meanwhile made it raise InvalidStateError (Python 3.11)
+    pool.shutdown(wait=False)
+    deadline = time.monotonic() + JOIN_S
+    for process in processes:  # one deadline for all: a worker in a long C call ignores SIGTERM until it returns
+        _join(process, deadline - time.monotonic())
     for process in processes:
         try:
-            process.join(JOIN_S)
             if process.is_alive():
                 process.kill()
                 process.join(JOIN_S)
@@ -48,6 +57,15 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
             writer.close()
         except OSError:
             pass
+    if isinstance(manager, threading.Thread) and manager is not threading.current_thread():
+        manager.join(JOIN_S)
+
+
+def _join(process: Any, seconds: float) -> None:
+    try:
+        process.join(max(0.0, seconds))
+    except (OSError, ValueError, AssertionError):  # closed, or not this process's child
+        pass
 
 
 @contextmanager

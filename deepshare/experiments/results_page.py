@@ -260,13 +260,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     suites, benches = dict(sorted(suites.items())), dict(sorted(benches.items()))
     try:
         page, readme = render_page(suites, benches), replace_block(readme_text, render_headline(suites), str(args.readme))
-    except (KeyError, TypeError, IndexError, AttributeError) as exc:  # a report with the right key, of the wrong shape
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError, ArithmeticError) as exc:  # a report with the right key, of the wrong shape
         raise DeepShareError(f"a report lacks what the page shows ({type(exc).__name__}: {shown(str(exc))}); "
                              "expected the --json of `deepshare evaluate --suite` or of a bench/ script") from None
     if args.check:
         stale = [str(p) for p, text in ((args.page, page), (args.readme, readme)) if not p.is_file() or _read(p, "page") != text]
         for path in stale:
-            print(f"{path} differs from what {args.data} gives: run `make results` (never edit it by hand)", file=sys.stderr)
+            print(f"{one_line(path)} differs from what {one_line(str(args.data))} gives: run `make results` (never edit it by hand)", file=sys.stderr)
         return 1 if stale else 0
     _take(new_suites, args.data / "suite")
     _take(new_benches, args.data / "bench")
@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(args.data / f"demo_{DEMO_FIGURE}", figure_bytes, "figure")
         copied.append(f"demo_{DEMO_FIGURE}")
-    print(f"results: took {', '.join(copied) or 'no new file'} into {args.data}")
+    print(f"results: took {', '.join(copied) or 'no new file'} into {one_line(str(args.data))}")
     write_text_atomic(args.page, page, "results page")  # never over a device or FIFO
     write_text_atomic(args.readme, readme, "README")
     print(f"results: wrote {one_line(str(args.page))} and the headline table of {one_line(str(args.readme))}")
@@ -286,5 +286,5 @@ if __name__ == "__main__":  # pragma: no cover
     try:
         sys.exit(main())
     except DeepShareError as exc:  # an unreadable file, a page path that is a device: one line
-        print(f"results_page: error: {exc}", file=sys.stderr)
+        print(f"results_page: error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)

@@ -6,7 +6,7 @@ raises is kept as a failed result, never dropped.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import closing
 from multiprocessing.context import BaseContext
 from typing import Callable, Generator, Iterable, Sequence
@@ -136,7 +136,7 @@ def run_policies(
         outputs = map(run_guarded, tasks)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded, mp_context=mp_context)
-        outputs = pool.map(run_guarded, tasks)
+        outputs = _as_done(pool, tasks)
     try:
         for cell, policy, metrics in outputs:
             results[cell][policy] = metrics
@@ -153,6 +153,17 @@ def run_policies(
         if isinstance(outputs, Generator):
             outputs.close()  # cancels the cluster's remaining tasks (Ctrl-C, an error)
     return {cell: {p: results[cell][p] for p in policies} for cell in grid}
+
+
+def _as_done(pool: ProcessPoolExecutor, tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[
+        tuple[Cell, str, dict[str, float | None]], None, None]:
+    """The runs of ``tasks`` on ``pool``, as they finish. Unlike ``pool.map``, an interrupt leaves
+    the futures to :func:`~deepshare.core.workers.stop_workers` (the pool fails them once its
+    workers are gone): ``map`` cancelled them on the way out, and the pool's thread, failing the
+    same futures, then died on ``InvalidStateError`` (Python 3.11)."""
+    futures = [pool.submit(run_guarded, task) for task in tasks]
+    for future in as_completed(futures):
+        yield future.result()
 
 
 def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:

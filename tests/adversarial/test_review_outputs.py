@@ -261,6 +261,7 @@ def test_one_line_escapes_what_a_terminal_would_act_on():
 
     assert one_line("runs/a b/é 中.json") == "runs/a b/é 中.json"
     assert one_line("a\nb\rc\x1b[2Jd\u2028e\tf") == "a\\nb\\rc\\x1b[2Jd\\u2028e\\tf"
+    assert one_line("C:\\x\ny") == "C:\\\\x\\ny"  # once escaping, a backslash is doubled
 
 
 def test_a_written_path_with_a_newline_is_one_wrote_line(here, capsys):

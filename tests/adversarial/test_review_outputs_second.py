@@ -36,7 +36,7 @@ def here(tmp_path, monkeypatch):
 def _secret() -> Path:
     secret = Path("secret_key")
     secret.write_text("key")
-    secret.chmod(0o600)
+    secret.chmod(0o640)  # not 0600, the temporary file's own mode: a mode passed through the link shows
     return secret
 
 
@@ -58,7 +58,7 @@ def test_an_atomic_write_never_changes_the_mode_of_a_linked_file(here, monkeypat
     secret = _secret()
     monkeypatch.setattr(atomic, "mode_for", _planting(atomic.mode_for, here, secret))
     atomic.write_text_atomic("report.json", "{}")
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == "key"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o640 and secret.read_text() == "key"
 
 
 def test_a_jobs_csv_never_changes_the_mode_of_a_linked_file(here, monkeypatch):
@@ -67,7 +67,7 @@ def test_a_jobs_csv_never_changes_the_mode_of_a_linked_file(here, monkeypatch):
     secret = _secret()
     monkeypatch.setattr(jobs_csv, "mode_for", _planting(jobs_csv.mode_for, here, secret))
     jobs_csv.JobsCsvStream("jobs.csv").commit()
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == "key"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o640 and secret.read_text() == "key"
 
 
 def test_an_exported_policy_never_changes_the_mode_of_a_linked_file(here, capsys, monkeypatch):
@@ -78,7 +78,7 @@ def test_an_exported_policy_never_changes_the_mode_of_a_linked_file(here, capsys
     rc, _, err = cli(capsys, "export-policy", SHIPPED_BASE, "--out", "p.pt", "--kind", "network", "--commit", "abcdef1")
     assert rc == 2  # the file loaded back is the link's target, no policy: refused, and nothing replaced
     one_error_line(err, "p.pt: not a DeepShare policy file")
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == "key"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o640 and secret.read_text() == "key"
     assert not Path("p.pt").exists() and [p.name for p in here.iterdir()] == ["secret_key"]
 
 
@@ -135,6 +135,7 @@ def test_an_interrupted_pool_ends_and_its_process_exits(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=ENV)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["big", "left", "sleepy", "left"]
+    assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr, done.stderr
 
 
 # -- SIGTERM ends a command with 143, also once Ray has put its own handler in ------------------------
@@ -183,13 +184,26 @@ def test_sigterm_ends_a_command_with_143_and_puts_the_handler_back(tmp_path, han
 # -- output folders and run folders ---------------------------------------------------------------
 
 
-def test_a_suites_out_folder_that_cannot_be_made_fails_before_the_run(here, capsys):
+@pytest.mark.parametrize("tenants", [(), ("--tenants", "four-teams")], ids=["no tenants", "tenants"])
+def test_a_suites_out_folder_that_cannot_be_made_fails_before_the_run(here, capsys, tenants):
     Path("dangling").symlink_to("nowhere")
-    rc, _, err = cli(capsys, "evaluate", "--suite", "tiny", "--tenants", "four-teams", "--out", "dangling/sub",
-                     "--json", "r.json")
+    rc, _, err = cli(capsys, "evaluate", "--suite", "tiny", *tenants, "--out", "dangling/sub", "--json", "r.json")
     assert rc == 2
     one_error_line(err, "--out dangling/sub: cannot create the folder")
     assert not Path("r.json").exists()
+
+
+def test_a_suites_out_folder_is_made_before_the_run_so_json_can_go_inside(here, monkeypatch):
+    import deepshare.cli.suite_tables as suite_tables
+
+    def run_suite(*_, **__):
+        assert Path("new/dir").is_dir(), "the run started before --out was made"
+        raise KeyboardInterrupt  # enough: the folder was there before the work
+
+    monkeypatch.setattr(suite_tables, "run_suite", run_suite)
+    from deepshare.cli import main
+
+    assert main(["evaluate", "--suite", "tiny", "--out", "new/dir", "--json", "new/dir/r.json"]) == 130
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -207,23 +221,39 @@ def test_an_empty_run_folder_is_refused_naming_its_flag(here, capsys, argv, flag
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
-def test_a_run_folder_of_another_user_or_their_link_is_refused(here, capsys, monkeypatch):
-    theirs = Path("theirs")
-    theirs.mkdir()
-    os.chown(theirs, 4242, 4242)
-    Path("mine").mkdir()
-    Path("link").symlink_to("mine")
-    os.lchown("link", 4242, 4242)
-    rc, _, err = cli(capsys, "train", TINY_CONFIG, "--out", "link")  # root too: never through their link
-    assert rc == 2
-    one_error_line(err, "output folder link: is a link made by another user (uid 4242)")
+def test_a_run_folder_another_user_planted_in_a_shared_folder_is_refused(here, capsys):
     from deepshare.cli.output import _check_own_folder
 
-    _check_own_folder("theirs")  # root may write in a user's folder (a container's root in a mount)
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    rc, _, err = cli(capsys, "train", TINY_CONFIG, "--out", "theirs")
+    shared = Path("shared")  # as /tmp: anyone creates, only owners delete
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "theirs").mkdir()
+    os.chown(shared / "theirs", 4242, 4242)
+    Path("mine").mkdir()
+    (shared / "link").symlink_to(Path("mine").resolve())
+    os.lchown(shared / "link", 4242, 4242)
+    for spelled in ("shared/link", "shared/link/", "shared/link/.", "./shared/link"):  # root too
+        rc, _, err = cli(capsys, "train", TINY_CONFIG, "--out", spelled)
+        assert rc == 2
+        one_error_line(err, f"output folder {spelled}: is a link another user (uid 4242) made in the shared folder shared")
+    rc, _, err = cli(capsys, "train", TINY_CONFIG, "--out", "shared/link/run")  # through it
     assert rc == 2
-    one_error_line(err, "output folder theirs: belongs to another user (uid 4242)")
+    one_error_line(err, "output folder shared/link/run: shared/link is a link another user (uid 4242) made")
+    rc, _, err = cli(capsys, "imitate", TINY_CONFIG, "--out", "shared/theirs")
+    assert rc == 2
+    one_error_line(err, "output folder shared/theirs: is a folder another user (uid 4242) made in the shared folder")
+    # elsewhere (a home, a project share, a squashed mount) another owner is no reason to refuse
+    elsewhere = Path("project")
+    elsewhere.mkdir()
+    (elsewhere / "run").mkdir()
+    os.chown(elsewhere / "run", 4242, 4242)
+    (elsewhere / "link").symlink_to(Path("mine").resolve())
+    os.lchown(elsewhere / "link", 4242, 4242)
+    _check_own_folder("project/run")
+    _check_own_folder("project/link")
+    shared_own = shared / "mine"  # this user's own folder in the shared one
+    shared_own.mkdir()
+    _check_own_folder(str(shared_own))
 
 
 def test_a_learning_curve_with_a_header_not_utf8_is_one_line(here):

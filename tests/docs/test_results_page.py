@@ -222,3 +222,18 @@ def test_a_suite_with_tenants_shows_its_fairness_tradeoff() -> None:
     assert "over 2 cells" in lines[start - 2]
     assert lines[start + 2:start + 4] == ["| `h1` | 1.000 | 2.500 * | 0.600 * | - | 100 |",
                                           "| `h2` | 1.050 | 3.000 | 0.500 * | 0.020 | 15,762 |"]
+
+
+@pytest.mark.parametrize("error", [ZeroDivisionError("division by zero"), ValueError("math domain error")])
+def test_a_report_whose_numbers_break_the_page_is_one_line(tmp_path: Path, monkeypatch, error) -> None:
+    """A report with a zero or negative average JCT: the page's ratios and logs fail; one line."""
+    def render(*_):
+        raise error
+
+    monkeypatch.setattr(results_page, "render_page", render)
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "quick.json").write_text((ROOT / "docs" / "results" / "suite" / "quick.json").read_text())
+    with pytest.raises(DeepShareError, match="a report lacks what the page shows"):
+        results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
+    assert not (tmp_path / "data").exists()
