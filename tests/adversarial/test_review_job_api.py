@@ -10,6 +10,7 @@ import os
 import time
 
 import pytest
+from job_env import job_env
 
 from deepshare import job
 from deepshare.core.errors import DeepShareError
@@ -19,12 +20,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DEEPSHARE_ATTEMPT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEEPSHARE_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
-    monkeypatch.setenv("DEEPSHARE_CONTROL_DIR", str(tmp_path / "ctl"))
-    (tmp_path / "ctl").mkdir()
-    return tmp_path
+    return job_env(tmp_path, monkeypatch)
 
 
 def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(env, monkeypatch):

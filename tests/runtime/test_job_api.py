@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from job_env import job_env
 
 from deepshare import job
 
@@ -14,12 +15,7 @@ ddp_mlp = pytest.importorskip("examples.jobs.ddp_mlp")
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DEEPSHARE_ATTEMPT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEEPSHARE_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
-    monkeypatch.setenv("DEEPSHARE_CONTROL_DIR", str(tmp_path / "ctl"))
-    (tmp_path / "ctl").mkdir()
-    return tmp_path
+    return job_env(tmp_path, monkeypatch)
 
 
 def test_defaults_and_environment(env, monkeypatch):
