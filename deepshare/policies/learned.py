@@ -68,13 +68,18 @@ class HybridRules:
     what bounds the CPU of a decision of thousands of launches (``bench/decide_scale.py``)."""
 
     def __post_init__(self) -> None:
-        streak = self.anchor_streak
-        if isinstance(streak, bool) or not isinstance(streak, int) or not 1 <= streak <= MAX_ANCHOR_STREAK:
-            raise ValueError(f"anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, got {streak!r}")
+        if not is_anchor_streak(self.anchor_streak):
+            raise ValueError(f"anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, got {self.anchor_streak!r}")
 
 
 MAX_ANCHOR_STREAK = 1024
 """Most launches one choice of the anchor's row may make (:attr:`HybridRules.anchor_streak`)."""
+
+
+def is_anchor_streak(value: object) -> bool:
+    """Whether ``value`` is an :attr:`HybridRules.anchor_streak`: an integer (not a bool) in
+    1..MAX_ANCHOR_STREAK."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ANCHOR_STREAK
 
 
 @dataclass(frozen=True)

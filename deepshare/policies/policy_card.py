@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError, shown
+from deepshare.policies.learned import MAX_ANCHOR_STREAK
 
 CARD_FORMAT = 1
 CARD_SUFFIX = ".card.yaml"
@@ -85,7 +86,7 @@ class HybridRulesCard(_Strict):
     min_ratio: float | None = Field(default=None, ge=0)
     utilisation_floor: float | None = Field(default=None, ge=0)
     anchor: list[str] | None = None
-    anchor_streak: StrictInt | None = Field(default=None, ge=1, le=1024)
+    anchor_streak: StrictInt | None = Field(default=None, ge=1, le=MAX_ANCHOR_STREAK)
 
     @field_validator("anchor")
     @classmethod

@@ -53,7 +53,7 @@ from deepshare.core.view import ClusterView
 from deepshare.policies.encoding import WAIT_INDEX, Candidate, EncodingConfig, PartialDecision, encode
 from deepshare.policies.anchor import check_anchor
 from deepshare.policies.extra_features import check_extra_features
-from deepshare.policies.learned import MAX_ANCHOR_STREAK, HybridRules, take
+from deepshare.policies.learned import MAX_ANCHOR_STREAK, HybridRules, is_anchor_streak, take
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
 from deepshare.rl.generated import GeneratedEpisode, check_generated, draw_generated, generated_presets
@@ -169,7 +169,7 @@ class EnvConfig:
         except ValueError as exc:
             raise DeepShareError(f"env config: {exc}") from None
         streak = config.hybrid_anchor_streak
-        if isinstance(streak, bool) or not isinstance(streak, int) or not 1 <= streak <= MAX_ANCHOR_STREAK:
+        if not is_anchor_streak(streak):
             raise DeepShareError(f"env config: hybrid_anchor_streak must be an integer in 1..{MAX_ANCHOR_STREAK}, "
                                  f"got {shown(streak)}")
         if streak > 1 and (not config.hybrid or config.anchor is None):
