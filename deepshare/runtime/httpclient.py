@@ -7,7 +7,9 @@ whole exchange has a deadline and its answer a size limit
 (:func:`deepshare.infra.boundedhttp.exchange`, as the placement client's): a server at a mistyped
 ``--url`` that sends its answer a byte every few seconds, or without end, cannot hold the CLI or
 fill its memory. The token goes in ``Authorization: Bearer`` (no ``~/.netrc`` is read); bodies
-are ``application/json``; an answer is read up to :data:`MAX_ANSWER_BYTES`. A redirect is not
+are ``application/json``; an answer is read up to :data:`~deepshare.infra.boundedhttp.MAX_ANSWER_BYTES`, as by the
+placement client (no compressed answer
+is asked for, and none is inflated). A redirect is not
 followed (the token would go where the answer says): it is one line naming where it points.
 No proxy is used (``$HTTP_PROXY`` and the like are not read), as for the placement client.
 """
@@ -24,17 +26,12 @@ from pydantic import BaseModel, ValidationError
 from requests.utils import requote_uri
 
 from deepshare.core.errors import DeepShareError, shown
-from deepshare.infra.boundedhttp import ExchangeError, exchange
+from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, ExchangeError, exchange
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
 from deepshare.runtime.spec import LiveJobSpec
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
-
-MAX_ANSWER_BYTES = 64 * 2**20
-"""Largest answer read (a list of 10,000 jobs is a few MB): a server at a mistyped ``--url`` (or
-one that is not a scheduler) cannot fill the client's memory. No compressed answer is asked
-for, and none is inflated."""
 
 
 class SchedulerClient:
