@@ -7,10 +7,10 @@ whole exchange has a deadline and its answer a size limit
 (:func:`deepshare.infra.boundedhttp.exchange`, as the placement client's): a server at a mistyped
 ``--url`` that sends its answer a byte every few seconds, or without end, cannot hold the CLI or
 fill its memory. The token goes in ``Authorization: Bearer`` (no ``~/.netrc`` is read); bodies
-are ``application/json``; an answer is read up to :data:`~deepshare.infra.boundedhttp.MAX_ANSWER_BYTES`, as by the
-placement client (no compressed answer
-is asked for, and none is inflated). A redirect is not
-followed (the token would go where the answer says): it is one line naming where it points.
+are ``application/json``; an answer is read up to
+:data:`~deepshare.infra.boundedhttp.MAX_ANSWER_BYTES`, as by the placement client (no compressed
+answer is asked for, and none is inflated). A redirect is not followed (the token would go where
+the answer says): it is one line naming where it points.
 No proxy is used (``$HTTP_PROXY`` and the like are not read), as for the placement client.
 """
 
