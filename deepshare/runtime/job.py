@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
+from deepshare.core.atomic import temp_prefix, write_bytes_atomic, write_text_atomic
 from deepshare.core.bounds import MAX_SAMPLES, MAX_STEP, MAX_THROUGHPUT
 from deepshare.core.errors import DeepShareError, first_line
 
@@ -203,7 +203,7 @@ def save_checkpoint(state: Any) -> Path | None:
 def _remove_orphans(folder: Path) -> None:
     """Delete temporary files of saves killed midway (older than :data:`STALE_TEMP_S`)."""
     cutoff = time.time() - STALE_TEMP_S
-    for tmp in folder.glob(f".{CHECKPOINT_FILE}.*.tmp"):
+    for tmp in folder.glob(f"{temp_prefix(folder / CHECKPOINT_FILE)}*.tmp"):  # the atomic write's own names
         try:
             if tmp.lstat().st_mtime < cutoff:
                 tmp.unlink()
