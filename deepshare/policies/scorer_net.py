@@ -6,6 +6,7 @@ weights alone with plain torch, so a shipped policy needs neither Ray nor RLlib 
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -32,17 +33,20 @@ class CandidateScorer(nn.Module):
 
 def lone_forward(net: nn.Module) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     """``(rows [K, F], mask [K]) -> masked logits [K]`` for one observation, bit-for-bit what
-    ``net`` computes for a batch of one, at under a quarter of the cost; None unless ``net`` is a
+    ``net`` computes for a batch of one, at a fraction of the cost; None unless ``net`` is a
     :class:`CandidateScorer` with exactly the shipped layers (a changed network only loses the
     shortcut).
 
     A decision scores each of its steps alone (a 10,000-launch decision: 10,000 passes). Through
     ``net(...)`` each pass stacks a batch and goes through ``nn.Module.__call__`` for every layer,
     about 140 us of which the arithmetic is a fraction; this runs the same kernels on the same
-    weights (``addmm`` and ``relu``: what the modules' ``forward`` calls) on a view of the
-    observation, with detached weights (no autograd bookkeeping) and the mask applied in numpy
-    (the very value ``masked_fill`` writes), about 30 us
-    (``tests/serving/test_serving_scoring.py`` checks the scores are identical)."""
+    weights (``addmm`` and ``relu``: what the modules' ``forward`` calls) with detached weights
+    (no autograd bookkeeping) and the mask applied in numpy (the very value ``masked_fill``
+    writes). Each thread keeps, per row count, an input tensor sharing its memory with a numpy
+    array and the layers' output tensors, so a pass copies the observation in and runs the
+    kernels into buffers it already has: no tensor is made per pass, which halves its cost again
+    and keeps torch's allocator out of a decision's loop (``tests/serving/test_serving_scoring.py``
+    checks the scores are identical)."""
     if type(net) is not CandidateScorer:
         return None
     trunk = net.trunk
@@ -51,17 +55,45 @@ def lone_forward(net: nn.Module) -> Callable[[np.ndarray, np.ndarray], np.ndarra
         return None
     # Detached, transposed views of the weights: no autograd bookkeeping without a grad-mode
     # context. ``F.linear`` on a 2-D input with a bias is ``addmm(bias, input, weight.t())``;
-    # calling that directly skips linear's own dispatch, and ``relu_`` reuses the buffer addmm
-    # just made (the same values as ``relu``).
+    # calling that directly skips linear's own dispatch, and ``relu_`` works in place (the same
+    # values as ``relu``).
     (w1, b1), (w2, b2), (w3, b3) = [(m.weight.detach().t(), m.bias.detach()) for m in (trunk[0], trunk[2], net.head)]
     addmm = torch.addmm
     masked = np.float32(MASKED)
+    features, hidden = w1.shape
+    local = threading.local()
+
+    def buffers(rows: int) -> tuple:
+        """This thread's (input array, input tensor, two hidden tensors, output tensor, output
+        array) for ``rows`` rows (a few row counts at most: K, or B x K for a batch)."""
+        known = getattr(local, "by_rows", None)
+        if known is None:
+            known = local.by_rows = {}
+        found = known.get(rows)
+        if found is None:
+            if len(known) >= _MAX_BUFFERED_SHAPES:
+                known.clear()
+            array = np.empty((rows, features), dtype=np.float32)
+            out = torch.empty((rows, 1), dtype=w3.dtype)
+            found = known[rows] = (array, torch.from_numpy(array), torch.empty((rows, hidden), dtype=w1.dtype),
+                                   torch.empty((rows, hidden), dtype=w2.dtype), out, out.numpy())
+        return found
 
     def forward(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        hidden = addmm(b1, torch.from_numpy(np.ascontiguousarray(rows)), w1)
-        hidden = addmm(b2, hidden.relu_(), w2)
-        logits = addmm(b3, hidden.relu_(), w3).numpy()[:, 0]  # a fresh buffer: written in place
-        logits[~(mask > 0)] = masked  # masked_fill's exact value, without a torch call
-        return logits
+        if rows.ndim != 2 or rows.shape[1] != features or rows.dtype != np.float32:
+            raise ValueError(f"expected rows of shape (K, {features}) float32, got {rows.shape} {rows.dtype}")
+        array, tensor, first, second, out, logits = buffers(rows.shape[0])
+        array[...] = rows
+        addmm(b1, tensor, w1, out=first).relu_()
+        addmm(b2, first, w2, out=second).relu_()
+        addmm(b3, second, w3, out=out)
+        scores = logits[:, 0].copy()  # the caller's own: the buffer is the next pass's
+        scores[~(mask > 0)] = masked  # masked_fill's exact value, without a torch call
+        return scores
 
     return forward
+
+
+_MAX_BUFFERED_SHAPES = 8
+"""Row counts whose buffers a thread keeps (a server's batches vary in size; past this many the
+buffers are dropped and made again, so memory stays bounded)."""

@@ -132,3 +132,47 @@ def test_a_batch_of_real_observations_scores_as_the_network(engine):
     scorer = engine.policy.scorer
     got, expected = scorer.batch(seen), _network_scores(scorer.net, seen)
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
+
+
+def _random_obs(features: int, k: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"observations": rng.normal(0, 3, (k, features)).astype(np.float32),
+            "action_mask": (rng.random(k) >= 0.2).astype(np.float32)}
+
+
+def test_scores_a_caller_keeps_are_not_overwritten_by_the_next_pass(engine):
+    """The shortcut runs into buffers it reuses; the scores it hands back are the caller's own."""
+    scorer = engine.policy.scorer
+    first, second = (_random_obs(scorer.net.features, 16, seed) for seed in (1, 2))
+    kept = scorer(first)
+    before = kept.copy()
+    scorer(second)
+    scorer.batch([second, first])
+    assert np.array_equal(kept, before)
+    assert np.array_equal(kept, _network_scores(scorer.net, [first])[0])
+
+
+def test_threads_scoring_at_once_each_get_the_networks_scores(engine):
+    """A server scores from several threads: each thread's passes use buffers of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scorer = engine.policy.scorer
+    cases = [_random_obs(scorer.net.features, k, seed) for seed, k in enumerate((16, 16, 9, 16, 30, 16) * 4)]
+    expected = [_network_scores(scorer.net, [obs])[0] for obs in cases]
+
+    def score_all(offset: int) -> list[np.ndarray]:
+        return [scorer(cases[(i + offset) % len(cases)]) for i in range(200)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(score_all, range(4)))
+    for offset, got in enumerate(results):
+        for i, scores in enumerate(got):
+            assert np.array_equal(scores, expected[(i + offset) % len(cases)])
+
+
+def test_rows_of_the_wrong_width_or_type_are_refused_in_one_line(engine):
+    lone = engine.policy.scorer._lone
+    features = engine.policy.scorer.net.features
+    for rows in (np.zeros((4, features + 1), np.float32), np.zeros((4, features), np.float64), np.zeros(features, np.float32)):
+        with pytest.raises(ValueError, match="expected rows of shape"):
+            lone(rows, np.ones(4, np.float32))
