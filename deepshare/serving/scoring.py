@@ -2,10 +2,11 @@
 
 A lone request (no other request deciding) scores each step alone, three or so forward passes
 of a tiny MLP per small request. A :class:`~deepshare.policies.checkpoint.TorchScorer` called on
-one observation takes the shortcut of :func:`~deepshare.policies.scorer_net.lone_forward` (about
-35 us against 48 us through ``batch([obs])``, which stacks and splits, and 260 us through the
-network's modules; bit for bit the same scores: ``tests/serving/test_serving_scoring.py``
-checks); any other batch scorer is called as a batch of one.
+one observation takes the shortcut of :func:`~deepshare.policies.scorer_net.lone_forward`
+(cheaper than ``batch([obs])``, which stacks and splits, and far cheaper than the network's
+modules; bit for bit the same scores: ``tests/serving/test_serving_scoring.py`` checks;
+``bench/forward_cost.py`` measures a pass inside a large decision); any other batch scorer is
+called as a batch of one.
 """
 
 from __future__ import annotations
