@@ -158,7 +158,9 @@ class PlacementAPI:
         try:
             body = PlacementRequest.model_validate_json(raw)
             self.limits.check(body)
-        except (ValidationError, RequestError) as exc:
+        except ValidationError as exc:  # a list past the schema's cap is past the flag's too: 413
+            raise RefusedBody(error_response(self.limits.over_schema(exc) or exc)) from None
+        except RequestError as exc:
             raise RefusedBody(error_response(exc)) from None
         return body
 

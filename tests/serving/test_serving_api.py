@@ -119,6 +119,35 @@ def test_every_outcome_has_its_status_and_names_the_field():
     assert status == 413 and body["detail"][0]["loc"] == ["body", "nodes"] and "--max-nodes" in body["detail"][0]["msg"]
 
 
+
+def test_lists_past_the_schemas_own_cap_get_the_limits_413_naming_the_flag():
+    """At the defaults the flags' limits are the schema's caps (4,096 nodes, 10,000 running
+    jobs): a list one longer is answered as any list over its flag, 413 naming it, not the
+    schema's 422; the body's other errors do not turn it back into a 422."""
+    from deepshare.serving.schemas import MAX_JOBS, MAX_NODES
+
+    body = {
+        "now": 100.0,
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8} for i in range(MAX_NODES + 1)],
+        "running": [{"job_id": f"r{j}", "model": "FSDP", "placement": {"n0": 1}} for j in range(MAX_JOBS + 1)],
+        "pending": [{"job_id": "p0", "model": "FSDP", "gpus": 1}],
+    }
+    app = api().app
+    status, answer = post(app, json.dumps(body).encode())
+    assert status == 413, answer
+    assert answer["detail"] == [
+        {"loc": ["body", "nodes"], "type": "too_large",
+         "msg": f"{MAX_NODES + 1} nodes exceed this service's limit of {MAX_NODES} (--max-nodes)"},
+        {"loc": ["body", "running"], "type": "too_large",
+         "msg": f"{MAX_JOBS + 1} running jobs exceed this service's limit of {MAX_JOBS} (--max-running)"},
+    ]
+    body["now"] = "soon"  # another error in the same body: the size still answers first
+    assert post(app, json.dumps(body).encode())[0] == 413
+    body["nodes"] = body["nodes"][:2]
+    body["running"] = []
+    status, answer = post(app, json.dumps(body).encode())  # the size fixed, the other error is the answer
+    assert status == 422 and answer["detail"][0]["loc"] == ["body", "now"]
+
 def test_the_openapi_document_is_the_same_with_and_without_the_bypass():
     fast, routed = api(), api(skip_routing=False)
     assert fast.app.openapi() == routed.app.openapi()
