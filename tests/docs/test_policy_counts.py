@@ -28,3 +28,16 @@ def test_stated_counts_are_the_registrys(page):
     stated += [int(n) for n in re.findall(r"(\d+) registered heuristics", text)]
     assert stated and set(stated) == {registered}, (page, stated, registered)
     assert str(distinct) in re.findall(r"(\d+) distinct", text) or f"**{distinct}" in text, (page, distinct)
+
+
+def test_the_coincidence_tables_counts_are_the_registrys():
+    """docs/policies.md's "Others coincide only on some runs" table counts names per order
+    (`srtf+...` (30)) and per fabric placement: each count is the registry's."""
+    text = (ROOT / "docs/policies.md").read_text(encoding="utf-8")
+    names = policy_names(heuristics_only=True)
+    per_order = re.findall(r"^\| `(\w+)\+\.\.\.` \((\d+)", text, flags=re.M)
+    assert {order for order, _ in per_order} >= {"bsrsf", "srtf", "drf"}, per_order
+    for order, stated in per_order:
+        assert int(stated) == sum(n.startswith(order + "+") for n in names), (order, stated)
+    topo = re.search(r"`\.\.\.\+topo-aware\.\.\.` \((\d+)\)", text)
+    assert topo and int(topo.group(1)) == sum("+topo-" in n for n in names), topo
