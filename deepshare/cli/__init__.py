@@ -21,6 +21,7 @@ from typing import Sequence
 
 from rich.console import Console
 
+from deepshare.cli.piped import PipedConsole
 from deepshare.core.errors import DeepShareError, RuntimeFailure, one_line
 
 EXIT_USAGE = 2
@@ -94,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out = Console(highlight=False, emoji=False)  # user text (ids, paths, specs) as typed: no ":name:" emoji
-    if not out.is_terminal:  # piped output: wide enough that tables never wrap
-        out = Console(highlight=False, emoji=False, width=140)
+    if not out.is_terminal:  # piped output: text at 140 columns, every table whole
+        out = PipedConsole(highlight=False, emoji=False)
     err = Console(stderr=True, highlight=False, emoji=False)
     installed = _terminate_as_interrupt()
     try:
