@@ -28,7 +28,7 @@ import os
 import re
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -55,8 +55,18 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": message})
 
 
-def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]]) -> None:
-    """Server-side checks beyond the schema: absolute paths, and a job that can ever fit."""
+def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
+                     fabric_levels: Sequence[str] | None = None) -> None:
+    """Server-side checks beyond the schema: absolute paths, fabric levels this scheduler has
+    (``fabric_levels``: its topology's level names; None: not checked), and a job that can ever
+    fit. A level it lacks is refused here: the job could never be placed, and accepted it only
+    failed at its first decision."""
+    if fabric_levels is not None:
+        for field in ("required_level", "preferred_level", "slice_level"):
+            level = getattr(spec, field)
+            if level is not None and level not in fabric_levels:
+                raise DeepShareError(f"{field}: unknown fabric level {level!r}; this scheduler's levels are "
+                                     f"{', '.join(fabric_levels)} (scheduler start --level)")
     if not os.path.isabs(spec.checkpoint_dir):
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
     if spec.working_dir is not None and not os.path.isabs(spec.working_dir):
@@ -117,13 +127,15 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
              state_dir: str | Path | None = None, metrics: Any = None,
              ready: Callable[[], bool] = lambda: True,
              contention: Callable[[], dict[str, object]] | None = None,
-             tenants: LiveTenants | None = None, max_queued: int = MAX_QUEUED) -> FastAPI:
+             tenants: LiveTenants | None = None, max_queued: int = MAX_QUEUED,
+             fabric_levels: Sequence[str] | None = None) -> FastAPI:
     """The app over ``journal`` (unguarded: serve :func:`guard` of it). ``cluster_gpus()`` gives
     (total GPUs, nodes) now; ``state_dir`` holds the rank logs; ``metrics`` is a
     :class:`~deepshare.runtime.metrics.SchedulerMetrics`; ``ready()`` says whether the loop runs;
     ``contention()`` the learned contention model's document (None: the scheduler does not learn);
     ``tenants`` the tenants file and its tokens (None: no tenants, every caller is the admin);
-    ``max_queued`` the most queued jobs (a submission beyond gets 429)."""
+    ``max_queued`` the most queued jobs (a submission beyond gets 429); ``fabric_levels`` the
+    topology's level names (a job naming another gets 422; None: not checked)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
     app.add_exception_handler(StarletteHTTPException, _http_error)  # unknown routes and methods: the same shape
 
@@ -218,7 +230,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(422, f"body: expected a JSON object (a job spec), got {type(body).__name__}")
         try:
             spec = spec_from_json(body)
-            check_submission(spec, cluster_gpus)  # asks Ray for the cluster's size: before the lock
+            check_submission(spec, cluster_gpus, fabric_levels)  # asks Ray for the cluster's size: before the lock
         except DeepShareError as exc:
             return _error(422, str(exc))
         # In a worker thread: a reload holds the lock while it reads the file and the live jobs.

@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, finite_in
 from deepshare.core.errors import DeepShareError
-from deepshare.core.fabric import Level
+from deepshare.core.fabric import RACK_LEVEL, Level
 from deepshare.core.topology import TESTBED_NODE_TYPE, Node, Topology
 from deepshare.core.topology_plain import MAX_PCIE_SWITCHES
 from deepshare.core.types import Placement
@@ -69,6 +69,11 @@ class LabelLevels:
             if spec.name == level:
                 return key
         return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The topology's level names, lowest first: the levels', or the single ``rack`` level's."""
+        return tuple(spec.name for spec in self.levels) if self.levels else (RACK_LEVEL,)
 
     def describe(self) -> str:
         """``leaf=topology.kubernetes.io/rack < spine=example.com/spine`` (empty without levels)."""

@@ -259,7 +259,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
             return submission_capacity(ray_launcher.cluster(), config.max_gpus)
 
         app = make_app(journal, capacity, state_dir=config.state_dir, metrics=metrics, ready=lambda: loop.ticks > 0,
-                       max_queued=config.max_queued,
+                       max_queued=config.max_queued, fabric_levels=config.levels.names,
                        contention=None if learning is None else (lambda: learning.document()), tenants=tenants)
         guarded = guard(app, tenants=tenants, bound_host=config.host, allowed_hosts=config.allowed_hosts,
                         metrics=metrics)

@@ -149,3 +149,51 @@ def test_placement_url_makes_the_service_the_policy():
     assert policy._auth == {"Authorization": "Bearer " + "t" * 8}
     assert scheduling_policy("las+spread", None, None).name == "las+spread"
     assert scheduling_policy(None, None, None).name == "rl-hybrid"
+
+
+@pytest.fixture(scope="module")
+def fabric_server(tmp_path_factory):
+    """A scheduler API whose topology has the levels ``leaf`` < ``spine`` (``--level``)."""
+    from deepshare.runtime.cluster import label_levels
+
+    journal = Journal(tmp_path_factory.mktemp("fabric-api") / "state")
+    levels = label_levels(["leaf=example.com/leaf", "spine=example.com/spine"])
+    sock = bind("127.0.0.1", 0)
+    app = guard(make_app(journal, lambda: (64, 8), fabric_levels=levels.names), token=TOKEN, bound_host="127.0.0.1")
+    srv = api_server(app)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", journal
+    srv.should_exit = True
+    thread.join(timeout=5)
+    sock.close()
+    journal.close()
+
+
+@pytest.mark.parametrize("field, extra", [
+    ("required_level", {}),
+    ("preferred_level", {}),
+    ("slice_level", {"slice_size": 2}),
+])
+def test_a_job_naming_a_level_the_scheduler_lacks_is_refused_at_submit(fabric_server, field, extra):
+    """Accepted, it could never be placed and failed at its first decision; it is a 422 naming the
+    field, the level and the scheduler's own levels, and nothing is journalled."""
+    url, journal = fabric_server
+    before = len(journal.jobs())
+    status, body = call(url, "POST", "/v1/jobs", json.dumps({**BODY, field: "rack", **extra}).encode())
+    assert status == 422, body
+    assert body["error"] == (f"{field}: unknown fabric level 'rack'; this scheduler's levels are leaf, spine "
+                             "(scheduler start --level)")
+    assert len(journal.jobs()) == before
+    status, job = call(url, "POST", "/v1/jobs", json.dumps({**BODY, field: "leaf", **extra}).encode())
+    assert status == 201, job
+
+
+def test_without_levels_the_one_level_is_rack():
+    from deepshare.runtime.cluster import NO_LEVELS, label_levels
+
+    assert NO_LEVELS.names == ("rack",)
+    assert label_levels(["leaf=a", "spine=b"]).names == ("leaf", "spine")
