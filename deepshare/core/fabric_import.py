@@ -303,6 +303,8 @@ def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple
             name = _check_name(value, f"--node-type {option!r}", "node type name")
         else:
             fields[key] = value
+    if "name" not in given and "gpu_model" in given:  # "h100" would name B200 nodes
+        name = _model_slug(fields["gpu_model"]) or name
     if gpus_per_node is not None:
         if "gpus" in given and fields["gpus"] != gpus_per_node:
             raise DeepShareError(f"--gpus-per-node {gpus_per_node} and --node-type gpus={fields['gpus']}: give one")
@@ -312,6 +314,11 @@ def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple
     except ValidationError as exc:
         raise DeepShareError(f"--node-type: {format_validation_error(exc)}") from None
     return name, {key: getattr(spec, key) for key in ("gpus", *NODE_TYPE_DEFAULTS)}
+
+
+def _model_slug(model: str) -> str:
+    """A node type's name from its GPU model (``B200`` -> ``b200``; ``A100 80GB`` -> ``a100-80gb``)."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:64]
 
 
 @dataclass(frozen=True)
@@ -337,10 +344,11 @@ def spec_yaml(table: HostTable, options: ImportOptions, source: str) -> str:
     _check_name(options.name, "--name", "cluster name")
 
     default_gpus = hardware["gpus"]
-    types: dict[int, str] = {default_gpus: options.type_name}
+    types: dict[int, str] = {}  # the GPU counts the hosts have, each a node type (only those used)
     for host in table.hosts:
-        if host.gpus is not None and host.gpus not in types:
-            types[host.gpus] = f"{options.type_name}-{host.gpus}gpu"
+        gpus = host.gpus if host.gpus is not None else default_gpus
+        if gpus not in types:
+            types[gpus] = options.type_name if gpus == default_gpus else f"{options.type_name}-{gpus}gpu"
     groups: list[tuple[str, tuple[str, ...], list[str]]] = []
     for host in table.hosts:
         type_name = types[host.gpus if host.gpus is not None else default_gpus]
@@ -357,7 +365,8 @@ def spec_yaml(table: HostTable, options: ImportOptions, source: str) -> str:
         "node_types:",
     ]
     for gpus, type_name in types.items():
-        fields = {**hardware, "gpus": gpus}
+        # one PCIe switch per GPU at most: a 4-GPU node of an 8-switch type has 4
+        fields = {**hardware, "gpus": gpus, "pcie_switches": min(hardware["pcie_switches"], gpus)}
         body = ", ".join(f"{key}: {_value(fields[key])}" for key in ("gpus", *NODE_TYPE_DEFAULTS))
         lines.append(f"  {_q(type_name)}: {{{body}}}")
     lines.append("levels:")

@@ -81,6 +81,29 @@ def test_kubectl_nodes_import_loads_and_simulates(capsys, tmp_path):
     assert report["jobs"] == 30 and report["finished"] + report["rejected"] == 30
 
 
+
+def test_node_types_are_the_ones_used_named_after_their_gpu_model(capsys, tmp_path):
+    """Only the GPU counts the hosts have get a node type; with ``gpu_model`` given and no
+    ``name``, the type is named after the model (not ``h100`` for B200 nodes); a type of fewer
+    GPUs than the default's switches has one PCIe switch per GPU."""
+    items = [{"kind": "Node", "metadata": {"name": f"n{i}", "labels": {"example.com/rack": "r0"}},
+              "status": {"capacity": {"nvidia.com/gpu": str(gpus)}}} for i, gpus in enumerate((4, 4, 2))]
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "List", "items": items}))
+    spec = tmp_path / "k8s.yaml"
+    rc, out, err = cli(capsys, "clusters", "import", nodes, "--level", "leaf=example.com/rack",
+                       "--node-type", "gpu_model=B200", "--out", spec)
+    assert (rc, err) == (0, ""), err
+    types = yaml.safe_load(spec.read_text())["node_types"]
+    assert sorted(types) == ["b200-2gpu", "b200-4gpu"]
+    assert {name: (t["gpus"], t["gpu_model"], t["pcie_switches"]) for name, t in types.items()} == {
+        "b200-4gpu": (4, "B200", 4), "b200-2gpu": (2, "B200", 2)}
+    assert [n.gpus for n in load_topology(str(spec)).nodes] == [4, 4, 2]
+    rc, out, err = cli(capsys, "clusters", "import", nodes, "--level", "leaf=example.com/rack", "--gpus-per-node", 4,
+                       "--out", spec)
+    assert (rc, err) == (0, ""), err
+    assert sorted(yaml.safe_load(spec.read_text())["node_types"]) == ["h100", "h100-2gpu"]
+
 def test_without_out_the_spec_is_printed(capsys, tmp_path):
     table = tmp_path / "t.csv"
     table.write_text("host,leaf\nyes,l0\n1e3,l1\n")
