@@ -94,10 +94,12 @@ def _terminate_as_interrupt() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    out = Console(highlight=False, emoji=False)  # user text (ids, paths, specs) as typed: no ":name:" emoji
+    # User text (ids, names, paths, specs, a server's answers) is printed as typed: no ":name:"
+    # emoji and no markup, so a name like "[/x]" is text, never a tag (it was a traceback).
+    out = Console(highlight=False, emoji=False, markup=False)
     if not out.is_terminal:  # piped output: text at 140 columns, every table whole
-        out = PipedConsole(highlight=False, emoji=False)
-    err = Console(stderr=True, highlight=False, emoji=False)
+        out = PipedConsole(highlight=False, emoji=False, markup=False)
+    err = Console(stderr=True, highlight=False, emoji=False, markup=False)
     installed = _terminate_as_interrupt()
     try:
         return args.func(args, out, err)

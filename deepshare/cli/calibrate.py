@@ -9,7 +9,6 @@ import os
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 
 from deepshare.cli.args import fold_count, seed_value, start_count, worker_count
 from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
@@ -44,7 +43,7 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     with CalibrationProgress(err) as shown:
         result = calibrate(profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
                            progress=shown.intro, step=shown.step)
-    table = Table(title=f"link model fitted to {escape(source)} ({result.cells} measured cells)", header_style="bold")
+    table = Table(title=f"link model fitted to {source} ({result.cells} measured cells)", header_style="bold")
     for col in ("ratio MAE", "value", "target"):
         table.add_column(col, justify="left" if col == "ratio MAE" else "right")
     table.add_row("link model, in fit", f"{result.fit_mae:.4f}", "<= 0.08")
@@ -112,7 +111,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     for col in ("model", "isolated x", "contention exponent", "reports", "contended"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for name, fit in doc["models"].items():  # type: ignore[union-attr]
-        table.add_row(escape(name), f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
+        table.add_row(name, f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
                       f"{fit['contended']:.0f}")
     shown.print(table)
     write_json(args.json, doc, out, "contention fit")

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_trace_args, cluster_topology, contention_model, flagged, in_range,
@@ -72,8 +71,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
             tenants=tenants_of(args),
         )
     summary = result.summary()
-    table = Table(title=escape(f"{Path(args.trace).name} on {topology.describe()}, durations "
-                               f"{information_model(args).describe()} — mean [min-max] over {args.seeds} seed(s)"),
+    table = Table(title=f"{Path(args.trace).name} on {topology.describe()}, durations "
+                        f"{information_model(args).describe()} — mean [min-max] over {args.seeds} seed(s)",
                   header_style="bold")
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),
                ("gpu_util", "GPU util", 3), ("useful_util", "useful util", 3), ("avg_slowdown", "slowdown", 3),

@@ -32,7 +32,7 @@ class CalibrationProgress:
         if console.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("calibrating: {task.description}"), BarColumn(),
+            self._bar = Progress(TextColumn("calibrating: {task.description}", markup=False), BarColumn(),
                                  TextColumn("{task.completed}/{task.total} starts"), TimeElapsedColumn(),
                                  console=console, transient=True)
 
@@ -69,7 +69,7 @@ class ProgressBar:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
+                TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                 TimeElapsedColumn(), console=console, transient=True,
             )
 

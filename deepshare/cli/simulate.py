@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_tenants_arg, add_trace_args, check_policies, cluster_topology, contention_model,
@@ -37,13 +36,13 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
     title = f"{args.policy} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
-    human(args.json, out, err).print(report_table(report, escape(title)))
+    human(args.json, out, err).print(report_table(report, title))
     result = report.to_dict()
     if tenants is not None and report.records:
         from deepshare.tenants.fairness import fairness_report
 
         fairness = fairness_report(report.records, trace.jobs, tenants, topology.total_gpus, sim.catalog)
-        human(args.json, out, err).print(fairness_table(fairness, escape(f"fairness per queue ({args.tenants})")))
+        human(args.json, out, err).print(fairness_table(fairness, f"fairness per queue ({args.tenants})"))
         result["fairness"] = fairness.to_dict()
     elif tenants is not None:
         err.print("fairness per queue is not computed with --jobs-csv (the run keeps no records); it is in the CSV's rows",
@@ -63,7 +62,7 @@ def fairness_table(fairness, title: str):  # type: ignore[no-untyped-def]
     for head in ("queue", "jobs", "finished", "GPU share", "deserved", "avg rho", "worst rho", "rho > 1", "avg queue (s)"):
         table.add_column(head, justify="left" if head == "queue" else "right")
     for t in fairness.tenants:
-        table.add_row(escape(t.queue), str(t.jobs), str(t.finished), num(t.avg_share, 3), num(t.avg_deserved, 3),
+        table.add_row(t.queue, str(t.jobs), str(t.finished), num(t.avg_share, 3), num(t.avg_deserved, 3),
                       num(t.avg_rho, 2), num(t.worst_rho, 2), num(t.share_rho_above_1, 3), num(t.avg_queue_s, 0))
     table.add_row("all", "", "", "", "", "", num(fairness.worst_rho, 2), num(fairness.share_rho_above_1, 3), "")
     return table
@@ -85,8 +84,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
     shown = human(args.json, out, err)
     shown.print(
-        comparison_table(reports, escape(f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
-                                         f"durations {scenario.information.describe()}")))
+        comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
+                                  f"durations {scenario.information.describe()}"))
     doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports}}
     if scenario.tenants is not None:
         from deepshare.core.workloads import default_catalog
@@ -94,7 +93,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         fairness = {r.policy: fairness_report(r.records, trace.jobs, scenario.tenants, topology.total_gpus,
                                               scenario.catalog or default_catalog()).metrics() for r in reports}
-        shown.print(compare_fairness_table(fairness, escape(f"fairness under {args.tenants}")))
+        shown.print(compare_fairness_table(fairness, f"fairness under {args.tenants}"))
         doc["fairness"] = fairness
     write_json(args.json, doc, out, "comparison")
     return 0
@@ -111,10 +110,10 @@ def compare_fairness_table(fairness, title: str):  # type: ignore[no-untyped-def
     queues = list(dict.fromkeys(q for m in fairness.values() for q in m["queues"]))
     table = Table(title=title, header_style="bold")
     for head in ("policy", "worst rho", "rho > 1", "max share gap", "worst queue wait (s)",
-                 *(f"{escape(q)} wait (s)" for q in queues)):
+                 *(f"{q} wait (s)" for q in queues)):
         table.add_column(head, justify="left" if head == "policy" else "right")
     for policy, m in fairness.items():
-        table.add_row(escape(policy), num(m["worst_rho"], 2), num(m["share_rho_above_1"], 3), num(m["max_share_gap"], 3),
+        table.add_row(policy, num(m["worst_rho"], 2), num(m["share_rho_above_1"], 3), num(m["max_share_gap"], 3),
                       num(m["worst_queue_avg_queue_s"], 0),
                       *(num(m["queues"][q]["avg_queue_s"], 0) if q in m["queues"] else "-" for q in queues))
     return table
