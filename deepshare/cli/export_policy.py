@@ -20,6 +20,7 @@ from rich.console import Console
 from deepshare.cli.args import print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
+from deepshare.core.files import resolved
 from deepshare.core.errors import DeepShareError, one_line
 
 KINDS = ("network", "hybrid", "hybrid-preempt")
@@ -161,7 +162,7 @@ def _judged_as(doc: Any, args: argparse.Namespace) -> list[str]:
 
 def _same_file(a: str, b: str) -> bool:
     try:
-        return Path(a).resolve() == Path(b).resolve()
+        return resolved(a) == resolved(b)
     except OSError:
         return False
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
-from deepshare.core.files import check_output_path
+from deepshare.core.files import check_output_path, resolved
 
 STDOUT = "-"
 """The ``--json`` value that means standard output."""
@@ -113,7 +113,7 @@ def check_outputs(
     for folder in new_folders:
         if folder is not None:
             _check_own_folder(folder)
-    made = [Path(f).resolve() for f in new_folders if f is not None]
+    made = [resolved(f) for f in new_folders if f is not None]
     for flag, path in flagged_out:
         _check_writable(flag, path, made)
     flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not os.path.isdir(p)]  # never OSError
@@ -182,7 +182,7 @@ def _check_writable(flag: str, path: str, made: Sequence[Path]) -> None:
     folder = Path(path).parent
     if os.path.isdir(folder):
         _probe(flag, path, folder)
-    elif folder.resolve() not in made:
+    elif resolved(folder) not in made:
         raise DeepShareError(f"{flag} {path}: folder {str(folder)!r} does not exist")
 
 
@@ -201,7 +201,7 @@ def _probe(flag: str, path: str, folder: Path) -> None:
 def _same(a: str, b: str) -> bool:
     """Whether two paths name one file: equal once resolved, or the same inode (hard links)."""
     try:
-        if Path(a).resolve() == Path(b).resolve():
+        if resolved(a) == resolved(b):
             return True
         return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
     except OSError:

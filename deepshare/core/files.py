@@ -31,9 +31,11 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
+from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from deepshare.core.errors import DeepShareError
@@ -266,3 +268,14 @@ def open_append(path: str | os.PathLike[str], what: str = "file") -> Any:
     except BaseException:
         os.close(fd)
         raise
+
+
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``Path(path).resolve()``, with a symlink loop on the way raised as the ``OSError``
+    (``ELOOP``, naming ``path``) it is on Python 3.13 and later rather than Python 3.11's
+    ``RuntimeError``: every caller that handles a path's OSError then handles a loop too, and the
+    CLI prints it as one line."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path)) from None

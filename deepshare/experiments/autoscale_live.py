@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from deepshare.raycluster.demand_bridge import DemandBridge, ray_request
 from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
 from deepshare.core.atomic import write_bytes_atomic
+from deepshare.core.files import resolved
 from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
 from deepshare.core.errors import DeepShareError
 
@@ -208,7 +209,7 @@ def run_live_experiment(
         raise DeepShareError("the live experiment supports one node type (the bridge cuts jobs into its node size)")
     (node_type,) = spec.node_types.values()
     scheduling = make_policy(policy)  # a bad name fails before Ray starts
-    work = Path(workdir).resolve()
+    work = resolved(workdir)
     for folder in (work, work / "jobs", work / "ray"):  # a regular file in the way is one line, not a traceback
         try:
             folder.mkdir(parents=True, exist_ok=True)

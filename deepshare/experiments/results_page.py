@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line, shown
-from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text
+from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text, resolved
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
 from deepshare.experiments.results_migration import migration_section
 from deepshare.experiments.suite_results import geomean
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page or the README differs from the data")
     args = parser.parse_args(argv)
-    if args.page.resolve() == args.readme.resolve():
+    if resolved(args.page) == resolved(args.readme):
         raise DeepShareError(f"--page {args.page} is also --readme: give each its own file")
     readme_text = _read(args.readme, "README")
     replace_block(readme_text, "", str(args.readme))  # no markers: refused before anything is copied

@@ -34,6 +34,7 @@ from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.core.files import open_append
+from deepshare.core.files import resolved as resolved_path
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
@@ -197,7 +198,7 @@ def with_init_from(config: TrainConfig, path: str | Path) -> TrainConfig:
     from deepshare.policies.checkpoint import load_policy_file
     from deepshare.policies.encoding import FEATURES
 
-    resolved = Path(path).resolve()
+    resolved = resolved_path(path)
     doc = load_policy_file(resolved)
     if doc["hidden"] != config.model.hidden:
         raise DeepShareError(f"model.init_from {path}: its scorer is {doc['hidden']} wide, the config's model.hidden is "
@@ -377,7 +378,7 @@ def train(
     env = config.env_config(Path(config_path).parent)
     total = iterations or config.run.iterations
     runners = config.run.num_env_runners if num_env_runners is None else num_env_runners
-    run_dir = (Path(resume) if resume else Path(out)).resolve()  # RLlib wants absolute paths
+    run_dir = resolved_path(resume if resume else out)  # RLlib wants absolute paths
     start_from = _latest_checkpoint(run_dir) if resume else None
     run_dir.mkdir(parents=True, exist_ok=True)
     start_ray(address)

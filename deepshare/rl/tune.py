@@ -33,6 +33,7 @@ import yaml
 
 from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import resolved
 from deepshare.core.yamlspec import read_config_text
 
 SECTIONS = ("ppo", "env", "model", "run", "ppo_extras")
@@ -186,7 +187,7 @@ def run_sweep(
     from deepshare.rl.train import build_algorithm_config, parse_train_config, start_ray
 
     raw, combos = validated_variants(config_path, axes)
-    source = Path(config_path).resolve()
+    source = resolved(config_path)
     base = parse_train_config(read_config_text(source, "training config"), source)
     total = iterations or base.run.iterations
     start_ray(address)
@@ -204,7 +205,7 @@ def run_sweep(
     space["deepshare"] = {"source": str(source), "raw": raw, "iterations": total, "cpus": cpus}
     # a multi-node sweep needs storage every node reaches: a shared folder or a URI (s3://, gs://)
     remote = "://" in str(out)
-    storage = str(out).rstrip("/") if remote else str(Path(out).resolve())
+    storage = str(out).rstrip("/") if remote else str(resolved(out))
     tuner = tune.Tuner(
         tune.with_resources(deepshare_ppo, resources),
         param_space=space,

@@ -32,6 +32,7 @@ from typing import Any, Collection, Iterator
 
 from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import resolved
 from deepshare.runtime.private import make_private_dirs
 from deepshare.runtime.spec import LiveJobSpec
 
@@ -696,7 +697,7 @@ def _check_is_journal(path: Path, state_dir: str | Path) -> None:
     journal (nor, through a symlink, someone else's file)."""
     moved = "move it away to start with a new journal"
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        db = sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True)
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone() if "meta" in tables else None

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from deepshare.core.files import resolved
 from deepshare.runtime.private import open_regular
 
 LOGS_DIR = "logs"
@@ -32,7 +33,7 @@ def rank_log_path(state_dir: str | Path, job_id: str, rank: int) -> Path:
         raise ValueError(f"not a job id: {job_id[:80]!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise ValueError(f"rank: expected an integer >= 0, got {rank!r}")
-    root = Path(state_dir).resolve() / LOGS_DIR
+    root = resolved(state_dir) / LOGS_DIR
     path = root / job_id / f"rank-{rank}.log"
     if path.parent.parent != root:  # cannot happen with the checks above; kept as the invariant
         raise ValueError(f"not a job id: {job_id[:80]!r}")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.files import resolved
 from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
@@ -177,7 +178,7 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
 
     stop = stop or threading.Event()
     warn = warn or announce
-    config = dataclasses.replace(config, state_dir=str(Path(config.state_dir).resolve()),  # workers' cwd differs
+    config = dataclasses.replace(config, state_dir=str(resolved(config.state_dir)),  # workers' cwd differs
                                  tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
     check_not_shared(config.state_dir)  # before anything is written there
     with ExitStack() as cleanup:

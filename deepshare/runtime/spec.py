@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
-from deepshare.core.files import CONFIG_BYTES, read_input_text
+from deepshare.core.files import CONFIG_BYTES, read_input_text, resolved
 from deepshare.core.yamlspec import format_validation_error, parse_yaml_model
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -174,9 +174,9 @@ def load_spec_file(path: str | Path) -> LiveJobSpec:
     p = Path(path)
     text = read_input_text(p, "job spec", CONFIG_BYTES, not_found="cannot read job spec: file not found")  # regular, bounded
     spec = parse_spec_text(text, str(p))
-    base = p.resolve().parent
-    updates: dict[str, Any] = {"checkpoint_dir": str((base / spec.checkpoint_dir).resolve())}
-    updates["working_dir"] = str((base / spec.working_dir).resolve()) if spec.working_dir else str(Path.cwd())
+    base = resolved(p).parent
+    updates: dict[str, Any] = {"checkpoint_dir": str(resolved(base / spec.checkpoint_dir))}
+    updates["working_dir"] = str(resolved(base / spec.working_dir)) if spec.working_dir else str(Path.cwd())
     return spec.model_copy(update=updates)
 
 
