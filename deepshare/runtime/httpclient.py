@@ -27,7 +27,7 @@ from requests.utils import requote_uri
 
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, ExchangeError, exchange
-from deepshare.runtime.models import JobDetailOut, JobOut, LogOut
+from deepshare.runtime.models import ContentionOut, JobDetailOut, JobOut, LogOut, QueueOut
 from deepshare.runtime.spec import LiveJobSpec
 
 
@@ -122,17 +122,22 @@ class SchedulerClient:
                                  f"({type(body).__name__}); is this a DeepShare scheduler?") from None
 
     def contention(self) -> dict[str, Any]:
-        """The learned contention model's latest version (``GET /v1/contention``)."""
+        """The learned contention model's latest version (``GET /v1/contention``), as the server
+        wrote it, once checked to be a :class:`ContentionOut` (what ``deepshare contention`` reads)."""
         body = self._call("GET", "/v1/contention")[1]
         if not isinstance(body, dict):
             raise DeepShareError(f"{self.url}: /v1/contention answered {type(body).__name__}, not an object")
+        self._model(ContentionOut, "/v1/contention", body)
         return body
 
     def queues(self) -> list[dict[str, Any]]:
-        """Per-queue usage against quotas (``GET /v1/queues``): the caller's queues."""
+        """Per-queue usage against quotas (``GET /v1/queues``): the caller's queues, as the server
+        wrote them, once checked to be :class:`QueueOut` rows."""
         body = self._call("GET", "/v1/queues")[1]
         if not isinstance(body, list):
             raise DeepShareError(f"{self.url}: /v1/queues answered {type(body).__name__}, not a list")
+        for row in body:
+            self._model(QueueOut, "/v1/queues", row)
         return body
 
     def reload_tenants(self) -> dict[str, Any]:
@@ -143,8 +148,17 @@ class SchedulerClient:
         return body
 
     def logs(self, job_id: str, rank: int, offset: int) -> LogOut:
+        """Bytes of a rank's log from ``offset`` (negative: that many before the end). A chunk
+        that says there is more (``next_offset`` below ``size``) or carries text must move past
+        ``offset``, within ``0..size``: a reader asks again from ``next_offset``, and a chunk that
+        stood still made ``deepshare logs`` ask (and print) for ever."""
         path = f"/v1/jobs/{_segment(job_id)}/logs"
-        return self._model(LogOut, path, self._call("GET", path, params={"rank": rank, "offset": offset})[1])
+        chunk = self._model(LogOut, path, self._call("GET", path, params={"rank": rank, "offset": offset})[1])
+        stuck = offset >= 0 and chunk.next_offset <= offset and (bool(chunk.text) or chunk.next_offset < chunk.size)
+        if chunk.size < 0 or not 0 <= chunk.next_offset <= chunk.size or (offset >= 0 and chunk.next_offset < offset) or stuck:
+            raise DeepShareError(f"{self.url}: {path} answered a log chunk that does not move on from offset {offset} "
+                                 f"(next_offset {chunk.next_offset}, size {chunk.size}); is this a DeepShare scheduler?")
+        return chunk
 
 
 def _segment(job_id: str) -> str:

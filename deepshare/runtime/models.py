@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from deepshare.runtime.journal import JobRecord, RunRecord, Transition
 from deepshare.runtime.spec import job_checkpoint_dir
@@ -78,6 +78,47 @@ class LogOut(BaseModel):
     next_offset: int
     size: int
     text: str
+
+
+class QueueOut(BaseModel):
+    """One row of ``GET /v1/queues``: a queue's usage now against its quota."""
+
+    model_config = ConfigDict(strict=True)  # what the CLI formats must be what it says it is
+
+    queue: str
+    gpus_in_use: int
+    nominal_gpus: Optional[int] = None
+    """None without a tenants file."""
+    borrowed_gpus: int
+    pending_jobs: int
+    pending_gpus: int
+
+
+class ContentionFitOut(BaseModel):
+    """One model's fit in ``GET /v1/contention``."""
+
+    model_config = ConfigDict(strict=True)  # what the CLI formats must be what it says it is
+
+    scale: float
+    exponent: float
+    observations: float
+    contended: float
+
+
+class ContentionOut(BaseModel):
+    """``GET /v1/contention``: the learned contention model's latest version (version 0, no
+    models, before the first fit)."""
+
+    model_config = ConfigDict(strict=True)  # what the CLI formats must be what it says it is
+
+    version: int = 0
+    prior: Optional[str] = None
+    fitted_at: Optional[float] = None
+    runs: int = 0
+    mae_learned: Optional[float] = None
+    mae_prior: Optional[float] = None
+    refit_s: float = 0.0
+    models: dict[str, ContentionFitOut] = {}
 
 
 class ErrorOut(BaseModel):

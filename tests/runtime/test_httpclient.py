@@ -235,3 +235,66 @@ def test_a_url_path_with_a_space_or_a_non_ascii_letter_is_percent_encoded(server
     assert SchedulerClient(f"http://127.0.0.1:{port}/a b", TOKEN).jobs() == []
     assert SchedulerClient(f"http://127.0.0.1:{port}/é", TOKEN).jobs() == []
     assert [path for _, path in server.seen] == ["/a%20b/v1/jobs", "/%C3%A9/v1/jobs"]
+
+
+@pytest.mark.parametrize("chunk", [
+    {"offset": 0, "next_offset": 0, "size": 10, "text": ""},   # more there, but it never moves
+    {"offset": 0, "next_offset": 0, "size": 10, "text": "x"},  # text, and it never moves
+    {"offset": 0, "next_offset": -1, "size": 10, "text": ""},
+    {"offset": 0, "next_offset": 5, "size": -1, "text": "x"},
+    {"offset": 0, "next_offset": 20, "size": 10, "text": "x"},
+])
+def test_a_log_chunk_that_does_not_move_on_is_one_line(server, chunk):
+    """``deepshare logs`` asks again from ``next_offset``: a chunk standing still made it ask (and
+    print) for ever."""
+    server.answers[("GET", "/v1/jobs/a/logs")] = (200, json.dumps({"job_id": "a", "rank": 0, **chunk}).encode())
+    with pytest.raises(DeepShareError, match="answered a log chunk that does not move on from offset 0"):
+        client(server).logs("a", rank=0, offset=0)
+
+
+def test_the_logs_command_ends_on_a_server_whose_offset_stands_still(server, capsys):
+    from cli_run import cli, one_error_line
+
+    server.answers[("GET", "/v1/jobs/a/logs")] = (
+        200, b'{"job_id": "a", "rank": 0, "offset": 0, "next_offset": 0, "size": 10, "text": "x"}')
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    rc, out, err = cli(capsys, "logs", "a", "--url", url, "--token", TOKEN)
+    assert rc == 2 and out == ""
+    one_error_line(err, "does not move on")
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/queues", [1, 2]),
+    ("/v1/queues", [{"queue": "q", "gpus_in_use": 0, "nominal_gpus": "abc", "borrowed_gpus": 0, "pending_jobs": 0,
+                     "pending_gpus": 0}]),
+    ("/v1/queues", [{"queue": "q"}]),
+    ("/v1/contention", {"fitted_at": "x"}),
+    ("/v1/contention", {"refit_s": "x"}),
+    ("/v1/contention", {"models": [1]}),
+    ("/v1/contention", {"models": {"m": 1}}),
+    ("/v1/contention", {"models": {"m": {}}}),
+])
+def test_queues_and_contention_answers_of_the_wrong_shape_are_one_line(server, capsys, path, body):
+    from cli_run import cli, one_error_line
+
+    server.answers[("GET", path)] = (200, json.dumps(body).encode())
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    rc, _, err = cli(capsys, path.rsplit("/", 1)[1], "--url", url, "--token", TOKEN)
+    assert rc == 2, err
+    one_error_line(err, path, "is this a DeepShare scheduler?")
+
+
+def test_well_formed_queues_and_contention_answers_print(server, capsys):
+    from cli_run import cli
+
+    server.answers[("GET", "/v1/queues")] = (200, json.dumps([
+        {"queue": "[/q]", "gpus_in_use": 4, "nominal_gpus": None, "borrowed_gpus": 0, "pending_jobs": 1,
+         "pending_gpus": 2}]).encode())
+    server.answers[("GET", "/v1/contention")] = (200, json.dumps({
+        "version": 2, "prior": "link", "fitted_at": 12.5, "runs": 3, "mae_learned": 0.01, "mae_prior": 0.02,
+        "refit_s": 60, "models": {"[/m]": {"scale": 1, "exponent": 1.5, "observations": 7, "contended": 2}}}).encode())
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    rc, out, err = cli(capsys, "queues", "--url", url, "--token", TOKEN)
+    assert rc == 0 and "[/q]" in out, err
+    rc, out, err = cli(capsys, "contention", "--url", url, "--token", TOKEN)
+    assert rc == 0 and "[/m]" in out and "v2" in out, err
