@@ -144,8 +144,26 @@ def build_fabric(levels: Sequence[Level], node_names: Sequence[Sequence[str]], n
         spec = levels[level]
         uplink = (sum(nic_gbps[n] for n in nodes) / spec.oversubscription if spec.oversubscription > 0
                   else spec.uplink_gbps)
+        if spec.port_gbps > 0:
+            _check_ports(level, spec, "an uplink", float(uplink))
         domains.append(Domain(i, level, path, tuple(nodes), float(uplink)))
+    for level, spec in enumerate(levels):
+        if spec.port_gbps > 0 and nic_gbps:
+            _check_ports(level, spec, "a node's NIC", max(nic_gbps))
     return Fabric(tuple(levels), tuple(domains), tuple(node_domains))
+
+
+MAX_PORTS = 4096
+"""Most switch ports (of ``port_gbps``) one uplink or one node's NICs may be split into: the link
+model keeps a link per port, so an uplink of 10^9 Gbit/s over ports of 0.001 asked for 10^12 of
+them (terabytes); real switches have tens to hundreds."""
+
+
+def _check_ports(level: int, spec: Level, what: str, gbps: float) -> None:
+    ports = round(gbps / spec.port_gbps)
+    if ports > MAX_PORTS:
+        raise DeepShareError(f"levels[{level}] ({spec.name}): {what} of {gbps:g} Gbit/s over ports of {spec.port_gbps:g} "
+                             f"Gbit/s is {ports:,} ports; at most {MAX_PORTS:,} (give a larger port_gbps)")
 
 
 class RequestProblem(NamedTuple):

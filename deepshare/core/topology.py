@@ -191,7 +191,11 @@ def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
     from deepshare.core.topology_spec import ClusterSpec
     from deepshare.core.yamlspec import parse_yaml_model
 
-    return Topology.from_spec(parse_yaml_model(text, ClusterSpec, source, "node_types and nodes"))
+    spec = parse_yaml_model(text, ClusterSpec, source, "node_types and nodes")
+    try:
+        return Topology.from_spec(spec)
+    except DeepShareError as exc:  # what the schema cannot see alone (the fabric's ports): named as its fields are
+        raise DeepShareError(f"{source}: {exc}") from None
 
 
 def _preset_topology(text: str, source: str) -> Topology:

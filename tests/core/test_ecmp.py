@@ -363,3 +363,36 @@ def test_add_remove_predict_are_exact_inverses_with_ports(running, data):
         model, where = running[i]
         fresh.add(RunningJob(f"r{i}", model, where.total_gpus, where))
     assert {j: fresh.ratio(j) for j in before} == before
+
+
+@pytest.mark.parametrize("level, what", [
+    ("{name: leaf, uplink_gbps: 1000000000, port_gbps: 0.001}", "an uplink of 1e+09 Gbit/s"),
+    ("{name: leaf, oversubscription: 1, port_gbps: 0.001}", "an uplink of 12800 Gbit/s"),
+    ("{name: leaf, uplink_gbps: 200, port_gbps: 0.5}", "a node's NIC of 3200 Gbit/s"),
+])
+def test_an_uplink_split_into_more_ports_than_a_switch_has_is_refused_naming_the_level(level, what):
+    """Within the schema's bounds (an uplink up to 10^9 Gbit/s, ports down to 0.001) the link model
+    kept a link per port: 10^12 of them ran out of memory."""
+    spec = (f"name: p\nnode_types:\n  t: {{gpus: 8, nic_gbps: 3200}}\nlevels:\n  - {level}\n"
+            "nodes:\n  - {type: t, count: 4, domains: {leaf: L0}}\n")
+    with pytest.raises(DeepShareError) as caught:
+        parse_topology(spec, source="p.yaml")
+    message = str(caught.value)
+    assert message.startswith("p.yaml: levels[0] (leaf): ") and what in message and "at most 4,096" in message
+
+
+def test_4096_ports_are_allowed():
+    spec = ("name: p\nnode_types:\n  t: {gpus: 8, nic_gbps: 400}\nlevels:\n  - {name: leaf, uplink_gbps: 409600, port_gbps: 100}\n"
+            "nodes:\n  - {type: t, count: 4, domains: {leaf: L0}}\n")
+    assert uplink_ports(409600, 100) == 4096
+    assert parse_topology(spec).fabric.levels[0].port_gbps == 100
+
+
+@pytest.mark.parametrize("section", ['"kappa": {"MoE": {"FSDP": BIG}}', '"sensitivity": {"MoE": {"pcie": BIG}}',
+                                     '"scale": {"MoE": BIG}'])
+def test_a_link_parameter_of_hundreds_of_digits_is_one_line(section):
+    """No float holds a 400-digit integer: an OverflowError traceback before."""
+    models = json.dumps(json.loads(default_link_catalog().to_json())["models"])
+    text = "{" + f'"models": {models}, ' + section.replace("BIG", "1" + "0" * 400) + "}"
+    with pytest.raises(DeepShareError, match="lp.json: not a link-parameter file \\(a number too large for a float\\)"):
+        LinkCatalog.from_json(text, "lp.json")

@@ -237,6 +237,8 @@ class LinkCatalog:
             kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
             sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
             scale = {m: float(x) for m, x in doc.get("scale", {}).items()}
+        except OverflowError:  # an integer of hundreds of digits: no float holds it
+            raise DeepShareError(f"{source}: not a link-parameter file (a number too large for a float)") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
         for model, row in sensitivity.items():  # fitted ones are 0.54 to 1.85
