@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable, Sequence
 
+from deepshare.core.bounds import MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -75,7 +76,7 @@ node_count = in_range(int, 1, 65_536, "nodes")
 gpus_per_node = in_range(int, 1, 1024, "GPUs")
 job_count = in_range(int, 1, 10_000_000, "jobs")
 arrival_rate = in_range(float, 1e-9, 1e6, "jobs/s")
-offered_load = in_range(float, 0, 100, low_open=True)
+offered_load = in_range(float, MIN_OFFERED_LOAD, 100)
 duration_seconds = in_range(float, 1, 1e9, "seconds")
 duration_sigma = in_range(float, 0, 5)
 estimate_sigma = in_range(float, 0, MAX_ESTIMATE_ERROR, "(a lognormal sigma)")

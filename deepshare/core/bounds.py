@@ -73,3 +73,10 @@ def link_gbps_ok(value: object, *, none_ok: bool = False) -> bool:
 def gpus_ok(value: object) -> bool:
     """Whether ``value`` is a GPU count DeepShare accepts: an integer in ``[1, MAX_JOB_GPUS]``."""
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_GPUS
+
+
+MIN_OFFERED_LOAD = 0.01
+"""The least offered load (GPU-seconds asked over GPU-seconds available) a generated trace may be
+made at: a suite's ``loads``, training's ``generated_loads`` and ``trace generate --load``. Below
+it the arrivals of a few hundred jobs spread past the latest submission time a trace may hold,
+and the error named a job's field rather than the load."""

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from deepshare.core.bounds import MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology
@@ -161,6 +162,11 @@ class EnvConfig:
                 raise DeepShareError(f"env config: {name}: expected a list of names, got {value!r}")
         values = _typed(values)
         config = EnvConfig(**values)
+        loads = config.generated_loads
+        if not loads or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not MIN_OFFERED_LOAD <= x <= 10
+                            for x in loads):
+            raise DeepShareError(f"env config: generated_loads: expected one or more loads in [{MIN_OFFERED_LOAD:g}, 10] "
+                                 f"(a suite's loads), got {list(loads)[:8]}")
         if any(not 1 <= n <= MAX_GENERATED_NODES for n in config.generated_nodes):
             raise DeepShareError(f"env config: generated_nodes: expected node counts from 1 to {MAX_GENERATED_NODES:,}, "
                                  f"got {list(config.generated_nodes)[:8]}")

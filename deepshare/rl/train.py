@@ -35,6 +35,7 @@ from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 from deepshare.core.files import open_append
 from deepshare.core.files import resolved as resolved_path
+from deepshare.policies.checkpoint import MAX_HIDDEN
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
 from deepshare.rl.env import EnvConfig
 from deepshare.rl.ppo_keys import check_ppo
@@ -53,7 +54,8 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    hidden: int = Field(64, gt=0, description="width of the scorer MLP's hidden layers")
+    hidden: int = Field(64, gt=0, le=MAX_HIDDEN, description="width of the scorer MLP's hidden layers (at most what "
+                        "a policy file may hold)")
     init_from: str | None = Field(None, description="a policy.pt (e.g. from `deepshare imitate`) whose scorer weights "
                                   "the module starts from; relative to the config's folder")
 

@@ -153,6 +153,9 @@ def test_a_masked_action_is_taken_as_wait_and_flagged():
         ({"anchor": ["srsf"]}, "anchor must be"), ({"anchor": ["nope", "packed"]}, "anchor order 'nope'"),
         ({"anchor": ["srsf", "x"]}, "anchor placement 'x'"), ({"contentions": ["profiled", "magic"]}, "contentions"),
         ({"max_wait_s": -5}, "max_wait_s"), ({"max_wait_s": "soon"}, "max_wait_s"),
+        ({"generated_loads": [float("nan")]}, "generated_loads"), ({"generated_loads": [0]}, "generated_loads"),
+        ({"generated_loads": [1e-300, 1]}, "generated_loads: expected one or more loads in \\[0.01, 10\\]"),
+        ({"generated_loads": []}, "generated_loads"),
     ],
 )
 def test_bad_env_config_is_named(config, needle):

@@ -118,6 +118,7 @@ def test_a_run_with_the_safety_net_in_the_loop_ships_its_rules(tmp_path):
         ("name: x\nppo: {minibatch_size: 0}\n", r"ppo\.minibatch_size: must be > 0"),
         ("name: x\nppo: [1]\n", "ppo"),
         ("name: x\nmodel: {hidden: 0}\n", r"model\.hidden"),
+        ("name: x\nmodel: {hidden: 100000}\n", r"model\.hidden: .*less than or equal to 4096"),
     ],
 )
 def test_bad_training_configs_are_named(tmp_path, text, needle):
