@@ -66,6 +66,10 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         from deepshare.rl.train import with_init_from
 
         config = with_init_from(config, args.init_from)
+    if args.address and args.address != "auto":  # fails fast, before the run folder: Ray retries an unreachable head for minutes
+        from deepshare.agents.deploy import check_reachable
+
+        check_reachable(args.address)
     total = args.iterations or config.run.iterations
     flag, run_dir = next(((f, v) for f, v in (("--resume", args.resume), ("--out", args.out)) if v is not None),
                          ("--out", f"runs/{config.name}"))
@@ -75,8 +79,9 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         check_appendable(Path(run_dir) / name, what)  # a planted link is refused now, not once Ray has started
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
     on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} iterations"),
-               TextColumn("return {task.fields[ret]}"), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(),  # the config's name as typed
+               TextColumn("{task.completed}/{task.total} iterations"), TextColumn("return {task.fields[ret]}"),
+               TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"training {config.name}", total=total, ret="-")
 

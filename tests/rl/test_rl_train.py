@@ -269,3 +269,16 @@ def test_cluster_spec_files_are_found_relative_to_the_config_from_any_folder(tmp
     (folder / "m.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: clusters/none.yaml\n")
     with pytest.raises(DeepShareError, match=r"m\.yaml: env\.cluster '.*none\.yaml': is neither a preset"):
         load_train_config(folder / "m.yaml")
+
+
+def test_train_with_an_address_nothing_answers_is_one_line_before_its_folder(tmp_path, capsys):
+    """compare, evaluate, imitate and tune failed fast; train hung in ray.init for minutes and left
+    its --out folder behind."""
+    from cli_run import cli, one_error_line
+
+    out = tmp_path / "run"
+    rc, _, err = cli(capsys, "train", Path(__file__).parents[2] / "rllib_configs" / "rl_base.yaml", "--address",
+                     "127.0.0.1:9", "--out", out)
+    assert rc == 2
+    one_error_line(err, "--address 127.0.0.1:9", "no Ray cluster answers there")
+    assert not out.exists()
