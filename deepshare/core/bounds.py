@@ -35,6 +35,9 @@ MAX_SAMPLES = 1e18
 """Most samples (or tokens) a job may train or report: its cumulative counter's bound."""
 MAX_THROUGHPUT = 1e12
 """Most samples a second a job may report (over all its ranks)."""
+MIN_MEASURED_THROUGHPUT = 1e-6
+"""Least throughput a measured profile may give (samples a second): a job that slow measured
+nothing, and a ratio over it is no fit's input."""
 MAX_STEP = 2**53
 """Largest step counter a job may report (exact in a JSON number and in SQLite's integers)."""
 MIN_LINK_GBPS = 1e-3

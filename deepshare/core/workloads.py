@@ -34,6 +34,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from deepshare.core.bounds import MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 
@@ -258,15 +259,32 @@ def _read_csv(text: str) -> list[list[str]]:
 
 
 def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
-    """Build a catalog from the artifact's ``isolated_thp.csv`` and ``shared_thp_ratio.csv``."""
-    isolated = {ProfileKey.parse(row[0]): float(row[1]) for row in _read_csv(isolated_csv)[1:]}
+    """Build a catalog from the artifact's ``isolated_thp.csv`` and ``shared_thp_ratio.csv``.
+
+    Throughputs are numbers from :data:`~deepshare.core.bounds.MIN_MEASURED_THROUGHPUT` to
+    :data:`~deepshare.core.bounds.MAX_THROUGHPUT` samples a second, ratios numbers in (0, 1]
+    (co-located over isolated throughput), and every ratio row has a cell per column: an infinite,
+    negative or missing measurement made the contention fit fail with a solver's traceback, or
+    fit a model to nonsense silently."""
+    isolated = {}
+    for line, row in enumerate(_read_csv(isolated_csv)[1:], 2):
+        value = float(row[1])
+        if not MIN_MEASURED_THROUGHPUT <= value <= MAX_THROUGHPUT:
+            raise ValueError(f"isolated_thp.csv row {line} ({row[0]}): expected a throughput from "
+                             f"{MIN_MEASURED_THROUGHPUT:g} to {MAX_THROUGHPUT:g} samples/s, got {row[1]!r}")
+        isolated[ProfileKey.parse(row[0])] = value
     rows = _read_csv(ratio_csv)
     header = [ProfileKey.parse(h) for h in rows[0][1:]]
     ratios = {}
-    for row in rows[1:]:
+    for line, row in enumerate(rows[1:], 2):
         victim = ProfileKey.parse(row[0])
+        if len(row) - 1 != len(header):
+            raise ValueError(f"shared_thp_ratio.csv row {line} ({row[0]}): {len(row) - 1} ratios for {len(header)} columns")
         for aggressor, cell in zip(header, row[1:]):
-            ratios[(victim, aggressor)] = float(cell)
+            ratio = float(cell)
+            if not 0 < ratio <= 1:
+                raise ValueError(f"shared_thp_ratio.csv row {line} ({row[0]}): expected ratios in (0, 1], got {cell!r}")
+            ratios[(victim, aggressor)] = ratio
     return Catalog(isolated, ratios)
 
 

@@ -90,6 +90,33 @@ def test_malformed_profiles_name_the_folder(capsys, tmp_path):
     assert rc == 2 and "malformed profiles" in err and str(tmp_path) in err
 
 
+
+@pytest.mark.parametrize("isolated, ratios, needle", [
+    ('"MoE,2,2",inf\n"FSDP,2,2",50\n', '"MoE,2,2",0.9,0.8\n"FSDP,2,2",0.7,0.95\n', "isolated_thp.csv row 2 (MoE,2,2)"),
+    ('"MoE,2,2",-100\n"FSDP,2,2",50\n', '"MoE,2,2",0.9,0.8\n"FSDP,2,2",0.7,0.95\n', "expected a throughput from"),
+    ('"MoE,2,2",0\n"FSDP,2,2",50\n', '"MoE,2,2",0.9,0.8\n"FSDP,2,2",0.7,0.95\n', "isolated_thp.csv row 2"),
+    ('"MoE,2,2",40\n"FSDP,2,2",50\n', '"MoE,2,2",nan,0.8\n"FSDP,2,2",0.7,0.95\n', "expected ratios in (0, 1]"),
+    ('"MoE,2,2",40\n"FSDP,2,2",50\n', '"MoE,2,2",5,0.8\n"FSDP,2,2",0.7,-3\n', "shared_thp_ratio.csv row 2 (MoE,2,2)"),
+    ('"MoE,2,2",40\n"FSDP,2,2",50\n', '"MoE,2,2",0.9\n"FSDP,2,2",0.7,0.95\n', "1 ratios for 2 columns"),
+])
+def test_profiles_out_of_their_domain_are_one_line_before_any_fit(capsys, tmp_path, isolated, ratios, needle):
+    """An infinite, negative, zero or NaN measurement was a scipy traceback from the fit
+    ("Residuals are not finite"); ratios of 5 or -3 and a ragged table were fitted silently."""
+    (tmp_path / "isolated_thp.csv").write_text(",isol_thp\n" + isolated)
+    (tmp_path / "shared_thp_ratio.csv").write_text(',"MoE,2,2","FSDP,2,2"\n' + ratios)
+    rc, _, err = run(capsys, "calibrate", "--profiles", tmp_path, "--starts", 1, "--folds", 2, "--workers", 1)
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and needle in err and str(tmp_path) in err, err
+
+
+@pytest.mark.parametrize("value", ["1e-320", "1e308", "inf", "0"])
+def test_a_sample_throughput_out_of_its_domain_is_one_line(capsys, tmp_path, value):
+    samples = tmp_path / "s.csv"
+    samples.write_text(f"model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s\nA,2,2,,,,{value}\nA,2,2,B,2,2,5\n")
+    rc, _, err = run(capsys, "calibrate", "--samples", samples, "--starts", 1, "--folds", 2, "--workers", 1)
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "field 'samples_per_s': expected a number from 1e-06 to 1e+12" in err, err
+
 SAMPLES = """model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s
 A,2,2,,,,10
 A,2,2,,,,12

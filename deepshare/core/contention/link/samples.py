@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
-from deepshare.core.bounds import MAX_JOB_GPUS
+from deepshare.core.bounds import MAX_JOB_GPUS, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
 from deepshare.core.topology import Topology
@@ -126,8 +126,9 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
             value = float(row["samples_per_s"])
         except ValueError:
             raise DeepShareError(f"{where}: field 'samples_per_s': expected a number, got {row['samples_per_s']!r}") from None
-        if not 0 < value < float("inf"):
-            raise DeepShareError(f"{where}: field 'samples_per_s': expected a positive number, got {value}")
+        if not MIN_MEASURED_THROUGHPUT <= value <= MAX_THROUGHPUT:  # a subnormal or a sum past a double broke the fit
+            raise DeepShareError(f"{where}: field 'samples_per_s': expected a number from {MIN_MEASURED_THROUGHPUT:g} to "
+                                 f"{MAX_THROUGHPUT:g}, got {value}")
         victim = _key(row, "", where)
         link = (row[LINK_COLUMN] or "").strip() if has_link else ""
         if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
