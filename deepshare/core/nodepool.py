@@ -31,7 +31,7 @@ class TimerTarget(Protocol):
 class SimNodePool:
     """Up/down state of every node of ``topology`` and the control's pending timers."""
 
-    __slots__ = ("topology", "control", "view_topology", "_free", "_events", "_up", "_live_timers")
+    __slots__ = ("topology", "control", "_view_topology", "_free", "_events", "_up", "_live_timers")
 
     def __init__(
         self, topology: Topology, free: list[int], events: EventQueue, control: TimerTarget | None
@@ -44,11 +44,20 @@ class SimNodePool:
         self._events = events
         self._live_timers: set[int] = set()
         self._up = [control is None] * len(topology.nodes)
-        self.view_topology = topology
-        """The topology the policies see: nodes that are not up have zero GPUs."""
+        self._view_topology: Topology | None = topology
         if control is not None:
             free[:] = [0] * len(topology.nodes)
-            self.view_topology = self._up_topology()
+            self._view_topology = None
+
+    @property
+    def view_topology(self) -> Topology:
+        """The topology the policies see: nodes that are not up have zero GPUs. Built when asked
+        and kept until a node goes up or down: an autoscaler bringing up thousands of nodes at
+        one instant rebuilt the whole topology for each (quadratic: minutes at 4,000 nodes)."""
+        found = self._view_topology
+        if found is None:
+            found = self._view_topology = self._up_topology()
+        return found
 
     @property
     def up(self) -> tuple[bool, ...]:
@@ -70,7 +79,7 @@ class SimNodePool:
             raise DeepShareError(f"cannot take down {self.topology.nodes[node].name}: it still runs jobs")
         self._up[node] = up
         self._free[node] = capacity if up else 0
-        self.view_topology = self._up_topology()
+        self._view_topology = None
 
     def schedule(self, time: float, token: int, keeps_alive: bool, now: float) -> None:
         """A TIMER event at ``time`` (>= ``now``) carrying ``token``; see :meth:`Simulator.schedule`."""

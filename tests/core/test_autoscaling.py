@@ -333,3 +333,30 @@ def test_cli_bad_config_names_the_file_and_field(tmp_path, capsys):
     assert "bad.yaml" in err and "node_types.a.gpus" in err
     assert main(["autoscale", "simulate", "--trace", str(TRACE), "--config", str(tmp_path / "none.yaml")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2)), max_size=60))
+def test_the_pools_counts_are_the_slots_states(ops):
+    """NodePool.count keeps per-type counts as states change (it was a scan of the type's slots at
+    every idle timer): after any sequence of requests, readies and terminations each count equals
+    the scan."""
+    from deepshare.core.autoscaling.pool import OFF, PENDING, UP, NodePool
+
+    s = spec(a=(4, 1.0, 0, 5, 10.0), b=(8, 2.0, 0, 3, 10.0))
+    pool = NodePool(s, build_slots(s))
+    for node_type, op in ops:
+        slots = pool.slots.by_type[node_type]
+        if op == 0 and pool.room(node_type) > 0:
+            pool.request(node_type, 0.0)
+        elif op == 1:
+            pending = [n for n in slots if pool.state[n] == PENDING]
+            if pending:
+                pool.mark_ready(pending[0])
+        elif op == 2:
+            up = [n for n in slots if pool.state[n] == UP]
+            if up:
+                pool.terminate(up[-1], 1.0)
+        for t in ("a", "b"):
+            for states in ((PENDING, UP), (PENDING,), (UP,), (OFF,), (OFF, UP)):
+                assert pool.count(t, states) == sum(1 for n in pool.slots.by_type[t] if pool.state[n] in states)
