@@ -126,6 +126,10 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})", markup=False, highlight=False, soft_wrap=True)
     limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
                        for n, t in spec.node_types.items())
+    rejected = max(r.metrics.rejected for r in reports)
+    if rejected:  # the table's "done" counts them out, but says nothing of why
+        err.print(f"{rejected} job(s) ask for more GPUs than the most nodes {spec.name} can bring up ({limits}) and "
+                  "were rejected (the JSON's \"rejected\")", markup=False, highlight=False, soft_wrap=True)
     shown = human(args.json, out, err)
     shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} ({limits})"))
     if args.json:

@@ -360,3 +360,15 @@ def test_the_pools_counts_are_the_slots_states(ops):
         for t in ("a", "b"):
             for states in ((PENDING, UP), (PENDING,), (UP,), (OFF,), (OFF, UP)):
                 assert pool.count(t, states) == sum(1 for n in pool.slots.by_type[t] if pool.state[n] in states)
+
+
+def test_jobs_no_node_set_can_hold_are_reported_on_stderr(tmp_path, capsys):
+    """The table counted them out of "done" and said nothing; simulate warns of rejected jobs."""
+    config = tmp_path / "small.yaml"
+    config.write_text("name: small\nnode_types: {a: {gpus: 1, price_usd_per_hour: 1, max_nodes: 1}}\n")
+    trace = tmp_path / "t.csv"
+    assert main(["trace", "generate", "--jobs", "10", "--load", "0.9", "--nodes", "2", "--seed", "1", "--out", str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["autoscale", "simulate", "--trace", str(trace), "--config", str(config), "--autoscaler", "fixed"]) == 0
+    err = capsys.readouterr().err
+    assert "10 job(s) ask for more GPUs than the most nodes small can bring up (a: 0..1 x 1 GPUs $1/h)" in err
