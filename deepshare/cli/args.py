@@ -38,6 +38,15 @@ def number(convert: Callable[[str], float], ok: Callable[[float], bool], expecte
     return parse
 
 
+def bind_host(text: str) -> str:
+    """``--host``: an address to bind, never empty (an empty host binds every interface, as
+    ``0.0.0.0`` does, which a typo or an unset variable must not do silently)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty host binds every interface; give 127.0.0.1 (this machine) "
+                                         "or the address to serve on (0.0.0.0: every interface)")
+    return text
+
+
 def in_range(convert: Callable[[str], float], low: float, high: float, unit: str = "", *, low_open: bool = False) -> Callable[[str], Any]:
     """A bounded ``type=``: the value must lie in ``[low, high]`` (``(low, high]`` with ``low_open``).
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
-from deepshare.cli.args import non_negative_int, number, port_number, positive_float, positive_int, print_line
+from deepshare.cli.args import bind_host, non_negative_int, number, port_number, positive_float, positive_int, print_line
 from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
@@ -363,7 +363,7 @@ def register(subparsers: Any) -> None:
                    help="bearer token for --placement-url (default: $DEEPSHARE_SERVE_TOKEN, which keeps it out of `ps`)")
     p.add_argument("--max-gpus", type=positive_int, default=0, metavar="N",
                    help="accept jobs of up to N GPUs even when fewer are up now (autoscaling clusters; default: the GPUs up now)")
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", type=bind_host, default="127.0.0.1",
                    help="address the HTTP API binds (default 127.0.0.1; anything else exposes it to the network)")
     p.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="also accept this name in the Host header (repeatable; default: the bound address and localhost)")

@@ -12,7 +12,7 @@ import errno
 import os
 from typing import Any
 
-from deepshare.cli.args import listen_port, number, positive_int
+from deepshare.cli.args import bind_host, listen_port, number, positive_int
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 
@@ -58,7 +58,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--policy", default="rl-hybrid", metavar="POLICY",
                    help="a name from `deepshare policies`, NAME=CHECKPOINT for a learned policy, "
                    "or package.module:ClassOrFactory (default rl-hybrid)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--host", type=bind_host, default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=listen_port, default=8000, help="HTTP port (default 8000)")
     p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
     p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")

@@ -51,3 +51,4 @@ def test_a_trace_path_with_brackets_is_printed_as_typed(capsys, tmp_path):
     rc, out, err = cli(capsys, "compare", "--trace", trace, "--policies", "las+consolidated,srsf+packed", "--nodes", 2)
     assert rc == 0, err
     assert "[b]t[i].csv" in out and "\\[" not in out
+
