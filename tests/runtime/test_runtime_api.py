@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,21 +25,31 @@ BODY = dict(name="a", gpus=2, model="GraphSage", entrypoint="pkg.mod:main", chec
 TOKEN = "test-token-0123456789"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    journal = Journal(tmp_path_factory.mktemp("api") / "state")
+@contextmanager
+def serving(journal: Journal, **app_options):  # type: ignore[no-untyped-def]
+    """The API over ``journal`` on a free loopback port, for the ``with`` block: its URL."""
     sock = bind("127.0.0.1", 0)
-    app = guard(make_app(journal, lambda: (8, 2)), token=TOKEN, bound_host="127.0.0.1")
+    app = guard(make_app(journal, **app_options), token=TOKEN, bound_host="127.0.0.1")
     srv = api_server(app)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", journal
-    srv.should_exit = True
-    thread.join(timeout=5)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    journal = Journal(tmp_path_factory.mktemp("api") / "state")
+    with serving(journal, cluster_gpus=lambda: (8, 2)) as url:
+        yield url, journal
     journal.close()
 
 
@@ -158,18 +169,8 @@ def fabric_server(tmp_path_factory):
 
     journal = Journal(tmp_path_factory.mktemp("fabric-api") / "state")
     levels = label_levels(["leaf=example.com/leaf", "spine=example.com/spine"])
-    sock = bind("127.0.0.1", 0)
-    app = guard(make_app(journal, lambda: (64, 8), fabric_levels=levels.names), token=TOKEN, bound_host="127.0.0.1")
-    srv = api_server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", journal
-    srv.should_exit = True
-    thread.join(timeout=5)
-    sock.close()
+    with serving(journal, cluster_gpus=lambda: (64, 8), fabric_levels=levels.names) as url:
+        yield url, journal
     journal.close()
 
 
