@@ -44,9 +44,9 @@ def lone_forward(net: nn.Module) -> Callable[[np.ndarray, np.ndarray], np.ndarra
     (no autograd bookkeeping) and the mask applied in numpy (the very value ``masked_fill``
     writes). Each thread keeps, per row count, an input tensor sharing its memory with a numpy
     array and the layers' output tensors, so a pass copies the observation in and runs the
-    kernels into buffers it already has: no tensor is made per pass, which halves its cost again
-    and keeps torch's allocator out of a decision's loop (``tests/serving/test_serving_scoring.py``
-    checks the scores are identical)."""
+    kernels into buffers it already has: no tensor is made per pass, which keeps torch's allocator
+    out of a decision's loop (measured side by side, a 10,000-launch decision took about 10% less
+    CPU; ``tests/serving/test_serving_scoring.py`` checks the scores are identical)."""
     if type(net) is not CandidateScorer:
         return None
     trunk = net.trunk
