@@ -265,3 +265,10 @@ def test_user_text_is_printed_as_typed_never_as_emoji(capsys, tmp_path) -> None:
     shutil.copy(BUNDLED, trace)
     rc, out, _ = cli(capsys, "simulate", "--trace", trace, "--policy", "fifo+packed", "--no-progress")
     assert rc == 0 and "a:smile:b.json" in out and "😄" not in out
+
+
+def test_arrivals_past_the_latest_submission_time_name_the_rate(capsys, tmp_path) -> None:
+    """The error named the first job past the bound ("job 'job-00098': field 'submit_time'")."""
+    rc, out, err = cli(capsys, "trace", "generate", "--jobs", 200, "--rate", 1e-9, "--out", tmp_path / "t.csv")
+    assert rc == 2 and out == "" and not (tmp_path / "t.csv").exists()
+    assert err.startswith("deepshare: error: rate 1e-09 jobs/s: 200 jobs arrive over ") and "job-" not in err

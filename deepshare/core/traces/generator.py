@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from deepshare.core import stable_math
-from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
@@ -291,6 +291,10 @@ def generate(
     else:
         gaps = arrivals_rng.exponential(1.0 / rate_per_s, size=n - 1)
         submits = np.concatenate(([0.0], np.cumsum(gaps)))
+        if submits[-1] > MAX_TIMESTAMP_S:  # named here, not as the first job past the bound
+            given = f"load {load:g}" if load is not None else f"rate {rate_per_s:g} jobs/s"
+            raise DeepShareError(f"{given}: {n:,} jobs arrive over {submits[-1]:.3g} s, past the latest submission time "
+                                 f"a trace may hold ({MAX_TIMESTAMP_S:g} s); give a higher rate or load, or fewer jobs")
     how = "all at t=0" if rate_per_s is None else f"rate={rate_per_s:.6g}/s"
     if recurrence is not None:
         drawn = draw_features(n, recurrence, demand, median, duration_sigma, mix, streams[1:])
