@@ -18,7 +18,10 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 def check_reachable(address: str) -> None:
-    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up."""
+    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up. ``auto``
+    (this machine's cluster, or ``$RAY_ADDRESS``) names no host to try: it passes."""
+    if address == "auto":
+        return
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
@@ -38,8 +41,7 @@ def connect(address: str = "auto") -> None:
 
     if ray.is_initialized():
         return
-    if address != "auto":
-        check_reachable(address)
+    check_reachable(address)
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -40,8 +40,7 @@ def joined(address: str | None) -> Iterator[bool]:
         return
     from deepshare.agents.deploy import check_reachable
 
-    if address != "auto":
-        check_reachable(address)  # fails fast: Ray retries an unreachable head for minutes
+    check_reachable(address)  # fails fast: Ray retries an unreachable head for minutes
     import ray
 
     if ray.is_initialized():

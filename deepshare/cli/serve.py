@@ -124,7 +124,7 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
             raise DeepShareError("--metrics-port: only for the private Ray instance; with --address each node "
                                  "exports metrics on its own `ray start --metrics-export-port`")
         _check_port_free("127.0.0.1", args.metrics_port, "--metrics-port")
-    if args.address and args.address != "auto":
+    if args.address:
         from deepshare.agents.deploy import check_reachable
 
         check_reachable(args.address)

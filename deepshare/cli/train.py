@@ -66,7 +66,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         from deepshare.rl.train import with_init_from
 
         config = with_init_from(config, args.init_from)
-    if args.address and args.address != "auto":  # fails fast, before the run folder: Ray retries an unreachable head for minutes
+    if args.address:  # fails fast, before the run folder: Ray retries an unreachable head for minutes
         from deepshare.agents.deploy import check_reachable
 
         check_reachable(args.address)
