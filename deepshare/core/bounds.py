@@ -83,3 +83,11 @@ MIN_OFFERED_LOAD = 0.01
 made at: a suite's ``loads``, training's ``generated_loads`` and ``trace generate --load``. Below
 it the arrivals of a few hundred jobs spread past the latest submission time a trace may hold,
 and the error named a job's field rather than the load."""
+MAX_GRID_LOAD = 10.0
+"""The most offered load a suite's grid or training's generated episodes may use."""
+
+
+def grid_load_ok(value: object) -> bool:
+    """Whether ``value`` is a load of a suite's ``loads`` or training's ``generated_loads``: a
+    number (not a bool) in ``[MIN_OFFERED_LOAD, MAX_GRID_LOAD]`` (NaN and infinities are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_OFFERED_LOAD <= value <= MAX_GRID_LOAD

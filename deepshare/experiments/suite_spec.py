@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from deepshare.core.bounds import MAX_DURATION_S, MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_DURATION_S, MAX_GRID_LOAD, MIN_OFFERED_LOAD, grid_load_ok
 from deepshare.core.contention import CONTENTION_MODELS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -102,8 +102,8 @@ class SuiteSpec(BaseModel):
     @field_validator("loads")
     @classmethod
     def _loads(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        if not v or not all(math.isfinite(x) and MIN_OFFERED_LOAD <= x <= 10 for x in v):
-            raise ValueError(f"expected one or more loads in [{MIN_OFFERED_LOAD:g}, 10]")
+        if not v or not all(map(grid_load_ok, v)):
+            raise ValueError(f"expected one or more loads in [{MIN_OFFERED_LOAD:g}, {MAX_GRID_LOAD:g}]")
         return v
 
     @field_validator("mixes")

@@ -42,7 +42,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from deepshare.core.bounds import MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_GRID_LOAD, MIN_OFFERED_LOAD, grid_load_ok
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.simulator import SimConfig, Simulator
 from deepshare.core.topology import Topology, load_topology
@@ -163,10 +163,9 @@ class EnvConfig:
         values = _typed(values)
         config = EnvConfig(**values)
         loads = config.generated_loads
-        if not loads or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not MIN_OFFERED_LOAD <= x <= 10
-                            for x in loads):
-            raise DeepShareError(f"env config: generated_loads: expected one or more loads in [{MIN_OFFERED_LOAD:g}, 10] "
-                                 f"(a suite's loads), got {list(loads)[:8]}")
+        if not loads or not all(map(grid_load_ok, loads)):
+            raise DeepShareError(f"env config: generated_loads: expected one or more loads in [{MIN_OFFERED_LOAD:g}, "
+                                 f"{MAX_GRID_LOAD:g}] (a suite's loads), got {list(loads)[:8]}")
         if any(not 1 <= n <= MAX_GENERATED_NODES for n in config.generated_nodes):
             raise DeepShareError(f"env config: generated_nodes: expected node counts from 1 to {MAX_GENERATED_NODES:,}, "
                                  f"got {list(config.generated_nodes)[:8]}")
