@@ -40,7 +40,7 @@ from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveReque
 from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
 from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, read_chunk
-from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, Tenancy, job_detail, job_out
+from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, QueueOut, Tenancy, job_detail, job_out
 from deepshare.runtime.spec import LiveJobSpec, spec_from_json
 from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, borrowed_gpus, job_priority, job_queue,
                                        queue_usage)
@@ -200,9 +200,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         """Per-queue usage now: the caller's queues (the admin: all)."""
         caller = _caller(request)
         rows = [u for u in queue_usage(journal.jobs(JobState.RUNNING, JobState.QUEUED), current()) if caller.owns(u.queue)]
-        return JSONResponse([{"queue": u.queue, "gpus_in_use": u.gpus_in_use, "nominal_gpus": u.nominal_gpus,
-                              "borrowed_gpus": u.borrowed_gpus, "pending_jobs": u.pending_jobs,
-                              "pending_gpus": u.pending_gpus} for u in rows])
+        return JSONResponse([QueueOut.model_validate(u, from_attributes=True).model_dump() for u in rows])
 
     @app.post("/v1/tenants/reload")
     def reload_tenants(request: Request) -> JSONResponse:

@@ -81,7 +81,8 @@ class LogOut(BaseModel):
 
 
 class QueueOut(BaseModel):
-    """One row of ``GET /v1/queues``: a queue's usage now against its quota."""
+    """One row of ``GET /v1/queues``: a queue's usage now against its quota (the server writes
+    each :class:`~deepshare.runtime.tenancy.QueueUsage` through it; the client checks answers with it)."""
 
     model_config = ConfigDict(strict=True)  # what the CLI formats must be what it says it is
 
