@@ -215,6 +215,23 @@ def _system_folder(path: str) -> str | None:
     return None
 
 
+def system_tree(folder: str) -> str | None:
+    """The system tree an absolute folder path lies in, read as written (it names a folder on
+    other machines, so it is not resolved here): ``/proc`` or ``/sys`` and below, or ``/dev`` and
+    its entries other than ``/dev/shm`` (a memory-backed folder jobs may use); None otherwise. A
+    job's folder there (``/dev/zero/<job id>``) could never be made, and ``/proc``'s and
+    ``/sys``'s entries are the kernel's."""
+    path = os.path.normpath(folder)
+    if path.startswith("//"):  # POSIX leaves a leading '//' to the system; it is '/' here
+        path = "/" + path.lstrip("/")
+    for tree in _SYSTEM_TREES:
+        if path == tree or path.startswith(tree + os.sep):
+            return tree
+    if path == "/dev" or (path.startswith("/dev/") and not (path == "/dev/shm" or path.startswith("/dev/shm/"))):
+        return "/dev"
+    return None
+
+
 def numbered_rows(reader: Any, source: str) -> Iterator[tuple[int, Any]]:
     """``(line, row)`` of a ``csv.reader`` or ``csv.DictReader``: the line the row starts on
     (counted from where the reader stands, so a quoted field over several lines does not shift

@@ -36,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.files import system_tree
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
 from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
@@ -57,10 +58,11 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
                      fabric_levels: Sequence[str] | None = None) -> None:
-    """Server-side checks beyond the schema: absolute paths, fabric levels this scheduler has
+    """Server-side checks beyond the schema: absolute paths outside the system folders
+    (:func:`~deepshare.core.files.system_tree`), fabric levels this scheduler has
     (``fabric_levels``: its topology's level names; None: not checked), and a job that can ever
-    fit. A level it lacks is refused here: the job could never be placed, and accepted it only
-    failed at its first decision."""
+    fit. A level it lacks, or a checkpoint folder like ``/dev/zero``, is refused here: the job
+    could never run, and accepted it only failed at its first decision or its first run."""
     if fabric_levels is not None:
         for field in ("required_level", "preferred_level", "slice_level"):
             level = getattr(spec, field)
@@ -71,6 +73,12 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
     if spec.working_dir is not None and not os.path.isabs(spec.working_dir):
         raise DeepShareError(f"working_dir: expected an absolute path, got {spec.working_dir!r}")
+    for field in ("checkpoint_dir", "working_dir"):
+        folder = getattr(spec, field)
+        tree = system_tree(folder) if folder is not None else None
+        if tree is not None:
+            raise DeepShareError(f"{field}: {folder!r} is in the system folder {tree}, not a place for a "
+                                 "job's files; expected a folder on a disk the nodes share (or /dev/shm on one node)")
     total, nodes = cluster_gpus()
     if nodes and spec.gpus > total:
         raise DeepShareError(f"gpus: {spec.gpus} exceeds the cluster's {total} GPUs on {nodes} node(s)")

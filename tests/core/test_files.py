@@ -24,7 +24,7 @@ from deepshare.core import files
 from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import (
-    MiB, check_output_path, file_kind, read_input_bytes, read_input_text,
+    MiB, check_output_path, file_kind, read_input_bytes, read_input_text, system_tree,
 )
 from deepshare.core.jobs_csv import JobsCsvStream
 
@@ -256,3 +256,14 @@ def test_a_longest_allowed_name_is_still_written_atomically(tmp_path: Path) -> N
         pass
     assert out.target.read_text().startswith("job_id,")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["n" * 255, "m" * 255])
+
+
+@pytest.mark.parametrize("folder, tree", [
+    ("/dev", "/dev"), ("/dev/zero", "/dev"), ("/dev/null/x", "/dev"), ("/dev/shm/../zero", "/dev"),
+    ("/proc", "/proc"), ("/proc/self/cwd", "/proc"), ("//proc/1", "/proc"), ("///sys/kernel", "/sys"),
+    ("/tmp/../sys", "/sys"), ("/sys/.", "/sys"),
+    ("/dev/shm", None), ("/dev/shm/ckpt", None), ("/devices", None), ("/procs/x", None), ("/srv/sys", None),
+    ("/", None), ("/ckpt/a", None),
+])
+def test_system_tree_names_the_kernel_and_device_folders_as_written(folder, tree):
+    assert system_tree(folder) == tree
