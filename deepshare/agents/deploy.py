@@ -7,6 +7,7 @@ at the address, no monitor running) raise :class:`~deepshare.core.errors.DeepSha
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from typing import Any, Mapping
 
@@ -18,8 +19,9 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 def check_reachable(address: str) -> None:
-    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up. ``auto``
-    (this machine's cluster, or ``$RAY_ADDRESS``) names no host to try: it passes."""
+    """Fail fast: ``ray.init`` retries an unreachable GCS for minutes before giving up, and one
+    that answers but is no gRPC server (a web server's port) for ever. ``auto`` (this machine's
+    cluster, or ``$RAY_ADDRESS``) names no host to try: it passes."""
     if address == "auto":
         return
     host, sep, port = address.rpartition(":")
@@ -30,6 +32,33 @@ def check_reachable(address: str) -> None:
     except OSError as exc:
         raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                              "expected 'auto' or HOST:PORT of a running Ray head node") from None
+    if not _tls() and not speaks_grpc(host, int(port)):
+        raise DeepShareError(f"--address {address}: something listens there but it is not a Ray head node's GCS "
+                             f"(no gRPC answer within {CONNECT_TIMEOUT_S:g} s); expected 'auto' or HOST:PORT of a "
+                             "running Ray head node (its GCS port, 6379 by default)")
+
+
+def _tls() -> bool:
+    """Whether Ray is told to speak TLS (``RAY_USE_TLS``): the plain probe of :func:`speaks_grpc`
+    would not be answered by such a GCS, so it is not made."""
+    return os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
+
+
+def speaks_grpc(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether a gRPC (HTTP/2) connection to ``host:port`` is ready within ``timeout_s``: what a
+    Ray GCS answers, and what a web server or any other listener does not."""
+    import grpc  # Ray's own dependency
+
+    bare = host.strip("[]")
+    target = f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def connect(address: str = "auto") -> None:

@@ -60,3 +60,56 @@ def test_without_address_no_ray_is_imported(tmp_path, command):
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "deepshare.cli" in imported and not {"ray", "deepshare.experiments.ray_runs"} & imported
+
+
+@pytest.fixture
+def http_listener():
+    """A loopback web server: it accepts connections but is no Ray GCS (before, ``ray.init``
+    retried it for ever)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # the test reads the CLI's stderr alone
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--suite", "tiny"], ["compare", "--trace", TRACE]], ids=["suite", "compare"])
+def test_a_listener_that_is_not_ray_is_one_line_and_exit_2(capsys, http_listener, command):
+    rc, out, err = cli(capsys, *command, "--address", f"127.0.0.1:{http_listener}")
+    assert rc == 2 and out == ""
+    one_error_line(err, f"--address 127.0.0.1:{http_listener}: something listens there but it is not a Ray head "
+                        "node's GCS (no gRPC answer within 3 s)")
+
+
+def test_a_grpc_server_passes_the_probe_and_a_silent_listener_does_not():
+    import grpc
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deepshare.agents.deploy import speaks_grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        assert speaks_grpc("127.0.0.1", port)
+    finally:
+        server.stop(None)
+    with socket.socket() as silent:  # accepts (the backlog) but never answers the HTTP/2 preface
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        assert not speaks_grpc("127.0.0.1", silent.getsockname()[1], timeout_s=0.5)
+
+
+def test_tls_clusters_are_not_probed_in_plain_text(monkeypatch, http_listener):
+    from deepshare.agents import deploy
+
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    deploy.check_reachable(f"127.0.0.1:{http_listener}")  # only the TCP connect is checked
