@@ -161,7 +161,15 @@ def _alloc_json(alloc: NodeAlloc | None) -> str | None:
 
 
 def _alloc(text: str | None) -> NodeAlloc | None:
-    return None if text is None else tuple((str(n), int(g)) for n, g in json.loads(text))
+    """A stored placement; a row edited to hold anything else is a ValueError or TypeError, which
+    every reader treats as an unreadable row (a list nested thousands deep was a RecursionError)."""
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise ValueError("placement: JSON nested too deeply") from None
+    return tuple((str(n), int(g)) for n, g in doc)
 
 
 class Journal:

@@ -299,6 +299,7 @@ def test_non_loopback_host_warns_in_one_line(tmp_path, capsys, monkeypatch):
     ("spec", json.dumps({**SPEC, "command": None, "entrypoint": None}), "exactly one of entrypoint"),
     ("state", "zombie", "'zombie' is not a valid JobState"),
     ("placement", "[[", "Expecting value"),
+    ("placement", "[" * 100_000 + "]" * 100_000, "placement: JSON nested too deeply"),
 ])
 def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, why):
     journal = Journal(tmp_path / "s")
@@ -334,6 +335,29 @@ def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, wh
     reopened = Journal(tmp_path / "s")  # and after a restart
     assert reopened.get(bad.job_id).state is JobState.FAILED and reopened.get(good.job_id).state is JobState.QUEUED
     reopened.close()
+
+
+def test_a_deep_placement_in_runs_and_transitions_is_skipped_by_every_reader(tmp_path, capsys):
+    """``calibrate --from-state`` reads the runs' placements: a tampered one nested 100,000 deep
+    was a RecursionError traceback; it is now a skipped row, as any other unreadable one."""
+    journal = Journal(tmp_path / "s")
+    job = journal.submit(spec_from_json({**SPEC, "name": "deep", "gpus": 2}))
+    journal.start_run(job.job_id, (("node0", 2),), 10.0)
+    journal.record_progress(job.job_id, 1, 100.0, 10, 5.0, 10.0)
+    journal.close()
+    deep = "[" * 100_000 + "]" * 100_000
+    other = sqlite3.connect(tmp_path / "s" / "journal.sqlite")
+    other.execute("UPDATE runs SET placement=?", (deep,))
+    other.execute("UPDATE transitions SET placement=? WHERE placement IS NOT NULL", (deep,))
+    other.commit()
+    other.close()
+    journal = Journal(tmp_path / "s")
+    assert journal.measurements(10) == [] and journal.runs(job.job_id) == []
+    assert [t.to_state for t in journal.transitions(job.job_id)] == [JobState.QUEUED]
+    journal.close()
+    assert main(["calibrate", "--from-state", str(tmp_path / "s")]) == 0
+    out, err = capsys.readouterr()
+    assert "learned contention fitted to 0 measured run(s)" in out and err == ""
 
 
 # -- cancel races ------------------------------------------------------------------------------
