@@ -37,14 +37,20 @@ def load_yaml(text: str, source: str, expected: str = "a YAML document") -> Any:
     except RecursionError:
         raise _too_deep(source, expected) from None
     except yaml.YAMLError as exc:
-        raise DeepShareError(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
+        raise DeepShareError(f"{source}: not valid {_language(source)} ({yaml_problem(exc)})") from None
     except ValueError as exc:  # e.g. an integer past Python's 4,300-digit limit
-        raise DeepShareError(f"{source}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+        raise DeepShareError(f"{source}: not valid {_language(source)} ({' '.join(str(exc).split())[:200]})") from None
     doc = _checked(doc, source, expected, text)
     if values(doc, MAX_YAML_VALUES) > MAX_YAML_VALUES:
         raise DeepShareError(f"{source}: expected {expected}, got aliases that stand for more than "
                              f"{MAX_YAML_VALUES:,} values")
     return doc
+
+
+def _language(source: str) -> str:
+    """What a file read as YAML is called in its errors: JSON where its name says so (JSON is
+    YAML, and the readers that take either parse both as YAML), YAML otherwise."""
+    return "JSON" if source.lower().endswith(".json") else "YAML"
 
 
 _LOADER: Any = None

@@ -110,3 +110,15 @@ def test_syntax_errors_are_one_line_naming_where(load, text, message):
     with pytest.raises(DeepShareError) as info:
         load(text, "f")
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("source, text, message", [
+    ("c.yaml", "a: 1\nb: 2\na: 3\n", "c.yaml: not valid YAML (line 3, column 1: duplicate key 'a' (give each key once))"),
+    ("c.JSON", '{"nodes": [], "nodes": []}', "c.JSON: not valid JSON (line 1, column 15: duplicate key 'nodes' (give each key once))"),
+    ("c.json", '{"a": [', "c.json: not valid JSON (line 1, column 8: expected the node content, but found '<stream end>')"),
+])
+def test_a_file_read_as_yaml_is_named_by_its_kind_in_errors(source, text, message):
+    """Readers of 'YAML or JSON' parse both as YAML: a JSON file's error says JSON, not YAML."""
+    with pytest.raises(DeepShareError) as info:
+        load_yaml(text, source)
+    assert str(info.value) == message
