@@ -16,6 +16,9 @@ from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 
 CONNECT_TIMEOUT_S = 3.0
+GRPC_READY_TIMEOUT_S = 10.0
+"""How long a listener at ``--address`` has to answer as a gRPC server (a Ray GCS): the HTTP/2
+handshake takes milliseconds, but a GCS on a loaded machine must not be taken for something else."""
 
 
 def check_reachable(address: str) -> None:
@@ -32,9 +35,9 @@ def check_reachable(address: str) -> None:
     except OSError as exc:
         raise DeepShareError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                              "expected 'auto' or HOST:PORT of a running Ray head node") from None
-    if not _tls() and not speaks_grpc(host, int(port)):
+    if not _tls() and not speaks_grpc(host, int(port), GRPC_READY_TIMEOUT_S):
         raise DeepShareError(f"--address {address}: something listens there but it is not a Ray head node's GCS "
-                             f"(no gRPC answer within {CONNECT_TIMEOUT_S:g} s); expected 'auto' or HOST:PORT of a "
+                             f"(no gRPC answer within {GRPC_READY_TIMEOUT_S:g} s); expected 'auto' or HOST:PORT of a "
                              "running Ray head node (its GCS port, 6379 by default)")
 
 
@@ -44,7 +47,7 @@ def _tls() -> bool:
     return os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
 
 
-def speaks_grpc(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+def speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
     """Whether a gRPC (HTTP/2) connection to ``host:port`` is ready within ``timeout_s``: what a
     Ray GCS answers, and what a web server or any other listener does not."""
     import grpc  # Ray's own dependency

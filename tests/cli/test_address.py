@@ -82,11 +82,12 @@ def http_listener():
 
 
 @pytest.mark.parametrize("command", [["evaluate", "--suite", "tiny"], ["compare", "--trace", TRACE]], ids=["suite", "compare"])
-def test_a_listener_that_is_not_ray_is_one_line_and_exit_2(capsys, http_listener, command):
+def test_a_listener_that_is_not_ray_is_one_line_and_exit_2(capsys, http_listener, command, monkeypatch):
+    monkeypatch.setattr("deepshare.agents.deploy.GRPC_READY_TIMEOUT_S", 1.5)
     rc, out, err = cli(capsys, *command, "--address", f"127.0.0.1:{http_listener}")
     assert rc == 2 and out == ""
     one_error_line(err, f"--address 127.0.0.1:{http_listener}: something listens there but it is not a Ray head "
-                        "node's GCS (no gRPC answer within 3 s)")
+                        "node's GCS (no gRPC answer within 1.5 s)")
 
 
 def test_a_grpc_server_passes_the_probe_and_a_silent_listener_does_not():
@@ -99,7 +100,7 @@ def test_a_grpc_server_passes_the_probe_and_a_silent_listener_does_not():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        assert speaks_grpc("127.0.0.1", port)
+        assert speaks_grpc("127.0.0.1", port, 10.0)
     finally:
         server.stop(None)
     with socket.socket() as silent:  # accepts (the backlog) but never answers the HTTP/2 preface
@@ -112,4 +113,5 @@ def test_tls_clusters_are_not_probed_in_plain_text(monkeypatch, http_listener):
     from deepshare.agents import deploy
 
     monkeypatch.setenv("RAY_USE_TLS", "1")
+    monkeypatch.setattr(deploy, "speaks_grpc", lambda *args: pytest.fail("probed"))
     deploy.check_reachable(f"127.0.0.1:{http_listener}")  # only the TCP connect is checked
