@@ -39,7 +39,7 @@ OptionalLinkGbps = Annotated[float, Field(ge=0, le=MAX_LINK_GBPS), AfterValidato
 
 
 class NodeTypeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: YAML's yes/on/true are not the number 1
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
     gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE, description="GPUs per node")
     gpu_model: str = NODE_TYPE_DEFAULTS["gpu_model"]
@@ -51,7 +51,7 @@ class NodeTypeSpec(BaseModel):
 
 
 class NodeGroupSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: YAML's yes/on/true are not the number 1
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
     type: str
     count: int = Field(default=NODE_GROUP_DEFAULTS["count"], gt=0, le=MAX_NODES)
@@ -79,7 +79,7 @@ class NodeGroupSpec(BaseModel):
 class LevelSpec(BaseModel):
     """One fabric level (:class:`deepshare.core.fabric.Level`)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: YAML's yes/on/true are not the number 1
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
     name: DomainName
     nvlink: bool = Field(default=False, description="an NVLink domain: nodes inside talk over NVLink (lowest level only)")
@@ -101,7 +101,7 @@ class LevelSpec(BaseModel):
 
 
 class ClusterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: YAML's yes/on/true are not the number 1
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
     name: str = CLUSTER_DEFAULTS["name"]
     node_types: dict[str, NodeTypeSpec] = Field(min_length=1)

@@ -35,7 +35,7 @@ SUITE_SEED_BASE = 2**31
 class SuiteSpec(BaseModel):
     """A suite file. Every field has a default except the policies."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = "suite"
     jobs_per_node: int = Field(10, gt=0, le=1000)

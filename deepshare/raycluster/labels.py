@@ -41,7 +41,7 @@ NIC_KINDS = ("ethernet", "efa", "infiniband", "roce", "gpudirect-tcpx")
 class FabricLabels(BaseModel):
     """The parsed ``deepshare.io/*`` labels of one GPU node type."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu_model: str = Field(min_length=1)
     fabric: Literal["pcie", "nvlink"]

@@ -52,7 +52,7 @@ METRIC_COLUMNS = (
 class ModelSettings(BaseModel):
     """The RLModule's ``model_config`` (the candidate scorer)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     hidden: int = Field(64, gt=0, le=MAX_HIDDEN, description="width of the scorer MLP's hidden layers (at most what "
                         "a policy file may hold)")
@@ -61,7 +61,7 @@ class ModelSettings(BaseModel):
 
 
 class RunSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     iterations: int = Field(20, gt=0)
     num_env_runners: int = Field(2, ge=0)
@@ -74,7 +74,7 @@ class AverageReward(BaseModel):
     """Differential returns: rewards ``r_t - rho * dt_t``, ``rho`` per simulated second, or
     ``r_t - rho``, ``rho`` per decision (:mod:`deepshare.rl.advantages`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rate: float = Field(0.01, gt=0, le=1, description="weight of each training batch's reward rate in rho")
     per: Literal["time", "decision"] = Field(
@@ -85,7 +85,7 @@ class AverageReward(BaseModel):
 class InputBaseline(BaseModel):
     """Input-dependent baseline: groups of envs replay one arrival sequence (:mod:`deepshare.rl.advantages`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     group_size: int = Field(ge=2, description="envs per group (of one env runner) replaying the same sequences")
     mix: float = Field(1.0, ge=0, le=1, description="weight of the group's mean return in the baseline (the rest: V)")
@@ -94,7 +94,7 @@ class InputBaseline(BaseModel):
 class Curriculum(BaseModel):
     """Episode-length curriculum (:mod:`deepshare.rl.curriculum`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     lengths: list[PositiveInt] = Field(min_length=1, description="jobs per episode at each stage, growing")
     iterations_per_stage: int = Field(gt=0)
@@ -110,7 +110,7 @@ class Curriculum(BaseModel):
 class PPOExtras(BaseModel):
     """DeepShare's options on top of RLlib's PPO; all off by default (training as without them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     average_reward: AverageReward | None = None
     input_baseline: InputBaseline | None = None
@@ -122,7 +122,7 @@ class PPOExtras(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str
     env: dict[str, Any] = Field(default_factory=dict)

@@ -29,7 +29,7 @@ DEFAULT_BODY_TIMEOUT_S = 5.0
 
 
 class ServiceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     policy: str = Field("rl-hybrid", description="registry name, NAME=CHECKPOINT for a learned policy, "
                         "or package.module:ClassOrFactory")

@@ -18,7 +18,7 @@ Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
 
 
 class QueueModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Name
     cohort: Optional[Name] = Field(default=None, description="the cohort it lends to and borrows from; none: alone")
@@ -30,7 +30,7 @@ class QueueModel(BaseModel):
 
 
 class CohortModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Name
 
@@ -38,7 +38,7 @@ class CohortModel(BaseModel):
 class TokenModel(BaseModel):
     """One tenant of the live scheduler: who holds a bearer token, and the queues it owns."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Name = Field(description="the tenant's name (in logs and answers; never the token)")
     queues: list[Name] = Field(min_length=1, max_length=1024, description="the queues it submits to and sees the jobs of")
@@ -47,7 +47,7 @@ class TokenModel(BaseModel):
 
 
 class TenantsModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     queues: list[QueueModel] = Field(min_length=1)
     cohorts: list[CohortModel] = Field(default_factory=list)

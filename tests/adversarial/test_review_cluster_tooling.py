@@ -59,7 +59,7 @@ KUBERAY_SHAPES = [
     (lambda r: group(r).update(maxReplicas=10**12), "minReplicas <= maxReplicas"),
     (lambda r: group(r).update(maxReplicas=20_000), "as an autoscaling pool: max_nodes: Input should be less than or equal to 10000"),
     (lambda r: group(r).update(numOfHosts=4), "spec.workerGroupSpecs[0].numOfHosts: 4: multi-host groups"),
-    (lambda r: group(r)["labels"].update({"deepshare.io/nic-gbps": "inf"}), "deepshare.io/nic-gbps: Input should be less than or equal"),
+    (lambda r: group(r)["labels"].update({"deepshare.io/nic-gbps": "inf"}), "deepshare.io/nic-gbps: Input should be a finite number"),
     (lambda r: group(r)["labels"].update({"deepshare.io/pcie-switches": "999999999"}), "deepshare.io/pcie-switches"),
     (lambda r: group(r)["labels"].update({"deepshare.io/price-usd-per-hour": "inf"}), "deepshare.io/price-usd-per-hour"),
 ]

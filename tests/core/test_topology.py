@@ -169,3 +169,14 @@ def test_a_cluster_too_large_to_build_is_an_error_not_an_out_of_memory(yaml_text
     """A mistyped count is refused before any node is built (it used to exhaust memory)."""
     with pytest.raises(DeepShareError, match=re.escape(message)):
         parse_topology(yaml_text, "c.yaml")
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_bandwidth_that_is_not_finite_is_named_as_such(value, tmp_path):
+    """A NaN or infinite link bandwidth is 'a finite number' expected, not a bound it broke."""
+    spec = (Path(__file__).resolve().parents[2] / "deepshare" / "data" / "clusters" / "a100-16.yaml").read_text().replace("nic_gbps: 200", f"nic_gbps: {value}")
+    path = tmp_path / "c.yaml"
+    path.write_text(spec)
+    with pytest.raises(DeepShareError) as info:
+        load_topology(str(path))
+    assert str(info.value).endswith("c.yaml: node_types.a100.nic_gbps: Input should be a finite number")

@@ -303,3 +303,14 @@ def test_a_cell_is_found_again_from_its_json_key():
             assert Cell.from_key({**cell.key(), "best_heuristic": "x"}) == cell
     old = {"load": 1.0, "mix": "heavy", "nodes": 2, "gpus_per_node": 8, "contention": "profiled", "seed": 5}
     assert (Cell.from_key(old).durations, Cell.from_key(old).knowledge) == ("exact", "exact")
+
+
+@pytest.mark.parametrize("field, value", [("duration_sigma", ".nan"), ("median_duration_s", ".inf"), ("loads", "[.nan]")])
+def test_a_suite_number_that_is_not_finite_is_named_as_such(field, value, tmp_path):
+    from deepshare.experiments.suite_spec import load_suite
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nclusters: [[2, 8]]\nheuristics: [srsf+packed]\n{field}: {value}\n")
+    with pytest.raises(DeepShareError) as info:
+        load_suite(str(path))
+    assert f"{field}" in str(info.value) and "Input should be a finite number" in str(info.value)

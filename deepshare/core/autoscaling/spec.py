@@ -67,7 +67,7 @@ class NodePoolSpec(NodeTypeSpec):
 
 
 class AutoscaleSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "autoscaling"
     node_types: dict[str, NodePoolSpec] = Field(min_length=1)
