@@ -78,6 +78,9 @@ class ContentionMonitor:
         self._state = ClusterState(config.stale_after, stale_retention_s=config.stale_retention_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name
+        self._expected: dict[str, str] = {}
+        """Node name -> the Ray node id its agent runs on, as of the last reconcile (replaced whole,
+        so :meth:`report` reads it without the reconcile lock)."""
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
         self._self = ray.get_runtime_context().current_actor
@@ -111,6 +114,7 @@ class ContentionMonitor:
                 self._agents[node_id] = self._start_agent(node_id, name)
                 self._state.expect(name, node_id)
                 started.append(name)
+            self._expected = {name: node_id for node_id, name in self._names.items()}
             return sorted(started)
 
     def _start_agent(self, node_id: str, name: str) -> Any:
@@ -142,7 +146,14 @@ class ContentionMonitor:
     # -- reports and views -------------------------------------------------------------------
     @ray.method(enable_task_events=False)  # every agent calls it every report period: keep it out of Ray's task table
     def report(self, report: NodeReport) -> None:
-        """An agent's latest sample (one call per agent per report period, not per sample)."""
+        """An agent's latest sample (one call per agent per report period, not per sample). Only
+        a node this monitor runs an agent for, on the Ray node it runs on, is taken: anyone can
+        call the actor, and a report under another name (200,000 made-up nodes) stayed in the view
+        and every scrape for an hour, one from a departed node's agent passed as the new one's."""
+        node = getattr(report, "node", None)
+        if not isinstance(report, NodeReport) or not isinstance(node, str) or self._expected.get(node) != report.node_id:
+            self._state.reject(report, "not a node this monitor runs an agent for (or not from its Ray node)")
+            return
         self._state.update(report)
 
     def view(self) -> ClusterSnapshot:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -51,3 +52,92 @@ class NodeReport:
 
     def link(self, name: str) -> LinkStat | None:
         return next((s for s in self.links if s.link == name), None)
+
+
+MAX_NAME_CHARS = 253
+"""Longest node, node id, link, probe or gauge name a report may carry (a DNS name's limit)."""
+MAX_REASON_CHARS = 1024
+"""Longest probe reason (an exception's first line)."""
+MAX_LINKS_PER_REPORT = 1024
+"""Most links one report may list: a node has a few NICs, PCIe switches and NVLink groups; the
+view turns every link of every fresh node into the scheduler's ``link_load`` at each poll."""
+MAX_GPUS_PER_REPORT = 1024
+MAX_GAUGES_PER_REPORT = 4096
+MAX_PROBES_PER_REPORT = 64
+
+
+def report_problem(report: object) -> str | None:
+    """What makes ``report`` unfit for the monitor's view (None: nothing). Whoever can call the
+    monitor actor can send one, and every reader of the view (``link_load``, ``agents status``,
+    the ``/metrics`` scrape) reads every field of it, so a field of the wrong type broke them all
+    until the entry expired, about an hour later. Utilisations and scores may be NaN or out of
+    0..1 and rates NaN (readers filter and clip utilisations; a probe's odd reading must not cost
+the node its whole report); everything else must be what the dataclass says."""
+    if not isinstance(report, NodeReport):
+        return f"expected a NodeReport, got {type(report).__name__}"
+    for name in ("node", "node_id"):
+        if not _name(getattr(report, name)):
+            return f"{name}: expected a name of 1 to {MAX_NAME_CHARS} characters"
+    for name in ("seq", "pid"):
+        value = getattr(report, name)
+        if not (_integer(value) and 0 <= value < 2**63):
+            return f"{name}: expected an integer from 0 to 2**63 - 1"
+    for name in ("started_at", "sampled_at"):
+        if not _finite(getattr(report, name)):
+            return f"{name}: expected a finite number of seconds"
+    return _links_problem(report.links) or _mapping_problem(report) or _probes_problem(report.probes)
+
+
+def _links_problem(links: object) -> str | None:
+    if not isinstance(links, (tuple, list)) or len(links) > MAX_LINKS_PER_REPORT:
+        return f"links: expected a tuple of at most {MAX_LINKS_PER_REPORT} LinkStat"
+    for i, stat in enumerate(links):
+        if not isinstance(stat, LinkStat) or not _name(stat.link):
+            return f"links.{i}: expected a LinkStat with a link name of 1 to {MAX_NAME_CHARS} characters"
+        for field_name in ("rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total"):
+            if not _real(getattr(stat, field_name)):
+                return f"links.{i}.{field_name}: expected a number"
+        for field_name in ("utilization", "contention", "capacity_bytes_per_s"):
+            value = getattr(stat, field_name)
+            if value is not None and not _real(value):
+                return f"links.{i}.{field_name}: expected a number or None"
+    return None
+
+
+def _mapping_problem(report: NodeReport) -> str | None:
+    gpus, gauges = report.gpus, report.gauges
+    if not isinstance(gpus, Mapping) or len(gpus) > MAX_GPUS_PER_REPORT \
+            or not all(_integer(k) and _real(v) for k, v in gpus.items()):
+        return f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices mapped to numbers"
+    if not isinstance(gauges, Mapping) or len(gauges) > MAX_GAUGES_PER_REPORT \
+            or not all(_name(k) and _real(v) for k, v in gauges.items()):
+        return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} names mapped to numbers"
+    return None
+
+
+def _probes_problem(probes: object) -> str | None:
+    if not isinstance(probes, (tuple, list)) or len(probes) > MAX_PROBES_PER_REPORT:
+        return f"probes: expected a tuple of at most {MAX_PROBES_PER_REPORT} ProbeStatus"
+    for i, probe in enumerate(probes):
+        if not (isinstance(probe, ProbeStatus) and _name(probe.name) and isinstance(probe.available, bool)
+                and isinstance(probe.reason, str) and len(probe.reason) <= MAX_REASON_CHARS
+                and _integer(probe.links) and probe.links >= 0):
+            return f"probes.{i}: expected a ProbeStatus (a name, available true or false, a reason, links >= 0)"
+    return None
+
+
+def _name(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    """An int or a float (NaN and infinities included), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> bool:
+    return _real(value) and math.isfinite(value)  # type: ignore[arg-type]

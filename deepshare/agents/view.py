@@ -13,6 +13,7 @@ wall clocks, which holds on one machine.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S
-from deepshare.agents.report import NodeReport
+from deepshare.agents.report import NodeReport, report_problem
+
+log = logging.getLogger(__name__)
+LOG_EVERY_REJECTED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,8 @@ class ClusterState:
         self._lock = threading.Lock()
         self._nodes: dict[str, _Entry] = {}
         self._latencies: deque[float] = deque(maxlen=latency_window)
+        self.rejected = 0
+        """Reports dropped as malformed since start."""
 
     def expect(self, node: str, node_id: str) -> None:
         """An agent was started for ``node``: it turns stale if it never reports."""
@@ -124,31 +130,50 @@ class ClusterState:
             entry = self._nodes.get(node)
             if entry is None:
                 self._nodes[node] = _Entry(node_id, self._clock())
-            elif entry.node_id != node_id:  # the name now belongs to a new Ray node
-                entry.node_id, entry.seen = node_id, self._clock()
+            elif entry.node_id != node_id:  # the name now belongs to a new Ray node: the old one's
+                entry.node_id, entry.seen = node_id, self._clock()  # numbers are not its (nor fresh)
+                entry.report, entry.reports = None, 0
 
-    def update(self, report: NodeReport) -> None:
-        """Take one agent report. An older one from the same agent process is ignored, and so is a
-        late one from an agent process the node's fresh reports come from a newer process than
-        (Ray restarted the agent; the old one's last reports were still in flight): it would roll
-        the node's numbers back and count a restart that did not happen."""
+    def update(self, report: NodeReport) -> bool:
+        """Take one agent report; returns whether it was taken. One that is not a well-formed
+        report (:func:`~deepshare.agents.report.report_problem`) is dropped with a log line: every
+        reader of the view reads every field. An older one from the same agent process is ignored,
+        and so is a late one from an agent process the node's fresh reports come from a newer
+        process than (Ray restarted the agent; the old one's last reports were still in flight): it
+        would roll the node's numbers back and count a restart that did not happen."""
+        problem = report_problem(report)
+        if problem is not None:
+            self.reject(report, problem)
+            return False
         received = self._wall()
         with self._lock:
             entry = self._nodes.setdefault(report.node, _Entry(report.node_id, self._clock()))
             last = entry.report
             if last is not None and (last.pid, last.started_at) == (report.pid, report.started_at):
                 if report.seq <= last.seq:
-                    return
+                    return False
             elif last is not None:
                 fresh = self._clock() - entry.seen <= self.stale_after_s
                 if fresh and last.node_id == report.node_id and report.started_at < last.started_at:
-                    return  # (a stale node takes it: a wall clock set back must not silence a node for good)
+                    return False  # (a stale node takes it: a wall clock set back must not silence a node for good)
                 entry.restarts += 1
             entry.node_id = report.node_id
             entry.report = report
             entry.seen = self._clock()
             entry.reports += 1
             self._latencies.append(received - report.sampled_at)
+        return True
+
+    def reject(self, report: object, problem: str) -> None:
+        """Log a dropped report: the first few, then one in :data:`LOG_EVERY_REJECTED` (a sender
+        that keeps sending them must not flood the log)."""
+        with self._lock:
+            self.rejected += 1
+            count = self.rejected
+        if count <= 10 or count % LOG_EVERY_REJECTED == 0:
+            node = getattr(report, "node", None)
+            log.warning("contention report dropped (%d so far) for node %s: %s", count,
+                        node[:64] if isinstance(node, str) else "?", problem)
 
     def forget_expired(self) -> list[str]:
         """Drop every node stale for longer than ``stale_retention_s``; returns their names."""

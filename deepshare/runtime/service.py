@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError, RuntimeFailure, first_line
 from deepshare.core.files import resolved
 from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
@@ -115,8 +115,10 @@ class LinkLoad:
             return {}
         try:
             return dict(ray.get(self.handle.link_load.remote(), timeout=2.0))
-        except Exception:  # noqa: BLE001 - the monitor went away: work without it
+        except Exception as exc:  # noqa: BLE001 - the monitor went away: work without it
             self.handle = None
+            log.warning("link load: the contention monitor did not answer (%s); deciding without link load, "
+                        "asking again in %.0f s", first_line(exc), self.retry_s)
             return {}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 
 import pytest
@@ -17,6 +18,7 @@ ray = pytest.importorskip("ray")
 
 from deepshare.agents import AgentConfig, ReplayProbes  # noqa: E402
 from deepshare.agents.monitor import ContentionMonitor  # noqa: E402
+from deepshare.agents.report import LinkStat, NodeReport  # noqa: E402
 from raytools import ray_tmpdir, start_cluster, stop_cluster  # noqa: E402
 from test_agents_probes import run_cli  # noqa: E402  (this folder is on sys.path under pytest)
 from polling import wait_for  # noqa: E402
@@ -111,6 +113,20 @@ def test_link_load_is_the_cluster_view_mapping(monitor) -> None:
     node0 = view.node("node0").report
     assert node0.gpus == {3: 3.0}  # nvlink at 0.75 -> 0.75 / 0.25
     assert node0.link("pcie").contention == 1.0 and node0.link("nic").rx_bytes_per_s == 0.25e9
+
+
+def test_reports_for_nodes_the_monitor_does_not_run_an_agent_for_are_dropped(monitor, names) -> None:
+    """Anyone can call the actor: a report under a made-up name, one under a real name from another
+    Ray node, and one that is not a report at all leave the view and link load as they were."""
+    wait_for("fresh reports", lambda: fresh(monitor, "node0", "node1", "node2"))
+    other_id = next(i for i, n in names.items() if n == "node2")
+    forged = NodeReport("node1", other_id, 10**6, 1, 1.0, time.time(), links=(LinkStat("nic", 0.0, 0.0, 0.99, 1.0),))
+    made_up = NodeReport("forged", other_id, 0, 1, 1.0, time.time(), links=(LinkStat("nic", 0.0, 0.0, 0.99, 1.0),))
+    ray.get([monitor.report.remote(forged), monitor.report.remote(made_up), monitor.report.remote({"node": "x"})])
+    view = ray.get(monitor.view.remote())
+    assert [n.node for n in view.nodes] == ["node0", "node1", "node2"]
+    assert view.node("node1").report.seq < 10**6
+    assert ray.get(monitor.link_load.remote()) == LOADS
 
 
 def test_a_killed_agent_is_restarted_and_the_monitor_recovers(monitor) -> None:
