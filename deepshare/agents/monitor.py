@@ -79,8 +79,9 @@ class ContentionMonitor:
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name
         self._expected: dict[str, str] = {}
-        """Node name -> the Ray node id its agent runs on, as of the last reconcile (replaced whole,
-        so :meth:`report` reads it without the reconcile lock)."""
+        """Node name -> the Ray node id its agent runs on, each added as its agent is started or
+        found. :meth:`report` only looks names up in it (atomic), so it needs no lock; a reconcile
+        replaces it whole when nodes leave."""
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
         self._self = ray.get_runtime_context().current_actor
@@ -105,6 +106,7 @@ class ContentionMonitor:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
+            self._expected = {name: node_id for node_id, name in self._names.items() if node_id in self._agents}
             self._state.forget_expired()  # also when nobody reads the view or scrapes
             started = []
             for node_id, info in alive.items():
@@ -113,8 +115,8 @@ class ContentionMonitor:
                 name = self._names.setdefault(node_id, node_name(info, nodes, self._names_given))
                 self._agents[node_id] = self._start_agent(node_id, name)
                 self._state.expect(name, node_id)
+                self._expected[name] = node_id  # its reports count from now on
                 started.append(name)
-            self._expected = {name: node_id for node_id, name in self._names.items()}
             return sorted(started)
 
     def _start_agent(self, node_id: str, name: str) -> Any:

@@ -15,7 +15,7 @@ from deepshare.agents.config import MIN_INTERVAL_S, MONITOR_NAME, AgentConfig, d
 from deepshare.cli.output import add_json_flag, to_stdout, write_json
 from deepshare.cli.args import number, port_number, print_line
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 MAX_INTERVAL_S = 3600.0
 """Longest sampling period and probe window: an hour (beyond that rates are meaningless, and
@@ -26,6 +26,8 @@ EXIT_RUNTIME = 1
 """Exit status of a runtime failure (Ray did not start or answer), as opposed to bad input (2)."""
 START_TIMEOUT_S = 120.0
 """How long ``agents start`` waits for the monitor to answer before giving up."""
+STATUS_TIMEOUT_S = 60.0
+"""How long ``agents status`` waits for the monitor's view (it answers in milliseconds when alive)."""
 
 
 def seconds(high: float) -> Any:
@@ -154,7 +156,12 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     if not _joined(args.address, err):
         return EXIT_RUNTIME
-    snapshot = ray.get(find_monitor(args.name).view.remote())
+    monitor = find_monitor(args.name)
+    try:
+        snapshot = ray.get(monitor.view.remote(), timeout=STATUS_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - Ray's timeouts and actor deaths: one line, exit 1
+        print_line(err, f"deepshare: error: the contention monitor did not answer ({type(exc).__name__}: {_cause(exc)})")
+        return EXIT_RUNTIME
     if args.json:
         write_json(args.json, snapshot.to_dict(), out, "link view")
         if to_stdout(args.json):
@@ -167,10 +174,11 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
     for n in snapshot.nodes:
         links = n.report.links if n.report is not None else ()
         age, stale = f"{n.age_s:.1f}", "STALE" if n.stale else ""
+        node = one_line(n.node)  # names come from hosts and probes: never a terminal escape
         if not links:
-            table.add_row(n.node, "(no report yet)" if n.report is None else "(no links)", "-", "-", age, stale)
+            table.add_row(node, "(no report yet)" if n.report is None else "(no links)", "-", "-", age, stale)
         for s in links:
-            table.add_row(n.node, s.link, _fmt(s.utilization, ".4f"), _fmt(s.contention, ".3f"), age, stale)
+            table.add_row(node, one_line(s.link), _fmt(s.utilization, ".4f"), _fmt(s.contention, ".3f"), age, stale)
     out.print(table)
     return 0
 

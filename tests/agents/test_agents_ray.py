@@ -198,7 +198,9 @@ def test_a_restarted_detached_monitor_adopts_the_running_agents(cluster, names) 
         wait_for("the agents adopted", lambda: len(ray.get(handle.agents.remote())) == 3)
         after = {n: ray.get(a.info.remote())["pid"] for n, a in ray.get(handle.agents.remote()).items()}
         assert after == pids  # found by name, not started again
-        assert ray.get(handle.link_load.remote()) == LOADS
+        # (the view just read may still have been the old process's, before the kill took effect)
+        wait_for("every node's link load from the restarted monitor",
+                 lambda: ray.get(handle.link_load.remote()) == LOADS, timeout=30)
     finally:
         ray.get(handle.shutdown.remote())
         ray.kill(handle, no_restart=True)
