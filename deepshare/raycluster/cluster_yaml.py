@@ -312,6 +312,11 @@ def _int32(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
 
 
+_DIGITS = re.compile(r"[0-9]{1,9}")
+"""A count as KubeRay passes it to ``ray start``: ASCII digits (``int`` also takes ``" 4\n"``
+and other scripts' digits, which the flag does not)."""
+
+
 def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     """The group's worker type, and whether it is suspended (``suspend: true``: KubeRay runs none
     of its pods)."""
@@ -336,10 +341,15 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     params = group.get("rayStartParams")
     if not isinstance(params, dict):
         raise DeepShareError(f"{where}.rayStartParams: expected a mapping with num-gpus, resources and labels")
-    try:
-        gpus = int(str(params.get("num-gpus", "")))
-    except ValueError:
-        raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer") from None
+    unquoted = [key for key, value in params.items() if not isinstance(value, str)]
+    if unquoted:  # the CRD's rayStartParams is a map of strings: kubectl refuses `num-gpus: 4`
+        raise DeepShareError(f"{where}.rayStartParams.{unquoted[0]}: expected a string (quote it: KubeRay's CRD "
+                             f"takes strings only), got {params[unquoted[0]]!r}")
+    count = params.get("num-gpus", "")
+    if not _DIGITS.fullmatch(count):
+        raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer "
+                             f"(digits only), got {count!r}")
+    gpus = int(count)
     if gpus < 1:
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
     text = str(params.get("resources", "")).strip()

@@ -62,6 +62,12 @@ KUBERAY_SHAPES = [
     (lambda r: group(r)["labels"].update({"deepshare.io/nic-gbps": "inf"}), "deepshare.io/nic-gbps: Input should be a finite number"),
     (lambda r: group(r)["labels"].update({"deepshare.io/pcie-switches": "999999999"}), "deepshare.io/pcie-switches"),
     (lambda r: group(r)["labels"].update({"deepshare.io/price-usd-per-hour": "inf"}), "deepshare.io/price-usd-per-hour"),
+    # the CRD's rayStartParams is a map of strings (kubectl refuses these): what validate said OK to
+    (lambda r: group(r)["rayStartParams"].update({"num-gpus": 4}),
+     "spec.workerGroupSpecs[0].rayStartParams.num-gpus: expected a string (quote it"),
+    (lambda r: group(r)["rayStartParams"].update({"block": True}), "rayStartParams.block: expected a string"),
+    (lambda r: group(r)["rayStartParams"].update({"num-gpus": " 4\n"}), "num-gpus: expected the GPUs per pod as a string integer"),
+    (lambda r: group(r)["rayStartParams"].update({"num-gpus": "\u0664"}), "num-gpus: expected the GPUs per pod as a string integer"),
 ]
 
 
