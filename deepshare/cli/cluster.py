@@ -46,11 +46,11 @@ def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
         except DeepShareError as exc:
             failed += 1
             results.append({"file": path, "ok": False, "error": str(exc)})
-            err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            err.print(f"deepshare: error: {one_line(str(exc))}", markup=False, highlight=False, soft_wrap=True)
             continue
         fill_in = [{"field": field, "value": value} for field, value in cluster.placeholders]
         results.append({"file": path, "ok": True, "description": cluster.describe(), "placeholders": fill_in})
-        print_line(human(args.json, out, err), f"OK {one_line(str(path))}: {cluster.describe()}")
+        print_line(human(args.json, out, err), f"OK {one_line(str(path))}: {one_line(cluster.describe())}")
         for field, value in cluster.placeholders:  # valid, but not launchable as it is
             err.print(f"deepshare: warning: {one_line(str(path))}: {field} is the placeholder {value!r}: replace it before launching",
                       markup=False, highlight=False, soft_wrap=True)

@@ -132,7 +132,8 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         write_json(args.json, {"format": trace.format, **stats.to_dict()}, out, "trace statistics")
         if to_stdout(args.json):
             return 0
-    out.print(f"{args.path}: {trace.format} trace", markup=False, highlight=False)
+    # a trace's names (models, users, paths) are printed as one line each: never a terminal escape
+    out.print(one_line(f"{args.path}: {trace.format} trace"), markup=False, highlight=False)
     rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
     rows = [
         ("jobs", f"{stats.jobs} ({stats.skipped} skipped)"),
@@ -145,7 +146,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         *_describe_topology(stats.topology),
     ]
     for name, value in rows:
-        out.print(f"  {name:14s} {value}", markup=False, highlight=False)
+        out.print(one_line(f"  {name:14s} {value}"), markup=False, highlight=False)
     return 0
 
 

@@ -52,3 +52,35 @@ def test_a_trace_path_with_brackets_is_printed_as_typed(capsys, tmp_path):
     assert rc == 0, err
     assert "[b]t[i].csv" in out and "\\[" not in out
 
+
+
+def test_terminal_escapes_in_a_traces_names_are_printed_escaped(capsys, tmp_path):
+    """A model name holding ESC (clear the screen) or a newline printed raw in `trace stats`:
+    every line it prints is one line, escapes written out."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\n"
+                     'j1,0,"\x1b[2JEvil\nOK: forged",4,3600,\n')
+    rc, out, err = cli(capsys, "trace", "stats", trace)
+    assert rc == 0, err
+    assert "\x1b" not in out and "\\x1b[2JEvil\\nOK: forged: 1" in out
+    assert not any(line.startswith("OK: forged") for line in out.splitlines())
+
+
+def test_terminal_escapes_in_a_cluster_yamls_names_are_printed_escaped(capsys, tmp_path):
+    """`cluster validate` printed a node type's name as it was, on its OK line and in its errors:
+    a name with a newline forged a second `OK` line."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    raw = yaml.safe_load((root / "cluster_yamls" / "kuberay-autoscaling.yaml").read_text())
+    raw["spec"]["workerGroupSpecs"][0]["groupName"] = "g\nOK other.yaml: \x1b[8mhidden"
+    good = tmp_path / "k.yaml"
+    good.write_text(yaml.safe_dump(raw))
+    rc, out, err = cli(capsys, "cluster", "validate", good)
+    assert rc == 0, err
+    assert "\x1b" not in out and len(out.strip().splitlines()) == 1 and out.startswith("OK ")
+    del raw["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    rc, out, err = cli(capsys, "cluster", "validate", bad)
+    assert rc == 2 and "\x1b" not in err and len(err.strip().splitlines()) == 1, err
