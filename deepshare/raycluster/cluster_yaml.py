@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -48,8 +47,10 @@ from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import format_validation_error, read_config_text
 from deepshare.infra.raycompat import cluster_config_prepare_and_validate
+from deepshare.raycluster.shell_words import SHELL_OPERATORS, command_position, exec_lines, pip_installs, runs, shell_words
 
 MONITOR_COMMAND = "deepshare agents start"
+MONITOR_PROGRAM = tuple(MONITOR_COMMAND.split())
 
 
 @dataclass(frozen=True)
@@ -191,11 +192,14 @@ def _ray_schema() -> dict[str, Any]:
 
 
 def _check_commands(prepared: Mapping[str, Any], source: str) -> None:
+    """Every node pip-installs this project and the head starts the monitor, as the shell reads
+    the commands (:mod:`~deepshare.raycluster.shell_words`: not in a comment or an ``echo``)."""
     for key in ("head_setup_commands", "worker_setup_commands"):
-        if not any("pip install" in c and "deepshare" in c for c in prepared.get(key, [])):
+        if not any(pip_installs(c, "deepshare", f"{source}: {key}") for c in prepared.get(key, [])):
             raise DeepShareError(f"{source}: setup_commands: expected a pip install of this project (deepshare) on every node")
-    if not any(MONITOR_COMMAND in c for c in prepared.get("head_start_ray_commands", [])):
-        raise DeepShareError(f"{source}: head_start_ray_commands: expected `{MONITOR_COMMAND} --address auto` (the contention monitor)")
+    where = f"{source}: head_start_ray_commands"
+    if not any(runs(c, MONITOR_PROGRAM, where) for c in prepared.get("head_start_ray_commands", [])):
+        raise DeepShareError(f"{where}: expected `{MONITOR_COMMAND} --address auto` (the contention monitor)")
 
 
 def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
@@ -222,51 +226,31 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     return WorkerType("local", gpus, count, count, hardware)
 
 
-_SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
-
-
 def _ray_start_options(command: str, where: str) -> dict[str, str]:
     """The ``--key=value`` (or ``--key value``) options of the ``ray start`` commands in one shell
     command line, as the shell splits it: comments dropped, options of other commands (``echo start
     --num-gpus=2``) not read, each ``ray start`` ending at a shell operator."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()")
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError as exc:
-        raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
+    words = shell_words(command, where)
     options: dict[str, str] = {}
     i = 0
     while i < len(words):
         starts = (Path(words[i]).name == "ray" and i + 1 < len(words) and words[i + 1] == "start"
-                  and _command_position(words, i))
+                  and command_position(words, i))
         if not starts:
             i += 1
             continue
         i += 2
-        while i < len(words) and words[i] not in _SHELL_OPERATORS:
+        while i < len(words) and words[i] not in SHELL_OPERATORS:
             word = words[i]
             if word.startswith("--") and "=" in word:
                 key, _, value = word.partition("=")
                 options[key] = value
             elif word.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--") \
-                    and words[i + 1] not in _SHELL_OPERATORS and word in ("--num-gpus", "--resources", "--labels"):
+                    and words[i + 1] not in SHELL_OPERATORS and word in ("--num-gpus", "--resources", "--labels"):
                 options[word] = words[i + 1]
                 i += 1
             i += 1
     return options
-
-
-def _command_position(words: list[str], i: int) -> bool:
-    """Whether ``words[i]`` is where a shell reads a command name: first, after an operator, or
-    after ``exec``/``sudo``/``nohup`` or variable assignments (``RAY_X=1 ray start``)."""
-    j = i - 1
-    while j >= 0 and _ASSIGNMENT.match(words[j]):
-        j -= 1
-    return j < 0 or words[j] in _SHELL_OPERATORS or words[j] in ("exec", "sudo", "nohup")
-
-
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 # -- KubeRay ---------------------------------------------------------------------------------
@@ -278,7 +262,7 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     if spec.get("enableInTreeAutoscaling") is not True:
         raise DeepShareError(f"{source}: spec.enableInTreeAutoscaling: expected true (the autoscaler must be on)")
     head = _get(raw, ("spec", "headGroupSpec"), dict, source)
-    if MONITOR_COMMAND not in json.dumps(head):
+    if not _head_runs_monitor(head, f"{source}: spec.headGroupSpec"):
         raise DeepShareError(f"{source}: spec.headGroupSpec: expected the head to run `{MONITOR_COMMAND} --address auto` (e.g. a postStart hook)")
     if "labels" in (head.get("rayStartParams") or {}):
         raise DeepShareError(
@@ -382,6 +366,21 @@ def _mapping(parent: Any, key: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise DeepShareError(f"{where}.{key}: expected a mapping, got {type(value).__name__}")
     return value
+
+
+def _head_runs_monitor(head: dict[str, Any], where: str) -> bool:
+    """Whether a container of the head's pod runs the monitor: in its ``command`` + ``args`` or a
+    ``postStart`` exec hook, as the shell reads them (a mention in an annotation, a comment or an
+    ``echo`` is not a start)."""
+    for i, container in enumerate(_containers(head, where)):
+        here = f"{where}.template.spec.containers[{i}]"
+        hook = ((container.get("lifecycle") or {}).get("postStart") or {}).get("exec") or {}
+        argvs = [[*(container.get("command") or []), *(container.get("args") or [])], hook.get("command") or []]
+        for argv in argvs:
+            if isinstance(argv, list) and all(isinstance(word, str) for word in argv):
+                if any(runs(line, MONITOR_PROGRAM, here) for line in exec_lines(argv)):
+                    return True
+    return False
 
 
 def _containers(group: dict[str, Any], where: str) -> list[Any]:

@@ -44,6 +44,11 @@ def group(raw, i=0):  # type: ignore[no-untyped-def]
     return raw["spec"]["workerGroupSpecs"][i]
 
 
+def head_hook(raw, command):  # type: ignore[no-untyped-def]
+    """Set the head container's postStart exec command."""
+    raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["lifecycle"]["postStart"]["exec"]["command"] = command
+
+
 KUBERAY_SHAPES = [
     (lambda r: r["spec"].update(autoscalerOptions=[1]), "spec.autoscalerOptions: expected a mapping, got list"),
     (lambda r: group(r).update(template=[1]), "spec.workerGroupSpecs[0].template: expected a mapping, got list"),
@@ -62,6 +67,10 @@ KUBERAY_SHAPES = [
     (lambda r: group(r)["labels"].update({"deepshare.io/nic-gbps": "inf"}), "deepshare.io/nic-gbps: Input should be a finite number"),
     (lambda r: group(r)["labels"].update({"deepshare.io/pcie-switches": "999999999"}), "deepshare.io/pcie-switches"),
     (lambda r: group(r)["labels"].update({"deepshare.io/price-usd-per-hour": "inf"}), "deepshare.io/price-usd-per-hour"),
+    # the monitor only mentioned, never started (a substring test said OK)
+    (lambda r: head_hook(r, ["/bin/sh", "-c", "echo deepshare agents start"]), "expected the head to run `deepshare agents start"),
+    (lambda r: (head_hook(r, ["true"]), r["spec"]["headGroupSpec"]["template"].setdefault("metadata", {}).update(
+        annotations={"note": "deepshare agents start --address auto"})), "expected the head to run `deepshare agents start"),
     # the CRD's rayStartParams is a map of strings (kubectl refuses these): what validate said OK to
     (lambda r: group(r)["rayStartParams"].update({"num-gpus": 4}),
      "spec.workerGroupSpecs[0].rayStartParams.num-gpus: expected a string (quote it"),
@@ -167,3 +176,15 @@ def test_cluster_spec_escapes_the_file_name_in_its_header(tmp_path, capsys):
     text = out.read_text()
     assert text.splitlines()[0].startswith("# Autoscaling spec from ") and "\\nidle_timeout_s: 0\\n" in text.splitlines()[0]
     assert parse_autoscale_spec(text).idle_timeout_s == copy.copy(to_autoscale_spec(parse_cluster_yaml(AWS.read_text(), "a")).idle_timeout_s)
+
+
+def test_a_head_that_starts_the_monitor_from_its_container_command_is_valid(tmp_path):
+    def change(raw):  # type: ignore[no-untyped-def]
+        head_hook(raw, ["true"])
+        container = raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        container["command"] = ["/bin/bash", "-lc"]
+        container["args"] = ["ray start --head --block & sleep 10; exec deepshare agents start --address auto"]
+
+    path = tmp_path / "k.yaml"
+    path.write_text(edited(KUBERAY, change))
+    assert parse_cluster_yaml(path.read_text(), str(path)).describe()

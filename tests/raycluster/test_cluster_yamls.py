@@ -132,6 +132,13 @@ AWS_BAD = [
     (lambda r: _nt(r)["resources"].update(deepshare_fabric_pcie=1), "deepshare_fabric_nvlink"),
     (lambda r: r.update(head_start_ray_commands=["ray start --head"]), "head_start_ray_commands"),
     (lambda r: r.update(setup_commands=["echo hi"]), "pip install"),
+    # mentions that run nothing (a substring test said OK to them)
+    (lambda r: r.update(setup_commands=["echo pip install deepshare"]), "pip install"),
+    (lambda r: r.update(setup_commands=["pip install numpy  # then deepshare"]), "pip install"),
+    (lambda r: r.update(head_start_ray_commands=["ray start --head # deepshare agents start --address auto"]),
+     "head_start_ray_commands: expected `deepshare agents start"),
+    (lambda r: r.update(head_start_ray_commands=["ray start --head", "echo deepshare agents start"]),
+     "head_start_ray_commands: expected `deepshare agents start"),
     (lambda r: r.update(head_node_type="nope"), "head_node_type"),
     (lambda r: _nt(r).update(min_workers=20), "max_workers"),
     (lambda r: r.update(provider="aws"), "provider"),

@@ -1,0 +1,98 @@
+"""What a cluster YAML's shell command lines run, read as the shell splits them.
+
+The validator asks whether a node installs this project and whether the head starts the
+contention monitor. A substring test said yes to ``echo pip install deepshare`` and to
+``ray start --head # deepshare agents start`` (a comment): these helpers split a line into shell
+words (quotes and comments as the shell reads them, ``;``, ``&&``, ``|``... as separate words) and
+look for a program only where the shell reads a command name.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Sequence
+
+from deepshare.core.errors import DeepShareError
+
+SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
+_PREFIXES = frozenset({"exec", "sudo", "nohup", "time", "env", "do", "then", "else", "!", "{"})
+"""Words after which the shell (or the prefix program) reads a command name, as after an operator."""
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
+
+
+def shell_words(command: str, where: str) -> list[str]:
+    """``command`` split as the shell would (comments dropped, operators as their own words)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError as exc:
+        raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
+
+
+def command_position(words: Sequence[str], i: int) -> bool:
+    """Whether ``words[i]`` is where a shell reads a command name: first, after an operator, a
+    keyword (``do``, ``then``...), a prefix (``exec``, ``sudo``, ``nohup``...) or variable
+    assignments (``RAY_X=1 ray start``)."""
+    j = i - 1
+    while j >= 0 and _ASSIGNMENT.match(words[j]):
+        j -= 1
+    return j < 0 or words[j] in SHELL_OPERATORS or words[j] in _PREFIXES
+
+
+def runs(command: str, program: Sequence[str], where: str) -> bool:
+    """Whether the shell line ``command`` runs ``program`` (its first word compared by file name,
+    the rest word for word), directly or as ``python -m``."""
+    words = shell_words(command, where)
+    for i in range(len(words)):
+        if not command_position(words, i):
+            continue
+        start = i + 2 if _is_python_m(words, i) else i
+        if start == i and Path(words[i]).name != program[0]:
+            continue
+        if start > i and words[start:start + 1] != [program[0]]:
+            continue
+        if list(words[start + 1:start + len(program)]) == list(program[1:]):
+            return True
+    return False
+
+
+def pip_installs(command: str, package: str, where: str) -> bool:
+    """Whether the shell line ``command`` runs ``pip install`` (or ``python -m pip install``) with
+    an argument naming ``package`` (a name, a path or a URL holding it)."""
+    words = shell_words(command, where)
+    for i in range(len(words)):
+        if not command_position(words, i):
+            continue
+        if _is_python_m(words, i) and words[i + 2:i + 4] == ["pip", "install"]:
+            first = i + 4
+        elif Path(words[i]).name in ("pip", "pip3") and words[i + 1:i + 2] == ["install"]:
+            first = i + 2
+        else:
+            continue
+        for word in words[first:]:
+            if word in SHELL_OPERATORS:
+                break
+            if package in word and not word.startswith("-"):
+                return True
+    return False
+
+
+def exec_lines(argv: Sequence[str]) -> list[str]:
+    """The shell lines an exec-form command (a container's ``command`` + ``args``, a hook's
+    ``exec.command``) runs: the script of ``sh -c SCRIPT`` (``-c`` alone or among other short
+    options, ``bash -lc``), else the argv itself as one line."""
+    if argv and Path(argv[0]).name in _SHELLS:
+        for at, word in enumerate(argv[1:], 1):
+            if not word.startswith("-") or word.startswith("--"):
+                break
+            if "c" in word[1:]:
+                return [argv[at + 1]] if at + 1 < len(argv) else []
+    return [shlex.join(argv)] if argv else []
+
+
+def _is_python_m(words: Sequence[str], i: int) -> bool:
+    return Path(words[i]).name.startswith("python") and words[i + 1:i + 2] == ["-m"] and i + 2 < len(words)
