@@ -38,6 +38,10 @@ from deepshare.core.errors import DeepShareError
 JOB_SCRIPT = "ddp_mlp.py"
 """The example job, package data under ``deepshare/data/jobs/`` (the same file as ``examples/jobs/ddp_mlp.py``)."""
 
+MAX_LIVE_NODES = 16
+"""Most nodes the live experiment may bring up: each fake node is a raylet and its workers on this
+machine (the default spec uses 3; an autoscaling spec allows 10,000, which would start that many)."""
+
 DEFAULT_SPEC = """
 name: fake-autoscaling
 idle_timeout_s: 15
@@ -207,7 +211,10 @@ def run_live_experiment(
     spec = spec or parse_autoscale_spec(DEFAULT_SPEC, "default live spec")
     if len(spec.node_types) != 1:
         raise DeepShareError("the live experiment supports one node type (the bridge cuts jobs into its node size)")
-    (node_type,) = spec.node_types.values()
+    ((type_name, node_type),) = spec.node_types.items()
+    if node_type.max_nodes > MAX_LIVE_NODES:
+        raise DeepShareError(f"node_types.{type_name}.max_nodes: {node_type.max_nodes}: the live experiment runs every "
+                             f"node as Ray processes on this machine; expected at most {MAX_LIVE_NODES}")
     scheduling = make_policy(policy)  # a bad name fails before Ray starts
     work = resolved(workdir)
     for folder in (work, work / "jobs", work / "ray"):  # a regular file in the way is one line, not a traceback

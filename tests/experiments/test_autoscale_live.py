@@ -75,6 +75,16 @@ def test_an_unknown_policy_is_refused_before_ray_starts(tmp_path, no_ray):
     assert not (tmp_path / "ray").exists()
 
 
+def test_more_nodes_than_this_machine_can_run_are_refused_before_ray_starts(tmp_path, no_ray):
+    from deepshare.core.autoscaling.spec import parse_autoscale_spec
+
+    spec = parse_autoscale_spec(DEFAULT_SPEC.replace("max_nodes: 3", "max_nodes: 10000"), "s.yaml")
+    with pytest.raises(DeepShareError, match=r"^node_types\.gpu4\.max_nodes: 10000: the live experiment runs every node "
+                                             r"as Ray processes on this machine; expected at most 16$"):
+        run_live_experiment(tmp_path, spec)
+    assert not (tmp_path / "ray").exists()
+
+
 SMALL_SPEC = """
 idle_timeout_s: 6
 node_types:
