@@ -97,7 +97,8 @@ def check_fabric_resource(resources: Mapping[str, object], fabric: str, where: s
     """Exactly one ``deepshare_fabric_*`` resource, the labelled fabric's, with value 1."""
     fabric_keys = sorted(k for k in resources if str(k).startswith(FABRIC_RESOURCE))
     want = FABRIC_RESOURCE + fabric
-    if fabric_keys != [want] or resources[want] != 1:
+    value = resources.get(want)
+    if fabric_keys != [want] or isinstance(value, bool) or value != 1:  # (true == 1 in Python, not to Ray)
         raise DeepShareError(
             f"{where}: expected the custom resource {want}: 1 (matching deepshare.io/fabric={fabric}), "
             f"got {', '.join(f'{k}: {resources[k]}' for k in fabric_keys) or 'none'}"
