@@ -130,7 +130,7 @@ AWS_BAD = [
     (lambda r: _nt(r).update(labels={}), "needs deepshare.io/* labels"),
     (lambda r: _nt(r)["resources"].pop("deepshare_fabric_nvlink"), "deepshare_fabric_nvlink"),
     (lambda r: _nt(r)["resources"].update(deepshare_fabric_pcie=1), "deepshare_fabric_nvlink"),
-    (lambda r: _nt(r)["resources"].update(deepshare_fabric_nvlink=True), "expected the custom resource deepshare_fabric_nvlink: 1"),
+    (lambda r: _nt(r)["resources"].update(deepshare_fabric_nvlink=True), "deepshare_fabric_nvlink: True is not of type 'integer'"),
     (lambda r: r.update(head_start_ray_commands=["ray start --head"]), "head_start_ray_commands"),
     (lambda r: r.update(setup_commands=["echo hi"]), "pip install"),
     # mentions that run nothing (a substring test said OK to them)
