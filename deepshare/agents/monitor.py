@@ -32,13 +32,16 @@ log = logging.getLogger(__name__)
 
 
 def node_name(info: Mapping[str, Any], all_nodes: list[Mapping[str, Any]], names: Mapping[str, str]) -> str:
-    """The name a Ray node (an entry of ``ray.nodes()``) gets in reports and ``link_load``."""
+    """The name a Ray node (an entry of ``ray.nodes()``) gets in reports and ``link_load``: only
+    alive nodes count as sharing its hostname (``ray.nodes()`` keeps dead ones for a while, and a
+    raylet restarted on the same host must keep its host's name)."""
     node_id = info["NodeID"]
     for key in (node_id, info.get("NodeManagerAddress", "")):
         if key in names:
             return names[key]
     host = info.get("NodeManagerHostname") or info.get("NodeManagerAddress") or node_id[:8]
-    shared = sum(1 for n in all_nodes if (n.get("NodeManagerHostname") or n.get("NodeManagerAddress")) == host)
+    shared = sum(1 for n in all_nodes
+                 if n.get("Alive") and (n.get("NodeManagerHostname") or n.get("NodeManagerAddress")) == host)
     return host if shared <= 1 else f"{host}-{node_id[:8]}"
 
 

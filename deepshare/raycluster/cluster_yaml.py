@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -220,7 +221,11 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     check_label_syntax(labels, f"{where} --labels")
     hardware = parse_labels(labels, f"{where} --labels")
     check_fabric_resource(resources, hardware.fabric, f"{where} --resources")
-    count = len(prepared["provider"].get("worker_ips", []))
+    ips = prepared["provider"].get("worker_ips", [])
+    repeated = sorted(ip for ip, n in Counter(map(str, ips)).items() if n > 1)
+    if repeated:  # one machine listed twice is one node, not two
+        raise DeepShareError(f"{source}: provider.worker_ips: {', '.join(repeated[:3])} listed more than once")
+    count = len(ips)
     if count < 1:
         raise DeepShareError(f"{source}: provider.worker_ips: expected at least one worker")
     return WorkerType("local", gpus, count, count, hardware)

@@ -21,6 +21,8 @@ the full node type (the same fields as a cluster spec's node type, plus price an
 
 from __future__ import annotations
 
+import math
+
 from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,11 +96,15 @@ def check_label_syntax(labels: Mapping[str, object], where: str) -> None:
 
 
 def check_fabric_resource(resources: Mapping[str, object], fabric: str, where: str) -> None:
-    """Exactly one ``deepshare_fabric_*`` resource, the labelled fabric's, with value 1."""
+    """Every resource a finite number >= 0 (what ``ray start --resources`` takes), and exactly one
+    ``deepshare_fabric_*`` resource, the labelled fabric's, with value 1."""
+    for key, amount in resources.items():
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 <= amount < math.inf:
+            raise DeepShareError(f"{where}: {str(key)[:64]}: expected a resource amount (a finite number >= 0), "
+                                 f"got {str(amount)[:40]}")
     fabric_keys = sorted(k for k in resources if str(k).startswith(FABRIC_RESOURCE))
     want = FABRIC_RESOURCE + fabric
-    value = resources.get(want)
-    if fabric_keys != [want] or isinstance(value, bool) or value != 1:  # (true == 1 in Python, not to Ray)
+    if fabric_keys != [want] or resources[want] != 1:  # (a bool amount, true == 1, was refused above)
         raise DeepShareError(
             f"{where}: expected the custom resource {want}: 1 (matching deepshare.io/fabric={fabric}), "
             f"got {', '.join(f'{k}: {resources[k]}' for k in fabric_keys) or 'none'}"
@@ -114,5 +120,7 @@ def parse_label_string(text: str, where: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
             raise DeepShareError(f"{where}: expected labels as key=value,key=value, got {part!r}")
+        if key.strip() in labels:  # Ray would keep one of them: the spec must mean one thing
+            raise DeepShareError(f"{where}: label {key.strip()!r} is given twice (give each label once)")
         labels[key.strip()] = value.strip()
     return labels

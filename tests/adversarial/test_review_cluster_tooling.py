@@ -72,7 +72,7 @@ KUBERAY_SHAPES = [
     (lambda r: (head_hook(r, ["true"]), r["spec"]["headGroupSpec"]["template"].setdefault("metadata", {}).update(
         annotations={"note": "deepshare agents start --address auto"})), "expected the head to run `deepshare agents start"),
     (lambda r: group(r)["rayStartParams"].update(resources='"{\\"deepshare_fabric_pcie\\": true}"'),
-     "expected the custom resource deepshare_fabric_pcie: 1 (matching deepshare.io/fabric=pcie), got deepshare_fabric_pcie: True"),
+     "rayStartParams.resources: deepshare_fabric_pcie: expected a resource amount (a finite number >= 0), got True"),
     # the CRD's rayStartParams is a map of strings (kubectl refuses these): what validate said OK to
     (lambda r: group(r)["rayStartParams"].update({"num-gpus": 4}),
      "spec.workerGroupSpecs[0].rayStartParams.num-gpus: expected a string (quote it"),

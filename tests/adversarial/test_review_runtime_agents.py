@@ -139,3 +139,15 @@ def test_the_scheduler_says_when_it_decides_without_link_load(monkeypatch, caplo
     assert load.handle is None
     assert "the contention monitor did not answer (TypeError: '<' not supported" in caplog.text
     assert "asking again in 30 s" in caplog.text
+
+
+def test_a_raylet_restarted_on_its_host_keeps_the_hosts_name():
+    """``ray.nodes()`` lists the dead raylet beside its successor: only alive nodes share a
+    hostname, so the new one is ``gpu-a``, not ``gpu-a-<id>`` (its link load keys would change)."""
+    from deepshare.agents.monitor import node_name
+
+    dead = {"NodeID": "aa" * 14, "NodeManagerHostname": "gpu-a", "Alive": False}
+    new = {"NodeID": "bb" * 14, "NodeManagerHostname": "gpu-a", "Alive": True}
+    twin = {"NodeID": "cc" * 14, "NodeManagerHostname": "gpu-a", "Alive": True}
+    assert node_name(new, [dead, new], {}) == "gpu-a"
+    assert node_name(new, [dead, new, twin], {}) == "gpu-a-bbbbbbbb"  # two alive on one host: told apart

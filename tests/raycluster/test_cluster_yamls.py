@@ -189,6 +189,14 @@ def test_bad_kuberay_edits_are_named(change, needle):
         ("--num-gpus=8\n", "\n", "num-gpus"),
         ('{"deepshare_fabric_pcie": 1}', '{"deepshare_fabric_nvlink": 1}', "deepshare_fabric_pcie"),
         ("worker_ips: [10.0.0.11, 10.0.0.12, 10.0.0.13, 10.0.0.14]", "worker_ips: []", "worker_ips"),
+        ("worker_ips: [10.0.0.11, 10.0.0.12, 10.0.0.13, 10.0.0.14]", "worker_ips: [10.0.0.11, 10.0.0.11, 10.0.0.12]",
+         r"provider\.worker_ips: 10\.0\.0\.11 listed more than once"),
+        ('{"deepshare_fabric_pcie": 1}', '{"deepshare_fabric_pcie": 1, "x": NaN}',
+         r"x: expected a resource amount \(a finite number >= 0\), got nan"),
+        ('{"deepshare_fabric_pcie": 1}', '{"deepshare_fabric_pcie": 1, "x": 1e999}', "x: expected a resource amount"),
+        ('{"deepshare_fabric_pcie": 1}', '{"deepshare_fabric_pcie": 1, "x": -2}', "x: expected a resource amount"),
+        ("--labels='deepshare.io/gpu-model=RTX-6000-Ada,", "--labels='deepshare.io/fabric=nvlink,deepshare.io/gpu-model=RTX-6000-Ada,",
+         "label 'deepshare.io/fabric' is given twice"),
     ],
 )
 def test_bad_local_edits_are_named(old, new, needle):
