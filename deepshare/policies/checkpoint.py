@@ -61,23 +61,36 @@ def policy_file_bytes(scorer: Any, encoding: EncodingConfig, metadata: dict[str,
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of a policy file's metadata (what the trainer writes is 4 levels deep): deeper
 documents ended a load or an export in a RecursionError."""
+MAX_METADATA_VALUES = 100_000
+"""Most values a policy file's metadata may stand for (the shipped files' hold at most 150)."""
 MAX_HIDDEN = 4096
 """Widest scorer a policy file may declare (the shipped ones are 64): the width sizes the network
 built to receive the weights, so a 30 KB file declaring 30,000 took 3.75 GB before its weights
 were compared."""
 
 
-def plain(value: Any, depth: int = 0) -> Any:
+def plain(value: Any) -> Any:
     """``value`` as the data a weights-only load accepts: dicts, lists, tuples, str, int, float,
     bool and None; anything else (a ``Path``, an enum, a tensor, bytes) becomes its string, so an
     export can never write a file its own loader refuses, and a loaded file's metadata is plain
-    data whatever it held. Nested deeper than :data:`MAX_METADATA_DEPTH`: a DeepShareError."""
+    data whatever it held. Nested deeper than :data:`MAX_METADATA_DEPTH`, or standing for more than
+    :data:`MAX_METADATA_VALUES` values: a DeepShareError."""
+    return _plain(value, 0, [MAX_METADATA_VALUES])
+
+
+def _plain(value: Any, depth: int, left: list[int]) -> Any:
+    """:func:`plain`, counting down the values copied in ``left``: a pickle shares an object
+    referenced twice, so 30 levels of ``[x, x]`` (29 KB) stood for 2**30 lists once copied."""
     if depth > MAX_METADATA_DEPTH:
         raise DeepShareError(f"metadata nested deeper than {MAX_METADATA_DEPTH} levels")
+    left[0] -= 1
+    if left[0] < 0:
+        raise DeepShareError(f"metadata stands for more than {MAX_METADATA_VALUES:,} values (shared references "
+                             "counted once per reference); a policy's metadata holds a few hundred")
     if isinstance(value, dict):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+        return {str(k): _plain(v, depth + 1, left) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(plain(v, depth + 1) for v in value)
+        return type(value)(_plain(v, depth + 1, left) for v in value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
@@ -130,9 +143,9 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
 
 def _check_archive(data: bytes, path: str | Path, limit: int) -> None:
     """Refuse a policy file whose zip entries are compressed or would unpack to more than
-    ``limit`` bytes: ``torch.save`` stores entries as they are, and torch inflates compressed
-    ones, so a 2 MB file of deflated zeros unpacked to a 2 GiB tensor (about 1,000x) before any
-    check could look at it."""
+    ``limit`` bytes (``torch.save`` stores entries as they are, and torch inflates compressed
+    ones, so a 2 MB file of deflated zeros unpacked to a 2 GiB tensor, about 1,000x, before any
+    check could look at it), or whose entries fail their CRC (a corrupted copy)."""
     import io
     import zipfile
 
@@ -148,6 +161,13 @@ def _check_archive(data: bytes, path: str | Path, limit: int) -> None:
                              "torch.save stores them as they are")
     if sum(e.file_size for e in entries) > limit:
         raise DeepShareError(f"policy checkpoint {path}: refused: its entries unpack to more than {limit:,} bytes")
+    try:  # stored entries: reading them back checks each CRC (torch does not, so a flipped byte loaded)
+        damaged = zipfile.ZipFile(io.BytesIO(data)).testzip()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        damaged = "?"
+    if damaged is not None:
+        raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (a damaged archive: "
+                             f"entry {shown(damaged)} fails its checksum)")
 
 
 class TorchScorer:
@@ -259,7 +279,21 @@ def scorer_from_file(path: str | Path) -> tuple[TorchScorer, EncodingConfig, dic
             raise DeepShareError(f"policy checkpoint {path}: state_dict: {name} holds NaN or infinite weights "
                                  "(every score would be NaN or infinite, and decisions meaningless)")
     net.eval()
-    return TorchScorer(net), encoding, metadata
+    scorer = TorchScorer(net)
+    if not _scores_finite(scorer, len(encoding.features)):
+        raise DeepShareError(f"policy checkpoint {path}: state_dict: the weights overflow (a row of zeros or ones "
+                             "scores NaN or infinite: every score would be, and decisions meaningless)")
+    return scorer, encoding, metadata
+
+
+def _scores_finite(scorer: Any, features: int) -> bool:
+    """Whether rows of zeros and of ones (every feature's scale is about 1) score finite numbers:
+    finite weights of 1e30 or 3e38 overflow float32 in the first layer."""
+    import numpy as np
+
+    rows = np.stack([np.zeros(features, dtype=np.float32), np.ones(features, dtype=np.float32)])
+    scores = np.asarray(scorer({"observations": rows, "action_mask": np.ones(2, dtype=np.float32)}))
+    return bool(np.isfinite(scores).all())
 
 
 def scorer_shapes(features: int, hidden: int) -> dict[str, tuple[int, ...]]:

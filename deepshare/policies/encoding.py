@@ -105,6 +105,8 @@ class EncodingConfig:
         unknown = [g for g in self.generators if g not in PLACEMENTS]
         if unknown or not self.generators:
             raise ValueError(f"unknown placement generators {unknown}; expected some of {sorted(PLACEMENTS)}")
+        if len(set(self.generators)) != len(self.generators):  # every step asks each: 100,000 copies cost 25x
+            raise ValueError(f"placement generators must be distinct, got {len(self.generators)} with repeats")
 
 
 class PartialDecision:

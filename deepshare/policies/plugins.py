@@ -47,7 +47,7 @@ def load_spec(spec: str) -> Any:
             raise DeepShareError(f"policy {spec!r}: no module named {module_name!r} on the Python path "
                                  "(install its package or add its folder to PYTHONPATH)") from None
         raise DeepShareError(f"policy {spec!r}: importing {module_name!r} failed: {_why(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module: any error is one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: any error (an exit too) is one line
         raise DeepShareError(f"policy {spec!r}: importing {module_name!r} failed: {_why(exc)}") from None
     obj: Any = module
     for part in attr.split("."):
@@ -69,7 +69,8 @@ def build(obj: Any, spec: str, arg: str) -> Policy:
         policy = obj(arg) if arg else obj()
     except DeepShareError as exc:
         raise DeepShareError(f"policy {spec!r}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's constructor: any error is one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's constructor: any error (a sys.exit, an
+        # argparse inside a factory) is one line, not a silent end of the command with its code
         call = f"{getattr(obj, '__name__', 'factory')}({arg!r})" if arg else f"{getattr(obj, '__name__', 'factory')}()"
         raise DeepShareError(f"policy {spec!r}: {call} failed: {_why(exc)}") from None
     if not is_policy(policy):
@@ -109,10 +110,12 @@ def load_entry_point(ep: EntryPoint) -> Any:
     """The object an entry point names; a failure is one line naming the entry point."""
     try:
         return ep.load()
-    except Exception as exc:  # noqa: BLE001 - another package's code: any error is one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - another package's code: any error is one line
         raise DeepShareError(f"policy {ep.name!r} (entry point {ep.value!r}): cannot load it: {_why(exc)}") from None
 
 
 def _why(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: it exited with code {exc.code!r}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1]}" if text else type(exc).__name__

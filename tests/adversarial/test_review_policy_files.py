@@ -57,12 +57,42 @@ def weight(name: str, value: float, dtype: torch.dtype | None = None):  # type: 
     ("anchor.pt", lambda d: d["metadata"].__setitem__("hybrid_rules", {"anchor": [[1], [2]]}),
      r"metadata hybrid_rules.anchor: expected \[order, placement\], got \[\[1\], \[2\]\]"),
     ("deep.pt", lambda d: d["metadata"].__setitem__("hybrid_rules", _nested(200)), "metadata nested deeper than 32 levels"),
+    # a 29 KB file whose shared references stand for 2**30 lists: the copy took all memory
+    ("laughs.pt", lambda d: d["metadata"].__setitem__("laugh", _doubled(30)),
+     "metadata stands for more than 100,000 values"),
+    # finite weights that overflow float32: every score was NaN or infinite, and the policy waited
+    ("huge.pt", weight("trunk.0.weight", 3e38), "state_dict: the weights overflow"),
+    ("all_huge.pt", lambda d: d["state_dict"].update({k: torch.full_like(v, 1e30) for k, v in d["state_dict"].items()}),
+     "state_dict: the weights overflow"),
+    ("generators.pt", lambda d: d["encoding"].__setitem__("generators", ["consolidated"] * 100_000),
+     "encoding: placement generators must be distinct, got 100000 with repeats"),
 ])
 def test_a_bad_policy_file_is_one_short_line_before_anything_costly(tmp_path, name, edit, message):
     path = edited(tmp_path, name, edit)
     with pytest.raises(DeepShareError, match=message) as caught:
         make_policy(f"rl-hybrid={path}")
     assert str(path) in str(caught.value) and "\n" not in str(caught.value) and len(str(caught.value)) < 600
+
+
+def _doubled(levels: int) -> list:
+    """``[x, x]`` ``levels`` times over: pickled once per object, copied once per reference."""
+    value: list = ["a"]
+    for _ in range(levels):
+        value = [value, value]
+    return value
+
+
+def test_a_corrupted_copy_fails_its_checksum(tmp_path):
+    """torch reads stored entries without checking their CRC: a byte flipped in the weights loaded
+    silently, with changed weights."""
+    data = bytearray(shipped("rl_est_ppo.pt").read_bytes())
+    archive = zipfile.ZipFile(io.BytesIO(bytes(data)))
+    entry = next(e for e in archive.infolist() if e.filename.endswith("/data/2"))
+    data[entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + 5] ^= 0xFF
+    path = tmp_path / "flipped.pt"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DeepShareError, match=r"a damaged archive: entry '.*data/2' fails its checksum"):
+        make_policy(f"rl-hybrid={path}")
 
 
 def _nested(depth: int) -> list:

@@ -210,3 +210,16 @@ def test_every_policy_flags_help_names_the_spec_form(capsys, command) -> None:
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "package.module:ClassOrFactory" in text
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("builtins:exit", "policy 'builtins:exit': factory() failed: SystemExit: it exited with code None"),
+    ("sys:exit=3", "policy 'sys:exit': exit('3') failed: SystemExit: it exited with code '3'"),
+])
+def test_a_factory_that_exits_is_one_line_and_exit_2(capsys, spec, needle):
+    """A factory calling sys.exit (an argparse inside it, say) ended the command silently with its
+    code, 0 for a bare exit()."""
+    trace = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
+    rc, out, err = cli(capsys, "simulate", "--trace", trace, "--policy", spec)
+    assert rc == 2 and out == ""
+    one_error_line(err, needle)
