@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -130,7 +130,8 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (unreadable pickle)") from None
     except Exception as exc:  # torch raises many kinds for a corrupt or foreign file
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file ({exc.__class__.__name__})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION:
+    version = doc.get("format") if isinstance(doc, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION:  # (True, 1.0 and tensor(1) equal 1)
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (format {FORMAT_VERSION})")
     encoding = doc.get("encoding")
     extras = encoding.get("extra_features", ()) if isinstance(encoding, dict) else ()
@@ -312,6 +313,13 @@ def _encoding(given: Any, path: str | Path) -> EncodingConfig:
     is a DeepShareError naming the file, not a traceback."""
     if not isinstance(given, dict):
         raise DeepShareError(f"policy checkpoint {path}: encoding: expected a mapping, got {type(given).__name__}")
+    known = {f.name for f in fields(EncodingConfig)}
+    unknown = sorted(str(k) for k in given if k not in known)
+    if unknown:
+        raise DeepShareError(f"policy checkpoint {path}: encoding: unknown key {shown(unknown[0])}; expected some of "
+                             f"{', '.join(sorted(known))}")
+    if isinstance(given.get("max_wait_s"), bool):  # True would wait 1 s
+        raise DeepShareError(f"policy checkpoint {path}: encoding: max_wait_s: expected seconds or None, got {given['max_wait_s']}")
     try:
         return EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
     except (TypeError, ValueError) as exc:

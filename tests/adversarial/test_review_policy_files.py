@@ -66,6 +66,10 @@ def weight(name: str, value: float, dtype: torch.dtype | None = None):  # type: 
      "state_dict: the weights overflow"),
     ("generators.pt", lambda d: d["encoding"].__setitem__("generators", ["consolidated"] * 100_000),
      "encoding: placement generators must be distinct, got 100000 with repeats"),
+    ("format.pt", lambda d: d.__setitem__("format", True), r"not a DeepShare policy file \(format 1\)"),
+    ("format_tensor.pt", lambda d: d.__setitem__("format", torch.tensor(1)), r"not a DeepShare policy file \(format 1\)"),
+    ("key.pt", lambda d: d["encoding"].__setitem__("__class__", 1), "encoding: unknown key '__class__'; expected some of"),
+    ("wait.pt", lambda d: d["encoding"].__setitem__("max_wait_s", True), "encoding: max_wait_s: expected seconds or None, got True"),
 ])
 def test_a_bad_policy_file_is_one_short_line_before_anything_costly(tmp_path, name, edit, message):
     path = edited(tmp_path, name, edit)
