@@ -72,7 +72,7 @@ def report_problem(report: object) -> str | None:
     the ``/metrics`` scrape) reads every field of it, so a field of the wrong type broke them all
     until the entry expired, about an hour later. Utilisations and scores may be NaN or out of
     0..1 and rates NaN (readers filter and clip utilisations; a probe's odd reading must not cost
-the node its whole report); everything else must be what the dataclass says."""
+    the node its whole report); everything else must be what the dataclass says."""
     if not isinstance(report, NodeReport):
         return f"expected a NodeReport, got {type(report).__name__}"
     for name in ("node", "node_id"):
