@@ -153,9 +153,10 @@ def _check_archive(data: bytes, path: str | Path, limit: int) -> None:
     if not zipfile.is_zipfile(io.BytesIO(data)):
         return  # not torch's archive format: torch refuses it, or reads it as a plain pickle
     try:
-        entries = zipfile.ZipFile(io.BytesIO(data)).infolist()
+        archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, OSError):
         raise DeepShareError(f"policy checkpoint {path}: not a DeepShare policy file (a damaged archive)") from None
+    entries = archive.infolist()
     packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
     if packed:
         raise DeepShareError(f"policy checkpoint {path}: refused: archive entries are compressed ({shown(packed[0])}); "
@@ -163,7 +164,7 @@ def _check_archive(data: bytes, path: str | Path, limit: int) -> None:
     if sum(e.file_size for e in entries) > limit:
         raise DeepShareError(f"policy checkpoint {path}: refused: its entries unpack to more than {limit:,} bytes")
     try:  # stored entries: reading them back checks each CRC (torch does not, so a flipped byte loaded)
-        damaged = zipfile.ZipFile(io.BytesIO(data)).testzip()
+        damaged = archive.testzip()
     except (zipfile.BadZipFile, ValueError, OSError, EOFError):
         damaged = "?"
     if damaged is not None:
