@@ -80,11 +80,7 @@ class ContentionMonitor:
         self._prefix = agent_prefix
         self._state = ClusterState(config.stale_after, stale_retention_s=config.stale_retention_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
-        self._names: dict[str, str] = {}  # Ray node id -> node name
-        self._expected: dict[str, str] = {}
-        """Node name -> the Ray node id its agent runs on, each added as its agent is started or
-        found. :meth:`report` only looks names up in it (atomic), so it needs no lock; a reconcile
-        replaces it whole when nodes leave."""
+        self._names: dict[str, str] = {}  # Ray node id -> node name (also: whose reports are taken)
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
         self._self = ray.get_runtime_context().current_actor
@@ -109,7 +105,6 @@ class ContentionMonitor:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
-            self._expected = {name: node_id for node_id, name in self._names.items() if node_id in self._agents}
             self._state.forget_expired()  # also when nobody reads the view or scrapes
             started = []
             for node_id, info in alive.items():
@@ -118,7 +113,6 @@ class ContentionMonitor:
                 name = self._names.setdefault(node_id, node_name(info, nodes, self._names_given))
                 self._agents[node_id] = self._start_agent(node_id, name)
                 self._state.expect(name, node_id)
-                self._expected[name] = node_id  # its reports count from now on
                 started.append(name)
             return sorted(started)
 
@@ -155,8 +149,8 @@ class ContentionMonitor:
         a node this monitor runs an agent for, on the Ray node it runs on, is taken: anyone can
         call the actor, and a report under another name (200,000 made-up nodes) stayed in the view
         and every scrape for an hour, one from a departed node's agent passed as the new one's."""
-        node = getattr(report, "node", None)
-        if not isinstance(report, NodeReport) or not isinstance(node, str) or self._expected.get(node) != report.node_id:
+        node_id = getattr(report, "node_id", None)  # a single lookup in _names: no lock needed
+        if not isinstance(report, NodeReport) or not isinstance(node_id, str) or self._names.get(node_id) != report.node:
             self._state.reject(report, "not a node this monitor runs an agent for (or not from its Ray node)")
             return
         self._state.update(report)
