@@ -209,10 +209,15 @@ def _system_folder(path: str) -> str | None:
     for folder in (parent, os.path.realpath(parent)):
         if folder == "/dev":
             return "/dev"
-        for tree in _SYSTEM_TREES:
-            if folder == tree or folder.startswith(tree + os.sep):
-                return tree
+        tree = _kernel_tree(folder)
+        if tree is not None:
+            return tree
     return None
+
+
+def _kernel_tree(path: str) -> str | None:
+    """The tree of :data:`_SYSTEM_TREES` that the normalised absolute ``path`` lies in, if any."""
+    return next((tree for tree in _SYSTEM_TREES if path == tree or path.startswith(tree + os.sep)), None)
 
 
 def system_tree(folder: str) -> str | None:
@@ -224,9 +229,9 @@ def system_tree(folder: str) -> str | None:
     path = os.path.normpath(folder)
     if path.startswith("//"):  # POSIX leaves a leading '//' to the system; it is '/' here
         path = "/" + path.lstrip("/")
-    for tree in _SYSTEM_TREES:
-        if path == tree or path.startswith(tree + os.sep):
-            return tree
+    tree = _kernel_tree(path)
+    if tree is not None:
+        return tree
     if path == "/dev" or (path.startswith("/dev/") and not (path == "/dev/shm" or path.startswith("/dev/shm/"))):
         return "/dev"
     return None
