@@ -50,12 +50,9 @@ def runs(command: str, program: Sequence[str], where: str) -> bool:
     for i in range(len(words)):
         if not command_position(words, i):
             continue
-        start = i + 2 if _is_python_m(words, i) else i
-        if start == i and Path(words[i]).name != program[0]:
-            continue
-        if start > i and words[start:start + 1] != [program[0]]:
-            continue
-        if list(words[start + 1:start + len(program)]) == list(program[1:]):
+        start = i + 2 if _is_python_m(words, i) else i  # python -m PROGRAM: the module's name
+        name = words[start] if start > i else Path(words[i]).name
+        if name == program[0] and list(words[start + 1:start + len(program)]) == list(program[1:]):
             return True
     return False
 
