@@ -50,13 +50,16 @@ RULE_KEYS = ("hybrid_rules", "preemptive", "preempt_rules")
 """The metadata keys of a policy file that change how it decides; a card copies them exactly."""
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""Control characters but tab and newline: ESC sequences in a card (or the metadata it is made
-from) would reach the terminal of whoever runs ``policies --card`` or ``export-policy``."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Control characters but tab and newline, and the bidirectional controls and line separators:
+ESC sequences in a card (or the metadata it is made from) would reach the terminal of whoever
+runs ``policies --card`` or ``export-policy``, and a right-to-left override or a U+2028 would
+show a card's text as something it does not say."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    """Strict: a seed of ``'0'`` or a YAML ``!!binary`` text is refused, not converted."""
 
     @field_validator("*", mode="after")
     @classmethod
@@ -191,6 +194,12 @@ class SuiteFigures(_Strict):
     """The run: its command, date and commit."""
     source: str = Field(min_length=1)
     """Where the figures are kept (a results JSON, a changelog section)."""
+
+    @model_validator(mode="after")
+    def _won_of_cells(self) -> "SuiteFigures":
+        if self.cells_won is not None and self.cells is not None and self.cells_won > self.cells:
+            raise ValueError(f"cells_won: {self.cells_won} cells won of {self.cells} cells")
+        return self
 
     def headline(self) -> str:
         worst = f" (worst cell {self.worst_avg_jct_ratio:.3f})" if self.worst_avg_jct_ratio is not None else ""

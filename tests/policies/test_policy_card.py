@@ -135,9 +135,15 @@ def _card_text(tmp_path: Path, edit) -> Path:
         (lambda d: d["rules"]["hybrid_rules"].update(min_ratio=-1), ("rules.hybrid_rules.min_ratio",)),
         (lambda d: d.update(kind="network"), ("rules", "network-alone")),
         (lambda d: d.update(loaded_by=["rl-base"]), ("loaded_by", "rl-base")),
+        (lambda d: d.update(summary="network \u202eenilno"), ("summary", "control characters", "\\u202e")),
+        (lambda d: d.update(teacher="srsf\u2028commit: 0"), ("teacher", "control characters", "\\u2028")),
+        (lambda d: d["training"].update(seed="0"), ("training.seed", "integer")),
+        (lambda d: d.update(summary=b"network alone"), ("summary", "string")),
+        (lambda d: d["figures"]["loaded"].update(cells_won=9, cells=8), ("figures.loaded", "9 cells won of 8")),
     ],
     ids=["missing", "wrong-type", "unknown-key", "wrong-type-nested", "format", "kind", "sha", "commit-note",
-         "figures-note", "preemptive", "anchor", "negative", "kind-vs-rules", "kind-vs-loader"],
+         "figures-note", "preemptive", "anchor", "negative", "kind-vs-rules", "kind-vs-loader", "bidi",
+         "line-separator", "string-seed", "binary", "won-more-than-cells"],
 )
 def test_a_bad_card_is_one_line_naming_the_file_and_the_field(tmp_path: Path, capsys, edit, needles) -> None:
     path = _card_text(tmp_path, edit)
