@@ -42,8 +42,8 @@ def load_yaml(text: str, source: str, expected: str = "a YAML document") -> Any:
         raise DeepShareError(f"{source}: not valid {_language(source)} ({' '.join(str(exc).split())[:200]})") from None
     doc = _checked(doc, source, expected, text)
     if values(doc, MAX_YAML_VALUES) > MAX_YAML_VALUES:
-        raise DeepShareError(f"{source}: expected {expected}, got aliases that stand for more than "
-                             f"{MAX_YAML_VALUES:,} values")
+        what = "aliases that stand for" if "*" in text else "a document of"  # an alias is written *name
+        raise DeepShareError(f"{source}: expected {expected}, got {what} more than {MAX_YAML_VALUES:,} values")
     return doc
 
 

@@ -97,6 +97,11 @@ def test_yaml_aliases_cannot_loop_or_explode():
         load_yaml(laughs, "f")  # every reader downstream would walk all 9**10 of them
 
 
+def test_a_long_literal_list_is_refused_without_blaming_aliases():
+    with pytest.raises(DeepShareError, match="got a document of more than 100,000 values"):
+        load_yaml("[" + "1, " * 100_001 + "]", "f")
+
+
 @pytest.mark.parametrize(
     "load, text, message",
     [
