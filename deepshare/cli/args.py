@@ -9,6 +9,7 @@ model or a simulator config are the same for every command that simulates.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, Callable, Sequence
 
 from deepshare.core.bounds import MIN_OFFERED_LOAD
@@ -23,11 +24,23 @@ from deepshare.core.topology import Topology, load_topology, preset_names, unifo
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
 
 
+_WRITTEN = {
+    int: re.compile(r"\s*[+-]?[0-9]+\s*"),
+    float: re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.IGNORECASE),
+}
+"""How a flag's integer or number is written: ASCII digits, no ``_`` separators. Python's ``int``
+and ``float`` also read ``1_000`` and other scripts' digits (``١٢`` is 12), which a typo or a
+pasted value should not turn into a different number silently."""
+
+
 def number(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], Any]:
     """An argparse ``type=`` that converts and checks a flag's value, naming what was expected."""
+    written = _WRITTEN.get(convert)
 
     def parse(text: str) -> float:
         try:
+            if written is not None and not written.fullmatch(text):
+                raise ValueError(text)
             value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None

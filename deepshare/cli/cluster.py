@@ -25,7 +25,8 @@ from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.args import (
-    add_sim_args, add_trace_args, check_policies, contention_model, load_trace, print_line, sim_config, sim_inputs, wait_seconds,
+    add_sim_args, add_trace_args, check_policies, contention_model, in_range, load_trace, print_line, sim_config, sim_inputs,
+    wait_seconds,
 )
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -199,8 +200,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.set_defaults(func=cmd_cluster_spec)
     p = command(csub, "fake", "start a local multi-node Ray cluster (head without CPUs + workers) and wait",
                 "deepshare cluster fake --workers 2 --for-s 600")
-    p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="N", help="worker nodes, 1..8 (default 2)")
-    p.add_argument("--cpus-per-worker", type=int, default=1, choices=range(1, 65), metavar="C", help="CPUs per worker (default 1)")
+    p.add_argument("--workers", type=in_range(int, 1, 8, "workers"), default=2, metavar="N", help="worker nodes, 1..8 (default 2)")
+    p.add_argument("--cpus-per-worker", type=in_range(int, 1, 64, "CPUs"), default=1, metavar="C", help="CPUs per worker (default 1)")
     p.add_argument("--fabrics", default="pcie,nvlink", help="deepshare_fabric_* resource of the workers, in turn (default pcie,nvlink)")
     p.add_argument("--for-s", type=wait_seconds, default=None, metavar="S", help="stop after S seconds (default: on Ctrl-C)")
     p.set_defaults(func=cmd_cluster_fake)
@@ -229,7 +230,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 "deepshare autoscale live --steps 40 --json live.json")
     p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")
     p.add_argument("--policy", default="las+consolidated", help="the scheduler's policy (default las+consolidated)")
-    p.add_argument("--steps", type=int, default=120, choices=range(1, 100001), metavar="N", help="training steps per job (default 120)")
+    p.add_argument("--steps", type=in_range(int, 1, 100_000, "steps"), default=120, metavar="N", help="training steps per job (default 120)")
     p.add_argument("--workdir", metavar="DIR", help="Ray temp files, journal, logs (default a new /tmp folder)")
     add_json_flag(p, "the measurements")
     p.set_defaults(func=cmd_autoscale_live)

@@ -407,6 +407,14 @@ ARGPARSE_ERRORS = [
     ("negative-seed", simulate_args("--seed", -1), "argument --seed"),
     ("missing-policy", ["simulate", "--trace", BUNDLED], "--policy"),
     ("jobs-zero", ["trace", "generate", "--jobs", 0, "--out", "x.csv"], "argument --jobs"),
+    # Python's int() and float() read these as 1000, 12 and 10: a flag's number is ASCII digits
+    ("nodes-underscore", simulate_args("--nodes", "1_000"), "argument --nodes: expected an integer"),
+    ("nodes-arabic-digits", simulate_args("--nodes", "\u0661\u0662"), "argument --nodes: expected an integer"),
+    ("round-s-underscore", simulate_args("--round-s", "1_0"), "argument --round-s: expected a number"),
+    ("jobs-exponent", ["trace", "generate", "--jobs", "1e3", "--out", "x.csv"], "argument --jobs: expected an integer"),
+    # a range given as choices= printed all 100,000 of them in the error
+    ("steps-zero", ["autoscale", "live", "--steps", 0], "argument --steps: expected an integer from 1 to 100,000 steps"),
+    ("workers-nine", ["cluster", "fake", "--workers", 9], "argument --workers: expected an integer from 1 to 8"),
     ("no-command", [], "required"),
 ]
 
@@ -419,6 +427,7 @@ def test_bad_flag_value_is_a_usage_error(capsys, argv, needle) -> None:
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert "error:" in last and needle in last
+    assert len(last) < 400, last
 
 
 def test_output_problems_are_found_before_simulating(capsys, monkeypatch, tmp_path) -> None:
