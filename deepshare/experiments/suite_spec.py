@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from deepshare.core.bounds import MAX_DURATION_S, MAX_GRID_LOAD, MIN_OFFERED_LOAD, grid_load_ok
 from deepshare.core.contention import CONTENTION_MODELS
 from deepshare.core.errors import DeepShareError
+from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.information import (
     CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR,
 )
@@ -161,7 +162,21 @@ class SuiteSpec(BaseModel):
             topology_asks(self.required_level, self.required_share, self.preferred_level, self.preferred_share)
         except DeepShareError as exc:
             raise ValueError(str(exc)) from None
+        for field, level in (("required_level", self.required_level), ("preferred_level", self.preferred_level)):
+            if level is not None:
+                self._level_everywhere(field, level)
         return self
+
+    def _level_everywhere(self, field: str, level: str) -> None:
+        """Refuse a topology level that some cluster of the grid lacks: every job asking for it
+        would be rejected in those cells (required) or refused (preferred), and their ratios
+        would then compare policies on the jobs left."""
+        grid = [(f"{n}x{g}", (RACK_LEVEL,)) for n, g in self.clusters]  # a flat cluster: its racks alone
+        grid += [(preset, tuple(lv.name for lv in load_topology(preset).fabric.levels)) for preset in self.fabrics]
+        for name, levels in grid:
+            if level not in levels:
+                raise ValueError(f"{field}: {level!r} is not a level of cluster {name} (its levels: {', '.join(levels)}); "
+                                 f"every cluster and fabric of a suite must have the levels its jobs ask for")
 
     @field_validator("contention")
     @classmethod

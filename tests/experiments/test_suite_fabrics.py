@@ -16,7 +16,7 @@ name: gangs
 jobs_per_node: 1
 loads: [1.0]
 mixes: [heavy]
-clusters: [[8, 8]]
+clusters: []
 fabrics: [h100-leafspine-2to1]
 contention: [link]
 seeds: 1
@@ -35,8 +35,15 @@ def gangs(tmp_path):
     return load_suite(str(path))
 
 
-def test_a_preset_is_a_cell_of_its_own_with_its_size_and_name(gangs):
-    grid = cells(gangs)
+@pytest.fixture()
+def flat_and_fabric(gangs):
+    """The gangs suite on a flat 8x8 cluster beside the preset, without topology requests (a flat
+    cluster has no leaves: a suite asking for one there is refused)."""
+    return gangs.model_copy(update={"clusters": ((8, 8),), "required_level": None, "required_share": None})
+
+
+def test_a_preset_is_a_cell_of_its_own_with_its_size_and_name(flat_and_fabric):
+    grid = cells(flat_and_fabric)
     assert [(c.cluster, c.nodes, c.gpus_per_node) for c in grid] == [("", 8, 8), ("h100-leafspine-2to1", 64, 8)]
     fabric_cell = grid[1]
     assert "h100-leafspine-2to1" in fabric_cell.label and "64x8" not in fabric_cell.label
@@ -46,7 +53,7 @@ def test_a_preset_is_a_cell_of_its_own_with_its_size_and_name(gangs):
 
 
 def test_a_preset_cells_trace_has_the_suites_demand_and_requests(gangs):
-    cell = cells(gangs)[1]
+    cell = cells(gangs)[0]
     jobs = cell_trace(gangs, cell)
     assert len(jobs) == 64  # jobs_per_node x the preset's nodes
     assert {j.gpus for j in jobs} <= {8, 16, 64}
@@ -55,15 +62,15 @@ def test_a_preset_cells_trace_has_the_suites_demand_and_requests(gangs):
     assert 0.25 < len(required) / len(jobs) < 0.75
 
 
-def test_a_preset_cell_keeps_the_fabric_metrics(gangs):
-    cell = cells(gangs)[1]
+def test_a_preset_cell_keeps_the_fabric_metrics(gangs, flat_and_fabric):
+    cell = cells(gangs)[0]
     got = run_one(gangs, cell, "srsf+topo-bestfit")
     assert set(got) == {*METRICS, *FABRIC_METRICS, "cross_domain_share_leaf", "cross_domain_share_spine", "rejected"}
     assert got["finished"] == 64 and got["rejected"] == 0
     # a required-leaf job never spans two leaves, so only the others can cross
     assert 0 <= got["cross_domain_share_leaf"] < 1 and got["cross_domain_share_spine"] == 0
     assert cell_bound(gangs, cell) > 0
-    plain = run_one(gangs, cells(gangs)[0], "srsf+topo-bestfit")
+    plain = run_one(flat_and_fabric, cells(flat_and_fabric)[0], "srsf+topo-bestfit")
     assert set(plain) == set(METRICS)
 
 
@@ -81,6 +88,11 @@ def test_a_preset_cell_keeps_the_fabric_metrics(gangs):
         ("heuristics: [fifo+packed]\nrequired_level: leaf\nrequired_share: 0.7\npreferred_level: leaf\n"
          "preferred_share: 0.4", "required_share plus preferred_share must be at most 1"),
         ("heuristics: [fifo+packed]\nrequired_level: ' leaf'\nrequired_share: 0.3", "required_level must be a level's name"),
+        # a flat cluster's one level is its racks: every job asking for a leaf would be rejected there
+        ("heuristics: [fifo+packed]\nclusters: [[8, 8]]\nfabrics: [h100-leafspine-2to1]\nrequired_level: leaf\n"
+         "required_share: 0.3", "required_level: 'leaf' is not a level of cluster 8x8 (its levels: rack)"),
+        ("heuristics: [fifo+packed]\nclusters: []\nfabrics: [h100-leafspine-2to1, clos3-256]\n"
+         "preferred_level: spine\npreferred_share: 0.3", "preferred_level: 'spine' is not a level of cluster clos3-256"),
     ],
 )
 def test_bad_fabric_fields_name_the_field(tmp_path, text, expected):
@@ -94,7 +106,7 @@ def test_bad_fabric_fields_name_the_field(tmp_path, text, expected):
 def test_the_pooled_ideal_drops_topology_requests(gangs):
     from deepshare.experiments.suite import cell_pooled_ideal
 
-    cell = cells(gangs)[1]
+    cell = cells(gangs)[0]
     assert cell_pooled_ideal(gangs, cell) > 0
 
 
