@@ -45,7 +45,7 @@ from pydantic import ValidationError
 
 from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.documents import load_json, load_yaml
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.yamlspec import format_validation_error, read_config_text
 from deepshare.infra.raycompat import cluster_config_prepare_and_validate
 from deepshare.raycluster.shell_words import SHELL_OPERATORS, command_position, exec_lines, pip_installs, runs, shell_words
@@ -182,6 +182,8 @@ def _ray_prepare(raw: dict[str, Any], source: str) -> dict[str, Any]:
         raise DeepShareError(f"{source}: {where}: {exc.message} (Ray's cluster schema)") from None
     except Exception as exc:  # noqa: BLE001 - Ray raises ValueError, RuntimeError, KeyError, click errors
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        if isinstance(exc, KeyError) and exc.args:  # str() of a KeyError is the bare key, quoted
+            message = f"it expects the key {shown(exc.args[0])}, which is missing"
         raise DeepShareError(f"{source}: Ray rejects the config: {' '.join(str(message).split())}") from None
     return prepared
 

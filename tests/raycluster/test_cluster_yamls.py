@@ -213,6 +213,20 @@ def test_local_provider_rejects_node_types():
         parse_cluster_yaml(yaml.safe_dump(raw), "l.yaml")
 
 
+def test_a_key_ray_needs_is_named_as_missing_not_quoted_bare():
+    external = {
+        "cluster_name": "ext", "max_workers": 2, "head_node_type": "head",
+        "provider": {"type": "external", "module": "mypkg.provider.MyProvider"},
+        "available_node_types": {
+            "head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "gpu": {"resources": {"CPU": 8, "GPU": 4}, "node_config": {}, "min_workers": 0, "max_workers": 2},
+        },
+    }
+    with pytest.raises(DeepShareError) as info:  # Ray's prepare_config reads it without a default
+        parse_cluster_yaml(yaml.safe_dump(external), "ext.yaml")
+    assert str(info.value) == "ext.yaml: Ray rejects the config: it expects the key 'setup_commands', which is missing"
+
+
 def test_cli_names_each_bad_file_on_one_line_and_exits_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cluster_name: x\nprovider: {type: aws, region: us-east-1}\nbogus: 1\n")
