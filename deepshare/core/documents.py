@@ -122,6 +122,21 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
     return _checked(doc, source, expected, text)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object gave one key twice (``args[0]``: the key)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``json.loads`` ``object_pairs_hook`` refusing a key given twice in one object (Python's
+    parser keeps the last, other readers the first: a proxy that checked one value and a server
+    that acts on the other would disagree), as the YAML reader refuses one."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))  # type: ignore[func-returns-value]
+    return doc
+
+
 def json_problem(text: str | bytes, source: str, exc: json.JSONDecodeError) -> str:
     """A JSON syntax error in one line: where, and what was there instead (a file that is not JSON
     at all is told apart from one cut short or corrupted)."""

@@ -35,7 +35,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.documents import DuplicateKey, unique_keys
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.files import system_tree
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
 from deepshare.runtime.defaults import MAX_QUEUED
@@ -227,9 +228,11 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     async def submit(request: Request) -> JSONResponse | JobOut:
         raw = await request.body()
         try:
-            body = json.loads(raw)
+            body = json.loads(raw, object_pairs_hook=unique_keys)
         except RecursionError:
             return _error(400, "body: JSON nested too deeply")
+        except DuplicateKey as exc:
+            return _error(422, f"body: the key {shown(exc.args[0])} is given twice in one object; expected each key once")
         except ValueError as exc:
             return _error(400, f"body: not valid JSON ({exc})")
         if not isinstance(body, dict):

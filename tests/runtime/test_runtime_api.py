@@ -104,6 +104,12 @@ def test_cancel_running_job_is_accepted_and_marked(server):
         (json.dumps({**BODY, "working_dir": "/dev"}).encode(), 422, "working_dir: '/dev' is in the system folder /dev"),
         (json.dumps({k: v for k, v in BODY.items() if k != "model"}).encode(), 422, "model: Field required"),
         (json.dumps({**BODY, "entrypoint": "x"}).encode(), 422, "entrypoint: Value error"),
+        # Python's parser keeps the last of a repeated key, others the first: a tenant's proxy could
+        # check one queue and the scheduler act on the other
+        (b'{"queue": "a", ' + json.dumps(BODY).encode()[1:-1] + b', "queue": "b"}', 422,
+         "body: the key 'queue' is given twice in one object"),
+        (b'{"env": {"A": "1", "A": "2"}, ' + json.dumps({k: v for k, v in BODY.items() if k != "env"}).encode()[1:], 422,
+         "body: the key 'A' is given twice"),
     ],
 )
 def test_bad_bodies_are_4xx_naming_the_field(server, body, status, message):
