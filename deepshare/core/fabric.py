@@ -262,16 +262,24 @@ def _shape_problems(required_level: object, preferred_level: object, slice_size:
 
 def _fabric_problems(required_level: object, preferred_level: object, slice_level: object,
                      fabric: Fabric) -> list[RequestProblem]:
-    """The rules of :meth:`TopologyRequest.problems_of` that read the cluster's levels: each named
-    level exists, and a slice fits inside the required domain (checked when both levels exist)."""
+    """The rules of :meth:`TopologyRequest.problems_of` that read the cluster's levels."""
+    return level_problems(required_level, preferred_level, slice_level, [level.name for level in fabric.levels])
+
+
+def level_problems(required_level: object, preferred_level: object, slice_level: object,
+                   levels: Sequence[str], whose: str = "this cluster's") -> list[RequestProblem]:
+    """What a request's levels break on a cluster of ``levels`` (names, lowest first; ``whose``
+    levels they are, for the message): each named level exists, and a slice fits inside the
+    required domain (checked when both levels exist)."""
     found: list[RequestProblem] = []
     known: dict[str, int] = {}
     for name, value in zip(_LEVEL_FIELDS, (required_level, preferred_level, slice_level)):
         if isinstance(value, str) and value:
-            try:
-                known[name] = fabric.level_index(value)
-            except DeepShareError as exc:
-                found.append(RequestProblem(name, f"{name}: {exc}"))
+            if value in levels:
+                known[name] = list(levels).index(value)
+            else:
+                found.append(RequestProblem(name, f"{name}: unknown fabric level {value!r}; {whose} levels are "
+                                                  f"{', '.join(levels)}"))
     if "slice_level" in known and "required_level" in known and known["slice_level"] > known["required_level"]:
         found.append(RequestProblem("slice_level", f"slice_level {slice_level!r} is above required_level "
                                     f"{required_level!r}; a slice must fit inside the required domain"))

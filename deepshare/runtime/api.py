@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from deepshare.core.documents import DuplicateKey, unique_keys
 from deepshare.core.errors import DeepShareError, shown
+from deepshare.core.fabric import level_problems
 from deepshare.core.files import system_tree
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
 from deepshare.runtime.defaults import MAX_QUEUED
@@ -65,11 +66,11 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
     fit. A level it lacks, or a checkpoint folder like ``/dev/zero``, is refused here: the job
     could never run, and accepted it only failed at its first decision or its first run."""
     if fabric_levels is not None:
-        for field in ("required_level", "preferred_level", "slice_level"):
-            level = getattr(spec, field)
-            if level is not None and level not in fabric_levels:
-                raise DeepShareError(f"{field}: unknown fabric level {level!r}; this scheduler's levels are "
-                                     f"{', '.join(fabric_levels)} (scheduler start --level)")
+        found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, fabric_levels,
+                               "this scheduler's")
+        if found:  # a level the scheduler lacks may be one its start forgot: say where levels come from
+            raise DeepShareError("; ".join(p.message + (" (scheduler start --level)" if getattr(spec, p.field) not in fabric_levels else "")
+                                           for p in found))
     if not os.path.isabs(spec.checkpoint_dir):
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
     if spec.working_dir is not None and not os.path.isabs(spec.working_dir):

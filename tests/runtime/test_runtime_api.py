@@ -204,6 +204,20 @@ def test_a_job_naming_a_level_the_scheduler_lacks_is_refused_at_submit(fabric_se
     assert status == 201, job
 
 
+def test_a_slice_level_above_the_required_level_is_refused_at_submit(fabric_server):
+    """No domain of the required level holds a whole slice: the job could never be placed."""
+    url, journal = fabric_server
+    before = len(journal.jobs())
+    status, body = call(url, "POST", "/v1/jobs", json.dumps(
+        {**BODY, "required_level": "leaf", "slice_level": "spine", "slice_size": 2}).encode())
+    assert status == 422, body
+    assert body["error"] == "slice_level 'spine' is above required_level 'leaf'; a slice must fit inside the required domain"
+    assert len(journal.jobs()) == before
+    status, job = call(url, "POST", "/v1/jobs", json.dumps(
+        {**BODY, "required_level": "spine", "slice_level": "leaf", "slice_size": 2}).encode())
+    assert status == 201, job
+
+
 def test_without_levels_the_one_level_is_rack():
     from deepshare.runtime.cluster import NO_LEVELS, label_levels
 
