@@ -15,6 +15,7 @@ from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
+from deepshare.core.errors import one_line
 
 
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -35,7 +36,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                   f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
-    title = f"{args.policy} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
+    title = f"{one_line(report.policy)} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
     human(args.json, out, err).print(report_table(report, title))
     result = report.to_dict()
     if tenants is not None and report.records:

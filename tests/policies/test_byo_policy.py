@@ -130,6 +130,13 @@ BAD_SPECS = [
 ]
 
 
+def test_simulate_names_a_plugin_by_its_name_as_the_json_does(capsys, tiny_trace) -> None:
+    rc, out, err = cli(capsys, "simulate", "--trace", tiny_trace, "--policy",
+                       "deepshare.policies.registry:make_policy=fifo+packed", "--no-progress")
+    assert rc == 0, err
+    assert out.lstrip().startswith("fifo+packed on "), out[:200]  # the policy's name, as reports and compare say
+
+
 @pytest.mark.parametrize(("spec", "needles"), BAD_SPECS, ids=[s for s, _ in BAD_SPECS])
 def test_bad_spec_is_one_line_exit_2(capsys, user_module, tiny_trace, spec, needles) -> None:
     rc, out, err = cli(capsys, "simulate", "--trace", tiny_trace, "--policy", spec)
