@@ -46,7 +46,7 @@ class SuiteSpec(BaseModel):
     clusters: tuple[tuple[int, int], ...] = ((16, 8), (64, 8))
     """(nodes, GPUs per node) of the testbed's node type."""
     fabrics: tuple[str, ...] = ()
-    """Cluster presets (``deepshare clusters list``) run besides ``clusters``: multi-level fabrics
+    """Cluster presets (``deepshare clusters``) run besides ``clusters``: multi-level fabrics
     with their own hardware. A preset's cells report the fabric metrics too (:data:`FABRIC_METRICS`)."""
     demand: str | None = None
     """Jobs' GPU demand: ``gpus:weight,...`` or a preset (``gang-heavy``); null: the generator's
