@@ -123,8 +123,16 @@ def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: igno
 
 
 def policy_list(text: str) -> list[str]:
-    """``--policies A,B,...`` as checked registry names."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    """``--policies A,B,...`` as checked registry names; an item holding a comma (a policy file's
+    path) is quoted as in CSV: ``fifo,"rl-base=runs/a,b/policy.pt"``."""
+    import csv
+
+    try:
+        rows = list(csv.reader([text], skipinitialspace=True, strict=True))
+    except csv.Error as exc:
+        raise DeepShareError(f"--policies {text!r}: expected comma-separated policy names, an item holding a "
+                             f"comma in double quotes ({exc})") from None
+    names = [n.strip() for row in rows for n in row if n.strip()]
     if not names:
         raise DeepShareError(f"--policies {text!r}: expected comma-separated policy names")
     check_policies(names, "--policies")

@@ -22,12 +22,14 @@ from cli_run import cli
 
 import deepshare.experiments.scenario
 from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
 from deepshare.core.metrics import REPORT_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli"
 TRACE_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+SHIPPED_BASE_FILE = ROOT / "deepshare" / "data" / "policies" / "rl_base.pt"
 DOCUMENTED_EXTRAS = ("avg_service_jct_s", "decisions", "events")
 PRESETS = ("testbed", "a100-16", "mixed-32", "h100-64")
 # Variables that make rich treat a pipe as a terminal, force colours or fix the width.
@@ -231,6 +233,26 @@ def test_compare_with_no_policy_names_is_an_error(capsys, tmp_path) -> None:
     assert rc == 2
     assert_one_error_line(err, "--policies")
     assert not path.exists()
+
+
+def test_policies_reads_a_quoted_item_holding_a_comma_whole() -> None:
+    from deepshare.cli.args import policy_list
+
+    assert policy_list('fifo+packed, "deepshare.policies.registry:make_policy=las+spread", srsf+packed') == [
+        "fifo+packed", "deepshare.policies.registry:make_policy=las+spread", "srsf+packed"]
+    with pytest.raises(DeepShareError, match="an item holding a comma in double quotes"):
+        policy_list('fifo+packed,"rl-base')  # a quote left open
+
+
+def test_compare_takes_a_policy_file_whose_path_holds_a_comma(capsys, tmp_path) -> None:
+    folder = tmp_path / "a,b"
+    folder.mkdir()
+    shutil.copy(SHIPPED_BASE_FILE, folder / "policy.pt")
+    path = tmp_path / "cmp.json"
+    rc, out, err = cli(capsys, "compare", "--trace", BUNDLED, "--policies", f'fifo+packed,"rl-base={folder}/policy.pt"',
+                       "--json", path)
+    assert rc == 0, err
+    assert set(json.loads(path.read_text())["results"]) == {"fifo+packed", "rl-base"}
 
 
 # -- listings ---------------------------------------------------------------------------------
