@@ -14,6 +14,7 @@ A running job is moved when all of these hold (each a named constant below):
   so no job migrates twice within its window, and a job just launched or moved is left alone);
 * *a better place*: among the consolidated placement of its GPUs on the free GPUs plus its own
   and the placements that fit alike (:func:`~deepshare.policies.placement.fit_equivalents`),
+  each honouring the job's topology request (a required level's domain, whole slices),
   predicted with itself (and the decision's preempted jobs) left out and the decision's launches
   pending, one runs it at least :data:`MIGRATE_MIN_GAIN` faster (isolated throughput of the new
   shape x predicted ratio) and costs the other jobs less than the job gains;
@@ -34,10 +35,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from deepshare.core.contention.base import leaving_out
+from deepshare.core.fabric import request_violation
 from deepshare.core.types import Decision, Migrate, Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.base import Policy
-from deepshare.policies.placement import consolidate, fit_equivalents
+from deepshare.policies.placement import PLACEMENTS, consolidate, fit_equivalents
 
 MIGRATE_BELOW = 0.8
 """A running job is slow below this fraction of its isolated speed."""
@@ -125,8 +127,7 @@ class MigrationRule:
             mine = list(free)
             job.placement.release(mine)
             best: tuple[float, Placement] | None = None
-            base = consolidate(job.gpus, mine)
-            options = [] if base is None else [p for p in fit_equivalents(mine, base) if p != job.placement]
+            options = _targets(view, job, mine, pending)
             if not options:
                 continue
             moved = [by_id[m.job_id] for m in chosen]
@@ -144,6 +145,22 @@ class MigrationRule:
             pending.append((job, target))
             chosen.append(Migrate(job.job_id, target))
         return tuple(chosen)
+
+
+def _targets(view: ClusterView, job: JobView, free: list[int], pending: list) -> list[Placement]:
+    """Where ``job`` could move on ``free`` (its own GPUs included): the consolidated placement
+    and those that fit alike, other than where it runs, each honouring its topology request (a
+    required level's domain, whole slices), as every placement must: the request's
+    consolidated placement is the base, and the alike ones that break the request are left out."""
+    request = job.topology
+    base = consolidate(job.gpus, free) if request.empty else PLACEMENTS["consolidated"][0](job, free, view, pending)
+    if base is None:
+        return []
+    options = [p for p in fit_equivalents(free, base) if p != job.placement]
+    if not request.empty:
+        fabric = view.topology.fabric
+        options = [p for p in options if request_violation(request, p.alloc, fabric) is None]
+    return options
 
 
 def _free_after(view: ClusterView, decision: Decision, jobs: dict[str, JobView]) -> list[int]:

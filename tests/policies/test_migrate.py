@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepshare.core.contention import make_contention
+from deepshare.core.fabric import NO_TOPOLOGY
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
@@ -133,3 +134,66 @@ def test_migrating_runs_finish_and_keep_the_window(seed, name, contention):
     for t, job in recorder.moves:
         assert job not in last or t - last[job] >= MIGRATE_WINDOW_S
         last[job] = t
+
+
+# -- topology requests ------------------------------------------------------------------------------
+def _requested_gang_trace():
+    """j0 requires one NVLink domain of the tiny Clos; j3's slices of 1 only change where it lands.
+    At t=800 j0 is slow and its best move (before the fix) took it across two NVLink domains, which
+    the simulator refuses as infeasible: the run stopped."""
+    from deepshare.core.fabric import TopologyRequest
+
+    slice1 = TopologyRequest(slice_size=1, slice_level="nvlink")
+    jobs = [JobSpec("j0", "Transformer-XL", 5, 0.0, duration_s=1500.0, topology=TopologyRequest(required_level="nvlink"))]
+    return jobs + [JobSpec(f"j{i}", "MobileNetV3", 2, t, duration_s=1500.0, topology=slice1 if i == 3 else NO_TOPOLOGY)
+                   for i, t in ((1, 0.0), (2, 0.0), (3, 0.0), (4, 100.0), (5, 800.0))]
+
+
+class TopologyChecker(Recorder):
+    """A :class:`Recorder` that also checks every move honours the moving job's topology request."""
+
+    def decide(self, view) -> Decision:
+        from deepshare.core.fabric import request_violation
+
+        decision = super().decide(view)
+        jobs = {job.job_id: job for job in view.running}
+        for move in decision.migrate:
+            assert request_violation(jobs[move.job_id].topology, move.placement.alloc, view.topology.fabric) is None
+        return decision
+
+
+def test_a_move_keeps_a_gang_inside_its_required_domain():
+    from fabric_cases import TINY_CLOS
+
+    from deepshare.core.simulator import SimConfig
+
+    checker = TopologyChecker(make_policy("fifo+contention-aware+migrate"))
+    report = Simulator(TINY_CLOS, _requested_gang_trace(), make_contention("profiled"), config=SimConfig(round_s=60.0)).run(checker)
+    assert report.finished == 6 and report.migrations == len(checker.moves)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_migrating_runs_on_a_fabric_with_requests_finish_and_honour_them(data):
+    from fabric_cases import TINY_CLOS, TWO_LEAVES
+
+    from deepshare.core.fabric import TopologyRequest
+    from deepshare.core.simulator import SimConfig
+
+    topology = data.draw(st.sampled_from([TINY_CLOS, TWO_LEAVES]))
+    levels = [level.name for level in topology.fabric.levels]
+    jobs, t = [], 0.0
+    for i in range(data.draw(st.integers(2, 8))):
+        gpus = data.draw(st.sampled_from([2, 3, 4, 5, 6, 8]))
+        t += data.draw(st.sampled_from([0.0, 100.0, 700.0]))
+        kind = data.draw(st.integers(0, 2))
+        request = (TopologyRequest(required_level=data.draw(st.sampled_from(levels))) if kind == 1 else
+                   TopologyRequest(slice_size=data.draw(st.sampled_from([d for d in (1, 2) if gpus % d == 0])),
+                                   slice_level=data.draw(st.sampled_from(levels))) if kind == 2 else NO_TOPOLOGY)
+        jobs.append(JobSpec(f"j{i}", data.draw(st.sampled_from(("Transformer-XL", "FSDP", "MobileNetV3", "DLRM"))), gpus, t,
+                            duration_s=data.draw(st.floats(1500.0, 8000.0)), topology=request))
+    name = data.draw(st.sampled_from(["fifo+contention-aware+migrate", "srsf+uncontended+migrate", "las+packed+migrate"]))
+    checker = TopologyChecker(make_policy(name))
+    report = Simulator(topology, jobs, make_contention(data.draw(st.sampled_from(["profiled", "link"]))),
+                       config=SimConfig(round_s=60.0)).run(checker)
+    assert report.finished + report.rejected == len(jobs) and report.migrations == len(checker.moves)
