@@ -75,10 +75,14 @@ class Admitted:
     def _within_tenancy(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
         """``inner``'s decision with only the preemptions the tenants' rules allow: a victim of a
         launched job's own queue whose priority is not above that job's (the order's own
-        preemption, inside a queue), or a victim whose queue borrows, for a launch of its cohort
-        (reclaim). ``inner`` sees every queue's running jobs and knows nothing of queues, so a
-        ``+preempt`` order would otherwise stop another tenant's job inside its quota. Launches and
-        moves that needed a refused victim's GPUs are dropped (in decision order)."""
+        preemption, inside a queue), or, for a launch of its cohort that its queue's nominal quota
+        covers, a victim whose queue still borrows once the victims before it are stopped
+        (reclaim: a queue is never stopped below its nominal quota, and only a queue within its
+        guarantee reclaims). ``inner`` sees every queue's running jobs and knows nothing of queues,
+        so a ``+preempt`` order would otherwise stop another tenant's job inside its quota. When
+        any victim is refused, the order's victims in other queues are all dropped (reclaim is then
+        the planner's), and launches and moves that needed a dropped victim's GPUs are dropped (in
+        decision order)."""
         if not decision.preempt:
             return decision
         tenants = self.tenants
@@ -87,15 +91,28 @@ class Admitted:
         launchers = [queued[launch.job_id] for launch in decision.launch if launch.job_id in queued]
         by_queue = {tenants.queue_of(job): max(tenants.priority_of(j) for j in launchers
                                                if tenants.queue_of(j) == tenants.queue_of(job)) for job in launchers}
-        cohorts = {tenants.queues[q].pool_key for q in by_queue}
+        launched = {q: sum(j.gpus for j in launchers if tenants.queue_of(j) == q) for q in by_queue}
+        reclaiming = {tenants.queues[q].pool_key for q in by_queue
+                      if admission.running.within_nominal(tenants.queues[q], launched[q])}
+        ledger = admission.running.copy()  # usage as the kept victims stop, in decision order
 
-        def allowed(victim: JobView) -> bool:
+        def inside_queue(victim: JobView) -> bool:
             queue = tenants.queue_of(victim)
-            if queue in by_queue and tenants.priority_of(victim) <= by_queue[queue]:
-                return True
-            return admission.running.borrowed(tenants.queues[queue]) > 0 and tenants.queues[queue].pool_key in cohorts
+            return queue in by_queue and tenants.priority_of(victim) <= by_queue[queue]
 
-        kept = tuple(job_id for job_id in decision.preempt if allowed(running[job_id]))
+        def reclaimed(victim: JobView) -> bool:
+            queue = tenants.queues[tenants.queue_of(victim)]
+            if queue.pool_key in reclaiming and ledger.borrowed(queue) > 0:
+                ledger.remove(queue, victim.gpus)
+                return True
+            return False
+
+        kept = tuple(job_id for job_id in decision.preempt if inside_queue(running[job_id]) or reclaimed(running[job_id]))
+        if len(kept) != len(decision.preempt):
+            # A part of the order's stops across queues frees GPUs for launches that then do not
+            # fit: those stops would be for nothing. Reclaim is left to the planner
+            # (:meth:`_preempt_for_quotas`), which stops victims only for a job they let run.
+            kept = tuple(job_id for job_id in kept if inside_queue(running[job_id]))
         if len(kept) == len(decision.preempt):
             return decision
         free = list(view.free)

@@ -66,3 +66,70 @@ queues:
 """, [whole_cluster("b-borrowing", "team-b", None)], [KnownJob("a-short", "FSDP", 8, 1.0, 10.0, queue="team-a")])
     decision = Admitted(make_policy("srsf+consolidated+preempt"), tenants).decide(v)
     assert decision.preempt == ("b-borrowing",) and [launch.job_id for launch in decision.launch] == ["a-short"]
+
+
+def test_a_launch_its_nominal_quota_does_not_cover_reclaims_nothing():
+    # team-b borrows (16 of nominal 8), but team-a's 16-GPU job (admitted: idle team-c lends) is
+    # beyond team-a's own nominal 8: reclaim is for a job its queue's guarantee covers, so
+    # team-b's jobs keep running
+    tenants, v = view("""
+queues:
+  - {name: team-a, cohort: main, nominal_gpus: 8}
+  - {name: team-b, cohort: main, nominal_gpus: 8}
+  - {name: team-c, cohort: main, nominal_gpus: 16}
+""", [KnownJob(f"b{i}", "FSDP", 8, 0.0, 10_000.0, placement=Placement(((i, 8),)), last_run_s=10.0, queue="team-b")
+      for i in range(2)], [KnownJob("a-wide", "FSDP", 16, 1.0, 10.0, queue="team-a")])
+    inner = make_policy("srsf+consolidated+preempt")
+    assert set(inner.decide(v).preempt) == {"b0", "b1"}  # the order alone would stop both
+    decision = Admitted(inner, tenants).decide(v)
+    assert decision.preempt == () and decision.launch == ()
+
+
+def test_reclaim_never_takes_a_queue_below_its_nominal_quota():
+    # team-b runs four 4-GPU jobs (16, nominal 8: it borrows 8); team-a's 16-GPU job is inside its
+    # nominal 16 but needs all four stopped: the order would, the tenants' rules allow two (team-b
+    # then holds its nominal 8), and two free too little: nothing is stopped for nothing
+    tenants, v = view("""
+queues:
+  - {name: team-a, cohort: main, nominal_gpus: 16}
+  - {name: team-b, cohort: main, nominal_gpus: 8}
+  - {name: team-c, cohort: main, nominal_gpus: 8}
+""", [KnownJob(f"b{i}", "FSDP", 4, 0.0, 10_000.0, placement=Placement(((i // 2, 4),)), last_run_s=10.0, queue="team-b")
+      for i in range(4)], [KnownJob("a-wide", "FSDP", 16, 1.0, 10.0, queue="team-a")])
+    inner = make_policy("srsf+consolidated+preempt")
+    assert len(inner.decide(v).preempt) == 4
+    decision = Admitted(inner, tenants).decide(v)
+    assert decision.preempt == () and decision.launch == ()
+
+
+@pytest.mark.parametrize("round_s", [None, 5.0])
+def test_a_borrowing_launch_never_pushes_another_queue_below_nominal_in_a_run(round_s):
+    """Queue b runs 8 GPUs (nominal 4); queue a's 8-GPU job (nominal 4, admitted on idle c's
+    quota) came and srtf+preempt stopped all of b for it, then b's jobs took the GPUs back in
+    turn (with decision rounds: 9 preemptions, a's 50-s job done after 3,070 s)."""
+    from deepshare.core.contention import ProfiledContention
+    from deepshare.core.simulator import SimConfig, Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.core.types import JobSpec
+
+    tenants = parse_tenants("""
+queues:
+  - {name: a, cohort: main, nominal_gpus: 4}
+  - {name: b, cohort: main, nominal_gpus: 4}
+  - {name: c, cohort: main, nominal_gpus: 8}
+""")
+    jobs = [JobSpec(f"b{i}", "FSDP", 2, 0.0, duration_s=1000.0, queue="b") for i in range(4)]
+    jobs.append(JobSpec("a0", "FSDP", 8, 10.0, duration_s=50.0, queue="a"))
+    config = SimConfig() if round_s is None else SimConfig(round_s=round_s)
+    sim = Simulator(uniform(1, 8), jobs, ProfiledContention(), default_catalog(), config)
+    policy = Admitted(make_policy("srtf+consolidated+preempt"), tenants)
+    view = sim.advance()
+    while view is not None:
+        decision = policy.decide(view)
+        stopped = {job.job_id for job in view.running if job.job_id in decision.preempt}
+        b_left = sum(job.gpus for job in view.running if job.queue == "b" and job.job_id not in stopped)
+        assert b_left >= min(4, sum(job.gpus for job in view.running if job.queue == "b")), view.now
+        sim.apply(decision)
+        view = sim.advance()
+    report = sim.report("srtf+consolidated+preempt")
+    assert report.finished == 5 and report.preemptions == 0
