@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'with CUDA' if torch.version.cuda else '(CPU-only build)')"
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'with CUDA' if torch.version.cuda else '(CPU-only build)')"
 	touch $(STAMP)
 
 DEMO_TRACE := deepshare/data/traces/deepshare-simulate-trace0.json
