@@ -69,7 +69,8 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
         found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, fabric_levels,
                                "this scheduler's")
         if found:  # a level the scheduler lacks may be one its start forgot: say where levels come from
-            raise DeepShareError("; ".join(p.message + (" (scheduler start --level)" if getattr(spec, p.field) not in fabric_levels else "")
+            hint = " (scheduler start --level)"
+            raise DeepShareError("; ".join(p.message + (hint if getattr(spec, p.field) not in fabric_levels else "")
                                            for p in found))
     if not os.path.isabs(spec.checkpoint_dir):
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
