@@ -86,6 +86,10 @@ class LevelIn(_Body):
         description="when > 0: each domain's uplink is its nodes' NIC bandwidth over this (2 = 2:1; 0 or at least 1; "
         "not with uplink_gbps)",
     )
+    port_gbps: OptionalLinkGbps = Field(
+        0.0, description="one uplink switch port, Gbit/s (e.g. 400): the uplink is round(uplink / port_gbps) ports and "
+        "each crossing flow is hashed onto one (ECMP); 0: one fat pipe",
+    )
 
     @field_validator("oversubscription")
     @classmethod
@@ -188,6 +192,10 @@ class PlacementRequest(_Body):
         None, min_length=1, max_length=MAX_LEVELS,
         description=f"the fabric's levels, lowest first (at most {MAX_LEVELS}); every node then gives its domain at "
         f"each in domains. Without: one level, {RACK_LEVEL!r}, whose domains are the nodes' racks",
+    )
+    rack_uplink_gbps: OptionalLinkGbps = Field(
+        0.0, description=f"each rack's uplink, Gbit/s, in a request without levels (the {RACK_LEVEL!r} level's; "
+        "0: non-blocking); with levels, each level gives its own uplink_gbps",
     )
     running: list[RunningIn] = Field(default_factory=list, max_length=MAX_JOBS)
     pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)

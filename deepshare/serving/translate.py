@@ -137,8 +137,16 @@ def request_to_view(
     if tenants is not None:
         errors += _tenancy_errors(request, tenants)
     fabric_errors = _fabric_errors(request.nodes, request.levels)
+    if request.levels and request.rack_uplink_gbps > 0:
+        fabric_errors.append(FieldError(("body", "rack_uplink_gbps"), "only in a request without levels; with levels, "
+                                        "give each level's uplink_gbps"))
+    topology = None
+    if not fabric_errors:
+        try:
+            topology = _topology(request.nodes, request.levels, request.rack_uplink_gbps)
+        except DeepShareError as exc:  # the fabric's own rules across fields (ports per uplink)
+            fabric_errors.append(FieldError(("body", "levels"), str(exc)))
     errors += fabric_errors
-    topology = None if fabric_errors else _topology(request.nodes, request.levels)
     requests: dict[tuple[str, int], TopologyRequest] = {}
     for kind, jobs in (("running", request.running), ("pending", request.pending)):
         for i, job in enumerate(jobs):
@@ -224,14 +232,14 @@ def _spanned(placement: Placement, fabric: Fabric) -> dict[str, list[str]]:
     }
 
 
-def request_topology(nodes: list[NodeIn], levels: list[LevelIn] | None = None) -> Topology:
+def request_topology(nodes: list[NodeIn], levels: list[LevelIn] | None = None, rack_uplink_gbps: float = 0.0) -> Topology:
     """The cluster the request's ``nodes`` (and fabric ``levels``, lowest first) describe: without
-    levels one ``rack`` level of the nodes' racks, with them each node's ``domains``; raises
-    :class:`RequestError` naming each bad field of the fabric."""
+    levels one ``rack`` level of the nodes' racks (each rack's uplink ``rack_uplink_gbps``), with
+    them each node's ``domains``; raises :class:`RequestError` naming each bad field of the fabric."""
     errors = _fabric_errors(nodes, levels)
     if errors:
         raise RequestError(errors)
-    return _topology(nodes, levels)
+    return _topology(nodes, levels, rack_uplink_gbps)
 
 
 def _fabric_errors(nodes: list[NodeIn], levels: list[LevelIn] | None) -> list[FieldError]:
@@ -276,10 +284,10 @@ def _fabric_errors(nodes: list[NodeIn], levels: list[LevelIn] | None) -> list[Fi
     return errors
 
 
-def _topology(nodes: list[NodeIn], levels: list[LevelIn] | None) -> Topology:
+def _topology(nodes: list[NodeIn], levels: list[LevelIn] | None, rack_uplink_gbps: float = 0.0) -> Topology:
     """:func:`request_topology` of a fabric :func:`_fabric_errors` found nothing wrong with."""
     if not levels:
-        return Topology("request", tuple(_node(i, n, n.rack) for i, n in enumerate(nodes)))
+        return Topology("request", tuple(_node(i, n, n.rack) for i, n in enumerate(nodes)), float(rack_uplink_gbps))
     names = [level.name for level in levels]
     first = 1 if levels[0].nvlink and len(levels) > 1 else 0  # a node's rack: the switch it hangs off (as in a spec)
     built = []
@@ -290,7 +298,8 @@ def _topology(nodes: list[NodeIn], levels: list[LevelIn] | None) -> Topology:
         built.append(_node(i, n, rack, domains))
     return Topology(
         "request", tuple(built),
-        levels=tuple(Level(lv.name, lv.nvlink, float(lv.uplink_gbps), float(lv.oversubscription)) for lv in levels),
+        levels=tuple(Level(lv.name, lv.nvlink, float(lv.uplink_gbps), float(lv.oversubscription), float(lv.port_gbps))
+                     for lv in levels),
     )
 
 
@@ -428,9 +437,10 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         ],
         levels=[
             LevelIn(name=lv.name, nvlink=bool(lv.nvlink), uplink_gbps=float(lv.uplink_gbps),
-                    oversubscription=float(lv.oversubscription))
+                    oversubscription=float(lv.oversubscription), port_gbps=float(lv.port_gbps))
             for lv in levels
         ] or None,
+        rack_uplink_gbps=0.0 if levels else float(view.topology.rack_uplink_gbps),
         running=[
             RunningIn(
                 job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,

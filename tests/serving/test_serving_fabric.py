@@ -154,6 +154,42 @@ def test_without_levels_the_fabric_is_the_racks_as_before() -> None:
     assert request.levels is None and all(n.domains is None for n in request.nodes)
 
 
+def test_rack_uplinks_and_uplink_ports_reach_the_service() -> None:
+    """A flat cluster's rack uplink and a level's ECMP ports are part of the fabric the link model
+    sees: the service rebuilt every rack uplink as non-blocking and every uplink as one fat pipe."""
+    from deepshare.core.topology import load_topology
+
+    for preset in ("a100-16", "clos3-256", "gb200-nvl72-4"):
+        topology = load_topology(preset)
+        view = Simulator(topology, [JobSpec("j", "FSDP", 8, 0.0, duration_s=100.0)], CONTENTION).advance()
+        there = request_to_view(PlacementRequest.model_validate_json(view_to_request(view).model_dump_json()),
+                                CATALOG, CONTENTION).topology
+        assert there.levels == topology.levels, preset  # port_gbps included
+        assert [d.uplink_gbps for d in there.fabric.domains] == [d.uplink_gbps for d in topology.fabric.domains], preset
+    assert load_topology("a100-16").rack_uplink_gbps > 0 and any(lv.port_gbps for lv in load_topology("clos3-256").levels)
+
+
+@pytest.mark.parametrize("policy", ["las+uncontended", "las+uncontended+migrate"])
+def test_a_flat_cluster_with_rack_uplinks_decides_as_the_simulator_under_link_contention(policy: str) -> None:
+    """a100-16's racks share an 800 Gb/s uplink: three cross-rack 16-GPU jobs run at 0.971 of
+    their speed, which ``uncontended`` waits on; the service, blind to the uplink, launched."""
+    from deepshare.core.topology import load_topology
+
+    ends = {n: 100.0 * (n % 8 + 1) if n % 8 < 6 else 50000.0 for n in range(16)}
+    jobs = [JobSpec(f"h{n:02d}", "MobileNetV3", 8, 0.0, duration_s=ends[n]) for n in range(16)]
+    jobs += [JobSpec(f"c{k}", "FSDP", 16, 50.0 + 100 * k, duration_s=40000.0) for k in range(6)]
+    local, engine = make_policy(policy), PlacementEngine(EngineSettings(policy=policy, contention="link"))
+    sim = Simulator(load_topology("a100-16"), jobs, make_contention("link"), information=InformationModel("estimated", 1.0, 0))
+    points = 0
+    while (view := sim.advance()) is not None and view.now <= 700:
+        mine = local.decide(view)
+        served = engine.place(PlacementRequest.model_validate_json(view_to_request(view).model_dump_json()))
+        assert canonical(response_to_decision(served, view)) == canonical(mine), view.now
+        sim.apply(mine)
+        points += 1
+    assert points >= 8
+
+
 def test_a_required_level_is_placed_inside_one_domain_named_in_the_response() -> None:
     """fifo+consolidated: g (6 GPUs, one leaf) fits only l1 (6 free; l0 has 5) and spans both of
     its NVLink domains; h (4, one NVLink domain) takes l0/x; k (2, one NVLink domain) waits: the
@@ -216,6 +252,10 @@ def _add_level(body: dict, level: dict, domains: dict[str, str] | None = None) -
      "unknown fabric level 'rack'; this cluster's levels are nvlink, leaf"),
     (lambda b: b["pending"][0].update(slice_size=2, slice_level="leaf", required_level="nvlink"),
      "body.pending.0.slice_level", "'leaf' is above required_level 'nvlink'"),
+    (lambda b: b.update(rack_uplink_gbps=800.0), "body.rack_uplink_gbps",
+     "only in a request without levels; with levels, give each level's uplink_gbps"),
+    (lambda b: _levels(b, 1, port_gbps=0.01), "body.levels",
+     "levels[1] (leaf): an uplink of 400 Gbit/s over ports of 0.01 Gbit/s is 40,000 ports; at most 4,096"),
 ])
 def test_bad_levels_and_domains_name_their_fields(change, loc: str, message: str) -> None:
     body = tiny({"job_id": "g", "model": "FSDP", "gpus": 4})
