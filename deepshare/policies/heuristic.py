@@ -3,8 +3,10 @@
 Non-preemptive: queued jobs in order, each placed if it fits now (later jobs may backfill
 around one that does not; once a job of some GPU demand fails to place, later jobs of that
 demand are skipped in the same decision: free GPUs only shrink, so for placements that depend
-only on the free GPUs they would fail too, and for ``packed`` the best-ranked job of a demand
-is the one that waits for its shape). Preemptive: running and queued jobs in one order; the jobs that fit
+only on the free GPUs they would fail too; for ``packed`` the best-ranked job of a demand is
+the one that waits for its shape, and for ``uncontended`` the one that waits on contention,
+holding back the demand's jobs of other models too: trying those costs average JCT,
+``bench/uncontended_skip.py``). Preemptive: running and queued jobs in one order; the jobs that fit
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint.
