@@ -646,11 +646,12 @@ class Simulator:
             job.needs_restore = True
             self._enqueue(job, t)
         moves = [(self._running[m.job_id], m.placement) for m in decision.migrate]
+        owed = {id(job): job.stall_until - t for job, _ in moves}  # restore time still owed (a move never shortens it)
         for job, _ in moves:
             changed |= self._stop(job, t)
         for job, placement in moves:
             job.migrations += 1
-            changed |= self._start(job, placement, t, self.config.migrate_overhead_s)
+            changed |= self._start(job, placement, t, max(self.config.migrate_overhead_s, owed[id(job)]))
         for launch in decision.launch:
             job = self._queue.pop(launch.job_id)
             gpus = job.spec.gpus

@@ -652,3 +652,41 @@ def test_jobs_in_system_area_is_the_sum_of_jcts_and_the_timeline_tracks_allocati
     assert sim.util_timeline[-1] == (report.makespan_s, 0)
     area = sum(b * (t2 - t1) for (t1, b), (t2, _) in zip(sim.util_timeline, sim.util_timeline[1:]))
     assert area / (32 * report.makespan_s) == pytest.approx(report.gpu_util, rel=1e-9)
+
+
+class _RestoreThenMove:
+    """t=0 launch a (100 s of work) on node 0 and c on node 2; t=10 preempt a; t=20 relaunch it on
+    node 0 (restoring from then on); at ``move_at``, move it to node 1; b (the whole cluster) keeps
+    a job queued, so every 10-s round is a decision point."""
+
+    name = "restore-then-move"
+
+    def __init__(self, move_at: float | None) -> None:
+        self.move_at = move_at
+
+    def decide(self, view: ClusterView) -> Decision:
+        queued, running = {j.job_id for j in view.queued}, {j.job_id for j in view.running}
+        if view.now == 0 and "a" in queued:
+            return Decision(launch=(Launch("a", Placement.of({0: 4})), Launch("c", Placement.of({2: 4}))))
+        if view.now == 10 and "a" in running:
+            return Decision(preempt=("a",))
+        if view.now == 20 and "a" in queued:
+            return Decision(launch=(Launch("a", Placement.of({0: 4})),))
+        if view.now == self.move_at and "a" in running:
+            return Decision(migrate=(Migrate("a", Placement.of({1: 4})),))
+        if not running and "b" in queued and "a" not in queued:
+            return Decision(launch=(Launch("b", Placement.of({0: 4, 1: 4, 2: 4})),))
+        return WAIT
+
+
+@pytest.mark.parametrize("preempt_s, migrate_s, finish_still, finish_moved", [
+    (30.0, 30.0, 140.0, 150.0),  # restoring until 50: moved at 30 it pays the move's 30 s from there
+    (300.0, 30.0, 410.0, 410.0),  # restoring until 320: a 30-s move must not cut that to 60
+])
+def test_a_move_never_shortens_the_restore_a_job_still_owes(preempt_s, migrate_s, finish_still, finish_moved) -> None:
+    jobs = [JobSpec("a", "FSDP", 4, 0.0, duration_s=100.0), JobSpec("c", "FSDP", 4, 0.0, duration_s=500.0),
+            JobSpec("b", "FSDP", 12, 0.0, duration_s=1.0)]
+    config = SimConfig(round_s=10.0, preempt_overhead_s=preempt_s, migrate_overhead_s=migrate_s)
+    for move_at, finish in ((None, finish_still), (30.0, finish_moved)):
+        report = Simulator(uniform(3, 4), jobs, make_contention("none"), config=config).run(_RestoreThenMove(move_at))
+        assert {r.job_id: r for r in report.records}["a"].finish_s == pytest.approx(finish), move_at
