@@ -6,7 +6,7 @@ Definitions (all times in seconds):
   between order statistics (NumPy's default).
 * **queueing** = JCT - time holding GPUs (waiting before the first start and after preemptions).
 * **service JCT** = finish - first start: what the original artifact printed as "avg JCT".
-* **makespan** = last finish - first submission.
+* **makespan** = last finish - first admitted submission (rejected jobs count in neither).
 * **GPU utilisation** = GPU-seconds allocated / (GPUs x makespan), time-weighted; GPUs held
   while restoring a checkpoint count as allocated. Time stretched by contention raises it: a
   policy that spreads jobs and slows them down 2x holds GPUs twice as long and looks busier.
