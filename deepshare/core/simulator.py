@@ -96,7 +96,11 @@ class ClusterControl(Protocol):
         """A timer set with :meth:`Simulator.schedule` is due (``sim.now`` is its time)."""
 
     def on_change(self) -> None:
-        """Events at ``sim.now`` were processed or a decision applied: allocations may differ."""
+        """Events at ``sim.now`` were processed or a decision applied: allocations may differ.
+
+        A control may also define ``most_gpus() -> int``, the most GPUs its nodes can ever hold
+        up at once (fewer than the topology's when a cap such as ``max_workers`` binds): a job
+        asking more is rejected on arrival rather than left queued for ever."""
 
 
 class SimulationStalled(DeepShareError):
@@ -475,6 +479,8 @@ class Simulator:
         self._nodes = SimNodePool(topology, self._free, self._events, control)
         if control is not None:
             control.attach(self)
+        limit = getattr(control, "most_gpus", None)  # asked once its initial nodes are up
+        self._most_gpus = self.topology.total_gpus if limit is None else limit()
         if resume is not None:
             self._restore(resume)
 
@@ -807,8 +813,9 @@ class Simulator:
         return live
 
     def _arrive(self, job: _Job, t: float) -> None:
-        if job.spec.gpus > self.topology.total_gpus:
-            why: str | None = f"it asks for {job.spec.gpus} GPUs and the cluster has {self.topology.total_gpus}"
+        most = self._most_gpus
+        if job.spec.gpus > most:
+            why: str | None = f"it asks for {job.spec.gpus} GPUs and the cluster has {most}"
         else:
             why = self._refused.get(job.index) if self._refused else None
         if why is not None:

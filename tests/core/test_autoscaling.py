@@ -33,11 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "MobileNetV3"
 
 
-def spec(idle=50.0, **types) -> AutoscaleSpec:  # type: ignore[no-untyped-def]
+def spec(idle=50.0, max_workers=None, **types) -> AutoscaleSpec:  # type: ignore[no-untyped-def]
     node_types = {}
     for name, (gpus, price, lo, hi, boot) in types.items():
         node_types[name] = dict(gpus=gpus, price_usd_per_hour=price, min_nodes=lo, max_nodes=hi, provisioning_s=boot)
-    return AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": idle, "node_types": node_types})
+    capped = {} if max_workers is None else {"max_workers": max_workers}
+    return AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": idle, "node_types": node_types, **capped})
 
 
 def job(i: int, gpus: int, duration: float, submit: float = 0.0, model: str = MODEL) -> JobSpec:
@@ -372,3 +373,59 @@ def test_jobs_no_node_set_can_hold_are_reported_on_stderr(tmp_path, capsys):
     assert main(["autoscale", "simulate", "--trace", str(trace), "--config", str(config), "--autoscaler", "fixed"]) == 0
     err = capsys.readouterr().err
     assert "10 job(s) ask for more GPUs than the most nodes small can bring up (a: 0..1 x 1 GPUs $1/h)" in err
+
+
+# -- found by a review of the autoscaling invariants (each case stalled or misbilled before) --------
+def events(report) -> list[tuple[float, str, str]]:  # type: ignore[no-untyped-def]
+    return [(e.time_s, e.kind, e.node) for e in report.events]
+
+
+@pytest.mark.parametrize("autoscaler", ["demand", "contention-aware", "fixed"])
+def test_a_job_larger_than_max_workers_allows_is_rejected(autoscaler):
+    # 4 slots of 4 GPUs, but at most one node at once: an 8-GPU job can never run
+    report = run(spec(idle=10.0, max_workers=1, n=(4, 1.0, 0, 4, 100.0)), [job(1, 8, 100.0), job(2, 4, 100.0)], autoscaler)
+    assert (report.metrics.rejected, report.metrics.finished) == (1, 1)
+
+
+def test_an_idle_node_gives_its_worker_slot_to_the_node_a_queued_job_needs():
+    # max_workers 1: the 2-GPU node stays up after j1 while j2 (4 GPUs) waits for a node it cannot
+    # have; it now idles out (30 s) and the 8-GPU node comes for j2 (it stalled at t=100 before)
+    s = spec(idle=30.0, max_workers=1, small=(2, 1.0, 0, 1, 0.0), big=(8, 4.0, 0, 1, 0.0))
+    report = run(s, [job(1, 1, 100.0), job(2, 4, 100.0, submit=10.0)])
+    assert events(report)[2:4] == [(130.0, "terminate", "small-0"), (130.0, "request", "big-0")]
+    assert report.metrics.finished == 2
+
+
+def test_fixed_brings_every_types_min_nodes_up_first():
+    # max_workers 2: filling the types in order took both slots with small nodes, and big's
+    # min_nodes (1) never came up: a 4-GPU job stalled
+    s = spec(max_workers=2, small=(1, 1.0, 0, 2, 0.0), big=(4, 4.0, 1, 1, 0.0))
+    report = run(s, [job(1, 4, 3600.0)], "fixed")
+    assert report.metrics.finished == 1 and sorted(i.node_type for i in report.instances) == ["big", "small"]
+    assert report.cost_usd == pytest.approx(5.0)
+
+
+def test_a_min_node_stays_up_while_its_replacement_is_still_provisioning():
+    # n-1 is requested at 10 for j2, which then runs on n-0; n-0 (min 1) idled out at 80 while
+    # n-1 booted until 310, so j3 (at 100) waited for it. Now n-0 stays: j3 runs 100-200
+    s = spec(idle=30.0, n=(4, 3.6, 1, 2, 300.0))
+    report = run(s, [job(1, 4, 20.0), job(2, 4, 30.0, submit=10.0), job(3, 4, 100.0, submit=100.0)])
+    assert events(report) == [(10.0, "request", "n-1"), (310.0, "ready", "n-1"), (340.0, "terminate", "n-1")]
+    assert report.cost_usd == pytest.approx(0.001 * (340 + 330))
+
+
+def test_a_node_is_not_removed_at_the_instant_a_job_arrives():
+    # j2 arrives at 1050, the very instant n-0's idle timer (j1 done at 1000, 50 s) fires
+    s = spec(idle=50.0, n=(4, 3.6, 0, 2, 100.0))
+    report = run(s, [job(1, 4, 900.0), job(2, 4, 100.0, submit=1050.0)])
+    assert [e for e in events(report) if e[1] == "terminate"] == [(1200.0, "terminate", "n-0")]
+    assert report.cost_usd == pytest.approx(0.001 * 1200)
+
+
+def test_contention_aware_counts_only_the_nodes_max_workers_lets_it_add():
+    # the same reachable cluster (4 nodes of 4 GPUs up) said two ways: with 8 slots but max_workers 4
+    # it held j2 back for nodes it could never request, until j1 finished
+    jobs = [job(1, 8, 4000.0, model="DLRM"), job(2, 8, 3000.0, submit=60.0, model="FSDP")]
+    plain = run(spec(n=(4, 1.0, 4, 4, 0.0)), jobs, "contention-aware", "las+spread", "profiled")
+    capped = run(spec(max_workers=4, n=(4, 1.0, 4, 8, 0.0)), jobs, "contention-aware", "las+spread", "profiled")
+    assert capped.metrics.avg_jct_s == pytest.approx(plain.metrics.avg_jct_s)

@@ -9,16 +9,17 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
   onto nodes already being provisioned; what is left is covered by new nodes of the type that
   covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
   the lowest price per GPU. A node is *idle* while it runs nothing and no job is queued
-  (queued demand keeps nodes, as Ray keeps nodes that pending demand needs); a node idle for
-  ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes``. Nodes take
-  ``provisioning_s`` from the request until they are ready.
+  (queued demand keeps nodes, as Ray keeps nodes that pending demand needs), or while it runs
+  nothing and ``max_workers`` keeps the demand from its nodes (it then makes room); a node idle
+  for ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes`` up or a job
+  is queued at that instant. Nodes take ``provisioning_s`` from the request until they are ready.
 * **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
   whose predicted slowdown (1 / ratio, for the job and for every running job whose ratio it
   changes) exceeds ``max_slowdown`` is moved to idle nodes if that brings it under the
   threshold, else held back and nodes are requested for it: the cluster scales out rather
   than co-locating. Co-location above the threshold is allowed only when the cluster *cannot
-  still scale* for the job: its GPUs exceed the GPUs not yet up (being provisioned or still
-  addable below ``max_nodes``), i.e. ``job.gpus > max GPUs - view.total_gpus``.
+  still scale* for the job: its GPUs exceed the GPUs not yet up (being provisioned, or still
+  requestable as far as ``max_nodes`` and ``max_workers`` allow: :meth:`Autoscaler.requestable_gpus`).
 
 Preemptions and migrations of the policy's decision pass unchanged; predictions are made
 against the running jobs as they are (preempted ones still count as neighbours).
@@ -32,7 +33,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Sequence
 
 from deepshare.core.autoscaling.pool import PENDING, UP, NodePool
-from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots
+from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots, most_gpus
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, JobView
@@ -80,6 +81,9 @@ class Autoscaler:
         self._timers: dict[int, tuple[str, int, int]] = {}
         self._idle_since: dict[int, float] = {}
         self._generation = [0] * len(slots.type_of)
+        self._capped = False
+        """The last review could not request the nodes its demand needs because ``max_workers``
+        was reached: empty nodes then idle out even while jobs are queued, making room."""
 
     # -- ClusterControl ------------------------------------------------------------------------
     def attach(self, sim: "Simulator") -> None:
@@ -106,6 +110,7 @@ class Autoscaler:
             self.pool.state[node] == UP
             and node in self._idle_since
             and self._generation[node] == generation
+            and (sim.queue_length == 0 or self._capped)  # a job that arrived at this very instant keeps it
             and self._removable(node)
         ):
             sim.set_node_up(node, False)
@@ -115,20 +120,37 @@ class Autoscaler:
             self._log("terminate", node)
 
     def _removable(self, node: int) -> bool:
-        """Whether an up node idle for the timeout may go: not below its type's min_nodes."""
+        """Whether an up node idle for the timeout may go: not below its type's min_nodes up (a
+        node still provisioning does not stand in for it)."""
         node_type = self.slots.type_of[node]
-        return self.pool.count(node_type) > self.spec.node_types[node_type].min_nodes
+        return self.pool.count(node_type, (UP,)) > self.spec.node_types[node_type].min_nodes
+
+    def most_gpus(self) -> int:
+        return most_gpus(self.spec)
+
+    def requestable_gpus(self) -> int:
+        """GPUs of the nodes that may still be requested now, the largest types first, as far as
+        ``max_nodes`` and ``max_workers`` allow."""
+        left = None if self.spec.max_workers is None else self.spec.max_workers - self.pool.count_current()
+        total = 0
+        for name, t in sorted(self.spec.node_types.items(), key=lambda item: -item[1].gpus):
+            more = t.max_nodes - self.pool.count(name)
+            if left is not None:
+                more = min(more, left)
+                left -= more
+            total += more * t.gpus
+        return total
 
     def on_change(self) -> None:
         sim = self._require_sim()
         free, capacity, now = sim.free, self.slots.topology.capacity, sim.now
-        waiting = sim.queue_length > 0
+        waiting = sim.queue_length > 0 and not self._capped
         for node in self.pool.nodes(UP):
             idle = free[node] == capacity[node] and not waiting
             if idle and node not in self._idle_since:
                 self._idle_since[node] = now
                 self._generation[node] += 1
-                self._timer(now + self.spec.idle_timeout_s, "idle", node, keeps_alive=False)
+                self._timer(now + self.spec.idle_timeout_s, "idle", node, keeps_alive=self._capped)  # capped: its end makes room
             elif not idle and node in self._idle_since:
                 del self._idle_since[node]
                 self._generation[node] += 1
@@ -161,6 +183,7 @@ class Autoscaler:
         preempted = set(decision.preempt)
         unmet = [*vetoed, *(j for j in view.queued if j.job_id not in launched and j.job_id not in held)]
         unmet += [j for j in view.running if j.job_id in preempted] if preempted else []
+        self._capped = False
         for job in unmet:
             need = job.gpus
             if job.job_id not in held:  # a held-back job must not share the GPUs it was kept from
@@ -171,7 +194,15 @@ class Autoscaler:
             spare_pending -= take
             need -= take
             if need > 0:
-                spare_pending += max(0, self._request(need) - need)  # a node's GPUs beyond the need
+                requested = self._request(need)
+                spare_pending += max(0, requested - need)  # a node's GPUs beyond the need
+                self._capped |= requested < need and self._worker_capped()
+
+    def _worker_capped(self) -> bool:
+        """Whether ``max_workers``, not the types' ``max_nodes``, keeps more nodes from being requested."""
+        cap = self.spec.max_workers
+        return cap is not None and self.pool.count_current() >= cap and any(
+            self.pool.count(name) < t.max_nodes for name, t in self.spec.node_types.items())
 
     def _request(self, need: int) -> int:
         """Request nodes for ``need`` GPUs (as far as max_nodes allow); the GPUs requested."""

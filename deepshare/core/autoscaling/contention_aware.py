@@ -7,6 +7,7 @@ launches in order, predicting each against the running jobs and the launches kep
 from __future__ import annotations
 
 from deepshare.core.autoscaling.autoscaler import Autoscaler, free_after, slowdown
+from deepshare.core.autoscaling.pool import PENDING
 from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.view import ClusterView, JobView
 
@@ -18,7 +19,8 @@ class ContentionAwareAutoscaler(Autoscaler):
         if not decision.launch:
             return decision, []
         threshold = self.spec.max_slowdown
-        scalable = self.slots.topology.total_gpus - view.total_gpus  # GPUs not up yet
+        pending = sum(self.slots.topology.capacity[n] for n in self.pool.nodes(PENDING))
+        scalable = pending + self.requestable_gpus()  # GPUs not up yet that may still come
         queued = {j.job_id: j for j in view.queued}
         free = free_after(view, Decision(preempt=decision.preempt, migrate=decision.migrate))
         capacity = view.topology.capacity

@@ -1,11 +1,13 @@
-"""The no-autoscaling reference: every node up from t = 0 and never removed (``max_nodes`` each,
-types in the spec's order, as far as ``max_workers`` allows)."""
+"""The no-autoscaling reference: every node up from t = 0 and never removed (each type's
+``min_nodes``, then ``max_nodes`` each, types in the spec's order, as far as ``max_workers``
+allows)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from deepshare.core.autoscaling.autoscaler import Autoscaler
+from deepshare.core.autoscaling.pool import UP
 from deepshare.core.types import Decision
 from deepshare.core.view import ClusterView
 
@@ -18,13 +20,20 @@ class FixedCluster(Autoscaler):
 
     def attach(self, sim: "Simulator") -> None:
         self._sim = sim
-        for node_type in self.spec.node_types:
-            for _ in range(self.pool.room(node_type)):  # counted once: room() walks the type's slots
-                inst = self.pool.request(node_type, 0.0)
-                inst.ready_s = 0.0
-                self.pool.mark_ready(inst.node)
-                sim.set_node_up(inst.node, True)
+        every = {name: t.min_nodes for name, t in self.spec.node_types.items()}  # min_nodes first: "always up"
+        for counts in (every, {name: None for name in self.spec.node_types}):
+            for node_type, wanted in counts.items():
+                for _ in range(self.pool.room(node_type) if wanted is None else wanted):  # room() counted once
+                    inst = self.pool.request(node_type, 0.0)
+                    inst.ready_s = 0.0
+                    self.pool.mark_ready(inst.node)
+                    sim.set_node_up(inst.node, True)
         self.on_change()
+
+    def most_gpus(self) -> int:
+        """Its nodes are all up from t = 0: what they hold."""
+        capacity = self.slots.topology.capacity
+        return sum(capacity[n] for n in self.pool.nodes(UP))
 
     def _removable(self, node: int) -> bool:
         return False

@@ -68,6 +68,10 @@ class NodePool:
             room = min(room, cap - len(self._current))  # the instances requested and not terminated
         return room
 
+    def count_current(self) -> int:
+        """Nodes requested and not terminated, over every type (what ``max_workers`` caps)."""
+        return len(self._current)
+
     def nodes(self, state: str) -> list[int]:
         return [n for n, s in enumerate(self.state) if s == state]
 

@@ -101,6 +101,21 @@ class Slots:
     type_of: tuple[str, ...]
 
 
+def most_gpus(spec: AutoscaleSpec) -> int:
+    """The most GPUs ``spec``'s nodes can hold up at once: every type's ``min_nodes``, then the
+    types with the most GPUs per node first, as far as ``max_nodes`` and ``max_workers`` allow (a
+    job asking more can never run)."""
+    types = list(spec.node_types.values())
+    total = sum(t.min_nodes * t.gpus for t in types)
+    left = None if spec.max_workers is None else spec.max_workers - sum(t.min_nodes for t in types)
+    for t in sorted(types, key=lambda t: -t.gpus):
+        more = t.max_nodes - t.min_nodes if left is None else min(t.max_nodes - t.min_nodes, left)
+        total += more * t.gpus
+        if left is not None:
+            left -= more
+    return total
+
+
 def build_slots(spec: AutoscaleSpec) -> Slots:
     """A topology with ``max_nodes`` nodes of every type, in the spec's type order."""
     cluster = ClusterSpec(
