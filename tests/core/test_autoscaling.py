@@ -429,3 +429,18 @@ def test_contention_aware_counts_only_the_nodes_max_workers_lets_it_add():
     plain = run(spec(n=(4, 1.0, 4, 4, 0.0)), jobs, "contention-aware", "las+spread", "profiled")
     capped = run(spec(max_workers=4, n=(4, 1.0, 4, 8, 0.0)), jobs, "contention-aware", "las+spread", "profiled")
     assert capped.metrics.avg_jct_s == pytest.approx(plain.metrics.avg_jct_s)
+
+
+@pytest.mark.parametrize("autoscaler", ["demand", "contention-aware"])
+def test_a_job_requiring_one_rack_gets_nodes_in_one_rack(autoscaler):
+    # 4 GPUs up in each of two racks: enough in all, too few in either; the job requires one rack,
+    # so a second node of rack r1 is requested (nothing was, and the run stalled at t=0)
+    from deepshare.core.fabric import TopologyRequest
+
+    s = AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": 30.0, "node_types": {
+        "a": dict(gpus=4, price_usd_per_hour=1.0, min_nodes=1, max_nodes=1, provisioning_s=60.0, rack="r0"),
+        "b": dict(gpus=4, price_usd_per_hour=1.0, min_nodes=1, max_nodes=2, provisioning_s=60.0, rack="r1")}})
+    jobs = [JobSpec("j1", MODEL, 8, submit_time=0.0, duration_s=100.0, topology=TopologyRequest(required_level="rack"))]
+    report = run(s, jobs, autoscaler, "fifo+topo-aware")
+    assert events(report)[:2] == [(0.0, "request", "b-1"), (60.0, "ready", "b-1")]
+    assert report.metrics.finished == 1

@@ -8,7 +8,8 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
   it did not launch is *unmet demand*. Demand is packed first onto the GPUs left free, then
   onto nodes already being provisioned; what is left is covered by new nodes of the type that
   covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
-  the lowest price per GPU. A node is *idle* while it runs nothing and no job is queued
+  the lowest price per GPU (a job that requires one rack counts that rack's GPUs alone, and the
+  rack that can come closest gets the nodes it lacks). A node is *idle* while it runs nothing and no job is queued
   (queued demand keeps nodes, as Ray keeps nodes that pending demand needs), or while it runs
   nothing and ``max_workers`` keeps the demand from its nodes (it then makes room); a node idle
   for ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes`` up or a job
@@ -176,7 +177,8 @@ class Autoscaler:
 
     # -- scaling -------------------------------------------------------------------------------
     def _scale_for(self, view: ClusterView, decision: Decision, vetoed: Sequence[JobView]) -> None:
-        free_left = sum(free_after(view, decision))
+        free_by_node = free_after(view, decision)
+        free_left = sum(free_by_node)
         spare_pending = sum(self.slots.topology.capacity[n] for n in self.pool.nodes(PENDING))
         launched = {launch.job_id for launch in decision.launch}
         held = {j.job_id for j in vetoed}
@@ -185,6 +187,9 @@ class Autoscaler:
         unmet += [j for j in view.running if j.job_id in preempted] if preempted else []
         self._capped = False
         for job in unmet:
+            if job.topology.required_level is not None:  # the GPUs must be in one rack: count that rack's alone
+                free_left -= self._scale_in_one_rack(job, free_by_node)
+                continue
             need = job.gpus
             if job.job_id not in held:  # a held-back job must not share the GPUs it was kept from
                 take = min(need, free_left)
@@ -198,18 +203,48 @@ class Autoscaler:
                 spare_pending += max(0, requested - need)  # a node's GPUs beyond the need
                 self._capped |= requested < need and self._worker_capped()
 
+    def _scale_in_one_rack(self, job: JobView, free: list[int]) -> int:
+        """Nodes for a job that requires one domain of the slots' one level (a rack): when no rack
+        holds its GPUs free or booting, the rack that can come closest (free, booting and still
+        requestable GPUs) gets the nodes it lacks; its free GPUs are then taken for the job (the
+        number returned)."""
+        capacity, type_of, types = self.slots.topology.capacity, self.slots.type_of, self.spec.node_types
+        booting = set(self.pool.nodes(PENDING))
+        racks: dict[str, list[int]] = {}
+        for name, t in types.items():
+            racks.setdefault(t.rack, [])
+        held = {rack: 0 for rack in racks}
+        for node, name in enumerate(type_of):
+            held[types[name].rack] += free[node] + (capacity[node] if node in booting else 0)
+        if max(held.values()) >= job.gpus:
+            rack = max(held, key=lambda r: held[r])
+        else:
+            reach = {r: held[r] + sum(min(t.max_nodes - self.pool.count(n), self.pool.room(n)) * t.gpus
+                                      for n, t in types.items() if t.rack == r) for r in racks}
+            rack = max(reach, key=lambda r: (reach[r] >= job.gpus, reach[r]))
+            requested = self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack])
+            self._capped |= requested < job.gpus - held[rack] and self._worker_capped()
+        left = job.gpus
+        for node, name in enumerate(type_of):  # the job's share of the rack's free GPUs is taken
+            if types[name].rack == rack and left > 0:
+                take = min(free[node], left)
+                free[node] -= take
+                left -= take
+        return job.gpus - left
+
     def _worker_capped(self) -> bool:
         """Whether ``max_workers``, not the types' ``max_nodes``, keeps more nodes from being requested."""
         cap = self.spec.max_workers
         return cap is not None and self.pool.count_current() >= cap and any(
             self.pool.count(name) < t.max_nodes for name, t in self.spec.node_types.items())
 
-    def _request(self, need: int) -> int:
-        """Request nodes for ``need`` GPUs (as far as max_nodes allow); the GPUs requested."""
+    def _request(self, need: int, types: Sequence[str] | None = None) -> int:
+        """Request nodes for ``need`` GPUs (as far as max_nodes allow), of ``types`` (default:
+        any); the GPUs requested."""
         sim = self._require_sim()
         requested = 0
         while need > 0:
-            options = [t for t in self.spec.node_types if self.pool.room(t) > 0]
+            options = [t for t in (self.spec.node_types if types is None else types) if self.pool.room(t) > 0]
             if not options:
                 break
 
