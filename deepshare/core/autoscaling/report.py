@@ -9,8 +9,8 @@ Definitions (all exact sums over node instances, no sampling):
 * **gpu_hours** = the same sum with GPUs instead of price; **busy_gpu_hours** = GPU-hours
   allocated to jobs; **idle_gpu_hours** = gpu_hours - busy_gpu_hours (boot time included);
 * **gpu_util** (replacing the simulator's, which divides by the largest possible cluster) =
-  busy_gpu_hours / gpu_hours; **scale_ups** = nodes requested after t = 0 (the min nodes
-  present at t = 0 are not counted); **scale_downs** = nodes terminated.
+  busy_gpu_hours / gpu_hours; **scale_ups** = nodes requested for demand (at t = 0 too; the
+  min nodes the cluster starts with are not counted); **scale_downs** = nodes terminated.
 """
 
 from __future__ import annotations
