@@ -444,3 +444,13 @@ def test_a_job_requiring_one_rack_gets_nodes_in_one_rack(autoscaler):
     report = run(s, jobs, autoscaler, "fifo+topo-aware")
     assert events(report)[:2] == [(0.0, "request", "b-1"), (60.0, "ready", "b-1")]
     assert report.metrics.finished == 1
+
+
+def test_useful_util_and_fragmentation_are_over_billed_gpu_hours_as_gpu_util_is():
+    # one 1-GPU node of two slots boots for 600 s, runs one 3,600-s job, then idles out after 50 s:
+    # billed 4,250 GPU-s, the job's 3,600 all useful; the simulator's own figure divided by both
+    # slots over the makespan (3,600 / (2 x 4,200) = 0.43)
+    report = run(spec(n=(1, 1.0, 0, 2, 600.0)), [job(1, 1, 3600.0)])
+    assert report.metrics.gpu_util == pytest.approx(3600 / 4250)
+    assert report.metrics.useful_util == pytest.approx(3600 / 4250)
+    assert report.metrics.fragmentation_share == 0.0

@@ -9,7 +9,7 @@ Definitions (all exact sums over node instances, no sampling):
 * **gpu_hours** = the same sum with GPUs instead of price; **busy_gpu_hours** = GPU-hours
   allocated to jobs; **idle_gpu_hours** = gpu_hours - busy_gpu_hours (boot time included);
 * **gpu_util** (replacing the simulator's, which divides by the largest possible cluster) =
-  busy_gpu_hours / gpu_hours; **scale_ups** = nodes requested for demand (at t = 0 too; the
+  busy_gpu_hours / gpu_hours, and **useful_util** and **fragmentation_share** over gpu_hours alike; **scale_ups** = nodes requested for demand (at t = 0 too; the
   min nodes the cluster starts with are not counted); **scale_downs** = nodes terminated.
 """
 
@@ -66,9 +66,11 @@ def build_autoscale_report(autoscaler: Autoscaler, metrics: MetricsReport) -> Au
     gpu_s = sum(i.gpus * i.billed_s(end) for i in instances)
     busy_s = sum(r.gpu_time_s for r in metrics.records)
     util = busy_s / gpu_s if gpu_s > 0 else 0.0
+    useful_s = metrics.useful_util * autoscaler.slots.topology.total_gpus * metrics.makespan_s  # the simulator's: over every slot
     return AutoscaleReport(
         autoscaler=autoscaler.name,
-        metrics=replace(metrics, gpu_util=util),
+        metrics=replace(metrics, gpu_util=util, useful_util=useful_s / gpu_s if gpu_s > 0 else 0.0,
+                        fragmentation_share=metrics.fragmentation_gpu_s / gpu_s if gpu_s > 0 else 0.0),
         end_s=end,
         cost_usd=cost,
         gpu_hours=gpu_s / 3600.0,
