@@ -158,6 +158,24 @@ def test_philly_other_skips(tmp_path: Path) -> None:
     assert "no run time" in skipped["instant"]
 
 
+def test_a_philly_job_still_running_is_skipped_and_gpus_come_from_complete_attempts(tmp_path: Path) -> None:
+    """The trace's README: a last attempt with a start and no end_time was still running when the
+    log was taken, so the job's run time is unknown (it loaded as a finished 10-s job with the
+    running attempt's 4 GPUs). An earlier incomplete attempt is a logging gap: passed over, its
+    GPUs too."""
+    def attempt(start, end, gpus):  # type: ignore[no-untyped-def]
+        return {"start_time": f"2017-10-07 01:{start}", "end_time": None if end is None else f"2017-10-07 01:{end}",
+                "detail": [{"ip": "m1", "gpus": [f"gpu{i}" for i in range(gpus)]}]}
+
+    jobs = [{"jobid": "running", "submitted_time": "2017-10-07 01:00:00",
+             "attempts": [attempt("00:10", "00:20", 1), attempt("00:30", None, 4)]},
+            {"jobid": "gap", "submitted_time": "2017-10-07 01:00:00",
+             "attempts": [attempt("00:10", None, 2), attempt("00:30", "01:30", 1)]}]
+    trace = load(write(tmp_path, "philly.json", json.dumps(jobs)))
+    assert [(j.job_id, j.gpus, j.duration_s) for j in trace.jobs] == [("gap", 1, 60.0)]
+    assert "still running when the log was taken (attempts[1]" in dict(trace.skipped)["running"]
+
+
 def test_canonical_fixture() -> None:
     trace = load(fixture("canonical.csv"))
     assert trace.format == "canonical"

@@ -46,7 +46,10 @@ _FEATURES = {"user": "user", "vc": "vc"}
 
 
 def _attempts(job: dict[str, Any], loc: str) -> tuple[int, float, int, str | None]:
-    """(max GPUs of one attempt, summed run seconds, complete attempts, why it can't run or None)."""
+    """(max GPUs of one complete attempt, summed run seconds, complete attempts, why it can't run
+    or None). A last attempt that started and has no end means the job was still running when the
+    log was taken (the trace's README): its run time is unknown, so the job cannot be replayed. An
+    earlier attempt without both times is a logging gap and is passed over."""
     attempts = job.get("attempts")
     if attempts is None:
         raise missing(loc, "attempts", "a list of attempts")
@@ -68,11 +71,13 @@ def _attempts(job: dict[str, Any], loc: str) -> tuple[int, float, int, str | Non
             if not isinstance(held, list):
                 raise bad(loc, f"{where}.detail[{k}].gpus", "a list of GPU names", held)
             total += len(held)
-        gpus = max(gpus, total)
         start = datetime_seconds(attempt.get("start_time"), loc, f"{where}.start_time", optional=True)
         end = datetime_seconds(attempt.get("end_time"), loc, f"{where}.end_time", optional=True)
+        if start is not None and end is None and i == len(attempts) - 1 and problem is None:
+            problem = f"still running when the log was taken ({where} has a start_time and no end_time)"
         if start is None or end is None:
             continue
+        gpus = max(gpus, total)
         if end < start and problem is None:
             problem = f"{where} ends before it starts"
         complete += 1
@@ -101,12 +106,12 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
         ids.add(job_id, loc, f"index {index}")
         submit = datetime_seconds(entry.get("submitted_time"), loc, "submitted_time")
         gpus, seconds, complete, problem = _attempts(entry, loc)
-        if complete == 0:
+        if problem is not None:
+            skipped.append((job_id, f"index {index}: {problem}"))
+        elif complete == 0:
             skipped.append((job_id, f"index {index}: never ran (no attempt with both a start and an end time)"))
         elif gpus == 0:
             skipped.append((job_id, f"index {index}: no GPU recorded in any attempt"))
-        elif problem is not None:
-            skipped.append((job_id, f"index {index}: {problem}"))
         elif seconds <= 0:
             skipped.append((job_id, f"index {index}: attempts add up to no run time"))
         else:
