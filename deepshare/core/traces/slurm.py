@@ -1,9 +1,10 @@
 """Loader for Slurm accounting records, as ``sacct`` prints them.
 
 Make the file on a Slurm cluster with (``-S``/``-E`` choose the period; sacct's default is
-since midnight)::
+since midnight; ``TZ=UTC``: sacct prints times in its local zone, and the loader reads times
+without a zone as UTC, so a local clock's daylight-saving jump would shift arrivals by an hour)::
 
-    sacct --parsable2 --allusers -S 2024-01-01 -E 2024-03-01 \\
+    TZ=UTC sacct --parsable2 --allusers -S 2024-01-01 -E 2024-03-01 \\
           --format=JobID,JobName,User,Submit,Start,End,Elapsed,Timelimit,AllocTRES,State > jobs.txt
 
 That is ``|``-separated text with a header line (``--parsable``, with a ``|`` at each line's
