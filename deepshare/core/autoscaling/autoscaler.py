@@ -199,9 +199,7 @@ class Autoscaler:
             spare_pending -= take
             need -= take
             if need > 0:
-                requested = self._request(need)
-                spare_pending += max(0, requested - need)  # a node's GPUs beyond the need
-                self._capped |= requested < need and self._worker_capped()
+                spare_pending += max(0, self._request(need) - need)  # a node's GPUs beyond the need
 
     def _scale_in_one_rack(self, job: JobView, free: list[int]) -> int:
         """Nodes for a job that requires one domain of the slots' one level (a rack): when no rack
@@ -210,20 +208,15 @@ class Autoscaler:
         number returned)."""
         capacity, type_of, types = self.slots.topology.capacity, self.slots.type_of, self.spec.node_types
         booting = set(self.pool.nodes(PENDING))
-        racks: dict[str, list[int]] = {}
-        for name, t in types.items():
-            racks.setdefault(t.rack, [])
-        held = {rack: 0 for rack in racks}
+        held = dict.fromkeys((t.rack for t in types.values()), 0)
         for node, name in enumerate(type_of):
             held[types[name].rack] += free[node] + (capacity[node] if node in booting else 0)
         if max(held.values()) >= job.gpus:
             rack = max(held, key=lambda r: held[r])
         else:
-            reach = {r: held[r] + sum(min(t.max_nodes - self.pool.count(n), self.pool.room(n)) * t.gpus
-                                      for n, t in types.items() if t.rack == r) for r in racks}
+            reach = {r: held[r] + sum(self.pool.room(n) * t.gpus for n, t in types.items() if t.rack == r) for r in held}
             rack = max(reach, key=lambda r: (reach[r] >= job.gpus, reach[r]))
-            requested = self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack])
-            self._capped |= requested < job.gpus - held[rack] and self._worker_capped()
+            self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack])
         left = job.gpus
         for node, name in enumerate(type_of):  # the job's share of the rack's free GPUs is taken
             if types[name].rack == rack and left > 0:
@@ -240,9 +233,10 @@ class Autoscaler:
 
     def _request(self, need: int, types: Sequence[str] | None = None) -> int:
         """Request nodes for ``need`` GPUs (as far as max_nodes allow), of ``types`` (default:
-        any); the GPUs requested."""
+        any); the GPUs requested. Falling short because ``max_workers`` is reached marks the
+        autoscaler capped (:attr:`_capped`)."""
         sim = self._require_sim()
-        requested = 0
+        requested, wanted = 0, need
         while need > 0:
             options = [t for t in (self.spec.node_types if types is None else types) if self.pool.room(t) > 0]
             if not options:
@@ -263,6 +257,7 @@ class Autoscaler:
                 self._timer(inst.ready_s, "ready", inst.node, keeps_alive=True)
                 need -= gpus
                 requested += gpus
+        self._capped |= requested < wanted and self._worker_capped()
         return requested
 
     # -- helpers -------------------------------------------------------------------------------
