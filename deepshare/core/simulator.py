@@ -651,13 +651,13 @@ class Simulator:
             job.preemptions += 1
             job.needs_restore = True
             self._enqueue(job, t)
-        moves = [(self._running[m.job_id], m.placement) for m in decision.migrate]
-        owed = {id(job): job.stall_until - t for job, _ in moves}  # restore time still owed (a move never shortens it)
-        for job, _ in moves:
+        moves = [(job, m.placement, job.stall_until - t)  # the restore time still owed: a move never shortens it
+                 for m in decision.migrate for job in (self._running[m.job_id],)]
+        for job, _, _ in moves:
             changed |= self._stop(job, t)
-        for job, placement in moves:
+        for job, placement, owed in moves:
             job.migrations += 1
-            changed |= self._start(job, placement, t, max(self.config.migrate_overhead_s, owed[id(job)]))
+            changed |= self._start(job, placement, t, max(self.config.migrate_overhead_s, owed))
         for launch in decision.launch:
             job = self._queue.pop(launch.job_id)
             gpus = job.spec.gpus
