@@ -5,11 +5,14 @@ The ``+backfill`` variants place queued jobs in their order, as the plain heuris
 the first job that does not fit now (the *head*). The head gets a **reservation**: the earliest
 time the running jobs' estimated completions free enough GPUs for it, and where (the placement
 its strategy, topology request included, would then give it). Completions are estimated from
-the view alone, never the truth: a running job ends ``remaining_s / ratio`` seconds from now
-(its remaining work as the information model lets a scheduler know it, at its current contention
-ratio). Every later job may start now only if it does not delay the reservation:
+the view alone, never the truth: a running job ends when its remaining work (``remaining_s``, in
+seconds at the reference throughput, as the information model lets a scheduler know it) is done
+at its placement's isolated throughput times its current contention ratio. A job launched earlier
+in the same decision counts at its isolated throughput. Every later job may start now only if it
+does not delay the reservation:
 
-* it is estimated to finish by the reservation's time (its ``remaining_s``), or
+* it is estimated to finish by the reservation's time (its remaining work at its placement's
+  throughput and the contention ratio the view predicts for it), or
 * the head still fits at the reservation's time with the job's GPUs taken as well.
 
 Only the head holds a reservation (EASY: aggressive backfilling, one reservation). A head the
@@ -48,16 +51,33 @@ def reservation(head: JobView, view: ClusterView, free: Sequence[int], place: Pl
     return None
 
 
-def estimated_left(job: JobView) -> float:
-    """Seconds until a running job ends, by what the view knows: its remaining work at its ratio."""
-    return job.remaining_s / job.ratio if job.ratio > 0 else float("inf")
+def seconds_at(view: ClusterView, job: JobView, placement: Placement, ratio: float) -> float:
+    """Seconds ``job``'s remaining work (reference-throughput seconds) takes at ``placement``
+    running at contention ratio ``ratio``: a gang split over more nodes than its reference runs slower."""
+    catalog = view.catalog
+    speed = catalog.throughput(job.model, job.gpus, placement.num_nodes) * ratio
+    if speed <= 0:
+        return float("inf")
+    return job.remaining_s * catalog.reference_throughput(job.model, job.gpus) / speed
+
+
+def estimated_left(view: ClusterView, job: JobView) -> float:
+    """Seconds until a running job ends, by what the view knows: its remaining work at its
+    placement's throughput and its current ratio."""
+    assert job.placement is not None
+    return seconds_at(view, job, job.placement, job.ratio)
+
+
+def launched_left(view: ClusterView, pending: Sequence[tuple[JobView, Placement]]) -> list[tuple[JobView, Placement, float]]:
+    """Jobs launched earlier in this decision, each with its seconds left at its isolated throughput."""
+    return [(j, p, seconds_at(view, j, p, 1.0)) for j, p in pending]
 
 
 def place_with_reservation(jobs: Sequence[JobView], free: list[int], view: ClusterView,
                            place: PlaceFn) -> tuple[Launch, ...]:
     """Place ``jobs`` (in order) on ``free`` (updated in place), the first that does not fit
     holding a reservation that every later launch must not delay (see the module doc)."""
-    running = [(j, j.placement, estimated_left(j)) for j in view.running if j.placement is not None]
+    running = [(j, j.placement, estimated_left(view, j)) for j in view.running if j.placement is not None]
     launches: list[Launch] = []
     pending: list[tuple[JobView, Placement]] = []
     held: Reservation | None = None
@@ -67,17 +87,18 @@ def place_with_reservation(jobs: Sequence[JobView], free: list[int], view: Clust
         if job.gpus > sum(free):
             if head is None:
                 head = job
-                held = reservation(job, view, free, place, [*running, *((j, p, j.remaining_s) for j, p in pending)])
+                held = reservation(job, view, free, place, [*running, *launched_left(view, pending)])
                 future = None if held is None else list(held.future_free)
             continue
         placement = place(job, free, view, pending)
         if placement is None:
             if head is None:
                 head = job
-                held = reservation(job, view, free, place, [*running, *((j, p, j.remaining_s) for j, p in pending)])
+                held = reservation(job, view, free, place, [*running, *launched_left(view, pending)])
                 future = None if held is None else list(held.future_free)
             continue
-        if held is not None and future is not None and head is not None and job.remaining_s > held.at:
+        if (held is not None and future is not None and head is not None
+                and seconds_at(view, job, placement, view.predict(job, placement, pending).ratio) > held.at):
             after = list(future)
             if not placement.fits(after):
                 continue

@@ -13,7 +13,7 @@ from deepshare.core.topology import uniform
 from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
-from deepshare.policies.backfill import estimated_left, reservation
+from deepshare.policies.backfill import estimated_left, launched_left, reservation
 from deepshare.policies.placement import PLACEMENTS
 
 TOPO = uniform(4, 4)  # 16 GPUs
@@ -76,11 +76,11 @@ def test_a_backfilled_job_never_delays_the_reservation(running_left, busy, queue
     if head is None:
         return
     strategy = PLACEMENTS[place][0]
-    before_running = [(j, j.placement, estimated_left(j)) for j in v.running]
+    before_running = [(j, j.placement, estimated_left(v, j)) for j in v.running]
     # The reservation as the head's turn saw it: the launches placed before it count as running.
     order = [j.job_id for j in sorted(v.queued, key=policy.order(v))]
-    earlier = [(j, launched[j.job_id], j.remaining_s) for j in v.queued
-               if j.job_id in launched and order.index(j.job_id) < order.index(head.job_id)]
+    earlier = launched_left(v, [(j, launched[j.job_id]) for j in v.queued
+                                if j.job_id in launched and order.index(j.job_id) < order.index(head.job_id)])
     free_then = list(v.free)
     for _, p, _ in earlier:
         p.take(free_then)
@@ -91,5 +91,34 @@ def test_a_backfilled_job_never_delays_the_reservation(running_left, busy, queue
     for p in launched.values():
         p.take(free_after)
     after = reservation(head, v, free_after, strategy,
-                        [*before_running, *((j, launched[j.job_id], j.remaining_s) for j in v.queued if j.job_id in launched)])
+                        [*before_running, *launched_left(v, [(j, launched[j.job_id]) for j in v.queued if j.job_id in launched])])
     assert after is not None and after.at <= before.at
+
+
+def test_a_gang_split_over_more_nodes_than_its_reference_is_timed_at_its_own_speed():
+    """A backfilled gang's remaining work is reference-throughput seconds: an 8-GPU gang over two
+    4-GPU nodes runs slower than that, so its 900 s of work takes longer than the head's wait of
+    1000 s and must not be backfilled (it was, and the head started at 1072.6 instead of 1000).
+    Under ``exact`` with no contention the estimates are the truth, so the head starts on time."""
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.types import JobSpec
+
+    topology = uniform(3, 4)
+    jobs = [JobSpec("a", "GraphSage", 4, 0.0, duration_s=1000.0), JobSpec("head", "GraphSage", 12, 1.0, duration_s=100.0),
+            JobSpec("s", "GraphSage", 8, 2.0, duration_s=900.0)]
+    assert CATALOG.throughput("GraphSage", 8, 2) < CATALOG.reference_throughput("GraphSage", 8)
+    report = Simulator(topology, jobs, make_contention("none")).run(make_policy("fifo+consolidated+backfill"))
+    runs = {r.job_id: (r.first_start_s, r.finish_s) for r in report.records}
+    assert runs["head"][0] == 1000.0 and runs["s"][0] == runs["head"][1]  # s waits for the head
+
+
+def test_a_running_gang_ends_by_its_own_speed_in_the_reservation():
+    """A running 8-GPU gang over two 4-GPU nodes with 100 s of reference work left ends later
+    than 100 s from now: the reservation says when, from the view alone."""
+    a = KnownJob("a", "GraphSage", 8, 0.0, 100.0, placement=Placement(((0, 4), (1, 4))), estimate_s=100.0)
+    v = view([queued("head", 16, 600.0, 1.0)], [a])
+    slow = CATALOG.reference_throughput("GraphSage", 8) / CATALOG.throughput("GraphSage", 8, 2)
+    assert slow > 1.0
+    held = reservation(v.queued[0], v, list(v.free), PLACEMENTS["consolidated"][0],
+                       [(j, j.placement, estimated_left(v, j)) for j in v.running])
+    assert held is not None and held.at == 100.0 * slow
