@@ -10,6 +10,9 @@ of Kueue, KAI and Volcano ask for preemption that frees a whole rack or NVLink d
   there are the candidates (the order's priorities are respected: never a job ranked above it);
 * victims are taken lowest-ranked first until the domain's free GPUs plus theirs there hold the
   gang, then any victim the others make unnecessary is dropped (largest first);
+* the gang is placed inside that domain (its placement strategy on the domain's free GPUs and
+  the victims' GPUs there, never elsewhere): every victim is then one it needs, since without
+  any one of them the domain would not hold it;
 * the cost of a plan, in GPU-seconds, is what its victims lose: all their GPUs (inside the
   domain or not) x the restore time a preempted job pays (``restore_s``, the simulator's
   ``preempt_overhead_s``); a preempted job loses no attained service, it checkpoints when
@@ -60,8 +63,8 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
     """The cheapest way to free one domain of ``gang``'s required level for it (see the module
     doc), or None. ``candidates``: running jobs the gang outranks, lowest-ranked first; ``free``:
     the free GPUs now; ``place(free_after, view_after)``: the gang's placement on those free GPUs
-    (``view_after`` predicts without the victims), or None; ``gone``: running jobs this decision
-    stops already; ``pending``: its launches so far."""
+    (the domain's: every other node's are 0; ``view_after`` predicts without the victims), or
+    None; ``gone``: running jobs this decision stops already; ``pending``: its launches so far."""
     request = gang.topology
     if request.required_level is None:
         return None
@@ -90,10 +93,9 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
                 chosen.remove((job, there))
                 have -= there
         victims = tuple(job for job, _ in chosen)
-        after = list(free)
+        after = [free[n] if n in inside else 0 for n in range(len(free))]  # the gang goes in this domain
         for job in victims:
-            for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
-                after[node] += gpus
+            release_inside(job, inside, after)
         if next(candidate_domains(fabric, after, gang.gpus, level, request), None) is None:
             continue
         restore = sum(job.gpus for job in victims) * restore_s
@@ -110,6 +112,13 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
         if best is None or (cost, len(victims), domain_index) < (best.cost, len(best.victims), best.domain):
             best = option
     return best
+
+
+def release_inside(job: JobView, inside: set[int], free: list[int]) -> None:
+    """Add ``job``'s GPUs on the nodes of ``inside`` to ``free`` (its GPUs elsewhere the gang cannot use)."""
+    for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
+        if node in inside:
+            free[node] += gpus
 
 
 def contention_s(gang: JobView, placement: Placement, view: ClusterView, pending: Pending) -> float:

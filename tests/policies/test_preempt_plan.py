@@ -1,0 +1,110 @@
+"""Topology-aware preemption stops only what the gang takes: the gang goes inside the domain its
+plan frees, so no victim's GPUs are left unused."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fabric_cases import TINY_CLOS
+
+from deepshare.core.contention import make_contention
+from deepshare.core.fabric import TopologyRequest
+from deepshare.core.feasibility import check_view_decision
+from deepshare.core.snapshot import KnownJob, build_view
+from deepshare.core.topology import parse_topology
+from deepshare.core.types import Placement
+from deepshare.core.workloads import default_catalog
+from deepshare.policies import make_policy
+
+TWO_LEAVES_OF_EIGHTS = parse_topology("""
+name: two-leaves-of-eights
+node_types:
+  g: {gpus: 8, fabric: nvlink, nvlink_gbps: 7200, nic_gbps: 400}
+levels:
+  - {name: leaf}
+  - {name: spine}
+nodes:
+  - {type: g, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
+  - {type: g, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
+""")
+"""Two leaves (nodes 0, 1 | 2, 3) of two 8-GPU nodes."""
+CATALOG = default_catalog()
+POLICIES = ["srsf+topo-bestfit+preempt", "srsf+consolidated+preempt", "srsf+topo-balanced+preempt", "srsf+topo-aware+preempt"]
+
+
+def running(name: str, alloc: tuple[tuple[int, int], ...], remaining_s: float) -> KnownJob:
+    return KnownJob(name, "FSDP", sum(g for _, g in alloc), 0.0, remaining_s, placement=Placement(alloc), last_run_s=100.0)
+
+
+def gang(gpus: int, level: str) -> KnownJob:
+    return KnownJob("gang", "FSDP", gpus, 0.0, 500.0, topology=TopologyRequest(required_level=level))
+
+
+def view_of(topology, jobs: list[KnownJob], queued: KnownJob):
+    free = list(topology.capacity)
+    for job in jobs:
+        job.placement.take(free)
+    return build_view(topology, CATALOG, make_contention("profiled"), 0.0, free, [queued], jobs)
+
+
+def unneeded_victims(view, decision) -> list[str]:
+    """The stopped jobs the gang's placement would still fit without stopping."""
+    if not decision.preempt:
+        return []
+    (launch,) = [l for l in decision.launch if l.job_id == "gang"]
+    by_id = {j.job_id: j for j in view.running}
+    spare = []
+    for victim in decision.preempt:
+        free = list(view.free)
+        for other in decision.preempt:
+            if other != victim:
+                by_id[other].placement.release(free)
+        if launch.placement.fits(free):
+            spare.append(victim)
+    return spare
+
+
+def test_the_gang_goes_in_the_domain_its_plan_frees():
+    """Leaf l0 holds 7 free GPUs on node 0; r1 (4 on node 1) and r2 (4 on node 1, 4 on node 3)
+    are outranked. Freeing l0 for a 12-GPU gang takes both. The balanced placement used to place
+    the gang over the whole cluster after the plan, on leaf l1 (node 2's 8 and r2's 4 on node 3),
+    so r1 was stopped for nothing."""
+    jobs = [running("r0", ((3, 4),), 1e5), running("r1", ((1, 4),), 1e5), running("r2", ((1, 4), (3, 4)), 1e4),
+            running("r3", ((0, 1),), 1000.0)]
+    v = view_of(TWO_LEAVES_OF_EIGHTS, jobs, gang(12, "leaf"))
+    decision = make_policy("srsf+topo-balanced+preempt").decide(v)
+    check_view_decision(decision, v)
+    assert unneeded_victims(v, decision) == []
+    assert decision.preempt == ("r1", "r2")
+    assert {n for n in decision.launch[0].placement.nodes} == {0, 1}  # leaf l0, the domain freed
+
+
+@st.composite
+def cluster_states(draw):
+    topology = draw(st.sampled_from([TWO_LEAVES_OF_EIGHTS, TINY_CLOS]))
+    free = list(topology.capacity)
+    jobs = []
+    for k in range(draw(st.integers(1, 10))):
+        nodes = [n for n in range(len(free)) if free[n] > 0]
+        if not nodes:
+            break
+        alloc = []
+        for node in draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=2, unique=True)):
+            alloc.append((node, draw(st.integers(1, free[node]))))
+        alloc.sort()
+        placement = Placement(tuple(alloc))
+        placement.take(free)
+        jobs.append(running(f"r{k}", placement.alloc, draw(st.sampled_from([100.0, 1000.0, 1e4, 1e5]))))
+    level = draw(st.sampled_from([level.name for level in topology.fabric.levels]))
+    return topology, jobs, gang(draw(st.sampled_from([4, 8, 12, 16])), level)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(state=cluster_states(), policy=st.sampled_from(POLICIES))
+def test_no_job_is_stopped_for_gpus_the_gang_does_not_take(state, policy):
+    topology, jobs, queued = state
+    v = view_of(topology, jobs, queued)
+    decision = make_policy(policy).decide(v)
+    check_view_decision(decision, v)
+    assert unneeded_victims(v, decision) == []
