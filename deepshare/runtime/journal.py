@@ -160,16 +160,31 @@ def _alloc_json(alloc: NodeAlloc | None) -> str | None:
     return None if alloc is None else json.dumps([[n, g] for n, g in alloc])
 
 
+MAX_NODE_GPUS = 4096
+"""The most GPUs one node of a stored placement may hold (a job's own limit)."""
+
+
 def _alloc(text: str | None) -> NodeAlloc | None:
     """A stored placement; a row edited to hold anything else is a ValueError or TypeError, which
-    every reader treats as an unreadable row (a list nested thousands deep was a RecursionError)."""
+    every reader treats as an unreadable row (a list nested thousands deep was a RecursionError,
+    an infinite GPU count an OverflowError that no reader caught)."""
     if text is None:
         return None
+    if not isinstance(text, str):
+        raise TypeError(f"placement is {type(text).__name__}, not JSON text")
     try:
         doc = json.loads(text)
     except RecursionError:
         raise ValueError("placement: JSON nested too deeply") from None
-    return tuple((str(n), int(g)) for n, g in doc)
+    if not isinstance(doc, list):
+        raise ValueError("placement: not a list of [node, GPUs] pairs")
+    alloc = []
+    for pair in doc:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int
+                and 0 < pair[1] <= MAX_NODE_GPUS):
+            raise ValueError(f"placement: {str(pair)[:60]} is not a [node name, GPUs from 1 to {MAX_NODE_GPUS}] pair")
+        alloc.append((pair[0], pair[1]))
+    return tuple(alloc)
 
 
 class Journal:
@@ -216,9 +231,6 @@ class Journal:
             self._db.close()
             raise DeepShareError(f"--state {state_dir}: cannot bring {path} up to this version's schema ({exc}); "
                                  "try again when no other process is writing it") from None
-        self.orphans: list[tuple[str, int, int]] = []
-        """``(job id, attempt, GPUs)`` of quarantined rows that said RUNNING: runs the control loop
-        removes from the cluster (:meth:`take_orphans`)."""
 
     def _create(self, path: Path) -> None:
         """A new journal, schema and epoch written under a temporary name, then renamed into place."""
@@ -280,7 +292,12 @@ class Journal:
 
         now = self.now()
         with self._tx() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            # Integers only (SQLite sorts text and blobs above them: an edited row's text seq made
+            # the next one 1, then every later one a duplicate); the index is read from its top.
+            top = db.execute("SELECT seq FROM jobs WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1").fetchone()
+            seq = 1 if top is None else top[0] + 1
+            if seq > MAX_SEQ:
+                raise DeepShareError(f"the journal's job numbers are used up (the last is {top[0]})")
             job_id = f"{spec.name}-{seq}"
             db.execute(
                 "INSERT INTO jobs (id, seq, spec, state, submit_time, queued_since, queue) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -403,11 +420,32 @@ class Journal:
                 return JobState.RUNNING
             raise TransitionError(f"job {job_id!r} is already {state.value}")
 
-    def take_orphans(self) -> list[tuple[str, int, int]]:
-        """The runs of quarantined jobs still to be removed from the cluster (each returned once)."""
+    def orphans(self) -> list[tuple[str, int, int]]:
+        """``(job id, attempt, ranks)`` of the runs of quarantined jobs still to be removed from the
+        cluster. They are kept in the journal (a run whose ``end_reason`` says quarantined and has
+        no ``ended``) until :meth:`orphan_removed`, so a scheduler that dies before removing one
+        removes it after its restart. ``ranks``: the larger of what the run's placement and the
+        job's spec still say (a teardown asks that many ranks to stop; asking more is harmless)."""
         with self._lock:
-            taken, self.orphans = self.orphans, []
-        return taken
+            rows = self._db.execute(
+                "SELECT r.job_id, r.attempt, r.placement, j.spec FROM runs r JOIN jobs j ON j.id = r.job_id"
+                " WHERE r.ended IS NULL AND j.state = ? AND r.end_reason LIKE ? ORDER BY r.started",
+                (JobState.FAILED.value, QUARANTINED + "%")).fetchall()
+        out = []
+        for job_id, attempt, placement, spec in rows:
+            try:
+                held = sum(g for _, g in _alloc(placement) or ())
+            except (TypeError, ValueError):
+                held = 0
+            ranks = max(held, _placeholder_spec(str(job_id), spec).gpus)
+            out.append((str(job_id), _int(attempt), min(ranks, MAX_NODE_GPUS)))
+        return out
+
+    def orphan_removed(self, job_id: str, attempt: int) -> None:
+        """Record that the run ``attempt`` of quarantined job ``job_id`` is gone from the cluster."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET ended=? WHERE job_id=? AND attempt=? AND ended IS NULL",
+                       (self.now(), job_id, attempt))
 
     def launch_failures(self, job_id: str) -> tuple[int, float | None]:
         """Consecutive failed launches at the end of the job's ended runs (a run in progress is not
@@ -485,9 +523,23 @@ class Journal:
          attained, samples, step, thp, pred, cancel, error, finish, _queue) = row  # the queue is the spec's
         if not isinstance(spec, str):
             raise TypeError(f"spec is {type(spec).__name__}, not JSON text")
+        parsed, state = LiveJobSpec.model_validate_json(spec), JobState(state)
+        _whole("seq", seq, 1, MAX_SEQ)
+        _whole("attempt", attempt, 0)
+        _whole("preemptions", preemptions, 0)
+        for name, value in (("submit_time", submit), ("queued_since", queued_since), ("last_run_s", last_run_s),
+                            ("attained_gpu_s", attained), ("run_started", run_started), ("finish_time", finish)):
+            if value is not None or name not in ("run_started", "finish_time"):
+                _real(name, value, nonnegative=name in ("last_run_s", "attained_gpu_s"))
+        alloc = _alloc(placement)
+        if state is JobState.RUNNING:
+            if attempt < 1:
+                raise ValueError(f"attempt: {attempt} for a running job (its runs count from 1)")
+            if not alloc or sum(g for _, g in alloc) != parsed.gpus:
+                raise ValueError(f"placement: {placement!s:.60} does not hold the running job's {parsed.gpus} GPUs")
         return JobRecord(
-            job_id=job_id, seq=seq, spec=LiveJobSpec.model_validate_json(spec), state=JobState(state),
-            submit_time=submit, attempt=attempt, preemptions=preemptions, placement=_alloc(placement),
+            job_id=job_id, seq=seq, spec=parsed, state=state,
+            submit_time=submit, attempt=attempt, preemptions=preemptions, placement=alloc,
             run_started=run_started, queued_since=queued_since, last_run_s=last_run_s, attained_gpu_s=attained,
             samples=_finite(samples), step=_step(step), throughput=_finite(thp), predicted_throughput=_finite(pred),
             cancel_requested=bool(cancel),
@@ -497,8 +549,9 @@ class Journal:
     def _quarantine(self, row: tuple, exc: Exception) -> JobRecord:
         """Mark an unreadable job row FAILED (once, with a transition) and return a placeholder record.
 
-        A row that said RUNNING may have a run on the cluster: it is added to :attr:`orphans` for
-        the control loop to remove (its run in ``runs`` is ended with the same reason).
+        A row that said RUNNING may have a run on the cluster: its open run in ``runs`` gets the
+        same reason and stays open until the control loop has removed it (:meth:`orphans`); any
+        other open run is ended with that reason.
         """
         job_id, seq, raw_spec = row[0], row[1], row[2]
         what = str(exc).strip().splitlines()
@@ -513,21 +566,20 @@ class Journal:
                 log.error("job %s: %s", job_id, reason)
                 db.execute("UPDATE jobs SET state=?, error=?, placement=NULL, run_started=NULL, cancel_requested=0,"
                            " finish_time=? WHERE id=?", (JobState.FAILED.value, reason, now, job_id))
+                running = state == JobState.RUNNING.value
                 db.execute("UPDATE runs SET ended=?, end_reason=? WHERE job_id=? AND ended IS NULL",
-                           (now, reason, job_id))
+                           (None if running else now, reason, job_id))
                 old = state if state in {s.value for s in JobState} else None
                 db.execute("INSERT INTO transitions (job_id, from_state, to_state, at, reason, attempt, placement)"
                            " VALUES (?,?,?,?,?,?,NULL)",
                            (job_id, old, JobState.FAILED.value, now, reason, _int(row[5])))
-                if state == JobState.RUNNING.value and _int(row[5]) > 0:
-                    self.orphans.append((str(job_id), _int(row[5]), spec.gpus))
                 error, finish = reason, now
-        finish = _num(finish)
-        return JobRecord(
+        finish = _finite(finish)
+        return JobRecord(  # what is still readable, finite (an answer with an infinity is no JSON)
             job_id=str(job_id), seq=_int(seq), spec=spec, state=JobState.FAILED,
-            submit_time=_num(row[4]) or 0.0, attempt=_int(row[5]), preemptions=_int(row[6]), placement=None,
-            run_started=None, queued_since=_num(row[9]) or 0.0, last_run_s=_num(row[10]) or 0.0,
-            attained_gpu_s=_num(row[11]) or 0.0, samples=None, step=None, throughput=None, predicted_throughput=None,
+            submit_time=_finite(row[4]) or 0.0, attempt=_int(row[5]), preemptions=_int(row[6]), placement=None,
+            run_started=None, queued_since=_finite(row[9]) or 0.0, last_run_s=_finite(row[10]) or 0.0,
+            attained_gpu_s=_finite(row[11]) or 0.0, samples=None, step=None, throughput=None, predicted_throughput=None,
             cancel_requested=False, error=error, finish_time=finish,
         )
 
@@ -709,13 +761,44 @@ def _check_is_journal(path: Path, state_dir: str | Path) -> None:
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone() if "meta" in tables else None
+            # SQLite keeps no page checksums: a damaged page of the jobs table let the scheduler
+            # start and then failed every tick. quick_check reads every page once.
+            try:
+                damage = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+            except sqlite3.DatabaseError as exc:
+                damage = [str(exc)]
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
         raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); {moved}") from None
+    if damage != ["ok"]:
+        raise DeepShareError(f"--state {state_dir}: {path} is damaged ({'; '.join(damage)[:200]}); restore it from "
+                             f"a backup, or {moved}")
     if not TABLES <= tables or epoch is None:
         missing = ", ".join(sorted(TABLES - tables)) or "meta.epoch"
         raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); {moved}")
+
+
+MAX_COUNT = 2**62
+"""The largest attempt or preemption count a readable row may hold."""
+MAX_SEQ = 2**63 - 1
+"""The largest job number (SQLite's largest integer)."""
+
+
+def _whole(name: str, value: Any, least: int, most: int = MAX_COUNT) -> None:
+    """A row's integer column, or a ValueError naming it (a text seq broke every later submission;
+    a huge attempt, the next launch)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ValueError(f"{name}: {str(value)[:40]!r} is not a whole number from {least} to {most}")
+
+
+def _real(name: str, value: Any, *, nonnegative: bool = False) -> None:
+    """A row's time or GPU-seconds column, or a ValueError naming it: a finite number (>= 0 where
+    ``nonnegative``)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (nonnegative and value < 0)):
+        kind = "a finite number of 0 or more" if nonnegative else "a finite number"
+        raise ValueError(f"{name}: {str(value)[:40]!r} is not {kind}")
 
 
 def _num(value: Any) -> float | None:

@@ -205,9 +205,10 @@ class ControlLoop:
     # -- one tick ------------------------------------------------------------------------------
     def tick(self) -> TickReport:
         cluster = self.cluster_fn()
-        for job_id, attempt, gpus in self.journal.take_orphans():  # runs of quarantined journal rows
+        for job_id, attempt, ranks in self.journal.orphans():  # runs of quarantined journal rows
             log.warning("removing run %d of quarantined job %s from the cluster", attempt, job_id)
-            self.launcher.teardown(job_id, attempt, gpus)
+            self.launcher.teardown(job_id, attempt, ranks)
+            self.journal.orphan_removed(job_id, attempt)
         ended = self._reap(cluster)
         running = self.journal.jobs(JobState.RUNNING)
         queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)
@@ -695,6 +696,9 @@ class ControlLoop:
                 attempt = self.journal.start_run(job_id, alloc, predicted)  # journalled before anything exists
             except TransitionError as exc:  # cancelled since the view was built: nothing to start
                 log.info("not launching: %s", exc)
+                continue
+            except DATA_ERRORS as exc:  # its row was edited since it was read: the next read quarantines it
+                log.error("not launching %s: its journal row cannot be read (%s)", job_id, exc)
                 continue
             pending.append((jv, placement))
             starts.append((self.journal.get(job_id), attempt, alloc))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime import service
 from deepshare.runtime.journal import JobState, Journal, TransitionError
 from deepshare.runtime.models import job_detail, job_out
@@ -74,6 +75,30 @@ def test_garbage_journal_is_refused(tmp_path, capsys, no_ray, content):
     assert main(start(state)) == 2
     assert "journal.sqlite is not a journal" in one_error_line(capsys)
     assert (state / "journal.sqlite").read_bytes() == content
+
+
+def test_a_damaged_page_is_refused_at_start(tmp_path, capsys, no_ray):
+    """SQLite keeps no page checksums: a journal with one overwritten page of its jobs table
+    started, and every tick then failed. It is refused at start, and left as it was."""
+    state = tmp_path / "s"
+    journal = Journal(state)
+    for i in range(200):
+        journal.submit(spec_from_json({**SPEC, "name": f"j{i}", "env": {"PAD": "x" * 300}}))
+    journal.close()
+    db = sqlite3.connect(state / "journal.sqlite")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    with open(state / "journal.sqlite", "r+b") as f:  # a page in the middle: the jobs table fills most of them
+        f.seek((pages // 2) * size)
+        f.write(b"\x0d" + b"\xff" * (size - 1))
+    damaged = (state / "journal.sqlite").read_bytes()
+    assert main(start(state)) == 2
+    line = one_error_line(capsys)
+    assert "journal.sqlite is damaged (" in line and line.endswith("restore it from a backup, or move it away to start "
+                                                                   "with a new journal")
+    assert (state / "journal.sqlite").read_bytes() == damaged
 
 
 def test_foreign_sqlite_file_is_refused(tmp_path, capsys, no_ray):
@@ -300,6 +325,24 @@ def test_non_loopback_host_warns_in_one_line(tmp_path, capsys, monkeypatch):
     ("state", "zombie", "'zombie' is not a valid JobState"),
     ("placement", "[[", "Expecting value"),
     ("placement", "[" * 100_000 + "]" * 100_000, "placement: JSON nested too deeply"),
+    ("placement", '[["node0", 1e999]]', "is not a [node name, GPUs from 1 to 4096] pair"),
+    ("placement", '[["node0", 2.0]]', "is not a [node name, GPUs from 1 to 4096] pair"),
+    ("placement", '[["node0", -3], ["node1", 5]]', "is not a [node name, GPUs from 1 to 4096] pair"),
+    ("placement", "[]", "does not hold the running job's 2 GPUs"),
+    ("placement", None, "does not hold the running job's 2 GPUs"),
+    ("placement", '{"node0": 2}', "placement: not a list"),
+    ("attempt", "abc", "attempt: 'abc' is not a whole number from 0"),
+    ("attempt", 1.5, "attempt: '1.5' is not a whole number"),
+    ("attempt", 2**63 - 1, "attempt: '9223372036854775807' is not a whole number"),
+    ("attempt", 0, "attempt: 0 for a running job"),
+    ("seq", "x", "seq: 'x' is not a whole number from 1"),
+    ("preemptions", "many", "preemptions: 'many' is not a whole number"),
+    ("run_started", "abc", "run_started: 'abc' is not a finite number"),
+    ("submit_time", float("inf"), "submit_time: 'inf' is not a finite number"),
+    ("queued_since", "soon", "queued_since: 'soon' is not a finite number"),
+    ("last_run_s", -5.0, "last_run_s: '-5.0' is not a finite number of 0 or more"),
+    ("attained_gpu_s", "lots", "attained_gpu_s: 'lots' is not a finite number"),
+    ("finish_time", "later", "finish_time: 'later' is not a finite number"),
 ])
 def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, why):
     journal = Journal(tmp_path / "s")
@@ -325,15 +368,21 @@ def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, wh
     with pytest.raises(TransitionError):
         journal.cancel(bad.job_id)
     (run,) = journal.runs(bad.job_id)
-    assert run.ended is not None and run.end_reason.startswith("quarantined")
+    assert run.end_reason.startswith("quarantined")
     if column == "state":  # 'zombie' is not running: nothing to remove from the cluster
-        assert journal.take_orphans() == []
-    else:  # it was running: the loop is told to remove its run (GPUs as far as the row still says)
-        assert journal.take_orphans() == [(bad.job_id, 1, 2 if column == "placement" else 1)]
-    assert journal.take_orphans() == []  # once
+        assert run.ended is not None and journal.orphans() == []
+    else:  # it was running: its run stays open, for the loop to remove (ranks as its run's placement says)
+        assert run.ended is None and journal.orphans() == [(bad.job_id, 1, 2)]
+        journal.close()
+        journal = Journal(tmp_path / "s")  # a scheduler that died before removing it still removes it
+        assert journal.orphans() == [(bad.job_id, 1, 2)]
+        journal.orphan_removed(bad.job_id, 1)
+        (run,) = journal.runs(bad.job_id)
+        assert run.ended is not None and journal.orphans() == []
     journal.close()
     reopened = Journal(tmp_path / "s")  # and after a restart
     assert reopened.get(bad.job_id).state is JobState.FAILED and reopened.get(good.job_id).state is JobState.QUEUED
+    assert reopened.orphans() == []
     reopened.close()
 
 
@@ -421,3 +470,34 @@ def test_the_decision_timeout_reaches_the_loop(tmp_path, monkeypatch):
     assert main(start(tmp_path / "a", "--decision-timeout", "7.5")) == 0
     assert main(start(tmp_path / "b")) == 0
     assert [loop.decision_timeout_s for loop in seen] == [7.5, DEFAULT_DECISION_TIMEOUT_S]
+
+
+@pytest.mark.parametrize("value", ["x", b"\x00", 1.5, 2**62])
+def test_submissions_go_on_after_an_edited_seq(tmp_path, value):
+    """A text seq sorted above every number: the next job got seq 1 and every later submission
+    failed on the unique seq."""
+    journal = Journal(tmp_path / "s")
+    first = journal.submit(spec_from_json({**SPEC, "name": "a"}))
+    journal.submit(spec_from_json({**SPEC, "name": "b"}))
+    other = sqlite3.connect(tmp_path / "s" / "journal.sqlite")
+    other.execute("UPDATE jobs SET seq=? WHERE id=?", (value, first.job_id))
+    other.commit()
+    other.close()
+    later = [journal.submit(spec_from_json({**SPEC, "name": f"c{i}"})) for i in range(3)]
+    seqs = [job.seq for job in later]
+    assert len(set(seqs)) == 3 and seqs == sorted(seqs) and all(s > 2 for s in seqs)
+    assert [j.state for j in later] == [JobState.QUEUED] * 3
+    journal.close()
+
+
+def test_a_seq_edited_to_the_largest_integer_is_one_line(tmp_path):
+    journal = Journal(tmp_path / "s")
+    first = journal.submit(spec_from_json({**SPEC, "name": "a"}))
+    other = sqlite3.connect(tmp_path / "s" / "journal.sqlite")
+    other.execute("UPDATE jobs SET seq=? WHERE id=?", (2**63 - 1, first.job_id))
+    other.commit()
+    other.close()
+    with pytest.raises(DeepShareError, match=r"job numbers are used up \(the last is 9223372036854775807\)"):
+        journal.submit(spec_from_json({**SPEC, "name": "b"}))
+    assert [j.job_id for j in journal.jobs()] == [first.job_id]
+    journal.close()

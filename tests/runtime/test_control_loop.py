@@ -284,6 +284,33 @@ def test_recovery_reattaches_live_runs_and_requeues_lost_ones(tmp_path):
     assert rig.loop.tick().ended == ((a, "finished"),) and rig.state(c) is JobState.RUNNING
 
 
+def test_a_quarantined_run_is_removed_after_a_restart(tmp_path):
+    """A running job's row is quarantined by a read (the API's), and the scheduler dies before its
+    next tick: the run to remove was kept in memory only, so it held its GPUs for good while
+    every launch onto them failed. The journal keeps it until the loop has removed it."""
+    import sqlite3
+
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), nodes={"node0": 2})
+    bad = rig.submit("bad", 2)
+    rig.loop.tick()
+    db = sqlite3.connect(rig.state_dir / "journal.sqlite")
+    db.execute("UPDATE jobs SET spec='{not json' WHERE id=?", (bad,))
+    db.commit()
+    db.close()
+    assert rig.state(bad) is JobState.FAILED  # GET /v1/jobs/ID quarantines it
+    rig.journal.close()  # the scheduler dies before its next tick
+
+    rig.journal = Journal(rig.state_dir, clock=rig.clock)
+    rig.loop = rig.make_loop()
+    assert rig.loop.recover() == ([], [])
+    good = rig.submit("good", 2)
+    assert rig.loop.tick().launched == (good,)
+    assert rig.fake.teardowns == [(bad, 1)] and rig.fake.live() == {(good, 1)}
+    assert rig.journal.orphans() == [] and rig.journal.runs(bad)[0].ended is not None
+    rig.loop.tick()
+    assert rig.fake.teardowns == [(bad, 1)]  # removed once
+
+
 def test_scripted_decisions_are_applied_exactly(tmp_path):
     policy = Scripted(
         Decision(launch=(Launch("a-1", Placement.of({0: 1, 1: 1})), Launch("b-2", Placement.of({0: 1})))),
