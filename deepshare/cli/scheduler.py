@@ -142,6 +142,11 @@ def _client(args: argparse.Namespace) -> Any:
             raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
         if not isinstance(url, str):
             raise DeepShareError(f"--state {args.state}: {info} has no URL")
+        from deepshare.runtime.statelock import scheduler_running
+
+        if not scheduler_running(args.state):  # the token must not go to whoever took the port since
+            raise DeepShareError(f"--state {args.state}: no scheduler is running on this state folder "
+                                 f"({info} is from one that has stopped); start it, or give --url")
         origin = f"{url} (the URL in {info}, written when the scheduler last started)"
     return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
 

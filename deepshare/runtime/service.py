@@ -282,8 +282,10 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
         if reattached or requeued:
             announce(f"recovered: re-attached {reattached or 'none'}, requeued {requeued or 'none'}")
         # Written last: whoever waits for this file (a test, a supervisor) finds the lines above printed.
-        write_text_atomic(Path(config.state_dir) / "scheduler.json",
-                          json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n", "scheduler info")
+        info = Path(config.state_dir) / "scheduler.json"
+        write_text_atomic(info, json.dumps({"url": url, "pid": os.getpid(), "ray_address": address}) + "\n",
+                          "scheduler info")
+        cleanup.callback(info.unlink, missing_ok=True)  # its URL is no one's once the port is closed
         try:
             loop.run(stop)
         finally:

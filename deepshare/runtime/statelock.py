@@ -10,6 +10,7 @@ cleaning up what looks like a stale lock), and a second scheduler would then loc
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -44,7 +45,11 @@ class StateLock:
             raise DeepShareError(f"--state {self.path.parent}: cannot make the lock file private ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
+            if not _held(exc):  # the filesystem cannot lock (ENOLCK on some network mounts): say so
+                fh.close()
+                raise DeepShareError(f"--state {self.path.parent}: cannot lock {self.path} "
+                                     f"({exc.strerror or exc}); use a local folder") from None
             fh.seek(0)
             holder = fh.read().strip() or "?"
             fh.close()
@@ -58,9 +63,12 @@ class StateLock:
             raise DeepShareError(f"--state {self.path.parent}: cannot open the state folder ({exc.strerror or exc})") from None
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             os.close(folder)
             fh.close()
+            if not _held(exc):
+                raise DeepShareError(f"--state {self.path.parent}: cannot lock the state folder "
+                                     f"({exc.strerror or exc}); use a local folder") from None
             raise DeepShareError(f"--state {self.path.parent}: another scheduler is using this state folder "
                                  "(its scheduler.lock was removed while it ran)") from None
         fh.seek(0)
@@ -76,3 +84,28 @@ class StateLock:
             self._fh.close()
             self._fh = None
             os.close(self._folder)  # drops the folder's lock
+
+
+def _held(exc: OSError) -> bool:
+    """Whether a failed non-blocking ``flock`` failed because another process holds the lock."""
+    return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+
+
+def scheduler_running(state_dir: str | os.PathLike[str]) -> bool:
+    """Whether a scheduler holds ``state_dir`` now (its folder lock, which it keeps while it runs
+    and the kernel drops when it dies). A client checks this before it sends its token to the URL
+    in ``scheduler.json``: after the scheduler stopped, whoever binds that port next would get it.
+    True when the folder cannot be checked (the request then goes as it did before the check)."""
+    try:
+        folder = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(folder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(folder, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(folder)

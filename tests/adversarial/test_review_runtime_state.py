@@ -134,7 +134,13 @@ def test_a_client_refuses_a_scheduler_json_in_a_folder_others_can_write(tmp_path
     with pytest.raises(DeepShareError, match=r"is writable by other users \(mode 0777\).*chmod go-w"):
         _client(args)
     os.chmod(state, 0o700)
-    assert _client(args) is not None
+    from deepshare.runtime.statelock import StateLock
+
+    lock = StateLock(state).acquire()  # a scheduler is running there
+    try:
+        assert _client(args) is not None
+    finally:
+        lock.release()
 
 
 def test_a_deeply_nested_fit_is_passed_over_not_a_traceback(tmp_path):

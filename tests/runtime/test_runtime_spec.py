@@ -122,16 +122,45 @@ def test_cli_malformed_scheduler_url_is_one_line_and_exit_2(capsys, url):
     assert "Traceback" not in err
 
 
-def test_cli_stopped_scheduler_found_through_state_names_its_file(tmp_path, capsys):
+def test_cli_scheduler_that_does_not_answer_through_state_names_its_file(tmp_path, capsys):
     """With --state (no --url), the error says where the URL came from, not a flag never given."""
+    from deepshare.runtime.statelock import StateLock
+
     (tmp_path / "scheduler.json").write_text('{"url": "http://127.0.0.1:9", "pid": 1}')
-    rc = main(["jobs", "--state", str(tmp_path), "--token", "t" * 12])
+    lock = StateLock(tmp_path).acquire()  # a scheduler holds the folder, and its port does not answer
+    try:
+        rc = main(["jobs", "--state", str(tmp_path), "--token", "t" * 12])
+    finally:
+        lock.release()
     err = capsys.readouterr().err
     info = tmp_path / "scheduler.json"
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith(f"deepshare: error: http://127.0.0.1:9 (the URL in {info}, written when the scheduler last started): "
                           "no scheduler answers (")
     assert "--url" not in err
+
+
+def test_cli_never_sends_its_token_to_the_url_of_a_stopped_scheduler(tmp_path, capsys):
+    """A scheduler.json left by a scheduler that stopped (killed, or an older version) names a port
+    anyone may bind since: the client sent its token there. With no scheduler holding the state
+    folder it refuses, before any connection."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    (tmp_path / "scheduler.json").write_text(f'{{"url": "http://127.0.0.1:{port}", "pid": 1}}')
+    try:
+        rc = main(["jobs", "--state", str(tmp_path), "--token", "t" * 12])
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing connected
+    finally:
+        listener.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == (f"deepshare: error: --state {tmp_path}: no scheduler is running on this state folder "
+                                       f"({tmp_path / 'scheduler.json'} is from one that has stopped); start it, or give --url")
 
 
 def test_scheduler_start_flag_errors(capsys):
