@@ -151,7 +151,38 @@ def topology_from_groups(name: str, groups: Iterable[Group], rack_uplink_gbps: f
                 node_name = f"{prefix}{k}"
             nodes.append(Node(index=len(nodes), name=node_name, rack=rack, node_type=type_name, **hardware,
                               domains=domains))
-    return Topology(name, tuple(nodes), rack_uplink_gbps, levels)
+    topology = Topology(name, tuple(nodes), rack_uplink_gbps, levels)
+    problem = nvlink_domain_problem(topology)
+    if problem is not None:
+        raise DeepShareError(problem)
+    return topology
+
+
+def nvlink_domain_problem(topology: Topology) -> str | None:
+    """Why ``topology`` cannot be simulated, when a node without NVLink (``fabric`` not
+    ``nvlink``, or ``nvlink_gbps`` 0) shares a domain of its NVLink level with other nodes: the
+    link model carries traffic between the nodes of such a domain over NVLink only, so that
+    node's inter-node traffic would cost nothing. None when there is no such node (a node alone
+    in its NVLink domain may lack NVLink: its traffic leaves over its NICs).
+
+    :class:`ClusterSpec` refuses such a spec with the group's field; this covers topologies built
+    from node groups in code (:func:`topology_from_groups`)."""
+    fabric = topology.fabric
+    level = fabric.nvlink_level
+    if level is None:
+        return None
+    for d in fabric.by_level[level]:
+        domain = fabric.domains[d]
+        if len(domain.nodes) < 2:
+            continue
+        for i in domain.nodes:
+            node = topology.nodes[i]
+            if node.fabric != "nvlink" or node.nvlink_gbps <= 0:
+                why = "fabric: pcie" if node.fabric != "nvlink" else "nvlink_gbps: 0"
+                return (f"node {node.name!r} (type {node.node_type!r}) has no NVLink ({why}) but is in NVLink domain "
+                        f"{domain.name!r} (level {fabric.levels[level].name!r}) with {len(domain.nodes) - 1} other "
+                        "node(s); give its type fabric: nvlink and nvlink_gbps > 0, or it an NVLink domain of its own")
+    return None
 
 
 NODES_PER_RACK = 32

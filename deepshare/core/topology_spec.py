@@ -137,7 +137,33 @@ class ClusterSpec(BaseModel):
         if total > MAX_NODES:
             raise ValueError(f"nodes: {total} nodes in all; expected at most {MAX_NODES}")
         _check_unique_names(self.nodes)
+        if self.levels and self.levels[0].nvlink:
+            _check_nvlink_domains(self.levels, self.nodes, self.node_types)
         return self
+
+
+def _check_nvlink_domains(levels: list[LevelSpec], groups: list[NodeGroupSpec],
+                          node_types: dict[str, NodeTypeSpec]) -> None:
+    """Every node that shares a domain of the NVLink level with another node has NVLink
+    (``fabric: nvlink`` and ``nvlink_gbps`` > 0): the link model sends traffic between the
+    nodes of one such domain over NVLink only, so a node without it would talk to its domain for
+    free. A node alone in its NVLink domain may lack NVLink (its traffic leaves over its NICs)."""
+    names = [level.name for level in levels]
+    held: dict[tuple[str, ...], int] = {}  # a domain's identity is its path: every level's name
+    for group in groups:
+        key = tuple((group.domains or {})[name] for name in names)
+        held[key] = held.get(key, 0) + group.count
+    for i, group in enumerate(groups):
+        hardware = node_types[group.type]
+        if hardware.fabric == "nvlink" and hardware.nvlink_gbps > 0:
+            continue
+        key = tuple((group.domains or {})[name] for name in names)
+        if held[key] > 1:
+            why = "fabric: pcie" if hardware.fabric != "nvlink" else "nvlink_gbps: 0"
+            raise ValueError(f"nodes[{i}]: node type {group.type!r} has no NVLink ({why}) but is in NVLink domain "
+                             f"{'/'.join(reversed(key))!r} (level {names[0]!r}) with {held[key] - 1} other node(s); "
+                             "give the type fabric: nvlink and nvlink_gbps > 0, or each such node an NVLink domain "
+                             "of its own")
 
 
 def _check_unique_names(groups: list[NodeGroupSpec]) -> None:

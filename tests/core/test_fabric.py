@@ -142,3 +142,50 @@ def test_fabric_spec_errors_name_the_field(body, fragments):
     assert message.startswith("f.yaml: ") and "\n" not in message
     for fragment in fragments:
         assert fragment in message, (fragment, message)
+
+
+NVL_SPEC = """\
+node_types:
+  g: {{gpus: 8, fabric: {fabric}, nvlink_gbps: {nvlink}, nic_gbps: 40}}
+  h: {{gpus: 8, fabric: nvlink, nvlink_gbps: 3600, nic_gbps: 40}}
+levels: [{{name: nvlink_domain, nvlink: true}}, {{name: leaf}}]
+nodes:
+  - {{type: h, count: 2, prefix: h, domains: {{nvlink_domain: nvl0, leaf: leaf0}}}}
+  - {{type: g, count: {count}, prefix: a, domains: {{nvlink_domain: {domain}, leaf: leaf0}}}}
+"""
+
+
+@pytest.mark.parametrize("fabric,nvlink,count,domain,why,others", [
+    ("pcie", 0, 2, "nvl1", "fabric: pcie", 1),     # two PCIe nodes in one NVLink domain
+    ("nvlink", 0, 2, "nvl1", "nvlink_gbps: 0", 1),  # NVLink nodes without NVLink bandwidth
+    ("pcie", 0, 1, "nvl0", "fabric: pcie", 2),     # one PCIe node among NVLink ones
+])
+def test_an_nvlink_domain_of_nodes_without_nvlink_is_refused(fabric, nvlink, count, domain, why, others):
+    """The link model carries the traffic between the nodes of one NVLink domain over NVLink only;
+    a node without NVLink there talked to its domain for free (a job's ratio 1.0 however crowded
+    its NICs). The spec is refused in one line naming the group, its type, the domain and the level."""
+    with pytest.raises(DeepShareError) as info:
+        parse_topology(NVL_SPEC.format(fabric=fabric, nvlink=nvlink, count=count, domain=domain), source="f.yaml")
+    message = str(info.value)
+    assert message.startswith("f.yaml: ") and "\n" not in message
+    assert (f"nodes[1]: node type 'g' has no NVLink ({why}) but is in NVLink domain 'leaf0/{domain}' "
+            f"(level 'nvlink_domain') with {others} other node(s)") in message, message
+
+
+def test_a_node_without_nvlink_alone_in_its_nvlink_domain_is_fine():
+    # alone in its domain it has no in-domain peer: its inter-node traffic leaves over its NICs
+    topo = parse_topology(NVL_SPEC.format(fabric="pcie", nvlink=0, count=1, domain="nvl1"))
+    assert [n.fabric for n in topo.nodes] == ["nvlink", "nvlink", "pcie"]
+
+
+def test_topologies_built_in_code_are_checked_too():
+    from deepshare.core.topology import NODE_TYPE_DEFAULTS, topology_from_groups
+
+    pcie = {**NODE_TYPE_DEFAULTS, "gpus": 4}
+    levels = (Level("nvlink_domain", nvlink=True), Level("leaf"))
+    with pytest.raises(DeepShareError, match=r"node 'a0' \(type 't'\) has no NVLink \(fabric: pcie\) but is in NVLink "
+                                             r"domain 'leaf0/nvl0' \(level 'nvlink_domain'\) with 1 other node"):
+        topology_from_groups("x", [("t", pcie, 2, "r", "a", ("nvl0", "leaf0"))], 0.0, levels)
+    alone = topology_from_groups("x", [("t", pcie, 1, "r", "a", ("nvl0", "leaf0")),
+                                       ("t", pcie, 1, "r", "b", ("nvl1", "leaf0"))], 0.0, levels)
+    assert alone.fabric.nvlink_level == 0
