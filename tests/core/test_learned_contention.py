@@ -101,6 +101,36 @@ def test_a_perturbed_profiled_world_raises_a_victims_ratios_to_its_factor():
     assert state.ratio("a") == pytest.approx(FSDP_PAIR ** 1.5)
 
 
+def test_a_perturbed_link_world_keeps_the_shipped_models_settings_and_scale():
+    """The world was rebuilt as a bare LinkState with the factors as its catalog's scale: it
+    dropped the shipped model's hardware_scaling=False (an H100 job ran at H100 speed, so its
+    communication weighed far more) and replaced a scale the shipped catalog had instead of
+    multiplying it."""
+    from dataclasses import replace
+
+    from deepshare.core.contention.link import LinkContention, default_link_catalog
+    from deepshare.core.topology import load_topology
+
+    def ratios(model, topology, placement):
+        state = model.new_state(topology, default_catalog())
+        state.add(RunningJob("a", "FSDP", placement.total_gpus, placement))
+        state.add(RunningJob("b", "FSDP", placement.total_gpus, placement))
+        return state.ratio("a"), state.ratio("b")
+
+    h100 = load_topology("h100-64")
+    eight = Placement(((0, 4), (1, 4)))
+    reference = LinkContention(hardware_scaling=False)
+    assert ratios(PerturbedContention(reference, 0.0), h100, eight) == ratios(reference, h100, eight)
+    assert ratios(reference, h100, eight) != ratios(LinkContention(), h100, eight)  # the flag matters here
+    links = default_link_catalog()
+    scaled = LinkContention(replace(links, scale={"FSDP": 2.0}))
+    world = PerturbedContention(scaled, 0.0, given=(("FSDP", 1.5),))
+    truth = LinkContention(replace(links, scale={"FSDP": 3.0}))
+    assert ratios(world, uniform(2, 8), TWO_BY_TWO) == ratios(truth, uniform(2, 8), TWO_BY_TWO)
+    assert ratios(truth, uniform(2, 8), TWO_BY_TWO) != ratios(LinkContention(replace(links, scale={"FSDP": 1.5})),
+                                                              uniform(2, 8), TWO_BY_TWO)
+
+
 def test_learned_converges_to_a_known_perturbation_tiny_case():
     # a and b (FSDP, 4 GPUs over 2 nodes) share both nodes: the shipped table says 0.64 each; the
     # world runs them at 0.64 ** 1.5. Noise-free reports every 60 s from t=60: by c's arrival at

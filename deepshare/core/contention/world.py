@@ -8,7 +8,9 @@ one (seeded, one uniform draw per model in sorted name order) and runs the simul
 * ``profiled``: each measured pairwise ratio of a victim of model ``m`` becomes ``ratio ** f_m``
   (the floor and the aggregation over co-runners stay as they are);
 * ``link``: every placement sensitivity of model ``m`` (the factor on how much more than a fair
-  share it loses when sharing a link) is multiplied by ``f_m`` (:attr:`LinkCatalog.scale`).
+  share it loses when sharing a link) is multiplied by ``f_m`` (:attr:`LinkCatalog.scale`, on
+  top of any scale the shipped catalog has); the shipped model's other settings
+  (``hardware_scaling``) stay as they are.
 
 ``--true-params FILE`` (``link`` only) runs the simulation on a parameter file instead (the
 format of ``deepshare calibrate --out``). :func:`shipped_of` is what the scheduler starts from.
@@ -84,10 +86,13 @@ class PerturbedContention:
         factors = self.factors(catalog)
         if isinstance(self.shipped, ProfiledContention):
             return ProfiledState(self.shipped, _scaled_table(catalog, factors))
-        from deepshare.core.contention.link import LinkState, default_link_catalog
+        from deepshare.core.contention.link import default_link_catalog
 
+        # The shipped model with its catalog's sensitivity scales multiplied by the factors: every
+        # other setting of it (hardware_scaling) stays, and a catalog's own scale is kept under them.
         links = self.shipped.link_catalog or default_link_catalog()  # type: ignore[attr-defined]
-        return LinkState(topology, catalog, replace(links, scale=factors))
+        scale = {m: links.scale.get(m, 1.0) * factors.get(m, 1.0) for m in {*links.scale, *factors}}
+        return replace(self.shipped, link_catalog=replace(links, scale=scale)).new_state(topology, catalog)  # type: ignore[type-var]
 
 
 def _scaled_table(catalog: Catalog, factors: dict[str, float]) -> Catalog:
