@@ -130,14 +130,17 @@ def test_the_same_jobs_on_a_fat_pipe_do_not_contend():
     assert (state.ratio("job0"), state.ratio("job2")) == (1.0, 1.0)
 
 
-def test_a_jobs_own_flows_colliding_slow_it_alone():
+def test_a_jobs_own_flows_colliding_load_one_port():
     """Two 400G rails per node (800G NIC), 2-port uplinks. job3's two flows land on one port of
     each leaf (p1, p0): that port carries its whole crossing volume, 10 s x 40/400 = 1 s, twice
-    its NIC's 0.5 s, so alone t = 2 s and the port is half busy. job2's flows take both ports:
-    0.5 s each, t = 1.5 s, each port a third busy."""
+    its NIC's 0.5 s, so its link-model iteration alone is t = 2 s and the port is half busy.
+    job2's flows take both ports: 0.5 s each, t = 1.5 s, each port a third busy. Alone either
+    job's ratio is 1: the self-collision is in its isolated time too, so it changes how the job
+    contends with others on the port, not its speed alone (catalog throughput x ratio)."""
     topo = two_leaves(nic=800)
     state = state_of(topo)
     state.add(job("job3", {0: 1, 2: 1}))
+    assert state.ratio("job3") == 1.0
     loads = state.link_loads()
     assert loads["spine/leaf0/uplink/p1"] == pytest.approx(0.5) and loads["spine/leaf1/uplink/p0"] == pytest.approx(0.5)
     assert "spine/leaf0/uplink/p0" not in loads

@@ -26,7 +26,9 @@ volume on the rails of all its nodes in the domain. Each flow carries an equal s
 hashed onto one port by a stable hash (:func:`ecmp_port`: ``zlib.crc32`` of the job id, the
 domain's name and the flow's index, mixed so that flows draw independently; never Python's
 salted ``hash``): two of the job's own flows
-on one port double its work there (ECMP's cost to a job alone, part of its isolated time);
+on one port double its work there, in its isolated time as in its shared one, so its ratio alone
+stays 1 (its speed alone, the catalog's throughput times the ratio, does not change): a
+self-collision changes how the job contends with others on that port, not its isolated speed;
 another job's flow on the same port is contention, solved like any shared link. Per-port work
 is the port's flows' volume over the port's bandwidth. Without ``port_gbps`` (the default) an
 uplink is one fat pipe, perfectly balanced, bit for bit as before ports existed.
@@ -160,7 +162,8 @@ def ecmp_loads(job_id: str, domain: str, ports: int, ring_volume: float, ring_fl
     """Per port, the volume a job's flows put on a ``ports``-port uplink: ``ring_flows`` flows
     (numbered 0..) carrying ``ring_volume`` equally, then ``a2a_flows`` flows (numbered on)
     carrying ``a2a_volume`` equally, each on the port :func:`ecmp_port` gives it. Flows of the
-    job on one port add up (its own collision, which its isolated time pays too)."""
+    job on one port add up (its own collision: in its isolated time as in its shared one, so it
+    changes how the job contends on that port, not its ratio alone)."""
     load: dict[int, float] = {}
     if ring_volume > 0:
         share = ring_volume / ring_flows
