@@ -165,6 +165,22 @@ def test_link_names_and_background_on_ports():
     assert state.ratio("job0") == pytest.approx(2 / 2.5, rel=1e-8)
 
 
+@pytest.mark.parametrize("order", ["whole first", "port first"])
+def test_a_ports_background_wins_on_a_one_port_uplink_too(order):
+    """A 400G uplink over 400G ports is one port: its whole-uplink name and its p0 name both
+    index that one link. Whole-uplink names were told apart by their index having several
+    links, so on one port the whole uplink's figure was applied in the ports' pass and the
+    later of the two in the dict won (0.9 when the port came first)."""
+    loads = {"spine/leaf0/uplink": 0.9, "spine/leaf0/uplink/p0": 0.1}
+    if order == "port first":
+        loads = dict(reversed(loads.items()))
+    state = state_of(two_leaves(uplink=400))
+    names = state.link_names()
+    state.set_background(loads)
+    assert state._background[names.index("spine/leaf0/uplink/p0")] == 0.1
+    assert state._background[names.index("spine/leaf1/uplink/p0")] == 0.0
+
+
 # -- all-to-all --------------------------------------------------------------------------------
 @pytest.mark.parametrize("left,right,a2a,expected", [
     (2, 2, 10.0, 2.0),   # 2 x 2 x 2 / 4 x 10 = 20 s at 40G = 2 s on the 400G uplink (a ring: 1 s)

@@ -295,14 +295,16 @@ class LinkState:
         if self._jobs:
             raise DeepShareError("set_background: set it before any job is added")
         index = {name: [i] for i, name in enumerate(self.link_names())}
+        uplinks: set[str] = set()  # the names of whole uplinks with ports (one port: one link, still whole)
         for domain, base, ports in zip(self._fabric.domains, self._uplink_base, self._ports):
             if ports:
-                index[f"{domain.name}/uplink"] = list(range(base, base + ports))
+                uplinks.add(name := f"{domain.name}/uplink")
+                index[name] = list(range(base, base + ports))
         background = np.zeros(self._n_links)
         for whole in (True, False):  # whole uplinks first, so a port's own figure wins
             for name, load in loads.items():
                 links = index.get(name)
-                if links is None or load <= 0 or (len(links) > 1) != whole:
+                if links is None or load <= 0 or (name in uplinks) != whole:
                     continue
                 background[links] = min(float(load), 1.0)
         self._background = background if background.any() else None
