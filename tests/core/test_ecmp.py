@@ -95,6 +95,27 @@ def test_ports_and_rails():
     assert uplink_ports(51200, 0) == 0 and uplink_ports(0, 400) == 0
     assert uplink_ports(100, 400) == 1
     assert node_rails(3200, 400) == 8 and node_rails(400, 400) == 1 and node_rails(100, 400) == 1
+    # rounded up: a flow never carries more than a port (banker's rounding gave 2 for 1000 and 900)
+    assert [node_rails(nic, 400) for nic in (500, 800, 900, 1000, 1200, 1400)] == [2, 2, 3, 3, 3, 4]
+    assert node_rails(4.35, 1.45) == 3  # 4.35 / 1.45 is 3.0000000000000004 in floats: still 3 rails
+
+
+@pytest.mark.parametrize("nic", [800, 900, 1000, 1200, 1400])
+def test_a_collision_free_port_is_never_busier_than_the_nic(nic):
+    """A job alone across two leaves of 128 x 400G ports, its flows on distinct ports: each
+    port's work is at most its NIC's (equal where the NIC is a multiple of 400G), so no port is
+    the bottleneck of a job alone. With rails = round(nic / port), 1000G was 2 flows of 500G on
+    400G ports: each port 25% busier than the NIC."""
+    state = state_of(two_leaves(nic=nic, uplink=51200, per_leaf=1))
+    state.add(job("j", {0: 1, 1: 1}))
+    record, names = state._jobs["j"], state.link_names()
+    works = {names[link]: work for link, work in zip(record.links, record.works)}
+    ports = {name: work for name, work in works.items() if "/uplink/" in name}
+    assert len(ports) == 2 * node_rails(nic, 400)  # no two of its flows on one port
+    assert max(ports.values()) <= works["a0/nic"] * (1 + 1e-12)
+    if nic % 400 == 0:
+        assert max(ports.values()) == pytest.approx(works["a0/nic"], rel=1e-12)
+    assert state.ratio("j") == 1.0
 
 
 # -- hand-checked ECMP -------------------------------------------------------------------------

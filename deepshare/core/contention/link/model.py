@@ -19,7 +19,7 @@ not one). Models without ``all_to_all_s`` (every fitted one) are all ring, as be
 **ECMP ports.** A level may give ``port_gbps``, the bandwidth of one switch port of its uplinks.
 Such an uplink is ``P = round(uplink_gbps / port_gbps)`` links of ``uplink_gbps / P`` each (named
 ``DOMAIN/uplink/pN``), not one fat pipe. A job crossing the boundary sends its ring volume on the
-crossing node's rails, ``max(1, round(nic_gbps / port_gbps))`` flows (8 on an 8 x 400G node
+crossing node's rails, ``max(1, ceil(nic_gbps / port_gbps))`` flows (8 on an 8 x 400G node
 over 400G ports; the job's first node in the domain, times its nodes in that node's NVLink
 domain where a hierarchical collective spreads the crossing over them), and its all-to-all
 volume on the rails of all its nodes in the domain. Each flow carries an equal share and is
@@ -30,7 +30,10 @@ on one port double its work there, in its isolated time as in its shared one, so
 stays 1 (its speed alone, the catalog's throughput times the ratio, does not change): a
 self-collision changes how the job contends with others on that port, not its isolated speed;
 another job's flow on the same port is contention, solved like any shared link. Per-port work
-is the port's flows' volume over the port's bandwidth. Without ``port_gbps`` (the default) an
+is the port's flows' volume over the port's bandwidth. The rails are rounded up, so a flow
+carries at most a port's bandwidth: on an uplink of whole ports (``uplink_gbps / P =
+port_gbps``) a port without collisions has at most the job's NIC work, never the bottleneck of
+a job alone (equal when ``nic_gbps`` is a multiple of ``port_gbps``). Without ``port_gbps`` (the default) an
 uplink is one fat pipe, perfectly balanced, bit for bit as before ports existed.
 
 **NVLink domains that span nodes** (a GB200 NVL72 rack): traffic between the job's nodes inside
@@ -55,6 +58,7 @@ ignores the GPU models (every node at the reference speed), as before the hardwa
 from __future__ import annotations
 
 import bisect
+import math
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -120,8 +124,15 @@ def uplink_ports(uplink_gbps: float, port_gbps: float) -> int:
 
 def node_rails(nic_gbps: float, port_gbps: float) -> int:
     """The flows a node sends across a boundary of ``port_gbps`` ports: its rails,
-    ``round(nic_gbps / port_gbps)``, at least 1 (8 for 8 x 400G NICs on 400G ports)."""
-    return max(1, round(nic_gbps / port_gbps))
+    ``ceil(nic_gbps / port_gbps)``, at least 1 (8 for 8 x 400G NICs on 400G ports; 3 for 1000G
+    on 400G ports). Rounded up, each flow carries at most a port's bandwidth (``nic_gbps /
+    rails <= port_gbps``), so without collisions a port's work is at most the NIC's: rounded to
+    nearest (2 for 1000G), two flows of 500G on 400G ports made a collision-free port the
+    bottleneck of a job alone. A quotient within 1e-9 of a whole number is that number (a
+    multiple of the port whose division rounds a hair above it is not one rail more)."""
+    rails = nic_gbps / port_gbps
+    whole = round(rails)
+    return max(1, whole if math.isclose(rails, whole, rel_tol=1e-9) else math.ceil(rails))
 
 
 def _fmix32(h: int) -> int:
