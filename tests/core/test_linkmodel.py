@@ -290,6 +290,21 @@ def test_unknown_models_use_common_model_or_proxy_parameters():
     assert links.params["vgg19"].nic_s > links.params["resnet50"].nic_s  # 144 M vs 26 M parameters
 
 
+@pytest.mark.parametrize("first", ["default", "custom"])
+def test_an_unknown_models_proxy_follows_the_workload_catalog_asked(first):
+    """The link catalog remembered a proxy by model name alone, and the default link catalog is
+    one per process: whichever workload catalog asked first fixed the proxy for every later one."""
+    custom = Catalog({ProfileKey("FSDP", 2, 2): 10.0, ProfileKey("FSDP", 4, 2): 18.0},
+                     {(ProfileKey("FSDP", 2, 2), ProfileKey("FSDP", 2, 2)): 0.5})
+    catalogs = {"default": default_catalog(), "custom": custom}
+    assert custom.resolve(f"resolve-{first}-net") == "FSDP" != default_catalog().resolve(f"resolve-{first}-net")
+    links = default_link_catalog()
+    for name in (first, *(set(catalogs) - {first})):
+        catalog = catalogs[name]
+        assert links.resolve(f"resolve-{first}-net", catalog) == catalog.resolve(f"resolve-{first}-net")
+    assert links.resolve("ResNet-50", custom) == "resnet50"  # a name of its own still wins over any proxy
+
+
 def test_bad_link_parameter_files_are_reported(tmp_path):
     bad = tmp_path / "p.json"
     bad.write_text('{"models": {"x": {"compute_s": -1}}}')

@@ -179,22 +179,29 @@ class LinkCatalog:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_norm", {normalise(m): m for m in self.params})
-        object.__setattr__(self, "_resolved", {})
+        object.__setattr__(self, "_resolved", {})  # model name -> its entry by name, or None: ask the workload catalog
 
     @property
     def models(self) -> tuple[str, ...]:
         return tuple(self.params)
 
     def resolve(self, model: str, catalog: Catalog | None = None) -> str:
-        """The catalog entry standing for ``model``: itself, a common model, or the proxy."""
-        hit = self._resolved.get(model)  # type: ignore[attr-defined]
-        if hit is None:
-            hit = self._by_norm.get(normalise(model))  # type: ignore[attr-defined]
-            if hit is None:
-                hit = (catalog or default_catalog()).resolve(model)
-                if hit not in self.params:
-                    raise DeepShareError(f"link catalog has no parameters for {model!r} nor its proxy {hit!r}")
-            self._resolved[model] = hit  # type: ignore[attr-defined]
+        """The catalog entry standing for ``model``: itself, a common model, or the proxy the
+        workload ``catalog`` (the default one when None) gives it.
+
+        Only the by-name match is remembered here (it does not depend on ``catalog``); a
+        proxy is asked of ``catalog`` every time (it remembers its own answers), so two
+        workload catalogs that proxy a model differently each get theirs, even through the one
+        process-wide :func:`default_link_catalog`."""
+        resolved = self._resolved  # type: ignore[attr-defined]
+        if model in resolved:
+            hit = resolved[model]
+        else:
+            hit = resolved[model] = self._by_norm.get(normalise(model))  # type: ignore[attr-defined]
+        if hit is None:  # not ours by name: the workload catalog's proxy
+            hit = (catalog or default_catalog()).resolve(model)
+            if hit not in self.params:
+                raise DeepShareError(f"link catalog has no parameters for {model!r} nor its proxy {hit!r}")
         return hit
 
     def interaction(self, victim: str, aggressor: str) -> float:
