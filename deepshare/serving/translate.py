@@ -20,7 +20,7 @@ from deepshare.core.feasibility import check_view_decision
 from deepshare.core.history import FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.topology import Node, Topology
+from deepshare.core.topology import Node, Topology, nvlink_domain_problem
 from deepshare.core.errors import DeepShareError, InfeasibleDecision
 from deepshare.core.types import Decision, Launch, Migrate, Placement
 from deepshare.core.view import ClusterView, JobView
@@ -146,6 +146,11 @@ def request_to_view(
             topology = _topology(request.nodes, request.levels, request.rack_uplink_gbps)
         except DeepShareError as exc:  # the fabric's own rules across fields (ports per uplink)
             fabric_errors.append(FieldError(("body", "levels"), str(exc)))
+        else:
+            problem = nvlink_domain_problem(topology)  # a node without NVLink would talk to its domain for free
+            if problem is not None:
+                fabric_errors.append(FieldError(("body", "nodes"), problem))
+                topology = None
     errors += fabric_errors
     requests: dict[tuple[str, int], TopologyRequest] = {}
     for kind, jobs in (("running", request.running), ("pending", request.pending)):

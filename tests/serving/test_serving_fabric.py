@@ -256,6 +256,9 @@ def _add_level(body: dict, level: dict, domains: dict[str, str] | None = None) -
      "only in a request without levels; with levels, give each level's uplink_gbps"),
     (lambda b: _levels(b, 1, port_gbps=0.01), "body.levels",
      "levels[1] (leaf): an uplink of 400 Gbit/s over ports of 0.01 Gbit/s is 40,000 ports; at most 4,096"),
+    (lambda b: b["nodes"][1].update(fabric="pcie", domains={"nvlink": "x", "leaf": "l0"}), "body.nodes",
+     "node 'a1' (type 'pcie-4') has no NVLink (fabric: pcie) but is in NVLink domain 'l0/x' (level 'nvlink') "
+     "with 1 other node(s)"),
 ])
 def test_bad_levels_and_domains_name_their_fields(change, loc: str, message: str) -> None:
     body = tiny({"job_id": "g", "model": "FSDP", "gpus": 4})
