@@ -458,7 +458,7 @@ class Planner:
         estimates = None if durations == "exact" else _estimates(start, future, durations)
         memo: dict[int, tuple[JobView, JobView]] = {}
         try:
-            sentinel = JobSpec(_HORIZON_JOB, start.queued[0].model, 1, horizon_end, duration_s=1.0)
+            sentinel = JobSpec(_HORIZON_JOB, _sentinel_model(start), 1, horizon_end, duration_s=1.0)
             copy = Simulator.from_view(start, self.contention, SimConfig(), future=[*future.arrivals, sentinel])
             if copy.advance() is None:
                 return copy.jobs_in_system_area
@@ -477,6 +477,15 @@ class Planner:
             return copy.jobs_in_system_area
         except DeepShareError:  # a decision whose copy stalls or cannot go on is no option
             return math.inf
+
+
+def _sentinel_model(view: ClusterView) -> str:
+    """The model of the horizon's marker job: a known job's (the simulator has resolved it), else
+    the catalog's first. Not a queued job's only: the live scheduler decides with an empty queue
+    while jobs run, and candidates that migrate or preempt can disagree there."""
+    for job in (*view.queued, *view.running):
+        return job.model
+    return view.catalog.models[0]
 
 
 def _rollouts_end(started: float, budget_s: float | None) -> float | None:

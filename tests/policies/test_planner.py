@@ -439,3 +439,46 @@ def test_stats_count_every_decision_of_concurrent_threads():
 
     run_interleaved([count] * 8, switch_s=1e-6)
     assert (stats.rollouts, stats.decisions, stats.futures, stats.last_futures) == (160_000, 320_000, 24, 3)
+
+
+# -- an empty queue -------------------------------------------------------------------------------
+class _StopLongest:
+    """A candidate that preempts the longest running job when nothing is queued (draining a node)."""
+
+    name = "stop-longest"
+
+    def decide(self, view):
+        from deepshare.core.types import WAIT, Decision
+
+        if view.queued or not view.running:
+            return WAIT
+        return Decision(preempt=(max(view.running, key=lambda j: j.remaining_s).job_id,))
+
+
+def test_a_contested_decision_with_nothing_queued_is_rolled_out():
+    # The live scheduler decides while jobs run and none waits. Stopping r2 only makes it wait for
+    # its restart (and the restore): the rollouts must say so, not fail for want of a queued job.
+    from deepshare.core.snapshot import KnownJob, build_view
+    from deepshare.core.types import WAIT, Placement
+    from deepshare.core.workloads import default_catalog
+
+    running = [KnownJob("r1", "FSDP", 8, 0.0, 500.0, attained_gpu_s=800.0, placement=Placement(((0, 8),)),
+                        last_run_s=100.0),
+               KnownJob("r2", "FSDP", 8, 0.0, 5000.0, attained_gpu_s=800.0, placement=Placement(((1, 8),)),
+                        last_run_s=100.0)]
+    view = build_view(uniform(2, 8), default_catalog(), make_contention("none"), 100.0, (0, 0), [], running)
+    planner = Planner(PlannerConfig(candidates=("srsf+packed", "stop-longest"), arrivals=False, contention="none"),
+                      lambda name: _StopLongest() if name == "stop-longest" else make_policy(name))
+    assert planner.decide(view) == WAIT
+    assert planner.stats.contested == 1 and planner.stats.rollouts == 2 * planner.stats.futures > 0
+    # candidates that migrate (a library user's choice) disagree on such views too
+    from deepshare.core.types import Placement as P
+
+    migrating = Planner(PlannerConfig(candidates=("srsf+contention-aware", "srsf+contention-aware+migrate"),
+                                      arrivals=False, contention="profiled"), make_policy)
+    contention = make_contention("profiled")
+    for now in (700.0, 1400.0, 2100.0):
+        pair = [KnownJob(f"r{i}", m, 8, 0.0, 20000.0, attained_gpu_s=8 * now, placement=P(((0, 4), (1, 4))),
+                         last_run_s=now) for i, m in enumerate(("FSDP", "MoE"))]
+        migrating.decide(build_view(uniform(3, 8), default_catalog(), contention, now, (0, 0, 8), [], pair))
+    assert migrating.stats.contested >= 1
