@@ -443,7 +443,7 @@ class Planner:
         if done == 0:
             return choices[0]
         best = min(range(len(choices)), key=lambda i: (totals[i], i))
-        if not totals[best] < totals[0] - 1e-9 * max(1.0, abs(totals[0])):
+        if not _improves(totals[best], totals[0]):
             best = 0
         self.stats.add(changed=int(best != 0))
         return choices[best]
@@ -477,6 +477,15 @@ class Planner:
             return copy.jobs_in_system_area
         except DeepShareError:  # a decision whose copy stalls or cannot go on is no option
             return math.inf
+
+
+def _improves(total: float, base_total: float) -> bool:
+    """Whether an option's total cost beats the base's by more than rounding: a relative 1e-9 of a
+    finite base; any finite total beats an infinite one (the base's copies stalled: no option),
+    where the tolerance would be ``inf - inf``, nan, and nothing would ever beat it."""
+    if not math.isfinite(base_total):
+        return total < base_total
+    return total < base_total - 1e-9 * max(1.0, abs(base_total))
 
 
 def _sentinel_model(view: ClusterView) -> str:

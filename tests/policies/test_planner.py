@@ -482,3 +482,25 @@ def test_a_contested_decision_with_nothing_queued_is_rolled_out():
                          last_run_s=now) for i, m in enumerate(("FSDP", "MoE"))]
         migrating.decide(build_view(uniform(3, 8), default_catalog(), contention, now, (0, 0, 8), [], pair))
     assert migrating.stats.contested >= 1
+
+
+def test_a_finite_option_beats_a_base_whose_copies_cannot_go_on(monkeypatch):
+    # A rollout costs inf when its copy stalls: the base's option is then no option, and any
+    # finite one must win (the tolerance must not turn inf into nan and refuse every option).
+    import math
+
+    from deepshare.policies import planner as module
+
+    rollout = module.Planner._rollout
+
+    def base_stalls(self, start, decision, *args, **kwargs):
+        cost = rollout(self, start, decision, *args, **kwargs)
+        return math.inf if not decision.preempt and not decision.launch else cost  # waiting (the base's) stalls
+
+    monkeypatch.setattr(module.Planner, "_rollout", base_stalls)
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=10_000.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=100.0)]
+    planner = Planner(PlannerConfig(candidates=("srsf+packed", "srsf+packed+preempt"), arrivals=False,
+                                    contention="none"), make_policy)
+    assert run(jobs, planner).preemptions == 1 and planner.stats.changed == 1
+    assert not module._improves(math.inf, math.inf) and module._improves(5.0, math.inf)
+    assert not module._improves(1000.0 - 1e-7, 1000.0) and module._improves(999.0, 1000.0)
