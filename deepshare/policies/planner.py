@@ -133,25 +133,39 @@ class PlannerConfig:
     contention: str = "profiled"
     """The contention model the copies simulate (:func:`~deepshare.core.contention.make_contention`)."""
     candidates: tuple[str, ...] | None = None
-    """Registered heuristic names; the first is the base. None: :data:`FLAT_CANDIDATES` or
-    :data:`FABRIC_CANDIDATES` by the view's fabric."""
+    """Registered heuristic names (a list is kept as a tuple); the first is the base. None:
+    :data:`FLAT_CANDIDATES` or :data:`FABRIC_CANDIDATES` by the view's fabric. Their form is
+    checked here; that each names a policy, when a :class:`Planner` is built (by its factory,
+    which may know names the registry does not)."""
     arrivals: bool = True
     """Sample arrivals from the past (False: only the jobs in the view)."""
     window: int = 200
     """Most recent arrivals the arrival rate and the shapes come from."""
     seed: int = 0
+    """Seeds the futures' draws (a non-negative integer)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.futures, bool) or not isinstance(self.futures, int) or not 1 <= self.futures <= 10_000:
             raise DeepShareError(f"planner: futures must be an integer from 1 to 10000, got {self.futures!r}")
-        if self.budget_s is not None and not (isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < math.inf):
+        if self.budget_s is not None and (isinstance(self.budget_s, bool) or not (
+                isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < math.inf)):
             raise DeepShareError(f"planner: budget must be a positive number of seconds, got {self.budget_s!r}")
-        if not (isinstance(self.horizon_s, (int, float)) and 0 < self.horizon_s <= MAX_DURATION_S):
+        if isinstance(self.horizon_s, bool) or not (isinstance(self.horizon_s, (int, float))
+                                                    and 0 < self.horizon_s <= MAX_DURATION_S):
             raise DeepShareError(f"planner: horizon_s must be positive seconds up to a year, got {self.horizon_s!r}")
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise DeepShareError(f"planner: max_steps must be a positive integer, got {self.max_steps!r}")
-        if self.candidates is not None and not self.candidates:
-            raise DeepShareError("planner: candidates must name at least one heuristic")
+        if self.candidates is not None:
+            if not isinstance(self.candidates, (tuple, list)):  # a string would be taken one character a name
+                raise DeepShareError(f"planner: candidates must be a tuple of policy names, got {self.candidates!r}")
+            if not self.candidates:
+                raise DeepShareError("planner: candidates must name at least one heuristic")
+            wrong = [name for name in self.candidates if not isinstance(name, str) or not name.strip()]
+            if wrong:
+                raise DeepShareError(f"planner: candidates must be policy names, got {wrong[0]!r} among them")
+            object.__setattr__(self, "candidates", tuple(self.candidates))  # hashable: the candidates' cache key
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise DeepShareError(f"planner: seed must be a non-negative integer, got {self.seed!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < MIN_ARRIVALS:
             raise DeepShareError(f"planner: window must be an integer of at least {MIN_ARRIVALS}, got {self.window!r}")
         try:  # an unknown name is refused now, not at the first decision
@@ -374,6 +388,11 @@ class Planner:
         self.contention = make_contention(config.contention)
         self._make = make
         self._candidates: dict[tuple[str, ...], list[Policy]] = {}
+        if config.candidates is not None:  # an unknown name is refused now, by the factory that builds them
+            try:
+                self._candidates[config.candidates] = [make(name) for name in config.candidates]
+            except DeepShareError as exc:
+                raise DeepShareError(f"planner: candidates {config.candidates!r}: {exc}") from None
         self.stats = PlannerStats()
 
     def around_candidates(self, wrap: Callable[[Policy], Policy]) -> "Planner":

@@ -504,3 +504,22 @@ def test_a_finite_option_beats_a_base_whose_copies_cannot_go_on(monkeypatch):
     assert run(jobs, planner).preemptions == 1 and planner.stats.changed == 1
     assert not module._improves(math.inf, math.inf) and module._improves(5.0, math.inf)
     assert not module._improves(1000.0 - 1e-7, 1000.0) and module._improves(999.0, 1000.0)
+
+
+def test_a_config_is_checked_when_built_not_at_its_first_contested_decision():
+    import numpy as np
+
+    for bad, field in ((dict(candidates="srsf+packed"), "candidates"), (dict(candidates=("srsf+packed", "")), "candidates"),
+                       (dict(candidates=("srsf+packed", 3)), "candidates"), (dict(seed=-1), "seed"),
+                       (dict(seed=1.5), "seed"), (dict(seed=True), "seed"), (dict(horizon_s=True), "horizon_s"),
+                       (dict(budget_s=True), "budget")):
+        with pytest.raises(DeepShareError, match=f"planner: {field}"):
+            PlannerConfig(**bad)
+    with pytest.raises(DeepShareError, match="planner: candidates .*unknown policy 'nosuch'"):
+        Planner(PlannerConfig(candidates=("srsf+packed", "nosuch")), make_policy)
+    assert PlannerConfig(candidates=["srsf+packed", "srsf+packed+preempt"]).candidates == ("srsf+packed",
+                                                                                          "srsf+packed+preempt")
+    assert PlannerConfig(seed=np.int64(3)).seed == 3
+    # a factory may know names the registry does not: the planner's own factory judges them
+    Planner(PlannerConfig(candidates=("srsf+packed", "stop-longest")),
+            lambda name: _StopLongest() if name == "stop-longest" else make_policy(name))
