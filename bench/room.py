@@ -17,8 +17,11 @@ On any suite cell this runs, under the cell's own information model and contenti
   for every rollout to play the base heuristic to the end (``--horizon 31536000 --max-steps
   1000000``), each rollout's cost is the base's true cost-to-go, and the ceiling is exact one-step
   rollout improvement of the base (Bertsekas): a real run, never worse than the base, that
-  measures what deciding differently among the candidates can win. A short horizon can make it
-  worse than the base: its rollouts stop early and judge the rest by the work left.
+  measures what deciding differently among the candidates can win. Under ``estimated`` and
+  ``unknown`` that holds because a copy's base sees what the real base would: the believed
+  remaining times, the jobs' real estimates (the arrivals carry theirs here) and a history that
+  grows with the jobs the copy finishes (:mod:`deepshare.policies.planner`). A short horizon can
+  make it worse than the base: its rollouts stop early and judge the rest by the work left.
 
 The ceiling is not a registered policy: it reads the simulator's private state, which no view,
 no placement service and no live scheduler has, so there is nothing a user could run it on.
@@ -64,8 +67,9 @@ class TruthFutures:
 
     Reads each job's true remaining work from ``sim``'s private state (nothing public carries it:
     that is the point of the information boundary) and the trace's arrivals, with the estimates
-    the run gives them; with ``arrivals`` False, no arrivals (clairvoyant about the known jobs'
-    work only: the gap to the full ceiling is what knowing the arrivals is worth)."""
+    the run gives them (under ``exact`` too: the copies then draw none of their own); with
+    ``arrivals`` False, no arrivals (clairvoyant about the known jobs' work only: the gap to the
+    full ceiling is what knowing the arrivals is worth)."""
 
     def __init__(self, sim: Simulator, jobs: Sequence[JobSpec], arrivals: bool = True) -> None:
         self.sim = sim
@@ -76,7 +80,7 @@ class TruthFutures:
                 for spec in jobs]
         estimates = information.estimates(jobs, true)
         self.arrivals = sorted(
-            (spec if information.exact or estimate is None else replace(spec, requested_s=estimate)
+            (spec if estimate is None else replace(spec, requested_s=estimate)
              for spec, estimate in zip(jobs, estimates)),
             key=lambda spec: spec.submit_time)
 

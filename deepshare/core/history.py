@@ -20,8 +20,8 @@ Nothing here sees a job before it finished: the history only grows, at completio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -108,6 +108,12 @@ class _Moments:
     def __init__(self) -> None:
         self.n, self.s, self.ss = 0, 0.0, 0.0
 
+    @staticmethod
+    def of(other: "_Moments") -> "_Moments":
+        copy = _Moments()
+        copy.n, copy.s, copy.ss = other.n, other.s, other.ss
+        return copy
+
 
 class JobHistory:
     """Finished jobs, oldest first; only ever appended to (see the module doc).
@@ -119,7 +125,7 @@ class JobHistory:
     or a long-lived scheduler holds a bounded history (iteration gives the jobs it keeps)."""
 
     __slots__ = ("_jobs", "_dropped", "_window", "_indexed", "_moments", "_samples", "_samples_version", "_memo",
-                 "_memo_version")
+                 "_memo_version", "_estimates")
 
     def __init__(self, past: Iterable[FinishedJob] = (), window: int = HISTORY_WINDOW) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
@@ -133,8 +139,12 @@ class JobHistory:
         self._samples_version = 0
         self._memo: dict = {}
         self._memo_version = len(self._jobs)
+        self._estimates: Mapping[str, float | None] | None = None
 
     def add(self, job: FinishedJob) -> None:
+        estimates = self._estimates
+        if estimates is not None and job.estimate_s != estimates.get(job.job_id):
+            job = replace(job, estimate_s=estimates.get(job.job_id))
         self._jobs.append(job)
         if len(self._jobs) >= 2 * self._window:
             self._trim()
@@ -170,6 +180,22 @@ class JobHistory:
     def copy(self) -> "JobHistory":
         """An independent history with the same jobs (a what-if goes on from it)."""
         return JobHistory(self._jobs, self._window)
+
+    def fork(self, estimates: Mapping[str, float | None] | None = None) -> "JobHistory":
+        """An independent history with the same jobs that keeps what this one has computed from
+        them: its statistics (copied) and its memo (shared while neither grows: the same jobs give
+        the same answers), so a what-if that goes on from it asks nothing again until a job of its
+        own finishes. ``estimates``: the estimate each job added to the fork is recorded with, by
+        job id (None where absent), whatever the job says: a planner's copy of the cluster, run
+        ``exact``, records the estimates the real run shows, not its own."""
+        fork = JobHistory.__new__(JobHistory)
+        fork._jobs, fork._dropped, fork._window = list(self._jobs), self._dropped, self._window
+        fork._indexed = self._indexed
+        fork._moments = {key: _Moments.of(m) for key, m in self._moments.items()}
+        fork._samples, fork._samples_version = self._samples, self._samples_version  # read-only, replaced when stale
+        fork._memo, fork._memo_version = self.memo(), self.version
+        fork._estimates = estimates
+        return fork
 
     # -- Gittins ---------------------------------------------------------------------------------
     def service_samples(self) -> np.ndarray:

@@ -36,8 +36,13 @@ only on the seed, the view's time and its jobs' ids, so a decision is a function
 planner was shown and its seed. In a copy the base heuristic sees what it would see in the real
 run: under ``estimated`` and ``unknown`` its views show the believed remaining time
 (:func:`~deepshare.core.information.believed_remaining_s`), never the future's drawn truth, and
-the decision's history (what copies' jobs finish before the horizon is not learned from: it
-keeps the base's beliefs cached across the decision's rollouts, most of their cost).
+the jobs' real estimates; its history is the decision's, then the jobs the copy finishes, each
+recorded with the estimate the real run shows (none under ``unknown``), as the real base learns
+from the same completions (``bsrsf`` reads the history's forecasts). That is what the planner
+simulated in that future, not a hidden truth. The copy's history is forked from the decision's
+(:meth:`~deepshare.core.history.JobHistory.fork`): the beliefs the base computed are reused until
+the copy's first completion. On the truth (the ceiling's future) the base's rollout is then the
+base's real run, up to what a copy leaves out (:meth:`Simulator.from_view`).
 
 The view is the information boundary: the planner reads the view's jobs, free GPUs, topology,
 catalog, history and time, nothing else. The copies assume ``contention`` (a model name; the
@@ -79,7 +84,6 @@ from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import TopologyRequest
-from deepshare.core.history import JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.simulator import SimConfig, Simulator
@@ -447,8 +451,8 @@ class Planner:
             for decision in choices:
                 if budget_end is not None and time.perf_counter() >= budget_end:
                     break  # this future is left incomplete: dropped, the decision is taken on the others
-                cost = self._rollout(start, decision, future, horizon_end, names[0], view.durations, view.history,
-                                     budget_end)
+                cost = self._rollout(start, decision, future, horizon_end, names[0], view.durations,
+                                     budget_end=budget_end)
                 if cost is None:  # the budget ran out inside the rollout: the same
                     break
                 costs.append(cost)
@@ -468,9 +472,12 @@ class Planner:
         return choices[best]
 
     def _rollout(self, start: ClusterView, decision: Decision, future: Future, horizon_end: float, base_name: str,
-                 durations: str, history: JobHistory, budget_end: float | None = None) -> float | None:
+                 durations: str, *, budget_end: float | None = None) -> float | None:
         """The cost of ``decision`` in one future (infinite when the copy cannot go on); None when
-        ``budget_end`` (a ``perf_counter`` time) passes before the rollout ends."""
+        ``budget_end`` (a ``perf_counter`` time) passes before the rollout ends. The copy goes on
+        from the decision's history (``start.history``) and adds the jobs it finishes to it, with
+        the estimates the real run shows (:func:`_estimates`): its base learns from them as the
+        real base would from the same completions."""
         self.stats.add(rollouts=1)
         checkpoint()
         base = self._make(base_name)
@@ -479,6 +486,7 @@ class Planner:
         try:
             sentinel = JobSpec(_HORIZON_JOB, _sentinel_model(start), 1, horizon_end, duration_s=1.0)
             copy = Simulator.from_view(start, self.contention, SimConfig(), future=[*future.arrivals, sentinel])
+            copy.history = start.history.fork(estimates)  # what it learned so far, kept (most of a rollout's cost)
             if copy.advance() is None:
                 return copy.jobs_in_system_area
             copy.apply(decision)
@@ -490,7 +498,7 @@ class Planner:
                 checkpoint()  # a caller's deadline (the service's, the scheduler's) stops a long rollout between its decisions
                 if budget_end is not None and time.perf_counter() >= budget_end:
                     return None
-                seen = view if estimates is None else _believed(view, durations, estimates, memo, history)
+                seen = view if estimates is None else _believed(view, durations, estimates, memo)
                 copy.apply(base.decide(seen))
                 steps += 1
             return copy.jobs_in_system_area
@@ -545,7 +553,8 @@ def _future_view(view: ClusterView, future: Future) -> ClusterView:
 
 
 def _estimates(view: ClusterView, future: Future, durations: str) -> dict[str, float | None]:
-    """The estimate every job of a copy shows the base heuristic (none under ``unknown``)."""
+    """The estimate every job of a copy shows the base heuristic and is recorded with when it
+    finishes there (none under ``unknown``): the view's for its jobs, the future's for arrivals."""
     if durations == "unknown":
         return {}
     found: dict[str, float | None] = {j.job_id: j.estimate_s for j in (*view.queued, *view.running)}
@@ -554,12 +563,12 @@ def _estimates(view: ClusterView, future: Future, durations: str) -> dict[str, f
 
 
 def _believed(view: ClusterView, durations: str, estimates: dict[str, float | None],
-              memo: dict[int, tuple[JobView, JobView]], history: JobHistory) -> ClusterView:
+              memo: dict[int, tuple[JobView, JobView]]) -> ClusterView:
     """A copy's view as the real run would show it: believed remaining times, real estimates,
-    and ``history`` (the decision's own: beliefs the base computes are then remembered across the
-    decision's rollouts; what the copy's jobs finish within the horizon is not learned from).
-    ``memo``: the believed view of each job view already seen in this copy (a queued job's view
-    is the same object from decision to decision), by identity."""
+    and the copy's own history (the decision's, then the jobs the copy finished, with their real
+    estimates: what the real base would have learned by then in this future). ``memo``: the
+    believed view of each job view already seen in this copy (a queued job's view is the same
+    object from decision to decision), by identity."""
 
     def one(job: JobView) -> JobView:
         found = memo.get(id(job))
@@ -575,5 +584,5 @@ def _believed(view: ClusterView, durations: str, estimates: dict[str, float | No
         return seen
 
     return replace(view, queued=tuple(map(one, view.queued)), running=tuple(map(one, view.running)),
-                   durations=durations, history=history)
+                   durations=durations)
 

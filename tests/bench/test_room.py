@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 FULL = ["--horizon", "31536000", "--max-steps", "1000000"]
 
@@ -79,3 +81,80 @@ def test_two_workers_print_the_same_rows_in_the_same_order():
     assert strip_cpu(_rows(two.stdout)) == strip_cpu(_rows(one.stdout))
     assert [r[0].rsplit("(#", 1)[1] for r in _rows(two.stdout)] == ["3)", "0)", "2)"]
     assert _room("--only", "0", "--workers", "0").returncode == 2
+
+
+# -- the ceiling's copies under estimated durations: in-process, on small generated traces -------
+def _small(seed: int) -> list:
+    from deepshare.core.traces import generate
+    from deepshare.core.traces.generator import RecurrenceModel
+
+    return generate(24, load=1.5, total_gpus=16, seed=seed, median_duration_s=1800.0, duration_sigma=1.0,
+                    recurrence=RecurrenceModel(users=3, user_skew=1.5, burst_share=0.5, runs_per_group=6,
+                                               recurring_share=0.7)).jobs
+
+
+def _truth(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from room import TruthFutures
+
+    return TruthFutures
+
+
+TO_THE_END = dict(futures=1, horizon_s=31_536_000.0, max_steps=1_000_000, contention="profiled", arrivals=False)
+
+
+def test_the_ceilings_copies_play_the_base_as_it_really_runs(monkeypatch):
+    # bsrsf (the base) reads the history's forecasts: a copy whose base learned nothing from the
+    # jobs the copy finishes decided otherwise than the real base, so the base's own rollout did
+    # not predict the base's real run. From every decision point of the base's run, it must.
+    from deepshare.core.contention import make_contention
+    from deepshare.core.information import InformationModel
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.policies import make_policy
+    from deepshare.policies import planner as module
+
+    truth_futures = _truth(monkeypatch)
+    topology, config, base_name = uniform(2, 8), module.PlannerConfig(**TO_THE_END), "bsrsf+uncontended+preempt"
+    for information in (InformationModel("estimated", 1.0, 0), InformationModel("unknown")):
+        jobs = _small(21)
+        world = Simulator(topology, jobs, make_contention("profiled"), information=information)
+        real = world.run(make_policy(base_name))
+        total = real.avg_jct_s * real.finished
+        sim = Simulator(topology, jobs, make_contention("profiled"), information=information)
+        truth = truth_futures(sim, jobs)
+        planner, base = module.Planner(config, make_policy, futures_model=truth), make_policy(base_name)
+        points = 0
+        while (view := sim.advance()) is not None:
+            decision = base.decide(view)
+            future = truth.sample(view, view.now + config.horizon_s, None)
+            cost = planner._rollout(module._future_view(view, future), decision, future, view.now + config.horizon_s,
+                                    base_name, view.durations)
+            assert sim.jobs_in_system_area + cost == pytest.approx(total, rel=1e-6), (information.durations, view.now)
+            sim.apply(decision)
+            points += 1
+        assert points > 30
+
+
+def test_under_estimated_durations_the_full_horizon_ceiling_is_never_worse_than_its_base(monkeypatch):
+    # seeds where the ceiling came out worse than its base while its copies' base did not learn
+    # from the copies' completions
+    from deepshare.core.contention import make_contention
+    from deepshare.core.information import InformationModel
+    from deepshare.core.simulator import Simulator
+    from deepshare.core.topology import uniform
+    from deepshare.policies import make_policy
+    from deepshare.policies.planner import Planner, PlannerConfig
+
+    truth_futures = _truth(monkeypatch)
+    topology, information, config = uniform(2, 8), InformationModel("estimated", 1.0, 0), PlannerConfig(**TO_THE_END)
+    changed = 0
+    for seed in (21, 28):
+        jobs = _small(seed)
+        world = lambda: Simulator(topology, jobs, make_contention("profiled"), information=information)  # noqa: E731
+        base = world().run(make_policy("bsrsf+uncontended+preempt")).avg_jct_s
+        sim = world()
+        ceiling = Planner(config, make_policy, name="clairvoyant", futures_model=truth_futures(sim, jobs))
+        assert sim.run(ceiling).avg_jct_s <= base * (1 + 1e-9), seed
+        changed += ceiling.stats.changed
+    assert changed > 0  # it did decide otherwise than the base, and never for the worse

@@ -523,3 +523,37 @@ def test_a_config_is_checked_when_built_not_at_its_first_contested_decision():
     # a factory may know names the registry does not: the planner's own factory judges them
     Planner(PlannerConfig(candidates=("srsf+packed", "stop-longest")),
             lambda name: _StopLongest() if name == "stop-longest" else make_policy(name))
+
+
+def test_a_copy_learns_from_its_own_completions_with_the_estimates_the_real_run_shows(monkeypatch):
+    # Under unknown the real run records no estimate; the copy (run exact) would draw its own.
+    # The copy's history is the decision's, forked (its statistics and memo kept), then the jobs
+    # the copy finishes, each with the estimate the real run shows: none here.
+    from deepshare.core.history import FinishedJob, JobHistory
+
+    past = JobHistory([FinishedJob(f"h{i}", "FSDP", 4, 600.0 + 10 * i, 0.0, group="g", estimate_s=500.0)
+                       for i in range(3)])
+    forecast = past.forecast(4, group="g")
+    fork = past.fork({"x": None, "y": 700.0})
+    assert fork.forecast(4, group="g") == forecast and fork.memo() is past.memo()  # nothing asked again
+    fork.add(FinishedJob("x", "FSDP", 4, 900.0, 1.0, group="g", estimate_s=123.0))
+    fork.add(FinishedJob("y", "FSDP", 4, 900.0, 2.0, group="g"))
+    assert [j.estimate_s for j in fork][-2:] == [None, 700.0] and len(past) == 3 and fork.memo() is not past.memo()
+    assert fork.forecast(4, group="g") == JobHistory(list(fork)).forecast(4, group="g")
+
+    forks = []
+    fork_of = JobHistory.fork
+
+    def record(self, estimates=None):
+        forks.append(fork_of(self, estimates))
+        return forks[-1]
+
+    monkeypatch.setattr(JobHistory, "fork", record)
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=10_000.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=100.0),
+            JobSpec("T", "FSDP", 8, 20.0, duration_s=50.0)]
+    planner = Planner(PlannerConfig(futures=2, candidates=("srsf+packed", "stop-longest"), arrivals=False,
+                                    contention="none"),
+                      lambda name: _StopLongest() if name == "stop-longest" else make_policy(name))
+    run(jobs, planner, information=InformationModel("unknown"))
+    finished = [job for history in forks for job in list(history)]
+    assert planner.stats.rollouts > 0 and finished and all(job.estimate_s is None for job in finished)
