@@ -34,13 +34,13 @@ CONFIGS = (
 
 
 def request(nodes: int, busy: list[int], jobs: list[tuple[int, int, bool, int]]) -> dict:
-    """``nodes`` 8-GPU nodes in NVLink pairs and leaves of four, ``busy[i]`` GPUs of node i in
+    """``nodes`` 8-GPU NVLink nodes in NVLink pairs and leaves of four, ``busy[i]`` GPUs of node i in
     use by a running job, and the queued ``jobs`` as (GPUs, model, requires a leaf, remaining)."""
     levels = (("nvlink", 2), ("leaf", 4))
     return {
         "now": 10000.0,
         "levels": [{"name": name, "nvlink": name == "nvlink"} for name, _ in levels],
-        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8 - busy[i],
+        "nodes": [{"name": f"n{i}", "gpus": 8, "free_gpus": 8 - busy[i], "fabric": "nvlink", "nvlink_gbps": 7200,
                    "domains": {name: f"{name}{i // size}" for name, size in levels}} for i in range(nodes)],
         "running": [{"job_id": f"r{i}", "model": MODELS[i % len(MODELS)], "placement": {f"n{i}": busy[i]}}
                     for i in range(nodes) if busy[i]],
