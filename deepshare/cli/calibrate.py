@@ -98,7 +98,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
         raise DeepShareError(f"--from-state {folder}: cannot read the journal: {exc.strerror or exc}") from None
     if not found:
         raise DeepShareError(f"--from-state {folder}: no journal ({journal_path} does not exist)")
-    journal = Journal(folder)
+    journal = Journal.read_only(folder)
     try:
         _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention).name)
     finally:

@@ -232,6 +232,24 @@ class Journal:
             raise DeepShareError(f"--state {state_dir}: cannot bring {path} up to this version's schema ({exc}); "
                                  "try again when no other process is writing it") from None
 
+    @classmethod
+    def read_only(cls, state_dir: str | Path) -> "Journal":
+        """The journal in ``state_dir`` opened for reading only (``deepshare calibrate
+        --from-state``, which a running scheduler's journal must allow): checked as a start
+        checks it, and changed in nothing (no chmod, no switch to WAL mode, no schema upgrade,
+        no lock taken); a write through it fails."""
+        path = Path(state_dir) / JOURNAL_FILE
+        _check_is_journal(path, state_dir)
+        journal = cls.__new__(cls)
+        journal.dir, journal._clock, journal._lock = Path(state_dir), time.time, threading.RLock()
+        try:
+            journal._db = sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                          isolation_level=None)
+            journal.epoch = float(journal._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
+        except (sqlite3.Error, TypeError, ValueError) as exc:
+            raise DeepShareError(f"--state {state_dir}: cannot read the journal ({exc})") from None
+        return journal
+
     def _create(self, path: Path) -> None:
         """A new journal, schema and epoch written under a temporary name, then renamed into place."""
         tmp = path.with_name(path.name + ".new")

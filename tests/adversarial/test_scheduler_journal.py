@@ -409,6 +409,28 @@ def test_a_deep_placement_in_runs_and_transitions_is_skipped_by_every_reader(tmp
     assert "learned contention fitted to 0 measured run(s)" in out and err == ""
 
 
+def test_calibrate_from_state_changes_nothing_in_the_journal(tmp_path, capsys):
+    """``calibrate --from-state`` is documented read-only (a running scheduler may own the
+    journal): it opened it as the scheduler does, which chmods the file and could upgrade its
+    schema. An older journal (no queue column) is read as it is, its file and mode untouched."""
+    state = tmp_path / "s"
+    journal = Journal(state)
+    job = journal.submit(spec_from_json({**SPEC, "name": "a", "gpus": 2}))
+    journal.start_run(job.job_id, (("node0", 2),), 10.0)
+    journal.record_progress(job.job_id, 1, 100.0, 10, 5.0, 10.0)
+    journal.close()
+    db = sqlite3.connect(state / "journal.sqlite")
+    db.executescript("DROP INDEX jobs_by_queue; DROP INDEX jobs_by_queue_state; DROP INDEX jobs_by_state;"
+                     " ALTER TABLE jobs DROP COLUMN queue; PRAGMA wal_checkpoint(TRUNCATE);")
+    db.close()
+    os.chmod(state / "journal.sqlite", 0o640)
+    before = (state / "journal.sqlite").read_bytes()
+    assert main(["calibrate", "--from-state", str(state)]) == 0
+    assert "learned contention fitted to 1 measured run(s)" in capsys.readouterr().out
+    assert stat.S_IMODE((state / "journal.sqlite").stat().st_mode) == 0o640
+    assert (state / "journal.sqlite").read_bytes() == before
+
+
 # -- cancel races ------------------------------------------------------------------------------
 def test_cancel_during_a_failing_launch_is_not_lost(tmp_path):
     journal = Journal(tmp_path / "s")
