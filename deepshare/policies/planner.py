@@ -114,9 +114,9 @@ DEADLINE_SHARE = 0.8
 decision spends rolling out; the rest covers the last rollout step, the choice and the answer."""
 LEAST_REMAINING_S = 1.0
 """The least remaining work a draw gives a job (seconds)."""
-_HORIZON_JOB = "~planner-horizon"
-"""A one-GPU job arriving at the horizon in every copy: a decision point there to stop at, and an
-event to come until then (so no copy stalls before it)."""
+_HORIZON_JOB = "planner-horizon"
+"""After :func:`_reserved`'s prefix: a one-GPU job arriving at the horizon in every copy, a
+decision point there to stop at and an event to come until then (so no copy stalls before it)."""
 _NORMAL = statistics.NormalDist()
 
 
@@ -301,6 +301,7 @@ class BeliefFutures:
                 mu, sigma = belief(job, history, calibration)
                 remaining[job.job_id] = _draw_remaining(mu, sigma, job.ran_s, float(rng.random()))
         arrivals: list[JobSpec] = []
+        prefix = _reserved(view)
         recent = self._recent(view.now)
         if recent:
             rate = (len(recent) - 1) / max(view.now - recent[0].submit_time, MIN_RATE_SPAN_S)
@@ -315,11 +316,11 @@ class BeliefFutures:
                 if durations == "exact" and shape.size_s is not None:
                     duration = shape.size_s
                 else:
-                    probe = JobView(f"~a{len(arrivals)}", shape.model, shape.gpus, t, 0.0, 0.0, "", estimate_s=estimate,
+                    probe = JobView(f"{prefix}a{len(arrivals)}", shape.model, shape.gpus, t, 0.0, 0.0, "", estimate_s=estimate,
                                     user=shape.user, group=shape.group, vc=shape.vc)
                     mu, sigma = belief(probe, history, calibration)
                     duration = _draw_remaining(mu, sigma, 0.0, float(rng.random()))
-                arrivals.append(JobSpec(f"~a{len(arrivals)}", shape.model, shape.gpus, t,
+                arrivals.append(JobSpec(f"{prefix}a{len(arrivals)}", shape.model, shape.gpus, t,
                                         duration_s=min(max(duration, LEAST_REMAINING_S), MAX_DURATION_S),
                                         user=shape.user, group=shape.group, vc=shape.vc, requested_s=estimate,
                                         topology=shape.topology, queue=shape.queue, priority=shape.priority))
@@ -484,7 +485,8 @@ class Planner:
         estimates = None if durations == "exact" else _estimates(start, future, durations)
         memo: dict[int, tuple[JobView, JobView]] = {}
         try:
-            sentinel = JobSpec(_HORIZON_JOB, _sentinel_model(start), 1, horizon_end, duration_s=1.0)
+            horizon_job = _reserved(start) + _HORIZON_JOB
+            sentinel = JobSpec(horizon_job, _sentinel_model(start), 1, horizon_end, duration_s=1.0)
             copy = Simulator.from_view(start, self.contention, SimConfig(), future=[*future.arrivals, sentinel])
             copy.history = start.history.fork(estimates)  # what it learned so far, kept (most of a rollout's cost)
             if copy.advance() is None:
@@ -493,7 +495,7 @@ class Planner:
             steps = 0
             while (view := copy.advance()) is not None:
                 if view.now >= horizon_end or steps >= self.config.max_steps:
-                    left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != _HORIZON_JOB)
+                    left = sum(j.remaining_s for j in (*view.queued, *view.running) if j.job_id != horizon_job)
                     return copy.jobs_in_system_area + left
                 checkpoint()  # a caller's deadline (the service's, the scheduler's) stops a long rollout between its decisions
                 if budget_end is not None and time.perf_counter() >= budget_end:
@@ -513,6 +515,18 @@ def _improves(total: float, base_total: float) -> bool:
     if not math.isfinite(base_total):
         return total < base_total
     return total < base_total - 1e-9 * max(1.0, abs(base_total))
+
+
+def _reserved(view: ClusterView) -> str:
+    """The prefix of the ids a copy gives the jobs it makes up (sampled arrivals, the horizon's
+    marker): ``~``, or as many more as it takes that no job of the view's id starts with it. A
+    real job called ``~a0`` made every copy refuse a duplicate id, every option cost inf and
+    the planner silently keep its base."""
+    prefix = "~"
+    ids = [j.job_id for j in (*view.queued, *view.running) if j.job_id.startswith("~")]
+    while any(i.startswith(prefix) for i in ids):
+        prefix += "~"
+    return prefix
 
 
 def _sentinel_model(view: ClusterView) -> str:

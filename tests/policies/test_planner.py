@@ -48,6 +48,17 @@ def test_a_short_job_that_should_preempt_does():
     assert planned.preemptions == 1 and planner.stats.changed == 1
 
 
+def test_jobs_named_as_the_copies_own_jobs_are_planned_as_any_other():
+    """The copies name the jobs they make up ``~a0``, ``~a1``... and ``~planner-horizon``: real jobs
+    of those names made every copy refuse a duplicate id, and the planner kept its base silently."""
+    jobs = [JobSpec("~planner-horizon", "FSDP", 8, 0.0, duration_s=10_000.0),
+            JobSpec("~a0", "FSDP", 8, 10.0, duration_s=100.0)]
+    config = PlannerConfig(candidates=("srsf+packed", "srsf+packed+preempt"), contention="none")
+    planner = Planner(config, make_policy)
+    planned = run(jobs, planner)
+    assert planned.avg_jct_s == pytest.approx(5_115.0) and planner.stats.changed == 1
+
+
 def test_a_short_job_that_should_not_preempt_waits():
     # L needs 100 s more when S (90 s, 8 GPUs) arrives at t=10: srsf+packed+preempt preempts
     # (90 < 100), so L pays a 30 s restore: S ends at 100, L at 100 + 30 + 100 = 230; JCTs 90 and
