@@ -13,8 +13,10 @@ within a few percent of it leaves little for any policy to win by placing jobs b
 
 Each job runs at the catalog's one-node throughput for its GPU count: the fastest isolated
 placement of any job that fits on one of the cluster's nodes (as the bound assumes); a job wider
-than a node gets the catalog's one-node figure extrapolated. Jobs' topology requests are dropped:
-one node is one domain of every level, so every request is met there.
+than a node gets the catalog's one-node figure extrapolated, which no real placement reaches (so on
+gang-heavy fabric cells the pooled ideal can be below the lower bound). Jobs' topology requests
+are dropped: one node is one domain of every level, so every request is met there. The order
+reads the true sizes whatever information model the cell runs under.
 """
 
 from __future__ import annotations

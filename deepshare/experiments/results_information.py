@@ -58,7 +58,8 @@ def cost_table(doc: dict[str, Any]) -> list[str]:
                 continue
             cost = cell.get("cost_of_not_knowing")
             times = f" (x{cost:.3f})" if cost is not None and model != "exact" else ""
-            entries.append(f"`{cell['best_heuristic']}` {cell['best_avg_jct_s']:,.0f} s{times}")
+            jct = cell.get("best_avg_jct_s")
+            entries.append("- (a heuristic failed)" if jct is None else f"`{cell['best_heuristic']}` {jct:,.0f} s{times}")
         lines.append(f"| {scenario_label(scenario)} | " + " | ".join(entries) + " |")
     return lines
 
@@ -95,6 +96,9 @@ def knowledge_section(doc: dict[str, Any]) -> list[str]:
     for exact, learnt in learned:
         best_exact, best_learned = exact["best_heuristic"], learnt["best_heuristic"]
         jct_exact, jct_learned = exact["best_avg_jct_s"], learnt["best_avg_jct_s"]
+        if not jct_exact or not jct_learned:
+            lines.append(f"| {scenario_label(Cell.from_key(exact))} | - | - | - (a heuristic failed) | - |")
+            continue
         same = (learnt.get("learned_over_exact") or {}).get(best_exact)
         lines.append(
             f"| {scenario_label(Cell.from_key(exact))} | `{best_exact}` {jct_exact:,.0f} s | "

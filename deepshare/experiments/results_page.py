@@ -51,25 +51,42 @@ def stamp(provenance: dict[str, Any] | None) -> str:
 
 def policy_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Every policy of a suite result, best first: its average JCT over each cell's best heuristic
-    (geometric mean, worst cell), cells it is best in (heuristics) or wins (learned, ratio < 1),
-    and its geometric mean over the lower bound and the pooled ideal."""
+    (geometric mean, worst cell), the cells where it is at or below that best (ties count, for
+    every kind alike), and its geometric mean over the lower bound and the pooled ideal. A cell
+    where the policy's run or an anchor's failed is left out (``failed`` counts them); a policy
+    that ran in none has no figures (None)."""
     cells = doc["cells"]
     learned = set(doc["suite"].get("learned", []))
+    challengers = set(doc["suite"].get("challengers", []))
     rows = []
     for policy in dict.fromkeys(p for cell in cells for p in cell["results"]):
-        ratios, bound, pooled = [], [], []
+        ratios, bound, pooled, failed = [], [], [], 0
         for cell in cells:
-            jct = cell["results"][policy]["avg_jct_s"]
-            best = cell["results"][cell["best_heuristic"]]["avg_jct_s"]
+            jct = cell["results"][policy].get("avg_jct_s")
+            best = cell.get("best_avg_jct_s", cell["results"][cell["best_heuristic"]].get("avg_jct_s"))
+            if jct is None or not best:
+                failed += 1
+                continue
             ratios.append(jct / best)
-            bound.append(jct / cell["jct_bound_s"])
+            if cell.get("jct_bound_s"):
+                bound.append(jct / cell["jct_bound_s"])
             if cell.get("pooled_ideal_s"):
                 pooled.append(jct / cell["pooled_ideal_s"])
-        won = (doc["summary"][policy]["cells_won"] if policy in doc.get("summary", {})
-               else doc.get("heuristic_wins", {}).get(policy, 0))
-        rows.append({"policy": policy, "learned": policy in learned, "geomean": geomean(ratios), "worst": max(ratios),
-                     "won": won, "over_bound": geomean(bound), "over_pooled": geomean(pooled) if pooled else None})
-    return sorted(rows, key=lambda r: (r["geomean"], r["policy"]))
+        kind = "learned" if policy in learned else "challenger" if policy in challengers else "heuristic"
+        rows.append({"policy": policy, "learned": policy in learned, "kind": kind,
+                     "geomean": geomean(ratios) if ratios else None, "worst": max(ratios, default=None),
+                     "won": sum(r <= 1.0 for r in ratios), "failed": failed,
+                     "over_bound": geomean(bound) if len(bound) == len(ratios) and bound else None,
+                     "over_pooled": geomean(pooled) if len(pooled) == len(ratios) and pooled else None})
+    return sorted(rows, key=lambda r: (r["geomean"] is None, r["geomean"] or 0.0, r["policy"]))
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _cells(row: dict[str, Any]) -> str:
+    return f"{row['won']}" + (f" ({row['failed']} failed)" if row["failed"] else "")
 
 
 def suite_section(name: str, doc: dict[str, Any]) -> str:
@@ -77,17 +94,16 @@ def suite_section(name: str, doc: dict[str, Any]) -> str:
     room = doc.get("room", {})
     command = " ".join((doc.get("provenance") or {}).get("command") or ["deepshare", "evaluate", "--suite", name])
     lines = [f"### `{name}` ({len(cells)} cells)", "", f"`{command}`: {stamp(doc.get('provenance'))}.", "",
-             "| policy | kind | avg JCT / cell's best heuristic (geomean) | worst cell | cells best or won "
+             "| policy | kind | avg JCT / cell's best heuristic (geomean) | worst cell | cells at or below the best "
              "| avg JCT / lower bound | avg JCT / pooled ideal |", "|---|---|---|---|---|---|---|"]
     for r in policy_rows(doc):
-        pooled = f"{r['over_pooled']:.3f}" if r["over_pooled"] is not None else "-"
-        lines.append(f"| `{r['policy']}` | {'learned' if r['learned'] else 'heuristic'} | {r['geomean']:.3f} | "
-                     f"{r['worst']:.3f} | {r['won']} | {r['over_bound']:.3f} | {pooled} |")
+        lines.append(f"| `{r['policy']}` | {r['kind']} | {_figure(r['geomean'])} | {_figure(r['worst'])} | {_cells(r)} | "
+                     f"{_figure(r['over_bound'])} | {_figure(r['over_pooled'])} |")
     if room:
         lines += ["", f"Room (lower bound / best heuristic): geometric mean {room['geomean_room']:.3f}, range "
                   f"{room['min_room']:.3f}-{room['max_room']:.3f}; the best heuristic over the pooled ideal: geometric "
-                  f"mean {room.get('geomean_best_over_pooled', float('nan')):.3f}, at most "
-                  f"{room.get('max_best_over_pooled', float('nan')):.3f}."]
+                  f"mean {_figure(room.get('geomean_best_over_pooled'))}, at most "
+                  f"{_figure(room.get('max_best_over_pooled'))}."]
     lines += tradeoff_section(doc)
     lines += information_section(doc)
     lines += knowledge_section(doc)
@@ -162,11 +178,11 @@ def render_headline(suites: dict[str, Any]) -> str:
     doc = suites[name]
     rows = policy_rows(doc)
     shown = [r for r in rows if r["learned"]] + [r for r in rows if not r["learned"]][:2]
-    shown.sort(key=lambda r: (r["geomean"], r["policy"]))
+    shown.sort(key=lambda r: (r["geomean"] is None, r["geomean"] or 0.0, r["policy"]))
     lines = [f"Suite `{name}` ({len(doc['cells'])} cells), average JCT over each cell's best heuristic (below 1: better; "
              "the heuristic that knew what the policy knew):", "",
-             "| policy | geometric mean | worst cell | cells best or won |", "|---|---|---|---|"]
-    lines += [f"| `{r['policy']}` | {r['geomean']:.3f} | {r['worst']:.3f} | {r['won']} |" for r in shown]
+             "| policy | geometric mean | worst cell | cells at or below the best |", "|---|---|---|---|"]
+    lines += [f"| `{r['policy']}` | {_figure(r['geomean'])} | {_figure(r['worst'])} | {_cells(r)} |" for r in shown]
     lines += information_headline(doc)
     command = " ".join((doc.get("provenance") or {}).get("command") or ["deepshare", "evaluate", "--suite", name])
     small = "" if name in SUITE_ORDER else f" (`{name}` is a small grid, a stand-in until `make suites` runs the real ones)"

@@ -21,8 +21,10 @@ the heuristics by much there.
 Pooled ideal: the bound ignores queueing, which on a loaded trace is most of a JCT. Per trace the
 suite also runs the *pooled ideal* (:mod:`deepshare.experiments.pooled_ideal`): the same jobs on
 one node of all the cluster's GPUs, no contention, free preemption, shortest remaining
-GPU-service first. ``best_over_pooled`` = best heuristic / pooled ideal is what nodes, contention
-and restores cost the best heuristic over an ideal SRSF (a reference, not a bound).
+GPU-service first on the true sizes (whatever the cell's information model). ``best_over_pooled``
+= best heuristic / pooled ideal is what nodes, contention, restores and not knowing the sizes cost
+the best heuristic over an ideal SRSF (a reference, not a bound: a gang wider than a node runs
+there at the one-node speed extrapolated, so it can be below :func:`cell_bound`).
 
 Information models: a suite lists the ``durations`` its cells run under (``exact``,
 ``estimated``, ``unknown``: :mod:`deepshare.core.information`); each is a cell of its own on the

@@ -59,20 +59,25 @@ class SuiteResult:
         return [(cell, p, e) for cell in sorted(self.results) for p in self.results[cell]
                 if (e := self.error(cell, p)) is not None]
 
+    def anchors_ran(self, cell: Cell) -> bool:
+        """Whether every anchor ran in ``cell``: a cell whose strongest anchor failed would be
+        judged against a weaker one, so it is left out of the scores (a failed cell)."""
+        return all(self.error(cell, a) is None for a in self.spec.anchors)
+
     def ratios(self, cell: Cell, policy: str) -> tuple[float, float] | None:
         """(avg JCT ratio, p99 JCT ratio) of ``policy`` to the cell's best heuristic; None when
-        either run failed."""
+        its run or any anchor's failed."""
         runs = self.results[cell]
         best_name = self.best_heuristic(cell)
-        if self.error(cell, policy) or self.error(cell, best_name):
+        if self.error(cell, policy) or not self.anchors_ran(cell):
             return None
         best = runs[best_name]
         mine = runs[policy]
         return (mine["avg_jct_s"] / best["avg_jct_s"], mine["p99_jct_s"] / best["p99_jct_s"])  # type: ignore[operator]
 
     def best_avg_jct(self, cell: Cell) -> float | None:
-        """The average JCT of the cell's best heuristic."""
-        return self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+        """The average JCT of the cell's best heuristic; None when an anchor failed there."""
+        return self.results[cell][self.best_heuristic(cell)]["avg_jct_s"] if self.anchors_ran(cell) else None
 
     def cost_of_not_knowing(self, cell: Cell) -> float | None:
         """The cell's best heuristic's average JCT / the best heuristic's of the same scenario
@@ -123,13 +128,13 @@ class SuiteResult:
 
     def lowest_reachable_ratio(self, cell: Cell) -> float | None:
         """Lower bound / the best heuristic's average JCT: a perfect scheduler's ratio (<= 1)."""
-        bound, best = self.bounds.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+        bound, best = self.bounds.get(cell), self.best_avg_jct(cell)
         return None if bound is None or not best else bound / best
 
     def best_over_pooled(self, cell: Cell) -> float | None:
         """The best heuristic's average JCT / the pooled ideal's: what nodes, contention and
         restores cost it over an ideal SRSF (None when the pooled ideal was not run)."""
-        pooled, best = self.pooled.get(cell), self.results[cell][self.best_heuristic(cell)]["avg_jct_s"]
+        pooled, best = self.pooled.get(cell), self.best_avg_jct(cell)
         return None if not pooled or best is None else best / pooled
 
     def lowest_reachable_summary(self) -> dict[str, object]:
@@ -192,8 +197,8 @@ class SuiteResult:
         wins = {h: 0 for h in self.spec.anchors}
         for cell in self.results:
             if (durations is None or cell.durations == durations) and (knowledge is None or cell.knowledge == knowledge) \
-                    and self.error(cell, best := self.best_heuristic(cell)) is None:  # not when every heuristic failed
-                wins[best] += 1
+                    and self.anchors_ran(cell):  # the best of a cell where one failed is not known
+                wins[self.best_heuristic(cell)] += 1
         return wins
 
     def fronts(self, cell: Cell) -> dict[str, list[str]]:

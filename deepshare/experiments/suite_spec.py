@@ -144,6 +144,15 @@ class SuiteSpec(BaseModel):
 
     @model_validator(mode="after")
     def _grid(self) -> "SuiteSpec":
+        for field in ("loads", "mixes", "clusters", "contention", "durations", "contention_knowledge", "heuristics",
+                      "learned", "challengers"):  # a repeat ran its cells twice and collapsed into one result
+            values = getattr(self, field)
+            repeated = sorted({str(list(v) if isinstance(v, tuple) else v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"{field}: {', '.join(repeated)} listed more than once")
+        for policy in self.learned:
+            if policy in self.heuristics:
+                raise ValueError(f"learned: {policy!r} is listed under heuristics too")
         strangers = [c for c in self.challengers if c not in self.heuristics]
         if strangers:
             raise ValueError(f"challengers: {strangers} are not listed under heuristics")

@@ -79,3 +79,32 @@ def test_a_run_the_cluster_lost_is_a_failed_run_and_the_others_are_the_local_num
     doc["cells"] = [c for c in doc["cells"] if c is not cell]
     local["cells"] = [c for c in local["cells"] if c["load"] != lost["load"]]
     assert doc["cells"] == local["cells"]  # every other cell: the local numbers
+
+
+def test_a_cell_whose_best_anchor_failed_is_left_out_not_judged_against_a_weaker_one():
+    """The best anchor's failure made the next best the cell's yardstick: a loss read as a win,
+    and nothing said so. Such a cell is a failed cell for every policy judged in it."""
+    ok = run_suite(SPEC)
+    first, second = cells(SPEC)
+    best = ok.best_heuristic(first)
+    result = with_failures(ok, (0, best))
+    assert result.ratios(first, "rl-hybrid") is None and result.best_avg_jct(first) is None
+    summary = result.summary("rl-hybrid")
+    assert summary["cells"] == 1 and summary["failed_cells"] == 1
+    assert summary["geomean_avg_jct_ratio"] == ok.ratios(second, "rl-hybrid")[0]
+    assert sum(result.heuristic_wins().values()) == 1  # the other cell's best only
+
+
+def test_the_results_page_shows_a_suite_with_failed_runs():
+    """A failed run made the page generator divide None, and refuse the whole page."""
+    from deepshare.experiments.results_page import policy_rows, render_headline, suite_section
+
+    ok = run_suite(SPEC)
+    result = with_failures(ok, (0, "rl-hybrid"), (1, "srsf+packed"))
+    doc = result.to_json()
+    rows = {r["policy"]: r for r in policy_rows(doc)}
+    assert rows["rl-hybrid"]["geomean"] is None and rows["rl-hybrid"]["failed"] == 2  # cell 1: an anchor failed
+    assert rows["las+consolidated"]["failed"] == 1 and rows["las+consolidated"]["won"] == 1
+    page = suite_section("f", doc)
+    assert "| `rl-hybrid` | learned | - | - | 0 (2 failed) |" in page
+    assert "rl-hybrid" in render_headline({"f": doc})
