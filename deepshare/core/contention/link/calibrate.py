@@ -7,7 +7,10 @@ Each cell is simulated as the two jobs sharing the NIC and PCIe of their common 
 same :mod:`physics` the simulator uses; a cell of jobs that shared a fabric uplink instead
 (samples with a ``link`` column, :mod:`.samples`) as each job on its own NIC and PCIe and both on
 that uplink, whose work is the job's cross-domain ring volume over the uplink's bandwidth in NICs
-(the link model's uplink term, each job across two domains); ``scipy.optimize.least_squares`` fits
+(the link model's uplink term, each job across two domains). Samples of a cluster
+(:attr:`~.samples.Samples.hardware`) are simulated on its nodes' hardware as the link model
+scales a job there (compute over the GPU speed, NIC and PCIe work over their bandwidths, intra-node
+work on private NVLink), so the parameters stay in the testbed's units; ``scipy.optimize.least_squares`` fits
 
 * per model: compute time, NIC work, PCIe work, overlap, samples per GPU, latency, PCIe
   coupling, congestion (positivity by log, overlap by logistic transforms) and the two
@@ -52,7 +55,7 @@ from deepshare.core.contention.link.model import ring_factor
 from deepshare.core.contention.link.params import (
     MAX_EXPONENT, MAX_KAPPA, MAX_PARAMETER, MIN_POSITIVE, SIGNED, LinkCatalog, LinkParams, placement_key,
 )
-from deepshare.core.contention.link.samples import Samples, UplinkPair
+from deepshare.core.contention.link.samples import ClusterHardware, Samples, UplinkPair
 from deepshare.core.errors import DeepShareError
 from deepshare.core.workloads import Catalog, ProfileKey
 from deepshare.core.workers import worker_pool
@@ -111,6 +114,8 @@ class Dataset:
     share: np.ndarray | None = None
     """(C,) per cell: 0 where the jobs shared their nodes, else the shared uplink's bandwidth in
     NICs (:attr:`~deepshare.core.contention.link.samples.UplinkPair.share`); None: all 0."""
+    hardware: ClusterHardware | None = None
+    """The nodes every cell was measured on; None (or the reference): the testbed's."""
 
     @property
     def shares(self) -> np.ndarray:
@@ -118,8 +123,10 @@ class Dataset:
         return np.zeros(len(self.ratio)) if self.share is None else self.share
 
     @staticmethod
-    def from_catalog(catalog: Catalog, uplinks: Mapping[UplinkPair, float] | None = None) -> "Dataset":
-        """The measured cells of ``catalog``, then those of ``uplinks`` (pairs of measured keys)."""
+    def from_catalog(catalog: Catalog, uplinks: Mapping[UplinkPair, float] | None = None,
+                     hardware: ClusterHardware | None = None) -> "Dataset":
+        """The measured cells of ``catalog``, then those of ``uplinks`` (pairs of measured keys),
+        measured on ``hardware`` (None: the testbed's)."""
         crossing = sorted((uplinks or {}).items(), key=lambda kv: kv[0].sort_key())
         named = dict.fromkeys([*catalog.keys, *(k for pair, _ in crossing for k in (pair.victim, pair.aggressor))])
         keys = tuple(k for k in named if k.nodes < 8 and k in catalog.isolated)
@@ -148,6 +155,7 @@ class Dataset:
             aggressor=np.array([c[1] for c in cells]),
             ratio=np.array(ratios, dtype=float),
             share=np.array(shares, dtype=float) if any(shares) else None,
+            hardware=None if hardware is None or hardware.is_reference() else hardware,
         )
 
 
@@ -233,9 +241,24 @@ class PairModel:
         km = d.key_model
         shape = (d.nodes / 2.0) ** v["nodes_exponent"][km] * (d.gpus / d.nodes) ** v["gpus_per_node_exponent"][km]
         nic = v["nic_s"][km] * self._ring * shape
-        pcie = v["pcie_s"][km] * self._intra_units + v["pcie_coupling"][km] * nic
-        compute = v["compute_s"][km] + v["latency_s"][km] * (d.nodes - 1)
-        iso_t = physics.iteration_time(compute, np.maximum(nic, pcie), v["overlap"][km])
+        hw = d.hardware
+        if hw is None:  # the testbed: the works as fitted, bit for bit
+            pcie = v["pcie_s"][km] * self._intra_units + v["pcie_coupling"][km] * nic
+            compute = v["compute_s"][km] + v["latency_s"][km] * (d.nodes - 1)
+            private = np.zeros(len(km))
+        else:  # as node_works and LinkState._record scale a job on these nodes
+            intra = v["pcie_s"][km] * self._intra_units
+            copies = v["pcie_coupling"][km] * nic
+            if hw.nvlink_scale > 0:
+                pcie, private = copies * hw.pcie_scale, intra * hw.nvlink_scale
+            else:
+                pcie, private = (intra + copies) * hw.pcie_scale, np.zeros(len(km))
+            nic = nic * hw.nic_scale
+            compute = v["compute_s"][km] / hw.speed + v["latency_s"][km] * (d.nodes - 1)
+        comm = np.maximum(nic, pcie)
+        if hw is not None and hw.nvlink_scale > 0:
+            comm = np.maximum(comm, private)
+        iso_t = physics.iteration_time(compute, comm, v["overlap"][km])
         throughput = d.gpus * v["samples_per_gpu"][km] / iso_t
         jk = self._jobs_keys
         system = physics.System(
@@ -243,7 +266,7 @@ class PairModel:
             compute=compute[jk],
             overlap=v["overlap"][km][jk],
             congestion=v["congestion"][km][jk],
-            private=np.zeros(len(jk)),
+            private=private[jk],
             edge_job=self._edge_job,
             edge_link=self._edge_link,
             work=np.where(self._edge_nic, nic[jk][self._edge_job], pcie[jk][self._edge_job]) * self._edge_factor,
@@ -283,15 +306,35 @@ class PairModel:
         return rows
 
     def start_points(self, starts: int, seed: int) -> list[np.ndarray]:
-        """The seeded starting vectors of :meth:`fit` (drawn in order from one generator)."""
+        """The seeded starting vectors of :meth:`fit` (drawn in order from one generator). On a
+        cluster's hardware they are the same draws in that hardware's units (the compute time
+        the cluster's GPUs take, the NIC and PCIe work at its bandwidths), so a start is as far
+        from the measured throughputs on an H100 cluster as on the testbed."""
         rng = np.random.default_rng(seed)
         m = len(self.data.models)
+        shift = self._hardware_shift()
         points = []
         for _ in range(starts):
             start = rng.normal(0.0, 1.0, (m, len(PER_MODEL)))
             start[:, SIGNED_PER_MODEL] = 0.0  # the ring formula's shape
+            if shift is not None:
+                start += shift
             points.append(np.concatenate([start.reshape(-1), np.zeros(m * m + len(self.data.keys))]))
         return points
+
+    def _hardware_shift(self) -> np.ndarray | None:
+        """Per parameter, the log factor from the hardware's units to the testbed's (None on
+        the testbed's hardware)."""
+        hw = self.data.hardware
+        if hw is None:
+            return None
+        shift = np.zeros(len(PER_MODEL))
+        intra = hw.nvlink_scale if hw.nvlink_scale > 0 else hw.pcie_scale
+        shift[PER_MODEL.index("compute_s")] = np.log(hw.speed)
+        shift[PER_MODEL.index("nic_s")] = -np.log(hw.nic_scale)
+        shift[PER_MODEL.index("pcie_s")] = -np.log(intra)
+        shift[PER_MODEL.index("pcie_coupling")] = np.log(hw.nic_scale / hw.pcie_scale)  # copies per NIC work
+        return shift
 
     def fit_from(self, x0: np.ndarray, cells: np.ndarray) -> tuple[float, np.ndarray]:
         """One least-squares run from ``x0``: (mean |ratio error| on ``cells``, parameters)."""
@@ -442,7 +485,7 @@ def calibrate(
         raise DeepShareError(f"folds must be at least 2, got {folds}")
     if starts < 1:
         raise DeepShareError(f"starts must be at least 1, got {starts}")
-    data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks) if isinstance(catalog, Samples)
+    data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks, catalog.hardware) if isinstance(catalog, Samples)
             else Dataset.from_catalog(catalog))
     if len(data.ratio) < folds:  # a fold without a test cell (or, with one cell, without a training one)
         raise DeepShareError(f"{folds}-fold cross-validation needs at least {folds} measured cells (pairs of jobs that "

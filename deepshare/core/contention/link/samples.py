@@ -25,6 +25,16 @@ how fast that uplink is next to its nodes' NICs (:func:`uplink_shares`); its job
 two nodes each. The fit (:mod:`.calibrate`) puts such a cell's jobs on their own NICs and PCIe and
 on the one uplink, each across two domains of its level (the smallest split that crosses it; an
 assumption, since a row does not say how the job was split).
+
+**The cluster's hardware.** The link model's parameters are in the testbed's units (compute on a
+TITAN Xp, NIC work at 40 Gb/s, PCIe work at 256 Gb/s; :mod:`.params`), and the simulator scales
+them by each node's hardware (:mod:`.model`). With ``--cluster`` the fit does the same
+(:func:`cluster_hardware`): it simulates every cell on the cluster's nodes, so the parameters
+it finds come out in the testbed's units and, simulated on that cluster, give back the samples.
+A row does not say which nodes its jobs ran on, so the cluster's nodes must all have the same
+hardware (GPU speed, NIC, PCIe, NVLink), and NVLink domains spanning nodes (GB200 NVL72), where
+a job's traffic depends on how its nodes fall into them, are refused. Without ``--cluster`` the
+samples are taken as measured on the testbed's hardware.
 """
 
 from __future__ import annotations
@@ -37,8 +47,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from deepshare.core.bounds import MAX_JOB_GPUS, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
+from deepshare.core.contention.link.params import REF_NIC_GBPS, REF_PCIE_GBPS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
+from deepshare.core.hardware import gpu_speed
 from deepshare.core.topology import Topology
 from deepshare.core.workloads import Catalog, ProfileKey
 
@@ -66,6 +78,53 @@ class UplinkPair:
 
 
 @dataclass(frozen=True)
+class ClusterHardware:
+    """The hardware of the nodes samples were measured on, as the link model scales a job there
+    (:func:`~deepshare.core.contention.link.model.node_works`): each factor turns a parameter in
+    the testbed's units into the cluster's."""
+
+    speed: float
+    """GPU training speed relative to the TITAN Xp (compute takes ``compute_s / speed``)."""
+    nic_scale: float
+    """``REF_NIC_GBPS / nic_gbps``: the factor on NIC work."""
+    pcie_scale: float
+    """``REF_PCIE_GBPS / (intra_node_gbps * pcie_switches)``: the factor on PCIe work."""
+    nvlink_scale: float = 0.0
+    """0 on PCIe nodes (intra-node traffic crosses PCIe); on NVLink nodes ``REF_PCIE_GBPS /
+    nvlink_gbps``, the factor on the intra-node work, which rides private NVLink (only the GPU
+    <-> NIC copies cross PCIe)."""
+
+    def is_reference(self) -> bool:
+        """The testbed's hardware: every factor 1 on PCIe nodes (the fit is then bit for bit the
+        fit without a cluster)."""
+        return self == ClusterHardware(1.0, 1.0, 1.0)
+
+
+def cluster_hardware(topology: Topology, label: str | None = None) -> ClusterHardware:
+    """The one hardware of ``topology``'s nodes; :class:`DeepShareError` (starting with ``label``,
+    by default the cluster's name) when its nodes differ in it (a samples row does not say which
+    nodes its jobs ran on) or NVLink domains span nodes."""
+    label = label or f"cluster {topology.name}"
+    if topology.fabric.nvlink_level is not None:
+        raise DeepShareError(f"{label}: its NVLink domains span nodes, and a samples row does not say "
+                             f"how its jobs' nodes fell into them; calibrate from samples of a cluster whose NVLink "
+                             f"stays inside each node")
+    kinds: dict[ClusterHardware, str] = {}
+    for node in topology.nodes:
+        nvlink = node.fabric == "nvlink" and node.nvlink_gbps > 0
+        kind = ClusterHardware(gpu_speed(node.gpu_model), REF_NIC_GBPS / node.nic_gbps,
+                               REF_PCIE_GBPS / (node.intra_node_gbps * node.pcie_switches),
+                               REF_PCIE_GBPS / node.nvlink_gbps if nvlink else 0.0)
+        kinds.setdefault(kind, node.name)
+    if len(kinds) > 1:
+        first, second = list(kinds.values())[:2]
+        raise DeepShareError(f"{label}: its nodes differ in hardware (GPU speed, NIC, PCIe or NVLink: "
+                             f"{first} and {second}), and a samples row does not say which nodes its jobs ran on; "
+                             f"calibrate from the samples of one kind of node with a cluster of those nodes")
+    return next(iter(kinds))
+
+
+@dataclass(frozen=True)
 class Samples:
     """A samples file as calibration reads it: the profiles of jobs that shared nodes, and the
     ratios of those that shared an uplink."""
@@ -73,6 +132,8 @@ class Samples:
     catalog: Catalog
     uplinks: dict[UplinkPair, float]
     """Ratio (mean co-located over mean isolated throughput) per uplink pair."""
+    hardware: ClusterHardware | None = None
+    """The nodes' hardware (:func:`cluster_hardware`); None: the testbed's."""
 
 
 def uplink_shares(topology: Topology) -> dict[str, float]:
@@ -107,9 +168,11 @@ def parse_samples(text: str, source: str) -> Catalog:
     return read_samples(text, source).catalog
 
 
-def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = None) -> Samples:
+def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = None,
+                 hardware: ClusterHardware | None = None) -> Samples:
     """The samples of ``text``; ``uplinks``: the cluster's :func:`uplink_shares`, which the
-    ``link`` column's names must be among (None: no cluster given, so no row may name one)."""
+    ``link`` column's names must be among (None: no cluster given, so no row may name one);
+    ``hardware``: its nodes' :func:`cluster_hardware` (None: the testbed's)."""
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
@@ -149,7 +212,7 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     crossing = {pair: _ratio(pair.victim, values, isolated, source) for pair, values in sorted(across.items(), key=lambda kv: kv[0].sort_key())}
     if not ratios and not crossing:
         raise DeepShareError(f"{source}: no co-located samples (rows with co_model, co_gpus, co_nodes)")
-    return Samples(Catalog(isolated, ratios), crossing)
+    return Samples(Catalog(isolated, ratios), crossing, hardware)
 
 
 def _ratio(victim: ProfileKey, values: list[float], isolated: dict[ProfileKey, float], source: str) -> float:
@@ -178,10 +241,12 @@ def _uplink_pair(victim: ProfileKey, aggressor: ProfileKey, link: str, uplinks: 
     return UplinkPair(victim, aggressor, link, uplinks[link])
 
 
-def load_samples(path: str | os.PathLike[str], uplinks: Mapping[str, float] | None = None) -> Samples:
+def load_samples(path: str | os.PathLike[str], uplinks: Mapping[str, float] | None = None,
+                 hardware: ClusterHardware | None = None) -> Samples:
     """The samples CSV at ``path`` (a regular file of at most :data:`~deepshare.core.files.TRACE_BYTES`:
-    samples are recorded, like a trace); ``uplinks`` as :func:`read_samples` takes them."""
+    samples are recorded, like a trace); ``uplinks`` and ``hardware`` as :func:`read_samples`
+    takes them."""
     text = read_input_text(path, "samples file", TRACE_BYTES, label=f"--samples {path}", not_found="file not found")
     if not text.strip():
         raise DeepShareError(f"{path}: file is empty, expected samples")
-    return read_samples(text, str(path), uplinks)
+    return read_samples(text, str(path), uplinks, hardware)
