@@ -32,7 +32,7 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if sum(x is not None for x in (args.profiles, args.samples, args.from_state)) != 1:
         raise DeepShareError("give exactly one of --profiles DIR, --samples CSV and --from-state DIR")
     if args.cluster is not None and args.samples is None:
-        raise DeepShareError("--cluster goes with --samples: it says how fast the uplinks the samples name are")
+        raise DeepShareError("--cluster goes with --samples: it says what hardware the samples were measured on")
     if args.from_state is not None:
         return cmd_calibrate_from_state(args, out, err)
     check_outputs({"--json": args.json, "--out": args.out},
@@ -70,11 +70,15 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _samples(path: str, cluster: str | None) -> "Samples":
-    """The samples at ``path``; rows naming a fabric uplink are read against ``cluster``'s fabric."""
-    from deepshare.core.contention.link.samples import load_samples, uplink_shares
+    """The samples at ``path``, measured on ``cluster``'s hardware (None: the testbed's); rows
+    naming a fabric uplink are read against its fabric."""
+    from deepshare.core.contention.link.samples import cluster_hardware, load_samples, uplink_shares
     from deepshare.core.topology import load_topology
 
-    return load_samples(path, None if cluster is None else uplink_shares(load_topology(cluster)))
+    if cluster is None:
+        return load_samples(path)
+    topology = load_topology(cluster)
+    return load_samples(path, uplink_shares(topology), cluster_hardware(topology, f"--cluster {cluster}"))
 
 
 def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -135,8 +139,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--profiles", metavar="DIR", help="folder with isolated_thp.csv and shared_thp_ratio.csv")
     p.add_argument("--samples", metavar="CSV", help="throughput samples recorded on a cluster (format: deepshare/core/contention/link/samples.py)")
     p.add_argument("--cluster", metavar="PRESET|YAML",
-                   help="with --samples: the cluster the samples were taken on, whose fabric has the uplinks rows name in "
-                   "their optional link column (jobs on other nodes that shared a domain's uplink, e.g. spine0/leaf3/uplink)")
+                   help="with --samples: the cluster the samples were taken on (without it: the testbed's TITAN Xp, 40 Gb/s "
+                   "hardware). The fit simulates the samples on its nodes' hardware (all nodes alike), so the parameters, "
+                   "simulated on it, give them back; its fabric has the uplinks rows name in their optional link column "
+                   "(jobs on other nodes that shared a domain's uplink, e.g. spine0/leaf3/uplink)")
     p.add_argument("--from-state", metavar="DIR",
                    help="instead: fit the learned contention model (deepshare/core/contention/learned.py) to the measured vs "
                    "predicted throughputs in a live scheduler's journal, as its refit does (read only)")
