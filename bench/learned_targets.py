@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,11 +48,17 @@ def main() -> None:
     for cell in doc["cells"]:
         results = cell["results"]
         heuristics = [name for name in results if name not in learned]
+        where = cell.get("cluster") or f"{cell['nodes']}x{cell['gpus_per_node']}"
+        label = " ".join(str(part) for part in (f"load {cell['load']:g}" if "load" in cell else "", cell["mix"], where,
+                                                cell.get("contention", ""), f"seed {cell['seed'] - doc.get('seed_base', 2**31)}",
+                                                cell["durations"]) if part)
+        failed = [name for name in heuristics if not results[name].get("avg_jct_s")]
+        if failed:  # the best heuristic of the cell is not known: it is left out, and said so
+            print(f"left out: {label} (failed: {', '.join(failed)})", file=sys.stderr)
+            continue
         best = min(heuristics, key=lambda name: results[name]["avg_jct_s"])
-        label = f"{cell['mix']} {cell.get('cluster') or str(cell['nodes']) + 'x' + str(cell['gpus_per_node'])} " \
-                f"seed {cell['seed'] - doc.get('seed_base', 2**31)} {cell['durations']}"
         for name in learned:
-            if name in results:
+            if name in results and results[name].get("avg_jct_s"):
                 rows[name].append((label, results[name]["avg_jct_s"] / results[best]["avg_jct_s"],
                                    results[name]["p99_jct_s"] / results[best]["p99_jct_s"], best))
     print("| learned policy | geomean avg JCT / best heuristic | worst cell | worst p99 ratio | cells at or below 1.0 |")

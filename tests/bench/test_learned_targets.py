@@ -44,3 +44,25 @@ def test_a_run_without_learned_policies_says_so(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
                          capture_output=True, text=True)
     assert run.returncode != 0 and "ran no learned policies" in run.stderr
+
+
+def test_a_cell_with_a_failed_run_is_left_out_and_said(tmp_path):
+    """A failed heuristic run (no JCT) made the script raise a TypeError; a failed learned run too."""
+    failed = {"avg_jct_s": None, "p99_jct_s": None, "error": "RuntimeError: boom"}
+    doc = {
+        "suite": {"name": "hand", "learned": ["rl-x"]},
+        "seed_base": 2**31,
+        "cells": [
+            {**_cell(0, {"a": (100.0, 100.0), "rl-x": (100.0, 90.0)}), "load": 1.0, "contention": "link"},
+            _cell(1, {"a": (50.0, 50.0), "rl-x": (40.0, 60.0)}),
+            _cell(2, {"a": (50.0, 50.0), "rl-x": (40.0, 60.0)}),
+        ],
+    }
+    doc["cells"][0]["results"]["a"] = failed
+    doc["cells"][2]["results"]["rl-x"] = failed
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(doc))
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
+                         capture_output=True, text=True, check=True)
+    assert "| `rl-x` | 0.800 | 0.800 | 1.200 | 1/1 |" in run.stdout
+    assert "left out: load 1 heavy clos3-256 link seed 0 estimated (failed: a)" in run.stderr
