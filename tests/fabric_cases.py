@@ -33,3 +33,18 @@ nodes:
 """
 """Two leaves of two 2-GPU nodes (a0, a1 | b0, b1), each leaf's uplink 20 Gbit/s: half a NIC."""
 TWO_LEAVES = parse_topology(TWO_LEAVES_SPEC)
+
+
+def two_leaves_of_two(gpus: int, name: str = "two-leaves-of-two"):
+    """Two leaves (nodes 0, 1 | 2, 3) of two nodes of ``gpus`` GPUs under one spine."""
+    return parse_topology(f"""
+name: {name}
+node_types:
+  g: {{gpus: {gpus}, nic_gbps: 400}}
+levels:
+  - {{name: leaf}}
+  - {{name: spine}}
+nodes:
+  - {{type: g, count: 2, prefix: a, domains: {{leaf: l0, spine: s0}}}}
+  - {{type: g, count: 2, prefix: b, domains: {{leaf: l1, spine: s0}}}}
+""")

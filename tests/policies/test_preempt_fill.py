@@ -8,29 +8,20 @@ The hand-checked fabric: two leaves of two 4-GPU nodes (nodes 0-1 leaf l0, nodes
 from __future__ import annotations
 
 import pytest
+from fabric_cases import two_leaves_of_two
 
 from deepshare.core.contention import make_contention
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.simulator import Simulator
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.topology import parse_topology, uniform
+from deepshare.core.topology import uniform
 from deepshare.core.traces.generator import generate
 from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info, policy_names
 from deepshare.policies.registry import BACKFILL_PLACEMENTS
 
-TWO_LEAVES = parse_topology("""
-name: two-leaves-of-two
-node_types:
-  g: {gpus: 4, nic_gbps: 400}
-levels:
-  - {name: leaf}
-  - {name: spine}
-nodes:
-  - {type: g, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: g, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
-""")
+TWO_LEAVES = two_leaves_of_two(4)
 CATALOG = default_catalog()
 
 

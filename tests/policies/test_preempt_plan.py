@@ -6,28 +6,17 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric_cases import TINY_CLOS
+from fabric_cases import TINY_CLOS, two_leaves_of_two
 
 from deepshare.core.contention import make_contention
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.feasibility import check_view_decision
 from deepshare.core.snapshot import KnownJob, build_view
-from deepshare.core.topology import parse_topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
 
-TWO_LEAVES_OF_EIGHTS = parse_topology("""
-name: two-leaves-of-eights
-node_types:
-  g: {gpus: 8, fabric: nvlink, nvlink_gbps: 7200, nic_gbps: 400}
-levels:
-  - {name: leaf}
-  - {name: spine}
-nodes:
-  - {type: g, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: g, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
-""")
+TWO_LEAVES_OF_EIGHTS = two_leaves_of_two(8, "two-leaves-of-eights")
 """Two leaves (nodes 0, 1 | 2, 3) of two 8-GPU nodes."""
 CATALOG = default_catalog()
 POLICIES = ["srsf+topo-bestfit+preempt", "srsf+consolidated+preempt", "srsf+topo-balanced+preempt", "srsf+topo-aware+preempt"]
