@@ -63,10 +63,11 @@ class CandidatePPOModule(DefaultPPOTorchRLModule):
         hidden = int(self.model_config.get("hidden", 64))
         self.scorer = CandidateScorer(features, hidden)
         init_from = self.model_config.get("init_from")
-        if init_from:  # a warm start (e.g. imitation); checked against hidden when the config was read
-            from deepshare.policies.checkpoint import load_policy_file
+        if init_from:  # a warm start (e.g. imitation); checked against the config when it was read (with_init_from)
+            from deepshare.policies.checkpoint import scorer_from_file
 
-            self.scorer.load_state_dict(load_policy_file(init_from)["state_dict"])
+            # scorer_from_file again: a file changed since then is one DeepShareError naming it, not a state-dict dump
+            self.scorer.load_state_dict(scorer_from_file(init_from)[0].net.state_dict())
         self.vf = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def _embed(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -195,22 +195,42 @@ def _relative_to(name: str, base: Path) -> Path:
 
 def with_init_from(config: TrainConfig, path: str | Path) -> TrainConfig:
     """``config`` whose module starts from the scorer weights in ``path`` (made absolute, for
-    workers started elsewhere), checked now: a policy file of this encoding's features whose
-    width is ``model.hidden``."""
-    from deepshare.policies.checkpoint import load_policy_file
-    from deepshare.policies.encoding import FEATURES
+    workers started elsewhere), checked now, so a bad file is one line naming it here rather than
+    a traceback from every env runner and learner: a policy file that loads as a scorer (weights
+    of the shapes its width and features declare, finite; :func:`scorer_from_file`), whose width
+    is ``model.hidden`` and whose encoding is the config's env's in everything that makes the
+    rows (:data:`INIT_FROM_ENCODING`: the extra columns, the anchor (row 1 and ``is_anchor``
+    mark its pick), the offer order, the candidate and job counts, the placement generators).
+    ``max_wait_s`` may differ: it masks rows, and a warm start may train under another bound."""
+    from deepshare.policies.checkpoint import scorer_from_file
 
     resolved = resolved_path(path)
-    doc = load_policy_file(resolved)
-    if doc["hidden"] != config.model.hidden:
-        raise DeepShareError(f"model.init_from {path}: its scorer is {doc['hidden']} wide, the config's model.hidden is "
-                             f"{config.model.hidden}; set model.hidden: {doc['hidden']}")
-    extras = doc["features"][len(FEATURES):]  # load_policy_file checked: FEATURES, then the file's extra columns
-    wanted = list(EnvConfig.from_dict(config.env).extra_features)
-    if extras != wanted:
+    try:
+        scorer, encoding, _ = scorer_from_file(resolved)
+    except DeepShareError as exc:
+        raise DeepShareError(f"model.init_from: {exc}") from None
+    hidden = scorer.net.hidden
+    if hidden != config.model.hidden:
+        raise DeepShareError(f"model.init_from {path}: its scorer is {hidden} wide, the config's model.hidden is "
+                             f"{config.model.hidden}; set model.hidden: {hidden}")
+    wanted = EnvConfig.from_dict(config.env).encoding
+    extras, encoded = list(encoding.extra_features), list(wanted.extra_features)
+    if extras != encoded:
         raise DeepShareError(f"model.init_from {path}: its scorer reads the extra columns {extras}, the config's env "
-                             f"encodes {wanted}; set env.extra_features: {extras}")
+                             f"encodes {encoded}; set env.extra_features: {extras}")
+    for name in INIT_FROM_ENCODING:
+        theirs, ours = getattr(encoding, name), getattr(wanted, name)
+        if theirs != ours:
+            shown_theirs = list(theirs) if isinstance(theirs, tuple) else theirs
+            shown_ours = list(ours) if isinstance(ours, tuple) else ours
+            raise DeepShareError(f"model.init_from {path}: its scorer was trained with {name} {shown_theirs}, the "
+                                 f"config's env encodes {shown_ours}; set env.{name}: {shown_theirs}")
     return config.model_copy(update={"model": config.model.model_copy(update={"init_from": str(resolved)})})
+
+
+INIT_FROM_ENCODING = ("anchor", "offer_order", "max_candidates", "jobs_considered", "generators")
+"""Encoding fields a ``model.init_from`` file must share with the config's env (besides the extra
+columns): they decide which rows a choice offers and what row 1 and ``is_anchor`` mean."""
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
