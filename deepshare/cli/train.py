@@ -205,7 +205,7 @@ def _expert(args: argparse.Namespace, teacher: Any, settings: Any, run_dir: str,
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = command(sub, "train", "train RL-base / RL-hybrid with RLlib PPO from a YAML config",
                 "deepshare train rllib_configs/rl_hybrid.yaml --out runs/rl_hybrid --iterations 120 --num-env-runners 2",
-                "deepshare train rllib_configs/rl_base_warm.yaml --init-from runs/bc/policy.pt --out runs/bc_ppo --eval-suite quick")
+                "deepshare train rllib_configs/rl_unc_warm.yaml --init-from runs/bc/policy.pt --out runs/bc_ppo --eval-suite quick")
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")

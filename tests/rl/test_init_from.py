@@ -5,6 +5,7 @@ with one line naming it. No Ray, no training."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,53 @@ def test_the_module_loads_the_checked_weights(tmp_path):
                                 model_config={"hidden": 16, "init_from": str(path)})
     expected = torch.load(path, weights_only=True)["state_dict"]
     assert all(t.equal(expected[name]) for name, t in module.scorer.state_dict().items())
+
+
+# -- the documented warm starts ------------------------------------------------------------------
+IMITATE = re.compile(r"deepshare imitate (rllib_configs/\S+\.yaml)[^\n\"]*?--out (\S+)")
+WARM = re.compile(r"deepshare train (rllib_configs/\S+\.yaml)[^\n\"]*?--init-from (\S+)")
+DOCUMENTED = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "deepshare" / "data" / "policies" / "README.md",
+              *sorted((ROOT / "rllib_configs").glob("*.yaml")), ROOT / "deepshare" / "cli" / "train.py"]
+
+
+def documented_warm_starts() -> list[tuple[str, str, str]]:
+    """(where, train config, imitate config or shipped policy file) for every ``deepshare train
+    CONFIG --init-from X`` in the docs, the CLI's examples and the configs' headers whose X is a
+    shipped file or the policy.pt of a ``deepshare imitate CONFIG --out DIR`` in the same file."""
+    found = []
+    for path in DOCUMENTED:
+        text = path.read_text(encoding="utf-8")
+        made = {f"{out.rstrip('/')}/policy.pt": config for config, out in IMITATE.findall(text)}
+        for config, init in WARM.findall(text):
+            source = made.get(init) or (init if (ROOT / init).is_file() else None)
+            if source is not None:
+                found.append((path.name, config, source))
+    return found
+
+
+def test_the_documented_warm_starts_are_found():
+    pairs = {(where, config, source) for where, config, source in documented_warm_starts()}
+    assert ("learned-policies.md", "rllib_configs/rl_unc_warm.yaml", "rllib_configs/rl_unc_imitate.yaml") in pairs
+    assert ("train.py", "rllib_configs/rl_unc_warm.yaml", "rllib_configs/rl_unc_imitate.yaml") in pairs
+    assert ("rl_hybrid_warm.yaml", "rllib_configs/rl_hybrid_warm.yaml", "deepshare/data/policies/rl_base_dagger.pt") in pairs
+
+
+@pytest.mark.parametrize("where, config, source", documented_warm_starts())
+def test_a_documented_warm_start_takes_its_policy_file(tmp_path, where, config, source):
+    """What ``deepshare imitate SOURCE`` writes (a scorer of its config's width and encoding; the
+    weights do not matter to the check) is what ``deepshare train CONFIG --init-from`` accepts."""
+    if source.endswith(".pt"):
+        made = ROOT / source
+    else:
+        imitated = load_train_config(ROOT / source)
+        encoding = imitated.env_config(ROOT / "rllib_configs").encoding
+        made = tmp_path / "policy.pt"
+        made.write_bytes(policy_file_bytes(CandidateScorer(len(encoding.features), imitated.model.hidden), encoding,
+                                           {"trainer": "imitation (test)"}))
+    with_init_from(load_train_config(ROOT / config), made)
+
+
+def test_the_shipped_unc_imitation_warm_starts_rl_unc_warm():
+    """rl_unc_imitation.pt is what the documented imitate command shipped."""
+    with_init_from(load_train_config(ROOT / "rllib_configs" / "rl_unc_warm.yaml"),
+                   ROOT / "deepshare" / "data" / "policies" / "rl_unc_imitation.pt")
