@@ -5,8 +5,12 @@ dropped) during stage ``s``; the stage moves on every ``iterations_per_stage`` t
 iterations and stays at the last length. Short episodes first give PPO credit assignment it can
 solve, then the cap grows to the real episode length. :class:`CurriculumStart` sets the first
 cap on every env as it is created; :class:`CurriculumStep`, an ``on_train_result`` callback, sets
-the cap for the next iteration on every env runner's envs after each iteration (every time, so an
-env runner restarted mid-run catches up).
+the cap for the next iteration on every env runner's envs after each iteration. The stage follows
+the run, not the env runner: an env runner RLlib restarts mid-run gets the current iteration's cap
+before it samples (:meth:`CurriculumStep.recreated`, an ``on_env_runners_recreated`` callback),
+and a run resumed from a checkpoint sets it on all of them before its first iteration
+(:func:`resume_stage`, called by ``deepshare.rl.train.train``); otherwise both would sample their
+first iteration at ``lengths[0]``.
 """
 
 from __future__ import annotations
@@ -43,13 +47,38 @@ class CurriculumStart:
 class CurriculumStep:
     """``on_train_result``: every env runner's envs get the cap of the coming iteration
     (``algorithm.iteration`` counts the iterations completed); the result records it as
-    ``curriculum_max_jobs``."""
+    ``curriculum_max_jobs``. :meth:`recreated` is its ``on_env_runners_recreated`` twin."""
 
     def __init__(self, lengths: Sequence[int], iterations_per_stage: int) -> None:
         self.lengths, self.iterations_per_stage = list(lengths), iterations_per_stage
 
+    def cap(self, algorithm: Any) -> int:
+        """The cap of the iteration after those ``algorithm`` has completed."""
+        return cap_for(self.lengths, self.iterations_per_stage, int(algorithm.iteration))
+
     def __call__(self, *, algorithm: Any, result: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        cap = cap_for(self.lengths, self.iterations_per_stage, int(algorithm.iteration))
+        cap = self.cap(algorithm)
         algorithm.env_runner_group.foreach_env_runner(partial(_set_cap, cap), local_env_runner=True)
         if result is not None:
             result["curriculum_max_jobs"] = cap
+
+    def recreated(self, *, algorithm: Any, env_runner_group: Any, env_runner_indices: Sequence[int],
+                  is_evaluation: bool = False, **kwargs: Any) -> None:
+        """``on_env_runners_recreated``: the restarted env runners' envs (created at
+        :class:`CurriculumStart`'s first cap) get the current iteration's cap before they sample."""
+        if is_evaluation or not env_runner_indices:
+            return
+        env_runner_group.foreach_env_runner(partial(_set_cap, self.cap(algorithm)),
+                                            remote_worker_ids=list(env_runner_indices), local_env_runner=False)
+
+
+def resume_stage(algorithm: Any) -> int | None:
+    """After ``Algorithm.from_checkpoint``: every env runner's envs get the cap of the iteration
+    the restored run is at (its env runners were just created at the first stage's); the
+    curriculum is the checkpoint's own. The cap set, or None for a run without a curriculum."""
+    hooks = algorithm.config.callbacks_on_train_result
+    for hook in hooks if isinstance(hooks, (list, tuple)) else [hooks]:
+        if isinstance(hook, CurriculumStep):
+            hook(algorithm=algorithm)
+            return hook.cap(algorithm)
+    return None

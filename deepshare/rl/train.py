@@ -330,7 +330,8 @@ def _with_extras(algo: Any, config: TrainConfig) -> Any:
         created.append(ReplayGroups(extras.input_baseline.group_size, config.run.seed))
     if extras.curriculum is not None:
         created.append(CurriculumStart(extras.curriculum.lengths))
-        algo = algo.callbacks(on_train_result=CurriculumStep(extras.curriculum.lengths, extras.curriculum.iterations_per_stage))
+        step = CurriculumStep(extras.curriculum.lengths, extras.curriculum.iterations_per_stage)
+        algo = algo.callbacks(on_train_result=step, on_env_runners_recreated=step.recreated)
     if created:
         algo = algo.callbacks(on_environment_created=created)
     return algo
@@ -406,7 +407,10 @@ def train(
     start_ray(address)
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:
+        from deepshare.rl.curriculum import resume_stage
+
         algo = Algorithm.from_checkpoint(str(start_from))
+        resume_stage(algo)  # the env runners were just created at the curriculum's first length
     else:
         algo = build_algorithm_config(config, env, runners, cpus).build_algo()
     metrics_file = run_dir / "metrics.csv"

@@ -243,6 +243,34 @@ def test_the_curriculum_caps_episodes_and_grows_at_the_stage_boundaries():
     assert envs[0].reset(seed=1)[1]["jobs"] == 12
 
 
+def test_an_env_runner_restarted_mid_run_gets_the_current_stage_before_it_samples():
+    """RLlib creates a restarted env runner's envs anew (CurriculumStart: the first stage's cap) and
+    fires ``on_env_runners_recreated`` before the next training step: the run's stage, not 3."""
+    from deepshare.rl.train import build_algorithm_config
+
+    fresh, kept = DeepShareEnv(ENV), DeepShareEnv(ENV)
+    CurriculumStart([3, 6, 12])(env=fresh)
+    kept.set_max_jobs(5)  # a healthy runner: left alone
+    runners = {1: SimpleNamespace(env=kept), 2: SimpleNamespace(env=fresh)}
+    calls = []
+
+    def foreach_env_runner(func, *, remote_worker_ids=None, local_env_runner=True):
+        calls.append((remote_worker_ids, local_env_runner))
+        return [func(runners[i]) for i in remote_worker_ids]
+
+    group = SimpleNamespace(foreach_env_runner=foreach_env_runner)
+    step = CurriculumStep([3, 6, 12], 2)
+    algorithm = SimpleNamespace(iteration=5, env_runner_group=group)
+    step.recreated(algorithm=algorithm, env_runner_group=group, env_runner_indices=[2], is_evaluation=False)
+    assert calls == [([2], False)]
+    assert fresh.reset(seed=1)[1]["jobs"] == 12 and kept._max_jobs == 5
+    config = parse_train_config("name: x\nppo_extras: {curriculum: {lengths: [3, 6, 12], iterations_per_stage: 2}}\n",
+                                Path("c.yaml"))
+    algo = build_algorithm_config(config, config.env_config(Path(".")), 0, 2)
+    hook = algo.callbacks_on_env_runners_recreated
+    assert getattr(hook, "__self__", None) is algo.callbacks_on_train_result and hook.__func__ is CurriculumStep.recreated
+
+
 # -- the options in the YAML -------------------------------------------------------------------
 @pytest.mark.parametrize(
     "extras, needle",
@@ -324,6 +352,30 @@ def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray
     from deepshare.policies.checkpoint import load_policy_file
 
     assert load_policy_file(policy)["metadata"]["ppo_extras"]["curriculum"] == {"lengths": [4, 8], "iterations_per_stage": 1}
+
+
+def test_a_resumed_run_samples_its_first_iteration_at_the_stage_it_is_at(tmp_path, ray_local, monkeypatch):
+    """``resume`` rebuilds the env runners (Algorithm.from_checkpoint), whose envs CurriculumStart
+    caps at lengths[0]: after 1 of [4, 8] at 1 iteration per stage, iteration 2 is at 8, from its start."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from deepshare.rl.train import train
+
+    path = tmp_path / "tiny_curriculum.yaml"
+    path.write_text(TINY.read_text().replace("num_env_runners: 1", "num_env_runners: 0")
+                    + "ppo_extras:\n  curriculum: {lengths: [4, 8], iterations_per_stage: 1}\n")
+    run = tmp_path / "run"
+    train(path, run, iterations=1)
+    sampled_at = []
+    original = Algorithm.train
+
+    def recording(self):
+        sampled_at.append([e.unwrapped._max_jobs for e in self.env_runner_group.local_env_runner.env.unwrapped.envs])
+        return original(self)
+
+    monkeypatch.setattr(Algorithm, "train", recording)
+    train(path, run, iterations=2, resume=run)
+    assert sampled_at == [[8]]
 
 
 def test_rho_survives_a_checkpoint_and_its_restore(tmp_path, ray_local):
