@@ -24,7 +24,9 @@ Start
     suite's cells when given a suite's parameters, :mod:`deepshare.rl.generated`; trace seeds
     below 2**31, the suites' held-out ones above), and its information model
     (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
-    estimates), and runs to the first decision point with a feasible launch. Training options
+    estimates), and runs to the first decision point with a feasible launch; a scenario that
+    has none (every job rejected on arrival) is drawn again from the same generator, so a seed
+    still names one episode (a DeepShareError after ``MAX_REDRAWS`` such draws). Training options
     may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`), replay a group's sequence
     of scenarios (:meth:`DeepShareEnv.set_replay_group`) or report each step's simulated time
     (:meth:`DeepShareEnv.set_report_elapsed`).
@@ -61,6 +63,8 @@ from deepshare.rl.generated import GeneratedEpisode, check_generated, draw_gener
 
 FEATURE_BOUND = 50.0
 ORIGINAL_ROUND_S = 300.0
+MAX_REDRAWS = 64
+"""Scenarios ``reset`` draws in a row before giving up on finding one with a decision."""
 
 
 @dataclass(frozen=True)
@@ -372,19 +376,31 @@ class DeepShareEnv(gym.Env):
             _, worker, group = self._replay
             self._sequence = ((worker * 10_000 + group) << 32) + self._replayed
             self._replayed += 1
-        topology, jobs = self._scenario(rng)
-        if self._max_jobs is not None and len(jobs) > self._max_jobs:
-            jobs = sorted(jobs, key=lambda job: job.submit_time)[: self._max_jobs]
-        kinds = self.config.contentions or (self.config.contention,)
-        contention = make_contention(kinds[int(rng.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
-        information = self.config.information(rng)
-        sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s), information=information)
-        self._episode = _Episode(sim, None, len(jobs))
-        _, obs = self._advance()
+        # A scenario without one feasible choice (every job rejected on arrival: e.g. a curriculum
+        # cap that keeps only a job larger than the cluster) cannot be an episode: gymnasium's
+        # reset cannot say "done", and the env runner's next step would fail. Draw again from the
+        # same generator (so a seed still names its episode), at most MAX_REDRAWS times.
+        for _ in range(MAX_REDRAWS):
+            topology, jobs = self._scenario(rng)
+            if self._max_jobs is not None and len(jobs) > self._max_jobs:
+                jobs = sorted(jobs, key=lambda job: job.submit_time)[: self._max_jobs]
+            kinds = self.config.contentions or (self.config.contention,)
+            contention = make_contention(kinds[int(rng.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
+            information = self.config.information(rng)
+            sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s), information=information)
+            self._episode = _Episode(sim, None, len(jobs))
+            _, obs = self._advance()
+            if obs is not None:
+                break
+        else:
+            cap = "" if self._max_jobs is None else f" (episodes capped at {self._max_jobs} jobs by the curriculum)"
+            raise DeepShareError(f"env: {MAX_REDRAWS} scenarios drawn in a row offered no decision{cap}: every job "
+                                 "was rejected without one launch to choose (jobs larger than the cluster?); check "
+                                 "the traces, the cluster and the curriculum's lengths")
         info: dict[str, Any] = {"jobs": len(jobs), "nodes": len(topology.nodes)}
         if self._sequence is not None:
             info["sequence"] = self._sequence
-        return obs if obs is not None else self._terminal_obs(), info
+        return obs, info
 
     def step(self, action: int):
         ep = self._episode

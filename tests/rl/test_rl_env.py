@@ -195,3 +195,47 @@ def test_max_wait_s_reaches_the_encoding_and_masks_wait_in_episodes():
         if done or truncated:
             break
     assert all(mask == 0 for fits, mask in waits if fits)
+
+
+def _traces(tmp_path):
+    """A trace whose first job (64 GPUs) no testbed node set can hold, and one whose first fits."""
+    from deepshare.core.traces.canonical import write_canonical
+
+    big = [JobSpec("big", "MobileNetV3", 64, submit_time=0.0, duration_s=3600),
+           JobSpec("ok", "MobileNetV3", 4, submit_time=60.0, duration_s=3600)]
+    fits = [JobSpec("a", "MobileNetV3", 4, submit_time=0.0, duration_s=3600),
+            JobSpec("b", "MobileNetV3", 8, submit_time=60.0, duration_s=1800)]
+    write_canonical(big, tmp_path / "big_first.json")
+    write_canonical(fits, tmp_path / "fits.json")
+    return str(tmp_path / "big_first.json"), str(tmp_path / "fits.json")
+
+
+def test_a_scenario_without_a_decision_is_drawn_again_and_the_episode_steps(tmp_path):
+    """Capped at one job, an episode of big_first has nothing to decide (its job is rejected on
+    arrival): reset draws again, from the same generator, so the env runner's next step works and
+    a seed still names one episode."""
+    big, fits = _traces(tmp_path)
+    config = {"traces": [big, fits], "contention": "none", "durations": "exact"}
+    envs = [DeepShareEnv(config), DeepShareEnv(config)]
+    for env in envs:
+        env.set_max_jobs(1)
+    first = []  # the trace reset draws first for each seed: rng.random() (traces or generated?), then the trace
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        rng.random()
+        first.append(int(rng.integers(2)))
+    assert 0 in first and 1 in first  # some seeds draw big_first first
+    for seed in range(8):
+        (obs, info), (again, _) = (env.reset(seed=seed) for env in envs)
+        assert info["jobs"] == 1 and obs["action_mask"].sum() > 1  # a launch to choose
+        assert np.array_equal(obs["observations"], again["observations"])
+        _, _, terminated, _, step_info = envs[0].step(first_launch(obs))
+        assert terminated and step_info["report"]["finished"] == 1
+
+
+def test_no_scenario_with_a_decision_is_one_clear_error(tmp_path):
+    big, _ = _traces(tmp_path)
+    env = DeepShareEnv({"traces": [big], "contention": "none", "durations": "exact"})
+    env.set_max_jobs(1)
+    with pytest.raises(DeepShareError, match=r"scenarios drawn in a row offered no decision \(episodes capped at 1 jobs"):
+        env.reset(seed=0)
