@@ -439,6 +439,7 @@ class Simulator:
         self._busy_area = 0.0
         self._system_area = 0.0
         self._last_t = 0.0
+        self._signal: list[tuple[float, float, int, float]] | None = None  # track_signal(): off unless asked
         self.util_timeline = UtilTimeline()
         """(time, allocated GPUs) at every change: the utilisation-over-time curve."""
         # Fabric and gang metrics (deepshare.core.metrics): the queued jobs' GPU counts as a
@@ -595,6 +596,18 @@ class Simulator:
     def idle_forever(self) -> bool:
         """Nothing runs and no arrival or completion is to come: waiting now would stall."""
         return not self._running and not self._future_events
+
+    def track_signal(self) -> None:
+        """Record, from now on, every stretch of time accounted as ``(start, end, allocated GPUs,
+        mean(1 - ratio) of the running jobs)`` (0 with none running), the values that held over
+        it, for :meth:`take_signal`: what the RL env's ``original`` reward integrates
+        (:mod:`deepshare.rl.env`). Off by default: the mean costs a pass over the running jobs."""
+        self._signal = []
+
+    def take_signal(self) -> list[tuple[float, float, int, float]]:
+        """The stretches recorded since the last call (:meth:`track_signal`), oldest first."""
+        taken, self._signal = self._signal or [], [] if self._signal is not None else None
+        return taken
 
     @property
     def jobs_in_system_area(self) -> float:
@@ -942,6 +955,11 @@ class Simulator:
         job's GPUs while they are free by count) over the time since the last event."""
         if t > self._last_t:
             dt = t - self._last_t
+            if self._signal is not None:
+                running = self._running
+                # fsum: correctly rounded, the same bits on every CPU (a seeded episode's rewards stay put)
+                contention = math.fsum(1.0 - j.ratio for j in running.values()) / len(running) if running else 0.0
+                self._signal.append((self._last_t, t, self._busy, contention))
             self._busy_area += self._busy * dt
             self._system_area += (len(self._queue) + len(self._running)) * dt
             if self._queue:

@@ -16,8 +16,10 @@ Reward
     covers, in hours per trace job, so an episode's return is minus the average JCT in hours
     (times ``reward_scale``).
     ``original``: the artifact's ``-w1 * mean(1 - ratio of running jobs) + w2 * EWMA(utilisation)``,
-    which it paid once per 300 s round; here it is weighted by the simulated time a step covers
-    (in 300 s rounds), so a policy cannot collect it by taking more decisions.
+    paid once per 300 s round (rounds from time 0): both terms are the round's time averages
+    (the simulator records the time a step runs), the EWMA moves once per round, and a step is
+    paid for the rounds that end during it (0 for a launch, which covers no time), the last
+    round pro rata at the episode's end; so a policy cannot collect it by taking more decisions.
 Start
     ``reset(seed)`` picks a scenario with a generator seeded by ``seed``: a bundled or given trace,
     or a generated Poisson trace on one of the configured cluster sizes or presets (drawn like a
@@ -274,6 +276,11 @@ class _Episode:
     jobs: int
     steps: int = 0
     util_ewma: float = 0.0
+    round_end: float = 0.0
+    """``original``: the end of the 300 s round under way (rounds from time 0), and below the
+    integrals of utilisation and of mean(1 - ratio) over its part so far."""
+    round_util: float = 0.0
+    round_contention: float = 0.0
     rows: list[Candidate] = field(default_factory=list)
     mask: np.ndarray | None = None
 
@@ -388,8 +395,10 @@ class DeepShareEnv(gym.Env):
             contention = make_contention(kinds[int(rng.integers(len(kinds)))] if len(kinds) > 1 else kinds[0])
             information = self.config.information(rng)
             sim = Simulator(topology, jobs, contention, config=SimConfig(round_s=self.config.round_s), information=information)
-            self._episode = _Episode(sim, None, len(jobs))
-            _, obs = self._advance()
+            self._episode = _Episode(sim, None, len(jobs), round_end=ORIGINAL_ROUND_S)
+            if self.config.reward == "original":
+                sim.track_signal()
+            _, obs = self._advance()  # the reward for the time before the first decision is not paid
             if obs is not None:
                 break
         else:
@@ -498,17 +507,39 @@ class DeepShareEnv(gym.Env):
     def _raw_reward(self, ep: _Episode, area_before: float, time_before: float, view: ClusterView | None) -> float:
         if self.config.reward == "jct":
             return -(ep.sim.jobs_in_system_area - area_before) / 3600.0 / max(1, ep.jobs)
-        elapsed = ep.sim.now - time_before
-        if elapsed <= 0:
-            return 0.0
-        util = 1.0 - sum(view.free) / view.total_gpus if view is not None else 0.0
-        ep.util_ewma = (1 - self.config.ewma_alpha) * ep.util_ewma + self.config.ewma_alpha * util
-        running = list(view.running) if view is not None else []
-        # fsum: correctly rounded, so the reward is the same bits on every CPU (NumPy's mean sums in
-        # an order that depends on the machine's SIMD width: a seeded episode's digest moved with it)
-        contention = math.fsum(1.0 - j.ratio for j in running) / len(running) if running else 0.0
-        rounds = elapsed / ORIGINAL_ROUND_S  # the artifact paid this reward once per 300 s round
-        return (-self.config.w1 * contention + self.config.w2 * ep.util_ewma) * rounds
+        return self._original_reward(ep, final=view is None)
+
+    def _original_reward(self, ep: _Episode, final: bool) -> float:
+        """The artifact's reward for the rounds that ended in the time just run: utilisation and
+        mean(1 - ratio) integrated over each 300 s round from the simulator's record of the
+        time (:meth:`~deepshare.core.simulator.Simulator.track_signal`), the EWMA advanced once
+        per round, and each round paid ``-w1 * contention + w2 * EWMA`` once, by the step in
+        which it ends; at the episode's end the round under way is closed and paid pro rata."""
+        total = ep.sim.topology.total_gpus
+        paid = 0.0
+        for start, end, busy, contention in ep.sim.take_signal():
+            util = busy / total if total else 0.0
+            while start < end:
+                stop = min(end, ep.round_end)
+                ep.round_util += util * (stop - start)
+                ep.round_contention += contention * (stop - start)
+                start = stop
+                if stop >= ep.round_end:
+                    paid += self._close_round(ep, ORIGINAL_ROUND_S)
+        if final:
+            covered = ep.sim.now - (ep.round_end - ORIGINAL_ROUND_S)
+            if covered > 0:
+                paid += self._close_round(ep, covered)
+        return paid
+
+    def _close_round(self, ep: _Episode, length: float) -> float:
+        """Advance the EWMA by the round of ``length`` seconds just integrated; its reward."""
+        util, contention = ep.round_util / length, ep.round_contention / length
+        ep.round_util = ep.round_contention = 0.0
+        ep.round_end += ORIGINAL_ROUND_S
+        alpha = self.config.ewma_alpha
+        ep.util_ewma = (1 - alpha) * ep.util_ewma + alpha * util
+        return (-self.config.w1 * contention + self.config.w2 * ep.util_ewma) * (length / ORIGINAL_ROUND_S)
 
     def _scenario(self, rng: np.random.Generator) -> tuple[Topology, list[JobSpec]]:
         cfg = self.config

@@ -239,3 +239,47 @@ def test_no_scenario_with_a_decision_is_one_clear_error(tmp_path):
     env.set_max_jobs(1)
     with pytest.raises(DeepShareError, match=r"scenarios drawn in a row offered no decision \(episodes capped at 1 jobs"):
         env.reset(seed=0)
+
+
+def _tiny_original(tmp_path, **reward):
+    """One node of 8 GPUs: a (4 GPUs, t=0, 1 h), b (8, t=600, 30 min), c (4, t=1200, 2 h); with
+    every first launch taken, a runs over [0, 3600], c over [1200, 8400], b over [8400, 10200]."""
+    from deepshare.core.traces.canonical import write_canonical
+    from deepshare.rl.scenarios import CLUSTER_YAML
+
+    (tmp_path / "cluster.yaml").write_text(CLUSTER_YAML)
+    write_canonical([JobSpec("a", "MobileNetV3", 4, submit_time=0.0, duration_s=3600),
+                     JobSpec("b", "MobileNetV3", 8, submit_time=600.0, duration_s=1800),
+                     JobSpec("c", "MobileNetV3", 4, submit_time=1200.0, duration_s=7200)], tmp_path / "trace.json")
+    env = DeepShareEnv({"traces": [str(tmp_path / "trace.json")], "cluster": str(tmp_path / "cluster.yaml"),
+                        "contention": "none", "durations": "exact", "reward": "original", **reward})
+    env.set_report_elapsed(True)
+    trajectory, info = play(env, 0, first_launch)
+    return [r for _, r, _, _ in trajectory], info
+
+
+def test_original_reward_integrates_utilisation_over_each_round_and_moves_the_ewma_per_round(tmp_path):
+    """Per 300 s round: utilisation 0.5 for rounds 0-3, 1.0 for 4-11 (a and c), 0.5 for 12-27
+    (c alone: b does not fit beside it), 1.0 for 28-33 (b). The steps cover [0, 1200],
+    [1200, 8400] and [8400, 10200]; each is paid for the rounds that end in it, whatever the view
+    at its end says (the old reward paid the utilisation of the next decision point: 0.5, 0, 0)."""
+    utils = [0.5] * 4 + [1.0] * 8 + [0.5] * 16 + [1.0] * 6
+    rewards, _ = _tiny_original(tmp_path, w1=0.0, w2=1.0, ewma_alpha=1.0)
+    assert rewards == pytest.approx([2.0, 16.0, 6.0], abs=1e-12)
+    rewards, _ = _tiny_original(tmp_path, w1=0.0, w2=1.0, ewma_alpha=0.25)
+    ewma, per_round = 0.0, []
+    for u in utils:  # the artifact's EWMA: one update per round
+        ewma = 0.75 * ewma + 0.25 * u
+        per_round.append(ewma)
+    assert rewards == pytest.approx([sum(per_round[:4]), sum(per_round[4:28]), sum(per_round[28:])], abs=1e-12)
+
+
+def test_original_reward_with_alpha_one_sums_to_the_utilisation_integral_in_rounds():
+    """Rounds cut across steps and end mid-round here; with the EWMA at alpha 1 and w2 = 1 the
+    return is the GPU-seconds held over the capacity, in 300 s rounds (the episode starts at 0)."""
+    for seed in (3, 5):
+        trajectory, info = play(DeepShareEnv({**SMALL, "reward": "original", "w1": 0.0, "w2": 1.0, "ewma_alpha": 1.0}),
+                                seed, first_launch)
+        report = info["report"]
+        assert sum(r for _, r, _, _ in trajectory) == pytest.approx(report["gpu_util"] * report["makespan_s"] / 300.0,
+                                                                    rel=1e-9)

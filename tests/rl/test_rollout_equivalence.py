@@ -12,7 +12,10 @@ was computed under; the curriculum case (``estimated`` and ``unknown``, two esti
 added with the information model and pins its episodes from then on. The four generated cases
 were re-recorded when the final report gained the fabric metrics (fragmentation, cross-domain
 shares, large gangs' queueing): with those keys left out of the report the old digests still
-come out, so the observations, masks, rewards and flags did not change.
+come out, so the observations, masks, rewards and flags did not change. The ``original`` reward's
+case was re-recorded when that reward became each round's integrals with the EWMA moved per round
+(it had paid the view at a step's end): with rewards left out, its old and new digests agree
+(fe4124f5...), so only the rewards changed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ CASES = {
 }
 EXPECTED = {
     "generated_jct": "c8d4499379496c0cbde37df7ee47082fb73fde096ed0f9540fec224e4ee8a446",
-    "generated_original_reward": "be44581c4af1b5131c923e060cf193697cf23c7381966d07b54d9ef96197f05e",
+    "generated_original_reward": "f33369a913c0f3b8c6db70f9be92edd3dfaf6bd3e7de716505f48dd7a8478e39",
     "generated_hybrid_contentions": "c344cbab64291af01ff5b7aa1edd26deedb4f98dd5a13e68e12c3327d4acb9d1",
     "trace_hybrid_no_anchor": "482a489a9def2fcd8996fa4cac4b5a8e71fcea81f51494cec8ed2d19a22e8819",
     "generated_estimated_curriculum": "74f93a246128486466b169f48f7deb9010c765532e3a93ac4365ebf1c056a53e",
