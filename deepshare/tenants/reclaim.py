@@ -16,6 +16,12 @@ id. Once the job is admissible and ``fits(victims)`` places it, victims the othe
 unnecessary are dropped (largest first). ``fits`` asks the wrapped policy itself where the job
 would go with the victims gone (:class:`~deepshare.tenants.wrapper.Admitted`), so nothing is
 ever preempted for a job that would then not fit by the placement's own rules.
+
+The decision's own launches come first: a launch that borrows (reclaim) or is of a lower
+priority class (priority) is withdrawn, and stays queued, before any running job is stopped;
+and whether a running job's queue borrows is judged on the running jobs alone (less the
+decision's stops), so a queue within its nominal quota is never reclaimed from because the
+same decision launches a borrowing job of it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ Fits = Callable[[Sequence[JobView]], "Launch | None"]
 @dataclass(frozen=True)
 class Plan:
     victims: tuple[JobView, ...]
+    """Running jobs to stop."""
     launch: Launch
+    withdrawn: tuple[JobView, ...] = ()
+    """The decision's own launches to withdraw (they stay queued)."""
 
 
 def victim_key(tenants: Tenants, restore_s: float = RESTORE_S):  # type: ignore[no-untyped-def]
@@ -62,16 +71,34 @@ def priority_candidates(job: JobView, queue: Queue, running: Sequence[JobView], 
 
 
 def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobView], free_gpus: int, fits: Fits,
-         *, borrowers_only: bool, restore_s: float = RESTORE_S) -> Plan | None:
+         *, borrowers_only: bool, restore_s: float = RESTORE_S, held: Ledger | None = None,
+         withdrawable: Sequence[JobView] = ()) -> Plan | None:
     """The victims among ``candidates`` whose stop admits ``job`` to ``queue`` and lets it be
-    placed, or None (module doc). ``ledger``: usage now (not changed); ``free_gpus``: GPUs free
-    now; ``borrowers_only``: a victim is taken only while its queue holds more than its nominal."""
+    placed, or None (module doc). ``ledger``: usage after the decision so far (not changed);
+    ``free_gpus``: GPUs free after it; ``borrowers_only``: a victim is taken only while its queue
+    borrows. ``held``: the running jobs' usage less the decision's stops (default ``ledger``):
+    whether a running victim's queue still borrows is judged on it, so that the decision's own
+    launches never make a queue within its nominal quota look like a borrower. ``withdrawable``:
+    the decision's own launches that may be withdrawn instead of stopping a running job (queued
+    jobs, placed by the decision): they are taken first (a borrowing one while its queue borrows
+    counting the decision's launches), running victims only when they do not suffice. In the
+    plan, :attr:`Plan.withdrawn` holds those withdrawn; ``fits`` is given both kinds."""
     tenants = ledger.tenants
     ledger = ledger.copy()
-    pool = sorted(candidates, key=victim_key(tenants, restore_s))
+    held = ledger.copy() if held is None else held.copy()
+    key = victim_key(tenants, restore_s)
+    launches = {w.job_id for w in withdrawable}
+    pool = [*sorted(withdrawable, key=key), *sorted((c for c in candidates if c.job_id not in launches), key=key)]
     chosen: list[JobView] = []
     freed = 0
     launch: Launch | None = None
+
+    def take(victim: JobView, sign: int) -> None:
+        owner = tenants.queues[tenants.queue_of(victim)]
+        ledger.add(owner, sign * victim.gpus)
+        if victim.job_id not in launches:
+            held.add(owner, sign * victim.gpus)
+
     while True:
         if free_gpus + freed >= job.gpus and ledger.admits(queue, job.gpus):
             launch = fits(chosen)
@@ -80,21 +107,22 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
         victim = None
         for i, other in enumerate(pool):
             owner = tenants.queues[tenants.queue_of(other)]
-            if not borrowers_only or ledger.borrowed(owner) > 0:
+            if not borrowers_only or (ledger if other.job_id in launches else held).borrowed(owner) > 0:
                 victim = pool.pop(i)
                 break
         if victim is None:
             return None
         chosen.append(victim)
         freed += victim.gpus
-        ledger.remove(tenants.queues[tenants.queue_of(victim)], victim.gpus)
-    for victim in sorted(chosen, key=lambda v: (-v.gpus, v.job_id)):  # drop what the others make unnecessary
-        owner = tenants.queues[tenants.queue_of(victim)]
-        ledger.add(owner, victim.gpus)
+        take(victim, -1)
+    # drop what the others make unnecessary: running victims first (largest first), then withdrawals
+    for victim in sorted(chosen, key=lambda v: (v.job_id in launches, -v.gpus, v.job_id)):
+        take(victim, 1)
         rest = [v for v in chosen if v is not victim]
         if free_gpus + freed - victim.gpus >= job.gpus and ledger.admits(queue, job.gpus) \
                 and (trial := fits(rest)) is not None:
             chosen, launch, freed = rest, trial, freed - victim.gpus
         else:
-            ledger.remove(owner, victim.gpus)
-    return Plan(tuple(chosen), launch)
+            take(victim, -1)
+    return Plan(tuple(v for v in chosen if v.job_id not in launches), launch,
+                tuple(v for v in chosen if v.job_id in launches))

@@ -31,7 +31,7 @@ from deepshare.core.types import Decision, Launch, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.tenants.admission import Admission, admission_key, admit
 from deepshare.tenants.quota import Ledger
-from deepshare.tenants.reclaim import RESTORE_S, plan, priority_candidates, reclaim_candidates
+from deepshare.tenants.reclaim import RESTORE_S, Plan, plan, priority_candidates, reclaim_candidates
 from deepshare.tenants.spec import Queue, Tenants
 
 MAX_PLANS = 8
@@ -135,14 +135,23 @@ class Admitted:
         return Decision(launch=tuple(launches), preempt=kept, migrate=tuple(moves))
 
     def _preempt_for_quotas(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
+        """``decision`` and, for jobs still waiting (module doc, step 3), the victims and launches
+        :func:`~deepshare.tenants.reclaim.plan` finds. The decision's own launches that borrow (for
+        reclaim) or are of a lower priority (inside a queue) are withdrawn before any running job
+        is stopped, and a running job is a reclaim victim only while its queue borrows counting
+        its running jobs (less this decision's stops), never this decision's launches: those would
+        make a queue within its nominal quota look like a borrower. A launch of a queue (or
+        cohort) where this decision stops a job is never withdrawn: it may be what the stop is for."""
         tenants = self.tenants
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
-        ledger = admission.running.copy()
+        ledger = admission.running.copy()  # usage after the decision: for admitting the held job
+        held = admission.running.copy()  # the running jobs' usage less the stops: who still borrows
         free = list(view.free)
         for job_id in decision.preempt:
             job = running[job_id]
             ledger.remove(tenants.queues[tenants.queue_of(job)], job.gpus)
+            held.remove(tenants.queues[tenants.queue_of(job)], job.gpus)
             job.placement.release(free)  # type: ignore[union-attr]
         for move in decision.migrate:
             running[move.job_id].placement.release(free)  # type: ignore[union-attr]
@@ -153,7 +162,11 @@ class Admitted:
             launch.placement.take(free)
         stopped = [running[job_id] for job_id in decision.preempt]
         busy = {*decision.preempt, *(m.job_id for m in decision.migrate)}
-        launched = {launch.job_id for launch in decision.launch}
+        launched = {launch.job_id: launch for launch in decision.launch}
+        stopping = {tenants.queues[tenants.queue_of(running[job_id])].pool_key for job_id in decision.preempt}
+        withdrawable = {job_id: queued[job_id] for job_id in launched
+                        if tenants.queues[tenants.queue_of(queued[job_id])].pool_key not in stopping}
+        withdrawn: set[str] = set()
         waiting = sorted((j for j in view.queued if j.job_id not in launched), key=admission_key(tenants))
         extra_launch: list[Launch] = []
         extra_preempt: list[str] = []
@@ -163,50 +176,67 @@ class Admitted:
                 break
             queue = tenants.queues[tenants.queue_of(job)]
             candidates = [r for r in running.values() if r.job_id not in busy]
+            mine = [w for w in withdrawable.values() if w.job_id not in withdrawn]
             found = None
             if ledger.within_nominal(queue, job.gpus):
                 pool = reclaim_candidates(job, queue, candidates, tenants)
-                if any(ledger.borrowed(tenants.queues[tenants.queue_of(r)]) > 0 for r in pool):
+                launches = reclaim_candidates(job, queue, mine, tenants)
+                if any(held.borrowed(tenants.queues[tenants.queue_of(r)]) > 0 for r in pool) \
+                        or any(ledger.borrowed(tenants.queues[tenants.queue_of(w)]) > 0 for w in launches):
                     tried += 1
-                    found = self._plan(view, job, queue, ledger, pool, free, stopped, True)
+                    found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, True)
             if found is None and not ledger.admits(queue, job.gpus):
                 pool = priority_candidates(job, queue, candidates, tenants)
-                if pool:
+                launches = priority_candidates(job, queue, mine, tenants)
+                if pool or launches:
                     tried += 1
-                    found = self._plan(view, job, queue, ledger, pool, free, stopped, False)
+                    found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, False)
             if found is None:
                 continue
-            victims, launch = found
-            for victim in victims:
+            for victim in found.victims:
                 ledger.remove(tenants.queues[tenants.queue_of(victim)], victim.gpus)
+                held.remove(tenants.queues[tenants.queue_of(victim)], victim.gpus)
                 victim.placement.release(free)  # type: ignore[union-attr]
                 busy.add(victim.job_id)
                 stopped.append(victim)
                 extra_preempt.append(victim.job_id)
+            for back in found.withdrawn:
+                ledger.remove(tenants.queues[tenants.queue_of(back)], back.gpus)
+                launched[back.job_id].placement.release(free)
+                withdrawn.add(back.job_id)
             ledger.add(queue, job.gpus)
-            launch.placement.take(free)
-            extra_launch.append(launch)
+            found.launch.placement.take(free)
+            extra_launch.append(found.launch)
         if not extra_launch:
             return decision
-        return Decision(launch=(*decision.launch, *extra_launch), preempt=tuple(sorted({*decision.preempt, *extra_preempt})),
+        kept = tuple(launch for launch in decision.launch if launch.job_id not in withdrawn)
+        return Decision(launch=(*kept, *extra_launch), preempt=tuple(sorted({*decision.preempt, *extra_preempt})),
                         migrate=decision.migrate)
 
-    def _plan(self, view: ClusterView, job: JobView, queue: Queue, ledger: Ledger, pool: Sequence[JobView],
-              free: list[int], stopped: Sequence[JobView], borrowers_only: bool) -> tuple[tuple[JobView, ...], Launch] | None:
-        def fits(victims: Sequence[JobView]) -> Launch | None:
-            return self._what_if(view, job, free, stopped, victims)
+    def _plan(self, view: ClusterView, job: JobView, queue: Queue, ledger: Ledger, held: Ledger,
+              pool: Sequence[JobView], launches: Sequence[JobView], launched: dict[str, Launch], free: list[int],
+              stopped: Sequence[JobView], borrowers_only: bool) -> Plan | None:
+        """:func:`~deepshare.tenants.reclaim.plan` for ``job``: running victims from ``pool``, the
+        decision's launches of ``launches`` withdrawn first (``launched``: the decision's launches
+        by job id), each tried with :meth:`_what_if`."""
+        def fits(chosen: Sequence[JobView]) -> Launch | None:
+            return self._what_if(view, job, free, stopped, [v for v in chosen if v.job_id not in launched],
+                                 [launched[v.job_id] for v in chosen if v.job_id in launched])
 
-        found = plan(job, queue, ledger, pool, sum(free), fits, borrowers_only=borrowers_only, restore_s=self.restore_s)
-        return None if found is None else (found.victims, found.launch)
+        return plan(job, queue, ledger, pool, sum(free), fits, borrowers_only=borrowers_only, restore_s=self.restore_s,
+                    held=held, withdrawable=launches)
 
     def _what_if(self, view: ClusterView, job: JobView, free: Sequence[int], stopped: Sequence[JobView],
-                 victims: Sequence[JobView]) -> Launch | None:
-        """Where ``inner`` launches ``job`` once ``victims`` stop too; ``free``: the GPUs free after
-        this decision so far (``stopped`` already released). None when it would not launch it, or
-        would preempt or migrate anything for it."""
+                 victims: Sequence[JobView], withdrawn: Sequence[Launch] = ()) -> Launch | None:
+        """Where ``inner`` launches ``job`` once ``victims`` stop too and the decision's launches
+        ``withdrawn`` are withdrawn; ``free``: the GPUs free after this decision so far
+        (``stopped`` already released). None when it would not launch it, or would preempt or
+        migrate anything for it."""
         after = list(free)
         for victim in victims:
             victim.placement.release(after)  # type: ignore[union-attr]
+        for launch in withdrawn:
+            launch.placement.release(after)
         gone = [*stopped, *victims]
         ids = {g.job_id for g in gone}
         with leaving_out(view.predict, gone) as predict:

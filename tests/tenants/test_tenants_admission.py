@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from tenant_cases import TWO_TEAMS, job, run
 
@@ -72,6 +73,32 @@ def test_nothing_is_preempted_for_a_job_that_would_not_fit():
     # cheapest first (2-GPU jobs, then the 4-GPU one), then a1 is dropped: the others suffice
     assert [v.job_id for v in found.victims] == ["a3", "a2"] and ledger.usage == {"a": 8, "b": 0}
     assert a.nominal_gpus == 0
+
+
+@pytest.mark.parametrize("policy", ["fifo+consolidated", "srsf+consolidated+preempt"])
+def test_a_queue_within_its_nominal_quota_is_not_reclaimed_for_this_decisions_own_launch(policy):
+    # a runs a1 (high) at its nominal 4; at 5 the order launches a2 (a borrows 2 with it) and b1
+    # (within b's nominal) does not fit. a2 is withdrawn for b1, a1 keeps running. Before, the
+    # ledger counted a2 as running: a looked like a borrower, a1 was stopped (done at 1,130).
+    tenants = ("queues:\n  - {name: a, cohort: c, nominal_gpus: 4}\n  - {name: b, cohort: c, nominal_gpus: 8}\n"
+               "priority_classes: {low: 0, high: 100}\n")
+    report = run(tenants, [job("a1", "a", 4, duration=1000.0, priority="high"),
+                           job("a2", "a", 2, at=5.0, priority="low"), job("b1", "b", 4, at=5.0)], policy=policy)
+    times = _times(report)
+    assert times["a1"] == (0.0, 1000.0, 0) and times["b1"] == (5.0, 105.0, 0)
+    assert times["a2"][2] == 0 and times["a2"][0] >= 105.0  # waited, never started then stopped
+
+
+def test_priority_preemption_withdraws_this_decisions_own_lower_launch_before_stopping_a_job():
+    # lo1 runs; hi (held by a's limit 6) and lo2 (admitted) come at 5. Before, lo1 was stopped so
+    # that lo2, of the same class, launched beside hi: a swap of equals paid with a restore.
+    tenants = ("queues:\n  - {name: a, cohort: c, nominal_gpus: 4, borrowing_limit_gpus: 2}\n"
+               "  - {name: b, cohort: c, nominal_gpus: 4}\npriority_classes: {low: 0, high: 100}\n")
+    report = run(tenants, [job("lo1", "a", 2, duration=1000.0, priority="low"),
+                           job("hi", "a", 4, at=5.0, priority="high"), job("lo2", "a", 2, at=5.0, priority="low")])
+    times = _times(report)
+    assert times["lo1"] == (0.0, 1000.0, 0) and times["hi"] == (5.0, 105.0, 0)
+    assert times["lo2"] == (105.0, 205.0, 0)
 
 
 QUEUE_SETS = st.lists(st.tuples(st.integers(0, 6), st.one_of(st.none(), st.integers(0, 6)), st.integers(1, 3)),
