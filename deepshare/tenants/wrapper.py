@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from deepshare.core.contention.base import leaving_out
-from deepshare.core.types import Decision, Launch, WAIT
+from deepshare.core.types import Decision, Launch, Migrate, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.tenants.admission import Admission, admission_key, admit
 from deepshare.tenants.quota import Ledger
@@ -82,7 +82,9 @@ class Admitted:
         so a ``+preempt`` order would otherwise stop another tenant's job inside its quota. When
         any victim is refused, the order's victims in other queues are all dropped (reclaim is then
         the planner's), and launches and moves that needed a dropped victim's GPUs are dropped (in
-        decision order)."""
+        decision order). A kept victim must then still free GPUs that a surviving launch it is
+        stopped for needs (:meth:`_needed`): otherwise it is dropped too (a victim in another
+        queue: all of them, as above), and so on until every kept victim is needed."""
         if not decision.preempt:
             return decision
         tenants = self.tenants
@@ -92,8 +94,8 @@ class Admitted:
         by_queue = {tenants.queue_of(job): max(tenants.priority_of(j) for j in launchers
                                                if tenants.queue_of(j) == tenants.queue_of(job)) for job in launchers}
         launched = {q: sum(j.gpus for j in launchers if tenants.queue_of(j) == q) for q in by_queue}
-        reclaiming = {tenants.queues[q].pool_key for q in by_queue
-                      if admission.running.within_nominal(tenants.queues[q], launched[q])}
+        within = {q for q in by_queue if admission.running.within_nominal(tenants.queues[q], launched[q])}
+        reclaiming = {tenants.queues[q].pool_key for q in within}
         ledger = admission.running.copy()  # usage as the kept victims stop, in decision order
 
         def inside_queue(victim: JobView) -> bool:
@@ -107,14 +109,42 @@ class Admitted:
                 return True
             return False
 
-        kept = tuple(job_id for job_id in decision.preempt if inside_queue(running[job_id]) or reclaimed(running[job_id]))
+        inside = {job_id for job_id in decision.preempt if inside_queue(running[job_id])}
+        kept = [job_id for job_id in decision.preempt if job_id in inside or reclaimed(running[job_id])]
         if len(kept) != len(decision.preempt):
             # A part of the order's stops across queues frees GPUs for launches that then do not
             # fit: those stops would be for nothing. Reclaim is left to the planner
             # (:meth:`_preempt_for_quotas`), which stops victims only for a job they let run.
-            kept = tuple(job_id for job_id in kept if inside_queue(running[job_id]))
-        if len(kept) == len(decision.preempt):
+            kept = [job_id for job_id in kept if job_id in inside]
+
+        def stopped_for(victim: JobView) -> Callable[[JobView], bool]:
+            """Whether a launched job is one ``victim`` may be stopped for: of its own queue and
+            of a priority not below its (inside a queue); else of another queue of its cohort
+            whose nominal quota covers its launches (reclaim)."""
+            queue, priority = tenants.queue_of(victim), tenants.priority_of(victim)
+            if victim.job_id in inside:
+                return lambda job: tenants.queue_of(job) == queue and tenants.priority_of(job) >= priority
+            return lambda job: True  # reclaim: judged above
+
+        while True:
+            launches, moves = self._refit(view, running, decision, kept)
+            unneeded = next((job_id for job_id in kept if not self._needed(
+                view, running, queued, kept, job_id, launches, moves, stopped_for(running[job_id]))), None)
+            if unneeded is None:
+                break
+            if unneeded in inside:
+                kept.remove(unneeded)
+            else:  # as for a refused victim in another queue: reclaim is the planner's
+                kept = [job_id for job_id in kept if job_id in inside]
+        if len(kept) == len(decision.preempt) and len(launches) == len(decision.launch) \
+                and len(moves) == len(decision.migrate):
             return decision
+        return Decision(launch=tuple(launches), preempt=tuple(kept), migrate=tuple(moves))
+
+    @staticmethod
+    def _refit(view: ClusterView, running: dict[str, JobView], decision: Decision,
+               kept: Sequence[str]) -> tuple[list[Launch], list[Migrate]]:
+        """The decision's moves and launches that fit, in decision order, once only ``kept`` stop."""
         free = list(view.free)
         for job_id in kept:
             running[job_id].placement.release(free)  # type: ignore[union-attr]
@@ -132,7 +162,36 @@ class Admitted:
             if launch.placement.fits(free):
                 launch.placement.take(free)
                 launches.append(launch)
-        return Decision(launch=tuple(launches), preempt=kept, migrate=tuple(moves))
+        return launches, moves
+
+    @staticmethod
+    def _needed(view: ClusterView, running: dict[str, JobView], queued: dict[str, JobView], kept: Sequence[str],
+                victim: str, launches: Sequence[Launch], moves: Sequence[Migrate],
+                stopped_for: Callable[[JobView], bool]) -> bool:
+        """Whether the launches ``victim`` may be stopped for need its GPUs: with every other kept
+        victim stopped but not it, and the decision's other moves and launches placed first
+        (those that still fit), they do not all fit. A victim whose GPUs would go only to
+        launches of other queues (or of a lower priority), or to nothing, is not needed."""
+        free = list(view.free)
+        for job_id in kept:
+            if job_id != victim:
+                running[job_id].placement.release(free)  # type: ignore[union-attr]
+        for move in moves:
+            old = running[move.job_id].placement
+            old.release(free)  # type: ignore[union-attr]
+            if move.placement.fits(free):
+                move.placement.take(free)
+            else:
+                old.take(free)  # type: ignore[union-attr]
+        mine = [launch for launch in launches if stopped_for(queued[launch.job_id])]
+        for launch in launches:
+            if launch not in mine and launch.placement.fits(free):
+                launch.placement.take(free)
+        for launch in mine:
+            if not launch.placement.fits(free):
+                return True
+            launch.placement.take(free)
+        return False
 
     def _preempt_for_quotas(self, view: ClusterView, admission: Admission, decision: Decision) -> Decision:
         """``decision`` and, for jobs still waiting (module doc, step 3), the victims and launches

@@ -133,3 +133,58 @@ queues:
         view = sim.advance()
     report = sim.report("srtf+consolidated+preempt")
     assert report.finished == 5 and report.preemptions == 0
+
+
+def _on(node: int, job_id: str, queue: str, priority: str | None = None, gpus: int = 8) -> KnownJob:
+    return KnownJob(job_id, "FSDP", gpus, 0.0, 10_000.0, placement=Placement(((node, gpus),)), last_run_s=10.0,
+                    queue=queue, priority=priority)
+
+
+THREE_QUEUES = """
+queues:
+  - {name: a, nominal_gpus: 16}
+  - {name: b, nominal_gpus: 24}
+  - {name: c, nominal_gpus: 16}
+priority_classes: {low: 0, mid: 50, high: 100}
+"""
+
+
+@pytest.mark.parametrize("b_node", [0, 1])
+def test_a_stop_inside_a_queue_is_kept_only_for_a_launch_of_that_queue_that_needs_its_gpus(b_node):
+    # The order stops b-low and c-long for a-short and b-high; c-long's stop is refused (c is
+    # within its quota), so what fits is refitted. Before, b-low's stop was kept as soon as b
+    # launched anything, and with b-low on node 0 its GPUs went to a-short while b-high was
+    # dropped: b's job stopped for another tenant's.
+    tenants, v = view(THREE_QUEUES, [_on(b_node, "b-low", "b", "low"), _on(1 - b_node, "c-long", "c")],
+                      [KnownJob("a-short", "FSDP", 8, 1.0, 10.0, queue="a"),
+                       KnownJob("b-high", "FSDP", 8, 2.0, 20.0, queue="b", priority="high")])
+    inner = make_policy("srsf+consolidated+preempt")
+    assert set(inner.decide(v).preempt) == {"b-low", "c-long"}
+    decision = Admitted(inner, tenants).decide(v)
+    if b_node == 0:  # b-high's place was c-long's node: nothing is launched, nothing stopped
+        assert decision.preempt == () and decision.launch == ()
+    else:
+        assert decision.preempt == ("b-low",) and [launch.job_id for launch in decision.launch] == ["b-high"]
+
+
+def test_no_stop_is_kept_for_a_launch_that_was_dropped():
+    tenants, v = view(THREE_QUEUES, [_on(0, "b-low", "b", "low"), _on(1, "c-long", "c")],
+                      [KnownJob("b-wide", "FSDP", 16, 2.0, 20.0, queue="b", priority="high")])
+    decision = Admitted(make_policy("srsf+consolidated+preempt"), tenants).decide(v)
+    assert decision.preempt == () and decision.launch == ()  # before: b-low stopped, nothing launched
+
+
+def test_a_high_job_is_never_stopped_for_a_lower_one_of_its_queue():
+    # b-top (high) runs on node 0, node 1 is free; b-hi2 (high) and b-lo (low) come. The order
+    # puts b-hi2 on the free node and stops b-top for b-lo. Before, the stop was kept: b launched
+    # a high job, and priorities were judged per queue, not per launch.
+    tenants = parse_tenants(THREE_QUEUES)
+    v = build_view(TWO_NODES, default_catalog(), make_contention("profiled"), 100.0, [0, 8],
+                   [KnownJob("b-hi2", "FSDP", 8, 1.0, 20.0, queue="b", priority="high"),
+                    KnownJob("b-lo", "FSDP", 8, 2.0, 10.0, queue="b", priority="low")], [_on(0, "b-top", "b", "high")])
+    inner = make_policy("srsf+consolidated+preempt")
+    alone = inner.decide(v)
+    assert alone.preempt == ("b-top",) and {(l.job_id, l.placement.alloc) for l in alone.launch} == {
+        ("b-hi2", ((1, 8),)), ("b-lo", ((0, 8),))}
+    decision = Admitted(inner, tenants).decide(v)
+    assert decision.preempt == () and [(l.job_id, l.placement.alloc) for l in decision.launch] == [("b-hi2", ((1, 8),))]
