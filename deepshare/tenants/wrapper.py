@@ -124,7 +124,9 @@ class Admitted:
             queue, priority = tenants.queue_of(victim), tenants.priority_of(victim)
             if victim.job_id in inside:
                 return lambda job: tenants.queue_of(job) == queue and tenants.priority_of(job) >= priority
-            return lambda job: True  # reclaim: judged above
+            cohort = tenants.queues[queue].cohort
+            return lambda job: (tenants.queue_of(job) != queue and tenants.queue_of(job) in within
+                                and cohort is not None and tenants.queues[tenants.queue_of(job)].cohort == cohort)
 
         while True:
             launches, moves = self._refit(view, running, decision, kept)

@@ -188,3 +188,26 @@ def test_a_high_job_is_never_stopped_for_a_lower_one_of_its_queue():
         ("b-hi2", ((1, 8),)), ("b-lo", ((0, 8),))}
     decision = Admitted(inner, tenants).decide(v)
     assert decision.preempt == () and [(l.job_id, l.placement.alloc) for l in decision.launch] == [("b-hi2", ((1, 8),))]
+
+
+@pytest.mark.parametrize("with_tiny", [False, True])
+def test_a_borrower_is_reclaimed_only_for_a_launch_of_its_own_cohort_that_needs_its_gpus(with_tiny):
+    # B borrows (8 of nominal 0, cohort X); the order stops it for C-big, of cohort Y. Before,
+    # an unrelated 1-GPU launch of A (cohort X, within its nominal) placed on free GPUs kept the stop.
+    tenants = parse_tenants("""
+queues:
+  - {name: A, cohort: X, nominal_gpus: 9}
+  - {name: B, cohort: X, nominal_gpus: 0}
+  - {name: C, cohort: Y, nominal_gpus: 8}
+  - {name: D, nominal_gpus: 8}
+""")
+    queued = [KnownJob("C-big", "FSDP", 8, 1.0, 10.0, queue="C")]
+    if with_tiny:
+        queued.append(KnownJob("A-tiny", "FSDP", 1, 2.0, 5000.0, queue="A"))
+    v = build_view(TWO_NODES, default_catalog(), make_contention("profiled"), 100.0, [0, 1], queued,
+                   [_on(0, "B-borrow", "B"), _on(1, "D-fill", "D", gpus=7)])
+    inner = make_policy("srsf+consolidated+preempt")
+    assert inner.decide(v).preempt == ("B-borrow",)
+    decision = Admitted(inner, tenants).decide(v)
+    assert decision.preempt == ()
+    assert [launch.job_id for launch in decision.launch] == (["A-tiny"] if with_tiny else [])
