@@ -318,7 +318,9 @@ class OneFilePerDecision(_AroundLive):
 
 def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) -> None:
     """Refuse a file under which a queued or running job's queue or priority class is not
-    declared (admission could not count it): those jobs must end or be cancelled first."""
+    declared (admission could not count it), or its queue can never hold the job's GPUs (a
+    queued job would wait forever, a running one could never resume once stopped): those jobs
+    must end or be cancelled first, as submission refuses such a job."""
     for job in jobs:
         if job.state not in (JobState.QUEUED, JobState.RUNNING):
             continue
@@ -329,6 +331,11 @@ def check_live_jobs(tenants: Tenants, jobs: Iterable[JobRecord], source: str) ->
         if job.spec.priority is not None and job.spec.priority not in tenants.priority_classes:
             raise DeepShareError(f"{source}: priority class {job.spec.priority!r} of {job.state.value} job "
                                  f"{job.job_id!r} is not declared")
+        most = tenants.most_gpus(name)
+        if job.spec.gpus > most:
+            raise DeepShareError(f"{source}: {job.state.value} job {job.job_id!r} asks {job.spec.gpus} GPUs, but queue "
+                                 f"{name!r} could then never hold more than {most} (its nominal quota, borrowing limit "
+                                 "and cohort; let the job end, or cancel it, first)")
 
 
 class TenantsPolicy(_AroundLive):

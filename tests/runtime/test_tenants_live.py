@@ -462,6 +462,32 @@ def test_a_bad_file_is_refused_and_the_old_one_stays(server, bad, message, caplo
     assert b'deepshare_scheduler_tenants_reloads_total{result="refused"} 1.0' in server.call("GET", "/metrics", ADMIN_TOKEN)[1]
 
 
+@pytest.mark.parametrize("running", [False, True])
+def test_a_reload_that_shrinks_a_queue_below_a_live_job_is_refused(tmp_path, running):
+    # Before, the file was swapped in: the queued 4-GPU job then waited forever with nothing said
+    # (a running one could never resume once stopped), though submission refuses such a job.
+    file = tmp_path / "t.yaml"
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 4}\n")
+    journal = Journal(tmp_path / "state")
+    live = LiveTenants(ADMIN_TOKEN, file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
+    job = journal.submit(live.admit_submission(spec_from_json(body("x", "a", gpus=4)), ADMIN)).job_id
+    if running:
+        journal.start_run(job, (("node0", 4),), None)
+    old = live.current
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 2}\n")
+    state = "running" if running else "queued"
+    with pytest.raises(DeepShareError) as refused:
+        live.reload()
+    assert str(refused.value) == (f"{file}: {state} job 'x-1' asks 4 GPUs, but queue 'a' could then never hold more "
+                                  "than 2 (its nominal quota, borrowing limit and cohort; let the job end, or cancel it, first)")
+    assert live.current is old and live.refused == 1
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 2, borrowing_limit_gpus: 2}\n  - {name: b, nominal_gpus: 0}\n")
+    with pytest.raises(DeepShareError, match="could then never hold more than 2"):  # no cohort to borrow from
+        live.reload()
+    file.write_text("queues:\n  - {name: a, cohort: m, nominal_gpus: 2}\n  - {name: b, cohort: m, nominal_gpus: 2}\n")
+    assert live.reload().most_gpus("a") == 4  # its cohort lends the rest: accepted
+
+
 def test_sighup_reloads_and_the_old_handler_comes_back(server):
     from deepshare.runtime.service import _install_signals
 
