@@ -188,8 +188,9 @@ class Admitted:
             else:
                 old.take(free)  # type: ignore[union-attr]
         mine = [launch for launch in launches if stopped_for(queued[launch.job_id])]
+        ids = {launch.job_id for launch in mine}
         for launch in launches:
-            if launch not in mine and launch.placement.fits(free):
+            if launch.job_id not in ids and launch.placement.fits(free):
                 launch.placement.take(free)
         for launch in mine:
             if not launch.placement.fits(free):
