@@ -61,7 +61,15 @@ MAX_REASON_CHARS = 1024
 MAX_LINKS_PER_REPORT = 1024
 """Most links one report may list: a node has a few NICs, PCIe switches and NVLink groups; the
 view turns every link of every fresh node into the scheduler's ``link_load`` at each poll."""
-MAX_GPUS_PER_REPORT = 1024
+MAX_GPUS_PER_NODE = 1024
+"""GPU indices a report may use are 0 to ``MAX_GPUS_PER_NODE - 1`` (NVML numbers a node's GPUs
+from 0; the largest machines have tens)."""
+MAX_GPUS_PER_REPORT = MAX_GPUS_PER_NODE
+MAX_INT = 2**63
+"""Integers in a report (``seq``, ``pid``, GPU indices, link counts, and any number sent as an
+int) must have an absolute value below this: a Python int of any size passed the type check, and
+one of 400 digits made every float conversion (``/metrics``, the status table) raise, one of
+5,000 digits every ``str()`` (``agents status --json``), until the node was forgotten."""
 MAX_GAUGES_PER_REPORT = 4096
 MAX_PROBES_PER_REPORT = 64
 
@@ -80,7 +88,7 @@ def report_problem(report: object) -> str | None:
             return f"{name}: expected a name of 1 to {MAX_NAME_CHARS} characters"
     for name in ("seq", "pid"):
         value = getattr(report, name)
-        if not (_integer(value) and 0 <= value < 2**63):
+        if not (_integer(value) and value >= 0):
             return f"{name}: expected an integer from 0 to 2**63 - 1"
     for name in ("started_at", "sampled_at"):
         if not _finite(getattr(report, name)):
@@ -107,8 +115,8 @@ def _links_problem(links: object) -> str | None:
 def _mapping_problem(report: NodeReport) -> str | None:
     gpus, gauges = report.gpus, report.gauges
     if not isinstance(gpus, Mapping) or len(gpus) > MAX_GPUS_PER_REPORT \
-            or not all(_integer(k) and _real(v) for k, v in gpus.items()):
-        return f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices mapped to numbers"
+            or not all(_integer(k) and 0 <= k < MAX_GPUS_PER_NODE and _real(v) for k, v in gpus.items()):
+        return f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices (0 to {MAX_GPUS_PER_NODE - 1}) mapped to numbers"
     if not isinstance(gauges, Mapping) or len(gauges) > MAX_GAUGES_PER_REPORT \
             or not all(_name(k) and _real(v) for k, v in gauges.items()):
         return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} names mapped to numbers"
@@ -131,12 +139,16 @@ def _name(value: object) -> bool:
 
 
 def _integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int (not a bool) of absolute value below :data:`MAX_INT`."""
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT < value < MAX_INT
 
 
 def _real(value: object) -> bool:
-    """An int or a float (NaN and infinities included), not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A float (NaN and infinities included: a probe's reading, which readers filter and clip) or
+    an int that :func:`_integer` accepts (so ``float()`` of it is finite), not a bool."""
+    if isinstance(value, float):
+        return True
+    return _integer(value)
 
 
 def _finite(value: object) -> bool:
