@@ -78,7 +78,8 @@ class ContentionMonitor:
         self._detached = detached
         self._namespace = namespace
         self._prefix = agent_prefix
-        self._state = ClusterState(config.stale_after, stale_retention_s=config.stale_retention_s)
+        self._state = ClusterState(config.stale_after, stale_retention_s=config.stale_retention_s,
+                                   interval_s=config.interval_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name (also: whose reports are taken)
         self._reconcile_lock = threading.Lock()

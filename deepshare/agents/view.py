@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from deepshare.agents.config import DEFAULT_STALE_RETENTION_S
+from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
 from deepshare.agents.report import NodeReport, report_problem
 
 log = logging.getLogger(__name__)
@@ -109,20 +109,27 @@ class ClusterState:
         wall: Callable[[], float] = time.time,
         latency_window: int = 10_000,
         stale_retention_s: float = DEFAULT_STALE_RETENTION_S,
+        interval_s: float = MIN_INTERVAL_S,
     ) -> None:
         if not stale_after_s > 0:
             raise ValueError(f"stale_after_s must be positive, got {stale_after_s}")
         if not stale_retention_s >= 0:
             raise ValueError(f"stale_retention_s must be >= 0, got {stale_retention_s}")
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
         self.stale_after_s = stale_after_s
         self.stale_retention_s = stale_retention_s
+        self.interval_s = interval_s
+        """The agents' sampling period: ``seq`` counts samples, so it grows by at most one per
+        ``interval_s`` (the default, the shortest period allowed, is the loosest bound)."""
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
         self._nodes: dict[str, _Entry] = {}
         self._latencies: deque[float] = deque(maxlen=latency_window)
         self.rejected = 0
-        """Reports dropped as malformed since start."""
+        """Reports dropped since start (malformed, a ``seq`` too far ahead, or refused by the
+        monitor)."""
 
     def expect(self, node: str, node_id: str) -> None:
         """An agent was started for ``node``: it turns stale if it never reports."""
@@ -137,32 +144,52 @@ class ClusterState:
     def update(self, report: NodeReport) -> bool:
         """Take one agent report; returns whether it was taken. One that is not a well-formed
         report (:func:`~deepshare.agents.report.report_problem`) is dropped with a log line: every
-        reader of the view reads every field. An older one from the same agent process is ignored,
-        and so is a late one from an agent process the node's fresh reports come from a newer
-        process than (Ray restarted the agent; the old one's last reports were still in flight): it
-        would roll the node's numbers back and count a restart that did not happen."""
+        reader of the view reads every field. While the node is fresh, an older one from the same
+        agent process is ignored, and so is a late one from an agent process the node's fresh
+        reports come from a newer process than (Ray restarted the agent; the old one's last reports
+        were still in flight): it would roll the node's numbers back and count a restart that did
+        not happen. A ``seq`` further ahead of the last one taken than the agent can have sampled
+        since (:meth:`max_seq_jump`) is dropped too: one report with ``seq = 2**63 - 1`` under a
+        node's process made every real report look old, silencing the node until it was forgotten.
+        A stale node takes the next report of its process whatever its ``seq``, so a bad report
+        that got through costs the node at most the stale timeout."""
         problem = report_problem(report)
         if problem is not None:
             self.reject(report, problem)
             return False
         received = self._wall()
+        jumped = False
         with self._lock:
-            entry = self._nodes.setdefault(report.node, _Entry(report.node_id, self._clock()))
+            now = self._clock()
+            entry = self._nodes.setdefault(report.node, _Entry(report.node_id, now))
             last = entry.report
+            fresh = now - entry.seen <= self.stale_after_s
             if last is not None and (last.pid, last.started_at) == (report.pid, report.started_at):
-                if report.seq <= last.seq:
+                if fresh and report.seq <= last.seq:
                     return False
+                jumped = fresh and report.seq - last.seq > self.max_seq_jump(now - entry.seen)
             elif last is not None:
-                fresh = self._clock() - entry.seen <= self.stale_after_s
                 if fresh and last.node_id == report.node_id and report.started_at < last.started_at:
                     return False  # (a stale node takes it: a wall clock set back must not silence a node for good)
                 entry.restarts += 1
-            entry.node_id = report.node_id
-            entry.report = report
-            entry.seen = self._clock()
-            entry.reports += 1
-            self._latencies.append(received - report.sampled_at)
+            if not jumped:
+                entry.node_id = report.node_id
+                entry.report = report
+                entry.seen = now
+                entry.reports += 1
+                self._latencies.append(received - report.sampled_at)
+        if jumped:
+            self.reject(report, f"seq {report.seq} is further ahead of the last one taken ({last.seq}) than the"
+                                f" agent can have sampled since")
+            return False
         return True
+
+    def max_seq_jump(self, elapsed_s: float) -> float:
+        """How far ``seq`` may move ahead of the last report taken ``elapsed_s`` seconds ago: the
+        samples an agent can take in that time at one per :attr:`interval_s`, plus a stale
+        timeout's worth for reports delayed and then delivered together. A report that got
+        through ahead of its agent by that slack silences it until the node turns stale."""
+        return (max(elapsed_s, 0.0) + self.stale_after_s) / self.interval_s + 1
 
     def reject(self, report: object, problem: str) -> None:
         """Log a dropped report: the first few, then one in :data:`LOG_EVERY_REJECTED` (a sender

@@ -51,3 +51,62 @@ def test_integers_that_fit_are_still_numbers():
     assert state.update(ok)
     json.dumps(state.snapshot().to_dict())
     assert 'node="n1"' in generate_latest(MetricsExporter(state.snapshot).registry).decode()
+
+
+# -- B2: a forged seq far ahead ----------------------------------------------------------------
+def _real(seq: int, u: float) -> NodeReport:
+    return NodeReport("node0", "id0", seq, 4242, 999.0, 1000.0, links=(LinkStat("nic", 0, 0, u, None),))
+
+
+def test_a_seq_far_ahead_is_dropped_and_cannot_silence_the_real_agent():
+    """A report with the node's real name, id, pid and started_at and ``seq = 2**63 - 1`` made every
+    later real report look old: the node was silenced (stale) until forgotten an hour later."""
+    now = [0.0]
+    state = ClusterState(5.0, clock=lambda: now[0], wall=lambda: 1000.0)  # any interval down to 1 ms
+    state.expect("node0", "id0")
+    assert state.update(_real(0, 0.10))
+    assert not state.update(_real(2**63 - 1, 0.0))  # further ahead than even 1 kHz sampling allows
+    assert state.rejected == 1
+    now[0] = 2.0
+    assert state.update(_real(2, 0.95)) and state.link_load() == {"node0/nic": 0.95}
+
+
+def test_the_seq_jump_allowed_is_the_samples_since_plus_a_stale_timeout():
+    now = [0.0]
+    state = ClusterState(5.0, clock=lambda: now[0], wall=lambda: 1000.0, interval_s=1.0)
+    assert state.update(_real(0, 0.10))
+    now[0] = 2.0
+    assert state.max_seq_jump(2.0) == (2.0 + 5.0) / 1.0 + 1
+    assert not state.update(_real(9, 0.5))
+    assert state.update(_real(8, 0.5))
+
+
+def test_a_forged_seq_that_got_through_costs_at_most_the_stale_timeout():
+    """Within the slack a forged seq is taken; the real agent's lower seqs are then dropped while
+    the node is fresh, and taken again as soon as it turns stale."""
+    now = [0.0]
+    state = ClusterState(5.0, clock=lambda: now[0], wall=lambda: 1000.0)
+    state.expect("node0", "id0")
+    assert state.update(_real(0, 0.10))
+    assert state.update(_real(1000, 0.0))  # within 5 s (+1 sample) of 1 kHz sampling
+    for t, seq in ((2, 2), (4, 4)):
+        now[0] = t
+        assert not state.update(_real(seq, 0.95))
+    now[0] = 6.0  # stale: the process's next report is taken whatever its seq
+    assert state.snapshot().node("node0").stale
+    assert state.update(_real(6, 0.95)) and state.link_load() == {"node0/nic": 0.95}
+    now[0] = 8.0
+    assert state.update(_real(8, 0.9)) and state.link_load() == {"node0/nic": 0.9}
+    assert state.snapshot().node("node0").restarts == 0
+
+
+def test_a_backlog_of_reports_delivered_together_is_taken():
+    """Reports of one agent queued behind a busy monitor arrive at once: each is one report
+    period ahead of the previous, with no time between them."""
+    now = [0.0]
+    state = ClusterState(6.0, clock=lambda: now[0], wall=lambda: 1000.0, interval_s=1.0)
+    assert state.update(_real(0, 0.1))
+    now[0] = 5.0
+    for seq in range(2, 12, 2):
+        assert state.update(_real(seq, 0.2))
+    assert state.snapshot().node("node0").reports == 6
