@@ -8,7 +8,8 @@ name). Node names come from ``node_names`` (Ray node id or address -> name, e.g.
 spec's ``node3``), else the node's hostname, suffixed with the node id's first 8 hex digits
 when several nodes share a hostname. A node that left loses its agent handle and name at the
 next reconcile, and its view entry once it has been stale for ``stale_retention_s``, so churn
-never grows the monitor. The Prometheus endpoint starts only on :meth:`start_metrics`.
+never grows the monitor; a node still alive stays in the view, stale, however long its agent
+is silent. The Prometheus endpoint starts only on :meth:`start_metrics`.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class ContentionMonitor:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
+            self._state.keep(self._names.values())  # alive nodes never expire, however long their agent is silent
             self._state.forget_expired()  # also when nobody reads the view or scrapes
             started = []
             for node_id, info in alive.items():

@@ -4,7 +4,8 @@
 reads snapshots from its own threads. Ages use the *monitor's* monotonic clock at receipt, so
 nodes' clocks never need to agree; a node is stale when nothing arrived for ``stale_after_s``
 (an agent that was started but never reported counts from its start). A node that stayed stale
-for longer than ``stale_retention_s`` (a node that left the cluster) is forgotten, by the next
+for longer than ``stale_retention_s`` (a node that left the cluster; the monitor names the nodes
+still alive, :meth:`ClusterState.keep`, which are never forgotten) is forgotten, by the next
 snapshot or :meth:`ClusterState.forget_expired`, so a cluster whose nodes come and go keeps a
 bounded view and ``/metrics`` page. Report latency (receipt
 minus the agent's wall-clock sample time) is kept for the benchmark; it assumes synchronised
@@ -18,7 +19,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
 from deepshare.agents.report import NodeReport, report_problem
@@ -126,6 +127,7 @@ class ClusterState:
         self._wall = wall
         self._lock = threading.Lock()
         self._nodes: dict[str, _Entry] = {}
+        self._kept: frozenset[str] = frozenset()
         self._latencies: deque[float] = deque(maxlen=latency_window)
         self.rejected = 0
         """Reports dropped since start (malformed, a ``seq`` too far ahead, or refused by the
@@ -140,6 +142,14 @@ class ClusterState:
             elif entry.node_id != node_id:  # the name now belongs to a new Ray node: the old one's
                 entry.node_id, entry.seen = node_id, self._clock()  # numbers are not its (nor fresh)
                 entry.report, entry.reports = None, 0
+
+    def keep(self, names: Iterable[str]) -> None:
+        """Never forget these nodes, however long they stay stale: the monitor passes its alive
+        nodes' names at each reconcile, so only a node that left expires (one whose agent stopped
+        reporting stays in the view, ``agents status`` and ``/metrics`` as stale)."""
+        kept = frozenset(names)
+        with self._lock:
+            self._kept = kept
 
     def update(self, report: NodeReport) -> bool:
         """Take one agent report; returns whether it was taken. One that is not a well-formed
@@ -203,14 +213,15 @@ class ClusterState:
                         node[:64] if isinstance(node, str) else "?", problem)
 
     def forget_expired(self) -> list[str]:
-        """Drop every node stale for longer than ``stale_retention_s``; returns their names."""
+        """Drop every node stale for longer than ``stale_retention_s``, except those :meth:`keep`
+        names; returns their names."""
         with self._lock:
             return self._forget_expired(self._clock())
 
     def _forget_expired(self, now: float) -> list[str]:
         """:meth:`forget_expired` with the lock held."""
         limit = self.stale_after_s + self.stale_retention_s
-        expired = [name for name, e in self._nodes.items() if now - e.seen > limit]
+        expired = [name for name, e in self._nodes.items() if now - e.seen > limit and name not in self._kept]
         for name in expired:
             del self._nodes[name]
         return expired

@@ -110,3 +110,53 @@ def test_a_backlog_of_reports_delivered_together_is_taken():
     for seq in range(2, 12, 2):
         assert state.update(_real(seq, 0.2))
     assert state.snapshot().node("node0").reports == 6
+
+
+# -- B3, B4, B5: the monitor's reconcile, with ray.nodes() and the agents' start faked ----------
+def _monitor(monkeypatch, nodes: list, names: dict | None = None, now: list | None = None):
+    """The monitor actor's own class, built without Ray: ``ray.nodes()`` answers ``nodes`` (edit
+    the list between reconciles) and starting an agent returns a string."""
+    import threading
+    import types
+
+    pytest.importorskip("ray")
+    import deepshare.agents.monitor as m
+    from deepshare.agents.config import AgentConfig
+
+    monitor_class = m.ContentionMonitor.__ray_metadata__.modified_class
+    mon = monitor_class.__new__(monitor_class)
+    clock = (lambda: now[0]) if now is not None else (lambda: 0.0)
+    mon._config = AgentConfig(reconcile_interval_s=0)
+    mon._names_given, mon._agents, mon._names, mon._started_as = dict(names or {}), {}, {}, {}
+    mon._reconcile_lock, mon._topology = threading.Lock(), None
+    mon._state = ClusterState(5.0, clock=clock, wall=lambda: 1.0, stale_retention_s=3600.0)
+    mon._start_agent = lambda node_id, name: f"agent-{name}"
+    monkeypatch.setattr(m, "ray", types.SimpleNamespace(nodes=lambda: [dict(n) for n in nodes]))
+    return monitor_class, mon
+
+
+def _node(node_id: str, host: str, address: str = "", alive: bool = True) -> dict:
+    return {"NodeID": node_id, "NodeManagerHostname": host, "NodeManagerAddress": address, "Alive": alive}
+
+
+def _report_as(name: str, node_id: str, u: float, seq: int = 0, pid: int = 1) -> NodeReport:
+    return NodeReport(name, node_id, seq, pid, 1.0, 1.0, links=(LinkStat("nic", 0, 0, u, None),))
+
+
+def test_an_alive_node_whose_agent_went_silent_is_never_forgotten(monkeypatch):
+    """After stale + retention the node left ``view()``, ``agents status`` and ``/metrics`` (an
+    alert on ``deepshare_node_stale`` resolved itself) though it was still alive in Ray and the
+    monitor still held its agent; only nodes that left the cluster may be forgotten."""
+    now = [0.0]
+    nodes = [_node("aa" * 14, "gpu-a"), _node("cc" * 14, "gpu-c")]
+    cls, mon = _monitor(monkeypatch, nodes, now=now)
+    cls.reconcile(mon)
+    cls.report(mon, _report_as("gpu-a", "aa" * 14, 0.3))
+    exporter = MetricsExporter(mon._state.snapshot)
+    nodes.pop()  # gpu-c leaves
+    for t in (10.0, 3000.0, 3606.0, 7200.0):
+        now[0] = t
+        cls.reconcile(mon)
+        page = generate_latest(exporter.registry).decode()
+        assert [n.node for n in cls.view(mon).nodes] == (["gpu-a"] if t > 3605 else ["gpu-a", "gpu-c"])
+        assert 'deepshare_node_stale{node="gpu-a"} 1.0' in page
