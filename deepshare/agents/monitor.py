@@ -6,10 +6,12 @@ compares ``ray.nodes()`` with its agents and starts one on each alive node that 
 that joined, or all of them after the monitor itself restarted; existing agents are found by
 name). Node names come from ``node_names`` (Ray node id or address -> name, e.g. the topology
 spec's ``node3``), else the node's hostname, suffixed with the node id's first 8 hex digits
-when several nodes share a hostname. A node that left loses its agent handle and name at the
-next reconcile, and its view entry once it has been stale for ``stale_retention_s``, so churn
-never grows the monitor; a node still alive stays in the view, stale, however long its agent
-is silent. The Prometheus endpoint starts only on :meth:`start_metrics`.
+when several nodes share a hostname; a name another node already has, or that ``node_names``
+gives another node, is suffixed the same way (:func:`unique_name`), so two nodes never file
+reports under one name. A node that left loses its agent handle and
+name at the next reconcile, and its view entry once it has been stale for ``stale_retention_s``,
+so churn never grows the monitor; a node still alive stays in the view, stale, however long
+its agent is silent. The Prometheus endpoint starts only on :meth:`start_metrics`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,41 @@ def node_name(info: Mapping[str, Any], all_nodes: list[Mapping[str, Any]], names
     shared = sum(1 for n in all_nodes
                  if n.get("Alive") and (n.get("NodeManagerHostname") or n.get("NodeManagerAddress")) == host)
     return host if shared <= 1 else f"{host}-{node_id[:8]}"
+
+
+def _suffixed(name: str, node_id: str) -> tuple[str, str]:
+    """The names ``name`` turns into when another node has it: the node id's first 8 hex
+    digits appended, then the whole id."""
+    return f"{name}-{node_id[:8]}", f"{name}-{node_id}"
+
+
+def taken_names(info: Mapping[str, Any], names: Mapping[str, str], assigned: Mapping[str, str]) -> set[str]:
+    """Names the node ``info`` may not have: those ``assigned`` (Ray node id -> name) to other
+    nodes, and those the ``names`` mapping gives other nodes (reserved even while that node is
+    away, so a host whose hostname is another node's topology name never takes it)."""
+    node_id = info["NodeID"]
+    own_keys = (node_id, info.get("NodeManagerAddress", ""))
+    own = next((names[k] for k in own_keys if k in names), None)
+    reserved = {v for k, v in names.items() if k not in own_keys and v != own}
+    return reserved | {n for i, n in assigned.items() if i != node_id}
+
+
+def unique_name(
+    info: Mapping[str, Any], all_nodes: list[Mapping[str, Any]], names: Mapping[str, str], assigned: Mapping[str, str]
+) -> str | None:
+    """:func:`node_name`, or, when that is :func:`taken <taken_names>`, the same suffixed with the
+    node id's first 8 hex digits, then the whole id; ``None`` (logged) when even that is taken.
+    Two nodes with one name filed their reports under one entry, each overwriting the other's:
+    a mapped name equal to another host's hostname, or a hostname equal to another node's
+    suffixed name."""
+    wanted = node_name(info, all_nodes, names)
+    taken = taken_names(info, names, assigned)
+    name = next((n for n in (wanted, *_suffixed(wanted, info["NodeID"])) if n not in taken), None)
+    if name != wanted:
+        log.warning("contention monitor: node %s would be named %r, which another node has or node_names gives"
+                    " another node; %s", info["NodeID"], wanted,
+                    f"named {name!r} instead" if name else "no agent started for it")
+    return name
 
 
 def forget_departed(agents: dict[str, Any], names: dict[str, str], alive: Collection[str]) -> list[str]:
@@ -102,21 +139,25 @@ class ContentionMonitor:
 
     # -- agents ------------------------------------------------------------------------------
     def reconcile(self) -> list[str]:
-        """Start an agent on every alive node without one; returns the nodes given one."""
+        """Start an agent on every alive node without one; returns the nodes given one. Keeps
+        every alive node's view entry (only departed nodes expire)."""
         with self._reconcile_lock:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
-            self._state.keep(self._names.values())  # alive nodes never expire, however long their agent is silent
-            self._state.forget_expired()  # also when nobody reads the view or scrapes
             started = []
             for node_id, info in alive.items():
                 if node_id in self._agents:
                     continue
-                name = self._names.setdefault(node_id, node_name(info, nodes, self._names_given))
+                name = self._names.get(node_id) or unique_name(info, nodes, self._names_given, self._names)
+                if name is None:
+                    continue
+                self._names[node_id] = name
                 self._agents[node_id] = self._start_agent(node_id, name)
                 self._state.expect(name, node_id)
                 started.append(name)
+            self._state.keep(self._names.values())  # alive nodes never expire, however long their agent is silent
+            self._state.forget_expired()  # also when nobody reads the view or scrapes
             return sorted(started)
 
     def _start_agent(self, node_id: str, name: str) -> Any:

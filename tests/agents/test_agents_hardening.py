@@ -143,6 +143,31 @@ def _report_as(name: str, node_id: str, u: float, seq: int = 0, pid: int = 1) ->
     return NodeReport(name, node_id, seq, pid, 1.0, 1.0, links=(LinkStat("nic", 0, 0, u, None),))
 
 
+def test_a_mapped_name_equal_to_another_hosts_hostname_is_not_shared(monkeypatch):
+    """The topology's node3 is the host at 10.0.0.17; another, unmapped, host is called node3:
+    both were named node3, and each one's reports overwrote the other's."""
+    a, b = "aaaa1111" * 7, "bbbb2222" * 7
+    nodes = [_node(b, "node3", "10.0.0.99"), _node(a, "gpu-host-17", "10.0.0.17")]  # the unmapped one first
+    cls, mon = _monitor(monkeypatch, nodes, {"10.0.0.17": "node3"})
+    cls.reconcile(mon)
+    assert mon._names == {a: "node3", b: "node3-bbbb2222"}
+    cls.report(mon, _report_as("node3", a, 0.95))
+    cls.report(mon, _report_as("node3-bbbb2222", b, 0.05))
+    cls.report(mon, _report_as("node3", b, 0.05))  # the other host under the topology's name: dropped
+    assert mon._state.link_load() == {"node3/nic": 0.95, "node3-bbbb2222/nic": 0.05}
+    assert mon._state.snapshot().node("node3").restarts == 0
+
+
+def test_a_hostname_equal_to_another_nodes_suffixed_name_is_not_shared(monkeypatch):
+    c, d, e = "cccc3333" * 7, "dddd4444" * 7, "eeee5555" * 7
+    for order in ([c, d, e], [e, c, d]):
+        hosts = {c: "h", d: "h", e: "h-cccc3333"}
+        cls, mon = _monitor(monkeypatch, [_node(i, hosts[i]) for i in order])
+        cls.reconcile(mon)
+        assert len(set(mon._names.values())) == 3, mon._names
+        assert mon._names[d] == "h-dddd4444"
+
+
 def test_an_alive_node_whose_agent_went_silent_is_never_forgotten(monkeypatch):
     """After stale + retention the node left ``view()``, ``agents status`` and ``/metrics`` (an
     alert on ``deepshare_node_stale`` resolved itself) though it was still alive in Ray and the
