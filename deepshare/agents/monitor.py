@@ -8,7 +8,8 @@ name). Node names come from ``node_names`` (Ray node id or address -> name, e.g.
 spec's ``node3``), else the node's hostname, suffixed with the node id's first 8 hex digits
 when several nodes share a hostname; a name another node already has, or that ``node_names``
 gives another node, is suffixed the same way (:func:`unique_name`), so two nodes never file
-reports under one name. A node that left loses its agent handle and
+reports under one name. A name suffixed only because another node had it goes back to the
+plain one at the reconcile after that node left. A node that left loses its agent handle and
 name at the next reconcile, and its view entry once it has been stale for ``stale_retention_s``,
 so churn never grows the monitor; a node still alive stays in the view, stale, however long
 its agent is silent. The Prometheus endpoint starts only on :meth:`start_metrics`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import Any, Collection, Mapping
 
 import ray
@@ -120,6 +122,7 @@ class ContentionMonitor:
                                    interval_s=config.interval_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name (also: whose reports are taken)
+        self._started_as: dict[str, str] = {}  # Ray node id -> the name its agent was started with
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
         self._self = ray.get_runtime_context().current_actor
@@ -139,12 +142,16 @@ class ContentionMonitor:
 
     # -- agents ------------------------------------------------------------------------------
     def reconcile(self) -> list[str]:
-        """Start an agent on every alive node without one; returns the nodes given one. Keeps
-        every alive node's view entry (only departed nodes expire)."""
+        """Start an agent on every alive node without one; returns the nodes given one. Also
+        gives a node suffixed because another had its name the plain name back once that one
+        left, and keeps every alive node's view entry (only departed nodes expire)."""
         with self._reconcile_lock:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
+            for node_id in [i for i in self._started_as if i not in alive]:
+                del self._started_as[node_id]
+            self._restore_names(alive, nodes)
             started = []
             for node_id, info in alive.items():
                 if node_id in self._agents:
@@ -154,11 +161,31 @@ class ContentionMonitor:
                     continue
                 self._names[node_id] = name
                 self._agents[node_id] = self._start_agent(node_id, name)
+                self._started_as[node_id] = name
                 self._state.expect(name, node_id)
                 started.append(name)
             self._state.keep(self._names.values())  # alive nodes never expire, however long their agent is silent
             self._state.forget_expired()  # also when nobody reads the view or scrapes
             return sorted(started)
+
+    def _restore_names(self, alive: Mapping[str, Mapping[str, Any]], nodes: list[Mapping[str, Any]]) -> None:
+        """Rename each alive node whose name is its :func:`node_name` suffixed (it shared its
+        hostname, or the name was taken) back to that name once no other node has it: a raylet
+        restarted on its host before the old one was declared dead got ``HOST-<id>``, and kept it
+        for good. Its agent keeps sending the name it was started with; :meth:`report` files
+        those reports under the new name."""
+        for node_id, current in list(self._names.items()):
+            info = alive.get(node_id)
+            if info is None:
+                continue
+            wanted = node_name(info, nodes, self._names_given)
+            if current == wanted or current not in _suffixed(wanted, node_id):
+                continue
+            if wanted in taken_names(info, self._names_given, self._names):
+                continue
+            self._names[node_id] = wanted
+            self._state.rename(current, wanted, node_id)
+            log.info("contention monitor: node %s is %r again (was %r)", node_id, wanted, current)
 
     def _start_agent(self, node_id: str, name: str) -> Any:
         cfg = self._config
@@ -193,10 +220,14 @@ class ContentionMonitor:
         a node this monitor runs an agent for, on the Ray node it runs on, is taken: anyone can
         call the actor, and a report under another name (200,000 made-up nodes) stayed in the view
         and every scrape for an hour, one from a departed node's agent passed as the new one's."""
-        node_id = getattr(report, "node_id", None)  # a single lookup in _names: no lock needed
-        if not isinstance(report, NodeReport) or not isinstance(node_id, str) or self._names.get(node_id) != report.node:
+        node_id = getattr(report, "node_id", None)  # dict lookups: no lock needed
+        name = self._names.get(node_id) if isinstance(node_id, str) else None
+        if not isinstance(report, NodeReport) or name is None \
+                or report.node not in (name, self._started_as.get(node_id)):
             self._state.reject(report, "not a node this monitor runs an agent for (or not from its Ray node)")
             return
+        if report.node != name:  # an agent started under the node's former name (see _restore_names)
+            report = replace(report, node=name)
         self._state.update(report)
 
     def view(self) -> ClusterSnapshot:

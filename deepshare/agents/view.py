@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
@@ -142,6 +142,25 @@ class ClusterState:
             elif entry.node_id != node_id:  # the name now belongs to a new Ray node: the old one's
                 entry.node_id, entry.seen = node_id, self._clock()  # numbers are not its (nor fresh)
                 entry.report, entry.reports = None, 0
+
+    def rename(self, old: str, new: str, node_id: str) -> None:
+        """The node ``node_id`` is called ``new`` now: its entry (report, counts, age) moves there,
+        replacing any entry ``new`` had (a departed node's, whose numbers are not this node's)."""
+        with self._lock:
+            entry = self._nodes.get(old)
+            if entry is None or entry.node_id != node_id:
+                entry = None
+            else:
+                del self._nodes[old]
+            held = self._nodes.get(new)
+            if held is not None and held.node_id == node_id and (entry is None or held.seen >= entry.seen):
+                return  # a report under the new name came in first: it is the newer
+            if entry is None:
+                self._nodes[new] = _Entry(node_id, self._clock())
+                return
+            if entry.report is not None:
+                entry.report = replace(entry.report, node=new)
+            self._nodes[new] = entry
 
     def keep(self, names: Iterable[str]) -> None:
         """Never forget these nodes, however long they stay stale: the monitor passes its alive

@@ -168,6 +168,40 @@ def test_a_hostname_equal_to_another_nodes_suffixed_name_is_not_shared(monkeypat
         assert mon._names[d] == "h-dddd4444"
 
 
+def test_a_raylet_restarted_within_the_health_check_window_gets_its_hosts_name_back(monkeypatch):
+    """``ray.nodes()`` listed the dead raylet alive beside its successor for one reconcile: the
+    successor was named ``gpu-a-<id>`` and kept that name after the old one was declared dead."""
+    old, new = "aa" * 14, "bb" * 14
+    nodes = [_node(old, "gpu-a")]
+    cls, mon = _monitor(monkeypatch, nodes)
+    assert cls.reconcile(mon) == ["gpu-a"]
+    cls.report(mon, _report_as("gpu-a", old, 0.5))
+    nodes.append(_node(new, "gpu-a"))
+    assert cls.reconcile(mon) == ["gpu-a-bbbbbbbb"]
+    cls.report(mon, _report_as("gpu-a-bbbbbbbb", new, 0.7))
+    nodes[0] = _node(old, "gpu-a", alive=False)
+    assert cls.reconcile(mon) == []
+    assert mon._names == {new: "gpu-a"}
+    # the agent still sends the name it was started with: filed under the node's name now
+    cls.report(mon, _report_as("gpu-a-bbbbbbbb", new, 0.9, seq=1))
+    view = cls.view(mon)
+    assert [n.node for n in view.nodes] == ["gpu-a"]
+    assert view.node("gpu-a").node_id == new and view.node("gpu-a").report.node == "gpu-a"
+    assert mon._state.link_load() == {"gpu-a/nic": 0.9}
+    assert list(cls.agents(mon)) == ["gpu-a"]
+
+
+def test_a_node_named_first_keeps_its_name_when_another_joins_on_its_host(monkeypatch):
+    first, second = "aa" * 14, "bb" * 14
+    nodes = [_node(first, "gpu-a")]
+    cls, mon = _monitor(monkeypatch, nodes)
+    cls.reconcile(mon)
+    nodes.append(_node(second, "gpu-a"))
+    cls.reconcile(mon)
+    cls.reconcile(mon)
+    assert mon._names == {first: "gpu-a", second: "gpu-a-bbbbbbbb"}
+
+
 def test_an_alive_node_whose_agent_went_silent_is_never_forgotten(monkeypatch):
     """After stale + retention the node left ``view()``, ``agents status`` and ``/metrics`` (an
     alert on ``deepshare_node_stale`` resolved itself) though it was still alive in Ray and the
