@@ -219,3 +219,88 @@ def test_an_alive_node_whose_agent_went_silent_is_never_forgotten(monkeypatch):
         page = generate_latest(exporter.registry).decode()
         assert [n.node for n in cls.view(mon).nodes] == (["gpu-a"] if t > 3605 else ["gpu-a", "gpu-c"])
         assert 'deepshare_node_stale{node="gpu-a"} 1.0' in page
+
+
+# -- B6: one GPU's NVML error costs only that GPU -----------------------------------------------
+def _fake_nvml():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        from test_agents_probes import FakeGpu, FakeNvml, FakeNVMLError
+    finally:
+        sys.path.pop(0)
+    return FakeGpu, FakeNvml, FakeNVMLError
+
+
+def test_a_gpu_without_any_pcie_reading_has_no_pcie_link_and_the_others_are_sampled():
+    """A GPU with neither the PCIe counter fields nor ``nvmlDeviceGetPcieThroughput`` (a vGPU) was
+    accepted at detection, and then every sample raised: all GPUs' links and gauges were lost."""
+    from deepshare.agents.probes.nvml import NvmlProbe
+    from deepshare.agents.sampler import Sampler
+
+    FakeGpu, FakeNvml, FakeNVMLError = _fake_nvml()
+    good, vgpu = FakeGpu(nvlink_links=4, nvlink_kib=(0, 0), util=50), FakeGpu(util=10)
+
+    class Nvml(FakeNvml):
+        def nvmlDeviceGetPcieThroughput(self, gpu, counter):
+            if gpu is vgpu:
+                raise FakeNVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+            return super().nvmlDeviceGetPcieThroughput(gpu, counter)
+
+    probe = NvmlProbe(nvml=Nvml([good, vgpu]))
+    assert probe.available and probe.gpus == 2
+    sampler = Sampler("n", [probe])
+    for i in range(3):
+        report = sampler.step()
+        assert report.probes[0].available, report.probes[0]
+        assert {s.link for s in report.links} >= ({"gpu0/pcie", "gpu0/nvlink"} if i else {"gpu0/pcie"})
+        assert not any(s.link.startswith("gpu1/pcie") for s in report.links)
+        assert dict(report.gauges) == {"gpu0/util": 0.5, "gpu1/util": 0.1}
+
+
+def test_a_gpu_lost_at_start_leaves_only_that_gpu_out():
+    """``nvmlDeviceGetHandleByIndex`` raising for one GPU (GPU_IS_LOST) made the whole probe
+    unavailable for the agent's lifetime, healthy GPUs included."""
+    from deepshare.agents.probes.nvml import NvmlProbe
+
+    FakeGpu, FakeNvml, FakeNVMLError = _fake_nvml()
+
+    class Lost(FakeNvml):
+        def nvmlDeviceGetHandleByIndex(self, i):
+            if i == 1:
+                raise FakeNVMLError(15)
+            return super().nvmlDeviceGetHandleByIndex(i)
+
+    probe = NvmlProbe(nvml=Lost([FakeGpu(util=30), FakeGpu(util=40), FakeGpu(util=50)]))
+    assert probe.available and probe.gpus == 2 and probe.lost == {1: "NVML error 15"}
+    sample = probe.sample()
+    assert set(sample.links) == {"gpu0/pcie", "gpu2/pcie"}
+    assert sample.gauges == {"gpu0/util": 0.3, "gpu2/util": 0.5}
+    every = NvmlProbe(nvml=Lost([FakeGpu(), FakeGpu()]))
+    every_lost = Lost([FakeGpu()])
+    every_lost.nvmlDeviceGetHandleByIndex = lambda i: (_ for _ in ()).throw(FakeNVMLError(15))
+    none = NvmlProbe(nvml=every_lost)
+    assert every.available and not none.available and "GPU 0: NVML error 15" in none.reason
+
+
+def test_a_gpu_whose_read_fails_mid_run_is_left_out_of_that_sample_only():
+    from deepshare.agents.probes.nvml import NvmlProbe
+
+    FakeGpu, FakeNvml, FakeNVMLError = _fake_nvml()
+    healthy, failing = FakeGpu(util=20), FakeGpu(util=70)
+    nvml = FakeNvml([healthy, failing])
+    probe = NvmlProbe(nvml=nvml)
+    read = nvml.nvmlDeviceGetPcieThroughput
+
+    def lost(gpu, counter):
+        if gpu is failing:
+            raise FakeNVMLError(15)
+        return read(gpu, counter)
+
+    nvml.nvmlDeviceGetPcieThroughput = lost
+    sample = probe.sample()
+    assert set(sample.links) == {"gpu0/pcie"} and sample.gauges == {"gpu0/util": 0.2}
+    nvml.nvmlDeviceGetPcieThroughput = read
+    assert set(probe.sample().links) == {"gpu0/pcie", "gpu1/pcie"}

@@ -20,10 +20,17 @@ driver, no library, no GPU) makes the probe unavailable with NVML's message as t
 means nothing, often 0): that GPU's link is left out of the sample, so the sampler has no
 previous reading of it and the next good sample starts a fresh interval, instead of a 0 read as
 a counter reset followed by the whole since-boot count as one interval's traffic.
+
+One GPU's NVML error costs only that GPU: a GPU whose handle cannot be had at detection (fallen
+off the bus) is left out of the probe (:attr:`NvmlProbe.lost` says why), one with neither PCIe
+counter fields nor a working ``nvmlDeviceGetPcieThroughput`` has no ``pcie`` link, and a GPU
+whose read raises during a sample is left out of that sample (the others are kept; only when
+every GPU's read fails is the sample a :class:`ProbeError`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +41,7 @@ from deepshare.agents.samples import LinkReading, ProbeSample
 ALL_LINKS = 0xFFFFFFFF
 """NVML scope id meaning "summed over every NVLink link"."""
 KIB = 1024
+log = logging.getLogger(__name__)
 PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 8e9 / 8 * 128 / 130, 4: 16e9 / 8 * 128 / 130,
                          5: 32e9 / 8 * 128 / 130, 6: 64e9 / 8 * 242 / 256}
 """Payload bandwidth of one PCIe lane per direction, by generation (8b/10b, 128b/130b, FLIT)."""
@@ -52,6 +60,8 @@ class _Gpu:
     fields: list[Any]
     """Field ids read every sample: PCIe counters (2, optional) then NVLink counters (2, optional)."""
     pcie_counters: bool
+    pcie_throughput: bool
+    """No counters, but ``nvmlDeviceGetPcieThroughput`` answered at detection (neither: no pcie link)."""
     nvlink: bool
     pcie_capacity: float | None
     nvlink_capacity: float | None
@@ -71,6 +81,8 @@ class NvmlProbe(Probe):
     ) -> None:
         super().__init__(clock)
         self._gpus: list[_Gpu] = []
+        self.lost: dict[int, str] = {}
+        """GPUs left out at detection (NVML index -> NVML's error), the others probed as usual."""
         self._initialised = False
         if nvml is None:
             try:
@@ -87,12 +99,21 @@ class NvmlProbe(Probe):
         self._initialised = True
         try:
             count = nvml.nvmlDeviceGetCount()
-            for i in range(count):
-                self._gpus.append(self._detect(i, pcie_gbps, nvlink_gbps))
         except nvml.NVMLError as exc:
             self._unavailable(f"NVML cannot list GPUs: {exc}")
+            count = 0
+        for i in range(count):
+            try:
+                self._gpus.append(self._detect(i, pcie_gbps, nvlink_gbps))
+            except nvml.NVMLError as exc:  # one GPU lost (fallen off the bus): probe the others
+                self.lost[i] = str(exc)
+                log.warning("nvml probe: GPU %d left out: %s", i, exc)
         if self.available and not self._gpus:
-            self._unavailable("NVML sees no GPU")
+            if self.lost:
+                first = min(self.lost)
+                self._unavailable(f"NVML cannot list GPUs: GPU {first}: {self.lost[first]}")
+            else:
+                self._unavailable("NVML sees no GPU")
         if not self.available:
             self.close()
 
@@ -113,6 +134,8 @@ class NvmlProbe(Probe):
         handle = nv.nvmlDeviceGetHandleByIndex(index)
         pcie_fields = [getattr(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", None), getattr(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", None)]
         pcie_counters = None not in pcie_fields and self._fields_ok(handle, pcie_fields)
+        pcie_throughput = not pcie_counters and \
+            self._ok(nv.nvmlDeviceGetPcieThroughput, handle, nv.NVML_PCIE_UTIL_TX_BYTES) is not None
         link_fields = [(getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None), ALL_LINKS),
                        (getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None), ALL_LINKS)]
         nvlink = all(f is not None for f, _ in link_fields) and self._fields_ok(handle, link_fields)
@@ -122,7 +145,7 @@ class NvmlProbe(Probe):
                 active += self._ok(nv.nvmlDeviceGetNvLinkState, handle, link) == nv.NVML_FEATURE_ENABLED
             nvlink = active > 0
         fields = (pcie_fields if pcie_counters else []) + (link_fields if nvlink else [])
-        return _Gpu(index, handle, fields, pcie_counters, nvlink,
+        return _Gpu(index, handle, fields, pcie_counters, pcie_throughput, nvlink,
                     self._pcie_capacity(handle, pcie_gbps), self._nvlink_capacity(handle, active, nvlink_gbps))
 
     def _pcie_capacity(self, handle: Any, gbps: float | None) -> float | None:
@@ -162,32 +185,43 @@ class NvmlProbe(Probe):
         nv = self._nvml
         links: dict[str, LinkReading] = {}
         gauges: dict[str, float] = {}
-        try:
-            now = self.clock()
-            for gpu in self._gpus:
-                values = list(nv.nvmlDeviceGetFieldValues(gpu.handle, gpu.fields)) if gpu.fields else []
-                if gpu.pcie_counters:
-                    pair = self._pair(values)
-                    if pair is not None:  # else left out of this sample (see the module docstring)
-                        tx, rx = pair
-                        links[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, capacity_bytes_per_s=gpu.pcie_capacity)
-                    values = values[2:]
-                else:
-                    tx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_TX_BYTES) * KIB
-                    rx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_RX_BYTES) * KIB
-                    links[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, "rate", capacity_bytes_per_s=gpu.pcie_capacity)
-                pair = self._pair(values) if gpu.nvlink else None
-                if pair is not None:
-                    tx, rx = pair
-                    links[f"gpu{gpu.index}/nvlink"] = LinkReading(
-                        rx, tx, unit_bytes=KIB, capacity_bytes_per_s=gpu.nvlink_capacity
-                    )
-                util = self._ok(nv.nvmlDeviceGetUtilizationRates, gpu.handle)
-                if util is not None:
-                    gauges[f"gpu{gpu.index}/util"] = util.gpu / 100.0
-        except nv.NVMLError as exc:
-            raise ProbeError(f"NVML read failed: {exc}") from exc
+        now = self.clock()
+        failed = None
+        read = 0
+        for gpu in self._gpus:
+            try:
+                self._read_gpu(gpu, links, gauges)
+            except nv.NVMLError as exc:  # only this GPU is left out of the sample
+                failed = failed or exc
+                continue
+            read += 1
+        if failed is not None and not read:
+            raise ProbeError(f"NVML read failed: {failed}") from failed
         return ProbeSample(now, links, gauges)
+
+    def _read_gpu(self, gpu: _Gpu, links: dict[str, LinkReading], gauges: dict[str, float]) -> None:
+        """Add one GPU's links and gauge, all or (on an ``NVMLError``, raised) none of them."""
+        nv = self._nvml
+        mine: dict[str, LinkReading] = {}
+        values = list(nv.nvmlDeviceGetFieldValues(gpu.handle, gpu.fields)) if gpu.fields else []
+        if gpu.pcie_counters:
+            pair = self._pair(values)
+            if pair is not None:  # else left out of this sample (see the module docstring)
+                tx, rx = pair
+                mine[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, capacity_bytes_per_s=gpu.pcie_capacity)
+            values = values[2:]
+        elif gpu.pcie_throughput:
+            tx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_TX_BYTES) * KIB
+            rx = nv.nvmlDeviceGetPcieThroughput(gpu.handle, nv.NVML_PCIE_UTIL_RX_BYTES) * KIB
+            mine[f"gpu{gpu.index}/pcie"] = LinkReading(rx, tx, "rate", capacity_bytes_per_s=gpu.pcie_capacity)
+        pair = self._pair(values) if gpu.nvlink else None
+        if pair is not None:
+            tx, rx = pair
+            mine[f"gpu{gpu.index}/nvlink"] = LinkReading(rx, tx, unit_bytes=KIB, capacity_bytes_per_s=gpu.nvlink_capacity)
+        util = self._ok(nv.nvmlDeviceGetUtilizationRates, gpu.handle)
+        links.update(mine)
+        if util is not None:
+            gauges[f"gpu{gpu.index}/util"] = util.gpu / 100.0
 
     def close(self) -> None:
         if self._initialised:
