@@ -58,6 +58,12 @@ class LinkRate:
     capacity_bytes_per_s: float | None = None
 
 
+WRAP_SLACK = 1.1
+"""A 32-bit counter's decrease read as a wrap may imply at most this many times the link's
+capacity over the interval; more is a reset (driver reload, ``perfquery -R``), which gives no
+rate for that sample."""
+
+
 def counter_delta(prev: int, cur: int, bits: int) -> int:
     """How far a counter moved from ``prev`` to ``cur``.
 
@@ -84,6 +90,11 @@ def compute_rates(prev: ProbeSample | None, cur: ProbeSample) -> tuple[LinkRate,
 
     ``rate`` readings need only ``cur``; ``counter`` readings need the link in both samples and
     ``cur.timestamp > prev.timestamp`` (otherwise the link is left out: no rate is known yet).
+    A counter narrower than 64 bits is also left out (its rate is unknown, so a node-wide
+    aggregate leaves the sample out rather than read it as idle) when it reads its maximum, where
+    legacy 32-bit InfiniBand counters *saturate* instead of wrapping (the count stopped somewhere
+    in the interval), and when a decrease read as a wrap implies more than :data:`WRAP_SLACK`
+    times the link's capacity (a reset: the traffic since is unknown).
     """
     dt = None if prev is None else cur.timestamp - prev.timestamp
     out: list[LinkRate] = []
@@ -95,8 +106,23 @@ def compute_rates(prev: ProbeSample | None, cur: ProbeSample) -> tuple[LinkRate,
             before = None if prev is None else prev.links.get(link)
             if before is None or before.kind != "counter" or dt is None or not dt > 0:
                 continue
-            rx = counter_delta(int(before.rx), int(now.rx), now.bits) * now.unit_bytes / dt
-            tx = counter_delta(int(before.tx), int(now.tx), now.bits) * now.unit_bytes / dt
+            rx = _counter_rate(int(before.rx), int(now.rx), now, dt)
+            tx = _counter_rate(int(before.tx), int(now.tx), now, dt)
+            if rx is None or tx is None:
+                continue
         cap = now.capacity_bytes_per_s
         out.append(LinkRate(link, rx, tx, utilization(rx, tx, cap), cap))
     return tuple(out)
+
+
+def _counter_rate(prev: int, cur: int, reading: LinkReading, dt: float) -> float | None:
+    """Bytes/s of one direction of a counter between two readings ``dt`` seconds apart, or
+    ``None`` when it is unknown (see :func:`compute_rates`)."""
+    bits = reading.bits
+    if bits < 64 and cur >= 2**bits - 1:  # saturated (or exactly at the top: one sample lost)
+        return None
+    rate = counter_delta(prev, cur, bits) * reading.unit_bytes / dt
+    cap = reading.capacity_bytes_per_s
+    if cur < prev and bits < 64 and cap is not None and cap > 0 and rate > WRAP_SLACK * cap:
+        return None  # a "wrap" faster than the link: the counter was reset
+    return rate

@@ -304,3 +304,54 @@ def test_a_gpu_whose_read_fails_mid_run_is_left_out_of_that_sample_only():
     assert set(sample.links) == {"gpu0/pcie"} and sample.gauges == {"gpu0/util": 0.2}
     nvml.nvmlDeviceGetPcieThroughput = read
     assert set(probe.sample().links) == {"gpu0/pcie", "gpu1/pcie"}
+
+
+# -- B7: legacy 32-bit counters that saturate or reset ------------------------------------------
+def _ib_sample(t: float, words: int, cap: float | None = 100e9 / 8):
+    from deepshare.agents.samples import LinkReading, ProbeSample
+
+    return ProbeSample(t, {"ib/mlx4_0/1": LinkReading(words, words, bits=32, unit_bytes=4, capacity_bytes_per_s=cap)})
+
+
+def test_a_saturated_32_bit_counter_gives_no_rate_not_an_idle_link():
+    """A legacy PortCounters counter stuck at 2**32 - 1 (busy, saturated) read 0 B/s: an idle
+    port, pulling the node's ``nic`` down with it."""
+    from deepshare.agents.samples import compute_rates
+
+    assert compute_rates(_ib_sample(1.0, 2**32 - 1), _ib_sample(2.0, 2**32 - 1)) == ()
+    assert compute_rates(_ib_sample(1.0, 2**32 - 1000), _ib_sample(2.0, 2**32 - 1)) == ()  # saturated meanwhile
+    (rate,) = compute_rates(_ib_sample(1.0, 1000), _ib_sample(2.0, 2000))
+    assert rate.rx_bytes_per_s == 4000.0
+
+
+def test_a_reset_32_bit_counter_is_not_read_as_a_wrap():
+    """A reset (driver reload, ``perfquery -R``) read as a wrap: a one-sample burst of ~17 GB/s on a
+    100 Gb/s port. A wrap implying more than 1.1 x capacity is a reset: no rate for that sample."""
+    from deepshare.agents.samples import compute_rates
+
+    assert compute_rates(_ib_sample(0.0, 1_000_000), _ib_sample(1.0, 5)) == ()
+    (wrap,) = compute_rates(_ib_sample(0.0, 2**32 - 1_000_000), _ib_sample(1.0, 5))  # a true wrap
+    assert wrap.rx_bytes_per_s == (1_000_000 + 5) * 4
+    (unknown_capacity,) = compute_rates(_ib_sample(0.0, 1_000_000, None), _ib_sample(1.0, 5, None))
+    assert unknown_capacity.rx_bytes_per_s == (5 + 2**32 - 1_000_000) * 4  # nothing to judge by
+
+
+def test_the_node_nic_is_left_out_while_a_port_is_saturated():
+    from deepshare.agents.probes.base import Probe
+    from deepshare.agents.sampler import Sampler
+
+    values = iter([2**32 - 1, 2**32 - 1, 2**32 - 1])
+
+    class Ib(Probe):
+        name = "infiniband"
+
+        def __init__(self):
+            super().__init__(iter(range(10)).__next__)
+
+        def _read(self):
+            return _ib_sample(self.clock(), next(values))
+
+    sampler = Sampler("n", [Ib()])
+    for _ in range(3):
+        links = {s.link for s in sampler.step().links}
+        assert "nic" not in links and "ib/mlx4_0/1" not in links

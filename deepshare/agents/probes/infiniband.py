@@ -11,9 +11,11 @@ Which counters (checked against the kernel's ``drivers/infiniband/core/sysfs.c``
   ``counters_ext/port_rcv_data_64`` (same 4-byte words, 64 bits); they are preferred when
   present.
 - 32-bit counters: a decrease is taken as a wrap at 2**32 (a value above 2**32 - 1 promotes the
-  port to 64 bits). The IB spec actually lets legacy PortCounters *saturate* at 2**32 - 1; a
-  saturated counter stops moving and its rate reads 0 until something resets it. A 64-bit
-  decrease is a reset (see :func:`~deepshare.agents.samples.counter_delta`).
+  port to 64 bits), unless the wrap would mean more than 1.1 x the port's rate: then it is a
+  reset, and the sample has no rate for the port. The IB spec actually lets legacy PortCounters
+  *saturate* at 2**32 - 1; a counter at that value gives no rate (unknown, not idle) until
+  something resets it. A 64-bit decrease is a reset (see
+  :func:`~deepshare.agents.samples.compute_rates`).
 
 Capacity comes from ``ports/N/rate`` (``"40 Gb/sec (4X QDR)"`` -> 40 Gb/s, the signalling
 rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`` parameters.
