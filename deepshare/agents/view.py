@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
-from deepshare.agents.report import NodeReport, report_problem
+from deepshare.agents.report import LinkStat, NodeReport, report_problem
 
 log = logging.getLogger(__name__)
 LOG_EVERY_REJECTED = 1000
@@ -181,11 +181,17 @@ class ClusterState:
         since (:meth:`max_seq_jump`) is dropped too: one report with ``seq = 2**63 - 1`` under a
         node's process made every real report look old, silencing the node until it was forgotten.
         A stale node takes the next report of its process whatever its ``seq``, so a bad report
-        that got through costs the node at most the stale timeout."""
+        that got through costs the node at most the stale timeout. A link listed twice is kept
+        once, the first time (every reader keys links by name; ``/metrics`` exported both)."""
         problem = report_problem(report)
         if problem is not None:
             self.reject(report, problem)
             return False
+        if len({s.link for s in report.links}) != len(report.links):
+            first: dict[str, LinkStat] = {}
+            for stat in report.links:
+                first.setdefault(stat.link, stat)
+            report = replace(report, links=tuple(first.values()))
         received = self._wall()
         jumped = False
         with self._lock:

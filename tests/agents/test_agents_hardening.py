@@ -355,3 +355,16 @@ def test_the_node_nic_is_left_out_while_a_port_is_saturated():
     for _ in range(3):
         links = {s.link for s in sampler.step().links}
         assert "nic" not in links and "ib/mlx4_0/1" not in links
+
+
+# -- a link named twice in one report ---------------------------------------------------------
+def test_a_link_listed_twice_is_kept_once_the_first_time():
+    """Two ``nic`` entries in one report were taken and exported twice, one series with two values."""
+    twice = replace(GOOD, links=(LinkStat("nic", 1.0, 1.0, 0.5, 1.0), LinkStat("pcie", 1.0, 1.0, 0.1, 0.1),
+                                 LinkStat("nic", 9.0, 9.0, 0.9, 9.0)))
+    state = ClusterState(10.0, clock=lambda: 0.0, wall=lambda: 1.0)
+    assert state.update(twice)
+    assert [s.link for s in state.snapshot().node("n1").report.links] == ["nic", "pcie"]
+    assert state.link_load() == {"n1/nic": 0.5, "n1/pcie": 0.1}
+    page = generate_latest(MetricsExporter(state.snapshot).registry).decode()
+    assert page.count('deepshare_link_utilization_ratio{link="nic",node="n1"}') == 1
