@@ -116,7 +116,8 @@ def _mapping_problem(report: NodeReport) -> str | None:
     gpus, gauges = report.gpus, report.gauges
     if not isinstance(gpus, Mapping) or len(gpus) > MAX_GPUS_PER_REPORT \
             or not all(_integer(k) and 0 <= k < MAX_GPUS_PER_NODE and _real(v) for k, v in gpus.items()):
-        return f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices (0 to {MAX_GPUS_PER_NODE - 1}) mapped to numbers"
+        return (f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices (0 to {MAX_GPUS_PER_NODE - 1})"
+                " mapped to numbers")
     if not isinstance(gauges, Mapping) or len(gauges) > MAX_GAUGES_PER_REPORT \
             or not all(_name(k) and _real(v) for k, v in gauges.items()):
         return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} names mapped to numbers"

@@ -217,7 +217,9 @@ class NvmlProbe(Probe):
         pair = self._pair(values) if gpu.nvlink else None
         if pair is not None:
             tx, rx = pair
-            mine[f"gpu{gpu.index}/nvlink"] = LinkReading(rx, tx, unit_bytes=KIB, capacity_bytes_per_s=gpu.nvlink_capacity)
+            mine[f"gpu{gpu.index}/nvlink"] = LinkReading(
+                rx, tx, unit_bytes=KIB, capacity_bytes_per_s=gpu.nvlink_capacity
+            )
         util = self._ok(nv.nvmlDeviceGetUtilizationRates, gpu.handle)
         links.update(mine)
         if util is not None:
