@@ -20,31 +20,30 @@ nodes:
     for s in range(2) for l in range(2) for n in range(2))
 TINY_CLOS = parse_topology(TINY_CLOS_SPEC)
 
-TWO_LEAVES_SPEC = """
-name: two-leaves
+
+def two_leaves_spec(node_type: str, leaf: str = "{name: leaf}", name: str = "two-leaves-of-two") -> str:
+    """A cluster spec of two leaves (nodes 0, 1 | 2, 3) of two nodes of one type under one spine:
+    ``node_type`` is the type's YAML mapping, ``leaf`` the leaf level's."""
+    return f"""
+name: {name}
 node_types:
-  t: {gpus: 2, gpu_model: TITAN Xp, fabric: pcie, pcie_switches: 2, intra_node_gbps: 128, nic_gbps: 40}
+  t: {node_type}
 levels:
-  - {name: leaf, uplink_gbps: 20}
-  - {name: spine}
+  - {leaf}
+  - {{name: spine}}
 nodes:
-  - {type: t, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: t, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
+  - {{type: t, count: 2, prefix: a, domains: {{leaf: l0, spine: s0}}}}
+  - {{type: t, count: 2, prefix: b, domains: {{leaf: l1, spine: s0}}}}
 """
+
+
+TWO_LEAVES_SPEC = two_leaves_spec(
+    "{gpus: 2, gpu_model: TITAN Xp, fabric: pcie, pcie_switches: 2, intra_node_gbps: 128, nic_gbps: 40}",
+    "{name: leaf, uplink_gbps: 20}", "two-leaves")
 """Two leaves of two 2-GPU nodes (a0, a1 | b0, b1), each leaf's uplink 20 Gbit/s: half a NIC."""
 TWO_LEAVES = parse_topology(TWO_LEAVES_SPEC)
 
 
 def two_leaves_of_two(gpus: int, name: str = "two-leaves-of-two"):
     """Two leaves (nodes 0, 1 | 2, 3) of two nodes of ``gpus`` GPUs under one spine."""
-    return parse_topology(f"""
-name: {name}
-node_types:
-  g: {{gpus: {gpus}, nic_gbps: 400}}
-levels:
-  - {{name: leaf}}
-  - {{name: spine}}
-nodes:
-  - {{type: g, count: 2, prefix: a, domains: {{leaf: l0, spine: s0}}}}
-  - {{type: g, count: 2, prefix: b, domains: {{leaf: l1, spine: s0}}}}
-""")
+    return parse_topology(two_leaves_spec(f"{{gpus: {gpus}, nic_gbps: 400}}", name=name))

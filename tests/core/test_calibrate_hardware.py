@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+from fabric_cases import two_leaves_spec
 
 from deepshare.cli import main
 from deepshare.core.contention.base import RunningJob
@@ -34,17 +35,9 @@ nodes:
   - {type: t, count: 4, rack: r0}
 """
 """Four H100 nodes on the testbed's PCIe, with 400 Gb/s NICs."""
-H100_LEAVES = parse_topology("""
-name: h100-two-leaves
-node_types:
-  t: {gpus: 8, gpu_model: H100-SXM5-80GB, fabric: nvlink, pcie_switches: 4, intra_node_gbps: 512, nvlink_gbps: 3600, nic_gbps: 400}
-levels:
-  - {name: leaf, uplink_gbps: 200}
-  - {name: spine}
-nodes:
-  - {type: t, count: 2, prefix: a, domains: {leaf: l0, spine: s0}}
-  - {type: t, count: 2, prefix: b, domains: {leaf: l1, spine: s0}}
-""")
+H100_LEAVES = parse_topology(two_leaves_spec(
+    "{gpus: 8, gpu_model: H100-SXM5-80GB, fabric: nvlink, pcie_switches: 4, intra_node_gbps: 512, nvlink_gbps: 3600, "
+    "nic_gbps: 400}", "{name: leaf, uplink_gbps: 200}", "h100-two-leaves"))
 """Two leaves of two H100 NVLink nodes, each leaf's uplink half a NIC."""
 TRUTH = LinkCatalog({
     "A": LinkParams(compute_s=3.2, nic_s=0.53, pcie_s=0.018, overlap=0.29, samples_per_gpu=1211.0, latency_s=0.042,
