@@ -61,6 +61,15 @@ class JobView:
         """Seconds it has held its GPUs, over all its runs (what any cluster measures)."""
         return self.attained_gpu_s / self.gpus
 
+    def seconds_at(self, catalog: "Catalog", nodes: int, ratio: float) -> float:
+        """Seconds its remaining work takes on ``nodes`` nodes at contention ratio ``ratio``
+        (infinite at speed 0): ``remaining_s`` is in seconds at the reference throughput, and a
+        gang split over more nodes than its reference runs slower."""
+        speed = catalog.throughput(self.model, self.gpus, nodes) * ratio
+        if speed <= 0:
+            return float("inf")
+        return self.remaining_s * catalog.reference_throughput(self.model, self.gpus) / speed
+
 
 DEFAULT_QUEUE = "default"
 """The queue of a job that names none, when no tenants file says otherwise."""

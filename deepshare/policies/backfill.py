@@ -52,13 +52,9 @@ def reservation(head: JobView, view: ClusterView, free: Sequence[int], place: Pl
 
 
 def seconds_at(view: ClusterView, job: JobView, placement: Placement, ratio: float) -> float:
-    """Seconds ``job``'s remaining work (reference-throughput seconds) takes at ``placement``
-    running at contention ratio ``ratio``: a gang split over more nodes than its reference runs slower."""
-    catalog = view.catalog
-    speed = catalog.throughput(job.model, job.gpus, placement.num_nodes) * ratio
-    if speed <= 0:
-        return float("inf")
-    return job.remaining_s * catalog.reference_throughput(job.model, job.gpus) / speed
+    """Seconds ``job``'s remaining work takes at ``placement`` at contention ratio ``ratio``
+    (:meth:`~deepshare.core.view.JobView.seconds_at`)."""
+    return job.seconds_at(view.catalog, placement.num_nodes, ratio)
 
 
 def estimated_left(view: ClusterView, job: JobView) -> float:

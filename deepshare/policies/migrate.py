@@ -74,14 +74,10 @@ class MigrationRule:
     def saving_s(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float) -> float:
         """Seconds the job's remaining work takes less at ``new`` (at ``new_ratio``) than where it
         runs now (at its view ratio), the move's cost not counted; <= 0 when it is no faster."""
-        catalog = view.catalog
         assert job.placement is not None
-        old_speed = catalog.throughput(job.model, job.gpus, job.placement.num_nodes) * job.ratio
-        new_speed = catalog.throughput(job.model, job.gpus, new.num_nodes) * new_ratio
-        if old_speed <= 0 or new_speed <= old_speed:
-            return 0.0
-        work = job.remaining_s * catalog.reference_throughput(job.model, job.gpus)
-        return work / old_speed - work / new_speed
+        old = job.seconds_at(view.catalog, job.placement.num_nodes, job.ratio)
+        after = job.seconds_at(view.catalog, new.num_nodes, new_ratio)
+        return old - after if after < old < float("inf") else 0.0
 
     def worth_it(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float, others_loss: float) -> float:
         """The saving of moving ``job`` to ``new`` when every condition on the target holds, else 0."""
