@@ -31,7 +31,8 @@ Advantages are standardised over the batch, as RLlib's GAE piece does.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
+from typing import Any, Sequence
 
 import numpy as np
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
@@ -262,6 +263,39 @@ class ReplayGroups:
         worker = int(getattr(env_runner, "worker_index", 0) or 0)
         for i, sub in enumerate(sub_envs(env)):
             sub.set_replay_group(self.seed, worker, i // self.group_size)
+
+    def recreated(self, *, algorithm: Any, env_runner_group: Any, env_runner_indices: Sequence[int],
+                  is_evaluation: bool = False, **kwargs: Any) -> None:
+        """``on_env_runners_recreated``: a restarted env runner's envs (which count their
+        episodes from 0 again) draw new sequences, not the run's first ones a second time
+        (:meth:`~deepshare.rl.env.DeepShareEnv.set_replay_epoch`)."""
+        if is_evaluation or not env_runner_indices:
+            return
+        env_runner_group.foreach_env_runner(partial(_set_epoch, int(algorithm.iteration), RECREATED),
+                                            remote_worker_ids=list(env_runner_indices), local_env_runner=False)
+
+
+RESUMED, RECREATED = 1, 2
+"""Why an env runner's replay groups start a new epoch (:meth:`DeepShareEnv.set_replay_epoch`)."""
+
+
+def _set_epoch(iteration: int, restart: int, env_runner: Any) -> int:
+    envs = sub_envs(getattr(env_runner, "env", None))
+    for env in envs:
+        env.set_replay_epoch(iteration, restart)
+    return len(envs)
+
+
+def resume_replay(algorithm: Any) -> bool:
+    """After ``Algorithm.from_checkpoint``: every env runner's replay groups start the epoch of
+    the iteration the restored run is at, so the resumed run draws new arrival sequences instead
+    of replaying the ones its first iterations saw. Whether the run replays groups at all."""
+    hooks = algorithm.config.callbacks_on_environment_created
+    if not any(isinstance(hook, ReplayGroups) for hook in (hooks if isinstance(hooks, (list, tuple)) else [hooks])):
+        return False
+    algorithm.env_runner_group.foreach_env_runner(partial(_set_epoch, int(algorithm.iteration), RESUMED),
+                                                  local_env_runner=True)
+    return True
 
 
 class ReportElapsed:

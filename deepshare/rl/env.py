@@ -39,6 +39,7 @@ End
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -350,6 +351,7 @@ class DeepShareEnv(gym.Env):
         self._max_jobs: int | None = None
         self._replay: tuple[int, int, int] | None = None
         self._replayed = 0
+        self._epoch: tuple[int, ...] = ()
         self._sequence: int | None = None
         self._report_elapsed = False
 
@@ -364,7 +366,17 @@ class DeepShareEnv(gym.Env):
         group replay the same sequences of episodes, in order. Each step's info then carries
         ``sequence``, an int naming the episode's (group, count): what the input-dependent
         baseline (:mod:`deepshare.rl.advantages`) groups episodes by."""
-        self._replay, self._replayed = (int(seed), int(worker), int(group)), 0
+        self._replay, self._replayed, self._epoch = (int(seed), int(worker), int(group)), 0, ()
+
+    def set_replay_epoch(self, iteration: int, restart: int) -> None:
+        """Start the replay group's sequences afresh for an env runner made again mid-run
+        (``restart`` 1: the run resumed from a checkpoint at ``iteration``; 2: RLlib recreated a
+        failed env runner after ``iteration`` iterations): later episodes are drawn from generators
+        seeded by the epoch too, so they are new arrival sequences rather than the run's first
+        ones replayed again (a new env counts its episodes from 0), still the same for every env
+        of the group. Their ``sequence`` tags carry the epoch, so they never equal a tag of
+        the earlier env runner's episodes."""
+        self._epoch, self._replayed = (int(iteration), int(restart)), 0
 
     def set_report_elapsed(self, on: bool = True) -> None:
         """With ``on``, every step's info carries ``elapsed_s``: the simulated seconds the step
@@ -379,9 +391,12 @@ class DeepShareEnv(gym.Env):
         rng = self.np_random
         self._sequence = None
         if self._replay is not None:
-            rng = np.random.default_rng([*self._replay, self._replayed])
+            rng = np.random.default_rng([*self._replay, self._replayed, *self._epoch])
             _, worker, group = self._replay
             self._sequence = ((worker * 10_000 + group) << 32) + self._replayed
+            if self._epoch:  # negative: never a tag of the first epoch; 56 bits: a vector env packs infos as int64
+                digest = hashlib.blake2b(repr((worker, group, self._replayed, *self._epoch)).encode(), digest_size=7).digest()
+                self._sequence = -1 - int.from_bytes(digest, "big")
             self._replayed += 1
         # A scenario without one feasible choice (every job rejected on arrival: e.g. a curriculum
         # cap that keeps only a job larger than the cluster) cannot be an episode: gymnasium's

@@ -20,6 +20,7 @@ layer does not import the experiments).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import time
@@ -233,6 +234,44 @@ INIT_FROM_ENCODING = ("anchor", "offer_order", "max_candidates", "jobs_considere
 columns): they decide which rows a choice offers and what row 1 and ``is_anchor`` mean."""
 
 
+RESUME_KEYS = ("name", "seed", "env", "ppo", "model", "ppo_extras", "hybrid_rules")
+"""What a resumed run's config must share with the run's own (its ``policy.pt`` metadata): the
+restored algorithm keeps the run's encoding, network and PPO settings, and the export labels the
+weights with the config's, so a changed one would ship weights under another run's description."""
+
+
+def check_resumed_config(run_dir: Path, metadata: dict[str, Any]) -> None:
+    """Refuse to resume ``run_dir`` with a config whose run metadata differs from what the run's
+    ``policy.pt`` records (dotted paths of the first differences named); a run folder without a
+    readable ``policy.pt`` (none exported yet) is not checked."""
+    from deepshare.policies.checkpoint import load_policy_file, plain
+
+    file = run_dir / "policy.pt"
+    if not file.is_file():
+        return
+    recorded = load_policy_file(file).get("metadata")
+    if not isinstance(recorded, dict):
+        return
+    ours = json.loads(json.dumps(plain({k: metadata.get(k) for k in RESUME_KEYS})))
+    theirs = json.loads(json.dumps(plain({k: recorded.get(k) for k in RESUME_KEYS})))
+    differ = _differences(ours, theirs, "")
+    if differ:
+        shown = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise DeepShareError(f"--resume {run_dir}: CONFIG differs from the config this run was trained with "
+                             f"(its policy.pt records {recorded.get('config')!s}) in {shown}; a resumed run keeps "
+                             "its own config: give that one (only --iterations may change)")
+
+
+def _differences(ours: Any, theirs: Any, at: str) -> list[str]:
+    """Dotted paths where two JSON documents differ."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        found: list[str] = []
+        for key in sorted(set(ours) | set(theirs)):
+            found += _differences(ours.get(key), theirs.get(key), f"{at}.{key}" if at else key)
+        return found
+    return [] if ours == theirs else [at or "(the whole config)"]
+
+
 def _latest_checkpoint(run_dir: Path) -> Path:
     found = sorted((run_dir / "checkpoints").glob("iter_*"))
     if not found:
@@ -326,14 +365,20 @@ def _with_extras(algo: Any, config: TrainConfig) -> Any:
     created: list[Any] = []
     if extras.average_reward is not None and extras.average_reward.per == "time":
         created.append(ReportElapsed())
+    recreated: list[Any] = []
     if extras.input_baseline is not None:
-        created.append(ReplayGroups(extras.input_baseline.group_size, config.run.seed))
+        replay = ReplayGroups(extras.input_baseline.group_size, config.run.seed)
+        created.append(replay)
+        recreated.append(replay.recreated)
     if extras.curriculum is not None:
         created.append(CurriculumStart(extras.curriculum.lengths))
         step = CurriculumStep(extras.curriculum.lengths, extras.curriculum.iterations_per_stage)
-        algo = algo.callbacks(on_train_result=step, on_env_runners_recreated=step.recreated)
+        algo = algo.callbacks(on_train_result=step)
+        recreated.append(step.recreated)
     if created:
         algo = algo.callbacks(on_environment_created=created)
+    if recreated:
+        algo = algo.callbacks(on_env_runners_recreated=recreated)
     return algo
 
 
@@ -403,21 +448,25 @@ def train(
     runners = config.run.num_env_runners if num_env_runners is None else num_env_runners
     run_dir = resolved_path(resume if resume else out)  # RLlib wants absolute paths
     start_from = _latest_checkpoint(run_dir) if resume else None
+    metadata = run_metadata(config, config_path, env)
+    if start_from is not None:
+        check_resumed_config(run_dir, metadata)
     run_dir.mkdir(parents=True, exist_ok=True)
     start_ray(address)
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:
+        from deepshare.rl.advantages import resume_replay
         from deepshare.rl.curriculum import resume_stage
 
         algo = Algorithm.from_checkpoint(str(start_from))
         resume_stage(algo)  # the env runners were just created at the curriculum's first length
+        resume_replay(algo)  # ...and their replay groups at the run's first sequences
     else:
         algo = build_algorithm_config(config, env, runners, cpus).build_algo()
     metrics_file = run_dir / "metrics.csv"
     new_file = not metrics_file.exists()
     writer = SummaryWriter(str(run_dir / "tb"))
     policy_file = run_dir / "policy.pt"
-    metadata = run_metadata(config, config_path, env)
 
     def export(iteration: int, row: dict[str, float] | None) -> None:
         export_scorer(algo.get_module().scorer, env.encoding, policy_file, {**metadata, "iterations": iteration})

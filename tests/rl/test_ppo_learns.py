@@ -267,8 +267,48 @@ def test_an_env_runner_restarted_mid_run_gets_the_current_stage_before_it_sample
     config = parse_train_config("name: x\nppo_extras: {curriculum: {lengths: [3, 6, 12], iterations_per_stage: 2}}\n",
                                 Path("c.yaml"))
     algo = build_algorithm_config(config, config.env_config(Path(".")), 0, 2)
-    hook = algo.callbacks_on_env_runners_recreated
+    [hook] = algo.callbacks_on_env_runners_recreated
     assert getattr(hook, "__self__", None) is algo.callbacks_on_train_result and hook.__func__ is CurriculumStep.recreated
+
+
+def test_replay_groups_of_a_restarted_env_runner_draw_new_sequences_not_the_first_ones_again():
+    """An env runner RLlib recreates (and every env runner of a resumed run) counts its episodes
+    from 0 again: without a new epoch its groups replayed the run's first arrival sequences. The
+    epoch gives new sequences, still shared within a group, with tags no earlier episode had."""
+    from deepshare.rl.advantages import RECREATED, ReplayGroups
+    from deepshare.rl.train import build_algorithm_config
+
+    def first(env):
+        obs, info = env.reset(seed=1)
+        return info["sequence"], info["jobs"], obs["observations"].tobytes()
+
+    before = DeepShareEnv(ENV)
+    before.set_replay_group(0, 2, 0)
+    seen = [first(before) for _ in range(3)]
+    fresh, partner, kept = DeepShareEnv(ENV), DeepShareEnv(ENV), DeepShareEnv(ENV)
+    replay = ReplayGroups(group_size=2, seed=0)
+    replay(env_runner=SimpleNamespace(worker_index=2), env=SimpleNamespace(unwrapped=SimpleNamespace(envs=[fresh, partner])))
+    replay(env_runner=SimpleNamespace(worker_index=1), env=kept)
+    assert first(fresh) == seen[0]  # made again, it would replay the run's first sequence
+    runners = {1: SimpleNamespace(env=kept), 2: SimpleNamespace(env=SimpleNamespace(unwrapped=SimpleNamespace(envs=[fresh, partner])))}
+    calls = []
+
+    def foreach_env_runner(func, *, remote_worker_ids=None, local_env_runner=True):
+        calls.append((remote_worker_ids, local_env_runner))
+        return [func(runners[i]) for i in remote_worker_ids]
+
+    group = SimpleNamespace(foreach_env_runner=foreach_env_runner)
+    replay.recreated(algorithm=SimpleNamespace(iteration=7), env_runner_group=group, env_runner_indices=[2])
+    assert calls == [([2], False)]
+    assert fresh._epoch == partner._epoch == (7, RECREATED) and kept._epoch == ()
+    after = [first(fresh) for _ in range(3)]
+    assert [first(partner) for _ in range(3)] == after  # the group still replays one sequence
+    assert not {s[0] for s in seen} & {a[0] for a in after}  # no tag of the earlier episodes
+    assert [s[1:] for s in seen] != [a[1:] for a in after]
+    config = parse_train_config("name: x\nrun: {envs_per_env_runner: 2}\nppo_extras: {input_baseline: {group_size: 2},"
+                                " curriculum: {lengths: [3, 6], iterations_per_stage: 2}}\n", Path("c.yaml"))
+    hooks = build_algorithm_config(config, config.env_config(Path(".")), 0, 2).callbacks_on_env_runners_recreated
+    assert [h.__func__.__qualname__ for h in hooks] == ["ReplayGroups.recreated", "CurriculumStep.recreated"]
 
 
 # -- the options in the YAML -------------------------------------------------------------------
@@ -362,20 +402,21 @@ def test_a_resumed_run_samples_its_first_iteration_at_the_stage_it_is_at(tmp_pat
     from deepshare.rl.train import train
 
     path = tmp_path / "tiny_curriculum.yaml"
-    path.write_text(TINY.read_text().replace("num_env_runners: 1", "num_env_runners: 0")
-                    + "ppo_extras:\n  curriculum: {lengths: [4, 8], iterations_per_stage: 1}\n")
+    path.write_text(TINY.read_text().replace("num_env_runners: 1", "num_env_runners: 0").replace("envs_per_env_runner: 1", "envs_per_env_runner: 2")
+                    + "ppo_extras:\n  curriculum: {lengths: [4, 8], iterations_per_stage: 1}\n  input_baseline: {group_size: 2}\n")
     run = tmp_path / "run"
     train(path, run, iterations=1)
     sampled_at = []
     original = Algorithm.train
 
     def recording(self):
-        sampled_at.append([e.unwrapped._max_jobs for e in self.env_runner_group.local_env_runner.env.unwrapped.envs])
+        envs = [e.unwrapped for e in self.env_runner_group.local_env_runner.env.unwrapped.envs]
+        sampled_at.append([(e._max_jobs, e._epoch) for e in envs])
         return original(self)
 
     monkeypatch.setattr(Algorithm, "train", recording)
     train(path, run, iterations=2, resume=run)
-    assert sampled_at == [[8]]
+    assert sampled_at == [[(8, (1, 1)), (8, (1, 1))]]  # ...and its replay groups draw new sequences (resumed at 1)
 
 
 def test_rho_survives_a_checkpoint_and_its_restore(tmp_path, ray_local):

@@ -128,6 +128,28 @@ def test_bad_training_configs_are_named(tmp_path, text, needle):
         load_train_config(path)
 
 
+def test_resuming_with_another_config_is_refused_before_ray_starts(trained, capsys, tmp_path, monkeypatch):
+    """The restored algorithm keeps the run's network and encoding, and the export labels the
+    weights with the config's: a changed config would ship them under another description."""
+    import deepshare.rl.train as training
+
+    run, _ = trained
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    monkeypatch.setattr(training, "start_ray", lambda address: pytest.fail("Ray started"))
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(TINY.read_text().replace("hidden: 16", "hidden: 24").replace("generated_jobs: 12", "generated_jobs: 10"))
+    assert main(["train", str(changed), "--resume", str(run), "--iterations", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "CONFIG differs from the config this run was trained with" in err and "Traceback" not in err
+    assert "env.generated_jobs" in err and "model.hidden" in err and str(TINY) in err
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before  # nothing written
+    same = tmp_path / "same.yaml"  # the same config from another file (a comment added) is the same run
+    same.write_text("# a copy\n" + TINY.read_text())
+    metadata = training.run_metadata(training.load_train_config(same), same,
+                                     training.load_train_config(same).env_config(same.parent))
+    training.check_resumed_config(run, metadata)
+
+
 def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, tmp_path):
     assert main(["train", str(tmp_path / "none.yaml")]) == 2
     assert "not found" in capsys.readouterr().err
