@@ -121,11 +121,11 @@ class SimConfig:
     """Start-up time of a job's first launch (no progress)."""
 
     def __post_init__(self) -> None:
-        if self.round_s is not None and not self.round_s > 0:
-            raise DeepShareError(f"round_s must be positive, got {self.round_s}")
+        if self.round_s is not None and not 0 < self.round_s < math.inf:
+            raise DeepShareError(f"round_s must be a positive, finite number of seconds, got {self.round_s}")
         for name in ("preempt_overhead_s", "migrate_overhead_s", "start_overhead_s"):
-            if not getattr(self, name) >= 0:
-                raise DeepShareError(f"{name} must be >= 0, got {getattr(self, name)}")
+            if not 0 <= getattr(self, name) < math.inf:
+                raise DeepShareError(f"{name} must be a finite number of seconds >= 0, got {getattr(self, name)}")
 
 
 class SimJobState(Enum):

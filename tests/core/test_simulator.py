@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -457,6 +458,15 @@ def test_bad_config_and_duplicate_ids():
         SimConfig(preempt_overhead_s=-1)
     with pytest.raises(DeepShareError):
         Simulator(uniform(1, 2), (JOBS_A[0], JOBS_A[0]), make_contention("none"), catalog=hand_catalog())
+
+
+@pytest.mark.parametrize("field", ["round_s", "preempt_overhead_s", "migrate_overhead_s", "start_overhead_s"])
+@pytest.mark.parametrize("value", [math.inf, math.nan, -1.0])
+def test_an_infinite_or_negative_time_in_the_config_is_refused_where_it_is_given(field, value):
+    """An infinite overhead was accepted and failed much later, inside the job history, naming
+    no config field."""
+    with pytest.raises(DeepShareError, match=f"^{field} must be a .*finite number of seconds"):
+        SimConfig(**{field: value})
 
 
 def test_empty_trace():

@@ -381,6 +381,16 @@ def test_artifact_duplicates(tmp_path: Path) -> None:
     expect_error(write(tmp_path, "dup.json", f'{{"a": {job}, "a": {job}}}'), "job 'a'", "duplicate job id")
     twice = '{"a": {"model": "MoE", "model": "DLRM", "gpu_demand": 2, "total_samples_to_train": 1}}'
     expect_error(write(tmp_path, "dupfield.json", twice), "job 'a'", "'model'", "twice")
+    # ids are compared without surrounding spaces, as every CSV reader strips them: one id twice
+    expect_error(write(tmp_path, "dupspace.json", f'{{"a": {job}, " a ": {job}}}'), "job ' a '", "duplicate job id 'a'")
+
+
+def test_artifact_ids_lose_surrounding_spaces_and_write_back(tmp_path: Path) -> None:
+    job = json.dumps(ARTIFACT_OK["a"])
+    trace = load(write(tmp_path, "spaced.json", f'{{" a ": {job}}}'))
+    assert [j.job_id for j in trace.jobs] == ["a"]
+    write_canonical(trace.jobs, tmp_path / "back.csv")  # refused ' a ' before
+    assert [j.job_id for j in load(tmp_path / "back.csv").jobs] == ["a"]
 
 
 def test_artifact_wrong_shape(tmp_path: Path) -> None:

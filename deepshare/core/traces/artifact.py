@@ -52,11 +52,15 @@ def parse(text: str, source: str, *, data: Any = None, **_: Any) -> Trace:
     if not data:
         raise DeepShareError(f"{source}: expected at least one job, the trace is empty")
     jobs = []
+    seen: set[str] = set()
     for raw_id, entry in data.items():
-        job_id = raw_id
+        job_id = raw_id.strip()  # as every CSV reader does: 'a' and ' a' are one id
         loc = f"{source} job {raw_id!r}"
-        if not job_id.strip():
+        if not job_id:
             raise DeepShareError(f"{loc}: expected a non-empty job id")
+        if job_id in seen:
+            raise DeepShareError(f"{loc}: duplicate job id {job_id!r} (ids are compared without surrounding spaces)")
+        seen.add(job_id)
         entry = require_mapping(entry, loc, "a job")
         arrival = entry.get("arrival_time")
         jobs.append(
