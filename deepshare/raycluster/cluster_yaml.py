@@ -381,7 +381,8 @@ def _head_runs_monitor(head: dict[str, Any], where: str) -> bool:
     ``echo`` is not a start)."""
     for i, container in enumerate(_containers(head, where)):
         here = f"{where}.template.spec.containers[{i}]"
-        hook = ((container.get("lifecycle") or {}).get("postStart") or {}).get("exec") or {}
+        lifecycle = _mapping(container, "lifecycle", here)  # each level one line naming it, never a traceback
+        hook = _mapping(_mapping(lifecycle, "postStart", f"{here}.lifecycle"), "exec", f"{here}.lifecycle.postStart")
         argvs = [[*(container.get("command") or []), *(container.get("args") or [])], hook.get("command") or []]
         for argv in argvs:
             if isinstance(argv, list) and all(isinstance(word, str) for word in argv):

@@ -44,6 +44,11 @@ def group(raw, i=0):  # type: ignore[no-untyped-def]
     return raw["spec"]["workerGroupSpecs"][i]
 
 
+def head(raw):  # type: ignore[no-untyped-def]
+    """The head group's first container."""
+    return raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+
+
 def head_hook(raw, command):  # type: ignore[no-untyped-def]
     """Set the head container's postStart exec command."""
     raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["lifecycle"]["postStart"]["exec"]["command"] = command
@@ -71,6 +76,13 @@ KUBERAY_SHAPES = [
     (lambda r: head_hook(r, ["/bin/sh", "-c", "echo deepshare agents start"]), "expected the head to run `deepshare agents start"),
     (lambda r: (head_hook(r, ["true"]), r["spec"]["headGroupSpec"]["template"].setdefault("metadata", {}).update(
         annotations={"note": "deepshare agents start --address auto"})), "expected the head to run `deepshare agents start"),
+    # a head container's lifecycle / postStart / exec that is not a mapping (a traceback before)
+    (lambda r: head(r).update(lifecycle="postStart"),
+     "spec.headGroupSpec.template.spec.containers[0].lifecycle: expected a mapping, got str"),
+    (lambda r: head(r).update(lifecycle={"postStart": ["x"]}),
+     "spec.headGroupSpec.template.spec.containers[0].lifecycle.postStart: expected a mapping, got list"),
+    (lambda r: head(r).update(lifecycle={"postStart": {"exec": "deepshare agents start"}}),
+     "spec.headGroupSpec.template.spec.containers[0].lifecycle.postStart.exec: expected a mapping, got str"),
     (lambda r: group(r)["rayStartParams"].update(resources='"{\\"deepshare_fabric_pcie\\": true}"'),
      "rayStartParams.resources: deepshare_fabric_pcie: expected a resource amount (a finite number >= 0), got True"),
     # the CRD's rayStartParams is a map of strings (kubectl refuses these): what validate said OK to
