@@ -24,6 +24,10 @@ from deepshare.runtime.private import open_regular
 LOGS_DIR = "logs"
 MAX_CHUNK = 64 * 1024
 """Most bytes one read (one HTTP answer) returns."""
+LOG_FOLDERS = 2
+"""Folders above a rank log that are opened without following a symlink (``logs`` and
+``logs/<job>``, :func:`~deepshare.runtime.private.open_regular`): a job's process can replace
+its own folder with a link to another job's."""
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9]{1,18}\Z")
 
 
@@ -55,11 +59,12 @@ def read_chunk(path: Path, offset: int, limit: int = MAX_CHUNK) -> LogChunk:
     """At most ``limit`` bytes of ``path`` from ``offset`` (negative: that many bytes before the end),
     cut at UTF-8 character boundaries: a chunk that would start inside a character starts after
     it, and one that would end inside a character ends before it (the next chunk, asked from
-    ``next_offset``, holds it whole). The job's process can write its logs folder, so a symlink or
-    FIFO at the path reads as no log (:func:`~deepshare.runtime.private.open_regular`)."""
+    ``next_offset``, holds it whole). The job's process can write its logs folder, so a symlink
+    at the path or in place of ``logs/<job>`` or ``logs``, or a FIFO at the path, reads as no log
+    (:func:`~deepshare.runtime.private.open_regular`)."""
     limit = max(0, min(limit, MAX_CHUNK))
     try:
-        fh = os.fdopen(open_regular(path, os.O_RDONLY), "rb")
+        fh = os.fdopen(open_regular(path, os.O_RDONLY, parents=LOG_FOLDERS), "rb")
     except OSError:
         return LogChunk("", 0, 0, 0)
     with fh:

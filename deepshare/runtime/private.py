@@ -62,12 +62,28 @@ def check_not_shared(path: str | os.PathLike[str], flag: str = "--state") -> Non
                                  f"run 'chmod go-w {folder}' or choose another state folder")
 
 
-def open_regular(path: str | os.PathLike[str], flags: int) -> int:
+def open_regular(path: str | os.PathLike[str], flags: int, parents: int = 0) -> int:
     """A descriptor on ``path`` for ``flags`` (created 0600 with ``O_CREAT``), refused unless it is a
     regular file (``OSError``): a job's own process can write its logs folder, so a symlink there
     is not followed (the rank's output would go to, or the API would serve, the file it names)
-    and a FIFO is not waited on (opening one blocks until the other end comes)."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    and a FIFO is not waited on (opening one blocks until the other end comes).
+
+    ``parents``: how many of the folders just above the file must not be symlinks either (each
+    is opened with ``O_NOFOLLOW | O_DIRECTORY`` and the next name is opened relative to it).
+    ``O_NOFOLLOW`` alone covers the last name only: a rank log's job folder
+    ``logs/<job>`` replaced by a link to another job's folder was followed, so one job's owner
+    read, and its rank wrote, another job's log."""
+    path = Path(path)
+    names = path.parts[len(path.parts) - 1 - parents:]
+    folder = os.open(path.parents[parents], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names[:-1]:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(names[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    finally:
+        os.close(folder)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from deepshare.runtime.logs import LOG_FOLDERS
 from deepshare.runtime.private import make_private_dirs, open_regular
 from deepshare.runtime.reports import FIELDS as REPORT_FIELDS, MAX_REPORT_BYTES
 
@@ -129,6 +130,9 @@ class JobWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.control / "rank.log"
         self.log_start = 0
+        self.log_folders = 0
+        """Folders above the log opened without following a symlink (:data:`~deepshare.runtime.logs.LOG_FOLDERS`
+        for a log under the state folder, whose job folder the job's process can replace)."""
         """Where this attempt's output starts in the log (earlier attempts' output precedes it)."""
 
     def address(self) -> tuple[str, int]:
@@ -147,10 +151,10 @@ class JobWorker:
         if self.proc is not None:
             return StartOutcome(self.proc.pid)
         if launch.log_path:
-            self.log_path = Path(launch.log_path)
+            self.log_path, self.log_folders = Path(launch.log_path), LOG_FOLDERS
         try:
             make_private_dirs(self.log_path.parent)
-            fd = open_regular(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            fd = open_regular(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, parents=self.log_folders)
         except OSError as exc:
             return StartOutcome(None, f"cannot open the rank's log {self.log_path}: {exc.strerror or exc}")
         with os.fdopen(fd, "ab") as log:
@@ -236,7 +240,7 @@ class JobWorker:
     def _tail(self, lines: int = 20, max_bytes: int = 16384) -> str:
         """The last ``lines`` lines of this attempt's output (read from the log's last ``max_bytes`` only)."""
         try:
-            with os.fdopen(open_regular(self.log_path, os.O_RDONLY), "rb") as fh:
+            with os.fdopen(open_regular(self.log_path, os.O_RDONLY, parents=self.log_folders), "rb") as fh:
                 fh.seek(max(self.log_start, fh.seek(0, 2) - max_bytes))
                 text = fh.read().decode("utf-8", errors="replace")
         except OSError:

@@ -249,6 +249,22 @@ def test_logs_route_is_bounded_and_never_leaves_the_logs_folder(server):
         assert status == 404 and "do not serve" not in answer.decode(), bad
 
 
+def test_a_job_folder_replaced_by_a_link_to_another_jobs_is_not_followed(server):
+    """A job's process can write the logs folder: it replaced its own ``logs/<job>`` with a link
+    to another job's folder, and its owner read that job's log through its own job's route
+    (``O_NOFOLLOW`` covered the file name only). Now it reads as no log."""
+    spec = __import__("deepshare.runtime.spec", fromlist=["spec_from_json"]).spec_from_json(GOOD)
+    other, own = server.journal.submit(spec), server.journal.submit(spec)
+    theirs = rank_log_path(server.state, other.job_id, 0)
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("the other job's secret output\n")
+    rank_log_path(server.state, own.job_id, 0).parent.symlink_to(theirs.parent)
+    status, answer = server.call("GET", f"/v1/jobs/{own.job_id}/logs?rank=0", headers=AUTH)
+    assert status == 200 and json.loads(answer)["text"] == "" and b"secret" not in answer
+    status, answer = server.call("GET", f"/v1/jobs/{other.job_id}/logs?rank=0", headers=AUTH)
+    assert json.loads(answer)["text"] == "the other job's secret output\n"  # its own route still reads it
+
+
 def test_metrics_count_requests_by_code_exactly(server):
     def value(name: str, **labels: str) -> float:
         got = server.metrics.registry.get_sample_value(name, labels)

@@ -63,6 +63,18 @@ def test_a_rank_that_cannot_start_says_why(tmp_path):
     assert (tmp_path / "logs" / "j-1" / "rank-0.log").read_text().count("--- deepshare: job j-1 attempt") == 4
 
 
+def test_a_rank_whose_job_log_folder_is_a_link_does_not_start_or_write_through_it(tmp_path):
+    """``logs/<job>`` replaced by a link to another job's folder: the rank's output went into the
+    other job's log. The rank now does not start, and says why."""
+    other = tmp_path / "logs" / "k-2"
+    other.mkdir(parents=True)
+    (tmp_path / "logs" / "j-1").symlink_to(other)
+    outcome = JobWorker("j-1", 1, 0).start(launch(tmp_path, ("/bin/true",)))
+    assert outcome.pid is None and outcome.error is not None
+    assert outcome.error.startswith(f"cannot open the rank's log {tmp_path / 'logs' / 'j-1' / 'rank-0.log'}: ")
+    assert list(other.iterdir()) == []
+
+
 def test_failed_rank_tail_is_its_own_attempt(tmp_path):
     first = JobWorker("j-1", 1, 0)
     first.start(launch(tmp_path, (sys.executable, "-c", "print('from attempt one')")))
