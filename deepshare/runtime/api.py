@@ -7,7 +7,8 @@
 (the learned contention model's latest version and its error, :mod:`deepshare.runtime.learning`; admin),
 ``GET /v1/queues`` (per-queue usage against quotas), ``POST /v1/tenants/reload`` (re-read the tenants
 file; admin), ``GET /metrics`` (Prometheus; admin) and ``GET /healthz``. Bad input is a 4xx with
-``{"error": "field.path: what was expected"}``, never a 5xx.
+``{"error": "field.path: what was expected"}``, never a 5xx; a submission while Ray cannot say
+the cluster's size is 503 with one line in the same shape (nothing journalled).
 
 Callers (:mod:`deepshare.runtime.tenancy`): the admin token sees everything; a tenant's token
 (the tenants file's ``tokens``) submits only into its own queues (403 naming ``queue``) and sees
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -58,13 +60,19 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": message})
 
 
+class ClusterUnavailable(DeepShareError):
+    """The cluster's size could not be read now (Ray did not answer): a 503, not the caller's fault."""
+
+
 def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
                      fabric_levels: Sequence[str] | None = None) -> None:
     """Server-side checks beyond the schema: absolute paths outside the system folders
     (:func:`~deepshare.core.files.system_tree`), fabric levels this scheduler has
     (``fabric_levels``: its topology's level names; None: not checked), and a job that can ever
     fit. A level it lacks, or a checkpoint folder like ``/dev/zero``, is refused here: the job
-    could never run, and accepted it only failed at its first decision or its first run."""
+    could never run, and accepted it only failed at its first decision or its first run.
+    ``cluster_gpus`` asks Ray (it blocks: call this off the event loop); any error from it is
+    :class:`ClusterUnavailable` with one line."""
     if fabric_levels is not None:
         found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, fabric_levels,
                                "this scheduler's")
@@ -82,7 +90,12 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
         if tree is not None:
             raise DeepShareError(f"{field}: {folder!r} is in the system folder {tree}, not a place for a "
                                  "job's files; expected a folder on a disk the nodes share (or /dev/shm on one node)")
-    total, nodes = cluster_gpus()
+    try:
+        total, nodes = cluster_gpus()
+    except Exception as exc:  # noqa: BLE001 - whatever Ray raises (a GCS gone, a timeout): try again later
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ClusterUnavailable(f"cluster: cannot read the cluster's GPUs from Ray now ({type(exc).__name__}"
+                                 f"{': ' + first[:200] if first else ''}); submit again later") from None
     if nodes and spec.gpus > total:
         raise DeepShareError(f"gpus: {spec.gpus} exceeds the cluster's {total} GPUs on {nodes} node(s)")
 
@@ -239,13 +252,26 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             return _error(400, f"body: not valid JSON ({exc})")
         if not isinstance(body, dict):
             return _error(422, f"body: expected a JSON object (a job spec), got {type(body).__name__}")
+        # In a worker thread: the check asks Ray for the cluster's size (a blocking call, which on
+        # the event loop held every other request), and a reload holds the lock while it reads
+        # the file and the live jobs.
+        return await run_in_threadpool(check_and_admit, body, _caller(request))
+
+    def check_and_admit(body: dict[str, Any], caller: Caller) -> JSONResponse | JobOut:
+        """Check the spec (422 naming the field; 503 when Ray cannot say the cluster's size),
+        then admit and journal it."""
         try:
             spec = spec_from_json(body)
             check_submission(spec, cluster_gpus, fabric_levels)  # asks Ray for the cluster's size: before the lock
+        except ClusterUnavailable as exc:
+            return _error(503, str(exc))
         except DeepShareError as exc:
             return _error(422, str(exc))
-        # In a worker thread: a reload holds the lock while it reads the file and the live jobs.
-        return await run_in_threadpool(admit_and_journal, spec, _caller(request))
+        return admit_and_journal(spec, caller)
+
+    queueing = threading.Lock()
+    """Held from counting the queued jobs to journalling the new one (:func:`admit_and_journal`), so
+    concurrent submissions cannot all pass ``max_queued`` on the same count."""
 
     def queue_full(spec: LiveJobSpec) -> str | None:
         """Why ``spec`` (admitted) cannot be queued now, or None. Without a tenants file the
@@ -267,8 +293,9 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
                 f"{max_queued} over {len(file.queues)} queues); submit again when some have started")
 
     def admit_and_journal(spec: LiveJobSpec, caller: Caller) -> JSONResponse | JobOut:
-        """Admit ``spec`` under the tenants file and journal it, with no reload in between."""
-        with tenants.admitting() if tenants is not None else nullcontext():
+        """Admit ``spec`` under the tenants file and journal it, with no reload in between and no
+        other submission between the queue's count and the insert."""
+        with tenants.admitting() if tenants is not None else nullcontext(), queueing:
             if tenants is not None:
                 try:
                     spec = tenants.admit_submission(spec, caller)
