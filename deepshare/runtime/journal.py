@@ -14,6 +14,9 @@ is created whole (schema written under a temporary name, then renamed), so an ex
 line instead of being silently replaced by a new empty journal. A job row that cannot be read
 (a spec that is not valid, an unknown state) is quarantined: the job is reported ``failed`` with
 the reason and the rest of the journal works.
+
+Its ``meta`` table also holds the journal's random instance id, which every run's Ray names
+carry so that two journals' runs never share a name (:mod:`deepshare.runtime.runnames`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import resolved
 from deepshare.runtime.private import make_private_dirs
+from deepshare.runtime.runnames import INSTANCE_KEY, RunNames, journal_run_names, new_instance
 from deepshare.runtime.spec import LiveJobSpec
 
 log = logging.getLogger(__name__)
@@ -227,10 +231,17 @@ class Journal:
         self._lock = threading.RLock()
         try:
             self._upgrade()
+            with self._tx() as db:
+                self.run_names: RunNames = journal_run_names(db, f"--state {state_dir}: {path}")
+                """How this journal's runs are named on Ray (its instance id, assigned here once to a
+                journal an older version wrote: :mod:`deepshare.runtime.runnames`)."""
         except sqlite3.Error as exc:  # e.g. another process holds the journal for longer than the wait
             self._db.close()
             raise DeepShareError(f"--state {state_dir}: cannot bring {path} up to this version's schema ({exc}); "
                                  "try again when no other process is writing it") from None
+        except DeepShareError:
+            self._db.close()
+            raise
 
     @classmethod
     def read_only(cls, state_dir: str | Path) -> "Journal":
@@ -251,7 +262,7 @@ class Journal:
         return journal
 
     def _create(self, path: Path) -> None:
-        """A new journal, schema and epoch written under a temporary name, then renamed into place."""
+        """A new journal, schema, epoch and instance id written under a temporary name, then renamed into place."""
         tmp = path.with_name(path.name + ".new")
         for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
             leftover.unlink(missing_ok=True)
@@ -260,6 +271,7 @@ class Journal:
         try:
             db.executescript(SCHEMA)
             db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(float(self._clock())),))
+            db.execute("INSERT INTO meta VALUES (?, ?)", (INSTANCE_KEY, new_instance()))
         finally:
             db.close()
         os.replace(tmp, path)

@@ -1,9 +1,11 @@
 """Start, watch, stop and find one run of a job on Ray: a placement group plus one worker per GPU.
 
-A run is named after the job and its attempt, so the scheduler (or a restarted scheduler) can
-find it again by name: the placement group ``ds-<job>-a<attempt>`` (detached, one bundle per
-node of the placement, pinned to that node with a ``ray.io/node-id`` label selector, holding the
-decided GPUs) and the detached worker actors ``ds-<job>-a<attempt>-r<rank>`` (``num_gpus=1``
+A run is named after the journal's instance id, the job and its attempt
+(:class:`~deepshare.runtime.runnames.RunNames`), so the scheduler (or a restarted scheduler
+with the same journal) can find it again by name and no other scheduler's run shares it: the
+placement group ``ds-<instance>-<job>-a<attempt>`` (detached, one bundle per node of the
+placement, pinned to that node with a ``ray.io/node-id`` label selector, holding the decided
+GPUs) and the detached worker actors ``ds-<instance>-<job>-a<attempt>-r<rank>`` (``num_gpus=1``
 from the bundle, ``num_cpus=0``). Ranks are numbered bundle by bundle, rank 0 on the first.
 
 A job whose spec has a ``required_level`` that the cluster reads from a node label
@@ -17,7 +19,8 @@ placement on a node without the label (a domain of its own, one node) gets no su
 
 A gang is never half-started: the workers are created only once the whole placement group is
 ready; a group not ready within ``pg_timeout_s`` is removed and the job requeued (a wait for
-capacity, :class:`LaunchError` with ``counts=False``).
+capacity, :class:`LaunchError` with ``counts=False``). A failed launch removes only what that
+launch created (the handles it holds), never anything it finds by name.
 
 :class:`RayLauncher` bundles these functions as the control loop's
 :class:`~deepshare.runtime.ports.Launcher`.
@@ -33,6 +36,7 @@ from typing import Any, Sequence
 
 from deepshare.runtime.cluster import NO_LEVELS, NODE_ID_LABEL, ClusterState, LabelLevels, current_cluster
 from deepshare.runtime.logs import rank_log_path
+from deepshare.runtime.runnames import RunNames
 from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir
 from deepshare.runtime.worker import JobWorker, Report, StartOutcome, WorkerLaunch, WorkerStatus, python_argv
 
@@ -80,14 +84,6 @@ class LaunchSettings:
     None: each rank's log stays in its worker's temporary control folder (removed with it)."""
 
 
-def pg_name(job_id: str, attempt: int) -> str:
-    return f"ds-{job_id}-a{attempt}"
-
-
-def actor_name(job_id: str, attempt: int, rank: int) -> str:
-    return f"{pg_name(job_id, attempt)}-r{rank}"
-
-
 def _remote_worker() -> Any:
     import ray
 
@@ -129,13 +125,13 @@ def required_domain(spec: LiveJobSpec, alloc: Sequence[tuple[str, int]], cluster
 
 
 def placement_group_args(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]],
-                         cluster: ClusterState, topology_strategy: bool) -> dict[str, Any]:
+                         cluster: ClusterState, topology_strategy: bool, *, names: RunNames) -> dict[str, Any]:
     """The keyword arguments of ``ray.util.placement_group`` for this run (see the module doc):
     one bundle per node pinned by ``ray.io/node-id``, and for a required level either
     ``topology_strategy`` (when ``topology_strategy`` is True: the installed Ray takes it) or the
     domain's label in every bundle's selector. A pure function: tests call it without Ray."""
     selectors = [{NODE_ID_LABEL: cluster.node(name).node_id} for name, _ in alloc]
-    args: dict[str, Any] = dict(bundles=[{"GPU": float(g)} for _, g in alloc], name=pg_name(job_id, attempt),
+    args: dict[str, Any] = dict(bundles=[{"GPU": float(g)} for _, g in alloc], name=names.pg(job_id, attempt),
                                 lifetime="detached", bundle_label_selector=selectors)
     domain = required_domain(spec, alloc, cluster)
     if domain is not None and topology_strategy:
@@ -149,14 +145,16 @@ def placement_group_args(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Se
 
 
 def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]], cluster: ClusterState,
-           settings: LaunchSettings, working_dir: str | None) -> None:
-    """Create the run; on any failure remove what was created and raise :class:`LaunchError`."""
+           settings: LaunchSettings, working_dir: str | None, *, names: RunNames) -> None:
+    """Create the run; on any failure remove what this call created (by its handles: a name
+    may be another run's) and raise :class:`LaunchError`."""
     import ray
     from ray.util import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    pg, actors = None, []
     try:
-        args = placement_group_args(job_id, attempt, spec, alloc, cluster, supports_topology_strategy())
+        args = placement_group_args(job_id, attempt, spec, alloc, cluster, supports_topology_strategy(), names=names)
         pg = placement_group(**args)
         if not pg.wait(settings.pg_timeout_s):  # removed by the teardown below: never half-started
             domain = required_domain(spec, alloc, cluster)
@@ -164,12 +162,12 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
             raise LaunchError(f"GPUs {list(alloc)}{inside} not granted within {settings.pg_timeout_s:g} s",
                               counts=False)
         Worker = _remote_worker()
-        actors, placed = [], []
+        placed = []
         rank = 0
         for bundle, (_, gpus) in enumerate(alloc):
             for local in range(gpus):
                 actors.append(Worker.options(
-                    name=actor_name(job_id, attempt, rank), namespace=NAMESPACE, lifetime="detached",
+                    name=names.actor(job_id, attempt, rank), namespace=NAMESPACE, lifetime="detached",
                     num_gpus=1, num_cpus=0, max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle),
                 ).remote(job_id, attempt, rank))
@@ -192,31 +190,31 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
                 tail = f"\n{outcome.log_tail}" if outcome.log_tail else ""
                 raise LaunchError(f"rank {r} could not start: {outcome.error}{tail}")
     except LaunchError:
-        teardown(job_id, attempt, spec.gpus)
+        _remove(actors, pg)
         raise
     except Exception as exc:  # noqa: BLE001 - any Ray error here means "not launched"
-        teardown(job_id, attempt, spec.gpus)
+        _remove(actors, pg)
         raise LaunchError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}") from exc
 
 
-def _actors(job_id: str, attempt: int, world: int) -> list[Any | None]:
+def _actors(job_id: str, attempt: int, world: int, names: RunNames) -> list[Any | None]:
     import ray
 
     found: list[Any | None] = []
     for rank in range(world):
         try:
-            found.append(ray.get_actor(actor_name(job_id, attempt, rank), namespace=NAMESPACE))
+            found.append(ray.get_actor(names.actor(job_id, attempt, rank), namespace=NAMESPACE))
         except ValueError:
             found.append(None)
     return found
 
 
-def poll(job_id: str, attempt: int, world: int, timeout_s: float = 10.0) -> RunStatus:
+def poll(job_id: str, attempt: int, world: int, timeout_s: float = 10.0, *, names: RunNames) -> RunStatus:
     """What the run is doing now, from every worker's answer."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
 
-    actors = _actors(job_id, attempt, world)
+    actors = _actors(job_id, attempt, world, names)
     if any(a is None for a in actors):
         return RunStatus(RunPhase.LOST, detail="a worker actor is gone")
     try:
@@ -238,33 +236,44 @@ def poll(job_id: str, attempt: int, world: int, timeout_s: float = 10.0) -> RunS
     return RunStatus(RunPhase.STOPPED if stop else RunPhase.FINISHED, report)
 
 
-def request_stop(job_id: str, attempt: int, world: int) -> None:
+def request_stop(job_id: str, attempt: int, world: int, *, names: RunNames) -> None:
     """Ask every rank to checkpoint and exit (fire and forget; poll to see them go)."""
-    for actor in _actors(job_id, attempt, world):
+    for actor in _actors(job_id, attempt, world, names):
         if actor is not None:
             actor.request_stop.remote()
 
 
-def exists(job_id: str, attempt: int, world: int) -> bool:
+def exists(job_id: str, attempt: int, world: int, *, names: RunNames) -> bool:
     """Whether the run's placement group and all its workers are still there (for re-attaching)."""
     import ray
 
     try:
-        ray.util.get_placement_group(pg_name(job_id, attempt))
+        ray.util.get_placement_group(names.pg(job_id, attempt))
     except ValueError:
         return False
-    return all(a is not None for a in _actors(job_id, attempt, world))
+    return all(a is not None for a in _actors(job_id, attempt, world, names))
 
 
-def teardown(job_id: str, attempt: int, world: int) -> None:
-    """Kill the workers (their ranks die with them) and remove the placement group; idempotent.
+def teardown(job_id: str, attempt: int, world: int, *, names: RunNames) -> None:
+    """Kill the workers (their ranks die with them) and remove the placement group, found by
+    name; idempotent."""
+    import ray
+
+    try:
+        pg = ray.util.get_placement_group(names.pg(job_id, attempt))
+    except ValueError:
+        pg = None
+    _remove([actor for actor in _actors(job_id, attempt, world, names) if actor is not None], pg)
+
+
+def _remove(actors: Sequence[Any], pg: Any) -> None:
+    """Kill ``actors`` (their ranks die with them) and remove placement group ``pg`` (None: none).
 
     Every rank is asked to terminate at once and given one shared wait, so a run's teardown
     takes one rank's grace rather than one per rank (a 4-rank job ignoring SIGTERM held the
     control loop 8 s)."""
     import ray
 
-    actors = [actor for actor in _actors(job_id, attempt, world) if actor is not None]
     asked = []
     for actor in actors:
         try:
@@ -281,19 +290,22 @@ def teardown(job_id: str, attempt: int, world: int) -> None:
             ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001
             pass
-    try:
-        ray.util.remove_placement_group(ray.util.get_placement_group(pg_name(job_id, attempt)))
-    except ValueError:
-        pass
+    if pg is not None:
+        try:
+            ray.util.remove_placement_group(pg)
+        except Exception:  # noqa: BLE001 - already removed
+            pass
 
 
 class RayLauncher:
     """The :class:`~deepshare.runtime.ports.Launcher` on Ray: this module's functions, and the
     alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.current_cluster`),
     the fabric's levels read from the node labels ``levels`` names. A GPU node without a level's
-    label is logged once (a warning: it is a domain of its own at that level)."""
+    label is logged once (a warning: it is a domain of its own at that level). ``names``: the
+    journal's run names (:attr:`~deepshare.runtime.journal.Journal.run_names`)."""
 
-    def __init__(self, levels: LabelLevels = NO_LEVELS) -> None:
+    def __init__(self, names: RunNames, levels: LabelLevels = NO_LEVELS) -> None:
+        self.names = names
         self.levels = levels
         self._warned: set[tuple[str, str]] = set()
 
@@ -310,16 +322,16 @@ class RayLauncher:
 
     def launch(self, job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[str, int]],
                cluster: ClusterState, settings: LaunchSettings, working_dir: str | None) -> None:
-        launch(job_id, attempt, spec, alloc, cluster, settings, working_dir)
+        launch(job_id, attempt, spec, alloc, cluster, settings, working_dir, names=self.names)
 
     def poll(self, job_id: str, attempt: int, world: int) -> RunStatus:
-        return poll(job_id, attempt, world)
+        return poll(job_id, attempt, world, names=self.names)
 
     def request_stop(self, job_id: str, attempt: int, world: int) -> None:
-        request_stop(job_id, attempt, world)
+        request_stop(job_id, attempt, world, names=self.names)
 
     def exists(self, job_id: str, attempt: int, world: int) -> bool:
-        return exists(job_id, attempt, world)
+        return exists(job_id, attempt, world, names=self.names)
 
     def teardown(self, job_id: str, attempt: int, world: int) -> None:
-        teardown(job_id, attempt, world)
+        teardown(job_id, attempt, world, names=self.names)

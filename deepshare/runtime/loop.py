@@ -151,8 +151,9 @@ class ControlLoop:
         self.catalog = catalog
         self.contention = contention
         self.config = config
-        self.launcher: Launcher = launcher if launcher is not None else RayLauncher()
-        """Where runs are started, polled, stopped and removed (Ray's when none is given)."""
+        self.launcher: Launcher = launcher if launcher is not None else RayLauncher(journal.run_names)
+        """Where runs are started, polled, stopped and removed (Ray's, naming runs after this
+        journal's instance id, when none is given)."""
         self.cluster_fn: Callable[[], ClusterState] = cluster_fn if cluster_fn is not None else self.launcher.cluster
         """The alive GPU nodes: ``cluster_fn`` when given, else the launcher's ``cluster``."""
         self.link_load_fn = link_load_fn

@@ -243,7 +243,7 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
                                reloads=lambda: (tenants.reloads, tenants.refused))
     loop_config = dataclasses.replace(config.loop, launch=dataclasses.replace(config.loop.launch,
                                                                               log_dir=config.state_dir))
-    ray_launcher = RayLauncher(config.levels)
+    ray_launcher = RayLauncher(journal.run_names, config.levels)  # runs named after this journal's instance id
     catalog, contention = default_catalog(), make_contention(config.contention)
     learning = None
     if config.contention_knowledge == "learned":

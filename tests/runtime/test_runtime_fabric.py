@@ -32,6 +32,7 @@ from deepshare.runtime import launcher as launcher_module
 from deepshare.runtime.cluster import NAME_LABEL, NO_LEVELS, ClusterState, LabelLevels, label_levels, read_cluster
 from deepshare.runtime.journal import JobState, Journal
 from deepshare.runtime.launcher import LaunchError, placement_group_args, required_domain
+from deepshare.runtime.runnames import RunNames
 from deepshare.runtime.localcluster import LocalCluster, local_labels
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.spec import spec_from_json
@@ -151,24 +152,25 @@ def test_the_flags_fail_before_ray_in_one_line(capsys):
 
 
 # -- the placement group's arguments ---------------------------------------------------------
+NAMES = RunNames("0123abcd4567")
 def test_a_required_level_becomes_topology_strategy_or_the_domains_label():
     state = read_cluster(NODES, levels=LEVELS)
     ids = {n.name: n.node_id for n in state.nodes}
     gang = live_spec("gang", 6, required_level="leaf")
     alloc = (("n2", 4), ("n3", 2))
-    args = placement_group_args("gang-1", 2, gang, alloc, state, topology_strategy=True)
-    assert args == dict(bundles=[{"GPU": 4.0}, {"GPU": 2.0}], name="ds-gang-1-a2", lifetime="detached",
+    args = placement_group_args("gang-1", 2, gang, alloc, state, topology_strategy=True, names=NAMES)
+    assert args == dict(bundles=[{"GPU": 4.0}, {"GPU": 2.0}], name="ds-0123abcd4567-gang-1-a2", lifetime="detached",
                         bundle_label_selector=[{"ray.io/node-id": ids["n2"]}, {"ray.io/node-id": ids["n3"]}],
                         topology_strategy={LEAF: "STRICT_PACK", "ray.io/node-id": "PACK"})
     assert "strategy" not in args  # Ray refuses both
-    older = placement_group_args("gang-1", 2, gang, alloc, state, topology_strategy=False)
-    assert older == dict(bundles=[{"GPU": 4.0}, {"GPU": 2.0}], name="ds-gang-1-a2", lifetime="detached",
+    older = placement_group_args("gang-1", 2, gang, alloc, state, topology_strategy=False, names=NAMES)
+    assert older == dict(bundles=[{"GPU": 4.0}, {"GPU": 2.0}], name="ds-0123abcd4567-gang-1-a2", lifetime="detached",
                          bundle_label_selector=[{"ray.io/node-id": ids["n2"], LEAF: "l1"},
                                                 {"ray.io/node-id": ids["n3"], LEAF: "l1"}],
                          strategy="PACK")
     # the spine level: its label
     spine = live_spec("s", 8, required_level="spine")
-    assert placement_group_args("s", 1, spine, (("n0", 4), ("n2", 4)), state, True)["topology_strategy"] == {
+    assert placement_group_args("s", 1, spine, (("n0", 4), ("n2", 4)), state, True, names=NAMES)["topology_strategy"] == {
         SPINE: "STRICT_PACK", "ray.io/node-id": "PACK"}
     assert required_domain(spine, (("n0", 4), ("n2", 4)), state) == (SPINE, "s0")
 
@@ -183,11 +185,11 @@ def test_no_constraint_without_a_required_level_a_label_or_on_an_unlabelled_node
             (live_spec("d", 4, required_level="leaf"), (("n4", 4),), state),  # its own domain: one node
             (live_spec("e", 4, required_level="leaf"), (("n0", 4),), read_cluster(NODES)),  # no levels mapped
     ):
-        args = placement_group_args("x", 1, spec, alloc, cluster, topology_strategy=True)
+        args = placement_group_args("x", 1, spec, alloc, cluster, topology_strategy=True, names=NAMES)
         assert args["strategy"] == plain["strategy"] and "topology_strategy" not in args, spec.name
         assert all(set(s) == {"ray.io/node-id"} for s in args["bundle_label_selector"]), spec.name
     with pytest.raises(LaunchError, match="spans leaf domains l0, l1") as info:
-        placement_group_args("x", 1, live_spec("f", 8, required_level="leaf"), (("n0", 4), ("n2", 4)), state, True)
+        placement_group_args("x", 1, live_spec("f", 8, required_level="leaf"), (("n0", 4), ("n2", 4)), state, True, names=NAMES)
     assert info.value.counts
 
 
@@ -251,10 +253,11 @@ def test_on_ray_a_required_leaf_gang_lands_inside_one_labelled_domain(labelled_c
     import ray
     from ray.util.placement_group import placement_group_table
 
-    from deepshare.runtime.launcher import RayLauncher, pg_name
+    from deepshare.runtime.launcher import RayLauncher
 
     leaves = labelled_cluster
-    ray_launcher = RayLauncher(label_levels([f"leaf={LEAF}"]))
+    journal = Journal(tmp_path / "state")
+    ray_launcher = RayLauncher(journal.run_names, label_levels([f"leaf={LEAF}"]))
     names = {n["NodeID"]: n["Labels"][NAME_LABEL] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")}
     built: list[dict] = []
     real_args = launcher_module.placement_group_args
@@ -264,7 +267,6 @@ def test_on_ray_a_required_leaf_gang_lands_inside_one_labelled_domain(labelled_c
         return built[-1]
 
     monkeypatch.setattr(launcher_module, "placement_group_args", spy)
-    journal = Journal(tmp_path / "state")
     loop = ControlLoop(journal, make_policy("fifo+consolidated"), default_catalog(), make_contention("profiled"),
                        LoopConfig(interval_s=0.2, preempt_grace_s=10.0), launcher=ray_launcher,
                        working_dir=str(ROOT))
@@ -284,7 +286,7 @@ def test_on_ray_a_required_leaf_gang_lands_inside_one_labelled_domain(labelled_c
 
     def bundle_leaves(job_id: str) -> set[str]:
         record = journal.get(job_id)
-        table = placement_group_table(ray.util.get_placement_group(pg_name(job_id, record.attempt)))
+        table = placement_group_table(ray.util.get_placement_group(journal.run_names.pg(job_id, record.attempt)))
         assert table["state"] == "CREATED", table
         on = [names[node_id] for node_id in table["bundles_to_node_id"].values()]
         assert sorted(on) == sorted(name for name, _ in record.placement)  # the node-id pinning holds

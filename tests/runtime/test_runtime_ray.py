@@ -129,7 +129,7 @@ def test_four_jobs_follow_the_learned_policy_and_finish(cluster, tmp_path):
             job = journal.get(launch.job_id)
             alloc = cluster_state.to_alloc(launch.placement)
             assert job.placement == alloc  # the journal holds exactly the policy's placement
-            table = placement_group_table(ray.util.get_placement_group(launcher.pg_name(job.job_id, job.attempt)))
+            table = placement_group_table(ray.util.get_placement_group(journal.run_names.pg(job.job_id, job.attempt)))
             assert [b.get("GPU") for b in table["bundles"].values()] == [float(g) for _, g in alloc]
             assert [table["bundles_to_node_id"][i] for i in range(len(alloc))] == \
                 [cluster_state.node(name).node_id for name, _ in alloc]  # ...and so does Ray
@@ -224,7 +224,7 @@ def test_cancel_running_job_and_recover_lost_run(cluster, tmp_path):
     drive(loop, lambda: (journal.get(job_id).step or 0) >= 5)
     journal.request_cancel(job_id)
     drive(loop, lambda: journal.get(job_id).state is JobState.CANCELLED)
-    assert not launcher.exists(job_id, 1, 1)
+    assert not launcher.exists(job_id, 1, 1, names=journal.run_names)
     # A run journalled as started whose workers never came up (a crash between the journal
     # write and the launch) is removed and requeued on recovery, never left half-running.
     lost = journal.submit(spec("lost", 1, tmp_path / "ckpt", steps=10, ddp=False)).job_id

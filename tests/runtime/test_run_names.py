@@ -1,0 +1,86 @@
+"""Each journal's runs carry its instance id in their Ray names (``deepshare.runtime.runnames``).
+
+Every journal numbers its jobs from ``<name>-1``: with names made of the job and attempt alone,
+a second scheduler on the same Ray cluster collided with the first one's runs and removed them.
+These tests need no Ray: what a journal stores and what names its runs get; the collision itself
+on a real local Ray is in ``test_run_names_ray.py``."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from deepshare.core.errors import DeepShareError
+from deepshare.runtime.journal import JOURNAL_FILE, JobState, Journal
+from deepshare.runtime.loop import ControlLoop
+from deepshare.runtime.runnames import RunNames
+from deepshare.runtime.spec import spec_from_json
+
+SPEC = spec_from_json(dict(name="t", gpus=1, model="DLRM", command=["/bin/true"], checkpoint_dir="/c"))
+
+
+def test_two_journals_name_their_first_job_s_run_apart_and_a_reopened_one_keeps_its_names(tmp_path):
+    a, b = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+    assert a.submit(SPEC).job_id == b.submit(SPEC).job_id == "t-1"
+    assert a.run_names.pg("t-1", 1) != b.run_names.pg("t-1", 1)
+    assert a.run_names.pg("t-1", 1) == f"ds-{a.run_names.instance}-t-1-a1"
+    assert a.run_names.actor("t-1", 1, 3) == f"ds-{a.run_names.instance}-t-1-a1-r3"
+    names = a.run_names
+    a.close()
+    again = Journal(tmp_path / "a")  # a restarted scheduler finds its own runs again
+    assert again.run_names == names
+    again.close()
+    b.close()
+
+
+def test_the_control_loop_names_its_runs_after_its_journal(tmp_path):
+    journal = Journal(tmp_path / "s")
+    loop = ControlLoop(journal, None, None, None, None)  # type: ignore[arg-type]
+    assert loop.launcher.names == journal.run_names  # type: ignore[attr-defined]
+    journal.close()
+
+
+def _as_an_older_version_wrote_it(state) -> None:  # type: ignore[no-untyped-def]
+    db = sqlite3.connect(state / JOURNAL_FILE)
+    db.execute("DELETE FROM meta WHERE key IN ('instance', 'legacy_runs')")
+    db.commit()
+    db.close()
+
+
+def test_an_older_journal_gets_an_id_once_and_its_open_runs_keep_their_old_names(tmp_path):
+    state = tmp_path / "s"
+    journal = Journal(state)
+    running = journal.submit(SPEC).job_id
+    journal.start_run(running, (("n0", 1),), None)
+    done = journal.submit(SPEC).job_id
+    journal.start_run(done, (("n0", 1),), None)
+    journal.end_run(done, 1, JobState.FINISHED, "finished")
+    journal.close()
+    _as_an_older_version_wrote_it(state)
+
+    upgraded = Journal(state)
+    names = upgraded.run_names
+    assert names.legacy == {(running, 1)}
+    assert names.pg(running, 1) == f"ds-{running}-a1"  # as the older version launched it
+    assert names.actor(running, 1, 0) == f"ds-{running}-a1-r0"
+    assert names.pg(running, 2) == f"ds-{names.instance}-{running}-a2"  # its next run: the new names
+    assert names.pg(done, 1) == f"ds-{names.instance}-{done}-a1"
+    upgraded.close()
+    assert Journal(state).run_names == names  # written once: the next open reads the same
+
+
+def test_a_journal_whose_instance_id_was_edited_is_one_line(tmp_path):
+    state = tmp_path / "s"
+    Journal(state).close()
+    db = sqlite3.connect(state / JOURNAL_FILE)
+    db.execute("UPDATE meta SET value = 'x/../y' WHERE key = 'instance'")
+    db.commit()
+    db.close()
+    with pytest.raises(DeepShareError, match=r"meta.instance: expected 8 to 32 lowercase hex digits, got 'x/../y'"):
+        Journal(state)
+
+
+def test_legacy_names_only_for_the_listed_runs():
+    names = RunNames("00112233aabb", frozenset({("j-3", 2)}))
+    assert names.pg("j-3", 2) == "ds-j-3-a2" and names.pg("j-3", 3) == "ds-00112233aabb-j-3-a3"
