@@ -10,7 +10,7 @@ clock readings at most ``MAX_TIMESTAMP_S``, GPU-seconds at most a year of a job'
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -58,6 +58,13 @@ MAX_NODES = 4096
 MAX_JOBS = 10_000
 MAX_GPUS_PER_NODE = 1024
 MAX_LEVELS = 16
+HeldGpus = Annotated[int, Field(gt=0, le=MAX_GPUS_PER_NODE)]
+"""GPUs a running job holds on one node: 1 to a node's most (a larger number cannot be held, and a
+huge one summed per node made the consistency check's message fail with a 500)."""
+RackName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
+"""A node's rack: 1-256 characters, no control characters. Without levels it is a domain name
+(no '/' either, which :mod:`deepshare.serving.translate` checks, naming the field); with levels a
+label, which may be a path ("pod0/rack3", what a view's multi-level rack is)."""
 """Fabric levels a request may describe (as many as a cluster spec's)."""
 
 JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
@@ -107,9 +114,10 @@ class NodeIn(_Body):
     gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     free_gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE, description="at most gpus minus the running jobs' GPUs here")
     fabric: Literal["pcie", "nvlink"] = TESTBED_NODE_TYPE.fabric
-    rack: str = Field("rack0", min_length=1, max_length=256, description=(
-        f"its domain at the one level, {RACK_LEVEL!r}, of a request without levels; with levels only a label "
-        "(default: its domains' path above an NVLink level, as in a cluster spec)"))
+    rack: RackName = Field("rack0", description=(
+        f"its domain at the one level, {RACK_LEVEL!r}, of a request without levels (1-256 characters, no '/' nor "
+        "control characters); with levels only a label, '/' allowed (default: its domains' path above an NVLink "
+        "level, as in a cluster spec)"))
     domains: dict[DomainName, DomainName] | None = Field(
         None, max_length=MAX_LEVELS,
         description="level name -> the name of its domain there (1-256 characters, no '/'): one for each of the "
@@ -125,8 +133,9 @@ class NodeIn(_Body):
 class RunningIn(_Body):
     job_id: str = JobId
     model: str = ModelName
-    placement: dict[str, int] = Field(
-        min_length=1, max_length=MAX_NODES, description="node name -> GPUs held there (each > 0)"
+    placement: dict[str, HeldGpus] = Field(
+        min_length=1, max_length=MAX_NODES,
+        description=f"node name -> GPUs held there (each from 1 to {MAX_GPUS_PER_NODE})",
     )
     submitted_at: float = Field(0.0, ge=0, le=MAX_TIMESTAMP_S, description="at most now")
     remaining_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, description=REMAINING_DOC)

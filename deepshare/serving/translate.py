@@ -104,9 +104,7 @@ def request_to_view(
                 hint = "" if listed else f"; nodes are {_names(request.nodes)}"
                 listed = True
                 errors.append(FieldError(loc, f"unknown node {name!r}{hint}"))
-            elif gpus <= 0:
-                errors.append(FieldError(loc, f"GPUs must be positive, got {gpus}"))
-            else:
+            else:  # 1 to MAX_GPUS_PER_NODE each (the schema's): a node's sum stays a small number
                 held[index[name]] += gpus
     for i, node in enumerate(request.nodes):
         if node.free_gpus <= node.gpus < held[i] + node.free_gpus:
@@ -256,6 +254,9 @@ def _fabric_errors(nodes: list[NodeIn], levels: list[LevelIn] | None) -> list[Fi
             if node.domains is not None:
                 errors.append(FieldError(("body", "nodes", i, "domains"),
                                          "the request has no levels; add levels (lowest first) or drop domains"))
+            if "/" in node.rack:  # the rack level's domain name: '/' joins domain paths
+                errors.append(FieldError(("body", "nodes", i, "rack"), "a request without levels takes the rack as "
+                                         "its domain name, which has no '/' (or describe the fabric with levels)"))
         return errors
     first: dict[str, int] = {}
     for i, level in enumerate(levels):

@@ -1,0 +1,60 @@
+"""Request fields the schema bounds so that a bad value is a 422 naming it: a running job's GPUs
+per node (a huge count made the consistency check's message fail with a 500) and a node's rack
+(a domain name without levels, so no '/' nor control characters)."""
+
+from __future__ import annotations
+
+import pytest
+from serving_cases import small_request
+from test_serving_api import api, post
+
+from deepshare.core.contention import make_contention
+from deepshare.core.workloads import default_catalog
+from deepshare.serving.schemas import MAX_GPUS_PER_NODE, PlacementRequest
+from deepshare.serving.translate import request_to_view, view_to_request
+
+HUGE = "9" * 4299
+"""Under Python's int-to-text digit limit alone; the sum of eleven of them is not."""
+
+
+def test_eleven_huge_running_placements_are_a_422_naming_each_field_without_the_number():
+    running = ",".join(f'{{"job_id": "r{i}", "model": "FSDP", "placement": {{"n0": {HUGE}}}}}' for i in range(11))
+    body = ('{"now": 100, "nodes": [{"name": "n0", "gpus": 8, "free_gpus": 0}], "running": [' + running
+            + '], "pending": [{"job_id": "p0", "model": "FSDP", "gpus": 1}]}').encode()
+    status, answer = post(api().app, body)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", "running", i, "placement", "n0"] for i in range(11)]
+    assert str(MAX_GPUS_PER_NODE) in answer["detail"][0]["msg"]
+    assert HUGE[:50] not in str(answer)
+
+
+@pytest.mark.parametrize("gpus", [0, -3, MAX_GPUS_PER_NODE + 1])
+def test_a_running_placement_outside_1_to_a_nodes_most_is_a_422_naming_it(gpus):
+    request = small_request()
+    request["running"][0]["placement"] = {"n0": gpus}
+    status, answer = post(api().app, request)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", "running", 0, "placement", "n0"]]
+
+
+@pytest.mark.parametrize("rack, words", [("a/b", "no '/'"), ("r\x00\n", "pattern")])
+def test_a_rack_that_is_no_domain_name_is_a_422_in_a_request_without_levels(rack, words):
+    request = small_request()
+    request["nodes"][2]["rack"] = rack
+    status, answer = post(api().app, request)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", "nodes", 2, "rack"]]
+    assert words in answer["detail"][0]["msg"]
+
+
+def test_with_levels_a_rack_label_may_be_a_path_and_a_view_round_trips():
+    request = small_request()
+    request["levels"] = [{"name": "rack"}, {"name": "pod"}]
+    for i, node in enumerate(request["nodes"]):
+        node["domains"] = {"rack": f"r{i // 2}", "pod": "p0"}
+    request["nodes"][3]["rack"] = "row7/left"
+    status, _ = post(api().app, request)
+    assert status == 200
+    view = request_to_view(PlacementRequest.model_validate(request), default_catalog(), make_contention("profiled"))
+    assert view.topology.nodes[0].rack == "p0/r0"  # a multi-level rack is a path, and the client sends it back
+    assert view_to_request(view).nodes[0].rack == "p0/r0"
