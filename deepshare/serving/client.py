@@ -30,7 +30,7 @@ from deepshare.core.view import ClusterView
 from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, Answer, ExchangeError, exchange, split_url
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
-from deepshare.serving.translate import response_to_decision, view_to_request
+from deepshare.serving.translate import UnexpectedAnswer, response_to_decision, view_to_request
 
 __all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError", "PlacementServiceUnavailable"]
 
@@ -110,10 +110,17 @@ class PlacementClient:
         return self._answer(PlacementResponse, "/v1/placements", self._call("POST", "/v1/placements", body))
 
     def decide(self, view: ClusterView) -> Decision:
-        """The served policy's decision for ``view`` (the :class:`Policy` protocol)."""
+        """The served policy's decision for ``view`` (the :class:`Policy` protocol); an answer that
+        is not one decision per pending job, in request order, or places a job nowhere, is a
+        :class:`PlacementServiceError` (an unexpected answer), never a partial decision."""
         if not view.queued:
             return WAIT
-        return response_to_decision(self.place(view_to_request(view)), view)
+        response = self.place(view_to_request(view))
+        try:
+            return response_to_decision(response, view)
+        except UnexpectedAnswer as exc:
+            raise PlacementServiceError(f"{self.url}/v1/placements: unexpected answer: {exc}; is this a DeepShare "
+                                        "placement service of this version?") from None
 
     def _answer(self, model: type[_Answer], path: str, doc: Any) -> _Answer:
         """``doc`` as ``model``, or one line naming the first field the service got wrong."""
@@ -161,18 +168,43 @@ class PlacementClient:
             )
         try:
             return json.loads(reply.body)
-        except ValueError:
-            raise PlacementServiceError(f"{self.url}{path}: the answer is not JSON") from None
+        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
+            raise PlacementServiceError(f"{self.url}{path}: the answer is not JSON this client can read") from None
+
+
+MAX_DETAIL_CHARS = 2000
+"""The most of an error answer's ``detail`` a message quotes (a service may send megabytes)."""
 
 
 def _detail(reply: Answer) -> str:
+    """What an error answer says, in one bounded line: its ``detail`` as this service writes it (a
+    text, or entries ``{"loc": [...], "msg": "..."}``), else the start of the raw body. Any other
+    shape (a proxy's ``{"detail": ["upstream connect error"]}``, a ``loc`` that is no list) is
+    quoted as it came: a message, never a crash, so a 503 stays an unavailable service."""
+    raw = reply.body[:200].decode("utf-8", "replace")
     try:
-        detail = json.loads(reply.body).get("detail")
-    except (ValueError, AttributeError):
-        return reply.body[:200].decode("utf-8", "replace")
-    if isinstance(detail, list):
-        return "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}" for e in detail)
-    return str(detail)
+        doc = json.loads(reply.body)
+    except (ValueError, RecursionError):
+        return raw
+    detail = doc.get("detail") if isinstance(doc, dict) else None
+    if isinstance(detail, str):
+        return detail[:MAX_DETAIL_CHARS]
+    if not isinstance(detail, list) or not detail:
+        return raw
+    try:
+        return "; ".join(_entry(entry) for entry in detail[:100])[:MAX_DETAIL_CHARS]
+    except RecursionError:  # an entry nested about as deep as the parser allows: too deep to write back
+        return raw
+
+
+def _entry(entry: object) -> str:
+    """One ``detail`` entry as text: ``loc: msg`` for this service's shape, else the entry itself."""
+    if isinstance(entry, dict):
+        loc, msg = entry.get("loc"), entry.get("msg")
+        where = ".".join(str(part) for part in loc if isinstance(part, (str, int))) if isinstance(loc, list) else ""
+        text = msg if isinstance(msg, str) else json.dumps(entry)[:200]
+        return f"{where}: {text}" if where else text
+    return entry[:200] if isinstance(entry, str) else json.dumps(entry)[:200]
 
 
 def _seconds(value: str | None) -> float | None:

@@ -476,8 +476,38 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
     )
 
 
+class UnexpectedAnswer(DeepShareError):
+    """An answer that breaks the API's contract (not one decision per pending job, in request
+    order; a ``place`` without a placement): no decision can be read from it. The client says
+    it as an unexpected answer, as it does an answer of the wrong shape."""
+
+
+def _contract_errors(response: PlacementResponse, view: ClusterView) -> str | None:
+    """The first way ``response`` breaks the contract :func:`decision_to_response` keeps for the
+    request :func:`view_to_request` made of ``view``, or None."""
+    asked = [job.job_id for job in view.queued]
+    answered = [d.job_id for d in response.decisions]
+    if answered != asked:
+        first = next((i for i, (a, b) in enumerate(zip(answered, asked)) if a != b), min(len(asked), len(answered)))
+        said = repr(answered[first])[:80] if first < len(answered) else "nothing"
+        wanted = repr(asked[first])[:80] if first < len(asked) else "no more decisions"
+        return (f"decisions.{first}: {said} where the request's pending jobs need {wanted} (one decision per "
+                f"pending job, in request order: {len(asked)} asked, {len(answered)} answered)")
+    for i, d in enumerate(response.decisions):
+        if d.action == "place" and not d.placement:
+            return f"decisions.{i}.placement: a 'place' of {d.job_id!r} without a placement"
+        if d.action == "wait" and d.placement:
+            return f"decisions.{i}.placement: a 'wait' of {d.job_id!r} with a placement"
+    return None
+
+
 def response_to_decision(response: PlacementResponse, view: ClusterView) -> Decision:
-    """The core decision a response stands for, checked against ``view``."""
+    """The core decision a response stands for, checked against ``view``: :class:`UnexpectedAnswer`
+    when it breaks the API's contract (a partial or made-up answer is no decision to act on),
+    :class:`InfeasibleDecision` when it asks what the cluster cannot do."""
+    problem = _contract_errors(response, view)
+    if problem is not None:
+        raise UnexpectedAnswer(problem)
 
     def placement(where: dict[str, int]) -> Placement:
         try:
@@ -488,7 +518,7 @@ def response_to_decision(response: PlacementResponse, view: ClusterView) -> Deci
     decision = Decision(
         launch=tuple(
             Launch(d.job_id, placement(d.placement)) for d in response.decisions if d.action == "place" and d.placement
-        ),
+        ),  # every place has a placement (checked above); the test only narrows the type
         preempt=tuple(response.preempt),
         migrate=tuple(Migrate(m.job_id, placement(m.placement)) for m in response.migrate),
     )
