@@ -13,7 +13,8 @@ that are documented here and in ``docs/simulator.md``:
   measured GPU count (ties go to the larger) and scaled linearly with the GPU count.
 * **Model not in the catalog** (``vgg19``, ``resnet50``, ...): the model is mapped to a proxy
   catalog model of the same family (:data:`FAMILY_PROXIES`), or to :data:`DEFAULT_PROXY` when
-  no family matches; one warning per unknown name is logged. The LLM-era classes
+  no family matches; a warning names each of the first :data:`WARNED_NAMES` unknown names, and
+  past them one line per doubling of their count says how many more were proxied. The LLM-era classes
   (:data:`DERIVED_CLASSES`, whose contention parameters are derived in
   ``deepshare.core.contention.link.llm``) have a fixed proxy and no warning. Traces that give work as a
   duration make the proxy's absolute throughput irrelevant: only its contention matters.
@@ -92,6 +93,22 @@ DERIVED_CLASSES: dict[str, str] = {
 }
 DEFAULT_PROXY = "Transformer-XL"
 """Proxy for unknown models: the measured model with median contention sensitivity."""
+MEMO_ENTRIES = 16_384
+"""The most entries each of a catalog's memos holds (the oldest goes first). They are keyed by
+the model names asked, which a placement request chooses: unbounded, one request of 15,000 new
+names grew the service by tens of MB for good. A simulation asks for a few names millions of
+times and stays far below it."""
+WARNED_NAMES = 100
+"""Unknown model names a catalog names in a warning each; past them, one line per doubling of
+their count (a request may name thousands, and each was a line of the service's log)."""
+
+
+def remember(memo: dict, key: object, value: object, most: int = MEMO_ENTRIES) -> None:
+    """``memo[key] = value``, first dropping the oldest entry when ``memo`` holds ``most``: a memo
+    keyed by callers' names stays bounded, and a hit costs what a plain dict's does."""
+    if len(memo) >= most:
+        del memo[next(iter(memo))]
+    memo[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +155,9 @@ class Catalog:
         self._thp_cache: dict[tuple[str, int, int], float] = {}
         self._thp_by_name: dict[tuple[str, int, int], float] = {}
         self._index_cache: dict[tuple[str, int, int], int] = {}
+        self._warned: set[str] = set()
+        self._unwarned = 0
+        """Unknown names proxied past the first :data:`WARNED_NAMES` (each counted when resolved)."""
         self.comm_class: dict[str, str] = self._derive_comm_classes()
 
     # -- model names -------------------------------------------------------------------------
@@ -155,9 +175,24 @@ class Catalog:
             hit = next((proxy for prefix, proxy in FAMILY_PROXIES if lower.startswith(prefix)), DEFAULT_PROXY)
             if hit not in self.models:
                 hit = self.models[0]
-            log.warning("model %r is not in the catalog; using %r's profile as its proxy", model, hit)
-        self._resolved[model] = hit
+            self._warn_unknown(model, hit)
+        remember(self._resolved, model, hit)
         return hit
+
+    def _warn_unknown(self, model: str, proxy: str) -> None:
+        """Say that ``model`` is not in the catalog: by name for the first :data:`WARNED_NAMES`
+        names (once each), then at the 1st, 2nd, 4th, 8th ... name past them, with the count."""
+        if model in self._warned:
+            return
+        if len(self._warned) < WARNED_NAMES:
+            self._warned.add(model)
+            log.warning("model %r is not in the catalog; using %r's profile as its proxy", model, proxy)
+            return
+        self._unwarned += 1
+        if self._unwarned & (self._unwarned - 1) == 0:
+            log.warning("%d more model names not in the catalog got proxies (the latest %r: %r's profile); past "
+                        "the first %d, only each doubling of their count is logged",
+                        self._unwarned, model[:128], proxy, WARNED_NAMES)
 
     def class_of(self, model: str) -> str:
         return self.comm_class[self.resolve(model)]
@@ -169,7 +204,8 @@ class Catalog:
         key = (model, gpus, nodes)
         hit = self._thp_by_name.get(key)
         if hit is None:
-            hit = self._thp_by_name[key] = _throughput(self, self.resolve(model), gpus, nodes)
+            hit = _throughput(self, self.resolve(model), gpus, nodes)
+            remember(self._thp_by_name, key, hit)
         return hit
 
     def reference_throughput(self, model: str, gpus: int) -> float:
@@ -196,7 +232,8 @@ class Catalog:
         key = (model, gpus, nodes)
         index = self._index_cache.get(key)
         if index is None:
-            index = self._index_cache[key] = self._key_index[self.profile_key(model, gpus, nodes)]
+            index = self._key_index[self.profile_key(model, gpus, nodes)]
+            remember(self._index_cache, key, index)
         return index
 
     # -- derived -----------------------------------------------------------------------------
@@ -250,7 +287,7 @@ def _throughput(cat: Catalog, model: str, gpus: int, nodes: int) -> float:
         hi = min(n for n in measured if n > nodes)
         base = values[lo] + (values[hi] - values[lo]) * (nodes - lo) / (hi - lo)
     result = base * gpus / g
-    cache[key] = result
+    remember(cache, key, result)  # catalog models only, but any GPU and node counts a request names
     return result
 
 

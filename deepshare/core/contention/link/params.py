@@ -35,7 +35,7 @@ from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.contention.link import llm
 from deepshare.core.files import CONFIG_BYTES, read_input_text
-from deepshare.core.workloads import Catalog, default_catalog
+from deepshare.core.workloads import Catalog, default_catalog, remember
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +196,9 @@ class LinkCatalog:
         resolved = self._resolved  # type: ignore[attr-defined]
         if model in resolved:
             hit = resolved[model]
-        else:
-            hit = resolved[model] = self._by_norm.get(normalise(model))  # type: ignore[attr-defined]
+        else:  # bounded: the names are a request's to choose
+            hit = self._by_norm.get(normalise(model))  # type: ignore[attr-defined]
+            remember(resolved, model, hit)
         if hit is None:  # not ours by name: the workload catalog's proxy
             hit = (catalog or default_catalog()).resolve(model)
             if hit not in self.params:

@@ -1,0 +1,69 @@
+"""The catalog's memos and its unknown-model warning stay bounded however many model names callers
+invent: a placement service's catalog is process-wide, and each request may name 15,000 new ones."""
+
+from __future__ import annotations
+
+import logging
+
+from deepshare.core.contention.link.params import default_link_catalog
+from deepshare.core.workloads import MEMO_ENTRIES, WARNED_NAMES, Catalog, default_catalog, remember
+
+
+def _fresh() -> Catalog:
+    """A catalog of the shipped profiles with empty memos (the default one is shared)."""
+    shipped = default_catalog()
+    return Catalog(shipped.isolated, shipped.ratios)
+
+
+def test_many_new_names_leave_every_memo_bounded_and_answers_unchanged():
+    catalog = _fresh()
+    names = [f"vgg-{i}" for i in range(MEMO_ENTRIES + 500)]
+    for name in names:
+        catalog.throughput(name, 2, 2)
+        catalog.placement_index(name, 4, 2)
+    assert len(catalog._resolved) == MEMO_ENTRIES
+    assert len(catalog._thp_by_name) == MEMO_ENTRIES
+    assert len(catalog._index_cache) == MEMO_ENTRIES
+    assert catalog.resolve(names[0]) == "FSDP"  # forgotten, then resolved again alike
+    assert catalog.throughput(names[0], 2, 2) == catalog.throughput("FSDP", 2, 2)
+
+
+def test_many_gpu_and_node_counts_leave_the_throughput_memo_bounded():
+    catalog = _fresh()
+    for gpus in range(1, 200):
+        for nodes in range(1, 100):
+            catalog.throughput("FSDP", gpus, nodes)
+    assert len(catalog._thp_cache) == MEMO_ENTRIES
+
+
+def test_the_link_catalogs_by_name_memo_is_bounded():
+    links, catalog = default_link_catalog(), _fresh()
+    for i in range(MEMO_ENTRIES + 10):
+        links.resolve(f"resnet-{i}", catalog)
+    assert len(links._resolved) == MEMO_ENTRIES  # type: ignore[attr-defined]
+
+
+def test_the_unknown_model_warning_names_each_of_the_first_names_once_then_counts_doublings(caplog):
+    catalog = _fresh()
+    with caplog.at_level(logging.WARNING, logger="deepshare.core.workloads"):
+        for _ in range(2):
+            for i in range(WARNED_NAMES):
+                catalog.resolve(f"bert-{i}")
+        assert len(caplog.records) == WARNED_NAMES  # once per name, the second round from the memo
+        caplog.clear()
+        for i in range(WARNED_NAMES):  # names not in the memo any more are not warned of twice
+            catalog._resolved.pop(f"bert-{i}")
+            catalog.resolve(f"bert-{i}")
+        assert not caplog.records
+        for i in range(15_000):
+            catalog.resolve(f"gpt-{i}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 14  # the 1st, 2nd, 4th, ... 8,192nd name past the first WARNED_NAMES
+    assert lines[-1].startswith("8192 more model names not in the catalog got proxies (the latest 'gpt-8191'")
+
+
+def test_remember_drops_the_oldest_entry_at_its_bound():
+    memo: dict = {}
+    for i in range(5):
+        remember(memo, i, str(i), most=3)
+    assert memo == {2: "2", 3: "3", 4: "4"}
