@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from deepshare.core.errors import DeepShareError, Unavailable
+from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable
 from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.types import Decision, WAIT
 from deepshare.core.view import ClusterView
@@ -32,7 +32,7 @@ from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResp
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.translate import UnexpectedAnswer, response_to_decision, view_to_request
 
-__all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError", "PlacementServiceUnavailable"]
+__all__ = ["SERVE_TOKEN_ENV", "PlacementClient", "PlacementServiceError", "PlacementServiceUnavailable", "UnexpectedPlacementAnswer"]
 
 
 class PlacementServiceError(DeepShareError):
@@ -61,6 +61,13 @@ class PlacementServiceUnavailable(PlacementServiceError, Unavailable):
 
 
 UNAVAILABLE_STATUSES = frozenset({401, 403, 408, 429, 502, 503, 504})
+
+
+class UnexpectedPlacementAnswer(PlacementServiceError, InfeasibleDecision):
+    """The service answered, but not with a decision for the request: a body that is not a
+    placement response, or not one decision per pending job in request order. The service is at
+    fault, not a job: the live scheduler fails the tick without searching the jobs for a culprit
+    (a search would spend up to its whole probe budget on a service that answers every probe so)."""
 
 
 class PlacementClient:
@@ -112,15 +119,15 @@ class PlacementClient:
     def decide(self, view: ClusterView) -> Decision:
         """The served policy's decision for ``view`` (the :class:`Policy` protocol); an answer that
         is not one decision per pending job, in request order, or places a job nowhere, is a
-        :class:`PlacementServiceError` (an unexpected answer), never a partial decision."""
+        :class:`UnexpectedPlacementAnswer`, never a partial decision."""
         if not view.queued:
             return WAIT
         response = self.place(view_to_request(view))
         try:
             return response_to_decision(response, view)
         except UnexpectedAnswer as exc:
-            raise PlacementServiceError(f"{self.url}/v1/placements: unexpected answer: {exc}; is this a DeepShare "
-                                        "placement service of this version?") from None
+            raise UnexpectedPlacementAnswer(f"{self.url}/v1/placements: unexpected answer: {exc}; is this a DeepShare "
+                                            "placement service of this version?") from None
 
     def _answer(self, model: type[_Answer], path: str, doc: Any) -> _Answer:
         """``doc`` as ``model``, or one line naming the first field the service got wrong."""
@@ -131,8 +138,8 @@ class PlacementClient:
             where = ".".join(map(str, first.get("loc", ()))) or "the answer"
             where = where.encode("unicode_escape").decode("ascii")[:200]  # a key the service made up: one short line
             more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-            raise PlacementServiceError(f"{self.url}{path}: unexpected answer: {where}: {first.get('msg', '')}{more}; "
-                                        "is this a DeepShare placement service of this version?") from None
+            raise UnexpectedPlacementAnswer(f"{self.url}{path}: unexpected answer: {where}: {first.get('msg', '')}{more}; "
+                                            "is this a DeepShare placement service of this version?") from None
 
     def close(self) -> None:
         """Nothing to release: each request opens and closes its own connection."""

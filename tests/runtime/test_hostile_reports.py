@@ -410,6 +410,35 @@ def test_a_placement_service_that_goes_away_mid_search_gets_no_job_blamed(tmp_pa
     assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4
 
 
+@pytest.mark.parametrize("answer", [{"decisions": []}, {"decisions": "no"}])
+def test_a_placement_service_answering_nonsense_fails_the_tick_without_a_search(tmp_path, monkeypatch, answer):
+    # A 200 that is not one decision per pending job (or not a placement response at all) is the
+    # service's fault: before, it was a job-data error and every tick probed the service up to
+    # MAX_PROBES more times looking for a culprit job it could not find.
+    from deepshare.serving.client import PlacementClient, UnexpectedPlacementAnswer
+
+    calls = []
+    monkeypatch.setattr(PlacementClient, "_call", lambda self, method, path, body=None: calls.append(path) or answer)
+    rig = Rig(tmp_path / "state")
+    jobs = [rig.submit(f"j{i}", 1) for i in range(4)]
+    rig.loop.policy = PlacementClient("http://placement.invalid")
+    errors = []
+    original = rig.loop._timed_decide
+
+    def recording(view, deadline):
+        try:
+            return original(view, deadline)
+        except Exception as exc:
+            errors.append(exc)
+            raise
+
+    monkeypatch.setattr(rig.loop, "_timed_decide", recording)
+    report = rig.loop.tick()
+    assert [type(e) for e in errors] == [UnexpectedPlacementAnswer]
+    assert "unexpected answer" in report.error and calls == ["/v1/placements"]  # one decision, no probes
+    assert [rig.journal.get(j).state for j in jobs] == [JobState.QUEUED] * 4
+
+
 def test_a_search_that_allows_few_probes_a_tick_goes_on_from_the_smallest_failing_set(tmp_path, monkeypatch):
     # Four probes a tick and the bad job first: each tick probed 16, 8, 4 and 2 jobs, all failing,
     # and the next tick started from the top again: the bad job was never isolated and the
