@@ -14,6 +14,7 @@ from deepshare.cli import main
 from deepshare.core.autoscaling import (
     AUTOSCALE_KEYS,
     AutoscaleSpec,
+    Autoscaler,
     AutoscaledPolicy,
     build_slots,
     make_autoscaler,
@@ -454,3 +455,67 @@ def test_useful_util_and_fragmentation_are_over_billed_gpu_hours_as_gpu_util_is(
     assert report.metrics.gpu_util == pytest.approx(3600 / 4250)
     assert report.metrics.useful_util == pytest.approx(3600 / 4250)
     assert report.metrics.fragmentation_share == 0.0
+
+
+# -- max_workers reached: a node is removed for room only if another type comes for the demand ------
+class EventCapped(Autoscaler):
+    """The demand autoscaler, stopped after ``CAP`` scale events: a run that would cycle for ever
+    at one instant fails here instead of hanging the test (no timed assertion)."""
+
+    CAP = 40
+
+    def _log(self, kind: str, node: int) -> None:
+        if len(self.events) >= self.CAP:
+            raise AssertionError(f"more than {self.CAP} scale events: {self.events[-4:]}")
+        super()._log(kind, node)
+
+
+def run_event_capped(s: AutoscaleSpec, jobs):  # type: ignore[no-untyped-def]
+    slots = build_slots(s)
+    scaler = EventCapped(s, slots)
+    sim = Simulator(slots.topology, jobs, make_contention("none"), control=scaler)
+    metrics = sim.run(AutoscaledPolicy(make_policy("fifo+consolidated"), scaler))
+    return scaler, {r.job_id: r.first_start_s for r in metrics.records}
+
+
+def test_a_capped_autoscaler_keeps_the_node_it_would_request_again_with_zero_timeouts():
+    # one type of 4-GPU nodes (3 slots), max_workers 2, idle timeout and boot 0: j1 (2 GPUs) runs on
+    # n-0, j3 (8 GPUs) needs n-1 and a third node max_workers refuses. n-1 was removed "for room",
+    # requested again for j3 and booted at t=10 for ever; now it stays and j3 waits for j1 (ends 2000)
+    s = spec(idle=0.0, max_workers=2, n=(4, 3.6, 0, 3, 0.0))
+    scaler, starts = run_event_capped(s, [job(1, 2, 2000.0), job(3, 8, 100.0, submit=10.0)])
+    assert [(e.time_s, e.kind, e.node) for e in scaler.events[:4]] == [
+        (0.0, "request", "n-0"), (0.0, "ready", "n-0"), (10.0, "request", "n-1"), (10.0, "ready", "n-1")]
+    assert (scaler.scale_ups, scaler.scale_downs) == (2, 2)
+    assert starts == {"j1": 0.0, "j3": 2000.0}
+
+
+def test_a_capped_autoscaler_does_not_thrash_the_node_the_queued_job_needs():
+    # the same with idle 30 s and boot 100 s: n-1 idled out at 140, came back at 240, out at 270 ...
+    # (18 scale-ups and downs; j3 started at 2190, $4.666); now n-0 and n-1 stay until j3 is done
+    s = spec(idle=30.0, max_workers=2, n=(4, 3.6, 0, 3, 100.0))
+    report = run(s, [job(1, 2, 2000.0), job(3, 8, 100.0, submit=10.0)])
+    finish = {r.job_id: r.finish_s for r in report.metrics.records}["j3"]
+    assert events(report) == [(0.0, "request", "n-0"), (10.0, "request", "n-1"), (100.0, "ready", "n-0"),
+                              (110.0, "ready", "n-1"), (finish + 30, "terminate", "n-0"), (finish + 30, "terminate", "n-1")]
+    assert {r.job_id: r.first_start_s for r in report.metrics.records} == {"j1": 100.0, "j3": 2100.0}
+    assert report.cost_usd == pytest.approx(0.001 * ((finish + 30) + (finish + 30 - 10)))
+
+
+def test_no_second_removal_for_room_at_an_instant_that_requested_the_removed_type_again():
+    # the backstop of the rule above: two types (small 2 GPUs, big 8), max_workers 2, small-0 up
+    # (min 1). A small node removed for room at t=0 and requested again at t=0 (small-1): while an
+    # 8-GPU job waits, removing a small node would make room for big (10 GPUs wanted, big covers
+    # 8), but not at this instant any more
+    import math
+
+    s = spec(idle=0.0, max_workers=2, small=(2, 1.0, 1, 3, 0.0), big=(8, 4.0, 0, 1, 0.0))
+    slots = build_slots(s)
+    scaler = make_autoscaler("demand", s, slots)
+    Simulator(slots.topology, [job(1, 8, 100.0, submit=5.0)], make_contention("none"), control=scaler)
+    scaler._room_made = (0.0, {"small"})
+    assert scaler._request(2, ["small"]) == 2 and scaler._room_frozen_at == 0.0
+    scaler._shortfall = (8, None)  # the 8-GPU job's request, cut short by max_workers
+    assert not scaler._makes_room("small")
+    scaler._room_frozen_at = -math.inf  # at another instant it would
+    assert scaler._makes_room("small")

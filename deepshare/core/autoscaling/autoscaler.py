@@ -11,7 +11,11 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
   the lowest price per GPU (a job that requires one rack counts that rack's GPUs alone, and the
   rack that can come closest gets the nodes it lacks). A node is *idle* while it runs nothing and no job is queued
   (queued demand keeps nodes, as Ray keeps nodes that pending demand needs), or while it runs
-  nothing and ``max_workers`` keeps the demand from its nodes (it then makes room); a node idle
+  nothing and ``max_workers`` keeps the demand from its nodes and its removal lets another type
+  be requested for that demand (it then makes room; a node of the type the demand would request
+  again stays, and no node goes for room again at an instant that requested a removed type
+  again: removing it only to request it again thrashed, and cycled for ever at one instant when
+  the timeouts were 0); a node idle
   for ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes`` up or a job
   is queued at that instant. Nodes take ``provisioning_s`` from the request until they are ready.
 * **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
@@ -82,9 +86,16 @@ class Autoscaler:
         self._timers: dict[int, tuple[str, int, int]] = {}
         self._idle_since: dict[int, float] = {}
         self._generation = [0] * len(slots.type_of)
-        self._capped = False
-        """The last review could not request the nodes its demand needs because ``max_workers``
-        was reached: empty nodes then idle out even while jobs are queued, making room."""
+        self._shortfall: tuple[int, tuple[str, ...] | None] | None = None
+        """The first request of the last review that ``max_workers`` cut short: the GPUs it still
+        lacked and the types it might use (None: any). While it stands, an empty node whose
+        removal lets a *different* type be requested for it idles out although jobs are queued
+        (:meth:`_makes_room`)."""
+        self._room_made: tuple[float, set[str]] = (-math.inf, set())
+        """The instant of the last removals made for room, and their types."""
+        self._room_frozen_at = -math.inf
+        """An instant at which a type removed for room was requested again: no more removals for
+        room then (the clock does not move between them when timeouts and boots are 0)."""
 
     # -- ClusterControl ------------------------------------------------------------------------
     def attach(self, sim: "Simulator") -> None:
@@ -111,9 +122,13 @@ class Autoscaler:
             self.pool.state[node] == UP
             and node in self._idle_since
             and self._generation[node] == generation
-            and (sim.queue_length == 0 or self._capped)  # a job that arrived at this very instant keeps it
+            # a job queued at this very instant keeps it, unless its removal makes room for that demand
+            and (sim.queue_length == 0 or self._makes_room(self.slots.type_of[node]))
             and self._removable(node)
         ):
+            if sim.queue_length > 0:
+                at, types = self._room_made
+                self._room_made = (sim.now, {*types, self.slots.type_of[node]} if at == sim.now else {self.slots.type_of[node]})
             sim.set_node_up(node, False)
             self.pool.terminate(node, sim.now)
             del self._idle_since[node]
@@ -125,6 +140,20 @@ class Autoscaler:
         node still provisioning does not stand in for it)."""
         node_type = self.slots.type_of[node]
         return self.pool.count(node_type, (UP,)) > self.spec.node_types[node_type].min_nodes
+
+    def _makes_room(self, node_type: str) -> bool:
+        """Whether removing an empty node of ``node_type`` while jobs are queued makes room for
+        them: ``max_workers`` cut a request short (:attr:`_shortfall`) and, with that node gone
+        (its free GPUs no longer counted for the demand, its worker slot and ``max_nodes`` place
+        free), the request would pick another type. A node of the type it would pick again stays:
+        removing it only to request it again thrashed (and hung when timeouts and boots were 0)."""
+        if self._shortfall is None or self._room_frozen_at == self._require_sim().now:
+            return False
+        need, types = self._shortfall
+        if types is None or node_type in types:
+            need += self.spec.node_types[node_type].gpus
+        best = self._best(need, types, freed=node_type)
+        return best is not None and best != node_type
 
     def most_gpus(self) -> int:
         return most_gpus(self.spec)
@@ -145,13 +174,19 @@ class Autoscaler:
     def on_change(self) -> None:
         sim = self._require_sim()
         free, capacity, now = sim.free, self.slots.topology.capacity, sim.now
-        waiting = sim.queue_length > 0 and not self._capped
+        waiting = sim.queue_length > 0
+        room: dict[str, bool] = {}  # node type -> whether removing an empty node of it makes room
         for node in self.pool.nodes(UP):
-            idle = free[node] == capacity[node] and not waiting
+            idle = free[node] == capacity[node]
+            if idle and waiting:  # queued demand keeps the node unless its removal makes room for it
+                node_type = self.slots.type_of[node]
+                if node_type not in room:
+                    room[node_type] = self._makes_room(node_type)
+                idle = room[node_type]
             if idle and node not in self._idle_since:
                 self._idle_since[node] = now
                 self._generation[node] += 1
-                self._timer(now + self.spec.idle_timeout_s, "idle", node, keeps_alive=self._capped)  # capped: its end makes room
+                self._timer(now + self.spec.idle_timeout_s, "idle", node, keeps_alive=waiting)  # its end makes room
             elif not idle and node in self._idle_since:
                 del self._idle_since[node]
                 self._generation[node] += 1
@@ -185,7 +220,7 @@ class Autoscaler:
         preempted = set(decision.preempt)
         unmet = [*vetoed, *(j for j in view.queued if j.job_id not in launched and j.job_id not in held)]
         unmet += [j for j in view.running if j.job_id in preempted] if preempted else []
-        self._capped = False
+        self._shortfall = None
         for job in unmet:
             if job.topology.required_level is not None:  # the GPUs must be in one rack: count that rack's alone
                 free_left -= self._scale_in_one_rack(job, free_by_node)
@@ -231,24 +266,45 @@ class Autoscaler:
         return cap is not None and self.pool.count_current() >= cap and any(
             self.pool.count(name) < t.max_nodes for name, t in self.spec.node_types.items())
 
+    def _room(self, node_type: str, freed: str | None = None) -> int:
+        """How many more nodes of ``node_type`` may be requested (:meth:`NodePool.room`), or
+        would be once an up node of type ``freed`` is removed."""
+        room = self.spec.node_types[node_type].max_nodes - self.pool.count(node_type) + (node_type == freed)
+        cap = self.spec.max_workers
+        if cap is not None:
+            room = min(room, cap - self.pool.count_current() + (freed is not None))
+        return room
+
+    def _best(self, need: int, types: Sequence[str] | None, freed: str | None = None) -> str | None:
+        """The type a request for ``need`` GPUs picks among ``types`` (None: any) with room (with
+        an up node of type ``freed`` gone, for :meth:`_makes_room`): the fewest GPUs missing,
+        then the least waste, the fewest nodes, the lowest price per GPU, the name. None when no
+        type has room."""
+        options = [t for t in (self.spec.node_types if types is None else types) if self._room(t, freed) > 0]
+        if not options:
+            return None
+
+        def key(name: str) -> tuple[float, ...]:
+            t = self.spec.node_types[name]
+            n = min(math.ceil(need / t.gpus), self._room(name, freed))
+            covered = n * t.gpus
+            return (max(0, need - covered), max(0, covered - need), n, t.price_usd_per_hour / t.gpus)
+
+        return min(options, key=lambda name: (*key(name), name))
+
     def _request(self, need: int, types: Sequence[str] | None = None) -> int:
         """Request nodes for ``need`` GPUs (as far as max_nodes allow), of ``types`` (default:
-        any); the GPUs requested. Falling short because ``max_workers`` is reached marks the
-        autoscaler capped (:attr:`_capped`)."""
+        any); the GPUs requested. The first request of a review that falls short because
+        ``max_workers`` is reached is kept as :attr:`_shortfall`."""
         sim = self._require_sim()
         requested, wanted = 0, need
         while need > 0:
-            options = [t for t in (self.spec.node_types if types is None else types) if self.pool.room(t) > 0]
-            if not options:
+            best = self._best(need, types)
+            if best is None:
                 break
-
-            def key(name: str) -> tuple[float, ...]:
-                t = self.spec.node_types[name]
-                n = min(math.ceil(need / t.gpus), self.pool.room(name))
-                covered = n * t.gpus
-                return (max(0, need - covered), max(0, covered - need), n, t.price_usd_per_hour / t.gpus)
-
-            best = min(options, key=lambda name: (*key(name), name))
+            at, removed = self._room_made
+            if at == sim.now and best in removed:  # a node removed for room at this instant comes back
+                self._room_frozen_at = sim.now
             gpus = self.spec.node_types[best].gpus
             for _ in range(min(math.ceil(need / gpus), self.pool.room(best))):
                 inst = self.pool.request(best, sim.now)
@@ -257,7 +313,8 @@ class Autoscaler:
                 self._timer(inst.ready_s, "ready", inst.node, keeps_alive=True)
                 need -= gpus
                 requested += gpus
-        self._capped |= requested < wanted and self._worker_capped()
+        if self._shortfall is None and requested < wanted and self._worker_capped():
+            self._shortfall = (wanted - requested, None if types is None else tuple(types))
         return requested
 
     # -- helpers -------------------------------------------------------------------------------
