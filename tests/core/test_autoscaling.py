@@ -514,8 +514,22 @@ def test_no_second_removal_for_room_at_an_instant_that_requested_the_removed_typ
     scaler = make_autoscaler("demand", s, slots)
     Simulator(slots.topology, [job(1, 8, 100.0, submit=5.0)], make_contention("none"), control=scaler)
     scaler._room_made = (0.0, {"small"})
-    assert scaler._request(2, ["small"]) == 2 and scaler._room_frozen_at == 0.0
+    assert scaler._request(2, ["small"]) == [1] and scaler._room_frozen_at == 0.0  # small-1
     scaler._shortfall = (8, None)  # the 8-GPU job's request, cut short by max_workers
     assert not scaler._makes_room("small")
     scaler._room_frozen_at = -math.inf  # at another instant it would
     assert scaler._makes_room("small")
+
+
+def test_two_rack_jobs_waiting_together_get_their_nodes_at_once():
+    # one rack of 4-GPU nodes (2 slots, boot 100 s), two 4-GPU jobs that require one rack queued at
+    # 0: n-0, requested for j1, was counted again for j2, whose node came only once n-0 was up (at
+    # 100: starts 100 and 200, avg JCT 1,150 s). Now both nodes come at 0, as without the rack
+    from deepshare.core.fabric import TopologyRequest
+
+    rack = TopologyRequest(required_level="rack")
+    jobs = [JobSpec(f"j{i}", MODEL, 4, submit_time=0.0, duration_s=1000.0, topology=rack) for i in (1, 2)]
+    report = run(spec(idle=30.0, n=(4, 3.6, 0, 2, 100.0)), jobs, "demand", "fifo+topo-aware")
+    assert [e for e in events(report) if e[1] == "request"] == [(0.0, "request", "n-0"), (0.0, "request", "n-1")]
+    assert sorted(r.first_start_s for r in report.metrics.records) == [100.0, 100.0]
+    assert report.metrics.avg_jct_s == pytest.approx(1100.0)

@@ -5,8 +5,10 @@ Both are :class:`~deepshare.core.simulator.ClusterControl` objects driving a
 through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may ask for nodes.
 
 * **demand** — Ray's autoscaler reduced to GPUs: after the policy decided, every queued job
-  it did not launch is *unmet demand*. Demand is packed first onto the GPUs left free, then
-  onto nodes already being provisioned; what is left is covered by new nodes of the type that
+  it did not launch is *unmet demand*. Demand is packed, job by job, first onto the GPUs left
+  free, then onto nodes already being provisioned (each GPU counted for one job only: booting
+  GPUs are tallied per rack, and nodes requested for an earlier job add their GPUs beyond its
+  need); what is left is covered by new nodes of the type that
   covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
   the lowest price per GPU (a job that requires one rack counts that rack's GPUs alone, and the
   rack that can come closest gets the nodes it lacks). A node is *idle* while it runs nothing and no job is queued
@@ -96,6 +98,13 @@ class Autoscaler:
         self._room_frozen_at = -math.inf
         """An instant at which a type removed for room was requested again: no more removals for
         room then (the clock does not move between them when timeouts and boots are 0)."""
+        types = spec.node_types
+        self._rack_of = tuple(types[name].rack for name in slots.type_of)
+        """Each slot's rack (its type's)."""
+        self._rack_nodes: dict[str, list[int]] = {}
+        """Rack -> its slots, racks in the order the types name them."""
+        for node, rack in enumerate(self._rack_of):
+            self._rack_nodes.setdefault(rack, []).append(node)
 
     # -- ClusterControl ------------------------------------------------------------------------
     def attach(self, sim: "Simulator") -> None:
@@ -212,53 +221,53 @@ class Autoscaler:
 
     # -- scaling -------------------------------------------------------------------------------
     def _scale_for(self, view: ClusterView, decision: Decision, vetoed: Sequence[JobView]) -> None:
-        free_by_node = free_after(view, decision)
-        free_left = sum(free_by_node)
-        spare_pending = sum(self.slots.topology.capacity[n] for n in self.pool.nodes(PENDING))
+        """Request nodes for the unmet demand, job by job in queue order (held-back jobs first).
+        Each job takes the free GPUs left (a held-back job none: it must not share the GPUs it was
+        kept from; a job that requires one rack only its rack's), then the spare GPUs of booting
+        nodes (kept per rack: nodes requested for an earlier job count with their GPUs beyond its
+        need), then new nodes are requested for the rest."""
+        free = free_after(view, decision)
+        capacity, rack_of = self.slots.topology.capacity, self._rack_of
+        spare = dict.fromkeys(self._rack_nodes, 0)  # booting GPUs no job has counted yet, per rack
+        for node in self.pool.nodes(PENDING):
+            spare[rack_of[node]] += capacity[node]
         launched = {launch.job_id for launch in decision.launch}
         held = {j.job_id for j in vetoed}
         preempted = set(decision.preempt)
         unmet = [*vetoed, *(j for j in view.queued if j.job_id not in launched and j.job_id not in held)]
         unmet += [j for j in view.running if j.job_id in preempted] if preempted else []
         self._shortfall = None
+        everywhere = range(len(free))
         for job in unmet:
+            usable = None if job.job_id in held else free
             if job.topology.required_level is not None:  # the GPUs must be in one rack: count that rack's alone
-                free_left -= self._scale_in_one_rack(job, free_by_node)
+                self._scale_in_one_rack(job, usable, spare)
                 continue
-            need = job.gpus
-            if job.job_id not in held:  # a held-back job must not share the GPUs it was kept from
-                take = min(need, free_left)
-                free_left -= take
-                need -= take
-            take = min(need, spare_pending)
-            spare_pending -= take
-            need -= take
+            need = job.gpus - (0 if usable is None else _take(usable, everywhere, job.gpus))
+            need -= _take(spare, list(spare), need)
             if need > 0:
-                spare_pending += max(0, self._request(need) - need)  # a node's GPUs beyond the need
+                for node in self._request(need):
+                    spare[rack_of[node]] += capacity[node]
+                _take(spare, list(spare), need)  # a node's GPUs beyond the need stay spare
 
-    def _scale_in_one_rack(self, job: JobView, free: list[int]) -> int:
+    def _scale_in_one_rack(self, job: JobView, free: list[int] | None, spare: dict[str, int]) -> None:
         """Nodes for a job that requires one domain of the slots' one level (a rack): when no rack
-        holds its GPUs free or booting, the rack that can come closest (free, booting and still
-        requestable GPUs) gets the nodes it lacks; its free GPUs are then taken for the job (the
-        number returned)."""
-        capacity, type_of, types = self.slots.topology.capacity, self.slots.type_of, self.spec.node_types
-        booting = set(self.pool.nodes(PENDING))
-        held = dict.fromkeys((t.rack for t in types.values()), 0)
-        for node, name in enumerate(type_of):
-            held[types[name].rack] += free[node] + (capacity[node] if node in booting else 0)
+        holds its GPUs free (``free``; None: none count, the job was held back) or booting and
+        not yet counted (``spare``), the rack that can come closest (those and still requestable
+        GPUs) gets the nodes it lacks. The job's share of the rack's free, then booting GPUs is
+        taken from ``free`` and ``spare``, so a later job does not count them again."""
+        types = self.spec.node_types
+        held = {r: spare[r] + (0 if free is None else sum(free[n] for n in nodes)) for r, nodes in self._rack_nodes.items()}
         if max(held.values()) >= job.gpus:
             rack = max(held, key=lambda r: held[r])
         else:
             reach = {r: held[r] + sum(self.pool.room(n) * t.gpus for n, t in types.items() if t.rack == r) for r in held}
             rack = max(reach, key=lambda r: (reach[r] >= job.gpus, reach[r]))
-            self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack])
-        left = job.gpus
-        for node, name in enumerate(type_of):  # the job's share of the rack's free GPUs is taken
-            if types[name].rack == rack and left > 0:
-                take = min(free[node], left)
-                free[node] -= take
-                left -= take
-        return job.gpus - left
+            capacity = self.slots.topology.capacity
+            for node in self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack]):
+                spare[rack] += capacity[node]
+        left = job.gpus - (0 if free is None else _take(free, self._rack_nodes[rack], job.gpus))
+        _take(spare, [rack], left)
 
     def _worker_capped(self) -> bool:
         """Whether ``max_workers``, not the types' ``max_nodes``, keeps more nodes from being requested."""
@@ -292,12 +301,12 @@ class Autoscaler:
 
         return min(options, key=lambda name: (*key(name), name))
 
-    def _request(self, need: int, types: Sequence[str] | None = None) -> int:
+    def _request(self, need: int, types: Sequence[str] | None = None) -> list[int]:
         """Request nodes for ``need`` GPUs (as far as max_nodes allow), of ``types`` (default:
-        any); the GPUs requested. The first request of a review that falls short because
+        any); the nodes requested. The first request of a review that falls short because
         ``max_workers`` is reached is kept as :attr:`_shortfall`."""
         sim = self._require_sim()
-        requested, wanted = 0, need
+        requested, wanted, nodes = 0, need, []
         while need > 0:
             best = self._best(need, types)
             if best is None:
@@ -311,11 +320,12 @@ class Autoscaler:
                 self.scale_ups += 1
                 self._log("request", inst.node)
                 self._timer(inst.ready_s, "ready", inst.node, keeps_alive=True)
+                nodes.append(inst.node)
                 need -= gpus
                 requested += gpus
         if self._shortfall is None and requested < wanted and self._worker_capped():
             self._shortfall = (wanted - requested, None if types is None else tuple(types))
-        return requested
+        return nodes
 
     # -- helpers -------------------------------------------------------------------------------
     def _timer(self, time: float, kind: str, node: int, keeps_alive: bool) -> None:
@@ -336,6 +346,18 @@ class Autoscaler:
 
 def _state(p: TimelinePoint) -> tuple[int, ...]:
     return (p.up_nodes, p.pending_nodes, p.up_gpus, p.busy_gpus, p.queued_jobs)
+
+
+def _take(held: "list[int] | dict[str, int]", where: Sequence, need: int) -> int:
+    """Take up to ``need`` GPUs from ``held`` at the keys ``where``, in order; the GPUs taken."""
+    taken = 0
+    for key in where:
+        if taken >= need:
+            break
+        take = min(held[key], need - taken)
+        held[key] -= take
+        taken += take
+    return taken
 
 
 def free_after(view: ClusterView, decision: Decision) -> list[int]:
