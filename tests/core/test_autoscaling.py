@@ -533,3 +533,53 @@ def test_two_rack_jobs_waiting_together_get_their_nodes_at_once():
     assert [e for e in events(report) if e[1] == "request"] == [(0.0, "request", "n-0"), (0.0, "request", "n-1")]
     assert sorted(r.first_start_s for r in report.metrics.records) == [100.0, 100.0]
     assert report.metrics.avg_jct_s == pytest.approx(1100.0)
+
+
+def two_racks(**types):  # type: ignore[no-untyped-def]
+    """A spec of (gpus, price, min, max, boot, rack) node types, idle timeout 300 s."""
+    node_types = {name: dict(gpus=g, price_usd_per_hour=p, min_nodes=lo, max_nodes=hi, provisioning_s=boot, rack=rack)
+                  for name, (g, p, lo, hi, boot, rack) in types.items()}
+    return AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": 300.0, "node_types": node_types})
+
+
+def test_isolated_placements_of_a_rack_required_job_stay_in_one_rack():
+    # racks r0 (nodes 0-2) and r1 (3-5) of 4-GPU nodes; idle: node 2 (r0) and node 3 (r1)
+    from deepshare.core.autoscaling.contention_aware import isolated_placements
+    from deepshare.core.fabric import TopologyRequest
+
+    s = two_racks(a=(4, 1.0, 3, 3, 60.0, "r0"), b=(4, 1.0, 0, 3, 60.0, "r1"))
+    topology = build_slots(s).topology
+    free, capacity, fabric = [2, 2, 4, 4, 0, 0], (4,) * 6, topology.fabric
+
+    def placements(gpus, request):  # type: ignore[no-untyped-def]
+        view = JobView("j", MODEL, gpus, 0.0, 0.0, 0.0, 0, topology=request)
+        return [p.alloc for p in isolated_placements(view, free, capacity, fabric)]
+
+    rack = TopologyRequest(required_level="rack")
+    assert placements(8, TopologyRequest()) == [((2, 4), (3, 4))]  # over both racks: allowed
+    assert placements(8, rack) == []  # 4 idle GPUs per rack: none
+    assert placements(4, rack) == [((2, 4),), ((3, 4),)]  # one per rack
+
+
+def test_contention_aware_holds_a_rack_required_job_rather_than_split_it_across_racks():
+    # rack r0: a-0..a-2 up (min 3); rack r1: b-0 up, b-1 and b-2 requestable (60 s boot). j1 and j1b
+    # (2 GPUs each) run on a-0 and a-1; the policy puts j2 (8 GPUs, one rack) on a-0, a-1, a-2,
+    # too slow (threshold 1.05). It was moved to the idle a-2 + b-0 (two racks) and the run
+    # aborted; now it is held back, b-1 and b-2 come at 10 for it, and it starts at 70
+    from deepshare.core.fabric import TopologyRequest
+    from deepshare.core.types import Launch, Placement
+
+    class Scripted:
+        name = "scripted"
+
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            where = {"j1": ((0, 1), (1, 1)), "j1b": ((0, 1), (1, 1)), "j2": ((0, 2), (1, 2), (2, 4))}
+            return Decision(launch=tuple(Launch(j.job_id, Placement(where[j.job_id])) for j in view.queued))
+
+    s = two_racks(a=(4, 1.0, 3, 3, 60.0, "r0"), b=(4, 1.0, 1, 3, 60.0, "r1")).model_copy(update={"max_slowdown": 1.05})
+    jobs = [job(1, 2, 5000.0), JobSpec("j1b", MODEL, 2, submit_time=0.0, duration_s=5000.0),
+            JobSpec("j2", "DLRM", 8, submit_time=10.0, duration_s=3000.0, topology=TopologyRequest(required_level="rack"))]
+    report, _ = simulate_autoscaled(s, jobs, Scripted(), "contention-aware", make_contention("profiled"))
+    assert events(report)[:4] == [(10.0, "request", "b-1"), (10.0, "request", "b-2"),
+                                  (70.0, "ready", "b-1"), (70.0, "ready", "b-2")]
+    assert {r.job_id: r.first_start_s for r in report.metrics.records}["j2"] == 70.0

@@ -23,7 +23,8 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
 * **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
   whose predicted slowdown (1 / ratio, for the job and for every running job whose ratio it
   changes) exceeds ``max_slowdown`` is moved to idle nodes if that brings it under the
-  threshold, else held back and nodes are requested for it: the cluster scales out rather
+  threshold (idle nodes inside one domain of a required level, whole slices inside each slice
+  domain: the job's topology request holds), else held back and nodes are requested for it: the cluster scales out rather
   than co-locating. Co-location above the threshold is allowed only when the cluster *cannot
   still scale* for the job: its GPUs exceed the GPUs not yet up (being provisioned, or still
   requestable as far as ``max_nodes`` and ``max_workers`` allow: :meth:`Autoscaler.requestable_gpus`).
