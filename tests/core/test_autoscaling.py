@@ -583,3 +583,19 @@ def test_contention_aware_holds_a_rack_required_job_rather_than_split_it_across_
     assert events(report)[:4] == [(10.0, "request", "b-1"), (10.0, "request", "b-2"),
                                   (70.0, "ready", "b-1"), (70.0, "ready", "b-2")]
     assert {r.job_id: r.first_start_s for r in report.metrics.records}["j2"] == 70.0
+
+
+@pytest.mark.parametrize(("autoscaler", "a_min"), [("demand", 1), ("contention-aware", 1), ("fixed", 0)])
+def test_a_rack_job_no_rack_can_hold_under_max_workers_is_rejected(autoscaler, a_min):
+    # racks r0 (a: 4 GPUs, one slot) and r1 (b: 4 GPUs, two slots), max_workers 2: with a-0 up (its
+    # min_nodes, or fixed's first type) r1 can have one b node, 4 GPUs. The 8-GPU job that requires
+    # one rack was admitted (8 slots' GPUs in r1) and the run stalled; it is now rejected on arrival
+    from deepshare.core.fabric import TopologyRequest
+
+    s = two_racks(a=(4, 1.0, a_min, 1, 60.0, "r0"), b=(4, 1.0, 0, 2, 60.0, "r1")).model_copy(update={"max_workers": 2})
+    jobs = [JobSpec("j1", MODEL, 8, submit_time=0.0, duration_s=100.0, topology=TopologyRequest(required_level="rack")),
+            job(2, 4, 100.0, submit=10.0)]
+    report, sim = simulate_autoscaled(s, jobs, make_policy("fifo+topo-aware"), autoscaler, make_contention("none"))
+    assert (report.metrics.rejected, report.metrics.finished) == (1, 1)
+    assert sim.rejections["j1"].startswith("its topology request: 8 GPUs inside one rack domain, and at most 4")
+    assert {r.job_id: r.finish_s for r in report.metrics.records if r.finish_s is not None} == {"j2": 110.0}

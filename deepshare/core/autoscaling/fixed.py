@@ -29,11 +29,19 @@ class FixedCluster(Autoscaler):
                     self.pool.mark_ready(inst.node)
                     sim.set_node_up(inst.node, True)
         self.on_change()
+        self.refuse_out_of_reach(sim)
 
     def most_gpus(self) -> int:
         """Its nodes are all up from t = 0: what they hold."""
         capacity = self.slots.topology.capacity
         return sum(capacity[n] for n in self.pool.nodes(UP))
+
+    def rack_gpus(self) -> dict[str, int]:
+        """What each rack's nodes hold (all up from t = 0): a job that requires one rack can have no more."""
+        capacity, held = self.slots.topology.capacity, dict.fromkeys(self._rack_nodes, 0)
+        for n in self.pool.nodes(UP):
+            held[self._rack_of[n]] += capacity[n]
+        return held
 
     def _removable(self, node: int) -> bool:
         return False

@@ -101,13 +101,16 @@ class Slots:
     type_of: tuple[str, ...]
 
 
-def most_gpus(spec: AutoscaleSpec) -> int:
+def most_gpus(spec: AutoscaleSpec, rack: str | None = None) -> int:
     """The most GPUs ``spec``'s nodes can hold up at once: every type's ``min_nodes``, then the
     types with the most GPUs per node first, as far as ``max_nodes`` and ``max_workers`` allow (a
-    job asking more can never run)."""
-    types = list(spec.node_types.values())
+    job asking more can never run). With ``rack``: inside that rack alone (the other racks'
+    ``min_nodes`` still take their share of ``max_workers``), what a job that requires one rack
+    can have there."""
+    every = list(spec.node_types.values())
+    types = [t for t in every if rack is None or t.rack == rack]
     total = sum(t.min_nodes * t.gpus for t in types)
-    left = None if spec.max_workers is None else spec.max_workers - sum(t.min_nodes for t in types)
+    left = None if spec.max_workers is None else spec.max_workers - sum(t.min_nodes for t in every)
     for t in sorted(types, key=lambda t: -t.gpus):
         more = t.max_nodes - t.min_nodes if left is None else min(t.max_nodes - t.min_nodes, left)
         total += more * t.gpus
