@@ -40,7 +40,9 @@ def _free_port() -> int:
 
 
 def autoscaling_config(spec: AutoscaleSpec, gcs_address: str, cpus_per_node: int = 1) -> dict[str, object]:
-    """The fake provider's cluster config: ``spec``'s node types with fake GPUs and labels."""
+    """The fake provider's cluster config: ``spec``'s node types with fake GPUs and labels; Ray's
+    cluster-wide ``max_workers`` is the spec's ``max_workers`` where it sets one (as far as the
+    types' ``max_nodes`` add up), else their sum (Ray started ``max_nodes`` whatever the spec's cap)."""
     types: dict[str, object] = {HEAD_TYPE: {"resources": {}, "node_config": {}, "max_workers": 0}}
     for name, t in spec.node_types.items():
         labels = {
@@ -53,9 +55,10 @@ def autoscaling_config(spec: AutoscaleSpec, gcs_address: str, cpus_per_node: int
             "resources": {"CPU": cpus_per_node, "GPU": t.gpus, f"deepshare_fabric_{t.fabric}": 1},
             "labels": labels, "node_config": {}, "min_workers": t.min_nodes, "max_workers": t.max_nodes,
         }
+    slots = sum(t.max_nodes for t in spec.node_types.values())
     return {
         "cluster_name": "deepshare-fake",
-        "max_workers": sum(t.max_nodes for t in spec.node_types.values()),
+        "max_workers": slots if spec.max_workers is None else min(spec.max_workers, slots),
         "upscaling_speed": 1.0,
         "idle_timeout_minutes": spec.idle_timeout_s / 60.0,
         "provider": {"type": "external", "module": "deepshare.raycluster.fake_provider.NamedFakeProvider",

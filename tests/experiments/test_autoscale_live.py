@@ -47,6 +47,17 @@ def test_the_fake_provider_config_passes_rays_own_validation():
     assert config["idle_timeout_minutes"] == 0.25
 
 
+def test_the_fake_provider_config_keeps_the_specs_max_workers():
+    # one type of 3 slots, max_workers 2: Ray was told 3 (the slots' sum) and could start a third node
+    prepare_config, validate_config = raycompat.cluster_config_prepare_and_validate()
+    spec = parse_autoscale_spec("max_workers: 2\nnode_types: {gpu4: {gpus: 4, price_usd_per_hour: 1, min_nodes: 1, max_nodes: 3}}\n")
+    config = autoscaling_config(spec, "127.0.0.1:1234")
+    validate_config(prepare_config(copy.deepcopy(config)))
+    assert config["max_workers"] == 2
+    assert autoscaling_config(spec.model_copy(update={"max_workers": 5}), "127.0.0.1:1234")["max_workers"] == 3
+    assert autoscaling_config(spec.model_copy(update={"max_workers": None}), "127.0.0.1:1234")["max_workers"] == 3
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
