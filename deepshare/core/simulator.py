@@ -100,7 +100,10 @@ class ClusterControl(Protocol):
 
         A control may also define ``most_gpus() -> int``, the most GPUs its nodes can ever hold
         up at once (fewer than the topology's when a cap such as ``max_workers`` binds): a job
-        asking more is rejected on arrival rather than left queued for ever."""
+        asking more is rejected on arrival rather than left queued for ever; and
+        ``refusals(specs) -> {trace position: reason}``, jobs of the trace its nodes can never
+        hold for another reason (a topology request no domain can meet under its caps): they are
+        rejected on arrival with that reason, unless the simulator already refuses them."""
 
 
 class SimulationStalled(DeepShareError):
@@ -482,6 +485,10 @@ class Simulator:
             control.attach(self)
         limit = getattr(control, "most_gpus", None)  # asked once its initial nodes are up
         self._most_gpus = self.topology.total_gpus if limit is None else limit()
+        refusals = getattr(control, "refusals", None)
+        if refusals is not None:
+            for index, why in refusals(self._specs).items():
+                self._refused.setdefault(index, why)  # the simulator's own reason first
         if resume is not None:
             self._restore(resume)
 

@@ -31,7 +31,7 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
 
 A job that requires one rack asking more GPUs than any rack can hold up at once (under
 ``max_nodes``, ``max_workers`` and the other racks' ``min_nodes``; for ``fixed``, the rack's
-nodes) is rejected on arrival (:meth:`Autoscaler.refuse_out_of_reach`).
+nodes) is rejected on arrival (:meth:`Autoscaler.refusals`).
 
 Preemptions and migrations of the policy's decision pass unchanged; predictions are made
 against the running jobs as they are (preempted ones still count as neighbours).
@@ -52,6 +52,7 @@ from deepshare.core.view import ClusterView, JobView
 
 if TYPE_CHECKING:  # pragma: no cover
     from deepshare.core.simulator import PolicyLike, Simulator
+    from deepshare.core.types import JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,32 +124,34 @@ class Autoscaler:
                 self.pool.mark_ready(inst.node)
                 sim.set_node_up(inst.node, True)
         self.on_change()
-        self.refuse_out_of_reach(sim)
 
     def rack_gpus(self) -> dict[str, int]:
         """The most GPUs each rack can hold up at once (:func:`most_gpus` of the rack)."""
         return {rack: most_gpus(self.spec, rack) for rack in self._rack_nodes}
 
-    def refuse_out_of_reach(self, sim: "Simulator") -> None:
-        """Have ``sim`` reject on arrival each job that requires one rack holding more GPUs than
-        any rack can have up at once (:meth:`rack_gpus`; slices of the rack level rounded down).
-        The simulator's own check counts every slot of the rack, as if ``max_workers`` and the
-        other racks' ``min_nodes`` did not bind: such a job was admitted and the run stalled.
-        A job the simulator already refuses, or one over :meth:`most_gpus`, keeps its reason."""
+    def refusals(self, specs: Sequence["JobSpec"]) -> dict[int, str]:
+        """The trace positions of ``specs`` to reject on arrival (the simulator's control hook):
+        jobs that require one rack holding more GPUs than any rack can have up at once
+        (:meth:`rack_gpus`; slices of the rack level rounded down). The simulator's own check
+        counts every slot of the rack, as if ``max_workers`` and the other racks' ``min_nodes``
+        did not bind: such a job was admitted and the run stalled. A job over :meth:`most_gpus`
+        is left to that check, and the simulator keeps its own reason for a job it refuses."""
         fabric, most = self.slots.topology.fabric, self.most_gpus()
         reach = self.rack_gpus()
         level = next((i for i, lv in enumerate(fabric.levels) if lv.name == "rack"), None)
-        for index, job in enumerate(sim._specs):  # the trace positions the simulator rejects by
+        found: dict[int, str] = {}
+        for index, job in enumerate(specs):
             request = job.topology
-            if (request.required_level is None or index in sim._refused or job.gpus > most
+            if (request.required_level is None or job.gpus > most
                     or level is None or fabric.level_index(request.required_level) != level):
                 continue
             size = request.slice_size if request.slice_level == request.required_level and request.slice_size else 1
             best = max(gpus // size * size for gpus in reach.values())
             if job.gpus > best:
                 cap = "" if self.spec.max_workers is None else f", max_workers {self.spec.max_workers}"
-                sim._refused[index] = (f"its topology request: {job.gpus} GPUs inside one {request.required_level} "
-                                       f"domain, and at most {best} can be up in one at once (max_nodes{cap}, min_nodes)")
+                found[index] = (f"its topology request: {job.gpus} GPUs inside one {request.required_level} "
+                                f"domain, and at most {best} can be up in one at once (max_nodes{cap}, min_nodes)")
+        return found
 
     def on_timer(self, token: int) -> None:
         sim = self._require_sim()

@@ -29,7 +29,6 @@ class FixedCluster(Autoscaler):
                     self.pool.mark_ready(inst.node)
                     sim.set_node_up(inst.node, True)
         self.on_change()
-        self.refuse_out_of_reach(sim)
 
     def most_gpus(self) -> int:
         """Its nodes are all up from t = 0: what they hold."""
