@@ -25,8 +25,8 @@ from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
 from deepshare.cli.args import (
-    add_sim_args, add_trace_args, check_policies, contention_model, in_range, load_trace, print_line, sim_config, sim_inputs,
-    wait_seconds,
+    add_sim_args, add_trace_args, check_policies, contention_model, in_range, information_model, load_trace, past_history,
+    print_line, sim_config, sim_inputs, wait_seconds,
 )
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -120,7 +120,8 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     check_policies([args.policy], "--policy")
     spec = load_config(args.config)
     trace = load_trace(args)
-    scenario = Scenario(None, trace.jobs, contention_model(args), sim_config(args), autoscale=spec)
+    scenario = Scenario(None, trace.jobs, contention_model(args), sim_config(args), autoscale=spec,
+                        information=information_model(args, args.seed), history=past_history(args))
     reports = run_autoscalers(scenario, args.policy, names)
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "

@@ -40,14 +40,15 @@ def parse_autoscalers(text: str) -> list[str]:
 
 def run_autoscalers(scenario: Scenario, policy: str, autoscalers: Sequence[str]) -> list[AutoscaleReport]:
     """One report per autoscaler, in the given order, same trace, policy and cluster model
-    (``scenario.autoscale`` gives the node pools)."""
+    (``scenario.autoscale`` gives the node pools), with the scenario's information model and history."""
     if scenario.autoscale is None:
         raise DeepShareError("run_autoscalers needs a scenario with an autoscaling spec (Scenario(None, jobs, autoscale=spec))")
     make_policy(policy)  # a bad name fails before any run
     reports = []
     for name in autoscalers:
         report, _ = simulate_autoscaled(
-            scenario.autoscale, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config
+            scenario.autoscale, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config,
+            information=scenario.information, history=scenario.history,
         )
         reports.append(report)
     return reports

@@ -12,6 +12,8 @@ from deepshare.core.autoscaling.spec import AutoscaleSpec, Slots, build_slots
 from deepshare.core.contention import ContentionModel
 from deepshare.core.simulator import PolicyLike, SimConfig, Simulator
 from deepshare.core.errors import DeepShareError
+from deepshare.core.history import JobHistory
+from deepshare.core.information import EXACT, InformationModel
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, default_catalog
 
@@ -39,10 +41,14 @@ def simulate_autoscaled(
     contention: ContentionModel,
     catalog: Catalog | None = None,
     config: SimConfig = SimConfig(),
+    information: InformationModel = EXACT,
+    history: JobHistory | None = None,
 ) -> tuple[AutoscaleReport, Simulator]:
-    """Run ``policy`` under ``autoscaler`` (a name in :data:`AUTOSCALERS`) on ``spec``'s pools."""
+    """Run ``policy`` under ``autoscaler`` (a name in :data:`AUTOSCALERS`) on ``spec``'s pools;
+    ``information`` and ``history`` are the :class:`~deepshare.core.simulator.Simulator`'s."""
     slots = build_slots(spec)
     scaler = make_autoscaler(autoscaler, spec, slots)
-    sim = Simulator(slots.topology, jobs, contention, catalog=catalog or default_catalog(), config=config, control=scaler)
+    sim = Simulator(slots.topology, jobs, contention, catalog=catalog or default_catalog(), config=config, control=scaler,
+                    information=information, history=history)
     metrics = sim.run(AutoscaledPolicy(policy, scaler))
     return build_autoscale_report(scaler, metrics), sim
