@@ -207,6 +207,9 @@ def add_information_args(p: argparse.ArgumentParser, history: bool = True) -> No
 
 
 def cluster_topology(args: argparse.Namespace) -> Topology:
+    if args.cluster is not None and not args.cluster.strip():  # an unset variable, not a wish for the default
+        raise DeepShareError(f"--cluster {args.cluster!r}: expected a preset ({', '.join(preset_names())}) or a cluster "
+                             "spec file; leave the flag out for testbed")
     if args.cluster and args.nodes:
         raise DeepShareError("give either --cluster or --nodes/--gpus-per-node, not both")
     if args.gpus_per_node and not args.nodes:

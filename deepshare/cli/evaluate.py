@@ -37,6 +37,40 @@ def _suite_inputs(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+SUITE_USES = {"command", "func", "suite", "workers", "address", "tenants", "out", "json", "no_progress"}
+"""``evaluate``'s flags that a suite run uses (``--no-progress``: a suite shows no bar either); it
+refuses every other flag given, each of which sets what a suite file sets itself."""
+
+SUITE_SETS = {
+    "trace": "a suite file sets its traces", "format": "a suite file sets its traces", "mix": "a suite file sets its mixes",
+    "policies": "a suite file sets its heuristics and learned policies", "seeds": "a suite file sets its seeds",
+    "cluster": "a suite file sets its clusters and fabrics", "nodes": "a suite file sets its clusters and fabrics",
+    "gpus_per_node": "a suite file sets its clusters and fabrics",
+    "contention": "a suite file sets its contention models", "link_params": "a suite file sets its contention models",
+    "true_params": "a suite file sets its contention models and perturb_contention",
+    "perturb_contention": "a suite file sets perturb_contention", "perturb_seed": "a suite file sets perturb_seed",
+    "durations": "a suite file sets its durations", "estimate_error": "a suite file sets its estimate_error",
+    "contention_knowledge": "a suite file sets its contention_knowledge",
+    "history": "a suite's runs start with no job history",
+    "round_s": "a suite runs with the simulator's default round and overheads",
+    "preempt_overhead_s": "a suite runs with the simulator's default round and overheads",
+    "migrate_overhead_s": "a suite runs with the simulator's default round and overheads",
+}
+"""Why a suite run refuses each flag (a flag missing here is refused all the same)."""
+
+
+def refuse_simulation_flags(args: argparse.Namespace) -> None:
+    """With ``--suite``: one error naming the first flag given (its value differs from the default)
+    that a suite run would ignore."""
+    from deepshare.cli import build_parser
+
+    defaults = vars(build_parser().parse_args(["evaluate"]))
+    for dest, default in defaults.items():
+        if dest not in SUITE_USES and getattr(args, dest, default) != default:
+            why = SUITE_SETS.get(dest, "a suite file sets its runs' settings")
+            raise DeepShareError(f"--suite: drop --{dest.replace('_', '-')} ({why})")
+
+
 def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.table import Table
 
@@ -46,6 +80,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.suite:
         from deepshare.cli.suite_tables import cmd_suite
 
+        refuse_simulation_flags(args)
         from deepshare.experiments.pareto_plot import PARETO_FILE
 
         check_outputs({"--json": args.json, "--out": folder_outputs(args.out, (PARETO_FILE,))}, _suite_inputs(args),
@@ -54,6 +89,9 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
         return cmd_suite(args, out, err)
     if not args.trace or not args.policies:
         raise DeepShareError("evaluate: --trace and --policies are required (or --suite NAME)")
+    if args.workers is not None:
+        raise DeepShareError("--workers: only with --suite (a --trace run's seeds and policies run in this process, "
+                             "or as Ray tasks with --address)")
     names = policy_list(args.policies)
     check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, sim_inputs(args, names),
                   new_folders=[args.out])
@@ -111,11 +149,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_trace_args(p, required=False, seed=False)
     p.add_argument("--suite", metavar="NAME|PATH",
                    help="run a benchmark suite instead of one trace: a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tenants-learned, tiny) or a suite YAML "
-                   "(deepshare/experiments/suite.py); "
+                   "(deepshare/experiments/suite.py), which sets the traces, clusters, contention and seeds (only --workers, "
+                   "--address, --tenants, --out, --json and --no-progress go with it); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
                    "saying why (and in the JSON's \"failed\"), and the command exits 1")
-    p.add_argument("--workers", type=in_range(int, 1, 64, "processes"), default=1,
-                   help="with --suite: processes running cells in parallel on this machine (same results for any count; "
+    p.add_argument("--workers", type=in_range(int, 1, 64, "processes"),
+                   help="only with --suite: processes running cells in parallel on this machine (same results for any count; "
                    "default 1; not with --address)")
     add_address_flag(p, "the suite's (cell, policy) runs, or the (seed, policy) runs,")
     p.add_argument("--policies", metavar="A,B,...",

@@ -88,7 +88,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     check_outputs({"--out": args.out}, {"--cluster": args.cluster})
     if args.rate is not None and args.load is not None:
         raise DeepShareError("give either --rate or --load, not both")
-    if args.load is None and (args.cluster or args.nodes or args.gpus_per_node):
+    if args.load is None and (args.cluster is not None or args.nodes or args.gpus_per_node):
         raise DeepShareError("--cluster/--nodes/--gpus-per-node only size an offered --load; give --load too")
     total_gpus = cluster_topology(args).total_gpus if args.load is not None else None
     trace = generate(

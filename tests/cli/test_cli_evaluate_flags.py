@@ -1,0 +1,55 @@
+"""``evaluate``'s flags that belong to one mode only: with ``--suite`` every simulation flag is
+refused (the suite file sets those), ``--workers`` only sizes a suite's pool, and an empty
+``--cluster`` is no cluster."""
+
+from __future__ import annotations
+
+import pytest
+from cli_run import cli, one_error_line
+
+from deepshare.cli import build_parser
+from deepshare.cli.evaluate import SUITE_USES
+
+SIMULATION_FLAGS = {
+    "--trace": "t.csv", "--format": "canonical", "--mix": "heavy", "--policies": "fifo+spread", "--seeds": "2",
+    "--cluster": "testbed", "--nodes": "4", "--gpus-per-node": "4", "--contention": "link", "--link-params": "lp.json",
+    "--true-params": "lp.json", "--perturb-contention": "0.1", "--perturb-seed": "1", "--durations": "exact",
+    "--estimate-error": "0.5", "--contention-knowledge": "learned", "--history": "past.csv", "--round-s": "60",
+    "--preempt-overhead-s": "1", "--migrate-overhead-s": "1",
+}
+
+
+def test_every_evaluate_flag_is_either_used_by_a_suite_or_refused_with_it():
+    dests = set(vars(build_parser().parse_args(["evaluate"])))
+    assert dests - SUITE_USES == {f[2:].replace("-", "_") for f in SIMULATION_FLAGS}
+
+
+@pytest.mark.parametrize("flag", sorted(SIMULATION_FLAGS))
+def test_suite_refuses_each_simulation_flag(capsys, tmp_path, flag):
+    out, json_path = tmp_path / "out", tmp_path / "s.json"
+    rc, _, err = cli(capsys, "evaluate", "--suite", "tiny", flag, SIMULATION_FLAGS[flag], "--out", out, "--json", json_path)
+    assert rc == 2
+    one_error_line(err, f"drop {flag} (")
+    assert not out.exists() and not json_path.exists()
+
+
+def test_workers_without_suite_is_refused(capsys, tmp_path):
+    rc, _, err = cli(capsys, "evaluate", "--trace", tmp_path / "t.csv", "--policies", "fifo+spread", "--workers", "8")
+    assert rc == 2
+    one_error_line(err, "--workers: only with --suite")
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--policies", "fifo+spread"], ["simulate", "--policy", "fifo+spread"],
+                                     ["compare", "--policies", "fifo+spread"]])
+def test_an_empty_cluster_is_refused(capsys, tmp_path, command):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\nj0,0,FSDP,2,600,\n")
+    rc, _, err = cli(capsys, *command, "--trace", trace, "--cluster", "")
+    assert rc == 2
+    one_error_line(err, "--cluster ''", "expected a preset", "leave the flag out for testbed")
+
+
+def test_trace_generate_refuses_an_empty_cluster_without_load(capsys, tmp_path):
+    rc, _, err = cli(capsys, "trace", "generate", "--jobs", "3", "--cluster", "", "--out", tmp_path / "g.csv")
+    assert rc == 2
+    one_error_line(err, "--cluster/--nodes/--gpus-per-node only size an offered --load")
