@@ -12,7 +12,7 @@ import argparse
 import re
 from typing import Any, Callable, Sequence
 
-from deepshare.core.bounds import MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_GENERATED_JOBS, MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -96,7 +96,7 @@ round_seconds = in_range(float, 1, 1e7, "seconds")
 overhead_seconds = in_range(float, 0, 1e6, "seconds")
 node_count = in_range(int, 1, 65_536, "nodes")
 gpus_per_node = in_range(int, 1, 1024, "GPUs")
-job_count = in_range(int, 1, 10_000_000, "jobs")
+job_count = in_range(int, 1, MAX_GENERATED_JOBS, "jobs")
 arrival_rate = in_range(float, 1e-9, 1e6, "jobs/s")
 offered_load = in_range(float, MIN_OFFERED_LOAD, 100)
 duration_seconds = in_range(float, 1, 1e9, "seconds")

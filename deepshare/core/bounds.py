@@ -85,6 +85,9 @@ it the arrivals of a few hundred jobs spread past the latest submission time a t
 and the error named a job's field rather than the load."""
 MAX_GRID_LOAD = 10.0
 """The most offered load a suite's grid or training's generated episodes may use."""
+MAX_GENERATED_JOBS = 10_000_000
+"""The most jobs one generated trace may hold: ``trace generate --jobs`` and training's
+``generated_jobs``."""
 
 
 def grid_load_ok(value: object) -> bool:

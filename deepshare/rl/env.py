@@ -62,6 +62,7 @@ from deepshare.policies.extra_features import check_extra_features
 from deepshare.policies.learned import MAX_ANCHOR_STREAK, HybridRules, is_anchor_streak, take
 from deepshare.policies.order import ORDERS
 from deepshare.policies.placement import PLACEMENTS
+from deepshare.rl.env_checks import check_env_numbers
 from deepshare.rl.generated import GeneratedEpisode, check_generated, draw_generated, generated_presets
 
 FEATURE_BOUND = 50.0
@@ -72,7 +73,9 @@ MAX_REDRAWS = 64
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Scenario, reward and encoding of the environment (RLlib passes it as a dict)."""
+    """Scenario, reward and encoding of the environment (RLlib passes it as a dict). :meth:`from_dict`
+    checks every field; the ranges of the reward, simulation and safety-net numbers are in
+    :mod:`deepshare.rl.env_checks`, those of the generated episodes' in :func:`~deepshare.rl.generated.check_generated`."""
 
     traces: tuple[str, ...] = ()
     """Trace files to draw episodes from (any supported format)."""
@@ -231,6 +234,7 @@ class EnvConfig:
                                  f"{sorted(PLACEMENTS)} or null, got {list(config.generators)!r}")
         if config.generated_clusters is None:
             raise DeepShareError("env config: generated_clusters: expected a list of cluster presets ([] for none)")
+        check_env_numbers(config)
         check_generated(config)
         return config
 

@@ -25,9 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.bounds import MAX_GENERATED_JOBS
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.topology import Topology, load_topology, uniform
-from deepshare.core.traces import RecurrenceModel, generate, mix_preset
+from deepshare.core.traces import MIX_PRESETS, RecurrenceModel, generate, mix_preset
 from deepshare.core.traces.generator import check_demand_fits, parse_demand, topology_asks
 from deepshare.core.types import JobSpec
 
@@ -72,6 +73,17 @@ def check_generated(config: Any) -> None:
     """Validate an :class:`~deepshare.rl.env.EnvConfig`'s generated-episode fields; a
     DeepShareError names the bad field. (``config`` is typed loosely: env.py imports this module.)"""
     presets = generated_presets(config)
+    jobs = config.generated_jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_GENERATED_JOBS:
+        raise DeepShareError(f"env config: generated_jobs: expected an integer from 1 to {MAX_GENERATED_JOBS:,} "
+                             f"(as trace generate --jobs), got {shown(jobs)}")
+    mixes = config.generated_mixes
+    if not mixes or any(m not in MIX_PRESETS for m in mixes):
+        raise DeepShareError(f"env config: generated_mixes: expected one or more of {', '.join(MIX_PRESETS)}, "
+                             f"got {shown(list(mixes))}")
+    if not config.generated_nodes and not presets:
+        raise DeepShareError("env config: generated_nodes: expected one or more node counts (or generated_clusters "
+                             "in their place), got []")
     per_node = config.generated_jobs_per_node
     if per_node is not None and (isinstance(per_node, bool) or not isinstance(per_node, int) or not 1 <= per_node <= 1000):
         raise DeepShareError(f"env config: generated_jobs_per_node must be an integer from 1 to 1000 or null, got {per_node!r}")

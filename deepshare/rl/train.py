@@ -181,7 +181,10 @@ def parse_train_config(text: str, source: Path) -> TrainConfig:
     config = config.model_copy(update={"ppo": check_ppo(config.ppo, str(source))})
     if config.model.init_from:
         config = with_init_from(config, _relative_to(config.model.init_from, source.parent))
-    env = config.env_config(source.parent)  # validate the env section now, not inside a worker
+    try:
+        env = config.env_config(source.parent)  # validate the env section now, not inside a worker
+    except DeepShareError as exc:
+        raise DeepShareError(f"{source}: {exc}") from None
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
     if env.traces:
