@@ -124,7 +124,7 @@ def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: igno
 
 def policy_list(text: str) -> list[str]:
     """``--policies A,B,...`` as checked registry names; an item holding a comma (a policy file's
-    path) is quoted as in CSV: ``fifo,"rl-base=runs/a,b/policy.pt"``."""
+    path) is quoted as in CSV: ``fifo,"rl-base=runs/a,b/policy.pt"``; each name at most once."""
     import csv
 
     try:
@@ -135,6 +135,9 @@ def policy_list(text: str) -> list[str]:
     names = [n.strip() for row in rows for n in row if n.strip()]
     if not names:
         raise DeepShareError(f"--policies {text!r}: expected comma-separated policy names")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # it would run twice and keep one result under its name
+        raise DeepShareError(f"--policies: {', '.join(repeated)} listed more than once")
     check_policies(names, "--policies")
     return names
 
