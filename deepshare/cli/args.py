@@ -235,7 +235,7 @@ def prior_model(args: argparse.Namespace) -> ContentionModel:
         raise DeepShareError("--link-params needs --contention link")
     from deepshare.core.contention.link import load_link_catalog
 
-    return make_contention("link", link_catalog=load_link_catalog(args.link_params))
+    return make_contention("link", link_catalog=flagged("--link-params", load_link_catalog, args.link_params))
 
 
 def contention_model(args: argparse.Namespace) -> ContentionModel:
@@ -310,7 +310,7 @@ def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[s
     """Every input file of a simulating command, by flag (for :func:`check_outputs`)."""
     return {
         "--trace": args.trace,
-        "--cluster": getattr(args, "cluster", None),
+        "--cluster": getattr(args, "cluster", None) or None,  # '': cluster_topology names the presets
         "--link-params": getattr(args, "link_params", None),
         "--true-params": getattr(args, "true_params", None),
         "--history": getattr(args, "history", None),

@@ -119,6 +119,10 @@ def _teacher(args: argparse.Namespace, metadata: dict[str, Any]) -> str | None:
     return None
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed ``--seed`` takes (:data:`deepshare.cli.args.seed_value`)."""
+
+
 def _seeds(text: str | None) -> list[int]:
     if text is None:
         return []
@@ -126,8 +130,8 @@ def _seeds(text: str | None) -> list[int]:
         seeds = [int(s) for s in text.split(",")]
     except ValueError:
         raise DeepShareError(f"--seeds-tried {text!r}: expected integers separated by commas, e.g. 0,1,2") from None
-    if any(s < 0 for s in seeds):
-        raise DeepShareError(f"--seeds-tried {text!r}: expected seeds >= 0")
+    if any(not 0 <= s <= MAX_SEED for s in seeds):
+        raise DeepShareError(f"--seeds-tried {text!r}: expected seeds from 0 to {MAX_SEED} (as --seed)")
     return seeds
 
 
@@ -200,7 +204,11 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     for name in args.loaded_by or ():
         from deepshare.policies import policy_info
 
-        if policy_info(name).heuristic:
+        try:
+            heuristic = policy_info(name).heuristic
+        except DeepShareError as exc:
+            raise DeepShareError(f"--loaded-by: {exc}") from None
+        if heuristic:
             raise DeepShareError(f"--loaded-by {name}: a heuristic loads no policy file")
     seeds = _seeds(args.seeds_tried)
     flagged = _flag_rules(args)
@@ -209,6 +217,12 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     commit, dirty, commit_note = _commit(args)
 
     scorer, encoding, metadata = scorer_from_file(args.source)
+    try:
+        training = training_of(metadata, args.training_command, seeds)
+    except ValidationError as exc:
+        raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
+    if seeds and training.seed is not None and training.seed not in seeds:
+        raise DeepShareError(f"--seeds-tried {args.seeds_tried!r}: must include the file's training seed {training.seed}")
     rules = _rules(args, metadata, flagged)
     teacher = _teacher(args, metadata)
     figures = {}
@@ -246,7 +260,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
             card = PolicyCard(
                 card=1, weights=dest.name, weights_sha256=hashlib.sha256(data).hexdigest(), loaded_by=list(args.loaded_by or ()),
                 kind=args.kind, summary=args.summary or summary_of(args.kind, card_rules), teacher=teacher,
-                training=training_of(metadata, args.training_command, seeds),
+                training=training,
                 information=information_of(metadata, {k: getattr(encoding, k, None) for k in ("extra_features", "offer_order")}),
                 commit=commit, commit_dirty=dirty, commit_note=commit_note, rules=card_rules, figures=figures,
                 figures_note=None if figures else (args.figures_note or DEFAULT_FIGURES_NOTE), notes=args.notes,

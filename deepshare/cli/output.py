@@ -103,7 +103,8 @@ def check_outputs(
     None (not given). ``-`` for ``--json`` is standard output and never a file; for any other
     output flag it is refused (it would create a file named ``-``). An input that does not exist
     is still compared by its path: a command that reports a missing input (``cluster validate``
-    lists it as failed) must not then write its report under that input's name. Outputs inside
+    lists it as failed) must not then write its report under that input's name; an empty input
+    path is refused, naming its flag. Outputs inside
     ``new_folders`` (folders the command creates) are not required to have an existing folder.
     """
     for flag, path in _pairs(outputs):
@@ -116,6 +117,9 @@ def check_outputs(
     made = [resolved(f) for f in new_folders if f is not None]
     for flag, path in flagged_out:
         _check_writable(flag, path, made)
+    for flag, path in _pairs(inputs):
+        if not path:  # an unset variable: the error would name no file and no flag
+            raise DeepShareError(f"{flag} '': an empty path; give {flag} a file path")
     flagged_in = [(flag, p) for flag, p in _pairs(inputs) if not os.path.isdir(p)]  # never OSError
     seen: list[tuple[str, str]] = []
     for flag, path in flagged_out:

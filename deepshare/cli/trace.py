@@ -85,7 +85,7 @@ def _topology_flags(args: argparse.Namespace, total_gpus: int | None) -> dict[st
 
 
 def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> int:
-    check_outputs({"--out": args.out}, {"--cluster": args.cluster})
+    check_outputs({"--out": args.out}, {"--cluster": args.cluster or None})  # '': refused below, naming the presets
     if args.rate is not None and args.load is not None:
         raise DeepShareError("give either --rate or --load, not both")
     if args.load is None and (args.cluster is not None or args.nodes or args.gpus_per_node):

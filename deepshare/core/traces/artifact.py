@@ -26,10 +26,11 @@ from deepshare.core.traces.base import (
     integer,
     is_blank,
     make_job,
-    number,
     parse_json,
     require_mapping,
+    samples,
     text_field,
+    timestamp,
     topology_request,
 )
 from deepshare.core.errors import DeepShareError
@@ -69,8 +70,8 @@ def parse(text: str, source: str, *, data: Any = None, **_: Any) -> Trace:
                 job_id=job_id,
                 model=text_field(entry.get("model"), loc, "model"),
                 gpus=integer(entry.get("gpu_demand"), loc, "gpu_demand"),
-                submit_time=0.0 if is_blank(arrival) else number(arrival, loc, "arrival_time", minimum="nonnegative"),
-                total_samples=number(entry.get("total_samples_to_train"), loc, "total_samples_to_train", minimum="positive"),
+                submit_time=0.0 if is_blank(arrival) else timestamp(arrival, loc, "arrival_time"),
+                total_samples=samples(entry.get("total_samples_to_train"), loc, "total_samples_to_train"),
                 **features(entry, loc, {name: name for name in FEATURES}),
                 topology=topology_request(entry, loc),
             )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
@@ -71,7 +72,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
         ids.add(job_id, loc, f"line {line}")
         gpus = integer(row["gpu_num"], loc, "gpu_num", minimum=0)
         submit = _submit(row["submit_time"], loc, kinds, line)
-        duration = math.nan if is_blank(row["duration"]) else number(row["duration"], loc, "duration")
+        duration = math.nan if is_blank(row["duration"]) else number(row["duration"], loc, "duration", maximum=MAX_DURATION_S)
         if gpus == 0:
             skipped.append((job_id, f"line {line}: CPU job (gpu_num 0)"))
         elif not duration > 0:

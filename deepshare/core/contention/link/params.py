@@ -32,8 +32,9 @@ from importlib import resources
 from pathlib import Path
 
 from deepshare.core.documents import load_json
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.contention.link import llm
+from deepshare.core.contention.link.file_shape import number, section, table
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.workloads import Catalog, default_catalog, remember
 
@@ -234,21 +235,24 @@ class LinkCatalog:
     @staticmethod
     def from_json(text: str, source: str = "<link params>") -> "LinkCatalog":
         doc = load_json(text, source, "a link-parameter file")
-        try:
-            models = doc["models"]
-            params = {}
-            for name, values in models.items():
-                try:
-                    params[name] = LinkParams(**values)
-                except DeepShareError as exc:
-                    raise DeepShareError(f"{source}: models.{str(name)[:64]}: {exc}") from None
-            kappa = {v: {a: float(x) for a, x in row.items()} for v, row in doc.get("kappa", {}).items()}
-            sensitivity = {m: {k: float(x) for k, x in row.items()} for m, row in doc.get("sensitivity", {}).items()}
-            scale = {m: float(x) for m, x in doc.get("scale", {}).items()}
-        except OverflowError:  # an integer of hundreds of digits: no float holds it
-            raise DeepShareError(f"{source}: not a link-parameter file (a number too large for a float)") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise DeepShareError(f"{source}: not a link-parameter file ({exc})") from None
+        if not isinstance(doc, dict):
+            raise DeepShareError(f"{source}: expected a link-parameter file's object (models, kappa, sensitivity), "
+                                 f"got {shown(doc)}")
+        params = {}
+        for name, values in section(doc, "models", source, "model names to parameters", required=True).items():
+            where = f"{source}: models.{str(name)[:64]}"
+            if not isinstance(values, dict):
+                raise DeepShareError(f"{where}: expected a mapping of link parameters, got {shown(values)}")
+            try:
+                params[name] = LinkParams(**values)
+            except DeepShareError as exc:
+                raise DeepShareError(f"{where}: {exc}") from None
+            except TypeError as exc:  # a key LinkParams lacks, or one missing
+                raise DeepShareError(f"{where}: {exc}") from None
+        kappa = table(doc, "kappa", source, "aggressor models to factors")
+        sensitivity = table(doc, "sensitivity", source, "'gpus,nodes' placements to factors")
+        scale = {m: number(x, f"{source}: scale.{str(m)[:64]}")
+                 for m, x in section(doc, "scale", source, "models to factors").items()}
         for model, row in sensitivity.items():  # fitted ones are 0.54 to 1.85
             for key, value in row.items():
                 if not 0 < value <= MAX_KAPPA:
