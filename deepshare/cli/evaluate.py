@@ -95,18 +95,23 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     names = policy_list(args.policies)
     check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, sim_inputs(args, names),
                   new_folders=[args.out])
-    topology = cluster_topology(args)  # checked before --out is made
+    # Every input is read and checked before --out is made: a bad one leaves no empty folder.
+    topology = cluster_topology(args)
     mix = flagged("--mix", mix_from_spec, args.mix)
+    first = load(args.trace, format=args.format, mix=mix, seed=0)
+    contention, history, tenants = contention_model(args), past_history(args), tenants_of(args)
     if args.out:  # made before the run: the README puts --json inside it
         make_folder("--out", args.out)
+
+    def trace_of(seed: int):  # type: ignore[no-untyped-def]
+        return first if seed == 0 else load(args.trace, format=args.format, mix=mix, seed=seed)
+
     with joined(args.address) as on_ray:
         verb = "done" if on_ray else "running"
         result = evaluate(
-            lambda seed: load(args.trace, format=args.format, mix=mix, seed=seed),
-            topology, names, list(range(args.seeds)), contention_model(args), sim_config(args),
+            trace_of, topology, names, list(range(args.seeds)), contention, sim_config(args),
             progress=None if not err.is_terminal else (lambda msg: err.print(f"{verb} {msg}", markup=False)),
-            information=information_model(args), history=past_history(args), on_ray=on_ray,
-            tenants=tenants_of(args),
+            information=information_model(args), history=history, on_ray=on_ray, tenants=tenants,
         )
     summary = result.summary()
     table = Table(title=f"{Path(args.trace).name} on {topology.describe()}, durations "

@@ -53,3 +53,28 @@ def test_trace_generate_refuses_an_empty_cluster_without_load(capsys, tmp_path):
     rc, _, err = cli(capsys, "trace", "generate", "--jobs", "3", "--cluster", "", "--out", tmp_path / "g.csv")
     assert rc == 2
     one_error_line(err, "--cluster/--nodes/--gpus-per-node only size an offered --load")
+
+
+@pytest.mark.parametrize("bad", ["trace", "history", "link-params", "tenants"])
+def test_a_bad_input_leaves_no_out_folder(capsys, tmp_path, bad):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\nj0,0,FSDP,2,600,\n")
+    missing = tmp_path / "missing.file"
+    flags = {"trace": ["--trace", missing], "history": ["--trace", trace, "--history", missing],
+             "link-params": ["--trace", trace, "--contention", "link", "--link-params", missing],
+             "tenants": ["--trace", trace, "--tenants", missing]}[bad]
+    out = tmp_path / "out"
+    rc, _, err = cli(capsys, "evaluate", *flags, "--policies", "fifo+spread", "--seeds", "1", "--out", out)
+    assert rc == 2
+    one_error_line(err, "missing.file")
+    assert not out.exists()
+
+
+def test_evaluate_runs_every_seed_of_the_trace(capsys, tmp_path):
+    import json
+
+    out = tmp_path / "e.json"
+    rc, _, err = cli(capsys, "evaluate", "--trace", "deepshare/data/traces/deepshare-simulate-trace0.json",
+                     "--policies", "fifo+spread", "--seeds", "2", "--json", out)
+    assert rc == 0, err
+    assert json.loads(out.read_text())["seeds"] == [0, 1]
