@@ -12,7 +12,7 @@ import errno
 import os
 from typing import Any
 
-from deepshare.cli.args import bind_host, listen_port, number, positive_int
+from deepshare.cli.args import bind_host, in_range, listen_port, number
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 
@@ -28,6 +28,10 @@ DEFAULT_MAX_PENDING = 5000
 DEFAULT_MAX_RUNNING = MAX_JOBS
 DEFAULT_DECISION_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 5.0
+MAX_REPLICAS = 256
+"""Most ``--replicas``: each is a Ray actor with the policy loaded."""
+MAX_BODY_BYTES = 1024**3
+"""Largest ``--max-body-bytes`` (1 GiB)."""
 
 EXIT_RUNTIME = 1
 """Exit status when Ray or Serve fails to start (bad input exits 2)."""
@@ -60,9 +64,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "or package.module:ClassOrFactory (default rl-hybrid)")
     p.add_argument("--host", type=bind_host, default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=listen_port, default=8000, help="HTTP port (default 8000)")
-    p.add_argument("--replicas", type=positive_int, default=1, help="Serve replicas, each with the policy loaded (default 1)")
+    p.add_argument("--replicas", type=in_range(int, 1, MAX_REPLICAS, "replicas"), default=1,
+                   help=f"Serve replicas, each with the policy loaded, 1..{MAX_REPLICAS} (default 1)")
     p.add_argument("--contention", default="profiled", help="contention model behind predictions (default profiled)")
-    p.add_argument("--max-body-bytes", type=positive_int, default=4 * 1024 * 1024, help="413 above this (default 4 MiB)")
+    p.add_argument("--max-body-bytes", type=in_range(int, 1, MAX_BODY_BYTES, "bytes"), default=4 * 1024 * 1024, metavar="N",
+                   help="413 above this, 1 byte to 1 GiB (default 4 MiB)")
     p.add_argument("--body-timeout-s", type=bounded_seconds, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
                    help=f"408 and the connection closed when a body takes longer (default {DEFAULT_BODY_TIMEOUT_S:g})")
     p.add_argument("--max-nodes", type=count(MAX_NODES), default=DEFAULT_MAX_NODES, metavar="N",
