@@ -28,10 +28,10 @@ DEFAULT_MAX_PENDING = 5000
 DEFAULT_MAX_RUNNING = MAX_JOBS
 DEFAULT_DECISION_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 5.0
+MAX_BODY_BYTES = 1024**3
+"""Largest ``--max-body-bytes`` (1 GiB), as the service's settings allow."""
 MAX_REPLICAS = 256
 """Most ``--replicas``: each is a Ray actor with the policy loaded."""
-MAX_BODY_BYTES = 1024**3
-"""Largest ``--max-body-bytes`` (1 GiB)."""
 
 EXIT_RUNTIME = 1
 """Exit status when Ray or Serve fails to start (bad input exits 2)."""

@@ -28,6 +28,10 @@ DEFAULT_DECISION_TIMEOUT_S = 5.0
 DEFAULT_BODY_TIMEOUT_S = 5.0
 
 
+MAX_BODY_BYTES = 1024**3
+"""Largest ``max_body_bytes`` a service may be given (1 GiB), from the flag or a Serve config."""
+
+
 class ServiceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -38,7 +42,7 @@ class ServiceSettings(BaseModel):
         None, min_length=MIN_TOKEN_CHARS, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN,
         description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
-    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger request bodies get 413")
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, le=MAX_BODY_BYTES, description="larger request bodies get 413 (at most 1 GiB)")
     body_timeout_s: float = Field(
         DEFAULT_BODY_TIMEOUT_S, ge=0.001, le=3600, description="a body not received whole within this gets 408 and the connection closes"
     )

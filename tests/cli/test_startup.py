@@ -108,5 +108,5 @@ def test_parser_constants_are_the_libraries_own():
     assert cluster.AUTOSCALERS == tuple(AUTOSCALERS)
     assert (serve.MAX_NODES, serve.MAX_JOBS) == (schemas.MAX_NODES, schemas.MAX_JOBS)
     for name in ("TOKEN_ENV", "DEFAULT_MAX_NODES", "DEFAULT_MAX_PENDING", "DEFAULT_MAX_RUNNING",
-                 "DEFAULT_DECISION_TIMEOUT_S", "DEFAULT_BODY_TIMEOUT_S"):
+                 "DEFAULT_DECISION_TIMEOUT_S", "DEFAULT_BODY_TIMEOUT_S", "MAX_BODY_BYTES"):
         assert getattr(serve, name) == getattr(settings, name), name

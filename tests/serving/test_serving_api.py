@@ -262,6 +262,16 @@ def test_the_settings_refuse_a_bad_tenants_text_naming_the_field():
         ServiceSettings(tenants="queues:\n  - {name: a, nominal_gpus: -1}\n")
 
 
+def test_the_settings_bound_the_body_size_as_the_flag_does():
+    """A Serve config (serve/config.yaml's args) gave any positive max_body_bytes; the flag took
+    at most 1 GiB."""
+    from pydantic import ValidationError
+
+    assert ServiceSettings(max_body_bytes=1024**3).max_body_bytes == 1024**3
+    with pytest.raises(ValidationError, match="max_body_bytes"):
+        ServiceSettings(max_body_bytes=1024**3 + 1)
+
+
 def _fake_serving(seen: list):  # type: ignore[no-untyped-def]
     """``serving`` without Ray: calls its hook and records the SIGTERM handler while 'running'."""
     import signal
