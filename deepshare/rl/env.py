@@ -40,7 +40,6 @@ End
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
