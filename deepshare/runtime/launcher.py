@@ -156,7 +156,7 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
     try:
         args = placement_group_args(job_id, attempt, spec, alloc, cluster, supports_topology_strategy(), names=names)
         pg = placement_group(**args)
-        if not pg.wait(settings.pg_timeout_s):  # removed by the teardown below: never half-started
+        if not pg.wait(settings.pg_timeout_s):  # removed by the clean-up below: never half-started
             domain = required_domain(spec, alloc, cluster)
             inside = f" inside {spec.required_level} domain {domain[1]}" if domain else ""
             raise LaunchError(f"GPUs {list(alloc)}{inside} not granted within {settings.pg_timeout_s:g} s",
@@ -193,8 +193,22 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
         _remove(actors, pg)
         raise
     except Exception as exc:  # noqa: BLE001 - any Ray error here means "not launched"
-        _remove(actors, pg)
+        _remove(actors, _own_group(pg, exc, job_id, attempt, names))
         raise LaunchError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}") from exc
+
+
+def _own_group(pg: Any, exc: BaseException, job_id: str, attempt: int, names: RunNames) -> Any:
+    """The placement group a failed launch made: its handle, or when ``placement_group()`` raised
+    after Ray had registered the group (a timeout), the group of this run's own name; none when
+    the error is that the name was taken (the group is then not this call's)."""
+    if pg is not None or "already exists" in str(exc):
+        return pg
+    import ray
+
+    try:
+        return ray.util.get_placement_group(names.pg(job_id, attempt))
+    except Exception:  # noqa: BLE001 - not registered (or Ray unreachable): nothing of ours to remove
+        return None
 
 
 def _actors(job_id: str, attempt: int, world: int, names: RunNames) -> list[Any | None]:
@@ -263,15 +277,17 @@ def teardown(job_id: str, attempt: int, world: int, *, names: RunNames) -> None:
         pg = ray.util.get_placement_group(names.pg(job_id, attempt))
     except ValueError:
         pg = None
-    _remove([actor for actor in _actors(job_id, attempt, world, names) if actor is not None], pg)
+    _remove([actor for actor in _actors(job_id, attempt, world, names) if actor is not None], pg, strict=True)
 
 
-def _remove(actors: Sequence[Any], pg: Any) -> None:
+def _remove(actors: Sequence[Any], pg: Any, strict: bool = False) -> None:
     """Kill ``actors`` (their ranks die with them) and remove placement group ``pg`` (None: none).
 
     Every rank is asked to terminate at once and given one shared wait, so a run's teardown
     takes one rank's grace rather than one per rank (a 4-rank job ignoring SIGTERM held the
-    control loop 8 s)."""
+    control loop 8 s). With ``strict`` (a teardown) a failure to remove the group is raised: the
+    caller then keeps the run open and tries again, instead of ending a run whose group still
+    holds its GPUs; a failed launch's clean-up (not strict) raises its own launch error instead."""
     import ray
 
     asked = []
@@ -293,8 +309,9 @@ def _remove(actors: Sequence[Any], pg: Any) -> None:
     if pg is not None:
         try:
             ray.util.remove_placement_group(pg)
-        except Exception:  # noqa: BLE001 - already removed
-            pass
+        except Exception:  # noqa: BLE001 - Ray down or the group gone: the launch's own error says what failed
+            if strict:
+                raise
 
 
 class RayLauncher:

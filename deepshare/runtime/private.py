@@ -79,8 +79,8 @@ def open_regular(path: str | os.PathLike[str], flags: int, parents: int = 0) -> 
     try:
         for name in names[:-1]:
             inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-            os.close(folder)
-            folder = inner
+            outer, folder = folder, inner  # the finally closes the inner one even if this close fails
+            os.close(outer)
         fd = os.open(names[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=folder)
     finally:
         os.close(folder)

@@ -130,10 +130,10 @@ class JobWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.control / "rank.log"
         self.log_start = 0
+        """Where this attempt's output starts in the log (earlier attempts' output precedes it)."""
         self.log_folders = 0
         """Folders above the log opened without following a symlink (:data:`~deepshare.runtime.logs.LOG_FOLDERS`
         for a log under the state folder, whose job folder the job's process can replace)."""
-        """Where this attempt's output starts in the log (earlier attempts' output precedes it)."""
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port on it (rank 0's answer is the rendezvous address)."""
