@@ -176,7 +176,7 @@ class PlacementClient:
         try:
             return json.loads(reply.body)
         except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
-            raise PlacementServiceError(f"{self.url}{path}: the answer is not JSON this client can read") from None
+            raise UnexpectedPlacementAnswer(f"{self.url}{path}: unexpected answer: not JSON this client can read") from None
 
 
 MAX_DETAIL_CHARS = 2000

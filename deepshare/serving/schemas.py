@@ -62,9 +62,10 @@ HeldGpus = Annotated[int, Field(gt=0, le=MAX_GPUS_PER_NODE)]
 """GPUs a running job holds on one node: 1 to a node's most (a larger number cannot be held, and a
 huge one summed per node made the consistency check's message fail with a 500)."""
 RackName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
-"""A node's rack: 1-256 characters, no control characters. Without levels it is a domain name
-(no '/' either, which :mod:`deepshare.serving.translate` checks, naming the field); with levels a
-label, which may be a path ("pod0/rack3", what a view's multi-level rack is)."""
+"""A node's rack: 1-256 characters, no control characters. Without levels it is the name of its
+domain at the one level (a cluster spec takes any such name, ``dc1/r0`` included: one level's
+names are never joined into a path); with levels a label, which may be a path ("pod0/rack3", what
+a view's multi-level rack is)."""
 """Fabric levels a request may describe (as many as a cluster spec's)."""
 
 JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
@@ -115,9 +116,9 @@ class NodeIn(_Body):
     free_gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE, description="at most gpus minus the running jobs' GPUs here")
     fabric: Literal["pcie", "nvlink"] = TESTBED_NODE_TYPE.fabric
     rack: RackName = Field("rack0", description=(
-        f"its domain at the one level, {RACK_LEVEL!r}, of a request without levels (1-256 characters, no '/' nor "
-        "control characters); with levels only a label, '/' allowed (default: its domains' path above an NVLink "
-        "level, as in a cluster spec)"))
+        f"its domain at the one level, {RACK_LEVEL!r}, of a request without levels (1-256 characters, no "
+        "control characters); with levels only a label, which may be a path (default: its domains' path above an "
+        "NVLink level, as in a cluster spec)"))
     domains: dict[DomainName, DomainName] | None = Field(
         None, max_length=MAX_LEVELS,
         description="level name -> the name of its domain there (1-256 characters, no '/'): one for each of the "

@@ -254,9 +254,6 @@ def _fabric_errors(nodes: list[NodeIn], levels: list[LevelIn] | None) -> list[Fi
             if node.domains is not None:
                 errors.append(FieldError(("body", "nodes", i, "domains"),
                                          "the request has no levels; add levels (lowest first) or drop domains"))
-            if "/" in node.rack:  # the rack level's domain name: '/' joins domain paths
-                errors.append(FieldError(("body", "nodes", i, "rack"), "a request without levels takes the rack as "
-                                         "its domain name, which has no '/' (or describe the fabric with levels)"))
         return errors
     first: dict[str, int] = {}
     for i, level in enumerate(levels):

@@ -16,7 +16,9 @@ from serving_cases import small_request
 
 from deepshare.core.contention import make_contention
 from deepshare.core.workloads import default_catalog
-from deepshare.serving.client import PlacementClient, PlacementServiceError, PlacementServiceUnavailable
+from deepshare.serving.client import (
+    PlacementClient, PlacementServiceError, PlacementServiceUnavailable, UnexpectedPlacementAnswer,
+)
 from deepshare.serving.schemas import PlacementRequest, PlacementResponse
 from deepshare.serving.translate import UnexpectedAnswer, request_to_view, response_to_decision
 
@@ -91,10 +93,12 @@ def test_an_error_body_nested_past_the_parser_is_quoted_raw_and_stays_unavailabl
     assert len(str(caught.value)) < 400
 
 
-def test_a_200_nested_past_the_parser_is_a_service_error(service):
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b"<html>ok</html>"])
+def test_a_200_that_is_not_json_is_an_unexpected_answer(service, body):
+    """A service fault like any other unexpected answer: the live scheduler searches no job for it."""
     server, client = service
-    server.answer = (200, b"[" * 100_000 + b"]" * 100_000)
-    with pytest.raises(PlacementServiceError, match="not JSON this client can read"):
+    server.answer = (200, body)
+    with pytest.raises(UnexpectedPlacementAnswer, match="unexpected answer: not JSON this client can read"):
         client.place(REQUEST)
 
 
