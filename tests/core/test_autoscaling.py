@@ -521,6 +521,21 @@ def test_no_second_removal_for_room_at_an_instant_that_requested_the_removed_typ
     assert scaler._makes_room("small")
 
 
+@pytest.mark.parametrize("a_gpus, makes_room", [(4, False), (8, True)])
+def test_a_node_is_not_swapped_for_another_type_of_no_more_gpus(a_gpus, makes_room):
+    # max_workers 2, b-0 (4 GPUs, min 1) up and b-1 up: a request 4 GPUs short. Removing b-1 would
+    # let the cheaper type a be requested; with a of 4 GPUs that covers no more of the shortfall
+    # (a boot's delay and cost for nothing), with a of 8 it covers it
+    s = spec(idle=0.0, max_workers=2, a=(a_gpus, 1.0, 0, 1, 0.0), b=(4, 2.0, 1, 2, 0.0))
+    slots = build_slots(s)
+    scaler = make_autoscaler("demand", s, slots)
+    Simulator(slots.topology, [job(1, 8, 100.0, submit=5.0)], make_contention("none"), control=scaler)
+    assert scaler._request(4, ["b"]) == [2]  # b-1
+    scaler._shortfall = (4, None)
+    assert scaler._best(8, None, freed="b") == "a"
+    assert scaler._makes_room("b") is makes_room
+
+
 def test_two_rack_jobs_waiting_together_get_their_nodes_at_once():
     # one rack of 4-GPU nodes (2 slots, boot 100 s), two 4-GPU jobs that require one rack queued at
     # 0: n-0, requested for j1, was counted again for j2, whose node came only once n-0 was up (at

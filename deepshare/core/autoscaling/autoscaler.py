@@ -189,14 +189,19 @@ class Autoscaler:
         them: ``max_workers`` cut a request short (:attr:`_shortfall`) and, with that node gone
         (its free GPUs no longer counted for the demand, its worker slot and ``max_nodes`` place
         free), the request would pick another type. A node of the type it would pick again stays:
-        removing it only to request it again thrashed (and hung when timeouts and boots were 0)."""
+        removing it only to request it again thrashed (and hung when timeouts and boots were 0).
+        Nor does a node go for another type of no more GPUs when its own GPUs count for the demand:
+        the swap would cover no more of the shortfall, at a boot's delay and cost."""
         if self._shortfall is None or self._room_frozen_at == self._require_sim().now:
             return False
         need, types = self._shortfall
-        if types is None or node_type in types:
+        counted = types is None or node_type in types
+        if counted:
             need += self.spec.node_types[node_type].gpus
         best = self._best(need, types, freed=node_type)
-        return best is not None and best != node_type
+        if best is None or best == node_type:
+            return False
+        return not counted or self.spec.node_types[best].gpus > self.spec.node_types[node_type].gpus
 
     def most_gpus(self) -> int:
         return most_gpus(self.spec)
