@@ -434,5 +434,5 @@ def test_a_link_parameter_of_hundreds_of_digits_is_one_line(section):
     """No float holds a 400-digit integer: an OverflowError traceback before."""
     models = json.dumps(json.loads(default_link_catalog().to_json())["models"])
     text = "{" + f'"models": {models}, ' + section.replace("BIG", "1" + "0" * 400) + "}"
-    with pytest.raises(DeepShareError, match="lp.json: not a link-parameter file \\(a number too large for a float\\)"):
+    with pytest.raises(DeepShareError, match=r"^lp\.json: (kappa|sensitivity|scale)\.MoE(\.\w+)?: expected a number, got an integer no float holds$"):
         LinkCatalog.from_json(text, "lp.json")

@@ -197,7 +197,7 @@ def serve_cli(capsys, *argv: str) -> tuple[int, str]:
         (["--policy", "las+spread=x"], "takes no argument"),
         (["--contention", "magic"], "unknown model 'magic'"),
         (["--port", "0"], "expected a port number 1..65535"),
-        (["--replicas", "-1"], "expected a positive integer"),
+        (["--replicas", "-1"], "expected an integer from 1 to 256 replicas"),
     ],
 )
 def test_bad_serve_flags_exit_2_before_anything_starts(capsys, argv, needle):
