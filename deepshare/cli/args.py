@@ -12,7 +12,7 @@ import argparse
 import re
 from typing import Any, Callable, Sequence
 
-from deepshare.core.bounds import MAX_GENERATED_JOBS, MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_GENERATED_JOBS, MAX_ROUND_S, MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -92,7 +92,7 @@ def print_line(out: Any, text: str) -> None:
 
 
 # Bounded flags of the simulator-side commands (the ranges are in each flag's error message).
-round_seconds = in_range(float, 1, 1e7, "seconds")
+round_seconds = in_range(float, 1, MAX_ROUND_S, "seconds")
 overhead_seconds = in_range(float, 0, 1e6, "seconds")
 node_count = in_range(int, 1, 65_536, "nodes")
 gpus_per_node = in_range(int, 1, 1024, "GPUs")

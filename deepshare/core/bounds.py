@@ -88,6 +88,8 @@ MAX_GRID_LOAD = 10.0
 MAX_GENERATED_JOBS = 10_000_000
 """The most jobs one generated trace may hold: ``trace generate --jobs`` and training's
 ``generated_jobs``."""
+MAX_ROUND_S = 1e7
+"""The longest period of extra decision points: ``--round-s`` and training's ``round_s``."""
 
 
 def grid_load_ok(value: object) -> bool:

@@ -290,8 +290,7 @@ def resume_replay(algorithm: Any) -> bool:
     """After ``Algorithm.from_checkpoint``: every env runner's replay groups start the epoch of
     the iteration the restored run is at, so the resumed run draws new arrival sequences instead
     of replaying the ones its first iterations saw. Whether the run replays groups at all."""
-    hooks = algorithm.config.callbacks_on_environment_created
-    if not any(isinstance(hook, ReplayGroups) for hook in (hooks if isinstance(hooks, (list, tuple)) else [hooks])):
+    if not any(isinstance(hook, ReplayGroups) for hook in hooks_of(algorithm.config.callbacks_on_environment_created)):
         return False
     algorithm.env_runner_group.foreach_env_runner(partial(_set_epoch, int(algorithm.iteration), RESUMED),
                                                   local_env_runner=True)
@@ -305,6 +304,13 @@ class ReportElapsed:
     def __call__(self, *, env_runner: Any = None, env: Any = None, **kwargs: Any) -> None:
         for sub in sub_envs(env):
             sub.set_report_elapsed(True)
+
+
+def hooks_of(callbacks: Any) -> list:
+    """An algorithm config's ``callbacks_on_*`` value (None, one callable or a list) as a list."""
+    if callbacks is None:
+        return []
+    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
 def sub_envs(env: Any) -> list:

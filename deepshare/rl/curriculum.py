@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Sequence
 
-from deepshare.rl.advantages import sub_envs
+from deepshare.rl.advantages import hooks_of, sub_envs
 
 
 def cap_for(lengths: Sequence[int], iterations_per_stage: int, completed: int) -> int:
@@ -76,8 +76,7 @@ def resume_stage(algorithm: Any) -> int | None:
     """After ``Algorithm.from_checkpoint``: every env runner's envs get the cap of the iteration
     the restored run is at (its env runners were just created at the first stage's); the
     curriculum is the checkpoint's own. The cap set, or None for a run without a curriculum."""
-    hooks = algorithm.config.callbacks_on_train_result
-    for hook in hooks if isinstance(hooks, (list, tuple)) else [hooks]:
+    for hook in hooks_of(algorithm.config.callbacks_on_train_result):
         if isinstance(hook, CurriculumStep):
             hook(algorithm=algorithm)
             return hook.cap(algorithm)

@@ -9,12 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deepshare.core.bounds import finite_in
+from deepshare.core.bounds import MAX_ROUND_S, finite_in
 from deepshare.core.contention import CONTENTION_MODELS
 from deepshare.core.errors import DeepShareError, shown
-
-MAX_ROUND_S = 1e7
-"""The longest ``round_s``: the bound ``--round-s`` has."""
 
 _NUMBERS = (  # field, low, high, low_open, what is expected
     ("reward_scale", 0.0, math.inf, True, "a finite number > 0"),
