@@ -101,6 +101,11 @@ times and stays far below it."""
 WARNED_NAMES = 100
 """Unknown model names a catalog names in a warning each; past them, one line per doubling of
 their count (a request may name thousands, and each was a line of the service's log)."""
+COUNTED_NAMES = MEMO_ENTRIES
+"""The unknown names past :data:`WARNED_NAMES` a catalog remembers having counted (the oldest goes
+first): its count of them is of distinct names up to this many; past it, a name asked again after
+this many others were counted is counted again (exact distinct counting would need memory that
+grows with the names callers invent)."""
 
 
 def remember(memo: dict, key: object, value: object, most: int = MEMO_ENTRIES) -> None:
@@ -156,8 +161,13 @@ class Catalog:
         self._thp_by_name: dict[tuple[str, int, int], float] = {}
         self._index_cache: dict[tuple[str, int, int], int] = {}
         self._warned: set[str] = set()
+        self._counted: dict[str, None] = {}
+        """Unknown names past the first :data:`WARNED_NAMES` already counted (bounded: at most
+        :data:`COUNTED_NAMES`, apart from ``_resolved``, whose eviction by any lookup must not
+        make a name count twice)."""
         self._unwarned = 0
-        """Unknown names proxied past the first :data:`WARNED_NAMES` (each counted when resolved)."""
+        """Distinct unknown names proxied past the first :data:`WARNED_NAMES` (see
+        :data:`COUNTED_NAMES` for past how many it may count a name again)."""
         self.comm_class: dict[str, str] = self._derive_comm_classes()
 
     # -- model names -------------------------------------------------------------------------
@@ -181,18 +191,25 @@ class Catalog:
 
     def _warn_unknown(self, model: str, proxy: str) -> None:
         """Say that ``model`` is not in the catalog: by name for the first :data:`WARNED_NAMES`
-        names (once each), then at the 1st, 2nd, 4th, 8th ... name past them, with the count."""
+        names (once each), then at the 1st, 2nd, 4th, 8th ... distinct name past them, with the
+        count (called again for a name that ``_resolved`` forgot: it is not counted twice)."""
         if model in self._warned:
             return
         if len(self._warned) < WARNED_NAMES:
             self._warned.add(model)
             log.warning("model %r is not in the catalog; using %r's profile as its proxy", model, proxy)
             return
+        if model in self._counted:
+            return
+        remember(self._counted, model, None, COUNTED_NAMES)
         self._unwarned += 1
         if self._unwarned & (self._unwarned - 1) == 0:
-            log.warning("%d more model names not in the catalog got proxies (the latest %r: %r's profile); past "
-                        "the first %d, only each doubling of their count is logged",
-                        self._unwarned, model[:128], proxy, WARNED_NAMES)
+            log.warning("%d more distinct model names not in the catalog got proxies (the latest %r: %r's "
+                        "profile); past the first %d, only each doubling of their count is logged%s",
+                        self._unwarned, model[:128], proxy, WARNED_NAMES,
+                        "" if self._unwarned <= COUNTED_NAMES else
+                        f" (past {COUNTED_NAMES} of them, a name asked again after {COUNTED_NAMES} others "
+                        "counts again)")
 
     def class_of(self, model: str) -> str:
         return self.comm_class[self.resolve(model)]

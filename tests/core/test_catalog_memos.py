@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from deepshare.core import workloads
 from deepshare.core.contention.link.params import default_link_catalog
 from deepshare.core.workloads import MEMO_ENTRIES, WARNED_NAMES, Catalog, default_catalog, remember
 
@@ -59,7 +60,38 @@ def test_the_unknown_model_warning_names_each_of_the_first_names_once_then_count
             catalog.resolve(f"gpt-{i}")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 14  # the 1st, 2nd, 4th, ... 8,192nd name past the first WARNED_NAMES
-    assert lines[-1].startswith("8192 more model names not in the catalog got proxies (the latest 'gpt-8191'")
+    assert lines[-1].startswith("8192 more distinct model names not in the catalog got proxies (the latest "
+                                "'gpt-8191'")
+
+
+def test_a_counted_name_the_resolve_memo_forgot_is_not_counted_again(caplog):
+    """The resolve memo forgets names whatever asked for them (known names too); the count of
+    unknown names past the first ones is of distinct names, not of their resolutions."""
+    catalog = _fresh()
+    for i in range(WARNED_NAMES):
+        catalog.resolve(f"bert-{i}")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="deepshare.core.workloads"):
+        for _ in range(3):
+            for i in range(3):
+                catalog._resolved.pop(f"gpt-{i}", None)  # as the oldest of 16,384 lookups would be
+                catalog.resolve(f"gpt-{i}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert catalog._unwarned == 3
+    assert [line.split(" more ")[0] for line in lines] == ["1", "2"]  # 9 resolutions, 3 names
+
+
+def test_past_the_counted_names_bound_the_message_says_what_it_counts(caplog, monkeypatch):
+    monkeypatch.setattr(workloads, "COUNTED_NAMES", 4)
+    catalog = _fresh()
+    with caplog.at_level(logging.WARNING, logger="deepshare.core.workloads"):
+        for i in range(WARNED_NAMES + 8):
+            catalog.resolve(f"bert-{i}")
+    assert len(catalog._counted) == 4
+    lines = [r.getMessage() for r in caplog.records][WARNED_NAMES:]
+    assert [line.split(" more ")[0] for line in lines] == ["1", "2", "4", "8"]
+    assert "counts again" not in lines[2]
+    assert lines[3].endswith("(past 4 of them, a name asked again after 4 others counts again)")
 
 
 def test_remember_drops_the_oldest_entry_at_its_bound():
