@@ -187,8 +187,9 @@ def parse_train_config(text: str, source: Path) -> TrainConfig:
         raise DeepShareError(f"{source}: {exc}") from None
     for trace in env.traces:
         load_trace(trace)  # a missing or malformed trace fails here with its name, not in a worker
-    if env.traces:
-        load_topology(env.cluster, field=f"{source}: env.cluster")
+    # Checked with traces or without: a config of generated episodes alone does not use it, and a
+    # missing or malformed spec there was taken silently (then used once traces were added).
+    load_topology(env.cluster, field=f"{source}: env config: cluster")
     return config
 
 

@@ -43,6 +43,19 @@ def test_train_refuses_a_bad_env_value_naming_the_file_and_field(capsys, tmp_pat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("spec", ["nonexistent.yaml", "broken.yaml"])
+def test_train_refuses_a_bad_cluster_without_traces_naming_the_file_and_field(capsys, tmp_path, spec):
+    """Generated episodes alone do not use ``cluster``; a missing or malformed spec file named
+    there was still accepted, and failed only once traces were added."""
+    (tmp_path / "broken.yaml").write_text("name: b\nnodes: 3\n")
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + f"  cluster: {spec}\n")
+    rc, _, err = cli(capsys, "train", path, "--out", tmp_path / "run")
+    assert rc == 2
+    one_error_line(err, f"{path}: env config: cluster" if spec == "nonexistent.yaml" else str(tmp_path / spec))
+    assert not (tmp_path / "run").exists()
+
+
 def test_imitate_refuses_no_node_counts_without_a_traceback(capsys, tmp_path):
     path = tmp_path / "nodes.yaml"
     path.write_text(BASE.replace("generated_nodes: [1]", "generated_nodes: []"))

@@ -289,7 +289,7 @@ def test_cluster_spec_files_are_found_relative_to_the_config_from_any_folder(tmp
     generated = load_train_config(folder / "g.yaml").env_config(folder).generated_clusters
     assert list(generated) == [str(folder / "clusters" / "two.yaml"), "testbed"]
     (folder / "m.yaml").write_text(f"name: x\nenv:\n  traces: [{TRACE}]\n  cluster: clusters/none.yaml\n")
-    with pytest.raises(DeepShareError, match=r"m\.yaml: env\.cluster '.*none\.yaml': is neither a preset"):
+    with pytest.raises(DeepShareError, match=r"m\.yaml: env config: cluster '.*none\.yaml': is neither a preset"):
         load_train_config(folder / "m.yaml")
 
 
