@@ -39,6 +39,7 @@ from deepshare.infra.httpauth import (
 )
 from deepshare.policies.base import Observation
 from deepshare.core.deadline import Deadline, DecisionTimeout
+from deepshare.serving.duplicates import DuplicateKeys, duplicate_keys
 from deepshare.serving.engine import AsyncScorer, PlacementEngine, Scorer
 from deepshare.serving.limits import LimitExceeded, RequestLimits
 from deepshare.serving.metrics import ServiceMetrics
@@ -57,7 +58,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or wrong bearer token"},
     408: {"description": "the body did not arrive within the body timeout (the connection is closed)"},
     413: {"description": "the body is over the size limit, or a list over the node / job limits (`detail[].loc`)"},
-    422: {"description": "a field is missing, of the wrong type or inconsistent; `detail[].loc` is its path"},
+    422: {"description": "a field is missing, of the wrong type, inconsistent or named twice in one object; "
+                         "`detail[].loc` is its path"},
     503: {"description": "no decision within the decision timeout; retry after `Retry-After` seconds, or send less"},
 }
 
@@ -154,7 +156,12 @@ class PlacementAPI:
         """The body as a request within the limits; :class:`RefusedBody` with the error answer,
         rendered here (in a decision thread for a large body: a body of hundreds of thousands of
         bad fields costs a second to list). Parsed here rather than by FastAPI: any Content-Type
-        is read as JSON (curl -d sends a form type) and pydantic's own JSON parser is faster."""
+        is read as JSON (curl -d sends a form type) and pydantic's own JSON parser is faster.
+        A key named twice in one object is refused first (:mod:`deepshare.serving.duplicates`):
+        pydantic would keep its last value."""
+        duplicated = duplicate_keys(raw)
+        if duplicated:
+            raise RefusedBody(error_response(DuplicateKeys(duplicated)))
         try:
             body = PlacementRequest.model_validate_json(raw)
             self.limits.check(body)
@@ -233,7 +240,7 @@ def error_response(exc: ValidationError | RequestError) -> JSONResponse:
     body that is not JSON, 413 for one over the limits, 422 otherwise. At most
     :data:`~deepshare.serving.translate.MAX_REPORTED_ERRORS` are listed, then a count of the rest."""
     if isinstance(exc, RequestError):  # capped when raised: the entry past the cap counts the rest
-        kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else ("value_error", 422)
+        kind, status = ("too_large", 413) if isinstance(exc, LimitExceeded) else (exc.kind, 422)
         return JSONResponse({"detail": [{"loc": list(e.loc), "msg": e.msg,
                                          "type": kind if i < MAX_REPORTED_ERRORS else "too_many_errors"}
                                         for i, e in enumerate(exc.errors)]}, status_code=status)

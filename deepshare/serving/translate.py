@@ -71,6 +71,9 @@ class RequestError(DeepShareError):
     """A request that is well-typed but inconsistent; each error names its field's path (at most
     :data:`MAX_REPORTED_ERRORS` of them, then a count of the others)."""
 
+    kind = "value_error"
+    """The ``type`` of its errors in an answer's ``detail``."""
+
     def __init__(self, errors: list[FieldError]) -> None:
         self.errors = capped(errors)
         super().__init__("; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in self.errors))
