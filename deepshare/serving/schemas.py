@@ -27,6 +27,12 @@ DEFAULT_REMAINING_S = UNKNOWN_PRIOR_S
 features read the remaining time counted down from it)."""
 MAX_HISTORY = HISTORY_WINDOW
 """Finished jobs a request may carry (the most recent): what every history-based policy learns from."""
+DEFAULT_RESTORE_S = 30.0
+"""A request's ``restore_s`` when it gives none: the simulator's default ``preempt_overhead_s``
+(and :data:`deepshare.tenants.reclaim.RESTORE_S`), a literal here so that the schemas, which
+the client imports too, pull in neither."""
+MAX_RESTORE_S = 1e6
+"""The largest ``restore_s`` (seconds), as ``--preempt-overhead-s`` takes."""
 REMAINING_DOC = (
     "the client's estimate of the isolated run time left, seconds (never the truth: no cluster knows it); "
     f"default: requested_s minus the time run (attained_gpu_s / GPUs), at least {ESTIMATE_FLOOR_S:g}; "
@@ -222,6 +228,12 @@ class PlacementRequest(_Body):
         default_factory=list, max_length=MAX_HISTORY,
         description=f"the most recent finished jobs, oldest first (at most {MAX_HISTORY:,}); sent with each request so "
         "that every replica answers alike and a restart loses nothing",
+    )
+    restore_s: float = Field(
+        DEFAULT_RESTORE_S, ge=0, le=MAX_RESTORE_S,
+        description="seconds a preempted job of this cluster takes to restart from its checkpoint (the simulator's "
+        "--preempt-overhead-s): behind a tenants file, quota preemption weighs victims by GPUs x restore_s; "
+        "without one, nothing reads it",
     )
 
 
