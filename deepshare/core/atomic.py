@@ -63,6 +63,24 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
     and every path error is one :class:`DeepShareError` line naming the path.
     """
     target = Path(path)
+    tmp = stage_bytes(target, data, what)
+    try:
+        os.replace(tmp, target)
+    except BaseException as exc:
+        _unlink(tmp)
+        if isinstance(exc, OSError):
+            raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
+        raise
+    return target
+
+
+def stage_bytes(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+    """Write ``data`` to a new temporary file beside ``path``, ready to be renamed over it (flushed
+    to disk, given the target's mode), and return the temporary file's path: the first half of an
+    atomic write, for outputs put in place together (:mod:`deepshare.core.output_set`). The caller
+    renames or removes it; a failure here leaves no temporary file. ``path`` is checked as
+    :func:`write_bytes_atomic` checks it."""
+    target = Path(path)
     check_output_path(target, what)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -77,13 +95,16 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
             # a link put in its place meanwhile would pass the mode on to the link's target
             os.fchmod(fh.fileno(), mode_for(target))
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(Path(tmp))
         if isinstance(exc, OSError):
             raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
         raise
-    return target
+    return Path(tmp)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

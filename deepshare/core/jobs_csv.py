@@ -5,7 +5,9 @@ simulator hands each job's record over when the job finishes or is rejected, and
 arrives before its predecessors in the trace waits in a small buffer (the jobs that finished
 out of order, not the whole trace). The file is written as a temporary file in the target's
 folder and renamed over the target by :meth:`JobsCsvStream.commit`, so a reader sees the old
-file or the whole new one; a run that fails leaves no partial file behind. A target that
+file or the whole new one; a run that fails leaves no partial file behind. A command that writes
+other outputs too hands the finished temporary file (:meth:`JobsCsvStream.finish`) to an
+:class:`~deepshare.core.output_set.OutputSet`, which renames it with the others. A target that
 exists and is not a regular file (a device, FIFO, socket or folder) is refused before anything
 is written (:func:`~deepshare.core.files.check_output_path`). On a cluster whose fabric has more
 than one level the header ends with ``placement`` and ``domains_<level>`` per level
@@ -78,6 +80,19 @@ class JobsCsvStream:
 
     def commit(self) -> Path:
         """Write what is still held (in trace order), then put the file in place."""
+        tmp = self.finish()
+        try:
+            os.replace(tmp, self.target)
+        except OSError as exc:
+            self.discard()
+            raise self._error(exc) from None
+        return self.target
+
+    def finish(self) -> Path:
+        """Write what is still held (in trace order) and close the temporary file, flushed to disk
+        with the target's mode, without putting it in place; return its path. For outputs put in
+        place together (:class:`~deepshare.core.output_set.OutputSet` renames it, or
+        :meth:`discard` removes it)."""
         if self._closed:
             raise DeepShareError(f"{self.target}: {self._what} was already closed")
         for index in sorted(self._held):
@@ -89,11 +104,10 @@ class JobsCsvStream:
             os.fsync(self._fh.fileno())
             self._fh.close()
             self._closed = True
-            os.replace(self._tmp, self.target)
         except OSError as exc:
             self.discard()
             raise self._error(exc) from None
-        return self.target
+        return Path(self._tmp)
 
     def discard(self) -> None:
         """Drop the temporary file (the target is left as it was)."""

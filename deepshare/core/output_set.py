@@ -1,0 +1,191 @@
+"""The files one command writes, put in place together: one run's outputs, never a mix of runs.
+
+Each output is first written whole to a temporary file beside its target (as
+:func:`~deepshare.core.atomic.write_bytes_atomic` does, or streamed by a
+:class:`~deepshare.core.jobs_csv.JobsCsvStream`); :meth:`OutputSet.commit` renames them over
+their targets only once every one is ready. A failure before that (an exception while building
+the report, a JSON that cannot be written, a full disk, Ctrl-C) removes every temporary file and
+leaves each target as it was: a reader never finds a new file beside an old one from an earlier
+run and takes them for one run's outputs. A rename that fails during the commit itself (rare:
+the targets were checked before the work) puts back the targets already renamed, from hard
+links to the old files made just before (where the file system has hard links; a target that
+did not exist is removed again).
+
+Use as::
+
+    with OutputSet() as outputs:
+        outputs.add_bytes(path, data, "figure")
+        stream = outputs.add_stream(JobsCsvStream(csv_path))
+        ...                      # the run, writing to the stream
+        outputs.commit()         # leaving the block without it discards everything
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from types import TracebackType
+from typing import Callable, Protocol, TypeVar
+
+from deepshare.core.atomic import stage_bytes, temp_prefix
+from deepshare.core.errors import DeepShareError
+
+
+class Staged(Protocol):
+    """An output being written to a temporary file beside ``target``."""
+
+    target: Path
+
+    def finish(self) -> Path:
+        """Complete the temporary file (closed, flushed to disk) and return its path."""
+
+    def discard(self) -> None:
+        """Remove the temporary file; the target is left as it was."""
+
+
+S = TypeVar("S", bound=Staged)
+
+
+class _StagedBytes:
+    """Bytes already written whole to a temporary file beside ``target``."""
+
+    def __init__(self, target: Path, data: bytes, what: str) -> None:
+        self.target = target
+        self.tmp = stage_bytes(target, data, what)
+
+    def finish(self) -> Path:
+        return self.tmp
+
+    def discard(self) -> None:
+        _unlink(self.tmp)
+
+
+class OutputSet:
+    """Outputs staged as temporary files and renamed into place together (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Staged, str]] = []
+        self._after: list[Callable[[], None]] = []
+        self._done = False
+
+    def add_bytes(self, path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+        """Write ``data`` for ``path`` to a temporary file now; it replaces ``path`` at :meth:`commit`.
+        Returns ``path``."""
+        self._check_open()
+        staged = _StagedBytes(Path(path), data, what)
+        self._staged.append((staged, what))
+        return staged.target
+
+    def add_text(self, path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
+        """:meth:`add_bytes` of ``text`` in UTF-8."""
+        return self.add_bytes(path, text.encode("utf-8"), what)
+
+    def add_stream(self, stream: S, what: str = "file") -> S:
+        """An output written while the command runs (a :class:`~deepshare.core.jobs_csv.JobsCsvStream`):
+        finished and renamed at :meth:`commit`, discarded with the rest."""
+        self._check_open()
+        self._staged.append((stream, what))
+        return stream
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once the files are in place (a "wrote PATH" line, the JSON for ``--json -``):
+        nothing is announced or printed for a run whose files were discarded."""
+        self._check_open()
+        self._after.append(action)
+
+    def commit(self) -> list[Path]:
+        """Finish every output and rename each over its target; then run the :meth:`after_commit`
+        actions. On any failure (Ctrl-C included) every temporary file is removed and every target
+        is as it was before. Returns the targets, in the order they were added."""
+        self._check_open()
+        self._done = True
+        try:
+            ready = [(staged.finish(), staged.target, what) for staged, what in self._staged]
+        except BaseException:
+            self._discard_all()
+            raise
+        _rename_all(ready)
+        for action in self._after:
+            action()
+        return [target for _, target, _ in ready]
+
+    def discard(self) -> None:
+        """Remove every temporary file (the targets are left as they were); nothing is committed."""
+        if not self._done:
+            self._done = True
+            self._discard_all()
+
+    def _discard_all(self) -> None:
+        for staged, _ in self._staged:
+            staged.discard()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise DeepShareError("these outputs were already committed or discarded")
+
+    def __enter__(self) -> "OutputSet":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.discard()  # after commit() a no-op; without it (an exception, or a return) nothing is written
+
+
+def _rename_all(ready: list[tuple[Path, Path, str]]) -> None:
+    """Rename each temporary file over its target; on a failure put back what was renamed."""
+    before: list[tuple[bool, Path | None]] = []
+    started = 0
+    try:
+        for _, target, _ in ready:
+            before.append((os.path.lexists(target), _backup(target)))
+        for tmp, target, _ in ready:
+            started += 1  # counted first: putting back a target not yet replaced changes nothing
+            os.replace(tmp, target)
+    except BaseException as exc:
+        for (_, target, _), (existed, backup) in zip(ready[:started], before):
+            _restore(target, existed, backup)
+        for tmp, _, _ in ready[max(started - 1, 0):]:
+            _unlink(tmp)
+        if isinstance(exc, OSError):
+            _, target, what = ready[started - 1]
+            raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
+        raise
+    finally:
+        for _, backup in before:
+            if backup is not None:
+                _unlink(backup)
+
+
+def _backup(target: Path) -> Path | None:
+    """A hard link to the file now at ``target`` (to put back if the commit fails), or None when
+    there is none (a new output) or the file system cannot link."""
+    folder = target.parent if str(target.parent) else Path(".")
+    for _ in range(100):
+        backup = folder / f"{temp_prefix(target)}{secrets.token_hex(6)}.old"
+        try:
+            os.link(target, backup, follow_symlinks=False)
+            return backup
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+def _restore(target: Path, existed: bool, backup: Path | None) -> None:
+    """Put the old file back at ``target`` from its backup, or remove a new output (there was no
+    file before); an old file that could not be linked is lost to the new one (nothing to put back)."""
+    try:
+        if backup is not None:
+            os.replace(backup, target)
+        elif not existed:
+            os.unlink(target)
+    except OSError:
+        pass
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
