@@ -72,13 +72,19 @@ def autoscaler_colours(reports: Sequence[AutoscaleReport]) -> dict[str, object]:
 
 
 def write_timeline_plot(reports: Sequence[AutoscaleReport], path: str | Path) -> Path:
-    """Nodes up by type, cumulative cost and queued jobs over time, one colour per autoscaler."""
+    """Write :func:`timeline_figure` as PNG to ``path`` (atomically)."""
+    from deepshare.experiments.plots import save
+
+    return save(timeline_figure(reports), Path(path))
+
+
+def timeline_figure(reports: Sequence[AutoscaleReport]):  # type: ignore[no-untyped-def]
+    """Nodes up by type, cumulative cost and queued jobs over time, one colour per autoscaler
+    (a matplotlib figure, not yet saved)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from deepshare.experiments.plots import save
 
     fig, (nodes, cost, queue) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
     colours = autoscaler_colours(reports)
@@ -100,4 +106,4 @@ def write_timeline_plot(reports: Sequence[AutoscaleReport], path: str | Path) ->
     for ax in (nodes, cost, queue):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save(fig, Path(path))
+    return fig

@@ -163,12 +163,18 @@ def write_plots(evaluation: Evaluation, folder: str | Path) -> list[Path]:
 
 def save(fig, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
     """Lay out and write ``fig`` as PNG through a temporary file and a rename, then free it."""
+    return write_bytes_atomic(path, png_bytes(fig), "figure")
+
+
+def png_bytes(fig) -> bytes:  # type: ignore[no-untyped-def]
+    """Lay out ``fig``, render it as PNG and free it: the file's bytes, for a command that puts its
+    figures in place with its other outputs (:class:`~deepshare.core.output_set.OutputSet`)."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    buffer = io.BytesIO()
     try:
+        fig.tight_layout()
+        buffer = io.BytesIO()
         fig.savefig(buffer, dpi=120, format="png")
     finally:
         plt.close(fig)
-    return write_bytes_atomic(path, buffer.getvalue(), "figure")
+    return buffer.getvalue()
