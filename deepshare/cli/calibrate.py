@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from deepshare.cli.args import fold_count, seed_value, start_count, worker_count
-from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, write_json
+from deepshare.cli.output import add_json, add_json_flag, check_outputs, folder_outputs, human
 from deepshare.cli.help import command
-from deepshare.core.atomic import write_text_atomic
+from deepshare.core.output_set import OutputSet
 from deepshare.core.errors import DeepShareError, one_line
 
 if TYPE_CHECKING:
@@ -62,10 +62,13 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
         pairs.add_row(v, *(f"{result.per_pair_mae[v][a]:.3f}" if a in result.per_pair_mae[v] else "-" for a in models))
     shown.print(pairs)
     doc = result.to_dict()
-    if args.json:
-        write_json(args.json, {**doc, "parameters": json.loads(result.catalog.to_json())}, out, "calibration report")
-    if args.out:
-        write_text_atomic(args.out, result.catalog.to_json({"fit": doc}), "link parameters")
+    with OutputSet() as outputs:  # the report and the parameters are put in place together, or neither is
+        if args.json:
+            add_json(outputs, args.json, {**doc, "parameters": json.loads(result.catalog.to_json())}, out,
+                     "calibration report")
+        if args.out:
+            outputs.add_text(args.out, result.catalog.to_json({"fit": doc}), "link parameters")
+        outputs.commit()
     return 0
 
 
@@ -118,9 +121,11 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
         table.add_row(name, f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
                       f"{fit['contended']:.0f}")
     shown.print(table)
-    write_json(args.json, doc, out, "contention fit")
-    if args.out:
-        write_text_atomic(args.out, json.dumps(doc, indent=2) + "\n", "contention fit")
+    with OutputSet() as outputs:  # --json and --out are put in place together, or neither is
+        add_json(outputs, args.json, doc, out, "contention fit")
+        if args.out:
+            outputs.add_text(args.out, json.dumps(doc, indent=2) + "\n", "contention fit")
+        outputs.commit()
     return 0
 
 

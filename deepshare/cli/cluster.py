@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
+from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, human, write_json
 from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, in_range, information_model, load_trace, past_history,
     print_line, sim_config, sim_inputs, wait_seconds,
@@ -109,6 +109,7 @@ def cmd_cluster_fake(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 
 def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
+    from deepshare.core.output_set import OutputSet
     from deepshare.experiments.autoscale import load_config, parse_autoscalers, run_autoscalers
     from deepshare.experiments.scenario import Scenario
     from deepshare.experiments.autoscale_tables import autoscale_table
@@ -134,18 +135,20 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
                   "were rejected (the JSON's \"rejected\")", markup=False, highlight=False, soft_wrap=True)
     shown = human(args.json, out, err)
     shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} ({limits})"))
-    if args.json:
-        doc: dict[str, object]
-        if len(reports) == 1:
-            doc = reports[0].to_dict()
-        else:
-            doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports}}
-        write_json(args.json, doc, out, "JSON report")
-    if args.plot:
-        from deepshare.experiments.autoscale_plots import write_timeline_plot
+    with OutputSet() as outputs:  # the JSON and the plot are put in place together, or neither is
+        if args.json:
+            doc: dict[str, object]
+            if len(reports) == 1:
+                doc = reports[0].to_dict()
+            else:
+                doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports}}
+            add_json(outputs, args.json, doc, out, "JSON report")
+        if args.plot:
+            from deepshare.experiments.autoscale_plots import timeline_figure
+            from deepshare.experiments.plots import png_bytes
 
-        write_timeline_plot(reports, args.plot)
-        print_line(shown, f"wrote {one_line(args.plot)}")
+            announce(outputs, shown, outputs.add_bytes(args.plot, png_bytes(timeline_figure(reports)), "figure"))
+        outputs.commit()
     return 0
 
 
@@ -224,7 +227,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         p.add_argument("--autoscaler", default=default, metavar="NAME[,NAME...]",
                        help=f"{', '.join(AUTOSCALERS)} (default {default})")
         add_json_flag(p, "the report(s)")
-        p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is replaced)")
+        p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is "
+                       "replaced; put in place with --json, together)")
         add_sim_args(p)
         p.set_defaults(func=cmd_autoscale_simulate)
     p = command(asub, "live", "the live scheduler on a local fake autoscaling Ray cluster: scale-up latency, JCT",

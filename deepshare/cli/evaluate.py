@@ -13,10 +13,10 @@ from deepshare.cli.args import (
     information_model, past_history, policy_files, policy_list, seed_count, sim_config, sim_inputs, tenants_of,
     add_tenants_arg,
 )
-from deepshare.cli.output import add_json_flag, check_outputs, folder_outputs, human, make_folder, write_json
+from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, folder_outputs, human, make_folder
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError, one_line
+from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load, mix_from_spec
 
 
@@ -75,7 +75,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.table import Table
 
     from deepshare.experiments.evaluation import evaluate
-    from deepshare.experiments.plots import PLOT_FILES, write_plots
+    from deepshare.core.output_set import OutputSet
+    from deepshare.experiments.plots import PLOT_FILES, make_figures, png_bytes
 
     if args.suite:
         from deepshare.cli.suite_tables import cmd_suite
@@ -140,10 +141,12 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
         table.add_row(name, *cells)
     shown = human(args.json, out, err)
     shown.print(table)
-    if args.out:
-        for path in write_plots(result, args.out):
-            shown.print(f"wrote {one_line(str(path))}", markup=False, highlight=False)
-    write_json(args.json, result.to_json(), out, "evaluation")
+    with OutputSet() as outputs:  # the figures and the JSON are put in place together, or none is
+        if args.out:
+            for name, figure in make_figures(result).items():
+                announce(outputs, shown, outputs.add_bytes(Path(args.out) / name, png_bytes(figure), "figure"))
+        add_json(outputs, args.json, result.to_json(), out, "evaluation")
+        outputs.commit()
     return 0
 
 
@@ -171,5 +174,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_tenants_arg(p)
     p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here; with --suite and tenants, pareto.png "
                    "(the JCT / fairness trade-off) (created if missing; existing figures are replaced)")
-    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...}')
+    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...} (written with the figures of --out, '
+                     'together)')
     p.set_defaults(func=cmd_evaluate)

@@ -12,6 +12,11 @@
   replace would put a regular file in its place) and an unusable path (too long, through a
   regular file, not searchable), each as one line naming the flag and the path.
 
+* A command with several outputs (``simulate --json --jobs-csv``, ``evaluate --json --out``, ...)
+  stages them in one :class:`~deepshare.core.output_set.OutputSet` (:func:`add_json`,
+  :func:`announce`) and commits them together at the end: a run that fails leaves every earlier
+  output as it was, never one new file beside an old one.
+
 Every subcommand module uses these, so the rules cannot drift between commands.
 """
 
@@ -28,8 +33,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import check_output_path, resolved
+from deepshare.core.output_set import OutputSet
 
 STDOUT = "-"
 """The ``--json`` value that means standard output."""
@@ -82,6 +88,24 @@ def write_json(path: str | None, doc: Any, out: Any, what: str) -> None:
         print_line(out, dumps(doc).rstrip("\n"))
         return
     write_text_atomic(path, dumps(doc), what)
+
+
+def add_json(outputs: OutputSet, path: str | None, doc: Any, out: Any, what: str) -> None:
+    """:func:`write_json` as one of ``outputs``: the text is made now (a document that cannot be
+    written fails before any output is in place), the file is put in place with the others, and
+    ``-`` prints the JSON once they are."""
+    if path is None:
+        return
+    text = dumps(doc)
+    if to_stdout(path):
+        outputs.after_commit(lambda: print_line(out, text.rstrip("\n")))
+        return
+    outputs.add_text(path, text, what)
+
+
+def announce(outputs: OutputSet, shown: Any, path: str | os.PathLike[str]) -> None:
+    """Print "wrote PATH" on ``shown`` once ``outputs`` are in place (never for a discarded run)."""
+    outputs.after_commit(lambda: print_line(shown, f"wrote {one_line(str(path))}"))
 
 
 def folder_outputs(folder: str | None, names: Sequence[str], flag: str = "--out") -> list[str]:

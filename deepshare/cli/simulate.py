@@ -11,7 +11,7 @@ from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_tenants_arg, add_trace_args, check_policies, cluster_topology, contention_model,
     information_model, load_trace, past_history, policy_list, sim_config, sim_inputs, tenants_of,
 )
-from deepshare.cli.output import add_json_flag, check_outputs, human, write_json
+from deepshare.cli.output import add_json, add_json_flag, check_outputs, human, write_json
 from deepshare.cli.progress import ProgressBar
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
@@ -19,7 +19,9 @@ from deepshare.core.errors import one_line
 
 
 def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepshare.experiments.scenario import Scenario, simulate
+    from deepshare.core.jobs_csv import JobsCsvStream
+    from deepshare.core.output_set import OutputSet
+    from deepshare.experiments.scenario import Scenario, fabric_levels, simulate
     from deepshare.experiments.report_format import report_table
 
     check_outputs({"--json": args.json, "--jobs-csv": args.jobs_csv}, sim_inputs(args, [args.policy]))
@@ -29,26 +31,30 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     tenants = tenants_of(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
                         information=information_model(args, args.seed), history=past_history(args), tenants=tenants)
-    with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
-        report, sim = simulate(scenario, args.policy, bar.callback(args.policy), jobs_csv=args.jobs_csv or None,
-                               keep_records=tenants is not None)  # fairness needs the records; the rest only numbers
-    if trace.skipped:
-        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
-                  style="yellow", markup=False, highlight=False, soft_wrap=True)
-    title = f"{one_line(report.policy)} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
-    human(args.json, out, err).print(report_table(report, title))
-    result = report.to_dict()
-    if tenants is not None and report.records:
-        from deepshare.tenants.fairness import fairness_report
+    with OutputSet() as outputs:  # --jobs-csv streams during the run; both files are put in place at the end
+        stream = None if not args.jobs_csv else outputs.add_stream(
+            JobsCsvStream(args.jobs_csv, levels=fabric_levels(scenario)), "per-job table")
+        with ProgressBar(err, len(trace.jobs), not args.no_progress) as bar:
+            report, sim = simulate(scenario, args.policy, bar.callback(args.policy), jobs_stream=stream,
+                                   keep_records=tenants is not None)  # fairness needs the records; the rest only numbers
+        if trace.skipped:
+            err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
+                      f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
+                      style="yellow", markup=False, highlight=False, soft_wrap=True)
+        title = f"{one_line(report.policy)} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
+        human(args.json, out, err).print(report_table(report, title))
+        result = report.to_dict()
+        if tenants is not None and report.records:
+            from deepshare.tenants.fairness import fairness_report
 
-        fairness = fairness_report(report.records, trace.jobs, tenants, topology.total_gpus, sim.catalog)
-        human(args.json, out, err).print(fairness_table(fairness, f"fairness per queue ({args.tenants})"))
-        result["fairness"] = fairness.to_dict()
-    elif tenants is not None:
-        err.print("fairness per queue is not computed with --jobs-csv (the run keeps no records); it is in the CSV's rows",
-                  style="yellow", markup=False, highlight=False)
-    write_json(args.json, result, out, "report")  # --jobs-csv was streamed during the run
+            fairness = fairness_report(report.records, trace.jobs, tenants, topology.total_gpus, sim.catalog)
+            human(args.json, out, err).print(fairness_table(fairness, f"fairness per queue ({args.tenants})"))
+            result["fairness"] = fairness.to_dict()
+        elif tenants is not None:
+            err.print("fairness per queue is not computed with --jobs-csv (the run keeps no records); it is in the CSV's rows",
+                      style="yellow", markup=False, highlight=False)
+        add_json(outputs, args.json, result, out, "report")
+        outputs.commit()
     return 0
 
 
@@ -96,7 +102,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
                                               scenario.catalog or default_catalog()).metrics() for r in reports}
         shown.print(compare_fairness_table(fairness, f"fairness under {args.tenants}"))
         doc["fairness"] = fairness
-    write_json(args.json, doc, out, "comparison")
+    write_json(args.json, doc, out, "comparison")  # its one output
     return 0
 
 
@@ -131,7 +137,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_sim_args(p)
     add_tenants_arg(p)
     add_json_flag(p, "the report's metrics (and, with --tenants, \"fairness\": per queue and over time)")
-    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV (an existing file is replaced)")
+    p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV, streamed during the run and put in "
+                   "place with --json at its end (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
 
     p = command(sub, "compare", "run several policies on one trace and print a table",

@@ -5,13 +5,15 @@ cluster (:mod:`deepshare.cli.ray_address`). A failed run is a row that says why,
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from deepshare.cli.output import human, make_folder, write_json
+from deepshare.cli.output import add_json, announce, human, make_folder
 from deepshare.cli.ray_address import joined
-from deepshare.core.errors import DeepShareError, one_line
+from deepshare.core.errors import DeepShareError
+from deepshare.core.output_set import OutputSet
 from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
 from deepshare.experiments.suite_results import TRADEOFFS
@@ -299,22 +301,25 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     tradeoff = tradeoff_table(result)
     if tradeoff is not None:
         shown.print(tradeoff)
-    if out_dir and spec.tenants is not None:
-        from deepshare.experiments.pareto_plot import write_pareto_plot
+    with OutputSet() as outputs:  # the Pareto plot and the JSON are put in place together, or neither is
+        if out_dir and spec.tenants is not None:
+            from deepshare.experiments.pareto_plot import PARETO_FILE, make_pareto_figure
+            from deepshare.experiments.plots import png_bytes
 
-        path = write_pareto_plot(result, out_dir)
-        if path is not None:
-            shown.print(f"wrote {one_line(str(path))}", markup=False, highlight=False)
-    shown.print(room_table(result))
-    costs = cost_table(result)
-    if costs is not None:
-        shown.print(costs)
-    learning = learning_table(result)
-    if learning is not None:
-        shown.print(learning)
-    if spec.judged:
-        shown.print(summary_table(result))
-    write_json(args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
+            figure = make_pareto_figure(result)
+            if figure is not None:
+                announce(outputs, shown, outputs.add_bytes(Path(out_dir) / PARETO_FILE, png_bytes(figure), "figure"))
+        shown.print(room_table(result))
+        costs = cost_table(result)
+        if costs is not None:
+            shown.print(costs)
+        learning = learning_table(result)
+        if learning is not None:
+            shown.print(learning)
+        if spec.judged:
+            shown.print(summary_table(result))
+        add_json(outputs, args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
+        outputs.commit()
     failures = result.failures()
     if failures:
         cell, policy, error = failures[0]

@@ -73,18 +73,30 @@ def simulate(
     progress: Progress | None = None,
     *,
     jobs_csv: str | os.PathLike[str] | None = None,
+    jobs_stream: JobsCsvStream | None = None,
     keep_records: bool = True,
 ) -> tuple[MetricsReport, Simulator]:
     """Run ``policy`` (a registry name) on ``scenario``; the report and the finished simulator.
 
     ``jobs_csv``: stream the per-job table to this file as jobs finish (put in place when the
-    run ends; the report then keeps no per-job records). ``keep_records=False`` also drops them
-    (a million-job run needs only the report's numbers)."""
+    run ends; the report then keeps no per-job records). ``jobs_stream``: the same into a stream
+    the caller opened and commits or discards itself (a command putting the table in place with
+    its other outputs, :class:`~deepshare.core.output_set.OutputSet`). ``keep_records=False``
+    also drops them (a million-job run needs only the report's numbers)."""
+    if jobs_csv is not None and jobs_stream is not None:
+        raise DeepShareError("simulate: give jobs_csv or jobs_stream, not both")
+    if jobs_stream is not None:
+        return _simulate(scenario, policy, progress, False, jobs_stream.add)
     if jobs_csv is not None:
-        levels = [level.name for level in scenario.fixed_topology.fabric.levels]
-        with JobsCsvStream(jobs_csv, levels=levels) as out:
+        with JobsCsvStream(jobs_csv, levels=fabric_levels(scenario)) as out:
             return _simulate(scenario, policy, progress, False, out.add)
     return _simulate(scenario, policy, progress, keep_records, None)
+
+
+def fabric_levels(scenario: Scenario) -> list[str]:
+    """The names of the fixed cluster's fabric levels, lowest first: a per-job table's
+    ``domains_<level>`` columns (:class:`~deepshare.core.jobs_csv.JobsCsvStream`'s ``levels``)."""
+    return [level.name for level in scenario.fixed_topology.fabric.levels]
 
 
 def _simulate(
