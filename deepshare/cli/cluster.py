@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from deepshare.cli.information_json import information_json
 from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, human, write_json
 from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, in_range, information_model, load_trace, past_history,
@@ -134,14 +135,17 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
         err.print(f"{rejected} job(s) ask for more GPUs than the most nodes {spec.name} can bring up ({limits}) and "
                   "were rejected (the JSON's \"rejected\")", markup=False, highlight=False, soft_wrap=True)
     shown = human(args.json, out, err)
-    shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} ({limits})"))
+    shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} "
+                                         f"({limits}), durations {scenario.information.describe()}"))
     with OutputSet() as outputs:  # the JSON and the plot are put in place together, or neither is
         if args.json:
+            information = information_json(scenario.information, scenario.history, args.history)
             doc: dict[str, object]
             if len(reports) == 1:
-                doc = reports[0].to_dict()
+                doc = {**reports[0].to_dict(), "information": information}
             else:
-                doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports}}
+                doc = {"autoscalers": names, "results": {r.autoscaler: r.to_dict() for r in reports},
+                       "information": information}
             add_json(outputs, args.json, doc, out, "JSON report")
         if args.plot:
             from deepshare.experiments.autoscale_plots import timeline_figure
@@ -226,7 +230,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         p.add_argument("--policy", default="las+consolidated", help="scheduling policy (default las+consolidated)")
         p.add_argument("--autoscaler", default=default, metavar="NAME[,NAME...]",
                        help=f"{', '.join(AUTOSCALERS)} (default {default})")
-        add_json_flag(p, "the report(s)")
+        add_json_flag(p, "the report(s) and \"information\" (what the policy knew)")
         p.add_argument("--plot", metavar="PNG", help="write nodes by type, cost and queue over time (an existing file is "
                        "replaced; put in place with --json, together)")
         add_sim_args(p)

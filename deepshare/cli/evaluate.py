@@ -13,6 +13,7 @@ from deepshare.cli.args import (
     information_model, past_history, policy_files, policy_list, seed_count, sim_config, sim_inputs, tenants_of,
     add_tenants_arg,
 )
+from deepshare.cli.information_json import information_json
 from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, folder_outputs, human, make_folder
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
@@ -145,7 +146,9 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.out:
             for name, figure in make_figures(result).items():
                 announce(outputs, shown, outputs.add_bytes(Path(args.out) / name, png_bytes(figure), "figure"))
-        add_json(outputs, args.json, result.to_json(), out, "evaluation")
+        doc = {**result.to_json(), "information": information_json(information_model(args), history, args.history,
+                                                                    seeded=False)}
+        add_json(outputs, args.json, doc, out, "evaluation")
         outputs.commit()
     return 0
 
@@ -174,6 +177,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_tenants_arg(p)
     p.add_argument("--out", metavar="DIR", help="write jct_cdf.png, jct_vs_util.png and util_over_time.png here; with --suite and tenants, pareto.png "
                    "(the JCT / fairness trade-off) (created if missing; existing figures are replaced)")
-    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ...} (written with the figures of --out, '
-                     'together)')
+    add_json_flag(p, '{"results": {POLICY: {METRIC: mean}}, "spread": ..., "information": {...}} (written with the '
+                     'figures of --out, together)')
     p.set_defaults(func=cmd_evaluate)

@@ -12,6 +12,7 @@ from deepshare.cli.args import (
     information_model, load_trace, past_history, policy_list, sim_config, sim_inputs, tenants_of,
 )
 from deepshare.cli.output import add_json, add_json_flag, check_outputs, human, write_json
+from deepshare.cli.information_json import information_json
 from deepshare.cli.progress import ProgressBar
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
@@ -43,7 +44,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
                       style="yellow", markup=False, highlight=False, soft_wrap=True)
         title = f"{one_line(report.policy)} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
         human(args.json, out, err).print(report_table(report, title))
-        result = report.to_dict()
+        result = {**report.to_dict(), "information": information_json(scenario.information, scenario.history, args.history)}
         if tenants is not None and report.records:
             from deepshare.tenants.fairness import fairness_report
 
@@ -93,7 +94,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     shown.print(
         comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
                                   f"durations {scenario.information.describe()}"))
-    doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports}}
+    doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports},
+                              "information": information_json(scenario.information, scenario.history, args.history)}
     if scenario.tenants is not None:
         from deepshare.core.workloads import default_catalog
         from deepshare.tenants.fairness import fairness_report
@@ -136,7 +138,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_cluster_args(p)
     add_sim_args(p)
     add_tenants_arg(p)
-    add_json_flag(p, "the report's metrics (and, with --tenants, \"fairness\": per queue and over time)")
+    add_json_flag(p, "the report's metrics, \"information\" (what the policy knew) and, with --tenants, \"fairness\" "
+                     "(per queue and over time)")
     p.add_argument("--jobs-csv", metavar="PATH", help="write the per-job table as CSV, streamed during the run and put in "
                    "place with --json at its end (an existing file is replaced)")
     p.set_defaults(func=cmd_simulate)
@@ -149,5 +152,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_cluster_args(p)
     add_sim_args(p)
     add_tenants_arg(p)
-    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}} (with --tenants also "fairness": {POLICY: ...})')
+    add_json_flag(p, '{"results": {POLICY: {METRIC: value}}, "information": {...}} (with --tenants also '
+                     '"fairness": {POLICY: ...})')
     p.set_defaults(func=cmd_compare)

@@ -211,7 +211,7 @@ def test_compare_writes_results_per_policy(capsys, tmp_path) -> None:
     rc, out, err = cli(capsys, "compare", "--trace", BUNDLED, "--policies", "las+spread, srtf+spread", "--json", path)
     assert (rc, err) == (0, "")
     doc = json.loads(path.read_text())
-    assert set(doc) == {"results"}
+    assert set(doc) == {"results", "information"}  # what the policies knew: tests/cli/test_cli_information_json.py
     assert set(doc["results"]) == {"las+spread", "srtf+spread"}
     for name, report in doc["results"].items():
         assert_report(report, 256)
@@ -224,7 +224,9 @@ def test_compare_agrees_with_simulate(capsys, tmp_path) -> None:
     cmp_path, sim_path = tmp_path / "cmp.json", tmp_path / "sim.json"
     assert cli(capsys, "compare", "--trace", BUNDLED, "--policies", "srtf+spread", "--json", cmp_path)[0] == 0
     assert cli(capsys, *simulate_args("--json", sim_path, policy="srtf+spread"))[0] == 0
-    assert json.loads(cmp_path.read_text())["results"]["srtf+spread"] == json.loads(sim_path.read_text())
+    compared, simulated = json.loads(cmp_path.read_text()), json.loads(sim_path.read_text())
+    assert compared["results"]["srtf+spread"] == {k: v for k, v in simulated.items() if k != "information"}
+    assert compared["information"] == simulated["information"]
 
 
 def test_compare_with_no_policy_names_is_an_error(capsys, tmp_path) -> None:
