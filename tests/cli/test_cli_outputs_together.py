@@ -42,7 +42,8 @@ def earlier_run(folder: Path, *names: str) -> dict[str, str]:
 
 def assert_left_as_they_were(folder: Path, old: dict[str, str], *inputs: str) -> None:
     """Every earlier output unchanged and nothing else in ``folder`` (no temporary file, no backup)."""
-    assert {p.name: p.read_text() for p in folder.iterdir() if p.name not in inputs} == old
+    left = {p.name: p.read_bytes() for p in folder.iterdir() if p.name not in inputs}
+    assert left == {name: text.encode() for name, text in old.items()}  # bytes: a new figure is no text
 
 
 def failing(error: BaseException):  # type: ignore[no-untyped-def]
@@ -121,3 +122,56 @@ def test_autoscale_whose_plot_fails_keeps_the_earlier_json(capsys, tmp_path, mon
                    "--plot", tmp_path / "timeline.png")
     assert rc == status
     assert_left_as_they_were(tmp_path, old, "t.csv")
+
+
+SUITE = ("name: small\njobs_per_node: 2\nloads: [1.0]\nmixes: [heavy]\nclusters: [[1, 8]]\ncontention: [profiled]\n"
+         "seeds: 1\ndurations: [exact]\nheuristics: [fifo+consolidated, srsf+consolidated]\ntenants: {tenants}\n")
+QUEUES = ("queues:\n  - {name: default, cohort: c, nominal_gpus: 8, borrowing_limit_gpus: 8}\n"
+          "  - {name: b, cohort: c, nominal_gpus: 8, borrowing_limit_gpus: 8}\n")
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_suite_whose_json_fails_keeps_the_earlier_pareto_plot(capsys, tmp_path, monkeypatch, failure):
+    error, status = FAILURES[failure]
+    (tmp_path / "t.yaml").write_text(QUEUES)
+    (tmp_path / "s.yaml").write_text(SUITE.format(tenants=tmp_path / "t.yaml"))
+    runs = tmp_path / "suite"
+    runs.mkdir()
+    old = {"pareto.png": "old figure", "s.json": '{"old": true}\n'}
+    for name, text in old.items():
+        (runs / name).write_text(text)
+    rc, _, err = cli(capsys, "evaluate", "--suite", tmp_path / "s.yaml", "--out", runs, "--json", runs / "s.json")
+    assert rc == 0, err
+    assert (runs / "pareto.png").read_bytes().startswith(b"\x89PNG")  # the suite does draw one
+    for name, text in old.items():
+        (runs / name).write_text(text)
+    monkeypatch.setattr(deepshare.cli.output, "dumps", failing(error))  # the plot is made before the JSON
+    rc, _, _ = cli(capsys, "evaluate", "--suite", tmp_path / "s.yaml", "--out", runs, "--json", runs / "s.json")
+    assert rc == status
+    assert_left_as_they_were(runs, old)
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_calibrate_whose_out_fails_keeps_the_earlier_json(capsys, tmp_path, monkeypatch, failure):
+    from deepshare.runtime.journal import Journal
+
+    error, status = FAILURES[failure]
+    Journal(tmp_path / "state").close()  # an empty journal: a fit of no runs, quick
+    old = {"fit.json": '{"old": true}\n', "params.json": '{"old": "params"}\n'}
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+    real, calls = json.dumps, []
+
+    def second_fails(*args: object, **kwargs: object) -> str:  # --json's text first, then --out's
+        calls.append(1)
+        if len(calls) == 2:
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", second_fails)
+    rc, _, _ = cli(capsys, "calibrate", "--from-state", tmp_path / "state", "--json", tmp_path / "fit.json",
+                   "--out", tmp_path / "params.json")
+    monkeypatch.undo()
+    assert rc == status and len(calls) == 2
+    assert {name: (tmp_path / name).read_text() for name in old} == old
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".old"))]
