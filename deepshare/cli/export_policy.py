@@ -21,6 +21,7 @@ from deepshare.cli.args import print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
 from deepshare.core.files import resolved
+from deepshare.core.output_set import OutputSet
 from deepshare.core.errors import DeepShareError, one_line
 
 KINDS = ("network", "hybrid", "hybrid-preempt")
@@ -237,12 +238,13 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     exported.update(rules)
     data = policy_file_bytes(scorer.net, encoding, exported)
     folder = dest.parent if str(dest.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{dest.name[:50]}.", suffix=".tmp")
-    except OSError as exc:
-        raise DeepShareError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
-    tmp = Path(tmp_name)
-    try:
+    with OutputSet() as outputs:  # the policy file and its card are put in place together, or neither is
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{dest.name[:50]}.", suffix=".tmp")
+        except OSError as exc:
+            raise DeepShareError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
+        tmp = Path(tmp_name)
+        outputs.add_written(tmp, dest, "policy file")  # removed on any failure from here on
         try:
             with os.fdopen(fd, "wb") as fh:  # through the descriptor: a link put in the file's place gets nothing
                 fh.write(data)
@@ -267,14 +269,8 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
             )
         except ValidationError as exc:
             raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
-        text = card_yaml(card)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    from deepshare.core.atomic import write_text_atomic
-
-    write_text_atomic(card_file, text, "policy card")
+        outputs.add_text(card_file, card_yaml(card), "policy card")
+        outputs.commit()
     print_line(out, f"wrote {one_line(str(dest))} and {one_line(str(card_file))}")
     print_line(out, card.facts())
     return 0

@@ -47,12 +47,12 @@ class Staged(Protocol):
 S = TypeVar("S", bound=Staged)
 
 
-class _StagedBytes:
-    """Bytes already written whole to a temporary file beside ``target``."""
+class _Written:
+    """A temporary file beside ``target``, already written whole."""
 
-    def __init__(self, target: Path, data: bytes, what: str) -> None:
+    def __init__(self, target: Path, tmp: Path) -> None:
         self.target = target
-        self.tmp = stage_bytes(target, data, what)
+        self.tmp = tmp
 
     def finish(self) -> Path:
         return self.tmp
@@ -73,13 +73,20 @@ class OutputSet:
         """Write ``data`` for ``path`` to a temporary file now; it replaces ``path`` at :meth:`commit`.
         Returns ``path``."""
         self._check_open()
-        staged = _StagedBytes(Path(path), data, what)
-        self._staged.append((staged, what))
-        return staged.target
+        target = Path(path)
+        self._staged.append((_Written(target, stage_bytes(target, data, what)), what))
+        return target
 
     def add_text(self, path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
         """:meth:`add_bytes` of ``text`` in UTF-8."""
         return self.add_bytes(path, text.encode("utf-8"), what)
+
+    def add_written(self, tmp: str | os.PathLike[str], path: str | os.PathLike[str], what: str = "file") -> None:
+        """A temporary file the caller made beside ``path`` (in its folder, so the rename is atomic) and
+        writes itself (to check it before it counts: ``export-policy`` loads it back): it replaces
+        ``path`` at :meth:`commit` and is removed with the rest on any failure, from now on."""
+        self._check_open()
+        self._staged.append((_Written(Path(path), Path(tmp)), what))
 
     def add_stream(self, stream: S, what: str = "file") -> S:
         """An output written while the command runs (a :class:`~deepshare.core.jobs_csv.JobsCsvStream`):

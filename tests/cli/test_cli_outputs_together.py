@@ -175,3 +175,27 @@ def test_calibrate_whose_out_fails_keeps_the_earlier_json(capsys, tmp_path, monk
     assert rc == status and len(calls) == 2
     assert {name: (tmp_path / name).read_text() for name in old} == old
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".old"))]
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_export_policy_whose_card_fails_keeps_the_earlier_policy_file(capsys, tmp_path, monkeypatch, failure):
+    import deepshare.core.atomic as atomic
+    from deepshare.policies.checkpoint import SHIPPED
+
+    error, status = FAILURES[failure]
+    old = {"p.pt": "old weights", "p.card.yaml": "old card"}  # a card whose sha256 is the old file's
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+    real = atomic.check_output_path
+
+    def card_fails(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith(".card.yaml"):  # the card is written after the policy file is checked
+            raise error
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic, "check_output_path", card_fails)
+    rc, _, _ = cli(capsys, "export-policy", ROOT / "deepshare" / "data" / "policies" / SHIPPED, "--out",
+                   tmp_path / "p.pt", "--kind", "hybrid", "--teacher", "bsrsf+uncontended", "--seeds-tried", "0,1,2",
+                   "--commit", "0123abc")
+    assert rc == status
+    assert_left_as_they_were(tmp_path, old)
