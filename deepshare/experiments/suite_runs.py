@@ -6,13 +6,11 @@ raises is kept as a failed result, never dropped.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import closing
 from multiprocessing.context import BaseContext
 from typing import Callable, Generator, Iterable, Sequence
 
 from deepshare.core.simulator import Simulator
-from deepshare.core.workers import stop_workers
 from deepshare.experiments.suite_cells import (
     Cell, cell_bound, cell_contention, cell_topology, cell_trace, cells, pooled_ideals,
 )
@@ -129,41 +127,36 @@ def run_policies(
     )
     results: dict[Cell, dict[str, dict[str, float | None]]] = {cell: {} for cell in grid}
     done = 0
-    pool = None
     if on_ray:
         outputs: Iterable[tuple[Cell, str, dict[str, float | None]]] = _on_ray(tasks)
     elif workers <= 1:
         outputs = map(run_guarded, tasks)
     else:
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded, mp_context=mp_context)
-        outputs = _as_done(pool, tasks)
+        outputs = _in_pool(tasks, workers, mp_context)
     try:
         for cell, policy, metrics in outputs:
             results[cell][policy] = metrics
             done += 1
             if progress is not None:
                 progress(done, len(tasks), f"{policy} on {cell.label}")
-    except BaseException:
-        if pool is not None:
-            stop_workers(pool)  # an interrupted run does not wait for (or leave behind) its workers
-        raise
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
         if isinstance(outputs, Generator):
-            outputs.close()  # cancels the cluster's remaining tasks (Ctrl-C, an error)
+            outputs.close()  # stops the workers, or cancels the cluster's remaining tasks (Ctrl-C, an error)
     return {cell: {p: results[cell][p] for p in policies} for cell in grid}
 
 
-def _as_done(pool: ProcessPoolExecutor, tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[
-        tuple[Cell, str, dict[str, float | None]], None, None]:
-    """The runs of ``tasks`` on ``pool``, as they finish. Unlike ``pool.map``, an interrupt leaves
-    the futures to :func:`~deepshare.core.workers.stop_workers` (the pool fails them once its
-    workers are gone): ``map`` cancelled them on the way out, and the pool's thread, failing the
-    same futures, then died on ``InvalidStateError`` (Python 3.11)."""
-    futures = [pool.submit(run_guarded, task) for task in tasks]
-    for future in as_completed(futures):
-        yield future.result()
+def _in_pool(tasks: Sequence[tuple[SuiteSpec, Cell, str]], workers: int, mp_context: BaseContext | None,
+             ) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
+    """The runs of ``tasks`` on ``workers`` local processes, as they finish
+    (:func:`~deepshare.experiments.pool_runs.pool_tasks`): a run whose process kept dying is a
+    failed run, and the others keep their numbers."""
+    from deepshare.experiments.pool_runs import pool_tasks
+    from deepshare.experiments.ray_runs import Lost
+
+    calls = [(task,) for task in tasks]
+    with closing(pool_tasks(run_guarded, calls, workers, initializer=_single_threaded, mp_context=mp_context)) as outputs:
+        for i, output in outputs:  # closed: the workers are stopped
+            yield (*tasks[i][1:], failed_run(output.error)) if isinstance(output, Lost) else output
 
 
 def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
