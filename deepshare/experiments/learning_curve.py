@@ -116,9 +116,9 @@ class SuiteCurve:
         then wait forever, so the suite runs in this process instead (and says so)."""
         if not self.on_ray:
             return False
-        import ray
+        from deepshare.experiments.ray_runs import free_cpus
 
-        if ray.available_resources().get("CPU", 0) >= 1:
+        if free_cpus() >= 1:  # a cluster with no CPU at all is refused there
             return True
         self._say(f"suite {self.suite}: no CPU of the Ray cluster is free (training holds them all); "
                   "scoring in this process instead")

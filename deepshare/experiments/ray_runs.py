@@ -14,6 +14,10 @@ task, so they come back as failed results. Ctrl-C (a ``KeyboardInterrupt`` anywh
 the caller's progress callback included) or closing the generator cancels every task not yet
 collected, then lets the interrupt through.
 
+A cluster with no CPU at all would hold every task queued forever, silently: :func:`free_cpus`
+refuses it in one line before anything is submitted, and tells a caller that waits for a busy
+cluster (every CPU held) that it waits.
+
 Values wrapped in :class:`Once` (a suite spec, a scenario's jobs, a policy file's bytes) are put
 in the object store once however many runs take them; each task receives the value itself.
 Ray is imported when tasks are run, so the CLI can read :data:`MAX_RETRIES` for its help.
@@ -24,6 +28,8 @@ from __future__ import annotations
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
+
+from deepshare.core.errors import DeepShareError
 
 MAX_RETRIES = 3
 """How often Ray reruns a task whose worker or node died before the run counts as lost."""
@@ -47,11 +53,27 @@ class Lost:
     error: str
 
 
-def run_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], max_retries: int = MAX_RETRIES,
-              ) -> Iterator[tuple[int, Any]]:
-    """``(i, fn(*calls[i]))`` for every call, as the tasks finish; a lost run's result is a :class:`Lost`."""
+def free_cpus() -> float:
+    """How many CPUs of the connected Ray cluster are free now. A cluster with none at all (a head
+    started with ``--num-cpus 0`` and no worker node) is refused: every run, a task of one CPU,
+    would wait there forever without a word."""
     import ray
 
+    if ray.cluster_resources().get("CPU", 0) < 1:
+        raise DeepShareError("the Ray cluster has no CPU (a head started with --num-cpus 0 and no worker node?): "
+                             "its runs, one CPU each, would wait forever; add a node with CPUs or run without --address")
+    return float(ray.available_resources().get("CPU", 0))
+
+
+def run_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], max_retries: int = MAX_RETRIES,
+              waiting: Callable[[str], None] | None = None) -> Iterator[tuple[int, Any]]:
+    """``(i, fn(*calls[i]))`` for every call, as the tasks finish; a lost run's result is a :class:`Lost`.
+    A cluster with no CPU is refused (:func:`free_cpus`); one whose CPUs are all busy gets the runs
+    queued, and ``waiting`` is told so first."""
+    import ray
+
+    if free_cpus() < 1 and waiting is not None:
+        waiting("waiting for a free CPU of the Ray cluster (every one is busy); the runs start as CPUs free up")
     remote = ray.remote(fn).options(num_cpus=1, max_retries=max_retries, retry_exceptions=False)
     stored: dict[int, Any] = {}
 

@@ -128,7 +128,7 @@ def run_policies(
     results: dict[Cell, dict[str, dict[str, float | None]]] = {cell: {} for cell in grid}
     done = 0
     if on_ray:
-        outputs: Iterable[tuple[Cell, str, dict[str, float | None]]] = _on_ray(tasks)
+        outputs: Iterable[tuple[Cell, str, dict[str, float | None]]] = _on_ray(tasks, progress)
     elif workers <= 1:
         outputs = map(run_guarded, tasks)
     else:
@@ -159,15 +159,18 @@ def _in_pool(tasks: Sequence[tuple[SuiteSpec, Cell, str]], workers: int, mp_cont
             yield (*tasks[i][1:], failed_run(output.error)) if isinstance(output, Lost) else output
 
 
-def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]]) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
+def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]], progress: Callable[[int, int, str], None] | None = None,
+            ) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
     """The runs of ``tasks`` as Ray tasks (:func:`run_on_worker`), as they finish; the spec and each
-    driver-only policy file go to the object store once; a run Ray lost is a failed run."""
+    driver-only policy file go to the object store once; a run Ray lost is a failed run. A cluster
+    with no CPU is refused; one with every CPU busy is said to be waited for (as ``progress``'s 0th run)."""
     from deepshare.experiments.policy_files import driver_files
     from deepshare.experiments.ray_runs import Lost, Once, run_tasks
 
     specs = {id(spec): Once(spec) for spec, _, _ in tasks}
     files = {name: Once(data) for name, data in driver_files({p for _, _, p in tasks}).items()}
     calls = [(specs[id(spec)], cell, p, files.get(p)) for spec, cell, p in tasks]
-    with closing(run_tasks(run_on_worker, calls)) as outputs:  # closed: the remaining tasks are cancelled
+    waiting = None if progress is None else (lambda message: progress(0, len(tasks), message))
+    with closing(run_tasks(run_on_worker, calls, waiting=waiting)) as outputs:  # closed: the remaining tasks are cancelled
         for i, output in outputs:
             yield (*tasks[i][1:], failed_run(output.error)) if isinstance(output, Lost) else output
