@@ -62,7 +62,7 @@ def test_a_run_the_cluster_lost_is_a_failed_run_and_the_others_are_the_local_num
     spec = SPEC.model_copy(update={"learned": (f"rl-hybrid={own}",)})
     shipped = []
 
-    def here(fn, calls, max_retries=ray_runs.MAX_RETRIES):
+    def here(fn, calls, max_retries=ray_runs.MAX_RETRIES, waiting=None):
         for i, call in enumerate(calls):
             args = [a.value if isinstance(a, Once) else a for a in call]
             shipped.append(args[-1])
