@@ -80,6 +80,28 @@ def test_a_two_queue_cell_keeps_hand_checked_fairness(tmp_path, hand_trace):
     assert "worst rho" in text and "a avg wait (s)" in text and "Pareto front, avg JCT vs worst rho" in text
 
 
+def test_the_runs_get_the_tenants_the_driver_read_not_the_file(tmp_path, hand_trace, monkeypatch):
+    """A worker on another machine may lack the tenants file or hold another version of it: the
+    runs take what the driver read. A stand-in for ``run_tasks`` runs each task here, on a
+    "machine" without the file (and nothing cached), then puts the file back for the driver."""
+    from deepshare.experiments import ray_runs, suite_spec
+    from deepshare.experiments.ray_runs import Once
+
+    spec = _suite(tmp_path, tenants=True)
+    local = run_suite(spec).to_json()
+    assert local["failed"] == []
+
+    def elsewhere(fn, calls, max_retries=ray_runs.MAX_RETRIES, waiting=None):
+        (tmp_path / "t.yaml").unlink()
+        suite_spec._tenants.cache_clear()
+        for i, call in enumerate(calls):
+            yield i, fn(*(a.value if isinstance(a, Once) else a for a in call))
+        (tmp_path / "t.yaml").write_text(TWO_QUEUES)
+
+    monkeypatch.setattr(ray_runs, "run_tasks", elsewhere)
+    assert run_suite(spec, on_ray=True).to_json() == local
+
+
 def test_without_tenants_the_json_keys_are_unchanged(tmp_path, hand_trace):
     result = run_suite(_suite(tmp_path, tenants=False))
     doc = result.to_json()
