@@ -12,19 +12,28 @@ from pathlib import Path
 from typing import Any, Sequence
 
 SOURCE = Path(__file__).resolve().parents[2]
-"""The folder holding the ``deepshare`` package: a git checkout for an editable install."""
+"""The folder holding the ``deepshare`` package: a git checkout's root for an editable install
+(``site-packages`` for a regular one)."""
+PACKAGE = Path(__file__).resolve().parents[1].name
+"""The package's folder in that checkout (``deepshare``)."""
 
 
 def commit(source: Path = SOURCE) -> dict[str, Any] | None:
-    """``{"sha", "dirty"}`` of the git checkout the package runs from (``dirty``: tracked files
-    differ from the commit), or None outside a checkout or without git."""
+    """``{"sha", "dirty"}`` of the git checkout the package runs from, or None when ``source`` is
+    not a checkout's root (a regular install whose ``site-packages`` lies inside some other
+    checkout would be stamped with that one's commit) or without git. ``dirty``: tracked files
+    differ from the commit, or the package has files git does not track (a new module the run
+    may import) and does not ignore."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10,
                               check=True).stdout.strip()
 
     try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != Path(source).resolve():
+            return None
         sha = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no")
+                     or git("ls-files", "--others", "--exclude-standard", "--", PACKAGE))
     except (OSError, subprocess.SubprocessError):
         return None
     return {"sha": sha, "dirty": dirty}
