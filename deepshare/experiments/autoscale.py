@@ -9,7 +9,7 @@ from deepshare.core.autoscaling import AUTOSCALERS, AutoscaleReport, AutoscaleSp
 from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.yamlspec import read_config_text
-from deepshare.experiments.scenario import Scenario
+from deepshare.experiments.scenario import Scenario, scenario_policy
 from deepshare.policies import make_policy
 
 
@@ -40,15 +40,16 @@ def parse_autoscalers(text: str) -> list[str]:
 
 def run_autoscalers(scenario: Scenario, policy: str, autoscalers: Sequence[str]) -> list[AutoscaleReport]:
     """One report per autoscaler, in the given order, same trace, policy and cluster model
-    (``scenario.autoscale`` gives the node pools), with the scenario's information model and history."""
+    (``scenario.autoscale`` gives the node pools), with the scenario's catalog, information model,
+    history and tenants (the policy behind their admission, as on a fixed cluster)."""
     if scenario.autoscale is None:
         raise DeepShareError("run_autoscalers needs a scenario with an autoscaling spec (Scenario(None, jobs, autoscale=spec))")
     make_policy(policy)  # a bad name fails before any run
     reports = []
     for name in autoscalers:
         report, _ = simulate_autoscaled(
-            scenario.autoscale, scenario.jobs, make_policy(policy), name, scenario.contention, config=scenario.config,
-            information=scenario.information, history=scenario.history,
+            scenario.autoscale, scenario.jobs, scenario_policy(scenario, policy), name, scenario.contention,
+            catalog=scenario.catalog, config=scenario.config, information=scenario.information, history=scenario.history,
         )
         reports.append(report)
     return reports
