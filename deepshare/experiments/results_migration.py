@@ -21,7 +21,8 @@ def migration_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 def migration_section(doc: dict[str, Any]) -> list[str]:
     """One row per pair: the geometric mean of ``+migrate`` / base average JCT over the cells
-    both ran, and its range; none without pairs."""
+    where both have a figure, and its range; cells where either run failed are left out and
+    counted ("2 (1 failed)"), as the suite's summaries count them; none without pairs."""
     pairs = migration_pairs(doc)
     if not pairs:
         return []
@@ -29,9 +30,15 @@ def migration_section(doc: dict[str, Any]) -> list[str]:
              "([when a job moves](closed-loop.md#contention-triggered-migration-migrate)):", "",
              "| policy | over its base, geometric mean | range | cells |", "|---|---|---|---|"]
     for base, migrating in pairs:
-        ratios = [cell["results"][migrating]["avg_jct_s"] / cell["results"][base]["avg_jct_s"]
-                  for cell in doc["cells"] if base in cell["results"] and migrating in cell["results"]]
-        if not ratios:
+        both = [(cell["results"][migrating].get("avg_jct_s"), cell["results"][base].get("avg_jct_s"))
+                for cell in doc["cells"] if base in cell["results"] and migrating in cell["results"]]
+        ratios = [mine / theirs for mine, theirs in both if mine is not None and theirs]
+        failed = len(both) - len(ratios)
+        if not both:
             continue
-        lines.append(f"| `{migrating}` | {geomean(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} | {len(ratios)} |")
+        cells = f"{len(ratios)}" + (f" ({failed} failed)" if failed else "")
+        if not ratios:
+            lines.append(f"| `{migrating}` | - | - | {cells} |")
+            continue
+        lines.append(f"| `{migrating}` | {geomean(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} | {cells} |")
     return lines

@@ -209,6 +209,19 @@ def test_a_suite_running_migration_gets_each_variant_over_its_base() -> None:
     assert "Migration:" not in results_page.suite_section("quick", _suite())
 
 
+def test_a_migration_pair_with_a_failed_run_leaves_that_cell_out_and_counts_it() -> None:
+    """A failed run has no figure (``avg_jct_s`` None): the page is still written."""
+    from deepshare.experiments.results_migration import migration_section
+
+    failed = {"avg_jct_s": None, "error": "RuntimeError: boom"}
+    doc = {"cells": [
+        {"results": {"a": {"avg_jct_s": 100.0}, "a+migrate": failed, "b": failed, "b+migrate": {"avg_jct_s": 1.0}}},
+        {"results": {"a": {"avg_jct_s": 200.0}, "a+migrate": {"avg_jct_s": 220.0}, "b": failed, "b+migrate": failed}}]}
+    section = migration_section(doc)
+    assert "| `a+migrate` | 1.100 | 1.100-1.100 | 1 (1 failed) |" in section
+    assert "| `b+migrate` | - | - | 0 (2 failed) |" in section
+
+
 def test_a_suite_with_tenants_shows_its_fairness_tradeoff() -> None:
     doc = _suite()
     assert "trade-off" not in results_page.suite_section("quick", doc)  # no tenants: no table
