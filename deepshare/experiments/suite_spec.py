@@ -90,6 +90,19 @@ class SuiteSpec(BaseModel):
     and quota preemption, and every run keeps its fairness (:data:`~deepshare.tenants.fairness.FAIRNESS_METRICS`
     and per queue); null: no tenancy (and no fairness keys in the JSON)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: object) -> object:
+        """Refuse true/false anywhere in a field: the model is lax so that YAML lists can be
+        tuples, and lax pydantic takes ``true`` for 1 (``seeds: true`` ran one seed,
+        ``clusters: [[true, 8]]`` one node). The suite has no yes/no field."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if _holds_bool(value):
+                    raise ValueError(f"{key}: got a boolean ({_yaml(value)}) where a number or name is expected "
+                                     "(YAML reads true, false, yes, no, on and off as booleans)")
+        return data
+
     @property
     def anchors(self) -> tuple[str, ...]:
         """The heuristics a cell's best heuristic is chosen from: all but the challengers."""
@@ -231,6 +244,22 @@ class SuiteSpec(BaseModel):
         if not v:
             raise ValueError("expected at least one heuristic")
         return v
+
+
+def _holds_bool(value: object) -> bool:
+    """Whether ``value`` is a boolean or a list or mapping holding one, however deep."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, dict):
+        return any(map(_holds_bool, value.values()))
+    return isinstance(value, (list, tuple)) and any(map(_holds_bool, value))
+
+
+def _yaml(value: object) -> str:
+    """``value`` as YAML writes it inline (booleans lower case), cut to a line."""
+    import json
+
+    return json.dumps(value, default=str)[:80]
 
 
 def tenants_names() -> list[str]:

@@ -179,6 +179,13 @@ def test_run_one_matches_the_simulator():
         ("heuristics: [las+consolidated]\nrecurrence: {recurring_share: 2}", "recurring_share"),
         ("heuristics: [las+consolidated]\nmedian_duration_s: 1e300", "median_duration_s: Input should be less than or equal to 31536000"),
         ("heuristics: [las+consolidated]\nloads: [1.0e-300]", "loads: Value error, expected one or more loads in [0.01, 10]"),
+        # lax pydantic took true for 1: one seed, a one-node cluster, load 1, one user, seed 0
+        ("heuristics: [las+consolidated]\nseeds: true", "seeds: got a boolean (true)"),
+        ("heuristics: [las+consolidated]\njobs_per_node: yes", "jobs_per_node: got a boolean (true)"),
+        ("heuristics: [las+consolidated]\nclusters: [[true, 8]]", "clusters: got a boolean ([[true, 8]])"),
+        ("heuristics: [las+consolidated]\nloads: [true]", "loads: got a boolean ([true])"),
+        ("heuristics: [las+consolidated]\nrecurrence: {users: true}", 'recurrence: got a boolean ({"users": true})'),
+        ("heuristics: [las+consolidated]\nperturb_seed: false", "perturb_seed: got a boolean (false)"),
         ("heuristics: [las+consolidated]\nseeds: 100\nloads: [" + ", ".join(f"0.{i:03d}" for i in range(10, 110)) + "]",
          "the grid has 80,000 cells (100 loads x 2 mixes x 2 clusters and fabrics x 2 contention x 100 seeds x 1 durations"),
     ],
