@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +33,35 @@ def _f(v: float | None) -> str:
 def _worst(ratio: object, cell: object) -> str:
     """A summary's worst ratio and its cell; "-" when no cell was scored."""
     return "-" if ratio is None else f"{ratio:.3f} ({cell})"
+
+
+def p99_ranks(jobs: int) -> tuple[int, int]:
+    """The ranks from the longest (1st) of the two JCTs a p99 of ``jobs`` JCTs interpolates
+    between (NumPy's linear percentile): on a suite's traces of tens to a few hundred jobs, the
+    p99 is one of the few longest jobs, not a tail of many."""
+    low = int(0.99 * (jobs - 1))
+    return max(1, jobs - low - 1), jobs - low
+
+
+def p99_note(jobs: Iterable[int]) -> str:
+    """What a suite's p99 figures are made of, for a table's caption: its jobs per trace and the
+    longest jobs that set the p99 (ranked 1st to 4th on the bundled suites)."""
+    counts = sorted(set(jobs))
+    if not counts:
+        return ""
+    ranks = sorted({rank for n in counts for rank in p99_ranks(n)})
+    size = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    longest = f"{_ordinal(ranks[0])}" if len(ranks) == 1 else f"{_ordinal(ranks[0])}-{_ordinal(ranks[-1])}"
+    return f"p99 JCT: of {size} jobs per trace, set by the {longest} longest jobs"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _jobs(result: SuiteResult, cell: object) -> int:
+    """Jobs in the cell's trace (``jobs_per_node`` x its nodes)."""
+    return result.spec.jobs_per_node * cell.nodes  # type: ignore[attr-defined]
 
 
 def cell_tables(result: SuiteResult) -> list[Table]:
@@ -64,6 +94,7 @@ def cell_tables(result: SuiteResult) -> list[Table]:
         if room is not None:
             table.add_row("lower bound (no wait, no contention)", _s(result.bounds[cell]), "", "", "", "",
                           f"room {room:.3f}", style="dim")
+        table.caption = p99_note([_jobs(result, cell)])
         tables.append(table)
     return tables
 
@@ -171,7 +202,7 @@ def summary_table(result: SuiteResult) -> Table:
         + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d, k).items(), key=lambda kv: -kv[1]) if n)
         for d, k in result.information_models()
     )
-    table.caption = f"best heuristic of a cell (cells): {wins}"
+    table.caption = f"best heuristic of a cell (cells): {wins}; {p99_note(_jobs(result, c) for c in result.results)}"
     return table
 
 
