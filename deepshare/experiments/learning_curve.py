@@ -34,8 +34,11 @@ COPIES = "curve"
 CURVE_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "suite", "policy", "geomean_avg_jct_ratio",
     "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio", "worst_p99_cell", "cells_won", "cells",
-    "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled", "policy_file",
+    "failed_cells", "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled", "policy_file",
 )
+"""A row per scored checkpoint. ``failed_cells``: cells left out of that row's figures because a
+run failed (the summary's count), so a point scored on fewer cells is told from the others; a
+file begun by an older version has no such column and keeps its own header."""
 RETURN_COLUMNS = ("iteration", "episode_return_mean")
 """What :func:`plot_curves` reads of ``metrics.csv`` (:mod:`deepshare.rl.train` writes it)."""
 
@@ -171,15 +174,33 @@ def numeric(rows: list[dict[str, str]], columns: Sequence[str]) -> list[dict[str
     return found
 
 
+RATIO_COLUMNS = ("iteration", "geomean_avg_jct_ratio", "worst_avg_jct_ratio", "worst_p99_jct_ratio")
+
+
+def complete_points(rows: list[dict[str, str]]) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The curve's points split by the cells they were scored on: those over every cell (no
+    failed run; a row of an older file, which did not count failures, among them) and those
+    over fewer (``failed_cells`` > 0). A line through both would join figures over different
+    cells, so the plot draws the second apart."""
+    whole, fewer = [], []
+    for row in rows:
+        failed = (row.get("failed_cells") or "").strip()
+        point = numeric([row], RATIO_COLUMNS if not failed or failed == "0" else RATIO_COLUMNS[:2])
+        if point:
+            (whole if not failed or failed == "0" else fewer).append(point[0])
+    return whole, fewer
+
+
 def plot_curves(run_dir: str | Path) -> Path | None:
     """``curves.png``: the episode return per iteration (``metrics.csv``) above the suite ratios
-    per scored iteration (``suite_curve.csv``), 1.0 = the best heuristic of each cell; None when
-    neither file has a row."""
+    per scored iteration (``suite_curve.csv``), 1.0 = the best heuristic of each cell, the points
+    scored on fewer cells (failed runs) marked apart (:func:`complete_points`); None when neither
+    file has a row."""
     folder = Path(run_dir)
     returns = numeric(read_rows(folder / "metrics.csv"), RETURN_COLUMNS)
     scored_rows = read_rows(folder / CURVE_FILE)
-    ratios = numeric(scored_rows, ("iteration", "geomean_avg_jct_ratio", "worst_avg_jct_ratio", "worst_p99_jct_ratio"))
-    if not returns and not ratios:
+    ratios, partial = complete_points(scored_rows)
+    if not returns and not ratios and not partial:
         return None
     last = scored_rows[-1] if scored_rows else None
     scored = f"{last.get('policy')} on suite {last.get('suite')}" if last else ""
@@ -200,11 +221,14 @@ def plot_curves(run_dir: str | Path) -> Path | None:
                               ("worst_avg_jct_ratio", "average JCT, worst cell", "--s"),
                               ("worst_p99_jct_ratio", "p99 JCT, worst cell", ":^")):
         bottom.plot(x, [r[key] for r in ratios], style, label=label, fillstyle="none")
+    if partial:  # not joined to the others: its figures are over fewer cells
+        bottom.plot([r["iteration"] for r in partial], [r["geomean_avg_jct_ratio"] for r in partial], "x",
+                    color="red", label="geometric mean over fewer cells (runs failed)")
     bottom.axhline(1.0, color="grey", linewidth=0.8)
     bottom.set_ylabel("ratio to the best heuristic")
     bottom.set_xlabel("PPO iteration")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if ratios:
+    if ratios or partial:
         bottom.legend(fontsize="small", title=scored, title_fontsize="small", loc="upper center",
                       bbox_to_anchor=(0.5, -0.2), ncol=3)
     return save(fig, folder / PLOT_FILE)

@@ -93,3 +93,23 @@ def test_a_curve_begun_with_fewer_columns_keeps_them(curve, tmp_path):
     with (tmp_path / CURVE_FILE).open() as fh:
         rows = list(csv.reader(fh))
     assert rows[0] == old and len(rows) == 2 and len(rows[1]) == len(old) and rows[1][0] == "3"
+
+
+def test_a_point_scored_on_fewer_cells_is_recorded_as_such_and_not_joined_to_the_others(tmp_path, monkeypatch):
+    """A checkpoint whose runs failed on some cells is scored on the others: its row counts them
+    (``failed_cells``), and the plot draws it apart from the points over every cell."""
+    curve = SuiteCurve("tiny", "rl-base")
+    whole = {key: 1.0 for key in CURVE_COLUMNS[5:-1]} | {"worst_avg_cell": "c", "worst_p99_cell": "c", "failed_cells": 0}
+    summaries = iter([whole, whole | {"geomean_avg_jct_ratio": 0.5, "cells": 1, "failed_cells": 3}, whole])
+    monkeypatch.setattr(curve, "score", lambda _file: next(summaries))
+    monkeypatch.setattr(learning_curve, "plot_curves", lambda _dir: None)
+    for iteration in (1, 2, 3):
+        curve.record(tmp_path, iteration, None, DAGGER)
+    rows = list(csv.DictReader((tmp_path / CURVE_FILE).open()))
+    assert [r["failed_cells"] for r in rows] == ["0", "3", "0"]
+    complete, partial = learning_curve.complete_points(rows)
+    assert [p["iteration"] for p in complete] == [1.0, 3.0]
+    assert partial == [{"iteration": 2.0, "geomean_avg_jct_ratio": 0.5}]
+    old = [{k: v for k, v in r.items() if k != "failed_cells"} for r in rows]  # a file begun before the column
+    assert [p["iteration"] for p in learning_curve.complete_points(old)[0]] == [1.0, 2.0, 3.0]
+    assert plot_curves(tmp_path) == tmp_path / PLOT_FILE
