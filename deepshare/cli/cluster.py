@@ -174,6 +174,9 @@ def cmd_autoscale_live(args: argparse.Namespace, out: Any, err: Any) -> int:
         print_line(shown, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
                     f"  on {', '.join(j.node_names) or '-'}")
     lat = ", ".join(f"{x:.1f}" for x in report.scale_up_latencies_s) or "none"
+    others = [f"{n} {what}" for n, what in ((report.shortages_self_resolved, "ended as jobs ended, no GPU added"),
+                                            (report.shortages_unresolved, "still open")) if n]
+    lat += f" (other shortages: {', '.join(others)})" if others else ""
     print_line(shown, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
                 f"most GPU nodes {report.max_gpu_nodes}; back to min nodes {_s(report.scale_down_s)} s after the last job")
     write_json(args.json, doc, out, "JSON report")

@@ -12,7 +12,9 @@ cluster to shrink back to its min nodes.
 
 Measured: per job submit -> first start (queueing, including any scale-up) and JCT; per
 scale-up, *latency* = from the moment the demand first exceeded the GPUs alive to the moment
-enough GPUs were alive (Ray's autoscaler loop, the fake node's start and the node joining);
+enough GPUs were alive (Ray's autoscaler loop, the fake node's start and the node joining), taken
+only when GPUs came up meanwhile; a shortage that ended as the demand fell, with no GPU added, is
+counted apart (self-resolved), and so is one still open at the end (unresolved);
 and the time from the last job's end to the cluster back at min nodes (idle timeout).
 Everything started is stopped at the end, and only that.
 """
@@ -97,6 +99,10 @@ class LiveReport:
     timeline: tuple[tuple[float, int, int], ...]
     """(seconds since start, GPU nodes alive, GPUs demanded) at each change."""
     bridge_calls: int
+    shortages_self_resolved: int = 0
+    """Shortages that ended with no more GPUs alive than when they began (jobs ended): no latency."""
+    shortages_unresolved: int = 0
+    """A shortage still open at the last sample (0 or 1): no latency either."""
 
     def to_dict(self) -> dict[str, Any]:
         jcts = [j.jct_s for j in self.jobs if j.jct_s is not None]
@@ -109,27 +115,43 @@ class LiveReport:
             "scale_down_s": self.scale_down_s,
             "timeline": [list(p) for p in self.timeline],
             "bridge_calls": self.bridge_calls,
+            "shortages_self_resolved": self.shortages_self_resolved,
+            "shortages_unresolved": self.shortages_unresolved,
         }
 
 
 @dataclass
 class _Sampler:
-    """Tracks GPU nodes alive and demand over time and measures scale-up latencies."""
+    """Tracks GPU nodes alive and demand over time and measures scale-up latencies: a shortage
+    (demand above the GPUs alive) that ends with more GPUs alive than when it began is a scale-up,
+    and its duration a latency; one that ends as the demand falls, no GPU added, is not (jobs
+    ended: nothing scaled) and is counted in ``self_resolved``."""
 
     t0: float
     timeline: list[tuple[float, int, int]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     short_since: float | None = None
+    short_gpus: int = 0
+    """GPUs alive when the open shortage began."""
+    self_resolved: int = 0
 
     def sample(self, now: float, gpu_nodes: int, alive_gpus: int, demand_gpus: int) -> None:
         point = (round(now - self.t0, 3), gpu_nodes, demand_gpus)
         if not self.timeline or self.timeline[-1][1:] != point[1:]:
             self.timeline.append(point)
         if demand_gpus > alive_gpus and self.short_since is None:
-            self.short_since = now
+            self.short_since, self.short_gpus = now, alive_gpus
         elif demand_gpus <= alive_gpus and self.short_since is not None:
-            self.latencies.append(now - self.short_since)
+            if alive_gpus > self.short_gpus:
+                self.latencies.append(now - self.short_since)
+            else:
+                self.self_resolved += 1
             self.short_since = None
+
+    @property
+    def unresolved(self) -> int:
+        """1 while a shortage is open (at the end: one no scale-up or fall in demand ended)."""
+        return int(self.short_since is not None)
 
 
 def _gpu_nodes() -> tuple[int, int]:
@@ -283,7 +305,7 @@ def run_live_experiment(
                 break
             time.sleep(poll_s)
         return LiveReport(tuple(results), tuple(sampler.latencies), max(p[1] for p in sampler.timeline), scale_down,
-                          tuple(sampler.timeline), bridge.calls)
+                          tuple(sampler.timeline), bridge.calls, sampler.self_resolved, sampler.unresolved)
     finally:
         if scheduler is not None:
             scheduler.close()  # before Ray goes: the loop and the API stop, the journal is closed

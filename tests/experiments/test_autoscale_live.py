@@ -36,6 +36,22 @@ def test_the_bridge_pushes_only_changes():
     assert pushed == [[{"GPU": 4.0}], [{"GPU": 4.0}, {"GPU": 2.0}], []]
 
 
+def test_a_shortage_is_a_scale_up_latency_only_when_gpus_came_up():
+    """Demand above the GPUs alive that ends as jobs end, with no node added, measured nothing."""
+    from deepshare.experiments.autoscale_live import _Sampler
+
+    s = _Sampler(t0=0.0)
+    s.sample(0.0, gpu_nodes=1, alive_gpus=4, demand_gpus=12)  # short
+    s.sample(5.0, gpu_nodes=1, alive_gpus=4, demand_gpus=8)  # a job ended; still short, no node came
+    s.sample(9.0, gpu_nodes=1, alive_gpus=4, demand_gpus=4)  # another ended: the demand fits one node
+    assert s.latencies == [] and s.self_resolved == 1 and s.unresolved == 0
+    s.sample(10.0, gpu_nodes=1, alive_gpus=4, demand_gpus=8)  # short again
+    s.sample(16.0, gpu_nodes=2, alive_gpus=8, demand_gpus=8)  # a node came up
+    assert s.latencies == [6.0] and s.self_resolved == 1
+    s.sample(20.0, gpu_nodes=2, alive_gpus=8, demand_gpus=12)  # short at the end
+    assert s.unresolved == 1 and s.latencies == [6.0]
+
+
 def test_the_fake_provider_config_passes_rays_own_validation():
     prepare_config, validate_config = raycompat.cluster_config_prepare_and_validate()
     spec = parse_autoscale_spec(DEFAULT_SPEC)
