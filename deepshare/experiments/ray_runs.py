@@ -53,13 +53,14 @@ class Lost:
     error: str
 
 
-def free_cpus() -> float:
+def free_cpus(refuse_none: bool = True) -> float:
     """How many CPUs of the connected Ray cluster are free now. A cluster with none at all (a head
     started with ``--num-cpus 0`` and no worker node) is refused: every run, a task of one CPU,
-    would wait there forever without a word."""
+    would wait there forever without a word. ``refuse_none=False``: 0 instead, for a caller that
+    can run its work in this process (the learning curve)."""
     import ray
 
-    if ray.cluster_resources().get("CPU", 0) < 1:
+    if refuse_none and ray.cluster_resources().get("CPU", 0) < 1:
         raise DeepShareError("the Ray cluster has no CPU (a head started with --num-cpus 0 and no worker node?): "
                              "its runs, one CPU each, would wait forever; add a node with CPUs or run without --address")
     return float(ray.available_resources().get("CPU", 0))

@@ -40,3 +40,17 @@ def test_a_cluster_whose_cpus_are_all_busy_is_said_to_be_waited_for(monkeypatch)
     with pytest.raises(Submitted):
         run_policies(SPEC, cells(SPEC), SPEC.heuristics, on_ray=True, progress=lambda d, n, what: said.append((d, what)))
     assert said == [(0, "waiting for a free CPU of the Ray cluster (every one is busy); the runs start as CPUs free up")]
+
+
+def test_the_learning_curve_scores_here_on_a_cluster_with_no_cpu(monkeypatch):
+    """Training may run on such a cluster (its env runner in the driver): the curve is scored in
+    this process, as when training holds every CPU, not refused."""
+    from deepshare.experiments import learning_curve
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {})
+    monkeypatch.setattr(ray, "available_resources", lambda: {})
+    monkeypatch.setattr(ray, "remote", submitted)
+    said: list[str] = []
+    curve = learning_curve.SuiteCurve("tiny", "rl-base", progress=said.append, on_ray=True)
+    assert not curve._cluster_has_room()
+    assert any("scoring in this process instead" in line for line in said)
