@@ -85,7 +85,7 @@ def report_problem(report: object) -> str | None:
         return f"expected a NodeReport, got {type(report).__name__}"
     for name in ("node", "node_id"):
         if not _name(getattr(report, name)):
-            return f"{name}: expected a name of 1 to {MAX_NAME_CHARS} characters"
+            return f"{name}: expected a name of 1 to {MAX_NAME_CHARS} printable characters"
     for name in ("seq", "pid"):
         value = getattr(report, name)
         if not (_integer(value) and value >= 0):
@@ -101,7 +101,7 @@ def _links_problem(links: object) -> str | None:
         return f"links: expected a tuple of at most {MAX_LINKS_PER_REPORT} LinkStat"
     for i, stat in enumerate(links):
         if not isinstance(stat, LinkStat) or not _name(stat.link):
-            return f"links.{i}: expected a LinkStat with a link name of 1 to {MAX_NAME_CHARS} characters"
+            return f"links.{i}: expected a LinkStat with a link name of 1 to {MAX_NAME_CHARS} printable characters"
         for field_name in ("rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total"):
             if not _real(getattr(stat, field_name)):
                 return f"links.{i}.{field_name}: expected a number"
@@ -120,7 +120,7 @@ def _mapping_problem(report: NodeReport) -> str | None:
                 " mapped to numbers")
     if not isinstance(gauges, Mapping) or len(gauges) > MAX_GAUGES_PER_REPORT \
             or not all(_name(k) and _real(v) for k, v in gauges.items()):
-        return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} names mapped to numbers"
+        return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} printable names mapped to numbers"
     return None
 
 
@@ -129,14 +129,23 @@ def _probes_problem(probes: object) -> str | None:
         return f"probes: expected a tuple of at most {MAX_PROBES_PER_REPORT} ProbeStatus"
     for i, probe in enumerate(probes):
         if not (isinstance(probe, ProbeStatus) and _name(probe.name) and isinstance(probe.available, bool)
-                and isinstance(probe.reason, str) and len(probe.reason) <= MAX_REASON_CHARS
-                and _integer(probe.links) and probe.links >= 0):
-            return f"probes.{i}: expected a ProbeStatus (a name, available true or false, a reason, links >= 0)"
+                and _text(probe.reason, MAX_REASON_CHARS) and _integer(probe.links) and probe.links >= 0):
+            return (f"probes.{i}: expected a ProbeStatus (a printable name, available true or false, a printable"
+                    f" reason of at most {MAX_REASON_CHARS} characters, links >= 0)")
     return None
 
 
 def _name(value: object) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS
+    return _text(value, MAX_NAME_CHARS) and len(value) > 0  # type: ignore[arg-type]
+
+
+def _text(value: object, longest: int) -> bool:
+    """A str of at most ``longest`` characters, every one printable (so no lone UTF-16 surrogate,
+    which ``str.isprintable`` counts out): one link or probe name that UTF-8 cannot encode made
+    prometheus_client fail the whole ``/metrics`` page, every node's series with it. Hosts,
+    interfaces and probes name nothing with a control character, and agents make their reasons
+    printable, so only a forged report is refused."""
+    return isinstance(value, str) and len(value) <= longest and value.isprintable()
 
 
 def _integer(value: object) -> bool:
