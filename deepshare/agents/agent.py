@@ -27,7 +27,7 @@ import ray
 from deepshare.agents.config import default_report_interval
 from deepshare.agents.probes.base import Probe, UnavailableProbe
 from deepshare.agents.probes.detect import default_probes
-from deepshare.agents.report import NodeReport
+from deepshare.agents.report import NodeReport, probe_reason
 from deepshare.agents.sampler import ReportSchedule, Sampler
 from deepshare.core.topology import Node
 
@@ -60,7 +60,7 @@ class NodeAgent:
             probes = list(probe_factory(node, node_spec))
         except Exception as exc:  # noqa: BLE001 - report it instead of failing the actor for good
             log.exception("agent on %s: building probes failed", node)
-            probes = [UnavailableProbe("probes", f"building probes failed: {exc}")]
+            probes = [UnavailableProbe("probes", probe_reason(f"building probes failed: {exc}"))]
         self._sampler = Sampler(node, probes, node_spec, buffer_size, node_id)
         self._monitor = monitor
         self._interval = interval_s

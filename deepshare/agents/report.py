@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from deepshare.core.errors import one_line
+
 
 @dataclass(frozen=True, slots=True)
 class LinkStat:
@@ -57,7 +59,7 @@ class NodeReport:
 MAX_NAME_CHARS = 253
 """Longest node, node id, link, probe or gauge name a report may carry (a DNS name's limit)."""
 MAX_REASON_CHARS = 1024
-"""Longest probe reason (an exception's first line)."""
+"""Longest probe reason (an exception's first line, :func:`probe_reason`)."""
 MAX_LINKS_PER_REPORT = 1024
 """Most links one report may list: a node has a few NICs, PCIe switches and NVLink groups; the
 view turns every link of every fresh node into the scheduler's ``link_load`` at each poll."""
@@ -133,6 +135,17 @@ def _probes_problem(probes: object) -> str | None:
             return (f"probes.{i}: expected a ProbeStatus (a printable name, available true or false, a printable"
                     f" reason of at most {MAX_REASON_CHARS} characters, links >= 0)")
     return None
+
+
+def probe_reason(text: str) -> str:
+    """A reason a report may carry, from any message (an exception's, a probe's): its first line,
+    every character that is not printable escaped (:func:`~deepshare.core.errors.one_line`: a lone
+    surrogate, a terminal escape), cut to :data:`MAX_REASON_CHARS`. A driver's error with a long
+    dump, or a second line, cost the node its whole report (the monitor refuses longer or
+    unprintable reasons), not just the probe."""
+    lines = str(text).strip().splitlines()
+    first = one_line(lines[0].strip()) if lines else ""
+    return first if len(first) <= MAX_REASON_CHARS else first[:MAX_REASON_CHARS - 3] + "..."
 
 
 def _name(value: object) -> bool:

@@ -21,7 +21,7 @@ from deepshare.agents.config import MIN_INTERVAL_S, report_period
 from deepshare.agents.scoring import contention_score, gpu_contention
 from deepshare.agents.links import NIC, aggregate_of, nic_source, with_node_links
 from deepshare.agents.probes.base import Probe
-from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus
+from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus, probe_reason
 from deepshare.agents.samples import LinkRate, ProbeSample
 from deepshare.core.topology import Node
 
@@ -95,7 +95,7 @@ class Sampler:
         unrated: set[str] = set()  # links a probe had or has that carry no rate in this sample
         for i, probe in enumerate(self.probes):
             if not probe.available:
-                statuses.append(ProbeStatus(probe.name, False, probe.reason))
+                statuses.append(ProbeStatus(probe.name, False, probe_reason(probe.reason)))
                 continue
             before = self._prev.get(i)
             try:
@@ -104,7 +104,7 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - a probe must never stop the agent
                 self._prev.pop(i, None)
                 unrated.update(before.links if before is not None else ())
-                statuses.append(ProbeStatus(probe.name, False, f"sample failed: {exc}"))
+                statuses.append(ProbeStatus(probe.name, False, probe_reason(f"sample failed: {exc}")))
                 continue
             self._prev[i] = sample
             if before is not None and sample.timestamp > before.timestamp:
@@ -194,7 +194,7 @@ def measure(
     out: list[tuple[ProbeStatus, tuple[LinkRate, ...]]] = []
     for probe, before in zip(probes, first):
         if not probe.available:
-            out.append((ProbeStatus(probe.name, False, probe.reason), ()))
+            out.append((ProbeStatus(probe.name, False, probe_reason(probe.reason)), ()))
             continue
         try:
             if isinstance(before, Exception):
@@ -202,7 +202,7 @@ def measure(
             second = probe.sample()
             rates = probe.rates(before, second)
         except Exception as exc:  # noqa: BLE001
-            out.append((ProbeStatus(probe.name, False, f"sample failed: {exc}"), ()))
+            out.append((ProbeStatus(probe.name, False, probe_reason(f"sample failed: {exc}")), ()))
             continue
         out.append((ProbeStatus(probe.name, True, "", len(second.links)), rates))
     return out

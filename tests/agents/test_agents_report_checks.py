@@ -1,6 +1,9 @@
-"""What the monitor's report validation refuses: a name or reason it takes is read by every
-scrape and every ``agents status``, and one that UTF-8 cannot encode (a lone surrogate) failed
-the whole ``/metrics`` page."""
+"""What the monitor's report validation refuses, and what the agent makes of a probe's message.
+
+A name or reason the monitor takes is read by every scrape and every ``agents status``: one that
+UTF-8 cannot encode (a lone surrogate) failed the whole ``/metrics`` page, and one longer than
+:data:`~deepshare.agents.report.MAX_REASON_CHARS` cost the node its whole report.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ import urllib.request
 import pytest
 
 from deepshare.agents.exporter import MetricsExporter
-from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus, report_problem
+from deepshare.agents.probes.base import Probe, ProbeError
+from deepshare.agents.probes.simulated import SimulatedProbe
+from deepshare.agents.report import MAX_REASON_CHARS, LinkStat, NodeReport, ProbeStatus, probe_reason, report_problem
+from deepshare.agents.sampler import Sampler, measure
 from deepshare.agents.view import ClusterState
 
 GOOD = NodeReport("node0", "id0", 0, 1, 1.0, 1.0, links=(LinkStat("nic", 1.0, 1.0, 0.1, 0.1),),
@@ -46,3 +52,44 @@ def test_printable_names_and_reasons_beyond_ascii_are_taken():
     report = NodeReport("nœud-ü", "id0", 0, 1, 1.0, 1.0, links=(LinkStat("eth/ümlaut", 1.0, 1.0, 0.1, 0.1),),
                         probes=(ProbeStatus("p", False, "no device (ä \ufffd)"),))
     assert report_problem(report) is None
+
+
+class _Failing(Probe):
+    name = "flaky"
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self._message = message
+
+    def _read(self):
+        raise ProbeError(self._message)
+
+
+@pytest.mark.parametrize("message", ["read failed: " + "x" * 1100, "first line\n" + "y" * 5000, "lone \ud800 \x1b[2J"])
+def test_a_failing_probe_with_a_long_or_odd_message_costs_only_that_probe(message):
+    sampler = Sampler("node0", [SimulatedProbe([{"nic": 0.5}]), _Failing(message)], node_id="id0")
+    state = ClusterState(5.0)
+    for _ in range(2):
+        report = sampler.step()
+        assert report_problem(report) is None and state.update(report)
+    reason = report.probes[1].reason
+    assert reason.startswith("sample failed: ") and len(reason) <= MAX_REASON_CHARS and "\n" not in reason
+    assert state.link_load() == {"node0/nic": 0.5}
+    (status, _), = [r for r in measure([_Failing(message)], 0.0, sleep=lambda s: None)]
+    assert status.reason == reason
+
+
+def test_probe_reason_keeps_the_first_line_and_cuts_to_the_limit():
+    assert probe_reason("no device\nTraceback ...") == "no device"
+    assert probe_reason("") == ""
+    cut = probe_reason("z" * 5000)
+    assert len(cut) == MAX_REASON_CHARS and cut.endswith("...")
+    assert probe_reason("a \ud800 b") == "a \\ud800 b"
+
+
+def test_an_unavailable_probe_with_a_long_reason_costs_only_that_probe():
+    from deepshare.agents.probes.base import UnavailableProbe
+
+    sampler = Sampler("node0", [SimulatedProbe([{"nic": 0.5}]), UnavailableProbe("nvml", "no driver: " + "z" * 3000)], node_id="id0")
+    report = sampler.step()
+    assert report_problem(report) is None and report.probes[1].reason.startswith("no driver: ")
