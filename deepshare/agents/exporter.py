@@ -37,6 +37,7 @@ told otherwise and is only ever called explicitly. A Prometheus scrape config::
 from __future__ import annotations
 
 import re
+import threading
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -97,11 +98,15 @@ class ViewCollector(Collector):
 
 
 class MetricsExporter:
-    """An HTTP ``/metrics`` endpoint over a snapshot function; nothing listens until :meth:`start`."""
+    """An HTTP ``/metrics`` endpoint over a snapshot function; nothing listens until :meth:`start`.
+
+    :meth:`start` and :meth:`stop` hold one lock: the monitor actor runs up to 8 calls at once,
+    and two concurrent starts bound two servers, one of them never stopped."""
 
     def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ViewCollector(snapshot))
+        self._lock = threading.Lock()
         self._server = None
         self._thread = None
 
@@ -111,14 +116,16 @@ class MetricsExporter:
 
     def start(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> int:
         """Listen on ``host:port`` (``port=0``: any free port); returns the bound port."""
-        if self._server is not None:
+        with self._lock:
+            if self._server is not None:
+                return self._server.server_port
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
             return self._server.server_port
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        return self._server.server_port
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-            self._thread = None
+        with self._lock:
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+                self._server = None
+                self._thread = None
