@@ -23,7 +23,7 @@ it turned stale (:class:`~deepshare.agents.view.ClusterState`); then they end.
 
 Values are read from the view at scrape time by a custom collector in a registry of the
 exporter's own (no global registry). :meth:`MetricsExporter.start` binds ``127.0.0.1`` unless
-told otherwise and is only ever called explicitly. A Prometheus scrape config::
+told otherwise, is only ever called explicitly, and returns the address actually bound. A Prometheus scrape config::
 
     scrape_configs:
       - job_name: deepshare-agents
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -109,18 +109,36 @@ class MetricsExporter:
         self._lock = threading.Lock()
         self._server = None
         self._thread = None
+        self._asked: tuple[str, int] | None = None  # the (host, port) the running server was started with
 
     @property
     def port(self) -> int | None:
-        return None if self._server is None else self._server.server_port
+        address = self.address
+        return None if address is None else address[1]
 
-    def start(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> int:
-        """Listen on ``host:port`` (``port=0``: any free port); returns the bound port."""
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """The ``(host, port)`` the endpoint is bound to (None: not serving)."""
+        server = self._server
+        return None if server is None else bound_address(server)
+
+    def start(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> tuple[str, int]:
+        """Listen on ``host:port`` (``port=0``: any free port); returns the ``(host, port)`` bound.
+
+        Already serving: the same host and port 0 or the port bound (or asked) returns the running
+        address; another host or port raises ``ValueError`` naming it, rather than reporting an
+        address nothing listens on (``stop`` first to move it)."""
         with self._lock:
             if self._server is not None:
-                return self._server.server_port
+                bound = bound_address(self._server)
+                asked_host, asked_port = self._asked or bound
+                if host != asked_host or port not in (0, asked_port, bound[1]):
+                    raise ValueError(f"metrics are already served at {url_host(bound[0])}:{bound[1]}"
+                                     f" (asked for {url_host(host)}:{port}); stop them first to move them")
+                return bound
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-            return self._server.server_port
+            self._asked = (host, port)
+            return bound_address(self._server)
 
     def stop(self) -> None:
         with self._lock:
@@ -129,3 +147,15 @@ class MetricsExporter:
                 self._server.server_close()
                 self._server = None
                 self._thread = None
+                self._asked = None
+
+
+def bound_address(server: Any) -> tuple[str, int]:
+    """``(host, port)`` a socket server is bound to (an IPv6 address has two more fields)."""
+    host, port = server.server_address[:2]
+    return str(host), int(port)
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

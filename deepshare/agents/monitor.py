@@ -244,12 +244,17 @@ class ContentionMonitor:
         return self._config
 
     # -- metrics and shutdown ----------------------------------------------------------------
-    def start_metrics(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> int:
-        """Serve Prometheus gauges on ``host:port`` of this actor's node; returns the port."""
+    def start_metrics(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> tuple[str, int]:
+        """Serve Prometheus metrics on ``host:port`` of this actor's node; returns the ``(host,
+        port)`` bound (``ValueError`` when already served elsewhere: see ``MetricsExporter.start``)."""
         return self._exporter.start(port, host)
 
     def metrics_port(self) -> int | None:
         return self._exporter.port
+
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The ``(host, port)`` the metrics endpoint is bound to (None: not serving)."""
+        return self._exporter.address
 
     def stop_metrics(self) -> None:
         self._exporter.stop()

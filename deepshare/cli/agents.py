@@ -77,6 +77,7 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     import ray
 
     from deepshare.agents.deploy import start_monitor
+    from deepshare.agents.exporter import url_host
 
     if args.report_interval is not None and args.report_interval < args.interval:
         raise DeepShareError(
@@ -110,10 +111,10 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
                 f" stale after {running.stale_after:g} s")
     if args.metrics_port is not None:
         try:
-            port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
+            host, port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
         except Exception as exc:  # noqa: BLE001 - e.g. the port is taken on the monitor's node
             raise DeepShareError(f"--metrics-port {args.metrics_port}: cannot serve metrics ({_cause(exc)})") from None
-        print_line(out, f"Prometheus metrics at http://{args.metrics_host}:{port}/metrics on the monitor's node")
+        print_line(out, f"Prometheus metrics at http://{url_host(host)}:{port}/metrics on the monitor's node")
     return 0
 
 

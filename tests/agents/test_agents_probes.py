@@ -579,7 +579,7 @@ def test_exporter_serves_counters_and_gauges_on_loopback() -> None:
     state = ClusterState(stale_after_s=5.0)
     state.update(report("node0", 0, u=0.25))
     exporter = MetricsExporter(state.snapshot)
-    port = exporter.start(0)
+    _, port = exporter.start(0)
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:

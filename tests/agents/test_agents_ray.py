@@ -165,7 +165,8 @@ def test_a_joining_node_gets_an_agent_and_a_removed_one_turns_stale(cluster, mon
 
 def test_prometheus_endpoint_on_loopback(monitor) -> None:
     wait_for("fresh reports", lambda: fresh(monitor, "node0", "node1", "node2"))
-    port = ray.get(monitor.start_metrics.remote(0))
+    host, port = ray.get(monitor.start_metrics.remote(0))
+    assert host == "127.0.0.1" and ray.get(monitor.metrics_address.remote()) == (host, port)
 
     def sent_bytes() -> str | None:
         """The page once node2's pcie has carried bytes (its first report has no interval yet)."""
