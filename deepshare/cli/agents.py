@@ -25,7 +25,9 @@ MAX_REPORT_S = 86400.0
 EXIT_RUNTIME = 1
 """Exit status of a runtime failure (Ray did not start or answer), as opposed to bad input (2)."""
 START_TIMEOUT_S = 120.0
-"""How long ``agents start`` waits for the monitor to answer before giving up."""
+"""How long ``agents start`` waits for each answer of the monitor before giving up."""
+STOP_TIMEOUT_S = 60.0
+"""How long ``agents stop`` waits for the monitor to stop its agents before killing them by name."""
 STATUS_TIMEOUT_S = 60.0
 """How long ``agents status`` waits for the monitor's view (it answers in milliseconds when alive)."""
 
@@ -98,7 +100,7 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     if not _joined(args.address, err):
         return EXIT_RUNTIME
     try:
-        monitor, created = start_monitor(config, name=args.name)
+        monitor, created = start_monitor(config, name=args.name, timeout_s=START_TIMEOUT_S)
         agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()], timeout=START_TIMEOUT_S)
     except DeepShareError:
         raise
@@ -189,7 +191,14 @@ def cmd_stop(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     if not _joined(args.address, err):
         return EXIT_RUNTIME
-    stopped = stop_monitor(args.name)
+    try:
+        stopped = stop_monitor(args.name, timeout_s=STOP_TIMEOUT_S,
+                               warn=lambda line: print_line(err, f"deepshare: warning: {line}"))
+    except DeepShareError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray's errors while killing: one line, exit 1
+        print_line(err, f"deepshare: error: the contention monitor did not stop ({type(exc).__name__}: {_cause(exc)})")
+        return EXIT_RUNTIME
     print_line(out, f"stopped contention monitor {args.name!r} and {stopped} agent(s)")
     return 0
 
