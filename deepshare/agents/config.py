@@ -75,6 +75,11 @@ class AgentConfig:
     stale_retention_s: float = DEFAULT_STALE_RETENTION_S
     """Seconds a node stays in the monitor's view and ``/metrics`` once stale; then the monitor
     forgets it (0: as soon as it turns stale). See :data:`DEFAULT_STALE_RETENTION_S`."""
+    metrics_port: int | None = None
+    """Port of the monitor's Prometheus endpoint (0: any free port; None: none). Part of the
+    config so a monitor Ray restarts (``max_restarts=-1``) serves it again."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds (``0.0.0.0``: every interface, which exposes it)."""
 
     def __post_init__(self) -> None:
         if not MIN_INTERVAL_S <= self.interval_s < math.inf:
@@ -100,6 +105,12 @@ class AgentConfig:
             raise ValueError(f"agent_num_cpus must be >= 0, got {self.agent_num_cpus}")
         if not 0 <= self.stale_retention_s < math.inf:
             raise ValueError(f"stale_retention_s must be >= 0 and finite, got {self.stale_retention_s}")
+        port = self.metrics_port
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535):
+            raise ValueError(f"metrics_port must be None or an integer from 0 to 65535, got {port!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
+            raise ValueError(f"metrics_host must be an address to bind (an empty one binds every interface),"
+                             f" got {self.metrics_host!r}")
 
     @property
     def report_interval(self) -> float:

@@ -12,7 +12,8 @@ reports under one name. A name suffixed only because another node had it goes ba
 plain one at the reconcile after that node left. A node that left loses its agent handle and
 name at the next reconcile, and its view entry once it has been stale for ``stale_retention_s``,
 so churn never grows the monitor; a node still alive stays in the view, stale, however long
-its agent is silent. The Prometheus endpoint starts only on :meth:`start_metrics`.
+its agent is silent. The Prometheus endpoint starts in the constructor when the config has a
+``metrics_port`` (so a restarted monitor serves it again), or on :meth:`start_metrics`.
 """
 
 from __future__ import annotations
@@ -125,12 +126,28 @@ class ContentionMonitor:
         self._started_as: dict[str, str] = {}  # Ray node id -> the name its agent was started with
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
+        self._metrics_problem = self._serve_metrics()
         self._self = ray.get_runtime_context().current_actor
         self._stop = threading.Event()
         self._loop = None
         if config.reconcile_interval_s > 0:  # also what re-creates agents after a monitor restart
             self._loop = threading.Thread(target=self._reconcile_loop, name="deepshare-reconcile", daemon=True)
             self._loop.start()
+
+    def _serve_metrics(self) -> str | None:
+        """Start the endpoint ``config.metrics_port`` asks for, here in the constructor, so a
+        monitor Ray restarts serves it again; returns why it could not (the port is taken), and
+        the monitor runs on without it: the view and ``link_load`` matter more than a scrape."""
+        cfg = self._config
+        if cfg.metrics_port is None:
+            return None
+        try:
+            self._exporter.start(cfg.metrics_port, cfg.metrics_host)
+        except Exception as exc:  # noqa: BLE001 - OSError, gaierror: said by metrics_problem()
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            log.error("contention monitor: cannot serve metrics on %s:%s: %s", cfg.metrics_host, cfg.metrics_port, problem)
+            return problem
+        return None
 
     def _reconcile_loop(self) -> None:
         while not self._stop.is_set():
@@ -255,6 +272,11 @@ class ContentionMonitor:
     def metrics_address(self) -> tuple[str, int] | None:
         """The ``(host, port)`` the metrics endpoint is bound to (None: not serving)."""
         return self._exporter.address
+
+    def metrics_problem(self) -> str | None:
+        """Why the endpoint ``config().metrics_port`` asks for is not served (None: it is, or none
+        was asked for)."""
+        return None if self._exporter.address is not None else self._metrics_problem
 
     def stop_metrics(self) -> None:
         self._exporter.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 from deepshare.agents.config import MIN_INTERVAL_S, MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.cli.output import add_json_flag, to_stdout, write_json
-from deepshare.cli.args import number, port_number, print_line
+from deepshare.cli.args import bind_host, number, port_number, print_line
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
 
@@ -79,7 +79,6 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     import ray
 
     from deepshare.agents.deploy import start_monitor
-    from deepshare.agents.exporter import url_host
 
     if args.report_interval is not None and args.report_interval < args.interval:
         raise DeepShareError(
@@ -93,7 +92,8 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
             f"--stale-after {args.stale_after:g} must exceed the report period {period:g} s ({given} rounded up to"
             f" whole --interval {args.interval:g} samples), or nodes turn stale between reports"
         )
-    config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after)
+    config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after,
+                         metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     warning = metrics_exposure_warning(args.metrics_host) if args.metrics_port is not None else None
     if warning:
         print_line(err, warning)
@@ -101,7 +101,9 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         return EXIT_RUNTIME
     try:
         monitor, created = start_monitor(config, name=args.name, timeout_s=START_TIMEOUT_S)
-        agents, running = ray.get([monitor.agents.remote(), monitor.config.remote()], timeout=START_TIMEOUT_S)
+        agents, running, address, problem = ray.get(
+            [monitor.agents.remote(), monitor.config.remote(), monitor.metrics_address.remote(),
+             monitor.metrics_problem.remote()], timeout=START_TIMEOUT_S)
     except DeepShareError:
         raise
     except Exception as exc:  # noqa: BLE001 - Ray's timeouts and actor deaths: one line, exit 1
@@ -111,12 +113,33 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     print_line(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
     print_line(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
                 f" stale after {running.stale_after:g} s")
-    if args.metrics_port is not None:
-        try:
-            host, port = ray.get(monitor.start_metrics.remote(args.metrics_port, args.metrics_host))
-        except Exception as exc:  # noqa: BLE001 - e.g. the port is taken on the monitor's node
-            raise DeepShareError(f"--metrics-port {args.metrics_port}: cannot serve metrics ({_cause(exc)})") from None
+    return _print_metrics(args, address, problem, running, err, out)
+
+
+def _print_metrics(args: argparse.Namespace, address: Any, problem: str | None, running: AgentConfig,
+                  err: Any, out: Any) -> int:
+    """Print where the monitor serves metrics, the address it bound (not the one asked for: a
+    running monitor keeps its own). An endpoint that could not be bound (the port is taken on
+    the monitor's node) is an error that says the monitor and its agents run on without it, and
+    how to stop them; ``--metrics-port`` given to a running monitor that serves none is a warning."""
+    from deepshare.agents.exporter import url_host
+
+    if address is not None:
+        host, port = address
         print_line(out, f"Prometheus metrics at http://{url_host(host)}:{port}/metrics on the monitor's node")
+        return 0
+    stop = f"`deepshare agents stop --address {args.address} --name {args.name}`"
+    if problem is not None:
+        where = f"{url_host(running.metrics_host)}:{running.metrics_port}"
+        if args.metrics_port is None:
+            print_line(err, f"deepshare: warning: the running monitor cannot serve its metrics on {where} ({problem})")
+            return 0
+        raise DeepShareError(
+            f"--metrics-port {args.metrics_port}: the monitor cannot serve metrics on {where} ({problem});"
+            f" the monitor {args.name!r} and its agents keep running without them: {stop} stops them")
+    if args.metrics_port is not None:
+        print_line(err, f"deepshare: warning: --metrics-port {args.metrics_port}: the running monitor serves no"
+                        f" metrics (its settings kept); {stop} first to start one that does")
     return 0
 
 
@@ -232,7 +255,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--stale-after", type=seconds(MAX_REPORT_S), default=None, metavar="S",
                    help="mark a node stale after S seconds without a report (default max(5, 3 x report period))")
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
-    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address the metrics endpoint binds (default 127.0.0.1)")
+    p.add_argument("--metrics-host", type=bind_host, default="127.0.0.1", metavar="HOST",
+                   help="address the metrics endpoint binds (default 127.0.0.1)")
     p.set_defaults(func=cmd_start)
 
     p = command(sub, "status", "print the cluster-wide link utilisation and contention", "deepshare agents status --address auto --json -")

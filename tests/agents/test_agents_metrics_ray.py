@@ -1,0 +1,98 @@
+"""The monitor's metrics endpoint on the session's local Ray: part of its config, so a monitor
+Ray restarts serves it again; ``agents start`` prints the address bound, and a port it cannot
+bind is an error that says what runs on without it."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import socket
+import urllib.request
+
+import pytest
+from rich.console import Console
+
+ray = pytest.importorskip("ray")
+
+import deepshare.cli.agents as cli  # noqa: E402
+from deepshare.agents import AgentConfig, ReplayProbes  # noqa: E402
+from deepshare.agents.config import NAMESPACE  # noqa: E402
+from deepshare.agents.monitor import ContentionMonitor  # noqa: E402
+from deepshare.core.errors import DeepShareError  # noqa: E402
+from polling import wait_for  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(host: str, port: int) -> str | None:
+    try:
+        return urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return None
+
+
+def _cli(func, **kw) -> tuple[int, str, str]:
+    defaults = dict(address="auto", interval=1.0, report_interval=None, stale_after=None, metrics_port=None,
+                    metrics_host="127.0.0.1")
+    args = argparse.Namespace(**{**defaults, **kw})
+    out_buf, err_buf = io.StringIO(), io.StringIO()
+    out, err = Console(file=out_buf, width=400), Console(file=err_buf, width=400)
+    try:
+        rc = func(args, out, err)
+    except DeepShareError as exc:
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        rc = 2
+    return rc, out_buf.getvalue(), err_buf.getvalue()
+
+
+def test_a_restarted_monitor_serves_its_metrics_again():
+    port = _free_port()
+    config = AgentConfig(reconcile_interval_s=1.0, metrics_port=port)
+    monitor = ContentionMonitor.options(name="ds-test-metrics-restart", namespace=NAMESPACE).remote(
+        config, ReplayProbes([{"nic": 0.5}]), None, None, False, NAMESPACE, "ds-test-metrics-restart-agent")
+    try:
+        assert ray.get(monitor.metrics_address.remote(), timeout=60) == ("127.0.0.1", port)
+        pid = ray.get(monitor.__ray_call__.remote(lambda self: __import__("os").getpid()))
+        ray.kill(monitor, no_restart=False)
+        wait_for("the restarted monitor", lambda: ray.get(monitor.__ray_call__.remote(
+            lambda self: __import__("os").getpid()), timeout=30) != pid, timeout=60)
+        assert ray.get(monitor.metrics_address.remote(), timeout=30) == ("127.0.0.1", port)
+        assert "deepshare_node_stale" in wait_for("a scrape of the restarted monitor",
+                                                  lambda: _scrape("127.0.0.1", port), timeout=30)
+    finally:
+        ray.get(monitor.shutdown.remote(), timeout=60)
+        ray.kill(monitor, no_restart=True)
+
+
+def test_start_prints_the_address_bound_and_a_taken_port_says_what_runs_on():
+    name = "ds-test-metrics-cli"
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    try:
+        rc, out, err = _cli(cli.cmd_start, name=name, metrics_port=taken)
+        assert rc == 2 and f"contention monitor {name!r} started" in out and err.count("\n") == 1
+        assert f"--metrics-port {taken}: the monitor cannot serve metrics on 127.0.0.1:{taken}" in err
+        assert f"the monitor {name!r} and its agents keep running without them" in err
+        assert f"`deepshare agents stop --address auto --name {name}` stops them" in err
+    finally:
+        busy.close()
+        rc, out, _ = _cli(cli.cmd_stop, name=name)
+    assert rc == 0 and f"stopped contention monitor {name!r}" in out
+    try:
+        rc, out, _ = _cli(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.2")
+        assert rc == 0
+        url = out.split("Prometheus metrics at ")[1].split()[0]
+        assert url.startswith("http://127.0.0.2:") and _scrape(*url[len("http://"):-len("/metrics")].split(":"))
+        rc, again, err = _cli(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.1")
+        assert rc == 0 and "already running (its settings kept)" in again and f"Prometheus metrics at {url}" in again
+    finally:
+        rc, out, _ = _cli(cli.cmd_stop, name=name)
+    assert rc == 0
