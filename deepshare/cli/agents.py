@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from deepshare.agents.config import MIN_INTERVAL_S, MONITOR_NAME, AgentConfig, default_report_interval, report_period
-from deepshare.cli.output import add_json_flag, to_stdout, write_json
+from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.args import bind_host, number, port_number, print_line
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -48,13 +48,14 @@ def cmd_probe(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.agents.probes import local_probes
     from deepshare.agents.sampler import measure
 
+    check_outputs({"--json": args.json}, {})  # before the probe window, not after it
     probes = local_probes()
     try:
         results = measure(probes, args.window)
     finally:
         for probe in probes:
             probe.close()
-    if args.json:
+    if args.json is not None:
         doc = {"probes": [
             {"name": status.name, "available": status.available, "reason": status.reason,
              "links": [{"link": r.link, "rx_bytes_per_s": r.rx_bytes_per_s, "tx_bytes_per_s": r.tx_bytes_per_s,
@@ -180,6 +181,7 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.agents.deploy import find_monitor
 
+    check_outputs({"--json": args.json}, {})  # before joining the cluster
     if not _joined(args.address, err):
         return EXIT_RUNTIME
     monitor = find_monitor(args.name)
@@ -188,7 +190,7 @@ def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
     except Exception as exc:  # noqa: BLE001 - Ray's timeouts and actor deaths: one line, exit 1
         print_line(err, f"deepshare: error: the contention monitor did not answer ({type(exc).__name__}: {_cause(exc)})")
         return EXIT_RUNTIME
-    if args.json:
+    if args.json is not None:
         write_json(args.json, snapshot.to_dict(), out, "link view")
         if to_stdout(args.json):
             return 0

@@ -1,5 +1,5 @@
-"""``deepshare agents`` flags checked before any work: ``--metrics-host`` (never empty), and the
-metrics settings of ``AgentConfig``."""
+"""``deepshare agents`` flags checked before any work: ``--json`` (as every command checks its
+outputs), ``--metrics-host`` (never empty), and the metrics settings of ``AgentConfig``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,32 @@ import pytest
 
 from deepshare.agents.config import AgentConfig
 from test_agents_probes import run_cli  # this folder is on sys.path under pytest
+
+
+def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the command samples probes or joins a cluster."""
+    from deepshare.agents import deploy, probes
+
+    def work(*_: object, **__: object) -> None:
+        raise AssertionError("the command did work before checking --json")
+
+    monkeypatch.setattr(probes, "local_probes", work)
+    monkeypatch.setattr(deploy, "connect", work)
+
+
+@pytest.mark.parametrize("action", ["probe", "status"])
+def test_an_empty_json_path_is_refused_before_any_work(action, monkeypatch):
+    _no_work(monkeypatch)
+    rc, out, err = run_cli(action, "--json", "")
+    assert rc == 2 and out == "" and err == "deepshare: error: --json '': an empty path; give --json a file path\n"
+
+
+@pytest.mark.parametrize("action", ["probe", "status"])
+def test_a_json_path_in_a_missing_folder_is_refused_before_any_work_naming_the_flag(action, tmp_path, monkeypatch):
+    _no_work(monkeypatch)
+    path = tmp_path / "missing" / "out.json"
+    rc, out, err = run_cli(action, "--json", str(path))
+    assert rc == 2 and out == "" and err.startswith(f"deepshare: error: --json {path}: folder") and "does not exist" in err
 
 
 @pytest.mark.parametrize("host", ["", "  "])
