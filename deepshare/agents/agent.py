@@ -99,7 +99,10 @@ class NodeAgent:
         }
 
     def recent(self, n: int = 1) -> list[NodeReport]:
-        """The last ``n`` samples (reports, sent or not) from the bounded buffer, oldest first."""
+        """The last ``n`` samples (reports, sent or not) from the bounded buffer, oldest first;
+        none for ``n <= 0`` (``[-0:]`` is the whole buffer)."""
+        if n <= 0:
+            return []
         with self._lock:
             return list(self._sampler.buffer)[-n:]
 

@@ -234,14 +234,17 @@ class ContentionMonitor:
     @ray.method(enable_task_events=False)  # every agent calls it every report period: keep it out of Ray's task table
     def report(self, report: NodeReport) -> None:
         """An agent's latest sample (one call per agent per report period, not per sample). Only
-        a node this monitor runs an agent for, on the Ray node it runs on, is taken: anyone can
-        call the actor, and a report under another name (200,000 made-up nodes) stayed in the view
-        and every scrape for an hour, one from a departed node's agent passed as the new one's."""
+        a report whose self-declared ``node_id`` is a Ray node this monitor runs an agent for,
+        under the name it gave that node (or the one its agent was started with), is taken:
+        anyone can call the actor, and a report under another name (200,000 made-up nodes)
+        stayed in the view and every scrape for an hour, one from a departed node's agent passed
+        as the new one's. The sender is not authenticated: a caller that names a real node and
+        its id is taken (see ``docs/agents.md``)."""
         node_id = getattr(report, "node_id", None)  # dict lookups: no lock needed
         name = self._names.get(node_id) if isinstance(node_id, str) else None
         if not isinstance(report, NodeReport) or name is None \
                 or report.node not in (name, self._started_as.get(node_id)):
-            self._state.reject(report, "not a node this monitor runs an agent for (or not from its Ray node)")
+            self._state.reject(report, "not a node this monitor runs an agent for (or not under its name)")
             return
         if report.node != name:  # an agent started under the node's former name (see _restore_names)
             report = replace(report, node=name)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
-from deepshare.agents.report import LinkStat, NodeReport, report_problem
+from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus, report_problem
 
 log = logging.getLogger(__name__)
 LOG_EVERY_REJECTED = 1000
@@ -181,8 +181,9 @@ class ClusterState:
         since (:meth:`max_seq_jump`) is dropped too: one report with ``seq = 2**63 - 1`` under a
         node's process made every real report look old, silencing the node until it was forgotten.
         A stale node takes the next report of its process whatever its ``seq``, so a bad report
-        that got through costs the node at most the stale timeout. A link listed twice is kept
-        once, the first time (every reader keys links by name; ``/metrics`` exported both)."""
+        that got through costs the node at most the stale timeout. A link or a probe listed twice
+        is kept once, the first time (every reader keys them by name; ``/metrics`` exported both,
+        and a probe class sampled twice names two statuses alike)."""
         problem = report_problem(report)
         if problem is not None:
             self.reject(report, problem)
@@ -192,6 +193,11 @@ class ClusterState:
             for stat in report.links:
                 first.setdefault(stat.link, stat)
             report = replace(report, links=tuple(first.values()))
+        if len({p.name for p in report.probes}) != len(report.probes):
+            named: dict[str, ProbeStatus] = {}
+            for probe in report.probes:
+                named.setdefault(probe.name, probe)
+            report = replace(report, probes=tuple(named.values()))
         received = self._wall()
         jumped = False
         with self._lock:

@@ -172,8 +172,11 @@ def _joined(address: str, err: Any) -> bool:
 
 
 def _cause(exc: BaseException) -> str:
+    """The last line of a Ray error's cause (or of ``exc``): what went wrong, without the
+    traceback Ray puts before it; the exception's type name when it has no message."""
     cause = getattr(exc, "cause", None) or exc
-    return str(cause).strip().splitlines()[-1]
+    lines = str(cause).strip().splitlines()
+    return lines[-1] if lines else type(cause).__name__
 
 
 def cmd_status(args: argparse.Namespace, out: Any, err: Any) -> int:
