@@ -71,6 +71,8 @@ def test_a_restarted_monitor_serves_its_metrics_again():
 
 
 def test_start_prints_the_address_bound_and_a_taken_port_says_what_runs_on():
+    """A taken port; then a running monitor without metrics; then one on 127.0.0.2, which a second
+    start asking for 127.0.0.1 reports as it is."""
     name = "ds-test-metrics-cli"
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
@@ -86,6 +88,14 @@ def test_start_prints_the_address_bound_and_a_taken_port_says_what_runs_on():
         busy.close()
         rc, out, _ = _cli(cli.cmd_stop, name=name)
     assert rc == 0 and f"stopped contention monitor {name!r}" in out
+    try:
+        assert _cli(cli.cmd_start, name=name)[0] == 0
+        rc, out, err = _cli(cli.cmd_start, name=name, metrics_port=0)
+        assert rc == 0 and "already running" in out and "Prometheus" not in out
+        assert err == (f"deepshare: warning: --metrics-port 0: the running monitor serves no metrics (its settings"
+                       f" kept); `deepshare agents stop --address auto --name {name}` first to start one that does\n")
+    finally:
+        assert _cli(cli.cmd_stop, name=name)[0] == 0
     try:
         rc, out, _ = _cli(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.2")
         assert rc == 0
