@@ -9,7 +9,10 @@ of Kueue, KAI and Volcano ask for preemption that frees a whole rack or NVLink d
 * for every domain of the gang's required level, the running jobs it outranks that hold GPUs
   there are the candidates (the order's priorities are respected: never a job ranked above it);
 * victims are taken lowest-ranked first until the domain's free GPUs plus theirs there hold the
-  gang, then any victim the others make unnecessary is dropped (largest first);
+  gang, then any victim the others make unnecessary is dropped (largest first); with slices,
+  "hold" counts only whole slices of the slice level (:func:`holds`): free GPUs that add up to
+  the gang in pieces smaller than a slice hold none of it, so such a domain is planned for too,
+  and victims are added until the slices are whole;
 * the gang is placed inside that domain (its placement strategy on the domain's free GPUs and
   the victims' GPUs there, never elsewhere): every victim is then one it needs, since without
   any one of them the domain would not hold it;
@@ -36,7 +39,8 @@ from typing import Callable, Sequence
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
-from deepshare.policies.fabric_place import candidate_domains
+from deepshare.core.fabric import Fabric
+from deepshare.policies.fabric_place import _slice_capacity, candidate_domains, slice_of
 from deepshare.policies.launch_cost import gpu_loss, mean_job_gpus
 from deepshare.policies.place_types import Pending
 
@@ -71,31 +75,33 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
     fabric = view.topology.fabric
     level = fabric.level_index(request.required_level)
     best: Plan | None = None
+    slices = slice_of(fabric, request)
     for domain_index in fabric.by_level[level]:
         domain = fabric.domains[domain_index]
         inside = set(domain.nodes)
-        have = sum(free[n] for n in domain.nodes)
-        if have >= gang.gpus:
+        after = [free[n] if n in inside else 0 for n in range(len(free))]  # the gang goes in this domain
+        if holds(fabric, after, domain.nodes, slices) >= gang.gpus:
             continue  # it fits there without preemption: not this module's question
         holders = [(job, sum(g for n, g in job.placement.alloc if n in inside))  # type: ignore[union-attr]
                    for job in candidates if job.placement is not None]
-        holders = [(job, there) for job, there in holders if there > 0]
-        if have + sum(there for _, there in holders) < gang.gpus:
+        if sum(after) + sum(there for _, there in holders) < gang.gpus:
             continue
-        chosen: list[tuple[JobView, int]] = []
-        for job, there in holders:  # lowest-ranked first
-            if have >= gang.gpus:
-                break
-            chosen.append((job, there))
-            have += there
-        for job, there in sorted(chosen, key=lambda c: -c[0].gpus):  # drop what the others make unnecessary
-            if have - there >= gang.gpus:
-                chosen.remove((job, there))
-                have -= there
-        victims = tuple(job for job, _ in chosen)
-        after = [free[n] if n in inside else 0 for n in range(len(free))]  # the gang goes in this domain
-        for job in victims:
+        holders = [job for job, there in holders if there > 0]
+        chosen: list[JobView] = []
+        for job in holders:  # lowest-ranked first, until the domain holds the gang (its slices whole)
+            chosen.append(job)
             release_inside(job, inside, after)
+            if holds(fabric, after, domain.nodes, slices) >= gang.gpus:
+                break
+        else:
+            continue  # every job it outranks there stopped, it still would not fit
+        for job in sorted(chosen, key=lambda j: -j.gpus):  # drop what the others make unnecessary
+            take_inside(job, inside, after)
+            if holds(fabric, after, domain.nodes, slices) >= gang.gpus:
+                chosen.remove(job)
+            else:
+                release_inside(job, inside, after)
+        victims = tuple(chosen)
         if next(candidate_domains(fabric, after, gang.gpus, level, request), None) is None:
             continue
         restore = sum(job.gpus for job in victims) * restore_s
@@ -112,6 +118,23 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
         if best is None or (cost, len(victims), domain_index) < (best.cost, len(best.victims), best.domain):
             best = option
     return best
+
+
+def holds(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], slices: tuple[int, int] | None) -> int:
+    """The GPUs of a gang that ``free`` on ``nodes`` can hold: all of them, or with slices
+    ``(size, level)`` only the whole slices each domain of the slice level holds (GPUs that
+    add up to the gang without a whole slice hold none of it)."""
+    if slices is None:
+        return sum(free[n] for n in nodes)
+    size, level = slices
+    return sum(_slice_capacity(fabric, free, nodes, size, level).values()) * size
+
+
+def take_inside(job: JobView, inside: set[int], free: list[int]) -> None:
+    """Take back from ``free`` what :func:`release_inside` added."""
+    for node, gpus in job.placement.alloc:  # type: ignore[union-attr]
+        if node in inside:
+            free[node] -= gpus
 
 
 def release_inside(job: JobView, inside: set[int], free: list[int]) -> None:

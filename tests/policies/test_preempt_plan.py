@@ -3,6 +3,9 @@ plan frees, so no victim's GPUs are left unused."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,8 +88,12 @@ def cluster_states(draw):
         placement = Placement(tuple(alloc))
         placement.take(free)
         jobs.append(running(f"r{k}", placement.alloc, draw(st.sampled_from([100.0, 1000.0, 1e4, 1e5]))))
-    level = draw(st.sampled_from([level.name for level in topology.fabric.levels]))
-    return topology, jobs, gang(draw(st.sampled_from([4, 8, 12, 16])), level)
+    levels = [level.name for level in topology.fabric.levels]
+    level = draw(st.sampled_from(levels))
+    queued = gang(draw(st.sampled_from([4, 8, 12, 16])), level)
+    if level != levels[0] and draw(st.booleans()):  # slices of 4 inside domains of the lowest level
+        queued = replace(queued, topology=replace(queued.topology, slice_size=4, slice_level=levels[0]))
+    return topology, jobs, queued
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -97,3 +104,31 @@ def test_no_job_is_stopped_for_gpus_the_gang_does_not_take(state, policy):
     decision = make_policy(policy).decide(v)
     check_view_decision(decision, v)
     assert unneeded_victims(v, decision) == []
+
+
+def sliced_view(held_on_first: int):
+    """TINY_CLOS: in every NVLink domain (nodes 2d, 2d+1) x{d} holds ``held_on_first`` GPUs of node
+    2d and y{d} all of node 2d+1, all outranked by an 8-GPU gang in slices of 4 per NVLink domain
+    inside one spine."""
+    jobs = []
+    for d in range(8):
+        jobs.append(running(f"x{d}", ((2 * d, held_on_first),), 1e5))
+        jobs.append(running(f"y{d}", ((2 * d + 1, 4),), 1e5))
+    queued = KnownJob("gang", "FSDP", 8, 1.0, 10.0,
+                      topology=TopologyRequest(required_level="spine", slice_size=4, slice_level="nvlink"))
+    return view_of(TINY_CLOS, jobs, queued)
+
+
+@pytest.mark.parametrize("held_on_first", [1, 3])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_sliced_gang_frees_whole_slices(policy, held_on_first):
+    """Each spine has 12 free GPUs (x holds 1) or 4 (x holds 3), but no NVLink domain a whole
+    slice of 4. The plan skipped a spine whose free GPUs added up to the gang, and chose victims by
+    GPU count (one y: 4 GPUs in a domain of 5 free, one slice) then dropped the plan at the slice
+    check: the gang, which outranks everything, waited. Stopping y's frees whole slices."""
+    v = sliced_view(held_on_first)
+    decision = make_policy(policy).decide(v)
+    check_view_decision(decision, v)
+    assert [launch.job_id for launch in decision.launch] == ["gang"]
+    assert unneeded_victims(v, decision) == []
+    assert len(decision.preempt) == 2
