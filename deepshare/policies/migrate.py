@@ -15,12 +15,15 @@ A running job is moved when all of these hold (each a named constant below):
 * *a better place*: among the consolidated placement of its GPUs on the free GPUs plus its own
   and the placements that fit alike (:func:`~deepshare.policies.placement.fit_equivalents`),
   each honouring the job's topology request (a required level's domain, whole slices),
-  predicted with itself (and the decision's preempted jobs) left out and the decision's launches
-  pending, one runs it at least :data:`MIGRATE_MIN_GAIN` faster (isolated throughput of the new
-  shape x predicted ratio) and costs the other jobs less than the job gains;
+  predicted with itself (and the decision's preempted and earlier moved jobs) left out and the
+  decision's launches pending, one runs it at least :data:`MIGRATE_MIN_GAIN` faster (isolated
+  throughput of the new shape x predicted ratio) and costs the other jobs less than the job
+  gains. *Faster* than it is predicted to run where it is under the same assumptions, not than
+  its measured ratio: that one still counts the contention of the jobs the decision stops or
+  moves, so a move judged against it could gain nothing over staying put;
 * *it pays*: the time the faster rate saves on the job's remaining work (``remaining_s``, its
-  estimate under the run's durations model) is at least :data:`MIGRATE_PAYBACK` x
-  :data:`MIGRATE_COST_S`, the checkpoint-and-restore time a move costs.
+  estimate under the run's durations model), against that same predicted stay, is at least
+  :data:`MIGRATE_PAYBACK` x :data:`MIGRATE_COST_S`, the checkpoint-and-restore time a move costs.
 
 The slow-since times live in the wrapper (one per policy object, shared by the threads that
 decide with it): a fresh object (a new run, a restarted service replica) starts each job's
@@ -71,26 +74,31 @@ class MigrationRule:
         if not 0 < self.below <= 1 or self.window_s < 0 or self.min_gain < 0 or self.cost_s < 0 or self.payback < 0:
             raise ValueError(f"invalid migration rule {self}")
 
-    def saving_s(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float) -> float:
+    def saving_s(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float,
+                 stay_ratio: float | None = None) -> float:
         """Seconds the job's remaining work takes less at ``new`` (at ``new_ratio``) than where it
-        runs now (at its view ratio), the move's cost not counted; <= 0 when it is no faster."""
+        runs now (at ``stay_ratio``, by default its view ratio), the move's cost not counted;
+        <= 0 when it is no faster."""
         assert job.placement is not None
-        old = job.seconds_at(view.catalog, job.placement.num_nodes, job.ratio)
+        old = job.seconds_at(view.catalog, job.placement.num_nodes, job.ratio if stay_ratio is None else stay_ratio)
         after = job.seconds_at(view.catalog, new.num_nodes, new_ratio)
         return old - after if after < old < float("inf") else 0.0
 
-    def worth_it(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float, others_loss: float) -> float:
-        """The saving of moving ``job`` to ``new`` when every condition on the target holds, else 0."""
+    def worth_it(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float, others_loss: float,
+                 stay_ratio: float | None = None) -> float:
+        """The saving of moving ``job`` to ``new`` when every condition on the target holds, else 0;
+        ``stay_ratio``: its ratio if it stays (by default its view ratio)."""
         catalog = view.catalog
         assert job.placement is not None
+        stay = job.ratio if stay_ratio is None else stay_ratio
         old_iso = catalog.throughput(job.model, job.gpus, job.placement.num_nodes)
-        old_speed = old_iso * job.ratio
+        old_speed = old_iso * stay
         new_speed = catalog.throughput(job.model, job.gpus, new.num_nodes) * new_ratio
         if new_speed < old_speed * (1.0 + self.min_gain):
             return 0.0
         if others_loss >= (new_speed - old_speed) / old_iso:  # the others lose more than it gains
             return 0.0
-        saving = self.saving_s(view, job, new, new_ratio)
+        saving = self.saving_s(view, job, new, new_ratio, stay)
         return saving if saving >= self.payback * self.cost_s else 0.0
 
     def moves(self, view: ClusterView, decision: Decision, slow_since: dict[str, float]) -> tuple[Migrate, ...]:
@@ -128,9 +136,12 @@ class MigrationRule:
                 continue
             moved = [by_id[m.job_id] for m in chosen]
             with leaving_out(view.predict, [*stopped, *moved, job]) as predict:
+                # Staying is judged as the targets are: without the stopped and moved jobs (its
+                # measured ratio still counts them) and with the launches pending.
+                stay = predict(job, job.placement, pending).ratio
                 for option in options:
                     prediction = predict(job, option, pending)
-                    saving = self.worth_it(view, job, option, prediction.ratio, prediction.others_loss)
+                    saving = self.worth_it(view, job, option, prediction.ratio, prediction.others_loss, stay)
                     if saving > 0 and (best is None or saving > best[0]):
                         best = (saving, option)
             if best is None:

@@ -59,8 +59,10 @@ def test_a_slow_job_moves_only_when_the_saving_pays_for_the_move(remaining_s, mo
     if not moves:  # 0.6656 x 80 = 53 s saved < 2 x 30 s
         assert later == WAIT
         return
-    # a moves to the free node; then b, alone on nodes 0 and 1, consolidates onto node 0
-    assert later.migrate == (Migrate("a", Placement(((2, 8),))), Migrate("b", Placement(((0, 8),))))
+    # a moves to the free node. b, alone on nodes 0 and 1 then, is predicted at 42.58 samples/s
+    # there: one node's 43.19 gains 1.4%, under MIGRATE_MIN_GAIN, so b stays (it once moved too,
+    # judged against its measured 0.609, which counted a still beside it)
+    assert later.migrate == (Migrate("a", Placement(((2, 8),))),)
     assert 0.6656 * remaining_s >= MIGRATE_PAYBACK * MIGRATE_COST_S
 
 
