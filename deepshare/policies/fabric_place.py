@@ -241,7 +241,9 @@ def place_slices(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], need
     members = set(nodes)
     counts: dict[int, int] = {}
     left = need
-    for slots, d in sorted((c, d) for d, c in capacity.items()):
+    held = {d: sum(free[n] for n in fabric.domains[d].nodes if n in members) for d in capacity}
+    for d in sorted(capacity, key=lambda d: (held[d], d)):  # least free first (BestFit), not fewest slices
+        slots = capacity[d]
         take = min(slots, left // size) * size
         if take == 0:
             continue

@@ -57,6 +57,18 @@ def test_topo_bestfit_takes_the_least_free_domain_that_fits_lowest_level_first()
 
 
 
+@pytest.mark.parametrize("placement", ["consolidated", "topo-bestfit", "packed"])
+def test_slices_go_to_the_least_free_slice_domain_first(placement):
+    """NVLink domain n0 of leaf l0 (nodes 0, 1) has 7 free GPUs, n1 (nodes 2, 3) 4: each holds one
+    slice of 4. The slice goes to the least free (n1, the hole it fills), as the module doc says,
+    keeping n0's 7 together; slice domains were ordered by whole slices, then index, which took
+    n0 and left two holes (n0's 3, n1's 4)."""
+    free = [4, 3, 4, 0] + [0] * 12
+    sliced = job(4, TopologyRequest(slice_size=4, slice_level="nvlink"))
+    placed = PLACEMENTS[placement][0](sliced, list(free), view(free, sliced), ())
+    assert placed == Placement(((2, 4),))
+
+
 def test_a_required_level_waits_rather_than_span_two_domains():
     free = [2] * 16  # every leaf has 8 free GPUs
     v = view(free, job(10, TopologyRequest(required_level="leaf")))
