@@ -27,8 +27,6 @@ from deepshare.policies.base import Observation, Policy, Scorer
 from deepshare.policies.encoding import EncodingConfig
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.learned import LearnedPolicy, drive
-from deepshare.policies.order import ORDERS
-from deepshare.policies.placement import PLACEMENTS
 
 DEFAULT_PREEMPTIVE = "srsf+uncontended+preempt"
 """The preemptive heuristic deferred to when a policy file names none (one of the leading
@@ -110,18 +108,24 @@ def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | N
 
 def preemptive_heuristic(name: Any, file: Any) -> HeuristicPolicy:
     """The registry's preemptive heuristic ``ORDER+PLACEMENT+preempt`` that a policy file's metadata
-    ``preemptive`` names, built from the same tables as the registry's (the registry imports this
-    module, so this module does not import the registry); anything else is a DeepShareError naming
-    the file and the key."""
+    ``preemptive`` names, as the registry builds it; anything else is a DeepShareError naming the
+    file and the key. The name is looked up among the registry's names (so the tenants' fairness
+    orders count, and ``fifo``, never preemptive there, does not); the registry is imported when
+    a file is read, as it imports this module only when a policy is made."""
     from deepshare.core.errors import DeepShareError, shown
+    from deepshare.policies.registry import make_policy, policy_names
 
-    parts = name.split("+") if isinstance(name, str) else []
-    if len(parts) != 3 or parts[0] not in ORDERS or parts[1] not in PLACEMENTS or parts[2] != "preempt":
+    names = [n for n in policy_names(heuristics_only=True) if n.count("+") == 2 and n.endswith("+preempt")]
+    if not isinstance(name, str) or name not in names:
+        orders = sorted({n.split("+")[0] for n in names})
+        placements = sorted({n.split("+")[1] for n in names})
         raise DeepShareError(
             f"policy checkpoint {file}: metadata preemptive: expected a preemptive heuristic ORDER+PLACEMENT+preempt"
-            f" (orders {', '.join(sorted(ORDERS))}; placements {', '.join(sorted(PLACEMENTS))}), got {shown(name)}"
+            f" (orders {', '.join(orders)}; placements {', '.join(placements)}), got {shown(name)}"
         )
-    return HeuristicPolicy(name, ORDERS[parts[0]][0], PLACEMENTS[parts[1]][0], preemptive=True)
+    policy = make_policy(name)
+    assert isinstance(policy, HeuristicPolicy)
+    return policy
 
 
 def preempt_rules(given: Any, file: Any) -> dict[str, float]:

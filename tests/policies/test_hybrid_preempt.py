@@ -255,7 +255,15 @@ def test_a_files_preemptive_names_the_heuristic_deferred_to_and_no_key_means_the
     assert make_policy(f"rl-hybrid-preempt={_file(tmp_path, {})}").preemptive == make_policy(DEFAULT_PREEMPTIVE)
 
 
-@pytest.mark.parametrize("given", ["srsf+uncontended", "srsf+nowhere+preempt", "nope+packed+preempt", 7, None, "rl-base"])
+@pytest.mark.parametrize("preemptive", ["drf+uncontended+preempt", "themis+topo-aware+preempt", "srsf+packed+preempt"])
+def test_a_files_preemptive_may_be_any_registered_preemptive_heuristic(tmp_path, preemptive):
+    """The tenants' fairness orders are registered with +preempt too; they were refused."""
+    policy = make_policy(f"rl-hybrid-preempt={_file(tmp_path, {'preemptive': preemptive})}")
+    assert policy.preemptive == make_policy(preemptive)
+
+
+@pytest.mark.parametrize("given", ["srsf+uncontended", "srsf+nowhere+preempt", "nope+packed+preempt", 7, None, "rl-base",
+                                   "fifo+packed+preempt", "srsf+packed+preempt+fill"])
 def test_a_bad_preemptive_is_refused_in_one_line_naming_the_key(tmp_path, given):
     from deepshare.core.errors import DeepShareError
 
