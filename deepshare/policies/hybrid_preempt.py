@@ -26,6 +26,7 @@ from deepshare.core.view import ClusterView
 from deepshare.policies.base import Observation, Policy, Scorer
 from deepshare.policies.encoding import EncodingConfig
 from deepshare.policies.heuristic import HeuristicPolicy
+from deepshare.policies.heuristic_names import preemptive_heuristic_named, preemptive_parts
 from deepshare.policies.learned import LearnedPolicy, drive
 
 DEFAULT_PREEMPTIVE = "srsf+uncontended+preempt"
@@ -108,23 +109,18 @@ def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | N
 
 def preemptive_heuristic(name: Any, file: Any) -> HeuristicPolicy:
     """The registry's preemptive heuristic ``ORDER+PLACEMENT+preempt`` that a policy file's metadata
-    ``preemptive`` names, as the registry builds it; anything else is a DeepShareError naming the
-    file and the key. The name is looked up among the registry's names (so the tenants' fairness
-    orders count, and ``fifo``, never preemptive there, does not); the registry is imported when
-    a file is read, as it imports this module only when a policy is made."""
+    ``preemptive`` names, built by the registry's own rule
+    (:mod:`deepshare.policies.heuristic_names`: the tenants' fairness orders count, ``fifo``, never
+    preemptive, does not); anything else is a DeepShareError naming the file and the key."""
     from deepshare.core.errors import DeepShareError, shown
-    from deepshare.policies.registry import make_policy, policy_names
 
-    names = [n for n in policy_names(heuristics_only=True) if n.count("+") == 2 and n.endswith("+preempt")]
-    if not isinstance(name, str) or name not in names:
-        orders = sorted({n.split("+")[0] for n in names})
-        placements = sorted({n.split("+")[1] for n in names})
+    policy = preemptive_heuristic_named(name)
+    if policy is None:
+        orders, placements = preemptive_parts()
         raise DeepShareError(
             f"policy checkpoint {file}: metadata preemptive: expected a preemptive heuristic ORDER+PLACEMENT+preempt"
             f" (orders {', '.join(orders)}; placements {', '.join(placements)}), got {shown(name)}"
         )
-    policy = make_policy(name)
-    assert isinstance(policy, HeuristicPolicy)
     return policy
 
 

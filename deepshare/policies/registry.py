@@ -25,9 +25,8 @@ from deepshare.policies import plugins
 from deepshare.policies.base import Policy
 from deepshare.policies.heuristic import HeuristicPolicy
 from deepshare.policies.migrate import MIGRATE_BELOW, MIGRATE_WINDOW_S, MIGRATING_PLACEMENTS, migrating
-from deepshare.policies.order import ORDERS
+from deepshare.policies.heuristic_names import heuristic_orders, may_preempt
 from deepshare.policies.placement import PLACEMENTS
-from deepshare.tenants.orders import FAIRNESS_ORDERS
 
 BACKFILL_PLACEMENTS = ("consolidated", "topo-bestfit", "topo-balanced", "topo-aware")
 """Placements with ``+backfill`` variants (non-preemptive): the fabric suite's anchors, the
@@ -53,10 +52,10 @@ def register(info: PolicyInfo) -> None:
 
 
 def _register_heuristics() -> None:
-    for order_name, (order, order_doc) in {**ORDERS, **FAIRNESS_ORDERS}.items():  # tenants' fairness orders too
+    for order_name, (order, order_doc) in heuristic_orders().items():  # tenants' fairness orders too
         for place_name, (place, place_doc) in PLACEMENTS.items():
             for preemptive in (False, True):
-                if preemptive and order_name == "fifo":
+                if preemptive and not may_preempt(order_name):
                     continue  # FIFO never ranks a queued job above a running one
                 name = f"{order_name}+{place_name}" + ("+preempt" if preemptive else "")
                 doc = f"{order_doc}; {place_doc}" + ("; preemptive" if preemptive else "")
