@@ -64,5 +64,28 @@ def test_a_cell_with_a_failed_run_is_left_out_and_said(tmp_path):
     path.write_text(json.dumps(doc))
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
                          capture_output=True, text=True, check=True)
-    assert "| `rl-x` | 0.800 | 0.800 | 1.200 | 1/1 |" in run.stdout
+    # the failed learned cell counts against it (1 of 2 cells), it is not dropped
+    assert "| `rl-x` | 0.800 | 0.800 | 1.200 | 1/2 | 1 | not met: 1 failed |" in run.stdout
     assert "left out: load 1 heavy clos3-256 link seed 0 estimated (failed: a)" in run.stderr
+    assert "rl-x: failed in 1 cell(s)" in run.stderr and "heavy clos3-256 seed 2 estimated" in run.stderr
+
+
+def test_a_learned_policy_with_a_failed_cell_does_not_meet_the_targets(tmp_path):
+    """Judged on the cells it survived, a policy that failed one cell and beat the heuristics in
+    the other read as meeting every target."""
+    failed = {"avg_jct_s": None, "p99_jct_s": None, "error": "RuntimeError: boom"}
+    doc = {
+        "suite": {"name": "hand", "learned": ["rl-x", "rl-y"]},
+        "seed_base": 2**31,
+        "cells": [_cell(0, {"a": (100.0, 100.0), "rl-x": (90.0, 90.0), "rl-y": (90.0, 90.0)}),
+                  _cell(1, {"a": (100.0, 100.0), "rl-x": (90.0, 90.0), "rl-y": (90.0, 90.0)})],
+    }
+    doc["cells"][1]["results"]["rl-x"] = failed
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(doc))
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
+                         capture_output=True, text=True, check=True)
+    assert "failed cells" in run.stdout
+    assert "| `rl-x` | 0.900 | 0.900 | 0.900 | 1/2 | 1 | not met: 1 failed |" in run.stdout
+    assert "| `rl-y` | 0.900 | 0.900 | 0.900 | 2/2 | 0 | met |" in run.stdout
+    assert "rl-x: failed in 1 cell(s)" in run.stderr and "rl-y" not in run.stderr
