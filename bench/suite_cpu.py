@@ -13,20 +13,23 @@ of the machine twice a second from ``/proc`` (Linux only), and prints:
 Why: a parallel run cannot beat the floor, so halving the suite's time on a machine needs halving
 its work, not only spreading it; this says which work.
 
+``--json`` writes these figures as a benchmark's report (:class:`record.Record`: date, commit and
+machine, written whole), which ``make results`` renders.
+
 Usage: python bench/suite_cpu.py [--json runs/bench/suite_cpu.json] [-- COMMAND ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
+
+from record import Record, add_json_flag
 
 KINDS = (
     ("default_worker.py", "Ray worker process"), ("ray::", "Ray worker process"),
@@ -102,13 +105,14 @@ class Sampler(threading.Thread):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", help="also write the figures here")
+    add_json_flag(parser)
     parser.add_argument("command", nargs="*", help="the command to measure (after --); default: make test")
     args = parser.parse_args(argv)
     if not os.path.isdir("/proc/self"):
         print("suite_cpu: needs Linux's /proc", file=sys.stderr)
         return 2
     command = args.command or ["make", "test"]
+    record = Record("suite_cpu", args.json)  # its provenance is taken now: the load the run met
     cores = os.cpu_count() or 1
     sampler = Sampler()
     busy0, start = _busy_s(), time.monotonic()
@@ -129,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         print("the most of 'other' (other work on the machine counts too):")
         for cmdline, used in other.most_common(5):
             print(f"{used:8.1f}         {cmdline}")
-    if args.json:
-        doc = {"command": command, "exit": rc, "wall_s": wall, "busy_cpu_s": busy, "cores": cores,
-               "floor_s": busy / cores, "by_kind": {k: {"cpu_s": v, "processes": count[k]} for k, v in seconds.items()}}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    record.add("wall time", wall, "s", note=f"{' '.join(command)}, exit {rc}")
+    record.add("machine busy", busy, "CPU-s", note=f"{cores} cores")
+    record.add("floor (busy CPU-s / cores)", busy / cores, "s")
+    for kind, used in seconds.most_common():
+        record.add(f"CPU of {kind}", used, "CPU-s", note=f"{count[kind]} processes")
+    record.write()
     return rc
 
 
