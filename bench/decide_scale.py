@@ -14,6 +14,9 @@ ratio (issue 36's target: within 2x of the flat decision).
 Each learned policy's CPU per decision is also set beside ``--baseline``'s (``srsf+packed``),
 measured in the same run on the same requests, per cluster (flat, and fabric with ``--fabric``)
 and N: the ratio learned / baseline (issue 37's target: at most 5x at 10,000 pending).
+``--queues Q`` decides each request also behind the admission of Q tenant queues (the request's
+jobs dealt into them) and prints the ratio to the decision without tenants (target: within 1.5x
+at 10,000 pending); those engines are built, warmed up and timed with the others.
 ``--repeats K`` decides each request K times and reports the median CPU and wall seconds.
 Every policy is loaded and warmed up before anything is timed, and the heap is then frozen
 (:func:`deepshare.core.heap.freeze_long_lived`, what a placement replica does after start-up), so
@@ -144,8 +147,8 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}; {args.nodes} x 8-GPU nodes; target: 10,000 pending 1-GPU jobs in <= {TARGET_S:.0f} s in-process"
           + (f"; medians of {repeats} decisions each" if repeats > 1 else ""))
     cpus: dict[tuple[str, str, int], float] = {}  # (policy, cluster, N) -> CPU seconds, for the side by side
-    engines = loaded(args.policies, args.nodes)
-    timed = interleaved(engines, args.nodes, args.pending, args.fabric, repeats, args.max_seconds)
+    engines, queued = loaded(args.policies, args.nodes, args.queues)
+    timed = interleaved(engines, args.nodes, args.pending, args.fabric, repeats, args.max_seconds, queued, args.queues)
     for policy in args.policies:
         engine = engines[policy]
         points: list[tuple[int, float]] = []  # (N, CPU seconds): wall time on a shared machine is noise
@@ -164,9 +167,7 @@ def main() -> None:
                 print(f"  {policy:18s} pending {n:6d} (fabric): {f_seconds:7.2f} s ({f_cpu:6.2f} s CPU), {f_placed} placed;"
                       f" {f_cpu / max(cpu, 1e-9):.2f}x the flat decision's CPU", flush=True)
             if args.queues:
-                tenants_engine = PlacementEngine(EngineSettings(policy=policy, tenants=many_queues(args.queues, 8 * args.nodes)))
-                q_seconds, q_cpu, q_placed = time_one(
-                    tenants_engine, PlacementRequest.model_validate(queued_request(scale_request(args.nodes, n), args.queues)))
+                q_seconds, q_cpu, q_placed = timed[(policy, "queued", n)]
                 record.add(f"{policy}: one decision, {n:,} pending in {args.queues} queues on {args.nodes:,} nodes, "
                            "over the decision without tenants", q_cpu / max(cpu, 1e-9), "x",
                            at_most=1.5 if n == 10000 else None)
@@ -188,41 +189,57 @@ def main() -> None:
 
 
 def interleaved(engines: dict[str, PlacementEngine], nodes: int, pending: list[int], fabric: bool, repeats: int,
-                max_seconds: float) -> dict[tuple[str, str, int], tuple[float, float, int]]:
+                max_seconds: float, queued: dict[str, PlacementEngine] | None = None,
+                queues: int = 0) -> dict[tuple[str, str, int], tuple[float, float, int]]:
     """(policy, cluster, N) -> the medians of :func:`time_one` (wall, CPU, launches), the policies'
     decisions of one request taken in turn, each round starting one policy later, so that no
     policy is always timed right after the same one and carries its aftermath alone. A
-    policy whose decision took longer than ``max_seconds`` (wall) is not timed at larger N."""
+    policy whose decision took longer than ``max_seconds`` (wall) is not timed at larger N.
+    ``queued`` (policy -> its engine behind ``queues`` tenant queues, from :func:`loaded`): the
+    same request dealt into the queues is decided by those too, as cluster ``queued``."""
     samples: dict[tuple[str, str, int], list[tuple[float, float, int]]] = {}
     live = list(engines)
     for n in pending:
         clusters = [("flat", scale_request(nodes, n))] + ([("fabric", fabric_request(scale_request(nodes, n)))] if fabric else [])
+        if queued:
+            clusters.append(("queued", queued_request(scale_request(nodes, n), queues)))
         for cluster, body in clusters:
             request = PlacementRequest.model_validate(body)
+            deciders = queued if cluster == "queued" else engines
             for round_ in range(repeats):
                 turn = live[round_ % len(live):] + live[:round_ % len(live)] if live else []
                 for policy in turn:
-                    samples.setdefault((policy, cluster, n), []).append(time_one(engines[policy], request))
+                    samples.setdefault((policy, cluster, n), []).append(time_one(deciders[policy], request))
         live = [policy for policy in live if statistics.median(w for w, _, _ in samples[(policy, "flat", n)]) <= max_seconds]
     return {key: (statistics.median(w for w, _, _ in got), statistics.median(c for _, c, _ in got), got[-1][2])
             for key, got in samples.items()}
 
 
-def loaded(policies: list[str], nodes: int) -> dict[str, PlacementEngine]:
-    """An engine per policy, each warmed up on a small request, then the heap frozen: every
+def loaded(policies: list[str], nodes: int,
+           queues: int = 0) -> tuple[dict[str, PlacementEngine], dict[str, PlacementEngine]]:
+    """An engine per policy, and with ``queues`` one more per policy behind that many tenant
+    queues (:func:`many_queues`), each warmed up on a small request, then the heap frozen: every
     policy is timed in one process state (torch loaded if any policy needs it, start-up objects out
     of the collector's walks, as in a placement replica), whichever is timed first."""
     engines = {policy: PlacementEngine(EngineSettings(policy=policy)) for policy in policies}
-    settle(engines.values(), nodes)
-    return engines
+    queued = {policy: PlacementEngine(EngineSettings(policy=policy, tenants=many_queues(queues, 8 * nodes)))
+              for policy in policies} if queues else {}
+    settle(engines.values(), nodes, queued.values(), queues)
+    return engines, queued
 
 
-def settle(engines: Iterable[PlacementEngine], nodes: int) -> None:
-    """Warm each engine up on a small request, then freeze the heap: the one process state every
-    timing of a side by side is taken in."""
+def settle(engines: Iterable[PlacementEngine], nodes: int, queued: Iterable[PlacementEngine] = (),
+           queues: int = 0) -> None:
+    """Warm each engine up on a small request (``queued``'s on it dealt into ``queues`` queues),
+    then freeze the heap: the one process state every timing of a side by side is taken in."""
     warm_up = PlacementRequest.model_validate(scale_request(nodes, 100))
     for engine in engines:
         engine.place(warm_up)
+    queued = list(queued)
+    if queued:
+        warm_queued = PlacementRequest.model_validate(queued_request(scale_request(nodes, 100), queues))
+        for engine in queued:
+            engine.place(warm_queued)
     freeze_long_lived()
 
 

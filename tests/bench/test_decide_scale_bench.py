@@ -1,0 +1,47 @@
+"""bench/decide_scale.py's timing plan (not its timings): with ``--queues`` the engines behind the
+tenant queues are built and warmed up with the others before the heap is frozen, and decided in
+the same rounds, ``--repeats`` times each (they were built inside the loop, never warmed, and
+timed once, a cold sample set beside the others' warm medians)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def ds(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import their helpers from their own folder
+    import decide_scale
+
+    return decide_scale
+
+
+def test_queued_engines_are_warmed_before_the_freeze_and_timed_with_repeats(ds, monkeypatch):
+    events: list[tuple[str, object]] = []
+    place = ds.PlacementEngine.place
+
+    def recording_place(engine, request):
+        queued = any(job.queue for job in request.pending)
+        events.append(("place", (id(engine), queued, len(request.pending))))
+        return place(engine, request)
+
+    monkeypatch.setattr(ds.PlacementEngine, "place", recording_place)
+    monkeypatch.setattr(ds, "freeze_long_lived", lambda: events.append(("freeze", None)))
+    engines, queued = ds.loaded(["srsf+packed", "fifo+consolidated"], 8, queues=4)
+    assert set(queued) == {"srsf+packed", "fifo+consolidated"}
+    freeze = events.index(("freeze", None))
+    warmed = {key[0] for kind, key in events[:freeze]}
+    assert {id(e) for e in queued.values()} <= warmed and {id(e) for e in engines.values()} <= warmed
+    assert all(key[1] for kind, key in events[:freeze] if key[0] in {id(e) for e in queued.values()})
+
+    events.clear()
+    timed = ds.interleaved(engines, 8, [20], False, 3, 120.0, queued, 4)
+    calls = [key for kind, key in events if kind == "place"]
+    for policy in engines:
+        assert sum(c[0] == id(queued[policy]) for c in calls) == 3  # --repeats 3
+        assert all(c[1] for c in calls if c[0] == id(queued[policy]))  # on the request dealt into the queues
+        assert (policy, "queued", 20) in timed and (policy, "flat", 20) in timed
