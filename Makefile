@@ -69,7 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
 	$(BIN)/python bench/decide_scale.py --fabric --repeats 3 --policies srsf+packed rl-base rl-hybrid rl-hybrid-preempt las+consolidated las+topo-bestfit las+topo-aware --json $(BENCH_JSON)/decide_scale.json  # learned over srsf+packed, flat and fabric (target <= 5x)
 	$(BIN)/python bench/anchor_streak.py --workers 2 --json $(BENCH_JSON)/anchor_streak.json  # what the shipped anchor streak changes on four suites (~15 min)
-	$(BIN)/python bench/decide_scale.py --pending 10000 --queues 100 --policies srsf+packed rl-hybrid --json $(BENCH_JSON)/decide_scale-queues.json  # behind 100 queues' admission (target <= 1.5x)
+	$(BIN)/python bench/decide_scale.py --pending 10000 --queues 100 --repeats 3 --policies srsf+packed rl-hybrid --json $(BENCH_JSON)/decide_scale-queues.json  # behind 100 queues' admission (target <= 1.5x)
 	$(BIN)/python bench/scale.py --cluster h100-leafspine-2to1 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-leafspine.json  # fabric over its flat twin (target <= 2x)
 	$(BIN)/python bench/scale.py --cluster clos3-256 --sizes 100000 --policies las+topo-bestfit,las+topo-aware --json $(BENCH_JSON)/scale-fabric-clos.json
 	$(BIN)/python bench/learned_contention.py --workers 2 --json $(BENCH_JSON)/learned_contention.json  # the learned contention model's error against the prior's (~6 min)
