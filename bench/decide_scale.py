@@ -9,8 +9,8 @@ seconds per decision, the exponent of a power-law fit over N, and the target (10
 processes' load). ``--profile N`` prints the cProfile top of one rl-hybrid decision instead.
 ``--fabric`` decides each request twice, side by side: on the flat cluster and on the same nodes
 described as a four-level fabric (NVLink domains of 2 nodes, leaves of 16, spines of 256, cores of
-1,024; :func:`fabric_request`), with every tenth pending job requiring a leaf, and prints the
-ratio (issue 36's target: within 2x of the flat decision).
+1,024; :func:`fabric_request`; the nodes given NVLink, which such domains need), with every tenth
+pending job requiring a leaf, and prints the ratio (issue 36's target: within 2x of the flat decision).
 Each learned policy's CPU per decision is also set beside ``--baseline``'s (``srsf+packed``),
 measured in the same run on the same requests, per cluster (flat, and fabric with ``--fabric``)
 and N: the ratio learned / baseline (issue 37's target: at most 5x at 10,000 pending).
@@ -84,15 +84,19 @@ def exponent(points: list[tuple[int, float]]) -> float:
 
 FABRIC_LEVELS = (("nvlink", 2, True), ("leaf", 16, False), ("spine", 256, False), ("core", 1024, False))
 """(name, nodes per domain, NVLink) of the ``--fabric`` request's levels, lowest first."""
+NVLINK_GBPS = 3600.0
+"""The ``--fabric`` request's nodes' NVLink, per direction (an H100's, as the fabric presets')."""
 
 
 def fabric_request(request: dict, required_every: int = 10) -> dict:
     """``request`` with its nodes described as :data:`FABRIC_LEVELS` (leaves 2:1 oversubscribed)
-    and every ``required_every``-th pending job requiring one leaf."""
+    and every ``required_every``-th pending job requiring one leaf. The nodes get NVLink
+    (:data:`NVLINK_GBPS`): a domain of several nodes at an NVLink level refuses nodes without it."""
     out = dict(request)
     out["levels"] = [{"name": name, "nvlink": nvlink, **({"oversubscription": 2.0} if name == "leaf" else {})}
                      for name, _, nvlink in FABRIC_LEVELS]
-    out["nodes"] = [{**node, "domains": {name: f"{name}{i // size}" for name, size, _ in FABRIC_LEVELS}}
+    out["nodes"] = [{**node, "fabric": "nvlink", "nvlink_gbps": NVLINK_GBPS,
+                     "domains": {name: f"{name}{i // size}" for name, size, _ in FABRIC_LEVELS}}
                     for i, node in enumerate(request["nodes"])]
     out["pending"] = [{**job, "required_level": "leaf"} if i % required_every == 0 else job
                       for i, job in enumerate(request["pending"])]

@@ -45,3 +45,11 @@ def test_queued_engines_are_warmed_before_the_freeze_and_timed_with_repeats(ds, 
         assert sum(c[0] == id(queued[policy]) for c in calls) == 3  # --repeats 3
         assert all(c[1] for c in calls if c[0] == id(queued[policy]))  # on the request dealt into the queues
         assert (policy, "queued", 20) in timed and (policy, "flat", 20) in timed
+
+
+def test_the_fabric_request_is_one_the_service_decides(ds):
+    """Its two-node NVLink domains held PCIe nodes, which requests refuse since NVLink domains
+    check their nodes: every ``--fabric`` run stopped on a RequestError."""
+    engine = ds.PlacementEngine(ds.EngineSettings(policy="las+topo-aware"))
+    request = ds.PlacementRequest.model_validate(ds.fabric_request(ds.scale_request(32, 40)))
+    assert sum(d.action == "place" for d in engine.place(request).decisions) > 0
