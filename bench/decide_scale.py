@@ -197,7 +197,8 @@ def interleaved(engines: dict[str, PlacementEngine], nodes: int, pending: list[i
                 queues: int = 0) -> dict[tuple[str, str, int], tuple[float, float, int]]:
     """(policy, cluster, N) -> the medians of :func:`time_one` (wall, CPU, launches), the policies'
     decisions of one request taken in turn, each round starting one policy later, so that no
-    policy is always timed right after the same one and carries its aftermath alone. A
+    policy is always timed right after the same one and carries its aftermath alone; each round
+    decides every cluster's request (flat, fabric, queued) before the next round begins. A
     policy whose decision took longer than ``max_seconds`` (wall) is not timed at larger N.
     ``queued`` (policy -> its engine behind ``queues`` tenant queues, from :func:`loaded`): the
     same request dealt into the queues is decided by those too, as cluster ``queued``."""
@@ -207,11 +208,11 @@ def interleaved(engines: dict[str, PlacementEngine], nodes: int, pending: list[i
         clusters = [("flat", scale_request(nodes, n))] + ([("fabric", fabric_request(scale_request(nodes, n)))] if fabric else [])
         if queued:
             clusters.append(("queued", queued_request(scale_request(nodes, n), queues)))
-        for cluster, body in clusters:
-            request = PlacementRequest.model_validate(body)
-            deciders = queued if cluster == "queued" else engines
-            for round_ in range(repeats):
-                turn = live[round_ % len(live):] + live[:round_ % len(live)] if live else []
+        requests = [(cluster, PlacementRequest.model_validate(body)) for cluster, body in clusters]
+        for round_ in range(repeats):  # round by round, so a change of the machine's load hits every cluster alike
+            turn = live[round_ % len(live):] + live[:round_ % len(live)] if live else []
+            for cluster, request in requests:
+                deciders = queued if cluster == "queued" else engines
                 for policy in turn:
                     samples.setdefault((policy, cluster, n), []).append(time_one(deciders[policy], request))
         live = [policy for policy in live if statistics.median(w for w, _, _ in samples[(policy, "flat", n)]) <= max_seconds]

@@ -53,3 +53,18 @@ def test_the_fabric_request_is_one_the_service_decides(ds):
     engine = ds.PlacementEngine(ds.EngineSettings(policy="las+topo-aware"))
     request = ds.PlacementRequest.model_validate(ds.fabric_request(ds.scale_request(32, 40)))
     assert sum(d.action == "place" for d in engine.place(request).decisions) > 0
+
+
+def test_flat_and_fabric_requests_alternate_round_by_round(ds, monkeypatch):
+    """``--fabric`` took every repeat of the flat request, then every repeat of the fabric one."""
+    clusters: list[str] = []
+    place = ds.PlacementEngine.place
+
+    def recording_place(engine, request):
+        clusters.append("fabric" if request.levels else "flat")
+        return place(engine, request)
+
+    engines, _ = ds.loaded(["srsf+packed"], 8)
+    monkeypatch.setattr(ds.PlacementEngine, "place", recording_place)
+    ds.interleaved(engines, 8, [20], True, 3, 120.0)
+    assert clusters == ["flat", "fabric"] * 3
