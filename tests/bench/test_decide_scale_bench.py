@@ -68,3 +68,15 @@ def test_flat_and_fabric_requests_alternate_round_by_round(ds, monkeypatch):
     monkeypatch.setattr(ds.PlacementEngine, "place", recording_place)
     ds.interleaved(engines, 8, [20], True, 3, 120.0)
     assert clusters == ["flat", "fabric"] * 3
+
+
+def test_a_run_without_10000_pending_does_not_judge_the_target():
+    """It said "misses the target" of a run whose largest request was far below 10,000 pending."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(BENCH / "decide_scale.py"), "--nodes", "8", "--pending", "10", "20",
+                           "--policies", "srsf+packed"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "fitted exponent" in line)
+    assert "the target is not measured" in line and "misses" not in line and "meets" not in line
