@@ -66,7 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/startup.py --json $(BENCH_JSON)/startup.json
 	$(BIN)/python bench/scale.py --json $(BENCH_JSON)/scale.json  # 25k..1M jobs on 4,096 GPUs: minutes; bench/scale.py --quick stops at 100k
 	$(BIN)/python bench/scale.py --burst 20000 --json $(BENCH_JSON)/scale-burst.json
-	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
+	$(BIN)/python bench/scale.py --sizes 20000 --policies rl-hybrid --target-s 60 --json $(BENCH_JSON)/scale-rl-hybrid.json  # the learned policy in the simulator (target 60 s)
 	$(BIN)/python bench/decide_scale.py --fabric --repeats 3 --policies srsf+packed rl-base rl-hybrid rl-hybrid-preempt las+consolidated las+topo-bestfit las+topo-aware --json $(BENCH_JSON)/decide_scale.json  # learned over srsf+packed, flat and fabric (target <= 5x)
 	$(BIN)/python bench/anchor_streak.py --workers 2 --json $(BENCH_JSON)/anchor_streak.json  # what the shipped anchor streak changes on four suites (~15 min)
 	$(BIN)/python bench/decide_scale.py --pending 10000 --queues 100 --repeats 3 --policies srsf+packed rl-hybrid --json $(BENCH_JSON)/decide_scale-queues.json  # behind 100 queues' admission (target <= 1.5x)
