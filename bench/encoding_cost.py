@@ -9,7 +9,10 @@ prints each one's CPU over the baseline's. The network's inputs do not depend on
 the same weights run under each; their decisions differ, so this measures cost only: what a
 retrained policy with that encoding would cost at least. Every engine is built and warmed up, and
 the heap frozen (as a placement replica does), before anything is timed, so the baseline is timed
-in the same process state as the learned policy. Figures only: nothing here asserts a speed.
+in the same process state as the learned policy; the baseline and every variant are then decided
+in turn, ``--repeats`` rounds, each round starting one engine later (as
+``decide_scale.interleaved``), and each figure is the median of its rounds. Figures only: nothing
+here asserts a speed.
 
 The last rows measure a redesign rather than a smaller encoding: several launches per scored
 step (``--launches K``, say 2, 4, 8). After one forward pass the rows are taken best score first,
@@ -33,9 +36,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 
-from decide_scale import settle
+from decide_scale import settle, time_one
 
 from typing import Generator
 
@@ -105,15 +107,20 @@ class MultiLaunch:
         return partial.decision if partial.count else WAIT
 
 
-def cpu_seconds(engine: PlacementEngine, request: PlacementRequest, repeats: int) -> float:
-    """Median CPU seconds of this process for one decision of ``request`` (after a warm-up)."""
-    engine.place(request)
-    spent = []
-    for _ in range(repeats):
-        start = time.process_time()
+def cpu_in_rounds(engines: list[PlacementEngine], request: PlacementRequest, repeats: int) -> list[float]:
+    """Each engine's median CPU seconds (this process) for one decision of ``request``: after a
+    warm-up decision each, ``repeats`` rounds in which every engine decides once, each round
+    starting one engine later, so that a change of the machine's load hits them alike and no
+    engine is always timed right after the same one."""
+    for engine in engines:
         engine.place(request)
-        spent.append(time.process_time() - start)
-    return statistics.median(spent)
+    spent: list[list[float]] = [[] for _ in engines]
+    order = list(range(len(engines)))
+    for round_ in range(max(1, repeats)):
+        shift = round_ % len(order) if order else 0
+        for i in order[shift:] + order[:shift]:
+            spent[i].append(time_one(engines[i], request)[1])
+    return [statistics.median(cpus) for cpus in spent]
 
 
 def main() -> None:
@@ -138,11 +145,11 @@ def main() -> None:
     for k in (int(x) for x in args.streaks.split(",") if x.strip()):
         variants.append((f"shipped, anchor_streak {k}", streak_of(PlacementEngine(EngineSettings(policy="rl-hybrid")), k)))
     settle([baseline, *(engine for _, engine in variants)], 4096)  # one process state for every timing
-    base = cpu_seconds(baseline, request, args.repeats)
-    print(f"srsf+packed: {base:.3f} s CPU, {args.pending:,} pending on 4,096 nodes (target for a learned decision: <= 5x)")
+    base, *cpus = cpu_in_rounds([baseline, *(engine for _, engine in variants)], request, args.repeats)
+    print(f"srsf+packed: {base:.3f} s CPU, {args.pending:,} pending on 4,096 nodes (target for a learned decision: <= 5x);"
+          f" medians of {max(1, args.repeats)} interleaved rounds")
     every_step = None  # rl-hybrid's decisions of the request with the network asked at every launch
-    for label, engine in variants:
-        cpu = cpu_seconds(engine, request, args.repeats)
+    for (label, engine), cpu in zip(variants, cpus):
         note = ""
         if "anchor_streak" in label:
             if every_step is None:
