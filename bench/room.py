@@ -2,10 +2,12 @@
 
 On any suite cell this runs, under the cell's own information model and contention:
 
-* every heuristic the suite lists (``--heuristics`` to name fewer): the *best heuristic* is the
-  one with the least average JCT, as in the suite's own tables (behind the suite's tenants'
-  admission when it names a tenants file, as the suite runs them; the planner's and the
-  ceiling's candidates too, in the real run and in their copies);
+* every heuristic the suite lists (``--heuristics`` to name fewer), behind the suite's tenants'
+  admission when it names a tenants file, as the suite runs them (the planner's and the
+  ceiling's candidates too, in the real run and in their copies): the *best heuristic* is the
+  one with the least average JCT among all of them, challengers included, as
+  ``bench/learned_targets.py`` chooses it (the suite's own tables choose among its anchors
+  alone, so a ratio here is at or above the suite's);
 * ``planner`` (:mod:`deepshare.policies.planner`), the registered non-clairvoyant policy: K
   futures drawn from what the view allows, arrivals like the past, common random numbers;
 * the *clairvoyant ceiling*: the same planner, the same candidates, base heuristic and horizon,
@@ -189,7 +191,8 @@ def main() -> None:
         parser.error(f"--only {args.only!r}: expected comma-separated cell indices, e.g. 1,7")
     wrong = [i for i in chosen if not 0 <= i < len(grid)]
     if wrong:
-        parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
+        flag = "--only" if args.only else "--cells"
+        parser.error(f"{flag}: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
     heuristics = args.heuristics.split(",") if args.heuristics else list(spec.heuristics)
     print(f"# room: suite {spec.name}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, commit {commit_label(commit())}")
     setting = (f"planner K={args.futures}, horizon {args.horizon:g} s, at most {args.max_steps} steps a rollout"

@@ -56,7 +56,7 @@ def test_the_ceiling_alone_and_the_planner_alone():
 def test_a_cell_out_of_range_is_one_line_and_exit_2():
     done = _room("--only", "0,9")
     assert done.returncode == 2
-    assert "[9] out of range: suite tiny has 4 cells (0..3)" in done.stderr
+    assert "--only: [9] out of range: suite tiny has 4 cells (0..3)" in done.stderr  # the flag given, not --cells
     assert "Traceback" not in done.stderr
 
 
