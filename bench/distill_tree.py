@@ -25,10 +25,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
-from deepshare.core.topology import uniform
-from deepshare.experiments.suite import Cell, cell_trace, cells, load_suite
+from deepshare.experiments.suite import Cell, cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.experiments.suite_spec import suite_tenants
 from deepshare.policies import make_policy
 
 OWN = "bsrsf"
@@ -72,8 +71,16 @@ def with_scorer(policy, scorer):  # type: ignore[no-untyped-def]
 
 
 def run(spec, cell, policy):  # type: ignore[no-untyped-def]
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), cell_trace(spec, cell), make_contention(cell.contention),
-                    information=cell.information(spec))
+    """``policy``'s average JCT on ``cell`` as the suite runs it (``run_one``): the cell's own cluster
+    (a fabric preset or uniform nodes), its contention (perturbed where the suite says so), its
+    information model, and behind the suite's tenants' admission when it names a tenants file."""
+    jobs, tenants = cell_trace(spec, cell), suite_tenants(spec)
+    if tenants is not None:
+        from deepshare.tenants import admitted
+
+        tenants.check_jobs(jobs)
+        policy = admitted(policy, tenants)
+    sim = Simulator(cell_topology(cell), jobs, cell_contention(spec, cell), information=cell.information(spec))
     return sim.run(policy).avg_jct_s
 
 

@@ -38,8 +38,8 @@ from record import Record, add_json_flag
 
 from deepshare.core.contention.learned import ContentionLearner, Observation
 from deepshare.core.simulator import Simulator
-from deepshare.core.topology import uniform
-from deepshare.experiments.suite import cell_contention, cell_trace, cells, load_suite
+from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.experiments.suite_spec import suite_tenants
 from deepshare.policies import make_policy
 
 CONTENDED = 0.999
@@ -50,11 +50,17 @@ def run(task: tuple[str, object, str]) -> dict[str, object]:
     """One learned cell under one policy: MAE of the prior and the learned model per decile."""
     suite, cell, policy = task
     spec = load_suite(suite)
-    jobs = cell_trace(spec, cell)
+    jobs, tenants = cell_trace(spec, cell), suite_tenants(spec)
     started = time.perf_counter()
-    sim = Simulator(uniform(cell.nodes, cell.gpus_per_node), jobs, cell_contention(spec, cell),
-                    information=cell.information(spec))
-    report = sim.run(make_policy(policy))
+    built = make_policy(policy)
+    if tenants is not None:  # as the suite runs it (run_one): behind its tenants' admission
+        from deepshare.tenants import admitted
+
+        tenants.check_jobs(jobs)
+        built = admitted(built, tenants)
+    # the cell's own cluster (a fabric preset or uniform nodes), contention and information model
+    sim = Simulator(cell_topology(cell), jobs, cell_contention(spec, cell), information=cell.information(spec))
+    report = sim.run(built)
     n = len(jobs)
     samples = [s for s in sim.knowledge.log if s.truth < CONTENDED or s.prior < CONTENDED]
 
