@@ -12,6 +12,9 @@ network takes it. It prints:
   from the suite's JSON, made by ``deepshare evaluate --suite NAME --json``): the share of the
   policy's gain over that baseline the tree keeps.
 
+``--json PATH`` writes these figures, with the run's date, commit and machine (``provenance``),
+whole (a temporary file and a rename).
+
 Usage: python bench/distill_tree.py --suite-json runs/suite/loaded.json [--policy rl-hybrid-preempt]
        [--durations estimated] [--depth 4] [--json PATH]
 """
@@ -21,11 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import replace
 
 import numpy as np
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.simulator import Simulator
+from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import Cell, cell_contention, cell_topology, cell_trace, cells, load_suite
 from deepshare.experiments.suite_spec import suite_tenants
 from deepshare.policies import make_policy
@@ -98,6 +104,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--json")
     args = parser.parse_args()
+    provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
     with open(args.suite_json, encoding="utf-8") as fh:
         doc = json.load(fh)
     spec = load_suite(doc["suite"]["name"])
@@ -134,9 +141,10 @@ def main() -> None:
     print(f"average JCT / best field baseline (geomean): {args.policy} {policy_ratio:.3f}, its tree {tree_ratio:.3f}; "
           f"the tree keeps {kept:.0%} of the gain")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"rules": rules, "choices": len(recorder.chosen), "fidelity": agree, "policy_ratio": policy_ratio,
-                       "tree_ratio": tree_ratio, "kept": kept, "cells": len(grid)}, fh, indent=2)
+        doc = {"provenance": provenance, "suite_json": args.suite_json, "policy": args.policy, "durations": args.durations,
+               "depth": args.depth, "rules": rules, "choices": len(recorder.chosen), "fidelity": agree,
+               "policy_ratio": policy_ratio, "tree_ratio": tree_ratio, "kept": kept, "cells": len(grid)}
+        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "the distilled tree's figures")
 
 
 if __name__ == "__main__":

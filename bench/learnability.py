@@ -28,7 +28,8 @@ net in the loop, firing only on an idle cluster; scored as ``rl-hybrid=FILE``).
 
 Outputs go to ``--out`` (default ``runs/learnability``): the family's traces, cluster and training
 YAML (``family/``), the imitation (``imitate/``), the two PPO runs (``scratch/``, ``warm/``, each
-with RLlib's ``metrics.csv``) and ``learnability.json`` (every figure printed). Figures only:
+with RLlib's ``metrics.csv``) and ``learnability.json`` (every figure printed, with the run's date,
+commit and machine under ``provenance``; written whole, again after each step). Figures only:
 nothing here asserts; ``tests/rl/test_learnability.py`` checks the family's construction.
 
 Usage::
@@ -43,17 +44,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import make_contention
 from deepshare.core.information import InformationModel
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import parse_topology
 from deepshare.core.traces.canonical import write_canonical
+from deepshare.experiments.provenance import run_provenance
 from deepshare.policies import make_policy
 from deepshare.policies.registry import policy_names
 from deepshare.rl.scenarios import CLUSTER_YAML, GangFamily
@@ -215,6 +219,11 @@ def run_imitation(config_path: Path, out: Path, episodes: int, smoothing: float)
 
 
 # -- main --------------------------------------------------------------------------------------
+def save(out: Path, result: dict[str, Any]) -> None:
+    """``out/learnability.json``, written whole (a temporary file and a rename)."""
+    write_text_atomic(out / "learnability.json", json.dumps(result, indent=2) + "\n", "learnability.json")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learnability"))
@@ -234,6 +243,7 @@ def main() -> None:
                         help="score every registered heuristic in step 1")
     parser.add_argument("--runs", default="scratch,warm", help="which PPO starts to run (scratch, warm)")
     args = parser.parse_args()
+    provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
 
     family = GangFamily(rounds=args.rounds)
     out = args.out.resolve()
@@ -255,9 +265,9 @@ def main() -> None:
             name, value = r[key]
             print(f"   {key.replace('_', ' ')}: {name} {value:.3f} h  {value / teacher:.3f}")
     print(f"   ({r['seconds']:.0f} s)")
-    result: dict[str, Any] = {"room": r, "args": {k: str(v) for k, v in vars(args).items()}}
+    result: dict[str, Any] = {"provenance": provenance, "room": r, "args": {k: str(v) for k, v in vars(args).items()}}
     if args.room_only:
-        (out / "learnability.json").write_text(json.dumps(result, indent=2))
+        save(out, result)
         return
 
     runs = [s.strip() for s in args.runs.split(",") if s.strip()]
@@ -274,7 +284,7 @@ def main() -> None:
               f"--iterations {args.iterations} --seed {args.seed}" + (f" --init-from {init}" if init else ""))
         result[name] = run_ppo(config_path, out / name, family, eval_seeds, teacher,
                                iterations=args.iterations, seed=args.seed, init_from=init)
-        (out / "learnability.json").write_text(json.dumps(result, indent=2))
+        save(out, result)
 
     print("\nresult (held-out average JCT, ratio to the teacher; pass <= 0.90):")
     print(f"  {'policy':40s} {'avg JCT h':>9s} {'ratio':>6s} {'iters':>5s} {'wall s':>7s}")
@@ -291,7 +301,7 @@ def main() -> None:
     for name in runs:
         print(f"  curve, PPO {name} (iteration: return / held-out ratio):")
         print("    " + "  ".join(f"{p['iteration']}: {p['return']:.3f}/{p['ratio']:.3f}" for p in result[name]["curve"]))
-    (out / "learnability.json").write_text(json.dumps(result, indent=2))
+    save(out, result)
 
 
 if __name__ == "__main__":

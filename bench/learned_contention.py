@@ -24,18 +24,21 @@ Usage: python bench/learned_contention.py [--suite learned] [--policies A,B] [--
 
 ``--json`` writes the headline figures for the results page (``make bench``): per cell and policy
 the prior's and the learned model's error after the first 10%, their ratio and the form fitted in hindsight's,
-and the pooled ratio against the target; ``--raw`` every result, the deciles included.
+and the pooled ratio against the target; ``--raw`` every result, the deciles included (under ``results``,
+with the run's date, commit and machine under ``provenance``; written whole).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 from record import Record, add_json_flag
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.learned import ContentionLearner, Observation
 from deepshare.core.simulator import Simulator
 from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
@@ -133,8 +136,8 @@ def main() -> None:
         record.add("pooled: the form fitted in hindsight / prior ratio error", hindsight / prior, "x")
     record.write()
     if args.raw:
-        with open(args.raw, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+        doc = {"provenance": record.provenance, "suite": args.suite, "results": results}
+        write_text_atomic(args.raw, json.dumps(doc, indent=1) + "\n", "the raw results")
 
 
 def _f(v: float | None) -> str:

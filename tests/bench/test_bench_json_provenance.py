@@ -1,0 +1,71 @@
+"""The JSON a few bench scripts write besides ``--json`` carries the run's date and commit and is
+written whole (learnability.py's ``learnability.json``, distill_tree.py's ``--json``,
+learned_contention.py's ``--raw``): they wrote bare figures with ``open(..., "w")``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from deepshare.experiments.suite import cells, load_suite, run_one
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+SUITE = """name: learned-mini
+jobs_per_node: 1
+loads: [1.0]
+mixes: [llm]
+clusters: [[4, 8]]
+contention: [link]
+seeds: 1
+duration_sigma: 1.0
+durations: [exact]
+contention_knowledge: [learned]
+perturb_contention: 0.5
+heuristics: [srsf+packed, srsf+consolidated]
+"""
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=240, cwd=BENCH)
+
+
+def _stamped(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    assert doc["provenance"]["date"] and "sha" in doc["provenance"]["commit"]
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    return doc
+
+
+def test_learnability_json_has_provenance(tmp_path):
+    done = _bench("learnability.py", "--room-only", "--no-all-heuristics", "--train-seeds", "2", "--eval-seeds", "2",
+                  "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "teacher" in _stamped(tmp_path / "learnability.json")["room"]
+
+
+def test_learned_contention_raw_has_provenance(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    raw = tmp_path / "out" / "raw.json"
+    raw.parent.mkdir()
+    done = _bench("learned_contention.py", "--suite", str(suite), "--policies", "srsf+packed", "--raw", str(raw))
+    assert done.returncode == 0, done.stderr
+    assert [r["policy"] for r in _stamped(raw)["results"]] == ["srsf+packed"]
+
+
+def test_distill_tree_json_has_provenance(tmp_path):
+    spec = load_suite("tiny")
+    grid = [c for c in cells(spec) if c.durations == "estimated"]
+    doc = {"suite": {"name": "tiny"},
+           "cells": [{**c.key(), "results": {h: run_one(spec, c, h) for h in spec.heuristics}} for c in grid]}
+    suite_json = tmp_path / "tiny.json"
+    suite_json.write_text(json.dumps(doc))
+    out = tmp_path / "out" / "tree.json"
+    out.parent.mkdir()
+    done = _bench("distill_tree.py", "--suite-json", str(suite_json), "--policy", "rl-hybrid", "--depth", "2",
+                  "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _stamped(out)["cells"] == len(grid)
