@@ -11,9 +11,12 @@ shaped like a Serve replica (Ray, Serve, FastAPI and torch imported, the policy 
 - ``startup``: ``gc.collect(); gc.freeze()`` once after start-up (what the replica does now,
   :func:`deepshare.core.heap.freeze_long_lived`).
 
-Each mode runs in a fresh subprocess; a decision's CPU seconds (the honest figure on a shared
-machine) are the median of ``--repeat`` runs after one warm-up, with the collector's own time
-(``gc.callbacks``) beside it. Figures only: nothing here asserts a speed.
+Each mode runs in a fresh subprocess, ``--rounds`` times, the modes interleaved (each round runs
+every mode once, starting one mode later than the last round), so a change of the machine's load
+hits them alike; in each subprocess a decision's CPU seconds (the honest figure on a shared
+machine) are the median of ``--repeat`` runs after one warm-up, and the figure printed is the
+median over the rounds, with the collector's own time (``gc.callbacks``) beside it. Figures
+only: nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -121,7 +124,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pending", type=int, nargs="*", default=[2000, 10000], help="service: pending jobs per request")
     parser.add_argument("--jobs", type=int, default=400, help="simulation: jobs of the rl-hybrid run (0: skip)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="decisions (or simulations) timed per subprocess")
+    parser.add_argument("--rounds", type=int, default=3, help="subprocesses per mode, the modes interleaved")
     parser.add_argument("--child", nargs=4, metavar=("MODE", "WHAT", "SIZE", "REPEAT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -132,16 +136,22 @@ def main() -> None:
     for what, size in cases:
         label = f"one rl-hybrid decision, {size:,} pending on 4,096 nodes" if what == "service" else \
             f"an rl-hybrid simulation of {size:,} jobs on 16 x 8 GPUs"
-        print(label, flush=True)
-        for mode in MODES:
-            out = subprocess.run([sys.executable, __file__, "--child", mode, what, str(size), str(args.repeat)],
-                                 capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                raise SystemExit(f"{mode} {what} failed:\n{out.stderr[-3000:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"  {mode:13s} {r['cpu_s']:7.3f} s CPU (min {r['cpu_min_s']:.3f}); collector {r['gc_s']:.3f} s "
-                  f"of which full passes {r['gc_full_s']:.3f} s ({r['gc_full_runs']:.1f}); {r['objects']:,} tracked objects",
-                  flush=True)
+        rounds = max(1, args.rounds)
+        print(f"{label} (the modes interleaved: {rounds} round(s), each mode in a fresh subprocess per round; "
+              "medians over the rounds)", flush=True)
+        runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
+        for round_ in range(rounds):
+            for mode in MODES[round_ % len(MODES):] + MODES[:round_ % len(MODES)]:
+                out = subprocess.run([sys.executable, __file__, "--child", mode, what, str(size), str(args.repeat)],
+                                     capture_output=True, text=True, check=False)
+                if out.returncode != 0:
+                    raise SystemExit(f"{mode} {what} failed:\n{out.stderr[-3000:]}")
+                runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for mode, got in runs.items():
+            r = {key: statistics.median(g[key] for g in got) for key in ("cpu_s", "gc_s", "gc_full_s", "gc_full_runs", "objects")}
+            print(f"  {mode:13s} {r['cpu_s']:7.3f} s CPU (min {min(g['cpu_min_s'] for g in got):.3f}); collector "
+                  f"{r['gc_s']:.3f} s of which full passes {r['gc_full_s']:.3f} s ({r['gc_full_runs']:.1f}); "
+                  f"{r['objects']:,.0f} tracked objects", flush=True)
 
 
 if __name__ == "__main__":
