@@ -4,7 +4,6 @@ mode, then the next mode's, so a change of the machine's load went into the comp
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
