@@ -48,7 +48,7 @@ from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
-from deepshare.core.view import ClusterView, JobView, LazyJobs, PredictFn
+from deepshare.core.view import DEFAULT_RESTORE_S, ClusterView, JobView, LazyJobs, PredictFn
 
 if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
     from deepshare.core.knowledge import SimulatedKnowledge
@@ -116,8 +116,10 @@ class SimConfig:
 
     round_s: float | None = None
     """Period of extra decision points (the original used 300 s); None = events only."""
-    preempt_overhead_s: float = 30.0
-    """Restore-from-checkpoint time a preempted job pays when it restarts (no progress)."""
+    preempt_overhead_s: float = DEFAULT_RESTORE_S
+    """Restore-from-checkpoint time a preempted job pays when it restarts (no progress); the
+    views show it as :attr:`~deepshare.core.view.ClusterView.restore_s`, what preemptive policies
+    cost a stop at."""
     migrate_overhead_s: float = 30.0
     """Checkpoint + restore time a migrated job pays at its new placement (no progress)."""
     start_overhead_s: float = 0.0
@@ -523,7 +525,7 @@ class Simulator:
 
     @classmethod
     def from_view(
-        cls, view: ClusterView, contention: ContentionModel, config: SimConfig = SimConfig(),
+        cls, view: ClusterView, contention: ContentionModel, config: SimConfig | None = None,
         future: Sequence[JobSpec] = (),
     ) -> "Simulator":
         """A simulator that goes on from ``view``: its running jobs on their placements with the
@@ -545,7 +547,12 @@ class Simulator:
         bit: events that coincide exactly there may be decided one after the other here. Reading
         the view's running jobs (as this does) brings their progress to ``view.now`` in the
         original too, as a policy that reads them does: if the original's policy never reads
-        them, its later event times can move in the last bit."""
+        them, its later event times can move in the last bit.
+
+        ``config`` defaults to the simulator's with the view's ``restore_s`` as its
+        ``preempt_overhead_s``: the copy restores a preempted job as the view says this run does."""
+        if config is None:
+            config = SimConfig(preempt_overhead_s=view.restore_s)
         return cls(view.topology, future, contention, view.catalog, config, history=view.history,
                    resume=ResumePoint.of_view(view))
 
@@ -717,6 +724,7 @@ class Simulator:
             predict=self._predict,
             durations=self.information.durations,
             history=self.history,
+            restore_s=self.config.preempt_overhead_s,
             **({} if self._link_loads is None else {"link_load": _lazy_loads(self._link_loads)}),
         )
 

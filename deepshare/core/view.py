@@ -7,10 +7,12 @@ cluster) behind it; ``predict`` asks the contention model what-if questions with
 from __future__ import annotations
 
 import copy
+import math
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence
 
+from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
 from deepshare.core.types import Placement
@@ -70,6 +72,10 @@ class JobView:
             return float("inf")
         return self.remaining_s * catalog.reference_throughput(self.model, self.gpus) / speed
 
+
+DEFAULT_RESTORE_S = 30.0
+"""Seconds a preempted job takes to restart from its checkpoint when the run says nothing else:
+the simulator's default ``--preempt-overhead-s`` (:attr:`ClusterView.restore_s`)."""
 
 DEFAULT_QUEUE = "default"
 """The queue of a job that names none, when no tenants file says otherwise."""
@@ -310,6 +316,15 @@ class ClusterView:
     tenancy: Tenancy = NO_TENANCY
     """Queues, weights and priorities (:class:`Tenancy`); the admission wrapper
     (:class:`deepshare.tenants.admission.Admitted`) sets its tenants file here for the policy it wraps."""
+    restore_s: float = DEFAULT_RESTORE_S
+    """Seconds a job preempted now will take to restart from its checkpoint (finite, >= 0): what a
+    preemptive policy costs a stop at (topology-aware preemption's plans, the tenants' quota
+    preemption). Configuration of the run, not a hidden truth: the simulator's
+    ``preempt_overhead_s``, a placement request's ``restore_s``, the live scheduler's default."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.restore_s < math.inf:  # NaN fails both
+            raise DeepShareError(f"restore_s must be a finite number of seconds >= 0, got {self.restore_s}")
 
     @property
     def total_free(self) -> int:
