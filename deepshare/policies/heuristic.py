@@ -156,8 +156,8 @@ class HeuristicPolicy:
                       chosen: list[JobView], preempt: list[str], free: list[int]) -> tuple[Launch, ...]:
         """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each gang of
         ``gangs`` (queued, with a required level, not placed; best first) frees one domain of that
-        level from jobs it outranks, at the least cost, when it then fits. ``chosen`` holds the
-        jobs of ``launches``. ``preempt`` and ``free`` are updated."""
+        level from jobs it outranks, at the least cost (each stop at the view's ``restore_s``), when
+        it then fits. ``chosen`` holds the jobs of ``launches``. ``preempt`` and ``free`` are updated."""
         if not gangs:
             return ()
         stopped = set(preempt)

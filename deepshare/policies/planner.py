@@ -45,9 +45,10 @@ the copy's first completion. On the truth (the ceiling's future) the base's roll
 base's real run, up to what a copy leaves out (:meth:`Simulator.from_view`).
 
 The view is the information boundary: the planner reads the view's jobs, free GPUs, topology,
-catalog, history and time, nothing else. The copies assume ``contention`` (a model name; the
-planner cannot read the world's) and the default :class:`~deepshare.core.simulator.SimConfig`
-(30 s restores, no rounds).
+catalog, history, time and restore time, nothing else. The copies assume ``contention`` (a
+model name; the planner cannot read the world's) and the default
+:class:`~deepshare.core.simulator.SimConfig` (no rounds, 30 s migrations) but for restores: a
+preempted job restarts after the view's ``restore_s``, the run's restore time.
 
 Budget: ``budget_s`` seconds of wall time per decision. Futures are tried whole (every candidate
 on future ``k`` before future ``k+1``); once the budget is spent no new rollout step is taken, a
@@ -86,7 +87,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.interrupt import checkpoint, time_left
-from deepshare.core.simulator import SimConfig, Simulator
+from deepshare.core.simulator import Simulator
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision, JobSpec
 from deepshare.core.view import ClusterView, JobView
@@ -487,7 +488,7 @@ class Planner:
         try:
             horizon_job = _reserved(start) + _HORIZON_JOB
             sentinel = JobSpec(horizon_job, _sentinel_model(start), 1, horizon_end, duration_s=1.0)
-            copy = Simulator.from_view(start, self.contention, SimConfig(), future=[*future.arrivals, sentinel])
+            copy = Simulator.from_view(start, self.contention, future=[*future.arrivals, sentinel])  # restores at start.restore_s
             copy.history = start.history.fork(estimates)  # what it learned so far, kept (most of a rollout's cost)
             if copy.advance() is None:
                 return copy.jobs_in_system_area

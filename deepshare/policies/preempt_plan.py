@@ -17,11 +17,11 @@ of Kueue, KAI and Volcano ask for preemption that frees a whole rack or NVLink d
   the victims' GPUs there, never elsewhere): every victim is then one it needs, since without
   any one of them the domain would not hold it;
 * the cost of a plan, in GPU-seconds, is what its victims lose: all their GPUs (inside the
-  domain or not) x the restore time a preempted job pays (``restore_s``, the simulator's
-  ``preempt_overhead_s``); a preempted job loses no attained service, it checkpoints when
-  stopped; **plus the contention predicted after it**: the gang placed there, with the victims
-  (and the jobs this decision stopped before) left out of the prediction
-  (:func:`~deepshare.core.contention.base.leaving_out`) and the decision's earlier launches
+  domain or not) x the restore time a preempted job pays (the view's ``restore_s``: the
+  simulator's ``preempt_overhead_s``, a placement request's ``restore_s``); a preempted job loses
+  no attained service, it checkpoints when stopped; **plus the contention predicted after it**:
+  the gang placed there, with the victims (and the jobs this decision stopped before) left out
+  of the prediction (:func:`~deepshare.core.contention.base.leaving_out`) and the decision's earlier launches
   counted, loses :func:`~deepshare.policies.launch_cost.gpu_loss` GPUs' worth of throughput (its
   own slowdown x its GPUs, its neighbours' loss x a running job's mean GPUs) for as long as it runs, taken as its
   ``remaining_s`` (what the view lets a scheduler know of it, never the truth outside ``exact``);
@@ -44,17 +44,13 @@ from deepshare.policies.fabric_place import _slice_capacity, candidate_domains, 
 from deepshare.policies.launch_cost import gpu_loss, mean_job_gpus
 from deepshare.policies.place_types import Pending
 
-RESTORE_S = 30.0
-"""The restore time a preempted job pays, seconds (the simulator's default ``preempt_overhead_s``)."""
-
-
 @dataclass(frozen=True)
 class Plan:
     domain: int
     """The domain of the gang's required level that the victims free."""
     victims: tuple[JobView, ...]
     cost: float
-    """GPU-seconds the plan costs: the victims' GPUs x ``restore_s``, plus :attr:`contention`."""
+    """GPU-seconds the plan costs: the victims' GPUs x the view's ``restore_s``, plus :attr:`contention`."""
     placement: Placement
     """Where the gang goes once the victims are stopped."""
     contention: float = 0.0
@@ -62,13 +58,14 @@ class Plan:
 
 
 def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequence[JobView],
-         place: Callable[[list[int], ClusterView], Placement | None], restore_s: float = RESTORE_S,
+         place: Callable[[list[int], ClusterView], Placement | None],
          gone: Sequence[JobView] = (), pending: Pending = ()) -> Plan | None:
     """The cheapest way to free one domain of ``gang``'s required level for it (see the module
     doc), or None. ``candidates``: running jobs the gang outranks, lowest-ranked first; ``free``:
     the free GPUs now; ``place(free_after, view_after)``: the gang's placement on those free GPUs
     (the domain's: every other node's are 0; ``view_after`` predicts without the victims), or
-    None; ``gone``: running jobs this decision stops already; ``pending``: its launches so far."""
+    None; ``gone``: running jobs this decision stops already; ``pending``: its launches so far.
+    A stop costs ``view.restore_s`` per victim GPU: the run's restore time, which the view carries."""
     request = gang.topology
     if request.required_level is None:
         return None
@@ -76,6 +73,7 @@ def plan(gang: JobView, view: ClusterView, free: Sequence[int], candidates: Sequ
     level = fabric.level_index(request.required_level)
     best: Plan | None = None
     slices = slice_of(fabric, request)
+    restore_s = view.restore_s
     for domain_index in fabric.by_level[level]:
         domain = fabric.domains[domain_index]
         inside = set(domain.nodes)

@@ -178,9 +178,10 @@ def test_preemption_frees_the_domain_where_the_gang_is_not_beside_a_heavy_commun
         assert [l.job_id for l in decision.launch] == ["gang"] and set(decision.launch[0].placement.nodes) == nodes
 
 
-def reference_plan(gang, view, free, candidates_, place, restore_s=preempt_plan.RESTORE_S):
-    """The plan as it was before contention counted: the cheapest restore time, then fewer
-    victims, then the lower domain (the victims chosen as :func:`preempt_plan.plan` chooses them)."""
+def reference_plan(gang, view, free, candidates_, place):
+    """The plan as it was before contention counted: the cheapest restore time (at the view's
+    ``restore_s``), then fewer victims, then the lower domain (the victims chosen as
+    :func:`preempt_plan.plan` chooses them)."""
     fabric = view.topology.fabric
     level = fabric.level_index(gang.topology.required_level)
     best = None
@@ -209,7 +210,7 @@ def reference_plan(gang, view, free, candidates_, place, restore_s=preempt_plan.
         placement = place(after, view)
         if placement is None:
             continue
-        key = (sum(j.gpus for j, _ in chosen) * restore_s, len(chosen), d)
+        key = (sum(j.gpus for j, _ in chosen) * view.restore_s, len(chosen), d)
         if best is None or key < best[0]:
             best = (key, tuple(j.job_id for j, _ in chosen), placement)
     return best
