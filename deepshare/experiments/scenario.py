@@ -118,13 +118,14 @@ def _simulate(
 
 
 def scenario_policy(scenario: Scenario, policy: str) -> Policy:
-    """The registry's ``policy``, behind the scenario's tenants' admission when it has tenants."""
+    """The registry's ``policy``, behind the scenario's tenants' admission when it has tenants
+    (quota preemption costs victims at the views' ``restore_s``, the config's ``preempt_overhead_s``)."""
     built = make_policy(policy)
     if scenario.tenants is None:
         return built
     from deepshare.tenants import admitted
 
-    return admitted(built, scenario.tenants, restore_s=scenario.config.preempt_overhead_s)
+    return admitted(built, scenario.tenants)
 
 
 def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,11 +29,11 @@ from deepshare.core.files import POLICY_BYTES, read_input_bytes
 from deepshare.core.deadline import NO_DEADLINE, Deadline, bounded
 from deepshare.core.types import Decision, Placement
 from deepshare.core.view import ClusterView, ForwardingPredictor, JobView, Prediction, Predictor, Question
-from deepshare.core.workloads import default_catalog, remember
+from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info
 from deepshare.policies.base import BatchScorer, Observation, Scorer, SteppedPolicy
 from deepshare.policies.learned import drive
-from deepshare.serving.schemas import DEFAULT_RESTORE_S, PlacementRequest, PlacementResponse, PolicyOut
+from deepshare.serving.schemas import PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.translate import decision_to_response, request_to_view
 
 if TYPE_CHECKING:
@@ -72,7 +71,6 @@ class PlacementEngine:
         self.inner = make_policy(settings.policy)
         """The registry's policy (behind the tenants' admission in :attr:`policy` when there are tenants)."""
         self.policy = self.inner if settings.tenants is None else _admitted(self.inner, settings.tenants)
-        self._by_restore = _ByRestore(self.inner, settings.tenants, self.policy)
         self.contention = make_contention(settings.contention)
         self.catalog = default_catalog()
         self.load_seconds = time.perf_counter() - start
@@ -111,7 +109,7 @@ class PlacementEngine:
         view = self._bounded_view(request, deadline)
         if not self._stepped:
             with bounded(deadline):
-                return self.respond(self._by_restore.policy(request.restore_s).decide(view), view)
+                return self.respond(self.policy.decide(view), view)
         decision = drive(self.policy.steps(view), score or self.policy.scorer, deadline.check)  # type: ignore[attr-defined]
         return self.respond(decision, view)
 
@@ -124,7 +122,7 @@ class PlacementEngine:
         view = self._bounded_view(request, deadline)
         if score is None or not self._stepped:
             with bounded(deadline):
-                return self.respond(self._by_restore.policy(request.restore_s).decide(view), view)
+                return self.respond(self.policy.decide(view), view)
         run = self.policy.steps(view)
         try:
             await asyncio.sleep(0)  # let requests that arrived together register before scoring
@@ -169,37 +167,10 @@ class PlacementEngine:
         )
 
 
-def _admitted(policy: Any, tenants: Tenants, **options: object) -> Any:
+def _admitted(policy: Any, tenants: Tenants) -> Any:
     from deepshare.tenants import admitted
 
-    return admitted(policy, tenants, **options)
-
-
-RESTORE_VARIANTS = 8
-"""The most policies behind admission an engine keeps for requests' other ``restore_s`` values
-(the oldest goes first): a variant of the planner builds its candidates anew."""
-
-
-class _ByRestore:
-    """The engine's policy for a request's ``restore_s``: behind a tenants file, admission whose
-    quota preemption costs victims at that restore time (as the simulator's at its
-    ``--preempt-overhead-s``); the engine's own policy for the default, or without tenants (then
-    nothing reads it). Variants are shared by decision threads, so kept under a lock."""
-
-    def __init__(self, inner: Any, tenants: Tenants | None, default: Any) -> None:
-        self._inner, self._tenants, self._default = inner, tenants, default
-        self._variants: dict[float, Any] = {}
-        self._lock = threading.Lock()
-
-    def policy(self, restore_s: float) -> Any:
-        if self._tenants is None or restore_s == DEFAULT_RESTORE_S:
-            return self._default
-        with self._lock:
-            found = self._variants.get(restore_s)
-            if found is None:
-                found = _admitted(self._inner, self._tenants, restore_s=restore_s)
-                remember(self._variants, restore_s, found, RESTORE_VARIANTS)
-            return found
+    return admitted(policy, tenants)
 
 
 def _not_local(path: str) -> str:

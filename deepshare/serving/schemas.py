@@ -29,7 +29,7 @@ MAX_HISTORY = HISTORY_WINDOW
 """Finished jobs a request may carry (the most recent): what every history-based policy learns from."""
 DEFAULT_RESTORE_S = 30.0
 """A request's ``restore_s`` when it gives none: the simulator's default ``preempt_overhead_s``
-(and :data:`deepshare.tenants.reclaim.RESTORE_S`), a literal here so that the schemas, which
+(:data:`deepshare.core.view.DEFAULT_RESTORE_S`), a literal here so that the schemas, which
 the client imports too, pull in neither."""
 MAX_RESTORE_S = 1e6
 """The largest ``restore_s`` (seconds), as ``--preempt-overhead-s`` takes."""
@@ -232,8 +232,9 @@ class PlacementRequest(_Body):
     restore_s: float = Field(
         DEFAULT_RESTORE_S, ge=0, le=MAX_RESTORE_S,
         description="seconds a preempted job of this cluster takes to restart from its checkpoint (the simulator's "
-        "--preempt-overhead-s): behind a tenants file, quota preemption weighs victims by GPUs x restore_s; "
-        "without one, nothing reads it",
+        "--preempt-overhead-s), the view's restore_s: preemptive policies cost a stop at GPUs x restore_s (the "
+        "+preempt heuristics' domain plans for a gang, the tenants file's quota preemption); a policy that never "
+        "preempts does not read it",
     )
 
 

@@ -10,8 +10,9 @@ Two reasons, Kueue's ``reclaimWithinCohort`` and ``withinClusterQueue``:
   priority class: those are stopped.
 
 Victims are taken cheapest first: lowest priority class, then the GPU-seconds the stop costs
-(GPUs x ``restore_s``, the restore time a preempted job pays; it loses no work, it checkpoints
-when stopped, as in :mod:`deepshare.policies.preempt_plan`), then least attained service, then
+(GPUs x ``restore_s``, the restore time a preempted job pays, the view's
+:attr:`~deepshare.core.view.ClusterView.restore_s`; it loses no work, it checkpoints when
+stopped, as in :mod:`deepshare.policies.preempt_plan`), then least attained service, then
 id. Once the job is admissible and ``fits(victims)`` places it, victims the others make
 unnecessary are dropped (largest first). ``fits`` asks the wrapped policy itself where the job
 would go with the victims gone (:class:`~deepshare.tenants.wrapper.Admitted`), so nothing is
@@ -30,12 +31,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from deepshare.core.types import Launch
-from deepshare.core.view import JobView
+from deepshare.core.view import DEFAULT_RESTORE_S, JobView
 from deepshare.tenants.quota import Ledger
 from deepshare.tenants.spec import Queue, Tenants
-
-RESTORE_S = 30.0
-"""The restore time a preempted job pays, seconds (the simulator's default ``preempt_overhead_s``)."""
 
 Fits = Callable[[Sequence[JobView]], "Launch | None"]
 """``fits(victims)``: the job's launch once ``victims`` are stopped, or None where it would not go."""
@@ -50,7 +48,7 @@ class Plan:
     """The decision's own launches to withdraw (they stay queued)."""
 
 
-def victim_key(tenants: Tenants, restore_s: float = RESTORE_S):  # type: ignore[no-untyped-def]
+def victim_key(tenants: Tenants, restore_s: float = DEFAULT_RESTORE_S):  # type: ignore[no-untyped-def]
     """Cheapest victim first (module doc)."""
     return lambda job: (tenants.priority_of(job), job.gpus * restore_s, job.attained_gpu_s, job.job_id)
 
@@ -71,7 +69,7 @@ def priority_candidates(job: JobView, queue: Queue, running: Sequence[JobView], 
 
 
 def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobView], free_gpus: int, fits: Fits,
-         *, borrowers_only: bool, restore_s: float = RESTORE_S, held: Ledger | None = None,
+         *, borrowers_only: bool, restore_s: float = DEFAULT_RESTORE_S, held: Ledger | None = None,
          withdrawable: Sequence[JobView] = ()) -> Plan | None:
     """The victims among ``candidates`` whose stop admits ``job`` to ``queue`` and lets it be
     placed, or None (module doc). ``ledger``: usage after the decision so far (not changed);

@@ -33,7 +33,7 @@ from deepshare.core.types import Decision, Launch, Migrate, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.tenants.admission import Admission, admission_key, admit
 from deepshare.tenants.quota import Ledger
-from deepshare.tenants.reclaim import RESTORE_S, Plan, plan, priority_candidates, reclaim_candidates
+from deepshare.tenants.reclaim import Plan, plan, priority_candidates, reclaim_candidates
 from deepshare.tenants.spec import Queue, Tenants
 
 MAX_PLANS = 8
@@ -55,9 +55,8 @@ class Admitted:
     inner: PolicyLike
     tenants: Tenants
     reclaim: bool = True
-    """Preempt for quotas (reclaim borrowed GPUs, priority within a queue); off: admission only."""
-    restore_s: float = RESTORE_S
-    """The restore time a preempted job pays, for costing victims."""
+    """Preempt for quotas (reclaim borrowed GPUs, priority within a queue); off: admission only.
+    Victims are costed at the view's ``restore_s`` (the run's restore time of a preempted job)."""
 
     @property
     def name(self) -> str:
@@ -287,7 +286,7 @@ class Admitted:
             return self._what_if(view, job, free, stopped, [v for v in chosen if v.job_id not in launched],
                                  [launched[v.job_id] for v in chosen if v.job_id in launched])
 
-        return plan(job, queue, ledger, pool, sum(free), fits, borrowers_only=borrowers_only, restore_s=self.restore_s,
+        return plan(job, queue, ledger, pool, sum(free), fits, borrowers_only=borrowers_only, restore_s=view.restore_s,
                     held=held, withdrawable=launches)
 
     def _what_if(self, view: ClusterView, job: JobView, free: Sequence[int], stopped: Sequence[JobView],
@@ -324,5 +323,5 @@ def around_policy(policy: PolicyLike, wrap: Callable[[PolicyLike], PolicyLike]) 
 
 def admitted(policy: PolicyLike, tenants: Tenants, **options: object) -> PolicyLike:
     """``policy`` behind ``tenants``' admission (:class:`Admitted`, placed by :func:`around_policy`).
-    ``options``: the :class:`Admitted` fields (``reclaim``, ``restore_s``)."""
+    ``options``: the :class:`Admitted` fields (``reclaim``)."""
     return around_policy(policy, lambda inner: Admitted(inner, tenants, **options))  # type: ignore[arg-type]

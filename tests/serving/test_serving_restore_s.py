@@ -1,15 +1,18 @@
-"""A request's ``restore_s`` (the restart time of a preempted job on the caller's cluster) reaches
-the tenants' quota preemption as the simulator's ``--preempt-overhead-s`` does: the service
-costed victims at the default 30 s whatever the cluster's restore time was."""
+"""A request's ``restore_s`` (the restart time of a preempted job on the caller's cluster) is the
+view's, which every preemptive policy costs a stop at, as the simulator's
+``--preempt-overhead-s``: the tenants' quota preemption and the ``+preempt`` heuristics' domain
+plans. The service costed victims at the default 30 s whatever the cluster's restore time was."""
 
 from __future__ import annotations
 
 import pytest
+from restore_cases import EXPECTED, two_ways_view
 from test_serving_api import api, post
 
 from deepshare.core.simulator import SimConfig
+from deepshare.core.view import DEFAULT_RESTORE_S as VIEW_DEFAULT
 from deepshare.serving.schemas import DEFAULT_RESTORE_S
-from deepshare.tenants.reclaim import RESTORE_S
+from deepshare.serving.translate import view_to_request
 
 TENANTS = """
 queues:
@@ -30,7 +33,7 @@ def _request(**extra: object) -> dict:
 
 
 def test_the_default_is_the_simulators():
-    assert DEFAULT_RESTORE_S == SimConfig.preempt_overhead_s == RESTORE_S
+    assert DEFAULT_RESTORE_S == SimConfig.preempt_overhead_s == VIEW_DEFAULT
 
 
 @pytest.mark.parametrize("restore_s, victim", [(None, "b3"), (30.0, "b3"), (600.0, "b3"), (0.0, "b2")])
@@ -48,15 +51,35 @@ def test_a_restore_time_out_of_its_domain_is_a_422_naming_it(value):
     assert status == 422 and answer["detail"][0]["loc"] == ["body", "restore_s"]
 
 
-def test_without_tenants_it_is_taken_and_read_by_nothing():
+def test_a_policy_that_never_preempts_reads_nothing_of_it():
     app = api().app
     assert post(app, _request(restore_s=0.0)) == post(app, _request())
 
 
-def test_the_policies_kept_for_other_restore_times_are_bounded():
-    from deepshare.serving.engine import RESTORE_VARIANTS
+@pytest.mark.parametrize("restore_s", sorted(EXPECTED))
+def test_a_preemptive_heuristics_domain_plan_costs_a_stop_at_the_requests_restore_time(restore_s):
+    """The hand case of ``restore_cases``, sent as a request: the gang's plan stops v1
+    (4 GPUs, no contention after) at 0 s, v2 (2 GPUs, contention after) from 30 s."""
+    view = two_ways_view()
+    request = view_to_request(view).model_dump(mode="json")
+    status, answer = post(api("srsf+topo-aware+preempt").app, {**request, "restore_s": restore_s})
+    assert status == 200, answer
+    victim, alloc = EXPECTED[restore_s]
+    assert answer["preempt"] == [victim]
+    (placed,) = [d for d in answer["decisions"] if d["job_id"] == "gang"]
+    assert placed["placement"] == {view.topology.nodes[node].name: gpus for node, gpus in alloc}
 
+
+def test_a_view_sent_as_a_request_keeps_its_restore_time():
+    import dataclasses
+
+    assert view_to_request(dataclasses.replace(two_ways_view(), restore_s=7.0)).restore_s == 7.0
+
+
+def test_one_policy_answers_every_restore_time():
+    """The restore time is on the view, so the engine keeps no policy per value."""
     served = api(tenants=TENANTS)
-    for i in range(RESTORE_VARIANTS + 5):
-        assert post(served.app, _request(restore_s=float(i)))[0] == 200
-    assert len(served.engine._by_restore._variants) == RESTORE_VARIANTS
+    policy = served.engine.policy
+    for restore_s in (0.0, 1.0, 30.0):
+        assert post(served.app, _request(restore_s=restore_s))[0] == 200
+    assert served.engine.policy is policy and not hasattr(served.engine, "_by_restore")

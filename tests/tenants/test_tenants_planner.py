@@ -19,10 +19,10 @@ CONFIG = PlannerConfig(candidates=("srsf+packed", "srsf+packed+preempt"), arriva
 
 def test_admission_goes_around_each_candidate_not_the_planner():
     tenants = parse_tenants(TWO_TEAMS)
-    wrapped = admitted(Planner(CONFIG, make_policy), tenants, restore_s=12.0)
+    wrapped = admitted(Planner(CONFIG, make_policy), tenants, reclaim=False)
     assert isinstance(wrapped, Planner) and wrapped.config == CONFIG
     base = wrapped._make("srsf+packed")  # what every candidate and every copy's base is built with
-    assert isinstance(base, Admitted) and base.tenants is tenants and base.restore_s == 12.0
+    assert isinstance(base, Admitted) and base.tenants is tenants and not base.reclaim
     assert isinstance(admitted(make_policy("srsf+packed"), tenants), Admitted)  # any other policy: around it
 
 
