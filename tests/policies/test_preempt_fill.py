@@ -16,7 +16,7 @@ from deepshare.core.simulator import Simulator
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import uniform
 from deepshare.core.traces.generator import generate
-from deepshare.core.types import Decision, JobSpec, Launch, Placement, WAIT
+from deepshare.core.types import Decision, JobSpec, Launch, Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy, policy_info, policy_names
 from deepshare.policies.registry import BACKFILL_PLACEMENTS
