@@ -8,8 +8,7 @@ the one that waits for its shape, and for ``uncontended`` the one that waits on 
 holding back the demand's jobs of other models too: trying those costs average JCT,
 ``bench/uncontended_skip.py``). Preemptive: running and queued jobs in one order; the jobs that fit
 the cluster's GPU count in that order should run, running ones outside that set are preempted
-and the set's queued ones placed; a queued job that cannot be placed is left out of the set, so
-it makes no running job a victim. A preemption whose job could resume on exactly its old GPUs
+and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint.
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
@@ -98,71 +97,48 @@ class HeuristicPolicy:
         """The jobs that fit the cluster's GPUs in order should run: the others running are
         preempted. A job whose topology request no domain of the cluster can ever hold is passed
         over (a placement request may hold one; the simulator rejects such jobs on arrival):
-        counted, it took the GPUs of every job below it, and an idle cluster launched nothing.
-
-        A queued job counts against the GPUs only once it is placed: one that cannot be placed
-        (a gang whose level has no domain with room, a placement that waits) is dropped and the
-        set recomputed until every queued job in it places. Counted unplaced, it made a running
-        job ranked above a lower-ranked queued job a victim, and that job took its GPUs."""
-        ranked = sorted((*view.running, *view.queued), key=key)
-        dropped: set[str] = set()
+        counted, it took the GPUs of every job below it, and an idle cluster launched nothing."""
+        budget = view.total_gpus
+        wanted: set[str] = set()
         most: dict[Any, int] = {}  # topology_refusal's cache, for this decision
-        while True:
-            victims, chosen, free, launches = self._top_set(view, ranked, dropped, most)
-            placed = {launch.job_id for launch in launches}
-            unplaced = [job.job_id for job in chosen if job.job_id not in placed]
-            if not unplaced:
-                break
-            dropped.update(unplaced)  # the set shrinks each round, so this ends
+        for job in sorted((*view.running, *view.queued), key=key):
+            if job.gpus <= budget and (job.topology.empty or job.placement is not None
+                                       or topology_refusal(job.topology, view.topology, job.gpus, most) is None):
+                wanted.add(job.job_id)
+                budget -= job.gpus
+        victims = [j for j in sorted(view.running, key=key, reverse=True) if j.job_id not in wanted]
+        free = list(view.free)
+        for job in victims:
+            job.placement.release(free)  # type: ignore[union-attr]
+        chosen = sorted((j for j in view.queued if j.job_id in wanted), key=key)
+        # The launches are placed and predicted with the victims gone (they take the victims'
+        # GPUs); a victim kept below because its old GPUs stayed free is not counted meanwhile.
+        with leaving_out(view.predict, victims) as predict:
+            after = replace(view, predict=predict) if victims else view
+            launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt = []
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if job.placement.fits(free):  # type: ignore[union-attr]
                 job.placement.take(free)  # type: ignore[union-attr]
             else:
                 preempt.append(job.job_id)
-        gangs = [j for j in ranked if j.job_id in dropped and j.topology.required_level is not None]
-        launches += self._free_domains(view, key, gangs, launches, chosen, preempt, free)
+        launches += self._free_domains(view, key, chosen, launches, preempt, free)
         if not launches:
             return WAIT
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
 
-    def _top_set(self, view: ClusterView, ranked: list[JobView], dropped: set[str], most: dict[Any, int]
-                 ) -> tuple[list[JobView], list[JobView], list[int], tuple[Launch, ...]]:
-        """One round of :meth:`_decide_preemptive`: the jobs of ``ranked`` (best first) that fit
-        the cluster's GPUs, ``dropped`` queued jobs left out; the running ones outside that set
-        (the victims, worst first), the queued ones inside it, the free GPUs once the victims
-        are gone and those placed, and the launches placed."""
-        budget = view.total_gpus
-        wanted: set[str] = set()
-        for job in ranked:
-            if job.gpus <= budget and job.job_id not in dropped and (
-                    job.topology.empty or job.placement is not None
-                    or topology_refusal(job.topology, view.topology, job.gpus, most) is None):
-                wanted.add(job.job_id)
-                budget -= job.gpus
-        victims = [j for j in reversed(ranked) if j.placement is not None and j.job_id not in wanted]
-        free = list(view.free)
-        for job in victims:
-            job.placement.release(free)  # type: ignore[union-attr]
-        chosen = [j for j in ranked if j.placement is None and j.job_id in wanted]
-        # The launches are placed and predicted with the victims gone (they take the victims'
-        # GPUs); a victim kept below because its old GPUs stayed free is not counted meanwhile.
-        with leaving_out(view.predict, victims) as predict:
-            after = replace(view, predict=predict) if victims else view
-            launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
-        return victims, chosen, free, launches
-
-    def _free_domains(self, view: ClusterView, key: Any, gangs: list[JobView], launches: tuple[Launch, ...],
-                      chosen: list[JobView], preempt: list[str], free: list[int]) -> tuple[Launch, ...]:
-        """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each gang of
-        ``gangs`` (queued, with a required level, not placed; best first) frees one domain of that
-        level from jobs it outranks, at the least cost (each stop at the view's ``restore_s``), when
-        it then fits. ``chosen`` holds the jobs of ``launches``. ``preempt`` and ``free`` are updated."""
+    def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
+                      preempt: list[str], free: list[int]) -> tuple[Launch, ...]:
+        """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each chosen gang
+        with a required level that was not placed frees one domain of that level from jobs it
+        outranks, at the least cost (each stop at the view's ``restore_s``), when it then fits. ``preempt`` and ``free`` are updated."""
+        placed = {launch.job_id for launch in launches}
+        gangs = [j for j in chosen if j.job_id not in placed and j.topology.required_level is not None]
         if not gangs:
             return ()
         stopped = set(preempt)
         extra: list[Launch] = []
-        by_id = {j.job_id: j for j in (*chosen, *gangs)}
+        by_id = {j.job_id: j for j in chosen}
         for gang in gangs:
             rank = key(gang)
             candidates = sorted((j for j in view.running if j.job_id not in stopped and key(j) > rank),
