@@ -47,7 +47,8 @@ _SECOND = json.JSONDecoder(object_pairs_hook=_Pairs)
 
 def duplicate_keys(raw: bytes) -> list[FieldError]:
     """Each key that ``raw`` names twice in one object, in body order, at its path (``body``,
-    then keys and list indices); none when there is none or the decoder cannot read ``raw``."""
+    then keys and list indices); none when there is none or the decoder cannot read ``raw``
+    (also where the part after a duplicate is unreadable: pydantic's parse refuses the body)."""
     try:
         _FIRST.decode(raw.decode("utf-8"))
         return []
@@ -55,7 +56,11 @@ def duplicate_keys(raw: bytes) -> list[FieldError]:
         pass
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return []
-    return _paths(_SECOND.decode(raw.decode("utf-8")))
+    try:  # the first pass stopped at the duplicate: what follows it may not be JSON at all
+        tree = _SECOND.decode(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return []
+    return _paths(tree)
 
 
 def _paths(tree: Any) -> list[FieldError]:

@@ -44,7 +44,12 @@ def test_the_same_body_without_duplicates_is_decided():
 
 @pytest.mark.parametrize("raw", [b'{"now": 1, "now": 2', b'\xff{"now": 1, "now": 2}',
                                  b'{"now": 1, "now": 2, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
-                                 b'{"now": 1, "now": 2, "x": 1' + b"0" * 4400 + b"}"])
+                                 b'{"now": 1, "now": 2, "x": 1' + b"0" * 4400 + b"}",
+                                 # a duplicate inside a closed object, then what the decoder cannot read: the first
+                                 # pass stops at the duplicate, the second reads on to it
+                                 b'{"x": {"a": 1, "a": 2}, "y": tru}', b'{"a": 1, "a": 2} trailing',
+                                 b'{"x": {"a": 1, "a": 2}, "y": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                                 b'{"x": {"a": 1, "a": 2}, "y": 1' + b"9" * 4400 + b"}"])
 def test_what_the_decoder_cannot_read_is_left_to_pydantic_which_refuses_it_as_not_json(raw):
     assert duplicate_keys(raw) == []
     status, answer = post(api().app, raw)
