@@ -110,9 +110,17 @@ grows with the names callers invent)."""
 
 def remember(memo: dict, key: object, value: object, most: int = MEMO_ENTRIES) -> None:
     """``memo[key] = value``, first dropping the oldest entry when ``memo`` holds ``most``: a memo
-    keyed by callers' names stays bounded, and a hit costs what a plain dict's does."""
+    keyed by callers' names stays bounded, and a hit costs what a plain dict's does.
+
+    A placement replica's decision threads share the catalog's memos without a lock: two threads
+    evicting at the bound may pick the same oldest key, or one may add while the other looks for
+    it; either way the memo stays a memo (an entry dropped early is computed again), so a lost
+    race is passed over rather than raised."""
     if len(memo) >= most:
-        del memo[next(iter(memo))]
+        try:
+            del memo[next(iter(memo))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread evicted or added meanwhile
+            pass
     memo[key] = value
 
 

@@ -99,3 +99,17 @@ def test_remember_drops_the_oldest_entry_at_its_bound():
     for i in range(5):
         remember(memo, i, str(i), most=3)
     assert memo == {2: "2", 3: "3", 4: "4"}
+
+
+def test_remember_passes_over_an_eviction_another_thread_won():
+    """Two decision threads evicting at the bound pick the same oldest key: the second finds it
+    gone. The memo is still a memo, so that is no error."""
+
+    class Raced(dict):
+        def __delitem__(self, key):
+            super().__delitem__(key)
+            raise KeyError(key)  # as if another thread had deleted it first
+
+    memo = Raced({0: "0", 1: "1", 2: "2"})
+    remember(memo, 3, "3", most=3)
+    assert memo == {1: "1", 2: "2", 3: "3"}
