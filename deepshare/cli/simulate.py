@@ -89,7 +89,8 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
                         information=information_model(args, args.seed), history=past_history(args),
                         tenants=tenants_of(args))
     with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
-        reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray)
+        reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray,
+                          waiting=lambda message: err.print(message, markup=False, highlight=False, soft_wrap=True))
     shown = human(args.json, out, err)
     shown.print(
         comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "

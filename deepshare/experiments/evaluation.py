@@ -152,6 +152,6 @@ def _evaluate_on_ray(scenarios: dict[int, Scenario], policies: Sequence[str], to
         if progress is not None:
             progress(f"{pairs[i][1]} (seed {pairs[i][0]}) [{ended}/{len(pairs)}]")
 
-    outputs = simulate_on_ray([(scenarios[seed], policy) for seed, policy in pairs], finished)
+    outputs = simulate_on_ray([(scenarios[seed], policy) for seed, policy in pairs], finished, progress)
     return Evaluation(tuple(Run(policy, seed, report, timeline, total_gpus, _fairness(report, scenarios[seed]))
                             for (seed, policy), (report, timeline) in zip(pairs, outputs)))

@@ -121,7 +121,7 @@ class SuiteCurve:
             return False
         from deepshare.experiments.ray_runs import free_cpus
 
-        if free_cpus(refuse_none=False) >= 1:
+        if free_cpus() >= 1:
             return True
         self._say(f"suite {self.suite}: no CPU of the Ray cluster is free (training holds them all); "
                   "scoring in this process instead")

@@ -14,9 +14,10 @@ task, so they come back as failed results. Ctrl-C (a ``KeyboardInterrupt`` anywh
 the caller's progress callback included) or closing the generator cancels every task not yet
 collected, then lets the interrupt through.
 
-A cluster with no CPU at all would hold every task queued forever, silently: :func:`free_cpus`
-refuses it in one line before anything is submitted, and tells a caller that waits for a busy
-cluster (every CPU held) that it waits.
+A cluster with no CPU yet (an autoscaling one whose head has ``--num-cpus 0`` and no worker node
+up, as the project's cluster YAMLs start) gets the runs queued, and their CPU demand makes the
+autoscaler start a node; a cluster whose CPUs are all busy gets them queued too. Either way the
+caller's ``waiting`` callback is told first, so the wait is never silent.
 
 Values wrapped in :class:`Once` (a suite spec, a scenario's jobs, a policy file's bytes) are put
 in the object store once however many runs take them; each task receives the value itself.
@@ -29,7 +30,6 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from deepshare.core.errors import DeepShareError
 
 MAX_RETRIES = 3
 """How often Ray reruns a task whose worker or node died before the run counts as lost."""
@@ -53,28 +53,27 @@ class Lost:
     error: str
 
 
-def free_cpus(refuse_none: bool = True) -> float:
-    """How many CPUs of the connected Ray cluster are free now. A cluster with none at all (a head
-    started with ``--num-cpus 0`` and no worker node) is refused: every run, a task of one CPU,
-    would wait there forever without a word. ``refuse_none=False``: 0 instead, for a caller that
-    can run its work in this process (the learning curve)."""
+NO_CPU_YET = ("no CPU in the Ray cluster yet: waiting for a node (an autoscaler starts one for the queued runs); "
+              "Ctrl-C stops")
+BUSY = "waiting for a free CPU of the Ray cluster (every one is busy); the runs start as CPUs free up"
+
+
+def free_cpus() -> float:
+    """How many CPUs of the connected Ray cluster are free now (0 on a cluster with none yet)."""
     import ray
 
-    if refuse_none and ray.cluster_resources().get("CPU", 0) < 1:
-        raise DeepShareError("the Ray cluster has no CPU (a head started with --num-cpus 0 and no worker node?): "
-                             "its runs, one CPU each, would wait forever; add a node with CPUs or run without --address")
     return float(ray.available_resources().get("CPU", 0))
 
 
 def run_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], max_retries: int = MAX_RETRIES,
               waiting: Callable[[str], None] | None = None) -> Iterator[tuple[int, Any]]:
     """``(i, fn(*calls[i]))`` for every call, as the tasks finish; a lost run's result is a :class:`Lost`.
-    A cluster with no CPU is refused (:func:`free_cpus`); one whose CPUs are all busy gets the runs
-    queued, and ``waiting`` is told so first."""
+    A cluster with no CPU yet (an autoscaler adds a node for the queued runs) or with every CPU
+    busy gets the runs queued, and ``waiting`` is told so first."""
     import ray
 
-    if free_cpus() < 1 and waiting is not None:
-        waiting("waiting for a free CPU of the Ray cluster (every one is busy); the runs start as CPUs free up")
+    if waiting is not None and free_cpus() < 1:
+        waiting(NO_CPU_YET if ray.cluster_resources().get("CPU", 0) < 1 else BUSY)
     remote = ray.remote(fn).options(num_cpus=1, max_retries=max_retries, retry_exceptions=False)
     stored: dict[int, Any] = {}
 

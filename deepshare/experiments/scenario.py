@@ -129,9 +129,10 @@ def scenario_policy(scenario: Scenario, policy: str) -> Policy:
 
 
 def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | None = None,
-            on_ray: bool = False) -> list[MetricsReport]:
+            on_ray: bool = False, waiting: Callable[[str], None] | None = None) -> list[MetricsReport]:
     """One report per policy, in the given order, on the same scenario (``on_ray``: one Ray task
-    per policy, :func:`simulate_on_ray`; ``progress`` then counts the jobs of the finished runs)."""
+    per policy, :func:`simulate_on_ray`; ``progress`` then counts the jobs of the finished runs,
+    and ``waiting`` is told when the runs wait for a CPU of the cluster)."""
     for name in policies:  # fail on a bad name before spending time on the good ones
         make_policy(name)
     if not on_ray:
@@ -144,7 +145,7 @@ def compare(scenario: Scenario, policies: Sequence[str], progress: Progress | No
         if progress is not None:
             progress(finished * len(scenario.jobs), len(policies) * len(scenario.jobs))
 
-    return [report for report, _ in simulate_on_ray([(scenario, name) for name in policies], count)]
+    return [report for report, _ in simulate_on_ray([(scenario, name) for name in policies], count, waiting)]
 
 
 Timeline = tuple[tuple[float, int], ...]
@@ -160,10 +161,11 @@ def cluster_run(scenario: Scenario, policy: str, policy_file: bytes | None) -> t
 
 
 def simulate_on_ray(runs: Sequence[tuple[Scenario, str]], finished: Callable[[int], None] | None = None,
-                    ) -> list[tuple[MetricsReport, Timeline]]:
+                    waiting: Callable[[str], None] | None = None) -> list[tuple[MetricsReport, Timeline]]:
     """``(report, timeline)`` of each (scenario, policy) run, in order, as Ray tasks on the cluster
     this process is connected to (:mod:`deepshare.experiments.ray_runs`); each scenario and each
-    driver-only policy file goes to the object store once; ``finished(i)`` as run ``i`` ends. A
+    driver-only policy file goes to the object store once; ``finished(i)`` as run ``i`` ends;
+    ``waiting`` is told when the runs wait for a CPU (none in the cluster yet, or all busy). A
     run's own error is raised as it was; a run Ray lost more often than it reruns is a
     :class:`~deepshare.core.errors.RuntimeFailure`; either (or Ctrl-C) cancels the other runs."""
     from deepshare.experiments.policy_files import driver_files
@@ -173,7 +175,7 @@ def simulate_on_ray(runs: Sequence[tuple[Scenario, str]], finished: Callable[[in
     files = {name: Once(data) for name, data in driver_files({name for _, name in runs}).items()}
     calls = [(scenarios[id(scenario)], name, files.get(name)) for scenario, name in runs]
     results: list[tuple[MetricsReport, Timeline] | None] = [None] * len(runs)
-    with closing(run_tasks(cluster_run, calls)) as outputs:
+    with closing(run_tasks(cluster_run, calls, waiting=waiting)) as outputs:
         for i, output in outputs:
             if isinstance(output, Lost):
                 raise RuntimeFailure(f"{runs[i][1]}: {output.error}")

@@ -174,8 +174,8 @@ def _on_ray(tasks: Sequence[tuple[SuiteSpec, Cell, str]], tenants: Any,
             progress: Callable[[int, int, str], None] | None = None) -> Generator[tuple[Cell, str, dict[str, float | None]], None, None]:
     """The runs of ``tasks`` as Ray tasks (:func:`run_on_worker`), as they finish; the spec, each
     driver-only policy file and the tenants the driver read go to the object store once; a run Ray
-    lost is a failed run. A cluster with no CPU is refused; one with every CPU busy is said to be
-    waited for (as ``progress``'s 0th run)."""
+    lost is a failed run. A cluster with no CPU yet (an autoscaler adds a node for the queued runs)
+    or with every CPU busy is said to be waited for (as ``progress``'s 0th run)."""
     from deepshare.experiments.policy_files import driver_files
     from deepshare.experiments.ray_runs import Lost, Once, run_tasks
 

@@ -1,12 +1,12 @@
-"""Runs on a Ray cluster with no CPU would wait forever without a word: such a cluster is refused
-in one line before anything is submitted, and a cluster whose CPUs are all busy is said to be
-waited for. Ray's answers are stood in for here (no cluster is started)."""
+"""Runs on a Ray cluster with no CPU yet (an autoscaling cluster's head has none, and its CPU
+demand makes the autoscaler start a node) are queued, not refused, and the wait is said; so is
+the wait on a cluster whose CPUs are all busy. Ray's answers are stood in for here (no cluster is
+started)."""
 
 from __future__ import annotations
 
 import pytest
 
-from deepshare.core.errors import DeepShareError
 from deepshare.experiments.suite import SuiteSpec, cells, run_policies
 
 ray = pytest.importorskip("ray")
@@ -23,13 +23,34 @@ def submitted(fn):
     raise Submitted
 
 
-def test_a_cluster_with_no_cpu_is_refused_before_any_task(monkeypatch):
+NO_CPU_YET = ("no CPU in the Ray cluster yet: waiting for a node (an autoscaler starts one for the queued runs); "
+              "Ctrl-C stops")
+
+
+def test_a_cluster_with_no_cpu_yet_gets_the_runs_and_the_wait_is_said(monkeypatch):
+    """The project's autoscaling clusters (cluster_yamls/aws-gpu-mixed.yaml, kuberay-autoscaling.yaml)
+    start with a head of no CPU and no worker: the queued runs are what makes a worker start."""
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 1.0})
     monkeypatch.setattr(ray, "available_resources", lambda: {"GPU": 1.0})
     monkeypatch.setattr(ray, "remote", submitted)
-    with pytest.raises(DeepShareError, match=r"^the Ray cluster has no CPU .* would wait forever") as info:
-        run_policies(SPEC, cells(SPEC), SPEC.heuristics, on_ray=True)
-    assert "\n" not in str(info.value)
+    said: list[tuple[int, str]] = []
+    with pytest.raises(Submitted):
+        run_policies(SPEC, cells(SPEC), SPEC.heuristics, on_ray=True, progress=lambda d, n, what: said.append((d, what)))
+    assert said == [(0, NO_CPU_YET)]
+
+
+def test_compare_on_a_cluster_with_no_cpu_yet_says_it_waits(monkeypatch):
+    from deepshare.core.topology import uniform
+    from deepshare.core.traces import generate, mix_preset
+    from deepshare.experiments.scenario import Scenario, compare
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {})
+    monkeypatch.setattr(ray, "available_resources", lambda: {})
+    monkeypatch.setattr(ray, "remote", submitted)
+    said: list[str] = []
+    with pytest.raises(Submitted):
+        compare(Scenario(uniform(2, 4), generate(4, load=1.0, total_gpus=8, mix=mix_preset("heavy"), seed=1).jobs), ["srsf+packed"], on_ray=True, waiting=said.append)
+    assert said == [NO_CPU_YET]
 
 
 def test_a_cluster_whose_cpus_are_all_busy_is_said_to_be_waited_for(monkeypatch):
