@@ -35,3 +35,31 @@ def test_a_failed_learned_run_is_left_out_and_said(tmp_path):
     assert "rl-hybrid: 1 of 2 estimated cells left out" in done.stdout
     # 90 / 100; the gap (100 over 80, >= 5%) closed by (100 - 90) / (100 - 80) = 0.5, on the cell that ran
     assert "rl-hybrid            0.900 0.900 0.900; gap closed on 1 cells with a gap >= 5%: min 0.50" in done.stdout
+
+
+def test_a_failed_learned_run_counts_as_one_failed_cell(tmp_path, monkeypatch):
+    """The learned run that failed leaves its cell out of the best-heuristic figures (the summary's
+    failed_cells) and of the field figures: still one cell, not two."""
+    import deepshare.experiments.suite_runs as suite_runs
+
+    original = suite_runs.run_one
+
+    def failing(spec, cell, policy, tenants=suite_runs.SPEC_TENANTS):  # type: ignore[no-untyped-def]
+        if policy == "rl-hybrid" and cell.load == 1.0:
+            raise RuntimeError("injected failure")
+        return original(spec, cell, policy, tenants)
+
+    monkeypatch.setattr(suite_runs, "run_one", failing)
+    monkeypatch.syspath_prepend(str(BENCH))
+    import estimate_robustness
+
+    suite = tmp_path / "er.yaml"
+    suite.write_text("name: er\njobs_per_node: 2\nloads: [1.0, 1.3]\nmixes: [heavy]\nclusters: [[2, 4]]\n"
+                     "contention: [profiled]\nseeds: 1\nheuristics: [srsf+packed]\nlearned: [rl-hybrid]\n")
+    out = tmp_path / "er.json"
+    monkeypatch.setattr(sys, "argv", ["estimate_robustness.py", "--suite", str(suite), "--sigmas", "1.0",
+                                      "--workers", "1", "--json", str(out)])
+    estimate_robustness.main()
+    notes = {m["name"]: m["note"] for m in json.loads(out.read_text())["measures"]}
+    assert notes["rl-hybrid at sigma 1: avg JCT / best heuristic, worst cell"].endswith(
+        "; 1 failed cell(s) left out, so not judged")
