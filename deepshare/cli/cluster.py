@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from deepshare.cli.information_json import information_json
 from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, human, write_json
@@ -173,14 +173,20 @@ def cmd_autoscale_live(args: argparse.Namespace, out: Any, err: Any) -> int:
     for j in report.jobs:
         print_line(shown, f"{j.job_id:8s} {j.gpus} GPUs  {j.state:9s} queued {_s(j.queue_s)} s  JCT {_s(j.jct_s)} s"
                     f"  on {', '.join(j.node_names) or '-'}")
-    lat = ", ".join(f"{x:.1f}" for x in report.scale_up_latencies_s) or "none"
-    others = [f"{n} {what}" for n, what in ((report.shortages_self_resolved, "ended as jobs ended, no GPU added"),
-                                            (report.shortages_unresolved, "still open")) if n]
-    lat += f" (other shortages: {', '.join(others)})" if others else ""
-    print_line(shown, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): {lat} s; "
+    print_line(shown, f"scale-up latency (demand above GPUs alive -> enough GPUs alive): "
+                      f"{_latencies(report.scale_up_latencies_s, report.shortages_self_resolved, report.shortages_unresolved)}; "
                 f"most GPU nodes {report.max_gpu_nodes}; back to min nodes {_s(report.scale_down_s)} s after the last job")
     write_json(args.json, doc, out, "JSON report")
     return 0
+
+
+def _latencies(latencies_s: Sequence[float], self_resolved: int, unresolved: int) -> str:
+    """The scale-up latencies, each with its unit, then the other shortages' counts in parentheses
+    (``12.3 s, 4.0 s (other shortages: 1 ended as jobs ended, no GPU added; 1 still open)``)."""
+    text = ", ".join(f"{x:.1f} s" for x in latencies_s) or "none"
+    others = [f"{n} {what}" for n, what in ((self_resolved, "ended as jobs ended, no GPU added"),
+                                            (unresolved, "still open")) if n]
+    return text + (f" (other shortages: {'; '.join(others)})" if others else "")
 
 
 def _s(value: float | None) -> str:
