@@ -90,18 +90,17 @@ class SuiteSpec(BaseModel):
     and quota preemption, and every run keeps its fairness (:data:`~deepshare.tenants.fairness.FAIRNESS_METRICS`
     and per queue); null: no tenancy (and no fairness keys in the JSON)."""
 
-    @model_validator(mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans(cls, data: object) -> object:
+    def _no_booleans(cls, value: object) -> object:
         """Refuse true/false anywhere in a field: the model is lax so that YAML lists can be
         tuples, and lax pydantic takes ``true`` for 1 (``seeds: true`` ran one seed,
-        ``clusters: [[true, 8]]`` one node). The suite has no yes/no field."""
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if _holds_bool(value):
-                    raise ValueError(f"{key}: got a boolean ({_yaml(value)}) where a number or name is expected "
-                                     "(YAML reads true, false, yes, no, on and off as booleans)")
-        return data
+        ``clusters: [[true, 8]]`` one node). The suite has no yes/no field. A field validator, so
+        the error names the field as the others do (``seeds: Value error, got a boolean ...``)."""
+        if _holds_bool(value):
+            raise ValueError(f"got a boolean ({_yaml(value)}) where a number or name is expected "
+                             "(YAML reads true, false, yes, no, on and off as booleans)")
+        return value
 
     @property
     def anchors(self) -> tuple[str, ...]:
