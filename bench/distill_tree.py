@@ -29,7 +29,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from deepshare.core.atomic import write_text_atomic
+from record import check_output, write_output
+
 from deepshare.core.simulator import Simulator
 from deepshare.experiments.provenance import run_provenance
 from deepshare.experiments.suite import Cell, cell_contention, cell_topology, cell_trace, cells, load_suite
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--json")
     args = parser.parse_args()
+    check_output(args.json, "--json")
     provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
     with open(args.suite_json, encoding="utf-8") as fh:
         doc = json.load(fh)
@@ -144,7 +146,7 @@ def main() -> None:
         doc = {"provenance": provenance, "suite_json": args.suite_json, "policy": args.policy, "durations": args.durations,
                "depth": args.depth, "rules": rules, "choices": len(recorder.chosen), "fidelity": agree,
                "policy_ratio": policy_ratio, "tree_ratio": tree_ratio, "kept": kept, "cells": len(grid)}
-        write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n", "the distilled tree's figures")
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "the distilled tree's figures")
 
 
 if __name__ == "__main__":

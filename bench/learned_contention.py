@@ -35,9 +35,8 @@ import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from record import Record, add_json_flag
+from record import Record, add_json_flag, check_output, write_output
 
-from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.learned import ContentionLearner, Observation
 from deepshare.core.simulator import Simulator
 from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
@@ -91,6 +90,7 @@ def main() -> None:
     add_json_flag(p)
     p.add_argument("--raw", metavar="PATH", help="also write every result (deciles, exponents) as JSON")
     args = p.parse_args()
+    check_output(args.raw, "--raw")
     record = Record(f"learned_contention ({args.suite})", args.json)
     spec = load_suite(args.suite)
     tasks = [(args.suite, cell, policy) for cell in cells(spec) if cell.knowledge == "learned"
@@ -136,7 +136,7 @@ def main() -> None:
     record.write()
     if args.raw:
         doc = {"provenance": record.provenance, "suite": args.suite, "results": results}
-        write_text_atomic(args.raw, json.dumps(doc, indent=1) + "\n", "the raw results")
+        write_output(args.raw, json.dumps(doc, indent=1) + "\n", "the raw results")
 
 
 def _f(v: float | None) -> str:

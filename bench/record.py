@@ -51,5 +51,28 @@ class Record:
             print(f"wrote {path}")
 
 
+def check_output(path: str | None, flag: str) -> None:
+    """Refuse an unusable output path (a folder, a device, a path through a regular file) in one
+    line before the run, not after it; a missing folder is fine: :func:`write_output` creates it,
+    as :meth:`Record.write` does."""
+    from deepshare.core.errors import DeepShareError
+    from deepshare.core.files import check_output_path
+
+    if path:
+        try:
+            check_output_path(path, "the results", label=f"{flag} {path}")
+        except DeepShareError as exc:
+            raise SystemExit(f"error: {exc}") from None
+
+
+def write_output(path: str, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` whole (a temporary file and a rename), its folder created first
+    as :meth:`Record.write` creates it."""
+    from deepshare.core.atomic import write_text_atomic
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, text, what)
+
+
 def add_json_flag(parser: Any) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the headline figures as JSON (for `make results`)")
