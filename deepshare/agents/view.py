@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from deepshare.agents.config import DEFAULT_STALE_RETENTION_S, MIN_INTERVAL_S
 from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus, report_problem
+from deepshare.core.errors import one_line
 
 log = logging.getLogger(__name__)
 LOG_EVERY_REJECTED = 1000
@@ -240,8 +241,10 @@ class ClusterState:
             count = self.rejected
         if count <= 10 or count % LOG_EVERY_REJECTED == 0:
             node = getattr(report, "node", None)
+            # the name is the sender's own: escaped, as a lone surrogate cannot be written as UTF-8
+            # (the log line would be lost) and a terminal escape would reach whoever reads the log
             log.warning("contention report dropped (%d so far) for node %s: %s", count,
-                        node[:64] if isinstance(node, str) else "?", problem)
+                        one_line(node[:64]) if isinstance(node, str) else "?", problem)
 
     def forget_expired(self) -> list[str]:
         """Drop every node stale for longer than ``stale_retention_s``, except those :meth:`keep`

@@ -65,7 +65,9 @@ class _Failing(Probe):
         raise ProbeError(self._message)
 
 
-@pytest.mark.parametrize("message", ["read failed: " + "x" * 1100, "first line\n" + "y" * 5000, "lone \ud800 \x1b[2J"])
+# explicit ids: an id holding the lone surrogate cannot cross pytest-xdist's UTF-8 channel
+@pytest.mark.parametrize("message", ["read failed: " + "x" * 1100, "first line\n" + "y" * 5000, "lone \ud800 \x1b[2J"],
+                         ids=["long", "multi-line", "surrogate-and-escape"])
 def test_a_failing_probe_with_a_long_or_odd_message_costs_only_that_probe(message):
     sampler = Sampler("node0", [SimulatedProbe([{"nic": 0.5}]), _Failing(message)], node_id="id0")
     state = ClusterState(5.0)
@@ -93,3 +95,14 @@ def test_an_unavailable_probe_with_a_long_reason_costs_only_that_probe():
     sampler = Sampler("node0", [SimulatedProbe([{"nic": 0.5}]), UnavailableProbe("nvml", "no driver: " + "z" * 3000)], node_id="id0")
     report = sampler.step()
     assert report_problem(report) is None and report.probes[1].reason.startswith("no driver: ")
+
+
+def test_the_log_line_of_a_dropped_report_escapes_the_senders_node_name(caplog):
+    """A lone surrogate in the name would make the line unwritable as UTF-8 (lost by a file
+    handler, and fatal to pytest-xdist's report channel); an escape would drive a terminal."""
+    state = ClusterState(5.0)
+    with caplog.at_level("WARNING", logger="deepshare.agents.view"):
+        assert not state.update(NodeReport("node\ud800\x1b[2J", "id1", 0, 2, 1.0, 1.0))
+    [line] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    line.encode("utf-8")
+    assert "node\\ud800\\x1b[2J" in line
