@@ -203,12 +203,13 @@ def test_the_live_scheduler_migrates_a_job_slow_for_a_window(tmp_path):
     assert loop.tick().migrated == ()  # slow (0.64) from now on, not yet for a window
     clock.t += MIGRATE_WINDOW_S
     report = loop.tick()
-    # a moves to the free node; b, then alone on nodes 0 and 1, consolidates onto node 0
-    assert report.migrated == (a, b) and report.launched == (a, b)
-    assert fake.launches[-2:] == [(a, 2, (("node2", 4),)), (b, 2, (("node0", 4),))]
+    # a moves to the free node; b, then alone on nodes 0 and 1, is predicted within 1.4% of one
+    # node's speed there, under the gain a move must make, so it stays
+    assert report.migrated == (a,) and report.launched == (a,)
+    assert fake.launches[-1:] == [(a, 2, (("node2", 4),))]
     assert [t.reason for t in journal.transitions(a)][-2:] == ["migrating", "launched"]
     clock.t += 1.0
-    assert loop.tick().migrated == ()  # both run alone now, and neither may move again within its window
+    assert loop.tick().migrated == ()  # a may not move again within its window, and b gains too little
 
 
 def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own_reports(tmp_path):

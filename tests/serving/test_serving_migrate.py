@@ -22,7 +22,8 @@ def test_the_service_answers_migrations_once_a_job_has_been_slow_for_a_window():
     first = engine.place(request(1000.0))
     assert first.migrate == [] and [d.action for d in first.decisions] == ["wait"]
     later = engine.place(request(1000.0 + MIGRATE_WINDOW_S))
-    assert [(m.job_id, m.placement) for m in later.migrate] == [("a", {"n2": 8}), ("b", {"n0": 8})]
+    # a moves to the free node; b, then alone on n0 and n1, gains too little there to move (1.4%)
+    assert [(m.job_id, m.placement) for m in later.migrate] == [("a", {"n2": 8})]
     # without enough work left to pay for the move (0.6656 x 50 s saved < 2 x 30 s), nothing moves
     short = PlacementEngine(EngineSettings(policy="srsf+uncontended+migrate"))
     assert short.place(request(0.0, 50.0)).migrate == []
