@@ -17,6 +17,14 @@ def _cell(seed: int, results: dict[str, tuple[float, float]]) -> dict:
             "results": {name: {"avg_jct_s": avg, "p99_jct_s": p99} for name, (avg, p99) in results.items()}}
 
 
+def _targets(tmp_path: Path, doc: dict, *flags: str, check: bool = True) -> subprocess.CompletedProcess:
+    """bench/learned_targets.py run on ``doc`` written as a suite result."""
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(doc))
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path), *flags],
+                          capture_output=True, text=True, check=check)
+
+
 def test_ratios_are_over_the_best_of_all_heuristics(tmp_path):
     doc = {
         "suite": {"name": "hand", "learned": ["rl-x"]},
@@ -29,20 +37,14 @@ def test_ratios_are_over_the_best_of_all_heuristics(tmp_path):
             _cell(1, {"a": (50.0, 50.0), "b+preempt": (60.0, 70.0), "rl-x": (40.0, 60.0)}),
         ],
     }
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps(doc))
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path), "--cells"],
-                         capture_output=True, text=True, check=True).stdout
+    out = _targets(tmp_path, doc, "--cells").stdout
     # geomean(1.25, 0.8) = 1.000; worst cell 1.250; worst p99 1.200; one cell at or below 1.0
     assert "| `rl-x` | 1.000 | 1.250 | 1.200 | 1/2 |" in out
     assert "heavy clos3-256 seed 0 estimated: 1.250 (p99 0.900), best heuristic b+preempt" in out
 
 
 def test_a_run_without_learned_policies_says_so(tmp_path):
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps({"suite": {"name": "hand", "learned": []}, "cells": []}))
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
-                         capture_output=True, text=True)
+    run = _targets(tmp_path, {"suite": {"name": "hand", "learned": []}, "cells": []}, check=False)
     assert run.returncode != 0 and "ran no learned policies" in run.stderr
 
 
@@ -60,10 +62,7 @@ def test_a_cell_with_a_failed_run_is_left_out_and_said(tmp_path):
     }
     doc["cells"][0]["results"]["a"] = failed
     doc["cells"][2]["results"]["rl-x"] = failed
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps(doc))
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
-                         capture_output=True, text=True, check=True)
+    run = _targets(tmp_path, doc)
     # the failed learned cell counts against it (1 of 2 cells), it is not dropped
     assert "| `rl-x` | 0.800 | 0.800 | 1.200 | 1/2 | 1 | not met: 1 failed |" in run.stdout
     assert "left out: load 1 heavy clos3-256 link seed 0 estimated (failed: a)" in run.stderr
@@ -81,10 +80,7 @@ def test_a_learned_policy_with_a_failed_cell_does_not_meet_the_targets(tmp_path)
                   _cell(1, {"a": (100.0, 100.0), "rl-x": (90.0, 90.0), "rl-y": (90.0, 90.0)})],
     }
     doc["cells"][1]["results"]["rl-x"] = failed
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps(doc))
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "learned_targets.py"), str(path)],
-                         capture_output=True, text=True, check=True)
+    run = _targets(tmp_path, doc)
     assert "failed cells" in run.stdout
     assert "| `rl-x` | 0.900 | 0.900 | 0.900 | 1/2 | 1 | not met: 1 failed |" in run.stdout
     assert "| `rl-y` | 0.900 | 0.900 | 0.900 | 2/2 | 0 | met |" in run.stdout
