@@ -26,3 +26,31 @@ def one_error_line(err: str, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+AGENTS_DEFAULTS = dict(address="auto", interval=1.0, report_interval=None, stale_after=None, metrics_port=None,
+                       metrics_host="127.0.0.1", json=None)
+"""The flags of ``deepshare agents start|stop|status`` as argparse leaves them when not given."""
+
+
+def agents_handler(func, **flags: object) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """A ``deepshare agents`` handler (``cmd_start``, ``cmd_stop``...) called in this process with
+    ``flags`` over :data:`AGENTS_DEFAULTS`, as ``main`` calls it (without connecting to Ray itself,
+    so a test's own Ray session is used): (exit status, stdout, stderr), a DeepShareError as the
+    one-line error and status 2 that ``main`` prints."""
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from deepshare.core.errors import DeepShareError
+
+    args = argparse.Namespace(**{**AGENTS_DEFAULTS, **flags})
+    out_buf, err_buf = io.StringIO(), io.StringIO()
+    out, err = Console(file=out_buf, width=400), Console(file=err_buf, width=400)
+    try:
+        rc = func(args, out, err)
+    except DeepShareError as exc:
+        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        rc = 2
+    return rc, out_buf.getvalue(), err_buf.getvalue()

@@ -3,19 +3,16 @@ session's local Ray: one line and an exit status, never a wait for ever or a tra
 
 from __future__ import annotations
 
-import argparse
-import io
 import os
 import time
 
 import pytest
-from rich.console import Console
 
 ray = pytest.importorskip("ray")
 
 import deepshare.cli.agents as cli  # noqa: E402
 from deepshare.agents.config import NAMESPACE  # noqa: E402
-from deepshare.core.errors import DeepShareError  # noqa: E402
+from cli_run import agents_handler  # noqa: E402
 from polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -73,18 +70,6 @@ def _gone(name: str) -> bool:
     return False
 
 
-def _run(func, **kw) -> tuple[int, str, str]:
-    defaults = dict(address="auto", interval=1.0, report_interval=None, stale_after=None, metrics_port=None,
-                    metrics_host="127.0.0.1", json=None)
-    args = argparse.Namespace(**{**defaults, **kw})
-    out_buf, err_buf = io.StringIO(), io.StringIO()
-    out, err = Console(file=out_buf, width=400), Console(file=err_buf, width=400)
-    try:
-        rc = func(args, out, err)
-    except DeepShareError as exc:
-        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        rc = 2
-    return rc, out_buf.getvalue(), err_buf.getvalue()
 
 
 def test_start_gives_up_on_a_monitor_that_never_reconciles(monkeypatch):
@@ -92,7 +77,7 @@ def test_start_gives_up_on_a_monitor_that_never_reconciles(monkeypatch):
     monkeypatch.setattr(cli, "START_TIMEOUT_S", 1.0)
     try:
         began = time.monotonic()
-        rc, out, err = _run(cli.cmd_start, name="ds-test-hung-start")
+        rc, out, err = agents_handler(cli.cmd_start, name="ds-test-hung-start")
         assert time.monotonic() - began < 30
         assert rc == 1 and out == "" and err.count("\n") == 1
         assert err.startswith("deepshare: error: the contention monitor did not start (GetTimeoutError")
@@ -108,7 +93,7 @@ def test_stop_kills_a_wedged_or_dead_monitor_and_its_agents_by_name(mode, monkey
     monkeypatch.setattr(cli, "STOP_TIMEOUT_S", 1.0, raising=False)  # (raising=False: the old code had none)
     try:
         began = time.monotonic()
-        rc, out, err = _run(cli.cmd_stop, name=name)
+        rc, out, err = agents_handler(cli.cmd_stop, name=name)
         assert time.monotonic() - began < 30
         assert rc == 0 and out == f"stopped contention monitor {name!r} and 1 agent(s)\n"
         assert err.count("\n") == 1 and err.startswith(f"deepshare: warning: the contention monitor {name!r} did not stop")
@@ -123,7 +108,7 @@ def test_stop_kills_a_wedged_or_dead_monitor_and_its_agents_by_name(mode, monkey
 def test_a_name_that_is_not_a_monitor_is_one_line_naming_it(command):
     other = _named(Other, "ds-test-other")
     try:
-        rc, out, err = _run(getattr(cli, f"cmd_{command}"), name="ds-test-other")
+        rc, out, err = agents_handler(getattr(cli, f"cmd_{command}"), name="ds-test-other")
         assert rc == 2 and out == "" and err.count("\n") == 1
         assert err.startswith("deepshare: error: --name 'ds-test-other': the actor of that name") and "Other" in err
         assert ray.get(other.ping.remote()) == 1  # left alone

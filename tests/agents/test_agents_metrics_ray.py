@@ -4,13 +4,10 @@ bind is an error that says what runs on without it."""
 
 from __future__ import annotations
 
-import argparse
-import io
 import socket
 import urllib.request
 
 import pytest
-from rich.console import Console
 
 ray = pytest.importorskip("ray")
 
@@ -18,7 +15,7 @@ import deepshare.cli.agents as cli  # noqa: E402
 from deepshare.agents import AgentConfig, ReplayProbes  # noqa: E402
 from deepshare.agents.config import NAMESPACE  # noqa: E402
 from deepshare.agents.monitor import ContentionMonitor  # noqa: E402
-from deepshare.core.errors import DeepShareError  # noqa: E402
+from cli_run import agents_handler  # noqa: E402
 from polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -37,18 +34,6 @@ def _scrape(host: str, port: int) -> str | None:
         return None
 
 
-def _cli(func, **kw) -> tuple[int, str, str]:
-    defaults = dict(address="auto", interval=1.0, report_interval=None, stale_after=None, metrics_port=None,
-                    metrics_host="127.0.0.1")
-    args = argparse.Namespace(**{**defaults, **kw})
-    out_buf, err_buf = io.StringIO(), io.StringIO()
-    out, err = Console(file=out_buf, width=400), Console(file=err_buf, width=400)
-    try:
-        rc = func(args, out, err)
-    except DeepShareError as exc:
-        err.print(f"deepshare: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        rc = 2
-    return rc, out_buf.getvalue(), err_buf.getvalue()
 
 
 def test_a_restarted_monitor_serves_its_metrics_again():
@@ -79,30 +64,30 @@ def test_start_prints_the_address_bound_and_a_taken_port_says_what_runs_on():
     busy.listen()
     taken = busy.getsockname()[1]
     try:
-        rc, out, err = _cli(cli.cmd_start, name=name, metrics_port=taken)
+        rc, out, err = agents_handler(cli.cmd_start, name=name, metrics_port=taken)
         assert rc == 2 and f"contention monitor {name!r} started" in out and err.count("\n") == 1
         assert f"--metrics-port {taken}: the monitor cannot serve metrics on 127.0.0.1:{taken}" in err
         assert f"the monitor {name!r} and its agents keep running without them" in err
         assert f"`deepshare agents stop --address auto --name {name}` stops them" in err
     finally:
         busy.close()
-        rc, out, _ = _cli(cli.cmd_stop, name=name)
+        rc, out, _ = agents_handler(cli.cmd_stop, name=name)
     assert rc == 0 and f"stopped contention monitor {name!r}" in out
     try:
-        assert _cli(cli.cmd_start, name=name)[0] == 0
-        rc, out, err = _cli(cli.cmd_start, name=name, metrics_port=0)
+        assert agents_handler(cli.cmd_start, name=name)[0] == 0
+        rc, out, err = agents_handler(cli.cmd_start, name=name, metrics_port=0)
         assert rc == 0 and "already running" in out and "Prometheus" not in out
         assert err == (f"deepshare: warning: --metrics-port 0: the running monitor serves no metrics (its settings"
                        f" kept); `deepshare agents stop --address auto --name {name}` first to start one that does\n")
     finally:
-        assert _cli(cli.cmd_stop, name=name)[0] == 0
+        assert agents_handler(cli.cmd_stop, name=name)[0] == 0
     try:
-        rc, out, _ = _cli(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.2")
+        rc, out, _ = agents_handler(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.2")
         assert rc == 0
         url = out.split("Prometheus metrics at ")[1].split()[0]
         assert url.startswith("http://127.0.0.2:") and _scrape(*url[len("http://"):-len("/metrics")].split(":"))
-        rc, again, err = _cli(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.1")
+        rc, again, err = agents_handler(cli.cmd_start, name=name, metrics_port=0, metrics_host="127.0.0.1")
         assert rc == 0 and "already running (its settings kept)" in again and f"Prometheus metrics at {url}" in again
     finally:
-        rc, out, _ = _cli(cli.cmd_stop, name=name)
+        rc, out, _ = agents_handler(cli.cmd_stop, name=name)
     assert rc == 0
