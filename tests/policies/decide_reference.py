@@ -89,6 +89,20 @@ def candidates(partial: PartialDecision, config: EncodingConfig) -> list[Candida
 
 
 
+def assert_encodes_as_reference(partial: PartialDecision, fresh: PartialDecision, config: EncodingConfig
+                                ) -> list[Candidate]:
+    """The shipped encoding of ``partial`` equals this reference's of ``fresh`` (the same launches,
+    a partial that has never been encoded), rows and observation bit for bit; returns the rows."""
+    from deepshare.policies.encoding import encode as shipped
+
+    obs, rows = shipped(partial, config)
+    ref_obs, ref_rows = encode(fresh, config)
+    assert rows == ref_rows
+    np.testing.assert_array_equal(obs["observations"], ref_obs["observations"])
+    np.testing.assert_array_equal(obs["action_mask"], ref_obs["action_mask"])
+    return rows
+
+
 def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, np.ndarray], list[Candidate]]:
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows."""
     view = partial.view
