@@ -48,7 +48,7 @@ from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
-from deepshare.core.view import DEFAULT_RESTORE_S, ClusterView, JobView, LazyJobs, PredictFn
+from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, ClusterView, JobView, LazyJobs, PredictFn
 
 if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
     from deepshare.core.knowledge import SimulatedKnowledge
@@ -120,8 +120,9 @@ class SimConfig:
     """Restore-from-checkpoint time a preempted job pays when it restarts (no progress); the
     views show it as :attr:`~deepshare.core.view.ClusterView.restore_s`, what preemptive policies
     cost a stop at."""
-    migrate_overhead_s: float = 30.0
-    """Checkpoint + restore time a migrated job pays at its new placement (no progress)."""
+    migrate_overhead_s: float = DEFAULT_MOVE_S
+    """Checkpoint + restore time a migrated job pays at its new placement (no progress); the views
+    show it as :attr:`~deepshare.core.view.ClusterView.move_s`, what ``+migrate`` costs a move at."""
     start_overhead_s: float = 0.0
     """Start-up time of a job's first launch (no progress)."""
 
@@ -549,10 +550,11 @@ class Simulator:
         original too, as a policy that reads them does: if the original's policy never reads
         them, its later event times can move in the last bit.
 
-        ``config`` defaults to the simulator's with the view's ``restore_s`` as its
-        ``preempt_overhead_s``: the copy restores a preempted job as the view says this run does."""
+        ``config`` defaults to the simulator's with the view's ``restore_s`` and ``move_s`` as its
+        ``preempt_overhead_s`` and ``migrate_overhead_s``: the copy restores a preempted or moved
+        job as the view says this run does."""
         if config is None:
-            config = SimConfig(preempt_overhead_s=view.restore_s)
+            config = SimConfig(preempt_overhead_s=view.restore_s, migrate_overhead_s=view.move_s)
         return cls(view.topology, future, contention, view.catalog, config, history=view.history,
                    resume=ResumePoint.of_view(view))
 
@@ -725,6 +727,7 @@ class Simulator:
             durations=self.information.durations,
             history=self.history,
             restore_s=self.config.preempt_overhead_s,
+            move_s=self.config.migrate_overhead_s,
             **({} if self._link_loads is None else {"link_load": _lazy_loads(self._link_loads)}),
         )
 

@@ -21,7 +21,7 @@ from deepshare.core.history import JobHistory
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Placement
-from deepshare.core.view import DEFAULT_RESTORE_S, ClusterView, JobView, Prediction, Predictor
+from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, ClusterView, JobView, Prediction, Predictor
 from deepshare.core.workloads import Catalog
 
 
@@ -71,13 +71,15 @@ def build_view(
     durations: str = "estimated",
     history: JobHistory | None = None,
     restore_s: float = DEFAULT_RESTORE_S,
+    move_s: float = DEFAULT_MOVE_S,
 ) -> ClusterView:
     """The view a policy sees; raises :class:`DeepShareError` for an inconsistent state.
 
     ``durations`` names what the jobs' ``remaining_s`` is (an outside scheduler never knows the
     truth: ``estimated`` when it is counted down from estimates, ``unknown`` when from the flat
     prior alone); ``history``: the jobs that finished before now; ``restore_s``: seconds a job
-    preempted now takes to restart from its checkpoint (:attr:`ClusterView.restore_s`).
+    preempted now takes to restart from its checkpoint (:attr:`ClusterView.restore_s`); ``move_s``:
+    seconds a job migrated now takes to restart at its new GPUs (:attr:`ClusterView.move_s`).
 
     ``free`` is by node index and may be below capacity minus the running jobs' GPUs (GPUs held
     by work this scheduler does not manage), never above it. Running jobs' ratios come from
@@ -107,6 +109,7 @@ def build_view(
         durations=durations,
         history=JobHistory() if history is None else history,
         restore_s=restore_s,
+        move_s=move_s,
     )
 
 

@@ -77,6 +77,10 @@ DEFAULT_RESTORE_S = 30.0
 """Seconds a preempted job takes to restart from its checkpoint when the run says nothing else:
 the simulator's default ``--preempt-overhead-s`` (:attr:`ClusterView.restore_s`)."""
 
+DEFAULT_MOVE_S = 30.0
+"""Seconds a migrated job takes to checkpoint and restart at its new GPUs when the run says
+nothing else: the simulator's default ``--migrate-overhead-s`` (:attr:`ClusterView.move_s`)."""
+
 DEFAULT_QUEUE = "default"
 """The queue of a job that names none, when no tenants file says otherwise."""
 
@@ -321,10 +325,16 @@ class ClusterView:
     preemptive policy costs a stop at (topology-aware preemption's plans, the tenants' quota
     preemption). Configuration of the run, not a hidden truth: the simulator's
     ``preempt_overhead_s``, a placement request's ``restore_s``, the live scheduler's default."""
+    move_s: float = DEFAULT_MOVE_S
+    """Seconds a job migrated now will take to checkpoint and restart at its new GPUs (finite,
+    >= 0): what ``+migrate`` costs a move at. Configuration of the run, as :attr:`restore_s`: the
+    simulator's ``migrate_overhead_s``, a placement request's ``move_s``, the live scheduler's default."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.restore_s < math.inf:  # NaN fails both
-            raise DeepShareError(f"restore_s must be a finite number of seconds >= 0, got {self.restore_s}")
+        for name in ("restore_s", "move_s"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:  # NaN fails both
+                raise DeepShareError(f"{name} must be a finite number of seconds >= 0, got {value}")
 
     @property
     def total_free(self) -> int:

@@ -23,7 +23,9 @@ A running job is moved when all of these hold (each a named constant below):
   moves, so a move judged against it could gain nothing over staying put;
 * *it pays*: the time the faster rate saves on the job's remaining work (``remaining_s``, its
   estimate under the run's durations model), against that same predicted stay, is at least
-  :data:`MIGRATE_PAYBACK` x :data:`MIGRATE_COST_S`, the checkpoint-and-restore time a move costs.
+  :data:`MIGRATE_PAYBACK` x the checkpoint-and-restore time a move costs: the view's
+  :attr:`~deepshare.core.view.ClusterView.move_s` (the simulator's ``--migrate-overhead-s``, a
+  placement request's ``move_s``), or :attr:`MigrationRule.cost_s` where a rule fixes one.
 
 The slow-since times live in the wrapper (one per policy object, shared by the threads that
 decide with it): a fresh object (a new run, a restarted service replica) starts each job's
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.fabric import request_violation
 from deepshare.core.types import Decision, Migrate, Placement
-from deepshare.core.view import ClusterView, JobView
+from deepshare.core.view import DEFAULT_MOVE_S, ClusterView, JobView
 from deepshare.policies.base import Policy
 from deepshare.policies.placement import PLACEMENTS, consolidate, fit_equivalents
 
@@ -50,8 +52,9 @@ MIGRATE_WINDOW_S = 600.0
 """How long a job must have been slow, and its current run must have lasted, before it moves."""
 MIGRATE_MIN_GAIN = 0.1
 """The new placement's predicted speed must beat the current one by this fraction."""
-MIGRATE_COST_S = 30.0
-"""Seconds a move costs the job (checkpoint and restore: the simulator's default migration overhead)."""
+MIGRATE_COST_S = DEFAULT_MOVE_S
+"""Seconds a move costs the job when the run says nothing else (checkpoint and restore: the
+simulator's default migration overhead); a run's own is its views' ``move_s``."""
 MIGRATE_PAYBACK = 2.0
 """The time a move saves must be at least this many times its cost (the prediction can be wrong)."""
 MIGRATING_PLACEMENTS = ("contention-aware", "packed", "uncontended")
@@ -67,11 +70,13 @@ class MigrationRule:
     below: float = MIGRATE_BELOW
     window_s: float = MIGRATE_WINDOW_S
     min_gain: float = MIGRATE_MIN_GAIN
-    cost_s: float = MIGRATE_COST_S
+    cost_s: float | None = None
+    """Seconds a move costs; None: the view's ``move_s`` (the run's migration overhead)."""
     payback: float = MIGRATE_PAYBACK
 
     def __post_init__(self) -> None:
-        if not 0 < self.below <= 1 or self.window_s < 0 or self.min_gain < 0 or self.cost_s < 0 or self.payback < 0:
+        cost_bad = self.cost_s is not None and not self.cost_s >= 0
+        if not 0 < self.below <= 1 or self.window_s < 0 or self.min_gain < 0 or cost_bad or self.payback < 0:
             raise ValueError(f"invalid migration rule {self}")
 
     def saving_s(self, view: ClusterView, job: JobView, new: Placement, new_ratio: float,
@@ -99,7 +104,8 @@ class MigrationRule:
         if others_loss >= (new_speed - old_speed) / old_iso:  # the others lose more than it gains
             return 0.0
         saving = self.saving_s(view, job, new, new_ratio, stay)
-        return saving if saving >= self.payback * self.cost_s else 0.0
+        cost = view.move_s if self.cost_s is None else self.cost_s
+        return saving if saving >= self.payback * cost else 0.0
 
     def moves(self, view: ClusterView, decision: Decision, slow_since: dict[str, float]) -> tuple[Migrate, ...]:
         """The moves to add to ``decision`` (none of its own jobs moved), updating ``slow_since``."""

@@ -54,7 +54,7 @@ from deepshare.core.history import JobHistory
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision
-from deepshare.core.view import DEFAULT_RESTORE_S, NO_TENANCY, ClusterView, JobView
+from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, NO_TENANCY, ClusterView, JobView
 from deepshare.core.workloads import Catalog
 from deepshare.policies.encoding import WAIT_INDEX
 from deepshare.policies.learned import best_row
@@ -125,12 +125,15 @@ class LabelState:
     learnt from, had it been shown every view of the episode up to here."""
     restore_s: float = DEFAULT_RESTORE_S
     """The view's restore time of a preempted job (what preemptive teachers cost a stop at)."""
+    move_s: float = DEFAULT_MOVE_S
+    """The view's restart time of a migrated job (what ``+migrate`` teachers cost a move at)."""
 
     def view(self) -> ClusterView:
         return build_view(self.topology, self.catalog, self.contention, self.now, self.free,
                           [_known(j) for j in self.queued], [_known(j) for j in self.running],
                           future_events=self.future_events, link_load=dict(self.link_load),
-                          durations=self.durations, history=self.history.copy(), restore_s=self.restore_s)
+                          durations=self.durations, history=self.history.copy(), restore_s=self.restore_s,
+                          move_s=self.move_s)
 
 
 def _known(job: JobView) -> KnownJob:
@@ -169,7 +172,7 @@ def detach(view: ClusterView, contention: ContentionModel, seen: tuple[JobView, 
         raise DeepShareError("expert iteration: views with tenancy (a tenants file) cannot be labelled yet")
     state = LabelState(view.now, view.topology, view.catalog, contention, tuple(view.free), tuple(view.queued),
                        tuple(view.running), view.future_events, tuple(sorted(view.link_load.items())),
-                       view.durations, view.history.copy(), seen, view.restore_s)
+                       view.durations, view.history.copy(), seen, view.restore_s, view.move_s)
     if check:
         again = state.view()
         if again.queued != state.queued or again.running != state.running or again.free != state.free:

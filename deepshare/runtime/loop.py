@@ -67,7 +67,7 @@ from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable, first_line
 from deepshare.core.fabric import Fabric
 from deepshare.core.types import Decision, Placement
-from deepshare.core.view import DEFAULT_RESTORE_S, ClusterView, JobView
+from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, ClusterView, JobView
 from deepshare.core.workloads import Catalog
 from deepshare.runtime.cluster import ClusterState
 from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S
@@ -593,9 +593,10 @@ class ControlLoop:
               link_load: Mapping[str, float] | None = None, learned: bool = True) -> ClusterView:
         """The policy's view; ``link_load`` as measured this tick, else asked of the agents. Its
         predictions come from the learned model when the loop learns (and ``learned``), else from
-        the shipped contention model. Its ``restore_s`` is the default
-        (:data:`~deepshare.core.view.DEFAULT_RESTORE_S`): the scheduler has no setting for the
-        restart time of a preempted job (``preempt_grace_s`` bounds the checkpoint and exit)."""
+        the shipped contention model. Its ``restore_s`` and ``move_s`` are the defaults
+        (:data:`~deepshare.core.view.DEFAULT_RESTORE_S`, :data:`~deepshare.core.view.DEFAULT_MOVE_S`):
+        the scheduler has no setting for the restart time of a preempted or moved job
+        (``preempt_grace_s`` bounds the checkpoint and exit)."""
         free = list(cluster.topology.capacity)
         known_running = []
         for job in running:
@@ -620,6 +621,7 @@ class ControlLoop:
             known_running,
             future_events=True, link_load=link_load,
             durations="estimated", history=self._read_history(), restore_s=DEFAULT_RESTORE_S,
+            move_s=DEFAULT_MOVE_S,
         )
 
     def _read_history(self) -> JobHistory:

@@ -33,6 +33,11 @@ DEFAULT_RESTORE_S = 30.0
 the client imports too, pull in neither."""
 MAX_RESTORE_S = 1e6
 """The largest ``restore_s`` (seconds), as ``--preempt-overhead-s`` takes."""
+DEFAULT_MOVE_S = 30.0
+"""A request's ``move_s`` when it gives none: the simulator's default ``migrate_overhead_s``
+(:data:`deepshare.core.view.DEFAULT_MOVE_S`), a literal here for the same reason."""
+MAX_MOVE_S = 1e6
+"""The largest ``move_s`` (seconds), as ``--migrate-overhead-s`` takes."""
 REMAINING_DOC = (
     "the client's estimate of the isolated run time left, seconds (never the truth: no cluster knows it); "
     f"default: requested_s minus the time run (attained_gpu_s / GPUs), at least {ESTIMATE_FLOOR_S:g}; "
@@ -235,6 +240,12 @@ class PlacementRequest(_Body):
         "--preempt-overhead-s), the view's restore_s: preemptive policies cost a stop at GPUs x restore_s (the "
         "+preempt heuristics' domain plans for a gang, the tenants file's quota preemption); a policy that never "
         "preempts does not read it",
+    )
+    move_s: float = Field(
+        DEFAULT_MOVE_S, ge=0, le=MAX_MOVE_S,
+        description="seconds a migrated job of this cluster takes to checkpoint and restart at its new GPUs (the "
+        "simulator's --migrate-overhead-s), the view's move_s: a +migrate policy moves a job only when the time "
+        "the move saves is at least twice move_s; other policies do not read it",
     )
 
 

@@ -177,6 +177,7 @@ def request_to_view(
         durations=request.durations,
         history=JobHistory(_finished(job, i) for i, job in enumerate(request.history)),
         restore_s=request.restore_s,
+        move_s=request.move_s,
     )
 
 
@@ -470,6 +471,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         future_events=view.future_events,
         durations=view.durations,
         restore_s=view.restore_s,
+        move_s=view.move_s,
         history=[  # past jobs given up front (--history) may finish after the run's clock; the time weighs in no policy
             FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=min(j.finish_s, view.now),
                        user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)

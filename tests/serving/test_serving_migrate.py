@@ -28,3 +28,33 @@ def test_the_service_answers_migrations_once_a_job_has_been_slow_for_a_window():
     short = PlacementEngine(EngineSettings(policy="srsf+uncontended+migrate"))
     assert short.place(request(0.0, 50.0)).migrate == []
     assert short.place(request(MIGRATE_WINDOW_S, 50.0)).migrate == []
+
+
+def test_a_requests_move_time_is_what_a_move_must_pay_for():
+    """0.6656 x 100 s saved pays for twice 30 s (the default), not for twice 40 s."""
+    def moves(**extra: float) -> list:
+        engine = PlacementEngine(EngineSettings(policy="srsf+uncontended+migrate"))
+        engine.place(request(0.0, 100.0).model_copy(update=extra))
+        return [(m.job_id, m.placement) for m in engine.place(request(MIGRATE_WINDOW_S, 100.0).model_copy(update=extra)).migrate]
+
+    assert moves() == moves(move_s=30.0) == [("a", {"n2": 8})]
+    assert moves(move_s=40.0) == []
+
+
+def test_a_move_time_out_of_its_domain_is_refused_naming_it():
+    import pytest
+    from pydantic import ValidationError
+
+    for bad in (-1.0, 1e7, float("nan")):
+        with pytest.raises(ValidationError, match="move_s"):
+            PlacementRequest.model_validate({**request(0.0).model_dump(mode="json"), "move_s": bad})
+
+
+def test_a_view_sent_as_a_request_keeps_its_move_time():
+    import dataclasses
+
+    from deepshare.serving.translate import view_to_request
+    from restore_cases import two_ways_view
+
+    sent = view_to_request(dataclasses.replace(two_ways_view(), move_s=7.0))
+    assert sent.move_s == 7.0
