@@ -8,8 +8,11 @@ Plain ASGI rather than Starlette's ``BaseHTTPMiddleware``: no per-request task o
 Why each guard exists (the scheduler runs commands, so its API must be closed):
 
 - :class:`RequireToken`: ``Authorization: Bearer TOKEN``, compared in constant time
-  (``hmac.compare_digest``), on every path but the open ones (``/healthz``);
-  :class:`RequireCaller` the same for a service with several tokens, telling the app whose it is.
+  (``hmac.compare_digest``), on every request but a ``GET`` or ``HEAD`` of an open path
+  (``/healthz``); :class:`RequireCaller` the same for a service with several tokens, telling the
+  app whose it is. Open paths are open for reading only: any other method there needs the token
+  like any other route, so a caller without it never gets a body read (a ``POST /healthz`` would
+  otherwise be read whole, up to the body limit, before the app's 405).
 - :class:`AllowHosts`: a browser page can make a name it controls resolve to 127.0.0.1 (DNS
   rebinding) and then read the API as same-origin; its requests still carry that name in
   ``Host``, so only known names pass.
@@ -47,6 +50,8 @@ MAX_TOKEN_CHARS = 4096
 TOKEN_PATTERN = r"^[!-~]+$"
 """Printable ASCII without spaces: what an ``Authorization`` header can carry unchanged."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+OPEN_METHODS = frozenset({"GET", "HEAD"})
+"""Methods an open path (``/healthz``) answers without a token; any other needs it (see :func:`is_open`)."""
 CLIENT_CLOSED = 499
 """Status counted for a request whose client went away before it was answered (nginx's code)."""
 CLIENT_GONE = "deepshare.client_gone"
@@ -109,14 +114,23 @@ def bearer_credentials(given: bytes | None) -> bytes | None:
     return credentials.lstrip(b" ") or None
 
 
+def is_open(scope: Scope, open_paths: frozenset[str]) -> bool:
+    """Whether a request passes without a token: not HTTP (lifespan), or a ``GET`` / ``HEAD`` of
+    one of ``open_paths``. Only reading methods: a ``POST`` to an open path would be read whole by
+    the body guard before the app refused the method, so it needs the token first."""
+    if scope["type"] != "http":
+        return True
+    return scope.get("path") in open_paths and scope.get("method") in OPEN_METHODS
+
+
 CALLER = "deepshare.caller"
 """Scope key :class:`RequireCaller` sets to whoever the request's token identifies."""
 UNAUTHORIZED = "missing or wrong bearer token (header Authorization: Bearer TOKEN)"
 
 
 class RequireCaller:
-    """Answers 401 to any request but ``open_paths`` whose bearer token ``identify`` does not
-    know; otherwise puts who it is (``identify``'s answer) in ``scope[CALLER]`` for the app.
+    """Answers 401 to any request but a ``GET`` / ``HEAD`` of ``open_paths`` (:func:`is_open`) whose
+    bearer token ``identify`` does not know; otherwise puts who it is (``identify``'s answer) in ``scope[CALLER]`` for the app.
     For services with more than one token (the live scheduler's admin and tenants):
     ``identify`` must compare in constant time (:meth:`deepshare.runtime.tenancy.LiveTenants.caller`)."""
 
@@ -126,7 +140,7 @@ class RequireCaller:
         self.open_paths = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in self.open_paths:
+        if is_open(scope, self.open_paths):
             await self.app(scope, receive, send)
             return
         who = self.identify(bearer_credentials(header(scope, b"authorization")))
@@ -138,8 +152,8 @@ class RequireCaller:
 
 
 class RequireToken:
-    """Answers 401 to any request but ``open_paths`` without ``Authorization: Bearer TOKEN``;
-    ``token=None`` disables the check (the placement service without a configured token)."""
+    """Answers 401 to any request but a ``GET`` / ``HEAD`` of ``open_paths`` (:func:`is_open`)
+    without ``Authorization: Bearer TOKEN``; ``token=None`` disables the check (the placement service without a configured token)."""
 
     def __init__(self, app: ASGIApp, token: str | None, open_paths: Iterable[str] = ("/healthz",),
                  error: ErrorBody = detail_body) -> None:
@@ -148,7 +162,7 @@ class RequireToken:
         self.expected = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.expected is None or scope["type"] != "http" or scope.get("path") in self.open_paths:
+        if self.expected is None or is_open(scope, self.open_paths):
             await self.app(scope, receive, send)
             return
         if token_matches(header(scope, b"authorization"), self.expected):

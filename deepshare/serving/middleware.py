@@ -6,7 +6,9 @@
 2. :class:`AnswerHealth` (here) answers ``GET`` and ``HEAD /healthz`` itself, before anything that reads a
    body, checks a token or waits for a decision thread, so a health check costs microseconds
    whatever the placement requests are doing.
-3. :class:`~deepshare.infra.httpauth.RequireToken` answers 401 without ``Authorization: Bearer TOKEN``.
+3. :class:`~deepshare.infra.httpauth.RequireToken` answers 401 without ``Authorization: Bearer TOKEN``
+   to every request but ``GET`` and ``HEAD`` of :data:`OPEN_PATHS`: other methods on ``/healthz``
+   (which :class:`AnswerHealth` passes on) need the token too, so no body is read without it.
 4. :class:`~deepshare.infra.httpauth.LimitBody` reads the body whole, within ``max_bytes`` (else 413)
    and within ``timeout_s`` (else 408, and the connection is closed), so a slow client holds a
    replica's request slot for seconds at most.
@@ -23,7 +25,8 @@ from deepshare.infra.httpauth import ASGIApp, Receive, Scope, Send, send_json
 
 HEALTH_PATH = "/healthz"
 OPEN_PATHS = frozenset({HEALTH_PATH})
-"""Routes answered without the token (liveness probes carry no credentials)."""
+"""Routes answered without the token for ``GET`` and ``HEAD`` only (liveness probes carry no
+credentials; any other method there needs the token, see :func:`deepshare.infra.httpauth.is_open`)."""
 
 
 class AnswerHealth:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from deepshare.infra.httpauth import LimitBody, ObserveRequests, RequireToken
+from deepshare.infra.httpauth import LimitBody, ObserveRequests, RequireCaller, RequireToken
 from deepshare.serving.metrics import MetricSpec, ServiceMetrics
 from deepshare.serving.middleware import AnswerHealth
 
@@ -201,6 +201,25 @@ def test_healthz_answers_head_with_the_get_headers_and_no_body():
     assert client.status == 200 and (b"content-length", length) in client.sent[0]["headers"]
     assert client.sent[1]["body"] == b"" and app.bodies == []
     assert sample(metrics, "deepshare_serve_requests", route="/healthz", method="HEAD", code="200") == 1
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+def test_healthz_is_open_for_get_and_head_only_so_no_body_is_read_without_the_token(method):
+    # a POST /healthz without the token was let through as an open path, AnswerHealth passed it on
+    # and LimitBody read the whole body (up to max_body_bytes) before FastAPI's 405
+    metrics, app = recorded_metrics(), App()
+    client = Client(chunk(b"x" * 50, True), chunk(b"x" * 50))
+    run(stack(app, metrics, token="a-long-token")(scope("/healthz", method), client.receive, client.send))
+    assert client.status == 401 and app.bodies == [] and len(client.script) == 2  # not one chunk read
+
+
+@pytest.mark.parametrize("method, status", [("GET", 200), ("HEAD", 200), ("POST", 401), ("PUT", 401)])
+def test_the_schedulers_guard_opens_healthz_for_get_and_head_only(method, status):
+    app = App()
+    client = Client(chunk(b"x" * 50, True), chunk(b"x" * 50))
+    guard = RequireCaller(LimitBody(app, max_bytes=100), lambda token: None, open_paths=("/healthz",))
+    run(guard(scope("/healthz", method), client.receive, client.send))
+    assert client.status == status and (app.bodies == [b"x" * 100]) == (status == 200)
 
 
 def test_unknown_routes_and_methods_cannot_grow_the_series():
