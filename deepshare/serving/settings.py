@@ -33,13 +33,20 @@ MAX_BODY_BYTES = 1024**3
 
 
 class ServiceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    """The settings, each field checked where it is set.
+
+    ``hide_input_in_errors``: a refused value is not repeated in the error, which Serve, Ray and
+    ``deepshare serve`` print: a refused ``token`` is commonly the real secret with a trailing
+    newline (and a refused ``tenants`` text can be a megabyte). The messages still name the field
+    and the rule. ``repr=False`` keeps the token out of the settings' repr too."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, hide_input_in_errors=True)
 
     policy: str = Field("rl-hybrid", description="registry name, NAME=CHECKPOINT for a learned policy, "
                         "or package.module:ClassOrFactory")
     contention: str = Field("profiled", description="contention model behind the policy's predictions")
     token: str | None = Field(
-        None, min_length=MIN_TOKEN_CHARS, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN,
+        None, min_length=MIN_TOKEN_CHARS, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN, repr=False,
         description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, le=MAX_BODY_BYTES, description="larger request bodies get 413 (at most 1 GiB)")

@@ -55,6 +55,22 @@ def test_serve_config_token_is_checked_by_its_settings():
     assert ServiceSettings(token="secret-token").token == "secret-token"
 
 
+@pytest.mark.parametrize("token", ["s3cr3t-Token-Value\n", "s3cr3t"])
+def test_a_refused_serve_token_is_not_repeated_in_the_error(monkeypatch, token):
+    """Serve, Ray and stderr print the error; the refused token is commonly the real secret with
+    a secret file's trailing newline. It was shown as pydantic's ``input_value=...``."""
+    from deepshare.serving.deployment import build_app
+
+    monkeypatch.setenv(SERVE_TOKEN_ENV, token)  # serve run serve/config.yaml: the token from the environment
+    with pytest.raises(ValidationError) as from_env:
+        build_app({"policy": "fifo+consolidated"})
+    with pytest.raises(ValidationError) as from_args:  # or from the config's args
+        ServiceSettings.model_validate({"token": token})
+    for exc in (from_env, from_args):
+        assert "token" in str(exc.value) and "s3cr3t" not in str(exc.value)
+    assert "s3cr3t" not in repr(ServiceSettings(token="s3cr3t-Token-Value"))
+
+
 @pytest.mark.parametrize("source", ["flag", "env"])
 def test_scheduler_placement_token_is_checked_before_ray(tmp_path, capsys, monkeypatch, source):
     from deepshare.runtime import service
