@@ -78,11 +78,13 @@ class PlacementEngine:
         self.version = _version(self.metadata.get("checkpoint"))
         self._stepped = isinstance(self.policy, SteppedPolicy)
         """Asked once: a runtime-checkable Protocol's isinstance costs tens of us per request."""
-        self.sized = self._stepped or _heuristic(settings.policy)
+        self.sized = settings.tenants is None and (self._stepped or _heuristic(settings.policy))
         """Whether a decision's cost follows the request's size (a heuristic; a learned policy,
         whose steps each cost about the same): only then may a small request decide on the
         service's event loop. The planner's rollouts cost what its time left allows, whatever
-        the request's size."""
+        the request's size; a policy behind ``--tenants`` (:class:`~deepshare.tenants.Admitted`,
+        whose admission and quota preemption come on top of the policy's work) is never sized,
+        so it always decides in a decision thread, as the service's documentation says."""
 
     @property
     def name(self) -> str:
@@ -90,7 +92,10 @@ class PlacementEngine:
 
     @property
     def batch_scorer(self) -> Callable[[list[Observation]], list[np.ndarray]] | None:
-        """The policy's batched scorer, when it has one (learned policies)."""
+        """The policy's batched scorer, when it has one (learned policies). None behind
+        ``--tenants``: :class:`~deepshare.tenants.Admitted` calls the learned policy's own
+        ``decide``, so each request's forward passes are scored alone, not batched across
+        concurrent requests."""
         if self._stepped and isinstance(self.policy.scorer, BatchScorer):
             return self.policy.scorer.batch
         return None

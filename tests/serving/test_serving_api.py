@@ -363,6 +363,27 @@ def test_the_planner_decides_off_the_event_loop():
     assert decided > 1.0 and answered < 0.8 < decided  # while it decided, not after
 
 
+@pytest.mark.parametrize("policy", ["fifo+consolidated", "las+contention-aware+preempt", "rl-hybrid"])
+def test_any_policy_behind_tenants_decides_in_a_thread(policy, monkeypatch):
+    # a heuristic behind --tenants was sized by its registry name and decided small requests
+    # on the replica's event loop, where the documentation promises a decision thread
+    import threading
+
+    service = api(policy, tenants=TENANTS)
+    threads: list[str] = []
+    policy_class = type(service.engine.inner)  # a frozen dataclass: patched on its class
+    decide = policy_class.decide
+
+    def recorded(self, view):
+        threads.append(threading.current_thread().name)
+        return decide(self, view)
+
+    monkeypatch.setattr(policy_class, "decide", recorded)
+    assert not service.engine.sized and service.engine.batch_scorer is None
+    assert post(service.app, small_request())[0] == 200
+    assert len(threads) == 1 and threads[0] != threading.main_thread().name
+
+
 @pytest.mark.parametrize("field, value, words", [
     ("nic_gbps", 5e-324, "greater than or equal to 0.001"), ("intra_node_gbps", 1e-6, "greater than or equal to 0.001"),
     ("nvlink_gbps", 1e-9, "expected 0 or at least 0.001"), ("nic_gbps", 1e10, "less than or equal to 1000000000"),
