@@ -72,7 +72,10 @@ MAX_LEVELS = 16
 HeldGpus = Annotated[int, Field(gt=0, le=MAX_GPUS_PER_NODE)]
 """GPUs a running job holds on one node: 1 to a node's most (a larger number cannot be held, and a
 huge one summed per node made the consistency check's message fail with a 500)."""
-RackName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
+"""A name without control characters (NUL, line breaks, tabs, escapes): names end up in logs,
+metrics labels and error messages, where such characters forge or break lines."""
+RackName = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS)]
 """A node's rack: 1-256 characters, no control characters. Without levels it is the name of its
 domain at the one level (a cluster spec takes any such name, ``dc1/r0`` included: one level's
 names are never joined into a path); with levels a label, which may be a path ("pod0/rack3", what
@@ -122,7 +125,8 @@ class NodeIn(_Body):
     """One node. Fabric fields default to the original testbed's node (8 x TITAN Xp on PCIe,
     40 Gb/s InfiniBand); they matter to the ``link`` contention model."""
 
-    name: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS,
+                      description="unique among the nodes; 1-256 characters, no control characters (as a rack)")
     gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     free_gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE, description="at most gpus minus the running jobs' GPUs here")
     fabric: Literal["pcie", "nvlink"] = TESTBED_NODE_TYPE.fabric

@@ -1,6 +1,7 @@
 """Request fields the schema bounds so that a bad value is a 422 naming it: a running job's GPUs
-per node (a huge count made the consistency check's message fail with a 500) and a node's rack
-(no control characters; a '/' as a cluster spec allows it)."""
+per node (a huge count made the consistency check's message fail with a 500), a node's rack
+(no control characters; a '/' as a cluster spec allows it) and a node's name (no control
+characters either)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ def test_a_rack_with_control_characters_is_a_422_naming_it(rack, words):
     assert status == 422
     assert [e["loc"] for e in answer["detail"]] == [["body", "nodes", 2, "rack"]]
     assert words in answer["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("name", ["n\x00", "n2\n", "n\tx", "\x1b[31mn2"])
+def test_a_node_name_with_control_characters_is_a_422_naming_it_as_a_rack_would_be(name):
+    # a node name took NUL and line breaks while its rack refused them
+    request = small_request()
+    request["nodes"][2]["name"] = name
+    status, answer = post(api().app, request)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", "nodes", 2, "name"]]
+    assert "pattern" in answer["detail"][0]["msg"]
 
 
 def test_without_levels_a_rack_named_with_a_slash_is_what_a_cluster_spec_allows_and_round_trips():
