@@ -114,7 +114,9 @@ class PlacementAPI:
 
     # -- the one path of a placement request ----------------------------------------------------
     async def answer(self, raw: bytes) -> Response:
-        """The response to one placement request's body: 200, a 4xx naming the field, or 503."""
+        """The response to one placement request's body: 200, a 4xx naming the field, or 503.
+        The decision's time is recorded by outcome: ``ok``, ``timeout``, ``invalid``,
+        ``disconnected`` (the client left and Serve cancelled the request) or ``error`` (a bug)."""
         deadline = Deadline(self.settings.decision_timeout_s)
         self.deciding += 1
         self.metrics.deciding(+1)
@@ -141,6 +143,11 @@ class PlacementAPI:
         except (ValidationError, RequestError) as exc:
             outcome = "invalid"
             return error_response(exc)
+        except asyncio.CancelledError:
+            # Serve cancels the request when its client goes away: the HTTP metrics count it 499
+            # (ObserveRequests), so the decision is "disconnected", not an "error" of the service
+            outcome = "disconnected"
+            raise
         finally:
             self.deciding -= 1
             self.metrics.deciding(-1)

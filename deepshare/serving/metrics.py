@@ -24,7 +24,8 @@ exported name (``_total``: counter)                type      labels (and Serve's
                                                                                          kind starts at 0)
 ``ray_deepshare_serve_decision_duration_seconds``  histogram ``outcome``                 time a decision took (``ok``,
                                                                                          ``timeout``, ``invalid``,
-                                                                                         ``error``)
+                                                                                         ``disconnected``: the
+                                                                                         client left, ``error``)
 ``ray_deepshare_serve_decisions_total``            counter   ``action``                  place / wait / preempt / migrate
 ``ray_deepshare_serve_decisions_in_flight``        gauge                                 requests deciding or queued to
 ``ray_deepshare_serve_scorer_batch_size``          histogram                             observations per forward pass

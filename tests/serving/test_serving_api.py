@@ -384,6 +384,29 @@ def test_any_policy_behind_tenants_decides_in_a_thread(policy, monkeypatch):
     assert len(threads) == 1 and threads[0] != threading.main_thread().name
 
 
+def test_a_client_that_leaves_during_its_decision_is_recorded_as_disconnected_not_error(monkeypatch):
+    # Serve cancels a request whose client went away: the HTTP metrics counted it 499, the
+    # decision histogram as outcome "error", a bug of the service
+    service = api()
+    outcomes: list[str] = []
+    monkeypatch.setattr(service.metrics, "decided", lambda outcome, seconds: outcomes.append(outcome))
+
+    async def deciding_forever(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(service.engine, "place_async", deciding_forever)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(acall(service.app, "POST", "/v1/placements", json.dumps(small_request()).encode()))
+        await asyncio.sleep(0.05)
+        task.cancel()  # what Serve does when the proxy sees the disconnect
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert outcomes == ["disconnected"] and service.deciding == 0
+
+
 @pytest.mark.parametrize("field, value, words", [
     ("nic_gbps", 5e-324, "greater than or equal to 0.001"), ("intra_node_gbps", 1e-6, "greater than or equal to 0.001"),
     ("nvlink_gbps", 1e-9, "expected 0 or at least 0.001"), ("nic_gbps", 1e10, "less than or equal to 1000000000"),
