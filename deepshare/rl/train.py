@@ -23,6 +23,7 @@ import csv
 import json
 import math
 import os
+import re
 import time
 from dataclasses import asdict
 from importlib import resources
@@ -276,11 +277,44 @@ def _differences(ours: Any, theirs: Any, at: str) -> list[str]:
     return [] if ours == theirs else [at or "(the whole config)"]
 
 
+CHECKPOINT_NAME = re.compile(r"iter_(\d+)")
+"""A checkpoint folder's name: ``iter_`` and the iteration (four digits or more)."""
+CHECKPOINT_STATE = ("state.pkl", "state.msgpack")
+"""The algorithm's own state file, which RLlib's ``save_to_path`` writes last: a folder without
+one is a checkpoint whose save was cut short."""
+
+
+def checkpoint_iteration(folder: Path) -> int | None:
+    """The iteration of a complete checkpoint folder ``iter_NNNN``; None for any other name, a
+    save still under way (``iter_NNNN.partial``) or a folder without the algorithm's state."""
+    match = CHECKPOINT_NAME.fullmatch(folder.name)
+    if match is None or not folder.is_dir() or not any((folder / name).is_file() for name in CHECKPOINT_STATE):
+        return None
+    return int(match.group(1))
+
+
 def _latest_checkpoint(run_dir: Path) -> Path:
-    found = sorted((run_dir / "checkpoints").glob("iter_*"))
+    """The newest complete checkpoint of ``run_dir``, by iteration as a number (``iter_10000``
+    after ``iter_9999``, which text order would reverse); incomplete folders are passed over."""
+    folder = run_dir / "checkpoints"
+    found = [(it, p) for p in (folder.iterdir() if folder.is_dir() else ()) if (it := checkpoint_iteration(p)) is not None]
     if not found:
-        raise DeepShareError(f"--resume {run_dir}: no checkpoints/iter_* in this folder")
-    return found[-1]
+        raise DeepShareError(f"--resume {run_dir}: no complete checkpoints/iter_* in this folder")
+    return max(found)[1]
+
+
+def save_checkpoint(algo: Any, folder: Path) -> None:
+    """``algo`` saved to ``folder`` through ``folder.partial``, renamed once the save is whole, so
+    an interrupted save never is the newest checkpoint a resume picks (an older half-written
+    ``folder`` is replaced)."""
+    import shutil
+
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    algo.save_to_path(str(partial))
+    if folder.exists():
+        shutil.rmtree(folder)
+    partial.rename(folder)
 
 
 def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
@@ -478,7 +512,7 @@ def train(
             on_export(iteration, policy_file, row)
 
     def checkpoint(iteration: int, row: dict[str, float]) -> None:
-        algo.save_to_path(str(run_dir / "checkpoints" / f"iter_{iteration:04d}"))
+        save_checkpoint(algo, run_dir / "checkpoints" / f"iter_{iteration:04d}")
         export(iteration, row)
 
     try:

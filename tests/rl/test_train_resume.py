@@ -1,0 +1,92 @@
+"""Resuming a run (``deepshare train --resume``) without Ray: a stand-in algorithm saves and
+restores checkpoints, so the run folder's bookkeeping (which checkpoint, which metrics rows) is
+checked in a second."""
+
+from __future__ import annotations
+
+import csv
+import types
+from pathlib import Path
+
+import pytest
+
+import deepshare.rl.train as training
+from deepshare.core.errors import DeepShareError
+
+CONFIG = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_nodes: [2]}\nrun: {checkpoint_every: 5}\n"
+
+
+def complete(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "state.pkl").write_bytes(b"")  # what RLlib's save_to_path writes last
+    return folder
+
+
+def test_the_newest_checkpoint_is_found_by_number_and_only_when_complete(tmp_path):
+    for i in (9995, 9999, 10000):
+        complete(tmp_path / "checkpoints" / f"iter_{i:04d}")
+    assert training._latest_checkpoint(tmp_path).name == "iter_10000"  # not iter_9999 (text order)
+    (tmp_path / "checkpoints" / "iter_10005").mkdir()  # a save cut short: no state file
+    complete(tmp_path / "checkpoints" / "iter_10010.partial")  # a save still under way
+    assert training._latest_checkpoint(tmp_path).name == "iter_10000"
+
+
+def test_a_folder_of_incomplete_checkpoints_is_one_line(tmp_path):
+    (tmp_path / "checkpoints" / "iter_0005").mkdir(parents=True)
+    with pytest.raises(DeepShareError, match="no complete checkpoints"):
+        training._latest_checkpoint(tmp_path)
+
+
+class FakeAlgo:
+    """What ``train`` uses of an RLlib Algorithm: iterations, checkpoints, the module."""
+
+    def __init__(self, iteration: int = 0, crash_at: int | None = None, fail_save: bool = False) -> None:
+        self.iteration, self.crash_at, self.fail_save = iteration, crash_at, fail_save
+
+    def train(self) -> dict:
+        if self.crash_at and self.iteration + 1 == self.crash_at:
+            raise KeyboardInterrupt("node lost")
+        self.iteration += 1
+        return {"training_iteration": self.iteration}
+
+    def save_to_path(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "it").write_text(str(self.iteration))
+        if self.fail_save:
+            raise KeyboardInterrupt("stopped mid-save")
+        (Path(path) / "state.pkl").write_bytes(b"")
+
+    def get_module(self):
+        return types.SimpleNamespace(scorer=None)
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    import ray
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    import deepshare.policies.checkpoint as checkpoint
+    import deepshare.rl.advantages as advantages
+    import deepshare.rl.curriculum as curriculum
+
+    monkeypatch.setattr(training, "start_ray", lambda address: None)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0})
+    monkeypatch.setattr(checkpoint, "export_scorer", lambda *a, **k: None)
+    monkeypatch.setattr(Algorithm, "from_checkpoint",
+                        staticmethod(lambda p: FakeAlgo(int((Path(p) / "it").read_text()))))
+    monkeypatch.setattr(curriculum, "resume_stage", lambda algo: None)
+    monkeypatch.setattr(advantages, "resume_replay", lambda algo: None)
+    return lambda algo: monkeypatch.setattr(
+        training, "build_algorithm_config", lambda *a, **k: types.SimpleNamespace(build_algo=lambda: algo))
+
+
+def test_a_save_cut_short_leaves_no_checkpoint_a_resume_would_pick(tmp_path, no_ray):
+    folder = tmp_path / "checkpoints" / "iter_0005"
+    with pytest.raises(KeyboardInterrupt):
+        training.save_checkpoint(FakeAlgo(5, fail_save=True), folder)
+    assert not folder.exists()
+    training.save_checkpoint(FakeAlgo(5), folder)
+    assert training.checkpoint_iteration(folder) == 5 and not folder.with_name("iter_0005.partial").exists()
