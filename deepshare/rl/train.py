@@ -317,6 +317,37 @@ def save_checkpoint(algo: Any, folder: Path) -> None:
     partial.rename(folder)
 
 
+METRICS_BYTES = 1 << 30
+"""The largest ``metrics.csv`` a resume rewrites (a row is ~200 bytes: millions of iterations)."""
+
+
+def trim_metrics(metrics_file: Path, iteration: int) -> int:
+    """Drop the rows of ``metrics_file`` after ``iteration`` (the checkpoint a run resumes from),
+    rewriting it atomically: the resumed run trains those iterations again and appends their rows,
+    which would otherwise be in the file twice. The rows dropped (0: the file is left as it was)."""
+    from deepshare.core.atomic import write_text_atomic
+    from deepshare.core.files import read_input_text
+
+    if not metrics_file.is_file():
+        return 0
+    lines = read_input_text(metrics_file, "metrics file", METRICS_BYTES).splitlines(keepends=True)
+    if not lines:
+        return 0
+    kept = [lines[0]]
+    for line in lines[1:]:
+        first = next(csv.reader([line]), [""])
+        try:
+            after = float(first[0]) > iteration
+        except (ValueError, IndexError):
+            after = False  # not a row this run wrote: kept as it is
+        if not after:
+            kept.append(line)
+    dropped = len(lines) - len(kept)
+    if dropped:
+        write_text_atomic(metrics_file, "".join(kept), "metrics file")
+    return dropped
+
+
 def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
     """One iteration of RLlib's result as the row of ``metrics.csv`` (and of a Tune trial's report)."""
     runners = result.get("env_runners", {})
@@ -502,8 +533,12 @@ def train(
     else:
         algo = build_algorithm_config(config, env, runners, cpus).build_algo()
     metrics_file = run_dir / "metrics.csv"
+    purge = None
+    if start_from is not None:  # the iterations after the checkpoint are trained (and logged) again
+        trim_metrics(metrics_file, int(algo.iteration))
+        purge = int(algo.iteration) + 1  # TensorBoard hides the earlier run's events from this step on
     new_file = not metrics_file.exists()
-    writer = SummaryWriter(str(run_dir / "tb"))
+    writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
     policy_file = run_dir / "policy.pt"
 
     def export(iteration: int, row: dict[str, float] | None) -> None:

@@ -83,6 +83,25 @@ def no_ray(monkeypatch):
         training, "build_algorithm_config", lambda *a, **k: types.SimpleNamespace(build_algo=lambda: algo))
 
 
+def test_resuming_drops_the_metrics_rows_after_the_checkpoint(tmp_path, no_ray):
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)  # stops at iteration 8; the last checkpoint is iter_0005
+    training.train(config, None, iterations=10, resume=run)
+    iterations = [int(r["iteration"]) for r in csv.DictReader((run / "metrics.csv").open())]
+    assert iterations == list(range(1, 11))  # 6 and 7 once, not twice
+
+
+def test_trim_metrics_keeps_the_header_and_rows_up_to_the_checkpoint(tmp_path):
+    file = tmp_path / "metrics.csv"
+    file.write_text("iteration,x\n1,a\n2,b\n3,c\n")
+    assert training.trim_metrics(file, 2) == 1
+    assert file.read_text() == "iteration,x\n1,a\n2,b\n"
+    assert training.trim_metrics(file, 2) == 0 and training.trim_metrics(tmp_path / "none.csv", 2) == 0
+
+
 def test_a_save_cut_short_leaves_no_checkpoint_a_resume_would_pick(tmp_path, no_ray):
     folder = tmp_path / "checkpoints" / "iter_0005"
     with pytest.raises(KeyboardInterrupt):
