@@ -6,8 +6,11 @@ are read from the installed RLlib (the parameters of ``PPOConfig.training`` and
 ``AlgorithmConfig.training``), less those RLlib marks deprecated, those of the old API stack
 (this project trains on the new one, where they are ignored or refused) and those that take
 Python classes or callables. Values are checked against RLlib's own annotations, plus the
-ranges a PPO hyper-parameter must respect (``lr > 0``, ``0 < gamma <= 1``, ...), so a typo or a
-wrong type fails when the file is read, with one line naming the key, not inside a Ray worker.
+ranges a PPO hyper-parameter must respect (``lr > 0``, ``0 < gamma <= 1``, ..., every number
+finite), the names ``grad_clip_by`` takes, a schedule's form and each of its values (``lr`` and
+``entropy_coeff`` as ``[[timestep, value], ...]``) and ``minibatch_size <=
+train_batch_size_per_learner``, so a typo, a wrong type or a value RLlib would refuse once Ray
+has started fails when the file is read, with one line naming the key, not inside a Ray worker.
 
 Until 0.1.0 DeepShare renamed two keys (``lambda`` for RLlib's ``lambda_``, ``train_batch_size``
 for ``train_batch_size_per_learner``) and kept the network width (``hidden``) here; those are
@@ -17,6 +20,7 @@ refused with a line saying what to write instead (the shipped configs are migrat
 from __future__ import annotations
 
 import inspect
+import math
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -46,6 +50,12 @@ POSITIVE = ("lr", "train_batch_size_per_learner", "minibatch_size", "num_epochs"
             "grad_clip", "kl_target")
 NON_NEGATIVE = ("entropy_coeff", "vf_loss_coeff", "kl_coeff")
 UNIT = ("gamma", "lambda_")  # in (0, 1]
+SCHEDULED = ("lr", "entropy_coeff")
+"""Keys RLlib's new stack also takes as a schedule ``[[timestep, value], ...]`` (PPO's learner
+interpolates between the pairs): at least two pairs, timesteps whole numbers from 0 and
+increasing, each value checked as the key's single value is."""
+CHOICES = {"grad_clip_by": ("value", "norm", "global_norm")}
+"""Keys whose value is one of a few names (RLlib raises on any other inside ``training()``)."""
 
 
 @lru_cache(maxsize=1)
@@ -86,12 +96,21 @@ def check_ppo(section: Any, source: str) -> dict[str, Any]:
         if key not in valid:
             raise DeepShareError(f"{where}: not a key of RLlib's PPOConfig.training() (new API stack); valid keys: {', '.join(sorted(valid))}")
         out[key] = _check_value(key, value, valid[key], where)
+    batch, minibatch = out.get("train_batch_size_per_learner"), out.get("minibatch_size")
+    if isinstance(batch, int) and isinstance(minibatch, int) and minibatch > batch:
+        default = "" if "minibatch_size" in section else ", DeepShare's default: set ppo.minibatch_size too"
+        raise DeepShareError(f"{source}: ppo.minibatch_size: must be <= train_batch_size_per_learner ({batch}), got "
+                             f"{minibatch} (a minibatch is a slice of the train batch{default})")
     return out
 
 
 def _check_value(key: str, value: Any, annotation: Any, where: str) -> Any:
     from pydantic import TypeAdapter, ValidationError
 
+    if key in SCHEDULED and isinstance(value, (list, tuple)):
+        return _check_schedule(key, value, where)
+    if key in CHOICES and value not in CHOICES[key]:
+        raise DeepShareError(f"{where}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
     if annotation is not inspect.Parameter.empty:
         try:
             adapter = TypeAdapter(annotation)
@@ -103,14 +122,49 @@ def _check_value(key: str, value: Any, annotation: Any, where: str) -> Any:
             except ValidationError as exc:
                 reason = exc.errors()[0]["msg"]
                 raise DeepShareError(f"{where}: {reason} (RLlib's type: {_type_name(annotation)}), got {value!r}") from None
+    _check_number(key, value, where)
+    return value
+
+
+def _check_number(key: str, value: Any, where: str) -> None:
+    """A number's range for ``key`` (a single value or one of a schedule's); any float finite."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise DeepShareError(f"{where}: must be a finite number, got {value!r}")
         if key in POSITIVE and not value > 0:
             raise DeepShareError(f"{where}: must be > 0, got {value!r}")
         if key in NON_NEGATIVE and not value >= 0:
             raise DeepShareError(f"{where}: must be >= 0, got {value!r}")
         if key in UNIT and not 0 < value <= 1:
             raise DeepShareError(f"{where}: must be in (0, 1], got {value!r}")
-    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_schedule(key: str, schedule: Any, where: str) -> list[list[Any]]:
+    """``[[timestep, value], ...]`` checked as RLlib's ``Scheduler.validate`` would check it in the
+    driver after Ray started (two pairs or more, the first at timestep 0), plus increasing whole
+    timesteps and each value's range: one line naming the key and the pair, when the file is read."""
+    form = "a schedule [[timestep, value], ...] of 2 or more pairs from timestep 0, e.g. [[0, 0.001], [1000000, 0.0001]]"
+    if len(schedule) < 2:
+        single = " (a constant is a number, not a list)" if len(schedule) == 1 else ""
+        raise DeepShareError(f"{where}: expected a number or {form}{single}, got {list(schedule)!r}")
+    out: list[list[Any]] = []
+    for i, pair in enumerate(schedule):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_is_number(v) for v in pair):
+            raise DeepShareError(f"{where}[{i}]: expected a pair [timestep, value] of numbers, got {pair!r}")
+        step, value = pair
+        if not (float(step).is_integer() and step >= 0):
+            raise DeepShareError(f"{where}[{i}]: the timestep must be a whole number >= 0, got {step!r}")
+        if i == 0 and step != 0:
+            raise DeepShareError(f"{where}[0]: a schedule starts at timestep 0 (its value is the initial one), got {step!r}")
+        if out and not step > out[-1][0]:
+            raise DeepShareError(f"{where}[{i}]: timesteps must increase, got {step!r} after {out[-1][0]!r}")
+        _check_number(key, value, f"{where}[{i}]")
+        out.append([int(step), value])
+    return out
 
 
 def _type_name(annotation: Any) -> str:

@@ -181,13 +181,13 @@ def test_the_ppo_section_reaches_rllib_unchanged(tmp_path):
     from deepshare.rl.train import build_algorithm_config
 
     path = tmp_path / "c.yaml"
-    path.write_text("name: x\nppo: {lambda_: 0.9, train_batch_size_per_learner: 256, kl_coeff: 0.3, grad_clip: 0.5,"
+    path.write_text("name: x\nppo: {lambda_: 0.9, train_batch_size_per_learner: 256, minibatch_size: 128, kl_coeff: 0.3, grad_clip: 0.5,"
                     " use_kl_loss: false, lr: [[0, 0.001], [1000, 0.0001]]}\nmodel: {hidden: 24}\n")
     config = load_train_config(path)
     algo = build_algorithm_config(config, config.env_config(tmp_path), num_env_runners=0, cpus=2)
     assert (algo.lambda_, algo.train_batch_size_per_learner, algo.kl_coeff, algo.grad_clip, algo.use_kl_loss) == (0.9, 256, 0.3, 0.5, False)
     assert algo.lr == [[0, 0.001], [1000, 0.0001]]  # a schedule, RLlib's new-stack form
-    assert algo.minibatch_size == 500 and algo.gamma == 0.999  # DeepShare's defaults for keys left out
+    assert algo.minibatch_size == 128 and algo.gamma == 0.999  # gamma: DeepShare's default for a key left out
     assert algo.rl_module_spec.model_config == {"hidden": 24}
 
 

@@ -1,0 +1,61 @@
+"""The ``ppo:`` section's values RLlib would refuse only after Ray started (a schedule's form, a
+``grad_clip_by`` name, a minibatch larger than the batch) or would train with silently (a negative
+rate inside a schedule, an infinite clip): refused when the file is read, one line naming
+``FILE: ppo.KEY``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
+from deepshare.rl.train import parse_train_config
+
+BASE = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_nodes: [2]}\nppo: %s\n"
+
+
+@pytest.mark.parametrize(
+    "ppo, needle",
+    [
+        ("{lr: [[0, 0.001], [100, -1.0]]}", r"ppo\.lr\[1\]: must be > 0, got -1"),
+        ("{lr: [[0, .nan], [10, 0.001]]}", r"ppo\.lr\[0\]: must be a finite number"),
+        ("{lr: [[0, .nan]]}", r"ppo\.lr: expected a number or a schedule .*2 or more pairs"),
+        ("{lr: []}", r"ppo\.lr: expected a number or a schedule"),
+        ("{lr: [[5, 0.001], [10, 0.0001]]}", r"ppo\.lr\[0\]: a schedule starts at timestep 0"),
+        ("{lr: [[0, 0.001], [10, 0.0001], [10, 0.00001]]}", r"ppo\.lr\[2\]: timesteps must increase"),
+        ("{lr: [[0, 0.001], [1.5, 0.0001]]}", r"ppo\.lr\[1\]: the timestep must be a whole number"),
+        ("{lr: [[0, 0.001], [10]]}", r"ppo\.lr\[1\]: expected a pair \[timestep, value\]"),
+        ("{lr: [[0, 0.001], [10, x]]}", r"ppo\.lr\[1\]: expected a pair"),
+        ("{entropy_coeff: [[0, 0.01], [10, -5]]}", r"ppo\.entropy_coeff\[1\]: must be >= 0"),
+        ("{grad_clip_by: nosuch}", r"ppo\.grad_clip_by: expected one of value, norm, global_norm, got 'nosuch'"),
+        ("{clip_param: .inf}", r"ppo\.clip_param: must be a finite number"),
+        ("{kl_coeff: .inf}", r"ppo\.kl_coeff: must be a finite number"),
+        ("{train_batch_size_per_learner: 10, minibatch_size: 500}", r"ppo\.minibatch_size: must be <= train_batch_size_per_learner \(10\)"),
+        ("{train_batch_size_per_learner: 256}", r"ppo\.minibatch_size: .*DeepShare's default"),
+    ],
+)
+def test_bad_ppo_values_are_refused_when_the_file_is_read(ppo, needle):
+    with pytest.raises(DeepShareError, match=r"^/x/c\.yaml: " + needle):
+        parse_train_config(BASE % ppo, Path("/x/c.yaml"))
+
+
+def test_valid_schedules_and_names_pass_and_rllib_accepts_them():
+    from deepshare.rl.train import build_algorithm_config
+
+    ppo = "{lr: [[0, 0.001], [1000, 0.0001]], entropy_coeff: [[0, 0.01], [1000, 0.0]], grad_clip_by: norm}"
+    config = parse_train_config(BASE % ppo, Path("/x/c.yaml"))
+    assert config.ppo["lr"] == [[0, 0.001], [1000, 0.0001]] and config.ppo["entropy_coeff"] == [[0, 0.01], [1000, 0.0]]
+    algo = build_algorithm_config(config, config.env_config(Path("/x")), 0, 1.0)
+    algo.validate()  # what build_algo runs, in the driver: nothing left for it to refuse
+    assert algo.grad_clip_by == "norm" and algo.entropy_coeff == [[0, 0.01], [1000, 0.0]]
+
+
+def test_train_cli_refuses_a_bad_schedule_on_one_line_before_ray(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE % "{lr: [[5, 0.001]]}")
+    assert main(["train", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}: ppo.lr" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "run").exists()
