@@ -367,8 +367,10 @@ class DeepShareEnv(gym.Env):
         """Draw every later episode's scenario from its own generator, seeded by (``seed``,
         ``worker``, ``group``, episode count), not from the env's stream: envs given the same
         group replay the same sequences of episodes, in order. Each step's info then carries
-        ``sequence``, an int naming the episode's (group, count): what the input-dependent
-        baseline (:mod:`deepshare.rl.advantages`) groups episodes by."""
+        ``sequence``, an int naming the episode's (group, count, and the curriculum's job cap
+        when one is set, :meth:`set_max_jobs`): what the input-dependent baseline
+        (:mod:`deepshare.rl.advantages`) groups episodes by, so episodes capped differently are
+        never compared."""
         self._replay, self._replayed, self._epoch = (int(seed), int(worker), int(group)), 0, ()
 
     def set_replay_epoch(self, iteration: int, restart: int) -> None:
@@ -397,8 +399,13 @@ class DeepShareEnv(gym.Env):
             rng = np.random.default_rng([*self._replay, self._replayed, *self._epoch])
             _, worker, group = self._replay
             self._sequence = ((worker * 10_000 + group) << 32) + self._replayed
-            if self._epoch:  # negative: never a tag of the first epoch; 56 bits: a vector env packs infos as int64
-                digest = hashlib.blake2b(repr((worker, group, self._replayed, *self._epoch)).encode(), digest_size=7).digest()
+            # The curriculum's cap is part of what the group replays: envs of a group that start
+            # their k-th episode on either side of a stage change replay different inputs, so
+            # their tags differ and the baseline does not compare their returns.
+            capped = () if self._max_jobs is None else ("max_jobs", self._max_jobs)
+            if self._epoch or capped:  # negative: never a plain tag; 56 bits: a vector env packs infos as int64
+                key = (worker, group, self._replayed, *self._epoch, *capped)
+                digest = hashlib.blake2b(repr(key).encode(), digest_size=7).digest()
                 self._sequence = -1 - int.from_bytes(digest, "big")
             self._replayed += 1
         # A scenario without one feasible choice (every job rejected on arrival: e.g. a curriculum
