@@ -28,7 +28,9 @@ Start
     (``durations`` and ``estimate_errors``, one of each per episode, and the seed of its drawn
     estimates), and runs to the first decision point with a feasible launch; a scenario that
     has none (every job rejected on arrival) is drawn again from the same generator, so a seed
-    still names one episode (a DeepShareError after ``MAX_REDRAWS`` such draws). Training options
+    still names one episode (a DeepShareError after ``MAX_REDRAWS`` such draws). Training seeds
+    each env from a stream keyed by (run seed, env runner, index in its vector env)
+    (:meth:`DeepShareEnv.set_seed_stream`) rather than RLlib's integer. Training options
     may cap an episode's jobs (:meth:`DeepShareEnv.set_max_jobs`), replay a group's sequence
     of scenarios (:meth:`DeepShareEnv.set_replay_group`) or report each step's simulated time
     (:meth:`DeepShareEnv.set_report_elapsed`).
@@ -357,6 +359,7 @@ class DeepShareEnv(gym.Env):
         self._epoch: tuple[int, ...] = ()
         self._sequence: int | None = None
         self._report_elapsed = False
+        self._stream: tuple[int, ...] | None = None
 
     def set_max_jobs(self, max_jobs: int | None) -> None:
         """Cap later episodes at their first ``max_jobs`` jobs by submission (None: no cap): the
@@ -383,6 +386,18 @@ class DeepShareEnv(gym.Env):
         the earlier env runner's episodes."""
         self._epoch, self._replayed = (int(iteration), int(restart)), 0
 
+    def set_seed_stream(self, seed: int, worker: int, index: int, epoch: tuple[int, ...] = ()) -> None:
+        """Draw episodes from a generator keyed by (run ``seed``, env runner ``worker``, the env's
+        ``index`` in its vector env, ``epoch``): from now on, and afresh at every seeded ``reset``,
+        whose integer is then ignored. RLlib seeds env runner ``w`` with ``seed + w`` and
+        gymnasium's vector env sub-env ``j`` with that ``+ j``, so as integers (1, 1) and (2, 0)
+        collide, and run ``seed`` S's runner 2 is run S+1's runner 1; a key of all three never
+        does. ``epoch`` (the iteration and why, as in :meth:`set_replay_epoch`) gives an env
+        runner made again mid-run, or a resumed run's, new episodes rather than the run's first
+        ones again (:mod:`deepshare.rl.seeding`)."""
+        self._stream = (int(seed), int(worker), int(index), *(int(e) for e in epoch))
+        self.np_random = np.random.default_rng(list(self._stream))
+
     def set_report_elapsed(self, on: bool = True) -> None:
         """With ``on``, every step's info carries ``elapsed_s``: the simulated seconds the step
         covered (0.0 for a launch offered the next choice at the same time; for a wait, the time
@@ -392,6 +407,8 @@ class DeepShareEnv(gym.Env):
 
     # -- gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None and self._stream is not None:  # the stream's key, not RLlib's seed + w + j
+            seed, self.np_random = None, np.random.default_rng(list(self._stream))
         super().reset(seed=seed)
         rng = self.np_random
         self._sequence = None

@@ -415,15 +415,18 @@ def build_algorithm_config(
         )
         .debugging(seed=config.run.seed)
     )
-    return _with_extras(algo, config) if config.ppo_extras.any else algo
+    return _with_hooks(algo, config)
 
 
-def _with_extras(algo: Any, config: TrainConfig) -> Any:
-    """``algo`` with ``ppo_extras``: the learner's advantage piece and the env runners' hooks."""
+def _with_hooks(algo: Any, config: TrainConfig) -> Any:
+    """``algo`` with the env runners' hooks: every env's own seed stream (:mod:`deepshare.rl.seeding`)
+    and, with ``ppo_extras``, the learner's advantage piece and the extras' hooks."""
     from deepshare.rl.advantages import LEARNER_KEY, DeepSharePPOLearner, ReplayGroups, ReportElapsed
     from deepshare.rl.curriculum import CurriculumStart, CurriculumStep
+    from deepshare.rl.seeding import SeedStreams
 
     extras = config.ppo_extras
+    streams = SeedStreams(config.run.seed)
     if extras.average_reward is not None or extras.input_baseline is not None:
         options = {
             "average_reward_rate": extras.average_reward.rate if extras.average_reward else None,
@@ -431,10 +434,10 @@ def _with_extras(algo: Any, config: TrainConfig) -> Any:
             "group_mix": extras.input_baseline.mix if extras.input_baseline else None,
         }
         algo = algo.learners(learner_class=DeepSharePPOLearner, learner_config_dict={LEARNER_KEY: options})
-    created: list[Any] = []
+    created: list[Any] = [streams]
     if extras.average_reward is not None and extras.average_reward.per == "time":
         created.append(ReportElapsed())
-    recreated: list[Any] = []
+    recreated: list[Any] = [streams.recreated]
     if extras.input_baseline is not None:
         replay = ReplayGroups(extras.input_baseline.group_size, config.run.seed)
         created.append(replay)
@@ -444,11 +447,7 @@ def _with_extras(algo: Any, config: TrainConfig) -> Any:
         step = CurriculumStep(extras.curriculum.lengths, extras.curriculum.iterations_per_stage)
         algo = algo.callbacks(on_train_result=step)
         recreated.append(step.recreated)
-    if created:
-        algo = algo.callbacks(on_environment_created=created)
-    if recreated:
-        algo = algo.callbacks(on_env_runners_recreated=recreated)
-    return algo
+    return algo.callbacks(on_environment_created=created, on_env_runners_recreated=recreated)
 
 
 def start_ray(address: str | None) -> None:

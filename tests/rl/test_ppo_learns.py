@@ -267,7 +267,8 @@ def test_an_env_runner_restarted_mid_run_gets_the_current_stage_before_it_sample
     config = parse_train_config("name: x\nppo_extras: {curriculum: {lengths: [3, 6, 12], iterations_per_stage: 2}}\n",
                                 Path("c.yaml"))
     algo = build_algorithm_config(config, config.env_config(Path(".")), 0, 2)
-    [hook] = algo.callbacks_on_env_runners_recreated
+    streams, hook = algo.callbacks_on_env_runners_recreated  # every run's seed streams first (deepshare.rl.seeding)
+    assert streams.__func__.__qualname__ == "SeedStreams.recreated"
     assert getattr(hook, "__self__", None) is algo.callbacks_on_train_result and hook.__func__ is CurriculumStep.recreated
 
 
@@ -308,7 +309,7 @@ def test_replay_groups_of_a_restarted_env_runner_draw_new_sequences_not_the_firs
     config = parse_train_config("name: x\nrun: {envs_per_env_runner: 2}\nppo_extras: {input_baseline: {group_size: 2},"
                                 " curriculum: {lengths: [3, 6], iterations_per_stage: 2}}\n", Path("c.yaml"))
     hooks = build_algorithm_config(config, config.env_config(Path(".")), 0, 2).callbacks_on_env_runners_recreated
-    assert [h.__func__.__qualname__ for h in hooks] == ["ReplayGroups.recreated", "CurriculumStep.recreated"]
+    assert [h.__func__.__qualname__ for h in hooks] == ["SeedStreams.recreated", "ReplayGroups.recreated", "CurriculumStep.recreated"]
 
 
 # -- the options in the YAML -------------------------------------------------------------------
@@ -341,7 +342,9 @@ def test_off_by_default_leaves_the_algorithm_config_as_it_was(tmp_path):
     assert not config.ppo_extras.any and "ppo_extras" not in run_metadata(config, TINY, config.env_config(TINY.parent))
     algo = build_algorithm_config(config, config.env_config(TINY.parent), 0, 2)
     assert algo.learner_class.__name__ == "PPOTorchLearner" and algo.learner_config_dict == {}
-    assert algo.callbacks_on_train_result is None and algo.callbacks_on_environment_created is None
+    # the only hook: every env's own seed stream, which every run has (deepshare.rl.seeding)
+    assert algo.callbacks_on_train_result is None
+    assert [type(h).__name__ for h in algo.callbacks_on_environment_created] == ["SeedStreams"]
 
 
 def test_average_reward_per_defaults_to_time_and_installs_the_env_hook():
