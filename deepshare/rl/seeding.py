@@ -8,8 +8,9 @@ streams out of 64), and run ``--seed S``'s env runner 2 was run ``--seed S+1``'s
 the key (seed, worker index, env index) instead (:meth:`DeepShareEnv.set_seed_stream`).
 
 An env runner made again starts its envs' streams from their beginning, so it would replay the
-run's first episodes: RLlib's recreated env runners (:meth:`SeedStreams.recreated`) add an epoch,
-(iteration, cause), to the key, as the replay groups do.
+run's first episodes: RLlib's recreated env runners (:meth:`SeedStreams.recreated`) and all env
+runners of a run resumed from a checkpoint (:func:`resume_streams`) add an epoch, (iteration,
+cause), to the key, as the replay groups do (:func:`deepshare.rl.advantages.resume_replay`).
 Replay groups draw their scenarios from their own keys and are unaffected.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Sequence
 
-from deepshare.rl.advantages import RECREATED, sub_envs
+from deepshare.rl.advantages import RECREATED, RESUMED, sub_envs
 
 
 def _set_streams(seed: int, epoch: tuple[int, ...], env_runner: Any) -> int:
@@ -48,3 +49,14 @@ class SeedStreams:
             return
         env_runner_group.foreach_env_runner(partial(_set_streams, self.seed, (int(algorithm.iteration), RECREATED)),
                                             remote_worker_ids=list(env_runner_indices), local_env_runner=False)
+
+
+def resume_streams(algorithm: Any) -> int:
+    """After ``Algorithm.from_checkpoint``: every env runner's envs draw the streams of the epoch
+    (restored iteration, resumed), so the resumed run sees new episodes rather than those of its
+    first iterations again (also for a checkpoint saved before the streams existed: the run's seed
+    is its config's). The number of envs set."""
+    seed = int(algorithm.config.seed or 0)
+    done = algorithm.env_runner_group.foreach_env_runner(
+        partial(_set_streams, seed, (int(algorithm.iteration), RESUMED)), local_env_runner=True)
+    return sum(done or [])

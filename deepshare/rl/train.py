@@ -525,10 +525,12 @@ def train(
     if start_from is not None:
         from deepshare.rl.advantages import resume_replay
         from deepshare.rl.curriculum import resume_stage
+        from deepshare.rl.seeding import resume_streams
 
         algo = Algorithm.from_checkpoint(str(start_from))
         resume_stage(algo)  # the env runners were just created at the curriculum's first length
         resume_replay(algo)  # ...and their replay groups at the run's first sequences
+        resume_streams(algo)  # ...and their envs at the start of their streams
     else:
         algo = build_algorithm_config(config, env, runners, cpus).build_algo()
     metrics_file = run_dir / "metrics.csv"

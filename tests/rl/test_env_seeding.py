@@ -1,5 +1,5 @@
 """Which episodes a training env draws: each sub-env its own stream keyed by (run seed, env
-runner, env index). No Ray cluster: real SingleAgentEnvRunners in this process, or the hooks
+runner, env index), and a new epoch of streams for a resumed run. No Ray cluster: real SingleAgentEnvRunners in this process, or the hooks
 called as RLlib calls them."""
 
 from __future__ import annotations
@@ -70,6 +70,28 @@ def test_the_stream_ignores_rllibs_integer_and_is_keyed_by_seed_worker_and_index
     assert [first_episode(e) for e in again] == [first_episode(e) for e in a]
     a[0].reset(), again[0].reset()  # unseeded resets continue the stream
     assert first_episode(a[0]) == first_episode(again[0])
+
+
+def test_a_resumed_run_draws_new_episodes_not_its_first_iterations_again():
+    """Algorithm.from_checkpoint makes the env runners again, which reset with the run's seed:
+    without the epoch they replayed the episodes of iteration 1. resume_streams adds (iteration,
+    resumed) to every env's key."""
+    from deepshare.rl.advantages import RESUMED
+    from deepshare.rl.seeding import resume_streams
+
+    first_run = [first_episode(e) for e in streams(0, 1)]
+    envs = [DeepShareEnv(ENV) for _ in range(2)]
+    runners = [SimpleNamespace(worker_index=1, env=SimpleNamespace(unwrapped=SimpleNamespace(envs=envs))),
+               SimpleNamespace(worker_index=0, env=None)]  # the local env runner has no env
+    group = SimpleNamespace(foreach_env_runner=lambda func, local_env_runner=True: [func(r) for r in runners])
+    algo = SimpleNamespace(iteration=20, config=SimpleNamespace(seed=0), env_runner_group=group)
+    assert resume_streams(algo) == 2
+    for j, env in enumerate(envs):
+        env.reset(seed=0 + 1 + j)  # the rebuilt runner's first reset
+    resumed = [first_episode(e) for e in envs]
+    assert resumed != first_run and resumed[0] != resumed[1]
+    assert resumed == [first_episode(e) for e in streams(0, 1, epoch=(20, RESUMED))]
+    assert [first_episode(e) for e in streams(0, 1, epoch=(25, RESUMED))] != resumed  # another resume, others
 
 
 def test_every_training_run_installs_the_streams_with_the_runs_seed():

@@ -71,6 +71,7 @@ def no_ray(monkeypatch):
     import deepshare.policies.checkpoint as checkpoint
     import deepshare.rl.advantages as advantages
     import deepshare.rl.curriculum as curriculum
+    import deepshare.rl.seeding as seeding
 
     monkeypatch.setattr(training, "start_ray", lambda address: None)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0})
@@ -79,6 +80,7 @@ def no_ray(monkeypatch):
                         staticmethod(lambda p: FakeAlgo(int((Path(p) / "it").read_text()))))
     monkeypatch.setattr(curriculum, "resume_stage", lambda algo: None)
     monkeypatch.setattr(advantages, "resume_replay", lambda algo: None)
+    monkeypatch.setattr(seeding, "resume_streams", lambda algo: 0)
     return lambda algo: monkeypatch.setattr(
         training, "build_algorithm_config", lambda *a, **k: types.SimpleNamespace(build_algo=lambda: algo))
 
