@@ -4,6 +4,7 @@ offer; ``deepshare clusters import`` makes a cluster spec from a switch table or
 from __future__ import annotations
 
 import argparse
+from typing import Any
 from pathlib import Path
 
 from rich.console import Console
@@ -48,6 +49,19 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def _check_against(card: Any, weights: Path) -> list[str]:
+    """:func:`check_card` with the file's metadata and encoding (rules, information, training
+    compared too); a file that does not load is itself the problem."""
+    from deepshare.policies.checkpoint import scorer_from_file
+    from deepshare.policies.policy_card import check_card
+
+    try:
+        _, encoding, metadata = scorer_from_file(weights)
+    except DeepShareError as exc:
+        return [f"weights: {exc}"]
+    return check_card(card, weights, metadata, encoding)
+
+
 def _shipped_cards() -> dict[str, dict[str, object]]:
     """Registered name -> the key facts of the card of the file it loads by default (the cards'
     ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its weights."""
@@ -61,7 +75,7 @@ def _shipped_cards() -> dict[str, dict[str, object]]:
                 found[name] = found_problem
             continue
         weights = path.with_name(card.weights)
-        problems = check_card(card, weights) if weights.exists() else [f"weights: {card.weights} not found"]
+        problems = _check_against(card, weights) if weights.exists() else [f"weights: {card.weights} not found"]
         facts = card.facts() + (f" [card out of step: {'; '.join(problems)}]" if problems else "")
         summary = {
             "card": path.name, "weights": card.weights, "kind": card.kind, "what": card.what(), "teacher": card.teacher,
@@ -132,8 +146,10 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     if weights.exists():
         from deepshare.policies.checkpoint import scorer_from_file
 
-        problems = check_card(card, weights, scorer_from_file(weights)[2])
-        check = "the card matches its weights (sha256 and rules)" if not problems else "OUT OF STEP: " + "; ".join(problems)
+        _, encoding, metadata = scorer_from_file(weights)
+        problems = check_card(card, weights, metadata, encoding)
+        check = ("the card matches its weights (sha256, rules, information, training)" if not problems
+                 else "OUT OF STEP: " + "; ".join(problems))
     else:
         problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"
     if args.json:

@@ -391,9 +391,15 @@ def card_yaml(card: PolicyCard) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
 
 
-def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any] | None = None) -> list[str]:
+def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any] | None = None,
+               encoding: Any = None) -> list[str]:
     """What does not match between ``card`` and the weights file beside it (empty: they agree):
-    its name, its SHA-256 and, with ``metadata`` (the file's, loaded), its rules."""
+    its name, its SHA-256 and, with ``metadata`` (the file's, loaded), its rules, the information
+    model it was trained under and how it was trained (seed, config, init_from, the method with
+    its iteration or round count), wherever the metadata records them; with ``encoding`` (the
+    file's, a mapping or an ``EncodingConfig``) also the extra columns and the offer order. The
+    hash alone does not tie the card's text to the file: a card edited to claim another
+    information model or seed would still match it."""
     problems = []
     if Path(weights).name != card.weights:
         problems.append(f"weights: the card describes {card.weights}, not {Path(weights).name}")
@@ -404,7 +410,39 @@ def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any
         given = {key: metadata[key] for key in RULE_KEYS if metadata.get(key) not in (None, {})}
         if _plain_rules(given) != _plain_rules(card.rules.as_metadata()):
             problems.append(f"rules: the card says {card.rules.as_metadata()}, the file's metadata {given}")
+        problems += _information_problems(card, metadata, encoding) + _training_problems(card, metadata)
     return problems
+
+
+def _information_problems(card: PolicyCard, metadata: Mapping[str, Any], encoding: Any) -> list[str]:
+    """The card's ``information`` against what the file's metadata (and encoding) say."""
+    enc = encoding if isinstance(encoding, Mapping) or encoding is None else {
+        "extra_features": getattr(encoding, "extra_features", ()), "offer_order": getattr(encoding, "offer_order", None)}
+    try:
+        info = information_of(metadata, enc or {})
+    except DeepShareError as exc:
+        return [f"information: the file's metadata cannot say ({exc})"]
+    ours = card.information
+    compared = [("durations", ours.durations, info.durations), ("estimate_errors", ours.estimate_errors, info.estimate_errors)]
+    if enc is not None:
+        compared += [("extra_features", ours.extra_features, info.extra_features),
+                     ("offer_order", ours.offer_order or "srsf", info.offer_order or "srsf")]
+    return [f"information.{name}: the card says {shown(card_value)}, the file's metadata {shown(file_value)}"
+            for name, card_value, file_value in compared if _plain_rules(card_value) != _plain_rules(file_value)]
+
+
+def _training_problems(card: PolicyCard, metadata: Mapping[str, Any]) -> list[str]:
+    """The card's ``training`` against the metadata ``train`` / ``imitate`` wrote, field by field
+    where the metadata has it."""
+    derived = training_of(metadata, command="-")
+    ours = card.training
+    compared = [("seed", ours.seed, derived.seed), ("config", ours.config, derived.config),
+                ("init_from", ours.init_from, derived.init_from)]
+    if "iterations" in metadata or "dagger_rounds" in metadata:
+        compared.append(("method", ours.method, derived.method))
+    recorded = {"seed": derived.seed is not None, "config": derived.config is not None, "init_from": True, "method": True}
+    return [f"training.{name}: the card says {shown(card_value)}, the file's metadata {shown(file_value)}"
+            for name, card_value, file_value in compared if recorded[name] and card_value != file_value]
 
 
 def _plain_rules(rules: Mapping[str, Any]) -> Any:
