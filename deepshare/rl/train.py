@@ -279,9 +279,10 @@ def _differences(ours: Any, theirs: Any, at: str) -> list[str]:
 
 CHECKPOINT_NAME = re.compile(r"iter_(\d+)")
 """A checkpoint folder's name: ``iter_`` and the iteration (four digits or more)."""
-CHECKPOINT_STATE = ("state.pkl", "state.msgpack")
-"""The algorithm's own state file, which RLlib's ``save_to_path`` writes last: a folder without
-one is a checkpoint whose save was cut short."""
+CHECKPOINT_STATE = ("algorithm_state.pkl", "algorithm_state.msgpack")
+"""The algorithm's own state file (``Algorithm.STATE_FILE_NAME``, pickled or msgpack), which
+RLlib's ``save_to_path`` writes last, after its components' folders: a folder without one is a
+checkpoint whose save was cut short."""
 
 
 def checkpoint_iteration(folder: Path) -> int | None:

@@ -154,7 +154,7 @@ def test_train_cli_reports_a_missing_config_and_a_missing_resume_folder(capsys, 
     assert main(["train", str(tmp_path / "none.yaml")]) == 2
     assert "not found" in capsys.readouterr().err
     assert main(["train", str(TINY), "--resume", str(tmp_path)]) == 2
-    assert "no checkpoints" in capsys.readouterr().err
+    assert "no complete checkpoints" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

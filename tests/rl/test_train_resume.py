@@ -18,7 +18,7 @@ CONFIG = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_
 
 def complete(folder: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / "state.pkl").write_bytes(b"")  # what RLlib's save_to_path writes last
+    (folder / "algorithm_state.pkl").write_bytes(b"")  # what RLlib's save_to_path writes last
     return folder
 
 
@@ -54,7 +54,7 @@ class FakeAlgo:
         (Path(path) / "it").write_text(str(self.iteration))
         if self.fail_save:
             raise KeyboardInterrupt("stopped mid-save")
-        (Path(path) / "state.pkl").write_bytes(b"")
+        (Path(path) / "algorithm_state.pkl").write_bytes(b"")
 
     def get_module(self):
         return types.SimpleNamespace(scorer=None)
@@ -111,3 +111,13 @@ def test_a_save_cut_short_leaves_no_checkpoint_a_resume_would_pick(tmp_path, no_
     assert not folder.exists()
     training.save_checkpoint(FakeAlgo(5), folder)
     assert training.checkpoint_iteration(folder) == 5 and not folder.with_name("iter_0005.partial").exists()
+
+
+def test_the_state_file_looked_for_is_the_one_rllib_writes_last():
+    """A real checkpoint's top-level state file is ``Algorithm.STATE_FILE_NAME``: looking for
+    another name (``state.pkl``, a plain Checkpointable's) found no checkpoint to resume."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from deepshare.rl.train import CHECKPOINT_STATE
+
+    assert {f"{Algorithm.STATE_FILE_NAME}.pkl", f"{Algorithm.STATE_FILE_NAME}.msgpack"} == set(CHECKPOINT_STATE)
