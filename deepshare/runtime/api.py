@@ -8,7 +8,9 @@
 ``GET /v1/queues`` (per-queue usage against quotas), ``POST /v1/tenants/reload`` (re-read the tenants
 file; admin), ``GET /metrics`` (Prometheus; admin) and ``GET /healthz``. Bad input is a 4xx with
 ``{"error": "field.path: what was expected"}``, never a 5xx; a submission while Ray cannot say
-the cluster's size is 503 with one line in the same shape (nothing journalled).
+the cluster's size is 503 with one line in the same shape (nothing journalled), and so is any
+request that meets the journal locked by another process for longer than SQLite's busy timeout
+(with ``Retry-After``; nothing changed).
 
 Callers (:mod:`deepshare.runtime.tenancy`): the admin token sees everything; a tenant's token
 (the tenants file's ``tokens``) submits only into its own queues (403 naming ``queue``) and sees
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -141,6 +144,31 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)}, headers=exc.headers)
 
 
+JOURNAL_RETRY_AFTER_S = 5
+"""``Retry-After`` of a 503 answered while another process holds the journal locked."""
+
+
+def _journal_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked" (another connection holds the journal)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc) or "busy" in str(exc)
+
+
+async def _journal_error(_: Request, exc: Exception) -> JSONResponse:
+    """A journal that another process holds locked (an operator's ``sqlite3`` shell, a backup) past
+    the busy timeout: 503 with ``Retry-After`` and one line, nothing changed (the transaction was
+    rolled back). Any other SQLite operational error (a full disk): 500 with one line, not a
+    traceback."""
+    assert isinstance(exc, sqlite3.OperationalError)
+    lines = str(exc).strip().splitlines()
+    first = lines[0][:200] if lines else type(exc).__name__
+    if _journal_busy(exc):
+        return JSONResponse(status_code=503, headers={"Retry-After": str(JOURNAL_RETRY_AFTER_S)},
+                            content={"error": f"journal: held by another process ({first}); nothing was changed, "
+                                              f"try again in {JOURNAL_RETRY_AFTER_S} s"})
+    return JSONResponse(status_code=500, content={"error": f"journal: {first}"})
+
+
 def _caller(request: Request) -> Caller:
     """Who sent ``request`` (:func:`guard` puts it in the scope; an app served unguarded, as in
     tests of the routes alone, has no callers but the admin)."""
@@ -162,6 +190,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
     topology's level names (a job naming another gets 422; None: not checked)."""
     app = FastAPI(title="DeepShare scheduler", version="1")
     app.add_exception_handler(StarletteHTTPException, _http_error)  # unknown routes and methods: the same shape
+    app.add_exception_handler(sqlite3.OperationalError, _journal_error)  # a journal locked by another process: 503
 
     def current():  # type: ignore[no-untyped-def]
         return None if tenants is None else tenants.current

@@ -298,17 +298,35 @@ class Journal:
         return float(self._clock())
 
     class _Tx:
+        """One write transaction under the journal's lock. The lock is released whatever happens:
+        a BEGIN that fails (another process holds the journal past the busy timeout) releases it
+        at once, and a COMMIT that fails is rolled back first, so the connection is never left
+        inside a transaction. A lock left held stopped the control loop and every API thread for
+        good, and a transaction left open made every later BEGIN fail."""
+
         def __init__(self, journal: "Journal") -> None:
             self.j = journal
 
         def __enter__(self) -> sqlite3.Connection:
             self.j._lock.acquire()
-            self.j._db.execute("BEGIN IMMEDIATE")
+            try:
+                self.j._db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.j._lock.release()
+                raise
             return self.j._db
 
         def __exit__(self, exc_type: Any, *_: Any) -> None:
+            db = self.j._db
             try:
-                self.j._db.execute("ROLLBACK" if exc_type else "COMMIT")
+                if exc_type is None:
+                    try:
+                        db.execute("COMMIT")
+                    except BaseException:
+                        _rollback(db)
+                        raise
+                else:
+                    _rollback(db)
             finally:
                 self.j._lock.release()
 
@@ -757,6 +775,17 @@ class Measurement:
     measured_throughput: float
     predicted_throughput: float
     ended: float | None
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it ends some on an error);
+    a rollback that fails is logged, so that the error that led to it is the one raised."""
+    if not db.in_transaction:
+        return
+    try:
+        db.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        log.error("journal: rolling back a failed transaction failed too (%s)", exc)
 
 
 def _spec_queues(db: sqlite3.Connection) -> Iterator[tuple[str, str]]:

@@ -223,3 +223,25 @@ def test_without_levels_the_one_level_is_rack():
 
     assert NO_LEVELS.names == ("rack",)
     assert label_levels(["leaf=a", "spine=b"]).names == ("leaf", "spine")
+
+
+def test_a_journal_locked_by_another_process_is_503_with_retry_after(tmp_path):
+    import sqlite3
+
+    journal = Journal(tmp_path / "state")  # not closed: on a failure its lock is held for good
+    journal._db.execute("PRAGMA busy_timeout=50")  # SQLite's wait for the other writer: 50 ms, not 5 s
+    with serving(journal, cluster_gpus=lambda: (8, 2)) as url:
+        other = sqlite3.connect(tmp_path / "state" / "journal.sqlite", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # an operator's sqlite3 shell in the middle of an UPDATE
+        req = urllib.request.Request(url + "/v1/jobs", data=json.dumps(BODY).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(req, timeout=10)
+        body = json.loads(caught.value.read())
+        assert caught.value.code == 503 and caught.value.headers["Retry-After"] == "5"
+        assert body["error"].startswith("journal: held by another process (database is locked)")
+        assert "\n" not in body["error"]
+        other.execute("ROLLBACK")
+        other.close()
+        assert call(url, "GET", "/v1/jobs") == (200, [])  # nothing journalled, and the journal answers again
+        assert call(url, "POST", "/v1/jobs", json.dumps(BODY).encode())[0] == 201

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 
@@ -174,3 +175,51 @@ def test_one_scheduler_per_state_folder(tmp_path):
         StateLock(tmp_path / "s").acquire()
     first.release()
     StateLock(tmp_path / "s").acquire().release()  # free again once released (or its holder died)
+
+
+def _hold_write_lock(journal: Journal) -> sqlite3.Connection:
+    """Another process's connection holding the journal's write lock (an operator's sqlite3
+    shell); the journal waits 50 ms for it, not SQLite's 5 s."""
+    journal._db.execute("PRAGMA busy_timeout=50")
+    other = sqlite3.connect(journal.dir / "journal.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+def test_a_transaction_that_cannot_begin_releases_the_journal(tmp_path):
+    journal = Journal(tmp_path / "state")  # not closed: on a failure the lock is held for good
+    journal.submit(SPEC)
+    other = _hold_write_lock(journal)
+    failed: list[BaseException] = []
+
+    def submit() -> None:  # as one of the API's worker threads, which lives on afterwards
+        try:
+            journal.submit(SPEC)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            failed.append(exc)
+
+    writer = threading.Thread(target=submit, daemon=True)
+    writer.start()
+    writer.join(10)
+    other.execute("ROLLBACK")
+    other.close()
+    assert [type(e) for e in failed] == [sqlite3.OperationalError] and "locked" in str(failed[0])
+    seen: list[int] = []
+    reader = threading.Thread(target=lambda: seen.append(len(journal.jobs())), daemon=True)  # the control loop
+    reader.start()
+    reader.join(5)
+    assert seen == [1], "the journal's lock was left held by the thread whose BEGIN failed"
+    assert journal.submit(SPEC).job_id == "j-2"
+
+
+def test_a_commit_that_fails_is_rolled_back_and_releases_the_journal(journal):
+    # A deferred foreign key fails at COMMIT, which leaves SQLite's transaction open.
+    journal._db.execute("PRAGMA foreign_keys=ON")
+    journal._db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    journal._db.execute("CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(sqlite3.IntegrityError):
+        with journal._tx() as db:
+            db.execute("INSERT INTO child VALUES (7)")
+    assert not journal._db.in_transaction
+    assert journal._db.execute("SELECT COUNT(*) FROM child").fetchone()[0] == 0
+    assert journal.submit(SPEC).job_id == "j-1"  # a next transaction begins
