@@ -11,7 +11,8 @@ once and is never lost.
 The file is private (mode 0600; SQLite gives its ``-wal`` and ``-shm`` files the same mode) and
 is created whole (schema written under a temporary name, then renamed), so an existing
 ``journal.sqlite`` that is empty, not SQLite or lacks the journal's tables is refused with one
-line instead of being silently replaced by a new empty journal. A job row that cannot be read
+line instead of being silently replaced by a new empty journal; so is a missing one whose
+``-wal`` or ``-shm`` file is still there (SQLite would replay that WAL onto the new journal). A job row that cannot be read
 (a spec that is not valid, an unknown state) is quarantined: the job is reported ``failed`` with
 the reason and the rest of the journal works.
 
@@ -46,6 +47,9 @@ JOURNAL_FILE = "journal.sqlite"
 TABLES = frozenset({"meta", "jobs", "transitions", "runs"})
 LAUNCH_FAILED = "launch failed"
 """Reason prefix of a run whose launch failed (counted towards ``--max-launch-attempts``)."""
+MOVE_AWAY = "move it away with its -wal and -shm files to start with a new journal"
+"""What a refusal of the journal file advises: its ``-wal`` and ``-shm`` files are part of it (a
+WAL left behind is replayed onto the next journal made in the folder)."""
 QUARANTINED = "quarantined"
 """Error prefix of a job whose journal row could not be read."""
 
@@ -201,10 +205,10 @@ class Journal:
         try:
             make_private_dirs(self.dir)
             if not path.exists():
+                _refuse_stale_sidecars(path, state_dir)
                 self._create(path)
             elif path.stat().st_size == 0:
-                raise DeepShareError(f"--state {state_dir}: {path} is empty (0 bytes), not a journal; "
-                                     "move it away to start with a new journal")
+                raise DeepShareError(f"--state {state_dir}: {path} is empty (0 bytes), not a journal; {MOVE_AWAY}")
             else:
                 _check_is_journal(path, state_dir)  # read-only: a refused file is left as it was
             os.chmod(path, 0o600)
@@ -214,15 +218,13 @@ class Journal:
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             epoch = self._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone() if "meta" in tables else None
         except sqlite3.DatabaseError as exc:
-            raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); "
-                                 "move it away to start with a new journal") from None
+            raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); {MOVE_AWAY}") from None
         except (OSError, sqlite3.Error) as exc:
             raise DeepShareError(f"--state {state_dir}: cannot open the journal ({exc})") from None
         if not TABLES <= tables or epoch is None:
             self._db.close()
             missing = ", ".join(sorted(TABLES - tables)) or "meta.epoch"
-            raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); "
-                                 "move it away to start with a new journal")
+            raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); {MOVE_AWAY}")
         try:
             self.epoch = float(epoch[0])
         except (TypeError, ValueError):
@@ -810,11 +812,25 @@ def _has_indexes(db: sqlite3.Connection) -> bool:
     return {"jobs_by_state", "jobs_by_queue", "jobs_by_queue_state"} <= names
 
 
+def _refuse_stale_sidecars(path: Path, state_dir: str | Path) -> None:
+    """Refuse to create a journal at ``path`` while its ``-wal`` or ``-shm`` file is there: they
+    belong to a journal moved away without them (after a crash the WAL holds its last
+    transactions), and SQLite replays a WAL it finds onto the new file, mixing the old journal's
+    pages into the new one (a corrupt journal whose every tick failed)."""
+    left = [p for p in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")) if p.exists()]
+    if left:
+        names = " and ".join(p.name for p in left)
+        raise DeepShareError(f"--state {state_dir}: {path} is missing but its {names} are still there (a journal "
+                             f"moved away without them, whose last transactions they may hold); move them next to "
+                             f"it, renamed after it (NAME-wal, NAME-shm), or delete them if that journal is not "
+                             f"wanted, then start again")
+
+
 def _check_is_journal(path: Path, state_dir: str | Path) -> None:
     """Refuse ``path`` unless it holds the journal's tables and epoch, reading it read-only: the
     WAL switch and the chmod that opening it for real does must never touch a file that is not a
     journal (nor, through a symlink, someone else's file)."""
-    moved = "move it away to start with a new journal"
+    moved = MOVE_AWAY
     try:
         db = sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True)
         try:

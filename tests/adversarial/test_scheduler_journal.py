@@ -63,7 +63,7 @@ def test_zero_byte_journal_is_refused_not_replaced(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"deepshare: error: --state {state}: {state / 'journal.sqlite'} is empty (0 bytes), not a journal; "
-        "move it away to start with a new journal"]
+        "move it away with its -wal and -shm files to start with a new journal"]
     assert (state / "journal.sqlite").stat().st_size == 0 and not (state / "scheduler.json").exists()
 
 
@@ -96,8 +96,8 @@ def test_a_damaged_page_is_refused_at_start(tmp_path, capsys, no_ray):
     damaged = (state / "journal.sqlite").read_bytes()
     assert main(start(state)) == 2
     line = one_error_line(capsys)
-    assert "journal.sqlite is damaged (" in line and line.endswith("restore it from a backup, or move it away to start "
-                                                                   "with a new journal")
+    assert "journal.sqlite is damaged (" in line and line.endswith("restore it from a backup, or move it away with its "
+                                                                   "-wal and -shm files to start with a new journal")
     assert (state / "journal.sqlite").read_bytes() == damaged
 
 

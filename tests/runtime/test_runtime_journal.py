@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from deepshare.core.errors import DeepShareError
 from deepshare.runtime.cluster import read_cluster
 from deepshare.runtime.journal import ALLOWED, TERMINAL, JobState, Journal, TransitionError
 from deepshare.runtime.spec import spec_from_json
@@ -223,3 +224,38 @@ def test_a_commit_that_fails_is_rolled_back_and_releases_the_journal(journal):
     assert not journal._db.in_transaction
     assert journal._db.execute("SELECT COUNT(*) FROM child").fetchone()[0] == 0
     assert journal.submit(SPEC).job_id == "j-1"  # a next transaction begins
+
+
+@pytest.mark.parametrize("left", [("-wal", "-shm"), ("-wal",), ("-shm",)])
+def test_a_journal_moved_away_without_its_wal_is_not_replaced(tmp_path, left):
+    """After a crash the last transactions are in journal.sqlite-wal: a journal moved away
+    without it must not get a new journal onto which SQLite replays the stale WAL."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.submit(SPEC)
+    journal._db.execute("PRAGMA wal_autocheckpoint=0")  # as after a crash: the last writes only in the WAL
+    journal.submit(SPEC)
+    wal, shm = (state / "journal.sqlite-wal").read_bytes(), (state / "journal.sqlite-shm").read_bytes()
+    journal._db.close()
+    (state / "journal.sqlite").rename(tmp_path / "moved.sqlite")
+    for suffix, data in (("-wal", wal), ("-shm", shm)):
+        (state / f"journal.sqlite{suffix}").unlink(missing_ok=True)
+        if suffix in left:
+            (state / f"journal.sqlite{suffix}").write_bytes(data)
+    with pytest.raises(DeepShareError) as refused:
+        Journal(state)
+    message = str(refused.value)
+    assert "\n" not in message and "journal.sqlite is missing but its " in message
+    assert all(f"journal.sqlite{s}" in message for s in left) and "NAME-wal, NAME-shm" in message
+    assert not (state / "journal.sqlite").exists()  # nothing created
+    for suffix in left:
+        (state / f"journal.sqlite{suffix}").unlink()
+    assert Journal(state).jobs() == []  # all three gone: a new, empty journal
+
+
+def test_refusals_say_to_move_the_journal_with_its_wal_and_shm(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal.sqlite").write_bytes(b"")
+    with pytest.raises(DeepShareError, match="move it away with its -wal and -shm files to start with a new journal"):
+        Journal(state)
