@@ -665,8 +665,14 @@ class ControlLoop:
     def _apply(self, decision: Decision, view: ClusterView, cluster: ClusterState,
                ended: list[tuple[str, str]]) -> TickReport:
         records = {j.job_id: j for j in self.journal.jobs(JobState.RUNNING, JobState.QUEUED)}
-        stops = [*((records[j], "preempted") for j in decision.preempt),
-                 *((records[m.job_id], "migrating") for m in decision.migrate)]
+        # The API runs beside the policy: a job it decided on may have been cancelled (or ended)
+        # since its view was built. Such a job is skipped here, before the journal changes; a
+        # lookup that raised stopped the tick half-applied (runs journalled but never launched).
+        asked = [*((j, "preempted") for j in decision.preempt), *((m.job_id, "migrating") for m in decision.migrate)]
+        gone = sorted({job_id for job_id, _ in asked if job_id not in records})
+        if gone:
+            log.info("not stopping %s: no longer queued or running (cancelled or ended while the policy decided)", gone)
+        stops = [(records[job_id], why) for job_id, why in asked if job_id in records]
         fresh = [(job.job_id, why) for job, why in stops if job.job_id not in self._stopping]  # a stopping run is not asked again
         if self.metrics is not None:
             self.metrics.preemptions.inc(sum(why == "preempted" for _, why in fresh))
@@ -689,11 +695,14 @@ class ControlLoop:
         waiting = []
         for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
                                   *((l.job_id, l.placement) for l in decision.launch)]:
+            jv = views.get(job_id)
+            if jv is None:  # not in the view rebuilt after the stops: cancelled or ended since the decision
+                log.info("not launching %s: no longer queued (cancelled or ended while the policy decided)", job_id)
+                continue
             if job_id in self._stopping or not placement.fits(free):  # a stopping run still holds its GPUs
                 waiting.append(job_id)
                 continue
             placement.take(free)
-            jv = views[job_id]
             ratio = recorded.predict(jv, placement, tuple(pending)).ratio
             alloc = cluster.to_alloc(placement)
             predicted = self.predicted_throughput(jv.model, placement, ratio)

@@ -566,3 +566,45 @@ def test_the_planner_answers_within_the_timeout(tmp_path):
     assert time.monotonic() - start < 1.0
     assert report.error is None and report.launched == (a, b)
     assert planner.stats.contested == 1 and planner.stats.budget_hits == 1 and planner.stats.last_futures < 4
+
+
+class RacingAPI:
+    """A policy during whose decision the API (another thread) cancels a queued job and two
+    running jobs finish: the decision then names jobs that are no longer queued or running."""
+
+    name = "racing"
+
+    def __init__(self, rig: "Rig") -> None:
+        self.rig, self.calls = rig, 0
+
+    def decide(self, view: Any) -> Decision:
+        self.calls += 1
+        if self.calls == 1:
+            return Decision(launch=(Launch("a-1", Placement.of({0: 2})), Launch("d-4", Placement.of({1: 1})),
+                                    Launch("e-5", Placement.of({1: 1}))))
+        if self.calls == 2:
+            journal = self.rig.journal
+            journal.cancel("c-3")  # DELETE /v1/jobs/c-3 while the policy decides
+            for job_id in ("d-4", "e-5"):
+                journal.end_run(job_id, 1, JobState.FINISHED, "finished")
+            return Decision(preempt=("a-1", "d-4"), migrate=(Migrate("e-5", Placement.of({0: 1})),),
+                            launch=(Launch("b-2", Placement.of({0: 1})), Launch("c-3", Placement.of({0: 1}))))
+        return WAIT
+
+
+def test_jobs_cancelled_or_ended_while_the_policy_decides_are_skipped_not_a_half_applied_tick(tmp_path):
+    rig = Rig(tmp_path / "state", None, nodes={"node0": 4, "node1": 2})
+    rig.policy = RacingAPI(rig)
+    rig.loop = rig.make_loop()
+    for name, gpus in (("a", 2), ("b", 1), ("c", 1), ("d", 1), ("e", 1)):
+        rig.submit(name, gpus)
+    assert rig.loop.tick().launched == ("a-1", "d-4", "e-5")
+    report = rig.loop.tick()
+    assert report.error is None and report.launched == ("b-2",) and report.preempted == ("a-1",)
+    assert report.migrated == ()
+    assert rig.state("b-2") is JobState.RUNNING and ("b-2", 1) in rig.fake.live()  # journalled and launched
+    assert (rig.state("a-1"), rig.state("c-3")) == (JobState.QUEUED, JobState.CANCELLED)
+    assert rig.journal.get("c-3").attempt == 0  # never started
+    later = rig.loop.tick()
+    assert later.error is None and ("b-2", "queued") not in later.ended  # b-2's run was not lost
+    assert rig.reasons("b-2") == ["submitted", "launched"]
