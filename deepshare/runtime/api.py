@@ -374,7 +374,8 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
         job = find(_caller(request), job_id)
         if job is None:
             return no_job(job_id)
-        return job_detail(job, journal.runs(job_id), journal.transitions(job_id), tenancy_of(job, borrowed_now()))
+        return job_detail(job, journal.runs(job_id), journal.transitions(job_id), tenancy_of(job, borrowed_now()),
+                          checkpoint_dir=journal.run_names.checkpoint_dir(job.spec, job.job_id))
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobOut)
     def cancel(job_id: str, request: Request) -> JSONResponse | JobOut:

@@ -16,8 +16,9 @@ line instead of being silently replaced by a new empty journal; so is a missing 
 (a spec that is not valid, an unknown state) is quarantined: the job is reported ``failed`` with
 the reason and the rest of the journal works.
 
-Its ``meta`` table also holds the journal's random instance id, which every run's Ray names
-carry so that two journals' runs never share a name (:mod:`deepshare.runtime.runnames`).
+Its ``meta`` table also holds the journal's random instance id, which every run's Ray names and
+checkpoint folder carry so that two journals' runs never share a name or a checkpoint
+(:mod:`deepshare.runtime.runnames`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from deepshare.core.bounds import MAX_STEP
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import resolved
 from deepshare.runtime.private import make_private_dirs
-from deepshare.runtime.runnames import INSTANCE_KEY, RunNames, journal_run_names, new_instance
+from deepshare.runtime.runnames import CHECKPOINT_KEY, INSTANCE_KEY, RunNames, journal_run_names, new_instance
 from deepshare.runtime.spec import LiveJobSpec
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,7 @@ class Journal:
             db.executescript(SCHEMA)
             db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(float(self._clock())),))
             db.execute("INSERT INTO meta VALUES (?, ?)", (INSTANCE_KEY, new_instance()))
+            db.execute("INSERT INTO meta VALUES (?, ?)", (CHECKPOINT_KEY, "1"))  # every job's folder names the instance
         finally:
             db.close()
         os.replace(tmp, path)

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from deepshare.runtime.cluster import NO_LEVELS, NODE_ID_LABEL, ClusterState, LabelLevels, current_cluster
 from deepshare.runtime.logs import rank_log_path
 from deepshare.runtime.runnames import RunNames
-from deepshare.runtime.spec import LiveJobSpec, job_checkpoint_dir
+from deepshare.runtime.spec import LiveJobSpec
 from deepshare.runtime.worker import JobWorker, Report, StartOutcome, WorkerLaunch, WorkerStatus, python_argv
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def launch(job_id: str, attempt: int, spec: LiveJobSpec, alloc: Sequence[tuple[s
             actor.start.remote(WorkerLaunch(
                 job_id=job_id, attempt=attempt, rank=r, world_size=spec.gpus, local_rank=local,
                 local_world_size=gpus, master_addr=master_addr, master_port=master_port, argv=tuple(argv),
-                checkpoint_dir=job_checkpoint_dir(spec, job_id), working_dir=working_dir, env=tuple(sorted(spec.env.items())),
+                checkpoint_dir=names.checkpoint_dir(spec, job_id), working_dir=working_dir, env=tuple(sorted(spec.env.items())),
                 log_path=str(rank_log_path(settings.log_dir, job_id, r)) if settings.log_dir else None,
             ))
             for actor, (r, local, gpus) in zip(actors, placed)

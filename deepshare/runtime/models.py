@@ -8,7 +8,6 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from deepshare.runtime.journal import JobRecord, RunRecord, Transition
-from deepshare.runtime.spec import job_checkpoint_dir
 
 
 class NodeGpus(BaseModel):
@@ -156,9 +155,11 @@ def job_out(job: JobRecord, tenancy: Tenancy = NO_TENANCY) -> JobOut:
 
 
 def job_detail(job: JobRecord, runs: list[RunRecord], transitions: list[Transition],
-               tenancy: Tenancy = NO_TENANCY) -> JobDetailOut:
+               tenancy: Tenancy = NO_TENANCY, *, checkpoint_dir: str) -> JobDetailOut:
+    """A job's detail; ``checkpoint_dir``: its checkpoint folder, which its journal's instance
+    names (:meth:`~deepshare.runtime.runnames.RunNames.checkpoint_dir`)."""
     return JobDetailOut(
-        **job_out(job, tenancy).model_dump(), checkpoint_dir=job_checkpoint_dir(job.spec, job.job_id),
+        **job_out(job, tenancy).model_dump(), checkpoint_dir=checkpoint_dir,
         runs=[RunOut(attempt=r.attempt, placement=_alloc(r.placement) or [], started=r.started, ended=r.ended,
                      end_reason=r.end_reason, start_step=r.start_step, measured_throughput=r.measured_throughput,
                      predicted_throughput=r.predicted_throughput) for r in runs],

@@ -192,7 +192,12 @@ def spec_json(spec: LiveJobSpec) -> str:
     return json.dumps(spec.model_dump(mode="json"), sort_keys=True)
 
 
-def job_checkpoint_dir(spec: LiveJobSpec, job_id: str) -> str:
-    """Where job ``job_id`` keeps its checkpoints: ``<checkpoint_dir>/<job id>``, so two submissions
-    of one spec never resume from each other."""
-    return str(Path(spec.checkpoint_dir) / job_id)
+def job_checkpoint_dir(spec: LiveJobSpec, job_id: str, instance: str | None) -> str:
+    """Where job ``job_id`` of the journal ``instance`` keeps its checkpoints:
+    ``<checkpoint_dir>/<instance>-<job id>``, so that two submissions of one spec never resume
+    from each other, nor two journals' jobs of one id (every journal numbers its jobs from
+    ``<name>-1``: a second scheduler on the same storage, or a reset journal, resumed a new job
+    from another's checkpoint). ``instance`` None: ``<checkpoint_dir>/<job id>``, the folder of a
+    job journalled before checkpoint folders carried the instance
+    (:meth:`~deepshare.runtime.runnames.RunNames.checkpoint_dir`)."""
+    return str(Path(spec.checkpoint_dir) / (job_id if instance is None else f"{instance}-{job_id}"))

@@ -362,7 +362,8 @@ def test_a_bad_row_is_quarantined_and_the_rest_works(tmp_path, column, value, wh
     assert [j.job_id for j in journal.jobs(JobState.QUEUED)] == [good.job_id]
     out = job_out(journal.get(bad.job_id))  # what GET /v1/jobs answers for it
     assert out.state == "failed" and out.name == "bad"
-    detail = job_detail(journal.get(bad.job_id), journal.runs(bad.job_id), journal.transitions(bad.job_id))
+    detail = job_detail(journal.get(bad.job_id), journal.runs(bad.job_id), journal.transitions(bad.job_id),
+                        checkpoint_dir=journal.run_names.checkpoint_dir(journal.get(bad.job_id).spec, bad.job_id))
     reasons = [t.reason for t in detail.transitions]
     assert sum(r.startswith("quarantined") for r in reasons) == 1  # read three times, quarantined once
     with pytest.raises(TransitionError):

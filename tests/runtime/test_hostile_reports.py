@@ -75,7 +75,8 @@ class Rig:
         for job in self.journal.jobs():
             out = JobOut.model_validate(job_out(job).model_dump())
             json.dumps(out.model_dump(mode="json"), allow_nan=False)
-            detail = job_detail(job, self.journal.runs(job.job_id), self.journal.transitions(job.job_id))
+            detail = job_detail(job, self.journal.runs(job.job_id), self.journal.transitions(job.job_id),
+                                checkpoint_dir=self.journal.run_names.checkpoint_dir(job.spec, job.job_id))
             json.dumps(JobDetailOut.model_validate(detail.model_dump()).model_dump(mode="json"), allow_nan=False)
         if self.learning is not None:
             JSONResponse(self.learning.document())  # renders now: refuses NaN and infinities

@@ -26,7 +26,8 @@ def answers_of_a_real_journal(tmp_path) -> tuple[str, bytes, bytes]:
     journal = Journal(tmp_path / "state")
     record = journal.submit(spec_from_json(SPEC))
     out = job_out(record).model_dump_json().encode()
-    detail = job_detail(record, journal.runs(record.job_id), journal.transitions(record.job_id)).model_dump_json().encode()
+    detail = job_detail(record, journal.runs(record.job_id), journal.transitions(record.job_id),
+                        checkpoint_dir=journal.run_names.checkpoint_dir(record.spec, record.job_id)).model_dump_json().encode()
     journal.close()
     return record.job_id, out, detail
 

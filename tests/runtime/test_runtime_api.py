@@ -71,7 +71,7 @@ def test_submit_list_get_cancel(server):
     status, jobs = call(url, "GET", "/v1/jobs")
     assert status == 200 and job_id in [j["id"] for j in jobs]
     status, detail = call(url, "GET", f"/v1/jobs/{job_id}")
-    assert status == 200 and detail["checkpoint_dir"] == f"/ckpt/a/{job_id}" and detail["runs"] == []
+    assert status == 200 and detail["checkpoint_dir"] == f"/ckpt/a/{journal.run_names.instance}-{job_id}" and detail["runs"] == []
     assert [t["to_state"] for t in detail["transitions"]] == ["queued"]
     status, cancelled = call(url, "DELETE", f"/v1/jobs/{job_id}")
     assert status == 200 and cancelled["state"] == "cancelled"

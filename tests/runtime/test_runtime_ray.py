@@ -37,7 +37,7 @@ from deepshare.runtime import launcher  # noqa: E402
 from deepshare.runtime.cluster import NAME_LABEL, current_cluster  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
 from deepshare.runtime.loop import ControlLoop, LoopConfig, TickReport  # noqa: E402
-from deepshare.runtime.spec import job_checkpoint_dir, spec_from_json  # noqa: E402
+from deepshare.runtime.spec import spec_from_json  # noqa: E402
 from polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a fake multi-node Ray cluster and real DDP jobs
@@ -81,7 +81,7 @@ def make_loop(journal: Journal, policy: Any, metrics: Any = None) -> ControlLoop
 
 
 def result(journal: Journal, job_id: str) -> dict:
-    return json.loads((Path(job_checkpoint_dir(journal.get(job_id).spec, job_id)) / "result.json").read_text())
+    return json.loads((Path(journal.run_names.checkpoint_dir(journal.get(job_id).spec, job_id)) / "result.json").read_text())
 
 
 def drive(loop: ControlLoop, until: Callable[[], bool], timeout: float = 120.0,

@@ -19,7 +19,8 @@ def test_good_file_resolves_paths_against_the_spec_folder():
     assert spec.name == "good" and spec.gpus == 2 and spec.args == ["--steps", "10"]
     assert spec.checkpoint_dir == str((FIXTURES / "ckpt").resolve())
     assert spec.working_dir == str(Path.cwd())
-    assert job_checkpoint_dir(spec, "good-3") == str((FIXTURES / "ckpt" / "good-3").resolve())
+    assert job_checkpoint_dir(spec, "good-3", "0a1b2c3d4e5f") == str((FIXTURES / "ckpt" / "0a1b2c3d4e5f-good-3").resolve())
+    assert job_checkpoint_dir(spec, "good-3", None) == str((FIXTURES / "ckpt" / "good-3").resolve())  # journalled before
 
 
 def test_examples_are_valid():
