@@ -79,8 +79,9 @@ class LiveJobSpec(BaseModel):
                                  description="a recurring job's tag: same script, parameters and data")
     vc: Optional[str] = Field(default=None, min_length=1, max_length=256, description="virtual cluster or team")
     queue: Optional[str] = Field(default=None, min_length=1, max_length=253,
-                                 description="its tenant queue (scheduler start --tenants; none: the default queue, "
-                                 "docs/tenants.md; under a tenant's token, that tenant's first queue)")
+                                 description="its tenant queue (scheduler start --tenants; none: the queue the tenants "
+                                 "file's rule gives (queue_from, default_queue; docs/tenants.md), under a tenant's token "
+                                 "only when that queue is the tenant's, else the tenant's first queue)")
     priority: Optional[str] = Field(default=None, min_length=1, max_length=253,
                                     description="its priority class in the tenants file (none: the file's default)")
     required_level: Optional[str] = Field(default=None, min_length=1, max_length=256,

@@ -253,7 +253,7 @@ class LiveTenants:
             assert caller.queues is not None
             if spec.queue is not None:  # the same answer for a queue that exists and one that does not
                 raise Forbidden(f"queue: {spec.queue!r} is not one of your queues ({', '.join(caller.queues)})")
-            queue = caller.queues[0]  # named none: the tenant's own first queue, not the file's default
+            queue = caller.queues[0]  # named none, and the file's rule gives another's queue: the tenant's first
         if queue not in tenants.queues:
             raise DeepShareError(f"queue: {queue!r} is not declared in the tenants file "
                                  f"(declared: {', '.join(sorted(tenants.queues))})")

@@ -698,3 +698,19 @@ def test_state_filtered_pages_equal_filtering_every_job(tmp_path):
             assert got == expected, (queues, states, size)
     finally:
         journal.close()
+
+
+def test_a_tenants_job_naming_no_queue_goes_where_the_files_rule_puts_it_when_that_queue_is_the_tenants(tmp_path):
+    """The rule the docs state: the file's rule (``queue_from``, ``default_queue``) when the tenant
+    owns the queue it gives, else the tenant's first queue (not "always the tenant's first")."""
+    from deepshare.runtime.spec import LiveJobSpec
+
+    file = tmp_path / "tenants.yaml"
+    file.write_text(tenants_yaml().replace("queues: [b], sha256", "queues: [c, b], sha256"))  # bob: c first, b default
+    live = LiveTenants(ADMIN_TOKEN, file, lambda: [])
+    bob, alice = live.caller(BOB.encode()), live.caller(ALICE.encode())
+    assert live.admit_submission(spec_from_json(body("x")), bob).queue == "b"  # the file's default_queue: bob's
+    assert live.admit_submission(spec_from_json(body("x")), alice).queue == "a"  # b is not alice's: her first
+    described = LiveJobSpec.model_json_schema()["properties"]["queue"]["description"]
+    assert "the tenants file's rule" in described and "when that queue is the tenant's" in described
+    assert "that tenant's first queue)" not in described
