@@ -2,7 +2,12 @@
 
 Only alive nodes with GPUs count. A node's name is its ``deepshare.io/node-name`` label when
 set (``--local`` and cluster YAMLs set it), else Ray's node name (its IP), suffixed with the
-first 8 hex digits of its node id when names repeat. Fabric, NIC speed, rack and GPU model come
+first 8 hex digits of its node id when names repeat. A node keeps the name it was first given
+while it lives (the scheduler's reads pass ``known``: a node that joins under a name already
+in use is the one suffixed, and a survivor keeps its suffix when its namesake leaves): a
+renamed node read as gone, and its jobs were torn down as "node lost". A placement journalled
+under ``<name>-<8 hex>`` also finds that node under ``<name>`` (after a restart, which forgets
+``known``). Fabric, NIC speed, rack and GPU model come
 from the labels ``deepshare.io/fabric`` (pcie|nvlink), ``deepshare.io/nic-gbps``,
 ``deepshare.io/nvlink-gbps``, ``deepshare.io/pcie-switches``, ``deepshare.io/rack`` and
 ``deepshare.io/gpu-model`` when present, else the testbed's defaults (PCIe, 40 Gb/s NIC). A
@@ -134,9 +139,18 @@ class ClusterState:
     """The labels the topology's levels were read from (empty: the single ``rack`` level)."""
 
     def index(self, name: str) -> int | None:
+        """The node called ``name``; else, for ``<base>-<8 hex>`` (a name suffixed while another
+        node shared ``<base>``), the node called ``<base>`` whose node id begins with those
+        digits: the same node, named before its namesake left (a restarted scheduler forgets
+        the names it gave)."""
         for i, node in enumerate(self.nodes):
             if node.name == name:
                 return i
+        base, dash, short = name.rpartition("-")
+        if dash and len(short) == 8:
+            for i, node in enumerate(self.nodes):
+                if node.name == base and node.node_id.startswith(short):
+                    return i
         return None
 
     def node(self, name: str) -> RayNode:
@@ -198,16 +212,41 @@ def _domain_label(labels: Mapping[str, Any], key: str) -> str | None:
     return value.strip()
 
 
-def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", levels: LabelLevels = NO_LEVELS) -> ClusterState:
-    """Build the state from ``ray.nodes()`` entries (a pure function: tests feed it dicts), the
-    fabric's levels read from the node labels ``levels`` names (see the module doc)."""
+def node_names(bases: Sequence[str], ids: Sequence[str], known: dict[str, str] | None = None) -> list[str]:
+    """Each node's name: ``bases[i]``, suffixed ``-<first 8 hex of its id>`` when another node
+    has the same base. With ``known`` (node id -> the name it was given before; replaced by this
+    call's names), a node keeps its earlier name while that is still its base or its suffixed
+    base and no other node took it, so a node that joins under a name in use is the one suffixed
+    and none is renamed when a namesake joins or leaves."""
+    names: list[str | None] = [None] * len(bases)
+    taken: set[str] = set()
+    for i, (base, node_id) in enumerate(zip(bases, ids)):
+        kept = (known or {}).get(node_id)
+        if kept is not None and kept not in taken and kept in (base, f"{base}-{node_id[:8]}"):
+            names[i] = kept
+            taken.add(kept)
+    repeats = Counter(bases)
+    for i, (base, node_id) in enumerate(zip(bases, ids)):
+        if names[i] is None:
+            plain = repeats[base] == 1 and base not in taken
+            names[i] = base if plain else f"{base}-{node_id[:8]}"
+            taken.add(names[i])  # type: ignore[arg-type]
+    out = [n for n in names if n is not None]
+    if known is not None:
+        known.clear()
+        known.update(zip(ids, out))
+    return out
+
+
+def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", levels: LabelLevels = NO_LEVELS,
+                 known: dict[str, str] | None = None) -> ClusterState:
+    """Build the state from ``ray.nodes()`` entries (a pure function of them and ``known``: tests
+    feed it dicts), the fabric's levels read from the node labels ``levels`` names (see the
+    module doc). ``known``: the names earlier reads gave, by node id (:func:`node_names`)."""
     alive = [n for n in ray_nodes if n.get("Alive") and int(n.get("Resources", {}).get("GPU", 0)) > 0]
     base = [str(n.get("Labels", {}).get(NAME_LABEL) or n.get("NodeName") or n.get("NodeManagerAddress") or "node")
             for n in alive]
-    repeats = Counter(base)
-    found: list[tuple[str, Mapping[str, Any]]] = []
-    for b, n in zip(base, alive):
-        found.append((b if repeats[b] == 1 else f"{b}-{str(n['NodeID'])[:8]}", n))
+    found = list(zip(node_names(base, [str(n["NodeID"]) for n in alive], known), alive))
     found.sort(key=lambda item: item[0])
     t = TESTBED_NODE_TYPE
     # The switch a node hangs off names its rack (as in a cluster spec with levels): its path above
@@ -238,7 +277,8 @@ def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", leve
     return ClusterState(Topology(name, tuple(nodes), levels=levels.levels), tuple(ray_list), levels)
 
 
-def current_cluster(levels: LabelLevels = NO_LEVELS) -> ClusterState:
+def current_cluster(levels: LabelLevels = NO_LEVELS, known: dict[str, str] | None = None) -> ClusterState:
+    """The alive GPU nodes now (``known``: see :func:`read_cluster`)."""
     import ray
 
-    return read_cluster(ray.nodes(), levels=levels)
+    return read_cluster(ray.nodes(), levels=levels, known=known)

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
-from deepshare.runtime.cluster import NO_LEVELS, NODE_ID_LABEL, ClusterState, LabelLevels, current_cluster
+from deepshare.runtime.cluster import NO_LEVELS, NODE_ID_LABEL, ClusterState, LabelLevels, read_cluster
 from deepshare.runtime.logs import rank_log_path
 from deepshare.runtime.runnames import RunNames
 from deepshare.runtime.spec import LiveJobSpec
@@ -316,7 +317,7 @@ def _remove(actors: Sequence[Any], pg: Any, strict: bool = False) -> None:
 
 class RayLauncher:
     """The :class:`~deepshare.runtime.ports.Launcher` on Ray: this module's functions, and the
-    alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.current_cluster`),
+    alive GPU nodes from ``ray.nodes()`` (:func:`~deepshare.runtime.cluster.read_cluster`, each node keeping its name),
     the fabric's levels read from the node labels ``levels`` names. A GPU node without a level's
     label is logged once (a warning: it is a domain of its own at that level). ``names``: the
     journal's run names (:attr:`~deepshare.runtime.journal.Journal.run_names`)."""
@@ -325,9 +326,17 @@ class RayLauncher:
         self.names = names
         self.levels = levels
         self._warned: set[tuple[str, str]] = set()
+        self._node_names: dict[str, str] = {}
+        """The name each alive node was given, by node id: kept while it lives (a node renamed
+        when a namesake joined or left read as lost, its jobs torn down)."""
+        self._naming = threading.Lock()  # the loop and the API's threads both read the cluster
 
     def cluster(self) -> ClusterState:
-        state = current_cluster(self.levels)
+        import ray
+
+        nodes = ray.nodes()  # outside the lock: a slow Ray holds no other reader
+        with self._naming:
+            state = read_cluster(nodes, levels=self.levels, known=self._node_names)
         for level, key, names in state.unlabelled():
             new = [n for n in names if (level, n) not in self._warned]
             if new:

@@ -259,3 +259,36 @@ def test_refusals_say_to_move_the_journal_with_its_wal_and_shm(tmp_path):
     (state / "journal.sqlite").write_bytes(b"")
     with pytest.raises(DeepShareError, match="move it away with its -wal and -shm files to start with a new journal"):
         Journal(state)
+
+
+def _raylet(node_id: str, ip: str = "10.0.0.5") -> dict:
+    return {"Alive": True, "NodeID": node_id, "NodeManagerAddress": ip, "NodeName": ip, "Resources": {"GPU": 2.0}}
+
+
+def test_a_node_keeps_its_name_when_a_namesake_joins_or_leaves():
+    """Two raylets under one NodeName (one host, or a restarted raylet whose old entry lives on):
+    a name that changed read as a lost node, and the next tick tore its jobs down."""
+    a, b = _raylet("aaaaaaaa1111"), _raylet("bbbbbbbb2222")
+    known: dict[str, str] = {}
+    alone = read_cluster([a], known=known)
+    assert [n.name for n in alone.nodes] == ["10.0.0.5"]  # a unique name stays plain
+    job = ((alone.nodes[0].name, 2),)
+    both = read_cluster([a, b], known=known)  # b joins: b is the one suffixed
+    assert [n.name for n in both.nodes] == ["10.0.0.5", "10.0.0.5-bbbbbbbb"]
+    assert both.to_placement(job) == alone.to_placement(job)
+    on_b = (("10.0.0.5-bbbbbbbb", 2),)
+    after = read_cluster([b], known=known)  # a leaves: b keeps its name
+    assert [n.name for n in after.nodes] == ["10.0.0.5-bbbbbbbb"] and after.to_placement(on_b) is not None
+    assert after.to_placement(job) is None  # a is gone
+
+
+def test_a_placement_under_a_suffixed_name_finds_its_node_after_its_namesake_left():
+    """As read by a restarted scheduler (no names remembered): the journal's placement names
+    ``<ip>-<id>``, the node is now ``<ip>`` alone."""
+    both = read_cluster([_raylet("aaaaaaaa1111"), _raylet("bbbbbbbb2222")])
+    job = ((both.nodes[1].name, 2),)
+    assert job == (("10.0.0.5-bbbbbbbb", 2),)
+    one = read_cluster([_raylet("bbbbbbbb2222")])
+    assert [n.name for n in one.nodes] == ["10.0.0.5"] and one.to_placement(job) is not None
+    other = read_cluster([_raylet("cccccccc3333")])  # the same IP, another node: not the job's
+    assert other.to_placement(job) is None
