@@ -760,7 +760,7 @@ class Journal:
             try:
                 parsed = LiveJobSpec.model_validate_json(spec)
                 out.append(Measurement(job_id, int(attempt), parsed.model, parsed.gpus, _alloc(placement) or (),
-                                       measured, predicted, _num(ended)))
+                                       measured, predicted, _num(ended), parsed.queue))
             except (TypeError, ValueError) as exc:
                 log.warning("run %s of job %s cannot be read for learning (%s); skipped", attempt, job_id, exc)
         return out
@@ -779,6 +779,8 @@ class Measurement:
     measured_throughput: float
     predicted_throughput: float
     ended: float | None
+    queue: str | None = None
+    """The queue its spec fixed (under ``--tenants``, every tenant's job has one; None: none)."""
 
 
 def _rollback(db: sqlite3.Connection) -> None:

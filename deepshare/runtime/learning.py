@@ -16,6 +16,16 @@ The policies' views then predict with the learned model, over the measured link 
 running jobs do not explain (load above what the shipped model expects of them on each link:
 traffic of work the scheduler does not manage), for a ``link`` prior. A model the catalog lacks
 starts from its proxy's prior and is corrected from its own jobs' reports.
+
+**Tenants.** Fits are per model *name*, and a job's reported throughput is its own word: under
+``--tenants`` one tenant's jobs naming a model, reporting false numbers, would move every
+tenant's predictions for that model. So when the runs carry queues (every tenant's job does),
+each queue's runs are fitted apart and a model's fit is the median, over the queues that ran it,
+of their scales and of their exponents (a minority of queues cannot move it outside the range of
+the others' fits), then kept within a factor :data:`TENANT_FIT_BOUND` of the prior (scale within
+1/2..2, exponent within 1/2..2). What is left: with two queues the median is their mean, so a
+lying tenant still moves the other's predictions, by at most that bound; fits stay per model
+name, not per (queue, model) (which the policies' views cannot ask for today).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import json
 import logging
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -48,6 +59,9 @@ DEFAULT_REFIT_S = 300.0
 REFIT_RUNS = 2000
 """Runs a refit reads (the most recently started)."""
 _VERSION_FILE = re.compile(r"^params-(\d{5,})\.json\Z")
+TENANT_FIT_BOUND = 2.0
+"""Under tenants (runs carrying queues), a fit's scale and exponent are kept within this factor
+of the prior's 1 (see the module doc)."""
 
 
 def observations(runs: Iterable[Measurement], catalog: Catalog) -> list[Observation]:
@@ -83,10 +97,39 @@ def fit_document(learner: ContentionLearner, seen: Sequence[Observation], versio
 def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: int = 0,
                      runs: int = REFIT_RUNS) -> tuple[ContentionLearner, dict[str, object]]:
     """A learner fitted to ``journal``'s latest ``runs`` measured runs, and its document."""
-    seen = observations(journal.measurements(runs), catalog)
-    learner = ContentionLearner()
-    learner.fit_all(seen)
+    measured = journal.measurements(runs)
+    seen = observations(measured, catalog)
+    learner = fit_runs(measured, catalog)
     return learner, fit_document(learner, seen, version, journal.now(), prior)
+
+
+def fit_runs(runs: Sequence[Measurement], catalog: Catalog) -> ContentionLearner:
+    """The learner fitted to ``runs``: all pooled when no run carries a queue; else one fit per
+    queue (runs of no queue are one more), combined per model by the median and bounded by
+    :data:`TENANT_FIT_BOUND`, so that one tenant's reports cannot move another's predictions
+    beyond that (see the module doc)."""
+    learner = ContentionLearner()
+    if all(run.queue is None for run in runs):
+        learner.fit_all(observations(runs, catalog))
+        return learner
+    by_queue: dict[str | None, list[Measurement]] = {}
+    for run in runs:
+        by_queue.setdefault(run.queue, []).append(run)
+    per_model: dict[str, list[ModelFit]] = {}
+    for queue in sorted(by_queue, key=lambda q: (q is not None, q or "")):
+        apart = ContentionLearner()
+        apart.fit_all(observations(by_queue[queue], catalog))
+        for model, fit in apart.fits.items():
+            per_model.setdefault(model, []).append(fit)
+    bound = math.log(TENANT_FIT_BOUND)
+    combined = {}
+    for model, fits in per_model.items():
+        log_scale = statistics.median(f.log_scale for f in fits)
+        exponent = statistics.median(f.exponent for f in fits)
+        combined[model] = ModelFit(min(max(log_scale, -bound), bound),
+                                   min(max(exponent, 1 / TENANT_FIT_BOUND), TENANT_FIT_BOUND),
+                                   sum(f.observations for f in fits), sum(f.contended for f in fits))
+    return ContentionLearner(fits=combined)
 
 
 def _number(path: Path) -> int:

@@ -228,3 +228,32 @@ def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own
     assert learning.predicted_throughput("my-new-net", place, 1.0) < proxy
     proxied = CATALOG.resolve("my-new-net")
     assert learning.predicted_throughput(proxied, place, 1.0) == pytest.approx(CATALOG.throughput(proxied, 2, 1))
+
+
+def _tenant_runs(journal: Journal, queue: str, measured: float, count: int) -> None:
+    """``count`` finished-measuring runs of queue ``queue``'s ResNet50 jobs, uncontended (the
+    prediction recorded is the isolated throughput), each reporting ``measured``."""
+    iso = default_catalog().throughput("ResNet50", 2, 1)
+    for _ in range(count):
+        job = journal.submit(spec_from_json(dict(name=queue, gpus=2, model="ResNet50", command=["true"],
+                                                 checkpoint_dir="/tmp/ck", queue=queue)))
+        attempt = journal.start_run(job.job_id, (("node0", 2),), iso)
+        journal.record_progress(job.job_id, attempt, None, None, measured, None)
+
+
+def test_one_tenants_false_reports_move_anothers_predictions_by_at_most_the_bound(tmp_path):
+    """Fits are per model name: tenant b's jobs naming ResNet50 and reporting a trickle moved
+    tenant a's ResNet50 predictions to almost nothing. Under tenants each queue is fitted apart,
+    the median taken over queues, and the fit kept within TENANT_FIT_BOUND of the prior."""
+    catalog = default_catalog()
+    iso = catalog.throughput("ResNet50", 2, 1)
+    journal = Journal(tmp_path / "s")
+    _tenant_runs(journal, "team-a", iso, 3)
+    _tenant_runs(journal, "team-b", 0.001, 20)
+    learner, doc = fit_from_journal(journal, catalog, "profiled")
+    assert learner.throughput("ResNet50", iso, 1.0) >= iso / 2 * (1 - 1e-9)  # TENANT_FIT_BOUND
+    assert doc["models"]["ResNet50"]["observations"] == 23
+    _tenant_runs(journal, "team-c", iso, 2)  # a liar among three queues: the median is an honest queue's
+    learner, _ = fit_from_journal(journal, catalog, "profiled")
+    assert learner.throughput("ResNet50", iso, 1.0) == pytest.approx(iso)
+    assert learner.correct("ResNet50", 0.5) == pytest.approx(0.5)
