@@ -14,7 +14,9 @@ Victims are taken cheapest first: lowest priority class, then the GPU-seconds th
 :attr:`~deepshare.core.view.ClusterView.restore_s`; it loses no work, it checkpoints when
 stopped, as in :mod:`deepshare.policies.preempt_plan`), then least attained service, then
 id. Once the job is admissible and ``fits(victims)`` places it, victims the others make
-unnecessary are dropped (largest first). ``fits`` asks the wrapped policy itself where the job
+unnecessary are dropped (largest first). A plan always stops or withdraws something: a job that
+``fits`` places with no victim is left to the wrapped policy, which may hold it on purpose (a
+``+backfill`` reservation), and gets no plan. ``fits`` asks the wrapped policy itself where the job
 would go with the victims gone (:class:`~deepshare.tenants.wrapper.Admitted`), so nothing is
 ever preempted for a job that would then not fit by the placement's own rules.
 
@@ -80,7 +82,14 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
     the decision's own launches that may be withdrawn instead of stopping a running job (queued
     jobs, placed by the decision): they are taken first (a borrowing one while its queue borrows
     counting the decision's launches), running victims only when they do not suffice. In the
-    plan, :attr:`Plan.withdrawn` holds those withdrawn; ``fits`` is given both kinds."""
+    plan, :attr:`Plan.withdrawn` holds those withdrawn; ``fits`` is given both kinds.
+
+    A plan reclaims something: a job that ``fits`` places with nothing chosen gets no plan (None).
+    It lacks neither quota nor GPUs its placement would take, so its waiting is the wrapped
+    policy's decision, which may hold it on purpose (a ``+backfill`` reservation for an older
+    job, a learned policy's or the planner's wait); the what-if view, with that job alone queued,
+    would launch it regardless and override that wait, with or without victims. Victims are
+    chosen only for a job the policy cannot place as things are (quota, GPUs, fragmentation)."""
     tenants = ledger.tenants
     ledger = ledger.copy()
     held = ledger.copy() if held is None else held.copy()
@@ -101,6 +110,8 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
         if free_gpus + freed >= job.gpus and ledger.admits(queue, job.gpus):
             launch = fits(chosen)
             if launch is not None:
+                if not chosen:  # it goes as things are: waiting is the wrapped policy's choice
+                    return None
                 break
         victim = None
         for i, other in enumerate(pool):
@@ -117,7 +128,7 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
     for victim in sorted(chosen, key=lambda v: (v.job_id in launches, -v.gpus, v.job_id)):
         take(victim, 1)
         rest = [v for v in chosen if v is not victim]
-        if free_gpus + freed - victim.gpus >= job.gpus and ledger.admits(queue, job.gpus) \
+        if rest and free_gpus + freed - victim.gpus >= job.gpus and ledger.admits(queue, job.gpus) \
                 and (trial := fits(rest)) is not None:
             chosen, launch, freed = rest, trial, freed - victim.gpus
         else:

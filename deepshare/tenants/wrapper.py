@@ -14,7 +14,9 @@ decision it
    plans victims (:mod:`deepshare.tenants.reclaim`) and launches it where ``inner`` itself
    would place it once they are gone: ``inner`` is asked on a what-if view (victims and the
    decision's own preemptions gone, its launches' GPUs taken, only that job queued), and a plan
-   is taken only if ``inner`` then launches the job without preempting anything else. The
+   is taken only if ``inner`` then launches the job without preempting anything else. A plan
+   always stops or withdraws something: a job ``inner`` would launch there with no victim gets
+   none, its waiting being ``inner``'s own choice (a ``+backfill`` reservation, say). The
    decision's own borrowing (reclaim) or lower-priority (priority) launches are withdrawn before
    any running job is stopped, and a running job's queue borrows by its running jobs alone.
 
