@@ -22,7 +22,8 @@ decision it
 
 The what-if views are ordinary views, so ``inner`` must decide on them as on any view it did not
 expect (the built-in heuristics rebuild their per-thread queue index then). At most
-:data:`MAX_PLANS` jobs are planned for per decision, bounding the extra calls.
+:data:`MAX_PLANS` plans are made per decision, bounding the extra calls; a job that the free GPUs
+and every eligible victim's together could not hold gets no plan and uses none of them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ from deepshare.tenants.reclaim import Plan, plan, priority_candidates, reclaim_c
 from deepshare.tenants.spec import Queue, Tenants
 
 MAX_PLANS = 8
-"""Held jobs a decision tries to preempt for, at most (highest priority, then oldest, first)."""
+"""Plans a decision makes for held jobs, at most (highest priority, then oldest, first). A job
+asking more GPUs than the free ones and every eligible victim's (and withdrawable launch's)
+together is skipped before planning and not counted: otherwise a few such hopeless jobs ahead
+would use the budget up at every decision, and a job behind them whose plan would succeed would
+never be tried."""
 
 
 class PolicyLike(Protocol):
@@ -237,7 +242,7 @@ class Admitted:
         extra_preempt: list[str] = []
         tried = 0
         for job in waiting:
-            if tried == MAX_PLANS:
+            if tried >= MAX_PLANS:
                 break
             queue = tenants.queues[tenants.queue_of(job)]
             candidates = [r for r in running.values() if r.job_id not in busy]
@@ -246,14 +251,15 @@ class Admitted:
             if ledger.within_nominal(queue, job.gpus):
                 pool = reclaim_candidates(job, queue, candidates, tenants)
                 launches = reclaim_candidates(job, queue, mine, tenants)
-                if any(held.borrowed(tenants.queues[tenants.queue_of(r)]) > 0 for r in pool) \
-                        or any(ledger.borrowed(tenants.queues[tenants.queue_of(w)]) > 0 for w in launches):
+                pool = [r for r in pool if held.borrowed(tenants.queues[tenants.queue_of(r)]) > 0]
+                launches = [w for w in launches if ledger.borrowed(tenants.queues[tenants.queue_of(w)]) > 0]
+                if (pool or launches) and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, True)
             if found is None and not ledger.admits(queue, job.gpus):
                 pool = priority_candidates(job, queue, candidates, tenants)
                 launches = priority_candidates(job, queue, mine, tenants)
-                if pool or launches:
+                if (pool or launches) and tried < MAX_PLANS and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, False)
             if found is None:
@@ -311,6 +317,12 @@ class Admitted:
         if answer.preempt or answer.migrate:
             return None
         return next((launch for launch in answer.launch if launch.job_id == job.job_id), None)
+
+
+def _could_hold(job: JobView, free: Sequence[int], victims: Sequence[JobView], launches: Sequence[JobView]) -> bool:
+    """Whether the free GPUs and those of every possible victim and withdrawn launch could hold
+    ``job``: a plan that fails this would stop and withdraw all of them and still give up."""
+    return sum(free) + sum(v.gpus for v in victims) + sum(w.gpus for w in launches) >= job.gpus
 
 
 def around_policy(policy: PolicyLike, wrap: Callable[[PolicyLike], PolicyLike]) -> PolicyLike:

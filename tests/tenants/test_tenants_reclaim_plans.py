@@ -50,3 +50,25 @@ def test_reclaim_keeps_a_backfill_reservation_in_a_run():
         waits[reclaim] = {r.job_id: r.queue_s for r in report.records}
     assert waits[True]["x-head"] == waits[False]["x-head"] == 99.0
     assert waits[True] == waits[False]
+
+
+def test_hopeless_jobs_ahead_do_not_use_up_the_plans():
+    # Eight high-priority 8-GPU jobs of a (within nominal) come first, but the free GPUs (none)
+    # and b's borrowed 4 could never hold one; behind them c-small (4 GPUs, within c's nominal
+    # quota) is placed by stopping b-borrow. The eight used to count against MAX_PLANS though
+    # no plan for them ever asked the policy, so c-small was never tried.
+    from deepshare.tenants.wrapper import MAX_PLANS
+
+    tenants = parse_tenants("queues:\n  - {name: a, cohort: main, nominal_gpus: 16}\n"
+                            "  - {name: b, cohort: main, nominal_gpus: 0}\n  - {name: c, cohort: main, nominal_gpus: 4}\n"
+                            "  - {name: d, nominal_gpus: 12}\npriority_classes: {low: 0, high: 10}\n")
+    running = [
+        KnownJob("b-borrow", "resnet50", 4, 0.0, 10_000.0, placement=Placement(((0, 4),)), last_run_s=10.0, queue="b"),
+        KnownJob("d-job", "resnet50", 12, 0.0, 10_000.0, placement=Placement(((0, 4), (1, 8))), last_run_s=10.0, queue="d"),
+    ]
+    for hopeless in (1, MAX_PLANS, 3 * MAX_PLANS):
+        queued = [KnownJob(f"a-big{i}", "resnet50", 8, 1.0 + i, 100.0, queue="a", priority="high") for i in range(hopeless)]
+        queued.append(KnownJob("c-small", "resnet50", 4, 500.0, 100.0, queue="c", priority="low"))
+        view = build_view(TWO_NODES, default_catalog(), make_contention("profiled"), 1000.0, [0, 0], queued, running)
+        decision = Admitted(make_policy("fifo+consolidated"), tenants).decide(view)
+        assert ([launch.job_id for launch in decision.launch], decision.preempt) == (["c-small"], ("b-borrow",)), hopeless
