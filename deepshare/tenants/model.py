@@ -1,8 +1,8 @@
 """The tenants file's pydantic schema (imported only when a file is parsed: decisions never need it).
 
-Per-field checks live here; the checks across fields (duplicate names, a cohort or default that
-is not declared, a lending limit above the nominal quota) are :func:`deepshare.tenants.spec._build`'s,
-which names the field in the same ``queues.1.name: ...`` form.
+Per-field checks live here; the checks across fields (duplicate names, priority classes included,
+a cohort or default that is not declared, a lending limit above the nominal quota) are
+:func:`deepshare.tenants.spec._build`'s, which names the field in the same ``queues.1.name: ...`` form.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from deepshare.core.bounds import MAX_JOB_GPUS
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253)]
+ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+"""A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
+differ only by surrounding spaces (stripped here, they would be merged, the last one winning)."""
 Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
 
 
@@ -51,7 +54,7 @@ class TenantsModel(BaseModel):
 
     queues: list[QueueModel] = Field(min_length=1)
     cohorts: list[CohortModel] = Field(default_factory=list)
-    priority_classes: dict[Name, Annotated[int, Field(strict=True, ge=-(10**9), le=10**9)]] = Field(default_factory=dict)
+    priority_classes: dict[ClassKey, Annotated[int, Field(strict=True, ge=-(10**9), le=10**9)]] = Field(default_factory=dict)
     default_priority: Optional[Name] = None
     default_queue: Optional[Name] = None
     queue_from: Optional[Literal["user", "vc"]] = None

@@ -199,10 +199,29 @@ def _build(model: "TenantsModel", source: str) -> Tenants:
         queues[q.name] = Queue(q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.lending_limit_gpus, q.weight)
     if model.default_queue is not None and model.default_queue not in queues:
         raise DeepShareError(f"{source}: default_queue: queue {model.default_queue!r} is not declared in queues")
-    if model.default_priority is not None and model.default_priority not in model.priority_classes:
+    classes = _priority_classes(model, source)
+    if model.default_priority is not None and model.default_priority not in classes:
         raise DeepShareError(f"{source}: default_priority: class {model.default_priority!r} is not in priority_classes")
-    return Tenants(queues, dict(model.priority_classes), model.default_queue or DEFAULT_QUEUE,
+    return Tenants(queues, classes, model.default_queue or DEFAULT_QUEUE,
                    model.default_priority, model.queue_from, _tokens(model, queues, source))
+
+
+def _priority_classes(model: "TenantsModel", source: str) -> dict[str, int]:
+    """The file's ``priority_classes`` by their stripped names, as every other name in the file;
+    two keys that are one name once stripped (``low`` and ``' low'``) are refused, where a
+    mapping would keep only the last one's value."""
+    classes: dict[str, int] = {}
+    written: dict[str, str] = {}
+    for key, value in model.priority_classes.items():
+        name = key.strip()
+        if not name:
+            raise DeepShareError(f"{source}: priority_classes: a class name must not be blank, got {key!r}")
+        if name in classes:
+            raise DeepShareError(f"{source}: priority_classes.{name}: declared twice "
+                                 f"(as {written[name]!r} and {key!r})")
+        classes[name] = value
+        written[name] = key
+    return classes
 
 
 def _tokens(model: "TenantsModel", queues: Mapping[str, Queue], source: str) -> tuple[TenantToken, ...]:

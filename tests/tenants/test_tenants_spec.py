@@ -42,6 +42,12 @@ def test_jobs_find_their_queue_and_priority():
     assert tenants.priority_of(JobSpec("j", "m", 1, duration_s=1.0, priority="high")) == 100
 
 
+def test_priority_class_names_are_stripped_like_every_other_name():
+    tenants = parse_tenants("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {' high ': 100, low: 0}\n"
+                            "default_priority: ' high'\n")
+    assert dict(tenants.priority_classes) == {"high": 100, "low": 0} and tenants.default_priority == "high"
+
+
 @pytest.mark.parametrize("text, message", [
     ("queues: []", "t.yaml: queues: List should have at least 1 item"),
     ("queues: [{name: a, nominal_gpus: -1}]", "t.yaml: queues.0.nominal_gpus: Input should be greater than or equal to 0"),
@@ -55,6 +61,10 @@ def test_jobs_find_their_queue_and_priority():
     ("queues: [{name: a, nominal_gpus: 1}]\ndefault_priority: hi", "t.yaml: default_priority: class 'hi' is not in priority_classes"),
     ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {hi: x}", "t.yaml: priority_classes.hi: Input should be a valid integer"),
     ("queues: [{name: a, nominal_gpus: 1}]\nqueue_from: team", "t.yaml: queue_from: Input should be 'user' or 'vc'"),
+    ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {low: 0, ' low': 100}",
+     "t.yaml: priority_classes.low: declared twice (as 'low' and ' low')"),
+    ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {'  ': 0}",
+     "t.yaml: priority_classes: a class name must not be blank, got '  '"),
     ("- a", "t.yaml: expected a mapping"),
 ])
 def test_a_bad_file_names_the_field(text, message):
