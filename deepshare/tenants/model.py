@@ -30,6 +30,9 @@ class QueueModel(BaseModel):
     lending_limit_gpus: Optional[Gpus] = Field(default=None, description="most of its unused nominal GPUs others may borrow; none: all")
     weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False, strict=True,  # strict: `true` is not 1.0
                           description="fair-share weight")
+    queueing: Literal["strict", "best-effort"] = Field(
+        default="best-effort", description="best-effort: a job its quota holds is passed over, younger ones may go; "
+                                           "strict: it holds back the queue's jobs after it (Kueue's StrictFIFO)")
 
 
 class CohortModel(BaseModel):

@@ -4,7 +4,7 @@ Kueue's model, GPUs only (``docs/tenants.md``)::
 
     queues:
       - {name: team-a, cohort: main, nominal_gpus: 8, borrowing_limit_gpus: 0, weight: 1}
-      - {name: team-b, cohort: main, nominal_gpus: 8, borrowing_limit_gpus: 4, weight: 2}
+      - {name: team-b, cohort: main, nominal_gpus: 8, borrowing_limit_gpus: 4, weight: 2, queueing: strict}
     cohorts: [{name: main}]            # optional: a cohort a queue names exists anyway
     priority_classes: {low: 0, high: 100}
     default_priority: low              # optional: a job naming no class has this one (else 0)
@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 UNLIMITED = None
 """A borrowing or lending limit that is not set: no limit."""
 
+BEST_EFFORT = "best-effort"
+"""A queue's default ``queueing``: a job its quota holds is passed over, and younger jobs of the
+queue that fit are admitted ahead of it (Kueue's BestEffortFIFO)."""
+STRICT = "strict"
+"""``queueing: strict``: a job admission holds keeps every job after it in its queue's order
+(priority class, then submission) from being admitted in that decision (Kueue's StrictFIFO), so
+a large job is not starved by a stream of smaller ones; they wait for it instead."""
+
 
 class Tenanted(Protocol):
     """What tenancy reads of a job: a :class:`~deepshare.core.types.JobSpec` or a
@@ -59,6 +67,13 @@ class Queue:
     borrowing_limit_gpus: int | None = UNLIMITED
     lending_limit_gpus: int | None = UNLIMITED
     weight: float = 1.0
+    queueing: str = BEST_EFFORT
+    """:data:`BEST_EFFORT` or :data:`STRICT`."""
+
+    @property
+    def strict(self) -> bool:
+        """Whether a held job holds back the jobs after it in the queue (:data:`STRICT`)."""
+        return self.queueing == STRICT
 
     @property
     def reserved_gpus(self) -> int:
@@ -196,7 +211,8 @@ def _build(model: "TenantsModel", source: str) -> Tenants:
         if q.lending_limit_gpus is not None and q.lending_limit_gpus > q.nominal_gpus:
             raise DeepShareError(f"{source}: queues.{i}.lending_limit_gpus: at most nominal_gpus "
                                  f"({q.nominal_gpus}), got {q.lending_limit_gpus}")
-        queues[q.name] = Queue(q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.lending_limit_gpus, q.weight)
+        queues[q.name] = Queue(q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.lending_limit_gpus, q.weight,
+                               q.queueing)
     if model.default_queue is not None and model.default_queue not in queues:
         raise DeepShareError(f"{source}: default_queue: queue {model.default_queue!r} is not declared in queues")
     classes = _priority_classes(model, source)

@@ -244,6 +244,8 @@ class Admitted:
         for job in waiting:
             if tried >= MAX_PLANS:
                 break
+            if job.job_id in admission.blocked:  # a strict queue's job held behind an older one
+                continue
             queue = tenants.queues[tenants.queue_of(job)]
             candidates = [r for r in running.values() if r.job_id not in busy]
             mine = [w for w in withdrawable.values() if w.job_id not in withdrawn]

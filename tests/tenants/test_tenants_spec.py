@@ -61,6 +61,8 @@ def test_priority_class_names_are_stripped_like_every_other_name():
     ("queues: [{name: a, nominal_gpus: 1}]\ndefault_priority: hi", "t.yaml: default_priority: class 'hi' is not in priority_classes"),
     ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {hi: x}", "t.yaml: priority_classes.hi: Input should be a valid integer"),
     ("queues: [{name: a, nominal_gpus: 1}]\nqueue_from: team", "t.yaml: queue_from: Input should be 'user' or 'vc'"),
+    ("queues: [{name: a, nominal_gpus: 1, queueing: fifo}]", "t.yaml: queues.0.queueing: Input should be 'strict' or 'best-effort'"),
+    ("queues: [{name: a, nominal_gpus: 1, queueing: true}]", "t.yaml: queues.0.queueing: Input should be 'strict' or 'best-effort'"),
     ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {low: 0, ' low': 100}",
      "t.yaml: priority_classes.low: declared twice (as 'low' and ' low')"),
     ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {'  ': 0}",
