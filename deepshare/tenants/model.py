@@ -7,9 +7,10 @@ a cohort or default that is not declared, a lending limit above the nominal quot
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from deepshare.core.bounds import MAX_JOB_GPUS
 
@@ -18,6 +19,10 @@ ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 """A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
 differ only by surrounding spaces (stripped here, they would be merged, the last one winning)."""
 Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
+
+
+_EXPONENT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+"""A decimal number with an exponent (``1e3``, ``2.5E-1``), as YAML 1.1 leaves some of them strings."""
 
 
 class QueueModel(BaseModel):
@@ -30,6 +35,18 @@ class QueueModel(BaseModel):
     lending_limit_gpus: Optional[Gpus] = Field(default=None, description="most of its unused nominal GPUs others may borrow; none: all")
     weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False, strict=True,  # strict: `true` is not 1.0
                           description="fair-share weight")
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _exponent(cls, value: object) -> object:
+        """``1e3`` as the number it means: YAML 1.1 (PyYAML) reads a float with an exponent but no
+        dot as a string, which would then be refused as "not a valid number". Only a string that is
+        a decimal number with an exponent is read so (a quoted ``"1e3"`` too: once parsed, the two
+        cannot be told apart); anything else is left for the field's checks (``true`` and other
+        strings stay refused)."""
+        if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+            return float(value)
+        return value
+
     queueing: Literal["strict", "best-effort"] = Field(
         default="best-effort", description="best-effort: a job its quota holds is passed over, younger ones may go; "
                                            "strict: it holds back the queue's jobs after it (Kueue's StrictFIFO)")

@@ -42,6 +42,21 @@ def test_jobs_find_their_queue_and_priority():
     assert tenants.priority_of(JobSpec("j", "m", 1, duration_s=1.0, priority="high")) == 100
 
 
+@pytest.mark.parametrize("written, weight", [("1e3", 1000.0), ("2.5E-1", 0.25), ("1.0e+3", 1000.0), ("4", 4.0)])
+def test_a_weight_with_an_exponent_is_the_number_it_means(written, weight):
+    # YAML 1.1 reads 1e3 (no dot) as a string; it was refused as "Input should be a valid number".
+    assert parse_tenants(f"queues: [{{name: a, nominal_gpus: 1, weight: {written}}}]").queues["a"].weight == weight
+
+
+@pytest.mark.parametrize("written, message", [
+    ("abc", "Input should be a valid number"), ("true", "Input should be a valid number"),
+    ("1e7", "Input should be less than or equal to 1000000"), ("1e400", "Input should be a finite number"),
+])
+def test_a_weight_that_is_no_number_or_out_of_range_is_still_refused(written, message):
+    with pytest.raises(DeepShareError, match=f"^t.yaml: queues.0.weight: {message}"):
+        parse_tenants(f"queues: [{{name: a, nominal_gpus: 1, weight: {written}}}]", "t.yaml")
+
+
 def test_priority_class_names_are_stripped_like_every_other_name():
     tenants = parse_tenants("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {' high ': 100, low: 0}\n"
                             "default_priority: ' high'\n")
