@@ -16,7 +16,8 @@ decision it
    decision's own preemptions gone, its launches' GPUs taken, only that job queued), and a plan
    is taken only if ``inner`` then launches the job without preempting anything else. A plan
    always stops or withdraws something: a job ``inner`` would launch there with no victim gets
-   none, its waiting being ``inner``'s own choice (a ``+backfill`` reservation, say). The
+   none, its waiting being ``inner``'s own choice (a ``+backfill`` reservation, say); nor does a
+   job that a held job ahead of it holds back in a strict queue (``Admission.blocked``). The
    decision's own borrowing (reclaim) or lower-priority (priority) launches are withdrawn before
    any running job is stopped, and a running job's queue borrows by its running jobs alone.
 
