@@ -484,28 +484,139 @@ def information_of(metadata: Mapping[str, Any], encoding: Mapping[str, Any]) -> 
 
 def training_of(metadata: Mapping[str, Any], command: str | None = None, seeds_tried: Sequence[int] = ()) -> Training:
     """How a file was trained, from the metadata ``deepshare train`` / ``imitate`` wrote; the
-    command is reconstructed from it unless given."""
+    command is rebuilt from it (:func:`training_command`) unless given, so a file whose metadata
+    no command reproduces needs ``command``."""
     model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
     fit = metadata.get("fit") if isinstance(metadata.get("fit"), Mapping) else {}
     config = metadata.get("config")
     init_from = model.get("init_from")
-    imitation = "imitates" in metadata or str(metadata.get("trainer", "")).startswith("imitation")
-    if imitation:
+    if _imitation(metadata):
         seed = fit.get("seed")
         rounds = metadata.get("dagger_rounds")
         method = f"imitation of {metadata.get('imitates', 'its anchor')}: behaviour cloning, {rounds} DAgger round(s)"
-        made = (f"deepshare imitate {config} --episodes {metadata.get('episodes')} --epochs {fit.get('epochs')} "
-                f"--dagger-rounds {rounds}" + (f" --seed {seed}" if seed not in (None, 0) else "") + _teacher_flags(metadata))
     else:
         seed = metadata.get("seed")
         iterations = metadata.get("iterations")
         method = f"PPO, {iterations} iterations" + (f", started from {init_from}" if init_from else " from scratch")
-        made = (f"deepshare train {config} --iterations {iterations}" + (f" --seed {seed}" if seed is not None else "")
-                + (f" --init-from {init_from}" if init_from else ""))
     tried = [int(s) for s in seeds_tried] or ([int(seed)] if isinstance(seed, int) else [])
-    return Training(method=method, config=str(config) if config is not None else None, command=command or made,
+    return Training(method=method, config=str(config) if config is not None else None,
+                    command=command or training_command(metadata),
                     seed=seed if isinstance(seed, int) else None, seeds_tried=tried,
                     init_from=str(init_from) if init_from else None)
+
+
+def _imitation(metadata: Mapping[str, Any]) -> bool:
+    """Whether ``deepshare imitate`` (behaviour cloning or expert iteration) wrote ``metadata``."""
+    return "imitates" in metadata or str(metadata.get("trainer", "")).startswith("imitation")
+
+
+GIVE_COMMAND = "give the command that trained it with --training-command"
+"""How a refusal of :func:`training_command` ends: what ``export-policy`` needs instead."""
+
+FIT_FLAGS = {"epochs": ("--epochs", int), "batch_size": ("--batch-size", int), "lr": ("--lr", float),
+             "held_out": ("--held-out", float), "hidden": ("--hidden", int), "seed": ("--seed", int),
+             "label_smoothing": ("--label-smoothing", float)}
+"""``deepshare imitate``'s flag for each field of the metadata's ``fit`` (its ``FitSettings``)."""
+
+
+def training_command(metadata: Mapping[str, Any]) -> str:
+    """The ``deepshare train`` / ``imitate`` command that reproduces the file ``metadata``
+    describes: its config and a flag, with the recorded value, for every setting the run records
+    that the command's flags can set (defaults included, since defaults change). A setting the
+    command cannot set (a Ray Tune trial's grid values, a fit field ``imitate`` has no flag for),
+    or a file that names no config, is refused with one :class:`DeepShareError` line asking for
+    ``--training-command``: a command that would train something else is worse than none."""
+    config = metadata.get("config")
+    if not isinstance(config, str) or not config:
+        raise DeepShareError(f"metadata config: the file names no training config (got {shown(config)}), so no "
+                             f"command can be rebuilt from it; {GIVE_COMMAND}")
+    if metadata.get("tune") is not None:
+        tune = metadata["tune"]
+        values = ", ".join(f"{k}={shown(v)}" for k, v in tune.items()) if isinstance(tune, Mapping) else shown(tune)
+        raise DeepShareError(f"metadata tune: a Ray Tune trial's grid values ({values}) are no flag of `deepshare "
+                             f"train`, so no command rebuilt from the file reproduces it; {GIVE_COMMAND}")
+    if _imitation(metadata):
+        flags = _imitate_flags(metadata)
+        return f"deepshare imitate {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags) + \
+            _teacher_flags(metadata)
+    flags = _train_flags(metadata)
+    return f"deepshare train {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags)
+
+
+def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``deepshare train``'s flags for what ``metadata`` records: ``--iterations``, ``--seed``,
+    the information model (``--durations``, ``--estimate-error``: the run's ``env`` holds the
+    flags' overrides and the config's values alike, and repeating either reproduces it; a list
+    of several came from the config, as no flag writes one) and ``--init-from``."""
+    flags = []
+    for key, flag in (("iterations", "--iterations"), ("seed", "--seed")):
+        if metadata.get(key) is not None:
+            flags.append((flag, _number(metadata, key, metadata[key], int)))
+    env = metadata.get("env") if isinstance(metadata.get("env"), Mapping) else {}
+    durations, errors = _one(env.get("durations")), _one(env.get("estimate_errors"))
+    if isinstance(durations, str) and durations in ("exact", "estimated", "unknown"):
+        flags.append(("--durations", durations))
+    if isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors) and errors >= 0:
+        flags.append(("--estimate-error", _number(metadata, "env.estimate_errors", errors, float)))
+    model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
+    if model.get("init_from"):
+        flags.append(("--init-from", _quoted(str(model["init_from"]))))
+    return flags
+
+
+def _imitate_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``deepshare imitate``'s flags for what ``metadata`` records: ``--episodes``,
+    ``--seed-base`` (the first of its ``episode_seeds``), ``--dagger-rounds`` and one flag per
+    field of its ``fit`` (:data:`FIT_FLAGS`); a ``fit`` field with no flag is refused."""
+    flags = []
+    if metadata.get("episodes") is not None:
+        flags.append(("--episodes", _number(metadata, "episodes", metadata["episodes"], int)))
+    seeds = metadata.get("episode_seeds")
+    if isinstance(seeds, (list, tuple)) and seeds:
+        flags.append(("--seed-base", _number(metadata, "episode_seeds", seeds[0], int)))
+    elif seeds is not None:
+        raise DeepShareError(f"metadata episode_seeds: expected [first, last], got {shown(seeds)}; {GIVE_COMMAND}")
+    if metadata.get("dagger_rounds") is not None:
+        flags.append(("--dagger-rounds", _number(metadata, "dagger_rounds", metadata["dagger_rounds"], int)))
+    fit = metadata.get("fit")
+    if fit is not None and not isinstance(fit, Mapping):
+        raise DeepShareError(f"metadata fit: expected a mapping, got {shown(fit)}; {GIVE_COMMAND}")
+    unknown = sorted(str(k) for k in (fit or {}) if k not in FIT_FLAGS)
+    if unknown:
+        raise DeepShareError(f"metadata fit: `deepshare imitate` has no flag for {', '.join(unknown)}, so no command "
+                             f"rebuilt from the file reproduces it; {GIVE_COMMAND}")
+    for key, (flag, kind) in FIT_FLAGS.items():
+        if (fit or {}).get(key) is not None:
+            flags.append((flag, _number(metadata, f"fit.{key}", fit[key], kind)))
+    return flags
+
+
+def _one(value: Any) -> Any:
+    """The single value of a one-item list (or a bare value); None for a list of several."""
+    if isinstance(value, (list, tuple)):
+        return value[0] if len(value) == 1 else None
+    return value
+
+
+def _number(metadata: Mapping[str, Any], key: str, value: Any, kind: type) -> str:
+    """``value`` written as a flag's argument that parses back to it (a whole number for an
+    ``int`` flag, the shortest exact text of a float); anything else is refused."""
+    whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or kind is int and not whole:
+        what = "a whole number" if kind is int else "a number"
+        raise DeepShareError(f"metadata {key}: expected {what}, got {shown(value)}; {GIVE_COMMAND}")
+    if kind is int:
+        return str(int(value))
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one shell word (a path with a space stays one argument)."""
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _teacher_flags(metadata: Mapping[str, Any]) -> str:

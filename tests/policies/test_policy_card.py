@@ -366,10 +366,15 @@ def test_old_checkpoints_without_cards_still_load(tmp_path: Path, capsys, name: 
 
 def test_a_users_file_without_metadata_rules_exports_and_loads(tmp_path: Path, capsys) -> None:
     source = write_policy_file(tmp_path / "mine.pt", {})
-    rc, _, err = cli(capsys, "export-policy", source, "--out", tmp_path / "mine2.pt", "--kind", "hybrid",
-                     "--hybrid-rules", "min_ratio=0.8", "--commit", "0123abc")
+    flags = ("--kind", "hybrid", "--hybrid-rules", "min_ratio=0.8", "--commit", "0123abc")
+    rc, _, err = cli(capsys, "export-policy", source, "--out", tmp_path / "mine2.pt", *flags)
+    assert rc == 2  # no config in its metadata: no command to rebuild, the exporter gives it
+    one_error_line(err, "metadata config", "--training-command")
+    rc, _, err = cli(capsys, "export-policy", source, "--out", tmp_path / "mine2.pt", *flags,
+                     "--training-command", "python my_training.py")
     assert (rc, err) == (0, ""), err
     card = read_card(tmp_path / "mine2.card.yaml")
+    assert card.training.command == "python my_training.py"
     assert card.rules.as_metadata() == {"hybrid_rules": {"min_ratio": 0.8}}
     assert card.information.durations == ["exact"] and card.information.note  # no env: predates the model
     assert make_policy(f"rl-hybrid={tmp_path / 'mine2.pt'}").hybrid.min_ratio == 0.8
@@ -484,12 +489,12 @@ def test_an_expert_iteration_card_names_its_teacher_in_the_training_command() ->
                 "teacher_config": {"futures": 4, "candidates": ["srsf+packed", "fifo+packed"]},
                 "dagger_rounds": 2, "episodes": 16, "fit": {"epochs": 30, "seed": 0}, "config": "rllib_configs/x.yaml"}
     command = training_of(metadata).command
-    assert command == ("deepshare imitate rllib_configs/x.yaml --episodes 16 --epochs 30 --dagger-rounds 2 "
+    assert command == ("deepshare imitate rllib_configs/x.yaml --episodes 16 --dagger-rounds 2 --epochs 30 --seed 0 "
                        "--teacher planner=4 --teacher-candidates srsf+packed,fifo+packed")
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert (args.teacher, args.teacher_candidates) == ("planner=4", "srsf+packed,fifo+packed")
     plain = training_of({**metadata, "teacher": "planner=2", "teacher_config": {"futures": 2, "candidates": None}}).command
-    assert plain.endswith("--dagger-rounds 2 --teacher planner=2")
+    assert plain.endswith("--seed 0 --teacher planner=2")
     # a run's teacher config names its horizon: the rebuilt spec says it (the spec's default changed)
     hour = training_of({**metadata, "teacher": "planner=2",
                         "teacher_config": {"futures": 2, "candidates": None, "horizon_s": 3600.0, "arrivals": True}})
