@@ -307,7 +307,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--drop-rules", action="store_true", help="start from no rules instead of the source's")
     p.add_argument("--teacher", metavar="HEURISTIC|none", help="the heuristic the network imitated "
                    "(default: the source's `imitates`; required when it was started from another file)")
-    p.add_argument("--training-command", metavar="CMD", help="the command that trained it (default: rebuilt from its metadata)")
+    p.add_argument("--training-command", metavar="CMD", help="the command that trained it (default: rebuilt from its metadata, "
+                   "every recorded setting as its flag; required when no flag sets one, e.g. a Tune trial's grid values)")
     p.add_argument("--seeds-tried", metavar="S,S,...", help="every training seed of this recipe run (default: the file's seed)")
     p.add_argument("--suite-figures", action="append", metavar="RESULTS.json",
                    help="`deepshare evaluate --suite --json` output to take figures from (repeatable; the first is the headline)")
