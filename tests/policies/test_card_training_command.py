@@ -52,7 +52,8 @@ def test_a_train_commands_config_lists_stay_the_configs() -> None:
     args = _parsed(training_of(mixed).command)
     assert (args.durations, args.estimate_error) == (None, None)
     old = {k: v for k, v in TRAIN.items() if k != "env"}  # a file from before the information model
-    assert (_parsed(training_of(old).command).durations, _parsed(training_of(old).command).estimate_error) == (None, None)
+    args = _parsed(training_of(old).command)
+    assert (args.durations, args.estimate_error) == (None, None)
 
 
 @pytest.mark.parametrize("teacher", [None, "planner=4"])
