@@ -117,11 +117,21 @@ class HeuristicPolicy:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt = []
+        undone: list[Launch] = []
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
-            if job.placement.fits(free):  # type: ignore[union-attr]
-                job.placement.take(free)  # type: ignore[union-attr]
-            else:
-                preempt.append(job.job_id)
+            if not job.placement.fits(free):  # type: ignore[union-attr]
+                below = _outranked_on(job, launches, {j.job_id: j for j in chosen}, key, free)
+                if below is None:
+                    preempt.append(job.job_id)
+                    continue
+                launches = tuple(launch for launch in launches if launch not in below)
+                undone += below
+            job.placement.take(free)  # type: ignore[union-attr]
+        if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free
+            stopped = [job for job in victims if job.job_id in set(preempt)]
+            again = sorted((j for j in chosen if j.job_id in {launch.job_id for launch in undone}), key=key)
+            with leaving_out(view.predict, stopped) as predict:
+                launches += self._place_in_order(again, free, replace(view, predict=predict) if stopped else view)
         launches += self._free_domains(view, key, chosen, launches, preempt, free)
         if not launches:
             return WAIT
@@ -206,3 +216,27 @@ class HeuristicPolicy:
             launches.append(Launch(job.job_id, placement))
             pending.append((job, placement))
         return tuple(launches)
+
+
+def _outranked_on(victim: JobView, launches: tuple[Launch, ...], queued: dict[str, JobView], key: Any,
+                  free: list[int]) -> list[Launch] | None:
+    """The launches ``victim`` outranks that hold its old GPUs, lowest-ranked first, as few as
+    give them back (``free`` is updated: their GPUs released); None, and ``free`` untouched, when
+    even all of them would not. A victim kept out by such launches alone is not preempted: the
+    GPU budget counts queued jobs that could not be placed (a gang waiting for a domain, a shape
+    ``packed`` waits for), so a running job can fall outside it while a queued job it outranks
+    takes its GPUs: a preemption in the wrong direction."""
+    rank = key(victim)
+    nodes = set(victim.placement.nodes)  # type: ignore[union-attr]
+    below = sorted((launch for launch in launches
+                    if key(queued[launch.job_id]) > rank and nodes.intersection(launch.placement.nodes)),
+                   key=lambda launch: key(queued[launch.job_id]), reverse=True)
+    trial = list(free)
+    taken: list[Launch] = []
+    for launch in below:
+        launch.placement.release(trial)
+        taken.append(launch)
+        if victim.placement.fits(trial):  # type: ignore[union-attr]
+            free[:] = trial
+            return taken
+    return None
