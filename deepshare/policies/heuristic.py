@@ -9,7 +9,9 @@ holding back the demand's jobs of other models too: trying those costs average J
 ``bench/uncontended_skip.py``). Preemptive: running and queued jobs in one order; the jobs that fit
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
-after the launches is cancelled, so fragmentation never costs a pointless checkpoint.
+after the launches is cancelled, so fragmentation never costs a pointless checkpoint; so is one
+whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere), so a
+running job is never stopped for jobs ranked below it.
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """
