@@ -118,23 +118,31 @@ class HeuristicPolicy:
         with leaving_out(view.predict, victims) as predict:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
-        preempt = []
-        undone: list[Launch] = []
+        preempt: list[str] = []
+        held = _LaunchesByNode(launches, {job.job_id: key(job) for job in chosen})
+        undone: set[str] = set()
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if not job.placement.fits(free):  # type: ignore[union-attr]
-                below = _outranked_on(job, launches, {j.job_id: j for j in chosen}, key, free)
-                if below is None:
+                gave_way = held.give_way(job, key(job), free)
+                if gave_way is None:
                     preempt.append(job.job_id)
                     continue
-                launches = tuple(launch for launch in launches if launch not in below)
-                undone += below
+                undone.update(gave_way)
             job.placement.take(free)  # type: ignore[union-attr]
-        if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free
-            stopped = [job for job in victims if job.job_id in set(preempt)]
-            again = sorted((j for j in chosen if j.job_id in {launch.job_id for launch in undone}), key=key)
-            with leaving_out(view.predict, stopped) as predict:
-                launches += self._place_in_order(again, free, replace(view, predict=predict) if stopped else view)
+        if undone:
+            launches = tuple(launch for launch in launches if launch.job_id not in undone)
         launches += self._free_domains(view, key, chosen, launches, preempt, free)
+        if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free,
+            # after the gangs' domain plans (which they must not take a domain from) and beside
+            # every launch of the decision, predicted without the jobs it stops
+            by_id = {job.job_id: job for job in chosen}
+            stopped = [job for job in view.running if job.job_id in set(preempt)]
+            placed = {launch.job_id for launch in launches}  # a gang among them may have a domain plan now
+            again = [job for job in chosen if job.job_id in undone and job.job_id not in placed]  # in rank order
+            pending = [(by_id[launch.job_id], launch.placement) for launch in launches]
+            with leaving_out(view.predict, stopped) as predict:
+                launches += self._place_in_order(again, free, replace(view, predict=predict) if stopped else view,
+                                                 pending)
         if not launches:
             return WAIT
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
@@ -198,10 +206,12 @@ class HeuristicPolicy:
             pending.append((job, placement))
         return Decision(launch=tuple(launches)) if launches else WAIT
 
-    def _place_in_order(self, jobs: list[JobView], free: list[int], view: ClusterView) -> tuple[Launch, ...]:
-        """Place ``jobs`` greedily in order; ``free`` (a list) is updated in place as before."""
+    def _place_in_order(self, jobs: list[JobView], free: list[int], view: ClusterView,
+                        pending: list[tuple[JobView, Placement]] | None = None) -> tuple[Launch, ...]:
+        """Place ``jobs`` greedily in order; ``free`` (a list) is updated in place as before.
+        ``pending``: launches the decision already makes (placements and predictions see them)."""
         launches: list[Launch] = []
-        pending: list[tuple[JobView, Placement]] = []
+        pending = [] if pending is None else list(pending)
         index = FreeIndex(free)
         total = index.total
         failed: set = set()  # as in _decide_indexed: a demand that failed is skipped
@@ -220,25 +230,51 @@ class HeuristicPolicy:
         return tuple(launches)
 
 
-def _outranked_on(victim: JobView, launches: tuple[Launch, ...], queued: dict[str, JobView], key: Any,
-                  free: list[int]) -> list[Launch] | None:
-    """The launches ``victim`` outranks that hold its old GPUs, lowest-ranked first, as few as
-    give them back (``free`` is updated: their GPUs released); None, and ``free`` untouched, when
-    even all of them would not. A victim kept out by such launches alone is not preempted: the
-    GPU budget counts queued jobs that could not be placed (a gang waiting for a domain, a shape
-    ``packed`` waits for), so a running job can fall outside it while a queued job it outranks
-    takes its GPUs: a preemption in the wrong direction."""
-    rank = key(victim)
-    nodes = set(victim.placement.nodes)  # type: ignore[union-attr]
-    below = sorted((launch for launch in launches
-                    if key(queued[launch.job_id]) > rank and nodes.intersection(launch.placement.nodes)),
-                   key=lambda launch: key(queued[launch.job_id]), reverse=True)
-    trial = list(free)
-    taken: list[Launch] = []
-    for launch in below:
-        launch.placement.release(trial)
-        taken.append(launch)
-        if victim.placement.fits(trial):  # type: ignore[union-attr]
-            free[:] = trial
-            return taken
-    return None
+class _LaunchesByNode:
+    """A decision's launches indexed by node, with each launched job's rank, so that each victim
+    finds the launches on its GPUs in what those touch, not in every launch (a decision stopping
+    thousands of jobs asked every launch for every victim: quadratic)."""
+
+    def __init__(self, launches: tuple[Launch, ...], ranks: dict[str, Any]) -> None:
+        self.ranks = ranks
+        self.on_node: dict[int, list[Launch]] = {}
+        for launch in launches:
+            for node in launch.placement.nodes:
+                self.on_node.setdefault(node, []).append(launch)
+        self.gone: set[str] = set()
+
+    def give_way(self, victim: JobView, rank: Any, free: list[int]) -> list[str] | None:
+        """The jobs of the launches ``victim`` outranks that hold GPUs it lacks, lowest-ranked
+        first, as few as give it back its old GPUs (``free`` updated: their GPUs released); None,
+        and ``free`` untouched, when even all of them would not.
+
+        A victim kept out by such launches alone is not preempted: the GPU budget counts queued
+        jobs that could not be placed (a gang waiting for a domain, a shape ``packed`` waits
+        for), so a running job can fall outside it while a queued job it outranks takes its GPUs:
+        a preemption in the wrong direction."""
+        alloc = victim.placement.alloc  # type: ignore[union-attr]
+        short = [node for node, gpus in alloc if free[node] < gpus]
+        ranks, gone = self.ranks, self.gone
+        seen: set[str] = set()
+        below = []
+        for node in short:
+            for launch in self.on_node.get(node, ()):
+                job_id = launch.job_id
+                if job_id not in seen and job_id not in gone and ranks[job_id] > rank:
+                    seen.add(job_id)
+                    below.append(launch)
+        if not below:
+            return None
+        below.sort(key=lambda launch: ranks[launch.job_id], reverse=True)
+        trial: dict[int, int] = {}  # the nodes released so far: free GPUs after
+        taken = []
+        for launch in below:
+            for node, gpus in launch.placement.alloc:
+                trial[node] = trial.get(node, free[node]) + gpus
+            taken.append(launch.job_id)
+            if all(trial.get(node, free[node]) >= gpus for node, gpus in alloc):
+                for node, count in trial.items():
+                    free[node] = count
+                gone.update(taken)
+                return taken
+        return None

@@ -160,3 +160,97 @@ def test_no_random_decision_stops_a_job_for_jobs_it_outranks(policy):
         decision = make_policy(policy).decide(view)
         check_view_decision(decision, view)
         assert inversions(policy, view, decision) == [], seed
+
+
+def two_leaf_view(seed: int):
+    """A random cluster of 2-3 leaves of 2-3 nodes, a short blocker in most leaves, up to 4 jobs
+    running across nodes, up to 2 leaf-bound gangs and up to 5 other queued jobs: where a launch
+    giving way to a victim meets a gang's domain plan."""
+    rng = random.Random(seed)
+    leaves, per_leaf, gpus = rng.choice([(2, 2, 4), (2, 2, 8), (3, 2, 4), (2, 3, 4)])
+    lines = ["name: t", "node_types:", f"  g: {{gpus: {gpus}, nic_gbps: 100}}", "levels:",
+             "  - {name: leaf, oversubscription: 2}", "nodes:",
+             *[f"  - {{type: g, count: {per_leaf}, prefix: l{leaf}n, domains: {{leaf: L{leaf}}}}}" for leaf in range(leaves)]]
+    topology = parse_topology("\n".join(lines) + "\n")
+    free = list(topology.capacity)
+    running = []
+    for leaf in range(leaves):
+        if rng.random() < 0.8:
+            node, count = leaf * per_leaf + rng.randrange(per_leaf), rng.randint(1, 2)
+            free[node] -= count
+            running.append(KnownJob(f"h{leaf}", rng.choice(MODELS), count, 0.0, rng.choice([5.0, 20.0]),
+                                    placement=Placement(((node, count),)), last_run_s=100.0))
+    for i in range(rng.randint(1, 4)):
+        nodes = [n for n in range(len(free)) if free[n] > 0]
+        if not nodes:
+            break
+        alloc = {}
+        for n in rng.sample(nodes, min(len(nodes), rng.randint(1, 3))):
+            alloc[n] = rng.randint(1, free[n])
+            free[n] -= alloc[n]
+        placement = Placement.of(alloc)
+        running.append(KnownJob(f"m{i}", rng.choice(MODELS), placement.total_gpus, 0.0,
+                                rng.choice([100.0, 500.0, 1000.0, 3000.0]), placement=placement, last_run_s=100.0,
+                                attained_gpu_s=rng.choice([0.0, 100.0, 5000.0])))
+    queued = [KnownJob(f"gang{i}", rng.choice(MODELS), rng.choice([per_leaf * gpus, per_leaf * gpus - 1, gpus + 1]), 1.0,
+                       rng.choice([1.0, 10.0]), topology=TopologyRequest(required_level="leaf"))
+              for i in range(rng.randint(0, 2))]
+    for i in range(rng.randint(1, 5)):
+        count = rng.choice([1, 2, 3, 4, 5, 6, 8])
+        request = NO_TOPOLOGY if rng.random() < 0.7 or count > per_leaf * gpus else TopologyRequest(required_level="leaf")
+        queued.append(KnownJob(f"q{i}", rng.choice(MODELS), count, rng.choice([1.0, 500.0, 2000.0]),
+                               rng.choice([50.0, 200.0, 700.0, 1500.0, 4000.0]), topology=request))
+    return build_view(topology, default_catalog(), make_contention(rng.choice(["profiled", "link"])), 1000.0, free,
+                      queued, running)
+
+
+@pytest.mark.parametrize("policy", ["srsf+topo-aware+preempt", "srsf+packed+preempt"])
+def test_a_launch_placed_again_does_not_take_the_domain_a_higher_ranked_gang_frees(policy):
+    """Seed 667: gang0 ranks first and its plan frees leaf B (stopping h1, m0, m1); q1, which
+    gave way to m0, was placed again on node 2 of leaf B before the plan ran, so the gang got no
+    plan and waited. Launches placed again now come after the gangs' plans."""
+    view = two_leaf_view(667)
+    decision = make_policy(policy).decide(view)
+    check_view_decision(decision, view)
+    assert ("gang0", ((2, 4), (3, 3))) in [(l.job_id, l.placement.alloc) for l in decision.launch]
+
+
+@pytest.mark.parametrize("policy", PREEMPTIVE)
+def test_no_two_leaf_decision_stops_a_job_for_jobs_it_outranks(policy):
+    for seed in range(300):
+        view = two_leaf_view(seed)
+        decision = make_policy(policy).decide(view)
+        check_view_decision(decision, view)
+        assert inversions(policy, view, decision) == [], seed
+
+
+def test_launches_placed_again_see_the_decisions_other_launches():
+    """``uncontended`` places a job only where it is predicted at 0.9 or more beside the launches
+    already made: the launch that gives way to m (low) and is placed again must count k's too (it
+    was placed as if no other launch were pending: 5 of these 200 decisions broke the rule)."""
+    from itertools import product
+
+    from deepshare.core.contention.base import leaving_out
+    from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
+
+    broken = []
+    names = ["FSDP", "DLRM", "MoE", "Transformer-XL", "GraphSage"]
+    for contention, k_model, low_model, k_gpus, now in product(["profiled", "link"], names, names, [1, 2], [5.0, 1000.0]):
+        running = [_running("h1", 1, 50.0, ((0, 1),)), _running("h2", 1, 50.0, ((3, 1),)),
+                   _running("m", 7, 1000.0, ((1, 3), (2, 4)))]
+        queued = [KnownJob("gang", "FSDP", 8, 1.0, 10.0, topology=TopologyRequest(required_level="leaf")),
+                  KnownJob("low", low_model, 4, 1.0, 2000.0), KnownJob("k", k_model, k_gpus, 1.0, 9000.0)]
+        view = build_view(two_leaves_of_two(4), default_catalog(), make_contention(contention), now, [3, 1, 0, 3],
+                          queued, running)
+        decision = make_policy("srsf+uncontended+preempt").decide(view)
+        check_view_decision(decision, view)
+        jobs = {job.job_id: job for job in (*view.running, *view.queued)}
+        with leaving_out(view.predict, [jobs[j] for j in decision.preempt]) as predict:
+            pending = []
+            for launch in decision.launch:
+                job = jobs[launch.job_id]
+                if pending and predict(job, launch.placement, pending).ratio < UNCONTENDED_MIN_RATIO \
+                        <= predict(job, launch.placement, ()).ratio:
+                    broken.append((contention, k_model, low_model, k_gpus, now, launch.job_id))
+                pending.append((job, launch.placement))
+    assert broken == []
