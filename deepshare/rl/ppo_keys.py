@@ -139,23 +139,38 @@ def _check_number(key: str, value: Any, where: str) -> None:
             raise DeepShareError(f"{where}: must be in (0, 1], got {value!r}")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _as_number(value: Any) -> int | float | None:
+    """``value`` as a number, coerced as a single value of the key is (pydantic's float): PyYAML
+    reads ``3e-4`` and ``1e6`` (no dot) as strings, and a schedule written that way is as valid as
+    the scalar ``lr: 3e-4``. None for anything that is not a number (a bool, a word)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _check_schedule(key: str, schedule: Any, where: str) -> list[list[Any]]:
     """``[[timestep, value], ...]`` checked as RLlib's ``Scheduler.validate`` would check it in the
     driver after Ray started (two pairs or more, the first at timestep 0), plus increasing whole
-    timesteps and each value's range: one line naming the key and the pair, when the file is read."""
+    timesteps and each value's range: one line naming the key and the pair, when the file is read.
+    Numbers written as strings (``3e-4``, ``1e6``: PyYAML's reading of e-notation without a dot)
+    are coerced as the scalar's are; a whole float timestep (``1e6``) becomes an int."""
     form = "a schedule [[timestep, value], ...] of 2 or more pairs from timestep 0, e.g. [[0, 0.001], [1000000, 0.0001]]"
     if len(schedule) < 2:
         single = " (a constant is a number, not a list)" if len(schedule) == 1 else ""
         raise DeepShareError(f"{where}: expected a number or {form}{single}, got {list(schedule)!r}")
     out: list[list[Any]] = []
     for i, pair in enumerate(schedule):
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_is_number(v) for v in pair):
+        numbers = [_as_number(v) for v in pair] if isinstance(pair, (list, tuple)) and len(pair) == 2 else None
+        if numbers is None or None in numbers:
             raise DeepShareError(f"{where}[{i}]: expected a pair [timestep, value] of numbers, got {pair!r}")
-        step, value = pair
+        step, value = numbers
         if not (float(step).is_integer() and step >= 0):
             raise DeepShareError(f"{where}[{i}]: the timestep must be a whole number >= 0, got {step!r}")
         if i == 0 and step != 0:

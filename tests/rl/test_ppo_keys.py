@@ -59,3 +59,15 @@ def test_train_cli_refuses_a_bad_schedule_on_one_line_before_ray(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path}: ppo.lr" in err[0] and "Traceback" not in err[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_schedule_in_e_notation_is_coerced_as_a_scalar_is():
+    # PyYAML reads 3e-4 and 1e6 (no dot) as strings; the scalar lr: 3e-4 is coerced by pydantic,
+    # and a schedule written the same way is coerced alike (timestep 1e6 -> 1000000).
+    config = parse_train_config(BASE % "{lr: [[0, 3e-4], [1e6, 1e-5]], entropy_coeff: [[0, 1e-2], [2e3, 0]]}", Path("/x/c.yaml"))
+    assert config.ppo["lr"] == [[0, 3e-4], [1000000, 1e-5]] and type(config.ppo["lr"][1][0]) is int
+    assert config.ppo["entropy_coeff"] == [[0, 0.01], [2000, 0]]
+    with pytest.raises(DeepShareError, match=r"ppo\.lr\[1\]: must be > 0, got -1e-05"):
+        parse_train_config(BASE % "{lr: [[0, 3e-4], [1e6, -1e-5]]}", Path("/x/c.yaml"))
+    with pytest.raises(DeepShareError, match=r"ppo\.lr\[1\]: expected a pair"):
+        parse_train_config(BASE % "{lr: [[0, 3e-4], [1e6, true]]}", Path("/x/c.yaml"))
