@@ -7,7 +7,7 @@ are read from the installed RLlib (the parameters of ``PPOConfig.training`` and
 (this project trains on the new one, where they are ignored or refused) and those that take
 Python classes or callables. Values are checked against RLlib's own annotations, plus the
 ranges a PPO hyper-parameter must respect (``lr > 0``, ``0 < gamma <= 1``, ..., every number
-finite), the names ``grad_clip_by`` takes, a schedule's form and each of its values (``lr`` and
+finite but ``vf_clip_param: .inf``, RLlib's unclipped value loss), the names ``grad_clip_by`` takes, a schedule's form and each of its values (``lr`` and
 ``entropy_coeff`` as ``[[timestep, value], ...]``) and ``minibatch_size <=
 train_batch_size_per_learner``, so a typo, a wrong type or a value RLlib would refuse once Ray
 has started fails when the file is read, with one line naming the key, not inside a Ray worker.
@@ -53,7 +53,12 @@ UNIT = ("gamma", "lambda_")  # in (0, 1]
 SCHEDULED = ("lr", "entropy_coeff")
 """Keys RLlib's new stack also takes as a schedule ``[[timestep, value], ...]`` (PPO's learner
 interpolates between the pairs): at least two pairs, timesteps whole numbers from 0 and
-increasing, each value checked as the key's single value is."""
+non-decreasing (an equal pair makes a step), each value checked as the key's single value is."""
+INFINITY_OFF = ("vf_clip_param",)
+"""Keys where RLlib takes ``+inf`` as "off": PPO's learner clamps the value loss to
+``[0, vf_clip_param]``, so ``vf_clip_param: .inf`` trains with the value loss unclipped. Not
+``grad_clip``: under RLlib's default ``grad_clip_by: global_norm`` an infinite clip makes the
+coefficient ``inf / inf`` (NaN gradients); its "off" is ``grad_clip: null``."""
 CHOICES = {"grad_clip_by": ("value", "norm", "global_norm")}
 """Keys whose value is one of a few names (RLlib raises on any other inside ``training()``)."""
 
@@ -127,10 +132,14 @@ def _check_value(key: str, value: Any, annotation: Any, where: str) -> Any:
 
 
 def _check_number(key: str, value: Any, where: str) -> None:
-    """A number's range for ``key`` (a single value or one of a schedule's); any float finite."""
+    """A number's range for ``key`` (a single value or one of a schedule's); any float finite,
+    except ``+inf`` for a key of ``INFINITY_OFF`` (RLlib's "no clipping")."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key in INFINITY_OFF and value == math.inf:
+            return
         if not math.isfinite(value):
-            raise DeepShareError(f"{where}: must be a finite number, got {value!r}")
+            hint = " (grad_clip: null turns gradient clipping off)" if key == "grad_clip" else ""
+            raise DeepShareError(f"{where}: must be a finite number{hint}, got {value!r}")
         if key in POSITIVE and not value > 0:
             raise DeepShareError(f"{where}: must be > 0, got {value!r}")
         if key in NON_NEGATIVE and not value >= 0:
@@ -157,8 +166,9 @@ def _as_number(value: Any) -> int | float | None:
 
 def _check_schedule(key: str, schedule: Any, where: str) -> list[list[Any]]:
     """``[[timestep, value], ...]`` checked as RLlib's ``Scheduler.validate`` would check it in the
-    driver after Ray started (two pairs or more, the first at timestep 0), plus increasing whole
-    timesteps and each value's range: one line naming the key and the pair, when the file is read.
+    driver after Ray started (two pairs or more, the first at timestep 0), plus whole timesteps in
+    order (RLlib's ``PiecewiseSchedule`` asserts them sorted; two equal ones make a step, e.g.
+    ``[[0, a], [1000, a], [1000, b]]``) and each value's range: one line naming the key and the pair, when the file is read.
     Numbers written as strings (``3e-4``, ``1e6``: PyYAML's reading of e-notation without a dot)
     are coerced as the scalar's are; a whole float timestep (``1e6``) becomes an int."""
     form = "a schedule [[timestep, value], ...] of 2 or more pairs from timestep 0, e.g. [[0, 0.001], [1000000, 0.0001]]"
@@ -175,8 +185,8 @@ def _check_schedule(key: str, schedule: Any, where: str) -> list[list[Any]]:
             raise DeepShareError(f"{where}[{i}]: the timestep must be a whole number >= 0, got {step!r}")
         if i == 0 and step != 0:
             raise DeepShareError(f"{where}[0]: a schedule starts at timestep 0 (its value is the initial one), got {step!r}")
-        if out and not step > out[-1][0]:
-            raise DeepShareError(f"{where}[{i}]: timesteps must increase, got {step!r} after {out[-1][0]!r}")
+        if out and step < out[-1][0]:
+            raise DeepShareError(f"{where}[{i}]: timesteps must not decrease, got {step!r} after {out[-1][0]!r}")
         _check_number(key, value, f"{where}[{i}]")
         out.append([int(step), value])
     return out

@@ -24,7 +24,9 @@ BASE = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_no
         ("{lr: [[0, .nan]]}", r"ppo\.lr: expected a number or a schedule .*2 or more pairs"),
         ("{lr: []}", r"ppo\.lr: expected a number or a schedule"),
         ("{lr: [[5, 0.001], [10, 0.0001]]}", r"ppo\.lr\[0\]: a schedule starts at timestep 0"),
-        ("{lr: [[0, 0.001], [10, 0.0001], [10, 0.00001]]}", r"ppo\.lr\[2\]: timesteps must increase"),
+        ("{lr: [[0, 0.001], [10, 0.0001], [5, 0.00001]]}", r"ppo\.lr\[2\]: timesteps must not decrease, got 5 after 10"),
+        ("{grad_clip: .inf}", r"ppo\.grad_clip: must be a finite number \(grad_clip: null turns gradient clipping off\)"),
+        ("{vf_clip_param: -.inf}", r"ppo\.vf_clip_param: must be a finite number"),
         ("{lr: [[0, 0.001], [1.5, 0.0001]]}", r"ppo\.lr\[1\]: the timestep must be a whole number"),
         ("{lr: [[0, 0.001], [10]]}", r"ppo\.lr\[1\]: expected a pair \[timestep, value\]"),
         ("{lr: [[0, 0.001], [10, x]]}", r"ppo\.lr\[1\]: expected a pair"),
@@ -71,3 +73,20 @@ def test_a_schedule_in_e_notation_is_coerced_as_a_scalar_is():
         parse_train_config(BASE % "{lr: [[0, 3e-4], [1e6, -1e-5]]}", Path("/x/c.yaml"))
     with pytest.raises(DeepShareError, match=r"ppo\.lr\[1\]: expected a pair"):
         parse_train_config(BASE % "{lr: [[0, 3e-4], [1e6, true]]}", Path("/x/c.yaml"))
+
+
+def test_an_infinite_vf_clip_and_a_step_schedule_pass_as_rllib_takes_them():
+    # vf_clip_param: .inf is RLlib's unclipped value loss (clamp to [0, inf]); a schedule's
+    # timesteps need only be sorted (PiecewiseSchedule's assert): an equal pair makes a step.
+    from ray.rllib.utils.schedules.piecewise_schedule import PiecewiseSchedule
+
+    from deepshare.rl.train import build_algorithm_config
+
+    ppo = "{vf_clip_param: .inf, lr: [[0, 0.0003], [1000, 0.0003], [1000, 0.0001], [2000, 0.0001]]}"
+    config = parse_train_config(BASE % ppo, Path("/x/c.yaml"))
+    assert config.ppo["vf_clip_param"] == float("inf")
+    assert config.ppo["lr"] == [[0, 0.0003], [1000, 0.0003], [1000, 0.0001], [2000, 0.0001]]
+    algo = build_algorithm_config(config, config.env_config(Path("/x")), 0, 1.0)
+    algo.validate()
+    schedule = PiecewiseSchedule(config.ppo["lr"], outside_value=config.ppo["lr"][-1][1], framework=None)
+    assert schedule.value(999) == 0.0003 and schedule.value(1000) == 0.0001
