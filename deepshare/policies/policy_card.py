@@ -621,14 +621,28 @@ def _quoted(text: str) -> str:
 
 def _teacher_flags(metadata: Mapping[str, Any]) -> str:
     """`` --teacher SPEC [--teacher-candidates A,B]`` of an expert-iteration run (its metadata has
-    the planner's ``teacher_config``; its ``teacher`` is the spec, with the candidates appended)."""
+    the planner's ``teacher_config``; its ``teacher`` is the spec, with the candidates appended).
+
+    The spec and the candidates come from the file, so they are checked with the CLI's own
+    teacher parser (:func:`~deepshare.rl.expert.parse_teacher`, what ``imitate --teacher`` runs)
+    and shell-quoted, as the config and ``--init-from`` are: metadata that ``imitate`` would refuse
+    (``planner=4;touch x``, a candidate that is not a registered heuristic) is refused with the
+    line asking for ``--training-command``, and no metadata puts shell syntax in the card's command."""
+    from deepshare.rl.expert import parse_teacher
+
     teacher, config = metadata.get("teacher"), metadata.get("teacher_config")
     if not isinstance(teacher, str) or not isinstance(config, Mapping):
         return ""
-    flags = f" --teacher {_with_horizon(teacher.split(' (candidates ')[0], config)}"
+    spec = _with_horizon(teacher.split(' (candidates ')[0], config)
     candidates = config.get("candidates")
-    if isinstance(candidates, (list, tuple)) and candidates:
-        flags += f" --teacher-candidates {','.join(str(c) for c in candidates)}"
+    names = ",".join(str(c) for c in candidates) if isinstance(candidates, (list, tuple)) and candidates else None
+    try:
+        parse_teacher(spec, names)
+    except DeepShareError as exc:
+        raise DeepShareError(f"metadata teacher: {exc}; {GIVE_COMMAND}") from None
+    flags = f" --teacher {_quoted(spec)}"
+    if names is not None:
+        flags += f" --teacher-candidates {_quoted(names)}"
     return flags
 
 

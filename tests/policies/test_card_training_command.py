@@ -71,6 +71,21 @@ def test_an_imitate_commands_fit_and_episode_seeds_come_back(teacher) -> None:
     assert asdict(settings) == metadata["fit"]
 
 
+
+def test_an_expert_iterations_teacher_is_checked_and_quoted_not_pasted() -> None:
+    """The teacher spec and candidates come from the file: one ``imitate --teacher`` would refuse
+    is refused with the --training-command line, never pasted as shell syntax into the card."""
+    expert = {**IMITATE, "trainer": "imitation: expert iteration", "imitates": "planner", "rounds": 1,
+              "teacher": "planner=4 (candidates bsrsf+uncontended, srsf+packed)",
+              "teacher_config": {"horizon_s": 3600, "arrivals": True,
+                                 "candidates": ["bsrsf+uncontended", "srsf+packed"]}}
+    args = _parsed(training_of(expert).command)
+    assert (args.teacher, args.teacher_candidates) == ("planner=4:::3600", "bsrsf+uncontended,srsf+packed")
+    for odd in ({"teacher": "planner=4;touch /tmp/x"},
+                {"teacher_config": {**expert["teacher_config"], "candidates": ["fifo+packed", "x;id"]}}):
+        with pytest.raises(DeepShareError, match=r"^metadata teacher: --teacher.*--training-command$"):
+            training_of({**expert, **odd})
+
 def test_an_imitate_fit_field_no_flag_sets_is_refused() -> None:
     odd = {**IMITATE, "fit": {**IMITATE["fit"], "weight_decay": 0.01}}
     with pytest.raises(DeepShareError, match="fit.*weight_decay.*--training-command"):
