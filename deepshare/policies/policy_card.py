@@ -540,14 +540,27 @@ def training_command(metadata: Mapping[str, Any]) -> str:
         return f"deepshare imitate {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags) + \
             _teacher_flags(metadata)
     flags = _train_flags(metadata)
-    return f"deepshare train {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags)
+    command = f"deepshare train {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags)
+    if not isinstance(metadata.get("run"), Mapping):
+        command += f"  {RUNNERS_NOT_RECORDED}"
+    return command
+
+
+RUNNERS_NOT_RECORDED = "# env runners not recorded: this runs with the config's run.num_env_runners"
+"""Ends the rebuilt ``train`` command of a file written before the run recorded its env runners
+(a shell comment: the command still runs). The envs draw from streams keyed by (seed, env runner,
+env index), so the same seed with another runner count trains on other episodes; such a file
+cannot say which count to pass."""
 
 
 def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``deepshare train``'s flags for what ``metadata`` records: ``--iterations``, ``--seed``,
     the information model (``--durations``, ``--estimate-error``: the run's ``env`` holds the
     flags' overrides and the config's values alike, and repeating either reproduces it; a list
-    of several came from the config, as no flag writes one) and ``--init-from``."""
+    of several came from the config, as no flag writes one), ``--init-from`` and
+    ``--num-env-runners`` (the run's ``run``: episodes are keyed by env runner, so another count
+    trains on other episodes). ``run.envs_per_env_runner`` has no flag: the command's config sets
+    it, as it set it for the run."""
     flags = []
     for key, flag in (("iterations", "--iterations"), ("seed", "--seed")):
         if metadata.get(key) is not None:
@@ -561,6 +574,9 @@ def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
     model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
     if model.get("init_from"):
         flags.append(("--init-from", _quoted(str(model["init_from"]))))
+    run = metadata.get("run")
+    if isinstance(run, Mapping) and run.get("num_env_runners") is not None:
+        flags.append(("--num-env-runners", _number(metadata, "run.num_env_runners", run["num_env_runners"], int)))
     return flags
 
 

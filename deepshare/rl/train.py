@@ -488,6 +488,16 @@ def run_metadata(config: TrainConfig, config_path: str | Path, env: EnvConfig) -
     return metadata
 
 
+def runner_metadata(algo_config: Any) -> dict[str, int]:
+    """The env runners a run sampled with (``run`` in its ``policy.pt`` metadata): its envs draw
+    episodes from streams keyed by (seed, env runner index, env index) (:mod:`deepshare.rl.seeding`),
+    so the same seed with another runner count or envs per runner trains on other episodes, and the
+    card's rebuilt command needs both. Read from the algorithm's config, not the CLI's arguments:
+    a resumed run keeps its checkpoint's runners whatever ``--num-env-runners`` says."""
+    return {"num_env_runners": int(algo_config.num_env_runners),
+            "envs_per_env_runner": int(algo_config.num_envs_per_env_runner)}
+
+
 def train(
     config_path: str | Path,
     out: str | Path,
@@ -534,6 +544,7 @@ def train(
         resume_streams(algo)  # ...and their envs at the start of their streams
     else:
         algo = build_algorithm_config(config, env, runners, cpus).build_algo()
+    metadata["run"] = runner_metadata(algo.config)
     metrics_file = run_dir / "metrics.csv"
     purge = None
     if start_from is not None:  # the iterations after the checkpoint are trained (and logged) again

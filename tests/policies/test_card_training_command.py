@@ -20,9 +20,10 @@ from deepshare.rl.imitate import FitSettings
 
 TRAIN = {"config": "rllib_configs/rl_est_ppo.yaml", "name": "x", "seed": 2, "iterations": 40,
          "env": {"durations": ["exact"], "estimate_errors": [0.0]},
-         "model": {"hidden": 64, "init_from": "runs/bc/policy.pt"}}
+         "model": {"hidden": 64, "init_from": "runs/bc/policy.pt"}, "run": {"num_env_runners": 3, "envs_per_env_runner": 4}}
 """What ``deepshare train rllib_configs/rl_est_ppo.yaml --durations exact --estimate-error 0 --seed 2
---iterations 40 --init-from runs/bc/policy.pt`` records (the parts the command sets)."""
+--iterations 40 --init-from runs/bc/policy.pt --num-env-runners 3`` records (the parts the command
+sets; the config sets 4 envs per runner)."""
 
 IMITATE = {"trainer": "imitation (behaviour cloning, 1 DAgger rounds)", "imitates": "srsf+packed",
            "config": "cfg.yaml", "episodes": 64, "dagger_rounds": 1, "episode_seeds": [1000, 1191],
@@ -33,7 +34,7 @@ IMITATE = {"trainer": "imitation (behaviour cloning, 1 DAgger rounds)", "imitate
 
 
 def _parsed(command: str):
-    words = shlex.split(command)
+    words = shlex.split(command, comments=True)  # as a shell reads it: a trailing note is a comment
     assert words[0] == "deepshare"
     return build_parser().parse_args(words[1:])
 
@@ -41,7 +42,7 @@ def _parsed(command: str):
 def test_a_train_commands_information_model_seed_and_start_come_back() -> None:
     args = _parsed(training_of(TRAIN).command)
     assert (args.command, args.config) == ("train", TRAIN["config"])
-    assert (args.iterations, args.seed, args.init_from) == (40, 2, "runs/bc/policy.pt")
+    assert (args.iterations, args.seed, args.init_from, args.num_env_runners) == (40, 2, "runs/bc/policy.pt", 3)
     # cmd_train replaces env.durations / env.estimate_errors with one-item lists of the flags
     assert ([args.durations], [args.estimate_error]) == (TRAIN["env"]["durations"], TRAIN["env"]["estimate_errors"])
 
@@ -55,6 +56,19 @@ def test_a_train_commands_config_lists_stay_the_configs() -> None:
     args = _parsed(training_of(old).command)
     assert (args.durations, args.estimate_error) == (None, None)
 
+
+
+def test_a_train_command_carries_the_runner_count_or_says_it_is_not_recorded() -> None:
+    """The envs' episodes are keyed by (seed, env runner, env index): the rebuilt command repeats
+    the run's runner count; a file from before the run recorded it says so, in a shell comment."""
+    assert "--num-env-runners 3" in training_of(TRAIN).command and "#" not in training_of(TRAIN).command
+    old = {k: v for k, v in TRAIN.items() if k != "run"}
+    command = training_of(old).command
+    assert command.endswith("  # env runners not recorded: this runs with the config's run.num_env_runners")
+    args = _parsed(command)
+    assert (args.num_env_runners, args.iterations, args.seed) == (None, 40, 2)
+    with pytest.raises(DeepShareError, match=r"^metadata run\.num_env_runners: expected a whole number.*--training-command"):
+        training_of({**TRAIN, "run": {"num_env_runners": "two"}})
 
 @pytest.mark.parametrize("teacher", [None, "planner=4"])
 def test_an_imitate_commands_fit_and_episode_seeds_come_back(teacher) -> None:

@@ -37,6 +37,10 @@ def test_train_writes_metrics_checkpoints_and_a_policy(trained):
     assert float(rows[1]["env_steps_lifetime"]) > float(rows[0]["env_steps_lifetime"]) > 0
     assert any((run / "tb").iterdir())
     assert (run / "policy.pt").stat().st_size < 200_000
+    # the runners the run sampled with (its episodes are keyed by env runner), for the card's command
+    from deepshare.policies.checkpoint import load_policy_file
+
+    assert load_policy_file(run / "policy.pt")["metadata"]["run"] == {"num_env_runners": 1, "envs_per_env_runner": 1}
 
 
 def test_the_learning_curve_scores_each_export_on_the_suite(trained):
@@ -304,3 +308,13 @@ def test_train_with_an_address_nothing_answers_is_one_line_before_its_folder(tmp
     assert rc == 2
     one_error_line(err, "--address 127.0.0.1:9", "no Ray cluster answers there")
     assert not out.exists()
+
+
+def test_the_run_metadata_records_the_algorithms_runners_not_the_flags():
+    """A resumed run keeps its checkpoint's runners whatever --num-env-runners says: ``run`` is
+    read from the algorithm's config."""
+    from deepshare.rl.train import build_algorithm_config, runner_metadata
+
+    config = load_train_config(TINY)
+    algo = build_algorithm_config(config, config.env_config(TINY.parent), 3, 2.0)
+    assert runner_metadata(algo) == {"num_env_runners": 3, "envs_per_env_runner": config.run.envs_per_env_runner}
