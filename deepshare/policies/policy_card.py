@@ -671,7 +671,12 @@ def _with_horizon(spec: str, config: Mapping[str, Any]) -> str:
     horizon, arrivals = config.get("horizon_s"), config.get("arrivals")
     if len(parts) > 3 and parts[3] or not isinstance(horizon, (int, float)) or isinstance(horizon, bool):
         return spec
-    token = "end" if horizon >= MAX_DURATION_S and arrivals is False else f"{horizon:g}"
+    if horizon >= MAX_DURATION_S and arrivals is False:
+        token = "end"
+    elif math.isfinite(horizon) and float(horizon).is_integer():
+        token = str(int(horizon))
+    else:  # the shortest text that reads back as this float (``:g`` kept 6 digits: 1234567 -> 1.23457e+06)
+        token = repr(float(horizon))
     parts += [""] * (4 - len(parts))
     parts[3] = token
     return f"{name}={':'.join(parts)}"

@@ -133,3 +133,14 @@ def test_export_writes_the_rebuilt_command_on_the_card(tmp_path: Path, capsys) -
     assert (rc, err) == (0, ""), err
     args = _parsed(read_card(tmp_path / "p.card.yaml").training.command)
     assert (args.seed_base, args.hidden, args.label_smoothing, args.lr) == (1000, 128, 0.1, 0.01)
+
+
+@pytest.mark.parametrize("horizon, token", [(3600, "3600"), (1234567, "1234567"), (100000.5, "100000.5"),
+                                            (1e-3, "0.001")])
+def test_the_teachers_horizon_is_written_exactly(horizon, token):
+    """The rebuilt --teacher names the horizon the run used; ``:g`` wrote 1234567 s as
+    1.23457e+06 (read back as 1234570) and 100000.5 as 100000."""
+    from deepshare.policies.policy_card import _with_horizon
+
+    written = _with_horizon("planner=4", {"horizon_s": horizon, "arrivals": True})
+    assert written == f"planner=4:::{token}" and float(written.rsplit(":", 1)[1]) == horizon
