@@ -5,9 +5,10 @@ set (``--local`` and cluster YAMLs set it), else Ray's node name (its IP), suffi
 first 8 hex digits of its node id when names repeat. A node keeps the name it was first given
 while it lives (the scheduler's reads pass ``known``: a node that joins under a name already
 in use is the one suffixed, and a survivor keeps its suffix when its namesake leaves): a
-renamed node read as gone, and its jobs were torn down as "node lost". A placement journalled
-under ``<name>-<8 hex>`` also finds that node under ``<name>`` (after a restart, which forgets
-``known``). Fabric, NIC speed, rack and GPU model come
+renamed node read as gone, and its jobs were torn down as "node lost". A restart forgets
+``known``: the launcher seeds it again from the runs it re-attaches to
+(:meth:`~deepshare.runtime.launcher.RayLauncher.remember`), and a placement journalled under
+``<name>-<8 hex>`` also finds that node under ``<name>``. Fabric, NIC speed, rack and GPU model come
 from the labels ``deepshare.io/fabric`` (pcie|nvlink), ``deepshare.io/nic-gbps``,
 ``deepshare.io/nvlink-gbps``, ``deepshare.io/pcie-switches``, ``deepshare.io/rack`` and
 ``deepshare.io/gpu-model`` when present, else the testbed's defaults (PCIe, 40 Gb/s NIC). A

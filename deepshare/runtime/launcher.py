@@ -328,7 +328,8 @@ class RayLauncher:
         self._warned: set[tuple[str, str]] = set()
         self._node_names: dict[str, str] = {}
         """The name each alive node was given, by node id: kept while it lives (a node renamed
-        when a namesake joined or left read as lost, its jobs torn down)."""
+        when a namesake joined or left read as lost, its jobs torn down); seeded after a restart
+        from the re-attached runs' placement groups (:meth:`remember`)."""
         self._naming = threading.Lock()  # the loop and the API's threads both read the cluster
 
     def cluster(self) -> ClusterState:
@@ -361,3 +362,25 @@ class RayLauncher:
 
     def teardown(self, job_id: str, attempt: int, world: int) -> None:
         teardown(job_id, attempt, world, names=self.names)
+
+    def remember(self, job_id: str, attempt: int, alloc: Sequence[tuple[str, int]]) -> None:
+        """Give the nodes of a re-attached run the names its placement was journalled under:
+        bundle ``i`` of its placement group was pinned to the node of ``alloc[i]``, and Ray's
+        ``bundles_to_node_id`` says which node that is. Without it a restarted scheduler names
+        nodes afresh: a node journalled plainly (``host``) whose namesake joined later reads as
+        ``host-<8 hex>``, ``host`` is then no node, and its runs were torn down as "node lost".
+        A group Ray cannot describe leaves the names as they are (logged)."""
+        import ray
+
+        try:
+            table = ray.util.placement_group_table(ray.util.get_placement_group(self.names.pg(job_id, attempt)))
+            ids = table.get("bundles_to_node_id") or {}
+        except Exception as exc:  # noqa: BLE001 - Ray's error: the names stay as read (the run may read as lost)
+            log.warning("run %d of job %s: its nodes' names could not be read from its placement group (%s)",
+                        attempt, job_id, exc)
+            return
+        with self._naming:
+            for bundle, (name, _) in enumerate(alloc):
+                node_id = ids.get(bundle, ids.get(str(bundle)))
+                if node_id:
+                    self._node_names[str(node_id)] = name

@@ -191,11 +191,15 @@ class ControlLoop:
 
         Returns ``(reattached, requeued)`` job ids. Leftovers of a run that cannot be re-attached
         (a placement group without all its workers) are removed before the job is requeued, so
-        the job can never run twice at once.
+        the job can never run twice at once. A re-attached run's nodes are given back the names
+        its placement was journalled under (:meth:`~deepshare.runtime.ports.Launcher.remember`):
+        a restarted scheduler names nodes afresh, and a node read under another name is "lost".
         """
         reattached, requeued = [], []
         for job in self.journal.jobs(JobState.RUNNING):
             if self.launcher.exists(job.job_id, job.attempt, job.spec.gpus):
+                if job.placement is not None:
+                    self.launcher.remember(job.job_id, job.attempt, job.placement)
                 reattached.append(job.job_id)
                 continue
             self.launcher.teardown(job.job_id, job.attempt, job.spec.gpus)

@@ -7,6 +7,10 @@ in-memory fake in the tests (``tests/runtime/fake_launcher.py``), which then run
 
 A run is identified by ``(job_id, attempt)``; ``world`` is its number of ranks (the job's GPUs),
 which the Ray implementation needs to find its workers by name.
+
+The launcher names the nodes (:meth:`Launcher.cluster`), and a node keeps its name while the
+scheduler lives; after a restart :meth:`Launcher.remember` gives it back the name an earlier
+scheduler journalled a run under, so the run's placement still finds its nodes.
 """
 
 from __future__ import annotations
@@ -49,4 +53,11 @@ class Launcher(Protocol):
 
     def teardown(self, job_id: str, attempt: int, world: int) -> None:
         """Remove whatever is left of the run, freeing its GPUs; idempotent."""
+        ...
+
+    def remember(self, job_id: str, attempt: int, alloc: Sequence[tuple[str, int]]) -> None:
+        """The run, started by an earlier scheduler on ``alloc`` (``((node name, gpus), ...)`` as
+        journalled) and re-attached now: its nodes keep those names in later :meth:`cluster` reads.
+        Why: names are chosen afresh after a restart, and a node whose namesake joined later was
+        first named plainly, then read back suffixed: its runs looked lost and were torn down."""
         ...

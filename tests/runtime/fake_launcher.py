@@ -53,6 +53,8 @@ class FakeLauncher:
     """Every launch call, failed ones included: ``(job_id, attempt, alloc)``."""
     stop_requests: list[RunKey] = field(default_factory=list)
     teardowns: list[RunKey] = field(default_factory=list)
+    remembered: list[tuple[str, int, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+    """Every ``remember`` call (a recovery re-attaching a run): ``(job_id, attempt, alloc)``."""
     oversubscribed: list[RunKey] = field(default_factory=list)
     """Launches refused because a node had fewer free GPUs than asked (a loop bug if ever non-empty)."""
     ignore_stop: set[str] = field(default_factory=set)
@@ -112,6 +114,10 @@ class FakeLauncher:
         with self._lock:
             self.teardowns.append((job_id, attempt))
             self.runs.pop((job_id, attempt), None)
+
+    def remember(self, job_id: str, attempt: int, alloc: Sequence[tuple[str, int]]) -> None:
+        with self._lock:
+            self.remembered.append((job_id, attempt, tuple(alloc)))
 
     # -- what a test does to the cluster -----------------------------------------------------------
     def fail_launches(self, job_id: str, *errors: LaunchError) -> None:

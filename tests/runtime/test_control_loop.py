@@ -275,6 +275,7 @@ def test_recovery_reattaches_live_runs_and_requeues_lost_ones(tmp_path):
     rig.journal = Journal(rig.state_dir, clock=rig.clock)  # restart on the same state folder
     rig.loop = rig.make_loop()
     assert rig.loop.recover() == ([a], [b])
+    assert rig.fake.remembered == [(a, 1, (("node0", 2),))]  # a's nodes keep the names it was journalled under
     assert rig.fake.teardowns == [(b, 1)]  # leftovers removed before the requeue
     assert rig.reasons(b)[-1] == "scheduler restarted; run not found" and rig.state(c) is JobState.QUEUED
     report = rig.loop.tick()  # FIFO: b (2 GPUs, on the node it had) before c

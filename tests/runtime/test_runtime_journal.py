@@ -292,3 +292,32 @@ def test_a_placement_under_a_suffixed_name_finds_its_node_after_its_namesake_lef
     assert [n.name for n in one.nodes] == ["10.0.0.5"] and one.to_placement(job) is not None
     other = read_cluster([_raylet("cccccccc3333")])  # the same IP, another node: not the job's
     assert other.to_placement(job) is None
+
+
+def test_a_restarted_scheduler_gives_a_reattached_runs_nodes_back_their_journalled_names(monkeypatch):
+    """Node a was alone (named ``10.0.0.5``, a run journalled there), then b joined
+    (``10.0.0.5-bbbbbbbb``). A restarted scheduler suffixed both, ``10.0.0.5`` was no node and
+    the run was torn down as "node lost". Its placement group says which node bundle 0 is on."""
+    import ray
+    import ray.util
+
+    from deepshare.runtime.launcher import RayLauncher
+    from deepshare.runtime.runnames import RunNames
+
+    a, b = _raylet("aaaaaaaa1111"), _raylet("bbbbbbbb2222")
+    names = RunNames("0123456789ab")
+    groups = {names.pg("j1", 3): {"bundles_to_node_id": {0: "aaaaaaaa1111"}}}
+    monkeypatch.setattr(ray, "nodes", lambda: [a, b])
+    monkeypatch.setattr(ray.util, "get_placement_group", lambda name: groups[name])
+    monkeypatch.setattr(ray.util, "placement_group_table", lambda group: group)
+    job = (("10.0.0.5", 2),)
+    fresh = RayLauncher(names)
+    assert fresh.cluster().to_placement(job) is None  # what a restart read before
+    launcher = RayLauncher(names)
+    launcher.cluster()  # an API read before the recovery: names given afresh
+    launcher.remember("j1", 3, job)
+    state = launcher.cluster()
+    assert [n.name for n in state.nodes] == ["10.0.0.5", "10.0.0.5-bbbbbbbb"]
+    assert state.node("10.0.0.5").node_id == "aaaaaaaa1111" and state.to_placement(job) is not None
+    launcher.remember("j9", 1, (("10.0.0.5-bbbbbbbb", 2),))  # a group Ray cannot find: names unchanged
+    assert [n.name for n in launcher.cluster().nodes] == ["10.0.0.5", "10.0.0.5-bbbbbbbb"]
