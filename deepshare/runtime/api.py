@@ -27,6 +27,7 @@ over ``max_body_bytes`` is 413.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -52,6 +53,8 @@ from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, QueueOut, Ten
 from deepshare.runtime.spec import LiveJobSpec, spec_from_json
 from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, borrowed_gpus, job_priority, job_queue,
                                        queue_usage)
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest job spec accepted (a spec is a few hundred bytes; its every string is bounded)."""
@@ -154,18 +157,23 @@ def _journal_busy(exc: sqlite3.OperationalError) -> bool:
     return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc) or "busy" in str(exc)
 
 
-async def _journal_error(_: Request, exc: Exception) -> JSONResponse:
+async def _journal_error(request: Request, exc: Exception) -> JSONResponse:
     """A journal that another process holds locked (an operator's ``sqlite3`` shell, a backup) past
     the busy timeout: 503 with ``Retry-After`` and one line, nothing changed (the transaction was
-    rolled back). Any other SQLite operational error (a full disk): 500 with one line, not a
-    traceback."""
+    rolled back). Any other SQLite operational error (a full disk, a disk I/O error, a read-only
+    file): 500 with one line, not a traceback. Both are logged here, the 500 with its traceback
+    (an error) and the 503 as a warning: answered by this handler, Starlette logs neither, and
+    an operator would otherwise never learn that the disk is failing."""
     assert isinstance(exc, sqlite3.OperationalError)
     lines = str(exc).strip().splitlines()
     first = lines[0][:200] if lines else type(exc).__name__
+    where = f"{request.method} {request.url.path}"
     if _journal_busy(exc):
+        log.warning("%s: journal held by another process (%s); answered 503", where, first)
         return JSONResponse(status_code=503, headers={"Retry-After": str(JOURNAL_RETRY_AFTER_S)},
                             content={"error": f"journal: held by another process ({first}); nothing was changed, "
                                               f"try again in {JOURNAL_RETRY_AFTER_S} s"})
+    log.error("%s: journal error (%s); answered 500", where, first, exc_info=exc)
     return JSONResponse(status_code=500, content={"error": f"journal: {first}"})
 
 

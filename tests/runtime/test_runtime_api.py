@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -225,12 +226,12 @@ def test_without_levels_the_one_level_is_rack():
     assert label_levels(["leaf=a", "spine=b"]).names == ("leaf", "spine")
 
 
-def test_a_journal_locked_by_another_process_is_503_with_retry_after(tmp_path):
+def test_a_journal_locked_by_another_process_is_503_with_retry_after(tmp_path, caplog):
     import sqlite3
 
     journal = Journal(tmp_path / "state")  # not closed: on a failure its lock is held for good
     journal._db.execute("PRAGMA busy_timeout=50")  # SQLite's wait for the other writer: 50 ms, not 5 s
-    with serving(journal, cluster_gpus=lambda: (8, 2)) as url:
+    with caplog.at_level(logging.WARNING, logger="deepshare.runtime.api"), serving(journal, cluster_gpus=lambda: (8, 2)) as url:
         other = sqlite3.connect(tmp_path / "state" / "journal.sqlite", isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # an operator's sqlite3 shell in the middle of an UPDATE
         req = urllib.request.Request(url + "/v1/jobs", data=json.dumps(BODY).encode(), method="POST",
@@ -241,7 +242,31 @@ def test_a_journal_locked_by_another_process_is_503_with_retry_after(tmp_path):
         assert caught.value.code == 503 and caught.value.headers["Retry-After"] == "5"
         assert body["error"].startswith("journal: held by another process (database is locked)")
         assert "\n" not in body["error"]
+        logged = [r for r in caplog.records if r.name == "deepshare.runtime.api"]
+        assert [(r.levelno, r.exc_info) for r in logged] == [(logging.WARNING, None)]  # logged, no traceback
+        assert "POST /v1/jobs: journal held by another process (database is locked)" in logged[0].getMessage()
         other.execute("ROLLBACK")
         other.close()
         assert call(url, "GET", "/v1/jobs") == (200, [])  # nothing journalled, and the journal answers again
         assert call(url, "POST", "/v1/jobs", json.dumps(BODY).encode())[0] == 201
+
+
+@pytest.mark.parametrize("message", ["disk I/O error", "database or disk is full"])
+def test_a_failing_journal_is_500_in_one_line_and_logged_with_its_traceback(tmp_path, caplog, message):
+    """Answered by the API's own handler, Starlette logs nothing: a failing disk was a one-line
+    500 to the client and no line in the scheduler's log."""
+    import sqlite3
+
+    journal = Journal(tmp_path / "state")
+
+    def failing(*_args, **_kwargs):
+        raise sqlite3.OperationalError(message)
+
+    journal.jobs = failing  # type: ignore[method-assign]
+    journal.queue_page = failing  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="deepshare.runtime.api"), serving(journal, cluster_gpus=lambda: (8, 2)) as url:
+        assert call(url, "GET", "/v1/jobs") == (500, {"error": f"journal: {message}"})
+    logged = [r for r in caplog.records if r.name == "deepshare.runtime.api"]
+    assert [r.levelno for r in logged] == [logging.ERROR]
+    assert logged[0].getMessage() == f"GET /v1/jobs: journal error ({message}); answered 500"
+    assert logged[0].exc_info is not None and logged[0].exc_info[0] is sqlite3.OperationalError
