@@ -20,9 +20,10 @@ starts from its proxy's prior and is corrected from its own jobs' reports.
 **Tenants.** Fits are per model *name*, and a job's reported throughput is its own word: under
 ``--tenants`` one tenant's jobs naming a model, reporting false numbers, would move every
 tenant's predictions for that model. So when the runs carry queues (every tenant's job does),
-each queue's runs are fitted apart and a model's fit is the median, over the queues that ran it,
-of their scales and of their exponents (a minority of queues cannot move it outside the range of
-the others' fits), then kept within a factor :data:`TENANT_FIT_BOUND` of the prior (scale within
+each queue's runs are fitted apart and a model's fit is the median of the queues' scales, over
+the queues with uncontended runs of it, and of their exponents, over those with contended runs
+(a queue without such runs has only the prior's value, and would vote for it; a minority of
+queues cannot move the fit outside the range of the others' fits), then kept within a factor :data:`TENANT_FIT_BOUND` of the prior (scale within
 1/2..2, exponent within 1/2..2). What is left: with two queues the median is their mean, so a
 lying tenant still moves the other's predictions, by at most that bound; fits stay per model
 name, not per (queue, model) (which the policies' views cannot ask for today).
@@ -105,9 +106,11 @@ def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: in
 
 def fit_runs(runs: Sequence[Measurement], catalog: Catalog) -> ContentionLearner:
     """The learner fitted to ``runs``: all pooled when no run carries a queue; else one fit per
-    queue (runs of no queue are one more), combined per model by the median and bounded by
-    :data:`TENANT_FIT_BOUND`, so that one tenant's reports cannot move another's predictions
-    beyond that (see the module doc)."""
+    queue (runs of no queue are one more), combined per model by the median over the queues with
+    evidence (scale: queues with uncontended runs of the model; exponent: queues with contended
+    runs: a queue without has only the prior's value) and bounded by :data:`TENANT_FIT_BOUND`,
+    so that one tenant's reports cannot move another's predictions beyond that (see the module
+    doc)."""
     learner = ContentionLearner()
     if all(run.queue is None for run in runs):
         learner.fit_all(observations(runs, catalog))
@@ -124,8 +127,10 @@ def fit_runs(runs: Sequence[Measurement], catalog: Catalog) -> ContentionLearner
     bound = math.log(TENANT_FIT_BOUND)
     combined = {}
     for model, fits in per_model.items():
-        log_scale = statistics.median(f.log_scale for f in fits)
-        exponent = statistics.median(f.exponent for f in fits)
+        scaled = [f.log_scale for f in fits if f.observations > f.contended]  # uncontended runs set the scale
+        shaped = [f.exponent for f in fits if f.contended > 0]  # contended runs set the exponent
+        log_scale = statistics.median(scaled) if scaled else 0.0
+        exponent = statistics.median(shaped) if shaped else 1.0
         combined[model] = ModelFit(min(max(log_scale, -bound), bound),
                                    min(max(exponent, 1 / TENANT_FIT_BOUND), TENANT_FIT_BOUND),
                                    sum(f.observations for f in fits), sum(f.contended for f in fits))

@@ -257,3 +257,27 @@ def test_one_tenants_false_reports_move_anothers_predictions_by_at_most_the_boun
     learner, _ = fit_from_journal(journal, catalog, "profiled")
     assert learner.throughput("ResNet50", iso, 1.0) == pytest.approx(iso)
     assert learner.correct("ResNet50", 0.5) == pytest.approx(0.5)
+
+
+def test_groups_without_contended_runs_do_not_vote_on_the_exponent_nor_groups_without_uncontended_runs_on_the_scale():
+    """A group whose runs of a model were never contended has the prior's exponent 1.0 alone, and
+    voted for it: one honest contended group's exponent was halved beside one such group and
+    erased beside two. Likewise a group with only contended runs voted the prior's scale 1."""
+    from deepshare.runtime.journal import Measurement
+    from deepshare.runtime.learning import fit_runs
+
+    iso = CATALOG.throughput("GraphSage", 2, 1)
+
+    def runs(queue: str, prior: float, measured: float, n: int = 30) -> list[Measurement]:
+        return [Measurement(f"{queue}-{i}", 1, "GraphSage", 2, (("n0", 2),), measured * iso, prior * iso, None, queue)
+                for i in range(n)]
+
+    contended = runs("a", 0.7, 0.7 ** 1.8)  # honest: the true exponent is 1.8
+    alone = fit_runs(contended, CATALOG).fit("GraphSage").exponent
+    assert alone > 1.7
+    for others in (runs("b", 1.0, 1.0), runs("b", 1.0, 1.0) + runs("c", 1.0, 1.0)):
+        assert fit_runs(contended + others, CATALOG).fit("GraphSage").exponent == pytest.approx(alone)
+    slow = runs("b", 1.0, 0.5) + runs("c", 1.0, 0.5)  # uncontended, at half the catalog's rate
+    scale = fit_runs(slow, CATALOG).fit("GraphSage").scale
+    assert scale < 0.6
+    assert fit_runs(slow + runs("a", 0.7, 0.35), CATALOG).fit("GraphSage").scale == pytest.approx(scale)
