@@ -33,6 +33,8 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise DeepShareError("give exactly one of --profiles DIR, --samples CSV and --from-state DIR")
     if args.cluster is not None and args.samples is None:
         raise DeepShareError("--cluster goes with --samples: it says what hardware the samples were measured on")
+    if args.tenants is not None and args.from_state is None:
+        raise DeepShareError("--tenants goes with --from-state: the tenants file the scheduler ran under")
     if args.from_state is not None:
         return cmd_calibrate_from_state(args, out, err)
     check_outputs({"--json": args.json, "--out": args.out},
@@ -105,9 +107,14 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
         raise DeepShareError(f"--from-state {folder}: cannot read the journal: {exc.strerror or exc}") from None
     if not found:
         raise DeepShareError(f"--from-state {folder}: no journal ({journal_path} does not exist)")
+    tenants = None
+    if args.tenants is not None:
+        from deepshare.tenants.spec import load_tenants
+
+        tenants = load_tenants(args.tenants)
     journal = Journal.read_only(folder)
     try:
-        _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention).name)
+        _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention).name, tenants=tenants)
     finally:
         journal.close()
     shown = human(args.json, out, err)
@@ -151,6 +158,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--from-state", metavar="DIR",
                    help="instead: fit the learned contention model (deepshare/core/contention/learned.py) to the measured vs "
                    "predicted throughputs in a live scheduler's journal, as its refit does (read only)")
+    p.add_argument("--tenants", metavar="FILE",
+                   help="with --from-state: the tenants file the scheduler ran under (its refit then fits the runs by "
+                   "tenant; without it they are pooled, as without --tenants)")
     p.add_argument("--contention", choices=("profiled", "link"), default="profiled",
                    help="with --from-state: the shipped model the scheduler predicted with (default profiled)")
     add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")

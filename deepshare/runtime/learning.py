@@ -19,14 +19,21 @@ starts from its proxy's prior and is corrected from its own jobs' reports.
 
 **Tenants.** Fits are per model *name*, and a job's reported throughput is its own word: under
 ``--tenants`` one tenant's jobs naming a model, reporting false numbers, would move every
-tenant's predictions for that model. So when the runs carry queues (every tenant's job does),
-each queue's runs are fitted apart and a model's fit is the median of the queues' scales, over
-the queues with uncontended runs of it, and of their exponents, over those with contended runs
-(a queue without such runs has only the prior's value, and would vote for it; a minority of
-queues cannot move the fit outside the range of the others' fits), then kept within a factor :data:`TENANT_FIT_BOUND` of the prior (scale within
-1/2..2, exponent within 1/2..2). What is left: with two queues the median is their mean, so a
-lying tenant still moves the other's predictions, by at most that bound; fits stay per model
-name, not per (queue, model) (which the policies' views cannot ask for today).
+tenant's predictions for that model. So under a tenants file (and only then: a queue a user
+names without one is no tenant's) the runs are grouped by tenant (:func:`tenant_group`: the
+tenants the file's tokens say own the run's queue; the admin's queues, which no tenant owns, are
+one group; a queue the file no longer declares is a group of its own), each group is fitted
+apart, and a model's fit is the median over the groups with evidence for each parameter: the
+scale over the groups with uncontended runs of it, the exponent over those with contended runs
+(a group without such runs has only the prior's value, and would vote for it). The result is
+kept within a factor :data:`TENANT_FIT_BOUND` of the prior (scale within 1/2..2, exponent within
+1/2..2): a minority of tenants cannot move it outside the range of the others' fits, and a
+tenant with many queues votes once. When the runs are all one group's (one tenant, or no tenants
+file) they are pooled and the fit is not bounded: one tenant's reports move only its own
+predictions. What is left: with two groups the median is their mean, so a lying tenant still
+moves the other's predictions, by at most that bound; each group's fit is shrunk toward the
+prior (the fit's ridge weights), so a group with few runs pulls the median toward it; fits stay
+per model name, not per (tenant, model) (which the policies' views cannot ask for today).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob
@@ -51,6 +58,9 @@ from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog
 from deepshare.runtime.journal import Journal, Measurement
 
+if TYPE_CHECKING:
+    from deepshare.tenants.spec import Tenants
+
 log = logging.getLogger(__name__)
 
 CONTENTION_DIR = "contention"
@@ -61,8 +71,8 @@ REFIT_RUNS = 2000
 """Runs a refit reads (the most recently started)."""
 _VERSION_FILE = re.compile(r"^params-(\d{5,})\.json\Z")
 TENANT_FIT_BOUND = 2.0
-"""Under tenants (runs carrying queues), a fit's scale and exponent are kept within this factor
-of the prior's 1 (see the module doc)."""
+"""Under a tenants file with runs of several tenants, a fit's scale and exponent are kept within
+this factor of the prior's 1 (see the module doc)."""
 
 
 def observations(runs: Iterable[Measurement], catalog: Catalog) -> list[Observation]:
@@ -96,32 +106,46 @@ def fit_document(learner: ContentionLearner, seen: Sequence[Observation], versio
 
 
 def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: int = 0,
-                     runs: int = REFIT_RUNS) -> tuple[ContentionLearner, dict[str, object]]:
-    """A learner fitted to ``journal``'s latest ``runs`` measured runs, and its document."""
+                     runs: int = REFIT_RUNS, tenants: Tenants | None = None) -> tuple[ContentionLearner, dict[str, object]]:
+    """A learner fitted to ``journal``'s latest ``runs`` measured runs, and its document
+    (``tenants``: the tenants file in force, None without one; see :func:`fit_runs`)."""
     measured = journal.measurements(runs)
     seen = observations(measured, catalog)
-    learner = fit_runs(measured, catalog)
+    learner = fit_runs(measured, catalog, tenants)
     return learner, fit_document(learner, seen, version, journal.now(), prior)
 
 
-def fit_runs(runs: Sequence[Measurement], catalog: Catalog) -> ContentionLearner:
-    """The learner fitted to ``runs``: all pooled when no run carries a queue; else one fit per
-    queue (runs of no queue are one more), combined per model by the median over the queues with
-    evidence (scale: queues with uncontended runs of the model; exponent: queues with contended
-    runs: a queue without has only the prior's value) and bounded by :data:`TENANT_FIT_BOUND`,
-    so that one tenant's reports cannot move another's predictions beyond that (see the module
-    doc)."""
+def tenant_group(queue: str | None, tenants: Tenants) -> str:
+    """Whose reports a run of ``queue`` carries under ``tenants``: ``tenant:<names>`` of the tenants
+    whose tokens own the queue; ``admin`` for a declared queue no tenant owns, or no queue (a job
+    journalled before the file: only the admin's token existed); ``queue:<name>`` for a queue the
+    file no longer declares (its submitter cannot be told)."""
+    owners = sorted({token.name for token in tenants.tokens if queue is not None and queue in token.queues})
+    if owners:
+        return "tenant:" + ",".join(owners)
+    if queue is None or queue in tenants.queues:
+        return "admin"
+    return f"queue:{queue}"
+
+
+def fit_runs(runs: Sequence[Measurement], catalog: Catalog, tenants: Tenants | None = None) -> ContentionLearner:
+    """The learner fitted to ``runs``: all pooled without a tenants file, or when every run is one
+    :func:`tenant_group`'s; else one fit per group, combined per model by the median over the
+    groups with evidence (scale: groups with uncontended runs of the model; exponent: groups with
+    contended runs) and bounded by :data:`TENANT_FIT_BOUND`, so that one tenant's reports cannot
+    move another's predictions beyond that (see the module doc)."""
     learner = ContentionLearner()
-    if all(run.queue is None for run in runs):
+    groups: dict[str, list[Measurement]] = {}
+    if tenants is not None:
+        for run in runs:
+            groups.setdefault(tenant_group(run.queue, tenants), []).append(run)
+    if len(groups) <= 1:
         learner.fit_all(observations(runs, catalog))
         return learner
-    by_queue: dict[str | None, list[Measurement]] = {}
-    for run in runs:
-        by_queue.setdefault(run.queue, []).append(run)
     per_model: dict[str, list[ModelFit]] = {}
-    for queue in sorted(by_queue, key=lambda q: (q is not None, q or "")):
+    for group in sorted(groups):
         apart = ContentionLearner()
-        apart.fit_all(observations(by_queue[queue], catalog))
+        apart.fit_all(observations(groups[group], catalog))
         for model, fit in apart.fits.items():
             per_model.setdefault(model, []).append(fit)
     bound = math.log(TENANT_FIT_BOUND)
@@ -186,6 +210,9 @@ class LiveLearning:
     catalog: Catalog
     refit_s: float = DEFAULT_REFIT_S
     runs: int = REFIT_RUNS
+    tenants: Callable[[], Tenants | None] = lambda: None
+    """The tenants file in force at a refit (None: started without ``--tenants``): under one, runs
+    are fitted by tenant (:func:`fit_runs`)."""
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -228,7 +255,7 @@ class LiveLearning:
         """Refit from ``journal``; write a new version when a fit changed. The current document."""
         self._last_refit = journal.now()
         learner, doc = fit_from_journal(journal, self.catalog, self.prior.name, max(self.version, self._highest) + 1,
-                                        self.runs)
+                                        self.runs, self.tenants())
         self.learner = learner
         if (self.latest or {}).get("models", {}) == doc["models"]:  # nothing new: no new version
             return self.latest or self.document()

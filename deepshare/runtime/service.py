@@ -249,7 +249,8 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
     if config.contention_knowledge == "learned":
         from deepshare.runtime.learning import LiveLearning
 
-        learning = LiveLearning(Path(config.state_dir), contention, catalog, config.refit_s)
+        learning = LiveLearning(Path(config.state_dir), contention, catalog, config.refit_s,
+                                tenants=lambda: tenants.current)  # fitted by tenant under a tenants file
     loop = ControlLoop(journal, tenants.policy(policy), catalog, contention, loop_config,
                        launcher=ray_launcher, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
                        policy_name=policy_name, metrics=metrics, learning=learning)

@@ -230,6 +230,20 @@ def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own
     assert learning.predicted_throughput(proxied, place, 1.0) == pytest.approx(CATALOG.throughput(proxied, 2, 1))
 
 
+def _tenants(**owners: list[str]):  # type: ignore[no-untyped-def]
+    """A tenants file whose tenant ``name`` owns queues ``owners[name]`` (plus ``admin-q``, no one's)."""
+    import hashlib
+
+    from deepshare.tenants.spec import parse_tenants
+
+    queues = sorted({q for qs in owners.values() for q in qs} | {"admin-q"})
+    return parse_tenants(
+        "queues:\n" + "".join(f"  - {{name: {q}, nominal_gpus: 8}}\n" for q in queues)
+        + "default_queue: admin-q\ntokens:\n"
+        + "".join(f"  - {{name: {name}, queues: [{', '.join(qs)}], sha256: {hashlib.sha256(name.encode()).hexdigest()}}}\n"
+                  for name, qs in owners.items()))
+
+
 def _tenant_runs(journal: Journal, queue: str, measured: float, count: int) -> None:
     """``count`` finished-measuring runs of queue ``queue``'s ResNet50 jobs, uncontended (the
     prediction recorded is the isolated throughput), each reporting ``measured``."""
@@ -248,13 +262,14 @@ def test_one_tenants_false_reports_move_anothers_predictions_by_at_most_the_boun
     catalog = default_catalog()
     iso = catalog.throughput("ResNet50", 2, 1)
     journal = Journal(tmp_path / "s")
+    tenants = _tenants(a=["team-a"], b=["team-b"], c=["team-c"])
     _tenant_runs(journal, "team-a", iso, 3)
     _tenant_runs(journal, "team-b", 0.001, 20)
-    learner, doc = fit_from_journal(journal, catalog, "profiled")
+    learner, doc = fit_from_journal(journal, catalog, "profiled", tenants=tenants)
     assert learner.throughput("ResNet50", iso, 1.0) >= iso / 2 * (1 - 1e-9)  # TENANT_FIT_BOUND
     assert doc["models"]["ResNet50"]["observations"] == 23
-    _tenant_runs(journal, "team-c", iso, 2)  # a liar among three queues: the median is an honest queue's
-    learner, _ = fit_from_journal(journal, catalog, "profiled")
+    _tenant_runs(journal, "team-c", iso, 2)  # a liar among three tenants: the median is an honest tenant's
+    learner, _ = fit_from_journal(journal, catalog, "profiled", tenants=tenants)
     assert learner.throughput("ResNet50", iso, 1.0) == pytest.approx(iso)
     assert learner.correct("ResNet50", 0.5) == pytest.approx(0.5)
 
@@ -272,12 +287,75 @@ def test_groups_without_contended_runs_do_not_vote_on_the_exponent_nor_groups_wi
         return [Measurement(f"{queue}-{i}", 1, "GraphSage", 2, (("n0", 2),), measured * iso, prior * iso, None, queue)
                 for i in range(n)]
 
+    tenants = _tenants(a=["a"], b=["b"], c=["c"])
     contended = runs("a", 0.7, 0.7 ** 1.8)  # honest: the true exponent is 1.8
-    alone = fit_runs(contended, CATALOG).fit("GraphSage").exponent
+    alone = fit_runs(contended, CATALOG, tenants).fit("GraphSage").exponent
     assert alone > 1.7
     for others in (runs("b", 1.0, 1.0), runs("b", 1.0, 1.0) + runs("c", 1.0, 1.0)):
-        assert fit_runs(contended + others, CATALOG).fit("GraphSage").exponent == pytest.approx(alone)
+        assert fit_runs(contended + others, CATALOG, tenants).fit("GraphSage").exponent == pytest.approx(alone)
     slow = runs("b", 1.0, 0.5) + runs("c", 1.0, 0.5)  # uncontended, at half the catalog's rate
-    scale = fit_runs(slow, CATALOG).fit("GraphSage").scale
+    scale = fit_runs(slow, CATALOG, tenants).fit("GraphSage").scale
     assert scale < 0.6
-    assert fit_runs(slow + runs("a", 0.7, 0.35), CATALOG).fit("GraphSage").scale == pytest.approx(scale)
+    assert fit_runs(slow + runs("a", 0.7, 0.35), CATALOG, tenants).fit("GraphSage").scale == pytest.approx(scale)
+
+
+def test_runs_are_fitted_by_tenant_only_under_a_tenants_file_and_pooled_when_one_tenant_ran_them():
+    """Bounded per-queue fitting started whenever a run named a queue, also without ``--tenants``:
+    a model truly at 0.2x its catalog rate was learned as 0.5x (the bound), a one-run queue was
+    shrunk toward the prior, and a tenant with two queues had two votes."""
+    from deepshare.runtime.journal import Measurement
+    from deepshare.runtime.learning import TENANT_FIT_BOUND, fit_runs
+
+    iso = CATALOG.throughput("ResNet50", 2, 1)
+
+    def runs(queue: str | None, ratio: float, n: int) -> list[Measurement]:
+        return [Measurement(f"{queue}-{i}", 1, "ResNet50", 2, (("n0", 2),), ratio * iso, iso, None, queue)
+                for i in range(n)]
+
+    def scale(rs: list[Measurement], tenants=None) -> float:  # type: ignore[no-untyped-def]
+        learner = fit_runs(rs, CATALOG) if tenants is None else fit_runs(rs, CATALOG, tenants)
+        return learner.fit("ResNet50").scale
+
+    pooled = scale(runs(None, 0.2, 40))
+    assert pooled < 0.25
+    assert scale(runs("x", 0.2, 40)) == pytest.approx(pooled)  # a user's queue field, no tenants file
+    tenants = _tenants(alice=["a1", "a2"], bob=["b"])
+    assert scale(runs("a1", 0.2, 20) + runs("a2", 0.2, 20), tenants) == pytest.approx(pooled)  # one tenant: pooled
+    assert scale(runs("admin-q", 0.2, 20) + runs(None, 0.2, 20), tenants) == pytest.approx(pooled)  # the admin's
+    # two groups: bounded (what is left: an honest model's true 0.2x reads as the bound's 0.5x)
+    assert scale(runs("a1", 0.2, 20) + runs("admin-q", 0.2, 20), tenants) == pytest.approx(1 / TENANT_FIT_BOUND)
+    # the liar's two queues are one vote: an honest tenant and the admin outvote it
+    honest = runs("b", 1.0, 20) + runs("admin-q", 1.0, 20)
+    assert scale(honest + runs("a1", 0.001, 5) + runs("a2", 0.001, 5), tenants) > 0.95
+    from deepshare.runtime.learning import tenant_group
+
+    assert [tenant_group(q, tenants) for q in ("a1", "a2", "b", "admin-q", None, "gone")] == [
+        "tenant:alice", "tenant:alice", "tenant:bob", "admin", "admin", "queue:gone"]
+
+
+def test_the_live_refit_and_calibrate_from_state_fit_by_tenant_under_the_tenants_file(tmp_path, capsys):
+    import hashlib
+
+    text = ("queues:\n  - {name: team-a, nominal_gpus: 8}\n  - {name: team-b, nominal_gpus: 8}\n"
+            "default_queue: team-a\ntokens:\n"
+            + "".join(f"  - {{name: {n}, queues: [team-{n}], sha256: {hashlib.sha256(n.encode()).hexdigest()}}}\n"
+                      for n in ("a", "b")))
+    (tmp_path / "tenants.yaml").write_text(text)
+    from deepshare.tenants.spec import load_tenants
+
+    tenants = load_tenants(tmp_path / "tenants.yaml")
+    state = tmp_path / "s"
+    journal = Journal(state)
+    iso = CATALOG.throughput("ResNet50", 2, 1)
+    _tenant_runs(journal, "team-a", iso, 3)
+    _tenant_runs(journal, "team-b", 0.001, 20)
+    live = LiveLearning(state, make_contention("profiled"), CATALOG, tenants=lambda: tenants).refit(journal)
+    assert live["models"]["ResNet50"]["scale"] >= 0.5 * (1 - 1e-9)  # bounded: two tenants
+    out = tmp_path / "fit.json"
+    assert main(["calibrate", "--from-state", str(state), "--tenants", str(tmp_path / "tenants.yaml"),
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["models"] == live["models"]
+    assert main(["calibrate", "--from-state", str(state), "--json", str(out)]) == 0  # no file: pooled
+    assert json.loads(out.read_text())["models"]["ResNet50"]["scale"] < 0.1
+    assert main(["calibrate", "--profiles", str(tmp_path), "--tenants", str(tmp_path / "tenants.yaml")]) == 2
+    assert "--tenants goes with --from-state" in capsys.readouterr().err
