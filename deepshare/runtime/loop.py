@@ -697,6 +697,7 @@ class ControlLoop:
         starts: list[tuple[JobRecord, int, tuple[tuple[str, int], ...]]] = []
         free = list(view.free)  # what runs now, stopping runs included, does not hold
         waiting = []
+        journal_error: str | None = None
         for job_id, placement in [*((m.job_id, m.placement) for m in decision.migrate),
                                   *((l.job_id, l.placement) for l in decision.launch)]:
             jv = views.get(job_id)
@@ -718,6 +719,14 @@ class ControlLoop:
             except DATA_ERRORS as exc:  # its row was edited since it was read: the next read quarantines it
                 log.error("not launching %s: its journal row cannot be read (%s)", job_id, exc)
                 continue
+            except sqlite3.OperationalError as exc:
+                # Locked by another process (past SQLite's wait) or failing: no later start is tried
+                # (each would wait again), and the runs journalled so far are still launched below.
+                # Raising here left them journalled RUNNING but never launched: the next tick found
+                # them missing and requeued them as lost.
+                journal_error = f"journal: {first_line(exc)}; launches after {job_id!r} wait for the next tick"
+                log.error("not launching %s and the rest of this tick's launches: %s", job_id, journal_error)
+                break
             pending.append((jv, placement))
             starts.append((self.journal.get(job_id), attempt, alloc))
         # Runs start concurrently: most of a launch is Ray starting worker processes.
@@ -734,9 +743,12 @@ class ControlLoop:
         if waiting:
             log.info("not launching %s this tick: runs asked to stop still hold their GPUs (%s)",
                      waiting, sorted(self._stopping))
+        if journal_error is not None:
+            self.last_error = journal_error
         return TickReport(decision, launched=tuple(launched),
                           preempted=tuple(job_id for job_id, why in fresh if why == "preempted"),
-                          migrated=tuple(m.job_id for m in decision.migrate if m.job_id in launched), ended=tuple(ended))
+                          migrated=tuple(m.job_id for m in decision.migrate if m.job_id in launched), ended=tuple(ended),
+                          error=journal_error)
 
     def _launch_failed(self, job: JobRecord, attempt: int, alloc: tuple[tuple[str, int], ...], failure: LaunchError,
                        ended: list[tuple[str, str]]) -> None:

@@ -609,3 +609,32 @@ def test_jobs_cancelled_or_ended_while_the_policy_decides_are_skipped_not_a_half
     later = rig.loop.tick()
     assert later.error is None and ("b-2", "queued") not in later.ended  # b-2's run was not lost
     assert rig.reasons("b-2") == ["submitted", "launched"]
+
+
+def test_a_journal_locked_part_way_through_a_ticks_starts_launches_the_runs_it_journalled(tmp_path, monkeypatch):
+    """An operator's sqlite3 shell holds the journal while the loop journals a tick's starts: the
+    first start was journalled RUNNING, the second raised, and the tick ended there, the first
+    never launched; the next tick found its run missing and requeued it as lost."""
+    import sqlite3
+
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"))
+    a, b, c = rig.submit("a", 2), rig.submit("b", 2), rig.submit("c", 2)
+    real = rig.journal.start_run
+    calls = []
+
+    def locked_after_the_first(job_id, alloc, predicted):  # type: ignore[no-untyped-def]
+        calls.append(job_id)
+        if len(calls) > 1:
+            raise sqlite3.OperationalError("database is locked")
+        return real(job_id, alloc, predicted)
+
+    monkeypatch.setattr(rig.journal, "start_run", locked_after_the_first)
+    report = rig.loop.tick()
+    assert calls == [a, b]  # no start tried after the lock: each would wait out SQLite's busy timeout
+    assert report.launched == (a,) and ("a-1", 1) in rig.fake.live()
+    assert "journal" in (report.error or "") and "database is locked" in report.error
+    assert (rig.state(b), rig.state(c)) == (JobState.QUEUED, JobState.QUEUED)
+    monkeypatch.setattr(rig.journal, "start_run", real)  # the shell let go
+    later = rig.loop.tick()
+    assert later.error is None and later.ended == () and later.launched == (b,)  # c: no GPUs left
+    assert rig.reasons(a) == ["submitted", "launched"]  # a's run was launched, never "lost"
