@@ -10,8 +10,9 @@ holding back the demand's jobs of other models too: trying those costs average J
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint; so is one
-whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere), so a
-running job is never stopped for jobs ranked below it.
+whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere, a gang
+among them possibly by a domain plan of its own), so a running job is never stopped for jobs
+ranked below it.
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """
@@ -131,10 +132,12 @@ class HeuristicPolicy:
             job.placement.take(free)  # type: ignore[union-attr]
         if undone:
             launches = tuple(launch for launch in launches if launch.job_id not in undone)
-        launches += self._free_domains(view, key, chosen, launches, preempt, free)
+        launches += self._free_domains(view, key, chosen, launches, preempt, free, place_first=bool(undone))
         if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free,
-            # after the gangs' domain plans (which they must not take a domain from) and beside
-            # every launch of the decision, predicted without the jobs it stops
+            # after the gangs' domain plans (which they must not take a domain from: a gang ranked
+            # below such a job may so launch while it waits) and beside every launch of the
+            # decision, predicted without the jobs it stops; a gang among them was placed or
+            # planned with the others just above
             by_id = {job.job_id: job for job in chosen}
             stopped = [job for job in view.running if job.job_id in set(preempt)]
             placed = {launch.job_id for launch in launches}  # a gang among them may have a domain plan now
@@ -148,10 +151,16 @@ class HeuristicPolicy:
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
 
     def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
-                      preempt: list[str], free: list[int]) -> tuple[Launch, ...]:
+                      preempt: list[str], free: list[int], place_first: bool = False) -> tuple[Launch, ...]:
         """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each chosen gang
         with a required level that was not placed frees one domain of that level from jobs it
-        outranks, at the least cost (each stop at the view's ``restore_s``), when it then fits. ``preempt`` and ``free`` are updated."""
+        outranks, at the least cost (each stop at the view's ``restore_s``), when it then fits.
+        ``preempt`` and ``free`` are updated.
+
+        ``place_first``: each gang is first placed as things are, and planned only when that
+        fails. Set when launches gave way to victims: their GPUs are free again, and a gang among
+        them (or one that failed before) may fit a domain with no stop, which a plan never
+        considers (it only frees domains the gang does not fit)."""
         placed = {launch.job_id for launch in launches}
         gangs = [j for j in chosen if j.job_id not in placed and j.topology.required_level is not None]
         if not gangs:
@@ -166,6 +175,13 @@ class HeuristicPolicy:
 
             gone = [j for j in view.running if j.job_id in stopped]  # the plan predicts without them
             launched = [(by_id[launch.job_id], launch.placement) for launch in (*launches, *extra)]
+            if place_first:
+                with leaving_out(view.predict, gone) as predict:
+                    placement = self.place(gang, free, replace(view, predict=predict) if gone else view, launched)
+                if placement is not None:
+                    placement.take(free)
+                    extra.append(Launch(gang.job_id, placement))
+                    continue
 
             def place(after: list[int], view_after: ClusterView, gang: JobView = gang,
                       launched: list[tuple[JobView, Placement]] = launched) -> Placement | None:

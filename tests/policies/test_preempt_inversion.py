@@ -254,3 +254,28 @@ def test_launches_placed_again_see_the_decisions_other_launches():
                     broken.append((contention, k_model, low_model, k_gpus, now, launch.job_id))
                 pending.append((job, launch.placement))
     assert broken == []
+
+
+@pytest.mark.parametrize("policy", ["srsf+consolidated+preempt", "srsf+topo-aware+preempt", "srsf+topo-bestfit+preempt",
+                                    "srsf+packed+preempt", "srsf+uncontended+preempt"])
+def test_a_gang_that_gives_way_goes_where_it_fits_before_any_plan_stops_a_job(policy):
+    """Three leaves of two 4-GPU nodes, a 1-GPU blocker in each. Two 8-GPU leaf gangs that cannot
+    be placed take the budget, so V (6 GPUs on nodes 0-1) falls outside it; G, a 4-GPU leaf gang
+    ranked below V, was placed on V's node 0 and gives way to V. Leaf L1 has 3 + 4 GPUs free: G
+    goes there. A domain plan only frees domains a gang does not fit, so G went to a plan that
+    stopped R (ranked below G) in leaf L2."""
+    lines = ["name: t", "node_types:", "  g: {gpus: 4, nic_gbps: 100}", "levels:",
+             "  - {name: leaf, oversubscription: 2}", "nodes:",
+             *[f"  - {{type: g, count: 2, prefix: l{leaf}n, domains: {{leaf: L{leaf}}}}}" for leaf in range(3)]]
+    leaf = TopologyRequest(required_level="leaf")
+    running = [_running("B0", 1, 5.0, ((1, 1),)), _running("B1", 1, 5.0, ((2, 1),)), _running("B2", 1, 5.0, ((5, 1),)),
+               _running("V", 6, 20.0, ((0, 4), (1, 2))), _running("R", 4, 1000.0, ((4, 4),))]
+    queued = [KnownJob("H1", "FSDP", 8, 1.0, 10.0, topology=leaf), KnownJob("H2", "FSDP", 8, 1.0, 10.0, topology=leaf),
+              KnownJob("G", "FSDP", 4, 1.0, 100.0, topology=leaf)]
+    view = build_view(parse_topology("\n".join(lines) + "\n"), default_catalog(), make_contention("profiled"), 5.0,
+                      [0, 1, 3, 4, 0, 3], queued, running)
+    decision = make_policy(policy).decide(view)
+    check_view_decision(decision, view)
+    assert decision.preempt == ()
+    (launch,) = decision.launch
+    assert launch.job_id == "G" and {node for node, _ in launch.placement.alloc} <= {2, 3}
