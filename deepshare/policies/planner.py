@@ -600,4 +600,3 @@ def _believed(view: ClusterView, durations: str, estimates: dict[str, float | No
 
     return replace(view, queued=tuple(map(one, view.queued)), running=tuple(map(one, view.running)),
                    durations=durations)
-

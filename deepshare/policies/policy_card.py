@@ -640,11 +640,11 @@ def _teacher_flags(metadata: Mapping[str, Any]) -> str:
     the planner's ``teacher_config``; its ``teacher`` is the spec, with the candidates appended).
 
     The spec and the candidates come from the file, so they are checked with the CLI's own
-    teacher parser (:func:`~deepshare.rl.expert.parse_teacher`, what ``imitate --teacher`` runs)
+    teacher parser (:func:`~deepshare.policies.teacher_spec.parse_teacher`, what ``imitate --teacher`` runs)
     and shell-quoted, as the config and ``--init-from`` are: metadata that ``imitate`` would refuse
     (``planner=4;touch x``, a candidate that is not a registered heuristic) is refused with the
     line asking for ``--training-command``, and no metadata puts shell syntax in the card's command."""
-    from deepshare.rl.expert import parse_teacher
+    from deepshare.policies.teacher_spec import parse_teacher
 
     teacher, config = metadata.get("teacher"), metadata.get("teacher_config")
     if not isinstance(teacher, str) or not isinstance(config, Mapping):

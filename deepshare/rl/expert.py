@@ -58,41 +58,10 @@ from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, NO_TENANCY, C
 from deepshare.core.workloads import Catalog
 from deepshare.policies.encoding import WAIT_INDEX
 from deepshare.policies.learned import best_row
-from deepshare.policies.planner import BeliefFutures, Planner, PlannerConfig, parse_argument
+from deepshare.policies.planner import BeliefFutures, Planner, PlannerConfig
+from deepshare.policies.teacher_spec import TEACHER_FORM, parse_teacher  # noqa: F401 (re-exported: the CLI and tests name them here)
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 from deepshare.rl.imitate import SUITE_SEED_BASE, Demonstrations, FitSettings, anchor_action, collect, fit, learner_gap
-
-TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
-"""How ``--teacher`` names the planner."""
-
-
-def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
-    """The planner a ``--teacher`` names: ``planner`` (its defaults) or ``planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]``;
-    ``candidates``: ``A,B,...``, registered heuristics replacing the planner's (the first is the base),
-    e.g. non-preemptive ones only, so that every decision is one the rows can express."""
-    name, _, arg = text.partition("=")
-    if name.strip() != "planner":
-        raise DeepShareError(f"--teacher {text!r}: the teacher must be the rollout planner, {TEACHER_FORM} "
-                             "(without --teacher the config's anchor heuristic teaches)")
-    try:
-        config = parse_argument(arg)
-    except DeepShareError as exc:
-        raise DeepShareError(f"--teacher: {exc}") from None
-    if candidates is None:
-        return config
-    from deepshare.policies import policy_info
-
-    names = tuple(n.strip() for n in candidates.split(","))
-    for n in names:
-        try:
-            heuristic = bool(n) and policy_info(n).heuristic
-        except DeepShareError as exc:
-            raise DeepShareError(f"--teacher-candidates: {n!r}: {exc}") from None
-        if not heuristic:
-            raise DeepShareError(f"--teacher-candidates: {n!r} is not a registered heuristic; expected "
-                                 "ORDER+PLACEMENT[+preempt],... e.g. bsrsf+uncontended,srsf+packed")
-    return replace(config, candidates=names)
-
 
 # -- states a labeller elsewhere can decide on -----------------------------------------------------
 @dataclass(frozen=True)

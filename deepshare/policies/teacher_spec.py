@@ -1,0 +1,40 @@
+"""How ``imitate --teacher`` names the rollout planner that labels the states of expert iteration:
+the parser the CLI runs, and that a policy card's rebuilt command is checked with."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from deepshare.core.errors import DeepShareError
+from deepshare.policies.planner import PlannerConfig, parse_argument
+
+TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
+"""How ``--teacher`` names the planner."""
+
+
+def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
+    """The planner a ``--teacher`` names: ``planner`` (its defaults) or ``planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]``;
+    ``candidates``: ``A,B,...``, registered heuristics replacing the planner's (the first is the base),
+    e.g. non-preemptive ones only, so that every decision is one the rows can express."""
+    name, _, arg = text.partition("=")
+    if name.strip() != "planner":
+        raise DeepShareError(f"--teacher {text!r}: the teacher must be the rollout planner, {TEACHER_FORM} "
+                             "(without --teacher the config's anchor heuristic teaches)")
+    try:
+        config = parse_argument(arg)
+    except DeepShareError as exc:
+        raise DeepShareError(f"--teacher: {exc}") from None
+    if candidates is None:
+        return config
+    from deepshare.policies.registry import policy_info
+
+    names = tuple(n.strip() for n in candidates.split(","))
+    for n in names:
+        try:
+            heuristic = bool(n) and policy_info(n).heuristic
+        except DeepShareError as exc:
+            raise DeepShareError(f"--teacher-candidates: {n!r}: {exc}") from None
+        if not heuristic:
+            raise DeepShareError(f"--teacher-candidates: {n!r} is not a registered heuristic; expected "
+                                 "ORDER+PLACEMENT[+preempt],... e.g. bsrsf+uncontended,srsf+packed")
+    return replace(config, candidates=names)
