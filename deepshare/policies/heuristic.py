@@ -11,8 +11,10 @@ the cluster's GPU count in that order should run, running ones outside that set 
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint; so is one
 whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere, a gang
-among them possibly by a domain plan of its own), so a running job is never stopped for jobs
-ranked below it.
+among them possibly by a domain plan of its own), so a running job is not stopped to give its
+GPUs to launches ranked below it. (A gang's domain plan stops running jobs ranked below the gang,
+never the decision's own launches: it can still stop a job whose GPUs a launch ranked below that
+job holds in the domain.)
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """

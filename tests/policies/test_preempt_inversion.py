@@ -1,10 +1,14 @@
-"""A preemptive heuristic never stops a running job to give its GPUs to a queued job it outranks.
+"""A preemptive heuristic does not stop a running job to give its GPUs to a queued job it outranks.
 
 The preemptive rule counts the jobs that should run against the cluster's GPUs in rank order,
 queued jobs that then cannot be placed included (a gang waiting for a domain, a shape ``packed``
 waits for): a running job can fall outside that budget while a smaller queued job it outranks
 fits, is placed on its GPUs and the running job is preempted for it. A victim whose GPUs are held
 only by launches it outranks now keeps them; those launches are placed again where GPUs are free.
+
+Left, and not checked here: a gang's domain plan stops running jobs ranked below the gang, never
+the decision's own launches, so it can stop a job whose GPUs a launch that job outranks holds in
+the domain (``two_leaf_view(1111)``, ``two_leaf_view(2009)``; the rule before this change did the same).
 """
 
 from __future__ import annotations
