@@ -21,7 +21,8 @@ starts from its proxy's prior and is corrected from its own jobs' reports.
 ``--tenants`` one tenant's jobs naming a model, reporting false numbers, would move every
 tenant's predictions for that model. So under a tenants file (and only then: a queue a user
 names without one is no tenant's) the runs are grouped by tenant (:func:`tenant_group`: the
-tenants the file's tokens say own the run's queue; the admin's queues, which no tenant owns, are
+tenants the file's tokens say own the run's queue, joined with every tenant they share a queue
+with, so a tenant's queues are all in one group; the admin's queues, which no tenant owns, are
 one group; a queue the file no longer declares is a group of its own), each group is fitted
 apart, and a model's fit is the median over the groups with evidence for each parameter: the
 scale over the groups with uncontended runs of it, the exponent over those with contended runs
@@ -115,17 +116,43 @@ def fit_from_journal(journal: Journal, catalog: Catalog, prior: str, version: in
     return learner, fit_document(learner, seen, version, journal.now(), prior)
 
 
-def tenant_group(queue: str | None, tenants: Tenants) -> str:
-    """Whose reports a run of ``queue`` carries under ``tenants``: ``tenant:<names>`` of the tenants
-    whose tokens own the queue; ``admin`` for a declared queue no tenant owns, or no queue (a job
+def tenant_group(queue: str | None, tenants: Tenants, owners: dict[str, str] | None = None) -> str:
+    """Whose reports a run of ``queue`` carries under ``tenants``: ``tenant:<names>``, the tenants
+    whose tokens own the queue together with every tenant linked to them by a queue they share
+    (:func:`queue_owners`: a tenant owning queues alone and with others votes once, not once per
+    set of co-owners); ``admin`` for a declared queue no tenant owns, or no queue (a job
     journalled before the file: only the admin's token existed); ``queue:<name>`` for a queue the
-    file no longer declares (its submitter cannot be told)."""
-    owners = sorted({token.name for token in tenants.tokens if queue is not None and queue in token.queues})
-    if owners:
-        return "tenant:" + ",".join(owners)
+    file no longer declares (its submitter cannot be told). ``owners``: :func:`queue_owners` of
+    ``tenants``, when the caller has it."""
+    group = (queue_owners(tenants) if owners is None else owners).get(queue) if queue is not None else None
+    if group is not None:
+        return group
     if queue is None or queue in tenants.queues:
         return "admin"
     return f"queue:{queue}"
+
+
+def queue_owners(tenants: Tenants) -> dict[str, str]:
+    """Each owned queue's group, ``tenant:<names>``: the tenants whose tokens can submit to it,
+    joined with every tenant that shares a queue with one of them (connected components of the
+    tokens linked by shared queues), so that all a tenant can write to is one group."""
+    parent = {token.name: token.name for token in tenants.tokens}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    first: dict[str, str] = {}
+    for token in tenants.tokens:
+        for queue in token.queues:
+            other = first.setdefault(queue, token.name)
+            parent[root(token.name)] = root(other)
+    members: dict[str, list[str]] = {}
+    for name in parent:
+        members.setdefault(root(name), []).append(name)
+    return {queue: "tenant:" + ",".join(sorted(members[root(name)])) for queue, name in first.items()}
 
 
 def fit_runs(runs: Sequence[Measurement], catalog: Catalog, tenants: Tenants | None = None) -> ContentionLearner:
@@ -137,8 +164,9 @@ def fit_runs(runs: Sequence[Measurement], catalog: Catalog, tenants: Tenants | N
     learner = ContentionLearner()
     groups: dict[str, list[Measurement]] = {}
     if tenants is not None:
+        owners = queue_owners(tenants)
         for run in runs:
-            groups.setdefault(tenant_group(run.queue, tenants), []).append(run)
+            groups.setdefault(tenant_group(run.queue, tenants, owners), []).append(run)
     if len(groups) <= 1:
         learner.fit_all(observations(runs, catalog))
         return learner

@@ -359,3 +359,25 @@ def test_the_live_refit_and_calibrate_from_state_fit_by_tenant_under_the_tenants
     assert json.loads(out.read_text())["models"]["ResNet50"]["scale"] < 0.1
     assert main(["calibrate", "--profiles", str(tmp_path), "--tenants", str(tmp_path / "tenants.yaml")]) == 2
     assert "--tenants goes with --from-state" in capsys.readouterr().err
+
+
+def test_a_tenant_sharing_a_queue_is_one_group_with_its_co_owners_not_a_second_vote():
+    """alice owns a alone and s with bob: grouped by each queue's exact owners she had two votes
+    (tenant:alice, tenant:alice,bob), and her false reports on both dragged honest carol's model
+    to the bound (0.5x). Tenants linked by a shared queue are one group."""
+    from deepshare.runtime.journal import Measurement
+    from deepshare.runtime.learning import fit_runs, queue_owners, tenant_group
+
+    tenants = _tenants(alice=["a", "s"], bob=["s"], carol=["c"])
+    assert [tenant_group(q, tenants) for q in ("a", "s", "c")] == ["tenant:alice,bob", "tenant:alice,bob", "tenant:carol"]
+    assert queue_owners(_tenants(x=["q1", "q2"], y=["q1"], z=["q2"], w=["q3"])) == {
+        "q1": "tenant:x,y,z", "q2": "tenant:x,y,z", "q3": "tenant:w"}
+    iso = CATALOG.throughput("ResNet50", 2, 1)
+
+    def runs(queue: str, ratio: float, n: int) -> list[Measurement]:
+        return [Measurement(f"{queue}-{i}", 1, "ResNet50", 2, (("n0", 2),), ratio * iso, iso, None, queue)
+                for i in range(n)]
+
+    learner = fit_runs(runs("a", 0.001, 5) + runs("s", 0.001, 5) + runs("c", 1.0, 20) + runs("admin-q", 1.0, 20),
+                       CATALOG, tenants)
+    assert learner.fit("ResNet50").scale > 0.95
