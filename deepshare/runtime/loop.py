@@ -728,7 +728,16 @@ class ControlLoop:
                 log.error("not launching %s and the rest of this tick's launches: %s", job_id, journal_error)
                 break
             pending.append((jv, placement))
-            starts.append((self.journal.get(job_id), attempt, alloc))
+            try:
+                record = self.journal.get(job_id)
+            except (*DATA_ERRORS, sqlite3.OperationalError) as exc:
+                # Its start is journalled but its record cannot be read back: it alone is left
+                # journalled RUNNING without a run (the next tick requeues it as lost); the runs
+                # journalled before it are still launched below, and no later start is tried.
+                journal_error = f"journal: {first_line(exc)}; launches after {job_id!r} wait for the next tick"
+                log.error("not launching %s and the rest of this tick's launches: %s", job_id, journal_error)
+                break
+            starts.append((record, attempt, alloc))
         # Runs start concurrently: most of a launch is Ray starting worker processes.
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(starts)))) as pool:
             outcomes = list(pool.map(lambda s: self._launch(s[0], s[1], s[2], cluster), starts))

@@ -638,3 +638,23 @@ def test_a_journal_locked_part_way_through_a_ticks_starts_launches_the_runs_it_j
     later = rig.loop.tick()
     assert later.error is None and later.ended == () and later.launched == (b,)  # c: no GPUs left
     assert rig.reasons(a) == ["submitted", "launched"]  # a's run was launched, never "lost"
+
+
+def test_a_journal_failing_to_read_back_a_started_job_still_launches_the_runs_before_it(tmp_path, monkeypatch):
+    """The read of a job's record right after its start is journalled raised out of the tick,
+    leaving every run journalled earlier in the tick RUNNING but never launched."""
+    import sqlite3
+
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"))
+    a, b = rig.submit("a", 2), rig.submit("b", 2)
+    real = rig.journal.get
+
+    def locked_for_b(job_id):  # type: ignore[no-untyped-def]
+        if job_id == b:
+            raise sqlite3.OperationalError("database is locked")
+        return real(job_id)
+
+    monkeypatch.setattr(rig.journal, "get", locked_for_b)
+    report = rig.loop.tick()
+    assert report.launched == (a,) and ("a-1", 1) in rig.fake.live()
+    assert "database is locked" in (report.error or "")
