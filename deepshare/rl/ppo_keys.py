@@ -157,9 +157,11 @@ def _as_number(value: Any) -> int | float | None:
     if isinstance(value, (int, float)):
         return value
     if isinstance(value, str):
+        from pydantic import TypeAdapter, ValidationError
+
         try:
-            return float(value)
-        except ValueError:
+            return TypeAdapter(float).validate_python(value)  # exactly the scalar's coercion (ASCII digits only)
+        except ValidationError:
             return None
     return None
 

@@ -90,3 +90,11 @@ def test_an_infinite_vf_clip_and_a_step_schedule_pass_as_rllib_takes_them():
     algo.validate()
     schedule = PiecewiseSchedule(config.ppo["lr"], outside_value=config.ppo["lr"][-1][1], framework=None)
     assert schedule.value(999) == 0.0003 and schedule.value(1000) == 0.0001
+
+
+def test_a_schedule_value_is_coerced_exactly_as_a_scalar_is():
+    """Python's float() reads non-ASCII digits ('١٢٣' is 123.0), pydantic refuses them: a schedule
+    accepted what the same value as a scalar was refused for."""
+    from deepshare.rl.ppo_keys import _as_number
+
+    assert _as_number("\u0661\u0662\u0663") is None and _as_number("3e-4") == 3e-4 and _as_number(" 3e-4 ") == 3e-4
