@@ -17,7 +17,7 @@ Callers (:mod:`deepshare.runtime.tenancy`): the admin token sees everything; a t
 only its queues' jobs: every route that takes a job id answers a job of another queue exactly
 as a job that does not exist (404, ``{"error": "no job 'ID'"}``), so ids do not leak.
 
-A job runs any command as the scheduler's user, so every route but ``/healthz`` is closed
+A job runs any command as the scheduler's user, so everything but ``GET``/``HEAD /healthz`` is closed
 (:func:`guard`, from :mod:`deepshare.infra.httpauth`): a ``Host`` that is not this service's is 403
 (DNS rebinding), no or an unknown bearer token is 401, a body that is not ``application/json`` is
 415 (a browser's cross-origin "simple" request cannot send one without a preflight), a body
@@ -433,7 +433,7 @@ def guard(app: Any, *, token: str | None = None, tenants: LiveTenants | None = N
           allowed_hosts: Iterable[str] = (), metrics: Any = None, max_body_bytes: int = MAX_BODY_BYTES,
           body_timeout_s: float = BODY_TIMEOUT_S) -> Any:
     """``app`` behind the guards, outermost first: request metrics, Host allow-list (403), a known
-    bearer token on every route but ``/healthz`` (401; the admin ``token``, or any of ``tenants``'
+    bearer token on everything but ``GET``/``HEAD /healthz`` (401; the admin ``token``, or any of ``tenants``'
     callers), JSON bodies only (415), body size limit (413) and time (408)."""
     if tenants is None:
         if not token:
