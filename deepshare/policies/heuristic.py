@@ -141,7 +141,8 @@ class HeuristicPolicy:
             # decision, predicted without the jobs it stops; a gang among them was placed or
             # planned with the others just above
             by_id = {job.job_id: job for job in chosen}
-            stopped = [job for job in view.running if job.job_id in set(preempt)]
+            stopping = set(preempt)
+            stopped = [job for job in view.running if job.job_id in stopping]
             placed = {launch.job_id for launch in launches}  # a gang among them may have a domain plan now
             again = [job for job in chosen if job.job_id in undone and job.job_id not in placed]  # in rank order
             pending = [(by_id[launch.job_id], launch.placement) for launch in launches]
