@@ -38,10 +38,12 @@ def test_a_folder_of_incomplete_checkpoints_is_one_line(tmp_path):
 
 
 class FakeAlgo:
-    """What ``train`` uses of an RLlib Algorithm: iterations, checkpoints, the module."""
+    """What ``train`` uses of an RLlib Algorithm: iterations, checkpoints, the module, and the
+    env runners its config sampled with (recorded in ``policy.pt``)."""
 
     def __init__(self, iteration: int = 0, crash_at: int | None = None, fail_save: bool = False) -> None:
         self.iteration, self.crash_at, self.fail_save = iteration, crash_at, fail_save
+        self.config = types.SimpleNamespace(num_env_runners=2, num_envs_per_env_runner=1)
 
     def train(self) -> dict:
         if self.crash_at and self.iteration + 1 == self.crash_at:
