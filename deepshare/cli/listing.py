@@ -65,7 +65,7 @@ def _check_against(card: Any, weights: Path) -> list[str]:
 def _shipped_cards() -> dict[str, dict[str, object]]:
     """Registered name -> the key facts of the card of the file it loads by default (the cards'
     ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its weights."""
-    from deepshare.policies.policy_card import check_card, shipped_cards
+    from deepshare.policies.policy_card import shipped_cards
 
     found: dict[str, dict[str, object]] = {}
     for path, card in shipped_cards():
