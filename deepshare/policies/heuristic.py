@@ -122,10 +122,12 @@ class HeuristicPolicy:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt: list[str] = []
-        held = _LaunchesByNode(launches, {job.job_id: key(job) for job in chosen})
+        held: _LaunchesByNode | None = None  # built for the first victim its old GPUs do not fit
         undone: set[str] = set()
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if not job.placement.fits(free):  # type: ignore[union-attr]
+                if held is None:
+                    held = _LaunchesByNode(launches, {j.job_id: key(j) for j in chosen})
                 gave_way = held.give_way(job, key(job), free)
                 if gave_way is None:
                     preempt.append(job.job_id)
