@@ -721,11 +721,9 @@ class ControlLoop:
                 continue
             except sqlite3.OperationalError as exc:
                 # Locked by another process (past SQLite's wait) or failing: no later start is tried
-                # (each would wait again), and the runs journalled so far are still launched below.
-                # Raising here left them journalled RUNNING but never launched: the next tick found
-                # them missing and requeued them as lost.
-                journal_error = f"journal: {first_line(exc)}; launches after {job_id!r} wait for the next tick"
-                log.error("not launching %s and the rest of this tick's launches: %s", job_id, journal_error)
+                # (each would wait again), and the runs journalled so far are still launched below
+                # (raised, it would leave them journalled RUNNING, never launched: requeued as lost).
+                journal_error = _starts_stopped(job_id, exc)
                 break
             pending.append((jv, placement))
             try:
@@ -734,8 +732,7 @@ class ControlLoop:
                 # Its start is journalled but its record cannot be read back: it alone is left
                 # journalled RUNNING without a run (the next tick requeues it as lost); the runs
                 # journalled before it are still launched below, and no later start is tried.
-                journal_error = f"journal: {first_line(exc)}; launches after {job_id!r} wait for the next tick"
-                log.error("not launching %s and the rest of this tick's launches: %s", job_id, journal_error)
+                journal_error = _starts_stopped(job_id, exc)
                 break
             starts.append((record, attempt, alloc))
         # Runs start concurrently: most of a launch is Ray starting worker processes.
@@ -821,3 +818,11 @@ class _Stopping:
     attempt: int
     deadline: float
     why: str
+
+
+def _starts_stopped(job_id: str, exc: BaseException) -> str:
+    """The tick's error when the journal failed at ``job_id``'s start (logged): its launch and
+    the later ones wait for the next tick."""
+    error = f"journal: {first_line(exc)}; launches after {job_id!r} wait for the next tick"
+    log.error("not launching %s and the rest of this tick's launches: %s", job_id, error)
+    return error
