@@ -673,9 +673,9 @@ def _with_horizon(spec: str, config: Mapping[str, Any]) -> str:
         return spec
     if horizon >= MAX_DURATION_S and arrivals is False:
         token = "end"
-    elif math.isfinite(horizon) and float(horizon).is_integer():
-        token = str(int(horizon))
-    else:  # the shortest text that reads back as this float (``:g`` kept 6 digits: 1234567 -> 1.23457e+06)
+    elif math.isfinite(horizon):  # exact, as every number of the command (``:g`` kept 6 digits: 1234567 -> 1.23457e+06)
+        token = _number(config, "teacher_config.horizon_s", horizon, float)
+    else:
         token = repr(float(horizon))
     parts += [""] * (4 - len(parts))
     parts[3] = token
