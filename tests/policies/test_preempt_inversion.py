@@ -102,6 +102,24 @@ def inversions(policy, view, decision) -> list[tuple[str, str]]:
 MODELS = ["MobileNetV3", "GraphSage", "FSDP", "Transformer-XL", "DLRM", "MoE"]
 
 
+def _spread_jobs(rng: random.Random, free: list[int], prefix: str, count: int, remaining: list[float]) -> list[KnownJob]:
+    """Up to ``count`` running jobs ``<prefix><i>``, each on 1-3 random nodes with free GPUs (taken
+    from ``free``), a random model, remaining time from ``remaining`` and attained service."""
+    running = []
+    for i in range(count):
+        nodes = [n for n in range(len(free)) if free[n] > 0]
+        if not nodes:
+            break
+        alloc = {}
+        for n in rng.sample(nodes, min(len(nodes), rng.randint(1, 3))):
+            alloc[n] = rng.randint(1, free[n])
+            free[n] -= alloc[n]
+        placement = Placement.of(alloc)
+        running.append(KnownJob(f"{prefix}{i}", rng.choice(MODELS), placement.total_gpus, 0.0, rng.choice(remaining),
+                                placement=placement, last_run_s=100.0, attained_gpu_s=rng.choice([0.0, 100.0, 5000.0])))
+    return running
+
+
 def random_view(seed: int):
     """A random fabric of 1-3 levels and nodes of 1-8 GPUs, up to 8 running jobs spread over 1-3
     nodes, up to 5 queued jobs (some with topology requests)."""
@@ -124,19 +142,7 @@ def random_view(seed: int):
     walk(len(levels) - 1, [])
     topology = parse_topology("\n".join(lines) + "\n")
     free = list(topology.capacity)
-    running = []
-    for i in range(rng.randint(0, 8)):
-        nodes = [n for n in range(len(free)) if free[n] > 0]
-        if not nodes:
-            break
-        alloc = {}
-        for n in rng.sample(nodes, min(len(nodes), rng.randint(1, 3))):
-            alloc[n] = rng.randint(1, free[n])
-            free[n] -= alloc[n]
-        placement = Placement.of(alloc)
-        running.append(KnownJob(f"r{i}", rng.choice(MODELS), placement.total_gpus, 0.0,
-                                rng.choice([10.0, 100.0, 1000.0, 10000.0]), placement=placement, last_run_s=100.0,
-                                attained_gpu_s=rng.choice([0.0, 100.0, 5000.0])))
+    running = _spread_jobs(rng, free, "r", rng.randint(0, 8), [10.0, 100.0, 1000.0, 10000.0])
     queued = []
     for i in range(rng.randint(0, 5)):
         gpus = rng.choice([1, 2, 4, 8, 12, 16])
@@ -184,18 +190,7 @@ def two_leaf_view(seed: int):
             free[node] -= count
             running.append(KnownJob(f"h{leaf}", rng.choice(MODELS), count, 0.0, rng.choice([5.0, 20.0]),
                                     placement=Placement(((node, count),)), last_run_s=100.0))
-    for i in range(rng.randint(1, 4)):
-        nodes = [n for n in range(len(free)) if free[n] > 0]
-        if not nodes:
-            break
-        alloc = {}
-        for n in rng.sample(nodes, min(len(nodes), rng.randint(1, 3))):
-            alloc[n] = rng.randint(1, free[n])
-            free[n] -= alloc[n]
-        placement = Placement.of(alloc)
-        running.append(KnownJob(f"m{i}", rng.choice(MODELS), placement.total_gpus, 0.0,
-                                rng.choice([100.0, 500.0, 1000.0, 3000.0]), placement=placement, last_run_s=100.0,
-                                attained_gpu_s=rng.choice([0.0, 100.0, 5000.0])))
+    running += _spread_jobs(rng, free, "m", rng.randint(1, 4), [100.0, 500.0, 1000.0, 3000.0])
     queued = [KnownJob(f"gang{i}", rng.choice(MODELS), rng.choice([per_leaf * gpus, per_leaf * gpus - 1, gpus + 1]), 1.0,
                        rng.choice([1.0, 10.0]), topology=TopologyRequest(required_level="leaf"))
               for i in range(rng.randint(0, 2))]

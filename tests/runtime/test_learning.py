@@ -230,6 +230,14 @@ def test_a_model_the_catalog_lacks_starts_from_its_proxy_and_learns_from_its_own
     assert learning.predicted_throughput(proxied, place, 1.0) == pytest.approx(CATALOG.throughput(proxied, 2, 1))
 
 
+def _resnet_runs(queue: str | None, ratio: float, n: int):  # type: ignore[no-untyped-def]
+    """``n`` measured 2-GPU ResNet50 runs of ``queue`` at ``ratio`` of the catalog's isolated rate."""
+    from deepshare.runtime.journal import Measurement
+
+    iso = CATALOG.throughput("ResNet50", 2, 1)
+    return [Measurement(f"{queue}-{i}", 1, "ResNet50", 2, (("n0", 2),), ratio * iso, iso, None, queue) for i in range(n)]
+
+
 def _tenants(**owners: list[str]):  # type: ignore[no-untyped-def]
     """A tenants file whose tenant ``name`` owns queues ``owners[name]`` (plus ``admin-q``, no one's)."""
     import hashlib
@@ -306,11 +314,7 @@ def test_runs_are_fitted_by_tenant_only_under_a_tenants_file_and_pooled_when_one
     from deepshare.runtime.journal import Measurement
     from deepshare.runtime.learning import TENANT_FIT_BOUND, fit_runs
 
-    iso = CATALOG.throughput("ResNet50", 2, 1)
-
-    def runs(queue: str | None, ratio: float, n: int) -> list[Measurement]:
-        return [Measurement(f"{queue}-{i}", 1, "ResNet50", 2, (("n0", 2),), ratio * iso, iso, None, queue)
-                for i in range(n)]
+    runs = _resnet_runs
 
     def scale(rs: list[Measurement], tenants=None) -> float:  # type: ignore[no-untyped-def]
         learner = fit_runs(rs, CATALOG) if tenants is None else fit_runs(rs, CATALOG, tenants)
@@ -365,18 +369,13 @@ def test_a_tenant_sharing_a_queue_is_one_group_with_its_co_owners_not_a_second_v
     """alice owns a alone and s with bob: grouped by each queue's exact owners she had two votes
     (tenant:alice, tenant:alice,bob), and her false reports on both dragged honest carol's model
     to the bound (0.5x). Tenants linked by a shared queue are one group."""
-    from deepshare.runtime.journal import Measurement
     from deepshare.runtime.learning import fit_runs, queue_owners, tenant_group
 
     tenants = _tenants(alice=["a", "s"], bob=["s"], carol=["c"])
     assert [tenant_group(q, tenants) for q in ("a", "s", "c")] == ["tenant:alice,bob", "tenant:alice,bob", "tenant:carol"]
     assert queue_owners(_tenants(x=["q1", "q2"], y=["q1"], z=["q2"], w=["q3"])) == {
         "q1": "tenant:x,y,z", "q2": "tenant:x,y,z", "q3": "tenant:w"}
-    iso = CATALOG.throughput("ResNet50", 2, 1)
-
-    def runs(queue: str, ratio: float, n: int) -> list[Measurement]:
-        return [Measurement(f"{queue}-{i}", 1, "ResNet50", 2, (("n0", 2),), ratio * iso, iso, None, queue)
-                for i in range(n)]
+    runs = _resnet_runs
 
     learner = fit_runs(runs("a", 0.001, 5) + runs("s", 0.001, 5) + runs("c", 1.0, 20) + runs("admin-q", 1.0, 20),
                        CATALOG, tenants)

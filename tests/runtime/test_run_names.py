@@ -70,13 +70,19 @@ def test_an_older_journal_gets_an_id_once_and_its_open_runs_keep_their_old_names
     assert Journal(state).run_names == names  # written once: the next open reads the same
 
 
-def test_a_journal_whose_instance_id_was_edited_is_one_line(tmp_path):
+def _journal_with_meta(tmp_path, key: str, value: str):  # type: ignore[no-untyped-def]
+    """A new journal's state folder whose ``meta`` row ``key`` was then edited to ``value``."""
     state = tmp_path / "s"
     Journal(state).close()
     db = sqlite3.connect(state / JOURNAL_FILE)
-    db.execute("UPDATE meta SET value = 'x/../y' WHERE key = 'instance'")
+    db.execute("UPDATE meta SET value = ? WHERE key = ?", (value, key))
     db.commit()
     db.close()
+    return state
+
+
+def test_a_journal_whose_instance_id_was_edited_is_one_line(tmp_path):
+    state = _journal_with_meta(tmp_path, "instance", "x/../y")
     with pytest.raises(DeepShareError, match=r"meta.instance: expected 8 to 32 lowercase hex digits, got 'x/../y'"):
         Journal(state)
 
@@ -134,11 +140,6 @@ def test_jobs_journalled_before_the_instance_folders_keep_their_old_checkpoint_f
 
 
 def test_an_unreadable_checkpoint_line_is_refused_in_one_line(tmp_path):
-    state = tmp_path / "s"
-    Journal(state).close()
-    db = sqlite3.connect(state / JOURNAL_FILE)
-    db.execute("UPDATE meta SET value = 'soon' WHERE key = 'checkpoint_names_from'")
-    db.commit()
-    db.close()
+    state = _journal_with_meta(tmp_path, "checkpoint_names_from", "soon")
     with pytest.raises(DeepShareError, match=r"meta.checkpoint_names_from: expected a whole number, got 'soon'"):
         Journal(state)
