@@ -55,7 +55,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "deepshare serve --policy rl-hybrid --port 8000",
         "deepshare serve --policy srsf+packed --host 0.0.0.0 --replicas 2",
         details="Serve POST /v1/placements, GET /v1/policy, /healthz and /docs. "
-        f"A bearer token is required on every route but /healthz when ${TOKEN_ENV} is set. "
+        f"A bearer token is required on everything but GET/HEAD /healthz when ${TOKEN_ENV} is set. "
         "Metrics (ray_deepshare_serve_*, summed over replicas) come from Ray's metrics agent: the line after "
         "the ready line names its URL.",
     )

@@ -47,7 +47,7 @@ class ServiceSettings(BaseModel):
     contention: str = Field("profiled", description="contention model behind the policy's predictions")
     token: str | None = Field(
         None, min_length=MIN_TOKEN_CHARS, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN, repr=False,
-        description=f"bearer token every route but /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
+        description=f"bearer token everything but GET/HEAD /healthz requires; None = read ${TOKEN_ENV}, empty there = no token",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, le=MAX_BODY_BYTES, description="larger request bodies get 413 (at most 1 GiB)")
     body_timeout_s: float = Field(
