@@ -12,9 +12,9 @@ and the set's queued ones placed. A preemption whose job could resume on exactly
 after the launches is cancelled, so fragmentation never costs a pointless checkpoint; so is one
 whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere, a gang
 among them possibly by a domain plan of its own), so a running job is not stopped to give its
-GPUs to launches ranked below it. (A gang's domain plan stops running jobs ranked below the gang,
-never the decision's own launches: it can still stop a job whose GPUs a launch ranked below that
-job holds in the domain.)
+GPUs to launches ranked below it; nor is one of a gang's domain plan (the plan stops jobs ranked
+below the gang; one whose old GPUs, once the gang is placed, only launches it outranks hold keeps
+them, and those launches are placed again).
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from threading import get_ident
-from typing import Any
+from typing import Any, Callable
 
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.simulator import topology_refusal
@@ -122,13 +122,18 @@ class HeuristicPolicy:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt: list[str] = []
-        held: _LaunchesByNode | None = None  # built for the first victim its old GPUs do not fit
+        held: list[_LaunchesByNode] = []  # built for the first victim its old GPUs do not fit
+        first_pass = launches
+
+        def give_way(victim: JobView, free: list[int]) -> list[str] | None:
+            if not held:
+                held.append(_LaunchesByNode(first_pass, {j.job_id: key(j) for j in chosen}))
+            return held[0].give_way(victim, key(victim), free)
+
         undone: set[str] = set()
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if not job.placement.fits(free):  # type: ignore[union-attr]
-                if held is None:
-                    held = _LaunchesByNode(launches, {j.job_id: key(j) for j in chosen})
-                gave_way = held.give_way(job, key(job), free)
+                gave_way = give_way(job, free)
                 if gave_way is None:
                     preempt.append(job.job_id)
                     continue
@@ -136,7 +141,8 @@ class HeuristicPolicy:
             job.placement.take(free)  # type: ignore[union-attr]
         if undone:
             launches = tuple(launch for launch in launches if launch.job_id not in undone)
-        launches += self._free_domains(view, key, chosen, launches, preempt, free, place_first=bool(undone))
+        extra = self._free_domains(view, key, chosen, launches, preempt, free, undone, give_way)
+        launches = tuple(launch for launch in launches if launch.job_id not in undone) + extra  # a plan's victim's too
         if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free,
             # after the gangs' domain plans (which they must not take a domain from: a gang ranked
             # below such a job may so launch while it waits) and beside every launch of the
@@ -156,16 +162,22 @@ class HeuristicPolicy:
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
 
     def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
-                      preempt: list[str], free: list[int], place_first: bool = False) -> tuple[Launch, ...]:
+                      preempt: list[str], free: list[int], undone: set[str],
+                      give_way: Callable[[JobView, list[int]], list[str] | None]) -> tuple[Launch, ...]:
         """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each chosen gang
         with a required level that was not placed frees one domain of that level from jobs it
         outranks, at the least cost (each stop at the view's ``restore_s``), when it then fits.
         ``preempt`` and ``free`` are updated.
 
-        ``place_first``: each gang is first placed as things are, and planned only when that
-        fails. Set when launches gave way to victims: their GPUs are free again, and a gang among
-        them (or one that failed before) may fit a domain with no stop, which a plan never
-        considers (it only frees domains the gang does not fit)."""
+        A plan's victim whose old GPUs, once the gang is placed, only first-pass launches it
+        outranks hold keeps them (``give_way``: those launches are undone, added to ``undone``, and
+        placed again by the caller): the plan stops jobs ranked below the gang, but a job ranked
+        above such a launch is not stopped for it.
+
+        While ``undone`` is not empty, each gang is first placed as things are, and planned only
+        when that fails: launches that gave way left GPUs free, and a gang among them (or one that
+        failed before) may fit a domain with no stop, which a plan never considers (it only frees
+        domains the gang does not fit)."""
         placed = {launch.job_id for launch in launches}
         gangs = [j for j in chosen if j.job_id not in placed and j.topology.required_level is not None]
         if not gangs:
@@ -179,8 +191,9 @@ class HeuristicPolicy:
                                 key=key, reverse=True)
 
             gone = [j for j in view.running if j.job_id in stopped]  # the plan predicts without them
-            launched = [(by_id[launch.job_id], launch.placement) for launch in (*launches, *extra)]
-            if place_first:
+            launched = [(by_id[launch.job_id], launch.placement)  # the first pass's that stand, and the plans'
+                        for launch in (*(kept for kept in launches if kept.job_id not in undone), *extra)]
+            if undone:
                 with leaving_out(view.predict, gone) as predict:
                     placement = self.place(gang, free, replace(view, predict=predict) if gone else view, launched)
                 if placement is not None:
@@ -197,10 +210,17 @@ class HeuristicPolicy:
                 continue
             for victim in found.victims:
                 victim.placement.release(free)  # type: ignore[union-attr]
-                stopped.add(victim.job_id)
-                preempt.append(victim.job_id)
             found.placement.take(free)  # placed on exactly these free GPUs when planned
             extra.append(Launch(gang.job_id, found.placement))
+            for victim in sorted(found.victims, key=key):  # best-ranked victims reclaim their old GPUs first
+                if not victim.placement.fits(free):  # type: ignore[union-attr]
+                    gave_way = give_way(victim, free)
+                    if gave_way is None:
+                        stopped.add(victim.job_id)
+                        preempt.append(victim.job_id)
+                        continue
+                    undone.update(gave_way)
+                victim.placement.take(free)  # type: ignore[union-attr]
         return tuple(extra)
 
     def _decide_indexed(self, view: ClusterView, index: QueueIndex) -> Decision:

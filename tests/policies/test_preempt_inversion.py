@@ -6,9 +6,14 @@ waits for): a running job can fall outside that budget while a smaller queued jo
 fits, is placed on its GPUs and the running job is preempted for it. A victim whose GPUs are held
 only by launches it outranks now keeps them; those launches are placed again where GPUs are free.
 
-Left, and not checked here: a gang's domain plan stops running jobs ranked below the gang, never
-the decision's own launches, so it can stop a job whose GPUs a launch that job outranks holds in
-the domain (``two_leaf_view(1111)``, ``two_leaf_view(2009)``; the rule before this change did the same).
+A gang's domain plan stops running jobs ranked below the gang; a job it would stop whose old GPUs,
+once the gang is placed, only launches that job outranks hold keeps them too (before, it was
+stopped: ``two_leaf_view(1111)``, ``(551)``, ``(886)``, ``(1015)``, ``(1396)``).
+
+Left, and not checked here: a later gang's plan may place that gang on GPUs an earlier plan's
+victim ranked above it held, while its own stops free what that victim lacked
+(``two_leaf_view(2009)`` except under ``packed``: gang0's plan stops m2 for one GPU on node 0, q1's
+plan then stops m0, whose GPU on node 0 m2 could have had, and puts q1 on m2's GPU on node 2).
 """
 
 from __future__ import annotations
@@ -214,9 +219,25 @@ def test_a_launch_placed_again_does_not_take_the_domain_a_higher_ranked_gang_fre
     assert ("gang0", ((2, 4), (3, 3))) in [(l.job_id, l.placement.alloc) for l in decision.launch]
 
 
+def test_a_domain_plans_victim_keeps_its_gpus_when_only_a_launch_it_outranks_holds_them():
+    """Seed 1111, leaves {0, 1} and {2, 3} of 8-GPU nodes, free 6, 5, 4, 8: gang0 (15 GPUs in a leaf)
+    frees leaf {2, 3} by stopping h1 (1 GPU on node 2) and m0 (3 on node 1, 3 on node 2), while q1
+    (1 GPU, ranked below h1) took node 2's free GPU in the first pass. Before, h1 was stopped for
+    q1; now q1 gives way and goes to node 1 (m0's GPUs), and h1 keeps running."""
+    view = two_leaf_view(1111)
+    decision = make_policy("srsf+packed+preempt").decide(view)
+    check_view_decision(decision, view)
+    assert decision.preempt == ("m0",)
+    assert [(l.job_id, l.placement.alloc) for l in decision.launch] == [
+        ("q0", ((0, 6),)), ("gang0", ((2, 7), (3, 8))), ("q1", ((1, 1),))]
+
+
 @pytest.mark.parametrize("policy", PREEMPTIVE)
 def test_no_two_leaf_decision_stops_a_job_for_jobs_it_outranks(policy):
-    for seed in range(300):
+    """Seeds 551, 886, 1015, 1111 and 1396: a gang's domain plan stopped a job whose old GPUs
+    only a launch it outranks held once the gang was placed (srsf with consolidated,
+    contention-aware, uncontended and packed)."""
+    for seed in (551, 886, 1015, 1111, 1396, *range(300)):
         view = two_leaf_view(seed)
         decision = make_policy(policy).decide(view)
         check_view_decision(decision, view)
