@@ -13,7 +13,6 @@ page differs from what its data gives, which is how the tests keep hand edits ou
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line, shown
 from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text, resolved
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
+from deepshare.experiments.report_checks import NotFinite, loads_finite
 from deepshare.experiments.results_migration import migration_section
 from deepshare.experiments.suite_results import geomean
 
@@ -217,10 +217,16 @@ def load_folder(folder: Path, key: str, skip: Iterable[str] = ()) -> dict[str, A
 
 def _report(path: Path, key: str, text: str | None = None) -> dict[str, Any]:
     """The JSON report at ``path`` (``text``, its contents when already read); one DeepShareError
-    line when it is not JSON or not a report of its kind (a ``simulate --json`` among the suites'
+    line when it is not JSON, holds a NaN or an infinity (:func:`~deepshare.experiments.report_checks.loads_finite`:
+    the line names where) or is not a report of its kind (a ``simulate --json`` among the suites'
     files)."""
+    text = _read(path, "report") if text is None else text
     try:
-        doc = json.loads(_read(path, "report") if text is None else text)
+        doc = loads_finite(text)
+    except NotFinite as exc:  # deepshare never writes one: the page would print nan or inf as a figure
+        raise DeepShareError(f"{path}: {exc}: a report holds finite numbers only (the file was corrupted or edited "
+                             "by hand); write it again with the --json of `deepshare evaluate --suite` or of a "
+                             "bench/ script") from None
     except (ValueError, RecursionError) as exc:
         raise DeepShareError(f"{path}: expected a JSON report, {shown(str(exc))}") from None
     if not isinstance(doc, dict) or key not in doc:

@@ -250,3 +250,27 @@ def test_a_report_whose_numbers_break_the_page_is_one_line(tmp_path: Path, monke
     with pytest.raises(DeepShareError, match="a report lacks what the page shows"):
         results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("folder", "doc", "text", "where"), [
+    ("suites", "suite", '"avg_jct_s": NaN', "cells.1.results.rl.avg_jct_s is NaN"),
+    ("suites", "suite", '"avg_jct_s": -Infinity', "cells.1.results.rl.avg_jct_s is -Infinity"),
+    ("suites", "suite", '"avg_jct_s": 1e400', "cells.1.results.rl.avg_jct_s is 1e400"),
+    ("bench", "bench", '"value": Infinity', "measures.0.value is Infinity"),
+])
+def test_a_report_holding_nan_or_infinity_is_one_line_naming_where(tmp_path: Path, folder, doc, text, where) -> None:
+    """deepshare never writes a non-finite number: one in a report is corruption, never a figure
+    the page prints as ``nan`` or ``inf``."""
+    source = tmp_path / folder
+    source.mkdir()
+    if doc == "suite":  # the second cell's `rl` run: 210 s in the good file
+        body = json.dumps(_suite()).replace('"avg_jct_s": 210.0', text)
+    else:
+        body = json.dumps({"bench": "b", "measures": [{"name": "m", "value": 1.5, "unit": "s"}]}).replace('"value": 1.5', text)
+    assert text in body
+    (source / "r.json").write_text(body)
+    with pytest.raises(DeepShareError) as error:
+        results_page.main([f"--{folder}", str(source), *_page_args(tmp_path)])
+    assert str(error.value).startswith(f"{source / 'r.json'}: {where}, not a finite number: a report holds finite "
+                                       "numbers only (the file was corrupted or edited by hand)")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results.md").exists()
