@@ -22,7 +22,7 @@ from deepshare.core.atomic import write_bytes_atomic, write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line, shown
 from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text, resolved
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
-from deepshare.experiments.report_checks import NotFinite, loads_finite
+from deepshare.experiments.report_checks import BadReport, NotFinite, check_suite_report, loads_finite
 from deepshare.experiments.results_migration import migration_section
 from deepshare.experiments.suite_results import geomean
 
@@ -232,7 +232,37 @@ def _report(path: Path, key: str, text: str | None = None) -> dict[str, Any]:
     if not isinstance(doc, dict) or key not in doc:
         raise DeepShareError(f"{path}: not a {'suite' if key == 'cells' else 'benchmark'} report (no {key!r}); "
                              "expected the --json of `deepshare evaluate --suite` or of a bench/ script")
+    if key == "cells":
+        try:
+            check_suite_report(doc)
+        except BadReport as exc:
+            raise DeepShareError(f"{path}: {exc}; expected the --json of `deepshare evaluate --suite`") from None
     return doc
+
+
+SHAPE_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError, ArithmeticError)
+"""What rendering a report with the right key but the wrong shape raises."""
+
+
+def _lacks(exc: Exception, path: Path | None = None) -> DeepShareError:
+    """The one line for a report the page cannot render (``path``: the file, when known)."""
+    return DeepShareError(f"{f'{path}: ' if path else ''}a report lacks what the page shows ({type(exc).__name__}: "
+                          f"{shown(str(exc))}); expected the --json of `deepshare evaluate --suite` or of a bench/ script")
+
+
+def _check_each(suites: dict[str, Any], benches: dict[str, Any], paths: dict[tuple[str, str], Path]) -> None:
+    """Render each report's own sections alone, so a report of the wrong shape is named by its
+    file (``paths``: by (``suite`` or ``bench``, name))."""
+    for name, doc in suites.items():
+        try:
+            suite_section(name, doc), render_headline({name: doc})
+        except SHAPE_ERRORS as exc:
+            raise _lacks(exc, paths.get(("suite", name))) from None
+    for name, doc in benches.items():
+        try:
+            bench_section(name, doc)
+        except SHAPE_ERRORS as exc:
+            raise _lacks(exc, paths.get(("bench", name))) from None
 
 
 def gather(source: Path | None, key: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -280,11 +310,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     benches = {**load_folder(args.data / "bench", "measures", new_benches),
                **{Path(name).stem: doc for name, (_, doc) in new_benches.items()}}
     suites, benches = dict(sorted(suites.items())), dict(sorted(benches.items()))
+    paths = {(kind, name): (source / f"{name}.json" if source is not None and f"{name}.json" in new
+                            else args.data / kind / f"{name}.json")
+             for kind, docs, source, new in (("suite", suites, args.suites, new_suites), ("bench", benches, args.bench, new_benches))
+             for name in docs}
+    _check_each(suites, benches, paths)  # a report with the right key, of the wrong shape: named
     try:
         page, readme = render_page(suites, benches), replace_block(readme_text, render_headline(suites), str(args.readme))
-    except (KeyError, TypeError, IndexError, AttributeError, ValueError, ArithmeticError) as exc:  # a report with the right key, of the wrong shape
-        raise DeepShareError(f"a report lacks what the page shows ({type(exc).__name__}: {shown(str(exc))}); "
-                             "expected the --json of `deepshare evaluate --suite` or of a bench/ script") from None
+    except SHAPE_ERRORS as exc:  # what only the reports together break
+        raise _lacks(exc) from None
     if args.check:
         stale = [str(p) for p, text in ((args.page, page), (args.readme, readme)) if not p.is_file() or _read(p, "page") != text]
         for path in stale:

@@ -274,3 +274,66 @@ def test_a_report_holding_nan_or_infinity_is_one_line_naming_where(tmp_path: Pat
     assert str(error.value).startswith(f"{source / 'r.json'}: {where}, not a finite number: a report holds finite "
                                        "numbers only (the file was corrupted or edited by hand)")
     assert not (tmp_path / "data").exists() and not (tmp_path / "results.md").exists()
+
+
+def _keyed_suite() -> dict:
+    """:func:`_suite` with each cell's scenario, as `deepshare evaluate --suite --json` writes it."""
+    doc = _suite()
+    for cell, load in zip(doc["cells"], (0.5, 1.0)):
+        cell.update(load=load, mix="heavy", nodes=2, gpus_per_node=8, contention="profiled", seed=2**31 + 1,
+                    durations="exact", contention_knowledge="exact", best_avg_jct_s=cell["results"][cell["best_heuristic"]]["avg_jct_s"])
+    return doc
+
+
+def _broken(edit) -> dict:
+    doc = _keyed_suite()
+    edit(doc["cells"][1])
+    return doc
+
+
+CELL_1 = " (the cell load 1 heavy 2x8 profiled seed 1 exact)"
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    (_broken(lambda c: c.update(durations="exactt")),
+     "cells.1.durations: 'exactt' is none of exact, estimated, unknown (the cell load 1 heavy 2x8 profiled seed 1 exactt)"),
+    (_broken(lambda c: c.update(contention_knowledge="guessed")),
+     "cells.1.contention_knowledge: 'guessed' is none of exact, learned (the cell load 1 heavy 2x8 profiled seed 1 "
+     "exact+guessed)"),
+    (_broken(lambda c: c["results"]["rl"].update(avg_jct_s=-5.0)),
+     f"cells.1.results.rl.avg_jct_s: -5.0 is not a positive number or null{CELL_1}"),
+    (_broken(lambda c: c["results"]["rl"].update(avg_jct_s=0)),
+     f"cells.1.results.rl.avg_jct_s: 0 is not a positive number or null{CELL_1}"),
+    (_broken(lambda c: c["results"]["h1"].update(p99_jct_s="300")),
+     f"cells.1.results.h1.p99_jct_s: '300' is not a positive number or null{CELL_1}"),
+    (_broken(lambda c: c.update(best_avg_jct_s=-1.0)), f"cells.1.best_avg_jct_s: -1.0 is not a positive number or null{CELL_1}"),
+    (_broken(lambda c: c.update(jct_bound_s=True)), f"cells.1.jct_bound_s: True is not a positive number or null{CELL_1}"),
+    (_broken(lambda c: c["results"].pop("rl")), f"cells.1.results: no run of 'rl' (other cells have one){CELL_1}"),
+    (_broken(lambda c: c.update(best_heuristic="h3")), f"cells.1.best_heuristic: 'h3' did not run in this cell{CELL_1}"),
+    (_broken(lambda c: c.pop("load")), "cells.1: no 'load' (other cells have one)"),
+    ({**_keyed_suite(), "cells": {"a": 1}}, "cells: expected a list of cells (mappings), got {'a': 1}"),
+])
+def test_a_malformed_suite_report_is_one_line_naming_the_file_the_cell_and_the_field(tmp_path: Path, doc, says) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "good.json").write_text(json.dumps(_keyed_suite()))
+    (suites / "r.json").write_text(json.dumps(doc))
+    with pytest.raises(DeepShareError) as error:
+        results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
+    assert str(error.value) == f"{suites / 'r.json'}: {says}; expected the --json of `deepshare evaluate --suite`"
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results.md").exists()
+
+
+def test_a_kept_report_the_page_cannot_render_is_named_by_its_file(tmp_path: Path) -> None:
+    """The new reports are good; the one already kept in the data folder lacks its suite: the
+    line names that file, not "a report"."""
+    suites, kept = tmp_path / "suites", tmp_path / "data" / "suite"
+    suites.mkdir()
+    kept.mkdir(parents=True)
+    (suites / "quick.json").write_text(json.dumps(_keyed_suite()))
+    (kept / "old.json").write_text(json.dumps({k: v for k, v in _keyed_suite().items() if k != "suite"}))
+    with pytest.raises(DeepShareError) as error:
+        results_page.main(["--suites", str(suites), *_page_args(tmp_path)])
+    assert str(error.value) == (f"{kept / 'old.json'}: a report lacks what the page shows (KeyError: \"'suite'\"); "
+                                "expected the --json of `deepshare evaluate --suite` or of a bench/ script")
+    assert not (kept / "quick.json").exists() and not (tmp_path / "results.md").exists()
