@@ -202,7 +202,7 @@ def summary_table(result: SuiteResult) -> Table:
         + ", ".join(f"{h} {n}" for h, n in sorted(result.heuristic_wins(d, k).items(), key=lambda kv: -kv[1]) if n)
         for d, k in result.information_models()
     )
-    table.caption = f"best heuristic of a cell (cells): {wins}; {p99_note(_jobs(result, c) for c in result.results)}"
+    table.caption = f"best heuristic of a cell (cells; a tie counts for each tied heuristic): {wins}; {p99_note(_jobs(result, c) for c in result.results)}"
     return table
 
 

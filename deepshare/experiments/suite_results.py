@@ -46,9 +46,17 @@ class SuiteResult:
 
     def best_heuristic(self, cell: Cell) -> str:
         """The anchor heuristic with the least average JCT in ``cell`` (every heuristic when the
-        suite names no challengers)."""
+        suite names no challengers); of anchors tied at it (:meth:`tied_best`), the first by name,
+        so the p99 ratio's denominator is the same on every run."""
         runs = self.results[cell]
         return min(self.spec.anchors, key=lambda p: (runs[p]["avg_jct_s"] or math.inf, p))
+
+    def tied_best(self, cell: Cell) -> list[str]:
+        """Every anchor whose average JCT in ``cell`` is the least (the best heuristic and those
+        tied with it: identical schedules give identical JCTs), in the suite's order."""
+        runs = self.results[cell]
+        least = runs[self.best_heuristic(cell)]["avg_jct_s"]
+        return [a for a in self.spec.anchors if runs[a]["avg_jct_s"] == least]
 
     def error(self, cell: Cell, policy: str) -> str | None:
         """Why ``policy``'s run on ``cell`` failed; None when it ran."""
@@ -193,12 +201,16 @@ class SuiteResult:
         }
 
     def heuristic_wins(self, durations: str | None = None, knowledge: str | None = None) -> dict[str, int]:
-        """How many cells (under ``durations`` and ``knowledge`` when given) each heuristic is the best of."""
+        """How many cells (under ``durations`` and ``knowledge`` when given) each heuristic is the
+        best of. A cell whose best anchors tie counts for each of them (:meth:`tied_best`), as the
+        results page's "cells at or below the best" does, so the wins can add up to more than the
+        cells; a tie is never credited to one of them by its name."""
         wins = {h: 0 for h in self.spec.anchors}
         for cell in self.results:
             if (durations is None or cell.durations == durations) and (knowledge is None or cell.knowledge == knowledge) \
                     and self.anchors_ran(cell):  # the best of a cell where one failed is not known
-                wins[self.best_heuristic(cell)] += 1
+                for best in self.tied_best(cell):
+                    wins[best] += 1
         return wins
 
     def fronts(self, cell: Cell) -> dict[str, list[str]]:

@@ -94,7 +94,10 @@ def test_small_suite_end_to_end_json_and_tables(capsys, small, tmp_path):
     assert summary["geomean_avg_jct_ratio"] == pytest.approx(math.exp(sum(map(math.log, ratios)) / len(ratios)))
     assert summary["worst_avg_jct_ratio"] == max(ratios)
     assert summary["cells"] == 8 and summary["cells_won"] == sum(r < 1 for r in ratios)
-    assert sum(doc["heuristic_wins"].values()) == 8
+    anchors = ("las+consolidated", "srsf+consolidated", "srsf+packed")
+    tied = [h for c in doc["cells"] for h in anchors if c["results"][h]["avg_jct_s"] == c["best_avg_jct_s"]]
+    assert doc["heuristic_wins"] == {h: tied.count(h) for h in anchors}  # a tie counts for each tied heuristic
+    assert sum(doc["heuristic_wins"].values()) >= 8
     over = [c["results"]["rl-hybrid"]["avg_jct_s"] / c["jct_bound_s"] for c in doc["cells"]]
     assert summary["geomean_avg_jct_over_bound"] == pytest.approx(math.exp(sum(map(math.log, over)) / len(over)))
     assert min(over) >= 1 - 1e-9
