@@ -16,6 +16,7 @@ itself keeps only the latest ``policy.pt``).
 from __future__ import annotations
 
 import csv
+import hashlib
 import multiprocessing
 from pathlib import Path
 from typing import Callable, Sequence
@@ -34,13 +35,23 @@ COPIES = "curve"
 CURVE_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "suite", "policy", "geomean_avg_jct_ratio",
     "worst_avg_jct_ratio", "worst_avg_cell", "worst_p99_jct_ratio", "worst_p99_cell", "cells_won", "cells",
-    "failed_cells", "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled", "policy_file",
+    "failed_cells", "geomean_avg_jct_over_bound", "geomean_avg_jct_over_pooled", "policy_file", "suite_spec",
 )
 """A row per scored checkpoint. ``failed_cells``: cells left out of that row's figures because a
-run failed (the summary's count), so a point scored on fewer cells is told from the others; a
-file begun by an older version has no such column and keeps its own header."""
+run failed (the summary's count), so a point scored on fewer cells is told from the others;
+``suite_spec``: the suite's fingerprint (:func:`suite_fingerprint`). A file begun by an older
+version lacks the newer columns and keeps its own header."""
+SUMMARY_COLUMNS = CURVE_COLUMNS[5:-2]
+"""What a row takes from the suite's summary (:meth:`SuiteResult.summary`)."""
 RETURN_COLUMNS = ("iteration", "episode_return_mean")
 """What :func:`plot_curves` reads of ``metrics.csv`` (:mod:`deepshare.rl.train` writes it)."""
+
+
+def suite_fingerprint(spec: SuiteSpec) -> str:
+    """16 hex digits of the SHA-256 of the suite as loaded: the same for a bundled name and its
+    file, another for an edited file or another suite of the same name (a YAML without ``name``
+    is ``suite``)."""
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
 
 
 class SuiteCurve:
@@ -54,6 +65,8 @@ class SuiteCurve:
         scored file travels to the workers through the object store) instead of ``workers`` processes."""
         self.spec: SuiteSpec = load_suite(suite, flag)
         self.suite = self.spec.name
+        self.fingerprint = suite_fingerprint(self.spec)
+        self.flag = flag
         self.kind = policy_kind
         self.workers = workers
         self.on_ray = on_ray
@@ -95,7 +108,9 @@ class SuiteCurve:
     def record(self, run_dir: str | Path, iteration: int, row: dict[str, float] | None,
                policy_file: str | Path) -> dict[str, object]:
         """Score ``policy_file`` as it is after ``iteration``, keep a copy of it, append the row to
-        ``run_dir/suite_curve.csv`` and redraw ``run_dir/curves.png``; returns the row."""
+        ``run_dir/suite_curve.csv`` and redraw ``run_dir/curves.png``; returns the row. A curve
+        scored on another suite is refused first (:meth:`check_continues`)."""
+        self.check_continues(run_dir)
         copies = Path(run_dir) / COPIES
         copies.mkdir(parents=True, exist_ok=True)
         copy = write_bytes_atomic(copies / f"iter_{iteration:04d}.pt", Path(policy_file).read_bytes(), "policy copy")
@@ -106,12 +121,41 @@ class SuiteCurve:
             "episode_return_mean": (row or {}).get("episode_return_mean", ""),
             "suite": self.suite,
             "policy": self.kind,
-            **{key: summary[key] for key in CURVE_COLUMNS[5:-1]},
+            **{key: summary[key] for key in SUMMARY_COLUMNS},
             "policy_file": f"{COPIES}/{copy.name}",
+            "suite_spec": self.fingerprint,
         }
         append_row(Path(run_dir) / CURVE_FILE, line)
         plot_curves(run_dir)
         return line
+
+    def check_continues(self, run_dir: str | Path) -> None:
+        """Refuse, in one line, to add this suite's rows to ``run_dir``'s learning curve when its
+        rows were scored on another suite, or on another file of the same name (their
+        ``suite_spec``, where recorded): a resumed run would draw two suites' ratios as one line,
+        and a jump caused by the change of suite would look like a gain from training. Called by
+        :meth:`record` before it scores anything (for a resumed run: at its first checkpoint, which
+        is saved first, so no training is lost)."""
+        path = Path(run_dir) / CURVE_FILE
+        if not path.is_file() or path.is_symlink():
+            return
+        try:
+            rows = read_rows(path)
+        except (UnicodeDecodeError, csv.Error):
+            raise DeepShareError(f"{path}: cannot read the learning curve: expected UTF-8 CSV "
+                                 "(move the file away, or give another run folder)") from None
+        for row in rows:
+            suite, spec = (row.get("suite") or "").strip(), (row.get("suite_spec") or "").strip()
+            if suite and suite != self.suite:
+                other = f"suite {suite!r}"
+            elif spec and spec != self.fingerprint:
+                other = f"another suite named {suite!r} (a changed or different file: fingerprint {spec})"
+            else:
+                continue
+            raise DeepShareError(
+                f"{self.flag} {self.suite}: {path} holds this run's learning curve on {other}; one curve is "
+                f"scored on one suite, or its ratios would be drawn as one line: give {self.flag} the suite it "
+                f"was scored on, or move {CURVE_FILE} away to start a new curve")
 
     def _cluster_has_room(self) -> bool:
         """With ``on_ray``: whether a CPU of the cluster is free for the suite's tasks. A training

@@ -113,3 +113,49 @@ def test_a_point_scored_on_fewer_cells_is_recorded_as_such_and_not_joined_to_the
     old = [{k: v for k, v in r.items() if k != "failed_cells"} for r in rows]  # a file begun before the column
     assert [p["iteration"] for p in learning_curve.complete_points(old)[0]] == [1.0, 2.0, 3.0]
     assert plot_curves(tmp_path) == tmp_path / PLOT_FILE
+
+
+def test_a_resumed_run_scored_on_another_suite_is_refused_before_its_rows_join_the_curve(tmp_path, monkeypatch):
+    """``train --resume DIR --eval-suite OTHER`` appended OTHER's ratios to the curve, drawn as one
+    line with the first suite's: a change of suite looked like a gain from training."""
+    monkeypatch.setattr(learning_curve, "plot_curves", lambda _dir: None)
+    summaries = iter([1.30, 1.20, 1.10])
+
+    def scored(curve):
+        monkeypatch.setattr(curve, "score", lambda _file: {key: 0 for key in CURVE_COLUMNS}
+                            | {"geomean_avg_jct_ratio": next(summaries)})
+        return curve
+
+    tiny = scored(SuiteCurve("tiny", "rl-base"))
+    for iteration in (1, 2):
+        tiny.record(tmp_path, iteration, None, DAGGER)
+    path = tmp_path / CURVE_FILE
+    before = path.read_text()
+    quick = scored(SuiteCurve("quick", "rl-base"))
+    with pytest.raises(DeepShareError) as error:
+        quick.record(tmp_path, 3, None, DAGGER)
+    assert str(error.value) == (
+        f"--eval-suite quick: {path} holds this run's learning curve on suite 'tiny'; one curve is scored on one "
+        "suite, or its ratios would be drawn as one line: give --eval-suite the suite it was scored on, or move "
+        "suite_curve.csv away to start a new curve")
+    edited = tmp_path / "tiny.yaml"  # the same name, another grid
+    edited.write_text((POLICIES.parent / "suites" / "tiny.yaml").read_text().replace("seeds: 1", "seeds: 2"))
+    with pytest.raises(DeepShareError, match=r"on another suite named 'tiny' \(a changed or different file: "
+                                             rf"fingerprint {tiny.fingerprint}\)"):
+        scored(SuiteCurve(str(edited), "rl-base")).record(tmp_path, 3, None, DAGGER)
+    assert path.read_text() == before and not (tmp_path / "curve" / "iter_0003.pt").exists()
+    tiny.record(tmp_path, 3, None, DAGGER)  # the same suite again: the curve goes on
+    rows = list(csv.DictReader(path.open()))
+    assert [(r["iteration"], r["suite"], r["geomean_avg_jct_ratio"]) for r in rows] == [
+        ("1", "tiny", "1.3"), ("2", "tiny", "1.2"), ("3", "tiny", "1.1")]
+    assert {r["suite_spec"] for r in rows} == {tiny.fingerprint} == {learning_curve.suite_fingerprint(load_suite("tiny"))}
+
+
+def test_a_curve_begun_before_the_fingerprint_is_checked_by_the_suites_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(learning_curve, "plot_curves", lambda _dir: None)
+    old = [c for c in CURVE_COLUMNS if c != "suite_spec"]
+    (tmp_path / CURVE_FILE).write_text(",".join(old) + "\n" + ",".join("tiny" if c == "suite" else "1" for c in old) + "\n")
+    quick = SuiteCurve("quick", "rl-base")
+    monkeypatch.setattr(quick, "score", lambda _file: pytest.fail("scored a suite the curve was not scored on"))
+    with pytest.raises(DeepShareError, match="learning curve on suite 'tiny'"):
+        quick.record(tmp_path, 2, None, DAGGER)
