@@ -180,6 +180,23 @@ def test_train_cli_refuses_a_bad_learning_curve_before_ray_starts(capsys, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_train_cli_refuses_to_resume_a_curve_of_another_suite_before_ray_starts(capsys, tmp_path, monkeypatch):
+    """``--resume DIR --eval-suite quick`` where DIR's learning curve was scored on ``tiny``: one
+    line before Ray starts (it was refused only at the resumed run's first checkpoint)."""
+    import deepshare.rl.train as training
+    from deepshare.experiments.learning_curve import CURVE_COLUMNS, CURVE_FILE
+
+    monkeypatch.setattr(training, "start_ray", lambda address: pytest.fail("Ray started"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CURVE_FILE).write_text(",".join(CURVE_COLUMNS) + "\n"
+                                  + ",".join("tiny" if c == "suite" else "1" for c in CURVE_COLUMNS) + "\n")
+    assert main(["train", str(TINY), "--resume", str(run), "--eval-suite", "quick"]) == 2
+    err = capsys.readouterr().err
+    assert "--eval-suite quick: " in err and "holds this run's learning curve on suite 'tiny'" in err
+    assert "Traceback" not in err
+
+
 def test_the_ppo_section_reaches_rllib_unchanged(tmp_path):
     """RLlib's own key names, including ones DeepShare never set before, land on PPOConfig as written."""
     from deepshare.rl.train import build_algorithm_config
