@@ -114,7 +114,7 @@ def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err
                              "on that cluster (drop one)")
     # with --address the cells are Ray tasks on the cluster the run joins (its free CPUs), else local processes
     curve = SuiteCurve(args.eval_suite, trained_as, args.eval_workers or 1, progress=say, on_ray=bool(args.address))
-    curve.check_continues(run_dir)  # a resumed run's curve of another suite: refused now, not at its first checkpoint
+    curve.check_continues(run_dir)  # a resumed run's curve of another suite: refused before Ray starts
 
     def on_export(iteration: int, policy_file: Any, row: dict[str, float] | None) -> None:
         line = curve.record(run_dir, iteration, row, policy_file)

@@ -134,8 +134,7 @@ class SuiteCurve:
         rows were scored on another suite, or on another file of the same name (their
         ``suite_spec``, where recorded): a resumed run would draw two suites' ratios as one line,
         and a jump caused by the change of suite would look like a gain from training. Called by
-        :meth:`record` before it scores anything (for a resumed run: at its first checkpoint, which
-        is saved first, so no training is lost)."""
+        ``deepshare train`` before Ray starts, and by :meth:`record` before it scores anything."""
         path = Path(run_dir) / CURVE_FILE
         if not path.is_file() or path.is_symlink():
             return
