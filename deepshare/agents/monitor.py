@@ -30,7 +30,7 @@ from deepshare.agents.agent import NodeAgent, ProbeFactory
 from deepshare.agents.config import AGENT_PREFIX, AgentConfig
 from deepshare.agents.exporter import DEFAULT_METRICS_PORT, MetricsExporter
 from deepshare.agents.probes.detect import default_probes
-from deepshare.agents.report import NodeReport
+from deepshare.agents.report import NodeReport, is_name
 from deepshare.agents.view import ClusterSnapshot, ClusterState
 from deepshare.core.topology import Topology
 
@@ -123,7 +123,6 @@ class ContentionMonitor:
                                    interval_s=config.interval_s)
         self._agents: dict[str, Any] = {}  # Ray node id -> agent handle
         self._names: dict[str, str] = {}  # Ray node id -> node name (also: whose reports are taken)
-        self._started_as: dict[str, str] = {}  # Ray node id -> the name its agent was started with
         self._reconcile_lock = threading.Lock()
         self._exporter = MetricsExporter(self._state.snapshot)
         self._metrics_problem = self._serve_metrics()
@@ -166,8 +165,6 @@ class ContentionMonitor:
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them
-            for node_id in [i for i in self._started_as if i not in alive]:
-                del self._started_as[node_id]
             self._restore_names(alive, nodes)
             started = []
             for node_id, info in alive.items():
@@ -178,7 +175,6 @@ class ContentionMonitor:
                     continue
                 self._names[node_id] = name
                 self._agents[node_id] = self._start_agent(node_id, name)
-                self._started_as[node_id] = name
                 self._state.expect(name, node_id)
                 started.append(name)
             self._state.keep(self._names.values())  # alive nodes never expire, however long their agent is silent
@@ -205,6 +201,9 @@ class ContentionMonitor:
             log.info("contention monitor: node %s is %r again (was %r)", node_id, wanted, current)
 
     def _start_agent(self, node_id: str, name: str) -> Any:
+        """Start the agent of ``node_id`` under ``name``, or find the one already running (its
+        actor name is the node id's, so a restarted monitor finds its predecessor's): Ray then
+        ignores the arguments, and that agent keeps reporting under the name it was started with."""
         cfg = self._config
         spec = None
         if self._topology is not None:
@@ -234,19 +233,20 @@ class ContentionMonitor:
     @ray.method(enable_task_events=False)  # every agent calls it every report period: keep it out of Ray's task table
     def report(self, report: NodeReport) -> None:
         """An agent's latest sample (one call per agent per report period, not per sample). Only
-        a report whose self-declared ``node_id`` is a Ray node this monitor runs an agent for,
-        under the name it gave that node (or the one its agent was started with), is taken:
-        anyone can call the actor, and a report under another name (200,000 made-up nodes)
-        stayed in the view and every scrape for an hour, one from a departed node's agent passed
-        as the new one's. The sender is not authenticated: a caller that names a real node and
-        its id is taken (see ``docs/agents.md``)."""
+        a report whose self-declared ``node_id`` is a Ray node this monitor runs an agent for is
+        taken, filed under the name the monitor gives that node now, whatever well-formed name
+        it carries: anyone can call the actor, and a report under a node id of no agent (200,000
+        made-up nodes) stayed in the view and every scrape for an hour. The name a report carries
+        is the one its agent was started with, which may be a name this monitor never gave: an
+        agent found by name after a monitor restart keeps its first name (see
+        :meth:`_start_agent`), and checking it left that node stale for good. The sender is not
+        authenticated: a caller that names a real node id is taken (see ``docs/agents.md``)."""
         node_id = getattr(report, "node_id", None)  # dict lookups: no lock needed
         name = self._names.get(node_id) if isinstance(node_id, str) else None
-        if not isinstance(report, NodeReport) or name is None \
-                or report.node not in (name, self._started_as.get(node_id)):
-            self._state.reject(report, "not a node this monitor runs an agent for (or not under its name)")
+        if not isinstance(report, NodeReport) or name is None:
+            self._state.reject(report, "not a node this monitor runs an agent for")
             return
-        if report.node != name:  # an agent started under the node's former name (see _restore_names)
+        if report.node != name and is_name(report.node):  # a malformed one is refused by update()
             report = replace(report, node=name)
         self._state.update(report)
 

@@ -86,7 +86,7 @@ def report_problem(report: object) -> str | None:
     if not isinstance(report, NodeReport):
         return f"expected a NodeReport, got {type(report).__name__}"
     for name in ("node", "node_id"):
-        if not _name(getattr(report, name)):
+        if not is_name(getattr(report, name)):
             return f"{name}: expected a name of 1 to {MAX_NAME_CHARS} printable characters"
     for name in ("seq", "pid"):
         value = getattr(report, name)
@@ -102,7 +102,7 @@ def _links_problem(links: object) -> str | None:
     if not isinstance(links, (tuple, list)) or len(links) > MAX_LINKS_PER_REPORT:
         return f"links: expected a tuple of at most {MAX_LINKS_PER_REPORT} LinkStat"
     for i, stat in enumerate(links):
-        if not isinstance(stat, LinkStat) or not _name(stat.link):
+        if not isinstance(stat, LinkStat) or not is_name(stat.link):
             return f"links.{i}: expected a LinkStat with a link name of 1 to {MAX_NAME_CHARS} printable characters"
         for field_name in ("rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total"):
             if not _real(getattr(stat, field_name)):
@@ -121,7 +121,7 @@ def _mapping_problem(report: NodeReport) -> str | None:
         return (f"gpus: expected at most {MAX_GPUS_PER_REPORT} GPU indices (0 to {MAX_GPUS_PER_NODE - 1})"
                 " mapped to numbers")
     if not isinstance(gauges, Mapping) or len(gauges) > MAX_GAUGES_PER_REPORT \
-            or not all(_name(k) and _real(v) for k, v in gauges.items()):
+            or not all(is_name(k) and _real(v) for k, v in gauges.items()):
         return f"gauges: expected at most {MAX_GAUGES_PER_REPORT} printable names mapped to numbers"
     return None
 
@@ -130,7 +130,7 @@ def _probes_problem(probes: object) -> str | None:
     if not isinstance(probes, (tuple, list)) or len(probes) > MAX_PROBES_PER_REPORT:
         return f"probes: expected a tuple of at most {MAX_PROBES_PER_REPORT} ProbeStatus"
     for i, probe in enumerate(probes):
-        if not (isinstance(probe, ProbeStatus) and _name(probe.name) and isinstance(probe.available, bool)
+        if not (isinstance(probe, ProbeStatus) and is_name(probe.name) and isinstance(probe.available, bool)
                 and _text(probe.reason, MAX_REASON_CHARS) and _integer(probe.links) and probe.links >= 0):
             return (f"probes.{i}: expected a ProbeStatus (a printable name, available true or false, a printable"
                     f" reason of at most {MAX_REASON_CHARS} characters, links >= 0)")
@@ -148,7 +148,9 @@ def probe_reason(text: str) -> str:
     return first if len(first) <= MAX_REASON_CHARS else first[:MAX_REASON_CHARS - 3] + "..."
 
 
-def _name(value: object) -> bool:
+def is_name(value: object) -> bool:
+    """A node, node id, link, probe or gauge name a report may carry: 1 to
+    :data:`MAX_NAME_CHARS` printable characters."""
     return _text(value, MAX_NAME_CHARS) and len(value) > 0  # type: ignore[arg-type]
 
 

@@ -153,7 +153,7 @@ def test_a_mapped_name_equal_to_another_hosts_hostname_is_not_shared(monkeypatch
     assert mon._names == {a: "node3", b: "node3-bbbb2222"}
     cls.report(mon, _report_as("node3", a, 0.95))
     cls.report(mon, _report_as("node3-bbbb2222", b, 0.05))
-    cls.report(mon, _report_as("node3", b, 0.05))  # the other host under the topology's name: dropped
+    cls.report(mon, _report_as("node3", b, 0.05))  # the other host under the topology's name: filed under its own
     assert mon._state.link_load() == {"node3/nic": 0.95, "node3-bbbb2222/nic": 0.05}
     assert mon._state.snapshot().node("node3").restarts == 0
 
