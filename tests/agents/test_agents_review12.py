@@ -6,7 +6,14 @@ fakes, no Ray cluster."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from deepshare.agents.probes.ethernet import EthernetProbe
+from deepshare.agents.probes.infiniband import InfinibandProbe
 from deepshare.agents.report import LinkStat, NodeReport
+from deepshare.agents.sampler import Sampler
 from test_agents_hardening import _monitor, _node  # this folder is on sys.path under pytest
 
 
@@ -37,3 +44,62 @@ def test_a_report_from_a_node_id_without_an_agent_is_still_dropped(monkeypatch):
     cls.report(mon, NodeReport("host", "cc" * 28, 0, 1, 1.0, 1.0))
     cls.report(mon, NodeReport("host\x1b", "aa" * 28, 0, 1, 1.0, 1.0))  # its node id, an unprintable name
     assert mon._state.rejected == 2 and mon._state.snapshot().node("host").reports == 0
+
+
+# -- 2 and 3: InfiniBand ports that come up late or go away ------------------------------------
+def _ib_port(root: Path, device: str, state: str = "4: ACTIVE") -> Path:
+    """A port of ``device`` under ``root``'s sysfs: 64-bit counters at 0, an HDR rate (25 GB/s)."""
+    port = root / "sys/class/infiniband" / device / "ports/1"
+    (port / "counters").mkdir(parents=True)
+    (port / "state").write_text(f"{state}\n")
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    (port / "counters/unicast_xmit_packets").write_text("0\n")
+    _ib_count(port, 0)
+    return port
+
+
+def _ib_count(port: Path, words: int) -> None:
+    for name in ("port_xmit_data", "port_rcv_data"):
+        (port / "counters" / name).write_text(f"{words}\n")
+
+
+def _eth(root: Path, byte_count: int) -> None:
+    (root / "proc/net").mkdir(parents=True, exist_ok=True)
+    (root / "proc/net/dev").write_text(f"h\nh\n  eno1: {byte_count} 0 0 0 0 0 0 0 {byte_count} 0 0 0 0 0 0 0\n")
+
+
+def _ticks():
+    return iter(range(1000)).__next__
+
+
+def test_an_infiniband_port_that_comes_up_after_start_is_sampled_and_makes_the_nic(tmp_path):
+    """The subnet manager brings ports up seconds after boot, when the agents already run: a port
+    that was INIT at start was never sampled, the probe was unavailable for good and ``nic`` was
+    the Ethernet (management) ports, 20 GB/s of InfiniBand traffic read as 8e-06."""
+    port = _ib_port(tmp_path, "mlx5_0", state="2: INIT")
+    _eth(tmp_path, 0)
+    ib = InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())  # 1 s per sample
+    eth = EthernetProbe(proc_root=tmp_path / "proc", sys_root=tmp_path / "nosys", fallback_gbps=1, clock=_ticks(),
+                        reader=lambda p: p.read_text())
+    assert ib.available and ib.links == ()
+    sampler = Sampler("node0", [ib, eth], node_id="ab" * 28)
+    sampler.step()
+    _eth(tmp_path, 1000)
+    assert "nic" not in {s.link for s in sampler.step().links}  # IB is the data network: never the Ethernet ports
+    (port / "state").write_text("4: ACTIVE\n")
+    sampler.step()
+    _ib_count(port, 5 * 10**9)  # 20 GB in 4-byte words
+    links = {s.link: s.utilization for s in sampler.step().links}
+    assert links["ib/mlx5_0/1"] == pytest.approx(20e9 / 25e9) and links["nic"] == links["ib/mlx5_0/1"]
+
+
+def test_an_infiniband_port_still_down_adds_no_capacity_to_the_nic(tmp_path):
+    up, down = _ib_port(tmp_path, "mlx5_0"), _ib_port(tmp_path, "mlx5_1", state="1: DOWN")
+    ib = InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())
+    assert ib.links == ("ib/mlx5_0/1",)
+    sampler = Sampler("node0", [ib], node_id="ab" * 28)
+    sampler.step()
+    _ib_count(up, 10**9)
+    _ib_count(down, 10**9)  # a down port's counters are not read: no traffic, no capacity
+    links = {s.link: s for s in sampler.step().links}
+    assert set(links) == {"ib/mlx5_0/1", "nic"} and links["nic"].capacity_bytes_per_s == 25e9

@@ -19,7 +19,15 @@ Which counters (checked against the kernel's ``drivers/infiniband/core/sysfs.c``
 
 Capacity comes from ``ports/N/rate`` (``"40 Gb/sec (4X QDR)"`` -> 40 Gb/s, the signalling
 rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`` parameters.
-Ports whose ``state`` is not ACTIVE are skipped. Links are named ``ib/DEV/PORT``.
+Links are named ``ib/DEV/PORT``.
+
+Every port with readable counters is kept, whatever its ``state``, but sampled only once its
+``state`` has read ACTIVE (re-read each sample until then): a port still down would add its
+capacity to the node's ``nic`` and make it look less loaded than it is. The subnet manager
+brings ports up seconds after boot, when the agents are often already running, and a port
+skipped at start was never sampled: with no port up yet the probe was unavailable for good and
+``nic`` became the Ethernet (management) ports. A node with no port up has no ``nic`` until one is
+up, and an HCA whose ports never come up leaves ``nic`` out for good.
 """
 
 from __future__ import annotations
@@ -49,10 +57,12 @@ class _Port:
     rcv: Path
     bits: int
     capacity: float | None
+    state: Path
 
 
 class InfinibandProbe(Probe):
-    """Per-port rx/tx bytes/s and utilisation of every active InfiniBand (or RoCE) port."""
+    """Per-port rx/tx bytes/s and utilisation of every active InfiniBand (or RoCE) port (see the
+    module docstring for ports that come up late)."""
 
     name = "infiniband"
 
@@ -67,6 +77,7 @@ class InfinibandProbe(Probe):
         super().__init__(clock)
         self._reader = reader
         self._ports: list[_Port] = []
+        self._active: set[str] = set()  # ports whose state has read ACTIVE: the ones sampled
         self._wide: set[str] = set()
         root = Path(sys_root) / "class" / "infiniband"
         try:
@@ -87,13 +98,11 @@ class InfinibandProbe(Probe):
             if port is not None:
                 self._ports.append(port)
         if not self._ports:
-            why = "; ".join(problems) if problems else f"no active port under {root}"
+            why = "; ".join(problems) if problems else f"no port under {root}"
             self._unavailable(f"no readable InfiniBand port counters ({why})")
+        self._activate()
 
     def _port(self, port_dir: Path, capacity_gbps: float | None, fallback_gbps: float | None) -> _Port | None:
-        state = port_dir / "state"
-        if state.exists() and "ACTIVE" not in self._reader(state):
-            return None
         ext = port_dir / "counters_ext"
         if (ext / "port_xmit_data_64").exists() and (ext / "port_rcv_data_64").exists():
             xmit, rcv, bits = ext / "port_xmit_data_64", ext / "port_rcv_data_64", 64
@@ -112,16 +121,35 @@ class InfinibandProbe(Probe):
             gbps = fallback_gbps
         device = port_dir.parent.parent.name
         capacity = None if gbps is None else gbps * 1e9 / 8
-        return _Port(f"ib/{device}/{port_dir.name}", xmit, rcv, bits, capacity)
+        return _Port(f"ib/{device}/{port_dir.name}", xmit, rcv, bits, capacity, port_dir / "state")
+
+    def _activate(self) -> None:
+        """Mark the ports whose ``state`` reads ACTIVE now (or that have no ``state`` file) as
+        sampled; a port stays sampled once it was. An unreadable state leaves the port for the
+        next try."""
+        for port in self._ports:
+            if port.link in self._active:
+                continue
+            try:
+                active = not port.state.exists() or "ACTIVE" in self._reader(port.state)
+            except OSError:
+                continue
+            if active:
+                self._active.add(port.link)
 
     @property
     def links(self) -> tuple[str, ...]:
-        return tuple(p.link for p in self._ports)
+        """The ports sampled now: those whose state has read ACTIVE."""
+        return tuple(p.link for p in self._ports if p.link in self._active)
 
     def _read(self) -> ProbeSample:
+        if len(self._active) < len(self._ports):
+            self._activate()
         now = self.clock()
         links = {}
         for port in self._ports:
+            if port.link not in self._active:
+                continue
             try:
                 tx = int(self._reader(port.xmit))
                 rx = int(self._reader(port.rcv))
