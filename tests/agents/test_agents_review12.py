@@ -6,6 +6,7 @@ fakes, no Ray cluster."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,25 @@ def test_an_infiniband_port_still_down_adds_no_capacity_to_the_nic(tmp_path):
     _ib_count(down, 10**9)  # a down port's counters are not read: no traffic, no capacity
     links = {s.link: s for s in sampler.step().links}
     assert set(links) == {"ib/mlx5_0/1", "nic"} and links["nic"].capacity_bytes_per_s == 25e9
+
+
+def test_an_infiniband_port_that_goes_away_costs_the_nic_one_sample_not_every_one(tmp_path):
+    """One HCA hot-removed (or renamed after a driver reset) made every later InfiniBand sample
+    fail: the other ports lost their rates and the node's ``nic`` was left out of every report."""
+    kept, gone = _ib_port(tmp_path, "mlx5_0"), _ib_port(tmp_path, "mlx5_1")
+    sampler = Sampler("node0", [InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())], node_id="ab" * 28)
+    sampler.step()
+    shutil.rmtree(gone.parent.parent)
+    words = 0
+    got = []
+    for _ in range(3):
+        words += 10**9
+        _ib_count(kept, words)
+        report = sampler.step()
+        got.append((sorted(s.link for s in report.links), report.probes[0].available))
+    assert got == [
+        (["ib/mlx5_0/1"], True),  # the vanished port has no rate: no partial nic in this sample
+        (["ib/mlx5_0/1", "nic"], True),
+        (["ib/mlx5_0/1", "nic"], True),
+    ]
+    assert {s.link: s.utilization for s in report.links}["nic"] == pytest.approx(4e9 / 25e9)

@@ -32,6 +32,7 @@ up, and an HCA whose ports never come up leaves ``nic`` out for good.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from pathlib import Path
 
 from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, read_text
 from deepshare.agents.samples import LinkReading, ProbeSample
+
+log = logging.getLogger(__name__)
 
 IB_WORD_BYTES = 4
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
@@ -78,6 +81,7 @@ class InfinibandProbe(Probe):
         self._reader = reader
         self._ports: list[_Port] = []
         self._active: set[str] = set()  # ports whose state has read ACTIVE: the ones sampled
+        self._failing: set[str] = set()  # ports whose last read failed (logged once each time)
         self._wide: set[str] = set()
         root = Path(sys_root) / "class" / "infiniband"
         try:
@@ -143,22 +147,43 @@ class InfinibandProbe(Probe):
         return tuple(p.link for p in self._ports if p.link in self._active)
 
     def _read(self) -> ProbeSample:
+        """Read every active port's counters. A port whose read fails is left out of this sample
+        (the sampler then leaves ``nic`` out of it too) and retried next time: a hot-removed HCA
+        or VF made every later sample fail, costing the other ports their rates and the node its
+        ``nic`` for good. Raises only when every active port fails."""
         if len(self._active) < len(self._ports):
             self._activate()
         now = self.clock()
-        links = {}
+        links: dict[str, LinkReading] = {}
+        problems: list[str] = []
         for port in self._ports:
             if port.link not in self._active:
                 continue
-            try:
-                tx = int(self._reader(port.xmit))
-                rx = int(self._reader(port.rcv))
-            except (OSError, ValueError) as exc:
-                raise ProbeError(f"{port.link}: cannot read counters: {exc}") from exc
-            if max(rx, tx) >= 2**32:
-                self._wide.add(port.link)
-            bits = 64 if port.link in self._wide else port.bits
-            links[port.link] = LinkReading(
-                rx, tx, bits=bits, unit_bytes=IB_WORD_BYTES, capacity_bytes_per_s=port.capacity
-            )
+            reading = self._reading(port)
+            if isinstance(reading, str):
+                problems.append(reading)
+            else:
+                links[port.link] = reading
+        if problems and not links:
+            raise ProbeError(problems[0])
         return ProbeSample(now, links)
+
+    def _reading(self, port: _Port) -> LinkReading | str:
+        """One port's counters, or why they could not be read (logged when it starts failing
+        and when it reads again)."""
+        try:
+            tx = int(self._reader(port.xmit))
+            rx = int(self._reader(port.rcv))
+        except (OSError, ValueError) as exc:
+            problem = f"{port.link}: cannot read counters: {exc}"
+            if port.link not in self._failing:
+                self._failing.add(port.link)
+                log.warning("infiniband probe: %s; the port is left out until it reads again", problem)
+            return problem
+        if port.link in self._failing:
+            self._failing.discard(port.link)
+            log.info("infiniband probe: %s reads again", port.link)
+        if max(rx, tx) >= 2**32:
+            self._wide.add(port.link)
+        bits = 64 if port.link in self._wide else port.bits
+        return LinkReading(rx, tx, bits=bits, unit_bytes=IB_WORD_BYTES, capacity_bytes_per_s=port.capacity)
