@@ -70,6 +70,15 @@ class NodeAgent:
         self._thread.start()
 
     def _run(self) -> None:
+        """Sample until :meth:`stop`, then release the probes: here, in the thread that uses
+        them, so a probe blocked past ``stop``'s wait (an NVML call stuck in the driver) is never
+        closed under it (the Ethernet probe then reopened ``/proc/net/dev`` and leaked it)."""
+        try:
+            self._sample_until_stopped()
+        finally:
+            self._close()
+
+    def _sample_until_stopped(self) -> None:
         due = time.monotonic()  # the scheduled time of the current tick
         while not self._stop.is_set():
             try:
@@ -110,8 +119,15 @@ class NodeAgent:
         """CPU time this agent's process used so far (user + system, all threads)."""
         return time.process_time()
 
+    def _close(self) -> None:
+        with self._lock:
+            try:
+                self._sampler.close()
+            except Exception:  # noqa: BLE001 - nothing is left to sample with anyway
+                log.exception("agent on %s: closing the probes failed", self._sampler.node)
+
     def stop(self) -> None:
-        """Stop sampling and release the probes (the actor stays until killed)."""
+        """Stop sampling; the sampling thread releases the probes once its current sample ends
+        (waited for up to ``5 x interval + 1`` s). The actor stays until killed."""
         self._stop.set()
         self._thread.join(timeout=5 * self._interval + 1)
-        self._sampler.close()

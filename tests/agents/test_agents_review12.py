@@ -7,14 +7,18 @@ fakes, no Ray cluster."""
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from deepshare.agents.probes.base import Probe
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
 from deepshare.agents.report import LinkStat, NodeReport
 from deepshare.agents.sampler import Sampler
+from deepshare.agents.samples import ProbeSample
 from test_agents_hardening import _monitor, _node  # this folder is on sys.path under pytest
 
 
@@ -126,3 +130,48 @@ def test_an_infiniband_port_that_goes_away_costs_the_nic_one_sample_not_every_on
         (["ib/mlx5_0/1", "nic"], True),
     ]
     assert {s.link: s.utilization for s in report.links}["nic"] == pytest.approx(4e9 / 25e9)
+
+
+# -- 4: stopping an agent while a probe blocks --------------------------------------------------
+class _BlockingProbe(Probe):
+    """Its second read blocks until ``release`` is set (an NVML call stuck in the driver); records
+    every read and the close, in order."""
+
+    name = "blocking"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def _read(self) -> ProbeSample:
+        self.events.append("read")
+        if self.events.count("read") == 2:
+            self.entered.set()
+            self.release.wait(30)
+        self.events.append("read done")
+        return ProbeSample(self.clock(), {})
+
+    def close(self) -> None:
+        self.events.append("close")
+
+
+def test_stop_never_closes_a_probe_the_sampling_thread_is_still_reading(monkeypatch):
+    """``stop()`` waited 5 intervals + 1 s for the thread, then closed the probes while a blocked
+    sample was still running: the Ethernet probe reopened ``/proc/net/dev`` after its close and
+    leaked the descriptor, and NVML could be shut down in the middle of a call."""
+    import deepshare.agents.agent as agent_module
+
+    monkeypatch.setattr(agent_module.ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n" * 56))
+    probe = _BlockingProbe()
+    agent_class = agent_module.NodeAgent.__ray_metadata__.modified_class
+    agent = agent_class("node0", None, lambda node, spec: [probe], None, 0.001, 10, None)
+    try:
+        assert probe.entered.wait(30)
+        agent_class.stop(agent)  # its wait for the blocked thread runs out
+        assert "close" not in probe.events
+    finally:
+        probe.release.set()
+    agent._thread.join(30)
+    assert not agent._thread.is_alive()
+    assert probe.events[-3:] == ["read", "read done", "close"] and probe.events.count("close") == 1
