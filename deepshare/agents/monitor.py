@@ -160,8 +160,13 @@ class ContentionMonitor:
     def reconcile(self) -> list[str]:
         """Start an agent on every alive node without one; returns the nodes given one. Also
         gives a node suffixed because another had its name the plain name back once that one
-        left, and keeps every alive node's view entry (only departed nodes expire)."""
+        left, and keeps every alive node's view entry (only departed nodes expire). Starts
+        nothing once :meth:`shutdown` ran: a reconcile after it (a concurrent ``agents start``,
+        or the loop between its check and the lock) started every agent again, and ``agents
+        stop``, told the agents were stopped, left those running with nobody to report to."""
         with self._reconcile_lock:
+            if self._stop.is_set():  # under the lock: shutdown() sets it before taking the lock
+                return []
             nodes = ray.nodes()
             alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
             forget_departed(self._agents, self._names, alive)  # the view turns them stale, then expires them

@@ -128,10 +128,11 @@ def _monitor(monkeypatch, nodes: list, names: dict | None = None, now: list | No
     clock = (lambda: now[0]) if now is not None else (lambda: 0.0)
     mon._config = AgentConfig(reconcile_interval_s=0)
     mon._names_given, mon._agents, mon._names, mon._started_as = dict(names or {}), {}, {}, {}
-    mon._reconcile_lock, mon._topology = threading.Lock(), None
+    mon._reconcile_lock, mon._topology, mon._stop = threading.Lock(), None, threading.Event()
     mon._state = ClusterState(5.0, clock=clock, wall=lambda: 1.0, stale_retention_s=3600.0)
     mon._start_agent = lambda node_id, name: f"agent-{name}"
-    monkeypatch.setattr(m, "ray", types.SimpleNamespace(nodes=lambda: [dict(n) for n in nodes]))
+    mon._exporter = types.SimpleNamespace(stop=lambda: None)
+    monkeypatch.setattr(m, "ray", types.SimpleNamespace(nodes=lambda: [dict(n) for n in nodes], kill=lambda h, no_restart: None))
     return monitor_class, mon
 
 

@@ -175,3 +175,14 @@ def test_stop_never_closes_a_probe_the_sampling_thread_is_still_reading(monkeypa
     agent._thread.join(30)
     assert not agent._thread.is_alive()
     assert probe.events[-3:] == ["read", "read done", "close"] and probe.events.count("close") == 1
+
+
+# -- 5: a reconcile after shutdown ----------------------------------------------------------------
+def test_a_reconcile_after_shutdown_starts_no_agent(monkeypatch):
+    """A concurrent ``agents start`` (its ``start_monitor`` reconciles) or the reconcile loop
+    racing ``shutdown()`` started an agent on every node again; ``agents stop`` got a count back,
+    killed only the monitor, and the new detached agents ran on with nobody to report to."""
+    cls, mon = _monitor(monkeypatch, [_node("aa" * 28, "h1"), _node("bb" * 28, "h2")])
+    assert cls.reconcile(mon) == ["h1", "h2"]
+    assert cls.shutdown(mon) == 2
+    assert cls.reconcile(mon) == [] and cls.agents(mon) == {}
