@@ -13,12 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepshare.agents.probes.base import Probe
+from deepshare.agents.probes.base import Probe, link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
-from deepshare.agents.report import LinkStat, NodeReport
+from deepshare.agents.report import LinkStat, NodeReport, report_problem
 from deepshare.agents.sampler import Sampler
 from deepshare.agents.samples import ProbeSample
+from deepshare.agents.view import ClusterState
 from test_agents_hardening import _monitor, _node  # this folder is on sys.path under pytest
 
 
@@ -186,3 +187,40 @@ def test_a_reconcile_after_shutdown_starts_no_agent(monkeypatch):
     assert cls.reconcile(mon) == ["h1", "h2"]
     assert cls.shutdown(mon) == 2
     assert cls.reconcile(mon) == [] and cls.agents(mon) == {}
+
+
+# -- 6: an interface or device name that is not printable ---------------------------------------
+def test_an_unprintable_interface_name_is_escaped_and_the_node_s_report_is_taken(tmp_path):
+    """Linux lets an interface's name hold control characters: ``eth/lan\\x1b`` made the monitor
+    refuse the node's whole report, every time, so the node stayed stale for good."""
+    (tmp_path / "proc/net").mkdir(parents=True)
+
+    def traffic(byte_count: int) -> None:
+        rows = "".join(f"{name}: {byte_count} 0 0 0 0 0 0 0 {byte_count} 0 0 0 0 0 0 0\n" for name in ("eth0", "lan\x1b"))
+        (tmp_path / "proc/net/dev").write_text("h\nh\n" + rows)
+
+    traffic(0)
+    probe = EthernetProbe(proc_root=tmp_path / "proc", sys_root=tmp_path / "nosys", fallback_gbps=10,
+                          clock=_ticks(), reader=lambda p: p.read_text())
+    sampler = Sampler("node0", [probe], node_id="ab" * 28)
+    sampler.step()
+    traffic(10**9)
+    report = sampler.step()
+    assert [s.link for s in report.links] == ["eth/eth0", "eth/lan\\x1b", "nic"]
+    state = ClusterState(5.0, clock=lambda: 0.0, wall=lambda: 1.0)
+    assert report_problem(report) is None and state.update(report)
+    assert state.link_load()["node0/nic"] == pytest.approx(2e9 / 2.5e9)
+
+
+def test_an_unprintable_infiniband_device_name_is_escaped(tmp_path):
+    port = _ib_port(tmp_path, "mlx5\x1b0")
+    sampler = Sampler("node0", [InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())], node_id="ab" * 28)
+    sampler.step()
+    _ib_count(port, 10**9)
+    report = sampler.step()
+    assert [s.link for s in report.links] == ["ib/mlx5\\x1b0/1", "nic"] and report_problem(report) is None
+
+
+def test_a_link_name_longer_than_a_report_allows_is_left_out():
+    assert link_name("eth", "e" * 249) == "eth/" + "e" * 249
+    assert link_name("eth", "e" * 250) is None

@@ -8,12 +8,17 @@ parameters so tests run on fixture trees with exact timestamps.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Callable
 
+from deepshare.agents.report import MAX_NAME_CHARS
 from deepshare.agents.samples import LinkRate, ProbeSample, compute_rates
+from deepshare.core.errors import one_line
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 Reader = Callable[[Path], str]
@@ -21,6 +26,19 @@ Reader = Callable[[Path], str]
 
 class ProbeError(Exception):
     """A probe could not be read (unavailable, or a read failed mid-run)."""
+
+
+def link_name(*parts: str) -> str | None:
+    """The link ``parts`` name (``("eth", "eno1")`` -> ``eth/eno1``), every character that is not
+    printable escaped (:func:`~deepshare.core.errors.one_line`); ``None`` (logged) when that is
+    longer than a report allows. Linux lets an interface's name hold control characters, and the
+    monitor refuses a report with an unprintable link name whole: one such interface cost the
+    node every report, for good."""
+    name = "/".join(one_line(part) for part in parts)
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    log.warning("probe: link %s... left out: its name is longer than %d characters", name[:40], MAX_NAME_CHARS)
+    return None
 
 
 def read_text(path: Path) -> str:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, pread_text, read_text
+from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, link_name, pread_text, read_text
 from deepshare.agents.samples import LinkReading, ProbeSample
 
 WORD_BITS = 64 if sys.maxsize > 2**32 else 32
@@ -50,7 +50,8 @@ def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
 
 
 class EthernetProbe(Probe):
-    """Per-interface rx/tx bytes/s and utilisation; links are named ``eth/IFACE``."""
+    """Per-interface rx/tx bytes/s and utilisation; links are named ``eth/IFACE`` (characters
+    that are not printable escaped, :func:`~deepshare.agents.probes.base.link_name`)."""
 
     name = "ethernet"
 
@@ -77,6 +78,7 @@ class EthernetProbe(Probe):
         self._capacity_gbps = capacity_gbps
         self._fallback_gbps = fallback_gbps
         self.interfaces: tuple[str, ...] = ()
+        self._links: dict[str, str] = {}  # interface -> link name (unprintable characters escaped)
         self._capacity: dict[str, float | None] = {}
         try:
             counters = parse_proc_net_dev(reader(self._dev))
@@ -93,6 +95,8 @@ class EthernetProbe(Probe):
             chosen = [i for i in counters if include_loopback or i != "lo"]
             if not include_virtual:
                 chosen = self._physical(chosen)
+        self._links = {i: name for i in chosen if (name := link_name("eth", i)) is not None}
+        chosen = list(self._links)
         if not chosen:
             self._unavailable(f"{self._dev} lists no physical interface besides lo")
             return
@@ -146,7 +150,7 @@ class EthernetProbe(Probe):
         for iface in self.interfaces:
             if iface in counters:  # an interface that disappeared is simply not reported
                 rx, tx = counters[iface]
-                links[f"eth/{iface}"] = LinkReading(
+                links[self._links[iface]] = LinkReading(
                     rx, tx, bits=self._bits, capacity_bytes_per_s=self._capacity[iface]
                 )
         return ProbeSample(now, links)

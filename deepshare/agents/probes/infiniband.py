@@ -19,7 +19,7 @@ Which counters (checked against the kernel's ``drivers/infiniband/core/sysfs.c``
 
 Capacity comes from ``ports/N/rate`` (``"40 Gb/sec (4X QDR)"`` -> 40 Gb/s, the signalling
 rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`` parameters.
-Links are named ``ib/DEV/PORT``.
+Links are named ``ib/DEV/PORT`` (characters that are not printable escaped).
 
 Every port with readable counters is kept, whatever its ``state``, but sampled only once its
 ``state`` has read ACTIVE (re-read each sample until then): a port still down would add its
@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, read_text
+from deepshare.agents.probes.base import Clock, Probe, ProbeError, Reader, link_name, read_text
 from deepshare.agents.samples import LinkReading, ProbeSample
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,9 @@ class InfinibandProbe(Probe):
         self._activate()
 
     def _port(self, port_dir: Path, capacity_gbps: float | None, fallback_gbps: float | None) -> _Port | None:
+        link = link_name("ib", port_dir.parent.parent.name, port_dir.name)
+        if link is None:
+            return None
         ext = port_dir / "counters_ext"
         if (ext / "port_xmit_data_64").exists() and (ext / "port_rcv_data_64").exists():
             xmit, rcv, bits = ext / "port_xmit_data_64", ext / "port_rcv_data_64", 64
@@ -123,9 +126,8 @@ class InfinibandProbe(Probe):
                 gbps = None
         if gbps is None:
             gbps = fallback_gbps
-        device = port_dir.parent.parent.name
         capacity = None if gbps is None else gbps * 1e9 / 8
-        return _Port(f"ib/{device}/{port_dir.name}", xmit, rcv, bits, capacity, port_dir / "state")
+        return _Port(link, xmit, rcv, bits, capacity, port_dir / "state")
 
     def _activate(self) -> None:
         """Mark the ports whose ``state`` reads ACTIVE now (or that have no ``state`` file) as
