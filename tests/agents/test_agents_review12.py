@@ -224,3 +224,23 @@ def test_an_unprintable_infiniband_device_name_is_escaped(tmp_path):
 def test_a_link_name_longer_than_a_report_allows_is_left_out():
     assert link_name("eth", "e" * 249) == "eth/" + "e" * 249
     assert link_name("eth", "e" * 250) is None
+
+
+# -- 7: 32-bit Ethernet counters -------------------------------------------------------------------
+def test_a_32_bit_ethernet_counter_above_4_gib_is_read_as_64_bit(tmp_path):
+    """``/proc/net/dev`` prints 64-bit stats on every kernel since 2.6.36: on a 32-bit userland a
+    value at or above 2**32 was taken as a saturated 32-bit counter, and the interface never had
+    a rate again (nor the node a ``nic``)."""
+    (tmp_path / "proc/net").mkdir(parents=True)
+
+    def traffic(byte_count: int) -> None:
+        (tmp_path / "proc/net/dev").write_text(f"h\nh\n  eth0: {byte_count} 0 0 0 0 0 0 0 {byte_count} 0 0 0 0 0 0 0\n")
+
+    traffic(5 * 2**32)
+    probe = EthernetProbe(proc_root=tmp_path / "proc", sys_root=tmp_path / "nosys", fallback_gbps=100, counter_bits=32,
+                          clock=_ticks(), reader=lambda p: p.read_text())
+    sampler = Sampler("node0", [probe], node_id="ab" * 28)
+    sampler.step()
+    traffic(5 * 2**32 + 10**9)
+    links = {s.link: s for s in sampler.step().links}
+    assert links["eth/eth0"].rx_bytes_per_s == 1e9 and links["nic"].utilization == pytest.approx(0.08)

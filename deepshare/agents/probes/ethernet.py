@@ -3,7 +3,10 @@
 ``/proc/net/dev`` lists, per interface, 8 receive then 8 transmit columns; the first of each is
 bytes. The kernel keeps them as ``unsigned long``: 64-bit on 64-bit kernels (a decrease is a
 reset), 32-bit on 32-bit kernels (a decrease is a wrap); ``counter_bits`` defaults to the
-running interpreter's word size and tests set it. Speed is ``/sys/class/net/IF/speed`` in Mb/s,
+running interpreter's word size and tests set it. Since Linux 2.6.36 the file prints 64-bit
+stats on every kernel, so an interface whose counter reads above 2**32 - 1 is read as 64-bit
+from then on: on a 32-bit userland such a value was taken as a saturated 32-bit counter, and
+an interface that had carried 4 GiB never had a rate again. Speed is ``/sys/class/net/IF/speed`` in Mb/s,
 which reads ``-1`` or fails with EINVAL for virtual or down links: capacity is then the
 ``capacity_gbps`` parameter (for that interface or all), else ``fallback_gbps`` (the node's
 ``nic_gbps`` from the topology spec), else unknown.
@@ -75,6 +78,7 @@ class EthernetProbe(Probe):
         self._keep_open = reader is read_text  # an injected reader is called every time
         self._fd: int | None = None
         self._bits = counter_bits
+        self._wide: set[str] = set()  # interfaces seen above 2**32 - 1: read as 64-bit
         self._capacity_gbps = capacity_gbps
         self._fallback_gbps = fallback_gbps
         self.interfaces: tuple[str, ...] = ()
@@ -150,9 +154,10 @@ class EthernetProbe(Probe):
         for iface in self.interfaces:
             if iface in counters:  # an interface that disappeared is simply not reported
                 rx, tx = counters[iface]
-                links[self._links[iface]] = LinkReading(
-                    rx, tx, bits=self._bits, capacity_bytes_per_s=self._capacity[iface]
-                )
+                if max(rx, tx) >= 2**32:
+                    self._wide.add(iface)
+                bits = 64 if iface in self._wide else self._bits
+                links[self._links[iface]] = LinkReading(rx, tx, bits=bits, capacity_bytes_per_s=self._capacity[iface])
         return ProbeSample(now, links)
 
     def close(self) -> None:
