@@ -50,26 +50,36 @@ DEFAULT_METRICS_PORT = 9479
 _GPU_GAUGE = re.compile(r"^gpu(\d+)/util\Z")
 
 
+def _families() -> dict[str, Metric]:
+    """The nine metric families, empty, by a short key."""
+    link, gpu = ["node", "link"], ["node", "gpu"]
+    return {
+        "rx": CounterMetricFamily("deepshare_link_receive_bytes", "Bytes received on the link since its agent started", labels=link),
+        "tx": CounterMetricFamily("deepshare_link_transmit_bytes", "Bytes sent on the link since its agent started", labels=link),
+        "util": GaugeMetricFamily("deepshare_link_utilization_ratio", "Link utilisation, max(rx, tx) / capacity", labels=link),
+        "cont": GaugeMetricFamily("deepshare_link_contention", "Link contention score u/(1-u), capped", labels=link),
+        "gpu": GaugeMetricFamily("deepshare_gpu_contention", "GPU contention score: max over its links", labels=gpu),
+        "busy": GaugeMetricFamily("deepshare_gpu_utilization_ratio", "GPU busy fraction (NVML)", labels=gpu),
+        "probe": GaugeMetricFamily("deepshare_probe_available", "1 when the probe produced the last sample", labels=["node", "probe"]),
+        "age": GaugeMetricFamily("deepshare_node_report_age_seconds", "Seconds since the node's last report", labels=["node"]),
+        "stale": GaugeMetricFamily("deepshare_node_stale", "1 when the node's agent stopped reporting", labels=["node"]),
+    }
+
+
 class ViewCollector(Collector):
     """Turns a :class:`ClusterSnapshot` into metric families at every scrape."""
 
     def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
         self._snapshot = snapshot
 
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` yields, without samples: what the registry maps a
+        ``/metrics?name[]=...`` filter through (without it, every filtered page was empty)."""
+        yield from _families().values()
+
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
-        link, gpu = ["node", "link"], ["node", "gpu"]
-        rx = CounterMetricFamily("deepshare_link_receive_bytes", "Bytes received on the link since its agent started", labels=link)
-        tx = CounterMetricFamily("deepshare_link_transmit_bytes", "Bytes sent on the link since its agent started", labels=link)
-        g = {
-            "util": GaugeMetricFamily("deepshare_link_utilization_ratio", "Link utilisation, max(rx, tx) / capacity", labels=link),
-            "cont": GaugeMetricFamily("deepshare_link_contention", "Link contention score u/(1-u), capped", labels=link),
-            "gpu": GaugeMetricFamily("deepshare_gpu_contention", "GPU contention score: max over its links", labels=gpu),
-            "busy": GaugeMetricFamily("deepshare_gpu_utilization_ratio", "GPU busy fraction (NVML)", labels=gpu),
-            "probe": GaugeMetricFamily("deepshare_probe_available", "1 when the probe produced the last sample", labels=["node", "probe"]),
-            "age": GaugeMetricFamily("deepshare_node_report_age_seconds", "Seconds since the node's last report", labels=["node"]),
-            "stale": GaugeMetricFamily("deepshare_node_stale", "1 when the node's agent stopped reporting", labels=["node"]),
-        }
+        g = _families()
         for n in snap.nodes:
             g["age"].add_metric([n.node], n.age_s)
             g["stale"].add_metric([n.node], float(n.stale))
@@ -78,8 +88,8 @@ class ViewCollector(Collector):
                 continue
             for s in r.links:
                 labels = [n.node, s.link]
-                rx.add_metric(labels, s.rx_bytes_total)
-                tx.add_metric(labels, s.tx_bytes_total)
+                g["rx"].add_metric(labels, s.rx_bytes_total)
+                g["tx"].add_metric(labels, s.tx_bytes_total)
                 if s.utilization is not None:
                     g["util"].add_metric(labels, s.utilization)
                 if s.contention is not None:
@@ -92,8 +102,6 @@ class ViewCollector(Collector):
                     g["busy"].add_metric([n.node, match.group(1)], value)
             for p in r.probes:
                 g["probe"].add_metric([n.node, p.name], float(p.available))
-        yield rx
-        yield tx
         yield from g.values()
 
 

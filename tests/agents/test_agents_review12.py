@@ -12,7 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import generate_latest
 
+from deepshare.agents.exporter import MetricsExporter
 from deepshare.agents.probes.base import Probe, link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
@@ -244,3 +246,19 @@ def test_a_32_bit_ethernet_counter_above_4_gib_is_read_as_64_bit(tmp_path):
     traffic(5 * 2**32 + 10**9)
     links = {s.link: s for s in sampler.step().links}
     assert links["eth/eth0"].rx_bytes_per_s == 1e9 and links["nic"].utilization == pytest.approx(0.08)
+
+
+# -- 8: the exporter's name filter ----------------------------------------------------------------
+@pytest.mark.parametrize("name, series", [
+    ("deepshare_link_utilization_ratio", 'deepshare_link_utilization_ratio{link="nic",node="node0"} 0.5'),
+    ("deepshare_link_receive_bytes_total", 'deepshare_link_receive_bytes_total{link="nic",node="node0"} 5.0'),
+    ("deepshare_node_stale", 'deepshare_node_stale{node="node0"} 0.0'),
+])
+def test_a_scrape_filtered_by_name_returns_that_series(name, series):
+    """``/metrics?name[]=X`` maps names to collectors through ``describe()``; the collector had
+    none, so every filtered page was empty."""
+    state = ClusterState(5.0, clock=lambda: 0.0, wall=lambda: 1.0)
+    state.update(NodeReport("node0", "id0", 0, 1, 1.0, 1.0, links=(LinkStat("nic", 1.0, 2.0, 0.5, 1.0, 10.0, 5, 6),)))
+    page = generate_latest(MetricsExporter(state.snapshot).registry.restricted_registry([name])).decode()
+    assert series in page.splitlines()
+    assert [line for line in page.splitlines() if not line.startswith("#") and not line.startswith(name)] == []
