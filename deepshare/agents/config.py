@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import numbers
+import threading
 from dataclasses import dataclass
 
 MONITOR_NAME = "deepshare-contention-monitor"
@@ -97,12 +99,7 @@ class AgentConfig:
                 f" report_interval_s {self.report_interval:g} rounded up to whole samples of interval_s"
                 f" {self.interval_s:g}), or nodes turn stale between two reports"
             )
-        if self.buffer_size <= 0:
-            raise ValueError(f"buffer_size must be positive, got {self.buffer_size}")
-        if self.reconcile_interval_s < 0:
-            raise ValueError(f"reconcile_interval_s must be >= 0, got {self.reconcile_interval_s}")
-        if self.agent_num_cpus < 0:
-            raise ValueError(f"agent_num_cpus must be >= 0, got {self.agent_num_cpus}")
+        self._check_agent_fields()
         if not 0 <= self.stale_retention_s < math.inf:
             raise ValueError(f"stale_retention_s must be >= 0 and finite, got {self.stale_retention_s}")
         port = self.metrics_port
@@ -111,6 +108,24 @@ class AgentConfig:
         if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
             raise ValueError(f"metrics_host must be an address to bind (an empty one binds every interface),"
                              f" got {self.metrics_host!r}")
+
+    def _check_agent_fields(self) -> None:
+        """Check the fields the monitor hands Ray and its threads as they are: a bad one passed
+        here, then failed inside the monitor, at every reconcile, as an error that did not name
+        it (``max_restarts=-2``, ``agent_num_cpus=nan``), left every agent pending for ever
+        (``agent_num_cpus=inf``), ended the reconcile thread (``reconcile_interval_s=inf``),
+        quietly turned reconciling off (``nan``), or failed every agent's constructor
+        (``buffer_size=2.5``)."""
+        if not _integer(self.buffer_size) or self.buffer_size <= 0:
+            raise ValueError(f"buffer_size must be a positive integer, got {self.buffer_size!r}")
+        if not _integer(self.max_restarts) or self.max_restarts < -1:
+            raise ValueError(f"max_restarts must be -1 (always), 0 or a positive integer, got {self.max_restarts!r}")
+        if not (_real(self.agent_num_cpus) and 0 <= self.agent_num_cpus < math.inf):
+            raise ValueError(f"agent_num_cpus must be a finite number >= 0, got {self.agent_num_cpus!r}")
+        wait_max = threading.TIMEOUT_MAX
+        if not (_real(self.reconcile_interval_s) and 0 <= self.reconcile_interval_s <= wait_max):
+            raise ValueError(f"reconcile_interval_s must be a number of seconds from 0 to {wait_max:g},"
+                             f" got {self.reconcile_interval_s!r}")
 
     @property
     def report_interval(self) -> float:
@@ -125,3 +140,13 @@ class AgentConfig:
     @property
     def stale_after(self) -> float:
         return self.stale_after_s if self.stale_after_s is not None else max(5.0, 3 * self.report_period)
+
+
+def _integer(value: object) -> bool:
+    """An integer (a numpy one too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    """A real number, not a bool (NaN included: callers compare it, which NaN fails)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -6,6 +6,7 @@ fakes, no Ray cluster."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import generate_latest
 
+from deepshare.agents.config import AgentConfig
 from deepshare.agents.exporter import MetricsExporter
 from deepshare.agents.probes.base import Probe, link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
@@ -262,3 +264,33 @@ def test_a_scrape_filtered_by_name_returns_that_series(name, series):
     page = generate_latest(MetricsExporter(state.snapshot).registry.restricted_registry([name])).decode()
     assert series in page.splitlines()
     assert [line for line in page.splitlines() if not line.startswith("#") and not line.startswith(name)] == []
+
+
+# -- 9: AgentConfig fields that failed later, inside the actors -----------------------------------
+@pytest.mark.parametrize("field, value, said", [
+    ("max_restarts", -2, "max_restarts must be -1 (always), 0 or a positive integer, got -2"),
+    ("max_restarts", 1.5, "max_restarts must be -1 (always), 0 or a positive integer, got 1.5"),
+    ("max_restarts", True, "max_restarts must be -1 (always), 0 or a positive integer, got True"),
+    ("agent_num_cpus", math.nan, "agent_num_cpus must be a finite number >= 0, got nan"),
+    ("agent_num_cpus", math.inf, "agent_num_cpus must be a finite number >= 0, got inf"),
+    ("agent_num_cpus", "1", "agent_num_cpus must be a finite number >= 0, got '1'"),
+    ("reconcile_interval_s", math.inf, "reconcile_interval_s must be a number of seconds from 0 to"),
+    ("reconcile_interval_s", math.nan, "reconcile_interval_s must be a number of seconds from 0 to"),
+    ("reconcile_interval_s", threading.TIMEOUT_MAX * 2, "reconcile_interval_s must be a number of seconds from 0 to"),
+    ("buffer_size", 2.5, "buffer_size must be a positive integer, got 2.5"),
+    ("buffer_size", 0, "buffer_size must be a positive integer, got 0"),
+])
+def test_agent_config_refuses_in_one_line_naming_the_field(field, value, said):
+    """Each was accepted, then failed inside the monitor or every agent (at every reconcile, as an
+    error that did not name the field), left agents pending for ever, ended the reconcile thread
+    or quietly turned reconciling off."""
+    with pytest.raises(ValueError) as raised:
+        AgentConfig(**{field: value})
+    message = str(raised.value)
+    assert message.startswith(said) and "\n" not in message
+
+
+def test_agent_config_takes_the_edges_of_each_range():
+    config = AgentConfig(max_restarts=0, agent_num_cpus=0.5, reconcile_interval_s=threading.TIMEOUT_MAX, buffer_size=1)
+    assert (config.max_restarts, config.agent_num_cpus, config.buffer_size) == (0, 0.5, 1)
+    assert AgentConfig(max_restarts=-1, agent_num_cpus=2, reconcile_interval_s=0).reconcile_interval_s == 0
