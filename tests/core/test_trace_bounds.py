@@ -160,6 +160,34 @@ def test_canonical_values_out_of_bounds_are_refused(tmp_path: Path, row: str, fi
     refused(write(tmp_path, "t.csv", CANONICAL_HEADER, row), "line 2", field)
 
 
+@pytest.mark.parametrize(
+    "row, field",
+    [
+        ("a,0,m,1_000,100,,", "'gpus'"),
+        ("a,0,m,2,1_0,,", "'duration_s'"),
+        ("a,1_0,m,2,100,,", "'submit_time'"),
+        ("a,0,m,2,,1_000,", "'total_samples'"),
+        ("a,0,m,2,100,,1_0", "'requested_s'"),
+        ("a,0,m,\u0662,100,,", "'gpus'"),  # ARABIC-INDIC DIGIT TWO: float() reads it as 2
+        ("a,0,m,2,\uff11\uff10,,", "'duration_s'"),  # FULLWIDTH "10"
+    ],
+)
+def test_numbers_are_ascii_digits_not_what_python_float_also_reads(tmp_path: Path, row: str, field: str) -> None:
+    """rev12 #3: ``1_000`` loaded as 1000 GPUs and ``1_0`` as 10 s; a cell is a number only as
+    any CSV tool reads it (an optional sign, ASCII digits, a point, an exponent)."""
+    path = tmp_path / "t.csv"
+    path.write_text(CANONICAL_HEADER + "\n" + row + "\n", encoding="utf-8")
+    message = refused(path, "line 2", field)
+    assert "\n" not in message
+
+
+def test_numbers_in_every_written_form_still_read(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", CANONICAL_HEADER, "a,+0.,m,4.0,1e2,,", "b,.5,m,+2,,1E+3,", "c,1.5e-3,m,1,10.,,3600")
+    jobs = {job.job_id: job for job in load(path).jobs}
+    assert (jobs["a"].gpus, jobs["a"].duration_s, jobs["b"].submit_time, jobs["b"].total_samples) == (4, 100.0, 0.5, 1000.0)
+    assert (jobs["c"].submit_time, jobs["c"].requested_s) == (1.5e-3, 3600.0)
+
+
 def test_other_readers_refuse_through_the_shared_helpers_and_jobspec(tmp_path: Path) -> None:
     helios = write(tmp_path, "h.csv", "job_id,vc,gpu_num,submit_time,duration", "1,v,1e20,0,100")
     refused(helios, "line 2", "'gpu_num'")

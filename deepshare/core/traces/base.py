@@ -18,6 +18,7 @@ import csv
 import io
 import math
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
@@ -239,8 +240,21 @@ def is_blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() == "")
 
 
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""A number as a trace's text may write it: ASCII digits with an optional sign, point and
+exponent. Python's ``float`` also reads ``1_000`` (digit groups) and non-ASCII digits, which no
+CSV tool reads as that number, so a text cell must match this first (as Slurm's fields do)."""
+
+
+def _as_float(value: int | float | str) -> float:
+    """``float(value)``; a string that is not :data:`_NUMBER` raises ValueError."""
+    if isinstance(value, str) and not _NUMBER.fullmatch(value):
+        raise ValueError(value)
+    return float(value)
+
+
 def number(value: Any, loc: str, field: str, *, minimum: str = "any", maximum: float | None = None) -> float:
-    """A finite float from a JSON number or a CSV string.
+    """A finite float from a JSON number or a CSV string (ASCII digits only: :data:`_NUMBER`).
 
     ``minimum``: ``"any"``, ``"nonnegative"`` (>= 0) or ``"positive"`` (> 0); ``maximum``: the
     largest value accepted, named in the error (None: any finite number).
@@ -255,7 +269,7 @@ def number(value: Any, loc: str, field: str, *, minimum: str = "any", maximum: f
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise bad(loc, field, expected, value)
     try:
-        x = float(value)
+        x = _as_float(value)
     except (ValueError, OverflowError):
         raise bad(loc, field, expected, value) from None
     if not math.isfinite(x):
@@ -314,7 +328,7 @@ def integer(value: Any, loc: str, field: str, *, minimum: int = 1, maximum: int 
         n = value
     else:
         try:
-            x = float(value)
+            x = _as_float(value)
         except (ValueError, OverflowError):
             raise bad(loc, field, expected, value) from None
         if not math.isfinite(x) or x != int(x):
