@@ -16,7 +16,10 @@ The bounds come from what real clusters need, with room to spare, not from what 
   :data:`MAX_LINK_GBPS` Gbit/s, or is absent (0) where absence means something;
 * counters a job reports stay below :data:`MAX_SAMPLES` samples (10^18: a year at 30 billion
   samples or tokens a second) and :data:`MAX_STEP` steps (the largest integer a JSON double
-  holds exactly), at most :data:`MAX_THROUGHPUT` samples a second.
+  holds exactly), at most :data:`MAX_THROUGHPUT` samples a second;
+* a job given in samples also runs at most :data:`MAX_DURATION_S` alone, at the catalog's
+  reference throughput for its model and GPUs: the simulator checks it when it is built, the
+  one place that holds the catalog (10^18 samples of DLRM on 8 GPUs are 627,000 years).
 """
 
 from __future__ import annotations
