@@ -55,7 +55,7 @@ from typing import Sequence
 import numpy as np
 
 from deepshare.core import stable_math
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, MIN_WORK_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 
@@ -94,11 +94,15 @@ def believed_remaining_s(estimate_s: float | None, ran_s: float) -> float:
 def estimate_of(job: JobSpec, true_duration_s: float, factor: float) -> float:
     """A job's estimate: its own ``requested_s``, else its true run time x its drawn error, at
     most :data:`~deepshare.core.bounds.MAX_DURATION_S` (a year: the domain every boundary
-    enforces, which a wide error drawn on a long job can pass)."""
+    enforces, which a wide error drawn on a long job can pass) and at least
+    :data:`~deepshare.core.bounds.MIN_WORK_S` (a product that underflowed to 0 s aborted the run
+    at the job's completion: a finished job's estimate must be positive)."""
     if job.requested_s is not None:
         return job.requested_s
     estimate = true_duration_s * factor
-    return estimate if estimate < MAX_DURATION_S else MAX_DURATION_S
+    if estimate >= MAX_DURATION_S:
+        return MAX_DURATION_S
+    return estimate if estimate >= MIN_WORK_S else MIN_WORK_S
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Mapping, NoReturn
 
-from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S, finite_in, gpus_ok
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S, MIN_SAMPLES, finite_in, gpus_ok
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 
@@ -76,8 +76,8 @@ class JobSpec:
             )
         if self.duration_s is not None and not _real_in(self.duration_s, 0.0, MAX_DURATION_S, low_open=True):
             self._refuse("duration_s", _SECONDS, self.duration_s)
-        if self.total_samples is not None and not _real_in(self.total_samples, 0.0, MAX_SAMPLES, low_open=True):
-            self._refuse("total_samples", f"a positive number up to {MAX_SAMPLES:g}", self.total_samples)
+        if self.total_samples is not None and not _real_in(self.total_samples, MIN_SAMPLES, MAX_SAMPLES):
+            self._refuse("total_samples", f"a number from {MIN_SAMPLES:g} to {MAX_SAMPLES:g}", self.total_samples)
         if self.requested_s is not None and not _real_in(self.requested_s, 0.0, MAX_DURATION_S, low_open=True):
             self._refuse("requested_s", _SECONDS, self.requested_s)
         for name in ("user", "group", "vc") if (self.user, self.group, self.vc) != (None, None, None) else ():

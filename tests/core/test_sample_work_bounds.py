@@ -48,3 +48,52 @@ def test_simulate_refuses_the_huge_trace_in_one_line(capsys, tmp_path: Path) -> 
                      "--gpus-per-node", 8)
     assert rc == 2
     one_error_line(err, "'j1'", "'total_samples'", "a year")
+
+
+# -- rev12 #2: the least work ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, text, where, field",
+    [
+        ("t.csv", f"{HEADER}\nj1,0,FSDP,2,,5e-324\n", "t.csv line 2", "'total_samples'"),
+        ("t.csv", f"{HEADER}\nj1,0,FSDP,2,1e-320,\n", "t.csv line 2", "'duration_s'"),
+        ("t.csv", f"{HEADER}\nj1,0,FSDP,2,9e-7,\n", "t.csv line 2", "'duration_s'"),
+        ("r.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n1,2,0,1,MoE,1e-9,0\n",
+         "r.csv line 2", "'duration'"),
+        ("a.json", '{"j1": {"model": "FSDP", "gpu_demand": 2, "total_samples_to_train": 1e-300}}', "a.json job 'j1'",
+         "'total_samples_to_train'"),
+    ],
+)
+def test_work_below_the_least_is_refused_where_the_trace_is_read(capsys, tmp_path: Path, name: str, text: str,
+                                                                   where: str, field: str) -> None:
+    """5e-324 samples loaded as 'a positive number' and the run then aborted at the job's
+    completion: ``finished job 'j1': estimate_s must be a positive number of seconds, got 0.0``."""
+    path = tmp_path / name
+    path.write_text(text)
+    for durations in ("exact", "estimated"):
+        rc, _, err = cli(capsys, "simulate", "--trace", path, "--policy", "fifo+consolidated", "--nodes", 1,
+                         "--durations", durations)
+        assert rc == 2
+        one_error_line(err, where, field, "from 1e-")
+
+
+def test_the_least_work_itself_is_read(tmp_path: Path) -> None:
+    from deepshare.core.traces import load
+
+    path = tmp_path / "t.csv"
+    path.write_text(f"{HEADER}\na,0,FSDP,2,1e-6,\nb,0,FSDP,2,,1e-12\n")
+    assert [(j.duration_s, j.total_samples) for j in load(path).jobs] == [(1e-6, None), (None, 1e-12)]
+
+
+def test_samples_below_a_microsecond_of_run_time_are_refused_when_the_simulator_is_built() -> None:
+    with pytest.raises(DeepShareError) as info:
+        build([JobSpec("j1", "GraphSage", 8, 0.0, total_samples=1e-3)])
+    assert str(info.value).startswith("job 'j1': field 'total_samples': expected at least 1e-06 s")
+
+
+def test_an_estimate_is_never_0() -> None:
+    from deepshare.core.bounds import MIN_WORK_S
+    from deepshare.core.information import estimate_of
+
+    job = JobSpec("j1", "FSDP", 2, 0.0, duration_s=5e-324)
+    assert estimate_of(job, 5e-324, 0.5) == MIN_WORK_S  # the product underflows to 0.0
+    assert estimate_of(job, 100.0, 0.5) == 50.0

@@ -33,6 +33,7 @@ from deepshare.core.traces import (
     write_canonical,
 )
 from deepshare.core.traces.mixes import mix_from_spec
+from deepshare.core.bounds import MIN_WORK_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import default_catalog
@@ -757,6 +758,7 @@ names = st.text(min_size=1, max_size=12).filter(
     lambda s: s == s.strip() and s.strip() and not any(c in s for c in "\x00\r\n")
 )
 positive = st.floats(min_value=0.0, max_value=3e7, exclude_min=True, allow_nan=False, allow_infinity=False)  # < a year
+work_s = st.floats(min_value=MIN_WORK_S, max_value=3e7, allow_nan=False, allow_infinity=False)  # a job's least work to a year
 
 
 @st.composite
@@ -764,7 +766,7 @@ def job_lists(draw: st.DrawFn) -> list[JobSpec]:
     ids = draw(st.lists(names, min_size=1, max_size=8, unique=True))
     jobs = []
     for job_id in ids:
-        work = draw(positive)
+        work = draw(work_s)
         by_samples = draw(st.booleans())
         jobs.append(
             JobSpec(

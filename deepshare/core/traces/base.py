@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_SAMPLES, MAX_TIMESTAMP_S, MIN_SAMPLES, MIN_WORK_S
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
@@ -297,9 +297,23 @@ def timestamp(value: Any, loc: str, field: str) -> float:
     return number(value, loc, field, minimum="nonnegative", maximum=MAX_TIMESTAMP_S)
 
 
+def _at_least(x: float, least: float, value: Any, loc: str, field: str, high: float) -> float:
+    if x < least:
+        raise bad(loc, field, f"a number from {least:g} to {_bound(high)}", value)
+    return x
+
+
+def work_seconds(value: Any, loc: str, field: str) -> float:
+    """A job's run time (its work): from :data:`~deepshare.core.bounds.MIN_WORK_S` to
+    :data:`~deepshare.core.bounds.MAX_DURATION_S`."""
+    return _at_least(seconds(value, loc, field), MIN_WORK_S, value, loc, field, MAX_DURATION_S)
+
+
 def samples(value: Any, loc: str, field: str) -> float:
-    """Work in samples: positive, at most :data:`~deepshare.core.bounds.MAX_SAMPLES`."""
-    return number(value, loc, field, minimum="positive", maximum=MAX_SAMPLES)
+    """Work in samples: from :data:`~deepshare.core.bounds.MIN_SAMPLES` to
+    :data:`~deepshare.core.bounds.MAX_SAMPLES`."""
+    x = number(value, loc, field, minimum="positive", maximum=MAX_SAMPLES)
+    return _at_least(x, MIN_SAMPLES, value, loc, field, MAX_SAMPLES)
 
 
 def check_seconds(value: float, loc: str, what: str) -> float:

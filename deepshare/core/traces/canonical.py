@@ -6,10 +6,10 @@ Header (extra columns are allowed and ignored)::
 
 * ``job_id``: non-empty, unique; ``model``: a catalog model or any name (mapped to a proxy);
 * ``submit_time``: seconds, from 0 to 10^11; ``gpus``: an integer from 1 to 65,536;
-* exactly one of ``duration_s`` (isolated run time at the reference placement, seconds, at most
-  a year: 31,536,000) and ``total_samples`` (samples to train, at most 10^18, and at most a year
-  of run time at the catalog's reference throughput, which the simulator checks) is non-empty in
-  each row; the other is left empty.
+* exactly one of ``duration_s`` (isolated run time at the reference placement, seconds, from
+  10^-6 to a year: 31,536,000) and ``total_samples`` (samples to train, from 10^-12 to 10^18, and
+  from 10^-6 s to a year of run time at the catalog's reference throughput, which the simulator
+  checks) is non-empty in each row; the other is left empty.
 
 Optional columns, the job's features (an empty cell: the trace does not say)::
 
@@ -65,11 +65,11 @@ from deepshare.core.traces.base import (
     make_job,
     read_csv,
     samples,
-    seconds,
     optional_text,
     text_field,
     timestamp,
     topology_request,
+    work_seconds,
 )
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
@@ -103,7 +103,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 model=text_field(row["model"], loc, "model"),
                 gpus=integer(row["gpus"], loc, "gpus"),
                 submit_time=timestamp(row["submit_time"], loc, "submit_time"),
-                duration_s=seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
+                duration_s=work_seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
                 total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
                 **features(row, loc, {name: name for name in FEATURES}),
                 topology=topology_request(row, loc),

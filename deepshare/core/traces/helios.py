@@ -11,8 +11,8 @@ where the file has that column: the public ``cluster_log.csv`` does not, the ful
 Helios' QSSF estimator and Lucid read (``cluster_full_log.csv``) do, and QSSF predicts a job's
 duration from earlier jobs of the same user and job name (SC'21). The log has no time limit.
 
-Skipped, with a reason: CPU jobs (``gpu_num`` 0) and jobs whose duration is empty or <= 0
-(pending or instantly failed jobs have nothing to simulate). The log names no models, so they
+Skipped, with a reason: CPU jobs (``gpu_num`` 0) and jobs whose duration is empty or below a
+microsecond (:data:`~deepshare.core.bounds.MIN_WORK_S`: pending or instantly failed jobs have nothing to simulate). The log names no models, so they
 are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in file order of the kept jobs.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, MIN_WORK_S
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
@@ -75,7 +75,7 @@ def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0,
         duration = math.nan if is_blank(row["duration"]) else number(row["duration"], loc, "duration", maximum=MAX_DURATION_S)
         if gpus == 0:
             skipped.append((job_id, f"line {line}: CPU job (gpu_num 0)"))
-        elif not duration > 0:
+        elif not duration >= MIN_WORK_S:  # also NaN
             shown = "missing" if math.isnan(duration) else f"{duration:g} s"
             skipped.append((job_id, f"line {line}: nothing to simulate (duration {shown})"))
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepshare.core.traces.base import IdRegistry, Trace, finish, integer, make_job, read_csv, seconds, text_field, timestamp
+from deepshare.core.traces.base import IdRegistry, Trace, finish, integer, make_job, read_csv, text_field, timestamp, work_seconds
 
 FORMAT = "tiresias"
 REQUIRED = ("job_id", "num_gpu", "submit_time", "model_name", "duration")
@@ -32,7 +32,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 model=text_field(row["model_name"], loc, "model_name"),
                 gpus=integer(row["num_gpu"], loc, "num_gpu"),
                 submit_time=timestamp(row["submit_time"], loc, "submit_time"),
-                duration_s=seconds(row["duration"], loc, "duration"),  # bounded here: an error names the file's column
+                duration_s=work_seconds(row["duration"], loc, "duration"),  # bounded here: an error names the file's column
             )
         )
     return finish(jobs, FORMAT, source)
