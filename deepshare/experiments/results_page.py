@@ -23,6 +23,7 @@ from deepshare.core.errors import DeepShareError, one_line, shown
 from deepshare.core.files import TRACE_BYTES, read_input_bytes, read_input_text, resolved
 from deepshare.experiments.results_information import information_headline, information_section, knowledge_section
 from deepshare.experiments.report_checks import BadReport, NotFinite, check_suite_report, loads_finite
+from deepshare.experiments.results_fabric import fabric_section
 from deepshare.experiments.results_migration import migration_section
 from deepshare.experiments.suite_results import geomean
 
@@ -108,6 +109,7 @@ def suite_section(name: str, doc: dict[str, Any]) -> str:
     lines += information_section(doc)
     lines += knowledge_section(doc)
     lines += migration_section(doc)
+    lines += fabric_section(doc)
     return "\n".join(lines)
 
 
