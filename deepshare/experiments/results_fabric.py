@@ -14,7 +14,8 @@ by at least 10% average JCT, geometric mean, with no cell worse. Beside it, per 
   preemption (1.000: they decided alike), and ``aware+preempt / bestfit+preempt`` with it;
 * the best anchor's mean contention slowdown: how much contention there was to avoid.
 
-A cell is *oversubscribed* when some level of its preset declares an oversubscription above 1.
+A cell is *oversubscribed* when some level of its preset declares an oversubscription above 1 (a
+flat cluster, ``nodes x GPUs``, never is).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def fabric_rows(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     out, left_out = [], []
     for cell in doc["cells"]:
         runs = cell["results"]
-        name = f"{cell['cluster']} {cell['mix']} seed {cell['seed'] - doc['seed_base']}"
+        cluster = cell.get("cluster") or f"{cell['nodes']}x{cell['gpus_per_node']}"  # a flat cluster has no preset
+        name = f"{cluster} {cell['mix']} seed {cell['seed'] - doc['seed_base']}"
         jct = {p: r["avg_jct_s"] for p, r in runs.items() if r.get("avg_jct_s")}
         missing = sorted({p for p in (*anchors, *COMPARED) if p not in jct})
         if missing:
@@ -60,7 +62,7 @@ def fabric_rows(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         best = min(anchors, key=lambda a: (jct[a], a))
         out.append({
             "cell": name,
-            "oversubscribed": oversubscribed(cell["cluster"]),
+            "oversubscribed": "cluster" in cell and oversubscribed(cell["cluster"]),
             "best_anchor": best,
             "anchor_jct": jct[best],
             "ours": jct[OURS] / jct[best],

@@ -70,3 +70,13 @@ def test_a_suite_without_the_compared_policies_gets_no_fabric_table() -> None:
     doc["suite"]["heuristics"] = list(ANCHORS)
     assert fabric_section(doc) == []
     assert "Fabric target" not in suite_section("x", {**doc, "cells": []})
+
+
+def test_a_flat_cluster_cell_is_named_by_its_size_and_never_oversubscribed() -> None:
+    cell = _cell("x", 0, {ANCHORS[0]: 100.0, ANCHORS[1]: 120.0, BESTFIT: 100.0, AWARE: 100.0,
+                          PREEMPT_ONLY: 100.0, OURS: 90.0})
+    del cell["cluster"]
+    cell.update(nodes=16, gpus_per_node=8)
+    rows, _ = fabric_rows(_doc([cell]))
+    assert [(r["cell"], r["oversubscribed"], round(r["ours"], 3)) for r in rows] == [("16x8 llm seed 0", False, 0.9)]
+    assert fabric_section(_doc([cell]))[-1].endswith("no cell worse than 1): not met.")  # no oversubscribed cell
