@@ -5,11 +5,11 @@ fabric per node; probes see ports (``ib/mlx5_0/1``, ``eth/eth0``) and GPUs (``gp
 aggregate carries the summed traffic of its members over a capacity taken from the node's
 topology spec when given (``nic_gbps``; ``intra_node_gbps x pcie_switches``, the capacity the
 link model uses), else the sum of the members' capacities (an upper bound for PCIe, whose GPUs
-share switch uplinks). ``nic`` is made of the InfiniBand ports when the node has an InfiniBand
-probe (the data network), else of the Ethernet ports: the :class:`~deepshare.agents.sampler.Sampler`
-decides that once, from the probes it was given (:func:`nic_source`), never from which rates one
-sample happens to hold, so an InfiniBand read that fails cannot turn ``nic`` into the Ethernet
-ports for a sample. A probe that already names ``nic`` or ``pcie`` (the simulated one) wins over
+share switch uplinks). ``nic`` is made of the InfiniBand ports once the node's InfiniBand probe
+has a port that read ACTIVE (the data network), else of the Ethernet ports: the
+:class:`~deepshare.agents.sampler.Sampler` decides that from its probes (:func:`nic_source`),
+never from which rates one sample happens to hold, and switches to InfiniBand once, for good, so
+an InfiniBand read that fails cannot turn ``nic`` into the Ethernet ports for a sample. A probe that already names ``nic`` or ``pcie`` (the simulated one) wins over
 the aggregate.
 """
 
@@ -30,7 +30,8 @@ NIC_SOURCES = (("infiniband", "ib/"), ("ethernet", "eth/"))
 
 def nic_source(probe_names: Iterable[str]) -> tuple[str, str] | None:
     """The probe (name, link prefix) whose ports make up ``nic``, given the names of a node's
-    available probes: InfiniBand when there is such a probe, else Ethernet, else ``None``."""
+    probes that are available with something to measure (an InfiniBand probe once a port is
+    ACTIVE): InfiniBand when there is such a probe, else Ethernet, else ``None``."""
     names = set(probe_names)
     return next((source for source in NIC_SOURCES if source[0] in names), None)
 

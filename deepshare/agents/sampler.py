@@ -5,7 +5,10 @@ what ``deepshare agents probe`` runs twice over a short window. A probe that is 
 whose read fails, is reported with its reason and retried next step: a probe can never stop the
 sampler. Reports are kept in a bounded buffer (``deque(maxlen=buffer_size)``). The node-wide
 ``nic`` and ``pcie`` links (:mod:`~deepshare.agents.links`) are left out of a sample in which one
-of their members has no rate, and their byte totals only ever grow.
+of their members has no rate, and their byte totals only ever grow. A probe that is available but
+has nothing to measure yet (:attr:`~deepshare.agents.probes.base.Probe.waiting`: an InfiniBand
+HCA with no port ACTIVE) is reported unavailable with that reason, and is no source of ``nic``
+until it has.
 :class:`ReportSchedule` decides which samples an agent also sends to the monitor.
 """
 
@@ -19,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 from deepshare.agents.config import MIN_INTERVAL_S, report_period
 from deepshare.agents.scoring import contention_score, gpu_contention
-from deepshare.agents.links import NIC, aggregate_of, nic_source, with_node_links
+from deepshare.agents.links import NIC, NIC_SOURCES, aggregate_of, nic_source, with_node_links
 from deepshare.agents.probes.base import Probe
 from deepshare.agents.report import LinkStat, NodeReport, ProbeStatus, probe_reason
 from deepshare.agents.samples import LinkRate, ProbeSample
@@ -80,8 +83,9 @@ class Sampler:
         self._wall = wall
         self._prev: dict[int, ProbeSample] = {}  # by position: two probes may share a name
         self._totals: dict[str, tuple[float, float]] = {}  # link -> (rx, tx) bytes since start
-        source = nic_source(p.name for p in self.probes if p.available)  # availability is fixed at construction
-        self._nic_prefix = None if source is None else source[1]
+        self._nic_source = nic_source(self._measuring())
+        self._nic_prefix = None if self._nic_source is None else self._nic_source[1]
+        self._nic_offset = (0.0, 0.0)  # carried over when nic changed source (see _update_nic_source)
         self._seq = 0
         self._pid = os.getpid()
         self._started_at = wall()
@@ -112,7 +116,8 @@ class Sampler:
             unrated |= _unrated(before, sample, found)
             rates.extend(found)
             gauges.update(sample.gauges)
-            statuses.append(ProbeStatus(probe.name, True, "", len(sample.links)))
+            statuses.append(_status(probe, len(sample.links)))
+        self._update_nic_source()
         totals = self._node_totals()
         node_links = with_node_links(rates, self.node_spec, self._nic_prefix, self._incomplete(unrated))
         links = tuple(
@@ -136,6 +141,36 @@ class Sampler:
         self.buffer.append(report)
         return report
 
+    def _measuring(self) -> list[str]:
+        """The names of the probes available with something to measure (not :attr:`~Probe.waiting`)."""
+        return [p.name for p in self.probes if p.available and not p.waiting]
+
+    def _update_nic_source(self) -> None:
+        """Make ``nic`` of a source it prefers to its current one (:data:`NIC_SOURCES`) once that
+        source has something to measure: the Ethernet ports until an InfiniBand port has read
+        ACTIVE, then the InfiniBand ports for good (``nic`` never goes back, so a failed read
+        cannot make it the Ethernet ports for a sample). An HCA whose ports never came up left
+        the node without ``nic`` for good. The ``nic`` byte totals (Prometheus counters) go on
+        from where the old members left them: neither falling nor counting the new members'
+        bytes from before the switch."""
+        if self._nic_source == NIC_SOURCES[0]:
+            return
+        source = nic_source(self._measuring())
+        if source is None or source == self._nic_source:
+            return
+        if self._nic_source is not None and NIC_SOURCES.index(source) > NIC_SOURCES.index(self._nic_source):
+            return
+        old_rx, old_tx = self._members_total(self._nic_prefix)
+        new_rx, new_tx = self._members_total(source[1])
+        offset_rx, offset_tx = self._nic_offset
+        self._nic_offset = (offset_rx + old_rx - new_rx, offset_tx + old_tx - new_tx)
+        self._nic_source, self._nic_prefix = source, source[1]
+
+    def _members_total(self, nic_prefix: str | None) -> tuple[float, float]:
+        """The bytes of every link that is a member of ``nic`` under ``nic_prefix``."""
+        members = [t for link, t in self._totals.items() if aggregate_of(link, nic_prefix) == NIC]
+        return sum(t[0] for t in members), sum(t[1] for t in members)
+
     def _accumulate(self, rates: Sequence[LinkRate], seconds: float) -> None:
         """Add ``rate x seconds`` per link: exactly the counter delta for counter links, the
         device-measured rate held over the interval for rate links (NVML's PCIe throughput)."""
@@ -146,7 +181,8 @@ class Sampler:
     def _incomplete(self, unrated: Iterable[str]) -> set[str]:
         """The node-wide links to leave out of this sample: those with a member in ``unrated``
         (a sum without it would understate the load), and ``nic`` when no InfiniBand or Ethernet
-        probe is available (no ports make it up; a probe that names ``nic`` itself still counts)."""
+        probe has anything to measure (no ports make it up; a probe that names ``nic`` itself
+        still counts)."""
         out = {agg for agg in (aggregate_of(link, self._nic_prefix) for link in unrated) if agg is not None}
         if self._nic_prefix is None:
             out.add(NIC)
@@ -155,8 +191,9 @@ class Sampler:
     def _node_totals(self) -> dict[str, tuple[float, float]]:
         """Bytes per link since the start, plus per node-wide link (``nic``, ``pcie``) the sum over
         every member that ever carried traffic, not only this sample's: a member missing from one
-        sample must not make the total fall, which Prometheus would read as a counter reset."""
-        sums: dict[str, tuple[float, float]] = {}
+        sample must not make the total fall, which Prometheus would read as a counter reset.
+        ``nic``'s starts from what its earlier source had carried (:meth:`_update_nic_source`)."""
+        sums: dict[str, tuple[float, float]] = {NIC: self._nic_offset} if self._nic_offset != (0.0, 0.0) else {}
         for link, (rx, tx) in self._totals.items():
             agg = aggregate_of(link, self._nic_prefix)
             if agg is not None:
@@ -167,6 +204,13 @@ class Sampler:
     def close(self) -> None:
         for probe in self.probes:
             probe.close()
+
+
+def _status(probe: Probe, links: int) -> ProbeStatus:
+    """The status of a probe that produced a sample: unavailable, with the reason, while it has
+    nothing to measure yet (:attr:`~Probe.waiting`)."""
+    waiting = probe.waiting
+    return ProbeStatus(probe.name, False, probe_reason(waiting), links) if waiting else ProbeStatus(probe.name, True, "", links)
 
 
 def _unrated(before: ProbeSample | None, sample: ProbeSample, found: Sequence[LinkRate]) -> set[str]:
@@ -204,5 +248,5 @@ def measure(
         except Exception as exc:  # noqa: BLE001
             out.append((ProbeStatus(probe.name, False, probe_reason(f"sample failed: {exc}")), ()))
             continue
-        out.append((ProbeStatus(probe.name, True, "", len(second.links)), rates))
+        out.append((_status(probe, len(second.links)), rates))
     return out

@@ -85,7 +85,8 @@ def _ticks():
 def test_an_infiniband_port_that_comes_up_after_start_is_sampled_and_makes_the_nic(tmp_path):
     """The subnet manager brings ports up seconds after boot, when the agents already run: a port
     that was INIT at start was never sampled, the probe was unavailable for good and ``nic`` was
-    the Ethernet (management) ports, 20 GB/s of InfiniBand traffic read as 8e-06."""
+    the Ethernet (management) ports, 20 GB/s of InfiniBand traffic read as 8e-06. Until the port
+    is up ``nic`` is the Ethernet ports (see test_agents_review12_read.py), then InfiniBand."""
     port = _ib_port(tmp_path, "mlx5_0", state="2: INIT")
     _eth(tmp_path, 0)
     ib = InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())  # 1 s per sample
@@ -95,7 +96,7 @@ def test_an_infiniband_port_that_comes_up_after_start_is_sampled_and_makes_the_n
     sampler = Sampler("node0", [ib, eth], node_id="ab" * 28)
     sampler.step()
     _eth(tmp_path, 1000)
-    assert "nic" not in {s.link for s in sampler.step().links}  # IB is the data network: never the Ethernet ports
+    assert {s.link for s in sampler.step().links} == {"eth/eno1", "nic"}  # no IB port up: nic is the Ethernet ports
     (port / "state").write_text("4: ACTIVE\n")
     sampler.step()
     _ib_count(port, 5 * 10**9)  # 20 GB in 4-byte words

@@ -93,6 +93,13 @@ class Probe:
     def _read(self) -> ProbeSample:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @property
+    def waiting(self) -> str:
+        """Why the probe, though available, has nothing to measure yet (an InfiniBand HCA with
+        no port ACTIVE); ``""`` once it has. Read after :meth:`sample`: the sampler reports it as
+        the probe's status and does not count such a probe as a source of the node's ``nic``."""
+        return ""
+
     def rates(self, prev: ProbeSample | None, cur: ProbeSample) -> tuple[LinkRate, ...]:
         """Per-link rates between two of this probe's samples (see :func:`compute_rates`)."""
         return compute_rates(prev, cur)

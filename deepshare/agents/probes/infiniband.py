@@ -25,9 +25,10 @@ Every port with readable counters is kept, whatever its ``state``, but sampled o
 ``state`` has read ACTIVE (re-read each sample until then): a port still down would add its
 capacity to the node's ``nic`` and make it look less loaded than it is. The subnet manager
 brings ports up seconds after boot, when the agents are often already running, and a port
-skipped at start was never sampled: with no port up yet the probe was unavailable for good and
-``nic`` became the Ethernet (management) ports. A node with no port up has no ``nic`` until one is
-up, and an HCA whose ports never come up leaves ``nic`` out for good.
+skipped at start was never sampled. Until some port has read ACTIVE the probe is
+:attr:`~InfinibandProbe.waiting` (its status says ``no port ACTIVE yet`` and the ports' states)
+and the node's ``nic`` is made of its Ethernet ports; from the first ACTIVE port on, ``nic`` is
+the InfiniBand ports for good (see :class:`~deepshare.agents.sampler.Sampler`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class InfinibandProbe(Probe):
         self._reader = reader
         self._ports: list[_Port] = []
         self._active: set[str] = set()  # ports whose state has read ACTIVE: the ones sampled
+        self._states: dict[str, str] = {}  # what a port not yet ACTIVE last read as its state
         self._failing: set[str] = set()  # ports whose last read failed (logged once each time)
         self._wide: set[str] = set()
         root = Path(sys_root) / "class" / "infiniband"
@@ -137,11 +139,23 @@ class InfinibandProbe(Probe):
             if port.link in self._active:
                 continue
             try:
-                active = not port.state.exists() or "ACTIVE" in self._reader(port.state)
-            except OSError:
+                state = "ACTIVE" if not port.state.exists() else self._reader(port.state).strip()
+            except OSError as exc:
+                self._states[port.link] = f"state unreadable ({exc.strerror or exc})"
                 continue
-            if active:
+            if "ACTIVE" in state:
                 self._active.add(port.link)
+                self._states.pop(port.link, None)
+            else:
+                self._states[port.link] = state
+
+    @property
+    def waiting(self) -> str:
+        """``no port ACTIVE yet`` and each port's last state while no port has read ACTIVE."""
+        if not self._ports or self._active:
+            return ""
+        states = ", ".join(f"{p.link} {self._states.get(p.link, '?')}" for p in self._ports)
+        return f"no port ACTIVE yet ({states})"
 
     @property
     def links(self) -> tuple[str, ...]:

@@ -1,0 +1,70 @@
+"""Fixes from a second read of the twelfth review's agent fixes: an InfiniBand HCA whose ports
+never come up, link names two interfaces shared, AgentConfig values Ray refuses, closing the
+probes under the agent's lock and a removed HCA's port read as ACTIVE. Plain objects and fakes,
+no Ray cluster."""
+
+from __future__ import annotations
+
+from deepshare.agents.probes.ethernet import EthernetProbe
+from deepshare.agents.probes.infiniband import InfinibandProbe
+from deepshare.agents.sampler import Sampler, measure
+from test_agents_review12 import _eth, _ib_count, _ib_port, _ticks  # this folder is on sys.path under pytest
+
+
+def _ib_and_eth(tmp_path, state):
+    port = _ib_port(tmp_path, "mlx5_0", state=state)
+    _eth(tmp_path, 0)
+    ib = InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())  # 1 s per sample
+    eth = EthernetProbe(proc_root=tmp_path / "proc", sys_root=tmp_path / "nosys", fallback_gbps=10, clock=_ticks(),
+                        reader=lambda p: p.read_text())
+    return port, ib, eth
+
+
+# -- F1: an InfiniBand HCA whose ports never come up -------------------------------------------
+def test_an_infiniband_hca_whose_ports_stay_down_leaves_nic_the_ethernet_ports(tmp_path):
+    """The last fix kept every port, up or not, and made ``nic`` the InfiniBand ports from the
+    start: a node whose HCA never brought a port up had no ``nic`` for good (Ethernet made it up
+    before, which is right when no InfiniBand port is up), and the probe's status said available,
+    0 links, no reason."""
+    _, ib, eth = _ib_and_eth(tmp_path, "1: DOWN")
+    sampler = Sampler("node0", [ib, eth], node_id="ab" * 28)
+    sampler.step()
+    for n in range(1, 4):
+        _eth(tmp_path, n * 10**9)
+        report = sampler.step()
+        assert report.link("nic").utilization == report.link("eth/eno1").utilization == 0.8
+    status = report.probes[0]
+    assert status.name == "infiniband" and not status.available
+    assert status.reason == "no port ACTIVE yet (ib/mlx5_0/1 1: DOWN)"
+    assert [s.reason for s, _ in measure([ib], 0.0, sleep=lambda s: None)] == [status.reason]
+
+
+def test_nic_switches_to_infiniband_for_good_and_its_byte_total_goes_on(tmp_path):
+    """``nic`` is the Ethernet ports until an InfiniBand port reads ACTIVE, then the InfiniBand
+    ports, never back; its byte total (a Prometheus counter) neither falls at the switch nor
+    counts the Ethernet bytes after it or the port's bytes from before it."""
+    port, ib, eth = _ib_and_eth(tmp_path, "2: INIT")
+    _ib_count(port, 10**9)  # traffic before the port came up, or before the agent started
+    sampler = Sampler("node0", [ib, eth], node_id="ab" * 28)
+    sampler.step()
+    _eth(tmp_path, 3000)
+    assert sampler.step().link("nic").rx_bytes_total == 3000
+    (port / "state").write_text("4: ACTIVE\n")
+    _eth(tmp_path, 5000)
+    report = sampler.step()  # the port's first reading: it has no rate yet, so nic is left out
+    assert report.link("nic") is None and report.probes[0].available and report.probes[0].reason == ""
+    totals = []
+    for words in (10**9 + 250, 10**9 + 500):
+        _ib_count(port, words)
+        _eth(tmp_path, 10**6)  # Ethernet traffic no longer makes up nic
+        nic = sampler.step().link("nic")
+        totals.append(nic.rx_bytes_total)
+        assert nic.capacity_bytes_per_s == 25e9
+    assert totals == [5000 + 1000, 5000 + 2000]  # Ethernet's 5000 bytes, then the port's 4-byte words
+    (port / "state").write_text("1: DOWN\n")
+    (port / "counters/port_rcv_data").unlink()  # the port fails: nic is left out, not made Ethernet again
+    assert sampler.step().link("nic") is None
+    _ib_count(port, 10**9 + 750)
+    sampler.step()
+    _ib_count(port, 10**9 + 1000)
+    assert sampler.step().link("nic").rx_bytes_total == 5000 + 3000
