@@ -5,6 +5,7 @@ no Ray cluster."""
 
 from __future__ import annotations
 
+from deepshare.agents.probes.base import link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
 from deepshare.agents.sampler import Sampler, measure
@@ -68,3 +69,26 @@ def test_nic_switches_to_infiniband_for_good_and_its_byte_total_goes_on(tmp_path
     sampler.step()
     _ib_count(port, 10**9 + 1000)
     assert sampler.step().link("nic").rx_bytes_total == 5000 + 3000
+
+
+# -- F2: two interfaces, one link name ----------------------------------------------------------
+def test_two_interface_names_never_share_a_link_name(tmp_path):
+    """``lan`` + ESC and ``lan\\x1b`` written out (Linux allows a backslash in a name) were both
+    ``eth/lan\\x1b``: one interface's readings overwrote the other's, and ``nic`` lost its bytes."""
+    esc, text = "lan\x1b", "lan\\x1b"
+    assert link_name("eth", esc) == "eth/lan\\x1b" and link_name("eth", text) == "eth/lan\\\\x1b"
+    assert len({link_name("eth", n) for n in (esc, text, "lan\\", "lan\\\\", "a\nb", "a\\nb", "eth0")}) == 7
+    (tmp_path / "proc/net").mkdir(parents=True)
+
+    def counters(a: int, b: int) -> None:
+        (tmp_path / "proc/net/dev").write_text(f"h\nh\n  {esc}: {a} 0 0 0 0 0 0 0 {a} 0 0 0 0 0 0 0\n"
+                                               f"  {text}: {b} 0 0 0 0 0 0 0 {b} 0 0 0 0 0 0 0\n")
+
+    counters(0, 0)
+    eth = EthernetProbe(proc_root=tmp_path / "proc", sys_root=tmp_path / "nosys", fallback_gbps=10, clock=_ticks(),
+                        reader=lambda p: p.read_text(), include_virtual=True)
+    sampler = Sampler("node0", [eth], node_id="ab" * 28)
+    sampler.step()
+    counters(10**9, 5 * 10**8)
+    got = {s.link: s.rx_bytes_per_s for s in sampler.step().links}
+    assert got == {"eth/lan\\x1b": 1e9, "eth/lan\\\\x1b": 5e8, "nic": 1.5e9}

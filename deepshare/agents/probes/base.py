@@ -16,7 +16,6 @@ from typing import Callable
 
 from deepshare.agents.report import MAX_NAME_CHARS
 from deepshare.agents.samples import LinkRate, ProbeSample, compute_rates
-from deepshare.core.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +29,27 @@ class ProbeError(Exception):
 
 def link_name(*parts: str) -> str | None:
     """The link ``parts`` name (``("eth", "eno1")`` -> ``eth/eno1``), every character that is not
-    printable escaped (:func:`~deepshare.core.errors.one_line`); ``None`` (logged) when that is
-    longer than a report allows. Linux lets an interface's name hold control characters, and the
-    monitor refuses a report with an unprintable link name whole: one such interface cost the
-    node every report, for good."""
-    name = "/".join(one_line(part) for part in parts)
+    printable escaped as Python writes it and every backslash doubled; ``None`` (logged) when that
+    is longer than a report allows. Linux lets an interface's name hold control characters, and
+    the monitor refuses a report with an unprintable link name whole: one such interface cost the
+    node every report, for good. Doubling every backslash, not only in names with something
+    escaped, keeps two names apart: ``lan`` + ESC is ``eth/lan\\x1b`` and the name ``lan\\x1b``
+    (backslash, x, 1, b: Linux allows a backslash) is ``eth/lan\\\\x1b``; both were ``eth/lan\\x1b``,
+    and one interface's readings overwrote the other's. (Neither Linux nor the InfiniBand core
+    allows a ``/`` in a name, so the parts stay apart too.)"""
+    name = "/".join(_escaped(part) for part in parts)
     if len(name) <= MAX_NAME_CHARS:
         return name
     log.warning("probe: link %s... left out: its name is longer than %d characters", name[:40], MAX_NAME_CHARS)
     return None
+
+
+def _escaped(part: str) -> str:
+    """``part`` with its backslashes doubled and the characters that are not printable escaped
+    (``\\x1b``, ``\\n``, ``\\u2028``): one-to-one, and printable."""
+    if part.isprintable() and "\\" not in part:
+        return part
+    return "".join("\\\\" if ch == "\\" else ch if ch.isprintable() else ascii(ch)[1:-1] for ch in part)
 
 
 def read_text(path: Path) -> str:

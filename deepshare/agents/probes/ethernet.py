@@ -53,8 +53,8 @@ def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
 
 
 class EthernetProbe(Probe):
-    """Per-interface rx/tx bytes/s and utilisation; links are named ``eth/IFACE`` (characters
-    that are not printable escaped, :func:`~deepshare.agents.probes.base.link_name`)."""
+    """Per-interface rx/tx bytes/s and utilisation; links are named ``eth/IFACE`` (backslashes
+    doubled and characters that are not printable escaped, :func:`~deepshare.agents.probes.base.link_name`)."""
 
     name = "ethernet"
 

@@ -19,7 +19,7 @@ Which counters (checked against the kernel's ``drivers/infiniband/core/sysfs.c``
 
 Capacity comes from ``ports/N/rate`` (``"40 Gb/sec (4X QDR)"`` -> 40 Gb/s, the signalling
 rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`` parameters.
-Links are named ``ib/DEV/PORT`` (characters that are not printable escaped).
+Links are named ``ib/DEV/PORT`` (backslashes doubled, characters that are not printable escaped).
 
 Every port with readable counters is kept, whatever its ``state``, but sampled only once its
 ``state`` has read ACTIVE (re-read each sample until then): a port still down would add its
