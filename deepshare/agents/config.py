@@ -19,6 +19,10 @@ the agent busy; and report periods are a count of samples, which overflows an in
 the interval is small enough (5e-324 s sampling with 2 s reports is 4e323 samples).
 """
 
+MIN_NUM_CPUS = 0.0001
+"""The least fraction of a CPU Ray takes as a resource quantity (its precision): a smaller
+``agent_num_cpus`` other than 0 is refused by Ray when it starts each agent."""
+
 DEFAULT_STALE_RETENTION_S = 3600.0
 """Default seconds a stale node stays in the monitor's view and ``/metrics`` before it is
 forgotten: long enough to see which node went quiet and why, short enough that a cluster whose
@@ -84,6 +88,7 @@ class AgentConfig:
     """Address the metrics endpoint binds (``0.0.0.0``: every interface, which exposes it)."""
 
     def __post_init__(self) -> None:
+        self._normalise()
         if not MIN_INTERVAL_S <= self.interval_s < math.inf:
             raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S:g} s and finite, got {self.interval_s}")
         if self.report_interval_s is not None and math.isinf(self.report_interval_s):
@@ -109,6 +114,20 @@ class AgentConfig:
             raise ValueError(f"metrics_host must be an address to bind (an empty one binds every interface),"
                              f" got {self.metrics_host!r}")
 
+    def _normalise(self) -> None:
+        """Turn the numbers of other types (numpy's, ``Fraction``) into built-in ``int`` and
+        ``float``: the monitor hands ``agent_num_cpus`` and ``max_restarts`` to Ray's actor
+        options, which refuse a numpy number with a ``TypeError`` naming no field of ours, at
+        every reconcile. Anything else is left for the checks to refuse (``buffer_size=2.5``)."""
+        for name in _FLOAT_FIELDS + _INT_FIELDS:
+            value = getattr(self, name)
+            if type(value) in (int, float) or not _real(value):
+                continue
+            if _integer(value):
+                object.__setattr__(self, name, int(value))
+            elif name in _FLOAT_FIELDS:
+                object.__setattr__(self, name, float(value))
+
     def _check_agent_fields(self) -> None:
         """Check the fields the monitor hands Ray and its threads as they are: a bad one passed
         here, then failed inside the monitor, at every reconcile, as an error that did not name
@@ -122,6 +141,9 @@ class AgentConfig:
             raise ValueError(f"max_restarts must be -1 (always), 0 or a positive integer, got {self.max_restarts!r}")
         if not (_real(self.agent_num_cpus) and 0 <= self.agent_num_cpus < math.inf):
             raise ValueError(f"agent_num_cpus must be a finite number >= 0, got {self.agent_num_cpus!r}")
+        if 0 < self.agent_num_cpus < MIN_NUM_CPUS:
+            raise ValueError(f"agent_num_cpus must be 0 or at least {MIN_NUM_CPUS:g} (Ray's precision for a"
+                             f" resource), got {self.agent_num_cpus!r}")
         wait_max = threading.TIMEOUT_MAX
         if not (_real(self.reconcile_interval_s) and 0 <= self.reconcile_interval_s <= wait_max):
             raise ValueError(f"reconcile_interval_s must be a number of seconds from 0 to {wait_max:g},"
@@ -140,6 +162,11 @@ class AgentConfig:
     @property
     def stale_after(self) -> float:
         return self.stale_after_s if self.stale_after_s is not None else max(5.0, 3 * self.report_period)
+
+
+_FLOAT_FIELDS = ("interval_s", "report_interval_s", "stale_after_s", "reconcile_interval_s", "agent_num_cpus",
+                 "stale_retention_s")
+_INT_FIELDS = ("buffer_size", "max_restarts", "metrics_port")
 
 
 def _integer(value: object) -> bool:

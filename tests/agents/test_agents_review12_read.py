@@ -5,6 +5,14 @@ no Ray cluster."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from deepshare.agents.agent import NodeAgent
+from deepshare.agents.config import AgentConfig
 from deepshare.agents.probes.base import link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
@@ -92,3 +100,27 @@ def test_two_interface_names_never_share_a_link_name(tmp_path):
     counters(10**9, 5 * 10**8)
     got = {s.link: s.rx_bytes_per_s for s in sampler.step().links}
     assert got == {"eth/lan\\x1b": 1e9, "eth/lan\\\\x1b": 5e8, "nic": 1.5e9}
+
+
+# -- F3: AgentConfig values Ray refuses ---------------------------------------------------------
+def test_agent_config_hands_ray_built_in_numbers():
+    """numpy numbers passed the checks, then Ray's actor options refused them with a TypeError
+    naming no field of ours, at every reconcile."""
+    config = AgentConfig(interval_s=np.float32(0.5), report_interval_s=np.int64(2), stale_after_s=np.float64(9),
+                         buffer_size=np.int64(10), reconcile_interval_s=np.float32(2), agent_num_cpus=np.int64(1),
+                         max_restarts=np.int32(3), stale_retention_s=Fraction(7, 2), metrics_port=np.uint16(9479))
+    got = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "metrics_host"}
+    assert got == {"interval_s": 0.5, "report_interval_s": 2, "stale_after_s": 9.0, "buffer_size": 10,
+                   "reconcile_interval_s": 2.0, "agent_num_cpus": 1, "max_restarts": 3, "stale_retention_s": 3.5,
+                   "metrics_port": 9479}
+    assert all(type(v) in (int, float) for v in got.values())
+    NodeAgent.options(num_cpus=config.agent_num_cpus, max_restarts=config.max_restarts)  # Ray's own type check
+    NodeAgent.options(num_cpus=AgentConfig(agent_num_cpus=np.float32(0.5)).agent_num_cpus)
+
+
+@pytest.mark.parametrize("cpus", [1e-5, 5e-324, np.float64(9.9e-5)])
+def test_agent_config_refuses_a_cpu_fraction_ray_cannot_hold(cpus):
+    with pytest.raises(ValueError) as raised:
+        AgentConfig(agent_num_cpus=cpus)
+    assert str(raised.value).startswith("agent_num_cpus must be 0 or at least 0.0001") and "\n" not in str(raised.value)
+    assert AgentConfig(agent_num_cpus=1e-4).agent_num_cpus == 1e-4 and AgentConfig().agent_num_cpus == 0
