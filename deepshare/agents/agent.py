@@ -120,11 +120,13 @@ class NodeAgent:
         return time.process_time()
 
     def _close(self) -> None:
-        with self._lock:
-            try:
-                self._sampler.close()
-            except Exception:  # noqa: BLE001 - nothing is left to sample with anyway
-                log.exception("agent on %s: closing the probes failed", self._sampler.node)
+        """Close the probes without the lock: this runs in the sampling thread after its last
+        step, so no step can overlap it, and a close() that blocks (``nvmlShutdown`` stuck in the
+        driver) held the lock and hung every later :meth:`recent`."""
+        try:
+            self._sampler.close()
+        except Exception:  # noqa: BLE001 - nothing is left to sample with anyway
+            log.exception("agent on %s: closing the probes failed", self._sampler.node)
 
     def stop(self) -> None:
         """Stop sampling; the sampling thread releases the probes once its current sample ends

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from dataclasses import fields
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from deepshare.agents.agent import NodeAgent
 from deepshare.agents.config import AgentConfig
-from deepshare.agents.probes.base import link_name
+from deepshare.agents.probes.base import Probe, link_name
 from deepshare.agents.probes.ethernet import EthernetProbe
 from deepshare.agents.probes.infiniband import InfinibandProbe
 from deepshare.agents.sampler import Sampler, measure
+from deepshare.agents.samples import ProbeSample
 from test_agents_review12 import _eth, _ib_count, _ib_port, _ticks  # this folder is on sys.path under pytest
 
 
@@ -124,3 +126,40 @@ def test_agent_config_refuses_a_cpu_fraction_ray_cannot_hold(cpus):
         AgentConfig(agent_num_cpus=cpus)
     assert str(raised.value).startswith("agent_num_cpus must be 0 or at least 0.0001") and "\n" not in str(raised.value)
     assert AgentConfig(agent_num_cpus=1e-4).agent_num_cpus == 1e-4 and AgentConfig().agent_num_cpus == 0
+
+
+# -- F4: closing the probes under the agent's lock ----------------------------------------------
+class _LockCheckingProbe(Probe):
+    """Records, when closed, whether the agent's lock (the one ``recent()`` takes) was free."""
+
+    name = "lock-checking"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agent = None
+        self.lock_free_at_close: bool | None = None
+
+    def _read(self) -> ProbeSample:
+        return ProbeSample(self.clock(), {})
+
+    def close(self) -> None:
+        lock = self.agent._lock
+        self.lock_free_at_close = lock.acquire(blocking=False)
+        if self.lock_free_at_close:
+            lock.release()
+
+
+def test_closing_the_probes_leaves_recent_free(monkeypatch):
+    """The sampling thread closed the probes holding the agent's lock: a close() that blocked
+    (``nvmlShutdown`` stuck in the driver) hung every later ``recent()`` call with it."""
+    import deepshare.agents.agent as agent_module
+
+    monkeypatch.setattr(agent_module.ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n" * 56))
+    probe = _LockCheckingProbe()
+    agent_class = agent_module.NodeAgent.__ray_metadata__.modified_class
+    agent = agent_class("node0", None, lambda node, spec: [probe], None, 0.001, 10, None)
+    probe.agent = agent
+    agent._stop.set()
+    agent._thread.join(30)
+    assert not agent._thread.is_alive() and probe.lock_free_at_close is True
+    assert len(agent_class.recent(agent, 1)) == 1
