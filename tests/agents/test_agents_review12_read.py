@@ -5,6 +5,7 @@ no Ray cluster."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import fields
 from fractions import Fraction
 from types import SimpleNamespace
@@ -163,3 +164,22 @@ def test_closing_the_probes_leaves_recent_free(monkeypatch):
     agent._thread.join(30)
     assert not agent._thread.is_alive() and probe.lock_free_at_close is True
     assert len(agent_class.recent(agent, 1)) == 1
+
+
+# -- F5: a port whose HCA was removed before it came up ------------------------------------------
+def test_a_port_removed_before_it_came_up_is_not_read_as_active(tmp_path):
+    """A missing ``state`` file read as ACTIVE even when the whole port directory was gone (the
+    HCA removed while its port was down): the probe then sampled the port and failed every
+    sample. A port directory without a ``state`` file still reads as ACTIVE."""
+    port = _ib_port(tmp_path, "mlx5_0", state="1: DOWN")
+    bare = _ib_port(tmp_path, "mlx5_1", state="1: DOWN")
+    ib = InfinibandProbe(sys_root=tmp_path / "sys", clock=_ticks())
+    sampler = Sampler("node0", [ib], node_id="ab" * 28)
+    sampler.step()
+    shutil.rmtree(port.parent.parent)
+    for _ in range(2):
+        status = sampler.step().probes[0]
+        assert ib.links == () and status.reason == "no port ACTIVE yet (ib/mlx5_0/1 gone, ib/mlx5_1/1 1: DOWN)"
+    (bare / "state").unlink()  # a driver that publishes no state: taken as ACTIVE
+    sampler.step()
+    assert ib.links == ("ib/mlx5_1/1",) and sampler.step().probes[0].available

@@ -22,7 +22,8 @@ rate the topology specs also use), else the ``capacity_gbps`` / ``fallback_gbps`
 Links are named ``ib/DEV/PORT`` (backslashes doubled, characters that are not printable escaped).
 
 Every port with readable counters is kept, whatever its ``state``, but sampled only once its
-``state`` has read ACTIVE (re-read each sample until then): a port still down would add its
+``state`` has read ACTIVE (re-read each sample until then; a port without a ``state`` file counts
+as ACTIVE while its directory is there, not once its HCA is gone): a port still down would add its
 capacity to the node's ``nic`` and make it look less loaded than it is. The subnet manager
 brings ports up seconds after boot, when the agents are often already running, and a port
 skipped at start was never sampled. Until some port has read ACTIVE the probe is
@@ -132,14 +133,21 @@ class InfinibandProbe(Probe):
         return _Port(link, xmit, rcv, bits, capacity, port_dir / "state")
 
     def _activate(self) -> None:
-        """Mark the ports whose ``state`` reads ACTIVE now (or that have no ``state`` file) as
-        sampled; a port stays sampled once it was. An unreadable state leaves the port for the
-        next try."""
+        """Mark the ports whose ``state`` reads ACTIVE now (or that have no ``state`` file in a
+        port directory that is still there) as sampled; a port stays sampled once it was. An
+        unreadable state, or a port directory gone (its HCA removed: sampling it would fail
+        every sample), leaves the port for the next try."""
         for port in self._ports:
             if port.link in self._active:
                 continue
             try:
-                state = "ACTIVE" if not port.state.exists() else self._reader(port.state).strip()
+                if port.state.exists():
+                    state = self._reader(port.state).strip()
+                elif port.state.parent.is_dir():
+                    state = "ACTIVE"  # a driver that publishes no state
+                else:
+                    self._states[port.link] = "gone"
+                    continue
             except OSError as exc:
                 self._states[port.link] = f"state unreadable ({exc.strerror or exc})"
                 continue
