@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import multiprocessing
 from pathlib import Path
 from typing import Callable, Sequence
@@ -27,6 +28,7 @@ from deepshare.core.files import open_append
 from deepshare.experiments.suite import (
     Cell, SuiteResult, SuiteSpec, cell_bound, cells, load_suite, pooled_ideals, run_policies,
 )
+from deepshare.experiments.suite_spec import tenants_content
 
 CURVE_FILE = "suite_curve.csv"
 PLOT_FILE = "curves.png"
@@ -50,8 +52,24 @@ RETURN_COLUMNS = ("iteration", "episode_return_mean")
 def suite_fingerprint(spec: SuiteSpec) -> str:
     """16 hex digits of the SHA-256 of the suite as loaded: the same for a bundled name and its
     file, another for an edited file or another suite of the same name (a YAML without ``name``
-    is ``suite``)."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+    is ``suite``). Fields left at their defaults are left out, so a version that adds a suite
+    field (with a default) keeps every fingerprint; ``learned`` is left out too (the curve scores
+    its own policy in its place); ``tenants`` stands for the tenants file's content
+    (:func:`~deepshare.experiments.suite_spec.tenants_content`), not the name or path written."""
+    fields = spec.model_dump(mode="json", exclude_defaults=True, exclude={"learned"})
+    if spec.tenants is not None:
+        fields["tenants"] = tenants_content(spec.tenants)
+    return _digest(json.dumps(fields, sort_keys=True))
+
+
+def legacy_fingerprint(spec: SuiteSpec) -> str:
+    """The fingerprint as the column was first written (every field with its default included,
+    ``tenants`` as written): a curve begun then still continues when its suite has not changed."""
+    return _digest(spec.model_dump_json())
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SuiteCurve:
@@ -66,6 +84,7 @@ class SuiteCurve:
         self.spec: SuiteSpec = load_suite(suite, flag)
         self.suite = self.spec.name
         self.fingerprint = suite_fingerprint(self.spec)
+        self._accepted = {self.fingerprint, legacy_fingerprint(self.spec)}  # or as first written
         self.flag = flag
         self.kind = policy_kind
         self.workers = workers
@@ -147,8 +166,10 @@ class SuiteCurve:
             suite, spec = (row.get("suite") or "").strip(), (row.get("suite_spec") or "").strip()
             if suite and suite != self.suite:
                 other = f"suite {suite!r}"
-            elif spec and spec != self.fingerprint:
-                other = f"another suite named {suite!r} (a changed or different file: fingerprint {spec})"
+            elif spec and spec not in self._accepted:
+                other = (f"another suite named {suite!r} (fingerprint {spec}, now {self.fingerprint}: the suite "
+                         "file or its tenants file was changed, or the suite's definition changed with this "
+                         "version of deepshare, or it is another file of that name)")
             else:
                 continue
             raise DeepShareError(

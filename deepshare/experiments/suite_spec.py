@@ -275,12 +275,28 @@ def suite_tenants(spec: SuiteSpec):  # type: ignore[no-untyped-def]
 
 @lru_cache(maxsize=8)
 def _tenants(name_or_path: str):  # type: ignore[no-untyped-def]
-    from deepshare.tenants import load_tenants, parse_tenants
+    from deepshare.tenants import parse_tenants
 
+    return parse_tenants(*_tenants_text(name_or_path))
+
+
+def _tenants_text(name_or_path: str) -> tuple[str, str]:
+    """A tenants file's text (a bundled one by name, else the file at the path) and its source."""
     if name_or_path in tenants_names():
         text = (resources.files("deepshare.data") / "tenants" / f"{name_or_path}.yaml").read_text(encoding="utf-8")
-        return parse_tenants(text, f"tenants {name_or_path!r}")
-    return load_tenants(name_or_path)
+        return text, f"tenants {name_or_path!r}"
+    return read_config_text(name_or_path, "tenants file"), name_or_path
+
+
+def tenants_content(name_or_path: str) -> dict[str, object]:
+    """The tenants file's fields as loaded, those left at their defaults out and the live
+    scheduler's ``tokens`` too (the simulator ignores them): the same for a bundled name and a path
+    to the same content, another for a changed quota or weight (:func:`~deepshare.experiments.learning_curve.suite_fingerprint`)."""
+    from deepshare.tenants.model import TenantsModel
+
+    text, source = _tenants_text(name_or_path)
+    model = parse_yaml_model(text, TenantsModel, source, "queues")
+    return model.model_dump(mode="json", exclude_defaults=True, exclude={"tokens"})
 
 
 def suite_names() -> list[str]:

@@ -140,8 +140,9 @@ def test_a_resumed_run_scored_on_another_suite_is_refused_before_its_rows_join_t
         "suite_curve.csv away to start a new curve")
     edited = tmp_path / "tiny.yaml"  # the same name, another grid
     edited.write_text((POLICIES.parent / "suites" / "tiny.yaml").read_text().replace("seeds: 1", "seeds: 2"))
-    with pytest.raises(DeepShareError, match=r"on another suite named 'tiny' \(a changed or different file: "
-                                             rf"fingerprint {tiny.fingerprint}\)"):
+    with pytest.raises(DeepShareError, match=rf"on another suite named 'tiny' \(fingerprint {tiny.fingerprint}, now "
+                                             r"[0-9a-f]{16}: the suite file or its tenants file was changed, or the "
+                                             r"suite's definition changed with this version of deepshare"):
         scored(SuiteCurve(str(edited), "rl-base")).record(tmp_path, 3, None, DAGGER)
     assert path.read_text() == before and not (tmp_path / "curve" / "iter_0003.pt").exists()
     tiny.record(tmp_path, 3, None, DAGGER)  # the same suite again: the curve goes on
@@ -159,3 +160,54 @@ def test_a_curve_begun_before_the_fingerprint_is_checked_by_the_suites_name(tmp_
     monkeypatch.setattr(quick, "score", lambda _file: pytest.fail("scored a suite the curve was not scored on"))
     with pytest.raises(DeepShareError, match="learning curve on suite 'tiny'"):
         quick.record(tmp_path, 2, None, DAGGER)
+
+
+def test_a_suite_keeps_its_fingerprint_when_a_version_adds_a_suite_field(tmp_path, monkeypatch):
+    """Every field, defaults included, was hashed: a deepshare that added a suite-format field (with
+    its default) changed every suite's fingerprint, and ``train --resume --eval-suite X`` was
+    refused though X had not changed."""
+    from pydantic import Field
+
+    from deepshare.experiments.suite_spec import SuiteSpec
+
+    class Newer(SuiteSpec):
+        a_new_field: int = Field(0, ge=0)
+
+    tiny = load_suite("tiny")
+    newer = Newer(**tiny.model_dump())
+    assert learning_curve.suite_fingerprint(newer) == learning_curve.suite_fingerprint(tiny)
+    assert learning_curve.suite_fingerprint(newer.model_copy(update={"a_new_field": 1})) != \
+        learning_curve.suite_fingerprint(tiny)
+    assert learning_curve.suite_fingerprint(tiny.model_copy(update={"learned": ("rl-base",)})) == \
+        learning_curve.suite_fingerprint(tiny)  # the curve scores its own policy in its place
+    assert learning_curve.suite_fingerprint(tiny.model_copy(update={"seeds": 2})) != learning_curve.suite_fingerprint(tiny)
+
+
+def test_a_suites_tenants_are_fingerprinted_by_the_files_content_not_the_name_written(tmp_path):
+    """``tenants: four-teams`` and the path of the same file gave two fingerprints (a resume naming
+    the other was refused), while an edited tenants file at the same path kept its fingerprint."""
+    bundled = POLICIES.parent / "tenants" / "four-teams.yaml"
+    suite = (POLICIES.parent / "suites" / "tenants.yaml").read_text()
+    copy = tmp_path / "teams.yaml"
+    copy.write_text("# a copy, comments and all\n" + bundled.read_text())
+    by_path = tmp_path / "by_path.yaml"
+    by_path.write_text(suite.replace("tenants: four-teams", f"tenants: {copy}"))
+    named = learning_curve.suite_fingerprint(load_suite("tenants"))
+    assert learning_curve.suite_fingerprint(load_suite(str(by_path))) == named
+    copy.write_text(bundled.read_text().replace("nominal_gpus: 48", "nominal_gpus: 40", 1))
+    assert learning_curve.suite_fingerprint(load_suite(str(by_path))) != named
+
+
+def test_rows_fingerprinted_as_first_written_still_continue(tmp_path, monkeypatch):
+    """A curve begun while the fingerprint hashed every field is not refused on resume for that."""
+    monkeypatch.setattr(learning_curve, "plot_curves", lambda _dir: None)
+    tiny = SuiteCurve("tiny", "rl-base")
+    legacy = learning_curve.legacy_fingerprint(load_suite("tiny"))
+    assert legacy != tiny.fingerprint
+    path = tmp_path / CURVE_FILE
+    path.write_text(",".join(CURVE_COLUMNS) + "\n"
+                    + ",".join({"suite": "tiny", "suite_spec": legacy}.get(c, "1") for c in CURVE_COLUMNS) + "\n")
+    tiny.check_continues(tmp_path)
+    path.write_text(path.read_text().replace(legacy, "0123456789abcdef"))
+    with pytest.raises(DeepShareError, match="another suite named 'tiny' \\(fingerprint 0123456789abcdef"):
+        tiny.check_continues(tmp_path)
