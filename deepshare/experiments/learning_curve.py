@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import multiprocessing
 from pathlib import Path
@@ -42,7 +43,7 @@ CURVE_COLUMNS = (
 """A row per scored checkpoint. ``failed_cells``: cells left out of that row's figures because a
 run failed (the summary's count), so a point scored on fewer cells is told from the others;
 ``suite_spec``: the suite's fingerprint (:func:`suite_fingerprint`). A file begun by an older
-version lacks the newer columns and keeps its own header."""
+version gains the newer columns when a row is next appended, empty in its old rows (:func:`add_columns`)."""
 SUMMARY_COLUMNS = CURVE_COLUMNS[5:-2]
 """What a row takes from the suite's summary (:meth:`SuiteResult.summary`)."""
 RETURN_COLUMNS = ("iteration", "episode_return_mean")
@@ -201,8 +202,9 @@ HEADER_BYTES = 65536
 
 
 def append_row(path: Path, row: dict[str, object]) -> None:
-    """Append ``row`` under the file's own header (a file begun by an older version keeps its
-    columns), or under :data:`CURVE_COLUMNS` in a new file."""
+    """Append ``row`` under the file's own header, or under :data:`CURVE_COLUMNS` in a new file. A
+    file begun by an older version first gains the columns it lacks (:func:`add_columns`), so the
+    row keeps its ``suite_spec`` and a later resume on an edited suite is refused."""
     columns: list[str] | None = None
     if path.is_file() and not path.is_symlink() and path.stat().st_size > 0:
         with path.open("rb") as fh:
@@ -212,11 +214,34 @@ def append_row(path: Path, row: dict[str, object]) -> None:
         except (UnicodeDecodeError, csv.Error):
             raise DeepShareError(f"{path} line 1: cannot read the learning curve's header: expected UTF-8 CSV "
                                  "(move the file away, or give another run folder)") from None
+        if columns is not None and any(c not in columns for c in CURVE_COLUMNS):
+            columns = add_columns(path, columns)
     with open_append(path, "learning curve") as fh:  # never through a link planted in the run folder
         writer = csv.DictWriter(fh, fieldnames=columns or list(CURVE_COLUMNS), extrasaction="ignore")
         if columns is None:
             writer.writeheader()
         writer.writerow(row)
+
+
+def add_columns(path: Path, columns: list[str]) -> list[str]:
+    """Rewrite the curve at ``path`` (atomically) under ``columns`` and the :data:`CURVE_COLUMNS`
+    it lacks, after them and empty in its rows; returns the new header. A file with a row longer
+    than its header keeps ``columns`` as they are (its extra cells would land in the new ones)."""
+    try:
+        records = list(csv.reader(io.StringIO(path.read_bytes().decode("utf-8"), newline="")))
+    except (UnicodeDecodeError, csv.Error):
+        raise DeepShareError(f"{path}: cannot read the learning curve: expected UTF-8 CSV "
+                             "(move the file away, or give another run folder)") from None
+    if not records or records[0] != columns or any(len(r) > len(columns) for r in records[1:]):
+        return columns
+    header = [*columns, *(c for c in CURVE_COLUMNS if c not in columns)]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for record in records[1:]:  # a blank line stays blank (a reader skips it)
+        writer.writerow([*record, *[""] * (len(header) - len(record))] if record else [])
+    write_bytes_atomic(path, out.getvalue().encode("utf-8"), "learning curve")
+    return header
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

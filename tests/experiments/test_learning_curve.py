@@ -85,14 +85,15 @@ def test_an_overwritten_policy_file_is_scored_anew(curve, tmp_path):
     assert scores[0] != scores[1]
 
 
-def test_a_curve_begun_with_fewer_columns_keeps_them(curve, tmp_path):
-    """A run resumed by a newer version appends under the file's own header."""
+def test_a_curve_begun_with_fewer_columns_gains_them(curve, tmp_path):
+    """A run resumed by a newer version adds the columns the file lacks, after its own."""
     old = [c for c in CURVE_COLUMNS if c != "policy_file"]
     (tmp_path / CURVE_FILE).write_text(",".join(old) + "\n")
     curve.record(tmp_path, 3, None, DAGGER)
     with (tmp_path / CURVE_FILE).open() as fh:
         rows = list(csv.reader(fh))
-    assert rows[0] == old and len(rows) == 2 and len(rows[1]) == len(old) and rows[1][0] == "3"
+    assert rows[0] == [*old, "policy_file"] and len(rows) == 2 and len(rows[1]) == len(CURVE_COLUMNS)
+    assert rows[1][0] == "3" and rows[1][-1] == "curve/iter_0003.pt"
 
 
 def test_a_point_scored_on_fewer_cells_is_recorded_as_such_and_not_joined_to_the_others(tmp_path, monkeypatch):
@@ -160,6 +161,34 @@ def test_a_curve_begun_before_the_fingerprint_is_checked_by_the_suites_name(tmp_
     monkeypatch.setattr(quick, "score", lambda _file: pytest.fail("scored a suite the curve was not scored on"))
     with pytest.raises(DeepShareError, match="learning curve on suite 'tiny'"):
         quick.record(tmp_path, 2, None, DAGGER)
+
+
+def test_a_curve_begun_before_the_fingerprint_gains_the_column_on_resume(tmp_path, monkeypatch):
+    """Appends kept the old header, so the resumed rows' fingerprint was dropped and a later resume
+    on an edited file of the same name was accepted for good: the docs said it "is refused"."""
+    monkeypatch.setattr(learning_curve, "plot_curves", lambda _dir: None)
+    old = [c for c in CURVE_COLUMNS if c != "suite_spec"]
+    path = tmp_path / CURVE_FILE
+    path.write_text(",".join(old) + "\r\n" + ",".join("tiny" if c == "suite" else "1" for c in old) + "\r\n\r\n")
+    tiny = SuiteCurve("tiny", "rl-base")
+    monkeypatch.setattr(tiny, "score", lambda _file: {key: 0 for key in CURVE_COLUMNS})
+    tiny.record(tmp_path, 2, None, DAGGER)
+    rows = list(csv.DictReader(path.open(newline="")))
+    assert list(rows[0]) == list(CURVE_COLUMNS)
+    assert [(r["iteration"], r["suite_spec"]) for r in rows] == [("1", ""), ("2", tiny.fingerprint)]
+    edited = tmp_path / "tiny.yaml"
+    edited.write_text((POLICIES.parent / "suites" / "tiny.yaml").read_text().replace("seeds: 1", "seeds: 2"))
+    with pytest.raises(DeepShareError, match="another suite named 'tiny'"):
+        SuiteCurve(str(edited), "rl-base").check_continues(tmp_path)
+
+
+def test_a_curve_with_a_row_longer_than_its_header_is_not_rewritten(tmp_path):
+    """Its extra cells would land in the columns added."""
+    old = [c for c in CURVE_COLUMNS if c != "suite_spec"]
+    path = tmp_path / CURVE_FILE
+    path.write_text(",".join(old) + "\r\n" + ",".join(["1"] * (len(old) + 1)) + "\r\n")
+    before = path.read_text()
+    assert learning_curve.add_columns(path, old) == old and path.read_text() == before
 
 
 def test_a_suite_keeps_its_fingerprint_when_a_version_adds_a_suite_field(tmp_path, monkeypatch):
