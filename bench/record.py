@@ -12,6 +12,7 @@ Usage in a script::
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -28,8 +29,12 @@ class Record:
 
     def add(self, name: str, value: float, unit: str, *, at_most: float | None = None,
             at_least: float | None = None, note: str = "") -> None:
-        """One figure; ``at_most`` / ``at_least``: its target, if it has one."""
+        """One figure; ``at_most`` / ``at_least``: its target, if it has one. A NaN or infinity
+        (a failed measure) ends the run in one line naming it: the results page refuses the file."""
         value = float(value)  # NumPy scalars compare to NumPy booleans, which JSON refuses
+        if not math.isfinite(value):
+            raise SystemExit(f"error: {self.bench}: measure {name!r} is {value}, not a finite number "
+                             "(the results page refuses a report holding one)")
         target, met = None, None
         if at_most is not None:
             target, met = f"<= {at_most:g}", value <= at_most

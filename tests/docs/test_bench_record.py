@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from deepshare.experiments.results_page import bench_section
 
@@ -29,3 +30,16 @@ def test_a_record_is_json_with_targets_and_provenance(tmp_path: Path, monkeypatc
     assert [(m["target"], m["met"]) for m in doc["measures"]] == [("<= 0.3", True), (">= 2000", False), (None, None)]
     section = bench_section("simulator", doc)
     assert "| 256 jobs | 0.2 s | <= 0.3 | met |" in section and "| steps/s per runner | 1,500 steps/s | >= 2000 | not met |" in section
+
+
+def test_a_figure_that_is_not_finite_is_refused_naming_it(tmp_path: Path, monkeypatch) -> None:
+    """A NaN was written as ``NaN`` (JSON allowed it), which the results page then called a corrupted
+    or hand-edited report."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from record import Record
+
+    record = Record("simulator", str(tmp_path / "simulator.json"))
+    for value in (float("nan"), np.float64("inf"), -float("inf")):
+        with pytest.raises(SystemExit, match=r"^error: simulator: measure '256 jobs' is -?(nan|inf), not a finite"):
+            record.add("256 jobs", value, "s", at_most=0.3)
+    assert record.measures == []
