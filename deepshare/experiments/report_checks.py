@@ -4,8 +4,9 @@ information models, positive JCTs, the same policies in every cell), each proble
 place in the file (``cells.3.results.rl-base.avg_jct_s``) and its cell.
 
 deepshare writes its reports with ``allow_nan=False`` (:func:`deepshare.cli.output.dumps`), so a
-``NaN`` or ``Infinity`` (or a number too large for a float, which Python reads as infinity) in one
-means the file was corrupted or edited by hand: the page would print ``nan`` or ``inf`` as a figure.
+``NaN`` or ``Infinity`` (or a number too large for a float: ``1e400``, which Python reads as
+infinity, or an integer of 400 digits) in one means the file was corrupted or edited by hand: the
+page would print ``nan`` or ``inf`` as a figure.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _first_not_finite(doc: Any) -> tuple[list[str | int], str] | None:
 
 def loads_finite(text: str) -> Any:
     """``json.loads(text)``, but a ``NaN``, ``Infinity``, ``-Infinity`` or a number no float holds
-    is a :class:`NotFinite` (a ValueError) naming its place (``cells.3.results.rl-base.avg_jct_s is NaN``)."""
+    (``1e400``, or an integer of 400 digits) is a :class:`NotFinite` (a ValueError) naming its place (``cells.3.results.rl-base.avg_jct_s is NaN``)."""
     found: list[_NotFinite] = []
 
     def constant(literal: str) -> _NotFinite:
@@ -59,7 +60,10 @@ def loads_finite(text: str) -> Any:
         value = float(literal)
         return value if math.isfinite(value) else constant(literal)
 
-    doc = json.loads(text, parse_constant=constant, parse_float=number)
+    def integer(literal: str) -> int | _NotFinite:  # 400 digits: the page's float() of it overflowed
+        return int(literal) if math.isfinite(float(literal)) else constant(literal)
+
+    doc = json.loads(text, parse_constant=constant, parse_float=number, parse_int=integer)
     if found:
         where = _first_not_finite(doc)
         parts, literal = where if where is not None else ([], found[0].literal)

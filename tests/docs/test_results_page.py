@@ -257,6 +257,9 @@ def test_a_report_whose_numbers_break_the_page_is_one_line(tmp_path: Path, monke
     ("suites", "suite", '"avg_jct_s": -Infinity', "cells.1.results.rl.avg_jct_s is -Infinity"),
     ("suites", "suite", '"avg_jct_s": 1e400', "cells.1.results.rl.avg_jct_s is 1e400"),
     ("bench", "bench", '"value": Infinity', "measures.0.value is Infinity"),
+    # an integer no float holds: "a report lacks what the page shows (OverflowError ...)", no field named
+    ("bench", "bench", '"value": 1' + "0" * 400, "measures.0.value is 10000000000000000000..."),
+    ("suites", "suite", '"avg_jct_s": -1' + "0" * 5000, "cells.1.results.rl.avg_jct_s is -1000000000000000000..."),
 ])
 def test_a_report_holding_nan_or_infinity_is_one_line_naming_where(tmp_path: Path, folder, doc, text, where) -> None:
     """deepshare never writes a non-finite number: one in a report is corruption, never a figure
