@@ -53,10 +53,11 @@ class SuiteResult:
 
     def tied_best(self, cell: Cell) -> list[str]:
         """Every anchor whose average JCT in ``cell`` is the least (the best heuristic and those
-        tied with it: identical schedules give identical JCTs), in the suite's order."""
+        tied with it: identical schedules give identical JCTs), in the suite's order; none when no
+        anchor has an average JCT (a None is no tie, and no win)."""
         runs = self.results[cell]
         least = runs[self.best_heuristic(cell)]["avg_jct_s"]
-        return [a for a in self.spec.anchors if runs[a]["avg_jct_s"] == least]
+        return [] if least is None else [a for a in self.spec.anchors if runs[a]["avg_jct_s"] == least]
 
     def error(self, cell: Cell, policy: str) -> str | None:
         """Why ``policy``'s run on ``cell`` failed; None when it ran."""

@@ -43,3 +43,13 @@ def test_a_tie_is_a_win_for_each_tied_heuristic_and_the_p99_denominator_is_the_f
     assert "best heuristic of a cell (cells; a tie counts for each tied heuristic): exact: srsf+packed 2, " \
            "las+consolidated 1;" in console.export_text()
     assert result.tied_best(tied) == list(heuristics) and result.tied_best(alone) == ["srsf+packed"]
+
+
+def test_anchors_with_no_average_jct_are_not_tied_and_win_nothing() -> None:
+    """Every anchor's average JCT None (no job finished) matched None == None: each was counted a win."""
+    result = _result(("srsf+packed", "las+consolidated"))
+    tied, alone = sorted(result.results)
+    for anchor in ("srsf+packed", "las+consolidated"):
+        result.results[tied][anchor]["avg_jct_s"] = None
+    assert result.tied_best(tied) == []
+    assert result.heuristic_wins() == {"srsf+packed": 1, "las+consolidated": 0}
