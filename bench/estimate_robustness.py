@@ -114,7 +114,8 @@ def main() -> None:
                             # a cell counts once however many of its runs failed (the summary's and the field's)
                             "failed": sum(c not in ran or result.ratios(c, policy) is None for c in result.results)}
         wins = {h: n for h, n in result.heuristic_wins().items() if n}
-        print(f"estimate error sigma {sigma:g} ({len(result.results)} cells; best heuristics: {wins})")
+        print(f"estimate error sigma {sigma:g} ({len(result.results)} cells; "
+              f"best heuristic of a cell, a tie counting for each tied heuristic: {wins})")
         print(f"  {'policy':20s} {'vs best: geomean':>17s} {'worst':>7s} {'vs field: geomean':>18s} {'worst':>7s}")
         for policy, r in rows.items():
             print(f"  {policy:20s} {r['geomean_vs_best']:17.3f} {r['worst_vs_best']:7.3f} "

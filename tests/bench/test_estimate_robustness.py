@@ -37,7 +37,7 @@ def test_a_failed_learned_run_is_left_out_and_said(tmp_path):
     assert "rl-hybrid            0.900 0.900 0.900; gap closed on 1 cells with a gap >= 5%: min 0.50" in done.stdout
 
 
-def test_a_failed_learned_run_counts_as_one_failed_cell(tmp_path, monkeypatch):
+def test_a_failed_learned_run_counts_as_one_failed_cell(tmp_path, monkeypatch, capsys):
     """The learned run that failed leaves its cell out of the best-heuristic figures (the summary's
     failed_cells) and of the field figures: still one cell, not two."""
     import deepshare.experiments.suite_runs as suite_runs
@@ -63,3 +63,6 @@ def test_a_failed_learned_run_counts_as_one_failed_cell(tmp_path, monkeypatch):
     notes = {m["name"]: m["note"] for m in json.loads(out.read_text())["measures"]}
     assert notes["rl-hybrid at sigma 1: avg JCT / best heuristic, worst cell"].endswith(
         "; 1 failed cell(s) left out, so not judged")
+    # the wins count a tie for each tied heuristic (SuiteResult.heuristic_wins), as the CLI's caption says
+    assert "(2 cells; best heuristic of a cell, a tie counting for each tied heuristic: {'srsf+packed': 2})" \
+        in capsys.readouterr().out
