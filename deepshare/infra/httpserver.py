@@ -12,6 +12,12 @@ flood of connections still costs the API its answers while it lasts (a client on
 no token to connect), never the process its descriptors; a reverse proxy in front is the place
 for per-client limits. Slow bodies are the guards' (:class:`~deepshare.infra.httpauth.LimitBody`,
 408); idle keep-alive connections close after uvicorn's ``timeout_keep_alive``.
+
+A request refused before its body was read (401, 403, 413 on the declared length, 415) leaves
+the body on the wire: uvicorn reads and drops it, and one byte of it cancels uvicorn's keep-alive
+timer for good. Such a connection is closed ``header_timeout_s`` after the answer unless its body
+has all arrived (and the next request's headers) by then: otherwise a client without a token
+could hold every one of the ``max_connections`` by sending one body byte after its 401.
 """
 
 from __future__ import annotations
@@ -61,8 +67,11 @@ def _protocol(header_timeout_s: float, max_connections: int) -> type:
 
         def _headers_due(self) -> None:
             self._headers_timer = None
-            # h11 leaves IDLE once a request's headers are in (then the body's timeout applies)
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            # h11 leaves IDLE once a request's headers are in (then the body's timeout applies),
+            # unless the answer went out already (our DONE) before the body was read: a refusal
+            # whose body is still arriving is dropped here, not held open without a timer
+            if ((self.conn.their_state is h11.IDLE or self.conn.our_state is h11.DONE)
+                    and not self.transport.is_closing()):
                 self.transport.close()
 
     return HeaderTimeoutH11
