@@ -5,6 +5,10 @@ contention monitor. A substring test said yes to ``echo pip install deepshare`` 
 ``ray start --head # deepshare agents start`` (a comment): these helpers split a line into shell
 words (quotes and comments as the shell reads them, ``;``, ``&&``, ``|``... as separate words) and
 look for a program only where the shell reads a command name.
+
+A newline outside quotes ends a command as ``;`` does (a YAML literal block, ``- |``, holds
+several lines, and the launcher runs it with ``bash -c``), and a backslash before a newline joins
+the two lines, as in the shell.
 """
 
 from __future__ import annotations
@@ -24,13 +28,55 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 
 
 def shell_words(command: str, where: str) -> list[str]:
-    """``command`` split as the shell would (comments dropped, operators as their own words)."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()")
+    """``command`` split as the shell would (comments dropped, operators as their own words, an
+    unquoted newline as the word ``;``)."""
+    lexer = shlex.shlex(_uncomment(command), posix=True, punctuation_chars=";&|()\n")
     lexer.whitespace_split = True
+    lexer.whitespace = " \t\r"
+    lexer.commenters = ""  # dropped by _uncomment, which keeps the newline ending each comment
+    words: list[str] = []
     try:
-        return list(lexer)
+        for word in lexer:
+            if "\n" not in word or word.strip(";&|()\n"):  # a word (a quoted newline inside is its own)
+                words.append(word)
+                continue
+            for part in re.split("(\n)", word):  # a run of operators such as `&&\n` or `;\n\n`
+                if part == "\n":
+                    if words and words[-1] not in SHELL_OPERATORS:
+                        words.append(";")
+                elif part:
+                    words.append(part)
     except ValueError as exc:
         raise DeepShareError(f"{where}: cannot split {command!r} ({exc})") from None
+    return words
+
+
+def _uncomment(command: str) -> str:
+    """``command`` without its comments (``#`` starting a word outside quotes, up to the end of
+    its line, the newline kept) and with each backslash-newline outside single quotes removed."""
+    out: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(command):
+        char = command[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            if command[i + 1:i + 2] != "\n":
+                out.append(command[i:i + 2])
+            i += 2
+            continue
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (not out or out[-1] in (" ", "\t", "\r", "\n", ";", "&", "|", "(", ")")):
+            end = command.find("\n", i)
+            i = len(command) if end < 0 else end
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def command_position(words: Sequence[str], i: int) -> bool:

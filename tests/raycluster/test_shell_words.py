@@ -3,6 +3,8 @@ a node installs this project and the head starts the monitor."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deepshare.core.errors import DeepShareError
@@ -57,3 +59,45 @@ def test_exec_lines_read_a_shells_script_and_an_argv_alike():
 def test_an_unbalanced_quote_is_one_error_naming_where():
     with pytest.raises(DeepShareError, match="^w: cannot split"):
         shell_words("echo 'unclosed", "w")
+
+
+# -- a newline separates commands, as in the shell (review: read as a space, a multi-line
+# literal block had only its first line in command position) -------------------------------------
+@pytest.mark.parametrize("script, expected", [
+    ("ray stop\nray start --head --port=6379\ndeepshare agents start --address auto\n", True),
+    ("ray start --head # not here\ndeepshare agents start --address auto", True),  # a comment ends at its line
+    ("ray start --head &&\n  deepshare agents start", True),
+    ("ray start --head \\\n  --port=6379\ndeepshare agents start", True),
+    ("echo \\\ndeepshare agents start", False),  # backslash-newline joins the lines: echo's argument
+    ("echo 'a\ndeepshare agents start'", False),  # a quoted newline is the argument's
+    ("ray start --head # deepshare agents start\n", False),
+])
+def test_a_newline_ends_a_command_like_a_semicolon(script, expected):
+    assert runs(script, MONITOR, "w") is expected
+
+
+def test_multi_line_words_split_at_each_unquoted_newline():
+    assert shell_words("ray stop\nray start --head # c\n\ndeepshare agents start\n", "w") == [
+        "ray", "stop", ";", "ray", "start", "--head", ";", "deepshare", "agents", "start", ";"]
+    assert shell_words("echo a#b 'x # y'", "w") == ["echo", "a#b", "x # y"]  # not comments
+
+
+def test_a_multi_line_local_yaml_validates_with_each_ray_start_read_alone():
+    import copy
+
+    import yaml
+
+    from deepshare.raycluster.cluster_yaml import parse_cluster_yaml
+
+    base = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster_yamls" / "local-onprem.yaml").read_text())
+    doc = copy.deepcopy(base)
+    doc["head_start_ray_commands"] = ["ray stop\nulimit -c unlimited; ray start --head --port=6379 --num-cpus=0 "
+                                      "--num-gpus=0 --autoscaling-config=~/ray_bootstrap_config.yaml\n"
+                                      "deepshare agents start --address auto\n"]
+    doc["worker_start_ray_commands"] = ["ray stop\n" + base["worker_start_ray_commands"][1] + "\n"]
+    (worker,) = parse_cluster_yaml(yaml.safe_dump(doc), "multiline.yaml").workers
+    assert worker.gpus == 8
+    # the options of a later line's command are not the earlier `ray start`'s
+    doc["worker_start_ray_commands"] = [base["worker_start_ray_commands"][1] + "\necho --num-gpus=2"]
+    (worker,) = parse_cluster_yaml(yaml.safe_dump(doc), "multiline.yaml").workers
+    assert worker.gpus == 8
