@@ -127,14 +127,30 @@ def pip_installs(command: str, package: str, where: str) -> bool:
 def exec_lines(argv: Sequence[str]) -> list[str]:
     """The shell lines an exec-form command (a container's ``command`` + ``args``, a hook's
     ``exec.command``) runs: the script of ``sh -c SCRIPT`` (``-c`` alone or among other short
-    options, ``bash -lc``), else the argv itself as one line."""
+    options, ``bash -lc``, ``bash -lc -- SCRIPT`` as KubeRay writes it, ``bash -o pipefail -c``),
+    else the argv itself as one line. Options are read as the shell reads them: all of them
+    before the script, ``-o``/``+o``/``-O``/``+O`` and ``--rcfile``/``--init-file`` with an
+    argument, ``--`` or ``-`` ending them."""
     if argv and Path(argv[0]).name in _SHELLS:
-        for at, word in enumerate(argv[1:], 1):
-            if not word.startswith("-") or word.startswith("--"):
+        at, script = 1, False
+        while at < len(argv):
+            word = argv[at]
+            if word in ("--", "-"):
+                at += 1
                 break
-            if "c" in word[1:]:
-                return [argv[at + 1]] if at + 1 < len(argv) else []
+            if word.startswith("--"):  # bash's long options, before the short ones
+                at += 2 if word in _LONG_WITH_ARGUMENT else 1
+                continue
+            if not word.startswith(("-", "+")) or len(word) < 2:
+                break
+            script = script or (word[0] == "-" and "c" in word[1:])
+            at += 1 + sum(word[1:].count(letter) for letter in "oO")  # each -o / -O takes the next word
+        if script:
+            return [argv[at]] if at < len(argv) else []
     return [shlex.join(argv)] if argv else []
+
+
+_LONG_WITH_ARGUMENT = frozenset({"--rcfile", "--init-file"})
 
 
 def _is_python_m(words: Sequence[str], i: int) -> bool:

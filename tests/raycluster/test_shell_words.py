@@ -101,3 +101,42 @@ def test_a_multi_line_local_yaml_validates_with_each_ray_start_read_alone():
     doc["worker_start_ray_commands"] = [base["worker_start_ray_commands"][1] + "\necho --num-gpus=2"]
     (worker,) = parse_cluster_yaml(yaml.safe_dump(doc), "multiline.yaml").workers
     assert worker.gpus == 8
+
+
+# -- exec forms as the shell reads its options (review: KubeRay's `bash -lc --` gave the script
+# `--`, and `-o pipefail` ended the option scan) ----------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["/bin/bash", "-lc", "--", "S"],  # KubeRay's own container command
+    ["bash", "-o", "pipefail", "-c", "S"],
+    ["bash", "-eo", "pipefail", "-c", "S"],
+    ["bash", "+o", "posix", "-ec", "S"],
+    ["bash", "-O", "extglob", "-c", "S"],
+    ["bash", "-c", "-e", "S"],
+    ["bash", "--login", "-c", "S"],
+    ["sh", "-c", "S", "argv0"],
+])
+def test_exec_lines_finds_the_script_after_any_options(argv):
+    assert exec_lines(argv) == ["S"]
+
+
+def test_exec_lines_without_dash_c_before_the_end_of_options_is_the_argv():
+    assert exec_lines(["bash", "-", "-c"]) == ["bash - -c"]  # `-` ends the options: -c is a file
+    assert exec_lines(["bash", "-o", "pipefail"]) == ["bash -o pipefail"]
+
+
+def test_a_kuberay_head_running_the_monitor_through_bash_lc_dashdash_validates():
+    import copy
+
+    import yaml
+
+    from deepshare.raycluster.cluster_yaml import parse_cluster_yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster_yamls" / "kuberay-autoscaling.yaml").read_text())
+    doc = copy.deepcopy(doc)
+    container = doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    container.pop("lifecycle", None)
+    container["command"] = ["/bin/bash", "-lc", "--"]
+    container["args"] = ["deepshare agents start --address auto --metrics-port 9479 & ray start --head --block"]
+    assert parse_cluster_yaml(yaml.safe_dump(doc), "k.yaml").workers
+    container["command"] = ["bash", "-o", "pipefail", "-c"]
+    assert parse_cluster_yaml(yaml.safe_dump(doc), "k.yaml").workers
