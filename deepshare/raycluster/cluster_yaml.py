@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from deepshare.raycluster.labels import (
     FabricLabels,
     check_fabric_resource,
     check_label_syntax,
+    check_start_resources,
     parse_label_string,
     parse_labels,
 )
@@ -222,6 +224,7 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     labels = parse_label_string(options.get("--labels", ""), f"{where} --labels")
     check_label_syntax(labels, f"{where} --labels")
     hardware = parse_labels(labels, f"{where} --labels")
+    check_start_resources(resources, f"{where} --resources")
     check_fabric_resource(resources, hardware.fabric, f"{where} --resources")
     ips = prepared["provider"].get("worker_ips", [])
     repeated = sorted(ip for ip, n in Counter(map(str, ips)).items() if n > 1)
@@ -343,15 +346,7 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     gpus = int(count)
     if gpus < 1:
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
-    text = str(params.get("resources", "")).strip()
-    try:  # KubeRay passes the value verbatim: usually a quoted JSON string, '"{\"x\": 1}"'
-        resources = load_json(text, where, "a JSON object")
-        if isinstance(resources, str):
-            resources = load_json(resources, where, "a JSON object")
-    except DeepShareError:
-        resources = None
-    if not isinstance(resources, dict):
-        raise DeepShareError(f"{where}.rayStartParams.resources: expected a JSON object string such as '\"{{\\\"{FABRIC_RESOURCE}nvlink\\\": 1}}\"'")
+    resources = _kuberay_resources(params.get("resources", ""), f"{where}.rayStartParams.resources")
     labels = _kuberay_labels(group, params, where)
     hardware = parse_labels(labels, f"{where}.labels")
     check_fabric_resource(resources, hardware.fabric, f"{where}.rayStartParams.resources")
@@ -363,6 +358,31 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
                 f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
             )
     return WorkerType(name, gpus, lo, hi, hardware), suspend
+
+
+def _kuberay_resources(value: str, where: str) -> dict[str, Any]:
+    """``rayStartParams.resources`` as ``ray start`` gets it: KubeRay pastes the value verbatim
+    into ``ray start ... --resources=VALUE``, a line bash runs, so the value must be one shell word
+    (the JSON object in double quotes, as shipped, or in single quotes) whose text is a JSON
+    object of custom resources (:func:`~deepshare.raycluster.labels.check_start_resources`).
+    Unquoted JSON splits at its spaces and ``ray start`` fails in the pod."""
+    example = f"""'"{{\\"{FABRIC_RESOURCE}nvlink\\": 1}}"'"""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise DeepShareError(f"{where}: {value[:80]!r} is not valid shell text ({exc}); expected a quoted JSON object "
+                             f"such as {example}") from None
+    if len(words) > 1:
+        raise DeepShareError(f"{where}: {value[:80]!r} is {len(words)} shell words in KubeRay's `ray start "
+                             f"--resources=...` line; expected one, a JSON object in quotes such as {example}")
+    try:
+        resources = load_json(words[0], where, "a JSON object") if words else None
+    except DeepShareError:
+        resources = None
+    if not isinstance(resources, dict):
+        raise DeepShareError(f"{where}: expected a JSON object in quotes such as {example}, got {value[:80]!r}")
+    check_start_resources(resources, where)
+    return resources
 
 
 def _mapping(parent: Any, key: str, where: str) -> dict[str, Any]:

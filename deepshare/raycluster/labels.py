@@ -22,6 +22,7 @@ the full node type (the same fields as a cluster spec's node type, plus price an
 from __future__ import annotations
 
 import math
+import re
 
 from typing import Literal, Mapping
 
@@ -109,6 +110,28 @@ def check_fabric_resource(resources: Mapping[str, object], fabric: str, where: s
             f"{where}: expected the custom resource {want}: 1 (matching deepshare.io/fabric={fabric}), "
             f"got {', '.join(f'{k}: {resources[k]}' for k in fabric_keys) or 'none'}"
         )
+
+
+RAY_OWN_RESOURCES = {"CPU": "--num-cpus", "GPU": "--num-gpus", "memory": "--memory",
+                     "object_store_memory": "--object-store-memory"}
+"""Resources ``ray start`` sets from its own options (and refuses in ``--resources``: Ray's
+``DEFAULT_RESOURCES``), with the option that sets each."""
+RESOURCE_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
+"""A custom resource's name in a ``--resources`` shell word: nothing the shell reads (``$``, quotes, backquotes)."""
+
+
+def check_start_resources(resources: Mapping[str, object], where: str) -> None:
+    """The custom resources of ``ray start --resources``: no resource Ray sets itself (``GPU``
+    there makes ``ray start`` fail; ``--num-gpus`` says it), and names of letters, digits and
+    ``_ . : / -`` only (KubeRay pastes the value into a bash line inside its quotes, where a name
+    holding ``$(...)`` would run)."""
+    for key in resources:
+        if key in RAY_OWN_RESOURCES:
+            raise DeepShareError(f"{where}: {key}: one of Ray's own resources, which ray start refuses in --resources "
+                                 f"(give it with {RAY_OWN_RESOURCES[key]})")
+        if not isinstance(key, str) or not RESOURCE_NAME.fullmatch(key):
+            raise DeepShareError(f"{where}: resource name {str(key)[:64]!r}: expected 1-128 letters, digits, "
+                                 "'_', '.', ':', '/' or '-'")
 
 
 def parse_label_string(text: str, where: str) -> dict[str, str]:
