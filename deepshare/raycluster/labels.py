@@ -63,12 +63,18 @@ class FabricLabels(BaseModel):
 
 
 def parse_labels(labels: Mapping[str, object], where: str) -> FabricLabels:
-    """The ``deepshare.io/*`` entries of ``labels`` as :class:`FabricLabels`; errors name ``where``."""
+    """The ``deepshare.io/*`` entries of ``labels`` as :class:`FabricLabels`; errors name ``where``.
+    Only the hyphenated names (``deepshare.io/nic-gbps``) are labels: the live scheduler reads
+    those, so ``deepshare.io/nic_gbps`` is refused rather than validated as a value it never sees."""
     raw: dict[str, object] = {}
     for key, value in labels.items():
         if not isinstance(key, str) or not key.startswith(PREFIX) or key == ROLE_LABEL:
             continue
-        raw[key[len(PREFIX):].replace("-", "_")] = value
+        name = key[len(PREFIX):]
+        if "_" in name:  # the live scheduler (runtime/cluster.py) reads the hyphenated names only
+            raise DeepShareError(f"{where}: {key[:100]}: unknown DeepShare label (the names are hyphenated: "
+                                 f"{PREFIX}{name.replace('_', '-')[:64]})")
+        raw[name.replace("-", "_")] = value
     if not raw:
         raise DeepShareError(
             f"{where}: a GPU node type needs deepshare.io/* labels (gpu-model, fabric, nic, nic-gbps, "
