@@ -12,20 +12,37 @@ simulator's ``demand`` autoscaler.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 ACTIVE_STATES = ("queued", "running")
+MAX_BUNDLES_PER_JOB = 10_000
+"""Node-sized bundles asked for one job at most: more nodes than any Ray cluster holds, so a job
+of 10**7 GPUs (or an infinite count) asks for a cluster's worth instead of millions of bundles."""
 
 
-def demand_bundles(jobs: Iterable[tuple[str, int]], node_gpus: int) -> list[dict[str, float]]:
-    """Bundles for ``(state, gpus)`` pairs: every queued or running job, node-sized chunks."""
+def check_node_gpus(node_gpus: object) -> float:
+    """``node_gpus`` if it is a finite number > 0, else a ``ValueError`` naming it (0 made
+    :func:`demand_bundles` append empty bundles for ever)."""
+    if isinstance(node_gpus, bool) or not isinstance(node_gpus, (int, float)) or not 0 < node_gpus < math.inf:
+        raise ValueError(f"node_gpus: expected the GPUs of one node, a finite number > 0, got {node_gpus!r}")
+    return node_gpus
+
+
+def demand_bundles(jobs: Iterable[tuple[str, int]], node_gpus: int,
+                   max_per_job: int = MAX_BUNDLES_PER_JOB) -> list[dict[str, float]]:
+    """Bundles for ``(state, gpus)`` pairs: every queued or running job, node-sized chunks, at
+    most ``max_per_job`` per job."""
+    check_node_gpus(node_gpus)
     bundles: list[dict[str, float]] = []
     for state, gpus in jobs:
         if state not in ACTIVE_STATES:
             continue
         left = gpus
-        while left > 0:
+        for _ in range(max_per_job):
+            if not left > 0:
+                break
             take = min(left, node_gpus)
             bundles.append({"GPU": float(take)})
             left -= take
@@ -34,16 +51,21 @@ def demand_bundles(jobs: Iterable[tuple[str, int]], node_gpus: int) -> list[dict
 
 @dataclass
 class DemandBridge:
-    """Calls ``request`` (``request_resources(bundles=...)``) when the demand changes."""
+    """Calls ``request`` (``request_resources(bundles=...)``) when the demand changes; a job asks
+    for ``max_per_job`` node-sized bundles at most (pass the cluster's ``max_workers`` where known)."""
 
     node_gpus: int
     request: Callable[[list[dict[str, float]]], None]
+    max_per_job: int = MAX_BUNDLES_PER_JOB
     last: list[dict[str, float]] | None = field(default=None, init=False)
     calls: int = field(default=0, init=False)
 
+    def __post_init__(self) -> None:
+        check_node_gpus(self.node_gpus)
+
     def update(self, jobs: Sequence[tuple[str, int]]) -> bool:
         """Push the demand of ``jobs`` if it differs from the last push; True when pushed."""
-        bundles = demand_bundles(jobs, self.node_gpus)
+        bundles = demand_bundles(jobs, self.node_gpus, self.max_per_job)
         if bundles == self.last:
             return False
         self.request(bundles)
