@@ -20,7 +20,7 @@ The bounds come from what real clusters need, with room to spare, not from what 
 * a job given in samples also runs at most :data:`MAX_DURATION_S` alone, at the catalog's
   reference throughput for its model and GPUs: the simulator checks it when it is built, the
   one place that holds the catalog (10^18 samples of DLRM on 8 GPUs are 627,000 years);
-* a job of a trace has at least :data:`MIN_WORK_S` of work (a microsecond of isolated run time;
+* a job of a trace has at least :data:`MIN_WORK_S` of work (a picosecond of isolated run time;
   in samples, at least :data:`MIN_SAMPLES` where the catalog is not known).
 """
 
@@ -38,8 +38,9 @@ MAX_GPU_SERVICE_S = MAX_JOB_GPUS * MAX_DURATION_S
 """Most GPU-seconds a job may have attained: all its GPUs for a year."""
 MAX_SAMPLES = 1e18
 """Most samples (or tokens) a job may train or report: its cumulative counter's bound."""
-MIN_WORK_S = 1e-6
-"""Least work a job of a trace may have: a microsecond of isolated run time. Its estimate is never
+MIN_WORK_S = 1e-12
+"""Least work a job of a trace may have: a picosecond of isolated run time (far below any real
+job: a history of run times from 10^-10 s to a year is simulated, issue 35). Its estimate is never
 less either. A job of 5e-324 samples (a positive number) had an estimate of 0 s, and the run
 aborted at its completion with an error that named no file, line or field."""
 MAX_THROUGHPUT = 1e12
@@ -48,9 +49,9 @@ MIN_MEASURED_THROUGHPUT = 1e-6
 """Least throughput a measured profile may give (samples a second): a job that slow measured
 nothing, and a ratio over it is no fit's input."""
 MIN_SAMPLES = MIN_WORK_S * MIN_MEASURED_THROUGHPUT
-"""Fewest samples a job of a trace may train (10^-12): :data:`MIN_WORK_S` at the slowest
+"""Fewest samples a job of a trace may train (10^-18): :data:`MIN_WORK_S` at the slowest
 throughput a profile may give, so that a reader, which does not know the run's catalog, refuses
-only what no catalog runs for a microsecond; the simulator checks :data:`MIN_WORK_S` itself."""
+only what no catalog runs for a picosecond; the simulator checks :data:`MIN_WORK_S` itself."""
 MAX_STEP = 2**53
 """Largest step counter a job may report (exact in a JSON number and in SQLite's integers)."""
 MIN_LINK_GBPS = 1e-3

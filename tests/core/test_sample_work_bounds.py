@@ -56,8 +56,8 @@ def test_simulate_refuses_the_huge_trace_in_one_line(capsys, tmp_path: Path) -> 
     [
         ("t.csv", f"{HEADER}\nj1,0,FSDP,2,,5e-324\n", "t.csv line 2", "'total_samples'"),
         ("t.csv", f"{HEADER}\nj1,0,FSDP,2,1e-320,\n", "t.csv line 2", "'duration_s'"),
-        ("t.csv", f"{HEADER}\nj1,0,FSDP,2,9e-7,\n", "t.csv line 2", "'duration_s'"),
-        ("r.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n1,2,0,1,MoE,1e-9,0\n",
+        ("t.csv", f"{HEADER}\nj1,0,FSDP,2,9e-13,\n", "t.csv line 2", "'duration_s'"),
+        ("r.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n1,2,0,1,MoE,1e-13,0\n",
          "r.csv line 2", "'duration'"),
         ("a.json", '{"j1": {"model": "FSDP", "gpu_demand": 2, "total_samples_to_train": 1e-300}}', "a.json job 'j1'",
          "'total_samples_to_train'"),
@@ -80,14 +80,14 @@ def test_the_least_work_itself_is_read(tmp_path: Path) -> None:
     from deepshare.core.traces import load
 
     path = tmp_path / "t.csv"
-    path.write_text(f"{HEADER}\na,0,FSDP,2,1e-6,\nb,0,FSDP,2,,1e-12\n")
-    assert [(j.duration_s, j.total_samples) for j in load(path).jobs] == [(1e-6, None), (None, 1e-12)]
+    path.write_text(f"{HEADER}\na,0,FSDP,2,1e-12,\nb,0,FSDP,2,,1e-18\n")
+    assert [(j.duration_s, j.total_samples) for j in load(path).jobs] == [(1e-12, None), (None, 1e-18)]
 
 
-def test_samples_below_a_microsecond_of_run_time_are_refused_when_the_simulator_is_built() -> None:
+def test_samples_below_a_picosecond_of_run_time_are_refused_when_the_simulator_is_built() -> None:
     with pytest.raises(DeepShareError) as info:
-        build([JobSpec("j1", "GraphSage", 8, 0.0, total_samples=1e-3)])
-    assert str(info.value).startswith("job 'j1': field 'total_samples': expected at least 1e-06 s")
+        build([JobSpec("j1", "GraphSage", 8, 0.0, total_samples=1e-12)])
+    assert str(info.value).startswith("job 'j1': field 'total_samples': expected at least 1e-12 s")
 
 
 def test_an_estimate_is_never_0() -> None:

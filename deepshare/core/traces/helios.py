@@ -12,7 +12,7 @@ Helios' QSSF estimator and Lucid read (``cluster_full_log.csv``) do, and QSSF pr
 duration from earlier jobs of the same user and job name (SC'21). The log has no time limit.
 
 Skipped, with a reason: CPU jobs (``gpu_num`` 0) and jobs whose duration is empty or below a
-microsecond (:data:`~deepshare.core.bounds.MIN_WORK_S`: pending or instantly failed jobs have nothing to simulate). The log names no models, so they
+picosecond (:data:`~deepshare.core.bounds.MIN_WORK_S`: pending or instantly failed jobs have nothing to simulate). The log names no models, so they
 are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in file order of the kept jobs.
 """
 
