@@ -122,18 +122,11 @@ class HeuristicPolicy:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
         preempt: list[str] = []
-        held: list[_LaunchesByNode] = []  # built for the first victim its old GPUs do not fit
-        first_pass = launches
-
-        def give_way(victim: JobView, free: list[int]) -> list[str] | None:
-            if not held:
-                held.append(_LaunchesByNode(first_pass, {j.job_id: key(j) for j in chosen}))
-            return held[0].give_way(victim, key(victim), free)
-
+        held = _LaunchesByNode(launches, lambda: {j.job_id: key(j) for j in chosen}, key)
         undone: set[str] = set()
         for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
             if not job.placement.fits(free):  # type: ignore[union-attr]
-                gave_way = give_way(job, free)
+                gave_way = held.give_way(job, free)
                 if gave_way is None:
                     preempt.append(job.job_id)
                     continue
@@ -141,7 +134,7 @@ class HeuristicPolicy:
             job.placement.take(free)  # type: ignore[union-attr]
         if undone:
             launches = tuple(launch for launch in launches if launch.job_id not in undone)
-        extra = self._free_domains(view, key, chosen, launches, preempt, free, undone, give_way)
+        extra = self._free_domains(view, key, chosen, launches, preempt, free, undone, held)
         launches = tuple(launch for launch in launches if launch.job_id not in undone) + extra  # a plan's victim's too
         if undone:  # jobs that gave way to a victim they rank below: placed again where GPUs are free,
             # after the gangs' domain plans (which they must not take a domain from: a gang ranked
@@ -163,16 +156,20 @@ class HeuristicPolicy:
 
     def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
                       preempt: list[str], free: list[int], undone: set[str],
-                      give_way: Callable[[JobView, list[int]], list[str] | None]) -> tuple[Launch, ...]:
+                      held: "_LaunchesByNode") -> tuple[Launch, ...]:
         """Topology-aware preemption (:mod:`deepshare.policies.preempt_plan`): each chosen gang
         with a required level that was not placed frees one domain of that level from jobs it
         outranks, at the least cost (each stop at the view's ``restore_s``), when it then fits.
         ``preempt`` and ``free`` are updated.
 
         A plan's victim whose old GPUs, once the gang is placed, only first-pass launches it
-        outranks hold keeps them (``give_way``: those launches are undone, added to ``undone``, and
-        placed again by the caller): the plan stops jobs ranked below the gang, but a job ranked
-        above such a launch is not stopped for it.
+        outranks hold keeps them (``held.give_way``: those launches are undone, added to
+        ``undone``, and placed again by the caller): the plan stops jobs ranked below the gang, but
+        a job ranked above such a launch is not stopped for it. Such victims are kept only if the
+        gang's placement still stands with them running (the placement strategy, asked once
+        again on exactly those GPUs, gives them; otherwise every victim stops, as planned): the
+        plan predicted the gang with every victim gone, and ``uncontended`` must not launch it
+        below its ratio beside one that stays.
 
         While ``undone`` is not empty, each gang is first placed as things are, and planned only
         when that fails: launches that gave way left GPUs free, and a gang among them (or one that
@@ -212,16 +209,42 @@ class HeuristicPolicy:
                 victim.placement.release(free)  # type: ignore[union-attr]
             found.placement.take(free)  # placed on exactly these free GPUs when planned
             extra.append(Launch(gang.job_id, found.placement))
+            kept: list[tuple[JobView, list[str]]] = []  # (victim, the launches that gave way to it)
             for victim in sorted(found.victims, key=key):  # best-ranked victims reclaim their old GPUs first
+                gave_way: list[str] | None = []
                 if not victim.placement.fits(free):  # type: ignore[union-attr]
-                    gave_way = give_way(victim, free)
-                    if gave_way is None:
-                        stopped.add(victim.job_id)
-                        preempt.append(victim.job_id)
-                        continue
-                    undone.update(gave_way)
-                victim.placement.take(free)  # type: ignore[union-attr]
+                    gave_way = held.give_way(victim, free)
+                if gave_way is not None:
+                    victim.placement.take(free)  # type: ignore[union-attr]
+                    kept.append((victim, gave_way))
+            if kept:
+                left = {job_id for _, gave in kept for job_id in gave}
+                stays = {victim.job_id for victim, _ in kept}
+                if not self._stands(gang, found.placement, view, [*gone, *(v for v in found.victims if v.job_id not in stays)],
+                                    [(j, p) for j, p in launched if j.job_id not in left]):
+                    for victim, gave in reversed(kept):  # all stop, as planned
+                        victim.placement.release(free)  # type: ignore[union-attr]
+                        held.take_back(gave, free)
+                    kept = []
+            for victim, gave in kept:
+                undone.update(gave)
+            stays = {victim.job_id for victim, _ in kept}
+            for victim in found.victims:
+                if victim.job_id not in stays:
+                    stopped.add(victim.job_id)
+                    preempt.append(victim.job_id)
         return tuple(extra)
+
+    def _stands(self, gang: JobView, placement: Placement, view: ClusterView, stopped: list[JobView],
+                launched: list[tuple[JobView, Placement]]) -> bool:
+        """Whether the placement strategy, asked again on exactly ``placement``'s GPUs with only
+        ``stopped`` left out of the prediction and ``launched`` pending, still places ``gang``
+        there."""
+        only = [0] * len(view.free)
+        placement.release(only)
+        with leaving_out(view.predict, stopped) as predict:
+            again = self.place(gang, only, replace(view, predict=predict) if stopped else view, launched)
+        return again is not None and again.alloc == placement.alloc
 
     def _decide_indexed(self, view: ClusterView, index: QueueIndex) -> Decision:
         """The non-preemptive greedy of :meth:`decide`, walking the index instead of a sort.
@@ -272,19 +295,38 @@ class HeuristicPolicy:
 
 
 class _LaunchesByNode:
-    """A decision's launches indexed by node, with each launched job's rank, so that each victim
-    finds the launches on its GPUs in what those touch, not in every launch (a decision stopping
-    thousands of jobs asked every launch for every victim: quadratic)."""
+    """A decision's first-pass launches indexed by node, with each launched job's rank, so that
+    each victim finds the launches on its GPUs in what those touch, not in every launch (a
+    decision stopping thousands of jobs asked every launch for every victim: quadratic). Built
+    when a victim first asks (most decisions never do)."""
 
-    def __init__(self, launches: tuple[Launch, ...], ranks: dict[str, Any]) -> None:
-        self.ranks = ranks
-        self.on_node: dict[int, list[Launch]] = {}
-        for launch in launches:
-            for node in launch.placement.nodes:
-                self.on_node.setdefault(node, []).append(launch)
+    def __init__(self, launches: tuple[Launch, ...], ranks: Callable[[], dict[str, Any]], key: Any) -> None:
+        self.launches, self._ranks, self.key = launches, ranks, key
+        self.ranks: dict[str, Any] = {}
+        self.on_node: dict[int, list[Launch]] | None = None
+        self.by_id: dict[str, Launch] | None = None
         self.gone: set[str] = set()
 
-    def give_way(self, victim: JobView, rank: Any, free: list[int]) -> list[str] | None:
+    def _index(self) -> dict[int, list[Launch]]:
+        if self.on_node is None:
+            self.ranks = self._ranks()
+            self.on_node = {}
+            for launch in self.launches:
+                for node in launch.placement.nodes:
+                    self.on_node.setdefault(node, []).append(launch)
+        return self.on_node
+
+    def take_back(self, job_ids: list[str], free: list[int]) -> None:
+        """Undo :meth:`give_way`'s answer ``job_ids``: their launches hold their GPUs again."""
+        if not job_ids:
+            return
+        if self.by_id is None:
+            self.by_id = {launch.job_id: launch for launch in self.launches}
+        for job_id in job_ids:
+            self.by_id[job_id].placement.take(free)
+        self.gone.difference_update(job_ids)
+
+    def give_way(self, victim: JobView, free: list[int]) -> list[str] | None:
         """The jobs of the launches ``victim`` outranks that hold GPUs it lacks, lowest-ranked
         first, as few as give it back its old GPUs (``free`` updated: their GPUs released); None,
         and ``free`` untouched, when even all of them would not.
@@ -293,13 +335,15 @@ class _LaunchesByNode:
         jobs that could not be placed (a gang waiting for a domain, a shape ``packed`` waits
         for), so a running job can fall outside it while a queued job it outranks takes its GPUs:
         a preemption in the wrong direction."""
+        on_node = self._index()
+        rank = self.key(victim)
         alloc = victim.placement.alloc  # type: ignore[union-attr]
         short = [node for node, gpus in alloc if free[node] < gpus]
         ranks, gone = self.ranks, self.gone
         seen: set[str] = set()
         below = []
         for node in short:
-            for launch in self.on_node.get(node, ()):
+            for launch in on_node.get(node, ()):
                 job_id = launch.job_id
                 if job_id not in seen and job_id not in gone and ranks[job_id] > rank:
                     seen.add(job_id)

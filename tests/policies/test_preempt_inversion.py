@@ -7,8 +7,10 @@ fits, is placed on its GPUs and the running job is preempted for it. A victim wh
 only by launches it outranks now keeps them; those launches are placed again where GPUs are free.
 
 A gang's domain plan stops running jobs ranked below the gang; a job it would stop whose old GPUs,
-once the gang is placed, only launches that job outranks hold keeps them too (before, it was
-stopped: ``two_leaf_view(1111)``, ``(551)``, ``(886)``, ``(1015)``, ``(1396)``).
+once the gang is placed, only launches that job outranks hold keeps them too, unless the gang's
+placement then no longer stands (under ``uncontended``: the gang would run below its ratio beside
+it). Before, such a job was stopped (``two_leaf_view(1111)``, ``(886)``, ``(1396)``); under
+``uncontended`` ``(551)`` and ``(1015)`` stop it for the gang's speed, as before.
 
 Left, and not checked here: a later gang's plan may place that gang on GPUs an earlier plan's
 victim ranked above it held, while its own stops free what that victim lacked
@@ -84,7 +86,9 @@ def test_a_victim_that_a_higher_ranked_launch_needs_is_still_preempted():
 
 def inversions(policy, view, decision) -> list[tuple[str, str]]:
     """(victim, launch) pairs where the victim would fit on the GPUs the decision leaves free plus
-    those of the launches it outranks: it was stopped for jobs ranked below it."""
+    those of the launches it outranks: it was stopped for jobs ranked below it. Under
+    ``uncontended`` a victim whose running would put a launch it ranks below under the
+    strategy's ratio is stopped for that launch's speed, not for the ones below it."""
     key = make_policy(policy).order(view)
     jobs = {job.job_id: job for job in (*view.running, *view.queued)}
     after = list(view.free)
@@ -99,9 +103,28 @@ def inversions(policy, view, decision) -> list[tuple[str, str]]:
         below = [l for l in decision.launch if key(jobs[l.job_id]) > key(victim)]
         for launch in below:
             launch.placement.release(trial)
-        if below and victim.placement.fits(trial):
+        if below and victim.placement.fits(trial) and not _slows_a_launch_above(policy, view, decision, jobs, key, victim):
             found.append((job_id, below[0].job_id))
     return found
+
+
+def _slows_a_launch_above(policy, view, decision, jobs, key, victim) -> bool:
+    """Under ``uncontended``: whether, with ``victim`` running (the launches it outranks gone), a
+    launch ranked above it is predicted below the strategy's ratio."""
+    from deepshare.core.contention.base import leaving_out
+    from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
+
+    if "uncontended" not in policy:
+        return False
+    stopped = [jobs[j] for j in decision.preempt if j != victim.job_id]
+    above = [l for l in decision.launch if key(jobs[l.job_id]) < key(victim)]
+    with leaving_out(view.predict, stopped) as predict:
+        pending = []
+        for launch in above:
+            if predict(jobs[launch.job_id], launch.placement, pending).ratio < UNCONTENDED_MIN_RATIO:
+                return True
+            pending.append((jobs[launch.job_id], launch.placement))
+    return False
 
 
 MODELS = ["MobileNetV3", "GraphSage", "FSDP", "Transformer-XL", "DLRM", "MoE"]
@@ -299,3 +322,27 @@ def test_a_gang_that_gives_way_goes_where_it_fits_before_any_plan_stops_a_job(po
     assert decision.preempt == ()
     (launch,) = decision.launch
     assert launch.job_id == "G" and {node for node, _ in launch.placement.alloc} <= {2, 3}
+
+
+@pytest.mark.parametrize("seed, gang", [(551, "gang0"), (1015, "q0")])
+def test_a_plans_victim_kept_running_never_slows_an_uncontended_gang_below_its_ratio(seed, gang):
+    """The plan predicts the gang with every victim gone. Keeping a victim that then fits (551: h0
+    beside gang0 on node 0; 1015: m0 beside q0 on node 1) put the gang at 0.845 and 0.462 of its
+    isolated speed, under ``uncontended``'s 0.9; such a victim is now kept only if the gang's
+    placement still stands with it running."""
+    from deepshare.core.contention.base import leaving_out
+    from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
+
+    view = two_leaf_view(seed)
+    decision = make_policy("srsf+uncontended+preempt").decide(view)
+    check_view_decision(decision, view)
+    jobs = {job.job_id: job for job in (*view.running, *view.queued)}
+    with leaving_out(view.predict, [jobs[j] for j in decision.preempt]) as predict:
+        pending = []
+        for launch in decision.launch:
+            if launch.job_id == gang:
+                assert predict(jobs[gang], launch.placement, pending).ratio >= UNCONTENDED_MIN_RATIO
+                break
+            pending.append((jobs[launch.job_id], launch.placement))
+        else:
+            pytest.fail(f"{gang} was not launched")
