@@ -89,6 +89,24 @@ async def send_json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": b"" if head else payload})
 
 
+def unread_body(scope: Scope, close: bool = True) -> tuple[tuple[bytes, bytes], ...]:
+    """``Connection: close`` for an answer given before the request's body was read, when the
+    request declares one (a length above 0, or chunks); nothing otherwise. After such a refusal
+    the rest of the body would arrive on a connection that uvicorn no longer times (its
+    keep-alive timer is cancelled by the first byte, its header timer is ours only in
+    :mod:`deepshare.infra.httpserver`): behind Ray Serve's proxy, a client with no token held it
+    open for good with one byte after its 401. Closing costs a client that streams a refused
+    body its keep-alive, and at worst a reset before it reads the answer. ``close`` False:
+    nothing (guards behind :func:`deepshare.infra.httpserver.api_server`, whose server closes such
+    a connection itself once its header timeout passes, unless the body then came whole)."""
+    if not close:
+        return ()
+    length = header(scope, b"content-length")
+    if header(scope, b"transfer-encoding") is not None or (length is not None and length.strip() not in (b"", b"0")):
+        return ((b"connection", b"close"),)
+    return ()
+
+
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of request header ``name`` (lower-case bytes), or None."""
     for key, value in scope.get("headers") or ():
@@ -135,8 +153,8 @@ class RequireCaller:
     ``identify`` must compare in constant time (:meth:`deepshare.runtime.tenancy.LiveTenants.caller`)."""
 
     def __init__(self, app: ASGIApp, identify: Callable[[bytes | None], Any], open_paths: Iterable[str] = ("/healthz",),
-                 error: ErrorBody = detail_body) -> None:
-        self.app, self.identify, self.error = app, identify, error
+                 error: ErrorBody = detail_body, close_unread: bool = True) -> None:
+        self.app, self.identify, self.error, self.close_unread = app, identify, error, close_unread
         self.open_paths = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -148,7 +166,8 @@ class RequireCaller:
             scope[CALLER] = who
             await self.app(scope, receive, send)
             return
-        await send_json(send, 401, self.error(UNAUTHORIZED), ((b"www-authenticate", b"Bearer"),))
+        await send_json(send, 401, self.error(UNAUTHORIZED),
+                        ((b"www-authenticate", b"Bearer"), *unread_body(scope, self.close_unread)))
 
 
 class RequireToken:
@@ -156,8 +175,8 @@ class RequireToken:
     without ``Authorization: Bearer TOKEN``; ``token=None`` disables the check (the placement service without a configured token)."""
 
     def __init__(self, app: ASGIApp, token: str | None, open_paths: Iterable[str] = ("/healthz",),
-                 error: ErrorBody = detail_body) -> None:
-        self.app, self.error = app, error
+                 error: ErrorBody = detail_body, close_unread: bool = True) -> None:
+        self.app, self.error, self.close_unread = app, error, close_unread
         self.open_paths = frozenset(open_paths)
         self.expected = token.encode() if token else None
 
@@ -169,7 +188,7 @@ class RequireToken:
             await self.app(scope, receive, send)
             return
         await send_json(send, 401, self.error("missing or wrong bearer token (header Authorization: Bearer TOKEN)"),
-                        ((b"www-authenticate", b"Bearer"),))
+                        ((b"www-authenticate", b"Bearer"), *unread_body(scope, self.close_unread)))
 
 
 def host_name(value: str) -> str:
@@ -213,8 +232,9 @@ class AllowHosts:
     header" where this answers 403 in the service's own error shape, naming ``--allowed-host``.
     """
 
-    def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body) -> None:
-        self.app, self.error = app, error
+    def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body,
+                 close_unread: bool = True) -> None:
+        self.app, self.error, self.close_unread = app, error, close_unread
         bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
         self.names = {"localhost", bound, *(a.strip().lower() for a in allowed if a.strip())}
         self.any_ip = not is_loopback(bound)
@@ -235,21 +255,21 @@ class AllowHosts:
             return
         shown = host[:100] if host else "(none)"
         await send_json(send, 403, self.error(
-            f"Host header {shown!r} is not this service's (allow it with --allowed-host)"))
+            f"Host header {shown!r} is not this service's (allow it with --allowed-host)"), unread_body(scope, self.close_unread))
 
 
 class RequireJSON:
     """Answers 415 to a POST / PUT / PATCH whose ``Content-Type`` is not ``application/json``."""
 
-    def __init__(self, app: ASGIApp, error: ErrorBody = detail_body) -> None:
-        self.app, self.error = app, error
+    def __init__(self, app: ASGIApp, error: ErrorBody = detail_body, close_unread: bool = True) -> None:
+        self.app, self.error, self.close_unread = app, error, close_unread
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("method") in BODY_METHODS:
             ctype = (header(scope, b"content-type") or b"").decode("latin-1")
             if ctype.split(";", 1)[0].strip().lower() != "application/json":
                 await send_json(send, 415, self.error(
-                    f"Content-Type: expected application/json, got {ctype[:100]!r}"))
+                    f"Content-Type: expected application/json, got {ctype[:100]!r}"), unread_body(scope, self.close_unread))
                 return
         await self.app(scope, receive, send)
 
@@ -262,8 +282,9 @@ class LimitBody:
     in the scope (for :class:`ObserveRequests`)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None,
-                 error: ErrorBody = detail_body) -> None:
+                 error: ErrorBody = detail_body, close_unread: bool = True) -> None:
         self.app, self.max_bytes, self.timeout_s, self.error = app, max_bytes, timeout_s, error
+        self.close_unread = close_unread
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -271,7 +292,7 @@ class LimitBody:
             return
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large(send)
+            await self._too_large(send, unread_body(scope, self.close_unread))
             return
         try:
             body = await _within(self._read(receive), self.timeout_s)
@@ -280,8 +301,8 @@ class LimitBody:
                 f"request body not received within {self.timeout_s:g} s (the service's body timeout)"),
                 ((b"connection", b"close"),))
             return
-        except _TooLarge:
-            await self._too_large(send)
+        except _TooLarge:  # the rest of the body is unread
+            await self._too_large(send, ((b"connection", b"close"),) if self.close_unread else ())
             return
         if body is None:  # the client went away mid-body: nobody to answer
             scope[CLIENT_GONE] = True
@@ -309,8 +330,8 @@ class LimitBody:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _too_large(self, send: Send) -> None:
-        await send_json(send, 413, self.error(f"request body larger than the limit of {self.max_bytes} bytes"))
+    async def _too_large(self, send: Send, headers: tuple[tuple[bytes, bytes], ...]) -> None:
+        await send_json(send, 413, self.error(f"request body larger than the limit of {self.max_bytes} bytes"), headers)
 
 
 class _TooLarge(Exception):

@@ -439,10 +439,12 @@ def guard(app: Any, *, token: str | None = None, tenants: LiveTenants | None = N
         if not token:
             raise ValueError("the scheduler's API needs a token")
         tenants = LiveTenants(token)
-    inner = LimitBody(app, max_body_bytes, body_timeout_s, error=error_body)
-    inner = RequireJSON(inner, error=error_body)
-    inner = RequireCaller(inner, tenants.caller, open_paths=("/healthz",), error=error_body)
-    inner = AllowHosts(inner, bound_host, allowed_hosts, error=error_body)
+    # api_server's own protocol closes a refused request's connection if its body does not come
+    # whole within the header timeout, so a refusal keeps the connection of a client that sends it
+    inner = LimitBody(app, max_body_bytes, body_timeout_s, error=error_body, close_unread=False)
+    inner = RequireJSON(inner, error=error_body, close_unread=False)
+    inner = RequireCaller(inner, tenants.caller, open_paths=("/healthz",), error=error_body, close_unread=False)
+    inner = AllowHosts(inner, bound_host, allowed_hosts, error=error_body, close_unread=False)
     if metrics is not None:
         inner = ObserveRequests(inner, metrics.observe_http)
     return inner
