@@ -100,7 +100,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
 
     folder = Path(args.from_state)
     journal_path = folder / JOURNAL_FILE
-    check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)]})
+    check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)], "--tenants": args.tenants})
     try:
         found = journal_path.is_file()
     except OSError as exc:  # a name too long, a folder that cannot be searched

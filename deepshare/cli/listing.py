@@ -143,6 +143,8 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     card = read_card(card_file)
     # The file the user named is what is checked; given a card, the weights it names beside it.
     weights = card_file.with_name(card.weights) if target.name.endswith(CARD_SUFFIX) or card_file != card_path(target) else target
+    # Both are inputs: --json naming either would replace a policy file or its card with the report.
+    check_outputs({"--json": args.json}, {"--card": [str(card_file), str(weights)]})
     if weights.exists():
         from deepshare.policies.checkpoint import scorer_from_file
 

@@ -1,0 +1,62 @@
+"""Review rev12 of ``deepshare/cli/``: each test reproduces one confirmed defect (it fails on the
+code as reviewed and passes once the defect is fixed). A user error is one ``deepshare: error:``
+line naming the flag and what was expected (exit 2, no traceback); no output overwrites an input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from cli_run import cli, one_error_line
+from deepshare.policies.checkpoint import shipped
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- 1: policies --card X --json X -------------------------------------------------------------
+def _policy_copy(tmp_path: Path) -> tuple[Path, Path]:
+    weights = tmp_path / "rl_est_ppo.pt"
+    weights.write_bytes(shipped("rl_est_ppo.pt").read_bytes())
+    card = tmp_path / "rl_est_ppo.card.yaml"
+    card.write_text(shipped("rl_est_ppo.pt").with_name("rl_est_ppo.card.yaml").read_text())
+    return weights, card
+
+
+@pytest.mark.parametrize("given", ["weights", "card"])
+@pytest.mark.parametrize("written", ["weights", "card"])
+def test_policies_card_json_never_overwrites_the_policy_file_or_its_card(tmp_path, capsys, given, written):
+    """``policies --card a.pt --json a.pt`` replaced the policy file with the JSON report (and
+    ``--json a.card.yaml`` the card), with rc 0: a trained policy destroyed without a word."""
+    files = dict(zip(("weights", "card"), _policy_copy(tmp_path)))
+    before = {name: digest(path) for name, path in files.items()}
+    rc, out, err = cli(capsys, "policies", "--card", files[given], "--json", files[written])
+    assert rc == 2, (out, err)
+    one_error_line(err, f"--json {files[written]}", "is the input --card")
+    assert {name: digest(path) for name, path in files.items()} == before
+
+
+def test_policies_card_json_elsewhere_still_writes(tmp_path, capsys):
+    weights, _ = _policy_copy(tmp_path)
+    rc, _, err = cli(capsys, "policies", "--card", weights, "--json", tmp_path / "card.json")
+    assert rc == 0, err
+    assert '"card"' in (tmp_path / "card.json").read_text()
+
+
+# -- 2: calibrate --from-state DIR --tenants T --json T ----------------------------------------
+@pytest.mark.parametrize("flag", ["--json", "--out"])
+def test_calibrate_from_state_never_overwrites_the_tenants_file(tmp_path, capsys, flag):
+    from deepshare.runtime.journal import Journal
+
+    Journal(tmp_path / "state").close()  # an empty journal: a fit of no runs, quick
+    tenants = tmp_path / "ten.yaml"
+    tenants.write_bytes((Path(__file__).resolve().parents[2] / "deepshare/data/tenants/four-teams.yaml").read_bytes())
+    before = digest(tenants)
+    rc, out, err = cli(capsys, "calibrate", "--from-state", tmp_path / "state", "--tenants", tenants, flag, tenants)
+    assert rc == 2, (out, err)
+    one_error_line(err, f"{flag} {tenants}", "is the input --tenants")
+    assert digest(tenants) == before
