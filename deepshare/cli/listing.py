@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from deepshare.cli.args import gpus_per_node, print_line
+from deepshare.cli.args import flagged, gpus_per_node, print_line
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -104,6 +104,8 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     from deepshare.policies.policy_card import CARD_SUFFIX, card_path, card_yaml, check_card, read_card, shipped_cards
 
     given = args.card
+    if not given.strip():  # an unset variable: it would be looked up as a policy named ''
+        raise DeepShareError(f"--card {given!r}: an empty name; give a learned policy's name or a policy file's path")
     base, eq, arg = given.partition("=")
     target = Path(arg if eq else given)
     card_file: Path | None = None
@@ -122,7 +124,7 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
         if card_file is None:
             from deepshare.policies import policy_info
 
-            info = policy_info(base)  # an unknown name: the registry's own one-line error
+            info = flagged("--card", policy_info, base)  # an unknown name: the registry's one-line error, after the flag
             if info.heuristic:
                 kind = "a heuristic: it has no policy file"
             elif nameless:

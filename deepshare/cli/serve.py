@@ -12,7 +12,7 @@ import errno
 import os
 from typing import Any
 
-from deepshare.cli.args import bind_host, in_range, listen_port, number
+from deepshare.cli.args import bind_host, flagged, in_range, listen_port, number
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, RuntimeFailure
 
@@ -120,7 +120,8 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
         )
     except ValidationError as exc:  # pragma: no cover - argparse and the checks above came first
         raise DeepShareError(f"invalid settings: {exc}") from None
-    check_settings(settings)  # unknown names and unreadable checkpoints fail here, before the ports and Ray
+    # unknown names and unreadable checkpoints fail here, before the ports and Ray (--contention is one of its choices)
+    flagged("--policy", check_settings, settings)
     warning = exposure_warning(args.host, bool(token))
     if warning:
         err.print(warning, markup=False, highlight=False, soft_wrap=True)

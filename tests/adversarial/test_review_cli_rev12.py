@@ -60,3 +60,36 @@ def test_calibrate_from_state_never_overwrites_the_tenants_file(tmp_path, capsys
     assert rc == 2, (out, err)
     one_error_line(err, f"{flag} {tenants}", "is the input --tenants")
     assert digest(tenants) == before
+
+
+# -- 12: errors name the flag ------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "needles"), [
+    ("bogus", ("--card: unknown policy 'bogus'",)),
+    ("", ("--card '': an empty name",)),
+    (" ", ("--card ' ': an empty name",)),
+])
+def test_policies_card_errors_name_the_flag(tmp_path, capsys, monkeypatch, value, needles):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = cli(capsys, "policies", "--card", value)
+    assert rc == 2
+    one_error_line(err, *needles)
+
+
+def test_policies_card_a_folder_named_like_no_policy_names_the_flag(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    rc, _, err = cli(capsys, "policies", "--card", "adir")
+    assert rc == 2
+    one_error_line(err, "--card: unknown policy 'adir'")
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("bogus", "--policy: unknown policy 'bogus'"),
+    ("srsf+packed=x", "--policy: policy 'srsf+packed' takes no argument"),
+])
+def test_serve_policy_errors_name_the_flag(capsys, monkeypatch, value, needle):
+    """``serve --policy bogus`` said "unknown policy 'bogus'" where simulate says "--policy: ..."."""
+    monkeypatch.delenv("DEEPSHARE_SERVE_TOKEN", raising=False)
+    rc, _, err = cli(capsys, "serve", "--policy", value)
+    assert rc == 2
+    one_error_line(err, needle)
