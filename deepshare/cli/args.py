@@ -122,9 +122,11 @@ def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: igno
         raise DeepShareError(f"{flag}: {exc}") from None
 
 
-def policy_list(text: str) -> list[str]:
+def policy_list(text: str, one_name_each: bool = False) -> list[str]:
     """``--policies A,B,...`` as checked registry names; an item holding a comma (a policy file's
-    path) is quoted as in CSV: ``fifo,"rl-base=runs/a,b/policy.pt"``; each name at most once."""
+    path) is quoted as in CSV: ``fifo+packed,"rl-base=runs/a,b/policy.pt"``; each name at most once
+    (``one_name_each``: and no two policies that report under one name, for a command keying its
+    results by that name)."""
     import csv
 
     try:
@@ -138,16 +140,23 @@ def policy_list(text: str) -> list[str]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:  # it would run twice and keep one result under its name
         raise DeepShareError(f"--policies: {', '.join(repeated)} listed more than once")
-    check_policies(names, "--policies")
+    reported = check_policies(names, "--policies")
+    if one_name_each:  # results keyed by the name a policy reports: two names reporting as one would keep one result
+        for i, name in enumerate(names):
+            first = reported.index(reported[i])
+            if first != i:
+                raise DeepShareError(f"--policies: {names[first]} and {name} both report as {reported[i]!r}, so one "
+                                     "result would replace the other; compare them with `deepshare evaluate`, "
+                                     "which keeps each under the name as typed")
     return names
 
 
-def check_policies(names: Sequence[str], flag: str) -> None:
-    """Build each policy once so an unknown name fails before any trace is read."""
+def check_policies(names: Sequence[str], flag: str) -> list[str]:
+    """Build each policy once so an unknown name fails before any trace is read; the names the
+    built policies report under (``rl-base=a.pt`` reports as ``rl-base``)."""
     from deepshare.policies import make_policy
 
-    for name in names:
-        flagged(flag, make_policy, name)
+    return [flagged(flag, make_policy, name).name for name in names]
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:

@@ -108,6 +108,8 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
         raise DeepShareError(f"--card {given!r}: an empty name; give a learned policy's name or a policy file's path")
     base, eq, arg = given.partition("=")
     target = Path(arg if eq else given)
+    if eq and (not arg.strip() or target.name in ("", "..")):  # no file name: '' was the current folder, a traceback
+        raise DeepShareError(f"--card {given!r}: expected NAME=PATH of a policy file, got no file name after '='")
     card_file: Path | None = None
     if not eq and not (target.is_file() or target.name.endswith(CARD_SUFFIX)):  # a name (a folder named so too)
         nameless: list[str] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)

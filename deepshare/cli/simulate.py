@@ -81,7 +81,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.policies import policy_names
     from deepshare.experiments.report_format import comparison_table
 
-    names = policy_list(args.policies) if args.policies is not None else policy_names(heuristics_only=True)
+    names = policy_list(args.policies, one_name_each=True) if args.policies is not None else policy_names(heuristics_only=True)
     check_outputs({"--json": args.json}, sim_inputs(args, names))
     topology = cluster_topology(args)
     trace = load_trace(args)

@@ -202,7 +202,10 @@ def _external_info(name: str, obj: object, source: str = "") -> PolicyInfo:
 def make_policy(name: str) -> Policy:
     """Build the policy ``name`` (``NAME``, ``NAME=ARG`` or ``module:Attribute[=ARG]``)."""
     info = policy_info(name)
-    base, _, arg = name.partition("=")
-    if arg and not info.takes_argument:
+    base, eq, arg = name.partition("=")
+    if eq and not info.takes_argument:
         raise DeepShareError(f"policy {base!r} takes no argument, got {name!r}")
+    if eq and not arg:  # an unset variable after '=': it silently meant the default
+        raise DeepShareError(f"policy {name!r}: expected an argument after '=' (a learned policy's PATH), got none; "
+                             f"leave out '=' for {base}'s default")
     return info.factory(arg) if info.takes_argument and arg else info.factory()

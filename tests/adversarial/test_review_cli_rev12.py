@@ -93,3 +93,43 @@ def test_serve_policy_errors_name_the_flag(capsys, monkeypatch, value, needle):
     rc, _, err = cli(capsys, "serve", "--policy", value)
     assert rc == 2
     one_error_line(err, needle)
+
+
+# -- 3: an empty NAME= argument, and two names reporting as one in compare -----------------------
+TRACE = Path(__file__).resolve().parents[2] / "deepshare/data/traces/deepshare-simulate-trace0.json"
+
+
+@pytest.mark.parametrize(("name", "needle"), [
+    ("rl-base=", "policy 'rl-base=': expected an argument after '='"),
+    ("planner=", "policy 'planner=': expected an argument after '='"),
+    ("srsf+packed=", "policy 'srsf+packed' takes no argument, got 'srsf+packed='"),
+])
+def test_an_empty_policy_argument_is_refused(name, needle):
+    """``rl-base=`` and ``srsf+packed=`` built the default policy, silently: an unset variable."""
+    from deepshare.core.errors import DeepShareError
+    from deepshare.policies import make_policy
+
+    with pytest.raises(DeepShareError, match=needle.replace("+", r"\+")):
+        make_policy(name)
+
+
+@pytest.mark.parametrize(("policies", "needle"), [
+    ("srsf+packed,srsf+packed=", "--policies: policy 'srsf+packed' takes no argument"),
+    ("rl-base=,rl-base", "--policies: policy 'rl-base=': expected an argument after '='"),
+    ("rl-base,rl-base=SHIPPED", "--policies: rl-base and rl-base=SHIPPED both report as 'rl-base'"),
+])
+def test_compare_refuses_two_names_that_keep_one_result(capsys, policies, needle):
+    """``compare --policies 'srsf+packed,srsf+packed='`` printed two rows and kept one result in
+    its JSON; ``rl-base,rl-base=PATH`` (two checkpoints) did the same."""
+    shipped_path = str(shipped("rl_base.pt"))
+    rc, out, err = cli(capsys, "compare", "--trace", TRACE, "--policies", policies.replace("SHIPPED", shipped_path),
+                       "--json", "-")
+    assert rc == 2 and out == ""
+    one_error_line(err, needle.replace("SHIPPED", shipped_path))
+
+
+def test_policies_card_with_an_empty_path_is_one_line(capsys):
+    """``policies --card rl-base=`` was a ValueError traceback (the current folder has no name)."""
+    rc, _, err = cli(capsys, "policies", "--card", "rl-base=")
+    assert rc == 2
+    one_error_line(err, "--card 'rl-base=': expected NAME=PATH of a policy file")
