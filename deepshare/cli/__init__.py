@@ -45,8 +45,27 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from deepshare import __version__
 
-        sys.stdout.write(f"deepshare {__version__}\n")
+        try:
+            sys.stdout.write(f"deepshare {__version__}\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `deepshare --version | true`: the reader left, as for every command
+            _stdout_to_devnull()
+            parser.exit(EXIT_RUNTIME)
+        except OSError as exc:  # a full disk, an I/O error: one line, no traceback
+            _stdout_to_devnull()
+            parser.exit(EXIT_RUNTIME, f"deepshare: error: cannot write to standard output: {exc.strerror or exc}\n")
         parser.exit()
+
+
+def _stdout_to_devnull() -> None:
+    """Point standard output at ``/dev/null`` after a write to it failed (a reader that closed its
+    end of the pipe), as rich does: Python's flush at exit then has nothing left to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not out.is_terminal:  # piped output: text at 140 columns, every table whole
         out = PipedConsole(highlight=False, emoji=False, markup=False)
     err = Console(stderr=True, highlight=False, emoji=False, markup=False)
+    if not err.is_terminal:  # tables go there with --json -: whole in a log or `2> file`, as on stdout
+        err = PipedConsole(stderr=True, highlight=False, emoji=False, markup=False)
     installed = _terminate_as_interrupt()
     try:
         return args.func(args, out, err)
@@ -122,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130
+    except BrokenPipeError:  # the reader of standard output left (`deepshare logs ID | head`): quietly, as rich does
+        _stdout_to_devnull()
+        return EXIT_RUNTIME
     except OSError as exc:
         if exc.errno not in PATH_ERRNOS or exc.filename is None:
             raise

@@ -133,3 +133,63 @@ def test_policies_card_with_an_empty_path_is_one_line(capsys):
     rc, _, err = cli(capsys, "policies", "--card", "rl-base=")
     assert rc == 2
     one_error_line(err, "--card 'rl-base=': expected NAME=PATH of a policy file")
+
+
+# -- 4: tables on a redirected stderr are whole ------------------------------------------------
+def test_tables_on_a_redirected_stderr_are_not_cut(capsys):
+    """With ``--json -`` the table goes to standard error, which was cut at 80 columns in a log or
+    ``2> file`` ("srsf+…" for both rows) while the same table on a piped stdout was whole."""
+    names = "srsf+topo-balanced+preempt+fill,srsf+topo-bestfit+preempt+fill"
+    rc, out, err = cli(capsys, "compare", "--trace", TRACE, "--policies", names, "--json", "-", "--no-progress")
+    assert rc == 0, err
+    assert "…" not in err
+    for name in names.split(","):
+        assert f" {name} " in err
+
+
+# -- 5: a reader that leaves ends the command quietly ----------------------------------------
+FAKE_LOGS = """
+import sys, types
+import deepshare.cli.scheduler as s
+from deepshare.cli import main
+class C:
+    def logs(self, id, rank, offset):
+        text = "x" * 200_000 + "\\n" if offset == 0 else ""
+        return types.SimpleNamespace(text=text, next_offset=len(text) if offset == 0 else offset, size=200_001)
+    def job(self, id):
+        return types.SimpleNamespace(state="finished")
+s._client = lambda args: C()
+sys.exit(main(["logs", "job-1"]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["-m", "deepshare", "--version"], ["-c", FAKE_LOGS]], ids=["version", "logs"])
+def test_a_closed_pipe_is_no_traceback(argv):
+    """``deepshare --version | true`` and ``deepshare logs ID | head`` printed a BrokenPipeError
+    traceback (the write bypassed rich's handling); every other command exits quietly."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before the first write
+    try:
+        done = subprocess.run([sys.executable, *argv], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[2])
+    finally:
+        os.close(write)
+    assert done.returncode == 1
+    assert done.stderr == ""
+
+
+def test_version_on_a_full_disk_is_one_line():
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "deepshare", "--version"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1
+    assert done.stderr == "deepshare: error: cannot write to standard output: No space left on device\n"
