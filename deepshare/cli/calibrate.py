@@ -45,7 +45,7 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     with CalibrationProgress(err) as shown:
         result = calibrate(profiles, folds=args.folds, starts=args.starts, seed=args.seed, workers=args.workers,
                            progress=shown.intro, step=shown.step)
-    table = Table(title=f"link model fitted to {source} ({result.cells} measured cells)", header_style="bold")
+    table = Table(title=f"link model fitted to {one_line(source)} ({result.cells} measured cells)", header_style="bold")
     for col in ("ratio MAE", "value", "target"):
         table.add_column(col, justify="left" if col == "ratio MAE" else "right")
     table.add_row("link model, in fit", f"{result.fit_mae:.4f}", "<= 0.08")

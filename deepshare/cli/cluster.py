@@ -135,7 +135,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
         err.print(f"{rejected} job(s) ask for more GPUs than the most nodes {spec.name} can bring up ({limits}) and "
                   "were rejected (the JSON's \"rejected\")", markup=False, highlight=False, soft_wrap=True)
     shown = human(args.json, out, err)
-    shown.print(autoscale_table(reports, f"{args.policy} on {Path(args.trace).name}, {spec.name} "
+    shown.print(autoscale_table(reports, f"{one_line(args.policy)} on {one_line(Path(args.trace).name)}, {one_line(spec.name)} "
                                          f"({limits}), durations {scenario.information.describe()}"))
     with OutputSet() as outputs:  # the JSON and the plot are put in place together, or neither is
         if args.json:

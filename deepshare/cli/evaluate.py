@@ -17,7 +17,7 @@ from deepshare.cli.information_json import information_json
 from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, folder_outputs, human, make_folder
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.traces import load, mix_from_spec
 
 
@@ -116,7 +116,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
             information=information_model(args), history=history, on_ray=on_ray, tenants=tenants,
         )
     summary = result.summary()
-    table = Table(title=f"{Path(args.trace).name} on {topology.describe()}, durations "
+    table = Table(title=f"{one_line(Path(args.trace).name)} on {topology.describe()}, durations "
                         f"{information_model(args).describe()} — mean [min-max] over {args.seeds} seed(s)",
                   header_style="bold")
     metrics = (("avg_jct_s", "avg JCT (s)", 0), ("p99_jct_s", "p99 JCT (s)", 0), ("avg_queue_s", "avg queue (s)", 0),

@@ -42,14 +42,14 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
             err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
                       f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
                       style="yellow", markup=False, highlight=False, soft_wrap=True)
-        title = f"{one_line(report.policy)} on {Path(args.trace).name} — {topology.describe()}, durations {scenario.information.describe()}"
+        title = f"{one_line(report.policy)} on {one_line(Path(args.trace).name)} — {topology.describe()}, durations {scenario.information.describe()}"
         human(args.json, out, err).print(report_table(report, title))
         result = {**report.to_dict(), "information": information_json(scenario.information, scenario.history, args.history)}
         if tenants is not None and report.records:
             from deepshare.tenants.fairness import fairness_report
 
             fairness = fairness_report(report.records, trace.jobs, tenants, topology.total_gpus, sim.catalog)
-            human(args.json, out, err).print(fairness_table(fairness, f"fairness per queue ({args.tenants})"))
+            human(args.json, out, err).print(fairness_table(fairness, f"fairness per queue ({one_line(args.tenants)})"))
             result["fairness"] = fairness.to_dict()
         elif tenants is not None:
             err.print("fairness per queue is not computed with --jobs-csv (the run keeps no records); it is in the CSV's rows",
@@ -93,7 +93,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
                           waiting=lambda message: err.print(message, markup=False, highlight=False, soft_wrap=True))
     shown = human(args.json, out, err)
     shown.print(
-        comparison_table(reports, f"{Path(args.trace).name} ({len(trace.jobs)} jobs) — {topology.describe()}, "
+        comparison_table(reports, f"{one_line(Path(args.trace).name)} ({len(trace.jobs)} jobs) — {topology.describe()}, "
                                   f"durations {scenario.information.describe()}"))
     doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports},
                               "information": information_json(scenario.information, scenario.history, args.history)}
@@ -103,7 +103,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         fairness = {r.policy: fairness_report(r.records, trace.jobs, scenario.tenants, topology.total_gpus,
                                               scenario.catalog or default_catalog()).metrics() for r in reports}
-        shown.print(compare_fairness_table(fairness, f"fairness under {args.tenants}"))
+        shown.print(compare_fairness_table(fairness, f"fairness under {one_line(args.tenants)}"))
         doc["fairness"] = fairness
     write_json(args.json, doc, out, "comparison")  # its one output
     return 0

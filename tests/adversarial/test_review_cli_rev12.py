@@ -193,3 +193,20 @@ def test_version_on_a_full_disk_is_one_line():
                               text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 1
     assert done.stderr == "deepshare: error: cannot write to standard output: No space left on device\n"
+
+
+# -- 6: names in titles print as one line ------------------------------------------------------
+@pytest.mark.parametrize("command", [
+    ["simulate", "--policy", "srsf+packed"],
+    ["compare", "--policies", "srsf+packed"],
+    ["evaluate", "--policies", "srsf+packed", "--seeds", "1"],
+])
+def test_a_trace_name_with_an_escape_or_newline_prints_as_one_line(tmp_path, capsys, command):
+    """A trace named ``evil\\e[31mRED\\nline2.csv`` printed raw in the table title: a terminal
+    escape and a forged second line (the policy name in the same title went through one_line)."""
+    evil = tmp_path / "evil\x1b[31mRED\nline2.csv"
+    evil.write_bytes(TRACE.read_bytes())
+    rc, out, err = cli(capsys, *command, "--trace", evil, "--no-progress")
+    assert rc == 0, err
+    assert "\x1b" not in out + err
+    assert "evil\\x1b[31mRED\\nline2.csv" in out
