@@ -14,7 +14,7 @@ from deepshare.cli.args import (
     add_tenants_arg,
 )
 from deepshare.cli.information_json import information_json
-from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, folder_outputs, human, make_folder
+from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, folder_outputs, human, run_folder
 from deepshare.cli.ray_address import add_address_flag, joined
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
@@ -73,11 +73,7 @@ def refuse_simulation_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from rich.table import Table
-
-    from deepshare.experiments.evaluation import evaluate
-    from deepshare.core.output_set import OutputSet
-    from deepshare.experiments.plots import PLOT_FILES, make_figures, png_bytes
+    from deepshare.experiments.plots import PLOT_FILES
 
     if args.suite:
         from deepshare.cli.suite_tables import cmd_suite
@@ -102,8 +98,21 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     mix = flagged("--mix", mix_from_spec, args.mix)
     first = load(args.trace, format=args.format, mix=mix, seed=0)
     contention, history, tenants = contention_model(args), past_history(args), tenants_of(args)
-    if args.out:  # made before the run: the README puts --json inside it
-        make_folder("--out", args.out)
+    # made before the run (the README puts --json inside it), and removed again if the run fails
+    # (a job the simulator refuses, an --address with no cluster): a failed run leaves no empty folder
+    with run_folder("--out", args.out):
+        return _evaluate_trace(args, out, err, names, topology, mix, first, contention, history, tenants)
+
+
+def _evaluate_trace(  # type: ignore[no-untyped-def]
+    args: argparse.Namespace, out: Console, err: Console, names: list[str], topology, mix, first, contention, history, tenants,
+) -> int:
+    """The ``--trace`` run of :func:`cmd_evaluate`, its inputs checked and ``--out`` made."""
+    from rich.table import Table
+
+    from deepshare.experiments.evaluation import evaluate
+    from deepshare.core.output_set import OutputSet
+    from deepshare.experiments.plots import make_figures, png_bytes
 
     def trace_of(seed: int):  # type: ignore[no-untyped-def]
         return first if seed == 0 else load(args.trace, format=args.format, mix=mix, seed=seed)

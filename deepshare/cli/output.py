@@ -28,8 +28,9 @@ import math
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
@@ -234,6 +235,28 @@ def _same(a: str, b: str) -> bool:
         return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+@contextmanager
+def run_folder(flag: str, path: str | None) -> Iterator[None]:
+    """:func:`make_folder` for the ``with`` block (nothing for None); when the block fails, the
+    folders it created that are still empty are removed again: a run refused on its input (a job
+    the simulator rejects, an unreachable ``--address``) leaves no empty folder behind."""
+    if path is None:
+        yield
+        return
+    folder = Path(path)
+    created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # deepest first
+    make_folder(flag, path)
+    try:
+        yield
+    except BaseException:
+        for made in created:
+            try:
+                made.rmdir()  # only an empty folder: one the run wrote into stays
+            except OSError:
+                break
+        raise
 
 
 def make_folder(flag: str, path: str) -> None:

@@ -11,7 +11,7 @@ from typing import Iterable
 from rich.console import Console
 from rich.table import Table
 
-from deepshare.cli.output import add_json, announce, human, make_folder
+from deepshare.cli.output import add_json, announce, human, run_folder
 from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
 from deepshare.core.output_set import OutputSet
@@ -305,56 +305,57 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
         spec = spec.model_copy(update={"tenants": args.tenants})
         suite_tenants(spec)  # a bad file fails here, naming itself and the field
     out_dir = getattr(args, "out", None)
-    if out_dir:  # made before the run: the Pareto plot goes there, and --json may too
-        make_folder("--out", out_dir)
-    total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
+    # made before the run (the Pareto plot goes there, and --json may too), and removed again if the
+    # run fails (an --address with no cluster): a failed run leaves no empty folder
+    with run_folder("--out", out_dir):
+        total = len(cells(spec)) * (len(spec.heuristics) + len(spec.learned))
 
-    def progress(done: int, n: int, what: str) -> None:
-        # every run on a terminal; every tenth of the runs otherwise (a log stays short)
-        if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
-            err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
+        def progress(done: int, n: int, what: str) -> None:
+            # every run on a terminal; every tenth of the runs otherwise (a log stays short)
+            if err.is_terminal or done * 10 // n != (done - 1) * 10 // n:
+                err.print(f"[{done}/{n}] {what}", markup=False, highlight=False)
 
-    with joined(address) as on_ray:
-        where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
-        err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
-        command = ["deepshare", "evaluate", "--suite", str(args.suite)]
-        command += ["--tenants", str(args.tenants)] if getattr(args, "tenants", None) else []
-        command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
-        provenance = run_provenance(command)
-        result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
-    shown = human(args.json, out, err)
-    for table in cell_tables(result):
-        shown.print(table)
-    for table in fabric_tables(result):
-        shown.print(table)
-    for table in fairness_tables(result):
-        shown.print(table)
-    tradeoff = tradeoff_table(result)
-    if tradeoff is not None:
-        shown.print(tradeoff)
-    with OutputSet() as outputs:  # the Pareto plot and the JSON are put in place together, or neither is
-        if out_dir and spec.tenants is not None:
-            from deepshare.experiments.pareto_plot import PARETO_FILE, make_pareto_figure
-            from deepshare.experiments.plots import png_bytes
+        with joined(address) as on_ray:
+            where = f"Ray tasks on {address}" if on_ray else f"{workers} worker(s)"
+            err.print(f"suite {spec.name}: {len(cells(spec))} cells, {total} runs, {where}", markup=False, highlight=False)
+            command = ["deepshare", "evaluate", "--suite", str(args.suite)]
+            command += ["--tenants", str(args.tenants)] if getattr(args, "tenants", None) else []
+            command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
+            provenance = run_provenance(command)
+            result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
+        shown = human(args.json, out, err)
+        for table in cell_tables(result):
+            shown.print(table)
+        for table in fabric_tables(result):
+            shown.print(table)
+        for table in fairness_tables(result):
+            shown.print(table)
+        tradeoff = tradeoff_table(result)
+        if tradeoff is not None:
+            shown.print(tradeoff)
+        with OutputSet() as outputs:  # the Pareto plot and the JSON are put in place together, or neither is
+            if out_dir and spec.tenants is not None:
+                from deepshare.experiments.pareto_plot import PARETO_FILE, make_pareto_figure
+                from deepshare.experiments.plots import png_bytes
 
-            figure = make_pareto_figure(result)
-            if figure is not None:
-                announce(outputs, shown, outputs.add_bytes(Path(out_dir) / PARETO_FILE, png_bytes(figure), "figure"))
-        shown.print(room_table(result))
-        costs = cost_table(result)
-        if costs is not None:
-            shown.print(costs)
-        learning = learning_table(result)
-        if learning is not None:
-            shown.print(learning)
-        if spec.judged:
-            shown.print(summary_table(result))
-        add_json(outputs, args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
-        outputs.commit()
-    failures = result.failures()
-    if failures:
-        cell, policy, error = failures[0]
-        err.print(f"deepshare: {len(failures)} of {total} runs failed (first: {policy} on {cell.label}: {error}); "
-                  "their rows say why, as does the JSON's \"failed\"", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_FAILED_RUNS
-    return 0
+                figure = make_pareto_figure(result)
+                if figure is not None:
+                    announce(outputs, shown, outputs.add_bytes(Path(out_dir) / PARETO_FILE, png_bytes(figure), "figure"))
+            shown.print(room_table(result))
+            costs = cost_table(result)
+            if costs is not None:
+                shown.print(costs)
+            learning = learning_table(result)
+            if learning is not None:
+                shown.print(learning)
+            if spec.judged:
+                shown.print(summary_table(result))
+            add_json(outputs, args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
+            outputs.commit()
+        failures = result.failures()
+        if failures:
+            cell, policy, error = failures[0]
+            err.print(f"deepshare: {len(failures)} of {total} runs failed (first: {policy} on {cell.label}: {error}); "
+                      "their rows say why, as does the JSON's \"failed\"", markup=False, highlight=False, soft_wrap=True)
+            return EXIT_FAILED_RUNS
+        return 0

@@ -210,3 +210,30 @@ def test_a_trace_name_with_an_escape_or_newline_prints_as_one_line(tmp_path, cap
     assert rc == 0, err
     assert "\x1b" not in out + err
     assert "evil\\x1b[31mRED\\nline2.csv" in out
+
+
+# -- 7: evaluate --out leaves no empty folder when the run is refused ----------------------------
+@pytest.mark.parametrize("case", ["bad-job", "no-cluster", "suite-no-cluster"])
+def test_evaluate_out_is_not_left_empty_by_a_refused_run(tmp_path, capsys, case):
+    """``--out new/deep`` was made before the simulator checked the jobs and before ``--address``
+    was tried: the refused run left ``new/`` and ``new/deep/`` empty."""
+    trace = tmp_path / "huge.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\nj1,0,DLRM,8,,1e18\nj2,0,DLRM,2,100,\n")
+    out_dir = tmp_path / "new" / "deep"
+    argv = {
+        "bad-job": ["--trace", trace, "--policies", "srsf+packed", "--seeds", "1"],
+        "no-cluster": ["--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1", "--address", "127.0.0.1:1"],
+        "suite-no-cluster": ["--suite", "tiny", "--address", "127.0.0.1:1"],
+    }[case]
+    rc, _, err = cli(capsys, "evaluate", *argv, "--out", out_dir)
+    assert rc == 2
+    one_error_line(err, "total_samples" if case == "bad-job" else "--address 127.0.0.1:1")
+    assert not (tmp_path / "new").exists()
+
+
+def test_evaluate_out_that_existed_is_kept_when_the_run_is_refused(tmp_path, capsys):
+    out_dir = tmp_path / "mine"
+    out_dir.mkdir()
+    rc, _, _ = cli(capsys, "evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1",
+                   "--address", "127.0.0.1:1", "--out", out_dir)
+    assert rc == 2 and out_dir.is_dir()
