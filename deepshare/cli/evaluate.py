@@ -179,7 +179,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     add_address_flag(p, "the suite's (cell, policy) runs, or the (seed, policy) runs,")
     p.add_argument("--policies", metavar="A,B,...",
                    help="comma-separated names or module:Class specs, e.g. las+spread,rl-hybrid; quote an item holding a comma: "
-                        "'fifo,\"rl-base=a,b.pt\"'")
+                        "'fifo+packed,\"rl-base=a,b.pt\"'")
     p.add_argument("--seeds", type=seed_count, default=3, help="seeds 0..N-1 (default 3)")
     add_cluster_args(p)
     add_sim_args(p)

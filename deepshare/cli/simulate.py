@@ -148,7 +148,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = command(sub, "compare", "run several policies on one trace and print a table",
                 "deepshare compare --trace deepshare/data/traces/deepshare-simulate-trace0.json --policies las+spread,srsf+packed,rl-hybrid")
     add_trace_args(p)
-    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic); quote an item holding a comma: 'fifo,\"rl-base=a,b.pt\"'")
+    p.add_argument("--policies", metavar="A,B,...", help="comma-separated names or module:Class specs (default: every heuristic); quote an item holding a comma: 'fifo+packed,\"rl-base=a,b.pt\"'")
     add_address_flag(p, "the policies' runs")
     add_cluster_args(p)
     add_sim_args(p)

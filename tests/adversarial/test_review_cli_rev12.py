@@ -237,3 +237,22 @@ def test_evaluate_out_that_existed_is_kept_when_the_run_is_refused(tmp_path, cap
     rc, _, _ = cli(capsys, "evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1",
                    "--address", "127.0.0.1:1", "--out", out_dir)
     assert rc == 2 and out_dir.is_dir()
+
+
+# -- 8: the quoting example in --policies' help names real policies -----------------------------
+@pytest.mark.parametrize("command", ["compare", "evaluate"])
+def test_policies_help_example_names_registered_policies(command):
+    """The help suggested ``'fifo,"rl-base=a,b.pt"'``; ``fifo`` is no policy ("unknown policy")."""
+    import csv
+    import shlex
+
+    from deepshare.cli import build_parser
+    from deepshare.policies import policy_info
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    text = next(a.help for a in sub._actions if a.dest == "policies")
+    example = shlex.split(text.split("quote an item holding a comma: ", 1)[1])[0]
+    items = next(csv.reader([example], skipinitialspace=True, strict=True))
+    assert items[1] == "rl-base=a,b.pt"
+    for item in items:
+        policy_info(item)  # a DeepShareError for an unknown name
