@@ -185,7 +185,7 @@ def add_sim_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--perturb-contention", type=perturb_spread, metavar="S",
                    help="run the simulation on the contention model with each model's sensitivity drawn within "
                    "[1-S, 1+S] of the shipped one (seeded by --perturb-seed); the policies still start from the shipped model")
-    g.add_argument("--perturb-seed", type=seed_value, default=0, metavar="N", help="seed of --perturb-contention (default 0)")
+    g.add_argument("--perturb-seed", type=seed_value, metavar="N", help="seed of --perturb-contention (default 0)")
     g.add_argument("--true-params", metavar="JSON",
                    help="with --contention link: run the simulation on these link parameters (a `deepshare calibrate --out` "
                    "file) while the policies start from the shipped ones (or --link-params)")
@@ -205,7 +205,7 @@ def add_information_args(p: argparse.ArgumentParser, history: bool = True) -> No
                    help="exact: the true remaining work (the artifact's oracle); estimated: each job's estimate "
                    "(the trace's requested_s, else a seeded lognormal draw around the truth); unknown: no estimate. "
                    f"Default {DEFAULT_DURATIONS}: what the service and the live scheduler give a policy")
-    g.add_argument("--estimate-error", type=estimate_sigma, default=DEFAULT_ESTIMATE_ERROR, metavar="SIGMA",
+    g.add_argument("--estimate-error", type=estimate_sigma, metavar="SIGMA",
                    help=f"with --durations estimated: lognormal sigma of the drawn estimates (default {DEFAULT_ESTIMATE_ERROR:g}, "
                    "close to the Helios predictor's error); drawn with the run's --seed")
     g.add_argument("--contention-knowledge", choices=CONTENTION_KNOWLEDGE, default=DEFAULT_CONTENTION_KNOWLEDGE,
@@ -252,12 +252,15 @@ def contention_model(args: argparse.Namespace) -> ContentionModel:
     replaced by true parameters (``--true-params``)."""
     known = prior_model(args)
     perturb, true_params = getattr(args, "perturb_contention", None), getattr(args, "true_params", None)
+    if perturb is None and getattr(args, "perturb_seed", None) is not None:  # it would be dropped silently
+        raise DeepShareError("--perturb-seed goes with --perturb-contention: it seeds the perturbed world's draw")
     if perturb is not None and true_params is not None:
         raise DeepShareError("give at most one of --perturb-contention and --true-params")
     if perturb is not None:
         from deepshare.core.contention.world import PerturbedContention
 
-        return flagged("--perturb-contention", lambda s: PerturbedContention(known, s, args.perturb_seed), perturb)
+        seed = args.perturb_seed if args.perturb_seed is not None else 0
+        return flagged("--perturb-contention", lambda s: PerturbedContention(known, s, seed), perturb)
     if true_params is not None:
         if args.contention != "link":
             raise DeepShareError("--true-params needs --contention link")
@@ -271,8 +274,13 @@ def contention_model(args: argparse.Namespace) -> ContentionModel:
 
 def information_model(args: argparse.Namespace, seed: int = 0) -> InformationModel:
     """The run's information model from ``--durations``, ``--estimate-error`` and
-    ``--contention-knowledge``, drawing its estimates (and measurement noise) with ``seed``."""
-    return InformationModel(args.durations, args.estimate_error, seed,
+    ``--contention-knowledge``, drawing its estimates (and measurement noise) with ``seed``; an
+    ``--estimate-error`` the durations do not draw with is refused (the run and its record dropped it)."""
+    sigma = getattr(args, "estimate_error", None)
+    if sigma is not None and args.durations != "estimated":
+        raise DeepShareError(f"--estimate-error goes with --durations estimated: --durations {args.durations} draws "
+                             "no estimates")
+    return InformationModel(args.durations, DEFAULT_ESTIMATE_ERROR if sigma is None else sigma, seed,
                             contention_knowledge=getattr(args, "contention_knowledge", DEFAULT_CONTENTION_KNOWLEDGE))
 
 

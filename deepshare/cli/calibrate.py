@@ -35,8 +35,21 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise DeepShareError("--cluster goes with --samples: it says what hardware the samples were measured on")
     if args.tenants is not None and args.from_state is None:
         raise DeepShareError("--tenants goes with --from-state: the tenants file the scheduler ran under")
+    if args.contention is not None and args.from_state is None:
+        raise DeepShareError("--contention goes with --from-state: the shipped model the scheduler predicted with "
+                             "(--profiles and --samples fit the link model)")
+    if args.cluster is not None and not args.cluster.strip():  # an unset variable, not a wish for the testbed
+        raise DeepShareError(f"--cluster {args.cluster!r}: expected a preset or a cluster spec file; leave the flag "
+                             "out for the testbed's hardware")
     if args.from_state is not None:
+        for flag in ("folds", "starts", "seed", "workers"):
+            if getattr(args, flag) is not None:  # the journal's fit has none of these: dropped silently
+                raise DeepShareError(f"--{flag} goes with --profiles or --samples: --from-state fits the journal "
+                                     "as the scheduler's refit does")
         return cmd_calibrate_from_state(args, out, err)
+    args.folds, args.starts, args.seed, args.workers = (
+        default if value is None else value
+        for value, default in ((args.folds, 5), (args.starts, 3), (args.seed, 0), (args.workers, 2)))
     check_outputs({"--json": args.json, "--out": args.out},
                   {"--profiles": folder_outputs(args.profiles, PROFILE_FILES, "--profiles"), "--samples": args.samples,
                    "--cluster": args.cluster if args.cluster and os.path.isfile(args.cluster) else None})  # not a preset's name
@@ -98,6 +111,8 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     from deepshare.runtime.journal import JOURNAL_FILE, Journal
     from deepshare.runtime.learning import fit_from_journal
 
+    if not args.from_state.strip():  # '' was the current folder
+        raise DeepShareError(f"--from-state {args.from_state!r}: an empty path; give the scheduler's state folder")
     folder = Path(args.from_state)
     journal_path = folder / JOURNAL_FILE
     check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)], "--tenants": args.tenants})
@@ -114,7 +129,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
         tenants = load_tenants(args.tenants)
     journal = Journal.read_only(folder)
     try:
-        _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention).name, tenants=tenants)
+        _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention or "profiled").name, tenants=tenants)
     finally:
         journal.close()
     shown = human(args.json, out, err)
@@ -161,12 +176,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--tenants", metavar="FILE",
                    help="with --from-state: the tenants file the scheduler ran under (its refit then fits the runs by "
                    "tenant; without it they are pooled, as without --tenants)")
-    p.add_argument("--contention", choices=("profiled", "link"), default="profiled",
+    p.add_argument("--contention", choices=("profiled", "link"),
                    help="with --from-state: the shipped model the scheduler predicted with (default profiled)")
     add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")
     p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params (an existing file is replaced)")
-    p.add_argument("--folds", type=fold_count, default=5, help="cross-validation folds, 2..100 (default 5)")
-    p.add_argument("--starts", type=start_count, default=3, help="random starts per fit, 1..100 (default 3)")
-    p.add_argument("--seed", type=seed_value, default=0, help="random seed (default 0)")
-    p.add_argument("--workers", type=worker_count, default=2, help="processes for the fits (default 2)")
+    p.add_argument("--folds", type=fold_count, help="cross-validation folds, 2..100 (default 5)")
+    p.add_argument("--starts", type=start_count, help="random starts per fit, 1..100 (default 3)")
+    p.add_argument("--seed", type=seed_value, help="random seed (default 0)")
+    p.add_argument("--workers", type=worker_count, help="processes for the fits (default 2)")
     p.set_defaults(func=cmd_calibrate)

@@ -198,6 +198,9 @@ def cmd_clusters_import(args: argparse.Namespace, out: Console, err: Console) ->
     from deepshare.core.fabric_import import import_cluster
     from deepshare.core.files import TRACE_BYTES, read_input_text
 
+    if args.name is not None and not args.name.strip():  # an unset variable: the file's stem was used silently
+        raise DeepShareError(f"--name {args.name!r}: an empty name; give the cluster's name, or leave the flag out "
+                             "for TABLE's file name")
     stdin = args.table == "-"
     check_outputs({"--out": args.out}, {} if stdin else {"TABLE": args.table})
     text = read_input_text(args.table, "host table", TRACE_BYTES, allow_stdin=True)  # kubectl JSON can be large

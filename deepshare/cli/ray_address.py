@@ -35,9 +35,12 @@ def add_address_flag(parser: argparse.ArgumentParser, runs: str) -> None:
 def joined(address: str | None) -> Iterator[bool]:
     """True inside the block when connected to the cluster at ``address``; False (and no Ray)
     without one. A process already connected to Ray keeps its connection."""
-    if not address:
+    if address is None:
         yield False
         return
+    if not address.strip():  # an unset variable: it ran locally, silently
+        raise DeepShareError(f"--address {address!r}: an empty address; give 'auto' or HOST:PORT of a running Ray head "
+                             "node, or leave the flag out to run on this machine")
     from deepshare.agents.deploy import check_reachable
 
     check_reachable(address)  # fails fast: Ray retries an unreachable head for minutes

@@ -256,3 +256,48 @@ def test_policies_help_example_names_registered_policies(command):
     assert items[1] == "rl-base=a,b.pt"
     for item in items:
         policy_info(item)  # a DeepShareError for an unknown name
+
+
+# -- 9: flags that would be ignored, and empty values, are refused -----------------------------
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["simulate", "--trace", TRACE, "--policy", "srsf+packed", "--durations", "exact", "--estimate-error", "3"],
+     "--estimate-error goes with --durations estimated"),
+    (["compare", "--trace", TRACE, "--policies", "srsf+packed", "--durations", "unknown", "--estimate-error", "0.5"],
+     "--estimate-error goes with --durations estimated"),
+    (["evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--durations", "exact", "--estimate-error", "1"],
+     "--estimate-error goes with --durations estimated"),
+    (["simulate", "--trace", TRACE, "--policy", "srsf+packed", "--perturb-seed", "7"],
+     "--perturb-seed goes with --perturb-contention"),
+    (["compare", "--trace", TRACE, "--policies", "srsf+packed", "--address", ""], "--address '': an empty address"),
+    (["evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1", "--address", " "],
+     "--address ' ': an empty address"),
+    (["calibrate", "--samples", "samples.csv", "--contention", "link"], "--contention goes with --from-state"),
+    (["calibrate", "--samples", "samples.csv", "--cluster", ""], "--cluster '': expected a preset or a cluster spec file"),
+    (["calibrate", "--from-state", ""], "--from-state '': an empty path"),
+    (["calibrate", "--from-state", "state", "--folds", "3"], "--folds goes with --profiles or --samples"),
+    (["calibrate", "--from-state", "state", "--workers", "2"], "--workers goes with --profiles or --samples"),
+    (["clusters", "import", "topo.csv", "--name", ""], "--name '': an empty name"),
+])
+def test_a_flag_that_would_be_ignored_is_refused(tmp_path, capsys, monkeypatch, argv, needle):
+    """Each of these ran with rc 0 and dropped the flag (``--estimate-error 3`` with exact
+    durations was recorded as null; ``--address ''`` ran locally; ``--from-state ''`` read the
+    current folder; ``--name ''`` used the file's stem), or failed with a misleading message."""
+    from deepshare.runtime.journal import Journal
+
+    monkeypatch.chdir(tmp_path)
+    Journal(tmp_path / "state").close()
+    (tmp_path / "samples.csv").write_bytes(TRACE.read_bytes())
+    (tmp_path / "topo.csv").write_text("ip,DSW,PSW,ASW\n10.0.0.1,d0,p0,a0\n10.0.0.2,d0,p0,a1\n")
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 2, (out, err)
+    one_error_line(err, needle)
+
+
+def test_the_flags_still_work_where_they_belong(tmp_path, capsys):
+    rc, out, err = cli(capsys, "simulate", "--trace", TRACE, "--policy", "srsf+packed", "--durations", "estimated",
+                       "--estimate-error", "0.5", "--perturb-contention", "0.5", "--perturb-seed", "7", "--json", "-",
+                       "--no-progress")
+    assert rc == 0, err
+    import json
+
+    assert json.loads(out)["information"]["estimate_error"] == 0.5
