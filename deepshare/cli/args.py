@@ -24,8 +24,11 @@ from deepshare.core.topology import Topology, load_topology, preset_names, unifo
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
 
 
+INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+"""An integer as a flag writes it (:data:`_WRITTEN`)."""
+
 _WRITTEN = {
-    int: re.compile(r"\s*[+-]?[0-9]+\s*"),
+    int: INTEGER,
     float: re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.IGNORECASE),
 }
 """How a flag's integer or number is written: ASCII digits, no ``_`` separators. Python's ``int``

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import print_line
+from deepshare.cli.args import INTEGER, print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
 from deepshare.core.files import resolved
@@ -127,8 +127,8 @@ MAX_SEED = 2**63 - 1
 def _seeds(text: str | None) -> list[int]:
     if text is None:
         return []
-    try:
-        seeds = [int(s) for s in text.split(",")]
+    try:  # ASCII digits only, as every integer flag: int() also reads 1_0 as 10 and other scripts' digits
+        seeds = [int(s) if INTEGER.fullmatch(s) else int("not a number") for s in text.split(",")]
     except ValueError:
         raise DeepShareError(f"--seeds-tried {text!r}: expected integers separated by commas, e.g. 0,1,2") from None
     if any(not 0 <= s <= MAX_SEED for s in seeds):

@@ -301,3 +301,29 @@ def test_the_flags_still_work_where_they_belong(tmp_path, capsys):
     import json
 
     assert json.loads(out)["information"]["estimate_error"] == 0.5
+
+
+# -- 10: integers in list and FIELD=VALUE flags are ASCII digits ---------------------------------
+@pytest.mark.parametrize("seeds", ["0,1_0", "0,\u0663", "\uff11"])
+def test_export_policy_seeds_tried_reads_ascii_digits_only(tmp_path, capsys, seeds):
+    """``--seeds-tried 0,1_0,٣`` wrote ``seeds_tried: [0, 10, 3]`` in the card (rc 0), where every
+    integer flag refuses these forms."""
+    rc, _, err = cli(capsys, "export-policy", shipped("rl_base.pt"), "--out", tmp_path / "s.pt", "--kind", "network",
+                     "--commit", "abcdef1", "--seeds-tried", seeds)
+    assert rc == 2
+    one_error_line(err, f"--seeds-tried {seeds!r}: expected integers")
+    assert not (tmp_path / "s.pt").exists()
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("--node-type", "gpus=1_0", "--node-type 'gpus=1_0': expected an integer"),
+    ("--node-type", "nic_gbps=\u0663200", "--node-type 'nic_gbps=\u0663200': expected a number"),
+    ("--oversubscription", "PSW=2_0", "--oversubscription PSW=2_0: expected a ratio"),
+])
+def test_clusters_import_numbers_read_ascii_digits_only(tmp_path, capsys, flag, value, needle):
+    """``clusters import topo.csv --node-type gpus=1_0`` wrote ``gpus: 10``."""
+    topo = tmp_path / "topo.csv"
+    topo.write_text("ip,DSW,PSW,ASW\n10.0.0.1,d0,p0,a0\n10.0.0.2,d0,p0,a1\n")
+    rc, out, err = cli(capsys, "clusters", "import", topo, flag, value)
+    assert rc == 2 and out == ""
+    one_error_line(err, needle)
