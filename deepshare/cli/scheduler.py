@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
-from deepshare.cli.args import bind_host, non_negative_int, number, port_number, positive_float, positive_int, print_line
+from deepshare.cli.args import (
+    bind_host, gpus_per_node, in_range, non_negative_int, number, port_number, positive_float, positive_int, print_line,
+)
 from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
@@ -40,6 +42,13 @@ EXIT_RUNTIME = 1
 JOB_STATES = ("queued", "running", "finished", "failed", "cancelled")
 """The journal's job states (``deepshare.runtime.journal.JobState``; not imported to keep the parser light)."""
 last_jobs = number(int, lambda v: 1 <= v <= 100_000, "an integer in 1..100000")
+
+
+LOCAL_NODES_MAX = 64
+"""Most ``--local`` nodes: each is a Ray node (its own processes) on this machine."""
+LOCAL_NODES = in_range(int, 1, LOCAL_NODES_MAX, "nodes")
+MAX_GPUS = 65_536 * 1024
+"""Most ``--max-gpus``: the largest cluster a spec describes (``simulate --nodes`` x ``--gpus-per-node``)."""
 
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
@@ -344,8 +353,9 @@ def register(subparsers: Any) -> None:
                 "--level leaf=example.com/leaf --state runs/sched")
     p.add_argument("--address", default="auto", metavar="auto|HOST:PORT", help="Ray cluster to join (default auto)")
     p.add_argument("--local", action="store_true", help="start a fake multi-node Ray cluster on this machine")
-    p.add_argument("--nodes", type=positive_int, metavar="N", help="--local: nodes (default 2)")
-    p.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="--local: fake GPUs per node (default 4)")
+    p.add_argument("--nodes", type=LOCAL_NODES, metavar="N",
+                   help=f"--local: nodes, 1..{LOCAL_NODES_MAX} (default 2)")
+    p.add_argument("--gpus-per-node", type=gpus_per_node, metavar="G", help="--local: fake GPUs per node, 1..1024 (default 4)")
     p.add_argument("--local-label", action="append", metavar="KEY=V0,V1,...",
                    help="--local, repeatable: label KEY on the fake nodes, one value per node in order (an empty "
                    "value: no label), e.g. example.com/leaf=l0,l0,l1,l1 with --level leaf=example.com/leaf")
@@ -366,7 +376,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--placement-url", metavar="URL", help="ask the placement service at URL instead")
     p.add_argument("--placement-token", metavar="TOKEN",
                    help="bearer token for --placement-url (default: $DEEPSHARE_SERVE_TOKEN, which keeps it out of `ps`)")
-    p.add_argument("--max-gpus", type=positive_int, default=0, metavar="N",
+    p.add_argument("--max-gpus", type=in_range(int, 0, MAX_GPUS, "GPUs (0: the GPUs up now)"), default=0, metavar="N",
                    help="accept jobs of up to N GPUs even when fewer are up now (autoscaling clusters; default: the GPUs up now)")
     p.add_argument("--host", type=bind_host, default="127.0.0.1",
                    help="address the HTTP API binds (default 127.0.0.1; anything else exposes it to the network)")

@@ -327,3 +327,27 @@ def test_clusters_import_numbers_read_ascii_digits_only(tmp_path, capsys, flag, 
     rc, out, err = cli(capsys, "clusters", "import", topo, flag, value)
     assert rc == 2 and out == ""
     one_error_line(err, needle)
+
+
+# -- 11: scheduler start's integer flags are bounded; --max-gpus takes its own default ----------
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--local", "--nodes", "1000000000"], "--nodes: expected an integer from 1 to 64 nodes"),
+    (["--local", "--gpus-per-node", "99999999999999999999999"], "--gpus-per-node: expected an integer from 1 to 1,024"),
+    (["--max-gpus", "1" + "0" * 28], "--max-gpus: expected an integer from 0 to"),
+])
+def test_scheduler_start_integer_flags_are_bounded(capsys, argv, needle):
+    """``--local --nodes 1000000000`` was accepted (one Ray node started per iteration). The parser
+    only: on the code as reviewed the command itself would start that cluster."""
+    from deepshare.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["scheduler", "start", *argv])
+    assert exit_.value.code == 2
+    assert needle in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_scheduler_start_max_gpus_takes_its_default():
+    """``--max-gpus 0`` ("default: the GPUs up now") was refused as "expected a positive integer"."""
+    from deepshare.cli import build_parser
+
+    assert build_parser().parse_args(["scheduler", "start", "--max-gpus", "0"]).max_gpus == 0
