@@ -291,6 +291,7 @@ class LimitBody:
             await self.app(scope, receive, send)
             return
         declared = header(scope, b"content-length")
+        declared = declared.strip() if declared is not None else None  # httptools keeps trailing spaces
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._too_large(send, unread_body(scope, self.close_unread))
             return

@@ -21,7 +21,7 @@ through them.
 
 from __future__ import annotations
 
-from deepshare.infra.httpauth import ASGIApp, Receive, Scope, Send, send_json
+from deepshare.infra.httpauth import ASGIApp, Receive, Scope, Send, send_json, unread_body
 
 HEALTH_PATH = "/healthz"
 OPEN_PATHS = frozenset({HEALTH_PATH})
@@ -39,6 +39,7 @@ class AnswerHealth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") == HEALTH_PATH and scope.get("method") in ("GET", "HEAD"):
-            await send_json(send, 200, self.payload, head=scope["method"] == "HEAD")
+            # a probe declaring a body is closed after its answer (the body is never read: see unread_body)
+            await send_json(send, 200, self.payload, unread_body(scope), head=scope["method"] == "HEAD")
             return
         await self.app(scope, receive, send)
