@@ -241,28 +241,53 @@ def _same(a: str, b: str) -> bool:
 def run_folder(flag: str, path: str | None) -> Iterator[None]:
     """:func:`make_folder` for the ``with`` block (nothing for None); when the block fails, the
     folders it created that are still empty are removed again: a run refused on its input (a job
-    the simulator rejects, an unreachable ``--address``) leaves no empty folder behind."""
+    the simulator rejects, an unreachable ``--address``) leaves no empty folder behind. Only the
+    folders this call created are removed, never one that was there (``new/../mine`` keeps
+    ``mine``)."""
     if path is None:
         yield
         return
-    folder = Path(path)
-    created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # deepest first
-    make_folder(flag, path)
+    created = make_folder(flag, path)
     try:
         yield
     except BaseException:
-        for made in created:
-            try:
-                made.rmdir()  # only an empty folder: one the run wrote into stays
-            except OSError:
-                break
+        _remove_empty(created)
         raise
 
 
-def make_folder(flag: str, path: str) -> None:
+def make_folder(flag: str, path: str) -> list[str]:
     """Create the output folder ``path`` (and its parents) before the work, or fail with one line
-    naming ``flag``: a dangling link or a file in its way found after an hour's run loses the run."""
+    naming ``flag``: a dangling link or a file in its way found after an hour's run loses the run.
+
+    The path is walked as the system resolves it, one component at a time (``new/../mine``
+    makes ``new``, then finds ``mine`` through it), and the folders this call created are
+    returned, outermost first; when it fails partway (a name too long, a file in the way) those
+    are removed again before the error."""
+    created: list[str] = []
+    current = ""
     try:
-        Path(path).mkdir(parents=True, exist_ok=True)
+        for part in Path(path).parts:
+            current = os.path.join(current, part)
+            if part == os.pardir:
+                continue  # there once what leads to it is
+            try:
+                os.mkdir(current)
+            except OSError:
+                if not os.path.isdir(current):  # a file, a dangling link, no permission, too long
+                    raise
+            else:
+                created.append(current)
     except OSError as exc:
+        _remove_empty(created)
         raise DeepShareError(f"{flag} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    return created
+
+
+def _remove_empty(created: Sequence[str]) -> None:
+    """Remove the folders ``created`` (outermost first), deepest first, while they are empty: one
+    the run wrote into stays, and so do the folders that hold it."""
+    for folder in reversed(created):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break

@@ -351,3 +351,29 @@ def test_scheduler_start_max_gpus_takes_its_default():
     from deepshare.cli import build_parser
 
     assert build_parser().parse_args(["scheduler", "start", "--max-gpus", "0"]).max_gpus == 0
+
+
+# -- second read: F1, --out removes only the folders it made -------------------------------------
+def test_evaluate_out_through_a_new_folder_keeps_the_existing_one(tmp_path, capsys, monkeypatch):
+    """``--out new/../mine`` (``mine`` an existing empty folder) removed ``mine`` when the run was
+    refused and left ``new``: what had been created was judged on the path as typed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    rc, _, err = cli(capsys, "evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1",
+                     "--address", "127.0.0.1:1", "--out", "new/../mine")
+    assert rc == 2, err
+    assert (tmp_path / "mine").is_dir()
+    assert not (tmp_path / "new").exists()
+
+
+def test_make_folder_failing_partway_leaves_no_parents(tmp_path):
+    """A name too long at the end failed after ``new/deep`` was made, and left it."""
+    from deepshare.cli.output import make_folder
+    from deepshare.core.errors import DeepShareError
+
+    with pytest.raises(DeepShareError, match="--out .*: cannot create the folder"):
+        make_folder("--out", str(tmp_path / "new" / "deep" / ("x" * 300)))
+    assert list(tmp_path.iterdir()) == []
+    assert make_folder("--out", str(tmp_path / "a" / ".." / "b" / "c")) == [str(tmp_path / "a"), str(tmp_path / "a/../b"),
+                                                                            str(tmp_path / "a/../b/c")]
+    assert (tmp_path / "b" / "c").is_dir()
