@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import select
 import signal
 import sys
 import threading
@@ -66,6 +67,26 @@ def _stdout_to_devnull() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
         pass
+
+
+def _stdout_broken() -> bool:
+    """Whether standard output is a pipe or socket whose reader has left: a flush of what is still
+    buffered fails with a broken pipe, or the system reports an error or hang-up on it."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError, AttributeError):  # closed, or None (`>&-`)
+        pass
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture)
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,8 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("deepshare: interrupted", markup=False)
         return 130
-    except BrokenPipeError:  # the reader of standard output left (`deepshare logs ID | head`): quietly, as rich does
-        _stdout_to_devnull()
+    except BrokenPipeError as exc:
+        if _stdout_broken():  # the reader of standard output left (`deepshare logs ID | head`): quietly, as rich does
+            _stdout_to_devnull()
+            return EXIT_RUNTIME
+        # another pipe or socket (a worker process, a connection) closed its end: said, not hidden
+        err.print(f"deepshare: error: {one_line(exc.strerror or str(exc))}: a connection or worker process closed its end",
+                  markup=False, highlight=False, soft_wrap=True)
         return EXIT_RUNTIME
     except OSError as exc:
         if exc.errno not in PATH_ERRNOS or exc.filename is None:

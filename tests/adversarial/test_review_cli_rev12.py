@@ -377,3 +377,22 @@ def test_make_folder_failing_partway_leaves_no_parents(tmp_path):
     assert make_folder("--out", str(tmp_path / "a" / ".." / "b" / "c")) == [str(tmp_path / "a"), str(tmp_path / "a/../b"),
                                                                             str(tmp_path / "a/../b/c")]
     assert (tmp_path / "b" / "c").is_dir()
+
+
+# -- second read: F2, a broken pipe that is not standard output is said --------------------------
+def test_a_broken_pipe_other_than_stdout_is_one_error_line(capsys, monkeypatch):
+    """A worker's pipe or a socket closed under the command ended it with status 1 and nothing on
+    standard error, as if the reader of standard output had left."""
+    import multiprocessing
+
+    import deepshare.cli.listing as listing
+
+    def broken(args, out, err):  # type: ignore[no-untyped-def]
+        mine, theirs = multiprocessing.Pipe()
+        mine.close()
+        theirs.send(b"x" * 10)  # BrokenPipeError: the other end is gone, standard output is fine
+
+    monkeypatch.setattr(listing, "cmd_policies", broken)
+    rc, out, err = cli(capsys, "policies")
+    assert rc == 1 and out == ""
+    one_error_line(err, "Broken pipe", "closed its end")
