@@ -125,11 +125,13 @@ def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: igno
         raise DeepShareError(f"{flag}: {exc}") from None
 
 
-def policy_list(text: str, one_name_each: bool = False) -> list[str]:
+def policy_list(text: str) -> list[str]:
     """``--policies A,B,...`` as checked registry names; an item holding a comma (a policy file's
-    path) is quoted as in CSV: ``fifo+packed,"rl-base=runs/a,b/policy.pt"``; each name at most once
-    (``one_name_each``: and no two policies that report under one name, for a command keying its
-    results by that name)."""
+    path) is quoted as in CSV: ``fifo+packed,"rl-base=runs/a,b/policy.pt"``; each policy at most
+    once: the same text twice, or two spellings of one policy and argument (``rl-base`` and
+    ``rl-base=`` its shipped file, ``planner`` and ``planner=8``, ``a.pt`` and ``./a.pt``), would run
+    it twice. Two policies that only report under one name (``planner=2,planner=4``) are kept:
+    the command then labels each with its name as typed (:func:`result_labels`)."""
     import csv
 
     try:
@@ -143,15 +145,42 @@ def policy_list(text: str, one_name_each: bool = False) -> list[str]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:  # it would run twice and keep one result under its name
         raise DeepShareError(f"--policies: {', '.join(repeated)} listed more than once")
-    reported = check_policies(names, "--policies")
-    if one_name_each:  # results keyed by the name a policy reports: two names reporting as one would keep one result
-        for i, name in enumerate(names):
-            first = reported.index(reported[i])
-            if first != i:
-                raise DeepShareError(f"--policies: {names[first]} and {name} both report as {reported[i]!r}, so one "
-                                     "result would replace the other; compare them with `deepshare evaluate`, "
-                                     "which keeps each under the name as typed")
+    from deepshare.policies import make_policy
+
+    seen: dict[object, str] = {}
+    for name in names:
+        key = _same_policy_key(name, flagged("--policies", make_policy, name))
+        if key in seen:
+            raise DeepShareError(f"--policies: {seen[key]} and {name} are the same policy with the same argument; "
+                                 "list it once")
+        seen[key] = name
     return names
+
+
+def _same_policy_key(name: str, policy: object) -> tuple[object, ...]:
+    """What makes two spellings one policy: its registry name (a plugin's spec as typed) and its
+    argument as the policy read it (a checkpoint's resolved file, the default one included; the
+    planner's settings), else the argument's text (a file it names resolved)."""
+    import os
+
+    from deepshare.policies.planner import Planner
+    from deepshare.policies.registry import policy_info
+
+    base, _, arg = name.partition("=")
+    info = policy_info(base).name
+    metadata = getattr(policy, "metadata", None)
+    if isinstance(metadata, dict) and isinstance(metadata.get("checkpoint"), str):
+        return info, "checkpoint", os.path.realpath(metadata["checkpoint"])
+    if isinstance(policy, Planner):
+        return info, "planner", policy.config
+    return info, "argument", os.path.realpath(arg) if arg and os.path.isfile(arg) else arg
+
+
+def result_labels(names: Sequence[str], reported: Sequence[str]) -> list[str]:
+    """The label of each policy's result: the name it reports (``rl-base=a.pt`` as ``rl-base``),
+    or, when two report under one name (``planner=2,planner=4``), each name as typed, as
+    ``evaluate`` labels them: one result never replaces another."""
+    return list(reported) if len(set(reported)) == len(reported) else list(names)
 
 
 def check_policies(names: Sequence[str], flag: str) -> list[str]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
 from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_tenants_arg, add_trace_args, check_policies, cluster_topology, contention_model,
-    information_model, load_trace, past_history, policy_list, sim_config, sim_inputs, tenants_of,
+    information_model, load_trace, past_history, policy_list, result_labels, sim_config, sim_inputs, tenants_of,
 )
 from deepshare.cli.output import add_json, add_json_flag, check_outputs, human, write_json
 from deepshare.cli.information_json import information_json
@@ -81,7 +82,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepshare.policies import policy_names
     from deepshare.experiments.report_format import comparison_table
 
-    names = policy_list(args.policies, one_name_each=True) if args.policies is not None else policy_names(heuristics_only=True)
+    names = policy_list(args.policies) if args.policies is not None else policy_names(heuristics_only=True)
     check_outputs({"--json": args.json}, sim_inputs(args, names))
     topology = cluster_topology(args)
     trace = load_trace(args)
@@ -91,19 +92,24 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray,
                           waiting=lambda message: err.print(message, markup=False, highlight=False, soft_wrap=True))
+    # keyed by the name each reports, or, when two report as one (planner=2,planner=4), as typed
+    labels = result_labels(names, [r.policy for r in reports])
+    rows = [replace(r, policy=one_line(label)) for r, label in zip(reports, labels)]
     shown = human(args.json, out, err)
     shown.print(
-        comparison_table(reports, f"{one_line(Path(args.trace).name)} ({len(trace.jobs)} jobs) — {topology.describe()}, "
-                                  f"durations {scenario.information.describe()}"))
-    doc: dict[str, object] = {"results": {r.policy: r.to_dict() for r in reports},
+        comparison_table(rows, f"{one_line(Path(args.trace).name)} ({len(trace.jobs)} jobs) — {topology.describe()}, "
+                               f"durations {scenario.information.describe()}"))
+    doc: dict[str, object] = {"results": {label: r.to_dict() for r, label in zip(reports, labels)},
                               "information": information_json(scenario.information, scenario.history, args.history)}
     if scenario.tenants is not None:
         from deepshare.core.workloads import default_catalog
         from deepshare.tenants.fairness import fairness_report
 
-        fairness = {r.policy: fairness_report(r.records, trace.jobs, scenario.tenants, topology.total_gpus,
-                                              scenario.catalog or default_catalog()).metrics() for r in reports}
-        shown.print(compare_fairness_table(fairness, f"fairness under {one_line(args.tenants)}"))
+        fairness = {label: fairness_report(r.records, trace.jobs, scenario.tenants, topology.total_gpus,
+                                           scenario.catalog or default_catalog()).metrics()
+                    for r, label in zip(reports, labels)}
+        shown.print(compare_fairness_table({one_line(k): v for k, v in fairness.items()},
+                                           f"fairness under {one_line(args.tenants)}"))
         doc["fairness"] = fairness
     write_json(args.json, doc, out, "comparison")  # its one output
     return 0

@@ -116,12 +116,14 @@ def test_an_empty_policy_argument_is_refused(name, needle):
 @pytest.mark.parametrize(("policies", "needle"), [
     ("srsf+packed,srsf+packed=", "--policies: policy 'srsf+packed' takes no argument"),
     ("rl-base=,rl-base", "--policies: policy 'rl-base=': expected an argument after '='"),
-    ("rl-base,rl-base=SHIPPED", "--policies: rl-base and rl-base=SHIPPED both report as 'rl-base'"),
+    ("rl-base,rl-base=SHIPPED", "--policies: rl-base and rl-base=SHIPPED are the same policy with the same argument"),
 ])
 def test_compare_refuses_two_names_that_keep_one_result(capsys, policies, needle):
     """``compare --policies 'srsf+packed,srsf+packed='`` printed two rows and kept one result in
-    its JSON; ``rl-base,rl-base=PATH`` (two checkpoints) did the same."""
-    shipped_path = str(shipped("rl_base.pt"))
+    its JSON; ``rl-base,rl-base=PATH`` with rl-base's own file is one policy twice."""
+    from deepshare.policies import make_policy
+
+    shipped_path = make_policy("rl-base").metadata["checkpoint"]
     rc, out, err = cli(capsys, "compare", "--trace", TRACE, "--policies", policies.replace("SHIPPED", shipped_path),
                        "--json", "-")
     assert rc == 2 and out == ""
@@ -396,3 +398,54 @@ def test_a_broken_pipe_other_than_stdout_is_one_error_line(capsys, monkeypatch):
     rc, out, err = cli(capsys, "policies")
     assert rc == 1 and out == ""
     one_error_line(err, "Broken pipe", "closed its end")
+
+
+# -- second read: F3, compare labels policies that report as one with their names as typed --------
+SMALL = "job_id,submit_time,model,gpus,duration_s,total_samples\nj1,0,ResNet50,4,600,\nj2,10,VGG16,8,900,\nj3,20,BERT,2,300,\n"
+
+
+@pytest.mark.parametrize("policies", [
+    ["planner=2", "planner=4"],
+    ["rl-base", "rl-base=SHIPPED"],
+    ["srsf+packed", "rl-base=SHIPPED", "rl-base=COPY"],
+])
+def test_compare_labels_policies_reporting_as_one_with_their_names_as_typed(tmp_path, capsys, policies):
+    """``compare --policies planner=2,planner=4`` (and two checkpoints of rl-base) was refused as
+    "both report as 'planner'": comparing two settings of one policy is what compare is for."""
+    import json
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(SMALL)
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(shipped("rl_base.pt").read_bytes())
+    typed = [p.replace("SHIPPED", str(shipped("rl_base.pt"))).replace("COPY", str(copy)) for p in policies]
+    rc, out, err = cli(capsys, "compare", "--trace", trace, "--policies", ",".join(typed), "--json", "-", "--no-progress")
+    assert rc == 0, err
+    assert list(json.loads(out)["results"]) == typed
+    for name in typed:
+        assert f" {name} " in err
+
+
+def test_compare_keys_results_by_reported_name_without_a_collision(tmp_path, capsys):
+    import json
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(SMALL)
+    rc, out, err = cli(capsys, "compare", "--trace", trace, "--policies", f"srsf+packed,rl-base={shipped('rl_base.pt')}",
+                       "--json", "-", "--no-progress")
+    assert rc == 0, err
+    assert list(json.loads(out)["results"]) == ["srsf+packed", "rl-base"]
+
+
+@pytest.mark.parametrize(("policies", "needle"), [
+    ("planner,planner=8", "planner and planner=8 are the same policy"),
+    ("rl-base=COPY,rl-base=./copy.pt", "rl-base=COPY and rl-base=./copy.pt are the same policy"),
+])
+def test_compare_refuses_two_spellings_of_one_policy(tmp_path, capsys, monkeypatch, policies, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.csv").write_text(SMALL)
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(shipped("rl_base.pt").read_bytes())
+    rc, out, err = cli(capsys, "compare", "--trace", "t.csv", "--policies", policies.replace("COPY", str(copy)))
+    assert rc == 2 and out == ""
+    one_error_line(err, "--policies: " + needle.replace("COPY", str(copy)))
