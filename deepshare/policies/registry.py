@@ -206,6 +206,16 @@ def make_policy(name: str) -> Policy:
     if eq and not info.takes_argument:
         raise DeepShareError(f"policy {base!r} takes no argument, got {name!r}")
     if eq and not arg:  # an unset variable after '=': it silently meant the default
-        raise DeepShareError(f"policy {name!r}: expected an argument after '=' (a learned policy's PATH), got none; "
+        raise DeepShareError(f"policy {name!r}: expected an argument after '='{_argument_form(info)}, got none; "
                              f"leave out '=' for {base}'s default")
     return info.factory(arg) if info.takes_argument and arg else info.factory()
+
+
+def _argument_form(info: PolicyInfo) -> str:
+    """`` (NAME=FORM)`` as the policy's description spells its argument (``rl-base=PATH``,
+    ``planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]``), for an error message; empty when it does
+    not (a plugin's docstring)."""
+    import re
+
+    form = re.search(rf"(?<![\w.+-]){re.escape(info.name)}=(\S+)", info.description)
+    return f" ({info.name}={form.group(1).rstrip('.,;')})" if form else ""

@@ -449,3 +449,21 @@ def test_compare_refuses_two_spellings_of_one_policy(tmp_path, capsys, monkeypat
     rc, out, err = cli(capsys, "compare", "--trace", "t.csv", "--policies", policies.replace("COPY", str(copy)))
     assert rc == 2 and out == ""
     one_error_line(err, "--policies: " + needle.replace("COPY", str(copy)))
+
+
+# -- second read: F4, an empty argument's message says what that policy's argument is -------------
+@pytest.mark.parametrize(("name", "needle"), [
+    ("planner=", "policy 'planner=': expected an argument after '=' (planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]), got none"),
+    ("rl-hybrid-preempt=", "policy 'rl-hybrid-preempt=': expected an argument after '=' (rl-hybrid-preempt=PATH), got none"),
+    ("deepshare.policies.registry:make_policy=",
+     "policy 'deepshare.policies.registry:make_policy=': expected an argument after '=', got none"),
+])
+def test_an_empty_policy_argument_names_that_policys_argument(name, needle):
+    """Every empty argument was said to be "a learned policy's PATH", the planner's and a plugin's too."""
+    from deepshare.core.errors import DeepShareError
+    from deepshare.policies import make_policy
+
+    with pytest.raises(DeepShareError) as refused:
+        make_policy(name)
+    assert needle in str(refused.value)
+    assert "learned" not in str(refused.value)
