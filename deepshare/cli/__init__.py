@@ -46,6 +46,8 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from deepshare import __version__
 
+        if sys.stdout is None:  # `deepshare --version >&-`: no standard output to write to
+            parser.exit(EXIT_RUNTIME, "deepshare: error: cannot write to standard output: it is closed\n")
         try:
             sys.stdout.write(f"deepshare {__version__}\n")
             sys.stdout.flush()
@@ -65,7 +67,7 @@ def _stdout_to_devnull() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a test's capture)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind sys.stdout (a test's capture, None)
         pass
 
 

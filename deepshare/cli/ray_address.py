@@ -31,6 +31,13 @@ def add_address_flag(parser: argparse.ArgumentParser, runs: str) -> None:
     )
 
 
+def check_address(address: str | None) -> None:
+    """Refuse an empty ``--address`` (an unset variable): it ran locally, silently."""
+    if address is not None and not address.strip():
+        raise DeepShareError(f"--address {address!r}: an empty address; give 'auto' or HOST:PORT of a running Ray head "
+                             "node, or leave the flag out to run on this machine")
+
+
 @contextmanager
 def joined(address: str | None) -> Iterator[bool]:
     """True inside the block when connected to the cluster at ``address``; False (and no Ray)
@@ -38,9 +45,7 @@ def joined(address: str | None) -> Iterator[bool]:
     if address is None:
         yield False
         return
-    if not address.strip():  # an unset variable: it ran locally, silently
-        raise DeepShareError(f"--address {address!r}: an empty address; give 'auto' or HOST:PORT of a running Ray head "
-                             "node, or leave the flag out to run on this machine")
+    check_address(address)
     from deepshare.agents.deploy import check_reachable
 
     check_reachable(address)  # fails fast: Ray retries an unreachable head for minutes

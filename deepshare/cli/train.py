@@ -40,8 +40,10 @@ def episode_return(value: float, digits: int) -> str:
 def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from deepshare.cli.ray_address import check_address
     from deepshare.rl.train import load_train_config, train
 
+    check_address(args.address)  # '' (an unset variable) would start a local Ray, silently
     config = load_train_config(args.config)  # bad YAML fails before Ray starts
     if args.seed is not None:
         if args.resume:
@@ -134,6 +136,9 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
 
     from deepshare.rl.tune import METRIC, parse_grid, run_sweep, validated_variants
 
+    from deepshare.cli.ray_address import check_address
+
+    check_address(args.address)  # '' (an unset variable) would start a local Ray, silently
     folder_outputs(args.out, (), "--out")  # an empty path is refused: it would be the current folder, silently
     axes = [parse_grid(spec) for spec in args.grid]
     if not axes:

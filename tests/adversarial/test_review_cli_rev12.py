@@ -467,3 +467,37 @@ def test_an_empty_policy_argument_names_that_policys_argument(name, needle):
         make_policy(name)
     assert needle in str(refused.value)
     assert "learned" not in str(refused.value)
+
+
+# -- second read: F5, --version with standard output closed; train/tune refuse an empty --address -
+def test_version_with_stdout_closed_is_one_line():
+    """``deepshare --version >&-`` (sys.stdout is None) was an AttributeError traceback."""
+    import shlex
+    import subprocess
+    import sys
+
+    done = subprocess.run(f"{shlex.quote(sys.executable)} -m deepshare --version >&-", shell=True,
+                          stderr=subprocess.PIPE, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1
+    assert done.stderr == "deepshare: error: cannot write to standard output: it is closed\n"
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+@pytest.mark.parametrize("address", ["", " "])
+def test_train_and_tune_refuse_an_empty_address(tmp_path, capsys, monkeypatch, command, address):
+    """``train --address ''`` started a local Ray and trained, where compare, evaluate and imitate
+    refuse an empty --address (an unset variable). The work itself is replaced: it must not run."""
+    import deepshare.rl.train
+    import deepshare.rl.tune
+
+    def must_not_run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(deepshare.rl.train, "train", must_not_run)
+    monkeypatch.setattr(deepshare.rl.tune, "run_sweep", must_not_run)
+    monkeypatch.chdir(tmp_path)
+    config = Path(__file__).resolve().parents[2] / "rllib_configs" / "rl_hybrid.yaml"
+    extra = ["--grid", "lr=0.001,0.002"] if command == "tune" else []
+    rc, out, err = cli(capsys, command, config, *extra, "--address", address)
+    assert rc == 2, err
+    one_error_line(err, f"--address {address!r}: an empty address")
