@@ -171,8 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stdout_to_devnull()
             return EXIT_RUNTIME
         # another pipe or socket (a worker process, a connection) closed its end: said, not hidden
-        err.print(f"deepshare: error: {one_line(exc.strerror or str(exc))}: a connection or worker process closed its end",
-                  markup=False, highlight=False, soft_wrap=True)
+        try:
+            err.print(f"deepshare: error: {one_line(exc.strerror or str(exc))}: a connection or worker process closed "
+                      "its end", markup=False, highlight=False, soft_wrap=True)
+        except BrokenPipeError:  # standard error itself is the pipe that broke: nobody to tell
+            pass
         return EXIT_RUNTIME
     except OSError as exc:
         if exc.errno not in PATH_ERRNOS or exc.filename is None:

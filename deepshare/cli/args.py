@@ -158,21 +158,25 @@ def policy_list(text: str) -> list[str]:
 
 
 def _same_policy_key(name: str, policy: object) -> tuple[object, ...]:
-    """What makes two spellings one policy: its registry name (a plugin's spec as typed) and its
-    argument as the policy read it (a checkpoint's resolved file, the default one included; the
-    planner's settings), else the argument's text (a file it names resolved)."""
+    """What makes two spellings one policy: its registry name (a plugin's spec as typed) and, for a
+    built-in, its argument as the policy read it (a checkpoint's resolved file, the default one
+    included; the planner's settings), else the argument's text (a file it names resolved): a
+    plugin's argument can say more than the file or settings it ends up reading."""
     import os
 
     from deepshare.policies.planner import Planner
     from deepshare.policies.registry import policy_info
 
+    from deepshare.policies.registry import is_builtin
+
     base, _, arg = name.partition("=")
     info = policy_info(base).name
-    metadata = getattr(policy, "metadata", None)
-    if isinstance(metadata, dict) and isinstance(metadata.get("checkpoint"), str):
-        return info, "checkpoint", os.path.realpath(metadata["checkpoint"])
-    if isinstance(policy, Planner):
-        return info, "planner", policy.config
+    if is_builtin(base):  # a plugin's argument may carry more than the file or settings it reads: its text
+        metadata = getattr(policy, "metadata", None)
+        if isinstance(metadata, dict) and isinstance(metadata.get("checkpoint"), str):
+            return info, "checkpoint", os.path.realpath(metadata["checkpoint"])
+        if isinstance(policy, Planner):
+            return info, "planner", policy.config
     return info, "argument", os.path.realpath(arg) if arg and os.path.isfile(arg) else arg
 
 

@@ -284,10 +284,11 @@ def make_folder(flag: str, path: str) -> list[str]:
 
 
 def _remove_empty(created: Sequence[str]) -> None:
-    """Remove the folders ``created`` (outermost first), deepest first, while they are empty: one
-    the run wrote into stays, and so do the folders that hold it."""
+    """Remove the folders ``created`` (outermost first), deepest first, each only if empty: one the
+    run wrote into stays, and so do the folders that hold it (``rmdir`` refuses them); a sibling
+    reached through ``..`` (``new/../new2``) is not one of them, so a refusal does not stop the rest."""
     for folder in reversed(created):
         try:
             os.rmdir(folder)
         except OSError:
-            break
+            continue

@@ -122,6 +122,9 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
         raise DeepShareError(f"invalid settings: {exc}") from None
     # unknown names and unreadable checkpoints fail here, before the ports and Ray (--contention is one of its choices)
     flagged("--policy", check_settings, settings)
+    from deepshare.cli.ray_address import check_address
+
+    check_address(args.address)  # '' (an unset variable) started a private Ray, silently
     warning = exposure_warning(args.host, bool(token))
     if warning:
         err.print(warning, markup=False, highlight=False, soft_wrap=True)

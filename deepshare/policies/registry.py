@@ -189,6 +189,11 @@ def policy_info(name: str) -> PolicyInfo:
     )
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` (without ``=ARG``) is one of the package's own policies, not a plugin."""
+    return name in _REGISTRY
+
+
 def _external_info(name: str, obj: object, source: str = "") -> PolicyInfo:
     """A policy from outside the package: takes an optional ``=ARG``, never counted as a heuristic."""
     fallback = f"user policy {source or name}"
@@ -218,4 +223,9 @@ def _argument_form(info: PolicyInfo) -> str:
     import re
 
     form = re.search(rf"(?<![\w.+-]){re.escape(info.name)}=(\S+)", info.description)
-    return f" ({info.name}={form.group(1).rstrip('.,;')})" if form else ""
+    if not form:
+        return ""
+    shown = form.group(1).rstrip(".,;")
+    while shown and shown[-1] in ")]" and shown.count(shown[-1]) > shown.count("(" if shown[-1] == ")" else "["):
+        shown = shown[:-1].rstrip(".,;")  # the prose's closing bracket, not the form's
+    return f" ({info.name}={shown})"

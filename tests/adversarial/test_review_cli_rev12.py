@@ -501,3 +501,44 @@ def test_train_and_tune_refuse_an_empty_address(tmp_path, capsys, monkeypatch, c
     rc, out, err = cli(capsys, command, config, *extra, "--address", address)
     assert rc == 2, err
     one_error_line(err, f"--address {address!r}: an empty address")
+
+
+# -- third read ----------------------------------------------------------------------------------
+def test_plugin_variants_on_one_checkpoint_or_planner_settings_are_two_policies(tmp_path, capsys, monkeypatch):
+    """A plugin's argument may say more than the file or planner settings it reads
+    (``plug:ens=PATH@base`` and ``PATH@hybrid`` load one file two ways): both were refused as one
+    policy, in ``evaluate`` too, which ran them before."""
+    from deepshare.cli.args import policy_list
+
+    (tmp_path / "plug_third.py").write_text(
+        "from deepshare.policies.checkpoint import learned_policy\n"
+        "from deepshare.policies.planner import Planner, PlannerConfig\n"
+        "from deepshare.policies import make_policy\n"
+        "def ens(arg=''):\n"
+        "    path, _, how = arg.partition('@')\n"
+        "    return learned_policy('ens', path, how == 'hybrid')\n"
+        "def plan(arg=''):\n"
+        "    return Planner(PlannerConfig(futures=1), lambda n: make_policy(arg or n))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shipped_file = shipped("rl_base.pt")
+    both = [f"plug_third:ens={shipped_file}@base", f"plug_third:ens={shipped_file}@hybrid"]
+    assert policy_list(",".join(both)) == both
+    plans = ["plug_third:plan=fifo+packed", "plug_third:plan=srsf+packed"]
+    assert policy_list(",".join(plans)) == plans
+
+
+def test_a_refused_out_through_a_sibling_removes_every_empty_folder_it_made(tmp_path):
+    """``new/../new2`` with files written into ``new2``: the empty ``new`` stayed (the first
+    folder that could not be removed stopped the rest)."""
+    from deepshare.cli.output import _remove_empty, make_folder
+
+    created = make_folder("--out", str(tmp_path / "new" / ".." / "new2"))
+    (tmp_path / "new2" / "kept.json").write_text("{}")
+    _remove_empty(created)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new2"] and (tmp_path / "new2" / "kept.json").is_file()
+
+
+def test_serve_refuses_an_empty_address(capsys):
+    rc, out, err = cli(capsys, "serve", "--address", "")
+    assert rc == 2 and out == ""
+    one_error_line(err, "--address ''", "an empty address")
