@@ -14,7 +14,7 @@ whose old GPUs only launches of jobs it outranks hold (those are placed again el
 among them possibly by a domain plan of its own), so a running job is not stopped to give its
 GPUs to launches ranked below it; nor is one of a gang's domain plan (the plan stops jobs ranked
 below the gang; one whose old GPUs, once the gang is placed, only launches it outranks hold keeps
-them, and those launches are placed again).
+them, and those launches are placed again, if the gang's placement still stands beside it).
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """
