@@ -273,7 +273,6 @@ def test_launches_placed_again_see_the_decisions_other_launches():
     was placed as if no other launch were pending: 5 of these 200 decisions broke the rule)."""
     from itertools import product
 
-    from deepshare.core.contention.base import leaving_out
     from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
 
     broken = []
@@ -287,16 +286,27 @@ def test_launches_placed_again_see_the_decisions_other_launches():
                           queued, running)
         decision = make_policy("srsf+uncontended+preempt").decide(view)
         check_view_decision(decision, view)
-        jobs = {job.job_id: job for job in (*view.running, *view.queued)}
-        with leaving_out(view.predict, [jobs[j] for j in decision.preempt]) as predict:
-            pending = []
-            for launch in decision.launch:
-                job = jobs[launch.job_id]
-                if pending and predict(job, launch.placement, pending).ratio < UNCONTENDED_MIN_RATIO \
-                        <= predict(job, launch.placement, ()).ratio:
-                    broken.append((contention, k_model, low_model, k_gpus, now, launch.job_id))
-                pending.append((job, launch.placement))
+        for job_id, beside, alone, first in launch_ratios(view, decision):
+            if not first and beside < UNCONTENDED_MIN_RATIO <= alone:
+                broken.append((contention, k_model, low_model, k_gpus, now, job_id))
     assert broken == []
+
+
+def launch_ratios(view, decision) -> list[tuple[str, float, float, bool]]:
+    """Each launch's predicted ratio with the decision's stops left out: beside the launches
+    before it, and alone; and whether it is the first launch."""
+    from deepshare.core.contention.base import leaving_out
+
+    jobs = {job.job_id: job for job in (*view.running, *view.queued)}
+    out = []
+    with leaving_out(view.predict, [jobs[j] for j in decision.preempt]) as predict:
+        pending = []
+        for launch in decision.launch:
+            job = jobs[launch.job_id]
+            out.append((launch.job_id, predict(job, launch.placement, pending).ratio,
+                        predict(job, launch.placement, ()).ratio, not pending))
+            pending.append((job, launch.placement))
+    return out
 
 
 @pytest.mark.parametrize("policy", ["srsf+consolidated+preempt", "srsf+topo-aware+preempt", "srsf+topo-bestfit+preempt",
@@ -330,19 +340,10 @@ def test_a_plans_victim_kept_running_never_slows_an_uncontended_gang_below_its_r
     beside gang0 on node 0; 1015: m0 beside q0 on node 1) put the gang at 0.845 and 0.462 of its
     isolated speed, under ``uncontended``'s 0.9; such a victim is now kept only if the gang's
     placement still stands with it running."""
-    from deepshare.core.contention.base import leaving_out
     from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
 
     view = two_leaf_view(seed)
     decision = make_policy("srsf+uncontended+preempt").decide(view)
     check_view_decision(decision, view)
-    jobs = {job.job_id: job for job in (*view.running, *view.queued)}
-    with leaving_out(view.predict, [jobs[j] for j in decision.preempt]) as predict:
-        pending = []
-        for launch in decision.launch:
-            if launch.job_id == gang:
-                assert predict(jobs[gang], launch.placement, pending).ratio >= UNCONTENDED_MIN_RATIO
-                break
-            pending.append((jobs[launch.job_id], launch.placement))
-        else:
-            pytest.fail(f"{gang} was not launched")
+    ratios = {job_id: beside for job_id, beside, _, _ in launch_ratios(view, decision)}
+    assert gang in ratios and ratios[gang] >= UNCONTENDED_MIN_RATIO
