@@ -343,7 +343,6 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     if unquoted:  # the CRD's rayStartParams is a map of strings: kubectl refuses `num-gpus: 4`
         raise DeepShareError(f"{where}.rayStartParams.{unquoted[0]}: expected a string (quote it: KubeRay's CRD "
                              f"takes strings only), got {params[unquoted[0]]!r}")
-    _check_start_params(params, f"{where}.rayStartParams")
     count = params.get("num-gpus", "")
     if not _DIGITS.fullmatch(count):
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer "
@@ -351,6 +350,7 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     gpus = int(count)
     if gpus < 1:
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected >= 1, got {gpus}")
+    _check_start_params(params, f"{where}.rayStartParams")  # after num-gpus, whose own message is the plainer
     resources = _kuberay_resources(params.get("resources", ""), f"{where}.rayStartParams.resources")
     labels = _kuberay_labels(group, params, where)
     hardware = parse_labels(labels, f"{where}.labels")
