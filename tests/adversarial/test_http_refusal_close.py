@@ -10,12 +10,9 @@ of them would shut everyone else out. Real loopback server, real guard stack, a 
 from __future__ import annotations
 
 import socket
-import threading
-import time
-from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
+from api_serving import served
 
 pytest.importorskip("uvicorn")
 
@@ -33,29 +30,10 @@ async def ok_app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-@contextmanager
-def serving() -> Iterator[int]:
-    server = api_server(guard(ok_app, token=TOKEN, bound_host="127.0.0.1", max_body_bytes=1000),
-                        header_timeout_s=1.0)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def port():
-    with serving() as p:
+    with served(api_server(guard(ok_app, token=TOKEN, bound_host="127.0.0.1", max_body_bytes=1000),
+                           header_timeout_s=1.0)) as p:
         yield p
 
 

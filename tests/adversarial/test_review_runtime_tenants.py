@@ -6,17 +6,16 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from api_serving import served
 
 pytest.importorskip("uvicorn")
 
 from deepshare.runtime.api import guard, make_app  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
-from deepshare.runtime.service import api_server, bind  # noqa: E402
+from deepshare.runtime.service import api_server  # noqa: E402
 from deepshare.runtime.tenancy import LiveTenants  # noqa: E402
 
 ADMIN = "admin-token-0123456789"
@@ -37,29 +36,20 @@ def api(tmp_path: Path):
     journal = Journal(tmp_path / "state")
     tenants = LiveTenants(ADMIN, tmp_path / "tenants.yaml", lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
     app = make_app(journal, lambda: (8, 2), state_dir=tmp_path / "state", tenants=tenants, max_queued=6)
-    sock = bind("127.0.0.1", 0)
-    server = api_server(guard(app, tenants=tenants, bound_host="127.0.0.1"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
+    with served(api_server(guard(app, tenants=tenants, bound_host="127.0.0.1"))) as port:
 
-    def submit(token: str, name: str) -> tuple[int, dict]:
-        conn = http.client.HTTPConnection("127.0.0.1", sock.getsockname()[1], timeout=10)
-        try:
-            spec = dict(name=name, gpus=1, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/c")
-            conn.request("POST", "/v1/jobs", body=json.dumps(spec),
-                         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read())
-        finally:
-            conn.close()
+        def submit(token: str, name: str) -> tuple[int, dict]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                spec = dict(name=name, gpus=1, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/c")
+                conn.request("POST", "/v1/jobs", body=json.dumps(spec),
+                             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                return resp.status, json.loads(resp.read())
+            finally:
+                conn.close()
 
-    yield submit
-    server.should_exit = True
-    thread.join(timeout=5)
-    sock.close()
+        yield submit
     journal.close()
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from api_serving import served
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -374,31 +375,21 @@ def fresh_server(root: Path, header_timeout_s: float = HEADER_TIMEOUT_S, max_con
     journal = Journal(root / "state")
     app = guard(make_app(journal, lambda: (8, 2), state_dir=root / "state", **app_options), token=TOKEN,
                 bound_host="127.0.0.1")
-    sock = bind("127.0.0.1", 0)
-    srv = api_server(app, header_timeout_s=header_timeout_s, max_connections=max_connections)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    port = sock.getsockname()[1]
-
-    def call(method: str, path: str, body: object = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        try:
-            conn.request(method, path, None if body is None else json.dumps(body),
-                         {**AUTH, **JSON, "Host": f"127.0.0.1:{port}"})
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        finally:
-            conn.close()
-
     try:
-        deadline = time.monotonic() + 30
-        while not srv.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        yield journal, call, port
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
+        with served(api_server(app, header_timeout_s=header_timeout_s, max_connections=max_connections)) as port:
+
+            def call(method: str, path: str, body: object = None) -> tuple[int, bytes]:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    conn.request(method, path, None if body is None else json.dumps(body),
+                                 {**AUTH, **JSON, "Host": f"127.0.0.1:{port}"})
+                    resp = conn.getresponse()
+                    return resp.status, resp.read()
+                finally:
+                    conn.close()
+
+            yield journal, call, port
+    finally:  # after the server stopped: no request reaches a closed journal
         journal.close()
 
 

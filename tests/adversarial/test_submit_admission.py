@@ -11,16 +11,16 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import pytest
+from api_serving import served
 
 pytest.importorskip("uvicorn")
 from deepshare.runtime.api import guard, make_app  # noqa: E402
 from deepshare.runtime.journal import JobState, Journal  # noqa: E402
-from deepshare.runtime.service import api_server, bind  # noqa: E402
+from deepshare.runtime.service import api_server  # noqa: E402
 
 TOKEN = "test-token-0123456789"
 GOOD = {"name": "t", "gpus": 1, "model": "DLRM", "command": ["/bin/true"], "checkpoint_dir": "/tmp/ckpt"}
@@ -32,31 +32,19 @@ GUARD_S = 30.0
 def serving(journal: Any, cluster_gpus: Callable[[], tuple[int, int]], **options: Any) -> Iterator[Callable[..., tuple[int, Any]]]:
     """The guarded API over ``journal`` on a free loopback port: a caller ``(method, path, body)``."""
     app = guard(make_app(journal, cluster_gpus, **options), token=TOKEN, bound_host="127.0.0.1")
-    sock = bind("127.0.0.1", 0)
-    srv = api_server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    port = sock.getsockname()[1]
+    with served(api_server(app)) as port:
 
-    def call(method: str, path: str, body: object = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=GUARD_S)
-        try:
-            conn.request(method, path, None if body is None else json.dumps(body),
-                         {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read())
-        finally:
-            conn.close()
+        def call(method: str, path: str, body: object = None) -> tuple[int, Any]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=GUARD_S)
+            try:
+                conn.request(method, path, None if body is None else json.dumps(body),
+                             {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                return resp.status, json.loads(resp.read())
+            finally:
+                conn.close()
 
-    try:
-        deadline = time.monotonic() + GUARD_S
-        while not srv.started and time.monotonic() < deadline:
-            time.sleep(0.02)
         yield call
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
 
 
 def test_other_requests_are_answered_while_a_submission_waits_for_ray(tmp_path):

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from api_serving import served
 from fake_launcher import FakeLauncher
 
 from deepshare.cli import main
@@ -170,21 +169,10 @@ def test_calibrate_from_state_and_the_contention_endpoint_and_command(tmp_path, 
 @contextmanager
 def serving(app):
     """``app`` served by uvicorn on a free loopback port for the block; its URL."""
-    from deepshare.runtime.service import api_server, bind
+    from deepshare.runtime.service import api_server
 
-    sock = bind("127.0.0.1", 0)
-    server = api_server(app)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
+    with served(api_server(app)) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_the_live_scheduler_migrates_a_job_slow_for_a_window(tmp_path):

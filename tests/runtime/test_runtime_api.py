@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from api_serving import served
 
 from deepshare.cli import main
 from deepshare.runtime.journal import JobState, Journal
-from deepshare.runtime.service import api_server, bind
+from deepshare.runtime.service import api_server
 from deepshare.runtime.spec import spec_from_json
 
 uvicorn = pytest.importorskip("uvicorn")
@@ -29,20 +28,9 @@ TOKEN = "test-token-0123456789"
 @contextmanager
 def serving(journal: Journal, **app_options):  # type: ignore[no-untyped-def]
     """The API over ``journal`` on a free loopback port, for the ``with`` block: its URL."""
-    sock = bind("127.0.0.1", 0)
     app = guard(make_app(journal, **app_options), token=TOKEN, bound_host="127.0.0.1")
-    srv = api_server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
+    with served(api_server(app)) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 
