@@ -217,18 +217,16 @@ class HeuristicPolicy:
                 if gave_way is not None:
                     victim.placement.take(free)  # type: ignore[union-attr]
                     kept.append((victim, gave_way))
-            if kept:
-                left = {job_id for _, gave in kept for job_id in gave}
-                stays = {victim.job_id for victim, _ in kept}
-                if not self._stands(gang, found.placement, view, [*gone, *(v for v in found.victims if v.job_id not in stays)],
-                                    [(j, p) for j, p in launched if j.job_id not in left]):
-                    for victim, gave in reversed(kept):  # all stop, as planned
-                        victim.placement.release(free)  # type: ignore[union-attr]
-                        held.take_back(gave, free)
-                    kept = []
-            for victim, gave in kept:
-                undone.update(gave)
             stays = {victim.job_id for victim, _ in kept}
+            left = {job_id for _, gave in kept for job_id in gave}
+            if kept and not self._stands(gang, found.placement, view,
+                                         [*gone, *(v for v in found.victims if v.job_id not in stays)],
+                                         [(j, p) for j, p in launched if j.job_id not in left]):
+                for victim, gave in reversed(kept):  # all stop, as planned
+                    victim.placement.release(free)  # type: ignore[union-attr]
+                    held.take_back(gave, free)
+                stays, left = set(), set()
+            undone.update(left)
             for victim in found.victims:
                 if victim.job_id not in stays:
                     stopped.add(victim.job_id)
