@@ -22,18 +22,18 @@ from deepshare.core.information import (
 from deepshare.core.simulator import SimConfig
 from deepshare.core.topology import Topology, load_topology, preset_names, uniform
 from deepshare.core.traces import FORMATS, MIX_PRESETS, Trace, load, mix_from_spec
+from deepshare.core.written import INTEGER_TEXT, NUMBER_TEXT
 
 
-INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+INTEGER = re.compile(rf"\s*{INTEGER_TEXT}\s*")
 """An integer as a flag writes it (:data:`_WRITTEN`)."""
 
 _WRITTEN = {
     int: INTEGER,
-    float: re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.IGNORECASE),
+    float: re.compile(rf"\s*{NUMBER_TEXT}\s*", re.IGNORECASE),
 }
-"""How a flag's integer or number is written: ASCII digits, no ``_`` separators. Python's ``int``
-and ``float`` also read ``1_000`` and other scripts' digits (``١٢`` is 12), which a typo or a
-pasted value should not turn into a different number silently."""
+"""How a flag's integer or number is written (:mod:`deepshare.core.written`), spaces around it
+allowed as ``int`` and ``float`` allow them."""
 
 
 def number(convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], Any]:

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.topology_plain import MAX_GPUS_PER_NODE, MAX_NODES, NODE_TYPE_DEFAULTS
+from deepshare.core.written import WRITTEN
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource a node's GPU count is read from (the NVIDIA device plugin's)."""
@@ -241,7 +242,7 @@ def level_numbers(values: Sequence[str], flag: str, levels: Sequence[str], low: 
         if name in out:
             raise DeepShareError(f"{flag}: level {name!r} given twice")
         try:
-            number = float(text) if _WRITTEN[float].fullmatch(text) else float("nan")
+            number = float(text) if WRITTEN[float].fullmatch(text) else float("nan")
         except ValueError:
             number = float("nan")
         if not low <= number <= high:
@@ -272,14 +273,6 @@ def check_level_options(levels: Sequence[str], oversubscription: Mapping[str, fl
         raise DeepShareError(f"--nvlink {nvlink}: {where}; the levels, lowest first, are {', '.join(levels)}")
 
 
-_WRITTEN = {
-    int: re.compile(r"[+-]?[0-9]+"),
-    float: re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE),
-}
-"""How a flag's integer or number is written: ASCII digits, no ``_`` separators (as
-:mod:`deepshare.cli.args` reads every numeric flag)."""
-
-
 def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple[str, dict[str, Any]]:
     """The imported nodes' type: (name, hardware fields), :data:`DEFAULT_NODE_TYPE` with
     ``--node-type FIELD=VALUE`` options and ``--gpus-per-node`` applied, checked by the schema."""
@@ -301,7 +294,7 @@ def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple
         given.add(key)
         kind = _FIELD_KINDS[key]
         try:  # ASCII digits only: int() and float() also read 1_0 as 10 and other scripts' digits
-            if kind is not str and not _WRITTEN[kind].fullmatch(text):
+            if kind is not str and not WRITTEN[kind].fullmatch(text):
                 raise ValueError(text)
             value: Any = kind(text) if kind is not str else text
         except ValueError:

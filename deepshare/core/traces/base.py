@@ -18,7 +18,6 @@ import csv
 import io
 import math
 import os
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
@@ -32,6 +31,7 @@ from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_bytes
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
 from deepshare.core.types import JobSpec
+from deepshare.core.written import NUMBER
 
 
 @dataclass(frozen=True)
@@ -240,21 +240,16 @@ def is_blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() == "")
 
 
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-"""A number as a trace's text may write it: ASCII digits with an optional sign, point and
-exponent. Python's ``float`` also reads ``1_000`` (digit groups) and non-ASCII digits, which no
-CSV tool reads as that number, so a text cell must match this first (as Slurm's fields do)."""
-
-
 def _as_float(value: int | float | str) -> float:
-    """``float(value)``; a string that is not :data:`_NUMBER` raises ValueError."""
-    if isinstance(value, str) and not _NUMBER.fullmatch(value):
+    """``float(value)``; a string not written as a number (:data:`deepshare.core.written.NUMBER`:
+    ``1_000`` and other scripts' digits are not) raises ValueError."""
+    if isinstance(value, str) and not NUMBER.fullmatch(value):
         raise ValueError(value)
     return float(value)
 
 
 def number(value: Any, loc: str, field: str, *, minimum: str = "any", maximum: float | None = None) -> float:
-    """A finite float from a JSON number or a CSV string (ASCII digits only: :data:`_NUMBER`).
+    """A finite float from a JSON number or a CSV string (ASCII digits only: :func:`_as_float`).
 
     ``minimum``: ``"any"``, ``"nonnegative"`` (>= 0) or ``"positive"`` (> 0); ``maximum``: the
     largest value accepted, named in the error (None: any finite number).
