@@ -59,7 +59,7 @@ def fabric_rows(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         if missing:
             left_out.append(f"{name} (no run of {', '.join(missing)})")
             continue
-        best = min(anchors, key=lambda a: (jct[a], a))
+        best = cell["best_heuristic"]  # the suite's own (the least average JCT of its anchors, ties by name)
         out.append({
             "cell": name,
             "oversubscribed": "cluster" in cell and oversubscribed(cell["cluster"]),
