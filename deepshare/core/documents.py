@@ -117,9 +117,24 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
         raise _too_deep(source, expected) from None
     except json.JSONDecodeError as exc:
         raise DeepShareError(json_problem(text, source, exc)) from None
-    except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type
-        raise DeepShareError(f"{source}: not valid JSON ({exc})") from None
+    except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type, a huge integer
+        raise DeepShareError(_huge_integer(text, source) or f"{source}: not valid JSON ({exc})") from None
     return _checked(doc, source, expected, text)
+
+
+_HUGE_INTEGER = re.compile(rb"[0-9]{4301,}")
+"""More digits than Python converts to an integer (``sys.get_int_max_str_digits``'s default)."""
+
+
+def _huge_integer(text: str | bytes, source: str) -> str | None:
+    """Where ``text`` writes an integer Python refuses to convert (its own message names a
+    setting of Python's, not the file's line), or None."""
+    data = text.encode("utf-8", "replace") if isinstance(text, str) else text
+    found = _HUGE_INTEGER.search(data)
+    if found is None:
+        return None
+    line = data.count(b"\n", 0, found.start()) + 1
+    return f"{source} line {line}: expected a number of at most 4,300 digits, got one of {found.end() - found.start():,}"
 
 
 class DuplicateKey(ValueError):

@@ -175,13 +175,26 @@ def duplicate_key(obj: Any) -> str | None:
     return getattr(obj, "duplicate", None)
 
 
+def _first_repeated(names: list[str]) -> str | None:
+    """The first name seen twice, in one pass (comparing each with all before it took 14 s on a
+    header of 40,000 columns)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
 def read_csv(
-    text: str, source: str, fmt: str, required: Sequence[str], *, delimiter: str = ","
+    text: str, source: str, fmt: str, required: Sequence[str], *, delimiter: str = ",",
+    either: Sequence[Sequence[str]] = (),
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
     """Header and ``(line number, {column: stripped value})`` rows of a CSV text.
 
     Blank lines are skipped. The header must name every ``required`` column (others are
-    allowed); each row must have exactly as many fields as the header, so a file cut mid-row
+    allowed), and all the columns of at least one group of ``either`` when it is given (Slurm:
+    ``Elapsed``, or both ``Start`` and ``End``); each row must have exactly as many fields as the header, so a file cut mid-row
     is reported at the cut, not half-loaded. A ``delimiter`` other than a comma (Slurm's ``|``)
     also turns quoting off: such files write fields as they are, quotes included.
     """
@@ -196,7 +209,7 @@ def read_csv(
             break
     if header is None:
         raise DeepShareError(f"{source}: file is empty, expected a CSV header")
-    dup = next((h for i, h in enumerate(header) if h in header[:i]), None)
+    dup = _first_repeated(header)
     if dup is not None:
         raise DeepShareError(f"{source} line {header_line}: column {dup!r} appears twice in the header")
     absent = [c for c in required if c not in header]
@@ -204,6 +217,14 @@ def read_csv(
         raise DeepShareError(
             f"{source} line {header_line}: missing required column(s) "
             f"{', '.join(repr(c) for c in absent)} for the {fmt} format; "
+            f"the header has: {', '.join(header) or '(nothing)'}"
+        )
+    if either and not any(all(c in header for c in group) for group in either):
+        def named(group: Sequence[str]) -> str:
+            return ("both " if len(group) > 1 else "") + " and ".join(repr(c) for c in group)
+        wanted = " and ".join(repr(c) for c in either[0]) + "".join(f" (or {named(g)})" for g in either[1:])
+        raise DeepShareError(
+            f"{source} line {header_line}: missing column {wanted} for the {fmt} format; "
             f"the header has: {', '.join(header) or '(nothing)'}"
         )
 
@@ -440,7 +461,7 @@ def datetime_seconds(value: Any, loc: str, field: str, *, optional: bool = False
         if optional:
             return None
         raise missing(loc, field, expected)
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not value.isascii():  # strptime reads any script's digits
         raise bad(loc, field, expected, value)
     try:
         when = datetime.strptime(value.strip(), DATETIME_FORMAT)

@@ -34,6 +34,7 @@ from deepshare.core.traces.base import (
     number,
     read_csv,
     text_field,
+    timestamp,
     with_drawn_models,
 )
 from deepshare.core.traces.mixes import ModelMix
@@ -55,7 +56,7 @@ def _submit(value: str, loc: str, kinds: dict[str, int], line: int) -> float:
         raise bad(loc, "submit_time", f"a {other} like line {kinds[other]}'s", value)
     kinds.setdefault(kind, line)
     if kind == "number":
-        return number(value, loc, "submit_time", minimum="nonnegative")
+        return timestamp(value, loc, "submit_time")  # bounded like every clock reading: 1e20 lost its seconds
     return datetime_seconds(value, loc, "submit_time")  # type: ignore[return-value]
 
 

@@ -107,10 +107,11 @@ def _time(row: dict[str, str], loc: str, column: str) -> float | None:
 
 
 def _whole_gpus(percent: float) -> int:
-    """GPUs for ``percent`` of one GPU, rounded up (float noise such as 99.999999 is 1)."""
+    """GPUs for ``percent`` (> 0) of one GPU, rounded up (float noise such as 99.999999 is 1):
+    at least one, however small the share."""
     share = percent / 100.0
     nearest = round(share)
-    return int(nearest) if abs(share - nearest) < 1e-6 else math.ceil(share)
+    return max(1, int(nearest) if abs(share - nearest) < 1e-6 else math.ceil(share))
 
 
 def _add_task(job: _Job, row: dict[str, str], line: int, loc: str) -> None:

@@ -9,7 +9,9 @@ The log is a JSON list of jobs::
 * GPUs: the largest total over one attempt of ``len(gpus)`` across its ``detail`` entries;
 * duration: the sum over attempts of ``end_time - start_time`` (attempts with a missing,
   ``null`` or ``"None"`` time are left out of the sum);
-* submit times are shifted so the earliest simulated job arrives at t = 0;
+* submit times are shifted so the earliest simulated job arrives at t = 0; the log's times carry
+  no zone and are read as UTC (the trace's other tables stamp US Pacific time: an attempt across
+  a daylight-saving change, if the log is local time, is an hour off);
 * ``user`` and ``vc`` (virtual cluster) are kept as the job's features; the log has no job
   name, recurring-job tag or time limit.
 
@@ -24,11 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepshare.core.bounds import MAX_JOB_GPUS
+from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
     Trace,
     bad,
+    check_seconds,
     datetime_seconds,
     features,
     missing,
@@ -38,7 +43,6 @@ from deepshare.core.traces.base import (
     with_drawn_models,
 )
 from deepshare.core.traces.mixes import ModelMix
-from deepshare.core.errors import DeepShareError
 
 FORMAT = "philly"
 _FEATURES = {"user": "user", "vc": "vc"}
@@ -71,6 +75,8 @@ def _attempts(job: dict[str, Any], loc: str) -> tuple[int, float, int, str | Non
             if not isinstance(held, list):
                 raise bad(loc, f"{where}.detail[{k}].gpus", "a list of GPU names", held)
             total += len(held)
+        if total > MAX_JOB_GPUS:  # named here: JobSpec would name its own field, not the log's
+            raise bad(loc, f"{where}.detail", f"at most {MAX_JOB_GPUS:,} GPUs in all (len of each entry's gpus)", total)
         start = datetime_seconds(attempt.get("start_time"), loc, f"{where}.start_time", optional=True)
         end = datetime_seconds(attempt.get("end_time"), loc, f"{where}.end_time", optional=True)
         if start is not None and end is None and i == len(attempts) - 1 and problem is None:
@@ -115,5 +121,6 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
         elif seconds <= 0:
             skipped.append((job_id, f"index {index}: attempts add up to no run time"))
         else:
+            check_seconds(seconds, loc, "attempts: run time (the sum of end_time - start_time)")
             kept.append(Run(loc, job_id, gpus, submit, seconds, features(entry, loc, _FEATURES)))  # type: ignore[arg-type]
     return with_drawn_models(kept, FORMAT, source, skipped, mix, seed)

@@ -183,12 +183,7 @@ def _why_skipped(row: dict[str, str], gpus: int, seconds: float | None) -> str |
 
 def parse(text: str, source: str, *, mix: ModelMix | None = None, seed: int = 0, **_: Any) -> Trace:
     """Jobs of ``sacct --parsable2`` output (models drawn from ``mix``; default: ``random``)."""
-    header, rows = read_csv(text, source, FORMAT, REQUIRED, delimiter="|")
-    if "Elapsed" not in header and not {"Start", "End"} <= set(header):
-        raise DeepShareError(
-            f"{source} line 1: missing column 'Elapsed' (or both 'Start' and 'End') for the {FORMAT} format; "
-            f"the header has: {', '.join(h for h in header if h)}"
-        )
+    _, rows = read_csv(text, source, FORMAT, REQUIRED, delimiter="|", either=(("Elapsed",), ("Start", "End")))
     ids = IdRegistry()
     kept: list[Run] = []
     skipped: list[tuple[str, str]] = []
