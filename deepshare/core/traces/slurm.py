@@ -49,7 +49,6 @@ import re
 from typing import Any
 
 from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS
-from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
