@@ -749,7 +749,7 @@ class Simulator:
             free=tuple(self._free),
             queued=queued,  # type: ignore[arg-type]
             running=LazyJobs(lambda: self._running_views(t), lambda: self._running_count(t)),
-            future_events=self._future_events,
+            future_events=True,  # as a live cluster assumes: whether an arrival is to come is hidden
             predict=self._predict,
             durations=self.information.durations,
             history=self.history,
@@ -840,10 +840,12 @@ class Simulator:
 
     # -- events ------------------------------------------------------------------------------
     def _process_events_at(self, t: float) -> bool:
-        """Pop every event at time ``t``; True when one of them was live (not a stale completion)."""
-        if self.knowledge is not None:  # the reports due by t, at the rates that held until t
-            self.knowledge.report_until(t, ((j.spec.job_id, j.spec.model, j.ratio, max(j.run_start, j.stall_until))
-                                            for j in self._running.values()))
+        """Pop every event at time ``t``; True when one of them was live (not a stale completion).
+
+        Under learned contention the reports due by ``t`` are taken at the first live event, at the
+        rates that held until ``t`` (a stale completion changes none): a stale completion's time
+        comes from a job's true remaining work, and taking reports there too split them into
+        other batches, so other noise draws, and the learned model told that truth apart."""
         self._account_busy(t)
         self.now = t
         live = False
@@ -853,6 +855,9 @@ class Simulator:
                 job = self._jobs.get(job_id)
                 if job is None or job.state is not SimJobState.RUNNING or job.version != version:
                     continue  # superseded by a re-rate, preemption or migration
+            if not live and self.knowledge is not None:
+                self.knowledge.report_until(t, ((j.spec.job_id, j.spec.model, j.ratio, max(j.run_start, j.stall_until))
+                                                for j in self._running.values()))
             live = True
             self.events_processed += 1
             if kind is EventKind.ARRIVAL:

@@ -305,8 +305,11 @@ class ClusterView:
     """A tuple, or a :class:`LazyJobs` the simulator fills only when a policy reads it."""
     predict: Predictor
     future_events: bool = True
-    """Whether an arrival or completion is still to come (a simulator knows; a live cluster
-    assumes so). With nothing running and none to come, waiting would idle the cluster forever."""
+    """Whether an arrival or completion is still to come, as far as the scheduler knows: a live
+    cluster assumes so, and so do the simulator's views (which arrivals remain is a hidden truth;
+    the simulator itself refuses a wait that would stall it, ``Simulator.idle_forever``). False
+    only where a caller says so (a replayed, finished trace sent to the placement service). No
+    shipped policy reads it."""
     link_load: Mapping[str, float] = field(default_factory=dict)
     """Measured or simulated utilisation (0..1) by link name, e.g. ``node0/nic``, ``node0/pcie``,
     ``node0/gpu3/nvlink``; empty when nothing measures links (node agents fill it live; the

@@ -483,10 +483,11 @@ def _predictions(view: ClusterView, launches: list[Candidate], pending: list) ->
 
 
 def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> bool:
-    """Wait is infeasible when nothing runs, nothing is being launched, nothing will arrive or
-    finish, and a launch is possible: the cluster would idle forever."""
-    view = partial.view
-    return len(rows) > 1 and not partial.count and not view.running and not view.future_events
+    """Wait is infeasible when nothing runs, nothing is being launched and a launch is possible:
+    the whole cluster would idle while a job fits. Whether an arrival is still to come is not
+    asked: a live cluster does not know it, and a simulator that told its views made the mask
+    say whether more jobs come (so a simulator's views never tell it, :attr:`ClusterView.future_events`)."""
+    return len(rows) > 1 and not partial.count and not partial.view.running
 
 
 def _waited_too_long(now: float, rows: list[Candidate], bound: float | None) -> bool:

@@ -61,8 +61,8 @@ class Demonstrations:
     avg_jct_s: list[float] = field(default_factory=list)
     """Each episode's average JCT (the env's final report)."""
     forced: int = 0
-    """Choices where the anchor would wait but waiting was masked (it would stall an idle
-    cluster): not stored (the label is no row the scorer may take); on the anchor's own episodes
+    """Choices where the anchor would wait but waiting was masked (nothing ran and a job
+    fit): not stored (the label is no row the scorer may take); on the anchor's own episodes
     the env then launched its first row, leaving the heuristic's schedule. Zero in every run so far."""
 
     def __len__(self) -> int:

@@ -225,7 +225,8 @@ class PlacementRequest(_Body):
     running: list[RunningIn] = Field(default_factory=list, max_length=MAX_JOBS)
     pending: list[PendingIn] = Field(default_factory=list, max_length=MAX_JOBS)
     future_events: bool = Field(
-        True, description="whether more arrivals or completions are expected (false only when replaying a finished trace)"
+        True, description="whether more arrivals or completions are expected (false only when replaying a finished trace); "
+        "no shipped policy reads it"
     )
     durations: Literal["exact", "estimated", "unknown"] = Field(
         "estimated",

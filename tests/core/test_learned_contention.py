@@ -184,6 +184,36 @@ def test_views_under_learned_carry_nothing_of_the_simulations_own_model(kind):
     assert dict(exact[0].link_load) == {}  # exact runs keep today's empty link load
 
 
+def test_a_running_jobs_true_length_does_not_reach_the_learned_model_through_its_stale_completions():
+    """Two worlds differ only in a's true length (the same estimate, arrivals and decisions; nothing
+    finishes before c arrives at t=5000). b's start re-rates a, leaving a completion event at a's
+    old finish time, which falls before 5000 in one world only. Reports are taken at live events
+    alone, so with noisy reports both views at t=5000 are identical (reports taken at the stale
+    completion too were split into other batches, other noise draws: the ratios differed in the
+    7th digit)."""
+    info = InformationModel("estimated", 1.0, 0, contention_knowledge="learned", report_s=60.0, measurement_noise=0.05)
+    world = PerturbedContention(make_contention("profiled"), 0.0, given=(("FSDP", 3.0),))
+    seen = []
+    for a_length in (3000.0, 6000.0):
+        jobs = [JobSpec("a", "FSDP", 4, 0.0, duration_s=a_length, requested_s=50_000.0),
+                JobSpec("b", "FSDP", 4, 100.0, duration_s=1e6, requested_s=50_000.0),
+                JobSpec("c", "FSDP", 12, 5000.0, duration_s=100.0, requested_s=100.0)]
+        sim = Simulator(uniform(2, 8), jobs, world, information=info)
+        for job_id, at in (("a", 0.0), ("b", 100.0)):
+            view = sim.advance()
+            assert view is not None and view.now == at
+            sim.apply(Decision(launch=(Launch(job_id, TWO_BY_TWO),)))
+        view = sim.advance()
+        assert view is not None and view.now == 5000.0 and not view.history
+        d = JobView("d", "FSDP", 4, 0.0, 1.0, 0.0, "heavy")
+        seen.append(([(j.job_id, j.remaining_s, j.ratio) for j in view.running], view.predict(d, TWO_BY_TWO, ()).ratio))
+    assert seen[0] == seen[1]
+    prior = make_contention("profiled").new_state(uniform(2, 8), default_catalog())
+    prior.add(RunningJob("a", "FSDP", 4, TWO_BY_TWO))
+    prior.add(RunningJob("b", "FSDP", 4, TWO_BY_TWO))
+    assert seen[0][0][0][2] != prior.ratio("a")  # the reports moved the model: the noise was drawn
+
+
 def test_learned_runs_are_deterministic_under_a_seed():
     world = PerturbedContention(make_contention("profiled"), 0.5, seed=4)
     info = InformationModel("exact", estimate_seed=2, contention_knowledge="learned")

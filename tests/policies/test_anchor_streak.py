@@ -20,7 +20,7 @@ from deepshare.core.contention import make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import JobSpec
+from deepshare.core.types import Decision, JobSpec, Launch, Placement
 from deepshare.policies import make_policy
 from deepshare.policies.checkpoint import SHIPPED, learned_policy
 from deepshare.policies.encoding import ANCHOR_ROW, WAIT_INDEX, EncodingConfig, PartialDecision, encode
@@ -42,12 +42,15 @@ NEVER = dict(min_ratio=2.0, utilisation_floor=0.0)
 
 
 def burst() -> PartialDecision:
-    """Ten 1-GPU jobs queued at once on two idle 8-GPU nodes (durations 100 s .. 1,000 s, so srsf
-    launches them in order j0 .. j9), and a later arrival (so waiting is allowed)."""
-    jobs = [JobSpec(f"j{i}", "MobileNetV3", 1, 0.0, duration_s=100.0 * (i + 1)) for i in range(10)]
-    jobs.append(JobSpec("late", "MobileNetV3", 1, 500.0, duration_s=50.0))
-    view = Simulator(uniform(2, 8), jobs, make_contention("profiled")).advance()
-    assert view is not None and len(view.queued) == 10
+    """Ten 1-GPU jobs queued at once (t=1) on two free 8-GPU nodes (durations 100 s .. 1,000 s, so
+    srsf launches them in order j0 .. j9) while a job holds a third node (so waiting is allowed)."""
+    jobs = [JobSpec(f"j{i}", "MobileNetV3", 1, 1.0, duration_s=100.0 * (i + 1)) for i in range(10)]
+    sim = Simulator(uniform(3, 8), [JobSpec("held", "FSDP", 8, 0.0, duration_s=10_000.0), *jobs],
+                    make_contention("profiled"))
+    assert sim.advance() is not None
+    sim.apply(Decision(launch=(Launch("held", Placement(((2, 8),))),)))
+    view = sim.advance()
+    assert view is not None and len(view.queued) == 10 and view.free == (8, 8, 0)
     return PartialDecision(view)
 
 
@@ -100,7 +103,7 @@ def test_no_streak_follows_another_row_a_wait_a_safety_net_launch_an_invalid_row
     other = take(partial, rows, mask, ANCHOR_ROW + 1, rules, ENCODING)
     assert other.launched == rows[ANCHOR_ROW + 1] and other.repeated == 0 and other.partial.count == 1
     assert take(partial, rows, mask, WAIT_INDEX, rules, ENCODING).launched is None  # the net never fires
-    netted = take(partial, rows, mask, WAIT_INDEX, HybridRules(anchor_streak=4), ENCODING)  # utilisation 0: it fires
+    netted = take(partial, rows, mask, WAIT_INDEX, HybridRules(anchor_streak=4), ENCODING)  # utilisation 1/3: it fires
     assert netted.safety_net and netted.repeated == 0 and netted.partial.count == 1
     invalid = take(partial, rows, mask, len(mask) + 3, HybridRules(anchor_streak=4), ENCODING)
     assert invalid.invalid and invalid.repeated == 0 and invalid.partial.count == 1

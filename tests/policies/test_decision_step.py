@@ -4,6 +4,8 @@ serving (``PlacementEngine.place``) take the same decisions for the same scorer.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from serving_cases import canonical
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import uniform
-from deepshare.core.types import WAIT, JobSpec, Launch, Placement
+from deepshare.core.types import WAIT, Decision, JobSpec, Launch, Placement
 from deepshare.policies import make_policy
 from deepshare.policies.base import BatchScorer, Policy, SteppedPolicy
 from deepshare.policies.encoding import FEATURES, JOB_FEATURES, WAIT_INDEX, EncodingConfig, PartialDecision, encode
@@ -40,10 +42,19 @@ B = JobSpec("b", "MoE", 8, 0.0, duration_s=500.0)
 LATER = JobSpec("c", "MobileNetV3", 2, 50.0, duration_s=100.0)
 
 
+RUNNING = JobSpec("r", "FSDP", 8, 0.0, duration_s=10_000.0)
+
+
 @pytest.fixture(scope="module")
 def point():
-    """a (4 GPUs) and b (8 GPUs) queued on an idle cluster, c still to arrive (so wait is allowed)."""
-    partial = first_point([A, B, LATER])
+    """a (4 GPUs) and b (8 GPUs) queued at t=1 on two free 8-GPU nodes while r holds a third
+    (something runs, so wait is allowed)."""
+    sim = Simulator(uniform(3, 8), [RUNNING, replace(A, submit_time=1.0), replace(B, submit_time=1.0)], make_contention("profiled"))
+    assert sim.advance() is not None
+    sim.apply(Decision(launch=(Launch("r", Placement(((2, 8),))),)))
+    view = sim.advance()
+    assert view is not None and view.now == 1.0 and view.free == (8, 8, 0)
+    partial = PartialDecision(view)
     obs, rows = encode(partial, ENCODING)
     return partial, obs["action_mask"], rows
 
@@ -61,7 +72,7 @@ def test_a_chosen_launch_row_is_taken(point):
     step = take(partial, rows, mask, 3, HybridRules())
     assert step.launched == rows[3] and not step.safety_net and not step.invalid
     assert step.partial.launches == (Launch("b", Placement(((0, 8),))),)
-    assert step.partial.free == (0, 8) and partial.free == (8, 8)
+    assert step.partial.free == (0, 8, 0) and partial.free == (8, 8, 0)
 
 
 def test_wait_without_safety_net_ends_the_decision(point):
@@ -72,13 +83,13 @@ def test_wait_without_safety_net_ends_the_decision(point):
         assert not step.safety_net and not step.invalid
 
 
-def test_wait_with_safety_net_launches_the_anchor_pick_on_an_idle_cluster(point):
+def test_wait_with_safety_net_launches_the_anchor_pick_on_an_underused_cluster(point):
     partial, mask, rows = point
-    step = take(partial, rows, mask, WAIT_INDEX, HybridRules())  # utilisation 0 < 0.5
+    step = take(partial, rows, mask, WAIT_INDEX, HybridRules())  # utilisation 1/3 < 0.5
     assert step.safety_net and not step.invalid
     assert step.launched is not None and step.launched.job.job_id == "a"
     assert step.launched.placement == Placement(((0, 4),)) == rows[1].placement  # srsf+packed = row 1
-    assert step.partial.free == (4, 8)
+    assert step.partial.free == (4, 8, 0)
 
 
 @pytest.mark.parametrize("action", [5, 7, 8, 99, -1])
@@ -90,8 +101,12 @@ def test_a_masked_or_out_of_range_row_counts_as_wait(point, action):
     assert netted.invalid and netted.safety_net and netted.launched.job.job_id == "a"
 
 
-def test_where_waiting_would_stall_a_masked_choice_is_the_first_launch():
-    partial = first_point([A, B])  # idle cluster, nothing will arrive: wait is masked
+@pytest.mark.parametrize("jobs", [[A, B], [A, B, LATER]], ids=["nothing-to-come", "an-arrival-to-come"])
+def test_where_waiting_would_idle_the_cluster_a_masked_choice_is_the_first_launch(jobs):
+    """Nothing runs and a job fits: wait is masked whether or not more jobs will arrive (which
+    the view does not tell: a simulator's views said so, and the mask told it to the policy)."""
+    partial = first_point(jobs)
+    assert partial.view.future_events
     obs, rows = encode(partial, ENCODING)
     mask = obs["action_mask"]
     assert mask[WAIT_INDEX] == 0

@@ -15,7 +15,10 @@ shares, large gangs' queueing): with those keys left out of the report the old d
 come out, so the observations, masks, rewards and flags did not change. The ``original`` reward's
 case was re-recorded when that reward became each round's integrals with the EWMA moved per round
 (it had paid the view at a step's end): with rewards left out, its old and new digests agree
-(fe4124f5...), so only the rewards changed.
+(fe4124f5...), so only the rewards changed. The four generated cases were re-recorded when wait
+became masked wherever nothing runs and a job fits, whether or not more jobs are to come (the
+mask had told the policy whether any arrival remained, which a live cluster does not know): the
+seeded actions then meet other masks, so the episodes differ; the trace case never met one.
 """
 
 from __future__ import annotations
@@ -40,11 +43,11 @@ CASES = {
                                        (8, 9, 10)),
 }
 EXPECTED = {
-    "generated_jct": "c8d4499379496c0cbde37df7ee47082fb73fde096ed0f9540fec224e4ee8a446",
-    "generated_original_reward": "f33369a913c0f3b8c6db70f9be92edd3dfaf6bd3e7de716505f48dd7a8478e39",
-    "generated_hybrid_contentions": "c344cbab64291af01ff5b7aa1edd26deedb4f98dd5a13e68e12c3327d4acb9d1",
+    "generated_jct": "63e50940b6c89ff1ee49f9efec9e40557c7cf4ccb06c01b821b796e31392b5fe",
+    "generated_original_reward": "d036acf4efd72e9b7016869e9171644704762108183bb6e1cb30c2f01133641a",
+    "generated_hybrid_contentions": "6f82da0d94efe998f1d20738eeae1d2336ab7fc64d157ecf1847737d3384cae9",
     "trace_hybrid_no_anchor": "482a489a9def2fcd8996fa4cac4b5a8e71fcea81f51494cec8ed2d19a22e8819",
-    "generated_estimated_curriculum": "74f93a246128486466b169f48f7deb9010c765532e3a93ac4365ebf1c056a53e",
+    "generated_estimated_curriculum": "2b92376ddb09d337d371fb6f442e54a2a4c418c8936052f026b8c0e246c1cb6f",
 }
 
 
