@@ -140,6 +140,10 @@ class TrainConfig(BaseModel):
         if group is not None and group.group_size > self.run.envs_per_env_runner:
             raise ValueError(f"ppo_extras.input_baseline.group_size ({group.group_size}) exceeds run.envs_per_env_runner "
                              f"({self.run.envs_per_env_runner}): a group is envs of one env runner")
+        if group is not None and self.run.envs_per_env_runner % group.group_size:
+            # the envs left over formed a smaller group, one env alone never had a baseline
+            raise ValueError(f"ppo_extras.input_baseline.group_size ({group.group_size}) must divide run.envs_per_env_runner "
+                             f"({self.run.envs_per_env_runner}): the envs of an env runner are split into whole groups")
         return self
 
     def env_config(self, base: Path) -> EnvConfig:

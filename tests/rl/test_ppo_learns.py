@@ -323,6 +323,7 @@ def test_replay_groups_of_a_restarted_env_runner_draw_new_sequences_not_the_firs
         ("{input_baseline: {group_size: 1}}", r"ppo_extras\.input_baseline\.group_size"),
         ("{input_baseline: {group_size: 2, mix: 2}}", r"ppo_extras\.input_baseline\.mix"),
         ("{input_baseline: {group_size: 9}}", r"ppo_extras\.input_baseline\.group_size \(9\) exceeds run\.envs_per_env_runner"),
+        ("{input_baseline: {group_size: 3}}", r"ppo_extras\.input_baseline\.group_size \(3\) must divide run\.envs_per_env_runner \(4\)"),
         ("{curriculum: {lengths: [8, 4], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths.*must not decrease"),
         ("{curriculum: {lengths: [0], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths"),
         ("{curriculum: {lengths: [], iterations_per_stage: 2}}", r"ppo_extras\.curriculum\.lengths"),
