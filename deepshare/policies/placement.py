@@ -22,7 +22,8 @@ the indexed answers are tested against: both give the same placement).
   because the one-decision prediction sees an idle NIC now but not the fragmentation and the
   network contention with the jobs that arrive later.
 * ``packed`` — Tiresias-style consolidation that *waits*: the consolidated placement only when
-  it spans the fewest nodes the job could ever use (one node when it fits on one), else none,
+  it spans the fewest nodes the job could ever use (one node when it fits on one; for a job
+  that requires a level, in a domain it may be placed in: :func:`least_nodes`), else none,
   so the job waits for GPUs to free up instead of fragmenting. Relaxation: once the job has
   waited :data:`PACKED_RELAX_S` since it was (re)queued it takes the consolidated fallback.
   The relaxation is checked at the decision points that arrivals and completions (and
@@ -336,6 +337,38 @@ def _min_nodes_of(gpus: int, capacity: tuple[int, ...]) -> int:
     return known[gpus]
 
 
+_LAST_FABRIC: tuple[object, tuple[int, ...], dict[tuple[int, int], int]] | None = None
+
+
+def least_nodes(job: JobView, view: ClusterView) -> int:
+    """The fewest nodes ``job`` can ever use: of the whole cluster, or, when it requires a level,
+    of the domains it may be placed in (that level and those below it) that can hold it at all.
+    On a fabric whose domains differ, the cluster's fewest may exist in no such domain (a 6-GPU
+    node beside four 2-GPU nodes: 8 GPUs need 2 nodes, the only leaf that holds 8 needs 4), and
+    ``packed`` then waited for a shape that never comes, on an idle cluster too. Remembered per
+    fabric and capacity (by identity, as :func:`_min_nodes_of`: nodes going up or down give a new
+    capacity)."""
+    capacity = view.topology.capacity
+    level = job.topology.required_level
+    if level is None:
+        return _min_nodes_of(job.gpus, capacity)
+    global _LAST_FABRIC
+    fabric = view.topology.fabric
+    entry = _LAST_FABRIC  # one read: another thread may replace it meanwhile
+    if entry is None or entry[0] is not fabric or entry[1] is not capacity:
+        entry = (fabric, capacity, {})
+        _LAST_FABRIC = entry
+    top = fabric.level_index(level)
+    key = (job.gpus, top)
+    known = entry[2].get(key)
+    if known is None:
+        sizes = [min_nodes(job.gpus, tuple(sorted(capacity[n] for n in fabric.domains[d].nodes)))
+                 for at in range(top + 1) for d in fabric.by_level[at]
+                 if sum(capacity[n] for n in fabric.domains[d].nodes) >= job.gpus]
+        known = entry[2][key] = min(sizes, default=_min_nodes_of(job.gpus, capacity))
+    return known
+
+
 def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
     """The ``packed`` strategy with its own relaxation wait (seconds, >= 0)."""
     if not relax_after_s >= 0:
@@ -345,7 +378,7 @@ def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
         placement = consolidate(job.gpus, free)
         if placement is None:
             return None
-        if placement.num_nodes <= _min_nodes_of(job.gpus, view.topology.capacity):
+        if placement.num_nodes <= least_nodes(job, view):
             return placement
         return placement if view.now - job.queued_since >= relax_after_s else None
 
