@@ -483,11 +483,16 @@ def _predictions(view: ClusterView, launches: list[Candidate], pending: list) ->
 
 
 def _waiting_would_stall(partial: PartialDecision, rows: list[Candidate]) -> bool:
-    """Wait is infeasible when nothing runs, nothing is being launched and a launch is possible:
-    the whole cluster would idle while a job fits. Whether an arrival is still to come is not
-    asked: a live cluster does not know it, and a simulator that told its views made the mask
-    say whether more jobs come (so a simulator's views never tell it, :attr:`ClusterView.future_events`)."""
-    return len(rows) > 1 and not partial.count and not partial.view.running
+    """Wait is infeasible when the cluster is wholly idle (nothing runs, every GPU is free),
+    nothing is being launched and a launch is possible: the whole cluster would idle while a job
+    fits. Whether an arrival is still to come is not asked: a live cluster does not know it, and
+    a simulator that told its views made the mask say whether more jobs come (so a simulator's
+    views never tell it, :attr:`ClusterView.future_events`). A view with GPUs taken by work it
+    does not list (a live cluster's) is not idle: wait stays offered there, as before."""
+    if len(rows) <= 1 or partial.count:
+        return False
+    view = partial.view
+    return not view.running and sum(view.free) == view.total_gpus
 
 
 def _waited_too_long(now: float, rows: list[Candidate], bound: float | None) -> bool:

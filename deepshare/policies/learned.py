@@ -172,7 +172,7 @@ def take(
     """Apply the choice of row ``action`` among ``rows`` (with ``mask``, from one :func:`encode`).
 
     A masked or out-of-range row counts as wait, or as the first unmasked launch where waiting is
-    masked (nothing runs and a job fits: it would idle the cluster); :class:`LearnedPolicy` picks a masked row only when
+    masked (the cluster is wholly idle and a job fits); :class:`LearnedPolicy` picks a masked row only when
     every unmasked row scores -inf, the env whenever the agent samples one. A launch row is added to the decision; a wait is
     replaced by the safety net's launch when ``rules`` are given and it has one, and otherwise
     ends the decision (``launched`` None, ``partial`` unchanged). A chosen anchor row (row 1 of

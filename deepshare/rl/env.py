@@ -8,8 +8,8 @@ Action
     ``Discrete(K)``: the row to take. A launch is added to the decision being built and the next
     choice is offered at the same simulated time; wait (or nothing feasible left) hands the whole
     decision to the simulator, which runs to the next decision point where a launch is feasible.
-    A masked action counts as wait (or, where waiting would idle the cluster while a job fits, as the first
-    launch) and is flagged in ``info["invalid_action"]``. With ``hybrid`` set, a wait may be
+    A masked action counts as wait (or, where waiting would leave a wholly idle cluster idle while
+    a job fits, as the first launch) and is flagged in ``info["invalid_action"]``. With ``hybrid`` set, a wait may be
     replaced by the RL-hybrid safety net's launch (``info["safety_net"]``), as at deployment.
 Reward
     ``jct`` (default): minus the jobs in the system integrated over the simulated time the step

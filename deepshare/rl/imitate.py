@@ -61,9 +61,11 @@ class Demonstrations:
     avg_jct_s: list[float] = field(default_factory=list)
     """Each episode's average JCT (the env's final report)."""
     forced: int = 0
-    """Choices where the anchor would wait but waiting was masked (nothing ran and a job
-    fit): not stored (the label is no row the scorer may take); on the anchor's own episodes
-    the env then launched its first row, leaving the heuristic's schedule. Zero in every run so far."""
+    """Choices where the anchor would wait but waiting was masked (the cluster was wholly idle
+    and a job fit): not stored (the label is no row the scorer may take); on the anchor's own
+    episodes the env then launched its first row, leaving the heuristic's schedule. The shipped
+    anchors (``packed``, ``uncontended``) launch a fitting job on an idle cluster, so none is
+    forced unless ``max_wait_s`` masks wait."""
 
     def __len__(self) -> int:
         return len(self.actions)

@@ -14,6 +14,7 @@ from serving_cases import canonical
 
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
+from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import uniform
 from deepshare.core.types import WAIT, Decision, JobSpec, Launch, Placement
 from deepshare.policies import make_policy
@@ -112,6 +113,16 @@ def test_where_waiting_would_idle_the_cluster_a_masked_choice_is_the_first_launc
     assert mask[WAIT_INDEX] == 0
     step = take(partial, rows, mask, WAIT_INDEX, None)
     assert step.invalid and step.launched == rows[1] and not step.safety_net
+
+
+def test_wait_stays_offered_where_gpus_are_taken_by_work_the_view_does_not_list():
+    """A live view may show GPUs taken with no running job listed (work the scheduler does not
+    manage, a job whose node left): the cluster is not idle, so wait is not masked."""
+    idle = first_point([A, B]).view
+    view = build_view(idle.topology, idle.catalog, make_contention("profiled"), 0.0, [8, 2],
+                      [KnownJob("a", "FSDP", 4, 0.0, 1000.0)], [])
+    obs, rows = encode(PartialDecision(view), ENCODING)
+    assert len(rows) > 1 and obs["action_mask"][WAIT_INDEX] == 1
 
 
 def test_best_row_ignores_masked_rows_and_takes_the_first_of_equals():

@@ -16,7 +16,7 @@ come out, so the observations, masks, rewards and flags did not change. The ``or
 case was re-recorded when that reward became each round's integrals with the EWMA moved per round
 (it had paid the view at a step's end): with rewards left out, its old and new digests agree
 (fe4124f5...), so only the rewards changed. The four generated cases were re-recorded when wait
-became masked wherever nothing runs and a job fits, whether or not more jobs are to come (the
+became masked wherever the cluster is wholly idle and a job fits, whether or not more jobs are to come (the
 mask had told the policy whether any arrival remained, which a live cluster does not know): the
 seeded actions then meet other masks, so the episodes differ; the trace case never met one.
 """
