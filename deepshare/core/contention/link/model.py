@@ -375,7 +375,9 @@ class LinkState:
 
     def predict(self, job: RunningJob) -> Prediction:
         record = self._record(job)
-        members = sorted(j for c in self._touched(record) for j in self._order[c])
+        # a job already running is predicted at the placement asked, not beside its own record
+        # (as the profiled model does): it had counted against itself
+        members = sorted(j for c in self._touched(record) for j in self._order[c] if j != job.job_id)
         at = bisect.bisect_left(members, job.job_id)  # where add would put it: the same sums, bit for bit
         slot = self._take_slot(record, register=False)
         try:

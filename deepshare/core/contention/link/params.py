@@ -138,7 +138,9 @@ class CommonModel:
     batch_per_gpu: float
     samples_per_s_per_gpu: float
     traffic_factor: float = 1.0
-    """Bytes on the wire per gradient byte (3 for FSDP's all-gather + reduce-scatter)."""
+    """Wire volume relative to a ring all-reduce of the gradients (1.5 for FSDP's two
+    all-gathers and reduce-scatter: ``3 (k - 1) / k`` parameter bytes per node against the
+    all-reduce's ``2 (k - 1) / k``; the model applies the ring factor itself)."""
 
 
 COMMON_MODELS: dict[str, CommonModel] = {
@@ -151,7 +153,7 @@ COMMON_MODELS: dict[str, CommonModel] = {
     "bertlarge": CommonModel(340.0, 4, 8, 30),
     "gpt2": CommonModel(124.0, 4, 4, 10),
     "gpt2medium": CommonModel(355.0, 4, 2, 3),
-    "llama7b": CommonModel(6738.0, 2, 1, 0.1, traffic_factor=3.0),
+    "llama7b": CommonModel(6738.0, 2, 1, 0.1, traffic_factor=1.5),
 }
 
 
