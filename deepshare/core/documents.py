@@ -118,23 +118,28 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
     except json.JSONDecodeError as exc:
         raise DeepShareError(json_problem(text, source, exc)) from None
     except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type, a huge integer
-        raise DeepShareError(_huge_integer(text, source) or f"{source}: not valid JSON ({exc})") from None
+        huge = _huge_integer(text, source) if "integer string conversion" in str(exc) else None
+        raise DeepShareError(huge or f"{source}: not valid JSON ({exc})") from None
     return _checked(doc, source, expected, text)
 
 
-_HUGE_INTEGER = re.compile(rb"[0-9]{4301,}")
-"""More digits than Python converts to an integer (``sys.get_int_max_str_digits``'s default)."""
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?[0-9]+)(?![.eE0-9])|-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?')
+"""JSON strings (skipped), integers (group 1: what Python converts to ``int``) and other numbers."""
+_MOST_DIGITS = 4300
+"""The most digits Python converts to an integer (``sys.get_int_max_str_digits``'s default)."""
 
 
 def _huge_integer(text: str | bytes, source: str) -> str | None:
     """Where ``text`` writes an integer Python refuses to convert (its own message names a
-    setting of Python's, not the file's line), or None."""
+    setting of Python's, not the file's line), or None: the first such integer outside strings."""
     data = text.encode("utf-8", "replace") if isinstance(text, str) else text
-    found = _HUGE_INTEGER.search(data)
-    if found is None:
-        return None
-    line = data.count(b"\n", 0, found.start()) + 1
-    return f"{source} line {line}: expected a number of at most 4,300 digits, got one of {found.end() - found.start():,}"
+    for token in _TOKENS.finditer(data):
+        digits = token.group(1)
+        if digits is not None and len(digits.lstrip(b"-")) > _MOST_DIGITS:
+            line = data.count(b"\n", 0, token.start()) + 1
+            return (f"{source} line {line}: expected a number of at most {_MOST_DIGITS:,} digits, "
+                    f"got one of {len(digits.lstrip(b'-')):,}")
+    return None
 
 
 class DuplicateKey(ValueError):

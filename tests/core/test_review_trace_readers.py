@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load
 from deepshare.core.traces.base import _first_repeated
@@ -120,3 +121,26 @@ def test_a_header_naming_a_column_twice_is_refused_by_the_first_repeat(tmp_path:
     assert _first_repeated([f"c{i}" for i in range(40_000)]) is None
     path = write(tmp_path, "t.csv", "job_id,submit_time,gpus,x,duration_s,x\n")
     refused(path, "t.csv line 1", "column 'x' appears twice")
+
+
+def test_only_a_real_integer_outside_strings_is_named_as_too_long(tmp_path: Path) -> None:
+    """Second read: the first version scanned strings too and answered any ValueError."""
+    digits = "7" * 5000
+    text = '[\n {"jobid": "' + digits + '", "x": 1},\n {"jobid": "b", "submitted_time": 1.5,\n  "n": 3,\n  "big": ' \
+        + "8" * 4400 + "}\n]\n"
+    refused(write(tmp_path, "p.json", text), "p.json line 5", "got one of 4,400", format="philly")
+    with pytest.raises(DeepShareError) as info:  # a bad byte, and a long id string: the byte is named
+        load_json(b'{\n "id": "' + digits.encode() + b'",\n "name": "caf\xe9"\n}', "jobs.json")
+    assert "not valid JSON" in str(info.value) and "4,300" not in str(info.value)
+
+
+def test_a_date_with_trailing_non_ascii_blank_still_reads(tmp_path: Path) -> None:
+    """JSON values are not stripped as CSV cells are: the no-break space is stripped before the check."""
+    path = write(tmp_path, "p.json", json.dumps([philly_job(submitted_time="2017-10-03 02:00:00\u00a0")]))
+    assert load(path, format="philly").jobs[0].duration_s == 60.0
+
+
+def test_a_parsable_header_with_a_trailing_bar_lists_its_columns_without_an_empty_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "jobs.txt", "JobID|Submit|Start|AllocTRES|State|\n1|2024-03-01T09:00:00|x|gres/gpu=1|COMPLETED|\n")
+    message = refused(path, "jobs.txt line 1", "the header has: JobID, Submit, Start, AllocTRES, State", format="slurm")
+    assert not message.rstrip().endswith(",")

@@ -217,7 +217,7 @@ def read_csv(
         raise DeepShareError(
             f"{source} line {header_line}: missing required column(s) "
             f"{', '.join(repr(c) for c in absent)} for the {fmt} format; "
-            f"the header has: {', '.join(header) or '(nothing)'}"
+            f"the header has: {', '.join(h for h in header if h) or '(nothing)'}"
         )
     if either and not any(all(c in header for c in group) for group in either):
         def named(group: Sequence[str]) -> str:
@@ -225,7 +225,7 @@ def read_csv(
         wanted = " and ".join(repr(c) for c in either[0]) + "".join(f" (or {named(g)})" for g in either[1:])
         raise DeepShareError(
             f"{source} line {header_line}: missing column {wanted} for the {fmt} format; "
-            f"the header has: {', '.join(header) or '(nothing)'}"
+            f"the header has: {', '.join(h for h in header if h) or '(nothing)'}"
         )
 
     def rows() -> Iterator[tuple[int, dict[str, str]]]:
@@ -461,7 +461,7 @@ def datetime_seconds(value: Any, loc: str, field: str, *, optional: bool = False
         if optional:
             return None
         raise missing(loc, field, expected)
-    if not isinstance(value, str) or not value.isascii():  # strptime reads any script's digits
+    if not isinstance(value, str) or not value.strip().isascii():  # strptime reads any script's digits
         raise bad(loc, field, expected, value)
     try:
         when = datetime.strptime(value.strip(), DATETIME_FORMAT)
