@@ -22,8 +22,8 @@ the indexed answers are tested against: both give the same placement).
   because the one-decision prediction sees an idle NIC now but not the fragmentation and the
   network contention with the jobs that arrive later.
 * ``packed`` — Tiresias-style consolidation that *waits*: the consolidated placement only when
-  it spans the fewest nodes the job could ever use (one node when it fits on one; for a job
-  that requires a level, in a domain it may be placed in: :func:`least_nodes`), else none,
+  it spans the fewest nodes the job could ever use (one node when it fits on one; placed in a
+  domain of a level it requires or prefers, in such a domain: :func:`least_nodes`), else none,
   so the job waits for GPUs to free up instead of fragmenting. Relaxation: once the job has
   waited :data:`PACKED_RELAX_S` since it was (re)queued it takes the consolidated fallback.
   The relaxation is checked at the decision points that arrivals and completions (and
@@ -62,6 +62,7 @@ from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.fabric_place import make_topo_balanced, make_topo_bestfit, with_topology
 from deepshare.policies.free_index import FreeIndex
+from deepshare.policies.masked_free import MaskedFree
 from deepshare.policies.place_types import Pending, PlaceFn
 from deepshare.policies.topo_aware import make_topo_aware
 
@@ -340,16 +341,19 @@ def _min_nodes_of(gpus: int, capacity: tuple[int, ...]) -> int:
 _LAST_FABRIC: tuple[object, tuple[int, ...], dict[tuple[int, int], int]] | None = None
 
 
-def least_nodes(job: JobView, view: ClusterView) -> int:
-    """The fewest nodes ``job`` can ever use: of the whole cluster, or, when it requires a level,
-    of the domains it may be placed in (that level and those below it) that can hold it at all.
-    On a fabric whose domains differ, the cluster's fewest may exist in no such domain (a 6-GPU
-    node beside four 2-GPU nodes: 8 GPUs need 2 nodes, the only leaf that holds 8 needs 4), and
-    ``packed`` then waited for a shape that never comes, on an idle cluster too. Remembered per
-    fabric and capacity (by identity, as :func:`_min_nodes_of`: nodes going up or down give a new
-    capacity)."""
+def least_nodes(job: JobView, view: ClusterView, in_domain: bool = False) -> int:
+    """The fewest nodes ``job`` can ever use: on the whole cluster, the cluster's; placed inside
+    one domain of its request (``in_domain``: a required or preferred level), the least over the
+    domains it may be placed in (that level and those below it) that can hold it at all. On a
+    fabric whose domains differ, the cluster's fewest may exist in no such domain (a 6-GPU node
+    beside four 2-GPU nodes: 8 GPUs need 2 nodes, the only leaf that holds 8 needs 4), and
+    ``packed`` then waited for a shape that never comes, on an idle cluster too (or, for a
+    preferred level, took the cluster-wide fallback across leaves while a leaf had room).
+    Remembered per fabric and capacity (by identity, as :func:`_min_nodes_of`: nodes going up or
+    down give a new capacity)."""
     capacity = view.topology.capacity
-    level = job.topology.required_level
+    request = job.topology
+    level = (request.required_level or request.preferred_level) if in_domain else None
     if level is None:
         return _min_nodes_of(job.gpus, capacity)
     global _LAST_FABRIC
@@ -378,7 +382,7 @@ def make_packed(relax_after_s: float = PACKED_RELAX_S) -> PlaceFn:
         placement = consolidate(job.gpus, free)
         if placement is None:
             return None
-        if placement.num_nodes <= least_nodes(job, view):
+        if placement.num_nodes <= least_nodes(job, view, isinstance(free, MaskedFree)):  # a domain's GPUs alone
             return placement
         return placement if view.now - job.queued_since >= relax_after_s else None
 

@@ -45,8 +45,8 @@ def test_a_gang_whose_only_domain_is_made_of_small_nodes_starts_on_an_idle_clust
     assert report.records[0].first_start_s == 0.0
 
 
-def view_at(topology, now: float, free: list[int]):
-    queued = [KnownJob("gang", "GraphSage", 8, 0.0, 100.0, estimate_s=100.0, topology=LEAF)]
+def view_at(topology, now: float, free: list[int], request: TopologyRequest = LEAF):
+    queued = [KnownJob("gang", "GraphSage", 8, 0.0, 100.0, estimate_s=100.0, topology=request)]
     return build_view(topology, default_catalog(), make_contention("none"), now, free, queued, [], durations="exact")
 
 
@@ -54,14 +54,28 @@ def test_least_nodes_counts_the_domains_the_request_allows():
     topology = fabric((6,))
     view = view_at(topology, 0.0, list(topology.capacity))
     gang = view.queued[0]
-    assert least_nodes(gang, view) == 4
+    assert least_nodes(gang, view, in_domain=True) == 4  # inside a leaf: the leaves that hold 8 GPUs
+    assert least_nodes(gang, view) == 2  # on the whole cluster (a preferred level's fallback): the cluster's
     plain = KnownJob("plain", "GraphSage", 8, 0.0, 100.0)
     plain_view = build_view(topology, default_catalog(), make_contention("none"), 0.0, list(topology.capacity),
                             [plain], [], durations="exact")
     assert least_nodes(plain_view.queued[0], plain_view) == 2  # no request: the whole cluster's fewest
     wide = fabric((4, 4))  # l0 holds 8 GPUs on 2 nodes too
     wide_view = view_at(wide, 0.0, list(wide.capacity))
-    assert least_nodes(wide_view.queued[0], wide_view) == 2
+    assert least_nodes(wide_view.queued[0], wide_view, in_domain=True) == 2
+
+
+def test_a_preferred_level_keeps_the_job_in_a_leaf_that_has_room():
+    """Second read: with only a preferred level, packed measured in-leaf placements against the
+    cluster's fewest (2 nodes) and took the cross-leaf fallback ((0, 6), (1, 2)) on an idle cluster."""
+    topology = fabric((6,))
+    view = view_at(topology, 0.0, list(topology.capacity), TopologyRequest(preferred_level="leaf"))
+    (launch,) = make_policy("fifo+packed").decide(view).launch
+    assert launch.placement.alloc == ((1, 2), (2, 2), (3, 2), (4, 2))  # inside l1, as consolidated places it
+    busy_l1 = [6, 2, 2, 2, 0]  # no leaf has room: the fallback over the cluster, on its fewest nodes
+    (launch,) = make_policy("fifo+packed").decide(view_at(topology, 0.0, busy_l1,
+                                                          TopologyRequest(preferred_level="leaf"))).launch
+    assert launch.placement.alloc == ((0, 6), (1, 2))
 
 
 def test_packed_still_waits_for_a_domain_that_offers_the_fewest_nodes():
