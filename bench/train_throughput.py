@@ -68,7 +68,7 @@ def in_process(config_path: str, steps: int, rounds: int = 3) -> None:
     shipped_envs = config.run.envs_per_env_runner
     variants = {}
     for lean, envs in ((False, 4), (True, 4), (True, 16)):
-        config.run.envs_per_env_runner = envs
+        config = with_envs(config, envs)
         runner = SingleAgentEnvRunner(config=build_algorithm_config(config, env, 1, 1.0, lean_connectors=lean),
                                       worker_index=1, num_workers=1)
         runner.sample(num_timesteps=200)  # warm-up
@@ -88,6 +88,13 @@ def in_process(config_path: str, steps: int, rounds: int = 3) -> None:
           f"({config_path} sets envs_per_env_runner: {shipped_envs})", flush=True)
 
 
+def with_envs(config, envs: int):
+    """``config`` with ``run.envs_per_env_runner`` set to ``envs``, checked again as a config file
+    is (an assignment is not checked: a replay group size that no longer divides the envs passed)."""
+    run = config.run.model_copy(update={"envs_per_env_runner": envs})
+    return type(config).model_validate({**dict(config), "run": run})
+
+
 def _sample_on_runner(runner, steps: int) -> tuple[int, float, int]:
     """Runs on an env runner: (env steps sampled, CPU seconds it took, torch threads)."""
     import torch
@@ -101,7 +108,7 @@ def sampling(config_path: str, runners: int, cpus: float, steps: int, envs: int 
     """Env steps/s of ``runners`` env runners sampling ``steps`` each, in parallel, after a warm-up."""
     config = load_train_config(config_path)
     if envs is not None:
-        config.run.envs_per_env_runner = envs
+        config = with_envs(config, envs)
     env = config.env_config(Path(os.path.abspath(config_path)).parent)
     algo = build_algorithm_config(config, env, runners, cpus).build_algo()
     try:
