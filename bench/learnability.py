@@ -23,8 +23,8 @@ Steps (each prints its figures):
    least 10% better than the teacher's (ratio <= 0.90), for both starts.
 
 ``--config`` picks the training YAML: ``rllib_configs/learnability.yaml`` (default; the network
-alone, as ``rl-base`` trains) or ``rllib_configs/learnability_idle_net.yaml`` (RL-hybrid's safety
-net in the loop, firing only on an idle cluster; scored as ``rl-hybrid=FILE``).
+alone, as ``rl-base`` trains) or ``rllib_configs/learnability_ppo.yaml`` (the same with
+``ppo_extras``); a YAML with ``hybrid: true`` is scored as ``rl-hybrid=FILE``.
 
 Outputs go to ``--out`` (default ``runs/learnability``): the family's traces, cluster and training
 YAML (``family/``), the imitation (``imitate/``), the two PPO runs (``scratch/``, ``warm/``, each
@@ -36,7 +36,7 @@ Usage::
 
     python bench/learnability.py                      # the whole check (~15 min on 2 free CPUs)
     python bench/learnability.py --room-only          # step 1 only (seconds)
-    python bench/learnability.py --config rllib_configs/learnability_idle_net.yaml --out runs/learnability_idle_net
+    python bench/learnability.py --config rllib_configs/learnability_ppo.yaml --out runs/learnability_ppo
 """
 
 from __future__ import annotations
