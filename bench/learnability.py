@@ -57,7 +57,7 @@ from deepshare.core.information import InformationModel
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import parse_topology
 from deepshare.core.traces.canonical import write_canonical
-from deepshare.experiments.provenance import run_provenance
+from deepshare.experiments.provenance import provenance_at_write, run_provenance
 from deepshare.policies import make_policy
 from deepshare.policies.registry import policy_names
 from deepshare.rl.scenarios import CLUSTER_YAML, GangFamily

@@ -135,7 +135,7 @@ def main() -> None:
         record.add("pooled: the form fitted in hindsight / prior ratio error", hindsight / prior, "x")
     record.write()
     if args.raw:
-        doc = {"provenance": record.provenance, "suite": args.suite, "results": results}
+        doc = {"provenance": record.final_provenance(), "suite": args.suite, "results": results}
         write_output(args.raw, json.dumps(doc, indent=1) + "\n", "the raw results")
 
 

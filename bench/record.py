@@ -18,13 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from deepshare.experiments.provenance import run_provenance
+from deepshare.experiments.provenance import provenance_at_write, run_provenance
 
 
 class Record:
     def __init__(self, bench: str, path: str | None) -> None:
         self.bench, self.path = bench, path
-        self.provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
+        # Taken at the start: the load the run met. Its commit is read again at each write
+        # (provenance_at_write): a checkout that changed meanwhile is recorded dirty.
+        self.provenance = run_provenance(["python", *sys.argv])
         self.measures: list[dict[str, Any]] = []
 
     def add(self, name: str, value: float, unit: str, *, at_most: float | None = None,
@@ -42,6 +44,10 @@ class Record:
             target, met = f">= {at_least:g}", value >= at_least
         self.measures.append({"name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note})
 
+    def final_provenance(self) -> dict[str, Any]:
+        """:attr:`provenance` with the commit read again now (as :meth:`write` records it)."""
+        return provenance_at_write(self.provenance)
+
     def write(self, quiet: bool = False) -> None:
         """Write the file (whole: a temporary file and a rename), if ``--json`` was given; a
         script may write it again as figures come in (each write replaces the last)."""
@@ -50,7 +56,7 @@ class Record:
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.provenance, "measures": self.measures}, indent=1) + "\n")
+        tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.final_provenance(), "measures": self.measures}, indent=1) + "\n")
         os.replace(tmp, path)
         if not quiet:
             print(f"wrote {path}")

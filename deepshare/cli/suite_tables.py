@@ -15,7 +15,7 @@ from deepshare.cli.output import add_json, announce, human, run_folder
 from deepshare.cli.ray_address import joined
 from deepshare.core.errors import DeepShareError
 from deepshare.core.output_set import OutputSet
-from deepshare.experiments.provenance import run_provenance
+from deepshare.experiments.provenance import provenance_at_write, run_provenance
 from deepshare.experiments.suite import SuiteResult, cells, load_suite, run_suite
 from deepshare.experiments.suite_results import TRADEOFFS
 
@@ -350,7 +350,8 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
                 shown.print(learning)
             if spec.judged:
                 shown.print(summary_table(result))
-            add_json(outputs, args.json, {**result.to_json(), "provenance": provenance}, out, "suite results")
+            add_json(outputs, args.json, {**result.to_json(), "provenance": provenance_at_write(provenance)}, out,
+                     "suite results")
             outputs.commit()
         failures = result.failures()
         if failures:

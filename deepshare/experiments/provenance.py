@@ -16,14 +16,18 @@ SOURCE = Path(__file__).resolve().parents[2]
 (``site-packages`` for a regular one)."""
 PACKAGE = Path(__file__).resolve().parents[1].name
 """The package's folder in that checkout (``deepshare``)."""
+CODE = (PACKAGE, "bench", "rllib_configs", "serve")
+"""The checkout's folders a run may read code or configuration from: the package, the benchmarks
+(which import each other), the training configs and the service config some of them read. A file
+git does not track there makes the checkout dirty."""
 
 
 def commit(source: Path = SOURCE) -> dict[str, Any] | None:
     """``{"sha", "dirty"}`` of the git checkout the package runs from, or None when ``source`` is
     not a checkout's root (a regular install whose ``site-packages`` lies inside some other
     checkout would be stamped with that one's commit) or without git. ``dirty``: tracked files
-    differ from the commit, or the package has files git does not track (a new module the run
-    may import) and does not ignore."""
+    differ from the commit, or a folder of :data:`CODE` has files git does not track (a new module
+    or benchmark the run may import, a new config it may read) and does not ignore."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10,
                               check=True).stdout.strip()
@@ -33,7 +37,7 @@ def commit(source: Path = SOURCE) -> dict[str, Any] | None:
             return None
         sha = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no")
-                     or git("ls-files", "--others", "--exclude-standard", "--", PACKAGE))
+                     or git("ls-files", "--others", "--exclude-standard", "--", *CODE))
     except (OSError, subprocess.SubprocessError):
         return None
     return {"sha": sha, "dirty": dirty}
@@ -44,7 +48,30 @@ def commit_label(found: dict[str, Any] | None) -> str:
     "(with uncommitted changes)" when dirty; "unknown" for None."""
     if not found:
         return "unknown"
-    return str(found.get("sha", "?"))[:12] + (" (with uncommitted changes)" if found.get("dirty") else "")
+    moved = f"; the checkout was at {str(found['sha_at_write'])[:12]} when written" if found.get("sha_at_write") else ""
+    return str(found.get("sha", "?"))[:12] + (f" (with uncommitted changes{moved})" if found.get("dirty") else "")
+
+
+def commit_at_write(started: dict[str, Any] | None, source: Path = SOURCE) -> dict[str, Any] | None:
+    """The commit to record for a run that began at ``started`` (its :func:`commit`), read again
+    as its results are written: a checkout that became dirty during the run, or moved to another
+    commit (a checkout, a pull), ran code the start's reading does not name, so it is recorded
+    dirty, and a moved one also says where it was (``sha_at_write``); one whose commit cannot be
+    read again is recorded dirty. A run that began dirty stays dirty. Unchanged: ``started`` as it
+    was. (A change made and undone between the two readings goes unseen.)"""
+    now = commit(source)
+    if now == started or started is None:
+        return started
+    settled = {**started, "dirty": True}
+    if now is not None and now.get("sha") != started.get("sha"):
+        settled["sha_at_write"] = now.get("sha")
+    return settled
+
+
+def provenance_at_write(provenance: dict[str, Any], source: Path = SOURCE) -> dict[str, Any]:
+    """``provenance`` (a :func:`run_provenance` taken at the start) with its commit read again as
+    the results are written (:func:`commit_at_write`); the date, machine and load stay the start's."""
+    return {**provenance, "commit": commit_at_write(provenance.get("commit"), source)}
 
 
 def machine() -> dict[str, Any]:

@@ -42,6 +42,8 @@ def stamp(provenance: dict[str, Any] | None) -> str:
     commit = provenance.get("commit") or {}
     sha = commit.get("sha", "")[:12] or "unknown commit"
     dirty = " with uncommitted changes" if commit.get("dirty") else ""
+    if commit.get("sha_at_write"):
+        dirty += f" (the checkout was at `{str(commit['sha_at_write'])[:12]}` when the results were written)"
     m = provenance.get("machine") or {}
     memory = f", {m['memory_gib']:g} GiB" if m.get("memory_gib") else ""
     load = f", load average {m['load_average']:g} at start" if m.get("load_average") is not None else ""

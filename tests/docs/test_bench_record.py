@@ -43,3 +43,21 @@ def test_a_figure_that_is_not_finite_is_refused_naming_it(tmp_path: Path, monkey
         with pytest.raises(SystemExit, match=r"^error: simulator: measure '256 jobs' is -?(nan|inf), not a finite"):
             record.add("256 jobs", value, "s", at_most=0.3)
     assert record.measures == []
+
+
+def test_a_record_reads_the_commit_again_when_it_writes(tmp_path: Path, monkeypatch) -> None:
+    """The commit was read once, at the start: a checkout moved to another commit during the run
+    was stamped with the start's, clean."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from record import Record
+
+    from deepshare.experiments import provenance
+
+    readings = iter([{"sha": "a" * 40, "dirty": False}, {"sha": "b" * 40, "dirty": False}])
+    monkeypatch.setattr(provenance, "commit", lambda source=provenance.SOURCE: next(readings))
+    record = Record("simulator", str(tmp_path / "simulator.json"))
+    record.add("256 jobs", 0.2, "s")
+    record.write()
+    doc = json.loads((tmp_path / "simulator.json").read_text())
+    assert doc["provenance"]["commit"] == {"sha": "a" * 40, "dirty": True, "sha_at_write": "b" * 40}
+    assert "with uncommitted changes (the checkout was at `bbbbbbbbbbbb` when the results were written)" in bench_section("simulator", doc)
