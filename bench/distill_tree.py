@@ -8,14 +8,15 @@ network takes it. It prints:
 
 * the tree as rules, and how often its best row is the network's row (fidelity);
 * the tree run as the policy's network (the same preemptive heuristic and rules around it) on the
-  same cells, beside the policy itself and the best of the field's baselines of each cell (read
-  from the suite's JSON, made by ``deepshare evaluate --suite NAME --json``): the share of the
-  policy's gain over that baseline the tree keeps.
+  same cells, beside the policy itself and the best of the field's baselines of each cell (every
+  heuristic the suite lists but ``bsrsf``'s, run here on the same cells as the suite runs them):
+  the share of the policy's gain over that baseline the tree keeps. Every figure comes from this
+  run, at this commit.
 
 ``--json PATH`` writes these figures, with the run's date, commit and machine (``provenance``),
 whole (a temporary file and a rename).
 
-Usage: python bench/distill_tree.py --suite-json runs/suite/loaded.json [--policy rl-hybrid-preempt]
+Usage: python bench/distill_tree.py [--suite loaded] [--policy rl-hybrid-preempt]
        [--durations estimated] [--depth 4] [--json PATH]
 """
 
@@ -31,9 +32,10 @@ import numpy as np
 
 from record import check_output, write_output
 
+from deepshare.core.errors import DeepShareError
 from deepshare.core.simulator import Simulator
-from deepshare.experiments.provenance import run_provenance
-from deepshare.experiments.suite import Cell, cell_contention, cell_topology, cell_trace, cells, load_suite
+from deepshare.experiments.provenance import provenance_at_write, run_provenance
+from deepshare.experiments.suite import cell_contention, cell_topology, cell_trace, cells, load_suite
 from deepshare.experiments.suite_spec import suite_tenants
 from deepshare.policies import make_policy
 
@@ -99,7 +101,7 @@ def main() -> None:
     from sklearn.tree import DecisionTreeClassifier, export_text
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite-json", required=True)
+    parser.add_argument("--suite", default="loaded", help="the suite whose cells are played (a name or a YAML path)")
     parser.add_argument("--policy", default="rl-hybrid-preempt")
     parser.add_argument("--durations", default="estimated")
     parser.add_argument("--depth", type=int, default=4)
@@ -107,12 +109,15 @@ def main() -> None:
     args = parser.parse_args()
     check_output(args.json, "--json")
     provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
-    with open(args.suite_json, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    spec = load_suite(doc["suite"]["name"])
+    try:
+        spec = load_suite(args.suite)
+    except DeepShareError as exc:
+        raise SystemExit(f"error: {exc}") from None
     grid = [c for c in cells(spec) if c.durations == args.durations]
+    if not grid:
+        raise SystemExit(f"error: --durations {args.durations}: suite {spec.name} has no such cells "
+                         f"(its durations: {', '.join(spec.durations)})")
     field = [h for h in spec.heuristics if not h.startswith(OWN + "+")]
-    by_cell = {Cell.from_key(c): c for c in doc["cells"]}
 
     policy = make_policy(args.policy)
     learned = getattr(policy, "learned", policy)
@@ -129,10 +134,7 @@ def main() -> None:
                            for rows, chosen in zip(recorder.rows, recorder.chosen)]))
     distilled = with_scorer(policy, tree_scorer)
     theirs = [run(spec, cell, distilled) for cell in grid]
-    best_field = []
-    for cell in grid:
-        results = by_cell[cell]["results"]
-        best_field.append(min(results[h]["avg_jct_s"] for h in field))
+    best_field = [min(run(spec, cell, make_policy(h)) for h in field) for cell in grid]
     policy_ratio = geomean([m / b for m, b in zip(mine, best_field)])
     tree_ratio = geomean([t / b for t, b in zip(theirs, best_field)])
     kept = (1 - tree_ratio) / (1 - policy_ratio) if policy_ratio < 1 else float("nan")
@@ -143,8 +145,8 @@ def main() -> None:
     print(f"average JCT / best field baseline (geomean): {args.policy} {policy_ratio:.3f}, its tree {tree_ratio:.3f}; "
           f"the tree keeps {kept:.0%} of the gain")
     if args.json:
-        doc = {"provenance": provenance, "suite_json": args.suite_json, "policy": args.policy, "durations": args.durations,
-               "depth": args.depth, "rules": rules, "choices": len(recorder.chosen), "fidelity": agree,
+        doc = {"provenance": provenance_at_write(provenance), "suite": spec.name, "field": field, "policy": args.policy,
+               "durations": args.durations, "depth": args.depth, "rules": rules, "choices": len(recorder.chosen), "fidelity": agree,
                "policy_ratio": policy_ratio, "tree_ratio": tree_ratio, "kept": kept, "cells": len(grid)}
         write_output(args.json, json.dumps(doc, indent=2) + "\n", "the distilled tree's figures")
 

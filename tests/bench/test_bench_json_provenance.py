@@ -5,9 +5,12 @@ learned_contention.py's ``--raw``): they wrote bare figures with ``open(..., "w"
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from deepshare.experiments.suite import cells, load_suite, run_one
 
@@ -59,13 +62,14 @@ def test_learned_contention_raw_has_provenance(tmp_path):
 def test_distill_tree_json_has_provenance(tmp_path):
     spec = load_suite("tiny")
     grid = [c for c in cells(spec) if c.durations == "estimated"]
-    doc = {"suite": {"name": "tiny"},
-           "cells": [{**c.key(), "results": {h: run_one(spec, c, h) for h in spec.heuristics}} for c in grid]}
-    suite_json = tmp_path / "tiny.json"
-    suite_json.write_text(json.dumps(doc))
     out = tmp_path / "out" / "tree.json"
     out.parent.mkdir()
-    done = _bench("distill_tree.py", "--suite-json", str(suite_json), "--policy", "rl-hybrid", "--depth", "2",
-                  "--json", str(out))
+    done = _bench("distill_tree.py", "--suite", "tiny", "--policy", "rl-hybrid", "--depth", "2", "--json", str(out))
     assert done.returncode == 0, done.stderr
-    assert _stamped(out)["cells"] == len(grid)
+    doc = _stamped(out)
+    assert doc["cells"] == len(grid) and doc["suite"] == "tiny" and doc["field"] == list(spec.heuristics)
+    # The field's baselines are run in the same process, at this commit (they were read from a suite
+    # JSON made at another): the policy's ratio is its JCT over the least heuristic's, cell by cell.
+    mine = [run_one(spec, c, "rl-hybrid")["avg_jct_s"] / min(run_one(spec, c, h)["avg_jct_s"] for h in spec.heuristics)
+            for c in grid]
+    assert doc["policy_ratio"] == pytest.approx(math.exp(sum(math.log(r) for r in mine) / len(mine)))

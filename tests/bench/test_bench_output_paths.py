@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.mark.parametrize("script, flag, other", [
     ("learned_contention.py", "--raw", ["--suite", "no-such-suite"]),
-    ("distill_tree.py", "--json", ["--suite-json", "no-such.json"]),
+    ("distill_tree.py", "--json", ["--suite", "no-such-suite"]),
 ])
 def test_an_unusable_output_path_is_refused_before_the_run(tmp_path, script, flag, other):
     (tmp_path / "file").write_text("")
