@@ -9,9 +9,11 @@ field's baselines alone (every heuristic but ``bsrsf``). The ``exact`` and ``unk
 sigma 1 are in the suite itself (``deepshare evaluate --suite loaded``).
 
 With ``--from-json SUITE.json`` (what ``deepshare evaluate --suite loaded --json`` wrote) it runs
-nothing and prints, per information model, each learned policy's ratio to the best field baseline
-of each cell and, on the cells where the best field baseline under ``estimated`` is 5% or more
-above the best ``exact`` heuristic, the share of that gap the policy closes.
+nothing and prints, per information model (durations, and contention knowledge where the suite
+learns it), each learned policy's ratio to the best field baseline of each cell and, on the cells
+where the best field baseline under ``estimated`` is 5% or more above the best ``exact`` heuristic
+of the same scenario, the share of that gap the policy closes. A cell is told from another by every
+field the suite's JSON holds for it but its results (cluster, nodes, contention knowledge included).
 
 Usage: python bench/estimate_robustness.py [--sigmas 0.5,2.0] [--suite loaded] [--workers 2] [--json PATH]
        python bench/estimate_robustness.py --from-json runs/suite/loaded.json
@@ -25,7 +27,8 @@ import math
 
 from record import Record, add_json_flag
 
-from deepshare.experiments.suite import load_suite, run_suite
+from deepshare.core.information import CONTENTION_KNOWLEDGE, DURATIONS
+from deepshare.experiments.suite import Cell, load_suite, run_suite
 
 OWN = "bsrsf"
 """The order that is not a field baseline (this project's): left out of the field-only reference."""
@@ -41,7 +44,9 @@ def from_json(path: str) -> None:
         doc = json.load(fh)
     learned = doc["suite"]["learned"]
     field = [h for h in doc["suite"]["heuristics"] if not h.startswith(OWN + "+")]
-    cells = {(c["load"], c["mix"], c["contention"], c["seed"], c["durations"]): c for c in doc["cells"]}
+    cells = {Cell.from_key(c): c for c in doc["cells"]}  # every field of a cell but its results: its identity
+    if len(cells) < len(doc["cells"]):
+        raise SystemExit(f"error: {path}: {len(doc['cells']) - len(cells)} cell(s) repeat another's identity")
 
     def best(cell: dict, names: list[str]) -> float:
         return min(cell["results"][h]["avg_jct_s"] for h in names)
@@ -50,13 +55,17 @@ def from_json(path: str) -> None:
         """Whether ``policy`` and every field baseline have a JCT in ``cell`` (a failed run has none)."""
         return all((cell["results"].get(name) or {}).get("avg_jct_s") for name in (policy, *field))
 
-    for durations in doc["suite"]["durations"]:
-        mine = [c for key, c in sorted(cells.items()) if key[-1] == durations]
-        print(f"{durations} ({len(mine)} cells): learned / best field baseline (geomean, worst avg, worst p99)")
+    models = sorted({(k.durations, k.knowledge) for k in cells},
+                    key=lambda m: (DURATIONS.index(m[0]), CONTENTION_KNOWLEDGE.index(m[1])))
+    for durations, knowledge in models:
+        keys = [k for k in sorted(cells) if (k.durations, k.knowledge) == (durations, knowledge)]
+        mine = [cells[k] for k in keys]
+        label = keys[0].information_label
+        print(f"{label} ({len(mine)} cells): learned / best field baseline (geomean, worst avg, worst p99)")
         for policy in learned:
             ran = [c for c in mine if finished(c, policy)]
             if len(ran) < len(mine):  # a failed run leaves its cell out, and is said
-                print(f"  {policy}: {len(mine) - len(ran)} of {len(mine)} {durations} cells left out, a run failed there "
+                print(f"  {policy}: {len(mine) - len(ran)} of {len(mine)} {label} cells left out, a run failed there "
                       f"(the policy's or a field baseline's); the figures are over the other {len(ran)}")
             if not ran:
                 continue
@@ -66,9 +75,9 @@ def from_json(path: str) -> None:
             line = f"  {policy:20s} {geomean(avg):.3f} {max(avg):.3f} {max(p99):.3f}"
             if durations != "exact":
                 closed = []
-                for key, c in sorted(cells.items()):
-                    exact = cells.get(key[:-1] + ("exact",))
-                    if key[-1] != durations or exact is None or not finished(c, policy) or not exact.get("best_avg_jct_s"):
+                for key in keys:
+                    c, exact = cells[key], cells.get(key.with_durations("exact"))  # the same scenario, lengths known
+                    if exact is None or not finished(c, policy) or not exact.get("best_avg_jct_s"):
                         continue
                     known, unknown = exact["best_avg_jct_s"], best(c, field)
                     if unknown >= 1.05 * known:

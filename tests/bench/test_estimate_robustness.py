@@ -11,9 +11,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def _cell(seed: int, durations: str, results: dict) -> dict:
-    return {"load": 1.0, "mix": "llm", "contention": "link", "seed": 2**31 + seed, "durations": durations,
-            "results": results, "best_avg_jct_s": min(r["avg_jct_s"] for r in results.values() if r["avg_jct_s"])}
+def _cell(seed: int, durations: str, results: dict, **other: object) -> dict:
+    return {"load": 1.0, "mix": "llm", "nodes": 4, "gpus_per_node": 8, "contention": "link", "seed": 2**31 + seed,
+            "durations": durations, "contention_knowledge": "exact", **other, "results": results, "best_avg_jct_s": min(r["avg_jct_s"] for r in results.values() if r["avg_jct_s"])}
 
 
 def test_a_failed_learned_run_is_left_out_and_said(tmp_path):
@@ -35,6 +35,31 @@ def test_a_failed_learned_run_is_left_out_and_said(tmp_path):
     assert "rl-hybrid: 1 of 2 estimated cells left out" in done.stdout
     # 90 / 100; the gap (100 over 80, >= 5%) closed by (100 - 90) / (100 - 80) = 0.5, on the cell that ran
     assert "rl-hybrid            0.900 0.900 0.900; gap closed on 1 cells with a gap >= 5%: min 0.50" in done.stdout
+
+
+def test_cells_that_differ_only_by_cluster_or_contention_knowledge_are_all_counted(tmp_path):
+    """Cells were keyed by (load, mix, contention, seed, durations) alone: cells on two clusters, or
+    under exact and learned contention, collided and all but one were dropped, silently (the learned
+    suite's report said 8 cells of 16, the fabric suite's 4 of 16)."""
+    def r(avg: float) -> dict:
+        return {"avg_jct_s": avg, "p99_jct_s": 2 * avg}
+
+    cells = []
+    for cluster, nodes in (("", 4), ("gb200-nvl72-4", 4), ("", 8)):
+        for knowledge, policy_jct in (("exact", 90), ("learned", 120)):
+            extra = {"cluster": cluster} if cluster else {}
+            cells.append(_cell(0, "estimated", {"srsf+packed": r(100), "rl-hybrid": r(policy_jct)}, nodes=nodes,
+                               contention_knowledge=knowledge, **extra))
+    doc = {"suite": {"name": "mixed", "heuristics": ["srsf+packed"], "learned": ["rl-hybrid"],
+                     "durations": ["estimated"]}, "cells": cells}
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, str(BENCH / "estimate_robustness.py"), "--from-json", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("estimated (3 cells)") and lines[1].startswith("  rl-hybrid            0.900 0.900")
+    assert lines[2].startswith("estimated+learned (3 cells)") and lines[3].startswith("  rl-hybrid            1.200 1.200")
 
 
 def test_a_failed_learned_run_counts_as_one_failed_cell(tmp_path, monkeypatch, capsys):
