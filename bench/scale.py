@@ -17,7 +17,9 @@ heuristic, cost ~ jobs^<=1.1. ``--target-s S``: a wall-time target for every siz
 ``--burst N`` instead: N jobs all queued at t = 0 on 64 x 8 GPUs (the queue at its longest),
 ``fifo+consolidated`` run by the simulator as it is and by its straightforward reference mode
 (a copy of the queue and a full sort at every decision: ``ReferenceSimulator``
-with ``use_index=False``) side by side in this process, with the ratio; the reports must agree.
+with ``use_index=False``) side by side in this process: each side warmed up on a burst of 1,000
+jobs, then ``--repeats K`` (default 3) runs of each, the order alternating, the median CPU time of
+each and their ratio; the reports must agree.
 
 ``--cluster PRESET_OR_SPEC`` instead: each (size, policy) point on that cluster (a fabric preset
 such as ``h100-leafspine-2to1`` or ``clos3-256``, or a spec file) and on the **flat cluster of
@@ -29,7 +31,7 @@ Usage: python bench/scale.py [--sizes 25000,100000,400000,1000000] [--policies l
        python bench/scale.py --cluster h100-leafspine-2to1 --sizes 100000 --policies las+topo-bestfit
        python bench/scale.py --sizes 20000 --policies rl-hybrid --target-s 60
        python bench/scale.py --quick          # 25,000 and 100,000 jobs only
-       python bench/scale.py --burst 20000    # the long-queue case beside the reference
+       python bench/scale.py --burst 20000 [--repeats 3]   # the long-queue case beside the reference
 """
 
 from __future__ import annotations
@@ -114,9 +116,16 @@ def measure(n: int, policy: str, cluster: str = "", flat: bool = False) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def burst(n: int, record: Record) -> None:
-    """``--burst``: the current simulator and its reference mode on one long queue."""
+BURST_WARMUP = 1000
+"""Jobs of the burst each side first runs untimed (imports, first-call caches, the allocator)."""
+
+
+def burst(n: int, repeats: int, record: Record) -> None:
+    """``--burst``: the current simulator and its reference mode on one long queue: each side
+    warmed up on a shorter burst, then ``repeats`` runs of each, the order alternating (current
+    first, then reference first), and the median CPU time of each side."""
     from dataclasses import replace
+    from statistics import median
 
     from deepshare.core.contention import make_contention
     from deepshare.core.reference import ReferenceSimulator
@@ -126,23 +135,47 @@ def burst(n: int, record: Record) -> None:
     from deepshare.policies import make_policy
 
     topo = uniform(64, 8)
-    jobs = generate(n, mix=mix_preset("random"), duration_sigma=1.0, seed=1).jobs  # every job at t = 0
-    results = {}
-    for label, reference in (("current", False), ("reference", True)):
+
+    def trace(count: int):  # every job at t = 0
+        return generate(count, mix=mix_preset("random"), duration_sigma=1.0, seed=1).jobs
+
+    def once(label: str, jobs) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+        reference = label == "reference"
         policy = make_policy("fifo+consolidated")
         if reference:
             policy = replace(policy, use_index=False)
         sim = (ReferenceSimulator if reference else Simulator)(topo, jobs, make_contention("profiled"), keep_records=False)
         cpu = time.process_time()
         report = sim.run(policy)
-        results[label] = (time.process_time() - cpu, report.to_dict())
-        print(f"burst of {n:,} jobs at t=0 on 64 x 8 GPUs, fifo+consolidated, {label:9s}: "
-              f"{results[label][0]:7.2f} s CPU  decisions {report.decisions:,}", flush=True)
-    if results["current"][1] != results["reference"][1]:
+        return time.process_time() - cpu, report.to_dict()
+
+    sides = ("current", "reference")
+    warm = trace(min(n, BURST_WARMUP))
+    for label in sides:
+        once(label, warm)
+    jobs = trace(n)
+    times: dict[str, list[float]] = {label: [] for label in sides}
+    reports: dict[str, dict] = {}
+    for i in range(repeats):
+        for label in (sides if i % 2 == 0 else sides[::-1]):
+            cpu, report = once(label, jobs)
+            times[label].append(cpu)
+            if reports.setdefault(label, report) != report:
+                raise SystemExit(f"the {label} simulator's report differs between two runs of the same burst")
+    if reports["current"] != reports["reference"]:
         raise SystemExit("the reports differ: the current simulator does not decide as the reference does")
-    print(f"  -> same report; the reference takes {results['reference'][0] / results['current'][0]:.1f}x the CPU time")
-    record.add(f"{n:,} jobs queued at t = 0 on 64 x 8 GPUs, fifo+consolidated", results["current"][0], "s CPU")
-    record.add("the same in the reference mode (no queue index, views copied)", results["reference"][0], "s CPU")
+    best = {label: median(times[label]) for label in sides}
+    for label in sides:
+        print(f"burst of {n:,} jobs at t=0 on 64 x 8 GPUs, fifo+consolidated, {label:9s}: "
+              f"{best[label]:7.2f} s CPU (median of {repeats}: {', '.join(f'{t:.2f}' for t in times[label])})  "
+              f"decisions {reports[label]['decisions']:,}", flush=True)
+    ratio = best["reference"] / best["current"]
+    print(f"  -> same report; the reference takes {ratio:.1f}x the CPU time (both warmed up on {len(warm):,} jobs, "
+          f"{repeats} runs each, the order alternating)")
+    note = f"median of {repeats}, after a warm-up; the order alternating"
+    record.add(f"{n:,} jobs queued at t = 0 on 64 x 8 GPUs, fifo+consolidated", best["current"], "s CPU", note=note)
+    record.add("the same in the reference mode (no queue index, views copied)", best["reference"], "s CPU", note=note)
+    record.add("the reference mode over the current simulator, CPU", ratio, "x", note=note)
 
 
 FABRIC_TARGET = 2.0
@@ -183,6 +216,8 @@ def main() -> None:
     parser.add_argument("--target-s", type=float, metavar="S",
                         help="a wall-time target for every size measured (default: <= 600 s at 1,000,000 jobs only)")
     parser.add_argument("--burst", type=int, metavar="N", help="N jobs at t=0: current vs reference (see above)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="K",
+                        help="with --burst: K runs of each side, the order alternating, the median (default 3)")
     parser.add_argument("--cluster", metavar="PRESET_OR_SPEC",
                         help="a fabric preset or spec: each point on it and on the flat cluster of the same size")
     parser.add_argument("--child", nargs=2, metavar=("JOBS", "POLICY"), help=argparse.SUPPRESS)
@@ -196,8 +231,10 @@ def main() -> None:
     if args.burst is not None:
         if args.burst <= 0:
             parser.error(f"--burst {args.burst}: expected a positive job count")
+        if args.repeats <= 0:
+            parser.error(f"--repeats {args.repeats}: expected a positive count")
         record = Record("scale-burst", args.json)
-        burst(args.burst, record)
+        burst(args.burst, args.repeats, record)
         record.write()
         return
     sizes = [25000, 100000] if args.quick else [int(float(s)) for s in args.sizes.split(",") if s.strip()]
