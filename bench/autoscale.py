@@ -1,18 +1,23 @@
 """Autoscalers side by side on a bursty two-day trace (prints a table; no assertions).
 
-    .venv/bin/python bench/autoscale.py [--jobs 150] [--seed 1] [--write-trace PATH]
+    .venv/bin/python bench/autoscale.py [--jobs 150] [--seed 1] [--repeats 3] [--write-trace PATH]
 
 The trace: jobs arrive as a Poisson process at 6x the night rate during an 8-hour working day
 (09:00-17:00), on two days; GPUs from {1, 2, 4, 8, 16}, isolated durations log-uniform between
 10 minutes and 4 hours, models drawn from the catalog. The cluster model is
 ``deepshare/data/autoscale/aws-mixed.yaml`` (AWS g5.12xlarge and p4d.24xlarge pools). The
 bundled ``deepshare/data/autoscale/diurnal-150.csv`` is this script's trace at its defaults.
+
+``sim s``: each autoscaler's own simulation wall time under that policy, the median of
+``--repeats`` timed runs (default 3) after an untimed one, the autoscalers' order rotated from one
+repeat to the next.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -57,7 +62,11 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "deepshare" / "data" / "autoscale" / "aws-mixed.yaml"))
     ap.add_argument("--policies", default="las+consolidated,las+spread,las+contention-aware")
     ap.add_argument("--write-trace", metavar="PATH", help="also write the trace as canonical CSV")
+    ap.add_argument("--repeats", type=int, default=3, metavar="K",
+                    help="'sim s': each autoscaler's median wall time over K timed runs, after one untimed (default 3)")
     args = ap.parse_args()
+    if args.repeats <= 0:
+        ap.error(f"--repeats {args.repeats}: expected a positive count")
     jobs = diurnal_trace(args.jobs, args.seed)
     if args.write_trace:
         write_canonical(jobs, args.write_trace)
@@ -66,12 +75,17 @@ def main() -> None:
     print(f"{len(jobs)} jobs over 48 h (seed {args.seed}) on {spec.name}; contention profiled")
     header = ("policy", "autoscaler", "avg JCT h", "p99 JCT h", "queue h", "slowdown", "cost $", "GPU-h", "idle GPU-h", "up/down", "sim s")
     print(" | ".join(header))
+    names = list(AUTOSCALERS)
     for policy in args.policies.split(","):
-        began = time.perf_counter()
-        reports = run_autoscalers(scenario, policy, list(AUTOSCALERS))
-        wall = (time.perf_counter() - began) / len(reports)
-        for r in reports:
-            m = r.metrics
+        reports = {name: run_autoscalers(scenario, policy, [name])[0] for name in names}  # also each one's warm-up
+        walls: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(args.repeats):
+            for name in names[i % len(names):] + names[:i % len(names)]:  # the order rotated
+                began = time.perf_counter()
+                run_autoscalers(scenario, policy, [name])
+                walls[name].append(time.perf_counter() - began)
+        for name in names:
+            r, m, wall = reports[name], reports[name].metrics, statistics.median(walls[name])
             print(" | ".join([
                 policy, r.autoscaler, f"{m.avg_jct_s / 3600:.2f}", f"{m.p99_jct_s / 3600:.2f}", f"{m.avg_queue_s / 3600:.2f}",
                 f"{m.avg_slowdown:.3f}", f"{r.cost_usd:,.0f}", f"{r.gpu_hours:,.0f}", f"{r.idle_gpu_hours:,.0f}",
