@@ -70,6 +70,33 @@ def test_flat_and_fabric_requests_alternate_round_by_round(ds, monkeypatch):
     assert clusters == ["flat", "fabric"] * 3
 
 
+def test_the_mixed_request_is_timed_with_repeats_and_only_for_policies_still_timed(ds, monkeypatch):
+    """The 1/2/4/8-GPU line was one cold decision after the others, whatever --repeats said, and
+    ran for a policy --max-seconds had stopped."""
+    calls: list[tuple[int, bool]] = []
+    place = ds.PlacementEngine.place
+
+    def recording_place(engine, request):
+        calls.append((id(engine), any(job.gpus > 1 for job in request.pending)))
+        return place(engine, request)
+
+    engines, _ = ds.loaded(["srsf+packed", "fifo+consolidated"], 8)
+    slow = id(engines["fifo+consolidated"])
+    time_one = ds.time_one
+
+    def timing(engine, request, repeats=1):  # fifo+consolidated "takes" too long at the first N
+        wall, cpu, placed = time_one(engine, request, repeats)
+        return (1e6 if id(engine) == slow else wall), cpu, placed
+
+    monkeypatch.setattr(ds.PlacementEngine, "place", recording_place)
+    monkeypatch.setattr(ds, "time_one", timing)
+    timed = ds.interleaved(engines, 8, [10, 20], False, 3, 120.0, mixed=True)
+    assert sum(mixed for engine, mixed in calls if engine == id(engines["srsf+packed"])) == 3  # --repeats 3
+    assert not any(mixed for engine, mixed in calls if engine == slow)  # stopped at N = 10: no mixed case
+    assert ("srsf+packed", "mixed", 20) in timed and ("fifo+consolidated", "mixed", 20) not in timed
+    assert ("srsf+packed", "mixed", 10) not in timed  # at the largest N only
+
+
 def test_a_run_without_10000_pending_does_not_judge_the_target():
     """It said "misses the target" of a run whose largest request was far below 10,000 pending."""
     import subprocess
