@@ -1,7 +1,9 @@
 """What the forward pass costs inside a large decision, and what a NumPy forward would change.
 
 One rl-hybrid decision of :mod:`bench.decide_scale`'s request (4,096 x 8-GPU nodes, N pending
-1-GPU jobs, default 10,000) is driven three ways in one process, in alternating rounds:
+1-GPU jobs, default 10,000) is driven three ways in one process: each way first warmed up on a
+100-pending request, then ``--rounds`` rounds (default 3), the ways' order rotated from one round
+to the next, and each way's median CPU seconds and its ratio to the shipped scorer's printed:
 
 * with the shipped scorer, timing each call: the forward's share of the decision, against the
   same observations scored back to back afterwards (how much dearer a pass is amid a step's
@@ -22,6 +24,7 @@ different rows could still go the other way. Figures only: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import numpy as np
@@ -30,6 +33,10 @@ from deepshare.policies.learned import drive
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.samples import scale_request
 from deepshare.serving.schemas import PlacementRequest
+
+
+WARM_UP_PENDING = 100
+"""Pending jobs of the request each way is first driven on, untimed."""
 
 
 def numpy_forward(net):  # type: ignore[no-untyped-def]
@@ -80,8 +87,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=4096)
     parser.add_argument("--pending", type=int, default=10000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds, each way once a round (medians)")
     args = parser.parse_args()
+    if args.rounds <= 0:
+        parser.error(f"--rounds {args.rounds}: expected a positive count")
     engine = PlacementEngine(EngineSettings(policy="rl-hybrid"))
     request = PlacementRequest.model_validate(scale_request(args.nodes, args.pending))
     shipped = engine.policy.scorer
@@ -102,18 +111,29 @@ def main() -> None:
         seen.append({key: value.copy() for key, value in obs.items()})
         return shipped(obs)
 
+    ways = (("shipped (torch)", timed), ("numpy forward", alternative), ("numpy, distinct rows", deduped))
+    warm_up = PlacementRequest.model_validate(scale_request(args.nodes, min(args.pending, WARM_UP_PENDING)))
+    for _, scorer in ways:  # untimed: every way's first-call costs paid before any is timed
+        drive(engine.policy.steps(engine.view(warm_up)), scorer)
     decisions = {}
-    print(f"{args.nodes} nodes x {args.pending} pending 1-GPU jobs, rl-hybrid; CPU seconds per decision")
+    cpus: dict[str, list[float]] = {name: [] for name, _ in ways}
+    print(f"{args.nodes} nodes x {args.pending} pending 1-GPU jobs, rl-hybrid; CPU seconds per decision "
+          f"(each way warmed up on {min(args.pending, WARM_UP_PENDING)} pending, the order rotated by round)")
     for round_ in range(args.rounds):
-        for name, scorer in (("shipped (torch)", timed), ("numpy forward", alternative), ("numpy, distinct rows", deduped)):
+        for name, scorer in ways[round_ % len(ways):] + ways[:round_ % len(ways)]:
             spent[0], spent[1] = 0.0, 0
             view = engine.view(request)
             cpu, wall = time.process_time(), time.perf_counter()
             decisions[name] = decision = drive(engine.policy.steps(view), scorer)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            cpus[name].append(cpu)
             share = (f"; forward {spent[0] / spent[1] * 1e6:.0f} us a pass ({spent[1]} passes for {len(decision.launch)}"
                      f" launches), {spent[0] / wall:.0%} of the wall time") if spent[1] else ""
             print(f"  round {round_ + 1} {name:20s} {cpu:6.2f} s{share}", flush=True)
+    medians = {name: statistics.median(values) for name, values in cpus.items()}
+    for name, _ in ways:
+        print(f"  median of {args.rounds} {name:20s} {medians[name]:6.2f} s CPU, "
+              f"{medians[name] / max(medians['shipped (torch)'], 1e-9):.2f}x the shipped scorer's")
     drive(engine.policy.steps(engine.view(request)), kept)
     start = time.perf_counter()
     for obs in seen:
