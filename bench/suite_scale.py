@@ -9,8 +9,13 @@ One suite, in one run, side by side:
 Prints each configuration's wall time, runs per second and ratio to the local pool, and whether
 its JSON is the local run's (it must be). Each Ray configuration is timed after a warm-up that
 starts a worker on every node and imports the suite's code and torch there: on a real cluster a
-suite runs for hours, and a worker's first import is not what scales. ``--repeats`` rounds, each
-timing every configuration in turn (so a change in the machine's load hits them alike); the
+suite runs for hours, and a worker's first import is not what scales. The local side is warmed up
+too, once before the first round: each local configuration runs the suite's first cell untimed
+(this process imports torch and builds every policy, and its pool's workers, forked from it,
+start with them). Each ``run_suite`` still starts its own pool, as every ``evaluate --suite``
+does: that start-up (a fresh pool of the same size running one empty task per process, median of
+3) is measured apart and printed; it is inside the local pool's figures. ``--repeats`` rounds,
+each timing every configuration in turn (so a change in the machine's load hits them alike); the
 best of each is printed.
 
 Caveat: the fake nodes share this machine's cores (and whatever else runs on it), so beyond the
@@ -49,6 +54,25 @@ def timed(run: Callable[[], Any]) -> tuple[float, Any]:
     began = time.perf_counter()
     result = run()
     return time.perf_counter() - began, result
+
+
+def nothing() -> None:
+    """An empty task: what a fresh pool's start-up is timed with."""
+
+
+def pool_start_up(workers: int) -> float:
+    """Wall seconds (median of 3) of starting a pool of ``workers`` processes as the suite's local
+    runs do (``run_suite``'s pool, a fresh one per run) and running one empty task on each."""
+    import statistics
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    from deepshare.experiments.suite_runs import _single_threaded
+
+    def start() -> None:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded) as pool:
+            wait([pool.submit(nothing) for _ in range(workers)])
+
+    return statistics.median(timed(start)[0] for _ in range(3))
 
 
 def warm_up(nodes: int) -> None:
@@ -92,6 +116,11 @@ def main() -> None:
         same[name] = same.get(name, True) and doc == reference[0]
         print(f"  {name}: {wall:.1f} s", flush=True)
 
+    for workers in local_runs.values():  # the local side's warm-up, as the Ray nodes get theirs: untimed
+        run_suite(spec, workers=workers, only_cells=cells(spec)[:1])
+    if args.local_workers > 1:
+        print(f"a fresh local pool of {args.local_workers} processes starts in {pool_start_up(args.local_workers):.2f} s "
+              "(inside each local pool figure: every run_suite starts its own)", flush=True)
     tmp = tempfile.mkdtemp(prefix="ds-bench-")
     os.environ["RAY_TMPDIR"] = tmp
     import ray
