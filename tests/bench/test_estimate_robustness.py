@@ -13,7 +13,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 def _cell(seed: int, durations: str, results: dict, **other: object) -> dict:
     return {"load": 1.0, "mix": "llm", "nodes": 4, "gpus_per_node": 8, "contention": "link", "seed": 2**31 + seed,
-            "durations": durations, "contention_knowledge": "exact", **other, "results": results, "best_avg_jct_s": min(r["avg_jct_s"] for r in results.values() if r["avg_jct_s"])}
+            "durations": durations, "contention_knowledge": "exact", **other, "results": results,
+            "best_avg_jct_s": min(r["avg_jct_s"] for r in results.values() if r["avg_jct_s"])}
 
 
 def test_a_failed_learned_run_is_left_out_and_said(tmp_path):
