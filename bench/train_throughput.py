@@ -91,7 +91,7 @@ def in_process(config_path: str, steps: int, rounds: int = 3) -> None:
 def with_envs(config, envs: int):
     """``config`` with ``run.envs_per_env_runner`` set to ``envs``, checked again as a config file
     is (an assignment is not checked: a replay group size that no longer divides the envs passed)."""
-    run = config.run.model_copy(update={"envs_per_env_runner": envs})
+    run = {**config.run.model_dump(), "envs_per_env_runner": envs}  # a dict: the run's own checks run too
     return type(config).model_validate({**dict(config), "run": run})
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from deepshare.core.errors import DeepShareError
@@ -125,19 +126,21 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
 
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?[0-9]+)(?![.eE0-9])|-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?')
 """JSON strings (skipped), integers (group 1: what Python converts to ``int``) and other numbers."""
-_MOST_DIGITS = 4300
-"""The most digits Python converts to an integer (``sys.get_int_max_str_digits``'s default)."""
 
 
 def _huge_integer(text: str | bytes, source: str) -> str | None:
     """Where ``text`` writes an integer Python refuses to convert (its own message names a
-    setting of Python's, not the file's line), or None: the first such integer outside strings."""
+    setting of Python's, not the file's line), or None: the first such integer outside strings,
+    by the limit Python applies now (``sys.get_int_max_str_digits``; 0: none)."""
+    most = sys.get_int_max_str_digits()
+    if not most:
+        return None
     data = text.encode("utf-8", "replace") if isinstance(text, str) else text
     for token in _TOKENS.finditer(data):
         digits = token.group(1)
-        if digits is not None and len(digits.lstrip(b"-")) > _MOST_DIGITS:
+        if digits is not None and len(digits.lstrip(b"-")) > most:
             line = data.count(b"\n", 0, token.start()) + 1
-            return (f"{source} line {line}: expected a number of at most {_MOST_DIGITS:,} digits, "
+            return (f"{source} line {line}: expected a number of at most {most:,} digits, "
                     f"got one of {len(digits.lstrip(b'-')):,}")
     return None
 

@@ -403,7 +403,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     free_total = state.free.total
     demand = state.demand
     glob = (
-        1.0 - free_total / total,
+        1.0 - free_total / total if total else 0.0,  # no node up yet (an autoscaler's min_nodes 0)
         math.log1p(state.waiting),
         math.log1p(len(view.running) + partial.count),
         min(1.0, free_total / demand) if demand else 1.0,

@@ -213,7 +213,8 @@ def safety_net(partial: PartialDecision, rows: list[Candidate], rules: HybridRul
     job, placement = pick
     state = partial.state()
     pending = state.pending
-    utilisation = 1.0 - state.free.total / view.total_gpus
+    total = view.total_gpus
+    utilisation = 1.0 - state.free.total / total if total else 0.0  # no node up yet
     if utilisation < rules.utilisation_floor or view.predict(job, placement, pending).ratio >= rules.min_ratio:
         return pick
     return None

@@ -9,6 +9,12 @@ domain's nodes, while it reads as the full-length free vector (node indices are 
 so placements and contention predictions on it need no mapping back).
 
 It is read-only: a strategy returns a placement, it never takes GPUs from ``free`` itself.
+
+A strategy is handed one only to place a job inside a domain of its topology request
+(:func:`deepshare.policies.fabric_place.with_topology`), and ``packed`` reads it so: the fewest
+nodes it waits for are then those of the request's domains
+(:func:`deepshare.policies.placement.least_nodes`), on a plain list the cluster's. Every other
+strategy answers a MaskedFree exactly as the masked plain list.
 """
 
 from __future__ import annotations

@@ -144,3 +144,18 @@ def test_a_parsable_header_with_a_trailing_bar_lists_its_columns_without_an_empt
     path = write(tmp_path, "jobs.txt", "JobID|Submit|Start|AllocTRES|State|\n1|2024-03-01T09:00:00|x|gres/gpu=1|COMPLETED|\n")
     message = refused(path, "jobs.txt line 1", "the header has: JobID, Submit, Start, AllocTRES, State", format="slurm")
     assert not message.rstrip().endswith(",")
+
+
+def test_a_too_long_integer_is_judged_by_the_limit_python_applies_now(tmp_path: Path) -> None:
+    """Third read: the limit was written in (4,300); raised to 6,000, a 5,000-digit integer is
+    read and the 7,000-digit one after it is the one named."""
+    import sys
+
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(6000)
+    try:
+        with pytest.raises(DeepShareError) as info:
+            load_json('{"a": ' + "1" * 5000 + ',\n "b": ' + "2" * 7000 + "}", "g.json")
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert str(info.value) == "g.json line 2: expected a number of at most 6,000 digits, got one of 7,000"

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from deepshare.core.contention import make_contention
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology
 from deepshare.core.traces import load
+from deepshare.core.types import JobSpec
+from deepshare.policies import make_policy
 from deepshare.policies.encoding import WAIT_INDEX, EncodingConfig
 from deepshare.policies.learned import HybridRules, LearnedPolicy
 
@@ -32,10 +35,10 @@ def run(policy):
     return sim.run(policy)
 
 
-def test_rl_base_that_always_waits_still_finishes_because_stalling_waits_are_masked():
+def test_rl_base_that_always_waits_still_finishes_because_waits_on_an_idle_cluster_are_masked():
     report = run(LearnedPolicy("rl-base", always_wait, ENCODING))
     assert report.finished == 256
-    assert report.gpu_util < 0.5  # it only launches when the cluster would otherwise idle forever
+    assert report.gpu_util < 0.5  # it only launches when the cluster is wholly idle
 
 
 def test_rl_hybrid_safety_net_fills_the_cluster_when_the_scorer_waits():
@@ -137,3 +140,16 @@ def test_bad_anchor_is_refused():
     for anchor in (("srsf",), ("nope", "packed"), ("srsf", "nowhere")):
         with pytest.raises(ValueError):
             EncodingConfig(anchor=anchor)
+
+
+@pytest.mark.parametrize("name", ["rl-base", "rl-hybrid", "rl-hybrid-preempt"])
+def test_learned_policies_decide_while_no_gpu_node_is_up(name):
+    """An autoscaler with min_nodes 0 has no GPU up at the first arrival: the encoding's and the
+    safety net's utilisation divided by the view's total GPUs, 0 there (ZeroDivisionError)."""
+    from deepshare.core.autoscaling import AutoscaleSpec, simulate_autoscaled
+
+    spec = AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": 100.0, "node_types": {
+        "a": {"gpus": 4, "price_usd_per_hour": 1.0, "min_nodes": 0, "max_nodes": 2, "provisioning_s": 60.0}}})
+    jobs = [JobSpec("j0", "MobileNetV3", 2, 0.0, duration_s=100.0)]
+    report, _ = simulate_autoscaled(spec, jobs, make_policy(name), "demand", make_contention("profiled"))
+    assert report.metrics.finished == 1

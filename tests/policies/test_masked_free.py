@@ -1,5 +1,8 @@
 """A domain's free GPUs as a :class:`MaskedFree` answer exactly as the masked plain list does
-(the strategies' reference), without copying the cluster's list."""
+(the strategies' reference), without copying the cluster's list. ``packed`` reads a MaskedFree as
+"inside a domain of the job's request" and measures shapes against the request's domains: on
+this fabric of equal domains that is the cluster's fewest too (uneven fabrics:
+``test_packed_domains.py``)."""
 
 from __future__ import annotations
 

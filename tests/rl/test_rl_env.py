@@ -118,7 +118,7 @@ def test_mask_is_exactly_the_feasible_candidates():
             assert mask[i] == 1
             assert row.job.gpus <= 4 * 2 and row.placement.total_gpus == row.job.gpus
             assert all(partial.free[n] >= g for n, g in row.placement.alloc)
-        # nothing runs, nothing else will come: waiting with a launch possible would stall
+        # nothing runs and every GPU is free: waiting with a launch possible is masked
         assert mask[WAIT_INDEX] == (0.0 if len(rows) > 1 and not partial.launches else 1.0)
         if len(rows) == 1:
             break

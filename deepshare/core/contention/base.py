@@ -43,7 +43,10 @@ class ContentionState(Protocol):
         """Current throughput ratio of a tracked job, in (0, 1]."""
 
     def predict(self, job: RunningJob) -> Prediction:
-        """What ``add(job)`` would do, without doing it."""
+        """What ``add(job)`` would do, without doing it. For a job already tracked, its own ratio
+        is predicted without its current record; what its leaving frees for others is not a
+        defined part of ``others`` (a model may or may not count it): a caller asking about a
+        move takes the job out first (:meth:`Predictor.leaving_out`)."""
 
     # Optional: ``isolated(placement) -> bool``, True when a job there neither suffers nor causes
     # contention whatever runs (its prediction is exactly ``Prediction(1.0)``), read once by
