@@ -128,8 +128,9 @@ def test_the_ceilings_copies_play_the_base_as_it_really_runs(monkeypatch):
         while (view := sim.advance()) is not None:
             decision = base.decide(view)
             future = truth.sample(view, view.now + config.horizon_s, None)
-            cost = planner._rollout(module._future_view(view, future), decision, future, view.now + config.horizon_s,
-                                    base_name, view.durations)
+            cost, cut = planner._rollout(module._future_view(view, future), decision, future,
+                                         view.now + config.horizon_s, base_name, view.durations)
+            assert cut is None
             assert sim.jobs_in_system_area + cost == pytest.approx(total, rel=1e-6), (information.durations, view.now)
             sim.apply(decision)
             points += 1

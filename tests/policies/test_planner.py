@@ -506,7 +506,7 @@ def test_a_finite_option_beats_a_base_whose_copies_cannot_go_on(monkeypatch):
 
     def base_stalls(self, start, decision, *args, **kwargs):
         cost = rollout(self, start, decision, *args, **kwargs)
-        return math.inf if not decision.preempt and not decision.launch else cost  # waiting (the base's) stalls
+        return (math.inf, None) if not decision.preempt and not decision.launch else cost  # waiting (the base's) stalls
 
     monkeypatch.setattr(module.Planner, "_rollout", base_stalls)
     jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=10_000.0), JobSpec("S", "FSDP", 8, 10.0, duration_s=100.0)]
@@ -568,3 +568,31 @@ def test_a_copy_learns_from_its_own_completions_with_the_estimates_the_real_run_
     run(jobs, planner, information=InformationModel("unknown"))
     finished = [job for history in forks for job in list(history)]
     assert planner.stats.rollouts > 0 and finished and all(job.estimate_s is None for job in finished)
+
+
+def test_options_cut_by_the_step_cap_are_judged_over_one_window():
+    """A rollout stops at max_steps decisions: the option with more decision points (here stopping
+    L and running 30 short jobs) stopped at t=75 while waiting's ran to t=3064, and their costs
+    were integrals over different windows. Every option is now judged up to the earliest cut."""
+    from deepshare.policies import planner as module
+
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=3000.0), JobSpec("M", "FSDP", 8, 10.0, duration_s=1000.0)]
+    jobs += [JobSpec(f"s{i}", "FSDP", 1, 10.0, duration_s=60.0 + i) for i in range(30)]
+    sim = Simulator(uniform(1, 8), jobs, make_contention("none"))
+    base = make_policy("srsf+packed")
+    while (view := sim.advance()) is not None and view.now < 10.0:
+        sim.apply(base.decide(view))
+    config = PlannerConfig(futures=1, horizon_s=3600.0, max_steps=5, arrivals=False, contention="none",
+                           candidates=("srsf+packed", "srsf+packed+preempt"))
+    planner = Planner(config, make_policy)
+    choices = [make_policy(name).decide(view) for name in config.candidates]
+    assert choices[0] != choices[1]
+    future = module.Future({j.job_id: j.remaining_s for j in (*view.queued, *view.running)}, ())
+    start, horizon_end = module._future_view(view, future), view.now + config.horizon_s
+    first = [planner._rollout(start, d, future, horizon_end, "srsf+packed", view.durations) for d in choices]
+    cuts = [at for _, at in first]
+    assert cuts[0] is not None and cuts[1] is not None and cuts[0] != cuts[1]  # each cut at its own time
+    cut = min(cuts)
+    judged = planner._judged(start, choices, future, horizon_end, "srsf+packed", view.durations, None)
+    again = [planner._rollout(start, d, future, cut, "srsf+packed", view.durations)[0] for d in choices]
+    assert judged == again and judged != [cost for cost, _ in first]
