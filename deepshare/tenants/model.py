@@ -1,7 +1,8 @@
 """The tenants file's pydantic schema (imported only when a file is parsed: decisions never need it).
 
 Per-field checks live here; the checks across fields (duplicate names, priority classes included,
-a cohort or default that is not declared, a lending limit above the nominal quota) are
+a cohort or default that is not declared, a lending limit above the nominal quota, a borrowing or
+lending limit on a queue without a cohort) are
 :func:`deepshare.tenants.spec._build`'s, which names the field in the same ``queues.1.name: ...`` form.
 """
 

@@ -211,6 +211,10 @@ def _build(model: "TenantsModel", source: str) -> Tenants:
         if q.lending_limit_gpus is not None and q.lending_limit_gpus > q.nominal_gpus:
             raise DeepShareError(f"{source}: queues.{i}.lending_limit_gpus: at most nominal_gpus "
                                  f"({q.nominal_gpus}), got {q.lending_limit_gpus}")
+        for limit in ("borrowing_limit_gpus", "lending_limit_gpus"):
+            if q.cohort is None and getattr(q, limit) is not None:  # Kueue refuses them too
+                raise DeepShareError(f"{source}: queues.{i}.{limit}: needs a cohort (a queue on its own "
+                                     "neither borrows nor lends)")
         queues[q.name] = Queue(q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.lending_limit_gpus, q.weight,
                                q.queueing)
     if model.default_queue is not None and model.default_queue not in queues:

@@ -481,9 +481,13 @@ def test_a_reload_that_shrinks_a_queue_below_a_live_job_is_refused(tmp_path, run
     assert str(refused.value) == (f"{file}: {state} job 'x-1' asks 4 GPUs, but queue 'a' could then never hold more "
                                   "than 2 (its nominal quota, borrowing limit and cohort; let the job end, or cancel it, first)")
     assert live.current is old and live.refused == 1
-    file.write_text("queues:\n  - {name: a, nominal_gpus: 2, borrowing_limit_gpus: 2}\n  - {name: b, nominal_gpus: 0}\n")
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 2}\n  - {name: b, nominal_gpus: 0}\n")
     with pytest.raises(DeepShareError, match="could then never hold more than 2"):  # no cohort to borrow from
         live.reload()
+    file.write_text("queues:\n  - {name: a, nominal_gpus: 2, borrowing_limit_gpus: 2}\n  - {name: b, nominal_gpus: 0}\n")
+    with pytest.raises(DeepShareError, match=r"queues\.0\.borrowing_limit_gpus: needs a cohort"):  # refused as a file
+        live.reload()
+    assert live.current is old
     file.write_text("queues:\n  - {name: a, cohort: m, nominal_gpus: 2}\n  - {name: b, cohort: m, nominal_gpus: 2}\n")
     assert live.reload().most_gpus("a") == 4  # its cohort lends the rest: accepted
 
