@@ -491,7 +491,7 @@ class _TenancyMemo:
             name = tenancy.queue_of(job)
             self.usage[name] = self.usage.get(name, 0) + job.gpus
         self.active = {*self.usage, *(tenancy.queue_of(job) for job in view.queued)}
-        self.total_weight = sum(tenancy.weight_of(q) for q in self.active)
+        self.total_weight = math.fsum(tenancy.weight_of(q) for q in self.active)  # whatever the set's order
         self.folded = 0
         queues = getattr(tenancy, "queues", None)
         self.quotas: dict[str, float] = {}

@@ -34,6 +34,7 @@ Definitions (times in seconds; a tenant is a queue, :meth:`~deepshare.tenants.sp
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
@@ -130,7 +131,7 @@ def water_fill(capacity: float, weights: Mapping[str, float], demands: Mapping[s
     cap = capacity
     while left and cap > 1e-12:
         total_w = sum(weights[q] for q in left)
-        satisfied = {q for q, d in left.items() if d <= cap * weights[q] / total_w}
+        satisfied = [q for q, d in left.items() if d <= cap * weights[q] / total_w]  # in the demands' order
         if not satisfied:
             for q in left:
                 out[q] = cap * weights[q] / total_w
@@ -175,7 +176,7 @@ def fairness_report(records: Sequence[JobRecord], jobs: Sequence[JobSpec], tenan
             continue
         active = {queue[o.job_id] for o in kept if o.submit_s <= r.submit_s and (o.finish_s is None or o.finish_s > r.submit_s)}
         active.add(queue[r.job_id])
-        fair = total_gpus * weight[queue[r.job_id]] / sum(weight[q] for q in active)
+        fair = total_gpus * weight[queue[r.job_id]] / math.fsum(weight[q] for q in active)  # whatever the set's order
         alone = isolated_s(specs[r.job_id], catalog) * max(1.0, r.gpus / fair)
         rho[r.job_id] = (r.finish_s - r.submit_s) / alone
     per = []

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from cli_run import cli, one_error_line
@@ -119,3 +123,56 @@ def test_simulate_names_the_field_of_a_bad_tenants_file(tmp_path, capsys):
     rc, _, err = cli(capsys, "simulate", "--trace", trace, "--policy", "fifo+consolidated", "--tenants", tenants, "--no-progress")
     assert rc == 2
     one_error_line(err, "tenants.yaml", "queues.0.nominal_gpus")
+
+
+HASH_SEED_SCRIPT = r'''
+from dataclasses import replace
+from deepshare.core.contention import make_contention
+from deepshare.core.metrics import JobRecord
+from deepshare.core.snapshot import KnownJob, build_view
+from deepshare.core.topology import parse_topology
+from deepshare.core.types import JobSpec, Placement
+from deepshare.core.workloads import default_catalog
+from deepshare.policies import make_policy
+from deepshare.policies.extra_features import _TenancyMemo
+from deepshare.policies.step_state import StepState
+from deepshare.tenants import Admitted, parse_tenants
+from deepshare.tenants.fairness import fairness_report, water_fill
+
+T = parse_tenants("queues:\n  - {name: a, nominal_gpus: 16, weight: 0.7}\n  - {name: b, nominal_gpus: 16, weight: 0.2}\n"
+                  "  - {name: c, nominal_gpus: 16, weight: 0.1}\n")
+topo = parse_topology("name: two\nnode_types:\n  g: {gpus: 8}\nnodes:\n  - {type: g, count: 2, prefix: n}\n")
+running = [KnownJob("a1", "FSDP", 4, 0.0, 1000.0, placement=Placement(((1, 4),)), last_run_s=10.0, queue="a"),
+           KnownJob("b1", "FSDP", 4, 0.0, 1000.0, placement=Placement(((1, 4),)), last_run_s=10.0, queue="b")]
+queued = [KnownJob("y", "FSDP", 1, 100.0, 100.0, queue="c"), KnownJob("x", "FSDP", 8, 110.0, 10.0, queue="c")]
+view = build_view(topo, default_catalog(), make_contention("profiled"), 200.0, [8, 0], queued, running, durations="exact")
+print("themis", [l.job_id for l in Admitted(make_policy("themis+consolidated"), T).decide(view).launch])
+specs = [JobSpec(q + "1", "FSDP", 8, 0.0, duration_s=100.0, queue=q) for q in "abc"]
+records = [JobRecord(s.job_id, "FSDP", 8, 0.0, 0.0, 500.0, 800.0, 800.0, 1.0, 0, 0, False) for s in specs]
+print("rho", repr(fairness_report(records, specs, T, 16, default_catalog(), samples=3).rho["c1"]))
+state = StepState(replace(view, tenancy=T), view.free, ())
+print("share", repr(_TenancyMemo(state).columns(state, view.queued[0])[2]))
+print("fill", repr(water_fill(1.0, dict.fromkeys("abcd", 1.0), {"a": 0.1, "b": 0.2, "c": 0.23, "d": 5.0})["d"]))
+'''
+
+
+def test_sums_over_a_set_of_queues_do_not_depend_on_the_hash_seed():
+    # Weights 0.7, 0.2, 0.1 add up to 1.0 in one order and to 0.9999999999999999 in another, and a
+    # set of queue names is iterated in PYTHONHASHSEED's order: so themis' fair part, rho's G and
+    # the tenant_weight_share column were summed, and water_fill's capacity reduced, in an order
+    # that changed from one process to the next (seed 1: themis launched x, not y). Exactly rounded
+    # sums (fsum) and the demands' own order make them one. By hand: themis' fair part of c is
+    # 16 x 0.1 / 1 = 1.6 GPUs; x: rho = (90 + 10) / (10 x 8 / 1.6) = 2, y: (100 + 100) / 100 = 2; the
+    # tie goes to the older, y (1 GPU), and x (8) no longer fits. c1's rho = 500 / (100 x 8 / 1.6) = 1;
+    # c's weight share 0.1 / 1; water_fill: a, b and c are capped by their demands, d gets the rest.
+    repo = Path(__file__).resolve().parents[2]
+    outputs = []
+    for seed in ("0", "1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p)
+        proc = subprocess.run([sys.executable, "-c", HASH_SEED_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[0].splitlines() == ["themis ['y']", "rho 1.0", "share 0.1", f"fill {1.0 - 0.1 - 0.2 - 0.23!r}"]
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
