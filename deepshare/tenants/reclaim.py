@@ -24,7 +24,10 @@ The decision's own launches come first: a launch that borrows (reclaim) or is of
 priority class (priority) is withdrawn, and stays queued, before any running job is stopped;
 and whether a running job's queue borrows is judged on the running jobs alone (less the
 decision's stops), so a queue within its nominal quota is never reclaimed from because the
-same decision launches a borrowing job of it.
+same decision launches a borrowing job of it. A strict queue's launches are withdrawn from its
+last in the queue's order (lowest class, then youngest) and put back from its first, and one is
+never put back while one before it stays withdrawn: a younger job of a strict queue never
+launches ahead of an older one held (:func:`strict_in_place`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Callable, Sequence
 
 from deepshare.core.types import Launch
 from deepshare.core.view import DEFAULT_RESTORE_S, JobView
+from deepshare.tenants.admission import admission_key
 from deepshare.tenants.quota import Ledger
 from deepshare.tenants.spec import Queue, Tenants
 
@@ -53,6 +57,22 @@ class Plan:
 def victim_key(tenants: Tenants, restore_s: float = DEFAULT_RESTORE_S):  # type: ignore[no-untyped-def]
     """Cheapest victim first (module doc)."""
     return lambda job: (tenants.priority_of(job), job.gpus * restore_s, job.attained_gpu_s, job.job_id)
+
+
+def strict_in_place(jobs: Sequence[JobView], tenants: Tenants, *, last_first: bool) -> list[JobView]:
+    """``jobs`` (in some order of preference) with each strict queue's jobs put, in the places
+    they hold, in their queue's order (:func:`~deepshare.tenants.admission.admission_key`;
+    ``last_first``: reversed), the other queues' jobs left where they are. Withdrawals taken in
+    this order (``last_first``) leave every strict queue's launches a prefix of its order, and
+    put back in it (not ``last_first``), its withdrawals a suffix."""
+    key = admission_key(tenants)
+    strict: dict[str, list[JobView]] = {}
+    for job in jobs:
+        if tenants.queues[name := tenants.queue_of(job)].strict:
+            strict.setdefault(name, []).append(job)
+    for members in strict.values():
+        members.sort(key=key, reverse=not last_first)  # popped from the end
+    return [strict[name].pop() if (name := tenants.queue_of(job)) in strict else job for job in jobs]
 
 
 def reclaim_candidates(job: JobView, queue: Queue, running: Sequence[JobView], tenants: Tenants) -> list[JobView]:
@@ -95,7 +115,9 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
     held = ledger.copy() if held is None else held.copy()
     key = victim_key(tenants, restore_s)
     launches = {w.job_id for w in withdrawable}
-    pool = [*sorted(withdrawable, key=key), *sorted((c for c in candidates if c.job_id not in launches), key=key)]
+    pool = [*strict_in_place(sorted(withdrawable, key=key), tenants, last_first=True),
+            *sorted((c for c in candidates if c.job_id not in launches), key=key)]
+    queue_order = admission_key(tenants)
     chosen: list[JobView] = []
     freed = 0
     launch: Launch | None = None
@@ -125,7 +147,15 @@ def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobVie
         freed += victim.gpus
         take(victim, -1)
     # drop what the others make unnecessary: running victims first (largest first), then withdrawals
-    for victim in sorted(chosen, key=lambda v: (v.job_id in launches, -v.gpus, v.job_id)):
+    # (largest first; a strict queue's from its first in its order, and none while one before it
+    # stays withdrawn)
+    order = sorted(chosen, key=lambda v: (v.job_id in launches, -v.gpus, v.job_id))
+    stops = [v for v in order if v.job_id not in launches]
+    for victim in [*stops, *strict_in_place(order[len(stops):], tenants, last_first=False)]:
+        if victim.job_id in launches and (owner := tenants.queues[tenants.queue_of(victim)]).strict and any(
+                v.job_id in launches and tenants.queue_of(v) == owner.name and queue_order(v) < queue_order(victim)
+                for v in chosen):
+            continue
         take(victim, 1)
         rest = [v for v in chosen if v is not victim]
         if rest and free_gpus + freed - victim.gpus >= job.gpus and ledger.admits(queue, job.gpus) \

@@ -116,6 +116,34 @@ def test_strict_queueing_also_holds_in_quota_preemption():
     assert (strict.launch, strict.preempt) == ((), ())
 
 
+@pytest.mark.parametrize("policy", ["fifo+consolidated", "srtf+consolidated"])
+@pytest.mark.parametrize("older, younger, a1, launched", [(2, 1, 3, ["a1"]), (1, 2, 2, ["b1-older", "a1"])])
+def test_reclaim_withdraws_a_strict_queues_launches_from_its_last(policy, older, younger, a1, launched):
+    # One 8-GPU node: c0 (queue c, alone) and b0 (b, strict, nominal 2) run 2 GPUs each; 4 free.
+    # b1-older and b2-younger borrow (b holds its 2), a1 is within a's nominal 6: admission takes
+    # all three (the cohort's 8: b 2 + 3, a 3 or 2). The policy launches b1-older and b2-younger
+    # and a1 no longer fits, so reclaim withdraws b's launches, b's last first.
+    # b1-older 2 GPUs, b2-younger 1, a1 3: b2-younger (2 free), then b1-older (4 free): a1 goes.
+    # b2-younger is not put back (a1 would still fit), as it would run ahead of the older one
+    # held: 1 GPU idles. Cheapest first, reclaim withdrew the same two and put b2-younger back.
+    # b1-older 1 GPU, b2-younger 2, a1 2: b2-younger alone frees enough (3 free) and b1-older
+    # runs; cheapest first withdrew b1-older (2 free) and launched b2-younger.
+    tenants = parse_tenants("queues:\n  - {name: a, cohort: main, nominal_gpus: 6}\n"
+                            "  - {name: b, cohort: main, nominal_gpus: 2, queueing: strict}\n  - {name: c, nominal_gpus: 2}\n")
+    running = [KnownJob("c0", "FSDP", 2, 0.0, 1000.0, placement=Placement(((0, 2),)), last_run_s=10.0, queue="c"),
+               KnownJob("b0", "FSDP", 2, 0.0, 1000.0, placement=Placement(((0, 2),)), last_run_s=10.0, queue="b")]
+    queued = [KnownJob("b1-older", "FSDP", older, 1.0, 100.0, queue="b"),
+              KnownJob("b2-younger", "FSDP", younger, 2.0, 100.0, queue="b"),
+              KnownJob("a1", "FSDP", a1, 3.0, 100.0, queue="a")]
+    view = build_view(ONE_NODE, default_catalog(), make_contention("profiled"), 10.0, [4], queued, running,
+                      durations="exact")
+    assert [j.job_id for j in admit(view.queued, view.running, tenants).admitted] == ["b1-older", "b2-younger", "a1"]
+    inner = make_policy(policy)
+    assert [launch.job_id for launch in inner.decide(view).launch] == ["b1-older", "b2-younger"]
+    decision = Admitted(inner, tenants).decide(view)
+    assert ([launch.job_id for launch in decision.launch], decision.preempt) == (launched, ())
+
+
 @pytest.mark.parametrize("queueing, launched", [("best-effort", ["young"]), ("strict", [])])
 def test_every_reader_of_a_tenants_file_queues_alike(tmp_path, queueing, launched):
     # The simulator and the live scheduler read the file (load_tenants), the placement service
