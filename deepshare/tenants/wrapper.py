@@ -20,6 +20,12 @@ decision it
    job that a held job ahead of it holds back in a strict queue (``Admission.blocked``). The
    decision's own borrowing (reclaim) or lower-priority (priority) launches are withdrawn before
    any running job is stopped, and a running job's queue borrows by its running jobs alone.
+   Jobs are taken in Kueue's order: those their nominal quota covers first (when the planning
+   starts), then the others, each by priority class, then submission; and a plan that would
+   raise its queue's borrowing while another queue's job of the cohort waits, within its
+   nominal quota, that the cohort could then no longer admit is refused (Kueue reserves that
+   job's quota in the cycle): a borrowing job's priority plan never takes the victims or the
+   room a within-nominal job of its cohort is due.
 
 The what-if views are ordinary views, so ``inner`` must decide on them as on any view it did not
 expect (the built-in heuristics rebuild their per-thread queue index then). At most
@@ -41,11 +47,11 @@ from deepshare.tenants.reclaim import Plan, plan, priority_candidates, reclaim_c
 from deepshare.tenants.spec import Queue, Tenants
 
 MAX_PLANS = 8
-"""Plans a decision makes for held jobs, at most (highest priority, then oldest, first). A job
-asking more GPUs than the free ones and every eligible victim's (and withdrawable launch's)
-together is skipped before planning and not counted: otherwise a few such hopeless jobs ahead
-would use the budget up at every decision, and a job behind them whose plan would succeed would
-never be tried."""
+"""Plans a decision makes for held jobs, at most (within-nominal jobs first, then the others, each
+by highest priority, then oldest). A job asking more GPUs than the free ones and every eligible
+victim's (and withdrawable launch's) together is skipped before planning and not counted:
+otherwise a few such hopeless jobs ahead would use the budget up at every decision, and a job
+behind them whose plan would succeed would never be tried."""
 
 
 class PolicyLike(Protocol):
@@ -212,7 +218,9 @@ class Admitted:
         is stopped, and a running job is a reclaim victim only while its queue borrows counting
         its running jobs (less this decision's stops), never this decision's launches: those would
         make a queue within its nominal quota look like a borrower. A launch of a queue (or
-        cohort) where this decision stops a job is never withdrawn: it may be what the stop is for."""
+        cohort) where this decision stops a job is never withdrawn: it may be what the stop is for.
+        Jobs within their nominal quota are planned for first, and a plan that takes the room one
+        of them is guaranteed is refused (module doc, step 3; :meth:`_takes_guaranteed_room`)."""
         tenants = self.tenants
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
@@ -238,7 +246,12 @@ class Admitted:
         withdrawable = {job_id: queued[job_id] for job_id in launched
                         if tenants.queues[tenants.queue_of(queued[job_id])].pool_key not in stopping}
         withdrawn: set[str] = set()
-        waiting = sorted((j for j in view.queued if j.job_id not in launched), key=admission_key(tenants))
+        # Kueue's order of entries: jobs their nominal quota covers (reclaim) before those that
+        # would borrow, each by priority class, then submission, so that a borrowing job's priority
+        # plan never takes the room a within-nominal job of its cohort is about to reclaim
+        order = admission_key(tenants)
+        waiting = sorted((j for j in view.queued if j.job_id not in launched), key=lambda j: (
+            not ledger.within_nominal(tenants.queues[tenants.queue_of(j)], j.gpus), *order(j)))
         extra_launch: list[Launch] = []
         extra_preempt: list[str] = []
         tried = 0
@@ -265,7 +278,9 @@ class Admitted:
                 if (pool or launches) and tried < MAX_PLANS and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, False)
-            if found is None:
+            if found is None or self._takes_guaranteed_room(
+                    view, admission, job, queue, found, ledger,
+                    lambda: {*launched, *(launch.job_id for launch in extra_launch)} - withdrawn):
                 continue
             for victim in found.victims:
                 ledger.remove(tenants.queues[tenants.queue_of(victim)], victim.gpus)
@@ -286,6 +301,29 @@ class Admitted:
         kept = tuple(launch for launch in decision.launch if launch.job_id not in withdrawn)
         return Decision(launch=(*kept, *extra_launch), preempt=tuple(sorted({*decision.preempt, *extra_preempt})),
                         migrate=decision.migrate)
+
+    def _takes_guaranteed_room(self, view: ClusterView, admission: Admission, job: JobView, queue: Queue,
+                               found: Plan, ledger: Ledger, launching: Callable[[], set[str]]) -> bool:
+        """Whether ``found`` (for ``job`` of ``queue``) raises its queue's borrowing while a job of
+        another queue of its cohort still waits (not launching, not held back in a strict queue)
+        that its nominal quota covers and that the cohort could then not admit: the room it is
+        guaranteed would go to a borrower (Kueue reserves it for that job in the cycle). Only a
+        priority plan of a borrowing job can: a reclaim plan's job is within its nominal quota."""
+        tenants = self.tenants
+        after = ledger.copy()
+        for gone in (*found.victims, *found.withdrawn):
+            after.remove(tenants.queues[tenants.queue_of(gone)], gone.gpus)
+        after.add(queue, job.gpus)
+        if queue.cohort is None or after.borrowed(queue) <= ledger.borrowed(queue):
+            return False
+        going = launching()  # the decision's launches so far
+        for other in view.queued:
+            owner = tenants.queues[tenants.queue_of(other)]
+            if owner.cohort == queue.cohort and owner.name != queue.name and other.job_id not in going \
+                    and other.job_id not in admission.blocked and after.within_nominal(owner, other.gpus) \
+                    and not after.admits(owner, other.gpus):
+                return True
+        return False
 
     def _plan(self, view: ClusterView, job: JobView, queue: Queue, ledger: Ledger, held: Ledger,
               pool: Sequence[JobView], launches: Sequence[JobView], launched: dict[str, Launch], free: list[int],

@@ -72,3 +72,62 @@ def test_hopeless_jobs_ahead_do_not_use_up_the_plans():
         view = build_view(TWO_NODES, default_catalog(), make_contention("profiled"), 1000.0, [0, 0], queued, running)
         decision = Admitted(make_policy("fifo+consolidated"), tenants).decide(view)
         assert ([launch.job_id for launch in decision.launch], decision.preempt) == (["c-small"], ("b-borrow",)), hopeless
+
+
+ONE_NODE = parse_topology("name: one\nnode_types:\n  g: {gpus: 8}\nnodes:\n  - {type: g, count: 1, prefix: n}\n")
+
+
+def test_a_within_nominal_job_is_planned_for_before_a_borrowing_one_of_a_higher_class():
+    # a (nominal 6) and b (nominal 2) lend to each other; b-low (b, 4 GPUs, low) borrows 2. a1
+    # (6, low) is within a's quota but the cohort's 8 are overdrawn (4 + 6); b-mid (6, mid)
+    # would borrow. b-mid, the higher class, used to be planned first: it stopped b-low and
+    # launched, b borrowing 4, and a1's reclaim found nothing left to stop, so a1 waited 300 s
+    # for b-mid. Within-nominal jobs go first (Kueue's order): a1 reclaims b-low and starts at
+    # 10; b-mid then has nothing to stop and waits for a1 (a 6 + b 6 > 8) until 110.
+    tenants = "queues:\n  - {name: a, cohort: c, nominal_gpus: 6}\n  - {name: b, cohort: c, nominal_gpus: 2}\n" \
+              "priority_classes: {low: 0, mid: 5}\n"
+    jobs = [job("b-low", "b", 4, at=0.0, duration=1000.0, priority="low"),
+            job("a1", "a", 6, at=10.0, duration=100.0, priority="low"),
+            job("b-mid", "b", 6, at=10.0, duration=300.0, priority="mid")]
+    starts = {r.job_id: r.first_start_s for r in run(tenants, jobs).records}
+    assert starts == {"b-low": 0.0, "a1": 10.0, "b-mid": 110.0}
+
+
+def _b_low_x_and(queued, x_gpus):  # type: ignore[no-untyped-def]
+    running = [KnownJob("b-low", "resnet50", 4, 0.0, 1000.0, placement=Placement(((0, 4),)), last_run_s=1.0, queue="b",
+                        priority="low"),
+               KnownJob("x0", "resnet50", x_gpus, 0.0, 40.0, placement=Placement(((0, x_gpus),)), last_run_s=1.0, queue="x")]
+    return build_view(ONE_NODE, default_catalog(), make_contention("profiled"), 10.0, [4 - x_gpus], queued, running)
+
+
+def test_a_borrowing_jobs_priority_plan_does_not_take_victims_a_within_nominal_job_reclaims():
+    # b (nominal 2, borrowing limit 2) runs b-low (4, low): it borrows 2; x0 fills the node. a1
+    # (a, 4: within a's 6, admitted) lacks GPUs; b-mid (b, 4, mid) is over b's limit. Planned
+    # first, b-mid's priority plan stopped b-low and took its place (b still borrowing 2: nothing
+    # raised) and a1's reclaim had nothing left to stop. Now a1 reclaims b-low first; b-mid is
+    # then within b's limit and waits for GPUs.
+    tenants = parse_tenants("queues:\n  - {name: a, cohort: c, nominal_gpus: 6}\n"
+                            "  - {name: b, cohort: c, nominal_gpus: 2, borrowing_limit_gpus: 2}\n"
+                            "  - {name: x, nominal_gpus: 4}\npriority_classes: {low: 0, mid: 5}\n")
+    queued = [KnownJob("a1", "resnet50", 4, 5.0, 100.0, queue="a", priority="low"),
+              KnownJob("b-mid", "resnet50", 4, 5.0, 100.0, queue="b", priority="mid")]
+    decision = Admitted(make_policy("fifo+consolidated"), tenants).decide(_b_low_x_and(queued, 4))
+    assert ([launch.job_id for launch in decision.launch], decision.preempt) == (["a1"], ("b-low",))
+
+
+def test_a_priority_plan_does_not_borrow_the_room_a_within_nominal_job_is_guaranteed():
+    # a and b (nominal 4 each) lend to each other; b-low (b, 4, low) and x0 (queue x, 2 GPUs)
+    # run, 2 GPUs free. a1 (a, 4) is within a's quota and admitted, but lacks GPUs until x0
+    # ends; nothing of the cohort borrows, so nothing is reclaimed for it. b-mid (b, 6, mid)
+    # would borrow 2: its priority plan (stop b-low, 6 GPUs free) used to launch it, the cohort
+    # then 6 + a1's 4 > 8, so a1's guaranteed quota went to a borrower (to be reclaimed, b-mid
+    # stopped, once x0 ends). As Kueue reserves a1's quota in the cycle, the plan is refused.
+    tenants = parse_tenants("queues:\n  - {name: a, cohort: c, nominal_gpus: 4}\n  - {name: b, cohort: c, nominal_gpus: 4}\n"
+                            "  - {name: x, nominal_gpus: 4}\npriority_classes: {low: 0, mid: 5}\n")
+    queued = [KnownJob("a1", "resnet50", 4, 5.0, 100.0, queue="a", priority="low"),
+              KnownJob("b-mid", "resnet50", 6, 5.0, 100.0, queue="b", priority="mid")]
+    decision = Admitted(make_policy("fifo+consolidated"), tenants).decide(_b_low_x_and(queued, 2))
+    assert (decision.launch, decision.preempt) == ((), ())
+    # without a1 waiting, the same plan goes: b-mid's priority over b-low within its own queue
+    alone = Admitted(make_policy("fifo+consolidated"), tenants).decide(_b_low_x_and(queued[1:], 2))
+    assert ([launch.job_id for launch in alone.launch], alone.preempt) == (["b-mid"], ("b-low",))
