@@ -486,8 +486,8 @@ class Planner:
         cut = min((at for _, at in rolled if at is not None), default=None)
         if len(rolled) < len(choices) or cut is None:
             return costs
-        for i, (decision, (_, at)) in enumerate(zip(choices, rolled)):
-            if at == cut:
+        for i, (decision, (cost, at)) in enumerate(zip(choices, rolled)):
+            if at == cut or not math.isfinite(cost):  # a copy that could not go on stays no option
                 continue
             if budget_end is not None and time.perf_counter() >= budget_end:
                 return costs[:i]

@@ -254,6 +254,7 @@ class Admitted:
             not ledger.within_nominal(tenants.queues[tenants.queue_of(j)], j.gpus), *order(j)))
         extra_launch: list[Launch] = []
         extra_preempt: list[str] = []
+        behind: dict[str, tuple] = {}  # per strict queue, the order key of its first job withdrawn here
         tried = 0
         for job in waiting:
             if tried >= MAX_PLANS:
@@ -261,6 +262,8 @@ class Admitted:
             if job.job_id in admission.blocked:  # a strict queue's job held behind an older one
                 continue
             queue = tenants.queues[tenants.queue_of(job)]
+            if queue.name in behind and order(job) > behind[queue.name]:
+                continue  # behind a job of its strict queue this decision sent back to wait
             candidates = [r for r in running.values() if r.job_id not in busy]
             mine = [w for w in withdrawable.values() if w.job_id not in withdrawn]
             found = None
@@ -290,9 +293,12 @@ class Admitted:
                 stopped.append(victim)
                 extra_preempt.append(victim.job_id)
             for back in found.withdrawn:
-                ledger.remove(tenants.queues[tenants.queue_of(back)], back.gpus)
+                back_queue = tenants.queues[tenants.queue_of(back)]
+                ledger.remove(back_queue, back.gpus)
                 launched[back.job_id].placement.release(free)
                 withdrawn.add(back.job_id)
+                if back_queue.strict and (back_queue.name not in behind or order(back) < behind[back_queue.name]):
+                    behind[back_queue.name] = order(back)
             ledger.add(queue, job.gpus)
             found.launch.placement.take(free)
             extra_launch.append(found.launch)

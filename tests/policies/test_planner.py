@@ -6,6 +6,7 @@ registry's argument."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -596,3 +597,39 @@ def test_options_cut_by_the_step_cap_are_judged_over_one_window():
     judged = planner._judged(start, choices, future, horizon_end, "srsf+packed", view.durations, None)
     again = [planner._rollout(start, d, future, cut, "srsf+packed", view.durations)[0] for d in choices]
     assert judged == again and judged != [cost for cost, _ in first]
+
+
+def test_an_option_whose_copy_cannot_go_on_stays_no_option_after_the_cut():
+    """Second read: a copy that failed after the cut returned (inf, None); being no cut, it was
+    played again to the earlier cut and came back finite, a choosable option."""
+    from deepshare.core.errors import DeepShareError
+    from deepshare.policies import planner as module
+
+    class Breaks:  # the base fails past t=100
+        def __init__(self, inner):  # type: ignore[no-untyped-def]
+            self.inner, self.name = inner, inner.name
+
+        def decide(self, seen):  # type: ignore[no-untyped-def]
+            if seen.now > 100:
+                raise DeepShareError("copy cannot go on")
+            return self.inner.decide(seen)
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        return Breaks(make_policy(name)) if name == "srsf+packed" else make_policy(name)
+
+    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=3000.0), JobSpec("M", "FSDP", 8, 10.0, duration_s=1000.0)]
+    jobs += [JobSpec(f"s{i}", "FSDP", 1, 10.0, duration_s=60.0 + i) for i in range(30)]
+    sim = Simulator(uniform(1, 8), jobs, make_contention("none"))
+    base = make_policy("srsf+packed")
+    while (view := sim.advance()) is not None and view.now < 10.0:
+        sim.apply(base.decide(view))
+    config = PlannerConfig(futures=1, horizon_s=3600.0, max_steps=5, arrivals=False, contention="none",
+                           candidates=("srsf+packed", "srsf+packed+preempt"))
+    planner = Planner(config, make)
+    choices = [make_policy(name).decide(view) for name in config.candidates]
+    future = module.Future({j.job_id: j.remaining_s for j in (*view.queued, *view.running)}, ())
+    start, end = module._future_view(view, future), view.now + config.horizon_s
+    first = [planner._rollout(start, d, future, end, "srsf+packed", view.durations) for d in choices]
+    assert first[0] == (math.inf, None) and first[1][1] is not None
+    judged = planner._judged(start, choices, future, end, "srsf+packed", view.durations, None)
+    assert judged[0] == math.inf and math.isfinite(judged[1])

@@ -164,3 +164,19 @@ def test_every_reader_of_a_tenants_file_queues_alike(tmp_path, queueing, launche
     served = response_to_decision(engine.place(view_to_request(view)), view)
     assert [launch.job_id for launch in simulator.launch] == [launch.job_id for launch in live.launch] == launched
     assert [launch.job_id for launch in served.launch] == launched
+
+
+def test_no_job_of_a_strict_queue_is_planned_past_an_older_one_this_decision_sent_back():
+    """Second read: W's reclaim withdraws X-older's launch; Y-younger (the same strict queue and
+    class) then got a priority plan in that decision (stopping z) and started at t=10, ahead of
+    X-older. The quota plans now skip a strict queue's jobs behind one they sent back."""
+    tenants = ("queues:\n  - {name: a, cohort: c, nominal_gpus: 6}\n"
+               "  - {name: q, cohort: c, nominal_gpus: 2, borrowing_limit_gpus: 2, queueing: strict}\n"
+               "  - {name: x, nominal_gpus: 6}\npriority_classes: {low: 0, mid: 5}\n")
+    jobs = [job("z", "q", 2, 0.0, 1000.0, "low"), job("x0", "x", 1, 0.0, 1000.0), job("f", "x", 4, 0.0, 10.0),
+            job("X-older", "q", 2, 5.0, 100.0, "mid"), job("Y-younger", "q", 3, 10.0, 100.0, "mid"),
+            job("W", "a", 4, 10.0, 100.0, "low")]
+    starts = {r.job_id: r.first_start_s for r in run(tenants, jobs).records}
+    assert starts["W"] == 10.0
+    assert starts["X-older"] < starts["Y-younger"]
+    assert (starts["X-older"], starts["Y-younger"]) == (110.0, 210.0)
