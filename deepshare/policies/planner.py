@@ -486,9 +486,9 @@ class Planner:
         cut = min((at for _, at in rolled if at is not None), default=None)
         if len(rolled) < len(choices) or cut is None:
             return costs
-        for i, (decision, (cost, at)) in enumerate(zip(choices, rolled)):
-            if at == cut or not math.isfinite(cost):  # a copy that could not go on stays no option
-                continue
+        for i, (decision, (_, at)) in enumerate(zip(choices, rolled)):
+            if at == cut:  # a copy that failed is played again too: before the cut it fails again,
+                continue   # after it the others were stopped before they could fail alike
             if budget_end is not None and time.perf_counter() >= budget_end:
                 return costs[:i]
             again = self._rollout(start, decision, future, cut, base_name, durations, budget_end=budget_end)

@@ -255,6 +255,7 @@ class Admitted:
         extra_launch: list[Launch] = []
         extra_preempt: list[str] = []
         behind: dict[str, tuple] = {}  # per strict queue, the order key of its first job withdrawn here
+        ahead: dict[str, tuple] = {}  # per strict queue, the order key of its last job planned for here
         tried = 0
         for job in waiting:
             if tried >= MAX_PLANS:
@@ -265,7 +266,9 @@ class Admitted:
             if queue.name in behind and order(job) > behind[queue.name]:
                 continue  # behind a job of its strict queue this decision sent back to wait
             candidates = [r for r in running.values() if r.job_id not in busy]
-            mine = [w for w in withdrawable.values() if w.job_id not in withdrawn]
+            # never withdraw a strict queue's launch once a job after it in its queue was planned for
+            mine = [w for w in withdrawable.values() if w.job_id not in withdrawn
+                    and not (tenants.queue_of(w) in ahead and order(w) < ahead[tenants.queue_of(w)])]
             found = None
             if ledger.within_nominal(queue, job.gpus):
                 pool = reclaim_candidates(job, queue, candidates, tenants)
@@ -302,6 +305,8 @@ class Admitted:
             ledger.add(queue, job.gpus)
             found.launch.placement.take(free)
             extra_launch.append(found.launch)
+            if queue.strict and (queue.name not in ahead or order(job) > ahead[queue.name]):
+                ahead[queue.name] = order(job)
         if not extra_launch:
             return decision
         kept = tuple(launch for launch in decision.launch if launch.job_id not in withdrawn)

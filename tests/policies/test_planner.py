@@ -599,9 +599,10 @@ def test_options_cut_by_the_step_cap_are_judged_over_one_window():
     assert judged == again and judged != [cost for cost, _ in first]
 
 
-def test_an_option_whose_copy_cannot_go_on_stays_no_option_after_the_cut():
-    """Second read: a copy that failed after the cut returned (inf, None); being no cut, it was
-    played again to the earlier cut and came back finite, a choosable option."""
+def test_an_option_whose_copy_fails_after_the_cut_is_judged_over_the_window_like_the_others():
+    """A copy that fails after the cut (the base raises past t=100) costs inf to the horizon, but
+    the option cut at t=75 was stopped before it could fail alike (the same base plays it): both
+    are judged up to the cut, where both are finite. Before the cut a failure is inf again."""
     from deepshare.core.errors import DeepShareError
     from deepshare.policies import planner as module
 
@@ -632,4 +633,6 @@ def test_an_option_whose_copy_cannot_go_on_stays_no_option_after_the_cut():
     first = [planner._rollout(start, d, future, end, "srsf+packed", view.durations) for d in choices]
     assert first[0] == (math.inf, None) and first[1][1] is not None
     judged = planner._judged(start, choices, future, end, "srsf+packed", view.durations, None)
-    assert judged[0] == math.inf and math.isfinite(judged[1])
+    cut = first[1][1]
+    assert judged == [planner._rollout(start, d, future, cut, "srsf+packed", view.durations)[0] for d in choices]
+    assert all(math.isfinite(cost) for cost in judged)

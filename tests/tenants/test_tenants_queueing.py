@@ -180,3 +180,20 @@ def test_no_job_of_a_strict_queue_is_planned_past_an_older_one_this_decision_sen
     assert starts["W"] == 10.0
     assert starts["X-older"] < starts["Y-younger"]
     assert (starts["X-older"], starts["Y-younger"]) == (110.0, 210.0)
+
+
+def test_no_launch_of_a_strict_queue_is_withdrawn_once_a_later_job_of_it_was_planned_for():
+    """Third read: Bj's reclaim made W within its nominal quota only after Y-younger (strict q)
+    got its plan; W's reclaim then withdrew X-older, and Y-younger started at t=10 ahead of it.
+    A strict queue's launch is no longer withdrawn once a job after it in its queue was planned."""
+    tenants = ("queues:\n  - {name: a, cohort: c, nominal_gpus: 4, borrowing_limit_gpus: 4}\n"
+               "  - {name: b, cohort: c, nominal_gpus: 4}\n"
+               "  - {name: q, cohort: c, nominal_gpus: 2, borrowing_limit_gpus: 2, queueing: strict}\n"
+               "  - {name: x, nominal_gpus: 16}\npriority_classes: {low: 0, mid: 5}\n")
+    jobs = [job("z", "q", 2, 0.0, 1000.0, "low"), job("ra", "a", 6, 0.0, 1000.0, "low"),
+            job("x0", "x", 6, 0.0, 1000.0), job("f", "x", 2, 0.0, 10.0),
+            job("X-older", "q", 2, 5.0, 100.0, "mid"), job("Y-younger", "q", 2, 10.0, 100.0, "mid"),
+            job("Bj", "b", 4, 10.0, 100.0), job("W", "a", 4, 10.0, 100.0, "low")]
+    starts = {r.job_id: r.first_start_s for r in run(tenants, jobs, gpus=16).records}
+    assert starts["X-older"] <= starts["Y-younger"]
+    assert (starts["X-older"], starts["Y-younger"], starts["Bj"], starts["W"]) == (10.0, 10.0, 10.0, 110.0)
