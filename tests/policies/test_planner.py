@@ -571,10 +571,10 @@ def test_a_copy_learns_from_its_own_completions_with_the_estimates_the_real_run_
     assert planner.stats.rollouts > 0 and finished and all(job.estimate_s is None for job in finished)
 
 
-def test_options_cut_by_the_step_cap_are_judged_over_one_window():
-    """A rollout stops at max_steps decisions: the option with more decision points (here stopping
-    L and running 30 short jobs) stopped at t=75 while waiting's ran to t=3064, and their costs
-    were integrals over different windows. Every option is now judged up to the earliest cut."""
+def _cut_point(make=make_policy):  # type: ignore[no-untyped-def]
+    """One 8-GPU node at t=10: L (8 GPUs, 3,000 s) runs, M (8 GPUs) and 30 one-GPU jobs wait;
+    ``srsf+packed`` waits and ``srsf+packed+preempt`` stops L. A planner of those two (``make``
+    builds them) with a 5-decision cap, their decisions, one future, its start view and horizon."""
     from deepshare.policies import planner as module
 
     jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=3000.0), JobSpec("M", "FSDP", 8, 10.0, duration_s=1000.0)]
@@ -585,17 +585,24 @@ def test_options_cut_by_the_step_cap_are_judged_over_one_window():
         sim.apply(base.decide(view))
     config = PlannerConfig(futures=1, horizon_s=3600.0, max_steps=5, arrivals=False, contention="none",
                            candidates=("srsf+packed", "srsf+packed+preempt"))
-    planner = Planner(config, make_policy)
     choices = [make_policy(name).decide(view) for name in config.candidates]
-    assert choices[0] != choices[1]
     future = module.Future({j.job_id: j.remaining_s for j in (*view.queued, *view.running)}, ())
-    start, horizon_end = module._future_view(view, future), view.now + config.horizon_s
-    first = [planner._rollout(start, d, future, horizon_end, "srsf+packed", view.durations) for d in choices]
+    return (Planner(config, make), choices, future, module._future_view(view, future), view.now + config.horizon_s,
+            view.durations)
+
+
+def test_options_cut_by_the_step_cap_are_judged_over_one_window():
+    """A rollout stops at max_steps decisions: the option with more decision points (here stopping
+    L and running 30 short jobs) stopped at t=75 while waiting's ran to t=3064, and their costs
+    were integrals over different windows. Every option is now judged up to the earliest cut."""
+    planner, choices, future, start, horizon_end, durations = _cut_point()
+    assert choices[0] != choices[1]
+    first = [planner._rollout(start, d, future, horizon_end, "srsf+packed", durations) for d in choices]
     cuts = [at for _, at in first]
     assert cuts[0] is not None and cuts[1] is not None and cuts[0] != cuts[1]  # each cut at its own time
     cut = min(cuts)
-    judged = planner._judged(start, choices, future, horizon_end, "srsf+packed", view.durations, None)
-    again = [planner._rollout(start, d, future, cut, "srsf+packed", view.durations)[0] for d in choices]
+    judged = planner._judged(start, choices, future, horizon_end, "srsf+packed", durations, None)
+    again = [planner._rollout(start, d, future, cut, "srsf+packed", durations)[0] for d in choices]
     assert judged == again and judged != [cost for cost, _ in first]
 
 
@@ -603,8 +610,6 @@ def test_an_option_whose_copy_fails_after_the_cut_is_judged_over_the_window_like
     """A copy that fails after the cut (the base raises past t=100) costs inf to the horizon, but
     the option cut at t=75 was stopped before it could fail alike (the same base plays it): both
     are judged up to the cut, where both are finite. Before the cut a failure is inf again."""
-    from deepshare.core.errors import DeepShareError
-    from deepshare.policies import planner as module
 
     class Breaks:  # the base fails past t=100
         def __init__(self, inner):  # type: ignore[no-untyped-def]
@@ -618,21 +623,10 @@ def test_an_option_whose_copy_fails_after_the_cut_is_judged_over_the_window_like
     def make(name: str):  # type: ignore[no-untyped-def]
         return Breaks(make_policy(name)) if name == "srsf+packed" else make_policy(name)
 
-    jobs = [JobSpec("L", "FSDP", 8, 0.0, duration_s=3000.0), JobSpec("M", "FSDP", 8, 10.0, duration_s=1000.0)]
-    jobs += [JobSpec(f"s{i}", "FSDP", 1, 10.0, duration_s=60.0 + i) for i in range(30)]
-    sim = Simulator(uniform(1, 8), jobs, make_contention("none"))
-    base = make_policy("srsf+packed")
-    while (view := sim.advance()) is not None and view.now < 10.0:
-        sim.apply(base.decide(view))
-    config = PlannerConfig(futures=1, horizon_s=3600.0, max_steps=5, arrivals=False, contention="none",
-                           candidates=("srsf+packed", "srsf+packed+preempt"))
-    planner = Planner(config, make)
-    choices = [make_policy(name).decide(view) for name in config.candidates]
-    future = module.Future({j.job_id: j.remaining_s for j in (*view.queued, *view.running)}, ())
-    start, end = module._future_view(view, future), view.now + config.horizon_s
-    first = [planner._rollout(start, d, future, end, "srsf+packed", view.durations) for d in choices]
+    planner, choices, future, start, end, durations = _cut_point(make)
+    first = [planner._rollout(start, d, future, end, "srsf+packed", durations) for d in choices]
     assert first[0] == (math.inf, None) and first[1][1] is not None
-    judged = planner._judged(start, choices, future, end, "srsf+packed", view.durations, None)
+    judged = planner._judged(start, choices, future, end, "srsf+packed", durations, None)
     cut = first[1][1]
-    assert judged == [planner._rollout(start, d, future, cut, "srsf+packed", view.durations)[0] for d in choices]
+    assert judged == [planner._rollout(start, d, future, cut, "srsf+packed", durations)[0] for d in choices]
     assert all(math.isfinite(cost) for cost in judged)
