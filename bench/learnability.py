@@ -221,8 +221,9 @@ def run_imitation(config_path: Path, out: Path, episodes: int, smoothing: float)
 # -- main --------------------------------------------------------------------------------------
 def save(out: Path, result: dict[str, Any]) -> None:
     """``out/learnability.json``, written whole (a temporary file and a rename), its commit read
-    again now (:func:`provenance_at_write`: a checkout that changed during the run is recorded dirty)."""
-    result = {**result, "provenance": provenance_at_write(result["provenance"])}
+    again now (:func:`provenance_at_write`: a checkout that changed during the run is recorded
+    dirty, and stays so in ``result`` for the next write; the run's own files are no change)."""
+    result["provenance"] = provenance_at_write(result["provenance"], outputs=[out])
     write_text_atomic(out / "learnability.json", json.dumps(result, indent=2) + "\n", "learnability.json")
 
 

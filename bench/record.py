@@ -45,8 +45,9 @@ class Record:
         self.measures.append({"name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note})
 
     def final_provenance(self) -> dict[str, Any]:
-        """:attr:`provenance` with the commit read again now (as :meth:`write` records it)."""
-        return provenance_at_write(self.provenance)
+        """:attr:`provenance` with the commit read again now (as :meth:`write` records it; the
+        run's own file is not a change to the checkout)."""
+        return provenance_at_write(self.provenance, outputs=[self.path] if self.path else ())
 
     def write(self, quiet: bool = False) -> None:
         """Write the file (whole: a temporary file and a rename), if ``--json`` was given; a
@@ -56,7 +57,8 @@ class Record:
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.final_provenance(), "measures": self.measures}, indent=1) + "\n")
+        self.provenance = self.final_provenance()  # kept: a change seen by one write stays recorded by the next
+        tmp.write_text(json.dumps({"bench": self.bench, "provenance": self.provenance, "measures": self.measures}, indent=1) + "\n")
         os.replace(tmp, path)
         if not quiet:
             print(f"wrote {path}")

@@ -216,7 +216,7 @@ def main() -> None:
     parser.add_argument("--target-s", type=float, metavar="S",
                         help="a wall-time target for every size measured (default: <= 600 s at 1,000,000 jobs only)")
     parser.add_argument("--burst", type=int, metavar="N", help="N jobs at t=0: current vs reference (see above)")
-    parser.add_argument("--repeats", type=int, default=3, metavar="K",
+    parser.add_argument("--repeats", type=int, default=None, metavar="K",
                         help="with --burst: K runs of each side, the order alternating, the median (default 3)")
     parser.add_argument("--cluster", metavar="PRESET_OR_SPEC",
                         help="a fabric preset or spec: each point on it and on the flat cluster of the same size")
@@ -228,13 +228,16 @@ def main() -> None:
     if args.child:
         child(int(args.child[0]), args.child[1], args.child_cluster, args.child_flat)
         return
+    if args.repeats is not None and args.burst is None:
+        parser.error("--repeats goes with --burst (the sizes run once each)")
     if args.burst is not None:
+        repeats = 3 if args.repeats is None else args.repeats
         if args.burst <= 0:
             parser.error(f"--burst {args.burst}: expected a positive job count")
-        if args.repeats <= 0:
-            parser.error(f"--repeats {args.repeats}: expected a positive count")
+        if repeats <= 0:
+            parser.error(f"--repeats {repeats}: expected a positive count")
         record = Record("scale-burst", args.json)
-        burst(args.burst, args.repeats, record)
+        burst(args.burst, repeats, record)
         record.write()
         return
     sizes = [25000, 100000] if args.quick else [int(float(s)) for s in args.sizes.split(",") if s.strip()]

@@ -22,25 +22,37 @@ CODE = (PACKAGE, "bench", "rllib_configs", "serve")
 git does not track there makes the checkout dirty."""
 
 
-def commit(source: Path = SOURCE) -> dict[str, Any] | None:
+def commit(source: Path = SOURCE, outputs: Sequence[str | Path] = ()) -> dict[str, Any] | None:
     """``{"sha", "dirty"}`` of the git checkout the package runs from, or None when ``source`` is
     not a checkout's root (a regular install whose ``site-packages`` lies inside some other
     checkout would be stamped with that one's commit) or without git. ``dirty``: tracked files
     differ from the commit, or a folder of :data:`CODE` has files git does not track (a new module
-    or benchmark the run may import, a new config it may read) and does not ignore."""
+    or benchmark the run may import, a new config it may read) and does not ignore, the run's own
+    ``outputs`` aside, files or folders (a ``--json`` written under ``bench/`` made its next write
+    dirty). Git is
+    asked without optional locks: reading the status at every write must not hold ``index.lock``
+    against the user's own ``git add``."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(source), *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
 
     try:
-        if Path(git("rev-parse", "--show-toplevel")).resolve() != Path(source).resolve():
+        root = Path(git("rev-parse", "--show-toplevel")).resolve()
+        if root != Path(source).resolve():
             return None
         sha = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no")
-                     or git("ls-files", "--others", "--exclude-standard", "--", *CODE))
+        own = [Path(path).resolve() for path in outputs]
+        untracked = [line for line in git("ls-files", "--others", "--exclude-standard", "--", *CODE).splitlines()
+                     if not _within((root / line).resolve(), own)]
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no") or untracked)
     except (OSError, subprocess.SubprocessError):
         return None
     return {"sha": sha, "dirty": dirty}
+
+
+def _within(path: Path, outputs: Sequence[Path]) -> bool:
+    """Whether ``path`` is one of ``outputs`` or lies in one of them (a folder)."""
+    return any(path == out or out in path.parents for out in outputs)
 
 
 def commit_label(found: dict[str, Any] | None) -> str:
@@ -52,14 +64,17 @@ def commit_label(found: dict[str, Any] | None) -> str:
     return str(found.get("sha", "?"))[:12] + (f" (with uncommitted changes{moved})" if found.get("dirty") else "")
 
 
-def commit_at_write(started: dict[str, Any] | None, source: Path = SOURCE) -> dict[str, Any] | None:
+def commit_at_write(started: dict[str, Any] | None, source: Path = SOURCE,
+                    outputs: Sequence[str | Path] = ()) -> dict[str, Any] | None:
     """The commit to record for a run that began at ``started`` (its :func:`commit`), read again
     as its results are written: a checkout that became dirty during the run, or moved to another
     commit (a checkout, a pull), ran code the start's reading does not name, so it is recorded
     dirty, and a moved one also says where it was (``sha_at_write``); one whose commit cannot be
     read again is recorded dirty. A run that began dirty stays dirty. Unchanged: ``started`` as it
-    was. (A change made and undone between the two readings goes unseen.)"""
-    now = commit(source)
+    was; a caller that writes again passes back what the last write recorded, so a change once
+    seen stays recorded. ``outputs``: the run's own files (:func:`commit`). (A change made and
+    undone between two readings goes unseen.)"""
+    now = commit(source, outputs)
     if now == started or started is None:
         return started
     settled = {**started, "dirty": True}
@@ -68,10 +83,12 @@ def commit_at_write(started: dict[str, Any] | None, source: Path = SOURCE) -> di
     return settled
 
 
-def provenance_at_write(provenance: dict[str, Any], source: Path = SOURCE) -> dict[str, Any]:
-    """``provenance`` (a :func:`run_provenance` taken at the start) with its commit read again as
-    the results are written (:func:`commit_at_write`); the date, machine and load stay the start's."""
-    return {**provenance, "commit": commit_at_write(provenance.get("commit"), source)}
+def provenance_at_write(provenance: dict[str, Any], source: Path = SOURCE,
+                        outputs: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """``provenance`` (a :func:`run_provenance` taken at the start, or the last write's) with its
+    commit read again as the results are written (:func:`commit_at_write`); the date, machine and
+    load stay the start's."""
+    return {**provenance, "commit": commit_at_write(provenance.get("commit"), source, outputs)}
 
 
 def machine() -> dict[str, Any]:

@@ -730,8 +730,9 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
         prov = doc.get("provenance") or {}
         commit = prov.get("commit") or {}
         sha = str(commit.get("sha", ""))[:12] or "an unrecorded commit"
+        moved = f"; the checkout was at {str(commit['sha_at_write'])[:12]} when written" if commit.get("sha_at_write") else ""
         measured = (f"deepshare evaluate --suite {doc['suite']['name']}, {str(prov.get('date', 'undated'))[:10]}, deepshare "
-                    f"{prov.get('deepshare', '?')} at {sha}" + (" (with uncommitted changes)" if commit.get("dirty") else ""))
+                    f"{prov.get('deepshare', '?')} at {sha}" + (f" (with uncommitted changes{moved})" if commit.get("dirty") else ""))
         figures = SuiteFigures(
             geomean_avg_jct_ratio=round(float(row["geomean_avg_jct_ratio"]), 4),
             worst_avg_jct_ratio=_opt_float(row.get("worst_avg_jct_ratio")),

@@ -54,10 +54,28 @@ def test_a_record_reads_the_commit_again_when_it_writes(tmp_path: Path, monkeypa
     from deepshare.experiments import provenance
 
     readings = iter([{"sha": "a" * 40, "dirty": False}, {"sha": "b" * 40, "dirty": False}])
-    monkeypatch.setattr(provenance, "commit", lambda source=provenance.SOURCE: next(readings))
+    monkeypatch.setattr(provenance, "commit", lambda *args, **kwargs: next(readings))
     record = Record("simulator", str(tmp_path / "simulator.json"))
     record.add("256 jobs", 0.2, "s")
     record.write()
     doc = json.loads((tmp_path / "simulator.json").read_text())
     assert doc["provenance"]["commit"] == {"sha": "a" * 40, "dirty": True, "sha_at_write": "b" * 40}
     assert "with uncommitted changes (the checkout was at `bbbbbbbbbbbb` when the results were written)" in bench_section("simulator", doc)
+
+
+def test_a_change_one_write_saw_stays_recorded_by_the_next(tmp_path: Path, monkeypatch) -> None:
+    """Second read: each write compared a fresh reading with the start's, so a checkout edited and
+    then restored during the run gave a dirty file, then a clean one again."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from record import Record
+
+    from deepshare.experiments import provenance
+
+    readings = iter([{"sha": "a" * 40, "dirty": False}, {"sha": "a" * 40, "dirty": True}, {"sha": "a" * 40, "dirty": False}])
+    monkeypatch.setattr(provenance, "commit", lambda *args, **kwargs: next(readings))
+    record = Record("simulator", str(tmp_path / "simulator.json"))
+    record.add("256 jobs", 0.2, "s")
+    record.write()
+    record.write()
+    doc = json.loads((tmp_path / "simulator.json").read_text())
+    assert doc["provenance"]["commit"] == {"sha": "a" * 40, "dirty": True}

@@ -77,3 +77,15 @@ def test_a_regular_install_inside_another_checkout_has_no_commit(checkout: Path)
     (site / "deepshare").mkdir(parents=True)
     assert commit(site) is None
     assert commit(checkout / "deepshare") is None  # not the root either
+
+
+def test_the_runs_own_outputs_in_a_code_folder_do_not_make_it_dirty(checkout: Path) -> None:
+    """Second read: a --json written under bench/ made the run's next write dirty."""
+    (checkout / "bench").mkdir()
+    (checkout / "bench" / "out.json").write_text("{}")
+    (checkout / "bench" / "runs").mkdir()
+    (checkout / "bench" / "runs" / "a.csv").write_text("x\n")
+    assert commit(checkout, outputs=[checkout / "bench" / "out.json", checkout / "bench" / "runs"])["dirty"] is False
+    assert commit(checkout, outputs=[checkout / "bench" / "out.json"])["dirty"] is True  # runs/a.csv is no output
+    (checkout / "bench" / "new.py").write_text("X = 2\n")
+    assert commit(checkout, outputs=[checkout / "bench" / "out.json", checkout / "bench" / "runs"])["dirty"] is True

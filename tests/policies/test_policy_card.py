@@ -507,3 +507,15 @@ def test_an_expert_iteration_card_names_its_teacher_in_the_training_command() ->
     assert named.command.endswith("--teacher planner=2::link:900")
     cloning = {k: v for k, v in metadata.items() if k not in ("teacher", "teacher_config")}
     assert "--teacher" not in training_of(cloning).command  # behaviour cloning of the anchor has no teacher flag
+
+
+def test_suite_figures_name_the_commit_a_moved_checkout_was_at():
+    """Second read: the card wrote "(with uncommitted changes)" alone where the suite's JSON says
+    the checkout had moved to another commit when it was written."""
+    from deepshare.policies.policy_card import figures_from_suite
+
+    doc = {"suite": {"name": "quick"}, "summary": {"rl-hybrid": {"geomean_avg_jct_ratio": 1.01}},
+           "provenance": {"date": "2026-12-07T05:00:00+00:00", "deepshare": "0.1.0",
+                          "commit": {"sha": "a" * 40, "dirty": True, "sha_at_write": "b" * 40}}}
+    _, figures = figures_from_suite(doc, "rl-hybrid", "quick.json")
+    assert figures.measured.endswith("at aaaaaaaaaaaa (with uncommitted changes; the checkout was at bbbbbbbbbbbb when written)")
