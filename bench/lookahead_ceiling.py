@@ -24,7 +24,10 @@ decisions differed from the base's and the CPU seconds of each; then the geometr
 ratios. Figures only: nothing here asserts a result. ``oracle`` on a ``loaded`` cell takes
 about 2 minutes of CPU on ``profiled`` and much longer on ``link``.
 
-Usage: python bench/lookahead_ceiling.py [--suite loaded] [--cells 0,2,4,6] [--future oracle|known|replay]
+Only exact-duration cells on testbed nodes with the shipped contention model (others are refused;
+``bench/room.py`` measures any cell).
+
+Usage: python bench/lookahead_ceiling.py [--suite loaded] [--cells 0,6,12,18] [--future oracle|known|replay]
 """
 
 from __future__ import annotations
@@ -108,14 +111,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="loaded")
     parser.add_argument("--cells", help="comma-separated cell indices in the suite's order (default: the suite's "
-                        "profiled cells; on loaded 0,2,4,6)")
+                        "profiled exact-duration cells; on loaded 0,6,12,18)")
     parser.add_argument("--future", choices=("oracle", "known", "replay"), default="oracle")
     parser.add_argument("--horizon", type=float, default=3600.0, help="seconds of arrivals --future replay repeats")
     args = parser.parse_args()
     spec = load_suite(args.suite)
     grid = cells(spec)
     if args.cells is None:
-        chosen = [i for i, cell in enumerate(grid) if cell.contention == "profiled"]
+        chosen = [i for i, cell in enumerate(grid) if cell.contention == "profiled" and cell.durations == "exact"
+                  and not cell.cluster and cell.knowledge == "exact"]
     else:
         try:
             chosen = [int(i) for i in args.cells.split(",")]
@@ -126,6 +130,13 @@ def main() -> None:
             parser.error(f"--cells: {wrong} out of range: suite {spec.name} has {len(grid)} cells (0..{len(grid) - 1})")
     if not chosen:
         parser.error(f"suite {spec.name} has no profiled cell: name the cells with --cells")
+    # it simulates exact durations on testbed nodes with the shipped model: a cell of another kind
+    # would be labelled as itself and run as something else
+    other = [i for i in chosen if grid[i].durations != "exact" or grid[i].cluster or grid[i].knowledge != "exact"
+             or spec.perturb_contention is not None or spec.tenants is not None]
+    if other:
+        parser.error(f"--cells: {other} of suite {spec.name} are not exact-duration cells on testbed nodes with the "
+                     "shipped contention model, the only kind this superseded script simulates (bench/room.py measures any cell)")
     ratios = []
     for index in chosen:
         cell = grid[index]

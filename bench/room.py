@@ -22,8 +22,12 @@ On any suite cell this runs, under the cell's own information model and contenti
   measures what deciding differently among the candidates can win. Under ``estimated`` and
   ``unknown`` that holds because a copy's base sees what the real base would: the believed
   remaining times, the jobs' real estimates (the arrivals carry theirs here) and a history that
-  grows with the jobs the copy finishes (:mod:`deepshare.policies.planner`). A short horizon can
-  make it worse than the base: its rollouts stop early and judge the rest by the work left.
+  grows with the jobs the copy finishes (:mod:`deepshare.policies.planner`), and the copies run
+  the cell's own world (a perturbed one included). Exact up to two things a copy leaves out: a
+  job still restoring from a checkpoint goes on at once in it (a preemptive base's rollout can
+  then miss its real run by a few parts in 10^4), and under learned contention knowledge the
+  copies' base predicts with the world's model, not the learned one. A short horizon can make it
+  worse than the base: its rollouts stop early and judge the rest by the work left.
 
 The ceiling is not a registered policy: it reads the simulator's private state, which no view,
 no placement service and no live scheduler has, so there is nothing a user could run it on.
@@ -147,8 +151,9 @@ def measure_cell(args: argparse.Namespace, index: int) -> tuple[list[str], str, 
     contested = planner.stats.contested
     if not args.no_ceiling:
         sim = simulator()
-        ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",
-                          futures_model=TruthFutures(sim, jobs, arrivals=args.ceiling_knows == "all"))
+        ceiling = Planner(replace(config, futures=1), make, name="clairvoyant",  # its copies run the cell's own world
+                          futures_model=TruthFutures(sim, jobs, arrivals=args.ceiling_knows == "all"),
+                          contention=cell_contention(spec, cell))
         cpu = time.process_time()
         clairvoyant = sim.run(ceiling).avg_jct_s / results[best]
         ceiling_cell = [f"{clairvoyant:.3f}", str(ceiling.stats.changed), f"{time.process_time() - cpu:.0f}"]

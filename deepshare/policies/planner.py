@@ -83,6 +83,7 @@ import numpy as np
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import make_contention
+from deepshare.core.contention.base import ContentionModel
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.information import believed_remaining_s
@@ -389,10 +390,13 @@ class Planner:
     ``futures_model``: where futures come from (default :class:`BeliefFutures`, what the view allows)."""
 
     def __init__(self, config: PlannerConfig, make: Callable[[str], Policy], name: str = "planner",
-                 futures_model: FutureModel | None = None) -> None:
+                 futures_model: FutureModel | None = None, contention: ContentionModel | None = None) -> None:
         self.name, self.config = name, config
         self.futures_model: FutureModel = futures_model or BeliefFutures(config.arrivals, config.window)
-        self.contention = make_contention(config.contention)
+        self.contention = make_contention(config.contention) if contention is None else contention
+        """What the copies simulate: the model ``config.contention`` names, or ``contention`` (a
+        model object no name builds: the clairvoyant ceiling's copies run the simulation's own
+        world, a perturbed one included)."""
         self._make = make
         self._candidates: dict[tuple[str, ...], list[Policy]] = {}
         if config.candidates is not None:  # an unknown name is refused now, by the factory that builds them
@@ -410,7 +414,7 @@ class Planner:
         one; around its candidates, every option it weighs, and every copy's base, is admitted as
         the real run is. For a planner that has not decided yet (the result shares its futures)."""
         make = self._make
-        return Planner(self.config, lambda name: wrap(make(name)), self.name, self.futures_model)
+        return Planner(self.config, lambda name: wrap(make(name)), self.name, self.futures_model, self.contention)
 
     def candidate_names(self, topology: Topology) -> tuple[str, ...]:
         """The candidates on ``topology`` (the first is the base): the configured ones, else
