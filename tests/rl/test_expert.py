@@ -135,21 +135,44 @@ def visible(state: LabelState) -> tuple:
             state.future_events, state.link_load)
 
 
-def test_true_remaining_work_changes_no_label_under_estimated(tmp_path):
-    # The long jobs run 20,000 s in one world and 60,000 s in the other; no view shows it (their
-    # estimate is 30,000 s in both) until the first finishes, after the short jobs: every state
-    # visited until then, and so every label, is the same.
-    a = visit(env_config(tmp_path, jobs(20_000.0, 10), "a.csv"), 1, 0, SMALL.window)
-    b = visit(env_config(tmp_path, jobs(60_000.0, 10), "b.csv"), 1, 0, SMALL.window)
+def same_prefix(a, b, until: float = float("inf")) -> int:
+    """How many of two visits' first states show the same (and come before ``until``)."""
     same = 0
-    while same < min(len(a.states), len(b.states)) and visible(a.states[same]) == visible(b.states[same]):
+    while (same < min(len(a.states), len(b.states)) and a.states[same].now < until
+           and visible(a.states[same]) == visible(b.states[same])):
         same += 1
-    assert same >= 10
+    return same
+
+
+def told_the_truth(state: LabelState, long_s: float) -> LabelState:
+    """``state`` as a leaky labeller would build it: the long jobs' true remaining work shown, as
+    under ``exact`` (the positive control: it must change a label, or the test proves nothing)."""
+    def truth(job):
+        return replace(job, remaining_s=max(1.0, long_s - job.ran_s)) if job.job_id.startswith("long") else job
+    return replace(state, queued=tuple(map(truth, state.queued)), running=tuple(map(truth, state.running)),
+                   durations="exact")
+
+
+@pytest.mark.parametrize("durations", ["estimated", "unknown"])
+def test_true_remaining_work_changes_no_label(tmp_path, durations):
+    # The long jobs run 3,000 s in one world and 60,000 s in the other; no view shows it (their
+    # estimate is 30,000 s in both under estimated, none under unknown) until the first finishes,
+    # at about t=3,000: every state visited until then, and so every label, is the same. 3,000 s
+    # ends within the teacher's half-hour horizon of the later states, so a labeller shown the
+    # truth labels the two worlds differently (the positive control); the test's earlier 20,000 s
+    # against 60,000 s on ten short jobs could not tell such a labeller from an honest one.
+    a = visit(env_config(tmp_path, jobs(3_000.0), "a.csv", durations), 1, 0, SMALL.window)
+    b = visit(env_config(tmp_path, jobs(60_000.0), "b.csv", durations), 1, 0, SMALL.window)
+    same = same_prefix(a, b)
+    assert same >= 15
     labels_a, labels_b = (label_states(v.states[:same], SMALL) for v in (a, b))
     assert labels_a == labels_b
     assert any(not d.empty for d in labels_a)
     ra, rb = (np.flatnonzero(v.points < same) for v in (a, b))
     assert np.array_equal(a.observations[ra], b.observations[rb])
+    leaky_a = label_states([told_the_truth(s, 3_000.0) for s in a.states[:same]], SMALL)
+    leaky_b = label_states([told_the_truth(s, 60_000.0) for s in b.states[:same]], SMALL)
+    assert leaky_a != leaky_b
 
 
 # -- Ray tasks label as this process does --------------------------------------------------------------------
