@@ -21,7 +21,8 @@ from deepshare.core.traces.canonical import write_canonical
 from deepshare.core.types import Decision, JobSpec, Launch, Placement
 from deepshare.policies import make_policy
 from deepshare.policies.encoding import WAIT_INDEX
-from deepshare.policies.planner import Planner, PlannerConfig, parse_argument
+from deepshare.policies.planner import BeliefFutures, Future, Planner, PlannerConfig, _reserved, parse_argument
+from deepshare.rl import expert
 from deepshare.rl.env import DeepShareEnv, EnvConfig
 from deepshare.rl.expert import (
     LabelState,
@@ -173,6 +174,43 @@ def test_true_remaining_work_changes_no_label(tmp_path, durations):
     leaky_a = label_states([told_the_truth(s, 3_000.0) for s in a.states[:same]], SMALL)
     leaky_b = label_states([told_the_truth(s, 60_000.0) for s in b.states[:same]], SMALL)
     assert leaky_a != leaky_b
+
+
+class ToldTheArrivals(BeliefFutures):
+    """A leaky futures model: the trace's true arrivals in every future (the positive control)."""
+
+    def __init__(self, trace: list[JobSpec], arrivals: bool, window: int) -> None:
+        super().__init__(arrivals, window)
+        self.trace = trace
+
+    def sample(self, view, horizon_end, rng):
+        future = super().sample(view, horizon_end, rng)
+        prefix = _reserved(view)
+        true = tuple(replace(j, job_id=f"{prefix}t{j.job_id}") for j in self.trace if view.now < j.submit_time < horizon_end)
+        return Future(future.remaining_s, future.arrivals + true)
+
+
+@pytest.mark.parametrize("durations", ["estimated", "exact"])
+def test_future_arrivals_change_no_label(tmp_path, monkeypatch, durations):
+    # The same past; from t=1,600 the second world's jobs are other jobs (three times as long,
+    # twice as large). Every state before then shows the same, and so every label is the same;
+    # a labeller whose futures hold the true arrivals labels the two worlds differently.
+    cut = 1_600.0
+    jobs_a = jobs(3_000.0)
+    jobs_b = [j if j.submit_time < cut else replace(j, job_id=j.job_id + "x", duration_s=3 * j.duration_s,
+                                                    requested_s=3 * j.requested_s, gpus=min(6, 2 * j.gpus))
+              for j in jobs_a]
+    a, b = (visit(env_config(tmp_path, trace, name, durations), 1, 0, SMALL.window)
+            for trace, name in ((jobs_a, "a.csv"), (jobs_b, "b.csv")))
+    same = same_prefix(a, b, until=cut)
+    assert same == sum(s.now < cut for s in a.states) >= 12
+    labels_a, labels_b = (label_states(v.states[:same], SMALL) for v in (a, b))
+    assert labels_a == labels_b and any(not d.empty for d in labels_a)
+    leaky = []
+    for trace, v in ((jobs_a, a), (jobs_b, b)):
+        monkeypatch.setattr(expert, "BeliefFutures", lambda arrivals, window, trace=trace: ToldTheArrivals(trace, arrivals, window))
+        leaky.append(label_states(v.states[:same], SMALL))
+    assert leaky[0] != leaky[1]
 
 
 # -- Ray tasks label as this process does --------------------------------------------------------------------
