@@ -22,7 +22,7 @@ from deepshare.core.traces import load
 from deepshare.core.types import JobSpec
 from deepshare.core.view import ClusterView
 from deepshare.policies import make_policy, policy_info, policy_names
-from deepshare.policies.planner import Planner, PlannerConfig, parse_argument
+from deepshare.policies.planner import BeliefFutures, Future, Planner, PlannerConfig, _reserved, parse_argument
 
 TRACE = Path(__file__).resolve().parents[2] / "deepshare" / "data" / "traces" / "deepshare-simulate-trace0.json"
 ESTIMATED = InformationModel("estimated", 1.0, 3)
@@ -102,23 +102,31 @@ def visible(view: ClusterView) -> tuple:
             tuple(view.history))
 
 
-def lockstep(jobs_a, jobs_b, config, information, until: float = float("inf")) -> tuple[int, int]:
-    """Two runs on traces that differ only in what no view shows, a fresh planner each, decided in
-    lockstep while their views are identical (and before ``until``): every decision must be the
-    same. Returns (decision points compared, contested ones among them)."""
+def in_lockstep(jobs_a, jobs_b, planners, information, until: float = float("inf")) -> tuple[int, float | None]:
+    """Two runs on traces that differ only in what no view shows, ``planners[i]`` deciding run i,
+    decided in lockstep while their views are identical (and before ``until``). Returns (decision
+    points whose decisions were the same, the time of the first where they differed, else None)."""
     topology = load_topology("testbed")
     sims = [Simulator(topology, jobs, make_contention("profiled"), information=information) for jobs in (jobs_a, jobs_b)]
-    planners = [Planner(config, make_policy), Planner(config, make_policy)]
     compared = 0
     while True:
         views = [sim.advance() for sim in sims]
         if views[0] is None or views[1] is None or views[0].now >= until or visible(views[0]) != visible(views[1]):
-            break
+            return compared, None
         decisions = [planner.decide(view) for planner, view in zip(planners, views)]
-        assert decisions[0] == decisions[1], f"decision {compared} at t={views[0].now}"
+        if decisions[0] != decisions[1]:
+            return compared, views[0].now
         for sim, decision in zip(sims, decisions):
             sim.apply(decision)
         compared += 1
+
+
+def lockstep(jobs_a, jobs_b, config, information, until: float = float("inf")) -> tuple[int, int]:
+    """:func:`in_lockstep` with a fresh planner each: every decision must be the same. Returns
+    (decision points compared, contested ones among them)."""
+    planners = [Planner(config, make_policy), Planner(config, make_policy)]
+    compared, differed = in_lockstep(jobs_a, jobs_b, planners, information, until)
+    assert differed is None, f"decision {compared} at t={differed}"
     assert planners[0].stats == planners[1].stats
     return compared, planners[0].stats.contested
 
@@ -134,15 +142,48 @@ def trace(long_s: float) -> list[JobSpec]:
     return jobs
 
 
+class ToldTheTruth(BeliefFutures):
+    """A leaky futures model (the positive controls): the long jobs' true remaining work and the
+    trace's true arrivals in every future."""
+
+    def __init__(self, config: PlannerConfig, jobs: list[JobSpec], remaining: bool, arrivals: bool) -> None:
+        super().__init__(config.arrivals, config.window)
+        self.jobs, self.remaining, self.true_arrivals = {j.job_id: j for j in jobs}, remaining, arrivals
+
+    def sample(self, view, horizon_end, rng):
+        future = super().sample(view, horizon_end, rng)
+        left, arrivals = dict(future.remaining_s), future.arrivals
+        if self.remaining:
+            for job in (*view.queued, *view.running):
+                left[job.job_id] = max(1.0, self.jobs[job.job_id].duration_s - job.ran_s)
+        if self.true_arrivals:
+            prefix = _reserved(view)
+            arrivals = tuple(replace(j, job_id=f"{prefix}t{j.job_id}") for j in self.jobs.values()
+                             if view.now < j.submit_time < horizon_end)
+        return Future(left, arrivals)
+
+
+def leaky_planners(config, jobs_a, jobs_b, remaining: bool = False, arrivals: bool = False) -> list[Planner]:
+    return [Planner(config, make_policy, futures_model=ToldTheTruth(config, jobs, remaining, arrivals))
+            for jobs in (jobs_a, jobs_b)]
+
+
 def test_true_remaining_work_changes_no_decision_under_estimated():
-    # The long jobs run 20,000 s in one world and 60,000 s in the other; the views are the same
-    # until the first of them finishes, and so must every decision be.
-    compared, contested = lockstep(trace(20_000.0), trace(60_000.0), SMALL, ESTIMATED)
-    assert compared >= 40 and contested >= 3
+    # The long jobs run 3,000 s in one world and 60,000 s in the other; the views are the same
+    # until the first of them finishes, and so must every decision be. 3,000 s ends within the
+    # half-hour horizon of the later decisions, so a planner whose futures hold the truth decides
+    # differently (the positive control); with 20,000 s against 60,000 s, as this test had, it
+    # decided as the honest planner did.
+    jobs_a, jobs_b = trace(3_000.0), trace(60_000.0)
+    compared, contested = lockstep(jobs_a, jobs_b, SMALL, ESTIMATED)
+    assert compared >= 30 and contested >= 3
+    _, differed = in_lockstep(jobs_a, jobs_b, leaky_planners(SMALL, jobs_a, jobs_b, remaining=True), ESTIMATED)
+    assert differed is not None
 
 
 def test_future_arrivals_change_no_decision():
-    # The same past; after t=3,100 the second world's jobs are other jobs (longer, larger).
+    # The same past; after t=3,100 the second world's jobs are other jobs (longer, larger). A
+    # planner whose futures hold the trace's true arrivals decides differently before then.
     jobs = trace(20_000.0)
     cut = 3_100.0
     other = [j if j.submit_time < cut else replace(j, job_id=j.job_id + "x", duration_s=3 * j.duration_s,
@@ -150,6 +191,8 @@ def test_future_arrivals_change_no_decision():
     for information in (ESTIMATED, InformationModel("exact")):
         compared, contested = lockstep(jobs, other, SMALL, information, until=cut)
         assert compared >= 20 and contested >= 1, information
+        _, differed = in_lockstep(jobs, other, leaky_planners(SMALL, jobs, other, arrivals=True), information, until=cut)
+        assert differed is not None, information
 
 
 # -- the budget ---------------------------------------------------------------------------------
