@@ -15,7 +15,9 @@ TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
 def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
     """The planner a ``--teacher`` names: ``planner`` (its defaults) or ``planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]``;
     ``candidates``: ``A,B,...``, registered heuristics replacing the planner's (the first is the base),
-    e.g. non-preemptive ones only, so that every decision is one the rows can express."""
+    e.g. non-preemptive ones only, so that every decision is one the rows can express. Each is
+    built here, as the planner builds it, so that a name it would refuse (``srsf+packed=3``: the
+    heuristics take no argument) is refused before any episode is played."""
     name, _, arg = text.partition("=")
     if name.strip() != "planner":
         raise DeepShareError(f"--teacher {text!r}: the teacher must be the rollout planner, {TEACHER_FORM} "
@@ -26,7 +28,7 @@ def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
         raise DeepShareError(f"--teacher: {exc}") from None
     if candidates is None:
         return config
-    from deepshare.policies.registry import policy_info
+    from deepshare.policies.registry import make_policy, policy_info
 
     names = tuple(n.strip() for n in candidates.split(","))
     for n in names:
@@ -37,4 +39,8 @@ def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
         if not heuristic:
             raise DeepShareError(f"--teacher-candidates: {n!r} is not a registered heuristic; expected "
                                  "ORDER+PLACEMENT[+preempt],... e.g. bsrsf+uncontended,srsf+packed")
+        try:  # built as the planner builds it: a name the registry knows may still be refused (an argument)
+            make_policy(n)
+        except DeepShareError as exc:
+            raise DeepShareError(f"--teacher-candidates: {n!r}: {exc}") from None
     return replace(config, candidates=names)

@@ -245,6 +245,10 @@ def test_the_teacher_must_be_the_planner():
     for bad in ("planner", "srsf+packed,rl-base", "nosuch", "srsf+packed,"):
         with pytest.raises(DeepShareError, match="--teacher-candidates"):
             parse_teacher("planner=2", bad)
+    # a registered heuristic with an argument: the planner's factory refuses it, and so does the
+    # parser, before round 0's episodes are played (it used to pass here and fail after them)
+    with pytest.raises(DeepShareError, match="--teacher-candidates: 'srsf\\+packed=3': policy 'srsf\\+packed' takes no argument"):
+        parse_teacher("planner=2", "bsrsf+uncontended,srsf+packed=3")
 
 
 @pytest.mark.parametrize("argv, needles", [
@@ -253,6 +257,7 @@ def test_the_teacher_must_be_the_planner():
     (["--teacher", "planner=2", "--label-cpus", "0.5"], ["--label-cpus", "--address"]),
     (["--teacher-candidates", "srsf+packed"], ["--teacher-candidates", "only with --teacher"]),
     (["--teacher", "planner=2", "--teacher-candidates", "planner"], ["--teacher-candidates", "heuristic"]),
+    (["--teacher", "planner=2", "--teacher-candidates", "srsf+packed=3"], ["--teacher-candidates", "takes no argument"]),
 ])
 def test_bad_flags_are_one_line(capsys, argv, needles):
     rc, _, err = cli(capsys, "imitate", "rllib_configs/rl_base.yaml", *argv)
