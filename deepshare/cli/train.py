@@ -285,7 +285,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "can express, e.g. bsrsf+uncontended,srsf+packed")
     p.add_argument("--address", metavar="auto|HOST:PORT", default=None,
                    help="with --teacher: join this running Ray cluster and compute the planner's labels as Ray tasks there "
-                   "(the same labels as without it)")
+                   "(the same labels as without it, unless the teacher has a time budget, planner=K:BUDGET_S, whose "
+                   "decisions depend on the labelling machine's speed)")
     p.add_argument("--label-cpus", type=in_range(float, 0, 64, "CPUs", low_open=True), default=None, metavar="C",
                    help="with --address: CPUs each labelling task asks for (default 1; fractions allowed)")
     p.set_defaults(func=cmd_imitate)

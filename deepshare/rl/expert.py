@@ -16,7 +16,10 @@ expensive part, run as Ray tasks across a cluster when there is one.
    when this process is connected to Ray. Each state is decided by a fresh planner primed with
    that state's seen jobs, and the planner's futures are seeded by the view's hash, so a state's
    label is a function of the state and the planner's config: the same wherever and in whatever
-   order it is computed (``tests/rl/test_expert.py`` checks Ray's against the local ones).
+   order it is computed (``tests/rl/test_expert.py`` checks Ray's against the local ones), unless
+   the config has a time budget (``budget_s``, ``planner=K:BUDGET_S``): the futures a decision
+   samples then depend on the labelling machine's speed, and ``expert.json`` records
+   ``deterministic_labels: false``.
 3. :func:`label_choices` turns decisions into row labels: at a choice, the planner's next launch
    (in its decision's order) of a job the partial decision has not launched, matched to a row by
    job id and allocation (as :func:`~deepshare.rl.imitate.anchor_action` matches the anchor's);
