@@ -500,10 +500,18 @@ class DeepShareEnv(gym.Env):
     def episode_contention(self) -> ContentionModel:
         """The episode's contention model: what its views' predictions answer from (a labeller
         that rebuilds a view away from the simulator, :mod:`deepshare.rl.expert`, rebuilds the
-        same predictor from it). Valid once ``reset`` has been called."""
+        same predictor from it). Valid once ``reset`` has been called. The world's model is the
+        policy's knowledge only when the episode's contention knowledge is ``exact`` (the only one
+        the env draws); under another, views predict from what the scheduler has learned and a
+        view rebuilt from the world's model would show a labeller the truth, so it is refused."""
         if self._episode is None:
             raise RuntimeError("episode_contention() needs reset() first")
-        return self._episode.sim.contention
+        sim = self._episode.sim
+        knowledge = sim.information.contention_knowledge
+        if knowledge != "exact" or sim.knowledge is not None:
+            raise DeepShareError(f"the episode's contention knowledge is {knowledge!r}: its views do not predict from the "
+                                 "world's contention model, which would show a labeller the truth; only 'exact' can be labelled")
+        return sim.contention
 
     # -- internals ---------------------------------------------------------------------------
     def _truncated(self) -> bool:

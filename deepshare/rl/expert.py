@@ -82,7 +82,10 @@ class LabelState:
     topology: Topology
     catalog: Catalog
     contention: ContentionModel
-    """The model the view's predictions answer from (the policy's knowledge of contention)."""
+    """The world's contention model (the simulator's own), which the view's predictions answer
+    from: the policy's knowledge of contention only under ``exact`` contention knowledge, the only
+    one :meth:`~deepshare.rl.env.DeepShareEnv.episode_contention` hands out (it refuses an
+    episode whose contention is learned, whose views predict from the learned model)."""
     free: tuple[int, ...]
     queued: tuple[JobView, ...]
     running: tuple[JobView, ...]

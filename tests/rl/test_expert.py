@@ -15,6 +15,7 @@ import pytest
 from cli_run import cli, one_error_line
 from deepshare.core.contention import make_contention
 from deepshare.core.errors import DeepShareError
+from deepshare.core.information import InformationModel
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import load_topology, uniform
 from deepshare.core.traces.canonical import write_canonical
@@ -211,6 +212,16 @@ def test_future_arrivals_change_no_label(tmp_path, monkeypatch, durations):
         monkeypatch.setattr(expert, "BeliefFutures", lambda arrivals, window, trace=trace: ToldTheArrivals(trace, arrivals, window))
         leaky.append(label_states(v.states[:same], SMALL))
     assert leaky[0] != leaky[1]
+
+
+def test_an_episode_whose_contention_is_learned_is_refused(tmp_path, monkeypatch):
+    # A state rebuilds its view's predictions from the world's contention model: the policy's
+    # knowledge under exact contention knowledge (all the env draws today), the truth under
+    # learned, whose views predict from the learned model. So visit refuses such an episode.
+    learned = InformationModel("estimated", contention_knowledge="learned")
+    monkeypatch.setattr(EnvConfig, "information", lambda self, rng: learned)
+    with pytest.raises(DeepShareError, match="contention knowledge is 'learned'"):
+        visit(env_config(tmp_path, jobs(short=4)), 1, 0, SMALL.window)
 
 
 # -- Ray tasks label as this process does --------------------------------------------------------------------
