@@ -44,8 +44,15 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
+from deepshare.rl.env import ReplayClock
+
 LEARNER_KEY = "deepshare_advantages"
 """The key of ``learner_config_dict`` holding :class:`DeepShareAdvantages`' keyword arguments."""
+
+
+MATCHED_KEY = "baseline_matched"
+"""The learner result's key (per module) of :attr:`DeepShareAdvantages.matched`, each batch's; the
+``baseline_matched`` column of ``metrics.csv``."""
 
 
 ELAPSED_KEY = "elapsed_s"
@@ -182,7 +189,8 @@ class DeepShareAdvantages(ConnectorV2):
         self.matched = sum(1 for k in keys if k is not None and counts[k] > 1) / max(1, int(real.sum()))
         return returns - group_baseline(returns, values, keys, self.group_mix), targets
 
-    def __call__(self, *, rl_module: Any, episodes: list, batch: dict[str, Any], **kwargs: Any) -> Any:
+    def __call__(self, *, rl_module: Any, episodes: list, batch: dict[str, Any], metrics: Any = None,
+                 **kwargs: Any) -> Any:
         sa_episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
         device = None
         done = []
@@ -206,6 +214,8 @@ class DeepShareAdvantages(ConnectorV2):
             module_batch[Postprocessing.ADVANTAGES] = advantages.astype(np.float32)
             module_batch[Postprocessing.VALUE_TARGETS] = targets
             done.append(module_id)
+            if metrics is not None and self.group_mix is not None and self.matched is not None:
+                metrics.log_value((module_id, MATCHED_KEY), float(self.matched), window=1)
         if self._to_tensor is None:
             self._to_tensor = NumpyToTensor(as_learner_connector=True, device=device)
         tensors = self._to_tensor(
@@ -254,15 +264,21 @@ class DeepSharePPOLearner(PPOTorchLearner):
 class ReplayGroups:
     """``on_environment_created`` hook: sub-env ``i`` of an env runner replays the sequences of
     group ``i // group_size`` (:meth:`DeepShareEnv.set_replay_group`), seeded by the run's seed
-    and the runner's index, so a group's k-th episodes replay one arrival sequence."""
+    and the runner's index, so a group's episodes replay arrival sequences together. The group's
+    envs share one :class:`~deepshare.rl.env.ReplayClock`, made here for this vector env alone:
+    an env ending an episode joins the newest sequence its group has started, so the group's
+    envs stay within an episode of each other and their returns at one step index keep landing
+    in the same training batch."""
 
     def __init__(self, group_size: int, seed: int) -> None:
         self.group_size, self.seed = group_size, seed
 
     def __call__(self, *, env_runner: Any = None, env: Any = None, **kwargs: Any) -> None:
         worker = int(getattr(env_runner, "worker_index", 0) or 0)
+        clocks: dict[int, ReplayClock] = {}
         for i, sub in enumerate(sub_envs(env)):
-            sub.set_replay_group(self.seed, worker, i // self.group_size)
+            group = i // self.group_size
+            sub.set_replay_group(self.seed, worker, group, clocks.setdefault(group, ReplayClock()))
 
     def recreated(self, *, algorithm: Any, env_runner_group: Any, env_runner_indices: Sequence[int],
                   is_evaluation: bool = False, **kwargs: Any) -> None:

@@ -291,6 +291,14 @@ class _Episode:
     mask: np.ndarray | None = None
 
 
+@dataclass
+class ReplayClock:
+    """Shared by the envs of one replay group (:meth:`DeepShareEnv.set_replay_group`): the
+    newest sequence number any of them has started (-1: none yet)."""
+
+    newest: int = -1
+
+
 MAX_GENERATED_NODES = 65_536
 """Largest generated cluster (``generated_nodes``): the bound ``--nodes`` has."""
 
@@ -356,6 +364,7 @@ class DeepShareEnv(gym.Env):
         self._max_jobs: int | None = None
         self._replay: tuple[int, int, int] | None = None
         self._replayed = 0
+        self._clock: ReplayClock | None = None
         self._epoch: tuple[int, ...] = ()
         self._sequence: int | None = None
         self._report_elapsed = False
@@ -366,15 +375,24 @@ class DeepShareEnv(gym.Env):
         curriculum of episode lengths."""
         self._max_jobs = None if max_jobs is None else int(max_jobs)
 
-    def set_replay_group(self, seed: int, worker: int, group: int) -> None:
+    def set_replay_group(self, seed: int, worker: int, group: int, clock: "ReplayClock | None" = None) -> None:
         """Draw every later episode's scenario from its own generator, seeded by (``seed``,
-        ``worker``, ``group``, episode count), not from the env's stream: envs given the same
-        group replay the same sequences of episodes, in order. Each step's info then carries
-        ``sequence``, an int naming the episode's (group, count, and the curriculum's job cap
-        when one is set, :meth:`set_max_jobs`): what the input-dependent baseline
+        ``worker``, ``group``, sequence number), not from the env's stream: envs given the same
+        group replay the same sequences of episodes. Each step's info then carries
+        ``sequence``, an int naming the episode's (group, sequence number, and the curriculum's
+        job cap when one is set, :meth:`set_max_jobs`): what the input-dependent baseline
         (:mod:`deepshare.rl.advantages`) groups episodes by, so episodes capped differently are
-        never compared."""
+        never compared.
+
+        Without ``clock`` an env plays the group's sequences 0, 1, 2, ... in turn. With the
+        ``clock`` shared by the group's envs (one vector env's), an env that ends an episode
+        joins the newest sequence any env of the group has started, or starts the next one when
+        it has played that too: a group's envs then play each sequence at most one episode apart.
+        Counting on its own, an env drifts from its partners by the sum of their episodes'
+        length differences, without bound, and once that exceeds a training batch's share of an
+        env the baseline finds no partner at all."""
         self._replay, self._replayed, self._epoch = (int(seed), int(worker), int(group)), 0, ()
+        self._clock = clock
 
     def set_replay_epoch(self, iteration: int, restart: int) -> None:
         """Start the replay group's sequences afresh for an env runner made again mid-run
@@ -385,6 +403,8 @@ class DeepShareEnv(gym.Env):
         of the group. Their ``sequence`` tags carry the epoch, so they never equal a tag of
         the earlier env runner's episodes."""
         self._epoch, self._replayed = (int(iteration), int(restart)), 0
+        if self._clock is not None:  # every env of the group is set so, before any of them resets
+            self._clock.newest = -1
 
     def set_seed_stream(self, seed: int, worker: int, index: int, epoch: tuple[int, ...] = ()) -> None:
         """Draw episodes from a generator keyed by (run ``seed``, env runner ``worker``, the env's
@@ -413,6 +433,8 @@ class DeepShareEnv(gym.Env):
         rng = self.np_random
         self._sequence = None
         if self._replay is not None:
+            if self._clock is not None:  # join the group's newest sequence unless played already
+                self._replayed = self._clock.newest = max(self._replayed, self._clock.newest)
             rng = np.random.default_rng([*self._replay, self._replayed, *self._epoch])
             _, worker, group = self._replay
             self._sequence = ((worker * 10_000 + group) << 32) + self._replayed

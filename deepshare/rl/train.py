@@ -47,8 +47,11 @@ OnExport = Callable[[int, Path, "dict[str, float] | None"], None]
 """Called with (iteration, policy.pt, that iteration's metrics row or None) after each export."""
 METRIC_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "episode_len_mean", "episodes",
-    "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s",
+    "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s", "baseline_matched",
 )
+"""``baseline_matched``: with ``ppo_extras.input_baseline``, the share of the batch's steps whose
+baseline had another episode of their sequence (``nan`` without it, as a column an iteration has
+no value for is)."""
 
 
 class ModelSettings(BaseModel):
@@ -353,6 +356,36 @@ def trim_metrics(metrics_file: Path, iteration: int) -> int:
     return dropped
 
 
+def upgrade_metrics_header(metrics_file: Path) -> bool:
+    """Give a ``metrics.csv`` an earlier deepshare wrote the columns this one appends (older rows
+    get them empty), rewriting it atomically, so a resumed run's rows line up with its header.
+    Whether it was rewritten; a file with a column this deepshare does not write is refused."""
+    import io
+
+    from deepshare.core.atomic import write_text_atomic
+    from deepshare.core.errors import DeepShareError
+    from deepshare.core.files import read_input_text
+
+    if not metrics_file.is_file():
+        return False
+    text = read_input_text(metrics_file, "metrics file", METRICS_BYTES)
+    if not text:
+        return False
+    header = next(csv.reader([text.splitlines()[0]]), [])
+    if tuple(header) == METRIC_COLUMNS:
+        return False
+    unknown = [name for name in header if name not in METRIC_COLUMNS]
+    if unknown or not header:
+        raise DeepShareError(f"{metrics_file}: column(s) {', '.join(unknown) or '(none)'} are not metrics.csv's "
+                             f"({', '.join(METRIC_COLUMNS)}); move the file away to start a new one")
+    out = io.StringIO()
+    rows = csv.DictWriter(out, fieldnames=METRIC_COLUMNS, restval="")
+    rows.writeheader()
+    rows.writerows(csv.DictReader(io.StringIO(text)))
+    write_text_atomic(metrics_file, out.getvalue(), "metrics file")
+    return True
+
+
 def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
     """One iteration of RLlib's result as the row of ``metrics.csv`` (and of a Tune trial's report)."""
     runners = result.get("env_runners", {})
@@ -370,6 +403,7 @@ def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
         "sample_s": timers.get("env_runner_sampling_timer", float("nan")),
         "learn_s": timers.get("learner_update_timer", float("nan")),
         "wall_s": wall,
+        "baseline_matched": learner.get("baseline_matched", float("nan")),
     }
 
 
@@ -535,6 +569,7 @@ def train(
     if start_from is not None:
         check_resumed_config(run_dir, metadata)
     run_dir.mkdir(parents=True, exist_ok=True)
+    upgrade_metrics_header(run_dir / "metrics.csv")  # an earlier deepshare's file gains this one's columns
     start_ray(address)
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:

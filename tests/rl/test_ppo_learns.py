@@ -221,6 +221,34 @@ def test_envs_of_a_replay_group_replay_the_same_sequences():
     assert "sequence" not in plain.reset(seed=3)[1] and "sequence" not in plain.step(0)[-1]
 
 
+def test_an_env_of_a_group_joins_the_newest_sequence_its_group_has_started():
+    """With the group's shared clock an env that ends an episode joins the newest sequence a
+    partner started (not its own next one, which would let the group drift apart without
+    bound), or starts the next one when it has played the newest already."""
+    from deepshare.rl.env import ReplayClock
+
+    a, b = DeepShareEnv(ENV), DeepShareEnv(ENV)
+    clock = ReplayClock()
+    a.set_replay_group(0, 1, 0, clock)
+    b.set_replay_group(0, 1, 0, clock)
+    base = (1 * 10_000 + 0) << 32
+
+    def start(env):
+        obs, info = env.reset()
+        return info["sequence"] - base, info["jobs"], obs["observations"].tobytes()
+
+    played_a = [start(a) for _ in range(3)]  # a leads: sequences 0, 1, 2
+    assert [p[0] for p in played_a] == [0, 1, 2] and clock.newest == 2
+    joined = start(b)  # b's first episode ends after a started 2: b joins 2, skipping 0 and 1
+    assert joined == played_a[2]
+    assert start(b)[0] == 3 and start(a)[0] == 3 and start(a)[0] == 4 and start(b)[0] == 4
+    a.set_replay_epoch(5, 2)
+    b.set_replay_epoch(5, 2)
+    assert clock.newest == -1
+    first_a, first_b = start(a), start(b)
+    assert first_a[1:] == first_b[1:] and first_a[0] == first_b[0]  # a new epoch: both on its first
+
+
 # -- curriculum --------------------------------------------------------------------------------
 def test_the_curriculum_caps_episodes_and_grows_at_the_stage_boundaries():
     envs = [DeepShareEnv(ENV), DeepShareEnv(ENV)]
@@ -302,8 +330,10 @@ def test_replay_groups_of_a_restarted_env_runner_draw_new_sequences_not_the_firs
     replay.recreated(algorithm=SimpleNamespace(iteration=7), env_runner_group=group, env_runner_indices=[2])
     assert calls == [([2], False)]
     assert fresh._epoch == partner._epoch == (7, RECREATED) and kept._epoch == ()
-    after = [first(fresh) for _ in range(3)]
-    assert [first(partner) for _ in range(3)] == after  # the group still replays one sequence
+    after = []
+    for _ in range(3):  # the group still replays one sequence
+        after.append(first(fresh))
+        assert first(partner) == after[-1]
     assert not {s[0] for s in seen} & {a[0] for a in after}  # no tag of the earlier episodes
     assert [s[1:] for s in seen] != [a[1:] for a in after]
     config = parse_train_config("name: x\nrun: {envs_per_env_runner: 2}\nppo_extras: {input_baseline: {group_size: 2},"
@@ -371,7 +401,7 @@ def _config(tmp_path: Path) -> Path:
 
 def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray_local):
     from deepshare.rl.advantages import DeepShareAdvantages as Piece
-    from deepshare.rl.train import build_algorithm_config, train
+    from deepshare.rl.train import build_algorithm_config, metrics_row, train
 
     path = _config(tmp_path)
     config = load_train_config(path)
@@ -379,7 +409,9 @@ def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray
     try:
         caps = []
         for _ in range(2):
-            caps.append(algo.train()["curriculum_max_jobs"])
+            result = algo.train()
+            caps.append(result["curriculum_max_jobs"])
+            assert metrics_row(result, 0.0)["baseline_matched"] > 0.5  # the share reaches metrics.csv
         learner = algo.learner_group._learner
         pieces = [p for p in learner._learner_connector.connectors if isinstance(p, Piece)]
         assert len(pieces) == 1 and pieces[0].rho is not None and pieces[0].group_mix == 1.0

@@ -106,6 +106,43 @@ def test_trim_metrics_keeps_the_header_and_rows_up_to_the_checkpoint(tmp_path):
     assert training.trim_metrics(file, 2) == 0 and training.trim_metrics(tmp_path / "none.csv", 2) == 0
 
 
+OLD_COLUMNS = [c for c in training.METRIC_COLUMNS if c != "baseline_matched"]
+"""metrics.csv's header before the column ``baseline_matched`` was added."""
+
+
+def test_resuming_a_run_an_earlier_deepshare_wrote_gives_its_metrics_the_new_columns(tmp_path, no_ray):
+    """A resumed run's rows have every column this deepshare writes: the old header gains them
+    (the old rows empty there), so no row is longer than its header."""
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)
+    file = run / "metrics.csv"
+    old = [dict(zip(OLD_COLUMNS, line.split(","))) for line in file.read_text().splitlines()[1:]]
+    file.write_text(",".join(OLD_COLUMNS) + "\r\n" + "".join(",".join(r.values()) + "\r\n" for r in old))
+    training.train(config, None, iterations=10, resume=run)
+    with file.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert tuple(rows[0]) == training.METRIC_COLUMNS and all(len(r) == len(rows[0]) for r in rows)
+    by_name = [dict(zip(rows[0], r)) for r in rows[1:]]
+    assert [int(r["iteration"]) for r in by_name] == list(range(1, 11))
+    assert [r["baseline_matched"] for r in by_name[:5]] == [""] * 5  # the earlier run's rows: empty there
+    assert all(r["baseline_matched"] == "nan" for r in by_name[5:])  # this fake run has no group baseline
+
+
+def test_a_metrics_file_with_columns_train_does_not_write_is_refused_and_left_alone(tmp_path):
+    file = tmp_path / "metrics.csv"
+    file.write_text("iteration,reward\n1,2\n")
+    with pytest.raises(DeepShareError, match=r"metrics.csv: column\(s\) reward are not"):
+        training.upgrade_metrics_header(file)
+    assert file.read_text() == "iteration,reward\n1,2\n"
+    current = (",".join(training.METRIC_COLUMNS) + "\r\n").encode()
+    file.write_bytes(current)
+    assert not training.upgrade_metrics_header(file) and file.read_bytes() == current
+    assert not training.upgrade_metrics_header(tmp_path / "none.csv")
+
+
 def test_a_save_cut_short_leaves_no_checkpoint_a_resume_would_pick(tmp_path, no_ray):
     folder = tmp_path / "checkpoints" / "iter_0005"
     with pytest.raises(KeyboardInterrupt):
