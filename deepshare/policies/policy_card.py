@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError, shown
@@ -326,8 +326,6 @@ def parse_card(text: str, source: str) -> PolicyCard:
 
 def validate_card(raw: Mapping[str, Any], source: str) -> PolicyCard:
     """``raw`` as a card; a problem is one :class:`DeepShareError` line: ``SOURCE: FIELD: what``."""
-    from pydantic import ValidationError
-
     try:
         return PolicyCard.model_validate(raw)
     except ValidationError as exc:
@@ -422,6 +420,8 @@ def _information_problems(card: PolicyCard, metadata: Mapping[str, Any], encodin
         info = information_of(metadata, enc or {})
     except DeepShareError as exc:
         return [f"information: the file's metadata cannot say ({exc})"]
+    except ValidationError as exc:  # a text no card may hold (a control character in an extra column's name)
+        return [f"information: the file's metadata cannot say ({card_problems(exc)})"]
     ours = card.information
     compared = [("durations", ours.durations, info.durations), ("estimate_errors", ours.estimate_errors, info.estimate_errors)]
     if enc is not None:
@@ -434,7 +434,10 @@ def _information_problems(card: PolicyCard, metadata: Mapping[str, Any], encodin
 def _training_problems(card: PolicyCard, metadata: Mapping[str, Any]) -> list[str]:
     """The card's ``training`` against the metadata ``train`` / ``imitate`` wrote, field by field
     where the metadata has it."""
-    derived = training_of(metadata, command="-")
+    try:
+        derived = training_of(metadata, command="-")
+    except ValidationError as exc:  # a text no card may hold (a control character in the config's path)
+        return [f"training: the file's metadata cannot say ({card_problems(exc)})"]
     ours = card.training
     compared = [("seed", ours.seed, derived.seed), ("config", ours.config, derived.config),
                 ("init_from", ours.init_from, derived.init_from)]

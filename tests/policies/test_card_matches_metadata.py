@@ -54,3 +54,46 @@ def test_the_policies_listing_checks_shipped_cards_against_metadata(monkeypatch)
     monkeypatch.setattr(cards, "read_card", lying)
     found = listing._shipped_cards()
     assert found and all(entry["problem"] and "information.durations" in entry["problem"] for entry in found.values())
+
+
+def _evil_copy(folder, config="rllib_configs/a\x1b[2Jb.yaml"):
+    """rl_est_ppo.pt with a control character in its metadata's config, and its card made to
+    match the new weights' SHA-256 (the reviewer's construction)."""
+    import hashlib
+
+    from deepshare.policies.checkpoint import policy_file_bytes
+    from deepshare.policies.policy_card import card_yaml
+
+    weights = shipped_folder() / "rl_est_ppo.pt"
+    scorer, encoding, metadata = scorer_from_file(weights)
+    data = policy_file_bytes(scorer.net, encoding, {**metadata, "config": config})
+    evil = folder / "evil.pt"
+    evil.write_bytes(data)
+    card = read_card(card_path(weights)).model_copy(
+        update={"weights": "evil.pt", "weights_sha256": hashlib.sha256(data).hexdigest()})
+    card_path(evil).write_text(card_yaml(card))
+    return evil
+
+
+def test_metadata_no_card_may_hold_is_one_problem_line_not_a_traceback(tmp_path, capsys):
+    """A control character in the file's metadata (its config) cannot go on a card: ``policies
+    --card`` reports it as one problem, escaped, instead of a pydantic traceback."""
+    from cli_run import cli
+
+    evil = _evil_copy(tmp_path)
+    _, encoding, metadata = scorer_from_file(evil)
+    problems = check_card(read_card(card_path(evil)), evil, metadata, encoding)
+    assert len(problems) == 1 and problems[0].startswith("training: the file's metadata cannot say (config: control characters")
+    rc, out, err = cli(capsys, "policies", "--card", evil)
+    assert "Traceback" not in err and "\x1b" not in out + err
+    assert "# OUT OF STEP: training: the file's metadata cannot say (config: control characters" in out
+    assert "a\\x1b[2Jb.yaml" in out  # escaped, never the terminal's escape sequence
+
+
+def test_an_encoding_no_card_may_hold_is_one_information_problem():
+    weights = shipped_folder() / "rl_est_ppo.pt"
+    _, _, metadata = scorer_from_file(weights)
+    card = read_card(card_path(weights))
+    problems = check_card(card, weights, metadata, {"extra_features": ["belief\x1b[2J"], "offer_order": None})
+    assert problems == [p for p in problems if p.startswith("information")] and len(problems) == 1
+    assert "information: the file's metadata cannot say (extra_features" in problems[0] and "\x1b" not in problems[0]
