@@ -712,12 +712,16 @@ def summary_of(kind: str, rules: Rules) -> str:
 def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequence[str] = ()) -> tuple[str, SuiteFigures]:
     """``(suite name, figures)`` of one learned policy from ``deepshare evaluate --suite --json``
     output: ``entry`` names the policy as the suite listed it; without it, the one of ``preferred``
-    the suite ran, else its only learned policy. Errors name ``source`` and the key."""
+    the suite ran, else its only learned policy. Errors are one line naming ``source`` and the key
+    (a key of the wrong shape too: a list where a mapping belongs, a suite name that is no text)."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("summary"), Mapping) or not isinstance(doc.get("suite"), Mapping):
         raise DeepShareError(f"{source}: not the JSON of `deepshare evaluate --suite` (no suite and summary)")
+    name = doc["suite"].get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise DeepShareError(f"{source}: suite.name: expected the suite's name, got {shown(name)}")
     summary = doc["summary"]
     if entry is None:
-        found = [name for name in preferred if name in summary]
+        found = [given for given in preferred if given in summary]
         if found:
             entry = found[0]
         elif len(summary) == 1:
@@ -726,15 +730,20 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
             raise DeepShareError(f"{source}: the suite judged {sorted(summary)}; say which with --figures-of")
     if entry not in summary:
         raise DeepShareError(f"{source}: no figures for {entry!r}; the suite judged {sorted(summary)}")
-    row = summary[entry]
+    row = _mapping(summary[entry], f"summary.{entry}", source)
+    by_model = _mapping(doc.get("summary_by_durations"), "summary_by_durations", source)
+    prov = _mapping(doc.get("provenance"), "provenance", source)
+    commit = _mapping(prov.get("commit"), "provenance.commit", source)
     try:
-        by_durations = {model: round(float(rows[entry]["geomean_avg_jct_ratio"]), 4)
-                        for model, rows in (doc.get("summary_by_durations") or {}).items() if entry in rows}
-        prov = doc.get("provenance") or {}
-        commit = prov.get("commit") or {}
+        by_durations = {}
+        for model, rows in by_model.items():
+            rows = _mapping(rows, f"summary_by_durations.{model}", source)
+            if entry in rows:
+                by_durations[model] = round(float(_mapping(rows[entry], f"summary_by_durations.{model}.{entry}",
+                                                           source)["geomean_avg_jct_ratio"]), 4)
         sha = str(commit.get("sha", ""))[:12] or "an unrecorded commit"
         moved = f"; the checkout was at {str(commit['sha_at_write'])[:12]} when written" if commit.get("sha_at_write") else ""
-        measured = (f"deepshare evaluate --suite {doc['suite']['name']}, {str(prov.get('date', 'undated'))[:10]}, deepshare "
+        measured = (f"deepshare evaluate --suite {name}, {str(prov.get('date', 'undated'))[:10]}, deepshare "
                     f"{prov.get('deepshare', '?')} at {sha}" + (f" (with uncommitted changes{moved})" if commit.get("dirty") else ""))
         figures = SuiteFigures(
             geomean_avg_jct_ratio=round(float(row["geomean_avg_jct_ratio"]), 4),
@@ -744,9 +753,20 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
             against="each cell's best heuristic under the same information model",
             measured=measured, source=source,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except ValidationError as exc:  # a ValueError too: caught first, as its one-line clauses
+        raise DeepShareError(f"{source}: summary.{entry}: cannot read its figures ({card_problems(exc)})") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DeepShareError(f"{source}: summary.{entry}: cannot read its figures ({exc.__class__.__name__}: {exc})") from None
-    return str(doc["suite"]["name"]), figures
+    return name, figures
+
+
+def _mapping(value: Any, key: str, source: str) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, {} when absent (None); else one line naming ``source`` and ``key``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DeepShareError(f"{source}: {key}: expected a mapping, got {shown(value)}")
+    return value
 
 
 def _opt_float(value: Any) -> float | None:

@@ -521,3 +521,44 @@ def test_suite_figures_name_the_commit_a_moved_checkout_was_at():
                           "commit": {"sha": "a" * 40, "dirty": True, "sha_at_write": "b" * 40}}}
     _, figures = figures_from_suite(doc, "rl-hybrid", "quick.json")
     assert figures.measured.endswith("at aaaaaaaaaaaa (with uncommitted changes; the checkout was at bbbbbbbbbbbb when written)")
+
+
+_ROW = {"a": {"geomean_avg_jct_ratio": 1.0}}
+
+
+@pytest.mark.parametrize(
+    "doc, needles",
+    [
+        ({"suite": {"name": ["x"]}, "summary": _ROW}, ("suite.name", "['x']")),
+        ({"suite": {"name": None}, "summary": _ROW}, ("suite.name", "None")),
+        ({"suite": {"name": " "}, "summary": _ROW}, ("suite.name",)),
+        ({"suite": {"name": "x"}, "summary": _ROW, "summary_by_durations": [1]}, ("summary_by_durations", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": _ROW, "summary_by_durations": {"exact": [1]}},
+         ("summary_by_durations.exact", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": _ROW, "summary_by_durations": {"exact": {"a": 3}}},
+         ("summary_by_durations.exact.a", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": _ROW, "provenance": []}, ("provenance:", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": _ROW, "provenance": {"commit": "abc"}}, ("provenance.commit", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": {"a": [1]}}, ("summary.a", "a mapping")),
+        ({"suite": {"name": "x"}, "summary": {"a": {"geomean_avg_jct_ratio": "nan"}}},
+         ("summary.a", "geomean_avg_jct_ratio: Input should be a finite number")),
+        ({"suite": {"name": "x"}, "summary": {"a": {"geomean_avg_jct_ratio": 1.0, "cells_won": 5, "cells": 2}}},
+         ("summary.a", "cells_won: 5 cells won of 2 cells")),
+    ],
+    ids=["name-list", "name-null", "name-blank", "by-durations-list", "by-durations-row-list", "by-durations-entry",
+         "provenance-list", "commit-string", "row-list", "nan", "won-of-cells"],
+)
+def test_badly_shaped_suite_figures_are_one_line_naming_the_key(tmp_path: Path, capsys, doc, needles) -> None:
+    """Review: a list where a mapping belongs was an AttributeError traceback, a suite name that is
+    no text became the figures' key as its repr, and a check of the figures printed pydantic's
+    multi-line dump with its URL."""
+    results = tmp_path / "s.json"
+    results.write_text(json.dumps(doc))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rc, stdout, err = cli(capsys, "export-policy", POLICIES / SHIPPED_BASE, "--out", out_dir / "x.pt", "--kind", "network",
+                          "--commit", "0123abc", "--suite-figures", results, "--figures-of", "a")
+    assert rc == 2 and stdout == ""
+    line = one_error_line(err, str(results), *needles)
+    assert "errors.pydantic.dev" not in line and "validation error" not in line
+    assert list(out_dir.iterdir()) == []
