@@ -31,12 +31,18 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
         except DeepShareError as exc:  # an installed entry point that does not load: listed, not fatal
             info = PolicyInfo(name, f"cannot load: {exc}", lambda: None, heuristic=False)  # type: ignore[arg-type, return-value]
         rows.append((name, info))
-    cards = _shipped_cards() if any(not info.heuristic for _, info in rows) else {}
+    cards, nameless = _shipped_cards() if any(not info.heuristic for _, info in rows) else ({}, [])
+    # A shipped card that cannot be read and names nobody (not YAML at all) belongs to no row: it is
+    # said after the table, or as a warning beside the JSON, never left out.
+    unnamed = [f"shipped card {card} cannot be read, and no policy name can be read from it: {problem}"
+               for card, problem in nameless]
     if args.json:
         doc = [{"name": name, "description": info.description, "heuristic": info.heuristic,
                 "takes_argument": info.takes_argument, "card": cards.get(name)} for name, info in rows]
         write_json(args.json, doc, out, "policy list")
         if to_stdout(args.json):
+            for line in unnamed:
+                print_line(err, f"deepshare: warning: {line}")
             return 0
     table = Table(title="registered policies", header_style="bold")
     table.add_column("name")
@@ -46,6 +52,8 @@ def cmd_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
         shipped = f"\nships {card['facts']} (deepshare policies --card {name})" if card else ""
         table.add_row(name, info.description + shipped)
     out.print(table)
+    for line in unnamed:
+        print_line(out, line)
     return 0
 
 
@@ -62,17 +70,22 @@ def _check_against(card: Any, weights: Path) -> list[str]:
     return check_card(card, weights, metadata, encoding)
 
 
-def _shipped_cards() -> dict[str, dict[str, object]]:
+def _shipped_cards() -> tuple[dict[str, dict[str, object]], list[tuple[str, str]]]:
     """Registered name -> the key facts of the card of the file it loads by default (the cards'
-    ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its weights."""
+    ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its
+    weights; and (card file name, problem) of each unreadable card from which no name can be read."""
     from deepshare.policies.policy_card import shipped_cards
 
     found: dict[str, dict[str, object]] = {}
+    nameless: list[tuple[str, str]] = []
     for path, card in shipped_cards():
         if isinstance(card, DeepShareError):
             found_problem = {"card": path.name, "facts": f"{path.name}: unreadable card ({card})", "problem": str(card)}
-            for name in _names_in(path):
+            names = _names_in(path)
+            for name in names:
                 found[name] = found_problem
+            if not names:
+                nameless.append((path.name, str(card)))
             continue
         weights = path.with_name(card.weights)
         problems = _check_against(card, weights) if weights.exists() else [f"weights: {card.weights} not found"]
@@ -84,7 +97,7 @@ def _shipped_cards() -> dict[str, dict[str, object]]:
         }
         for name in card.loaded_by:
             found[name] = summary
-    return found
+    return found, nameless
 
 
 def _names_in(path: object) -> list[str]:
@@ -112,13 +125,14 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
         raise DeepShareError(f"--card {given!r}: expected NAME=PATH of a policy file, got no file name after '='")
     card_file: Path | None = None
     if not eq and not (target.is_file() or target.name.endswith(CARD_SUFFIX)):  # a name (a folder named so too)
-        nameless: list[str] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
+        nameless: list[DeepShareError] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
         for path, card in shipped_cards():
             if isinstance(card, DeepShareError):
-                if base in _names_in(path):
+                names = _names_in(path)
+                if base in names:
                     raise card
-                if not _names_in(path):
-                    nameless.append(path.name)
+                if not names:
+                    nameless.append(card)
                 continue
             if base in card.loaded_by:
                 card_file = path
@@ -129,9 +143,9 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
             info = flagged("--card", policy_info, base)  # an unknown name: the registry's one-line error, after the flag
             if info.heuristic:
                 kind = "a heuristic: it has no policy file"
-            elif nameless:
-                kind = (f"no readable shipped card names it, and {', '.join(nameless)} cannot be read "
-                        f"(its card may be one of them: `deepshare policies` shows the problem)")
+            elif nameless:  # each one's own error: its card may be one of them
+                kind = "no readable shipped card names it, and its card may be one that cannot be read: " + \
+                    "; ".join(str(problem) for problem in nameless)
             else:
                 kind = "it ships no card"
             raise DeepShareError(f"--card {given}: {kind}; give a learned policy's name or a policy file's path")
@@ -224,8 +238,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = command(sub, "policies", "list the registered policies, with what each learned one ships",
                 "deepshare policies", "deepshare policies --json -", "deepshare policies --card rl-hybrid",
                 details="A learned policy's row ends with the key facts of the card of the file it loads (what it is, "
-                "teacher, information model, commit, headline figure); --card shows a whole card and checks it "
-                "against its weights.")
+                "teacher, information model, commit, headline figure); a shipped card that cannot be read and "
+                "names no policy is said after the table (with --json -, as a warning on standard error). --card "
+                "shows a whole card and checks it against its weights.")
     add_json_flag(p, "[{name, description, heuristic, takes_argument, card}] (with --card: {path, card, problems})")
     p.add_argument("--card", metavar="NAME|PATH", help="show the whole card of the file NAME loads (rl-hybrid), "
                    "of a policy file (NAME=PATH or PATH) or a card file")

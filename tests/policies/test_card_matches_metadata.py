@@ -52,8 +52,9 @@ def test_the_policies_listing_checks_shipped_cards_against_metadata(monkeypatch)
         return validate_card(raw, str(path))
 
     monkeypatch.setattr(cards, "read_card", lying)
-    found = listing._shipped_cards()
+    found, nameless = listing._shipped_cards()
     assert found and all(entry["problem"] and "information.durations" in entry["problem"] for entry in found.values())
+    assert nameless == []
 
 
 def _evil_copy(folder, config="rllib_configs/a\x1b[2Jb.yaml"):

@@ -435,14 +435,28 @@ def test_an_unreadable_shipped_card_is_listed_with_its_problem_and_refused_by_ca
 
 
 def test_a_card_that_is_not_yaml_still_names_nothing_and_breaks_nothing(shipped_copy: Path, capsys) -> None:
-    card_path(shipped_copy / SHIPPED).write_text("card: [unclosed\n")
+    """Review: such a card vanished from the listing while ``--card`` pointed at the listing for
+    its problem; now the listing says it after the table (a warning beside the JSON) and ``--card``
+    gives the YAML error itself."""
+    card = card_path(shipped_copy / SHIPPED)
+    card.write_text("card: [unclosed\n")
     rc, out, err = cli(capsys, "policies", "--json", "-")
-    assert (rc, err) == (0, "")
+    assert rc == 0
     listed = {p["name"]: p for p in json.loads(out)}
     assert listed["rl-hybrid"]["card"] is None  # no name could be read from it: nothing to attach it to
+    assert listed["rl-base"]["card"]["problem"] is None  # the other cards still read
+    warning = err.strip("\n").splitlines()
+    assert len(warning) == 1 and warning[0].startswith("deepshare: warning: shipped card rl_est_ppo.card.yaml cannot be read")
+    assert "not valid YAML (line 2" in warning[0]
+    rc, out, err = cli(capsys, "policies")
+    assert (rc, err) == (0, "")
+    last = out.strip("\n").splitlines()[-1]
+    assert last.startswith(f"shipped card {card.name} cannot be read, and no policy name can be read from it: {card}: ")
+    assert "not valid YAML (line 2" in last
     rc, _, err = cli(capsys, "policies", "--card", "rl-hybrid")
     assert rc == 2
-    one_error_line(err, "rl-hybrid", "no readable shipped card names it", f"{card_path(SHIPPED).name} cannot be read")
+    line = one_error_line(err, "rl-hybrid", "no readable shipped card names it", f"{card}: not valid YAML (line 2")
+    assert "`deepshare policies` shows" not in line
     rc, _, err = cli(capsys, "policies", "--card", "las+consolidated")
     assert rc == 2
     one_error_line(err, "a heuristic: it has no policy file")
