@@ -107,10 +107,17 @@ def _rules(args: argparse.Namespace, metadata: dict[str, Any], flagged: dict[str
 
 
 def _teacher(args: argparse.Namespace, metadata: dict[str, Any]) -> str | None:
+    """The card's teacher: the source's ``imitates`` (what ``deepshare imitate`` recorded; a
+    ``--teacher`` that says otherwise is refused, as the card check would find it out of step),
+    else ``--teacher``."""
+    imitates = metadata.get("imitates")
+    if isinstance(imitates, str) and imitates:
+        if args.teacher is not None and args.teacher != imitates:
+            raise DeepShareError(f"--teacher {args.teacher}: {args.source} imitated {imitates} (its metadata's imitates); "
+                                 "leave --teacher out")
+        return imitates
     if args.teacher is not None:
         return None if args.teacher == "none" else _heuristic("--teacher", args.teacher)
-    if isinstance(metadata.get("imitates"), str):
-        return str(metadata["imitates"])
     model = metadata.get("model") if isinstance(metadata.get("model"), dict) else {}
     if model.get("init_from"):
         raise DeepShareError(
@@ -306,7 +313,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--preempt-rules", metavar="KEY=V,...", help="gates on that deferral: min_gain, min_pressure")
     p.add_argument("--drop-rules", action="store_true", help="start from no rules instead of the source's")
     p.add_argument("--teacher", metavar="HEURISTIC|none", help="the heuristic the network imitated "
-                   "(default: the source's `imitates`; required when it was started from another file)")
+                   "(default: the source's `imitates`, which --teacher may not contradict; required when it was "
+                   "started from another file)")
     p.add_argument("--training-command", metavar="CMD", help="the command that trained it (default: rebuilt from its metadata, "
                    "every recorded setting as its flag; required when no flag sets one, e.g. a Tune trial's grid values)")
     p.add_argument("--seeds-tried", metavar="S,S,...", help="every training seed of this recipe run (default: the file's seed)")

@@ -114,7 +114,9 @@ def _names_in(path: object) -> list[str]:
 
 def _show_card(args: argparse.Namespace, out: Console) -> int:
     """``--card NAME|NAME=PATH|PATH``: the whole card of the file a name loads, or of a file."""
-    from deepshare.policies.policy_card import CARD_SUFFIX, card_path, card_yaml, check_card, read_card, shipped_cards
+    from deepshare.policies.policy_card import (
+        CARD_SUFFIX, CHECKED, card_path, card_yaml, check_card, read_card, shipped_cards,
+    )
 
     given = args.card
     if not given.strip():  # an unset variable: it would be looked up as a policy named ''
@@ -168,8 +170,7 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
 
         _, encoding, metadata = scorer_from_file(weights)
         problems = check_card(card, weights, metadata, encoding)
-        check = ("the card matches its weights (sha256, rules, information, training)" if not problems
-                 else "OUT OF STEP: " + "; ".join(problems))
+        check = (f"the card matches its weights: {CHECKED}" if not problems else "OUT OF STEP: " + "; ".join(problems))
     else:
         problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"
     if args.json:

@@ -234,6 +234,15 @@ class PolicyCard(_Strict):
     figures_note: str | None = None
     notes: str | None = None
 
+    @field_validator("teacher")
+    @classmethod
+    def _registered_teacher(cls, value: str | None) -> str | None:
+        if value is not None and not _CONTROL.search(value):  # control characters: refused as in any text
+            problem = teacher_problem(value)
+            if problem:
+                raise ValueError(problem)
+        return value
+
     @field_validator("weights")
     @classmethod
     def _bare_name(cls, value: str) -> str:
@@ -297,6 +306,35 @@ class PolicyCard(_Strict):
         commit = f"commit {self.commit[:12]}" + (" (dirty)" if self.commit_dirty else "") if self.commit else "commit not recorded"
         return (f"{self.weights}: {self.what()}; {teacher}; trained under {self.information.describe()}; "
                 f"{commit}; {self.headline()}")
+
+
+CANDIDATES = re.compile(r"^(?P<spec>.*) \(candidates (?P<names>.*)\)$", re.DOTALL)
+"""An expert-iteration teacher as ``deepshare imitate --teacher`` records it (its ``imitates``):
+the planner's spec with ``--teacher-candidates`` appended, ``planner=4 (candidates A,B)``."""
+
+
+def teacher_problem(teacher: str) -> str | None:
+    """Why ``teacher`` names no teacher a file can have (None: it does): a registered heuristic,
+    by its exact name as ``export-policy --teacher`` takes it, or the rollout planner an
+    expert-iteration run recorded (its spec, with ``(candidates A,B)`` when it had some), checked
+    as ``imitate --teacher`` checks it."""
+    from deepshare.policies import policy_info
+    from deepshare.policies.teacher_spec import parse_teacher
+
+    if teacher.partition("=")[0].strip() == "planner":
+        found = CANDIDATES.match(teacher)
+        try:
+            parse_teacher(found["spec"], found["names"]) if found else parse_teacher(teacher)
+        except DeepShareError as exc:
+            return f"expected a registered heuristic or an expert-iteration planner, got {shown(teacher)} ({exc})"
+        return None
+    try:
+        info = policy_info(teacher)
+    except DeepShareError:
+        info = None
+    if info is None or not info.heuristic or info.name != teacher:
+        return f"expected a registered heuristic (`deepshare policies` lists them) or null, got {shown(teacher)}"
+    return None
 
 
 def card_path(weights: str | Path) -> Path:
@@ -389,15 +427,24 @@ def card_yaml(card: PolicyCard) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
 
 
+CHECKED = ("name and sha256; from the file's metadata, where it records them: rules, information (durations, "
+           "estimate_errors, extra_features, offer_order), training (seed, config, init_from, method) and teacher "
+           "(its imitates)")
+"""What :func:`check_card` compares, in words (``policies --card`` says it): the training command,
+the summary, the notes and the figures are not compared (a command may be written by hand)."""
+
+
 def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any] | None = None,
                encoding: Any = None) -> list[str]:
     """What does not match between ``card`` and the weights file beside it (empty: they agree):
     its name, its SHA-256 and, with ``metadata`` (the file's, loaded), its rules, the information
-    model it was trained under and how it was trained (seed, config, init_from, the method with
-    its iteration or round count), wherever the metadata records them; with ``encoding`` (the
-    file's, a mapping or an ``EncodingConfig``) also the extra columns and the offer order. The
-    hash alone does not tie the card's text to the file: a card edited to claim another
-    information model or seed would still match it."""
+    model it was trained under, how it was trained (seed, config, init_from, the method with its
+    iteration or round count) and its teacher (the metadata's ``imitates``, which ``deepshare
+    imitate`` records), wherever the metadata records them; with ``encoding`` (the file's, a
+    mapping or an ``EncodingConfig``) also the extra columns and the offer order
+    (:data:`CHECKED`). The hash alone does not tie the card's text to the file: a card edited to
+    claim another information model or seed would still match it. The training command, summary,
+    notes and figures are not compared."""
     problems = []
     if Path(weights).name != card.weights:
         problems.append(f"weights: the card describes {card.weights}, not {Path(weights).name}")
@@ -409,6 +456,9 @@ def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any
         if _plain_rules(given) != _plain_rules(card.rules.as_metadata()):
             problems.append(f"rules: the card says {card.rules.as_metadata()}, the file's metadata {given}")
         problems += _information_problems(card, metadata, encoding) + _training_problems(card, metadata)
+        imitates = metadata.get("imitates")
+        if isinstance(imitates, str) and imitates and card.teacher != imitates:
+            problems.append(f"teacher: the card says {shown(card.teacher)}, the file's metadata imitates {shown(imitates)}")
     return problems
 
 

@@ -98,3 +98,59 @@ def test_an_encoding_no_card_may_hold_is_one_information_problem():
     problems = check_card(card, weights, metadata, {"extra_features": ["belief\x1b[2J"], "offer_order": None})
     assert problems == [p for p in problems if p.startswith("information")] and len(problems) == 1
     assert "information: the file's metadata cannot say (extra_features" in problems[0] and "\x1b" not in problems[0]
+
+
+@pytest.mark.parametrize("teacher", ["srsf+packed", None])
+def test_a_card_whose_teacher_contradicts_the_files_imitates_is_out_of_step(teacher):
+    """Review: a card claiming another teacher (or none) than the heuristic the file imitated passed."""
+    weights = shipped_folder() / "rl_est_imitation.pt"
+    _, encoding, metadata = scorer_from_file(weights)
+    assert metadata["imitates"] == "bsrsf+uncontended"
+    raw = read_card(card_path(weights)).model_dump()
+    raw["teacher"] = teacher
+    problems = check_card(validate_card(raw, "edited"), weights, metadata, encoding)
+    assert problems == [f"teacher: the card says {teacher!r}, the file's metadata imitates 'bsrsf+uncontended'"]
+
+
+def test_an_expert_iteration_teacher_is_compared_as_recorded():
+    """An expert-iteration file's ``imitates`` is the planner's spec with its candidates appended;
+    the card's teacher (export copies it) is that, and a card dropping the candidates is out of step."""
+    weights = shipped_folder() / "rl_est_imitation.pt"
+    _, encoding, metadata = scorer_from_file(weights)
+    recorded = "planner=4 (candidates srsf+packed,fifo+packed)"
+    metadata = {**metadata, "imitates": recorded, "teacher": recorded}
+    raw = read_card(card_path(weights)).model_dump()
+    raw["teacher"] = recorded
+    raw["training"]["method"] = f"imitation of {recorded}: behaviour cloning, 1 DAgger round(s)"  # the method names it too
+    assert check_card(validate_card(raw, "c"), weights, metadata, encoding) == []
+    raw["teacher"] = "planner=4"
+    problems = check_card(validate_card(raw, "c"), weights, metadata, encoding)
+    assert problems == [f"teacher: the card says 'planner=4', the file's metadata imitates {recorded!r}"]
+
+
+@pytest.mark.parametrize(
+    "teacher, needle",
+    [("clever", "registered heuristic"), ("SRSF+packed", "registered heuristic"), ("rl-base", "registered heuristic"),
+     ("planner=x", "planner"), ("planner=4 (candidates nope)", "nope")],
+)
+def test_a_cards_teacher_must_be_a_registered_heuristic_or_a_planner(teacher, needle):
+    from deepshare.core.errors import DeepShareError
+
+    raw = read_card(shipped_folder() / "rl_est_ppo.card.yaml").model_dump()
+    raw["teacher"] = teacher
+    with pytest.raises(DeepShareError) as caught:
+        validate_card(raw, "edited")
+    assert str(caught.value).startswith("edited: teacher: ") and needle in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_ok_line_says_what_was_checked(capsys):
+    """The line after a card that matches names exactly the fields compared: not the command."""
+    from cli_run import cli
+
+    from deepshare.policies.policy_card import CHECKED
+
+    rc, out, err = cli(capsys, "policies", "--card", "rl-base")
+    assert (rc, err) == (0, "")
+    assert out.rstrip("\n").splitlines()[-1] == f"# the card matches its weights: {CHECKED}"
+    assert "command" not in CHECKED and "teacher" in CHECKED

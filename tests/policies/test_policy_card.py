@@ -267,8 +267,12 @@ def test_a_bad_flag_is_one_line_naming_it_and_nothing_is_written(tmp_path: Path,
         (SHIPPED_BASE, ("--kind", "hybrid-preempt"), "--preemptive"),  # names no heuristic to defer to
         (SHIPPED_PREEMPT, ("--kind", "hybrid"), "--kind hybrid"),  # carries preemptive
         (SHIPPED, ("--kind", "hybrid"), "--teacher"),  # started from another file: its teacher must be named
+        # an imitation's teacher is what it imitated: the card would be out of step with its own file
+        (SHIPPED_BASE, ("--kind", "network", "--teacher", "srsf+packed"), "imitated bsrsf+uncontended"),
+        (SHIPPED_BASE, ("--kind", "network", "--teacher", "none"), "imitated bsrsf+uncontended"),
     ],
-    ids=["nonexistent-source", "network-with-rules", "preempt-without-heuristic", "hybrid-with-preemptive", "teacher"],
+    ids=["nonexistent-source", "network-with-rules", "preempt-without-heuristic", "hybrid-with-preemptive", "teacher",
+         "teacher-not-imitated", "teacher-none-of-an-imitation"],
 )
 def test_an_export_that_cannot_mean_what_it_says_is_refused(tmp_path: Path, capsys, source, args, needle) -> None:
     src = tmp_path / "missing.pt" if source == "missing.pt" else POLICIES / source
