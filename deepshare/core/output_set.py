@@ -11,6 +11,14 @@ the targets were checked before the work) puts back the targets already renamed,
 links to the old files made just before (where the file system has hard links; a target that
 did not exist is removed again).
 
+Two renames cannot be one atomic step: a process killed outright (SIGKILL, a power cut) between
+them leaves the targets already renamed new and the rest old, with its temporary files and
+backups beside them. ``export-policy``'s card names its weights' SHA-256, so that mix is found by
+the card check (``deepshare policies --card``); and the next commit of an output set with the
+same targets removes the hidden files such a kill left (:func:`sweep_stale`): backups of its own
+naming a minute old, temporary files an hour old (a younger one may be another run's, still
+being written).
+
 Use as::
 
     with OutputSet() as outputs:
@@ -23,10 +31,13 @@ Use as::
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import stat
+import time
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Collection, Iterable, Protocol, TypeVar
 
 from deepshare.core.atomic import stage_bytes, temp_prefix
 from deepshare.core.errors import DeepShareError
@@ -112,6 +123,7 @@ class OutputSet:
         except BaseException:
             self._discard_all()
             raise
+        sweep_stale([target for _, target, _ in ready], keep={tmp for tmp, _, _ in ready})
         _rename_all(ready)
         for action in self._after:
             action()
@@ -161,6 +173,49 @@ def _rename_all(ready: list[tuple[Path, Path, str]]) -> None:
         for _, backup in before:
             if backup is not None:
                 _unlink(backup)
+
+
+STALE_BACKUP_S = 60.0
+"""A backup (``.NAME.<hex>.old``) lives only while a commit renames; one this old was left by a kill."""
+STALE_TEMP_S = 3600.0
+"""A temporary file (``.NAME.<random>.tmp``) this old was left by a kill (as the checkpoint's,
+:data:`deepshare.runtime.job.STALE_TEMP_S`); a younger one may be another run's, still being written."""
+
+
+def sweep_stale(targets: Iterable[Path], keep: Collection[Path] = (), now: float | None = None) -> list[Path]:
+    """Remove the hidden files a process killed during an earlier write of ``targets`` left beside
+    them: only names of this module's own making for exactly those targets (``.NAME.`` then
+    mkstemp's 8 random characters and ``.tmp``, or 12 hex digits and ``.old``; a target name
+    longer than :func:`temp_prefix` keeps is skipped, its prefix being shared), only this user's
+    regular files, and only stale ones (:data:`STALE_BACKUP_S`, :data:`STALE_TEMP_S`); never a
+    file in ``keep``. Returns what was removed; a file that cannot be removed is left."""
+    now = time.time() if now is None else now
+    removed = []
+    for target in targets:
+        prefix = temp_prefix(target)
+        if prefix != f".{target.name}.":  # the name was cut: the prefix may be another target's too
+            continue
+        pattern = re.compile(re.escape(prefix) + r"(?:(?P<tmp>[a-z0-9_]{8})\.tmp|(?P<old>[0-9a-f]{12})\.old)")
+        folder = target.parent if str(target.parent) else Path(".")
+        try:
+            names = [entry.name for entry in os.scandir(folder) if entry.name.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            found = pattern.fullmatch(name)
+            path = folder / name
+            if not found or path in keep:
+                continue
+            try:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                    continue
+                if now - info.st_mtime >= (STALE_BACKUP_S if found["old"] else STALE_TEMP_S):
+                    os.unlink(path)
+                    removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def _backup(target: Path) -> Path | None:

@@ -93,3 +93,94 @@ def test_a_finished_set_takes_nothing_more(tmp_path):
     with pytest.raises(DeepShareError):
         outputs.add_text(tmp_path / "a.json", "late")
     assert files(tmp_path) == {}
+
+
+def _aged(path: Path, seconds: float) -> Path:
+    path.write_text("left")
+    then = os.path.getmtime(path) - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_the_sweep_removes_only_its_own_stale_leftovers_of_those_targets(tmp_path):
+    """Review: a process killed between the renames left hidden ``.NAME.<random>.tmp`` and
+    ``.NAME.<hex>.old`` files nobody removed. The next write of the same targets removes them, and
+    nothing else: not another target's, not a name of another making, not a fresh one (another
+    run's, still being written), not a folder, not a file in ``keep``."""
+    target = tmp_path / "a.json"
+    gone = [_aged(tmp_path / ".a.json.ab_12xyz.tmp", 7200), _aged(tmp_path / ".a.json.0123456789ab.old", 120)]
+    kept = [
+        _aged(tmp_path / ".a.json.cd_34xyz.tmp", 600),  # younger than an hour: maybe another run's
+        _aged(tmp_path / ".a.json.0123456789ac.old", 10),  # a backup of a commit under way
+        _aged(tmp_path / ".b.json.ab_12xyz.tmp", 7200),  # another target's
+        _aged(tmp_path / ".a.json.abc.tmp", 7200),  # not mkstemp's 8 characters
+        _aged(tmp_path / ".a.json.ABCDEFGH.tmp", 7200),  # not mkstemp's alphabet
+        _aged(tmp_path / ".a.json.ab_12xyz.tmp.bak", 7200),
+        _aged(tmp_path / "a.json", 7200),  # the target itself
+        _aged(tmp_path / ".a.json.kept0000.tmp", 7200),  # in keep
+    ]
+    (tmp_path / ".a.json.dir00000.tmp").mkdir()
+    os.utime(tmp_path / ".a.json.dir00000.tmp", (0, 0))
+    long = tmp_path / ("x" * 60 + ".json")  # its prefix is cut to 50 characters: shared, never swept
+    kept.append(_aged(tmp_path / f".{long.name[:50]}.ab_12xyz.tmp", 7200))
+    removed = output_set.sweep_stale([target, long], keep={tmp_path / ".a.json.kept0000.tmp"})
+    assert sorted(removed) == sorted(gone)
+    assert all(not p.exists() for p in gone) and all(p.exists() for p in kept)
+    assert (tmp_path / ".a.json.dir00000.tmp").is_dir()
+
+
+def test_a_commit_sweeps_the_leftovers_of_a_killed_write_of_its_targets(tmp_path):
+    (tmp_path / "a.json").write_text("old a")
+    stale = [_aged(tmp_path / ".a.json.ab_12xyz.tmp", 7200), _aged(tmp_path / ".b.png.0123456789ab.old", 120)]
+    with OutputSet() as outputs:
+        outputs.add_text(tmp_path / "a.json", "new a")
+        outputs.add_bytes(tmp_path / "b.png", b"new b")
+        outputs.commit()
+    assert files(tmp_path) == {"a.json": "new a", "b.png": "new b"}
+    assert not any(p.exists() for p in stale)
+
+
+KILLED = """
+import os, sys
+import deepshare.core.output_set as oset
+real, calls = os.replace, []
+def replace(a, b, *args, **kwargs):
+    calls.append(b)
+    if len(calls) == 2:
+        os._exit(137)  # killed between the policy file's rename and the card's
+    return real(a, b, *args, **kwargs)
+oset.os.replace = replace
+from deepshare.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_export(tmp_path):
+    """Two renames cannot be atomic: a kill between them leaves the new policy file beside the old
+    card. The card's SHA-256 finds that out, and the next export of the same file removes the
+    hidden files the kill left."""
+    import subprocess
+    import sys
+
+    from deepshare.policies.checkpoint import SHIPPED_BASE
+    from deepshare.policies.policy_card import card_path, check_card, read_card, shipped_folder
+
+    out = tmp_path / "out.pt"
+    flags = ["--out", str(out), "--kind", "hybrid", "--commit", "0123abc"]
+    source = str(shipped_folder() / SHIPPED_BASE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    from deepshare.cli import main
+
+    assert main(["export-policy", source, *flags, "--hybrid-rules", "min_ratio=0.9"]) == 0
+    old_card = card_path(out).read_text()
+    killed = subprocess.run([sys.executable, "-c", KILLED, "export-policy", source, *flags,
+                             "--hybrid-rules", "min_ratio=0.7"], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == 137, killed.stderr
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert card_path(out).read_text() == old_card and left  # the new weights beside the old card, and leftovers
+    assert any(p.startswith("weights_sha256") for p in check_card(read_card(card_path(out)), out))
+    for name in left:
+        _aged(tmp_path / name, 7200) if name.endswith(".tmp") else _aged(tmp_path / name, 120)
+    assert main(["export-policy", source, *flags, "--hybrid-rules", "min_ratio=0.7"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.card.yaml", "out.pt"]
+    assert check_card(read_card(card_path(out)), out) == []
