@@ -173,15 +173,21 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
         check = (f"the card matches its weights: {CHECKED}" if not problems else "OUT OF STEP: " + "; ".join(problems))
     else:
         problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"
+    status = EXIT_CHECK_FAILED if problems else 0  # out of step: a failed check, as `--check` elsewhere
     if args.json:
         doc = {"path": str(card_file), "card": card.model_dump(mode="json"), "problems": problems}
         write_json(args.json, doc, out, "policy card")
         if to_stdout(args.json):
-            return 0
+            return status
     print_line(out, f"# {card_file}")
     print_line(out, card_yaml(card).rstrip("\n"))
     print_line(out, f"# {check}")
-    return 0
+    return status
+
+
+EXIT_CHECK_FAILED = 1
+"""``policies --card``'s exit status for a card out of step with its weights (the card is still
+printed): 1, as a failed ``--check`` and any runtime failure; 2 stays a usage error."""
 
 
 def _levels(topology: Topology) -> str:
@@ -241,10 +247,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 details="A learned policy's row ends with the key facts of the card of the file it loads (what it is, "
                 "teacher, information model, commit, headline figure); a shipped card that cannot be read and "
                 "names no policy is said after the table (with --json -, as a warning on standard error). --card "
-                "shows a whole card and checks it against its weights.")
+                "shows a whole card and checks it against its weights (the line after it says what was compared); "
+                "it exits 1 when they are out of step.")
     add_json_flag(p, "[{name, description, heuristic, takes_argument, card}] (with --card: {path, card, problems})")
     p.add_argument("--card", metavar="NAME|PATH", help="show the whole card of the file NAME loads (rl-hybrid), "
-                   "of a policy file (NAME=PATH or PATH) or a card file")
+                   "of a policy file (NAME=PATH or PATH) or a card file, checked against its weights "
+                   "(exit status 1 when out of step)")
     p.set_defaults(func=cmd_policies)
 
     p = command(sub, "clusters", "list the cluster presets, or import a cluster spec (clusters import)",

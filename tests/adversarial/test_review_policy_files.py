@@ -195,7 +195,7 @@ def test_the_card_is_checked_against_the_file_the_user_named(tmp_path, capsys):
     (tmp_path / "mine.card.yaml").write_text(shipped("rl_est_ppo.pt").with_name("rl_est_ppo.card.yaml").read_text())
     (tmp_path / "rl_est_ppo.pt").write_bytes(shipped("rl_est_ppo.pt").read_bytes())  # what the card names
     rc, out, _ = run(capsys, "policies", "--card", mine)
-    assert rc == 0 and "OUT OF STEP: weights: the card describes rl_est_ppo.pt, not mine.pt" in out
+    assert rc == 1 and "OUT OF STEP: weights: the card describes rl_est_ppo.pt, not mine.pt" in out
 
 
 def test_a_folder_named_like_a_policy_does_not_hide_its_card(tmp_path, capsys, monkeypatch):

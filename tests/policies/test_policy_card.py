@@ -342,8 +342,11 @@ def test_policies_card_shows_a_whole_card_checked_against_its_weights(capsys, tm
     d["metadata"]["hybrid_rules"] = {"min_ratio": 0.5}
     torch.save(d, edited)
     rc, out, err = cli(capsys, "policies", "--card", edited)
-    assert (rc, err) == (0, "")
+    assert (rc, err) == (1, "")  # out of step: a failed check, the card still printed
     assert "OUT OF STEP" in out and "weights_sha256" in out and "rules" in out
+    rc, out, err = cli(capsys, "policies", "--card", edited, "--json", "-")
+    assert (rc, err) == (1, "")
+    assert [p.split(":")[0] for p in json.loads(out)["problems"]] == ["weights_sha256", "rules"]
 
 
 def test_a_heuristic_or_unknown_name_has_no_card(capsys) -> None:
@@ -474,7 +477,7 @@ def test_a_shipped_card_whose_weights_are_missing_is_out_of_step(shipped_copy: P
     assert card["problem"] == f"weights: {SHIPPED_BASE} not found"
     assert f"[card out of step: weights: {SHIPPED_BASE} not found]" in card["facts"]
     rc, out, err = cli(capsys, "policies", "--card", card_path(shipped_copy / SHIPPED_BASE))  # the card file itself
-    assert (rc, err) == (0, "")
+    assert (rc, err) == (1, "")
     assert f"OUT OF STEP: {SHIPPED_BASE} not found beside the card" in out
     assert parse_card(out, "printed") == read_card(card_path(POLICIES / SHIPPED_BASE))
 
