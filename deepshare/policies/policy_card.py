@@ -234,6 +234,14 @@ class PolicyCard(_Strict):
     figures_note: str | None = None
     notes: str | None = None
 
+    @field_validator("card", mode="before")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        """The integer 1 only: a Literal takes ``true`` and ``1.0`` as equal to 1."""
+        if type(value) is not int:
+            raise ValueError(f"expected card format {CARD_FORMAT}, got {shown(value)}")
+        return value
+
     @field_validator("teacher")
     @classmethod
     def _registered_teacher(cls, value: str | None) -> str | None:

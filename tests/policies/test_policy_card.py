@@ -140,10 +140,15 @@ def _card_text(tmp_path: Path, edit) -> Path:
         (lambda d: d["training"].update(seed="0"), ("training.seed", "integer")),
         (lambda d: d.update(summary=b"network alone"), ("summary", "string")),
         (lambda d: d["figures"]["loaded"].update(cells_won=9, cells=8), ("figures.loaded", "9 cells won of 8")),
+        (lambda d: d.update(card=True), ("card: expected card format 1, got True",)),  # a Literal took it as 1
+        (lambda d: d.update(card=1.0), ("card: expected card format 1, got 1.0",)),
+        (lambda d: d.update(card="1"), ("card: expected card format 1, got '1'",)),
+        (lambda d: d.update(teacher="clever"), ("teacher", "registered heuristic")),
     ],
     ids=["missing", "wrong-type", "unknown-key", "wrong-type-nested", "format", "kind", "sha", "commit-note",
          "figures-note", "preemptive", "anchor", "negative", "kind-vs-rules", "kind-vs-loader", "bidi",
-         "line-separator", "string-seed", "binary", "won-more-than-cells"],
+         "line-separator", "string-seed", "binary", "won-more-than-cells", "format-true", "format-float",
+         "format-text", "teacher-unregistered"],
 )
 def test_a_bad_card_is_one_line_naming_the_file_and_the_field(tmp_path: Path, capsys, edit, needles) -> None:
     path = _card_text(tmp_path, edit)
