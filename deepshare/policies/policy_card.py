@@ -598,10 +598,10 @@ def training_command(metadata: Mapping[str, Any]) -> str:
                              f"train`, so no command rebuilt from the file reproduces it; {GIVE_COMMAND}")
     if _imitation(metadata):
         flags = _imitate_flags(metadata)
-        return f"deepshare imitate {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags) + \
+        return f"deepshare imitate {_path_word(config)}" + "".join(f" {flag} {value}" for flag, value in flags) + \
             _teacher_flags(metadata)
     flags = _train_flags(metadata)
-    command = f"deepshare train {_quoted(config)}" + "".join(f" {flag} {value}" for flag, value in flags)
+    command = f"deepshare train {_path_word(config)}" + "".join(f" {flag} {value}" for flag, value in flags)
     if not isinstance(metadata.get("run"), Mapping):
         command += f"  {RUNNERS_NOT_RECORDED}"
     return command
@@ -634,7 +634,7 @@ def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
         flags.append(("--estimate-error", _number(metadata, "env.estimate_errors", errors, float)))
     model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
     if model.get("init_from"):
-        flags.append(("--init-from", _quoted(str(model["init_from"]))))
+        flags.append(("--init-from", _path_word(str(model["init_from"]))))
     run = metadata.get("run")
     if isinstance(run, Mapping) and run.get("num_env_runners") is not None:
         flags.append(("--num-env-runners", _number(metadata, "run.num_env_runners", run["num_env_runners"], int)))
@@ -694,6 +694,12 @@ def _quoted(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+
+
+def _path_word(path: str) -> str:
+    """A recorded path as one shell word that the command reads as a path: a relative one starting
+    with ``-`` (``-x.yaml``) gets ``./`` before it, else argparse would take it for an option."""
+    return _quoted(f"./{path}" if path.startswith("-") else path)
 
 
 def _teacher_flags(metadata: Mapping[str, Any]) -> str:

@@ -144,3 +144,16 @@ def test_the_teachers_horizon_is_written_exactly(horizon, token):
 
     written = _with_horizon("planner=4", {"horizon_s": horizon, "arrivals": True})
     assert written == f"planner=4:::{token}" and float(written.rsplit(":", 1)[1]) == horizon
+
+
+def test_a_recorded_path_starting_with_a_dash_is_read_as_a_path_not_an_option() -> None:
+    """Review: a relative config or init_from starting with '-' went into the command as is, and
+    the CLI read it as an option; it gets './' before it (the same file)."""
+    dashed = {**TRAIN, "config": "-x.yaml", "model": {"hidden": 64, "init_from": "--help"}}
+    training = training_of(dashed)
+    assert training.config == "-x.yaml" and training.init_from == "--help"  # the record itself is unchanged
+    args = _parsed(training.command)
+    assert (args.command, args.config, args.init_from) == ("train", "./-x.yaml", "./--help")
+    args = _parsed(training_of({**IMITATE, "config": "-cfg.yaml"}).command)
+    assert (args.command, args.config) == ("imitate", "./-cfg.yaml")
+    assert _parsed(training_of(TRAIN).command).config == TRAIN["config"]  # other paths as they were
