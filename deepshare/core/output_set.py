@@ -17,7 +17,11 @@ backups beside them. ``export-policy``'s card names its weights' SHA-256, so tha
 the card check (``deepshare policies --card``); and the next commit of an output set with the
 same targets removes the hidden files such a kill left (:func:`sweep_stale`): backups of its own
 naming a minute old, temporary files an hour old (a younger one may be another run's, still
-being written).
+being written), each aged from the later of its modification and status change: a backup is a
+hard link, whose modification time is its target's last write, while making the link changes
+its status. The sweep runs before the renames, with the work it may throw away: Ctrl-C during it
+removes every temporary file of the set and leaves every target as it was, and a file it cannot
+read or remove is left, never failing the commit.
 
 Use as::
 
@@ -120,10 +124,13 @@ class OutputSet:
         self._done = True
         try:
             ready = [(staged.finish(), staged.target, what) for staged, what in self._staged]
+            try:  # leftovers of a killed write; inside the try: Ctrl-C here discards the set
+                sweep_stale([target for _, target, _ in ready], keep={tmp for tmp, _, _ in ready})
+            except OSError:
+                pass  # a leftover that cannot be swept is left; the outputs are still put in place
         except BaseException:
             self._discard_all()
             raise
-        sweep_stale([target for _, target, _ in ready], keep={tmp for tmp, _, _ in ready})
         _rename_all(ready)
         for action in self._after:
             action()
@@ -176,7 +183,9 @@ def _rename_all(ready: list[tuple[Path, Path, str]]) -> None:
 
 
 STALE_BACKUP_S = 60.0
-"""A backup (``.NAME.<hex>.old``) lives only while a commit renames; one this old was left by a kill."""
+"""A backup (``.NAME.<hex>.old``) lives only while a commit renames; one this old was left by a
+kill. Its age counts from its making (its status change: a hard link keeps its target's
+modification time, however old)."""
 STALE_TEMP_S = 3600.0
 """A temporary file (``.NAME.<random>.tmp``) this old was left by a kill (as the checkpoint's,
 :data:`deepshare.runtime.job.STALE_TEMP_S`); a younger one may be another run's, still being written."""
@@ -187,9 +196,18 @@ def sweep_stale(targets: Iterable[Path], keep: Collection[Path] = (), now: float
     them: only names of this module's own making for exactly those targets (``.NAME.`` then
     mkstemp's 8 random characters and ``.tmp``, or 12 hex digits and ``.old``; a target name
     longer than :func:`temp_prefix` keeps is skipped, its prefix being shared), only this user's
-    regular files, and only stale ones (:data:`STALE_BACKUP_S`, :data:`STALE_TEMP_S`); never a
-    file in ``keep``. Returns what was removed; a file that cannot be removed is left."""
+    regular files, and only stale ones (:data:`STALE_BACKUP_S`, :data:`STALE_TEMP_S`, from the
+    later of a file's modification and status change); never a file in ``keep`` (the same file,
+    however its path is spelt: relative or absolute). Returns what was removed; a file that cannot
+    be removed is left."""
     now = time.time() if now is None else now
+    kept = set()
+    for path in keep:
+        try:
+            info = os.lstat(path)
+            kept.add((info.st_dev, info.st_ino))
+        except OSError:
+            pass
     removed = []
     for target in targets:
         prefix = temp_prefix(target)
@@ -204,13 +222,15 @@ def sweep_stale(targets: Iterable[Path], keep: Collection[Path] = (), now: float
         for name in names:
             found = pattern.fullmatch(name)
             path = folder / name
-            if not found or path in keep:
+            if not found:
                 continue
             try:
                 info = os.lstat(path)
-                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or (info.st_dev, info.st_ino) in kept:
                     continue
-                if now - info.st_mtime >= (STALE_BACKUP_S if found["old"] else STALE_TEMP_S):
+                # a backup is a hard link: its mtime is the target's last write; linking sets its ctime
+                age = now - max(info.st_mtime, info.st_ctime)
+                if age >= (STALE_BACKUP_S if found["old"] else STALE_TEMP_S):
                     os.unlink(path)
                     removed.append(path)
             except OSError:

@@ -5,7 +5,9 @@ and no temporary file behind."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,11 +97,23 @@ def test_a_finished_set_takes_nothing_more(tmp_path):
     assert files(tmp_path) == {}
 
 
+LATER = time.time() + 86400.0
+"""The sweep's clock in these tests. A file's age counts from the later of its mtime and ctime,
+and a ctime cannot be set back: so the clock is moved a day on and a file "SECONDS old" is given
+the mtime LATER - SECONDS, after its ctime (now)."""
+
+
 def _aged(path: Path, seconds: float) -> Path:
-    path.write_text("left")
-    then = os.path.getmtime(path) - seconds
-    os.utime(path, (then, then))
+    if not path.exists():
+        path.write_text("left")
+    os.utime(path, (LATER - seconds, LATER - seconds))
     return path
+
+
+@pytest.fixture
+def later(monkeypatch):  # type: ignore[no-untyped-def]
+    """A commit's sweep reading the clock LATER."""
+    monkeypatch.setattr(output_set, "time", SimpleNamespace(time=lambda: LATER))
 
 
 def test_the_sweep_removes_only_its_own_stale_leftovers_of_those_targets(tmp_path):
@@ -123,13 +137,13 @@ def test_the_sweep_removes_only_its_own_stale_leftovers_of_those_targets(tmp_pat
     os.utime(tmp_path / ".a.json.dir00000.tmp", (0, 0))
     long = tmp_path / ("x" * 60 + ".json")  # its prefix is cut to 50 characters: shared, never swept
     kept.append(_aged(tmp_path / f".{long.name[:50]}.ab_12xyz.tmp", 7200))
-    removed = output_set.sweep_stale([target, long], keep={tmp_path / ".a.json.kept0000.tmp"})
+    removed = output_set.sweep_stale([target, long], keep={tmp_path / ".a.json.kept0000.tmp"}, now=LATER)
     assert sorted(removed) == sorted(gone)
     assert all(not p.exists() for p in gone) and all(p.exists() for p in kept)
     assert (tmp_path / ".a.json.dir00000.tmp").is_dir()
 
 
-def test_a_commit_sweeps_the_leftovers_of_a_killed_write_of_its_targets(tmp_path):
+def test_a_commit_sweeps_the_leftovers_of_a_killed_write_of_its_targets(tmp_path, later):
     (tmp_path / "a.json").write_text("old a")
     stale = [_aged(tmp_path / ".a.json.ab_12xyz.tmp", 7200), _aged(tmp_path / ".b.png.0123456789ab.old", 120)]
     with OutputSet() as outputs:
@@ -155,7 +169,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_export(tmp_path):
+def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_export(tmp_path, monkeypatch):
     """Two renames cannot be atomic: a kill between them leaves the new policy file beside the old
     card. The card's SHA-256 finds that out, and the next export of the same file removes the
     hidden files the kill left."""
@@ -181,6 +195,79 @@ def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_ex
     assert any(p.startswith("weights_sha256") for p in check_card(read_card(card_path(out)), out))
     for name in left:
         _aged(tmp_path / name, 7200) if name.endswith(".tmp") else _aged(tmp_path / name, 120)
+    monkeypatch.setattr(output_set, "time", SimpleNamespace(time=lambda: LATER))
     assert main(["export-policy", source, *flags, "--hybrid-rules", "min_ratio=0.7"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.card.yaml", "out.pt"]
     assert check_card(read_card(card_path(out)), out) == []
+
+
+def test_a_fresh_backup_of_an_old_target_is_not_stale(tmp_path):
+    """Review: a backup is a hard link, so its mtime is its target's last write: a backup of a file
+    written five minutes ago counted as stale the moment it was made, and another commit's sweep
+    could remove it mid-commit. Its age counts from its making (its ctime)."""
+    target = tmp_path / "policy.pt"
+    target.write_bytes(b"old weights")
+    os.utime(target, (time.time() - 300, time.time() - 300))
+    backup = output_set._backup(target)  # a concurrent commit's backup, made now
+    assert backup is not None and os.path.getmtime(backup) < time.time() - 240
+    assert output_set.sweep_stale([target]) == [] and backup.exists()
+    assert output_set.sweep_stale([target], now=time.time() + 30) == [] and backup.exists()
+    assert output_set.sweep_stale([target], now=time.time() + 120) == [backup]  # left by a kill, a minute on
+
+
+def test_keep_protects_a_temporary_file_named_relative_or_absolute(tmp_path, monkeypatch, later):
+    """Review: ``keep`` held mkstemp's absolute paths while the sweep built ``folder / name`` from a
+    relative ``--out``: a commit more than an hour after staging removed its own temporary file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    target = Path("d/out.json")
+    tmp = output_set.stage_bytes(target, b"x", "file")
+    assert output_set.sweep_stale([target], keep={tmp}, now=LATER) == [] and tmp.exists()  # as mkstemp gave it
+    assert output_set.sweep_stale([target], keep={tmp.resolve()}, now=LATER) == [] and tmp.exists()
+    assert output_set.sweep_stale([target], keep={Path("d") / tmp.name}, now=LATER) == [] and tmp.exists()
+    os.unlink(tmp)
+    with OutputSet() as outputs:  # the whole commit, its sweep reading the clock a day on
+        outputs.add_text(target, "new")
+        outputs.add_text("top.json", "new top")
+        assert outputs.commit() == [target, Path("top.json")]
+    assert files(tmp_path / "d") == {"out.json": "new"} and (tmp_path / "top.json").read_text() == "new top"
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(5, "Input/output error")])
+def test_an_interrupted_or_failing_sweep(tmp_path, monkeypatch, error):
+    """Review: the sweep ran outside the try that discards: Ctrl-C while it scanned left every
+    temporary file of the set behind. Now Ctrl-C discards the set (the targets as they were, no
+    temporary file), and an OSError from the sweep does not fail the commit."""
+    (tmp_path / "a.json").write_text("old a")
+    stale = _aged(tmp_path / ".a.json.ab_12xyz.tmp", 7200)
+
+    def scan(path):  # type: ignore[no-untyped-def]
+        raise error
+
+    monkeypatch.setattr(output_set.os, "scandir", scan)
+    said = []
+    with OutputSet() as outputs:
+        outputs.add_text(tmp_path / "a.json", "new a")
+        outputs.add_bytes(tmp_path / "b.png", b"new b")
+        outputs.after_commit(lambda: said.append(True))
+        if isinstance(error, KeyboardInterrupt):
+            with pytest.raises(KeyboardInterrupt):
+                outputs.commit()
+        else:
+            outputs.commit()
+    monkeypatch.undo()
+    if isinstance(error, KeyboardInterrupt):
+        assert files(tmp_path) == {"a.json": "old a", stale.name: "left"} and said == []
+    else:
+        assert files(tmp_path) == {"a.json": "new a", "b.png": "new b", stale.name: "left"} and said == [True]
+
+
+def test_a_sweep_that_raises_os_error_does_not_fail_the_commit(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(output_set, "sweep_stale", broken)
+    with OutputSet() as outputs:
+        outputs.add_text(tmp_path / "a.json", "new a")
+        outputs.commit()
+    assert files(tmp_path) == {"a.json": "new a"}
