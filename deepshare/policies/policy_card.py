@@ -325,8 +325,11 @@ def teacher_problem(teacher: str) -> str | None:
     """Why ``teacher`` names no teacher a file can have (None: it does): a registered heuristic,
     by its exact name as ``export-policy --teacher`` takes it, or the rollout planner an
     expert-iteration run recorded (its spec, with ``(candidates A,B)`` when it had some), checked
-    as ``imitate --teacher`` checks it."""
+    as ``imitate --teacher`` checks it. A card is a file anyone may hand over: a name that is not
+    one of the package's own (``module:Attr``, a plugin's entry point) is refused unloaded, so that
+    reading a card imports nothing."""
     from deepshare.policies import policy_info
+    from deepshare.policies.registry import is_builtin
     from deepshare.policies.teacher_spec import parse_teacher
 
     if teacher.partition("=")[0].strip() == "planner":
@@ -337,7 +340,7 @@ def teacher_problem(teacher: str) -> str | None:
             return f"expected a registered heuristic or an expert-iteration planner, got {shown(teacher)} ({exc})"
         return None
     try:
-        info = policy_info(teacher)
+        info = policy_info(teacher) if is_builtin(teacher) else None
     except DeepShareError:
         info = None
     if info is None or not info.heuristic or info.name != teacher:

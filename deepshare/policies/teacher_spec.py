@@ -17,7 +17,9 @@ def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
     ``candidates``: ``A,B,...``, registered heuristics replacing the planner's (the first is the base),
     e.g. non-preemptive ones only, so that every decision is one the rows can express. Each is
     built here, as the planner builds it, so that a name it would refuse (``srsf+packed=3``: the
-    heuristics take no argument) is refused before any episode is played."""
+    heuristics take no argument) is refused before any episode is played. A name that is not one
+    of the package's own (``module:Attr``, a plugin's entry point: never a heuristic) is refused
+    without being loaded, so that checking a policy card's recorded candidates imports nothing."""
     name, _, arg = text.partition("=")
     if name.strip() != "planner":
         raise DeepShareError(f"--teacher {text!r}: the teacher must be the rollout planner, {TEACHER_FORM} "
@@ -28,12 +30,12 @@ def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
         raise DeepShareError(f"--teacher: {exc}") from None
     if candidates is None:
         return config
-    from deepshare.policies.registry import make_policy, policy_info
+    from deepshare.policies.registry import is_builtin, make_policy, policy_info
 
     names = tuple(n.strip() for n in candidates.split(","))
     for n in names:
-        try:
-            heuristic = bool(n) and policy_info(n).heuristic
+        try:  # a plugin (module:Attr, an entry point) is never a heuristic: refused unloaded, importing nothing
+            heuristic = is_builtin(n.partition("=")[0]) and policy_info(n).heuristic
         except DeepShareError as exc:
             raise DeepShareError(f"--teacher-candidates: {n!r}: {exc}") from None
         if not heuristic:

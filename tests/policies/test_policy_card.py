@@ -163,6 +163,40 @@ def test_a_bad_card_is_one_line_naming_the_file_and_the_field(tmp_path: Path, ca
     one_error_line(err, str(path), needles[0])
 
 
+@pytest.mark.parametrize(
+    "teacher",
+    ["cardmod_marker:x", "planner=4 (candidates srsf+packed,cardmod_marker:x)", "some-entry-point",
+     "planner=4 (candidates some-entry-point)"],
+    ids=["teacher-import", "candidate-import", "teacher-plugin", "candidate-plugin"],
+)
+def test_reading_a_card_imports_nothing(tmp_path: Path, capsys, monkeypatch, teacher) -> None:
+    """Review: a card's teacher (or a candidate of its planner) ``module:Attr`` imported that module
+    while the card was read: ``policies --card`` on a card handed over with a ``cardmod.py`` beside
+    it ran the module. A name that is not the package's own is refused unloaded, plugins' entry
+    points included."""
+    import deepshare.policies.plugins as plugins
+
+    marker = tmp_path / "IMPORTED"
+    (tmp_path / "cardmod_marker.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nx = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    looked_up = []
+    monkeypatch.setattr(plugins, "installed", lambda *a, **k: looked_up.append(a) or {})
+    path = _card_text(tmp_path, lambda d: d.update(teacher=teacher))
+    with pytest.raises(DeepShareError) as exc:
+        read_card(path)
+    assert "\n" not in str(exc.value) and "teacher" in str(exc.value)
+    rc, out, err = cli(capsys, "policies", "--card", path)
+    assert rc == 2 and out == ""
+    one_error_line(err, str(path), "teacher")
+    assert not marker.exists() and looked_up == [] and "cardmod_marker" not in sys.modules
+    # the CLI's own --teacher-candidates never took a plugin (none is a heuristic): refused unloaded too
+    from deepshare.policies.teacher_spec import parse_teacher
+
+    with pytest.raises(DeepShareError, match="--teacher-candidates: .* is not a registered heuristic"):
+        parse_teacher("planner=2", "srsf+packed,cardmod_marker:x")
+    assert not marker.exists() and looked_up == []
+
+
 def test_a_card_that_is_not_a_mapping_or_not_yaml_is_one_line(tmp_path: Path) -> None:
     for text in ("- a list\n", "card: [unclosed\n"):
         path = tmp_path / "x.card.yaml"
