@@ -110,11 +110,16 @@ def _teacher(args: argparse.Namespace, metadata: dict[str, Any]) -> str | None:
     """The card's teacher: the source's ``imitates`` (what ``deepshare imitate`` recorded; a
     ``--teacher`` that says otherwise is refused, as the card check would find it out of step),
     else ``--teacher``."""
+    from deepshare.policies.policy_card import teacher_problem
+
     imitates = metadata.get("imitates")
     if isinstance(imitates, str) and imitates:
         if args.teacher is not None and args.teacher != imitates:
             raise DeepShareError(f"--teacher {args.teacher}: {args.source} imitated {imitates} (its metadata's imitates); "
                                  "leave --teacher out")
+        problem = teacher_problem(imitates)
+        if problem:  # named as the source's, not as the card's teacher field it would become
+            raise DeepShareError(f"{args.source}: metadata imitates: {problem}; the card's teacher is what the file imitated")
         return imitates
     if args.teacher is not None:
         return None if args.teacher == "none" else _heuristic("--teacher", args.teacher)

@@ -238,8 +238,9 @@ class PolicyCard(_Strict):
     @classmethod
     def _format(cls, value: Any) -> Any:
         """The integer 1 only: a Literal takes ``true`` and ``1.0`` as equal to 1."""
-        if type(value) is not int:
-            raise ValueError(f"expected card format {CARD_FORMAT}, got {shown(value)}")
+        if type(value) is not int:  # YAML's true, not Python's True
+            got = str(value).lower() if isinstance(value, bool) else shown(value)
+            raise ValueError(f"expected card format {CARD_FORMAT}, got {got}")
         return value
 
     @field_validator("teacher")

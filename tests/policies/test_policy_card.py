@@ -140,7 +140,7 @@ def _card_text(tmp_path: Path, edit) -> Path:
         (lambda d: d["training"].update(seed="0"), ("training.seed", "integer")),
         (lambda d: d.update(summary=b"network alone"), ("summary", "string")),
         (lambda d: d["figures"]["loaded"].update(cells_won=9, cells=8), ("figures.loaded", "9 cells won of 8")),
-        (lambda d: d.update(card=True), ("card: expected card format 1, got True",)),  # a Literal took it as 1
+        (lambda d: d.update(card=True), ("card: expected card format 1, got true",)),  # a Literal took it as 1
         (lambda d: d.update(card=1.0), ("card: expected card format 1, got 1.0",)),
         (lambda d: d.update(card="1"), ("card: expected card format 1, got '1'",)),
         (lambda d: d.update(teacher="clever"), ("teacher", "registered heuristic")),
@@ -321,6 +321,22 @@ def test_an_export_that_cannot_mean_what_it_says_is_refused(tmp_path: Path, caps
     assert rc == 2 and stdout == ""
     one_error_line(err, needle)
     assert list(out_dir.iterdir()) == []
+
+
+def test_an_unregistered_imitates_is_named_as_the_sources_metadata(tmp_path: Path, capsys) -> None:
+    """Review: a source whose metadata ``imitates`` is no registered heuristic was refused as the
+    output card's ``teacher`` field, a file and a field the user never wrote."""
+    d = torch.load(POLICIES / SHIPPED_BASE, weights_only=True)
+    d["metadata"]["imitates"] = "rl-base"
+    source = tmp_path / "src" / "bad.pt"
+    source.parent.mkdir()
+    torch.save(d, source)
+    rc, out, err = cli(capsys, "export-policy", source, "--out", tmp_path / "out.pt", "--kind", "network",
+                       "--commit", "0123abc")
+    assert rc == 2 and out == ""
+    line = one_error_line(err, f"{source}: metadata imitates:", "'rl-base'")
+    assert "card.yaml" not in line and "teacher:" not in line
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]
 
 
 def test_export_refuses_its_own_input_and_a_name_without_pt(tmp_path: Path, capsys) -> None:
