@@ -5,14 +5,17 @@ of its replay group that replay the same arrival sequence, at the same step inde
 training batch*. Envs of a group step in lockstep but take different numbers of decisions per
 episode, so counting their sequences on their own (``--no-clock``, as before) they drift apart by
 the sum of their episodes' length differences; with the shared
-:class:`~deepshare.rl.env.ReplayClock` an env ending an episode joins its group's newest sequence.
+:class:`~deepshare.rl.env.ReplayClock` an env starts sequence k only once its whole group has
+started k - 1, playing untagged filler episodes meanwhile.
 
-This drives ``--envs`` envs of an env runner in lockstep, as RLlib's vector env does (a finished
-env resets on its next step), each taking uniformly random unmasked actions from its own seeded
-generator, cuts their steps into batches of ``--fragment`` steps per env (an env runner's share of
-``train_batch_size_per_learner``), and prints, per window of ``--window`` batches, the share of
-steps whose (sequence, step index) another env's step shares in the batch: the learner's
-``baseline_matched``. Both ways run on the same envs and actions' generators, side by side.
+This drives ``--envs`` envs of an env runner in lockstep, as RLlib's vector env does, each taking
+uniformly random unmasked actions from its own seeded generator; a finished env is reset at once
+(RLlib's vector env resets it on the next vector step, a step it does not count: the same steps
+in the same order). It cuts their steps into batches of ``--fragment`` steps per env (an env
+runner's share of ``train_batch_size_per_learner``) and prints, per window of ``--window``
+batches, the share of steps whose (sequence, step index) another env's step shares in the batch
+(filler steps, untagged, count as unmatched): the learner's ``baseline_matched``; and the share of
+steps in filler episodes. Both ways run on the same envs and actions' generators, side by side.
 
 Usage: python bench/replay_match.py [--envs 8] [--group-size 4] [--fragment 250] [--batches 200]
 """
@@ -31,8 +34,10 @@ ENV = {"generated_fraction": 1.0, "generated_jobs": 12, "generated_nodes": [2, 4
 """Short generated episodes (12 jobs on 2-4 nodes): many episodes per batch, so drift shows soon."""
 
 
-def batches_matched(envs: int, group_size: int, fragment: int, batches: int, clock: bool, seed: int) -> list[float]:
-    """Per batch, the share of its steps that another step of the batch shares (sequence, index) with."""
+def batches_matched(envs: int, group_size: int, fragment: int, batches: int, clock: bool,
+                    seed: int) -> list[tuple[float, float]]:
+    """Per batch, (the share of its steps that another step of the batch shares (sequence, index)
+    with, the share of its steps in untagged filler episodes)."""
     subs = [DeepShareEnv(ENV) for _ in range(envs)]
     clocks: dict[int, ReplayClock] = {}
     for i, env in enumerate(subs):
@@ -42,7 +47,7 @@ def batches_matched(envs: int, group_size: int, fragment: int, batches: int, clo
     state = []
     for env in subs:
         obs, info = env.reset()
-        state.append([obs["action_mask"], info["sequence"], 0])
+        state.append([obs["action_mask"], info.get("sequence"), 0])
     shares = []
     for _ in range(batches):
         keys = []
@@ -54,11 +59,12 @@ def batches_matched(envs: int, group_size: int, fragment: int, batches: int, clo
                 obs, _, terminated, truncated, _ = env.step(action)
                 if terminated or truncated:
                     obs, info = env.reset()
-                    state[i] = [obs["action_mask"], info["sequence"], 0]
+                    state[i] = [obs["action_mask"], info.get("sequence"), 0]
                 else:
                     state[i] = [obs["action_mask"], sequence, t + 1]
-        counts = Counter(keys)
-        shares.append(sum(1 for k in keys if counts[k] > 1) / len(keys))
+        counts = Counter(k for k in keys if k[0] is not None)
+        matched = sum(1 for k in keys if k[0] is not None and counts[k] > 1)
+        shares.append((matched / len(keys), sum(1 for k in keys if k[0] is None) / len(keys)))
     return shares
 
 
@@ -76,13 +82,18 @@ def main() -> None:
     ways = {name: batches_matched(args.envs, args.group_size, args.fragment, args.batches, clock, args.seed)
             for name, clock in (("own count", False), ("group clock", True))}
     print(f"{args.envs} envs in groups of {args.group_size}, {args.fragment} steps per env a batch, seed {args.seed}: "
-          "share of steps with a partner in their batch")
-    print(f"{'batches':>12} | " + " | ".join(f"{name:>11}" for name in ways))
+          "share of steps with a partner in their batch (matched) and in filler episodes (filler)")
+    columns = [f"{name}: {what}" for name in ways for what in ("matched", "filler")]
+    print(f"{'batches':>12} | " + " | ".join(f"{c:>20}" for c in columns))
+
+    def row(lo: int, hi: int) -> str:
+        values = [float(np.mean([s[k] for s in shares[lo:hi]])) for shares in ways.values() for k in (0, 1)]
+        return " | ".join(f"{value:>20.3f}" for value in values)
+
     for start in range(0, args.batches, args.window):
         end = min(args.batches, start + args.window)
-        row = [float(np.mean(shares[start:end])) for shares in ways.values()]
-        print(f"{start + 1:>5}-{end:<6} | " + " | ".join(f"{value:>11.3f}" for value in row))
-    print(f"{'all':>12} | " + " | ".join(f"{float(np.mean(s)):>11.3f}" for s in ways.values()))
+        print(f"{start + 1:>5}-{end:<6} | " + row(start, end))
+    print(f"{'all':>12} | " + row(0, args.batches))
 
 
 if __name__ == "__main__":

@@ -266,9 +266,9 @@ class ReplayGroups:
     group ``i // group_size`` (:meth:`DeepShareEnv.set_replay_group`), seeded by the run's seed
     and the runner's index, so a group's episodes replay arrival sequences together. The group's
     envs share one :class:`~deepshare.rl.env.ReplayClock`, made here for this vector env alone:
-    an env ending an episode joins the newest sequence its group has started, so the group's
-    envs stay within an episode of each other and their returns at one step index keep landing
-    in the same training batch."""
+    an env starts a sequence only once all of its group have started the one before (it plays
+    untagged filler episodes meanwhile), so the group's envs stay within about an episode of each
+    other and their returns at one step index keep landing in the same training batch."""
 
     def __init__(self, group_size: int, seed: int) -> None:
         self.group_size, self.seed = group_size, seed

@@ -294,9 +294,19 @@ class _Episode:
 @dataclass
 class ReplayClock:
     """Shared by the envs of one replay group (:meth:`DeepShareEnv.set_replay_group`): the
-    newest sequence number any of them has started (-1: none yet)."""
+    newest sequence number each of them has started (-1: none yet), by member."""
 
-    newest: int = -1
+    started: list[int] = field(default_factory=list)
+
+    def join(self) -> int:
+        """A new member's index."""
+        self.started.append(-1)
+        return len(self.started) - 1
+
+    def may_start(self, sequence: int) -> bool:
+        """Whether every member has started ``sequence - 1``: a member may lead the slowest by
+        one sequence, no more."""
+        return sequence == 0 or min(self.started) >= sequence - 1
 
 
 MAX_GENERATED_NODES = 65_536
@@ -365,6 +375,7 @@ class DeepShareEnv(gym.Env):
         self._replay: tuple[int, int, int] | None = None
         self._replayed = 0
         self._clock: ReplayClock | None = None
+        self._member = -1
         self._epoch: tuple[int, ...] = ()
         self._sequence: int | None = None
         self._report_elapsed = False
@@ -384,27 +395,32 @@ class DeepShareEnv(gym.Env):
         (:mod:`deepshare.rl.advantages`) groups episodes by, so episodes capped differently are
         never compared.
 
-        Without ``clock`` an env plays the group's sequences 0, 1, 2, ... in turn. With the
-        ``clock`` shared by the group's envs (one vector env's), an env that ends an episode
-        joins the newest sequence any env of the group has started, or starts the next one when
-        it has played that too: a group's envs then play each sequence at most one episode apart.
-        Counting on its own, an env drifts from its partners by the sum of their episodes'
-        length differences, without bound, and once that exceeds a training batch's share of an
-        env the baseline finds no partner at all."""
+        Every env of the group plays the sequences 0, 1, 2, ... in turn. Without ``clock`` each
+        goes at its own pace, and envs whose episodes take different numbers of decisions drift
+        apart by the sum of those differences, without bound: once that exceeds a training
+        batch's share of an env, the baseline finds no partner at all. With the ``clock`` shared
+        by the group's envs (one vector env's), an env may start sequence ``k`` only once every
+        env of the group has started ``k - 1``; until then it plays *filler* episodes from its
+        own stream, untagged (no ``sequence``: their baseline is the value function). The group
+        stays within about an episode of each other, and which envs play a sequence is fixed
+        in advance (all of them), so whether an episode has partners never depends on its own
+        actions, as it would if a leader could skip ahead of a sequence its partner had not
+        reached."""
         self._replay, self._replayed, self._epoch = (int(seed), int(worker), int(group)), 0, ()
         self._clock = clock
+        self._member = clock.join() if clock is not None else -1
 
     def set_replay_epoch(self, iteration: int, restart: int) -> None:
         """Start the replay group's sequences afresh for an env runner made again mid-run
         (``restart`` 1: the run resumed from a checkpoint at ``iteration``; 2: RLlib recreated a
         failed env runner after ``iteration`` iterations): later episodes are drawn from generators
         seeded by the epoch too, so they are new arrival sequences rather than the run's first
-        ones replayed again (a new env counts its episodes from 0), still the same for every env
+        ones replayed again (a new env counts its sequences from 0), still the same for every env
         of the group. Their ``sequence`` tags carry the epoch, so they never equal a tag of
         the earlier env runner's episodes."""
         self._epoch, self._replayed = (int(iteration), int(restart)), 0
         if self._clock is not None:  # every env of the group is set so, before any of them resets
-            self._clock.newest = -1
+            self._clock.started[self._member] = -1
 
     def set_seed_stream(self, seed: int, worker: int, index: int, epoch: tuple[int, ...] = ()) -> None:
         """Draw episodes from a generator keyed by (run ``seed``, env runner ``worker``, the env's
@@ -432,15 +448,15 @@ class DeepShareEnv(gym.Env):
         super().reset(seed=seed)
         rng = self.np_random
         self._sequence = None
-        if self._replay is not None:
-            if self._clock is not None:  # join the group's newest sequence unless played already
-                self._replayed = self._clock.newest = max(self._replayed, self._clock.newest)
+        if self._replay is not None and (self._clock is None or self._clock.may_start(self._replayed)):
+            if self._clock is not None:
+                self._clock.started[self._member] = self._replayed
             rng = np.random.default_rng([*self._replay, self._replayed, *self._epoch])
             _, worker, group = self._replay
             self._sequence = ((worker * 10_000 + group) << 32) + self._replayed
             # The curriculum's cap is part of what the group replays: envs of a group that start
-            # their k-th episode on either side of a stage change replay different inputs, so
-            # their tags differ and the baseline does not compare their returns.
+            # sequence k on either side of a stage change replay different inputs, so their tags
+            # differ and the baseline does not compare their returns.
             capped = () if self._max_jobs is None else ("max_jobs", self._max_jobs)
             if self._epoch or capped:  # negative: never a plain tag; 56 bits: a vector env packs infos as int64
                 key = (worker, group, self._replayed, *self._epoch, *capped)

@@ -359,29 +359,37 @@ def trim_metrics(metrics_file: Path, iteration: int) -> int:
 def upgrade_metrics_header(metrics_file: Path) -> bool:
     """Give a ``metrics.csv`` an earlier deepshare wrote the columns this one appends (older rows
     get them empty), rewriting it atomically, so a resumed run's rows line up with its header.
-    Whether it was rewritten; a file with a column this deepshare does not write is refused."""
+    Whether it was rewritten. A file with a column this deepshare does not write, a column
+    twice, or a row longer than its header is refused in one line, and left as it was."""
     import io
 
     from deepshare.core.atomic import write_text_atomic
     from deepshare.core.errors import DeepShareError
-    from deepshare.core.files import read_input_text
 
     if not metrics_file.is_file():
         return False
-    text = read_input_text(metrics_file, "metrics file", METRICS_BYTES)
-    if not text:
-        return False
-    header = next(csv.reader([text.splitlines()[0]]), [])
-    if tuple(header) == METRIC_COLUMNS:
+    with metrics_file.open(encoding="utf-8", errors="replace", newline="") as fh:
+        first = fh.readline(1 << 16)  # the header alone: a current file is not read whole
+    header = next(csv.reader([first]), [])
+    if tuple(header) == METRIC_COLUMNS or not first:
         return False
     unknown = [name for name in header if name not in METRIC_COLUMNS]
-    if unknown or not header:
-        raise DeepShareError(f"{metrics_file}: column(s) {', '.join(unknown) or '(none)'} are not metrics.csv's "
-                             f"({', '.join(METRIC_COLUMNS)}); move the file away to start a new one")
+    if unknown or not header or len(set(header)) != len(header):
+        what = f"column(s) {', '.join(unknown)} are not" if unknown else "its header is not"
+        raise DeepShareError(f"{metrics_file}: {what} metrics.csv's ({', '.join(METRIC_COLUMNS)}); "
+                             "move the file away to start a new one")
+    from deepshare.core.files import read_input_text
+
+    text = read_input_text(metrics_file, "metrics file", METRICS_BYTES)
     out = io.StringIO()
     rows = csv.DictWriter(out, fieldnames=METRIC_COLUMNS, restval="")
     rows.writeheader()
-    rows.writerows(csv.DictReader(io.StringIO(text)))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    for row in reader:
+        if None in row:
+            raise DeepShareError(f"{metrics_file}: line {reader.line_num} has more values than the header's "
+                                 f"{len(header)} columns; move the file away to start a new one")
+        rows.writerow(row)
     write_text_atomic(metrics_file, out.getvalue(), "metrics file")
     return True
 

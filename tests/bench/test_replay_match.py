@@ -14,7 +14,8 @@ def test_shares_are_deterministic_under_a_seed_and_every_step_of_a_lone_env_is_u
 
     with_clock = replay_match.batches_matched(4, 2, 15, 2, True, 3)
     assert with_clock == replay_match.batches_matched(4, 2, 15, 2, True, 3)
-    assert len(with_clock) == 2 and all(0.0 <= share <= 1.0 for share in with_clock)
-    # groups of one env: no step has a partner, whichever way sequences are counted
-    assert replay_match.batches_matched(2, 1, 15, 2, True, 3) == [0.0, 0.0]
-    assert replay_match.batches_matched(2, 1, 15, 2, False, 3) == [0.0, 0.0]
+    assert len(with_clock) == 2 and all(0.0 <= m <= 1.0 and 0.0 <= f <= 1.0 for m, f in with_clock)
+    # groups of one env: no step has a partner and none waits for one, whichever way they count
+    assert replay_match.batches_matched(2, 1, 15, 2, True, 3) == [(0.0, 0.0), (0.0, 0.0)]
+    assert replay_match.batches_matched(2, 1, 15, 2, False, 3) == [(0.0, 0.0), (0.0, 0.0)]
+    assert all(f == 0.0 for _, f in replay_match.batches_matched(4, 2, 15, 2, False, 3))  # fillers need a clock

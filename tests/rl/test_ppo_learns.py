@@ -221,10 +221,11 @@ def test_envs_of_a_replay_group_replay_the_same_sequences():
     assert "sequence" not in plain.reset(seed=3)[1] and "sequence" not in plain.step(0)[-1]
 
 
-def test_an_env_of_a_group_joins_the_newest_sequence_its_group_has_started():
-    """With the group's shared clock an env that ends an episode joins the newest sequence a
-    partner started (not its own next one, which would let the group drift apart without
-    bound), or starts the next one when it has played the newest already."""
+def test_an_env_of_a_group_leads_its_slowest_partner_by_one_sequence_at_most():
+    """With the group's shared clock an env starts sequence k only once every env of its group
+    has started k - 1; meanwhile it plays untagged filler episodes from its own stream. Every env
+    plays every sequence (whether an episode has partners never depends on its own length), and
+    the group cannot drift apart as envs counting alone did."""
     from deepshare.rl.env import ReplayClock
 
     a, b = DeepShareEnv(ENV), DeepShareEnv(ENV)
@@ -235,18 +236,21 @@ def test_an_env_of_a_group_joins_the_newest_sequence_its_group_has_started():
 
     def start(env):
         obs, info = env.reset()
-        return info["sequence"] - base, info["jobs"], obs["observations"].tobytes()
+        _, _, _, _, step_info = env.step(0)
+        assert step_info.get("sequence") == info.get("sequence")
+        return (None if "sequence" not in info else info["sequence"] - base), info["jobs"], obs["observations"].tobytes()
 
-    played_a = [start(a) for _ in range(3)]  # a leads: sequences 0, 1, 2
-    assert [p[0] for p in played_a] == [0, 1, 2] and clock.newest == 2
-    joined = start(b)  # b's first episode ends after a started 2: b joins 2, skipping 0 and 1
-    assert joined == played_a[2]
-    assert start(b)[0] == 3 and start(a)[0] == 3 and start(a)[0] == 4 and start(b)[0] == 4
+    a0 = start(a)
+    assert a0[0] == 0 and clock.started == [0, -1]
+    assert [start(a)[0] for _ in range(3)] == [None, None, None]  # b has not started 0: a plays fillers
+    assert start(b) == a0  # b replays sequence 0 as a did
+    assert start(a)[0] == 1 and start(a)[0] is None and start(b)[0] == 1 and start(b)[0] == 2
+    assert start(b)[0] is None and start(a)[0] == 2 and start(b)[0] == 3
     a.set_replay_epoch(5, 2)
     b.set_replay_epoch(5, 2)
-    assert clock.newest == -1
-    first_a, first_b = start(a), start(b)
-    assert first_a[1:] == first_b[1:] and first_a[0] == first_b[0]  # a new epoch: both on its first
+    assert clock.started == [-1, -1]
+    first_b, first_a = start(b), start(a)
+    assert first_a == first_b and first_a[0] is not None  # a new epoch: both on its first sequence
 
 
 # -- curriculum --------------------------------------------------------------------------------

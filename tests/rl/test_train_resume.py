@@ -137,6 +137,12 @@ def test_a_metrics_file_with_columns_train_does_not_write_is_refused_and_left_al
     with pytest.raises(DeepShareError, match=r"metrics.csv: column\(s\) reward are not"):
         training.upgrade_metrics_header(file)
     assert file.read_text() == "iteration,reward\n1,2\n"
+    for bad, needle in (("iteration,iteration\n1,2\n", "its header is not"),
+                        ("iteration,wall_s\n1,2\n2,3,4\n", "line 3 has more values than the header's 2 columns")):
+        file.write_text(bad)
+        with pytest.raises(DeepShareError, match=needle):
+            training.upgrade_metrics_header(file)
+        assert file.read_text() == bad
     current = (",".join(training.METRIC_COLUMNS) + "\r\n").encode()
     file.write_bytes(current)
     assert not training.upgrade_metrics_header(file) and file.read_bytes() == current
