@@ -9,19 +9,34 @@ rounds, :data:`ROUND_GAP_S` apart (every round has ended before the next begins)
 2. a minute later a *gang* B of 8 GPUs arrives, short (``d_B`` 0.5-1.5 h): it cannot start
    until A ends;
 3. a minute after that a *filler* C of ``8 - a`` GPUs arrives, exactly the GPUs A leaves free.
-   Usually (probability ``1 - short_filler_p``) C is long (``d_C`` 6-12 h); otherwise it is
-   short (0.1-0.4 h, so it ends before A does).
+   With probability ``short_filler_p`` (0.8 by default) C is short (``d_C`` 0.1-0.4 h, so it
+   ends before A does); otherwise it is long (``d_C`` 6-12 h).
 
 A greedy non-reserving heuristic (the env's anchor, ``srsf+packed``; any order without a
 reservation) launches C on arrival because it fits. When C is long that blocks the gang for
 ``d_C`` instead of ``d_A``: the round's JCTs sum to ``d_A + 2 d_C + d_B`` (B waits for C).
 Holding the free GPUs for the gang (waiting) gives ``3 d_A + 2 d_B + d_C``, which is smaller by
 ``d_C - 2 d_A - d_B >= 6 - 3 - 1.5 > 0`` hours in every long-filler round. When C is short,
-launching it is right (it ends before A, delaying nobody), so "always wait" is not the rule:
-the better rule is EASY backfilling's, *start a job only if it ends before the blocked gang
-could start*, which the registered ``srsf+packed+backfill`` applies. ``d_C``'s range keeps C's
-GPU-service (``(8 - a) d_C >= 12`` GPU-h) at least B's (``8 d_B <= 12``), so an SRSF order
-puts the gang first once A ends.
+launching it is right (it ends before A, delaying nobody), and waiting costs ``d_A + d_C``
+hours (C starts when A ends; the gang, the larger job in GPU-time, then waits for C). The better
+rule is EASY backfilling's, *start a job only if it ends before the blocked gang could start*,
+which the registered ``srsf+consolidated+backfill`` applies (on one node ``consolidated`` places
+as ``packed`` does). ``d_C``'s range keeps a long C's GPU-service (``(8 - a) d_C >= 12`` GPU-h)
+at least B's (``8 d_B <= 12``), so an SRSF order puts the gang first once A ends.
+
+The share of short fillers is what separates the better rule from "always wait" (wait whenever
+wait is offered, the trivial rule a learner may settle on). In expectation a round's JCTs sum
+to ``d_A + 2 d_C + d_B = 20`` h under the teacher with a long filler and ``2 d_A + d_B + d_C =
+3.25`` h with a short one; the better rule saves ``E[d_C - 2 d_A - d_B] = 6`` h per long round,
+always-wait saves the same and loses ``E[d_A + d_C] = 1.25`` h per short round. With ``p =
+short_filler_p`` the teacher's expected round is ``20 (1 - p) + 3.25 p`` h, and at ``p = 0.8``
+(6.6 h) the better rule's ratio to the teacher is about ``(6.6 - 1.2) / 6.6 = 0.82`` and
+always-wait's about ``(6.6 - 1.2 + 1.0) / 6.6 = 0.97``: the learnability check's pass mark (0.90)
+lies between them, and its room mark (0.85) is met. On 1,000 instances the figures are 0.818 and
+0.967; on a set of 32 (the check's held-out instances) they vary, the better rule 0.80-0.84 and
+always-wait 0.92-1.03 over nine such sets, so ``bench/learnability.py`` measures both on its own
+held-out instances and refuses to train when either mark is missed. (The round figures ignore
+the minutes between arrivals.)
 
 Contention is the ``none`` model (one node, the family is about reservations, and the round's
 figures above are then exact); the information model is ``exact`` (the policy sees the true
@@ -64,8 +79,9 @@ class GangFamily:
 
     rounds: int = 4
     """Independent rounds per instance (each three jobs)."""
-    short_filler_p: float = 0.3
-    """Share of rounds whose filler is short (launching it is then right)."""
+    short_filler_p: float = 0.8
+    """Share of rounds whose filler is short (launching it is then right; waiting costs
+    ``d_A + d_C``). High enough that "always wait" does not pass the learnability check's mark."""
 
     def jobs(self, seed: int) -> list[JobSpec]:
         """Instance ``seed``'s jobs, in submit order."""

@@ -63,6 +63,7 @@ def test_family_is_built_as_documented():
                 shorts += 1
                 assert 360 <= c.duration_s <= 1440 and 120 + c.duration_s < a.duration_s
     assert longs > 0 and shorts > 0
+    assert GangFamily.short_filler_p == 0.8 and 0.7 <= shorts / (longs + shorts) <= 0.9  # mostly short
 
 
 def test_teacher_loses_one_round_by_the_constructed_margin():
@@ -75,9 +76,11 @@ def test_teacher_loses_one_round_by_the_constructed_margin():
     assert total_jct_s(BETTER, family.jobs(seed)) == pytest.approx(a + (a + b - 60) + (a + b + c - 120))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_reservation_rule_beats_the_teacher_by_the_margin(seed):
-    jobs = GangFamily().jobs(seed)
+@pytest.mark.parametrize("start", [0, 10, 20])
+def test_reservation_rule_beats_the_teacher_by_the_margin(start):
+    family = GangFamily()  # most fillers are short: take an instance with a long one
+    seed = next(s for s in range(start, start + 100) if any(c.duration_s >= 6 * 3600 for c in family.jobs(s)[2::3]))
+    jobs = family.jobs(seed)
     margin = 0.0
     for parts in rounds(jobs):
         a, b, c = (parts[k].duration_s for k in ("blocker", "gang", "filler"))
