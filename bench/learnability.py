@@ -102,24 +102,34 @@ def avg_jct_h(policy_name: str, family: GangFamily, seeds: range) -> float:
     return total / len(seeds)
 
 
-def hand_rule_in_env(config_path: Path, family: GangFamily, seeds: range) -> tuple[float, float]:
-    """(hand rule, anchor) average JCT in hours, both played through :class:`DeepShareEnv` on the
-    held-out instances: the anchor takes row 1 (or wait when it offers none); the hand rule takes
-    the same row unless a queued job does not fit in the GPUs left and the offered launch would
-    end after the next running job does (then wait, where wait is not masked)."""
+ENV_RULES = ("hand", "anchor", "always_wait")
+"""The fixed rules :func:`rules_in_env` plays through the env."""
+
+
+def rules_in_env(config_path: Path, family: GangFamily, seeds: range) -> dict[str, float]:
+    """Average JCT in hours of fixed rules played through :class:`DeepShareEnv` on the held-out
+    instances: ``anchor`` takes row 1 (or wait when it offers none); ``hand`` takes the same row
+    unless a queued job does not fit in the GPUs left and the offered launch would end after the
+    next running job does (then wait, where wait is not masked); ``always_wait`` waits whenever
+    wait is offered (the env never offers it on a wholly idle cluster) and otherwise takes row 1.
+    ``always_wait`` is the trivial rule a learner may settle on: the family is built so that it
+    fails the pass mark (see :class:`GangFamily`)."""
     from deepshare.rl.env import DeepShareEnv
     from deepshare.rl.train import load_train_config
 
     config = load_train_config(config_path)
     folder = config_path.parent
-    scores = []
-    for rule in ("hand", "anchor"):
+    traces = {}
+    for seed in seeds:
+        trace = folder / "eval" / f"gang-{seed:05d}.csv"
+        trace.parent.mkdir(exist_ok=True)
+        write_canonical(family.jobs(seed), trace)
+        traces[seed] = trace
+    scores: dict[str, float] = {}
+    for rule in ENV_RULES:
         total = 0.0
         for seed in seeds:
-            trace = folder / "eval" / f"gang-{seed:05d}.csv"
-            trace.parent.mkdir(exist_ok=True)
-            write_canonical(family.jobs(seed), trace)
-            env_values = {**config.env, "traces": [str(trace)], "cluster": str(folder / "cluster.yaml")}
+            env_values = {**config.env, "traces": [str(traces[seed])], "cluster": str(folder / "cluster.yaml")}
             env = DeepShareEnv(env_values)
             obs, _ = env.reset(seed=0)
             done = False
@@ -128,7 +138,9 @@ def hand_rule_in_env(config_path: Path, family: GangFamily, seeds: range) -> tup
                 mask = obs["action_mask"]
                 partial, rows = env.choice()
                 action = 1 if mask[1] else 0
-                if rule == "hand" and mask[0] and len(rows) > 1:
+                if rule == "always_wait" and mask[0]:
+                    action = 0
+                elif rule == "hand" and mask[0] and len(rows) > 1:
                     job = rows[1].job
                     free = sum(partial.free)
                     launched = {launch.job_id for launch in partial.launches}
@@ -139,8 +151,8 @@ def hand_rule_in_env(config_path: Path, family: GangFamily, seeds: range) -> tup
                 obs, _, done, truncated, info = env.step(action)
                 done = done or truncated
             total += info["report"]["avg_jct_s"] / 3600.0
-        scores.append(total / len(seeds))
-    return scores[0], scores[1]
+        scores[rule] = total / len(seeds)
+    return scores
 
 
 def room(family: GangFamily, eval_seeds: range, config_path: Path, all_heuristics: bool) -> dict[str, Any]:
@@ -156,11 +168,30 @@ def room(family: GangFamily, eval_seeds: range, config_path: Path, all_heuristic
         result["best_preemptive"] = min(preemptive.items(), key=lambda kv: kv[1])
         result["non_backfill_non_preemptive_best"] = min(
             ((n, v) for n, v in plain.items() if "+backfill" not in n), key=lambda kv: kv[1])
-    hand, anchor_env = hand_rule_in_env(config_path, family, eval_seeds)
-    result["hand_rule_env"] = hand
-    result["anchor_env"] = anchor_env
+        # the teacher is the env's anchor, not the best heuristic: how many reach the better rule
+        result["non_preemptive_at_better"] = sorted(n for n, v in plain.items() if v <= better * (1 + 1e-9))
+    played = rules_in_env(config_path, family, eval_seeds)
+    result["hand_rule_env"] = played["hand"]
+    result["anchor_env"] = played["anchor"]
+    result["always_wait_env"] = played["always_wait"]
     result["seconds"] = time.perf_counter() - began
+    result["check"] = room_check(result)
     return result
+
+
+def room_check(r: dict[str, Any]) -> dict[str, Any]:
+    """Whether the family, on these held-out instances, can tell learning the rule from not: the
+    better rule at least 15% ahead of the teacher (ratio <= :data:`ROOM_RATIO`), and "always wait"
+    (played through the env) failing the pass mark (ratio > :data:`PASS_RATIO`), or a learner that
+    settled on waiting would pass. The bench refuses to train when either is missed."""
+    better, always = r["better"] / r["teacher"], r["always_wait_env"] / r["teacher"]
+    problems = []
+    if better > ROOM_RATIO:
+        problems.append(f"the better rule {BETTER} is {better:.3f}x the teacher, above the room mark {ROOM_RATIO}")
+    if always <= PASS_RATIO:
+        problems.append(f"'always wait' (through the env) is {always:.3f}x the teacher, within the pass mark "
+                        f"{PASS_RATIO}: a policy that always waits would pass")
+    return {"better_ratio": better, "always_wait_ratio": always, "ok": not problems, "problems": problems}
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -227,14 +258,21 @@ def save(out: Path, result: dict[str, Any]) -> None:
     write_text_atomic(out / "learnability.json", json.dumps(result, indent=2) + "\n", "learnability.json")
 
 
-def main() -> None:
+RUNS = ("scratch", "warm")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, checked: a bad value is one usage line (``parser.error``), before anything runs.
+    ``args.runs`` comes back as a list of start names."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learnability"))
     parser.add_argument("--config", type=Path, default=TEMPLATE,
-                        help="the training YAML template (env.traces and env.cluster are filled in)")
+                        help="the training YAML template (env.traces and env.cluster are filled in; env.anchor "
+                             f"must be the teacher, {TEACHER})")
     parser.add_argument("--train-seeds", type=int, default=64, help="training instances: seeds 0..N-1")
     parser.add_argument("--eval-seeds", type=int, default=32, help="held-out instances")
-    parser.add_argument("--eval-seed-base", type=int, default=100_000)
+    parser.add_argument("--eval-seed-base", type=int, default=100_000,
+                        help="the first held-out seed (at least --train-seeds: no overlap with training)")
     parser.add_argument("--rounds", type=int, default=GangFamily.rounds, help="rounds (3 jobs each) per instance")
     parser.add_argument("--iterations", type=int, default=25, help="PPO iterations per run")
     parser.add_argument("--seed", type=int, default=0, help="PPO seed")
@@ -244,8 +282,54 @@ def main() -> None:
     parser.add_argument("--room-only", action="store_true", help="step 1 only: no training")
     parser.add_argument("--all-heuristics", action=argparse.BooleanOptionalAction, default=True,
                         help="score every registered heuristic in step 1")
-    parser.add_argument("--runs", default="scratch,warm", help="which PPO starts to run (scratch, warm)")
-    args = parser.parse_args()
+    parser.add_argument("--runs", default="scratch,warm", help="which PPO starts to run (scratch, warm; comma-separated)")
+    args = parser.parse_args(argv)
+    for flag in ("train_seeds", "eval_seeds", "rounds", "iterations", "imitate_episodes"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    if args.eval_seed_base < 0:
+        parser.error(f"--eval-seed-base must be at least 0, got {args.eval_seed_base}")
+    if args.eval_seed_base < args.train_seeds:
+        parser.error(f"--eval-seed-base {args.eval_seed_base} overlaps the training seeds 0..{args.train_seeds - 1}: "
+                     f"the held-out instances must not be trained on")
+    runs = [name.strip() for name in args.runs.split(",")]
+    unknown = [name for name in runs if name not in RUNS]
+    if unknown:
+        parser.error(f"--runs names {', '.join(map(repr, unknown))}: the starts are {', '.join(RUNS)}")
+    if len(set(runs)) < len(runs):
+        parser.error(f"--runs names a start twice: {args.runs!r}")
+    args.runs = runs
+    try:
+        doc = yaml.safe_load(args.config.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        parser.error(f"--config {args.config}: {e}")
+    env = (doc or {}).get("env") if isinstance(doc, dict) else None
+    anchor = (env or {}).get("anchor", ["srsf", "packed"]) if isinstance(env, dict) else None
+    anchor_name = "+".join(map(str, anchor)) if isinstance(anchor, list) else str(anchor)
+    if anchor_name != TEACHER:
+        parser.error(f"--config {args.config}: env.anchor is {anchor_name}, not the teacher {TEACHER} the check measures")
+    lengths = (((doc.get("ppo_extras") or {}).get("curriculum") or {}).get("lengths")) if isinstance(doc, dict) else None
+    if isinstance(lengths, list) and lengths and lengths[-1] != 3 * args.rounds:
+        print(f"warning: --config {args.config}: the curriculum's lengths {lengths} end at {lengths[-1]} jobs, but "
+              f"--rounds {args.rounds} makes episodes of {3 * args.rounds}", file=sys.stderr)
+    return args
+
+
+def verdict(run: dict[str, Any], room_figures: dict[str, Any]) -> tuple[str, str]:
+    """PASS or FAIL for one PPO start, and why."""
+    ratio = run["final_ratio"]
+    if ratio <= PASS_RATIO:
+        why = f"final held-out ratio {ratio:.3f} <= {PASS_RATIO}: at least 10% better than the teacher"
+    else:
+        why = f"final held-out ratio {ratio:.3f} > {PASS_RATIO}: less than 10% better than the teacher"
+    always = room_figures["always_wait_env"] / room_figures["teacher"]
+    if abs(ratio - always) < 1e-3:
+        why += f" (it scores as 'always wait' does, {always:.3f})"
+    return ("PASS" if ratio <= PASS_RATIO else "FAIL"), why
+
+
+def main() -> None:
+    args = parse_args()
     provenance = run_provenance(["python", *sys.argv])  # taken at the start: the load the run met
 
     family = GangFamily(rounds=args.rounds)
@@ -263,17 +347,32 @@ def main() -> None:
           f"({'>= 15% ahead: the room is there' if r['better'] / teacher <= ROOM_RATIO else 'LESS THAN 15% AHEAD'})")
     print(f"   hand rule in the env's action space      {r['hand_rule_env']:.3f} h  {r['hand_rule_env'] / teacher:.3f}"
           f"  (anchor in the env: {r['anchor_env']:.3f} h, {r['anchor_env'] / teacher:.3f})")
+    always = r["always_wait_env"] / teacher
+    print(f"   always wait (wait whenever offered)      {r['always_wait_env']:.3f} h  {always:.3f}  "
+          f"({'fails the pass mark, as built' if always > PASS_RATIO else 'PASSES THE MARK: the check cannot tell'})")
     if args.all_heuristics:
         for key in ("non_backfill_non_preemptive_best", "best_non_preemptive", "best_preemptive"):
             name, value = r[key]
             print(f"   {key.replace('_', ' ')}: {name} {value:.3f} h  {value / teacher:.3f}")
+        print(f"   {len(r['non_preemptive_at_better'])} registered non-preemptive heuristics reach the better rule's "
+              f"figure (the teacher is the env's anchor, not the best heuristic)")
     print(f"   ({r['seconds']:.0f} s)")
-    result: dict[str, Any] = {"provenance": provenance, "room": r, "args": {k: str(v) for k, v in vars(args).items()}}
-    if args.room_only:
+    result: dict[str, Any] = {"provenance": provenance, "room": r,
+                              "args": {k: v if isinstance(v, list) else str(v) for k, v in vars(args).items()}}
+    save(out, result)
+    if not r["check"]["ok"]:
+        for problem in r["check"]["problems"]:
+            print(f"   room check: {problem}")
+        if args.room_only:
+            return
+        result["refused"] = "the room check failed: " + "; ".join(r["check"]["problems"])
         save(out, result)
+        sys.exit(f"learnability: not training: {result['refused']}")
+    if args.room_only:
         return
 
-    runs = [s.strip() for s in args.runs.split(",") if s.strip()]
+    runs = args.runs
+    best = r.get("best_non_preemptive")
     if "warm" in runs:
         print(f"2a. imitation of the teacher: deepshare imitate {config_path} --out {out / 'imitate'} "
               f"--episodes {args.imitate_episodes} --dagger-rounds 1 --label-smoothing {args.label_smoothing}")
@@ -281,26 +380,39 @@ def main() -> None:
         score = avg_jct_h(f"{learned_name(config_path)}={imitation}", family, eval_seeds)
         result["imitation"] = {"policy": str(imitation), "avg_jct_h": score, "ratio": score / teacher, "wall_s": seconds}
         print(f"    imitation: held-out {score:.3f} h = {score / teacher:.3f}x teacher ({seconds:.0f} s)")
+        save(out, result)
     for name in runs:
         init = Path(result["imitation"]["policy"]) if name == "warm" else None
         print(f"2{'b' if name == 'scratch' else 'c'}. PPO {name}: deepshare train {config_path} --out {out / name} "
               f"--iterations {args.iterations} --seed {args.seed}" + (f" --init-from {init}" if init else ""))
-        result[name] = run_ppo(config_path, out / name, family, eval_seeds, teacher,
-                               iterations=args.iterations, seed=args.seed, init_from=init)
+        run = run_ppo(config_path, out / name, family, eval_seeds, teacher,
+                      iterations=args.iterations, seed=args.seed, init_from=init)
+        if best is not None:
+            run["ratio_to_best_non_preemptive"] = run["final_avg_jct_h"] / best[1]
+        run["verdict"], run["why"] = verdict(run, r)
+        result[name] = run
+        result["verdicts"] = {n: result[n]["verdict"] for n in runs if n in result}
         save(out, result)
 
-    print("\nresult (held-out average JCT, ratio to the teacher; pass <= 0.90):")
+    print(f"\nresult (held-out average JCT, ratio to the teacher; pass <= {PASS_RATIO}):")
     print(f"  {'policy':40s} {'avg JCT h':>9s} {'ratio':>6s} {'iters':>5s} {'wall s':>7s}")
     print(f"  {'teacher ' + TEACHER:40s} {teacher:9.3f} {1.0:6.3f}")
     print(f"  {'better rule ' + BETTER:40s} {r['better']:9.3f} {r['better'] / teacher:6.3f}")
+    print(f"  {'always wait (through the env)':40s} {r['always_wait_env']:9.3f} {always:6.3f}")
+    if best is not None:
+        print(f"  {'best non-preemptive ' + best[0]:40s} {best[1]:9.3f} {best[1] / teacher:6.3f}")
     if "imitation" in result:
         im = result["imitation"]
         print(f"  {'imitation of the teacher':40s} {im['avg_jct_h']:9.3f} {im['ratio']:6.3f} {'':5s} {im['wall_s']:7.0f}")
     for name in runs:
         run = result[name]
-        verdict = "PASS" if run["final_ratio"] <= PASS_RATIO else "FAIL"
         print(f"  {'PPO ' + name:40s} {run['final_avg_jct_h']:9.3f} {run['final_ratio']:6.3f} {run['iterations']:5d} "
-              f"{run['wall_s']:7.0f}  {verdict}")
+              f"{run['wall_s']:7.0f}  {run['verdict']}")
+    for name in runs:
+        run = result[name]
+        to_best = (f"; {run['ratio_to_best_non_preemptive']:.3f}x the best non-preemptive heuristic"
+                   if "ratio_to_best_non_preemptive" in run else "")
+        print(f"  PPO {name}: {run['verdict']}: {run['why']}{to_best}")
     for name in runs:
         print(f"  curve, PPO {name} (iteration: return / held-out ratio):")
         print("    " + "  ".join(f"{p['iteration']}: {p['return']:.3f}/{p['ratio']:.3f}" for p in result[name]["curve"]))
