@@ -315,14 +315,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.runs = runs
     try:
         doc = yaml.safe_load(args.config.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        parser.error(f"--config {args.config}: {e}")
+    except OSError as e:
+        parser.error(f"--config {args.config}: {e.strerror or e}")
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        parser.error(f"--config {args.config}:{where}: not YAML ({getattr(e, 'problem', None) or str(e).splitlines()[0]})")
+    if not isinstance(doc, dict):
+        parser.error(f"--config {args.config}: expected a training YAML (a mapping with env, ppo, ...), got {type(doc).__name__}")
     env = (doc or {}).get("env") if isinstance(doc, dict) else None
     anchor = (env or {}).get("anchor", ["srsf", "packed"]) if isinstance(env, dict) else None
     anchor_name = "+".join(map(str, anchor)) if isinstance(anchor, list) else str(anchor)
     if anchor_name != TEACHER:
         parser.error(f"--config {args.config}: env.anchor is {anchor_name}, not the teacher {TEACHER} the check measures")
-    lengths = (((doc.get("ppo_extras") or {}).get("curriculum") or {}).get("lengths")) if isinstance(doc, dict) else None
+    extras = doc.get("ppo_extras")
+    curriculum = extras.get("curriculum") if isinstance(extras, dict) else None
+    lengths = curriculum.get("lengths") if isinstance(curriculum, dict) else None  # bad shapes: train refuses them
     if isinstance(lengths, list) and lengths and lengths[-1] != 3 * args.rounds:
         print(f"warning: --config {args.config}: the curriculum's lengths {lengths} end at {lengths[-1]} jobs, but "
               f"--rounds {args.rounds} makes episodes of {3 * args.rounds}", file=sys.stderr)
@@ -378,7 +386,7 @@ def main() -> None:
         for problem in r["check"]["problems"]:
             print(f"   room check: {problem}")
         if args.room_only:
-            return
+            sys.exit(1)  # a script gating on the room sees it fail
         result["refused"] = "the room check failed: " + "; ".join(r["check"]["problems"])
         save(out, result)
         sys.exit(f"learnability: not training: {result['refused']}")

@@ -196,6 +196,27 @@ def test_a_config_whose_anchor_is_not_the_teacher_is_refused(bench, capsys, tmp_
     assert bench.parse_args(["--runs", " warm , scratch"]).runs == ["warm", "scratch"]
 
 
+@pytest.mark.parametrize("text, message", [
+    ("env:\n  anchor: [srsf, packed\n", "line 3: not YAML ("),
+    ("- env\n", "expected a training YAML (a mapping with env, ppo, ...), got list"),
+])
+def test_a_config_that_is_no_training_yaml_is_one_usage_line(bench, capsys, tmp_path, text, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--config", str(config)])
+    err = capsys.readouterr().err
+    assert message in err.strip().splitlines()[-1] and err.count("error:") == 1  # argparse's usage, then one line
+
+
+@pytest.mark.parametrize("extras", ["oops", "{curriculum: true}", "{curriculum: {lengths: 5}}"])
+def test_ppo_extras_of_another_shape_are_left_to_train_to_refuse(bench, capsys, tmp_path, extras):
+    config = tmp_path / "odd.yaml"
+    config.write_text(f"env: {{anchor: [srsf, packed]}}\nppo_extras: {extras}\n")
+    assert bench.parse_args(["--config", str(config)]).config == config
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_curriculum_for_other_rounds_is_warned(bench, capsys):
     config = str(ROOT / "rllib_configs" / "learnability_ppo.yaml")
     bench.parse_args(["--config", config])
@@ -241,3 +262,8 @@ def test_verdicts_go_into_the_json(bench, monkeypatch, tmp_path):
     doc = json.loads((tmp_path / "bad" / "learnability.json").read_text())
     assert not doc["room"]["check"]["ok"] and doc["refused"].startswith("the room check failed")
     assert "scratch" not in doc and "imitation" not in doc
+    monkeypatch.setattr(sys, "argv", ["learnability.py", "--room-only", "--train-seeds", "2", "--eval-seeds", "1",
+                                      "--eval-seed-base", str(base), "--no-all-heuristics", "--out", str(tmp_path / "gate")])
+    with pytest.raises(SystemExit) as exited:  # --room-only as a gate: the failed room is its exit status
+        bench.main()
+    assert exited.value.code == 1
