@@ -46,8 +46,8 @@ def _stamped(path: Path) -> dict:
 
 
 def test_learnability_json_has_provenance(tmp_path):
-    done = _bench("learnability.py", "--room-only", "--no-all-heuristics", "--train-seeds", "2", "--eval-seeds", "2",
-                  "--out", str(tmp_path))
+    # the default held-out instances: on two, "always wait" can meet the pass mark, and --room-only then exits 1
+    done = _bench("learnability.py", "--room-only", "--no-all-heuristics", "--train-seeds", "2", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "teacher" in _stamped(tmp_path / "learnability.json")["room"]
 
