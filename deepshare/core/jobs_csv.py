@@ -26,6 +26,7 @@ from typing import Sequence
 from deepshare.core.atomic import mode_for, temp_prefix
 from deepshare.core.files import check_output_path
 from deepshare.core.metrics import JobRecord, csv_columns, csv_row
+from deepshare.core.output_set import hold_temp
 from deepshare.core.errors import DeepShareError
 
 
@@ -45,6 +46,7 @@ class JobsCsvStream:
             fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(self.target), suffix=".tmp")
         except OSError as exc:
             raise self._error(exc) from None
+        hold_temp(fd)  # rows may sit in memory for hours: the sweep of a concurrent commit must not take it
         self._fh = os.fdopen(fd, "w", encoding="utf-8", newline="")
         self._writer = csv.writer(self._fh, lineterminator="\n")
         self._next = 0

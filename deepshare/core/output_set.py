@@ -17,7 +17,7 @@ backups beside them. ``export-policy``'s card names its weights' SHA-256, so tha
 the card check (``deepshare policies --card``); and the next commit of an output set with the
 same targets removes the hidden files such a kill left (:func:`sweep_stale`): backups of its own
 naming a minute old, temporary files an hour old (a younger one may be another run's, still
-being written), each aged from the later of its modification and status change: a backup is a
+being written; an older one a live stream holds, :func:`hold_temp`, is left too), each aged from the later of its modification and status change: a backup is a
 hard link, whose modification time is its target's last write, while making the link changes
 its status. The sweep runs before the renames, with the work it may throw away: Ctrl-C during it
 removes every temporary file of the set and leaves every target as it was, and a file it cannot
@@ -191,6 +191,39 @@ STALE_TEMP_S = 3600.0
 :data:`deepshare.runtime.job.STALE_TEMP_S`); a younger one may be another run's, still being written."""
 
 
+def hold_temp(fd: int) -> None:
+    """Mark a temporary file as being written, for as long as ``fd`` stays open: an exclusive
+    ``flock`` that :func:`sweep_stale` tests before it removes a ``.tmp``. A stream that buffers
+    rows for hours (``simulate --jobs-csv``) leaves its file's times at its making, so its age
+    alone cannot tell it from a killed run's leftover. Nothing where ``flock`` is missing."""
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (ImportError, OSError):
+        pass
+
+
+def _held_by_a_writer(path: Path) -> bool:
+    """Whether a live writer holds ``path`` (:func:`hold_temp`); a file that cannot be opened to
+    ask is treated as held (left alone)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False  # released on close, below: the writer is gone
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def sweep_stale(targets: Iterable[Path], keep: Collection[Path] = (), now: float | None = None) -> list[Path]:
     """Remove the hidden files a process killed during an earlier write of ``targets`` left beside
     them: only names of this module's own making for exactly those targets (``.NAME.`` then
@@ -231,6 +264,8 @@ def sweep_stale(targets: Iterable[Path], keep: Collection[Path] = (), now: float
                 # a backup is a hard link: its mtime is the target's last write; linking sets its ctime
                 age = now - max(info.st_mtime, info.st_ctime)
                 if age >= (STALE_BACKUP_S if found["old"] else STALE_TEMP_S):
+                    if found["tmp"] and _held_by_a_writer(path):
+                        continue  # a live stream's, however old its times: see hold_temp
                     os.unlink(path)
                     removed.append(path)
             except OSError:

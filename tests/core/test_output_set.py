@@ -154,6 +154,27 @@ def test_a_commit_sweeps_the_leftovers_of_a_killed_write_of_its_targets(tmp_path
     assert not any(p.exists() for p in stale)
 
 
+def test_a_live_streams_temporary_file_survives_another_commits_sweep_however_old(tmp_path, later):
+    """Second read: a ``--jobs-csv`` stream may hold its rows in memory for hours, so its file's
+    times stay at its making; a concurrent commit of the same target swept it as a killed run's,
+    and the stream then failed at its own commit. The stream holds a lock the sweep respects; once
+    the writer is gone (closed without committing, as a kill leaves it), the file is swept."""
+    target = tmp_path / "jobs.csv"
+    stream = JobsCsvStream(target)
+    _aged(Path(stream._tmp), 7200)
+    with OutputSet() as outputs:  # another run writing the same target meanwhile
+        outputs.add_text(target, "the other run's")
+        outputs.commit()
+    assert Path(stream._tmp).exists()
+    assert stream.finish() == Path(stream._tmp)
+    stream.discard()
+    orphan = tmp_path / ".jobs.csv.ab_12xyz.tmp"
+    with open(orphan, "w") as fh:  # a killed stream's: its lock went with its process
+        output_set.hold_temp(fh.fileno())
+    _aged(orphan, 7200)
+    assert output_set.sweep_stale([target], now=LATER) == [orphan]
+
+
 KILLED = """
 import os, sys
 import deepshare.core.output_set as oset
