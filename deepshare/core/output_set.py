@@ -17,9 +17,9 @@ backups beside them. ``export-policy``'s card names its weights' SHA-256, so tha
 the card check (``deepshare policies --card``); and the next commit of an output set with the
 same targets removes the hidden files such a kill left (:func:`sweep_stale`): backups of its own
 naming a minute old, temporary files an hour old (a younger one may be another run's, still
-being written; an older one a live stream holds, :func:`hold_temp`, is left too), each aged from the later of its modification and status change: a backup is a
-hard link, whose modification time is its target's last write, while making the link changes
-its status. The sweep runs before the renames, with the work it may throw away: Ctrl-C during it
+being written; an older one a live stream holds, :func:`hold_temp`, is left too), each aged
+from the later of its modification and status change: a backup is a hard link, whose
+modification time is its target's last write, while making the link changes its status. The sweep runs before the renames, with the work it may throw away: Ctrl-C during it
 removes every temporary file of the set and leaves every target as it was, and a file it cannot
 read or remove is left, never failing the commit.
 
@@ -205,21 +205,29 @@ def hold_temp(fd: int) -> None:
 
 
 def _held_by_a_writer(path: Path) -> bool:
-    """Whether a live writer holds ``path`` (:func:`hold_temp`); a file that cannot be opened to
-    ask is treated as held (left alone)."""
+    """Whether a live writer holds ``path`` (:func:`hold_temp`). Opened for writing where it can
+    be (on NFS an exclusive ``flock`` needs it), never truncated; a file that cannot be opened
+    (a link put in its place) is treated as held and left; a lock that fails for another reason
+    than being taken (no lock support) leaves the decision to the file's age, as before locks."""
     try:
         import fcntl
     except ImportError:
         return False
+    flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        try:
+            fd = os.open(path, os.O_RDWR | flags)
+        except PermissionError:  # a finished file with the target's mode (no owner write)
+            fd = os.open(path, os.O_RDONLY | flags)
     except OSError:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False  # released on close, below: the writer is gone
-    except OSError:
+    except BlockingIOError:
         return True
+    except OSError:
+        return False
     finally:
         os.close(fd)
 
