@@ -365,6 +365,7 @@ def upgrade_metrics_header(metrics_file: Path) -> bool:
 
     from deepshare.core.atomic import write_text_atomic
     from deepshare.core.errors import DeepShareError
+    from deepshare.core.files import read_input_text
 
     if not metrics_file.is_file():
         return False
@@ -378,8 +379,6 @@ def upgrade_metrics_header(metrics_file: Path) -> bool:
         what = f"column(s) {', '.join(unknown)} are not" if unknown else "its header is not"
         raise DeepShareError(f"{metrics_file}: {what} metrics.csv's ({', '.join(METRIC_COLUMNS)}); "
                              "move the file away to start a new one")
-    from deepshare.core.files import read_input_text
-
     text = read_input_text(metrics_file, "metrics file", METRICS_BYTES)
     out = io.StringIO()
     rows = csv.DictWriter(out, fieldnames=METRIC_COLUMNS, restval="")
