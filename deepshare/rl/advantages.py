@@ -10,7 +10,8 @@ switched on by :class:`ReportElapsed`), and every real step's reward becomes ``r
 ``dt_t`` the seconds that step covered; a launch's stays 0. With ``per: decision`` ``rho`` is the
 mean reward per step and the reward becomes ``r_t - rho``, which also charges ``-rho`` per decision
 taken. Either way ``rho`` is updated from each training batch before it is used on it (the first
-batch sets it; later ones move it by ``rate``), GAE, the value targets and the value function then
+batch sets it; later ones move it by ``rate``; the curriculum restarts it when the episode length
+changes, :meth:`DeepShareAdvantages.restart_rate`), GAE, the value targets and the value function then
 see differential rewards, so a long episode's return no longer grows with its length, and RLlib's
 artificial bootstrap step (``loss_mask`` false) keeps its reward of 0. ``rho`` is part of the
 learner's state (:class:`DeepSharePPOLearner`), so it survives a checkpoint and its restore.
@@ -53,6 +54,11 @@ LEARNER_KEY = "deepshare_advantages"
 MATCHED_KEY = "baseline_matched"
 """The learner result's key (per module) of :attr:`DeepShareAdvantages.matched`, each batch's; the
 ``baseline_matched`` column of ``metrics.csv``."""
+
+
+RATE_KEY = "reward_rate"
+"""The learner result's key (per module) of :attr:`DeepShareAdvantages.rho` after each batch; the
+``reward_rate`` column of ``metrics.csv``."""
 
 
 ELAPSED_KEY = "elapsed_s"
@@ -165,6 +171,14 @@ class DeepShareAdvantages(ConnectorV2):
     def set_state(self, state: dict[str, Any]) -> None:
         self.rho = state.get("rho")
 
+    def restart_rate(self) -> None:
+        """Forget ``rho``: the next batch sets it afresh. For when the episodes change what a
+        second or a decision is worth (the curriculum's next length: a 1-round episode's reward per
+        second is many times a 4-round one's, whose idle gaps between rounds pay nothing). Moving by
+        ``rate`` per iteration, a stale ``rho`` took tens of iterations to follow, and meanwhile
+        charged every step's elapsed time at the old rate: a bias larger than the returns."""
+        self.rho = None
+
     def advantages(self, values: np.ndarray, rewards: np.ndarray, terminateds: np.ndarray, truncateds: np.ndarray,
                    real: np.ndarray, keys: list | None, elapsed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(unstandardised advantages, value targets) of one module's rows; updates ``rho``.
@@ -216,6 +230,8 @@ class DeepShareAdvantages(ConnectorV2):
             done.append(module_id)
             if metrics is not None and self.group_mix is not None and self.matched is not None:
                 metrics.log_value((module_id, MATCHED_KEY), float(self.matched), window=1)
+            if metrics is not None and self.rho is not None:
+                metrics.log_value((module_id, RATE_KEY), float(self.rho), window=1)
         if self._to_tensor is None:
             self._to_tensor = NumpyToTensor(as_learner_connector=True, device=device)
         tensors = self._to_tensor(
@@ -251,6 +267,14 @@ class DeepSharePPOLearner(PPOTorchLearner):
         piece = self._advantages_piece()
         if piece is not None and LEARNER_KEY in state:
             piece.set_state(state[LEARNER_KEY])
+
+    def restart_reward_rate(self) -> bool:
+        """:meth:`DeepShareAdvantages.restart_rate` on this learner's piece; whether it has one."""
+        piece = self._advantages_piece()
+        if piece is None:
+            return False
+        piece.restart_rate()
+        return True
 
     def build(self) -> None:
         super().build()

@@ -11,6 +11,12 @@ before it samples (:meth:`CurriculumStep.recreated`, an ``on_env_runners_recreat
 and a run resumed from a checkpoint sets it on all of them before its first iteration
 (:func:`resume_stage`, called by ``deepshare.rl.train.train``); otherwise both would sample their
 first iteration at ``lengths[0]``.
+
+A new length also restarts the learner's average reward rate (``ppo_extras.average_reward``,
+:meth:`~deepshare.rl.advantages.DeepShareAdvantages.restart_rate`): the reward per simulated second
+of a capped episode is not the full episode's (idle time between its parts pays nothing), and a
+rate carried over from the last stage biased every step's differential reward for tens of
+iterations.
 """
 
 from __future__ import annotations
@@ -44,10 +50,16 @@ class CurriculumStart:
             sub.set_max_jobs(self.first)
 
 
+def _restart_rate(learner: Any) -> bool:
+    restart = getattr(learner, "restart_reward_rate", None)
+    return bool(restart()) if restart is not None else False
+
+
 class CurriculumStep:
     """``on_train_result``: every env runner's envs get the cap of the coming iteration
     (``algorithm.iteration`` counts the iterations completed); the result records it as
-    ``curriculum_max_jobs``. :meth:`recreated` is its ``on_env_runners_recreated`` twin."""
+    ``curriculum_max_jobs``. When the cap differs from the completed iteration's, every learner's
+    average reward rate restarts. :meth:`recreated` is its ``on_env_runners_recreated`` twin."""
 
     def __init__(self, lengths: Sequence[int], iterations_per_stage: int) -> None:
         self.lengths, self.iterations_per_stage = list(lengths), iterations_per_stage
@@ -59,6 +71,10 @@ class CurriculumStep:
     def __call__(self, *, algorithm: Any, result: dict[str, Any] | None = None, **kwargs: Any) -> None:
         cap = self.cap(algorithm)
         algorithm.env_runner_group.foreach_env_runner(partial(_set_cap, cap), local_env_runner=True)
+        completed = int(algorithm.iteration)
+        learners = getattr(algorithm, "learner_group", None)
+        if completed > 0 and learners is not None and cap != cap_for(self.lengths, self.iterations_per_stage, completed - 1):
+            learners.foreach_learner(_restart_rate)
         if result is not None:
             result["curriculum_max_jobs"] = cap
 

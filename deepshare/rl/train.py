@@ -47,11 +47,12 @@ OnExport = Callable[[int, Path, "dict[str, float] | None"], None]
 """Called with (iteration, policy.pt, that iteration's metrics row or None) after each export."""
 METRIC_COLUMNS = (
     "iteration", "env_steps_lifetime", "episode_return_mean", "episode_len_mean", "episodes",
-    "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s", "baseline_matched",
+    "policy_loss", "vf_loss", "entropy", "sample_s", "learn_s", "wall_s", "baseline_matched", "reward_rate",
 )
 """``baseline_matched``: with ``ppo_extras.input_baseline``, the share of the batch's steps whose
-baseline had another episode of their sequence (``nan`` without it, as a column an iteration has
-no value for is)."""
+baseline had another episode of their sequence. ``reward_rate``: with ``ppo_extras.average_reward``,
+the running reward rate (per simulated second, or per decision) the batch's differential rewards
+used. Each is ``nan`` without its option, as a column an iteration has no value for is."""
 
 
 class ModelSettings(BaseModel):
@@ -411,6 +412,7 @@ def metrics_row(result: dict[str, Any], wall: float) -> dict[str, float]:
         "learn_s": timers.get("learner_update_timer", float("nan")),
         "wall_s": wall,
         "baseline_matched": learner.get("baseline_matched", float("nan")),
+        "reward_rate": learner.get("reward_rate", float("nan")),
     }
 
 

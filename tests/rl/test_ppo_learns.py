@@ -275,6 +275,39 @@ def test_the_curriculum_caps_episodes_and_grows_at_the_stage_boundaries():
     assert envs[0].reset(seed=1)[1]["jobs"] == 12
 
 
+def test_a_new_stage_restarts_the_learners_reward_rate_and_only_then():
+    """lengths [3, 6, 12], 2 iterations each: the caps after iterations 1..6 are 3, 6, 6, 12, 12,
+    12, so the learners' rate restarts after iterations 2 and 4 (a stale rate charged every
+    elapsed second of the longer episodes at the shorter ones' rate), and never within a stage."""
+    from deepshare.rl.advantages import DeepSharePPOLearner
+
+    piece = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.05)
+    learner = SimpleNamespace(restart_reward_rate=lambda: DeepSharePPOLearner.restart_reward_rate(learner),
+                              _advantages_piece=lambda: piece)
+    restarted = []
+
+    def foreach_learner(func):
+        piece.rho = -1.0
+        restarted.append(func(learner))
+        return [piece.rho]
+
+    group = SimpleNamespace(foreach_env_runner=lambda func, local_env_runner: [])
+    algorithm = SimpleNamespace(iteration=0, env_runner_group=group, learner_group=SimpleNamespace(foreach_learner=foreach_learner))
+    step, when = CurriculumStep([3, 6, 12], 2), []
+    for completed in range(1, 7):
+        algorithm.iteration = completed
+        piece.rho = -0.5
+        step(algorithm=algorithm, result={})
+        if piece.rho is None:
+            when.append(completed)
+    assert when == [2, 4] and restarted == [True, True]
+    plain = SimpleNamespace(_advantages_piece=lambda: None)  # a learner without average reward
+    assert DeepSharePPOLearner.restart_reward_rate(plain) is False
+    piece.rho = 3.0
+    piece.restart_rate()
+    assert piece.rho is None and piece.get_state() == {"rho": None}
+
+
 def test_an_env_runner_restarted_mid_run_gets_the_current_stage_before_it_samples():
     """RLlib creates a restarted env runner's envs anew (CurriculumStart: the first stage's cap) and
     fires ``on_env_runners_recreated`` before the next training step: the run's stage, not 3."""
@@ -411,13 +444,17 @@ def test_a_tiny_run_with_every_option_trains_and_writes_its_policy(tmp_path, ray
     config = load_train_config(path)
     algo = build_algorithm_config(config, config.env_config(path.parent), 0, 2).build_algo()
     try:
-        caps = []
+        learner = algo.learner_group._learner
+        pieces = [p for p in learner._learner_connector.connectors if isinstance(p, Piece)]
+        caps, rates = [], []
         for _ in range(2):
             result = algo.train()
             caps.append(result["curriculum_max_jobs"])
-            assert metrics_row(result, 0.0)["baseline_matched"] > 0.5  # the share reaches metrics.csv
-        learner = algo.learner_group._learner
-        pieces = [p for p in learner._learner_connector.connectors if isinstance(p, Piece)]
+            rates.append(pieces[0].rho)
+            row = metrics_row(result, 0.0)
+            assert row["baseline_matched"] > 0.5  # the share reaches metrics.csv
+            assert row["reward_rate"] < 0  # ...and the rate the batch used (the jct reward is negative)
+        assert rates[0] is None  # 4 jobs -> 8 after iteration 1: the rate restarted; iteration 2 set it again
         assert len(pieces) == 1 and pieces[0].rho is not None and pieces[0].group_mix == 1.0
         assert pieces[0].matched > 0.5  # most steps had the group partner's episode in the batch
         assert not any(type(p).__name__ == "GeneralAdvantageEstimation" for p in learner._learner_connector.connectors)

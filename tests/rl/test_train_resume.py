@@ -106,8 +106,8 @@ def test_trim_metrics_keeps_the_header_and_rows_up_to_the_checkpoint(tmp_path):
     assert training.trim_metrics(file, 2) == 0 and training.trim_metrics(tmp_path / "none.csv", 2) == 0
 
 
-OLD_COLUMNS = [c for c in training.METRIC_COLUMNS if c != "baseline_matched"]
-"""metrics.csv's header before the column ``baseline_matched`` was added."""
+OLD_COLUMNS = [c for c in training.METRIC_COLUMNS if c not in ("baseline_matched", "reward_rate")]
+"""metrics.csv's header before the columns ``baseline_matched`` and ``reward_rate`` were added."""
 
 
 def test_resuming_a_run_an_earlier_deepshare_wrote_gives_its_metrics_the_new_columns(tmp_path, no_ray):
@@ -129,6 +129,7 @@ def test_resuming_a_run_an_earlier_deepshare_wrote_gives_its_metrics_the_new_col
     assert [int(r["iteration"]) for r in by_name] == list(range(1, 11))
     assert [r["baseline_matched"] for r in by_name[:5]] == [""] * 5  # the earlier run's rows: empty there
     assert all(r["baseline_matched"] == "nan" for r in by_name[5:])  # this fake run has no group baseline
+    assert [r["reward_rate"] for r in by_name[:5]] == [""] * 5 and all(r["reward_rate"] == "nan" for r in by_name[5:])
 
 
 def test_a_metrics_file_with_columns_train_does_not_write_is_refused_and_left_alone(tmp_path):
