@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import IO
 
@@ -62,7 +63,7 @@ class StateLock:
             fh.close()
             raise DeepShareError(f"--state {self.path.parent}: cannot open the state folder ({exc.strerror or exc})") from None
         try:
-            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_folder(folder)
         except OSError as exc:
             os.close(folder)
             fh.close()
@@ -84,6 +85,27 @@ class StateLock:
             self._fh.close()
             self._fh = None
             os.close(self._folder)  # drops the folder's lock
+
+
+FOLDER_PATIENCE_S = 0.5
+"""How long :meth:`StateLock.acquire` keeps trying the folder's lock while it is held: every
+client command with ``--state`` takes it shared for a moment (:func:`scheduler_running`), and a
+start that met one of those failed at once, saying another scheduler ran. A scheduler holds it
+for as long as it runs, so half a second more tells the two apart."""
+
+
+def _lock_folder(folder: int) -> None:
+    """Take the folder's exclusive lock, retrying while it is held for :data:`FOLDER_PATIENCE_S`;
+    the last ``OSError`` when it stays held or cannot be taken."""
+    deadline = time.monotonic() + FOLDER_PATIENCE_S
+    while True:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if not _held(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.01)
 
 
 def _held(exc: OSError) -> bool:

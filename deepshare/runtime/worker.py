@@ -129,6 +129,11 @@ class JobWorker:
         self.rank = rank
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.control / "rank.log"
+        self.stop_asked = False
+        """Whether :meth:`request_stop` was called: what :meth:`poll` reports as ``stop_requested``.
+        Not the ``stop`` file: the rank can write its control folder, and a rank that created the
+        file itself and crashed was read as stopped on request, requeued as preempted without
+        counting as a failed attempt, every time it crashed."""
         self.log_start = 0
         """Where this attempt's output starts in the log (earlier attempts' output precedes it)."""
         self.log_folders = 0
@@ -206,6 +211,7 @@ class JobWorker:
 
     def request_stop(self) -> None:
         """Ask the rank to checkpoint and exit (``deepshare.job.should_stop()`` turns True)."""
+        self.stop_asked = True
         (self.control / "stop").touch()
 
     def _report(self) -> Report | None:
@@ -252,7 +258,7 @@ class JobWorker:
         running = self.proc is not None and code is None
         return WorkerStatus(
             rank=self.rank, started=self.proc is not None, running=running, exit_code=code,
-            stop_requested=(self.control / "stop").exists(), report=self._report(),
+            stop_requested=self.stop_asked, report=self._report(),
             log_tail="" if running else self._tail(),
         )
 

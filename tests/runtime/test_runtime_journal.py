@@ -178,6 +178,31 @@ def test_one_scheduler_per_state_folder(tmp_path):
     StateLock(tmp_path / "s").acquire().release()  # free again once released (or its holder died)
 
 
+def test_a_client_probing_the_folder_does_not_keep_a_scheduler_from_starting(tmp_path):
+    """Every client command with --state takes the folder's lock shared for a moment
+    (scheduler_running); a start meeting one waits it out instead of saying another scheduler
+    runs. A lock that stays held (a scheduler whose scheduler.lock was removed) still refuses."""
+    import fcntl
+    import os
+    import threading
+
+    from deepshare.core.errors import DeepShareError
+    from deepshare.runtime.statelock import StateLock
+
+    state = tmp_path / "s"
+    StateLock(state).acquire().release()
+    probe = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_SH)  # a client's probe, held while the start tries
+        threading.Timer(0.1, fcntl.flock, (probe, fcntl.LOCK_UN)).start()
+        StateLock(state).acquire().release()
+        fcntl.flock(probe, fcntl.LOCK_SH)  # held throughout: as a running scheduler's lock is
+        with pytest.raises(DeepShareError, match=r"another scheduler is using this state folder \(its scheduler.lock was removed"):
+            StateLock(state).acquire()
+    finally:
+        os.close(probe)
+
+
 def _hold_write_lock(journal: Journal) -> sqlite3.Connection:
     """Another process's connection holding the journal's write lock (an operator's sqlite3
     shell); the journal waits 50 ms for it, not SQLite's 5 s."""

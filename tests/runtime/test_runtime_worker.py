@@ -86,3 +86,20 @@ def test_failed_rank_tail_is_its_own_attempt(tmp_path):
     assert status.exit_code == 3 and "boom" in status.log_tail and "attempt one" not in status.log_tail
     first.terminate()
     second.terminate()
+
+
+def test_a_rank_that_writes_its_own_stop_file_and_crashes_has_failed_not_stopped(tmp_path):
+    """The rank can write its control folder: only the scheduler's request_stop counts as a
+    stop, or a crash-looping job would be requeued as preempted forever instead of failing."""
+    rogue = JobWorker("j-1", 1, 0)
+    rogue.start(launch(tmp_path, ("sh", "-c", 'touch "$DEEPSHARE_CONTROL_DIR/stop"; exit 3')))
+    wait_exit(rogue)
+    status = rogue.poll()
+    assert (rogue.control / "stop").exists() and status.exit_code == 3 and not status.stop_requested
+    rogue.terminate()
+    asked = JobWorker("j-1", 2, 0)
+    asked.start(launch(tmp_path, (sys.executable, "-c", "import time; time.sleep(30)"), attempt=2))
+    assert not asked.poll().stop_requested
+    asked.request_stop()
+    assert asked.poll().stop_requested
+    asked.terminate()
