@@ -58,7 +58,7 @@ MATCHED_KEY = "baseline_matched"
 
 RATE_KEY = "reward_rate"
 """The learner result's key (per module) of :attr:`DeepShareAdvantages.rho` after each batch; the
-``reward_rate`` column of ``metrics.csv``."""
+``reward_rate`` column of ``metrics.csv`` (with several learners, RLlib's mean of theirs)."""
 
 
 ELAPSED_KEY = "elapsed_s"
@@ -269,9 +269,10 @@ class DeepSharePPOLearner(PPOTorchLearner):
             piece.set_state(state[LEARNER_KEY])
 
     def restart_reward_rate(self) -> bool:
-        """:meth:`DeepShareAdvantages.restart_rate` on this learner's piece; whether it has one."""
+        """:meth:`DeepShareAdvantages.restart_rate` on this learner's piece; whether it keeps a
+        reward rate (``average_reward`` set) to restart."""
         piece = self._advantages_piece()
-        if piece is None:
+        if piece is None or piece.average_reward_rate is None:
             return False
         piece.restart_rate()
         return True

@@ -74,7 +74,9 @@ class CurriculumStep:
         completed = int(algorithm.iteration)
         learners = getattr(algorithm, "learner_group", None)
         if completed > 0 and learners is not None and cap != cap_for(self.lengths, self.iterations_per_stage, completed - 1):
-            learners.foreach_learner(_restart_rate)
+            for answer in learners.foreach_learner(_restart_rate):  # remote learners' errors come back as results
+                if not answer.ok:
+                    raise answer.get()
         if result is not None:
             result["curriculum_max_jobs"] = cap
 
@@ -91,7 +93,10 @@ class CurriculumStep:
 def resume_stage(algorithm: Any) -> int | None:
     """After ``Algorithm.from_checkpoint``: every env runner's envs get the cap of the iteration
     the restored run is at (its env runners were just created at the first stage's); the
-    curriculum is the checkpoint's own. The cap set, or None for a run without a curriculum."""
+    curriculum is the checkpoint's own. At a stage boundary the learners' reward rate restarts
+    too, as it did when the checkpoint was saved (a checkpoint of a deepshare before the restart
+    existed kept the old stage's rate there); mid-stage the restored rate is kept. The cap set, or
+    None for a run without a curriculum."""
     for hook in hooks_of(algorithm.config.callbacks_on_train_result):
         if isinstance(hook, CurriculumStep):
             hook(algorithm=algorithm)

@@ -52,7 +52,7 @@ METRIC_COLUMNS = (
 """``baseline_matched``: with ``ppo_extras.input_baseline``, the share of the batch's steps whose
 baseline had another episode of their sequence. ``reward_rate``: with ``ppo_extras.average_reward``,
 the running reward rate (per simulated second, or per decision) the batch's differential rewards
-used. Each is ``nan`` without its option, as a column an iteration has no value for is."""
+used (with several learners, the mean of theirs). Each is ``nan`` without its option, as a column an iteration has no value for is."""
 
 
 class ModelSettings(BaseModel):

@@ -287,9 +287,8 @@ def test_a_new_stage_restarts_the_learners_reward_rate_and_only_then():
     restarted = []
 
     def foreach_learner(func):
-        piece.rho = -1.0
         restarted.append(func(learner))
-        return [piece.rho]
+        return [SimpleNamespace(ok=True, get=lambda: restarted[-1])]
 
     group = SimpleNamespace(foreach_env_runner=lambda func, local_env_runner: [])
     algorithm = SimpleNamespace(iteration=0, env_runner_group=group, learner_group=SimpleNamespace(foreach_learner=foreach_learner))
@@ -301,11 +300,45 @@ def test_a_new_stage_restarts_the_learners_reward_rate_and_only_then():
         if piece.rho is None:
             when.append(completed)
     assert when == [2, 4] and restarted == [True, True]
-    plain = SimpleNamespace(_advantages_piece=lambda: None)  # a learner without average reward
+    plain = SimpleNamespace(_advantages_piece=lambda: None)  # PPO's own learner: no piece
     assert DeepSharePPOLearner.restart_reward_rate(plain) is False
+    baseline_only = DeepShareAdvantages(gamma=1.0, lambda_=1.0, group_mix=1.0)  # no rate to restart
+    assert DeepSharePPOLearner.restart_reward_rate(SimpleNamespace(_advantages_piece=lambda: baseline_only)) is False
     piece.rho = 3.0
     piece.restart_rate()
     assert piece.rho is None and piece.get_state() == {"rho": None}
+
+    def failing(func):  # a remote learner's error comes back as a result, not raised
+        return [SimpleNamespace(ok=False, get=lambda: RuntimeError("learner 1 died"))]
+
+    algorithm.learner_group, algorithm.iteration = SimpleNamespace(foreach_learner=failing), 2
+    with pytest.raises(RuntimeError, match="learner 1 died"):
+        step(algorithm=algorithm, result={})
+
+
+def test_a_run_resumed_at_a_stage_boundary_restarts_the_rate_and_mid_stage_keeps_it():
+    """resume_stage sets the cap of the restored iteration; at a boundary (iteration 2 of
+    lengths [3, 6], 2 per stage) the rate restarts as it did before the checkpoint was saved,
+    mid-stage (iteration 3) the restored rate is kept."""
+    from deepshare.rl.advantages import DeepSharePPOLearner
+    from deepshare.rl.curriculum import resume_stage
+
+    piece = DeepShareAdvantages(gamma=1.0, lambda_=1.0, average_reward_rate=0.05)
+    learner = SimpleNamespace(_advantages_piece=lambda: piece)
+    learner.restart_reward_rate = lambda: DeepSharePPOLearner.restart_reward_rate(learner)
+    group = SimpleNamespace(foreach_env_runner=lambda func, local_env_runner: [])
+    def foreach_learner(func):
+        answer = func(learner)
+        return [SimpleNamespace(ok=True, get=lambda: answer)]
+
+    learners = SimpleNamespace(foreach_learner=foreach_learner)
+    step = CurriculumStep([3, 6], 2)
+    for iteration, kept in ((2, False), (3, True)):
+        piece.set_state({"rho": -0.25})
+        algorithm = SimpleNamespace(iteration=iteration, env_runner_group=group, learner_group=learners,
+                                    config=SimpleNamespace(callbacks_on_train_result=step))
+        assert resume_stage(algorithm) == 6
+        assert (piece.rho == -0.25) is kept
 
 
 def test_an_env_runner_restarted_mid_run_gets_the_current_stage_before_it_samples():
