@@ -44,7 +44,10 @@ REMAINING_DOC = (
     f"{UNKNOWN_PRIOR_S:g} minus the time run without requested_s"
 )
 REQUESTED_DOC = "the job's estimate or time limit of its whole isolated run time, seconds (from its user or a predictor)"
-Feature = Field(None, min_length=1, max_length=256)
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
+"""A name without control characters (NUL, line breaks, tabs, escapes): names end up in logs,
+metrics labels and error messages, where such characters forge or break lines."""
+Feature = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS)
 LEVEL_DOC = (
     f"a fabric level's name: one of the request's levels, or {RACK_LEVEL!r} (the nodes' racks) when it gives none"
 )
@@ -58,10 +61,10 @@ SliceSize = Field(None, ge=1, le=MAX_JOB_GPUS, description=(
 SliceLevel = Field(None, min_length=1, max_length=256, description=(
     f"the level each slice of slice_size GPUs stays inside ({LEVEL_DOC}; with slice_size)"))
 
-QueueName = Field(None, min_length=1, max_length=256, description=(
+QueueName = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description=(
     "the tenant queue it counts against (with `deepshare serve --tenants`: a queue the tenants file declares; "
     "default: the file's default queue, or its user's / vc's queue under queue_from)"))
-PriorityName = Field(None, min_length=1, max_length=256, description=(
+PriorityName = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description=(
     "its priority class (with `deepshare serve --tenants`: one the tenants file declares; default: the file's "
     "default_priority)"))
 
@@ -72,9 +75,6 @@ MAX_LEVELS = 16
 HeldGpus = Annotated[int, Field(gt=0, le=MAX_GPUS_PER_NODE)]
 """GPUs a running job holds on one node: 1 to a node's most (a larger number cannot be held, and a
 huge one summed per node made the consistency check's message fail with a 500)."""
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
-"""A name without control characters (NUL, line breaks, tabs, escapes): names end up in logs,
-metrics labels and error messages, where such characters forge or break lines."""
 RackName = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS)]
 """A node's rack: 1-256 characters, no control characters. Without levels it is the name of its
 domain at the one level (a cluster spec takes any such name, ``dc1/r0`` included: one level's
@@ -82,9 +82,10 @@ names are never joined into a path); with levels a label, which may be a path ("
 a view's multi-level rack is)."""
 """Fabric levels a request may describe (as many as a cluster spec's)."""
 
-JobId = Field(min_length=1, max_length=256, description="unique across running and pending")
+JobId = Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS,
+              description="unique across running and pending; no control characters")
 ModelName = Field(
-    min_length=1, max_length=128,
+    min_length=1, max_length=128, pattern=NO_CONTROL_CHARACTERS,
     description="model name as the workload catalog knows it (e.g. ResNet50, FSDP); unknown names "
     "map to a family proxy",
 )
@@ -139,7 +140,7 @@ class NodeIn(_Body):
         description="level name -> the name of its domain there (1-256 characters, no '/'): one for each of the "
         "request's levels, and only with levels",
     )
-    gpu_model: str = Field("unknown", max_length=128)
+    gpu_model: str = Field("unknown", max_length=128, pattern=r"^[^\x00-\x1f]*$", description="no control characters")
     pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
     intra_node_gbps: LinkGbps = TESTBED_NODE_TYPE.intra_node_gbps
     nvlink_gbps: OptionalLinkGbps = TESTBED_NODE_TYPE.nvlink_gbps
@@ -160,8 +161,8 @@ class RunningIn(_Body):
     preemptions: int = Field(0, ge=0, le=1_000_000)
     running_for_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="seconds since this run started")
     user: str | None = Feature
-    group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
-    vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
+    group: str | None = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description="a recurring job's tag (same script, parameters, data)")
+    vc: str | None = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description="virtual cluster or team")
     required_level: str | None = RequiredLevel
     preferred_level: str | None = PreferredLevel
     slice_size: int | None = SliceSize
@@ -184,8 +185,8 @@ class PendingIn(_Body):
     )
     last_run_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="length of its last run, if it was preempted")
     user: str | None = Feature
-    group: str | None = Field(None, min_length=1, max_length=256, description="a recurring job's tag (same script, parameters, data)")
-    vc: str | None = Field(None, min_length=1, max_length=256, description="virtual cluster or team")
+    group: str | None = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description="a recurring job's tag (same script, parameters, data)")
+    vc: str | None = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS, description="virtual cluster or team")
     required_level: str | None = RequiredLevel
     preferred_level: str | None = PreferredLevel
     slice_size: int | None = SliceSize
@@ -197,8 +198,8 @@ class PendingIn(_Body):
 class FinishedIn(_Body):
     """A job that finished: what history-based policies (gittins, qssf) learn job lengths from."""
 
-    job_id: str | None = Field(None, min_length=1, max_length=256)
-    model: str | None = Field(None, min_length=1, max_length=128)
+    job_id: str | None = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS)
+    model: str | None = Field(None, min_length=1, max_length=128, pattern=NO_CONTROL_CHARACTERS)
     gpus: int = Field(gt=0, le=MAX_JOB_GPUS)
     run_s: float = Field(gt=0, le=MAX_DURATION_S, description="seconds it held its GPUs over all its runs")
     finished_at: float = Field(0.0, ge=0, le=MAX_TIMESTAMP_S, description="at most now")

@@ -4,8 +4,8 @@ Two reasons, Kueue's ``reclaimWithinCohort`` and ``withinClusterQueue``:
 
 * **reclaim** — a job its queue's *nominal* quota covers is held (by quota, or because the GPUs
   are taken) while other queues of its cohort borrow: jobs of the borrowing queues are stopped,
-  each only while its queue still borrows, so borrowed GPUs go back to their owner and nobody
-  is pushed below what it was lent;
+  each only while its queue still borrows, so borrowed GPUs go back to their owner (a job is
+  stopped whole, so the last stop may take its queue below its nominal quota, as in Kueue);
 * **priority** — a job its queue's limits hold back while the same queue runs jobs of a lower
   priority class: those are stopped.
 

@@ -83,3 +83,32 @@ def test_with_levels_a_rack_label_may_be_a_path_and_a_view_round_trips():
     view = request_to_view(PlacementRequest.model_validate(request), default_catalog(), make_contention("profiled"))
     assert view.topology.nodes[0].rack == "p0/r0"  # a multi-level rack is a path, and the client sends it back
     assert view_to_request(view).nodes[0].rack == "p0/r0"
+
+
+@pytest.mark.parametrize("where, field", [
+    (("pending", 0), "job_id"), (("pending", 0), "model"), (("pending", 0), "queue"), (("pending", 0), "priority"),
+    (("pending", 0), "user"), (("pending", 0), "group"), (("pending", 0), "vc"),
+    (("running", 0), "job_id"), (("running", 0), "model"), (("running", 0), "queue"), (("running", 0), "user"),
+    (("nodes", 1), "gpu_model"), (("history", 0), "job_id"), (("history", 0), "model"), (("history", 0), "vc"),
+])
+@pytest.mark.parametrize("bad", ["a\x00b", "a\nb", "\x1b[31ma"])
+def test_job_and_tenant_names_with_control_characters_are_a_422_naming_the_field(where, field, bad):
+    """Job ids, models, queues, priorities, users, groups, virtual clusters and GPU models go
+    into logs, metrics labels and error messages as node names do: a NUL or a line break in one
+    was accepted (200) while a node name's was refused."""
+    request = small_request()
+    request["history"] = [{"job_id": "h0", "model": "FSDP", "gpus": 1, "run_s": 60.0}]
+    part, index = where
+    request[part][index][field] = bad
+    status, answer = post(api().app, request)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", part, index, field]]
+    assert "pattern" in answer["detail"][0]["msg"]
+
+
+def test_names_without_control_characters_still_pass_unicode_and_all():
+    request = small_request()
+    request["pending"][0].update(job_id="job/ü 1", user="ü-team", vc="vc #1")
+    request["nodes"][1]["gpu_model"] = ""
+    status, _ = post(api().app, request)
+    assert status == 200
