@@ -70,6 +70,13 @@ class ClusterUnavailable(DeepShareError):
     """The cluster's size could not be read now (Ray did not answer): a 503, not the caller's fault."""
 
 
+NAME_FIELDS = ("model", "user", "group", "vc", "queue", "priority")
+"""A spec's names that reach logs, metrics labels and the placement service's requests (which
+refuses control characters in them). A journal written before the check may still hold such a
+name: it loads as it was (the schema does not refuse them), and with ``--placement-url`` that job
+is isolated at its first decision."""
+
+
 def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
                      fabric_levels: Sequence[str] | None = None) -> None:
     """Server-side checks beyond the schema: absolute paths outside the system folders
@@ -78,7 +85,14 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
     fit. A level it lacks, or a checkpoint folder like ``/dev/zero``, is refused here: the job
     could never run, and accepted it only failed at its first decision or its first run.
     ``cluster_gpus`` asks Ray (it blocks: call this off the event loop); any error from it is
-    :class:`ClusterUnavailable` with one line."""
+    :class:`ClusterUnavailable` with one line. Names the placement service refuses control
+    characters in (:data:`NAME_FIELDS`) are refused here too: with ``--placement-url`` the
+    scheduler sends them there, and such a job would fail at its first decision instead."""
+    for field in NAME_FIELDS:
+        value = getattr(spec, field)
+        if isinstance(value, str) and any(ord(ch) < 0x20 for ch in value):
+            raise DeepShareError(f"{field}: control characters (line breaks, tabs, escapes) are not allowed, got "
+                                 f"{value[:64]!r}")
     if fabric_levels is not None:
         found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, fabric_levels,
                                "this scheduler's")
