@@ -19,11 +19,18 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound="BaseModel")
 
 
+def _loc_part(part: object) -> str:
+    """A field path's part as written, or quoted (``repr``) when it holds a control character: a
+    mapping key with a line break would otherwise break the one-line error."""
+    text = str(part)
+    return repr(text) if any(ord(ch) < 0x20 or ch == "\x7f" for ch in text) else text
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """One clause per problem: ``field.path: message``."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        loc = ".".join(_loc_part(x) for x in err["loc"]) or "<root>"
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
 

@@ -73,8 +73,8 @@ class ClusterUnavailable(DeepShareError):
 NAME_FIELDS = ("model", "user", "group", "vc", "queue", "priority")
 """A spec's names that reach logs, metrics labels and the placement service's requests (which
 refuses control characters in them). A journal written before the check may still hold such a
-name: it loads as it was (the schema does not refuse them), and with ``--placement-url`` that job
-is isolated at its first decision."""
+name: it loads as it was (the schema does not refuse them), and with ``--placement-url`` the
+request carries it escaped (:func:`deepshare.serving.translate.printable`)."""
 
 
 def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
@@ -87,7 +87,7 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
     ``cluster_gpus`` asks Ray (it blocks: call this off the event loop); any error from it is
     :class:`ClusterUnavailable` with one line. Names the placement service refuses control
     characters in (:data:`NAME_FIELDS`) are refused here too: with ``--placement-url`` the
-    scheduler sends them there, and such a job would fail at its first decision instead."""
+    scheduler sends them there."""
     for field in NAME_FIELDS:
         value = getattr(spec, field)
         if isinstance(value, str) and any(ord(ch) < 0x20 for ch in value):

@@ -427,8 +427,21 @@ def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
 
 
 # -- client side -------------------------------------------------------------------------------
+def printable(name: str | None) -> str | None:
+    """``name`` with each control character written as ``\\xNN`` (the service refuses them in
+    names: :data:`~deepshare.serving.schemas.NO_CONTROL_CHARACTERS`). Equal names stay equal, so
+    what a policy groups by them is kept (backslashes are left as they are: a queue's name must
+    still match the tenants file's); a live journal written before the scheduler refused
+    them at submission may hold such names, and one of them refused every decision."""
+    if name is None or not any(ord(ch) < 0x20 for ch in name):
+        return name
+    return "".join(ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name)
+
+
 def view_to_request(view: ClusterView) -> PlacementRequest:
-    """The request that makes the service see ``view`` (ratios are recomputed server-side)."""
+    """The request that makes the service see ``view`` (ratios are recomputed server-side). Job
+    and tenant names go through :func:`printable`; job ids do not (decisions come back by id, and
+    the live scheduler makes its own)."""
     names = [node.name for node in view.topology.nodes]
     levels = view.topology.levels
     level_names = [level.name for level in levels]
@@ -437,7 +450,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         nodes=[
             NodeIn(
                 name=n.name, gpus=n.gpus, free_gpus=view.free[n.index], fabric=n.fabric, rack=n.rack,
-                gpu_model=n.gpu_model, pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
+                gpu_model=printable(n.gpu_model), pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
                 nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
                 domains=dict(zip(level_names, n.domains)) if levels else None,
             )
@@ -451,20 +464,20 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         rack_uplink_gbps=0.0 if levels else float(view.topology.rack_uplink_gbps),
         running=[
             RunningIn(
-                job_id=j.job_id, model=j.model, placement=_by_name(j.placement, names), submitted_at=j.submit_time,
-                remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
-                preemptions=j.preemptions, running_for_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
-                queue=j.queue, priority=j.priority, **_topology_fields(j),
+                job_id=j.job_id, model=printable(j.model), placement=_by_name(j.placement, names),
+                submitted_at=j.submit_time, remaining_s=j.remaining_s, requested_s=j.estimate_s,
+                attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions, running_for_s=j.last_run_s,
+                **_names(j), **_topology_fields(j),
             )
             for j in view.running
             if j.placement is not None
         ],
         pending=[
             PendingIn(
-                job_id=j.job_id, model=j.model, gpus=j.gpus, submitted_at=j.submit_time, remaining_s=j.remaining_s,
-                requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions,
-                queued_since=j.queued_since, last_run_s=j.last_run_s, user=j.user, group=j.group, vc=j.vc,
-                queue=j.queue, priority=j.priority, **_topology_fields(j),
+                job_id=j.job_id, model=printable(j.model), gpus=j.gpus, submitted_at=j.submit_time,
+                remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
+                preemptions=j.preemptions, queued_since=j.queued_since, last_run_s=j.last_run_s,
+                **_names(j), **_topology_fields(j),
             )
             for j in view.queued
         ],
@@ -473,11 +486,17 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         restore_s=view.restore_s,
         move_s=view.move_s,
         history=[  # past jobs given up front (--history) may finish after the run's clock; the time weighs in no policy
-            FinishedIn(job_id=j.job_id, model=j.model, gpus=j.gpus, run_s=j.run_s, finished_at=min(j.finish_s, view.now),
-                       user=j.user, group=j.group, vc=j.vc, requested_s=j.estimate_s)
+            FinishedIn(job_id=printable(j.job_id), model=printable(j.model), gpus=j.gpus, run_s=j.run_s,
+                       finished_at=min(j.finish_s, view.now), user=printable(j.user), group=printable(j.group),
+                       vc=printable(j.vc), requested_s=j.estimate_s)
             for j in list(view.history)[-MAX_HISTORY:]
         ],
     )
+
+
+def _names(job) -> dict[str, str | None]:  # type: ignore[no-untyped-def]
+    """A running or queued job's user, group, vc, queue and priority, :func:`printable`."""
+    return {field: printable(getattr(job, field)) for field in ("user", "group", "vc", "queue", "priority")}
 
 
 class UnexpectedAnswer(DeepShareError):

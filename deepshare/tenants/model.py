@@ -15,8 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from deepshare.core.bounds import MAX_JOB_GPUS
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253)]
-ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
+"""Queue, cohort and class names go into requests to the placement service, logs and metrics
+labels: no line breaks, tabs or escapes (the service refuses them in a job's queue and priority)."""
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
+ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
 """A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
 differ only by surrounding spaces (stripped here, they would be merged, the last one winning)."""
 Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]

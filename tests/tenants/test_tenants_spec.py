@@ -87,12 +87,18 @@ def test_priority_class_names_are_stripped_like_every_other_name():
     ("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {'  ': 0}",
      "t.yaml: priority_classes: a class name must not be blank, got '  '"),
     ("- a", "t.yaml: expected a mapping"),
+    # names reach the placement service's requests, which refuse control characters, logs and labels
+    ('queues: [{name: "team\\ta", nominal_gpus: 1}]', "t.yaml: queues.0.name: String should match pattern"),
+    ('queues: [{name: a, nominal_gpus: 1, cohort: "c\\tx"}]', "t.yaml: queues.0.cohort: String should match pattern"),
+    # a key with a line break is quoted in the path: the error stays one line
+    ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"hi\\n": 1}',
+     "t.yaml: priority_classes.'hi\\n'.[key]: String should match pattern"),
 ])
 def test_a_bad_file_names_the_field(text, message):
     with pytest.raises(DeepShareError) as info:
         parse_tenants(text, "t.yaml")
     assert str(info.value).startswith(message), str(info.value)
-    assert "Traceback" not in str(info.value)
+    assert "Traceback" not in str(info.value) and "\n" not in str(info.value)
 
 
 def test_jobs_no_queue_can_hold_are_refused_up_front():
