@@ -9,6 +9,8 @@ service can stand in for an in-process one. Node indices follow the request's no
 
 from __future__ import annotations
 
+import hashlib
+
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -427,15 +429,21 @@ def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
 
 
 # -- client side -------------------------------------------------------------------------------
-def printable(name: str | None) -> str | None:
+def printable(name: str | None, limit: int = 256) -> str | None:
     """``name`` with each control character written as ``\\xNN`` (the service refuses them in
     names: :data:`~deepshare.serving.schemas.NO_CONTROL_CHARACTERS`). Equal names stay equal, so
     what a policy groups by them is kept (backslashes are left as they are: a queue's name must
-    still match the tenants file's); a live journal written before the scheduler refused
+    still match the tenants file's); an escaped name longer than ``limit`` (the field's most) is
+    cut, and ends in ``~`` and a digest of the whole name; a live journal written before the scheduler refused
     them at submission may hold such names, and one of them refused every decision."""
     if name is None or not any(ord(ch) < 0x20 for ch in name):
         return name
-    return "".join(ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name)
+    escaped = "".join(ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name)
+    if len(escaped) <= limit:
+        return escaped
+    # longer than the service takes once escaped: cut, and keep names apart by a digest of the whole
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return escaped[:limit - len(digest) - 1] + "~" + digest
 
 
 def view_to_request(view: ClusterView) -> PlacementRequest:
@@ -450,7 +458,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         nodes=[
             NodeIn(
                 name=n.name, gpus=n.gpus, free_gpus=view.free[n.index], fabric=n.fabric, rack=n.rack,
-                gpu_model=printable(n.gpu_model), pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
+                gpu_model=printable(n.gpu_model, 128), pcie_switches=n.pcie_switches, intra_node_gbps=n.intra_node_gbps,
                 nvlink_gbps=n.nvlink_gbps, nic_gbps=n.nic_gbps,
                 domains=dict(zip(level_names, n.domains)) if levels else None,
             )
@@ -464,20 +472,20 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         rack_uplink_gbps=0.0 if levels else float(view.topology.rack_uplink_gbps),
         running=[
             RunningIn(
-                job_id=j.job_id, model=printable(j.model), placement=_by_name(j.placement, names),
+                job_id=j.job_id, model=printable(j.model, 128), placement=_by_name(j.placement, names),
                 submitted_at=j.submit_time, remaining_s=j.remaining_s, requested_s=j.estimate_s,
                 attained_gpu_s=j.attained_gpu_s, preemptions=j.preemptions, running_for_s=j.last_run_s,
-                **_names(j), **_topology_fields(j),
+                **_job_names(j), **_topology_fields(j),
             )
             for j in view.running
             if j.placement is not None
         ],
         pending=[
             PendingIn(
-                job_id=j.job_id, model=printable(j.model), gpus=j.gpus, submitted_at=j.submit_time,
+                job_id=j.job_id, model=printable(j.model, 128), gpus=j.gpus, submitted_at=j.submit_time,
                 remaining_s=j.remaining_s, requested_s=j.estimate_s, attained_gpu_s=j.attained_gpu_s,
                 preemptions=j.preemptions, queued_since=j.queued_since, last_run_s=j.last_run_s,
-                **_names(j), **_topology_fields(j),
+                **_job_names(j), **_topology_fields(j),
             )
             for j in view.queued
         ],
@@ -486,7 +494,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
         restore_s=view.restore_s,
         move_s=view.move_s,
         history=[  # past jobs given up front (--history) may finish after the run's clock; the time weighs in no policy
-            FinishedIn(job_id=printable(j.job_id), model=printable(j.model), gpus=j.gpus, run_s=j.run_s,
+            FinishedIn(job_id=printable(j.job_id), model=printable(j.model, 128), gpus=j.gpus, run_s=j.run_s,
                        finished_at=min(j.finish_s, view.now), user=printable(j.user), group=printable(j.group),
                        vc=printable(j.vc), requested_s=j.estimate_s)
             for j in list(view.history)[-MAX_HISTORY:]
@@ -494,7 +502,7 @@ def view_to_request(view: ClusterView) -> PlacementRequest:
     )
 
 
-def _names(job) -> dict[str, str | None]:  # type: ignore[no-untyped-def]
+def _job_names(job) -> dict[str, str | None]:  # type: ignore[no-untyped-def]
     """A running or queued job's user, group, vc, queue and priority, :func:`printable`."""
     return {field: printable(getattr(job, field)) for field in ("user", "group", "vc", "queue", "priority")}
 

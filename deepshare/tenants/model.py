@@ -19,9 +19,12 @@ NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
 """Queue, cohort and class names go into requests to the placement service, logs and metrics
 labels: no line breaks, tabs or escapes (the service refuses them in a job's queue and priority)."""
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
-ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
+ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253,
+                                            pattern=r"^[\t\n\v\f\r ]*[^\x00-\x1f]*[\t\n\v\f\r ]*$")]
 """A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
-differ only by surrounding spaces (stripped here, they would be merged, the last one winning)."""
+differ only by surrounding spaces (stripped here, they would be merged, the last one winning). No
+control character inside it; surrounding whitespace (a tab, a line break) goes with the strip, as
+a queue name's does."""
 Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
 
 

@@ -57,6 +57,11 @@ def test_a_weight_that_is_no_number_or_out_of_range_is_still_refused(written, me
         parse_tenants(f"queues: [{{name: a, nominal_gpus: 1, weight: {written}}}]", "t.yaml")
 
 
+def test_surrounding_tabs_and_line_breaks_are_stripped_from_class_keys_as_from_queue_names():
+    tenants = parse_tenants('queues: [{name: "a\\t", nominal_gpus: 1}]\npriority_classes: {"hi\\n": 1, "\\tlo": 0}\n')
+    assert list(tenants.queues) == ["a"] and dict(tenants.priority_classes) == {"hi": 1, "lo": 0}
+
+
 def test_priority_class_names_are_stripped_like_every_other_name():
     tenants = parse_tenants("queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {' high ': 100, low: 0}\n"
                             "default_priority: ' high'\n")
@@ -90,9 +95,9 @@ def test_priority_class_names_are_stripped_like_every_other_name():
     # names reach the placement service's requests, which refuse control characters, logs and labels
     ('queues: [{name: "team\\ta", nominal_gpus: 1}]', "t.yaml: queues.0.name: String should match pattern"),
     ('queues: [{name: a, nominal_gpus: 1, cohort: "c\\tx"}]', "t.yaml: queues.0.cohort: String should match pattern"),
-    # a key with a line break is quoted in the path: the error stays one line
-    ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"hi\\n": 1}',
-     "t.yaml: priority_classes.'hi\\n'.[key]: String should match pattern"),
+    # a key with a line break inside is quoted in the path: the error stays one line
+    ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\ni": 1}',
+     "t.yaml: priority_classes.'h\\ni'.[key]: String should match pattern"),
 ])
 def test_a_bad_file_names_the_field(text, message):
     with pytest.raises(DeepShareError) as info:
