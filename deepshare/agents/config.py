@@ -86,6 +86,10 @@ class AgentConfig:
     config so a monitor Ray restarts (``max_restarts=-1``) serves it again."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint binds (``0.0.0.0``: every interface, which exposes it)."""
+    metrics_allowed_hosts: tuple[str, ...] = ()
+    """Names besides the bound address, localhost, loopback IPs (and, bound elsewhere, any IP
+    literal and the node's host names) that a request's ``Host`` may give the metrics endpoint:
+    the name Prometheus scrapes it by. Any other ``Host`` gets a 403 (DNS rebinding)."""
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -113,6 +117,10 @@ class AgentConfig:
         if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
             raise ValueError(f"metrics_host must be an address to bind (an empty one binds every interface),"
                              f" got {self.metrics_host!r}")
+        allowed = self.metrics_allowed_hosts
+        if not isinstance(allowed, tuple) or not all(_host_name(name) for name in allowed):
+            raise ValueError("metrics_allowed_hosts must be a tuple of host names (no spaces, slashes or control"
+                             f" characters), got {allowed!r}")
 
     def _normalise(self) -> None:
         """Turn the numbers of other types (numpy's, ``Fraction``) into built-in ``int`` and
@@ -167,6 +175,12 @@ class AgentConfig:
 _FLOAT_FIELDS = ("interval_s", "report_interval_s", "stale_after_s", "reconcile_interval_s", "agent_num_cpus",
                  "stale_retention_s")
 _INT_FIELDS = ("buffer_size", "max_restarts", "metrics_port")
+
+
+def _host_name(value: object) -> bool:
+    """A name a ``Host`` header can give: 1-253 printable characters without spaces or ``/``."""
+    return (isinstance(value, str) and 0 < len(value) <= 253 and value.isprintable()
+            and not any(ch.isspace() or ch == "/" for ch in value))
 
 
 def _integer(value: object) -> bool:

@@ -38,7 +38,7 @@ def check_reachable(address: str) -> None:
     if address == "auto":
         return
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise DeepShareError(f"--address {address!r}: expected 'auto' or HOST:PORT of a Ray head node")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()

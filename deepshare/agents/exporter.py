@@ -31,7 +31,8 @@ told otherwise, is only ever called explicitly, and returns the address actually
         static_configs:
           - targets: ["HEAD_NODE:9479"]   # the node `deepshare agents start` ran on
 
-(start with ``--metrics-host 0.0.0.0`` for a Prometheus on another machine).
+(start with ``--metrics-host 0.0.0.0`` for a Prometheus on another machine). A request whose
+``Host`` header does not name the endpoint gets a 403 (:func:`host_checked`: DNS rebinding).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ import re
 import threading
 from typing import Any, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+import socket
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -130,8 +135,11 @@ class MetricsExporter:
         server = self._server
         return None if server is None else bound_address(server)
 
-    def start(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> tuple[str, int]:
+    def start(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1",
+              allowed_hosts: tuple[str, ...] = ()) -> tuple[str, int]:
         """Listen on ``host:port`` (``port=0``: any free port); returns the ``(host, port)`` bound.
+        Requests whose ``Host`` header names neither this endpoint nor one of ``allowed_hosts``
+        get a 403 (:func:`host_checked`).
 
         Already serving: the same host and port 0 or the port bound (or asked) returns the running
         address; another host or port raises ``ValueError`` naming it, rather than reporting an
@@ -144,7 +152,8 @@ class MetricsExporter:
                     raise ValueError(f"metrics are already served at {url_host(bound[0])}:{bound[1]}"
                                      f" (asked for {url_host(host)}:{port}); stop them first to move them")
                 return bound
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            app = host_checked(make_wsgi_app(self.registry), host, tuple(allowed_hosts))
+            self._server, self._thread = serve_wsgi(app, host, port)
             self._asked = (host, port)
             return bound_address(self._server)
 
@@ -156,6 +165,52 @@ class MetricsExporter:
                 self._server = None
                 self._thread = None
                 self._asked = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """No line on stderr per scrape (prometheus_client's own handler is as quiet)."""
+
+
+def host_checked(app: Callable, bound_host: str, allowed: tuple[str, ...] = ()) -> Callable:
+    """``app`` (WSGI) answering 403 unless the request's ``Host`` names this endpoint: what
+    :class:`~deepshare.infra.httpauth.AllowHosts` accepts (localhost and loopback IPs, the bound
+    address, ``allowed``; bound to a non-loopback address, any IP literal too), plus, when bound
+    to a non-loopback address, this machine's host names. A loopback endpoint answered any
+    ``Host``: a web page the user visits could read every node's names and loads through DNS
+    rebinding (a name of the page's that resolves to 127.0.0.1)."""
+    from deepshare.infra.httpauth import AllowHosts, is_loopback
+
+    names = tuple(allowed)
+    if not is_loopback(bound_host.strip("[]")):
+        names += tuple({socket.gethostname(), socket.getfqdn()} - {""})
+    check = AllowHosts(None, bound_host, names)  # type: ignore[arg-type]
+
+    def guarded(environ: dict, start_response: Callable) -> Any:
+        host = environ.get("HTTP_HOST")
+        if host is None or not check.allows(host):
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"forbidden: the Host header does not name this metrics endpoint "
+                    b"(deepshare agents start --metrics-allowed-host NAME)\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
+def serve_wsgi(app: Callable, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+    """A threading WSGI server for ``app`` on ``host:port`` (IPv6 when ``host`` is an IPv6
+    address), served by a daemon thread: what ``prometheus_client.start_http_server`` does,
+    around an app of our own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = family
+
+    server = make_server(host.strip("[]"), port, app, Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="deepshare-metrics", daemon=True)
+    thread.start()
+    return server, thread
 
 
 def bound_address(server: Any) -> tuple[str, int]:

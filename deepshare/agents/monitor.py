@@ -141,7 +141,7 @@ class ContentionMonitor:
         if cfg.metrics_port is None:
             return None
         try:
-            self._exporter.start(cfg.metrics_port, cfg.metrics_host)
+            self._exporter.start(cfg.metrics_port, cfg.metrics_host, cfg.metrics_allowed_hosts)
         except Exception as exc:  # noqa: BLE001 - OSError, gaierror: said by metrics_problem()
             problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             log.error("contention monitor: cannot serve metrics on %s:%s: %s", cfg.metrics_host, cfg.metrics_port, problem)
@@ -269,10 +269,12 @@ class ContentionMonitor:
         return self._config
 
     # -- metrics and shutdown ----------------------------------------------------------------
-    def start_metrics(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1") -> tuple[str, int]:
+    def start_metrics(self, port: int = DEFAULT_METRICS_PORT, host: str = "127.0.0.1",
+                      allowed_hosts: tuple[str, ...] = ()) -> tuple[str, int]:
         """Serve Prometheus metrics on ``host:port`` of this actor's node; returns the ``(host,
-        port)`` bound (``ValueError`` when already served elsewhere: see ``MetricsExporter.start``)."""
-        return self._exporter.start(port, host)
+        port)`` bound (``ValueError`` when already served elsewhere: see ``MetricsExporter.start``).
+        ``allowed_hosts``: as :attr:`AgentConfig.metrics_allowed_hosts`."""
+        return self._exporter.start(port, host, tuple(allowed_hosts))
 
     def metrics_port(self) -> int | None:
         return self._exporter.port

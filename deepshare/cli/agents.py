@@ -13,7 +13,7 @@ from typing import Any
 
 from deepshare.agents.config import MIN_INTERVAL_S, MONITOR_NAME, AgentConfig, default_report_interval, report_period
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
-from deepshare.cli.args import bind_host, number, port_number, print_line
+from deepshare.cli.args import bind_host, host_header_name, number, port_number, print_line
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
 
@@ -94,7 +94,8 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
             f" whole --interval {args.interval:g} samples), or nodes turn stale between reports"
         )
     config = AgentConfig(interval_s=args.interval, report_interval_s=args.report_interval, stale_after_s=args.stale_after,
-                         metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+                         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                         metrics_allowed_hosts=tuple(args.metrics_allowed_host or ()))
     warning = metrics_exposure_warning(args.metrics_host) if args.metrics_port is not None else None
     if warning:
         print_line(err, warning)
@@ -111,7 +112,7 @@ def cmd_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         print_line(err, f"deepshare: error: the contention monitor did not start ({type(exc).__name__}: {_cause(exc)})")
         return EXIT_RUNTIME
     verb = "started" if created else "already running (its settings kept)"
-    print_line(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(agents)}")
+    print_line(out, f"contention monitor {args.name!r} {verb}; agents on {len(agents)} node(s): {', '.join(one_line(str(a)) for a in agents)}")
     print_line(out, f"sampling every {running.interval_s:g} s, reporting every {running.report_period:g} s,"
                 f" stale after {running.stale_after:g} s")
     return _print_metrics(args, address, problem, running, err, out)
@@ -262,6 +263,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="P", help="serve Prometheus metrics on port P (0: any free port)")
     p.add_argument("--metrics-host", type=bind_host, default="127.0.0.1", metavar="HOST",
                    help="address the metrics endpoint binds (default 127.0.0.1)")
+    p.add_argument("--metrics-allowed-host", action="append", type=host_header_name, metavar="NAME",
+                   help="also accept this name in a scrape's Host header (repeatable; default: the bound address, "
+                        "localhost and loopback IPs; bound elsewhere, also any IP and the node's host names)")
     p.set_defaults(func=cmd_start)
 
     p = command(sub, "status", "print the cluster-wide link utilisation and contention", "deepshare agents status --address auto --json -")

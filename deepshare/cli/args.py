@@ -63,6 +63,14 @@ def bind_host(text: str) -> str:
     return text
 
 
+def host_header_name(text: str) -> str:
+    """``--allowed-host``-like flags: a name a ``Host`` header can give (1-253 printable
+    characters, no spaces or ``/``)."""
+    if not (0 < len(text) <= 253 and text.isprintable() and not any(ch.isspace() or ch == "/" for ch in text)):
+        raise argparse.ArgumentTypeError(f"expected a host name (1-253 printable characters, no spaces or '/'), got {text!r}")
+    return text
+
+
 def in_range(convert: Callable[[str], float], low: float, high: float, unit: str = "", *, low_open: bool = False) -> Callable[[str], Any]:
     """A bounded ``type=``: the value must lie in ``[low, high]`` (``(low, high]`` with ``low_open``).
 

@@ -54,7 +54,7 @@ def cmd_cluster_validate(args: argparse.Namespace, out: Any, err: Any) -> int:
         results.append({"file": path, "ok": True, "description": cluster.describe(), "placeholders": fill_in})
         print_line(human(args.json, out, err), f"OK {one_line(str(path))}: {one_line(cluster.describe())}")
         for field, value in cluster.placeholders:  # valid, but not launchable as it is
-            err.print(f"deepshare: warning: {one_line(str(path))}: {field} is the placeholder {value!r}: replace it before launching",
+            err.print(f"deepshare: warning: {one_line(str(path))}: {one_line(str(field))} is the placeholder {value!r}: replace it before launching",
                       markup=False, highlight=False, soft_wrap=True)
     write_json(args.json, results, out, "validation results")
     return 2 if failed else 0

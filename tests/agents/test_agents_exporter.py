@@ -59,3 +59,62 @@ def test_concurrent_starts_bind_one_server_and_stop_closes_it():
     exporter.stop()
     assert len(got) == 8 and len(set(got)) == 1
     assert not _listening(got[0][1])
+
+
+def _get(port: int, host_header: str | None) -> tuple[int, bytes]:
+    """GET /metrics on loopback with this Host header (None: none at all)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", "/metrics", skip_host=True)
+        if host_header is not None:
+            conn.putheader("Host", host_header)
+        conn.endheaders()
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_a_loopback_endpoint_answers_only_a_host_that_names_it():
+    """DNS rebinding: a page's own name resolving to 127.0.0.1 read every node's names and loads
+    from a loopback endpoint, which answered any Host. Now such a Host is a 403; localhost,
+    loopback IPs and the names allowed are answered."""
+    exporter = MetricsExporter(ClusterState(5.0).snapshot)
+    try:
+        _, port = exporter.start(0, "127.0.0.1", ("prom.internal",))
+        for host in (f"127.0.0.1:{port}", "localhost", f"[::1]:{port}", "127.0.0.2", "prom.internal:9479"):
+            assert _get(port, host)[0] == 200, host
+        for host in ("attacker.example", f"attacker.example:{port}", "10.1.2.3", None):
+            status, body = _get(port, host)
+            assert status == 403 and b"metrics-allowed-host" in body, host
+    finally:
+        exporter.stop()
+
+
+def test_an_endpoint_bound_everywhere_answers_ip_literals_and_this_nodes_names():
+    exporter = MetricsExporter(ClusterState(5.0).snapshot)
+    try:
+        _, port = exporter.start(0, "0.0.0.0")
+        for host in ("10.1.2.3:9479", socket.gethostname(), "localhost"):
+            assert _get(port, host)[0] == 200, host
+        assert _get(port, "attacker.example")[0] == 403
+    finally:
+        exporter.stop()
+
+
+@pytest.mark.parametrize("names", [("a b",), ("x/y",), ("",), ("ok", "t\tab"), ["list"]])
+def test_allowed_metrics_hosts_must_be_a_tuple_of_host_names(names):
+    from deepshare.agents.config import AgentConfig
+
+    with pytest.raises(ValueError, match="metrics_allowed_hosts must be a tuple of host names"):
+        AgentConfig(metrics_allowed_hosts=names)
+    assert AgentConfig(metrics_allowed_hosts=("prom.internal", "10.0.0.1")).metrics_allowed_hosts == ("prom.internal", "10.0.0.1")
+
+
+def test_a_bad_metrics_allowed_host_flag_is_a_usage_error(capsys):
+    from test_agents_probes import run_cli  # this folder is on sys.path under pytest
+
+    rc, _, _ = run_cli("start", "--metrics-port", "0", "--metrics-allowed-host", "a b")
+    assert rc == 2 and "argument --metrics-allowed-host: expected a host name" in capsys.readouterr().err
