@@ -249,6 +249,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--config", metavar="FILE", help="autoscaling spec with one node type (default: 1..3 nodes of 4 fake GPUs)")
     p.add_argument("--policy", default="las+consolidated", help="the scheduler's policy (default las+consolidated)")
     p.add_argument("--steps", type=in_range(int, 1, 100_000, "steps"), default=120, metavar="N", help="training steps per job (default 120)")
-    p.add_argument("--workdir", metavar="DIR", help="Ray temp files, journal, logs (default a new /tmp folder)")
+    p.add_argument("--workdir", metavar="DIR", help="Ray temp files, journal, logs: a folder of yours no one else can write (default a new /tmp folder)")
     add_json_flag(p, "the measurements")
     p.set_defaults(func=cmd_autoscale_live)

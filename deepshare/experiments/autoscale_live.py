@@ -36,6 +36,7 @@ from deepshare.core.atomic import write_bytes_atomic
 from deepshare.core.files import resolved
 from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
 from deepshare.core.errors import DeepShareError
+from deepshare.runtime.private import check_not_shared, make_private_dirs
 
 JOB_SCRIPT = "ddp_mlp.py"
 """The example job, package data under ``deepshare/data/jobs/`` (the same file as ``examples/jobs/ddp_mlp.py``)."""
@@ -241,10 +242,14 @@ def run_live_experiment(
     work = resolved(workdir)
     for folder in (work, work / "jobs", work / "ray"):  # a regular file in the way is one line, not a traceback
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(folder)  # another user must not replace the job script or the autoscaling config
         except OSError as exc:
             raise DeepShareError(f"--workdir {workdir}: cannot make the folder {str(folder)!r} "
                                  f"({exc.strerror or exc})") from None
+        if not folder.is_dir():
+            raise DeepShareError(f"--workdir {workdir}: {str(folder)!r} is not a folder")
+        check_not_shared(folder, "--workdir", "the job script or the autoscaling config Ray loads its provider from",
+                         "choose a folder of your own")
     jobs_dir = install_job_script(work / "jobs").parent
     cluster = FakeAutoscalingCluster(spec, work / "ray")
     scheduler: _SchedulerThread | None = None

@@ -50,7 +50,8 @@ from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.yamlspec import format_validation_error, read_config_text
 from deepshare.infra.raycompat import cluster_config_prepare_and_validate
-from deepshare.raycluster.shell_words import SHELL_OPERATORS, command_position, exec_lines, pip_installs, runs, shell_words
+from deepshare.raycluster.shell_words import (SHELL_OPERATORS, brace_expansion, command_position, exec_lines, pip_installs,
+                                              raw_words, runs, shell_words)
 
 MONITOR_COMMAND = "deepshare agents start"
 MONITOR_PROGRAM = tuple(MONITOR_COMMAND.split())
@@ -241,6 +242,7 @@ def _ray_start_options(command: str, where: str) -> dict[str, str]:
     command line, as the shell splits it: comments dropped, options of other commands (``echo start
     --num-gpus=2``) not read, each ``ray start`` ending at a shell operator."""
     words = shell_words(command, where)
+    _no_split_options(command, where)
     options: dict[str, str] = {}
     i = 0
     while i < len(words):
@@ -261,6 +263,26 @@ def _ray_start_options(command: str, where: str) -> dict[str, str]:
                 i += 1
             i += 1
     return options
+
+
+_READ_OPTIONS = ("--num-gpus", "--resources", "--labels")
+
+
+def _no_split_options(command: str, where: str) -> None:
+    """Refuse an option the validator reads (:data:`_READ_OPTIONS`) whose value bash's brace
+    expansion splits (``--resources={\\"a\\":1,\\"b\\":1}``: one JSON word as ``shlex`` reads
+    it, two ``--resources`` options in the shell): the check passed a line that then failed on
+    the node."""
+    words = raw_words(command)
+    for i, word in enumerate(words):
+        name = word.split("=", 1)[0]
+        if name not in _READ_OPTIONS:
+            continue
+        value = word if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
+        expands = brace_expansion(value)
+        if expands is not None:
+            raise DeepShareError(f"{where}: {name}: bash's brace expansion turns {expands[:40]!r} into several words; "
+                                 "quote the value (--resources='{\"a\": 1, \"b\": 1}')")
 
 
 # -- KubeRay ---------------------------------------------------------------------------------
@@ -384,6 +406,10 @@ def _check_start_params(params: dict[str, Any], where: str) -> None:
         if key != "resources" and isinstance(value, str) and _SHELL_COMMAND.search(value):
             raise DeepShareError(f"{where}.{key}: {value[:80]!r} holds shell syntax (; & | < > ` $( or a newline) "
                                  "that bash would run in KubeRay's `ray start` line; expected a plain value")
+        expands = brace_expansion(value) if isinstance(value, str) else None
+        if expands is not None:
+            raise DeepShareError(f"{where}.{key}: {value[:80]!r}: bash's brace expansion turns {expands[:40]!r} into "
+                                 "several words in KubeRay's `ray start` line; quote the value")
 
 
 def _kuberay_resources(value: str, where: str) -> dict[str, Any]:
@@ -393,6 +419,11 @@ def _kuberay_resources(value: str, where: str) -> dict[str, Any]:
     object of custom resources (:func:`~deepshare.raycluster.labels.check_start_resources`).
     Unquoted JSON splits at its spaces and ``ray start`` fails in the pod."""
     example = f"""'"{{\\"{FABRIC_RESOURCE}nvlink\\": 1}}"'"""
+    expands = brace_expansion(value)
+    if expands is not None:
+        raise DeepShareError(f"{where}: {value[:80]!r}: bash's brace expansion turns {expands[:40]!r} into several "
+                             f"`--resources` words in KubeRay's `ray start` line; expected a quoted JSON object such "
+                             f"as {example}")
     try:
         words = shlex.split(value)
     except ValueError as exc:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deepshare.core.atomic import write_text_atomic
 from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.errors import DeepShareError
 
@@ -89,7 +90,8 @@ class FakeAutoscalingCluster:
         port = _free_port()
         self.address = f"127.0.0.1:{port}"
         config = self.tmp_dir / "autoscaling.json"
-        config.write_text(json.dumps(autoscaling_config(self.spec, self.address)))
+        # renamed into place: a symlink planted at the name is replaced, not written through
+        write_text_atomic(config, json.dumps(autoscaling_config(self.spec, self.address)), "autoscaling config")
         env = dict(os.environ, RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1", RAY_TMPDIR=str(self.tmp_dir),
                    RAY_AUTH_MODE="disabled")  # a loopback test cluster; a ~/.ray/auth_token must not turn tokens on
         cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",

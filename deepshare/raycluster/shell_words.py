@@ -155,3 +155,78 @@ _LONG_WITH_ARGUMENT = frozenset({"--rcfile", "--init-file"})
 
 def _is_python_m(words: Sequence[str], i: int) -> bool:
     return Path(words[i]).name.startswith("python") and words[i + 1:i + 2] == ["-m"] and i + 2 < len(words)
+
+
+def raw_words(command: str) -> list[str]:
+    """``command``'s words as written, quotes and backslashes kept (split at unquoted blanks,
+    newlines and operators, which are dropped): where :func:`brace_expansion` looks, since
+    :func:`shell_words` has removed the quoting that decides whether bash expands."""
+    words: list[str] = []
+    current: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(command):
+        char = command[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\" and quote != "'":
+            current.append(command[i:i + 2])
+            i += 2
+            continue
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in " \t\r\n;&|()":
+            if current:
+                words.append("".join(current))
+                current = []
+            i += 1
+            continue
+        current.append(char)
+        i += 1
+    if current:
+        words.append("".join(current))
+    return words
+
+
+def brace_expansion(word: str) -> str | None:
+    """The first part of ``word`` (as written, :func:`raw_words`) that bash's brace expansion
+    turns into several words (``{a,b}``, ``{1..3}``: an unquoted ``{`` not after ``$``, with an
+    unquoted ``,`` or ``..`` inside its matching unquoted ``}``), or None. ``shlex`` does no brace
+    expansion: ``--resources={\\"a\\":1,\\"b\\":1}`` is one JSON word to it and two options to bash."""
+    marks: list[tuple[int, str]] = []  # (position, character) of the unquoted characters that matter
+    quote = ""
+    i = 0
+    while i < len(word):
+        char = word[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\" and quote != "'":
+            i += 2
+            continue
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "{},.$":
+            marks.append((i, char))
+        i += 1
+    for at, (start, char) in enumerate(marks):
+        if char != "{" or (at and marks[at - 1] == (start - 1, "$")):
+            continue
+        depth, expands = 0, False
+        for k in range(at, len(marks)):
+            position, mark = marks[k]
+            if mark == "{":
+                depth += 1
+            elif mark == "}":
+                depth -= 1
+                if depth == 0:
+                    if expands:
+                        return word[start:position + 1]
+                    break
+            elif depth == 1 and (mark == "," or (mark == "." and k + 1 < len(marks)
+                                                  and marks[k + 1] == (position + 1, "."))):
+                expands = True
+    return None

@@ -36,13 +36,15 @@ def make_private_dirs(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def check_not_shared(path: str | os.PathLike[str], flag: str = "--state") -> None:
+def check_not_shared(path: str | os.PathLike[str], flag: str = "--state", files: str = "the scheduler's files",
+                     instead: str = "choose a state folder of your own") -> None:
     """Refuse a state folder another user could take over, as ``ssh`` refuses such a ``~/.ssh``:
     ``path`` (where it exists) must be this user's (or root's) and writable by no one else, and
     each existing parent this user's or root's and, unless sticky (``/tmp``), writable by no one
     else: whoever can write one of them can rename the folder away and put their own in its place
     (a ``scheduler.json`` naming their listener, to which the clients send their token; a journal
-    whose jobs the scheduler runs). A :class:`DeepShareError` names the folder and the fix."""
+    whose jobs the scheduler runs). A :class:`DeepShareError` names the folder and the fix
+    (``files``: what another user could replace there; ``instead``: the way out)."""
     path = Path(os.path.abspath(path))
     me = os.geteuid()
     for folder in (path, *path.parents):
@@ -54,12 +56,12 @@ def check_not_shared(path: str | os.PathLike[str], flag: str = "--state") -> Non
             raise DeepShareError(f"{flag} {path}: cannot check {folder} ({exc.strerror or exc})") from None
         if info.st_uid not in (me, 0):
             raise DeepShareError(f"{flag} {path}: {folder} belongs to another user (uid {info.st_uid}), who could "
-                                 "replace the scheduler's files; choose a state folder of your own")
+                                 f"replace {files}; {instead}")
         shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if shared and (folder == path or not info.st_mode & stat.S_ISVTX):
             raise DeepShareError(f"{flag} {path}: {folder} is writable by other users (mode "
-                                 f"{stat.S_IMODE(info.st_mode):04o}), who could replace the scheduler's files; "
-                                 f"run 'chmod go-w {folder}' or choose another state folder")
+                                 f"{stat.S_IMODE(info.st_mode):04o}), who could replace {files}; "
+                                 f"run 'chmod go-w {folder}' or {instead}")
 
 
 def open_regular(path: str | os.PathLike[str], flags: int, parents: int = 0) -> int:

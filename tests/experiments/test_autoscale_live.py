@@ -112,6 +112,51 @@ def test_more_nodes_than_this_machine_can_run_are_refused_before_ray_starts(tmp_
     assert not (tmp_path / "ray").exists()
 
 
+def test_a_workdir_other_users_can_write_is_refused_before_ray_starts(tmp_path, no_ray):
+    """Whoever can write the folder could replace the job script the nodes run or the autoscaling
+    config, which names the module Ray loads as its provider."""
+    work = tmp_path / "shared"
+    work.mkdir()
+    work.chmod(0o777)
+    with pytest.raises(DeepShareError, match=r"^--workdir .*shared is writable by other users \(mode 0777\), who could "
+                                             r"replace the job script or the autoscaling config"):
+        run_live_experiment(work)
+    assert not (work / "ray").exists()
+    fresh = tmp_path / "new" / "work"
+    with pytest.raises(DeepShareError):
+        run_live_experiment(fresh, policy="no-such-policy")  # refused before the folders are made
+    assert not fresh.exists()
+
+
+def test_the_autoscaling_config_replaces_a_symlink_planted_at_its_name(tmp_path, monkeypatch):
+    """It was written through the link (``write_text`` follows one): into whatever file it named."""
+    import subprocess
+
+    from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    folder = tmp_path / "ray"
+    folder.mkdir(mode=0o700)
+    (folder / "autoscaling.json").symlink_to(victim)
+
+    class Started:
+        pid, returncode = 999_999_999, 0
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def communicate(self, timeout=None):
+            return "", None
+
+    monkeypatch.setattr(subprocess, "Popen", Started)
+    cluster = FakeAutoscalingCluster(parse_autoscale_spec(DEFAULT_SPEC, "s.yaml"), folder)
+    cluster.start()
+    assert victim.read_text() == "untouched"
+    written = folder / "autoscaling.json"
+    assert not written.is_symlink() and "NamedFakeProvider" in written.read_text()
+
+
 SMALL_SPEC = """
 idle_timeout_s: 6
 node_types:

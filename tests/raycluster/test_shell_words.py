@@ -140,3 +140,22 @@ def test_a_kuberay_head_running_the_monitor_through_bash_lc_dashdash_validates()
     assert parse_cluster_yaml(yaml.safe_dump(doc), "k.yaml").workers
     container["command"] = ["bash", "-o", "pipefail", "-c"]
     assert parse_cluster_yaml(yaml.safe_dump(doc), "k.yaml").workers
+
+
+@pytest.mark.parametrize("word, expands", [
+    ('--resources={\\"a\\":1,\\"b\\":1}', '{\\"a\\":1,\\"b\\":1}'), ("{a,b}", "{a,b}"), ("{1..3}", "{1..3}"),
+    ("x{a,{b,c}}", "{a,{b,c}}"), ("{\"a\",1}", "{\"a\",1}"),
+    ("'{a,b}'", None), ('"{a,b}"', None), ("\\{a,b\\}", None), ("${a,b}", None), ("{a}", None),
+    ("{a.b}", None), ('{"a":1}', None), ("{a\\,b}", None),
+])
+def test_brace_expansion_is_found_where_bash_expands_and_only_there(word, expands):
+    from deepshare.raycluster.shell_words import brace_expansion
+
+    assert brace_expansion(word) == expands
+
+
+def test_raw_words_keep_their_quoting():
+    from deepshare.raycluster.shell_words import raw_words
+
+    assert raw_words("ray start --resources='{\"a\": 1}' && echo {x,y}\nls") == [
+        "ray", "start", "--resources='{\"a\": 1}'", "echo", "{x,y}", "ls"]

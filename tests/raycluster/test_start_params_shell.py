@@ -46,3 +46,43 @@ def test_plain_values_and_an_environment_variable_are_accepted(params):
     """KubeRay's own examples pass ``node-ip-address: $MY_POD_IP``: bash expands it, runs nothing."""
     assert with_params("head", **params).workers
     assert with_params("worker", **params).workers[0].gpus == 4
+
+
+@pytest.mark.parametrize("key, value", [
+    ("resources", '{\\"deepshare_fabric_pcie\\":1,\\"accel_tag\\":1}'),  # one JSON word to shlex, two to bash
+    ("object-store-memory", "{1,2}"), ("block", "{1..3}"),
+])
+def test_a_value_bash_splits_by_brace_expansion_is_refused(key, value):
+    with pytest.raises(DeepShareError) as info:
+        with_params("worker", **{key: value})
+    message = str(info.value)
+    assert f"rayStartParams.{key}: " in message and "brace expansion" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("value", ['\'{"deepshare_fabric_pcie": 1, "accel_tag": 1}\'',
+                                   '"{\\"deepshare_fabric_pcie\\": 1, \\"accel_tag\\": 1}"'])
+def test_quoted_resources_with_several_keys_still_pass(value):
+    assert with_params("worker", resources=value) is not None
+
+
+LOCAL = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster_yamls" / "local-onprem.yaml").read_text())
+
+
+@pytest.mark.parametrize("written, passes", [
+    ('--resources={\\"deepshare_fabric_pcie\\":1,\\"x\\":1}', False),
+    ("--resources='{\"deepshare_fabric_pcie\": 1, \"x\": 1}'", True),
+    ("--resources '{\"deepshare_fabric_pcie\": 1, \"x\": 1}'", True),
+    ('--resources {\\"deepshare_fabric_pcie\\":1,\\"x\\":1}', False),
+])
+def test_a_local_worker_line_whose_options_bash_would_split_is_refused(written, passes):
+    import re
+
+    doc = copy.deepcopy(LOCAL)
+    commands = doc["worker_start_ray_commands"]
+    i = next(i for i, c in enumerate(commands) if "--resources" in c)
+    commands[i] = re.sub(r"--resources=('[^']*'|\S+)", lambda _: written, commands[i])
+    if passes:
+        assert parse_cluster_yaml(yaml.safe_dump(doc), "local.yaml") is not None
+    else:
+        with pytest.raises(DeepShareError, match=r"worker_start_ray_commands: --resources: bash's brace expansion"):
+            parse_cluster_yaml(yaml.safe_dump(doc), "local.yaml")
