@@ -29,7 +29,7 @@ def one_error_line(err: str, *needles: str) -> str:
 
 
 AGENTS_DEFAULTS = dict(address="auto", interval=1.0, report_interval=None, stale_after=None, metrics_port=None,
-                       metrics_host="127.0.0.1", json=None)
+                       metrics_host="127.0.0.1", metrics_allowed_host=None, json=None)
 """The flags of ``deepshare agents start|stop|status`` as argparse leaves them when not given."""
 
 

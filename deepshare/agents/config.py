@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 MONITOR_NAME = "deepshare-contention-monitor"
 NAMESPACE = "deepshare"
@@ -90,6 +91,15 @@ class AgentConfig:
     """Names besides the bound address, localhost, loopback IPs (and, bound elsewhere, any IP
     literal and the node's host names) that a request's ``Host`` may give the metrics endpoint:
     the name Prometheus scrapes it by. Any other ``Host`` gets a 403 (DNS rebinding)."""
+
+    def __setstate__(self, state: Any) -> None:
+        """Unpickle, an older deepshare's config too: fields it did not have take their defaults
+        (Ray restarts a detached monitor from the arguments it was first created with, pickled by
+        the deepshare of that day; a missing slot made every read of the new field fail)."""
+        known = dict(zip((f.name for f in fields(self)), state))
+        for f in fields(self):
+            default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+            object.__setattr__(self, f.name, known.get(f.name, default))
 
     def __post_init__(self) -> None:
         self._normalise()

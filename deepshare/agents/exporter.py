@@ -187,8 +187,8 @@ def host_checked(app: Callable, bound_host: str, allowed: tuple[str, ...] = ()) 
     check = AllowHosts(None, bound_host, names)  # type: ignore[arg-type]
 
     def guarded(environ: dict, start_response: Callable) -> Any:
-        host = environ.get("HTTP_HOST")
-        if host is None or not check.allows(host):
+        host = environ.get("HTTP_HOST")  # two Host headers arrive joined by a comma: refused, as AllowHosts does
+        if host is None or "," in host or not check.allows(host):
             start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"forbidden: the Host header does not name this metrics endpoint "
                     b"(deepshare agents start --metrics-allowed-host NAME)\n"]

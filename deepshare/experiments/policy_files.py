@@ -52,7 +52,7 @@ def copies_folder() -> Path:
     made it or can write it (they could plant weights the workers would load)."""
     folder = Path(tempfile.gettempdir()) / f"{COPIES}-{os.geteuid()}"
     make_private_dirs(folder)
-    check_not_shared(folder, "policy file copies")
+    check_not_shared(folder, "policy file copies", "the weights the workers load", "remove it to have it made again")
     return folder
 
 

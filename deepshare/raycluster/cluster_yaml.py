@@ -269,14 +269,19 @@ _READ_OPTIONS = ("--num-gpus", "--resources", "--labels")
 
 
 def _no_split_options(command: str, where: str) -> None:
-    """Refuse an option the validator reads (:data:`_READ_OPTIONS`) whose value bash's brace
+    """Refuse an option of a ``ray start`` the validator reads (:data:`_READ_OPTIONS`) whose value bash's brace
     expansion splits (``--resources={\\"a\\":1,\\"b\\":1}``: one JSON word as ``shlex`` reads
     it, two ``--resources`` options in the shell): the check passed a line that then failed on
     the node."""
     words = raw_words(command)
+    inside = False  # in a `ray start` command: from its words to the next operator
     for i, word in enumerate(words):
+        if word in SHELL_OPERATORS:
+            inside = False
+        elif Path(word).name == "ray" and words[i + 1:i + 2] == ["start"]:
+            inside = True
         name = word.split("=", 1)[0]
-        if name not in _READ_OPTIONS:
+        if not inside or name not in _READ_OPTIONS:
             continue
         value = word if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
         expands = brace_expansion(value)

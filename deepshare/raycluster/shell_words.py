@@ -158,9 +158,11 @@ def _is_python_m(words: Sequence[str], i: int) -> bool:
 
 
 def raw_words(command: str) -> list[str]:
-    """``command``'s words as written, quotes and backslashes kept (split at unquoted blanks,
-    newlines and operators, which are dropped): where :func:`brace_expansion` looks, since
+    """``command``'s words as written, quotes and backslashes kept (comments and backslash-newlines
+    removed first, as :func:`shell_words` does; split at unquoted blanks; each unquoted operator
+    character, and a newline as ``;``, its own word): where :func:`brace_expansion` looks, since
     :func:`shell_words` has removed the quoting that decides whether bash expands."""
+    command = _uncomment(command)
     words: list[str] = []
     current: list[str] = []
     quote = ""
@@ -181,6 +183,8 @@ def raw_words(command: str) -> list[str]:
             if current:
                 words.append("".join(current))
                 current = []
+            if char not in " \t\r":
+                words.append(";" if char == "\n" else char)
             i += 1
             continue
         current.append(char)

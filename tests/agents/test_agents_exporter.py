@@ -86,7 +86,7 @@ def test_a_loopback_endpoint_answers_only_a_host_that_names_it():
         _, port = exporter.start(0, "127.0.0.1", ("prom.internal",))
         for host in (f"127.0.0.1:{port}", "localhost", f"[::1]:{port}", "127.0.0.2", "prom.internal:9479"):
             assert _get(port, host)[0] == 200, host
-        for host in ("attacker.example", f"attacker.example:{port}", "10.1.2.3", None):
+        for host in ("attacker.example", f"attacker.example:{port}", "10.1.2.3", None, f"127.0.0.1:{port},evil.example"):
             status, body = _get(port, host)
             assert status == 403 and b"metrics-allowed-host" in body, host
     finally:
@@ -118,3 +118,17 @@ def test_a_bad_metrics_allowed_host_flag_is_a_usage_error(capsys):
 
     rc, _, _ = run_cli("start", "--metrics-port", "0", "--metrics-allowed-host", "a b")
     assert rc == 2 and "argument --metrics-allowed-host: expected a host name" in capsys.readouterr().err
+
+
+def test_a_config_pickled_before_metrics_allowed_hosts_existed_unpickles_with_its_default():
+    """Ray restarts a detached monitor from the arguments it was created with, pickled by the
+    deepshare of that day: the field it lacked must read as its default, not fail every read."""
+    import pickle
+
+    from deepshare.agents.config import AgentConfig
+
+    config = AgentConfig(metrics_port=9479, metrics_allowed_hosts=("prom.internal",))
+    assert pickle.loads(pickle.dumps(config)) == config
+    older = AgentConfig.__new__(AgentConfig)
+    older.__setstate__(config.__getstate__()[:-1])  # the state as a config without the last field pickled it
+    assert older == AgentConfig(metrics_port=9479) and older.metrics_allowed_hosts == ()

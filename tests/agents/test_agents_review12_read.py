@@ -112,7 +112,7 @@ def test_agent_config_hands_ray_built_in_numbers():
     config = AgentConfig(interval_s=np.float32(0.5), report_interval_s=np.int64(2), stale_after_s=np.float64(9),
                          buffer_size=np.int64(10), reconcile_interval_s=np.float32(2), agent_num_cpus=np.int64(1),
                          max_restarts=np.int32(3), stale_retention_s=Fraction(7, 2), metrics_port=np.uint16(9479))
-    got = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "metrics_host"}
+    got = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("metrics_host", "metrics_allowed_hosts")}
     assert got == {"interval_s": 0.5, "report_interval_s": 2, "stale_after_s": 9.0, "buffer_size": 10,
                    "reconcile_interval_s": 2.0, "agent_num_cpus": 1, "max_restarts": 3, "stale_retention_s": 3.5,
                    "metrics_port": 9479}

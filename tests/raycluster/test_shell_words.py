@@ -157,5 +157,5 @@ def test_brace_expansion_is_found_where_bash_expands_and_only_there(word, expand
 def test_raw_words_keep_their_quoting():
     from deepshare.raycluster.shell_words import raw_words
 
-    assert raw_words("ray start --resources='{\"a\": 1}' && echo {x,y}\nls") == [
-        "ray", "start", "--resources='{\"a\": 1}'", "echo", "{x,y}", "ls"]
+    assert raw_words("ray start --resources='{\"a\": 1}' && echo {x,y}\nls # a {b,c} comment\\\n  x \\\n-y") == [
+        "ray", "start", "--resources='{\"a\": 1}'", "&", "&", "echo", "{x,y}", ";", "ls", ";", "x", "-y"]

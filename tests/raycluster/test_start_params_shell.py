@@ -86,3 +86,20 @@ def test_a_local_worker_line_whose_options_bash_would_split_is_refused(written, 
     else:
         with pytest.raises(DeepShareError, match=r"worker_start_ray_commands: --resources: bash's brace expansion"):
             parse_cluster_yaml(yaml.safe_dump(doc), "local.yaml")
+
+
+@pytest.mark.parametrize("command, refused", [
+    ('ray start --head \\\n--resources={\\"a\\":1,\\"b\\":1}', True),  # a continued line is one command
+    ('ray start --head --resources \\\n  {\\"a\\":1,\\"b\\":1}', True),
+    ('ray start --head --num-gpus=1  # was: --resources={\\"a\\":1,\\"b\\":1}', False),  # a comment
+    ("echo --resources={a,b} && ray start --head --num-gpus=1", False),  # another program's option
+    ("ray start --head --num-gpus=1; echo --labels={a,b}", False),
+])
+def test_only_ray_starts_own_options_are_checked_for_brace_expansion_as_bash_reads_the_line(command, refused):
+    from deepshare.raycluster.cluster_yaml import _ray_start_options
+
+    if refused:
+        with pytest.raises(DeepShareError, match="brace expansion"):
+            _ray_start_options(command, "w")
+    else:
+        assert _ray_start_options(command, "w")["--num-gpus"] == "1"
