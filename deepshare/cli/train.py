@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number, print_line, runner_count, seed_value
+from deepshare.cli.args import estimate_sigma, in_range, iteration_count, number, print_line, runner_count
+from deepshare.core.bounds import MAX_TRAIN_SEED
 from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.cli.help import command
@@ -215,7 +216,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("config", metavar="CONFIG", help="a YAML in rllib_configs/, e.g. rllib_configs/rl_hybrid.yaml")
     p.add_argument("--iterations", type=iteration_count, metavar="K", help="PPO iterations (default: the config's)")
     p.add_argument("--num-env-runners", type=runner_count, metavar="N", help="simulator rollout workers (default: the config's)")
-    p.add_argument("--seed", type=seed_value, metavar="S", help="training seed, replacing the config's run.seed (recorded in policy.pt)")
+    p.add_argument("--seed", type=in_range(int, 0, MAX_TRAIN_SEED), metavar="S",
+                   help="training seed, replacing the config's run.seed (recorded in policy.pt)")
     p.add_argument("--address", metavar="auto|ADDR", help="join a running Ray cluster instead of starting one "
                    "(with --eval-suite the suite's runs are Ray tasks there too, on the CPUs training leaves free)")
     p.add_argument("--durations", choices=DURATIONS, default=None,

@@ -110,3 +110,12 @@ def grid_load_ok(value: object) -> bool:
     """Whether ``value`` is a load of a suite's ``loads`` or training's ``generated_loads``: a
     number (not a bool) in ``[MIN_OFFERED_LOAD, MAX_GRID_LOAD]`` (NaN and infinities are not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_OFFERED_LOAD <= value <= MAX_GRID_LOAD
+
+MAX_ENV_RUNNERS = 1024
+"""Most env runners a training run asks for (``run.num_env_runners``, ``--num-env-runners``)."""
+MAX_ENVS_PER_RUNNER = 1024
+"""Most envs one env runner steps (``run.envs_per_env_runner``; each a simulator in memory)."""
+MAX_TRAIN_SEED = 2**32 - 1 - MAX_ENV_RUNNERS
+"""The largest training seed (``run.seed``, ``train --seed``): RLlib seeds NumPy's global generator
+(``np.random.seed``, at most 2^32 - 1) with the seed in the driver and with ``seed + i`` in env
+runner ``i``; a larger one passed the config and failed once Ray had started, with a traceback."""

@@ -321,6 +321,12 @@ def _encoding(given: Any, path: str | Path) -> EncodingConfig:
                              f"{', '.join(sorted(known))}")
     if isinstance(given.get("max_wait_s"), bool):  # True would wait 1 s
         raise DeepShareError(f"policy checkpoint {path}: encoding: max_wait_s: expected seconds or None, got {given['max_wait_s']}")
+    for key, value in given.items():  # plain data only: a tensor failed with a RuntimeError, or was kept as one
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if not all(item is None or type(item) in (str, int, float, bool) for item in items):
+            odd = next(item for item in items if not (item is None or type(item) in (str, int, float, bool)))
+            raise DeepShareError(f"policy checkpoint {path}: encoding: {key}: expected a number, a name or a list of "
+                                 f"names, got {type(odd).__name__}")
     try:
         return EncodingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
     except (TypeError, ValueError) as exc:

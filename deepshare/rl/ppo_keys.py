@@ -59,6 +59,13 @@ INFINITY_OFF = ("vf_clip_param",)
 ``[0, vf_clip_param]``, so ``vf_clip_param: .inf`` trains with the value loss unclipped. Not
 ``grad_clip``: under RLlib's default ``grad_clip_by: global_norm`` an infinite clip makes the
 coefficient ``inf / inf`` (NaN gradients); its "off" is ``grad_clip: null``."""
+NOT_NULL = tuple(k for k in (*POSITIVE, *NON_NEGATIVE, *UNIT) if k != "grad_clip")
+"""Keys RLlib annotates ``Optional`` but uses as numbers (``1 - clip_param``, ``gamma * v``): null
+passed its type check and failed in the first learner update, after a sampling pass, or (``lr``)
+trained at another rate. ``grad_clip: null`` is RLlib's "no clipping"."""
+REFUSED = {("use_gae", False): "RLlib's PPO without GAE needs whole episodes (batch_mode complete_episodes), "
+                               "which DeepShare's env runners do not sample; RLlib refuses it once Ray has started"}
+"""(key, value) pairs RLlib refuses only inside ``validate()``, after Ray has started."""
 CHOICES = {"grad_clip_by": ("value", "norm", "global_norm")}
 """Keys whose value is one of a few names (RLlib raises on any other inside ``training()``)."""
 
@@ -100,6 +107,10 @@ def check_ppo(section: Any, source: str) -> dict[str, Any]:
             raise DeepShareError(f"{where}: RLlib's old API stack; on the new stack use {OLD_STACK[key]}")
         if key not in valid:
             raise DeepShareError(f"{where}: not a key of RLlib's PPOConfig.training() (new API stack); valid keys: {', '.join(sorted(valid))}")
+        if value is None and key in NOT_NULL:
+            raise DeepShareError(f"{where}: expected a number, got null (leave the key out for DeepShare's or RLlib's default)")
+        if isinstance(value, bool) and (key, value) in REFUSED:
+            raise DeepShareError(f"{where}: {str(value).lower()}: {REFUSED[key, value]}")
         out[key] = _check_value(key, value, valid[key], where)
     batch, minibatch = out.get("train_batch_size_per_learner"), out.get("minibatch_size")
     if isinstance(batch, int) and isinstance(minibatch, int) and minibatch > batch:

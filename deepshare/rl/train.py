@@ -32,6 +32,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
+from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_ENVS_PER_RUNNER, MAX_TRAIN_SEED
 from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure
@@ -70,10 +71,10 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     iterations: int = Field(20, gt=0)
-    num_env_runners: int = Field(2, ge=0)
-    envs_per_env_runner: int = Field(4, gt=0)
+    num_env_runners: int = Field(2, ge=0, le=MAX_ENV_RUNNERS)
+    envs_per_env_runner: int = Field(4, gt=0, le=MAX_ENVS_PER_RUNNER)
     checkpoint_every: int = Field(5, gt=0)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=MAX_TRAIN_SEED)
 
 
 class AverageReward(BaseModel):

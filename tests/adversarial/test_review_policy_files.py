@@ -70,6 +70,13 @@ def weight(name: str, value: float, dtype: torch.dtype | None = None):  # type: 
     ("format_tensor.pt", lambda d: d.__setitem__("format", torch.tensor(1)), r"not a DeepShare policy file \(format 1\)"),
     ("key.pt", lambda d: d["encoding"].__setitem__("__class__", 1), "encoding: unknown key '__class__'; expected some of"),
     ("wait.pt", lambda d: d["encoding"].__setitem__("max_wait_s", True), "encoding: max_wait_s: expected seconds or None, got True"),
+    # a tensor: a RuntimeError traceback (several values), or kept as a tensor and written on by export-policy (one)
+    ("wait_tensor.pt", lambda d: d["encoding"].__setitem__("max_wait_s", torch.tensor([5.0, 6.0])),
+     "encoding: max_wait_s: expected a number, a name or a list of names, got Tensor"),
+    ("wait_scalar.pt", lambda d: d["encoding"].__setitem__("max_wait_s", torch.tensor(5.0)),
+     "encoding: max_wait_s: expected a number, a name or a list of names, got Tensor"),
+    ("generators_tensor.pt", lambda d: d["encoding"].__setitem__("generators", ["consolidated", torch.tensor(1)]),
+     "encoding: generators: expected a number, a name or a list of names, got Tensor"),
 ])
 def test_a_bad_policy_file_is_one_short_line_before_anything_costly(tmp_path, name, edit, message):
     path = edited(tmp_path, name, edit)

@@ -36,6 +36,15 @@ BASE = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_no
         ("{kl_coeff: .inf}", r"ppo\.kl_coeff: must be a finite number"),
         ("{train_batch_size_per_learner: 10, minibatch_size: 500}", r"ppo\.minibatch_size: must be <= train_batch_size_per_learner \(10\)"),
         ("{train_batch_size_per_learner: 256}", r"ppo\.minibatch_size: .*DeepShare's default"),
+        # null passed RLlib's Optional annotations, then failed in the first learner update (or, lr,
+        # trained at another rate); use_gae false failed in RLlib's validate() once Ray had started
+        ("{clip_param: null}", r"ppo\.clip_param: expected a number, got null"),
+        ("{gamma: null}", r"ppo\.gamma: expected a number, got null"),
+        ("{lambda_: }", r"ppo\.lambda_: expected a number, got null"),
+        ("{lr: null}", r"ppo\.lr: expected a number, got null"),
+        ("{num_epochs: null}", r"ppo\.num_epochs: expected a number, got null"),
+        ("{vf_loss_coeff: null}", r"ppo\.vf_loss_coeff: expected a number, got null"),
+        ("{use_gae: false}", r"ppo\.use_gae: false: RLlib's PPO without GAE needs whole episodes"),
     ],
 )
 def test_bad_ppo_values_are_refused_when_the_file_is_read(ppo, needle):
@@ -98,3 +107,27 @@ def test_a_schedule_value_is_coerced_exactly_as_a_scalar_is():
     from deepshare.rl.ppo_keys import _as_number
 
     assert _as_number("\u0661\u0662\u0663") is None and _as_number("3e-4") == 3e-4 and _as_number(" 3e-4 ") == 3e-4
+
+
+def test_grad_clip_null_still_turns_clipping_off_and_use_gae_true_passes():
+    config = parse_train_config(BASE % "{grad_clip: null, use_gae: true}", Path("/x/c.yaml"))
+    assert config.ppo["grad_clip"] is None and config.ppo["use_gae"] is True
+
+
+@pytest.mark.parametrize("run, needle", [
+    ("{seed: 4294967296}", r"run\.seed: Input should be less than or equal to 4294966271"),
+    ("{num_env_runners: 1000000}", r"run\.num_env_runners: Input should be less than or equal to 1024"),
+    ("{envs_per_env_runner: 1000000000}", r"run\.envs_per_env_runner: Input should be less than or equal to 1024"),
+])
+def test_run_settings_ray_or_rllib_cannot_take_are_refused_when_the_file_is_read(run, needle):
+    """A seed past 2^32 - 1 less the runners failed in np.random.seed once Ray had started; a
+    million runners or a billion envs hung or ran out of memory instead of failing."""
+    text = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_nodes: [2]}\nrun: %s\n" % run
+    with pytest.raises(DeepShareError, match=needle):
+        parse_train_config(text, Path("/x/c.yaml"))
+
+
+def test_train_seed_flag_is_bounded_as_run_seed_is(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "rllib_configs/rl_base.yaml", "--seed", "4294967296"])
+    assert exited.value.code == 2 and "argument --seed: expected an integer from 0 to 4,294,966,271" in capsys.readouterr().err
