@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_ENVS_PER_RUNNER, MAX_TRAIN_SEED
 from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
-from deepshare.core.errors import DeepShareError, RuntimeFailure
+from deepshare.core.errors import DeepShareError, RuntimeFailure, first_line
 from deepshare.core.files import open_append
 from deepshare.core.files import resolved as resolved_path
 from deepshare.policies.checkpoint import MAX_HIDDEN
@@ -578,6 +578,10 @@ def train(
     metadata = run_metadata(config, config_path, env)
     if start_from is not None:
         check_resumed_config(run_dir, metadata)
+        reached = checkpoint_iteration(start_from)
+        if reached is not None and reached >= total:  # nothing to train: it printed "policy written" all the same
+            raise DeepShareError(f"--resume {run_dir}: the run's newest checkpoint is at iteration {reached} already; "
+                                 f"give --iterations above {reached} to train on")
     run_dir.mkdir(parents=True, exist_ok=True)
     upgrade_metrics_header(run_dir / "metrics.csv")  # an earlier deepshare's file gains this one's columns
     start_ray(address)
@@ -587,7 +591,12 @@ def train(
         from deepshare.rl.curriculum import resume_stage
         from deepshare.rl.seeding import resume_streams
 
-        algo = Algorithm.from_checkpoint(str(start_from))
+        try:
+            algo = Algorithm.from_checkpoint(str(start_from))
+        except Exception as exc:  # noqa: BLE001 - RLlib's restore raises pickle, OS and its own errors
+            raise DeepShareError(f"--resume {run_dir}: checkpoint {start_from.name} cannot be restored "
+                                 f"({first_line(exc)}); move it away to "
+                                 "resume from the one before") from None
         resume_stage(algo)  # the env runners were just created at the curriculum's first length
         resume_replay(algo)  # ...and their replay groups at the run's first sequences
         resume_streams(algo)  # ...and their envs at the start of their streams

@@ -167,3 +167,36 @@ def test_the_state_file_looked_for_is_the_one_rllib_writes_last():
     from deepshare.rl.train import CHECKPOINT_STATE
 
     assert {f"{Algorithm.STATE_FILE_NAME}.pkl", f"{Algorithm.STATE_FILE_NAME}.msgpack"} == set(CHECKPOINT_STATE)
+
+
+def test_a_checkpoint_rllib_cannot_restore_is_one_line_naming_it(tmp_path, no_ray, monkeypatch):
+    """A truncated algorithm_state.pkl raised UnpicklingError through the CLI as a traceback."""
+    import pickle
+
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)
+
+    def damaged(path):
+        raise pickle.UnpicklingError("pickle data was truncated")
+
+    monkeypatch.setattr(Algorithm, "from_checkpoint", staticmethod(damaged))
+    with pytest.raises(DeepShareError, match=r"^--resume .*run: checkpoint iter_0005 cannot be restored \(UnpicklingError: "
+                                             r"pickle data was truncated\); move it away to resume from the one before$"):
+        training.train(config, None, iterations=10, resume=run)
+
+
+def test_resuming_to_an_iteration_the_checkpoint_has_reached_is_refused_before_ray(tmp_path, no_ray):
+    """It trained nothing and still said "policy written"."""
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)  # the newest checkpoint is iter_0005
+    for iterations in (3, 5):
+        with pytest.raises(DeepShareError, match=r"checkpoint is at iteration 5 already; give --iterations above 5"):
+            training.train(config, None, iterations=iterations, resume=run)
