@@ -62,6 +62,7 @@ def report_period(interval_s: float, report_interval_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
+    # New fields go at the end, with defaults: :meth:`__setstate__` reads an older pickle by position.
     interval_s: float = 1.0
     """Seconds between two samples of every agent (each sample goes to the agent's buffer); at
     least :data:`MIN_INTERVAL_S`."""

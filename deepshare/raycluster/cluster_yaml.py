@@ -268,6 +268,14 @@ def _ray_start_options(command: str, where: str) -> dict[str, str]:
 _READ_OPTIONS = ("--num-gpus", "--resources", "--labels")
 
 
+def _unquoted(word: str) -> str:
+    """A raw word as the shell passes it (quotes and escapes removed: ``"$HOME/bin/ray"``, ``'ray'``)."""
+    try:
+        return "".join(shlex.split(word))
+    except ValueError:
+        return word
+
+
 def _no_split_options(command: str, where: str) -> None:
     """Refuse an option of a ``ray start`` the validator reads (:data:`_READ_OPTIONS`) whose value bash's brace
     expansion splits (``--resources={\\"a\\":1,\\"b\\":1}``: one JSON word as ``shlex`` reads
@@ -278,7 +286,7 @@ def _no_split_options(command: str, where: str) -> None:
     for i, word in enumerate(words):
         if word in SHELL_OPERATORS:
             inside = False
-        elif Path(word).name == "ray" and words[i + 1:i + 2] == ["start"]:
+        elif Path(_unquoted(word)).name == "ray" and [_unquoted(w) for w in words[i + 1:i + 2]] == ["start"]:
             inside = True
         name = word.split("=", 1)[0]
         if not inside or name not in _READ_OPTIONS:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from deepshare.core.errors import DeepShareError
 
-SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
+SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", "|&", ";;", ";&", ";;&"})
 _PREFIXES = frozenset({"exec", "sudo", "nohup", "time", "env", "do", "then", "else", "!", "{"})
 """Words after which the shell (or the prefix program) reads a command name, as after an operator."""
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -59,10 +59,15 @@ INFINITY_OFF = ("vf_clip_param",)
 ``[0, vf_clip_param]``, so ``vf_clip_param: .inf`` trains with the value loss unclipped. Not
 ``grad_clip``: under RLlib's default ``grad_clip_by: global_norm`` an infinite clip makes the
 coefficient ``inf / inf`` (NaN gradients); its "off" is ``grad_clip: null``."""
-NOT_NULL = tuple(k for k in (*POSITIVE, *NON_NEGATIVE, *UNIT) if k != "grad_clip")
+NOT_NULL = ("lr", "gamma", "lambda_", "num_epochs", "clip_param", "entropy_coeff", "vf_loss_coeff",
+            "train_batch_size_per_learner")
 """Keys RLlib annotates ``Optional`` but uses as numbers (``1 - clip_param``, ``gamma * v``): null
 passed its type check and failed in the first learner update, after a sampling pass, or (``lr``)
-trained at another rate. ``grad_clip: null`` is RLlib's "no clipping"."""
+trained at another rate. Null keeps its RLlib meaning for ``grad_clip`` (no clipping),
+``vf_clip_param`` (the value loss unclipped, as ``.inf``) and ``minibatch_size`` (the whole batch);
+``kl_coeff`` and ``kl_target`` may be null only with ``use_kl_loss: false`` (:data:`KL_KEYS`)."""
+KL_KEYS = ("kl_coeff", "kl_target")
+"""Keys RLlib reads (as numbers) only with ``use_kl_loss`` true, its default."""
 REFUSED = {("use_gae", False): "RLlib's PPO without GAE needs whole episodes (batch_mode complete_episodes), "
                                "which DeepShare's env runners do not sample; RLlib refuses it once Ray has started"}
 """(key, value) pairs RLlib refuses only inside ``validate()``, after Ray has started."""
@@ -109,9 +114,15 @@ def check_ppo(section: Any, source: str) -> dict[str, Any]:
             raise DeepShareError(f"{where}: not a key of RLlib's PPOConfig.training() (new API stack); valid keys: {', '.join(sorted(valid))}")
         if value is None and key in NOT_NULL:
             raise DeepShareError(f"{where}: expected a number, got null (leave the key out for DeepShare's or RLlib's default)")
-        if isinstance(value, bool) and (key, value) in REFUSED:
-            raise DeepShareError(f"{where}: {str(value).lower()}: {REFUSED[key, value]}")
-        out[key] = _check_value(key, value, valid[key], where)
+        checked = out[key] = _check_value(key, value, valid[key], where)
+        if isinstance(checked, bool) and (key, checked) in REFUSED:  # after coercion: `0`, 'off' are false too
+            written = str(checked).lower() if isinstance(value, bool) else f"{value!r} (read as {str(checked).lower()})"
+            raise DeepShareError(f"{where}: {written}: {REFUSED[key, checked]}")
+    if out.get("use_kl_loss", True) is not False:
+        for key in KL_KEYS:
+            if key in section and section[key] is None:
+                raise DeepShareError(f"{source}: ppo.{key}: expected a number, got null (RLlib reads it while "
+                                     "use_kl_loss is true, its default; leave the key out for RLlib's default)")
     batch, minibatch = out.get("train_batch_size_per_learner"), out.get("minibatch_size")
     if isinstance(batch, int) and isinstance(minibatch, int) and minibatch > batch:
         default = "" if "minibatch_size" in section else ", DeepShare's default: set ppo.minibatch_size too"

@@ -591,9 +591,15 @@ def train(
         from deepshare.rl.curriculum import resume_stage
         from deepshare.rl.seeding import resume_streams
 
+        from ray.exceptions import RayError
+
         try:
             algo = Algorithm.from_checkpoint(str(start_from))
-        except Exception as exc:  # noqa: BLE001 - RLlib's restore raises pickle, OS and its own errors
+        except (DeepShareError, RuntimeFailure):  # the env's own errors (a trace gone) and Ray's, as they are
+            raise
+        except (RayError, MemoryError) as exc:  # the cluster failed, not the checkpoint
+            raise RuntimeFailure.could_not(f"restore {start_from.name} on Ray", exc) from None
+        except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint: pickle, EOF, OS, key errors
             raise DeepShareError(f"--resume {run_dir}: checkpoint {start_from.name} cannot be restored "
                                  f"({first_line(exc)}); move it away to "
                                  "resume from the one before") from None

@@ -94,6 +94,9 @@ def test_a_local_worker_line_whose_options_bash_would_split_is_refused(written, 
     ('ray start --head --num-gpus=1  # was: --resources={\\"a\\":1,\\"b\\":1}', False),  # a comment
     ("echo --resources={a,b} && ray start --head --num-gpus=1", False),  # another program's option
     ("ray start --head --num-gpus=1; echo --labels={a,b}", False),
+    ('"$HOME/venv/bin/ray" start --head --resources={\\"a\\":1,\\"b\\":1}', True),  # a quoted program
+    ("'ray' \"start\" --head --resources={a,b}", True),
+    ('ray start --head --num-gpus=1 |& tee --resources={a,b}', False),  # |& ends ray start's options
 ])
 def test_only_ray_starts_own_options_are_checked_for_brace_expansion_as_bash_reads_the_line(command, refused):
     from deepshare.raycluster.cluster_yaml import _ray_start_options

@@ -45,6 +45,9 @@ BASE = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_no
         ("{num_epochs: null}", r"ppo\.num_epochs: expected a number, got null"),
         ("{vf_loss_coeff: null}", r"ppo\.vf_loss_coeff: expected a number, got null"),
         ("{use_gae: false}", r"ppo\.use_gae: false: RLlib's PPO without GAE needs whole episodes"),
+        ("{use_gae: 0}", r"ppo\.use_gae: 0 \(read as false\): RLlib's PPO without GAE"),
+        ("{use_gae: 'off'}", r"ppo\.use_gae: 'off' \(read as false\): RLlib's PPO without GAE"),
+        ("{kl_coeff: null}", r"ppo\.kl_coeff: expected a number, got null \(RLlib reads it while use_kl_loss is true"),
     ],
 )
 def test_bad_ppo_values_are_refused_when_the_file_is_read(ppo, needle):
@@ -109,9 +112,13 @@ def test_a_schedule_value_is_coerced_exactly_as_a_scalar_is():
     assert _as_number("\u0661\u0662\u0663") is None and _as_number("3e-4") == 3e-4 and _as_number(" 3e-4 ") == 3e-4
 
 
-def test_grad_clip_null_still_turns_clipping_off_and_use_gae_true_passes():
-    config = parse_train_config(BASE % "{grad_clip: null, use_gae: true}", Path("/x/c.yaml"))
-    assert config.ppo["grad_clip"] is None and config.ppo["use_gae"] is True
+def test_nulls_rllib_gives_a_meaning_still_pass():
+    """grad_clip: no clipping; vf_clip_param: the value loss unclipped; minibatch_size: the whole
+    batch; the KL keys when use_kl_loss is off (RLlib never reads them then)."""
+    ppo = "{grad_clip: null, use_gae: true, vf_clip_param: null, minibatch_size: null, use_kl_loss: false, kl_coeff: null}"
+    config = parse_train_config(BASE % ppo, Path("/x/c.yaml"))
+    assert config.ppo["grad_clip"] is None and config.ppo["use_gae"] is True and config.ppo["minibatch_size"] is None
+    assert config.ppo["vf_clip_param"] is None and config.ppo["kl_coeff"] is None
 
 
 @pytest.mark.parametrize("run, needle", [

@@ -200,3 +200,27 @@ def test_resuming_to_an_iteration_the_checkpoint_has_reached_is_refused_before_r
     for iterations in (3, 5):
         with pytest.raises(DeepShareError, match=r"checkpoint is at iteration 5 already; give --iterations above 5"):
             training.train(config, None, iterations=iterations, resume=run)
+
+
+@pytest.mark.parametrize("raised, expected, needle", [
+    ("actor", "RuntimeFailure", "restore iter_0005 on Ray"),  # the cluster failed: exit 1, not "move it away"
+    ("input", "DeepShareError", "trace file t.json: file not found"),  # the env's own error, as it is
+])
+def test_a_restore_that_fails_for_another_reason_than_the_checkpoint_says_so(tmp_path, no_ray, monkeypatch,
+                                                                             raised, expected, needle):
+    from ray.exceptions import RayActorError
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)
+
+    def failing(path):
+        raise RayActorError() if raised == "actor" else DeepShareError("trace file t.json: file not found")
+
+    monkeypatch.setattr(Algorithm, "from_checkpoint", staticmethod(failing))
+    with pytest.raises(Exception) as info:
+        training.train(config, None, iterations=10, resume=run)
+    assert type(info.value).__name__ == expected and needle in str(info.value) and "move it away" not in str(info.value)
