@@ -174,17 +174,17 @@ class _QuietHandler(WSGIRequestHandler):
 
 def host_checked(app: Callable, bound_host: str, allowed: tuple[str, ...] = ()) -> Callable:
     """``app`` (WSGI) answering 403 unless the request's ``Host`` names this endpoint: what
-    :class:`~deepshare.infra.httpauth.AllowHosts` accepts (localhost and loopback IPs, the bound
+    :class:`~deepshare.core.hosts.HostNames` accepts, as the HTTP services do (localhost and loopback IPs, the bound
     address, ``allowed``; bound to a non-loopback address, any IP literal too), plus, when bound
     to a non-loopback address, this machine's host names. A loopback endpoint answered any
     ``Host``: a web page the user visits could read every node's names and loads through DNS
     rebinding (a name of the page's that resolves to 127.0.0.1)."""
-    from deepshare.infra.httpauth import AllowHosts, is_loopback
+    from deepshare.core.hosts import HostNames, is_loopback
 
     names = tuple(allowed)
     if not is_loopback(bound_host.strip("[]")):
         names += tuple({socket.gethostname(), socket.getfqdn()} - {""})
-    check = AllowHosts(None, bound_host, names)  # type: ignore[arg-type]
+    check = HostNames(bound_host, names)
 
     def guarded(environ: dict, start_response: Callable) -> Any:
         host = environ.get("HTTP_HOST")  # two Host headers arrive joined by a comma: refused, as AllowHosts does

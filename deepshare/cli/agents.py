@@ -148,7 +148,7 @@ def _print_metrics(args: argparse.Namespace, address: Any, problem: str | None, 
 def metrics_exposure_warning(host: str) -> str | None:
     """The one-line warning for a non-loopback ``--metrics-host`` (what is exposed), or None on
     loopback; like ``serve`` and ``scheduler start`` say for their ``--host``."""
-    from deepshare.infra.httpauth import is_loopback
+    from deepshare.core.hosts import is_loopback
 
     if is_loopback(host.strip("[]")):
         return None

@@ -160,7 +160,7 @@ def cmd_serve(args: argparse.Namespace, out: Any, err: Any) -> int:
 def exposure_warning(host: str, has_token: bool) -> str | None:
     """The one-line warning for a non-loopback ``--host`` (what is exposed, and whether a token
     guards it), or None on loopback; like ``scheduler start``'s."""
-    from deepshare.infra.httpauth import is_loopback
+    from deepshare.core.hosts import is_loopback
 
     if is_loopback(host.strip("[]")):
         return None

@@ -247,7 +247,8 @@ def run_live_experiment(
             raise DeepShareError(f"--workdir {workdir}: cannot make the folder {str(folder)!r} "
                                  f"({exc.strerror or exc})") from None
         if not folder.is_dir():
-            raise DeepShareError(f"--workdir {workdir}: {str(folder)!r} is not a folder")
+            raise DeepShareError(f"--workdir {workdir}: cannot make the folder {str(folder)!r} (something that is not "
+                                 "a folder is in the way)")
         check_not_shared(folder, "--workdir", "the job script or the autoscaling config Ray loads its provider from",
                          "choose a folder of your own")
     jobs_dir = install_job_script(work / "jobs").parent

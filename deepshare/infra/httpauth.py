@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.hosts import HostNames
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -191,33 +191,6 @@ class RequireToken:
                         ((b"www-authenticate", b"Bearer"), *unread_body(scope, self.close_unread)))
 
 
-def host_name(value: str) -> str:
-    """The name part of a ``Host`` header: ``[::1]:8470`` -> ``::1``, ``a.b:80`` -> ``a.b``."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value
-    if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    return value
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 class AllowHosts:
     """Answers 403 unless the ``Host`` header names this service.
 
@@ -235,13 +208,10 @@ class AllowHosts:
     def __init__(self, app: ASGIApp, bound_host: str, allowed: Iterable[str] = (), error: ErrorBody = detail_body,
                  close_unread: bool = True) -> None:
         self.app, self.error, self.close_unread = app, error, close_unread
-        bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
-        self.names = {"localhost", bound, *(a.strip().lower() for a in allowed if a.strip())}
-        self.any_ip = not is_loopback(bound)
+        self.hosts = HostNames(bound_host, allowed)
 
     def allows(self, host: str) -> bool:
-        name = host_name(host)
-        return bool(name) and (name in self.names or is_loopback(name) or (self.any_ip and _is_ip(name)))
+        return self.hosts.allows(host)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -124,7 +124,7 @@ class LinkLoad:
 
 def exposure_warning(host: str) -> str | None:
     """The one-line warning for a non-loopback ``--host``, or None on loopback."""
-    from deepshare.infra.httpauth import is_loopback
+    from deepshare.core.hosts import is_loopback
 
     if is_loopback(host.strip("[]")):
         return None

@@ -1,0 +1,52 @@
+"""Whether an HTTP ``Host`` header names a service: the check behind the HTTP services' refusal of
+other hosts (DNS rebinding: a web page whose own name resolves to the service's address would
+otherwise read it in the user's browser). Pure, so every layer's endpoint uses the same rule:
+:class:`deepshare.infra.httpauth.AllowHosts` (the ASGI services) and the node agents' metrics
+endpoint (:mod:`deepshare.agents.exporter`, WSGI)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Iterable
+
+
+def host_name(value: str) -> str:
+    """The name part of a ``Host`` header: ``[::1]:8470`` -> ``::1``, ``a.b:80`` -> ``a.b``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class HostNames:
+    """The ``Host`` names a service bound to ``bound_host`` answers: ``localhost`` and loopback
+    IPs, the bound address, the names in ``allowed``, and, when bound to a non-loopback address,
+    any IP literal (an IP cannot be a rebinding name)."""
+
+    def __init__(self, bound_host: str, allowed: Iterable[str] = ()) -> None:
+        bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
+        self.names = {"localhost", bound, *(a.strip().lower() for a in allowed if a.strip())}
+        self.any_ip = not is_loopback(bound)
+
+    def allows(self, host: str) -> bool:
+        name = host_name(host)
+        return bool(name) and (name in self.names or is_loopback(name) or (self.any_ip and is_ip(name)))
