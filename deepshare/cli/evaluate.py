@@ -28,7 +28,7 @@ def _suite_inputs(args: argparse.Namespace) -> dict[str, object]:
     loader takes the name first)."""
     from deepshare.experiments.suite_spec import load_suite, suite_names, tenants_names
 
-    spec = load_suite(args.suite)  # a bad suite is one line here, before any output
+    spec = load_suite(args.suite, allow_imports=getattr(args, "allow_imports", False))  # a bad suite is one line here, before any output
     bundled = args.suite in suite_names() and not os.path.isfile(args.suite)
     return {
         "--suite": None if bundled else args.suite,
@@ -90,6 +90,9 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.workers is not None:
         raise DeepShareError("--workers: only with --suite (a --trace run's seeds and policies run in this process, "
                              "or as Ray tasks with --address)")
+    if args.allow_imports:
+        raise DeepShareError("--allow-imports: only with --suite (--policies on the command line takes module:Class "
+                             "names as they are)")
     names = policy_list(args.policies)
     check_outputs({"--json": args.json, "--out": folder_outputs(args.out, PLOT_FILES)}, sim_inputs(args, names),
                   new_folders=[args.out])
@@ -174,6 +177,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "--address, --tenants, --out, --json and --no-progress go with it); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
                    "saying why (and in the JSON's \"failed\"), and the command exits 1")
+    p.add_argument("--allow-imports", action="store_true",
+                   help="only with --suite: let the suite file name module:Class policies, which import and run its "
+                        "Python code (refused otherwise: a suite file is data)")
     p.add_argument("--workers", type=in_range(int, 1, 64, "processes"),
                    help="only with --suite: processes running cells in parallel on this machine (same results for any count; "
                    "default 1; not with --address)")

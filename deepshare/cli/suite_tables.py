@@ -298,7 +298,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
     address = getattr(args, "address", None)
     if address and workers > 1:
         raise DeepShareError("--workers: the size of a local pool; with --address the cluster's CPUs run the suite (drop one)")
-    spec = load_suite(args.suite)
+    spec = load_suite(args.suite, allow_imports=getattr(args, "allow_imports", False))
     if getattr(args, "tenants", None):
         from deepshare.experiments.suite_spec import suite_tenants
 
@@ -321,6 +321,7 @@ def cmd_suite(args: argparse.Namespace, out: Console, err: Console) -> int:
             command = ["deepshare", "evaluate", "--suite", str(args.suite)]
             command += ["--tenants", str(args.tenants)] if getattr(args, "tenants", None) else []
             command += ["--address", str(address)] if on_ray else ["--workers", str(workers)]
+            command += ["--allow-imports"] if getattr(args, "allow_imports", False) else []
             provenance = run_provenance(command)
             result = run_suite(spec, workers=workers, progress=progress, on_ray=on_ray)
         shown = human(args.json, out, err)

@@ -210,10 +210,10 @@ def _capacity_gpus(item: Mapping[str, Any], where: str) -> int | None:
         return None
     raw = capacity[GPU_RESOURCE]
     field = f"{where}: status.capacity[{GPU_RESOURCE!r}]"
-    try:
-        gpus = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
-    except ValueError:
+    if isinstance(raw, str) and not re.fullmatch(r"[0-9]{1,7}", raw):  # int() reads "٨" and "1_0" too
         gpus = None
+    else:
+        gpus = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
     if gpus is None or not 0 < gpus <= MAX_GPUS_PER_NODE:
         raise DeepShareError(f"{field}: expected a GPU count from 1 to {MAX_GPUS_PER_NODE}, got {raw!r}")
     return gpus
@@ -423,7 +423,10 @@ def _value(v: Any) -> str:
 
 
 def _comment(text: str) -> str:
-    return re.sub(r"[\x00-\x1f\x7f]", "?", text)
+    """``text`` safe inside a ``#`` comment line: every character YAML may read as a line break
+    (ASCII controls, and NEL, LINE and PARAGRAPH SEPARATOR, which PyYAML breaks lines at too) is
+    replaced, so a level name or a file name cannot end the comment and add spec keys."""
+    return re.sub(r"[\x00-\x1f\x7f\x85\u2028\u2029]", "?", text)
 
 
 @dataclass(frozen=True)

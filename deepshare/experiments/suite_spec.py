@@ -313,10 +313,17 @@ def _exists(path: str) -> bool:
         return True
 
 
-def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
+def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = False) -> SuiteSpec:
     """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
-    checked against the registry here, before anything runs. Errors name ``flag``."""
+    checked against the registry here, before anything runs. Errors name ``flag``.
+
+    A ``module:Attribute`` policy name imports that module and calls what it names: from a
+    suite file, a data file that may come from anywhere, that ran any code (``os:system=CMD``)
+    before the name was even found not to be a policy. Such names are refused unless
+    ``allow_imports`` (``evaluate --allow-imports``) says the file is trusted; registered names
+    and installed packages' entry points (code installed on purpose) are always taken."""
     from deepshare.policies import policy_info
+    from deepshare.policies.plugins import is_import_spec
 
     if name_or_path in suite_names():
         source = f"suite {name_or_path!r}"
@@ -343,6 +350,10 @@ def load_suite(name_or_path: str, flag: str = "--suite") -> SuiteSpec:
             raise DeepShareError(f"{source}: tenants: {exc}") from None
     for field_name in ("heuristics", "learned"):
         for name in getattr(spec, field_name):
+            if is_import_spec(name) and not allow_imports:
+                raise DeepShareError(f"{source}: {field_name}: {name.partition('=')[0]!r} would import and run Python "
+                                     "code named by the suite file; give --allow-imports if you trust it (or install "
+                                     "the policy as a deepshare.policies entry point)")
             try:
                 info = policy_info(name)
             except DeepShareError as exc:

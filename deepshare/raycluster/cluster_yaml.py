@@ -141,7 +141,7 @@ def _launcher(raw: dict[str, Any], source: str) -> ClusterYaml:
         raise DeepShareError(f"{source}: available_node_types: not allowed with provider.type local (one node type)")
     prepared = _ray_prepare(raw, source)
     _check_commands(prepared, source)
-    idle_s = float(prepared.get("idle_timeout_minutes", 5)) * 60.0
+    idle_s = _idle_minutes(prepared.get("idle_timeout_minutes", 5), source) * 60.0
     name = str(prepared["cluster_name"])
     if provider["type"] == "local":
         return ClusterYaml(source, "local", name, idle_s, (_local_worker(prepared, source),))
@@ -338,6 +338,19 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
                              "expected at least one that runs")
     return ClusterYaml(source, "kuberay", name, float(idle), workers,
                        suspended=tuple(w.name for w, suspended in every if suspended))
+
+
+MAX_IDLE_MINUTES = 525_600
+"""A year: Ray's schema takes any integer, and a 400-digit one made ``float()`` overflow (a traceback)."""
+
+
+def _idle_minutes(value: Any, source: str) -> float:
+    """``idle_timeout_minutes`` as a number of minutes, 0 to a year; else one line naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_IDLE_MINUTES:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise DeepShareError(f"{source}: idle_timeout_minutes: expected minutes from 0 to {MAX_IDLE_MINUTES:,} "
+                             f"(a year), got {shown}")
+    return float(value)
 
 
 def _int32(value: Any) -> bool:

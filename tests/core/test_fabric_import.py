@@ -282,3 +282,20 @@ def test_exact_names_are_checked(groups, message):
     with pytest.raises(DeepShareError) as info:
         parse_topology("node_types: {t: {gpus: 4}}\nnodes:\n  " + groups, source="s.yaml")
     assert message in str(info.value) and str(info.value).startswith("s.yaml: ")
+
+
+@pytest.mark.parametrize("gpus", ["٨", "1_0", " 8", "8.0", "+8"])
+def test_a_gpu_capacity_written_other_than_in_ascii_digits_is_refused(gpus):
+    """int() reads Arabic-Indic digits and underscores: "٨" was taken as 8 GPUs."""
+    text = nodes_json(k8s_node("gpu-a", {"nvidia.com/gpu.clique": "c", "topology.kubernetes.io/rack": "r"}, gpus))
+    with pytest.raises(DeepShareError, match=r"status.capacity\['nvidia.com/gpu'\]: expected a GPU count from 1"):
+        parse_kubectl_nodes(text, "n.json", LEVELS)
+
+
+@pytest.mark.parametrize("breaker", ["\x85", "\u2028", "\u2029"])
+def test_a_line_break_yaml_knows_cannot_end_the_generated_comment(breaker):
+    """PyYAML breaks lines at NEL and the Unicode line and paragraph separators too: a level name
+    holding one ended the `# Imported ...` comment, and the rest was read as spec keys."""
+    table = f"ip,Leaf{breaker}name: x\n10.0.0.1,l0\n10.0.0.2,l0\n"
+    imported = import_cluster(table, f"topo{breaker}v2.csv", name="c")
+    assert len(imported.topology.nodes) == 2

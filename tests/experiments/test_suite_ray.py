@@ -164,7 +164,7 @@ def test_a_failing_policy_is_a_row_and_an_entry_locally_and_on_the_cluster(clust
                      "learned: ['ds_test_policies:FailsOnBigClusters']\n")
     docs = {}
     for where, extra in (("local", []), ("cluster", ["--address", cluster.address])):
-        rc, out, err = cli(capsys, "evaluate", "--suite", suite, "--json", tmp_path / f"{where}.json", *extra)
+        rc, out, err = cli(capsys, "evaluate", "--suite", suite, "--allow-imports", "--json", tmp_path / f"{where}.json", *extra)
         assert rc == 1 and "Traceback" not in err, err
         assert "1 of 6 runs failed (first: ds_test_policies:FailsOnBigClusters on load 1 heavy 3x8" in err
         assert "failed: RuntimeError: boom on a" in out  # the cell's row (rich wraps the rest)

@@ -143,6 +143,9 @@ AWS_BAD = [
     (lambda r: r.update(head_node_type="nope"), "head_node_type"),
     (lambda r: _nt(r).update(min_workers=20), "max_workers"),
     (lambda r: r.update(provider="aws"), "provider"),
+    # Ray's schema takes any integer: float() of a 400-digit one overflowed (a traceback)
+    (lambda r: r.update(idle_timeout_minutes=10**400), "idle_timeout_minutes: expected minutes from 0 to 525,600"),
+    (lambda r: r.update(idle_timeout_minutes=525_601), "idle_timeout_minutes: expected minutes from 0 to 525,600"),
 ]
 
 

@@ -85,8 +85,10 @@ _STANDARD = NormalDist()
 def _check(name: str, value: Any, low: float, high: float, *, integer: bool = False) -> None:
     kind = "an integer" if integer else "a number"
     ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.integer, np.floating))
-    if isinstance(value, bool) or not ok_type or not (math.isfinite(value) and low <= value <= high):
-        raise DeepShareError(f"recurrence model: {name} must be {kind} from {low:g} to {high:g}, got {value!r}")
+    # bounds first: a 400-digit integer made math.isfinite raise OverflowError (a traceback)
+    if isinstance(value, bool) or not ok_type or not (low <= value <= high and math.isfinite(value)):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise DeepShareError(f"recurrence model: {name} must be {kind} from {low:g} to {high:g}, got {shown}")
 
 
 @dataclass(frozen=True)
