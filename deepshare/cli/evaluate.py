@@ -38,7 +38,7 @@ def _suite_inputs(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-SUITE_USES = {"command", "func", "suite", "workers", "address", "tenants", "out", "json", "no_progress"}
+SUITE_USES = {"command", "func", "suite", "workers", "address", "tenants", "out", "json", "no_progress", "allow_imports"}
 """``evaluate``'s flags that a suite run uses (``--no-progress``: a suite shows no bar either); it
 refuses every other flag given, each of which sets what a suite file sets itself."""
 
@@ -174,7 +174,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--suite", metavar="NAME|PATH",
                    help="run a benchmark suite instead of one trace: a bundled one (curve, fabric, learned, learned-long, loaded, quick, standard, tenants, tenants-learned, tiny) or a suite YAML "
                    "(deepshare/experiments/suite.py), which sets the traces, clusters, contention and seeds (only --workers, "
-                   "--address, --tenants, --out, --json and --no-progress go with it); "
+                   "--address, --tenants, --out, --json, --no-progress and --allow-imports go with it); "
                    "prints every cell and the learned policies' ratios to each cell's best heuristic; a run that fails is a row "
                    "saying why (and in the JSON's \"failed\"), and the command exits 1")
     p.add_argument("--allow-imports", action="store_true",

@@ -49,6 +49,10 @@ def shown(value: object) -> str:
     a RecursionError."""
     import reprlib
 
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr of an int past 4,300 digits raises ValueError (Python 3.11's reprlib still calls it)
+        sign = "a negative" if value < 0 else "an"
+        return f"{sign} integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
     short = reprlib.Repr()
     short.maxlevel, short.maxstring, short.maxother, short.maxlist, short.maxdict = 3, 80, 80, 6, 6
     return short.repr(value)

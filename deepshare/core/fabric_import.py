@@ -423,10 +423,11 @@ def _value(v: Any) -> str:
 
 
 def _comment(text: str) -> str:
-    """``text`` safe inside a ``#`` comment line: every character YAML may read as a line break
-    (ASCII controls, and NEL, LINE and PARAGRAPH SEPARATOR, which PyYAML breaks lines at too) is
-    replaced, so a level name or a file name cannot end the comment and add spec keys."""
-    return re.sub(r"[\x00-\x1f\x7f\x85\u2028\u2029]", "?", text)
+    """``text`` safe inside a ``#`` comment line: every character that is not printable is
+    replaced: those YAML reads as line breaks (ASCII controls, NEL, LINE and PARAGRAPH SEPARATOR),
+    which ended the comment and added spec keys; those PyYAML refuses (C1 controls, U+FFFE); and
+    the surrogates a file name that is not UTF-8 arrives with, which cannot be written out."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 @dataclass(frozen=True)

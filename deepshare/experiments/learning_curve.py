@@ -82,7 +82,7 @@ class SuiteCurve:
         ``flag``); ``policy_kind``: the registry name that loads the file (``rl-base`` or ``rl-hybrid``);
         ``on_ray``: run the cells as Ray tasks on the cluster the training run joined (each
         scored file travels to the workers through the object store) instead of ``workers`` processes."""
-        self.spec: SuiteSpec = load_suite(suite, flag)
+        self.spec: SuiteSpec = load_suite(suite, flag, check_learned=False)  # score() puts the run's policy in `learned`
         self.suite = self.spec.name
         self.fingerprint = suite_fingerprint(self.spec)
         self._accepted = {self.fingerprint, legacy_fingerprint(self.spec)}  # or as first written

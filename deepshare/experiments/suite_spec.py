@@ -313,7 +313,8 @@ def _exists(path: str) -> bool:
         return True
 
 
-def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = False) -> SuiteSpec:
+def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = False,
+               check_learned: bool = True) -> SuiteSpec:
     """A bundled suite by name (:func:`suite_names`) or a suite file by path; policy names are
     checked against the registry here, before anything runs. Errors name ``flag``.
 
@@ -321,7 +322,9 @@ def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = F
     suite file, a data file that may come from anywhere, that ran any code (``os:system=CMD``)
     before the name was even found not to be a policy. Such names are refused unless
     ``allow_imports`` (``evaluate --allow-imports``) says the file is trusted; registered names
-    and installed packages' entry points (code installed on purpose) are always taken."""
+    and installed packages' entry points (code installed on purpose) are always taken.
+    ``check_learned`` False: the caller replaces ``learned`` (``train --eval-suite`` scores its own
+    policy), whose names are then neither checked nor imported."""
     from deepshare.policies import policy_info
     from deepshare.policies.plugins import is_import_spec
 
@@ -348,12 +351,12 @@ def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = F
             suite_tenants(spec)
         except DeepShareError as exc:
             raise DeepShareError(f"{source}: tenants: {exc}") from None
-    for field_name in ("heuristics", "learned"):
+    for field_name in ("heuristics", "learned") if check_learned else ("heuristics",):
         for name in getattr(spec, field_name):
             if is_import_spec(name) and not allow_imports:
                 raise DeepShareError(f"{source}: {field_name}: {name.partition('=')[0]!r} would import and run Python "
-                                     "code named by the suite file; give --allow-imports if you trust it (or install "
-                                     "the policy as a deepshare.policies entry point)")
+                                     "code named by the suite file; `evaluate --suite FILE --allow-imports` runs a "
+                                     "suite file you trust (or install the policy as a deepshare.policies entry point)")
             try:
                 info = policy_info(name)
             except DeepShareError as exc:

@@ -347,9 +347,8 @@ MAX_IDLE_MINUTES = 525_600
 def _idle_minutes(value: Any, source: str) -> float:
     """``idle_timeout_minutes`` as a number of minutes, 0 to a year; else one line naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_IDLE_MINUTES:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
         raise DeepShareError(f"{source}: idle_timeout_minutes: expected minutes from 0 to {MAX_IDLE_MINUTES:,} "
-                             f"(a year), got {shown}")
+                             f"(a year), got {shown(value)}")
     return float(value)
 
 

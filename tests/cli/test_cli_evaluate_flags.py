@@ -78,3 +78,23 @@ def test_evaluate_runs_every_seed_of_the_trace(capsys, tmp_path):
                      "--policies", "fifo+spread", "--seeds", "2", "--json", out)
     assert rc == 0, err
     assert json.loads(out.read_text())["seeds"] == [0, 1]
+
+
+def test_a_suite_naming_a_module_policy_runs_with_allow_imports_and_records_it(capsys, tmp_path, monkeypatch):
+    """--allow-imports goes with --suite (it was refused as a simulation flag, so no suite file
+    could name a module:Class policy at all); the run's recorded command keeps it."""
+    import json
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "examples"))
+    monkeypatch.delitem(sys.modules, "biggest_first", raising=False)
+    suite = tmp_path / "mine.yaml"
+    suite.write_text("name: mine\nclusters: [[2, 8]]\nloads: [0.7]\nmixes: [heavy]\ncontention: [profiled]\nseeds: 1\n"
+                     "jobs_per_node: 1\nheuristics: [fifo+packed]\nlearned: ['biggest_first:BiggestFirst']\n")
+    rc, _, err = cli(capsys, "evaluate", "--suite", suite, "--json", tmp_path / "no.json")
+    assert rc == 2 and "would import and run Python code" in err and not (tmp_path / "no.json").exists()
+    rc, _, err = cli(capsys, "evaluate", "--suite", suite, "--allow-imports", "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert "--allow-imports" in doc["provenance"]["command"] and "biggest_first:BiggestFirst" in doc["summary"]

@@ -292,10 +292,17 @@ def test_a_gpu_capacity_written_other_than_in_ascii_digits_is_refused(gpus):
         parse_kubectl_nodes(text, "n.json", LEVELS)
 
 
-@pytest.mark.parametrize("breaker", ["\x85", "\u2028", "\u2029"])
+@pytest.mark.parametrize("breaker", ["\x85", "\u2028", "\u2029", "\x9b", "\ufffe"])
 def test_a_line_break_yaml_knows_cannot_end_the_generated_comment(breaker):
     """PyYAML breaks lines at NEL and the Unicode line and paragraph separators too: a level name
     holding one ended the `# Imported ...` comment, and the rest was read as spec keys."""
     table = f"ip,Leaf{breaker}name: x\n10.0.0.1,l0\n10.0.0.2,l0\n"
     imported = import_cluster(table, f"topo{breaker}v2.csv", name="c")
     assert len(imported.topology.nodes) == 2
+
+
+def test_a_file_name_that_is_not_utf8_imports():
+    """A name that is not UTF-8 arrives with surrogates (surrogateescape), which could not be
+    written into the spec's comment: a UnicodeEncodeError traceback."""
+    imported = import_cluster("ip,Leaf\n10.0.0.1,l0\n", "topo\udcff.csv", name="c")
+    assert len(imported.topology.nodes) == 1

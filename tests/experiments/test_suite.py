@@ -194,8 +194,9 @@ def test_run_one_matches_the_simulator():
          "recurrence: Value error, recurrence model: runs_per_group must be a number from 2 to 1e+06"),
         ("heuristics: [las+consolidated]\nrecurrence: {user_skew: -1" + "0" * 400 + "}", "user_skew must be a number"),
         # a data file naming module:Attr ran it (os:system ran a shell command) before anything was checked
-        ("heuristics: [las+consolidated]\nlearned: ['os:system=touch /tmp/ds-suite-pwned']",
-         "learned: 'os:system' would import and run Python code named by the suite file; give --allow-imports"),
+        ("heuristics: [las+consolidated]\nlearned: ['os:system=true']",
+         "learned: 'os:system' would import and run Python code named by the suite file; `evaluate --suite FILE "
+         "--allow-imports` runs"),
         ("heuristics: [las+consolidated]\nseeds: 100\nloads: [" + ", ".join(f"0.{i:03d}" for i in range(10, 110)) + "]",
          "the grid has 80,000 cells (100 loads x 2 mixes x 2 clusters and fabrics x 2 contention x 100 seeds x 1 durations"),
     ],
@@ -338,13 +339,11 @@ def test_a_suite_number_that_is_not_finite_is_named_as_such(field, value, tmp_pa
 
 
 def test_allow_imports_lets_a_trusted_suite_name_module_policies_and_only_with_suite(tmp_path, capsys):
-    import os
-
     path = tmp_path / "trusted.yaml"
     path.write_text("heuristics: [las+consolidated]\nlearned: ['deepshare.policies.heuristic:HeuristicPolicy']\n")
     with pytest.raises(DeepShareError, match="would import and run Python code"):
         load_suite(str(path))
     assert load_suite(str(path), allow_imports=True).learned == ("deepshare.policies.heuristic:HeuristicPolicy",)
-    assert not os.path.exists("/tmp/ds-suite-pwned")
+    assert load_suite(str(path), check_learned=False).learned == ("deepshare.policies.heuristic:HeuristicPolicy",)
     assert main(["evaluate", "--trace", "x.json", "--policies", "fifo+packed", "--allow-imports"]) == 2
     assert "--allow-imports: only with --suite" in capsys.readouterr().err

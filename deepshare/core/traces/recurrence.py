@@ -76,7 +76,7 @@ import numpy as np
 
 from deepshare.core import stable_math
 from deepshare.core.bounds import MAX_DURATION_S
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.traces.mixes import ModelMix, assign
 
 _STANDARD = NormalDist()
@@ -87,8 +87,7 @@ def _check(name: str, value: Any, low: float, high: float, *, integer: bool = Fa
     ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.integer, np.floating))
     # bounds first: a 400-digit integer made math.isfinite raise OverflowError (a traceback)
     if isinstance(value, bool) or not ok_type or not (low <= value <= high and math.isfinite(value)):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise DeepShareError(f"recurrence model: {name} must be {kind} from {low:g} to {high:g}, got {shown}")
+        raise DeepShareError(f"recurrence model: {name} must be {kind} from {low:g} to {high:g}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
