@@ -38,11 +38,10 @@ told otherwise, is only ever called explicitly, and returns the address actually
 from __future__ import annotations
 
 import re
-import threading
-from typing import Any, Callable, Iterator
-
 import socket
+import threading
 from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app

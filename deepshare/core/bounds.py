@@ -111,6 +111,7 @@ def grid_load_ok(value: object) -> bool:
     number (not a bool) in ``[MIN_OFFERED_LOAD, MAX_GRID_LOAD]`` (NaN and infinities are not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_OFFERED_LOAD <= value <= MAX_GRID_LOAD
 
+
 MAX_ENV_RUNNERS = 1024
 """Most env runners a training run asks for (``run.num_env_runners``, ``--num-env-runners``)."""
 MAX_ENVS_PER_RUNNER = 1024
