@@ -8,6 +8,8 @@ import threading
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from deepshare.core.hosts import is_host_name
+
 MONITOR_NAME = "deepshare-contention-monitor"
 NAMESPACE = "deepshare"
 AGENT_PREFIX = "deepshare-agent"
@@ -62,7 +64,7 @@ def report_period(interval_s: float, report_interval_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
-    # New fields go at the end, with defaults: :meth:`__setstate__` reads an older pickle by position.
+    # New fields go at the end, with defaults: _setstate (below) reads an older pickle by position.
     interval_s: float = 1.0
     """Seconds between two samples of every agent (each sample goes to the agent's buffer); at
     least :data:`MIN_INTERVAL_S`."""
@@ -93,15 +95,6 @@ class AgentConfig:
     literal and the node's host names) that a request's ``Host`` may give the metrics endpoint:
     the name Prometheus scrapes it by. Any other ``Host`` gets a 403 (DNS rebinding)."""
 
-    def __setstate__(self, state: Any) -> None:
-        """Unpickle, an older deepshare's config too: fields it did not have take their defaults
-        (Ray restarts a detached monitor from the arguments it was first created with, pickled by
-        the deepshare of that day; a missing slot made every read of the new field fail)."""
-        known = dict(zip((f.name for f in fields(self)), state))
-        for f in fields(self):
-            default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
-            object.__setattr__(self, f.name, known.get(f.name, default))
-
     def __post_init__(self) -> None:
         self._normalise()
         if not MIN_INTERVAL_S <= self.interval_s < math.inf:
@@ -129,7 +122,7 @@ class AgentConfig:
             raise ValueError(f"metrics_host must be an address to bind (an empty one binds every interface),"
                              f" got {self.metrics_host!r}")
         allowed = self.metrics_allowed_hosts
-        if not isinstance(allowed, tuple) or not all(_host_name(name) for name in allowed):
+        if not isinstance(allowed, tuple) or not all(is_host_name(name) for name in allowed):
             raise ValueError("metrics_allowed_hosts must be a tuple of host names (no spaces, slashes or control"
                              f" characters), got {allowed!r}")
 
@@ -183,15 +176,23 @@ class AgentConfig:
         return self.stale_after_s if self.stale_after_s is not None else max(5.0, 3 * self.report_period)
 
 
+def _setstate(self: AgentConfig, state: Any) -> None:
+    """Unpickle, an older deepshare's config too: fields it did not have take their defaults (Ray
+    restarts a detached monitor from the arguments it was first created with, pickled by the
+    deepshare of that day; a missing slot made every read of the new field fail). Assigned after
+    the class: Python 3.10's dataclass(slots=True, frozen=True) replaces one defined in it."""
+    known = dict(zip((f.name for f in fields(self)), state))
+    for f in fields(self):
+        default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+        object.__setattr__(self, f.name, known.get(f.name, default))
+
+
+AgentConfig.__setstate__ = _setstate  # type: ignore[method-assign]
+
+
 _FLOAT_FIELDS = ("interval_s", "report_interval_s", "stale_after_s", "reconcile_interval_s", "agent_num_cpus",
                  "stale_retention_s")
 _INT_FIELDS = ("buffer_size", "max_restarts", "metrics_port")
-
-
-def _host_name(value: object) -> bool:
-    """A name a ``Host`` header can give: 1-253 printable characters without spaces or ``/``."""
-    return (isinstance(value, str) and 0 < len(value) <= 253 and value.isprintable()
-            and not any(ch.isspace() or ch == "/" for ch in value))
 
 
 def _integer(value: object) -> bool:

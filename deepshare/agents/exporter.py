@@ -141,7 +141,7 @@ class MetricsExporter:
         get a 403 (:func:`host_checked`).
 
         Already serving: the same host and port 0 or the port bound (or asked) returns the running
-        address; another host or port raises ``ValueError`` naming it, rather than reporting an
+        address (its allowed hosts kept); another host or port raises ``ValueError`` naming it, rather than reporting an
         address nothing listens on (``stop`` first to move it)."""
         with self._lock:
             if self._server is not None:

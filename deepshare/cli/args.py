@@ -12,7 +12,7 @@ import argparse
 import re
 from typing import Any, Callable, Sequence
 
-from deepshare.core.bounds import MAX_GENERATED_JOBS, MAX_ROUND_S, MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_GENERATED_JOBS, MAX_ROUND_S, MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -64,9 +64,11 @@ def bind_host(text: str) -> str:
 
 
 def host_header_name(text: str) -> str:
-    """``--allowed-host``-like flags: a name a ``Host`` header can give (1-253 printable
-    characters, no spaces or ``/``)."""
-    if not (0 < len(text) <= 253 and text.isprintable() and not any(ch.isspace() or ch == "/" for ch in text)):
+    """``--metrics-allowed-host``: a name a ``Host`` header can give (1-253 printable
+    characters, no spaces or ``/``: :func:`deepshare.core.hosts.is_host_name`)."""
+    from deepshare.core.hosts import is_host_name
+
+    if not is_host_name(text):
         raise argparse.ArgumentTypeError(f"expected a host name (1-253 printable characters, no spaces or '/'), got {text!r}")
     return text
 
@@ -120,7 +122,7 @@ fold_count = in_range(int, 2, 100, "folds")
 start_count = in_range(int, 1, 100, "starts")
 worker_count = in_range(int, 1, 256, "processes")
 iteration_count = in_range(int, 1, 1_000_000, "iterations")
-runner_count = in_range(int, 0, 1024, "env runners")
+runner_count = in_range(int, 0, MAX_ENV_RUNNERS, "env runners")
 wait_seconds = in_range(float, 0, 1e7, "seconds")
 
 

@@ -20,6 +20,13 @@ def host_name(value: str) -> str:
     return value
 
 
+def is_host_name(value: object) -> bool:
+    """A name a ``Host`` header can give, as a service's allowed names are written: 1-253
+    printable characters without spaces or ``/``."""
+    return (isinstance(value, str) and 0 < len(value) <= 253 and value.isprintable()
+            and not any(ch.isspace() or ch == "/" for ch in value))
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

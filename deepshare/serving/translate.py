@@ -438,12 +438,19 @@ def printable(name: str | None, limit: int = 256) -> str | None:
     them at submission may hold such names, and one of them refused every decision."""
     if name is None or not any(ord(ch) < 0x20 for ch in name):
         return name
-    escaped = "".join(ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name)
-    if len(escaped) <= limit:
-        return escaped
-    # longer than the service takes once escaped: cut, and keep names apart by a digest of the whole
+    parts = [ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name]
+    if sum(map(len, parts)) <= limit:
+        return "".join(parts)
+    # longer than the service takes once escaped: cut between escapes, and keep names apart by a
+    # digest of the whole
     digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
-    return escaped[:limit - len(digest) - 1] + "~" + digest
+    room, kept = limit - len(digest) - 1, []
+    for part in parts:
+        room -= len(part)
+        if room < 0:
+            break
+        kept.append(part)
+    return "".join(kept) + "~" + digest
 
 
 def view_to_request(view: ClusterView) -> PlacementRequest:

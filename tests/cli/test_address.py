@@ -32,7 +32,8 @@ def closed_port() -> int:
     ("127.0.0.1:{closed}", ["--address 127.0.0.1:", "no Ray cluster answers there", "expected 'auto' or HOST:PORT"]),
     ("head-without-port", ["--address 'head-without-port'", "expected 'auto' or HOST:PORT"]),
     ("head:99999", ["--address 'head:99999'", "expected 'auto' or HOST:PORT"]),
-], ids=["unreachable", "no-port", "port-out-of-range"])
+    ("127.0.0.1:²", ["--address '127.0.0.1:²'", "expected 'auto' or HOST:PORT"]),  # '²'.isdigit() is True
+], ids=["unreachable", "no-port", "port-out-of-range", "port-not-ascii"])
 def test_a_bad_address_is_one_line_and_exit_2(capsys, command, address, needles):
     rc, out, err = cli(capsys, *command, "--address", address.format(closed=closed_port()))
     assert rc == 2 and out == ""
