@@ -108,7 +108,7 @@ def test_a_bad_kuberay_manifest_is_one_line_naming_the_field(tmp_path, capsys, c
 
 
 LAUNCHER_LIMITS = [
-    (lambda r: r.update(idle_timeout_minutes=float("nan")), "as an autoscaling spec: idle_timeout_s: Input should be a finite number"),
+    (lambda r: r.update(idle_timeout_minutes=float("nan")), "idle_timeout_minutes: expected minutes from 0 to 525,600 (a year), got nan"),
     (lambda r: r["available_node_types"]["a10g-pcie"].update(min_workers=9),
      "worker type 'a10g-pcie' as an autoscaling pool: <root>: Value error, min_nodes 9 exceeds max_nodes 8"),
 ]
