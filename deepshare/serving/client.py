@@ -20,14 +20,16 @@ from __future__ import annotations
 import json
 import time
 from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable
+from deepshare.core.errors import DeepShareError, InfeasibleDecision, Unavailable, one_line
 from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.types import Decision, WAIT
 from deepshare.core.view import ClusterView
 from deepshare.infra.boundedhttp import MAX_ANSWER_BYTES, Answer, ExchangeError, exchange, split_url
+from deepshare.infra.httpauth import check_token
 from deepshare.serving.schemas import HealthOut, PlacementRequest, PlacementResponse, PolicyOut
 from deepshare.serving.settings import TOKEN_ENV as SERVE_TOKEN_ENV
 from deepshare.serving.translate import UnexpectedAnswer, response_to_decision, view_to_request
@@ -56,11 +58,18 @@ deadline is 5 s by default)."""
 
 class PlacementServiceUnavailable(PlacementServiceError, Unavailable):
     """The service did not answer the question: unreachable, cut off, out of time, or it refused
-    for a reason that is not in the request (401/403: the caller's token; 408: the body came too
-    slowly; 429, 502, 503, 504: overloaded or out of time). The same request may succeed later."""
+    for a reason that is not in the request (401/403: the caller's token; 404: Serve's proxy while
+    the application is deleted or redeployed; 408: the body came too slowly; 429, 502, 503, 504:
+    overloaded or out of time; any other status but :data:`DATA_STATUSES`). The same request may
+    succeed later."""
 
 
-UNAVAILABLE_STATUSES = frozenset({401, 403, 408, 429, 502, 503, 504})
+DATA_STATUSES = frozenset({400, 413, 422, 500})
+"""The statuses this service answers about the request itself (bad JSON, too large, a field out
+of range, the policy failing on it): a :class:`PlacementServiceError`, which the live scheduler
+treats as a job's data at fault and searches the jobs for. Every other error status is the
+service's or its proxy's (a 404 while Serve redeploys): searching the jobs on it had isolated
+jobs that did nothing wrong."""
 
 
 class UnexpectedPlacementAnswer(PlacementServiceError, InfeasibleDecision):
@@ -77,7 +86,12 @@ class PlacementClient:
         try:
             split_url(self.url)
         except ExchangeError as exc:  # a bad URL is the caller's, said when it is given
-            raise PlacementServiceError(f"placement service URL {url!r}: {exc}") from None
+            raise PlacementServiceError(f"placement service URL {one_line(url)!r}: {exc}") from None
+        problem = _url_problem(self.url)
+        if problem:
+            raise PlacementServiceError(f"placement service URL {one_line(_without_userinfo(url))!r}: {problem}")
+        if token is not None:
+            check_token(token, "placement service token")  # never echoed: a bad one failed inside http.client, quoted
         self.timeout_s = timeout_s
         self.max_answer_bytes = max_answer_bytes
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
@@ -165,14 +179,18 @@ class PlacementClient:
             if exc.timed_out and callers:
                 checkpoint()  # the caller's decision is out of time: its own timeout, not a service error
             reason = f"cannot reach the placement service ({exc})" if exc.unreachable else f"placement service: {exc}"
-            kind = PlacementServiceUnavailable if exc.unreachable or exc.timed_out else PlacementServiceError
+            # too large an answer: the service's fault, not a job's (no culprit search)
+            kind = PlacementServiceUnavailable if exc.unreachable or exc.timed_out else UnexpectedPlacementAnswer
             raise kind(f"{self.url}{path}: {reason}") from None
         if reply.status >= 400:
-            kind = PlacementServiceUnavailable if reply.status in UNAVAILABLE_STATUSES else PlacementServiceError
+            kind = PlacementServiceError if reply.status in DATA_STATUSES else PlacementServiceUnavailable
             raise kind(
-                f"{self.url}{path}: HTTP {reply.status}: {_detail(reply)}", reply.status,
+                f"{self.url}{path}: HTTP {reply.status}: {one_line(_detail(reply))}", reply.status,  # no forged log lines
                 _seconds(reply.headers.get("retry-after")),
             )
+        if 300 <= reply.status < 400:  # never followed: the token would go where the redirect says
+            raise UnexpectedPlacementAnswer(f"{self.url}{path}: HTTP {reply.status} redirects (not followed); give the "
+                                            "placement service's own URL")
         try:
             return json.loads(reply.body)
         except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
@@ -181,6 +199,28 @@ class PlacementClient:
 
 MAX_DETAIL_CHARS = 2000
 """The most of an error answer's ``detail`` a message quotes (a service may send megabytes)."""
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes ``url`` unusable as the service's base URL, or None: credentials (never sent,
+    and quoted in every error message, logs and job records alike), a query or a fragment (the
+    API's paths are appended to the URL: after a ``?`` or ``#`` they are no path), or a path that
+    is not printable ASCII (every request then failed as "cannot reach", for ever)."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL are not sent (the service takes a bearer token: --placement-token)"
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        return "expected no query or fragment (the API's paths are appended to it)"
+    if not all(33 <= ord(c) < 127 for c in parts.path):
+        return "the path must be printable ASCII without spaces (percent-encode it)"
+    return None
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` taken out (for an error message)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=host).geturl()
 
 
 def _detail(reply: Answer) -> str:

@@ -142,3 +142,50 @@ def test_the_client_says_a_broken_answer_is_unexpected_and_reads_a_whole_one(ser
     server.answer = (200, json.dumps(_answer(placed, *WAITS[1:])).encode())
     [launch] = client.decide(view).launch
     assert launch.job_id == "p0" and launch.placement.total_gpus == 2
+
+
+@pytest.mark.parametrize("status, kind", [
+    (404, PlacementServiceUnavailable), (405, PlacementServiceUnavailable), (409, PlacementServiceUnavailable),
+    (501, PlacementServiceUnavailable),  # the service's or its proxy's: a 404 while Serve redeploys
+    (400, PlacementServiceError), (413, PlacementServiceError), (422, PlacementServiceError),
+    (500, PlacementServiceError),  # about the request: the live scheduler searches the jobs for a culprit
+    (302, UnexpectedPlacementAnswer),  # a redirect is never followed (the token would go with it)
+])
+def test_only_statuses_about_the_request_blame_it(service, status, kind):
+    """A service restart answered 404 to the live scheduler's culprit probes: the jobs probed then
+    were isolated as if their data were at fault."""
+    server, client = service
+    server.answer = (status, json.dumps({"detail": "x"}).encode())
+    with pytest.raises(PlacementServiceError) as caught:
+        client.place(REQUEST)
+    assert type(caught.value) is kind
+
+
+def test_an_error_detail_cannot_forge_log_lines(service):
+    server, client = service
+    server.answer = (422, json.dumps({"detail": "bad\nFAKE LOG LINE: job j1 isolated\r\n\x1b[31mred"}).encode())
+    with pytest.raises(PlacementServiceError) as caught:
+        client.place(REQUEST)
+    text = str(caught.value)
+    assert "\n" not in text and "\r" not in text and "\x1b" not in text and "bad\\nFAKE LOG LINE" in text
+
+
+@pytest.mark.parametrize("url, words", [
+    ("http://admin:hunter2@127.0.0.1:9", "credentials in the URL are not sent"),
+    ("http://127.0.0.1:9/ok?x=1", "expected no query or fragment"),
+    ("http://127.0.0.1:9/ok#frag", "expected no query or fragment"),
+    ("http://127.0.0.1:9/a b", "the path must be printable ASCII"),
+    ("http://127.0.0.1:9/ü", "the path must be printable ASCII"),
+])
+def test_a_base_url_the_api_cannot_use_is_refused_when_given_without_quoting_credentials(url, words):
+    with pytest.raises(PlacementServiceError, match=words) as caught:
+        PlacementClient(url)
+    assert "hunter2" not in str(caught.value) and "admin" not in str(caught.value)
+
+
+def test_a_token_no_header_can_carry_is_refused_without_echoing_it():
+    from deepshare.core.errors import DeepShareError
+
+    with pytest.raises(DeepShareError) as caught:
+        PlacementClient("http://127.0.0.1:9", token="my-secret-value\n")
+    assert "my-secret-value" not in str(caught.value) and "placement service token" in str(caught.value)
