@@ -83,15 +83,24 @@ class PlacementClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
+        shown = one_line(_redacted(url))  # a URL quoted in an error never shows a password
+        if not all(33 <= ord(c) < 127 for c in url):  # urlsplit drops tabs and line breaks unseen
+            raise PlacementServiceError(f"placement service URL {shown!r}: expected printable ASCII without spaces "
+                                        "(percent-encode the path)")
         try:
             split_url(self.url)
         except ExchangeError as exc:  # a bad URL is the caller's, said when it is given
-            raise PlacementServiceError(f"placement service URL {one_line(url)!r}: {exc}") from None
+            # the parser's words may quote a piece of a password ("port ... as 's3cr'"): not then
+            why = "credentials in the URL are not sent, and it is not a URL either" if "@" in url else str(exc)
+            raise PlacementServiceError(f"placement service URL {shown!r}: {why}") from None
         problem = _url_problem(self.url)
         if problem:
-            raise PlacementServiceError(f"placement service URL {one_line(_without_userinfo(url))!r}: {problem}")
-        if token is not None:
-            check_token(token, "placement service token")  # never echoed: a bad one failed inside http.client, quoted
+            raise PlacementServiceError(f"placement service URL {shown!r}: {problem}")
+        if token:  # empty: no token, as the service's own setting reads it
+            try:
+                check_token(token, "placement service token")  # never echoed: a bad one was, by the header error
+            except DeepShareError as exc:
+                raise PlacementServiceError(str(exc)) from None
         self.timeout_s = timeout_s
         self.max_answer_bytes = max_answer_bytes
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
@@ -204,23 +213,22 @@ MAX_DETAIL_CHARS = 2000
 def _url_problem(url: str) -> str | None:
     """What makes ``url`` unusable as the service's base URL, or None: credentials (never sent,
     and quoted in every error message, logs and job records alike), a query or a fragment (the
-    API's paths are appended to the URL: after a ``?`` or ``#`` they are no path), or a path that
-    is not printable ASCII (every request then failed as "cannot reach", for ever)."""
+    API's paths are appended to the URL: after a ``?`` or ``#`` they are no path). (A URL that is
+    not printable ASCII, which failed every request as "cannot reach" for ever, is refused before.)"""
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:
         return "credentials in the URL are not sent (the service takes a bearer token: --placement-token)"
     if parts.query or parts.fragment or "?" in url or "#" in url:
         return "expected no query or fragment (the API's paths are appended to it)"
-    if not all(33 <= ord(c) < 127 for c in parts.path):
-        return "the path must be printable ASCII without spaces (percent-encode it)"
     return None
 
 
-def _without_userinfo(url: str) -> str:
-    """``url`` with any ``user:password@`` taken out (for an error message)."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=host).geturl()
+def _redacted(url: str) -> str:
+    """``url`` for an error message: anything between ``//`` and its last ``@`` (credentials,
+    however they split the URL: a ``#`` or ``/`` in a password moves every parser's idea of where
+    the host starts) replaced by ``***``. Never raises, whatever ``url`` holds."""
+    start, at = url.find("//"), url.rfind("@")
+    return url[:start + 2] + "***@" + url[at + 1:] if 0 <= start < at else url
 
 
 def _detail(reply: Answer) -> str:
