@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import math
 import time
 from typing import Any, Awaitable, Callable
@@ -50,6 +51,8 @@ from deepshare.serving.settings import ServiceSettings
 from deepshare.serving.translate import MAX_REPORTED_ERRORS, RequestError, more_errors
 from deepshare.serving.workers import DecisionWorkers
 
+log = logging.getLogger(__name__)
+
 REF_TEMPLATE = "#/components/schemas/{model}"
 PLACEMENTS_PATH = "/v1/placements"
 
@@ -60,6 +63,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"description": "the body is over the size limit, or a list over the node / job limits (`detail[].loc`)"},
     422: {"description": "a field is missing, of the wrong type, inconsistent or named twice in one object; "
                          "`detail[].loc` is its path"},
+    500: {"description": "the policy failed on the request (`error`: `policy`) or decided what the cluster cannot do "
+                         "(`error`: `infeasible`); a 500 without `error` is not this service's (a replica that died)"},
     503: {"description": "no decision within the decision timeout; retry after `Retry-After` seconds, or send less"},
 }
 
@@ -148,6 +153,9 @@ class PlacementAPI:
             # (ObserveRequests), so the decision is "disconnected", not an "error" of the service
             outcome = "disconnected"
             raise
+        except Exception as exc:  # noqa: BLE001 - the policy failed on this request: say so, in the API's shape
+            log.exception("placement service: the policy failed on a request")
+            return JSONResponse(policy_error_body(exc), status_code=500)
         finally:
             self.deciding -= 1
             self.metrics.deciding(-1)
@@ -283,6 +291,25 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 INLINE_MAX_BYTES = 32 * 1024
 """Bodies up to this size are parsed on the event loop (well under a millisecond)."""
+
+
+POLICY_ERROR = "policy"
+"""A 500's ``error`` when the policy (or its decision's feasibility check) failed on the request,
+:func:`policy_error_body`: what a client may blame the request for. Any other 500 (a Serve
+replica that died mid-request, a proxy's) says nothing about the request."""
+INFEASIBLE = "infeasible"
+"""A 500's ``error`` when the policy's decision asked what the cluster cannot do: the policy's
+fault, not the request's (:class:`~deepshare.core.errors.InfeasibleDecision`)."""
+
+
+def policy_error_body(exc: BaseException) -> dict[str, str]:
+    """The 500 body for a policy that failed on a request: the error's type only (its message may
+    hold the service's internals; the log has the traceback)."""
+    from deepshare.core.errors import InfeasibleDecision
+
+    kind = INFEASIBLE if isinstance(exc, InfeasibleDecision) else POLICY_ERROR
+    what = "decided what the cluster cannot do" if kind == INFEASIBLE else "failed on this request"
+    return {"detail": f"the policy {what} ({type(exc).__name__}); the service's log has the traceback", "error": kind}
 INLINE_MAX_WORK = 64 * 65
 """Requests with at most this many nodes x (pending jobs + 1) decide on the event loop (the
 benchmark's large request, 64 x 64, costs about 30 ms there, in steps that each yield to the

@@ -64,12 +64,14 @@ class PlacementServiceUnavailable(PlacementServiceError, Unavailable):
     succeed later."""
 
 
-DATA_STATUSES = frozenset({400, 413, 422, 500})
+DATA_STATUSES = frozenset({400, 413, 422})
 """The statuses this service answers about the request itself (bad JSON, too large, a field out
-of range, the policy failing on it): a :class:`PlacementServiceError`, which the live scheduler
-treats as a job's data at fault and searches the jobs for. Every other error status is the
-service's or its proxy's (a 404 while Serve redeploys): searching the jobs on it had isolated
-jobs that did nothing wrong."""
+of range), and a 500 whose body says the policy failed on it (``"error": "policy"``): a
+:class:`PlacementServiceError`, which the live scheduler treats as a job's data at fault and
+searches the jobs for. A 500 saying ``"infeasible"`` is the policy's fault (an
+:class:`UnexpectedPlacementAnswer`); every other error status is the service's or its proxy's
+(a 404 while Serve redeploys, a 500 from a replica that died mid-request): searching the jobs on
+it had isolated jobs that did nothing wrong."""
 
 
 class UnexpectedPlacementAnswer(PlacementServiceError, InfeasibleDecision):
@@ -192,7 +194,7 @@ class PlacementClient:
             kind = PlacementServiceUnavailable if exc.unreachable or exc.timed_out else UnexpectedPlacementAnswer
             raise kind(f"{self.url}{path}: {reason}") from None
         if reply.status >= 400:
-            kind = PlacementServiceError if reply.status in DATA_STATUSES else PlacementServiceUnavailable
+            kind = _error_kind(reply)
             raise kind(
                 f"{self.url}{path}: HTTP {reply.status}: {one_line(_detail(reply))}", reply.status,  # no forged log lines
                 _seconds(reply.headers.get("retry-after")),
@@ -208,6 +210,23 @@ class PlacementClient:
 
 MAX_DETAIL_CHARS = 2000
 """The most of an error answer's ``detail`` a message quotes (a service may send megabytes)."""
+
+
+def _error_kind(reply: Answer) -> type[PlacementServiceError]:
+    """The error class of an error answer (:data:`DATA_STATUSES`)."""
+    if reply.status in DATA_STATUSES:
+        return PlacementServiceError
+    if reply.status == 500:
+        try:
+            said = json.loads(reply.body)
+        except (ValueError, RecursionError):
+            said = None
+        error = said.get("error") if isinstance(said, dict) else None
+        if error == "policy":
+            return PlacementServiceError
+        if error == "infeasible":
+            return UnexpectedPlacementAnswer
+    return PlacementServiceUnavailable
 
 
 def _url_problem(url: str) -> str | None:

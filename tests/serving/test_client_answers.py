@@ -148,14 +148,17 @@ def test_the_client_says_a_broken_answer_is_unexpected_and_reads_a_whole_one(ser
     (404, PlacementServiceUnavailable), (405, PlacementServiceUnavailable), (409, PlacementServiceUnavailable),
     (501, PlacementServiceUnavailable),  # the service's or its proxy's: a 404 while Serve redeploys
     (400, PlacementServiceError), (413, PlacementServiceError), (422, PlacementServiceError),
-    (500, PlacementServiceError),  # about the request: the live scheduler searches the jobs for a culprit
+    ((500, "policy"), PlacementServiceError),  # about the request: the live scheduler searches the jobs for a culprit
+    ((500, "infeasible"), UnexpectedPlacementAnswer),  # the policy's fault
+    (500, PlacementServiceUnavailable),  # a 500 not this service's: a Serve replica that died mid-request
     (302, UnexpectedPlacementAnswer),  # a redirect is never followed (the token would go with it)
 ])
 def test_only_statuses_about_the_request_blame_it(service, status, kind):
     """A service restart answered 404 to the live scheduler's culprit probes: the jobs probed then
     were isolated as if their data were at fault."""
     server, client = service
-    server.answer = (status, json.dumps({"detail": "x"}).encode())
+    status, error = status if isinstance(status, tuple) else (status, None)
+    server.answer = (status, json.dumps({"detail": "x", **({"error": error} if error else {})}).encode())
     with pytest.raises(PlacementServiceError) as caught:
         client.place(REQUEST)
     assert type(caught.value) is kind

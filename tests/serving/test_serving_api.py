@@ -418,3 +418,23 @@ def test_a_link_bandwidth_outside_its_domain_is_a_422_naming_it(field, value, wo
     status, body = post(api().app, request)
     assert status == 422 and body["detail"][0]["loc"] == ["body", "nodes", 0, field]
     assert words in body["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("raised, error", [(ValueError("secret internals /srv/x"), "policy"),
+                                           ("infeasible", "infeasible")])
+def test_a_policy_failure_is_a_500_saying_whose_it_is_without_its_message(monkeypatch, raised, error):
+    """A 500 the policy caused says so (``error``), so a client can tell it from a 500 of a Serve
+    replica that died mid-request, which says nothing about the request."""
+    from deepshare.core.errors import InfeasibleDecision
+
+    service = api()
+    failure = InfeasibleDecision("asked 9 GPUs of node n0") if raised == "infeasible" else raised
+
+    async def failing(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(service.engine, "place_async", failing)
+    monkeypatch.setattr(service.engine, "place", lambda *a, **k: (_ for _ in ()).throw(failure))
+    status, body = post(service.app, small_request())
+    assert status == 500 and body["error"] == error
+    assert type(failure).__name__ in body["detail"] and "secret internals" not in body["detail"]
