@@ -3,7 +3,9 @@
 Built around a :class:`PlacementEngine`; Serve hosts it (``deepshare.serving.deployment``), but
 it is a plain ASGI app, so anything that runs ASGI can. Every user error is a 4xx whose body
 names the offending field's path; 503 (with ``Retry-After``) means no decision within the
-deadline; any other 5xx means a bug here. Cheap requests (small bodies, few nodes x pending
+deadline; a 500 saying ``"error": "policy"`` (or ``"infeasible"``) means the policy failed on the
+request (or decided what the cluster cannot do); any other 5xx means a bug here, or a replica
+that died. Cheap requests (small bodies, few nodes x pending
 jobs) are decided on the event loop, where a learned policy's steps await a batching scorer;
 everything else is parsed, checked against the limits and decided in a decision thread
 (:class:`DecisionWorkers`) that is abandoned at the deadline, so a large request never holds
@@ -77,7 +79,8 @@ class PlacementAPI:
     A placement request goes: parse the body (on the event loop when it is small, else in the
     decision thread), check it against the limits, decide (on the loop when it is cheap, else in
     a decision thread abandoned at the deadline), answer. Every outcome is a response returned,
-    never an exception for a handler to catch: 200, a 4xx naming the field, or 503.
+    never an exception for a handler to catch: 200, a 4xx naming the field, 503, or a 500 saying
+    the policy failed (:func:`policy_error_body`).
 
     ``score`` batches a learned policy's forward passes on the event loop; ``workers`` run the
     decisions (default: ``settings.decision_threads`` new threads). ``skip_routing`` answers
@@ -119,7 +122,8 @@ class PlacementAPI:
 
     # -- the one path of a placement request ----------------------------------------------------
     async def answer(self, raw: bytes) -> Response:
-        """The response to one placement request's body: 200, a 4xx naming the field, or 503.
+        """The response to one placement request's body: 200, a 4xx naming the field, 503, or a 500
+        saying the policy failed on it.
         The decision's time is recorded by outcome: ``ok``, ``timeout``, ``invalid``,
         ``disconnected`` (the client left and Serve cancelled the request) or ``error`` (a bug)."""
         deadline = Deadline(self.settings.decision_timeout_s)
@@ -222,7 +226,7 @@ class PlacementAPI:
                           summary="the policy behind this service")
         app.add_api_route(
             PLACEMENTS_PATH, self.placements, methods=["POST"], response_model=PlacementResponse,
-            responses=_only(400, 401, 408, 413, 422, 503), summary="where should the pending jobs go now?",
+            responses=_only(400, 401, 408, 413, 422, 500, 503), summary="where should the pending jobs go now?",
             openapi_extra={
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": _ref(PlacementRequest)}}}}
             },
@@ -292,10 +296,17 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 INLINE_MAX_BYTES = 32 * 1024
 """Bodies up to this size are parsed on the event loop (well under a millisecond)."""
 
+INLINE_MAX_WORK = 64 * 65
+"""Requests with at most this many nodes x (pending jobs + 1) decide on the event loop (the
+benchmark's large request, 64 x 64, costs about 30 ms there, in steps that each yield to the
+loop for scoring). Larger ones go to a decision thread, which costs a few thread hops per
+request but can be abandoned at the deadline and leaves the loop free."""
+
 
 POLICY_ERROR = "policy"
-"""A 500's ``error`` when the policy (or its decision's feasibility check) failed on the request,
-:func:`policy_error_body`: what a client may blame the request for. Any other 500 (a Serve
+"""A 500's ``error`` when the policy failed on the request (:func:`policy_error_body`; a batch of
+requests that fails is asked again request by request, so this is the request's own failure):
+what a client may blame the request for. Any other 500 (a Serve
 replica that died mid-request, a proxy's) says nothing about the request."""
 INFEASIBLE = "infeasible"
 """A 500's ``error`` when the policy's decision asked what the cluster cannot do: the policy's
@@ -310,19 +321,14 @@ def policy_error_body(exc: BaseException) -> dict[str, str]:
     kind = INFEASIBLE if isinstance(exc, InfeasibleDecision) else POLICY_ERROR
     what = "decided what the cluster cannot do" if kind == INFEASIBLE else "failed on this request"
     return {"detail": f"the policy {what} ({type(exc).__name__}); the service's log has the traceback", "error": kind}
-INLINE_MAX_WORK = 64 * 65
-"""Requests with at most this many nodes x (pending jobs + 1) decide on the event loop (the
-benchmark's large request, 64 x 64, costs about 30 ms there, in steps that each yield to the
-loop for scoring). Larger ones go to a decision thread, which costs a few thread hops per
-request but can be abandoned at the deadline and leaves the loop free."""
 
 
 class AnswerPlacements:
     """``POST /v1/placements`` answered by ``answer(body)`` (:meth:`PlacementAPI.answer`, which
     the route calls too) without FastAPI's routing, exception middleware and endpoint machinery
     in between. Sits inside the guards, so the body arrives whole; every other request goes on
-    to FastAPI. An unexpected exception propagates to Starlette's outermost
-    ``ServerErrorMiddleware``, which answers 500 as the route would."""
+    to FastAPI. An exception after the decision (answering it) propagates to Starlette's outermost
+    ``ServerErrorMiddleware``, which answers a bare 500 as the route would."""
 
     def __init__(self, app: ASGIApp, answer: Callable[[bytes], Awaitable[Response]]) -> None:
         self.app, self.answer = app, answer

@@ -23,7 +23,10 @@ Out = TypeVar("Out")
 class Batcher(Generic[In, Out]):
     """``await batcher(item)`` is ``fn([... item ...])``'s answer for ``item``; ``fn`` maps a list
     of items to a list of answers in the same order and runs on the event loop (it must be quick).
-    If ``fn`` raises, every item of that batch gets the exception."""
+    If ``fn`` fails on a batch of several items, each is asked again alone, and gets its own
+    answer or exception: one request's failure is never another's (the placement service tells a
+    client the policy failed on *its* request, and the live scheduler then searches that
+    request's jobs for a culprit)."""
 
     def __init__(self, fn: Callable[[list[In]], list[Out]], max_size: int = 16, wait_s: float = 0.0) -> None:
         if max_size < 1:
@@ -59,14 +62,30 @@ class Batcher(Generic[In, Out]):
         if self.sizes is not None:
             self.sizes(len(items))
         try:
-            answers = self.fn(items)
-            if len(answers) != len(items):
-                raise RuntimeError(f"batch function answered {len(answers)} items for {len(items)}")
-        except Exception as exc:  # every waiter of this batch learns why
-            for future in futures:
-                if not future.done():
-                    future.set_exception(exc)
+            answers = self._answers(items)
+        except Exception as exc:  # noqa: BLE001 - the batch failed: whose item was it? each alone says
+            if len(items) == 1:
+                if not futures[0].done():
+                    futures[0].set_exception(exc)
+            else:
+                for item, future in zip(items, futures):
+                    self._settle(future, [item])
             return
         for future, answer in zip(futures, answers):
             if not future.done():  # a waiter cancelled (its request's deadline passed) needs nothing
                 future.set_result(answer)
+
+    def _answers(self, items: list[In]) -> list[Out]:
+        answers = self.fn(items)
+        if len(answers) != len(items):
+            raise RuntimeError(f"batch function answered {len(answers)} items for {len(items)}")
+        return answers
+
+    def _settle(self, future: "asyncio.Future[Out]", items: list[In]) -> None:
+        """``future`` gets ``fn(items)``'s one answer (``items`` holds its item alone), or its exception."""
+        if future.done():
+            return
+        try:
+            future.set_result(self._answers(items)[0])
+        except Exception as exc:  # noqa: BLE001 - this item's own failure, its waiter learns why
+            future.set_exception(exc)

@@ -68,8 +68,13 @@ def test_a_later_caller_joins_only_within_the_wait(wait_s, batches):
     assert calls == batches
 
 
-def test_a_failing_batch_fails_every_caller_in_it_and_the_next_batch_works():
+def test_a_failing_batch_fails_only_the_caller_whose_item_fails_alone_and_the_next_batch_works():
+    """The batch's exception went to every caller in it: the placement service then told each
+    client the policy failed on its request, and the live scheduler searched innocent jobs."""
+    calls = []
+
     def flaky(items):  # type: ignore[no-untyped-def]
+        calls.append(list(items))
         if 13 in items:
             raise ValueError("bad observation")
         return [x + 1 for x in items]
@@ -81,8 +86,18 @@ def test_a_failing_batch_fails_every_caller_in_it_and_the_next_batch_works():
         return first, await batcher(5)
 
     first, after = asyncio.run(main())
-    assert [type(x) for x in first] == [ValueError, ValueError]
-    assert after == 6
+    assert isinstance(first[0], ValueError) and first[1] == 3
+    assert after == 6 and calls == [[13, 2], [13], [2], [5]]
+
+
+def test_a_batch_failing_only_together_gives_every_caller_its_own_answer():
+    """A failure of the batch itself (a batched forward pass out of memory), not of any item."""
+    batcher = Batcher(lambda items: [x * 10 for x in items] if len(items) == 1 else 1 / 0)
+
+    async def main():  # type: ignore[no-untyped-def]
+        return await asyncio.gather(batcher(1), batcher(2), batcher(3))
+
+    assert asyncio.run(main()) == [10, 20, 30]
 
 
 def test_an_answer_of_the_wrong_length_is_an_error_not_a_wrong_answer():
@@ -92,7 +107,7 @@ def test_an_answer_of_the_wrong_length_is_an_error_not_a_wrong_answer():
         return await asyncio.gather(batcher(1), batcher(2), return_exceptions=True)
 
     errors = asyncio.run(main())
-    assert all(isinstance(e, RuntimeError) and "answered 1 items for 2" in str(e) for e in errors)
+    assert all(isinstance(e, RuntimeError) and "answered 0 items for 1" in str(e) for e in errors)
 
 
 def test_a_cancelled_caller_does_not_disturb_the_others():
