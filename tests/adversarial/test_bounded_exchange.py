@@ -153,22 +153,27 @@ def test_the_client_gives_up_at_its_callers_deadline_with_the_callers_timeout(se
     assert time.monotonic() - start < 1.1  # the decision's 0.5 s, not the client's 30 s
 
 
-@pytest.mark.parametrize("head, unavailable, retry_after", [
-    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\n", True, 2.0),
-    (b"HTTP/1.1 504 Gateway Timeout\r\n", True, None),
-    (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: inf\r\n", True, None),
-    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 99999999\r\n", True, None),
-    (b"HTTP/1.1 401 Unauthorized\r\n", True, None),
-    (b"HTTP/1.1 408 Request Timeout\r\n", True, None),
-    (b"HTTP/1.1 422 Unprocessable Entity\r\n", False, None),
-    (b"HTTP/1.1 500 Internal Server Error\r\n", False, None),
+WHY = b'{"detail": "why"}'
+POLICY_FAILED = b'{"detail": "why", "error": "policy"}'
+
+
+@pytest.mark.parametrize("head, body, unavailable, retry_after", [
+    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\n", WHY, True, 2.0),
+    (b"HTTP/1.1 504 Gateway Timeout\r\n", WHY, True, None),
+    (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: inf\r\n", WHY, True, None),
+    (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 99999999\r\n", WHY, True, None),
+    (b"HTTP/1.1 401 Unauthorized\r\n", WHY, True, None),
+    (b"HTTP/1.1 408 Request Timeout\r\n", WHY, True, None),
+    (b"HTTP/1.1 422 Unprocessable Entity\r\n", WHY, False, None),
+    (b"HTTP/1.1 500 Internal Server Error\r\n", WHY, True, None),  # a bare 500: a replica that died, not the request
+    (b"HTTP/1.1 500 Internal Server Error\r\n", POLICY_FAILED, False, None),  # the service's: its policy failed on it
 ])
-def test_the_client_tells_a_service_that_cannot_answer_from_one_that_refuses_the_request(serve, head, unavailable,
+def test_the_client_tells_a_service_that_cannot_answer_from_one_that_refuses_the_request(serve, head, body, unavailable,
                                                                                          retry_after):
     from deepshare.core.errors import Unavailable
     from deepshare.serving.client import PlacementClient, PlacementServiceError
 
-    server = serve([(head + b'Content-Length: 17\r\n\r\n{"detail": "why"}', 0)])
+    server = serve([(head + b"Content-Length: %d\r\n\r\n" % len(body) + body, 0)])
     with pytest.raises(PlacementServiceError, match="why") as caught:
         PlacementClient(server.url.rsplit("/v1/x", 1)[0]).policy()
     assert isinstance(caught.value, Unavailable) is unavailable
