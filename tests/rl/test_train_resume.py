@@ -169,17 +169,23 @@ def test_the_state_file_looked_for_is_the_one_rllib_writes_last():
     assert {f"{Algorithm.STATE_FILE_NAME}.pkl", f"{Algorithm.STATE_FILE_NAME}.msgpack"} == set(CHECKPOINT_STATE)
 
 
+def _crashed_run(tmp_path: Path, no_ray) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+    """(config, run folder) of a run stopped at iteration 8, its newest checkpoint iter_0005."""
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)
+    return config, run
+
+
 def test_a_checkpoint_rllib_cannot_restore_is_one_line_naming_it(tmp_path, no_ray, monkeypatch):
     """A truncated algorithm_state.pkl raised UnpicklingError through the CLI as a traceback."""
     import pickle
 
     from ray.rllib.algorithms.algorithm import Algorithm
 
-    config, run = tmp_path / "c.yaml", tmp_path / "run"
-    config.write_text(CONFIG)
-    no_ray(FakeAlgo(crash_at=8))
-    with pytest.raises(KeyboardInterrupt):
-        training.train(config, run, iterations=10)
+    config, run = _crashed_run(tmp_path, no_ray)
 
     def damaged(path):
         raise pickle.UnpicklingError("pickle data was truncated")
@@ -192,11 +198,7 @@ def test_a_checkpoint_rllib_cannot_restore_is_one_line_naming_it(tmp_path, no_ra
 
 def test_resuming_to_an_iteration_the_checkpoint_has_reached_is_refused_before_ray(tmp_path, no_ray):
     """It trained nothing and still said "policy written"."""
-    config, run = tmp_path / "c.yaml", tmp_path / "run"
-    config.write_text(CONFIG)
-    no_ray(FakeAlgo(crash_at=8))
-    with pytest.raises(KeyboardInterrupt):
-        training.train(config, run, iterations=10)  # the newest checkpoint is iter_0005
+    config, run = _crashed_run(tmp_path, no_ray)
     for iterations in (3, 5):
         with pytest.raises(DeepShareError, match=r"checkpoint is at iteration 5 already; give --iterations above 5"):
             training.train(config, None, iterations=iterations, resume=run)
@@ -211,11 +213,7 @@ def test_a_restore_that_fails_for_another_reason_than_the_checkpoint_says_so(tmp
     from ray.exceptions import RayActorError
     from ray.rllib.algorithms.algorithm import Algorithm
 
-    config, run = tmp_path / "c.yaml", tmp_path / "run"
-    config.write_text(CONFIG)
-    no_ray(FakeAlgo(crash_at=8))
-    with pytest.raises(KeyboardInterrupt):
-        training.train(config, run, iterations=10)
+    config, run = _crashed_run(tmp_path, no_ray)
 
     def failing(path):
         raise RayActorError() if raised == "actor" else DeepShareError("trace file t.json: file not found")
