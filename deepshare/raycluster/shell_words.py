@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from deepshare.core.errors import DeepShareError
 
@@ -157,38 +157,49 @@ def _is_python_m(words: Sequence[str], i: int) -> bool:
     return Path(words[i]).name.startswith("python") and words[i + 1:i + 2] == ["-m"] and i + 2 < len(words)
 
 
+def _pieces(text: str) -> Iterator[tuple[int, str, bool]]:
+    """``(position, piece, bare)`` for each character of ``text`` as the shell reads its quoting:
+    a backslash outside single quotes and the character after it make one piece; ``bare`` is
+    true for a character outside quotes and not escaped (the quote characters themselves are
+    not bare): where the shell splits words and expands braces."""
+    quote = ""
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+            yield i, char, False
+        elif char == "\\":
+            yield i, text[i:i + 2], False
+            i += 2
+            continue
+        elif quote:
+            quote = "" if char == quote else quote
+            yield i, char, False
+        elif char in "'\"":
+            quote = char
+            yield i, char, False
+        else:
+            yield i, char, True
+        i += 1
+
+
 def raw_words(command: str) -> list[str]:
     """``command``'s words as written, quotes and backslashes kept (comments and backslash-newlines
     removed first, as :func:`shell_words` does; split at unquoted blanks; each unquoted operator
     character, and a newline as ``;``, its own word): where :func:`brace_expansion` looks, since
     :func:`shell_words` has removed the quoting that decides whether bash expands."""
-    command = _uncomment(command)
     words: list[str] = []
     current: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(command):
-        char = command[i]
-        if quote == "'":
-            quote = "" if char == "'" else quote
-        elif char == "\\" and quote != "'":
-            current.append(command[i:i + 2])
-            i += 2
-            continue
-        elif quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in " \t\r\n;&|()":
+    for _, piece, bare in _pieces(_uncomment(command)):
+        if bare and piece in " \t\r\n;&|()":
             if current:
                 words.append("".join(current))
                 current = []
-            if char not in " \t\r":
-                words.append(";" if char == "\n" else char)
-            i += 1
-            continue
-        current.append(char)
-        i += 1
+            if piece not in " \t\r":
+                words.append(";" if piece == "\n" else piece)
+        else:
+            current.append(piece)
     if current:
         words.append("".join(current))
     return words
@@ -199,23 +210,7 @@ def brace_expansion(word: str) -> str | None:
     turns into several words (``{a,b}``, ``{1..3}``: an unquoted ``{`` not after ``$``, with an
     unquoted ``,`` or ``..`` inside its matching unquoted ``}``), or None. ``shlex`` does no brace
     expansion: ``--resources={\\"a\\":1,\\"b\\":1}`` is one JSON word to it and two options to bash."""
-    marks: list[tuple[int, str]] = []  # (position, character) of the unquoted characters that matter
-    quote = ""
-    i = 0
-    while i < len(word):
-        char = word[i]
-        if quote == "'":
-            quote = "" if char == "'" else quote
-        elif char == "\\" and quote != "'":
-            i += 2
-            continue
-        elif quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "{},.$":
-            marks.append((i, char))
-        i += 1
+    marks = [(i, char) for i, char, bare in _pieces(word) if bare and char in "{},.$"]  # the unquoted ones that matter
     for at, (start, char) in enumerate(marks):
         if char != "{" or (at and marks[at - 1] == (start - 1, "$")):
             continue
