@@ -16,6 +16,7 @@ replica and health checks queued behind them in Serve's proxy.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -33,6 +34,8 @@ from deepshare.serving.metrics import ServiceMetrics
 from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
 from deepshare.serving.workers import GRACE_S, DecisionWorkers
 
+log = logging.getLogger(__name__)
+
 APP_NAME = "deepshare"
 MAX_ONGOING_REQUESTS = 256
 
@@ -46,6 +49,7 @@ class PlacementService:
         ``bench/serve_load.py``)."""
         _internal_grpc_on_loopback()
         self.settings = ServiceSettings.model_validate(settings)
+        warn_if_open(self.settings)
         self.skip_routing = skip_routing
         self.engine = PlacementEngine(
             EngineSettings(self.settings.policy, self.settings.contention, self.settings.parsed_tenants()))
@@ -67,6 +71,18 @@ class PlacementService:
     def __serve_build_asgi_app__(self):  # noqa: ANN204 - Serve's hook: the ASGI app of this replica
         return PlacementAPI(self.engine, self.settings, self.metrics, self.score, self.workers,
                             skip_routing=self.skip_routing).app
+
+
+def warn_if_open(settings: ServiceSettings) -> bool:
+    """Log a warning when ``settings`` has no token (every request is then answered without
+    authentication); whether it had none. ``serve deploy`` builds the application on the
+    cluster, where the deploying shell's ``$DEEPSHARE_SERVE_TOKEN`` is not set: the service came
+    up open without a word."""
+    if settings.token is not None:
+        return False
+    log.warning("placement service: no token (neither %s where the application was built nor `token:` under "
+                "its args): every request is answered without authentication", TOKEN_ENV)
+    return True
 
 
 def _internal_grpc_on_loopback() -> None:

@@ -384,3 +384,23 @@ def test_a_history_job_finished_after_now_is_refused():
     request = small_request()
     request["history"] = [{"gpus": 1, "run_s": 60.0, "finished_at": 100.5}]
     assert bad(request) == [(("body", "history", 0, "finished_at"), "100.5 is after now (100.0)")]
+
+
+def test_a_replica_without_a_token_says_so_in_its_log(caplog):
+    """``serve deploy`` builds the application on the cluster, where the deploying shell's
+    $DEEPSHARE_SERVE_TOKEN is not set: the service came up open without a word. Each replica's
+    constructor calls this check."""
+    import inspect
+    import logging
+
+    import deepshare.serving.deployment as deployment
+    from deepshare.serving.settings import ServiceSettings
+
+    with caplog.at_level(logging.WARNING, logger="deepshare.serving.deployment"):
+        assert deployment.warn_if_open(ServiceSettings(policy="fifo+consolidated"))
+    assert "no token" in caplog.text and "without authentication" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="deepshare.serving.deployment"):
+        assert not deployment.warn_if_open(ServiceSettings(policy="fifo+consolidated", token="t" * 12))
+    assert "no token" not in caplog.text
+    assert "        warn_if_open(self.settings)\n" in inspect.getsource(deployment)  # in the replica's constructor
