@@ -18,6 +18,7 @@ from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPU
 from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
+from deepshare.core.names import NO_CONTROL_CHARACTERS
 from deepshare.core.topology import TESTBED_NODE_TYPE
 from deepshare.core.topology_spec import DomainName, LinkGbps, OptionalLinkGbps
 
@@ -44,9 +45,6 @@ REMAINING_DOC = (
     f"{UNKNOWN_PRIOR_S:g} minus the time run without requested_s"
 )
 REQUESTED_DOC = "the job's estimate or time limit of its whole isolated run time, seconds (from its user or a predictor)"
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
-"""A name without control characters (NUL, line breaks, tabs, escapes): names end up in logs,
-metrics labels and error messages, where such characters forge or break lines."""
 Feature = Field(None, min_length=1, max_length=256, pattern=NO_CONTROL_CHARACTERS)
 LEVEL_DOC = (
     f"a fabric level's name: one of the request's levels, or {RACK_LEVEL!r} (the nodes' racks) when it gives none"

@@ -14,10 +14,9 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from deepshare.core.bounds import MAX_JOB_GPUS
+from deepshare.core.names import NO_CONTROL_CHARACTERS
 
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
-"""Queue, cohort and class names go into requests to the placement service, logs and metrics
-labels: no line breaks, tabs or escapes (the service refuses them in a job's queue and priority)."""
+# Queue, cohort and class names go into requests to the placement service, logs and metrics labels.
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
 ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253,
                                             pattern=r"^[\t\n\v\f\r ]*[^\x00-\x1f]*[\t\n\v\f\r ]*$")]
