@@ -323,8 +323,8 @@ def _encoding(given: Any, path: str | Path) -> EncodingConfig:
         raise DeepShareError(f"policy checkpoint {path}: encoding: max_wait_s: expected seconds or None, got {given['max_wait_s']}")
     for key, value in given.items():  # plain data only: a tensor failed with a RuntimeError, or was kept as one
         items = value if isinstance(value, (list, tuple)) else (value,)
-        if not all(item is None or type(item) in (str, int, float, bool) for item in items):
-            odd = next(item for item in items if not (item is None or type(item) in (str, int, float, bool)))
+        odd = next((item for item in items if item is not None and type(item) not in (str, int, float, bool)), None)
+        if odd is not None:
             raise DeepShareError(f"policy checkpoint {path}: encoding: {key}: expected a number, a name or a list of "
                                  f"names, got {type(odd).__name__}")
     try:

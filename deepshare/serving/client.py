@@ -237,7 +237,7 @@ def _url_problem(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:
         return "credentials in the URL are not sent (the service takes a bearer token: --placement-token)"
-    if parts.query or parts.fragment or "?" in url or "#" in url:
+    if "?" in url or "#" in url:  # an empty query or fragment too: the paths would land after it
         return "expected no query or fragment (the API's paths are appended to it)"
     return None
 
