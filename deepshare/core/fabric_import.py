@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from deepshare.core.errors import DeepShareError
+from deepshare.core.names import CONTROL_RANGES
 from deepshare.core.topology_plain import MAX_GPUS_PER_NODE, MAX_NODES, NODE_TYPE_DEFAULTS
 from deepshare.core.written import WRITTEN
 
@@ -44,7 +45,7 @@ as in the ``h100-leafspine-*`` presets (DGX H100: NVLink 4 at 450 GB/s per GPU p
 PCIe Gen5 x16 with its GPU, 8 x 512 Gb/s, so PCIe never caps the NICs)."""
 DEFAULT_TYPE_NAME = "h100"
 
-_NAME = re.compile(r"^[^/\x00-\x1f]{1,256}\Z")
+_NAME = re.compile(rf"^[^/{CONTROL_RANGES}]{{1,256}}\Z")
 """A node's, level's or switch's name: what the spec schema accepts (no ``/``, no control characters)."""
 
 _FIELD_KINDS: Mapping[str, type] = {

@@ -1,20 +1,44 @@
-"""What a name given to DeepShare may hold: no control characters (NUL, line breaks, tabs,
-escapes, U+0000-U+001F). Names end up in logs, metrics labels, error messages and the placement
-service's requests, where such characters forge or break lines. One rule for every reader: the
-placement service's schema, a tenants file, the live scheduler's submissions and the client that
-sends journalled names to the service."""
+"""What a name given to DeepShare may hold: no control characters. Names end up in logs, metrics
+labels, error messages and the placement service's requests, where such characters forge or
+break lines, or reorder what a terminal shows. One rule for every reader: the placement
+service's schema, a tenants file, a fabric file, the live scheduler's submissions and the client
+that sends journalled names to the service."""
 
 from __future__ import annotations
 
 import re
 
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f]+$"
+CONTROL_RANGES = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+"""A regex class body (Python's ``re`` and pydantic's Rust engine read it alike): the C0 controls
+(NUL, tabs, line breaks, escapes), DEL and the C1 controls (U+0085 breaks lines too), the Unicode
+line and paragraph separators, and the bidirectional marks, embeddings, overrides and isolates
+(which make a terminal show a name's characters out of order)."""
+
+NO_CONTROL_CHARACTERS = rf"^[^{CONTROL_RANGES}]+$"
 """A pydantic ``pattern``: a non-empty name without control characters."""
 
-_CONTROL = re.compile(r"[\x00-\x1f]")
+NO_CONTROL_CHARACTERS_OR_EMPTY = rf"^[^{CONTROL_RANGES}]*$"
+"""As :data:`NO_CONTROL_CHARACTERS`, the empty text allowed."""
+
+CONTROL_CHARACTERS_SAID = "control characters (line breaks, tabs, escapes, bidirectional marks)"
+"""How an error names what :data:`CONTROL_RANGES` refuses."""
+
+_CONTROL = re.compile(f"[{CONTROL_RANGES}]")
 
 
 def has_control_character(text: str) -> bool:
     """Whether ``text`` holds a control character (:data:`NO_CONTROL_CHARACTERS` refuses it);
     a search in C, as the client checks every name of every job of a request."""
     return _CONTROL.search(text) is not None
+
+
+def escaped(text: str) -> str:
+    """``text`` with each control character written as ``\\xNN`` or ``\\uNNNN`` (other
+    characters, backslashes included, as they are): what a name the rule refuses shows in a
+    line that must stay one line."""
+    return _CONTROL.sub(lambda found: _escape(found.group()), text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, link_gbps_ok
+from deepshare.core.names import CONTROL_RANGES
 
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
@@ -21,7 +22,7 @@ from deepshare.core.topology_plain import (
 )
 
 
-DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^/\x00-\x1f]+$")]
+DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=rf"^[^/{CONTROL_RANGES}]+$")]
 """A level's or a domain's name: 1-256 characters, no ``/`` (paths are joined with it), no control characters."""
 
 

@@ -45,7 +45,7 @@ from deepshare.core.documents import DuplicateKey, unique_keys
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.fabric import level_problems
 from deepshare.core.files import system_tree
-from deepshare.core.names import has_control_character
+from deepshare.core.names import CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
 from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
@@ -92,7 +92,7 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
     for field in NAME_FIELDS:
         value = getattr(spec, field)
         if isinstance(value, str) and has_control_character(value):
-            raise DeepShareError(f"{field}: control characters (line breaks, tabs, escapes) are not allowed, got "
+            raise DeepShareError(f"{field}: {CONTROL_CHARACTERS_SAID} are not allowed, got "
                                  f"{value[:64]!r}")
     if fabric_levels is not None:
         found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, fabric_levels,

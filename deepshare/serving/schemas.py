@@ -18,7 +18,7 @@ from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPU
 from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
-from deepshare.core.names import NO_CONTROL_CHARACTERS
+from deepshare.core.names import NO_CONTROL_CHARACTERS, NO_CONTROL_CHARACTERS_OR_EMPTY
 from deepshare.core.topology import TESTBED_NODE_TYPE
 from deepshare.core.topology_spec import DomainName, LinkGbps, OptionalLinkGbps
 
@@ -138,7 +138,7 @@ class NodeIn(_Body):
         description="level name -> the name of its domain there (1-256 characters, no '/'): one for each of the "
         "request's levels, and only with levels",
     )
-    gpu_model: str = Field("unknown", max_length=128, pattern=r"^[^\x00-\x1f]*$", description="no control characters")
+    gpu_model: str = Field("unknown", max_length=128, pattern=NO_CONTROL_CHARACTERS_OR_EMPTY, description="no control characters")
     pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
     intra_node_gbps: LinkGbps = TESTBED_NODE_TYPE.intra_node_gbps
     nvlink_gbps: OptionalLinkGbps = TESTBED_NODE_TYPE.nvlink_gbps

@@ -19,7 +19,7 @@ from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import leaving_out
 from deepshare.core.fabric import NO_TOPOLOGY, Fabric, Level, TopologyRequest
 from deepshare.core.feasibility import check_view_decision
-from deepshare.core.names import has_control_character
+from deepshare.core.names import escaped, has_control_character
 from deepshare.core.history import FinishedJob, JobHistory
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.snapshot import KnownJob, build_view
@@ -431,7 +431,7 @@ def _by_name(placement: Placement, names: list[str]) -> dict[str, int]:
 
 # -- client side -------------------------------------------------------------------------------
 def printable(name: str | None, limit: int = 256) -> str | None:
-    """``name`` with each control character written as ``\\xNN`` (the service refuses them in
+    """``name`` with each control character written as ``\\xNN`` or ``\\uNNNN`` (the service refuses them in
     names: :data:`~deepshare.core.names.NO_CONTROL_CHARACTERS`). Equal names stay equal, so
     what a policy groups by them is kept (backslashes are left as they are: a queue's name must
     still match the tenants file's); an escaped name longer than ``limit`` (the field's most) is
@@ -439,7 +439,7 @@ def printable(name: str | None, limit: int = 256) -> str | None:
     them at submission may hold such names, and one of them refused every decision."""
     if name is None or not has_control_character(name):
         return name
-    parts = [ch if ord(ch) >= 0x20 else f"\\x{ord(ch):02x}" for ch in name]
+    parts = [escaped(ch) for ch in name]
     if sum(map(len, parts)) <= limit:
         return "".join(parts)
     # longer than the service takes once escaped: cut between escapes, and keep names apart by a

@@ -14,12 +14,12 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from deepshare.core.bounds import MAX_JOB_GPUS
-from deepshare.core.names import NO_CONTROL_CHARACTERS
+from deepshare.core.names import CONTROL_RANGES, NO_CONTROL_CHARACTERS
 
 # Queue, cohort and class names go into requests to the placement service, logs and metrics labels.
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
 ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253,
-                                            pattern=r"^[\t\n\v\f\r ]*[^\x00-\x1f]*[\t\n\v\f\r ]*$")]
+                                            pattern=rf"^[\t\n\v\f\r ]*[^{CONTROL_RANGES}]*[\t\n\v\f\r ]*$")]
 """A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
 differ only by surrounding spaces (stripped here, they would be merged, the last one winning). No
 control character inside it; surrounding whitespace (a tab, a line break) goes with the strip, as

@@ -123,6 +123,8 @@ def test_names_must_be_unique_per_host_and_node_names_are_case_sensitive():
     ("ip,DSW,PSW,ASW\n10.0.0.1,d0,,a0\n", "t.csv line 2, column PSW: empty switch name"),
     ("ip,DSW,PSW,ASW\n  ,d0,p0,a0\n", "t.csv line 2, column ip: empty host id"),
     ("ip,DSW,PSW,ASW\n10.0.0.1,d0,p/0,a0\n", "t.csv line 2, column PSW: switch name 'p/0' must be"),
+    ("ip,DSW,PSW,ASW\n10.0.0.1,d0,p\u202e0,a0\n", "t.csv line 2, column PSW: switch name 'p\\u202e0' must be"),
+    ("ip,DSW,PSW,ASW\n10.0.0.1,d\x7f0,p0,a0\n", "t.csv line 2, column DSW: switch name 'd\\x7f0' must be"),
     ("ip,DSW,PSW,ASW\n\n10.0.0.1,d0,p0,a0\n10.0.0.2,d0,p0,a0\n10.0.0.1,d0,p1,a0\n",
      "t.csv line 5: host '10.0.0.1' is also on line 3; each host once"),
 ])
@@ -295,10 +297,14 @@ def test_a_gpu_capacity_written_other_than_in_ascii_digits_is_refused(gpus):
 @pytest.mark.parametrize("breaker", ["\x85", "\u2028", "\u2029", "\x9b", "\ufffe"])
 def test_a_line_break_yaml_knows_cannot_end_the_generated_comment(breaker):
     """PyYAML breaks lines at NEL and the Unicode line and paragraph separators too: a level name
-    holding one ended the `# Imported ...` comment, and the rest was read as spec keys."""
-    table = f"ip,Leaf{breaker}name: x\n10.0.0.1,l0\n10.0.0.2,l0\n"
-    imported = import_cluster(table, f"topo{breaker}v2.csv", name="c")
-    assert len(imported.topology.nodes) == 2
+    holding one ended the `# Imported ...` comment, and the rest was read as spec keys. A level
+    name may no longer hold one (names refuse them); a file's name still may."""
+    table = "ip,Leaf\n10.0.0.1,l0\n10.0.0.2,l0\n"
+    imported = import_cluster(table, f"topo{breaker}name: x\nv2.csv", name="c")
+    assert len(imported.topology.nodes) == 2 and [level.name for level in imported.topology.levels] == ["Leaf"]
+    if breaker != "\ufffe":
+        with pytest.raises(DeepShareError, match="must be 1-256 characters without '/' or control characters"):
+            import_cluster(f"ip,Leaf{breaker}name: x\n10.0.0.1,l0\n", "t.csv", name="c")
 
 
 def test_a_file_name_that_is_not_utf8_imports():

@@ -38,6 +38,8 @@ class ServedLike:
 def test_printable_escapes_control_characters_only():
     assert printable("al\tice") == "al\\x09ice" and printable("te\nam\x1b") == "te\\x0aam\\x1b"
     assert printable("dom\\user ü") == "dom\\user ü" and printable(None) is None
+    # DEL, C1, the line separators and the bidirectional marks are refused by the service too
+    assert printable("a\x7fb\x85") == "a\\x7fb\\x85" and printable("\u202eevil\u2028") == "\\u202eevil\\u2028"
 
 
 @pytest.mark.parametrize("where", ["running", "queued", "finished"])

@@ -94,9 +94,11 @@ def test_cancel_running_job_is_accepted_and_marked(server):
         (json.dumps({k: v for k, v in BODY.items() if k != "model"}).encode(), 422, "model: Field required"),
         (json.dumps({**BODY, "entrypoint": "x"}).encode(), 422, "entrypoint: Value error"),
         # names the placement service refuses: with --placement-url the job failed at its first decision
-        (json.dumps({**BODY, "user": "al\tice"}).encode(), 422, "user: control characters (line breaks, tabs, escapes)"),
+        (json.dumps({**BODY, "user": "al\tice"}).encode(), 422, "user: control characters (line breaks, tabs, escapes, bidirectional marks)"),
         (json.dumps({**BODY, "model": "Res\nNet50"}).encode(), 422, "model: control characters"),
         (json.dumps({**BODY, "vc": "\u001b[31mteam"}).encode(), 422, "vc: control characters"),
+        (json.dumps({**BODY, "group": "g\u0085"}).encode(), 422, "group: control characters"),
+        (json.dumps({**BODY, "queue": "\u202eq"}).encode(), 422, "queue: control characters (line breaks, tabs, escapes, bidirectional marks)"),
         # Python's parser keeps the last of a repeated key, others the first: a tenant's proxy could
         # check one queue and the scheduler act on the other
         (b'{"queue": "a", ' + json.dumps(BODY).encode()[1:-1] + b', "queue": "b"}', 422,

@@ -95,6 +95,10 @@ def test_priority_class_names_are_stripped_like_every_other_name():
     # names reach the placement service's requests, which refuse control characters, logs and labels
     ('queues: [{name: "team\\ta", nominal_gpus: 1}]', "t.yaml: queues.0.name: String should match pattern"),
     ('queues: [{name: a, nominal_gpus: 1, cohort: "c\\tx"}]', "t.yaml: queues.0.cohort: String should match pattern"),
+    # DEL, C1 controls and bidirectional overrides too: they reorder or break a logged line
+    ('queues: [{name: "te\\u202Eam", nominal_gpus: 1}]', "t.yaml: queues.0.name: String should match pattern"),
+    ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\x7fi": 1}',
+     "t.yaml: priority_classes.'h\\x7fi'.[key]: String should match pattern"),
     # a key with a line break inside is quoted in the path: the error stays one line
     ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\ni": 1}',
      "t.yaml: priority_classes.'h\\ni'.[key]: String should match pattern"),
