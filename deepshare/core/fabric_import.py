@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.names import CONTROL_RANGES
-from deepshare.core.topology_plain import MAX_GPUS_PER_NODE, MAX_NODES, NODE_TYPE_DEFAULTS
+from deepshare.core.topology_plain import MAX_GPUS_PER_NODE, MAX_NODES, NODE_TYPE_DEFAULTS, pcie_switches_problem
 from deepshare.core.written import WRITTEN
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -313,6 +313,11 @@ def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple
         if "gpus" in given and fields["gpus"] != gpus_per_node:
             raise DeepShareError(f"--gpus-per-node {gpus_per_node} and --node-type gpus={fields['gpus']}: give one")
         fields["gpus"] = gpus_per_node
+    if "pcie_switches" not in given:  # the default type's switches, one per GPU at most
+        fields["pcie_switches"] = min(fields["pcie_switches"], fields["gpus"])
+    problem = pcie_switches_problem(fields["gpus"], fields["pcie_switches"])
+    if problem:
+        raise DeepShareError(f"--node-type: {problem}")
     try:
         spec = NodeTypeSpec(**fields)
     except ValidationError as exc:

@@ -189,12 +189,14 @@ NODES_PER_RACK = 32
 
 
 def uniform(nodes: int, gpus_per_node: int, name: str | None = None) -> Topology:
-    """A cluster of ``nodes`` testbed-type nodes with ``gpus_per_node`` GPUs, 32 nodes a rack."""
+    """A cluster of ``nodes`` testbed-type nodes with ``gpus_per_node`` GPUs, 32 nodes a rack
+    (a one-GPU node has one PCIe switch, not the testbed's two)."""
     if nodes <= 0:
         raise DeepShareError(f"--nodes must be a positive integer, got {nodes}")
     if gpus_per_node <= 0:
         raise DeepShareError(f"--gpus-per-node must be a positive integer, got {gpus_per_node}")
     hardware = {**NODE_TYPE_DEFAULTS, **TESTBED_HARDWARE, "gpus": gpus_per_node}
+    hardware["pcie_switches"] = min(hardware["pcie_switches"], gpus_per_node)  # each switch serves a GPU
     groups = [("node", hardware, min(NODES_PER_RACK, nodes - start), f"rack{start // NODES_PER_RACK}", "node")
               for start in range(0, nodes, NODES_PER_RACK)]
     return topology_from_groups(name or f"uniform-{nodes}x{gpus_per_node}", groups, CLUSTER_DEFAULTS["rack_uplink_gbps"])

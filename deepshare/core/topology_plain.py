@@ -46,6 +46,15 @@ levels goes through pydantic, whose groups also carry the domains."""
 _Check = Callable[[Any], bool]
 
 
+def pcie_switches_problem(gpus: int, pcie_switches: int) -> str | None:
+    """Why a node of ``gpus`` GPUs cannot have ``pcie_switches`` PCIe switches, or None: each
+    switch serves at least one GPU (the link model sums the switches' bandwidth, so a switch
+    without a GPU would add bandwidth no job can use)."""
+    if pcie_switches > gpus:
+        return f"pcie_switches: at most gpus ({gpus}), as each switch serves one or more of the node's GPUs, got {pcie_switches}"
+    return None
+
+
 def _up_to(high: int) -> _Check:
     return lambda v: 0 < v <= high
 
@@ -122,6 +131,8 @@ def _groups(raw: Any) -> tuple[str, list[Group], float]:
         if type(name) is not str:
             raise _Unsure
         hardware[name] = _record(spec, _NODE_TYPE, NODE_TYPE_DEFAULTS)
+        if pcie_switches_problem(hardware[name]["gpus"], hardware[name]["pcie_switches"]):
+            raise _Unsure
     rows: list[Group] = []
     for raw_group in groups:
         g = _record(raw_group, _NODE_GROUP, NODE_GROUP_DEFAULTS)

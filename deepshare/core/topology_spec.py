@@ -15,10 +15,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, link_gbps_ok
 from deepshare.core.names import CONTROL_RANGES
-
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
-    TESTBED_HARDWARE,
+    TESTBED_HARDWARE, pcie_switches_problem,
 )
 
 
@@ -49,6 +48,13 @@ class NodeTypeSpec(BaseModel):
     intra_node_gbps: LinkGbps = NODE_TYPE_DEFAULTS["intra_node_gbps"]
     nvlink_gbps: OptionalLinkGbps = NODE_TYPE_DEFAULTS["nvlink_gbps"]
     nic_gbps: LinkGbps = NODE_TYPE_DEFAULTS["nic_gbps"]
+
+    @model_validator(mode="after")
+    def _switches_have_gpus(self) -> "NodeTypeSpec":
+        problem = pcie_switches_problem(self.gpus, self.pcie_switches)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class NodeGroupSpec(BaseModel):

@@ -265,7 +265,8 @@ def read_cluster(ray_nodes: Sequence[Mapping[str, Any]], name: str = "ray", leve
             index=i, name=node_name, gpus=gpus, rack=rack, node_type="ray",
             gpu_model=labels.get(LABEL_PREFIX + "gpu-model", "unknown"),
             fabric=fabric if fabric in ("pcie", "nvlink") else t.fabric,
-            pcie_switches=int(_label_float(labels, "pcie-switches", 1, node_name, 1, MAX_PCIE_SWITCHES)),
+            # at most one switch per GPU (as a cluster spec must): a label cannot add bandwidth no GPU uses
+            pcie_switches=min(gpus, int(_label_float(labels, "pcie-switches", 1, node_name, 1, MAX_PCIE_SWITCHES))),
             intra_node_gbps=_label_float(labels, "intra-node-gbps", t.intra_node_gbps, node_name, MIN_LINK_GBPS,
                                          MAX_LINK_GBPS),
             nvlink_gbps=_label_float(labels, "nvlink-gbps", t.nvlink_gbps, node_name, MIN_LINK_GBPS, MAX_LINK_GBPS,

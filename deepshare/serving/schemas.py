@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from deepshare.core.bounds import MAX_DURATION_S, MAX_GPU_SERVICE_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
 from deepshare.core.fabric import RACK_LEVEL
@@ -20,6 +20,7 @@ from deepshare.core.history import HISTORY_WINDOW
 from deepshare.core.information import ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.names import NO_CONTROL_CHARACTERS, NO_CONTROL_CHARACTERS_OR_EMPTY
 from deepshare.core.topology import TESTBED_NODE_TYPE
+from deepshare.core.topology_plain import pcie_switches_problem
 from deepshare.core.topology_spec import DomainName, LinkGbps, OptionalLinkGbps
 
 API_VERSION = "v1"
@@ -143,6 +144,13 @@ class NodeIn(_Body):
     intra_node_gbps: LinkGbps = TESTBED_NODE_TYPE.intra_node_gbps
     nvlink_gbps: OptionalLinkGbps = TESTBED_NODE_TYPE.nvlink_gbps
     nic_gbps: LinkGbps = TESTBED_NODE_TYPE.nic_gbps
+
+    @model_validator(mode="after")
+    def _switches_have_gpus(self) -> "NodeIn":
+        problem = pcie_switches_problem(self.gpus, self.pcie_switches)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class RunningIn(_Body):

@@ -248,8 +248,11 @@ def test_flag_errors_are_one_line_naming_the_flag(kwargs, message):
 def test_node_type_options():
     name, hardware = node_type(["name=h800", "gpu_model=H800", "nic_gbps=1600", "nvlink_gbps=3200"], gpus_per_node=4)
     assert name == "h800"
-    assert hardware == {"gpus": 4, "gpu_model": "H800", "fabric": "nvlink", "pcie_switches": 8, "intra_node_gbps": 512.0,
+    # the default type's 8 switches, one per GPU at most: 4 on a 4-GPU node
+    assert hardware == {"gpus": 4, "gpu_model": "H800", "fabric": "nvlink", "pcie_switches": 4, "intra_node_gbps": 512.0,
                         "nvlink_gbps": 3200.0, "nic_gbps": 1600.0}
+    with pytest.raises(DeepShareError, match=r"^--node-type: pcie_switches: at most gpus \(4\).*got 8$"):
+        node_type(["pcie_switches=8"], gpus_per_node=4)
     imported = import_cluster(TABLE, "topo.csv", name="lj", node_type_options=["name=h800", "gpu_model=H800"],
                               gpus_per_node=4)
     assert {(n.node_type, n.gpu_model, n.gpus) for n in imported.topology.nodes} == {("h800", "H800", 4)}

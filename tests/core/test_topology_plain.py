@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from importlib import resources
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from deepshare.core.errors import DeepShareError
 from deepshare.core.topology import (
     NODE_TYPE_DEFAULTS, NODES_PER_RACK, TESTBED_HARDWARE, Topology, load_topology, parse_topology, plain_topology,
     preset_names, uniform,
@@ -48,8 +50,8 @@ def test_testbed_node_type_is_the_plain_testbed_hardware():
 
 
 def old_uniform(nodes: int, gpus: int) -> Topology:
-    """``uniform`` as it was built through the schema."""
-    node_type = TESTBED_NODE_TYPE.model_copy(update={"gpus": gpus})
+    """``uniform`` as it was built through the schema (one PCIe switch per GPU at most)."""
+    node_type = TESTBED_NODE_TYPE.model_copy(update={"gpus": gpus, "pcie_switches": min(gpus, TESTBED_NODE_TYPE.pcie_switches)})
     groups = [NodeGroupSpec(type="node", count=min(NODES_PER_RACK, nodes - s), rack=f"rack{s // NODES_PER_RACK}")
               for s in range(0, nodes, NODES_PER_RACK)]
     return Topology.from_spec(ClusterSpec(name=f"uniform-{nodes}x{gpus}", node_types={"node": node_type}, nodes=groups))
@@ -110,7 +112,7 @@ def test_plain_path_equals_the_schema_or_defers_to_it(raw):
 
 
 valid_hardware = st.fixed_dictionaries(
-    {"gpus": st.integers(1, 16)},
+    {"gpus": st.integers(4, 16)},  # pcie_switches up to 4 needs as many GPUs
     optional={
         "gpu_model": st.just("A100"), "fabric": st.sampled_from(["pcie", "nvlink"]), "pcie_switches": st.integers(1, 4),
         "intra_node_gbps": st.one_of(st.integers(1, 512), st.floats(0.5, 1e4)), "nvlink_gbps": st.one_of(st.integers(0, 3600), st.just(0.0)),
@@ -153,6 +155,16 @@ def test_plain_path_on_valid_specs_and_one_bad_field(raw, field, value):
     assert plain is None or (reference is not None and repr(plain) == repr(reference))
     if reference is None:
         assert plain is None
+
+
+def test_more_pcie_switches_than_gpus_is_refused_naming_the_field():
+    """Each switch serves a GPU: the link model sums the switches' bandwidth, and 8 switches on a
+    4-GPU node counted bandwidth no job could use (the plain path defers, the schema refuses)."""
+    raw = {"node_types": {"t": {"gpus": 4, "pcie_switches": 8}}, "nodes": [{"type": "t"}]}
+    assert plain_topology(raw) is None and schema_topology(raw) is None
+    with pytest.raises(DeepShareError, match=r"c.yaml: node_types.t: Value error, pcie_switches: at most gpus \(4\).*got 8"):
+        parse_topology(yaml.safe_dump(raw), "c.yaml")
+    assert plain_topology({**raw, "node_types": {"t": {"gpus": 4, "pcie_switches": 4}}}) is not None
 
 
 def test_plain_path_accepts_a_typical_spec():

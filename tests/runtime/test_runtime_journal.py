@@ -164,7 +164,10 @@ def test_numeric_node_labels_in_their_domain_are_used():
             "Labels": {"deepshare.io/nic-gbps": "0.001", "deepshare.io/nvlink-gbps": "0",
                        "deepshare.io/intra-node-gbps": "1e9", "deepshare.io/pcie-switches": "1024"}}
     made = read_cluster([node]).topology.nodes[0]
-    assert (made.nic_gbps, made.nvlink_gbps, made.intra_node_gbps, made.pcie_switches) == (0.001, 0.0, 1e9, 1024)
+    # at most one PCIe switch per GPU, as a cluster spec must say: 1024 on 4 GPUs counts as 4
+    assert (made.nic_gbps, made.nvlink_gbps, made.intra_node_gbps, made.pcie_switches) == (0.001, 0.0, 1e9, 4)
+    node["Resources"]["GPU"] = 1024.0
+    assert read_cluster([node]).topology.nodes[0].pcie_switches == 1024
 
 
 def test_one_scheduler_per_state_folder(tmp_path):

@@ -38,6 +38,15 @@ def test_a_running_placement_outside_1_to_a_nodes_most_is_a_422_naming_it(gpus):
     assert [e["loc"] for e in answer["detail"]] == [["body", "running", 0, "placement", "n0"]]
 
 
+def test_more_pcie_switches_than_gpus_is_a_422_naming_the_node():
+    request = small_request()
+    request["nodes"][1].update(gpus=4, free_gpus=4, pcie_switches=8)
+    status, answer = post(api().app, request)
+    assert status == 422
+    assert [e["loc"] for e in answer["detail"]] == [["body", "nodes", 1]]
+    assert "pcie_switches: at most gpus (4)" in answer["detail"][0]["msg"]
+
+
 @pytest.mark.parametrize("rack, words", [("r\x00\n", "pattern"), ("r\tx", "pattern")])
 def test_a_rack_with_control_characters_is_a_422_naming_it(rack, words):
     request = small_request()
