@@ -517,9 +517,9 @@ class _TenancyMemo:
         quota = self.quotas.get(name)
         if quota is None:
             quota = view.total_gpus * weight / total
-        quota = max(quota, 1.0)
         used = self.usage.get(name, 0)
-        return (min(used / quota, _TENANT_CAP) / _TENANT_CAP, 1.0 if used + job.gpus > quota else 0.0, weight / total)
+        borrows = 1.0 if used + job.gpus > quota else 0.0  # the quota itself: a launch in a queue of nominal 0 borrows
+        return (min(used / max(quota, 1.0), _TENANT_CAP) / _TENANT_CAP, borrows, weight / total)
 
 
 def _tenancy_columns(

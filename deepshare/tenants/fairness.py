@@ -142,6 +142,45 @@ def water_fill(capacity: float, weights: Mapping[str, float], demands: Mapping[s
     return out
 
 
+def _active_weights(kept: Sequence[JobRecord], queue: Mapping[str, str], weight: Mapping[str, float]) -> dict[str, float]:
+    """Per finished record, the summed weight of the queues active at its submission (a job of
+    theirs submitted then or before and not finished), its own included, in one sweep over the
+    submissions in time order: a scan of every record for each took 59 s for 32,000 jobs."""
+    by_submit = sorted(kept, key=lambda r: r.submit_s)
+    finishes = sorted((max(r.finish_s, r.submit_s), queue[r.job_id]) for r in kept if r.finish_s is not None)
+    count: dict[str, int] = {}
+    active: set[str] = set()
+    total: float | None = None  # fsum of the active queues' weights, until the set changes
+    out: dict[str, float] = {}
+    started = ended = 0
+    for r in by_submit:
+        now = r.submit_s
+        while started < len(by_submit) and by_submit[started].submit_s <= now:
+            q = queue[by_submit[started].job_id]
+            count[q] = count.get(q, 0) + 1
+            if count[q] == 1:
+                active.add(q)
+                total = None
+            started += 1
+        while ended < len(finishes) and finishes[ended][0] <= now:
+            q = finishes[ended][1]
+            count[q] -= 1
+            if count[q] == 0:
+                active.discard(q)
+                total = None
+            ended += 1
+        if r.finish_s is None:
+            continue
+        own = queue[r.job_id]
+        if own in active:
+            if total is None:
+                total = math.fsum(weight[q] for q in active)  # exact: whatever the set's order
+            out[r.job_id] = total
+        else:  # finished as it was submitted
+            out[r.job_id] = math.fsum(weight[q] for q in active | {own})
+    return out
+
+
 def fairness_report(records: Sequence[JobRecord], jobs: Sequence[JobSpec], tenancy: Tenancy, total_gpus: int,
                     catalog: Catalog, samples: int = SAMPLES) -> FairnessReport:
     """The run's fairness (module doc). ``tenancy``: the tenants file (or ``NO_TENANCY``)."""
@@ -171,12 +210,11 @@ def fairness_report(records: Sequence[JobRecord], jobs: Sequence[JobSpec], tenan
         for q in names:
             deserved[q][i] = fill[q]
     rho: dict[str, float] = {}
+    weights_then = _active_weights(kept, queue, weight)
     for r in kept:
         if r.finish_s is None:
             continue
-        active = {queue[o.job_id] for o in kept if o.submit_s <= r.submit_s and (o.finish_s is None or o.finish_s > r.submit_s)}
-        active.add(queue[r.job_id])
-        fair = total_gpus * weight[queue[r.job_id]] / math.fsum(weight[q] for q in active)  # whatever the set's order
+        fair = total_gpus * weight[queue[r.job_id]] / weights_then[r.job_id]
         alone = isolated_s(specs[r.job_id], catalog) * max(1.0, r.gpus / fair)
         rho[r.job_id] = (r.finish_s - r.submit_s) / alone
     per = []

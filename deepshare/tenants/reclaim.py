@@ -32,7 +32,9 @@ launches ahead of an older one held (:func:`strict_in_place`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Sequence
 
 from deepshare.core.types import Launch
@@ -75,19 +77,41 @@ def strict_in_place(jobs: Sequence[JobView], tenants: Tenants, *, last_first: bo
     return [strict[name].pop() if (name := tenants.queue_of(job)) in strict else job for job in jobs]
 
 
-def reclaim_candidates(job: JobView, queue: Queue, running: Sequence[JobView], tenants: Tenants) -> list[JobView]:
-    """Running jobs of the other queues of ``queue``'s cohort (whether they borrow is checked as
-    victims are taken)."""
-    if queue.cohort is None:
-        return []
-    return [r for r in running if (other := tenants.queues[tenants.queue_of(r)]).cohort == queue.cohort
-            and other.name != queue.name]
+class Candidates:
+    """Jobs a plan may take (running victims, or the decision's launches to withdraw) by queue and
+    priority class, indexed once per decision: a plan's candidates are then found among its
+    cohort's or queue's jobs alone. Scanning every running job for each waiting job cost 12 s a
+    decision with 10,000 jobs held by quota beside 8,000 running."""
 
+    def __init__(self, jobs: Sequence[JobView], tenants: Tenants) -> None:
+        self._tenants = tenants
+        self._by_queue: dict[str, list[JobView]] = {}
+        for job in jobs:
+            self._by_queue.setdefault(tenants.queue_of(job), []).append(job)
+        self._priorities: dict[str, list[int]] = {}
+        self._cohorts: dict[str, list[str]] = {}  # cohort -> its queues that hold jobs here
+        for name, members in self._by_queue.items():
+            members.sort(key=tenants.priority_of)  # stable: within a class, as given
+            self._priorities[name] = [tenants.priority_of(job) for job in members]
+            cohort = tenants.queues[name].cohort
+            if cohort is not None:
+                self._cohorts.setdefault(cohort, []).append(name)
 
-def priority_candidates(job: JobView, queue: Queue, running: Sequence[JobView], tenants: Tenants) -> list[JobView]:
-    """Running jobs of ``queue`` of a lower priority class than ``job``."""
-    mine = tenants.priority_of(job)
-    return [r for r in running if tenants.queue_of(r) == queue.name and tenants.priority_of(r) < mine]
+    def reclaim(self, queue: Queue, usable: Callable[[JobView], bool],
+                lends: Callable[[Queue], bool]) -> list[JobView]:
+        """The ``usable`` jobs of the other queues of ``queue``'s cohort for which ``lends`` holds
+        (the queue borrows)."""
+        if queue.cohort is None:
+            return []
+        queues = self._tenants.queues
+        return [job for name in self._cohorts.get(queue.cohort, ()) if name != queue.name and lends(queues[name])
+                for job in self._by_queue[name] if usable(job)]
+
+    def priority(self, job: JobView, queue: Queue, usable: Callable[[JobView], bool]) -> list[JobView]:
+        """The ``usable`` jobs of ``queue`` of a lower priority class than ``job``."""
+        members = self._by_queue.get(queue.name, [])
+        below = bisect_left(self._priorities.get(queue.name, []), self._tenants.priority_of(job))
+        return [other for other in islice(members, below) if usable(other)]
 
 
 def plan(job: JobView, queue: Queue, ledger: Ledger, candidates: Sequence[JobView], free_gpus: int, fits: Fits,

@@ -43,7 +43,7 @@ from deepshare.core.types import Decision, Launch, Migrate, WAIT
 from deepshare.core.view import ClusterView, JobView
 from deepshare.tenants.admission import Admission, admission_key, admit
 from deepshare.tenants.quota import Ledger
-from deepshare.tenants.reclaim import Plan, plan, priority_candidates, reclaim_candidates
+from deepshare.tenants.reclaim import Candidates, Plan, plan
 from deepshare.tenants.spec import Queue, Tenants
 
 MAX_PLANS = 8
@@ -91,9 +91,10 @@ class Admitted:
         """``inner``'s decision with only the preemptions the tenants' rules allow: a victim of a
         launched job's own queue whose priority is not above that job's (the order's own
         preemption, inside a queue), or, for a launch of its cohort that its queue's nominal quota
-        covers, a victim whose queue still borrows once the victims before it are stopped
-        (reclaim: a queue is never stopped below its nominal quota, and only a queue within its
-        guarantee reclaims). ``inner`` sees every queue's running jobs and knows nothing of queues,
+        covers, a victim whose queue still borrows once the victims inside queues and the
+        reclaim victims before it are stopped (reclaim: a queue is never stopped below its
+        nominal quota but by its last victim, its own stops counted whatever their order, and only
+        a queue within its guarantee reclaims). ``inner`` sees every queue's running jobs and knows nothing of queues,
         so a ``+preempt`` order would otherwise stop another tenant's job inside its quota. When
         any victim is refused, the order's victims in other queues are all dropped (reclaim is then
         the planner's), and launches and moves that needed a dropped victim's GPUs are dropped (in
@@ -105,13 +106,17 @@ class Admitted:
         tenants = self.tenants
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
-        launchers = [queued[launch.job_id] for launch in decision.launch if launch.job_id in queued]
-        by_queue = {tenants.queue_of(job): max(tenants.priority_of(j) for j in launchers
-                                               if tenants.queue_of(j) == tenants.queue_of(job)) for job in launchers}
-        launched = {q: sum(j.gpus for j in launchers if tenants.queue_of(j) == q) for q in by_queue}
+        by_queue: dict[str, int] = {}  # per queue launched into, its launches' highest priority
+        launched: dict[str, int] = {}  # and their GPUs
+        for launch in decision.launch:
+            job = queued.get(launch.job_id)
+            if job is not None:
+                queue, priority = tenants.queue_of(job), tenants.priority_of(job)
+                by_queue[queue] = max(priority, by_queue.get(queue, priority))
+                launched[queue] = launched.get(queue, 0) + job.gpus
         within = {q for q in by_queue if admission.running.within_nominal(tenants.queues[q], launched[q])}
         reclaiming = {tenants.queues[q].pool_key for q in within}
-        ledger = admission.running.copy()  # usage as the kept victims stop, in decision order
+        ledger = admission.running.copy()  # usage as the kept victims stop: inside queues, then reclaim in order
 
         def inside_queue(victim: JobView) -> bool:
             queue = tenants.queue_of(victim)
@@ -125,6 +130,8 @@ class Admitted:
             return False
 
         inside = {job_id for job_id in decision.preempt if inside_queue(running[job_id])}
+        for job_id in inside:  # a queue whose own stops bring it within its quota no longer borrows
+            ledger.remove(tenants.queues[tenants.queue_of(running[job_id])], running[job_id].gpus)
         kept = [job_id for job_id in decision.preempt if job_id in inside or reclaimed(running[job_id])]
         if len(kept) != len(decision.preempt):
             # A part of the order's stops across queues frees GPUs for launches that then do not
@@ -257,6 +264,17 @@ class Admitted:
         behind: dict[str, tuple] = {}  # per strict queue, the order key of its first job withdrawn here
         ahead: dict[str, tuple] = {}  # per strict queue, the order key of its last job planned for here
         tried = 0
+        victims, withdrawals = Candidates(view.running, tenants), Candidates(list(withdrawable.values()), tenants)
+
+        def idle(victim: JobView) -> bool:  # a running job not yet stopped or moved
+            return victim.job_id not in busy
+
+        def kept(launch: JobView) -> bool:
+            """A launch not yet withdrawn, and never a strict queue's launch once a job after it in
+            its queue was planned for."""
+            queue = tenants.queue_of(launch)
+            return launch.job_id not in withdrawn and not (queue in ahead and order(launch) < ahead[queue])
+
         for job in waiting:
             if tried >= MAX_PLANS:
                 break
@@ -265,22 +283,16 @@ class Admitted:
             queue = tenants.queues[tenants.queue_of(job)]
             if queue.name in behind and order(job) > behind[queue.name]:
                 continue  # behind a job of its strict queue this decision sent back to wait
-            candidates = [r for r in running.values() if r.job_id not in busy]
-            # never withdraw a strict queue's launch once a job after it in its queue was planned for
-            mine = [w for w in withdrawable.values() if w.job_id not in withdrawn
-                    and not (tenants.queue_of(w) in ahead and order(w) < ahead[tenants.queue_of(w)])]
             found = None
             if ledger.within_nominal(queue, job.gpus):
-                pool = reclaim_candidates(job, queue, candidates, tenants)
-                launches = reclaim_candidates(job, queue, mine, tenants)
-                pool = [r for r in pool if held.borrowed(tenants.queues[tenants.queue_of(r)]) > 0]
-                launches = [w for w in launches if ledger.borrowed(tenants.queues[tenants.queue_of(w)]) > 0]
+                pool = victims.reclaim(queue, idle, lambda owner: held.borrowed(owner) > 0)
+                launches = withdrawals.reclaim(queue, kept, lambda owner: ledger.borrowed(owner) > 0)
                 if (pool or launches) and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, True)
             if found is None and not ledger.admits(queue, job.gpus):
-                pool = priority_candidates(job, queue, candidates, tenants)
-                launches = priority_candidates(job, queue, mine, tenants)
+                pool = victims.priority(job, queue, idle)
+                launches = withdrawals.priority(job, queue, kept)
                 if (pool or launches) and tried < MAX_PLANS and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, False)

@@ -61,6 +61,14 @@ def test_a_tenants_file_gives_nominal_quotas_and_weights():
     assert got == {None: (0.0, 0.0, 0.0), "a1": (0.5, 1.0, 0.25), "b1": (0.0, 0.0, 0.75)}
 
 
+def test_a_launch_in_a_queue_of_nominal_0_borrows():
+    # b's quota is 0: its usage counts it as 1 GPU (0 of 1), but any launch of b borrows
+    tenants = parse_tenants("queues:\n  - {name: a, cohort: c, nominal_gpus: 8}\n  - {name: b, cohort: c, nominal_gpus: 0}\n")
+    v = view(tenants)
+    v = replace(v, queued=tuple(replace(j, gpus=1) if j.job_id == "b1" else j for j in v.queued))
+    assert columns(PartialDecision(v))["b1"][:2] == (0.0, 1.0)
+
+
 def test_a_launch_of_the_decision_counts_in_its_queues_usage():
     v = view()
     b2 = replace(v.queued[1], job_id="b2", submit_time=30.0)

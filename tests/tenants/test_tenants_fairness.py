@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cli_run import cli, one_error_line
 from tenant_cases import job, run
 
@@ -176,3 +179,25 @@ def test_sums_over_a_set_of_queues_do_not_depend_on_the_hash_seed():
         outputs.append(proc.stdout)
     assert outputs[0].splitlines() == ["themis ['y']", "rho 1.0", "share 0.1", f"fill {1.0 - 0.1 - 0.2 - 0.23!r}"]
     assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 1.0, 2.0, 5.0]),
+                          st.one_of(st.none(), st.sampled_from([0.0, 1.0, 3.0, 7.0]))), max_size=25))
+@settings(max_examples=300, deadline=None)
+def test_the_active_queues_sweep_equals_scanning_every_record(rows):
+    """Each finished job's fair share divides by the weights of the queues active at its
+    submission; a sweep replaced a scan of every record per record (59 s for 32,000 jobs)."""
+    from deepshare.core.metrics import JobRecord
+    from deepshare.tenants.fairness import _active_weights
+
+    kept = [JobRecord(f"j{i}", "FSDP", 1, submit, submit, None if extra is None else submit + extra, 1.0, 1.0, 1.0, 0, 0,
+                      False) for i, (_, submit, extra) in enumerate(rows)]
+    queue = {f"j{i}": f"q{q}" for i, (q, _, _) in enumerate(rows)}
+    weight = {"q0": 1.0, "q1": 0.1, "q2": 0.7, "q3": 1e-9}
+    swept = _active_weights(kept, queue, weight)
+    for r in kept:
+        if r.finish_s is None:
+            assert r.job_id not in swept
+            continue
+        active = {queue[o.job_id] for o in kept if o.submit_s <= r.submit_s and (o.finish_s is None or o.finish_s > r.submit_s)}
+        assert swept[r.job_id] == math.fsum(weight[q] for q in active | {queue[r.job_id]})

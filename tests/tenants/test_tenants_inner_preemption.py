@@ -7,7 +7,7 @@ import pytest
 from deepshare.core.contention import make_contention
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import parse_topology
-from deepshare.core.types import Placement
+from deepshare.core.types import Decision, Launch, Placement
 from deepshare.core.workloads import default_catalog
 from deepshare.policies import make_policy
 from deepshare.tenants import Admitted, parse_tenants
@@ -211,3 +211,56 @@ queues:
     decision = Admitted(inner, tenants).decide(v)
     assert decision.preempt == ()
     assert [launch.job_id for launch in decision.launch] == (["A-tiny"] if with_tiny else [])
+
+
+ONE_NODE = parse_topology("name: one\nnode_types:\n  g: {gpus: 8}\nnodes:\n  - {type: g, count: 1, prefix: n}\n")
+OWN_STOPS_FIRST = """
+queues:
+  - {name: a, cohort: c, nominal_gpus: 4}
+  - {name: b, cohort: c, nominal_gpus: 4}
+  - {name: x, cohort: c, nominal_gpus: 8}
+priority_classes: {low: 0, mid: 5}
+"""
+
+
+def own_stops_view():  # type: ignore[no-untyped-def]
+    """Queue b holds 6 of its nominal 4 (b-mid 2, b-low 4); a-new (queue a, within its nominal)
+    and b-new (queue b, class low) wait on a full node."""
+    def on(gpus: int) -> Placement:
+        return Placement(((0, gpus),))
+    running = [KnownJob("b-mid", "FSDP", 2, 0.0, 500.0, attained_gpu_s=9000, placement=on(2), last_run_s=10, queue="b", priority="mid"),
+               KnownJob("b-low", "FSDP", 4, 0.0, 500.0, attained_gpu_s=9000, placement=on(4), last_run_s=10, queue="b", priority="low"),
+               KnownJob("x-run", "FSDP", 2, 0.0, 500.0, attained_gpu_s=10, placement=on(2), last_run_s=10, queue="x", priority="low")]
+    queued = [KnownJob("a-new", "FSDP", 2, 5.0, 100.0, queue="a", priority="low"),
+              KnownJob("b-new", "FSDP", 4, 6.0, 100.0, queue="b", priority="low")]
+    return parse_tenants(OWN_STOPS_FIRST), build_view(ONE_NODE, default_catalog(), make_contention("profiled"), 10.0, [0],
+                                                      queued, running)
+
+
+def test_a_queues_own_stops_count_before_its_jobs_are_reclaimed():
+    """las+consolidated+preempt stops b-low (inside queue b, for b-new) and b-mid (as reclaim, for
+    a-new). Once b-low stops, queue b holds 2 of its 4: it no longer borrows, so b-mid (a higher
+    class than the b-new launched in its place) may not be reclaimed. Reclaim is then the
+    planner's, which stops b's lowest class, b-low, for a-new."""
+    tenants, v = own_stops_view()
+    inner = make_policy("las+consolidated+preempt")
+    assert set(inner.decide(v).preempt) == {"b-low", "b-mid"}
+    decision = Admitted(inner, tenants).decide(v)
+    assert decision.preempt == ("b-low",) and [launch.job_id for launch in decision.launch] == ["a-new"]
+
+
+@pytest.mark.parametrize("order", [("b-mid", "b-low"), ("b-low", "b-mid")])
+def test_a_queues_own_stops_count_whatever_their_place_in_the_decision(order):
+    tenants, v = own_stops_view()
+
+    class Inner:
+        name = "stub"
+
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            if {job.job_id for job in view.queued} != {"a-new", "b-new"}:
+                return Decision()
+            return Decision(launch=(Launch("a-new", Placement(((0, 2),))), Launch("b-new", Placement(((0, 4),)))),
+                            preempt=order)
+
+    decision = Admitted(Inner(), tenants, reclaim=False).decide(v)
+    assert "b-mid" not in decision.preempt
