@@ -313,11 +313,12 @@ def node_type(options: Sequence[str], gpus_per_node: int | None = None) -> tuple
         if "gpus" in given and fields["gpus"] != gpus_per_node:
             raise DeepShareError(f"--gpus-per-node {gpus_per_node} and --node-type gpus={fields['gpus']}: give one")
         fields["gpus"] = gpus_per_node
-    if "pcie_switches" not in given:  # the default type's switches, one per GPU at most
-        fields["pcie_switches"] = min(fields["pcie_switches"], fields["gpus"])
-    problem = pcie_switches_problem(fields["gpus"], fields["pcie_switches"])
-    if problem:
-        raise DeepShareError(f"--node-type: {problem}")
+    if fields["gpus"] > 0:  # else the schema says what gpus must be
+        if "pcie_switches" not in given:  # the default type's switches, one per GPU at most
+            fields["pcie_switches"] = min(fields["pcie_switches"], fields["gpus"])
+        problem = pcie_switches_problem(fields["gpus"], fields["pcie_switches"])
+        if problem and fields["pcie_switches"] > 0:
+            raise DeepShareError(f"--node-type: {problem}")
     try:
         spec = NodeTypeSpec(**fields)
     except ValidationError as exc:

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from deepshare.core.bounds import link_gbps_ok
+from deepshare.core.names import has_control_character
 
 NODE_TYPE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "gpu_model": "unknown", "fabric": "pcie", "pcie_switches": 1,
@@ -63,20 +64,24 @@ def _link_or_none(v: float) -> bool:
     return link_gbps_ok(v, none_ok=True)
 
 
+def _text(v: str) -> bool:
+    return not has_control_character(v)
+
+
 def _fabric(v: str) -> bool:
     return v in ("pcie", "nvlink")
 
 
 # field: (kind, check or None); a field missing from the defaults is required.
 _NODE_TYPE: dict[str, tuple[type, _Check | None]] = {
-    "gpus": (int, _up_to(MAX_GPUS_PER_NODE)), "gpu_model": (str, None), "fabric": (str, _fabric),
+    "gpus": (int, _up_to(MAX_GPUS_PER_NODE)), "gpu_model": (str, _text), "fabric": (str, _fabric),
     "pcie_switches": (int, _up_to(MAX_PCIE_SWITCHES)),
     "intra_node_gbps": (float, link_gbps_ok), "nvlink_gbps": (float, _link_or_none), "nic_gbps": (float, link_gbps_ok),
 }
 _NODE_GROUP: dict[str, tuple[type, _Check | None]] = {
-    "type": (str, None), "count": (int, _up_to(MAX_NODES)), "rack": (str, None), "prefix": (str, None),
+    "type": (str, _text), "count": (int, _up_to(MAX_NODES)), "rack": (str, _text), "prefix": (str, _text),
 }
-_CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, None), "rack_uplink_gbps": (float, _link_or_none)}
+_CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, _text), "rack_uplink_gbps": (float, _link_or_none)}
 
 
 class _Unsure(Exception):
@@ -128,7 +133,7 @@ def _groups(raw: Any) -> tuple[str, list[Group], float]:
         raise _Unsure
     hardware = {}
     for name, spec in node_types.items():
-        if type(name) is not str:
+        if type(name) is not str or not _text(name):
             raise _Unsure
         hardware[name] = _record(spec, _NODE_TYPE, NODE_TYPE_DEFAULTS)
         if pcie_switches_problem(hardware[name]["gpus"], hardware[name]["pcie_switches"]):

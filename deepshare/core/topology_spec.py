@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, link_gbps_ok
-from deepshare.core.names import CONTROL_RANGES
+from deepshare.core.names import CONTROL_RANGES, NO_CONTROL_CHARACTERS_OR_EMPTY
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
     TESTBED_HARDWARE, pcie_switches_problem,
@@ -23,6 +23,9 @@ from deepshare.core.topology_plain import (
 
 DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=rf"^[^/{CONTROL_RANGES}]+$")]
 """A level's or a domain's name: 1-256 characters, no ``/`` (paths are joined with it), no control characters."""
+Text = Annotated[str, StringConstraints(pattern=NO_CONTROL_CHARACTERS_OR_EMPTY)]
+"""A name or label without control characters (:mod:`deepshare.core.names`): a cluster's, a node
+type's, a GPU model, a rack, a node name prefix (they reach outputs, logs and placement requests)."""
 
 
 def _none_or_link(value: float) -> float:
@@ -42,7 +45,7 @@ class NodeTypeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
     gpus: int = Field(gt=0, le=MAX_GPUS_PER_NODE, description="GPUs per node")
-    gpu_model: str = NODE_TYPE_DEFAULTS["gpu_model"]
+    gpu_model: Text = NODE_TYPE_DEFAULTS["gpu_model"]
     fabric: Literal["pcie", "nvlink"] = NODE_TYPE_DEFAULTS["fabric"]
     pcie_switches: int = Field(default=NODE_TYPE_DEFAULTS["pcie_switches"], gt=0, le=MAX_PCIE_SWITCHES)
     intra_node_gbps: LinkGbps = NODE_TYPE_DEFAULTS["intra_node_gbps"]
@@ -60,10 +63,10 @@ class NodeTypeSpec(BaseModel):
 class NodeGroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
-    type: str
+    type: Text
     count: int = Field(default=NODE_GROUP_DEFAULTS["count"], gt=0, le=MAX_NODES)
-    rack: str = NODE_GROUP_DEFAULTS["rack"]
-    prefix: str = NODE_GROUP_DEFAULTS["prefix"]
+    rack: Text = NODE_GROUP_DEFAULTS["rack"]
+    prefix: Text = NODE_GROUP_DEFAULTS["prefix"]
     domains: Optional[dict[str, DomainName]] = Field(
         default=None, description="the group's domain at each of the spec's levels, by level name")
     names: Optional[list[DomainName]] = Field(
@@ -110,8 +113,8 @@ class LevelSpec(BaseModel):
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # strict: YAML's yes/on/true are not the number 1
 
-    name: str = CLUSTER_DEFAULTS["name"]
-    node_types: dict[str, NodeTypeSpec] = Field(min_length=1)
+    name: Text = CLUSTER_DEFAULTS["name"]
+    node_types: dict[Text, NodeTypeSpec] = Field(min_length=1)
     nodes: list[NodeGroupSpec] = Field(min_length=1)
     rack_uplink_gbps: OptionalLinkGbps = CLUSTER_DEFAULTS["rack_uplink_gbps"]
     levels: Optional[list[LevelSpec]] = Field(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 from deepshare.core.documents import load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
+from deepshare.core.names import has_control_character
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -20,10 +21,11 @@ M = TypeVar("M", bound="BaseModel")
 
 
 def _loc_part(part: object) -> str:
-    """A field path's part as written, or quoted (``repr``) when it holds a control character: a
-    mapping key with a line break would otherwise break the one-line error."""
+    """A field path's part as written, or quoted (``repr``) when it holds a control character
+    (:mod:`deepshare.core.names`): a mapping key with a line break would otherwise break the
+    one-line error."""
     text = str(part)
-    return repr(text) if any(ord(ch) < 0x20 or ch == "\x7f" for ch in text) else text
+    return repr(text) if has_control_character(text) else text
 
 
 def format_validation_error(exc: ValidationError) -> str:

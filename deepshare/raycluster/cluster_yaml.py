@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from deepshare.raycluster.placeholders import find_placeholders
 from deepshare.raycluster.labels import (
     FABRIC_RESOURCE,
+    PREFIX,
     FabricLabels,
     check_fabric_resource,
     check_label_syntax,
@@ -48,6 +49,7 @@ from pydantic import ValidationError
 from deepshare.core.autoscaling.spec import AutoscaleSpec
 from deepshare.core.documents import load_json, load_yaml
 from deepshare.core.errors import DeepShareError, shown
+from deepshare.core.topology_plain import pcie_switches_problem
 from deepshare.core.yamlspec import format_validation_error, read_config_text
 from deepshare.infra.raycompat import cluster_config_prepare_and_validate
 from deepshare.raycluster.shell_words import (SHELL_OPERATORS, brace_expansion, command_position, exec_lines, pip_installs,
@@ -120,6 +122,9 @@ def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpe
     simulator takes."""
     pools = {}
     for w in cluster.workers:
+        if pcie_switches_problem(w.gpus, w.hardware.pcie_switches):  # named as the label, not the pool's field
+            raise DeepShareError(f"{cluster.path}: worker type {w.name!r}: {PREFIX}pcie-switches: at most its "
+                                 f"{w.gpus} GPUs (each switch serves a GPU), got {w.hardware.pcie_switches}")
         try:
             pools[w.name] = w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, rack)
         except ValidationError as exc:

@@ -140,13 +140,16 @@ class NodeIn(_Body):
         "request's levels, and only with levels",
     )
     gpu_model: str = Field("unknown", max_length=128, pattern=NO_CONTROL_CHARACTERS_OR_EMPTY, description="no control characters")
-    pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64)
+    pcie_switches: int = Field(TESTBED_NODE_TYPE.pcie_switches, gt=0, le=64, description=(
+        "at most gpus (each switch serves a GPU); when not given, the testbed's 2, cut to gpus"))
     intra_node_gbps: LinkGbps = TESTBED_NODE_TYPE.intra_node_gbps
     nvlink_gbps: OptionalLinkGbps = TESTBED_NODE_TYPE.nvlink_gbps
     nic_gbps: LinkGbps = TESTBED_NODE_TYPE.nic_gbps
 
     @model_validator(mode="after")
     def _switches_have_gpus(self) -> "NodeIn":
+        if "pcie_switches" not in self.model_fields_set:  # the default: a 1-GPU node has one switch
+            self.pcie_switches = min(self.pcie_switches, self.gpus)
         problem = pcie_switches_problem(self.gpus, self.pcie_switches)
         if problem:
             raise ValueError(problem)

@@ -16,14 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from deepshare.core.bounds import MAX_JOB_GPUS
 from deepshare.core.names import CONTROL_RANGES, NO_CONTROL_CHARACTERS
 
+_AROUND = r"[\t\n\v\f\r \x85\u2028\u2029]"
+"""The control characters that are whitespace, which strips take from around a name."""
 # Queue, cohort and class names go into requests to the placement service, logs and metrics labels.
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=253, pattern=NO_CONTROL_CHARACTERS)]
 ClassKey = Annotated[str, StringConstraints(min_length=1, max_length=253,
-                                            pattern=rf"^[\t\n\v\f\r ]*[^{CONTROL_RANGES}]*[\t\n\v\f\r ]*$")]
+                                            pattern=rf"^{_AROUND}*[^{CONTROL_RANGES}]*{_AROUND}*$")]
 """A priority class's name as written: stripped by ``_build``, which can then refuse two keys that
 differ only by surrounding spaces (stripped here, they would be merged, the last one winning). No
-control character inside it; surrounding whitespace (a tab, a line break) goes with the strip, as
-a queue name's does."""
+control character inside it; surrounding whitespace (a tab, a line break, U+0085, U+2028) goes
+with the strip, as a queue name's does."""
 Gpus = Annotated[int, Field(strict=True, ge=0, le=MAX_JOB_GPUS * 1024)]
 
 

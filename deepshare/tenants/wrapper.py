@@ -269,7 +269,7 @@ class Admitted:
         def idle(victim: JobView) -> bool:  # a running job not yet stopped or moved
             return victim.job_id not in busy
 
-        def kept(launch: JobView) -> bool:
+        def still_launching(launch: JobView) -> bool:
             """A launch not yet withdrawn, and never a strict queue's launch once a job after it in
             its queue was planned for."""
             queue = tenants.queue_of(launch)
@@ -286,13 +286,13 @@ class Admitted:
             found = None
             if ledger.within_nominal(queue, job.gpus):
                 pool = victims.reclaim(queue, idle, lambda owner: held.borrowed(owner) > 0)
-                launches = withdrawals.reclaim(queue, kept, lambda owner: ledger.borrowed(owner) > 0)
+                launches = withdrawals.reclaim(queue, still_launching, lambda owner: ledger.borrowed(owner) > 0)
                 if (pool or launches) and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, True)
             if found is None and not ledger.admits(queue, job.gpus):
                 pool = victims.priority(job, queue, idle)
-                launches = withdrawals.priority(job, queue, kept)
+                launches = withdrawals.priority(job, queue, still_launching)
                 if (pool or launches) and tried < MAX_PLANS and _could_hold(job, free, pool, launches):
                     tried += 1
                     found = self._plan(view, job, queue, ledger, held, pool, launches, launched, free, stopped, False)

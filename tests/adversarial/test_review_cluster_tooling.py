@@ -71,6 +71,9 @@ KUBERAY_SHAPES = [
     (lambda r: group(r).update(numOfHosts=4), "spec.workerGroupSpecs[0].numOfHosts: 4: multi-host groups"),
     (lambda r: group(r)["labels"].update({"deepshare.io/nic-gbps": "inf"}), "deepshare.io/nic-gbps: Input should be a finite number"),
     (lambda r: group(r)["labels"].update({"deepshare.io/pcie-switches": "999999999"}), "deepshare.io/pcie-switches"),
+    # more PCIe switches than the group's GPUs: named as the label, not the pool's field
+    (lambda r: group(r)["labels"].update({"deepshare.io/pcie-switches": "64"}),
+     "worker type 'l4-pcie': deepshare.io/pcie-switches: at most its 4 GPUs (each switch serves a GPU), got 64"),
     (lambda r: group(r)["labels"].update({"deepshare.io/price-usd-per-hour": "inf"}), "deepshare.io/price-usd-per-hour"),
     # the monitor only mentioned, never started (a substring test said OK)
     (lambda r: head_hook(r, ["/bin/sh", "-c", "echo deepshare agents start"]), "expected the head to run `deepshare agents start"),

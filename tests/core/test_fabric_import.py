@@ -253,6 +253,8 @@ def test_node_type_options():
                         "nvlink_gbps": 3200.0, "nic_gbps": 1600.0}
     with pytest.raises(DeepShareError, match=r"^--node-type: pcie_switches: at most gpus \(4\).*got 8$"):
         node_type(["pcie_switches=8"], gpus_per_node=4)
+    with pytest.raises(DeepShareError, match=r"^--node-type: gpus: Input should be greater than 0$"):
+        node_type(["gpus=0"])  # not also an error about the switches the user never gave
     imported = import_cluster(TABLE, "topo.csv", name="lj", node_type_options=["name=h800", "gpu_model=H800"],
                               gpus_per_node=4)
     assert {(n.node_type, n.gpu_model, n.gpus) for n in imported.topology.nodes} == {("h800", "H800", 4)}

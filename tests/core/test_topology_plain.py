@@ -73,7 +73,7 @@ def test_spec_models_are_reexported_lazily():
 # Values of every kind the YAML loader produces, valid and not, for every field.
 odd = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.integers(2**1023, 2**1100), st.floats(allow_nan=True),
-    st.sampled_from(["", "4", "pcie", "nvlink", "t", "x", "rack0", "node"]), st.lists(st.integers(0, 2), max_size=2),
+    st.sampled_from(["", "4", "pcie", "nvlink", "t", "x", "rack0", "node", "r\n0", "n\x85", "\u202ex"]), st.lists(st.integers(0, 2), max_size=2),
 )
 hardware = st.fixed_dictionaries(
     {"gpus": st.one_of(st.integers(1, 16), odd)},
@@ -165,6 +165,29 @@ def test_more_pcie_switches_than_gpus_is_refused_naming_the_field():
     with pytest.raises(DeepShareError, match=r"c.yaml: node_types.t: Value error, pcie_switches: at most gpus \(4\).*got 8"):
         parse_topology(yaml.safe_dump(raw), "c.yaml")
     assert plain_topology({**raw, "node_types": {"t": {"gpus": 4, "pcie_switches": 4}}}) is not None
+
+
+@pytest.mark.parametrize("where", ["name", "type key", "gpu_model", "rack", "prefix", "group type"])
+def test_names_with_control_characters_are_refused_by_both_paths(where):
+    """A rack, a prefix, a GPU model, a node type's or the cluster's name reaches outputs, logs
+    and the placement service's requests, which refuse control characters."""
+    bad = "r\u2028\u202ex"
+    raw = {"name": "c", "node_types": {"t": {"gpus": 4, "gpu_model": "A100"}}, "nodes": [{"type": "t", "rack": "r0", "prefix": "n"}]}
+    if where == "name":
+        raw["name"] = bad
+    elif where == "type key":
+        raw["node_types"] = {bad: raw["node_types"]["t"]}
+        raw["nodes"][0]["type"] = bad
+    elif where == "gpu_model":
+        raw["node_types"]["t"]["gpu_model"] = bad
+    elif where == "group type":
+        raw["nodes"][0]["type"] = bad
+    else:
+        raw["nodes"][0][where] = bad
+    assert plain_topology(raw) is None and schema_topology(raw) is None
+    with pytest.raises(DeepShareError) as info:
+        parse_topology(yaml.safe_dump(raw), "c.yaml")
+    assert "String should match pattern" in str(info.value) and "\u2028" not in str(info.value)
 
 
 def test_plain_path_accepts_a_typical_spec():

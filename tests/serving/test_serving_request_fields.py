@@ -47,6 +47,16 @@ def test_more_pcie_switches_than_gpus_is_a_422_naming_the_node():
     assert "pcie_switches: at most gpus (4)" in answer["detail"][0]["msg"]
 
 
+def test_a_one_gpu_node_without_pcie_switches_has_one():
+    # the default is the testbed's 2 switches, which a 1-GPU node cannot have: cut, not refused
+    request = small_request()
+    request["nodes"][1].update(gpus=1, free_gpus=1)
+    request["nodes"][1].pop("pcie_switches", None)
+    status, _ = post(api().app, request)
+    assert status == 200
+    assert PlacementRequest.model_validate(request).nodes[1].pcie_switches == 1
+
+
 @pytest.mark.parametrize("rack, words", [("r\x00\n", "pattern"), ("r\tx", "pattern")])
 def test_a_rack_with_control_characters_is_a_422_naming_it(rack, words):
     request = small_request()

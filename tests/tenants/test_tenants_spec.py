@@ -60,6 +60,9 @@ def test_a_weight_that_is_no_number_or_out_of_range_is_still_refused(written, me
 def test_surrounding_tabs_and_line_breaks_are_stripped_from_class_keys_as_from_queue_names():
     tenants = parse_tenants('queues: [{name: "a\\t", nominal_gpus: 1}]\npriority_classes: {"hi\\n": 1, "\\tlo": 0}\n')
     assert list(tenants.queues) == ["a"] and dict(tenants.priority_classes) == {"hi": 1, "lo": 0}
+    # the line breaks beyond ASCII too (U+0085, U+2028), around a class key as around a queue name
+    tenants = parse_tenants('queues: [{name: "a\\u2028", nominal_gpus: 1}]\npriority_classes: {"hi\\u2028": 1, "\\x85lo": 0}\n')
+    assert list(tenants.queues) == ["a"] and dict(tenants.priority_classes) == {"hi": 1, "lo": 0}
 
 
 def test_priority_class_names_are_stripped_like_every_other_name():
@@ -99,6 +102,9 @@ def test_priority_class_names_are_stripped_like_every_other_name():
     ('queues: [{name: "te\\u202Eam", nominal_gpus: 1}]', "t.yaml: queues.0.name: String should match pattern"),
     ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\x7fi": 1}',
      "t.yaml: priority_classes.'h\\x7fi'.[key]: String should match pattern"),
+    # the key is quoted in the path whatever the control character: the error stays one line
+    ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\u2028i": 1}',
+     "t.yaml: priority_classes.'h\\u2028i'.[key]: String should match pattern"),
     # a key with a line break inside is quoted in the path: the error stays one line
     ('queues: [{name: a, nominal_gpus: 1}]\npriority_classes: {"h\\ni": 1}',
      "t.yaml: priority_classes.'h\\ni'.[key]: String should match pattern"),
