@@ -71,10 +71,10 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
     pairs = Table(title="in-fit ratio MAE by model pair (rows victim, columns aggressor)", header_style="bold")
     models = list(result.per_pair_mae)
     pairs.add_column("victim \\ aggressor")
-    for m in models:
-        pairs.add_column(m, justify="right")
+    for m in models:  # names escaped: a journal or table may hold a terminal escape
+        pairs.add_column(one_line(m), justify="right")
     for v in models:  # "-": the pair was not measured
-        pairs.add_row(v, *(f"{result.per_pair_mae[v][a]:.3f}" if a in result.per_pair_mae[v] else "-" for a in models))
+        pairs.add_row(one_line(v), *(f"{result.per_pair_mae[v][a]:.3f}" if a in result.per_pair_mae[v] else "-" for a in models))
     shown.print(pairs)
     doc = result.to_dict()
     with OutputSet() as outputs:  # the report and the parameters are put in place together, or neither is
@@ -117,17 +117,20 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     journal_path = folder / JOURNAL_FILE
     check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)], "--tenants": args.tenants})
     try:
-        found = journal_path.is_file()
+        found, is_file = journal_path.exists(), journal_path.is_file()
     except OSError as exc:  # a name too long, a folder that cannot be searched
         raise DeepShareError(f"--from-state {folder}: cannot read the journal: {exc.strerror or exc}") from None
     if not found:
         raise DeepShareError(f"--from-state {folder}: no journal ({journal_path} does not exist)")
+    if not is_file:
+        raise DeepShareError(f"--from-state {folder}: {journal_path} is not a file (a folder, a pipe or a device); "
+                             "expected a scheduler's journal")
     tenants = None
     if args.tenants is not None:
         from deepshare.tenants.spec import load_tenants
 
         tenants = load_tenants(args.tenants)
-    journal = Journal.read_only(folder)
+    journal = Journal.read_only(folder, "--from-state")
     try:
         _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention or "profiled").name, tenants=tenants)
     finally:
@@ -140,7 +143,7 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     for col in ("model", "isolated x", "contention exponent", "reports", "contended"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for name, fit in doc["models"].items():  # type: ignore[union-attr]
-        table.add_row(name, f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
+        table.add_row(one_line(name), f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
                       f"{fit['contended']:.0f}")
     shown.print(table)
     with OutputSet() as outputs:  # --json and --out are put in place together, or neither is

@@ -23,8 +23,6 @@ Every subcommand module uses these, so the rules cannot drift between commands.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import stat
 import tempfile
@@ -36,6 +34,7 @@ from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import check_output_path, resolved
+from deepshare.core.json_text import json_text
 from deepshare.core.output_set import OutputSet
 
 STDOUT = "-"
@@ -63,22 +62,8 @@ def human(path: str | None, out: Any, err: Any) -> Any:
 def dumps(doc: Any) -> str:
     """The JSON text every command writes: indented, one trailing newline, standard JSON (a
     number that is not finite, e.g. the mean of no cross-validation fold, is written as null:
-    Python's ``NaN`` is refused by jq, JavaScript and strict parsers)."""
-    try:
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    except ValueError:
-        return json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n"
-
-
-def _finite(doc: Any) -> Any:
-    """``doc`` with every float that is not finite replaced by None."""
-    if isinstance(doc, float):
-        return doc if math.isfinite(doc) else None
-    if isinstance(doc, dict):
-        return {key: _finite(value) for key, value in doc.items()}
-    if isinstance(doc, (list, tuple)):
-        return [_finite(value) for value in doc]
-    return doc
+    Python's ``NaN`` is refused by jq, JavaScript and strict parsers): :func:`~deepshare.core.json_text.json_text`."""
+    return json_text(doc)
 
 
 def write_json(path: str | None, doc: Any, out: Any, what: str) -> None:

@@ -18,7 +18,7 @@ import re
 import sys
 from typing import Any
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 
 MAX_DEPTH = 100
 """Lists and mappings nested deeper than this are refused (readers downstream recurse per level)."""
@@ -118,6 +118,9 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
         raise _too_deep(source, expected) from None
     except json.JSONDecodeError as exc:
         raise DeepShareError(json_problem(text, source, exc)) from None
+    except DuplicateKey as exc:  # with object_pairs_hook=unique_keys
+        raise DeepShareError(f"{source}: the key {one_line(str(exc.args[0]))[:100]!r} is given twice in one object; "
+                             f"expected {expected} with each key once") from None
     except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type, a huge integer
         huge = _huge_integer(text, source) if "integer string conversion" in str(exc) else None
         raise DeepShareError(huge or f"{source}: not valid JSON ({exc})") from None

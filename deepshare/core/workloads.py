@@ -30,14 +30,16 @@ import io
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from deepshare.core.bounds import MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
-from deepshare.core.errors import DeepShareError
+from deepshare.core.bounds import MAX_JOB_GPUS, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
+from deepshare.core.names import has_control_character
 
 log = logging.getLogger(__name__)
 
@@ -316,8 +318,38 @@ def _throughput(cat: Catalog, model: str, gpus: int, nodes: int) -> float:
     return result
 
 
-def _read_csv(text: str) -> list[list[str]]:
-    return [row for row in csv.reader(io.StringIO(text.lstrip("\ufeff"))) if row]
+def _read_csv(text: str) -> list[tuple[int, list[str]]]:
+    """The non-empty rows of ``text``, each with the line it ends on."""
+    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    return [(reader.line_num, row) for row in reader if row]
+
+
+_COUNT = re.compile(r"[0-9]{1,9}")
+"""A GPU or node count as a profile key writes it: ASCII digits (``int`` also reads ``1_0`` and
+other scripts' digits), few enough to compare with :data:`~deepshare.core.bounds.MAX_JOB_GPUS`."""
+
+
+def _profile_key(text: str, where: str) -> ProfileKey:
+    """A profile table's ``MODEL,GPUS,NODES`` key: a model name without control characters and
+    ``1 <= nodes <= gpus <= MAX_JOB_GPUS`` (a count of 0 made the contention fit fail with a
+    solver's traceback, more nodes than GPUs fitted a model to nonsense)."""
+    parts = text.rsplit(",", 2)
+    model = parts[0].strip() if len(parts) == 3 else ""
+    counts = [part.strip() for part in parts[1:]]
+    if not model or has_control_character(model) or not all(_COUNT.fullmatch(count) for count in counts):
+        raise ValueError(f"{where}: expected a key 'MODEL,GPUS,NODES' (a model name without control characters "
+                         f"and two whole numbers), got {one_line(text[:80])!r}")
+    gpus, nodes = int(counts[0]), int(counts[1])
+    if not 1 <= nodes <= gpus <= MAX_JOB_GPUS:
+        raise ValueError(f"{where} ({one_line(text)}): expected 1 <= nodes <= gpus <= {MAX_JOB_GPUS:,}")
+    return ProfileKey(model, gpus, nodes)
+
+
+def _number(cell: str, where: str, expected: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        raise ValueError(f"{where}: expected {expected}, got {one_line(cell[:40])!r}") from None
 
 
 def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
@@ -328,24 +360,42 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
     (co-located over isolated throughput), and every ratio row has a cell per column: an infinite,
     negative or missing measurement made the contention fit fail with a solver's traceback, or
     fit a model to nonsense silently."""
-    isolated = {}
-    for line, row in enumerate(_read_csv(isolated_csv)[1:], 2):
-        value = float(row[1])
+    isolated: dict[ProfileKey, float] = {}
+    first: dict[ProfileKey, int] = {}  # the line each key was given on: a second one is refused
+    for line, row in _read_csv(isolated_csv)[1:]:
+        where = f"isolated_thp.csv row {line}"
+        if len(row) < 2:
+            raise ValueError(f"{where}: expected '\"MODEL,GPUS,NODES\",throughput', got {len(row)} field")
+        key = _profile_key(row[0], where)
+        value = _number(row[1], f"{where} ({key})", "a throughput")
         if not MIN_MEASURED_THROUGHPUT <= value <= MAX_THROUGHPUT:
-            raise ValueError(f"isolated_thp.csv row {line} ({row[0]}): expected a throughput from "
+            raise ValueError(f"{where} ({key}): expected a throughput from "
                              f"{MIN_MEASURED_THROUGHPUT:g} to {MAX_THROUGHPUT:g} samples/s, got {row[1]!r}")
-        isolated[ProfileKey.parse(row[0])] = value
+        if key in first:
+            raise ValueError(f"{where}: {key} is also on row {first[key]}; each key once")
+        first[key] = line
+        isolated[key] = value
     rows = _read_csv(ratio_csv)
-    header = [ProfileKey.parse(h) for h in rows[0][1:]]
+    if not rows:
+        raise ValueError("shared_thp_ratio.csv: empty; expected a header row of aggressor keys")
+    header = [_profile_key(h, f"shared_thp_ratio.csv row {rows[0][0]}, column {i}") for i, h in enumerate(rows[0][1][1:], 2)]
+    if len(set(header)) != len(header):
+        again = next(k for i, k in enumerate(header) if k in header[:i])
+        raise ValueError(f"shared_thp_ratio.csv row {rows[0][0]}: column {again} is given twice")
     ratios = {}
-    for line, row in enumerate(rows[1:], 2):
-        victim = ProfileKey.parse(row[0])
+    first.clear()
+    for line, row in rows[1:]:
+        victim = _profile_key(row[0], f"shared_thp_ratio.csv row {line}")
+        where = f"shared_thp_ratio.csv row {line} ({victim})"
         if len(row) - 1 != len(header):
-            raise ValueError(f"shared_thp_ratio.csv row {line} ({row[0]}): {len(row) - 1} ratios for {len(header)} columns")
+            raise ValueError(f"{where}: {len(row) - 1} ratios for {len(header)} columns")
+        if victim in first:
+            raise ValueError(f"{where}: also on row {first[victim]}; each victim once")
+        first[victim] = line
         for aggressor, cell in zip(header, row[1:]):
-            ratio = float(cell)
+            ratio = _number(cell, where, "ratios in (0, 1]")
             if not 0 < ratio <= 1:
-                raise ValueError(f"shared_thp_ratio.csv row {line} ({row[0]}): expected ratios in (0, 1], got {cell!r}")
+                raise ValueError(f"{where}: expected ratios in (0, 1], got {cell!r}")
             ratios[(victim, aggressor)] = ratio
     return Catalog(isolated, ratios)
 

@@ -41,7 +41,6 @@ simulator's truths; :class:`LabelState` holds nothing else, so no hidden truth c
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -54,6 +53,7 @@ from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention import ContentionModel
 from deepshare.core.errors import DeepShareError
 from deepshare.core.history import JobHistory
+from deepshare.core.json_text import json_text
 from deepshare.core.snapshot import KnownJob, build_view
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision
@@ -486,5 +486,5 @@ def expert_iteration(
     }
     policy = folder / "policy.pt"
     export_scorer(net, env.encoding, policy, summary)
-    write_text_atomic(folder / "expert.json", json.dumps(summary, indent=2, default=str) + "\n", "run summary")
+    write_text_atomic(folder / "expert.json", json_text(summary, default=str), "run summary")
     return policy

@@ -24,7 +24,6 @@ not from its position: accuracy below 1 measures what the features do not tell i
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
+from deepshare.core.json_text import json_text
 from deepshare.policies.encoding import ANCHOR_ROW, WAIT_INDEX, Candidate, PartialDecision, anchor_launch
 from deepshare.policies.learned import best_row
 from deepshare.rl.env import DeepShareEnv, EnvConfig
@@ -392,5 +392,5 @@ def imitate(
     }
     policy = folder / "policy.pt"
     export_scorer(net, env.encoding, policy, summary)
-    write_text_atomic(folder / "imitation.json", json.dumps(summary, indent=2, default=str) + "\n", "run summary")
+    write_text_atomic(folder / "imitation.json", json_text(summary, default=str), "run summary")
     return policy

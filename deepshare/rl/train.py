@@ -131,7 +131,9 @@ class PPOExtras(BaseModel):
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description=(
+        "the run's name: letters, digits, '.', '_' and '-', a letter or digit first (the default run folder "
+        "is runs/NAME, which a '/' or '..' would put elsewhere)"))
     env: dict[str, Any] = Field(default_factory=dict)
     ppo: dict[str, Any] = Field(default_factory=dict)
     """RLlib's ``PPOConfig.training()`` keys as RLlib names them (:mod:`deepshare.rl.ppo_keys`)."""

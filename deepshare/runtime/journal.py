@@ -35,7 +35,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
-from deepshare.core.bounds import MAX_STEP
+from deepshare.core.bounds import MAX_STEP, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import resolved
 from deepshare.runtime.private import make_private_dirs
@@ -247,13 +247,13 @@ class Journal:
             raise
 
     @classmethod
-    def read_only(cls, state_dir: str | Path) -> "Journal":
+    def read_only(cls, state_dir: str | Path, flag: str = "--state") -> "Journal":
         """The journal in ``state_dir`` opened for reading only (``deepshare calibrate
         --from-state``, which a running scheduler's journal must allow): checked as a start
         checks it, and changed in nothing (no chmod, no switch to WAL mode, no schema upgrade,
-        no lock taken); a write through it fails."""
+        no lock taken); a write through it fails. Errors name ``flag``."""
         path = Path(state_dir) / JOURNAL_FILE
-        _check_is_journal(path, state_dir)
+        _check_is_journal(path, state_dir, flag, "give a scheduler's state folder")
         journal = cls.__new__(cls)
         journal.dir, journal._clock, journal._lock = Path(state_dir), time.time, threading.RLock()
         try:
@@ -261,7 +261,7 @@ class Journal:
                                           isolation_level=None)
             journal.epoch = float(journal._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
         except (sqlite3.Error, TypeError, ValueError) as exc:
-            raise DeepShareError(f"--state {state_dir}: cannot read the journal ({exc})") from None
+            raise DeepShareError(f"{flag} {state_dir}: cannot read the journal ({exc})") from None
         return journal
 
     def _create(self, path: Path) -> None:
@@ -754,8 +754,11 @@ class Journal:
         out = []
         for job_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
             measured, predicted = _finite(measured), _finite(predicted)
-            if measured is None or predicted is None:  # stored unchecked by an older version
-                log.warning("run %s of job %s has no finite throughputs; not learned from", attempt, job_id)
+            if measured is None or predicted is None or not (
+                    MIN_MEASURED_THROUGHPUT <= measured <= MAX_THROUGHPUT
+                    and MIN_MEASURED_THROUGHPUT <= predicted <= MAX_THROUGHPUT):  # stored unchecked, or by hand
+                log.warning("run %s of job %s has no throughputs from %g to %g samples/s; not learned from", attempt,
+                            job_id, MIN_MEASURED_THROUGHPUT, MAX_THROUGHPUT)
                 continue
             try:
                 parsed = LiveJobSpec.model_validate_json(spec)
@@ -830,11 +833,11 @@ def _refuse_stale_sidecars(path: Path, state_dir: str | Path) -> None:
                              f"wanted, then start again")
 
 
-def _check_is_journal(path: Path, state_dir: str | Path) -> None:
+def _check_is_journal(path: Path, state_dir: str | Path, flag: str = "--state", moved: str = MOVE_AWAY) -> None:
     """Refuse ``path`` unless it holds the journal's tables and epoch, reading it read-only: the
     WAL switch and the chmod that opening it for real does must never touch a file that is not a
-    journal (nor, through a symlink, someone else's file)."""
-    moved = MOVE_AWAY
+    journal (nor, through a symlink, someone else's file). Errors name ``flag`` and end in
+    ``moved``, the advice."""
     try:
         db = sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True)
         try:
@@ -849,13 +852,13 @@ def _check_is_journal(path: Path, state_dir: str | Path) -> None:
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
-        raise DeepShareError(f"--state {state_dir}: {path} is not a journal ({exc}); {moved}") from None
+        raise DeepShareError(f"{flag} {state_dir}: {path} is not a journal ({exc}); {moved}") from None
     if damage != ["ok"]:
-        raise DeepShareError(f"--state {state_dir}: {path} is damaged ({'; '.join(damage)[:200]}); restore it from "
+        raise DeepShareError(f"{flag} {state_dir}: {path} is damaged ({'; '.join(damage)[:200]}); restore it from "
                              f"a backup, or {moved}")
     if not TABLES <= tables or epoch is None:
         missing = ", ".join(sorted(TABLES - tables)) or "meta.epoch"
-        raise DeepShareError(f"--state {state_dir}: {path} is not a journal (missing {missing}); {moved}")
+        raise DeepShareError(f"{flag} {state_dir}: {path} is not a journal (missing {missing}); {moved}")
 
 
 MAX_COUNT = 2**62

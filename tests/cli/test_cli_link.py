@@ -217,5 +217,5 @@ def test_calibrate_with_as_many_folds_as_cells_shows_unmeasured_pairs_as_a_dash(
 
 
 def test_a_samples_row_beyond_the_largest_job_is_refused_naming_the_line(tmp_path):
-    with pytest.raises(DeepShareError, match=r"s\.csv line 2: expected a model name and 1 <= nodes <= gpus <= 65,536"):
+    with pytest.raises(DeepShareError, match=r"s\.csv line 2: expected a model name without control characters and 1 <= nodes <= gpus <= 65,536"):
         parse_samples(SAMPLES_HEADER + "MoE,100000000,2,,,,17.1\n", "s.csv")

@@ -31,7 +31,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from deepshare.core.documents import load_json
+from deepshare.core.documents import load_json, unique_keys
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.contention.link import llm
 from deepshare.core.contention.link.file_shape import number, section, table
@@ -236,7 +236,7 @@ class LinkCatalog:
 
     @staticmethod
     def from_json(text: str, source: str = "<link params>") -> "LinkCatalog":
-        doc = load_json(text, source, "a link-parameter file")
+        doc = load_json(text, source, "a link-parameter file", object_pairs_hook=unique_keys)
         if not isinstance(doc, dict):
             raise DeepShareError(f"{source}: expected a link-parameter file's object (models, kappa, sensitivity), "
                                  f"got {shown(doc)}")

@@ -51,6 +51,7 @@ from deepshare.core.contention.link.params import REF_NIC_GBPS, REF_PCIE_GBPS
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
 from deepshare.core.hardware import gpu_speed
+from deepshare.core.names import has_control_character
 from deepshare.core.topology import Topology
 from deepshare.core.workloads import Catalog, ProfileKey
 
@@ -157,8 +158,9 @@ def _key(row: dict[str, str], prefix: str, where: str) -> ProfileKey:
             f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers, "
             f"got {row.get(prefix + 'gpus')!r} and {row.get(prefix + 'nodes')!r}"
         ) from None
-    if not model or gpus <= 0 or nodes <= 0 or nodes > gpus or gpus > MAX_JOB_GPUS:
-        raise DeepShareError(f"{where}: expected a model name and 1 <= {prefix}nodes <= {prefix}gpus <= {MAX_JOB_GPUS:,}")
+    if not model or has_control_character(model) or gpus <= 0 or nodes <= 0 or nodes > gpus or gpus > MAX_JOB_GPUS:
+        raise DeepShareError(f"{where}: expected a model name without control characters and 1 <= {prefix}nodes <= "
+                             f"{prefix}gpus <= {MAX_JOB_GPUS:,}")
     return ProfileKey(model, gpus, nodes)
 
 
@@ -177,6 +179,10 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise DeepShareError(f"{source} line 1: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}")
+    names = [name for name in reader.fieldnames or [] if name in (*COLUMNS, LINK_COLUMN)]
+    if len(set(names)) != len(names):  # a dict row keeps the last of two: every value read from the wrong one
+        again = next(name for i, name in enumerate(names) if name in names[:i])
+        raise DeepShareError(f"{source} line 1: column {again!r} is given twice")
     has_link = LINK_COLUMN in (reader.fieldnames or [])
     alone: dict[ProfileKey, list[float]] = defaultdict(list)
     shared: dict[tuple[ProfileKey, ProfileKey], list[float]] = defaultdict(list)
