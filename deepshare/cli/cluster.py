@@ -127,7 +127,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     reports = run_autoscalers(scenario, args.policy, names)
     if trace.skipped:
         err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                  f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})", markup=False, highlight=False, soft_wrap=True)
+                  f"(first: {one_line(trace.skipped[0][0])}: {one_line(trace.skipped[0][1])})", markup=False, highlight=False, soft_wrap=True)
     limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
                        for n, t in spec.node_types.items())
     rejected = max(r.metrics.rejected for r in reports)

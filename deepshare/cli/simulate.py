@@ -41,7 +41,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
                                    keep_records=tenants is not None)  # fairness needs the records; the rest only numbers
         if trace.skipped:
             err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                      f"(first: {trace.skipped[0][0]}: {trace.skipped[0][1]})",
+                      f"(first: {one_line(trace.skipped[0][0])}: {one_line(trace.skipped[0][1])})",
                       style="yellow", markup=False, highlight=False, soft_wrap=True)
         title = f"{one_line(report.policy)} on {one_line(Path(args.trace).name)} — {topology.describe()}, durations {scenario.information.describe()}"
         human(args.json, out, err).print(report_table(report, title))

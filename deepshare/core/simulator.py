@@ -870,10 +870,22 @@ class Simulator:
             elif kind is EventKind.TIMER:
                 self._nodes.fire(version)  # a TIMER event carries the control's token
             elif self._unfinished and self.config.round_s is not None:
-                self._events.push(t + self.config.round_s, EventKind.ROUND)
+                self._events.push(self._next_tick(t, self.config.round_s), EventKind.ROUND)
         if self._control is not None:
             self._control.on_change()
         return live
+
+    def _next_tick(self, t: float, round_s: float) -> float:
+        """The round after the one at ``t``: ``t + round_s``, or, while nothing is queued or running,
+        the first round of that grid at or after the next event (no round between can decide
+        anything: a trace with a job at 1e11 s ticked 3e8 empty rounds, minutes of CPU)."""
+        following = t + round_s
+        if self._queue or self._running:
+            return following
+        upcoming = self._events.peek_time()
+        if upcoming is None or upcoming <= following:
+            return following
+        return t + math.ceil((upcoming - t) / round_s) * round_s
 
     def _arrive(self, job: _Job, t: float) -> None:
         most = self._most_gpus

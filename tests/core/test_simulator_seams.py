@@ -254,3 +254,37 @@ def test_counting_the_running_jobs_builds_no_views_and_keeps_the_float_path(monk
     assert built  # the views were built this time
     assert counted.avg_jct_s == viewed.avg_jct_s and counted.p99_jct_s == viewed.p99_jct_s
     assert counted.makespan_s == viewed.makespan_s and counted.gpu_util == viewed.gpu_util
+
+
+# -- round ticks -----------------------------------------------------------------------------
+class _TickRecorder:
+    """A policy that records the times it is asked and launches everything first-fit."""
+
+    name = "ticks"
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self.inner = _first_fit()
+
+    def decide(self, view):  # type: ignore[no-untyped-def]
+        self.asked.append(view.now)
+        return self.inner.decide(view)
+
+
+def test_rounds_skip_the_idle_gap_on_their_grid():
+    """While nothing is queued or running no round can decide anything: a trace with a job at
+    1e11 s ticked every round_s between (3e8 empty rounds, minutes of CPU). The next round is the
+    first of the same grid at or after the next event; rounds while jobs run are kept."""
+    jobs = [JobSpec("a", MODEL, 4, submit_time=0.0, duration_s=100.0),
+            JobSpec("b", MODEL, 4, submit_time=10_000.0, duration_s=100.0)]
+    sim = Simulator(uniform(1, 4), jobs, make_contention("none"), config=SimConfig(round_s=60.0))
+    report = sim.run(_first_fit())
+    assert [(r.first_start_s, r.finish_s) for r in report.records] == [(0.0, 100.0), (10_000.0, 10_100.0)]
+    # arrivals 2, completions 2, rounds at 60 and 120, then 10,020 (120 + 165 x 60) and 10,080 (the
+    # run ends with its last job, at 10,100): 172 events when every round ticked
+    assert sim.events_processed == 8
+
+    late = [JobSpec("late", MODEL, 4, submit_time=1e11, duration_s=100.0)]
+    sim = Simulator(uniform(1, 4), late, make_contention("none"), config=SimConfig(round_s=1.0))
+    report = sim.run(_first_fit())
+    assert report.records[0].finish_s == 1e11 + 100.0 and sim.events_processed < 110

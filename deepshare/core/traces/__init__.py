@@ -18,7 +18,7 @@ of :class:`~deepshare.core.types.JobSpec`); each module's docstring says which.
 
 Every problem with an input raises :class:`~deepshare.core.errors.DeepShareError` naming the
 file and the line or job and field; a number outside DeepShare's domain
-(:mod:`deepshare.core.bounds`: at most 65,536 GPUs, 10^-6 s to a year of run time, 10^11 s of
+(:mod:`deepshare.core.bounds`: at most 65,536 GPUs, 10^-12 s to a year of run time, 10^11 s of
 clock, 10^-12 to 10^18 samples; never NaN or infinite; numbers in ASCII digits) is such a problem, refused rather than clipped. Jobs that
 cannot be simulated are listed in ``Trace.skipped`` with a reason.
 """

@@ -59,7 +59,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepshare.core.bounds import MAX_JOB_GPUS
+from deepshare.core.bounds import MAX_JOB_GPUS, MIN_WORK_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces.base import (
     Run,
@@ -116,7 +116,7 @@ def _whole_gpus(percent: float) -> int:
 
 def _add_task(job: _Job, row: dict[str, str], line: int, loc: str) -> None:
     task = row.get("task_name")
-    if task is not None:
+    if task:  # a blank name is an unnamed task, never a duplicate of another
         first = job.tasks.setdefault(task, line)
         if first != line:
             raise DeepShareError(
@@ -159,8 +159,11 @@ def _why_skipped(job: _Job) -> str | None:
         return "CPU job (no GPU planned in any task)"
     if not job.starts:
         return "never ran (no task with both a start and an end time)"
-    if max(job.ends) - min(job.starts) <= 0:
+    ran = max(job.ends) - min(job.starts)
+    if ran <= 0:
         return "no run time"
+    if ran < MIN_WORK_S:  # as the other readers: shorter than a picosecond is nothing to simulate
+        return f"ran for {ran:g} s, less than {MIN_WORK_S:g} s"
     return None
 
 

@@ -97,7 +97,8 @@ def parse(text: str, source: str, *, data: Any = None, mix: ModelMix | None = No
         data = parse_json(text, source)
     if not isinstance(data, list):
         raise DeepShareError(
-            f"{source}: expected a JSON list of jobs (Philly format), got a JSON {type(data).__name__}"
+            f"{source}: expected a JSON list of jobs (Philly format), got a JSON "
+            f"{'object' if isinstance(data, dict) else type(data).__name__}"
         )
     if not data:
         raise DeepShareError(f"{source}: expected at least one job, the list is empty")

@@ -48,7 +48,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MIN_WORK_S
 from deepshare.core.traces.base import (
     IdRegistry,
     Run,
@@ -177,6 +177,8 @@ def _why_skipped(row: dict[str, str], gpus: int, seconds: float | None) -> str |
         return "not finished (no End)"
     if seconds <= 0:
         return "ran for no time"
+    if seconds < MIN_WORK_S:  # as the other readers: shorter than a picosecond is nothing to simulate
+        return f"ran for {seconds:g} s, less than {MIN_WORK_S:g} s"
     return None
 
 
