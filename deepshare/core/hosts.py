@@ -11,13 +11,14 @@ from typing import Iterable
 
 
 def host_name(value: str) -> str:
-    """The name part of a ``Host`` header: ``[::1]:8470`` -> ``::1``, ``a.b:80`` -> ``a.b``."""
+    """The name part of a ``Host`` header: ``[::1]:8470`` -> ``::1``, ``a.b:80`` -> ``a.b``, and a
+    fully qualified name's final dot dropped (``localhost.`` names ``localhost``, as DNS reads it)."""
     value = value.strip().lower()
     if value.startswith("["):
         return value[1:value.find("]")] if "]" in value else value
     if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    return value
+        value = value.split(":", 1)[0]
+    return value[:-1] if value.endswith(".") and not value.endswith("..") else value
 
 
 def is_host_name(value: object) -> bool:
@@ -51,7 +52,7 @@ class HostNames:
 
     def __init__(self, bound_host: str, allowed: Iterable[str] = ()) -> None:
         bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
-        self.names = {"localhost", bound, *(a.strip().lower() for a in allowed if a.strip())}
+        self.names = {"localhost", host_name(bound), *(host_name(a) for a in allowed if a.strip())}
         self.any_ip = not is_loopback(bound)
 
     def allows(self, host: str) -> bool:

@@ -136,7 +136,7 @@ def test_cancel_without_token_changes_nothing(server):
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8470", "127.0.0.1.evil.example", "localhost.evil",
-                                  "10.1.2.3", "[fe80::1]:80", "sched.internal.evil"])
+                                  "10.1.2.3", "[fe80::1]:80", "sched.internal.evil", "evil.example.", "sched.internal..", "."])
 def test_foreign_host_header_is_403_even_with_the_token(server, host):
     status, answer = server.call("GET", "/v1/jobs", headers=AUTH, host=host)
     assert status == 403 and "Host header" in error(answer)
@@ -150,7 +150,9 @@ def test_an_http_11_request_without_a_host_header_is_refused(server):
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost:1234", "LOCALHOST", "[::1]:8470", "127.0.0.2",
-                                  "sched.internal", "sched.internal:443"])
+                                  "sched.internal", "sched.internal:443",
+                                  # a fully qualified name's final dot: the same name to DNS
+                                  "localhost.", "localhost.:8470", "sched.internal.:443"])
 def test_own_host_names_pass(server, host):
     assert server.call("GET", "/v1/jobs", headers=AUTH, host=host)[0] == 200
 
