@@ -119,7 +119,7 @@ def load_json(text: str | bytes, source: str, expected: str = "a JSON document",
     except json.JSONDecodeError as exc:
         raise DeepShareError(json_problem(text, source, exc)) from None
     except DuplicateKey as exc:  # with object_pairs_hook=unique_keys
-        raise DeepShareError(f"{source}: the key {one_line(str(exc.args[0]))[:100]!r} is given twice in one object; "
+        raise DeepShareError(f"{source}: the key '{one_line(str(exc.args[0]))[:100]}' is given twice in one object; "
                              f"expected {expected} with each key once") from None
     except (ValueError, TypeError) as exc:  # bytes that are not UTF-8, a wrong type, a huge integer
         huge = _huge_integer(text, source) if "integer string conversion" in str(exc) else None

@@ -319,9 +319,15 @@ def _throughput(cat: Catalog, model: str, gpus: int, nodes: int) -> float:
 
 
 def _read_csv(text: str) -> list[tuple[int, list[str]]]:
-    """The non-empty rows of ``text``, each with the line it ends on."""
+    """The non-empty rows of ``text``, each with the line it starts on (a quoted field may span
+    lines)."""
     reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
-    return [(reader.line_num, row) for row in reader if row]
+    rows, ended = [], 0
+    for row in reader:
+        if row:
+            rows.append((ended + 1, row))
+        ended = reader.line_num
+    return rows
 
 
 _COUNT = re.compile(r"[0-9]{1,9}")
@@ -380,8 +386,9 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
         raise ValueError("shared_thp_ratio.csv: empty; expected a header row of aggressor keys")
     header = [_profile_key(h, f"shared_thp_ratio.csv row {rows[0][0]}, column {i}") for i, h in enumerate(rows[0][1][1:], 2)]
     if len(set(header)) != len(header):
-        again = next(k for i, k in enumerate(header) if k in header[:i])
-        raise ValueError(f"shared_thp_ratio.csv row {rows[0][0]}: column {again} is given twice")
+        again = next(i for i, k in enumerate(header) if k in header[:i])
+        raise ValueError(f"shared_thp_ratio.csv row {rows[0][0]}: column {again + 2} ({header[again]}) is also column "
+                         f"{header.index(header[again]) + 2}; each key once")
     ratios = {}
     first.clear()
     for line, row in rows[1:]:

@@ -35,7 +35,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
-from deepshare.core.bounds import MAX_STEP, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
+from deepshare.core.bounds import MAX_STEP, MAX_THROUGHPUT
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import resolved
 from deepshare.runtime.private import make_private_dirs
@@ -755,10 +755,9 @@ class Journal:
         for job_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
             measured, predicted = _finite(measured), _finite(predicted)
             if measured is None or predicted is None or not (
-                    MIN_MEASURED_THROUGHPUT <= measured <= MAX_THROUGHPUT
-                    and MIN_MEASURED_THROUGHPUT <= predicted <= MAX_THROUGHPUT):  # stored unchecked, or by hand
-                log.warning("run %s of job %s has no throughputs from %g to %g samples/s; not learned from", attempt,
-                            job_id, MIN_MEASURED_THROUGHPUT, MAX_THROUGHPUT)
+                    measured <= MAX_THROUGHPUT and predicted <= MAX_THROUGHPUT):  # stored unchecked, or by hand
+                log.warning("run %s of job %s has no finite throughputs up to %g samples/s; not learned from", attempt,
+                            job_id, MAX_THROUGHPUT)
                 continue
             try:
                 parsed = LiveJobSpec.model_validate_json(spec)

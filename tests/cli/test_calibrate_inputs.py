@@ -49,6 +49,8 @@ def one_error(capsys, *args):  # type: ignore[no-untyped-def]
     (['"A,2,1",abc'], "isolated_thp.csv row 2 (A,2,1): expected a throughput, got 'abc'"),
     (['"A,2,1"'], "isolated_thp.csv row 2: expected '\"MODEL,GPUS,NODES\",throughput', got 1 field"),
     (['"A,2,1",10', '"A,4,2",18', '"A,2,1",99999'], "isolated_thp.csv row 4: A,2,1 is also on row 2; each key once"),
+    # a quoted field spanning lines: the row is named by the line it starts on
+    (['"A,2,1",10', '"Res\nNet,1,1",abc'], "isolated_thp.csv row 3: expected a key"),
 ])
 def test_a_bad_isolated_row_is_one_line_naming_it(capsys, tmp_path, isolated, needle):
     err = one_error(capsys, "calibrate", "--profiles", profiles(tmp_path, isolated=isolated))
@@ -57,7 +59,8 @@ def test_a_bad_isolated_row_is_one_line_naming_it(capsys, tmp_path, isolated, ne
 
 def test_bad_ratio_tables_name_the_row_or_column(capsys, tmp_path):
     folder = profiles(tmp_path, header=["A,2,1", "A,4,2", "B,2,1", "A,2,1"])
-    assert "shared_thp_ratio.csv row 1: column A,2,1 is given twice" in one_error(capsys, "calibrate", "--profiles", folder)
+    assert "shared_thp_ratio.csv row 1: column 5 (A,2,1) is also column 2; each key once" in one_error(
+        capsys, "calibrate", "--profiles", folder)
     rows = [f'"{k}",0.8,0.8,0.8,0.8' for k in ["A,2,1", "A,4,2", "A,2,1"]]
     folder = profiles(tmp_path, ratio_rows=rows)
     assert "shared_thp_ratio.csv row 4 (A,2,1): also on row 2; each victim once" in one_error(
@@ -117,11 +120,18 @@ def test_from_state_prints_a_journalled_models_name_escaped(tmp_path, capsys):
 def test_from_state_skips_throughputs_out_of_bounds(tmp_path, capsys):
     journal_with_a_run(tmp_path / "s")
     db = sqlite3.connect(tmp_path / "s" / "journal.sqlite")
-    db.execute("UPDATE runs SET measured_throughput=1e308, predicted_throughput=1e-300")
+    db.execute("UPDATE runs SET measured_throughput=1e308")
     db.commit()
     db.close()
     journal = Journal(tmp_path / "s")
     assert journal.measurements(10) == []
+    journal.close()
+    db = sqlite3.connect(tmp_path / "s" / "journal.sqlite")
+    db.execute("UPDATE runs SET measured_throughput=1e-7")  # a slow job's real report (0 to 1e12 are taken)
+    db.commit()
+    db.close()
+    journal = Journal(tmp_path / "s")
+    assert [m.measured_throughput for m in journal.measurements(10)] == [1e-7]
     journal.close()
 
 
