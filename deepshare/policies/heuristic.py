@@ -15,6 +15,7 @@ among them possibly by a domain plan of its own), so a running job is not stoppe
 GPUs to launches ranked below it; nor is one of a gang's domain plan (the plan stops jobs ranked
 below the gang; one whose old GPUs, once the gang is placed, only launches it outranks hold keeps
 them, and those launches are placed again, if the gang's placement still stands beside it).
+Last, a victim whose GPUs no launch needs (the launches on them fit elsewhere) keeps running.
 Preempt-or-fill (``+preempt+fill``): the preemptive decision when it preempts anything, else the
 non-preemptive one.
 """
@@ -150,9 +151,53 @@ class HeuristicPolicy:
             with leaving_out(view.predict, stopped) as predict:
                 launches += self._place_in_order(again, free, replace(view, predict=predict) if stopped else view,
                                                  pending)
+        if preempt and launches:
+            launches = self._spare_unneeded(view, key, launches, preempt)
         if not launches:
             return WAIT
         return Decision(launch=launches, preempt=tuple(sorted(preempt)))
+
+    def _spare_unneeded(self, view: ClusterView, key: Any, launches: tuple[Launch, ...],
+                        preempt: list[str]) -> tuple[Launch, ...]:
+        """The launches once every victim that no launch needs keeps running (``preempt`` loses
+        it): best-ranked victims first, a victim keeps its GPUs when the launches on them can all
+        be placed again elsewhere (where GPUs are free, beside the decision's other launches,
+        predicted without the jobs still stopped). The launches took the victims' GPUs by the
+        placement's own rule (best fit takes a single freed GPU before an idle node), so a job
+        ranked below a gang that could not be placed, counted in the budget, was stopped only
+        for a launch that had room elsewhere; or a gang's plan freed room after it was chosen.
+        Under ``uncontended`` a victim also stays stopped when running it would put one of the
+        other launches below the strategy's ratio (:meth:`_stands`): it is stopped for speed."""
+        running = {job.job_id: job for job in view.running}
+        queued = {job.job_id: job for job in view.queued}
+        contended = "+uncontended" in self.name  # the one placement that waits on contention
+        free = list(view.free)
+        for job_id in preempt:
+            running[job_id].placement.release(free)  # type: ignore[union-attr]
+        for launch in launches:
+            launch.placement.take(free)
+        for victim in sorted((running[job_id] for job_id in preempt), key=key):
+            nodes = {node for node, _ in victim.placement.alloc}  # type: ignore[union-attr]
+            moved = [launch for launch in launches if any(node in nodes for node, _ in launch.placement.alloc)]
+            trial = list(free)
+            for launch in moved:
+                launch.placement.release(trial)
+            if not victim.placement.fits(trial):  # type: ignore[union-attr]
+                continue
+            victim.placement.take(trial)  # type: ignore[union-attr]
+            kept = [launch for launch in launches if launch not in moved]
+            still = [running[job_id] for job_id in preempt if job_id != victim.job_id]
+            again = sorted((queued[launch.job_id] for launch in moved), key=key)
+            with leaving_out(view.predict, still) as predict:
+                placed = self._place_in_order(again, trial, replace(view, predict=predict) if still else view,
+                                              [(queued[launch.job_id], launch.placement) for launch in kept])
+            if len(placed) == len(moved) and (not contended or all(self._stands(
+                    queued[launch.job_id], launch.placement, view, still,
+                    [(queued[other.job_id], other.placement) for other in (*kept, *placed) if other is not launch])
+                    for launch in kept)):
+                launches, free = (*kept, *placed), trial
+                preempt.remove(victim.job_id)
+        return launches
 
     def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
                       preempt: list[str], free: list[int], undone: set[str],

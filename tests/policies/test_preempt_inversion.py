@@ -347,3 +347,47 @@ def test_a_plans_victim_kept_running_never_slows_an_uncontended_gang_below_its_r
     check_view_decision(decision, view)
     ratios = {job_id: beside for job_id, beside, _, _ in launch_ratios(view, decision)}
     assert gang in ratios and ratios[gang] >= UNCONTENDED_MIN_RATIO
+
+
+def three_leaves_view():
+    """Leaves of 2, 2 and 1 4-GPU nodes (nodes 0-1, 2-3, 4). Running: A (node 0, 4 GPUs), B (node 1,
+    3), C (node 2, 3) and V (1 GPU each on nodes 1 and 3, ranked below the others by its attained
+    service). Queued: S (1 GPU) and G, an 8-GPU gang that requires a leaf (no leaf can hold it:
+    every job it could stop outranks it or is V). Free: 0, 0, 1, 3, 4."""
+    topology = parse_topology("""
+name: three-leaves
+node_types:
+  g: {gpus: 4, nic_gbps: 400}
+levels:
+  - {name: leaf}
+  - {name: spine}
+nodes:
+  - {type: g, count: 2, prefix: a, domains: {leaf: L0, spine: s}}
+  - {type: g, count: 2, prefix: b, domains: {leaf: L1, spine: s}}
+  - {type: g, count: 1, prefix: c, domains: {leaf: L2, spine: s}}
+""")
+
+    def run(job_id: str, gpus: int, alloc: tuple, attained: float) -> KnownJob:
+        return KnownJob(job_id, "FSDP", gpus, 0.0, 1000.0, attained_gpu_s=attained, placement=Placement(alloc),
+                        last_run_s=100.0)
+
+    running = [run("A", 4, ((0, 4),), 10.0), run("B", 3, ((1, 3),), 11.0), run("C", 3, ((2, 3),), 12.0),
+               run("V", 2, ((1, 1), (3, 1)), 1000.0)]
+    queued = [KnownJob("S", "FSDP", 1, 50.0, 1000.0),
+              KnownJob("G", "FSDP", 8, 40.0, 1000.0, attained_gpu_s=20.0, topology=TopologyRequest(required_level="leaf"))]
+    return build_view(topology, default_catalog(), make_contention("profiled"), 200.0, [0, 0, 1, 3, 4], queued, running)
+
+
+@pytest.mark.parametrize("policy", ["las+topo-bestfit+preempt", "las+consolidated+preempt", "las+topo-aware+preempt+fill",
+                                    "gittins+topo-balanced+preempt", "las+packed+preempt"])
+def test_a_victim_no_launch_needs_keeps_running(policy):
+    """G counts 8 GPUs in the budget and pushes V out of it; S was placed on the GPU V freed (best
+    fit takes the single free GPU first), so V was stopped for a 1-GPU job with 8 idle GPUs to
+    choose from, and 9 GPUs idled. V now keeps running and S goes where GPUs are free."""
+    view = three_leaves_view()
+    decision = make_policy(policy).decide(view)
+    check_view_decision(decision, view)
+    assert decision.preempt == ()
+    (launch,) = decision.launch
+    assert launch.job_id == "S" and launch.placement.fits(list(view.free))
+

@@ -61,15 +61,17 @@ def test_the_gang_goes_in_the_domain_its_plan_frees():
     """Leaf l0 holds 7 free GPUs on node 0; r1 (4 on node 1) and r2 (4 on node 1, 4 on node 3)
     are outranked. Freeing l0 for a 12-GPU gang takes both. The balanced placement used to place
     the gang over the whole cluster after the plan, on leaf l1 (node 2's 8 and r2's 4 on node 3),
-    so r1 was stopped for nothing."""
+    so r1 was stopped for nothing; the plan then put it in l0, stopping both. Now the victim no
+    launch needs keeps running: r1 runs on, and the gang goes to leaf l1, which stopping r2 alone
+    frees (one stop instead of two)."""
     jobs = [running("r0", ((3, 4),), 1e5), running("r1", ((1, 4),), 1e5), running("r2", ((1, 4), (3, 4)), 1e4),
             running("r3", ((0, 1),), 1000.0)]
     v = view_of(TWO_LEAVES_OF_EIGHTS, jobs, gang(12, "leaf"))
     decision = make_policy("srsf+topo-balanced+preempt").decide(v)
     check_view_decision(decision, v)
     assert unneeded_victims(v, decision) == []
-    assert decision.preempt == ("r1", "r2")
-    assert {n for n in decision.launch[0].placement.nodes} == {0, 1}  # leaf l0, the domain freed
+    assert decision.preempt == ("r2",)
+    assert {n for n in decision.launch[0].placement.nodes} == {2, 3}  # leaf l1, which r2's stop frees
 
 
 @st.composite
