@@ -34,7 +34,7 @@ from deepshare.policies import preempt_plan
 from deepshare.policies.backfill import place_with_reservation
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.order import OrderFactory, is_static
-from deepshare.policies.placement import PlaceFn, demand
+from deepshare.policies.placement import UNCONTENDED_MIN_RATIO, PlaceFn, demand
 from deepshare.policies.queue_index import QueueIndex
 
 
@@ -166,38 +166,70 @@ class HeuristicPolicy:
         placement's own rule (best fit takes a single freed GPU before an idle node), so a job
         ranked below a gang that could not be placed, counted in the budget, was stopped only
         for a launch that had room elsewhere; or a gang's plan freed room after it was chosen.
-        Under ``uncontended`` a victim also stays stopped when running it would put one of the
-        other launches below the strategy's ratio (:meth:`_stands`): it is stopped for speed."""
+        Under ``uncontended`` a victim also stays stopped when, with it running, one of the
+        decision's launches is predicted below the strategy's ratio: it is stopped for speed.
+        Launches are indexed by node, so a decision of many victims and launches stays linear in
+        what each victim's nodes hold."""
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
         contended = "+uncontended" in self.name  # the one placement that waits on contention
         free = list(view.free)
         for job_id in preempt:
             running[job_id].placement.release(free)  # type: ignore[union-attr]
+        current = {launch.job_id: launch for launch in launches}  # in decision order
+        on_node: dict[int, set[str]] = {}  # node -> the launches on it
         for launch in launches:
             launch.placement.take(free)
+            for node, _ in launch.placement.alloc:
+                on_node.setdefault(node, set()).add(launch.job_id)
         for victim in sorted((running[job_id] for job_id in preempt), key=key):
-            nodes = {node for node, _ in victim.placement.alloc}  # type: ignore[union-attr]
-            moved = [launch for launch in launches if any(node in nodes for node, _ in launch.placement.alloc)]
-            trial = list(free)
+            placement = victim.placement
+            assert placement is not None
+            moved_ids = set().union(*(on_node.get(node, ()) for node, _ in placement.alloc))
+            moved = [current[job_id] for job_id in sorted(moved_ids, key=lambda j: key(queued[j]))]
             for launch in moved:
-                launch.placement.release(trial)
-            if not victim.placement.fits(trial):  # type: ignore[union-attr]
+                launch.placement.release(free)
+            if not placement.fits(free):
+                for launch in moved:
+                    launch.placement.take(free)
                 continue
-            victim.placement.take(trial)  # type: ignore[union-attr]
-            kept = [launch for launch in launches if launch not in moved]
+            trial = list(free)
+            placement.take(trial)
+            kept = [launch for job_id, launch in current.items() if job_id not in moved_ids]
             still = [running[job_id] for job_id in preempt if job_id != victim.job_id]
-            again = sorted((queued[launch.job_id] for launch in moved), key=key)
             with leaving_out(view.predict, still) as predict:
-                placed = self._place_in_order(again, trial, replace(view, predict=predict) if still else view,
+                placed = self._place_in_order([queued[launch.job_id] for launch in moved], trial,
+                                              replace(view, predict=predict) if still else view,
                                               [(queued[launch.job_id], launch.placement) for launch in kept])
-            if len(placed) == len(moved) and (not contended or all(self._stands(
-                    queued[launch.job_id], launch.placement, view, still,
-                    [(queued[other.job_id], other.placement) for other in (*kept, *placed) if other is not launch])
-                    for launch in kept)):
-                launches, free = (*kept, *placed), trial
-                preempt.remove(victim.job_id)
+                spared = len(placed) == len(moved) and (not contended or self._all_above_ratio(
+                    predict, [(queued[launch.job_id], launch.placement) for launch in (*kept, *placed)]))
+            if not spared:
+                for launch in moved:
+                    launch.placement.take(free)
+                continue
+            free = trial
+            preempt.remove(victim.job_id)
+            for launch in moved:
+                del current[launch.job_id]
+                for node, _ in launch.placement.alloc:
+                    on_node[node].discard(launch.job_id)
+            for launch in placed:
+                current[launch.job_id] = launch
+                for node, _ in launch.placement.alloc:
+                    on_node.setdefault(node, set()).add(launch.job_id)
+        launches = tuple(current.values())
         return launches
+
+    @staticmethod
+    def _all_above_ratio(predict: Any, launched: list[tuple[JobView, Placement]]) -> bool:
+        """Whether every launch of ``launched``, predicted with those before it pending, runs at
+        or above ``uncontended``'s ratio."""
+        pending: list[tuple[JobView, Placement]] = []
+        for job, placement in launched:
+            if predict(job, placement, pending).ratio < UNCONTENDED_MIN_RATIO:
+                return False
+            pending.append((job, placement))
+        return True
 
     def _free_domains(self, view: ClusterView, key: Any, chosen: list[JobView], launches: tuple[Launch, ...],
                       preempt: list[str], free: list[int], undone: set[str],
