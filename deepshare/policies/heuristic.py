@@ -168,8 +168,8 @@ class HeuristicPolicy:
         for a launch that had room elsewhere; or a gang's plan freed room after it was chosen.
         Under ``uncontended`` a victim also stays stopped when, with it running, one of the
         decision's launches is predicted below the strategy's ratio: it is stopped for speed.
-        Launches are indexed by node, so a decision of many victims and launches stays linear in
-        what each victim's nodes hold."""
+        Launches are indexed by node: a victim whose nodes' launches cannot make room for it costs
+        only those launches; one that can is placed again beside all of them."""
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
         contended = "+uncontended" in self.name  # the one placement that waits on contention
