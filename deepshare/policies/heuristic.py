@@ -182,9 +182,12 @@ class HeuristicPolicy:
             launch.placement.take(free)
             for node, _ in launch.placement.alloc:
                 on_node.setdefault(node, set()).add(launch.job_id)
+        idle = sum(free)  # GPUs the decision leaves free: a victim kept needs as many
         for victim in sorted((running[job_id] for job_id in preempt), key=key):
             placement = victim.placement
             assert placement is not None
+            if idle < victim.gpus:  # its launches placed elsewhere would need the GPUs it keeps
+                continue
             moved_ids = set().union(*(on_node.get(node, ()) for node, _ in placement.alloc))
             moved = [current[job_id] for job_id in sorted(moved_ids, key=lambda j: key(queued[j]))]
             for launch in moved:
@@ -208,6 +211,7 @@ class HeuristicPolicy:
                     launch.placement.take(free)
                 continue
             free = trial
+            idle -= victim.gpus
             preempt.remove(victim.job_id)
             for launch in moved:
                 del current[launch.job_id]
