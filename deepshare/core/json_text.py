@@ -2,8 +2,9 @@
 
 Python's ``json`` writes a float that is not finite as ``NaN`` or ``Infinity``, which jq,
 JavaScript and strict parsers refuse; a report's mean of nothing (no held-out episode, no
-cross-validation fold) is such a float. Every report is written through :func:`json_text`, which
-writes those as null.
+cross-validation fold) is such a float. :func:`json_text` writes those as null: the CLI's
+``--json`` reports (:func:`deepshare.cli.output.dumps`) and the imitation and expert-iteration
+run summaries go through it.
 """
 
 from __future__ import annotations
