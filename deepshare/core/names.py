@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import re
 
-CONTROL_RANGES = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+BEYOND_C0 = r"\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+"""The control characters past U+001F, as a regex class body (a policy card's text keeps tab and
+newline, and refuses these with the other C0 controls)."""
+
+CONTROL_RANGES = r"\x00-\x1f" + BEYOND_C0
 """A regex class body (Python's ``re`` and pydantic's Rust engine read it alike): the C0 controls
 (NUL, tabs, line breaks, escapes), DEL and the C1 controls (U+0085 breaks lines too), the Unicode
 line and paragraph separators, and the bidirectional marks, embeddings, overrides and isolates

@@ -137,8 +137,8 @@ class ProfileKey:
 
     @staticmethod
     def parse(text: str) -> "ProfileKey":
-        model, gpus, nodes = text.rsplit(",", 2)
-        return ProfileKey(model.strip(), int(gpus), int(nodes))
+        """``MODEL,GPUS,NODES`` as a profile table writes it (ValueError when it is not one)."""
+        return _profile_key(text, "profile key")
 
 
 class Catalog:

@@ -172,7 +172,7 @@ class HeuristicPolicy:
         only those launches; one that can is placed again beside all of them."""
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
-        contended = "+uncontended" in self.name  # the one placement that waits on contention
+        waits_on_ratio = "+uncontended" in self.name  # the one placement that waits on contention
         free = list(view.free)
         for job_id in preempt:
             running[job_id].placement.release(free)  # type: ignore[union-attr]
@@ -204,7 +204,7 @@ class HeuristicPolicy:
                 placed = self._place_in_order([queued[launch.job_id] for launch in moved], trial,
                                               replace(view, predict=predict) if still else view,
                                               [(queued[launch.job_id], launch.placement) for launch in kept])
-                spared = len(placed) == len(moved) and (not contended or self._all_above_ratio(
+                spared = len(placed) == len(moved) and (not waits_on_ratio or self._all_above_ratio(
                     predict, [(queued[launch.job_id], launch.placement) for launch in (*kept, *placed)]))
             if not spared:
                 for launch in moved:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.errors import DeepShareError, shown
+from deepshare.core.names import BEYOND_C0
 from deepshare.policies.learned import MAX_ANCHOR_STREAK
 
 CARD_FORMAT = 1
@@ -50,7 +51,7 @@ RULE_KEYS = ("hybrid_rules", "preemptive", "preempt_rules")
 """The metadata keys of a policy file that change how it decides; a card copies them exactly."""
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(rf"[\x00-\x08\x0b-\x1f{BEYOND_C0}]")
 """Control characters but tab and newline, and the bidirectional controls and line separators:
 ESC sequences in a card (or the metadata it is made from) would reach the terminal of whoever
 runs ``policies --card`` or ``export-policy``, and a right-to-left override or a U+2028 would

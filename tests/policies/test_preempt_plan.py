@@ -57,7 +57,7 @@ def unneeded_victims(view, decision) -> list[str]:
     return spare
 
 
-def test_the_gang_goes_in_the_domain_its_plan_frees():
+def test_the_gang_goes_where_one_stop_frees_room_and_the_unneeded_victim_runs_on():
     """Leaf l0 holds 7 free GPUs on node 0; r1 (4 on node 1) and r2 (4 on node 1, 4 on node 3)
     are outranked. Freeing l0 for a 12-GPU gang takes both. The balanced placement used to place
     the gang over the whole cluster after the plan, on leaf l1 (node 2's 8 and r2's 4 on node 3),

@@ -7,8 +7,8 @@ Header (extra columns are allowed and ignored)::
 * ``job_id``: non-empty, unique; ``model``: a catalog model or any name (mapped to a proxy);
 * ``submit_time``: seconds, from 0 to 10^11; ``gpus``: an integer from 1 to 65,536;
 * exactly one of ``duration_s`` (isolated run time at the reference placement, seconds, from
-  10^-6 to a year: 31,536,000) and ``total_samples`` (samples to train, from 10^-12 to 10^18, and
-  from 10^-6 s to a year of run time at the catalog's reference throughput, which the simulator
+  10^-12 to a year: 31,536,000) and ``total_samples`` (samples to train, from 10^-18 to 10^18, and
+  from 10^-12 s to a year of run time at the catalog's reference throughput, which the simulator
   checks) is non-empty in each row; the other is left empty.
 
 Optional columns, the job's features (an empty cell: the trace does not say)::

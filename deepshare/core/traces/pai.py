@@ -24,7 +24,7 @@ Two ways to make that file from the downloaded trace:
       tasks.merge(tags, on="inst_id", how="left").to_csv("pai_tasks.csv", index=False)
 
 Required columns: ``job_name``, ``inst_num``, ``plan_gpu``, ``start_time``, ``end_time``; used when
-present: ``task_name`` (a task listed twice is an error), ``start_time_j``, ``user``, ``group``.
+present: ``task_name`` (a task listed twice is an error; a blank one is an unnamed task), ``start_time_j``, ``user``, ``group``.
 Other columns are ignored. A job is every row with its ``job_name`` (the job's id here), in
 order of first appearance:
 
@@ -48,7 +48,8 @@ order of first appearance:
 
 Skipped, with a reason: CPU jobs (no GPU in any task), jobs with a task of unknown instance
 count, jobs still running (a task started but has no end), jobs that never ran (no task with
-both times), jobs with a task that ends before it starts, and jobs with no positive run time.
+both times), jobs with a task that ends before it starts, and jobs with no positive run time
+or one below a picosecond (:data:`~deepshare.core.bounds.MIN_WORK_S`).
 The trace names no models, so they are drawn from ``mix`` with
 ``numpy.random.default_rng(seed)``, in order of the kept jobs.
 """

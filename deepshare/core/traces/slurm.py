@@ -38,7 +38,8 @@ at most a year (:data:`~deepshare.core.bounds.MAX_DURATION_S`; a longer limit is
 Skipped, with a reason: jobs that have not finished (``State`` other than COMPLETED, FAILED,
 CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, DEADLINE, BOOT_FAIL, REVOKED or
 SPECIAL_EXIT, e.g. PENDING or RUNNING, or an unknown ``End``), jobs without a GPU (CPU jobs,
-and jobs cancelled before they got any) and jobs that ran for no time. The records name no
+and jobs cancelled before they got any) and jobs that ran for no time or less than a picosecond
+(:data:`~deepshare.core.bounds.MIN_WORK_S`). The records name no
 models, so they are drawn from ``mix`` with ``numpy.random.default_rng(seed)``, in order of the
 kept jobs.
 """
