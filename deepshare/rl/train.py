@@ -256,16 +256,23 @@ restored algorithm keeps the run's encoding, network and PPO settings, and the e
 weights with the config's, so a changed one would ship weights under another run's description."""
 
 
-def check_resumed_config(run_dir: Path, metadata: dict[str, Any]) -> None:
+CHECKPOINT_RUN_FILE = "deepshare_run.json"
+"""The run's metadata as each checkpoint was saved with it (:func:`save_checkpoint`): what a resume
+checks its config against when the run folder's ``policy.pt`` is gone."""
+
+
+def check_resumed_config(run_dir: Path, metadata: dict[str, Any], checkpoint: Path | None = None) -> None:
     """Refuse to resume ``run_dir`` with a config whose run metadata differs from what the run's
-    ``policy.pt`` records (dotted paths of the first differences named); a run folder without a
-    readable ``policy.pt`` (none exported yet) is not checked."""
+    ``policy.pt`` records, or, without one (deleted, or a save cut short before its export),
+    what ``checkpoint``'s :data:`CHECKPOINT_RUN_FILE` records (dotted paths of the first
+    differences named). A run with neither (checkpoints of an earlier deepshare) is not checked."""
     from deepshare.policies.checkpoint import load_policy_file, plain
 
     file = run_dir / "policy.pt"
-    if not file.is_file():
-        return
-    recorded = load_policy_file(file).get("metadata")
+    if file.is_file():
+        recorded = load_policy_file(file).get("metadata")
+    else:
+        recorded = _checkpoint_metadata(checkpoint)
     if not isinstance(recorded, dict):
         return
     ours = json.loads(json.dumps(plain({k: metadata.get(k) for k in RESUME_KEYS})))
@@ -274,8 +281,19 @@ def check_resumed_config(run_dir: Path, metadata: dict[str, Any]) -> None:
     if differ:
         shown = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
         raise DeepShareError(f"--resume {run_dir}: CONFIG differs from the config this run was trained with "
-                             f"(its policy.pt records {recorded.get('config')!s}) in {shown}; a resumed run keeps "
+                             f"(its {'policy.pt' if file.is_file() else 'checkpoint'} records {recorded.get('config')!s}) "
+                             f"in {shown}; a resumed run keeps "
                              "its own config: give that one (only --iterations may change)")
+
+
+def _checkpoint_metadata(checkpoint: Path | None) -> Any:
+    """The run metadata a checkpoint was saved with, or None (none recorded, or unreadable)."""
+    if checkpoint is None:
+        return None
+    try:
+        return json.loads((checkpoint / CHECKPOINT_RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _differences(ours: Any, theirs: Any, at: str) -> list[str]:
@@ -315,15 +333,19 @@ def _latest_checkpoint(run_dir: Path) -> Path:
     return max(found)[1]
 
 
-def save_checkpoint(algo: Any, folder: Path) -> None:
+def save_checkpoint(algo: Any, folder: Path, metadata: dict[str, Any] | None = None) -> None:
     """``algo`` saved to ``folder`` through ``folder.partial``, renamed once the save is whole, so
     an interrupted save never is the newest checkpoint a resume picks (an older half-written
-    ``folder`` is replaced)."""
+    ``folder`` is replaced); ``metadata``, the run's, goes with it (:data:`CHECKPOINT_RUN_FILE`)."""
     import shutil
+
+    from deepshare.policies.checkpoint import plain
 
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     algo.save_to_path(str(partial))
+    if metadata is not None:
+        (partial / CHECKPOINT_RUN_FILE).write_text(json.dumps(plain(metadata), default=str, indent=1) + "\n")
     if folder.exists():
         shutil.rmtree(folder)
     partial.rename(folder)
@@ -579,7 +601,7 @@ def train(
     start_from = _latest_checkpoint(run_dir) if resume else None
     metadata = run_metadata(config, config_path, env)
     if start_from is not None:
-        check_resumed_config(run_dir, metadata)
+        check_resumed_config(run_dir, metadata, start_from)
         reached = checkpoint_iteration(start_from)
         if reached is not None and reached >= total:  # nothing to train: it printed "policy written" all the same
             raise DeepShareError(f"--resume {run_dir}: the run's newest checkpoint is at iteration {reached} already; "
@@ -626,7 +648,7 @@ def train(
             on_export(iteration, policy_file, row)
 
     def checkpoint(iteration: int, row: dict[str, float]) -> None:
-        save_checkpoint(algo, run_dir / "checkpoints" / f"iter_{iteration:04d}")
+        save_checkpoint(algo, run_dir / "checkpoints" / f"iter_{iteration:04d}", metadata)
         export(iteration, row)
 
     try:

@@ -222,3 +222,22 @@ def test_a_restore_that_fails_for_another_reason_than_the_checkpoint_says_so(tmp
     with pytest.raises(Exception) as info:
         training.train(config, None, iterations=10, resume=run)
     assert type(info.value).__name__ == expected and needle in str(info.value) and "move it away" not in str(info.value)
+
+
+def test_a_run_without_its_policy_file_is_checked_against_its_checkpoint(tmp_path, no_ray):
+    """Each checkpoint records the run's metadata: with ``policy.pt`` deleted (or a save cut short
+    before its export), a resume with another config was not checked and exported the restored
+    weights under the new config's description."""
+    config, run = tmp_path / "c.yaml", tmp_path / "run"
+    config.write_text(CONFIG)
+    no_ray(FakeAlgo(crash_at=8))
+    with pytest.raises(KeyboardInterrupt):
+        training.train(config, run, iterations=10)  # the last checkpoint is iter_0005; no policy.pt (export faked)
+    assert not (run / "policy.pt").exists()
+    assert (run / "checkpoints" / "iter_0005" / training.CHECKPOINT_RUN_FILE).is_file()
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(CONFIG.replace("generated_jobs: 12", "generated_jobs: 10"))
+    with pytest.raises(DeepShareError, match=r"CONFIG differs from the config this run was trained with \(its checkpoint "
+                                             r"records .*\) in env.generated_jobs"):
+        training.train(changed, None, iterations=10, resume=run)
+    training.train(config, None, iterations=10, resume=run)  # its own config resumes
