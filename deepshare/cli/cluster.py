@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from deepshare.cli.information_json import information_json
-from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, human, write_json
+from deepshare.cli.output import add_json, add_json_flag, announce, check_outputs, human, skipped_jobs, write_json
 from deepshare.cli.args import (
     add_sim_args, add_trace_args, check_policies, contention_model, in_range, information_model, load_trace, past_history,
     print_line, sim_config, sim_inputs, wait_seconds,
@@ -126,8 +126,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
                         information=information_model(args, args.seed), history=past_history(args))
     reports = run_autoscalers(scenario, args.policy, names)
     if trace.skipped:
-        err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                  f"(first: {one_line(trace.skipped[0][0])}: {one_line(trace.skipped[0][1])})", markup=False, highlight=False, soft_wrap=True)
+        err.print(skipped_jobs(trace.skipped), markup=False, highlight=False, soft_wrap=True)
     limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
                        for n, t in spec.node_types.items())
     rejected = max(r.metrics.rejected for r in reports)

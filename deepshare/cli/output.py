@@ -54,6 +54,14 @@ def to_stdout(path: str | None) -> bool:
     return path == STDOUT
 
 
+def skipped_jobs(skipped: Sequence[tuple[str, str]]) -> str:
+    """One line for a trace's skipped jobs (id, reason): how many, and the first, escaped (an id
+    is the trace's text, and may hold a terminal escape)."""
+    job_id, why = skipped[0]
+    return (f"{len(skipped)} job(s) in the trace cannot be simulated and were skipped "
+            f"(first: {one_line(job_id)}: {one_line(why)})")
+
+
 def human(path: str | None, out: Any, err: Any) -> Any:
     """The console for human-readable output: standard error when the JSON goes to standard output."""
     return err if to_stdout(path) else out

@@ -12,7 +12,7 @@ from deepshare.cli.args import (
     add_cluster_args, add_sim_args, add_tenants_arg, add_trace_args, check_policies, cluster_topology, contention_model,
     information_model, load_trace, past_history, policy_list, result_labels, sim_config, sim_inputs, tenants_of,
 )
-from deepshare.cli.output import add_json, add_json_flag, check_outputs, human, write_json
+from deepshare.cli.output import add_json, add_json_flag, check_outputs, human, skipped_jobs, write_json
 from deepshare.cli.information_json import information_json
 from deepshare.cli.progress import ProgressBar
 from deepshare.cli.ray_address import add_address_flag, joined
@@ -40,9 +40,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
             report, sim = simulate(scenario, args.policy, bar.callback(args.policy), jobs_stream=stream,
                                    keep_records=tenants is not None)  # fairness needs the records; the rest only numbers
         if trace.skipped:
-            err.print(f"{len(trace.skipped)} job(s) in the trace cannot be simulated and were skipped "
-                      f"(first: {one_line(trace.skipped[0][0])}: {one_line(trace.skipped[0][1])})",
-                      style="yellow", markup=False, highlight=False, soft_wrap=True)
+            err.print(skipped_jobs(trace.skipped), style="yellow", markup=False, highlight=False, soft_wrap=True)
         title = f"{one_line(report.policy)} on {one_line(Path(args.trace).name)} — {topology.describe()}, durations {scenario.information.describe()}"
         human(args.json, out, err).print(report_table(report, title))
         result = {**report.to_dict(), "information": information_json(scenario.information, scenario.history, args.history)}
