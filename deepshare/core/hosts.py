@@ -51,9 +51,9 @@ class HostNames:
     any IP literal (an IP cannot be a rebinding name)."""
 
     def __init__(self, bound_host: str, allowed: Iterable[str] = ()) -> None:
-        bound = host_name(bound_host) if bound_host.startswith("[") else bound_host.strip().lower()
-        self.names = {"localhost", host_name(bound), *(host_name(a) for a in allowed if a.strip())}
-        self.any_ip = not is_loopback(host_name(bound))
+        bound = host_name(bound_host)
+        self.names = {"localhost", bound, *(host_name(a) for a in allowed if a.strip())}
+        self.any_ip = not is_loopback(bound)
 
     def allows(self, host: str) -> bool:
         name = host_name(host)

@@ -162,10 +162,10 @@ class HeuristicPolicy:
         """The launches once every victim that no launch needs keeps running (``preempt`` loses
         it): best-ranked victims first, a victim keeps its GPUs when the launches on them can all
         be placed again elsewhere (where GPUs are free, beside the decision's other launches,
-        predicted without the jobs still stopped). The launches took the victims' GPUs by the
-        placement's own rule (best fit takes a single freed GPU before an idle node), so a job
-        ranked below a gang that could not be placed, counted in the budget, was stopped only
-        for a launch that had room elsewhere; or a gang's plan freed room after it was chosen.
+        predicted without the jobs still stopped). The launches take the victims' GPUs by the
+        placement's own rule (best fit takes a single freed GPU before an idle node), so without
+        this a job pushed out of the budget by a gang that cannot be placed, or one a later gang's
+        plan makes room for, would stop for a launch that has room elsewhere.
         Under ``uncontended`` a victim also stays stopped when, with it running, one of the
         decision's launches is predicted below the strategy's ratio: it is stopped for speed.
         Launches are indexed by node: a victim whose nodes' launches cannot make room for it costs
@@ -180,7 +180,7 @@ class HeuristicPolicy:
         on_node: dict[int, set[str]] = {}  # node -> the launches on it
         for launch in launches:
             launch.placement.take(free)
-            for node, _ in launch.placement.alloc:
+            for node in launch.placement.nodes:
                 on_node.setdefault(node, set()).add(launch.job_id)
         idle = sum(free)  # GPUs the decision leaves free: a victim kept needs as many
         for victim in sorted((running[job_id] for job_id in preempt), key=key):
@@ -188,7 +188,7 @@ class HeuristicPolicy:
             assert placement is not None
             if idle < victim.gpus:  # its launches placed elsewhere would need the GPUs it keeps
                 continue
-            moved_ids = set().union(*(on_node.get(node, ()) for node, _ in placement.alloc))
+            moved_ids = set().union(*(on_node.get(node, ()) for node in placement.nodes))
             moved = [current[job_id] for job_id in sorted(moved_ids, key=lambda j: key(queued[j]))]
             for launch in moved:
                 launch.placement.release(free)
@@ -215,14 +215,13 @@ class HeuristicPolicy:
             preempt.remove(victim.job_id)
             for launch in moved:
                 del current[launch.job_id]
-                for node, _ in launch.placement.alloc:
+                for node in launch.placement.nodes:
                     on_node[node].discard(launch.job_id)
             for launch in placed:
                 current[launch.job_id] = launch
-                for node, _ in launch.placement.alloc:
+                for node in launch.placement.nodes:
                     on_node.setdefault(node, set()).add(launch.job_id)
-        launches = tuple(current.values())
-        return launches
+        return tuple(current.values())
 
     @staticmethod
     def _all_above_ratio(predict: Any, launched: list[tuple[JobView, Placement]]) -> bool:
