@@ -26,7 +26,7 @@ from deepshare.serving.client import PlacementClient, PlacementServiceError
 from deepshare.serving.samples import small_request
 from deepshare.serving.schemas import PlacementRequest
 
-pytestmark = pytest.mark.slow  # a real `deepshare serve` (Ray Serve) subprocess
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # a real `deepshare serve` subprocess; response times asserted
 
 TOKEN = "adversarial-token-1"
 DECISION_TIMEOUT_S = 0.4
