@@ -13,7 +13,9 @@ Every registered placement honours a job's :class:`~deepshare.core.fabric.Topolo
   placement on the whole cluster.
 * ``slice_size`` / ``slice_level``: the job's GPUs are placed in slices of ``slice_size``, each
   inside one domain of ``slice_level`` (slice domains filled least-free-first), so a domain of
-  ``slice_level`` holds a whole number of slices.
+  ``slice_level`` holds a whole number of slices. The strategy's own shape does not apply then,
+  but a strategy that waits on contention (``uncontended``) still waits while the slices would
+  run below its ratio.
 
 A job that asks nothing is placed by the strategy exactly as before. :func:`topo_bestfit` (the
 ``topo-bestfit`` placement) applies the lowest-level-first BestFit to every job, asking or not:
@@ -98,6 +100,7 @@ def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: P
 
 def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
     """``place``, honouring each job's topology request (see the module doc)."""
+    min_ratio = getattr(place, "min_ratio", None)  # a strategy that waits on contention (uncontended)
 
     def placed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
         request = job.topology
@@ -105,14 +108,20 @@ def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
             return place(job, free, view, pending)
         fabric = view.topology.fabric
         if request.required_level is not None:
-            return constrained(job, free, view, pending, place, fewest, fabric.level_index(request.required_level))
-        if request.preferred_level is not None:
-            return constrained(job, free, view, pending, place, fewest, fabric.level_index(request.preferred_level),
-                               True)
-        return constrained(job, free, view, pending, place, fewest)
+            found = constrained(job, free, view, pending, place, fewest, fabric.level_index(request.required_level))
+        elif request.preferred_level is not None:
+            found = constrained(job, free, view, pending, place, fewest, fabric.level_index(request.preferred_level),
+                                True)
+        else:
+            found = constrained(job, free, view, pending, place, fewest)
+        if (min_ratio is not None and found is not None and request.slice_size and (pending or view.running)
+                and view.predict(job, found, pending).ratio < min_ratio):
+            return None  # slices are laid out by their own rule, not the strategy's: its wait still holds
+        return found
 
     placed.__name__ = getattr(place, "__name__", "placed")
     placed.__doc__ = place.__doc__
+    placed.__dict__.update(getattr(place, "__dict__", {}))  # what the strategy says of itself (waits_below)
     return placed
 
 

@@ -34,7 +34,7 @@ from deepshare.policies import preempt_plan
 from deepshare.policies.backfill import place_with_reservation
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.order import OrderFactory, is_static
-from deepshare.policies.placement import UNCONTENDED_MIN_RATIO, PlaceFn, demand
+from deepshare.policies.placement import PlaceFn, demand, waits_below
 from deepshare.policies.queue_index import QueueIndex
 
 
@@ -125,13 +125,22 @@ class HeuristicPolicy:
         preempt: list[str] = []
         held = _LaunchesByNode(launches, lambda: {j.job_id: key(j) for j in chosen}, key)
         undone: set[str] = set()
-        for job in reversed(victims):  # best-ranked victims reclaim their old GPUs first
+        min_ratio = waits_below(self.place)
+        by_id = {job.job_id: job for job in chosen}
+        for at, job in enumerate(reversed(victims)):  # best-ranked victims reclaim their old GPUs first
+            gave_way: list[str] = []
             if not job.placement.fits(free):  # type: ignore[union-attr]
-                gave_way = held.give_way(job, free)
+                gave_way = held.give_way(job, free)  # type: ignore[assignment]
                 if gave_way is None:
                     preempt.append(job.job_id)
                     continue
-                undone.update(gave_way)
+            if min_ratio is not None and not self._kept_at_speed(
+                    view, launches, undone.union(gave_way), by_id, [*preempt, *victims[:len(victims) - 1 - at]],
+                    min_ratio):
+                held.take_back(gave_way, free)  # it stays stopped: the launches keep its GPUs
+                preempt.append(job.job_id)
+                continue
+            undone.update(gave_way)
             job.placement.take(free)  # type: ignore[union-attr]
         if undone:
             launches = tuple(launch for launch in launches if launch.job_id not in undone)
@@ -166,13 +175,14 @@ class HeuristicPolicy:
         placement's own rule (best fit takes a single freed GPU before an idle node), so without
         this a job pushed out of the budget by a gang that cannot be placed, or one a later gang's
         plan makes room for, would stop for a launch that has room elsewhere.
-        Under ``uncontended`` a victim also stays stopped when, with it running, one of the
-        decision's launches is predicted below the strategy's ratio: it is stopped for speed.
+        Under a placement that waits on contention (``uncontended``: :func:`waits_below`) a victim
+        also stays stopped when, with it running, one of the decision's launches is predicted below
+        that placement's ratio: it is stopped for speed.
         Launches are indexed by node: a victim whose nodes' launches cannot make room for it costs
         only those launches; one that can is placed again beside all of them."""
         running = {job.job_id: job for job in view.running}
         queued = {job.job_id: job for job in view.queued}
-        waits_on_ratio = "+uncontended" in self.name  # the one placement that waits on contention
+        min_ratio = waits_below(self.place)
         free = list(view.free)
         for job_id in preempt:
             running[job_id].placement.release(free)  # type: ignore[union-attr]
@@ -204,8 +214,8 @@ class HeuristicPolicy:
                 placed = self._place_in_order([queued[launch.job_id] for launch in moved], trial,
                                               replace(view, predict=predict) if still else view,
                                               [(queued[launch.job_id], launch.placement) for launch in kept])
-                spared = len(placed) == len(moved) and (not waits_on_ratio or self._all_above_ratio(
-                    predict, [(queued[launch.job_id], launch.placement) for launch in (*kept, *placed)]))
+                spared = len(placed) == len(moved) and (min_ratio is None or self._all_above_ratio(
+                    predict, [(queued[launch.job_id], launch.placement) for launch in (*kept, *placed)], min_ratio))
             if not spared:
                 for launch in moved:
                     launch.placement.take(free)
@@ -223,13 +233,25 @@ class HeuristicPolicy:
                     on_node.setdefault(node, set()).add(launch.job_id)
         return tuple(current.values())
 
+    def _kept_at_speed(self, view: ClusterView, launches: tuple[Launch, ...], undone: set[str],
+                       by_id: dict[str, JobView], stopped: list[Any], min_ratio: float) -> bool:
+        """Whether a victim may keep running under a placement that waits on contention: every
+        launch still made (``undone`` aside) is predicted at or above ``min_ratio`` beside the
+        launches before it, with only ``stopped`` (jobs or ids) gone. Otherwise it is stopped for
+        speed, as ``uncontended`` placed those launches without it."""
+        running = {job.job_id: job for job in view.running}
+        gone = [running[j] if isinstance(j, str) else j for j in stopped]
+        with leaving_out(view.predict, gone) as predict:
+            return self._all_above_ratio(predict, [(by_id[launch.job_id], launch.placement) for launch in launches
+                                                   if launch.job_id not in undone], min_ratio)
+
     @staticmethod
-    def _all_above_ratio(predict: Any, launched: list[tuple[JobView, Placement]]) -> bool:
+    def _all_above_ratio(predict: Any, launched: list[tuple[JobView, Placement]], min_ratio: float) -> bool:
         """Whether every launch of ``launched``, predicted with those before it pending, runs at
-        or above ``uncontended``'s ratio."""
+        or above ``min_ratio`` (the placement's own: :func:`waits_below`)."""
         pending: list[tuple[JobView, Placement]] = []
         for job, placement in launched:
-            if predict(job, placement, pending).ratio < UNCONTENDED_MIN_RATIO:
+            if predict(job, placement, pending).ratio < min_ratio:
                 return False
             pending.append((job, placement))
         return True

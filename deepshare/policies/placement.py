@@ -409,7 +409,17 @@ def make_uncontended(min_ratio: float = UNCONTENDED_MIN_RATIO, relax_after_s: fl
             return placement  # nothing to contend with, or an idle cluster: never wait then
         return placement if view.predict(job, placement, pending).ratio >= min_ratio else None
 
+    uncontended.min_ratio = float(min_ratio)  # type: ignore[attr-defined]
     return uncontended
+
+
+def waits_below(place: PlaceFn) -> float | None:
+    """The predicted ratio below which ``place`` waits rather than launch (``uncontended``'s and
+    its wrappers'; :func:`~deepshare.policies.fabric_place.with_topology` keeps it), or None for a
+    placement that never waits on contention. The preemptive heuristics keep a victim stopped
+    when running it would put a launch below that ratio."""
+    ratio = getattr(place, "min_ratio", None)
+    return ratio if isinstance(ratio, float) else None
 
 
 uncontended = make_uncontended()

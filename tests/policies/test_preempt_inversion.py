@@ -391,3 +391,48 @@ def test_a_victim_no_launch_needs_keeps_running(policy):
     (launch,) = decision.launch
     assert launch.job_id == "S" and launch.placement.fits(list(view.free))
 
+
+
+UNCONTENDED_CASES = [(177, "las"), (407, "las"), (1647, "srsf"), (2062, "srsf"),  # a cancelled preemption
+                     (29, "las"), (41, "las"), (321, "las"), (452, "las")]  # a job in slices
+"""``random_view`` seeds (found by a search over 4,000) where an ``uncontended`` decision launched a
+job below the placement's ratio: a victim whose old GPUs stayed free kept running beside a launch
+placed without it (0.53, 0.72, 0.52, 0.72 of its isolated speed), or a job asking for slices was
+laid out by the slice rule beside a running job (0.55, 0.45, 0.38, 0.54)."""
+
+
+@pytest.mark.parametrize("seed, order", UNCONTENDED_CASES)
+def test_no_uncontended_preemptive_decision_launches_below_the_ratio(seed, order):
+    """``uncontended`` waits while a job would run below 0.9x its isolated speed; its preemptive
+    decision keeps that promise: a victim stays stopped when running it would slow a launch below
+    the ratio (cancelling a preemption, or the spare pass), and slices wait like any shape."""
+    from deepshare.policies.placement import UNCONTENDED_MIN_RATIO
+
+    view = random_view(seed)
+    decision = make_policy(f"{order}+uncontended+preempt").decide(view)
+    check_view_decision(decision, view)
+    ratios = launch_ratios(view, decision)
+    assert all(beside >= UNCONTENDED_MIN_RATIO for _, beside, _, _ in ratios), ratios
+
+
+@pytest.mark.parametrize("seed, order", UNCONTENDED_CASES)
+def test_the_ratio_is_the_placements_own_not_read_from_the_policys_name(seed, order):
+    """A preemptive heuristic built by hand under any name with ``uncontended`` decides as the
+    registry's, and one with its ratio changed keeps that ratio: the preemptive rule reads it from
+    the placement (:func:`~deepshare.policies.placement.waits_below`); it looked for
+    "+uncontended" in the policy's name."""
+    from deepshare.policies.fabric_place import with_topology
+    from deepshare.policies.heuristic import HeuristicPolicy
+    from deepshare.policies.heuristic_names import heuristic_orders
+    from deepshare.policies.placement import PLACEMENTS, consolidate, make_uncontended, waits_below
+
+    view = random_view(seed)
+    rank = heuristic_orders()[order][0]
+    mine = HeuristicPolicy("my-scheduler", rank, PLACEMENTS["uncontended"][0], preemptive=True)
+    assert mine.decide(view) == make_policy(f"{order}+uncontended+preempt").decide(view)
+    assert waits_below(PLACEMENTS["uncontended"][0]) == 0.9 and waits_below(PLACEMENTS["packed"][0]) is None
+    strict = with_topology(make_uncontended(0.95), consolidate)
+    assert waits_below(strict) == 0.95 and waits_below(make_uncontended(1)) == 1.0
+    decision = HeuristicPolicy("strict", rank, strict, preemptive=True).decide(view)
+    check_view_decision(decision, view)
+    assert all(beside >= 0.95 for _, beside, _, _ in launch_ratios(view, decision))
