@@ -10,6 +10,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import check_output_path
@@ -51,19 +52,30 @@ def temp_prefix(target: Path) -> str:
     return f".{target.name[:50]}."
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str, what: str = "file", *, sync: bool = True) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    return write_bytes_atomic(path, text.encode("utf-8"), what)
+    return write_bytes_atomic(path, text.encode("utf-8"), what, sync=sync)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "file", *, sync: bool = True) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
 
     An existing ``path`` that is not a regular file (device, FIFO, socket, directory) is refused,
-    and every path error is one :class:`DeepShareError` line naming the path.
+    and every path error is one :class:`DeepShareError` line naming the path. ``sync=False`` skips
+    the ``fsync``: a reader still never sees half a file, but a crash may lose the new one (for
+    outputs rewritten often whose loss is harmless, such as a progress report).
     """
+    return write_atomic_with(path, lambda fh: fh.write(data), what, sync=sync)
+
+
+def write_atomic_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], what: str = "file", *,
+                      sync: bool = True) -> Path:
+    """:func:`write_bytes_atomic` for output made by ``write(fh)`` straight into the temporary
+    file, with no copy of it in memory (a large checkpoint). ``fh`` is open for reading too, so
+    ``write`` can check what it wrote; whatever it raises leaves no temporary file and the old
+    ``path`` as it was."""
     target = Path(path)
-    tmp = stage_bytes(target, data, what)
+    tmp = stage_with(target, write, what, sync=sync)
     try:
         os.replace(tmp, target)
     except BaseException as exc:
@@ -74,12 +86,18 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, what: str = "f
     return target
 
 
-def stage_bytes(path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
+def stage_bytes(path: str | os.PathLike[str], data: bytes, what: str = "file", *, sync: bool = True) -> Path:
     """Write ``data`` to a new temporary file beside ``path``, ready to be renamed over it (flushed
     to disk, given the target's mode), and return the temporary file's path: the first half of an
     atomic write, for outputs put in place together (:mod:`deepshare.core.output_set`). The caller
     renames or removes it; a failure here leaves no temporary file. ``path`` is checked as
     :func:`write_bytes_atomic` checks it."""
+    return stage_with(path, lambda fh: fh.write(data), what, sync=sync)
+
+
+def stage_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], what: str = "file", *,
+               sync: bool = True) -> Path:
+    """:func:`stage_bytes` for a temporary file filled by ``write(fh)`` (open for reading too)."""
     target = Path(path)
     check_output_path(target, what)
     folder = target.parent if str(target.parent) else Path(".")
@@ -88,13 +106,14 @@ def stage_bytes(path: str | os.PathLike[str], data: bytes, what: str = "file") -
     except OSError as exc:
         raise DeepShareError(f"{target}: cannot write {what}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        with os.fdopen(fd, "w+b") as fh:
+            write(fh)
             fh.flush()
             # mkstemp makes 0600; give the file a normal mode, through the descriptor: by its name,
             # a link put in its place meanwhile would pass the mode on to the link's target
             os.fchmod(fh.fileno(), mode_for(target))
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
     except BaseException as exc:
         _unlink(Path(tmp))
         if isinstance(exc, OSError):

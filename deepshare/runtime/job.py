@@ -23,14 +23,15 @@ import json
 import math
 import os
 import pickle
+import re
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from deepshare.core.atomic import temp_prefix, write_bytes_atomic, write_text_atomic
+from deepshare.core.atomic import temp_prefix, write_atomic_with, write_text_atomic
 from deepshare.core.bounds import MAX_SAMPLES, MAX_STEP, MAX_THROUGHPUT
-from deepshare.core.errors import DeepShareError, first_line
+from deepshare.core.errors import DeepShareError, first_line, shown
 
 CHECKPOINT_FILE = "checkpoint.pt"
 STALE_TEMP_S = 3600.0
@@ -38,18 +39,19 @@ STALE_TEMP_S = 3600.0
 scheduler's SIGKILL after the grace lands while jobs checkpoint) and the next save removes it."""
 
 
-def _int_env(name: str, default: int, minimum: int = 0) -> int:
+def _int_env(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
     """The integer in ``$name`` (``default`` when unset or empty); a ValueError naming the
-    variable for anything else."""
+    variable for anything else: ASCII digits only (``int()`` alone would also take ``" 1_0 "``
+    as 10 and Arabic-Indic digits), from ``minimum`` to ``maximum``."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"${name}: expected an integer >= {minimum}, got {value[:40]!r}") from None
-    if number < minimum:
-        raise ValueError(f"${name}: expected an integer >= {minimum}, got {number}")
+    expected = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+    if not re.fullmatch(r"-?[0-9]{1,4000}", value):  # int() refuses more than 4,300 digits anyway
+        raise ValueError(f"${name}: expected {expected}, got {value[:40]!r}")
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(f"${name}: expected {expected}, got {number}")
     return number
 
 
@@ -74,13 +76,14 @@ def local_rank() -> int:
 
 
 def master_addr() -> str:
-    """Address of rank 0's node (for ``torch.distributed`` rendezvous)."""
-    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+    """Address of rank 0's node (for ``torch.distributed`` rendezvous): ``$MASTER_ADDR``, or
+    ``127.0.0.1`` when it is unset or empty (as for every other variable here)."""
+    return os.environ.get("MASTER_ADDR") or "127.0.0.1"
 
 
 def master_port() -> int:
-    """A free port on rank 0's node picked by the scheduler for this run."""
-    return _int_env("MASTER_PORT", 29500)
+    """A free port on rank 0's node picked by the scheduler for this run (1..65535)."""
+    return _int_env("MASTER_PORT", 29500, minimum=1, maximum=65535)
 
 
 def job_id() -> str:
@@ -116,10 +119,19 @@ def init_process_group(timeout_s: float = 120.0) -> str:
     if backend == "nccl":
         torch.cuda.set_device(local_rank() % torch.cuda.device_count())
     dist.init_process_group(
-        backend, init_method=f"tcp://{master_addr()}:{master_port()}", rank=rank(), world_size=world_size(),
+        backend, init_method=_init_url(), rank=rank(), world_size=world_size(),
         timeout=datetime.timedelta(seconds=timeout_s),
     )
     return backend
+
+
+def _init_url() -> str:
+    """The rendezvous URL: ``tcp://host:port``, an IPv6 address in brackets (``tcp://[::1]:29500``;
+    unbracketed, its colons would be read as the port's)."""
+    host = master_addr()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"tcp://{host}:{master_port()}"
 
 
 def report(samples: float | None = None, throughput: float | None = None, step: int | None = None) -> None:
@@ -131,25 +143,50 @@ def report(samples: float | None = None, throughput: float | None = None, step: 
     doc = {"samples": _reported("samples", samples, float, MAX_SAMPLES),
            "throughput": _reported("throughput", throughput, float, MAX_THROUGHPUT),
            "step": _reported("step", step, int, MAX_STEP), "time": time.time()}
-    write_text_atomic(control / "report.json", json.dumps(doc, allow_nan=False), "progress report")
+    # No fsync (it took ~8 ms a call): a report lost in a crash is harmless, the next one replaces
+    # it; the rename still keeps the scheduler from reading half a file.
+    try:
+        write_text_atomic(control / "report.json", json.dumps(doc, allow_nan=False), "progress report", sync=False)
+    except (OSError, DeepShareError) as exc:  # a missing control folder, a full disk
+        _warn_once("report.json", "write", f"deepshare.job.report: progress report not written ({exc}); the job "
+                   "goes on, and later reports that cannot be written are left out without a warning", stacklevel=2)
+
+
+_warned: set[tuple[str, str]] = set()
+"""The (field, problem) pairs :func:`report` has warned about: each is warned about once per
+process, since a job reports every step and the same mistake would otherwise print (and, its
+value changing, fill the caller's ``__warningregistry__``) once per step."""
+
+
+def _warn_once(field: str, problem: str, message: str, stacklevel: int) -> None:
+    """``message`` as a RuntimeWarning unless ``(field, problem)`` was warned about already."""
+    if (field, problem) not in _warned:
+        _warned.add((field, problem))
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _reported(name: str, value: Any, kind: type, most: float) -> float | int | None:
     """``value`` as the plain number a report holds (a numpy or 0-d torch number too); None, with
-    a warning, for what the scheduler would refuse (:func:`~deepshare.runtime.reports.check_report`:
-    a bool, NaN, infinity, a number outside 0..``most`` or, for ``step``, a fraction): a progress
-    report must never end the training step that sends it."""
+    a warning the first time for each field and problem, for what the scheduler would refuse
+    (:func:`~deepshare.runtime.reports.check_report`: not a number, a bool, NaN, infinity, a
+    number outside 0..``most`` or, for ``step``, a fraction): a progress report must never end the
+    training step that sends it."""
     if value is None:
         return None
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
+    except Exception:  # noqa: BLE001 - TypeError, ValueError, OverflowError (10**400), a tensor's RuntimeError...
         number = math.nan
-    if not 0 <= number <= most or (kind is int and not number.is_integer()):  # NaN fails the range too
-        warnings.warn(f"deepshare.job.report: {name}={str(value)[:40]} left out: expected a number from 0 to {most:g}"
-                      f"{' (a whole step)' if kind is int else ''}", RuntimeWarning, stacklevel=3)
-        return None
-    return int(number) if kind is int else number
+    if not 0 <= number <= most:  # NaN fails the range too
+        problem = "not a number from 0 to the bound"
+    elif kind is int and not number.is_integer():
+        problem = "a fraction"
+    else:
+        return int(number) if kind is int else number
+    _warn_once(name, problem, f"deepshare.job.report: {name}={shown(value)} left out: expected a number from 0 to "
+               f"{most:g}{' (a whole step)' if kind is int else ''}; later such values of {name} are left out "
+               "without a warning", stacklevel=3)
+    return None
 
 
 def should_stop(sync: bool = True) -> bool:
@@ -175,10 +212,16 @@ def should_stop(sync: bool = True) -> bool:
     return flag
 
 
-def save_checkpoint(state: Any) -> Path | None:
+def save_checkpoint(state: Any, *, weights_only: bool = True) -> Path | None:
     """Save ``state`` atomically (rank 0 only; returns the path there, ``None`` elsewhere).
 
     Uses ``torch.save`` when torch is importable, else pickle; a reader never sees half a file.
+    With ``weights_only`` (the default, as :func:`load_checkpoint`'s), a state that
+    ``load_checkpoint()`` would refuse as not plain data (a numpy number or array, a
+    ``pathlib.Path``, a custom class) is refused now with a TypeError naming its types, and the
+    previous checkpoint is kept: otherwise the job would checkpoint fine and fail only when
+    relaunched after a preemption. Pass ``weights_only=False`` for a state you load with
+    ``load_checkpoint(weights_only=False)``.
     """
     if rank() != 0:
         return None
@@ -187,17 +230,31 @@ def save_checkpoint(state: Any) -> Path | None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DeepShareError(f"{folder}: cannot hold checkpoints: {exc.strerror or exc}") from None
-    buf = io.BytesIO()
+    path = folder / CHECKPOINT_FILE
     try:
         import torch
+    except ImportError:  # pragma: no cover - torch-free jobs
+        torch = None
 
-        torch.save(state, buf)
-    except ImportError:  # pragma: no cover
-        pickle.dump(state, buf)
+    def write(fh: Any) -> None:
+        if torch is None:  # pragma: no cover
+            pickle.dump(state, fh)
+            return
+        torch.save(state, fh)  # straight into the file: no second copy of the state in memory
+        if weights_only:
+            fh.flush()
+            fh.seek(0)
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(fh)  # reads data.pkl only
+            if unsafe:
+                raise TypeError(
+                    f"{path}: not saved, the state holds {', '.join(sorted(unsafe))}, which load_checkpoint() would "
+                    "refuse as not plain data: convert them (numpy values with .tolist() or torch.from_numpy, paths "
+                    "with str), or save and load with weights_only=False if nobody else can write the folder")
+
     _remove_orphans(folder)
     # A fresh temporary file of a random name, never a symlink someone planted, removed if the
-    # write fails; two saves at once each rename a whole file of their own.
-    return write_bytes_atomic(folder / CHECKPOINT_FILE, buf.getvalue(), "checkpoint")
+    # write or the check fails; two saves at once each rename a whole file of their own.
+    return write_atomic_with(path, write, "checkpoint")
 
 
 def _remove_orphans(folder: Path) -> None:
@@ -211,7 +268,7 @@ def _remove_orphans(folder: Path) -> None:
             pass
 
 
-def load_checkpoint(*, weights_only: bool = True) -> Any | None:
+def load_checkpoint(*, weights_only: bool = True, map_location: Any = None) -> Any | None:
     """The state last saved by :func:`save_checkpoint` for this job, or ``None`` if none.
 
     The checkpoint folder is often shared storage that others can write, so by default the file is
@@ -219,6 +276,12 @@ def load_checkpoint(*, weights_only: bool = True) -> Any | None:
     without torch, a pickle holding no Python objects beyond those): a planted file that names
     code raises :class:`UnsafeCheckpoint` instead of running it. Pass ``weights_only=False`` only
     for a state with custom classes in a folder nobody else can write.
+
+    ``map_location`` is ``torch.load``'s: ``"cpu"`` loads a checkpoint saved from GPU tensors on a
+    node without CUDA (after a migration), which otherwise raises a RuntimeError saying so. The
+    file is read from disk as torch needs it, never copied whole into memory first, and a zip
+    checkpoint's CRCs are checked first: torch does not, and a flipped bit would load as a wrong
+    weight (:class:`CorruptCheckpoint` naming the record).
     """
     from deepshare.runtime.private import open_regular
 
@@ -230,37 +293,67 @@ def load_checkpoint(*, weights_only: bool = True) -> Any | None:
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: cannot read the checkpoint: {exc.strerror or exc}") from None
     with fh:
-        data = fh.read()
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch-free jobs
-        return _unpickle(data, weights_only, path)
-    try:
-        return torch.load(io.BytesIO(data), weights_only=weights_only)
-    except pickle.UnpicklingError as exc:
-        if weights_only and _well_formed_pickle(data):  # a whole pickle the data-only loader refused
-            raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
-                                   f"(load_checkpoint(weights_only=False) trusts it): {str(exc).splitlines()[0]}") from None
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
-    except Exception as exc:  # noqa: BLE001 - torch and pickle raise many kinds for a damaged file
-        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch-free jobs
+            return _unpickle(fh.read(), weights_only, path)
+        _check_crcs(fh, path)
+        fh.seek(0)
+        try:
+            return torch.load(fh, map_location=map_location, weights_only=weights_only)
+        except pickle.UnpicklingError as exc:
+            if weights_only and _well_formed_pickle(fh):  # a whole pickle the data-only loader refused
+                raise UnsafeCheckpoint(f"{path}: refused, the checkpoint names Python objects beyond plain data "
+                                       "(load_checkpoint(weights_only=False) trusts it): "
+                                       f"{str(exc).splitlines()[0]}") from None
+            raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
+        except MemoryError:  # not damage: a job that started afresh on it would overwrite a good checkpoint
+            raise MemoryError(f"{path}: not enough memory to load the checkpoint "
+                              f"({os.fstat(fh.fileno()).st_size:,} bytes)") from None
+        except Exception as exc:  # noqa: BLE001 - torch and pickle raise many kinds for a damaged file
+            reason = str(exc).strip().split(". ")[0]
+            if reason.startswith("Attempting to deserialize object on"):  # a device this node lacks: not damage
+                raise RuntimeError(f"{path}: the checkpoint holds tensors on a device this node does not have "
+                                   f"({reason[:200]}); load_checkpoint(map_location='cpu') loads them "
+                                   "on the CPU") from None
+            raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
 
 
-def _well_formed_pickle(data: bytes) -> bool:
-    """Whether ``data`` (a torch archive's ``data.pkl``, or a plain pickle) is a complete pickle
-    stream, read opcode by opcode without running any: what tells a checkpoint refused for
-    naming code from a damaged one (torch's message says neither reliably)."""
+def _check_crcs(fh: Any, path: Path) -> None:
+    """Refuse a zip checkpoint (``torch.save``'s format) whose records fail their CRC-32 check:
+    ``torch.load`` does not check them, so a flipped bit in a tensor's bytes would load silently
+    as a wrong value. Reads the file through once, in chunks; other files are left to torch."""
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(fh):
+            return
+        with zipfile.ZipFile(fh) as archive:
+            bad = archive.testzip()
+    except Exception as exc:  # noqa: BLE001 - zipfile raises several kinds for a damaged archive
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
+    if bad is not None:
+        raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint (record {bad} fails its CRC check)")
+
+
+def _well_formed_pickle(fh: Any) -> bool:
+    """Whether the open file ``fh`` (a torch archive whose ``data.pkl`` is read, or a plain
+    pickle) holds a complete pickle stream, read opcode by opcode without running any: what tells
+    a checkpoint refused for naming code from a damaged one (torch's message says neither
+    reliably)."""
     import pickletools
     import zipfile
 
-    stream = data
     try:
-        if zipfile.is_zipfile(io.BytesIO(data)):
-            archive = zipfile.ZipFile(io.BytesIO(data))
+        stream = fh
+        if zipfile.is_zipfile(fh):
+            archive = zipfile.ZipFile(fh)
             stream = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        else:
+            fh.seek(0)
         for _ in pickletools.genops(stream):
             pass
-    except Exception:  # noqa: BLE001 - any failure to read it through is damage
+    except Exception:  # noqa: BLE001 - any failure to read it through (MemoryError too) is damage
         return False
     return True
 
