@@ -12,7 +12,7 @@ import argparse
 import re
 from typing import Any, Callable, Sequence
 
-from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_GENERATED_JOBS, MAX_ROUND_S, MIN_OFFERED_LOAD
+from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_GENERATED_JOBS, MAX_ROUND_S, MAX_TRAIN_ITERATIONS, MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
 from deepshare.core.errors import DeepShareError
 from deepshare.core.information import (
@@ -121,7 +121,7 @@ seed_count = in_range(int, 1, 1000, "seeds")
 fold_count = in_range(int, 2, 100, "folds")
 start_count = in_range(int, 1, 100, "starts")
 worker_count = in_range(int, 1, 256, "processes")
-iteration_count = in_range(int, 1, 1_000_000, "iterations")
+iteration_count = in_range(int, 1, MAX_TRAIN_ITERATIONS, "iterations")
 runner_count = in_range(int, 0, MAX_ENV_RUNNERS, "env runners")
 wait_seconds = in_range(float, 0, 1e7, "seconds")
 

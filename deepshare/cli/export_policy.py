@@ -21,8 +21,10 @@ from deepshare.cli.args import INTEGER, print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
 from deepshare.core.files import resolved
+from deepshare.core.names import CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.core.output_set import OutputSet
 from deepshare.core.errors import DeepShareError, one_line
+from deepshare.core.written import NUMBER
 
 KINDS = ("network", "hybrid", "hybrid-preempt")
 HYBRID_KEYS = ("min_ratio", "utilisation_floor", "anchor_streak")
@@ -30,9 +32,16 @@ PREEMPT_KEYS = ("min_gain", "min_pressure")
 DEFAULT_FIGURES_NOTE = "none measured at export; `deepshare evaluate --suite NAME --json F` then export again with --suite-figures F"
 
 
+SHARE_KEYS = ("utilisation_floor",)
+"""Rule keys that are a share of the cluster's GPUs, in [0, 1]: utilisation never exceeds 1, so a
+floor of 5 would make the safety net fire on every decision (the card refuses it too)."""
+
+
 def _pairs(flag: str, text: str, keys: tuple[str, ...]) -> dict[str, float]:
     """``k=v,k=v`` with ``k`` among ``keys`` and ``v`` a number >= 0 (``anchor_streak``: a whole
-    number of launches >= 1); else one line naming ``flag``."""
+    number of launches >= 1; :data:`SHARE_KEYS`: at most 1); else one line naming ``flag`` and the
+    key. A value is read only when written as plain ASCII digits (:data:`deepshare.core.written.NUMBER`):
+    ``float`` alone reads ``1_0`` as 10 and ``١٠`` as 10, which would be written to the file."""
     from deepshare.policies.checkpoint import anchor_streak, rule_number
 
     out: dict[str, float] = {}
@@ -46,11 +55,12 @@ def _pairs(flag: str, text: str, keys: tuple[str, ...]) -> dict[str, float]:
         if key in out:
             raise DeepShareError(f"{flag}: {key} given twice")
         check = anchor_streak if key == "anchor_streak" else rule_number
-        try:
-            number: float | str = float(value)
-        except ValueError:
-            number = value.strip()  # refused below, in the key's own words
+        written = value.strip()
+        # anything else is refused below, in the key's own words
+        number: float | str = float(written) if NUMBER.fullmatch(written) else written
         out[key] = check(f"{flag}: {key}", number)
+        if key in SHARE_KEYS and out[key] > 1:
+            raise DeepShareError(f"{flag}: {key}: expected a share of the GPUs from 0 to 1, got {written!r}")
     return out
 
 
@@ -148,6 +158,34 @@ def _seeds(text: str | None) -> list[int]:
     return seeds
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be ignored or would give the card a text nobody typed, before any
+    work: a control character in ``--out``'s file name (the card names the file, and the summary
+    line prints it), ``--figures-of`` without ``--suite-figures`` (it names the policy in those
+    results), ``--figures-note`` with them (the note says why there are none), a blank
+    ``--summary``, ``--figures-note`` or ``--training-command`` (each fell back to its default
+    without a word) and a ``--loaded-by`` name given twice."""
+    name = Path(args.out).name
+    if has_control_character(name):
+        raise DeepShareError(f"--out {args.out!r}: expected a file name without {CONTROL_CHARACTERS_SAID}: "
+                             "its card names it")
+    if args.figures_of is not None and not args.suite_figures:
+        raise DeepShareError(f"--figures-of {args.figures_of}: names the policy in --suite-figures results; "
+                             "give --suite-figures too, or leave --figures-of out")
+    if args.figures_note is not None and args.suite_figures:
+        raise DeepShareError("--figures-note: says why no figures are given; with --suite-figures the card has "
+                             "figures, so leave --figures-note out")
+    for flag, value in (("--summary", args.summary), ("--figures-note", args.figures_note),
+                        ("--training-command", args.training_command)):
+        if value is not None and not value.strip():
+            raise DeepShareError(f"{flag} {value!r}: expected some text (leave {flag} out for the default)")
+    seen: set[str] = set()
+    for loader in args.loaded_by or ():
+        if loader in seen:
+            raise DeepShareError(f"--loaded-by {loader}: given twice; give each name once")
+        seen.add(loader)
+
+
 def _commit(args: argparse.Namespace) -> tuple[str | None, bool, str | None]:
     """(sha, dirty, note): ``--commit``'s, else the checkout's the package runs from."""
     import re
@@ -208,6 +246,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         summary_of, training_of,
     )
 
+    _check_flags(args)
     dest = Path(args.out)
     if dest.suffix != ".pt":
         raise DeepShareError(f"--out {args.out}: expected a file name ending in .pt (its card goes beside it as NAME.card.yaml)")
@@ -232,8 +271,8 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
     scorer, encoding, metadata = scorer_from_file(args.source)
     try:
         training = training_of(metadata, args.training_command, seeds)
-    except ValidationError as exc:
-        raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
+    except ValidationError as exc:  # the card's training section, validated alone
+        raise DeepShareError(f"{card_file}: training: {card_problems(exc)}") from None
     if seeds and training.seed is not None and training.seed not in seeds:
         raise DeepShareError(f"--seeds-tried {args.seeds_tried!r}: must include the file's training seed {training.seed}")
     rules = _rules(args, metadata, flagged)
@@ -284,7 +323,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         outputs.add_text(card_file, card_yaml(card), "policy card")
         outputs.commit()
     print_line(out, f"wrote {one_line(str(dest))} and {one_line(str(card_file))}")
-    print_line(out, card.facts())
+    print_line(out, one_line(card.facts()))  # a card's texts may hold a newline; the summary is one line
     return 0
 
 
@@ -309,9 +348,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="what the file is: the network alone (rl-base), with its safety net (rl-hybrid), "
                    "or with preemption too (rl-hybrid-preempt)")
     p.add_argument("--loaded-by", action="append", metavar="NAME",
-                   help="a registered name that loads this file by default (shipped files; repeatable)")
-    p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio, utilisation_floor "
-                   "(numbers >= 0), and anchor_streak (launches one choice of the anchor's row makes, "
+                   help="a registered name that loads this file by default (shipped files; repeatable, each name once)")
+    p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio (a number >= 0), "
+                   "utilisation_floor (a share from 0 to 1), and anchor_streak (launches one choice of the anchor's row makes, "
                    "1 to 1024); unset keys take the defaults")
     p.add_argument("--anchor", metavar="ORDER+PLACEMENT", help="the heuristic the safety net falls back to")
     p.add_argument("--preemptive", metavar="ORDER+PLACEMENT+preempt", help="the heuristic rl-hybrid-preempt defers to when it preempts")
@@ -325,7 +364,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--seeds-tried", metavar="S,S,...", help="every training seed of this recipe run (default: the file's seed)")
     p.add_argument("--suite-figures", action="append", metavar="RESULTS.json",
                    help="`deepshare evaluate --suite --json` output to take figures from (repeatable; the first is the headline)")
-    p.add_argument("--figures-of", metavar="NAME", help="the policy's name in those results (default: its NAME=PATH entry "
+    p.add_argument("--figures-of", metavar="NAME", help="with --suite-figures: the policy's name in those results (default: its NAME=PATH entry "
                    "naming SRC or --out, a --loaded-by name, or the suite's only learned policy)")
     p.add_argument("--figures-note", metavar="TEXT", help="why no figures are given (without --suite-figures)")
     p.add_argument("--commit", metavar="SHA", help="the commit to record (default: the checkout's the package runs from)")

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from deepshare.cli.args import (
     add_cluster_args, arrival_rate, cluster_topology, duration_sigma, flagged, in_range, job_count,
-    offered_load, seed_value,
+    offered_load, print_line, seed_value,
 )
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
@@ -106,7 +106,7 @@ def cmd_trace_generate(args: argparse.Namespace, out: Console, err: Console) -> 
     )
     write_canonical(trace, args.out)
     stats = trace_stats(trace)
-    out.print(f"wrote {stats.jobs} jobs to {one_line(str(args.out))} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)", markup=False, highlight=False)
+    print_line(out, f"wrote {stats.jobs} jobs to {one_line(str(args.out))} (span {stats.span_s:,.0f} s, {stats.gpu_hours:,.1f} GPU-hours)")
     return 0
 
 
@@ -132,8 +132,9 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         write_json(args.json, {"format": trace.format, **stats.to_dict()}, out, "trace statistics")
         if to_stdout(args.json):
             return 0
-    # a trace's names (models, users, paths) are printed as one line each: never a terminal escape
-    out.print(one_line(f"{args.path}: {trace.format} trace"), markup=False, highlight=False)
+    # a trace's names (models, users, paths) are printed as one line each: never a terminal escape,
+    # and never wrapped at the console's width (print_line), so a piped line stays one line
+    print_line(out, one_line(f"{args.path}: {trace.format} trace"))
     rate = "all at t=0" if stats.arrival_rate_per_s is None else f"{stats.arrival_rate_per_s:.4g} jobs/s"
     rows = [
         ("jobs", f"{stats.jobs} ({stats.skipped} skipped)"),
@@ -146,7 +147,7 @@ def cmd_trace_stats(args: argparse.Namespace, out: Console, err: Console) -> int
         *_describe_topology(stats.topology),
     ]
     for name, value in rows:
-        out.print(one_line(f"  {name:14s} {value}"), markup=False, highlight=False)
+        print_line(out, one_line(f"  {name:14s} {value}"))
     return 0
 
 

@@ -112,6 +112,8 @@ def grid_load_ok(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_OFFERED_LOAD <= value <= MAX_GRID_LOAD
 
 
+MAX_TRAIN_ITERATIONS = 1_000_000
+"""The most iterations ``deepshare train --iterations`` takes (and a card's rebuilt command may say)."""
 MAX_ENV_RUNNERS = 1024
 """Most env runners a training run asks for (``run.num_env_runners``, ``--num-env-runners``)."""
 MAX_ENVS_PER_RUNNER = 1024

@@ -380,6 +380,8 @@ def _hybrid_rules(given: Any, file: Path) -> HybridRules:
                 raise DeepShareError(f"{where}.anchor: {exc}") from None
         else:
             rules[key] = rule_number(f"{where}.{key}", value)
+            if key == "utilisation_floor" and rules[key] > 1:  # a share: utilisation never exceeds 1
+                raise DeepShareError(f"{where}.{key}: expected a share of the GPUs from 0 to 1, got {shown(value)}")
     return HybridRules(**rules)
 
 

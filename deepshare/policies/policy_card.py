@@ -26,9 +26,10 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, MAX_ENV_RUNNERS, MAX_TRAIN_ITERATIONS, MAX_TRAIN_SEED
 from deepshare.core.errors import DeepShareError, shown
-from deepshare.core.names import BEYOND_C0
+from deepshare.core.information import MAX_ESTIMATE_ERROR
+from deepshare.core.names import BEYOND_C0, CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.policies.learned import MAX_ANCHOR_STREAK
 
 CARD_FORMAT = 1
@@ -88,7 +89,9 @@ class HybridRulesCard(_Strict):
     """A file's ``hybrid_rules``: the safety net's thresholds and fallback (absent keys: defaults)."""
 
     min_ratio: float | None = Field(default=None, ge=0)
-    utilisation_floor: float | None = Field(default=None, ge=0)
+    utilisation_floor: float | None = Field(default=None, ge=0, le=1)
+    """A share of the cluster's GPUs: utilisation never exceeds 1, so a floor above 1 would make the
+    safety net fire on every decision, which no one means."""
     anchor: list[str] | None = None
     anchor_streak: StrictInt | None = Field(default=None, ge=1, le=MAX_ANCHOR_STREAK)
 
@@ -149,8 +152,8 @@ class Training(_Strict):
     """The training YAML (a path relative to the repository)."""
     command: str = Field(min_length=1)
     """The command that trained it."""
-    seed: int | None = None
-    """The shipped file's training seed."""
+    seed: int | None = Field(default=None, ge=0)
+    """The shipped file's training seed (no seed flag takes a negative one)."""
     seeds_tried: list[int] = Field(default_factory=list)
     """Every seed of this recipe that was run (for the spread); the shipped one among them."""
     init_from: str | None = None
@@ -258,6 +261,8 @@ class PolicyCard(_Strict):
     def _bare_name(cls, value: str) -> str:
         if value in (".", "..") or "/" in value or "\\" in value:
             raise ValueError(f"expected the weights file's bare name (it lies beside the card), got {value[:80]!r}")
+        if has_control_character(value):  # a card's other texts keep tab and newline; a file name does not
+            raise ValueError(f"expected a file name without {CONTROL_CHARACTERS_SAID}, got {value[:80]!r}")
         return value
 
     @model_validator(mode="after")
@@ -630,20 +635,46 @@ def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
     flags = []
     for key, flag in (("iterations", "--iterations"), ("seed", "--seed")):
         if metadata.get(key) is not None:
-            flags.append((flag, _number(metadata, key, metadata[key], int)))
+            flags.append((flag, _train_value(metadata, key, flag, metadata[key], int)))
     env = metadata.get("env") if isinstance(metadata.get("env"), Mapping) else {}
     durations, errors = _one(env.get("durations")), _one(env.get("estimate_errors"))
     if isinstance(durations, str) and durations in ("exact", "estimated", "unknown"):
         flags.append(("--durations", durations))
     if isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors) and errors >= 0:
-        flags.append(("--estimate-error", _number(metadata, "env.estimate_errors", errors, float)))
+        flags.append(("--estimate-error", _train_value(metadata, "env.estimate_errors", "--estimate-error", errors, float)))
     model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
     if model.get("init_from"):
         flags.append(("--init-from", _path_word(str(model["init_from"]))))
     run = metadata.get("run")
     if isinstance(run, Mapping) and run.get("num_env_runners") is not None:
-        flags.append(("--num-env-runners", _number(metadata, "run.num_env_runners", run["num_env_runners"], int)))
+        flags.append(("--num-env-runners", _train_value(metadata, "run.num_env_runners", "--num-env-runners",
+                                                        run["num_env_runners"], int)))
     return flags
+
+
+TRAIN_FLAG_RANGES: dict[str, tuple[float, float]] = {
+    "--iterations": (1, MAX_TRAIN_ITERATIONS),
+    "--seed": (0, MAX_TRAIN_SEED),
+    "--estimate-error": (0, MAX_ESTIMATE_ERROR),  # deepshare.cli.args.estimate_sigma
+    "--num-env-runners": (0, MAX_ENV_RUNNERS),  # deepshare.cli.args.runner_count
+}
+"""The values ``deepshare train``'s flags take (their argparse types in :mod:`deepshare.cli`, which
+this layer may not import; a test parses rebuilt commands at each bound with the CLI's parser).
+A rebuilt command must run: a file whose metadata records ``iterations: -5`` or ``seed: 2**70``
+(a hand edit, another tool) got a card whose command ``train`` refuses."""
+
+
+def _train_value(metadata: Mapping[str, Any], key: str, flag: str, value: Any, kind: type) -> str:
+    """:func:`_number` of a value for ``deepshare train FLAG``, refused when outside the flag's
+    :data:`TRAIN_FLAG_RANGES` with one line naming the metadata field and asking for the command."""
+    text = _number(metadata, key, value, kind)
+    low, high = TRAIN_FLAG_RANGES[flag]
+    if not low <= value <= high:
+        what = "an integer" if kind is int else "a number"
+        span = " to ".join(f"{int(b):,}" if float(b).is_integer() else f"{b:g}" for b in (low, high))
+        raise DeepShareError(f"metadata {key}: expected {what} from {span} (as `deepshare train {flag}` takes), "
+                             f"got {shown(value)}; {GIVE_COMMAND}")
+    return text
 
 
 def _imitate_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:

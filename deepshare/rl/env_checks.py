@@ -19,7 +19,7 @@ _NUMBERS = (  # field, low, high, low_open, what is expected
     ("w2", 0.0, math.inf, False, "a finite number >= 0"),
     ("ewma_alpha", 0.0, 1.0, True, "a number above 0 and at most 1"),
     ("hybrid_min_ratio", 0.0, math.inf, False, "a finite number >= 0 (as a policy file's hybrid_rules)"),
-    ("hybrid_utilisation_floor", 0.0, math.inf, False, "a finite number >= 0 (as a policy file's hybrid_rules)"),
+    ("hybrid_utilisation_floor", 0.0, 1.0, False, "a share of the GPUs from 0 to 1 (as a policy file's hybrid_rules)"),
 )
 
 

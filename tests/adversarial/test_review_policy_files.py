@@ -57,6 +57,9 @@ def weight(name: str, value: float, dtype: torch.dtype | None = None):  # type: 
     ("anchor.pt", lambda d: d["metadata"].__setitem__("hybrid_rules", {"anchor": [[1], [2]]}),
      r"metadata hybrid_rules.anchor: expected \[order, placement\], got \[\[1\], \[2\]\]"),
     ("deep.pt", lambda d: d["metadata"].__setitem__("hybrid_rules", _nested(200)), "metadata nested deeper than 32 levels"),
+    # a share of the GPUs: a floor of 5 made the safety net fire on every decision
+    ("floor.pt", lambda d: d["metadata"].__setitem__("hybrid_rules", {"utilisation_floor": 5}),
+     "metadata hybrid_rules.utilisation_floor: expected a share of the GPUs from 0 to 1, got 5"),
     # a 29 KB file whose shared references stand for 2**30 lists: the copy took all memory
     ("laughs.pt", lambda d: d["metadata"].__setitem__("laugh", _doubled(30)),
      "metadata stands for more than 100,000 values"),

@@ -28,7 +28,7 @@ BASE = "name: x\nenv:\n  generated_fraction: 1.0\n  generated_jobs: 4\n  generat
 @pytest.mark.parametrize("field, value", [
     ("reward_scale", ".nan"), ("reward_scale", "0"), ("reward_scale", ".inf"),
     ("w1", ".inf"), ("w2", "-1"), ("ewma_alpha", "2"), ("ewma_alpha", "0"),
-    ("hybrid_min_ratio", ".nan"), ("hybrid_utilisation_floor", "-0.5"),
+    ("hybrid_min_ratio", ".nan"), ("hybrid_utilisation_floor", "-0.5"), ("hybrid_utilisation_floor", "1.5"),
     ("round_s", "-5"), ("round_s", "0"), ("round_s", "1e12"), ("max_steps", "0"),
     ("generated_jobs", "0"), ("generated_jobs", "-3"), ("generated_jobs", "1000000000000"),
     ("contention", "bogus"), ("generated_mixes", "[nosuchmix]"), ("generated_mixes", "[]"), ("generated_nodes", "[]"),

@@ -5,6 +5,8 @@ Header (extra columns are allowed and ignored)::
     job_id,submit_time,model,gpus,duration_s,total_samples
 
 * ``job_id``: non-empty, unique; ``model``: a catalog model or any name (mapped to a proxy);
+  every name (these, and the optional columns' below) on one line: a quoted line break or a NUL
+  is refused with the line and the column, as :func:`write_canonical` refuses to write one;
 * ``submit_time``: seconds, from 0 to 10^11; ``gpus``: an integer from 1 to 65,536;
 * exactly one of ``duration_s`` (isolated run time at the reference placement, seconds, from
   10^-12 to a year: 31,536,000) and ``total_samples`` (samples to train, from 10^-18 to 10^18, and
@@ -57,6 +59,7 @@ from deepshare.core.traces.base import (
     FEATURES,
     TOPOLOGY_FIELDS,
     IdRegistry,
+    bad,
     features,
     Trace,
     finish,
@@ -73,6 +76,7 @@ from deepshare.core.traces.base import (
 )
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError
+from deepshare.core.traces.mixes import on_one_line
 from deepshare.core.types import JobSpec
 
 FORMAT = "canonical"
@@ -88,7 +92,7 @@ def parse(text: str, source: str, **_: Any) -> Trace:
     jobs = []
     for line, row in rows:
         loc = f"{source} line {line}"
-        job_id = text_field(row["job_id"], loc, "job_id")
+        job_id = _one_line(text_field(row["job_id"], loc, "job_id"), loc, "job_id")
         ids.add(job_id, loc, f"line {line}")
         has_duration, has_samples = not is_blank(row["duration_s"]), not is_blank(row["total_samples"])
         if has_duration == has_samples:
@@ -96,26 +100,37 @@ def parse(text: str, source: str, **_: Any) -> Trace:
                 f"{loc}: fields 'duration_s' and 'total_samples': expected exactly one to be non-empty, "
                 f"got {'both' if has_duration else 'neither'}"
             )
-        jobs.append(
-            make_job(
-                loc,
-                job_id=job_id,
-                model=text_field(row["model"], loc, "model"),
-                gpus=integer(row["gpus"], loc, "gpus"),
-                submit_time=timestamp(row["submit_time"], loc, "submit_time"),
-                duration_s=work_seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
-                total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
-                **features(row, loc, {name: name for name in FEATURES}),
-                topology=topology_request(row, loc),
-                **{name: optional_text(row.get(name), loc, name) for name in TENANCY},
-            )
+        fields = dict(  # in the columns' order, so a row's first problem is the one named
+            model=_one_line(text_field(row["model"], loc, "model"), loc, "model"),
+            gpus=integer(row["gpus"], loc, "gpus"),
+            submit_time=timestamp(row["submit_time"], loc, "submit_time"),
+            duration_s=work_seconds(row["duration_s"], loc, "duration_s") if has_duration else None,
+            total_samples=samples(row["total_samples"], loc, "total_samples") if has_samples else None,
+            **features(row, loc, {name: name for name in FEATURES}),
+            topology=topology_request(row, loc),
+            **{name: optional_text(row.get(name), loc, name) for name in TENANCY},
         )
+        named = [(name, fields[name]) for name in (*FEATURES, *TENANCY)]
+        named += [(name, getattr(fields["topology"], name)) for name in ("required_level", "preferred_level", "slice_level")]
+        for name, value in named:
+            if isinstance(value, str):  # the names the writer checks (requested_s is a number)
+                _one_line(value, loc, name)
+        jobs.append(make_job(loc, job_id=job_id, **fields))
     return finish(jobs, FORMAT, source)
+
+
+def _one_line(value: str, loc: str, field: str) -> str:
+    """``value`` (a stripped name) when :func:`write_canonical` would write it back (no line break
+    or NUL: :func:`~deepshare.core.traces.mixes.on_one_line`), else the line's error naming the
+    field: a quoted ``"j1\n2"`` read as a job id no printed line or written trace could hold."""
+    if not on_one_line(value):
+        raise bad(loc, field, "a name on one line (no line breaks or NUL characters)", value)
+    return value
 
 
 def _check_text(value: str, job: JobSpec, field: str) -> None:
     """Reject names that could not be read back unchanged (loaders strip whitespace)."""
-    if not value.strip() or value != value.strip() or any(c in value for c in "\x00\r\n"):
+    if not on_one_line(value):
         raise DeepShareError(
             f"cannot write job {job.job_id!r}: {field} {value!r} must be non-empty, on one line, without "
             "surrounding whitespace or NUL characters"

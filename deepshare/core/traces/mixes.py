@@ -34,10 +34,27 @@ from typing import Mapping
 
 import numpy as np
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.workloads import Catalog, default_catalog
+from deepshare.core.written import NUMBER
 
 COMM_CLASSES = ("heavy", "medium", "low")
+
+LINE_BREAKING = "\x00\r\n"
+"""What a trace's name (job id, model, user, level) may not hold: a canonical CSV keeps a job to a
+line, so a quoted line break reads back as a name no other tool shows on one line, and NUL
+ends the text for C readers. The canonical writer refuses them, its reader too, and ``--mix``."""
+
+MAX_MIX_NAME_CHARS = 256
+"""The longest model name a custom mix may give (as a flag's level name): a mix names catalog
+models or short proxies, and a 100,000-character name is a pasted mistake, not a model."""
+
+
+def on_one_line(text: str) -> bool:
+    """Whether ``text`` reads back unchanged from a canonical CSV: non-empty, no surrounding
+    whitespace (the loaders strip it) and nothing of :data:`LINE_BREAKING`."""
+    return bool(text.strip()) and text == text.strip() and not any(c in text for c in LINE_BREAKING)
+
 
 @dataclass(frozen=True)
 class NamedModels:
@@ -118,7 +135,11 @@ def mix_preset(name: str, catalog: Catalog | None = None) -> ModelMix:
 
 
 def parse_mix(text: str) -> ModelMix:
-    """A custom mix from ``"MoE:2,DLRM:1"`` (model:weight pairs; weights are relative)."""
+    """A custom mix from ``"MoE:2,DLRM:1"`` (model:weight pairs; weights are relative). A model
+    name must be one a canonical trace can hold (:func:`on_one_line`), at most
+    :data:`MAX_MIX_NAME_CHARS` characters, and a weight plain ASCII number text
+    (:data:`deepshare.core.written.NUMBER`; ``float`` alone reads ``1_0`` as 10): else the name
+    would be refused only when a generated trace is written, naming a job rather than the mix."""
     pairs = []
     entries = [e for e in text.split(",") if e.strip()]
     if not entries:
@@ -127,15 +148,16 @@ def parse_mix(text: str) -> ModelMix:
         model, sep, weight = entry.rpartition(":")
         if not sep or not model.strip():
             raise DeepShareError(f"model mix {text!r}: entry {entry.strip()!r}: expected 'model:weight'")
-        try:
-            w = float(weight)
-        except ValueError:
-            w = math.nan
+        name = model.strip()
+        if not on_one_line(name) or len(name) > MAX_MIX_NAME_CHARS:
+            raise DeepShareError(f"model mix {shown(text)}: model {shown(name)}: expected a name of 1-{MAX_MIX_NAME_CHARS} "
+                                 "characters on one line (no line breaks or NUL characters)")
+        w = float(weight) if NUMBER.fullmatch(weight.strip()) else math.nan
         if not (math.isfinite(w) and w > 0):
             raise DeepShareError(
                 f"model mix {text!r}: entry {entry.strip()!r}: weight must be a positive number, got {weight.strip()!r}"
             )
-        pairs.append((model.strip(), w))
+        pairs.append((name, w))
     return ModelMix(tuple(pairs))
 
 
