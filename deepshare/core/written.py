@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 INTEGER_TEXT = r"[+-]?[0-9]+"
-NUMBER_TEXT = r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)"
+NUMBER_TEXT = r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)"
+r"""(``[0-9]+\.?[0-9]*`` read the same texts, but split a run of digits that failed to match in
+quadratically many ways: 12,000 digits and an ``x`` took 2 s, a trace cell of 131,072 minutes.)"""
 
 INTEGER = re.compile(INTEGER_TEXT)
 """An integer, exactly (``fullmatch``)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -546,7 +547,7 @@ def information_of(metadata: Mapping[str, Any], encoding: Mapping[str, Any]) -> 
     if isinstance(errors, (int, float)):
         errors = [errors]
     if not isinstance(errors, (list, tuple)) or not all(
-            isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e >= 0 for e in errors):
+            isinstance(e, (int, float)) and not isinstance(e, bool) and _finite_float(e) and e >= 0 for e in errors):
         raise DeepShareError(f"metadata env.estimate_errors: expected numbers >= 0, got {shown(errors)}")
     return Information(durations=list(durations), estimate_errors=[float(e) for e in errors],
                        extra_features=list(encoding.get("extra_features") or ()),
@@ -640,7 +641,7 @@ def _train_flags(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
     durations, errors = _one(env.get("durations")), _one(env.get("estimate_errors"))
     if isinstance(durations, str) and durations in ("exact", "estimated", "unknown"):
         flags.append(("--durations", durations))
-    if isinstance(errors, (int, float)) and not isinstance(errors, bool) and math.isfinite(errors) and errors >= 0:
+    if isinstance(errors, (int, float)) and not isinstance(errors, bool) and _finite_float(errors) and errors >= 0:
         flags.append(("--estimate-error", _train_value(metadata, "env.estimate_errors", "--estimate-error", errors, float)))
     model = metadata.get("model") if isinstance(metadata.get("model"), Mapping) else {}
     if model.get("init_from"):
@@ -715,8 +716,9 @@ def _number(metadata: Mapping[str, Any], key: str, value: Any, kind: type) -> st
     """``value`` written as a flag's argument that parses back to it (a whole number for an
     ``int`` flag, the shortest exact text of a float); anything else is refused."""
     whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or kind is int and not whole:
+    # an int beyond a float's range (10**400) is no float flag's value, and math.isfinite raised on it
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not (kind is int and isinstance(value, int) or _finite_float(value)) or kind is int and not whole:
         what = "a whole number" if kind is int else "a number"
         raise DeepShareError(f"metadata {key}: expected {what}, got {shown(value)}; {GIVE_COMMAND}")
     if kind is int:
@@ -776,7 +778,7 @@ def _with_horizon(spec: str, config: Mapping[str, Any]) -> str:
         return spec
     if horizon >= MAX_DURATION_S and arrivals is False:
         token = "end"
-    elif math.isfinite(horizon):  # exact, as every number of the command (``:g`` kept 6 digits: 1234567 -> 1.23457e+06)
+    elif isinstance(horizon, int) or math.isfinite(horizon):  # exact (an int beyond a float's range is refused there), as every number of the command (``:g`` kept 6 digits: 1234567 -> 1.23457e+06)
         token = _number(config, "teacher_config.horizon_s", horizon, float)
     else:
         token = repr(float(horizon))
@@ -869,10 +871,19 @@ def _mapping(value: Any, key: str, source: str) -> Mapping[str, Any]:
     return value
 
 
+def _finite_float(value: int | float) -> bool:
+    """Whether ``value`` is a finite number a float holds (``math.isfinite`` raised OverflowError
+    on an int beyond a float's range, such as ``10**400`` in a hand-edited file's metadata)."""
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
+
+
 def _opt_float(value: Any) -> float | None:
     if value is None:
         return None
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        raise ValueError(f"expected a finite number, got {shown(value)}") from None
     if not math.isfinite(out):
         raise ValueError(f"expected a finite number, got {value!r}")
     return round(out, 4)

@@ -26,6 +26,7 @@ import pickle
 import re
 import time
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -323,17 +324,38 @@ def _check_crcs(fh: Any, path: Path) -> None:
     """Refuse a zip checkpoint (``torch.save``'s format) whose records fail their CRC-32 check:
     ``torch.load`` does not check them, so a flipped bit in a tensor's bytes would load silently
     as a wrong value. Reads the file through once, in chunks; other files are left to torch."""
-    import zipfile
-
     try:
         if not zipfile.is_zipfile(fh):
             return
         with zipfile.ZipFile(fh) as archive:
+            _stored_once(archive.infolist(), os.fstat(fh.fileno()).st_size, path)
             bad = archive.testzip()
+    except CorruptCheckpoint:
+        raise
     except Exception as exc:  # noqa: BLE001 - zipfile raises several kinds for a damaged archive
         raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint ({first_line(exc, 200)})") from None
     if bad is not None:
         raise CorruptCheckpoint(f"{path}: damaged or not a checkpoint (record {bad} fails its CRC check)")
+
+
+def _stored_once(records: list[Any], size: int, path: Path) -> None:
+    """Refuse a zip that is no ``torch.save`` archive before its CRCs are read: torch stores its
+    records uncompressed, each once, so a compressed record, two entries sharing one record's bytes
+    or records larger together than the file are planted (a few KB of bzip2 listed many times
+    unpacked to gigabytes, minutes of CPU, before torch would have refused it in milliseconds)."""
+    offsets: set[int] = set()
+    total = 0
+    for record in records:
+        if record.compress_type != zipfile.ZIP_STORED or record.file_size != record.compress_size:
+            raise CorruptCheckpoint(f"{path}: not a checkpoint (record {record.filename[:80]!r} is compressed; "
+                                    "torch.save stores its records as they are)")
+        if record.header_offset in offsets:
+            raise CorruptCheckpoint(f"{path}: not a checkpoint (two entries share the bytes of record "
+                                    f"{record.filename[:80]!r})")
+        offsets.add(record.header_offset)
+        total += record.file_size
+    if total > size:
+        raise CorruptCheckpoint(f"{path}: not a checkpoint (its records claim {total:,} bytes, the file holds {size:,})")
 
 
 def _well_formed_pickle(fh: Any) -> bool:
@@ -342,7 +364,6 @@ def _well_formed_pickle(fh: Any) -> bool:
     a checkpoint refused for naming code from a damaged one (torch's message says neither
     reliably)."""
     import pickletools
-    import zipfile
 
     try:
         stream = fh

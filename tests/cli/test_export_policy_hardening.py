@@ -151,6 +151,8 @@ TRAIN = {"config": "rllib_configs/rl_est_ppo.yaml", "name": "x", "seed": 2, "ite
     ("seed", -1, ("metadata seed: expected an integer from 0 to", "--seed", "got -1")),
     ("seed", 2**70, ("metadata seed: ", f"got {2**70}")),
     ("seed", MAX_TRAIN_SEED + 1, ("metadata seed: ", f"got {MAX_TRAIN_SEED + 1}")),
+    # beyond a float's range: math.isfinite raised OverflowError, a traceback (second read)
+    ("iterations", 10**400, ("metadata iterations: ", "--iterations")),
     ("run", {"num_env_runners": MAX_ENV_RUNNERS + 1}, ("metadata run.num_env_runners: ", "--num-env-runners")),
     ("env", {"estimate_errors": [9.0]}, ("metadata env.estimate_errors: ", "--estimate-error", "got 9.0")),
 ])
@@ -160,6 +162,14 @@ def test_metadata_train_would_refuse_is_refused(tmp_path, capsys, key, value, ne
     source = write_policy_file(tmp_path / "src.pt", {**TRAIN, key: value})
     line = refused(capsys, tmp_path, "--kind", "network", source=source, out=tmp_path / "out.pt",
                    needles=(*needles, "--training-command"))
+    assert "Traceback" not in line
+
+
+def test_an_estimate_error_beyond_a_floats_range_is_one_line(tmp_path, capsys):
+    """``math.isfinite(10**400)`` raised OverflowError: a traceback (second read)."""
+    source = write_policy_file(tmp_path / "src.pt", {**TRAIN, "env": {"estimate_errors": [10**400]}})
+    line = refused(capsys, tmp_path, "--kind", "network", source=source, out=tmp_path / "out.pt",
+                   needles=("metadata env.estimate_errors: expected numbers >= 0",))
     assert "Traceback" not in line
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import struct
 import tracemalloc
 import warnings
 import zipfile
@@ -133,6 +134,45 @@ def test_a_flipped_bit_in_a_checkpoint_is_caught_by_its_crc(env):
     with pytest.raises(job.CorruptCheckpoint) as error:
         job.load_checkpoint()
     assert str(error.value) == f"{path}: damaged or not a checkpoint (record archive/data/0 fails its CRC check)"
+
+
+def _zip_of(method: int, data: bytes, copies: int = 1) -> bytes:
+    """A zip holding ``data`` as ``archive/data.pkl`` (compressed by ``method``), its central
+    directory listing that one record ``copies`` times."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as archive:
+        archive.writestr("archive/data.pkl", data)
+    raw = buf.getvalue()
+    if copies == 1:
+        return raw
+    start = raw.rfind(b"PK\x01\x02")
+    end = raw.rfind(b"PK\x05\x06")
+    entry = raw[start:end]
+    listing = entry * copies
+    tail = b"PK\x05\x06" + struct.pack("<4H2LH", 0, 0, copies, copies, len(listing), start, 0)
+    return raw[:start] + listing + tail
+
+
+@pytest.mark.parametrize("planted, reason", [
+    # a few hundred bytes of bzip2 that unpack to 8 MiB (64 MiB took 0.3 s, 16 such records 6 s:
+    # the CRC pass unpacked them before torch, which refuses them at once, was asked)
+    (lambda: _zip_of(zipfile.ZIP_BZIP2, bytes(8 << 20)), "record 'archive/data.pkl' is compressed"),
+    (lambda: _zip_of(zipfile.ZIP_DEFLATED, bytes(1 << 20)), "record 'archive/data.pkl' is compressed"),
+    (lambda: _zip_of(zipfile.ZIP_STORED, bytes(1000), copies=16), "two entries share the bytes of record"),
+])
+def test_a_planted_zip_is_refused_before_its_records_are_unpacked(env, planted, reason):
+    """``torch.save`` stores each record once, uncompressed: anything else is refused from the
+    zip's directory, before the CRC pass reads a byte of it."""
+    folder = env / "ckpt"
+    folder.mkdir()
+    (folder / "checkpoint.pt").write_bytes(planted())
+    read = []
+    original = zipfile.ZipFile.testzip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(zipfile.ZipFile, "testzip", lambda self: read.append(1) or original(self))
+        with pytest.raises(job.CorruptCheckpoint, match=re.escape(reason)):
+            job.load_checkpoint()
+    assert read == []
 
 
 def _as_if_saved_on_a_gpu(path) -> None:
