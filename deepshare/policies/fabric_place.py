@@ -80,27 +80,42 @@ def fitting_domains(fabric: Fabric, free: Sequence[int], need: int, level: int,
 
 
 def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: Pending, place: PlaceFn,
-                fewest: FewestFn, top: int | None = None, fallback: bool = False) -> Placement | None:
+                fewest: FewestFn, top: int | None = None, fallback: bool = False,
+                min_ratio: float | None = None) -> Placement | None:
     """``place`` (a strategy) on the first of :func:`candidate_domains` where it places the job;
-    without one, ``place`` over the whole cluster when ``fallback`` (see the module doc)."""
+    without one, ``place`` over the whole cluster when ``fallback`` (see the module doc). Slices
+    are laid out by their own rule, not the strategy's; with ``min_ratio`` (a strategy that waits
+    on contention) a layout predicted below it is passed over like a domain that does not fit."""
     fabric = view.topology.fabric
     request = job.topology
     slices = slice_of(fabric, request)
+
+    def at_speed(placement: Placement) -> bool:
+        return slices is None or min_ratio is None or _at_speed(job, placement, view, pending, min_ratio)
+
     if top is not None:
         for d in candidate_domains(fabric, free, job.gpus, top, request):
             placement = _place_within(job, free, view, pending, place, fewest, fabric.domains[d].nodes, slices)
-            if placement is not None:
+            if placement is not None and at_speed(placement):
                 return placement
         if not fallback:
             return None
     if slices is not None:
-        return place_slices(fabric, free, range(len(free)), job.gpus, fewest, *slices)
+        placement = place_slices(fabric, free, range(len(free)), job.gpus, fewest, *slices)
+        return placement if placement is not None and at_speed(placement) else None
     return place(job, free, view, pending)
+
+
+def _at_speed(job: JobView, placement: Placement, view: ClusterView, pending: Pending, min_ratio: float) -> bool:
+    """Whether ``job`` runs at ``min_ratio`` or above on ``placement`` (``uncontended``'s test:
+    always on a cluster where nothing runs and nothing is being launched)."""
+    return not pending and not view.running or view.predict(job, placement, pending).ratio >= min_ratio
 
 
 def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
     """``place``, honouring each job's topology request (see the module doc)."""
-    min_ratio = getattr(place, "min_ratio", None)  # a strategy that waits on contention (uncontended)
+    ratio = getattr(place, "min_ratio", None)  # a strategy that waits on contention (placement.waits_below)
+    min_ratio = ratio if isinstance(ratio, float) else None
 
     def placed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
         request = job.topology
@@ -108,16 +123,12 @@ def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
             return place(job, free, view, pending)
         fabric = view.topology.fabric
         if request.required_level is not None:
-            found = constrained(job, free, view, pending, place, fewest, fabric.level_index(request.required_level))
-        elif request.preferred_level is not None:
-            found = constrained(job, free, view, pending, place, fewest, fabric.level_index(request.preferred_level),
-                                True)
-        else:
-            found = constrained(job, free, view, pending, place, fewest)
-        if (min_ratio is not None and found is not None and request.slice_size and (pending or view.running)
-                and view.predict(job, found, pending).ratio < min_ratio):
-            return None  # slices are laid out by their own rule, not the strategy's: its wait still holds
-        return found
+            return constrained(job, free, view, pending, place, fewest, fabric.level_index(request.required_level),
+                               min_ratio=min_ratio)
+        if request.preferred_level is not None:
+            return constrained(job, free, view, pending, place, fewest, fabric.level_index(request.preferred_level),
+                               True, min_ratio)
+        return constrained(job, free, view, pending, place, fewest, min_ratio=min_ratio)
 
     placed.__name__ = getattr(place, "__name__", "placed")
     placed.__doc__ = place.__doc__

@@ -9,7 +9,9 @@ holding back the demand's jobs of other models too: trying those costs average J
 ``bench/uncontended_skip.py``). Preemptive: running and queued jobs in one order; the jobs that fit
 the cluster's GPU count in that order should run, running ones outside that set are preempted
 and the set's queued ones placed. A preemption whose job could resume on exactly its old GPUs
-after the launches is cancelled, so fragmentation never costs a pointless checkpoint; so is one
+after the launches is cancelled, so fragmentation never costs a pointless checkpoint (under a
+placement that waits on contention, ``uncontended``, only when no launch then runs below its
+ratio: the launches were placed with the job stopped); so is one
 whose old GPUs only launches of jobs it outranks hold (those are placed again elsewhere, a gang
 among them possibly by a domain plan of its own), so a running job is not stopped to give its
 GPUs to launches ranked below it; nor is one of a gang's domain plan (the plan stops jobs ranked
@@ -122,26 +124,18 @@ class HeuristicPolicy:
         with leaving_out(view.predict, victims) as predict:
             after = replace(view, predict=predict) if victims else view
             launches = self._place_in_order(chosen, free, after)  # takes the launches' GPUs from free
-        preempt: list[str] = []
         held = _LaunchesByNode(launches, lambda: {j.job_id: key(j) for j in chosen}, key)
-        undone: set[str] = set()
         min_ratio = waits_below(self.place)
         by_id = {job.job_id: job for job in chosen}
-        for at, job in enumerate(reversed(victims)):  # best-ranked victims reclaim their old GPUs first
-            gave_way: list[str] = []
-            if not job.placement.fits(free):  # type: ignore[union-attr]
-                gave_way = held.give_way(job, free)  # type: ignore[assignment]
-                if gave_way is None:
-                    preempt.append(job.job_id)
-                    continue
-            if min_ratio is not None and not self._kept_at_speed(
-                    view, launches, undone.union(gave_way), by_id, [*preempt, *victims[:len(victims) - 1 - at]],
-                    min_ratio):
-                held.take_back(gave_way, free)  # it stays stopped: the launches keep its GPUs
-                preempt.append(job.job_id)
-                continue
-            undone.update(gave_way)
-            job.placement.take(free)  # type: ignore[union-attr]
+        gone = set(held.gone)
+        kept = self._resumed(view, victims, launches, list(free), held, by_id, None)
+        if min_ratio is not None and len(kept[1]) < len(victims) and not self._kept_at_speed(
+                view, launches, kept[2], by_id, kept[1], min_ratio):
+            # some launch would run below the ratio beside the victims kept: decide victim by victim
+            held.gone.clear()
+            held.gone.update(gone)
+            kept = self._resumed(view, victims, launches, list(free), held, by_id, min_ratio)
+        free, preempt, undone = kept
         if undone:
             launches = tuple(launch for launch in launches if launch.job_id not in undone)
         extra = self._free_domains(view, key, chosen, launches, preempt, free, undone, held)
@@ -232,6 +226,33 @@ class HeuristicPolicy:
                 for node in launch.placement.nodes:
                     on_node.setdefault(node, set()).add(launch.job_id)
         return tuple(current.values())
+
+    def _resumed(self, view: ClusterView, victims: list[JobView], launches: tuple[Launch, ...], free: list[int],
+                 held: "_LaunchesByNode", by_id: dict[str, JobView],
+                 min_ratio: float | None) -> tuple[list[int], list[str], set[str]]:
+        """``(free, preempt, undone)`` once each victim whose old GPUs are free after the launches
+        (or that launches it outranks give back: ``undone``) resumes there instead of stopping,
+        best-ranked first. With ``min_ratio`` a victim also stays stopped when running it would put
+        a launch below that ratio (:meth:`_kept_at_speed`). The caller checks the victims kept all
+        at once first, which is one check for the common decision where no launch meets one."""
+        preempt: list[str] = []
+        undone: set[str] = set()
+        for at, job in enumerate(reversed(victims)):  # best-ranked victims reclaim their old GPUs first
+            gave_way: list[str] = []
+            if not job.placement.fits(free):  # type: ignore[union-attr]
+                gave_way = held.give_way(job, free)  # type: ignore[assignment]
+                if gave_way is None:
+                    preempt.append(job.job_id)
+                    continue
+            if min_ratio is not None and not self._kept_at_speed(
+                    view, launches, undone.union(gave_way), by_id, [*preempt, *victims[:len(victims) - 1 - at]],
+                    min_ratio):
+                held.take_back(gave_way, free)  # it stays stopped: the launches keep its GPUs
+                preempt.append(job.job_id)
+                continue
+            undone.update(gave_way)
+            job.placement.take(free)  # type: ignore[union-attr]
+        return free, preempt, undone
 
     def _kept_at_speed(self, view: ClusterView, launches: tuple[Launch, ...], undone: set[str],
                        by_id: dict[str, JobView], stopped: list[Any], min_ratio: float) -> bool:

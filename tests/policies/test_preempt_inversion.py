@@ -436,3 +436,31 @@ def test_the_ratio_is_the_placements_own_not_read_from_the_policys_name(seed, or
     decision = HeuristicPolicy("strict", rank, strict, preemptive=True).decide(view)
     check_view_decision(decision, view)
     assert all(beside >= 0.95 for _, beside, _, _ in launch_ratios(view, decision))
+
+
+@pytest.mark.parametrize("request_", [TopologyRequest(required_level="leaf", slice_size=2, slice_level="leaf"),
+                                      TopologyRequest(preferred_level="leaf", slice_size=2, slice_level="leaf")])
+def test_uncontended_slices_pass_over_a_slow_domain_to_one_at_speed(request_):
+    """Two leaves of two 4-GPU nodes; DLRM jobs on 2 GPUs of nodes 0 and 1 (link contention). A
+    4-GPU DLRM job in slices of 2 per leaf: leaf L0's layout (2 + 2 beside them) runs at 0.68,
+    leaf L1's (node 2 alone) at 1.0. The ratio was checked once, after the least free leaf was
+    chosen, and the job waited (second read); the slow layout is now passed over like a leaf
+    that does not fit."""
+    topology = parse_topology("""
+name: two-leaves
+node_types:
+  g: {gpus: 4, nic_gbps: 100}
+levels:
+  - {name: leaf, oversubscription: 2}
+nodes:
+  - {type: g, count: 2, prefix: a, domains: {leaf: L0}}
+  - {type: g, count: 2, prefix: b, domains: {leaf: L1}}
+""")
+    running = [KnownJob(f"r{n}", "DLRM", 2, 0.0, 1000.0, placement=Placement(((n, 2),)), last_run_s=100.0) for n in (0, 1)]
+    view = build_view(topology, default_catalog(), make_contention("link"), 5.0, [2, 2, 4, 4],
+                      [KnownJob("q", "DLRM", 4, 1.0, 100.0, topology=request_)], running)
+    for policy in ("srsf+uncontended", "srsf+uncontended+preempt"):
+        decision = make_policy(policy).decide(view)
+        check_view_decision(decision, view)
+        assert [(launch.job_id, launch.placement.alloc) for launch in decision.launch] == [("q", ((2, 4),))], policy
+        assert decision.preempt == ()
