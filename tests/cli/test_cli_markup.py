@@ -55,15 +55,20 @@ def test_a_trace_path_with_brackets_is_printed_as_typed(capsys, tmp_path):
 
 
 def test_terminal_escapes_in_a_traces_names_are_printed_escaped(capsys, tmp_path):
-    """A model name holding ESC (clear the screen) or a newline printed raw in `trace stats`:
-    every line it prints is one line, escapes written out."""
+    """A model name holding ESC (clear the screen) printed raw in `trace stats`: every line it
+    prints is one line, escapes written out. A name holding a line break (which forged a second
+    line) is refused when the trace is read, the error one line with the name escaped."""
     trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\n"
+                     'j1,0,"\x1b[2JEvil OK: forged",4,3600,\n')
+    rc, out, err = cli(capsys, "trace", "stats", trace)
+    assert rc == 0, err
+    assert "\x1b" not in out and "\\x1b[2JEvil OK: forged: 1" in out
     trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples\n"
                      'j1,0,"\x1b[2JEvil\nOK: forged",4,3600,\n')
     rc, out, err = cli(capsys, "trace", "stats", trace)
-    assert rc == 0, err
-    assert "\x1b" not in out and "\\x1b[2JEvil\\nOK: forged: 1" in out
-    assert not any(line.startswith("OK: forged") for line in out.splitlines())
+    assert rc == 2 and out == "" and "\x1b" not in err and len(err.strip().splitlines()) == 1, err
+    assert "line 2: field 'model': expected a name on one line" in err
 
 
 def test_terminal_escapes_in_a_cluster_yamls_names_are_printed_escaped(capsys, tmp_path):
