@@ -42,6 +42,11 @@ MIN_JOBS: dict[tuple[str, ...], int] = {("group",): 1, (): 1}
 one earlier run of the same recurring job is evidence enough; a user's or a size's spread is
 wide, so those wait for a second job."""
 DEFAULT_MIN_JOBS = 2
+MIN_RUN_S = 1e-3
+"""The shortest run time the forecasts' log-space moments take a finished job at: a run of
+1e-20 s (a client's ``end - start`` of two equal clocks) put a spread of 32 in log space beside a
+year's job, far outside anything a policy was trained on, and the learned policies then left a
+free cluster idle. No training job runs a millisecond, so nothing real moves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +272,7 @@ class JobHistory:
         self._indexed = new_hi
 
     def _fold(self, job: FinishedJob, sign: int) -> None:
-        log_run = math.log(job.run_s)
+        log_run = math.log(max(job.run_s, MIN_RUN_S))
         values = {"gpus": job.gpus, "user": job.user, "group": job.group, "vc": job.vc}
         moments = self._moments
         for level in LEVELS:

@@ -238,3 +238,25 @@ def test_the_belief_trusts_a_tight_group_over_a_loose_estimate():
 def test_gittins_index_of_a_sample_a_hair_above_the_attained_service_is_bounded():
     # Found by the property above: 0.5 + 1e-16 over 0.5 attained would be a rate of 9e15.
     assert gittins_index(np.array([0.5000000000000001]), 0.5) == pytest.approx(1 / MIN_SERVICE_S)
+
+
+def test_a_run_shorter_than_a_millisecond_counts_as_one_millisecond_in_the_forecast():
+    """A history entry of 1e-20 s beside a year's run gave a log-space spread of 32, and the
+    learned policies left a free cluster idle (review: a placement request's ``history``). The
+    forecast takes such a run as 1 ms; runs of a millisecond and more are as they were."""
+    from deepshare.core.history import MIN_RUN_S
+    from deepshare.serving.engine import EngineSettings, PlacementEngine
+    from deepshare.serving.samples import small_request
+    from deepshare.serving.schemas import PlacementRequest
+
+    def spread(run_s: float) -> float:
+        history = JobHistory([FinishedJob("a", "FSDP", 2, run_s), FinishedJob("b", "FSDP", 2, 3.15e7)])
+        return history.forecast(2).spread
+
+    assert MIN_RUN_S == 1e-3 and spread(1e-20) == spread(1e-3) == pytest.approx(math.log(3.15e10) / 2)
+    assert spread(60.0) == pytest.approx(math.log(3.15e7 / 60.0) / 2)
+    body = small_request()  # 4 x 8-GPU nodes, 28 GPUs free, 3 pending jobs
+    body["history"] = [{"gpus": 1, "run_s": 1e-20}, {"gpus": 8, "run_s": 3.15e7}]
+    for policy in ("rl-base", "rl-hybrid-preempt"):
+        response = PlacementEngine(EngineSettings(policy=policy)).place(PlacementRequest.model_validate(body))
+        assert [d.action for d in response.decisions] == ["place"] * 3, policy
