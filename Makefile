@@ -41,8 +41,8 @@ demo: $(STAMP)
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 TEST_WORKERS_MAX ?= 4
 # Tests marked `timing` assert how fast a service answers while it is attacked; beside the other
-# workers (more workers than cores) they measured the load, not the service, and failed now and
-# then in CI. They run after the parallel run, alone.
+# workers (more workers than cores) they would measure the load, not the service. They run after
+# the parallel run, alone.
 PYTEST_BASE := PYTHONFAULTHANDLER=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
 PYTEST_ALONE := $(PYTEST_BASE) -p no:xdist
 PYTEST := $(PYTEST_BASE) \

@@ -18,6 +18,7 @@ from deepshare.core.traces import FORMATS, MIX_PRESETS, generate, load, mix_from
 from deepshare.core.traces.feature_stats import describe
 from deepshare.core.traces.stats import TopologyStats
 from deepshare.core.traces.generator import DEMAND_PRESETS
+from deepshare.core.traces.mixes import MAX_FLAG_NAME_CHARS, on_one_line
 from deepshare.core.traces.recurrence import RecurrenceModel
 
 _DEFAULTS = RecurrenceModel()
@@ -59,8 +60,9 @@ def _recurrence(args: argparse.Namespace) -> RecurrenceModel | None:
 
 def _level_name(text: str) -> str:
     """A fabric level's name as a flag gives it (checked against the cluster's levels when one is known)."""
-    if not text.strip() or text != text.strip() or len(text) > 256 or any(c in text for c in "\x00\r\n"):
-        raise argparse.ArgumentTypeError(f"expected a level's name (1-256 characters, no surrounding spaces), got {text!r}")
+    if not on_one_line(text) or len(text) > MAX_FLAG_NAME_CHARS:
+        raise argparse.ArgumentTypeError(f"expected a level's name (1-{MAX_FLAG_NAME_CHARS} characters, no surrounding "
+                                         f"spaces), got {text!r}")
     return text
 
 

@@ -34,7 +34,7 @@ from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.masked_free import MaskedFree
-from deepshare.policies.place_types import FewestFn, Pending, PlaceFn
+from deepshare.policies.place_types import FewestFn, Pending, PlaceFn, at_speed, waits_below
 
 
 def domain_free(fabric: Fabric, free: Sequence[int], level: int) -> dict[int, int]:
@@ -90,32 +90,26 @@ def constrained(job: JobView, free: Sequence[int], view: ClusterView, pending: P
     request = job.topology
     slices = slice_of(fabric, request)
 
-    def at_speed(placement: Placement) -> bool:
-        return slices is None or min_ratio is None or _at_speed(job, placement, view, pending, min_ratio)
+    def fast_enough(placement: Placement) -> bool:
+        return slices is None or min_ratio is None or at_speed(job, placement, view, pending, min_ratio)
 
     if top is not None:
         for d in candidate_domains(fabric, free, job.gpus, top, request):
             placement = _place_within(job, free, view, pending, place, fewest, fabric.domains[d].nodes, slices)
-            if placement is not None and at_speed(placement):
+            if placement is not None and fast_enough(placement):
                 return placement
         if not fallback:
             return None
     if slices is not None:
         placement = place_slices(fabric, free, range(len(free)), job.gpus, fewest, *slices)
-        return placement if placement is not None and at_speed(placement) else None
+        return placement if placement is not None and fast_enough(placement) else None
     return place(job, free, view, pending)
 
-
-def _at_speed(job: JobView, placement: Placement, view: ClusterView, pending: Pending, min_ratio: float) -> bool:
-    """Whether ``job`` runs at ``min_ratio`` or above on ``placement`` (``uncontended``'s test:
-    always on a cluster where nothing runs and nothing is being launched)."""
-    return not pending and not view.running or view.predict(job, placement, pending).ratio >= min_ratio
 
 
 def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
     """``place``, honouring each job's topology request (see the module doc)."""
-    ratio = getattr(place, "min_ratio", None)  # a strategy that waits on contention (placement.waits_below)
-    min_ratio = ratio if isinstance(ratio, float) else None
+    min_ratio = waits_below(place)  # a strategy that waits on contention (uncontended)
 
     def placed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
         request = job.topology

@@ -36,7 +36,8 @@ from deepshare.policies import preempt_plan
 from deepshare.policies.backfill import place_with_reservation
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.order import OrderFactory, is_static
-from deepshare.policies.placement import PlaceFn, demand, waits_below
+from deepshare.policies.place_types import waits_below
+from deepshare.policies.placement import PlaceFn, demand
 from deepshare.policies.queue_index import QueueIndex
 
 
@@ -127,13 +128,11 @@ class HeuristicPolicy:
         held = _LaunchesByNode(launches, lambda: {j.job_id: key(j) for j in chosen}, key)
         min_ratio = waits_below(self.place)
         by_id = {job.job_id: job for job in chosen}
-        gone = set(held.gone)
         kept = self._resumed(view, victims, launches, list(free), held, by_id, None)
         if min_ratio is not None and len(kept[1]) < len(victims) and not self._kept_at_speed(
                 view, launches, kept[2], by_id, kept[1], min_ratio):
             # some launch would run below the ratio beside the victims kept: decide victim by victim
-            held.gone.clear()
-            held.gone.update(gone)
+            held.gone.clear()  # as new: no launch has given way yet
             kept = self._resumed(view, victims, launches, list(free), held, by_id, min_ratio)
         free, preempt, undone = kept
         if undone:

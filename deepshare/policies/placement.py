@@ -63,7 +63,7 @@ from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.fabric_place import make_topo_balanced, make_topo_bestfit, with_topology
 from deepshare.policies.free_index import FreeIndex
 from deepshare.policies.masked_free import MaskedFree
-from deepshare.policies.place_types import Pending, PlaceFn
+from deepshare.policies.place_types import Pending, PlaceFn, at_speed
 from deepshare.policies.topo_aware import make_topo_aware
 
 
@@ -405,21 +405,11 @@ def make_uncontended(min_ratio: float = UNCONTENDED_MIN_RATIO, relax_after_s: fl
 
     def uncontended(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
         placement = shaped(job, free, view, pending)
-        if placement is None or (not pending and not view.running):
-            return placement  # nothing to contend with, or an idle cluster: never wait then
-        return placement if view.predict(job, placement, pending).ratio >= min_ratio else None
+        return placement if placement is None or at_speed(job, placement, view, pending, min_ratio) else None
 
     uncontended.min_ratio = float(min_ratio)  # type: ignore[attr-defined]
     return uncontended
 
-
-def waits_below(place: PlaceFn) -> float | None:
-    """The predicted ratio below which ``place`` waits rather than launch (``uncontended``'s and
-    its wrappers'; :func:`~deepshare.policies.fabric_place.with_topology` keeps it), or None for a
-    placement that never waits on contention. The preemptive heuristics keep a victim stopped
-    when running it would put a launch below that ratio."""
-    ratio = getattr(place, "min_ratio", None)
-    return ratio if isinstance(ratio, float) else None
 
 
 uncontended = make_uncontended()

@@ -11,7 +11,7 @@ from cli_run import cli, one_error_line
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.traces import load, parse_mix, write_canonical
-from deepshare.core.traces.mixes import MAX_MIX_NAME_CHARS
+from deepshare.core.traces.mixes import MAX_FLAG_NAME_CHARS
 
 HEADER = "job_id,submit_time,model,gpus,duration_s,total_samples"
 
@@ -29,7 +29,7 @@ def _plain_console(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ("a\nb:1", "model 'a\\nb': expected a name of 1-256 characters on one line"),
     ("MoE:1,x\ry:2", "model 'x\\ry': expected a name of 1-256 characters on one line"),
     ("a\x00b:1", "model 'a\\x00b': expected"),
-    ("m" * (MAX_MIX_NAME_CHARS + 1) + ":1", "expected a name of 1-256 characters"),
+    ("m" * (MAX_FLAG_NAME_CHARS + 1) + ":1", "expected a name of 1-256 characters"),
     ("m" * 100_000 + ":1", "expected a name of 1-256 characters"),
 ])
 def test_a_mix_model_name_no_trace_holds_is_refused_naming_mix(tmp_path, capsys, command, mix, needle):
@@ -52,8 +52,8 @@ def test_a_mix_model_name_no_trace_holds_is_refused_naming_mix(tmp_path, capsys,
 def test_a_mix_weight_reads_ascii_digits_only():
     with pytest.raises(DeepShareError, match=r"weight must be a positive number, got '1_0'"):
         parse_mix("MoE:1_0")
-    assert dict(parse_mix(" MoE : 2 ,m" + "x" * (MAX_MIX_NAME_CHARS - 1) + ":1e0").weights) == {
-        "MoE": 2.0, "m" + "x" * (MAX_MIX_NAME_CHARS - 1): 1.0}
+    assert dict(parse_mix(" MoE : 2 ,m" + "x" * (MAX_FLAG_NAME_CHARS - 1) + ":1e0").weights) == {
+        "MoE": 2.0, "m" + "x" * (MAX_FLAG_NAME_CHARS - 1): 1.0}
 
 
 # -- 7: output lines are never wrapped when piped -----------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from fabric_cases import two_leaves_of_two
+from fabric_cases import two_leaves_of_two, two_leaves_spec
 
 from deepshare.core.contention import make_contention
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
@@ -419,12 +419,13 @@ def test_no_uncontended_preemptive_decision_launches_below_the_ratio(seed, order
 def test_the_ratio_is_the_placements_own_not_read_from_the_policys_name(seed, order):
     """A preemptive heuristic built by hand under any name with ``uncontended`` decides as the
     registry's, and one with its ratio changed keeps that ratio: the preemptive rule reads it from
-    the placement (:func:`~deepshare.policies.placement.waits_below`); it looked for
+    the placement (:func:`~deepshare.policies.place_types.waits_below`); it looked for
     "+uncontended" in the policy's name."""
     from deepshare.policies.fabric_place import with_topology
     from deepshare.policies.heuristic import HeuristicPolicy
     from deepshare.policies.heuristic_names import heuristic_orders
-    from deepshare.policies.placement import PLACEMENTS, consolidate, make_uncontended, waits_below
+    from deepshare.policies.place_types import waits_below
+    from deepshare.policies.placement import PLACEMENTS, consolidate, make_uncontended
 
     view = random_view(seed)
     rank = heuristic_orders()[order][0]
@@ -446,16 +447,7 @@ def test_uncontended_slices_pass_over_a_slow_domain_to_one_at_speed(request_):
     leaf L1's (node 2 alone) at 1.0. The ratio was checked once, after the least free leaf was
     chosen, and the job waited (second read); the slow layout is now passed over like a leaf
     that does not fit."""
-    topology = parse_topology("""
-name: two-leaves
-node_types:
-  g: {gpus: 4, nic_gbps: 100}
-levels:
-  - {name: leaf, oversubscription: 2}
-nodes:
-  - {type: g, count: 2, prefix: a, domains: {leaf: L0}}
-  - {type: g, count: 2, prefix: b, domains: {leaf: L1}}
-""")
+    topology = parse_topology(two_leaves_spec("{gpus: 4, nic_gbps: 100}", "{name: leaf, oversubscription: 2}"))
     running = [KnownJob(f"r{n}", "DLRM", 2, 0.0, 1000.0, placement=Placement(((n, 2),)), last_run_s=100.0) for n in (0, 1)]
     view = build_view(topology, default_catalog(), make_contention("link"), 5.0, [2, 2, 4, 4],
                       [KnownJob("q", "DLRM", 4, 1.0, 100.0, topology=request_)], running)

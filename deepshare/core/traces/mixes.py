@@ -45,9 +45,10 @@ LINE_BREAKING = "\x00\r\n"
 line, so a quoted line break reads back as a name no other tool shows on one line, and NUL
 ends the text for C readers. The canonical writer refuses them, its reader too, and ``--mix``."""
 
-MAX_MIX_NAME_CHARS = 256
-"""The longest model name a custom mix may give (as a flag's level name): a mix names catalog
-models or short proxies, and a 100,000-character name is a pasted mistake, not a model."""
+MAX_FLAG_NAME_CHARS = 256
+"""The longest name a trace flag gives (a custom mix's model, ``trace generate``'s levels): they
+name catalog models, short proxies or a cluster's levels, and a 100,000-character name is a
+pasted mistake, not a model."""
 
 
 def on_one_line(text: str) -> bool:
@@ -137,7 +138,7 @@ def mix_preset(name: str, catalog: Catalog | None = None) -> ModelMix:
 def parse_mix(text: str) -> ModelMix:
     """A custom mix from ``"MoE:2,DLRM:1"`` (model:weight pairs; weights are relative). A model
     name must be one a canonical trace can hold (:func:`on_one_line`), at most
-    :data:`MAX_MIX_NAME_CHARS` characters, and a weight plain ASCII number text
+    :data:`MAX_FLAG_NAME_CHARS` characters, and a weight plain ASCII number text
     (:data:`deepshare.core.written.NUMBER`; ``float`` alone reads ``1_0`` as 10): else the name
     would be refused only when a generated trace is written, naming a job rather than the mix."""
     pairs = []
@@ -149,8 +150,8 @@ def parse_mix(text: str) -> ModelMix:
         if not sep or not model.strip():
             raise DeepShareError(f"model mix {text!r}: entry {entry.strip()!r}: expected 'model:weight'")
         name = model.strip()
-        if not on_one_line(name) or len(name) > MAX_MIX_NAME_CHARS:
-            raise DeepShareError(f"model mix {shown(text)}: model {shown(name)}: expected a name of 1-{MAX_MIX_NAME_CHARS} "
+        if not on_one_line(name) or len(name) > MAX_FLAG_NAME_CHARS:
+            raise DeepShareError(f"model mix {shown(text)}: model {shown(name)}: expected a name of 1-{MAX_FLAG_NAME_CHARS} "
                                  "characters on one line (no line breaks or NUL characters)")
         w = float(weight) if NUMBER.fullmatch(weight.strip()) else math.nan
         if not (math.isfinite(w) and w > 0):
