@@ -19,8 +19,10 @@ A job:
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import math
+import operator
 import os
 import pickle
 import re
@@ -128,11 +130,32 @@ def init_process_group(timeout_s: float = 120.0) -> str:
 
 def _init_url() -> str:
     """The rendezvous URL: ``tcp://host:port``, an IPv6 address in brackets (``tcp://[::1]:29500``;
-    unbracketed, its colons would be read as the port's)."""
+    unbracketed, its colons would be read as the port's). A ``$MASTER_ADDR`` that is neither a
+    host name, an IPv4 address nor an IPv6 address (bracketed or not) is a ValueError naming it:
+    ``host:port`` (the port is ``$MASTER_PORT``'s), a URL or a name with spaces would otherwise
+    become a URL that the rendezvous misreads or waits on until its timeout."""
     host = master_addr()
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
+    bracketed = host.startswith("[") and host.endswith("]")
+    inner = host[1:-1] if bracketed else host
+    if ":" in inner and _is_ipv6(inner):
+        return f"tcp://[{inner}]:{master_port()}"
+    if bracketed or not _HOST_NAME.fullmatch(host):
+        raise ValueError(f"$MASTER_ADDR: expected a host name or an IP address (the port is $MASTER_PORT's), "
+                         f"got {shown(host)}")
     return f"tcp://{host}:{master_port()}"
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_.])?")
+"""A host name or an IPv4 address: ASCII letters, digits, ``.``, ``-`` and ``_`` (names that real
+clusters use), at most 254 characters, not starting or ending with ``-``."""
 
 
 def report(samples: float | None = None, throughput: float | None = None, step: int | None = None) -> None:
@@ -178,16 +201,28 @@ def _reported(name: str, value: Any, kind: type, most: float) -> float | int | N
         number = float(value) if not isinstance(value, bool) else math.nan
     except Exception:  # noqa: BLE001 - TypeError, ValueError, OverflowError (10**400), a tensor's RuntimeError...
         number = math.nan
-    if not 0 <= number <= most:  # NaN fails the range too
+    whole = _whole(value) if kind is int else None  # exact: float() rounds 2**53 + 1 to 2**53
+    if not 0 <= number <= most or (whole is not None and not 0 <= whole <= most):  # NaN fails the range too
         problem = "not a number from 0 to the bound"
     elif kind is int and not number.is_integer():
         problem = "a fraction"
     else:
-        return int(number) if kind is int else number
+        return (whole if whole is not None else int(number)) if kind is int else number
     _warn_once(name, problem, f"deepshare.job.report: {name}={shown(value)} left out: expected a number from 0 to "
                f"{most:g}{' (a whole step)' if kind is int else ''}; later such values of {name} are left out "
                "without a warning", stacklevel=3)
     return None
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as an exact int when it is an integer type (a Python, numpy or 0-d integer torch
+    number: ``operator.index`` takes them), else None (a float, a string...)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except Exception:  # noqa: BLE001 - TypeError for non-integers, a tensor's own errors
+        return None
 
 
 def should_stop(sync: bool = True) -> bool:

@@ -314,3 +314,47 @@ def test_the_rendezvous_url_brackets_an_ipv6_address(env, monkeypatch, address, 
     monkeypatch.setenv("MASTER_PORT", "1234")
     assert job.init_process_group() == "gloo"
     assert seen["init_method"] == url
+
+
+@pytest.mark.parametrize("address", [
+    "10.0.0.1:29500",  # a port in the address: the URL would read "[10.0.0.1:29500]" as an IPv6 host
+    "head:29500", "[head]", "[10.0.0.1]", "tcp://head", "head node", "-head", "head\n", "[::1", "h\u00e9ad", "a" * 255,
+])
+def test_a_master_addr_that_is_no_host_is_refused_by_name(env, monkeypatch, address):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: pytest.fail("rendezvous attempted"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("MASTER_ADDR", address)
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    with pytest.raises(ValueError, match=r"^\$MASTER_ADDR: expected a host name or an IP address \(the port is "
+                                         r"\$MASTER_PORT's\), got "):
+        job.init_process_group()
+
+
+@pytest.mark.parametrize("address, url", [
+    ("node-7.cluster.local", "tcp://node-7.cluster.local:1234"),
+    ("ray_head", "tcp://ray_head:1234"),
+    ("fd00::5:1", "tcp://[fd00::5:1]:1234"),  # an IPv6 address whose last group looks like a port
+])
+def test_host_names_and_ipv6_addresses_still_make_the_url(env, monkeypatch, address, url):
+    monkeypatch.setenv("MASTER_ADDR", address)
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    assert job_impl._init_url() == url
+
+
+@pytest.mark.parametrize("step, recorded", [
+    (2**53, 2**53),
+    (2**53 + 1, None),  # float() would round it to 2**53 and record a step that was not reported
+    (np.int64(2**53 + 1), None),
+    (np.int64(7), 7),
+    (torch.tensor(9), 9),
+    (12.0, 12),
+])
+def test_a_step_is_checked_and_recorded_exactly(env, step, recorded):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        job.report(step=step)
+    assert _report_doc(env)[2] == recorded
+    assert type(_report_doc(env)[2]) in (int, type(None))
+    assert len(caught) == (recorded is None)
