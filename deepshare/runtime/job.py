@@ -146,11 +146,20 @@ def _init_url() -> str:
 
 
 def _is_ipv6(text: str) -> bool:
+    """Whether ``text`` is an IPv6 address, with at most a zone id of letters, digits, ``.``,
+    ``-`` and ``_`` (``fe80::1%eth0``; ``ipaddress`` takes any text after the ``%``, a space or
+    a ``]`` too, which the URL would not keep)."""
+    _, percent, zone = text.partition("%")
+    if percent and not _ZONE_ID.fullmatch(zone):
+        return False
     try:
         ipaddress.IPv6Address(text)
     except ValueError:
         return False
     return True
+
+
+_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_.])?")
@@ -198,7 +207,7 @@ def _reported(name: str, value: Any, kind: type, most: float) -> float | int | N
     if value is None:
         return None
     try:
-        number = float(value) if not isinstance(value, bool) else math.nan
+        number = math.nan if _not_a_number(value) else float(value)
     except Exception:  # noqa: BLE001 - TypeError, ValueError, OverflowError (10**400), a tensor's RuntimeError...
         number = math.nan
     whole = _whole(value) if kind is int else None  # exact: float() rounds 2**53 + 1 to 2**53
@@ -212,6 +221,17 @@ def _reported(name: str, value: Any, kind: type, most: float) -> float | int | N
                f"{most:g}{' (a whole step)' if kind is int else ''}; later such values of {name} are left out "
                "without a warning", stacklevel=3)
     return None
+
+
+def _not_a_number(value: Any) -> bool:
+    """Whether ``value`` is no number although ``float()`` takes it: a text (``"5"``), or a bool
+    of Python, numpy (``np.True_``) or torch (a bool tensor), which would be recorded as 0 or 1."""
+    if isinstance(value, (bool, str, bytes, bytearray)):
+        return True
+    try:
+        return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+    except Exception:  # noqa: BLE001 - a hostile dtype's __str__
+        return True
 
 
 def _whole(value: Any) -> int | None:
