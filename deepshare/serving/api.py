@@ -3,9 +3,9 @@
 Built around a :class:`PlacementEngine`; Serve hosts it (``deepshare.serving.deployment``), but
 it is a plain ASGI app, so anything that runs ASGI can. Every user error is a 4xx whose body
 names the offending field's path; 503 (with ``Retry-After``) means no decision within the
-deadline; a 500 saying ``"error": "policy"`` (or ``"infeasible"``) means the policy failed on the
-request (or decided what the cluster cannot do); any other 5xx means a bug here, or a replica
-that died. Cheap requests (small bodies, few nodes x pending
+deadline, or a replica out of memory while deciding; a 500 saying ``"error": "policy"`` (or
+``"infeasible"``) means the policy failed on the request (or decided what the cluster cannot do);
+any other 5xx means a bug here, or a replica that died. Cheap requests (small bodies, few nodes x pending
 jobs) are decided on the event loop, where a learned policy's steps await a batching scorer;
 everything else is parsed, checked against the limits and decided in a decision thread
 (:class:`DecisionWorkers`) that is abandoned at the deadline, so a large request never holds
@@ -157,6 +157,15 @@ class PlacementAPI:
             # (ObserveRequests), so the decision is "disconnected", not an "error" of the service
             outcome = "disconnected"
             raise
+        except MemoryError:
+            # the replica ran out of memory: the service's state, not the request's fault, so not
+            # the "policy" 500 that makes a live scheduler set the request's jobs aside
+            log.error("placement service: out of memory deciding a request of %d bytes", len(raw))
+            return JSONResponse(
+                {"detail": "the service ran out of memory deciding this request: it is too large for the service, "
+                           "or the service is overloaded"},
+                status_code=503, headers={"Retry-After": self.retry_after},
+            )
         except Exception as exc:  # noqa: BLE001 - the policy failed on this request: say so, in the API's shape
             log.exception("placement service: the policy failed on a request")
             return JSONResponse(policy_error_body(exc), status_code=500)

@@ -438,3 +438,21 @@ def test_a_policy_failure_is_a_500_saying_whose_it_is_without_its_message(monkey
     status, body = post(service.app, small_request())
     assert status == 500 and body["error"] == error
     assert type(failure).__name__ in body["detail"] and "secret internals" not in body["detail"]
+
+
+def test_running_out_of_memory_is_a_503_not_the_requests_fault(monkeypatch):
+    """A MemoryError was answered as the policy failing on the request (``"error": "policy"``),
+    which a live scheduler reads as the request's fault and sets its jobs aside; the replica's
+    memory is the service's state: 503 with Retry-After, as an overloaded service."""
+    service = api()
+
+    async def failing(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(service.engine, "place_async", failing)
+    monkeypatch.setattr(service.engine, "place", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
+    status, body = post(service.app, small_request())
+    assert status == 503 and "error" not in body and "out of memory" in body["detail"]
+    monkeypatch.undo()
+    status, body = post(service.app, small_request())  # the next request is decided as before
+    assert status == 200 and body["decisions"]
