@@ -90,13 +90,14 @@ def cmd_calibrate(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _samples(path: str, cluster: str | None) -> "Samples":
     """The samples at ``path``, measured on ``cluster``'s hardware (None: the testbed's); rows
     naming a fabric uplink are read against its fabric."""
-    from deepshare.core.contention.link.samples import cluster_hardware, load_samples, uplink_shares
+    from deepshare.core.contention.link.samples import cluster_hardware, load_samples, node_capacity, uplink_shares
     from deepshare.core.topology import load_topology
 
     if cluster is None:
         return load_samples(path)
     topology = load_topology(cluster)
-    return load_samples(path, uplink_shares(topology), cluster_hardware(topology, f"--cluster {cluster}"))
+    return load_samples(path, uplink_shares(topology), cluster_hardware(topology, f"--cluster {cluster}"),
+                        node_capacity(topology))
 
 
 def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -40,6 +40,7 @@ from deepshare.core.bounds import MAX_JOB_GPUS, MAX_THROUGHPUT, MIN_MEASURED_THR
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.names import has_control_character
+from deepshare.core.written import NUMBER
 
 log = logging.getLogger(__name__)
 
@@ -318,20 +319,26 @@ def _throughput(cat: Catalog, model: str, gpus: int, nodes: int) -> float:
     return result
 
 
-def _read_csv(text: str) -> list[tuple[int, list[str]]]:
+def _read_csv(text: str, name: str) -> list[tuple[int, list[str]]]:
     """The non-empty rows of ``text``, each with the line it starts on (a quoted field may span
-    lines)."""
+    lines); a row the csv module cannot read (a field over its 131,072-character limit, a NUL
+    byte) is a ValueError naming ``name`` and the line, as the tables' other errors are."""
     reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
     rows, ended = [], 0
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as exc:
+            raise ValueError(f"{name} row {ended + 1}: expected CSV, {exc}") from None
         if row:
             rows.append((ended + 1, row))
         ended = reader.line_num
-    return rows
 
 
-_COUNT = re.compile(r"[0-9]{1,9}")
-"""A GPU or node count as a profile key writes it: ASCII digits (``int`` also reads ``1_0`` and
+PROFILE_COUNT = re.compile(r"[0-9]{1,9}")
+"""A GPU or node count as a profile key (or a samples row) writes it: ASCII digits (``int`` also reads ``1_0`` and
 other scripts' digits), few enough to compare with :data:`~deepshare.core.bounds.MAX_JOB_GPUS`."""
 
 
@@ -342,7 +349,7 @@ def _profile_key(text: str, where: str) -> ProfileKey:
     parts = text.rsplit(",", 2)
     model = parts[0].strip() if len(parts) == 3 else ""
     counts = [part.strip() for part in parts[1:]]
-    if not model or has_control_character(model) or not all(_COUNT.fullmatch(count) for count in counts):
+    if not model or has_control_character(model) or not all(PROFILE_COUNT.fullmatch(count) for count in counts):
         raise ValueError(f"{where}: expected a key 'MODEL,GPUS,NODES' (a model name without control characters "
                          f"and two whole numbers), got {one_line(text[:80])!r}")
     gpus, nodes = int(counts[0]), int(counts[1])
@@ -352,10 +359,11 @@ def _profile_key(text: str, where: str) -> ProfileKey:
 
 
 def _number(cell: str, where: str, expected: str) -> float:
-    try:
-        return float(cell)
-    except ValueError:
-        raise ValueError(f"{where}: expected {expected}, got {one_line(cell[:40])!r}") from None
+    """``cell`` as a number written in ASCII (``float`` also reads ``1_0`` and other scripts'
+    digits, which a table of measurements does not mean)."""
+    if not NUMBER.fullmatch(cell.strip()):
+        raise ValueError(f"{where}: expected {expected}, got {one_line(cell[:40])!r}")
+    return float(cell)
 
 
 def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
@@ -368,7 +376,7 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
     fit a model to nonsense silently."""
     isolated: dict[ProfileKey, float] = {}
     first: dict[ProfileKey, int] = {}  # the line each key was given on: a second one is refused
-    for line, row in _read_csv(isolated_csv)[1:]:
+    for line, row in _read_csv(isolated_csv, "isolated_thp.csv")[1:]:
         where = f"isolated_thp.csv row {line}"
         if len(row) < 2:
             raise ValueError(f"{where}: expected '\"MODEL,GPUS,NODES\",throughput', got {len(row)} field")
@@ -381,7 +389,7 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
             raise ValueError(f"{where}: {key} is also on row {first[key]}; each key once")
         first[key] = line
         isolated[key] = value
-    rows = _read_csv(ratio_csv)
+    rows = _read_csv(ratio_csv, "shared_thp_ratio.csv")
     if not rows:
         raise ValueError("shared_thp_ratio.csv: empty; expected a header row of aggressor keys")
     header = [_profile_key(h, f"shared_thp_ratio.csv row {rows[0][0]}, column {i}") for i, h in enumerate(rows[0][1][1:], 2)]
@@ -398,12 +406,19 @@ def parse_profiles(isolated_csv: str, ratio_csv: str) -> Catalog:
             raise ValueError(f"{where}: {len(row) - 1} ratios for {len(header)} columns")
         if victim in first:
             raise ValueError(f"{where}: also on row {first[victim]}; each victim once")
+        if victim not in isolated:  # a ratio's jobs need their isolated throughputs: a key missing
+            # there (a typo) lost its whole row and column from the contention fit, silently
+            raise ValueError(f"{where}: the victim is not in isolated_thp.csv")
         first[victim] = line
         for aggressor, cell in zip(header, row[1:]):
             ratio = _number(cell, where, "ratios in (0, 1]")
             if not 0 < ratio <= 1:
                 raise ValueError(f"{where}: expected ratios in (0, 1], got {cell!r}")
             ratios[(victim, aggressor)] = ratio
+    for i, aggressor in enumerate(header, 2):
+        if aggressor not in isolated:
+            raise ValueError(f"shared_thp_ratio.csv row {rows[0][0]}, column {i}: aggressor {aggressor} is not in "
+                             "isolated_thp.csv")
     return Catalog(isolated, ratios)
 
 

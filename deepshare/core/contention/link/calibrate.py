@@ -2,7 +2,8 @@
 
 The profiles are the artifact's ``isolated_thp.csv`` (samples/s by ``model,gpus,nodes``) and
 ``shared_thp_ratio.csv`` (victim x aggressor throughput ratios), measured on the testbed. Only
-*measured* cells are used: keys on 8 nodes (never reachable on the 4-node testbed) are left out.
+*measured* cells are used: keys on 8 nodes (never reachable on the 4-node testbed) are left out
+(samples recorded on a cluster keep them).
 Each cell is simulated as the two jobs sharing the NIC and PCIe of their common nodes, with the
 same :mod:`physics` the simulator uses; a cell of jobs that shared a fabric uplink instead
 (samples with a ``link`` column, :mod:`.samples`) as each job on its own NIC and PCIe and both on
@@ -98,6 +99,11 @@ class FitProgress:
 Step = Callable[[FitProgress], None]
 
 
+TESTBED_NODES_MEASURED = 8
+"""Profile keys on this many nodes or more were never measured on the testbed (4 nodes): the
+profile tables' entries for them are left out of a fit (samples keep every key)."""
+
+
 @dataclass(frozen=True)
 class Dataset:
     """The measured cells of a profile catalog (and of jobs that shared an uplink), as arrays."""
@@ -124,14 +130,17 @@ class Dataset:
 
     @staticmethod
     def from_catalog(catalog: Catalog, uplinks: Mapping[UplinkPair, float] | None = None,
-                     hardware: ClusterHardware | None = None) -> "Dataset":
+                     hardware: ClusterHardware | None = None, testbed: bool = True) -> "Dataset":
         """The measured cells of ``catalog``, then those of ``uplinks`` (pairs of measured keys),
-        measured on ``hardware`` (None: the testbed's)."""
+        measured on ``hardware`` (None: the testbed's). ``testbed``: the catalog is the testbed's
+        profile tables, whose keys on 8 nodes or more were never measured (the testbed has 4) and
+        are left out; samples (``False``) were all measured, every key is kept."""
         crossing = sorted((uplinks or {}).items(), key=lambda kv: kv[0].sort_key())
         named = dict.fromkeys([*catalog.keys, *(k for pair, _ in crossing for k in (pair.victim, pair.aggressor))])
-        keys = tuple(k for k in named if k.nodes < 8 and k in catalog.isolated)
+        keys = tuple(k for k in named if (k.nodes < TESTBED_NODES_MEASURED or not testbed) and k in catalog.isolated)
         if not keys:
-            raise DeepShareError("profiles: no measured keys (model,gpus,nodes with nodes < 8)")
+            raise DeepShareError("profiles: no measured keys (model,gpus,nodes"
+                                 + (f" with nodes < {TESTBED_NODES_MEASURED})" if testbed else ")"))
         models = tuple(dict.fromkeys(k.model for k in keys))
         cells = [(i, j) for i, v in enumerate(keys) for j, a in enumerate(keys) if (v, a) in catalog.ratios]
         ratios = [catalog.ratios[(keys[i], keys[j])] for i, j in cells]
@@ -485,7 +494,8 @@ def calibrate(
         raise DeepShareError(f"folds must be at least 2, got {folds}")
     if starts < 1:
         raise DeepShareError(f"starts must be at least 1, got {starts}")
-    data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks, catalog.hardware) if isinstance(catalog, Samples)
+    data = (Dataset.from_catalog(catalog.catalog, catalog.uplinks, catalog.hardware, testbed=False)
+            if isinstance(catalog, Samples)
             else Dataset.from_catalog(catalog))
     if len(data.ratio) < folds:  # a fold without a test cell (or, with one cell, without a training one)
         raise DeepShareError(f"{folds}-fold cross-validation needs at least {folds} measured cells (pairs of jobs that "

@@ -9,7 +9,9 @@ one row per measurement::
 
 Rows of the same placement are averaged. A ratio cell (victim, aggressor) is the mean co-located
 throughput divided by the victim's mean isolated throughput, so every victim with co-located
-rows needs isolated rows too. The result is a profile catalog like the shipped tables.
+rows needs isolated rows too, and so does every aggressor (the fit simulates it beside the
+victim). Counts are ASCII digits and throughputs ASCII numbers (``int`` and ``float`` would read
+``1_6`` as 16). The result is a profile catalog like the shipped tables.
 
 **Jobs that shared a fabric uplink** (an optional ``link`` column): on a cluster with fabric
 levels two gangs on different nodes still fight over the uplink of a domain both cross. Such a
@@ -44,7 +46,7 @@ import io
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from deepshare.core.bounds import MAX_JOB_GPUS, MAX_THROUGHPUT, MIN_MEASURED_THROUGHPUT
 from deepshare.core.contention.link.params import REF_NIC_GBPS, REF_PCIE_GBPS
@@ -53,7 +55,8 @@ from deepshare.core.files import TRACE_BYTES, numbered_rows, read_input_text
 from deepshare.core.hardware import gpu_speed
 from deepshare.core.names import has_control_character
 from deepshare.core.topology import Topology
-from deepshare.core.workloads import Catalog, ProfileKey
+from deepshare.core.workloads import PROFILE_COUNT, Catalog, ProfileKey
+from deepshare.core.written import NUMBER
 
 COLUMNS = ("model", "gpus", "nodes", "co_model", "co_gpus", "co_nodes", "samples_per_s")
 LINK_COLUMN = "link"
@@ -149,19 +152,32 @@ def uplink_shares(topology: Topology) -> dict[str, float]:
     return shares
 
 
-def _key(row: dict[str, str], prefix: str, where: str) -> ProfileKey:
+def _key(row: dict[str, str], prefix: str, where: str, capacity: Sequence[int] | None = None) -> ProfileKey:
+    """The row's job (``prefix`` ``co_``: its aggressor); with ``capacity`` (the cluster's GPUs per
+    node, most first) one that no set of its nodes could hold is refused."""
     model = (row.get(f"{prefix}model") or "").strip()
-    try:
-        gpus, nodes = int(row[f"{prefix}gpus"]), int(row[f"{prefix}nodes"])
-    except (TypeError, ValueError):
+    texts = [(row.get(f"{prefix}{field}") or "").strip() for field in ("gpus", "nodes")]
+    if not all(PROFILE_COUNT.fullmatch(text) for text in texts):  # int() reads 1_6 as 16
         raise DeepShareError(
-            f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers, "
+            f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers (ASCII digits), "
             f"got {row.get(prefix + 'gpus')!r} and {row.get(prefix + 'nodes')!r}"
-        ) from None
+        )
+    gpus, nodes = int(texts[0]), int(texts[1])
     if not model or has_control_character(model) or gpus <= 0 or nodes <= 0 or nodes > gpus or gpus > MAX_JOB_GPUS:
         raise DeepShareError(f"{where}: expected a model name without control characters and 1 <= {prefix}nodes <= "
                              f"{prefix}gpus <= {MAX_JOB_GPUS:,}")
+    if capacity is not None and (nodes > len(capacity) or gpus > sum(capacity[:nodes])):
+        most = sum(capacity[:min(nodes, len(capacity))])
+        raise DeepShareError(f"{where}: fields '{prefix}gpus' and '{prefix}nodes': {gpus} GPUs on {nodes} nodes do not "
+                             f"fit the cluster ({len(capacity)} nodes; its {min(nodes, len(capacity))} largest hold "
+                             f"{most} GPUs)")
     return ProfileKey(model, gpus, nodes)
+
+
+def node_capacity(topology: Topology) -> tuple[int, ...]:
+    """``topology``'s GPUs per node, most first: what :func:`read_samples` checks a row's job
+    against (``capacity``)."""
+    return tuple(sorted((node.gpus for node in topology.nodes), reverse=True))
 
 
 def parse_samples(text: str, source: str) -> Catalog:
@@ -171,10 +187,11 @@ def parse_samples(text: str, source: str) -> Catalog:
 
 
 def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = None,
-                 hardware: ClusterHardware | None = None) -> Samples:
+                 hardware: ClusterHardware | None = None, capacity: Sequence[int] | None = None) -> Samples:
     """The samples of ``text``; ``uplinks``: the cluster's :func:`uplink_shares`, which the
     ``link`` column's names must be among (None: no cluster given, so no row may name one);
-    ``hardware``: its nodes' :func:`cluster_hardware` (None: the testbed's)."""
+    ``hardware``: its nodes' :func:`cluster_hardware` (None: the testbed's); ``capacity``: its
+    :func:`node_capacity`, which every row's jobs must fit (None: not checked)."""
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
@@ -187,21 +204,22 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     alone: dict[ProfileKey, list[float]] = defaultdict(list)
     shared: dict[tuple[ProfileKey, ProfileKey], list[float]] = defaultdict(list)
     across: dict[UplinkPair, list[float]] = defaultdict(list)
+    aggressor_lines: dict[ProfileKey, int] = {}  # each aggressor's first line
     for line, row in numbered_rows(reader, source):
         where = f"{source} line {line}"
         if None in row or any(row[c] is None for c in COLUMNS) or (has_link and row[LINK_COLUMN] is None):
             raise DeepShareError(f"{where}: expected {len(COLUMNS) + has_link} fields")
-        try:
-            value = float(row["samples_per_s"])
-        except ValueError:
-            raise DeepShareError(f"{where}: field 'samples_per_s': expected a number, got {row['samples_per_s']!r}") from None
+        if not NUMBER.fullmatch(row["samples_per_s"].strip()):  # float() also reads 2_0 as 20
+            raise DeepShareError(f"{where}: field 'samples_per_s': expected a number, got {row['samples_per_s']!r}")
+        value = float(row["samples_per_s"])
         if not MIN_MEASURED_THROUGHPUT <= value <= MAX_THROUGHPUT:  # a subnormal or a sum past a double broke the fit
             raise DeepShareError(f"{where}: field 'samples_per_s': expected a number from {MIN_MEASURED_THROUGHPUT:g} to "
                                  f"{MAX_THROUGHPUT:g}, got {value}")
-        victim = _key(row, "", where)
+        victim = _key(row, "", where, capacity)
         link = (row[LINK_COLUMN] or "").strip() if has_link else ""
         if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
-            aggressor = _key(row, "co_", where)
+            aggressor = _key(row, "co_", where, capacity)
+            aggressor_lines.setdefault(aggressor, line)
             if link:
                 across[_uplink_pair(victim, aggressor, link, uplinks, where)].append(value)
             else:
@@ -214,6 +232,10 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     if not alone:
         raise DeepShareError(f"{source}: no isolated samples (rows with empty co_* fields)")
     isolated = {k: sum(v) / len(v) for k, v in alone.items()}
+    for aggressor, line in sorted(aggressor_lines.items(), key=lambda kv: kv[1]):
+        if aggressor not in isolated:  # the fit simulates the aggressor too: its cells were dropped silently
+            raise DeepShareError(f"{source} line {line}: the aggressor {aggressor} (co_* fields) has no isolated "
+                                 "samples (a row with its model, gpus and nodes and empty co_* fields)")
     ratios = {pair: _ratio(pair[0], values, isolated, source) for pair, values in shared.items()}
     crossing = {pair: _ratio(pair.victim, values, isolated, source) for pair, values in sorted(across.items(), key=lambda kv: kv[0].sort_key())}
     if not ratios and not crossing:
@@ -248,11 +270,11 @@ def _uplink_pair(victim: ProfileKey, aggressor: ProfileKey, link: str, uplinks: 
 
 
 def load_samples(path: str | os.PathLike[str], uplinks: Mapping[str, float] | None = None,
-                 hardware: ClusterHardware | None = None) -> Samples:
+                 hardware: ClusterHardware | None = None, capacity: Sequence[int] | None = None) -> Samples:
     """The samples CSV at ``path`` (a regular file of at most :data:`~deepshare.core.files.TRACE_BYTES`:
-    samples are recorded, like a trace); ``uplinks`` and ``hardware`` as :func:`read_samples`
-    takes them."""
+    samples are recorded, like a trace); ``uplinks``, ``hardware`` and ``capacity`` as
+    :func:`read_samples` takes them."""
     text = read_input_text(path, "samples file", TRACE_BYTES, label=f"--samples {path}", not_found="file not found")
     if not text.strip():
         raise DeepShareError(f"{path}: file is empty, expected samples")
-    return read_samples(text, str(path), uplinks, hardware)
+    return read_samples(text, str(path), uplinks, hardware, capacity)
