@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from deepshare.cli.ray_address import check_address
-    from deepshare.rl.train import load_train_config, train
+    from deepshare.rl.train import check_new_run_folder, load_train_config, train
 
     check_address(args.address)  # '' (an unset variable) would start a local Ray, silently
     config = load_train_config(args.config)  # bad YAML fails before Ray starts
@@ -73,6 +73,8 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
         from deepshare.agents.deploy import check_reachable
 
         check_reachable(args.address)
+    if args.resume and args.out is not None:
+        raise DeepShareError("--out: a resumed run goes on in its own folder (--resume's); drop --out or --resume")
     total = args.iterations or config.run.iterations
     flag, run_dir = next(((f, v) for f, v in (("--resume", args.resume), ("--out", args.out)) if v is not None),
                          ("--out", f"runs/{config.name}"))
@@ -80,6 +82,9 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
                   {"CONFIG": args.config, "--init-from" if args.init_from else "model.init_from": config.model.init_from}, new_folders=[run_dir])
     for name, what in (("metrics.csv", "metrics file"), ("suite_curve.csv", "learning curve")):
         check_appendable(Path(run_dir) / name, what)  # a planted link is refused now, not once Ray has started
+    if not args.resume:
+        check_new_run_folder(run_dir, flag)  # before Ray starts: a new run never mixes with an old one
+    _warn_unreached_stages(config, total, err)
     trained_as = "rl-hybrid" if config.env.get("hybrid") else "rl-base"  # a registry name that loads the file
     on_export = _learning_curve(args, trained_as, run_dir, err)  # a bad suite fails here, before Ray starts
     columns = (TextColumn("{task.description}", markup=False), BarColumn(),  # the config's name as typed
@@ -99,6 +104,20 @@ def cmd_train(args: argparse.Namespace, out: Console, err: Console) -> int:
     named = one_line(str(policy))  # a path with a newline prints as one line
     out.print(f"policy written to {named}; use --policy {trained_as}={named}", markup=False, highlight=False)
     return 0
+
+
+def _warn_unreached_stages(config: Any, total: int, err: Console) -> None:
+    """A line on standard error when the curriculum's later stages begin after the run's last
+    iteration: the run trains on the early lengths only (a later ``--resume`` with more
+    iterations goes on to them, so this is a warning, not an error)."""
+    curriculum = config.ppo_extras.curriculum
+    if curriculum is None:
+        return
+    reached = min(len(curriculum.lengths), 1 + (total - 1) // curriculum.iterations_per_stage)
+    if reached < len(curriculum.lengths):
+        err.print(f"warning: {total} iterations reach {reached} of the curriculum's {len(curriculum.lengths)} stages "
+                  f"(lengths {curriculum.lengths[:reached]}; {curriculum.iterations_per_stage} iterations a stage): "
+                  "the later lengths are not trained on", markup=False, highlight=False, soft_wrap=True)
 
 
 def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err: Console) -> Any:
@@ -132,6 +151,18 @@ def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err
     return on_export
 
 
+def _make_sweep_folder(folder: str) -> None:
+    """``tune --out``'s local folder, made (with its parents) and checked writable before Ray
+    starts: a file there, a path through a file or a folder this user cannot write in failed
+    inside Ray Tune's storage setup, after Ray had started, with a traceback."""
+    check_outputs({}, {}, new_folders=[folder])  # a folder another user planted in /tmp is refused
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DeepShareError(f"--out {folder}: cannot make the folder: {exc.strerror or exc}") from None
+    check_outputs({"--out": str(Path(folder) / "experiment_state.json")}, {})  # writable: a probe file in it
+
+
 def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     from rich.table import Table
 
@@ -145,6 +176,8 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     if not axes:
         raise DeepShareError("--grid: give at least one KEY=V1,V2,... to sweep")
     validated_variants(args.config, axes)  # bad keys fail here, before Ray starts
+    if "://" not in args.out:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
+        _make_sweep_folder(args.out)
     folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
                                max_concurrent=args.max_concurrent)
     table = Table(title=f"tune: {len(trials)} trials in {folder}", header_style="bold")

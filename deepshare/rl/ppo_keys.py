@@ -43,6 +43,7 @@ OLD_STACK = {
     "lr_schedule": "lr as [[timestep, value], ...]",
     "entropy_coeff_schedule": "entropy_coeff as [[timestep, value], ...]",
     "model": "the model: section (hidden)",
+    "optimizer": "lr (the learner builds its own Adam optimizer; RLlib ignores optimizer there)",
 }
 NOT_FROM_YAML = frozenset({"learner_class", "learner_connector"})  # Python classes and callables
 
@@ -69,8 +70,19 @@ trained at another rate. Null keeps its RLlib meaning for ``grad_clip`` (no clip
 KL_KEYS = ("kl_coeff", "kl_target")
 """Keys RLlib reads (as numbers) only with ``use_kl_loss`` true, its default."""
 REFUSED = {("use_gae", False): "RLlib's PPO without GAE needs whole episodes (batch_mode complete_episodes), "
-                               "which DeepShare's env runners do not sample; RLlib refuses it once Ray has started"}
+                               "which DeepShare's env runners do not sample; RLlib refuses it once Ray has started",
+           ("add_default_connectors_to_learner_pipeline", False):
+               "the learner would get no batching and no advantages: the pipeline that replaces the default one "
+               "is learner_connector, a Python callable a config file cannot name"}
 """(key, value) pairs RLlib refuses only inside ``validate()``, after Ray has started."""
+MOST = {"train_batch_size_per_learner": 10_000_000, "minibatch_size": 10_000_000, "num_epochs": 10_000}
+"""Largest values of keys RLlib takes unbounded: a train batch of 10^7 env steps holds about 20 GB
+of DeepShare's observations (16 rows x 30 columns of float32 each), and 10,000 passes over every
+batch is a run that never ends; 10^12 passed the file and ran the learner out of memory, or
+forever, once Ray had started."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: a larger coefficient (``entropy_coeff: 1e308``) is finite in the file but
+infinite in the learner's float32 loss, which made every weight NaN."""
 CHOICES = {"grad_clip_by": ("value", "norm", "global_norm")}
 """Keys whose value is one of a few names (RLlib raises on any other inside ``training()``)."""
 
@@ -168,6 +180,11 @@ def _check_number(key: str, value: Any, where: str) -> None:
             raise DeepShareError(f"{where}: must be >= 0, got {value!r}")
         if key in UNIT and not 0 < value <= 1:
             raise DeepShareError(f"{where}: must be in (0, 1], got {value!r}")
+        if key in MOST and value > MOST[key]:
+            raise DeepShareError(f"{where}: must be at most {MOST[key]:,}, got {value!r}")
+        if abs(value) > FLOAT32_MAX:
+            raise DeepShareError(f"{where}: must be at most {FLOAT32_MAX:.4g} in size (the learner's float32 loss "
+                                 f"would hold infinity), got {value!r}")
 
 
 def _as_number(value: Any) -> int | float | None:

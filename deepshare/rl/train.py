@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_ENVS_PER_RUNNER, MAX_TRAIN_SEED
+from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_ENVS_PER_RUNNER, MAX_TRAIN_ITERATIONS, MAX_TRAIN_SEED
 from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure, first_line
@@ -61,8 +61,8 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    hidden: int = Field(64, gt=0, le=MAX_HIDDEN, description="width of the scorer MLP's hidden layers (at most what "
-                        "a policy file may hold)")
+    hidden: int = Field(64, gt=0, le=MAX_HIDDEN, strict=True, description="width of the scorer MLP's hidden layers "
+                        "(at most what a policy file may hold)")
     init_from: str | None = Field(None, description="a policy.pt (e.g. from `deepshare imitate`) whose scorer weights "
                                   "the module starts from; relative to the config's folder")
 
@@ -70,11 +70,12 @@ class ModelSettings(BaseModel):
 class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    iterations: int = Field(20, gt=0)
-    num_env_runners: int = Field(2, ge=0, le=MAX_ENV_RUNNERS)
-    envs_per_env_runner: int = Field(4, gt=0, le=MAX_ENVS_PER_RUNNER)
-    checkpoint_every: int = Field(5, gt=0)
-    seed: int = Field(0, ge=0, le=MAX_TRAIN_SEED)
+    # strict: a YAML true is no count (pydantic's lax ints read it as 1, false as 0 runners)
+    iterations: int = Field(20, gt=0, le=MAX_TRAIN_ITERATIONS, strict=True)
+    num_env_runners: int = Field(2, ge=0, le=MAX_ENV_RUNNERS, strict=True)
+    envs_per_env_runner: int = Field(4, gt=0, le=MAX_ENVS_PER_RUNNER, strict=True)
+    checkpoint_every: int = Field(5, gt=0, le=MAX_TRAIN_ITERATIONS, strict=True)
+    seed: int = Field(0, ge=0, le=MAX_TRAIN_SEED, strict=True)
 
 
 class AverageReward(BaseModel):
@@ -94,7 +95,7 @@ class InputBaseline(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    group_size: int = Field(ge=2, description="envs per group (of one env runner) replaying the same sequences")
+    group_size: int = Field(ge=2, strict=True, description="envs per group (of one env runner) replaying the same sequences")
     mix: float = Field(1.0, ge=0, le=1, description="weight of the group's mean return in the baseline (the rest: V)")
 
 
@@ -104,7 +105,7 @@ class Curriculum(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     lengths: list[PositiveInt] = Field(min_length=1, description="jobs per episode at each stage, growing")
-    iterations_per_stage: int = Field(gt=0)
+    iterations_per_stage: int = Field(gt=0, le=MAX_TRAIN_ITERATIONS, strict=True)
 
     @field_validator("lengths")
     @classmethod
@@ -570,6 +571,25 @@ def runner_metadata(algo_config: Any) -> dict[str, int]:
             "envs_per_env_runner": int(algo_config.num_envs_per_env_runner)}
 
 
+RUN_ENTRIES = ("checkpoints", "policy.pt", "metrics.csv", "suite_curve.csv", "curves.png", "tb")
+"""What a training run leaves in its folder: a new run refuses a folder holding any of them."""
+
+
+def check_new_run_folder(folder: str | Path, flag: str = "--out") -> None:
+    """:class:`DeepShareError` when ``folder`` holds a run already (:data:`RUN_ENTRIES`): a new
+    run there appended its metrics to the old run's rows, replaced its policy.pt and some of its
+    checkpoints and left the others, which a later ``--resume`` would pick (the newest). A missing
+    or empty folder, or one holding other files, is fine."""
+    base = Path(folder)
+    try:
+        found = [name for name in RUN_ENTRIES if os.path.lexists(base / name)]
+    except OSError:  # a name too long: the folder's own checks say so
+        return
+    if found:
+        raise DeepShareError(f"{flag} {folder}: holds a training run already ({', '.join(found)}); continue it with "
+                             f"--resume {folder}, or give a new run its own --out")
+
+
 def train(
     config_path: str | Path,
     out: str | Path,
@@ -598,6 +618,8 @@ def train(
     total = iterations or config.run.iterations
     runners = config.run.num_env_runners if num_env_runners is None else num_env_runners
     run_dir = resolved_path(resume if resume else out)  # RLlib wants absolute paths
+    if not resume:
+        check_new_run_folder(out)
     start_from = _latest_checkpoint(run_dir) if resume else None
     metadata = run_metadata(config, config_path, env)
     if start_from is not None:

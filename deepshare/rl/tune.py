@@ -37,6 +37,12 @@ from deepshare.core.files import resolved
 from deepshare.core.yamlspec import read_config_text
 
 SECTIONS = ("ppo", "env", "model", "run", "ppo_extras")
+NOT_SWEPT = {
+    ("run", "iterations"): "every trial trains --iterations (or the config's run.iterations); sweep it as "
+                           "separate tune runs with --iterations",
+    ("run", "checkpoint_every"): "a trial keeps only its last policy, so it has no periodic checkpoints",
+}
+"""Config keys a trial does not read: a grid over them showed a column whose values changed nothing."""
 NESTED = {"ppo_extras": 2}
 """How many dotted parts a section's keys have (1 unless named here)."""
 METRIC = "episode_return_mean"
@@ -73,6 +79,8 @@ def parse_grid(spec: str) -> GridAxis:
         raise DeepShareError(f"--grid {spec!r}: the key must be SECTION.KEY with SECTION one of "
                              f"{', '.join(s for s in SECTIONS if s not in NESTED)}, or ppo_extras.OPTION.FIELD; "
                              f"got {key!r}")
+    if (section, name) in NOT_SWEPT:
+        raise DeepShareError(f"--grid {spec!r}: {key} cannot be swept: {NOT_SWEPT[section, name]}")
     parsed = tuple(_scalar(v.strip()) for v in values.split(","))
     if any(v == "" for v in parsed):
         raise DeepShareError(f"--grid {spec!r}: empty value in the list")
