@@ -141,7 +141,7 @@ def test_samples_become_profiles():
         (SAMPLES + "A,2,2,,,,fast\n", "line 8: field 'samples_per_s'"),
         (SAMPLES + "A,x,2,,,,1\n", "line 8: fields 'gpus' and 'nodes'"),
         (SAMPLES + "A,2,4,,,,1\n", "1 <= nodes <= gpus"),
-        (SAMPLES + "C,2,2,A,2,2,1\n", "no isolated ones"),
+        (SAMPLES + "C,2,2,A,2,2,1\n", "the victim C,2,2 has no isolated samples"),
         ("model,gpus,nodes,co_model,co_gpus,co_nodes,samples_per_s\nA,2,2,,,,1\n", "no co-located samples"),
     ],
 )

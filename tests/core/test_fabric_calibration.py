@@ -105,7 +105,8 @@ def test_the_fit_uses_the_uplink_cells() -> None:
 
 
 def test_calibrate_cli_reads_uplink_rows_with_the_cluster(tmp_path, capsys) -> None:
-    (tmp_path / "spec.yaml").write_text(SPEC)
+    # the samples' jobs that shared nodes need room beside each other: the two leaves' nodes with 4 GPUs
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("gpus: 2,", "gpus: 4,"))
     (tmp_path / "s.csv").write_text(SAMPLES)
     args = ["calibrate", "--samples", str(tmp_path / "s.csv"), "--folds", "2", "--starts", "1", "--workers", "1"]
     assert main(args) == 2

@@ -35,8 +35,10 @@ them by each node's hardware (:mod:`.model`). With ``--cluster`` the fit does th
 it finds come out in the testbed's units and, simulated on that cluster, give back the samples.
 A row does not say which nodes its jobs ran on, so the cluster's nodes must all have the same
 hardware (GPU speed, NIC, PCIe, NVLink), and NVLink domains spanning nodes (GB200 NVL72), where
-a job's traffic depends on how its nodes fall into them, are refused. Without ``--cluster`` the
-samples are taken as measured on the testbed's hardware.
+a job's traffic depends on how its nodes fall into them, are refused. A row whose job, or whose
+two jobs together, the cluster's nodes could not hold is refused by line (:func:`node_capacity`).
+Without ``--cluster`` the samples are taken as measured on the testbed's hardware. Samples keep
+keys on 8 nodes or more, which the fit leaves out of the testbed's profile tables.
 """
 
 from __future__ import annotations
@@ -159,8 +161,8 @@ def _key(row: dict[str, str], prefix: str, where: str, capacity: Sequence[int] |
     texts = [(row.get(f"{prefix}{field}") or "").strip() for field in ("gpus", "nodes")]
     if not all(PROFILE_COUNT.fullmatch(text) for text in texts):  # int() reads 1_6 as 16
         raise DeepShareError(
-            f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers (ASCII digits), "
-            f"got {row.get(prefix + 'gpus')!r} and {row.get(prefix + 'nodes')!r}"
+            f"{where}: fields '{prefix}gpus' and '{prefix}nodes': expected positive integers (at most 9 ASCII "
+            f"digits), got {row.get(prefix + 'gpus')!r} and {row.get(prefix + 'nodes')!r}"
         )
     gpus, nodes = int(texts[0]), int(texts[1])
     if not model or has_control_character(model) or gpus <= 0 or nodes <= 0 or nodes > gpus or gpus > MAX_JOB_GPUS:
@@ -172,6 +174,25 @@ def _key(row: dict[str, str], prefix: str, where: str, capacity: Sequence[int] |
                              f"fit the cluster ({len(capacity)} nodes; its {min(nodes, len(capacity))} largest hold "
                              f"{most} GPUs)")
     return ProfileKey(model, gpus, nodes)
+
+
+def _pair_fits(victim: ProfileKey, aggressor: ProfileKey, shared_nodes: bool, capacity: Sequence[int]) -> bool:
+    """Whether the row's two jobs could run together on nodes of ``capacity`` (GPUs per node, most
+    first; GPUs are not shared): side by side on ``n_v + n_a`` nodes (an uplink row), or on nodes
+    of which they share at least one: from ``max(n_v, n_a)`` to ``n_v + n_a - 1`` nodes in all
+    (the most the cluster has giving the most room), each job leaving a GPU of its nodes to the
+    other. Necessary conditions, not a placement search."""
+    if not shared_nodes:
+        nodes = victim.nodes + aggressor.nodes
+        return nodes <= len(capacity) and victim.gpus + aggressor.gpus <= sum(capacity[:nodes])
+    nodes = min(victim.nodes + aggressor.nodes - 1, len(capacity))
+    return (nodes >= max(victim.nodes, aggressor.nodes) and victim.gpus + aggressor.gpus <= sum(capacity[:nodes])
+            and all(job.gpus < sum(capacity[:job.nodes]) for job in (victim, aggressor)))
+
+
+def _sizes(capacity: Sequence[int]) -> str:
+    """The nodes' GPU counts in words: ``8`` when all alike, else ``2 to 8``."""
+    return str(capacity[0]) if capacity[0] == capacity[-1] else f"{capacity[-1]} to {capacity[0]}"
 
 
 def node_capacity(topology: Topology) -> tuple[int, ...]:
@@ -205,6 +226,7 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
     shared: dict[tuple[ProfileKey, ProfileKey], list[float]] = defaultdict(list)
     across: dict[UplinkPair, list[float]] = defaultdict(list)
     aggressor_lines: dict[ProfileKey, int] = {}  # each aggressor's first line
+    victim_lines: dict[ProfileKey, int] = {}  # each co-located victim's first line
     for line, row in numbered_rows(reader, source):
         where = f"{source} line {line}"
         if None in row or any(row[c] is None for c in COLUMNS) or (has_link and row[LINK_COLUMN] is None):
@@ -220,6 +242,10 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
         if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
             aggressor = _key(row, "co_", where, capacity)
             aggressor_lines.setdefault(aggressor, line)
+            if capacity is not None and not _pair_fits(victim, aggressor, not link, capacity):
+                raise DeepShareError(f"{where}: the two jobs ({victim} and {aggressor}) cannot run together on the "
+                                     f"cluster's nodes ({len(capacity)} nodes of {_sizes(capacity)} GPUs"
+                                     f"{'; jobs that share nodes share at least one' if not link else ''})")
             if link:
                 across[_uplink_pair(victim, aggressor, link, uplinks, where)].append(value)
             else:
@@ -229,13 +255,17 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
                                  f"got {link!r}")
         else:
             alone[victim].append(value)
+        if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
+            victim_lines.setdefault(victim, line)
     if not alone:
         raise DeepShareError(f"{source}: no isolated samples (rows with empty co_* fields)")
     isolated = {k: sum(v) / len(v) for k, v in alone.items()}
-    for aggressor, line in sorted(aggressor_lines.items(), key=lambda kv: kv[1]):
-        if aggressor not in isolated:  # the fit simulates the aggressor too: its cells were dropped silently
-            raise DeepShareError(f"{source} line {line}: the aggressor {aggressor} (co_* fields) has no isolated "
-                                 "samples (a row with its model, gpus and nodes and empty co_* fields)")
+    jobs = [(line, "victim", key, "") for key, line in victim_lines.items()]
+    jobs += [(line, "aggressor", key, " (co_* fields)") for key, line in aggressor_lines.items()]
+    for line, role, key, fields in sorted(jobs, key=lambda job: job[0]):  # the fit simulates both jobs of a cell
+        if key not in isolated:
+            raise DeepShareError(f"{source} line {line}: the {role} {key}{fields} has no isolated samples (a row "
+                                 "with its model, gpus and nodes and empty co_* fields)")
     ratios = {pair: _ratio(pair[0], values, isolated, source) for pair, values in shared.items()}
     crossing = {pair: _ratio(pair.victim, values, isolated, source) for pair, values in sorted(across.items(), key=lambda kv: kv[0].sort_key())}
     if not ratios and not crossing:
