@@ -38,8 +38,8 @@ must be the teacher (``srsf+packed``); a curriculum whose last length is not ``3
 is warned about. Bad flag values (a count below 1, held-out seeds overlapping the training seeds,
 an unknown or repeated ``--runs`` name) are one usage line.
 
-Outputs go to ``--out`` (default ``runs/learnability``): the family's traces, cluster and training
-YAML (``family/``), the imitation (``imitate/``), the two PPO runs (``scratch/``, ``warm/``, each
+Outputs go to ``--out`` (default ``runs/learnability``; a rerun replaces its PPO run folders): the
+family's traces, cluster and training YAML (``family/``), the imitation (``imitate/``), the two PPO runs (``scratch/``, ``warm/``, each
 with RLlib's ``metrics.csv``) and ``learnability.json`` (every figure printed, the room check, each
 start's ``verdict`` and ``why`` (and ``verdicts`` for all), or ``refused``, with the run's date,
 commit and machine under ``provenance``; written whole, again after the room, the imitation and
@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -243,6 +244,7 @@ def run_ppo(config_path: Path, out: Path, family: GangFamily, eval_seeds: range,
         curve.append(point)
         print(f"    export {iteration:3d}: held-out avg JCT {score:.3f} h = {score / teacher:.3f}x teacher", flush=True)
 
+    shutil.rmtree(out, ignore_errors=True)  # the bench's own run folder: a rerun replaces it (train refuses to mix runs)
     policy = train(config_path, out, iterations=iterations, config=config, progress=progress, on_export=on_export)
     wall = time.perf_counter() - began
     final = curve[-1]

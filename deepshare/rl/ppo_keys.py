@@ -24,7 +24,7 @@ import math
 from functools import lru_cache
 from typing import Any, Mapping
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.infra.raycompat import rllib_deprecated_value
 
 DEFAULTS: dict[str, Any] = {
@@ -80,6 +80,8 @@ MOST = {"train_batch_size_per_learner": 10_000_000, "minibatch_size": 10_000_000
 of DeepShare's observations (16 rows x 30 columns of float32 each), and 10,000 passes over every
 batch is a run that never ends; 10^12 passed the file and ran the learner out of memory, or
 forever, once Ray had started."""
+MAX_TIMESTEP = 2**53
+"""The last timestep a schedule may name: every env step a run could take, and exact as a float."""
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest float32: a larger coefficient (``entropy_coeff: 1e308``) is finite in the file but
 infinite in the learner's float32 loss, which made every weight NaN."""
@@ -171,7 +173,7 @@ def _check_number(key: str, value: Any, where: str) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if key in INFINITY_OFF and value == math.inf:
             return
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite (and may not fit a float)
             hint = " (grad_clip: null turns gradient clipping off)" if key == "grad_clip" else ""
             raise DeepShareError(f"{where}: must be a finite number{hint}, got {value!r}")
         if key in POSITIVE and not value > 0:
@@ -181,7 +183,7 @@ def _check_number(key: str, value: Any, where: str) -> None:
         if key in UNIT and not 0 < value <= 1:
             raise DeepShareError(f"{where}: must be in (0, 1], got {value!r}")
         if key in MOST and value > MOST[key]:
-            raise DeepShareError(f"{where}: must be at most {MOST[key]:,}, got {value!r}")
+            raise DeepShareError(f"{where}: must be at most {MOST[key]:,}, got {shown(value)}")
         if abs(value) > FLOAT32_MAX:
             raise DeepShareError(f"{where}: must be at most {FLOAT32_MAX:.4g} in size (the learner's float32 loss "
                                  f"would hold infinity), got {value!r}")
@@ -222,8 +224,10 @@ def _check_schedule(key: str, schedule: Any, where: str) -> list[list[Any]]:
         if numbers is None or None in numbers:
             raise DeepShareError(f"{where}[{i}]: expected a pair [timestep, value] of numbers, got {pair!r}")
         step, value = numbers
-        if not (float(step).is_integer() and step >= 0):
-            raise DeepShareError(f"{where}[{i}]: the timestep must be a whole number >= 0, got {step!r}")
+        whole = isinstance(step, int) or float(step).is_integer()  # float() of a 400-digit int overflows
+        if not (whole and 0 <= step <= MAX_TIMESTEP):
+            raise DeepShareError(f"{where}[{i}]: the timestep must be a whole number from 0 to {MAX_TIMESTEP:,}, "
+                                 f"got {shown(step)}")
         if i == 0 and step != 0:
             raise DeepShareError(f"{where}[0]: a schedule starts at timestep 0 (its value is the initial one), got {step!r}")
         if out and step < out[-1][0]:

@@ -585,9 +585,15 @@ def check_new_run_folder(folder: str | Path, flag: str = "--out") -> None:
         found = [name for name in RUN_ENTRIES if os.path.lexists(base / name)]
     except OSError:  # a name too long: the folder's own checks say so
         return
-    if found:
-        raise DeepShareError(f"{flag} {folder}: holds a training run already ({', '.join(found)}); continue it with "
-                             f"--resume {folder}, or give a new run its own --out")
+    if not found:
+        return
+    try:
+        _latest_checkpoint(base)
+    except (DeepShareError, OSError):  # stopped before its first checkpoint: nothing to resume
+        raise DeepShareError(f"{flag} {folder}: holds a training run already ({', '.join(found)}) with no checkpoint "
+                             "to resume from; remove those files, or give a new run its own --out") from None
+    raise DeepShareError(f"{flag} {folder}: holds a training run already ({', '.join(found)}); continue it with "
+                         f"--resume {folder}, or give a new run its own --out")
 
 
 def train(

@@ -25,15 +25,20 @@ CONFIG = "rllib_configs/rl_base.yaml"
 BASE = "name: t\nenv: {generated_fraction: 1.0, generated_jobs: 12, generated_nodes: [2]}\n"
 
 
-@pytest.mark.parametrize("entry", ["checkpoints/iter_0040", "policy.pt", "metrics.csv", "tb/events"])
+@pytest.mark.parametrize("entry", ["checkpoints/iter_0040/algorithm_state.pkl", "policy.pt", "metrics.csv",
+                                   "tb/events"])
 def test_a_new_run_refuses_a_folder_that_holds_a_run(tmp_path, capsys, entry):
     run = tmp_path / "run"
     (run / entry).parent.mkdir(parents=True, exist_ok=True)
     (run / entry).write_text("old run")
     rc, out, err = cli(capsys, "train", CONFIG, "--out", run, "--iterations", 1)
     assert rc == 2 and out == ""
-    one_error_line(err, f"--out {run}: holds a training run already ({entry.split('/')[0]}); continue it with "
-                        f"--resume {run}, or give a new run its own --out")
+    if entry.startswith("checkpoints"):  # a checkpoint: the run can go on
+        one_error_line(err, f"--out {run}: holds a training run already (checkpoints); continue it with "
+                            f"--resume {run}, or give a new run its own --out")
+    else:  # stopped before its first checkpoint: --resume would find nothing
+        one_error_line(err, f"--out {run}: holds a training run already ({entry.split('/')[0]}) with no checkpoint to "
+                            "resume from; remove those files, or give a new run its own --out")
     assert (run / entry).read_text() == "old run"
     with pytest.raises(DeepShareError, match="holds a training run already"):
         check_new_run_folder(run)
@@ -81,6 +86,9 @@ def test_tune_out_that_cannot_be_a_folder_is_one_line_before_ray(tmp_path, capsy
     ("{num_epochs: 1000000000000}", "ppo.num_epochs: must be at most 10,000"),
     ("{entropy_coeff: 1.0e+308}", "ppo.entropy_coeff: must be at most 3.403e+38 in size"),
     ("{lr: [[0, 1.0e+300], [10, 0.001]]}", "ppo.lr[0]: must be at most 3.403e+38 in size"),
+    ("{num_epochs: %s}" % (10**400), "ppo.num_epochs: must be at most 10,000, got an integer of about 401 digits"),
+    ("{lr: [[0, 0.1], [%s, 0.01]]}" % (10**400), "ppo.lr[1]: the timestep must be a whole number from 0 to "
+                                                 "9,007,199,254,740,992, got an integer of about 401 digits"),
 ])
 def test_ppo_values_rllib_would_ignore_or_never_finish_are_refused(ppo, needle):
     with pytest.raises(DeepShareError, match="^" + re.escape(f"/x/c.yaml: {needle}")):
