@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from deepshare.core.errors import DeepShareError
-from deepshare.core.names import CONTROL_RANGES
+from deepshare.core.errors import DeepShareError, shown
+from deepshare.core.names import CONTROL_RANGES, name_identity
 from deepshare.core.topology_plain import MAX_GPUS_PER_NODE, MAX_NODES, NODE_TYPE_DEFAULTS, pcie_switches_problem
 from deepshare.core.written import WRITTEN
 
@@ -81,7 +81,17 @@ def _check_name(value: str, where: str, what: str) -> str:
     if not value:
         raise DeepShareError(f"{where}: empty {what}")
     if not _NAME.match(value):
-        raise DeepShareError(f"{where}: {what} {value!r} must be 1-256 characters without '/' or control characters")
+        raise DeepShareError(f"{where}: {what} {shown(value)} must be 1-256 characters without '/' or control characters")
+    return value
+
+
+def _check_host(value: str, where: str, what: str) -> str:
+    """A node's name: :func:`_check_name`'s, and no ``;`` (it separates a job's nodes in
+    ``simulate --jobs-csv``'s placement column, where ``a;b`` would read as two nodes)."""
+    _check_name(value, where, what)
+    if ";" in value:
+        raise DeepShareError(f"{where}: {what} {shown(value)}: no ';' in node names (it separates the nodes of a job's "
+                             "placement in --jobs-csv)")
     return value
 
 
@@ -134,12 +144,14 @@ def parse_switch_table(text: str, source: str) -> HostTable:
                                      f"got {len(row)}")
             fields = [f.strip() for f in row]
             for column, value in zip(columns, fields):
-                _check_name(value, f"{source} line {line}, column {column}", "host id" if column == columns[0] else "switch name")
+                check = _check_host if column == columns[0] else _check_name
+                check(value, f"{source} line {line}, column {column}", "host id" if column == columns[0] else "switch name")
             host = fields[0]
-            if host in first_line:
-                raise DeepShareError(f"{source} line {line}: host {host!r} is also on line {first_line[host]}; "
-                                     "each host once")
-            first_line[host] = line
+            same = name_identity(host)  # h1 and h<ZWSP>1, or NFC and NFD spellings, show alike
+            if same in first_line:
+                raise DeepShareError(f"{source} line {line}: host {host!r} is also on line {first_line[same]} (or one "
+                                     "that shows alike); each host once")
+            first_line[same] = line
             if len(hosts) >= MAX_NODES:
                 raise DeepShareError(f"{source} line {line}: more than {MAX_NODES} hosts")
             hosts.append(Host(host, tuple(reversed(fields[1:])), None))
@@ -184,11 +196,12 @@ def parse_kubectl_nodes(text: str, source: str, levels: Sequence[tuple[str, str]
             raise DeepShareError(f"{where}: metadata.name: missing (expected the node's name)")
         if not isinstance(name, str):
             raise DeepShareError(f"{where}: metadata.name: expected a string, got {type(name).__name__}")
-        _check_name(name, f"{where}: metadata.name", "node name")
+        _check_host(name, f"{where}: metadata.name", "node name")
         where = f"{where} (node {name!r})"
-        if name in first:
-            raise DeepShareError(f"{where}: also {prefix}[{first[name]}]; each node once")
-        first[name] = i
+        same = name_identity(name)
+        if same in first:
+            raise DeepShareError(f"{where}: also {prefix}[{first[same]}] (or a name that shows alike); each node once")
+        first[same] = i
         labels = meta.get("labels", {})
         if not isinstance(labels, dict):
             raise DeepShareError(f"{where}: metadata.labels: expected a mapping, got {type(labels).__name__}")
@@ -216,7 +229,7 @@ def _capacity_gpus(item: Mapping[str, Any], where: str) -> int | None:
     else:
         gpus = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
     if gpus is None or not 0 < gpus <= MAX_GPUS_PER_NODE:
-        raise DeepShareError(f"{field}: expected a GPU count from 1 to {MAX_GPUS_PER_NODE}, got {raw!r}")
+        raise DeepShareError(f"{field}: expected a GPU count from 1 to {MAX_GPUS_PER_NODE}, got {shown(raw)}")
     return gpus
 
 

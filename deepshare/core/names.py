@@ -7,6 +7,7 @@ that sends journalled names to the service."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 BEYOND_C0 = r"\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 """The control characters past U+001F, as a regex class body (a policy card's text keeps tab and
@@ -46,3 +47,13 @@ def escaped(text: str) -> str:
 def _escape(character: str) -> str:
     code = ord(character)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def name_identity(text: str) -> str:
+    """What two names that show alike have in common: ``text`` in Unicode's composed form (NFC:
+    ``e`` + combining acute is ``\u00e9``) without its invisible format characters (zero-width
+    spaces and joiners, the byte order mark, soft hyphens: category Cf). Names that must be unique
+    (a cluster's nodes) are compared by it, so ``h1`` and ``h\u200b1`` are one name twice, not two
+    nodes no one can tell apart; the names themselves are kept as written."""
+    composed = unicodedata.normalize("NFC", text)
+    return "".join(c for c in composed if unicodedata.category(c) != "Cf") if not composed.isascii() else composed

@@ -41,7 +41,8 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import RACK_LEVEL, Fabric, Level, build_fabric
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology_plain import (  # noqa: F401 - the defaults are re-exported
-    CLUSTER_DEFAULTS, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group, plain_groups,
+    CLUSTER_DEFAULTS, MAX_NODES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS, NODE_TYPE_FIELDS, TESTBED_HARDWARE, Group,
+    plain_groups,
 )
 
 if TYPE_CHECKING:
@@ -207,6 +208,13 @@ def preset_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+SPEC_VALUES = 10 * MAX_NODES
+"""Values a cluster spec may hold (a YAML document's: every scalar, list and mapping): a node
+group of a few values per node type and domain, and one per name, so an imported cluster of
+:data:`MAX_NODES` hosts under thousands of switches fits (the documents' general 100,000
+refused 40,000 hosts four to a switch)."""
+
+
 def load_topology(preset_or_path: str, field: str = "--cluster") -> Topology:
     """Load a preset by name (``testbed``, ...) or a cluster spec YAML by path; a missing or
     unreadable file's error names ``field`` (the flag or config key it came from)."""
@@ -224,7 +232,7 @@ def parse_topology(text: str, source: str = "<cluster spec>") -> Topology:
     from deepshare.core.topology_spec import ClusterSpec
     from deepshare.core.yamlspec import parse_yaml_model
 
-    spec = parse_yaml_model(text, ClusterSpec, source, "node_types and nodes")
+    spec = parse_yaml_model(text, ClusterSpec, source, "node_types and nodes", SPEC_VALUES)
     try:
         return Topology.from_spec(spec)
     except DeepShareError as exc:  # what the schema cannot see alone (the fabric's ports): named as its fields are
@@ -236,7 +244,7 @@ def _preset_topology(text: str, source: str) -> Topology:
     from deepshare.core.documents import load_yaml
 
     try:
-        raw = load_yaml(text, source)
+        raw = load_yaml(text, source, max_values=SPEC_VALUES)
     except DeepShareError:
         raw = None  # parse_topology names the error
     topology = plain_topology(raw)

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from deepshare.core.bounds import MAX_LINK_GBPS, MIN_LINK_GBPS, link_gbps_ok
-from deepshare.core.names import CONTROL_RANGES, NO_CONTROL_CHARACTERS_OR_EMPTY
+from deepshare.core.names import CONTROL_RANGES, NO_CONTROL_CHARACTERS_OR_EMPTY, name_identity
 from deepshare.core.topology_plain import (
     CLUSTER_DEFAULTS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PCIE_SWITCHES, NODE_GROUP_DEFAULTS, NODE_TYPE_DEFAULTS,
     TESTBED_HARDWARE, pcie_switches_problem,
@@ -23,9 +23,11 @@ from deepshare.core.topology_plain import (
 
 DomainName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=rf"^[^/{CONTROL_RANGES}]+$")]
 """A level's or a domain's name: 1-256 characters, no ``/`` (paths are joined with it), no control characters."""
-Text = Annotated[str, StringConstraints(pattern=NO_CONTROL_CHARACTERS_OR_EMPTY)]
-"""A name or label without control characters (:mod:`deepshare.core.names`): a cluster's, a node
-type's, a GPU model, a rack, a node name prefix (they reach outputs, logs and placement requests)."""
+Text = Annotated[str, StringConstraints(max_length=256, pattern=NO_CONTROL_CHARACTERS_OR_EMPTY)]
+"""A name or label without control characters (:mod:`deepshare.core.names`), at most 256
+characters: a cluster's, a node type's, a GPU model, a rack, a node name prefix (they reach
+outputs, logs and placement requests; a 100,000-character prefix made each of a group's nodes a
+name that long, gigabytes for a 100 KB spec)."""
 
 
 def _none_or_link(value: float) -> float:
@@ -75,8 +77,15 @@ class NodeGroupSpec(BaseModel):
 
     @model_validator(mode="after")
     def _names_fit(self) -> "NodeGroupSpec":
+        if ";" in self.prefix:
+            raise ValueError(f"prefix: no ';' in node names (it separates the nodes of a job's placement in "
+                             f"--jobs-csv), got {self.prefix!r}")
         if self.names is None:
             return self
+        for j, name in enumerate(self.names):
+            if ";" in name:
+                raise ValueError(f"names[{j}]: no ';' in node names (it separates the nodes of a job's placement in "
+                                 f"--jobs-csv), got {name!r}")
         if "prefix" in self.model_fields_set:
             raise ValueError("names: give prefix or names, not both (names are the nodes' exact names)")
         if "count" not in self.model_fields_set:
@@ -180,23 +189,26 @@ def _check_unique_names(groups: list[NodeGroupSpec]) -> None:
     """Every node's name is unique across the cluster: the ``prefix`` + counter names (a group
     with prefix ``node1`` makes ``node10``, which a group of eleven ``node`` nodes makes too) and
     the exact names of a group's ``names``."""
-    owner: dict[str, int] = {}
+    owner: dict[str, int] = {}  # by name_identity: names that show alike are one name
     counters: dict[str, int] = {}
     for i, group in enumerate(groups):  # the prefixed names first, as topology_from_groups makes them
         if group.names is None:
             start = counters.get(group.prefix, 0)
             counters[group.prefix] = start + group.count
+            prefix = name_identity(group.prefix)
             for k in range(start, start + group.count):
-                name = f"{group.prefix}{k}"
+                name = f"{prefix}{k}"
                 if owner.setdefault(name, i) != i:
-                    raise ValueError(f"nodes[{i}]: prefix {group.prefix!r} names a node {name!r}, already the name "
-                                     f"of a node of nodes[{owner[name]}]; node names must be unique (choose another prefix)")
+                    raise ValueError(f"nodes[{i}]: prefix {group.prefix!r} names a node {group.prefix + str(k)!r}, "
+                                     f"already the name of a node of nodes[{owner[name]}] (or one that shows alike); "
+                                     "node names must be unique (choose another prefix)")
     for i, group in enumerate(groups):
         for j, name in enumerate(group.names or ()):
-            if name in owner:
+            same = name_identity(name)
+            if same in owner:
                 raise ValueError(f"nodes[{i}].names[{j}]: {name!r} is already the name of a node of "
-                                 f"nodes[{owner[name]}]; node names must be unique")
-            owner[name] = i
+                                 f"nodes[{owner[same]}] (or shows as one); node names must be unique")
+            owner[same] = i
 
 
 TESTBED_NODE_TYPE = NodeTypeSpec(**TESTBED_HARDWARE)

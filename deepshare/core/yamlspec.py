@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from deepshare.core.documents import load_yaml
+from deepshare.core.documents import MAX_YAML_VALUES, load_yaml
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.names import has_control_character
@@ -37,12 +37,13 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_yaml_model(text: str, model: type[M], source: str, expected: str) -> M:
-    """``text`` as YAML (through the guarded :func:`~deepshare.core.documents.load_yaml`), validated
-    as ``model``; ``expected`` says what the top level should hold."""
+def parse_yaml_model(text: str, model: type[M], source: str, expected: str,
+                     max_values: int = MAX_YAML_VALUES) -> M:
+    """``text`` as YAML (through the guarded :func:`~deepshare.core.documents.load_yaml`, at most
+    ``max_values`` values), validated as ``model``; ``expected`` says what the top level should hold."""
     from pydantic import ValidationError
 
-    raw = load_yaml(text, source, f"a mapping with {expected}")
+    raw = load_yaml(text, source, f"a mapping with {expected}", max_values)
     if not isinstance(raw, dict):
         raise DeepShareError(f"{source}: expected a mapping with {expected}, got {type(raw).__name__}")
     try:

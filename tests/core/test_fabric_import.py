@@ -126,7 +126,7 @@ def test_names_must_be_unique_per_host_and_node_names_are_case_sensitive():
     ("ip,DSW,PSW,ASW\n10.0.0.1,d0,p\u202e0,a0\n", "t.csv line 2, column PSW: switch name 'p\\u202e0' must be"),
     ("ip,DSW,PSW,ASW\n10.0.0.1,d\x7f0,p0,a0\n", "t.csv line 2, column DSW: switch name 'd\\x7f0' must be"),
     ("ip,DSW,PSW,ASW\n\n10.0.0.1,d0,p0,a0\n10.0.0.2,d0,p0,a0\n10.0.0.1,d0,p1,a0\n",
-     "t.csv line 5: host '10.0.0.1' is also on line 3; each host once"),
+     "t.csv line 5: host '10.0.0.1' is also on line 3 (or one that shows alike); each host once"),
 ])
 def test_switch_table_errors_name_the_line_and_column(text, message):
     with pytest.raises(DeepShareError) as info:
@@ -189,7 +189,7 @@ def test_one_kubectl_node_object():
     ({"items": [{"metadata": {"name": 5}}]}, "n.json: items[0]: metadata.name: expected a string, got int"),
     ({"items": [{"metadata": {"name": "a/b"}}]}, "n.json: items[0]: metadata.name: node name 'a/b' must be"),
     ({"items": [k8s_node("a", {"rack": "r0"}), k8s_node("a", {"rack": "r1"})]},
-     "n.json: items[1] (node 'a'): also items[0]; each node once"),
+     "n.json: items[1] (node 'a'): also items[0] (or a name that shows alike); each node once"),
     ({"items": [k8s_node("a", {"rack": "r0"}), k8s_node("b", {})]},
      "n.json: items[1] (node 'b'): metadata.labels: no label 'rack' (--level leaf=rack)"),
     ({"items": [k8s_node("a", {"rack": ""})]}, "n.json: items[0] (node 'a'): metadata.labels['rack']: empty value"),
@@ -277,13 +277,14 @@ def test_a_node_group_can_give_exact_names():
     ("- {type: t, names: [a, b], count: 3}", "nodes.0: Value error, names: expected count (3) names, got 2"),
     ("- {type: t, names: [a], prefix: x}", "names: give prefix or names, not both"),
     ("- {type: t, names: [node1]}\n  - {type: t, count: 2}",
-     "nodes[0].names[0]: 'node1' is already the name of a node of nodes[1]; node names must be unique"),
+     "nodes[0].names[0]: 'node1' is already the name of a node of nodes[1] (or shows as one); node names must be unique"),
     ("- {type: t, names: [a, a]}", "nodes[0].names[1]: 'a' is already the name of a node of nodes[0]"),
     ("- {type: t, names: [a]}\n  - {type: t, names: [a]}", "nodes[1].names[0]: 'a' is already the name of a node of nodes[0]"),
     ("- {type: t, names: []}", "nodes.0.names"),
     ("- {type: t, names: [a/b]}", "nodes.0.names.0"),
     ("- {type: t, count: 11}\n  - {type: t, count: 1, prefix: node1}",  # node10 twice
-     "nodes[1]: prefix 'node1' names a node 'node10', already the name of a node of nodes[0]; node names must be unique"),
+     "nodes[1]: prefix 'node1' names a node 'node10', already the name of a node of nodes[0] (or one that shows "
+     "alike); node names must be unique"),
 ])
 def test_exact_names_are_checked(groups, message):
     with pytest.raises(DeepShareError) as info:
