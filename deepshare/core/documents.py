@@ -84,9 +84,10 @@ def _strict_loader() -> Any:
             """Values (nodes) left to compose before the document is refused (:func:`load_yaml`)."""
 
             def compose_node(self, parent: Any, index: Any) -> Any:
-                self.budget -= 1
-                if self.budget < 0:
-                    raise _TooManyValues
+                if index is not None or parent is None:  # a mapping's key (index None) is no value: not counted
+                    self.budget -= 1
+                    if self.budget < 0:
+                        raise _TooManyValues
                 return super().compose_node(parent, index)
 
             def construct_mapping(self, node: Any, deep: bool = False) -> Any:

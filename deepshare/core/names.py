@@ -49,11 +49,18 @@ def _escape(character: str) -> str:
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
+INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200d\u2060-\u2064\ufeff]")
+"""Characters that show as nothing: the soft hyphen, the Mongolian vowel separator, the zero-width
+space, non-joiner and joiner, the word joiner and invisible operators, the byte order mark."""
+
+
 def name_identity(text: str) -> str:
-    """What two names that show alike have in common: ``text`` in Unicode's composed form (NFC:
-    ``e`` + combining acute is ``\u00e9``) without its invisible format characters (zero-width
-    spaces and joiners, the byte order mark, soft hyphens: category Cf). Names that must be unique
-    (a cluster's nodes) are compared by it, so ``h1`` and ``h\u200b1`` are one name twice, not two
-    nodes no one can tell apart; the names themselves are kept as written."""
-    composed = unicodedata.normalize("NFC", text)
-    return "".join(c for c in composed if unicodedata.category(c) != "Cf") if not composed.isascii() else composed
+    """What two names that look the same have in common: ``text`` without its invisible
+    characters (:data:`INVISIBLE`) in Unicode's composed form (NFC: ``e`` + combining acute is
+    ``\u00e9``). Names that must be unique (a cluster's nodes) are compared by it, so ``h1`` and
+    ``h\u200b1`` are one name twice, not two nodes no one can tell apart; the names themselves are
+    kept as written. (The joiners change how some scripts join letters: node names, ASCII in
+    practice, are compared without them all the same.)"""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", INVISIBLE.sub("", text))

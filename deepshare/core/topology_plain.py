@@ -65,7 +65,13 @@ def _link_or_none(v: float) -> bool:
 
 
 def _text(v: str) -> bool:
-    return not has_control_character(v)
+    return len(v) <= 256 and not has_control_character(v)  # the schema's Text
+
+
+def _prefix(v: str) -> bool:
+    """A node name prefix this module vouches for: ASCII (names compared as written are then
+    compared as the schema compares them, by identity) and no ``;`` (which the schema refuses)."""
+    return _text(v) and v.isascii() and ";" not in v
 
 
 def _fabric(v: str) -> bool:
@@ -79,7 +85,7 @@ _NODE_TYPE: dict[str, tuple[type, _Check | None]] = {
     "intra_node_gbps": (float, link_gbps_ok), "nvlink_gbps": (float, _link_or_none), "nic_gbps": (float, link_gbps_ok),
 }
 _NODE_GROUP: dict[str, tuple[type, _Check | None]] = {
-    "type": (str, _text), "count": (int, _up_to(MAX_NODES)), "rack": (str, _text), "prefix": (str, _text),
+    "type": (str, _text), "count": (int, _up_to(MAX_NODES)), "rack": (str, _text), "prefix": (str, _prefix),
 }
 _CLUSTER_SCALARS: dict[str, tuple[type, _Check | None]] = {"name": (str, _text), "rack_uplink_gbps": (float, _link_or_none)}
 
@@ -146,4 +152,7 @@ def _groups(raw: Any) -> tuple[str, list[Group], float]:
         rows.append((g["type"], hardware[g["type"]], g["count"], g["rack"], g["prefix"]))
     if sum(row[2] for row in rows) > MAX_NODES:
         raise _Unsure
+    prefixes = sorted({row[4] for row in rows})
+    if any(b.startswith(a) for a, b in zip(prefixes, prefixes[1:])):  # node1 + counter may be node + counter:
+        raise _Unsure  # the schema checks such names one by one (sorted: a prefix of any is one of the next's)
     return scalars["name"], rows, scalars["rack_uplink_gbps"]
