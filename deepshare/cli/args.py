@@ -168,26 +168,10 @@ def policy_list(text: str) -> list[str]:
 
 
 def _same_policy_key(name: str, policy: object) -> tuple[object, ...]:
-    """What makes two spellings one policy: its registry name (a plugin's spec as typed) and, for a
-    built-in, its argument as the policy read it (a checkpoint's resolved file, the default one
-    included; the planner's settings), else the argument's text (a file it names resolved): a
-    plugin's argument can say more than the file or settings it ends up reading."""
-    import os
+    """:func:`~deepshare.policies.registry.policy_identity`: what makes two spellings one policy."""
+    from deepshare.policies.registry import policy_identity
 
-    from deepshare.policies.planner import Planner
-    from deepshare.policies.registry import policy_info
-
-    from deepshare.policies.registry import is_builtin
-
-    base, _, arg = name.partition("=")
-    info = policy_info(base).name
-    if is_builtin(base):  # a plugin's argument may carry more than the file or settings it reads: its text
-        metadata = getattr(policy, "metadata", None)
-        if isinstance(metadata, dict) and isinstance(metadata.get("checkpoint"), str):
-            return info, "checkpoint", os.path.realpath(metadata["checkpoint"])
-        if isinstance(policy, Planner):
-            return info, "planner", policy.config
-    return info, "argument", os.path.realpath(arg) if arg and os.path.isfile(arg) else arg
+    return policy_identity(name, policy)
 
 
 def result_labels(names: Sequence[str], reported: Sequence[str]) -> list[str]:
@@ -365,8 +349,11 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
 
 
 def policy_files(names: Sequence[str]) -> list[str]:
-    """The checkpoint files named by ``NAME=PATH`` policies (inputs no output may overwrite)."""
-    return [name.partition("=")[2] for name in names if name.partition("=")[2]]
+    """The checkpoint files named by ``NAME=PATH`` policies (inputs no output may overwrite; the
+    planner's ``planner=8`` names none, even beside a file named 8)."""
+    from deepshare.policies.registry import argument_file
+
+    return [path for name in names if (path := argument_file(name)) is not None]
 
 
 def sim_inputs(args: argparse.Namespace, policies: Sequence[str] = ()) -> dict[str, object]:

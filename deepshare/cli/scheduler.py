@@ -65,7 +65,9 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
     from deepshare.runtime.loop import LoopConfig
     from deepshare.runtime.service import RuntimeFailure, ServiceConfig, run_scheduler
 
-    if args.policy and args.placement_url:
+    if args.policy == "":  # an unset variable: it ran the default policy, silently
+        raise DeepShareError("--policy '': an empty name; give a policy (default rl-hybrid: leave --policy out)")
+    if args.policy is not None and args.placement_url:
         raise DeepShareError("give at most one of --policy and --placement-url")
     if not args.local and (args.nodes is not None or args.gpus_per_node is not None):
         raise DeepShareError("--nodes and --gpus-per-node need --local")
@@ -110,7 +112,7 @@ def scheduling_policy(name: str | None, placement_url: str | None, placement_tok
         return PlacementClient(placement_url, token=placement_token)
     from deepshare.policies import make_policy
 
-    return make_policy(name or "rl-hybrid")
+    return make_policy("rl-hybrid" if name is None else name)  # '' is refused by name, not run as the default
 
 
 def _placement_token(args: argparse.Namespace) -> str | None:

@@ -8,7 +8,7 @@ bytes travel through Ray's object store, and a worker writes them to a file of i
 so every task on a node reuses one file and two different files never share a copy; a copy is
 reused only when its content still hashes to its name, in a folder only this user can write. Results stay
 keyed by the driver's spec; only the policy's own metadata (its ``checkpoint``) names the copy.
-Nothing here looks at a policy's name: any spec whose argument is a driver file is carried.
+A spec whose policy never reads a file (the planner's settings) is never carried.
 """
 
 from __future__ import annotations
@@ -28,11 +28,15 @@ COPIES = "deepshare-policy-files"
 
 
 def driver_files(specs: Iterable[str]) -> dict[str, bytes]:
-    """``{spec: file bytes}`` for every ``NAME=ARG`` spec whose ``ARG`` is a file here."""
+    """``{spec: file bytes}`` for every ``NAME=ARG`` spec whose ``ARG`` is a file here and names
+    one for its policy (:func:`~deepshare.policies.registry.argument_file`: not the planner's
+    ``planner=8``, which a file named 8 made a copied checkpoint on the workers)."""
+    from deepshare.policies.registry import argument_file
+
     found = {}
     for spec in specs:
-        _, sep, arg = spec.partition("=")
-        if sep and arg and _is_file(arg):
+        arg = argument_file(spec)
+        if arg is not None and _is_file(arg):
             found[spec] = read_input_bytes(arg, "policy file", POLICY_BYTES, label=f"policy {spec}")
     return found
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from deepshare.core.bounds import MAX_DURATION_S, MAX_GRID_LOAD, MIN_OFFERED_LOAD, grid_load_ok
 from deepshare.core.contention import CONTENTION_MODELS
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.fabric import RACK_LEVEL
 from deepshare.core.information import (
     CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS, MAX_ESTIMATE_ERROR,
@@ -365,4 +365,29 @@ def load_suite(name_or_path: str, flag: str = "--suite", allow_imports: bool = F
                 raise DeepShareError(f"{source}: learned: {name!r} is not a learned policy (list it under heuristics)")
             if not info.heuristic and field_name == "heuristics":
                 raise DeepShareError(f"{source}: heuristics: {name!r} is not a heuristic (list it under learned)")
+    _check_built(spec, source, check_learned)
     return spec
+
+
+def _check_built(spec: SuiteSpec, source: str, check_learned: bool) -> None:
+    """Every policy the suite names with an argument (``planner=abc``, ``srsf+packed=3``, a missing
+    ``rl-base=PATH``), and every learned one, built now: a bad argument is one line naming the
+    file and field before anything runs (it failed after the suite's first line, naming neither),
+    and two spellings of one policy (``planner`` and ``planner=8``, ``rl-hybrid`` and the shipped
+    file by path) are refused, as ``--policies`` refuses them: each ran as cells of its own."""
+    from deepshare.policies import make_policy
+    from deepshare.policies.registry import policy_identity
+
+    seen: dict[tuple[object, ...], str] = {}
+    for field_name in ("heuristics", "learned") if check_learned else ("heuristics",):
+        for name in getattr(spec, field_name):
+            if field_name == "heuristics" and "=" not in name:
+                continue  # a heuristic's name is all of it (a name listed twice is refused by the schema)
+            try:
+                key = policy_identity(name, make_policy(name))
+            except DeepShareError as exc:
+                raise DeepShareError(f"{source}: {field_name}: {exc}") from None
+            if key in seen:
+                raise DeepShareError(f"{source}: {field_name}: {shown(seen[key])} and {shown(name)} are the same policy "
+                                     "with the same argument; list it once")
+            seen[key] = name

@@ -141,9 +141,11 @@ def with_margin(min_gain: str) -> PreemptiveHybrid:
     from deepshare.core.errors import DeepShareError
     from deepshare.policies.checkpoint import rule_number
 
-    try:
-        gain = float(min_gain)
-    except ValueError:
-        raise DeepShareError(f"with_margin={min_gain!r}: expected a number >= 0") from None
+    from deepshare.core.errors import shown
+    from deepshare.core.written import NUMBER
+
+    if not NUMBER.fullmatch(min_gain):  # float() also reads 1_0, other scripts' digits and spaces around them
+        raise DeepShareError(f"with_margin={shown(min_gain)}: expected a number >= 0")
+    gain = float(min_gain)
     policy = preemptive_hybrid(f"rl-hybrid-preempt-x{min_gain}")
-    return replace(policy, min_gain=rule_number(f"with_margin={min_gain!r}", gain))
+    return replace(policy, min_gain=rule_number(f"with_margin={shown(min_gain)}", gain))

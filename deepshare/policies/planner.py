@@ -84,13 +84,14 @@ import numpy as np
 from deepshare.core.bounds import MAX_DURATION_S
 from deepshare.core.contention import make_contention
 from deepshare.core.contention.base import ContentionModel
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.fabric import TopologyRequest
 from deepshare.core.information import believed_remaining_s
 from deepshare.core.interrupt import checkpoint, time_left
 from deepshare.core.simulator import Simulator
 from deepshare.core.topology import Topology
 from deepshare.core.types import Decision, JobSpec
+from deepshare.core.written import INTEGER, NUMBER
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.base import Policy
 from deepshare.policies.posterior import belief, estimate_calibration, remaining_given_ran
@@ -153,7 +154,7 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.futures, bool) or not isinstance(self.futures, int) or not 1 <= self.futures <= 10_000:
-            raise DeepShareError(f"planner: futures must be an integer from 1 to 10000, got {self.futures!r}")
+            raise DeepShareError(f"planner: futures must be an integer from 1 to 10000, got {shown(self.futures)}")
         if self.budget_s is not None and (isinstance(self.budget_s, bool) or not (
                 isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < math.inf)):
             raise DeepShareError(f"planner: budget must be a positive number of seconds, got {self.budget_s!r}")
@@ -198,22 +199,28 @@ def parse_argument(arg: str) -> PlannerConfig:
     default): each rollout plays the base until the view's jobs have all finished, with no sampled
     arrivals (a year of them would never end)."""
     parts = arg.split(":")
+    named = f"planner={arg if len(arg) <= 100 else shown(arg)}"  # as typed; a name of megabytes cut short
     if len(parts) > 4:
-        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX}, e.g. planner=16:5:link or planner=16::link:3600")
+        raise DeepShareError(f"{named}: expected {_PLANNER_SYNTAX}, e.g. planner=16:5:link or planner=16::link:3600")
     horizon = parts[3] if len(parts) > 3 and parts[3] else SPEC_HORIZON
+    budget_text = parts[1] if len(parts) > 1 and parts[1] not in ("", "none") else None
+    # ASCII only: int() and float() also read 1_6 as 16 and other scripts' digits, spaces around them too
+    if not ((not parts[0] or INTEGER.fullmatch(parts[0])) and (budget_text is None or NUMBER.fullmatch(budget_text))
+            and (horizon == "end" or NUMBER.fullmatch(horizon))):
+        raise DeepShareError(f"{named}: expected {_PLANNER_SYNTAX} with K an integer, BUDGET_S seconds and "
+                             "HORIZON seconds or 'end', e.g. planner=16:5:link:7200")
     try:
         futures = int(parts[0]) if parts[0] else PlannerConfig.futures
-        budget = float(parts[1]) if len(parts) > 1 and parts[1] not in ("", "none") else None
-        horizon_s = None if horizon == "end" else float(horizon)
-    except ValueError:
-        raise DeepShareError(f"planner={arg}: expected {_PLANNER_SYNTAX} with K an integer, BUDGET_S seconds and "
-                             "HORIZON seconds or 'end', e.g. planner=16:5:link:7200") from None
+    except ValueError:  # past Python's 4,300-digit limit for int()
+        raise DeepShareError(f"{named}: K must be an integer from 1 to 10000") from None
+    budget = float(budget_text) if budget_text is not None else None
+    horizon_s = None if horizon == "end" else float(horizon)
     contention = parts[2] if len(parts) > 2 and parts[2] else PlannerConfig.contention
     config = PlannerConfig(futures=futures, budget_s=budget, contention=contention)
     if horizon_s is None:
         return replace(config, horizon_s=MAX_DURATION_S, max_steps=END_STEPS, arrivals=False)
     if not math.isfinite(horizon_s):  # "inf" and "nan" parse as floats
-        raise DeepShareError(f"planner={arg}: HORIZON must be seconds up to a year or 'end', got {horizon!r}")
+        raise DeepShareError(f"{named}: HORIZON must be seconds up to a year or 'end', got {shown(horizon)}")
     return replace(config, horizon_s=horizon_s)
 
 

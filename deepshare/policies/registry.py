@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.policies import plugins
 from deepshare.policies.base import Policy
 from deepshare.policies.heuristic import HeuristicPolicy
@@ -40,6 +40,9 @@ class PolicyInfo:
     factory: Callable[..., Policy]
     takes_argument: bool = False
     heuristic: bool = True
+    argument_is_file: bool = True
+    """Whether ``NAME=ARG``'s argument may name a file (a checkpoint; a plugin's, which may): the
+    planner's never does, so ``planner=8`` is no input file even where a file named 8 exists."""
 
 
 _REGISTRY: dict[str, PolicyInfo] = {}
@@ -160,6 +163,7 @@ def _register_planner() -> None:
             lambda arg="": Planner(parse_argument(arg), make_policy),
             takes_argument=True,
             heuristic=False,
+            argument_is_file=False,
         )
     )
 
@@ -184,7 +188,7 @@ def policy_info(name: str) -> PolicyInfo:
     if ep is not None:
         return _external_info(base, plugins.load_entry_point(ep), f"entry point {ep.value}")
     raise DeepShareError(
-        f"unknown policy {base!r}; run `deepshare policies` for the list "
+        f"unknown policy {shown(base)}; run `deepshare policies` for the list "
         f"(names look like ORDER+PLACEMENT[+preempt], e.g. las+consolidated, or package.module:ClassOrFactory)"
     )
 
@@ -214,6 +218,40 @@ def make_policy(name: str) -> Policy:
         raise DeepShareError(f"policy {name!r}: expected an argument after '='{_argument_form(info)}, got none; "
                              f"leave out '=' for {base}'s default")
     return info.factory(arg) if info.takes_argument and arg else info.factory()
+
+
+def argument_file(name: str) -> str | None:
+    """The file ``NAME=ARG`` names by its argument, when the policy reads one (a checkpoint, a
+    plugin's): None for no argument, the planner's settings, or a name the registry does not know
+    (its own error comes where it is built)."""
+    base, _, arg = name.partition("=")
+    if not arg:
+        return None
+    try:
+        info = policy_info(base) if is_builtin(base) else None
+    except DeepShareError:
+        return None
+    return arg if info is None or info.argument_is_file else None
+
+
+def policy_identity(name: str, policy: object) -> tuple[object, ...]:
+    """What makes two spellings one policy: its registry name (a plugin's spec as typed) and, for a
+    built-in, its argument as the policy read it (a checkpoint's resolved file, the default one
+    included; the planner's settings), else the argument's text (a file it names resolved): a
+    plugin's argument can say more than the file or settings it ends up reading."""
+    import os
+
+    from deepshare.policies.planner import Planner
+
+    base, _, arg = name.partition("=")
+    info = policy_info(base).name
+    if is_builtin(base):  # a plugin's argument may carry more than the file or settings it reads: its text
+        metadata = getattr(policy, "metadata", None)
+        if isinstance(metadata, dict) and isinstance(metadata.get("checkpoint"), str):
+            return info, "checkpoint", os.path.realpath(metadata["checkpoint"])
+        if isinstance(policy, Planner):
+            return info, "planner", policy.config
+    return info, "argument", os.path.realpath(arg) if arg and os.path.isfile(arg) else arg
 
 
 def _argument_form(info: PolicyInfo) -> str:

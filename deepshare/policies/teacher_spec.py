@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 from deepshare.policies.planner import PlannerConfig, parse_argument
 
 TEACHER_FORM = "planner=K[:BUDGET_S[:CONTENTION[:HORIZON]]]"
@@ -20,9 +20,12 @@ def parse_teacher(text: str, candidates: str | None = None) -> PlannerConfig:
     heuristics take no argument) is refused before any episode is played. A name that is not one
     of the package's own (``module:Attr``, a plugin's entry point: never a heuristic) is refused
     without being loaded, so that checking a policy card's recorded candidates imports nothing."""
-    name, _, arg = text.partition("=")
-    if name.strip() != "planner":
-        raise DeepShareError(f"--teacher {text!r}: the teacher must be the rollout planner, {TEACHER_FORM} "
+    name, equals, arg = text.partition("=")
+    if name != "planner" or (equals and not arg):  # 'planner=' is an unset variable, as the registry reads it
+        if name == "planner":
+            raise DeepShareError(f"--teacher {shown(text)}: an empty argument after '='; give {TEACHER_FORM} or "
+                                 "planner alone for its defaults")
+        raise DeepShareError(f"--teacher {shown(text)}: the teacher must be the rollout planner, {TEACHER_FORM} "
                              "(without --teacher the config's anchor heuristic teaches)")
     try:
         config = parse_argument(arg)

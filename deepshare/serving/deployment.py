@@ -105,8 +105,15 @@ def build_app(args: dict[str, Any]) -> Application:
 
     ``args`` are :class:`ServiceSettings` fields. Without a ``token`` the token comes from
     ``$DEEPSHARE_SERVE_TOKEN`` in the environment of the process that builds the application.
+    The policy and the contention model are built once here, as ``deepshare serve`` does: a
+    misspelt name or an unreadable checkpoint is one error of the build, not every replica's
+    failure to start.
     """
-    return service_app(resolve_settings(ServiceSettings.model_validate(args or {})))
+    from deepshare.serving.service import check_settings
+
+    settings = resolve_settings(ServiceSettings.model_validate(args or {}))
+    check_settings(settings)
+    return service_app(settings)
 
 
 def service_app(settings: ServiceSettings, num_replicas: int | None = None) -> Application:

@@ -340,10 +340,10 @@ def test_a_suite_number_that_is_not_finite_is_named_as_such(field, value, tmp_pa
 
 def test_allow_imports_lets_a_trusted_suite_name_module_policies_and_only_with_suite(tmp_path, capsys):
     path = tmp_path / "trusted.yaml"
-    path.write_text("heuristics: [las+consolidated]\nlearned: ['deepshare.policies.heuristic:HeuristicPolicy']\n")
+    path.write_text("heuristics: [las+consolidated]\nlearned: ['deepshare.policies.hybrid_preempt:with_margin=0.5']\n")
     with pytest.raises(DeepShareError, match="would import and run Python code"):
         load_suite(str(path))
-    assert load_suite(str(path), allow_imports=True).learned == ("deepshare.policies.heuristic:HeuristicPolicy",)
-    assert load_suite(str(path), check_learned=False).learned == ("deepshare.policies.heuristic:HeuristicPolicy",)
+    assert load_suite(str(path), allow_imports=True).learned == ("deepshare.policies.hybrid_preempt:with_margin=0.5",)
+    assert load_suite(str(path), check_learned=False).learned == ("deepshare.policies.hybrid_preempt:with_margin=0.5",)
     assert main(["evaluate", "--trace", "x.json", "--policies", "fifo+packed", "--allow-imports"]) == 2
     assert "--allow-imports: only with --suite" in capsys.readouterr().err
