@@ -53,13 +53,25 @@ def cost_curve(report: AutoscaleReport) -> tuple[list[float], list[float]]:
     Billing runs from a node's request to its termination (or the end), at its hourly price,
     as :meth:`Instance.billed_s` counts it; the last value is the report's ``cost_usd``.
     """
-    points = {0.0, report.end_s}
+    end = report.end_s
+    points = {0.0, end}
+    change: dict[float, float] = {}  # time -> change of the billing rate there, USD/s
     for inst in report.instances:
-        points.add(min(inst.requested_s, report.end_s))
-        if inst.terminated_s is not None:
-            points.add(min(inst.terminated_s, report.end_s))
+        start = min(inst.requested_s, end)
+        stop = end if inst.terminated_s is None else min(inst.terminated_s, end)
+        points.update((start, stop))
+        if stop > start:
+            rate = inst.price_usd_per_hour / 3600
+            change[start] = change.get(start, 0.0) + rate
+            change[stop] = change.get(stop, 0.0) - rate
     times = sorted(points)
-    costs = [sum(inst.price_usd_per_hour / 3600 * inst.billed_s(t) for inst in report.instances) for t in times]
+    costs, cost, rate, previous = [], 0.0, 0.0, times[0]  # one sweep: it summed every instance at every point
+    for t in times:
+        cost += rate * (t - previous)
+        costs.append(cost)
+        rate += change.get(t, 0.0)
+        previous = t
+    costs[-1] = sum(inst.price_usd_per_hour / 3600 * inst.billed_s(end) for inst in report.instances)  # exact
     return times, costs
 
 

@@ -517,7 +517,9 @@ def test_no_second_removal_for_room_at_an_instant_that_requested_the_removed_typ
     assert scaler._request(2, ["small"]) == [1] and scaler._room_frozen_at == 0.0  # small-1
     scaler._shortfall = (8, None)  # the 8-GPU job's request, cut short by max_workers
     assert not scaler._makes_room("small")
-    scaler._room_frozen_at = -math.inf  # at another instant it would
+    scaler._room_frozen_at = -math.inf  # at another instant, with the same demand, it would not either:
+    assert not scaler._makes_room("small")  # removed for room and requested again, it stays until...
+    scaler._demand = lambda: (1, 0)  # ...the demand changes (a job queued, launched or finished)
     assert scaler._makes_room("small")
 
 
@@ -614,3 +616,35 @@ def test_a_rack_job_no_rack_can_hold_under_max_workers_is_rejected(autoscaler, a
     assert (report.metrics.rejected, report.metrics.finished) == (1, 1)
     assert sim.rejections["j1"].startswith("its topology request: 8 GPUs inside one rack domain, and at most 4")
     assert {r.job_id: r.finish_s for r in report.metrics.records if r.finish_s is not None} == {"j2": 110.0}
+
+
+def test_a_node_removed_for_room_and_requested_again_at_once_stays_until_the_demand_changes():
+    # review of the autoscaler: max_workers 1, idle timeout 0, small (4 GPUs, boot 100 s) and big (8
+    # GPUs, boot 0). A 1-GPU job asks for small; a 4-GPU job then finds it 1 GPU short, so small
+    # "made room" for big the instant it was up, was removed, and the 1-GPU job asked for it again:
+    # every 100 s, forever, the memory growing. Now it stays after the first such swap.
+    s = spec(idle=0.0, max_workers=1, small=(4, 1.0, 0, 1, 100.0), big=(8, 1.0, 0, 1, 0.0))
+    slots = build_slots(s)
+    scaler = make_autoscaler("demand", s, slots)
+    sim = Simulator(slots.topology, [job(0, 1, 1000.0, submit=0.0), job(2, 4, 1000.0, submit=10.0)],
+                    make_contention("none"), control=scaler)
+    metrics = sim.run(AutoscaledPolicy(make_policy("fifo+consolidated"), scaler))
+    assert [(e.time_s, e.kind, e.node_type) for e in scaler.events] == [
+        (0.0, "request", "small"), (100.0, "ready", "small"), (100.0, "terminate", "small"),
+        (100.0, "request", "small"), (200.0, "ready", "small"), (2200.0, "terminate", "small")]
+    assert {r.job_id: r.first_start_s for r in metrics.records} == {"j0": 200.0, "j2": 1200.0}
+
+
+def test_a_job_that_requires_a_rack_gets_the_rack_that_can_hold_it():
+    # review of the autoscaler: max_workers 1, rack1 of one 2-GPU node (busy with a), rack0 of one
+    # 8-GPU node; b needs 4 GPUs in one rack. The rack that could take more now (rack1) was chosen,
+    # which never holds 4 GPUs, so its idle node never went to make room for rack0's: the run
+    # stopped "the policy left 1 job(s) queued on an idle cluster"
+    from deepshare.core.fabric import TopologyRequest
+
+    s = AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": 300.0, "max_workers": 1, "node_types": {
+        "small": dict(gpus=2, price_usd_per_hour=1.0, max_nodes=1, provisioning_s=0.0, rack="rack1"),
+        "big": dict(gpus=8, price_usd_per_hour=1.0, max_nodes=1, provisioning_s=0.0, rack="rack0")}})
+    b = JobSpec("b", "MobileNetV3", 4, submit_time=500.0, duration_s=1.0, topology=TopologyRequest(required_level="rack"))
+    r = run(s, [job(1, 1, 1000.0), b])
+    assert r.metrics.finished == 2 and r.metrics.rejected == 0

@@ -102,6 +102,9 @@ class Autoscaler:
         self._room_made: tuple[float, set[str]] = (-math.inf, set())
         """The instant of the last removals made for room, and their types."""
         self._room_frozen_at = -math.inf
+        self._thrashed: dict[str, tuple[int, int]] = {}
+        """Node types removed for room and requested again at once, with the demand then
+        (:meth:`_demand`): until the demand changes, no node of such a type goes for room."""
         """An instant at which a type removed for room was requested again: no more removals for
         room then (the clock does not move between them when timeouts and boots are 0)."""
         types = spec.node_types
@@ -194,6 +197,8 @@ class Autoscaler:
         the swap would cover no more of the shortfall, at a boot's delay and cost."""
         if self._shortfall is None or self._room_frozen_at == self._require_sim().now:
             return False
+        if self._thrashed.get(node_type) == self._demand():  # removed for room and requested again before:
+            return False  # with 0 s timeouts that repeated every boot, forever (its memory growing)
         need, types = self._shortfall
         counted = types is None or node_type in types
         if counted:
@@ -301,7 +306,11 @@ class Autoscaler:
             rack = max(held, key=lambda r: held[r])
         else:
             reach = {r: held[r] + sum(self.pool.room(n) * t.gpus for n, t in types.items() if t.rack == r) for r in held}
-            rack = max(reach, key=lambda r: (reach[r] >= job.gpus, reach[r]))
+            # a rack that can hold the job now, else one that ever can (its types at max_nodes: with
+            # max_workers spent, the rack that could take more now may never hold it, and the job waited
+            # forever while no node went to make room for the rack that can)
+            ever = {r: sum(t.max_nodes * t.gpus for t in types.values() if t.rack == r) for r in held}
+            rack = max(reach, key=lambda r: (reach[r] >= job.gpus, ever[r] >= job.gpus, reach[r]))
             capacity = self.slots.topology.capacity
             for node in self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack]):
                 spare[rack] += capacity[node]
@@ -353,6 +362,7 @@ class Autoscaler:
             at, removed = self._room_made
             if at == sim.now and best in removed:  # a node removed for room at this instant comes back
                 self._room_frozen_at = sim.now
+                self._thrashed[best] = self._demand()
             gpus = self.spec.node_types[best].gpus
             for _ in range(min(math.ceil(need / gpus), self.pool.room(best))):
                 inst = self.pool.request(best, sim.now)
@@ -367,6 +377,12 @@ class Autoscaler:
         return nodes
 
     # -- helpers -------------------------------------------------------------------------------
+    def _demand(self) -> tuple[int, int]:
+        """What the queued demand is now, as far as removing a node for room goes: the jobs queued
+        and the GPUs busy (a launch, an arrival or a completion changes one of them)."""
+        sim = self._require_sim()
+        return sim.queue_length, sim.busy_gpus
+
     def _timer(self, time: float, kind: str, node: int, keeps_alive: bool) -> None:
         token = next(self._tokens)
         self._timers[token] = (kind, node, self._generation[node])
