@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--future", choices=("oracle", "known", "replay"), default="oracle")
     parser.add_argument("--horizon", type=float, default=3600.0, help="seconds of arrivals --future replay repeats")
     args = parser.parse_args()
-    spec = load_suite(args.suite)
+    spec = load_suite(args.suite, check_learned=False)
     grid = cells(spec)
     if args.cells is None:
         chosen = [i for i, cell in enumerate(grid) if cell.contention == "profiled" and cell.durations == "exact"

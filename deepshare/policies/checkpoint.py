@@ -114,7 +114,8 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
     from deepshare.core.files import POLICY_BYTES, read_input_bytes
 
     # A regular file within the bound, read first: torch.load on a FIFO would wait forever, on /dev/zero read forever.
-    data = read_input_bytes(path, "policy file", POLICY_BYTES, label=f"policy checkpoint {path}",
+    named = str(path) if len(str(path)) <= 4096 else shown(str(path))  # past PATH_MAX no file: a name cut short
+    data = read_input_bytes(path, "policy file", POLICY_BYTES, label=f"policy checkpoint {named}",
                             not_found="file not found")
     _check_archive(data, path, POLICY_BYTES)
     try:

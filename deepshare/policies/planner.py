@@ -179,7 +179,7 @@ class PlannerConfig:
         try:  # an unknown name is refused now, not at the first decision
             make_contention(self.contention)
         except DeepShareError as exc:
-            raise DeepShareError(f"planner: contention {self.contention!r}: {exc}") from None
+            raise DeepShareError(f"planner: contention {shown(self.contention)}: {exc}") from None
 
 
 END_STEPS = 1_000_000

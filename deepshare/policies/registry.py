@@ -213,25 +213,22 @@ def make_policy(name: str) -> Policy:
     info = policy_info(name)
     base, eq, arg = name.partition("=")
     if eq and not info.takes_argument:
-        raise DeepShareError(f"policy {base!r} takes no argument, got {name!r}")
+        raise DeepShareError(f"policy {base!r} takes no argument, got {shown(name)}")
     if eq and not arg:  # an unset variable after '=': it silently meant the default
-        raise DeepShareError(f"policy {name!r}: expected an argument after '='{_argument_form(info)}, got none; "
+        raise DeepShareError(f"policy {shown(name)}: expected an argument after '='{_argument_form(info)}, got none; "
                              f"leave out '=' for {base}'s default")
     return info.factory(arg) if info.takes_argument and arg else info.factory()
 
 
 def argument_file(name: str) -> str | None:
-    """The file ``NAME=ARG`` names by its argument, when the policy reads one (a checkpoint, a
-    plugin's): None for no argument, the planner's settings, or a name the registry does not know
-    (its own error comes where it is built)."""
+    """The file ``NAME=ARG`` may name by its argument: None for no argument or a built-in policy
+    whose argument is never a file (the planner's settings); the argument for any other (a
+    checkpoint; a plugin's or an unknown name's, which may be one: an unknown name's own error
+    comes where it is built)."""
     base, _, arg = name.partition("=")
     if not arg:
         return None
-    try:
-        info = policy_info(base) if is_builtin(base) else None
-    except DeepShareError:
-        return None
-    return arg if info is None or info.argument_is_file else None
+    return arg if not is_builtin(base) or policy_info(base).argument_is_file else None
 
 
 def policy_identity(name: str, policy: object) -> tuple[object, ...]:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob, predictor
 from deepshare.core.contention.profiled import ProfiledContention, ProfiledState
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, shown
 
 __all__ = [
     "CONTENTION_MODELS", "ContentionModel", "ContentionState", "ProfiledContention", "ProfiledState",
@@ -44,7 +44,7 @@ def make_contention(name: str, **options: object) -> ContentionModel:
         factory = CONTENTION_MODELS[name]
     except KeyError:
         raise DeepShareError(
-            f"--contention: unknown model {name!r}; expected one of {', '.join(sorted(CONTENTION_MODELS))}"
+            f"--contention: unknown model {shown(name)}; expected one of {', '.join(sorted(CONTENTION_MODELS))}"
         ) from None
     try:
         return factory(**options)
