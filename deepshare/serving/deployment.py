@@ -31,7 +31,7 @@ from deepshare.serving.api import PlacementAPI
 from deepshare.serving.batching import Batcher
 from deepshare.serving.engine import EngineSettings, PlacementEngine
 from deepshare.serving.metrics import ServiceMetrics
-from deepshare.serving.settings import TOKEN_ENV, ServiceSettings
+from deepshare.serving.settings import TOKEN_ENV, ServiceSettings, check_settings
 from deepshare.serving.workers import GRACE_S, DecisionWorkers
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,6 @@ def build_app(args: dict[str, Any]) -> Application:
     misspelt name or an unreadable checkpoint is one error of the build, not every replica's
     failure to start.
     """
-    from deepshare.serving.service import check_settings
-
     settings = resolve_settings(ServiceSettings.model_validate(args or {}))
     check_settings(settings)
     return service_app(settings)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from deepshare.core.errors import RuntimeFailure
-from deepshare.serving.settings import ServiceSettings
+from deepshare.serving.settings import ServiceSettings, check_settings  # noqa: F401 - check_settings: callers import it here too
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,6 @@ class Endpoint:
     metrics agent exports there)."""
 
 
-def check_settings(settings: ServiceSettings) -> None:
-    """Load the policy and the contention model once: unknown names and unreadable checkpoints
-    fail here (:class:`DeepShareError`), before anything starts."""
-    from deepshare.core.contention import make_contention
-    from deepshare.policies import make_policy
-
-    make_policy(settings.policy)
-    make_contention(settings.contention)
 
 
 @contextmanager

@@ -88,3 +88,14 @@ def parse_tenants_text(text: str, source: str = "tenants") -> Tenants:
     from deepshare.tenants import parse_tenants
 
     return parse_tenants(text, source)
+
+
+def check_settings(settings: ServiceSettings) -> None:
+    """Load the policy and the contention model once: unknown names and unreadable checkpoints
+    fail here (:class:`DeepShareError`), before anything starts (``deepshare serve``, and a Serve
+    config's application build)."""
+    from deepshare.core.contention import make_contention
+    from deepshare.policies import make_policy
+
+    make_policy(settings.policy)
+    make_contention(settings.contention)
