@@ -604,6 +604,10 @@ class Simulator:
     def busy_gpus(self) -> int:
         return self._busy
 
+    def job_ids(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The ids of the jobs queued and of those running now (a control's view of the demand)."""
+        return frozenset(self._queue), frozenset(self._running)
+
     def set_node_up(self, node: int, up: bool) -> None:
         """Bring node ``node`` up (its GPUs become free) or take it down (it must be idle)."""
         self._nodes.set_up(node, up)

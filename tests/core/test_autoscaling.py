@@ -519,7 +519,7 @@ def test_no_second_removal_for_room_at_an_instant_that_requested_the_removed_typ
     assert not scaler._makes_room("small")
     scaler._room_frozen_at = -math.inf  # at another instant, with the same demand, it would not either:
     assert not scaler._makes_room("small")  # removed for room and requested again, it stays until...
-    scaler._demand = lambda: (1, 0)  # ...the demand changes (a job queued, launched or finished)
+    scaler._demand = lambda: (frozenset({"j1"}), frozenset())  # ...the demand changes (a job queued, launched, done)
     assert scaler._makes_room("small")
 
 
@@ -648,3 +648,25 @@ def test_a_job_that_requires_a_rack_gets_the_rack_that_can_hold_it():
     b = JobSpec("b", "MobileNetV3", 4, submit_time=500.0, duration_s=1.0, topology=TopologyRequest(required_level="rack"))
     r = run(s, [job(1, 1, 1000.0), b])
     assert r.metrics.finished == 2 and r.metrics.rejected == 0
+
+
+def test_a_swap_blocked_once_is_made_when_other_jobs_wait_even_if_as_many():
+    # second read: the demand was counted (jobs queued, GPUs busy); it came back to (2, 0) after
+    # real progress (j0 done, j1 and j2 queued) and kept the idle 1-GPU node from making room for
+    # the 8-GPU type: the run stopped "the policy left 2 job(s) queued". Job ids tell them apart.
+    s = spec(idle=0.0, max_workers=1, big=(8, 1.0, 0, 1, 0.0), small=(1, 1.0, 0, 1, 0.0))
+    r = run(s, [job(0, 1, 1000.0), job(1, 4, 100.0), job(2, 2, 100.0, submit=10.0)])
+    assert r.metrics.finished == 3
+
+
+def test_a_rack_that_max_workers_keeps_small_is_not_chosen_for_a_job_it_cannot_hold():
+    # second read: a rack of three 2-GPU nodes "could ever hold" 6 GPUs, but max_workers 1 keeps it
+    # to 2: the 4-GPU job got that rack and waited for ever
+    from deepshare.core.fabric import TopologyRequest
+
+    s = AutoscaleSpec.model_validate({"name": "t", "idle_timeout_s": 300.0, "max_workers": 1, "node_types": {
+        "small": dict(gpus=2, price_usd_per_hour=1.0, max_nodes=3, provisioning_s=0.0, rack="rack1"),
+        "big": dict(gpus=8, price_usd_per_hour=1.0, max_nodes=1, provisioning_s=0.0, rack="rack0")}})
+    b = JobSpec("b", "MobileNetV3", 4, submit_time=500.0, duration_s=1.0, topology=TopologyRequest(required_level="rack"))
+    r = run(s, [job(1, 1, 1000.0), b])
+    assert r.metrics.finished == 2

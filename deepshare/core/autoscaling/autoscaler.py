@@ -11,13 +11,14 @@ through :class:`AutoscaledPolicy` (``review(view, decision)``), where they may a
   need); what is left is covered by new nodes of the type that
   covers it with the fewest missing GPUs, then the least waste, then the fewest nodes, then
   the lowest price per GPU (a job that requires one rack counts that rack's GPUs alone, and the
-  rack that can come closest gets the nodes it lacks). A node is *idle* while it runs nothing and no job is queued
+  rack that can come closest, among those that can ever hold it, gets the nodes it lacks). A node is *idle* while it runs nothing and no job is queued
   (queued demand keeps nodes, as Ray keeps nodes that pending demand needs), or while it runs
   nothing and ``max_workers`` keeps the demand from its nodes and its removal lets another type
   be requested for that demand (it then makes room; a node of the type the demand would request
   again stays, and no node goes for room again at an instant that requested a removed type
   again: removing it only to request it again thrashed, and cycled for ever at one instant when
-  the timeouts were 0); a node idle
+  the timeouts were 0; nor, until the jobs queued or running change, a node of a type removed
+  for room and requested again at once: with 0 s timeouts that repeated at every boot); a node idle
   for ``idle_timeout_s`` is removed unless its type would drop below ``min_nodes`` up or a job
   is queued at that instant. Nodes take ``provisioning_s`` from the request until they are ready.
 * **contention-aware** — the same scaling, plus a guard on the policy's launches: a launch
@@ -102,11 +103,11 @@ class Autoscaler:
         self._room_made: tuple[float, set[str]] = (-math.inf, set())
         """The instant of the last removals made for room, and their types."""
         self._room_frozen_at = -math.inf
-        self._thrashed: dict[str, tuple[int, int]] = {}
-        """Node types removed for room and requested again at once, with the demand then
-        (:meth:`_demand`): until the demand changes, no node of such a type goes for room."""
         """An instant at which a type removed for room was requested again: no more removals for
         room then (the clock does not move between them when timeouts and boots are 0)."""
+        self._thrashed: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        """Node types removed for room and requested again at once, with the demand then
+        (:meth:`_demand`): until the demand changes, no node of such a type goes for room."""
         types = spec.node_types
         self._rack_of = tuple(types[name].rack for name in slots.type_of)
         """Each slot's rack (its type's)."""
@@ -197,8 +198,8 @@ class Autoscaler:
         the swap would cover no more of the shortfall, at a boot's delay and cost."""
         if self._shortfall is None or self._room_frozen_at == self._require_sim().now:
             return False
-        if self._thrashed.get(node_type) == self._demand():  # removed for room and requested again before:
-            return False  # with 0 s timeouts that repeated every boot, forever (its memory growing)
+        if node_type in self._thrashed and self._thrashed[node_type] == self._demand():
+            return False  # removed for room and requested again: with 0 s timeouts, every boot, forever
         need, types = self._shortfall
         counted = types is None or node_type in types
         if counted:
@@ -306,10 +307,10 @@ class Autoscaler:
             rack = max(held, key=lambda r: held[r])
         else:
             reach = {r: held[r] + sum(self.pool.room(n) * t.gpus for n, t in types.items() if t.rack == r) for r in held}
-            # a rack that can hold the job now, else one that ever can (its types at max_nodes: with
-            # max_workers spent, the rack that could take more now may never hold it, and the job waited
-            # forever while no node went to make room for the rack that can)
-            ever = {r: sum(t.max_nodes * t.gpus for t in types.values() if t.rack == r) for r in held}
+            # a rack that can hold the job now, else one that ever can: with max_workers spent, the rack
+            # that could take more now may never hold it, and the job waited forever while no node
+            # went to make room for the rack that can
+            ever = self.rack_gpus()  # what each rack can hold up at once, max_workers and min_nodes counted
             rack = max(reach, key=lambda r: (reach[r] >= job.gpus, ever[r] >= job.gpus, reach[r]))
             capacity = self.slots.topology.capacity
             for node in self._request(job.gpus - held[rack], [n for n, t in types.items() if t.rack == rack]):
@@ -377,11 +378,11 @@ class Autoscaler:
         return nodes
 
     # -- helpers -------------------------------------------------------------------------------
-    def _demand(self) -> tuple[int, int]:
-        """What the queued demand is now, as far as removing a node for room goes: the jobs queued
-        and the GPUs busy (a launch, an arrival or a completion changes one of them)."""
-        sim = self._require_sim()
-        return sim.queue_length, sim.busy_gpus
+    def _demand(self) -> tuple[frozenset[str], frozenset[str]]:
+        """What the demand is now, as far as removing a node for room goes: the jobs queued and
+        those running, by id (counts came back to equal values after real progress, and blocked
+        a swap the new queue needed)."""
+        return self._require_sim().job_ids()
 
     def _timer(self, time: float, kind: str, node: int, keeps_alive: bool) -> None:
         token = next(self._tokens)
