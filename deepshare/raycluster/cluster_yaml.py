@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 from deepshare.raycluster.placeholders import find_placeholders
 from deepshare.raycluster.labels import (
+    DEFAULT_RACK,
     FABRIC_RESOURCE,
     PREFIX,
     FabricLabels,
@@ -43,6 +44,7 @@ from deepshare.raycluster.labels import (
     check_start_resources,
     parse_label_string,
     parse_labels,
+    rack_of,
 )
 from pydantic import ValidationError
 
@@ -66,6 +68,8 @@ class WorkerType:
     min_nodes: int
     max_nodes: int
     hardware: FabricLabels
+    rack: str = DEFAULT_RACK
+    """Its ``deepshare.io/rack`` label (the live scheduler's ``rack`` level)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,6 @@ class ClusterYaml:
     """``(field path, value)`` of the template's fill-ins left as they are (``YOUR-GCP-PROJECT``, ...)."""
     max_workers: int | None = None
     """A launcher YAML's top-level ``max_workers``: most workers over every type (None: no cap)."""
-    suspended: tuple[str, ...] = ()
-    """KubeRay worker groups with ``suspend: true``: no pods, so not among :attr:`workers`."""
 
     def describe(self) -> str:
         parts = []
@@ -94,8 +96,6 @@ class ClusterYaml:
         text = f"{self.kind} cluster {self.cluster_name!r}: " + "; ".join(parts)
         if self.max_workers is not None and self.max_workers < sum(w.max_nodes for w in self.workers):
             text += f"; at most {self.max_workers} workers in all (max_workers)"
-        if self.suspended:
-            text += f"; suspended, left out: {', '.join(self.suspended)}"
         return text
 
 
@@ -116,8 +116,9 @@ def parse_cluster_yaml(text: str, source: str) -> ClusterYaml:
     return cluster
 
 
-def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpec:
-    """The cluster's GPU worker types as the simulator's autoscaling pools (one rack); a
+def to_autoscale_spec(cluster: ClusterYaml) -> AutoscaleSpec:
+    """The cluster's GPU worker types as the simulator's autoscaling pools (each in the rack its
+    ``deepshare.io/rack`` label names, ``rack0`` without one); a
     :class:`DeepShareError` naming the file and the spec's field when a value is beyond what the
     simulator takes."""
     pools = {}
@@ -126,7 +127,7 @@ def to_autoscale_spec(cluster: ClusterYaml, rack: str = "rack0") -> AutoscaleSpe
             raise DeepShareError(f"{cluster.path}: worker type {w.name!r}: {PREFIX}pcie-switches: at most its "
                                  f"{w.gpus} GPUs (each switch serves a GPU), got {w.hardware.pcie_switches}")
         try:
-            pools[w.name] = w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, rack)
+            pools[w.name] = w.hardware.pool(w.gpus, w.min_nodes, w.max_nodes, w.rack)
         except ValidationError as exc:
             raise DeepShareError(f"{cluster.path}: worker type {w.name!r} as an autoscaling pool: "
                                  f"{format_validation_error(exc)}") from None
@@ -167,7 +168,8 @@ def _launcher(raw: dict[str, Any], source: str) -> ClusterYaml:
         check_fabric_resource(resources, hardware.fabric, f"{where}.resources")
         if node["max_workers"] < 1:
             raise DeepShareError(f"{where}.max_workers: a GPU worker type needs max_workers >= 1")
-        workers.append(WorkerType(type_name, gpus, int(node["min_workers"]), int(node["max_workers"]), hardware))
+        workers.append(WorkerType(type_name, gpus, int(node["min_workers"]), int(node["max_workers"]), hardware,
+                                  rack_of(labels, f"{where}.labels")))
     if not workers:
         raise DeepShareError(f"{source}: available_node_types: expected at least one GPU worker type (resources.GPU > 0)")
     return ClusterYaml(source, str(provider["type"]), name, idle_s, tuple(workers),
@@ -239,7 +241,7 @@ def _local_worker(prepared: Mapping[str, Any], source: str) -> WorkerType:
     count = len(ips)
     if count < 1:
         raise DeepShareError(f"{source}: provider.worker_ips: expected at least one worker")
-    return WorkerType("local", gpus, count, count, hardware)
+    return WorkerType("local", gpus, count, count, hardware, rack_of(labels, f"{where} --labels"))
 
 
 def _ray_start_options(command: str, where: str) -> dict[str, str]:
@@ -305,9 +307,13 @@ def _no_split_options(command: str, where: str) -> None:
 
 # -- KubeRay ---------------------------------------------------------------------------------
 def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
-    if not str(raw.get("apiVersion", "")).startswith("ray.io/") or raw.get("kind") != "RayCluster":
-        raise DeepShareError(f"{source}: expected apiVersion ray.io/v1 and kind RayCluster, got {raw.get('apiVersion')!r} / {raw.get('kind')!r}")
+    if raw.get("apiVersion") != "ray.io/v1" or raw.get("kind") != "RayCluster":  # ray.io/v9 is no CRD version
+        raise DeepShareError(f"{source}: expected apiVersion ray.io/v1 and kind RayCluster, got "
+                             f"{shown(raw.get('apiVersion'))} / {shown(raw.get('kind'))}")
     name = _get(raw, ("metadata", "name"), str, source)
+    if not _DNS_1035.fullmatch(name):  # KubeRay's ValidateRayClusterMetadata
+        raise DeepShareError(f"{source}: metadata.name: expected a DNS-1035 label (lowercase letters, digits and '-', "
+                             f"a letter first, at most 63 characters), got {shown(name)}")
     spec = _get(raw, ("spec",), dict, source)
     if spec.get("enableInTreeAutoscaling") is not True:
         raise DeepShareError(f"{source}: spec.enableInTreeAutoscaling: expected true (the autoscaler must be on)")
@@ -322,7 +328,16 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     head_params = head.get("rayStartParams")
     if head_params is not None and not isinstance(head_params, dict):
         raise DeepShareError(f"{source}: spec.headGroupSpec.rayStartParams: expected a mapping of ray start options")
+    _check_string_params(head_params or {}, f"{source}: spec.headGroupSpec")
     _check_start_params(head_params or {}, f"{source}: spec.headGroupSpec.rayStartParams")
+    if head.get("resources") and any(k in (head_params or {}) for k in _RESOURCE_PARAMS):  # KubeRay rejects both
+        raise DeepShareError(f"{source}: spec.headGroupSpec.resources: set resources either in rayStartParams "
+                             "(num-cpus, num-gpus, memory, resources) or in the top-level resources field, not both")
+    head_labels = head.get("labels")
+    if head_labels is not None:
+        if not isinstance(head_labels, dict):
+            raise DeepShareError(f"{source}: spec.headGroupSpec.labels: expected a mapping of labels")
+        check_label_syntax(head_labels, f"{source}: spec.headGroupSpec.labels")
     groups = _get(raw, ("spec", "workerGroupSpecs"), list, source)
     if not groups:
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: expected at least one GPU worker group")
@@ -333,16 +348,11 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     if not _int32(idle) or idle < 0:
         raise DeepShareError(f"{source}: spec.autoscalerOptions.idleTimeoutSeconds: expected whole seconds >= 0 "
                              f"(an int32, as the CRD says), got {idle!r}")
-    every = [_kuberay_group(g, f"{source}: spec.workerGroupSpecs[{i}]") for i, g in enumerate(groups)]
-    names = [w.name for w, _ in every]
+    workers = tuple(_kuberay_group(g, f"{source}: spec.workerGroupSpecs[{i}]") for i, g in enumerate(groups))
+    names = [w.name for w in workers]
     if len(set(names)) != len(names):
         raise DeepShareError(f"{source}: spec.workerGroupSpecs: duplicate groupName in {names}")
-    workers = tuple(w for w, suspended in every if not suspended)
-    if not workers:
-        raise DeepShareError(f"{source}: spec.workerGroupSpecs: every worker group is suspended (suspend: true); "
-                             "expected at least one that runs")
-    return ClusterYaml(source, "kuberay", name, float(idle), workers,
-                       suspended=tuple(w.name for w, suspended in every if suspended))
+    return ClusterYaml(source, "kuberay", name, float(idle), workers)
 
 
 MAX_IDLE_MINUTES = 525_600
@@ -362,19 +372,39 @@ def _int32(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
 
 
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A DNS-1035 label of at most 63 characters: what KubeRay takes as a RayCluster's name."""
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+"""A non-empty Kubernetes label value: a group's name, which KubeRay sets as its pods' ``ray.io/group``."""
+_RESOURCE_PARAMS = ("num-cpus", "num-gpus", "memory", "resources")
+"""``rayStartParams`` that KubeRay refuses beside a group's top-level ``resources``."""
+
+
+def _check_string_params(params: Mapping[str, Any], where: str) -> None:
+    """Every ``rayStartParams`` value a string: the CRD's rayStartParams is a map of strings, so
+    kubectl refuses ``num-gpus: 4`` (the head's as a worker group's)."""
+    unquoted = [key for key, value in params.items() if not isinstance(value, str)]
+    if unquoted:
+        raise DeepShareError(f"{where}.rayStartParams.{unquoted[0]}: expected a string (quote it: KubeRay's CRD "
+                             f"takes strings only), got {shown(params[unquoted[0]])}")
+
+
 _DIGITS = re.compile(r"[0-9]{1,9}")
 """A count as KubeRay passes it to ``ray start``: ASCII digits (``int`` also takes ``" 4\n"``
 and other scripts' digits, which the flag does not)."""
 
 
-def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
-    """The group's worker type, and whether it is suspended (``suspend: true``: KubeRay runs none
-    of its pods)."""
+def _kuberay_group(group: Any, where: str) -> WorkerType:
+    """The group's worker type."""
     if not isinstance(group, dict):
         raise DeepShareError(f"{where}: expected a mapping")
     name = group.get("groupName")
-    if not isinstance(name, str) or not name:
-        raise DeepShareError(f"{where}.groupName: expected a name")
+    if not isinstance(name, str) or not _LABEL_VALUE.fullmatch(name):  # KubeRay labels each pod ray.io/group=NAME
+        raise DeepShareError(f"{where}.groupName: expected a name that is a Kubernetes label value (letters, digits, "
+                             f"'-', '_', '.', alphanumeric at both ends, at most 63 characters), got {shown(name)}")
+    if "idleTimeoutSeconds" in group:  # the CRD's per-group timeout: the simulator has one for the cluster
+        raise DeepShareError(f"{where}.idleTimeoutSeconds: a group's own idle timeout is not modelled (the "
+                             "simulated autoscaler has one, spec.autoscalerOptions.idleTimeoutSeconds); remove it")
     lo, hi = group.get("minReplicas"), group.get("maxReplicas")
     if not _int32(lo) or not _int32(hi) or not 0 <= lo <= hi or hi < 1:
         raise DeepShareError(f"{where}: expected integers 0 <= minReplicas <= maxReplicas, maxReplicas >= 1; got {lo!r}, {hi!r}")
@@ -388,13 +418,13 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     suspend = group.get("suspend", False)
     if not isinstance(suspend, bool):
         raise DeepShareError(f"{where}.suspend: expected true or false, got {suspend!r}")
+    if suspend:  # KubeRay's ValidateRayClusterSpec: no suspended group while the autoscaler is on
+        raise DeepShareError(f"{where}.suspend: true: KubeRay refuses a suspended worker group while "
+                             "enableInTreeAutoscaling is on; remove the group, or set suspend: false")
     params = group.get("rayStartParams")
     if not isinstance(params, dict):
         raise DeepShareError(f"{where}.rayStartParams: expected a mapping with num-gpus, resources and labels")
-    unquoted = [key for key, value in params.items() if not isinstance(value, str)]
-    if unquoted:  # the CRD's rayStartParams is a map of strings: kubectl refuses `num-gpus: 4`
-        raise DeepShareError(f"{where}.rayStartParams.{unquoted[0]}: expected a string (quote it: KubeRay's CRD "
-                             f"takes strings only), got {params[unquoted[0]]!r}")
+    _check_string_params(params, where)
     count = params.get("num-gpus", "")
     if not _DIGITS.fullmatch(count):
         raise DeepShareError(f"{where}.rayStartParams.num-gpus: expected the GPUs per pod as a string integer "
@@ -407,14 +437,21 @@ def _kuberay_group(group: Any, where: str) -> tuple[WorkerType, bool]:
     labels = _kuberay_labels(group, params, where)
     hardware = parse_labels(labels, f"{where}.labels")
     check_fabric_resource(resources, hardware.fabric, f"{where}.rayStartParams.resources")
-    for i, container in enumerate(_containers(group, where)):
+    containers = _containers(group, where)
+    if not containers:  # KubeRay: a group needs a container
+        raise DeepShareError(f"{where}.template.spec.containers: expected the Ray container (KubeRay runs "
+                             "containers[0]), got none")
+    for i, container in enumerate(containers):
         limit = _mapping(_mapping(container, "resources", f"{where}.template.spec.containers[{i}]"), "limits",
                          f"{where}.template.spec.containers[{i}].resources").get("nvidia.com/gpu")
+        if i == 0 and limit is None:  # ray start would advertise num-gpus GPUs the pod does not have
+            raise DeepShareError(f"{where}.template.spec.containers[0].resources.limits.nvidia.com/gpu: missing; "
+                                 f"expected {gpus} (num-gpus): the Ray container must hold the GPUs it advertises")
         if limit is not None and str(limit) != str(gpus):
             raise DeepShareError(
                 f"{where}.template.spec.containers[{i}].resources.limits.nvidia.com/gpu: {limit} differs from num-gpus {gpus}"
             )
-    return WorkerType(name, gpus, lo, hi, hardware), suspend
+    return WorkerType(name, gpus, lo, hi, hardware, rack_of(labels, f"{where}.labels"))
 
 
 _START_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")

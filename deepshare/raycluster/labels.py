@@ -62,14 +62,29 @@ class FabricLabels(BaseModel):
         return NodePoolSpec(gpus=gpus, min_nodes=min_nodes, max_nodes=max_nodes, rack=rack, **fields)
 
 
+RACK_LABEL = PREFIX + "rack"
+"""The rack a node is in (the live scheduler's default ``rack`` level, ``runtime/cluster.py``)."""
+DEFAULT_RACK = "rack0"
+"""The rack of a node type whose labels name none (the live scheduler's default, too)."""
+
+
+def rack_of(labels: Mapping[str, object], where: str) -> str:
+    """``deepshare.io/rack`` of ``labels`` (:data:`DEFAULT_RACK` without one); a value that is no
+    non-empty text is one error naming the label."""
+    value = labels.get(RACK_LABEL, DEFAULT_RACK)
+    if not isinstance(value, str) or not value:
+        raise DeepShareError(f"{where}: {RACK_LABEL}: expected a rack name, got {value!r}")
+    return value
+
+
 def parse_labels(labels: Mapping[str, object], where: str) -> FabricLabels:
     """The ``deepshare.io/*`` entries of ``labels`` as :class:`FabricLabels`; errors name ``where``.
     Only the hyphenated names (``deepshare.io/nic-gbps``) are labels: the live scheduler reads
     those, so ``deepshare.io/nic_gbps`` is refused rather than validated as a value it never sees."""
     raw: dict[str, object] = {}
     for key, value in labels.items():
-        if not isinstance(key, str) or not key.startswith(PREFIX) or key == ROLE_LABEL:
-            continue
+        if not isinstance(key, str) or not key.startswith(PREFIX) or key in (ROLE_LABEL, RACK_LABEL):
+            continue  # the role and the rack say where a node is, not what it is (:func:`rack_of`)
         name = key[len(PREFIX):]
         if "_" in name:  # the live scheduler (runtime/cluster.py) reads the hyphenated names only
             raise DeepShareError(f"{where}: {key[:100]}: unknown DeepShare label (the names are hyphenated: "
