@@ -314,14 +314,33 @@ def information_model(args: argparse.Namespace, seed: int = 0) -> InformationMod
                             contention_knowledge=getattr(args, "contention_knowledge", DEFAULT_CONTENTION_KNOWLEDGE))
 
 
-def past_history(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """``--history TRACE`` as a :class:`~deepshare.core.history.JobHistory`, or None."""
+def past_history(args: argparse.Namespace, jobs: Sequence[Any] = ()):  # type: ignore[no-untyped-def]
+    """``--history TRACE`` as a :class:`~deepshare.core.history.JobHistory`, or None. The history
+    is what finished before the trace: the ``--trace`` file itself, or one holding any of its
+    ``jobs`` (same id, submit time, GPUs and work), is refused, since it told the policies each
+    job's true run time under ``--durations estimated`` or ``unknown``."""
     if getattr(args, "history", None) is None:
         return None
+    import os
+
     from deepshare.core.history import history_from_jobs
 
+    trace_path = getattr(args, "trace", None)
+    if trace_path and os.path.exists(trace_path) and os.path.exists(args.history) and os.path.samefile(trace_path, args.history):
+        raise DeepShareError(f"--history {args.history}: is the --trace; a history holds jobs that finished before the "
+                             "trace's, not its own (they would tell the policies each job's true run time)")
     trace = flagged("--history", lambda path: load(path, format=None, mix=flagged("--mix", mix_from_spec, args.mix)), args.history)
-    return history_from_jobs(trace.jobs)
+    own = {_job_identity(job) for job in jobs}
+    repeated = next((job for job in trace.jobs if _job_identity(job) in own), None) if own else None
+    if repeated is not None:
+        raise DeepShareError(f"--history {args.history}: job {repeated.job_id!r} is a job of the trace (same id, submit "
+                             "time, GPUs and work); a history holds jobs that finished before the trace's")
+    return flagged("--history", history_from_jobs, trace.jobs)
+
+
+def _job_identity(job: Any) -> tuple[object, ...]:
+    """What makes a history row the trace's own job: its id, submit time, GPUs and work."""
+    return job.job_id, job.submit_time, job.gpus, job.duration_s, job.total_samples
 
 
 def add_tenants_arg(p: argparse.ArgumentParser) -> None:

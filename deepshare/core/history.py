@@ -27,7 +27,7 @@ import numpy as np
 
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
-from deepshare.core.workloads import Catalog, default_catalog
+from deepshare.core.workloads import Catalog, check_sample_work, default_catalog
 
 HISTORY_WINDOW = 10_000
 """Finished jobs a history learns from (the most recent): bounds the cost of the Gittins index
@@ -287,8 +287,9 @@ class JobHistory:
             m.ss += sign * log_run * log_run
             if m.n == 0:
                 del moments[(level, key)]
-        if job.estimate_s is not None:
-            error = log_run - math.log(job.estimate_s)
+        if job.estimate_s is not None:  # floored as the run is (and as a job's own estimate is, posterior.py):
+            # an exact 1e-9 s estimate of a 1e-9 s run counted as a 10^6x underestimate
+            error = log_run - math.log(max(job.estimate_s, MIN_RUN_S))
             m = moments.get(_ESTIMATE_KEY)
             if m is None:
                 m = moments[_ESTIMATE_KEY] = _Moments()
@@ -304,6 +305,8 @@ def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -
     ``duration_s``, or its samples at the catalog's reference throughput) and finished at its
     submit time plus that; features as the trace gives them."""
     catalog = catalog or default_catalog()
+    jobs = list(jobs)
+    check_sample_work(jobs, catalog)  # a run given in samples is bounded as the trace's are (a year at most)
     past = []
     for job in jobs:
         run_s = job.duration_s if job.duration_s is not None else job.total_samples / catalog.reference_throughput(job.model, job.gpus)  # type: ignore[operator]

@@ -46,14 +46,13 @@ from deepshare.core.metrics import JobRecord, MetricsReport, ReportColumns, Util
 from deepshare.core.nodepool import SimNodePool
 from deepshare.core.pending import PendingJobs, QueueLog
 from deepshare.core.topology import Topology
-from deepshare.core.bounds import MAX_DURATION_S, MIN_WORK_S
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision, JobSpec, Placement
 from deepshare.core.view import DEFAULT_MOVE_S, DEFAULT_RESTORE_S, ClusterView, JobView, LazyJobs, PredictFn
 
 if TYPE_CHECKING:  # the learner is imported only by runs that learn contention
     from deepshare.core.knowledge import SimulatedKnowledge
-from deepshare.core.workloads import Catalog, default_catalog
+from deepshare.core.workloads import Catalog, check_sample_work, default_catalog
 
 
 log = logging.getLogger(__name__)
@@ -359,31 +358,6 @@ class ResumePoint:
                 for v in self.jobs]
 
 
-def _check_sample_work(specs: Sequence[JobSpec], catalog: Catalog) -> None:
-    """Refuse a job given in samples whose isolated run time (``total_samples`` over the
-    catalog's reference throughput for its model and GPU count) is below
-    :data:`~deepshare.core.bounds.MIN_WORK_S` or past :data:`~deepshare.core.bounds.MAX_DURATION_S`,
-    the bounds a job given in seconds meets at its reader. Only here is the catalog known: a trace's 10^18 samples of DLRM on 8 GPUs ran
-    627,000 years, and with rounds every 300 s the run never ended."""
-    for spec in specs:
-        if spec.total_samples is None:
-            continue
-        thp = catalog.reference_throughput(spec.model, spec.gpus)
-        run_s = spec.total_samples / thp
-        if not MIN_WORK_S <= run_s:
-            raise DeepShareError(
-                f"job {spec.job_id!r}: field 'total_samples': expected at least {MIN_WORK_S:g} s of isolated run time "
-                f"({MIN_WORK_S * thp:.4g} samples of {spec.model} on {spec.gpus} GPUs at {thp:.4g} samples/s), "
-                f"got {spec.total_samples!r} ({run_s:.3g} s)"
-            )
-        if not run_s <= MAX_DURATION_S:
-            raise DeepShareError(
-                f"job {spec.job_id!r}: field 'total_samples': expected at most a year of isolated run time "
-                f"({MAX_DURATION_S:,.0f} s: {MAX_DURATION_S * thp:.4g} samples of {spec.model} on {spec.gpus} GPUs "
-                f"at {thp:.4g} samples/s), got {spec.total_samples!r} ({run_s:.3g} s)"
-            )
-
-
 class Simulator:
     def __init__(
         self,
@@ -442,7 +416,7 @@ class Simulator:
         del seen
         for model in dict.fromkeys(spec.model for spec in self._specs):
             self.catalog.resolve(model)  # unknown models are reported now, in trace order
-        _check_sample_work(self._specs, self.catalog)
+        check_sample_work(self._specs, self.catalog)
         self._refused: dict[int, str] = _refused_requests(topology, self._specs)
         """Why a job's topology request can never be met here, by trace position (rejected on arrival)."""
         self.rejections: dict[str, str] = {}

@@ -122,7 +122,9 @@ def test_an_oversize_trace_is_refused_naming_the_limit_and_how_to_raise_it(capsy
 
 def test_a_history_past_the_bound_is_refused_naming_the_flag(capsys, tmp_path, monkeypatch) -> None:
     history = tmp_path / "past.csv"
-    history.write_bytes(SMALL.read_bytes() + b"\n" * (2 << 20))  # a real trace padded past 2 MiB
+    # a real trace (its jobs renamed: the trace's own jobs are refused as history) padded past 2 MiB
+    history.write_bytes(SMALL.read_bytes().replace(b"\nsmall-", b"\npast-").replace(b"\nhuge", b"\npast-huge")
+                        + b"\n" * (2 << 20))
     monkeypatch.setattr(trace_base, "TRACE_BYTES", 1 << 20)
     rc, _, err = cli(capsys, *SIM, "--history", history)
     assert rc == 2

@@ -31,6 +31,7 @@ def run_json(capsys, *argv: object) -> dict:  # type: ignore[no-untyped-def]
 
 def test_simulate_records_estimated_durations_with_their_error_seed_and_history(capsys, tmp_path):
     past = small_trace(tmp_path, "past.csv")
+    past.write_text(past.read_text().replace("\nj", "\nold-j"))  # jobs of the past, not the trace's own (refused)
     doc = run_json(capsys, "simulate", "--trace", small_trace(tmp_path), "--policy", "srsf+packed", "--no-progress",
                    "--durations", "estimated", "--estimate-error", "0.5", "--seed", "3", "--history", past)
     assert doc["information"] == {"durations": "estimated", "estimate_error": 0.5, "estimate_seed": 3, **NOT_LEARNED,
