@@ -317,7 +317,7 @@ def information_model(args: argparse.Namespace, seed: int = 0) -> InformationMod
 def past_history(args: argparse.Namespace, jobs: Sequence[Any] = ()):  # type: ignore[no-untyped-def]
     """``--history TRACE`` as a :class:`~deepshare.core.history.JobHistory`, or None. The history
     is what finished before the trace: the ``--trace`` file itself, or one holding any of its
-    ``jobs`` (same id, submit time, GPUs and work), is refused, since it told the policies each
+    ``jobs`` (same id, submit time, model, GPUs and work), is refused, since it told the policies each
     job's true run time under ``--durations estimated`` or ``unknown``."""
     if getattr(args, "history", None) is None:
         return None
@@ -334,13 +334,14 @@ def past_history(args: argparse.Namespace, jobs: Sequence[Any] = ()):  # type: i
     repeated = next((job for job in trace.jobs if _job_identity(job) in own), None) if own else None
     if repeated is not None:
         raise DeepShareError(f"--history {args.history}: job {repeated.job_id!r} is a job of the trace (same id, submit "
-                             "time, GPUs and work); a history holds jobs that finished before the trace's")
-    return flagged("--history", history_from_jobs, trace.jobs)
+                             "time, model, GPUs and work); a history holds jobs that finished before the trace's")
+    return flagged(f"--history {args.history}", history_from_jobs, trace.jobs)
 
 
 def _job_identity(job: Any) -> tuple[object, ...]:
-    """What makes a history row the trace's own job: its id, submit time, GPUs and work."""
-    return job.job_id, job.submit_time, job.gpus, job.duration_s, job.total_samples
+    """What makes a history row the trace's own job: its id, submit time, model, GPUs and work
+    (generated traces of two seeds share ids, submit times and sizes; their models differ)."""
+    return job.job_id, job.submit_time, job.model, job.gpus, job.duration_s, job.total_samples
 
 
 def add_tenants_arg(p: argparse.ArgumentParser) -> None:

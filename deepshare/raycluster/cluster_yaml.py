@@ -313,7 +313,7 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
     name = _get(raw, ("metadata", "name"), str, source)
     if not _DNS_1035.fullmatch(name):  # KubeRay's ValidateRayClusterMetadata
         raise DeepShareError(f"{source}: metadata.name: expected a DNS-1035 label (lowercase letters, digits and '-', "
-                             f"a letter first, at most 63 characters), got {shown(name)}")
+                             f"a letter first, at most 53 characters, KubeRay's limit), got {shown(name)}")
     spec = _get(raw, ("spec",), dict, source)
     if spec.get("enableInTreeAutoscaling") is not True:
         raise DeepShareError(f"{source}: spec.enableInTreeAutoscaling: expected true (the autoscaler must be on)")
@@ -330,7 +330,7 @@ def _kuberay(raw: dict[str, Any], source: str) -> ClusterYaml:
         raise DeepShareError(f"{source}: spec.headGroupSpec.rayStartParams: expected a mapping of ray start options")
     _check_string_params(head_params or {}, f"{source}: spec.headGroupSpec")
     _check_start_params(head_params or {}, f"{source}: spec.headGroupSpec.rayStartParams")
-    if head.get("resources") and any(k in (head_params or {}) for k in _RESOURCE_PARAMS):  # KubeRay rejects both
+    if head.get("resources") and any((head_params or {}).get(k) for k in _RESOURCE_PARAMS):  # KubeRay rejects both
         raise DeepShareError(f"{source}: spec.headGroupSpec.resources: set resources either in rayStartParams "
                              "(num-cpus, num-gpus, memory, resources) or in the top-level resources field, not both")
     head_labels = head.get("labels")
@@ -372,10 +372,12 @@ def _int32(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
 
 
-_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
-"""A DNS-1035 label of at most 63 characters: what KubeRay takes as a RayCluster's name."""
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-"""A non-empty Kubernetes label value: a group's name, which KubeRay sets as its pods' ``ray.io/group``."""
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,51}[a-z0-9])?")
+"""A DNS-1035 label of at most 53 characters: what KubeRay takes as a RayCluster's name
+(``MaxRayClusterNameLength``)."""
+_GROUP_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]{0,61}[A-Za-z0-9])?")
+"""A group's name: a Kubernetes label value (KubeRay sets it as its pods' ``ray.io/group``)
+without ``_``, which the pods' names (``CLUSTER-GROUP-worker-...``, a DNS subdomain) cannot hold."""
 _RESOURCE_PARAMS = ("num-cpus", "num-gpus", "memory", "resources")
 """``rayStartParams`` that KubeRay refuses beside a group's top-level ``resources``."""
 
@@ -399,9 +401,10 @@ def _kuberay_group(group: Any, where: str) -> WorkerType:
     if not isinstance(group, dict):
         raise DeepShareError(f"{where}: expected a mapping")
     name = group.get("groupName")
-    if not isinstance(name, str) or not _LABEL_VALUE.fullmatch(name):  # KubeRay labels each pod ray.io/group=NAME
-        raise DeepShareError(f"{where}.groupName: expected a name that is a Kubernetes label value (letters, digits, "
-                             f"'-', '_', '.', alphanumeric at both ends, at most 63 characters), got {shown(name)}")
+    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):  # a pod label value and part of pod names
+        raise DeepShareError(f"{where}.groupName: expected a name that is a Kubernetes label value and fits a pod's "
+                             f"name (letters, digits, '-', '.', alphanumeric at both ends, at most 63 characters), "
+                             f"got {shown(name)}")
     if "idleTimeoutSeconds" in group:  # the CRD's per-group timeout: the simulator has one for the cluster
         raise DeepShareError(f"{where}.idleTimeoutSeconds: a group's own idle timeout is not modelled (the "
                              "simulated autoscaler has one, spec.autoscalerOptions.idleTimeoutSeconds); remove it")

@@ -69,10 +69,10 @@ DEFAULT_RACK = "rack0"
 
 
 def rack_of(labels: Mapping[str, object], where: str) -> str:
-    """``deepshare.io/rack`` of ``labels`` (:data:`DEFAULT_RACK` without one); a value that is no
-    non-empty text is one error naming the label."""
-    value = labels.get(RACK_LABEL, DEFAULT_RACK)
-    if not isinstance(value, str) or not value:
+    """``deepshare.io/rack`` of ``labels`` (:data:`DEFAULT_RACK` without one or when empty, as
+    the live scheduler reads it); a value that is no text is one error naming the label."""
+    value = labels.get(RACK_LABEL) or DEFAULT_RACK
+    if not isinstance(value, str):
         raise DeepShareError(f"{where}: {RACK_LABEL}: expected a rack name, got {value!r}")
     return value
 

@@ -176,7 +176,8 @@ def _head(raw):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("edit, words", [
     (lambda r: r.update(apiVersion="ray.io/v9"), "expected apiVersion ray.io/v1 and kind RayCluster"),
     (lambda r: r["metadata"].update(name="DeepShare.v1"), "metadata.name: expected a DNS-1035 label"),
-    (lambda r: r["metadata"].update(name="a" * 64), "metadata.name: expected a DNS-1035 label"),
+    (lambda r: r["metadata"].update(name="a" * 54), "metadata.name: expected a DNS-1035 label"),
+    (lambda r: group(r, 0).update(groupName="l4_pcie"), "groupName: expected a name that is a Kubernetes label"),
     (lambda r: group(r, 0).update(groupName="l4 pcie/../$(id)"), "groupName: expected a name that is a Kubernetes label"),
     (lambda r: group(r, 0).update(idleTimeoutSeconds=30), "idleTimeoutSeconds: a group's own idle timeout is not modelled"),
     (lambda r: group(r, 0)["template"]["spec"].update(containers=[]), "containers: expected the Ray container"),
@@ -231,6 +232,13 @@ def test_a_head_that_starts_the_monitor_from_its_container_command_is_valid(tmp_
     path = tmp_path / "k.yaml"
     path.write_text(edited(KUBERAY, change))
     assert parse_cluster_yaml(path.read_text(), str(path)).describe()
+
+
+def test_an_empty_param_beside_head_resources_is_no_conflict_and_an_empty_rack_is_rack0():
+    raw = edited(KUBERAY, lambda r: (_head(r).setdefault("rayStartParams", {}).update({"num-cpus": ""}),
+                                     _head(r).update(resources={"CPU": "0"}),
+                                     group(r, 0)["labels"].update({"deepshare.io/rack": ""})))
+    assert {t.rack for t in to_autoscale_spec(parse_cluster_yaml(raw, "k.yaml")).node_types.values()} == {"rack0"}
 
 
 def test_the_rack_label_the_live_scheduler_reads_is_taken_and_kept():
