@@ -258,7 +258,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "a config that gives none trains under estimated)")
     p.add_argument("--estimate-error", type=estimate_sigma, default=None, metavar="SIGMA",
                    help="lognormal sigma of the drawn estimates, replacing env.estimate_errors")
-    p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/NAME); one that holds a run already is refused "
+                   "(continue it with --resume)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its newest checkpoint")
     p.add_argument("--init-from", metavar="POLICY.pt", help="start the scorer from this policy file's weights "
                    "(e.g. `deepshare imitate`'s; overrides the config's model.init_from)")
