@@ -321,12 +321,11 @@ def past_history(args: argparse.Namespace, jobs: Sequence[Any] = ()):  # type: i
     job's true run time under ``--durations estimated`` or ``unknown``."""
     if getattr(args, "history", None) is None:
         return None
-    import os
-
+    from deepshare.core.files import same_file
     from deepshare.core.history import history_from_jobs
 
     trace_path = getattr(args, "trace", None)
-    if trace_path and os.path.exists(trace_path) and os.path.exists(args.history) and os.path.samefile(trace_path, args.history):
+    if trace_path and same_file(trace_path, args.history):
         raise DeepShareError(f"--history {args.history}: is the --trace; a history holds jobs that finished before the "
                              "trace's, not its own (they would tell the policies each job's true run time)")
     trace = flagged("--history", lambda path: load(path, format=None, mix=flagged("--mix", mix_from_spec, args.mix)), args.history)

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line
-from deepshare.core.files import check_output_path, resolved
+from deepshare.core.files import check_output_path, resolved, same_file
 from deepshare.core.json_text import json_text
 from deepshare.core.output_set import OutputSet
 
@@ -142,12 +142,12 @@ def check_outputs(
     seen: list[tuple[str, str]] = []
     for flag, path in flagged_out:
         for in_flag, in_path in flagged_in:
-            if _same(path, in_path):
+            if same_file(path, in_path):
                 raise DeepShareError(
                     f"{flag} {path}: is the input {in_flag} {in_path}; writing it would destroy the input, choose another path"
                 )
         for other_flag, other in seen:
-            if _same(path, other):
+            if same_file(path, other):
                 raise DeepShareError(f"{flag} {path}: is also the output {other_flag} {other}; give each output its own path")
         seen.append((flag, path))
 
@@ -218,16 +218,6 @@ def _probe(flag: str, path: str, folder: Path) -> None:
         raise DeepShareError(f"{flag} {path}: cannot write in folder {str(folder)!r}: {exc.strerror or exc}") from None
     os.close(fd)
     os.unlink(probe)
-
-
-def _same(a: str, b: str) -> bool:
-    """Whether two paths name one file: equal once resolved, or the same inode (hard links)."""
-    try:
-        if resolved(a) == resolved(b):
-            return True
-        return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 @contextmanager

@@ -61,6 +61,11 @@ MAX_LINK_GBPS = 1e9
 """Fastest link a cluster may describe, Gbit/s (an exabit a second)."""
 
 
+def clamp(value: float, low: float, high: float) -> float:
+    """``value`` held to ``[low, high]``."""
+    return low if value < low else high if value > high else value
+
+
 def finite_in(value: object, low: float, high: float, *, low_open: bool = False) -> bool:
     """Whether ``value`` is a real number (not a bool) in ``[low, high]`` (``(low, high]`` when
     ``low_open``); NaN and infinities never are."""

@@ -301,3 +301,14 @@ def resolved(path: str | os.PathLike[str]) -> Path:
         return Path(path).resolve()
     except RuntimeError:
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path)) from None
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: equal once resolved, or the same inode (hard links); a
+    path the system cannot look up names no file (False, not an OSError)."""
+    try:
+        if resolved(a) == resolved(b):
+            return True
+        return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, clamp
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog, check_sample_work, default_catalog
@@ -290,7 +290,7 @@ class JobHistory:
                 del moments[(level, key)]
         if job.estimate_s is not None:  # bounded as the run is and as a job's own estimate is (posterior.py):
             # an exact 1e-9 s estimate of a 1e-9 s run counted as a 10^6x underestimate
-            error = log_run - math.log(_clamp(job.estimate_s, MIN_RUN_S, MAX_DURATION_S))  # as the posterior reads one
+            error = log_run - math.log(clamp(job.estimate_s, MIN_RUN_S, MAX_DURATION_S))  # as the posterior reads one
             m = moments.get(_ESTIMATE_KEY)
             if m is None:
                 m = moments[_ESTIMATE_KEY] = _Moments()
@@ -315,7 +315,3 @@ def history_from_jobs(jobs: Iterable[JobSpec], catalog: Catalog | None = None) -
                                 job.requested_s))
     past.sort(key=lambda j: j.finish_s)
     return JobHistory(past)
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    return low if value < low else high if value > high else value

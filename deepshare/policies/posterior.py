@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, clamp
 from deepshare.core.history import JobHistory
 from deepshare.core.information import DEFAULT_ESTIMATE_ERROR, ESTIMATE_FLOOR_S, UNKNOWN_PRIOR_S
 from deepshare.core.view import ClusterView, JobView
@@ -67,10 +67,6 @@ def _log_cdf(x: float) -> float:
     return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2 * math.pi)  # Mills' ratio, first order
 
 
-def _clamp(value: float, low: float, high: float) -> float:
-    return low if value < low else high if value > high else value
-
-
 def remaining_given_ran(mu: float, sigma: float, ran_s: float) -> float:
     """``E[D | D > ran] - ran`` for ``log D ~ N(mu, sigma^2)``, from :data:`ESTIMATE_FLOOR_S` to
     :data:`~deepshare.core.bounds.MAX_DURATION_S` (a belief never says more than a year is left)."""
@@ -90,15 +86,15 @@ def belief(job: JobView, history: JobHistory, calibration: tuple[float, float] |
     terms: list[tuple[float, float]] = []
     if job.estimate_s is not None:
         bias, spread = calibration if calibration is not None else estimate_calibration(history)
-        log_estimate = math.log(_clamp(job.estimate_s, MIN_BELIEF_S, MAX_DURATION_S))
-        terms.append((_clamp(log_estimate + bias, _LOG_MIN, _LOG_MAX), _clamp(spread, MIN_SPREAD, MAX_SPREAD)))
+        log_estimate = math.log(clamp(job.estimate_s, MIN_BELIEF_S, MAX_DURATION_S))
+        terms.append((clamp(log_estimate + bias, _LOG_MIN, _LOG_MAX), clamp(spread, MIN_SPREAD, MAX_SPREAD)))
     forecast = history.forecast(job.gpus, job.user, job.group, job.vc)
     if forecast is not None:
         spread = history.level_spread(forecast.level)
         spread = PRIOR_SPREAD if spread is None else spread
         log_forecast = math.log(forecast.run_s) if forecast.run_s > 0 else _LOG_MIN
-        terms.append((_clamp(log_forecast, _LOG_MIN, _LOG_MAX),
-                      _clamp(spread * math.sqrt(1 + 1 / forecast.jobs), MIN_SPREAD, MAX_SPREAD)))
+        terms.append((clamp(log_forecast, _LOG_MIN, _LOG_MAX),
+                      clamp(spread * math.sqrt(1 + 1 / forecast.jobs), MIN_SPREAD, MAX_SPREAD)))
     if not terms:
         return _LOG_PRIOR, PRIOR_SPREAD
     precision = sum(1.0 / (s * s) for _, s in terms)

@@ -239,7 +239,9 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
                                  f"{MAX_THROUGHPUT:g}, got {value}")
         victim = _key(row, "", where, capacity)
         link = (row[LINK_COLUMN] or "").strip() if has_link else ""
-        if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
+        co_located = any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes"))
+        if co_located:
+            victim_lines.setdefault(victim, line)
             aggressor = _key(row, "co_", where, capacity)
             aggressor_lines.setdefault(aggressor, line)
             if capacity is not None and not _pair_fits(victim, aggressor, not link, capacity):
@@ -255,8 +257,6 @@ def read_samples(text: str, source: str, uplinks: Mapping[str, float] | None = N
                                  f"got {link!r}")
         else:
             alone[victim].append(value)
-        if any((row[c] or "").strip() for c in ("co_model", "co_gpus", "co_nodes")):
-            victim_lines.setdefault(victim, line)
     if not alone:
         raise DeepShareError(f"{source}: no isolated samples (rows with empty co_* fields)")
     isolated = {k: sum(v) / len(v) for k, v in alone.items()}
