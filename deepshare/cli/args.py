@@ -128,11 +128,12 @@ wait_seconds = in_range(float, 0, 1e7, "seconds")
 
 # -- shared argument groups and what they build ------------------------------------------------
 def flagged(flag: str, parse: Callable[[str], object], text: str):  # type: ignore[no-untyped-def]
-    """``parse(text)``, with the flag's name put in front of any error."""
+    """``parse(text)``, with the flag's name put in front of any error that does not start with it."""
     try:
         return parse(text)
     except DeepShareError as exc:
-        raise DeepShareError(f"{flag}: {exc}") from None
+        message = str(exc)
+        raise DeepShareError(message if message.startswith(f"{flag}:") else f"{flag}: {message}") from None
 
 
 def policy_list(text: str) -> list[str]:

@@ -172,6 +172,9 @@ class SuiteSpec(BaseModel):
             raise ValueError("challengers: at least one heuristic must stay an anchor (not a challenger)")
         if not self.clusters and not self.fabrics:
             raise ValueError("expected one or more clusters or fabrics")
+        if self.perturb_contention is not None and "none" in self.contention:  # its cells would run unperturbed
+            raise ValueError("perturb_contention: the 'none' contention model predicts no contention, so it has "
+                             "nothing to perturb; list only profiled and link under contention")
         axes = {"loads": len(self.loads), "mixes": len(self.mixes), "clusters and fabrics": len(self.clusters) + len(self.fabrics),
                 "contention": len(self.contention), "seeds": self.seeds, "durations": len(self.durations),
                 "contention_knowledge": len(self.contention_knowledge)}

@@ -19,6 +19,7 @@ layer does not import the experiments).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -634,9 +635,16 @@ def train(
         if reached is not None and reached >= total:  # nothing to train: it printed "policy written" all the same
             raise DeepShareError(f"--resume {run_dir}: the run's newest checkpoint is at iteration {reached} already; "
                                  f"give --iterations above {reached} to train on")
+    made = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     upgrade_metrics_header(run_dir / "metrics.csv")  # an earlier deepshare's file gains this one's columns
-    start_ray(address)
+    try:
+        start_ray(address)
+    except BaseException:
+        if made:  # a new run that never started leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:
         from deepshare.rl.advantages import resume_replay

@@ -270,6 +270,8 @@ def test_policies_help_example_names_registered_policies(command):
      "--estimate-error goes with --durations estimated"),
     (["simulate", "--trace", TRACE, "--policy", "srsf+packed", "--perturb-seed", "7"],
      "--perturb-seed goes with --perturb-contention"),
+    (["simulate", "--trace", TRACE, "--policy", "srsf+packed", "--contention", "none", "--perturb-contention", "0.3"],
+     "--perturb-contention: the 'none' model predicts no contention"),
     (["compare", "--trace", TRACE, "--policies", "srsf+packed", "--address", ""], "--address '': an empty address"),
     (["evaluate", "--trace", TRACE, "--policies", "srsf+packed", "--seeds", "1", "--address", " "],
      "--address ' ': an empty address"),

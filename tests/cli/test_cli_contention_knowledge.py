@@ -88,3 +88,22 @@ def test_a_suite_names_a_bad_contention_knowledge(capsys, tmp_path):
     rc, _, err = cli(capsys, "evaluate", "--suite", suite)
     assert rc == 2
     one_error_line(err, "perturb_contention")
+
+
+def test_a_flags_error_names_the_flag_once():
+    """An error that already starts with the flag's name is not given it twice
+    (``--perturb-contention: --perturb-contention: ...`` before)."""
+    from deepshare.cli.args import flagged
+    from deepshare.core.errors import DeepShareError
+
+    def refuse(message):
+        def parse(text):
+            raise DeepShareError(message)
+        return parse
+
+    with pytest.raises(DeepShareError) as named:
+        flagged("--perturb-contention", refuse("--perturb-contention: no"), "0.3")
+    assert str(named.value) == "--perturb-contention: no"
+    with pytest.raises(DeepShareError) as plain:
+        flagged("--link-params", refuse("bad JSON"), "x.json")
+    assert str(plain.value) == "--link-params: bad JSON"

@@ -91,6 +91,13 @@ def test_perturbation_factors_are_seeded_uniform_draws_in_sorted_order():
         perturbation_factors(["a"], 1.0, 0)
 
 
+def test_perturbing_the_none_model_is_refused_as_it_has_no_contention_to_perturb():
+    """`--contention none --perturb-contention 0.3` ran the unperturbed world without a word."""
+    with pytest.raises(DeepShareError, match="'none' model predicts no contention"):
+        PerturbedContention(make_contention("none"), 0.3)
+    PerturbedContention(make_contention("profiled"), 0.3)  # a model with contention is perturbed
+
+
 def test_a_perturbed_profiled_world_raises_a_victims_ratios_to_its_factor():
     shipped = make_contention("profiled")
     world = PerturbedContention(shipped, 0.0, given=(("FSDP", 1.5),))

@@ -189,6 +189,9 @@ def test_run_one_matches_the_simulator():
         ("heuristics: [las+consolidated]\nloads: [true]", "loads: Value error, got a boolean ([true])"),
         ("heuristics: [las+consolidated]\nrecurrence: {users: true}", 'recurrence: Value error, got a boolean ({"users": true})'),
         ("heuristics: [las+consolidated]\nperturb_seed: false", "perturb_seed: Value error, got a boolean (false)"),
+        # the `none` model's ratios are all 1: its cells ran unperturbed under a suite that said perturbed
+        ("heuristics: [las+consolidated]\ncontention: [profiled, none]\nperturb_contention: 0.3",
+         "perturb_contention: the 'none' contention model predicts no contention"),
         # a 400-digit integer made math.isfinite raise OverflowError: a traceback
         ("heuristics: [las+consolidated]\nrecurrence: {runs_per_group: " + "9" * 400 + "}",
          "recurrence: Value error, recurrence model: runs_per_group must be a number from 2 to 1e+06"),

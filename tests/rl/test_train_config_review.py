@@ -112,3 +112,22 @@ def test_a_curriculum_the_run_does_not_reach_is_warned_about(iterations, warned)
     buffer = io.StringIO()
     _warn_unreached_stages(config, iterations, Console(file=buffer, width=300))
     assert (warned in buffer.getvalue()) if warned else buffer.getvalue() == ""
+
+
+def test_a_new_run_whose_ray_cannot_start_leaves_no_folder_behind(tmp_path, capsys, monkeypatch):
+    """`train --out runs/x` made the folder, then failed to start Ray: an empty folder was left."""
+    from deepshare.core.errors import RuntimeFailure
+    from deepshare.rl import train as training
+
+    def no_ray(address):
+        raise RuntimeFailure.could_not("start a local Ray instance", OSError("no room"))
+
+    monkeypatch.setattr(training, "start_ray", no_ray)
+    run = tmp_path / "runs" / "x"
+    rc, out, err = cli(capsys, "train", CONFIG, "--out", run, "--iterations", 1)
+    assert rc != 0 and "start a local Ray instance" in err
+    assert not run.exists()
+    mine = tmp_path / "mine"  # a folder that was there before is the user's: it stays
+    mine.mkdir()
+    rc, _, err = cli(capsys, "train", CONFIG, "--out", mine, "--iterations", 1)
+    assert rc != 0 and mine.is_dir()

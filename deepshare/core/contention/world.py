@@ -65,6 +65,9 @@ class PerturbedContention:
             raise DeepShareError(f"perturbation factors must be positive, got {dict(self.given)}")
         if not isinstance(self.shipped, ProfiledContention) and not hasattr(self.shipped, "link_catalog"):
             raise DeepShareError(f"--perturb-contention: the {self.shipped.name!r} model has no sensitivities to perturb")
+        if isinstance(self.shipped, ProfiledContention) and self.shipped.floor >= 1.0:  # `none`: every ratio is 1
+            raise DeepShareError(f"--perturb-contention: the {self.shipped.name!r} model predicts no contention "
+                                 "(its floor is 1), so a perturbed world would be the same world")
 
     def describe(self) -> str:
         if self.given:
