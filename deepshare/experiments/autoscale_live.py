@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from deepshare.raycluster.demand_bridge import DemandBridge, ray_request
-from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster
+from deepshare.raycluster.fake_autoscaling import FakeAutoscalingCluster, check_node_types
 from deepshare.core.atomic import write_bytes_atomic
 from deepshare.core.files import resolved
 from deepshare.core.autoscaling.spec import AutoscaleSpec, parse_autoscale_spec
@@ -238,6 +238,7 @@ def run_live_experiment(
     if node_type.max_nodes > MAX_LIVE_NODES:
         raise DeepShareError(f"node_types.{type_name}.max_nodes: {node_type.max_nodes}: the live experiment runs every "
                              f"node as Ray processes on this machine; expected at most {MAX_LIVE_NODES}")
+    check_node_types(spec)  # a label Ray would refuse at node start: before any folder is made
     scheduling = make_policy(policy)  # a bad name fails before Ray starts
     work = resolved(workdir)
     for folder in (work, work / "jobs", work / "ray"):  # a regular file in the way is one line, not a traceback

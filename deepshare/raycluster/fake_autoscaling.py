@@ -25,11 +25,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from deepshare.core.atomic import write_text_atomic
-from deepshare.core.autoscaling.spec import AutoscaleSpec
-from deepshare.core.errors import DeepShareError
+from deepshare.core.autoscaling.spec import AutoscaleSpec, NodePoolSpec
+from deepshare.core.errors import DeepShareError, shown
+from deepshare.infra.raycompat import node_label_syntax_check
 
 HEAD_TYPE = "ray.head.default"
 
@@ -46,15 +48,9 @@ def autoscaling_config(spec: AutoscaleSpec, gcs_address: str, cpus_per_node: int
     types' ``max_nodes`` add up), else their sum (Ray started ``max_nodes`` whatever the spec's cap)."""
     types: dict[str, object] = {HEAD_TYPE: {"resources": {}, "node_config": {}, "max_workers": 0}}
     for name, t in spec.node_types.items():
-        labels = {
-            "deepshare.io/gpu-model": t.gpu_model, "deepshare.io/fabric": t.fabric,
-            "deepshare.io/nic-gbps": f"{t.nic_gbps:g}", "deepshare.io/nvlink-gbps": f"{t.nvlink_gbps:g}",
-            "deepshare.io/intra-node-gbps": f"{t.intra_node_gbps:g}", "deepshare.io/pcie-switches": str(t.pcie_switches),
-            "deepshare.io/price-usd-per-hour": f"{t.price_usd_per_hour:g}",
-        }
         types[name] = {
             "resources": {"CPU": cpus_per_node, "GPU": t.gpus, f"deepshare_fabric_{t.fabric}": 1},
-            "labels": labels, "node_config": {}, "min_workers": t.min_nodes, "max_workers": t.max_nodes,
+            "labels": node_type_labels(name, t), "node_config": {}, "min_workers": t.min_nodes, "max_workers": t.max_nodes,
         }
     slots = sum(t.max_nodes for t in spec.node_types.values())
     return {
@@ -74,6 +70,48 @@ def autoscaling_config(spec: AutoscaleSpec, gcs_address: str, cpus_per_node: int
     }
 
 
+def check_node_types(spec: AutoscaleSpec) -> None:
+    """Refuse, naming it, a node type of ``spec`` whose labels Ray would refuse at node start."""
+    for name, t in spec.node_types.items():
+        node_type_labels(name, t)
+
+
+def node_type_labels(name: str, t: NodePoolSpec) -> dict[str, str]:
+    """The ``deepshare.io/*`` labels of node type ``name``, numbers written exactly (``32.773``,
+    ``1000000``: never ``1e+06``, which Ray refuses, nor a price rounded to six digits), checked
+    with Ray's label rules: a spec whose node type Ray would refuse at node start (a GPU model
+    with a space in it) is one error naming the type and the label, before anything starts."""
+    labels = {
+        "deepshare.io/gpu-model": t.gpu_model, "deepshare.io/fabric": t.fabric,
+        "deepshare.io/nic-gbps": plain_number(t.nic_gbps), "deepshare.io/nvlink-gbps": plain_number(t.nvlink_gbps),
+        "deepshare.io/intra-node-gbps": plain_number(t.intra_node_gbps), "deepshare.io/pcie-switches": str(t.pcie_switches),
+        "deepshare.io/price-usd-per-hour": plain_number(t.price_usd_per_hour),
+    }
+    check = node_label_syntax_check()
+    named = f"{name}-{NODE_NUMBERS}"  # the fake provider labels each node ``<type>-<k>`` (its longest k here)
+    for key, value in (*labels.items(), (NAME_LABEL, named)):
+        try:
+            check({key: value})
+        except ValueError:
+            raise DeepShareError(f"node_types.{shown(name)}: Ray refuses the node label {key}={shown(value)} "
+                                 "(a label value is at most 63 letters, digits, '-', '_' or '.', starting and ending "
+                                 "with a letter or digit)") from None
+    return labels
+
+
+NAME_LABEL = "deepshare.io/node-name"
+"""The label :class:`~deepshare.raycluster.fake_provider.NamedFakeProvider` names each node by
+(the live scheduler reads it as ``deepshare.runtime.cluster.NAME_LABEL``; this layer cannot import that one)."""
+NODE_NUMBERS = 999_999
+"""Room checked for the node number in that label (nodes started over one experiment's life)."""
+
+
+def plain_number(value: float) -> str:
+    """``value`` in plain decimal notation, exactly as Python reads it back (no exponent)."""
+    text = format(Decimal(repr(float(value))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 @dataclass
 class FakeAutoscalingCluster:
     spec: AutoscaleSpec
@@ -86,12 +124,13 @@ class FakeAutoscalingCluster:
         """Start the head (the autoscaler then starts the min nodes); returns the GCS address."""
         if not sys.platform.startswith("linux"):
             raise DeepShareError("the fake autoscaling cluster needs Linux (/proc)")
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         port = _free_port()
         self.address = f"127.0.0.1:{port}"
+        ray_config = autoscaling_config(self.spec, self.address)  # a node type Ray refuses: before anything is made
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         config = self.tmp_dir / "autoscaling.json"
         # renamed into place: a symlink planted at the name is replaced, not written through
-        write_text_atomic(config, json.dumps(autoscaling_config(self.spec, self.address)), "autoscaling config")
+        write_text_atomic(config, json.dumps(ray_config), "autoscaling config")
         env = dict(os.environ, RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1", RAY_TMPDIR=str(self.tmp_dir),
                    RAY_AUTH_MODE="disabled")  # a loopback test cluster; a ~/.ray/auth_token must not turn tokens on
         cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",

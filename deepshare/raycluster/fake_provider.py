@@ -13,10 +13,9 @@ from typing import Any
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
 from deepshare.infra.raycompat import fake_multi_node_provider, fake_node_number
+from deepshare.raycluster.fake_autoscaling import NAME_LABEL
 
 FakeMultiNodeProvider: Any = fake_multi_node_provider()  # Ray's private class: raycompat says why
-
-NAME_LABEL = "deepshare.io/node-name"
 
 
 class NamedFakeProvider(FakeMultiNodeProvider):

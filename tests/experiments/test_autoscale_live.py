@@ -9,6 +9,7 @@ tested without Ray. Timeouts in the experiment are guards only; no assertion is 
 from __future__ import annotations
 
 import copy
+import re
 import tempfile
 from pathlib import Path
 
@@ -74,6 +75,33 @@ def test_the_fake_provider_config_keeps_the_specs_max_workers():
     assert autoscaling_config(spec.model_copy(update={"max_workers": None}), "127.0.0.1:1234")["max_workers"] == 3
 
 
+@pytest.mark.parametrize(("types", "needle"), [
+    ("{g: {gpus: 4, price_usd_per_hour: 1, max_nodes: 1, gpu_model: A100 SXM}}",
+     "node_types.'g': Ray refuses the node label deepshare.io/gpu-model='A100 SXM'"),
+    ("{gpu node: {gpus: 4, price_usd_per_hour: 1, max_nodes: 1}}",
+     "node_types.'gpu node': Ray refuses the node label deepshare.io/node-name='gpu node-999999'"),
+    ("{" + "g" * 60 + ": {gpus: 4, price_usd_per_hour: 1, max_nodes: 1}}", "Ray refuses the node label deepshare.io/node-name"),
+])
+def test_a_node_type_ray_would_refuse_at_node_start_is_one_error_naming_it(types, needle):
+    """A GPU model with a space, or a type name that cannot start a node label, reached Ray,
+    which refused the node when the autoscaler started it: the experiment waited for its timeout."""
+    spec = parse_autoscale_spec(f"node_types: {types}\n")
+    with pytest.raises(DeepShareError, match=re.escape(needle)):
+        autoscaling_config(spec, "127.0.0.1:1234")
+
+
+def test_label_numbers_are_written_exactly_and_ray_takes_them():
+    """``f"{x:g}"`` wrote a NIC of 10^6 Gb/s as ``1e+06`` (Ray refuses '+') and a price of
+    12345.678 as ``12345.7``."""
+    spec = parse_autoscale_spec("node_types: {g: {gpus: 4, price_usd_per_hour: 12345.678, max_nodes: 1, "
+                                "nic_gbps: 1000000, intra_node_gbps: 0.5}}\n")
+    labels = autoscaling_config(spec, "127.0.0.1:1234")["available_node_types"]["g"]["labels"]  # type: ignore[index]
+    assert labels["deepshare.io/price-usd-per-hour"] == "12345.678"
+    assert labels["deepshare.io/nic-gbps"] == "1000000"
+    assert labels["deepshare.io/intra-node-gbps"] == "0.5"
+    raycompat.node_label_syntax_check()(labels)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -100,6 +128,13 @@ def test_an_unknown_policy_is_refused_before_ray_starts(tmp_path, no_ray):
     with pytest.raises(DeepShareError):
         run_live_experiment(tmp_path, policy="no-such-policy")
     assert not (tmp_path / "ray").exists()
+
+
+def test_a_node_type_ray_would_refuse_is_refused_before_any_folder_is_made(tmp_path, no_ray):
+    spec = parse_autoscale_spec("node_types: {g: {gpus: 4, price_usd_per_hour: 1, max_nodes: 1, gpu_model: A100 SXM}}\n")
+    with pytest.raises(DeepShareError, match="Ray refuses the node label deepshare.io/gpu-model"):
+        run_live_experiment(tmp_path / "work", spec=spec)
+    assert not (tmp_path / "work").exists()
 
 
 def test_more_nodes_than_this_machine_can_run_are_refused_before_ray_starts(tmp_path, no_ray):
