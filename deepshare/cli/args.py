@@ -303,14 +303,19 @@ def contention_model(args: argparse.Namespace) -> ContentionModel:
     return known
 
 
-def information_model(args: argparse.Namespace, seed: int = 0) -> InformationModel:
+def information_model(args: argparse.Namespace, seed: int = 0, jobs: Sequence[Any] = ()) -> InformationModel:
     """The run's information model from ``--durations``, ``--estimate-error`` and
     ``--contention-knowledge``, drawing its estimates (and measurement noise) with ``seed``; an
-    ``--estimate-error`` the durations do not draw with is refused (the run and its record dropped it)."""
+    ``--estimate-error`` the durations do not draw with is refused (the run and its record dropped
+    it), and so is one for a trace whose ``jobs`` all carry ``requested_s`` (their own estimates:
+    nothing is drawn, yet the record kept the sigma)."""
     sigma = getattr(args, "estimate_error", None)
     if sigma is not None and args.durations != "estimated":
         raise DeepShareError(f"--estimate-error goes with --durations estimated: --durations {args.durations} draws "
                              "no estimates")
+    if sigma is not None and jobs and all(job.requested_s is not None for job in jobs):
+        raise DeepShareError("--estimate-error: every job of the trace has its own estimate (requested_s), so no "
+                             "estimate is drawn; leave the flag out")
     return InformationModel(args.durations, DEFAULT_ESTIMATE_ERROR if sigma is None else sigma, seed,
                             contention_knowledge=getattr(args, "contention_knowledge", DEFAULT_CONTENTION_KNOWLEDGE))
 

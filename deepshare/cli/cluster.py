@@ -123,7 +123,7 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     spec = load_config(args.config)
     trace = load_trace(args)
     scenario = Scenario(None, trace.jobs, contention_model(args), sim_config(args), autoscale=spec,
-                        information=information_model(args, args.seed), history=past_history(args, trace.jobs))
+                        information=information_model(args, args.seed, trace.jobs), history=past_history(args, trace.jobs))
     reports = run_autoscalers(scenario, args.policy, names)
     if trace.skipped:
         err.print(skipped_jobs(trace.skipped), markup=False, highlight=False, soft_wrap=True)

@@ -101,7 +101,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console, err: Console) -> int:
     mix = flagged("--mix", mix_from_spec, args.mix)
     first = load(args.trace, format=args.format, mix=mix, seed=0)
     contention, history, tenants = contention_model(args), past_history(args, first.jobs), tenants_of(args)
-    information_model(args)  # its flags checked before --out is made
+    information_model(args, jobs=first.jobs)  # its flags checked before --out is made
     # made before the run (the README puts --json inside it), and removed again if the run fails
     # (a job the simulator refuses, an --address with no cluster): a failed run leaves no empty folder
     with run_folder("--out", args.out):

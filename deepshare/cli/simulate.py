@@ -32,7 +32,7 @@ def cmd_simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     trace = load_trace(args)
     tenants = tenants_of(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
-                        information=information_model(args, args.seed), history=past_history(args, trace.jobs), tenants=tenants)
+                        information=information_model(args, args.seed, trace.jobs), history=past_history(args, trace.jobs), tenants=tenants)
     with OutputSet() as outputs:  # --jobs-csv streams during the run; both files are put in place at the end
         stream = None if not args.jobs_csv else outputs.add_stream(
             JobsCsvStream(args.jobs_csv, levels=fabric_levels(scenario)), "per-job table")
@@ -85,7 +85,7 @@ def cmd_compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     topology = cluster_topology(args)
     trace = load_trace(args)
     scenario = Scenario(topology, trace.jobs, contention_model(args), sim_config(args),
-                        information=information_model(args, args.seed), history=past_history(args, trace.jobs),
+                        information=information_model(args, args.seed, trace.jobs), history=past_history(args, trace.jobs),
                         tenants=tenants_of(args))
     with joined(args.address) as on_ray, ProgressBar(err, len(trace.jobs) * len(names), not args.no_progress) as bar:
         reports = compare(scenario, names, bar.callback("policies"), on_ray=on_ray,

@@ -544,3 +544,24 @@ def test_serve_refuses_an_empty_address(capsys):
     rc, out, err = cli(capsys, "serve", "--address", "")
     assert rc == 2 and out == ""
     one_error_line(err, "--address ''", "an empty address")
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare", "evaluate"])
+def test_an_estimate_error_no_job_draws_with_is_refused(tmp_path, capsys, command):
+    """Every job with ``requested_s`` carries its own estimate: ``--estimate-error 0.5`` drew
+    nothing, yet the run's JSON recorded the sigma."""
+    trace = tmp_path / "requested.csv"
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples,requested_s\n"
+                     "a,0,ResNet50,2,600,,900\nb,10,BERT,4,1200,,1000\n")
+    flag = "--policy" if command == "simulate" else "--policies"
+    out_flags = ["--out", str(tmp_path / "ev")] if command == "evaluate" else []
+    rc, out, err = cli(capsys, command, "--trace", trace, flag, "srsf+packed", "--durations", "estimated",
+                       "--estimate-error", "0.5", *out_flags)
+    assert rc == 2 and out == ""
+    one_error_line(err, "--estimate-error: every job of the trace has its own estimate (requested_s)")
+    assert not (tmp_path / "ev").exists()
+    trace.write_text("job_id,submit_time,model,gpus,duration_s,total_samples,requested_s\n"
+                     "a,0,ResNet50,2,600,,900\nb,10,BERT,4,1200,,\n")
+    rc, out, err = cli(capsys, command, "--trace", trace, flag, "srsf+packed", "--durations", "estimated",
+                       "--estimate-error", "0.5", *out_flags)
+    assert rc == 0, err  # one job's estimate is drawn
