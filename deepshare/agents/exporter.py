@@ -122,6 +122,7 @@ class MetricsExporter:
         self._server = None
         self._thread = None
         self._asked: tuple[str, int] | None = None  # the (host, port) the running server was started with
+        self._allowed: frozenset[str] = frozenset()  # the allowed hosts the running server checks
 
     @property
     def port(self) -> int | None:
@@ -140,20 +141,25 @@ class MetricsExporter:
         Requests whose ``Host`` header names neither this endpoint nor one of ``allowed_hosts``
         get a 403 (:func:`host_checked`).
 
-        Already serving: the same host and port 0 or the port bound (or asked) returns the running
-        address (its allowed hosts kept); another host or port raises ``ValueError`` naming it, rather than reporting an
-        address nothing listens on (``stop`` first to move it)."""
+        Already serving: the same host, the same allowed hosts and port 0 or the port bound (or
+        asked) returns the running address; another host, port or set of allowed hosts raises
+        ``ValueError`` naming it, rather than reporting an address nothing listens on, or leaving
+        the first start's allowed hosts in force (``stop`` first to move or change it)."""
         with self._lock:
+            allowed = frozenset(allowed_hosts)
             if self._server is not None:
                 bound = bound_address(self._server)
                 asked_host, asked_port = self._asked or bound
                 if host != asked_host or port not in (0, asked_port, bound[1]):
                     raise ValueError(f"metrics are already served at {url_host(bound[0])}:{bound[1]}"
                                      f" (asked for {url_host(host)}:{port}); stop them first to move them")
+                if allowed != self._allowed:
+                    raise ValueError(f"metrics are already served at {url_host(bound[0])}:{bound[1]} allowing the hosts "
+                                     f"{sorted(self._allowed)} (asked for {sorted(allowed)}); stop them first to change them")
                 return bound
             app = host_checked(make_wsgi_app(self.registry), host, tuple(allowed_hosts))
             self._server, self._thread = serve_wsgi(app, host, port)
-            self._asked = (host, port)
+            self._asked, self._allowed = (host, port), allowed
             return bound_address(self._server)
 
     def stop(self) -> None:

@@ -33,6 +33,23 @@ def test_start_returns_the_host_and_port_bound_and_a_second_start_keeps_or_refus
     assert exporter.address is None and exporter.port is None and not _listening(port)
 
 
+def test_a_second_start_with_other_allowed_hosts_is_refused_not_ignored():
+    """Started again on its address with other ``allowed_hosts``, the endpoint kept checking the
+    first start's list and said nothing."""
+    exporter = MetricsExporter(ClusterState(5.0).snapshot)
+    try:
+        host, port = exporter.start(0, "127.0.0.1", ("grafana.internal",))
+        assert exporter.start(port, "127.0.0.1", ("grafana.internal",)) == (host, port)
+        with pytest.raises(ValueError, match=r"allowing the hosts \['grafana.internal'\] \(asked for \[\]\)"):
+            exporter.start(port, "127.0.0.1")
+        with pytest.raises(ValueError, match="stop them first to change them"):
+            exporter.start(0, "127.0.0.1", ("grafana.internal", "evil.example"))
+    finally:
+        exporter.stop()
+    host, port = exporter.start(0, "127.0.0.1")  # after a stop, a new list is taken
+    exporter.stop()
+
+
 def test_every_interface_is_reported_as_such():
     exporter = MetricsExporter(ClusterState(5.0).snapshot)
     try:
