@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_GENERATED_JOBS, MAX_ROUND_S, MAX_TRAIN_ITERATIONS, MIN_OFFERED_LOAD
 from deepshare.core.contention import CONTENTION_MODELS, ContentionModel, make_contention
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.information import (
     CONTENTION_KNOWLEDGE, DEFAULT_CONTENTION_KNOWLEDGE, DEFAULT_DURATIONS, DEFAULT_ESTIMATE_ERROR, DURATIONS,
     MAX_ESTIMATE_ERROR, InformationModel,
@@ -100,7 +100,13 @@ listen_port = number(int, lambda v: 1 <= v <= 65535, "a port number 1..65535")
 
 
 def print_line(out: Any, text: str) -> None:
-    """One line to a rich console, printed as is (no markup, no highlighting, no wrapping)."""
+    """One line (or a document's lines) to a rich console: no markup, no highlighting, no
+    wrapping, and every control character but the line breaks written as its escape
+    (:func:`~deepshare.core.errors.one_line`), so text from a server, a file or a job's log
+    (an escape sequence, a carriage return, a bidi override) cannot drive the terminal; rich
+    itself strips only a few of them."""
+    if not text.isprintable():
+        text = "\n".join(map(one_line, text.split("\n")))
     out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -12,7 +12,8 @@ cannot be started is one line and exit 1. Ray is imported only by ``scheduler st
 
 Clients find the scheduler by ``--url``, else the URL the scheduler wrote to
 ``<state>/scheduler.json``; the token is ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else
-``<state>/token``; ``--state`` defaults to the scheduler's default, ``.deepshare/scheduler``.
+``<state>/token`` (with ``--url``, only when ``<state>/scheduler.json`` names that URL: the state's
+token is its own scheduler's); ``--state`` defaults to the scheduler's default, ``.deepshare/scheduler``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from deepshare.cli.args import (
 )
 from deepshare.cli.help import command
 from deepshare.core.documents import load_json
-from deepshare.core.errors import DeepShareError
+from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S, MAX_QUEUED
 
@@ -51,12 +52,28 @@ MAX_GPUS = 65_536 * 1024
 """Most ``--max-gpus``: the largest cluster a spec describes (``simulate --nodes`` x ``--gpus-per-node``)."""
 
 
+def _t(value: Any) -> str:
+    """A server's text for a table cell or a line: every control character escaped
+    (``\\x1b``, ``\\n``): a job's name, error or node cannot drive the terminal or forge a line."""
+    return one_line(str(value))
+
+
+def _log_text(text: str) -> str:
+    """A rank log's text for the terminal: line breaks and tabs kept (CRLF read as a line break),
+    every other control character (an escape sequence, a lone carriage return, a C1 or bidi
+    control) escaped: a job's log is the job's own output, and the one reading it may be the admin."""
+    text = text.replace("\r\n", "\n")
+    if text.isprintable():
+        return text
+    return "".join(ch if ch in "\n\t" else one_line(ch) for ch in text)
+
+
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
 def _alloc(placement: Any) -> str:
-    return "-" if not placement else ",".join(f"{p.node}:{p.gpus}" for p in placement)
+    return "-" if not placement else ",".join(f"{_t(p.node)}:{p.gpus}" for p in placement)
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -137,29 +154,46 @@ def _client(args: argparse.Namespace) -> Any:
     from deepshare.runtime.token import client_token
 
     url, origin = args.url, None
-    if url is None:
-        check_not_shared(args.state)  # else another user's scheduler.json could take the token elsewhere
-        info = Path(args.state) / "scheduler.json"
-        try:
-            os.stat(info)
-        except FileNotFoundError:
-            raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
-        except OSError:
-            pass  # reading it says why, in one line
-        text = read_input_text(info, "scheduler URL file", CONFIG_BYTES, label=f"--state {args.state}: {info}")
-        try:
-            url = load_json(text, str(info), "the scheduler's URL")["url"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
-        if not isinstance(url, str):
-            raise DeepShareError(f"--state {args.state}: {info} has no URL")
-        from deepshare.runtime.statelock import scheduler_running
+    if args.token == "":  # an unset variable (--token "$T"): the state folder's token went instead, silently
+        raise DeepShareError("--token '': an empty token; give the token, or leave --token out")
+    if url is not None:
+        # the state folder's token is for the scheduler its scheduler.json names: sent to another
+        # --url (a project folder's default state, a typo'd host) it leaked the admin token there
+        token_dir = args.state if _state_names(args.state, url) else None
+        return SchedulerClient(url, client_token(args.token, token_dir, url_given=token_dir is None))
+    check_not_shared(args.state)  # else another user's scheduler.json could take the token elsewhere
+    info = Path(args.state) / "scheduler.json"
+    try:
+        os.stat(info)
+    except FileNotFoundError:
+        raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
+    except OSError:
+        pass  # reading it says why, in one line
+    text = read_input_text(info, "scheduler URL file", CONFIG_BYTES, label=f"--state {args.state}: {info}")
+    try:
+        url = load_json(text, str(info), "the scheduler's URL")["url"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
+    if not isinstance(url, str):
+        raise DeepShareError(f"--state {args.state}: {info} has no URL")
+    from deepshare.runtime.statelock import scheduler_running
 
-        if not scheduler_running(args.state):  # the token must not go to whoever took the port since
-            raise DeepShareError(f"--state {args.state}: no scheduler is running on this state folder "
-                                 f"({info} is from one that has stopped); start it, or give --url")
-        origin = f"{url} (the URL in {info}, written when the scheduler last started)"
+    if not scheduler_running(args.state):  # the token must not go to whoever took the port since
+        raise DeepShareError(f"--state {args.state}: no scheduler is running on this state folder "
+                             f"({info} is from one that has stopped); start it, or give --url")
+    origin = f"{url} (the URL in {info}, written when the scheduler last started)"
     return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
+
+
+def _state_names(state: str, url: str) -> bool:
+    """Whether ``state``'s scheduler.json names ``url`` (a trailing ``/`` aside): then its token is
+    that scheduler's, and may go to ``url``."""
+    info = Path(state) / "scheduler.json"
+    try:
+        named = load_json(read_input_text(info, "scheduler URL file", CONFIG_BYTES), str(info), "the scheduler's URL")["url"]
+    except (DeepShareError, ValueError, KeyError, TypeError, OSError):
+        return False
+    return isinstance(named, str) and named.rstrip("/") == url.rstrip("/")
 
 
 STATE_FILES = ("scheduler.json", "token", "journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "scheduler.lock")
@@ -181,7 +215,7 @@ def cmd_submit(args: argparse.Namespace, out: Any, err: Any) -> int:
     if args.json:
         write_json(args.json, job.model_dump(mode="json"), out, "job")
     if not to_stdout(args.json):
-        print_line(out, f"submitted {job.id} ({job.gpus} GPUs, {job.model})")
+        print_line(out, f"submitted {_t(job.id)} ({job.gpus} GPUs, {_t(job.model)})")
     return 0
 
 
@@ -194,15 +228,17 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
             write_json(args.json, detail.model_dump(mode="json"), out, "job")
             if to_stdout(args.json):
                 return 0
-        print_line(out, f"{detail.id}: {detail.state}, {detail.gpus} GPUs ({detail.model}), placement {_alloc(detail.placement)},"
-                    f" step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s); queue {detail.queue or '-'},"
-                    f" priority {detail.priority or '-'}, borrowed {_borrowed(detail.borrowed_gpus)}")
+        print_line(out, f"{_t(detail.id)}: {_t(detail.state)}, {detail.gpus} GPUs ({_t(detail.model)}), placement "
+                        f"{_alloc(detail.placement)}, step {_fmt(detail.step, 'd')}, {detail.preemptions} preemption(s); "
+                        f"queue {_t(detail.queue or '-')}, priority {_t(detail.priority or '-')}, "
+                        f"borrowed {_borrowed(detail.borrowed_gpus)}")
         for r in detail.runs:
             print_line(out, f"  run {r.attempt} at {_alloc(r.placement)}: measured {_fmt(r.measured_throughput)} samples/s,"
                         f" predicted {_fmt(r.predicted_throughput)}; from step {_fmt(r.start_step, 'd')};"
-                        f" {r.end_reason or 'running'}")
+                        f" {_t(r.end_reason or 'running')}")
         if detail.error:
-            print_line(out, f"  error: {detail.error}")
+            for line in detail.error.splitlines() or [""]:  # a rank's log tail: its lines, each escaped
+                print_line(out, f"  error: {line}")
         return 0
     fetched = client.jobs(tuple(args.job_state or ()), min(args.last + 1, 100_000))  # one more: are there more?
     jobs, more = fetched[-args.last:], len(fetched) > args.last
@@ -217,8 +253,8 @@ def cmd_jobs(args: argparse.Namespace, out: Any, err: Any) -> int:
                 "measured samples/s", "predicted samples/s"):
         table.add_column(col, justify="left" if col in ("id", "state", "queue", "priority", "model", "placement") else "right")
     for j in jobs:
-        table.add_row(j.id, j.state + (" (cancelling)" if j.cancel_requested and j.state == "running" else ""),
-                      j.queue or "-", j.priority or "-", str(j.gpus), _borrowed(j.borrowed_gpus), j.model,
+        table.add_row(_t(j.id), _t(j.state) + (" (cancelling)" if j.cancel_requested and j.state == "running" else ""),
+                      _t(j.queue or "-"), _t(j.priority or "-"), str(j.gpus), _borrowed(j.borrowed_gpus), _t(j.model),
                       _alloc(j.placement), str(j.attempt), str(j.preemptions),
                       _fmt(j.step, "d"), _fmt(j.measured_throughput), _fmt(j.predicted_throughput))
     out.print(table)
@@ -247,8 +283,8 @@ def cmd_queues(args: argparse.Namespace, out: Any, err: Any) -> int:
     for col in ("queue", "GPUs in use", "nominal", "borrowed", "pending jobs", "pending GPUs"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
-        table.add_row(str(r.get("queue")), str(r.get("gpus_in_use")), _fmt(r.get("nominal_gpus"), "d"),
-                      str(r.get("borrowed_gpus")), str(r.get("pending_jobs")), str(r.get("pending_gpus")))
+        table.add_row(_t(r.get("queue")), _t(r.get("gpus_in_use")), _fmt(r.get("nominal_gpus"), "d"),
+                      _t(r.get("borrowed_gpus")), _t(r.get("pending_jobs")), _t(r.get("pending_gpus")))
     out.print(table)
     return 0
 
@@ -256,7 +292,7 @@ def cmd_queues(args: argparse.Namespace, out: Any, err: Any) -> int:
 def cmd_scheduler_reload(args: argparse.Namespace, out: Any, err: Any) -> int:
     """Ask a running scheduler to re-read its tenants file (the admin token); the old one stays on error."""
     done = _client(args).reload_tenants()
-    print_line(out, f"tenants file reloaded: {done.get('queues')} queue(s), {done.get('tenants')} tenant token(s)")
+    print_line(out, f"tenants file reloaded: {_t(done.get('queues'))} queue(s), {_t(done.get('tenants'))} tenant token(s)")
     return 0
 
 
@@ -286,7 +322,7 @@ def cmd_contention(args: argparse.Namespace, out: Any, err: Any) -> int:
     from rich.table import Table
 
     fitted = "never" if doc.get("fitted_at") is None else f"at {doc['fitted_at']:.0f}"
-    print_line(out, f"contention fit v{doc.get('version', 0)} over the {doc.get('prior')} model, {fitted}, from "
+    print_line(out, f"contention fit v{doc.get('version', 0)} over the {_t(doc.get('prior'))} model, {fitted}, from "
                     f"{doc.get('runs', 0)} run(s): ratio MAE {_fmt(doc.get('mae_learned'), '.4f')} "
                     f"(the prior's {_fmt(doc.get('mae_prior'), '.4f')}); refit every {doc.get('refit_s', 0):g} s")
     models = doc.get("models") or {}
@@ -295,7 +331,7 @@ def cmd_contention(args: argparse.Namespace, out: Any, err: Any) -> int:
         for col in ("model", "isolated x", "contention exponent", "reports", "contended"):
             table.add_column(col, justify="left" if col == "model" else "right")
         for name, fit in models.items():
-            table.add_row(name, f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
+            table.add_row(_t(name), f"{fit['scale']:.3f}", f"{fit['exponent']:.3f}", f"{fit['observations']:.0f}",
                           f"{fit['contended']:.0f}")
         out.print(table)
     return 0
@@ -303,26 +339,38 @@ def cmd_contention(args: argparse.Namespace, out: Any, err: Any) -> int:
 
 def cmd_cancel(args: argparse.Namespace, out: Any, err: Any) -> int:
     status, job = _client(args).cancel(args.id)
-    print_line(out, f"cancelled {job.id}" if status == 200 else f"cancelling {job.id}: asked it to checkpoint and stop")
+    print_line(out, f"cancelled {_t(job.id)}" if status == 200 else f"cancelling {_t(job.id)}: asked it to checkpoint and stop")
     return 0
 
 
 def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
-    """Print a rank's log; with ``--follow`` keep printing until the job is over."""
+    """Print a rank's log (what it holds when first read); with ``--follow`` keep printing until
+    the job is over, reading a log truncated or replaced meanwhile again from its start, as
+    ``tail -F`` does. The log's text is the job's own output: its control characters are escaped."""
     client = _client(args)
     offset = 0
+    end: int | None = None  # without --follow: the size at the first read (a log that keeps growing ends there)
     while True:
         chunk = client.logs(args.id, args.rank, offset)
+        if chunk.size < offset:  # shrunk below what was read: truncated, rotated or removed
+            print_line(err, f"deepshare logs: {args.id} rank {args.rank}: the log shrank to {chunk.size:,} bytes "
+                            f"(truncated or replaced){'; reading it again from the start' if args.follow else ''}")
+            if not args.follow:
+                return 0
+            offset = 0
+            continue
+        if end is None and not args.follow:
+            end = chunk.size
         if chunk.text:
-            out.file.write(chunk.text)
+            out.file.write(_log_text(chunk.text))
             out.file.flush()
         offset = chunk.next_offset
-        if chunk.next_offset < chunk.size:
+        if chunk.next_offset < chunk.size and (end is None or offset < end):
             continue  # more is there now: ask again at once
         if not args.follow or client.job(args.id).state in ("finished", "failed", "cancelled"):
             if args.follow:  # it may have written its last lines after the read above
                 while (last := client.logs(args.id, args.rank, offset)).text:
-                    out.file.write(last.text)
+                    out.file.write(_log_text(last.text))
                     offset = last.next_offset
                 out.file.flush()
             return 0
@@ -336,8 +384,9 @@ def _url(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
                    help=f"the scheduler's state folder, for its URL and token (default {DEFAULT_STATE})")
     p.add_argument("--token", metavar="TOKEN",
-                   help="the scheduler's token (default: $DEEPSHARE_SCHEDULER_TOKEN, else DIR/token of --state; "
-                        "a flag's value is visible to other users in `ps`)")
+                   help="the scheduler's token (default: $DEEPSHARE_SCHEDULER_TOKEN, else DIR/token of --state, which "
+                        "goes to a --url only when DIR/scheduler.json names that URL; a flag's value is visible to "
+                        "other users in `ps`)")
 
 
 def register(subparsers: Any) -> None:

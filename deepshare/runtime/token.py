@@ -63,10 +63,13 @@ def scheduler_token(state_dir: str | Path, environ: Mapping[str, str] = os.envir
     return token, path
 
 
-def client_token(flag: str | None, state_dir: str | Path | None, environ: Mapping[str, str] = os.environ) -> str:
+def client_token(flag: str | None, state_dir: str | Path | None, environ: Mapping[str, str] = os.environ,
+                 url_given: bool = False) -> str:
     """The token a client sends: ``--token``, else ``$DEEPSHARE_SCHEDULER_TOKEN``, else ``<state>/token``;
     checked like the scheduler's (:func:`check_token`), so a pasted line break or space is one line
-    naming where the token came from, not an invalid HTTP header deep in ``urllib``."""
+    naming where the token came from, not an invalid HTTP header deep in ``urllib``. ``url_given``:
+    no state folder is asked because ``--url`` names a scheduler other than the state's (the
+    error then says so)."""
     if flag:
         return check_token(flag, "--token")
     if environ.get(TOKEN_ENV):
@@ -78,5 +81,8 @@ def client_token(flag: str | None, state_dir: str | Path | None, environ: Mappin
             text = read_input_text(path, "token file", CONFIG_BYTES, label=f"--state {state_dir}: {path}").strip()
         if text:
             return check_token(text, str(path))
+    if url_given:
+        raise DeepShareError(f"no scheduler token for this --url: give --token or set ${TOKEN_ENV} (a --state folder's "
+                             f"{TOKEN_FILE} is sent only to the URL its scheduler.json names)")
     raise DeepShareError(f"no scheduler token: give --token, set ${TOKEN_ENV}, or --state DIR of the scheduler "
                          f"(it writes DIR/{TOKEN_FILE})")
