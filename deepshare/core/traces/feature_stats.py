@@ -11,6 +11,7 @@ reference throughput).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
@@ -65,12 +66,14 @@ def _band(limit: float) -> str:
     return f"{limit * 100:g}%"
 
 
-def estimate_stats(ratios: Sequence[float]) -> EstimateStats | None:
-    """Error statistics of requested / true ratios (None for none)."""
+def estimate_stats(ratios: Sequence[float], log_ratios: Sequence[float] | None = None) -> EstimateStats | None:
+    """Error statistics of requested / true ratios (None for none); ``log_ratios``: their logs,
+    when known as differences of logs (a tiny ``requested_s`` over a long run rounds its ratio
+    to 0, whose log is -inf: the log-sigma printed ``nan``)."""
     if not ratios:
         return None
     r = np.asarray(ratios, dtype=float)
-    logs = np.log(r)
+    logs = np.log(r) if log_ratios is None else np.asarray(log_ratios, dtype=float)
     error = np.abs(r - 1.0)
     return EstimateStats(
         ratio_median=float(np.median(r)),
@@ -88,7 +91,8 @@ def feature_stats(jobs: Sequence[JobSpec], durations: Sequence[float]) -> Featur
     users = Counter(j.user for j in jobs if j.user is not None)
     groups = Counter(j.group for j in jobs if j.group is not None)
     recurring = sum(c for c in groups.values() if c >= 2)
-    ratios = [j.requested_s / d for j, d in zip(jobs, durations) if j.requested_s is not None]
+    given = [(j.requested_s, d) for j, d in zip(jobs, durations) if j.requested_s is not None]
+    ratios = [q / d for q, d in given]
 
     def share(count: int) -> float:
         return count / n if n else 0.0
@@ -102,7 +106,7 @@ def feature_stats(jobs: Sequence[JobSpec], durations: Sequence[float]) -> Featur
         recurring_groups=sum(1 for c in groups.values() if c >= 2),
         recurrence_share=share(recurring),
         requested_share=share(len(ratios)),
-        estimate=estimate_stats(ratios),
+        estimate=estimate_stats(ratios, [math.log(q) - math.log(d) for q, d in given]),
     )
 
 

@@ -5,9 +5,12 @@
   derived from an offered ``load`` on ``total_gpus`` GPUs::
 
       load = rate * E[gpus * duration] / total_gpus
-      E[gpus * duration] = E[gpus] * median * exp(sigma**2 / 2)   (independent draws)
+      E[gpus * duration] = E[gpus] * E[min(median * exp(sigma Z), a year)]   (independent draws)
 
-  using the distributions' expected values (not the sample's), so the conversion is exact.
+  using the distributions' expected values (not the sample's), so the conversion is exact; the
+  year's cap on a draw is counted where it moves the mean by more than a millionth of it
+  (:func:`~deepshare.core.traces.recurrence.capped`: from sigma 2 with a median of an hour, or
+  a median near a year), otherwise the uncapped ``E[gpus] * median * exp(sigma**2 / 2)``.
   With neither, every job arrives at t = 0 (the artifact's setting).
 * Demand: GPUs drawn from ``demand`` ({gpus: weight}, weights relative; GPU counts from 1 to
   :data:`~deepshare.core.bounds.MAX_JOB_GPUS`).
@@ -42,14 +45,17 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from deepshare.core import stable_math
-from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S
+from deepshare.core.bounds import MAX_DURATION_S, MAX_JOB_GPUS, MAX_TIMESTAMP_S, MIN_WORK_S
 from deepshare.core.traces.base import Trace, finish
 from deepshare.core.traces.mixes import ModelMix, assign, mix_preset
-from deepshare.core.traces.recurrence import JobFeatures, RecurrenceModel, draw_features, mean_gpu_seconds
+from deepshare.core.traces.recurrence import (
+    JobFeatures, RecurrenceModel, capped, draw_features, lognormal_excess, mean_gpu_seconds,
+)
 from deepshare.core.errors import DeepShareError
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.types import JobSpec
 from deepshare.core.workloads import Catalog
+from deepshare.core.written import NUMBER
 
 FORMAT = "generated"
 DEFAULT_DEMAND: Mapping[int, float] = {2: 1 / 3, 4: 1 / 3, 8: 1 / 3}
@@ -107,10 +113,7 @@ def parse_demand(text: str, cluster_gpus: int | None = None) -> dict[int, float]
                 f"GPU demand {text!r}: entry {entry!r}: {g} GPUs is more than the cluster's {cluster_gpus}; "
                 "such a job could never run"
             )
-        try:
-            w = float(weight)
-        except ValueError:
-            w = math.nan
+        w = float(weight) if NUMBER.fullmatch(weight.strip()) else math.nan  # float() also reads '1_0' and '١'
         if not (math.isfinite(w) and w > 0):
             raise DeepShareError(f"GPU demand {text!r}: entry {entry!r}: weight must be a positive number, got {weight.strip()!r}")
         if g in demand:
@@ -159,7 +162,9 @@ def rate_for_load(
     if gpu_duration_corr == 0:
         total = math.fsum(demand.values())
         mean_gpus = math.fsum(g * w for g, w in demand.items()) / total
-        mean_gpu_s = mean_gpus * (median_duration_s * math.exp(duration_sigma**2 / 2))  # the pre-recurrence rounding
+        uncapped = mean_gpus * (median_duration_s * math.exp(duration_sigma**2 / 2))  # the pre-recurrence rounding
+        excess = mean_gpus * lognormal_excess(math.log(median_duration_s), duration_sigma)  # independent of the GPUs
+        mean_gpu_s = capped(uncapped, excess, lambda: excess)
     else:
         mean_gpu_s = mean_gpu_seconds(demand, median_duration_s, duration_sigma, gpu_duration_corr)
     return load * total_gpus / mean_gpu_s
@@ -303,7 +308,8 @@ def generate(
     sizes = list(demand)
     weights = np.array([demand[g] for g in sizes])
     gpus = [sizes[i] for i in demand_rng.choice(len(sizes), size=n, p=weights / weights.sum())]
-    durations = np.minimum(median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n)), MAX_DURATION_S)
+    # within a trace's bounds, as its reader checks them: a picosecond (sigma 5 draws below it) to a year
+    durations = np.clip(median * stable_math.exp(duration_sigma * duration_rng.standard_normal(n)), MIN_WORK_S, MAX_DURATION_S)
     models = assign(n, mix, model_rng)
     jobs = [
         JobSpec(f"job-{i:05d}", models[i], gpus[i], float(submits[i]), duration_s=float(durations[i]), topology=requests[i])

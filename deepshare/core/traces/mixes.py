@@ -53,8 +53,10 @@ pasted mistake, not a model."""
 
 def on_one_line(text: str) -> bool:
     """Whether ``text`` reads back unchanged from a canonical CSV: non-empty, no surrounding
-    whitespace (the loaders strip it) and nothing of :data:`LINE_BREAKING`."""
-    return bool(text.strip()) and text == text.strip() and not any(c in text for c in LINE_BREAKING)
+    whitespace (the loaders strip it), nothing of :data:`LINE_BREAKING` and no lone surrogate (what
+    a byte that is not UTF-8 in a command line becomes: no file can be written with it)."""
+    return (bool(text.strip()) and text == text.strip() and not any(c in text for c in LINE_BREAKING)
+            and not any("\ud800" <= c <= "\udfff" for c in text))
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def parse_mix(text: str) -> ModelMix:
         name = model.strip()
         if not on_one_line(name) or len(name) > MAX_FLAG_NAME_CHARS:
             raise DeepShareError(f"model mix {shown(text)}: model {shown(name)}: expected a name of 1-{MAX_FLAG_NAME_CHARS} "
-                                 "characters on one line (no line breaks or NUL characters)")
+                                 "characters on one line (no line breaks, NUL characters or bytes that are not UTF-8)")
         w = float(weight) if NUMBER.fullmatch(weight.strip()) else math.nan
         if not (math.isfinite(w) and w > 0):
             raise DeepShareError(

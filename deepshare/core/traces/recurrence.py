@@ -23,7 +23,9 @@ while keeping its marginals exact:
   ``r = run_variance_share``: the group's median is lognormal around the trace's median and its
   runs are lognormal around the group's median. Both normals are standard, so every job's
   duration is exactly lognormal(median, sigma), as without the model (and, as without it,
-  capped at a year, :data:`~deepshare.core.bounds.MAX_DURATION_S`: only a far tail moves).
+  kept between a picosecond and a year, :data:`~deepshare.core.bounds.MIN_WORK_S` and
+  :data:`~deepshare.core.bounds.MAX_DURATION_S`, a trace's bounds; the load counts the year's cap
+  where it matters, :func:`capped`).
 * **GPUs**: a Gaussian copula. Each group draws a standard normal ``U``; its GPU count is the
   demand distribution's quantile at ``Phi(U)`` (sizes in increasing order), so the demand
   distribution is kept exactly; ``Z_group`` is correlated with ``U`` so that a job's log
@@ -70,12 +72,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from deepshare.core import stable_math
-from deepshare.core.bounds import MAX_DURATION_S
+from deepshare.core.bounds import MAX_DURATION_S, MIN_WORK_S
 from deepshare.core.errors import DeepShareError, shown
 from deepshare.core.traces.mixes import ModelMix, assign
 
@@ -163,7 +165,8 @@ def gpu_quantiles(demand: Mapping[int, float]) -> tuple[list[int], list[float]]:
 
 
 def mean_gpu_seconds(demand: Mapping[int, float], median_s: float, sigma: float, corr: float) -> float:
-    """Exact ``E[gpus x duration]`` when log duration and the GPU latent have correlation ``corr``.
+    """``E[gpus x duration]`` when log duration and the GPU latent have correlation ``corr``,
+    durations capped at a year as they are drawn (:func:`capped`).
 
     For ``Z = corr * U + sqrt(1 - corr**2) * W``: ``E[exp(sigma Z); a < U <= b] =
     exp(sigma**2 / 2) * (Phi(b - sigma corr) - Phi(a - sigma corr))``.
@@ -172,7 +175,55 @@ def mean_gpu_seconds(demand: Mapping[int, float], median_s: float, sigma: float,
     shift = sigma * corr
     bounds = [-math.inf, *edges, math.inf]
     cdf = [0.0 if b == -math.inf else 1.0 if b == math.inf else _STANDARD.cdf(b - shift) for b in bounds]
-    return median_s * math.exp(sigma**2 / 2) * math.fsum(g * (hi - lo) for g, lo, hi in zip(sizes, cdf, cdf[1:]))
+    uncapped = median_s * math.exp(sigma**2 / 2) * math.fsum(g * (hi - lo) for g, lo, hi in zip(sizes, cdf, cdf[1:]))
+    return capped(uncapped, max(sizes) * lognormal_excess(math.log(median_s), sigma),
+                  lambda: _correlated_excess(sizes, edges, median_s, sigma, corr))
+
+
+CAP_EFFECT = 1e-6
+"""Relative change of ``E[gpus x duration]`` (a millionth of the load) below which the year's cap
+is left out of it: the cap then moves only a far tail, and leaving it out keeps the traces
+generated before the cap was counted the same, bit for bit (every bundled suite's and training
+config's, whose sigma is 1: their cap moves the mean by less than 1e-10)."""
+
+
+def capped(uncapped: float, bound: float, excess: Callable[[], float]) -> float:
+    """``uncapped`` (``E[gpus x duration]`` without the cap) less ``excess()`` (what the year's
+    cap takes off it, ``E[gpus x (duration - cap)+]``), unless ``bound`` (at least the excess)
+    is below :data:`CAP_EFFECT` of it. Without the cap a median of an hour and sigma 3 asked
+    for load 1 made a trace of load 0.63: draws past a year are cut to a year, so the jobs
+    brought less work than the rate assumed."""
+    if bound <= CAP_EFFECT * uncapped:
+        return uncapped
+    return uncapped - excess()
+
+
+def lognormal_excess(mu: float, sigma: float, cap: float = MAX_DURATION_S) -> float:
+    """``E[(exp(mu + sigma W) - cap)+]`` for a standard normal ``W``: what capping a lognormal
+    draw at ``cap`` takes off its mean."""
+    if sigma == 0:
+        return max(0.0, math.exp(mu) - cap)
+    log_cap = math.log(cap)
+    return max(0.0, math.exp(mu + sigma**2 / 2) * _STANDARD.cdf((mu + sigma**2 - log_cap) / sigma)
+               - cap * _STANDARD.cdf((mu - log_cap) / sigma))
+
+
+_LATENT_GRID = np.linspace(-12.0, 12.0, 24_001)
+"""Points of the GPU latent the correlated cap's excess is integrated over (trapezoids)."""
+
+
+def _correlated_excess(sizes: list[int], edges: list[float], median_s: float, sigma: float, corr: float) -> float:
+    """``E[gpus x (duration - cap)+]`` with log duration correlated ``corr`` with the GPU latent
+    ``U``: given ``U = u``, log duration is normal with mean ``log median + sigma corr u`` and
+    sigma ``sigma sqrt(1 - corr**2)``; integrated over ``u`` numerically (only when the cap
+    matters, :func:`capped`)."""
+    u = _LATENT_GRID
+    spread = sigma * math.sqrt(max(0.0, 1 - corr**2))
+    mu = math.log(median_s)
+    excess = np.array([lognormal_excess(mu + sigma * corr * x, spread) for x in u.tolist()])
+    weight = np.exp(-u**2 / 2) / math.sqrt(2 * math.pi) * excess
+    gpus = np.asarray(sizes, dtype=float)[np.searchsorted(edges, u)]
+    return float(np.trapezoid(gpus * weight, u))
 
 
 def _group_of_each_job(n: int, model: RecurrenceModel, rng: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -239,9 +290,9 @@ def draw_features(
     tie = model.gpu_duration_corr / between if between > 0 else 0.0
     group_z = tie * latent + math.sqrt(max(0.0, 1 - tie**2)) * median_rng.standard_normal(n_groups)
     run_z = run_rng.standard_normal(n)
-    durations = np.minimum(
+    durations = np.clip(  # within a trace's bounds, as its reader checks them: a picosecond to a year
         median_s * stable_math.exp(sigma * (between * group_z[group] + math.sqrt(model.run_variance_share) * run_z)),
-        MAX_DURATION_S,
+        MIN_WORK_S, MAX_DURATION_S,
     )
     weights = np.arange(1, model.users + 1, dtype=float) ** -model.user_skew
     group_user = user_rng.choice(model.users, size=n_groups, p=weights / weights.sum())
