@@ -145,8 +145,11 @@ class MetricsExporter:
         asked) returns the running address; another host, port or set of allowed hosts raises
         ``ValueError`` naming it, rather than reporting an address nothing listens on, or leaving
         the first start's allowed hosts in force (``stop`` first to move or change it)."""
+        from deepshare.core.hosts import host_name
+
         with self._lock:
-            allowed = frozenset(allowed_hosts)
+            allowed_hosts = tuple(allowed_hosts)  # an iterator is read once
+            allowed = frozenset(host_name(a) for a in allowed_hosts if a.strip()) - {"localhost"}  # as HostNames reads them
             if self._server is not None:
                 bound = bound_address(self._server)
                 asked_host, asked_port = self._asked or bound
@@ -157,7 +160,7 @@ class MetricsExporter:
                     raise ValueError(f"metrics are already served at {url_host(bound[0])}:{bound[1]} allowing the hosts "
                                      f"{sorted(self._allowed)} (asked for {sorted(allowed)}); stop them first to change them")
                 return bound
-            app = host_checked(make_wsgi_app(self.registry), host, tuple(allowed_hosts))
+            app = host_checked(make_wsgi_app(self.registry), host, allowed_hosts)
             self._server, self._thread = serve_wsgi(app, host, port)
             self._asked, self._allowed = (host, port), allowed
             return bound_address(self._server)

@@ -108,8 +108,11 @@ NODE_NUMBERS = 999_999
 
 def plain_number(value: float) -> str:
     """``value`` in plain decimal notation, exactly as Python reads it back (no exponent)."""
-    text = format(Decimal(repr(float(value))), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    value = float(value) + 0.0  # -0.0 -> 0.0: '-0' is no label value
+    text = format(Decimal(repr(value)), "f")
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    short = repr(value)  # a tiny number's plain form passes 63 characters; '1e-70' is a label value (no '+')
+    return short if len(text) > 63 and "+" not in short else text
 
 
 @dataclass

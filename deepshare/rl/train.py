@@ -19,7 +19,6 @@ layer does not import the experiments).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
@@ -635,15 +634,17 @@ def train(
         if reached is not None and reached >= total:  # nothing to train: it printed "policy written" all the same
             raise DeepShareError(f"--resume {run_dir}: the run's newest checkpoint is at iteration {reached} already; "
                                  f"give --iterations above {reached} to train on")
-    made = not run_dir.exists()
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first: what this run creates
     run_dir.mkdir(parents=True, exist_ok=True)
     upgrade_metrics_header(run_dir / "metrics.csv")  # an earlier deepshare's file gains this one's columns
     try:
         start_ray(address)
     except BaseException:
-        if made:  # a new run that never started leaves no empty folder behind
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()
+        for folder in made:  # a new run that never started leaves no empty folder behind (its parents included)
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:

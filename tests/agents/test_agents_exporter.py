@@ -44,10 +44,17 @@ def test_a_second_start_with_other_allowed_hosts_is_refused_not_ignored():
             exporter.start(port, "127.0.0.1")
         with pytest.raises(ValueError, match="stop them first to change them"):
             exporter.start(0, "127.0.0.1", ("grafana.internal", "evil.example"))
+        assert exporter.start(port, "127.0.0.1", ["Grafana.Internal.", "localhost"]) == (host, port)  # the same names
     finally:
         exporter.stop()
-    host, port = exporter.start(0, "127.0.0.1")  # after a stop, a new list is taken
-    exporter.stop()
+    host, port = exporter.start(0, "127.0.0.1", iter(["grafana.internal"]))  # after a stop, a new list is taken
+    try:
+        import http.client
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", "/metrics", headers={"Host": "grafana.internal"})
+        assert conn.getresponse().status == 200  # an iterator's names were read once, not lost
+    finally:
+        exporter.stop()
 
 
 def test_every_interface_is_reported_as_such():

@@ -102,6 +102,12 @@ def test_label_numbers_are_written_exactly_and_ray_takes_them():
     raycompat.node_label_syntax_check()(labels)
 
 
+def test_a_zero_written_minus_zero_and_a_tiny_price_stay_label_values():
+    from deepshare.raycluster.fake_autoscaling import plain_number
+
+    assert plain_number(-0.0) == "0" and plain_number(1e-70) == "1e-70"
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

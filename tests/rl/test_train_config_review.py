@@ -126,7 +126,7 @@ def test_a_new_run_whose_ray_cannot_start_leaves_no_folder_behind(tmp_path, caps
     run = tmp_path / "runs" / "x"
     rc, out, err = cli(capsys, "train", CONFIG, "--out", run, "--iterations", 1)
     assert rc != 0 and "start a local Ray instance" in err
-    assert not run.exists()
+    assert not run.exists() and not run.parent.exists()  # `runs/` was made for it too
     mine = tmp_path / "mine"  # a folder that was there before is the user's: it stays
     mine.mkdir()
     rc, _, err = cli(capsys, "train", CONFIG, "--out", mine, "--iterations", 1)
