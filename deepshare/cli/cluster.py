@@ -130,9 +130,17 @@ def cmd_autoscale_simulate(args: argparse.Namespace, out: Any, err: Any) -> int:
     limits = ", ".join(f"{n}: {t.min_nodes}..{t.max_nodes} x {t.gpus} GPUs ${t.price_usd_per_hour:g}/h"
                        for n, t in spec.node_types.items())
     rejected = max(r.metrics.rejected for r in reports)
-    if rejected:  # the table's "done" counts them out, but says nothing of why
-        err.print(f"{rejected} job(s) ask for more GPUs than the most nodes {spec.name} can bring up ({limits}) and "
-                  "were rejected (the JSON's \"rejected\")", markup=False, highlight=False, soft_wrap=True)
+    if rejected:  # the table's "done" counts them out, but says nothing of why: name the jobs, and who refused them
+        which: dict[str, int] = {}
+        for r in reports:
+            which.update((rec.job_id, rec.gpus) for rec in r.metrics.records if rec.rejected and rec.job_id not in which)
+        named = ", ".join(f"{one_line(j)} ({g} GPUs)" for j, g in list(which.items())[:5])
+        named += f" and {len(which) - 5} more" if len(which) > 5 else ""
+        counts = {r.autoscaler: r.metrics.rejected for r in reports}
+        by = "" if len(set(counts.values())) == 1 else " (" + ", ".join(f"{n}: {c}" for n, c in counts.items()) + ")"
+        cap = "" if spec.max_workers is None else f", max_workers {spec.max_workers}"
+        err.print(f"{rejected} job(s) ask for more GPUs than the most nodes {spec.name} can bring up ({limits}{cap}) and "
+                  f"were rejected{by} (the JSON's \"rejected\"): {named}", markup=False, highlight=False, soft_wrap=True)
     shown = human(args.json, out, err)
     shown.print(autoscale_table(reports, f"{one_line(args.policy)} on {one_line(Path(args.trace).name)}, {one_line(spec.name)} "
                                          f"({limits}), durations {scenario.information.describe()}"))

@@ -33,6 +33,7 @@ import math
 import weakref
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import islice
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence
 
 from deepshare.core.contention import ContentionModel
@@ -711,9 +712,11 @@ class Simulator:
         if self._control is not None:
             self._control.on_change()
         if self._queue and self.idle_forever:
+            named = ", ".join(f"{job_id} ({job.spec.gpus} GPUs)" for job_id, job in islice(self._queue.items(), 5))
+            more = f" and {len(self._queue) - 5} more" if len(self._queue) > 5 else ""
             raise SimulationStalled(
                 f"at t={t:.1f}s the policy left {len(self._queue)} job(s) queued on an idle cluster "
-                "with no arrivals or completions to come"
+                f"with no arrivals or completions to come: {named}{more}"
             )
 
     def view(self) -> ClusterView:

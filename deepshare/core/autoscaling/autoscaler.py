@@ -176,6 +176,12 @@ class Autoscaler:
             if sim.queue_length > 0:
                 at, types = self._room_made
                 self._room_made = (sim.now, {*types, self.slots.type_of[node]} if at == sim.now else {self.slots.type_of[node]})
+                # one removal answers the shortfall: with it gone the request picks another type (that
+                # is what _makes_room checked), and the review after this instant says whether the
+                # demand still lacks GPUs. The stale shortfall let every idle node of the type go at
+                # one instant (their timers end together), and the request for the demand, from
+                # fewer nodes, picked the removed type again: it was then kept for good, the job unrun
+                self._shortfall = None
             sim.set_node_up(node, False)
             self.pool.terminate(node, sim.now)
             del self._idle_since[node]
