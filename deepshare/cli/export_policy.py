@@ -20,6 +20,7 @@ from rich.console import Console
 from deepshare.cli.args import INTEGER, print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
+from deepshare.core.bounds import MAX_TRAIN_SEED
 from deepshare.core.files import resolved
 from deepshare.core.names import CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.core.output_set import OutputSet
@@ -104,6 +105,10 @@ def _rules(args: argparse.Namespace, metadata: dict[str, Any], flagged: dict[str
     from deepshare.policies.policy_card import RULE_KEYS
 
     rules = {} if args.drop_rules else {k: metadata[k] for k in RULE_KEYS if metadata.get(k) not in (None, {})}
+    if args.hybrid_rules is None and "hybrid_rules" in flagged and isinstance(rules.get("hybrid_rules"), dict):
+        # --anchor alone replaces the anchor: the source's other keys (its anchor_streak) stay;
+        # they were dropped, and the file then decided otherwise than its source without a word
+        flagged = {**flagged, "hybrid_rules": {**rules["hybrid_rules"], **flagged["hybrid_rules"]}}
     rules.update(flagged)
     if args.kind == "network" and rules:
         held = ", ".join(sorted(rules))
@@ -142,8 +147,8 @@ def _teacher(args: argparse.Namespace, metadata: dict[str, Any]) -> str | None:
     return None
 
 
-MAX_SEED = 2**63 - 1
-"""The largest seed ``--seed`` takes (:data:`deepshare.cli.args.seed_value`)."""
+MAX_SEED = MAX_TRAIN_SEED
+"""The largest seed ``deepshare train --seed`` takes: the seeds tried are training seeds."""
 
 
 def _seeds(text: str | None) -> list[int]:
@@ -154,7 +159,9 @@ def _seeds(text: str | None) -> list[int]:
     except ValueError:
         raise DeepShareError(f"--seeds-tried {text!r}: expected integers separated by commas, e.g. 0,1,2") from None
     if any(not 0 <= s <= MAX_SEED for s in seeds):
-        raise DeepShareError(f"--seeds-tried {text!r}: expected seeds from 0 to {MAX_SEED} (as --seed)")
+        raise DeepShareError(f"--seeds-tried {text!r}: expected seeds from 0 to {MAX_SEED} (as train --seed)")
+    if len(set(seeds)) != len(seeds):
+        raise DeepShareError(f"--seeds-tried {text!r}: a seed listed twice")
     return seeds
 
 
@@ -307,7 +314,8 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
         try:  # the file loads, as the policy its card says, with its rules
             loaded = _load_back(tmp, args.kind)
         except DeepShareError as exc:
-            raise DeepShareError(str(exc).replace(str(tmp), str(dest))) from None
+            raise DeepShareError(str(exc).replace(f"policy checkpoint {tmp}", f"{args.source} (exported as --kind {args.kind})")
+                                 .replace(str(tmp), str(dest))) from None
         try:
             card_rules = Rules.model_validate({k: loaded.get(k) for k in RULE_KEYS})
             card = PolicyCard(
@@ -320,7 +328,9 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
             )
         except ValidationError as exc:
             raise DeepShareError(f"{card_file}: {card_problems(exc)}") from None
-        outputs.add_text(card_file, card_yaml(card), "policy card")
+        # the card is renamed first: killed between the two renames, the new card stands beside the old
+        # weights (or none), which `policies --card` reports out of step; new weights without their card passed unseen
+        outputs.add_text(card_file, card_yaml(card), "policy card", first=True)
         outputs.commit()
     print_line(out, f"wrote {one_line(str(dest))} and {one_line(str(card_file))}")
     print_line(out, one_line(card.facts()))  # a card's texts may hold a newline; the summary is one line
@@ -352,7 +362,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio (a number >= 0), "
                    "utilisation_floor (a share from 0 to 1), and anchor_streak (launches one choice of the anchor's row makes, "
                    "1 to 1024); unset keys take the defaults")
-    p.add_argument("--anchor", metavar="ORDER+PLACEMENT", help="the heuristic the safety net falls back to")
+    p.add_argument("--anchor", metavar="ORDER+PLACEMENT", help="the heuristic the safety net falls back to (the source's "
+                   "other hybrid_rules stay; with --hybrid-rules, the keys that flag sets and this one)")
     p.add_argument("--preemptive", metavar="ORDER+PLACEMENT+preempt", help="the heuristic rl-hybrid-preempt defers to when it preempts")
     p.add_argument("--preempt-rules", metavar="KEY=V,...", help="gates on that deferral: min_gain, min_pressure")
     p.add_argument("--drop-rules", action="store_true", help="start from no rules instead of the source's")

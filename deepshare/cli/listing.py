@@ -66,7 +66,7 @@ def _check_against(card: Any, weights: Path) -> list[str]:
     try:
         _, encoding, metadata = scorer_from_file(weights)
     except DeepShareError as exc:
-        return [f"weights: {exc}"]
+        return check_card(card, weights) + [f"weights: {exc}"]  # its name and hash compared all the same
     return check_card(card, weights, metadata, encoding)
 
 
@@ -115,7 +115,7 @@ def _names_in(path: object) -> list[str]:
 def _show_card(args: argparse.Namespace, out: Console) -> int:
     """``--card NAME|NAME=PATH|PATH``: the whole card of the file a name loads, or of a file."""
     from deepshare.policies.policy_card import (
-        CARD_SUFFIX, CHECKED, card_path, card_yaml, check_card, read_card, shipped_cards,
+        CARD_SUFFIX, CHECKED, card_path, card_yaml, read_card, shipped_cards,
     )
 
     given = args.card
@@ -166,10 +166,7 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     # Both are inputs: --json naming either would replace a policy file or its card with the report.
     check_outputs({"--json": args.json}, {"--card": [str(card_file), str(weights)]})
     if weights.exists():
-        from deepshare.policies.checkpoint import scorer_from_file
-
-        _, encoding, metadata = scorer_from_file(weights)
-        problems = check_card(card, weights, metadata, encoding)
+        problems = _check_against(card, weights)  # weights that do not load are out of step too (exit 1, card shown)
         check = (f"the card matches its weights: {CHECKED}" if not problems else "OUT OF STEP: " + "; ".join(problems))
     else:
         problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"

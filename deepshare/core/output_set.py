@@ -84,17 +84,20 @@ class OutputSet:
         self._after: list[Callable[[], None]] = []
         self._done = False
 
-    def add_bytes(self, path: str | os.PathLike[str], data: bytes, what: str = "file") -> Path:
-        """Write ``data`` for ``path`` to a temporary file now; it replaces ``path`` at :meth:`commit`.
-        Returns ``path``."""
+    def add_bytes(self, path: str | os.PathLike[str], data: bytes, what: str = "file", first: bool = False) -> Path:
+        """Write ``data`` for ``path`` to a temporary file now; it replaces ``path`` at :meth:`commit`
+        (renamed before the outputs added earlier with ``first``: a file that describes the others,
+        as a policy card its weights, so that a kill between the renames leaves the description
+        new and the files it describes old, which its check finds). Returns ``path``."""
         self._check_open()
         target = Path(path)
-        self._staged.append((_Written(target, stage_bytes(target, data, what)), what))
+        entry = (_Written(target, stage_bytes(target, data, what)), what)
+        self._staged.insert(0 if first else len(self._staged), entry)
         return target
 
-    def add_text(self, path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
+    def add_text(self, path: str | os.PathLike[str], text: str, what: str = "file", first: bool = False) -> Path:
         """:meth:`add_bytes` of ``text`` in UTF-8."""
-        return self.add_bytes(path, text.encode("utf-8"), what)
+        return self.add_bytes(path, text.encode("utf-8"), what, first)
 
     def add_written(self, tmp: str | os.PathLike[str], path: str | os.PathLike[str], what: str = "file") -> None:
         """A temporary file the caller made beside ``path`` (in its folder, so the rename is atomic) and
@@ -119,7 +122,7 @@ class OutputSet:
     def commit(self) -> list[Path]:
         """Finish every output and rename each over its target; then run the :meth:`after_commit`
         actions. On any failure (Ctrl-C included) every temporary file is removed and every target
-        is as it was before. Returns the targets, in the order they were added."""
+        is as it was before. Returns the targets, in the order they were renamed."""
         self._check_open()
         self._done = True
         try:

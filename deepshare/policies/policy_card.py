@@ -23,7 +23,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
@@ -191,7 +191,7 @@ class SuiteFigures(_Strict):
     worst_p99_jct_ratio: float | None = Field(default=None, gt=0)
     cells_won: int | None = Field(default=None, ge=0)
     cells: int | None = Field(default=None, ge=1)
-    by_durations: dict[str, float] = Field(default_factory=dict)
+    by_durations: dict[Literal["exact", "estimated", "unknown"], Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     """Geometric mean per information model, where the suite ran several."""
     against: str = Field(min_length=1)
     """What the ratios are against (which heuristics, which information)."""
@@ -824,14 +824,21 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
     summary = doc["summary"]
     if entry is None:
         found = [given for given in preferred if given in summary]
+        learned = [given for given in summary if _learned_entry(given)]
         if found:
             entry = found[0]
-        elif len(summary) == 1:
-            entry = next(iter(summary))
+        elif len(learned) == 1 and "=" not in learned[0]:
+            entry = learned[0]
         else:
-            raise DeepShareError(f"{source}: the suite judged {sorted(summary)}; say which with --figures-of")
+            raise DeepShareError(f"{source}: the suite judged {sorted(summary)}, none of them this file by its path; "
+                                 "say which with --figures-of (or --loaded-by NAME for a bare name)")
     if entry not in summary:
         raise DeepShareError(f"{source}: no figures for {entry!r}; the suite judged {sorted(summary)}")
+    if not _learned_entry(entry):
+        raise DeepShareError(f"--figures-of {entry}: a heuristic in {source}; name the learned policy loaded from this file")
+    if entry not in preferred and "=" in entry and Path(entry.partition("=")[2]).is_file():  # another file that exists here
+        raise DeepShareError(f"--figures-of {entry}: {source} judged another file ({entry.partition('=')[2]}), "
+                             "not SRC or --out; its figures are not this file's")
     row = _mapping(summary[entry], f"summary.{entry}", source)
     by_model = _mapping(doc.get("summary_by_durations"), "summary_by_durations", source)
     prov = _mapping(doc.get("provenance"), "provenance", source)
@@ -860,6 +867,19 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DeepShareError(f"{source}: summary.{entry}: cannot read its figures ({exc.__class__.__name__}: {exc})") from None
     return name, figures
+
+
+def _learned_entry(entry: str) -> bool:
+    """Whether a suite's summary entry may be a learned policy: not a registered heuristic
+    (a challenger), looked up without importing anything (a ``module:Attr`` entry counts)."""
+    from deepshare.policies import policy_info
+    from deepshare.policies.registry import is_builtin
+
+    base = str(entry).partition("=")[0]
+    try:
+        return not (is_builtin(base) and policy_info(base).heuristic)
+    except DeepShareError:
+        return True
 
 
 def _mapping(value: Any, key: str, source: str) -> Mapping[str, Any]:

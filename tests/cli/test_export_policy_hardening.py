@@ -197,3 +197,86 @@ def test_a_given_training_command_still_exports_but_a_negative_seed_is_not_carde
                           source=source, out=tmp_path / "neg_out.pt")
     assert (rc, out) == (2, "")
     one_error_line(err, "neg_out.card.yaml: training: seed: ", "greater than or equal to 0")
+
+
+# -- 6: second review: figures, a card beside weights that do not load, --anchor alone -------------------
+def _suite(tmp_path: Path, summary: dict) -> Path:
+    import json
+
+    path = tmp_path / "figures" / "s.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"suite": {"name": "s"}, "summary": summary}))
+    return path
+
+
+@pytest.mark.parametrize("entry", ["fifo+consolidated", "OTHER"])
+def test_figures_that_are_not_this_files_are_refused(tmp_path, capsys, entry):
+    """A suite whose only entry was a heuristic challenger, or another file's policy, put its
+    figures on this file's card (rc 0)."""
+    other = tmp_path / "other.pt"
+    other.write_bytes(SOURCE.read_bytes())
+    name = f"rl-hybrid={other}" if entry == "OTHER" else entry
+    figures = _suite(tmp_path, {name: {"geomean_avg_jct_ratio": 0.5}})
+    rc, out, err = export(capsys, tmp_path, "--kind", "network", "--suite-figures", figures)
+    assert (rc, out) == (2, "") and not (tmp_path / "p.pt").exists()
+    one_error_line(err, "say which with --figures-of")
+    rc, out, err = export(capsys, tmp_path, "--kind", "network", "--suite-figures", figures, "--figures-of", name)
+    assert (rc, out) == (2, "") and not (tmp_path / "p.pt").exists()
+    one_error_line(err, f"--figures-of {name}: ", "a heuristic" if entry != "OTHER" else "judged another file")
+
+
+def test_a_lone_learned_entry_is_still_taken(tmp_path, capsys):
+    figures = _suite(tmp_path, {"rl-base": {"geomean_avg_jct_ratio": 0.9}})
+    rc, _, err = export(capsys, tmp_path, "--kind", "network", "--suite-figures", figures)
+    assert (rc, err) == (0, ""), err
+    assert read_card(tmp_path / "p.card.yaml").figures["s"].geomean_avg_jct_ratio == 0.9
+
+
+def test_anchor_alone_keeps_the_sources_other_hybrid_rules(tmp_path, capsys):
+    """``--anchor`` alone dropped the source's ``anchor_streak: 4``: the file decided otherwise."""
+    rc, _, err = export(capsys, tmp_path, "--kind", "hybrid", "--anchor", "srsf+uncontended", "--teacher",
+                        "bsrsf+uncontended", source=shipped("rl_est_ppo.pt"))
+    assert (rc, err) == (0, ""), err
+    rules = read_card(tmp_path / "p.card.yaml").rules.hybrid_rules
+    assert (list(rules.anchor), rules.anchor_streak) == (["srsf", "uncontended"], 4)
+    rc, _, err = export(capsys, tmp_path, "--kind", "hybrid", "--anchor", "srsf+uncontended", "--hybrid-rules",
+                        "min_ratio=0.5", "--teacher", "bsrsf+uncontended", source=shipped("rl_est_ppo.pt"),
+                        out=tmp_path / "q.pt")
+    assert (rc, err) == (0, ""), err
+    rules = read_card(tmp_path / "q.card.yaml").rules.hybrid_rules
+    assert rules.anchor_streak is None and rules.min_ratio == 0.5  # --hybrid-rules replaces the section, as documented
+
+
+def test_a_card_beside_weights_that_do_not_load_is_shown_out_of_step(tmp_path, capsys):
+    """Truncated weights stopped `policies --card` with the loader's error (rc 2): the card was
+    not shown and the sha256 check, made for exactly this, never reported."""
+    rc, _, err = export(capsys, tmp_path, "--kind", "network")
+    assert rc == 0, err
+    weights = tmp_path / "p.pt"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    rc, out, err = cli(capsys, "policies", "--card", weights)
+    assert rc == 1, (out, err)
+    assert "OUT OF STEP: weights_sha256: p.pt has sha256" in out and "weights: " in out
+
+
+@pytest.mark.parametrize(("seeds", "needle"), [(f"0,{MAX_TRAIN_SEED + 1}", "expected seeds from 0 to"),
+                                               ("0,1,1", "a seed listed twice")])
+def test_seeds_tried_are_training_seeds_each_once(tmp_path, capsys, seeds, needle):
+    refused(capsys, tmp_path, "--kind", "network", "--seeds-tried", seeds, needles=(f"--seeds-tried {seeds!r}: {needle}",))
+
+
+def test_the_card_is_renamed_before_its_weights(tmp_path, monkeypatch, capsys):
+    """A kill between the two renames left new weights without their card, unseen: the card goes first."""
+    import deepshare.core.output_set as output_set
+
+    order = []
+    real = output_set._rename_all
+
+    def recording(ready):
+        order.extend(Path(target).name for _, target, _ in ready)
+        return real(ready)
+
+    monkeypatch.setattr(output_set, "_rename_all", recording)
+    rc, _, err = export(capsys, tmp_path, "--kind", "network")
+    assert rc == 0, err
+    assert order == ["p.card.yaml", "p.pt"]

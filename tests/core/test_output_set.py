@@ -191,9 +191,9 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_export(tmp_path, monkeypatch):
-    """Two renames cannot be atomic: a kill between them leaves the new policy file beside the old
-    card. The card's SHA-256 finds that out, and the next export of the same file removes the
-    hidden files the kill left."""
+    """Two renames cannot be atomic: a kill between them leaves the new card beside the old policy
+    file (the card is renamed first: new weights beside an old or no card passed unseen). The card's
+    SHA-256 finds that out, and the next export of the same file removes the hidden files the kill left."""
     import subprocess
     import sys
 
@@ -207,12 +207,12 @@ def test_export_killed_between_its_renames_is_found_out_and_swept_by_the_next_ex
     from deepshare.cli import main
 
     assert main(["export-policy", source, *flags, "--hybrid-rules", "min_ratio=0.9"]) == 0
-    old_card = card_path(out).read_text()
+    old_card, old_weights = card_path(out).read_text(), out.read_bytes()
     killed = subprocess.run([sys.executable, "-c", KILLED, "export-policy", source, *flags,
                              "--hybrid-rules", "min_ratio=0.7"], env=env, capture_output=True, text=True, timeout=300)
     assert killed.returncode == 137, killed.stderr
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
-    assert card_path(out).read_text() == old_card and left  # the new weights beside the old card, and leftovers
+    assert card_path(out).read_text() != old_card and out.read_bytes() == old_weights and left  # new card, old weights
     assert any(p.startswith("weights_sha256") for p in check_card(read_card(card_path(out)), out))
     for name in left:
         _aged(tmp_path / name, 7200) if name.endswith(".tmp") else _aged(tmp_path / name, 120)
