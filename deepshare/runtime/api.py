@@ -57,6 +57,10 @@ from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, bo
 
 log = logging.getLogger(__name__)
 
+MAX_SPEC_BYTES = 64 * 1024
+"""Largest job spec journalled (its JSON): every queued job's spec is read back from the journal
+several times per tick and by ``GET /v1/queues``, so one tenant's share of ``--max-queued`` at the
+per-field bounds (about 1 MiB each) made every tick and request read gigabytes."""
 MAX_BODY_BYTES = 1024 * 1024
 """Largest job spec accepted (a spec is a few hundred bytes; its every string is bounded)."""
 BODY_TIMEOUT_S = 10.0
@@ -101,6 +105,12 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
             hint = " (scheduler start --level)"
             raise DeepShareError("; ".join(p.message + (hint if getattr(spec, p.field) not in fabric_levels else "")
                                            for p in found))
+    from deepshare.runtime.spec import spec_json
+
+    size = len(spec_json(spec).encode())
+    if size > MAX_SPEC_BYTES:
+        raise DeepShareError(f"spec: {size} bytes of command, args and env, at most {MAX_SPEC_BYTES}; "
+                             "put long argument lists in a file the job reads")
     if not os.path.isabs(spec.checkpoint_dir):
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
     if spec.working_dir is not None and not os.path.isabs(spec.working_dir):

@@ -145,8 +145,13 @@ class ControlLoop:
         metrics: Any = None,
         learning: LiveLearning | None = None,
         stop_clock: Callable[[], float] = time.monotonic,
+        scope_history: bool = False,
     ) -> None:
         self.journal = journal
+        self.scope_history = scope_history
+        """Under a tenants file: a job's ``user``, ``group`` and ``vc`` (self-reported) are read
+        within its queue (fixed at submission), so that one tenant's finished jobs never stand
+        in another's history forecasts (:meth:`_scoped`)."""
         self.policy = policy
         self.catalog = catalog
         self.contention = contention
@@ -565,6 +570,14 @@ class ControlLoop:
                 return min(MAX_DURATION_S, max(0.0, spec.total_samples - job.samples) / job.throughput)
         return believed_remaining_s(estimate, ran)
 
+    def _scoped(self, job: JobRecord, value: str | None) -> str | None:
+        """``value`` (a job's user, group or vc) as the history keys it: prefixed with the job's
+        queue under :attr:`scope_history` (length-prefixed: no two (queue, value) pairs meet)."""
+        queue = job.spec.queue
+        if value is None or not self.scope_history or queue is None:
+            return value
+        return f"{len(queue)}:{queue}:{value}"
+
     def _known(self, job: JobRecord, placement: Placement | None) -> KnownJob:
         epoch, now = self.journal.epoch, self.journal.now()
         last = (now - job.run_started) if job.run_started is not None else job.last_run_s
@@ -573,7 +586,8 @@ class ControlLoop:
             job_id=job.job_id, model=job.spec.model, gpus=job.spec.gpus, submit_time=job.submit_time - epoch,
             remaining_s=self._remaining_s(job), attained_gpu_s=attained, preemptions=job.preemptions,
             placement=placement, last_run_s=max(0.0, last), queued_since=job.queued_since - epoch,
-            estimate_s=job.spec.estimate_s, user=job.spec.user, group=job.spec.group, vc=job.spec.vc,
+            estimate_s=job.spec.estimate_s, user=self._scoped(job, job.spec.user),
+            group=self._scoped(job, job.spec.group), vc=self._scoped(job, job.spec.vc),
             topology=job.spec.topology, queue=job.spec.queue, priority=job.spec.priority,
         )
 
@@ -637,7 +651,8 @@ class ControlLoop:
             if run_s > 0 and job.finish_time is not None:
                 spec = job.spec
                 self.history.add(FinishedJob(job.job_id, spec.model, spec.gpus, run_s, job.finish_time - epoch,
-                                             spec.user, spec.group, spec.vc, spec.estimate_s))
+                                             self._scoped(job, spec.user), self._scoped(job, spec.group),
+                                             self._scoped(job, spec.vc), spec.estimate_s))
             if job.finish_time is not None:
                 self._history_mark = (job.finish_time, job.seq)
         return self.history

@@ -253,7 +253,8 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
                                 tenants=lambda: tenants.current)  # fitted by tenant under a tenants file
     loop = ControlLoop(journal, tenants.policy(policy), catalog, contention, loop_config,
                        launcher=ray_launcher, link_load_fn=LinkLoad(), working_dir=os.getcwd(),
-                       policy_name=policy_name, metrics=metrics, learning=learning)
+                       policy_name=policy_name, metrics=metrics, learning=learning,
+                       scope_history=tenants.path is not None)
     with ExitStack() as cleanup:
         if handle_signals:
             _install_signals(stop, tenants, cleanup)

@@ -252,6 +252,7 @@ def test_client_token_that_cannot_be_a_header_is_one_line(tmp_path, capsys, monk
         monkeypatch.setenv(TOKEN_ENV, bad)
     else:
         (state / "token").write_text(bad + "\n")
+        (state / "scheduler.json").write_text('{"url": "http://127.0.0.1:9"}')  # its token goes to that URL alone
     assert main(argv) == 2
     assert one_error_line(capsys) == f"deepshare: error: {source}: the token must {'have ' if 'least' in why else 'be '}{why}"
 
@@ -267,7 +268,7 @@ def test_client_without_any_token_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     for argv in (["jobs"], ["cancel", "x-1"], ["logs", "x-1"], ["submit", str(ROOT / "examples/jobs/tiny.yaml")]):
         assert main([*argv, "--url", "http://127.0.0.1:9", "--state", str(tmp_path / "none")]) == 2
-        assert "no scheduler token: give --token" in one_error_line(capsys)
+        assert "no scheduler token for this --url: give --token" in one_error_line(capsys)
     assert main(["jobs", "--state", str(tmp_path / "none"), "--token", "t" * 10]) == 2
     assert "no --url, and no scheduler has written" in one_error_line(capsys)
 

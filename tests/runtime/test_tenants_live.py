@@ -718,3 +718,64 @@ def test_a_tenants_job_naming_no_queue_goes_where_the_files_rule_puts_it_when_th
     described = LiveJobSpec.model_json_schema()["properties"]["queue"]["description"]
     assert "the tenants file's rule" in described and "when that queue is the tenant's" in described
     assert "that tenant's first queue)" not in described
+
+
+def test_one_tenants_jobs_tagged_with_anothers_group_leave_that_groups_forecasts_alone(tmp_path):
+    """Review: bob (his own queue, his own quota) tagged a 100,000 s job with alice's recurring
+    ``group: nightly``; once it finished, alice's next nightly was forecast at 7,746 s instead of
+    600 s and ran after carol's 3,000 s job. Under a tenants file the history reads the tags
+    within each job's queue."""
+    from fake_launcher import FakeLauncher
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.workloads import default_catalog
+    from deepshare.policies import make_policy
+    from deepshare.runtime.loop import ControlLoop, LoopConfig
+
+    def first_to_run(attack: bool) -> str:
+        root = tmp_path / ("attack" if attack else "plain")
+        root.mkdir()
+        file = root / "tenants.yaml"
+        file.write_text("queues:\n  - {name: a, nominal_gpus: 1}\n  - {name: b, nominal_gpus: 1}\n"
+                        "  - {name: c, nominal_gpus: 1}\n")
+        now = [1000.0]
+        journal = Journal(root / "state", clock=lambda: now[0])
+        live = LiveTenants(ADMIN_TOKEN, file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
+        fake = FakeLauncher({"n0": 1})
+        loop = ControlLoop(journal, live.policy(make_policy("qssf+consolidated")), default_catalog(),
+                           make_contention("profiled"), LoopConfig(interval_s=0.01), launcher=fake, scope_history=True)
+
+        def submit(queue: str, name: str, group: str) -> str:
+            return journal.submit(live.admit_submission(spec_from_json(body(name, queue, group=group)), ADMIN)).job_id
+
+        def run_for(job: str, seconds: float) -> None:
+            loop.tick()
+            assert journal.get(job).state is JobState.RUNNING
+            now[0] += seconds
+            fake.finish(job)
+            loop.tick()
+            assert journal.get(job).state is JobState.FINISHED
+
+        run_for(submit("a", "nightly", "nightly"), 600)
+        run_for(submit("c", "carol", "cx"), 3000)
+        if attack:
+            run_for(submit("b", "x", "nightly"), 100_000)
+        alice = submit("a", "nightly", "nightly")
+        now[0] += 1
+        carol = submit("c", "carol", "cx")
+        loop.tick()
+        running = [j for j in (alice, carol) if journal.get(j).state is JobState.RUNNING]
+        journal.close()
+        return running[0].rsplit("-", 1)[0]
+
+    assert first_to_run(attack=False) == "nightly"
+    assert first_to_run(attack=True) == "nightly"  # carol's ran first before
+
+
+def test_a_spec_past_64_kib_is_refused_before_it_is_journalled(server):
+    """Review: every queued spec is read back from the journal several times per tick; specs of
+    about 1 MiB each (256 args of 4,096 characters) made a tick of 100 queued jobs take 199 ms."""
+    status, answer = server.call("POST", "/v1/jobs", ALICE, body("big", "a", args=["x" * 4096] * 20))
+    assert status == 422 and b"at most 65536" in answer, answer
+    assert server.journal.jobs() == []
+    server.submit(ALICE, body("fine", "a", args=["x" * 4096] * 10))
