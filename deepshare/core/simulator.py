@@ -712,7 +712,7 @@ class Simulator:
         if self._control is not None:
             self._control.on_change()
         if self._queue and self.idle_forever:
-            named = ", ".join(f"{job_id} ({job.spec.gpus} GPUs)" for job_id, job in islice(self._queue.items(), 5))
+            named = ", ".join(f"{job_id!r} ({job.spec.gpus} GPUs)" for job_id, job in islice(self._queue.items(), 5))
             more = f" and {len(self._queue) - 5} more" if len(self._queue) > 5 else ""
             raise SimulationStalled(
                 f"at t={t:.1f}s the policy left {len(self._queue)} job(s) queued on an idle cluster "

@@ -103,3 +103,38 @@ def test_stats_of_a_tiny_requested_time_have_a_finite_log_sigma(tmp_path: Path, 
     sigma = json.loads(out)["features"]["estimate"]["log_ratio_sigma"]
     expected = abs((math.log(5e-324) - math.log(31536000)) - math.log(2.0)) / 2
     assert sigma == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("demand", "median", "sigma", "corr"), [
+    ({8: 2, 12: 1, 16: 4, 32: 3, 64: 2, 128: 1}, 3600.0, 5.0, 0.3),
+    ({2: 1, 4: 1, 8: 1}, 3600.0, 3.0, 0.3),
+    ({1: 1, 8: 1}, 86400.0, 2.5, -0.9),
+])
+def test_the_correlated_caps_excess_is_integrated_band_by_band_to_a_millionth(demand, median, sigma, corr):
+    """Second read: one trapezoid across the jumps between GPU sizes was off by 3.6e-4 of the mean,
+    where the cap is counted from 1e-6 of it."""
+    quad = pytest.importorskip("scipy.integrate").quad
+    from deepshare.core.traces.recurrence import _correlated_excess
+
+    sizes, edges = gpu_quantiles(demand)
+    spread, mu = sigma * math.sqrt(1 - corr**2), math.log(median)
+    ends = [-12.0, *edges, 12.0]
+    reference = math.fsum(
+        g * quad(lambda u: math.exp(-u * u / 2) / math.sqrt(2 * math.pi) * lognormal_excess(mu + sigma * corr * u, spread),
+                 lo, hi, epsabs=0, epsrel=1e-10, limit=200)[0]
+        for g, lo, hi in zip(sizes, ends, ends[1:]))
+    uncapped = mean_gpu_seconds(demand, median, sigma, corr) + _correlated_excess(sizes, edges, median, sigma, corr)
+    assert abs(_correlated_excess(sizes, edges, median, sigma, corr) - reference) < 1e-6 * uncapped
+
+
+def test_a_tiny_medians_rate_keeps_its_precision():
+    """Second read: ``NormalDist.cdf`` keeps only an absolute 1e-16 in the left tail, and a year
+    times that swamped the cap's excess for a median of picoseconds (the rate was off by 1.6e-4)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    median, sigma = mp.mpf(2.0e-11), mp.mpf(5)
+    mu, cap = mp.log(median), mp.mpf(MAX_DURATION_S)
+    phi = lambda x: mp.erfc(-x / mp.sqrt(2)) / 2  # noqa: E731
+    excess = mp.exp(mu + sigma**2 / 2) * phi((mu + sigma**2 - mp.log(cap)) / sigma) - cap * phi((mu - mp.log(cap)) / sigma)
+    expected = 1 / (median * mp.exp(sigma**2 / 2) - excess)
+    assert rate_for_load(1.0, 1, {1: 1.0}, 2.0e-11, 5.0) == pytest.approx(float(expected), rel=1e-6)

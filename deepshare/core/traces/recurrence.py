@@ -204,8 +204,15 @@ def lognormal_excess(mu: float, sigma: float, cap: float = MAX_DURATION_S) -> fl
     if sigma == 0:
         return max(0.0, math.exp(mu) - cap)
     log_cap = math.log(cap)
-    return max(0.0, math.exp(mu + sigma**2 / 2) * _STANDARD.cdf((mu + sigma**2 - log_cap) / sigma)
-               - cap * _STANDARD.cdf((mu - log_cap) / sigma))
+    return max(0.0, math.exp(mu + sigma**2 / 2) * _lower_tail((mu + sigma**2 - log_cap) / sigma)
+               - cap * _lower_tail((mu - log_cap) / sigma))
+
+
+def _lower_tail(x: float) -> float:
+    """``Phi(x)`` accurate to the last bits for negative ``x`` too (``NormalDist.cdf`` computes
+    ``(1 + erf)/2`` and keeps only an absolute 1e-16 there: a year times that swamped the excess
+    of a median of picoseconds)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2))
 
 
 _LATENT_GRID = np.linspace(-12.0, 12.0, 24_001)
@@ -217,13 +224,19 @@ def _correlated_excess(sizes: list[int], edges: list[float], median_s: float, si
     ``U``: given ``U = u``, log duration is normal with mean ``log median + sigma corr u`` and
     sigma ``sigma sqrt(1 - corr**2)``; integrated over ``u`` numerically (only when the cap
     matters, :func:`capped`)."""
-    u = _LATENT_GRID
     spread = sigma * math.sqrt(max(0.0, 1 - corr**2))
     mu = math.log(median_s)
-    excess = np.array([lognormal_excess(mu + sigma * corr * x, spread) for x in u.tolist()])
-    weight = np.exp(-u**2 / 2) / math.sqrt(2 * math.pi) * excess
-    gpus = np.asarray(sizes, dtype=float)[np.searchsorted(edges, u)]
-    return float(np.trapezoid(gpus * weight, u))
+    lo_end, hi_end = float(_LATENT_GRID[0]), float(_LATENT_GRID[-1])
+    step = float(_LATENT_GRID[1] - _LATENT_GRID[0])
+    ends = [lo_end, *(min(max(e, lo_end), hi_end) for e in edges), hi_end]
+    total = []
+    for g, lo, hi in zip(sizes, ends, ends[1:]):  # each size's band of U on its own: the step between
+        if hi <= lo:                               # sizes cost a trapezoid that straddled it 1e-4 of the mean
+            continue
+        u = np.linspace(lo, hi, max(3, math.ceil((hi - lo) / step) + 1))
+        excess = np.array([lognormal_excess(mu + sigma * corr * x, spread) for x in u.tolist()])
+        total.append(g * float(np.trapezoid(np.exp(-u**2 / 2) / math.sqrt(2 * math.pi) * excess, u)))
+    return math.fsum(total)
 
 
 def _group_of_each_job(n: int, model: RecurrenceModel, rng: np.random.Generator) -> tuple[np.ndarray, int]:
