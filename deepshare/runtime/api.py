@@ -82,6 +82,17 @@ name: it loads as it was (the schema does not refuse them), and with ``--placeme
 request carries it escaped (:func:`deepshare.serving.translate.printable`)."""
 
 
+def check_spec_size(spec: LiveJobSpec) -> None:
+    """Refuse a spec whose JSON (as journalled) is over :data:`MAX_SPEC_BYTES`: checked before
+    admission and again once admission has written its queue in."""
+    from deepshare.runtime.spec import spec_json
+
+    size = len(spec_json(spec).encode())
+    if size > MAX_SPEC_BYTES:
+        raise DeepShareError(f"spec: {size} bytes as journalled (command, args, env and paths), at most "
+                             f"{MAX_SPEC_BYTES}; put long argument lists in a file the job reads")
+
+
 def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, int]],
                      fabric_levels: Sequence[str] | None = None) -> None:
     """Server-side checks beyond the schema: absolute paths outside the system folders
@@ -105,12 +116,7 @@ def check_submission(spec: LiveJobSpec, cluster_gpus: Callable[[], tuple[int, in
             hint = " (scheduler start --level)"
             raise DeepShareError("; ".join(p.message + (hint if getattr(spec, p.field) not in fabric_levels else "")
                                            for p in found))
-    from deepshare.runtime.spec import spec_json
-
-    size = len(spec_json(spec).encode())
-    if size > MAX_SPEC_BYTES:
-        raise DeepShareError(f"spec: {size} bytes of command, args and env, at most {MAX_SPEC_BYTES}; "
-                             "put long argument lists in a file the job reads")
+    check_spec_size(spec)
     if not os.path.isabs(spec.checkpoint_dir):
         raise DeepShareError(f"checkpoint_dir: expected an absolute path, got {spec.checkpoint_dir!r}")
     if spec.working_dir is not None and not os.path.isabs(spec.working_dir):
@@ -361,6 +367,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             if tenants is not None:
                 try:
                     spec = tenants.admit_submission(spec, caller)
+                    check_spec_size(spec)  # the queue admission wrote in counts too
                 except Forbidden as exc:
                     return _error(403, str(exc))
                 except DeepShareError as exc:

@@ -48,6 +48,7 @@ is tested without Ray (``tests/runtime/test_control_loop.py``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import sqlite3
@@ -79,6 +80,11 @@ from deepshare.runtime.reports import BadReport, Progress, check_report, merged
 from deepshare.runtime.worker import Report
 
 log = logging.getLogger(__name__)
+
+MAX_SCOPED_CHARS = 256
+"""Longest user, group or vc the policy's view carries under ``scope_history``: the placement
+service's field length (:mod:`deepshare.serving.schemas`), which refused a longer one in every
+request (a finished job's, in the history: every decision)."""
 
 DATA_ERRORS: tuple[type[BaseException], ...] = (
     ArithmeticError, ValueError, TypeError, LookupError, AttributeError, sqlite3.InterfaceError,
@@ -576,7 +582,13 @@ class ControlLoop:
         queue = job.spec.queue
         if value is None or not self.scope_history or queue is None:
             return value
-        return f"{len(queue)}:{queue}:{value}"
+        scoped = f"{len(queue)}:{queue}:{value}"
+        if len(scoped) <= MAX_SCOPED_CHARS:
+            return scoped
+        # a 256-character tag in a 253-character queue: kept within what the placement service
+        # takes (--placement-url), apart from every other by a digest of the whole
+        digest = hashlib.blake2b(scoped.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        return scoped[:MAX_SCOPED_CHARS - len(digest) - 1] + "~" + digest
 
     def _known(self, job: JobRecord, placement: Placement | None) -> KnownJob:
         epoch, now = self.journal.epoch, self.journal.now()

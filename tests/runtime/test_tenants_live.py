@@ -779,3 +779,44 @@ def test_a_spec_past_64_kib_is_refused_before_it_is_journalled(server):
     assert status == 422 and b"at most 65536" in answer, answer
     assert server.journal.jobs() == []
     server.submit(ALICE, body("fine", "a", args=["x" * 4096] * 10))
+
+
+def test_scoped_tags_stay_within_what_the_placement_service_takes(tmp_path):
+    """Second read: a 256-character ``user`` in a 253-character queue made a 513-character scoped
+    tag, over the placement service's 256: a finished job holding one sat in every request's
+    history and no decision was ever placed again (``--placement-url``). Long scoped tags are cut
+    and end in a digest of the whole, so equal tags stay equal and others apart."""
+    from fake_launcher import FakeLauncher
+
+    from deepshare.core.contention import make_contention
+    from deepshare.core.workloads import default_catalog
+    from deepshare.policies import make_policy
+    from deepshare.runtime.loop import MAX_SCOPED_CHARS, ControlLoop, LoopConfig
+
+    journal = Journal(tmp_path / "state")
+    loop = ControlLoop(journal, make_policy("fifo+consolidated"), default_catalog(), make_contention("profiled"),
+                       LoopConfig(interval_s=0.01), launcher=FakeLauncher({"n0": 1}), scope_history=True)
+
+    def scoped(queue: str, user: str) -> str:
+        job = journal.submit(spec_from_json(body("j", queue, user=user)))
+        return loop._known(journal.get(job.job_id), None).user  # type: ignore[return-value]
+
+    assert scoped("a", "u") == "1:a:u"
+    long_a, long_b = scoped("q" * 253, "u" * 256), scoped("q" * 253, "u" * 255 + "v")
+    assert len(long_a) == len(long_b) == MAX_SCOPED_CHARS and long_a != long_b
+    assert scoped("q" * 253, "u" * 256) == long_a
+    journal.close()
+
+
+def test_the_size_bound_counts_the_queue_admission_writes():
+    """Second read: the 64 KiB check ran before admission wrote the queue in (up to 253
+    characters where the JSON held ``null``); it runs again after admission."""
+    from deepshare.runtime.api import MAX_SPEC_BYTES, check_spec_size
+    from deepshare.runtime.spec import spec_json
+
+    spec = spec_from_json(body("edge", None, args=["x" * 4000] * 16))
+    pad = MAX_SPEC_BYTES - len(spec_json(spec).encode())
+    spec = spec.model_copy(update={"args": [*spec.args, "y" * (pad - 10)]})
+    check_spec_size(spec)  # under the bound without a queue
+    with pytest.raises(DeepShareError, match=f"bytes as journalled .*at most {MAX_SPEC_BYTES}"):
+        check_spec_size(spec.model_copy(update={"queue": "q" * 253}))
