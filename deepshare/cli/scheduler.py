@@ -59,10 +59,11 @@ def _t(value: Any) -> str:
 
 
 def _log_text(text: str) -> str:
-    """A rank log's text for the terminal: line breaks and tabs kept (CRLF read as a line break),
-    every other control character (an escape sequence, a lone carriage return, a C1 or bidi
+    """A rank log's text for the terminal: line breaks and tabs kept (CRLF, and a lone carriage
+    return, which a progress bar writes to redraw its line, read as a line break: a lone one could
+    overwrite a printed line), every other control character (an escape sequence, a C1 or bidi
     control) escaped: a job's log is the job's own output, and the one reading it may be the admin."""
-    text = text.replace("\r\n", "\n")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     if text.isprintable():
         return text
     return "".join(ch if ch in "\n\t" else one_line(ch) for ch in text)
@@ -350,19 +351,31 @@ def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
     client = _client(args)
     offset = 0
     end: int | None = None  # without --follow: the size at the first read (a log that keeps growing ends there)
+    held = ""  # a chunk's last "\r": the "\n" of its CRLF may open the next chunk (64 KiB cuts fall anywhere)
+
+    def write(text: str, last: bool = False) -> None:
+        nonlocal held
+        text, held = held + text, ""
+        if text.endswith("\r") and not last:
+            text, held = text[:-1], "\r"
+        if text:
+            out.file.write(_log_text(text))
     while True:
         chunk = client.logs(args.id, args.rank, offset)
         if chunk.size < offset:  # shrunk below what was read: truncated, rotated or removed
             print_line(err, f"deepshare logs: {args.id} rank {args.rank}: the log shrank to {chunk.size:,} bytes "
                             f"(truncated or replaced){'; reading it again from the start' if args.follow else ''}")
+            write("", last=True)
+            out.file.flush()
             if not args.follow:
                 return 0
             offset = 0
+            time.sleep(args.poll)  # a server that says so at every read must not make this a busy loop
             continue
         if end is None and not args.follow:
             end = chunk.size
         if chunk.text:
-            out.file.write(_log_text(chunk.text))
+            write(chunk.text)
             out.file.flush()
         offset = chunk.next_offset
         if chunk.next_offset < chunk.size and (end is None or offset < end):
@@ -370,9 +383,10 @@ def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
         if not args.follow or client.job(args.id).state in ("finished", "failed", "cancelled"):
             if args.follow:  # it may have written its last lines after the read above
                 while (last := client.logs(args.id, args.rank, offset)).text:
-                    out.file.write(_log_text(last.text))
+                    write(last.text)
                     offset = last.next_offset
-                out.file.flush()
+            write("", last=True)
+            out.file.flush()
             return 0
         time.sleep(args.poll)
 

@@ -827,7 +827,7 @@ def figures_from_suite(doc: Any, entry: str | None, source: str, preferred: Sequ
         learned = [given for given in summary if _learned_entry(given)]
         if found:
             entry = found[0]
-        elif len(learned) == 1 and "=" not in learned[0]:
+        elif len(summary) == 1 and len(learned) == 1 and "=" not in learned[0]:  # the suite's only entry
             entry = learned[0]
         else:
             raise DeepShareError(f"{source}: the suite judged {sorted(summary)}, none of them this file by its path; "
@@ -877,9 +877,12 @@ def _learned_entry(entry: str) -> bool:
 
     base = str(entry).partition("=")[0]
     try:
-        return not (is_builtin(base) and policy_info(base).heuristic)
+        if not is_builtin(base):
+            return True  # a plugin's policy may load a file
+        info = policy_info(base)
     except DeepShareError:
         return True
+    return not info.heuristic and info.argument_is_file  # rl-base, rl-hybrid, rl-hybrid-preempt; not the planner
 
 
 def _mapping(value: Any, key: str, source: str) -> Mapping[str, Any]:

@@ -280,3 +280,13 @@ def test_the_card_is_renamed_before_its_weights(tmp_path, monkeypatch, capsys):
     rc, _, err = export(capsys, tmp_path, "--kind", "network")
     assert rc == 0, err
     assert order == ["p.card.yaml", "p.pt"]
+
+
+@pytest.mark.parametrize("summary", [{"planner": 0.5}, {"rl-base": 0.5, "srsf+packed": 1.0}])
+def test_figures_are_not_guessed_from_the_planner_or_from_a_learned_name_among_others(tmp_path, capsys, summary):
+    """Second read: the planner counted as learned, and a bare learned name beside heuristics was
+    taken without --figures-of or --loaded-by (the parent refused both)."""
+    figures = _suite(tmp_path, {name: {"geomean_avg_jct_ratio": value} for name, value in summary.items()})
+    rc, out, err = export(capsys, tmp_path, "--kind", "network", "--suite-figures", figures)
+    assert (rc, out) == (2, "") and not (tmp_path / "p.pt").exists()
+    one_error_line(err, "say which with --figures-of")

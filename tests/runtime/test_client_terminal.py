@@ -162,3 +162,35 @@ def test_the_state_folders_token_goes_only_to_the_url_its_scheduler_json_names(s
     rc, out, err = cli(capsys, "queues", "--url", url, "--state", state, "--token", "given-token")
     assert rc == 0, err
     assert [auth for _, auth in serve.servers[0].seen] == ["Bearer LOCAL-ADMIN-TOKEN", "Bearer given-token"]
+
+
+def test_a_crlf_cut_between_two_chunks_and_a_lone_carriage_return_read_as_line_breaks(serve, capsys):
+    """Second read: the server cuts logs every 64 KiB, anywhere: a chunk ending in ``\\r`` whose
+    ``\\n`` opened the next printed ``\\r`` escaped; a progress bar's lone ``\\r`` is a line break."""
+    chunks = {0: log_chunk("line one\r", 0, 22), 9: log_chunk("\nbar 1\rbar 2\n", 9, 22)}
+    url = serve(lambda method, path, query: (200, chunks.get(int(query["offset"]), log_chunk("", 22, 22))))
+    rc, out, err = cli(capsys, "logs", "a", "--url", url, "--token", TOKEN)
+    assert rc == 0, err
+    assert out == "line one\nbar 1\nbar 2\n"
+
+
+def test_follow_waits_its_poll_between_reads_of_a_log_that_keeps_shrinking(serve, tmp_path, capsys, monkeypatch):
+    """Second read: a server answering "shrank" at every read had ``--follow`` ask thousands of
+    times a second, ignoring ``--poll``."""
+    import deepshare.cli.scheduler as scheduler_cli
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(scheduler_cli.time, "sleep", lambda s: sleeps.append(s))
+    detail = job_detail(tmp_path)
+    answers = iter([log_chunk("0123456789", 0, 20), log_chunk("", 5, 5), log_chunk("0123456789", 0, 20),
+                    log_chunk("", 5, 5), log_chunk("", 10, 10)])
+
+    def route(method: str, path: str, query: dict[str, str]) -> tuple[int, Any]:
+        if path.endswith("/logs"):
+            return 200, next(answers, log_chunk("", 10, 10))
+        return 200, {**detail, "state": "finished"}
+
+    url = serve(route)
+    rc, out, err = cli(capsys, "logs", "a", "--follow", "--poll", "0.5", "--url", url, "--token", TOKEN)
+    assert rc == 0, err
+    assert sleeps.count(0.5) >= 2  # one wait after each shrink
