@@ -290,3 +290,14 @@ def test_figures_are_not_guessed_from_the_planner_or_from_a_learned_name_among_o
     rc, out, err = export(capsys, tmp_path, "--kind", "network", "--suite-figures", figures)
     assert (rc, out) == (2, "") and not (tmp_path / "p.pt").exists()
     one_error_line(err, "say which with --figures-of")
+
+
+@pytest.mark.parametrize(("by_durations", "needle"), [({"exact": -5.0}, "greater than 0"),
+                                                      ({"bogus model": 1.0}, "exact")])
+def test_a_cards_figures_per_information_model_are_the_three_models_with_positive_ratios(by_durations, needle):
+    card_file = shipped("rl_est_hybrid_preempt.pt").with_name("rl_est_hybrid_preempt.card.yaml")
+    raw = yaml.safe_load(card_file.read_text())
+    suite = next(iter(raw["figures"]))
+    raw["figures"][suite]["by_durations"] = by_durations
+    with pytest.raises(DeepShareError, match=f"^c\\.card\\.yaml: .*by_durations.*{needle}"):
+        validate_card(raw, "c.card.yaml")
