@@ -313,8 +313,9 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
             raise DeepShareError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
         try:  # the file loads, as the policy its card says, with its rules
             loaded = _load_back(tmp, args.kind)
-        except DeepShareError as exc:
-            raise DeepShareError(str(exc).replace(f"policy checkpoint {tmp}", f"{args.source} (exported as --kind {args.kind})")
+        except DeepShareError as exc:  # the source's metadata (its rules) is SRC's fault; the file itself, --out's
+            raise DeepShareError(str(exc).replace(f"policy checkpoint {tmp}: metadata",
+                                                  f"{args.source} (exported as --kind {args.kind}): metadata")
                                  .replace(str(tmp), str(dest))) from None
         try:
             card_rules = Rules.model_validate({k: loaded.get(k) for k in RULE_KEYS})

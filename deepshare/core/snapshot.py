@@ -18,6 +18,7 @@ from deepshare.core.contention import ContentionModel
 from deepshare.core.contention.base import ContentionState, RunningJob, state_isolated
 from deepshare.core.fabric import NO_TOPOLOGY, TopologyRequest
 from deepshare.core.history import JobHistory
+from deepshare.core.interrupt import checkpoint
 from deepshare.core.topology import Topology
 from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Placement
@@ -120,6 +121,7 @@ def _state_of(
     """A contention state of the ``running`` jobs but those in ``gone``, added in the given order."""
     state = contention.new_state(topology, catalog)
     for job in running:
+        checkpoint()  # a caller's deadline (the service's) stops a view whose state costs too much to build
         if job.job_id not in gone:
             assert job.placement is not None
             state.add(RunningJob(job.job_id, job.model, job.gpus, job.placement))

@@ -133,7 +133,7 @@ class PlacementAPI:
         try:
             if len(raw) <= INLINE_MAX_BYTES:
                 body = self._parse(raw)
-                decided = (self._on_loop(body, deadline) if self.engine.sized and _cheap(body)
+                decided = (self._on_loop(body, deadline) if self.engine.sized and _cheap(body, self.engine.settings.contention)
                            else self._in_thread(lambda: body, deadline))
             else:  # parsing a large body is work too: off the loop, within the deadline
                 decided = self._in_thread(lambda: self._parse(raw), deadline)
@@ -367,8 +367,21 @@ async def _whole_body(receive: Receive) -> bytes | None:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _cheap(request: PlacementRequest) -> bool:
-    return len(request.nodes) * (len(request.pending) + 1) <= INLINE_MAX_WORK
+INLINE_CONTENTION = frozenset({"profiled"})
+"""Contention models whose predictions cost about the same whatever the fabric; under any other
+(``link``: a fixed point over every running flow and uplink port, per running job and per
+candidate) a request's cost follows its running jobs and levels, not nodes x pending."""
+
+
+def _cheap(request: PlacementRequest, contention: str = "profiled") -> bool:
+    """Whether ``request`` may decide on the event loop: nodes x (pending + 1), plus every running
+    job's placement entries (each is added to the view's contention state before any deadline
+    check), within :data:`INLINE_MAX_WORK`, and a contention model whose cost does not follow the
+    fabric (:data:`INLINE_CONTENTION`)."""
+    if contention not in INLINE_CONTENTION:
+        return False
+    held = sum(len(job.placement) for job in request.running)
+    return len(request.nodes) * (len(request.pending) + 1) + held <= INLINE_MAX_WORK
 
 
 def _threadsafe(

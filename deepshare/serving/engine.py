@@ -140,7 +140,8 @@ class PlacementEngine:
 
     def _bounded_view(self, request: PlacementRequest, deadline: Deadline) -> ClusterView:
         """The request's view, its predictions checking ``deadline`` first."""
-        view = self.view(request)
+        with bounded(deadline):  # the view's contention state checks it per running job (checkpoint)
+            view = self.view(request)
         deadline.check()
         if deadline.at is None:
             return view
