@@ -9,6 +9,8 @@ interrupted caller terminates them itself.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -19,6 +21,49 @@ from typing import Any, Iterator
 JOIN_S = 5.0
 """How long a stopped pool waits for its terminated workers (all together) before killing them,
 and then for its manager thread."""
+
+
+_held = threading.local()
+"""Whether this thread blocked SIGTERM around the fork it is making (:func:`_hold_sigterm`)."""
+
+
+def _hold_sigterm() -> None:
+    """Before a fork: where a Python handler takes SIGTERM, block it in the forking thread, so
+    that one sent to the child before :func:`_default_sigterm_in_child` has run stays pending
+    rather than running the parent's handler (or being dropped by the reset)."""
+    _held.on = False
+    if callable(signal.getsignal(signal.SIGTERM)):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _held.on = True
+
+
+def _release_sigterm() -> None:
+    """After a fork, in the parent: SIGTERM as before (one that came meanwhile is handled now)."""
+    if getattr(_held, "on", False):
+        _held.on = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _default_sigterm_in_child() -> None:
+    """A forked child's SIGTERM does what SIGTERM does (ends the process), not what its parent's
+    Python handler does: the CLI's handler raises :class:`~deepshare.cli.Terminated` and Ray's
+    ``sys.exit``. A pool worker terminated just after the fork (a pool breaking while runs were
+    handed over: the pool terminates its other workers, or :func:`stop_workers` does) raised that
+    exception in the child's copy of its parent's stack, before multiprocessing's own code took
+    over, and the child then unwound the caller's code as if it were the caller: its ``finally``
+    blocks ran twice, once in a stray process (seen as two test failures reported by such a
+    child under pytest-xdist). A SIGTERM sent before this reset is pending (:func:`_hold_sigterm`)
+    and ends the child once it is unblocked here."""
+    try:
+        if callable(signal.getsignal(signal.SIGTERM)):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the main thread (it is, after a fork), or no such signal here
+        pass
+    _release_sigterm()
+
+
+if hasattr(os, "register_at_fork") and hasattr(signal, "pthread_sigmask"):
+    os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm, after_in_child=_default_sigterm_in_child)
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
