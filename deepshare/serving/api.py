@@ -367,21 +367,42 @@ async def _whole_body(receive: Receive) -> bytes | None:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-INLINE_CONTENTION = frozenset({"profiled"})
-"""Contention models whose predictions cost about the same whatever the fabric; under any other
-(``link``: a fixed point over every running flow and uplink port, per running job and per
-candidate) a request's cost follows its running jobs and levels, not nodes x pending."""
+INLINE_CONTENTION = frozenset({"profiled", "none"})
+"""Contention models whose predictions cost about the same whatever the fabric (``none`` is the
+profiled model floored at 1); under any other (``link``: a fixed point over every running flow
+and uplink port, per running job and per candidate) a request's cost follows its running jobs
+and levels, not nodes x pending."""
+
+INLINE_MAX_HELD = INLINE_MAX_WORK
+"""Running jobs' placement entries a request decided on the loop may hold (each is translated
+and added to the view's contention state)."""
+
+INLINE_MAX_CONTENDING = 1 << 21
+"""Bound on the profiled state's build cost, estimated as the sum over multi-node running jobs of
+(the multi-node jobs on its nodes)^2: each one added re-rates every neighbour, each re-rate reads
+that neighbour's neighbours, so k jobs sharing the same nodes cost about k^3 (565 jobs over two
+1024-GPU nodes, 32.6 KB: 5 s). 2^21 is about 15 ms."""
 
 
 def _cheap(request: PlacementRequest, contention: str = "profiled") -> bool:
-    """Whether ``request`` may decide on the event loop: nodes x (pending + 1), plus every running
-    job's placement entries (each is added to the view's contention state before any deadline
-    check), within :data:`INLINE_MAX_WORK`, and a contention model whose cost does not follow the
-    fabric (:data:`INLINE_CONTENTION`)."""
-    if contention not in INLINE_CONTENTION:
+    """Whether ``request`` may decide on the event loop: nodes x (pending + 1) within
+    :data:`INLINE_MAX_WORK`, its running jobs' placement entries within :data:`INLINE_MAX_HELD`,
+    their contention bookkeeping within :data:`INLINE_MAX_CONTENDING`, under a contention model
+    whose cost does not follow the fabric (:data:`INLINE_CONTENTION`)."""
+    if contention not in INLINE_CONTENTION or len(request.nodes) * (len(request.pending) + 1) > INLINE_MAX_WORK:
         return False
-    held = sum(len(job.placement) for job in request.running)
-    return len(request.nodes) * (len(request.pending) + 1) + held <= INLINE_MAX_WORK
+    held = 0
+    spanning: list[dict[str, Any]] = []
+    on_node: dict[str, int] = {}
+    for job in request.running:
+        held += len(job.placement)
+        if len(job.placement) > 1:  # single-node jobs neither suffer nor cause profiled contention
+            spanning.append(job.placement)
+            for node in job.placement:
+                on_node[node] = on_node.get(node, 0) + 1
+    if held > INLINE_MAX_HELD:
+        return False
+    return sum(sum(on_node[n] for n in p) ** 2 for p in spanning) <= INLINE_MAX_CONTENDING
 
 
 def _threadsafe(

@@ -48,3 +48,22 @@ def test_only_profiled_requests_small_in_nodes_pending_and_running_decide_on_the
     assert _cheap(heavy_link_request(running=10), "profiled")
     many = heavy_link_request(nodes=128, running=600, span=8)  # 4,800 placement entries: past the bound
     assert not _cheap(many, "profiled")
+
+
+def test_the_benchmarks_large_request_still_decides_on_the_loop():
+    from deepshare.serving.samples import large_request, small_request
+
+    # 64 x 65 = INLINE_MAX_WORK exactly, plus 32 one-node running jobs: the bound was set for it
+    assert _cheap(PlacementRequest.model_validate(large_request()), "profiled")
+    assert _cheap(PlacementRequest.model_validate(small_request()), "none")  # profiled floored at 1: same cost
+
+
+def test_many_multi_node_jobs_on_the_same_nodes_do_not_decide_on_the_loop():
+    # 565 two-node jobs over two 1024-GPU nodes: a 32.6 KB body whose profiled view costs ~5 s (k^3)
+    k = 565
+    request = PlacementRequest.model_validate({
+        "now": 1, "pending": [{"job_id": "p", "model": "FSDP", "gpus": 2}],
+        "nodes": [{"name": n, "gpus": 1024, "free_gpus": 1024 - k} for n in "ab"],
+        "running": [{"job_id": f"{i:x}", "model": "FSDP", "placement": {"a": 1, "b": 1}} for i in range(k)],
+    })
+    assert not _cheap(request, "profiled")
