@@ -25,12 +25,15 @@ and then for its manager thread."""
 
 _held = threading.local()
 """Whether this thread blocked SIGTERM around the fork it is making (:func:`_hold_sigterm`)."""
+REDELIVER_S = 0.05
+"""How long after a fork a SIGTERM the parent received during it is sent again (:func:`_release_sigterm`)."""
 
 
 def _hold_sigterm() -> None:
     """Before a fork: where a Python handler takes SIGTERM, block it in the forking thread, so
-    that one sent to the child before :func:`_default_sigterm_in_child` has run stays pending
-    rather than running the parent's handler (or being dropped by the reset)."""
+    that one sent to the child before :func:`_default_sigterm_in_child` has run stays pending in
+    the kernel (CPython drops a signal its handler caught before the child's fork hooks, and a
+    handler's exception raised inside one), and ends the child once the reset unblocks it."""
     _held.on = False
     if callable(signal.getsignal(signal.SIGTERM)):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -38,10 +41,18 @@ def _hold_sigterm() -> None:
 
 
 def _release_sigterm() -> None:
-    """After a fork, in the parent: SIGTERM as before (one that came meanwhile is handled now)."""
-    if getattr(_held, "on", False):
-        _held.on = False
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    """After a fork, in the parent: unblock SIGTERM. One that came meanwhile is taken while still
+    blocked and sent again a moment later: unblocked here, its handler would run inside this fork
+    hook, whose exception (``Terminated``) CPython drops, and the command would go on."""
+    if not getattr(_held, "on", False):
+        return
+    _held.on = False
+    came = signal.SIGTERM in signal.sigpending() and signal.sigtimedwait({signal.SIGTERM}, 0) is not None
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if came:
+        resend = threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signal.SIGTERM))
+        resend.daemon = True
+        resend.start()
 
 
 def _default_sigterm_in_child() -> None:
@@ -52,17 +63,27 @@ def _default_sigterm_in_child() -> None:
     exception in the child's copy of its parent's stack, before multiprocessing's own code took
     over, and the child then unwound the caller's code as if it were the caller: its ``finally``
     blocks ran twice, once in a stray process (seen as two test failures reported by such a
-    child under pytest-xdist). A SIGTERM sent before this reset is pending (:func:`_hold_sigterm`)
-    and ends the child once it is unblocked here."""
+    child under pytest-xdist). A SIGTERM held pending since the fork (:func:`_hold_sigterm`)
+    ends the child when it is unblocked here; another signal's handler raising meanwhile (a
+    Ctrl-C reaching the whole process group) is retried past, and SIGTERM is unblocked whatever
+    happens."""
     try:
-        if callable(signal.getsignal(signal.SIGTERM)):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except (ValueError, OSError):  # not the main thread (it is, after a fork), or no such signal here
-        pass
-    _release_sigterm()
+        for _ in range(3):
+            try:
+                if callable(signal.getsignal(signal.SIGTERM)):
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                break
+            except (ValueError, OSError):  # no such signal here
+                break
+            except BaseException:  # noqa: BLE001 - a pending handler's exception, which the fork hook would drop
+                continue
+    finally:
+        if getattr(_held, "on", False):
+            _held.on = False
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-if hasattr(os, "register_at_fork") and hasattr(signal, "pthread_sigmask"):
+if hasattr(os, "register_at_fork") and hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigtimedwait"):
     os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm, after_in_child=_default_sigterm_in_child)
 
 
