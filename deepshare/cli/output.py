@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from deepshare.cli.args import print_line
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, one_line
-from deepshare.core.files import check_output_path, resolved, same_file
+from deepshare.core.files import check_output_path, remove_empty_folders, resolved, same_file
 from deepshare.core.json_text import json_text
 from deepshare.core.output_set import OutputSet
 
@@ -234,7 +234,7 @@ def run_folder(flag: str, path: str | None) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        _remove_empty(created)
+        remove_empty_folders(created)
         raise
 
 
@@ -261,17 +261,6 @@ def make_folder(flag: str, path: str) -> list[str]:
             else:
                 created.append(current)
     except OSError as exc:
-        _remove_empty(created)
+        remove_empty_folders(created)
         raise DeepShareError(f"{flag} {path}: cannot create the folder ({exc.strerror or exc})") from None
     return created
-
-
-def _remove_empty(created: Sequence[str]) -> None:
-    """Remove the folders ``created`` (outermost first), deepest first, each only if empty: one the
-    run wrote into stays, and so do the folders that hold it (``rmdir`` refuses them); a sibling
-    reached through ``..`` (``new/../new2``) is not one of them, so a refusal does not stop the rest."""
-    for folder in reversed(created):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            continue

@@ -36,7 +36,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
 from deepshare.core.errors import DeepShareError
 
@@ -312,3 +312,15 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return Path(a).exists() and Path(b).exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def remove_empty_folders(created: Sequence[str | os.PathLike[str]]) -> None:
+    """Remove the folders ``created`` (outermost first), deepest first, each only if empty: one a
+    run wrote into stays, and so do the folders that hold it (``rmdir`` refuses them); a sibling
+    reached through ``..`` (``new/../new2``) is not one of them, so a refusal does not stop the
+    rest. What a run that failed before its work leaves behind: no empty output folder."""
+    for folder in reversed(created):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            continue

@@ -36,7 +36,7 @@ from deepshare.core.bounds import MAX_ENV_RUNNERS, MAX_ENVS_PER_RUNNER, MAX_TRAI
 from deepshare.core.topology import load_topology, preset_names
 from deepshare.core.traces import load as load_trace
 from deepshare.core.errors import DeepShareError, RuntimeFailure, first_line
-from deepshare.core.files import open_append
+from deepshare.core.files import open_append, remove_empty_folders
 from deepshare.core.files import resolved as resolved_path
 from deepshare.policies.checkpoint import MAX_HIDDEN
 from deepshare.core.yamlspec import parse_yaml_model, read_config_text
@@ -634,17 +634,13 @@ def train(
         if reached is not None and reached >= total:  # nothing to train: it printed "policy written" all the same
             raise DeepShareError(f"--resume {run_dir}: the run's newest checkpoint is at iteration {reached} already; "
                                  f"give --iterations above {reached} to train on")
-    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first: what this run creates
+    made = [p for p in reversed((run_dir, *run_dir.parents)) if not p.exists()]  # outermost first: what this run creates
     run_dir.mkdir(parents=True, exist_ok=True)
     upgrade_metrics_header(run_dir / "metrics.csv")  # an earlier deepshare's file gains this one's columns
     try:
         start_ray(address)
     except BaseException:
-        for folder in made:  # a new run that never started leaves no empty folder behind (its parents included)
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_empty_folders(made)  # a new run that never started leaves no empty folder behind (its parents included)
         raise
     cpus = float(ray.cluster_resources().get("CPU", 2))
     if start_from is not None:

@@ -532,11 +532,12 @@ def test_plugin_variants_on_one_checkpoint_or_planner_settings_are_two_policies(
 def test_a_refused_out_through_a_sibling_removes_every_empty_folder_it_made(tmp_path):
     """``new/../new2`` with files written into ``new2``: the empty ``new`` stayed (the first
     folder that could not be removed stopped the rest)."""
-    from deepshare.cli.output import _remove_empty, make_folder
+    from deepshare.cli.output import make_folder
+    from deepshare.core.files import remove_empty_folders
 
     created = make_folder("--out", str(tmp_path / "new" / ".." / "new2"))
     (tmp_path / "new2" / "kept.json").write_text("{}")
-    _remove_empty(created)
+    remove_empty_folders(created)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new2"] and (tmp_path / "new2" / "kept.json").is_file()
 
 
