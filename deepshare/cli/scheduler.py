@@ -170,13 +170,7 @@ def _client(args: argparse.Namespace) -> Any:
         raise DeepShareError(f"no --url, and no scheduler has written {info}; give --url or --state DIR") from None
     except OSError:
         pass  # reading it says why, in one line
-    text = read_input_text(info, "scheduler URL file", CONFIG_BYTES, label=f"--state {args.state}: {info}")
-    try:
-        url = load_json(text, str(info), "the scheduler's URL")["url"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DeepShareError(f"--state {args.state}: cannot read the scheduler's URL from {info} ({exc})") from None
-    if not isinstance(url, str):
-        raise DeepShareError(f"--state {args.state}: {info} has no URL")
+    url = _state_url(args.state)
     from deepshare.runtime.statelock import scheduler_running
 
     if not scheduler_running(args.state):  # the token must not go to whoever took the port since
@@ -186,15 +180,27 @@ def _client(args: argparse.Namespace) -> Any:
     return SchedulerClient(url, client_token(args.token, args.state), origin=origin)
 
 
+def _state_url(state: str) -> str:
+    """The URL the scheduler of ``state`` wrote to its scheduler.json, else a DeepShareError
+    naming the folder and the file."""
+    info = Path(state) / "scheduler.json"
+    text = read_input_text(info, "scheduler URL file", CONFIG_BYTES, label=f"--state {state}: {info}")
+    try:
+        url = load_json(text, str(info), "the scheduler's URL")["url"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DeepShareError(f"--state {state}: cannot read the scheduler's URL from {info} ({exc})") from None
+    if not isinstance(url, str):
+        raise DeepShareError(f"--state {state}: {info} has no URL")
+    return url
+
+
 def _state_names(state: str, url: str) -> bool:
     """Whether ``state``'s scheduler.json names ``url`` (a trailing ``/`` aside): then its token is
     that scheduler's, and may go to ``url``."""
-    info = Path(state) / "scheduler.json"
     try:
-        named = load_json(read_input_text(info, "scheduler URL file", CONFIG_BYTES), str(info), "the scheduler's URL")["url"]
-    except (DeepShareError, ValueError, KeyError, TypeError, OSError):
+        return _state_url(state).rstrip("/") == url.rstrip("/")
+    except (DeepShareError, OSError):
         return False
-    return isinstance(named, str) and named.rstrip("/") == url.rstrip("/")
 
 
 STATE_FILES = ("scheduler.json", "token", "journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "scheduler.lock")
