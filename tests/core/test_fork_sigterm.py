@@ -9,73 +9,69 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import sys
+import time
+from typing import Iterator
 
 import pytest
 
 import deepshare.core.workers  # noqa: F401 - registers the after-fork reset
+
+linux_fork = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork start method")
+
+
+@pytest.fixture
+def fork() -> Iterator[multiprocessing.context.BaseContext]:
+    """The fork start method, in a process whose SIGTERM handler is Python's (as Ray's is:
+    ``sys.exit(15)``), put back as it was afterwards."""
+    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
+    try:
+        yield multiprocessing.get_context("fork")
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _report_handler(queue) -> None:  # type: ignore[no-untyped-def]
     queue.put(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork start method")
-def test_a_forked_child_gets_the_default_sigterm_action():
-    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
-    try:
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_report_handler, args=(queue,))
-        child.start()
-        child.join(timeout=60)
-        assert queue.get(timeout=10) is True
-        assert callable(signal.getsignal(signal.SIGTERM))  # the parent's own handler stays
-    finally:
-        signal.signal(signal.SIGTERM, old)
+@linux_fork
+def test_a_forked_child_gets_the_default_sigterm_action(fork):
+    queue = fork.Queue()
+    child = fork.Process(target=_report_handler, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    assert queue.get(timeout=10) is True
+    assert callable(signal.getsignal(signal.SIGTERM))  # the parent's own handler stays
 
 
 def _started_then_sleep(event) -> None:  # type: ignore[no-untyped-def]
-    import time
-
     event.set()
     time.sleep(60)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork start method")
-def test_a_terminated_forked_child_ends_with_sigterm_not_the_parents_handler():
-    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
-    try:
-        context = multiprocessing.get_context("fork")
-        started = context.Event()
-        child = context.Process(target=_started_then_sleep, args=(started,))
-        child.start()
-        assert started.wait(timeout=30)
-        child.terminate()
-        child.join(timeout=60)
-        assert child.exitcode == -signal.SIGTERM  # killed by the signal; the handler would have exited 15
-    finally:
-        signal.signal(signal.SIGTERM, old)
+@linux_fork
+def test_a_terminated_forked_child_ends_with_sigterm_not_the_parents_handler(fork):
+    started = fork.Event()
+    child = fork.Process(target=_started_then_sleep, args=(started,))
+    child.start()
+    assert started.wait(timeout=30)
+    child.terminate()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGTERM  # killed by the signal; the handler would have exited 15
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork start method")
-def test_a_child_terminated_at_once_after_the_fork_still_ends_by_sigterm():
+@linux_fork
+def test_a_child_terminated_at_once_after_the_fork_still_ends_by_sigterm(fork):
     """Sent before the child's reset, SIGTERM is held pending (blocked across the fork), not run
     by the parent's handler in the child's copy of the parent's stack, nor dropped."""
-    import time
-
-    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
-    try:
-        context = multiprocessing.get_context("fork")
-        codes = []
-        for _ in range(10):
-            child = context.Process(target=time.sleep, args=(30,))
-            child.start()
-            child.terminate()
-            child.join(timeout=60)
-            codes.append(child.exitcode)
-        assert codes == [-signal.SIGTERM] * 10
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    codes = []
+    for _ in range(10):
+        child = fork.Process(target=time.sleep, args=(30,))
+        child.start()
+        child.terminate()
+        child.join(timeout=60)
+        codes.append(child.exitcode)
+    assert codes == [-signal.SIGTERM] * 10
 
 
 PARENT = """
@@ -101,7 +97,7 @@ except Terminated:
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
+@linux_fork
 def test_a_sigterm_the_parent_gets_during_a_fork_still_reaches_its_handler():
     """Second read: unblocked inside the parent's fork hook, the held SIGTERM ran its handler
     there, whose exception CPython drops: the command went on. It is sent again after the fork."""
