@@ -82,6 +82,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/learned_contention.py --workers 2 --json $(BENCH_JSON)/learned_contention.json  # the learned contention model's error against the prior's (~6 min)
 	$(BIN)/python bench/crux_anchor.py --json $(BENCH_JSON)/crux_anchor.json  # the share of jobs contention slows on clos3-256, beside Crux's
 	$(BIN)/python bench/serve_load.py --json $(BENCH_JSON)/serve_load.json
+	$(BIN)/python bench/journal_scale.py --json $(BENCH_JSON)/journal_scale.json  # a journal of 300,000 ended jobs, with and without its indexes
 	$(BIN)/python bench/estimate_robustness.py --json $(BENCH_JSON)/estimate_robustness.json  # ~10 min
 	$(BIN)/python bench/train_throughput.py --json $(BENCH_JSON)/train_throughput.json
 	$(BIN)/python bench/suite_scale.py  # the suite on a fake cluster of 1-3 one-CPU nodes beside the local pool

@@ -33,7 +33,7 @@ from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
-from deepshare.runtime.defaults import DEFAULT_DECISION_TIMEOUT_S, MAX_QUEUED
+from deepshare.runtime.defaults import DAY_S, DEFAULT_DECISION_TIMEOUT_S, MAX_KEEP_DAYS, MAX_QUEUED
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0.001 <= v <= 86400, "a number of seconds in [0.001, 86400]")
@@ -110,7 +110,8 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval, tenants_file=args.tenants,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
-                        max_launch_attempts=args.max_launch_attempts, decision_timeout_s=args.decision_timeout),
+                        max_launch_attempts=args.max_launch_attempts, decision_timeout_s=args.decision_timeout,
+                        keep_finished_s=None if args.keep_finished is None else args.keep_finished * DAY_S),
     )
     try:
         return run_scheduler(config, policy, announce=lambda line: (print_line(out, line), out.file.flush()),
@@ -476,6 +477,9 @@ def register(subparsers: Any) -> None:
                    "(versions in DIR/contention, shown by `deepshare contention`); exact: with the shipped model only")
     p.add_argument("--refit-interval", type=seconds, default=300.0, metavar="S",
                    help="seconds between two refits of the learned contention model (default 300)")
+    p.add_argument("--keep-finished", type=in_range(float, 0, MAX_KEEP_DAYS, "days", low_open=True), metavar="DAYS",
+                   help="delete the jobs that ended (finished, failed, cancelled) more than DAYS ago from the journal, "
+                   "with their rank logs, about once a minute (default: keep every job; checkpoints are left)")
     p.add_argument("--tenants", metavar="FILE",
                    help="tenants file (docs/tenants.md): queues with GPU quotas, cohorts, priority classes, and tenants' "
                    "token hashes; every decision runs behind its admission, each tenant sees only its queues' jobs. "

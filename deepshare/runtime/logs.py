@@ -13,8 +13,11 @@ the logs folder.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +45,32 @@ def rank_log_path(state_dir: str | Path, job_id: str, rank: int) -> Path:
     if path.parent.parent != root:  # cannot happen with the checks above; kept as the invariant
         raise ValueError(f"not a job id: {job_id[:80]!r}")
     return path
+
+
+def remove_job_logs(state_dir: str | Path, job_id: str) -> None:
+    """Delete ``<state>/logs/<job id>`` and the rank logs in it (a pruned job's:
+    ``--keep-finished``); nothing to do for a job that logged nothing. The job's process could
+    write its logs folder, so neither ``logs`` nor the job's folder is followed if it is a link: a
+    link in place of the job's folder is removed (not what it points to), a link in place of
+    ``logs`` leaves everything as it is. OSError for a folder that cannot be removed."""
+    rank_log_path(state_dir, job_id, 0)  # ValueError for anything that is not a job id
+    try:
+        logs = os.open(resolved(state_dir) / LOGS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # none, not a folder, a link
+            return
+        raise
+    try:
+        try:
+            mode = os.lstat(job_id, dir_fd=logs).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(job_id, dir_fd=logs)  # fd-based: a link met inside is removed, never followed
+        else:
+            os.unlink(job_id, dir_fd=logs)
+    finally:
+        os.close(logs)
 
 
 @dataclass(frozen=True, slots=True)

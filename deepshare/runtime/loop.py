@@ -77,6 +77,7 @@ from deepshare.runtime.launcher import LaunchError, LaunchSettings, RayLauncher,
 from deepshare.runtime.learning import LiveLearning
 from deepshare.runtime.ports import Launcher
 from deepshare.runtime.reports import BadReport, Progress, check_report, merged
+from deepshare.runtime.retention import Retention
 from deepshare.runtime.worker import Report
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,9 @@ class LoopConfig:
     """Consecutive failed launches after which a job is FAILED."""
     launch_retry_s: float = 1.0
     """Back-off after a failed launch, doubled for each further consecutive failure (at most 60 s)."""
+    keep_finished_s: float | None = None
+    """Ended jobs older than this are deleted from the journal, with their logs
+    (:mod:`deepshare.runtime.retention`); None: every job is kept."""
     decision_timeout_s: float | None = DEFAULT_DECISION_TIMEOUT_S
     """Seconds one decision may take. A policy that can answer early (the planner) answers within
     it; one still deciding at it is stopped where it checks (every step of a learned policy and of
@@ -195,6 +199,9 @@ class ControlLoop:
         """Runs asked to stop that had not exited when their tick went on, by job id."""
         self._stop_clock = stop_clock
         """Seconds, never set back, that stop requests' grace is counted in (a test's clock)."""
+        keep = config.keep_finished_s
+        self.retention = None if keep is None else Retention(keep)
+        """Deletes the ended jobs older than ``--keep-finished`` (None: none is deleted)."""
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> tuple[list[str], list[str]]:
@@ -226,6 +233,7 @@ class ControlLoop:
             self.launcher.teardown(job_id, attempt, ranks)
             self.journal.orphan_removed(job_id, attempt)
         ended = self._reap(cluster)
+        self._prune()
         running = self.journal.jobs(JobState.RUNNING)
         queued = self._launchable(self.journal.jobs(JobState.QUEUED), ended)
         if not cluster.nodes:
@@ -419,6 +427,17 @@ class ControlLoop:
             self.learning.refit(self.journal)
         except (DeepShareError, OSError) as exc:
             self.last_error = f"contention refit: {exc}"
+            log.error("%s", self.last_error)
+
+    def _prune(self) -> None:
+        """Delete the ended jobs older than ``--keep-finished`` when a prune is due (a failure is
+        logged, not fatal: the next prune tries again)."""
+        if self.retention is None:
+            return
+        try:
+            self.retention.prune(self.journal)
+        except (sqlite3.Error, DeepShareError) as exc:
+            self.last_error = f"pruning ended jobs: {exc}"
             log.error("%s", self.last_error)
 
     def _launchable(self, queued: Sequence[JobRecord], ended: list[tuple[str, str]]) -> list[JobRecord]:
