@@ -21,7 +21,7 @@ from deepshare.cli.args import INTEGER, print_line
 from deepshare.cli.help import command
 from deepshare.cli.output import check_outputs
 from deepshare.core.bounds import MAX_TRAIN_SEED
-from deepshare.core.files import resolved
+from deepshare.core.files import resolved, same_file
 from deepshare.core.names import CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.core.output_set import OutputSet
 from deepshare.core.errors import DeepShareError, one_line
@@ -193,6 +193,30 @@ def _check_flags(args: argparse.Namespace) -> None:
         seen.add(loader)
 
 
+def _check_loaded_by(args: argparse.Namespace) -> None:
+    """The card's ``loaded_by`` says what the registry loads (``checkpoint.DEFAULT_FILES``), before
+    any work: each ``--loaded-by`` name is a learned policy that loads a shipped file by default,
+    loads it as ``--kind``, and loads ``--out`` itself (the shipped file this export replaces); and
+    ``--out`` being the file a name loads by default needs that name (the card would leave it out)."""
+    from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
+    from deepshare.policies.policy_card import KIND_LOADER, LOADERS_SAID
+
+    for name in args.loaded_by or ():
+        if name not in DEFAULT_FILES:
+            raise DeepShareError(f"--loaded-by {name}: expected {LOADERS_SAID} (a learned policy that loads a shipped "
+                                 f"file by default), got {name!r}")
+        if KIND_LOADER[args.kind] != name:
+            raise DeepShareError(f"--loaded-by {name}: {name} does not load a file as --kind {args.kind} "
+                                 f"({KIND_LOADER[args.kind]} does)")
+        if not same_file(args.out, default_file(name)):
+            raise DeepShareError(f"--loaded-by {name}: {name} loads {default_file(name)} by default, not --out "
+                                 f"{args.out}; leave --loaded-by out (the file loads as {name}=PATH)")
+    for kind, name in KIND_LOADER.items():
+        if name not in (args.loaded_by or ()) and same_file(args.out, default_file(name)):
+            raise DeepShareError(f"--out {args.out}: {name} loads this file by default; give --loaded-by {name} "
+                                 f"(with --kind {kind}), or write another file")
+
+
 def _commit(args: argparse.Namespace) -> tuple[str | None, bool, str | None]:
     """(sha, dirty, note): ``--commit``'s, else the checkout's the package runs from."""
     import re
@@ -269,6 +293,7 @@ def cmd_export_policy(args: argparse.Namespace, out: Console, err: Console) -> i
             raise DeepShareError(f"--loaded-by: {exc}") from None
         if heuristic:
             raise DeepShareError(f"--loaded-by {name}: a heuristic loads no policy file")
+    _check_loaded_by(args)
     seeds = _seeds(args.seeds_tried)
     flagged = _flag_rules(args)
     if args.teacher not in (None, "none"):
@@ -359,7 +384,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="what the file is: the network alone (rl-base), with its safety net (rl-hybrid), "
                    "or with preemption too (rl-hybrid-preempt)")
     p.add_argument("--loaded-by", action="append", metavar="NAME",
-                   help="a registered name that loads this file by default (shipped files; repeatable, each name once)")
+                   help="the name that loads --out by default: rl-base, rl-hybrid or rl-hybrid-preempt, whichever "
+                   "loads --kind's files, for the shipped file it loads (required there; each name once)")
     p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio (a number >= 0), "
                    "utilisation_floor (a share from 0 to 1), and anchor_streak (launches one choice of the anchor's row makes, "
                    "1 to 1024); unset keys take the defaults")

@@ -12,7 +12,7 @@ from rich.console import Console
 from deepshare.cli.args import flagged, gpus_per_node, print_line
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.help import command
-from deepshare.core.errors import DeepShareError, one_line
+from deepshare.core.errors import DeepShareError, one_line, shown
 from deepshare.core.topology import Topology, load_topology, preset_names
 
 
@@ -74,7 +74,7 @@ def _shipped_cards() -> tuple[dict[str, dict[str, object]], list[tuple[str, str]
     """Registered name -> the key facts of the card of the file it loads by default (the cards'
     ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its
     weights; and (card file name, problem) of each unreadable card from which no name can be read."""
-    from deepshare.policies.policy_card import shipped_cards
+    from deepshare.policies.policy_card import loaded_by_problems, shipped_cards
 
     found: dict[str, dict[str, object]] = {}
     nameless: list[tuple[str, str]] = []
@@ -88,15 +88,17 @@ def _shipped_cards() -> tuple[dict[str, dict[str, object]], list[tuple[str, str]
                 nameless.append((path.name, str(card)))
             continue
         weights = path.with_name(card.weights)
-        problems = _check_against(card, weights) if weights.exists() else [f"weights: {card.weights} not found"]
+        problems = _check_against(card, weights) if weights.exists() else \
+            [f"weights: {card.weights} not found", *loaded_by_problems(card, weights)]
         facts = card.facts() + (f" [card out of step: {'; '.join(problems)}]" if problems else "")
         summary = {
             "card": path.name, "weights": card.weights, "kind": card.kind, "what": card.what(), "teacher": card.teacher,
             "information": card.information.describe(), "commit": card.commit, "headline": card.headline(),
             "facts": facts, "problem": "; ".join(problems) or None,
         }
-        for name in card.loaded_by:
-            found[name] = summary
+        for name in card.loaded_by:  # two cards claiming a name: the one with a problem is shown, not hidden
+            if name not in found or summary["problem"] and not found[name]["problem"]:
+                found[name] = summary
     return found, nameless
 
 
@@ -115,7 +117,7 @@ def _names_in(path: object) -> list[str]:
 def _show_card(args: argparse.Namespace, out: Console) -> int:
     """``--card NAME|NAME=PATH|PATH``: the whole card of the file a name loads, or of a file."""
     from deepshare.policies.policy_card import (
-        CARD_SUFFIX, CHECKED, card_path, card_yaml, read_card, shipped_cards,
+        CARD_SUFFIX, CHECKED, card_path, card_yaml, loaded_by_problems, loader_problems, read_card, shipped_cards,
     )
 
     given = args.card
@@ -125,9 +127,12 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     target = Path(arg if eq else given)
     if eq and (not arg.strip() or target.name in ("", "..")):  # no file name: '' was the current folder, a traceback
         raise DeepShareError(f"--card {given!r}: expected NAME=PATH of a policy file, got no file name after '='")
+    if eq:
+        _check_loader(given, base)  # NAME is a learned policy that loads a file, before any file is read
     card_file: Path | None = None
     if not eq and not (target.is_file() or target.name.endswith(CARD_SUFFIX)):  # a name (a folder named so too)
         nameless: list[DeepShareError] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
+        claiming: list[Path] = []  # readable shipped cards listing the name; one whose loaded_by is wrong is shown
         for path, card in shipped_cards():
             if isinstance(card, DeepShareError):
                 names = _names_in(path)
@@ -137,8 +142,11 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
                     nameless.append(card)
                 continue
             if base in card.loaded_by:
-                card_file = path
-                break
+                claiming.append(path)
+                if loaded_by_problems(card, path.with_name(card.weights)):
+                    card_file = path
+                    break
+        card_file = card_file or (claiming[0] if claiming else None)
         if card_file is None:
             from deepshare.policies import policy_info
 
@@ -169,7 +177,12 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
         problems = _check_against(card, weights)  # weights that do not load are out of step too (exit 1, card shown)
         check = (f"the card matches its weights: {CHECKED}" if not problems else "OUT OF STEP: " + "; ".join(problems))
     else:
-        problems, check = [f"{card.weights} not found"], f"OUT OF STEP: {card.weights} not found beside the card"
+        problems = [f"{card.weights} not found", *loaded_by_problems(card, weights)]
+        check = f"OUT OF STEP: {card.weights} not found beside the card" + "".join(f"; {p}" for p in problems[1:])
+    unfit = loader_problems(card, base) if eq else []  # NAME=PATH: NAME must load the file as the card's kind
+    if unfit:
+        problems += unfit
+        check += f"\n# DOES NOT FIT {base}: " + "; ".join(unfit)
     status = EXIT_CHECK_FAILED if problems else 0  # out of step: a failed check, as `--check` elsewhere
     if args.json:
         doc = {"path": str(card_file), "card": card.model_dump(mode="json"), "problems": problems}
@@ -182,9 +195,29 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     return status
 
 
+def _check_loader(given: str, base: str) -> None:
+    """``--card NAME=PATH``'s NAME is a learned policy that loads a policy file (one of
+    :data:`~deepshare.policies.policy_card.LOADERS`); else one line naming it. A name that is
+    not the package's own is not looked up (``module:Attr`` would be imported)."""
+    from deepshare.policies import policy_info
+    from deepshare.policies.policy_card import LOADERS, LOADERS_SAID
+    from deepshare.policies.registry import is_builtin
+
+    if base in LOADERS:
+        return
+    why = ""
+    if is_builtin(base):
+        why = "a heuristic: it loads no policy file" if policy_info(base).heuristic else "its argument is no policy file"
+    elif not base.strip():
+        why = "no name before '='"
+    raise DeepShareError(f"--card {given}: NAME: expected {LOADERS_SAID} (a learned policy that loads a policy file), "
+                         f"got {shown(base)}" + (f" ({why})" if why else ""))
+
+
 EXIT_CHECK_FAILED = 1
-"""``policies --card``'s exit status for a card out of step with its weights (the card is still
-printed): 1, as a failed ``--check`` and any runtime failure; 2 stays a usage error."""
+"""``policies --card``'s exit status for a card out of step with its weights or the registry, or
+whose kind is not the one ``NAME=PATH``'s NAME loads (the card is still printed): 1, as a failed
+``--check`` and any runtime failure; 2 stays a usage error."""
 
 
 def _levels(topology: Topology) -> str:
@@ -244,12 +277,14 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 details="A learned policy's row ends with the key facts of the card of the file it loads (what it is, "
                 "teacher, information model, commit, headline figure); a shipped card that cannot be read and "
                 "names no policy is said after the table (with --json -, as a warning on standard error). --card "
-                "shows a whole card and checks it against its weights (the line after it says what was compared); "
-                "it exits 1 when they are out of step.")
+                "shows a whole card and checks it against its weights and its loaded_by against what the registry "
+                "loads (the line after it says what was compared); with NAME=PATH, NAME must be rl-base, rl-hybrid "
+                "or rl-hybrid-preempt and load the file as the card's kind. It exits 1 when they are out of step or "
+                "the kind does not fit NAME.")
     add_json_flag(p, "[{name, description, heuristic, takes_argument, card}] (with --card: {path, card, problems})")
     p.add_argument("--card", metavar="NAME|PATH", help="show the whole card of the file NAME loads (rl-hybrid), "
                    "of a policy file (NAME=PATH or PATH) or a card file, checked against its weights "
-                   "(exit status 1 when out of step)")
+                   "(exit status 1 when out of step, or when NAME loads files of another kind)")
     p.set_defaults(func=cmd_policies)
 
     p = command(sub, "clusters", "list the cluster presets, or import a cluster spec (clusters import)",

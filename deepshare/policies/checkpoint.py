@@ -349,8 +349,19 @@ with ``hybrid_rules`` ``{min_ratio: 1.01, utilisation_floor: 0}`` (the safety ne
 ``preemptive: bsrsf+uncontended+preempt`` and no gate."""
 
 
+DEFAULT_FILES: dict[str, str] = {"rl-base": SHIPPED_BASE, "rl-hybrid": SHIPPED, "rl-hybrid-preempt": SHIPPED_PREEMPT}
+"""The shipped file each learned name loads without ``NAME=PATH``: the one table the factories
+(:func:`learned_policy`, :func:`~deepshare.policies.hybrid_preempt.preemptive_hybrid`) and the
+policy cards' ``loaded_by`` check (:func:`~deepshare.policies.policy_card.loaded_by_problems`) read."""
+
+
 def shipped(name: str = SHIPPED) -> Path:
     return Path(str(resources.files("deepshare.data") / "policies" / name))
+
+
+def default_file(name: str) -> Path:
+    """The file the registered learned policy ``name`` loads by default (:data:`DEFAULT_FILES`)."""
+    return shipped(DEFAULT_FILES[name])
 
 
 def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedPolicy:
@@ -358,7 +369,7 @@ def learned_policy(name: str, path: str | Path | None, hybrid: bool) -> LearnedP
     are the file's metadata key ``hybrid_rules`` (``{"min_ratio": .., "utilisation_floor": ..,
     "anchor": [order, placement]}``, any subset) over the defaults, so a network ships with the
     rules it was tuned for; a file without the key gets the defaults."""
-    file = Path(path) if path else shipped(SHIPPED if hybrid else SHIPPED_BASE)
+    file = Path(path) if path else default_file("rl-hybrid" if hybrid else "rl-base")
     score, encoding, metadata = scorer_from_file(file)
     rules = _hybrid_rules(metadata.get("hybrid_rules"), file) if hybrid else None
     return LearnedPolicy(name, score, encoding, rules, {**metadata, "checkpoint": str(file)})

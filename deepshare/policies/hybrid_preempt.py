@@ -93,13 +93,13 @@ PREEMPT_RULES = ("min_gain", "min_pressure")
 
 
 def preemptive_hybrid(name: str, path: str | None = None, preemptive: Policy | None = None) -> PreemptiveHybrid:
-    """RL-hybrid (``path``, or the shipped ``rl_hybrid_preempt.pt``) deferring to ``preemptive``
+    """RL-hybrid (``path``, or the shipped ``rl_est_hybrid_preempt.pt``) deferring to ``preemptive``
     (default: the file's metadata ``preemptive``, else :data:`DEFAULT_PREEMPTIVE`) when it preempts;
     the file's metadata ``preempt_rules``
     (``{"min_gain": .., "min_pressure": ..}``, any subset) sets the gates, none when absent."""
-    from deepshare.policies.checkpoint import SHIPPED_PREEMPT, learned_policy, shipped
+    from deepshare.policies.checkpoint import default_file, learned_policy
 
-    learned = learned_policy("rl-hybrid", path or shipped(SHIPPED_PREEMPT), hybrid=True)
+    learned = learned_policy("rl-hybrid", path or default_file("rl-hybrid-preempt"), hybrid=True)
     file = learned.metadata.get("checkpoint", path)
     if preemptive is None:
         preemptive = preemptive_heuristic(learned.metadata.get("preemptive", DEFAULT_PREEMPTIVE), file)

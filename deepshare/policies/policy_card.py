@@ -49,6 +49,11 @@ KIND_LOADER: dict[str, str] = {"network": "rl-base", "hybrid": "rl-hybrid", "hyb
 ``rl-base`` ignores a file's rules, ``rl-hybrid`` applies ``hybrid_rules``, ``rl-hybrid-preempt``
 applies them all."""
 
+LOADERS = tuple(KIND_LOADER.values())
+"""The names a card's ``loaded_by`` may list, and ``--card NAME=PATH``'s NAME: the learned policies
+that load a policy file (each a shipped one by default, ``checkpoint.DEFAULT_FILES``)."""
+LOADERS_SAID = "rl-base, rl-hybrid or rl-hybrid-preempt"
+
 RULE_KEYS = ("hybrid_rules", "preemptive", "preempt_rules")
 """The metadata keys of a policy file that change how it decides; a card copies them exactly."""
 
@@ -257,6 +262,20 @@ class PolicyCard(_Strict):
                 raise ValueError(problem)
         return value
 
+    @field_validator("loaded_by")
+    @classmethod
+    def _learned_loaders(cls, value: list[str]) -> list[str]:
+        """Only the learned policies that load a shipped file by default; a heuristic, the planner,
+        a plugin or a misspelt name loads no file (and a plugin's name is not looked up: reading a
+        card imports nothing)."""
+        for name in value:
+            if name not in LOADERS:
+                raise ValueError(f"expected {LOADERS_SAID} (a learned policy that loads a shipped file by default), "
+                                 f"got {shown(name)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a name listed twice, got {shown(value)}")
+        return value
+
     @field_validator("weights")
     @classmethod
     def _bare_name(cls, value: str) -> str:
@@ -446,7 +465,7 @@ def card_yaml(card: PolicyCard) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
 
 
-CHECKED = ("name and sha256; from the file's metadata, where it records them: rules, information (durations, "
+CHECKED = ("name and sha256; loaded_by against the files the registry loads; from the file's metadata, where it records them: rules, information (durations, "
            "estimate_errors, extra_features, offer_order), training (seed, config, init_from, method) and teacher "
            "(its imitates)")
 """What :func:`check_card` compares, in words (``policies --card`` says it): the training command,
@@ -463,13 +482,15 @@ def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any
     mapping or an ``EncodingConfig``) also the extra columns and the offer order
     (:data:`CHECKED`). The hash alone does not tie the card's text to the file: a card edited to
     claim another information model or seed would still match it. The training command, summary,
-    notes and figures are not compared."""
+    notes and figures are not compared. Its ``loaded_by`` is compared with the files the registry
+    loads (:func:`loaded_by_problems`)."""
     problems = []
     if Path(weights).name != card.weights:
         problems.append(f"weights: the card describes {card.weights}, not {Path(weights).name}")
     sha = sha256_of(weights)
     if sha != card.weights_sha256:
         problems.append(f"weights_sha256: {Path(weights).name} has sha256 {sha[:12]}..., the card {card.weights_sha256[:12]}...")
+    problems += loaded_by_problems(card, weights)
     if metadata is not None:
         given = {key: metadata[key] for key in RULE_KEYS if metadata.get(key) not in (None, {})}
         if _plain_rules(given) != _plain_rules(card.rules.as_metadata()):
@@ -479,6 +500,47 @@ def check_card(card: PolicyCard, weights: str | Path, metadata: Mapping[str, Any
         if isinstance(imitates, str) and imitates and card.teacher != imitates:
             problems.append(f"teacher: the card says {shown(card.teacher)}, the file's metadata imitates {shown(imitates)}")
     return problems
+
+
+def loaded_by_problems(card: PolicyCard, weights: str | Path) -> list[str]:
+    """Where ``card.loaded_by`` disagrees with what the registry loads (``checkpoint.DEFAULT_FILES``):
+    a listed name whose default file is another file (by name, or by SHA-256: other weights under
+    the card's file name) or cannot be read, and a name whose default file is ``weights`` itself
+    that the card leaves out (the card of a shipped file a name loads lists that name). A copy of
+    a shipped file and its card elsewhere agrees: the name loads those very weights."""
+    from deepshare.core.files import same_file
+    from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
+
+    problems = []
+    for name in card.loaded_by:
+        file = default_file(name)
+        if file.name != card.weights:
+            problems.append(f"loaded_by: {name} loads {file.name} by default, not {card.weights}")
+            continue
+        try:
+            sha = sha256_of(file)
+        except DeepShareError as exc:
+            problems.append(f"loaded_by: {name} loads {file.name} by default, which cannot be read ({exc})")
+            continue
+        if sha != card.weights_sha256:
+            problems.append(f"loaded_by: {name} loads a {file.name} with sha256 {sha[:12]}..., "
+                            f"not the card's {card.weights_sha256[:12]}...")
+    for name in DEFAULT_FILES:
+        if name not in card.loaded_by and same_file(weights, default_file(name)):
+            problems.append(f"loaded_by: {name} loads {Path(weights).name} by default; the card does not list it")
+    return problems
+
+
+def loader_problems(card: PolicyCard, name: str) -> list[str]:
+    """Why ``name`` (one of :data:`LOADERS`) loading the card's file would not make the policy the
+    card describes (empty: it would): each name loads a file as one kind (:data:`KIND_LOADER`);
+    rl-base ignores the rules of a hybrid file, rl-hybrid adds a default safety net to a network
+    alone and ignores a file's preemption, rl-hybrid-preempt adds a default preemptive heuristic."""
+    as_kind = {loader: kind for kind, loader in KIND_LOADER.items()}[name]
+    if card.kind == as_kind:
+        return []
+    return [f"kind: {name} loads a file as {as_kind} ({KINDS[as_kind]}), but the card's file is {card.kind} "
+            f"({KINDS[card.kind]}); load it as {KIND_LOADER[card.kind]}"]
 
 
 def _information_problems(card: PolicyCard, metadata: Mapping[str, Any], encoding: Any) -> list[str]:

@@ -71,7 +71,7 @@ def _evil_copy(folder, config="rllib_configs/a\x1b[2Jb.yaml"):
     evil = folder / "evil.pt"
     evil.write_bytes(data)
     card = read_card(card_path(weights)).model_copy(
-        update={"weights": "evil.pt", "weights_sha256": hashlib.sha256(data).hexdigest()})
+        update={"weights": "evil.pt", "weights_sha256": hashlib.sha256(data).hexdigest(), "loaded_by": []})
     card_path(evil).write_text(card_yaml(card))
     return evil
 

@@ -221,8 +221,8 @@ def test_export_writes_the_weights_and_the_card_and_decides_as_the_shipped_file(
     with those rules as flags is that file, and decides as it does."""
     out = tmp_path / "preempt.pt"
     rc, stdout, err = cli(capsys, "export-policy", POLICIES / SHIPPED_BASE, "--out", out, *PREEMPT_FLAGS,
-                          "--loaded-by", "rl-hybrid-preempt", "--suite-figures", LOADED_JSON, "--commit", "0123abc")
-    assert (rc, err) == (0, ""), err
+                          "--figures-of", "rl-hybrid-preempt", "--suite-figures", LOADED_JSON, "--commit", "0123abc")
+    assert (rc, err) == (0, ""), err  # not --loaded-by: rl-hybrid-preempt loads the shipped file, not this one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["preempt.card.yaml", "preempt.pt"]  # no temporary left
     assert f"wrote {out}" in stdout and "preemption (bsrsf+uncontended+preempt)" in stdout
     card = card_of(out)
