@@ -17,6 +17,8 @@ from deepshare.core.output_set import OutputSet
 from deepshare.core.errors import DeepShareError, one_line
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from deepshare.core.contention.link.samples import Samples
 
 PROFILE_FILES = ("isolated_thp.csv", "shared_thp_ratio.csv")
@@ -103,6 +105,7 @@ def _samples(path: str, cluster: str | None) -> "Samples":
 def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Fit the learned contention model to the journal in ``--from-state`` (read only; a running
     scheduler may keep writing it) exactly as the scheduler's refit does, and report it."""
+    import sqlite3
     from pathlib import Path
 
     from rich.table import Table
@@ -116,7 +119,11 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
         raise DeepShareError(f"--from-state {args.from_state!r}: an empty path; give the scheduler's state folder")
     folder = Path(args.from_state)
     journal_path = folder / JOURNAL_FILE
-    check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": [str(journal_path)], "--tenants": args.tenants})
+    # the journal's -wal and -shm are part of it (the WAL holds its latest transactions), beside the
+    # file SQLite opens: the journal itself, or where its symlink leads
+    journal_files = [str(journal_path), *(f"{p}{suffix}" for p in {str(journal_path), str(_target(journal_path))}
+                                            for suffix in ("-wal", "-shm"))]
+    check_outputs({"--json": args.json, "--out": args.out}, {"--from-state": journal_files, "--tenants": args.tenants})
     try:
         found, is_file = journal_path.exists(), journal_path.is_file()
     except OSError as exc:  # a name too long, a folder that cannot be searched
@@ -134,6 +141,8 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
     journal = Journal.read_only(folder, "--from-state")
     try:
         _, doc = fit_from_journal(journal, default_catalog(), make_contention(args.contention or "profiled").name, tenants=tenants)
+    except sqlite3.Error as exc:  # a table edited by hand (a column gone), a disk error, a lock held past the wait
+        raise DeepShareError(f"--from-state {folder}: cannot read the journal's runs ({exc})") from None
     finally:
         journal.close()
     shown = human(args.json, out, err)
@@ -153,6 +162,16 @@ def cmd_calibrate_from_state(args: argparse.Namespace, out: Console, err: Consol
             outputs.add_text(args.out, json.dumps(doc, indent=2) + "\n", "contention fit")
         outputs.commit()
     return 0
+
+
+def _target(path: "Path") -> "Path":
+    """``path`` with its symlinks resolved (itself when that fails: the error is reported later)."""
+    from deepshare.core.files import resolved
+
+    try:
+        return resolved(path)
+    except OSError:
+        return path
 
 
 def _mae(value: object) -> str:
@@ -182,8 +201,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "tenant; without it they are pooled, as without --tenants)")
     p.add_argument("--contention", choices=("profiled", "link"),
                    help="with --from-state: the shipped model the scheduler predicted with (default profiled)")
-    add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters")
-    p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params (an existing file is replaced)")
+    add_json_flag(p, "fit_mae, cv_mae, baseline_*_mae and the parameters; with --from-state the contention fit")
+    p.add_argument("--out", metavar="PATH", help="write the fitted parameters for --contention link --link-params (an existing "
+                   "file is replaced); with --from-state the contention fit, as --json writes it (a record: --link-params "
+                   "does not read it)")
     p.add_argument("--folds", type=fold_count, help="cross-validation folds, 2..100 (default 5)")
     p.add_argument("--starts", type=start_count, help="random starts per fit, 1..100 (default 3)")
     p.add_argument("--seed", type=seed_value, help="random seed (default 0)")

@@ -265,6 +265,7 @@ class Journal:
         checks it, and changed in nothing (no chmod, no switch to WAL mode, no schema upgrade,
         no lock taken); a write through it fails. Errors name ``flag``."""
         path = Path(state_dir) / JOURNAL_FILE
+        _refuse_unmade_sidecars(path, state_dir, flag)
         _check_is_journal(path, state_dir, flag, "give a scheduler's state folder")
         journal = cls.__new__(cls)
         journal.dir, journal._clock, journal._lock = Path(state_dir), time.time, threading.RLock()
@@ -784,15 +785,19 @@ class Journal:
 
     def measurements(self, limit: int) -> list["Measurement"]:
         """The ``limit`` most recently started runs that have both a measured and a predicted
-        throughput (oldest first): the contention learner's input. Rows that cannot be read are skipped."""
+        throughput (oldest first): the contention learner's input. Rows that cannot be read are skipped
+        (the text columns are read as bytes and decoded here: a row edited to hold bytes that are
+        not UTF-8 failed the whole query, every refit and ``calibrate --from-state``)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.job_id, r.attempt, j.spec, r.placement, r.measured_throughput, r.predicted_throughput, r.ended"
+                "SELECT CAST(r.job_id AS BLOB), r.attempt, CAST(j.spec AS BLOB), CAST(r.placement AS BLOB),"
+                " r.measured_throughput, r.predicted_throughput, r.ended"
                 " FROM runs r JOIN jobs j ON j.id = r.job_id"
                 " WHERE r.measured_throughput > 0 AND r.predicted_throughput > 0"
                 " ORDER BY r.started DESC, r.job_id DESC, r.attempt DESC LIMIT ?", (limit,)).fetchall()
         out = []
-        for job_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
+        for raw_id, attempt, spec, placement, measured, predicted, ended in rows[::-1]:
+            job_id = _utf8_shown(raw_id)
             measured, predicted = _finite(measured), _finite(predicted)
             if measured is None or predicted is None or not (
                     measured <= MAX_THROUGHPUT and predicted <= MAX_THROUGHPUT):  # stored unchecked, or by hand
@@ -800,9 +805,10 @@ class Journal:
                             job_id, MAX_THROUGHPUT)
                 continue
             try:
-                parsed = LiveJobSpec.model_validate_json(spec)
-                out.append(Measurement(job_id, int(attempt), parsed.model, parsed.gpus, _alloc(placement) or (),
-                                       measured, predicted, _num(ended), parsed.queue))
+                parsed = LiveJobSpec.model_validate_json(_utf8("spec", spec))
+                out.append(Measurement(_utf8("job id", raw_id), int(attempt), parsed.model, parsed.gpus,
+                                       _alloc(_utf8("placement", placement)) or (), measured, predicted, _num(ended),
+                                       parsed.queue))
             except (TypeError, ValueError) as exc:
                 log.warning("run %s of job %s cannot be read for learning (%s); skipped", attempt, job_id, exc)
         return out
@@ -872,6 +878,31 @@ def _refuse_stale_sidecars(path: Path, state_dir: str | Path) -> None:
                              f"wanted, then start again")
 
 
+def _refuse_unmade_sidecars(path: Path, state_dir: str | Path, flag: str) -> None:
+    """Refuse, saying why, a journal in WAL mode (every journal is) that SQLite cannot read
+    read-only: it reads one through its ``-wal`` and ``-shm`` files, creating them when no process
+    has the journal open, and where they are missing and cannot be created (a read-only mount or
+    snapshot, another user's folder) it answers "unable to open database file", which read as
+    "not a journal"."""
+    try:
+        target = resolved(path)
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            header = os.read(fd, 20)
+        finally:
+            os.close(fd)
+        if len(header) < 20 or not header.startswith(b"SQLite format 3\x00") or header[18] != 2:
+            return  # not SQLite, or not in WAL mode: read (or refused) as it is
+        if all(os.path.exists(f"{target}{suffix}") for suffix in ("-wal", "-shm")) or os.access(target.parent, os.W_OK):
+            return
+    except OSError:  # reported by the checks that follow
+        return
+    raise DeepShareError(f"{flag} {state_dir}: cannot read {path} read-only in {target.parent}: SQLite reads a journal "
+                         "through its -wal and -shm files, which no running scheduler has made there and this user "
+                         "cannot create (a read-only mount or snapshot, another user's folder); copy the folder "
+                         "somewhere writable, or run as the scheduler's user")
+
+
 def _check_is_journal(path: Path, state_dir: str | Path, flag: str = "--state", moved: str = MOVE_AWAY) -> None:
     """Refuse ``path`` unless it holds the journal's tables and epoch, reading it read-only: the
     WAL switch and the chmod that opening it for real does must never touch a file that is not a
@@ -937,6 +968,22 @@ def _finite(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def _utf8(name: str, value: Any) -> Any:
+    """A text column read as bytes (``CAST(... AS BLOB)``), decoded; a ValueError naming the column
+    for bytes that are not UTF-8. Anything else (None, a number) is returned as it is."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}: byte 0x{value[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+
+
+def _utf8_shown(value: Any) -> str:
+    """A text column read as bytes, for a log line (bytes that are not UTF-8 escaped)."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _step(value: Any) -> int | None:

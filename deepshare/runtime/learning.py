@@ -50,13 +50,17 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.contention.base import ContentionModel, ContentionState, RunningJob
-from deepshare.core.contention.learned import ContentionLearner, LearnedContention, ModelFit, Observation, mean_abs_error
+from deepshare.core.contention.learned import (
+    MAX_EXPONENT, MAX_RATIO, MIN_EXPONENT, MIN_RATIO, ContentionLearner, LearnedContention, ModelFit, Observation,
+    mean_abs_error,
+)
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.core.topology import Topology
 from deepshare.core.types import Placement
 from deepshare.core.workloads import Catalog
+from deepshare.runtime.defaults import DEFAULT_REFIT_S
 from deepshare.runtime.journal import Journal, Measurement
 
 if TYPE_CHECKING:
@@ -66,11 +70,13 @@ log = logging.getLogger(__name__)
 
 CONTENTION_DIR = "contention"
 """The state folder's subfolder of versioned fits."""
-DEFAULT_REFIT_S = 300.0
-"""Seconds between two refits of the live scheduler."""
 REFIT_RUNS = 2000
 """Runs a refit reads (the most recently started)."""
 _VERSION_FILE = re.compile(r"^params-(\d{5,})\.json\Z")
+MAX_VERSION = 10**12
+"""The highest version a version file may hold or be named after (a refit every second for 30,000
+years stays below): a larger one, edited in, named the next version's file past the 255 characters
+a file name may have, and every refit failed."""
 TENANT_FIT_BOUND = 2.0
 """Under a tenants file with runs of several tenants, a fit's scale and exponent are kept within
 this factor of the prior's 1 (see the module doc)."""
@@ -197,10 +203,11 @@ def _number(path: Path) -> int:
 
 
 def versions(folder: Path) -> list[Path]:
-    """The version files in ``folder``, oldest first."""
+    """The version files in ``folder``, oldest first (a name past :data:`MAX_VERSION` is no version's)."""
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _VERSION_FILE.match(p.name))]
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if (m := _VERSION_FILE.match(p.name)) and int(m.group(1)) <= MAX_VERSION]
     return [p for _, p in sorted(found)]
 
 
@@ -210,21 +217,31 @@ def read_version(path: Path) -> dict[str, object]:
     doc = load_json(text, str(path), "a contention fit")
     try:
         fits_of(doc)
-        int(doc["version"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        version = doc["version"]  # type: ignore[index]
+        if type(version) is not int or not 0 <= version <= MAX_VERSION:  # 1e999 failed the start; 1e300 every refit
+            raise ValueError(f"version: expected a whole number from 0 to {MAX_VERSION}, got {str(version)[:40]}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:  # OverflowError: float(10**400)
         raise DeepShareError(f"{path}: not a contention fit ({exc})") from None
     return doc
 
 
 def fits_of(doc: Mapping[str, object]) -> dict[str, ModelFit]:
     """The :class:`ModelFit` of every model of a version document; ValueError for a parameter that
-    is not a finite number (a scale or exponent that is not positive, a NaN an older version wrote)."""
+    is not a finite number (a NaN an older version wrote) or outside what a fit gives: a scale from
+    :data:`MIN_RATIO` to :data:`MAX_RATIO`, an exponent from :data:`MIN_EXPONENT` to
+    :data:`MAX_EXPONENT` (an exponent of 1e308 made every contended ratio 0, which a learned ratio
+    never is), report counts of 0 or more."""
     fits = {}
     for name, f in doc["models"].items():  # type: ignore[union-attr]
         scale, exponent = float(f["scale"]), float(f["exponent"])
         observations_, contended = float(f["observations"]), float(f["contended"])
-        if not all(math.isfinite(v) for v in (scale, exponent, observations_, contended)) or scale <= 0 or exponent <= 0:
-            raise ValueError(f"model {str(name)[:64]!r}: parameters must be finite, scale and exponent positive")
+        if not all(math.isfinite(v) for v in (scale, exponent, observations_, contended)):
+            raise ValueError(f"model {str(name)[:64]!r}: parameters must be finite numbers")
+        if not (MIN_RATIO <= scale <= MAX_RATIO and MIN_EXPONENT <= exponent <= MAX_EXPONENT
+                and 0 <= contended <= observations_):
+            raise ValueError(f"model {str(name)[:64]!r}: expected a scale from {MIN_RATIO:g} to {MAX_RATIO:g}, an "
+                             f"exponent from {MIN_EXPONENT:g} to {MAX_EXPONENT:g} and 0 <= contended <= observations, "
+                             f"got {scale:g}, {exponent:g}, {contended:g} and {observations_:g}")
         fits[name] = ModelFit(math.log(scale), exponent, observations_, contended)
     return fits
 

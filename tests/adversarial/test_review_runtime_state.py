@@ -152,3 +152,44 @@ def test_a_deeply_nested_fit_is_passed_over_not_a_traceback(tmp_path):
     (folder / "params-00001.json").write_text("[" * 5000)
     learning = LiveLearning(state, make_contention("profiled"), default_catalog())
     assert learning.latest is None and learning.version == 0
+
+
+GOOD_FIT = {"version": 1, "fitted_at": 0.0, "prior": "profiled", "runs": 1, "mae_prior": 0.1, "mae_learned": 0.05,
+            "models": {"DLRM": {"scale": 0.8, "exponent": 1.5, "observations": 1.0, "contended": 1.0}}}
+
+
+@pytest.mark.parametrize("edit", [
+    {"version": 1e999},  # an OverflowError that ended the scheduler's start
+    {"version": 1e300},  # taken: the next version's file name was past 255 characters, every refit failed
+    {"version": 10**13}, {"version": "3"}, {"version": -1},
+    {"models": {"DLRM": {"scale": 0.8, "exponent": 1e308, "observations": 1.0, "contended": 1.0}}},  # ratios 0
+    {"models": {"DLRM": {"scale": 1e-300, "exponent": 1.5, "observations": 1.0, "contended": 1.0}}},
+    {"models": {"DLRM": {"scale": 10**400, "exponent": 1.5, "observations": 1.0, "contended": 1.0}}},  # OverflowError
+    {"models": {"DLRM": {"scale": 0.8, "exponent": 1.5, "observations": 1.0, "contended": 5.0}}},
+], ids=["v-inf", "v-1e300", "v-huge", "v-text", "v-negative", "exponent", "scale-tiny", "scale-400-digits",
+        "counts"])
+def test_a_fit_edited_out_of_range_is_passed_over_for_the_older_one(tmp_path, edit):
+    """A version file holds only what a fit gives: a whole version number and parameters in the fit's
+    own ranges (a learned ratio stays in (0, 1]); any other is passed over, and the newest readable
+    version read instead, never an error that ends the start."""
+    state = tmp_path / "state"
+    folder = state / CONTENTION_DIR
+    folder.mkdir(parents=True)
+    (folder / "params-00001.json").write_text(json.dumps(GOOD_FIT))
+    (folder / "params-00002.json").write_text(json.dumps({**GOOD_FIT, "version": 2, **edit}))
+    learning = LiveLearning(state, make_contention("profiled"), default_catalog())
+    assert learning.version == 1 and learning.latest == GOOD_FIT
+    assert learning.learner.correct("DLRM", 0.5) == pytest.approx(0.5 ** 1.5)
+
+
+def test_a_version_file_named_past_the_largest_version_is_no_version(tmp_path):
+    """``params-<243 nines>.json`` (255 characters) set the next version's number: its file name was too long to
+    write, and every refit failed."""
+    state = tmp_path / "state"
+    folder = state / CONTENTION_DIR
+    folder.mkdir(parents=True)
+    (folder / "params-00001.json").write_text(json.dumps(GOOD_FIT))
+    (folder / ("params-" + "9" * 243 + ".json")).write_text(json.dumps(GOOD_FIT))
+    assert [p.name for p in versions(folder)] == ["params-00001.json"]
+    learning = LiveLearning(state, make_contention("profiled"), default_catalog())
+    assert learning.version == 1 and learning._highest == 1

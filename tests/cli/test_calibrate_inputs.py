@@ -159,3 +159,82 @@ def test_a_config_name_that_is_no_folder_name_is_refused(name):
     """Without --out, a run goes to runs/NAME: ``../../x`` wrote outside runs/."""
     with pytest.raises(DeepShareError, match="name: String should"):
         parse_train_config(json.dumps({"name": name}), "c.yaml")
+
+
+def two_runs(state):  # type: ignore[no-untyped-def]
+    """A journal of two measured DLRM runs (``journal_with_a_run`` twice over)."""
+    journal = Journal(state)
+    for name in ("a", "b"):
+        job = journal.submit(spec_from_json(dict(name=name, gpus=2, model="DLRM", command=["/bin/true"],
+                                                 checkpoint_dir="/tmp/ckpt")))
+        journal.start_run(job.job_id, (("node0", 2),), 10.0)
+        journal.record_progress(job.job_id, 1, 100.0, 10, 5.0, 10.0)
+    journal.close()
+
+
+@pytest.mark.parametrize("column", ["spec", "placement"])
+def test_from_state_skips_a_run_whose_text_is_not_utf8(tmp_path, capsys, caplog, column):
+    """A journal row edited to hold bytes that are not UTF-8 was a sqlite3.OperationalError
+    traceback (the whole query failed: the live refit too); the run is skipped and named."""
+    state = tmp_path / "s"
+    two_runs(state)
+    db = sqlite3.connect(state / "journal.sqlite")
+    job = db.execute("SELECT id FROM jobs ORDER BY seq LIMIT 1").fetchone()[0]
+    table = "jobs" if column == "spec" else "runs"
+    db.execute(f"UPDATE {table} SET {column} = CAST(X'5b22ff225d' AS TEXT) WHERE {'id' if table == 'jobs' else 'job_id'} = ?",
+               (job,))
+    db.commit()
+    db.close()
+    out_json = tmp_path / "fit.json"
+    rc, _, err = run(capsys, "calibrate", "--from-state", state, "--json", out_json)
+    assert rc == 0 and "Traceback" not in err, err
+    assert f"{column}: byte 0xff at offset 2 is not UTF-8" in caplog.text
+    assert json.loads(out_json.read_text())["runs"] == 1  # the other run still learned from
+
+
+def test_from_state_a_journal_table_edited_by_hand_is_one_line(tmp_path, capsys):
+    """A ``runs`` table without its columns passed the journal check (table names only) and was a
+    sqlite3.OperationalError traceback; nothing is written."""
+    state = tmp_path / "s"
+    two_runs(state)
+    db = sqlite3.connect(state / "journal.sqlite")
+    db.executescript("DROP TABLE runs; CREATE TABLE runs (x)")
+    db.close()
+    err = one_error(capsys, "calibrate", "--from-state", state, "--out", tmp_path / "fit.json")
+    assert "--from-state" in err and "cannot read the journal's runs (no such column" in err
+    assert not (tmp_path / "fit.json").exists()
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+@pytest.mark.parametrize("link", [False, True], ids=["file", "symlink"])
+def test_from_state_outputs_never_replace_the_journals_wal_or_shm(tmp_path, capsys, suffix, link):
+    """The -wal holds a live journal's latest transactions: ``--out STATE/journal.sqlite-wal``
+    replaced it, and a scheduler that then crashed lost them. Beside a symlinked journal, SQLite's
+    -wal is beside the file it leads to."""
+    state = tmp_path / "s"
+    two_runs(tmp_path / "real" if link else state)
+    if link:
+        state.mkdir()
+        (state / "journal.sqlite").symlink_to(tmp_path / "real" / "journal.sqlite")
+    side = (tmp_path / "real" if link else state) / f"journal.sqlite{suffix}"
+    for flag in ("--out", "--json"):
+        err = one_error(capsys, "calibrate", "--from-state", state, flag, side)
+        assert "is the input --from-state" in err and "would destroy the input" in err
+    assert not side.exists()
+
+
+def test_from_state_says_why_a_journal_it_cannot_open_read_only_is_unread(tmp_path, capsys, monkeypatch):
+    """A stopped scheduler's journal where this user cannot create the -wal and -shm that SQLite
+    reads a WAL journal through (a read-only mount or snapshot, another user's folder) was
+    refused as "not a journal (unable to open database file)"."""
+    import deepshare.runtime.journal as journal_module
+
+    state = tmp_path / "s"
+    two_runs(state)
+    real = os.access
+    monkeypatch.setattr(journal_module.os, "access",
+                        lambda path, mode, **kw: False if os.path.realpath(path) == os.path.realpath(state) and mode & os.W_OK
+                        else real(path, mode, **kw))
+    err = one_error(capsys, "calibrate", "--from-state", state)
+    assert "not a journal" not in err and "SQLite reads a journal through its -wal and -shm files" in err
+    assert sorted(p.name for p in state.iterdir()) == ["journal.sqlite"]
