@@ -27,13 +27,14 @@ from typing import Any
 
 from deepshare.cli.output import add_json_flag, check_outputs, to_stdout, write_json
 from deepshare.cli.args import (
-    bind_host, gpus_per_node, in_range, non_negative_int, number, port_number, positive_float, positive_int, print_line,
+    bind_host, gpus_per_node, host_header_name, in_range, non_negative_int, number, port_number, positive_float,
+    positive_int, print_line,
 )
 from deepshare.cli.help import command
 from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
-from deepshare.runtime.defaults import DAY_S, DEFAULT_DECISION_TIMEOUT_S, MAX_KEEP_DAYS, MAX_QUEUED
+from deepshare.runtime.defaults import DAY_S, DEFAULT_DECISION_TIMEOUT_S, DEFAULT_REFIT_S, MAX_KEEP_DAYS, MAX_QUEUED
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0.001 <= v <= 86400, "a number of seconds in [0.001, 86400]")
@@ -87,6 +88,10 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         raise DeepShareError("--policy '': an empty name; give a policy (default rl-hybrid: leave --policy out)")
     if args.policy is not None and args.placement_url:
         raise DeepShareError("give at most one of --policy and --placement-url")
+    if args.placement_token is not None and not args.placement_url:  # it was dropped, silently
+        raise DeepShareError("--placement-token goes with --placement-url")
+    if args.refit_interval is not None and args.contention_knowledge != "learned":  # nothing is refitted
+        raise DeepShareError("--refit-interval goes with --contention-knowledge learned")
     if not args.local and (args.nodes is not None or args.gpus_per_node is not None):
         raise DeepShareError("--nodes and --gpus-per-node need --local")
     if not args.local and args.local_label:
@@ -107,7 +112,8 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         local_labels=tuple(labels.items()), levels=levels,
         host=args.host, port=args.port, max_gpus=args.max_gpus, max_queued=args.max_queued,
         allowed_hosts=tuple(args.allowed_host or ()),
-        contention_knowledge=args.contention_knowledge, refit_s=args.refit_interval, tenants_file=args.tenants,
+        contention_knowledge=args.contention_knowledge,
+        refit_s=DEFAULT_REFIT_S if args.refit_interval is None else args.refit_interval, tenants_file=args.tenants,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
                         max_launch_attempts=args.max_launch_attempts, decision_timeout_s=args.decision_timeout,
@@ -452,7 +458,7 @@ def register(subparsers: Any) -> None:
                    help="accept jobs of up to N GPUs even when fewer are up now (autoscaling clusters; default: the GPUs up now)")
     p.add_argument("--host", type=bind_host, default="127.0.0.1",
                    help="address the HTTP API binds (default 127.0.0.1; anything else exposes it to the network)")
-    p.add_argument("--allowed-host", action="append", metavar="NAME",
+    p.add_argument("--allowed-host", action="append", type=host_header_name, metavar="NAME",
                    help="also accept this name in the Host header (repeatable; default: the bound address and localhost)")
     p.add_argument("--port", type=port_number, default=8470, metavar="P", help="HTTP API port (default 8470; 0: any)")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
@@ -475,8 +481,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--contention-knowledge", choices=("learned", "exact"), default="learned",
                    help="learned (default): predict with a contention model refitted from the jobs' measured throughputs "
                    "(versions in DIR/contention, shown by `deepshare contention`); exact: with the shipped model only")
-    p.add_argument("--refit-interval", type=seconds, default=300.0, metavar="S",
-                   help="seconds between two refits of the learned contention model (default 300)")
+    p.add_argument("--refit-interval", type=seconds, metavar="S",
+                   help=f"seconds between two refits of the learned contention model (default {DEFAULT_REFIT_S:g})")
     p.add_argument("--keep-finished", type=in_range(float, 0, MAX_KEEP_DAYS, "days", low_open=True), metavar="DAYS",
                    help="delete the jobs that ended (finished, failed, cancelled) more than DAYS ago from the journal, "
                    "with their rank logs, about once a minute (default: keep every job; checkpoints are left)")

@@ -24,16 +24,17 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from deepshare.core.atomic import write_text_atomic
 from deepshare.core.errors import DeepShareError, RuntimeFailure, first_line
+from deepshare.core.fabric import level_problems
 from deepshare.core.files import resolved
 from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
-from deepshare.runtime.defaults import MAX_QUEUED
-from deepshare.runtime.journal import Journal, JobState
+from deepshare.runtime.defaults import DEFAULT_REFIT_S, MAX_QUEUED
+from deepshare.runtime.journal import Journal, JobRecord, JobState
 from deepshare.runtime.launcher import RayLauncher
 from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.private import check_not_shared
@@ -63,7 +64,7 @@ class ServiceConfig:
     contention_knowledge: str = "learned"
     """``learned``: the policies predict with a model refitted from the journal's measured
     throughputs (:mod:`deepshare.runtime.learning`); ``exact``: with the shipped ``contention``."""
-    refit_s: float = 300.0
+    refit_s: float = DEFAULT_REFIT_S
     """Seconds between two refits of the learned model."""
     max_gpus: int = 0
     """Accept jobs of up to this many GPUs even when fewer are up now (an autoscaling cluster
@@ -81,10 +82,14 @@ def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]
 
 
 def bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    address = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1], as a URL writes it
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock.bind((address, port))
+    except socket.gaierror as exc:  # the host, not the port: it named --port for a host it cannot look up
+        sock.close()
+        raise DeepShareError(f"--host {host}: not an address to listen on ({exc.strerror or exc})") from None
     except OSError as exc:
         sock.close()
         raise DeepShareError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
@@ -180,6 +185,9 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
 
     stop = stop or threading.Event()
     warn = warn or announce
+    for flag, given in (("--state", config.state_dir), ("--tenants", config.tenants_file)):
+        if given is not None and not str(given).strip():  # an unset variable: it named the current folder
+            raise DeepShareError(f"{flag} {given!r}: an empty path; give a {'folder' if flag == '--state' else 'file'}")
     config = dataclasses.replace(config, state_dir=str(resolved(config.state_dir)),  # workers' cwd differs
                                  tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
     check_not_shared(config.state_dir)  # before anything is written there
@@ -188,6 +196,7 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         cleanup.callback(lock.release)
         journal = Journal(config.state_dir)
         cleanup.callback(journal.close)
+        check_job_levels(journal.jobs(JobState.QUEUED, JobState.RUNNING), config.levels.names)
         token, token_file = scheduler_token(config.state_dir)
         os.environ.pop(TOKEN_ENV, None)  # not inherited by the local Ray nodes, their workers or the jobs
         tenants = LiveTenants(token, config.tenants_file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))
@@ -199,6 +208,20 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         address = start_ray(config, cleanup)
         _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, handle_signals)
     return 0
+
+
+def check_job_levels(jobs: Iterable[JobRecord], levels: Sequence[str]) -> None:
+    """Refuse a start whose fabric levels (``--level``; ``rack`` without it) lack one that a queued
+    or running job names (``required_level``, ``preferred_level``, ``slice_level``): submission
+    checked it against the levels of the start that took the job, and a restart without them
+    (a forgotten ``--level``, a renamed level) failed every such job at its first tick, a
+    running one's run removed from the cluster."""
+    for job in jobs:
+        spec = job.spec
+        found = level_problems(spec.required_level, spec.preferred_level, spec.slice_level, levels, "this start's")
+        if found:
+            raise DeepShareError(f"--level: {job.state.value} job {job.job_id!r}: {found[0].message}; start with "
+                                 "the --level flags it was submitted under (and cancel it there if it must go)")
 
 
 def _reload_in_background(tenants: LiveTenants) -> None:
