@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,6 +41,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision
 from deepshare.core.view import DEFAULT_QUEUE, ClusterView
 from deepshare.runtime.journal import JobRecord, JobState
+from deepshare.runtime.private import check_not_shared
 from deepshare.runtime.spec import LiveJobSpec
 from deepshare.tenants import Admitted, Tenants, around_policy, load_tenants
 
@@ -162,6 +164,17 @@ def queue_usage(jobs: Sequence[JobRecord], tenants: Tenants | None) -> list[Queu
     return out
 
 
+def check_tenants_file_private(path: Path) -> None:
+    """Refuse a tenants file another user could change, as the state folder is refused
+    (:func:`~deepshare.runtime.private.check_not_shared`): its token hashes let their holders
+    submit jobs, which run as the scheduler's user, so whoever can write the file, or replace it
+    through a folder above it (the link's and, for a link, its target's), could give themselves a
+    token at the next reload. Checked at the start and at every reload."""
+    for checked in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
+        check_not_shared(checked, "--tenants", "the tenants file, whose tokens submit jobs that run as this user",
+                         "keep it where only this user can write")
+
+
 class LiveTenants:
     """The tenants file of a running scheduler (None: started without ``--tenants``) and the
     admin token; swapped whole on :meth:`reload`, never edited in place, so a reader (the loop,
@@ -186,6 +199,7 @@ class LiveTenants:
     def _read(self) -> Tenants:
         """The file at :attr:`path`, checked against the admin token and the live jobs."""
         assert self.path is not None
+        check_tenants_file_private(self.path)
         tenants = load_tenants(self.path)
         admin = hashlib.sha256(self._admin).digest()
         for i, t in enumerate(tenants.tokens):
