@@ -192,6 +192,7 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
                                  tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
     check_not_shared(config.state_dir)  # before anything is written there
     with ExitStack() as cleanup:
+        hangup = _hold_hangups(cleanup) if handle_signals else None
         lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal
         cleanup.callback(lock.release)
         journal = Journal(config.state_dir)
@@ -206,8 +207,22 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         if warning:
             warn(warning)
         address = start_ray(config, cleanup)
-        _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, handle_signals)
+        _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, hangup)
     return 0
+
+
+def _hold_hangups(cleanup: ExitStack) -> threading.Event | None:
+    """Until the scheduler's own handlers are in (after Ray has started, which takes a while), a
+    SIGHUP is only noted, and the returned event set: its default action ended the process
+    without any clean-up (a ``--local`` Ray cluster left running, the state lock's folder
+    held), and a reload asked for meanwhile was lost. The handler is put back at ``cleanup``.
+    None outside the main thread (where no handler can be set: the scheduler installs none)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    asked = threading.Event()
+    if hasattr(signal, "SIGHUP"):
+        cleanup.callback(signal.signal, signal.SIGHUP, signal.signal(signal.SIGHUP, lambda *_: asked.set()))
+    return asked
 
 
 def check_job_levels(jobs: Iterable[JobRecord], levels: Sequence[str]) -> None:
@@ -237,9 +252,12 @@ def _reload_in_background(tenants: LiveTenants) -> None:
     threading.Thread(target=reload, name="deepshare-tenants-reload", daemon=True).start()
 
 
-def _install_signals(stop: threading.Event, tenants: LiveTenants, cleanup: ExitStack) -> None:
+def _install_signals(stop: threading.Event, tenants: LiveTenants, cleanup: ExitStack,
+                     hangup: threading.Event | None = None) -> None:
     """SIGTERM / SIGINT set ``stop``, SIGHUP reloads the tenants file; the old handlers come back
-    at ``cleanup``. Only from the main thread (Python's rule for signal handlers)."""
+    at ``cleanup``. Only from the main thread (Python's rule for signal handlers). ``hangup``: set
+    when a SIGHUP came during the start-up (:func:`_hold_hangups`): the reload it asked for is
+    made now."""
     if threading.current_thread() is not threading.main_thread():
         return
     handlers: dict[int, Any] = {signal.SIGTERM: lambda *_: stop.set(), signal.SIGINT: lambda *_: stop.set()}
@@ -248,11 +266,13 @@ def _install_signals(stop: threading.Event, tenants: LiveTenants, cleanup: ExitS
             lambda *_: log.warning("SIGHUP ignored: this scheduler was started without --tenants"))
     for sig, handler in handlers.items():
         cleanup.callback(signal.signal, sig, signal.signal(sig, handler))
+    if hangup is not None and hangup.is_set():
+        handlers.get(signal.SIGHUP, lambda *_: None)(signal.SIGHUP, None)
 
 
 def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.socket, address: str,
          announce: Callable[[str], None], stop: threading.Event, token_file: Path | None, tenants: LiveTenants,
-         handle_signals: bool) -> None:
+         hangup: threading.Event | None) -> None:
     """Recover, serve the API from a thread, and run the loop in this one until ``stop``."""
     from deepshare import __version__
     from deepshare.core.contention import make_contention
@@ -279,8 +299,8 @@ def _run(config: ServiceConfig, journal: Journal, policy: Policy, sock: socket.s
                        policy_name=policy_name, metrics=metrics, learning=learning,
                        scope_history=tenants.path is not None)
     with ExitStack() as cleanup:
-        if handle_signals:
-            _install_signals(stop, tenants, cleanup)
+        if hangup is not None:  # handle_signals, in the main thread
+            _install_signals(stop, tenants, cleanup, hangup)
         reattached, requeued = loop.recover()
 
         def capacity() -> tuple[int, int]:
