@@ -57,7 +57,8 @@ def number(convert: Callable[[str], float], ok: Callable[[float], bool], expecte
 def bind_host(text: str) -> str:
     """``--host``: an address to bind, never empty (an empty host binds every interface, as
     ``0.0.0.0`` does, which a typo or an unset variable must not do silently)."""
-    if not text.strip():
+    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text  # [::1], as a URL writes it
+    if not inner.strip():  # "[$HOST]" with the variable unset bound every interface too
         raise argparse.ArgumentTypeError("an empty host binds every interface; give 127.0.0.1 (this machine) "
                                          "or the address to serve on (0.0.0.0: every interface)")
     return text

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import time
 from contextlib import ExitStack
@@ -83,6 +84,9 @@ def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]
 
 def bind(host: str, port: int) -> socket.socket:
     address = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1], as a URL writes it
+    if not address.strip():  # bind(("", port)) listens on every interface, as 0.0.0.0 does
+        raise DeepShareError(f"--host {host!r}: an empty address binds every interface; give 127.0.0.1 "
+                             "(this machine) or the address to serve on (0.0.0.0: every interface)")
     sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -197,7 +201,12 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         cleanup.callback(lock.release)
         journal = Journal(config.state_dir)
         cleanup.callback(journal.close)
-        check_job_levels(journal.jobs(JobState.QUEUED, JobState.RUNNING), config.levels.names)
+        try:
+            live = journal.jobs(JobState.QUEUED, JobState.RUNNING)
+        except sqlite3.Error as exc:  # a row edited to hold bytes that are not UTF-8: a traceback
+            raise DeepShareError(f"--state {config.state_dir}: the journal's queued and running jobs cannot be "
+                                 f"read ({first_line(exc)}); a row edited by hand: repair it with sqlite3") from None
+        check_job_levels(live, config.levels.names)
         token, token_file = scheduler_token(config.state_dir)
         os.environ.pop(TOKEN_ENV, None)  # not inherited by the local Ray nodes, their workers or the jobs
         tenants = LiveTenants(token, config.tenants_file, lambda: journal.jobs(JobState.QUEUED, JobState.RUNNING))

@@ -159,3 +159,38 @@ def test_a_bracketed_ipv6_host_binds_and_an_unknown_host_names_host():
         sock.close()
     with pytest.raises(DeepShareError, match=r"^--host nosuch\.invalid: not an address to listen on"):
         service.bind("nosuch.invalid", 0)
+
+
+@pytest.mark.parametrize("host", ["[]", "[ ]"])
+def test_empty_brackets_are_an_empty_host_not_every_interface(capsys, host):
+    """``--host "[$HOST]"`` with the variable unset: the brackets were stripped at bind, and
+    ``bind(("", port))`` listened on every interface (as 0.0.0.0), which ``bind_host`` refuses
+    for an empty ``--host``."""
+    from deepshare.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["scheduler", "start", "--host", host])
+    assert exit_.value.code == 2 and "an empty host binds every interface" in capsys.readouterr().err
+    with pytest.raises(DeepShareError, match="an empty address binds every interface"):
+        service.bind(host, 0).close()
+
+
+def test_a_journal_row_that_is_not_utf8_refuses_the_start_in_one_line(tmp_path, capsys, no_ray):
+    """A queued job's spec edited to hold bytes that are not UTF-8: the level check's read was a
+    ``sqlite3.OperationalError`` traceback; it is one line naming ``--state``, before Ray."""
+    import sqlite3
+
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.submit(spec_from_json(SPEC))
+    journal.close()
+    db = sqlite3.connect(state / "journal.sqlite")
+    db.execute("UPDATE jobs SET spec=CAST(X'7B22ff227D' AS TEXT)")
+    db.commit()
+    db.close()
+    rc, err = _cli(capsys, "scheduler", "start", "--local", "--port", "0", "--state", state,
+                   "--policy", "fifo+consolidated")
+    assert rc == 2 and err.startswith(f"deepshare: error: --state {state}: the journal's queued and running jobs "
+                                      "cannot be read ("), err
+    assert "Could not decode to UTF-8" in err and "\n" not in err
+    assert not (state / "token").exists()
