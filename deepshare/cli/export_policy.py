@@ -196,7 +196,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _check_loaded_by(args: argparse.Namespace) -> None:
     """The card's ``loaded_by`` says what the registry loads (``checkpoint.DEFAULT_FILES``), before
     any work: each ``--loaded-by`` name is a learned policy that loads a shipped file by default,
-    loads it as ``--kind``, and loads ``--out`` itself (the shipped file this export replaces); and
+    loads it as ``--kind``, and loads ``--out`` itself (the shipped file this export replaces) or a
+    file of its name (one to copy over it: until then its card is out of step, other weights); and
     ``--out`` being the file a name loads by default needs that name (the card would leave it out)."""
     from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
     from deepshare.policies.policy_card import KIND_LOADER, LOADERS_SAID
@@ -208,9 +209,12 @@ def _check_loaded_by(args: argparse.Namespace) -> None:
         if KIND_LOADER[args.kind] != name:
             raise DeepShareError(f"--loaded-by {name}: {name} does not load a file as --kind {args.kind} "
                                  f"({KIND_LOADER[args.kind]} does)")
-        if not same_file(args.out, default_file(name)):
+        # --out is the file itself, or one of its name to copy over it (written elsewhere first, or
+        # into a checkout other than the installed package that runs): its card lists the name
+        if not (same_file(args.out, default_file(name)) or Path(args.out).name == DEFAULT_FILES[name]):
             raise DeepShareError(f"--loaded-by {name}: {name} loads {default_file(name)} by default, not --out "
-                                 f"{args.out}; leave --loaded-by out (the file loads as {name}=PATH)")
+                                 f"{args.out}; leave --loaded-by out (the file loads as {name}=PATH), or name "
+                                 f"--out {DEFAULT_FILES[name]} to copy it over the shipped file")
     for kind, name in KIND_LOADER.items():
         if name not in (args.loaded_by or ()) and same_file(args.out, default_file(name)):
             raise DeepShareError(f"--out {args.out}: {name} loads this file by default; give --loaded-by {name} "
@@ -385,7 +389,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "or with preemption too (rl-hybrid-preempt)")
     p.add_argument("--loaded-by", action="append", metavar="NAME",
                    help="the name that loads --out by default: rl-base, rl-hybrid or rl-hybrid-preempt, whichever "
-                   "loads --kind's files, for the shipped file it loads (required there; each name once)")
+                   "loads --kind's files, for the shipped file it loads or a file of that name to copy over it (required "
+                   "for the shipped file; each name once)")
     p.add_argument("--hybrid-rules", metavar="KEY=V,...", help="the safety net's thresholds: min_ratio (a number >= 0), "
                    "utilisation_floor (a share from 0 to 1), and anchor_streak (launches one choice of the anchor's row makes, "
                    "1 to 1024); unset keys take the defaults")

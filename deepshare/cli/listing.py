@@ -74,10 +74,12 @@ def _shipped_cards() -> tuple[dict[str, dict[str, object]], list[tuple[str, str]
     """Registered name -> the key facts of the card of the file it loads by default (the cards'
     ``loaded_by``), with ``problem`` set when the card cannot be read or is out of step with its
     weights; and (card file name, problem) of each unreadable card from which no name can be read."""
-    from deepshare.policies.policy_card import loaded_by_problems, shipped_cards
+    from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
+    from deepshare.policies.policy_card import card_path, loaded_by_problems, shipped_cards
 
     found: dict[str, dict[str, object]] = {}
     nameless: list[tuple[str, str]] = []
+    by_path: dict[Path, dict[str, object]] = {}
     for path, card in shipped_cards():
         if isinstance(card, DeepShareError):
             found_problem = {"card": path.name, "facts": f"{path.name}: unreadable card ({card})", "problem": str(card)}
@@ -99,6 +101,11 @@ def _shipped_cards() -> tuple[dict[str, dict[str, object]], list[tuple[str, str]
         for name in card.loaded_by:  # two cards claiming a name: the one with a problem is shown, not hidden
             if name not in found or summary["problem"] and not found[name]["problem"]:
                 found[name] = summary
+        by_path[path] = summary
+    for name in DEFAULT_FILES:  # the card of a name's default file that leaves the name out: shown, out of step
+        summary = by_path.get(card_path(default_file(name)))
+        if name not in found and summary is not None:
+            found[name] = summary
     return found, nameless
 
 
@@ -116,6 +123,7 @@ def _names_in(path: object) -> list[str]:
 
 def _show_card(args: argparse.Namespace, out: Console) -> int:
     """``--card NAME|NAME=PATH|PATH``: the whole card of the file a name loads, or of a file."""
+    from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
     from deepshare.policies.policy_card import (
         CARD_SUFFIX, CHECKED, card_path, card_yaml, loaded_by_problems, loader_problems, read_card, shipped_cards,
     )
@@ -133,6 +141,7 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
     if not eq and not (target.is_file() or target.name.endswith(CARD_SUFFIX)):  # a name (a folder named so too)
         nameless: list[DeepShareError] = []  # unreadable shipped cards whose names cannot be read either (not YAML at all)
         claiming: list[Path] = []  # readable shipped cards listing the name; one whose loaded_by is wrong is shown
+        readable: list[Path] = []
         for path, card in shipped_cards():
             if isinstance(card, DeepShareError):
                 names = _names_in(path)
@@ -141,12 +150,15 @@ def _show_card(args: argparse.Namespace, out: Console) -> int:
                 if not names:
                     nameless.append(card)
                 continue
+            readable.append(path)
             if base in card.loaded_by:
                 claiming.append(path)
                 if loaded_by_problems(card, path.with_name(card.weights)):
                     card_file = path
                     break
         card_file = card_file or (claiming[0] if claiming else None)
+        if card_file is None and base in DEFAULT_FILES and card_path(default_file(base)) in readable:
+            card_file = card_path(default_file(base))  # the card of its default file leaves it out: shown, out of step
         if card_file is None:
             from deepshare.policies import policy_info
 

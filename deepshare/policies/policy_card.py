@@ -262,20 +262,6 @@ class PolicyCard(_Strict):
                 raise ValueError(problem)
         return value
 
-    @field_validator("loaded_by")
-    @classmethod
-    def _learned_loaders(cls, value: list[str]) -> list[str]:
-        """Only the learned policies that load a shipped file by default; a heuristic, the planner,
-        a plugin or a misspelt name loads no file (and a plugin's name is not looked up: reading a
-        card imports nothing)."""
-        for name in value:
-            if name not in LOADERS:
-                raise ValueError(f"expected {LOADERS_SAID} (a learned policy that loads a shipped file by default), "
-                                 f"got {shown(name)}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"a name listed twice, got {shown(value)}")
-        return value
-
     @field_validator("weights")
     @classmethod
     def _bare_name(cls, value: str) -> str:
@@ -506,13 +492,21 @@ def loaded_by_problems(card: PolicyCard, weights: str | Path) -> list[str]:
     """Where ``card.loaded_by`` disagrees with what the registry loads (``checkpoint.DEFAULT_FILES``):
     a listed name whose default file is another file (by name, or by SHA-256: other weights under
     the card's file name) or cannot be read, and a name whose default file is ``weights`` itself
-    that the card leaves out (the card of a shipped file a name loads lists that name). A copy of
-    a shipped file and its card elsewhere agrees: the name loads those very weights."""
+    that the card leaves out (the card of a shipped file a name loads lists that name), and any
+    other name (a card an earlier ``export-policy`` wrote with ``--loaded-by planner`` or a
+    plugin's name still reads: it is out of step, and no name is looked up). A copy of a shipped
+    file and its card elsewhere agrees: the name loads those very weights."""
     from deepshare.core.files import same_file
     from deepshare.policies.checkpoint import DEFAULT_FILES, default_file
 
     problems = []
-    for name in card.loaded_by:
+    for i, name in enumerate(card.loaded_by):
+        if name in card.loaded_by[:i]:
+            problems.append(f"loaded_by: {shown(name)} is listed twice")
+            continue
+        if name not in DEFAULT_FILES:  # an earlier export-policy wrote planner or a plugin's name: the card still reads
+            problems.append(f"loaded_by: {shown(name)} loads no shipped file by default (expected {LOADERS_SAID})")
+            continue
         file = default_file(name)
         if file.name != card.weights:
             problems.append(f"loaded_by: {name} loads {file.name} by default, not {card.weights}")
