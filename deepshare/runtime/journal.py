@@ -166,13 +166,16 @@ CREATE INDEX IF NOT EXISTS jobs_by_queue_state ON jobs (queue, state, seq);
 CREATE INDEX IF NOT EXISTS jobs_by_state_finish ON jobs (state, finish_time, seq);
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started, job_id, attempt);
 CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq);
+CREATE INDEX IF NOT EXISTS runs_open ON runs (started) WHERE ended IS NULL;
 """
 """Created with the tables, and on opening a journal an older version made without them. Every
 read a tick or a refit makes goes through one: the live history's read of the jobs finished since
 the last tick walked every finished job without ``jobs_by_state_finish`` (80 ms a tick with
 300,000 of them), the contention learner's read of the newest runs sorted every run without
-``runs_by_start`` (730 ms, under the journal's lock), and a job's transitions (``deepshare jobs
-ID``, :meth:`Journal.prune`) were a scan of every job's without ``transitions_by_job``."""
+``runs_by_start`` (730 ms, under the journal's lock), a job's transitions (``deepshare jobs
+ID``, :meth:`Journal.prune`) were a scan of every job's without ``transitions_by_job``, and the
+tick's read of the quarantined jobs' open runs (:meth:`Journal.orphans`) walked every failed job
+without ``runs_open`` (only the runs not ended are in it)."""
 INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", INDEXES))
 SCHEMA += INDEXES
 
@@ -493,7 +496,8 @@ class Journal:
         job's spec still say (a teardown asks that many ranks to stop; asking more is harmless)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.job_id, r.attempt, r.placement, j.spec FROM runs r JOIN jobs j ON j.id = r.job_id"
+                # CROSS JOIN: the open runs first (runs_open), never a walk of every failed job
+                "SELECT r.job_id, r.attempt, r.placement, j.spec FROM runs r CROSS JOIN jobs j ON j.id = r.job_id"
                 " WHERE r.ended IS NULL AND j.state = ? AND r.end_reason LIKE ? ORDER BY r.started",
                 (JobState.FAILED.value, QUARANTINED + "%")).fetchall()
         out = []

@@ -16,8 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,30 +45,58 @@ def rank_log_path(state_dir: str | Path, job_id: str, rank: int) -> Path:
     return path
 
 
+MAX_LOG_DEPTH = 8
+"""Folders below a job's logs folder that :func:`remove_job_logs` goes down at most (rank logs
+lie in the job's folder itself; a job's process could nest folders deeper than Python recurses)."""
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""A folder, never through a link, never waiting (a FIFO, a device: ENOTDIR before it is opened)."""
+
+
 def remove_job_logs(state_dir: str | Path, job_id: str) -> None:
     """Delete ``<state>/logs/<job id>`` and the rank logs in it (a pruned job's:
     ``--keep-finished``); nothing to do for a job that logged nothing. The job's process could
     write its logs folder, so neither ``logs`` nor the job's folder is followed if it is a link: a
     link in place of the job's folder is removed (not what it points to), a link in place of
-    ``logs`` leaves everything as it is. OSError for a folder that cannot be removed."""
+    ``logs`` leaves everything as it is. Each folder is opened without following a link (a link
+    swapped in between two calls included), so nothing outside is read or removed and no FIFO is
+    opened. OSError for a folder that cannot be removed (one nested more than
+    :data:`MAX_LOG_DEPTH` deep included)."""
     rank_log_path(state_dir, job_id, 0)  # ValueError for anything that is not a job id
     try:
-        logs = os.open(resolved(state_dir) / LOGS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        logs = os.open(resolved(state_dir) / LOGS_DIR, _OPEN_FOLDER)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # none, not a folder, a link
             return
         raise
     try:
-        try:
-            mode = os.lstat(job_id, dir_fd=logs).st_mode
-        except FileNotFoundError:
-            return
-        if stat.S_ISDIR(mode):
-            shutil.rmtree(job_id, dir_fd=logs)  # fd-based: a link met inside is removed, never followed
-        else:
-            os.unlink(job_id, dir_fd=logs)
+        _remove(logs, job_id, job_id, 0)
     finally:
         os.close(logs)
+
+
+def _remove(parent: int, name: str, shown: str, depth: int) -> None:
+    """Remove ``name`` (``shown``: its path under ``logs``) from the folder open as ``parent``: a
+    folder with what it holds, anything else (a file, a link, a FIFO) unlinked; gone already is done."""
+    try:
+        folder = os.open(name, _OPEN_FOLDER, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):  # ELOOP: a link (O_NOFOLLOW)
+            raise
+        try:
+            os.unlink(name, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        return
+    try:
+        if depth >= MAX_LOG_DEPTH:
+            raise OSError(errno.EMLINK, f"folders nested more than {MAX_LOG_DEPTH} deep; left as they are", shown)
+        for entry in os.listdir(folder):
+            _remove(folder, entry, f"{shown}/{entry}", depth + 1)
+    finally:
+        os.close(folder)
+    os.rmdir(name, dir_fd=parent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,7 @@ def plans(journal: Journal, read) -> list[str]:
     (lambda j: j.measurements(10), "SCAN r USING INDEX runs_by_start"),
     (lambda j: j.transitions("j-1"), "INDEX transitions_by_job (job_id=?)"),
     (lambda j: j.prune(5000.0), "INDEX jobs_by_state_finish (state=? AND finish_time<?)"),
+    (lambda j: j.orphans(), "SCAN r USING INDEX runs_open"),  # every tick: not a walk of every failed job
 ])
 def test_the_per_tick_and_per_refit_reads_go_through_an_index(journal, clock, read, index):
     """Without these indexes the live history's read (every tick) walked every finished job
@@ -216,6 +220,108 @@ def test_remove_job_logs_follows_no_link(tmp_path):
     (other / LOGS_DIR).symlink_to(outside, target_is_directory=True)
     remove_job_logs(other, "a-3")
     assert (outside / "a-3" / "rank-0.log").read_text() == "not the scheduler's"
+
+
+@pytest.fixture
+def nest():
+    """``nest(folder, depth)``: ``depth`` folders one in another under ``folder`` (what a job's
+    process can make in its own); removed after the test by ``rm -rf`` (pytest's own clean-up of
+    old temporary folders is shutil.rmtree, which a tree this deep stops with RecursionError)."""
+    made: list[Path] = []
+
+    def nest_(folder: Path, depth: int) -> None:
+        made.append(folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for _ in range(depth):
+                os.mkdir("d", dir_fd=fd)
+                inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        finally:
+            os.close(fd)
+
+    yield nest_
+    subprocess.run(["rm", "-rf", "--", *map(str, made)], check=True)
+
+
+def test_remove_job_logs_of_a_deeply_nested_folder_is_an_oserror(tmp_path, nest):
+    """shutil.rmtree recursed once a level: a job that nested its logs folder past Python's
+    recursion limit made the removal raise RecursionError, past the retention's handler into the
+    tick."""
+    state = tmp_path / "state"
+    folder = write_log(state, "a-1").parent
+    nest(folder, 1200)
+    with pytest.raises(OSError, match="nested more than"):
+        remove_job_logs(state, "a-1")
+    shallow = write_log(state, "a-2").parent
+    nest(shallow, 3)
+    remove_job_logs(state, "a-2")
+    assert not shallow.exists()
+
+
+def test_remove_job_logs_never_opens_what_a_link_swapped_in_points_to(tmp_path, monkeypatch):
+    """The job's folder replaced by a link to a FIFO right after the scheduler first looked at
+    it: rmtree opened the name again following the link, and the control loop waited on the FIFO
+    for good."""
+    state = tmp_path / "state"
+    folder = write_log(state, "a-1").parent
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_lstat, real_open, swapped = os.lstat, os.open, []
+
+    def swap() -> None:
+        if not swapped:
+            swapped.append(True)
+            os.rename(folder, folder.parent / "moved")
+            os.symlink(fifo, folder)
+
+    def lstat(path, *args, **kwargs):
+        result = real_lstat(path, *args, **kwargs)
+        if path == "a-1":
+            swap()
+        return result
+
+    def open_(path, flags, *args, **kwargs):
+        result = real_open(path, flags, *args, **kwargs)
+        if path == "a-1":
+            swap()
+        return result
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "open", open_)
+    outcome: list[object] = []
+
+    def remove() -> None:
+        try:
+            remove_job_logs(state, "a-1")
+            outcome.append(None)
+        except OSError as exc:  # the folder moved away under it: said, not followed
+            outcome.append(exc)
+
+    worker = threading.Thread(target=remove, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    monkeypatch.undo()
+    if worker.is_alive():  # blocked opening the FIFO: let it go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(5.0)
+        pytest.fail("remove_job_logs opened the FIFO a link swapped in for the job's folder points to")
+    assert swapped and len(outcome) == 1 and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_retention_goes_on_past_a_logs_folder_it_cannot_remove(tmp_path, journal, clock, caplog, nest):
+    state = tmp_path / "state"
+    a, b = submit(journal, "a"), submit(journal, "b")
+    submit(journal, "c")  # the highest number: kept
+    nest(write_log(state, a).parent, 1200)
+    write_log(state, b)
+    finish(journal, clock, a)
+    finish(journal, clock, b)
+    clock.t += 100.0
+    assert sorted(Retention(keep_s=10.0).prune(journal)) == [a, b]
+    assert not rank_log_path(state, b, 0).parent.exists()
+    assert f"job {a}: its logs folder was not removed" in caplog.text
 
 
 # -- the retention the control loop runs --------------------------------------------------------
