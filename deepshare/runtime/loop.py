@@ -199,7 +199,7 @@ class ControlLoop:
         """Runs asked to stop that had not exited when their tick went on, by job id."""
         self._stop_clock = stop_clock
         """Seconds, never set back, that stop requests' grace is counted in (a test's clock)."""
-        keep = config.keep_finished_s
+        keep = None if config is None else config.keep_finished_s  # None: a test's loop that only recovers
         self.retention = None if keep is None else Retention(keep)
         """Deletes the ended jobs older than ``--keep-finished`` (None: none is deleted)."""
 
