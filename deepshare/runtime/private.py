@@ -64,6 +64,88 @@ def check_not_shared(path: str | os.PathLike[str], flag: str = "--state", files:
                                  f"run 'chmod go-w {folder}' or {instead}")
 
 
+MAX_LINKS = 40
+"""Links followed before a path is refused as a loop (Linux's own limit)."""
+
+
+def check_file_not_shared(path: str | os.PathLike[str], flag: str, files: str, instead: str) -> None:
+    """Refuse a file another user could change or replace, under :func:`check_not_shared`'s rules,
+    checked along the way the system resolves ``path``: each folder a name is looked up in
+    (the folders of the middle links of a chain too, which the path's and its target's parents
+    leave out: whoever could write one could point the chain at their own file between this check
+    and the read), each link followed (owned by this user or root: in a sticky folder such as
+    ``/tmp`` its owner may replace it) and the file. Every name on the way then stays as checked:
+    no other user can change one between the check and the read.
+
+    A folder or file on a read-only mount is not writable, whatever its mode: a Kubernetes
+    ``configMap`` volume is a read-only mount of a folder of mode 0777 (its ``..data`` link
+    chain inside). A missing name ends the check: the read reports it."""
+    shown = Path(os.path.abspath(path))
+    me = os.geteuid()
+
+    def refuse(why: str, fix: str) -> DeepShareError:
+        return DeepShareError(f"{flag} {shown}: {why}, who could replace {files}; {fix}")
+
+    def check(entry: Path, final: bool) -> bool:
+        """Whether to go on (``entry`` exists and is a folder or the file)."""
+        try:
+            info = os.stat(entry)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise DeepShareError(f"{flag} {shown}: cannot check {entry} ({exc.strerror or exc})") from None
+        if info.st_uid not in (me, 0):
+            raise refuse(f"{entry} belongs to another user (uid {info.st_uid})", instead)
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if shared and (final or not info.st_mode & stat.S_ISVTX) and not _read_only(entry):
+            raise refuse(f"{entry} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o})",
+                         f"run 'chmod go-w {entry}' or {instead}")
+        return final or stat.S_ISDIR(info.st_mode)
+
+    folder = Path(shown.anchor)
+    pending = list(shown.parts[1:])
+    links = 0
+    if not check(folder, not pending):
+        return
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            folder = folder.parent  # folder has no link in it: its parent is the one ".." names
+            continue
+        entry = folder / name
+        try:
+            info = os.lstat(entry)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise DeepShareError(f"{flag} {shown}: cannot check {entry} ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_LINKS:
+                raise DeepShareError(f"{flag} {shown}: too many levels of symbolic links")
+            if info.st_uid not in (me, 0):
+                raise refuse(f"{entry} is a link that belongs to another user (uid {info.st_uid})", instead)
+            target = Path(os.readlink(entry))
+            if target.is_absolute():
+                folder, pending = Path(target.anchor), [*target.parts[1:], *pending]
+            else:
+                pending = [*target.parts, *pending]
+            continue
+        if not check(entry, not any(part not in ("", ".") for part in pending)):
+            return
+        folder = entry
+
+
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` is on a read-only mount."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def open_regular(path: str | os.PathLike[str], flags: int, parents: int = 0) -> int:
     """A descriptor on ``path`` for ``flags`` (created 0600 with ``O_CREAT``), refused unless it is a
     regular file (``OSError``): a job's own process can write its logs folder, so a symlink there

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,7 +40,7 @@ from deepshare.core.errors import DeepShareError
 from deepshare.core.types import Decision
 from deepshare.core.view import DEFAULT_QUEUE, ClusterView
 from deepshare.runtime.journal import JobRecord, JobState
-from deepshare.runtime.private import check_not_shared
+from deepshare.runtime.private import check_file_not_shared
 from deepshare.runtime.spec import LiveJobSpec
 from deepshare.tenants import Admitted, Tenants, around_policy, load_tenants
 
@@ -166,13 +165,13 @@ def queue_usage(jobs: Sequence[JobRecord], tenants: Tenants | None) -> list[Queu
 
 def check_tenants_file_private(path: Path) -> None:
     """Refuse a tenants file another user could change, as the state folder is refused
-    (:func:`~deepshare.runtime.private.check_not_shared`): its token hashes let their holders
+    (:func:`~deepshare.runtime.private.check_file_not_shared`): its token hashes let their holders
     submit jobs, which run as the scheduler's user, so whoever can write the file, or replace it
-    through a folder above it (the link's and, for a link, its target's), could give themselves a
-    token at the next reload. Checked at the start and at every reload."""
-    for checked in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
-        check_not_shared(checked, "--tenants", "the tenants file, whose tokens submit jobs that run as this user",
-                         "keep it where only this user can write")
+    through a folder or a link on the way to it (every link of a chain, and the folders each is
+    in), could give themselves a token at the next reload. Checked at the start and at every
+    reload."""
+    check_file_not_shared(path, "--tenants", "the tenants file, whose tokens submit jobs that run as this user",
+                          "keep it where only this user can write")
 
 
 class LiveTenants:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,68 @@ def test_a_reload_of_a_file_made_writable_is_refused_and_the_old_one_stays(folde
     os.chmod(file, 0o600)
     live.reload()
     assert live.reloads == 1
+
+
+def test_the_folder_of_a_link_in_the_middle_of_a_chain_is_checked(tmp_path, folder):
+    """conf/tenants.yaml -> shared/link -> private/tenants.yaml: the path's folders and the
+    target's were checked, not the middle link's, whose owner-less 0777 folder let another user
+    point the chain at their own file between the check and the read (a race won in about one
+    reload in 150 with the link flipped in a loop)."""
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    private.mkdir(mode=0o755)
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    (shared / "link").symlink_to(write(private / "tenants.yaml"))
+    (folder / "tenants.yaml").symlink_to(shared / "link")
+    with pytest.raises(DeepShareError, match=rf"--tenants {folder}/tenants.yaml: {shared} is writable by other "
+                                             r"users \(mode 0777\)"):
+        LiveTenants(ADMIN, folder / "tenants.yaml")
+    os.chmod(shared, 0o755)
+    assert LiveTenants(ADMIN, folder / "tenants.yaml").current is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a link to another user (chown)")
+def test_a_link_another_user_owns_in_a_sticky_folder_is_refused(tmp_path, folder):
+    """In a sticky folder (``/tmp``) the link's owner may replace it, whatever it points at."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    link = sticky / "tenants.yaml"
+    link.symlink_to(write(folder / "tenants.yaml"))
+    os.chown(link, 12345, 12345, follow_symlinks=False)
+    with pytest.raises(DeepShareError, match=r"tenants.yaml is a link that belongs to another user \(uid 12345\)"):
+        LiveTenants(ADMIN, link)
+
+
+def test_relative_paths_and_linked_folders_are_read(tmp_path, folder, monkeypatch):
+    write(folder / "tenants.yaml")
+    (tmp_path / "linked").symlink_to(folder)
+    monkeypatch.chdir(tmp_path)
+    for path in ("linked/tenants.yaml", "conf/../linked/./tenants.yaml"):
+        assert LiveTenants(ADMIN, path).current is not None
+
+
+def test_a_kubernetes_configmap_volume_is_read(tmp_path, monkeypatch):
+    """kubelet's layout: the volume a read-only mount of a folder of mode 0777 (root's), the key a
+    link to ``..data/KEY``, ``..data`` a link to the timestamped folder (0755) of the current
+    files. Nobody can write a read-only mount: the same folder writable is still refused."""
+    volume = tmp_path / "deepshare"
+    stamped = volume / "..2026_12_07_22_00_00.123456789"
+    stamped.mkdir(parents=True)
+    os.chmod(volume, 0o777)
+    os.chmod(stamped, 0o755)
+    write(stamped / "tenants.yaml")
+    (volume / "..data").symlink_to(stamped.name)
+    (volume / "tenants.yaml").symlink_to("..data/tenants.yaml")
+    with pytest.raises(DeepShareError, match=r"deepshare is writable by other users \(mode 0777\)"):
+        LiveTenants(ADMIN, volume / "tenants.yaml")
+    real = os.statvfs
+
+    def mounted_read_only(path):  # as kubelet mounts it: the tests cannot mount
+        found = real(path)
+        inside = Path(path) == volume or volume in Path(path).parents
+        flag = found.f_flag | os.ST_RDONLY if inside else found.f_flag
+        return os.statvfs_result((*found[:8], flag, found.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", mounted_read_only)
+    assert [t.name for t in LiveTenants(ADMIN, volume / "tenants.yaml").current.tokens] == ["alice"]
