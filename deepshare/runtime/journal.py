@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any, Collection, Iterator, Sequence
 
 from deepshare.core.bounds import MAX_STEP, MAX_THROUGHPUT
 from deepshare.core.errors import DeepShareError
@@ -518,31 +518,53 @@ class Journal:
 
     def prune(self, ended_before: float, limit: int = PRUNE_BATCH) -> list[str]:
         """Delete at most ``limit`` jobs that ended (finished, failed or cancelled) before
-        ``ended_before`` (journal clock), with their transitions and runs, in one transaction, and
-        return their ids (``--keep-finished``: a long-lived journal stays bounded).
+        ``ended_before`` (journal clock), with their transitions and runs, and return their ids
+        (``--keep-finished``: a long-lived journal stays bounded): :meth:`prunable`, then
+        :meth:`delete_ended` (a caller with files to remove per job removes them in between)."""
+        return self.delete_ended(self.prunable(ended_before, limit))
+
+    def prunable(self, ended_before: float, limit: int = PRUNE_BATCH) -> list[str]:
+        """At most ``limit`` jobs that ended before ``ended_before``, the earliest ended first (by
+        state), that :meth:`delete_ended` may delete.
 
         Two ended jobs are kept whatever their age: one whose run is still open (a quarantined
         job's run not yet removed from the cluster: :meth:`orphans`), and the one with the highest
         number, which the next job's number follows; deleting it would give its number, and with
-        it its id, log folder and checkpoint folder, to the next submission."""
+        it its id, log folder and checkpoint folder, to the next submission. Neither can change for
+        an ended job but by a newer submission, so what is read here stays deletable."""
+        ids: list[str] = []
         if limit <= 0:
-            return []
-        with self._tx() as db:
-            ids: list[str] = []
+            return ids
+        with self._lock:
             for state in sorted(s.value for s in TERMINAL):  # each a range of jobs_by_state_finish
-                ids += [row[0] for row in db.execute(
+                ids += [str(row[0]) for row in self._db.execute(
                     "SELECT id FROM jobs WHERE state = ? AND finish_time < ?"
                     " AND seq < (SELECT seq FROM jobs WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1)"
                     " AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id AND runs.ended IS NULL)"
                     " ORDER BY finish_time LIMIT ?", (state, ended_before, limit - len(ids)))]
                 if len(ids) >= limit:
                     break
+        return ids
+
+    def delete_ended(self, ids: Sequence[str]) -> list[str]:
+        """Delete the jobs ``ids`` (from :meth:`prunable`) with their transitions and runs, in one
+        transaction; return those deleted (a job that is not ended, or not there, is left)."""
+        deleted: list[str] = []
+        terminal = sorted(s.value for s in TERMINAL)
+        with self._tx() as db:
             for start in range(0, len(ids), TERMS_PER_QUERY):
-                chunk = ids[start:start + TERMS_PER_QUERY]
+                chunk = list(ids[start:start + TERMS_PER_QUERY])
                 marks = ",".join("?" * len(chunk))
-                for table, column in (("runs", "job_id"), ("transitions", "job_id"), ("jobs", "id")):
-                    db.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", chunk)
-        return [str(job_id) for job_id in ids]
+                ended = {str(row[0]) for row in db.execute(
+                    f"SELECT id FROM jobs WHERE id IN ({marks}) AND state IN ({','.join('?' * len(terminal))})",
+                    [*chunk, *terminal])}
+                found = [job_id for job_id in chunk if job_id in ended]  # in the order asked
+                if found:
+                    marks = ",".join("?" * len(found))
+                    for table, column in (("runs", "job_id"), ("transitions", "job_id"), ("jobs", "id")):
+                        db.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", found)
+                deleted += found
+        return deleted
 
     def launch_failures(self, job_id: str) -> tuple[int, float | None]:
         """Consecutive failed launches at the end of the job's ended runs (a run in progress is not

@@ -43,21 +43,22 @@ class Retention:
     def prune(self, journal: Journal) -> list[str]:
         """The ids deleted by this call: none unless a prune is due (``every_s`` after the last,
         journal clock), else batches of the ended jobs older than ``keep_s`` until fewer than a
-        batch are left or the budget is spent. A job's logs folder that cannot be removed is
-        logged and left (the job itself is gone from the journal)."""
+        batch are left or the budget is spent. Each job's logs folder is removed before the job
+        (a scheduler stopped in between leaves jobs, not folders nothing would remove); one that
+        cannot be removed is logged and left, and the job deleted all the same."""
         now = journal.now()
         if self._last is not None and now - self._last < self.every_s:
             return []
         self._last = now
         started, deleted = self.clock(), []
         while True:
-            batch = journal.prune(now - self.keep_s, PRUNE_BATCH)
-            for job_id in batch:
+            batch = journal.prunable(now - self.keep_s, PRUNE_BATCH)
+            for job_id in batch:  # the folders first: a stop in between leaves jobs the next prune deletes
                 try:
                     remove_job_logs(journal.dir, job_id)
                 except (OSError, ValueError) as exc:
                     log.warning("job %s: its logs folder was not removed (%s)", job_id, exc)
-            deleted += batch
+            deleted += journal.delete_ended(batch)
             if len(batch) < PRUNE_BATCH or self.clock() - started >= self.budget_s:
                 break
         if deleted:

@@ -343,11 +343,12 @@ def test_retention_prunes_once_a_minute_and_removes_logs(tmp_path, journal, cloc
 def test_retention_spends_its_budget_then_leaves_the_rest_to_the_next_prune(journal, clock, monkeypatch):
     calls = []
 
-    def prune(ended_before: float, limit: int) -> list[str]:
+    def prunable(ended_before: float, limit: int) -> list[str]:
         calls.append(limit)
         return [f"x-{len(calls)}-{i}" for i in range(limit)]  # always a full batch: a long backlog
 
-    monkeypatch.setattr(journal, "prune", prune)
+    monkeypatch.setattr(journal, "prunable", prunable)
+    monkeypatch.setattr(journal, "delete_ended", list)
     ticks = iter(range(100))
     retention = Retention(keep_s=1.0, budget_s=2.5, clock=lambda: float(next(ticks)))
     assert len(retention.prune(journal)) == 3 * PRUNE_BATCH and calls == [PRUNE_BATCH] * 3
@@ -414,3 +415,33 @@ def test_keep_finished_reaches_the_loop_in_seconds(monkeypatch, tmp_path):
     assert main([*common, "--keep-finished", "1.5"]) == 0
     assert main(common) == 0
     assert [c.loop.keep_finished_s for c in seen] == [1.5 * DAY_S, None]
+
+
+def test_logs_go_before_their_jobs_so_a_stop_in_between_leaves_no_folder_behind(tmp_path, journal, clock, monkeypatch):
+    """The rows were deleted first: a scheduler stopped (or failing) before the folders went left
+    them for good, nothing knowing their jobs any more. Now a stop in between leaves the jobs, which
+    the next prune deletes."""
+    state = tmp_path / "state"
+    a = submit(journal, "a")
+    submit(journal, "b")  # the highest number, kept
+    write_log(state, a)
+    finish(journal, clock, a)
+    clock.t += DAY_S
+
+    def stopped(ids):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(journal, "delete_ended", stopped)
+    with pytest.raises(sqlite3.OperationalError):
+        Retention(keep_s=10.0).prune(journal)
+    assert not rank_log_path(state, a, 0).parent.exists() and journal.get(a).state is JobState.FINISHED
+    monkeypatch.undo()
+    assert Retention(keep_s=10.0).prune(journal) == [a]
+
+
+def test_delete_ended_leaves_a_job_that_is_not_ended(journal, clock):
+    queued, done = submit(journal, "q"), submit(journal, "d")
+    finish(journal, clock, done)
+    submit(journal, "z")
+    assert journal.delete_ended([queued, done, "nobody-9"]) == [done]
+    assert journal.get(queued).state is JobState.QUEUED
