@@ -56,12 +56,14 @@ def number(convert: Callable[[str], float], ok: Callable[[float], bool], expecte
 
 def bind_host(text: str) -> str:
     """``--host``: an address to bind, never empty (an empty host binds every interface, as
-    ``0.0.0.0`` does, which a typo or an unset variable must not do silently)."""
-    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text  # [::1], as a URL writes it
+    ``0.0.0.0`` does, which a typo or an unset variable must not do silently); an IPv6 address
+    written as a URL writes it, ``[::1]``, is taken without its brackets (``serve --host [::1]``
+    could not bind: "Name or service not known")."""
+    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
     if not inner.strip():  # "[$HOST]" with the variable unset bound every interface too
         raise argparse.ArgumentTypeError("an empty host binds every interface; give 127.0.0.1 (this machine) "
                                          "or the address to serve on (0.0.0.0: every interface)")
-    return text
+    return inner
 
 
 def host_header_name(text: str) -> str:

@@ -482,7 +482,8 @@ def register(subparsers: Any) -> None:
                    help="learned (default): predict with a contention model refitted from the jobs' measured throughputs "
                    "(versions in DIR/contention, shown by `deepshare contention`); exact: with the shipped model only")
     p.add_argument("--refit-interval", type=seconds, metavar="S",
-                   help=f"seconds between two refits of the learned contention model (default {DEFAULT_REFIT_S:g})")
+                   help=f"seconds between two refits of the learned contention model (default {DEFAULT_REFIT_S:g}; "
+                   "--contention-knowledge learned only)")
     p.add_argument("--keep-finished", type=in_range(float, 0, MAX_KEEP_DAYS, "days", low_open=True), metavar="DAYS",
                    help="delete the jobs that ended (finished, failed, cancelled) more than DAYS ago from the journal, "
                    "with their rank logs, about once a minute (default: keep every job; checkpoints are left)")

@@ -10,3 +10,33 @@ from cli_run import cli
 def test_an_empty_host_is_refused_not_bound_to_every_interface(capsys, argv):
     rc, _, err = cli(capsys, *argv)
     assert rc == 2 and "argument --host: an empty host binds every interface" in err
+
+
+@pytest.mark.parametrize("argv", [("serve",), ("scheduler", "start")])
+def test_an_ipv6_address_in_brackets_is_taken_without_them(argv):
+    """``serve --host [::1]`` (an address as a URL writes it) failed: "cannot bind (Name or
+    service not known)"; the scheduler stripped them at bind, the service did not."""
+    from deepshare.cli import build_parser
+
+    assert build_parser().parse_args([*argv, "--host", "[::1]"]).host == "::1"
+    assert build_parser().parse_args([*argv, "--host", "::1"]).host == "::1"
+
+
+def test_agents_metrics_host_in_brackets_is_taken_without_them():
+    from deepshare.cli import build_parser
+
+    args = build_parser().parse_args(["agents", "start", "--metrics-port", "9100", "--metrics-host", "[::1]"])
+    assert args.metrics_host == "::1"
+
+
+def test_the_service_port_check_binds_an_ipv6_address(capsys):
+    import socket
+
+    from deepshare.cli.serve import _check_port_free
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    _check_port_free("::1", 0)  # no error: what --host [::1] reaches now
