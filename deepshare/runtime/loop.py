@@ -435,6 +435,7 @@ class ControlLoop:
         if self.retention is None:
             return
         try:
+            self._read_history()  # the jobs about to go are in the history first (a tick without nodes reads none)
             self.retention.prune(self.journal)
         except (sqlite3.Error, DeepShareError) as exc:
             self.last_error = f"pruning ended jobs: {exc}"

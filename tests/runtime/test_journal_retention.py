@@ -445,3 +445,23 @@ def test_delete_ended_leaves_a_job_that_is_not_ended(journal, clock):
     submit(journal, "z")
     assert journal.delete_ended([queued, done, "nobody-9"]) == [done]
     assert journal.get(queued).state is JobState.QUEUED
+
+
+def test_a_job_is_read_into_the_history_before_it_is_pruned(tmp_path):
+    """A tick with no node up returns before it builds its view, where the live history reads the
+    newly finished jobs: a cluster down for longer than --keep-finished lost them from the
+    forecasts. The prune reads them first."""
+    from test_control_loop import Rig
+
+    from deepshare.policies import make_policy
+
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), keep_finished_s=DAY_S)
+    a = rig.submit("a", 1)
+    finish(rig.journal, rig.clock, a, after=100.0)  # ended while no tick built a view
+    rig.submit("b", 1)
+    rig.clock.t += 2 * DAY_S
+    rig.fake.nodes.clear()
+    assert rig.loop.tick().error == "no alive GPU nodes"
+    with pytest.raises(KeyError):
+        rig.journal.get(a)
+    assert [job.job_id for job in rig.loop.history] == [a]
