@@ -83,6 +83,7 @@ def plans(journal: Journal, read) -> list[str]:
     (lambda j: j.transitions("j-1"), "INDEX transitions_by_job (job_id=?)"),
     (lambda j: j.prune(5000.0), "INDEX jobs_by_state_finish (state=? AND finish_time<?)"),
     (lambda j: j.orphans(), "SCAN r USING INDEX runs_open"),  # every tick: not a walk of every failed job
+    (lambda j: j.delete_ended([f"j-{i}" for i in range(1, 401)]), "INDEX sqlite_autoindex_jobs_1 (id=?)"),  # not a walk
 ])
 def test_the_per_tick_and_per_refit_reads_go_through_an_index(journal, clock, read, index):
     """Without these indexes the live history's read (every tick) walked every finished job
