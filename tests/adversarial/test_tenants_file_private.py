@@ -146,3 +146,15 @@ def test_a_kubernetes_configmap_volume_is_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "statvfs", mounted_read_only)
     assert [t.name for t in LiveTenants(ADMIN, volume / "tenants.yaml").current.tokens] == ["alice"]
+
+
+def test_a_start_with_a_shared_tenants_file_writes_nothing_in_the_state_folder(tmp_path, folder):
+    """The refusal came after the journal, the lock and the token were made in a new state folder."""
+    from deepshare.runtime.service import ServiceConfig, run_scheduler
+
+    file = write(folder / "tenants.yaml", 0o666)
+    state = tmp_path / "state"
+    with pytest.raises(DeepShareError, match="is writable by other users"):
+        run_scheduler(ServiceConfig(state_dir=str(state), port=0, tenants_file=str(file)), object(),
+                      handle_signals=False)
+    assert not state.exists()
