@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,7 @@ def _make_sweep_folder(folder: str) -> None:
 def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     from rich.table import Table
 
-    from deepshare.rl.tune import METRIC, parse_grid, run_sweep, validated_variants
+    from deepshare.rl.tune import METRIC, check_new_experiment, check_storage_uri, parse_grid, run_sweep, validated_variants
 
     from deepshare.cli.ray_address import check_address
 
@@ -175,8 +176,16 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     axes = [parse_grid(spec) for spec in args.grid]
     if not axes:
         raise DeepShareError("--grid: give at least one KEY=V1,V2,... to sweep")
-    validated_variants(args.config, axes)  # bad keys fail here, before Ray starts
-    if "://" not in args.out:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
+    raw, _ = validated_variants(args.config, axes)  # bad keys fail here, before Ray starts
+    if args.address:  # fails fast, before any folder: Ray retries an unreachable head for minutes
+        from deepshare.agents.deploy import check_reachable
+
+        check_reachable(args.address)
+    if "://" in args.out:
+        check_storage_uri(args.out)  # an unknown scheme failed in Ray Tune, with a traceback
+    else:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
+        experiment = str(Path(args.out) / raw["name"])  # OUT/NAME, where Tune writes the sweep
+        check_new_experiment(experiment, args.out)  # a second sweep there mixed its trials with the first's
         _make_sweep_folder(args.out)
     folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
                                max_concurrent=args.max_concurrent)
@@ -215,6 +224,7 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     run_dir = args.out if args.out is not None else f"runs/{config.name}_{'expert' if teacher else 'imitate'}"
     check_outputs({"--out": folder_outputs(run_dir, EXPERT_FILES if teacher else IMITATE_FILES)},  # '' is refused
                   {"CONFIG": args.config}, new_folders=[run_dir])
+    _check_imitate_folder(run_dir, expert=teacher is not None)
     settings = FitSettings(hidden=args.hidden or config.model.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, held_out=args.held_out, seed=args.seed, label_smoothing=args.label_smoothing)
     if teacher is not None:
@@ -225,6 +235,25 @@ def cmd_imitate(args: argparse.Namespace, out: Console, err: Console) -> int:
     named = one_line(str(policy))  # a path with a newline prints as one line
     print_line(out, f"policy written to {named}; use --policy rl-base={named} (or rl-hybrid={named})")
     return 0
+
+
+def _check_imitate_folder(folder: str, expert: bool) -> None:
+    """``imitate --out`` replaces an earlier imitate run's ``policy.pt`` and summary there, both; a
+    folder holding another run (a ``train`` run's checkpoints and metrics, the other kind of
+    imitate's summary, a ``policy.pt`` without this kind's summary) is refused before any work:
+    its ``policy.pt`` was replaced and the rest left beside it, describing another network (a
+    later ``train --resume`` there resumed checkpoints that are not the policy's)."""
+    from deepshare.rl.train import RUN_ENTRIES
+
+    own, other = ("expert.json", "imitation.json") if expert else ("imitation.json", "expert.json")
+    base = Path(folder)
+    found = [name for name in (*RUN_ENTRIES, other) if name != "policy.pt" and os.path.lexists(base / name)]
+    if found:
+        raise DeepShareError(f"--out {folder}: holds another run ({', '.join(found)}); imitate would replace its "
+                             "policy.pt and leave the rest beside it: give this run its own --out")
+    if os.path.lexists(base / "policy.pt") and not os.path.lexists(base / own):
+        raise DeepShareError(f"--out {folder}: holds a policy.pt that is no earlier run of this command's (no {own} "
+                             "beside it); give this run its own --out, or move that file away")
 
 
 def _expert(args: argparse.Namespace, teacher: Any, settings: Any, run_dir: str, out: Console, err: Console) -> int:
@@ -281,7 +310,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--iterations", type=iteration_count, default=None, metavar="N", help="training iterations per trial (default: the config's run.iterations)")
     p.add_argument("--out", default="runs/tune", metavar="DIR|URI",
                    help="Tune's storage (a folder, or s3://... / gs://... that every node reaches on a multi-node cluster); "
-                        "the experiment is DIR/NAME (default runs/tune)")
+                        "the experiment is DIR/NAME, after the config's name (default runs/tune); one that holds "
+                        "a sweep already is refused")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="join this Ray cluster (default: a private local Ray)")
     p.add_argument("--max-concurrent", type=in_range(int, 1, 1024, "trials"), default=None, metavar="N", help="at most N trials at once (default: as many as the cluster fits)")
     p.set_defaults(func=cmd_tune)
@@ -292,7 +322,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                 "deepshare imitate rllib_configs/rl_est_imitate.yaml --teacher planner=4 --episodes 8 --dagger-rounds 1 "
                 "--address auto --out runs/expert")
     p.add_argument("config", metavar="CONFIG", help="a training YAML (its env, anchor and model.hidden), e.g. rllib_configs/rl_base.yaml")
-    p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (default runs/NAME_imitate)")
+    p.add_argument("--out", metavar="DIR", help="run folder for policy.pt and imitation.json (expert.json with --teacher; "
+                   "default runs/NAME_imitate or runs/NAME_expert); an earlier run of the same kind there is replaced, "
+                   "a folder holding another run is refused")
     p.add_argument("--episodes", type=in_range(int, 1, 100_000, "episodes"), default=192, metavar="N",
                    help="demonstration episodes, env seeds SEED_BASE.. (default 192)")
     p.add_argument("--seed-base", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S",
@@ -304,7 +336,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--batch-size", type=in_range(int, 1, 1_000_000, "choices"), default=256, metavar="B", help="minibatch size (default 256)")
     p.add_argument("--lr", type=in_range(float, 0, 1, low_open=True), default=2e-3, metavar="LR", help="Adam's learning rate (default 0.002)")
     p.add_argument("--held-out", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.2, metavar="F",
-                   help="share of each round's episodes (the last ones) kept out of the fit to measure accuracy (default 0.2)")
+                   help="share of each round's episodes (the last ones) kept out of the fit to measure accuracy; a round's "
+                   "first episode is always fitted on (default 0.2)")
     p.add_argument("--hidden", type=in_range(int, 1, 4096, "units"), default=None, metavar="H", help="scorer width (default the config's model.hidden)")
     p.add_argument("--seed", type=in_range(int, 0, 2**31 - 1), default=0, metavar="S", help="torch seed of the fit (default 0)")
     p.add_argument("--label-smoothing", type=number(float, lambda v: 0 <= v < 1, "a number in [0, 1)"), default=0.0, metavar="S",

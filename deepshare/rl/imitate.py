@@ -214,13 +214,15 @@ def accuracy(net: Any, observations: np.ndarray, masks: np.ndarray, actions: np.
 
 def held_out_rows(demos: Demonstrations, share: float) -> np.ndarray:
     """[N] bool: the choices of the last ``share`` of each round's episodes (whole episodes, so
-    no held-out choice shares an episode with a training one; none when a round has one episode)."""
+    no held-out choice shares an episode with a training one; none when a round has one episode).
+    A round's first episode is always fitted on: a share that rounds to all of them (``--held-out
+    0.8`` of 2 episodes) held every choice out, and the exported scorer was its untrained start."""
     held = np.zeros(len(demos), dtype=bool)
     rounds = demos.round_of_each()
     for r in np.unique(rounds):
         in_round = rounds == r
         episodes = np.unique(demos.episodes[in_round])
-        kept = len(episodes) - int(round(share * len(episodes))) if len(episodes) > 1 else len(episodes)
+        kept = max(1, len(episodes) - int(round(share * len(episodes))))
         held |= in_round & np.isin(demos.episodes, episodes[kept:])
     return held
 

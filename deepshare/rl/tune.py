@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -84,7 +85,8 @@ def parse_grid(spec: str) -> GridAxis:
     parsed = tuple(_scalar(v.strip()) for v in values.split(","))
     if any(v == "" for v in parsed):
         raise DeepShareError(f"--grid {spec!r}: empty value in the list")
-    if len(set(map(repr, parsed))) != len(parsed):
+    same = [(type(v) is str, type(v) is bool, v) for v in parsed]  # 1 and 1.0 are one value (two identical trials)
+    if len(set(same)) != len(same):
         raise DeepShareError(f"--grid {spec!r}: a value is listed twice")
     return GridAxis(section, name, parsed)
 
@@ -100,6 +102,38 @@ def _scalar(text: str) -> Any:
     except DeepShareError:  # not YAML (or absurdly nested): the text itself, checked as the field's value
         return text
     return value if isinstance(value, (bool, str)) else text
+
+
+STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+"""The URI schemes Ray Tune's storage (pyarrow's ``FileSystem.from_uri``) knows: any other failed in
+Ray Tune, after Ray had started, with pyarrow's traceback."""
+
+
+def check_storage_uri(out: str) -> None:
+    """``--out``'s URI names a storage Ray Tune can write to (the scheme only: reaching it is
+    Ray's, with the credentials of the cluster)."""
+    scheme = out.partition("://")[0]
+    if scheme not in STORAGE_SCHEMES:
+        raise DeepShareError(f"--out {out}: Ray Tune stores a sweep in a folder or a {', '.join(s + '://' for s in STORAGE_SCHEMES)} "
+                             f"URI (lower case); not {scheme + '://'!r}")
+
+
+def check_new_experiment(folder: str | Path, out: str) -> None:
+    """The experiment folder ``OUT/NAME`` is missing or empty: a second sweep there added its
+    trials beside the first's (Tune names each trial folder anew, and keeps both experiment
+    states), so the folder, its TensorBoard logs and ``Tuner.restore`` mixed two sweeps."""
+    base = Path(folder)
+    try:
+        if os.path.lexists(base) and not base.is_dir():
+            raise DeepShareError(f"--out {out}: {folder}, the sweep's experiment folder, is not a folder; give "
+                                 "another --out, or remove it")
+        found = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+    except OSError:  # unreadable or a name too long: making the folder says so
+        return
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise DeepShareError(f"--out {out}: the experiment folder {folder} holds a sweep already ({shown}); give this "
+                             "one its own --out (or the config another name), or remove that folder")
 
 
 def apply(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +161,7 @@ def validated_variants(config_path: str | Path, axes: Sequence[GridAxis]) -> tup
     raw = load_yaml(text, str(source))
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
-        raise DeepShareError(f"--grid: a key is given twice ({', '.join(sorted(n for n in names if names.count(n) > 1))})")
+        raise DeepShareError(f"--grid: a key is given twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
     trials = math.prod(len(a.values) for a in axes)
     if trials > MAX_TRIALS:
         sizes = " x ".join(str(len(a.values)) for a in axes)

@@ -90,6 +90,16 @@ def test_held_out_choices_are_whole_episodes():
     assert report.train_choices + report.held_out_choices == len(demos)
 
 
+def test_a_held_out_share_that_rounds_to_every_episode_still_fits_on_each_rounds_first(tmp_path):
+    demos = Demonstrations(np.zeros((6, 2, 3), np.float32), np.ones((6, 2), np.float32), np.zeros(6, np.int64),
+                           np.array([0, 0, 1, 1, 2, 3]), np.array([0, 0, 0, 0, 1, 1]))
+    assert held_out_rows(demos, 0.8).tolist() == [False, False, True, True, False, True]  # round(1.6) = 2 of 2
+    policy = imitate(small_config(tmp_path), tmp_path / "run", episodes=2, dagger_rounds=0,
+                     settings=FitSettings(hidden=16, epochs=1, held_out=0.8))
+    _, _, metadata = scorer_from_file(policy)  # it fitted nothing and exported the untrained scorer
+    assert metadata["train_choices"] > 0 and metadata["held_out_choices"] > 0 and metadata["losses"][0] > 0
+
+
 def test_fit_refuses_nothing_to_learn():
     empty = Demonstrations(np.zeros((0, 16, 18), np.float32), np.zeros((0, 16), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
     with pytest.raises(DeepShareError, match="no choices"):
