@@ -181,11 +181,11 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
         from deepshare.agents.deploy import check_reachable
 
         check_reachable(args.address)
-    if "://" in args.out:
-        check_storage_uri(args.out)  # an unknown scheme failed in Ray Tune, with a traceback
-    else:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
-        experiment = str(Path(args.out) / raw["name"])  # OUT/NAME, where Tune writes the sweep
-        check_new_experiment(experiment, args.out)  # a second sweep there mixed its trials with the first's
+    # an unknown scheme failed in Ray Tune, with a traceback; a file:// URI is a local folder
+    local = check_storage_uri(args.out) if "://" in args.out else args.out
+    if local is not None:  # OUT/NAME, where Tune writes the sweep: a second sweep there mixed its trials with the first's
+        check_new_experiment(str(Path(local) / raw["name"]), args.out)
+    if "://" not in args.out:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
         _make_sweep_folder(args.out)
     folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
                                max_concurrent=args.max_concurrent)

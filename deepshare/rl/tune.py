@@ -109,13 +109,26 @@ STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 Ray Tune, after Ray had started, with pyarrow's traceback."""
 
 
-def check_storage_uri(out: str) -> None:
+def check_storage_uri(out: str) -> str | None:
     """``--out``'s URI names a storage Ray Tune can write to (the scheme only: reaching it is
-    Ray's, with the credentials of the cluster)."""
+    Ray's, with the credentials of the cluster); returns a ``file://`` URI's local folder, read as
+    pyarrow (Ray Tune's storage) reads it, so that it is checked as a local ``--out`` is, and None
+    for a remote one."""
     scheme = out.partition("://")[0]
     if scheme not in STORAGE_SCHEMES:
         raise DeepShareError(f"--out {out}: Ray Tune stores a sweep in a folder or a {', '.join(s + '://' for s in STORAGE_SCHEMES)} "
                              f"URI (lower case); not {scheme + '://'!r}")
+    if scheme != "file":
+        return None
+    try:
+        import pyarrow.fs
+    except ImportError:  # no Ray Tune here either: run_sweep says so
+        return None
+    try:
+        return str(pyarrow.fs.FileSystem.from_uri(out)[1])
+    except (ValueError, OSError) as exc:  # a host (file://runs/x), a relative path: pyarrow's traceback in Ray Tune
+        raise DeepShareError(f"--out {out}: not a local file URI ({exc}); write file:///ABSOLUTE/PATH, "
+                             "or the folder itself") from None
 
 
 def check_new_experiment(folder: str | Path, out: str) -> None:

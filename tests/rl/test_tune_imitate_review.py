@@ -145,3 +145,23 @@ def test_imitate_replaces_its_own_kind_of_run_but_not_the_other(tmp_path, capsys
     rc, _, err = cli(capsys, "imitate", TINY, "--out", run, *teacher)
     assert rc == 2
     one_error_line(err, f"holds another run ({other})")
+
+
+def test_tune_refuses_a_file_uri_whose_experiment_folder_holds_a_sweep(tmp_path, capsys, no_work):
+    """``--out file:///PATH`` is the local folder PATH to Ray Tune: a second sweep there mixed its
+    trials with the first's, as with ``--out PATH`` (the check looked at local paths only)."""
+    earlier = tmp_path / "sweep" / "tiny_hybrid"
+    earlier.mkdir(parents=True)
+    (earlier / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
+    rc, _, err = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", f"file://{tmp_path}/sweep")
+    assert rc == 2
+    one_error_line(err, f"--out file://{tmp_path}/sweep: the experiment folder {earlier} holds a sweep already")
+
+
+@pytest.mark.parametrize("uri", ["file://runs/tune", "file://localhost/tmp/x", "file://"])
+def test_tune_refuses_a_file_uri_that_names_no_local_folder(capsys, no_work, uri):
+    """pyarrow takes only file:///ABSOLUTE/PATH: a host or a relative path failed in Ray Tune,
+    after Ray had started, with pyarrow's traceback."""
+    rc, _, err = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", uri)
+    assert rc == 2
+    one_error_line(err, f"--out {uri}: not a local file URI")
