@@ -63,6 +63,9 @@ def bind_host(text: str) -> str:
     if not inner.strip():  # "[$HOST]" with the variable unset bound every interface too
         raise argparse.ArgumentTypeError("an empty host binds every interface; give 127.0.0.1 (this machine) "
                                          "or the address to serve on (0.0.0.0: every interface)")
+    if "[" in inner or "]" in inner:  # [::1]:8470, a lone [: "cannot bind", after a warning that it is exposed
+        raise argparse.ArgumentTypeError(f"{text!r} is not an address: give it alone, an IPv6 one with or without "
+                                         "its brackets (::1 or [::1]), and the port with its own flag")
     return inner
 
 

@@ -434,8 +434,12 @@ class ControlLoop:
         logged, not fatal: the next prune tries again)."""
         if self.retention is None:
             return
+        try:  # the jobs about to go are in the history first (a tick without nodes reads none)
+            self._read_history()
+        except (sqlite3.Error, DeepShareError) as exc:  # a row edited by hand: pruned all the same, or never again
+            self.last_error = f"reading the finished jobs into the history: {exc}"
+            log.error("%s", self.last_error)
         try:
-            self._read_history()  # the jobs about to go are in the history first (a tick without nodes reads none)
             self.retention.prune(self.journal)
         except (sqlite3.Error, DeepShareError) as exc:
             self.last_error = f"pruning ended jobs: {exc}"

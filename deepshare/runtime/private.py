@@ -80,7 +80,7 @@ def check_file_not_shared(path: str | os.PathLike[str], flag: str, files: str, i
     A folder or file on a read-only mount is not writable, whatever its mode: a Kubernetes
     ``configMap`` volume is a read-only mount of a folder of mode 0777 (its ``..data`` link
     chain inside). A missing name ends the check: the read reports it."""
-    shown = Path(os.path.abspath(path))
+    shown = Path(os.getcwd(), path)  # not normalised: a link before a ".." is followed first, as the system does
     me = os.geteuid()
 
     def refuse(why: str, fix: str) -> DeepShareError:

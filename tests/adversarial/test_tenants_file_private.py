@@ -158,3 +158,17 @@ def test_a_start_with_a_shared_tenants_file_writes_nothing_in_the_state_folder(t
         run_scheduler(ServiceConfig(state_dir=str(state), port=0, tenants_file=str(file)), object(),
                       handle_signals=False)
     assert not state.exists()
+
+
+def test_a_dot_dot_after_a_link_is_checked_where_the_system_goes(tmp_path, folder):
+    """``conf/link/../tenants.yaml`` reads ``shared/tenants.yaml`` when ``link`` points to
+    ``shared/inner`` (the system follows the link, then ``..``); the check normalised the path
+    first and checked ``conf/tenants.yaml``, a file it never read."""
+    write(folder / "tenants.yaml")  # the file the normalised path names: safe
+    shared = tmp_path / "shared"
+    (shared / "inner").mkdir(parents=True)
+    write(shared / "tenants.yaml")
+    os.chmod(shared, 0o777)
+    (folder / "link").symlink_to(shared / "inner", target_is_directory=True)
+    with pytest.raises(DeepShareError, match=r"shared is writable by other users"):
+        LiveTenants(ADMIN, folder / "link" / ".." / "tenants.yaml")

@@ -40,3 +40,16 @@ def test_the_service_port_check_binds_an_ipv6_address(capsys):
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback here: {exc}")
     _check_port_free("::1", 0)  # no error: what --host [::1] reaches now
+
+
+@pytest.mark.parametrize("argv", [("serve", "--host"), ("scheduler", "start", "--host"),
+                                  ("agents", "start", "--metrics-port", "9100", "--metrics-host")])
+@pytest.mark.parametrize("host", ["[::1]:8470", "[", "[::1", "::1]", "[[::1]]"])
+def test_a_host_with_a_port_or_a_stray_bracket_is_refused(capsys, argv, host):
+    """``serve --host [::1]:8470`` warned that the service was exposed to the network, then failed
+    with "cannot bind (Name or service not known)"."""
+    from deepshare.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:  # parsed only: nothing is started had it been taken
+        build_parser().parse_args([*argv, host])
+    assert exited.value.code == 2 and "is not an address: give it alone" in capsys.readouterr().err

@@ -466,3 +466,23 @@ def test_a_job_is_read_into_the_history_before_it_is_pruned(tmp_path):
     with pytest.raises(KeyError):
         rig.journal.get(a)
     assert [job.job_id for job in rig.loop.history] == [a]
+
+
+def test_a_history_read_that_fails_does_not_stop_the_prune(tmp_path):
+    """A finished row edited to hold bytes that are not UTF-8 cannot be read into the history;
+    reading it first made every prune fail on it, so it was never pruned and every tick failed
+    reading it for good (before, it failed until the prune deleted it)."""
+    from test_control_loop import Rig
+
+    from deepshare.policies import make_policy
+
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), keep_finished_s=DAY_S)
+    a = rig.submit("a", 1)
+    finish(rig.journal, rig.clock, a, after=100.0)
+    with rig.journal._tx() as db:
+        db.execute("UPDATE jobs SET error = CAST(x'fffe41' AS TEXT) WHERE id = ?", (a,))
+    rig.submit("b", 1)
+    rig.clock.t += 2 * DAY_S
+    assert rig.loop.tick().error is None
+    assert a not in {job.job_id for job in rig.journal.jobs()}
+    assert rig.journal.jobs(JobState.QUEUED) == []  # b launched: the tick read its history
