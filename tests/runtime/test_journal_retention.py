@@ -4,6 +4,7 @@ The live history's per-tick read of the jobs finished since the last tick, the c
 learner's read of the newest runs and a job's transitions each go through an index (they walked
 or sorted the whole journal). ``--keep-finished DAYS`` deletes the jobs that ended more than DAYS
 ago, with their transitions, runs and logs folders, and never lets a job number be used twice.
+The ``clock`` and ``journal`` fixtures are this folder's (``conftest.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import stat
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,31 +28,11 @@ from deepshare.runtime.spec import spec_from_json
 SPEC = dict(gpus=1, model="DLRM", entrypoint="m:f", checkpoint_dir="/c")
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def journal(tmp_path, clock):
-    j = Journal(tmp_path / "state", clock=clock)
-    yield j
-    j.close()
-
-
 def submit(journal: Journal, name: str = "j") -> str:
     return journal.submit(spec_from_json({**SPEC, "name": name})).job_id
 
 
-def finish(journal: Journal, clock: Clock, job_id: str, state: JobState = JobState.FINISHED, after: float = 10.0) -> None:
+def finish(journal: Journal, clock: Any, job_id: str, state: JobState = JobState.FINISHED, after: float = 10.0) -> None:
     attempt = journal.start_run(job_id, (("node0", 1),), 5.0)
     clock.t += after
     journal.end_run(job_id, attempt, state, state.value)

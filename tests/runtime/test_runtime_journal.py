@@ -15,26 +15,6 @@ from deepshare.runtime.spec import spec_from_json
 SPEC = spec_from_json(dict(name="j", gpus=3, model="DLRM", entrypoint="m:f", checkpoint_dir="/c", total_samples=100))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def journal(tmp_path, clock):
-    j = Journal(tmp_path / "state", clock=clock)
-    yield j
-    j.close()
-
-
 def test_lifecycle_accounting_and_transitions(journal, clock):
     job = journal.submit(SPEC)
     assert (job.job_id, job.state, job.attempt, job.placement) == ("j-1", JobState.QUEUED, 0, None)
