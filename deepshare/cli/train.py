@@ -20,7 +20,7 @@ from deepshare.core.information import DURATIONS
 from deepshare.cli.output import check_outputs, folder_outputs
 from deepshare.cli.help import command
 from deepshare.core.errors import DeepShareError, one_line
-from deepshare.core.files import check_appendable
+from deepshare.core.files import check_appendable, remove_empty_folders
 
 TRAIN_FILES = ("policy.pt", "metrics.csv", "suite_curve.csv", "curves.png")
 """Files `deepshare train` writes into its run folder that a config could be mistaken for."""
@@ -185,10 +185,16 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     local = check_storage_uri(args.out) if "://" in args.out else args.out
     if local is not None:  # OUT/NAME, where Tune writes the sweep: a second sweep there mixed its trials with the first's
         check_new_experiment(str(Path(local) / raw["name"]), args.out)
+    made: list[Path] = []
     if "://" not in args.out:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
+        made = [p for p in reversed((Path(args.out), *Path(args.out).parents)) if not p.exists()]  # outermost first
         _make_sweep_folder(args.out)
-    folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
-                               max_concurrent=args.max_concurrent)
+    try:
+        folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
+                                   max_concurrent=args.max_concurrent)
+    except BaseException:
+        remove_empty_folders(made)  # a sweep that never started (Ray could not) leaves no empty folder behind
+        raise
     table = Table(title=f"tune: {len(trials)} trials in {folder}", header_style="bold")
     for column in ("trial", *(a.name for a in axes), "status", "iterations", METRIC):
         table.add_column(column)

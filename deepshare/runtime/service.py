@@ -41,6 +41,7 @@ from deepshare.runtime.loop import ControlLoop, LoopConfig
 from deepshare.runtime.private import check_not_shared
 from deepshare.runtime.statelock import StateLock
 from deepshare.runtime.tenancy import LiveTenants, check_tenants_file_private, queue_usage
+from deepshare.tenants import load_tenants
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +196,9 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
     config = dataclasses.replace(config, state_dir=str(resolved(config.state_dir)),  # workers' cwd differs
                                  tenants_file=None if config.tenants_file is None else str(Path(config.tenants_file).absolute()))
     check_not_shared(config.state_dir)  # before anything is written there
-    if config.tenants_file is not None:
-        check_tenants_file_private(Path(config.tenants_file))  # so is a tenants file's (read again below)
+    if config.tenants_file is not None:  # refused before anything is written (it is read again below, with the
+        check_tenants_file_private(Path(config.tenants_file))  # admin token and the journal's jobs to check it by)
+        load_tenants(config.tenants_file)
     with ExitStack() as cleanup:
         hangup = _hold_hangups(cleanup) if handle_signals else None
         lock = StateLock(config.state_dir).acquire()  # before the journal: one scheduler per journal

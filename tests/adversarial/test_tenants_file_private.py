@@ -172,3 +172,18 @@ def test_a_dot_dot_after_a_link_is_checked_where_the_system_goes(tmp_path, folde
     (folder / "link").symlink_to(shared / "inner", target_is_directory=True)
     with pytest.raises(DeepShareError, match=r"shared is writable by other users"):
         LiveTenants(ADMIN, folder / "link" / ".." / "tenants.yaml")
+
+
+@pytest.mark.parametrize("text", ["queues: [", "queues:\n  - {name: a, nominal_gpus: -1}\n"])
+def test_a_start_with_a_tenants_file_that_does_not_read_writes_nothing(tmp_path, folder, text):
+    """A tenants file that does not parse, or names a bad field, was refused after the journal, the
+    lock and the token were made in a new state folder; it is refused before."""
+    from deepshare.runtime.service import ServiceConfig, run_scheduler
+
+    file = folder / "tenants.yaml"
+    file.write_text(text)
+    state = tmp_path / "state"
+    with pytest.raises(DeepShareError, match=str(file)):
+        run_scheduler(ServiceConfig(state_dir=str(state), port=0, tenants_file=str(file)), object(),
+                      handle_signals=False)
+    assert not state.exists()

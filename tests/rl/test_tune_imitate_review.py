@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from cli_run import cli, one_error_line
 
+from deepshare.core.errors import DeepShareError
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "rl" / "tiny.yaml"  # name: tiny_hybrid
 
@@ -165,3 +167,20 @@ def test_tune_refuses_a_file_uri_that_names_no_local_folder(capsys, no_work, uri
     rc, _, err = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", uri)
     assert rc == 2
     one_error_line(err, f"--out {uri}: not a local file URI")
+
+
+def test_tune_that_cannot_start_ray_leaves_no_empty_out_folder(tmp_path, capsys, monkeypatch):
+    """A sweep whose Ray never started left the ``--out`` folder (and the parents it made) empty
+    behind, as ``train`` no longer does."""
+    import deepshare.rl.tune
+
+    def no_ray(*args, **kwargs):
+        raise DeepShareError("could not start Ray: no room for it here")
+
+    monkeypatch.setattr(deepshare.rl.tune, "run_sweep", no_ray)
+    rc, _, err = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", tmp_path / "new" / "sweep")
+    assert rc == 2 and "could not start Ray" in err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    rc, _, _ = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", tmp_path / "kept")
+    assert rc == 2 and (tmp_path / "kept").is_dir()  # a folder that was there stays
