@@ -152,16 +152,26 @@ def _learning_curve(args: argparse.Namespace, trained_as: str, run_dir: str, err
     return on_export
 
 
-def _make_sweep_folder(folder: str) -> None:
+def _make_sweep_folder(folder: str) -> list[str]:
     """``tune --out``'s local folder, made (with its parents) and checked writable before Ray
     starts: a file there, a path through a file or a folder this user cannot write in failed
-    inside Ray Tune's storage setup, after Ray had started, with a traceback."""
+    inside Ray Tune's storage setup, after Ray had started, with a traceback. Returns the folders
+    it made, outermost first: each prefix of the path whose folder, as the system finds it
+    (``new/../mine`` is ``mine``), was missing; a folder that was there is never one of them."""
     check_outputs({}, {}, new_folders=[folder])  # a folder another user planted in /tmp is refused
+    parts = Path(folder).parts
+    made = [p for p in (os.path.join(*parts[:i]) for i in range(1, len(parts) + 1))
+            if not os.path.exists(os.path.realpath(p))]
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DeepShareError(f"--out {folder}: cannot make the folder: {exc.strerror or exc}") from None
-    check_outputs({"--out": str(Path(folder) / "experiment_state.json")}, {})  # writable: a probe file in it
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeepShareError(f"--out {folder}: cannot make the folder: {exc.strerror or exc}") from None
+        check_outputs({"--out": str(Path(folder) / "experiment_state.json")}, {})  # writable: a probe file in it
+    except BaseException:
+        remove_empty_folders(made)  # a name too long at the end: its new parents are not left behind
+        raise
+    return made
 
 
 def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
@@ -185,10 +195,9 @@ def cmd_tune(args: argparse.Namespace, out: Any, err: Any) -> int:
     local = check_storage_uri(args.out) if "://" in args.out else args.out
     if local is not None:  # OUT/NAME, where Tune writes the sweep: a second sweep there mixed its trials with the first's
         check_new_experiment(str(Path(local) / raw["name"]), args.out)
-    made: list[Path] = []
+    made: list[str] = []
     if "://" not in args.out:  # a local folder: made now, so a bad one is one line, not Ray Tune's traceback
-        made = [p for p in reversed((Path(args.out), *Path(args.out).parents)) if not p.exists()]  # outermost first
-        _make_sweep_folder(args.out)
+        made = _make_sweep_folder(args.out)
     try:
         folder, trials = run_sweep(args.config, axes, args.out, iterations=args.iterations, address=args.address,
                                    max_concurrent=args.max_concurrent)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -183,7 +184,7 @@ def test_a_start_with_a_tenants_file_that_does_not_read_writes_nothing(tmp_path,
     file = folder / "tenants.yaml"
     file.write_text(text)
     state = tmp_path / "state"
-    with pytest.raises(DeepShareError, match=str(file)):
+    with pytest.raises(DeepShareError, match=re.escape(str(file))):
         run_scheduler(ServiceConfig(state_dir=str(state), port=0, tenants_file=str(file)), object(),
                       handle_signals=False)
     assert not state.exists()

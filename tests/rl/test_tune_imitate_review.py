@@ -5,6 +5,7 @@ imitation) is replaced: each must be refused in one line before it."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -184,3 +185,28 @@ def test_tune_that_cannot_start_ray_leaves_no_empty_out_folder(tmp_path, capsys,
     (tmp_path / "kept").mkdir()
     rc, _, _ = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", tmp_path / "kept")
     assert rc == 2 and (tmp_path / "kept").is_dir()  # a folder that was there stays
+
+
+@pytest.mark.parametrize("out, kept, gone, error", [
+    ("new/../kept", ["kept"], ["new"], "could not start Ray"),  # an empty --out that was there, reached through a folder made
+    ("link/new/sub", ["target", "link"], ["target/new"], "could not start Ray"),  # through a link: what was made where it leads
+    ("new/../made/sub", [], ["new", "made"], "could not start Ray"),
+    ("new/" + "x" * 300, [], ["new"], "cannot make the folder"),  # the folder cannot be made: the parent made for it goes too
+])
+def test_tune_removes_only_the_folders_it_made(tmp_path, capsys, monkeypatch, out, kept, gone, error):
+    """``--out new/../kept``, ``kept`` an empty folder that was there: a sweep whose Ray could not
+    start removed ``kept`` (the path, read as written, did not exist before ``new`` was made)."""
+    import deepshare.rl.tune
+
+    def no_ray(*args, **kwargs):
+        raise DeepShareError("could not start Ray: no room for it here")
+
+    monkeypatch.setattr(deepshare.rl.tune, "run_sweep", no_ray)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target", target_is_directory=True)
+    rc, _, err = cli(capsys, "tune", TINY, "--grid", "ppo.lr=0.1,0.2", "--out", out)
+    assert rc == 2 and error in err, err
+    assert all((tmp_path / k).is_dir() for k in kept), sorted(p.name for p in tmp_path.iterdir())
+    assert not any(os.path.lexists(tmp_path / g) for g in gone), sorted(p.name for p in tmp_path.iterdir())
