@@ -114,6 +114,7 @@ def cmd_scheduler_start(args: argparse.Namespace, out: Any, err: Any) -> int:
         allowed_hosts=tuple(args.allowed_host or ()),
         contention_knowledge=args.contention_knowledge,
         refit_s=DEFAULT_REFIT_S if args.refit_interval is None else args.refit_interval, tenants_file=args.tenants,
+        requeue_lost_runs=args.requeue_lost_runs,
         loop=LoopConfig(interval_s=args.interval, preempt_grace_s=args.preempt_grace,
                         launch=LaunchSettings(pg_timeout_s=args.launch_timeout),
                         max_launch_attempts=args.max_launch_attempts, decision_timeout_s=args.decision_timeout,
@@ -491,6 +492,9 @@ def register(subparsers: Any) -> None:
                    help="tenants file (docs/tenants.md): queues with GPU quotas, cohorts, priority classes, and tenants' "
                    "token hashes; every decision runs behind its admission, each tenant sees only its queues' jobs. "
                    "Reloaded on SIGHUP and by `deepshare scheduler reload`")
+    p.add_argument("--requeue-lost-runs", action="store_true",
+                   help="the Ray cluster the state folder's running jobs were launched on is gone (or their runs were "
+                   "stopped): requeue them on this one (without it such a start is refused: they may still run there)")
     p.set_defaults(func=cmd_scheduler_start)
 
     p = command(sub, "reload", "re-read a running scheduler's tenants file (admin token; the old one stays on error)",

@@ -565,6 +565,28 @@ class Journal:
                 deleted += found
         return deleted
 
+    def meta(self, key: str) -> str | None:
+        """The ``meta`` table's value for ``key`` (None: no such row; a row edited to hold bytes
+        that are not UTF-8 raises :class:`sqlite3.Error`)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Write (None: delete) the ``meta`` row ``key``."""
+        with self._tx() as db:
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def open_runs(self) -> list[str]:
+        """The job ids of the runs not ended, oldest run first: every run that may still be on the
+        cluster (a running job's current run, a quarantined job's run still to be removed)."""
+        with self._lock:
+            rows = self._db.execute("SELECT job_id FROM runs WHERE ended IS NULL ORDER BY started").fetchall()
+        return [str(job_id) for job_id, in rows]
+
     def launch_failures(self, job_id: str) -> tuple[int, float | None]:
         """Consecutive failed launches at the end of the job's ended runs (a run in progress is not
         counted), and when the last one ended."""

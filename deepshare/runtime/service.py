@@ -34,6 +34,7 @@ from deepshare.core.files import resolved
 from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
+from deepshare.runtime.cluster_guard import RayCluster, check_same_cluster, current_session, forget_local
 from deepshare.runtime.defaults import DEFAULT_REFIT_S, MAX_QUEUED
 from deepshare.runtime.journal import Journal, JobRecord, JobState
 from deepshare.runtime.launcher import RayLauncher
@@ -76,6 +77,10 @@ class ServiceConfig:
     tenants_file: str | None = None
     """The tenants file (queues, quotas, priorities, tenants' token hashes; ``docs/tenants.md``):
     every decision runs behind its admission; reloaded on SIGHUP and ``POST /v1/tenants/reload``."""
+    requeue_lost_runs: bool = False
+    """``--requeue-lost-runs``: the journal's runs on another Ray cluster than this start's are
+    gone (or were stopped); requeue their jobs rather than refuse the start
+    (:mod:`deepshare.runtime.cluster_guard`)."""
 
 
 def submission_capacity(cluster: ClusterState, max_gpus: int) -> tuple[int, int]:
@@ -151,15 +156,22 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def start_ray(config: ServiceConfig, cleanup: ExitStack) -> str:
+def start_ray(config: ServiceConfig, cleanup: ExitStack, local_stopped: Callable[[], None] | None = None) -> str:
     """Start the local fake cluster or join ``config.address``; the Ray address. Failures that are
-    not the user's input (a Ray that times out starting) are :class:`RuntimeFailure`."""
+    not the user's input (a Ray that times out starting) are :class:`RuntimeFailure`. The local
+    cluster is stopped at ``cleanup``, and ``local_stopped`` called once it has stopped."""
     try:
         if config.local_nodes is not None:
             from deepshare.runtime.localcluster import LocalCluster
 
             local = LocalCluster(config.local_nodes, config.local_gpus_per_node, labels=dict(config.local_labels))
-            cleanup.callback(local.shutdown)
+
+            def stop() -> None:
+                local.shutdown()
+                if local_stopped is not None:
+                    local_stopped()
+
+            cleanup.callback(stop)
             return local.start()
         import ray
 
@@ -219,9 +231,30 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         warning = exposure_warning(config.host)
         if warning:
             warn(warning)
-        address = start_ray(config, cleanup)
+        joined: list[RayCluster] = []  # the cluster, once known: a clean stop of a --local one forgets it
+
+        def local_stopped() -> None:
+            if joined:
+                _forget_local(journal, joined[0])
+
+        address = start_ray(config, cleanup, local_stopped)
+        session = current_session()
+        if session is not None:
+            joined.append(RayCluster(session, address, local=config.local_nodes is not None))
+            lost = check_same_cluster(journal, joined[0], config.requeue_lost_runs)
+            if lost:
+                warn(f"--requeue-lost-runs: the runs of {len(lost)} job(s) on the Ray cluster the journal named are "
+                     "given up for lost; their jobs are requeued")
         _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, hangup)
     return 0
+
+
+def _forget_local(journal: Journal, cluster: RayCluster) -> None:
+    """After a clean stop of the scheduler's ``--local`` cluster: its runs are gone with it."""
+    try:
+        forget_local(journal, cluster)
+    except (sqlite3.Error, DeepShareError) as exc:  # the journal went away or is held: a restart asks again
+        log.warning("cannot record that the --local cluster stopped (%s)", first_line(exc))
 
 
 def _hold_hangups(cleanup: ExitStack) -> threading.Event | None:

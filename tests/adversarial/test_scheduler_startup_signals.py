@@ -26,7 +26,7 @@ STARTUP = textwrap.dedent("""
     from deepshare.runtime.service import RuntimeFailure, ServiceConfig, run_scheduler
     from deepshare.policies.registry import make_policy
 
-    def start_ray(config, cleanup):
+    def start_ray(config, cleanup, *_):
         cleanup.callback(print, "cleaned up", flush=True)
         os.kill(os.getpid(), signal.SIGHUP)  # as Ray starts
         raise RuntimeFailure("stopped here for the test")

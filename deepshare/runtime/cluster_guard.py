@@ -1,0 +1,150 @@
+"""Which Ray cluster a journal's runs are on, so that a restart on another one cannot run a job twice.
+
+Recovery re-attaches to a running job's run by its Ray names and requeues the job when the run is
+not found. On the same Ray cluster that is right: a run not found is gone. On another cluster
+(``--address`` pointing elsewhere, a second KubeRay cluster, a ``--local`` cluster started again
+while the scheduler that was killed left the first one running) no run is ever found there, so
+every running job was requeued and launched again while its first run went on where it was: two
+runs of one job at once, writing the same checkpoint folder.
+
+So the journal records the Ray cluster its runs are launched on (``meta.ray_cluster``: Ray's
+session name, which names one cluster from its start to its end and survives a head restart under
+GCS fault tolerance, and the address it was joined at), and a start on a cluster of another session
+while the journal has open runs is refused in one line that names both clusters and the jobs,
+unless ``--requeue-lost-runs`` says that the first cluster is gone or its runs were stopped. The
+scheduler cannot tell "gone" from "still running elsewhere": only its operator knows.
+
+A ``--local`` cluster stops with its scheduler, and its runs with it: a clean stop forgets the
+record (:func:`forget_local`), so restarting ``--local`` after a clean stop requeues its running jobs
+as before. A killed scheduler's local cluster dies with it where Ray can share a process's fate
+with its children (Linux); the record of a local cluster therefore holds a start only while
+something still answers at its loopback address. A journal written before this record, or a record
+that does not read, has no cluster: the start goes on and records the one it joined.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from deepshare.core.errors import DeepShareError, first_line
+
+if TYPE_CHECKING:
+    from deepshare.runtime.journal import Journal
+
+log = logging.getLogger(__name__)
+
+RAY_CLUSTER_KEY = "ray_cluster"
+"""``meta`` key: JSON ``{"session", "address", "local"}`` of the Ray cluster the runs are launched on."""
+MAX_SHOWN_JOBS = 5
+"""Job ids a refusal names (then how many more)."""
+MAX_FIELD = 256
+"""Longest session name or address kept in the record (Ray's are far shorter)."""
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    """One Ray cluster as the scheduler joined it."""
+
+    session: str
+    """Ray's session name (``ray.get_runtime_context().get_session_name()``): one per cluster."""
+    address: str
+    """The address it was joined at (what to give ``--address`` to reach it again)."""
+    local: bool = False
+    """The scheduler's own ``--local`` cluster (stopped with it)."""
+
+    def describe(self) -> str:
+        return f"{'the --local cluster ' if self.local else ''}{self.session} at {self.address}"
+
+
+def current_session() -> str | None:
+    """The session name of the Ray cluster this process is connected to (None: Ray does not say)."""
+    try:
+        import ray
+
+        name = ray.get_runtime_context().get_session_name()
+    except Exception as exc:  # noqa: BLE001 - a Ray client connection, an older Ray: no identity to check
+        log.warning("cannot read the Ray cluster's session name (%s): a restart on another cluster is not detected",
+                    first_line(exc))
+        return None
+    return name if isinstance(name, str) and 0 < len(name) <= MAX_FIELD else None
+
+
+def recorded(journal: "Journal") -> RayCluster | None:
+    """The Ray cluster the journal's runs were launched on (None: not recorded, or not readable)."""
+    try:
+        text = journal.meta(RAY_CLUSTER_KEY)
+    except sqlite3.Error as exc:  # a row edited to hold bytes that are not UTF-8
+        log.warning("meta.%s cannot be read (%s); taken as not recorded", RAY_CLUSTER_KEY, first_line(exc))
+        return None
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        session, address, local = data["session"], data["address"], data["local"]
+        if not (isinstance(session, str) and isinstance(address, str) and isinstance(local, bool)):
+            raise TypeError("session and address must be strings, local a boolean")
+        if not (0 < len(session) <= MAX_FIELD and len(address) <= MAX_FIELD):
+            raise ValueError("a session name or address of the wrong length")
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("meta.%s is not a Ray cluster record (%s); taken as not recorded", RAY_CLUSTER_KEY,
+                    first_line(exc))
+        return None
+    return RayCluster(session, address, local)
+
+
+def record(journal: "Journal", cluster: RayCluster) -> None:
+    """Record ``cluster`` as the one the journal's runs are launched on."""
+    journal.set_meta(RAY_CLUSTER_KEY, json.dumps({"session": cluster.session, "address": cluster.address[:MAX_FIELD],
+                                                  "local": cluster.local}))
+
+
+def forget_local(journal: "Journal", cluster: RayCluster) -> None:
+    """After ``cluster`` (a ``--local`` one) was stopped: its runs are gone with it, so the record
+    that they are there is removed (only if it still names that cluster)."""
+    if recorded(journal) == cluster:
+        journal.set_meta(RAY_CLUSTER_KEY, None)
+
+
+def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: bool) -> list[str]:
+    """Refuse (:class:`DeepShareError`) a start on ``here`` when the journal has runs not ended on
+    another recorded cluster, unless ``requeue_lost_runs``; then record ``here``. Returns the ids
+    of the jobs whose runs are given up for lost (empty unless ``requeue_lost_runs`` applied)."""
+    before = recorded(journal)
+    try:
+        jobs = journal.open_runs() if before is not None and before.session != here.session else []
+    except sqlite3.Error as exc:
+        raise DeepShareError(f"the journal's open runs cannot be read ({first_line(exc)}); a row edited by hand: "
+                             "repair it with sqlite3") from None
+    if jobs and before is not None and before.local and not answers(before.address):
+        jobs = []  # a killed scheduler's local cluster, gone with it: its runs stopped there
+    if jobs and not requeue_lost_runs:
+        assert before is not None
+        shown = ", ".join(jobs[:MAX_SHOWN_JOBS]) + (f" and {len(jobs) - MAX_SHOWN_JOBS} more"
+                                                    if len(jobs) > MAX_SHOWN_JOBS else "")
+        where = ("its scheduler was killed and it still answers at that address, so its Ray processes may still "
+                 "run them: stop them (by PID)" if before.local else
+                 f"restart with --address {before.address} to re-attach to them, or, once that cluster is gone "
+                 "or its runs were stopped,")
+        raise DeepShareError(
+            f"{len(jobs)} run(s) of this state folder's jobs ({shown}) were launched on another Ray cluster, "
+            f"{before.describe()}; this start joined {here.describe()}, where they are not, and would requeue "
+            f"them while they may still run there (twice at once, on the same checkpoints). {where[0].upper()}{where[1:]}"
+            f"{', then' if before.local else ''} add --requeue-lost-runs")
+    record(journal, here)
+    return jobs
+
+
+def answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts a TCP connection at ``address`` (``host:port``; a local cluster's
+    GCS): a killed scheduler's ``--local`` cluster that did not die with it."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,311 @@
+"""A restart on another Ray cluster than the one the journal's runs are on is refused.
+
+Recovery requeues a running job whose run it does not find; on another cluster it never finds one,
+so every running job was launched a second time while its first run went on where it was (two
+runs of one job at once, on one checkpoint folder). The journal records the cluster its runs are
+launched on (Ray's session name) and a start elsewhere is refused unless ``--requeue-lost-runs``.
+
+Ray is not started here: ``start_ray`` returns an address, the session name is the test's and
+``_run`` (recovery, API, loop) records that it was reached.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from deepshare.cli import main
+from deepshare.core.errors import DeepShareError
+from deepshare.runtime import cluster_guard, service
+from deepshare.runtime.cluster_guard import RAY_CLUSTER_KEY, RayCluster, check_same_cluster, recorded
+from deepshare.runtime.journal import JobState, Journal
+from deepshare.runtime.service import ServiceConfig, run_scheduler
+from deepshare.runtime.spec import spec_from_json
+from deepshare.runtime.token import TOKEN_ENV
+
+SPEC = dict(name="train", gpus=2, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/ckpt")
+A = RayCluster("session_2026-12-01_10-00-00_000001_111", "10.0.0.5:6379")
+B = RayCluster("session_2026-12-08_09-00-00_000002_222", "10.0.0.9:6379")
+
+
+def _running(journal: Journal, n: int = 1) -> list[str]:
+    ids = []
+    for _ in range(n):
+        job = journal.submit(spec_from_json(SPEC)).job_id
+        journal.start_run(job, (("node0", 2),), None)
+        ids.append(job)
+    return ids
+
+
+# -- the guard itself -----------------------------------------------------------------------------
+def test_a_journal_without_a_record_takes_the_cluster_it_joins(journal):
+    _running(journal)
+    assert recorded(journal) is None
+    assert check_same_cluster(journal, A, requeue_lost_runs=False) == []
+    assert recorded(journal) == A
+
+
+def test_the_same_cluster_at_another_address_is_the_same_cluster(journal):
+    _running(journal)
+    cluster_guard.record(journal, A)
+    here = RayCluster(A.session, "ray-head.svc:6379")
+    assert check_same_cluster(journal, here, requeue_lost_runs=False) == []
+    assert recorded(journal) == here  # the address to give --address now
+
+
+def test_runs_on_another_cluster_refuse_the_start_and_name_both_clusters_and_the_jobs(journal):
+    jobs = _running(journal, 7)
+    cluster_guard.record(journal, A)
+    with pytest.raises(DeepShareError) as refused:
+        check_same_cluster(journal, B, requeue_lost_runs=False)
+    text = str(refused.value)
+    assert "\n" not in text
+    assert text.startswith(f"7 run(s) of this state folder's jobs ({', '.join(jobs[:5])} and 2 more) were launched on "
+                           f"another Ray cluster, {A.session} at 10.0.0.5:6379; this start joined {B.session} at "
+                           "10.0.0.9:6379, where they are not"), text
+    assert "restart with --address 10.0.0.5:6379" in text.lower() and text.endswith("add --requeue-lost-runs")
+    assert recorded(journal) == A  # nothing changed
+    assert all(journal.get(j).state is JobState.RUNNING for j in jobs)
+
+
+@pytest.fixture
+def listening():
+    """A loopback address something answers at (a killed scheduler's local cluster still up)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def _closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once it is closed
+
+
+def test_a_killed_local_cluster_that_still_answers_says_to_stop_its_processes(journal, listening):
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A.session, listening, local=True))
+    with pytest.raises(DeepShareError) as refused:
+        check_same_cluster(journal, RayCluster(B.session, "127.0.0.1:6380", local=True), requeue_lost_runs=False)
+    text = str(refused.value)
+    assert f"the --local cluster {A.session} at {listening}" in text
+    assert "Its scheduler was killed and it still answers at that address, so its Ray processes may still run them" in text
+    assert text.endswith(", then add --requeue-lost-runs")
+
+
+def test_a_killed_local_cluster_gone_with_its_scheduler_holds_nothing(journal):
+    """On Linux Ray's processes share their starter's fate: a SIGKILLed ``--local`` scheduler took
+    its cluster and its runs with it (seen: no raylet, GCS or worker left), so the start goes on and
+    recovery requeues the jobs."""
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A.session, _closed_port(), local=True))
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    assert recorded(journal) == B
+
+
+def test_answers():
+    assert not cluster_guard.answers(_closed_port())
+    assert not cluster_guard.answers("no-port") and not cluster_guard.answers("127.0.0.1:x")
+
+
+def test_requeue_lost_runs_gives_them_up_and_records_the_new_cluster(journal):
+    jobs = _running(journal, 2)
+    cluster_guard.record(journal, A)
+    assert check_same_cluster(journal, B, requeue_lost_runs=True) == jobs
+    assert recorded(journal) == B
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []  # the next start is on the same one
+
+
+@pytest.mark.parametrize("ended", ["finished", "requeued"])
+def test_no_open_run_no_refusal(journal, ended):
+    """Moving a state folder whose runs all ended to another cluster is allowed."""
+    job = _running(journal)[0]
+    state = JobState.FINISHED if ended == "finished" else JobState.QUEUED
+    journal.end_run(job, 1, state, "test")
+    cluster_guard.record(journal, A)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    assert recorded(journal) == B
+
+
+def test_a_quarantined_jobs_run_still_to_remove_counts(journal):
+    """A quarantined row's run stays open until it is removed from the cluster it is on."""
+    job = _running(journal)[0]
+    cluster_guard.record(journal, A)
+    journal._db.execute("UPDATE jobs SET spec = 'not json' WHERE id = ?", (job,))
+    journal._db.commit()
+    assert journal.get(job).state is JobState.FAILED  # quarantined
+    assert [j for j, *_ in journal.orphans()] == [job]
+    with pytest.raises(DeepShareError, match=rf"1 run\(s\) of this state folder's jobs \({job}\)"):
+        check_same_cluster(journal, B, requeue_lost_runs=False)
+
+
+@pytest.mark.parametrize("value", ["", "not json", "[]", '{"session": "s"}', '{"session": 1, "address": "a", "local": false}',
+                                   '{"session": "", "address": "a", "local": false}',
+                                   '{"session": "s", "address": "a", "local": "no"}',
+                                   json.dumps({"session": "s" * 300, "address": "a", "local": False})])
+def test_a_record_that_does_not_read_is_not_recorded(journal, value, caplog):
+    _running(journal)
+    journal.set_meta(RAY_CLUSTER_KEY, value)
+    assert recorded(journal) is None
+    assert "is not a Ray cluster record" in caplog.text
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    assert recorded(journal) == B
+
+
+def test_a_record_of_bytes_that_are_not_utf8_is_not_recorded(journal, caplog):
+    _running(journal)
+    journal._db.execute("INSERT OR REPLACE INTO meta VALUES (?, CAST(? AS TEXT))", (RAY_CLUSTER_KEY, b"\xff\xfe"))
+    journal._db.commit()
+    with pytest.raises(sqlite3.Error):
+        journal.meta(RAY_CLUSTER_KEY)
+    assert recorded(journal) is None and "cannot be read" in caplog.text
+
+
+def test_forget_local_removes_only_its_own_record(journal):
+    local = RayCluster(A.session, "127.0.0.1:1", local=True)
+    cluster_guard.record(journal, B)
+    cluster_guard.forget_local(journal, local)
+    assert recorded(journal) == B
+    cluster_guard.record(journal, local)
+    cluster_guard.forget_local(journal, local)
+    assert recorded(journal) is None
+
+
+# -- through run_scheduler and the CLI -------------------------------------------------------------
+class Reached(Exception):
+    """``_run`` (recovery, the API, the loop) was reached."""
+
+
+class FakeLocal:
+    """A ``--local`` cluster that starts and stops at once (its runs would stop with it)."""
+
+    stopped = 0
+
+    def __init__(self, *_a, **_k) -> None:
+        pass
+
+    def start(self) -> str:
+        return "127.0.0.1:6390"
+
+    def shutdown(self) -> None:
+        FakeLocal.stopped += 1
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """``start_ray`` joins "10.0.0.9:6379" (``--local``: the real ``start_ray`` with a fake local
+    cluster); the session is ``session[0]``; ``_run`` raises :class:`Reached` (or, with
+    ``returns[0]``, returns: a clean stop)."""
+    from deepshare.runtime import localcluster
+
+    session: list[str | None] = [B.session]
+    returns = [False]
+    real_start = service.start_ray
+
+    def start(config, cleanup, local_stopped=None):  # type: ignore[no-untyped-def]
+        return real_start(config, cleanup, local_stopped) if config.local_nodes is not None else "10.0.0.9:6379"
+
+    def run(*_a, **_k):  # type: ignore[no-untyped-def]
+        if not returns[0]:
+            raise Reached()
+
+    monkeypatch.setattr(localcluster, "LocalCluster", FakeLocal)
+    monkeypatch.setattr(service, "start_ray", start)
+    monkeypatch.setattr(service, "current_session", lambda: session[0])
+    monkeypatch.setattr(service, "_run", run)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    return session, returns
+
+
+def _start(state: Path, **config: object) -> None:
+    from deepshare.policies import make_policy
+
+    run_scheduler(ServiceConfig(state_dir=str(state), port=0, **config),  # type: ignore[arg-type]
+                  make_policy("fifo+consolidated"), announce=lambda _line: None, stop=threading.Event(),
+                  handle_signals=False)
+
+
+def _journal_with_runs_on(state: Path, cluster: RayCluster) -> str:
+    journal = Journal(state)
+    job = _running(journal)[0]
+    cluster_guard.record(journal, cluster)
+    journal.close()
+    return job
+
+
+def test_a_start_on_another_cluster_exits_2_in_one_line_and_changes_nothing(tmp_path, capsys, fake_ray):
+    pytest.importorskip("ray")
+    state = tmp_path / "state"
+    job = _journal_with_runs_on(state, A)
+    rc = main(["scheduler", "start", "--address", "10.0.0.9:6379", "--port", "0", "--state", str(state),
+               "--policy", "fifo+consolidated"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert f"({job}) were launched on another Ray cluster, {A.session} at 10.0.0.5:6379" in err
+    journal = Journal(state)
+    assert recorded(journal) == A and journal.get(job).state is JobState.RUNNING
+    journal.close()
+
+
+def test_requeue_lost_runs_goes_on_and_says_so(tmp_path, capsys, fake_ray):
+    pytest.importorskip("ray")
+    state = tmp_path / "state"
+    _journal_with_runs_on(state, A)
+    with pytest.raises(Reached):
+        main(["scheduler", "start", "--address", "10.0.0.9:6379", "--port", "0", "--state", str(state),
+              "--policy", "fifo+consolidated", "--requeue-lost-runs"])
+    assert "--requeue-lost-runs: the runs of 1 job(s)" in capsys.readouterr().err
+    journal = Journal(state)
+    assert recorded(journal) == RayCluster(B.session, "10.0.0.9:6379")
+    journal.close()
+
+
+def test_a_clean_stop_of_a_local_cluster_forgets_it_and_a_killed_one_does_not(tmp_path, fake_ray, listening):
+    """After a clean stop the next ``--local`` start requeues the running jobs (their runs stopped
+    with the cluster); had the scheduler been killed, its cluster (and the runs) may be alive."""
+    session, returns = fake_ray
+    state = tmp_path / "state"
+    journal = Journal(state)
+    _running(journal)
+    journal.close()
+    session[0], returns[0] = A.session, True
+    stopped = FakeLocal.stopped
+    _start(state, local_nodes=1)  # runs, then stops cleanly
+    assert FakeLocal.stopped == stopped + 1
+    journal = Journal(state)
+    assert recorded(journal) is None
+    killed = RayCluster(A.session, listening, local=True)  # as a killed one leaves it, its cluster still up
+    cluster_guard.record(journal, killed)
+    journal.close()
+    session[0] = B.session
+    with pytest.raises(DeepShareError, match="Its scheduler was killed"):
+        _start(state, local_nodes=1)
+    assert FakeLocal.stopped == stopped + 2  # the new local cluster was stopped again
+    journal = Journal(state)
+    assert recorded(journal) == killed
+    journal.close()
+
+
+def test_a_ray_that_does_not_say_its_session_is_not_checked(tmp_path, fake_ray):
+    session, _ = fake_ray
+    session[0] = None
+    state = tmp_path / "state"
+    _journal_with_runs_on(state, A)
+    with pytest.raises(Reached):
+        _start(state, address="10.0.0.9:6379")
+    journal = Journal(state)
+    assert recorded(journal) == A
+    journal.close()
+
+
+def test_the_session_name_is_rays(ray_local):
+    import ray
+
+    name = cluster_guard.current_session()
+    assert name == ray.get_runtime_context().get_session_name() and name.startswith("session_")
