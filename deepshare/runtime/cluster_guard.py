@@ -78,7 +78,7 @@ def recorded(journal: "Journal") -> RayCluster | None:
     """The Ray cluster the journal's runs were launched on (None: not recorded, or not readable)."""
     try:
         text = journal.meta(RAY_CLUSTER_KEY)
-    except sqlite3.Error as exc:  # a row edited to hold bytes that are not UTF-8
+    except sqlite3.Error as exc:  # a meta table edited by hand
         log.warning("meta.%s cannot be read (%s); taken as not recorded", RAY_CLUSTER_KEY, first_line(exc))
         return None
     if text is None:

@@ -229,6 +229,7 @@ class Journal:
                 _check_is_journal(path, state_dir)  # read-only: a refused file is left as it was
             os.chmod(path, 0o600)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.text_factory = text_or_escaped
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -275,6 +276,7 @@ class Journal:
         try:
             journal._db = sqlite3.connect(f"{resolved(path).as_uri()}?mode=ro", uri=True, check_same_thread=False,
                                           isolation_level=None)
+            journal._db.text_factory = text_or_escaped
             journal.epoch = float(journal._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
         except (sqlite3.Error, TypeError, ValueError) as exc:
             raise DeepShareError(f"{flag} {state_dir}: cannot read the journal ({exc})") from None
@@ -566,8 +568,8 @@ class Journal:
         return deleted
 
     def meta(self, key: str) -> str | None:
-        """The ``meta`` table's value for ``key`` (None: no such row; a row edited to hold bytes
-        that are not UTF-8 raises :class:`sqlite3.Error`)."""
+        """The ``meta`` table's value for ``key`` (None: no such row; bytes edited in that are
+        not UTF-8 come back escaped, as a :class:`NotUtf8`)."""
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
@@ -661,6 +663,9 @@ class Journal:
     def _parse(self, row: tuple) -> JobRecord:
         (job_id, seq, spec, state, submit, attempt, preemptions, placement, run_started, queued_since, last_run_s,
          attained, samples, step, thp, pred, cancel, error, finish, _queue) = row  # the queue is the spec's
+        for name, value in (("id", job_id), ("spec", spec), ("state", state), ("placement", placement)):
+            if isinstance(value, NotUtf8):
+                raise ValueError(f"{name}: {value.problem}")
         if not isinstance(spec, str):
             raise TypeError(f"spec is {type(spec).__name__}, not JSON text")
         parsed, state = LiveJobSpec.model_validate_json(spec), JobState(state)
@@ -700,6 +705,8 @@ class Journal:
         spec = _placeholder_spec(str(job_id), raw_spec, row[-1])
         now = self.now()
         with self._tx() as db:  # re-read inside the transaction: two readers quarantine a row once
+            if isinstance(job_id, NotUtf8):
+                job_id = _rekey(db, job_id)
             current = db.execute("SELECT state, error, finish_time FROM jobs WHERE id=?", (job_id,)).fetchone()
             state, error, finish = current if current is not None else (JobState.FAILED.value, reason, now)
             if state != JobState.FAILED.value or not (isinstance(error, str) and error.startswith(QUARANTINED)):
@@ -1026,6 +1033,48 @@ def _utf8(name: str, value: Any) -> Any:
         return value.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name}: byte 0x{value[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+
+
+class NotUtf8(str):
+    """A text value whose bytes are not UTF-8 (a row edited by hand), as its text with the bad
+    bytes escaped (``\\xff``): every read of the journal goes on, and the row it is in can be
+    shown, quarantined and deleted. :attr:`problem` names the first bad byte."""
+
+    problem: str
+    raw: bytes
+    """The bytes the journal holds."""
+
+    def __new__(cls, raw: bytes) -> "NotUtf8":
+        self = super().__new__(cls, raw.decode("utf-8", "backslashreplace"))
+        try:
+            raw.decode("utf-8")
+            self.problem = "not UTF-8"
+        except UnicodeDecodeError as exc:
+            self.problem = f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8"
+        self.raw = raw
+        return self
+
+
+def text_or_escaped(raw: bytes) -> str:
+    """The journal's ``text_factory``: a text value decoded from UTF-8, or a :class:`NotUtf8`
+    (Python's own factory raised ``sqlite3.OperationalError`` for the whole read, so one edited
+    row failed every tick of a running scheduler and every read of the API)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return NotUtf8(raw)
+
+
+def _rekey(db: sqlite3.Connection, job_id: NotUtf8) -> str:
+    """Give a job whose id is not UTF-8 its escaped id (in its transitions and runs too), inside
+    the quarantine's transaction: the row can then be found, shown and deleted by that id. An
+    escaped id another job already has gets a suffix."""
+    new, suffix = str(job_id), 1
+    while db.execute("SELECT 1 FROM jobs WHERE id = ?", (new,)).fetchone() is not None:
+        new, suffix = f"{job_id}~{suffix}", suffix + 1
+    for table, column in (("jobs", "id"), ("runs", "job_id"), ("transitions", "job_id")):
+        db.execute(f"UPDATE {table} SET {column} = ? WHERE {column} = CAST(? AS TEXT)", (new, job_id.raw))
+    return new
 
 
 def _utf8_shown(value: Any) -> str:

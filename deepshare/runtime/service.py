@@ -219,7 +219,7 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
         cleanup.callback(journal.close)
         try:
             live = journal.jobs(JobState.QUEUED, JobState.RUNNING)
-        except sqlite3.Error as exc:  # a row edited to hold bytes that are not UTF-8: a traceback
+        except sqlite3.Error as exc:  # a table edited by hand (a row is quarantined; a dropped column is not)
             raise DeepShareError(f"--state {config.state_dir}: the journal's queued and running jobs cannot be "
                                  f"read ({first_line(exc)}); a row edited by hand: repair it with sqlite3") from None
         check_job_levels(live, config.levels.names)

@@ -175,22 +175,24 @@ def test_empty_brackets_are_an_empty_host_not_every_interface(capsys, host):
         service.bind(host, 0).close()
 
 
-def test_a_journal_row_that_is_not_utf8_refuses_the_start_in_one_line(tmp_path, capsys, no_ray):
+def test_a_journal_row_that_is_not_utf8_is_quarantined_at_the_start(tmp_path, no_ray):
     """A queued job's spec edited to hold bytes that are not UTF-8: the level check's read was a
-    ``sqlite3.OperationalError`` traceback; it is one line naming ``--state``, before Ray."""
+    ``sqlite3.OperationalError`` traceback; the row is quarantined (naming the column and the
+    byte) and the start goes on, as for any row that cannot be read."""
     import sqlite3
 
     state = tmp_path / "state"
     journal = Journal(state)
-    journal.submit(spec_from_json(SPEC))
+    bad = journal.submit(spec_from_json(SPEC)).job_id
     journal.close()
     db = sqlite3.connect(state / "journal.sqlite")
     db.execute("UPDATE jobs SET spec=CAST(X'7B22ff227D' AS TEXT)")
     db.commit()
     db.close()
-    rc, err = _cli(capsys, "scheduler", "start", "--local", "--port", "0", "--state", state,
-                   "--policy", "fifo+consolidated")
-    assert rc == 2 and err.startswith(f"deepshare: error: --state {state}: the journal's queued and running jobs "
-                                      "cannot be read ("), err
-    assert "Could not decode to UTF-8" in err and "\n" not in err
-    assert not (state / "token").exists()
+    with pytest.raises(ReachedRay):
+        _start(state)
+    journal = Journal(state)
+    record = journal.get(bad)
+    assert record.state is JobState.FAILED
+    assert record.error == "quarantined: its journal row cannot be read (spec: byte 0xff at offset 2 is not UTF-8)"
+    journal.close()
