@@ -110,18 +110,31 @@ def forget_local(journal: "Journal", cluster: RayCluster) -> None:
         journal.set_meta(RAY_CLUSTER_KEY, None)
 
 
-def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: bool) -> list[str]:
+def local_up(journal: "Journal") -> bool | None:
+    """Whether the recorded ``--local`` cluster answers at its address (None: the record is not
+    of a local cluster). Asked before this start's own Ray starts: the processes of a new local
+    cluster listen on ports the OS picks, and one of them may be the port of the dead one, which
+    then answered for it (a start refused for a cluster that is gone)."""
+    before = recorded(journal)
+    return answers(before.address) if before is not None and before.local else None
+
+
+def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: bool,
+                       local_answered: bool | None = None) -> list[str]:
     """Refuse (:class:`DeepShareError`) a start on ``here`` when the journal has runs not ended on
     another recorded cluster, unless ``requeue_lost_runs``; then record ``here``. Returns the ids
-    of the jobs whose runs are given up for lost (empty unless ``requeue_lost_runs`` applied)."""
+    of the jobs whose runs are given up for lost (empty unless ``requeue_lost_runs`` applied).
+    ``local_answered``: whether a recorded ``--local`` cluster answered before ``here`` was started
+    (:func:`local_up`; None: probed now)."""
     before = recorded(journal)
     try:
         jobs = journal.open_runs() if before is not None and before.session != here.session else []
     except sqlite3.Error as exc:
         raise DeepShareError(f"the journal's open runs cannot be read ({first_line(exc)}); a row edited by hand: "
                              "repair it with sqlite3") from None
-    if jobs and before is not None and before.local and not answers(before.address):
-        jobs = []  # a killed scheduler's local cluster, gone with it: its runs stopped there
+    if jobs and before is not None and before.local:
+        if not (answers(before.address) if local_answered is None else local_answered):
+            jobs = []  # a killed scheduler's local cluster, gone with it: its runs stopped there
     if jobs and not requeue_lost_runs:
         assert before is not None
         shown = ", ".join(jobs[:MAX_SHOWN_JOBS]) + (f" and {len(jobs) - MAX_SHOWN_JOBS} more"

@@ -305,3 +305,50 @@ def test_the_session_name_is_rays(ray_local):
 
     name = cluster_guard.current_session()
     assert name == ray.get_runtime_context().get_session_name() and name.startswith("session_")
+
+
+class PortTaker(FakeLocal):
+    """A ``--local`` cluster one of whose processes (a raylet, a worker, its GCS: ports the OS
+    picks) takes the port the killed scheduler's dead cluster's GCS had."""
+
+    port = 0
+    held: socket.socket | None = None
+
+    def start(self) -> str:
+        PortTaker.held = socket.socket()
+        PortTaker.held.bind(("127.0.0.1", PortTaker.port))
+        PortTaker.held.listen()
+        return "127.0.0.1:6390"
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if PortTaker.held is not None:
+            PortTaker.held.close()
+
+
+def test_a_dead_local_cluster_is_probed_before_this_starts_own_cluster_takes_its_port(tmp_path, fake_ray, monkeypatch):
+    """The killed scheduler's local cluster died with it (nothing answers at its address); the new
+    local cluster's processes listen on ports the OS picks, one of which may be that one: probed
+    after this start's Ray, its own cluster answered for the dead one and the start was refused."""
+    from deepshare.runtime import localcluster
+
+    session, _ = fake_ray
+    session[0] = B.session
+    dead = _closed_port()
+    PortTaker.port = int(dead.rpartition(":")[2])
+    monkeypatch.setattr(localcluster, "LocalCluster", PortTaker)
+    state = tmp_path / "state"
+    _journal_with_runs_on(state, RayCluster(A.session, dead, local=True))
+    with pytest.raises(Reached):  # recovery requeues them: their runs died with their cluster
+        _start(state, local_nodes=1)
+    journal = Journal(state)
+    assert recorded(journal) is None  # this start's local cluster, stopped: forgotten
+    journal.close()
+
+
+def test_a_local_cluster_that_answered_before_this_start_is_not_probed_again(journal):
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A.session, _closed_port(), local=True))
+    with pytest.raises(DeepShareError, match="Its scheduler was killed"):
+        check_same_cluster(journal, B, requeue_lost_runs=False, local_answered=True)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False, local_answered=False) == []
