@@ -1068,8 +1068,10 @@ def text_or_escaped(raw: bytes) -> str:
 def _rekey(db: sqlite3.Connection, job_id: NotUtf8) -> str:
     """Give a job whose id is not UTF-8 its escaped id (in its transitions and runs too), inside
     the quarantine's transaction: the row can then be found, shown and deleted by that id. An
-    escaped id another job already has gets a suffix."""
+    escaped id another job already has gets a suffix. One another reader rekeyed first is left."""
     new, suffix = str(job_id), 1
+    if db.execute("SELECT 1 FROM jobs WHERE id = CAST(? AS TEXT)", (job_id.raw,)).fetchone() is None:
+        return new
     while db.execute("SELECT 1 FROM jobs WHERE id = ?", (new,)).fetchone() is not None:
         new, suffix = f"{job_id}~{suffix}", suffix + 1
     for table, column in (("jobs", "id"), ("runs", "job_id"), ("transitions", "job_id")):

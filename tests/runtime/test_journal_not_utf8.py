@@ -128,3 +128,16 @@ def test_the_api_lists_jobs_with_such_rows(tmp_path):
         status, shown = call(url, "GET", f"/v1/jobs/{ok}")
         assert status == 200 and shown["transitions"][0]["reason"] == "ok\\xff", shown  # type: ignore[index]
     journal.close()
+
+
+def test_a_second_reader_of_a_row_already_rekeyed_finds_it_by_its_escaped_id(rig):
+    """Two readers (the loop and the API) read the row before either quarantined it: the second
+    found the escaped id taken (by the first's rewrite) and answered a record of a suffixed id
+    that no row has."""
+    a = rig.submit("a", 1)
+    edit(rig.state_dir, "UPDATE jobs SET id = CAST(? AS TEXT) WHERE id = ?", b"a\xff", a)
+    with rig.journal._lock:
+        row = rig.journal._db.execute(f"SELECT {rig.journal._COLS} FROM jobs").fetchone()
+    first, second = rig.journal._record(row), rig.journal._record(row)
+    assert first.job_id == second.job_id == "a\\xff" and second.state is JobState.FAILED
+    assert [job.job_id for job in rig.journal.jobs()] == ["a\\xff"]
