@@ -11,15 +11,16 @@ So the journal records the Ray cluster its runs are launched on (``meta.ray_clus
 session name, which names one cluster from its start to its end and survives a head restart under
 GCS fault tolerance, and the address it was joined at), and a start on a cluster of another session
 while the journal has open runs is refused in one line that names both clusters and the jobs,
-unless ``--requeue-lost-runs`` says that the first cluster is gone or its runs were stopped. The
-scheduler cannot tell "gone" from "still running elsewhere": only its operator knows.
+unless ``--requeue-lost-runs`` says that its runs there were stopped. That refusal holds only while
+something still answers at the first cluster's address: a cluster whose head is gone (a KubeRay
+cluster recreated, a head restarted without GCS fault tolerance, a killed scheduler's ``--local``
+cluster, which dies with it on Linux) has no runs left, and its jobs are requeued with a warning.
+The scheduler cannot see a cluster's runs from another cluster; an address that answers is the
+sign it might still have them.
 
 A ``--local`` cluster stops with its scheduler, and its runs with it: a clean stop forgets the
-record (:func:`forget_local`), so restarting ``--local`` after a clean stop requeues its running jobs
-as before. A killed scheduler's local cluster dies with it where Ray can share a process's fate
-with its children (Linux); the record of a local cluster therefore holds a start only while
-something still answers at its loopback address. A journal written before this record, or a record
-that does not read, has no cluster: the start goes on and records the one it joined.
+record (:func:`forget_local`). A journal written before this record, or a record that does not
+read, has no cluster: the start goes on and records the one it joined.
 """
 
 from __future__ import annotations
@@ -110,46 +111,71 @@ def forget_local(journal: "Journal", cluster: RayCluster) -> None:
         journal.set_meta(RAY_CLUSTER_KEY, None)
 
 
-def local_up(journal: "Journal") -> bool | None:
-    """Whether the recorded ``--local`` cluster answers at its address (None: the record is not
-    of a local cluster). Asked before this start's own Ray starts: the processes of a new local
-    cluster listen on ports the OS picks, and one of them may be the port of the dead one, which
-    then answered for it (a start refused for a cluster that is gone)."""
+def recorded_answers(journal: "Journal") -> bool | None:
+    """Whether something answers at the recorded cluster's address (None: no record). Asked before
+    this start's own Ray starts: the processes of a new local cluster listen on ports the OS
+    picks, and one of them may be the port of the dead one, which then answered for it."""
     before = recorded(journal)
-    return answers(before.address) if before is not None and before.local else None
+    return None if before is None else answers(before.address)
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A start on another cluster than the recorded one, with runs open there."""
+
+    before: RayCluster
+    jobs: list[str]
+    """The jobs whose runs are given up (their running jobs are requeued by recovery)."""
+    why: str
+    """``flag`` (``--requeue-lost-runs``) or ``silent`` (nothing answers at its address)."""
+
+    def describe(self) -> str:
+        if self.why == "flag":
+            return (f"--requeue-lost-runs: the run(s) of {len(self.jobs)} job(s) on {self.before.describe()} are "
+                    "given up for lost; the running ones are requeued")
+        return (f"the Ray cluster the run(s) of {len(self.jobs)} job(s) were launched on, {self.before.describe()}, "
+                "no longer answers there: they are taken as gone with it, and the running ones requeued")
 
 
 def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: bool,
-                       local_answered: bool | None = None) -> list[str]:
+                       answered: bool | None = None) -> Moved | None:
     """Refuse (:class:`DeepShareError`) a start on ``here`` when the journal has runs not ended on
-    another recorded cluster, unless ``requeue_lost_runs``; then record ``here``. Returns the ids
-    of the jobs whose runs are given up for lost (empty unless ``requeue_lost_runs`` applied).
-    ``local_answered``: whether a recorded ``--local`` cluster answered before ``here`` was started
-    (:func:`local_up`; None: probed now)."""
+    another recorded cluster that still answers at its address, unless ``requeue_lost_runs``;
+    then record ``here``. Returns what was given up (None: nothing). ``answered``: whether the
+    recorded cluster answered before ``here`` was started (:func:`recorded_answers`; None:
+    probed now).
+
+    A recorded cluster whose address no longer answers is taken as gone: its head is down, and
+    without it (a Ray head restarted under GCS fault tolerance keeps its session, so it is not
+    "another" cluster) its nodes and their workers stop. That covers a KubeRay cluster recreated
+    under the same service name (its head pod has another address), where asking for the flag
+    would stop every restart until an operator edits the command, and the flag then left in place
+    would disarm the check."""
     before = recorded(journal)
     try:
         jobs = journal.open_runs() if before is not None and before.session != here.session else []
     except sqlite3.Error as exc:
         raise DeepShareError(f"the journal's open runs cannot be read ({first_line(exc)}); a row edited by hand: "
                              "repair it with sqlite3") from None
-    if jobs and before is not None and before.local:
-        if not (answers(before.address) if local_answered is None else local_answered):
-            jobs = []  # a killed scheduler's local cluster, gone with it: its runs stopped there
-    if jobs and not requeue_lost_runs:
+    moved = None
+    if jobs:
         assert before is not None
-        shown = ", ".join(jobs[:MAX_SHOWN_JOBS]) + (f" and {len(jobs) - MAX_SHOWN_JOBS} more"
-                                                    if len(jobs) > MAX_SHOWN_JOBS else "")
-        where = ("its scheduler was killed and it still answers at that address, so its Ray processes may still "
-                 "run them: stop them (by PID)" if before.local else
-                 f"restart with --address {before.address} to re-attach to them, or, once that cluster is gone "
-                 "or its runs were stopped,")
-        raise DeepShareError(
-            f"{len(jobs)} run(s) of this state folder's jobs ({shown}) were launched on another Ray cluster, "
-            f"{before.describe()}; this start joined {here.describe()}, where they are not, and would requeue "
-            f"them while they may still run there (twice at once, on the same checkpoints). {where[0].upper()}{where[1:]}"
-            f"{', then' if before.local else ''} add --requeue-lost-runs")
+        if not (answers(before.address) if answered is None else answered):
+            moved = Moved(before, jobs, "silent")
+        elif requeue_lost_runs:
+            moved = Moved(before, jobs, "flag")
+        else:
+            shown = ", ".join(jobs[:MAX_SHOWN_JOBS]) + (f" and {len(jobs) - MAX_SHOWN_JOBS} more"
+                                                        if len(jobs) > MAX_SHOWN_JOBS else "")
+            how = ("Its scheduler was killed and it did not stop with it: stop its Ray processes by PID and start again"
+                   if before.local else f"Restart with --address {before.address} to re-attach to them")
+            raise DeepShareError(
+                f"{len(jobs)} run(s) of this state folder's jobs ({shown}) were launched on another Ray cluster, "
+                f"{before.describe()}, which still answers there; this start joined {here.describe()}, where they "
+                "are not, and would requeue them while they may still run there (twice at once, on the same "
+                f"checkpoints). {how}, or, once their runs there are stopped, add --requeue-lost-runs")
     record(journal, here)
-    return jobs
+    return moved
 
 
 def answers(address: str, timeout_s: float = 1.0) -> bool:

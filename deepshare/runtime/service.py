@@ -35,7 +35,7 @@ from deepshare.infra.httpserver import api_server
 from deepshare.policies.base import Policy
 from deepshare.runtime.cluster import NO_LEVELS, ClusterState, LabelLevels
 from deepshare.runtime.cluster_guard import (RayCluster, check_same_cluster, current_session, forget_local,
-                                             local_up)
+                                             recorded_answers)
 from deepshare.runtime.defaults import DEFAULT_REFIT_S, MAX_QUEUED
 from deepshare.runtime.journal import Journal, JobRecord, JobState
 from deepshare.runtime.launcher import RayLauncher
@@ -238,15 +238,14 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
             if joined:
                 _forget_local(journal, joined[0])
 
-        was_up = local_up(journal)  # before this start's Ray: a new local cluster may take the dead one's port
+        was_up = recorded_answers(journal)  # before this start's Ray: a new local one may take the dead one's port
         address = start_ray(config, cleanup, local_stopped)
         session = current_session()
         if session is not None:
             joined.append(RayCluster(session, address, local=config.local_nodes is not None))
-            lost = check_same_cluster(journal, joined[0], config.requeue_lost_runs, was_up)
-            if lost:
-                warn(f"--requeue-lost-runs: the runs of {len(lost)} job(s) on the Ray cluster the journal named are "
-                     "given up for lost; the running ones are requeued")
+            moved = check_same_cluster(journal, joined[0], config.requeue_lost_runs, was_up)
+            if moved is not None:
+                warn(f"warning: {moved.describe()}")
         _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, hangup)
     return 0
 

@@ -3,7 +3,8 @@
 Recovery requeues a running job whose run it does not find; on another cluster it never finds one,
 so every running job was launched a second time while its first run went on where it was (two
 runs of one job at once, on one checkpoint folder). The journal records the cluster its runs are
-launched on (Ray's session name) and a start elsewhere is refused unless ``--requeue-lost-runs``.
+launched on (Ray's session name) and a start elsewhere is refused while that cluster still answers
+at its address, unless ``--requeue-lost-runs``; one that no longer answers is taken as gone.
 
 Ray is not started here: ``start_ray`` returns an address, the session name is the test's and
 ``_run`` (recovery, API, loop) records that it was reached.
@@ -28,7 +29,7 @@ from deepshare.runtime.spec import spec_from_json
 from deepshare.runtime.token import TOKEN_ENV
 
 SPEC = dict(name="train", gpus=2, model="DLRM", command=["/bin/true"], checkpoint_dir="/tmp/ckpt")
-A = RayCluster("session_2026-12-01_10-00-00_000001_111", "10.0.0.5:6379")
+A_SESSION = "session_2026-12-01_10-00-00_000001_111"
 B = RayCluster("session_2026-12-08_09-00-00_000002_222", "10.0.0.9:6379")
 
 
@@ -42,43 +43,18 @@ def _running(journal: Journal, n: int = 1) -> list[str]:
 
 
 # -- the guard itself -----------------------------------------------------------------------------
-def test_a_journal_without_a_record_takes_the_cluster_it_joins(journal):
-    _running(journal)
-    assert recorded(journal) is None
-    assert check_same_cluster(journal, A, requeue_lost_runs=False) == []
-    assert recorded(journal) == A
-
-
-def test_the_same_cluster_at_another_address_is_the_same_cluster(journal):
-    _running(journal)
-    cluster_guard.record(journal, A)
-    here = RayCluster(A.session, "ray-head.svc:6379")
-    assert check_same_cluster(journal, here, requeue_lost_runs=False) == []
-    assert recorded(journal) == here  # the address to give --address now
-
-
-def test_runs_on_another_cluster_refuse_the_start_and_name_both_clusters_and_the_jobs(journal):
-    jobs = _running(journal, 7)
-    cluster_guard.record(journal, A)
-    with pytest.raises(DeepShareError) as refused:
-        check_same_cluster(journal, B, requeue_lost_runs=False)
-    text = str(refused.value)
-    assert "\n" not in text
-    assert text.startswith(f"7 run(s) of this state folder's jobs ({', '.join(jobs[:5])} and 2 more) were launched on "
-                           f"another Ray cluster, {A.session} at 10.0.0.5:6379; this start joined {B.session} at "
-                           "10.0.0.9:6379, where they are not"), text
-    assert "restart with --address 10.0.0.5:6379" in text.lower() and text.endswith("add --requeue-lost-runs")
-    assert recorded(journal) == A  # nothing changed
-    assert all(journal.get(j).state is JobState.RUNNING for j in jobs)
-
-
 @pytest.fixture
 def listening():
-    """A loopback address something answers at (a killed scheduler's local cluster still up)."""
+    """A loopback address something answers at (the first cluster's head, still up)."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def A(listening):  # noqa: N802 - the first cluster, up
+    return RayCluster(A_SESSION, listening)
 
 
 def _closed_port() -> str:
@@ -87,15 +63,60 @@ def _closed_port() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once it is closed
 
 
+def test_a_journal_without_a_record_takes_the_cluster_it_joins(journal, A):
+    _running(journal)
+    assert recorded(journal) is None
+    assert check_same_cluster(journal, A, requeue_lost_runs=False) is None
+    assert recorded(journal) == A
+
+
+def test_the_same_cluster_at_another_address_is_the_same_cluster(journal, A):
+    _running(journal)
+    cluster_guard.record(journal, A)
+    here = RayCluster(A.session, "ray-head.svc:6379")
+    assert check_same_cluster(journal, here, requeue_lost_runs=False) is None
+    assert recorded(journal) == here  # the address to give --address now
+
+
+def test_runs_on_another_cluster_that_answers_refuse_the_start_naming_both_and_the_jobs(journal, A):
+    jobs = _running(journal, 7)
+    cluster_guard.record(journal, A)
+    with pytest.raises(DeepShareError) as refused:
+        check_same_cluster(journal, B, requeue_lost_runs=False)
+    text = str(refused.value)
+    assert "\n" not in text
+    assert text == (f"7 run(s) of this state folder's jobs ({', '.join(jobs[:5])} and 2 more) were launched on another "
+                    f"Ray cluster, {A.session} at {A.address}, which still answers there; this start joined "
+                    f"{B.session} at 10.0.0.9:6379, where they are not, and would requeue them while they may still "
+                    f"run there (twice at once, on the same checkpoints). Restart with --address {A.address} to "
+                    "re-attach to them, or, once their runs there are stopped, add --requeue-lost-runs")
+    assert recorded(journal) == A  # nothing changed
+    assert all(journal.get(j).state is JobState.RUNNING for j in jobs)
+
+
+def test_a_cluster_that_no_longer_answers_is_taken_as_gone(journal):
+    """A KubeRay cluster recreated under its service name: the old head pod's address is silent,
+    and without its head no node of it runs on. The start goes on and says so."""
+    jobs = _running(journal, 2)
+    gone = RayCluster(A_SESSION, _closed_port())
+    cluster_guard.record(journal, gone)
+    moved = check_same_cluster(journal, B, requeue_lost_runs=False)
+    assert moved is not None and moved.jobs == jobs and moved.why == "silent"
+    assert moved.describe() == (f"the Ray cluster the run(s) of 2 job(s) were launched on, {A_SESSION} at "
+                                f"{gone.address}, no longer answers there: they are taken as gone with it, and the "
+                                "running ones requeued")
+    assert recorded(journal) == B
+
+
 def test_a_killed_local_cluster_that_still_answers_says_to_stop_its_processes(journal, listening):
     _running(journal)
-    cluster_guard.record(journal, RayCluster(A.session, listening, local=True))
+    cluster_guard.record(journal, RayCluster(A_SESSION, listening, local=True))
     with pytest.raises(DeepShareError) as refused:
         check_same_cluster(journal, RayCluster(B.session, "127.0.0.1:6380", local=True), requeue_lost_runs=False)
     text = str(refused.value)
-    assert f"the --local cluster {A.session} at {listening}" in text
-    assert "Its scheduler was killed and it still answers at that address, so its Ray processes may still run them" in text
-    assert text.endswith(", then add --requeue-lost-runs")
+    assert f"the --local cluster {A_SESSION} at {listening}, which still answers there" in text
+    assert text.endswith(". Its scheduler was killed and it did not stop with it: stop its Ray processes by PID and "
+                         "start again, or, once their runs there are stopped, add --requeue-lost-runs")
 
 
 def test_a_killed_local_cluster_gone_with_its_scheduler_holds_nothing(journal):
@@ -103,36 +124,39 @@ def test_a_killed_local_cluster_gone_with_its_scheduler_holds_nothing(journal):
     its cluster and its runs with it (seen: no raylet, GCS or worker left), so the start goes on and
     recovery requeues the jobs."""
     _running(journal)
-    cluster_guard.record(journal, RayCluster(A.session, _closed_port(), local=True))
-    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    cluster_guard.record(journal, RayCluster(A_SESSION, _closed_port(), local=True))
+    assert check_same_cluster(journal, B, requeue_lost_runs=False).why == "silent"
     assert recorded(journal) == B
 
 
-def test_answers():
+def test_answers(listening):
+    assert cluster_guard.answers(listening)
     assert not cluster_guard.answers(_closed_port())
     assert not cluster_guard.answers("no-port") and not cluster_guard.answers("127.0.0.1:x")
 
 
-def test_requeue_lost_runs_gives_them_up_and_records_the_new_cluster(journal):
+def test_requeue_lost_runs_gives_them_up_and_records_the_new_cluster(journal, A):
     jobs = _running(journal, 2)
     cluster_guard.record(journal, A)
-    assert check_same_cluster(journal, B, requeue_lost_runs=True) == jobs
+    moved = check_same_cluster(journal, B, requeue_lost_runs=True)
+    assert moved is not None and moved.jobs == jobs and moved.why == "flag"
+    assert moved.describe().startswith("--requeue-lost-runs: the run(s) of 2 job(s) on ")
     assert recorded(journal) == B
-    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []  # the next start is on the same one
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) is None  # the next start is on the same one
 
 
 @pytest.mark.parametrize("ended", ["finished", "requeued"])
-def test_no_open_run_no_refusal(journal, ended):
+def test_no_open_run_no_refusal(journal, A, ended):
     """Moving a state folder whose runs all ended to another cluster is allowed."""
     job = _running(journal)[0]
     state = JobState.FINISHED if ended == "finished" else JobState.QUEUED
     journal.end_run(job, 1, state, "test")
     cluster_guard.record(journal, A)
-    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) is None
     assert recorded(journal) == B
 
 
-def test_a_quarantined_jobs_run_still_to_remove_counts(journal):
+def test_a_quarantined_jobs_run_still_to_remove_counts(journal, A):
     """A quarantined row's run stays open until it is removed from the cluster it is on."""
     job = _running(journal)[0]
     cluster_guard.record(journal, A)
@@ -144,6 +168,16 @@ def test_a_quarantined_jobs_run_still_to_remove_counts(journal):
         check_same_cluster(journal, B, requeue_lost_runs=False)
 
 
+def test_an_answer_asked_before_this_start_is_not_asked_again(journal):
+    """The answer is asked before this start's Ray (:func:`recorded_answers`): a new local
+    cluster's processes listen on ports the OS picks, and one may be the dead one's."""
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A_SESSION, _closed_port(), local=True))
+    with pytest.raises(DeepShareError, match="Its scheduler was killed"):
+        check_same_cluster(journal, B, requeue_lost_runs=False, answered=True)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False, answered=False).why == "silent"
+
+
 @pytest.mark.parametrize("value", ["", "not json", "[]", '{"session": "s"}', '{"session": 1, "address": "a", "local": false}',
                                    '{"session": "", "address": "a", "local": false}',
                                    '{"session": "s", "address": "a", "local": "no"}',
@@ -151,9 +185,9 @@ def test_a_quarantined_jobs_run_still_to_remove_counts(journal):
 def test_a_record_that_does_not_read_is_not_recorded(journal, value, caplog):
     _running(journal)
     journal.set_meta(RAY_CLUSTER_KEY, value)
-    assert recorded(journal) is None
+    assert recorded(journal) is None and cluster_guard.recorded_answers(journal) is None
     assert "is not a Ray cluster record" in caplog.text
-    assert check_same_cluster(journal, B, requeue_lost_runs=False) == []
+    assert check_same_cluster(journal, B, requeue_lost_runs=False) is None
     assert recorded(journal) == B
 
 
@@ -164,7 +198,7 @@ def test_a_record_of_bytes_that_are_not_utf8_is_not_recorded(journal, caplog):
 
 
 def test_forget_local_removes_only_its_own_record(journal):
-    local = RayCluster(A.session, "127.0.0.1:1", local=True)
+    local = RayCluster(A_SESSION, "127.0.0.1:1", local=True)
     cluster_guard.record(journal, B)
     cluster_guard.forget_local(journal, local)
     assert recorded(journal) == B
@@ -235,7 +269,7 @@ def _journal_with_runs_on(state: Path, cluster: RayCluster) -> str:
     return job
 
 
-def test_a_start_on_another_cluster_exits_2_in_one_line_and_changes_nothing(tmp_path, capsys, fake_ray):
+def test_a_start_on_another_cluster_exits_2_in_one_line_and_changes_nothing(tmp_path, capsys, fake_ray, A):
     pytest.importorskip("ray")
     state = tmp_path / "state"
     job = _journal_with_runs_on(state, A)
@@ -243,20 +277,20 @@ def test_a_start_on_another_cluster_exits_2_in_one_line_and_changes_nothing(tmp_
                "--policy", "fifo+consolidated"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
-    assert f"({job}) were launched on another Ray cluster, {A.session} at 10.0.0.5:6379" in err
+    assert f"({job}) were launched on another Ray cluster, {A.session} at {A.address}, which still answers" in err
     journal = Journal(state)
     assert recorded(journal) == A and journal.get(job).state is JobState.RUNNING
     journal.close()
 
 
-def test_requeue_lost_runs_goes_on_and_says_so(tmp_path, capsys, fake_ray):
+def test_requeue_lost_runs_goes_on_and_says_so(tmp_path, capsys, fake_ray, A):
     pytest.importorskip("ray")
     state = tmp_path / "state"
     _journal_with_runs_on(state, A)
     with pytest.raises(Reached):
         main(["scheduler", "start", "--address", "10.0.0.9:6379", "--port", "0", "--state", str(state),
               "--policy", "fifo+consolidated", "--requeue-lost-runs"])
-    assert "--requeue-lost-runs: the runs of 1 job(s)" in capsys.readouterr().err
+    assert "warning: --requeue-lost-runs: the run(s) of 1 job(s) on " in capsys.readouterr().err
     journal = Journal(state)
     assert recorded(journal) == RayCluster(B.session, "10.0.0.9:6379")
     journal.close()
@@ -270,13 +304,13 @@ def test_a_clean_stop_of_a_local_cluster_forgets_it_and_a_killed_one_does_not(tm
     journal = Journal(state)
     _running(journal)
     journal.close()
-    session[0], returns[0] = A.session, True
+    session[0], returns[0] = A_SESSION, True
     stopped = FakeLocal.stopped
     _start(state, local_nodes=1)  # runs, then stops cleanly
     assert FakeLocal.stopped == stopped + 1
     journal = Journal(state)
     assert recorded(journal) is None
-    killed = RayCluster(A.session, listening, local=True)  # as a killed one leaves it, its cluster still up
+    killed = RayCluster(A_SESSION, listening, local=True)  # as a killed one leaves it, its cluster still up
     cluster_guard.record(journal, killed)
     journal.close()
     session[0] = B.session
@@ -288,7 +322,7 @@ def test_a_clean_stop_of_a_local_cluster_forgets_it_and_a_killed_one_does_not(tm
     journal.close()
 
 
-def test_a_ray_that_does_not_say_its_session_is_not_checked(tmp_path, fake_ray):
+def test_a_ray_that_does_not_say_its_session_is_not_checked(tmp_path, fake_ray, A):
     session, _ = fake_ray
     session[0] = None
     state = tmp_path / "state"
@@ -338,7 +372,7 @@ def test_a_dead_local_cluster_is_probed_before_this_starts_own_cluster_takes_its
     PortTaker.port = int(dead.rpartition(":")[2])
     monkeypatch.setattr(localcluster, "LocalCluster", PortTaker)
     state = tmp_path / "state"
-    _journal_with_runs_on(state, RayCluster(A.session, dead, local=True))
+    _journal_with_runs_on(state, RayCluster(A_SESSION, dead, local=True))
     with pytest.raises(Reached):  # recovery requeues them: their runs died with their cluster
         _start(state, local_nodes=1)
     journal = Journal(state)
@@ -346,9 +380,16 @@ def test_a_dead_local_cluster_is_probed_before_this_starts_own_cluster_takes_its
     journal.close()
 
 
-def test_a_local_cluster_that_answered_before_this_start_is_not_probed_again(journal):
-    _running(journal)
-    cluster_guard.record(journal, RayCluster(A.session, _closed_port(), local=True))
-    with pytest.raises(DeepShareError, match="Its scheduler was killed"):
-        check_same_cluster(journal, B, requeue_lost_runs=False, local_answered=True)
-    assert check_same_cluster(journal, B, requeue_lost_runs=False, local_answered=False) == []
+def test_a_start_after_the_first_cluster_went_away_goes_on_and_warns(tmp_path, capsys, fake_ray):
+    pytest.importorskip("ray")
+    state = tmp_path / "state"
+    gone = RayCluster(A_SESSION, _closed_port())
+    _journal_with_runs_on(state, gone)
+    with pytest.raises(Reached):
+        main(["scheduler", "start", "--address", "10.0.0.9:6379", "--port", "0", "--state", str(state),
+              "--policy", "fifo+consolidated"])
+    assert (f"warning: the Ray cluster the run(s) of 1 job(s) were launched on, {A_SESSION} at {gone.address}, no "
+            "longer answers there") in capsys.readouterr().err
+    journal = Journal(state)
+    assert recorded(journal) == RayCluster(B.session, "10.0.0.9:6379")
+    journal.close()
