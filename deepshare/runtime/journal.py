@@ -533,20 +533,32 @@ class Journal:
         job's run not yet removed from the cluster: :meth:`orphans`), and the one with the highest
         number, which the next job's number follows; deleting it would give its number, and with
         it its id, log folder and checkpoint folder, to the next submission. Neither can change for
-        an ended job but by a newer submission, so what is read here stays deletable."""
+        an ended job but by a newer submission, so what is read here stays deletable. A job whose
+        id is not UTF-8 is quarantined instead (its id escaped; pruned when it is old enough)."""
         ids: list[str] = []
         if limit <= 0:
             return ids
         with self._lock:
             for state in sorted(s.value for s in TERMINAL):  # each a range of jobs_by_state_finish
-                ids += [str(row[0]) for row in self._db.execute(
+                ids += [row[0] for row in self._db.execute(
                     "SELECT id FROM jobs WHERE state = ? AND finish_time < ?"
                     " AND seq < (SELECT seq FROM jobs WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1)"
                     " AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id AND runs.ended IS NULL)"
                     " ORDER BY finish_time LIMIT ?", (state, ended_before, limit - len(ids)))]
                 if len(ids) >= limit:
                     break
-        return ids
+        for job_id in [job_id for job_id in ids if isinstance(job_id, NotUtf8)]:
+            self._quarantine_id(job_id)  # its escaped id matched no row: it was never deleted
+        return [str(job_id) for job_id in ids if not isinstance(job_id, NotUtf8)]
+
+    def _quarantine_id(self, job_id: "NotUtf8") -> None:
+        """Quarantine the job whose id is not UTF-8 (read by a query that does not parse its row:
+        :meth:`prunable`), so that it has its escaped id and is pruned as any quarantined job."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {self._COLS} FROM jobs WHERE id = CAST(? AS TEXT)",
+                                   (job_id.raw,)).fetchone()
+        if row is not None:
+            self._record(row)
 
     def delete_ended(self, ids: Sequence[str]) -> list[str]:
         """Delete the jobs ``ids`` (from :meth:`prunable`) with their transitions and runs, in one
@@ -706,7 +718,7 @@ class Journal:
         now = self.now()
         with self._tx() as db:  # re-read inside the transaction: two readers quarantine a row once
             if isinstance(job_id, NotUtf8):
-                job_id = _rekey(db, job_id)
+                job_id = _rekey(db, job_id, seq)
             current = db.execute("SELECT state, error, finish_time FROM jobs WHERE id=?", (job_id,)).fetchone()
             state, error, finish = current if current is not None else (JobState.FAILED.value, reason, now)
             if state != JobState.FAILED.value or not (isinstance(error, str) and error.startswith(QUARANTINED)):
@@ -1065,13 +1077,16 @@ def text_or_escaped(raw: bytes) -> str:
         return NotUtf8(raw)
 
 
-def _rekey(db: sqlite3.Connection, job_id: NotUtf8) -> str:
+def _rekey(db: sqlite3.Connection, job_id: NotUtf8, seq: Any) -> str:
     """Give a job whose id is not UTF-8 its escaped id (in its transitions and runs too), inside
     the quarantine's transaction: the row can then be found, shown and deleted by that id. An
-    escaped id another job already has gets a suffix. One another reader rekeyed first is left."""
-    new, suffix = str(job_id), 1
+    escaped id another job already has gets a suffix. A row another reader rekeyed since this one
+    read it (``seq``: its number, unique) keeps the id it was given (a second rekey gave a suffixed
+    id no row has)."""
     if db.execute("SELECT 1 FROM jobs WHERE id = CAST(? AS TEXT)", (job_id.raw,)).fetchone() is None:
-        return new
+        row = db.execute("SELECT id FROM jobs WHERE seq = ?", (seq,)).fetchone()
+        return str(job_id) if row is None else str(row[0])
+    new, suffix = str(job_id), 1
     while db.execute("SELECT 1 FROM jobs WHERE id = ?", (new,)).fetchone() is not None:
         new, suffix = f"{job_id}~{suffix}", suffix + 1
     for table, column in (("jobs", "id"), ("runs", "job_id"), ("transitions", "job_id")):

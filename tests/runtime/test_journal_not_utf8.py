@@ -130,14 +130,32 @@ def test_the_api_lists_jobs_with_such_rows(tmp_path):
     journal.close()
 
 
-def test_a_second_reader_of_a_row_already_rekeyed_finds_it_by_its_escaped_id(rig):
-    """Two readers (the loop and the API) read the row before either quarantined it: the second
-    found the escaped id taken (by the first's rewrite) and answered a record of a suffixed id
-    that no row has."""
+# -- second read ---------------------------------------------------------------------------
+def test_two_readers_of_a_row_whose_id_is_not_utf8_give_the_one_id(rig):
+    """The API and the loop read the row before either quarantined it: the second rekeyed it
+    again, to a suffixed id no row has, and answered a job that cannot be found."""
+    bad = rig.submit("bad", 1)
+    edit(rig.state_dir, "UPDATE jobs SET id = CAST(? AS TEXT) WHERE id = ?", b"bad\xff-1", bad)
+    journal = rig.journal
+    row = journal._db.execute(f"SELECT {journal._COLS} FROM jobs").fetchone()
+    first, second = journal._record(row), journal._record(row)
+    assert first.job_id == second.job_id == "bad\\xff-1"
+    assert [r[0] for r in journal._db.execute("SELECT id FROM jobs")] == ["bad\\xff-1"]
+    assert len([t for t in journal.transitions("bad\\xff-1") if t.to_state is JobState.FAILED]) == 1
+
+
+def test_an_ended_job_whose_id_is_not_utf8_is_pruned(tmp_path):
+    """Read only by the prune (no tick parses an ended row), its escaped id matched no row: it was
+    never deleted, and every prune logged that its logs folder could not be removed."""
+    rig = Rig(tmp_path / "state", make_policy("fifo+consolidated"), nodes={"node0": 2}, keep_finished_s=10.0)
     a = rig.submit("a", 1)
-    edit(rig.state_dir, "UPDATE jobs SET id = CAST(? AS TEXT) WHERE id = ?", b"a\xff", a)
-    with rig.journal._lock:
-        row = rig.journal._db.execute(f"SELECT {rig.journal._COLS} FROM jobs").fetchone()
-    first, second = rig.journal._record(row), rig.journal._record(row)
-    assert first.job_id == second.job_id == "a\\xff" and second.state is JobState.FAILED
-    assert [job.job_id for job in rig.journal.jobs()] == ["a\\xff"]
+    rig.loop.tick()
+    rig.fake.finish(a)
+    rig.loop.tick()
+    rig.submit("b", 1)  # the highest number is kept
+    for table, column in (("jobs", "id"), ("runs", "job_id"), ("transitions", "job_id")):
+        edit(rig.state_dir, f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {column} = ?", b"a\xff-1", a)
+    for _ in range(4):
+        rig.clock.t += 1000.0
+        assert rig.loop.tick().error is None
+    assert [job.job_id for job in rig.journal.jobs()] == ["b-2"]
