@@ -35,6 +35,7 @@ from deepshare.core.documents import load_json
 from deepshare.core.errors import DeepShareError, one_line
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.runtime.defaults import DAY_S, DEFAULT_DECISION_TIMEOUT_S, DEFAULT_REFIT_S, MAX_KEEP_DAYS, MAX_QUEUED
+from deepshare.runtime.logs import MAX_TAIL_LINES
 
 DEFAULT_STATE = ".deepshare/scheduler"
 seconds = number(float, lambda v: 0.001 <= v <= 86400, "a number of seconds in [0.001, 86400]")
@@ -374,14 +375,8 @@ def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
             text, held = text[:-1], "\r"
         if text:
             out.file.write(_log_text(text))
-    if args.tail is not None:
-        text, offset = _tail(client, args.id, args.rank, args.tail)
-        write(text)
-        out.file.flush()
-        if not args.follow:
-            write("", last=True)
-            out.file.flush()
-            return 0
+    if args.tail is not None:  # the server says where the last lines start; read on from there
+        offset = client.logs(args.id, args.rank, 0, tail=args.tail).offset
     while True:
         chunk = client.logs(args.id, args.rank, offset)
         if chunk.size < offset:  # shrunk below what was read: truncated, rotated or removed
@@ -411,41 +406,6 @@ def cmd_logs(args: argparse.Namespace, out: Any, err: Any) -> int:
             out.file.flush()
             return 0
         time.sleep(args.poll)
-
-
-def _tail(client: Any, job_id: str, rank: int, lines: int) -> tuple[str, int]:
-    """The last ``lines`` lines of a rank's log (a last line without its newline is one), read
-    back from the end a chunk at a time until they are all there, and the offset after them (where
-    ``--follow`` goes on). Each chunk is asked for counted from the end (the server then starts it
-    on a whole character, as a cut anywhere in the log may not be); a log that grew between two
-    reads is asked again at its new size, and one truncated meanwhile ends the look back."""
-    from deepshare.runtime.logs import MAX_CHUNK
-
-    chunk = client.logs(job_id, rank, -MAX_CHUNK)
-    start, end, size, pieces = chunk.offset, chunk.next_offset, chunk.size, [chunk.text]
-    newlines = chunk.text.count("\n")
-    while start > 0 and newlines <= lines:
-        low = max(0, start - MAX_CHUNK)
-        for _ in range(3):
-            back = client.logs(job_id, rank, low - size if low else 0, start - low)
-            if back.next_offset == start or back.size <= size:
-                break
-            size = back.size  # it grew since: the same bytes are further from the end now
-        if back.next_offset != start or not back.offset < start:
-            break  # truncated or replaced meanwhile: what was read is what there is
-        pieces.insert(0, back.text)
-        start, newlines = back.offset, newlines + back.text.count("\n")
-    return last_lines("".join(pieces), lines), end
-
-
-def last_lines(text: str, lines: int) -> str:
-    """The last ``lines`` lines of ``text`` (lines end with a newline; a last one without it counts)."""
-    cut = len(text) - text.endswith("\n")
-    for _ in range(lines):
-        cut = text.rfind("\n", 0, cut)
-        if cut < 0:
-            return text
-    return text[cut + 1:]
 
 
 # -- parser --------------------------------------------------------------------------------
@@ -594,7 +554,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("id", metavar="ID")
     p.add_argument("--rank", type=non_negative_int, default=0, metavar="N", help="which rank (default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job is over")
-    p.add_argument("--tail", type=non_negative_int, metavar="N",
-                   help="print only the last N lines (then, with --follow, what follows them)")
+    p.add_argument("--tail", type=in_range(int, 0, MAX_TAIL_LINES, "lines"), metavar="N",
+                   help="start at the last N lines (a carriage return breaks a line, as printed; the scheduler looks "
+                   "back over at most the log's last 64 MiB), then, with --follow, go on")
     p.add_argument("--poll", type=positive_float, default=1.0, metavar="S", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_logs)

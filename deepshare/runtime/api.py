@@ -49,7 +49,7 @@ from deepshare.core.names import CONTROL_CHARACTERS_SAID, has_control_character
 from deepshare.infra.httpauth import CALLER, AllowHosts, LimitBody, ObserveRequests, RequireCaller, RequireJSON, error_body
 from deepshare.runtime.defaults import MAX_QUEUED
 from deepshare.runtime.journal import JobRecord, JobState, Journal, TransitionError
-from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, read_chunk
+from deepshare.runtime.logs import MAX_CHUNK, MAX_TAIL_LINES, rank_log_path, read_chunk, tail_offset
 from deepshare.runtime.models import JobDetailOut, JobOut, LogOut, QueueOut, Tenancy, job_detail, job_out
 from deepshare.runtime.spec import LiveJobSpec, spec_from_json
 from deepshare.runtime.tenancy import (ADMIN, Caller, Forbidden, LiveTenants, borrowed_gpus, job_priority, job_queue,
@@ -442,8 +442,13 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             rank = _query_int(request, "rank", 0)
             offset = _query_int(request, "offset", 0)
             limit = _query_int(request, "limit", MAX_CHUNK)
+            tail = _query_int(request, "tail", -1) if "tail" in request.query_params else None
         except DeepShareError as exc:
             return _error(422, str(exc))
+        if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
+            return _error(422, f"tail: expected 0..{MAX_TAIL_LINES} lines, got {tail}")
+        if tail is not None and "offset" in request.query_params:
+            return _error(422, "give at most one of offset and tail")
         if not 0 <= rank < job.spec.gpus:
             return _error(422, f"rank: expected 0..{job.spec.gpus - 1} (the job has {job.spec.gpus} ranks), got {rank}")
         if not 1 <= limit <= MAX_CHUNK:
@@ -454,6 +459,8 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             path = rank_log_path(state_dir, job.job_id, rank)  # from the journal's id, never the request's text
         except ValueError as exc:
             return _error(404, f"no logs for job {job_id!r} ({exc})")
+        if tail is not None:  # the last lines: the chunk from where they start (read on from next_offset)
+            offset = tail_offset(path, tail)
         chunk = read_chunk(path, offset, limit)
         return LogOut(job_id=job.job_id, rank=rank, offset=chunk.offset, next_offset=chunk.next_offset,
                       size=chunk.size, text=chunk.text)

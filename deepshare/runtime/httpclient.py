@@ -147,16 +147,16 @@ class SchedulerClient:
             raise DeepShareError(f"{self.url}: /v1/tenants/reload answered {type(body).__name__}, not an object")
         return body
 
-    def logs(self, job_id: str, rank: int, offset: int, limit: int | None = None) -> LogOut:
-        """Bytes of a rank's log from ``offset`` (negative: that many before the end), at most
-        ``limit`` of them (None: the server's most, 64 KiB). A chunk
+    def logs(self, job_id: str, rank: int, offset: int, tail: int | None = None) -> LogOut:
+        """Bytes of a rank's log from ``offset`` (negative: that many before the end), or, with
+        ``tail``, from where its last ``tail`` lines start (``offset`` is then 0). A chunk
         that says there is more (``next_offset`` below ``size``) or carries text must move past
         ``offset``, within ``0..size``: a reader asks again from ``next_offset``, and a chunk that
         stood still made ``deepshare logs`` ask (and print) for ever. A log that shrank below
         ``offset`` since it was read (truncated, rotated, removed) is an empty chunk at its new
         size, returned as such: the caller reads it again from the start."""
         path = f"/v1/jobs/{_segment(job_id)}/logs"
-        params = {"rank": rank, "offset": offset, **({} if limit is None else {"limit": limit})}
+        params = {"rank": rank, **({"offset": offset} if tail is None else {"tail": tail})}
         chunk = self._model(LogOut, path, self._call("GET", path, params=params)[1])
         if 0 <= chunk.size < offset and not chunk.text and chunk.next_offset == chunk.size:
             return chunk

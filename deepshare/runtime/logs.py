@@ -137,6 +137,55 @@ def read_chunk(path: Path, offset: int, limit: int = MAX_CHUNK) -> LogChunk:
     return LogChunk(data.decode("utf-8", errors="replace"), start, start + len(data), size)
 
 
+MAX_TAIL_LINES = 10_000_000
+"""Most lines a ``tail`` read asks for."""
+MAX_TAIL_SCAN = 64 * 1024 * 1024
+"""Most bytes a ``tail`` read looks back over from a log's end: one request reads at most this
+much of the file (a longer look back starts where it stopped)."""
+_BREAK = re.compile(rb"\r\n|\r|\n")
+"""A line break as ``deepshare logs`` prints one: ``\\n``, ``\\r\\n``, or a lone ``\\r`` (a
+progress bar's redraw, shown as a new line)."""
+
+
+def tail_offset(path: Path, lines: int, max_scan: int = MAX_TAIL_SCAN) -> int:
+    """Where the last ``lines`` lines of the log at ``path`` start (a last line without its break
+    is one; 0 lines: the end), looking back over at most ``max_scan`` bytes from the end (past
+    that, where the look back stopped, moved on to a whole character); 0 for no log (opened as
+    :func:`read_chunk` opens it). Line breaks are bytes no UTF-8 character holds, so the count
+    needs no decoding."""
+    try:
+        fh = os.fdopen(open_regular(path, os.O_RDONLY, parents=LOG_FOLDERS), "rb")
+    except OSError:
+        return 0
+    with fh:
+        size = fh.seek(0, 2)
+        if lines <= 0:
+            return size
+        floor, pos, found = max(0, size - max_scan), size, 0
+        later = b""  # the first byte after the block being read (a CRLF may straddle the cut)
+        while pos > floor:
+            step = min(MAX_CHUNK, pos - floor)
+            fh.seek(pos - step)
+            block = fh.read(step)
+            if len(block) != step:  # truncated meanwhile: a tail of what is left
+                return 0
+            ends = [m.end() for m in _BREAK.finditer(block)]
+            if ends and block.endswith(b"\r") and later == b"\n":
+                ends.pop()  # the CR of a CRLF whose LF, counted already, ends that break
+            for end in reversed(ends):
+                at = pos - step + end  # where the line after this break starts
+                if at == size:
+                    continue  # the break ending the last line starts no line
+                found += 1
+                if found == lines:
+                    return at
+            later, pos = block[:1], pos - step
+        if floor == 0:
+            return 0
+        fh.seek(floor)
+        return floor + _continuations(fh.read(4), 0)
+
+
 def _continuations(data: bytes, at: int) -> int:
     """How many UTF-8 continuation bytes (at most 3) ``data`` holds from ``at``."""
     n = 0

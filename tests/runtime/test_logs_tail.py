@@ -1,7 +1,10 @@
-"""``deepshare logs ID --tail N``: the last N lines of a rank's log, read back from its end.
+"""``deepshare logs ID --tail N``: from where the last N lines of a rank's log start.
 
-Against the real API over a real rank log, several times the server's 64 KiB chunk, with
-multi-byte characters across the chunk cuts; with ``--follow`` it goes on from the end."""
+The scheduler finds that offset (:func:`~deepshare.runtime.logs.tail_offset`, reading back from
+the end over bytes, where a line break is ``\\n``, ``\\r\\n`` or a lone ``\\r`` as the CLI prints
+them), and the CLI reads on from there as it reads any log. Tested against the real API over real
+rank logs several times the 64 KiB chunk, with multi-byte characters, and against a reference on
+generated text with the look back cut into tiny blocks."""
 
 from __future__ import annotations
 
@@ -10,16 +13,56 @@ import time
 
 import pytest
 from cli_run import cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from deepshare.cli.scheduler import last_lines
+from deepshare.runtime import logs
 from deepshare.runtime.journal import JobState, Journal
-from deepshare.runtime.logs import MAX_CHUNK, rank_log_path
+from deepshare.runtime.logs import MAX_CHUNK, rank_log_path, tail_offset
 from deepshare.runtime.spec import spec_from_json
 
 pytest.importorskip("uvicorn")
-from test_runtime_api import TOKEN, serving  # noqa: E402
+from test_runtime_api import TOKEN, call, serving  # noqa: E402
 
 LINES = [f"{i:06d} {'é' * (i % 50)}{'x' * (i % 7)}\n" for i in range(12_000)]  # about 700 KiB, 2-byte characters
+
+
+def reference(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text``, breaks as printed (``\\n``, ``\\r\\n``, a lone ``\\r``)."""
+    if lines == 0:
+        return ""
+    marked = text.replace("\r\n", "\0\n").replace("\r", "\n")  # each break's last character a "\n"
+    cut = len(marked) - marked.endswith("\n")
+    for _ in range(lines):
+        cut = marked.rfind("\n", 0, cut)
+        if cut < 0:
+            return text
+    return text[cut + 1:]
+
+
+@given(text=st.text(alphabet="ab\n\ré😀", max_size=60), lines=st.integers(0, 12), block=st.integers(1, 9))
+@settings(max_examples=400, deadline=None)
+def test_tail_offset_is_where_the_reference_last_lines_start(tmp_path_factory, text, lines, block):
+    path = tmp_path_factory.mktemp("t") / "rank-0.log"
+    data = text.encode()
+    path.write_bytes(data)
+    saved = logs.MAX_CHUNK
+    logs.MAX_CHUNK = block  # the look back cut into tiny blocks: CRLFs and characters across every cut
+    try:
+        offset = tail_offset(path, lines)
+    finally:
+        logs.MAX_CHUNK = saved
+    assert data[offset:].decode() == reference(text, lines)
+
+
+def test_a_look_back_past_its_bound_starts_on_a_whole_character(tmp_path):
+    path = tmp_path / "rank-0.log"
+    path.write_bytes("é".encode() * 1000 + b"\n")  # one line of 2,001 bytes
+    offset = tail_offset(path, 5, max_scan=1000)  # the bound falls inside a character (at byte 1,001)
+    assert offset == 1002 and path.read_bytes()[offset:].decode() == "é" * 499 + "\n"
+    assert tail_offset(path, 5, max_scan=1001) == 1000  # on a character's first byte
+    assert tail_offset(tmp_path / "none.log", 5) == 0
+    assert tail_offset(path, 0) == 2001
 
 
 @pytest.fixture
@@ -53,6 +96,15 @@ def test_a_last_line_without_its_newline_is_a_line(served_log, capsys):
     assert rc == 0 and out == LINES[-1] + "partial é"
 
 
+def test_a_progress_bar_logs_tail_is_the_lines_it_prints(served_log, capsys):
+    """A lone carriage return is printed as a line break: ``--tail 3`` of a progress bar's
+    200,000 redraws printed all of them when only ``\\n`` counted."""
+    url, job, path, _ = served_log
+    path.write_text("header\n" + "".join(f"step {i}\r" for i in range(200_000)) + "done\r\n", encoding="utf-8")
+    rc, out, _ = cli(capsys, "logs", job, "--tail", 3, "--url", url, "--token", TOKEN)
+    assert rc == 0 and out == "step 199998\nstep 199999\ndone\n"
+
+
 def test_tail_then_follow_prints_what_comes_after(served_log, capsys):
     url, job, path, journal = served_log
 
@@ -71,40 +123,16 @@ def test_tail_then_follow_prints_what_comes_after(served_log, capsys):
     assert journal.get(job).state is JobState.CANCELLED
 
 
-@pytest.mark.parametrize("text, n, expected", [
-    ("", 3, ""), ("a", 1, "a"), ("a\n", 1, "a\n"), ("a\nb", 1, "b"), ("a\nb\n", 1, "b\n"),
-    ("a\nb\nc\n", 2, "b\nc\n"), ("a\nb\nc\n", 5, "a\nb\nc\n"), ("\n\n", 1, "\n"), ("a\nb\n", 0, ""),
-])
-def test_last_lines(text, n, expected):
-    assert last_lines(text, n) == expected
-
-
-def test_a_negative_tail_is_refused(capsys):
-    rc, _, err = cli(capsys, "logs", "a-1", "--tail", "-1", "--url", "http://127.0.0.1:9", "--token", TOKEN)
-    assert rc == 2 and "--tail" in err
-
-
-def test_a_log_that_grows_while_it_is_read_back_is_read_at_its_new_size(tmp_path):
-    """A running job appends between two reads: a chunk counted from the end then lands later
-    than asked, and is asked again at the new size (the lines printed are the log's as first read)."""
-    from deepshare.cli.scheduler import _tail
-    from deepshare.runtime.logs import read_chunk
-
-    path = tmp_path / "rank-0.log"
-    path.write_text("".join(LINES), encoding="utf-8")
-
-    class Growing:
-        calls = 0
-
-        def logs(self, _job, _rank, offset, limit=MAX_CHUNK):  # type: ignore[no-untyped-def]
-            Growing.calls += 1
-            if Growing.calls in (2, 4):
-                with path.open("a", encoding="utf-8") as log:
-                    log.write("grown é\n" * 1000)
-            return read_chunk(path, offset, limit)
-
-    text, end = _tail(Growing(), "a-1", 0, 4_000)
-    assert text == "".join(LINES[-4_000:]) and end == len("".join(LINES).encode())
+def test_the_api_takes_tail_or_offset_and_bounds_tail(served_log):
+    url, job, path, _ = served_log
+    status, chunk = call(url, "GET", f"/v1/jobs/{job}/logs?tail=2")
+    size = path.stat().st_size
+    assert status == 200 and chunk["offset"] == size - len((LINES[-2] + LINES[-1]).encode())  # type: ignore[index]
+    for query, needle in (("tail=2&offset=0", "give at most one of offset and tail"),
+                          ("tail=-1", "tail: expected 0..10000000 lines, got -1"),
+                          ("tail=10000001", "tail: expected 0..10000000 lines"), ("tail=x", "tail: expected an integer")):
+        status, answer = call(url, "GET", f"/v1/jobs/{job}/logs?{query}")
+        assert status == 422 and needle in str(answer), (query, answer)
 
 
 def test_a_missing_log_tails_to_nothing(served_log, capsys):
@@ -112,3 +140,9 @@ def test_a_missing_log_tails_to_nothing(served_log, capsys):
     path.unlink()
     rc, out, err = cli(capsys, "logs", job, "--tail", 5, "--url", url, "--token", TOKEN)
     assert (rc, out, err) == (0, "", "")
+
+
+@pytest.mark.parametrize("value", ["-1", "10000001", "x"])
+def test_a_tail_out_of_range_is_refused(capsys, value):
+    rc, _, err = cli(capsys, "logs", "a-1", "--tail", value, "--url", "http://127.0.0.1:9", "--token", TOKEN)
+    assert rc == 2 and "--tail" in err
