@@ -496,9 +496,10 @@ def register(subparsers: Any) -> None:
                    "token hashes; every decision runs behind its admission, each tenant sees only its queues' jobs. "
                    "Reloaded on SIGHUP and by `deepshare scheduler reload`")
     p.add_argument("--requeue-lost-runs", action="store_true",
-                   help="the runs of the state folder's running jobs on the Ray cluster they were launched on, which "
-                   "still answers, were stopped: requeue them on this one (without it such a start is refused: they "
-                   "may still run there; a cluster that no longer answers is taken as gone without it)")
+                   help="the runs of the state folder's running jobs on the Ray cluster they were launched on were stopped "
+                   "(or that cluster is gone): requeue them on this one (without it such a start is refused while "
+                   "that cluster answers or cannot be reached: they may still run there; one whose address refuses "
+                   "connections is taken as gone without it)")
     p.set_defaults(func=cmd_scheduler_start)
 
     p = command(sub, "reload", "re-read a running scheduler's tenants file (admin token; the old one stays on error)",

@@ -11,12 +11,20 @@ So the journal records the Ray cluster its runs are launched on (``meta.ray_clus
 session name, which names one cluster from its start to its end and survives a head restart under
 GCS fault tolerance, and the address it was joined at), and a start on a cluster of another session
 while the journal has open runs is refused in one line that names both clusters and the jobs,
-unless ``--requeue-lost-runs`` says that its runs there were stopped. That refusal holds only while
-something still answers at the first cluster's address: a cluster whose head is gone (a KubeRay
-cluster recreated, a head restarted without GCS fault tolerance, a killed scheduler's ``--local``
-cluster, which dies with it on Linux) has no runs left, and its jobs are requeued with a warning.
-The scheduler cannot see a cluster's runs from another cluster; an address that answers is the
-sign it might still have them.
+unless ``--requeue-lost-runs`` says that its runs there were stopped. The scheduler cannot see a
+cluster's runs from another cluster, so the first cluster's address is asked (:func:`probe`):
+
+- something answers there: the cluster may still have them; refused.
+- the connection is refused (the host is up, nothing listens at that port any more) or the address
+  is an IP that this start's own cluster now serves (a head restarted at its address without GCS
+  fault tolerance): its head is gone, and without it its nodes and their workers stop (within
+  Ray's ``gcs_rpc_server_reconnect_timeout_s``, 60 s by default); the start goes on with a warning
+  and recovery requeues the jobs.
+- nothing answers (a timeout, no route, a name that does not resolve from here), or a host name that
+  now leads to this start's own cluster: that cluster may be gone (a KubeRay cluster recreated) or
+  only out of reach from here (another network, a firewall, a name repointed) with its runs going
+  on; refused, saying so, unless ``--requeue-lost-runs``. A loopback address (a ``--local``
+  cluster's) speaks only of this machine: there nothing answering means gone.
 
 A ``--local`` cluster stops with its scheduler, and its runs with it: a clean stop forgets the
 record (:func:`forget_local`). A journal written before this record, or a record that does not
@@ -25,14 +33,17 @@ read, has no cluster: the start goes on and records the one it joined.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import socket
 import sqlite3
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deepshare.core.errors import DeepShareError, first_line
+from deepshare.core.hosts import is_ip, is_loopback
 
 if TYPE_CHECKING:
     from deepshare.runtime.journal import Journal
@@ -111,12 +122,16 @@ def forget_local(journal: "Journal", cluster: RayCluster) -> None:
         journal.set_meta(RAY_CLUSTER_KEY, None)
 
 
-def recorded_answers(journal: "Journal") -> bool | None:
-    """Whether something answers at the recorded cluster's address (None: no record). Asked before
-    this start's own Ray starts: the processes of a new local cluster listen on ports the OS
-    picks, and one of them may be the port of the dead one, which then answered for it."""
+def recorded_answers(journal: "Journal") -> str | None:
+    """:func:`probe` of the recorded cluster's address (None: no record). Asked before this
+    start's own Ray starts: the processes of a new local cluster listen on ports the OS picks,
+    and one of them may be the port of the dead one, which then answered for it."""
     before = recorded(journal)
-    return None if before is None else answers(before.address)
+    try:
+        idle = before is None or not journal.open_runs()  # nothing to ask about (and a silent address costs seconds)
+    except sqlite3.Error:
+        idle = False  # check_same_cluster reports it
+    return None if idle else probe(before.address)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -127,30 +142,31 @@ class Moved:
     jobs: list[str]
     """The jobs whose runs are given up (their running jobs are requeued by recovery)."""
     why: str
-    """``flag`` (``--requeue-lost-runs``) or ``silent`` (nothing answers at its address)."""
+    """``flag`` (``--requeue-lost-runs``), ``silent`` (its address refuses connections) or ``replaced``
+    (this start's own cluster now serves its address)."""
 
     def describe(self) -> str:
         if self.why == "flag":
             return (f"--requeue-lost-runs: the run(s) of {len(self.jobs)} job(s) on {self.before.describe()} are "
                     "given up for lost; the running ones are requeued")
+        there = ("is now served by this start's own cluster" if self.why == "replaced"
+                 else "refuses connections (nothing listens there)")
         return (f"the Ray cluster the run(s) of {len(self.jobs)} job(s) were launched on, {self.before.describe()}, "
-                "no longer answers there: they are taken as gone with it, and the running ones requeued")
+                f"is gone: its address {there}; they are taken as gone with it (its workers stop within Ray's "
+                "GCS reconnect timeout, 60 s by default), and the running ones requeued")
 
 
 def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: bool,
-                       answered: bool | None = None) -> Moved | None:
+                       answered: str | None = None) -> Moved | None:
     """Refuse (:class:`DeepShareError`) a start on ``here`` when the journal has runs not ended on
-    another recorded cluster that still answers at its address, unless ``requeue_lost_runs``;
-    then record ``here``. Returns what was given up (None: nothing). ``answered``: whether the
-    recorded cluster answered before ``here`` was started (:func:`recorded_answers`; None:
+    another recorded cluster that may still run them, unless ``requeue_lost_runs``; then record
+    ``here``. Returns what was given up (None: nothing). ``answered``: :func:`probe` of the
+    recorded cluster's address before ``here`` was started (:func:`recorded_answers`; None:
     probed now).
 
-    A recorded cluster whose address no longer answers is taken as gone: its head is down, and
-    without it (a Ray head restarted under GCS fault tolerance keeps its session, so it is not
-    "another" cluster) its nodes and their workers stop. That covers a KubeRay cluster recreated
-    under the same service name (its head pod has another address), where asking for the flag
-    would stop every restart until an operator edits the command, and the flag then left in place
-    would disarm the check."""
+    Only a sign that its head is gone lets the start go on without the flag (see the module's
+    doc): its address refuses connections, or is an IP that ``here`` now serves. An address that
+    does not answer at all is no such sign: a cluster out of reach from here runs on."""
     before = recorded(journal)
     try:
         jobs = journal.open_runs() if before is not None and before.session != here.session else []
@@ -160,30 +176,86 @@ def check_same_cluster(journal: "Journal", here: RayCluster, requeue_lost_runs: 
     moved = None
     if jobs:
         assert before is not None
-        if not (answers(before.address) if answered is None else answered):
+        host = _host(before.address)
+        same = _same_address(before.address, here.address)
+        state = probe(before.address) if answered is None else answered
+        if same and is_ip(host):
+            moved = Moved(before, jobs, "replaced")  # one endpoint, one listener: its GCS is not there any more
+        elif not same and (state == REFUSED or (state == SILENT and is_loopback(host))):
             moved = Moved(before, jobs, "silent")
         elif requeue_lost_runs:
             moved = Moved(before, jobs, "flag")
         else:
             shown = ", ".join(jobs[:MAX_SHOWN_JOBS]) + (f" and {len(jobs) - MAX_SHOWN_JOBS} more"
                                                         if len(jobs) > MAX_SHOWN_JOBS else "")
-            how = ("Its scheduler was killed and it did not stop with it: stop its Ray processes by PID and start again"
-                   if before.local else f"Restart with --address {before.address} to re-attach to them")
+            if same:
+                where = (f"whose address now leads to this start's own cluster, {here.session}: it is gone (a cluster "
+                         "recreated or a head restarted under that name) or the name was pointed elsewhere while it "
+                         "runs on")
+                how = "Restart with --address of that cluster's head to re-attach to them"
+            elif state == ANSWERS:
+                where = "which still answers there"
+                how = ("Its scheduler was killed and it did not stop with it: stop its Ray processes by PID and "
+                       "start again" if before.local else f"Restart with --address {before.address} to re-attach to "
+                       "them")
+            else:
+                where = ("which cannot be reached from here (no answer): it may be gone, or only out of reach (another "
+                         "network, a firewall) and still running them")
+                how = f"Restart where {before.address} is reachable, with --address {before.address}, to re-attach"
             raise DeepShareError(
                 f"{len(jobs)} run(s) of this state folder's jobs ({shown}) were launched on another Ray cluster, "
-                f"{before.describe()}, which still answers there; this start joined {here.describe()}, where they "
+                f"{before.describe()}, {where}; this start joined {here.describe()}, where they "
                 "are not, and would requeue them while they may still run there (twice at once, on the same "
                 f"checkpoints). {how}, or, once their runs there are stopped, add --requeue-lost-runs")
     record(journal, here)
     return moved
 
 
-def answers(address: str, timeout_s: float = 1.0) -> bool:
-    """Whether something accepts a TCP connection at ``address`` (``host:port``; a local cluster's
-    GCS): a killed scheduler's ``--local`` cluster that did not die with it."""
+ANSWERS, REFUSED, SILENT = "answers", "refused", "silent"
+""":func:`probe`'s answers."""
+PROBE_TIMEOUT_S = 3.0
+"""One connection attempt's limit: Linux sends a lost SYN again after 1 s, then 2 s more (at 3 s)."""
+PROBE_TRIES = 2
+
+
+def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S, tries: int = PROBE_TRIES) -> str:
+    """Whether something accepts a TCP connection at ``address`` (``host:port``): :data:`ANSWERS`;
+    :data:`REFUSED` when the connection is refused (the host is up and nothing listens at that
+    port); else :data:`SILENT` (a timeout, no route, a name that does not resolve, an address that
+    does not read), after ``tries`` attempts: one lost packet is not taken for a cluster gone."""
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
+        target = (host.strip("[]"), int(port))
+    except ValueError:
+        return SILENT
+    for attempt in range(tries):
+        try:
+            with socket.create_connection(target, timeout=timeout_s):
+                return ANSWERS
+        except ConnectionRefusedError:
+            return REFUSED
+        except (OSError, ValueError):
+            if attempt + 1 < tries:
+                time.sleep(min(1.0, timeout_s))
+    return SILENT
+
+
+def answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether something accepts a TCP connection at ``address`` (see :func:`probe`)."""
+    return probe(address, timeout_s) == ANSWERS
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Whether two ``host:port`` addresses name one endpoint as written (an IP compared as an IP)."""
+    (ha, _, pa), (hb, _, pb) = a.rpartition(":"), b.rpartition(":")
+    ha, hb = ha.strip("[]"), hb.strip("[]")
+    if pa != pb:
         return False
+    try:
+        return ipaddress.ip_address(ha) == ipaddress.ip_address(hb)
+    except ValueError:
+        return ha.lower().rstrip(".") == hb.lower().rstrip(".")

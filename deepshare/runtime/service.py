@@ -238,12 +238,12 @@ def run_scheduler(config: ServiceConfig, policy: Policy, announce: Callable[[str
             if joined:
                 _forget_local(journal, joined[0])
 
-        was_up = recorded_answers(journal)  # before this start's Ray: a new local one may take the dead one's port
+        probed = recorded_answers(journal)  # before this start's Ray: a new local one may take the dead one's port
         address = start_ray(config, cleanup, local_stopped)
         session = current_session()
         if session is not None:
             joined.append(RayCluster(session, address, local=config.local_nodes is not None))
-            moved = check_same_cluster(journal, joined[0], config.requeue_lost_runs, was_up)
+            moved = check_same_cluster(journal, joined[0], config.requeue_lost_runs, probed)
             if moved is not None:
                 warn(f"warning: {moved.describe()}")
         _run(config, journal, policy, sock, address, announce, stop, token_file, tenants, hangup)

@@ -103,8 +103,9 @@ def test_a_cluster_that_no_longer_answers_is_taken_as_gone(journal):
     moved = check_same_cluster(journal, B, requeue_lost_runs=False)
     assert moved is not None and moved.jobs == jobs and moved.why == "silent"
     assert moved.describe() == (f"the Ray cluster the run(s) of 2 job(s) were launched on, {A_SESSION} at "
-                                f"{gone.address}, no longer answers there: they are taken as gone with it, and the "
-                                "running ones requeued")
+                                f"{gone.address}, is gone: its address refuses connections (nothing listens there); "
+                                "they are taken as gone with it (its workers stop within Ray's GCS reconnect timeout, "
+                                "60 s by default), and the running ones requeued")
     assert recorded(journal) == B
 
 
@@ -174,8 +175,8 @@ def test_an_answer_asked_before_this_start_is_not_asked_again(journal):
     _running(journal)
     cluster_guard.record(journal, RayCluster(A_SESSION, _closed_port(), local=True))
     with pytest.raises(DeepShareError, match="Its scheduler was killed"):
-        check_same_cluster(journal, B, requeue_lost_runs=False, answered=True)
-    assert check_same_cluster(journal, B, requeue_lost_runs=False, answered=False).why == "silent"
+        check_same_cluster(journal, B, requeue_lost_runs=False, answered=cluster_guard.ANSWERS)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False, answered=cluster_guard.REFUSED).why == "silent"
 
 
 @pytest.mark.parametrize("value", ["", "not json", "[]", '{"session": "s"}', '{"session": 1, "address": "a", "local": false}',
@@ -388,8 +389,116 @@ def test_a_start_after_the_first_cluster_went_away_goes_on_and_warns(tmp_path, c
     with pytest.raises(Reached):
         main(["scheduler", "start", "--address", "10.0.0.9:6379", "--port", "0", "--state", str(state),
               "--policy", "fifo+consolidated"])
-    assert (f"warning: the Ray cluster the run(s) of 1 job(s) were launched on, {A_SESSION} at {gone.address}, no "
-            "longer answers there") in capsys.readouterr().err
+    assert (f"warning: the Ray cluster the run(s) of 1 job(s) were launched on, {A_SESSION} at {gone.address}, is "
+            "gone: its address refuses connections") in capsys.readouterr().err
     journal = Journal(state)
     assert recorded(journal) == RayCluster(B.session, "10.0.0.9:6379")
     journal.close()
+
+
+# -- what the probe can and cannot tell -------------------------------------------------------------
+FAR = "10.255.0.1:6379"
+"""A first cluster's address on another network (never connected to: ``socket.create_connection`` is faked)."""
+
+
+def _connect_fails(monkeypatch, error: type[OSError], then_answers: int = 0) -> list[float]:
+    """``socket.create_connection`` raises ``error`` (after ``then_answers`` failures it answers, when
+    non-zero); returns the timeouts it was asked with."""
+    asked: list[float] = []
+
+    class Conn:
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *_a):  # type: ignore[no-untyped-def]
+            return False
+
+    def connect(_target, timeout=None):  # type: ignore[no-untyped-def]
+        asked.append(timeout)
+        if then_answers and len(asked) > then_answers:
+            return Conn()
+        raise error("faked")
+
+    monkeypatch.setattr(cluster_guard.socket, "create_connection", connect)
+    monkeypatch.setattr(cluster_guard.time, "sleep", lambda _s: None)
+    return asked
+
+
+@pytest.mark.parametrize("error", [TimeoutError, socket.gaierror, OSError])  # a timeout, a name, no route
+def test_a_cluster_out_of_reach_is_not_taken_as_gone(journal, monkeypatch, error):
+    """Nothing answering at a non-loopback address is no sign the cluster is gone: the scheduler
+    moved to another network, a firewall drops the packets, a name that does not resolve from
+    here. Its runs may go on there; taken as gone, every one of them ran twice."""
+    jobs = _running(journal, 2)
+    far = RayCluster(A_SESSION, FAR)
+    cluster_guard.record(journal, far)
+    _connect_fails(monkeypatch, error)
+    with pytest.raises(DeepShareError) as refused:
+        check_same_cluster(journal, B, requeue_lost_runs=False)
+    text = str(refused.value)
+    assert f"{A_SESSION} at {FAR}, which cannot be reached from here (no answer): it may be gone, or only out" in text
+    assert text.endswith(f"Restart where {FAR} is reachable, with --address {FAR}, to re-attach, or, once their runs "
+                         "there are stopped, add --requeue-lost-runs")
+    assert recorded(journal) == far and all(journal.get(j).state is JobState.RUNNING for j in jobs)
+    assert check_same_cluster(journal, B, requeue_lost_runs=True).why == "flag"  # the operator knows it is gone
+
+
+def test_a_refused_connection_at_a_far_address_is_a_head_gone(journal, monkeypatch):
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A_SESSION, FAR))
+    _connect_fails(monkeypatch, ConnectionRefusedError)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False).why == "silent"
+
+
+def test_one_lost_packet_is_not_a_cluster_gone(monkeypatch):
+    """A 1 s limit is one SYN (Linux sends a lost one again after 1 s): a single lost packet read
+    as "gone" requeued the runs of a cluster that was up."""
+    asked = _connect_fails(monkeypatch, TimeoutError, then_answers=1)
+    assert cluster_guard.probe(FAR) == cluster_guard.ANSWERS and len(asked) == 2
+    assert min(asked) >= 3.0
+
+
+def test_a_head_restarted_at_its_address_is_gone_not_still_answering(journal, listening):
+    """``ray stop; ray start --head`` on the head node (no GCS fault tolerance): a new session at
+    the same IP and port. What answers there is this start's own cluster; the first one's GCS
+    cannot listen on that endpoint any more. It was refused as "still answers there", telling to
+    restart with the very --address it was started with."""
+    jobs = _running(journal)
+    cluster_guard.record(journal, RayCluster(A_SESSION, listening))
+    here = RayCluster(B.session, listening)
+    moved = check_same_cluster(journal, here, requeue_lost_runs=False)
+    assert moved is not None and moved.why == "replaced" and moved.jobs == jobs
+    assert "its address is now served by this start's own cluster" in moved.describe()
+    assert recorded(journal) == here
+
+
+def test_a_name_that_now_leads_to_this_cluster_is_refused_saying_so(journal, listening):
+    """A host name (Ray records the name it was given, e.g. a KubeRay head service's) that now leads
+    to this start's own cluster says nothing of the first one: recreated under that name (gone) or
+    the name repointed while it runs on. Refused, without telling to restart with the same --address."""
+    _running(journal)
+    named = "localhost:" + listening.rpartition(":")[2]
+    cluster_guard.record(journal, RayCluster(A_SESSION, named))
+    with pytest.raises(DeepShareError) as refused:
+        check_same_cluster(journal, RayCluster(B.session, named), requeue_lost_runs=False)
+    text = str(refused.value)
+    assert f"at {named}, whose address now leads to this start's own cluster, {B.session}: it is gone" in text
+    assert f"--address {named}" not in text
+    assert check_same_cluster(journal, RayCluster(B.session, named), requeue_lost_runs=True).why == "flag"
+
+
+def test_a_loopback_address_that_does_not_answer_is_gone(journal, monkeypatch):
+    _running(journal)
+    cluster_guard.record(journal, RayCluster(A_SESSION, "127.0.0.1:6399", local=True))
+    _connect_fails(monkeypatch, TimeoutError)
+    assert check_same_cluster(journal, B, requeue_lost_runs=False).why == "silent"
+
+
+def test_no_open_run_no_probe(journal, monkeypatch):
+    """A silent address costs seconds to ask: with no run open there is nothing to ask about."""
+    cluster_guard.record(journal, RayCluster(A_SESSION, "10.255.255.1:6379"))
+    monkeypatch.setattr(cluster_guard, "probe", lambda *_a, **_k: pytest.fail("probed"))
+    assert cluster_guard.recorded_answers(journal) is None
+    _running(journal)
+    monkeypatch.setattr(cluster_guard, "probe", lambda *_a, **_k: cluster_guard.SILENT)
+    assert cluster_guard.recorded_answers(journal) == cluster_guard.SILENT
