@@ -463,7 +463,7 @@ def make_app(journal: Journal, cluster_gpus: Callable[[], tuple[int, int]], *,
             offset = tail_offset(path, tail)
         chunk = read_chunk(path, offset, limit)
         return LogOut(job_id=job.job_id, rank=rank, offset=chunk.offset, next_offset=chunk.next_offset,
-                      size=chunk.size, text=chunk.text)
+                      size=chunk.size, text=chunk.text, tail=tail)
 
     return app
 

@@ -149,7 +149,8 @@ class SchedulerClient:
 
     def logs(self, job_id: str, rank: int, offset: int, tail: int | None = None) -> LogOut:
         """Bytes of a rank's log from ``offset`` (negative: that many before the end), or, with
-        ``tail``, from where its last ``tail`` lines start (``offset`` is then 0). A chunk
+        ``tail``, from where its last ``tail`` lines start (``offset`` is then 0; a server that
+        does not say it answered ``tail`` is older than it and an error). A chunk
         that says there is more (``next_offset`` below ``size``) or carries text must move past
         ``offset``, within ``0..size``: a reader asks again from ``next_offset``, and a chunk that
         stood still made ``deepshare logs`` ask (and print) for ever. A log that shrank below
@@ -158,6 +159,12 @@ class SchedulerClient:
         path = f"/v1/jobs/{_segment(job_id)}/logs"
         params = {"rank": rank, **({"offset": offset} if tail is None else {"tail": tail})}
         chunk = self._model(LogOut, path, self._call("GET", path, params=params)[1])
+        if tail is not None and chunk.tail != tail:  # it ignored tail: the chunk is the log's start
+            raise DeepShareError(f"{self.url}: {path} answered no tail of the log (a scheduler older than "
+                                 f"`deepshare logs --tail`?); upgrade it, or leave --tail out")
+        if tail is not None and not 0 <= chunk.offset <= chunk.next_offset <= chunk.size:
+            raise DeepShareError(f"{self.url}: {path} answered a tail starting at offset {chunk.offset} of a log of "
+                                 f"{chunk.size} bytes (next_offset {chunk.next_offset}); is this a DeepShare scheduler?")
         if 0 <= chunk.size < offset and not chunk.text and chunk.next_offset == chunk.size:
             return chunk
         stuck = offset >= 0 and chunk.next_offset <= offset and (bool(chunk.text) or chunk.next_offset < chunk.size)

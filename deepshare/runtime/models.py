@@ -77,6 +77,10 @@ class LogOut(BaseModel):
     next_offset: int
     size: int
     text: str
+    tail: int | None = None
+    """The lines asked for with ``tail`` (None for a chunk asked by ``offset``): a scheduler older
+    than ``tail`` ignores it and answers the log from its start, which a client must not print as
+    its last lines."""
 
 
 class QueueOut(BaseModel):

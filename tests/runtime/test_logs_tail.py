@@ -8,6 +8,7 @@ generated text with the look back cut into tiny blocks."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -146,3 +147,51 @@ def test_a_missing_log_tails_to_nothing(served_log, capsys):
 def test_a_tail_out_of_range_is_refused(capsys, value):
     rc, _, err = cli(capsys, "logs", "a-1", "--tail", value, "--url", "http://127.0.0.1:9", "--token", TOKEN)
     assert rc == 2 and "--tail" in err
+
+
+def test_only_the_block_holding_the_first_line_is_read_break_by_break(tmp_path, monkeypatch):
+    """Blocks the look back passes through are counted whole: break by break, a tenant's log of
+    bare line breaks (or a progress bar's bare ``\\r``) cost the server 1.6 s of CPU, the GIL held,
+    for each ``tail=10000000``."""
+    path = tmp_path / "rank-0.log"
+    path.write_bytes(b"x\r\n" + b"\n\r\r\n" * (8 * MAX_CHUNK // 4) + b"last\r")
+    scanned = []
+
+    class Counted:
+        def finditer(self, block):  # type: ignore[no-untyped-def]
+            scanned.append(len(block))
+            return re.finditer(rb"\r\n|\r|\n", block)
+
+    monkeypatch.setattr(logs, "_BREAK", Counted())
+    lines = 3 * (8 * MAX_CHUNK // 4) + 1  # every line but "x"
+    assert tail_offset(path, lines) == 3 and tail_offset(path, lines + 1) == 0
+    assert len(scanned) == 1
+
+
+class _DropsTail:
+    """A scheduler older than ``tail``: the API with the ``tail`` query parameter unread."""
+
+    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
+        self.app = app
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            query = [p for p in scope["query_string"].split(b"&") if not p.startswith(b"tail=")]
+            scope = {**scope, "query_string": b"&".join(query)}
+        await self.app(scope, receive, send)
+
+
+def test_a_scheduler_that_ignores_tail_is_an_error_not_the_whole_log(served_log, capsys):
+    """A 0.1.0 scheduler answers ``tail=N`` with the log from its start: ``--tail 2`` printed all
+    of a 700 KiB log (any size) as its last two lines."""
+    from api_serving import served
+
+    from deepshare.runtime.api import guard, make_app
+    from deepshare.runtime.service import api_server
+
+    _, job, path, journal = served_log
+    app = guard(make_app(journal, cluster_gpus=lambda: (8, 1), state_dir=str(path.parents[2])), token=TOKEN,
+                bound_host="127.0.0.1")
+    with served(api_server(_DropsTail(app))) as port:
+        rc, out, err = cli(capsys, "logs", job, "--tail", 2, "--url", f"http://127.0.0.1:{port}", "--token", TOKEN)
+    assert rc != 0 and out == "" and "--tail" in err and LINES[0] not in err

@@ -168,7 +168,8 @@ def _foreign_vs_missing(server: Server, method: str, template: str, query: str) 
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("bob's secret log line\n")
     missing = "secret-999"
-    for q in (query, "", "?rank=1", "?rank=7", "?rank=x", "?limit=0", "?offset=-5"):
+    for q in (query, "", "?rank=1", "?rank=7", "?rank=x", "?limit=0", "?offset=-5", "?tail=1", "?tail=-1", "?tail=x",
+              "?tail=1&offset=0"):
         got = server.call(method, template.replace("{job_id}", bobs) + q, ALICE)
         absent = server.call(method, template.replace("{job_id}", missing) + q, ALICE)
         assert got[0] == absent[0] == 404, (q, got, absent)
