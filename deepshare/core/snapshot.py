@@ -184,7 +184,7 @@ class _ViewPredictor(Predictor):
     def __call__(self, job: JobView, placement: Placement, pending: Sequence[tuple[JobView, Placement]] = ()) -> Prediction:
         isolated = self._isolated
         if isolated is not None and isolated(placement):
-            return Prediction(1.0)  # what the state answers whatever runs: no need to bring it up to date
+            return _ISOLATED  # what the state answers whatever runs: no need to bring it up to date
         if pending is not self._last or len(pending) != len(self._applied):
             self._sync(pending)
         return self._answer(job, placement)
@@ -229,6 +229,11 @@ class _ViewPredictor(Predictor):
             applied.append((other.job_id, where))
             applied_ids.add(other.job_id)
         self._last = pending
+
+
+_ISOLATED = Prediction(1.0)
+"""The answer for an isolated placement (one shared object: predictions are frozen and only read;
+``uncontended`` asks one for every anchor launch of a decision)."""
 
 
 def _view(catalog: Catalog, job: KnownJob, ratio: float = 1.0) -> JobView:

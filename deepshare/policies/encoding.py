@@ -23,7 +23,7 @@ rebuilds the state (same answers, slower).
 from __future__ import annotations
 
 import math
-from array import array
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Hashable, NamedTuple
@@ -169,12 +169,18 @@ class PartialDecision:
         return free
 
     def with_launch(self, job: JobView, placement: Placement) -> "PartialDecision":
-        child = PartialDecision(self.view)
+        # every slot set here, as __init__ would and then overwritten (without __init__'s own
+        # work: a decision of thousands of steps derives one partial per launch)
+        child = _new_partial(PartialDecision)
+        child.view = self.view
         child.count = self.count + 1
         child._chain = (self._chain, Launch(job.job_id, placement))
         child._launches = None
+        child._free = None
         child._state = self._state
+        child._token = object()
         child._parent = (self._token, job, placement)
+        child._rows = None
         child._jobs = (self._jobs, job) if self._jobs is not None else None
         return child
 
@@ -209,6 +215,9 @@ class PartialDecision:
         return [(job, launch.placement) for job, launch in zip(jobs, self.launches)]
 
 
+_new_partial = object.__new__
+
+
 def _unchain(chain: tuple) -> list:
     """The items of a ``(parent's chain, item)`` chain, oldest first."""
     items = []
@@ -225,6 +234,13 @@ class Candidate(NamedTuple):
 
     job: JobView | None  # None = wait
     placement: Placement | None
+
+
+_WAIT_CANDIDATE = Candidate(None, None)
+"""Row 0 (a tuple: one shared object serves every step)."""
+_candidate = tuple.__new__
+"""``_candidate(Candidate, (job, placement))`` is ``Candidate(job, placement)`` without the Python
+frame of the named tuple's ``__new__`` (a step builds a dozen rows)."""
 
 
 OLDEST = "fifo"
@@ -279,11 +295,11 @@ def _candidates(state: StepState, config: EncodingConfig, pick: tuple[JobView, P
     """The rows (see :func:`candidates`), ``pick`` (the anchor's launch, if any) as row 1."""
     # Placements are compared by ``alloc`` (all that Placement's equality and hash look at),
     # which hashes in C rather than through the dataclass's generated __hash__.
-    found = [Candidate(None, None)]
+    found = [_WAIT_CANDIDATE]
     pending = state.pending
     offered: tuple[str, tuple] | None = None
     if pick is not None:
-        found.append(Candidate(*pick))
+        found.append(_candidate(Candidate, pick))
         offered = (pick[0].job_id, pick[1].alloc)
     places = _generators(config.generators)
     free, view = state.free, state.view
@@ -307,7 +323,7 @@ def _candidates(state: StepState, config: EncodingConfig, pick: tuple[JobView, P
                 distinct[numbers] = placements
         for placement in placements:
             if not (anchored and offered[1] == placement.alloc):  # type: ignore[index]
-                found.append(Candidate(job, placement))
+                found.append(_candidate(Candidate, (job, placement)))
                 if len(found) == limit:
                     return found
     return found
@@ -316,8 +332,11 @@ def _candidates(state: StepState, config: EncodingConfig, pick: tuple[JobView, P
 def _distinct(job: JobView, numbers: tuple[int, ...], places: tuple, known: dict[int, Placement | None],
               free: FreeIndex, view: ClusterView, pending: list) -> list[Placement]:
     """The generators' placements of ``job``, the first of each ``alloc`` in generator order;
-    answers by shape number (``numbers``, -1: none) come from and go to ``known``."""
-    seen: set[tuple] = set()
+    answers by shape number (``numbers``, -1: none) come from and go to ``known``. The allocs
+    met are kept in a list (one per generator at most): ``in`` on it compares the few tuples,
+    mostly by identity (strategies share placement objects), where a set hashed each nested
+    tuple."""
+    seen: list[tuple] = []
     out = []
     for (_, place, _), number in zip(places, numbers):
         if number >= 0:
@@ -329,7 +348,7 @@ def _distinct(job: JobView, numbers: tuple[int, ...], places: tuple, known: dict
         if placement is not None:
             alloc = placement.alloc  # type: ignore[union-attr]
             if alloc not in seen:
-                seen.add(alloc)
+                seen.append(alloc)
                 out.append(placement)
     return out
 
@@ -392,7 +411,7 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     """The observation ``{"observations": (K, F) float32, "action_mask": (K,) float32}`` and its rows.
 
     Rows are built as one list of Python floats and converted in one assignment from one buffer
-    of doubles (each value rounds to float32 exactly as an element-wise assignment would, at a third
+    of doubles (:func:`_doubles`; each value rounds to float32 exactly as an element-wise assignment would, at a third
     of the cost of converting the row tuples); every launch row's isolated throughput is
     computed once and its contention prediction comes from one batched question
     (:func:`~deepshare.core.contention.base.predict_all`)."""
@@ -412,11 +431,11 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     thp = view.catalog.throughput  # remembered by the catalog per (model, GPUs, nodes)
     isolated = []
     best_iso: dict[str, float] = {}
-    for c in launches:
-        job = c.job
-        value = thp(job.model, job.gpus, len(c.placement.alloc))  # type: ignore[union-attr]
+    for job, placement in launches:
+        value = thp(job.model, job.gpus, len(placement.alloc))  # type: ignore[union-attr]
         isolated.append(value)
-        best_iso[job.job_id] = max(best_iso.get(job.job_id, 0.0), value)  # type: ignore[union-attr]
+        best = best_iso.get(job.job_id, 0.0)  # type: ignore[union-attr]
+        best_iso[job.job_id] = value if value > best else best  # max(best, value), without the call  # type: ignore[union-attr]
     predictions = _predictions(view, launches, state.pending)
     extras = config.extra_features
     more = extra_columns(state, rows, anchored(partial, config), extras) if extras else None
@@ -424,19 +443,19 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
     if more is not None:
         flat += more[0]
     known = state.job_features
-    for i, (c, iso, prediction) in enumerate(zip(launches, isolated, predictions), 1):
-        job, placement = c.job, c.placement
+    for i, ((job, placement), iso, prediction) in enumerate(zip(launches, isolated, predictions), 1):
         assert job is not None and placement is not None
         job_id = job.job_id
         parts = known.get(job_id)
         if parts is None:
             parts = known[job_id] = _job_parts(job, view.now)
         gpus = job.gpus
+        loss = prediction.others_loss
         flat += parts[0]
         flat += (
             len(placement.alloc) / gpus,
             prediction.ratio,
-            min(4.0, prediction.others_loss),
+            loss if loss < 4.0 else 4.0,  # min(4.0, loss), without the call (NaN: 4.0 alike)
             (free_total - gpus) / total,
             iso / best_iso[job_id],
         )
@@ -444,19 +463,36 @@ def encode(partial: PartialDecision, config: EncodingConfig) -> tuple[dict[str, 
         flat += glob
         if more is not None:
             flat += more[i]
-    values = array("d", flat)
+    size = len(flat)
     k = config.max_candidates
-    width = len(config.features)
-    if len(values) != len(rows) * width:
-        raise ValueError(f"encoded rows of {len(values) / len(rows)} values, expected {width}")
-    mask = np.zeros(k, dtype=np.float32)
-    mask[:len(rows)] = 1.0
+    width = len(FEATURES) + len(extras)  # len(config.features), without building that tuple
+    if size != len(rows) * width:
+        raise ValueError(f"encoded rows of {size / len(rows)} values, expected {width}")
+    mask = _masks(k, len(rows)).copy()
     obs = np.zeros((k, width), dtype=np.float32)  # padding rows stay zero
     # each double rounds to float32 exactly as assigning the row tuples element-wise would
-    obs.reshape(-1)[:len(values)] = np.frombuffer(values, dtype=np.float64)
+    obs.reshape(-1)[:size] = np.frombuffer(_doubles(size).pack(*flat), dtype=np.float64)
     if _waiting_would_stall(partial, rows) or _waited_too_long(view.now, rows, config.max_wait_s):
         mask[WAIT_INDEX] = 0.0
     return {"observations": obs, "action_mask": mask}, rows
+
+
+@lru_cache(maxsize=1024)
+def _masks(k: int, rows: int) -> np.ndarray:
+    """The mask of ``rows`` rows out of ``k`` (a template, read only: :func:`encode` hands out copies)."""
+    mask = np.zeros(k, dtype=np.float32)
+    mask[:rows] = 1.0
+    mask.flags.writeable = False
+    return mask
+
+
+@lru_cache(maxsize=64)
+def _doubles(count: int) -> struct.Struct:
+    """The packer of ``count`` native doubles: the observation's values, exactly (each Python
+    float's own 8 bytes, as an ``array("d")`` holds them), in a third of the time that building
+    an ``array("d")`` from the list took (struct converts in one C loop over the arguments; the
+    array asked the argument parser for every item)."""
+    return struct.Struct(f"{count}d")
 
 
 def _predictions(view: ClusterView, launches: list[Candidate], pending: list) -> list:
@@ -467,16 +503,20 @@ def _predictions(view: ClusterView, launches: list[Candidate], pending: list) ->
     questions = []
     slots = []
     isolated = isolated_of(view.predict)
-    for c in launches:
-        job = c.job
-        if isolated is not None and isolated(c.placement):
-            slots.append(-1)  # exactly no contention: nothing to ask
-            continue
-        key = (job.model, job.gpus, c.placement.alloc)  # type: ignore[union-attr]
+    alone: dict[int, bool] = {}  # isolated's answer by placement object: rows share a few placements
+    for job, placement in launches:
+        if isolated is not None:
+            lone = alone.get(id(placement))
+            if lone is None:
+                lone = alone[id(placement)] = isolated(placement)
+            if lone:
+                slots.append(-1)  # exactly no contention: nothing to ask
+                continue
+        key = (job.model, job.gpus, placement.alloc)  # type: ignore[union-attr]
         slot = index.get(key)
         if slot is None:
             slot = index[key] = len(questions)
-            questions.append((job, c.placement))
+            questions.append((job, placement))
         slots.append(slot)
     answers = predict_all(view.predict, questions, pending) if questions else []
     return [_NO_CONTENTION if slot < 0 else answers[slot] for slot in slots]

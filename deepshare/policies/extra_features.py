@@ -264,12 +264,20 @@ def _time_columns(
     next_finish = 0.0 if spans.first == math.inf else _hours(spans.first)
     columns, about_jobs = _columns(names)
     known = spans.jobs
+    hours = spans.hours
     out = []
     for i, row in enumerate(rows):
-        low, high = _NOT_MET if row.placement is None else spans.columns(row.placement.nodes)
+        job, placement = row.job, row.placement
+        if placement is None:
+            low, high = _NOT_MET
+        else:
+            nodes = placement.nodes
+            # a single node's columns straight from their cache (what spans.columns answers)
+            found = hours.get(nodes[0]) if len(nodes) == 1 else None
+            low, high = found if found is not None else spans.columns(nodes)
         values = (1.0 if anchored and i == 1 else 0.0, low, high, next_finish)
-        if about_jobs and row.job is not None:
-            values += known.get(row.job.job_id) or _job_columns(spans, state, row.job)
+        if about_jobs and job is not None:
+            values += known.get(job.job_id) or _job_columns(spans, state, job)
         else:
             values += _NO_JOB
         out.append(values if columns is None else tuple(values[c] for c in columns))

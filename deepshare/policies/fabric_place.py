@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Sequence
 
-from deepshare.core.fabric import Fabric, TopologyRequest
+from deepshare.core.fabric import NO_TOPOLOGY, Fabric, TopologyRequest
 from deepshare.core.types import Placement
 from deepshare.core.view import ClusterView, JobView
 from deepshare.policies.free_index import FreeIndex
@@ -113,7 +113,7 @@ def with_topology(place: PlaceFn, fewest: FewestFn) -> PlaceFn:
 
     def placed(job: JobView, free: list[int], view: ClusterView, pending: Pending = ()) -> Placement | None:
         request = job.topology
-        if request.empty:
+        if request is NO_TOPOLOGY or request.empty:  # the shared "no request" first: no property call
             return place(job, free, view, pending)
         fabric = view.topology.fabric
         if request.required_level is not None:
@@ -228,7 +228,17 @@ def _place_within(job: JobView, free: Sequence[int], view: ClusterView, pending:
                   fewest: FewestFn, nodes: Sequence[int], slices: tuple[int, int] | None) -> Placement | None:
     if slices is not None:
         return place_slices(view.topology.fabric, free, nodes, job.gpus, fewest, *slices)
-    return place(job, MaskedFree(free, nodes), view, pending)  # the domain's nodes alone, never a copy of the cluster's
+    return place(job, _masked(free, nodes), view, pending)  # the domain's nodes alone, never a copy of the cluster's
+
+
+def _masked(free: Sequence[int], nodes: Sequence[int]) -> MaskedFree:
+    """``MaskedFree(free, nodes)``; on a decision's :class:`FreeIndex`, one per domain until its
+    free GPUs change (remembered by it), so every strategy asked about a job required in that
+    domain, and the next such jobs, read one masked index and share its answers (it is read-only:
+    nothing a strategy does changes it)."""
+    if type(free) is FreeIndex:
+        return free.remembered(("masked", nodes), MaskedFree, free, nodes)
+    return MaskedFree(free, nodes)
 
 
 def _slice_capacity(fabric: Fabric, free: Sequence[int], nodes: Sequence[int], size: int, level: int) -> dict[int, int]:

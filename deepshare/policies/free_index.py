@@ -63,6 +63,10 @@ class DomainFree:
             yield from buckets[count]
 
 
+_UNASKED = object()
+"""A question :meth:`FreeIndex.remembered` has no answer for yet (None is an answer)."""
+
+
 class FreeIndex(Sequence[int]):
     __slots__ = ("_free", "_buckets", "total", "_answers", "_domains", "_nonzero")
 
@@ -81,15 +85,17 @@ class FreeIndex(Sequence[int]):
             found = self._domains = DomainFree(fabric, self._free)
         return found
 
-    def remembered(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        """``compute()``, remembered under ``key`` until the free GPUs change: a step of a
+    def remembered(self, key: Hashable, compute: Callable[..., Any], *args: Any) -> Any:
+        """``compute(*args)``, remembered under ``key`` until the free GPUs change: a step of a
         decision asks the same placement question for every queued job of a size (and again
         inside other strategies); each is answered once per state of the free GPUs. ``key``
-        must name everything the answer depends on besides the free GPUs."""
+        must name everything the answer depends on besides the free GPUs. (The strategies pass
+        the function and its arguments rather than a lambda, which was made at every question,
+        answered already or not.)"""
         answers = self._answers
-        if key in answers:
-            return answers[key]
-        value = answers[key] = compute()
+        value = answers.get(key, _UNASKED)
+        if value is _UNASKED:
+            value = answers[key] = compute(*args)
         return value
 
     @property

@@ -79,7 +79,7 @@ def consolidate(need: int, free: Sequence[int]) -> Placement | None:
 
 
 def _consolidated_indexed(need: int, free: FreeIndex) -> Placement | None:
-    return free.remembered(("consolidated", need), lambda: _consolidate_on_index(need, free))
+    return free.remembered(("consolidated", need), _consolidate_on_index, need, free)
 
 
 @lru_cache(maxsize=65536)
@@ -131,7 +131,7 @@ def _consolidated(need: int, free: tuple[int, ...]) -> Placement | None:
 def spread(job: JobView, free: list[int], view: ClusterView | None = None, pending: Pending = ()) -> Placement | None:
     if isinstance(free, FreeIndex):
         need = job.gpus
-        return free.remembered(("spread", need), lambda: _spread_on_index(need, free))
+        return free.remembered(("spread", need), _spread_on_index, need, free)
     return _spread(job.gpus, tuple(free))
 
 
@@ -279,7 +279,7 @@ def _fit_of(need: int, free: Sequence[int], isolated: Callable[[Placement], bool
     the job does not fit. On an index, remembered until the free GPUs change (the contention
     state changes only with them: a launch takes some), so queued jobs of every model ask once."""
     if isinstance(free, FreeIndex):
-        return free.remembered(("contention-aware fit", need, isolated), lambda: _fit(need, free, isolated))
+        return free.remembered(("contention-aware fit", need, isolated), _fit, need, free, isolated)
     return _fit(need, free, isolated)
 
 
