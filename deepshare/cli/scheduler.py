@@ -161,7 +161,7 @@ def _client(args: argparse.Namespace) -> Any:
     """The scheduler client from ``--url`` / ``--state`` / ``--token`` (see the module docstring)."""
     from deepshare.runtime.httpclient import SchedulerClient
     from deepshare.runtime.private import check_not_shared
-    from deepshare.runtime.token import TOKEN_ENV, client_token
+    from deepshare.runtime.token import client_token
 
     url, origin = args.url, None
     if args.token == "":  # an unset variable (--token "$T"): the state folder's token went instead, silently
@@ -170,8 +170,6 @@ def _client(args: argparse.Namespace) -> Any:
         # the state folder's token is for the scheduler its scheduler.json names: sent to another
         # --url (a project folder's default state, a typo'd host) it leaked the admin token there
         token_dir = args.state if _state_names(args.state, url) else None
-        if token_dir is not None and not args.token and not os.environ.get(TOKEN_ENV):
-            check_not_shared(token_dir)  # its token is read: one another user planted would be sent as ours
         return SchedulerClient(url, client_token(args.token, token_dir, url_given=token_dir is None))
     check_not_shared(args.state)  # else another user's scheduler.json could take the token elsewhere
     info = Path(args.state) / "scheduler.json"

@@ -240,11 +240,6 @@ def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S, tries: int = PROBE_T
     return SILENT
 
 
-def answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether something accepts a TCP connection at ``address`` (see :func:`probe`)."""
-    return probe(address, timeout_s) == ANSWERS
-
-
 def _host(address: str) -> str:
     return address.rpartition(":")[0].strip("[]")
 

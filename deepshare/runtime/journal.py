@@ -1044,7 +1044,12 @@ def _utf8(name: str, value: Any) -> Any:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{name}: byte 0x{value[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+        raise ValueError(f"{name}: {_bad_byte(value, exc)}") from None
+
+
+def _bad_byte(raw: bytes, exc: UnicodeDecodeError) -> str:
+    """What ``exc`` found wrong in ``raw``: its first byte that is not UTF-8."""
+    return f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8"
 
 
 class NotUtf8(str):
@@ -1056,14 +1061,9 @@ class NotUtf8(str):
     raw: bytes
     """The bytes the journal holds."""
 
-    def __new__(cls, raw: bytes) -> "NotUtf8":
+    def __new__(cls, raw: bytes, problem: str) -> "NotUtf8":
         self = super().__new__(cls, raw.decode("utf-8", "backslashreplace"))
-        try:
-            raw.decode("utf-8")
-            self.problem = "not UTF-8"
-        except UnicodeDecodeError as exc:
-            self.problem = f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8"
-        self.raw = raw
+        self.problem, self.raw = problem, raw
         return self
 
 
@@ -1073,8 +1073,8 @@ def text_or_escaped(raw: bytes) -> str:
     row failed every tick of a running scheduler and every read of the API)."""
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return NotUtf8(raw)
+    except UnicodeDecodeError as exc:
+        return NotUtf8(raw, _bad_byte(raw, exc))
 
 
 def _rekey(db: sqlite3.Connection, job_id: NotUtf8, seq: Any) -> str:

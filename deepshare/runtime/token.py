@@ -17,6 +17,7 @@ from typing import Mapping
 from deepshare.core.errors import DeepShareError
 from deepshare.core.files import CONFIG_BYTES, read_input_text
 from deepshare.infra.httpauth import check_token
+from deepshare.runtime.private import check_not_shared
 
 TOKEN_ENV = "DEEPSHARE_SCHEDULER_TOKEN"
 TOKEN_FILE = "token"
@@ -75,6 +76,7 @@ def client_token(flag: str | None, state_dir: str | Path | None, environ: Mappin
     if environ.get(TOKEN_ENV):
         return check_token(environ[TOKEN_ENV], f"${TOKEN_ENV}")
     if state_dir is not None:
+        check_not_shared(state_dir)  # a token another user planted there would be sent as the caller's own
         path = Path(state_dir) / TOKEN_FILE
         text = ""
         if os.path.lexists(path):  # a regular file, bounded: a FIFO or a device there is one line, never a hang

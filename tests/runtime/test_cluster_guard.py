@@ -131,9 +131,9 @@ def test_a_killed_local_cluster_gone_with_its_scheduler_holds_nothing(journal):
 
 
 def test_answers(listening):
-    assert cluster_guard.answers(listening)
-    assert not cluster_guard.answers(_closed_port())
-    assert not cluster_guard.answers("no-port") and not cluster_guard.answers("127.0.0.1:x")
+    assert cluster_guard.probe(listening) == cluster_guard.ANSWERS
+    assert cluster_guard.probe(_closed_port()) == cluster_guard.REFUSED
+    assert cluster_guard.probe("no-port") == cluster_guard.probe("127.0.0.1:x") == cluster_guard.SILENT
 
 
 def test_requeue_lost_runs_gives_them_up_and_records_the_new_cluster(journal, A):
